@@ -1,0 +1,68 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jsbridge/jsbridge/event"
+)
+
+// ErrLeaseLost is returned by a Store when an ack, retry, block or release is
+// fenced off because the caller no longer holds the stream's lease (it
+// expired, and another drainer may have claimed the stream since). Nothing
+// was changed.
+var ErrLeaseLost = errors.New("lease lost")
+
+// Claim is one stream held under lease by a drainer.
+type Claim struct {
+	// Stream is the stream's name.
+	Stream string
+	// Watermark is the version of the last event forwarded; -1 when none was.
+	Watermark int64
+	// Retry counts the failed attempts since the last ack (0 on a fresh stream).
+	Retry int
+	// LeasedUntil is when the lease expires (database clock).
+	LeasedUntil time.Time
+}
+
+// Store is what the drain needs from the event store. The Postgres
+// implementation lives in package store and is plugged in by cmd/bridge.
+//
+// Every method that changes a stream is fenced by the lease: when owner does
+// not hold a live lease on the stream it returns ErrLeaseLost (wrapped) and
+// changes nothing.
+type Store interface {
+	// Claim leases up to limit streams that have events past their watermark,
+	// are not blocked, whose next attempt time has come and whose lease is
+	// free or expired, for the given duration. Streams held by other
+	// claimers are skipped, never waited for.
+	Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]Claim, error)
+	// Fetch returns, for each claim, up to perStream events after its
+	// watermark in version order; the result is grouped by stream in the
+	// order of claims, and streams with no events are omitted.
+	Fetch(ctx context.Context, claims []Claim, perStream int) ([]event.Event, error)
+	// Ack advances the stream's watermark to the event (version, id), resets
+	// its retry count and releases the lease.
+	Ack(ctx context.Context, owner, stream string, version, id int64) error
+	// Retry advances the watermark to (version, id) when version is greater
+	// than the current watermark (partial progress), increments the retry
+	// count, sets the next attempt to now+delay (database clock), records
+	// reason as the last error and releases the lease.
+	Retry(ctx context.Context, owner, stream string, version, id int64, delay time.Duration, reason string) error
+	// Block advances the watermark like Retry, marks the stream blocked with
+	// reason as its error and releases the lease. A blocked stream is not
+	// claimed again until unblocked.
+	Block(ctx context.Context, owner, stream string, version, id int64, reason string) error
+	// Release gives up the leases owner holds on streams without counting a
+	// retry or moving the watermark (used at shutdown).
+	Release(ctx context.Context, owner string, streams []string) error
+}
+
+// Notifier wakes the drain when new events may have been appended (Postgres
+// LISTEN/NOTIFY). It is optional: without it the drain only polls.
+type Notifier interface {
+	// Notifications returns a channel that receives a value (coalesced) after
+	// events are appended. It is closed when ctx is done.
+	Notifications(ctx context.Context) (<-chan struct{}, error)
+}
