@@ -2,29 +2,18 @@ package drain
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jsbridge/jsbridge/event"
 )
 
-// ErrLeaseLost is returned by a Store when an ack, retry, block or release is
-// fenced off because the caller no longer holds the stream's lease (it
-// expired, and another drainer may have claimed the stream since). Nothing
-// was changed.
-var ErrLeaseLost = errors.New("lease lost")
+// ErrLeaseLost is the error (wrapped) a Store returns when an ack, retry,
+// block or release is fenced off because the caller no longer holds the
+// stream's lease. It is event.ErrLeaseLost, repeated here for callers of drain.
+var ErrLeaseLost = event.ErrLeaseLost
 
-// Claim is one stream held under lease by a drainer.
-type Claim struct {
-	// Stream is the stream's name.
-	Stream string
-	// Watermark is the version of the last event forwarded; -1 when none was.
-	Watermark int64
-	// Retry counts the failed attempts since the last ack (0 on a fresh stream).
-	Retry int
-	// LeasedUntil is when the lease expires (database clock).
-	LeasedUntil time.Time
-}
+// Claim is one stream held under lease (event.Claim).
+type Claim = event.Claim
 
 // Store is what the drain needs from the event store. The Postgres
 // implementation lives in package store and is plugged in by cmd/bridge.
