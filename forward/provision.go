@@ -1,0 +1,209 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of StreamConfig.
+const (
+	// DefaultStreamName is the JetStream stream events are published to.
+	DefaultStreamName = "EVENTS"
+	// DefaultDuplicateWindow is the duplicate window of a created stream.
+	DefaultDuplicateWindow = 2 * time.Minute
+)
+
+// ErrInvalidConfig is returned (wrapped) by New and Provision when a field of
+// their configuration is out of range; the message names the field and value.
+var ErrInvalidConfig = errors.New("invalid forward configuration")
+
+// ErrSubjectsNotCovered is returned (wrapped) by Provision when the JetStream
+// stream exists but none of its subjects covers "<prefix>.>", so some events
+// would be published to no stream (or to another one).
+var ErrSubjectsNotCovered = errors.New("JetStream stream does not cover the subject prefix")
+
+// StreamConfig says which JetStream stream Provision makes sure exists.
+type StreamConfig struct {
+	// Name is the JetStream stream's name. Default "EVENTS".
+	Name string
+	// Prefix is the subject prefix; the stream's subjects are "<prefix>.>".
+	// Default "events". It must be a literal subject (no wildcards, no empty
+	// tokens, no whitespace).
+	Prefix string
+	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id to drop a
+	// re-publish. Default 2 min. Size it with RequiredDuplicateWindow.
+	DuplicateWindow time.Duration
+	// Replicas is the number of stream replicas (clustered JetStream).
+	// Default 1.
+	Replicas int
+	// MaxMsgSize is the largest message the stream accepts, in bytes. 0 means
+	// the server's limit.
+	MaxMsgSize int32
+}
+
+// withDefaults fills defaults and validates.
+func (c StreamConfig) withDefaults() (StreamConfig, error) {
+	if c.Name == "" {
+		c.Name = DefaultStreamName
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if strings.ContainsAny(c.Name, ".*> \t\r\n/\\") {
+		return c, fmt.Errorf("%w: StreamConfig.Name %q: a JetStream stream name may not contain '.', '*', '>', whitespace or path separators", ErrInvalidConfig, c.Name)
+	}
+	if err := validPrefix(c.Prefix); err != nil {
+		return c, fmt.Errorf("%w: StreamConfig.Prefix: %w", ErrInvalidConfig, err)
+	}
+	if c.DuplicateWindow < 0 {
+		return c, fmt.Errorf("%w: StreamConfig.DuplicateWindow %s is negative", ErrInvalidConfig, c.DuplicateWindow)
+	}
+	if c.Replicas < 0 {
+		return c, fmt.Errorf("%w: StreamConfig.Replicas %d is negative", ErrInvalidConfig, c.Replicas)
+	}
+	if c.MaxMsgSize < 0 {
+		return c, fmt.Errorf("%w: StreamConfig.MaxMsgSize %d is negative", ErrInvalidConfig, c.MaxMsgSize)
+	}
+	return c, nil
+}
+
+// Provisioned reports what Provision found or did.
+type Provisioned struct {
+	// Created is true when Provision created the stream, false when it
+	// existed (and was left unchanged).
+	Created bool
+	// Name is the JetStream stream's name.
+	Name string
+	// Subjects are the stream's subjects.
+	Subjects []string
+	// DuplicateWindow is the stream's actual duplicate window.
+	DuplicateWindow time.Duration
+	// Storage is the stream's storage type.
+	Storage jetstream.StorageType
+	// Warnings are human-readable problems of an existing stream that do not
+	// stop the bridge but weaken its guarantees (a duplicate window shorter
+	// than configured, memory storage). Empty when there are none.
+	Warnings []string
+}
+
+// RequiredDuplicateWindow returns the duplicate window the bridge needs: its
+// worst case between the first publish of an event and a re-publish of the
+// same event, which is a lease that expires (the bridge died after publishing
+// but before acking) plus the retry envelope (the longest a stream can spend
+// retrying before it is blocked). Negative durations count as 0.
+func RequiredDuplicateWindow(lease, retryEnvelope time.Duration) time.Duration {
+	return max(lease, 0) + max(retryEnvelope, 0)
+}
+
+// Provision makes sure the JetStream stream cfg describes exists. When it is
+// missing, Provision creates it with subjects "<prefix>.>", file storage,
+// cfg.DuplicateWindow, cfg.Replicas and cfg.MaxMsgSize. When it exists (or
+// another bridge creates it concurrently), Provision changes nothing: it
+// fails with ErrSubjectsNotCovered unless one of the stream's subjects
+// covers "<prefix>.>", and adds a warning to Provisioned when the stream's
+// duplicate window is shorter than cfg.DuplicateWindow or its storage is
+// memory. Invalid cfg fields fail with ErrInvalidConfig; JetStream errors
+// are returned wrapped.
+func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (Provisioned, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return Provisioned{}, err
+	}
+	if js == nil {
+		return Provisioned{}, fmt.Errorf("%w: JetStream context is nil", ErrInvalidConfig)
+	}
+	subject := cfg.Prefix + ".>"
+	s, err := js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        cfg.Name,
+			Description: "jsbridge: events forwarded from the event store",
+			Subjects:    []string{subject},
+			Storage:     jetstream.FileStorage,
+			Duplicates:  cfg.DuplicateWindow,
+			Replicas:    cfg.Replicas,
+			MaxMsgSize:  cfg.MaxMsgSize,
+		})
+		if err == nil {
+			info := s.CachedInfo()
+			return Provisioned{
+				Created:         true,
+				Name:            info.Config.Name,
+				Subjects:        info.Config.Subjects,
+				DuplicateWindow: info.Config.Duplicates,
+				Storage:         info.Config.Storage,
+			}, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return Provisioned{}, fmt.Errorf("create JetStream stream %s (subjects %s): %w", cfg.Name, subject, err)
+		}
+		// Another bridge created it first: check theirs like any existing one.
+		s, err = js.Stream(ctx, cfg.Name)
+	}
+	if err != nil {
+		return Provisioned{}, fmt.Errorf("look up JetStream stream %s: %w", cfg.Name, err)
+	}
+	info := s.CachedInfo()
+	p := Provisioned{
+		Name:            info.Config.Name,
+		Subjects:        info.Config.Subjects,
+		DuplicateWindow: info.Config.Duplicates,
+		Storage:         info.Config.Storage,
+	}
+	covered := false
+	for _, have := range info.Config.Subjects {
+		if subjectCovers(have, subject) {
+			covered = true
+			break
+		}
+	}
+	if !covered {
+		return p, fmt.Errorf("%w: JetStream stream %s has subjects %q, none covers %q; add it with: nats stream edit %s --subjects %q",
+			ErrSubjectsNotCovered, cfg.Name, info.Config.Subjects, subject, cfg.Name, subject)
+	}
+	if p.DuplicateWindow < cfg.DuplicateWindow {
+		p.Warnings = append(p.Warnings, fmt.Sprintf(
+			"JetStream stream %s has duplicate window %s, shorter than the configured %s: an event re-published after %s is stored twice; "+
+				"raise it with: nats stream edit %s --dupe-window %s (or set --duplicate-window to the window you accept)",
+			cfg.Name, p.DuplicateWindow, cfg.DuplicateWindow, p.DuplicateWindow, cfg.Name, cfg.DuplicateWindow))
+	}
+	if p.Storage == jetstream.MemoryStorage {
+		p.Warnings = append(p.Warnings, fmt.Sprintf(
+			"JetStream stream %s uses memory storage: forwarded events are lost when the server restarts", cfg.Name))
+	}
+	return p, nil
+}
+
+// subjectCovers reports whether every subject matching sub also matches
+// filter. Both may contain wildcards ("*" one token, ">" one or more
+// trailing tokens).
+func subjectCovers(filter, sub string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(sub, ".")
+	for i, f := range ft {
+		if f == ">" {
+			return i < len(st)
+		}
+		if i >= len(st) {
+			return false
+		}
+		switch s := st[i]; {
+		case s == ">":
+			return false
+		case f == "*":
+		case f != s || s == "*":
+			return false
+		}
+	}
+	return len(ft) == len(st)
+}
