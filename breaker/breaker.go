@@ -1,0 +1,361 @@
+// Package breaker holds the consumer's circuit breakers: one per webhook
+// endpoint (sony/gobreaker v2), with their transitions logged and exported as
+// Prometheus metrics. While an endpoint's breaker is open the consumer stops
+// pulling for the subscriptions that deliver to it, so no delivery attempts
+// are spent on an endpoint that is down.
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+)
+
+// ErrOpen is returned (wrapping gobreaker.ErrOpenState or
+// gobreaker.ErrTooManyRequests) by Breaker.Execute when the breaker rejects
+// the call without running it: the breaker is open, or it is half-open and
+// its probes are already taken. A rejected call is not an endpoint failure.
+var ErrOpen = errors.New("circuit breaker open")
+
+// ErrInvalidSettings is wrapped by NewSet when a Settings field is out of
+// range; the message names the field and the value.
+var ErrInvalidSettings = errors.New("invalid breaker settings")
+
+// State is a breaker's state. Its integer values are the values of the
+// jsbridge_consumer_breaker_state gauge.
+type State int
+
+const (
+	// Closed lets every call through and counts failures.
+	Closed State = 0
+	// HalfOpen lets Settings.HalfOpenProbes calls through after the open
+	// timeout; their successes close the breaker, a failure re-opens it.
+	HalfOpen State = 1
+	// Open rejects every call with ErrOpen until the open timeout elapses.
+	Open State = 2
+)
+
+// String returns "closed", "half-open" or "open" (the metric label values).
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case HalfOpen:
+		return "half-open"
+	case Open:
+		return "open"
+	default:
+		return fmt.Sprintf("state(%d)", int(s))
+	}
+}
+
+// Settings configures every breaker of a Set. Zero fields take their
+// defaults.
+type Settings struct {
+	// ConsecutiveFailures trips the breaker after this many failures in a
+	// row while closed. Default 5.
+	ConsecutiveFailures uint32
+	// FailureRatio trips the breaker when failures/requests reaches it,
+	// once MinRequests requests were seen in the current Interval. In
+	// (0, 1]; default 0.5.
+	FailureRatio float64
+	// MinRequests is the number of requests in an Interval before
+	// FailureRatio applies. Default 20.
+	MinRequests uint32
+	// Interval is the window after which the closed state's counts are
+	// cleared. Default 60 s.
+	Interval time.Duration
+	// OpenTimeout is how long the breaker stays open before it goes
+	// half-open and lets probes through. Default 30 s.
+	OpenTimeout time.Duration
+	// HalfOpenProbes is how many calls half-open lets through; that many
+	// successes in a row close the breaker. Default 1.
+	HalfOpenProbes uint32
+}
+
+// withDefaults returns s with zero fields set to their defaults, or an
+// error wrapping ErrInvalidSettings naming the first bad field.
+func (s Settings) withDefaults() (Settings, error) {
+	if s.ConsecutiveFailures == 0 {
+		s.ConsecutiveFailures = 5
+	}
+	if s.FailureRatio == 0 {
+		s.FailureRatio = 0.5
+	}
+	if s.MinRequests == 0 {
+		s.MinRequests = 20
+	}
+	if s.Interval == 0 {
+		s.Interval = 60 * time.Second
+	}
+	if s.OpenTimeout == 0 {
+		s.OpenTimeout = 30 * time.Second
+	}
+	if s.HalfOpenProbes == 0 {
+		s.HalfOpenProbes = 1
+	}
+	switch {
+	case math.IsNaN(s.FailureRatio) || s.FailureRatio < 0 || s.FailureRatio > 1:
+		return s, fmt.Errorf("%w: FailureRatio %v: want a value in (0, 1]", ErrInvalidSettings, s.FailureRatio)
+	case s.Interval < 0:
+		return s, fmt.Errorf("%w: Interval %s: must not be negative", ErrInvalidSettings, s.Interval)
+	case s.OpenTimeout < 0:
+		return s, fmt.Errorf("%w: OpenTimeout %s: must not be negative", ErrInvalidSettings, s.OpenTimeout)
+	}
+	return s, nil
+}
+
+// Set holds one breaker per endpoint, created on first use, all with the
+// same Settings. It is safe for concurrent use.
+type Set struct {
+	settings Settings
+	logger   *slog.Logger
+	state    *prometheus.GaugeVec
+	trans    *prometheus.CounterVec
+
+	mu       sync.Mutex
+	breakers map[string]*Breaker
+}
+
+// NewSet returns an empty Set. A nil logger discards logs; a nil reg leaves
+// the metrics unregistered. Metrics (label endpoint as Endpoint renders it):
+//
+//   - jsbridge_consumer_breaker_state{endpoint} gauge: 0 closed, 1
+//     half-open, 2 open;
+//   - jsbridge_consumer_breaker_transitions_total{endpoint,from,to} counter.
+//
+// If reg already has these collectors (another Set), they are shared. It
+// fails on invalid settings (ErrInvalidSettings) or a registration error.
+func NewSet(s Settings, logger *slog.Logger, reg prometheus.Registerer) (*Set, error) {
+	s, err := s.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	state := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "jsbridge_consumer_breaker_state",
+		Help: "Circuit breaker state per webhook endpoint: 0 closed, 1 half-open, 2 open.",
+	}, []string{"endpoint"})
+	trans := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jsbridge_consumer_breaker_transitions_total",
+		Help: "Circuit breaker state transitions per webhook endpoint.",
+	}, []string{"endpoint", "from", "to"})
+	if reg != nil {
+		if state, err = register(reg, state); err != nil {
+			return nil, err
+		}
+		if trans, err = register(reg, trans); err != nil {
+			return nil, err
+		}
+	}
+	return &Set{
+		settings: s,
+		logger:   logger,
+		state:    state,
+		trans:    trans,
+		breakers: make(map[string]*Breaker),
+	}, nil
+}
+
+// register registers c on reg, or returns the collector already registered
+// under the same descriptor.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("breaker: register metrics: %w", err)
+}
+
+// Settings returns the Set's settings with defaults applied.
+func (s *Set) Settings() Settings { return s.settings }
+
+// Breaker returns the breaker of endpoint, creating it (closed) on first
+// use. endpoint is a webhook URL; it is keyed and labelled as Endpoint
+// renders it, so URLs differing only in userinfo or query share a breaker.
+func (s *Set) Breaker(endpoint string) *Breaker {
+	name := Endpoint(endpoint)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b, ok := s.breakers[name]; ok {
+		return b
+	}
+	b := &Breaker{
+		name:     name,
+		settings: s.settings,
+		set:      s,
+		changed:  make(chan struct{}),
+	}
+	st := s.settings
+	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        name,
+		MaxRequests: st.HalfOpenProbes,
+		Interval:    st.Interval,
+		Timeout:     st.OpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			if c.ConsecutiveFailures >= st.ConsecutiveFailures {
+				return true
+			}
+			n := c.Requests - min(c.Requests, c.TotalExclusions)
+			return n >= st.MinRequests && float64(c.TotalFailures)/float64(n) >= st.FailureRatio
+		},
+		OnStateChange: b.onStateChange,
+		IsExcluded:    isExcluded,
+	})
+	s.state.WithLabelValues(name).Set(float64(Closed))
+	s.breakers[name] = b
+	return b
+}
+
+// Endpoint renders a webhook URL as breakers key it and as it appears in
+// logs and metric labels: scheme://host[:port]/path, without userinfo,
+// query or fragment, so no secret a URL may carry leaks. An unparsable URL
+// renders as "invalid-url".
+func Endpoint(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "invalid-url"
+	}
+	clean := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
+	return clean.String()
+}
+
+// isExcluded keeps cancelled calls out of the counts: a consumer shutting
+// down says nothing about the endpoint.
+func isExcluded(err error) bool {
+	return errors.Is(err, context.Canceled)
+}
+
+// Breaker is the circuit breaker of one endpoint. It is safe for concurrent
+// use.
+type Breaker struct {
+	name     string
+	settings Settings
+	set      *Set
+	cb       *gobreaker.CircuitBreaker[struct{}]
+
+	mu       sync.Mutex
+	openedAt time.Time
+	changed  chan struct{}
+}
+
+// Endpoint returns the endpoint the breaker guards, as Endpoint renders it.
+func (b *Breaker) Endpoint() string { return b.name }
+
+// Execute runs fn unless the breaker rejects it, and counts fn's result: a
+// nil error is a success, an error wrapping context.Canceled is neither,
+// any other error is a failure. When the breaker rejects the call, fn does
+// not run and Execute returns an error wrapping ErrOpen (and gobreaker's
+// ErrOpenState or ErrTooManyRequests). Otherwise it returns fn's error.
+func (b *Breaker) Execute(fn func() error) error {
+	_, err := b.cb.Execute(func() (struct{}, error) { return struct{}{}, fn() })
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return fmt.Errorf("%w: %s: %w", ErrOpen, b.name, err)
+	}
+	return err
+}
+
+// State returns the breaker's state. An open breaker whose open timeout has
+// elapsed reports (and becomes) HalfOpen.
+func (b *Breaker) State() State {
+	return State(b.cb.State())
+}
+
+// Ready reports whether calls may be attempted: false while the breaker is
+// open and its open timeout has not elapsed. The consumer stops pulling for
+// an endpoint that is not ready.
+func (b *Breaker) Ready() bool {
+	return b.State() != Open
+}
+
+// OpenTimeout returns how long the breaker stays open (Settings.OpenTimeout).
+func (b *Breaker) OpenTimeout() time.Duration { return b.settings.OpenTimeout }
+
+// Changed returns a channel that is closed at the breaker's next state
+// transition. The move from open to half-open happens when the breaker is
+// next used or asked for its State, so use Wait to wait for it.
+func (b *Breaker) Changed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}
+
+// probePoll bounds how long Wait sleeps while a half-open breaker's probes
+// are taken: a probe ending without a verdict (cancelled) frees its slot
+// without a transition.
+const probePoll = 50 * time.Millisecond
+
+// Wait blocks until a call may go through: the breaker is closed, or
+// half-open with a probe free. It returns ctx's error if ctx ends first.
+// Several waiters may be released for one probe; the losers get ErrOpen
+// from Execute.
+func (b *Breaker) Wait(ctx context.Context) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		changed := b.Changed()
+		var wait time.Duration
+		switch b.State() {
+		case Closed:
+			return nil
+		case HalfOpen:
+			c := b.cb.Counts()
+			if c.Requests-min(c.Requests, c.TotalExclusions) < b.settings.HalfOpenProbes {
+				return nil
+			}
+			wait = probePoll
+		case Open:
+			b.mu.Lock()
+			wait = time.Until(b.openedAt.Add(b.settings.OpenTimeout))
+			b.mu.Unlock()
+			// gobreaker goes half-open only strictly after the timeout.
+			wait += time.Millisecond
+		}
+		t := time.NewTimer(max(wait, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-changed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// onStateChange runs under gobreaker's lock: it must not call into b.cb.
+func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
+	f, t := State(from), State(to)
+	b.mu.Lock()
+	if t == Open {
+		b.openedAt = time.Now()
+	}
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+	b.set.state.WithLabelValues(b.name).Set(float64(t))
+	b.set.trans.WithLabelValues(b.name, f.String(), t.String()).Inc()
+	lvl := slog.LevelInfo
+	if t == Open {
+		lvl = slog.LevelWarn
+	}
+	b.set.logger.Log(context.Background(), lvl, "circuit breaker transition",
+		slog.String("endpoint", b.name), slog.String("from", f.String()), slog.String("to", t.String()))
+}
