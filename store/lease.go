@@ -1,0 +1,159 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jsbridge/jsbridge/event"
+)
+
+// The methods in this file make *Store a drain.Store: claiming streams under
+// lease, fetching the events past their watermarks and settling them. Every
+// settling method is fenced: it changes the stream only while owner holds a
+// live lease on it (leased_by = owner and leased_until > now() on the
+// database clock); otherwise it changes nothing and returns an error wrapping
+// event.ErrLeaseLost.
+
+// Claim leases up to limit streams that have committed events past their
+// watermark, are not blocked, whose next attempt time has come and whose
+// lease is free or expired, to owner for lease (database clock). Rows locked
+// by concurrent claimers are skipped (FOR UPDATE SKIP LOCKED), never waited
+// for, so two claimers never get the same stream. Taking over an expired
+// lease does not count a retry. limit must be > 0 and lease >= 1µs.
+func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]event.Claim, error) {
+	if owner == "" {
+		return nil, fmt.Errorf("%w: claim owner is empty", ErrInvalidInput)
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("%w: claim limit %d (want > 0)", ErrInvalidInput, limit)
+	}
+	if lease < time.Microsecond {
+		return nil, fmt.Errorf("%w: claim lease %s (want >= 1µs)", ErrInvalidInput, lease)
+	}
+	rows, err := s.pool.Query(ctx, s.q.claim, owner, limit, lease.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
+	}
+	claims, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (event.Claim, error) {
+		var c event.Claim
+		err := r.Scan(&c.Stream, &c.Watermark, &c.Retry, &c.LeasedUntil)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
+	}
+	return claims, nil
+}
+
+// Fetch returns, in one query, up to perStream events after each claim's
+// watermark, in version order, grouped by stream in the order of claims;
+// claims with no such events contribute nothing. perStream must be > 0.
+func (s *Store) Fetch(ctx context.Context, claims []event.Claim, perStream int) ([]event.Event, error) {
+	if perStream <= 0 {
+		return nil, fmt.Errorf("%w: fetch perStream %d (want > 0)", ErrInvalidInput, perStream)
+	}
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	streams := make([]string, len(claims))
+	watermarks := make([]int64, len(claims))
+	for i, c := range claims {
+		streams[i], watermarks[i] = c.Stream, c.Watermark
+	}
+	rows, err := s.pool.Query(ctx, s.q.fetch, streams, watermarks, perStream)
+	if err != nil {
+		return nil, fmt.Errorf("fetch events of %d streams: %w", len(claims), err)
+	}
+	events, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, fmt.Errorf("fetch events of %d streams: %w", len(claims), err)
+	}
+	return events, nil
+}
+
+func scanEvent(r pgx.CollectableRow) (event.Event, error) {
+	var e event.Event
+	var meta []byte
+	if err := r.Scan(&e.ID, &e.Stream, &e.Version, &e.Name, &e.Data, &meta, &e.Created); err != nil {
+		return e, err
+	}
+	if err := json.Unmarshal(meta, &e.Meta); err != nil {
+		return e, fmt.Errorf("decode meta of event %d: %w", e.ID, err)
+	}
+	return e, nil
+}
+
+// Ack advances stream's watermark to the event (version, id) — never back —,
+// resets its retry count, next attempt and error, and releases the lease.
+// Fenced by owner's lease (error wraps event.ErrLeaseLost).
+func (s *Store) Ack(ctx context.Context, owner, stream string, version, id int64) error {
+	return s.settle(ctx, "ack", owner, stream, s.q.ack, owner, stream, version, id)
+}
+
+// Retry advances stream's watermark to (version, id) when version is past it
+// (partial progress; pass the claim's watermark for none), increments the
+// retry count, sets the next attempt to now()+delay on the database clock,
+// records reason as the stream's error and releases the lease. Fenced by
+// owner's lease (error wraps event.ErrLeaseLost). delay < 0 counts as 0.
+func (s *Store) Retry(ctx context.Context, owner, stream string, version, id int64, delay time.Duration, reason string) error {
+	delay = max(delay, 0)
+	return s.settle(ctx, "retry", owner, stream, s.q.retry, owner, stream, version, id, delay.Microseconds(), reason)
+}
+
+// Block advances the watermark like Retry, increments the retry count, marks
+// stream blocked with reason as its error and releases the lease. A blocked
+// stream is not claimed until Unblock or Reset. Fenced by owner's lease
+// (error wraps event.ErrLeaseLost).
+func (s *Store) Block(ctx context.Context, owner, stream string, version, id int64, reason string) error {
+	return s.settle(ctx, "block", owner, stream, s.q.block, owner, stream, version, id, reason)
+}
+
+func (s *Store) settle(ctx context.Context, op, owner, stream, query string, args ...any) error {
+	tag, err := s.pool.Exec(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s stream %q for %s: %w", op, stream, owner, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%s stream %q for %s: %w", op, stream, owner, event.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Release gives up the live leases owner holds on streams without counting a
+// retry or moving the watermark, so another drainer can claim them at once.
+// Streams owner does not hold are left alone; if there were any, the error
+// names them and wraps event.ErrLeaseLost.
+func (s *Store) Release(ctx context.Context, owner string, streams []string) error {
+	if len(streams) == 0 {
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, s.q.release, owner, streams)
+	if err != nil {
+		return fmt.Errorf("release %d streams for %s: %w", len(streams), owner, err)
+	}
+	released, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("release %d streams for %s: %w", len(streams), owner, err)
+	}
+	if len(released) == len(streams) {
+		return nil
+	}
+	done := make(map[string]bool, len(released))
+	for _, r := range released {
+		done[r] = true
+	}
+	var lost []string
+	for _, st := range streams {
+		if !done[st] {
+			lost = append(lost, st)
+		}
+	}
+	if len(lost) == 0 { // streams named twice
+		return nil
+	}
+	return fmt.Errorf("release streams %q for %s: %w", lost, owner, event.ErrLeaseLost)
+}

@@ -1,0 +1,56 @@
+-- 001: the events table of the common event-store layout, the bridge's
+-- per-stream table, and the trigger that keeps each stream's head current and
+-- wakes the drain. {schema} is replaced by the store's schema name.
+
+CREATE TABLE IF NOT EXISTS {schema}.events (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    stream  text        NOT NULL,
+    version bigint      NOT NULL,
+    name    text        NOT NULL,
+    data    jsonb       NOT NULL,
+    meta    jsonb       NOT NULL DEFAULT '{}',
+    created timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (stream, version)
+);
+
+CREATE TABLE IF NOT EXISTS {schema}.streams (
+    stream       text        PRIMARY KEY,
+    watermark    bigint      NOT NULL DEFAULT -1,
+    watermark_id bigint,
+    head         bigint      NOT NULL DEFAULT -1,
+    retry        integer     NOT NULL DEFAULT 0,
+    next_attempt timestamptz,
+    blocked      boolean     NOT NULL DEFAULT false,
+    error        text,
+    leased_by    text,
+    leased_until timestamptz,
+    updated_at   timestamptz NOT NULL DEFAULT now()
+);
+
+-- Only streams with work to do are in this index, so a claim's cost does not
+-- grow with idle or blocked streams.
+CREATE INDEX IF NOT EXISTS streams_pending_idx
+    ON {schema}.streams (next_attempt NULLS FIRST)
+    WHERE head > watermark AND NOT blocked;
+
+-- One statement-level trigger: the head moves in the inserting transaction
+-- (so head > watermark exactly when a committed event is past the watermark),
+-- and one notification per statement wakes the drain after commit.
+CREATE OR REPLACE FUNCTION {schema}.jsbridge_events_inserted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {schema}.streams AS s (stream, head)
+    SELECT n.stream, max(n.version) FROM new_events n GROUP BY n.stream
+    ORDER BY n.stream -- a fixed lock order across concurrent multi-stream inserts
+    ON CONFLICT (stream) DO UPDATE
+        SET head = GREATEST(s.head, EXCLUDED.head), updated_at = now();
+    PERFORM pg_notify('{schema}', '');
+    RETURN NULL;
+END
+$$;
+
+DROP TRIGGER IF EXISTS jsbridge_events_inserted ON {schema}.events;
+CREATE TRIGGER jsbridge_events_inserted
+    AFTER INSERT ON {schema}.events
+    REFERENCING NEW TABLE AS new_events
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.jsbridge_events_inserted();
