@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/store"
+)
+
+type migrateCmd struct {
+	DryRun bool `name:"dry-run" help:"Print the SQL of every migration instead of running it."`
+}
+
+func (m *migrateCmd) Run(ctx context.Context, g *Globals) error {
+	if m.DryRun {
+		st, err := store.New(nil, store.WithSchema(g.Schema))
+		if err != nil {
+			return err
+		}
+		for _, s := range st.MigrationSQL() {
+			fmt.Println(strings.TrimSpace(s) + ";")
+			fmt.Println()
+		}
+		return nil
+	}
+	pool, st, err := openStore(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := st.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	fmt.Printf("schema %q is up to date\n", g.Schema)
+	return nil
+}
+
+type appendCmd struct {
+	Stream          string `arg:"" help:"Stream name, e.g. order-42 (category: the part before the first '-')."`
+	Name            string `arg:"" help:"Event name (type), e.g. OrderPlaced."`
+	Data            string `arg:"" help:"Event data as JSON, e.g. '{\"total\": 42}'."`
+	ExpectedVersion int64  `name:"expected-version" default:"-2" help:"Optimistic concurrency: the stream's current last version; -1 means the stream must be empty, -2 (default) skips the check."`
+	Correlation     string `name:"correlation" help:"Correlation id stored in the event's meta."`
+	Causation       string `name:"causation" help:"Causation id stored in the event's meta."`
+}
+
+func (a *appendCmd) Run(ctx context.Context, g *Globals) error {
+	pool, st, err := openStore(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	evs, err := st.Append(ctx, a.Stream, a.ExpectedVersion, store.NewEvent{
+		Name: a.Name, Data: []byte(a.Data), Meta: event.Meta{Correlation: a.Correlation, Causation: a.Causation},
+	})
+	if err != nil {
+		return err
+	}
+	for _, e := range evs {
+		fmt.Printf("appended event %d to %s at version %d\n", e.ID, e.Stream, e.Version)
+	}
+	return nil
+}
+
+type streamsCmd struct {
+	Blocked bool   `name:"blocked" help:"Only blocked streams."`
+	Lagging bool   `name:"lagging" help:"Only streams with events not yet forwarded."`
+	Match   string `name:"match" help:"Only streams whose name matches this regular expression (Postgres ~)."`
+	Limit   int    `name:"limit" default:"1000" help:"At most this many streams (default: ${default})."`
+	JSON    bool   `name:"json" help:"One JSON object per line instead of a table."`
+}
+
+func (s *streamsCmd) Run(ctx context.Context, g *Globals) error {
+	pool, st, err := openStore(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	infos, err := st.Streams(ctx, store.StreamFilter{Blocked: s.Blocked, Lagging: s.Lagging, Match: s.Match, Limit: s.Limit})
+	if err != nil {
+		return err
+	}
+	if s.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		for _, i := range infos {
+			if err := enc.Encode(streamJSON(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STREAM\tWATERMARK\tHEAD\tLAG\tLAG_AGE\tRETRY\tNEXT_ATTEMPT\tBLOCKED\tLEASED_BY\tLEASED_UNTIL\tERROR")
+	for _, i := range infos {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%s\t%t\t%s\t%s\t%s\n",
+			i.Stream, i.Watermark, i.Head, i.Lag, i.LagAge.Round(time.Millisecond), i.Retry,
+			fmtTime(i.NextAttempt), i.Blocked, dash(i.LeasedBy), fmtTime(i.LeasedUntil), dash(i.Error))
+	}
+	return tw.Flush()
+}
+
+type streamRow struct {
+	Stream      string  `json:"stream"`
+	Watermark   int64   `json:"watermark"`
+	Head        int64   `json:"head"`
+	Lag         int64   `json:"lag"`
+	LagSeconds  float64 `json:"lag_seconds"`
+	Retry       int     `json:"retry"`
+	NextAttempt string  `json:"next_attempt,omitempty"`
+	Blocked     bool    `json:"blocked"`
+	Error       string  `json:"error,omitempty"`
+	LeasedBy    string  `json:"leased_by,omitempty"`
+	LeasedUntil string  `json:"leased_until,omitempty"`
+}
+
+func streamJSON(i store.StreamInfo) streamRow {
+	return streamRow{
+		Stream: i.Stream, Watermark: i.Watermark, Head: i.Head, Lag: i.Lag, LagSeconds: i.LagAge.Seconds(),
+		Retry: i.Retry, NextAttempt: fmtTimeJSON(i.NextAttempt), Blocked: i.Blocked, Error: i.Error,
+		LeasedBy: i.LeasedBy, LeasedUntil: fmtTimeJSON(i.LeasedUntil),
+	}
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func fmtTimeJSON(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+type unblockCmd struct {
+	Names []string `arg:"" help:"Streams to unblock."`
+}
+
+func (u *unblockCmd) Run(ctx context.Context, g *Globals) error {
+	pool, st, err := openStore(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	changed, err := st.Unblock(ctx, u.Names)
+	if err != nil {
+		return err
+	}
+	for _, n := range changed {
+		fmt.Printf("unblocked %s\n", n)
+	}
+	if len(changed) == 0 {
+		fmt.Println("nothing to unblock: none of the named streams is blocked")
+	}
+	return nil
+}

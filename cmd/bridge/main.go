@@ -1,0 +1,53 @@
+// Command bridge drains an application's Postgres event store into NATS
+// JetStream: it claims streams under a lease, publishes their events in
+// stream order with Nats-Msg-Id = event id, and advances each stream's
+// watermark, retries with backoff, or blocks the stream.
+//
+// Subcommands: run, migrate, append, streams, unblock. See --help.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+// cli is the whole command line; kong builds --help from the tags.
+type cli struct {
+	Globals
+
+	Run     runCmd     `cmd:"" help:"Drain events from Postgres into JetStream until SIGINT/SIGTERM."`
+	Migrate migrateCmd `cmd:"" help:"Create or upgrade the bridge's tables in Postgres, then exit."`
+	Append  appendCmd  `cmd:"" help:"Append one event to a stream (for trying things from the shell)."`
+	Streams streamsCmd `cmd:"" help:"List streams: watermark, head, lag, retry, blocked, lease."`
+	Unblock unblockCmd `cmd:"" help:"Unblock streams; they resume from their watermark."`
+}
+
+// Globals are the flags every subcommand takes.
+type Globals struct {
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"Postgres URL, e.g. postgres://user@host:5432/db. Required."`
+	Schema      string `name:"schema" env:"JSBRIDGE_SCHEMA" default:"jsbridge" help:"Postgres schema holding the events table and the bridge's streams table (default: ${default})."`
+	LogFormat   string `name:"log-format" env:"JSBRIDGE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json (default: ${default})."`
+	LogLevel    string `name:"log-level" env:"JSBRIDGE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error (default: ${default})."`
+}
+
+func main() {
+	var c cli
+	kctx := kong.Parse(&c,
+		kong.Name("bridge"),
+		kong.Description("jsbridge bridge: forwards events from a Postgres event store to NATS JetStream.\n\nEvery flag also reads the environment variable shown beside it."),
+		kong.UsageOnError(),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	if err := kctx.Run(&c.Globals); err != nil {
+		fmt.Fprintf(os.Stderr, "bridge: %v\n", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/drain"
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/ops"
+	"github.com/jsbridge/jsbridge/store"
+)
+
+type runCmd struct {
+	NatsURL          string        `name:"nats-url" env:"NATS_URL" help:"NATS server URL(s), comma-separated. Ignored with --embedded-nats."`
+	EmbeddedNats     bool          `name:"embedded-nats" env:"JSBRIDGE_EMBEDDED_NATS" help:"Run an in-process NATS server with JetStream instead of connecting to --nats-url (the single-machine default)."`
+	EmbeddedNatsDir  string        `name:"embedded-nats-dir" env:"JSBRIDGE_EMBEDDED_NATS_DIR" default:".data/nats" help:"JetStream store directory of the embedded server (default: ${default})."`
+	EmbeddedNatsHost string        `name:"embedded-nats-host" env:"JSBRIDGE_EMBEDDED_NATS_HOST" default:"127.0.0.1" help:"Listen address of the embedded server; loopback so the nats CLI can look in (default: ${default})."`
+	EmbeddedNatsPort int           `name:"embedded-nats-port" env:"JSBRIDGE_EMBEDDED_NATS_PORT" default:"4222" help:"Client port of the embedded server; -1 picks a free one (default: ${default})."`
+	Stream           string        `name:"stream" env:"JSBRIDGE_STREAM" default:"EVENTS" help:"JetStream stream to publish to; created if missing (default: ${default})."`
+	SubjectPrefix    string        `name:"subject-prefix" env:"JSBRIDGE_SUBJECT_PREFIX" default:"events" help:"First subject token; events go to <prefix>.<category>.<stream>.<name> (default: ${default})."`
+	Source           string        `name:"source" env:"JSBRIDGE_SOURCE" default:"jsbridge" help:"CloudEvents source attribute (ce-source) of every event (default: ${default})."`
+	DuplicateWindow  time.Duration `name:"duplicate-window" env:"JSBRIDGE_DUPLICATE_WINDOW" default:"2m" help:"JetStream duplicate window for a stream the bridge creates; should cover --lease plus the retry envelope (default: ${default})."`
+	Owner            string        `name:"owner" env:"JSBRIDGE_OWNER" help:"Lease holder name of this bridge (default: hostname-pid-random)."`
+	Lease            time.Duration `name:"lease" env:"JSBRIDGE_LEASE" default:"30s" help:"How long a claimed stream stays leased to this bridge; a dead bridge's streams are taken over after it (default: ${default})."`
+	ClaimLimit       int           `name:"claim-limit" env:"JSBRIDGE_CLAIM_LIMIT" default:"100" help:"Streams claimed per drain cycle (default: ${default})."`
+	FetchLimit       int           `name:"fetch-limit" env:"JSBRIDGE_FETCH_LIMIT" default:"500" help:"Events fetched per stream per drain cycle (default: ${default})."`
+	PollInterval     time.Duration `name:"poll-interval" env:"JSBRIDGE_POLL_INTERVAL" default:"1s" help:"Poll period when idle; LISTEN/NOTIFY usually wakes the bridge sooner (default: ${default})."`
+	MaxRetries       int           `name:"max-retries" env:"JSBRIDGE_MAX_RETRIES" default:"10" help:"Failed attempts on a stream before it is blocked (default: ${default})."`
+	MaxInFlight      int           `name:"max-in-flight" env:"JSBRIDGE_MAX_IN_FLIGHT" default:"256" help:"Streams published concurrently (each stream stays in order) (default: ${default})."`
+	PublishTimeout   time.Duration `name:"publish-timeout" env:"JSBRIDGE_PUBLISH_TIMEOUT" default:"5s" help:"How long to wait for JetStream to acknowledge one publish (default: ${default})."`
+	Migrate          bool          `name:"migrate" env:"JSBRIDGE_MIGRATE" default:"true" negatable:"" help:"Apply pending migrations at start (default: ${default})."`
+	OpsAddr          string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9464" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
+}
+
+func (r *runCmd) Run(ctx context.Context, g *Globals) error {
+	log, err := ops.NewLogger(os.Stderr, g.LogFormat, g.LogLevel)
+	if err != nil {
+		return err
+	}
+	pool, st, err := openStore(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if r.Migrate {
+		if err := st.Migrate(ctx); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
+
+	nc, shutdownNATS, err := r.connectNATS(log)
+	if err != nil {
+		return err
+	}
+	defer shutdownNATS()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	prov, err := forward.Provision(ctx, js, forward.StreamConfig{
+		Name: r.Stream, Prefix: r.SubjectPrefix, DuplicateWindow: r.DuplicateWindow,
+	})
+	if err != nil {
+		return fmt.Errorf("provision JetStream stream %q: %w", r.Stream, err)
+	}
+	for _, w := range prov.Warnings {
+		log.Warn(w, "jetstream_stream", r.Stream)
+	}
+	fwd, err := forward.New(js, forward.Config{
+		Prefix: r.SubjectPrefix, Source: r.Source, MaxInFlight: r.MaxInFlight,
+		PublishTimeout: r.PublishTimeout, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	d, err := drain.New(st, fwd, drain.Config{
+		Owner: r.Owner, Lease: r.Lease, ClaimLimit: r.ClaimLimit, FetchLimit: r.FetchLimit,
+		PollInterval: r.PollInterval, MaxRetries: r.MaxRetries, Notifier: st, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	opsSrv := ops.NewServer()
+	opsSrv.AddCheck("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
+	opsSrv.AddCheck("jetstream", func(ctx context.Context) error {
+		_, err := js.Stream(ctx, r.Stream)
+		return err
+	})
+	addr, err := opsSrv.Start(r.OpsAddr)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = opsSrv.Shutdown(sctx)
+	}()
+	log.Info("bridge started", "jetstream_stream", r.Stream, "nats_url", nc.ConnectedUrl(), "ops_addr", addr, "lease", r.Lease)
+	err = d.Run(ctx)
+	log.Info("bridge stopped")
+	return err
+}
+
+// connectNATS starts the embedded server or connects to --nats-url; the
+// returned func closes the connection (and stops the embedded server).
+func (r *runCmd) connectNATS(log *slog.Logger) (*nats.Conn, func(), error) {
+	opts := []nats.Option{nats.Name("jsbridge-bridge"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
+	if !r.EmbeddedNats {
+		if r.NatsURL == "" {
+			return nil, nil, errors.New("--nats-url (NATS_URL) is empty: give a NATS server URL or use --embedded-nats")
+		}
+		nc, err := nats.Connect(r.NatsURL, opts...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("connect --nats-url %q: %w", r.NatsURL, err)
+		}
+		return nc, nc.Close, nil
+	}
+	if err := os.MkdirAll(r.EmbeddedNatsDir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("--embedded-nats-dir %q: %w", r.EmbeddedNatsDir, err)
+	}
+	srv, err := embedded.Start(embedded.Config{Dir: r.EmbeddedNatsDir, Host: r.EmbeddedNatsHost, Port: r.EmbeddedNatsPort})
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("embedded NATS server started", "url", srv.ClientURL(), "dir", r.EmbeddedNatsDir)
+	nc, err := srv.Connect(opts...)
+	if err != nil {
+		srv.Shutdown()
+		return nil, nil, err
+	}
+	return nc, func() { nc.Close(); srv.Shutdown() }, nil
+}
+
+// openStore connects to --database-url and opens the store in --schema.
+func openStore(ctx context.Context, g *Globals) (*pgxpool.Pool, *store.Store, error) {
+	if g.DatabaseURL == "" {
+		return nil, nil, errors.New("--database-url (DATABASE_URL) is empty: give a Postgres URL, e.g. postgres://user@localhost:5432/app")
+	}
+	pool, err := pgxpool.New(ctx, g.DatabaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--database-url: %w", err)
+	}
+	st, err := store.New(pool, store.WithSchema(g.Schema))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, st, nil
+}

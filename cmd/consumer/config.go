@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/webhook"
+)
+
+// fileConfig is the subscriptions file (YAML). Unknown fields are errors.
+type fileConfig struct {
+	Subscriptions []fileSubscription `yaml:"subscriptions"`
+}
+
+type fileSubscription struct {
+	Name           string            `yaml:"name"`
+	FilterSubjects []string          `yaml:"filter_subjects"`
+	URL            string            `yaml:"url"`
+	SecretsEnv     []string          `yaml:"secrets_env"`
+	SecretsFile    []string          `yaml:"secrets_file"`
+	Scheme         string            `yaml:"scheme"`
+	Body           string            `yaml:"body"`
+	Headers        map[string]string `yaml:"headers"`
+	HeadersEnv     map[string]string `yaml:"headers_env"`
+	Timeout        duration          `yaml:"timeout"`
+	AckWait        duration          `yaml:"ack_wait"`
+	MaxDeliver     int               `yaml:"max_deliver"`
+	BackOff        []duration        `yaml:"backoff"`
+	MaxInFlight    int               `yaml:"max_in_flight"`
+}
+
+// duration is a time.Duration written as a Go duration string ("10s").
+type duration time.Duration
+
+func (d *duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (e.g. 500ms, 10s, 2m)", n.Line, n.Value)
+	}
+	*d = duration(v)
+	return nil
+}
+
+// loadSubscriptions reads a subscriptions file.
+func loadSubscriptions(path string) ([]deliver.Subscription, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	var fc fileConfig
+	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("--config %s: %w", path, err)
+	}
+	if len(fc.Subscriptions) == 0 {
+		return nil, fmt.Errorf("--config %s: no subscriptions", path)
+	}
+	subs := make([]deliver.Subscription, 0, len(fc.Subscriptions))
+	for i, fs := range fc.Subscriptions {
+		where := fmt.Sprintf("--config %s: subscriptions[%d] (%q)", path, i, fs.Name)
+		var secrets []string
+		for _, env := range fs.SecretsEnv {
+			v := os.Getenv(env)
+			if v == "" {
+				return nil, fmt.Errorf("%s: secrets_env: environment variable %s is empty", where, env)
+			}
+			secrets = append(secrets, v)
+		}
+		for _, f := range fs.SecretsFile {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return nil, fmt.Errorf("%s: secrets_file: %w", where, err)
+			}
+			secrets = append(secrets, strings.TrimSpace(string(b)))
+		}
+		headers := map[string]string{}
+		for k, v := range fs.Headers {
+			headers[k] = v
+		}
+		for k, env := range fs.HeadersEnv {
+			v := os.Getenv(env)
+			if v == "" {
+				return nil, fmt.Errorf("%s: headers_env: environment variable %s for header %s is empty", where, env, k)
+			}
+			headers[k] = v
+		}
+		sub := deliver.Subscription{
+			Name: fs.Name, FilterSubjects: fs.FilterSubjects, URL: fs.URL, Secrets: secrets,
+			Scheme: webhook.Scheme(fs.Scheme), Body: deliver.BodyMode(fs.Body), Headers: headers,
+			Timeout: time.Duration(fs.Timeout), AckWait: time.Duration(fs.AckWait),
+			MaxDeliver: fs.MaxDeliver, MaxInFlight: fs.MaxInFlight,
+		}
+		for _, b := range fs.BackOff {
+			sub.BackOff = append(sub.BackOff, time.Duration(b))
+		}
+		subs = append(subs, sub)
+	}
+	return subs, nil
+}

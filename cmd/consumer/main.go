@@ -1,0 +1,47 @@
+// Command consumer delivers events from JetStream to HTTP webhook endpoints:
+// one durable pull consumer per subscription, signed POSTs carrying an
+// Idempotency-Key, retries with backoff and a circuit breaker per endpoint.
+//
+// Subcommands: run. See --help.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+type cli struct {
+	Globals
+
+	Run runCmd `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
+}
+
+// Globals are the flags every subcommand takes.
+type Globals struct {
+	NatsURL   string `name:"nats-url" env:"NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS server URL(s), comma-separated (default: ${default})."`
+	Stream    string `name:"stream" env:"JSBRIDGE_STREAM" default:"EVENTS" help:"JetStream stream the bridge publishes to (default: ${default})."`
+	LogFormat string `name:"log-format" env:"JSBRIDGE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json (default: ${default})."`
+	LogLevel  string `name:"log-level" env:"JSBRIDGE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error (default: ${default})."`
+}
+
+func main() {
+	var c cli
+	kctx := kong.Parse(&c,
+		kong.Name("consumer"),
+		kong.Description("jsbridge consumer: delivers events from NATS JetStream to signed HTTP webhooks.\n\nEvery flag also reads the environment variable shown beside it."),
+		kong.UsageOnError(),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	if err := kctx.Run(&c.Globals); err != nil {
+		fmt.Fprintf(os.Stderr, "consumer: %v\n", err)
+		os.Exit(1)
+	}
+}
