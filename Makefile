@@ -1,0 +1,41 @@
+# jsbridge: `make run` shows the main job on one machine, `make test` runs
+# every test (starting the throwaway local Postgres itself).
+GO      ?= go
+N       ?= 20000
+RATE    ?= 30
+BIN     := bin
+
+.PHONY: all build run demo test test-short bench vet pg-start pg-stop nats-cli clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/bridge ./cmd/consumer ./examples/demo
+
+## run: Postgres + bridge (embedded JetStream) + consumer + example receiver + producer, until Ctrl-C
+run: build
+	@$(BIN)/demo -mode run -rate $(RATE) -bin $(BIN)
+
+## demo: the same for N events, then verify every one arrived once and in order
+demo: build
+	@$(BIN)/demo -mode check -n $(N) -bin $(BIN) -quiet
+
+## test: every test, with the race detector, against a real Postgres and JetStream
+test:
+	@url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -race -timeout 15m -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+
+pg-start:
+	@scripts/pg start
+
+pg-stop:
+	@scripts/pg stop
+
+## nats-cli: build the nats CLI into bin/ (go install of it does not work from the module proxy here)
+nats-cli:
+	@../shared/tools/build-nats-cli $(BIN) 2>/dev/null || NATSCLI_VERSION=v0.3.0 sh -c 'dir=$$($(GO) mod download -json github.com/nats-io/natscli@$$NATSCLI_VERSION | sed -n "s/.*\"Dir\": \"\(.*\)\".*/\1/p") && cd $$dir && GOFLAGS=-mod=mod $(GO) build -o $(CURDIR)/$(BIN)/nats ./nats' && echo $(BIN)/nats
+
+clean:
+	rm -rf $(BIN) .data
