@@ -1,0 +1,31 @@
+package drain
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Default backoff: the first retry waits about BackoffBase, each further one
+// twice as long, up to BackoffCap; every delay is jittered by ±BackoffJitter
+// so streams that failed together do not retry together.
+const (
+	BackoffBase   = time.Second
+	BackoffCap    = 5 * time.Minute
+	BackoffJitter = 0.2
+)
+
+// ExponentialBackoff is the default Config.Backoff: for a stream that has
+// failed retry times before (0 on the first failure) it returns
+// BackoffBase·2^retry capped at BackoffCap, times a random factor in
+// [1-BackoffJitter, 1+BackoffJitter). Negative retry counts as 0.
+func ExponentialBackoff(retry int) time.Duration {
+	d := BackoffCap
+	if retry < 0 {
+		retry = 0
+	}
+	if retry < 30 { // beyond that the shift overflows; the cap applies anyway
+		d = min(BackoffBase<<retry, BackoffCap)
+	}
+	f := 1 - BackoffJitter + 2*BackoffJitter*rand.Float64()
+	return time.Duration(float64(d) * f)
+}

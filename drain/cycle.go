@@ -1,0 +1,217 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jsbridge/jsbridge/event"
+)
+
+// Cycle runs one pass: claim up to ClaimLimit streams, fetch up to
+// FetchLimit events of each past its watermark, hand them to the Handler in
+// one call and settle every stream by its Result:
+//
+//   - Err nil: ack to the last event.
+//   - a NonRetryableError: block at once, keeping the progress before the
+//     failed event; the stream's error names the event id and the reason.
+//   - any other error: keep the progress (Events[Done-1]) and retry after
+//     Backoff(retry), or block when retry+1 would exceed MaxRetries.
+//   - when ctx is done (shutdown) and the handler did not finish: ack what
+//     it finished and release the rest without counting a retry.
+//
+// The handler's context ends with ctx or shortly before the leases expire
+// (at 80% of Lease), whichever is first. Settling uses a fresh context, so a
+// batch in flight is settled even after ctx is done. A settle fenced off by
+// an expired lease (ErrLeaseLost) is logged and counted, not returned: the
+// stream is claimed again and JetStream's duplicate window absorbs the
+// re-publish. Store errors are returned (joined) with the stats so far. Cycle
+// must not run concurrently with itself or Run on the same Drain.
+func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
+	var st Stats
+	start := time.Now()
+	claims, err := d.store.Claim(ctx, d.cfg.Owner, d.cfg.ClaimLimit, d.cfg.Lease)
+	if err != nil {
+		return st, fmt.Errorf("drain: claim: %w", err)
+	}
+	st.Claimed = len(claims)
+	if len(claims) == 0 {
+		return st, nil
+	}
+	d.hold(claims)
+	for _, c := range claims {
+		d.log.Debug("stream claimed", "stream", c.Stream, "watermark", c.Watermark, "retry", c.Retry, "leased_until", c.LeasedUntil)
+	}
+
+	events, err := d.store.Fetch(ctx, claims, d.cfg.FetchLimit)
+	if err != nil {
+		sctx, cancel := d.settleContext()
+		defer cancel()
+		streams := make([]string, len(claims))
+		for i, c := range claims {
+			streams[i] = c.Stream
+		}
+		// Give the streams back at once rather than let their leases run out.
+		if rerr := d.store.Release(sctx, d.cfg.Owner, streams); rerr == nil || errors.Is(rerr, ErrLeaseLost) {
+			d.unhold(streams...)
+		}
+		return st, fmt.Errorf("drain: fetch: %w", err)
+	}
+
+	byStream := make(map[string][]event.Event, len(claims))
+	for _, e := range events {
+		byStream[e.Stream] = append(byStream[e.Stream], e)
+	}
+	var batches []Batch
+	var batchClaims, empty []Claim
+	for _, c := range claims {
+		if evs := byStream[c.Stream]; len(evs) > 0 {
+			batches = append(batches, Batch{Stream: c.Stream, Retry: c.Retry, Events: evs})
+			batchClaims = append(batchClaims, c)
+		} else {
+			empty = append(empty, c)
+		}
+	}
+
+	var results []Result
+	if len(batches) > 0 {
+		hctx, cancel := context.WithDeadline(ctx, start.Add(d.cfg.Lease-d.cfg.Lease/5))
+		results = d.h.Handle(hctx, batches)
+		cancel()
+		if len(results) != len(batches) {
+			d.log.Error("drain handler returned the wrong number of results", "results", len(results), "batches", len(batches))
+		}
+	}
+
+	sctx, cancel := d.settleContext()
+	defer cancel()
+	var errs []error
+	for i, b := range batches {
+		r := Result{Err: fmt.Errorf("handler returned %d results for %d batches", len(results), len(batches))}
+		if i < len(results) {
+			r = results[i]
+		}
+		if err := d.settle(ctx, sctx, batchClaims[i], b, r, &st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, c := range empty {
+		// head > watermark, yet no event past the watermark: events were
+		// deleted or the head is wrong. Retrying bounds it, then it blocks
+		// for an operator to see.
+		r := Result{Err: fmt.Errorf("no events after watermark %d although the stream was pending", c.Watermark)}
+		if err := d.settle(ctx, sctx, c, Batch{Stream: c.Stream, Retry: c.Retry}, r, &st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return st, errors.Join(errs...)
+}
+
+// settle records one stream's outcome in the store. runCtx tells whether the
+// drain is shutting down; sctx bounds the store calls.
+func (d *Drain) settle(runCtx, sctx context.Context, c Claim, b Batch, r Result, st *Stats) error {
+	evs := b.Events
+	done := r.Done
+	if done < 0 || done > len(evs) {
+		r.Err = fmt.Errorf("handler reported Done %d of %d events (error: %v)", done, len(evs), r.Err)
+		done = 0
+	}
+	if r.Err == nil && done != len(evs) {
+		r.Err = fmt.Errorf("handler reported no error but Done %d of %d events", done, len(evs))
+	}
+	// The progress point: the last handled event, or the watermark as it was.
+	version, id := c.Watermark, int64(0)
+	if done > 0 {
+		version, id = evs[done-1].Version, evs[done-1].ID
+	}
+	var failed *event.Event
+	if done < len(evs) {
+		failed = &evs[done]
+	}
+	log := d.log.With("stream", c.Stream)
+
+	var err error
+	switch {
+	case r.Err == nil:
+		if err = d.store.Ack(sctx, d.cfg.Owner, c.Stream, version, id); err == nil {
+			st.Acked++
+			log.Debug("stream acked", "event_id", id, "version", version, "events", done)
+		}
+	case IsNonRetryable(r.Err):
+		reason := failureReason(failed, r.Err)
+		if err = d.store.Block(sctx, d.cfg.Owner, c.Stream, version, id, reason); err == nil {
+			st.Blocked++
+			log.Error("stream blocked", "event_id", failedID(failed), "attempt", c.Retry+1, "error", reason)
+		}
+	case runCtx.Err() != nil:
+		// Shutdown cut the handler short: not a failure of the stream.
+		if done > 0 {
+			if err = d.store.Ack(sctx, d.cfg.Owner, c.Stream, version, id); err == nil {
+				st.Acked++
+				log.Debug("stream acked", "event_id", id, "version", version, "events", done)
+			}
+		} else if err = d.store.Release(sctx, d.cfg.Owner, []string{c.Stream}); err == nil {
+			st.Released++
+			log.Debug("stream released", "reason", r.Err.Error())
+		}
+	case c.Retry+1 > d.cfg.MaxRetries:
+		reason := fmt.Sprintf("%s (after %d attempts)", failureReason(failed, r.Err), c.Retry+1)
+		if err = d.store.Block(sctx, d.cfg.Owner, c.Stream, version, id, reason); err == nil {
+			st.Blocked++
+			log.Error("stream blocked", "event_id", failedID(failed), "attempt", c.Retry+1, "error", reason)
+		}
+	default:
+		delay := d.cfg.Backoff(c.Retry)
+		reason := failureReason(failed, r.Err)
+		if err = d.store.Retry(sctx, d.cfg.Owner, c.Stream, version, id, delay, reason); err == nil {
+			st.Retried++
+			log.Warn("stream retried", "event_id", failedID(failed), "attempt", c.Retry+1, "delay", delay, "error", reason)
+		}
+	}
+
+	switch {
+	case err == nil:
+		st.Forwarded += done
+		d.unhold(c.Stream)
+		return nil
+	case errors.Is(err, ErrLeaseLost):
+		st.LeaseLost++
+		d.unhold(c.Stream)
+		log.Warn("stream lease lost before settling; it will be claimed again", "event_id", failedID(failed), "error", err)
+		return nil
+	default:
+		return fmt.Errorf("drain: settle stream %q: %w", c.Stream, err)
+	}
+}
+
+// failureReason is the error recorded on the stream: which event and why.
+func failureReason(failed *event.Event, err error) string {
+	if failed == nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("event %d (version %d, %s): %v", failed.ID, failed.Version, failed.Name, err)
+}
+
+func failedID(failed *event.Event) int64 {
+	if failed == nil {
+		return 0
+	}
+	return failed.ID
+}
+
+func (d *Drain) hold(claims []Claim) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range claims {
+		d.held[c.Stream] = true
+	}
+}
+
+func (d *Drain) unhold(streams ...string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range streams {
+		delete(d.held, s)
+	}
+}

@@ -1,0 +1,275 @@
+// Package drain moves events out of the event store: it claims streams under
+// lease, fetches the events past their watermarks, hands them to a Handler
+// (in cmd/bridge, the JetStream forwarder) and settles each stream: ack
+// (advance the watermark), retry later with backoff, or block.
+//
+// It knows nothing of Postgres or NATS: the store is the Store interface
+// (package store implements it) and the forwarding is the Handler.
+package drain
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+)
+
+// Config defaults.
+const (
+	DefaultLease        = 30 * time.Second
+	DefaultClaimLimit   = 100
+	DefaultFetchLimit   = 500
+	DefaultPollInterval = time.Second
+	DefaultMaxRetries   = 10
+)
+
+// maxErrorPause caps the growing pause after store errors in Run.
+const maxErrorPause = 30 * time.Second
+
+// ErrInvalidConfig is wrapped by New's errors; the message names the field
+// and the value.
+var ErrInvalidConfig = errors.New("invalid drain config")
+
+// Config configures a Drain. The zero value of every field means its
+// default.
+type Config struct {
+	// Owner names this drainer in leases; unique per process. Default
+	// "<hostname>-<pid>-<random hex>".
+	Owner string
+	// Lease is how long a claim holds a stream (database clock). A drainer
+	// that dies holding a lease delays its streams by at most this. Default
+	// 30s.
+	Lease time.Duration
+	// ClaimLimit is how many streams one cycle claims at most. Default 100.
+	ClaimLimit int
+	// FetchLimit is how many events per stream one cycle handles at most.
+	// Default 500.
+	FetchLimit int
+	// PollInterval is how long Run waits after a cycle that found nothing
+	// before looking again (sooner when the Notifier fires). It is also the
+	// first pause after a store error, doubling up to 30s. Default 1s.
+	PollInterval time.Duration
+	// MaxRetries is how many failed attempts a stream may retry: the failure
+	// that would make its retry count exceed MaxRetries blocks it instead.
+	// Default 10; negative is invalid.
+	MaxRetries int
+	// Backoff gives the delay before the next attempt of a stream that has
+	// failed retry times before (0 on its first failure). Default
+	// ExponentialBackoff (1s doubling to 5min, ±20% jitter).
+	Backoff func(retry int) time.Duration
+	// Notifier wakes Run when events are appended. Optional: without it Run
+	// polls every PollInterval.
+	Notifier Notifier
+	// Logger receives claimed/acked (debug), retried (warn) and blocked
+	// (error) records with stream, event_id and attempt keys. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Stats counts what one Cycle did.
+type Stats struct {
+	// Claimed is the number of streams claimed.
+	Claimed int
+	// Forwarded is the number of events handled and settled (acked, or
+	// kept as partial progress of a retried or blocked stream).
+	Forwarded int
+	// Acked, Retried, Blocked and Released count streams by how they were
+	// settled (Released: given back at shutdown without counting a retry).
+	Acked, Retried, Blocked, Released int
+	// LeaseLost counts streams whose settling was fenced off because the
+	// lease had expired; they are claimed again later.
+	LeaseLost int
+}
+
+// Drain runs claim → fetch → handle → settle cycles against a Store.
+type Drain struct {
+	store Store
+	h     Handler
+	cfg   Config
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	held map[string]bool // streams claimed and not settled yet
+}
+
+// New returns a Drain that reads from store and hands batches to h. Zero
+// Config fields take their defaults; negative durations or limits give an
+// error wrapping ErrInvalidConfig that names the field and the value.
+func New(store Store, h Handler, cfg Config) (*Drain, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: handler is nil", ErrInvalidConfig)
+	}
+	if cfg.Owner == "" {
+		cfg.Owner = defaultOwner()
+	}
+	checks := []struct {
+		name string
+		bad  bool
+		val  any
+	}{
+		{"Lease", cfg.Lease < 0, cfg.Lease},
+		{"ClaimLimit", cfg.ClaimLimit < 0, cfg.ClaimLimit},
+		{"FetchLimit", cfg.FetchLimit < 0, cfg.FetchLimit},
+		{"PollInterval", cfg.PollInterval < 0, cfg.PollInterval},
+		{"MaxRetries", cfg.MaxRetries < 0, cfg.MaxRetries},
+	}
+	for _, c := range checks {
+		if c.bad {
+			return nil, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, c.name, c.val)
+		}
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Lease < time.Millisecond {
+		return nil, fmt.Errorf("%w: Lease %v is below 1ms", ErrInvalidConfig, cfg.Lease)
+	}
+	if cfg.ClaimLimit == 0 {
+		cfg.ClaimLimit = DefaultClaimLimit
+	}
+	if cfg.FetchLimit == 0 {
+		cfg.FetchLimit = DefaultFetchLimit
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.MaxRetries == 0 {
+		cfg.MaxRetries = DefaultMaxRetries
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = ExponentialBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Drain{
+		store: store,
+		h:     h,
+		cfg:   cfg,
+		log:   cfg.Logger.With("owner", cfg.Owner),
+		held:  map[string]bool{},
+	}, nil
+}
+
+// Owner returns the name this drainer takes leases under.
+func (d *Drain) Owner() string { return d.cfg.Owner }
+
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "drain"
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// Run drains until ctx is done, then returns nil. After a cycle that did
+// work it starts the next one at once; after an idle cycle it waits for a
+// notification or PollInterval. Store errors (the database is down) are
+// logged and followed by a pause growing from PollInterval to 30s; Run keeps
+// going. When ctx is done, the batch in flight is settled with a fresh
+// context (the handler sees the cancellation: what it finished is acked, the
+// rest is released without counting a retry) and any lease still held is
+// released.
+func (d *Drain) Run(ctx context.Context) error {
+	notes := d.subscribe(ctx)
+	pause := d.cfg.PollInterval
+	for ctx.Err() == nil {
+		st, err := d.Cycle(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			d.log.Error("drain cycle failed; pausing", "pause", pause, "error", err)
+			if !sleep(ctx, pause) {
+				break
+			}
+			pause = min(2*pause, max(maxErrorPause, d.cfg.PollInterval))
+			continue
+		}
+		pause = d.cfg.PollInterval
+		if st.Claimed > 0 {
+			continue
+		}
+		if notes == nil && d.cfg.Notifier != nil {
+			notes = d.subscribe(ctx)
+		}
+		timer := time.NewTimer(d.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		case _, ok := <-notes:
+			if !ok {
+				notes = nil
+			}
+		}
+		timer.Stop()
+	}
+	d.releaseHeld()
+	return nil
+}
+
+// subscribe returns the Notifier's channel, or nil without a Notifier or
+// when subscribing failed (Run then polls, and tries again when idle).
+func (d *Drain) subscribe(ctx context.Context) <-chan struct{} {
+	if d.cfg.Notifier == nil {
+		return nil
+	}
+	ch, err := d.cfg.Notifier.Notifications(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("drain notifications unavailable; polling", "error", err)
+		}
+		return nil
+	}
+	return ch
+}
+
+// releaseHeld gives back, at shutdown, any lease a failed settle left held.
+func (d *Drain) releaseHeld() {
+	d.mu.Lock()
+	streams := make([]string, 0, len(d.held))
+	for s := range d.held {
+		streams = append(streams, s)
+	}
+	d.mu.Unlock()
+	if len(streams) == 0 {
+		return
+	}
+	ctx, cancel := d.settleContext()
+	defer cancel()
+	if err := d.store.Release(ctx, d.cfg.Owner, streams); err != nil {
+		d.log.Warn("drain release leases at shutdown", "streams", streams, "error", err)
+	}
+	d.mu.Lock()
+	for _, s := range streams {
+		delete(d.held, s)
+	}
+	d.mu.Unlock()
+}
+
+// settleContext bounds settling, which must happen even when the run's
+// context is done: by the lease (later, settling is fenced off anyway).
+func (d *Drain) settleContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), min(d.cfg.Lease, 30*time.Second))
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
