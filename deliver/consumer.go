@@ -1,0 +1,342 @@
+// Package deliver is the consumer's engine: one durable pull consumer per
+// subscription on the JetStream stream, each message POSTed as a signed
+// webhook through the endpoint's circuit breaker, then acked, Nak'd with a
+// delay or Term'd (and dead-lettered) by the webhook contract in design.md.
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/webhook"
+)
+
+// DefaultStream is the JetStream stream the consumer reads by default.
+const DefaultStream = "EVENTS"
+
+// Config configures a Consumer. The zero value works.
+type Config struct {
+	// Stream is the JetStream stream the durable consumers are created on.
+	// Default "EVENTS".
+	Stream string
+	// HTTPClient sends the webhooks. Default: a keep-alive transport with
+	// connect and TLS handshake timeouts. Redirects are never followed
+	// (a 3xx is a failure): deliver uses a copy of the client whose
+	// CheckRedirect returns http.ErrUseLastResponse.
+	HTTPClient *http.Client
+	// Breakers holds the per-endpoint circuit breakers. Default: a Set with
+	// breaker defaults, logging to Logger, metrics unregistered.
+	Breakers *breaker.Set
+	// Logger receives the delivery logs. Default: discard.
+	Logger *slog.Logger
+	// Registerer receives the delivery metrics
+	// (jsbridge_consumer_deliveries_total{subscription,outcome,status_class},
+	// jsbridge_consumer_attempt_duration_seconds{subscription},
+	// jsbridge_consumer_in_flight{subscription}). Default nil: not registered.
+	Registerer prometheus.Registerer
+	// DeadLetters receives deliveries given up on, before they are Term'd.
+	// Default nil: they are logged at error level and Term'd.
+	DeadLetters DeadLetterer
+	// UserAgent is the User-Agent header. Default "jsbridge/<module version>".
+	UserAgent string
+}
+
+// Consumer delivers the events of its subscriptions to their endpoints.
+type Consumer struct {
+	js        jetstream.JetStream
+	cfg       Config
+	client    *http.Client
+	log       *slog.Logger
+	metrics   *metrics
+	userAgent string
+	runners   []*runner
+}
+
+// runner is one subscription's pull loop.
+type runner struct {
+	c        *Consumer
+	sub      Subscription
+	signer   *webhook.Signer
+	br       *breaker.Breaker
+	endpoint string
+	log      *slog.Logger
+}
+
+// New returns a Consumer for subs. It fails when js is nil, no subscription
+// is given, a subscription is invalid (ErrInvalidSubscription), two share a
+// name, or the metrics cannot be registered.
+func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, error) {
+	if js == nil {
+		return nil, errors.New("deliver: new consumer: jetstream.JetStream is nil")
+	}
+	if len(subs) == 0 {
+		return nil, fmt.Errorf("deliver: new consumer: %w: no subscriptions given", ErrInvalidSubscription)
+	}
+	if cfg.Stream == "" {
+		cfg.Stream = DefaultStream
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Breakers == nil {
+		set, err := breaker.NewSet(breaker.Settings{}, cfg.Logger, nil)
+		if err != nil {
+			return nil, fmt.Errorf("deliver: new consumer: %w", err)
+		}
+		cfg.Breakers = set
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = defaultUserAgent()
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	c := &Consumer{
+		js:        js,
+		cfg:       cfg,
+		client:    noRedirects(cfg.HTTPClient),
+		log:       cfg.Logger,
+		metrics:   m,
+		userAgent: cfg.UserAgent,
+	}
+	seen := make(map[string]bool, len(subs))
+	for _, s := range subs {
+		if err := s.Validate(); err != nil {
+			return nil, fmt.Errorf("deliver: new consumer: %w", err)
+		}
+		s = s.withDefaults()
+		if seen[s.Name] {
+			return nil, fmt.Errorf("deliver: new consumer: %w %q: Name: used by two subscriptions", ErrInvalidSubscription, s.Name)
+		}
+		seen[s.Name] = true
+		signer, err := webhook.NewSigner(s.Scheme, s.Secrets...)
+		if err != nil {
+			return nil, fmt.Errorf("deliver: new consumer: subscription %q: %w", s.Name, err)
+		}
+		endpoint := breaker.Endpoint(s.URL)
+		c.runners = append(c.runners, &runner{
+			c:        c,
+			sub:      s,
+			signer:   signer,
+			br:       cfg.Breakers.Breaker(s.URL),
+			endpoint: endpoint,
+			log:      cfg.Logger.With(slog.String("subscription", s.Name), slog.String("endpoint", endpoint)),
+		})
+	}
+	return c, nil
+}
+
+func defaultUserAgent() string {
+	v := "dev"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	return "jsbridge/" + v
+}
+
+// noRedirects returns a copy of c (or of the default client when c is nil)
+// that returns 3xx responses instead of following them.
+func noRedirects(c *http.Client) *http.Client {
+	var out http.Client
+	if c != nil {
+		out = *c
+	} else {
+		out.Transport = &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          256,
+			MaxIdleConnsPerHost:   DefaultMaxInFlight,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   5 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
+	}
+	out.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &out
+}
+
+// Run creates or updates each subscription's durable pull consumer and
+// delivers until ctx ends; then it stops pulling, lets the deliveries in
+// flight finish (each bounded by its Timeout), Naks messages pulled but not
+// started, and returns nil. It returns an error when a durable consumer
+// cannot be created or consumed; the other subscriptions are then stopped
+// the same way. Call Run once.
+func (c *Consumer) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for _, r := range c.runners {
+		if r.sub.Timeout >= r.sub.AckWait {
+			r.log.Warn("request timeout is not below AckWait: a slow endpoint can see the event redelivered while the first attempt runs",
+				slog.Duration("timeout", r.sub.Timeout), slog.Duration("ack_wait", r.sub.AckWait))
+		}
+		wg.Go(func() {
+			if err := r.run(ctx); err != nil {
+				once.Do(func() { first = err })
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// consumerConfig is the durable pull consumer of r's subscription. BackOff
+// is applied by NakWithDelay, not set on the consumer: a server-side BackOff
+// would replace AckWait with BackOff[0] (nats-server consumer.go) and
+// redeliver a slow but healthy POST.
+func (r *runner) consumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:        r.sub.Name,
+		Description:    "jsbridge webhook subscription to " + r.endpoint,
+		FilterSubjects: r.sub.FilterSubjects,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        r.sub.AckWait,
+		MaxDeliver:     r.sub.MaxDeliver,
+		MaxAckPending:  r.sub.MaxAckPending,
+	}
+}
+
+// probeWait bounds one fetch of a half-open probe message.
+const probeWait = 2 * time.Second
+
+// run is one subscription's loop: pull while the endpoint's breaker is
+// closed, fetch one message at a time as a probe while it is half-open,
+// and pull nothing while it is open.
+func (r *runner) run(ctx context.Context) error {
+	cons, err := r.c.js.CreateOrUpdateConsumer(ctx, r.c.cfg.Stream, r.consumerConfig())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("deliver: subscription %q: create or update durable consumer on stream %q: %w", r.sub.Name, r.c.cfg.Stream, err)
+	}
+	r.log.Info("subscription started", slog.Any("filter_subjects", r.sub.FilterSubjects), slog.Int("max_in_flight", r.sub.MaxInFlight))
+
+	// Deliveries run on a context Run's cancellation does not reach: a POST
+	// that started finishes, and its message is acked or Nak'd.
+	dctx := context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, r.sub.MaxInFlight)
+
+	for {
+		if err := r.br.Wait(ctx); err != nil {
+			return nil
+		}
+		if r.br.State() == breaker.HalfOpen {
+			if err := r.probe(ctx, dctx, cons); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.pull(ctx, dctx, cons, slots, &wg); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// probe fetches at most one message and delivers it while the breaker is
+// half-open, so a probe spends one delivery attempt, not a buffer's worth.
+func (r *runner) probe(ctx, dctx context.Context, cons jetstream.Consumer) error {
+	fctx, cancel := context.WithTimeout(ctx, probeWait)
+	defer cancel()
+	msg, err := cons.Next(jetstream.FetchContext(fctx))
+	switch {
+	case err == nil:
+		r.handle(dctx, msg)
+		return nil
+	case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages), errors.Is(err, jetstream.ErrNoHeartbeat):
+		return nil
+	default:
+		return fmt.Errorf("deliver: subscription %q: fetch probe message: %w", r.sub.Name, err)
+	}
+}
+
+// pull consumes with a client buffer of MaxInFlight messages and up to
+// MaxInFlight concurrent deliveries, until ctx ends or the breaker leaves
+// closed. Then it stops pulling and Naks what was buffered but not started:
+// with the open timeout as delay when the breaker opened, at once on
+// shutdown (another replica may take it).
+func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots chan struct{}, wg *sync.WaitGroup) error {
+	iter, err := cons.Messages(jetstream.PullMaxMessages(r.sub.MaxInFlight), jetstream.WithMessagesErrOnMissingHeartbeat(false))
+	if err != nil {
+		return fmt.Errorf("deliver: subscription %q: consume: %w", r.sub.Name, err)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		for {
+			changed := r.br.Changed()
+			if r.br.State() != breaker.Closed {
+				stop()
+				return
+			}
+			select {
+			case <-pctx.Done():
+				return
+			case <-changed:
+			}
+		}
+	}()
+
+	var result error
+	for result == nil {
+		select {
+		case slots <- struct{}{}:
+		case <-pctx.Done():
+		}
+		if pctx.Err() != nil {
+			break
+		}
+		msg, err := iter.Next(jetstream.NextContext(pctx))
+		if err != nil {
+			<-slots
+			if pctx.Err() != nil {
+				break
+			}
+			result = fmt.Errorf("deliver: subscription %q: next message: %w", r.sub.Name, err)
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			r.handle(dctx, msg)
+		})
+	}
+
+	delay := time.Duration(0)
+	if ctx.Err() == nil {
+		delay = r.br.OpenTimeout()
+	}
+	iter.Drain()
+	for {
+		msg, err := iter.Next(jetstream.NextMaxWait(time.Second))
+		if err != nil {
+			break
+		}
+		log := r.log.With(slog.String("event_id", eventID(msg)))
+		log.Debug("stopped pulling, returning buffered message", slog.Duration("delay", delay))
+		r.nak(log, msg, delay)
+	}
+	iter.Stop()
+	return result
+}

@@ -1,0 +1,393 @@
+package deliver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/webhook"
+)
+
+// MaxRetryAfter caps the delay an endpoint can ask for with Retry-After.
+const MaxRetryAfter = 5 * time.Minute
+
+// DeadLetter is a delivery deliver gave up on: a permanent failure, the
+// last attempt failing, or a message it cannot turn into a webhook.
+type DeadLetter struct {
+	// Subscription is the subscription's name.
+	Subscription string
+	// Endpoint is the endpoint as breaker.Endpoint renders it.
+	Endpoint string
+	// EventID is the event id (Nats-Msg-Id); empty when the message has none.
+	EventID string
+	// Attempt is the attempt that failed (1-based, JetStream NumDelivered).
+	Attempt int
+	// Status is the last HTTP status, 0 when there was no response.
+	Status int
+	// Reason says why, e.g. "HTTP 410 Gone".
+	Reason string
+	// Msg is the JetStream message: subject, headers, data.
+	Msg jetstream.Msg
+}
+
+// DeadLetterer takes deliveries deliver gave up on, before the message is
+// Term'd. When it returns an error the message is Nak'd instead (retried
+// later), so nothing is lost while the dead-letter store is down.
+type DeadLetterer interface {
+	DeadLetter(ctx context.Context, dl DeadLetter) error
+}
+
+// verdict is what one attempt's result means for the message.
+type verdict int
+
+const (
+	verdictAck verdict = iota
+	verdictRetry
+	verdictPermanent
+)
+
+// response is the result of one POST.
+type response struct {
+	status     int
+	retryAfter time.Duration // -1 when the endpoint sent none
+	err        error         // transport error; status is 0
+	timeout    bool
+}
+
+// verdict classifies a response by the webhook contract (design.md): 2xx
+// acks; 3xx (not followed), 408, 429, 5xx, timeouts and network errors are
+// retried; any other 4xx is permanent.
+func (r response) verdict() verdict {
+	switch {
+	case r.err != nil:
+		return verdictRetry
+	case r.status >= 200 && r.status < 300:
+		return verdictAck
+	case r.status == http.StatusRequestTimeout, r.status == http.StatusTooManyRequests:
+		return verdictRetry
+	case r.status >= 400 && r.status < 500:
+		return verdictPermanent
+	default:
+		return verdictRetry
+	}
+}
+
+// class is the status_class label.
+func (r response) class() string {
+	switch {
+	case r.timeout:
+		return ClassTimeout
+	case r.err != nil:
+		return ClassNetwork
+	case r.status >= 100 && r.status < 600:
+		return strconv.Itoa(r.status/100) + "xx"
+	default:
+		return ClassNetwork
+	}
+}
+
+// reason describes the response for logs and dead letters.
+func (r response) reason() string {
+	switch {
+	case r.timeout:
+		return "timeout: " + r.err.Error()
+	case r.err != nil:
+		return r.err.Error()
+	default:
+		return fmt.Sprintf("HTTP %d %s", r.status, http.StatusText(r.status))
+	}
+}
+
+// errEndpoint marks a response that counts as an endpoint failure for the
+// circuit breaker.
+var errEndpoint = errors.New("endpoint failure")
+
+// breakerErr is what the breaker counts: retryable responses are endpoint
+// failures; a 2xx or a permanent 4xx shows the endpoint is up.
+func (r response) breakerErr() error {
+	if r.verdict() == verdictRetry {
+		return fmt.Errorf("%w: %s", errEndpoint, r.reason())
+	}
+	return nil
+}
+
+// errMalformed marks a message deliver cannot turn into a webhook.
+var errMalformed = errors.New("malformed message")
+
+// header returns the first value of key in h, matching the exact key first
+// and then case-insensitively (publishers may canonicalize names).
+func header(h nats.Header, key string) string {
+	if v := h.Get(key); v != "" {
+		return v
+	}
+	for k, vs := range h {
+		if len(vs) > 0 && strings.EqualFold(k, key) {
+			return vs[0]
+		}
+	}
+	return ""
+}
+
+// eventID is the event id of a message: Nats-Msg-Id, else ce-id.
+func eventID(msg jetstream.Msg) string {
+	if id := header(msg.Headers(), jetstream.MsgIDHeader); id != "" {
+		return id
+	}
+	return header(msg.Headers(), event.HeaderID)
+}
+
+// buildBody returns the request body and its headers (Content-Type and, in
+// binary mode, the ce-* attributes) for msg.
+func buildBody(mode BodyMode, id string, msg jetstream.Msg) ([]byte, http.Header, error) {
+	h := make(http.Header)
+	mh := msg.Headers()
+	contentType := header(mh, event.HeaderContentType)
+	if contentType == "" {
+		contentType = event.ContentTypeJSON
+	}
+	if mode == BodyBinary {
+		for k, vs := range mh {
+			if len(vs) > 0 && len(k) > 3 && strings.EqualFold(k[:3], "ce-") {
+				h.Set(k, vs[0])
+			}
+		}
+		h.Set(event.HeaderID, id)
+		if h.Get(event.HeaderSpecVersion) == "" {
+			h.Set(event.HeaderSpecVersion, event.SpecVersion)
+		}
+		h.Set(event.HeaderContentType, contentType)
+		return msg.Data(), h, nil
+	}
+
+	ce := event.CloudEvent{
+		SpecVersion:     header(mh, event.HeaderSpecVersion),
+		ID:              id,
+		Source:          header(mh, event.HeaderSource),
+		Type:            header(mh, event.HeaderType),
+		Subject:         header(mh, event.HeaderSubject),
+		Time:            header(mh, event.HeaderTime),
+		DataContentType: contentType,
+		CorrelationID:   header(mh, event.HeaderCorrelationID),
+		CausationID:     header(mh, event.HeaderCausationID),
+	}
+	if ce.SpecVersion == "" {
+		ce.SpecVersion = event.SpecVersion
+	}
+	if v := header(mh, event.HeaderStreamVersion); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %s %q is not an integer", errMalformed, event.HeaderStreamVersion, v)
+		}
+		ce.StreamVersion = n
+	}
+	data := msg.Data()
+	if len(data) > 0 && !json.Valid(data) {
+		return nil, nil, fmt.Errorf("%w: data is not JSON, cannot embed it in a structured-mode body", errMalformed)
+	}
+	env, err := json.Marshal(ce)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: encode CloudEvent: %w", errMalformed, err)
+	}
+	if len(data) > 0 {
+		// Splice data in by hand: encoding/json would compact and
+		// HTML-escape a RawMessage, and the data must go out byte for byte.
+		var b bytes.Buffer
+		b.Grow(len(env) + len(data) + 8)
+		b.Write(env[:len(env)-1])
+		b.WriteString(`,"data":`)
+		b.Write(data)
+		b.WriteByte('}')
+		env = b.Bytes()
+	}
+	h.Set(event.HeaderContentType, event.ContentTypeCloudEventsJSON)
+	return env, h, nil
+}
+
+// handle delivers one message and acks, Naks or Terms it. ctx carries no
+// cancellation from Run: a delivery that started finishes (bounded by
+// Subscription.Timeout), so shutdown loses nothing.
+func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
+	r.c.metrics.inFlight.WithLabelValues(r.sub.Name).Inc()
+	defer r.c.metrics.inFlight.WithLabelValues(r.sub.Name).Dec()
+
+	attempt := 1
+	if md, err := msg.Metadata(); err == nil {
+		attempt = int(md.NumDelivered)
+	}
+	id := eventID(msg)
+	log := r.log.With(slog.String("event_id", id), slog.Int("attempt", attempt))
+
+	if id == "" {
+		r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Reason: "message has no Nats-Msg-Id or ce-id"}, OutcomeTerm, ClassNone)
+		return
+	}
+	body, hdr, err := buildBody(r.sub.Body, id, msg)
+	if err != nil {
+		r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
+		return
+	}
+
+	var resp response
+	err = r.br.Execute(func() error {
+		resp = r.post(ctx, msg, id, body, hdr)
+		return resp.breakerErr()
+	})
+	if errors.Is(err, breaker.ErrOpen) {
+		delay := r.br.OpenTimeout()
+		r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeBreakerOpen, ClassNone).Inc()
+		log.Debug("circuit breaker open, not sent", slog.Duration("delay", delay))
+		r.nak(log, msg, delay)
+		return
+	}
+
+	log = log.With(slog.Int("status", resp.status))
+	switch resp.verdict() {
+	case verdictAck:
+		r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeAck, resp.class()).Inc()
+		if err := msg.Ack(); err != nil {
+			log.Warn("ack failed; JetStream will redeliver after AckWait", slog.Any("error", err))
+			return
+		}
+		log.Debug("delivered")
+	case verdictPermanent:
+		r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: resp.reason()}, OutcomeTerm, resp.class())
+	case verdictRetry:
+		if r.sub.MaxDeliver > 0 && attempt >= r.sub.MaxDeliver {
+			r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status,
+				Reason: fmt.Sprintf("%s (attempt %d of MaxDeliver %d)", resp.reason(), attempt, r.sub.MaxDeliver)}, OutcomeExhausted, resp.class())
+			return
+		}
+		delay := r.retryDelay(attempt, resp.retryAfter)
+		r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, resp.class()).Inc()
+		log.Warn("delivery failed, will retry", slog.String("reason", resp.reason()), slog.Duration("delay", delay))
+		r.nak(log, msg, delay)
+	}
+}
+
+// retryDelay is the delay before the attempt after attempt: Retry-After when
+// the endpoint sent one (capped at MaxRetryAfter), else BackOff[attempt-1],
+// the last entry repeating.
+func (r *runner) retryDelay(attempt int, retryAfter time.Duration) time.Duration {
+	if retryAfter >= 0 {
+		return min(retryAfter, MaxRetryAfter)
+	}
+	i := min(max(attempt-1, 0), len(r.sub.BackOff)-1)
+	return r.sub.BackOff[i]
+}
+
+func (r *runner) nak(log *slog.Logger, msg jetstream.Msg, delay time.Duration) {
+	if err := msg.NakWithDelay(delay); err != nil {
+		log.Warn("nak failed; JetStream will redeliver after AckWait", slog.Any("error", err))
+	}
+}
+
+// giveUp dead-letters msg and Terms it; if the dead letter cannot be stored
+// it Naks msg with the backoff delay instead.
+func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, dl DeadLetter, outcome, class string) {
+	dl.Subscription = r.sub.Name
+	dl.Endpoint = r.endpoint
+	dl.Msg = msg
+	if r.c.cfg.DeadLetters != nil {
+		if err := r.c.cfg.DeadLetters.DeadLetter(ctx, dl); err != nil {
+			delay := r.retryDelay(dl.Attempt, -1)
+			log.Error("dead letter failed; will retry the delivery", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("delay", delay))
+			r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, class).Inc()
+			r.nak(log, msg, delay)
+			return
+		}
+	}
+	r.c.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+	log.Error("delivery failed for good, terminated", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
+	if err := msg.TermWithReason(dl.Reason); err != nil {
+		log.Warn("term failed; JetStream will redeliver after AckWait", slog.Any("error", err))
+	}
+}
+
+// post sends one signed POST and reads the response. While it runs longer
+// than AckWait/2 it sends InProgress so JetStream does not redeliver.
+func (r *runner) post(ctx context.Context, msg jetstream.Msg, id string, body []byte, hdr http.Header) response {
+	ctx, cancel := context.WithTimeout(ctx, r.sub.Timeout)
+	defer cancel()
+
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		t := time.NewTicker(r.sub.AckWait / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					r.log.Warn("in progress failed", slog.String("event_id", id), slog.Any("error", err))
+				}
+			}
+		}
+	}()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.sub.URL, bytes.NewReader(body))
+	if err != nil {
+		return response{err: fmt.Errorf("new request: %w", err), retryAfter: -1}
+	}
+	for k, v := range r.sub.Headers {
+		req.Header.Set(k, v)
+	}
+	for k, vs := range hdr {
+		req.Header[k] = vs
+	}
+	req.Header.Set(webhook.HeaderIdempotencyKey, id)
+	req.Header.Set("User-Agent", r.c.userAgent)
+	r.signer.Sign(req.Header, id, time.Now(), body)
+
+	start := time.Now()
+	resp, err := r.c.client.Do(req)
+	if err != nil {
+		r.c.metrics.duration.WithLabelValues(r.sub.Name).Observe(time.Since(start).Seconds())
+		var ne net.Error
+		timeout := errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+		return response{err: err, timeout: timeout, retryAfter: -1}
+	}
+	// Drain (a little of) the body so the connection is reused.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	r.c.metrics.duration.WithLabelValues(r.sub.Name).Observe(time.Since(start).Seconds())
+	return response{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+}
+
+// parseRetryAfter returns the delay a Retry-After value asks for (delay
+// seconds or an HTTP-date; RFC 9110 section 10.2.3), or -1 when v is empty
+// or invalid. A date in the past is 0.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return -1
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return -1
+		}
+		if n > int64(MaxRetryAfter/time.Second) {
+			return MaxRetryAfter
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return -1
+}

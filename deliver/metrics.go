@@ -1,0 +1,92 @@
+package deliver
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcome label values of jsbridge_consumer_deliveries_total.
+const (
+	// OutcomeAck: the endpoint answered 2xx; the message was acked.
+	OutcomeAck = "ack"
+	// OutcomeRetry: a retryable failure; the message was Nak'd with a delay.
+	OutcomeRetry = "retry"
+	// OutcomeTerm: a permanent failure (a 4xx other than 408 and 429, or a
+	// malformed message); dead-lettered and Term'd.
+	OutcomeTerm = "term"
+	// OutcomeExhausted: a retryable failure on the last attempt
+	// (MaxDeliver); dead-lettered and Term'd.
+	OutcomeExhausted = "exhausted"
+	// OutcomeBreakerOpen: the endpoint's circuit breaker rejected the
+	// attempt; nothing was sent and the message was Nak'd with the open
+	// timeout.
+	OutcomeBreakerOpen = "breaker_open"
+)
+
+// Status class label values of jsbridge_consumer_deliveries_total besides
+// "2xx" … "5xx".
+const (
+	// ClassTimeout: the request timed out (Subscription.Timeout).
+	ClassTimeout = "timeout"
+	// ClassNetwork: the request failed without a response.
+	ClassNetwork = "network"
+	// ClassNone: no request was sent (breaker open, malformed message).
+	ClassNone = "none"
+)
+
+// metrics are the consumer's Prometheus collectors.
+type metrics struct {
+	deliveries *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	inFlight   *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jsbridge_consumer_deliveries_total",
+			Help: "Webhook delivery attempts by subscription, outcome (ack, retry, term, exhausted, breaker_open) and status class (2xx..5xx, timeout, network, none).",
+		}, []string{"subscription", "outcome", "status_class"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "jsbridge_consumer_attempt_duration_seconds",
+			Help:    "Duration of webhook POSTs in seconds, by subscription.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 10),
+		}, []string{"subscription"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jsbridge_consumer_in_flight",
+			Help: "Webhook deliveries in progress, by subscription.",
+		}, []string{"subscription"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	if m.deliveries, err = register(reg, m.deliveries); err != nil {
+		return nil, err
+	}
+	if m.duration, err = register(reg, m.duration); err != nil {
+		return nil, err
+	}
+	if m.inFlight, err = register(reg, m.inFlight); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers c on reg, or returns the collector already registered
+// under the same descriptor (two Consumers on one registry share them).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("deliver: register metrics: %w", err)
+}

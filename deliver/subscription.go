@@ -1,0 +1,220 @@
+package deliver
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/webhook"
+)
+
+// ErrInvalidSubscription is wrapped by Subscription.Validate and New when a
+// subscription is misconfigured. The message names the subscription, the
+// field and the value (never a secret or a header value).
+var ErrInvalidSubscription = errors.New("invalid subscription")
+
+// BodyMode selects the webhook body's CloudEvents content mode.
+type BodyMode string
+
+const (
+	// BodyStructured sends the CloudEvents JSON envelope with the event data
+	// byte for byte in "data" (Content-Type application/cloudevents+json).
+	// The default. Source: CloudEvents HTTP binding, structured content mode.
+	BodyStructured BodyMode = "structured"
+	// BodyBinary sends the event data as the body (Content-Type
+	// application/json) and the attributes as ce-* headers. Source:
+	// CloudEvents HTTP binding, binary content mode.
+	BodyBinary BodyMode = "binary"
+)
+
+// Subscription defaults.
+const (
+	DefaultTimeout       = 10 * time.Second
+	DefaultAckWait       = 30 * time.Second
+	DefaultMaxDeliver    = 10
+	DefaultMaxInFlight   = 64
+	DefaultMaxAckPending = 1000
+)
+
+// DefaultBackOff is the retry backoff of a subscription without one: the
+// delay before attempt n+1 is DefaultBackOff[n-1], the last entry repeating.
+var DefaultBackOff = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute}
+
+// Subscription is one webhook endpoint fed by one durable pull consumer on
+// the JetStream stream. Zero fields take their defaults.
+type Subscription struct {
+	// Name is the durable consumer's name and the subscription's name in
+	// logs and metrics: [A-Za-z0-9_-]+. Required.
+	Name string
+	// FilterSubjects select the events, e.g. "events.order.>" (a category)
+	// or "events.*.*.OrderPlaced" (an event name). At least one is required.
+	FilterSubjects []string
+	// URL is the endpoint, http or https. Required. Userinfo and query are
+	// sent but never logged (see breaker.Endpoint).
+	URL string
+	// Scheme is the signature scheme. Default webhook.SchemeStandard.
+	Scheme webhook.Scheme
+	// Secrets sign every request (several during a rotation). At least one
+	// is required; SchemeStandard needs whsec_ secrets.
+	Secrets []string
+	// Body is the content mode. Default BodyStructured.
+	Body BodyMode
+	// Headers are extra request headers (e.g. Authorization). They cannot
+	// replace the headers deliver sets (Content-Type, Idempotency-Key,
+	// User-Agent, the signature and ce-* headers).
+	Headers map[string]string
+	// Timeout bounds one POST, connection to end of response body.
+	// Default 10 s. It should stay below AckWait (a warning at start says so).
+	Timeout time.Duration
+	// AckWait is how long JetStream waits for an ack before it redelivers
+	// (a crashed or hung consumer). Default 30 s. A POST running longer than
+	// AckWait/2 sends InProgress.
+	AckWait time.Duration
+	// MaxDeliver is the number of delivery attempts of one event, after
+	// which it is dead-lettered. Default 10; -1 means no limit.
+	MaxDeliver int
+	// BackOff is the delay before each retry: after attempt n the message is
+	// Nak'd with BackOff[n-1], the last entry repeating, unless the endpoint
+	// sent Retry-After. Default DefaultBackOff.
+	BackOff []time.Duration
+	// MaxInFlight is the number of concurrent deliveries per consumer
+	// process, and the client-side pull buffer. Default 64.
+	MaxInFlight int
+	// MaxAckPending is the durable consumer's MaxAckPending: the messages
+	// out for delivery or waiting for a delayed retry, across all consumer
+	// replicas. Default 1000; at least MaxInFlight.
+	MaxAckPending int
+}
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// withDefaults returns a copy of s with zero fields set to their defaults.
+func (s Subscription) withDefaults() Subscription {
+	if s.Scheme == "" {
+		s.Scheme = webhook.SchemeStandard
+	}
+	if s.Body == "" {
+		s.Body = BodyStructured
+	}
+	if s.Timeout == 0 {
+		s.Timeout = DefaultTimeout
+	}
+	if s.AckWait == 0 {
+		s.AckWait = DefaultAckWait
+	}
+	if s.MaxDeliver == 0 {
+		s.MaxDeliver = DefaultMaxDeliver
+	}
+	if len(s.BackOff) == 0 {
+		s.BackOff = DefaultBackOff
+	}
+	if s.MaxInFlight == 0 {
+		s.MaxInFlight = DefaultMaxInFlight
+	}
+	if s.MaxAckPending == 0 {
+		s.MaxAckPending = max(DefaultMaxAckPending, s.MaxInFlight)
+	}
+	return s
+}
+
+// reservedHeaders are set by deliver itself; a subscription cannot override
+// them (lower case).
+var reservedHeaders = map[string]bool{
+	"content-type":      true,
+	"content-length":    true,
+	"host":              true,
+	"user-agent":        true,
+	"transfer-encoding": true,
+	strings.ToLower(webhook.HeaderIdempotencyKey):   true,
+	strings.ToLower(webhook.HeaderWebhookID):        true,
+	strings.ToLower(webhook.HeaderWebhookTimestamp): true,
+	strings.ToLower(webhook.HeaderWebhookSignature): true,
+	strings.ToLower(webhook.HeaderTimestamp):        true,
+	strings.ToLower(webhook.HeaderSignature):        true,
+}
+
+// Validate reports the first misconfigured field, with defaults applied, as
+// an error wrapping ErrInvalidSubscription that names the subscription, the
+// field and the value. Secrets and header values are never printed.
+func (s Subscription) Validate() error {
+	s = s.withDefaults()
+	bad := func(field string, format string, args ...any) error {
+		return fmt.Errorf("%w %q: %s: %s", ErrInvalidSubscription, s.Name, field, fmt.Sprintf(format, args...))
+	}
+	if !validName.MatchString(s.Name) {
+		return bad("Name", "%q does not match [A-Za-z0-9_-]+", s.Name)
+	}
+	if len(s.FilterSubjects) == 0 {
+		return bad("FilterSubjects", "none given (want at least one, e.g. \"events.order.>\")")
+	}
+	for i, f := range s.FilterSubjects {
+		if f == "" || strings.ContainsAny(f, " \t\r\n") || strings.HasPrefix(f, ".") || strings.HasSuffix(f, ".") || strings.Contains(f, "..") {
+			return bad(fmt.Sprintf("FilterSubjects[%d]", i), "%q is not a valid subject filter", f)
+		}
+	}
+	u, err := url.Parse(s.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return bad("URL", "%q is not an absolute http or https URL", breaker.Endpoint(s.URL))
+	}
+	if _, err := webhook.ParseScheme(string(s.Scheme)); err != nil {
+		return bad("Scheme", "%v", err)
+	}
+	if _, err := webhook.NewSigner(s.Scheme, s.Secrets...); err != nil {
+		return bad("Secrets", "%v", err)
+	}
+	if s.Body != BodyStructured && s.Body != BodyBinary {
+		return bad("Body", "%q (want %q or %q)", s.Body, BodyStructured, BodyBinary)
+	}
+	for name, v := range s.Headers {
+		if !validHeaderName(name) {
+			return bad("Headers", "%q is not a valid header name", name)
+		}
+		if lower := strings.ToLower(name); reservedHeaders[lower] || strings.HasPrefix(lower, "ce-") {
+			return bad("Headers", "%q is set by deliver and cannot be overridden", name)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return bad("Headers", "value of %q contains CR, LF or NUL", name)
+		}
+	}
+	if s.Timeout < 0 {
+		return bad("Timeout", "%s must be positive", s.Timeout)
+	}
+	if s.AckWait < 0 {
+		return bad("AckWait", "%s must be positive", s.AckWait)
+	}
+	if s.MaxDeliver < -1 {
+		return bad("MaxDeliver", "%d (want a positive number, or -1 for no limit)", s.MaxDeliver)
+	}
+	for i, d := range s.BackOff {
+		if d <= 0 {
+			return bad(fmt.Sprintf("BackOff[%d]", i), "%s must be positive", d)
+		}
+	}
+	if s.MaxInFlight < 0 {
+		return bad("MaxInFlight", "%d must be positive", s.MaxInFlight)
+	}
+	if s.MaxAckPending < s.MaxInFlight {
+		return bad("MaxAckPending", "%d is below MaxInFlight %d", s.MaxAckPending, s.MaxInFlight)
+	}
+	return nil
+}
+
+// validHeaderName reports whether name is an RFC 9110 token.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range []byte(name) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
