@@ -16,9 +16,28 @@ const DefaultMaxBodyBytes = 1 << 20
 
 // ProcessFunc handles one verified, first-seen webhook. body is the exact
 // request body (r.Body is already consumed). A nil error acknowledges the
-// delivery; any error makes it retryable: the Idempotency-Key is released
-// and the sender sees a 500.
+// delivery. On any error the Idempotency-Key is released and the sender sees
+// a 500, which it retries, unless the error wraps a *StatusError choosing
+// another status (a 4xx other than 408 and 429 makes the sender give up and
+// dead-letter the event).
 type ProcessFunc func(ctx context.Context, r *http.Request, body []byte) error
+
+// StatusError is a ProcessFunc failure with the HTTP status Handler answers,
+// e.g. &StatusError{Status: http.StatusUnprocessableEntity, Err: err} for an
+// event the receiver can never handle. Status must be 4xx or 5xx; any other
+// value answers 500.
+type StatusError struct {
+	// Status is the response status code.
+	Status int
+	// Err is the cause; it is logged, not sent.
+	Err error
+}
+
+// Error returns the status and the cause.
+func (e *StatusError) Error() string { return fmt.Sprintf("status %d: %v", e.Status, e.Err) }
+
+// Unwrap returns the cause.
+func (e *StatusError) Unwrap() error { return e.Err }
 
 // HandlerOption configures Handler.
 type HandlerOption func(*handler)
@@ -62,8 +81,10 @@ type handler struct {
 //  3. takes the Idempotency-Key header (400 "missing-idempotency-key" when
 //     absent) and claims it in store for ttl (500 when the store fails);
 //     an already claimed key answers 204 without calling next;
-//  4. calls next; an error (or a panic, which is re-raised) releases the key
-//     and answers 500 so the sender retries; success answers 204.
+//  4. calls next; success answers 204. An error (or a panic, which is
+//     re-raised) releases the key and answers 500 "processing-failed" so
+//     the sender retries, or the status of a wrapped *StatusError
+//     (body "rejected").
 //
 // Every status the sender must not retry is a 4xx other than 408/429; every
 // status it must retry is 5xx (see the webhook contract in the design).
@@ -118,6 +139,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := h.process(ctx, r, key, body); err != nil {
+		var se *StatusError
+		if errors.As(err, &se) && se.Status >= 400 && se.Status <= 599 {
+			h.log.WarnContext(ctx, "webhook: processing rejected", "event_id", key, "status", se.Status, "err", err)
+			http.Error(w, "rejected", se.Status)
+			return
+		}
 		h.log.ErrorContext(ctx, "webhook: processing failed", "event_id", key, "err", err)
 		http.Error(w, "processing-failed", http.StatusInternalServerError)
 		return

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -208,4 +209,25 @@ func TestHandlerPanicsOnWiringErrors(t *testing.T) {
 	require.PanicsWithValue(t, "webhook.Handler: idempotency store is nil", func() { webhook.Handler(v, nil, time.Hour, next) })
 	require.PanicsWithValue(t, "webhook.Handler: next is nil", func() { webhook.Handler(v, store, time.Hour, nil) })
 	require.PanicsWithValue(t, "webhook.Handler: ttl 0s must be > 0", func() { webhook.Handler(v, store, 0, next) })
+}
+
+func TestHandlerStatusError(t *testing.T) {
+	t.Parallel()
+	b := setupHandler(t)
+	b.failWith(
+		func() error {
+			return fmt.Errorf("decode: %w", &webhook.StatusError{Status: http.StatusUnprocessableEntity, Err: errors.New("unknown event type")})
+		},
+		func() error {
+			return &webhook.StatusError{Status: http.StatusOK, Err: errors.New("not an error status")}
+		},
+	)
+	status, body := b.post(t, "42", []byte(`{"id":"42"}`), nil)
+	require.Equal(t, http.StatusUnprocessableEntity, status)
+	require.Equal(t, "rejected", body)
+
+	status, body = b.post(t, "42", []byte(`{"id":"42"}`), nil)
+	require.Equal(t, http.StatusInternalServerError, status, "a non-error status falls back to 500; the rejected key was released")
+	require.Equal(t, "processing-failed", body)
+	require.Len(t, b.nextCalls(), 2)
 }
