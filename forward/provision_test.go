@@ -1,0 +1,148 @@
+package forward_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/forward"
+)
+
+func TestProvisionCreatesAndIsIdempotent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+
+	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{})
+	require.NoError(t, err)
+	require.True(t, p.Created)
+	require.Equal(t, "EVENTS", p.Name)
+	require.Equal(t, []string{"events.>"}, p.Subjects)
+	require.Equal(t, 2*time.Minute, p.DuplicateWindow)
+	require.Empty(t, p.Warnings)
+
+	s, err := b.js.Stream(t.Context(), "EVENTS")
+	require.NoError(t, err)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, jetstream.FileStorage, info.Config.Storage)
+	require.Equal(t, 2*time.Minute, info.Config.Duplicates)
+	require.Equal(t, []string{"events.>"}, info.Config.Subjects)
+	require.Equal(t, 1, info.Config.Replicas)
+
+	again, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{})
+	require.NoError(t, err)
+	require.False(t, again.Created)
+	require.Equal(t, 2*time.Minute, again.DuplicateWindow)
+	require.Empty(t, again.Warnings)
+	after, err := s.Info(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, info.Created, after.Created)
+}
+
+func TestProvisionCustom(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{
+		Name: "SHOP", Prefix: "acme.shop", DuplicateWindow: 10 * time.Minute, MaxMsgSize: 2048,
+	})
+	require.NoError(t, err)
+	require.True(t, p.Created)
+	s, err := b.js.Stream(t.Context(), "SHOP")
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	require.Equal(t, []string{"acme.shop.>"}, cfg.Subjects)
+	require.Equal(t, 10*time.Minute, cfg.Duplicates)
+	require.EqualValues(t, 2048, cfg.MaxMsgSize)
+}
+
+func TestProvisionWarnsOnShortDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage, Duplicates: 30 * time.Second,
+	})
+	require.NoError(t, err)
+
+	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{DuplicateWindow: 5 * time.Minute})
+	require.NoError(t, err)
+	require.False(t, p.Created)
+	require.Equal(t, 30*time.Second, p.DuplicateWindow)
+	require.Len(t, p.Warnings, 1)
+	require.Contains(t, p.Warnings[0], "--duplicate-window")
+	require.Contains(t, p.Warnings[0], "30s")
+	require.Contains(t, p.Warnings[0], "5m0s")
+
+	// The existing stream is left as it was.
+	s, err := b.js.Stream(t.Context(), "EVENTS")
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Second, s.CachedInfo().Config.Duplicates)
+}
+
+func TestProvisionWarnsOnMemoryStorage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.MemoryStorage, Duplicates: time.Hour,
+	})
+	require.NoError(t, err)
+	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{})
+	require.NoError(t, err)
+	require.Len(t, p.Warnings, 1)
+	require.Contains(t, p.Warnings[0], "memory storage")
+}
+
+func TestProvisionRejectsUncoveredSubjects(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: "EVENTS", Subjects: []string{"events.order.>", "other.>"}, Storage: jetstream.FileStorage,
+	})
+	require.NoError(t, err)
+	_, err = forward.Provision(t.Context(), b.js, forward.StreamConfig{})
+	require.ErrorIs(t, err, forward.ErrSubjectsNotCovered)
+	require.ErrorContains(t, err, `"events.>"`)
+}
+
+func TestProvisionAcceptsCoveringSubject(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: "EVENTS", Subjects: []string{"unrelated", "events.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour,
+	})
+	require.NoError(t, err)
+	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{})
+	require.NoError(t, err)
+	require.False(t, p.Created)
+	require.Equal(t, []string{"unrelated", "events.>"}, p.Subjects)
+	require.Empty(t, p.Warnings)
+}
+
+func TestProvisionValidates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	for _, tc := range []struct {
+		cfg  forward.StreamConfig
+		want string
+	}{
+		{forward.StreamConfig{Name: "A.B"}, `StreamConfig.Name "A.B"`},
+		{forward.StreamConfig{Prefix: "events.*"}, "StreamConfig.Prefix"},
+		{forward.StreamConfig{Prefix: ".events"}, "StreamConfig.Prefix"},
+		{forward.StreamConfig{DuplicateWindow: -time.Second}, "StreamConfig.DuplicateWindow -1s"},
+		{forward.StreamConfig{Replicas: -1}, "StreamConfig.Replicas -1"},
+		{forward.StreamConfig{MaxMsgSize: -5}, "StreamConfig.MaxMsgSize -5"},
+	} {
+		_, err := forward.Provision(t.Context(), b.js, tc.cfg)
+		require.ErrorIs(t, err, forward.ErrInvalidConfig)
+		require.ErrorContains(t, err, tc.want)
+	}
+	_, err := b.js.Stream(t.Context(), "EVENTS")
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "nothing is created on invalid config")
+}
+
+func TestRequiredDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 90*time.Second, forward.RequiredDuplicateWindow(30*time.Second, time.Minute))
+	require.Equal(t, time.Minute, forward.RequiredDuplicateWindow(-time.Second, time.Minute))
+}
