@@ -56,7 +56,8 @@ type Config struct {
 	PollInterval time.Duration
 	// MaxRetries is how many failed attempts a stream may retry: the failure
 	// that would make its retry count exceed MaxRetries blocks it instead.
-	// Default 10; negative is invalid.
+	// Default 10 (0 means the default: to block on the first failure, return
+	// a NonRetryableError); negative is invalid.
 	MaxRetries int
 	// Backoff gives the delay before the next attempt of a stream that has
 	// failed retry times before (0 on its first failure). Default

@@ -170,8 +170,7 @@ func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, stream string, expected
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		_ = sp.Rollback(ctx)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == sqlStateUniqueViolation {
+		if pgCode(err) == sqlStateUniqueViolation {
 			// Another transaction appended these versions first; report the
 			// head it left, read after rolling back to the savepoint.
 			actual := head + 1

@@ -16,7 +16,8 @@ const (
 
 // Notifications listens on the store's channel (named after the schema; the
 // events trigger notifies it once per inserting statement, at commit) on a
-// connection of its own, taken out of the pool. The returned channel receives
+// connection of its own, taken from the pool and held until ctx is done (size
+// the pool with one connection to spare). The returned channel receives
 // a value after appends; notifications are coalesced (a full channel drops
 // the new one) and never block the listener. If the connection drops it
 // reconnects after a pause growing from 250ms to 30s and then sends a value,
