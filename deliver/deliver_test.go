@@ -461,3 +461,47 @@ func TestNewRejectsDuplicateNames(t *testing.T) {
 	require.ErrorIs(t, err, deliver.ErrInvalidSubscription)
 	require.ErrorContains(t, err, `"x"`)
 }
+
+func TestRetriesExhaustedAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusBadGateway))
+	dl := &deadLetters{}
+	s := sub("orders", rc.URL)
+	s.MaxDeliver = 3
+	s.BackOff = []time.Duration{10 * time.Millisecond}
+	b.run(t, deliver.Config{DeadLetters: dl}, s)
+	b.publish(t, 77, "order-1", "OrderPlaced", `{}`)
+
+	rc.waitFor(t, 3)
+	requireSettled(t, b, "orders", 1)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 3, rc.count(), "MaxDeliver attempts, then no more")
+	got := dl.list()
+	require.Len(t, got, 1)
+	require.Equal(t, "77", got[0].EventID)
+	require.Equal(t, 3, got[0].Attempt)
+	require.Equal(t, http.StatusBadGateway, got[0].Status)
+	require.Contains(t, got[0].Reason, "MaxDeliver 3")
+}
+
+func TestConsumerConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusOK))
+	s := sub("orders", rc.URL)
+	s.FilterSubjects = []string{"events.order.>", "events.*.*.UserCreated"}
+	s.MaxInFlight = 8
+	b.run(t, deliver.Config{}, s)
+	require.Eventually(t, func() bool {
+		_, err := b.js.Consumer(b.ctx, "EVENTS", "orders")
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	cfg := b.info(t, "orders").Config
+	require.Equal(t, "orders", cfg.Durable)
+	require.Equal(t, s.FilterSubjects, cfg.FilterSubjects)
+	require.Equal(t, jetstream.AckExplicitPolicy, cfg.AckPolicy)
+	require.Equal(t, deliver.DefaultAckWait, cfg.AckWait)
+	require.Equal(t, deliver.DefaultMaxDeliver, cfg.MaxDeliver)
+	require.GreaterOrEqual(t, cfg.MaxAckPending, 8)
+}

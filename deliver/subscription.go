@@ -139,7 +139,9 @@ var reservedHeaders = map[string]bool{
 
 // Validate reports the first misconfigured field, with defaults applied, as
 // an error wrapping ErrInvalidSubscription that names the subscription, the
-// field and the value. Secrets and header values are never printed.
+// field and the value (and the webhook package's ErrInvalidScheme or
+// ErrInvalidSecret for those fields). Secrets, header values and the URL's
+// userinfo and query are never printed.
 func (s Subscription) Validate() error {
 	s = s.withDefaults()
 	bad := func(field string, format string, args ...any) error {
@@ -161,10 +163,10 @@ func (s Subscription) Validate() error {
 		return bad("URL", "%q is not an absolute http or https URL", breaker.Endpoint(s.URL))
 	}
 	if _, err := webhook.ParseScheme(string(s.Scheme)); err != nil {
-		return bad("Scheme", "%v", err)
+		return fmt.Errorf("%w %q: Scheme: %w", ErrInvalidSubscription, s.Name, err)
 	}
 	if _, err := webhook.NewSigner(s.Scheme, s.Secrets...); err != nil {
-		return bad("Secrets", "%v", err)
+		return fmt.Errorf("%w %q: Secrets: %w", ErrInvalidSubscription, s.Name, err)
 	}
 	if s.Body != BodyStructured && s.Body != BodyBinary {
 		return bad("Body", "%q (want %q or %q)", s.Body, BodyStructured, BodyBinary)

@@ -1,0 +1,61 @@
+package deliver
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestVerdict(t *testing.T) {
+	t.Parallel()
+	for status, want := range map[int]verdict{
+		200: verdictAck, 201: verdictAck, 204: verdictAck, 299: verdictAck,
+		301: verdictRetry, 302: verdictRetry, 307: verdictRetry, 304: verdictRetry,
+		400: verdictPermanent, 401: verdictPermanent, 404: verdictPermanent, 410: verdictPermanent, 422: verdictPermanent,
+		408: verdictRetry, 429: verdictRetry,
+		500: verdictRetry, 502: verdictRetry, 503: verdictRetry, 504: verdictRetry,
+		100: verdictRetry,
+	} {
+		r := response{status: status, retryAfter: -1}
+		require.Equal(t, want, r.verdict(), "status %d", status)
+		require.Equal(t, want == verdictRetry, r.breakerErr() != nil, "status %d counts as endpoint failure only when retried", status)
+	}
+	netErr := response{err: errors.New("connection refused"), retryAfter: -1}
+	require.Equal(t, verdictRetry, netErr.verdict())
+	require.Equal(t, ClassNetwork, netErr.class())
+	timeout := response{err: errors.New("deadline"), timeout: true, retryAfter: -1}
+	require.Equal(t, ClassTimeout, timeout.class())
+	require.Equal(t, "4xx", response{status: 404}.class())
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for in, want := range map[string]time.Duration{
+		"":      -1,
+		"1":     time.Second,
+		" 120 ": 2 * time.Minute,
+		"0":     0,
+		"-5":    -1,
+		"soon":  -1,
+		"86400": MaxRetryAfter,
+		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
+		now.Add(-time.Hour).Format(http.TimeFormat):       0,
+	} {
+		require.Equal(t, want, parseRetryAfter(in, now), "Retry-After %q", in)
+	}
+}
+
+func TestRetryDelay(t *testing.T) {
+	t.Parallel()
+	r := &runner{sub: Subscription{BackOff: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}}}
+	require.Equal(t, time.Second, r.retryDelay(1, -1))
+	require.Equal(t, 5*time.Second, r.retryDelay(2, -1))
+	require.Equal(t, 30*time.Second, r.retryDelay(3, -1))
+	require.Equal(t, 30*time.Second, r.retryDelay(9, -1), "the last entry repeats")
+	require.Equal(t, 2*time.Second, r.retryDelay(1, 2*time.Second), "Retry-After wins")
+	require.Equal(t, MaxRetryAfter, r.retryDelay(1, time.Hour), "Retry-After is capped")
+}
