@@ -63,6 +63,18 @@ func (s *Store) MigrationSQL() []string {
 	return out
 }
 
+// MigrationSQL returns the statements Migrate would run for schema on an
+// empty database, without a connection (for `bridge migrate --dry-run`).
+// It fails when schema is not a plain identifier.
+func MigrationSQL(schema string) ([]string, error) {
+	s := &Store{schema: DefaultSchema}
+	if err := WithSchema(schema)(s); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	s.q = newQueries(s.schema)
+	return s.MigrationSQL(), nil
+}
+
 // Migrate brings the schema up to date: it creates the schema if needed and
 // runs the migrations not yet recorded in <schema>.jsbridge_migrations, all
 // in one transaction under a Postgres advisory lock, so several bridges that

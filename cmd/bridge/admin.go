@@ -19,11 +19,11 @@ type migrateCmd struct {
 
 func (m *migrateCmd) Run(ctx context.Context, g *Globals) error {
 	if m.DryRun {
-		st, err := store.New(nil, store.WithSchema(g.Schema))
+		stmts, err := store.MigrationSQL(g.Schema)
 		if err != nil {
 			return err
 		}
-		for _, s := range st.MigrationSQL() {
+		for _, s := range stmts {
 			fmt.Println(strings.TrimSpace(s) + ";")
 			fmt.Println()
 		}
