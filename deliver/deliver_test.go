@@ -505,3 +505,14 @@ func TestConsumerConfig(t *testing.T) {
 	require.Equal(t, deliver.DefaultMaxDeliver, cfg.MaxDeliver)
 	require.GreaterOrEqual(t, cfg.MaxAckPending, 8)
 }
+
+func TestRunFailsWithoutStream(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusOK))
+	c, err := deliver.New(b.js, deliver.Config{Stream: "MISSING"}, sub("a", rc.URL), sub("b", rc.URL))
+	require.NoError(t, err)
+	err = c.Run(b.ctx)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+	require.ErrorContains(t, err, `stream "MISSING"`)
+}

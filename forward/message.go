@@ -34,20 +34,28 @@ func Message(e event.Event, cfg Config) *nats.Msg {
 	}
 	id := event.FormatID(e.ID)
 	h := make(nats.Header, 11)
-	h[jetstream.MsgIDHeader] = []string{id}
-	h[event.HeaderSpecVersion] = []string{event.SpecVersion}
-	h[event.HeaderID] = []string{id}
-	h[event.HeaderType] = []string{e.Name}
-	h[event.HeaderSource] = []string{source}
-	h[event.HeaderSubject] = []string{e.Stream}
-	h[event.HeaderTime] = []string{event.FormatTime(e.Created)}
-	h[event.HeaderContentType] = []string{event.ContentTypeJSON}
-	h[event.HeaderStreamVersion] = []string{strconv.FormatInt(e.Version, 10)}
+	// One backing array for all values: each header gets a one-element,
+	// capacity-capped slice of it, so a later Add cannot clobber a neighbour.
+	vals := make([]string, 0, 11)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		n := len(vals)
+		h[k] = vals[n-1 : n : n]
+	}
+	set(jetstream.MsgIDHeader, id)
+	set(event.HeaderSpecVersion, event.SpecVersion)
+	set(event.HeaderID, id)
+	set(event.HeaderType, e.Name)
+	set(event.HeaderSource, source)
+	set(event.HeaderSubject, e.Stream)
+	set(event.HeaderTime, event.FormatTime(e.Created))
+	set(event.HeaderContentType, event.ContentTypeJSON)
+	set(event.HeaderStreamVersion, strconv.FormatInt(e.Version, 10))
 	if e.Meta.Correlation != "" {
-		h[event.HeaderCorrelationID] = []string{e.Meta.Correlation}
+		set(event.HeaderCorrelationID, e.Meta.Correlation)
 	}
 	if e.Meta.Causation != "" {
-		h[event.HeaderCausationID] = []string{e.Meta.Causation}
+		set(event.HeaderCausationID, e.Meta.Causation)
 	}
 	return &nats.Msg{
 		Subject: Subject(prefix, e.Stream, e.Name),

@@ -24,7 +24,11 @@ func (m *migrateCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		}
 		for _, s := range stmts {
-			fmt.Println(strings.TrimSpace(s) + ";")
+			s = strings.TrimSpace(s)
+			if !strings.HasSuffix(s, ";") {
+				s += ";"
+			}
+			fmt.Println(s)
 			fmt.Println()
 		}
 		return nil
