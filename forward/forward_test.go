@@ -230,6 +230,9 @@ func TestMessageOmitsEmptyMetaAndDefaults(t *testing.T) {
 	require.Equal(t, "jsbridge", m.Header.Get(event.HeaderSource))
 	require.NotContains(t, m.Header, event.HeaderCorrelationID)
 	require.NotContains(t, m.Header, event.HeaderCausationID)
+	// Header values do not share storage: adding to one leaves the next alone.
+	m.Header.Add(jetstream.MsgIDHeader, "x")
+	require.Equal(t, []string{"1.0"}, m.Header.Values(event.HeaderSpecVersion))
 }
 
 func BenchmarkMessage(b *testing.B) {
