@@ -57,6 +57,12 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 
+	// A bridge that dies after publishing and before acking is taken over
+	// after its lease; the takeover's re-publish must fall in the window.
+	if need := forward.RequiredDuplicateWindow(r.Lease, r.PublishTimeout); r.DuplicateWindow < need {
+		log.Warn("--duplicate-window is shorter than --lease plus --publish-timeout: an event re-published after a takeover may be stored twice",
+			"duplicate_window", r.DuplicateWindow, "need", need)
+	}
 	nc, shutdownNATS, err := r.connectNATS(log)
 	if err != nil {
 		return err
