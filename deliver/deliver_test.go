@@ -163,8 +163,12 @@ func sub(name, url string) deliver.Subscription {
 func requireSettled(t *testing.T, b bundle, name string, n uint64) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		info := b.info(t, name)
-		return info.NumAckPending == 0 && info.AckFloor.Stream == n && info.NumPending == 0
+		cons, err := b.js.Consumer(b.ctx, "EVENTS", name)
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(b.ctx)
+		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream == n && info.NumPending == 0
 	}, 10*time.Second, 20*time.Millisecond, "consumer %s: every message acked or terminated", name)
 }
 
@@ -400,7 +404,7 @@ func TestBreakerStopsRequestsWhileOpen(t *testing.T) {
 	}
 
 	got := rc.waitFor(t, 2)
-	require.Equal(t, breaker.Open, set.Breaker(rc.URL).State())
+	require.Eventually(t, func() bool { return set.Breaker(rc.URL).State() == breaker.Open }, 5*time.Second, 5*time.Millisecond)
 	opened := got[1].at
 	// Open: nothing reaches the endpoint until the open timeout elapses.
 	time.Sleep(time.Second)
