@@ -40,9 +40,12 @@ const (
 	DefaultMaxAckPending = 1000
 )
 
-// DefaultBackOff is the retry backoff of a subscription without one: the
-// delay before attempt n+1 is DefaultBackOff[n-1], the last entry repeating.
-var DefaultBackOff = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute}
+// DefaultBackOff returns the retry backoff of a subscription without one:
+// 1 s, 5 s, 30 s, 2 min, 5 min. The delay after attempt n is entry n-1, the
+// last entry repeating.
+func DefaultBackOff() []time.Duration {
+	return []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute}
+}
 
 // Subscription is one webhook endpoint fed by one durable pull consumer on
 // the JetStream stream. Zero fields take their defaults.
@@ -79,7 +82,7 @@ type Subscription struct {
 	MaxDeliver int
 	// BackOff is the delay before each retry: after attempt n the message is
 	// Nak'd with BackOff[n-1], the last entry repeating, unless the endpoint
-	// sent Retry-After. Default DefaultBackOff.
+	// sent Retry-After. Default DefaultBackOff().
 	BackOff []time.Duration
 	// MaxInFlight is the number of concurrent deliveries per consumer
 	// process, and the client-side pull buffer. Default 64.
@@ -110,7 +113,7 @@ func (s Subscription) withDefaults() Subscription {
 		s.MaxDeliver = DefaultMaxDeliver
 	}
 	if len(s.BackOff) == 0 {
-		s.BackOff = DefaultBackOff
+		s.BackOff = DefaultBackOff()
 	}
 	if s.MaxInFlight == 0 {
 		s.MaxInFlight = DefaultMaxInFlight
