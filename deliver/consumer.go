@@ -71,6 +71,7 @@ type runner struct {
 	br       *breaker.Breaker
 	endpoint string
 	log      *slog.Logger
+	lanes    lanes
 }
 
 // New returns a Consumer for subs. It fails when js is nil, no subscription
@@ -317,9 +318,9 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 			result = fmt.Errorf("deliver: subscription %q: next message: %w", r.sub.Name, err)
 			break
 		}
-		wg.Go(func() {
+		r.lanes.submit(streamKey(msg.Subject()), msg, wg, func(m jetstream.Msg) {
 			defer func() { <-slots }()
-			r.handle(dctx, msg)
+			r.handle(dctx, m)
 		})
 	}
 

@@ -1,0 +1,58 @@
+package deliver
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// lanes runs the deliveries of one stream one after another, in the order
+// they were pulled, while different streams run concurrently. JetStream hands
+// a consumer each stream's events in order, so a receiver sees them in order
+// too (a retried event comes back later, after its successors: order holds
+// only while no delivery of the stream needs a retry).
+type lanes struct {
+	mu   sync.Mutex
+	busy map[string][]jetstream.Msg // key → messages waiting behind the running one
+}
+
+// submit runs fn(msg) on wg after the messages of the same key submitted
+// before it, and at once when none is running.
+func (l *lanes) submit(key string, msg jetstream.Msg, wg *sync.WaitGroup, fn func(jetstream.Msg)) {
+	l.mu.Lock()
+	if l.busy == nil {
+		l.busy = map[string][]jetstream.Msg{}
+	}
+	if q, running := l.busy[key]; running {
+		l.busy[key] = append(q, msg)
+		l.mu.Unlock()
+		return
+	}
+	l.busy[key] = nil
+	l.mu.Unlock()
+	wg.Go(func() {
+		for {
+			fn(msg)
+			l.mu.Lock()
+			q := l.busy[key]
+			if len(q) == 0 {
+				delete(l.busy, key)
+				l.mu.Unlock()
+				return
+			}
+			msg, l.busy[key] = q[0], q[1:]
+			l.mu.Unlock()
+		}
+	})
+}
+
+// streamKey is the part of a subject that names one source stream:
+// everything before the last token (the event name), e.g.
+// "events.order.order-42" for "events.order.order-42.OrderPlaced".
+func streamKey(subject string) string {
+	if i := strings.LastIndexByte(subject, '.'); i >= 0 {
+		return subject[:i]
+	}
+	return subject
+}
