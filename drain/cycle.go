@@ -18,11 +18,12 @@ import (
 //     failed event; the stream's error names the event id and the reason.
 //   - any other error: keep the progress (Events[Done-1]) and retry after
 //     Backoff(retry), or block when retry+1 would exceed MaxRetries.
-//   - when ctx is done (shutdown) and the handler did not finish: ack what
-//     it finished and release the rest without counting a retry.
+//   - when ctx is done (shutdown) and the handler failed: ack what it
+//     finished and release the rest without counting a retry.
 //
-// The handler's context ends with ctx or shortly before the leases expire
-// (at 80% of Lease), whichever is first. Settling uses a fresh context, so a
+// The handler's context ends ShutdownGrace after ctx does, so a batch in
+// flight at shutdown can finish, and in any case shortly before the leases
+// expire (at 80% of Lease). Settling uses a fresh context, so a
 // batch in flight is settled even after ctx is done. A settle fenced off by
 // an expired lease (ErrLeaseLost) is logged and counted, not returned: the
 // stream is claimed again and JetStream's duplicate window absorbs the
@@ -76,8 +77,20 @@ func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
 
 	var results []Result
 	if len(batches) > 0 {
-		hctx, cancel := context.WithDeadline(ctx, start.Add(d.cfg.Lease-d.cfg.Lease/5))
+		// On shutdown the batch in flight goes on for ShutdownGrace, so what
+		// it publishes gets acked; it never outlives the leases.
+		hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(d.cfg.Lease-d.cfg.Lease/5))
+		stopGrace := context.AfterFunc(ctx, func() {
+			t := time.NewTimer(d.cfg.ShutdownGrace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				cancel()
+			case <-hctx.Done():
+			}
+		})
 		results = d.h.Handle(hctx, batches)
+		stopGrace()
 		cancel()
 		if len(results) != len(batches) {
 			d.log.Error("drain handler returned the wrong number of results", "results", len(results), "batches", len(batches))

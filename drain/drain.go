@@ -26,6 +26,9 @@ const (
 	DefaultFetchLimit   = 500
 	DefaultPollInterval = time.Second
 	DefaultMaxRetries   = 10
+	// DefaultShutdownGrace is how long a batch in flight may go on after
+	// Run's context ends.
+	DefaultShutdownGrace = 10 * time.Second
 )
 
 // maxErrorPause caps the growing pause after store errors in Run.
@@ -63,6 +66,11 @@ type Config struct {
 	// failed retry times before (0 on its first failure). Default
 	// ExponentialBackoff (1s doubling to 5min, ±20% jitter).
 	Backoff func(retry int) time.Duration
+	// ShutdownGrace is how long the batch in flight may go on after the
+	// context of Run or Cycle ends (shutdown): what it finishes is acked,
+	// the rest is released without counting a retry. Default 10s; it never
+	// runs past 80% of the lease.
+	ShutdownGrace time.Duration
 	// Notifier wakes Run when events are appended. Optional: without it Run
 	// polls every PollInterval.
 	Notifier Notifier
@@ -121,6 +129,7 @@ func New(store Store, h Handler, cfg Config) (*Drain, error) {
 		{"FetchLimit", cfg.FetchLimit < 0, cfg.FetchLimit},
 		{"PollInterval", cfg.PollInterval < 0, cfg.PollInterval},
 		{"MaxRetries", cfg.MaxRetries < 0, cfg.MaxRetries},
+		{"ShutdownGrace", cfg.ShutdownGrace < 0, cfg.ShutdownGrace},
 	}
 	for _, c := range checks {
 		if c.bad {
@@ -132,6 +141,9 @@ func New(store Store, h Handler, cfg Config) (*Drain, error) {
 	}
 	if cfg.Lease < time.Millisecond {
 		return nil, fmt.Errorf("%w: Lease %v is below 1ms", ErrInvalidConfig, cfg.Lease)
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = DefaultShutdownGrace
 	}
 	if cfg.ClaimLimit == 0 {
 		cfg.ClaimLimit = DefaultClaimLimit

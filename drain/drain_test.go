@@ -362,7 +362,7 @@ func TestRunStopsOnCancelAndReleasesLeases(t *testing.T) {
 		}
 		return out
 	})
-	d := b.drain(t, h, drain.Config{Owner: "first", Lease: time.Hour, PollInterval: time.Hour})
+	d := b.drain(t, h, drain.Config{Owner: "first", Lease: time.Hour, PollInterval: time.Hour, ShutdownGrace: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -381,6 +381,38 @@ func TestRunStopsOnCancelAndReleasesLeases(t *testing.T) {
 	require.Equal(t, "held-1", claims[0].Stream)
 	require.Zero(t, claims[0].Retry, "shutdown does not count a retry")
 	require.Equal(t, int64(-1), claims[0].Watermark)
+}
+
+func TestRunFinishesTheBatchInFlightOnCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.appendN(t, "busy-1", 3)
+	started := make(chan struct{})
+	var handlerCtxErr error
+	h := drain.HandlerFunc(func(ctx context.Context, batches []drain.Batch) []drain.Result {
+		close(started)
+		time.Sleep(300 * time.Millisecond) // publishing, while shutdown begins
+		handlerCtxErr = ctx.Err()
+		out := make([]drain.Result, len(batches))
+		for i, bt := range batches {
+			out[i] = drain.Result{Done: len(bt.Events)}
+		}
+		return out
+	})
+	d := b.drain(t, h, drain.Config{Owner: "first", Lease: time.Minute, PollInterval: time.Hour})
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	<-started
+	cancel()
+	require.NoError(t, <-done)
+	require.NoError(t, handlerCtxErr, "the handler's context ended within the shutdown grace")
+
+	infos, err := b.store.Streams(b.ctx, store.StreamFilter{})
+	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	require.Equal(t, int64(2), infos[0].Watermark, "the batch finished during shutdown is acked")
+	require.Empty(t, infos[0].LeasedBy)
 }
 
 func TestRunSurvivesStoreErrors(t *testing.T) {

@@ -37,6 +37,7 @@ type runCmd struct {
 	MaxRetries       int           `name:"max-retries" env:"JSBRIDGE_MAX_RETRIES" default:"10" help:"Failed attempts on a stream before it is blocked (default: ${default})."`
 	MaxInFlight      int           `name:"max-in-flight" env:"JSBRIDGE_MAX_IN_FLIGHT" default:"256" help:"Streams published concurrently (each stream stays in order) (default: ${default})."`
 	PublishTimeout   time.Duration `name:"publish-timeout" env:"JSBRIDGE_PUBLISH_TIMEOUT" default:"5s" help:"How long to wait for JetStream to acknowledge one publish (default: ${default})."`
+	ShutdownGrace    time.Duration `name:"shutdown-grace" env:"JSBRIDGE_SHUTDOWN_GRACE" default:"10s" help:"On SIGTERM, how long the batch in flight may go on; what it publishes is acked, the rest released (default: ${default})."`
 	Migrate          bool          `name:"migrate" env:"JSBRIDGE_MIGRATE" default:"true" negatable:"" help:"Apply pending migrations at start (default: ${default})."`
 	OpsAddr          string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9464" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
 }
@@ -90,7 +91,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	d, err := drain.New(st, fwd, drain.Config{
 		Owner: r.Owner, Lease: r.Lease, ClaimLimit: r.ClaimLimit, FetchLimit: r.FetchLimit,
-		PollInterval: r.PollInterval, MaxRetries: r.MaxRetries, Notifier: st, Logger: log,
+		PollInterval: r.PollInterval, MaxRetries: r.MaxRetries, ShutdownGrace: r.ShutdownGrace, Notifier: st, Logger: log,
 	})
 	if err != nil {
 		return err
