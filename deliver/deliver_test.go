@@ -59,15 +59,16 @@ func (b bundle) publish(t *testing.T, id int64, stream, name, data string) {
 	h[jetstream.MsgIDHeader] = []string{sid}
 	h[event.HeaderSpecVersion] = []string{event.SpecVersion}
 	h[event.HeaderID] = []string{sid}
-	h[event.HeaderType] = []string{name}
+	h[event.HeaderType] = []string{event.EncodeHeaderValue(name)}
 	h[event.HeaderSource] = []string{"/jsbridge/test"}
-	h[event.HeaderSubject] = []string{stream}
+	h[event.HeaderSubject] = []string{event.EncodeHeaderValue(stream)}
 	h[event.HeaderTime] = []string{"2026-01-02T03:04:05.123456789Z"}
 	h[event.HeaderContentType] = []string{event.ContentTypeJSON}
 	h[event.HeaderStreamVersion] = []string{"7"}
 	h[event.HeaderCorrelationID] = []string{"corr-1"}
 	h[event.HeaderCausationID] = []string{"cause-1"}
-	subject := "events." + event.Category(stream) + "." + stream + "." + name
+	token := func(s string) string { return strings.NewReplacer(" ", "%20", ".", "%2E").Replace(s) }
+	subject := "events." + token(event.Category(stream)) + "." + token(stream) + "." + token(name)
 	_, err := b.js.PublishMsg(b.ctx, &nats.Msg{Subject: subject, Header: h, Data: []byte(data)})
 	require.NoError(t, err)
 }
@@ -208,6 +209,20 @@ func TestStructuredDeliveryAcks(t *testing.T) {
 	// Delivered once, never again.
 	time.Sleep(200 * time.Millisecond)
 	require.Equal(t, 1, rc.count())
+}
+
+func TestStructuredDeliveryDecodesHeaderValues(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusNoContent))
+	b.run(t, deliver.Config{}, sub("odd", rc.URL))
+
+	b.publish(t, 9, "order-9 b", "Order Placed", `{}`)
+	got := rc.waitFor(t, 1)[0]
+	var ce event.CloudEvent
+	require.NoError(t, json.Unmarshal(got.body, &ce))
+	require.Equal(t, "order-9 b", ce.Subject, "percent-encoded header decoded in the envelope")
+	require.Equal(t, "Order Placed", ce.Type)
 }
 
 func TestBinaryDelivery(t *testing.T) {

@@ -173,16 +173,29 @@ func buildBody(mode BodyMode, id string, msg jetstream.Msg) ([]byte, http.Header
 		return msg.Data(), h, nil
 	}
 
+	// Header values are percent-encoded (forward uses
+	// event.EncodeHeaderValue); the JSON envelope carries them decoded.
+	var decodeErr error
+	attr := func(name string) string {
+		v, err := event.DecodeHeaderValue(header(mh, name))
+		if err != nil && decodeErr == nil {
+			decodeErr = fmt.Errorf("%w: %s: %w", errMalformed, name, err)
+		}
+		return v
+	}
 	ce := event.CloudEvent{
 		SpecVersion:     header(mh, event.HeaderSpecVersion),
 		ID:              id,
-		Source:          header(mh, event.HeaderSource),
-		Type:            header(mh, event.HeaderType),
-		Subject:         header(mh, event.HeaderSubject),
+		Source:          attr(event.HeaderSource),
+		Type:            attr(event.HeaderType),
+		Subject:         attr(event.HeaderSubject),
 		Time:            header(mh, event.HeaderTime),
 		DataContentType: contentType,
-		CorrelationID:   header(mh, event.HeaderCorrelationID),
-		CausationID:     header(mh, event.HeaderCausationID),
+		CorrelationID:   attr(event.HeaderCorrelationID),
+		CausationID:     attr(event.HeaderCausationID),
+	}
+	if decodeErr != nil {
+		return nil, nil, decodeErr
 	}
 	if ce.SpecVersion == "" {
 		ce.SpecVersion = event.SpecVersion

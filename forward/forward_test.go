@@ -150,6 +150,7 @@ func TestPublishEscapedSubjects(t *testing.T) {
 		{"my stream-4", "Item Added"},
 		{"bestellung-ä", "Bestätigt"},
 		{"", ""},
+		{"line\r\nbreak-7", "Evt\n"},
 	}
 	var evs []event.Event
 	for i, n := range names {
@@ -169,7 +170,15 @@ func TestPublishEscapedSubjects(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want.stream, stream)
 		require.Equal(t, want.name, name)
-		require.Equal(t, want.stream, m.Header.Get(event.HeaderSubject))
+		// Header values are percent-encoded (CloudEvents HTTP binding), and
+		// decode back to the names.
+		require.Equal(t, event.EncodeHeaderValue(want.stream), m.Header.Get(event.HeaderSubject))
+		gotStream, err := event.DecodeHeaderValue(m.Header.Get(event.HeaderSubject))
+		require.NoError(t, err)
+		require.Equal(t, want.stream, gotStream)
+		gotName, err := event.DecodeHeaderValue(m.Header.Get(event.HeaderType))
+		require.NoError(t, err)
+		require.Equal(t, want.name, gotName)
 	}
 
 	// A consumer filtering by one weird stream sees exactly its event.

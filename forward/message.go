@@ -19,7 +19,11 @@ import (
 //     name), ce-source (cfg.Source), ce-subject (the stream), ce-time
 //     (event.FormatTime(e.Created)), Content-Type application/json,
 //     ce-streamversion (the version, base 10), and ce-correlationid /
-//     ce-causationid when e.Meta has them.
+//     ce-causationid when e.Meta has them. Free-text values (type, source,
+//     subject, correlation, causation) are percent-encoded with
+//     event.EncodeHeaderValue, as the CloudEvents HTTP binding requires, so
+//     the same headers can go out on a binary-mode webhook unchanged and a
+//     name holding CR or LF cannot break the header block.
 //   - Data: e.Data byte for byte (the slice is shared, not copied).
 //
 // Empty cfg.Prefix and cfg.Source take their defaults ("events", "jsbridge");
@@ -45,17 +49,17 @@ func Message(e event.Event, cfg Config) *nats.Msg {
 	set(jetstream.MsgIDHeader, id)
 	set(event.HeaderSpecVersion, event.SpecVersion)
 	set(event.HeaderID, id)
-	set(event.HeaderType, e.Name)
-	set(event.HeaderSource, source)
-	set(event.HeaderSubject, e.Stream)
+	set(event.HeaderType, event.EncodeHeaderValue(e.Name))
+	set(event.HeaderSource, event.EncodeHeaderValue(source))
+	set(event.HeaderSubject, event.EncodeHeaderValue(e.Stream))
 	set(event.HeaderTime, event.FormatTime(e.Created))
 	set(event.HeaderContentType, event.ContentTypeJSON)
 	set(event.HeaderStreamVersion, strconv.FormatInt(e.Version, 10))
 	if e.Meta.Correlation != "" {
-		set(event.HeaderCorrelationID, e.Meta.Correlation)
+		set(event.HeaderCorrelationID, event.EncodeHeaderValue(e.Meta.Correlation))
 	}
 	if e.Meta.Causation != "" {
-		set(event.HeaderCausationID, e.Meta.Causation)
+		set(event.HeaderCausationID, event.EncodeHeaderValue(e.Meta.Causation))
 	}
 	return &nats.Msg{
 		Subject: Subject(prefix, e.Stream, e.Name),

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -89,7 +88,7 @@ func headerValue(h http.Header, name string) string {
 	if !strings.Contains(v, "%") {
 		return v
 	}
-	if d, err := url.PathUnescape(v); err == nil {
+	if d, err := event.DecodeHeaderValue(v); err == nil {
 		return d
 	}
 	return v
