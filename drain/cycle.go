@@ -33,6 +33,7 @@ func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
 	var st Stats
 	start := time.Now()
 	claims, err := d.store.Claim(ctx, d.cfg.Owner, d.cfg.ClaimLimit, d.cfg.Lease)
+	d.cfg.Observer.Claimed(len(claims), time.Since(start), err)
 	if err != nil {
 		return st, fmt.Errorf("drain: claim: %w", err)
 	}
@@ -145,15 +146,33 @@ func (d *Drain) settle(runCtx, sctx context.Context, c Claim, b Batch, r Result,
 	log := d.log.With("stream", c.Stream)
 
 	var err error
+	how := ""
+	began := time.Now()
+	defer func() {
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrLeaseLost):
+			how = SettledLeaseLost
+		default:
+			how = SettledError
+		}
+		fwd := done
+		if err != nil {
+			fwd = 0
+		}
+		d.cfg.Observer.Settled(c.Stream, how, fwd, time.Since(began))
+	}()
 	switch {
 	case r.Err == nil:
 		if err = d.store.Ack(sctx, d.cfg.Owner, c.Stream, version, id); err == nil {
+			how = SettledAcked
 			st.Acked++
 			log.Debug("stream acked", "event_id", id, "version", version, "events", done)
 		}
 	case IsNonRetryable(r.Err):
 		reason := failureReason(failed, r.Err)
 		if err = d.store.Block(sctx, d.cfg.Owner, c.Stream, version, id, reason); err == nil {
+			how = SettledBlocked
 			st.Blocked++
 			log.Error("stream blocked", "event_id", failedID(failed), "attempt", c.Retry+1, "error", reason)
 		}
@@ -161,16 +180,19 @@ func (d *Drain) settle(runCtx, sctx context.Context, c Claim, b Batch, r Result,
 		// Shutdown cut the handler short: not a failure of the stream.
 		if done > 0 {
 			if err = d.store.Ack(sctx, d.cfg.Owner, c.Stream, version, id); err == nil {
+				how = SettledAcked
 				st.Acked++
 				log.Debug("stream acked", "event_id", id, "version", version, "events", done)
 			}
 		} else if err = d.store.Release(sctx, d.cfg.Owner, []string{c.Stream}); err == nil {
+			how = SettledReleased
 			st.Released++
 			log.Debug("stream released", "reason", r.Err.Error())
 		}
 	case c.Retry+1 > d.cfg.MaxRetries:
 		reason := fmt.Sprintf("%s (after %d attempts)", failureReason(failed, r.Err), c.Retry+1)
 		if err = d.store.Block(sctx, d.cfg.Owner, c.Stream, version, id, reason); err == nil {
+			how = SettledBlocked
 			st.Blocked++
 			log.Error("stream blocked", "event_id", failedID(failed), "attempt", c.Retry+1, "error", reason)
 		}
@@ -178,6 +200,7 @@ func (d *Drain) settle(runCtx, sctx context.Context, c Claim, b Batch, r Result,
 		delay := d.cfg.Backoff(c.Retry)
 		reason := failureReason(failed, r.Err)
 		if err = d.store.Retry(sctx, d.cfg.Owner, c.Stream, version, id, delay, reason); err == nil {
+			how = SettledRetried
 			st.Retried++
 			log.Warn("stream retried", "event_id", failedID(failed), "attempt", c.Retry+1, "delay", delay, "error", reason)
 		}

@@ -71,6 +71,8 @@ type Config struct {
 	// the rest is released without counting a retry. Default 10s; it never
 	// runs past 80% of the lease.
 	ShutdownGrace time.Duration
+	// Observer is told about claims and settles (metrics). Optional.
+	Observer Observer
 	// Notifier wakes Run when events are appended. Optional: without it Run
 	// polls every PollInterval.
 	Notifier Notifier
@@ -141,6 +143,9 @@ func New(store Store, h Handler, cfg Config) (*Drain, error) {
 	}
 	if cfg.Lease < time.Millisecond {
 		return nil, fmt.Errorf("%w: Lease %v is below 1ms", ErrInvalidConfig, cfg.Lease)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = noObserver{}
 	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = DefaultShutdownGrace

@@ -66,6 +66,8 @@ type Config struct {
 	// Logger receives failures (Warn), duplicates and stores (Debug) with the
 	// keys stream and event_id. Default: discard.
 	Logger *slog.Logger
+	// Observer is told about every publish (metrics). Default: none.
+	Observer Observer
 }
 
 // Status is what became of one event in Publish.
@@ -142,6 +144,9 @@ func New(js jetstream.JetStream, cfg Config) (*Forwarder, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = noObserver{}
 	}
 	if err := validPrefix(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("%w: Config.Prefix: %w", ErrInvalidConfig, err)
@@ -252,8 +257,15 @@ func (f *Forwarder) parallel(n int, fn func(k int)) {
 	wg.Wait()
 }
 
-// publish sends one event and classifies the result.
+// publish sends one event, classifies the result and tells the Observer.
 func (f *Forwarder) publish(ctx context.Context, e event.Event) Outcome {
+	start := time.Now()
+	o := f.publishOnce(ctx, e)
+	f.cfg.Observer.Published(o, time.Since(start))
+	return o
+}
+
+func (f *Forwarder) publishOnce(ctx context.Context, e event.Event) Outcome {
 	if !json.Valid(e.Data) {
 		return f.failed(e, drain.NonRetryable(fmt.Errorf("%w: event %d of stream %q (%d bytes)", ErrInvalidData, e.ID, e.Stream, len(e.Data))))
 	}

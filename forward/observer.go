@@ -1,0 +1,58 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Observer is told about every publish attempt, for metrics. Its methods are
+// called from many goroutines at once and must not block.
+type Observer interface {
+	// Published is called once per event the Forwarder sent (not for events
+	// skipped after a failure): o is its outcome, took the time from send to
+	// PubAck or error.
+	Published(o Outcome, took time.Duration)
+}
+
+type noObserver struct{}
+
+func (noObserver) Published(Outcome, time.Duration) {}
+
+// Publish error classes returned by ErrorClass (metric label values).
+const (
+	ClassTooLarge     = "too_large"
+	ClassInvalidData  = "invalid_data"
+	ClassTimeout      = "timeout"
+	ClassNoResponders = "no_responders"
+	ClassConnection   = "connection"
+	ClassNotAttempted = "not_attempted"
+	ClassOther        = "other"
+)
+
+// ErrorClass names the class of a publish failure: ClassTooLarge and
+// ClassInvalidData (non-retryable), ClassTimeout, ClassNoResponders (no
+// JetStream server or stream answered), ClassConnection (closed or
+// reconnecting), ClassNotAttempted or ClassOther. It returns "" for nil.
+func ErrorClass(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrTooLarge):
+		return ClassTooLarge
+	case errors.Is(err, ErrInvalidData):
+		return ClassInvalidData
+	case errors.Is(err, ErrNotAttempted):
+		return ClassNotAttempted
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return ClassTimeout
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+		return ClassNoResponders
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected):
+		return ClassConnection
+	}
+	return ClassOther
+}
