@@ -22,4 +22,9 @@ type Claim struct {
 	Retry int
 	// LeasedUntil is when the lease expires (database clock).
 	LeasedUntil time.Time
+	// PreviousHolder is the owner whose lease on the stream expired without
+	// an ack, retry, block or release (it died or hung): this claim is a
+	// takeover, and that owner may have published events it never acked.
+	// Empty when the stream was free.
+	PreviousHolder string
 }

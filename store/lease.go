@@ -40,7 +40,7 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 	}
 	claims, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (event.Claim, error) {
 		var c event.Claim
-		err := r.Scan(&c.Stream, &c.Watermark, &c.Retry, &c.LeasedUntil)
+		err := r.Scan(&c.Stream, &c.Watermark, &c.Retry, &c.LeasedUntil, &c.PreviousHolder)
 		return c, err
 	})
 	if err != nil {

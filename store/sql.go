@@ -52,7 +52,7 @@ RETURNING id, version, name, data, meta, created`),
 		// The locking select is materialized so it runs exactly once; SKIP
 		// LOCKED means competing claimers never wait for each other.
 		claim: r.Replace(`WITH pending AS MATERIALIZED (
-    SELECT stream FROM {schema}.streams
+    SELECT stream, leased_by AS prev_holder FROM {schema}.streams
     WHERE head > watermark AND NOT blocked
       AND (next_attempt IS NULL OR next_attempt <= now())
       AND (leased_until IS NULL OR leased_until <= now())
@@ -63,7 +63,7 @@ RETURNING id, version, name, data, meta, created`),
 UPDATE {schema}.streams s
 SET leased_by = $1, leased_until = now() + $3::bigint * interval '1 microsecond', updated_at = now()
 FROM pending WHERE s.stream = pending.stream
-RETURNING s.stream, s.watermark, s.retry, s.leased_until`),
+RETURNING s.stream, s.watermark, s.retry, s.leased_until, coalesce(pending.prev_holder, '')`),
 		fetch: r.Replace(`SELECT e.id, e.stream, e.version, e.name, e.data, e.meta, e.created
 FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS c(stream, watermark, ord)
 CROSS JOIN LATERAL (

@@ -372,6 +372,7 @@ func TestExpiredLeaseIsTakenOverWithoutRetry(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claims, 1)
 	require.Equal(t, 1, claims[0].Retry)
+	require.Empty(t, claims[0].PreviousHolder, "the retry released the lease: no takeover")
 	none, err := b.store.Claim(b.ctx, "b", 10, time.Minute)
 	require.NoError(t, err)
 	require.Empty(t, none, "a live lease is not taken over")
@@ -384,6 +385,7 @@ func TestExpiredLeaseIsTakenOverWithoutRetry(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, "ship-1", taken[0].Stream)
 	require.Equal(t, 1, taken[0].Retry, "a takeover does not count a retry")
+	require.Equal(t, "a", taken[0].PreviousHolder, "a takeover names the expired holder")
 	require.Equal(t, int64(-1), taken[0].Watermark)
 
 	require.ErrorIs(t, b.store.Ack(b.ctx, "a", "ship-1", evs[1].Version, evs[1].ID), event.ErrLeaseLost)
