@@ -5,12 +5,12 @@ N       ?= 20000
 RATE    ?= 30
 BIN     := bin
 
-.PHONY: all build run demo test test-short bench vet pg-start pg-stop nats-cli clean
+.PHONY: all build run demo test bench bench-go vet pg-start pg-stop nats-cli clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/ ./cmd/bridge ./cmd/consumer ./examples/demo
+	$(GO) build -o $(BIN)/ ./cmd/bridge ./cmd/consumer ./examples/demo ./bench
 
 ## run: Postgres + bridge (embedded JetStream) + consumer + example receiver + producer, until Ctrl-C
 run: build
@@ -23,6 +23,14 @@ demo: build
 ## test: every test, with the race detector, against a real Postgres and JetStream
 test:
 	@url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -race -timeout 15m -count=1 ./...
+
+## bench: the results table against the same machine's raw limits (QUICK=1: small sizes, under 3 minutes)
+bench: build
+	@$(BIN)/bench $(if $(QUICK),-quick,-out docs/benchmarks.md) -bin $(BIN)
+
+## bench-go: Go benchmarks of the hot paths (subjects, messages, signing, claim and ack SQL)
+bench-go:
+	@url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -run '^$$' -bench . -benchmem ./...
 
 vet:
 	$(GO) vet ./...

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/proc"
+	"github.com/jsbridge/jsbridge/store"
+)
+
+// payload is event data of exactly 256 bytes as Postgres's jsonb prints it
+// (`{"pad": "…"}`), the size the targets refer to.
+var payload = []byte(`{"pad": "` + strings.Repeat("x", 256-len(`{"pad": ""}`)) + `"}`)
+
+// backlog returns n events spread round-robin over streams streams
+// ("bench-<k>"), ids 1..n, versions in order per stream.
+func backlog(n, streams int) []event.Event {
+	evs := make([]event.Event, n)
+	now := time.Now()
+	for i := range evs {
+		s := i % streams
+		evs[i] = event.Event{
+			ID: int64(i + 1), Stream: fmt.Sprintf("bench-%d", s), Version: int64(i / streams),
+			Name: "BenchEvent", Data: payload, Created: now,
+		}
+	}
+	return evs
+}
+
+// freshEventsStream deletes and re-creates the EVENTS JetStream stream.
+func (e *env) freshEventsStream(ctx context.Context) error {
+	if err := e.js.DeleteStream(ctx, forward.DefaultStreamName); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	_, err := forward.Provision(ctx, e.js, forward.StreamConfig{})
+	return err
+}
+
+// publishAsync is the reference: a bare nats.go loop publishing the messages
+// the bridge would (same subjects, headers, Nats-Msg-Id, data) with async
+// publish, as fast as JetStream stores them. It returns messages per second.
+func (e *env) publishAsync(ctx context.Context, evs []event.Event) (float64, error) {
+	start := time.Now()
+	for i := range evs {
+		msg := forward.Message(evs[i], forward.Config{})
+		for {
+			_, err := e.js.PublishMsgAsync(msg)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				return 0, fmt.Errorf("publish async: %w", err)
+			}
+		}
+	}
+	select {
+	case <-e.js.PublishAsyncComplete():
+	case <-time.After(5 * time.Minute):
+		return 0, errors.New("async publishes not acknowledged after 5 minutes")
+	}
+	elapsed := time.Since(start)
+	if err := e.expectMessages(ctx, len(evs)); err != nil {
+		return 0, err
+	}
+	return float64(len(evs)) / elapsed.Seconds(), nil
+}
+
+func (e *env) expectMessages(ctx context.Context, n int) error {
+	s, err := e.js.Stream(ctx, forward.DefaultStreamName)
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State.Msgs != uint64(n) {
+		return fmt.Errorf("JetStream stream %s holds %d messages, want %d", forward.DefaultStreamName, info.State.Msgs, n)
+	}
+	return nil
+}
+
+// freshStore drops and migrates a schema and returns the store on it.
+func (e *env) freshStore(ctx context.Context, schema string) (*store.Store, error) {
+	if _, err := e.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+		return nil, err
+	}
+	st, err := store.New(e.pool, store.WithSchema(schema))
+	if err != nil {
+		return nil, err
+	}
+	return st, st.Migrate(ctx)
+}
+
+// load writes evs into schema's events table with COPY, 100,000 rows a
+// statement (the statement trigger records each stream's head).
+func (e *env) load(ctx context.Context, schema string, evs []event.Event) error {
+	for lo := 0; lo < len(evs); lo += 100_000 {
+		hi := min(lo+100_000, len(evs))
+		chunk := evs[lo:hi]
+		_, err := e.pool.CopyFrom(ctx, pgx.Identifier{schema, "events"},
+			[]string{"stream", "version", "name", "data", "meta"},
+			pgx.CopyFromSlice(len(chunk), func(i int) ([]any, error) {
+				ev := chunk[i]
+				return []any{ev.Stream, ev.Version, ev.Name, string(ev.Data), "{}"}, nil
+			}))
+		if err != nil {
+			return fmt.Errorf("copy events %d..%d: %w", lo, hi, err)
+		}
+	}
+	_, err := e.pool.Exec(ctx, "ANALYZE "+schema+".events; ANALYZE "+schema+".streams")
+	return err
+}
+
+// startBridge runs a bridge process on schema against the embedded server.
+func (e *env) startBridge(ctx context.Context, schema string, extra ...string) (*proc.Process, error) {
+	ops, err := proc.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"run", "--nats-url", e.srv.ClientURL(), "--no-migrate",
+		"--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--log-level", "warn"}, extra...)
+	p, err := e.procs.Start("bridge", e.cfg.Bin+"/bridge", args, "DATABASE_URL="+e.dbURL, "JSBRIDGE_SCHEMA="+schema)
+	if err != nil {
+		return nil, err
+	}
+	return p, proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ops), p)
+}
+
+// drainRow: the reference publishes the backlog's messages with a bare async
+// loop; then the bridge drains the same backlog from Postgres.
+func (e *env) drainRow(ctx context.Context) (row, int64, error) {
+	n, streams := e.cfg.Events, e.cfg.Streams
+	fmt.Printf("bench: drain: building a backlog of %d events over %d streams\n", n, streams)
+	evs := backlog(n, streams)
+
+	if err := e.freshEventsStream(ctx); err != nil {
+		return row{}, 0, err
+	}
+	ref, err := e.publishAsync(ctx, evs)
+	if err != nil {
+		return row{}, 0, err
+	}
+	fmt.Printf("bench: drain: reference async publish %.0f msg/s\n", ref)
+
+	const schema = "bench_drain"
+	st, err := e.freshStore(ctx, schema)
+	if err != nil {
+		return row{}, 0, err
+	}
+	loadStart := time.Now()
+	if err := e.load(ctx, schema, evs); err != nil {
+		return row{}, 0, err
+	}
+	fmt.Printf("bench: drain: loaded the backlog into Postgres in %s\n", time.Since(loadStart).Round(time.Millisecond))
+	evs = nil
+	if err := e.freshEventsStream(ctx); err != nil {
+		return row{}, 0, err
+	}
+
+	start := time.Now()
+	bridge, err := e.startBridge(ctx, schema)
+	if err != nil {
+		return row{}, 0, err
+	}
+	err = e.waitFor(ctx, 30*time.Minute, "drain", func() (bool, error) {
+		_, fwd, err := st.Totals(ctx)
+		return fwd >= int64(n), err
+	})
+	if err != nil {
+		return row{}, 0, err
+	}
+	ours := float64(n) / time.Since(start).Seconds()
+	rss, rssErr := bridge.PeakRSS()
+	if err := bridge.Stop(20 * time.Second); err != nil {
+		return row{}, 0, fmt.Errorf("bridge exit: %w", err)
+	}
+	if rssErr != nil {
+		return row{}, 0, rssErr
+	}
+	if err := e.expectMessages(ctx, n); err != nil {
+		return row{}, 0, err
+	}
+	fmt.Printf("bench: drain: bridge %.0f events/s, peak RSS %.0f MB\n", ours, float64(rss)/(1<<20))
+	ratio := ours / ref
+	return row{
+		Name:      fmt.Sprintf("drain throughput: %d events (256 B) over %d streams, Postgres → JetStream (file, dedup)", n, streams),
+		Ours:      fmt.Sprintf("%.0f events/s", ours),
+		Reference: fmt.Sprintf("%.0f msg/s (bare async publish)", ref),
+		Ratio:     fmt.Sprintf("%.2f", ratio),
+		Target:    "≥ 0.5",
+		Met:       ratio >= 0.5,
+	}, rss, nil
+}

@@ -1,0 +1,74 @@
+// Command bench measures jsbridge against the raw limits of the same machine,
+// in the same run, and prints one table (see docs/benchmarks.md):
+//
+//   - drain throughput: a Postgres backlog → JetStream (file storage, dedup
+//     on), against a bare nats.go async-publish loop of the same messages;
+//   - claim latency p99 with many idle streams against few;
+//   - consumer throughput: JetStream → signed POST to a loopback receiver →
+//     ack, against a bare pull → POST → ack loop with the same receiver;
+//   - end to end: append → webhook received, at a steady rate;
+//   - peak RSS of the bridge and the consumer processes at full speed.
+//
+// The bridge and the consumer run as real processes from -bin (make build);
+// the NATS server is embedded in this process; Postgres is the throwaway local
+// one (scripts/pg) unless -database-url is given.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+type config struct {
+	Quick       bool
+	Events      int
+	Streams     int
+	Messages    int
+	InFlight    int
+	IdleStreams int
+	Claims      int
+	E2ERate     int
+	E2EDuration time.Duration
+	Bin         string
+	DatabaseURL string
+	Out         string
+	Only        string
+	Repo        string
+}
+
+func main() {
+	var cfg config
+	flag.BoolVar(&cfg.Quick, "quick", false, "small sizes (a run of under 3 minutes); the targets refer to the full sizes")
+	flag.IntVar(&cfg.Events, "events", 1_000_000, "drain: events in the Postgres backlog (256 B of data each)")
+	flag.IntVar(&cfg.Streams, "streams", 10_000, "drain: streams the backlog is spread over")
+	flag.IntVar(&cfg.Messages, "messages", 200_000, "consumer: messages delivered")
+	flag.IntVar(&cfg.InFlight, "in-flight", 64, "consumer: deliveries in flight")
+	flag.IntVar(&cfg.IdleStreams, "idle-streams", 100_000, "claim: idle streams in the large case (the small case has 100)")
+	flag.IntVar(&cfg.Claims, "claims", 2000, "claim: claims measured per case")
+	flag.IntVar(&cfg.E2ERate, "e2e-rate", 1000, "end to end: events appended per second")
+	flag.DurationVar(&cfg.E2EDuration, "e2e-duration", 30*time.Second, "end to end: how long to append")
+	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
+	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one")
+	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
+	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, claim, consumer, e2e")
+	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
+	flag.Parse()
+	if cfg.Quick {
+		cfg.Events, cfg.Streams = 100_000, 1_000
+		cfg.Messages = 20_000
+		cfg.IdleStreams, cfg.Claims = 100_000, 500
+		cfg.E2EDuration = 10 * time.Second
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/proc"
+)
+
+// env is what every row shares: Postgres, the embedded JetStream server, a
+// client connection, and the child processes.
+type env struct {
+	cfg   config
+	pool  *pgxpool.Pool
+	dbURL string
+	srv   *embedded.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	procs proc.Group
+}
+
+// row is one line of the results table.
+type row struct {
+	Name, Ours, Reference, Ratio, Target string
+	Met                                  bool
+}
+
+func run(ctx context.Context, cfg config) error {
+	e := &env{cfg: cfg, dbURL: cfg.DatabaseURL}
+	if e.dbURL == "" {
+		url, stopPG, err := proc.StartPostgres(cfg.Repo)
+		if err != nil {
+			return err
+		}
+		defer stopPG()
+		e.dbURL = url
+	}
+	pcfg, err := pgxpool.ParseConfig(e.dbURL)
+	if err != nil {
+		return fmt.Errorf("-database-url: %w", err)
+	}
+	pcfg.MaxConns = 16
+	if e.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return err
+	}
+	defer e.pool.Close()
+
+	dir, err := os.MkdirTemp("", "jsbridge-bench-nats-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if e.srv, err = embedded.Start(embedded.Config{Dir: dir, Port: embedded.RandomPort}); err != nil {
+		return err
+	}
+	defer e.srv.Shutdown()
+	if e.nc, err = e.srv.Connect(); err != nil {
+		return err
+	}
+	defer e.nc.Close()
+	if e.js, err = jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(4096)); err != nil {
+		return err
+	}
+	defer e.procs.StopAll(20 * time.Second)
+
+	only := map[string]bool{}
+	for _, o := range strings.Split(cfg.Only, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			only[o] = true
+		}
+	}
+	want := func(name string) bool { return len(only) == 0 || only[name] }
+
+	var rows []row
+	var mem memory
+	if want("drain") {
+		r, rss, err := e.drainRow(ctx)
+		if err != nil {
+			return fmt.Errorf("drain: %w", err)
+		}
+		rows, mem.bridge = append(rows, r), rss
+	}
+	if want("claim") {
+		r, err := e.claimRow(ctx)
+		if err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		rows = append(rows, r)
+	}
+	if want("consumer") {
+		r, rss, err := e.consumerRow(ctx)
+		if err != nil {
+			return fmt.Errorf("consumer: %w", err)
+		}
+		rows, mem.consumer = append(rows, r), rss
+	}
+	if want("e2e") {
+		r, err := e.e2eRow(ctx)
+		if err != nil {
+			return fmt.Errorf("end to end: %w", err)
+		}
+		rows = append(rows, r)
+	}
+	if mem.bridge > 0 || mem.consumer > 0 {
+		rows = append(rows, mem.row())
+	}
+	table := render(cfg, rows)
+	fmt.Print(table)
+	if cfg.Out != "" {
+		if err := os.MkdirAll(filepath.Dir(cfg.Out), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(cfg.Out, []byte(markdown(cfg, table)), 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("bench: wrote %s\n", cfg.Out)
+	}
+	return nil
+}
+
+type memory struct{ bridge, consumer int64 }
+
+func (m memory) row() row {
+	mb := func(b int64) string {
+		if b == 0 {
+			return "not measured"
+		}
+		return fmt.Sprintf("%.0f MB", float64(b)/(1<<20))
+	}
+	return row{
+		Name:      "memory at full speed: peak RSS",
+		Ours:      "bridge " + mb(m.bridge) + ", consumer " + mb(m.consumer),
+		Reference: "—",
+		Ratio:     "—",
+		Target:    "≤ 100 MB / ≤ 150 MB",
+		Met:       m.bridge <= 100<<20 && m.consumer <= 150<<20,
+	}
+}
+
+func render(cfg config, rows []row) string {
+	var b strings.Builder
+	size := "full"
+	if cfg.Quick {
+		size = "quick"
+	}
+	fmt.Fprintf(&b, "\njsbridge bench (%s sizes) on %s\n\n", size, machine())
+	fmt.Fprintf(&b, "| row | ours | reference (same run) | ratio | target | met |\n|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		met := "yes"
+		if !r.Met {
+			met = "NO"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Name, r.Ours, r.Reference, r.Ratio, r.Target, met)
+	}
+	return b.String()
+}
+
+func markdown(cfg config, table string) string {
+	var b strings.Builder
+	b.WriteString("# Benchmarks\n\n")
+	b.WriteString("Written by `make bench` (`go run ./bench`); the figures below are from the last run.\n\n")
+	fmt.Fprintf(&b, "Command: `%s`  \nDate: %s  \nGo: %s\n", strings.Join(os.Args, " "), time.Now().UTC().Format(time.RFC3339), runtime.Version())
+	b.WriteString(table)
+	return b.String()
+}
+
+// machine names the CPU model and core count.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores, %s", runtime.NumCPU(), model)
+}
+
+// waitFor polls cond every 100 ms until it is true, ctx ends, timeout passes,
+// or check returns an error (a child died).
+func (e *env) waitFor(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if err := e.procs.AnyExited(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not done after %s", what, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
