@@ -6,13 +6,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"time"
 )
 
 // DefaultMaxBodyBytes is the largest body Handler reads unless
 // WithMaxBodyBytes says otherwise: 1 MiB.
 const DefaultMaxBodyBytes = 1 << 20
+
+// DefaultLease is how long Handler holds an Idempotency-Key in progress
+// while next runs, unless WithLease says otherwise: 1 minute.
+const DefaultLease = time.Minute
 
 // ProcessFunc handles one verified, first-seen webhook. body is the exact
 // request body (r.Body is already consumed). A nil error acknowledges the
@@ -53,6 +59,21 @@ func WithMaxBodyBytes(n int64) HandlerOption {
 	}
 }
 
+// WithLease sets how long an Idempotency-Key stays in progress while next
+// runs (default DefaultLease, 1 minute). next's context ends with the lease,
+// so a handler that honours its context never outlives it; a retry arriving
+// meanwhile gets 503 with Retry-After, and a receiver that crashes holds
+// the key no longer than the lease. Keep it above your slowest handler and
+// below the sender's retry envelope (see RetryProfile). d <= 0 keeps the
+// default.
+func WithLease(d time.Duration) HandlerOption {
+	return func(h *handler) {
+		if d > 0 {
+			h.lease = d
+		}
+	}
+}
+
 // WithLogger sets the logger for rejected and failed deliveries (default
 // slog.Default()). A nil logger keeps the default.
 func WithLogger(l *slog.Logger) HandlerOption {
@@ -67,24 +88,38 @@ type handler struct {
 	v       *Verifier
 	store   IdempotencyStore
 	ttl     time.Duration
+	lease   time.Duration
 	next    ProcessFunc
 	maxBody int64
 	log     *slog.Logger
 }
 
-// Handler returns the receiver middleware. For each request it:
+// Handler returns the receiver middleware. ttl is how long a completed
+// Idempotency-Key is remembered (derive it with MinSafeTTL). For each
+// request it answers:
 //
-//  1. reads the body, at most the limit (413 when larger, 400 when the body
-//     cannot be read);
-//  2. verifies the signature with v (401, body = Reason: "missing-signature",
-//     "missing-timestamp", "stale", "future" or "bad-signature");
-//  3. takes the Idempotency-Key header (400 "missing-idempotency-key" when
-//     absent) and claims it in store for ttl (500 when the store fails);
-//     an already claimed key answers 204 without calling next;
-//  4. calls next; success answers 204. An error (or a panic, which is
-//     re-raised) releases the key and answers 500 "processing-failed" so
-//     the sender retries, or the status of a wrapped *StatusError
-//     (body "rejected").
+//   - 413 "body-too-large" over the limit (WithMaxBodyBytes), 422
+//     "unreadable-body" when the body cannot be read;
+//   - 401 with the reason when Verify fails: "missing-signature",
+//     "missing-timestamp", "stale", "future" or "bad-signature";
+//   - 400 "missing-idempotency-key" without an Idempotency-Key header, and
+//     under SchemeStandard 400 "idempotency-key-mismatch" when it differs
+//     from webhook-id: webhook-id is signed and the key is not, so this stops
+//     a captured request from being replayed under a fresh key within the
+//     signature tolerance (jsbridge sets both to the event id; under
+//     SchemeHMACSHA256 nothing signed names the event, so dedup there relies
+//     on the sender's key alone);
+//   - 204 without calling next when the key is done (a duplicate);
+//   - 503 "in-progress" with Retry-After (whole seconds until the other
+//     attempt's lease ends, at least 1) when another attempt holds the key:
+//     the sender retries, and by then the key is done (204) or released
+//     (next runs);
+//   - otherwise it claims the key for the lease (WithLease) and calls next
+//     with a context ending with the lease. Success marks the key done for
+//     ttl and answers 204. An error (or a panic, which is re-raised)
+//     releases the key and answers 500 "processing-failed" so the retry runs
+//     next again, or the status of a wrapped *StatusError (body
+//     "rejected"). A store failure answers 500 "idempotency-store".
 //
 // Every status the sender must not retry is a 4xx other than 408/429; every
 // status it must retry is 5xx (see the webhook contract in the design).
@@ -100,7 +135,7 @@ func Handler(v *Verifier, store IdempotencyStore, ttl time.Duration, next Proces
 	case ttl <= 0:
 		panic(fmt.Sprintf("webhook.Handler: ttl %v must be > 0", ttl))
 	}
-	h := &handler{v: v, store: store, ttl: ttl, next: next, maxBody: DefaultMaxBodyBytes, log: slog.Default()}
+	h := &handler{v: v, store: store, ttl: ttl, lease: DefaultLease, next: next, maxBody: DefaultMaxBodyBytes, log: slog.Default()}
 	for _, o := range opts {
 		o(h)
 	}
@@ -115,7 +150,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.reject(ctx, w, r, http.StatusRequestEntityTooLarge, "body-too-large", err)
 			return
 		}
-		h.reject(ctx, w, r, http.StatusBadRequest, "unreadable-body", err)
+		h.reject(ctx, w, r, http.StatusUnprocessableEntity, "unreadable-body", err)
 		return
 	}
 	if err := h.v.Verify(r.Header, body); err != nil {
@@ -127,18 +162,37 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(ctx, w, r, http.StatusBadRequest, "missing-idempotency-key", errors.New("no Idempotency-Key header"))
 		return
 	}
-	first, err := h.store.Claim(ctx, key, h.ttl)
+	if id := r.Header.Get(HeaderWebhookID); h.v.Scheme() == SchemeStandard && id != key {
+		h.reject(ctx, w, r, http.StatusBadRequest, "idempotency-key-mismatch", fmt.Errorf("Idempotency-Key %q differs from the signed webhook-id %q", key, id))
+		return
+	}
+	// The lease as this process counts it starts before the claim, so next's
+	// deadline never passes the store's end of the lease.
+	leaseEnd := time.Now().Add(h.lease)
+	c, err := h.store.Claim(ctx, key, h.lease)
 	if err != nil {
 		h.log.ErrorContext(ctx, "webhook: claim idempotency key", "event_id", key, "err", err)
 		http.Error(w, "idempotency-store", http.StatusInternalServerError)
 		return
 	}
-	if !first {
+	switch c.State {
+	case ClaimDone:
 		h.log.DebugContext(ctx, "webhook: duplicate delivery", "event_id", key)
 		w.WriteHeader(http.StatusNoContent)
 		return
+	case ClaimInProgress:
+		wait := max(1, int64(math.Ceil(c.Remaining.Seconds())))
+		h.log.InfoContext(ctx, "webhook: delivery in progress elsewhere, asking for a retry", "event_id", key, "retry_after_s", wait)
+		w.Header().Set("Retry-After", strconv.FormatInt(wait, 10))
+		http.Error(w, "in-progress", http.StatusServiceUnavailable)
+		return
+	case ClaimWon:
+	default:
+		h.log.ErrorContext(ctx, "webhook: claim idempotency key", "event_id", key, "err", fmt.Errorf("unknown claim state %v", c.State))
+		http.Error(w, "idempotency-store", http.StatusInternalServerError)
+		return
 	}
-	if err := h.process(ctx, r, key, body); err != nil {
+	if err := h.process(ctx, r, c, leaseEnd, body); err != nil {
 		var se *StatusError
 		if errors.As(err, &se) && se.Status >= 400 && se.Status <= 599 {
 			h.log.WarnContext(ctx, "webhook: processing rejected", "event_id", key, "status", se.Status, "err", err)
@@ -152,23 +206,36 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// process calls next; on an error or a panic it releases key so the retry
-// runs again (a key left claimed would turn the retry into a silent drop).
-func (h *handler) process(ctx context.Context, r *http.Request, key string, body []byte) (err error) {
+// process calls next under the lease. On success it marks the key done;
+// on an error or a panic it releases the key so the retry runs again (a key
+// left in progress would turn every retry into a 503 until the lease ends).
+func (h *handler) process(ctx context.Context, r *http.Request, c Claim, leaseEnd time.Time, body []byte) (err error) {
+	// The store calls after next must happen even when the request context
+	// is done (the sender gave up waiting).
+	storeCtx := context.WithoutCancel(ctx)
 	ok := false
 	defer func() {
 		if ok {
 			return
 		}
-		// The request context may be done (client gone); the release must
-		// still happen.
-		if rerr := h.store.Release(context.WithoutCancel(ctx), key); rerr != nil {
-			h.log.ErrorContext(ctx, "webhook: release idempotency key", "event_id", key, "err", rerr)
+		if rerr := h.store.Release(storeCtx, c); rerr != nil {
+			h.log.ErrorContext(ctx, "webhook: release idempotency key; a retry waits for the lease to end", "event_id", c.Key, "err", rerr)
 		}
 	}()
-	err = h.next(ctx, r, body)
-	ok = err == nil
-	return err
+	leaseCtx, cancel := context.WithDeadline(ctx, leaseEnd)
+	defer cancel()
+	err = h.next(leaseCtx, r, body)
+	if err != nil {
+		return err
+	}
+	ok = true
+	// The side effects ran: answer 204 even if the store cannot record it.
+	// A 500 would bring a retry that finds the key still in progress and,
+	// once the lease ends, runs the side effects a second time.
+	if cerr := h.store.Complete(storeCtx, c, h.ttl); cerr != nil {
+		h.log.ErrorContext(ctx, "webhook: complete idempotency key; a duplicate after the lease ends would run again", "event_id", c.Key, "err", cerr)
+	}
+	return nil
 }
 
 func (h *handler) reject(ctx context.Context, w http.ResponseWriter, r *http.Request, status int, reason string, err error) {
