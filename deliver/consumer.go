@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"runtime/debug"
 	"sync"
@@ -31,9 +30,12 @@ type Config struct {
 	// Default "EVENTS".
 	Stream string
 	// HTTPClient sends the webhooks. Default: a keep-alive transport with
-	// connect and TLS handshake timeouts. Redirects are never followed
-	// (a 3xx is a failure): deliver uses a copy of the client whose
-	// CheckRedirect returns http.ErrUseLastResponse.
+	// connect and TLS handshake timeouts and no proxy. Redirects are never
+	// followed (a 3xx is a failure): deliver uses a copy of the client whose
+	// CheckRedirect returns http.ErrUseLastResponse. For subscriptions
+	// without AllowPrivate it also clones the Transport, which must then be
+	// nil or an *http.Transport, and installs the dial-time address check
+	// (ErrForbiddenAddress) and no proxy.
 	HTTPClient *http.Client
 	// Breakers holds the per-endpoint circuit breakers. Default: a Set with
 	// breaker defaults, logging to Logger, metrics unregistered.
@@ -45,8 +47,9 @@ type Config struct {
 	// jsbridge_consumer_attempt_duration_seconds{subscription},
 	// jsbridge_consumer_in_flight{subscription}). Default nil: not registered.
 	Registerer prometheus.Registerer
-	// DeadLetters receives deliveries given up on, before they are Term'd.
-	// Default nil: they are logged at error level and Term'd.
+	// DeadLetters receives deliveries given up on, before they are Term'd
+	// (a *DLQ, provisioned). Default nil: they are logged at error level and
+	// Term'd.
 	DeadLetters DeadLetterer
 	// UserAgent is the User-Agent header. Default "jsbridge/<module version>".
 	UserAgent string
@@ -56,7 +59,6 @@ type Config struct {
 type Consumer struct {
 	js        jetstream.JetStream
 	cfg       Config
-	client    *http.Client
 	log       *slog.Logger
 	metrics   *metrics
 	userAgent string
@@ -68,6 +70,7 @@ type runner struct {
 	c        *Consumer
 	sub      Subscription
 	signer   *webhook.Signer
+	client   *http.Client
 	br       *breaker.Breaker
 	endpoint string
 	log      *slog.Logger
@@ -104,10 +107,11 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	if err != nil {
 		return nil, err
 	}
+	open := noRedirects(cfg.HTTPClient)
+	var safe *http.Client
 	c := &Consumer{
 		js:        js,
 		cfg:       cfg,
-		client:    noRedirects(cfg.HTTPClient),
 		log:       cfg.Logger,
 		metrics:   m,
 		userAgent: cfg.UserAgent,
@@ -127,10 +131,20 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			return nil, fmt.Errorf("deliver: new consumer: subscription %q: %w", s.Name, err)
 		}
 		endpoint := breaker.Endpoint(s.URL)
+		client := open
+		if !s.AllowPrivate {
+			if safe == nil {
+				if safe, err = guardedClient(open); err != nil {
+					return nil, fmt.Errorf("deliver: new consumer: subscription %q: %w", s.Name, err)
+				}
+			}
+			client = safe
+		}
 		c.runners = append(c.runners, &runner{
 			c:        c,
 			sub:      s,
 			signer:   signer,
+			client:   client,
 			br:       cfg.Breakers.Breaker(s.URL),
 			endpoint: endpoint,
 			log:      cfg.Logger.With(slog.String("subscription", s.Name), slog.String("endpoint", endpoint)),
@@ -154,19 +168,25 @@ func noRedirects(c *http.Client) *http.Client {
 	if c != nil {
 		out = *c
 	} else {
-		out.Transport = &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          256,
-			MaxIdleConnsPerHost:   DefaultMaxInFlight,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   5 * time.Second,
-			ExpectContinueTimeout: time.Second,
-		}
+		out.Transport = defaultTransport()
 	}
 	out.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &out
+}
+
+// guardedClient returns a copy of c whose transport refuses forbidden
+// addresses at dial time.
+func guardedClient(c *http.Client) (*http.Client, error) {
+	out := *c
+	switch t := c.Transport.(type) {
+	case nil:
+		out.Transport = guarded(http.DefaultTransport.(*http.Transport))
+	case *http.Transport:
+		out.Transport = guarded(t)
+	default:
+		return nil, fmt.Errorf("Config.HTTPClient.Transport is a %T, not an *http.Transport: the private-address check cannot be installed (set AllowPrivate to use it as is)", t)
+	}
+	return &out, nil
 }
 
 // Run creates or updates each subscription's durable pull consumer and
@@ -200,7 +220,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 // consumerConfig is the durable pull consumer of r's subscription. BackOff
 // is applied by NakWithDelay, not set on the consumer: a server-side BackOff
 // would replace AckWait with BackOff[0] (nats-server consumer.go) and
-// redeliver a slow but healthy POST.
+// redeliver a slow but healthy POST. MaxDeliver is enforced by the
+// consumer, not the server (which gets -1): a failure on attempt
+// MaxDeliver is dead-lettered, and when the dead letter cannot be written
+// the Nak'd message must still come back, which a server-side MaxDeliver
+// would prevent (the event would be dropped).
 func (r *runner) consumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:        r.sub.Name,
@@ -209,7 +233,7 @@ func (r *runner) consumerConfig() jetstream.ConsumerConfig {
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        r.sub.AckWait,
-		MaxDeliver:     r.sub.MaxDeliver,
+		MaxDeliver:     -1,
 		MaxAckPending:  r.sub.MaxAckPending,
 	}
 }
@@ -320,6 +344,12 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 		}
 		r.lanes.submit(streamKey(msg.Subject()), msg, wg, func(m jetstream.Msg) {
 			defer func() { <-slots }()
+			if ctx.Err() != nil {
+				// Shutting down: a message queued behind its stream's
+				// running delivery goes back at once for another replica.
+				r.nak(r.log.With(slog.String("event_id", eventID(m))), m, 0)
+				return
+			}
 			r.handle(dctx, m)
 		})
 	}

@@ -158,6 +158,7 @@ func sub(name, url string) deliver.Subscription {
 		URL:            url,
 		Secrets:        []string{secret},
 		BackOff:        []time.Duration{50 * time.Millisecond},
+		AllowPrivate:   true, // httptest listens on loopback
 	}
 }
 
@@ -521,7 +522,7 @@ func TestConsumerConfig(t *testing.T) {
 	require.Equal(t, s.FilterSubjects, cfg.FilterSubjects)
 	require.Equal(t, jetstream.AckExplicitPolicy, cfg.AckPolicy)
 	require.Equal(t, deliver.DefaultAckWait, cfg.AckWait)
-	require.Equal(t, deliver.DefaultMaxDeliver, cfg.MaxDeliver)
+	require.Equal(t, -1, cfg.MaxDeliver, "MaxDeliver is enforced by the consumer, so a failed dead letter is retried")
 	require.GreaterOrEqual(t, cfg.MaxAckPending, 8)
 }
 

@@ -40,13 +40,18 @@ type DeadLetter struct {
 	Status int
 	// Reason says why, e.g. "HTTP 410 Gone".
 	Reason string
+	// At is when the last attempt was made (zero: now).
+	At time.Time
 	// Msg is the JetStream message: subject, headers, data.
 	Msg jetstream.Msg
 }
 
 // DeadLetterer takes deliveries deliver gave up on, before the message is
-// Term'd. When it returns an error the message is Nak'd instead (retried
-// later), so nothing is lost while the dead-letter store is down.
+// Term'd. When it returns an error the message is Nak'd instead with the
+// backoff delay and delivered again later, also after its last attempt
+// (the durable consumer has no server-side MaxDeliver, see
+// runner.consumerConfig), so nothing is lost while the dead-letter store is
+// down. DLQ is the JetStream implementation.
 type DeadLetterer interface {
 	DeadLetter(ctx context.Context, dl DeadLetter) error
 }
@@ -66,6 +71,7 @@ type response struct {
 	retryAfter time.Duration // -1 when the endpoint sent none
 	err        error         // transport error; status is 0
 	timeout    bool
+	at         time.Time // when the request was sent
 }
 
 // verdict classifies a response by the webhook contract (design.md): 2xx
@@ -73,6 +79,8 @@ type response struct {
 // retried; any other 4xx is permanent.
 func (r response) verdict() verdict {
 	switch {
+	case errors.Is(r.err, ErrForbiddenAddress):
+		return verdictPermanent
 	case r.err != nil:
 		return verdictRetry
 	case r.status >= 200 && r.status < 300:
@@ -91,6 +99,8 @@ func (r response) class() string {
 	switch {
 	case r.timeout:
 		return ClassTimeout
+	case errors.Is(r.err, ErrForbiddenAddress):
+		return ClassForbidden
 	case r.err != nil:
 		return ClassNetwork
 	case r.status >= 100 && r.status < 600:
@@ -152,9 +162,8 @@ func eventID(msg jetstream.Msg) string {
 
 // buildBody returns the request body and its headers (Content-Type and, in
 // binary mode, the ce-* attributes) for msg.
-func buildBody(mode BodyMode, id string, msg jetstream.Msg) ([]byte, http.Header, error) {
+func buildBody(mode BodyMode, id string, mh nats.Header, data []byte) ([]byte, http.Header, error) {
 	h := make(http.Header)
-	mh := msg.Headers()
 	contentType := header(mh, event.HeaderContentType)
 	if contentType == "" {
 		contentType = event.ContentTypeJSON
@@ -170,7 +179,7 @@ func buildBody(mode BodyMode, id string, msg jetstream.Msg) ([]byte, http.Header
 			h.Set(event.HeaderSpecVersion, event.SpecVersion)
 		}
 		h.Set(event.HeaderContentType, contentType)
-		return msg.Data(), h, nil
+		return data, h, nil
 	}
 
 	// Header values are percent-encoded (forward uses
@@ -207,7 +216,6 @@ func buildBody(mode BodyMode, id string, msg jetstream.Msg) ([]byte, http.Header
 		}
 		ce.StreamVersion = n
 	}
-	data := msg.Data()
 	if len(data) > 0 && !json.Valid(data) {
 		return nil, nil, fmt.Errorf("%w: data is not JSON, cannot embed it in a structured-mode body", errMalformed)
 	}
@@ -243,12 +251,15 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	id := eventID(msg)
 	log := r.log.With(slog.String("event_id", id), slog.Int("attempt", attempt))
+	if attempt > 1 {
+		r.c.metrics.redeliveries.WithLabelValues(r.sub.Name).Inc()
+	}
 
 	if id == "" {
 		r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Reason: "message has no Nats-Msg-Id or ce-id"}, OutcomeTerm, ClassNone)
 		return
 	}
-	body, hdr, err := buildBody(r.sub.Body, id, msg)
+	body, hdr, err := buildBody(r.sub.Body, id, msg.Headers(), msg.Data())
 	if err != nil {
 		r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
 		return
@@ -256,7 +267,7 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 
 	var resp response
 	err = r.br.Execute(func() error {
-		resp = r.post(ctx, msg, id, body, hdr)
+		resp = r.post(ctx, msg.InProgress, id, body, hdr)
 		return resp.breakerErr()
 	})
 	if errors.Is(err, breaker.ErrOpen) {
@@ -277,10 +288,13 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 		}
 		log.Debug("delivered")
 	case verdictPermanent:
-		r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: resp.reason()}, OutcomeTerm, resp.class())
+		if resp.status == http.StatusGone {
+			log.Warn("endpoint answered 410 Gone: it says it no longer exists; every event of this subscription will be dead-lettered until its URL is fixed or the subscription removed")
+		}
+		r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: resp.reason(), At: resp.at}, OutcomeTerm, resp.class())
 	case verdictRetry:
 		if r.sub.MaxDeliver > 0 && attempt >= r.sub.MaxDeliver {
-			r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status,
+			r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, At: resp.at,
 				Reason: fmt.Sprintf("%s (attempt %d of MaxDeliver %d)", resp.reason(), attempt, r.sub.MaxDeliver)}, OutcomeExhausted, resp.class())
 			return
 		}
@@ -309,7 +323,9 @@ func (r *runner) nak(log *slog.Logger, msg jetstream.Msg, delay time.Duration) {
 }
 
 // giveUp dead-letters msg and Terms it; if the dead letter cannot be stored
-// it Naks msg with the backoff delay instead.
+// it Naks msg with the backoff delay instead, also after the last attempt:
+// the durable consumer has no server-side MaxDeliver, so the message comes
+// back and is tried (and, failing, dead-lettered) again.
 func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, dl DeadLetter, outcome, class string) {
 	dl.Subscription = r.sub.Name
 	dl.Endpoint = r.endpoint
@@ -324,6 +340,9 @@ func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		}
 	}
 	r.c.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+	if r.c.cfg.DeadLetters != nil {
+		r.c.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
+	}
 	log.Error("delivery failed for good, terminated", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
 	if err := msg.TermWithReason(dl.Reason); err != nil {
 		log.Warn("term failed; JetStream will redeliver after AckWait", slog.Any("error", err))
@@ -331,8 +350,9 @@ func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 }
 
 // post sends one signed POST and reads the response. While it runs longer
-// than AckWait/2 it sends InProgress so JetStream does not redeliver.
-func (r *runner) post(ctx context.Context, msg jetstream.Msg, id string, body []byte, hdr http.Header) response {
+// than AckWait/2 it calls inProgress (the message's InProgress) so
+// JetStream does not redeliver; inProgress may be nil.
+func (r *runner) post(ctx context.Context, inProgress func() error, id string, body []byte, hdr http.Header) response {
 	ctx, cancel := context.WithTimeout(ctx, r.sub.Timeout)
 	defer cancel()
 
@@ -346,7 +366,10 @@ func (r *runner) post(ctx context.Context, msg jetstream.Msg, id string, body []
 			case <-stop:
 				return
 			case <-t.C:
-				if err := msg.InProgress(); err != nil {
+				if inProgress == nil {
+					continue
+				}
+				if err := inProgress(); err != nil {
 					r.log.Warn("in progress failed", slog.String("event_id", id), slog.Any("error", err))
 				}
 			}
@@ -368,18 +391,18 @@ func (r *runner) post(ctx context.Context, msg jetstream.Msg, id string, body []
 	r.signer.Sign(req.Header, id, time.Now(), body)
 
 	start := time.Now()
-	resp, err := r.c.client.Do(req)
+	resp, err := r.client.Do(req)
 	if err != nil {
 		r.c.metrics.duration.WithLabelValues(r.sub.Name).Observe(time.Since(start).Seconds())
 		var ne net.Error
-		timeout := errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-		return response{err: err, timeout: timeout, retryAfter: -1}
+		timeout := !errors.Is(err, ErrForbiddenAddress) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()))
+		return response{err: err, timeout: timeout, retryAfter: -1, at: start}
 	}
 	// Drain (a little of) the body so the connection is reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
 	r.c.metrics.duration.WithLabelValues(r.sub.Name).Observe(time.Since(start).Seconds())
-	return response{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+	return response{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), at: start}
 }
 
 // parseRetryAfter returns the delay a Retry-After value asks for (delay

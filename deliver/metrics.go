@@ -34,6 +34,9 @@ const (
 	ClassNetwork = "network"
 	// ClassNone: no request was sent (breaker open, malformed message).
 	ClassNone = "none"
+	// ClassForbidden: the endpoint resolved to an address the subscription
+	// may not reach (ErrForbiddenAddress); no request was sent.
+	ClassForbidden = "forbidden"
 )
 
 // metrics are the consumer's Prometheus collectors.
@@ -41,6 +44,10 @@ type metrics struct {
 	deliveries *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	inFlight   *prometheus.GaugeVec
+
+	redeliveries *prometheus.CounterVec
+	deadLetters  *prometheus.CounterVec
+	replayed     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -58,6 +65,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "jsbridge_consumer_in_flight",
 			Help: "Webhook deliveries in progress, by subscription.",
 		}, []string{"subscription"}),
+		redeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jsbridge_consumer_redeliveries_total",
+			Help: "Messages handled that JetStream had delivered before (a retry, or a redelivery after AckWait), by subscription.",
+		}, []string{"subscription"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jsbridge_consumer_dead_letters_total",
+			Help: "Deliveries given up on and written to the dead-letter stream, by subscription.",
+		}, []string{"subscription"}),
+		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jsbridge_consumer_dead_letters_replayed_total",
+			Help: "Dead letters replayed to their endpoint (2xx) and removed from the dead-letter stream, by subscription.",
+		}, []string{"subscription"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -70,6 +89,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.inFlight, err = register(reg, m.inFlight); err != nil {
+		return nil, err
+	}
+	if m.redeliveries, err = register(reg, m.redeliveries); err != nil {
+		return nil, err
+	}
+	if m.deadLetters, err = register(reg, m.deadLetters); err != nil {
+		return nil, err
+	}
+	if m.replayed, err = register(reg, m.replayed); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -91,6 +91,15 @@ type Subscription struct {
 	// out for delivery or waiting for a delayed retry, across all consumer
 	// replicas. Default 1000; at least MaxInFlight.
 	MaxAckPending int
+	// AllowPrivate lets the endpoint be on a loopback, private, shared,
+	// link-local (cloud metadata) or reserved address, and over plain
+	// http. Default false: an IP literal in those ranges is rejected by
+	// Validate, and a name resolving to one is refused when dialled
+	// (ErrForbiddenAddress: the delivery is dead-lettered, nothing is sent).
+	AllowPrivate bool
+	// AllowHTTP lets the endpoint use plain http:// on a public address.
+	// Default false: only https (or http with AllowPrivate).
+	AllowHTTP bool
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -164,6 +173,14 @@ func (s Subscription) Validate() error {
 	u, err := url.Parse(s.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return bad("URL", "%q is not an absolute http or https URL", breaker.Endpoint(s.URL))
+	}
+	if u.Scheme == "http" && !s.AllowHTTP && !s.AllowPrivate {
+		return bad("URL", "%q is plain http: use https, or set AllowHTTP (allow_http) or AllowPrivate (allow_private)", breaker.Endpoint(s.URL))
+	}
+	if !s.AllowPrivate {
+		if err := checkLiteralHost(u.Hostname()); err != nil {
+			return bad("URL", "%q: %v: %v", breaker.Endpoint(s.URL), ErrForbiddenAddress, err)
+		}
 	}
 	if _, err := webhook.ParseScheme(string(s.Scheme)); err != nil {
 		return fmt.Errorf("%w %q: Scheme: %w", ErrInvalidSubscription, s.Name, err)

@@ -12,8 +12,18 @@ import (
 
 func TestSubscriptionValidate(t *testing.T) {
 	t.Parallel()
-	valid := func() deliver.Subscription { return sub("orders", "https://hooks.example/in") }
+	valid := func() deliver.Subscription {
+		s := sub("orders", "https://hooks.example/in")
+		s.AllowPrivate = false
+		return s
+	}
 	require.NoError(t, valid().Validate())
+	withHTTP := valid()
+	withHTTP.URL, withHTTP.AllowHTTP = "http://hooks.example/in", true
+	require.NoError(t, withHTTP.Validate(), "AllowHTTP permits plain http to a public name")
+	private := valid()
+	private.URL, private.AllowPrivate = "http://169.254.169.254/", true
+	require.NoError(t, private.Validate(), "AllowPrivate permits private addresses and plain http")
 
 	for _, tc := range []struct {
 		name   string
@@ -38,6 +48,9 @@ func TestSubscriptionValidate(t *testing.T) {
 		{"backoff", func(s *deliver.Subscription) { s.BackOff = []time.Duration{time.Second, 0} }, "BackOff[1]: 0s"},
 		{"max in flight", func(s *deliver.Subscription) { s.MaxInFlight = -1 }, "MaxInFlight: -1"},
 		{"max ack pending", func(s *deliver.Subscription) { s.MaxInFlight = 100; s.MaxAckPending = 10 }, "MaxAckPending: 10 is below MaxInFlight 100"},
+		{"plain http", func(s *deliver.Subscription) { s.URL = "http://hooks.example/in" }, `URL: "http://hooks.example/in" is plain http`},
+		{"metadata address", func(s *deliver.Subscription) { s.URL = "https://169.254.169.254/latest" }, "169.254.169.254 is link-local"},
+		{"loopback literal", func(s *deliver.Subscription) { s.URL = "https://[::1]:8443/in" }, "::1 is loopback"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -151,7 +151,7 @@ func TestCLIBridgeAndConsumerProcesses(t *testing.T) {
 	waitHTTP200(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", bridgeOps))
 	daemon(t, []string{"JSBRIDGE_SECRET=" + testSecret}, "consumer", "run",
 		"--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", natsPort), "--name", "cli-test",
-		"--url", rsrv.URL, "--filter", "events.order.>", "--ops-addr", fmt.Sprintf("127.0.0.1:%d", consumerOps))
+		"--url", rsrv.URL, "--allow-private", "--filter", "events.order.>", "--ops-addr", fmt.Sprintf("127.0.0.1:%d", consumerOps))
 	waitHTTP200(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", consumerOps))
 
 	out, err = cli(t, env, "bridge", "append", "order-1", "OrderConfirmed", `{"by": "cli"}`)

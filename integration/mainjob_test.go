@@ -137,7 +137,7 @@ func TestMainJobTwoBridgesTwoConsumers(t *testing.T) {
 	rc, rsrv := newRecorder(t)
 	sub := deliver.Subscription{
 		Name: "all", FilterSubjects: []string{"events.>"}, URL: rsrv.URL, Secrets: []string{testSecret},
-		AckWait: 10 * time.Second, BackOff: []time.Duration{200 * time.Millisecond},
+		AckWait: 10 * time.Second, BackOff: []time.Duration{200 * time.Millisecond}, AllowPrivate: true,
 	}
 	b.startBridge(t, "bridge-a")
 	b.startBridge(t, "bridge-b")
@@ -241,9 +241,9 @@ func TestMainJobPermanentAndTransientFailures(t *testing.T) {
 	b.startBridge(t, "bridge")
 	b.startConsumer(t,
 		deliver.Subscription{Name: "rejecting", FilterSubjects: []string{"events.>"}, URL: goneSrv.URL, Secrets: []string{testSecret},
-			AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}},
+			AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true},
 		deliver.Subscription{Name: "flaky", FilterSubjects: []string{"events.>"}, URL: flakySrv.URL, Secrets: []string{testSecret},
-			AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}},
+			AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true},
 	)
 	evs, err := b.st.Append(ctx, "order-1", store.NoStream, store.NewEvent{Name: "OrderPlaced", Data: []byte(`{"total":1}`)})
 	require.NoError(t, err)

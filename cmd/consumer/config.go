@@ -11,13 +11,27 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
 // fileConfig is the subscriptions file (YAML). Unknown fields are errors.
 type fileConfig struct {
+	// Breaker applies to every endpoint's circuit breaker: breakers are per
+	// endpoint (subscriptions sharing one share its breaker), so their
+	// settings are per file, not per subscription.
+	Breaker       fileBreaker        `yaml:"breaker"`
 	Subscriptions []fileSubscription `yaml:"subscriptions"`
+}
+
+type fileBreaker struct {
+	ConsecutiveFailures uint32   `yaml:"consecutive_failures"`
+	FailureRatio        float64  `yaml:"failure_ratio"`
+	MinRequests         uint32   `yaml:"min_requests"`
+	Interval            duration `yaml:"interval"`
+	OpenTimeout         duration `yaml:"open_timeout"`
+	HalfOpenProbes      uint32   `yaml:"half_open_probes"`
 }
 
 type fileSubscription struct {
@@ -35,6 +49,9 @@ type fileSubscription struct {
 	MaxDeliver     int               `yaml:"max_deliver"`
 	BackOff        []duration        `yaml:"backoff"`
 	MaxInFlight    int               `yaml:"max_in_flight"`
+	MaxAckPending  int               `yaml:"max_ack_pending"`
+	AllowPrivate   bool              `yaml:"allow_private"`
+	AllowHTTP      bool              `yaml:"allow_http"`
 }
 
 // duration is a time.Duration written as a Go duration string ("10s").
@@ -49,20 +66,28 @@ func (d *duration) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// loadSubscriptions reads a subscriptions file.
-func loadSubscriptions(path string) ([]deliver.Subscription, error) {
+// loadSubscriptions reads a subscriptions file: the subscriptions, with
+// secrets and header values read from the environment and files, and the
+// breaker settings (zero fields: breaker defaults).
+func loadSubscriptions(path string) ([]deliver.Subscription, breaker.Settings, error) {
+	var bs breaker.Settings
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--config: %w", err)
+		return nil, bs, fmt.Errorf("--config: %w", err)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	var fc fileConfig
 	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("--config %s: %w", path, err)
+		return nil, bs, fmt.Errorf("--config %s: %w", path, err)
 	}
 	if len(fc.Subscriptions) == 0 {
-		return nil, fmt.Errorf("--config %s: no subscriptions", path)
+		return nil, bs, fmt.Errorf("--config %s: no subscriptions", path)
+	}
+	bs = breaker.Settings{
+		ConsecutiveFailures: fc.Breaker.ConsecutiveFailures, FailureRatio: fc.Breaker.FailureRatio,
+		MinRequests: fc.Breaker.MinRequests, Interval: time.Duration(fc.Breaker.Interval),
+		OpenTimeout: time.Duration(fc.Breaker.OpenTimeout), HalfOpenProbes: fc.Breaker.HalfOpenProbes,
 	}
 	subs := make([]deliver.Subscription, 0, len(fc.Subscriptions))
 	for i, fs := range fc.Subscriptions {
@@ -71,14 +96,14 @@ func loadSubscriptions(path string) ([]deliver.Subscription, error) {
 		for _, env := range fs.SecretsEnv {
 			v := os.Getenv(env)
 			if v == "" {
-				return nil, fmt.Errorf("%s: secrets_env: environment variable %s is empty", where, env)
+				return nil, bs, fmt.Errorf("%s: secrets_env: environment variable %s is empty", where, env)
 			}
 			secrets = append(secrets, v)
 		}
 		for _, f := range fs.SecretsFile {
 			b, err := os.ReadFile(f)
 			if err != nil {
-				return nil, fmt.Errorf("%s: secrets_file: %w", where, err)
+				return nil, bs, fmt.Errorf("%s: secrets_file: %w", where, err)
 			}
 			secrets = append(secrets, strings.TrimSpace(string(b)))
 		}
@@ -89,7 +114,7 @@ func loadSubscriptions(path string) ([]deliver.Subscription, error) {
 		for k, env := range fs.HeadersEnv {
 			v := os.Getenv(env)
 			if v == "" {
-				return nil, fmt.Errorf("%s: headers_env: environment variable %s for header %s is empty", where, env, k)
+				return nil, bs, fmt.Errorf("%s: headers_env: environment variable %s for header %s is empty", where, env, k)
 			}
 			headers[k] = v
 		}
@@ -97,12 +122,13 @@ func loadSubscriptions(path string) ([]deliver.Subscription, error) {
 			Name: fs.Name, FilterSubjects: fs.FilterSubjects, URL: fs.URL, Secrets: secrets,
 			Scheme: webhook.Scheme(fs.Scheme), Body: deliver.BodyMode(fs.Body), Headers: headers,
 			Timeout: time.Duration(fs.Timeout), AckWait: time.Duration(fs.AckWait),
-			MaxDeliver: fs.MaxDeliver, MaxInFlight: fs.MaxInFlight,
+			MaxDeliver: fs.MaxDeliver, MaxInFlight: fs.MaxInFlight, MaxAckPending: fs.MaxAckPending,
+			AllowPrivate: fs.AllowPrivate, AllowHTTP: fs.AllowHTTP,
 		}
 		for _, b := range fs.BackOff {
 			sub.BackOff = append(sub.BackOff, time.Duration(b))
 		}
 		subs = append(subs, sub)
 	}
-	return subs, nil
+	return subs, bs, nil
 }

@@ -2,7 +2,7 @@
 // one durable pull consumer per subscription, signed POSTs carrying an
 // Idempotency-Key, retries with backoff and a circuit breaker per endpoint.
 //
-// Subcommands: run. See --help.
+// Subcommands: run, dlq list, dlq replay, dlq purge. See --help.
 package main
 
 import (
@@ -19,12 +19,14 @@ type cli struct {
 	Globals
 
 	Run runCmd `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
+	DLQ dlqCmd `cmd:"" name:"dlq" help:"List, replay or purge dead letters (the DLQ stream)."`
 }
 
 // Globals are the flags every subcommand takes.
 type Globals struct {
 	NatsURL   string `name:"nats-url" env:"NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS server URL(s), comma-separated (default: ${default})."`
 	Stream    string `name:"stream" env:"JSBRIDGE_STREAM" default:"EVENTS" help:"JetStream stream the bridge publishes to (default: ${default})."`
+	DLQStream string `name:"dlq-stream" env:"JSBRIDGE_DLQ_STREAM" default:"DLQ" help:"JetStream stream holding dead letters on dlq.<subscription>.>; created at start when missing (default: ${default})."`
 	LogFormat string `name:"log-format" env:"JSBRIDGE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json (default: ${default})."`
 	LogLevel  string `name:"log-level" env:"JSBRIDGE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error (default: ${default})."`
 }

@@ -118,7 +118,7 @@ func run(ctx context.Context, cfg config) (int, error) {
 	}
 	consumer, err := procs.start("consumer", filepath.Join(cfg.Bin, "consumer"), []string{"run",
 		"--nats-url", natsURL, "--name", "demo-receiver", "--filter", "events.>",
-		"--url", "http://" + ln.Addr().String() + "/webhook",
+		"--url", "http://" + ln.Addr().String() + "/webhook", "--allow-private",
 		"--ops-addr", fmt.Sprintf("127.0.0.1:%d", consumerOps), "--log-level", "warn",
 	}, "JSBRIDGE_SECRET="+secret)
 	if err != nil {

@@ -1,0 +1,296 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Dead-letter stream defaults.
+const (
+	// DefaultDLQStream is the JetStream stream holding dead letters.
+	DefaultDLQStream = "DLQ"
+	// DefaultDLQSubjectPrefix is the first subject token of a dead letter:
+	// dlq.<subscription>.<original subject>.
+	DefaultDLQSubjectPrefix = "dlq"
+	// DefaultDLQDuplicateWindow is the DLQ stream's duplicate window: a dead
+	// letter written twice (its Term lost, the message redelivered and given
+	// up on again) within it is stored once.
+	DefaultDLQDuplicateWindow = 2 * time.Minute
+)
+
+// Headers a dead letter carries besides the original message's headers
+// (ce-*, Content-Type). Nats-Msg-Id is "<subscription>:<event id>".
+const (
+	HeaderDLQSubscription  = "Jsbridge-Dlq-Subscription"    // subscription name
+	HeaderDLQEndpoint      = "Jsbridge-Dlq-Endpoint"        // endpoint, as breaker.Endpoint renders it
+	HeaderDLQEventID       = "Jsbridge-Dlq-Event-Id"        // event id: the Idempotency-Key of a replay
+	HeaderDLQSubject       = "Jsbridge-Dlq-Subject"         // original subject on the events stream
+	HeaderDLQStreamSeq     = "Jsbridge-Dlq-Stream-Seq"      // original sequence on the events stream
+	HeaderDLQStatus        = "Jsbridge-Dlq-Status"          // last HTTP status, 0 without a response
+	HeaderDLQReason        = "Jsbridge-Dlq-Reason"          // last error, e.g. "HTTP 422 Unprocessable Entity"
+	HeaderDLQAttempts      = "Jsbridge-Dlq-Attempts"        // deliveries of the message (JetStream NumDelivered)
+	HeaderDLQPublishedAt   = "Jsbridge-Dlq-Published-At"    // RFC 3339: when the event reached the events stream
+	HeaderDLQLastAttemptAt = "Jsbridge-Dlq-Last-Attempt-At" // RFC 3339: when the last attempt was made
+)
+
+// ErrDeadLetterNotFound is returned by DLQ.Get when no dead letter has the
+// sequence.
+var ErrDeadLetterNotFound = errors.New("dead letter not found")
+
+// DLQConfig configures a DLQ. Zero fields take their defaults.
+type DLQConfig struct {
+	// Stream is the JetStream stream's name. Default "DLQ".
+	Stream string
+	// SubjectPrefix is the first subject token. Default "dlq"; the stream
+	// holds <SubjectPrefix>.>.
+	SubjectPrefix string
+}
+
+// DLQ is the JetStream-backed dead-letter stream: a DeadLetterer, and the
+// list, get, delete and purge operations behind `consumer dlq`. A dead
+// letter keeps the original message's data and headers, the last status and
+// error, the attempt count and the times; it is stored on
+// dlq.<subscription>.<original subject>, with file storage and no limits
+// (dead letters leave only by replay or purge).
+type DLQ struct {
+	js     jetstream.JetStream
+	stream string
+	prefix string
+}
+
+// NewDLQ returns a DLQ on js. It does not touch the server: call Provision
+// before the first DeadLetter.
+func NewDLQ(js jetstream.JetStream, cfg DLQConfig) *DLQ {
+	if cfg.Stream == "" {
+		cfg.Stream = DefaultDLQStream
+	}
+	if cfg.SubjectPrefix == "" {
+		cfg.SubjectPrefix = DefaultDLQSubjectPrefix
+	}
+	return &DLQ{js: js, stream: cfg.Stream, prefix: cfg.SubjectPrefix}
+}
+
+// Stream returns the dead-letter stream's name.
+func (q *DLQ) Stream() string { return q.stream }
+
+// Provision creates the dead-letter stream when it is missing (file
+// storage, subjects <prefix>.>, duplicate window
+// DefaultDLQDuplicateWindow) and leaves an existing one unchanged.
+func (q *DLQ) Provision(ctx context.Context) error {
+	_, err := q.js.Stream(ctx, q.stream)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("deliver: dead-letter stream %q: %w", q.stream, err)
+	}
+	_, err = q.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:        q.stream,
+		Description: "jsbridge dead letters: deliveries given up on, per subscription",
+		Subjects:    []string{q.prefix + ".>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Duplicates:  DefaultDLQDuplicateWindow,
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("deliver: create dead-letter stream %q: %w", q.stream, err)
+	}
+	return nil
+}
+
+// filter is the subject filter of one subscription's dead letters, or of
+// all when subscription is empty.
+func (q *DLQ) filter(subscription string) string {
+	if subscription == "" {
+		return q.prefix + ".>"
+	}
+	return q.prefix + "." + subscription + ".>"
+}
+
+// DeadLetter stores dl on dlq.<subscription>.<original subject> and waits
+// for the stream's ack. It implements DeadLetterer.
+func (q *DLQ) DeadLetter(ctx context.Context, dl DeadLetter) error {
+	h := nats.Header{}
+	subject := ""
+	var data []byte
+	if dl.Msg != nil {
+		for k, vs := range dl.Msg.Headers() {
+			h[k] = append([]string(nil), vs...)
+		}
+		subject = dl.Msg.Subject()
+		data = dl.Msg.Data()
+		if md, err := dl.Msg.Metadata(); err == nil {
+			h.Set(HeaderDLQStreamSeq, strconv.FormatUint(md.Sequence.Stream, 10))
+			h.Set(HeaderDLQPublishedAt, md.Timestamp.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	delete(h, jetstream.MsgIDHeader)
+	if dl.EventID != "" {
+		h.Set(jetstream.MsgIDHeader, dl.Subscription+":"+dl.EventID)
+	}
+	at := dl.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	h.Set(HeaderDLQSubscription, dl.Subscription)
+	h.Set(HeaderDLQEndpoint, dl.Endpoint)
+	h.Set(HeaderDLQEventID, dl.EventID)
+	h.Set(HeaderDLQSubject, subject)
+	h.Set(HeaderDLQStatus, strconv.Itoa(dl.Status))
+	h.Set(HeaderDLQReason, dl.Reason)
+	h.Set(HeaderDLQAttempts, strconv.Itoa(dl.Attempt))
+	h.Set(HeaderDLQLastAttemptAt, at.UTC().Format(time.RFC3339Nano))
+	tail := subject
+	if tail == "" {
+		tail = "unknown"
+	}
+	_, err := q.js.PublishMsg(ctx, &nats.Msg{Subject: q.prefix + "." + dl.Subscription + "." + tail, Header: h, Data: data},
+		jetstream.WithExpectStream(q.stream))
+	if err != nil {
+		return fmt.Errorf("deliver: dead-letter event %q of subscription %q to stream %q: %w", dl.EventID, dl.Subscription, q.stream, err)
+	}
+	return nil
+}
+
+// StoredDeadLetter is one message of the dead-letter stream.
+type StoredDeadLetter struct {
+	// Seq is its sequence in the dead-letter stream (what replay --seq takes).
+	Seq uint64 `json:"seq"`
+	// Subscription, Endpoint and EventID say whose delivery it was.
+	Subscription string `json:"subscription"`
+	Endpoint     string `json:"endpoint"`
+	EventID      string `json:"event_id"`
+	// Subject and StreamSeq locate the original on the events stream.
+	Subject   string `json:"subject"`
+	StreamSeq uint64 `json:"stream_seq,omitempty"`
+	// Status is the last HTTP status (0: no response); Reason the last error.
+	Status int    `json:"status"`
+	Reason string `json:"reason"`
+	// Attempts is the number of deliveries of the original message.
+	Attempts int `json:"attempts"`
+	// PublishedAt is when the event reached the events stream,
+	// LastAttemptAt when the last attempt was made, DeadLetteredAt when the
+	// dead letter was stored.
+	PublishedAt    time.Time `json:"published_at,omitzero"`
+	LastAttemptAt  time.Time `json:"last_attempt_at,omitzero"`
+	DeadLetteredAt time.Time `json:"dead_lettered_at"`
+	// Header holds the original headers (and the Jsbridge-Dlq-* ones); Data
+	// the original body, byte for byte.
+	Header nats.Header `json:"-"`
+	Data   []byte      `json:"-"`
+}
+
+func parseStored(seq uint64, at time.Time, h nats.Header, data []byte) StoredDeadLetter {
+	d := StoredDeadLetter{
+		Seq: seq, DeadLetteredAt: at, Header: h, Data: data,
+		Subscription: h.Get(HeaderDLQSubscription),
+		Endpoint:     h.Get(HeaderDLQEndpoint),
+		EventID:      h.Get(HeaderDLQEventID),
+		Subject:      h.Get(HeaderDLQSubject),
+		Reason:       h.Get(HeaderDLQReason),
+	}
+	d.StreamSeq, _ = strconv.ParseUint(h.Get(HeaderDLQStreamSeq), 10, 64)
+	d.Status, _ = strconv.Atoi(h.Get(HeaderDLQStatus))
+	d.Attempts, _ = strconv.Atoi(h.Get(HeaderDLQAttempts))
+	d.PublishedAt, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderDLQPublishedAt))
+	d.LastAttemptAt, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderDLQLastAttemptAt))
+	return d
+}
+
+// Count returns the number of dead letters of subscription (all when
+// empty).
+func (q *DLQ) Count(ctx context.Context, subscription string) (uint64, error) {
+	s, err := q.js.Stream(ctx, q.stream)
+	if err != nil {
+		return 0, fmt.Errorf("deliver: dead-letter stream %q: %w", q.stream, err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(q.filter(subscription)))
+	if err != nil {
+		return 0, fmt.Errorf("deliver: dead-letter stream %q info: %w", q.stream, err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n, nil
+}
+
+// List returns the dead letters of subscription (all when empty), oldest
+// first.
+func (q *DLQ) List(ctx context.Context, subscription string) ([]StoredDeadLetter, error) {
+	n, err := q.Count(ctx, subscription)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	oc, err := q.js.OrderedConsumer(ctx, q.stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{q.filter(subscription)}})
+	if err != nil {
+		return nil, fmt.Errorf("deliver: read dead-letter stream %q: %w", q.stream, err)
+	}
+	var out []StoredDeadLetter
+	for {
+		msg, err := oc.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			return out, fmt.Errorf("deliver: read dead-letter stream %q: %w", q.stream, err)
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return out, fmt.Errorf("deliver: read dead-letter stream %q: %w", q.stream, err)
+		}
+		out = append(out, parseStored(md.Sequence.Stream, md.Timestamp, msg.Headers(), msg.Data()))
+		if md.NumPending == 0 {
+			return out, nil
+		}
+	}
+}
+
+// Get returns the dead letter at seq, or an error wrapping
+// ErrDeadLetterNotFound.
+func (q *DLQ) Get(ctx context.Context, seq uint64) (StoredDeadLetter, error) {
+	s, err := q.js.Stream(ctx, q.stream)
+	if err != nil {
+		return StoredDeadLetter{}, fmt.Errorf("deliver: dead-letter stream %q: %w", q.stream, err)
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return StoredDeadLetter{}, fmt.Errorf("deliver: %w: seq %d in stream %q", ErrDeadLetterNotFound, seq, q.stream)
+	}
+	if err != nil {
+		return StoredDeadLetter{}, fmt.Errorf("deliver: get dead letter %d from stream %q: %w", seq, q.stream, err)
+	}
+	return parseStored(m.Sequence, m.Time, m.Header, m.Data), nil
+}
+
+// Delete removes the dead letter at seq.
+func (q *DLQ) Delete(ctx context.Context, seq uint64) error {
+	s, err := q.js.Stream(ctx, q.stream)
+	if err != nil {
+		return fmt.Errorf("deliver: dead-letter stream %q: %w", q.stream, err)
+	}
+	if err := s.DeleteMsg(ctx, seq); err != nil {
+		return fmt.Errorf("deliver: delete dead letter %d from stream %q: %w", seq, q.stream, err)
+	}
+	return nil
+}
+
+// Purge removes every dead letter of subscription (all when empty) and
+// returns how many it removed.
+func (q *DLQ) Purge(ctx context.Context, subscription string) (uint64, error) {
+	n, err := q.Count(ctx, subscription)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	s, err := q.js.Stream(ctx, q.stream)
+	if err != nil {
+		return 0, fmt.Errorf("deliver: dead-letter stream %q: %w", q.stream, err)
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject(q.filter(subscription))); err != nil {
+		return 0, fmt.Errorf("deliver: purge %s from stream %q: %w", q.filter(subscription), q.stream, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,108 @@
+package deliver_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/deliver"
+)
+
+// flakyDLQ fails its first DeadLetter calls, then stores in a real DLQ.
+type flakyDLQ struct {
+	q     *deliver.DLQ
+	fails atomic.Int32
+	calls atomic.Int32
+}
+
+func (f *flakyDLQ) DeadLetter(ctx context.Context, dl deliver.DeadLetter) error {
+	if f.calls.Add(1) <= f.fails.Load() {
+		return errors.New("dead-letter store down")
+	}
+	return f.q.DeadLetter(ctx, dl)
+}
+
+func TestDeadLetterFailureOnLastAttemptKeepsTheEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	require.NoError(t, q.Provision(b.ctx))
+	dlq := &flakyDLQ{q: q}
+	dlq.fails.Store(1)
+	rc := newReceiver(t, status(http.StatusBadGateway))
+	s := sub("orders", rc.URL)
+	s.MaxDeliver = 2
+	s.BackOff = []time.Duration{20 * time.Millisecond}
+	b.run(t, deliver.Config{DeadLetters: dlq}, s)
+	b.publish(t, 5, "order-1", "OrderPlaced", `{"n":5}`)
+
+	// Attempt 2 fails, its dead letter fails: the message must come back
+	// (attempt 3 fails too) and then be dead-lettered.
+	require.Eventually(t, func() bool {
+		n, err := q.Count(b.ctx, "orders")
+		return err == nil && n == 1
+	}, 15*time.Second, 20*time.Millisecond)
+	require.Equal(t, int32(2), dlq.calls.Load())
+	require.Equal(t, 3, rc.count())
+	requireSettled(t, b, "orders", 1)
+
+	got, err := q.List(b.ctx, "")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	d := got[0]
+	require.Equal(t, "orders", d.Subscription)
+	require.Equal(t, "5", d.EventID)
+	require.Equal(t, 3, d.Attempts)
+	require.Equal(t, http.StatusBadGateway, d.Status)
+	require.Contains(t, d.Reason, "HTTP 502")
+	require.Equal(t, "events.order.order-1.OrderPlaced", d.Subject)
+	require.Equal(t, uint64(1), d.StreamSeq)
+	require.Equal(t, `{"n":5}`, string(d.Data))
+	require.Equal(t, "OrderPlaced", d.Header.Get("ce-type"), "the original headers are kept")
+	require.False(t, d.PublishedAt.IsZero())
+	require.False(t, d.LastAttemptAt.Before(d.PublishedAt))
+	require.False(t, d.DeadLetteredAt.Before(d.LastAttemptAt))
+}
+
+func TestDLQListGetPurgeBySubscription(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	require.NoError(t, q.Provision(b.ctx))
+	require.NoError(t, q.Provision(b.ctx), "provisioning twice leaves the stream alone")
+	for i, name := range []string{"a", "b", "a"} {
+		require.NoError(t, q.DeadLetter(b.ctx, deliver.DeadLetter{Subscription: name, EventID: string(rune('1' + i)), Reason: "test"}))
+	}
+	all, err := q.List(b.ctx, "")
+	require.NoError(t, err)
+	require.Len(t, all, 3)
+	onlyA, err := q.List(b.ctx, "a")
+	require.NoError(t, err)
+	require.Len(t, onlyA, 2)
+	require.Equal(t, []string{"1", "3"}, []string{onlyA[0].EventID, onlyA[1].EventID})
+	got, err := q.Get(b.ctx, all[1].Seq)
+	require.NoError(t, err)
+	require.Equal(t, "b", got.Subscription)
+
+	// The same subscription and event id again is dropped by the
+	// duplicate window.
+	require.NoError(t, q.DeadLetter(b.ctx, deliver.DeadLetter{Subscription: "a", EventID: "1", Reason: "again"}))
+	n, err := q.Count(b.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), n)
+
+	removed, err := q.Purge(b.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), removed)
+	left, err := q.List(b.ctx, "")
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	require.Equal(t, "b", left[0].Subscription)
+	_, err = q.Get(b.ctx, all[0].Seq)
+	require.ErrorIs(t, err, deliver.ErrDeadLetterNotFound)
+}
