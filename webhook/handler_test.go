@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -8,8 +9,10 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -230,4 +233,183 @@ func TestHandlerStatusError(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, status, "a non-error status falls back to 500; the rejected key was released")
 	require.Equal(t, "processing-failed", body)
 	require.Len(t, b.nextCalls(), 2)
+}
+
+func TestHandlerRejectsFutureTimestamp(t *testing.T) {
+	t.Parallel()
+	b := setupHandler(t)
+	status, body := b.post(t, "42", []byte(`{"id":"42"}`), func(r *http.Request) {
+		b.signer.Sign(r.Header, "42", time.Now().Add(webhook.DefaultTolerance+time.Minute), []byte(`{"id":"42"}`))
+	})
+	require.Equal(t, http.StatusUnauthorized, status)
+	require.Equal(t, "future", body)
+	require.Empty(t, b.nextCalls())
+}
+
+// TestHandlerKeyMustMatchWebhookID: under Standard Webhooks a captured
+// request replayed with a fresh Idempotency-Key is refused, since only
+// webhook-id is signed.
+func TestHandlerKeyMustMatchWebhookID(t *testing.T) {
+	t.Parallel()
+	b := setupHandler(t)
+	body := []byte(`{"id":"42"}`)
+	status, _ := b.post(t, "42", body, nil)
+	require.Equal(t, http.StatusNoContent, status)
+	status, reason := b.post(t, "42", body, func(r *http.Request) {
+		r.Header.Set(webhook.HeaderIdempotencyKey, "replayed-under-a-new-key")
+	})
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, "idempotency-key-mismatch", reason)
+	require.Len(t, b.nextCalls(), 1, "the replay did not run next")
+}
+
+// TestHandlerUnreadableBody: a body that breaks off (malformed chunked
+// encoding) answers 422, which the sender does not retry.
+func TestHandlerUnreadableBody(t *testing.T) {
+	t.Parallel()
+	b := setupHandler(t)
+	conn, err := net.Dial("tcp", b.srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nIdempotency-Key: 42\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\nzz\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode)
+	require.Equal(t, "unreadable-body", string(bytes.TrimSpace(got)))
+	require.Empty(t, b.nextCalls())
+}
+
+// blockNext returns a next behaviour that signals when it starts and then
+// waits for release, returning its result.
+func blockNext(started chan<- struct{}, release <-chan error) func() error {
+	return func() error {
+		started <- struct{}{}
+		return <-release
+	}
+}
+
+// postAsync sends b.post in a goroutine; the result arrives on the channel.
+func (b *handlerBundle) postAsync(t *testing.T, key string, body []byte) <-chan [2]any {
+	out := make(chan [2]any, 1)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set(webhook.HeaderIdempotencyKey, key)
+	b.signer.Sign(req.Header, key, time.Now(), body)
+	go func() {
+		resp, err := b.srv.Client().Do(req)
+		if err != nil {
+			out <- [2]any{0, err}
+			return
+		}
+		resp.Body.Close()
+		out <- [2]any{resp.StatusCode, nil}
+	}()
+	return out
+}
+
+func waitStatus(t *testing.T, ch <-chan [2]any) int {
+	t.Helper()
+	select {
+	case r := <-ch:
+		require.Nil(t, r[1])
+		return r[0].(int)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no response within 30 s")
+		return 0
+	}
+}
+
+// TestHandlerInProgressDuplicate: a retry arriving while the first attempt
+// still runs is told to come back (503 + Retry-After), not acknowledged; once
+// the first attempt completes, the retry is a duplicate (204) and next ran
+// once.
+func TestHandlerInProgressDuplicate(t *testing.T) {
+	t.Parallel()
+	b := setupHandler(t, webhook.WithLease(time.Minute))
+	started, release := make(chan struct{}, 1), make(chan error)
+	b.failWith(blockNext(started, release))
+	body := []byte(`{"id":"42"}`)
+	first := b.postAsync(t, "42", body)
+	<-started
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set(webhook.HeaderIdempotencyKey, "42")
+	b.signer.Sign(req.Header, "42", time.Now(), body)
+	resp, err := b.srv.Client().Do(req)
+	require.NoError(t, err)
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the sender retries 5xx")
+	require.Equal(t, "in-progress", string(bytes.TrimSpace(got)))
+	wait, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	require.NoError(t, err, "Retry-After is whole seconds")
+	require.GreaterOrEqual(t, wait, 1)
+	require.LessOrEqual(t, wait, 60, "no longer than the lease")
+
+	release <- nil
+	require.Equal(t, http.StatusNoContent, waitStatus(t, first))
+	status, _ := b.post(t, "42", body, nil)
+	require.Equal(t, http.StatusNoContent, status, "done: the retry is a duplicate")
+	require.Len(t, b.nextCalls(), 1)
+}
+
+// TestHandlerInProgressThenFailureRetryRuns is the gap a two-state store
+// had: the duplicate that arrived while the first attempt ran must not be
+// acknowledged, because the first attempt then fails and the retry after it
+// has to run next.
+func TestHandlerInProgressThenFailureRetryRuns(t *testing.T) {
+	t.Parallel()
+	b := setupHandler(t)
+	started, release := make(chan struct{}, 1), make(chan error)
+	b.failWith(blockNext(started, release))
+	body := []byte(`{"id":"42"}`)
+	first := b.postAsync(t, "42", body)
+	<-started
+
+	status, _ := b.post(t, "42", body, nil)
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	release <- errors.New("database down")
+	require.Equal(t, http.StatusInternalServerError, waitStatus(t, first))
+
+	status, _ = b.post(t, "42", body, nil)
+	require.Equal(t, http.StatusNoContent, status, "the released key lets the retry run")
+	require.Len(t, b.nextCalls(), 2, "the failed attempt and the retry; the in-progress duplicate did not run next")
+}
+
+// TestHandlerLeaseBoundsNext: next's context ends with the lease, so a
+// handler honouring it cannot overlap a retry that takes over the key.
+func TestHandlerLeaseBoundsNext(t *testing.T) {
+	t.Parallel()
+	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{whsecNew})
+	require.NoError(t, err)
+	signer, err := webhook.NewSigner(webhook.SchemeStandard, whsecNew)
+	require.NoError(t, err)
+	deadlines := make(chan time.Duration, 1)
+	srv := httptest.NewServer(webhook.Handler(v, webhook.NewMemoryStore(10), time.Hour,
+		func(ctx context.Context, _ *http.Request, _ []byte) error {
+			d, ok := ctx.Deadline()
+			if !ok {
+				d = time.Now().Add(time.Hour)
+			}
+			deadlines <- time.Until(d)
+			return nil
+		}, webhook.WithLease(5*time.Second), webhook.WithLogger(slog.New(slog.DiscardHandler))))
+	t.Cleanup(srv.Close)
+	body := []byte(`{}`)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set(webhook.HeaderIdempotencyKey, "42")
+	signer.Sign(req.Header, "42", time.Now(), body)
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	left := <-deadlines
+	require.LessOrEqual(t, left, 5*time.Second)
+	require.Greater(t, left, time.Duration(0))
 }

@@ -1,8 +1,13 @@
 package pgstore_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -188,4 +193,64 @@ func TestMigrateTwice(t *testing.T) {
 	s := newStore(t, b)
 	require.NoError(t, s.Migrate(context.Background()), "Migrate is idempotent")
 	require.Contains(t, s.MigrationSQL(), "CREATE TABLE IF NOT EXISTS "+`"`)
+}
+
+// TestHandlerOverPostgres: the receiver middleware on the Postgres store runs
+// next once per Idempotency-Key across two receiver replicas, and answers
+// 500 when the store fails (here: its table was never created).
+func TestHandlerOverPostgres(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	b := setup(t)
+	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{secret})
+	require.NoError(t, err)
+	signer, err := webhook.NewSigner(webhook.SchemeStandard, secret)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	calls := 0
+	next := func(context.Context, *http.Request, []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return nil
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls
+	}
+	quiet := webhook.WithLogger(slog.New(slog.DiscardHandler))
+	replica := func(s webhook.IdempotencyStore) *httptest.Server {
+		srv := httptest.NewServer(webhook.Handler(v, s, time.Hour, next, quiet))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, c := replica(newStore(t, b)), replica(newStore(t, b))
+	unmigrated, err := pgstore.New(b.pool, pgstore.WithTable(b.table+"_missing"))
+	require.NoError(t, err)
+	broken := replica(unmigrated)
+
+	post := func(srv *httptest.Server) (int, string) {
+		body := []byte(`{"id":"42"}`)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, bytes.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set(webhook.HeaderIdempotencyKey, "42")
+		signer.Sign(req.Header, "42", time.Now(), body)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		got, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(bytes.TrimSpace(got))
+	}
+	status, _ := post(a)
+	require.Equal(t, http.StatusNoContent, status)
+	status, _ = post(c)
+	require.Equal(t, http.StatusNoContent, status, "the other replica sees the key done")
+	require.Equal(t, 1, count())
+
+	status, body := post(broken)
+	require.Equal(t, http.StatusInternalServerError, status, "a store failure is retried by the sender")
+	require.Equal(t, "idempotency-store", body)
+	require.Equal(t, 1, count())
 }
