@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jsbridge/jsbridge/event"
 )
@@ -81,6 +82,9 @@ func scanEvent(r pgx.CollectableRow) (event.Event, error) {
 	if err := r.Scan(&e.ID, &e.Stream, &e.Version, &e.Name, &e.Data, &meta, &e.Created); err != nil {
 		return e, err
 	}
+	if len(meta) == 0 { // NULL meta in an external events table
+		return e, nil
+	}
 	if err := json.Unmarshal(meta, &e.Meta); err != nil {
 		return e, fmt.Errorf("decode meta of event %d: %w", e.ID, err)
 	}
@@ -112,9 +116,28 @@ func (s *Store) Block(ctx context.Context, owner, stream string, version, id int
 	return s.settle(ctx, "block", owner, stream, s.q.block, owner, stream, version, id, reason)
 }
 
+// sqlStateLockNotAvailable is Postgres' lock_not_available (lock_timeout).
+const sqlStateLockNotAvailable = "55P03"
+
+// lockTimeoutBatch starts a batch whose first statement sets lock_timeout to
+// the settle timeout for the batch's own implicit transaction: one round
+// trip, and the server gives up waiting (a client-side cancel could leave
+// the statement to run after all).
+func (s *Store) lockTimeoutBatch() *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", max(s.settleTimeout.Milliseconds(), 1)))
+	return b
+}
+
 func (s *Store) settle(ctx context.Context, op, owner, stream, query string, args ...any) error {
-	tag, err := s.pool.Exec(ctx, query, args...)
+	var tag pgconn.CommandTag
+	b := s.lockTimeoutBatch()
+	b.Queue(query, args...).Exec(func(t pgconn.CommandTag) error { tag = t; return nil })
+	err := s.pool.SendBatch(ctx, b).Close()
 	if err != nil {
+		if pgCode(err) == sqlStateLockNotAvailable {
+			return fmt.Errorf("%s stream %q for %s: %w (%s)", op, stream, owner, ErrSettleTimeout, s.settleTimeout)
+		}
 		return fmt.Errorf("%s stream %q for %s: %w", op, stream, owner, err)
 	}
 	if tag.RowsAffected() == 0 {
@@ -131,12 +154,17 @@ func (s *Store) Release(ctx context.Context, owner string, streams []string) err
 	if len(streams) == 0 {
 		return nil
 	}
-	rows, err := s.pool.Query(ctx, s.q.release, owner, streams)
-	if err != nil {
-		return fmt.Errorf("release %d streams for %s: %w", len(streams), owner, err)
-	}
-	released, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	var released []string
+	b := s.lockTimeoutBatch()
+	b.Queue(s.q.release, owner, streams).Query(func(rows pgx.Rows) error {
+		var err error
+		released, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		if pgCode(err) == sqlStateLockNotAvailable {
+			err = fmt.Errorf("%w (%s)", ErrSettleTimeout, s.settleTimeout)
+		}
 		return fmt.Errorf("release %d streams for %s: %w", len(streams), owner, err)
 	}
 	if len(released) == len(streams) {

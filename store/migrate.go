@@ -15,6 +15,10 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
+// ownEventsDirective marks a migration that creates the bridge's own events
+// table: it is skipped when the store drains an existing one.
+const ownEventsDirective = "-- jsbridge:own-events-table"
+
 // migration is one versioned, idempotent step of the schema.
 type migration struct {
 	version int
@@ -22,8 +26,8 @@ type migration struct {
 	sql     string
 }
 
-// migrations returns the embedded migrations in version order, with the
-// schema injected. File names are NNN_name.sql.
+// migrations returns the embedded migrations that apply to this store, in
+// version order, with the schema injected. File names are NNN_name.sql.
 func (s *Store) migrations() ([]migration, error) {
 	entries, err := fs.ReadDir(migrationFiles, "migrations")
 	if err != nil {
@@ -40,38 +44,61 @@ func (s *Store) migrations() ([]migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read embedded migration %q: %w", e.Name(), err)
 		}
-		ms = append(ms, migration{version: v, name: e.Name(), sql: strings.ReplaceAll(string(b), "{schema}", s.schema)})
+		text := string(b)
+		if s.External() && strings.HasPrefix(text, ownEventsDirective) {
+			continue
+		}
+		ms = append(ms, migration{version: v, name: e.Name(), sql: strings.ReplaceAll(text, "{schema}", s.schema)})
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
 	return ms, nil
 }
 
-// MigrationSQL returns, in order, every statement Migrate would run on an
-// empty database: creating the schema and the jsbridge_migrations table, then
-// the text of each migration with the schema injected (a migration's text may
-// hold several statements). It is for showing the SQL without running it.
-func (s *Store) MigrationSQL() []string {
+// plan returns the statements Migrate runs when the migrations in applied
+// are already recorded: creating the schema and the jsbridge_migrations
+// table, then for each pending migration its text (which may hold several
+// statements) and the statement recording it.
+func (s *Store) plan(applied map[int]bool) ([]string, error) {
 	ms, err := s.migrations()
+	if err != nil {
+		return nil, err
+	}
+	out := []string{s.q.createSchema, s.q.createMigrations}
+	for _, m := range ms {
+		if applied[m.version] {
+			continue
+		}
+		out = append(out,
+			fmt.Sprintf("-- migration %d (%s)\n%s", m.version, m.name, strings.TrimSpace(m.sql)),
+			fmt.Sprintf(s.q.recordMigration, m.version))
+	}
+	return out, nil
+}
+
+// MigrationSQL returns, in order, every statement Migrate runs on an empty
+// database (besides its transaction and advisory lock): creating the schema
+// and the jsbridge_migrations table, then each migration's text with the
+// schema injected and the statement recording it. With WithEventsTable the
+// bridge's own events table and trigger are left out. It is for showing the
+// SQL without running it.
+func (s *Store) MigrationSQL() []string {
+	stmts, err := s.plan(nil)
 	if err != nil {
 		// The migrations are embedded at build time; a bad name is a build bug.
 		panic(err)
 	}
-	out := []string{s.q.createSchema + ";", s.q.createMigrations + ";"}
-	for _, m := range ms {
-		out = append(out, fmt.Sprintf("-- migration %d (%s)\n%s", m.version, m.name, m.sql))
-	}
-	return out
+	return stmts
 }
 
-// MigrationSQL returns the statements Migrate would run for schema on an
-// empty database, without a connection (for `bridge migrate --dry-run`).
-// It fails when schema is not a plain identifier.
-func MigrationSQL(schema string) ([]string, error) {
-	s := &Store{schema: DefaultSchema}
-	if err := WithSchema(schema)(s); err != nil {
-		return nil, fmt.Errorf("store: %w", err)
+// MigrationSQL returns the statements Migrate would run on an empty
+// database for a store made with opts (WithSchema, WithEventsTable), without
+// a connection (for `bridge migrate --dry-run`). Errors: a bad option
+// (wrapping ErrInvalidInput).
+func MigrationSQL(opts ...Option) ([]string, error) {
+	s, err := newStore(opts)
+	if err != nil {
+		return nil, err
 	}
-	s.q = newQueries(s.schema)
 	return s.MigrationSQL(), nil
 }
 
@@ -79,12 +106,9 @@ func MigrationSQL(schema string) ([]string, error) {
 // runs the migrations not yet recorded in <schema>.jsbridge_migrations, all
 // in one transaction under a Postgres advisory lock, so several bridges that
 // start at once apply each migration exactly once. Running it on an
-// up-to-date schema changes nothing.
+// up-to-date schema changes nothing. With WithEventsTable it creates only the
+// bridge's own objects and never touches the events table.
 func (s *Store) Migrate(ctx context.Context) error {
-	ms, err := s.migrations()
-	if err != nil {
-		return err
-	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate schema %s: begin: %w", s.schema, err)
@@ -94,37 +118,41 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, s.q.migrationLock, "jsbridge.migrate."+s.schema); err != nil {
 		return fmt.Errorf("migrate schema %s: advisory lock: %w", s.schema, err)
 	}
-	for _, q := range []string{s.q.createSchema, s.q.createMigrations} {
+	applied := map[int]bool{}
+	var exists bool
+	if err := tx.QueryRow(ctx, s.q.migrationsExist).Scan(&exists); err != nil {
+		return fmt.Errorf("migrate schema %s: look for jsbridge_migrations: %w", s.schema, err)
+	}
+	if exists {
+		rows, err := tx.Query(ctx, s.q.appliedVersions)
+		if err != nil {
+			return fmt.Errorf("migrate schema %s: read applied versions: %w", s.schema, err)
+		}
+		versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return fmt.Errorf("migrate schema %s: read applied versions: %w", s.schema, err)
+		}
+		for _, v := range versions {
+			applied[int(v)] = true
+		}
+	}
+	stmts, err := s.plan(applied)
+	if err != nil {
+		return err
+	}
+	for _, q := range stmts {
+		// No arguments: the simple protocol runs a migration's statements in turn.
 		if _, err := tx.Exec(ctx, q); err != nil {
-			return fmt.Errorf("migrate schema %s: %w", s.schema, err)
-		}
-	}
-	rows, err := tx.Query(ctx, s.q.appliedVersions)
-	if err != nil {
-		return fmt.Errorf("migrate schema %s: read applied versions: %w", s.schema, err)
-	}
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return fmt.Errorf("migrate schema %s: read applied versions: %w", s.schema, err)
-	}
-	applied := make(map[int]bool, len(versions))
-	for _, v := range versions {
-		applied[int(v)] = true
-	}
-	for _, m := range ms {
-		if applied[m.version] {
-			continue
-		}
-		// No arguments: the simple protocol runs the file's statements in turn.
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return fmt.Errorf("migrate schema %s: migration %d (%s): %w", s.schema, m.version, m.name, err)
-		}
-		if _, err := tx.Exec(ctx, s.q.recordMigration, m.version); err != nil {
-			return fmt.Errorf("migrate schema %s: record migration %d: %w", s.schema, m.version, err)
+			return fmt.Errorf("migrate schema %s: %s: %w", s.schema, firstLine(q), err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("migrate schema %s: commit: %w", s.schema, err)
 	}
 	return nil
+}
+
+func firstLine(q string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(q), "\n")
+	return line
 }

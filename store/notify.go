@@ -24,7 +24,18 @@ const (
 // since appends may have been missed meanwhile. The channel is closed when
 // ctx is done. The first LISTEN happens before Notifications returns: an
 // error means it could not be set up. (It implements drain.Notifier.)
+//
+// With an external events table (WithEventsTable), which has no trigger of
+// ours, there is nothing to listen to: Notifications instead runs Discover
+// at once and then every discovery interval until ctx is done, sending a
+// value when a stream's head moved. Discovery errors are logged (once per
+// outage) and retried every interval.
 func (s *Store) Notifications(ctx context.Context) (<-chan struct{}, error) {
+	if s.External() {
+		ch := make(chan struct{}, 1)
+		go s.discoverLoop(ctx, ch)
+		return ch, nil
+	}
 	conn, err := s.listen(ctx)
 	if err != nil {
 		return nil, err

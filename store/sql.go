@@ -8,8 +8,20 @@ type queries struct {
 	createSchema     string
 	createMigrations string
 	migrationLock    string
+	migrationsExist  string
 	appliedVersions  string
 	recordMigration  string
+
+	tryLock string
+
+	discoveryInit       string
+	discoveryState      string
+	discoverySettled    string
+	discoveryTop        string
+	discoveryScan       string
+	discoveryAddPending string
+	discoveryTrim       string
+	discoverySave       string
 
 	head         string
 	insertEvents string
@@ -21,14 +33,16 @@ type queries struct {
 	block   string
 	release string
 
-	streams string
-	unblock string
-	reset   string
-	totals  string
+	streams      string
+	unblock      string
+	unblockMatch string
+	reset        string
+	backlog      string
+	totals       string
 }
 
-func newQueries(schema string) queries {
-	r := strings.NewReplacer("{schema}", schema)
+func newQueries(schema, events string) queries {
+	r := strings.NewReplacer("{schema}", schema, "{events}", events)
 	return queries{
 		createSchema: r.Replace(`CREATE SCHEMA IF NOT EXISTS {schema}`),
 		createMigrations: r.Replace(`CREATE TABLE IF NOT EXISTS {schema}.jsbridge_migrations (
@@ -38,12 +52,59 @@ func newQueries(schema string) queries {
 		// Transaction-scoped: released at commit or rollback, even when the
 		// connection dies.
 		migrationLock:   `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
+		migrationsExist: r.Replace(`SELECT to_regclass('{schema}.jsbridge_migrations') IS NOT NULL`),
 		appliedVersions: r.Replace(`SELECT version FROM {schema}.jsbridge_migrations`),
-		recordMigration: r.Replace(`INSERT INTO {schema}.jsbridge_migrations (version) VALUES ($1)`),
+		// A literal version (fmt verb), so --dry-run prints what runs.
+		recordMigration: r.Replace(`INSERT INTO {schema}.jsbridge_migrations (version) VALUES (%d)`),
 
-		head: r.Replace(`SELECT coalesce(max(version), -1) FROM {schema}.events WHERE stream = $1`),
+		tryLock: `SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))`,
+
+		discoveryInit:  r.Replace(`INSERT INTO {schema}.discovery (events_table) VALUES ($1) ON CONFLICT DO NOTHING`),
+		discoveryState: r.Replace(`SELECT low, seen FROM {schema}.discovery WHERE events_table = $1`),
+		// A pending scan is settled when none of its writers (virtual
+		// transaction ids) holds any lock any more: they have all ended.
+		discoverySettled: r.Replace(`WITH settled AS (
+    DELETE FROM {schema}.discovery_pending p
+    WHERE p.events_table = $1
+      AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.virtualtransaction = ANY(p.writers))
+    RETURNING p.hi
+)
+SELECT coalesce(array_agg(hi), '{}'), coalesce(max(hi), -1) FROM settled`),
+		discoveryTop: r.Replace(`SELECT coalesce(max(id), 0) FROM {events}`),
+		// Streams whose head is already at least what was found are left
+		// alone (no row lock), so re-reading is cheap.
+		discoveryScan: r.Replace(`WITH found AS (
+    SELECT stream, max(version) AS head, count(*) AS n
+    FROM {events} WHERE id > $1 AND id <= $2
+    GROUP BY stream
+), moved AS (
+    INSERT INTO {schema}.streams AS s (stream, head)
+    SELECT f.stream, f.head FROM found f
+    WHERE NOT EXISTS (SELECT 1 FROM {schema}.streams x WHERE x.stream = f.stream AND x.head >= f.head)
+    ORDER BY f.stream
+    ON CONFLICT (stream) DO UPDATE SET head = GREATEST(s.head, EXCLUDED.head), updated_at = now()
+    RETURNING 1
+)
+SELECT coalesce((SELECT sum(n) FROM found), 0)::bigint, (SELECT count(*) FROM moved)`),
+		// Writers: transactions other than ours holding more than a read
+		// lock on the events table or the sequence its ids come from.
+		discoveryAddPending: r.Replace(`INSERT INTO {schema}.discovery_pending (events_table, hi, writers)
+SELECT $1, $2, coalesce(array_agg(DISTINCT l.virtualtransaction), '{}')
+FROM pg_locks l
+WHERE l.locktype = 'relation'
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.relation IN (to_regclass($3)::oid, to_regclass(pg_get_serial_sequence($3, 'id'))::oid)
+  AND l.mode <> 'AccessShareLock'
+  AND l.pid IS DISTINCT FROM pg_backend_pid()
+ON CONFLICT (events_table, hi) DO NOTHING`),
+		discoveryTrim: r.Replace(`DELETE FROM {schema}.discovery_pending
+WHERE events_table = $1
+  AND (hi <= $2 OR hi < ANY (SELECT hi FROM {schema}.discovery_pending WHERE events_table = $1 ORDER BY hi DESC OFFSET $3 - 1 LIMIT 1))`),
+		discoverySave: r.Replace(`UPDATE {schema}.discovery SET low = $2, seen = $3, updated_at = now() WHERE events_table = $1`),
+
+		head: r.Replace(`SELECT coalesce(max(version), -1) FROM {events} WHERE stream = $1`),
 		// ORDER BY ord makes identity ids follow versions within the append.
-		insertEvents: r.Replace(`INSERT INTO {schema}.events (stream, version, name, data, meta)
+		insertEvents: r.Replace(`INSERT INTO {events} (stream, version, name, data, meta)
 SELECT $1, $2 + t.ord, t.name, t.data::jsonb, t.meta::jsonb
 FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS t(name, data, meta, ord)
 ORDER BY t.ord
@@ -67,7 +128,7 @@ RETURNING s.stream, s.watermark, s.retry, s.leased_until, coalesce(pending.prev_
 		fetch: r.Replace(`SELECT e.id, e.stream, e.version, e.name, e.data, e.meta, e.created
 FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS c(stream, watermark, ord)
 CROSS JOIN LATERAL (
-    SELECT * FROM {schema}.events ev
+    SELECT * FROM {events} ev
     WHERE ev.stream = c.stream AND ev.version > c.watermark
     ORDER BY ev.version
     LIMIT $3
@@ -104,7 +165,7 @@ RETURNING stream`),
     s.retry, s.next_attempt, s.blocked, coalesce(s.error, ''), coalesce(s.leased_by, ''), s.leased_until
 FROM {schema}.streams s
 LEFT JOIN LATERAL (
-    SELECT e.created FROM {schema}.events e
+    SELECT e.created FROM {events} e
     WHERE e.stream = s.stream AND e.version > s.watermark
     ORDER BY e.version LIMIT 1
 ) o ON s.head > s.watermark
@@ -113,18 +174,51 @@ WHERE (NOT $1 OR s.blocked)
   AND ($3 = '' OR s.stream ~ $3)
 ORDER BY s.stream
 LIMIT NULLIF($4, 0)`),
-		unblock: r.Replace(`UPDATE {schema}.streams
+		unblock: r.Replace(`WITH old AS MATERIALIZED (
+    SELECT stream, blocked, error FROM {schema}.streams
+    WHERE stream = ANY($1)
+      AND (blocked OR retry > 0 OR error IS NOT NULL OR next_attempt IS NOT NULL)
+    FOR UPDATE
+)
+UPDATE {schema}.streams s
 SET blocked = false, error = NULL, retry = 0, next_attempt = NULL, updated_at = now()
-WHERE stream = ANY($1)
-  AND (blocked OR retry > 0 OR error IS NOT NULL OR next_attempt IS NOT NULL)
-RETURNING stream`),
+FROM old WHERE s.stream = old.stream
+RETURNING s.stream, s.watermark, s.head, old.blocked, coalesce(old.error, '')`),
+		unblockMatch: r.Replace(`WITH old AS MATERIALIZED (
+    SELECT stream, blocked, error FROM {schema}.streams
+    WHERE ($1 = '' OR stream ~ $1)
+      AND (blocked OR retry > 0 OR error IS NOT NULL OR next_attempt IS NOT NULL)
+    FOR UPDATE
+)
+UPDATE {schema}.streams s
+SET blocked = false, error = NULL, retry = 0, next_attempt = NULL, updated_at = now()
+FROM old WHERE s.stream = old.stream
+RETURNING s.stream, s.watermark, s.head, old.blocked, coalesce(old.error, '')`),
 		// Reset also drops any lease, so a drainer still holding the stream
 		// cannot move the watermark past the reset.
-		reset: r.Replace(`UPDATE {schema}.streams
+		reset: r.Replace(`WITH old AS MATERIALIZED (
+    SELECT stream, watermark, blocked, error FROM {schema}.streams
+    WHERE stream = ANY($1)
+    FOR UPDATE
+)
+UPDATE {schema}.streams s
 SET watermark = -1, watermark_id = NULL, blocked = false, error = NULL, retry = 0,
     next_attempt = NULL, leased_by = NULL, leased_until = NULL, updated_at = now()
-WHERE stream = ANY($1)
-RETURNING stream`),
+FROM old WHERE s.stream = old.stream
+RETURNING s.stream, old.watermark, s.head, old.blocked, coalesce(old.error, '')`),
+		backlog: r.Replace(`SELECT
+    (SELECT count(*) FROM {schema}.streams WHERE blocked),
+    (SELECT count(*) FROM {schema}.streams WHERE head > watermark AND NOT blocked),
+    coalesce((
+        SELECT (extract(epoch FROM now() - min(o.created)) * 1e6)::bigint
+        FROM {schema}.streams s
+        CROSS JOIN LATERAL (
+            SELECT e.created FROM {events} e
+            WHERE e.stream = s.stream AND e.version > s.watermark
+            ORDER BY e.version LIMIT 1
+        ) o
+        WHERE ((s.head > s.watermark AND NOT s.blocked) OR s.blocked) AND s.head > s.watermark
+    ), 0)`),
 		totals: r.Replace(`SELECT coalesce(sum(head + 1), 0)::bigint, coalesce(sum(watermark + 1), 0)::bigint FROM {schema}.streams`),
 	}
 }

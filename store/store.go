@@ -3,15 +3,22 @@
 // leases and watermarks the drain claims and settles, LISTEN/NOTIFY wake-ups
 // and the operator queries behind the bridge's CLI.
 //
-// Every table lives in one schema ("jsbridge" by default); the SQL is written
-// once in sql.go with that schema injected.
+// Every table of the bridge lives in one schema ("jsbridge" by default); the
+// SQL is written once in sql.go with that schema injected. The events are in
+// the bridge's own table <schema>.events, whose trigger keeps each stream's
+// head current, or in an existing table another program writes
+// (WithEventsTable), whose new events the store discovers by polling.
 package store
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
+	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -28,6 +35,15 @@ type Store struct {
 	pool   *pgxpool.Pool
 	schema string
 	q      queries
+
+	// eventsTable is the events table as given (schema.table); "" means the
+	// bridge's own <schema>.events.
+	eventsTable       string
+	eventsIdent       pgx.Identifier
+	discoveryInterval time.Duration
+	discoverySpan     int64
+	settleTimeout     time.Duration
+	log               *slog.Logger
 }
 
 // Option configures a Store.
@@ -51,20 +67,131 @@ func WithSchema(name string) Option {
 	}
 }
 
+// DefaultDiscoveryInterval is how often an external events table is polled
+// for new events when WithDiscoveryInterval is not given.
+const DefaultDiscoveryInterval = time.Second
+
+// defaultDiscoverySpan is how many ids past the last scan one discovery
+// statement reads at most, so catching up on a large existing table goes in
+// bounded steps.
+const defaultDiscoverySpan = 10_000
+
+// WithEventsTable makes the store drain an existing events table that
+// another program writes, named "schema.table" (each part an identifier,
+// quoted as needed), instead of the bridge's own <schema>.events. The table
+// must have the common layout: id bigint (unique, increasing, drawn from a
+// sequence or identity column when the row is inserted), stream text,
+// version bigint (0-based per stream), name text, data jsonb, meta jsonb,
+// created timestamptz. The store never changes that table: Migrate creates
+// only the bridge's own objects, and new events are discovered by polling
+// (see Discover), not by a trigger. A name without exactly one dot, or with
+// an empty part, gives an error wrapping ErrInvalidInput.
+func WithEventsTable(name string) Option {
+	return func(s *Store) error {
+		schema, table, ok := strings.Cut(name, ".")
+		if !ok || schema == "" || table == "" || strings.Contains(table, ".") {
+			return fmt.Errorf("%w: events table %q is not schema.table", ErrInvalidInput, name)
+		}
+		s.eventsTable = name
+		s.eventsIdent = pgx.Identifier{schema, table}
+		return nil
+	}
+}
+
+// WithDiscoveryInterval sets how often Notifications polls an external
+// events table (WithEventsTable) for new events (default
+// DefaultDiscoveryInterval, 1s). It has no effect on the bridge's own events
+// table, whose trigger notifies. d must be > 0 (error wrapping
+// ErrInvalidInput).
+func WithDiscoveryInterval(d time.Duration) Option {
+	return func(s *Store) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: discovery interval %s (want > 0)", ErrInvalidInput, d)
+		}
+		s.discoveryInterval = d
+		return nil
+	}
+}
+
+// DefaultSettleTimeout bounds one ack, retry, block or release when
+// WithSettleTimeout is not given.
+const DefaultSettleTimeout = 5 * time.Second
+
+// WithSettleTimeout bounds each ack, retry, block and release statement
+// (default DefaultSettleTimeout, 5s). The application's append holds its
+// stream's row in the streams table until it commits (the trigger moves the
+// head), and a settle of that stream waits for it; past d the statement is
+// cancelled and the settle fails with an error wrapping ErrSettleTimeout, so
+// a long application transaction cannot stall a drain cycle (the stream's
+// lease then runs out and it is claimed again). The bridge never makes an
+// application commit wait longer than one of its own short statements. d
+// must be > 0 (error wrapping ErrInvalidInput).
+func WithSettleTimeout(d time.Duration) Option {
+	return func(s *Store) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: settle timeout %s (want > 0)", ErrInvalidInput, d)
+		}
+		s.settleTimeout = d
+		return nil
+	}
+}
+
+// ErrSettleTimeout is wrapped by a settle that was cancelled after the
+// settle timeout (WithSettleTimeout), typically waiting for an application
+// transaction that holds the stream's row.
+var ErrSettleTimeout = errors.New("settle timed out waiting for the stream's row")
+
+// WithLogger sets the logger for background work (discovery errors).
+// Default slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Store) error {
+		if l == nil {
+			return fmt.Errorf("%w: logger is nil", ErrInvalidInput)
+		}
+		s.log = l
+		return nil
+	}
+}
+
 // New returns a Store on pool. It does not touch the database; call Migrate
 // before first use. pool must not be nil.
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: pool is nil", ErrInvalidInput)
 	}
-	s := &Store{pool: pool, schema: DefaultSchema}
+	s, err := newStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.pool = pool
+	return s, nil
+}
+
+func newStore(opts []Option) (*Store, error) {
+	s := &Store{schema: DefaultSchema, discoveryInterval: DefaultDiscoveryInterval, discoverySpan: defaultDiscoverySpan, settleTimeout: DefaultSettleTimeout, log: slog.Default()}
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 	}
-	s.q = newQueries(s.schema)
+	events := s.schema + ".events"
+	if s.eventsTable != "" {
+		events = s.eventsIdent.Sanitize()
+	}
+	s.q = newQueries(s.schema, events)
 	return s, nil
+}
+
+// External reports whether the store drains an existing events table
+// (WithEventsTable) rather than its own.
+func (s *Store) External() bool { return s.eventsTable != "" }
+
+// EventsTable returns the events table the store reads, schema-qualified.
+func (s *Store) EventsTable() string {
+	if s.eventsTable != "" {
+		return s.eventsTable
+	}
+	return s.schema + ".events"
 }
 
 // Schema returns the schema name the store uses (also its NOTIFY channel).

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -91,36 +92,98 @@ func streamsError(f StreamFilter, err error) error {
 	return fmt.Errorf("list streams: %w", err)
 }
 
+// Changed is one stream an operator command changed, as it was before.
+type Changed struct {
+	// Stream is the stream's name.
+	Stream string
+	// Watermark is the watermark before the change (Unblock leaves it:
+	// the stream resumes after it; Reset moves it to -1).
+	Watermark int64
+	// Head is the version of the stream's last committed event.
+	Head int64
+	// Blocked and Error are the stream's blocked flag and last error before
+	// the change.
+	Blocked bool
+	Error   string
+}
+
 // Unblock clears the blocked flag, error, retry count and next attempt of
 // the named streams, so they are claimed again from their watermark. It
-// returns the names of the streams it changed (blocked or backing off);
-// unknown and healthy streams are skipped.
-func (s *Store) Unblock(ctx context.Context, streams []string) ([]string, error) {
+// returns, in name order, the streams it changed (blocked or backing off) as
+// they were; unknown and healthy streams are skipped.
+func (s *Store) Unblock(ctx context.Context, streams []string) ([]Changed, error) {
+	if len(streams) == 0 {
+		return nil, nil
+	}
 	return s.changeStreams(ctx, "unblock", s.q.unblock, streams)
+}
+
+// UnblockMatch is Unblock for every blocked or backing-off stream whose
+// name matches the POSIX regular expression pattern (Postgres ~); an empty
+// pattern selects them all. Errors: ErrInvalidInput (wrapped) for a pattern
+// that is not a valid regular expression.
+func (s *Store) UnblockMatch(ctx context.Context, pattern string) ([]Changed, error) {
+	out, err := s.changeStreams(ctx, "unblock", s.q.unblockMatch, pattern)
+	if code := pgCode(err); code == "2201B" { // invalid_regular_expression
+		return nil, fmt.Errorf("%w: unblock pattern %q is not a valid regular expression: %v", ErrInvalidInput, pattern, err)
+	}
+	return out, err
 }
 
 // Reset moves the named streams' watermarks back to -1 and unblocks them, so
 // every event is forwarded again from version 0 (a re-publish: JetStream
 // drops only those still inside its duplicate window). Any lease on them is
 // dropped, so a drainer still holding one cannot move the watermark past the
-// reset. It returns the names of the streams that exist and were reset.
-func (s *Store) Reset(ctx context.Context, streams []string) ([]string, error) {
-	return s.changeStreams(ctx, "reset", s.q.reset, streams)
-}
-
-func (s *Store) changeStreams(ctx context.Context, op, query string, streams []string) ([]string, error) {
+// reset. It returns, in name order, the streams that exist, as they were
+// before the reset.
+func (s *Store) Reset(ctx context.Context, streams []string) ([]Changed, error) {
 	if len(streams) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, query, streams)
+	return s.changeStreams(ctx, "reset", s.q.reset, streams)
+}
+
+func (s *Store) changeStreams(ctx context.Context, op, query string, arg any) ([]Changed, error) {
+	rows, err := s.pool.Query(ctx, query, arg)
 	if err != nil {
-		return nil, fmt.Errorf("%s %d streams: %w", op, len(streams), err)
+		return nil, fmt.Errorf("%s streams: %w", op, err)
 	}
-	changed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	changed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Changed, error) {
+		var c Changed
+		err := r.Scan(&c.Stream, &c.Watermark, &c.Head, &c.Blocked, &c.Error)
+		return c, err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("%s %d streams: %w", op, len(streams), err)
+		return nil, fmt.Errorf("%s streams: %w", op, err)
 	}
+	sort.Slice(changed, func(i, j int) bool { return changed[i].Stream < changed[j].Stream })
 	return changed, nil
+}
+
+// Backlog is the drain's state over all streams, computed in Postgres, so
+// every bridge replica reports the same figures.
+type Backlog struct {
+	// Blocked is the number of blocked streams.
+	Blocked int64
+	// Lagging is the number of streams that are not blocked and have events
+	// past their watermark.
+	Lagging int64
+	// OldestAge is the age (database clock) of the oldest event not yet
+	// forwarded, blocked streams included; 0 when every event is forwarded.
+	OldestAge time.Duration
+}
+
+// Backlog counts blocked and lagging streams and finds the oldest event not
+// forwarded yet. Its cost grows with the blocked and lagging streams (two
+// partial indexes), not with idle ones.
+func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
+	var b Backlog
+	var micros int64
+	if err := s.pool.QueryRow(ctx, s.q.backlog).Scan(&b.Blocked, &b.Lagging, &micros); err != nil {
+		return b, fmt.Errorf("stream backlog: %w", err)
+	}
+	b.OldestAge = time.Duration(micros) * time.Microsecond
+	return b, nil
 }
 
 // Totals returns the number of events appended (sum of head+1) and forwarded

@@ -1,6 +1,8 @@
--- 001: the events table of the common event-store layout, the bridge's
--- per-stream table, and the trigger that keeps each stream's head current and
--- wakes the drain. {schema} is replaced by the store's schema name.
+-- jsbridge:own-events-table
+-- 002: the bridge's own events table of the common event-store layout and the
+-- trigger that keeps each stream's head current and wakes the drain. Skipped
+-- when the bridge drains an existing table (--events-table): that table and
+-- its program are left untouched.
 
 CREATE TABLE IF NOT EXISTS {schema}.events (
     id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -12,26 +14,6 @@ CREATE TABLE IF NOT EXISTS {schema}.events (
     created timestamptz NOT NULL DEFAULT now(),
     UNIQUE (stream, version)
 );
-
-CREATE TABLE IF NOT EXISTS {schema}.streams (
-    stream       text        PRIMARY KEY,
-    watermark    bigint      NOT NULL DEFAULT -1,
-    watermark_id bigint,
-    head         bigint      NOT NULL DEFAULT -1,
-    retry        integer     NOT NULL DEFAULT 0,
-    next_attempt timestamptz,
-    blocked      boolean     NOT NULL DEFAULT false,
-    error        text,
-    leased_by    text,
-    leased_until timestamptz,
-    updated_at   timestamptz NOT NULL DEFAULT now()
-);
-
--- Only streams with work to do are in this index, so a claim's cost does not
--- grow with idle or blocked streams.
-CREATE INDEX IF NOT EXISTS streams_pending_idx
-    ON {schema}.streams (next_attempt NULLS FIRST)
-    WHERE head > watermark AND NOT blocked;
 
 -- One statement-level trigger: the head moves in the inserting transaction
 -- (so head > watermark exactly when a committed event is past the watermark),
