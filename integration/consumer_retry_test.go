@@ -1,0 +1,38 @@
+package integration
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/deliver"
+)
+
+// A 429 with Retry-After: 2 is not retried sooner than 2 s, although the
+// subscription's BackOff would retry after 50 ms.
+func TestConsumerRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	b := setupJetStream(t)
+	var n atomic.Int32
+	ep := newHits(t, func(w http.ResponseWriter, _ *http.Request) {
+		if n.Add(1) == 1 {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	b.startConsumer(t, deliver.Config{}, deliver.Subscription{
+		Name: "limited", FilterSubjects: []string{"events.>"}, URL: ep.URL, Secrets: []string{testSecret},
+		BackOff: []time.Duration{50 * time.Millisecond}, AllowPrivate: true,
+	})
+	ids := b.publish(t, 1, 1, 1)
+
+	require.Eventually(t, func() bool { return ep.count() >= 2 }, 30*time.Second, 10*time.Millisecond)
+	at, keys := ep.snapshot()
+	require.Equal(t, []string{ids[0], ids[0]}, keys[:2], "the retry carries the same Idempotency-Key")
+	require.GreaterOrEqual(t, at[1].Sub(at[0]), 2*time.Second, "retried %s after the 429 with Retry-After: 2", at[1].Sub(at[0]))
+}

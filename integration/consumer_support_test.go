@@ -1,0 +1,194 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/forward"
+)
+
+// jsBundle is a JetStream server with the EVENTS stream and a client: what
+// consumer tests need (no Postgres).
+type jsBundle struct {
+	srv *embedded.Server
+	js  jetstream.JetStream
+	ctx context.Context
+}
+
+func setupJetStream(t *testing.T) *jsBundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = forward.Provision(ctx, js, forward.StreamConfig{})
+	require.NoError(t, err)
+	return &jsBundle{srv: srv, js: js, ctx: ctx}
+}
+
+// publish publishes events as the bridge does (forward.Message): ids
+// first..first+n-1, each in stream "order-<id % streams>", and returns the
+// event ids as the webhooks carry them.
+func (b *jsBundle) publish(t *testing.T, first int64, n, streams int) []string {
+	t.Helper()
+	ids := make([]string, 0, n)
+	futures := make([]jetstream.PubAckFuture, 0, n)
+	for i := range int64(n) {
+		id := first + i
+		e := event.Event{ID: id, Stream: fmt.Sprintf("order-%d", id%int64(streams)), Version: i / int64(streams),
+			Name: "OrderNoted", Data: fmt.Appendf(nil, `{"n":%d}`, id), Created: time.Now()}
+		f, err := b.js.PublishMsgAsync(forward.Message(e, forward.Config{}))
+		require.NoError(t, err)
+		futures = append(futures, f)
+		ids = append(ids, event.FormatID(id))
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("publish ack timed out")
+		}
+	}
+	return ids
+}
+
+// startConsumer runs an in-process consumer with a provisioned DLQ until
+// the test ends, and returns the DLQ.
+func (b *jsBundle) startConsumer(t *testing.T, cfg deliver.Config, subs ...deliver.Subscription) *deliver.DLQ {
+	t.Helper()
+	nc, err := b.srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	q := deliver.NewDLQ(js, deliver.DLQConfig{})
+	require.NoError(t, q.Provision(b.ctx))
+	cfg.DeadLetters = q
+	c, err := deliver.New(js, cfg, subs...)
+	require.NoError(t, err)
+	runUntilCleanup(t, c.Run)
+	return q
+}
+
+// hits is an httptest endpoint recording each request's arrival and
+// Idempotency-Key and answering with respond.
+type hits struct {
+	*httptest.Server
+	mu      sync.Mutex
+	at      []time.Time
+	keys    []string
+	respond func(w http.ResponseWriter, r *http.Request)
+}
+
+func newHits(t *testing.T, respond func(w http.ResponseWriter, r *http.Request)) *hits {
+	t.Helper()
+	h := &hits{respond: respond}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		h.mu.Lock()
+		h.at = append(h.at, time.Now())
+		h.keys = append(h.keys, r.Header.Get("Idempotency-Key"))
+		h.mu.Unlock()
+		h.respond(w, r)
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+func (h *hits) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.keys)
+}
+
+// distinct returns the number of distinct Idempotency-Keys seen.
+func (h *hits) distinct() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[string]bool{}
+	for _, k := range h.keys {
+		seen[k] = true
+	}
+	return len(seen)
+}
+
+func (h *hits) snapshot() ([]time.Time, []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]time.Time(nil), h.at...), append([]string(nil), h.keys...)
+}
+
+// proc is a consumer process the test may kill.
+type proc struct {
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	exited chan struct{} // closed when the process has exited; then err is set
+	err    error
+}
+
+// startProc starts bin with args; at cleanup a process still running gets
+// SIGTERM and must exit 0 within 20 s.
+func startProc(t *testing.T, env []string, bin string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(filepath.Join(binaries(t), bin), args...), out: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+			return // killed (or exited) during the test
+		default:
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+			if p.err != nil {
+				t.Errorf("%s exited with %v after SIGTERM; output:\n%s", bin, p.err, p.out.String())
+			}
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			t.Errorf("%s did not exit within 20 s of SIGTERM; output:\n%s", bin, p.out.String())
+		}
+	})
+	return p
+}
+
+// kill sends SIGKILL and waits for the process to die.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("process did not die after SIGKILL")
+	}
+}
