@@ -172,6 +172,7 @@ LEFT JOIN LATERAL (
 WHERE (NOT $1 OR s.blocked)
   AND (NOT $2 OR s.head > s.watermark)
   AND ($3 = '' OR s.stream ~ $3)
+  AND ($5::text[] IS NULL OR s.stream = ANY($5))
 ORDER BY s.stream
 LIMIT NULLIF($4, 0)`),
 		unblock: r.Replace(`WITH old AS MATERIALIZED (

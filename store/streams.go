@@ -20,6 +20,8 @@ type StreamFilter struct {
 	// Match keeps only streams whose name matches this POSIX regular
 	// expression (Postgres ~); empty matches all.
 	Match string
+	// Names keeps only the streams named here; empty means any name.
+	Names []string
 	// Limit caps the number of streams returned; 0 means no cap.
 	Limit int
 }
@@ -60,7 +62,11 @@ func (s *Store) Streams(ctx context.Context, f StreamFilter) ([]StreamInfo, erro
 	if f.Limit < 0 {
 		return nil, fmt.Errorf("%w: stream filter Limit %d (want >= 0)", ErrInvalidInput, f.Limit)
 	}
-	rows, err := s.pool.Query(ctx, s.q.streams, f.Blocked, f.Lagging, f.Match, f.Limit)
+	var names []string
+	if len(f.Names) > 0 {
+		names = f.Names
+	}
+	rows, err := s.pool.Query(ctx, s.q.streams, f.Blocked, f.Lagging, f.Match, f.Limit, names)
 	if err != nil {
 		return nil, streamsError(f, err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -19,7 +20,7 @@ type migrateCmd struct {
 
 func (m *migrateCmd) Run(ctx context.Context, g *Globals) error {
 	if m.DryRun {
-		stmts, err := store.MigrationSQL(g.Schema)
+		stmts, err := store.MigrationSQL(g.storeOptions()...)
 		if err != nil {
 			return err
 		}
@@ -153,24 +154,85 @@ func dash(s string) string {
 }
 
 type unblockCmd struct {
-	Names []string `arg:"" help:"Streams to unblock."`
+	Names []string `arg:"" optional:"" help:"Streams to unblock."`
+	Match string   `name:"match" help:"Unblock every blocked or backing-off stream whose name matches this regular expression (Postgres ~)."`
+	All   bool     `name:"all" help:"Unblock every blocked or backing-off stream."`
 }
 
 func (u *unblockCmd) Run(ctx context.Context, g *Globals) error {
+	modes := 0
+	for _, set := range []bool{len(u.Names) > 0, u.Match != "", u.All} {
+		if set {
+			modes++
+		}
+	}
+	if modes != 1 {
+		return errors.New("unblock: give stream names, --match REGEX or --all (exactly one of them)")
+	}
 	pool, st, err := openStore(ctx, g)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	changed, err := st.Unblock(ctx, u.Names)
+	var changed []store.Changed
+	switch {
+	case u.All:
+		changed, err = st.UnblockMatch(ctx, "")
+	case u.Match != "":
+		changed, err = st.UnblockMatch(ctx, u.Match)
+	default:
+		changed, err = st.Unblock(ctx, u.Names)
+	}
 	if err != nil {
 		return err
 	}
-	for _, n := range changed {
-		fmt.Printf("unblocked %s\n", n)
+	for _, c := range changed {
+		state := "backing off"
+		if c.Blocked {
+			state = "blocked"
+		}
+		fmt.Printf("unblocked %s (was %s: %s): resumes after version %d, %d events to forward\n",
+			c.Stream, state, dash(c.Error), c.Watermark, max(c.Head-c.Watermark, 0))
 	}
 	if len(changed) == 0 {
-		fmt.Println("nothing to unblock: none of the named streams is blocked")
+		fmt.Println("nothing to unblock: no selected stream is blocked or backing off")
+	}
+	return nil
+}
+
+type resetCmd struct {
+	Names []string `arg:"" help:"Streams to reset."`
+	Yes   bool     `name:"yes" help:"Really reset: every event of the streams is published again (JetStream drops only those still inside its duplicate window)."`
+}
+
+func (r *resetCmd) Run(ctx context.Context, g *Globals) error {
+	pool, st, err := openStore(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if !r.Yes {
+		infos, err := st.Streams(ctx, store.StreamFilter{Names: r.Names})
+		if err != nil {
+			return err
+		}
+		for _, i := range infos {
+			fmt.Printf("would reset %s: watermark %d -> -1, re-publishing its %d events from version 0\n", i.Stream, i.Watermark, i.Head+1)
+		}
+		if len(infos) == 0 {
+			return errors.New("reset: none of the named streams exists")
+		}
+		return errors.New("reset: nothing changed; run again with --yes to reset (JetStream drops only re-published events still inside its duplicate window)")
+	}
+	changed, err := st.Reset(ctx, r.Names)
+	if err != nil {
+		return err
+	}
+	for _, c := range changed {
+		fmt.Printf("reset %s: watermark %d -> -1, %d events to re-publish from version 0\n", c.Stream, c.Watermark, c.Head+1)
+	}
+	if len(changed) == 0 {
+		return errors.New("reset: none of the named streams exists")
 	}
 	return nil
 }

@@ -3,7 +3,7 @@
 // stream order with Nats-Msg-Id = event id, and advances each stream's
 // watermark, retries with backoff, or blocks the stream.
 //
-// Subcommands: run, migrate, append, streams, unblock. See --help.
+// Subcommands: run, migrate, append, streams, unblock, reset. See --help.
 package main
 
 import (
@@ -24,13 +24,15 @@ type cli struct {
 	Migrate migrateCmd `cmd:"" help:"Create or upgrade the bridge's tables in Postgres, then exit."`
 	Append  appendCmd  `cmd:"" help:"Append one event to a stream (for trying things from the shell)."`
 	Streams streamsCmd `cmd:"" help:"List streams: watermark, head, lag, retry, blocked, lease."`
-	Unblock unblockCmd `cmd:"" help:"Unblock streams; they resume from their watermark."`
+	Unblock unblockCmd `cmd:"" help:"Unblock streams (by name, --match REGEX or --all); they resume from their watermark."`
+	Reset   resetCmd   `cmd:"" help:"Forward streams again from their first event; refuses without --yes."`
 }
 
 // Globals are the flags every subcommand takes.
 type Globals struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"Postgres URL, e.g. postgres://user@host:5432/db. Required."`
-	Schema      string `name:"schema" env:"JSBRIDGE_SCHEMA" default:"jsbridge" help:"Postgres schema holding the events table and the bridge's streams table (default: ${default})."`
+	Schema      string `name:"schema" env:"JSBRIDGE_SCHEMA" default:"jsbridge" help:"Postgres schema holding the bridge's tables (streams, and events unless --events-table) (default: ${default})."`
+	EventsTable string `name:"events-table" env:"JSBRIDGE_EVENTS_TABLE" help:"Drain an existing events table of the common layout (id, stream, version, name, data, meta, created) that another program writes, as schema.table; the bridge never changes it and finds new events by polling. Default: the bridge's own <schema>.events."`
 	LogFormat   string `name:"log-format" env:"JSBRIDGE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json (default: ${default})."`
 	LogLevel    string `name:"log-level" env:"JSBRIDGE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error (default: ${default})."`
 }

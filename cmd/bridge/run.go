@@ -157,10 +157,19 @@ func openStore(ctx context.Context, g *Globals) (*pgxpool.Pool, *store.Store, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("--database-url: %w", err)
 	}
-	st, err := store.New(pool, store.WithSchema(g.Schema))
+	st, err := store.New(pool, g.storeOptions()...)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
 	return pool, st, nil
+}
+
+// storeOptions are the store options the global flags give.
+func (g *Globals) storeOptions(extra ...store.Option) []store.Option {
+	opts := []store.Option{store.WithSchema(g.Schema)}
+	if g.EventsTable != "" {
+		opts = append(opts, store.WithEventsTable(g.EventsTable))
+	}
+	return append(opts, extra...)
 }
