@@ -1,0 +1,50 @@
+package store_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/store"
+)
+
+// BenchmarkClaim measures one claim of up to 100 streams among 50 pending
+// ones, next to 100 or 100,000 idle streams (every event forwarded). The
+// pending index holds only streams with work, so the two should cost about
+// the same. The 1µs lease expires at once, so every iteration claims the
+// same pending streams again without a release.
+func BenchmarkClaim(b *testing.B) {
+	for _, idle := range []int{100, 100_000} {
+		b.Run(fmt.Sprintf("idle=%d", idle), func(b *testing.B) {
+			pool := pgtest.Pool(b)
+			s, err := store.New(pool, store.WithSchema(pgtest.Schema(b, pool)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := b.Context()
+			if err := s.Migrate(ctx); err != nil {
+				b.Fatal(err)
+			}
+			const pending = 50
+			if _, err := pool.Exec(ctx, `INSERT INTO `+s.Schema()+`.streams (stream, head, watermark)
+SELECT 'idle-' || g, 9, 9 FROM generate_series(1, $1) g
+UNION ALL SELECT 'pending-' || g, 9, 3 FROM generate_series(1, $2) g`, idle, pending); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := pool.Exec(ctx, "ANALYZE "+s.Schema()+".streams"); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				claims, err := s.Claim(ctx, "bench", 100, time.Microsecond)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(claims) != pending {
+					b.Fatalf("claimed %d streams, want %d", len(claims), pending)
+				}
+			}
+		})
+	}
+}
