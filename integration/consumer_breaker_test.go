@@ -1,0 +1,88 @@
+package integration
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/deliver"
+)
+
+// Three subscriptions on one stream; one endpoint answers 503 for 20 s. The
+// other two get everything while it is still down; the failing one gets
+// everything after it recovers; during the outage it sees no more requests
+// than the breaker's threshold, the requests already in flight when it
+// opened, and one probe per open timeout; nothing is dead-lettered.
+func TestConsumerBreakerIsolatesFailingEndpoint(t *testing.T) {
+	t.Parallel()
+	const (
+		events      = 300
+		outage      = 20 * time.Second
+		threshold   = 3
+		openTimeout = time.Second
+		inFlight    = 4
+	)
+	b := setupJetStream(t)
+	var down atomic.Bool
+	down.Store(true)
+	var outageRequests atomic.Int32
+	failing := newHits(t, func(w http.ResponseWriter, _ *http.Request) {
+		if down.Load() {
+			outageRequests.Add(1)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	ok := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }
+	healthyA, healthyB := newHits(t, ok), newHits(t, ok)
+
+	breakers, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: threshold, OpenTimeout: openTimeout, HalfOpenProbes: 1}, nil, nil)
+	require.NoError(t, err)
+	sub := func(name, url string) deliver.Subscription {
+		return deliver.Subscription{Name: name, FilterSubjects: []string{"events.>"}, URL: url, Secrets: []string{testSecret},
+			BackOff: []time.Duration{100 * time.Millisecond}, MaxDeliver: 1000, MaxInFlight: inFlight, AllowPrivate: true}
+	}
+	q := b.startConsumer(t, deliver.Config{Breakers: breakers},
+		sub("healthy-a", healthyA.URL), sub("healthy-b", healthyB.URL), sub("failing", failing.URL))
+
+	start := time.Now()
+	b.publish(t, 1, events, 30)
+	recovery := time.AfterFunc(outage, func() { down.Store(false) })
+	t.Cleanup(func() { recovery.Stop() })
+
+	// The healthy endpoints are not held up by the failing one: they have
+	// every event while it is still down.
+	require.Eventually(t, func() bool {
+		return healthyA.distinct() == events && healthyB.distinct() == events
+	}, outage-2*time.Second, 20*time.Millisecond, "healthy endpoints got %d and %d of %d events during the outage",
+		healthyA.distinct(), healthyB.distinct(), events)
+	require.True(t, down.Load(), "the outage must still be going on")
+	require.Equal(t, breaker.Open, breakers.Breaker(failing.URL).State(), "the failing endpoint's breaker is open")
+
+	require.Eventually(t, func() bool { return failing.distinct() == events }, 90*time.Second, 50*time.Millisecond,
+		"the failing endpoint got %d of %d events after recovery", failing.distinct(), events)
+	elapsed := time.Since(start)
+	probes := int32(elapsed/openTimeout) + 1
+	maxDuringOutage := threshold + (inFlight - 1) + probes
+	require.LessOrEqual(t, outageRequests.Load(), maxDuringOutage,
+		"requests during the outage: threshold %d + in flight %d + probes %d", threshold, inFlight-1, probes)
+	require.GreaterOrEqual(t, outageRequests.Load(), int32(threshold), "the endpoint was tried before the breaker opened")
+	t.Logf("failing endpoint: %d requests during the %s outage (bound %d), all %d events %s after the start", outageRequests.Load(), outage, maxDuringOutage, events, elapsed.Round(time.Millisecond))
+
+	n, err := q.Count(b.ctx, "")
+	require.NoError(t, err)
+	require.Zero(t, n, "the outage alone dead-letters nothing")
+	for _, name := range []string{"healthy-a", "healthy-b", "failing"} {
+		cons, err := b.js.Consumer(b.ctx, "EVENTS", name)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			info, err := cons.Info(b.ctx)
+			return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+		}, 30*time.Second, 50*time.Millisecond, "subscription %s: everything acked", name)
+	}
+}
