@@ -31,6 +31,9 @@ func TestMinSafeTTL(t *testing.T) {
 		// jsbridge's default subscription, as documented on MinSafeTTL.
 		"deliver defaults": {webhook.RetryProfile{MaxDeliver: 10, Timeout: 10 * s, AckWait: 30 * s,
 			BackOff: []time.Duration{s, 5 * s, 30 * s, 2 * time.Minute, 5 * time.Minute}}, time.Hour + 4*time.Minute + 32*s},
+		// The same with Handler's lease as the longest Retry-After (README).
+		"deliver defaults, handler lease": {webhook.RetryProfile{MaxDeliver: 10, Timeout: 10 * s, AckWait: 30 * s,
+			BackOff: []time.Duration{s, 5 * s, 30 * s, 2 * time.Minute, 5 * time.Minute}, RetryAfter: webhook.DefaultLease}, time.Hour + 9*time.Minute + 20*s},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
