@@ -4,7 +4,8 @@
 // middleware that ties them together, and a CloudEvents decoder for both
 // content modes. The sender (package deliver) signs with the same code.
 //
-// It imports the standard library and package event only.
+// It imports the standard library and package event only; the Postgres
+// idempotency store, which needs pgx, is package webhook/pgstore.
 package webhook
 
 import (
