@@ -15,6 +15,7 @@ import (
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
 	"github.com/jsbridge/jsbridge/internal/ops"
 	"github.com/jsbridge/jsbridge/store"
 )
@@ -39,6 +40,7 @@ type runCmd struct {
 	PublishTimeout   time.Duration `name:"publish-timeout" env:"JSBRIDGE_PUBLISH_TIMEOUT" default:"5s" help:"How long to wait for JetStream to acknowledge one publish (default: ${default})."`
 	ShutdownGrace    time.Duration `name:"shutdown-grace" env:"JSBRIDGE_SHUTDOWN_GRACE" default:"10s" help:"On SIGTERM, how long the batch in flight may go on; what it publishes is acked, the rest released (default: ${default})."`
 	Migrate          bool          `name:"migrate" env:"JSBRIDGE_MIGRATE" default:"true" negatable:"" help:"Apply pending migrations at start (default: ${default})."`
+	SettleTimeout    time.Duration `name:"settle-timeout" env:"JSBRIDGE_SETTLE_TIMEOUT" default:"5s" help:"How long an ack, retry or block may wait for a stream's row that an application transaction holds (Postgres lock_timeout); past it the settle fails and the stream is claimed again after its lease (default: ${default})."`
 	OpsAddr          string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9464" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
 }
 
@@ -47,11 +49,17 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	pool, st, err := openStore(ctx, g)
+	pool, st, err := openStore(ctx, g, store.WithDiscoveryInterval(max(r.PollInterval, time.Millisecond)),
+		store.WithSettleTimeout(max(r.SettleTimeout, time.Millisecond)), store.WithLogger(log))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	opsSrv := ops.NewServer()
+	metrics, err := bridgemetrics.New(opsSrv.Registry, st.Backlog, log)
+	if err != nil {
+		return err
+	}
 	if r.Migrate {
 		if err := st.Migrate(ctx); err != nil {
 			return fmt.Errorf("migrate: %w", err)
@@ -84,20 +92,19 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	fwd, err := forward.New(js, forward.Config{
 		Prefix: r.SubjectPrefix, Source: r.Source, MaxInFlight: r.MaxInFlight,
-		PublishTimeout: r.PublishTimeout, Logger: log,
+		PublishTimeout: r.PublishTimeout, Logger: log, Observer: metrics,
 	})
 	if err != nil {
 		return err
 	}
 	d, err := drain.New(st, fwd, drain.Config{
 		Owner: r.Owner, Lease: r.Lease, ClaimLimit: r.ClaimLimit, FetchLimit: r.FetchLimit,
-		PollInterval: r.PollInterval, MaxRetries: r.MaxRetries, ShutdownGrace: r.ShutdownGrace, Notifier: st, Logger: log,
+		PollInterval: r.PollInterval, MaxRetries: r.MaxRetries, ShutdownGrace: r.ShutdownGrace, Notifier: st, Logger: log, Observer: metrics,
 	})
 	if err != nil {
 		return err
 	}
 
-	opsSrv := ops.NewServer()
 	opsSrv.AddCheck("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
 	opsSrv.AddCheck("jetstream", func(ctx context.Context) error {
 		_, err := js.Stream(ctx, r.Stream)
@@ -112,7 +119,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		defer cancel()
 		_ = opsSrv.Shutdown(sctx)
 	}()
-	log.Info("bridge started", "jetstream_stream", r.Stream, "nats_url", nc.ConnectedUrl(), "ops_addr", addr, "lease", r.Lease)
+	log.Info("bridge started", "jetstream_stream", r.Stream, "nats_url", nc.ConnectedUrl(), "ops_addr", addr, "lease", r.Lease, "events_table", st.EventsTable())
 	err = d.Run(ctx)
 	log.Info("bridge stopped")
 	return err
@@ -149,7 +156,7 @@ func (r *runCmd) connectNATS(log *slog.Logger) (*nats.Conn, func(), error) {
 }
 
 // openStore connects to --database-url and opens the store in --schema.
-func openStore(ctx context.Context, g *Globals) (*pgxpool.Pool, *store.Store, error) {
+func openStore(ctx context.Context, g *Globals, opts ...store.Option) (*pgxpool.Pool, *store.Store, error) {
 	if g.DatabaseURL == "" {
 		return nil, nil, errors.New("--database-url (DATABASE_URL) is empty: give a Postgres URL, e.g. postgres://user@localhost:5432/app")
 	}
@@ -157,7 +164,7 @@ func openStore(ctx context.Context, g *Globals) (*pgxpool.Pool, *store.Store, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("--database-url: %w", err)
 	}
-	st, err := store.New(pool, g.storeOptions()...)
+	st, err := store.New(pool, g.storeOptions(opts...)...)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
