@@ -113,8 +113,14 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	// Validate the configuration before touching the network.
-	if _, _, err := r.subscriptions(); err != nil {
+	subs, _, err := r.subscriptions()
+	if err != nil {
 		return err
+	}
+	for _, s := range subs {
+		if err := s.Validate(); err != nil {
+			return err
+		}
 	}
 	nc, js, err := connect(g)
 	if err != nil {
@@ -126,7 +132,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	opsSrv := ops.NewServer()
-	c, subs, err := r.consumer(js, g, log, opsSrv.Registry, dlq)
+	c, _, err := r.consumer(js, g, log, opsSrv.Registry, dlq)
 	if err != nil {
 		return err
 	}
