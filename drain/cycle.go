@@ -9,13 +9,16 @@ import (
 	"github.com/jsbridge/jsbridge/event"
 )
 
-// Cycle runs one pass: claim up to ClaimLimit streams, fetch up to
-// FetchLimit events of each past its watermark, hand them to the Handler in
-// one call and settle every stream by its Result:
+// Cycle runs one pass: claim up to ClaimLimit streams (one while the bus is
+// unavailable, see Run), fetch up to FetchLimit events of each past its
+// watermark, hand them to the Handler in one call (Batch.Reconcile set for a
+// takeover or a retry) and settle every stream by its Result:
 //
 //   - Err nil: ack to the last event.
 //   - a NonRetryableError: block at once, keeping the progress before the
 //     failed event; the stream's error names the event id and the reason.
+//   - an UnavailableError (the bus failed, not the stream): keep the
+//     progress and retry after OutageBackoff(retry); never block.
 //   - any other error: keep the progress (Events[Done-1]) and retry after
 //     Backoff(retry), or block when retry+1 would exceed MaxRetries.
 //   - when ctx is done (shutdown) and the handler failed: ack what it
@@ -32,7 +35,11 @@ import (
 func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
 	var st Stats
 	start := time.Now()
-	claims, err := d.store.Claim(ctx, d.cfg.Owner, d.cfg.ClaimLimit, d.cfg.Lease)
+	limit := d.cfg.ClaimLimit
+	if d.outage {
+		limit = 1 // probe whether the bus is back
+	}
+	claims, err := d.store.Claim(ctx, d.cfg.Owner, limit, d.cfg.Lease)
 	d.cfg.Observer.Claimed(len(claims), time.Since(start), err)
 	if err != nil {
 		return st, fmt.Errorf("drain: claim: %w", err)
@@ -43,7 +50,7 @@ func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
 	}
 	d.hold(claims)
 	for _, c := range claims {
-		d.log.Debug("stream claimed", "stream", c.Stream, "watermark", c.Watermark, "retry", c.Retry, "leased_until", c.LeasedUntil)
+		d.log.Debug("stream claimed", "stream", c.Stream, "watermark", c.Watermark, "retry", c.Retry, "leased_until", c.LeasedUntil, "previous_holder", c.PreviousHolder)
 	}
 
 	events, err := d.store.Fetch(ctx, claims, d.cfg.FetchLimit)
@@ -69,7 +76,7 @@ func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
 	var batchClaims, empty []Claim
 	for _, c := range claims {
 		if evs := byStream[c.Stream]; len(evs) > 0 {
-			batches = append(batches, Batch{Stream: c.Stream, Retry: c.Retry, Events: evs})
+			batches = append(batches, Batch{Stream: c.Stream, Retry: c.Retry, Events: evs, Reconcile: c.PreviousHolder != "" || c.Retry > 0})
 			batchClaims = append(batchClaims, c)
 		} else {
 			empty = append(empty, c)
@@ -110,6 +117,7 @@ func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
 			errs = append(errs, err)
 		}
 	}
+	d.noteOutage(len(batches), st)
 	for _, c := range empty {
 		// head > watermark, yet no event past the watermark: events were
 		// deleted or the head is wrong. Retrying bounds it, then it blocks
@@ -120,6 +128,29 @@ func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
 		}
 	}
 	return st, errors.Join(errs...)
+}
+
+// noteOutage enters the outage state when a cycle handed batches to the
+// handler and every stream that got through nothing failed because the bus
+// was unavailable, and leaves it when the handler answered without such a
+// failure.
+func (d *Drain) noteOutage(batches int, st Stats) {
+	if batches == 0 {
+		return
+	}
+	was := d.outage
+	switch {
+	case st.Unavailable > 0 && st.Acked == 0:
+		d.outage = true
+	case st.Unavailable == 0:
+		d.outage = false
+	}
+	switch {
+	case d.outage && !was:
+		d.log.Warn("bus unavailable: drain paused, probing with one stream at a time", "streams", st.Unavailable)
+	case !d.outage && was:
+		d.log.Info("bus available again: drain resumed")
+	}
 }
 
 // settle records one stream's outcome in the store. runCtx tells whether the
@@ -188,6 +219,16 @@ func (d *Drain) settle(runCtx, sctx context.Context, c Claim, b Batch, r Result,
 			how = SettledReleased
 			st.Released++
 			log.Debug("stream released", "reason", r.Err.Error())
+		}
+	case IsUnavailable(r.Err):
+		// Not the stream's fault: no block, however long the outage.
+		delay := d.cfg.OutageBackoff(c.Retry)
+		reason := failureReason(failed, r.Err)
+		if err = d.store.Retry(sctx, d.cfg.Owner, c.Stream, version, id, delay, reason); err == nil {
+			how = SettledRetried
+			st.Retried++
+			st.Unavailable++
+			log.Warn("stream retried", "event_id", failedID(failed), "attempt", c.Retry+1, "delay", delay, "error", reason, "unavailable", true)
 		}
 	case c.Retry+1 > d.cfg.MaxRetries:
 		reason := fmt.Sprintf("%s (after %d attempts)", failureReason(failed, r.Err), c.Retry+1)

@@ -34,6 +34,10 @@ const (
 // maxErrorPause caps the growing pause after store errors in Run.
 const maxErrorPause = 30 * time.Second
 
+// MaxOutagePause caps the growing pause of Run while the bus is unavailable
+// (see Run): the drain probes at least this often whether it is back.
+const MaxOutagePause = 10 * time.Second
+
 // ErrInvalidConfig is wrapped by New's errors; the message names the field
 // and the value.
 var ErrInvalidConfig = errors.New("invalid drain config")
@@ -66,6 +70,11 @@ type Config struct {
 	// failed retry times before (0 on its first failure). Default
 	// ExponentialBackoff (1s doubling to 5min, ±20% jitter).
 	Backoff func(retry int) time.Duration
+	// OutageBackoff is Backoff for a failure of the bus (the handler
+	// returned an UnavailableError); such failures never block a stream.
+	// Default OutageBackoff (5s doubling to 30s, ±20% jitter: at most 5
+	// attempts in the first minute of an outage, at most 3 a minute after).
+	OutageBackoff func(retry int) time.Duration
 	// ShutdownGrace is how long the batch in flight may go on after the
 	// context of Run or Cycle ends (shutdown): what it finishes is acked,
 	// the rest is released without counting a retry. Default 10s; it never
@@ -95,6 +104,9 @@ type Stats struct {
 	// LeaseLost counts streams whose settling was fenced off because the
 	// lease had expired; they are claimed again later.
 	LeaseLost int
+	// Unavailable counts the retried streams whose attempt failed because
+	// the bus was unavailable (an UnavailableError); they are in Retried too.
+	Unavailable int
 }
 
 // Drain runs claim → fetch → handle → settle cycles against a Store.
@@ -106,6 +118,12 @@ type Drain struct {
 
 	mu   sync.Mutex
 	held map[string]bool // streams claimed and not settled yet
+
+	// outage is set by a cycle that forwarded nothing because the bus was
+	// unavailable, and cleared by one that got through: while set, cycles
+	// claim a single stream (a probe) instead of ClaimLimit. Only Cycle's
+	// goroutine touches it.
+	outage bool
 }
 
 // New returns a Drain that reads from store and hands batches to h. Zero
@@ -165,6 +183,9 @@ func New(store Store, h Handler, cfg Config) (*Drain, error) {
 	if cfg.Backoff == nil {
 		cfg.Backoff = ExponentialBackoff
 	}
+	if cfg.OutageBackoff == nil {
+		cfg.OutageBackoff = OutageBackoff
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -194,15 +215,29 @@ func defaultOwner() string {
 // work it starts the next one at once; after an idle cycle it waits for a
 // notification or PollInterval. Store errors (the database is down) are
 // logged and followed by a pause growing from PollInterval to 30s; Run keeps
-// going. When ctx is done, the batch in flight is settled with a fresh
+// going. A cycle that acked no stream and had streams fail because the bus
+// was unavailable (UnavailableError) starts an outage: Run pauses, growing
+// from PollInterval to MaxOutagePause, and each further cycle claims a
+// single stream (a probe) until one gets through; so an outage costs the
+// streams not yet tried nothing, and those tried follow OutageBackoff. When
+// ctx is done, the batch in flight is settled with a fresh
 // context (the handler sees the cancellation: what it finished is acked, the
 // rest is released without counting a retry) and any lease still held is
 // released.
 func (d *Drain) Run(ctx context.Context) error {
 	notes := d.subscribe(ctx)
 	pause := d.cfg.PollInterval
+	outagePause := d.cfg.PollInterval
 	for ctx.Err() == nil {
 		st, err := d.Cycle(ctx)
+		if d.outage && st.Unavailable > 0 {
+			if !sleep(ctx, outagePause) {
+				break
+			}
+			outagePause = min(2*outagePause, max(MaxOutagePause, d.cfg.PollInterval))
+		} else if !d.outage {
+			outagePause = d.cfg.PollInterval
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break

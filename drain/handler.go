@@ -15,6 +15,16 @@ type Batch struct {
 	Stream string
 	// Retry counts the failed attempts on this stream since its last ack.
 	Retry int
+	// Reconcile is true when an earlier attempt may have published events
+	// past the watermark without settling them: the claim took over an
+	// expired lease (Claim.PreviousHolder is set: that holder died or hung
+	// after publishing, before acking) or an earlier attempt failed
+	// (Retry > 0: a publish whose outcome is unknown, such as a timeout, may
+	// have been stored). The handler must then find out what the bus already
+	// holds for the stream and count those events as done instead of
+	// sending them again; the duplicate window alone covers a re-publish only
+	// within its span.
+	Reconcile bool
 	// Events are the events after the watermark, in version order (never empty).
 	Events []event.Event
 }
@@ -26,7 +36,9 @@ type Result struct {
 	Done int
 	// Err is nil when the whole batch was handled. Otherwise it says why
 	// Events[Done] was not: a NonRetryableError blocks the stream at once,
-	// any other error is retried with backoff (and blocks after MaxRetries).
+	// an UnavailableError is retried on the OutageBackoff schedule and never
+	// blocks, any other error is retried with Backoff (and blocks after
+	// MaxRetries).
 	Err error
 }
 
@@ -63,6 +75,37 @@ func NonRetryable(err error) error {
 		return nil
 	}
 	return &NonRetryableError{Err: err}
+}
+
+// UnavailableError marks a failure of the bus, not of the stream: the
+// server is unreachable, a publish timed out, the JetStream stream does not
+// answer. The drain retries such a stream on the OutageBackoff schedule and
+// never blocks it for it, however often it fails; and when a cycle forwards
+// nothing because of it, the drain pauses and probes with one stream at a
+// time until the bus answers again (see Run).
+type UnavailableError struct {
+	// Err is the underlying cause.
+	Err error
+}
+
+// Error returns "bus unavailable: " and the cause.
+func (e *UnavailableError) Error() string { return fmt.Sprintf("bus unavailable: %v", e.Err) }
+
+// Unwrap returns the cause.
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable wraps err as an UnavailableError (nil stays nil).
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &UnavailableError{Err: err}
+}
+
+// IsUnavailable reports whether err is or wraps an UnavailableError.
+func IsUnavailable(err error) bool {
+	var ue *UnavailableError
+	return errors.As(err, &ue)
 }
 
 // IsNonRetryable reports whether err is or wraps a NonRetryableError.

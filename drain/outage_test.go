@@ -1,0 +1,195 @@
+package drain_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/drain"
+)
+
+func TestBatchReconcileOnTakeoverAndRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.appendN(t, "taken-1", 2)
+	// A drainer claims taken-1 and dies holding it.
+	claims, err := b.store.Claim(b.ctx, "dead", 10, 50*time.Millisecond)
+	require.NoError(t, err)
+	require.Len(t, claims, 1)
+	b.appendN(t, "fresh-1", 1)
+	b.appendN(t, "failed-1", 1)
+
+	var mu sync.Mutex
+	got := map[string][]bool{}
+	rec := newRecorder(func(bt drain.Batch) drain.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		got[bt.Stream] = append(got[bt.Stream], bt.Reconcile)
+		if bt.Stream == "failed-1" && len(got[bt.Stream]) == 1 {
+			return drain.Result{Err: errors.New("publish timed out")}
+		}
+		return drain.Result{Done: len(bt.Events)}
+	})
+	d := b.drain(t, rec, drain.Config{Backoff: func(int) time.Duration { return 0 }})
+	require.Eventually(t, func() bool { // the dead drainer's lease expires
+		st, err := d.Cycle(b.ctx)
+		require.NoError(t, err)
+		return st.Claimed > 0 && b.info(t, "taken-1").Lag == 0
+	}, 10*time.Second, 20*time.Millisecond)
+	cycleUntilIdle(t, b.ctx, d)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string][]bool{
+		"taken-1":  {true},        // a takeover reconciles
+		"fresh-1":  {false},       // a free stream on its first attempt does not
+		"failed-1": {false, true}, // the attempt after a failure does
+	}, got)
+}
+
+func TestUnavailableNeverBlocksAndUsesOutageBackoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.appendN(t, "out-1", 2)
+	rec := newRecorder(func(bt drain.Batch) drain.Result {
+		return drain.Result{Err: drain.Unavailable(errors.New("nats: timeout"))}
+	})
+	var mu sync.Mutex
+	var outage, normal []int
+	d := b.drain(t, rec, drain.Config{
+		MaxRetries: 1,
+		Backoff: func(r int) time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			normal = append(normal, r)
+			return 0
+		},
+		OutageBackoff: func(r int) time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			outage = append(outage, r)
+			return 0
+		},
+	})
+	for range 4 {
+		st, err := d.Cycle(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, drain.Stats{Claimed: 1, Retried: 1, Unavailable: 1}, st)
+	}
+	si := b.info(t, "out-1")
+	require.False(t, si.Blocked, "4 failures with MaxRetries 1, yet an outage blocks no stream")
+	require.Equal(t, 4, si.Retry, "counted, so the next attempt reconciles")
+	require.Contains(t, si.Error, "bus unavailable")
+	mu.Lock()
+	require.Equal(t, []int{0, 1, 2, 3}, outage)
+	require.Empty(t, normal)
+	mu.Unlock()
+
+	// A failure of the stream itself still counts toward MaxRetries.
+	rec.mu.Lock()
+	rec.verdict = func(drain.Batch) drain.Result { return drain.Result{Err: errors.New("stream refused")} }
+	rec.mu.Unlock()
+	st, err := d.Cycle(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Blocked)
+}
+
+func TestOutageBackoffPacing(t *testing.T) {
+	t.Parallel()
+	for range 50 {
+		require.InDelta(t, float64(5*time.Second), float64(drain.OutageBackoff(0)), 0.2*float64(5*time.Second))
+		require.InDelta(t, float64(10*time.Second), float64(drain.OutageBackoff(1)), 0.2*float64(10*time.Second))
+		require.InDelta(t, float64(30*time.Second), float64(drain.OutageBackoff(3)), 0.2*float64(30*time.Second))
+		require.InDelta(t, float64(30*time.Second), float64(drain.OutageBackoff(500)), 0.2*float64(30*time.Second))
+	}
+	// The promise in the docs: at most 5 attempts in the first minute, 3 in
+	// any later minute, with the shortest jittered delays.
+	at, attempts := time.Duration(0), 0
+	for r := 0; at < time.Minute; r++ {
+		attempts++
+		at += time.Duration(float64(min(drain.OutageBackoffBase<<r, drain.OutageBackoffCap)) * (1 - drain.BackoffJitter))
+	}
+	require.LessOrEqual(t, attempts, 5)
+}
+
+// switchHandler fails every batch as unavailable while down is set, and
+// counts the batches it was handed.
+type switchHandler struct {
+	mu      sync.Mutex
+	down    bool
+	batches int
+	done    int
+}
+
+func (h *switchHandler) Handle(_ context.Context, batches []drain.Batch) []drain.Result {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]drain.Result, len(batches))
+	for i, bt := range batches {
+		h.batches++
+		if h.down {
+			out[i] = drain.Result{Err: drain.Unavailable(errors.New("nats: no responders available for request"))}
+			continue
+		}
+		h.done += len(bt.Events)
+		out[i] = drain.Result{Done: len(bt.Events)}
+	}
+	return out
+}
+
+func (h *switchHandler) set(down bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.down = down
+}
+
+func (h *switchHandler) counts() (batches, done int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.batches, h.done
+}
+
+func TestRunProbesWithOneStreamDuringAnOutage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const streams = 20
+	for i := range streams {
+		b.appendN(t, "probe-"+string(rune('a'+i)), 1)
+	}
+	h := &switchHandler{down: true}
+	d := b.drain(t, h, drain.Config{
+		PollInterval:  20 * time.Millisecond,
+		OutageBackoff: func(int) time.Duration { return 0 }, // every stream is due again at once
+	})
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+
+	// The first cycle tries every stream; after it, the drain pauses (20ms
+	// doubling) and probes with one stream at a time.
+	require.Eventually(t, func() bool {
+		n, _ := h.counts()
+		return n >= streams+2
+	}, 10*time.Second, 5*time.Millisecond, "probes go on")
+	before, _ := h.counts()
+	time.Sleep(time.Second)
+	after, _ := h.counts()
+	// Pauses of 40ms, 80ms, 160ms, ... leave room for about 4 probes in a
+	// second; full cycles would hand over 20 batches each.
+	require.LessOrEqual(t, after-before, 8, "one stream per probe, paced")
+
+	h.set(false)
+	require.Eventually(t, func() bool {
+		_, n := h.counts()
+		return n == streams
+	}, 30*time.Second, 10*time.Millisecond, "the drain resumes in full once a probe gets through")
+	cancel()
+	require.NoError(t, <-done)
+	for i := range streams {
+		require.False(t, b.info(t, "probe-"+string(rune('a'+i))).Blocked)
+	}
+}
