@@ -34,7 +34,7 @@ type setupOpts struct {
 
 // setup starts an embedded JetStream server, connects, provisions the
 // default EVENTS stream (unless opts say otherwise) and builds a Forwarder.
-func setup(t *testing.T, opts ...setupOpts) bundle {
+func setup(t testing.TB, opts ...setupOpts) bundle {
 	t.Helper()
 	o := setupOpts{stream: &forward.StreamConfig{}}
 	if len(opts) > 0 {
@@ -334,18 +334,27 @@ func TestHandleMissingJetStreamStreamIsRetryable(t *testing.T) {
 	require.Equal(t, 0, res[0].Done)
 	require.Error(t, res[0].Err)
 	require.False(t, drain.IsNonRetryable(res[0].Err), "%v", res[0].Err)
-	require.ErrorIs(t, res[0].Err, jetstream.ErrNoStreamResponse)
-	require.ErrorContains(t, res[0].Err, "event 1")
+	require.True(t, drain.IsUnavailable(res[0].Err), "a missing JetStream stream is not the event stream's fault: %v", res[0].Err)
+	require.ErrorIs(t, res[0].Err, jetstream.ErrStreamNotFound)
+	require.ErrorContains(t, res[0].Err, `"order-1"`)
 }
 
 func TestHandleServerStoppedIsRetryable(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{stream: &forward.StreamConfig{}, cfg: forward.Config{PublishTimeout: 300 * time.Millisecond}})
+	// Known position (no lookup needed) and unknown position (lookup first):
+	// both fail as an outage.
+	require.Equal(t, drain.Result{Done: 1}, b.fwd.Handle(t.Context(), []drain.Batch{{Stream: "order-1", Events: events("order-1", 1, 1)}})[0])
 	b.srv.Shutdown()
-	res := b.fwd.Handle(t.Context(), []drain.Batch{{Stream: "order-1", Events: events("order-1", 1, 2)}})
-	require.Equal(t, 0, res[0].Done)
-	require.Error(t, res[0].Err)
-	require.False(t, drain.IsNonRetryable(res[0].Err), "%v", res[0].Err)
+	next := events("order-1", 1, 2)[1:]
+	for _, bt := range []drain.Batch{{Stream: "order-1", Events: next}, {Stream: "cart-1", Events: events("cart-1", 5, 2)}} {
+		res := b.fwd.Handle(t.Context(), []drain.Batch{bt})
+		require.Equal(t, 0, res[0].Done)
+		require.Error(t, res[0].Err)
+		require.False(t, drain.IsNonRetryable(res[0].Err), "%v", res[0].Err)
+		require.True(t, drain.IsUnavailable(res[0].Err), "%v", res[0].Err)
+		require.Contains(t, []string{forward.ClassTimeout, forward.ClassConnection, forward.ClassNoResponders}, forward.ErrorClass(res[0].Err))
+	}
 }
 
 func TestPublishSkipsAfterFailure(t *testing.T) {

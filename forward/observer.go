@@ -30,13 +30,15 @@ const (
 	ClassNoResponders = "no_responders"
 	ClassConnection   = "connection"
 	ClassNotAttempted = "not_attempted"
+	ClassConflict     = "conflict"
 	ClassOther        = "other"
 )
 
 // ErrorClass names the class of a publish failure: ClassTooLarge and
 // ClassInvalidData (non-retryable), ClassTimeout, ClassNoResponders (no
 // JetStream server or stream answered), ClassConnection (closed or
-// reconnecting), ClassNotAttempted or ClassOther. It returns "" for nil.
+// reconnecting) (these three are drain.UnavailableError), ClassConflict
+// (ErrConflict), ClassNotAttempted or ClassOther. It returns "" for nil.
 func ErrorClass(err error) string {
 	switch {
 	case err == nil:
@@ -47,11 +49,14 @@ func ErrorClass(err error) string {
 		return ClassInvalidData
 	case errors.Is(err, ErrNotAttempted):
 		return ClassNotAttempted
+	case errors.Is(err, ErrConflict):
+		return ClassConflict
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return ClassTimeout
-	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, jetstream.ErrStreamNotFound):
 		return ClassNoResponders
-	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected):
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrConnectionDraining):
 		return ClassConnection
 	}
 	return ClassOther
