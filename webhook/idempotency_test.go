@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -49,4 +50,20 @@ func TestClaimStateString(t *testing.T) {
 	require.Equal(t, "in-progress", webhook.ClaimInProgress.String())
 	require.Equal(t, "done", webhook.ClaimDone.String())
 	require.Equal(t, "ClaimState(9)", webhook.ClaimState(9).String())
+}
+
+func BenchmarkMemoryStoreClaimComplete(b *testing.B) {
+	ctx := context.Background()
+	m := webhook.NewMemoryStore(100_000)
+	i := 0
+	for b.Loop() {
+		i++
+		c, err := m.Claim(ctx, strconv.Itoa(i), time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Complete(ctx, c, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

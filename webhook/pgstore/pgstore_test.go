@@ -254,3 +254,22 @@ func TestHandlerOverPostgres(t *testing.T) {
 	require.Equal(t, "idempotency-store", body)
 	require.Equal(t, 1, count())
 }
+
+func BenchmarkStoreClaimComplete(b *testing.B) {
+	ctx := context.Background()
+	pool := pgtest.Pool(b)
+	s, err := pgstore.New(pool, pgstore.WithTable(pgtest.Schema(b, pool)+".keys"))
+	require.NoError(b, err)
+	require.NoError(b, s.Migrate(ctx))
+	i := 0
+	for b.Loop() {
+		i++
+		c, err := s.Claim(ctx, fmt.Sprint(i), time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Complete(ctx, c, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
