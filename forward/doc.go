@@ -3,7 +3,11 @@
 // shape (Message: Nats-Msg-Id plus CloudEvents binary-mode headers, the
 // event data as body), provisioning of the JetStream stream (Provision), and
 // the Forwarder, the drain.Handler that publishes each stream's events
-// strictly in order while different streams proceed concurrently.
+// strictly in order while different streams proceed concurrently, reconciles
+// with JetStream before a takeover or a retry so that no event is stored
+// twice even beyond the duplicate window, and guards every publish with the
+// stream's expected last sequence so that a bridge that lost its lease
+// cannot interleave.
 //
 // It knows nothing of Postgres: it imports nats.go, event and drain only.
 package forward

@@ -319,9 +319,11 @@ func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []even
 	pos, known := f.position(stream, evs[0].Version, reconcile)
 	start := 0
 	if !known {
+		began := time.Now()
 		last, err := f.lastStored(ctx, stream)
 		if err != nil {
 			out[0] = f.failed(evs[0], err)
+			f.cfg.Observer.Published(out[0], time.Since(began))
 			for i := 1; i < len(evs); i++ {
 				out[i] = notAttempted(evs[i], evs[0])
 			}

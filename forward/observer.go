@@ -13,8 +13,10 @@ import (
 // called from many goroutines at once and must not block.
 type Observer interface {
 	// Published is called once per event the Forwarder sent (not for events
-	// skipped after a failure): o is its outcome, took the time from send to
-	// PubAck or error.
+	// skipped after a failure, nor for those reconciliation found already
+	// stored): o is its outcome, took the time from send to PubAck or error.
+	// A failed reconciliation lookup is reported as a failure of the
+	// batch's first event.
 	Published(o Outcome, took time.Duration)
 }
 
