@@ -1,0 +1,455 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/internal/pgtest"
+)
+
+// bridgeProc is a `bridge run` process the test may SIGKILL and start
+// again; at cleanup it gets SIGTERM and must exit 0 within 20 s.
+type bridgeProc struct {
+	t    *testing.T
+	env  []string
+	args []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan error
+}
+
+// lockedBuffer collects a process's output. Unlike an embedded
+// bytes.Buffer it has no ReadFrom for os/exec to call without the lock.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+func startBridgeProc(t *testing.T, env []string, args ...string) *bridgeProc {
+	t.Helper()
+	p := &bridgeProc{t: t, env: env, args: append([]string{"run"}, args...)}
+	p.start()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *bridgeProc) start() {
+	p.t.Helper()
+	cmd := exec.Command(filepath.Join(binaries(p.t), "bridge"), p.args...)
+	cmd.Env = append(os.Environ(), p.env...)
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(p.t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	p.mu.Lock()
+	p.cmd, p.out, p.done = cmd, out, done
+	p.mu.Unlock()
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *bridgeProc) kill() {
+	p.t.Helper()
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.cmd = nil
+	p.mu.Unlock()
+	require.NoError(p.t, cmd.Process.Signal(syscall.SIGKILL))
+	<-done
+}
+
+func (p *bridgeProc) stop() {
+	p.mu.Lock()
+	cmd, done, out := p.cmd, p.done, p.out
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			p.t.Errorf("bridge exited with %v after SIGTERM; output:\n%s", err, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		p.t.Errorf("bridge did not exit within 20 s of SIGTERM; output:\n%s", out.String())
+	}
+}
+
+func (p *bridgeProc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// metric returns the value of an unlabelled metric in a /metrics page, and
+// whether it was there.
+func metric(t *testing.T, opsAddr, name string) (float64, bool) {
+	t.Helper()
+	resp, err := http.Get("http://" + opsAddr + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err, sc.Text())
+			return f, true
+		}
+	}
+	return 0, false
+}
+
+// jsMessages returns how many messages the EVENTS stream holds (0 when it
+// does not exist yet or the server is down).
+func jsMessages(js jetstream.JetStream) uint64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, "EVENTS")
+	if err != nil {
+		return 0
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return info.State.Msgs
+}
+
+// jsStreamEvents reads the whole EVENTS stream with an ordered consumer and
+// returns, per source stream, the versions in stored order, and the number
+// of times each event id was stored.
+func jsStreamEvents(t *testing.T, js jetstream.JetStream) (map[string][]int64, map[string]int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	want := jsMessages(js)
+	versions := map[string][]int64{}
+	ids := map[string]int{}
+	if want == 0 {
+		return versions, ids
+	}
+	cons, err := js.OrderedConsumer(ctx, "EVENTS", jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	for got := uint64(0); got < want; {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		require.NoError(t, err)
+		for m := range batch.Messages() {
+			got++
+			h := m.Headers()
+			v, err := strconv.ParseInt(h.Get(event.HeaderStreamVersion), 10, 64)
+			require.NoError(t, err)
+			stream := h.Get(event.HeaderSubject)
+			versions[stream] = append(versions[stream], v)
+			ids[h.Get("Nats-Msg-Id")]++
+		}
+		require.NoError(t, batch.Error())
+	}
+	return versions, ids
+}
+
+// requireExactlyOnceInOrder checks that JetStream holds exactly the events
+// heads says (stream -> last version), each once, each stream in order.
+func requireExactlyOnceInOrder(t *testing.T, js jetstream.JetStream, heads map[string]int64) {
+	t.Helper()
+	versions, ids := jsStreamEvents(t, js)
+	for id, n := range ids {
+		require.Equal(t, 1, n, "event %s stored %d times", id, n)
+	}
+	require.Len(t, versions, len(heads), "streams in JetStream")
+	for stream, head := range heads {
+		vs := versions[stream]
+		require.Len(t, vs, int(head+1), "stream %s", stream)
+		for i, v := range vs {
+			require.Equal(t, int64(i), v, "stream %s: position %d holds version %d", stream, i, v)
+		}
+	}
+}
+
+type opsBundle struct {
+	pool   *pgxpool.Pool
+	schema string
+	env    []string
+}
+
+func setupOps(t *testing.T) opsBundle {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t, pool)
+	return opsBundle{pool: pool, schema: schema, env: []string{"DATABASE_URL=" + pgtest.URL(t), "JSBRIDGE_SCHEMA=" + schema}}
+}
+
+func (b opsBundle) streamRow(t *testing.T, stream string) (watermark int64, blocked bool, errText string, ok bool) {
+	t.Helper()
+	out, err := cli(t, b.env, "bridge", "streams", "--json", "--match", "^"+stream+"$")
+	if err != nil {
+		return 0, false, "", false
+	}
+	var row struct {
+		Watermark int64  `json:"watermark"`
+		Blocked   bool   `json:"blocked"`
+		Error     string `json:"error"`
+	}
+	if json.Unmarshal([]byte(strings.TrimSpace(out)), &row) != nil {
+		return 0, false, "", false
+	}
+	return row.Watermark, row.Blocked, row.Error, true
+}
+
+// A poison event (over JetStream's max payload) blocks only its stream, and
+// the blocked gauge shows it: 0, then 1, then 0 again after `bridge unblock`
+// once the limit is raised. `bridge reset --yes` re-publishes the stream
+// from its first event and JetStream's duplicate window drops every copy.
+func TestBridgeOpsPoisonBlocksOnlyItsStreamUnblockAndReset(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	dir, natsPort := t.TempDir(), freePort(t)
+	srv, err := embedded.Start(embedded.Config{Dir: dir, Port: natsPort, MaxPayload: 4096})
+	require.NoError(t, err)
+	var srvMu sync.Mutex
+	t.Cleanup(func() { srvMu.Lock(); srv.Shutdown(); srvMu.Unlock() })
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	out, err := cli(t, b.env, "bridge", "migrate")
+	require.NoError(t, err, out)
+	opsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := startBridgeProc(t, b.env, "--nats-url", srv.ClientURL(), "--ops-addr", opsAddr,
+		"--poll-interval", "100ms", "--lease", "5s", "--log-format", "json")
+	waitHTTP200(t, "http://"+opsAddr+"/readyz")
+	blocked, ok := metric(t, opsAddr, "jsbridge_bridge_streams_blocked")
+	require.True(t, ok, "blocked gauge exported before any stream exists")
+	require.Zero(t, blocked)
+
+	big := `{"blob":"` + strings.Repeat("x", 6000) + `"}`
+	for _, e := range []struct{ stream, data string }{
+		{"order-1", `{"n":0}`}, {"order-1", big}, {"order-1", `{"n":2}`},
+		{"order-2", `{"n":0}`}, {"order-2", `{"n":1}`},
+	} {
+		out, err := cli(t, b.env, "bridge", "append", e.stream, "Noted", e.data)
+		require.NoError(t, err, out)
+	}
+	require.Eventually(t, func() bool {
+		v, _ := metric(t, opsAddr, "jsbridge_bridge_streams_blocked")
+		return v == 1
+	}, 30*time.Second, 50*time.Millisecond, "blocked gauge never reached 1")
+	wm, isBlocked, reason, ok := b.streamRow(t, "order-1")
+	require.True(t, ok)
+	require.True(t, isBlocked)
+	require.EqualValues(t, 0, wm, "the event before the poison one is forwarded")
+	require.Contains(t, reason, "event ", "the error names the event")
+	require.Contains(t, reason, "(version 1,")
+	require.Contains(t, p.output(), `"msg":"stream blocked"`)
+
+	// Only order-1 is blocked: order-2 is forwarded whole, and nothing of
+	// order-1 after the poison event is stored ahead of it.
+	require.Eventually(t, func() bool {
+		wm, blocked, _, ok := b.streamRow(t, "order-2")
+		return ok && wm == 1 && !blocked
+	}, 30*time.Second, 50*time.Millisecond)
+	requireExactlyOnceInOrder(t, js, map[string]int64{"order-1": 0, "order-2": 1})
+	errs, _ := metric(t, opsAddr, `jsbridge_bridge_publish_errors_total{class="too_large"}`)
+	require.GreaterOrEqual(t, errs, 1.0)
+
+	// The fix: the same server, same store, with a larger max payload.
+	srvMu.Lock()
+	srv.Shutdown()
+	srv, err = embedded.Start(embedded.Config{Dir: dir, Port: natsPort, MaxPayload: 64 * 1024})
+	srvMu.Unlock()
+	require.NoError(t, err)
+	waitHTTP200(t, "http://"+opsAddr+"/readyz")
+
+	out, err = cli(t, b.env, "bridge", "unblock")
+	require.Error(t, err, "unblock needs names, --match or --all")
+	require.Contains(t, out, "--match")
+	out, err = cli(t, b.env, "bridge", "unblock", "order-1", "order-2")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "unblocked order-1 (was blocked")
+	require.NotContains(t, out, "order-2", "a healthy stream is not changed")
+	require.Eventually(t, func() bool {
+		v, _ := metric(t, opsAddr, "jsbridge_bridge_streams_blocked")
+		wm, _, _, _ := b.streamRow(t, "order-1")
+		return v == 0 && wm == 2
+	}, 60*time.Second, 100*time.Millisecond, "order-1 never resumed:\n%s", p.output())
+	requireExactlyOnceInOrder(t, js, map[string]int64{"order-1": 2, "order-2": 1})
+
+	out, err = cli(t, b.env, "bridge", "unblock", "--all")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "nothing to unblock")
+
+	// Reset asks first, then re-publishes; the duplicate window drops it all.
+	out, err = cli(t, b.env, "bridge", "reset", "order-1")
+	require.Error(t, err)
+	require.Contains(t, out, "would reset order-1: watermark 2 -> -1")
+	require.Contains(t, out, "--yes")
+	wm, _, _, _ = b.streamRow(t, "order-1")
+	require.EqualValues(t, 2, wm, "nothing changed without --yes")
+	dupsBefore, _ := metric(t, opsAddr, "jsbridge_bridge_duplicates_total")
+	out, err = cli(t, b.env, "bridge", "reset", "order-1", "--yes")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "reset order-1: watermark 2 -> -1, 3 events to re-publish")
+	require.Eventually(t, func() bool {
+		dups, _ := metric(t, opsAddr, "jsbridge_bridge_duplicates_total")
+		wm, _, _, _ := b.streamRow(t, "order-1")
+		return wm == 2 && dups-dupsBefore == 3
+	}, 30*time.Second, 100*time.Millisecond)
+	requireExactlyOnceInOrder(t, js, map[string]int64{"order-1": 2, "order-2": 1})
+}
+
+// appTable is an events table of the common layout as another program
+// creates it, in its own schema, with no trigger.
+const opsAppTable = `CREATE TABLE %s.events (
+    id      bigserial   PRIMARY KEY,
+    stream  text        NOT NULL,
+    version bigint      NOT NULL,
+    name    text        NOT NULL,
+    data    jsonb       NOT NULL,
+    meta    jsonb       NOT NULL DEFAULT '{}',
+    created timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (stream, version)
+)`
+
+// appSchemaShape describes an app schema: columns, indexes, triggers,
+// relations and functions, to show the bridge changed none of it.
+func appSchemaShape(t *testing.T, pool *pgxpool.Pool, schema string) string {
+	t.Helper()
+	var out string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT concat_ws(E'\n',
+    (SELECT string_agg(column_name || ' ' || data_type || ' ' || coalesce(column_default, ''), ', ' ORDER BY ordinal_position)
+       FROM information_schema.columns WHERE table_schema = $1),
+    (SELECT string_agg(indexdef, ', ' ORDER BY indexname) FROM pg_indexes WHERE schemaname = $1),
+    (SELECT count(*) FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1)::text,
+    (SELECT string_agg(c.relname || ':' || c.relkind::text, ', ' ORDER BY c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1),
+    (SELECT string_agg(p.proname, ', ') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1))`, schema).Scan(&out))
+	return out
+}
+
+// A table another program writes, in its own schema: `bridge migrate
+// --events-table` leaves it untouched, and `bridge run --events-table`
+// drains it completely and in order while its writers commit out of id
+// order and roll some inserts back.
+func TestBridgeOpsExternalEventsTable(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	ctx := context.Background()
+	app := pgtest.Schema(t, b.pool)
+	_, err := b.pool.Exec(ctx, strings.ReplaceAll(opsAppTable, "%s", app))
+	require.NoError(t, err)
+	table := app + ".events"
+	env := append(b.env, "JSBRIDGE_EVENTS_TABLE="+table)
+
+	// The "other program" has events before the bridge arrives.
+	_, err = b.pool.Exec(ctx, "INSERT INTO "+table+` (stream, version, name, data)
+SELECT 'old-' || (g % 5), g / 5, 'Happened', '{}' FROM generate_series(0, 49) g ORDER BY g`)
+	require.NoError(t, err)
+	before := appSchemaShape(t, b.pool, app)
+
+	out, err := cli(t, env, "bridge", "migrate", "--dry-run")
+	require.NoError(t, err, out)
+	require.NotContains(t, out, app, "the dry run touches nothing of the app's")
+	require.NotContains(t, out, "TRIGGER")
+	out, err = cli(t, env, "bridge", "migrate")
+	require.NoError(t, err, out)
+	require.Equal(t, before, appSchemaShape(t, b.pool, app), "migrate changed the app's schema")
+
+	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	startBridgeProc(t, env, "--nats-url", srv.ClientURL(), "--ops-addr", "", "--poll-interval", "50ms")
+
+	// Writers commit after a random pause, so ids commit out of order; one
+	// insert in five is rolled back (a gap in the ids) and written again.
+	const writers, streamsPer, perStream = 6, 5, 15
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for s := range streamsPer {
+				stream := fmt.Sprintf("acct-%d", w*streamsPer+s)
+				for v := 0; v < perStream; {
+					tx, err := b.pool.Begin(ctx)
+					if err != nil {
+						t.Errorf("begin: %v", err)
+						return
+					}
+					_, err = tx.Exec(ctx, "INSERT INTO "+table+" (stream, version, name, data) VALUES ($1, $2, 'Deposited', $3)",
+						stream, v, fmt.Sprintf(`{"v":%d}`, v))
+					if err != nil {
+						_ = tx.Rollback(ctx)
+						t.Errorf("insert: %v", err)
+						return
+					}
+					time.Sleep(time.Duration(rand.IntN(15)) * time.Millisecond)
+					if rand.IntN(5) == 0 {
+						_ = tx.Rollback(ctx)
+						continue
+					}
+					if err := tx.Commit(ctx); err != nil {
+						t.Errorf("commit: %v", err)
+						return
+					}
+					v++
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	heads := map[string]int64{}
+	for s := range 5 {
+		heads[fmt.Sprintf("old-%d", s)] = 9
+	}
+	for s := range writers * streamsPer {
+		heads[fmt.Sprintf("acct-%d", s)] = perStream - 1
+	}
+	total := uint64(50 + writers*streamsPer*perStream)
+	require.Eventually(t, func() bool { return jsMessages(js) >= total }, 60*time.Second, 100*time.Millisecond,
+		"JetStream holds %d of %d events", jsMessages(js), total)
+	requireExactlyOnceInOrder(t, js, heads)
+	require.Equal(t, before, appSchemaShape(t, b.pool, app), "running the bridge changed the app's schema")
+}
