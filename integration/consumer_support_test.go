@@ -192,3 +192,15 @@ func (p *proc) kill(t *testing.T) {
 		t.Fatal("process did not die after SIGKILL")
 	}
 }
+
+// waitFor polls cond every 10 ms until it holds (true) or d passes (false).
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cond()
+}

@@ -24,19 +24,20 @@ import (
 type subscriptionFlags struct {
 	Config string `name:"config" short:"c" env:"JSBRIDGE_CONFIG" type:"existingfile" help:"Subscriptions file (YAML); when given, the single-subscription and breaker flags below are not used."`
 
-	Name         string          `name:"name" env:"JSBRIDGE_SUBSCRIPTION" default:"webhook" help:"Subscription name, also the durable consumer's name (default: ${default})."`
-	URL          string          `name:"url" env:"JSBRIDGE_URL" help:"Endpoint URL the events are POSTed to (https, or http with --allow-http or --allow-private)."`
-	Filter       []string        `name:"filter" env:"JSBRIDGE_FILTER" default:"events.>" help:"Filter subject(s), e.g. events.order.> or events.*.*.OrderShipped; repeatable or comma-separated (default: ${default})."`
-	Secret       []string        `name:"secret" env:"JSBRIDGE_SECRET" help:"Signing secret(s) (whsec_<base64> for standard); several sign at once during rotation. Prefer the environment variable: flags show in ps."`
-	Scheme       string          `name:"scheme" env:"JSBRIDGE_SCHEME" default:"standard" enum:"standard,hmac-sha256" help:"Signature scheme: standard (Standard Webhooks) or hmac-sha256 (X-Webhook-Signature) (default: ${default})."`
-	Body         string          `name:"body" env:"JSBRIDGE_BODY" default:"structured" enum:"structured,binary" help:"Body mode: structured (CloudEvents JSON envelope) or binary (event data with ce-* headers) (default: ${default})."`
-	Timeout      time.Duration   `name:"timeout" env:"JSBRIDGE_TIMEOUT" default:"10s" help:"Request timeout of one POST; keep it below --ack-wait (default: ${default})."`
-	AckWait      time.Duration   `name:"ack-wait" env:"JSBRIDGE_ACK_WAIT" default:"30s" help:"JetStream AckWait: a message not acked by then is redelivered (default: ${default})."`
-	MaxDeliver   int             `name:"max-deliver" env:"JSBRIDGE_MAX_DELIVER" default:"10" help:"Attempts per message; a retryable failure on the last one is dead-lettered; -1: no limit (default: ${default})."`
-	BackOff      []time.Duration `name:"backoff" env:"JSBRIDGE_BACKOFF" default:"1s,5s,30s,2m,5m" help:"Delays before each retry; the last repeats (default: ${default})."`
-	MaxInFlight  int             `name:"max-in-flight" env:"JSBRIDGE_MAX_IN_FLIGHT" default:"64" help:"Concurrent deliveries per subscription (default: ${default})."`
-	AllowPrivate bool            `name:"allow-private" env:"JSBRIDGE_ALLOW_PRIVATE" help:"Let the endpoint be on a loopback, private, link-local (cloud metadata) or reserved address, and use plain http (default: refused)."`
-	AllowHTTP    bool            `name:"allow-http" env:"JSBRIDGE_ALLOW_HTTP" help:"Let the endpoint use plain http on a public address (default: https only)."`
+	Name          string          `name:"name" env:"JSBRIDGE_SUBSCRIPTION" default:"webhook" help:"Subscription name, also the durable consumer's name (default: ${default})."`
+	URL           string          `name:"url" env:"JSBRIDGE_URL" help:"Endpoint URL the events are POSTed to (https, or http with --allow-http or --allow-private)."`
+	Filter        []string        `name:"filter" env:"JSBRIDGE_FILTER" default:"events.>" help:"Filter subject(s), e.g. events.order.> or events.*.*.OrderShipped; repeatable or comma-separated (default: ${default})."`
+	Secret        []string        `name:"secret" env:"JSBRIDGE_SECRET" help:"Signing secret(s) (whsec_<base64> for standard); several sign at once during rotation. Prefer the environment variable: flags show in ps."`
+	Scheme        string          `name:"scheme" env:"JSBRIDGE_SCHEME" default:"standard" enum:"standard,hmac-sha256" help:"Signature scheme: standard (Standard Webhooks) or hmac-sha256 (X-Webhook-Signature) (default: ${default})."`
+	Body          string          `name:"body" env:"JSBRIDGE_BODY" default:"structured" enum:"structured,binary" help:"Body mode: structured (CloudEvents JSON envelope) or binary (event data with ce-* headers) (default: ${default})."`
+	Timeout       time.Duration   `name:"timeout" env:"JSBRIDGE_TIMEOUT" default:"10s" help:"Request timeout of one POST; keep it below --ack-wait (default: ${default})."`
+	AckWait       time.Duration   `name:"ack-wait" env:"JSBRIDGE_ACK_WAIT" default:"30s" help:"JetStream AckWait: a message not acked by then is redelivered (default: ${default})."`
+	MaxDeliver    int             `name:"max-deliver" env:"JSBRIDGE_MAX_DELIVER" default:"10" help:"Attempts per message; a retryable failure on the last one is dead-lettered; -1: no limit (default: ${default})."`
+	BackOff       []time.Duration `name:"backoff" env:"JSBRIDGE_BACKOFF" default:"1s,5s,30s,2m,5m" help:"Delays before each retry; the last repeats (default: ${default})."`
+	MaxInFlight   int             `name:"max-in-flight" env:"JSBRIDGE_MAX_IN_FLIGHT" default:"64" help:"Concurrent deliveries per subscription (default: ${default})."`
+	MaxAckPending int             `name:"max-ack-pending" env:"JSBRIDGE_MAX_ACK_PENDING" help:"JetStream MaxAckPending: messages out for delivery or waiting for a retry, across all replicas (default: 1000, or --max-in-flight when larger)."`
+	AllowPrivate  bool            `name:"allow-private" env:"JSBRIDGE_ALLOW_PRIVATE" help:"Let the endpoint be on a loopback, private, link-local (cloud metadata) or reserved address, and use plain http (default: refused)."`
+	AllowHTTP     bool            `name:"allow-http" env:"JSBRIDGE_ALLOW_HTTP" help:"Let the endpoint use plain http on a public address (default: https only)."`
 
 	BreakerFailures    uint32        `name:"breaker-failures" env:"JSBRIDGE_BREAKER_FAILURES" default:"5" help:"Consecutive failures that open an endpoint's circuit breaker (default: ${default})."`
 	BreakerOpenTimeout time.Duration `name:"breaker-open-timeout" env:"JSBRIDGE_BREAKER_OPEN_TIMEOUT" default:"30s" help:"How long an open breaker waits before letting a probe through (default: ${default})."`
@@ -62,7 +63,7 @@ func (f *subscriptionFlags) subscriptions() ([]deliver.Subscription, breaker.Set
 	return []deliver.Subscription{{
 			Name: f.Name, FilterSubjects: filters, URL: f.URL, Secrets: f.Secret,
 			Scheme: webhook.Scheme(f.Scheme), Body: deliver.BodyMode(f.Body),
-			Timeout: f.Timeout, AckWait: f.AckWait, MaxDeliver: f.MaxDeliver, BackOff: f.BackOff, MaxInFlight: f.MaxInFlight,
+			Timeout: f.Timeout, AckWait: f.AckWait, MaxDeliver: f.MaxDeliver, BackOff: f.BackOff, MaxInFlight: f.MaxInFlight, MaxAckPending: f.MaxAckPending,
 			AllowPrivate: f.AllowPrivate, AllowHTTP: f.AllowHTTP,
 		}}, breaker.Settings{
 			ConsecutiveFailures: f.BreakerFailures, OpenTimeout: f.BreakerOpenTimeout,

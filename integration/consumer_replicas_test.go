@@ -1,0 +1,99 @@
+package integration
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/webhook/pgstore"
+)
+
+// Two consumer processes share one subscription; one is killed with
+// SIGKILL while more than 1,000 deliveries are in flight. The receiver,
+// deduplicating with the Postgres idempotency store, processes every event
+// exactly once: the killed replica's messages come back after AckWait.
+func TestConsumerReplicaKilledMidDeliveryLosesNothing(t *testing.T) {
+	t.Parallel()
+	const (
+		events   = 3000
+		streams  = 1500 // deliveries of one stream run in order, so in-flight needs many streams
+		inFlight = 1000
+	)
+	b := setupJetStream(t)
+	pool := pgtest.Pool(t)
+	store, err := pgstore.New(pool, pgstore.WithTable(pgtest.Schema(t, pool)+".webhook_idempotency"))
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(context.Background()))
+	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{testSecret})
+	require.NoError(t, err)
+
+	var (
+		mu        sync.Mutex
+		processed = map[string]int{}
+		running   atomic.Int32
+		release   = make(chan struct{}) // closed once the replica is killed
+		once      sync.Once
+	)
+	h := webhook.Handler(v, store, time.Hour, func(ctx context.Context, r *http.Request, _ []byte) error {
+		running.Add(1)
+		defer running.Add(-1)
+		// Hold the work until the kill, so that many deliveries are in
+		// flight; a request whose sender died is abandoned (its key released).
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(30 * time.Second):
+		}
+		mu.Lock()
+		processed[r.Header.Get(webhook.HeaderIdempotencyKey)]++
+		mu.Unlock()
+		return nil
+	}, webhook.WithLease(10*time.Second), webhook.WithLogger(slog.New(slog.DiscardHandler)))
+	rsrv := httptest.NewServer(h)
+	t.Cleanup(rsrv.Close)
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+
+	env := []string{"JSBRIDGE_SECRET=" + testSecret}
+	args := []string{"run", "--nats-url", b.srv.ClientURL(), "--name", "replicated", "--url", rsrv.URL, "--allow-private",
+		"--max-in-flight", "700", "--max-ack-pending", "3000", "--ack-wait", "8s", "--timeout", "6s", "--backoff", "200ms", "--max-deliver=-1",
+		"--breaker-failures", "1000000", "--ops-addr", "", "--log-level", "warn"}
+	victim := startProc(t, env, "consumer", args...)
+	startProc(t, env, "consumer", args...)
+
+	ids := b.publish(t, 1, events, streams)
+	if !waitFor(60*time.Second, func() bool { return running.Load() >= inFlight }) {
+		t.Fatalf("only %d deliveries in flight; replica output:\n%s", running.Load(), victim.out.String())
+	}
+	atKill := running.Load()
+	victim.kill(t)
+	t.Logf("killed one replica with %d deliveries in flight at the receiver (%d left after its connections closed)", atKill, running.Load())
+	once.Do(func() { close(release) })
+
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(processed) == events
+	}, 3*time.Minute, 100*time.Millisecond, "processed %d of %d events", func() int { mu.Lock(); defer mu.Unlock(); return len(processed) }(), events)
+	cons, err := b.js.Consumer(b.ctx, "EVENTS", "replicated")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(b.ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}, time.Minute, 100*time.Millisecond, "every message acked")
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		require.Equal(t, 1, processed[id], "event %s processed %d times", id, processed[id])
+	}
+}
