@@ -1,0 +1,120 @@
+package bridgemetrics_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/drain"
+	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
+	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/store"
+)
+
+func setup(t *testing.T) (*bridgemetrics.Metrics, *prometheus.Registry, *store.Store) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	st, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)))
+	require.NoError(t, err)
+	require.NoError(t, st.Migrate(t.Context()))
+	reg := prometheus.NewRegistry()
+	m, err := bridgemetrics.New(reg, st.Backlog, nil)
+	require.NoError(t, err)
+	return m, reg, st
+}
+
+func TestObserversCountWhatTheyAreTold(t *testing.T) {
+	t.Parallel()
+	m, reg, _ := setup(t)
+	m.Published(forward.Outcome{Status: forward.Stored}, time.Millisecond)
+	m.Published(forward.Outcome{Status: forward.Duplicate}, time.Millisecond)
+	m.Published(forward.Outcome{Status: forward.Failed, Err: forward.ErrTooLarge}, time.Millisecond)
+	m.Claimed(3, time.Millisecond, nil)
+	m.Claimed(0, time.Millisecond, errors.New("db down"))
+	m.Settled("order-1", drain.SettledAcked, 5, time.Millisecond)
+	m.Settled("order-2", drain.SettledBlocked, 1, time.Millisecond)
+
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP jsbridge_bridge_duplicates_total Publishes JetStream reported as duplicates (same Nats-Msg-Id inside the duplicate window) and dropped.
+# TYPE jsbridge_bridge_duplicates_total counter
+jsbridge_bridge_duplicates_total 1
+# HELP jsbridge_bridge_events_forwarded_total Events forwarded to JetStream whose stream's watermark this bridge advanced past them (stored or reported duplicate).
+# TYPE jsbridge_bridge_events_forwarded_total counter
+jsbridge_bridge_events_forwarded_total 6
+# HELP jsbridge_bridge_streams_claimed_total Streams this bridge claimed under lease.
+# TYPE jsbridge_bridge_streams_claimed_total counter
+jsbridge_bridge_streams_claimed_total 3
+# HELP jsbridge_bridge_claim_errors_total Claims that failed (Postgres unreachable or erroring).
+# TYPE jsbridge_bridge_claim_errors_total counter
+jsbridge_bridge_claim_errors_total 1
+`), "jsbridge_bridge_duplicates_total", "jsbridge_bridge_events_forwarded_total",
+		"jsbridge_bridge_streams_claimed_total", "jsbridge_bridge_claim_errors_total"))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	counts := map[string]uint64{}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			if h := mt.GetHistogram(); h != nil {
+				counts[mf.GetName()] = h.GetSampleCount()
+			}
+			if mf.GetName() == "jsbridge_bridge_publish_errors_total" {
+				require.Equal(t, "too_large", mt.GetLabel()[0].GetValue())
+			}
+		}
+	}
+	require.Equal(t, map[string]uint64{
+		"jsbridge_bridge_claim_duration_seconds":   2,
+		"jsbridge_bridge_publish_duration_seconds": 3,
+		"jsbridge_bridge_ack_duration_seconds":     1,
+	}, counts)
+}
+
+func TestBacklogGaugesComeFromPostgres(t *testing.T) {
+	t.Parallel()
+	_, reg, st := setup(t)
+	gauge := func(name string) float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("%s not exported", name)
+		return 0
+	}
+	require.Zero(t, gauge("jsbridge_bridge_streams_blocked"), "starts at 0")
+	require.Zero(t, gauge("jsbridge_bridge_oldest_unforwarded_event_age_seconds"))
+
+	_, err := st.Append(t.Context(), "order-1", store.NoStream, store.NewEvent{Name: "E", Data: []byte(`{}`)})
+	require.NoError(t, err)
+	_, err = st.Append(t.Context(), "order-2", store.NoStream, store.NewEvent{Name: "E", Data: []byte(`{}`)})
+	require.NoError(t, err)
+	require.Equal(t, 2.0, gauge("jsbridge_bridge_streams_lagging"))
+	_, err = st.Claim(t.Context(), "a", 1, time.Minute)
+	require.NoError(t, err)
+	infos, err := st.Streams(t.Context(), store.StreamFilter{})
+	require.NoError(t, err)
+	var held string
+	for _, i := range infos {
+		if i.LeasedBy == "a" {
+			held = i.Stream
+		}
+	}
+	require.NoError(t, st.Block(t.Context(), "a", held, -1, 0, "poison"))
+	require.Equal(t, 1.0, gauge("jsbridge_bridge_streams_blocked"))
+	require.Equal(t, 1.0, gauge("jsbridge_bridge_streams_lagging"))
+	require.Positive(t, gauge("jsbridge_bridge_oldest_unforwarded_event_age_seconds"))
+}
+
+func TestNewRejectsMissingParts(t *testing.T) {
+	t.Parallel()
+	_, err := bridgemetrics.New(prometheus.NewRegistry(), nil, nil)
+	require.Error(t, err)
+}
