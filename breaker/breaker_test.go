@@ -1,10 +1,13 @@
 package breaker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,4 +231,42 @@ func TestDefaults(t *testing.T) {
 		ConsecutiveFailures: 5, FailureRatio: 0.5, MinRequests: 20,
 		Interval: 60 * time.Second, OpenTimeout: 30 * time.Second, HalfOpenProbes: 1,
 	}, set.Settings())
+}
+
+func TestTransitionsAreLogged(t *testing.T) {
+	t.Parallel()
+	var logs syncBuf
+	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Millisecond},
+		slog.New(slog.NewJSONHandler(&logs, nil)), nil)
+	require.NoError(t, err)
+	b := set.Breaker("https://user:pw@example.com/hook?token=s3cret")
+	require.ErrorIs(t, b.Execute(fail), errDown)
+	require.NoError(t, b.Wait(context.Background()))
+	require.NoError(t, b.Execute(succeed))
+	require.Equal(t, breaker.Closed, b.State())
+
+	out := logs.String()
+	for _, tr := range []string{`"from":"closed","to":"open"`, `"from":"open","to":"half-open"`, `"from":"half-open","to":"closed"`} {
+		require.Contains(t, out, tr)
+	}
+	require.Contains(t, out, `"level":"WARN","msg":"circuit breaker transition","endpoint":"https://example.com/hook"`, "opening is a warning")
+	require.NotContains(t, out, "s3cret", "the URL's query stays out of logs")
+	require.NotContains(t, out, "pw@", "the URL's userinfo stays out of logs")
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
