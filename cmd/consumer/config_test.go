@@ -74,3 +74,13 @@ func TestLoadSubscriptionsNamesEmptySecretEnvWithoutValue(t *testing.T) {
 	_, _, err := loadSubscriptions(path)
 	require.ErrorContains(t, err, "secrets_env: environment variable EMPTY_SECRET is empty")
 }
+
+// The README shows testdata/subscriptions.yaml as it is.
+func TestREADMEShowsTheCompleteFile(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	file, err := os.ReadFile("testdata/subscriptions.yaml")
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "```yaml\n"+string(file)+"```\n")
+}
