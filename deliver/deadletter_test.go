@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/webhook"
 )
 
 // flakyDLQ fails its first DeadLetter calls, then stores in a real DLQ.
@@ -105,4 +107,63 @@ func TestDLQListGetPurgeBySubscription(t *testing.T) {
 	require.Equal(t, "b", left[0].Subscription)
 	_, err = q.Get(b.ctx, all[0].Seq)
 	require.ErrorIs(t, err, deliver.ErrDeadLetterNotFound)
+}
+
+func TestReplayDeliversWithSameKeyAndDeletes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	require.NoError(t, q.Provision(b.ctx))
+	var fixed atomic.Bool
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		if fixed.Load() {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		w.WriteHeader(http.StatusGone)
+	})
+	reg := prometheus.NewRegistry()
+	s := sub("orders", rc.URL)
+	b.run(t, deliver.Config{DeadLetters: q, Registerer: reg}, s)
+	b.publish(t, 31, "order-1", "OrderPlaced", `{"n":31}`)
+	require.Eventually(t, func() bool { n, err := q.Count(b.ctx, ""); return err == nil && n == 1 }, 15*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1.0, counterValue(t, reg, "jsbridge_consumer_dead_letters_total"))
+
+	letters, err := q.List(b.ctx, "")
+	require.NoError(t, err)
+	stray := letters[0]
+	stray.Subscription = "unknown"
+	replayer, err := deliver.New(b.js, deliver.Config{Registerer: reg}, s)
+	require.NoError(t, err)
+	fixed.Store(true)
+	res := replayer.Replay(b.ctx, q, []deliver.StoredDeadLetter{letters[0], stray})
+	require.Len(t, res, 2)
+	require.True(t, res[0].Delivered, "%v", res[0].Err)
+	require.Equal(t, http.StatusOK, res[0].Status)
+	require.ErrorIs(t, res[1].Err, deliver.ErrUnknownSubscription)
+
+	reqs := rc.requests()
+	require.Len(t, reqs, 2)
+	require.Equal(t, "31", reqs[1].header.Get(webhook.HeaderIdempotencyKey))
+	require.Equal(t, reqs[0].header.Get(webhook.HeaderIdempotencyKey), reqs[1].header.Get(webhook.HeaderIdempotencyKey))
+	require.Equal(t, reqs[0].body, reqs[1].body, "the replay sends the same body")
+	n, err := q.Count(b.ctx, "")
+	require.NoError(t, err)
+	require.Zero(t, n, "a delivered dead letter is deleted")
+	require.Equal(t, 1.0, counterValue(t, reg, "jsbridge_consumer_dead_letters_replayed_total"))
+}
+
+// counterValue returns the value of the single series of counter name on reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			require.Len(t, mf.GetMetric(), 1)
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
 }

@@ -2,10 +2,13 @@ package integration
 
 import (
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/deliver"
@@ -25,7 +28,8 @@ func TestConsumerRetryAfterIsHonoured(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	b.startConsumer(t, deliver.Config{}, deliver.Subscription{
+	reg := prometheus.NewRegistry()
+	b.startConsumer(t, deliver.Config{Registerer: reg}, deliver.Subscription{
 		Name: "limited", FilterSubjects: []string{"events.>"}, URL: ep.URL, Secrets: []string{testSecret},
 		BackOff: []time.Duration{50 * time.Millisecond}, AllowPrivate: true,
 	})
@@ -35,4 +39,11 @@ func TestConsumerRetryAfterIsHonoured(t *testing.T) {
 	at, keys := ep.snapshot()
 	require.Equal(t, []string{ids[0], ids[0]}, keys[:2], "the retry carries the same Idempotency-Key")
 	require.GreaterOrEqual(t, at[1].Sub(at[0]), 2*time.Second, "retried %s after the 429 with Retry-After: 2", at[1].Sub(at[0]))
+	require.Eventually(t, func() bool {
+		return testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP jsbridge_consumer_redeliveries_total Messages handled that JetStream had delivered before (a retry, or a redelivery after AckWait), by subscription.
+# TYPE jsbridge_consumer_redeliveries_total counter
+jsbridge_consumer_redeliveries_total{subscription="limited"} 1
+`), "jsbridge_consumer_redeliveries_total") == nil
+	}, 10*time.Second, 10*time.Millisecond, "the retry counts as one redelivery")
 }
