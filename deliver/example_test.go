@@ -16,7 +16,8 @@ import (
 )
 
 // A consumer delivering every order event to one endpoint, signed with
-// Standard Webhooks, with breakers and metrics on the default registry.
+// Standard Webhooks, with breakers and metrics on the default registry and
+// dead letters in the DLQ stream.
 func Example() {
 	ctx := context.Background()
 	nc, err := nats.Connect(nats.DefaultURL)
@@ -33,7 +34,12 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	c, err := deliver.New(js, deliver.Config{Breakers: breakers, Logger: logger, Registerer: prometheus.DefaultRegisterer},
+	// Deliveries given up on go to the DLQ stream, created when missing.
+	dlq := deliver.NewDLQ(js, deliver.DLQConfig{})
+	if err := dlq.Provision(ctx); err != nil {
+		panic(err)
+	}
+	c, err := deliver.New(js, deliver.Config{Breakers: breakers, Logger: logger, Registerer: prometheus.DefaultRegisterer, DeadLetters: dlq},
 		deliver.Subscription{
 			Name:           "billing-orders",
 			FilterSubjects: []string{"events.order.>"},
