@@ -77,8 +77,12 @@ type Subscription struct {
 	// (a crashed or hung consumer). Default 30 s. A POST running longer than
 	// AckWait/2 sends InProgress.
 	AckWait time.Duration
-	// MaxDeliver is the number of delivery attempts of one event, after
-	// which it is dead-lettered. Default 10; -1 means no limit.
+	// MaxDeliver is the number of delivery attempts of one event: a
+	// retryable failure on attempt MaxDeliver or later is dead-lettered.
+	// Default 10; -1 means no limit. The attempt is JetStream's delivery
+	// count, so a message returned unsent (breaker open, shutdown) uses one
+	// up, but it is dead-lettered only after a POST failed. The consumer
+	// enforces it, not the server (see DeadLetterer).
 	MaxDeliver int
 	// BackOff is the delay before each retry: after attempt n the message is
 	// Nak'd with BackOff[n-1], the last entry repeating, unless the endpoint
