@@ -309,6 +309,7 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	}
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
+	go r.keepQueuedAlive(pctx)
 	go func() {
 		for {
 			changed := r.br.Changed()
@@ -370,4 +371,25 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	}
 	iter.Stop()
 	return result
+}
+
+// keepQueuedAlive sends InProgress every AckWait/2 for the messages queued
+// behind their stream's running delivery, until ctx ends: a stream with
+// many buffered events and a slow endpoint would otherwise see its last
+// ones redelivered (out of order, twice) while they still wait their turn.
+func (r *runner) keepQueuedAlive(ctx context.Context) {
+	t := time.NewTicker(r.sub.AckWait / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, m := range r.lanes.queued() {
+				if err := m.InProgress(); err != nil {
+					r.log.Debug("in progress for a queued message failed", slog.String("event_id", eventID(m)), slog.Any("error", err))
+				}
+			}
+		}
+	}
 }

@@ -536,3 +536,32 @@ func TestRunFailsWithoutStream(t *testing.T) {
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 	require.ErrorContains(t, err, `stream "MISSING"`)
 }
+
+// Events of one stream are delivered one after another; those waiting for
+// their turn longer than AckWait are kept from redelivery too.
+func TestQueuedDeliveriesOfOneStreamAreNotRedelivered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(700 * time.Millisecond)
+		w.WriteHeader(http.StatusOK)
+	})
+	s := sub("orders", rc.URL)
+	s.AckWait = 2 * time.Second
+	s.Timeout = 1500 * time.Millisecond
+	b.run(t, deliver.Config{}, s)
+	const n = 6 // the last waits about 3.5 s, past AckWait
+	for i := range n {
+		b.publish(t, int64(i+1), "order-1", "OrderPlaced", `{}`)
+	}
+	require.Eventually(t, func() bool {
+		info := b.info(t, "orders")
+		return info.AckFloor.Stream == n && info.NumAckPending == 0
+	}, 30*time.Second, 20*time.Millisecond)
+	var keys []string
+	for _, r := range rc.requests() {
+		keys = append(keys, r.header.Get(webhook.HeaderIdempotencyKey))
+	}
+	require.Equal(t, []string{"1", "2", "3", "4", "5", "6"}, keys, "each event once, in stream order")
+	require.Zero(t, b.info(t, "orders").NumRedelivered)
+}

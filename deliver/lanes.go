@@ -17,6 +17,17 @@ type lanes struct {
 	busy map[string][]jetstream.Msg // key → messages waiting behind the running one
 }
 
+// queued returns the messages waiting behind a running delivery.
+func (l *lanes) queued() []jetstream.Msg {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []jetstream.Msg
+	for _, q := range l.busy {
+		out = append(out, q...)
+	}
+	return out
+}
+
 // submit runs fn(msg) on wg after the messages of the same key submitted
 // before it, and at once when none is running.
 func (l *lanes) submit(key string, msg jetstream.Msg, wg *sync.WaitGroup, fn func(jetstream.Msg)) {
