@@ -204,12 +204,13 @@ func TestBridgeSurvivesJetStreamOutage(t *testing.T) {
 
 	// Two bridges, each a drain with its own forwarder and connection.
 	log := &attemptLog{failures: map[string][]time.Time{}}
+	logs := &syncBuffer{}
 	for _, owner := range []string{"bridge-a", "bridge-b"} {
-		fwd, err := forward.New(b.js(t), forward.Config{PublishTimeout: 2 * time.Second})
+		fwd, err := forward.New(b.js(t), forward.Config{PublishTimeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 		require.NoError(t, err)
 		d, err := drain.New(b.st, log.wrap(fwd), drain.Config{
 			Owner: owner, Lease: 10 * time.Second, ClaimLimit: 20, FetchLimit: 20,
-			PollInterval: 100 * time.Millisecond, Notifier: b.st, Logger: slog.New(slog.DiscardHandler),
+			PollInterval: 100 * time.Millisecond, Notifier: b.st, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		})
 		require.NoError(t, err)
 		runUntilCleanup(t, d.Run)
@@ -217,18 +218,18 @@ func TestBridgeSurvivesJetStreamOutage(t *testing.T) {
 
 	// A producer appends to 40 streams all along.
 	const streams = 40
-	ctx, stopProducer := context.WithCancel(t.Context())
-	produced := make(chan int, 1)
+	var stop atomic.Bool
+	produced := make(chan error, 1)
 	go func() {
-		n := 0
-		defer func() { produced <- n }()
-		for ctx.Err() == nil {
+		for !stop.Load() {
 			s := "acct-" + strconv.Itoa(rand.IntN(streams))
-			if _, err := b.st.Append(ctx, s, store.AnyVersion, store.NewEvent{Name: "Happened", Data: []byte(`{}`)}); err == nil {
-				n++
+			if _, err := b.st.Append(context.Background(), s, store.AnyVersion, store.NewEvent{Name: "Happened", Data: []byte(`{}`)}); err != nil {
+				produced <- err
+				return
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+		produced <- nil
 	}()
 	forwardedSoFar := func() int64 {
 		_, fwd, err := b.st.Totals(t.Context())
@@ -247,12 +248,21 @@ func TestBridgeSurvivesJetStreamOutage(t *testing.T) {
 	t.Logf("forwarded when JetStream came back: %d", forwardedSoFar())
 
 	time.Sleep(2 * time.Second) // appends go on after the restart
-	stopProducer()
-	appended := <-produced
-	require.Eventually(t, func() bool { return forwardedSoFar() == int64(appended) }, 90*time.Second, 50*time.Millisecond,
-		"every event forwarded after the outage")
+	stop.Store(true)
+	require.NoError(t, <-produced)
+	appended, _, err := b.st.Totals(t.Context())
+	require.NoError(t, err)
+	if !assertEventually(t, func() bool { return forwardedSoFar() == appended }, 90*time.Second) {
+		lagging, err := b.st.Streams(t.Context(), store.StreamFilter{Lagging: true})
+		require.NoError(t, err)
+		for _, si := range lagging {
+			t.Logf("lagging: %+v", si)
+		}
+		t.Logf("bridge log:\n%s", logs.String())
+		t.FailNow()
+	}
 
-	assertJetStreamOrdered(t, b.js(t), appended)
+	assertJetStreamOrdered(t, b.js(t), int(appended))
 	b.requireNoneBlocked(t)
 
 	// Pacing: while the bus was away, each stream was tried at most 3 times
@@ -267,4 +277,18 @@ func TestBridgeSurvivesJetStreamOutage(t *testing.T) {
 	t.Logf("failed attempts during the outage: %d streams tried, %d attempts, at most %d for one stream", len(perStream), total, most)
 	require.NotEmpty(t, perStream, "the outage was noticed")
 	require.LessOrEqual(t, most, 3, "attempts per stream during a 10 s outage: %v", perStream)
+}
+
+// assertEventually is require.Eventually that reports instead of failing,
+// so the caller can log what it found first.
+func assertEventually(t *testing.T, cond func() bool, wait time.Duration) bool {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cond()
 }
