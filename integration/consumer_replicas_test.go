@@ -83,7 +83,7 @@ func TestConsumerReplicaKilledMidDeliveryLosesNothing(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(processed) == events
-	}, 3*time.Minute, 100*time.Millisecond, "processed %d of %d events", func() int { mu.Lock(); defer mu.Unlock(); return len(processed) }(), events)
+	}, 3*time.Minute, 100*time.Millisecond, "every event processed")
 	cons, err := b.js.Consumer(b.ctx, "EVENTS", "replicated")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
