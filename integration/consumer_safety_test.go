@@ -16,7 +16,8 @@ import (
 )
 
 // The cloud metadata address is refused at start, before anything is sent;
-// the error names the URL and allow_private and never the secret.
+// the error names the URL and allow_private and never the secret, nor
+// does --help.
 func TestConsumerRefusesMetadataEndpointAtStart(t *testing.T) {
 	t.Parallel()
 	const secret = "whsec_c2FmZXR5LXRlc3Qtc2VjcmV0LXZhbHVlLTEyMzQ="
@@ -27,6 +28,13 @@ func TestConsumerRefusesMetadataEndpointAtStart(t *testing.T) {
 	require.Contains(t, out, "allow_private")
 	require.NotContains(t, out, secret)
 	require.NotContains(t, out, strings.TrimPrefix(secret, "whsec_"))
+
+	for _, args := range [][]string{{"run", "--help"}, {"dlq", "replay", "--help"}} {
+		out, err = cli(t, []string{"JSBRIDGE_SECRET=" + secret}, "consumer", args...)
+		require.NoError(t, err, out)
+		require.Contains(t, out, "--secret")
+		require.NotContains(t, out, strings.TrimPrefix(secret, "whsec_"), "--help never shows a secret")
+	}
 }
 
 // A name resolving to 127.0.0.1 (localhost) is refused when dialled: no
