@@ -91,7 +91,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		log.Warn(w, "jetstream_stream", r.Stream)
 	}
 	fwd, err := forward.New(js, forward.Config{
-		Prefix: r.SubjectPrefix, Source: r.Source, MaxInFlight: r.MaxInFlight,
+		Prefix: r.SubjectPrefix, Source: r.Source, Stream: r.Stream, MaxInFlight: r.MaxInFlight,
 		PublishTimeout: r.PublishTimeout, Logger: log, Observer: metrics,
 	})
 	if err != nil {
