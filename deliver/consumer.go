@@ -343,8 +343,12 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 			result = fmt.Errorf("deliver: subscription %q: next message: %w", r.sub.Name, err)
 			break
 		}
-		r.lanes.submit(streamKey(msg.Subject()), msg, wg, func(m jetstream.Msg) {
-			defer func() { <-slots }()
+		// A slot is held by each running lane, not by each message: a
+		// message queued behind its stream's running delivery gives its
+		// slot back, so pulling goes on and nothing waits in the client
+		// buffer until AckWait (queued messages get InProgress instead, see
+		// keepQueuedAlive; MaxAckPending bounds them).
+		queued := r.lanes.submit(streamKey(msg.Subject()), msg, wg, func(m jetstream.Msg) {
 			if ctx.Err() != nil {
 				// Shutting down: a message queued behind its stream's
 				// running delivery goes back at once for another replica.
@@ -352,7 +356,10 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 				return
 			}
 			r.handle(dctx, m)
-		})
+		}, func() { <-slots })
+		if queued {
+			<-slots
+		}
 	}
 
 	delay := time.Duration(0)

@@ -29,8 +29,11 @@ func (l *lanes) queued() []jetstream.Msg {
 }
 
 // submit runs fn(msg) on wg after the messages of the same key submitted
-// before it, and at once when none is running.
-func (l *lanes) submit(key string, msg jetstream.Msg, wg *sync.WaitGroup, fn func(jetstream.Msg)) {
+// before it, and at once when none is running. It reports whether msg was
+// queued behind a running one (then the running lane's fn runs it, and the
+// fn and done given here are not used). A lane that started calls done, if
+// not nil, when its queue is empty and it ends.
+func (l *lanes) submit(key string, msg jetstream.Msg, wg *sync.WaitGroup, fn func(jetstream.Msg), done func()) (queued bool) {
 	l.mu.Lock()
 	if l.busy == nil {
 		l.busy = map[string][]jetstream.Msg{}
@@ -38,11 +41,14 @@ func (l *lanes) submit(key string, msg jetstream.Msg, wg *sync.WaitGroup, fn fun
 	if q, running := l.busy[key]; running {
 		l.busy[key] = append(q, msg)
 		l.mu.Unlock()
-		return
+		return true
 	}
 	l.busy[key] = nil
 	l.mu.Unlock()
 	wg.Go(func() {
+		if done != nil {
+			defer done()
+		}
 		for {
 			fn(msg)
 			l.mu.Lock()
@@ -56,6 +62,7 @@ func (l *lanes) submit(key string, msg jetstream.Msg, wg *sync.WaitGroup, fn fun
 			l.mu.Unlock()
 		}
 	})
+	return false
 }
 
 // streamKey is the part of a subject that names one source stream:

@@ -51,7 +51,7 @@ func TestLanesKeepOrderPerKeyAndRunKeysConcurrently(t *testing.T) {
 					delete(running, lm.key)
 				}
 				mu.Unlock()
-			})
+			}, nil)
 		}
 	}
 	wg.Wait()

@@ -89,7 +89,11 @@ type Subscription struct {
 	// sent Retry-After. Default DefaultBackOff().
 	BackOff []time.Duration
 	// MaxInFlight is the number of concurrent deliveries per consumer
-	// process, and the client-side pull buffer. Default 64.
+	// process, and the client-side pull buffer. Default 64. Events of one
+	// stream are delivered one after another; those pulled while an
+	// earlier one of their stream runs wait in memory, kept from
+	// redelivery with InProgress, and do not count (MaxAckPending bounds
+	// them).
 	MaxInFlight int
 	// MaxAckPending is the durable consumer's MaxAckPending: the messages
 	// out for delivery or waiting for a delayed retry, across all consumer
