@@ -128,11 +128,18 @@ func (e *env) startBridge(ctx context.Context, schema string, extra ...string) (
 	}
 	args := append([]string{"run", "--nats-url", e.srv.ClientURL(), "--no-migrate",
 		"--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--log-level", "warn"}, extra...)
+	if e.cfg.ProfileDir != "" {
+		args = append(args, "--pprof")
+	}
 	p, err := e.procs.Start("bridge", e.cfg.Bin+"/bridge", args, "DATABASE_URL="+e.dbURL, "JSBRIDGE_SCHEMA="+schema)
 	if err != nil {
 		return nil, err
 	}
-	return p, proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ops), p)
+	if err := proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ops), p); err != nil {
+		return nil, err
+	}
+	e.profile(schema, ops)
+	return p, nil
 }
 
 // drainRow: the reference publishes the backlog's messages with a bare async

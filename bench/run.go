@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -212,4 +214,32 @@ func (e *env) waitFor(ctx context.Context, timeout time.Duration, what string, c
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// profile saves, in the background, a 5-second CPU profile of the process
+// whose ops port is ops to <ProfileDir>/<name>.cpu.pprof (when -profile-dir
+// is set and the process serves --pprof).
+func (e *env) profile(name string, ops int) {
+	if e.cfg.ProfileDir == "" {
+		return
+	}
+	go func() {
+		time.Sleep(500 * time.Millisecond) // past start-up, into full speed
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=5", ops))
+		if err != nil {
+			fmt.Printf("bench: profile %s: %v\n", name, err)
+			return
+		}
+		defer resp.Body.Close()
+		if err := os.MkdirAll(e.cfg.ProfileDir, 0o755); err != nil {
+			return
+		}
+		f, err := os.Create(filepath.Join(e.cfg.ProfileDir, name+".cpu.pprof"))
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		_, _ = io.Copy(f, resp.Body)
+		fmt.Printf("bench: profile %s: wrote %s\n", name, f.Name())
+	}()
 }

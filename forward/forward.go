@@ -487,9 +487,7 @@ func (f *Forwarder) publishOnce(ctx context.Context, e event.Event, stream strin
 	if f.cfg.Stream != "" {
 		opts = append(opts, jetstream.WithExpectStream(f.cfg.Stream))
 	}
-	pctx, cancel := context.WithTimeout(ctx, f.cfg.PublishTimeout)
-	ack, err := f.js.PublishMsg(pctx, msg, opts...)
-	cancel()
+	ack, err := f.publishAndWait(ctx, msg, opts)
 	if err != nil {
 		var apiErr *jetstream.APIError
 		switch {
@@ -506,6 +504,30 @@ func (f *Forwarder) publishOnce(ctx context.Context, e event.Event, stream strin
 	}
 	f.log.Debug("event stored", "stream", e.Stream, "event_id", e.ID, "sequence", ack.Sequence)
 	return Outcome{Status: Stored, Sequence: ack.Sequence}
+}
+
+// publishAndWait publishes msg asynchronously and waits for its PubAck, at
+// most PublishTimeout. Async publishes from many streams share nats.go's
+// write buffer and flusher, so the server gets them in batches instead of one
+// flushed request each: the same ordering guarantee per stream (we still wait
+// before the next event) at a fraction of the cost per message.
+func (f *Forwarder) publishAndWait(ctx context.Context, msg *nats.Msg, opts []jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	fut, err := f.js.PublishMsgAsync(msg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	t := time.NewTimer(f.cfg.PublishTimeout)
+	defer t.Stop()
+	select {
+	case ack := <-fut.Ok():
+		return ack, nil
+	case err := <-fut.Err():
+		return nil, err
+	case <-t.C:
+		return nil, fmt.Errorf("no PubAck within %s: %w", f.cfg.PublishTimeout, context.DeadlineExceeded)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // classify wraps err as a drain.UnavailableError when it is a failure of

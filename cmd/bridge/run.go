@@ -41,6 +41,7 @@ type runCmd struct {
 	ShutdownGrace    time.Duration `name:"shutdown-grace" env:"JSBRIDGE_SHUTDOWN_GRACE" default:"10s" help:"On SIGTERM, how long the batch in flight may go on; what it publishes is acked, the rest released (default: ${default})."`
 	Migrate          bool          `name:"migrate" env:"JSBRIDGE_MIGRATE" default:"true" negatable:"" help:"Apply pending migrations at start (default: ${default})."`
 	SettleTimeout    time.Duration `name:"settle-timeout" env:"JSBRIDGE_SETTLE_TIMEOUT" default:"5s" help:"How long an ack, retry or block may wait for a stream's row that an application transaction holds (Postgres lock_timeout); past it the settle fails and the stream is claimed again after its lease (default: ${default})."`
+	Pprof            bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr          string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9464" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
 }
 
@@ -110,6 +111,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		_, err := js.Stream(ctx, r.Stream)
 		return err
 	})
+	opsSrv.Pprof = r.Pprof
 	addr, err := opsSrv.Start(r.OpsAddr)
 	if err != nil {
 		return err

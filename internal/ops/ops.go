@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +50,10 @@ type Server struct {
 	// Registry holds the binary's metrics, plus the Go and process collectors.
 	Registry *prometheus.Registry
 
+	// Pprof adds the net/http/pprof handlers under /debug/pprof/ when true
+	// (set before Start). Default off: profiles reveal internals.
+	Pprof bool
+
 	mu     sync.Mutex
 	checks map[string]Check
 	srv    *http.Server
@@ -73,6 +78,13 @@ func (s *Server) AddCheck(name string, c Check) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{Registry: s.Registry}))
+	if s.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
