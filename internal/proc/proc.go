@@ -25,6 +25,9 @@ type Process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+
+	mu      sync.Mutex
+	stopped bool // Stop was called: its exit is expected
 }
 
 // Exited reports whether the process has ended.
@@ -62,6 +65,9 @@ func (p *Process) PeakRSS() (int64, error) {
 // Stop sends SIGTERM and waits up to grace, then SIGKILL. It returns the
 // process's exit error (nil for a clean exit after SIGTERM).
 func (p *Process) Stop(grace time.Duration) error {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
 	if !p.Exited() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -113,12 +119,16 @@ func (g *Group) StopAll(grace time.Duration) {
 	}
 }
 
-// AnyExited returns an error naming a process that ended on its own.
+// AnyExited returns an error naming a process that ended on its own (not
+// through Stop).
 func (g *Group) AnyExited() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, p := range g.list {
-		if p.Exited() {
+		p.mu.Lock()
+		stopped := p.stopped
+		p.mu.Unlock()
+		if !stopped && p.Exited() {
 			return fmt.Errorf("%s exited unexpectedly: %v", p.Name, p.err)
 		}
 	}
