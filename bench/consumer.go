@@ -141,13 +141,18 @@ func (e *env) consumerRow(ctx context.Context) (row, int64, error) {
 		return row{}, 0, err
 	}
 	start := time.Now()
-	p, err := e.procs.Start("consumer", e.cfg.Bin+"/consumer", []string{"run",
+	args := []string{"run",
 		"--nats-url", e.srv.ClientURL(), "--name", "bench", "--filter", "events.>", "--url", s.url,
 		"--allow-private", "--max-in-flight", fmt.Sprint(inFlight), "--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--log-level", "warn",
-	}, "JSBRIDGE_SECRET=whsec_"+base64.StdEncoding.EncodeToString(secret))
+	}
+	if e.cfg.ProfileDir != "" {
+		args = append(args, "--pprof")
+	}
+	p, err := e.procs.Start("consumer", e.cfg.Bin+"/consumer", args, "JSBRIDGE_SECRET=whsec_"+base64.StdEncoding.EncodeToString(secret))
 	if err != nil {
 		return row{}, 0, err
 	}
+	e.profile("consumer", ops)
 	err = e.waitFor(ctx, 10*time.Minute, "consumer", func() (bool, error) { return s.n.Load() >= int64(n), nil })
 	if err != nil {
 		return row{}, 0, err

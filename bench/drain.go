@@ -138,7 +138,7 @@ func (e *env) startBridge(ctx context.Context, schema string, extra ...string) (
 	if err := proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ops), p); err != nil {
 		return nil, err
 	}
-	e.profile(schema, ops)
+	e.profile("bridge-"+schema, ops)
 	return p, nil
 }
 

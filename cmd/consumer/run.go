@@ -105,6 +105,7 @@ func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
 type runCmd struct {
 	subscriptionFlags `embed:""`
 
+	Pprof   bool   `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr string `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
 }
 
@@ -145,6 +146,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		_, err := js.Stream(ctx, g.DLQStream)
 		return err
 	})
+	opsSrv.Pprof = r.Pprof
 	addr, err := opsSrv.Start(r.OpsAddr)
 	if err != nil {
 		return err
