@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jsbridge/jsbridge/internal/proc"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -20,7 +21,7 @@ func statusLine(ctx context.Context, st *store.Store, rc *receiver) string {
 
 // runSteady is `make run`: a steady producer and a status line a second
 // until Ctrl-C.
-func runSteady(ctx context.Context, cfg config, st *store.Store, rc *receiver, procs *processes) (int, error) {
+func runSteady(ctx context.Context, cfg config, st *store.Store, rc *receiver, procs *proc.Group) (int, error) {
 	var appended atomic.Int64
 	errc := make(chan error, 1)
 	go func() { errc <- produceSteady(ctx, st, cfg.Rate, &appended) }()
@@ -36,7 +37,7 @@ func runSteady(ctx context.Context, cfg config, st *store.Store, rc *receiver, p
 				return 1, fmt.Errorf("producer: %w", err)
 			}
 		case <-tick.C:
-			if err := procs.anyExited(); err != nil {
+			if err := procs.AnyExited(); err != nil {
 				return 1, err
 			}
 			fmt.Println("demo: " + statusLine(ctx, st, rc))
@@ -46,7 +47,7 @@ func runSteady(ctx context.Context, cfg config, st *store.Store, rc *receiver, p
 
 // runCheck is `make demo`: append N events, wait until all reached the
 // receiver, verify and print the summary line.
-func runCheck(ctx context.Context, cfg config, st *store.Store, rc *receiver, procs *processes) (int, error) {
+func runCheck(ctx context.Context, cfg config, st *store.Store, rc *receiver, procs *proc.Group) (int, error) {
 	start := time.Now()
 	errc := make(chan error, 1)
 	go func() { errc <- produce(ctx, st, cfg.N) }()
@@ -67,7 +68,7 @@ func runCheck(ctx context.Context, cfg config, st *store.Store, rc *receiver, pr
 			produced = true
 			errc = nil
 		case <-tick.C:
-			if err := procs.anyExited(); err != nil {
+			if err := procs.AnyExited(); err != nil {
 				return 1, err
 			}
 			fmt.Println("demo: " + statusLine(ctx, st, rc))
