@@ -219,21 +219,8 @@ func buildBody(mode BodyMode, id string, mh nats.Header, data []byte) ([]byte, h
 	if len(data) > 0 && !json.Valid(data) {
 		return nil, nil, fmt.Errorf("%w: data is not JSON, cannot embed it in a structured-mode body", errMalformed)
 	}
-	env, err := json.Marshal(ce)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: encode CloudEvent: %w", errMalformed, err)
-	}
-	if len(data) > 0 {
-		// Splice data in by hand: encoding/json would compact and
-		// HTML-escape a RawMessage, and the data must go out byte for byte.
-		var b bytes.Buffer
-		b.Grow(len(env) + len(data) + 8)
-		b.Write(env[:len(env)-1])
-		b.WriteString(`,"data":`)
-		b.Write(data)
-		b.WriteByte('}')
-		env = b.Bytes()
-	}
+	ce.Data = data
+	env := ce.AppendJSON(make([]byte, 0, 256+len(data)))
 	h.Set(event.HeaderContentType, event.ContentTypeCloudEventsJSON)
 	return env, h, nil
 }
