@@ -170,7 +170,7 @@ func render(cfg config, rows []row) string {
 func markdown(cfg config, table string) string {
 	var b strings.Builder
 	b.WriteString("# Benchmarks\n\n")
-	b.WriteString("Written by `make bench` (`go run ./bench`); the figures below are from the last run.\n\n")
+	b.WriteString("Written by `make bench` (`bin/bench`, built from `bench/`); the figures are from the last full run. What limits the rows not met: `docs/performance.md`.\n\n")
 	fmt.Fprintf(&b, "Command: `%s`  \nDate: %s  \nGo: %s\n", strings.Join(os.Args, " "), time.Now().UTC().Format(time.RFC3339), runtime.Version())
 	b.WriteString(table)
 	return b.String()
