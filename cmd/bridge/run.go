@@ -116,11 +116,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = opsSrv.Shutdown(sctx)
-	}()
+	defer opsSrv.Stop()
 	log.Info("bridge started", "jetstream_stream", r.Stream, "nats_url", nc.ConnectedUrl(), "ops_addr", addr, "lease", r.Lease, "events_table", st.EventsTable())
 	err = d.Run(ctx)
 	log.Info("bridge stopped")

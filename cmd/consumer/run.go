@@ -151,11 +151,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = opsSrv.Shutdown(sctx)
-	}()
+	defer opsSrv.Stop()
 	names := make([]string, len(subs))
 	for i, s := range subs {
 		names[i] = s.Name

@@ -129,6 +129,14 @@ func (s *Server) Start(addr string) (string, error) {
 	return ln.Addr().String(), nil
 }
 
+// Stop stops the ops server, waiting up to 2 s for open requests (a
+// Prometheus scrape); for a defer at the end of a binary's run.
+func (s *Server) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = s.Shutdown(ctx)
+}
+
 // Shutdown stops the ops server, waiting up to ctx for open requests.
 func (s *Server) Shutdown(ctx context.Context) error {
 	if s.srv == nil {
