@@ -75,6 +75,11 @@ type runner struct {
 	endpoint string
 	log      *slog.Logger
 	lanes    lanes
+
+	// This subscription's children of per-subscription metrics, resolved
+	// once rather than on every delivery.
+	inFlight     prometheus.Gauge
+	redeliveries prometheus.Counter
 }
 
 // New returns a Consumer for subs. It fails when js is nil, no subscription
@@ -148,6 +153,9 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			br:       cfg.Breakers.Breaker(s.URL),
 			endpoint: endpoint,
 			log:      cfg.Logger.With(slog.String("subscription", s.Name), slog.String("endpoint", endpoint)),
+
+			inFlight:     c.metrics.inFlight.WithLabelValues(s.Name),
+			redeliveries: c.metrics.redeliveries.WithLabelValues(s.Name),
 		})
 	}
 	return c, nil

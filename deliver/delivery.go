@@ -229,26 +229,30 @@ func buildBody(mode BodyMode, id string, mh nats.Header, data []byte) ([]byte, h
 // cancellation from Run: a delivery that started finishes (bounded by
 // Subscription.Timeout), so shutdown loses nothing.
 func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
-	r.c.metrics.inFlight.WithLabelValues(r.sub.Name).Inc()
-	defer r.c.metrics.inFlight.WithLabelValues(r.sub.Name).Dec()
+	r.inFlight.Inc()
+	defer r.inFlight.Dec()
 
 	attempt := 1
 	if md, err := msg.Metadata(); err == nil {
 		attempt = int(md.NumDelivered)
 	}
 	id := eventID(msg)
-	log := r.log.With(slog.String("event_id", id), slog.Int("attempt", attempt))
+	// The logger with this delivery's attributes is built only when
+	// something is logged: slog's With formats them at once, and the common
+	// path (a 2xx at info level) logs nothing.
+	attrs := []any{slog.String("event_id", id), slog.Int("attempt", attempt)}
+	log := func(more ...any) *slog.Logger { return r.log.With(append(attrs, more...)...) }
 	if attempt > 1 {
-		r.c.metrics.redeliveries.WithLabelValues(r.sub.Name).Inc()
+		r.redeliveries.Inc()
 	}
 
 	if id == "" {
-		r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Reason: "message has no Nats-Msg-Id or ce-id"}, OutcomeTerm, ClassNone)
+		r.giveUp(ctx, log(), msg, DeadLetter{EventID: id, Attempt: attempt, Reason: "message has no Nats-Msg-Id or ce-id"}, OutcomeTerm, ClassNone)
 		return
 	}
 	body, hdr, err := buildBody(r.sub.Body, id, msg.Headers(), msg.Data())
 	if err != nil {
-		r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
+		r.giveUp(ctx, log(), msg, DeadLetter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
 		return
 	}
 
@@ -260,35 +264,37 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 	if errors.Is(err, breaker.ErrOpen) {
 		delay := r.br.OpenTimeout()
 		r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeBreakerOpen, ClassNone).Inc()
-		log.Debug("circuit breaker open, not sent", slog.Duration("delay", delay))
-		r.nak(log, msg, delay)
+		l := log()
+		l.Debug("circuit breaker open, not sent", slog.Duration("delay", delay))
+		r.nak(l, msg, delay)
 		return
 	}
 
-	log = log.With(slog.Int("status", resp.status))
+	attrs = append(attrs, slog.Int("status", resp.status))
 	switch resp.verdict() {
 	case verdictAck:
 		r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeAck, resp.class()).Inc()
 		if err := msg.Ack(); err != nil {
-			log.Warn("ack failed; JetStream will redeliver after AckWait", slog.Any("error", err))
+			log().Warn("ack failed; JetStream will redeliver after AckWait", slog.Any("error", err))
 			return
 		}
-		log.Debug("delivered")
+		r.log.Debug("delivered", attrs...)
 	case verdictPermanent:
 		if resp.status == http.StatusGone {
-			log.Warn("endpoint answered 410 Gone: it says it no longer exists; every event of this subscription will be dead-lettered until its URL is fixed or the subscription removed")
+			log().Warn("endpoint answered 410 Gone: it says it no longer exists; every event of this subscription will be dead-lettered until its URL is fixed or the subscription removed")
 		}
-		r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: resp.reason(), At: resp.at}, OutcomeTerm, resp.class())
+		r.giveUp(ctx, log(), msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: resp.reason(), At: resp.at}, OutcomeTerm, resp.class())
 	case verdictRetry:
 		if r.sub.MaxDeliver > 0 && attempt >= r.sub.MaxDeliver {
-			r.giveUp(ctx, log, msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, At: resp.at,
+			r.giveUp(ctx, log(), msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, At: resp.at,
 				Reason: fmt.Sprintf("%s (attempt %d of MaxDeliver %d)", resp.reason(), attempt, r.sub.MaxDeliver)}, OutcomeExhausted, resp.class())
 			return
 		}
 		delay := r.retryDelay(attempt, resp.retryAfter)
 		r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, resp.class()).Inc()
-		log.Warn("delivery failed, will retry", slog.String("reason", resp.reason()), slog.Duration("delay", delay))
-		r.nak(log, msg, delay)
+		l := log()
+		l.Warn("delivery failed, will retry", slog.String("reason", resp.reason()), slog.Duration("delay", delay))
+		r.nak(l, msg, delay)
 	}
 }
 
