@@ -68,7 +68,7 @@ func cli(t *testing.T, env []string, bin string, args ...string) (string, error)
 
 // daemon starts a long-running command; at cleanup it gets SIGTERM and must
 // exit 0 within 20 s.
-func daemon(t *testing.T, env []string, bin string, args ...string) *bytes.Buffer {
+func daemon(t *testing.T, env []string, bin string, args ...string) *syncBuffer {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binaries(t), bin), args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -89,24 +89,27 @@ func daemon(t *testing.T, env []string, bin string, args ...string) *bytes.Buffe
 			t.Errorf("%s did not exit within 20 s of SIGTERM; output:\n%s", bin, out.String())
 		}
 	})
-	return &out.Buffer
+	return out
 }
 
+// syncBuffer is a process's output, written and read concurrently. The
+// buffer is a field, not embedded: an embedded bytes.Buffer would lend it
+// ReadFrom, which io.Copy would call past the lock.
 type syncBuffer struct {
-	mu sync.Mutex
-	bytes.Buffer
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
+	return b.buf.Write(p)
 }
 
 func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.Buffer.String()
+	return b.buf.String()
 }
 
 func waitHTTP200(t *testing.T, url string) {
