@@ -178,6 +178,7 @@ func (e *env) drainRow(ctx context.Context) (row, int64, error) {
 	if err != nil {
 		return row{}, 0, err
 	}
+	e.profileSelf("server-during-drain")
 	err = e.waitFor(ctx, 30*time.Minute, "drain", func() (bool, error) {
 		_, fwd, err := st.Totals(ctx)
 		return fwd >= int64(n), err

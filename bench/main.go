@@ -58,7 +58,7 @@ func main() {
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
 	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, claim, consumer, e2e")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
-	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save a CPU profile of the bridge (drain row) and the consumer (consumer row) here, taken while they run at full speed")
+	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save 5-second CPU profiles here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer during the consumer row")
 	flag.Parse()
 	if cfg.Quick {
 		cfg.Events, cfg.Streams = 100_000, 1_000

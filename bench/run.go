@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -240,6 +241,31 @@ func (e *env) profile(name string, ops int) {
 		}
 		defer f.Close()
 		_, _ = io.Copy(f, resp.Body)
+		fmt.Printf("bench: profile %s: wrote %s\n", name, f.Name())
+	}()
+}
+
+// profileSelf saves, in the background, a 5-second CPU profile of this
+// process (it hosts the JetStream server) to <ProfileDir>/<name>.cpu.pprof.
+func (e *env) profileSelf(name string) {
+	if e.cfg.ProfileDir == "" {
+		return
+	}
+	if err := os.MkdirAll(e.cfg.ProfileDir, 0o755); err != nil {
+		return
+	}
+	f, err := os.Create(filepath.Join(e.cfg.ProfileDir, name+".cpu.pprof"))
+	if err != nil {
+		return
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return
+	}
+	go func() {
+		time.Sleep(5 * time.Second)
+		pprof.StopCPUProfile()
+		f.Close()
 		fmt.Printf("bench: profile %s: wrote %s\n", name, f.Name())
 	}()
 }
