@@ -350,21 +350,6 @@ const opsAppTable = `CREATE TABLE %s.events (
     UNIQUE (stream, version)
 )`
 
-// appSchemaShape describes an app schema: columns, indexes, triggers,
-// relations and functions, to show the bridge changed none of it.
-func appSchemaShape(t *testing.T, pool *pgxpool.Pool, schema string) string {
-	t.Helper()
-	var out string
-	require.NoError(t, pool.QueryRow(context.Background(), `SELECT concat_ws(E'\n',
-    (SELECT string_agg(column_name || ' ' || data_type || ' ' || coalesce(column_default, ''), ', ' ORDER BY ordinal_position)
-       FROM information_schema.columns WHERE table_schema = $1),
-    (SELECT string_agg(indexdef, ', ' ORDER BY indexname) FROM pg_indexes WHERE schemaname = $1),
-    (SELECT count(*) FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1)::text,
-    (SELECT string_agg(c.relname || ':' || c.relkind::text, ', ' ORDER BY c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1),
-    (SELECT string_agg(p.proname, ', ') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1))`, schema).Scan(&out))
-	return out
-}
-
 // A table another program writes, in its own schema: `bridge migrate
 // --events-table` leaves it untouched, and `bridge run --events-table`
 // drains it completely and in order while its writers commit out of id
@@ -383,7 +368,7 @@ func TestBridgeOpsExternalEventsTable(t *testing.T) {
 	_, err = b.pool.Exec(ctx, "INSERT INTO "+table+` (stream, version, name, data)
 SELECT 'old-' || (g % 5), g / 5, 'Happened', '{}' FROM generate_series(0, 49) g ORDER BY g`)
 	require.NoError(t, err)
-	before := appSchemaShape(t, b.pool, app)
+	before := pgtest.SchemaShape(t, b.pool, app)
 
 	out, err := cli(t, env, "bridge", "migrate", "--dry-run")
 	require.NoError(t, err, out)
@@ -391,7 +376,7 @@ SELECT 'old-' || (g % 5), g / 5, 'Happened', '{}' FROM generate_series(0, 49) g 
 	require.NotContains(t, out, "TRIGGER")
 	out, err = cli(t, env, "bridge", "migrate")
 	require.NoError(t, err, out)
-	require.Equal(t, before, appSchemaShape(t, b.pool, app), "migrate changed the app's schema")
+	require.Equal(t, before, pgtest.SchemaShape(t, b.pool, app), "migrate changed the app's schema")
 
 	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
 	require.NoError(t, err)
@@ -451,5 +436,5 @@ SELECT 'old-' || (g % 5), g / 5, 'Happened', '{}' FROM generate_series(0, 49) g 
 	require.Eventually(t, func() bool { return jsMessages(js) >= total }, 60*time.Second, 100*time.Millisecond,
 		"JetStream holds %d of %d events", jsMessages(js), total)
 	requireExactlyOnceInOrder(t, js, heads)
-	require.Equal(t, before, appSchemaShape(t, b.pool, app), "running the bridge changed the app's schema")
+	require.Equal(t, before, pgtest.SchemaShape(t, b.pool, app), "running the bridge changed the app's schema")
 }

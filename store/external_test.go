@@ -196,35 +196,20 @@ func TestNotificationsPollAnExternalTable(t *testing.T) {
 	require.Equal(t, []string{"n-1"}, claimedNames(claims))
 }
 
-// describe lists what makes up a table: columns, indexes, triggers, rules
-// and policies, and the objects in its schema.
-func describe(t *testing.T, pool *pgxpool.Pool, schema string) string {
-	t.Helper()
-	var out string
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT concat_ws(E'\n',
-    (SELECT string_agg(column_name || ' ' || data_type || ' ' || coalesce(column_default, ''), ', ' ORDER BY ordinal_position)
-       FROM information_schema.columns WHERE table_schema = $1),
-    (SELECT string_agg(indexdef, ', ' ORDER BY indexname) FROM pg_indexes WHERE schemaname = $1),
-    (SELECT count(*) FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1)::text,
-    (SELECT string_agg(c.relname || ':' || c.relkind::text, ', ' ORDER BY c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1),
-    (SELECT string_agg(p.proname, ', ') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1))`, schema).Scan(&out))
-	return out
-}
-
 func TestMigrateLeavesTheExternalTableUntouched(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	app := pgtest.Schema(t, pool)
 	_, err := pool.Exec(t.Context(), strings.ReplaceAll(appTable, "%s", app))
 	require.NoError(t, err)
-	before := describe(t, pool, app)
+	before := pgtest.SchemaShape(t, pool, app)
 	bridge := pgtest.Schema(t, pool)
 	s, err := store.New(pool, store.WithSchema(bridge), store.WithEventsTable(app+".events"))
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(t.Context()))
 	require.NoError(t, s.Migrate(t.Context()), "idempotent")
-	require.Equal(t, before, describe(t, pool, app))
-	require.NotContains(t, describe(t, pool, bridge), "events:", "no events table of ours")
+	require.Equal(t, before, pgtest.SchemaShape(t, pool, app))
+	require.NotContains(t, pgtest.SchemaShape(t, pool, bridge), "events:", "no events table of ours")
 
 	stmts, err := store.MigrationSQL(store.WithSchema(bridge), store.WithEventsTable(app+".events"))
 	require.NoError(t, err)

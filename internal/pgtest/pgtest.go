@@ -86,3 +86,22 @@ func Schema(t testing.TB, pool *pgxpool.Pool) string {
 	})
 	return name
 }
+
+// SchemaShape describes what makes up a schema: its columns, indexes,
+// triggers, relations and functions, as one string. Tests compare it before
+// and after an operation to show the operation changed none of it.
+func SchemaShape(t testing.TB, pool *pgxpool.Pool, schema string) string {
+	t.Helper()
+	var out string
+	err := pool.QueryRow(context.Background(), `SELECT concat_ws(E'\n',
+    (SELECT string_agg(column_name || ' ' || data_type || ' ' || coalesce(column_default, ''), ', ' ORDER BY ordinal_position)
+       FROM information_schema.columns WHERE table_schema = $1),
+    (SELECT string_agg(indexdef, ', ' ORDER BY indexname) FROM pg_indexes WHERE schemaname = $1),
+    (SELECT count(*) FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1)::text,
+    (SELECT string_agg(c.relname || ':' || c.relkind::text, ', ' ORDER BY c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1),
+    (SELECT string_agg(p.proname, ', ') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1))`, schema).Scan(&out)
+	if err != nil {
+		t.Fatalf("pgtest: shape of schema %s: %v", schema, err)
+	}
+	return out
+}
