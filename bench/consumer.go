@@ -5,14 +5,18 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/proc"
@@ -59,23 +63,101 @@ func (s *sink) reset() {
 }
 
 // bareLoop is the reference: pull → POST → ack with inFlight workers and no
-// signing, on its own durable consumer.
+// signing, on its own durable consumer, inside this process (which also
+// hosts the JetStream server and the receiver).
 func (e *env) bareLoop(ctx context.Context, s *sink, n, inFlight int) (float64, error) {
-	cons, err := e.js.CreateOrUpdateConsumer(ctx, "EVENTS", jetstream.ConsumerConfig{
-		Durable: "bench-bare", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+	start := time.Now()
+	lctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- bareDeliver(lctx, e.js, "bench-bare", s.url, inFlight) }()
+	err := e.waitFor(ctx, 10*time.Minute, "bare pull-POST-ack loop", func() (bool, error) {
+		select {
+		case err := <-done:
+			return false, fmt.Errorf("bare loop ended early: %v", err)
+		default:
+		}
+		return s.n.Load() >= int64(n), nil
+	})
+	elapsed := time.Since(start)
+	stop()
+	if err != nil {
+		return 0, err
+	}
+	if err := <-done; err != nil {
+		return 0, err
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// bareLoopProcess is the same reference run as a child process
+// (bench -bare-consumer-child), as the consumer runs: it shows what sharing
+// this process's runtime with the server and the receiver is worth.
+func (e *env) bareLoopProcess(ctx context.Context, s *sink, n, inFlight int) (float64, int64, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	p, err := e.procs.Start("bare-consumer", self, []string{"-in-flight", fmt.Sprint(inFlight), "-bare-consumer-child", e.srv.ClientURL() + " " + s.url})
+	if err != nil {
+		return 0, 0, err
+	}
+	err = e.waitFor(ctx, 10*time.Minute, "bare pull-POST-ack process", func() (bool, error) {
+		if p.Exited() {
+			return false, errors.New("bare loop process ended early")
+		}
+		return s.n.Load() >= int64(n), nil
+	})
+	elapsed := time.Since(start)
+	rss, rssErr := p.PeakRSS()
+	if stopErr := p.Stop(20 * time.Second); err == nil && stopErr != nil {
+		err = fmt.Errorf("bare loop process exit: %w", stopErr)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if rssErr != nil {
+		return 0, 0, rssErr
+	}
+	return float64(n) / elapsed.Seconds(), rss, nil
+}
+
+// bareConsumerChild is the -bare-consumer-child mode: arg is "<nats-url>
+// <sink-url>"; it runs bareDeliver on durable bench-bare-process until ctx
+// ends (SIGTERM).
+func bareConsumerChild(ctx context.Context, arg string, inFlight int) error {
+	natsURL, sinkURL, ok := strings.Cut(arg, " ")
+	if !ok {
+		return fmt.Errorf("-bare-consumer-child %q: want \"<nats-url> <sink-url>\"", arg)
+	}
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	return bareDeliver(ctx, js, "bench-bare-process", sinkURL, inFlight)
+}
+
+// bareDeliver pulls from durable on EVENTS with inFlight workers, each
+// POSTing the message data to url and acking, until ctx ends.
+func bareDeliver(ctx context.Context, js jetstream.JetStream, durable, url string, inFlight int) error {
+	cons, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", jetstream.ConsumerConfig{
+		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
 		MaxAckPending: 1000, FilterSubjects: []string{"events.>"},
 	})
 	if err != nil {
-		return 0, err
+		return err
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: inFlight, MaxConnsPerHost: inFlight}, Timeout: 10 * time.Second}
-	start := time.Now()
 	iter, err := cons.Messages(jetstream.PullMaxMessages(inFlight))
 	if err != nil {
-		return 0, err
+		return err
 	}
 	var wg sync.WaitGroup
-	var failed atomic.Int64
 	for range inFlight {
 		wg.Go(func() {
 			for {
@@ -83,12 +165,11 @@ func (e *env) bareLoop(ctx context.Context, s *sink, n, inFlight int) (float64, 
 				if err != nil {
 					return
 				}
-				req, _ := http.NewRequest(http.MethodPost, s.url, bytes.NewReader(msg.Data()))
+				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(msg.Data()))
 				req.Header.Set("Idempotency-Key", msg.Headers().Get("Nats-Msg-Id"))
 				req.Header.Set("Content-Type", "application/json")
 				resp, err := client.Do(req)
 				if err != nil {
-					failed.Add(1)
 					_ = msg.Nak()
 					continue
 				}
@@ -98,16 +179,10 @@ func (e *env) bareLoop(ctx context.Context, s *sink, n, inFlight int) (float64, 
 			}
 		})
 	}
-	err = e.waitFor(ctx, 10*time.Minute, "bare pull-POST-ack loop", func() (bool, error) {
-		return s.n.Load() >= int64(n), nil
-	})
-	elapsed := time.Since(start)
+	<-ctx.Done()
 	iter.Stop()
 	wg.Wait()
-	if err != nil {
-		return 0, err
-	}
-	return float64(n) / elapsed.Seconds(), nil
+	return nil
 }
 
 // consumerRow: n messages in EVENTS; the bare loop delivers them, then the
@@ -132,6 +207,12 @@ func (e *env) consumerRow(ctx context.Context) (row, int64, error) {
 		return row{}, 0, err
 	}
 	fmt.Printf("bench: consumer: bare pull → POST → ack loop %.0f deliveries/s\n", ref)
+	s.reset()
+	refProc, refRSS, err := e.bareLoopProcess(ctx, s, n, inFlight)
+	if err != nil {
+		return row{}, 0, err
+	}
+	fmt.Printf("bench: consumer: bare pull → POST → ack loop as a process %.0f deliveries/s, peak RSS %.0f MB\n", refProc, float64(refRSS)/(1<<20))
 	s.reset()
 
 	secret := make([]byte, 24)
@@ -170,7 +251,7 @@ func (e *env) consumerRow(ctx context.Context) (row, int64, error) {
 	return row{
 		Name:      fmt.Sprintf("consumer throughput: %d messages → signed POST to a loopback receiver → ack, %d in flight", n, inFlight),
 		Ours:      fmt.Sprintf("%.0f deliveries/s", ours),
-		Reference: fmt.Sprintf("%.0f deliveries/s (bare pull → POST → ack)", ref),
+		Reference: fmt.Sprintf("%.0f deliveries/s (bare pull → POST → ack; as its own process: %.0f)", ref, refProc),
 		Ratio:     fmt.Sprintf("%.2f", ratio),
 		Target:    "≥ 0.8 and ≥ 10,000/s",
 		Met:       ratio >= 0.8 && ours >= 10_000,
