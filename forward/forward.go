@@ -152,10 +152,20 @@ type Forwarder struct {
 	cfg Config
 	log *slog.Logger
 
+	batcher *batcher // fast batches; see batch.go
+
 	mu        sync.Mutex
 	positions map[string]position // per stream, what this Forwarder last saw stored
 	stream    jetstream.Stream    // for reconciliation; resolved on first use
+	// Whether the JetStream stream allows fast batches (allow_batched),
+	// as of batchCheckedAt; looked up again after batchRecheck.
+	batchOK        bool
+	batchCheckedAt time.Time
 }
+
+// batchRecheck is how often the Forwarder looks again whether the
+// JetStream stream allows fast batches (an operator may turn it on).
+const batchRecheck = time.Minute
 
 // maxPositions bounds Forwarder.positions: about 100 bytes each.
 const maxPositions = 100_000
@@ -210,7 +220,7 @@ func New(js jetstream.JetStream, cfg Config) (*Forwarder, error) {
 	if cfg.PublishTimeout < 0 {
 		return nil, fmt.Errorf("%w: Config.PublishTimeout %s is negative", ErrInvalidConfig, cfg.PublishTimeout)
 	}
-	return &Forwarder{js: js, cfg: cfg, log: cfg.Logger, positions: make(map[string]position)}, nil
+	return &Forwarder{js: js, cfg: cfg, log: cfg.Logger, positions: make(map[string]position), batcher: newBatcher(js.Conn())}, nil
 }
 
 // Publish publishes events and returns one Outcome per event, in the same
@@ -235,7 +245,7 @@ func (f *Forwarder) Publish(ctx context.Context, events []event.Event) []Outcome
 		for j, i := range idx {
 			evs[j] = events[i]
 		}
-		for j, o := range f.publishStream(ctx, order[k], evs, false) {
+		for j, o := range f.publishStream(ctx, order[k], evs, false, false) {
 			out[idx[j]] = o
 		}
 	})
@@ -297,7 +307,7 @@ func (f *Forwarder) handleBatch(ctx context.Context, b drain.Batch) drain.Result
 		}
 	}
 	if len(evs) > 0 {
-		for i, o := range f.publishStream(ctx, b.Stream, evs, b.Reconcile) {
+		for i, o := range f.publishStream(ctx, b.Stream, evs, b.Reconcile, true) {
 			if o.Status == Failed {
 				return drain.Result{Done: i, Err: o.Err}
 			}
@@ -310,14 +320,21 @@ func (f *Forwarder) handleBatch(ctx context.Context, b drain.Batch) drain.Result
 	return drain.Result{Done: len(evs)}
 }
 
-// publishStream publishes evs, all of stream and in version order, one
-// after the other, each expecting the last message the previous one left
-// (see Forwarder); it reconciles first when the position is not known (see
-// Handle). It returns one Outcome per event.
-func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []event.Event, reconcile bool) []Outcome {
+// publishStream publishes evs, all of stream and in version order, each
+// only after the previous one is stored; it reconciles first when the
+// position is not known (see Handle). With batch set, runs of events that
+// cannot be duplicates (the stream continues where this Forwarder or
+// JetStream left it) go out as fast batches when the JetStream stream
+// allows them (see batch.go), else one at a time, each expecting the last
+// message the previous one left (see Forwarder). It returns one Outcome per
+// event.
+func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []event.Event, reconcile, batch bool) []Outcome {
 	out := make([]Outcome, len(evs))
 	pos, known := f.position(stream, evs[0].Version, reconcile)
 	start := 0
+	// fresh: no event from start on can be in JetStream already, so a
+	// batch's count of handled messages is a count of stored ones.
+	fresh := known
 	if !known {
 		began := time.Now()
 		last, err := f.lastStored(ctx, stream)
@@ -340,8 +357,50 @@ func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []even
 					"stream", stream, "event_id", evs[start-1].ID, "version", evs[start-1].Version, "events", start, "sequence", last.seq)
 			}
 		}
+		fresh = !last.found || (last.version >= 0 && start < len(evs) && evs[start].Version > last.version)
 	}
-	for i := start; i < len(evs); i++ {
+	batch = batch && fresh && len(evs)-start >= 2 && f.batching(ctx)
+	for i := start; i < len(evs); {
+		if batch {
+			j := i
+			for j < len(evs) && f.batchable(evs[j]) {
+				j++
+			}
+			if j-i >= 2 {
+				began := time.Now()
+				r := f.publishBatch(ctx, stream, evs[i:j], pos.seq)
+				if errors.Is(r.Err, errBatchRefused) {
+					f.log.Info("JetStream refused a fast batch; publishing one event at a time", "stream", stream, "error", r.Err)
+					f.noBatching()
+					batch = false
+					continue
+				}
+				took := time.Since(began)
+				for k := range r.Done {
+					out[i+k] = Outcome{Status: Stored}
+					if k == r.Done-1 {
+						out[i+k].Sequence = r.Sequence
+					}
+					f.cfg.Observer.Published(out[i+k], took)
+				}
+				if r.Err != nil {
+					k := i + r.Done
+					out[k] = f.failed(evs[k], r.Err)
+					f.cfg.Observer.Published(out[k], took)
+					f.forget(stream)
+					for m := k + 1; m < len(evs); m++ {
+						out[m] = notAttempted(evs[m], evs[k])
+					}
+					return out
+				}
+				f.log.Debug("events stored", "stream", stream, "event_id", evs[j-1].ID, "events", j-i, "sequence", r.Sequence)
+				// 0 when all were duplicates after all: then the last
+				// message on the stream's subjects is not known.
+				pos.seq = r.Sequence
+				i = j
+				continue
+			}
+		}
 		out[i] = f.publish(ctx, evs[i], stream, pos.seq)
 		switch out[i].Status {
 		case Stored:
@@ -356,10 +415,55 @@ func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []even
 		}
 		// Duplicate: JetStream checked the expectation first, so the last
 		// message is still pos.seq.
+		i++
+	}
+	if pos.seq == 0 && start < len(evs) {
+		// Nothing was stored (all duplicates): look the stream up next time.
+		f.forget(stream)
+		return out
 	}
 	pos.next = evs[len(evs)-1].Version + 1
 	f.remember(stream, pos)
 	return out
+}
+
+// batchable reports whether e can go in a fast batch: its data is JSON and
+// its message well under the server's max payload. Others are published
+// alone, which reports their failure exactly.
+func (f *Forwarder) batchable(e event.Event) bool {
+	const headroom = 4 << 10 // the headers, generously
+	return int64(len(e.Data))+headroom <= f.js.Conn().MaxPayload() && json.Valid(e.Data)
+}
+
+// batching reports whether the JetStream stream allows fast batches
+// (allow_batched, nats-server 2.14+), looking it up at most once per
+// batchRecheck.
+func (f *Forwarder) batching(ctx context.Context) bool {
+	f.mu.Lock()
+	ok, at := f.batchOK, f.batchCheckedAt
+	f.mu.Unlock()
+	if !at.IsZero() && time.Since(at) < batchRecheck {
+		return ok
+	}
+	ok = false
+	lctx, cancel := context.WithTimeout(ctx, f.cfg.PublishTimeout)
+	defer cancel()
+	if s, err := f.jsStream(lctx, f.cfg.Prefix+".>"); err == nil {
+		if info, err := s.Info(lctx); err == nil {
+			ok = info.Config.AllowBatchPublish
+		}
+	}
+	f.mu.Lock()
+	f.batchOK, f.batchCheckedAt = ok, time.Now()
+	f.mu.Unlock()
+	return ok
+}
+
+// noBatching stops fast batches until the next look (batchRecheck).
+func (f *Forwarder) noBatching() {
+	f.mu.Lock()
+	f.batchOK, f.batchCheckedAt = false, time.Now()
+	f.mu.Unlock()
 }
 
 // position returns what this Forwarder knows of stream when it is usable:

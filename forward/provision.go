@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -91,6 +93,10 @@ type Provisioned struct {
 	DuplicateWindow time.Duration
 	// Storage is the stream's storage type.
 	Storage jetstream.StorageType
+	// BatchPublish reports whether the stream allows fast batches
+	// (allow_batched, nats-server 2.14+), which the Forwarder uses to
+	// publish a stream's events without a round trip each.
+	BatchPublish bool
 	// Warnings are human-readable problems of an existing stream that do not
 	// stop the bridge but weaken its guarantees (a duplicate window shorter
 	// than configured, memory storage). Empty when there are none.
@@ -134,6 +140,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 			Duplicates:  cfg.DuplicateWindow,
 			Replicas:    cfg.Replicas,
 			MaxMsgSize:  cfg.MaxMsgSize,
+			// Fast batches (nats-server 2.14+): see Forwarder.
+			AllowBatchPublish: serverAtLeast(js.Conn(), 2, 14),
 		})
 		if err == nil {
 			info := s.CachedInfo()
@@ -143,6 +151,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 				Subjects:        info.Config.Subjects,
 				DuplicateWindow: info.Config.Duplicates,
 				Storage:         info.Config.Storage,
+				BatchPublish:    info.Config.AllowBatchPublish,
 			}, nil
 		}
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -160,6 +169,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 		Subjects:        info.Config.Subjects,
 		DuplicateWindow: info.Config.Duplicates,
 		Storage:         info.Config.Storage,
+		BatchPublish:    info.Config.AllowBatchPublish,
 	}
 	covered := false
 	for _, have := range info.Config.Subjects {
@@ -178,11 +188,35 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 				"raise it with: nats stream edit %s --dupe-window %s (or set --duplicate-window to the window you accept)",
 			cfg.Name, p.DuplicateWindow, cfg.DuplicateWindow, p.DuplicateWindow, cfg.Name, cfg.DuplicateWindow))
 	}
+	if !p.BatchPublish && serverAtLeast(js.Conn(), 2, 14) {
+		p.Warnings = append(p.Warnings, fmt.Sprintf(
+			"JetStream stream %s does not allow batched publishing (allow_batched): the bridge publishes one event at a time, waiting for each PubAck, several times slower; "+
+				"turn it on by setting \"allow_batched\": true in the stream's configuration (e.g. nats stream info %s --json, edit, nats stream edit %s --config FILE)", cfg.Name, cfg.Name, cfg.Name))
+	}
 	if p.Storage == jetstream.MemoryStorage {
 		p.Warnings = append(p.Warnings, fmt.Sprintf(
 			"JetStream stream %s uses memory storage: forwarded events are lost when the server restarts", cfg.Name))
 	}
 	return p, nil
+}
+
+// serverAtLeast reports whether the server nc is connected to runs version
+// major.minor or later ("2.15.2" is at least 2.14). It is false when nc is
+// nil or the version cannot be read.
+func serverAtLeast(nc *nats.Conn, major, minor int) bool {
+	if nc == nil {
+		return false
+	}
+	parts := strings.SplitN(nc.ConnectedServerVersion(), ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(strings.TrimLeft(parts[1], "v"))
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
 }
 
 // subjectCovers reports whether every subject matching sub also matches

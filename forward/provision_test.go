@@ -61,7 +61,7 @@ func TestProvisionWarnsOnShortDuplicateWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage, Duplicates: 30 * time.Second,
+		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage, Duplicates: 30 * time.Second, AllowBatchPublish: true,
 	})
 	require.NoError(t, err)
 
@@ -84,13 +84,32 @@ func TestProvisionWarnsOnMemoryStorage(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.MemoryStorage, Duplicates: time.Hour,
+		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.MemoryStorage, Duplicates: time.Hour, AllowBatchPublish: true,
 	})
 	require.NoError(t, err)
 	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{})
 	require.NoError(t, err)
 	require.Len(t, p.Warnings, 1)
 	require.Contains(t, p.Warnings[0], "memory storage")
+}
+
+func TestProvisionWarnsWithoutBatchPublish(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{Name: "CREATED", Prefix: "created"})
+	require.NoError(t, err)
+	require.True(t, p.Created)
+	require.True(t, p.BatchPublish, "a created stream allows fast batches")
+
+	_, err = b.js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour,
+	})
+	require.NoError(t, err)
+	p, err = forward.Provision(t.Context(), b.js, forward.StreamConfig{})
+	require.NoError(t, err)
+	require.False(t, p.BatchPublish)
+	require.Len(t, p.Warnings, 1)
+	require.Contains(t, p.Warnings[0], `"allow_batched": true`)
 }
 
 func TestProvisionRejectsUncoveredSubjects(t *testing.T) {
@@ -109,7 +128,7 @@ func TestProvisionAcceptsCoveringSubject(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: "EVENTS", Subjects: []string{"unrelated", "events.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour,
+		Name: "EVENTS", Subjects: []string{"unrelated", "events.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour, AllowBatchPublish: true,
 	})
 	require.NoError(t, err)
 	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{})

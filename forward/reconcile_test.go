@@ -119,13 +119,13 @@ func TestZombieForwarderIsRefused(t *testing.T) {
 	zombie := newForwarder(t, b.js, nil)
 	require.Equal(t, drain.Result{Done: 3}, zombie.Handle(t.Context(), []drain.Batch{{Stream: "order-1", Events: evs[:3]}})[0])
 
-	// The zombie's lease expired before it acked; another bridge takes over.
-	res := newForwarder(t, b.js, nil).Handle(t.Context(), []drain.Batch{{Stream: "order-1", Events: evs, Reconcile: true}})
-	require.Equal(t, drain.Result{Done: 6}, res[0])
+	// The zombie's lease expired before it acked; another bridge took over
+	// and stored the rest, longer ago than the duplicate window.
+	storeOutsideWindow(t, b.js, evs[3:])
 
-	// The zombie wakes up and goes on where it left off: refused, whatever
-	// the duplicate window says, and nothing stored.
-	res = zombie.Handle(t.Context(), []drain.Batch{{Stream: "order-1", Events: evs[3:]}})
+	// The zombie wakes up and goes on where it left off: refused, and
+	// nothing stored.
+	res := zombie.Handle(t.Context(), []drain.Batch{{Stream: "order-1", Events: evs[3:]}})
 	require.Equal(t, 0, res[0].Done)
 	require.ErrorIs(t, res[0].Err, forward.ErrConflict)
 	require.False(t, drain.IsNonRetryable(res[0].Err))
@@ -134,9 +134,32 @@ func TestZombieForwarderIsRefused(t *testing.T) {
 	require.Equal(t, []string{"1", "2", "3", "4", "5", "6"}, ids(b.stored(t, "events.")))
 }
 
-func TestHandleConflictMidBatchKeepsOrder(t *testing.T) {
+func TestZombieForwarderInsideWindowStoresNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	evs := events("order-1", 1, 6)
+	zombie := newForwarder(t, b.js, nil)
+	require.Equal(t, drain.Result{Done: 3}, zombie.Handle(t.Context(), []drain.Batch{{Stream: "order-1", Events: evs[:3]}})[0])
+
+	// Another bridge takes over and stores the rest within the window.
+	res := newForwarder(t, b.js, nil).Handle(t.Context(), []drain.Batch{{Stream: "order-1", Events: evs, Reconcile: true}})
+	require.Equal(t, drain.Result{Done: 6}, res[0])
+
+	// The zombie's re-publish is refused (one at a time: the expectation)
+	// or dropped as duplicates (a fast batch): either way nothing is
+	// stored twice; its lease, not the publish, stops it from settling.
+	zombie.Handle(t.Context(), []drain.Batch{{Stream: "order-1", Events: evs[3:]}})
+	require.Equal(t, []string{"1", "2", "3", "4", "5", "6"}, ids(b.stored(t, "events.")))
+}
+
+func TestHandleConflictMidBatchKeepsOrder(t *testing.T) {
+	t.Parallel()
+	// One event at a time (no fast batches): each publish carries the
+	// expectation, so a change behind the forwarder's back between two of
+	// them is refused.
+	b := setup(t, setupOpts{})
+	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: forward.DefaultStreamName, Subjects: []string{"events.>"}})
+	require.NoError(t, err)
 	evs := events("order-1", 1, 6)
 	// Right after event 3 (version 2) is stored, another publisher stores
 	// event 4 behind the forwarder's back, outside the duplicate window.

@@ -1,0 +1,289 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/drain"
+	"github.com/jsbridge/jsbridge/event"
+)
+
+// Fast batches (nats-server 2.14+, a stream with allow_batched): the
+// messages of one batch are sent back to back without waiting for a PubAck
+// each; the server stores them in order and, in "gap: fail" mode, stores
+// nothing after a message it refused or never got, and answers the batch's
+// last message (the commit) with one PubAck whose count is the number of
+// leading messages it handled. That keeps a stream's order in JetStream
+// equal to Postgres's, like waiting for every PubAck did, at one round trip
+// per batch instead of one per event.
+//
+// The batch is described by the reply subject of each message:
+// <inbox>.<batch id>.<flow>.fail.<batch seq>.<op>.$FI, op 0 starting it, 1
+// appending, 2 committing (nats-server stream.go getFastBatch). The server
+// answers to that reply subject: flow-control acks ({"type":"ack"...},
+// ignored here: a batch is at most FetchLimit events), errors for one
+// message ({"type":"err"...}), gaps ({"type":"gap"...}) and, last, the
+// PubAck.
+
+// fastBatchFlow is the flow-control interval asked for: the server sends a
+// flow ack every this many messages at most (it lowers it when many batches
+// run at once). The publisher does not wait for them.
+const fastBatchFlow = 500
+
+// API error codes of fast-batch refusals after which the Forwarder publishes
+// one event at a time instead (nats-server errors.json).
+const (
+	errCodeBatchPublishDisabled        = 10205 // the stream does not allow batched publishing
+	errCodeBatchPublishTooManyInflight = 10211 // too many batches in flight on the stream or server
+)
+
+// errBatchRefused marks a batch the server refused as a batch (disabled,
+// too many in flight): nothing was stored, publish the events one by one.
+var errBatchRefused = errors.New("fast batch refused")
+
+// batchAck is the server's answer to a batch message: the final PubAck
+// (count set) or an error for one message.
+type batchAck struct {
+	Type      string              `json:"type"`
+	Stream    string              `json:"stream"`
+	Sequence  uint64              `json:"seq"`
+	Duplicate bool                `json:"duplicate"`
+	Batch     string              `json:"batch"`
+	Count     int                 `json:"count"`
+	Error     *jetstream.APIError `json:"error"`
+}
+
+// batchWait is one batch waiting for its PubAck.
+type batchWait struct {
+	n    int           // messages in the batch
+	done chan struct{} // closed once ack or noResponders is set
+	ack  batchAck
+	// failSeq is the batch sequence (1-based) of the first message the
+	// server reported an error for, failErr that error; 0 when none.
+	failSeq      int
+	failErr      *jetstream.APIError
+	noResponders bool
+}
+
+// batcher sends fast batches over one connection and routes the answers,
+// all on one wildcard subscription, to the batches waiting for them.
+type batcher struct {
+	nc     *nats.Conn
+	prefix string // "<inbox>."
+	idBase string // the inbox's unique token: batch ids are idBase+counter
+	next   atomic.Uint64
+
+	once   sync.Once
+	subErr error
+
+	mu      sync.Mutex
+	waiting map[string]*batchWait
+}
+
+func newBatcher(nc *nats.Conn) *batcher {
+	inbox := nc.NewInbox()
+	base := inbox[strings.LastIndexByte(inbox, '.')+1:]
+	return &batcher{nc: nc, prefix: inbox + ".", idBase: base, waiting: make(map[string]*batchWait)}
+}
+
+// subscribe starts the answers' subscription once.
+func (b *batcher) subscribe() error {
+	b.once.Do(func() {
+		_, b.subErr = b.nc.Subscribe(b.prefix+">", b.onReply)
+	})
+	return b.subErr
+}
+
+var typePrefix = []byte(`{"type":"`)
+
+// onReply routes one answer by the batch id in its subject.
+func (b *batcher) onReply(m *nats.Msg) {
+	rest, ok := strings.CutPrefix(m.Subject, b.prefix)
+	if !ok {
+		return
+	}
+	id, rest, _ := strings.Cut(rest, ".")
+	seq := replySeq(rest)
+	if bytes.HasPrefix(m.Data, typePrefix) && bytes.HasPrefix(m.Data[len(typePrefix):], []byte(`ack"`)) {
+		return // flow control: not waited for
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.waiting[id]
+	if w == nil {
+		return // late answers of a batch already settled
+	}
+	finish := func() {
+		delete(b.waiting, id)
+		close(w.done)
+	}
+	if len(m.Data) == 0 {
+		if m.Header.Get("Status") == "503" {
+			w.noResponders = true
+			finish()
+		}
+		return
+	}
+	var a batchAck
+	if err := json.Unmarshal(m.Data, &a); err != nil {
+		return
+	}
+	switch {
+	case a.Type == "err":
+		if w.failSeq == 0 && a.Error != nil {
+			w.failSeq, w.failErr = int(a.Sequence), a.Error
+		}
+	case a.Type != "":
+		// a gap: only possible when a message was lost on the way; the
+		// PubAck's count says where the batch ended.
+	case a.Error != nil && seq > 1:
+		// A message refused before the batch logic saw it (account
+		// limits, say): the server ends the batch at the next message's
+		// gap, or never when it was the commit.
+		if w.failSeq == 0 {
+			w.failSeq, w.failErr = seq, a.Error
+		}
+		if seq == w.n {
+			w.ack = batchAck{Count: seq - 1, Error: a.Error}
+			finish()
+		}
+	default:
+		w.ack = a
+		finish()
+	}
+}
+
+// replySeq returns the batch sequence from the rest of a reply subject,
+// "<flow>.fail.<seq>.<op>.$FI", or 0.
+func replySeq(rest string) int {
+	parts := strings.SplitN(rest, ".", 4)
+	if len(parts) < 3 {
+		return 0
+	}
+	n, err := strconv.Atoi(parts[2])
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// batchResult is what became of a batch: the first Done events were stored
+// (or were duplicates), Sequence is the JetStream sequence of the last one
+// stored (0 when unknown); when Done < len(events), Err is the failure of
+// events[Done].
+type batchResult struct {
+	Done     int
+	Sequence uint64
+	Err      error
+}
+
+// publishBatch sends evs, all of stream and in version order, as one fast
+// batch in gap-fail mode, the first expecting lastSeq as the last sequence
+// on the stream's subjects, and waits for the PubAck (PublishTimeout). It
+// returns errBatchRefused (Done 0) when the server refused the batch as a
+// batch. len(evs) must be at least 2.
+func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event.Event, lastSeq uint64) batchResult {
+	b := f.batcher
+	if err := b.subscribe(); err != nil {
+		return batchResult{Err: classify(fmt.Errorf("publish events of stream %q: subscribe to batch answers: %w", stream, err))}
+	}
+	id := b.idBase + strconv.FormatUint(b.next.Add(1), 36)
+	w := &batchWait{n: len(evs), done: make(chan struct{})}
+	b.mu.Lock()
+	b.waiting[id] = w
+	b.mu.Unlock()
+	abandon := func() {
+		b.mu.Lock()
+		delete(b.waiting, id)
+		b.mu.Unlock()
+	}
+
+	replyPrefix := b.prefix + id + "." + strconv.Itoa(fastBatchFlow) + ".fail."
+	for i, e := range evs {
+		msg := Message(e, f.cfg)
+		op := "1"
+		switch i {
+		case 0:
+			op = "0"
+			msg.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(lastSeq, 10)}
+			msg.Header[jetstream.ExpectedLastSubjSeqSubjHeader] = []string{StreamFilter(f.cfg.Prefix, stream)}
+		case len(evs) - 1:
+			op = "2"
+		}
+		if f.cfg.Stream != "" {
+			msg.Header[jetstream.ExpectedStreamHeader] = []string{f.cfg.Stream}
+		}
+		msg.Reply = replyPrefix + strconv.Itoa(i+1) + "." + op + ".$FI"
+		if err := b.nc.PublishMsg(msg); err != nil {
+			// What was sent may be stored: the outcome is unknown.
+			abandon()
+			return batchResult{Err: classify(fmt.Errorf("publish event %d of stream %q to %s (batch message %d of %d): %w", e.ID, stream, msg.Subject, i+1, len(evs), err))}
+		}
+	}
+
+	t := time.NewTimer(f.cfg.PublishTimeout)
+	defer t.Stop()
+	select {
+	case <-w.done:
+	case <-t.C:
+		abandon()
+		return batchResult{Err: fmt.Errorf("publish events %d..%d of stream %q: no PubAck for the batch within %s: %w", evs[0].ID, evs[len(evs)-1].ID, stream, f.cfg.PublishTimeout, drain.Unavailable(context.DeadlineExceeded))}
+	case <-ctx.Done():
+		abandon()
+		return batchResult{Err: ctx.Err()}
+	}
+	b.mu.Lock() // w's fields were written under it
+	defer b.mu.Unlock()
+	if w.noResponders {
+		return batchResult{Err: classify(fmt.Errorf("publish event %d of stream %q: %w", evs[0].ID, stream, nats.ErrNoResponders))}
+	}
+	a := w.ack
+	done := min(max(a.Count, 0), len(evs))
+	if w.failSeq > 0 && w.failSeq-1 < done {
+		done = w.failSeq - 1
+	}
+	if done == len(evs) {
+		return batchResult{Done: done, Sequence: a.Sequence}
+	}
+	apiErr := a.Error
+	if w.failSeq == done+1 && w.failErr != nil {
+		apiErr = w.failErr
+	}
+	seq := a.Sequence
+	if done == 0 {
+		seq = 0
+	}
+	e := evs[done]
+	if apiErr == nil {
+		return batchResult{Done: done, Sequence: seq, Err: fmt.Errorf("publish event %d of stream %q: JetStream ended the batch after %d of %d events without saying why", e.ID, stream, done, len(evs))}
+	}
+	if done == 0 && (apiErr.ErrorCode == errCodeBatchPublishDisabled || apiErr.ErrorCode == errCodeBatchPublishTooManyInflight) {
+		return batchResult{Err: fmt.Errorf("%w: %w", errBatchRefused, apiErr)}
+	}
+	return batchResult{Done: done, Sequence: seq, Err: f.publishErr(e, stream, lastSeq, done == 0, apiErr)}
+}
+
+// publishErr classifies the refusal err of e: too large (non-retryable), a
+// conflict with the expected last sequence (only the first message of a
+// batch carries it; expected tells whether e did), or a failure of the bus.
+func (f *Forwarder) publishErr(e event.Event, stream string, lastSeq uint64, expected bool, err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case tooLarge(err):
+		return drain.NonRetryable(fmt.Errorf("%w: event %d of stream %q (%d bytes of data): %w", ErrTooLarge, e.ID, e.Stream, len(e.Data), err))
+	case expected && errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+		return fmt.Errorf("%w: event %d of stream %q: expected the stream's last message at sequence %d: %w", ErrConflict, e.ID, e.Stream, lastSeq, err)
+	}
+	return classify(fmt.Errorf("publish event %d of stream %q to %s: %w", e.ID, stream, Subject(f.cfg.Prefix, stream, e.Name), err))
+}
