@@ -33,61 +33,113 @@ import (
 // re-publish. Store errors are returned (joined) with the stats so far. Cycle
 // must not run concurrently with itself or Run on the same Drain.
 func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
-	var st Stats
-	start := time.Now()
 	limit := d.cfg.ClaimLimit
 	if d.outage {
 		limit = 1 // probe whether the bus is back
 	}
+	c, err := d.prepare(ctx, limit)
+	if err != nil || c == nil {
+		return c.stats(), err
+	}
+	return d.finish(ctx, c)
+}
+
+// cycle is a cycle's claimed streams and their events, prepared (claimed
+// and fetched) and not yet handled.
+type cycle struct {
+	start       time.Time // when the claim was made: leases run from it
+	st          Stats
+	batches     []Batch
+	batchClaims []Claim // batchClaims[i] is the claim of batches[i]
+	empty       []Claim // claims without events past the watermark
+}
+
+func (c *cycle) stats() Stats {
+	if c == nil {
+		return Stats{}
+	}
+	return c.st
+}
+
+// streams returns the names of every stream c holds.
+func (c *cycle) streams() []string {
+	out := make([]string, 0, len(c.batchClaims)+len(c.empty))
+	for _, cl := range c.batchClaims {
+		out = append(out, cl.Stream)
+	}
+	for _, cl := range c.empty {
+		out = append(out, cl.Stream)
+	}
+	return out
+}
+
+// prepare claims up to limit streams and fetches their events. It returns
+// nil and no error when nothing was claimed. When the fetch fails it gives
+// the streams back and returns the error.
+func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
+	c := &cycle{start: time.Now()}
 	claims, err := d.store.Claim(ctx, d.cfg.Owner, limit, d.cfg.Lease)
-	d.cfg.Observer.Claimed(len(claims), time.Since(start), err)
+	d.cfg.Observer.Claimed(len(claims), time.Since(c.start), err)
 	if err != nil {
-		return st, fmt.Errorf("drain: claim: %w", err)
+		return nil, fmt.Errorf("drain: claim: %w", err)
 	}
-	st.Claimed = len(claims)
 	if len(claims) == 0 {
-		return st, nil
+		return nil, nil
 	}
+	c.st.Claimed = len(claims)
 	d.hold(claims)
-	for _, c := range claims {
-		d.log.Debug("stream claimed", "stream", c.Stream, "watermark", c.Watermark, "retry", c.Retry, "leased_until", c.LeasedUntil, "previous_holder", c.PreviousHolder)
+	for _, cl := range claims {
+		d.log.Debug("stream claimed", "stream", cl.Stream, "watermark", cl.Watermark, "retry", cl.Retry, "leased_until", cl.LeasedUntil, "previous_holder", cl.PreviousHolder)
 	}
 
 	events, err := d.store.Fetch(ctx, claims, d.cfg.FetchLimit)
 	if err != nil {
-		sctx, cancel := d.settleContext()
-		defer cancel()
 		streams := make([]string, len(claims))
-		for i, c := range claims {
-			streams[i] = c.Stream
+		for i, cl := range claims {
+			streams[i] = cl.Stream
 		}
 		// Give the streams back at once rather than let their leases run out.
-		if rerr := d.store.Release(sctx, d.cfg.Owner, streams); rerr == nil || errors.Is(rerr, ErrLeaseLost) {
-			d.unhold(streams...)
-		}
-		return st, fmt.Errorf("drain: fetch: %w", err)
+		d.giveBack(streams)
+		return c, fmt.Errorf("drain: fetch: %w", err)
 	}
 
 	byStream := make(map[string][]event.Event, len(claims))
 	for _, e := range events {
 		byStream[e.Stream] = append(byStream[e.Stream], e)
 	}
-	var batches []Batch
-	var batchClaims, empty []Claim
-	for _, c := range claims {
-		if evs := byStream[c.Stream]; len(evs) > 0 {
-			batches = append(batches, Batch{Stream: c.Stream, Retry: c.Retry, Events: evs, Reconcile: c.PreviousHolder != "" || c.Retry > 0})
-			batchClaims = append(batchClaims, c)
+	for _, cl := range claims {
+		if evs := byStream[cl.Stream]; len(evs) > 0 {
+			c.batches = append(c.batches, Batch{Stream: cl.Stream, Retry: cl.Retry, Events: evs, Reconcile: cl.PreviousHolder != "" || cl.Retry > 0})
+			c.batchClaims = append(c.batchClaims, cl)
 		} else {
-			empty = append(empty, c)
+			c.empty = append(c.empty, cl)
 		}
 	}
+	return c, nil
+}
 
+// giveBack releases streams claimed and not handled, without counting a
+// retry; a failure leaves them to their leases' expiry.
+func (d *Drain) giveBack(streams []string) {
+	sctx, cancel := d.settleContext()
+	defer cancel()
+	if err := d.store.Release(sctx, d.cfg.Owner, streams); err == nil || errors.Is(err, ErrLeaseLost) {
+		d.unhold(streams...)
+	} else {
+		d.log.Warn("drain: give back streams claimed ahead", "streams", len(streams), "error", err)
+	}
+}
+
+// finish hands c's batches to the handler and settles every stream (see
+// Cycle).
+func (d *Drain) finish(ctx context.Context, c *cycle) (Stats, error) {
+	st := c.st
+	batches := c.batches
 	var results []Result
 	if len(batches) > 0 {
 		// On shutdown the batch in flight goes on for ShutdownGrace, so what
 		// it publishes gets acked; it never outlives the leases.
-		hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(d.cfg.Lease-d.cfg.Lease/5))
+		hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.start.Add(d.cfg.Lease-d.cfg.Lease/5))
 		stopGrace := context.AfterFunc(ctx, func() {
 			t := time.NewTimer(d.cfg.ShutdownGrace)
 			defer t.Stop()
@@ -113,17 +165,17 @@ func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
 		if i < len(results) {
 			r = results[i]
 		}
-		if err := d.settle(ctx, sctx, batchClaims[i], b, r, &st); err != nil {
+		if err := d.settle(ctx, sctx, c.batchClaims[i], b, r, &st); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	d.noteOutage(len(batches), st)
-	for _, c := range empty {
+	for _, cl := range c.empty {
 		// head > watermark, yet no event past the watermark: events were
 		// deleted or the head is wrong. Retrying bounds it, then it blocks
 		// for an operator to see.
-		r := Result{Err: fmt.Errorf("no events after watermark %d although the stream was pending", c.Watermark)}
-		if err := d.settle(ctx, sctx, c, Batch{Stream: c.Stream, Retry: c.Retry}, r, &st); err != nil {
+		r := Result{Err: fmt.Errorf("no events after watermark %d although the stream was pending", cl.Watermark)}
+		if err := d.settle(ctx, sctx, cl, Batch{Stream: cl.Stream, Retry: cl.Retry}, r, &st); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -211,7 +211,11 @@ func defaultOwner() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
 }
 
-// Run drains until ctx is done, then returns nil. After a cycle that did
+// Run drains until ctx is done, then returns nil. While a cycle's batches
+// are handled, the next cycle's streams are claimed and fetched (up to
+// ClaimLimit more leases held), so the store's round trips overlap the
+// handler's; a cycle claimed ahead is given back untried (no retry counted)
+// when the run pauses or stops instead of going on. After a cycle that did
 // work it starts the next one at once; after an idle cycle it waits for a
 // notification or PollInterval. Store errors (the database is down) are
 // logged and followed by a pause growing from PollInterval to 30s; Run keeps
@@ -228,8 +232,47 @@ func (d *Drain) Run(ctx context.Context) error {
 	notes := d.subscribe(ctx)
 	pause := d.cfg.PollInterval
 	outagePause := d.cfg.PollInterval
+	// ahead is the next cycle, claimed and fetched while the current one
+	// is handled (nil when none is under way): the store's round trips
+	// then overlap the bus's instead of adding to them.
+	var ahead chan prepared
 	for ctx.Err() == nil {
-		st, err := d.Cycle(ctx)
+		var c *cycle
+		var err error
+		if ahead != nil {
+			p := <-ahead
+			ahead = nil
+			c, err = p.c, p.err
+		}
+		if c == nil && err == nil {
+			// Nothing ran ahead, or it found nothing while the last
+			// cycle's streams were still leased: look now.
+			limit := d.cfg.ClaimLimit
+			if d.outage {
+				limit = 1 // probe whether the bus is back
+			}
+			c, err = d.prepare(ctx, limit)
+		}
+		st := c.stats()
+		if err == nil && c != nil {
+			if !d.outage && ctx.Err() == nil {
+				ahead = make(chan prepared, 1)
+				go func() {
+					next, err := d.prepare(ctx, d.cfg.ClaimLimit)
+					ahead <- prepared{next, err}
+				}()
+			}
+			st, err = d.finish(ctx, c)
+		}
+		if ahead != nil && (err != nil || d.outage || ctx.Err() != nil) {
+			// Not going on at once: give the cycle claimed ahead back
+			// untried rather than hold it through a pause.
+			p := <-ahead
+			ahead = nil
+			if p.c != nil && p.err == nil {
+				d.giveBack(p.c.streams())
+			}
+		}
 		if d.outage && st.Unavailable > 0 {
 			if !sleep(ctx, outagePause) {
 				break
@@ -267,8 +310,19 @@ func (d *Drain) Run(ctx context.Context) error {
 		}
 		timer.Stop()
 	}
+	if ahead != nil {
+		if p := <-ahead; p.c != nil && p.err == nil {
+			d.giveBack(p.c.streams())
+		}
+	}
 	d.releaseHeld()
 	return nil
+}
+
+// prepared is the outcome of a prepare run ahead.
+type prepared struct {
+	c   *cycle
+	err error
 }
 
 // subscribe returns the Notifier's channel, or nil without a Notifier or
