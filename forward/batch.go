@@ -48,9 +48,13 @@ const (
 	errCodeBatchPublishTooManyInflight = 10211 // too many batches in flight on the stream or server
 )
 
-// errBatchRefused marks a batch the server refused as a batch (disabled,
-// too many in flight): nothing was stored, publish the events one by one.
-var errBatchRefused = errors.New("fast batch refused")
+// errBatchRefused marks a batch the server refused as a batch: nothing was
+// stored, publish the events one by one. errBatchDisabled (wrapping it)
+// says the stream does not allow batches at all.
+var (
+	errBatchRefused  = errors.New("fast batch refused")
+	errBatchDisabled = fmt.Errorf("%w: the stream does not allow batched publishing", errBatchRefused)
+)
 
 // batchAck is the server's answer to a batch message: the final PubAck
 // (count set) or an error for one message.
@@ -192,7 +196,8 @@ type batchResult struct {
 // batch in gap-fail mode, the first expecting lastSeq as the last sequence
 // on the stream's subjects, and waits for the PubAck (PublishTimeout). It
 // returns errBatchRefused (Done 0) when the server refused the batch as a
-// batch. len(evs) must be at least 2.
+// batch: errBatchDisabled when the stream does not allow them, else too
+// many batches were in flight. len(evs) must be at least 2.
 func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event.Event, lastSeq uint64) batchResult {
 	b := f.batcher
 	if err := b.subscribe(); err != nil {
@@ -268,8 +273,13 @@ func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event
 	if apiErr == nil {
 		return batchResult{Done: done, Sequence: seq, Err: fmt.Errorf("publish event %d of stream %q: JetStream ended the batch after %d of %d events without saying why", e.ID, stream, done, len(evs))}
 	}
-	if done == 0 && (apiErr.ErrorCode == errCodeBatchPublishDisabled || apiErr.ErrorCode == errCodeBatchPublishTooManyInflight) {
-		return batchResult{Err: fmt.Errorf("%w: %w", errBatchRefused, apiErr)}
+	if done == 0 {
+		switch apiErr.ErrorCode {
+		case errCodeBatchPublishDisabled:
+			return batchResult{Err: fmt.Errorf("%w: %w", errBatchDisabled, apiErr)}
+		case errCodeBatchPublishTooManyInflight:
+			return batchResult{Err: fmt.Errorf("%w: %w", errBatchRefused, apiErr)}
+		}
 	}
 	return batchResult{Done: done, Sequence: seq, Err: f.publishErr(e, stream, lastSeq, done == 0, apiErr)}
 }

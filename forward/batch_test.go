@@ -74,3 +74,32 @@ func TestFastBatchStopsAtRefusedEvent(t *testing.T) {
 	require.Equal(t, drain.Result{Done: 6}, res[0])
 	require.Equal(t, []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}, ids(b.stored(t, "events.")))
 }
+
+func TestFastBatchRefusedFallsBackToOneAtATime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	evs := events("order-1", 1, 20)
+	res := b.fwd.Handle(t.Context(), []drain.Batch{{Stream: "order-1", Events: evs[:10]}})
+	require.Equal(t, drain.Result{Done: 10}, res[0])
+
+	// An operator turns batches off while the Forwarder still thinks they
+	// are allowed: the refused batch stores nothing and goes one at a time.
+	s, err := b.js.Stream(t.Context(), forward.DefaultStreamName)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	require.True(t, cfg.AllowBatchPublish)
+	cfg.AllowBatchPublish = false
+	_, err = b.js.UpdateStream(t.Context(), cfg)
+	require.NoError(t, err)
+
+	n := answers(b, func() {
+		res = b.fwd.Handle(t.Context(), []drain.Batch{{Stream: "order-1", Events: evs[10:]}})
+	})
+	require.Equal(t, drain.Result{Done: 10}, res[0])
+	require.GreaterOrEqual(t, n, uint64(10), "one PubAck per event after the refusal")
+	want := make([]string, 20)
+	for i := range want {
+		want[i] = strconv.Itoa(i + 1)
+	}
+	require.Equal(t, want, ids(b.stored(t, "events.")))
+}

@@ -5,9 +5,10 @@
 // the Forwarder, the drain.Handler that publishes each stream's events
 // strictly in order while different streams proceed concurrently, reconciles
 // with JetStream before a takeover or a retry so that no event is stored
-// twice even beyond the duplicate window, and guards every publish with the
-// stream's expected last sequence so that a bridge that lost its lease
-// cannot interleave.
+// twice even beyond the duplicate window, guards each publish (each fast
+// batch) with the stream's expected last sequence so that a bridge that
+// lost its lease cannot interleave, and sends a stream's new events as one
+// JetStream fast batch where the server allows it (batch.go).
 //
 // It knows nothing of Postgres: it imports nats.go, event and drain only.
 package forward

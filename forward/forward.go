@@ -140,13 +140,21 @@ type Outcome struct {
 //
 // It remembers, per stream it published, the JetStream sequence of the
 // stream's last message (at most 100,000 streams; others are looked up
-// again when needed). Every publish carries that sequence as
+// again when needed). A publish carries that sequence as
 // Nats-Expected-Last-Subject-Sequence over the stream's subjects
 // (StreamFilter), so JetStream refuses (ErrConflict) a publish from a
 // bridge that does not know the stream's latest message: one whose lease
 // expired while it was still publishing, or a message left in a client's
-// reconnect buffer. That costs the server one last-message lookup per
-// publish, about 15% of a publish's time (BenchmarkHandle).
+// reconnect buffer.
+//
+// Handle sends a stream's run of new events (none of which JetStream can
+// hold yet) as one fast batch when the JetStream stream allows them
+// (allow_batched, nats-server 2.14+; looked up once a minute): the events
+// go out back to back, only the first carries the expectation, the server
+// stores nothing after a message it refused (gap: fail), and one PubAck
+// answers the batch. A refused batch (batching disabled, too many in
+// flight) falls back to one event at a time, each waiting for its PubAck;
+// so do re-publishes, where duplicates must be told apart, and Publish.
 type Forwarder struct {
 	js  jetstream.JetStream
 	cfg Config
@@ -370,8 +378,13 @@ func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []even
 				began := time.Now()
 				r := f.publishBatch(ctx, stream, evs[i:j], pos.seq)
 				if errors.Is(r.Err, errBatchRefused) {
-					f.log.Info("JetStream refused a fast batch; publishing one event at a time", "stream", stream, "error", r.Err)
-					f.noBatching()
+					// Too many batches in flight: this one goes one at a
+					// time. Not allowed at all: so do all, until the next
+					// look at the stream's configuration.
+					f.log.Debug("JetStream refused a fast batch; publishing one event at a time", "stream", stream, "error", r.Err)
+					if errors.Is(r.Err, errBatchDisabled) {
+						f.noBatching()
+					}
 					batch = false
 					continue
 				}
