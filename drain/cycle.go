@@ -61,6 +61,20 @@ func (c *cycle) stats() Stats {
 	return c.st
 }
 
+// backlogged reports whether c suggests more work is waiting: it claimed
+// claimLimit streams, or fetched fetchLimit events of one.
+func (c *cycle) backlogged(claimLimit, fetchLimit int) bool {
+	if c.st.Claimed >= claimLimit {
+		return true
+	}
+	for _, b := range c.batches {
+		if len(b.Events) >= fetchLimit {
+			return true
+		}
+	}
+	return false
+}
+
 // streams returns the names of every stream c holds.
 func (c *cycle) streams() []string {
 	out := make([]string, 0, len(c.batchClaims)+len(c.empty))

@@ -211,8 +211,9 @@ func defaultOwner() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
 }
 
-// Run drains until ctx is done, then returns nil. While a cycle's batches
-// are handled, the next cycle's streams are claimed and fetched (up to
+// Run drains until ctx is done, then returns nil. While a cycle that found
+// a backlog (ClaimLimit streams claimed, or FetchLimit events of one) is
+// handled, the next cycle's streams are claimed and fetched (up to
 // ClaimLimit more leases held), so the store's round trips overlap the
 // handler's; a cycle claimed ahead is given back untried (no retry counted)
 // when the run pauses or stops instead of going on. After a cycle that did
@@ -255,7 +256,7 @@ func (d *Drain) Run(ctx context.Context) error {
 		}
 		st := c.stats()
 		if err == nil && c != nil {
-			if !d.outage && ctx.Err() == nil {
+			if !d.outage && ctx.Err() == nil && c.backlogged(d.cfg.ClaimLimit, d.cfg.FetchLimit) {
 				ahead = make(chan prepared, 1)
 				go func() {
 					next, err := d.prepare(ctx, d.cfg.ClaimLimit)
