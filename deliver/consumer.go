@@ -75,11 +75,18 @@ type runner struct {
 	endpoint string
 	log      *slog.Logger
 	lanes    lanes
+	// static are the request headers every delivery carries (see
+	// requestHeader).
+	static http.Header
 
 	// This subscription's children of per-subscription metrics, resolved
 	// once rather than on every delivery.
 	inFlight     prometheus.Gauge
 	redeliveries prometheus.Counter
+	duration     prometheus.Observer
+	// acked2xx is deliveries{outcome="ack",status_class="2xx"}, resolved
+	// on first use so that no zero series shows before the first ack.
+	acked2xx func() prometheus.Counter
 }
 
 // New returns a Consumer for subs. It fails when js is nil, no subscription
@@ -153,9 +160,14 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			br:       cfg.Breakers.Breaker(s.URL),
 			endpoint: endpoint,
 			log:      cfg.Logger.With(slog.String("subscription", s.Name), slog.String("endpoint", endpoint)),
+			static:   staticHeaders(s.Headers, cfg.UserAgent),
 
 			inFlight:     c.metrics.inFlight.WithLabelValues(s.Name),
 			redeliveries: c.metrics.redeliveries.WithLabelValues(s.Name),
+			duration:     c.metrics.duration.WithLabelValues(s.Name),
+			acked2xx: sync.OnceValue(func() prometheus.Counter {
+				return c.metrics.deliveries.WithLabelValues(s.Name, OutcomeAck, "2xx")
+			}),
 		})
 	}
 	return c, nil

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -160,10 +161,9 @@ func eventID(msg jetstream.Msg) string {
 	return header(msg.Headers(), event.HeaderID)
 }
 
-// buildBody returns the request body and its headers (Content-Type and, in
-// binary mode, the ce-* attributes) for msg.
-func buildBody(mode BodyMode, id string, mh nats.Header, data []byte) ([]byte, http.Header, error) {
-	h := make(http.Header)
+// buildBody returns the request body for msg and sets its headers
+// (Content-Type and, in binary mode, the ce-* attributes) on h.
+func buildBody(mode BodyMode, id string, mh nats.Header, data []byte, h http.Header) ([]byte, error) {
 	contentType := header(mh, event.HeaderContentType)
 	if contentType == "" {
 		contentType = event.ContentTypeJSON
@@ -179,7 +179,7 @@ func buildBody(mode BodyMode, id string, mh nats.Header, data []byte) ([]byte, h
 			h.Set(event.HeaderSpecVersion, event.SpecVersion)
 		}
 		h.Set(event.HeaderContentType, contentType)
-		return data, h, nil
+		return data, nil
 	}
 
 	// Header values are percent-encoded (forward uses
@@ -204,7 +204,7 @@ func buildBody(mode BodyMode, id string, mh nats.Header, data []byte) ([]byte, h
 		CausationID:     attr(event.HeaderCausationID),
 	}
 	if decodeErr != nil {
-		return nil, nil, decodeErr
+		return nil, decodeErr
 	}
 	if ce.SpecVersion == "" {
 		ce.SpecVersion = event.SpecVersion
@@ -212,18 +212,22 @@ func buildBody(mode BodyMode, id string, mh nats.Header, data []byte) ([]byte, h
 	if v := header(mh, event.HeaderStreamVersion); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %s %q is not an integer", errMalformed, event.HeaderStreamVersion, v)
+			return nil, fmt.Errorf("%w: %s %q is not an integer", errMalformed, event.HeaderStreamVersion, v)
 		}
 		ce.StreamVersion = n
 	}
 	if len(data) > 0 && !json.Valid(data) {
-		return nil, nil, fmt.Errorf("%w: data is not JSON, cannot embed it in a structured-mode body", errMalformed)
+		return nil, fmt.Errorf("%w: data is not JSON, cannot embed it in a structured-mode body", errMalformed)
 	}
 	ce.Data = data
 	env := ce.AppendJSON(make([]byte, 0, 256+len(data)))
-	h.Set(event.HeaderContentType, event.ContentTypeCloudEventsJSON)
-	return env, h, nil
+	h[event.HeaderContentType] = contentTypeCloudEvents
+	return env, nil
 }
+
+// contentTypeCloudEvents is the Content-Type value of a structured-mode
+// body, shared by every request (the transport only reads it).
+var contentTypeCloudEvents = []string{event.ContentTypeCloudEventsJSON}
 
 // handle delivers one message and acks, Naks or Terms it. ctx carries no
 // cancellation from Run: a delivery that started finishes (bounded by
@@ -240,8 +244,9 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 	// The logger with this delivery's attributes is built only when
 	// something is logged: slog's With formats them at once, and the common
 	// path (a 2xx at info level) logs nothing.
-	attrs := []any{slog.String("event_id", id), slog.Int("attempt", attempt)}
-	log := func(more ...any) *slog.Logger { return r.log.With(append(attrs, more...)...) }
+	log := func(more ...any) *slog.Logger {
+		return r.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
+	}
 	if attempt > 1 {
 		r.redeliveries.Inc()
 	}
@@ -250,7 +255,8 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 		r.giveUp(ctx, log(), msg, DeadLetter{EventID: id, Attempt: attempt, Reason: "message has no Nats-Msg-Id or ce-id"}, OutcomeTerm, ClassNone)
 		return
 	}
-	body, hdr, err := buildBody(r.sub.Body, id, msg.Headers(), msg.Data())
+	hdr := r.requestHeader()
+	body, err := buildBody(r.sub.Body, id, msg.Headers(), msg.Data(), hdr)
 	if err != nil {
 		r.giveUp(ctx, log(), msg, DeadLetter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
 		return
@@ -270,29 +276,34 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 
-	attrs = append(attrs, slog.Int("status", resp.status))
 	switch resp.verdict() {
 	case verdictAck:
-		r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeAck, resp.class()).Inc()
+		if resp.status/100 == 2 {
+			r.acked2xx().Inc()
+		} else {
+			r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeAck, resp.class()).Inc()
+		}
 		if err := msg.Ack(); err != nil {
-			log().Warn("ack failed; JetStream will redeliver after AckWait", slog.Any("error", err))
+			log().Warn("ack failed; JetStream will redeliver after AckWait", slog.Int("status", resp.status), slog.Any("error", err))
 			return
 		}
-		r.log.Debug("delivered", attrs...)
+		if r.log.Enabled(ctx, slog.LevelDebug) {
+			log().Debug("delivered", slog.Int("status", resp.status))
+		}
 	case verdictPermanent:
 		if resp.status == http.StatusGone {
 			log().Warn("endpoint answered 410 Gone: it says it no longer exists; every event of this subscription will be dead-lettered until its URL is fixed or the subscription removed")
 		}
-		r.giveUp(ctx, log(), msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: resp.reason(), At: resp.at}, OutcomeTerm, resp.class())
+		r.giveUp(ctx, log(slog.Int("status", resp.status)), msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: resp.reason(), At: resp.at}, OutcomeTerm, resp.class())
 	case verdictRetry:
 		if r.sub.MaxDeliver > 0 && attempt >= r.sub.MaxDeliver {
-			r.giveUp(ctx, log(), msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, At: resp.at,
+			r.giveUp(ctx, log(slog.Int("status", resp.status)), msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, At: resp.at,
 				Reason: fmt.Sprintf("%s (attempt %d of MaxDeliver %d)", resp.reason(), attempt, r.sub.MaxDeliver)}, OutcomeExhausted, resp.class())
 			return
 		}
 		delay := r.retryDelay(attempt, resp.retryAfter)
 		r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, resp.class()).Inc()
-		l := log()
+		l := log(slog.Int("status", resp.status))
 		l.Warn("delivery failed, will retry", slog.String("reason", resp.reason()), slog.Duration("delay", delay))
 		r.nak(l, msg, delay)
 	}
@@ -342,51 +353,52 @@ func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	}
 }
 
+// requestHeader returns a new request header holding the subscription's
+// static headers (Subscription.Headers, User-Agent), with room for the
+// per-delivery ones. The static values are shared between requests: the
+// transport only reads them, and every header set per delivery (see
+// reservedHeaders) replaces a value rather than appending to it.
+func (r *runner) requestHeader() http.Header {
+	h := make(http.Header, len(r.static)+8)
+	for k, v := range r.static {
+		h[k] = v
+	}
+	return h
+}
+
+// staticHeaders returns the canonical form of headers plus User-Agent.
+func staticHeaders(headers map[string]string, userAgent string) http.Header {
+	h := make(http.Header, len(headers)+1)
+	for k, v := range headers {
+		h.Set(k, v)
+	}
+	h.Set("User-Agent", userAgent)
+	return h
+}
+
 // post sends one signed POST and reads the response. While it runs longer
-// than AckWait/2 it calls inProgress (the message's InProgress) so
-// JetStream does not redeliver; inProgress may be nil.
+// than AckWait/2 it calls inProgress (the message's InProgress) every
+// AckWait/2 so JetStream does not redeliver; inProgress may be nil. hdr
+// comes from requestHeader and buildBody.
 func (r *runner) post(ctx context.Context, inProgress func() error, id string, body []byte, hdr http.Header) response {
 	ctx, cancel := context.WithTimeout(ctx, r.sub.Timeout)
 	defer cancel()
-
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		t := time.NewTicker(r.sub.AckWait / 2)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if inProgress == nil {
-					continue
-				}
-				if err := inProgress(); err != nil {
-					r.log.Warn("in progress failed", slog.String("event_id", id), slog.Any("error", err))
-				}
-			}
-		}
-	}()
+	if inProgress != nil {
+		defer r.keepAlive(id, inProgress)()
+	}
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.sub.URL, bytes.NewReader(body))
 	if err != nil {
 		return response{err: fmt.Errorf("new request: %w", err), retryAfter: -1}
 	}
-	for k, v := range r.sub.Headers {
-		req.Header.Set(k, v)
-	}
-	for k, vs := range hdr {
-		req.Header[k] = vs
-	}
-	req.Header.Set(webhook.HeaderIdempotencyKey, id)
-	req.Header.Set("User-Agent", r.c.userAgent)
-	r.signer.Sign(req.Header, id, time.Now(), body)
+	hdr[webhook.HeaderIdempotencyKey] = []string{id}
+	req.Header = hdr
+	r.signer.Sign(hdr, id, time.Now(), body)
 
 	start := time.Now()
 	resp, err := r.client.Do(req)
 	if err != nil {
-		r.c.metrics.duration.WithLabelValues(r.sub.Name).Observe(time.Since(start).Seconds())
+		r.duration.Observe(time.Since(start).Seconds())
 		var ne net.Error
 		timeout := !errors.Is(err, ErrForbiddenAddress) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()))
 		return response{err: err, timeout: timeout, retryAfter: -1, at: start}
@@ -394,8 +406,36 @@ func (r *runner) post(ctx context.Context, inProgress func() error, id string, b
 	// Drain (a little of) the body so the connection is reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
-	r.c.metrics.duration.WithLabelValues(r.sub.Name).Observe(time.Since(start).Seconds())
+	r.duration.Observe(time.Since(start).Seconds())
 	return response{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), at: start}
+}
+
+// keepAlive calls inProgress every AckWait/2 until the returned stop is
+// called. It costs one timer that never fires on a POST shorter than
+// AckWait/2 (no goroutine waits for it).
+func (r *runner) keepAlive(id string, inProgress func() error) (stop func()) {
+	every := r.sub.AckWait / 2
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock()
+	t = time.AfterFunc(every, func() {
+		if err := inProgress(); err != nil {
+			r.log.Warn("in progress failed", slog.String("event_id", id), slog.Any("error", err))
+		}
+		mu.Lock()
+		if !stopped {
+			t.Reset(every)
+		}
+		mu.Unlock()
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // parseRetryAfter returns the delay a Retry-After value asks for (delay

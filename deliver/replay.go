@@ -62,7 +62,8 @@ func (c *Consumer) Replay(ctx context.Context, q *DLQ, letters []StoredDeadLette
 func (r *runner) replay(ctx context.Context, q *DLQ, dl StoredDeadLetter) ReplayResult {
 	res := ReplayResult{Letter: dl}
 	log := r.log.With(slog.String("event_id", dl.EventID), slog.Uint64("dlq_seq", dl.Seq))
-	body, hdr, err := buildBody(r.sub.Body, dl.EventID, dl.Header, dl.Data)
+	hdr := r.requestHeader()
+	body, err := buildBody(r.sub.Body, dl.EventID, dl.Header, dl.Data, hdr)
 	if err != nil {
 		res.Err = fmt.Errorf("dead letter %d: %w", dl.Seq, err)
 		return res

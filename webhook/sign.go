@@ -15,10 +15,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -166,6 +168,17 @@ type Signer struct {
 	Scheme Scheme
 	// Secrets sign in order; each adds one signature.
 	Secrets []Secret
+
+	// macs[i] holds keyed HMACs of Secrets[i] for reuse (set by NewSigner;
+	// a struct literal keys a new HMAC per signature).
+	macs []*sync.Pool
+}
+
+// keyedMAC is an HMAC-SHA256 keyed with one secret, and scratch space for
+// one signature.
+type keyedMAC struct {
+	h   hash.Hash
+	buf []byte
 }
 
 // NewSigner returns a Signer for scheme with one or more secrets (see
@@ -176,8 +189,22 @@ func NewSigner(scheme Scheme, secrets ...string) (*Signer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new signer: %w", err)
 	}
-	return &Signer{Scheme: scheme, Secrets: secs}, nil
+	macs := make([]*sync.Pool, len(secs))
+	for i, sec := range secs {
+		macs[i] = &sync.Pool{New: func() any { return &keyedMAC{h: hmac.New(sha256.New, sec.key)} }}
+	}
+	return &Signer{Scheme: scheme, Secrets: secs, macs: macs}, nil
 }
+
+// Canonical forms of the signature headers (http.Header keys), so Sign
+// assigns them without canonicalizing on every call.
+var (
+	canonicalWebhookID        = http.CanonicalHeaderKey(HeaderWebhookID)
+	canonicalWebhookTimestamp = http.CanonicalHeaderKey(HeaderWebhookTimestamp)
+	canonicalWebhookSignature = http.CanonicalHeaderKey(HeaderWebhookSignature)
+	canonicalTimestamp        = http.CanonicalHeaderKey(HeaderTimestamp)
+	canonicalSignature        = http.CanonicalHeaderKey(HeaderSignature)
+)
 
 // Sign sets the scheme's headers on h for a request whose body is exactly
 // body, sent at ts (truncated to unix seconds):
@@ -191,32 +218,63 @@ func NewSigner(scheme Scheme, secrets ...string) (*Signer, error) {
 // Existing values of those headers are replaced. A Signer with no secrets
 // sets no signature header; an unknown Scheme sets nothing.
 func (s *Signer) Sign(h http.Header, msgID string, ts time.Time, body []byte) {
-	unix := strconv.FormatInt(ts.Unix(), 10)
+	var tsBuf [20]byte
+	unix := string(strconv.AppendInt(tsBuf[:0], ts.Unix(), 10))
 	switch s.Scheme {
 	case SchemeStandard, "":
-		h.Set(HeaderWebhookID, msgID)
-		h.Set(HeaderWebhookTimestamp, unix)
-		h.Del(HeaderWebhookSignature)
+		h[canonicalWebhookID] = []string{msgID}
+		h[canonicalWebhookTimestamp] = []string{unix}
+		delete(h, canonicalWebhookSignature)
 		if len(s.Secrets) == 0 {
 			return
 		}
-		sigs := make([]string, len(s.Secrets))
-		for i, sec := range s.Secrets {
-			sigs[i] = "v1," + base64.StdEncoding.EncodeToString(macStandard(sec.key, msgID, unix, body))
+		var sigs []byte
+		for i := range s.Secrets {
+			if i > 0 {
+				sigs = append(sigs, ' ')
+			}
+			sigs = append(sigs, "v1,"...)
+			sum := s.mac(i, body, msgID, ".", unix, ".")
+			sigs = base64.StdEncoding.AppendEncode(sigs, sum[:])
 		}
-		h.Set(HeaderWebhookSignature, strings.Join(sigs, " "))
+		h[canonicalWebhookSignature] = []string{string(sigs)}
 	case SchemeHMACSHA256:
-		h.Set(HeaderTimestamp, unix)
-		h.Del(HeaderSignature)
+		h[canonicalTimestamp] = []string{unix}
+		delete(h, canonicalSignature)
 		if len(s.Secrets) == 0 {
 			return
 		}
-		sigs := make([]string, len(s.Secrets))
-		for i, sec := range s.Secrets {
-			sigs[i] = "sha256=" + hex.EncodeToString(macHMAC(sec.key, unix, body))
+		var sigs []byte
+		for i := range s.Secrets {
+			if i > 0 {
+				sigs = append(sigs, ',')
+			}
+			sigs = append(sigs, "sha256="...)
+			sum := s.mac(i, body, unix, ".")
+			sigs = hex.AppendEncode(sigs, sum[:])
 		}
-		h.Set(HeaderSignature, strings.Join(sigs, ","))
+		h[canonicalSignature] = []string{string(sigs)}
 	}
+}
+
+// mac returns HMAC-SHA256(Secrets[i], prefix... + body).
+func (s *Signer) mac(i int, body []byte, prefix ...string) [sha256.Size]byte {
+	var km *keyedMAC
+	if i < len(s.macs) {
+		km = s.macs[i].Get().(*keyedMAC)
+		defer s.macs[i].Put(km)
+		km.h.Reset()
+	} else {
+		km = &keyedMAC{h: hmac.New(sha256.New, s.Secrets[i].key)}
+	}
+	km.buf = km.buf[:0]
+	for _, p := range prefix {
+		km.buf = append(km.buf, p...)
+	}
+	km.h.Write(km.buf)
+	km.h.Write(body)
+	km.buf = km.h.Sum(km.buf[:0])
+	return [sha256.Size]byte(km.buf)
 }
 
 // macStandard is HMAC-SHA256(key, "<id>.<ts>.<body>") (Standard Webhooks).
