@@ -11,9 +11,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,6 +44,16 @@ func newSink() (*sink, error) {
 	s := &sink{seen: map[string]bool{}, url: "http://" + ln.Addr().String() + "/hook"}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
+	if os.Getenv("BENCH_TRACE") != "" { // TEMP
+		go func() {
+			last := int64(0)
+			for range time.Tick(time.Second) {
+				n := s.n.Load()
+				fmt.Fprintf(os.Stderr, "trace %s %d\n", time.Now().Format("15:04:05"), n-last)
+				last = n
+			}
+		}()
+	}
 	return s, nil
 }
 
@@ -97,8 +111,12 @@ func (e *env) bareLoopProcess(ctx context.Context, s *sink, n, inFlight int) (fl
 	if err != nil {
 		return 0, 0, err
 	}
-	start := time.Now()
-	p, err := e.procs.Start("bare-consumer", self, []string{"-in-flight", fmt.Sprint(inFlight), "-bare-consumer-child", e.srv.ClientURL() + " " + s.url})
+	start, selfCPU := time.Now(), ownCPU()
+	args := []string{"-in-flight", fmt.Sprint(inFlight), "-bare-consumer-child", e.srv.ClientURL() + " " + s.url}
+	if e.cfg.ProfileDir != "" {
+		args = append(args, "-profile-dir", e.cfg.ProfileDir)
+	}
+	p, err := e.procs.Start("bare-consumer", self, args)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -109,6 +127,7 @@ func (e *env) bareLoopProcess(ctx context.Context, s *sink, n, inFlight int) (fl
 		return s.n.Load() >= int64(n), nil
 	})
 	elapsed := time.Since(start)
+	printCPU("bare loop process", n, p.Pid(), selfCPU)
 	rss, rssErr := p.PeakRSS()
 	if stopErr := p.Stop(20 * time.Second); err == nil && stopErr != nil {
 		err = fmt.Errorf("bare loop process exit: %w", stopErr)
@@ -125,7 +144,7 @@ func (e *env) bareLoopProcess(ctx context.Context, s *sink, n, inFlight int) (fl
 // bareConsumerChild is the -bare-consumer-child mode: arg is "<nats-url>
 // <sink-url>"; it runs bareDeliver on durable bench-bare-process until ctx
 // ends (SIGTERM).
-func bareConsumerChild(ctx context.Context, arg string, inFlight int) error {
+func bareConsumerChild(ctx context.Context, arg string, inFlight int, profileDir string) error {
 	natsURL, sinkURL, ok := strings.Cut(arg, " ")
 	if !ok {
 		return fmt.Errorf("-bare-consumer-child %q: want \"<nats-url> <sink-url>\"", arg)
@@ -139,7 +158,69 @@ func bareConsumerChild(ctx context.Context, arg string, inFlight int) error {
 	if err != nil {
 		return err
 	}
+	if profileDir != "" {
+		// Like the consumer's profile (env.profile): 5 s from 0.5 s in.
+		if err := os.MkdirAll(profileDir, 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(filepath.Join(profileDir, "bare-consumer.cpu.pprof"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		go func() {
+			time.Sleep(500 * time.Millisecond)
+			if pprof.StartCPUProfile(f) == nil {
+				time.Sleep(5 * time.Second)
+				pprof.StopCPUProfile()
+			}
+		}()
+	}
 	return bareDeliver(ctx, js, "bench-bare-process", sinkURL, inFlight)
+}
+
+// ownCPU is the CPU time (user + system) this process has used so far.
+func ownCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// processCPU is the CPU time (user + system) process pid has used so far,
+// from /proc/<pid>/stat.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name (which may hold spaces) in ")":
+	// state is field 3, utime 14, stime 15 (clock ticks, 100 a second).
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// printCPU prints the CPU time per delivery of child process pid and of
+// this process (the JetStream server and the receiver) since selfStart.
+func printCPU(name string, n, pid int, selfStart time.Duration) {
+	child, err := processCPU(pid)
+	if err != nil {
+		fmt.Printf("bench: consumer: %s: CPU time: %v\n", name, err)
+		return
+	}
+	self := ownCPU() - selfStart
+	fmt.Printf("bench: consumer: %s: CPU %.1f µs/delivery (bench process, server and receiver: %.1f µs/delivery)\n",
+		name, float64(child.Microseconds())/float64(n), float64(self.Microseconds())/float64(n))
 }
 
 // bareDeliver pulls from durable on EVENTS with inFlight workers, each
@@ -163,6 +244,9 @@ func bareDeliver(ctx context.Context, js jetstream.JetStream, durable, url strin
 			for {
 				msg, err := iter.Next()
 				if err != nil {
+					if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+						fmt.Fprintf(os.Stderr, "bench: bare loop (%s): worker stops: %v\n", durable, err)
+					}
 					return
 				}
 				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(msg.Data()))
@@ -221,7 +305,7 @@ func (e *env) consumerRow(ctx context.Context) (row, int64, error) {
 	if err != nil {
 		return row{}, 0, err
 	}
-	start := time.Now()
+	start, selfCPU := time.Now(), ownCPU()
 	args := []string{"run",
 		"--nats-url", e.srv.ClientURL(), "--name", "bench", "--filter", "events.>", "--url", s.url,
 		"--allow-private", "--max-in-flight", fmt.Sprint(inFlight), "--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--log-level", "warn",
@@ -239,6 +323,7 @@ func (e *env) consumerRow(ctx context.Context) (row, int64, error) {
 		return row{}, 0, err
 	}
 	ours := float64(n) / time.Since(start).Seconds()
+	printCPU("consumer process", n, p.Pid(), selfCPU)
 	rss, rssErr := p.PeakRSS()
 	if err := p.Stop(20 * time.Second); err != nil {
 		return row{}, 0, fmt.Errorf("consumer exit: %w", err)

@@ -60,7 +60,7 @@ func main() {
 	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, claim, consumer, e2e")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
 	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save 5-second CPU profiles here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer during the consumer row")
-	flag.StringVar(&cfg.BareChild, "bare-consumer-child", "", "internal (the consumer row starts it): \"<nats-url> <sink-url>\": run the bare pull → POST → ack loop with -in-flight workers until SIGTERM")
+	flag.StringVar(&cfg.BareChild, "bare-consumer-child", "", "internal (the consumer row starts it): \"<nats-url> <sink-url>\": run the bare pull → POST → ack loop with -in-flight workers until SIGTERM (and save a CPU profile to -profile-dir)")
 	flag.Parse()
 	if cfg.Quick {
 		cfg.Events, cfg.Streams = 100_000, 1_000
@@ -72,7 +72,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if cfg.BareChild != "" {
-		if err := bareConsumerChild(ctx, cfg.BareChild, cfg.InFlight); err != nil {
+		if err := bareConsumerChild(ctx, cfg.BareChild, cfg.InFlight, cfg.ProfileDir); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: bare consumer child: %v\n", err)
 			os.Exit(1)
 		}
