@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/alecthomas/kong"
@@ -31,7 +32,15 @@ type Globals struct {
 	LogLevel  string `name:"log-level" env:"JSBRIDGE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error (default: ${default})."`
 }
 
+// defaultGCPercent is the GC target when GOGC is not set: the consumer's
+// live heap is a few MB, so GOGC=100 collects very often at full speed;
+// 400 trades a few MB of RSS for fewer collections (docs/performance.md).
+const defaultGCPercent = 400
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	var c cli
 	kctx := kong.Parse(&c,
 		kong.Name("consumer"),
