@@ -44,16 +44,6 @@ func newSink() (*sink, error) {
 	s := &sink{seen: map[string]bool{}, url: "http://" + ln.Addr().String() + "/hook"}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
-	if os.Getenv("BENCH_TRACE") != "" { // TEMP
-		go func() {
-			last := int64(0)
-			for range time.Tick(time.Second) {
-				n := s.n.Load()
-				fmt.Fprintf(os.Stderr, "trace %s %d\n", time.Now().Format("15:04:05"), n-last)
-				last = n
-			}
-		}()
-	}
 	return s, nil
 }
 
