@@ -258,6 +258,15 @@ func (r *runner) consumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
+// pullHeartbeat is the idle heartbeat asked for on pull requests. When two
+// are missed, nats.go drops the pull requests it thinks are pending and
+// issues new ones: a pull request lost on the server's side (seen under CPU
+// starvation: nothing delivered although messages wait, "no heartbeat
+// received"; nats.go issue 1622) then stalls the subscription for about 4 s
+// instead of the 30 s of the default (half the 30 s pull expiry). An idle
+// subscription gets one heartbeat message every 2 s.
+const pullHeartbeat = 2 * time.Second
+
 // probeWait bounds one fetch of a half-open probe message.
 const probeWait = 2 * time.Second
 
@@ -323,7 +332,8 @@ func (r *runner) probe(ctx, dctx context.Context, cons jetstream.Consumer) error
 // with the open timeout as delay when the breaker opened, at once on
 // shutdown (another replica may take it).
 func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots chan struct{}, wg *sync.WaitGroup) error {
-	iter, err := cons.Messages(jetstream.PullMaxMessages(r.sub.MaxInFlight), jetstream.WithMessagesErrOnMissingHeartbeat(false))
+	iter, err := cons.Messages(jetstream.PullMaxMessages(r.sub.MaxInFlight), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.WithMessagesErrOnMissingHeartbeat(false))
 	if err != nil {
 		return fmt.Errorf("deliver: subscription %q: consume: %w", r.sub.Name, err)
 	}
