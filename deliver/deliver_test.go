@@ -81,6 +81,14 @@ func (b bundle) run(t *testing.T, cfg deliver.Config, subs ...deliver.Subscripti
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
+	// Run creates the durable consumers in its goroutine: wait for them,
+	// so a test's first look at one (info) does not race its creation.
+	for _, s := range subs {
+		require.Eventually(t, func() bool {
+			_, err := b.js.Consumer(b.ctx, "EVENTS", s.Name)
+			return err == nil
+		}, 10*time.Second, 5*time.Millisecond, "durable consumer %q created", s.Name)
+	}
 	t.Cleanup(func() {
 		cancel()
 		select {
