@@ -20,6 +20,15 @@ func answers(b bundle, fn func()) uint64 {
 	return b.nc.Stats().InMsgs - before
 }
 
+// idsUpTo returns the event ids "1".."n".
+func idsUpTo(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = strconv.Itoa(i + 1)
+	}
+	return out
+}
+
 func TestHandleUsesFastBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t) // Provision creates the stream with allow_batched
@@ -32,11 +41,7 @@ func TestHandleUsesFastBatches(t *testing.T) {
 		require.Equal(t, drain.Result{Done: 100}, res[0])
 	})
 	require.Less(t, n, uint64(20), "two batches answered with a PubAck and a few flow acks, not one PubAck per event")
-	want := make([]string, 300)
-	for i := range want {
-		want[i] = strconv.Itoa(i + 1)
-	}
-	require.Equal(t, want, ids(b.stored(t, "events.order.order-1.")))
+	require.Equal(t, idsUpTo(300), ids(b.stored(t, "events.order.order-1.")))
 }
 
 func TestHandleWithoutBatchPublishSendsOneAtATime(t *testing.T) {
@@ -72,7 +77,7 @@ func TestFastBatchStopsAtRefusedEvent(t *testing.T) {
 	evs[4].Data = []byte(`{"n":4}`)
 	res = b.fwd.Handle(t.Context(), []drain.Batch{{Stream: "order-1", Retry: 1, Reconcile: true, Events: evs[4:]}})
 	require.Equal(t, drain.Result{Done: 6}, res[0])
-	require.Equal(t, []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}, ids(b.stored(t, "events.")))
+	require.Equal(t, idsUpTo(10), ids(b.stored(t, "events.")))
 }
 
 func TestFastBatchRefusedFallsBackToOneAtATime(t *testing.T) {
@@ -97,9 +102,5 @@ func TestFastBatchRefusedFallsBackToOneAtATime(t *testing.T) {
 	})
 	require.Equal(t, drain.Result{Done: 10}, res[0])
 	require.GreaterOrEqual(t, n, uint64(10), "one PubAck per event after the refusal")
-	want := make([]string, 20)
-	for i := range want {
-		want[i] = strconv.Itoa(i + 1)
-	}
-	require.Equal(t, want, ids(b.stored(t, "events.")))
+	require.Equal(t, idsUpTo(20), ids(b.stored(t, "events.")))
 }
