@@ -32,7 +32,7 @@ type runCmd struct {
 	DuplicateWindow  time.Duration `name:"duplicate-window" env:"JSBRIDGE_DUPLICATE_WINDOW" default:"2m" help:"JetStream duplicate window for a stream the bridge creates; should cover --lease plus the retry envelope (default: ${default})."`
 	Owner            string        `name:"owner" env:"JSBRIDGE_OWNER" help:"Lease holder name of this bridge (default: hostname-pid-random)."`
 	Lease            time.Duration `name:"lease" env:"JSBRIDGE_LEASE" default:"30s" help:"How long a claimed stream stays leased to this bridge; a dead bridge's streams are taken over after it (default: ${default})."`
-	ClaimLimit       int           `name:"claim-limit" env:"JSBRIDGE_CLAIM_LIMIT" default:"100" help:"Streams claimed per drain cycle (default: ${default})."`
+	ClaimLimit       int           `name:"claim-limit" env:"JSBRIDGE_CLAIM_LIMIT" default:"100" help:"Streams claimed per drain cycle; with a backlog the next cycle is claimed while one is published, so up to twice this many are held (default: ${default})."`
 	FetchLimit       int           `name:"fetch-limit" env:"JSBRIDGE_FETCH_LIMIT" default:"500" help:"Events fetched per stream per drain cycle (default: ${default})."`
 	PollInterval     time.Duration `name:"poll-interval" env:"JSBRIDGE_POLL_INTERVAL" default:"1s" help:"Poll period when idle; LISTEN/NOTIFY usually wakes the bridge sooner (default: ${default})."`
 	MaxRetries       int           `name:"max-retries" env:"JSBRIDGE_MAX_RETRIES" default:"10" help:"Failed attempts on a stream before it is blocked (default: ${default})."`
