@@ -1,0 +1,113 @@
+package drain_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/drain"
+	"github.com/jsbridge/jsbridge/store"
+)
+
+// leased returns the streams the owner holds a lease on.
+func (b bundle) leased(t *testing.T, owner string) []string {
+	t.Helper()
+	infos, err := b.store.Streams(b.ctx, store.StreamFilter{})
+	require.NoError(t, err)
+	var out []string
+	for _, in := range infos {
+		if in.LeasedBy == owner {
+			out = append(out, in.Stream)
+		}
+	}
+	return out
+}
+
+// While a cycle that found a backlog is handled, the next one is claimed
+// and fetched; everything is still handled once, in order.
+func TestRunReadsAheadWhileHandling(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	streams := []string{"ahead-a", "ahead-b", "ahead-c", "ahead-d", "ahead-e", "ahead-f"}
+	for _, s := range streams {
+		b.appendN(t, s, 3)
+	}
+	rec := newRecorder(nil)
+	first := true
+	sawAhead := make(chan []string, 1)
+	h := drain.HandlerFunc(func(ctx context.Context, batches []drain.Batch) []drain.Result {
+		if first {
+			first = false
+			// The first cycle claimed ClaimLimit streams: a backlog. Wait
+			// until the next cycle holds its streams too.
+			var held []string
+			require.Eventually(t, func() bool {
+				held = b.leased(t, "reader")
+				return len(held) == 4
+			}, 10*time.Second, 5*time.Millisecond, "the next cycle is claimed while this one is handled")
+			sawAhead <- held
+		}
+		return rec.Handle(ctx, batches)
+	})
+	d := b.drain(t, h, drain.Config{Owner: "reader", ClaimLimit: 2, PollInterval: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+
+	require.Len(t, <-sawAhead, 4)
+	require.Eventually(t, func() bool { return rec.count() == 3*len(streams) }, 10*time.Second, 5*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	for _, s := range streams {
+		require.Equal(t, seq(3), rec.versions(s), "stream %s once, in order", s)
+		require.Equal(t, int64(2), b.info(t, s).Watermark)
+	}
+	require.Empty(t, b.leased(t, "reader"))
+}
+
+// A cycle claimed ahead is given back untried, without counting a retry,
+// when the cycle being handled starts an outage and the run pauses.
+func TestRunGivesBackTheCycleReadAheadWhenAnOutageStarts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, s := range []string{"gb-a", "gb-b", "gb-c", "gb-d"} {
+		b.appendN(t, s, 1)
+	}
+	handled := make(chan []string, 1)
+	h := drain.HandlerFunc(func(ctx context.Context, batches []drain.Batch) []drain.Result {
+		require.Eventually(t, func() bool { return len(b.leased(t, "pauser")) == 4 }, 10*time.Second, 5*time.Millisecond)
+		out := make([]drain.Result, len(batches))
+		var names []string
+		for i, bt := range batches {
+			names = append(names, bt.Stream)
+			out[i] = drain.Result{Err: drain.Unavailable(errors.New("nats: no responders available for request"))}
+		}
+		handled <- names
+		return out
+	})
+	// The outage pause starts at PollInterval: an hour, so the state after
+	// the first cycle stays put while the test looks at it.
+	d := b.drain(t, h, drain.Config{Owner: "pauser", ClaimLimit: 2, PollInterval: time.Hour})
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+
+	tried := <-handled
+	require.Len(t, tried, 2)
+	require.Eventually(t, func() bool { return len(b.leased(t, "pauser")) == 0 }, 10*time.Second, 5*time.Millisecond,
+		"the streams read ahead are given back")
+	for _, s := range []string{"gb-a", "gb-b", "gb-c", "gb-d"} {
+		in := b.info(t, s)
+		if in.Stream == tried[0] || in.Stream == tried[1] {
+			require.Equal(t, 1, in.Retry, "%s was tried during the outage", s)
+		} else {
+			require.Zero(t, in.Retry, "%s was read ahead, not tried: no retry counted", s)
+			require.True(t, in.NextAttempt.IsZero(), "%s can be claimed at once", s)
+		}
+	}
+	cancel()
+	require.NoError(t, <-done)
+}
