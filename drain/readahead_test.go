@@ -12,18 +12,37 @@ import (
 	"github.com/jsbridge/jsbridge/store"
 )
 
-// leased returns the streams the owner holds a lease on.
-func (b bundle) leased(t *testing.T, owner string) []string {
-	t.Helper()
+// waitLeased waits (at most 10 s) until owner holds n leases and returns
+// those it holds then. Handlers call it, off the test goroutine, so it
+// asserts nothing itself.
+func (b bundle) waitLeased(owner string, n int) []string {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		held, err := b.leasedBy(owner)
+		if err == nil && len(held) == n || time.Now().After(deadline) {
+			return held
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// leasedBy returns the streams owner holds a lease on.
+func (b bundle) leasedBy(owner string) ([]string, error) {
 	infos, err := b.store.Streams(b.ctx, store.StreamFilter{})
-	require.NoError(t, err)
 	var out []string
 	for _, in := range infos {
 		if in.LeasedBy == owner {
 			out = append(out, in.Stream)
 		}
 	}
-	return out
+	return out, err
+}
+
+func (b bundle) leased(t *testing.T, owner string) []string {
+	t.Helper()
+	held, err := b.leasedBy(owner)
+	require.NoError(t, err)
+	return held
 }
 
 // While a cycle that found a backlog is handled, the next one is claimed
@@ -43,12 +62,7 @@ func TestRunReadsAheadWhileHandling(t *testing.T) {
 			first = false
 			// The first cycle claimed ClaimLimit streams: a backlog. Wait
 			// until the next cycle holds its streams too.
-			var held []string
-			require.Eventually(t, func() bool {
-				held = b.leased(t, "reader")
-				return len(held) == 4
-			}, 10*time.Second, 5*time.Millisecond, "the next cycle is claimed while this one is handled")
-			sawAhead <- held
+			sawAhead <- b.waitLeased("reader", 4)
 		}
 		return rec.Handle(ctx, batches)
 	})
@@ -57,7 +71,7 @@ func TestRunReadsAheadWhileHandling(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 
-	require.Len(t, <-sawAhead, 4)
+	require.Len(t, <-sawAhead, 4, "the next cycle is claimed while this one is handled")
 	require.Eventually(t, func() bool { return rec.count() == 3*len(streams) }, 10*time.Second, 5*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
@@ -78,7 +92,7 @@ func TestRunGivesBackTheCycleReadAheadWhenAnOutageStarts(t *testing.T) {
 	}
 	handled := make(chan []string, 1)
 	h := drain.HandlerFunc(func(ctx context.Context, batches []drain.Batch) []drain.Result {
-		require.Eventually(t, func() bool { return len(b.leased(t, "pauser")) == 4 }, 10*time.Second, 5*time.Millisecond)
+		b.waitLeased("pauser", 4) // the next cycle is read ahead
 		out := make([]drain.Result, len(batches))
 		var names []string
 		for i, bt := range batches {
