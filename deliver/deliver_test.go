@@ -23,6 +23,7 @@ import (
 	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/internal/jstest"
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
@@ -37,15 +38,8 @@ func setup(t *testing.T) bundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	t.Cleanup(cancel)
-	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage})
+	_, js := jstest.Connect(t, jstest.Start(t, embedded.Config{}))
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage})
 	require.NoError(t, err)
 	return bundle{js: js, ctx: ctx}
 }

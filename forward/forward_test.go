@@ -17,6 +17,7 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/jstest"
 )
 
 type bundle struct {
@@ -40,14 +41,8 @@ func setup(t testing.TB, opts ...setupOpts) bundle {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort, MaxPayload: o.maxPayload})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	srv := jstest.Start(t, embedded.Config{MaxPayload: o.maxPayload})
+	nc, js := jstest.Connect(t, srv)
 	if o.stream != nil {
 		_, err := forward.Provision(t.Context(), js, *o.stream)
 		require.NoError(t, err)

@@ -378,14 +378,7 @@ SELECT 'old-' || (g % 5), g / 5, 'Happened', '{}' FROM generate_series(0, 49) g 
 	require.NoError(t, err, out)
 	require.Equal(t, before, pgtest.SchemaShape(t, b.pool, app), "migrate changed the app's schema")
 
-	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	srv, js := testJetStream(t)
 	startBridgeProc(t, env, "--nats-url", srv.ClientURL(), "--ops-addr", "", "--poll-interval", "50ms")
 
 	// Writers commit after a random pause, so ids commit out of order; one

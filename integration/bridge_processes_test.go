@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/jstest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -24,14 +25,8 @@ import (
 // and returns it with a client.
 func testJetStream(t *testing.T) (*embedded.Server, jetstream.JetStream) {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	srv := jstest.Start(t, embedded.Config{})
+	_, js := jstest.Connect(t, srv)
 	return srv, js
 }
 

@@ -35,15 +35,8 @@ func setupJetStream(t *testing.T) *jsBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = forward.Provision(ctx, js, forward.StreamConfig{})
+	srv, js := testJetStream(t)
+	_, err := forward.Provision(ctx, js, forward.StreamConfig{})
 	require.NoError(t, err)
 	return &jsBundle{srv: srv, js: js, ctx: ctx}
 }

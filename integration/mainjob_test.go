@@ -23,6 +23,7 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/jstest"
 	"github.com/jsbridge/jsbridge/internal/pgtest"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/webhook"
@@ -43,10 +44,7 @@ func setup(t *testing.T) *bundle {
 	st, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)))
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
-	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	b := &bundle{st: st, srv: srv}
+	b := &bundle{st: st, srv: jstest.Start(t, embedded.Config{})}
 	b.js = b.connect(t)
 	_, err = forward.Provision(ctx, b.js, forward.StreamConfig{})
 	require.NoError(t, err)
@@ -56,11 +54,7 @@ func setup(t *testing.T) *bundle {
 // connect opens a new client connection, as a separate process would.
 func (b *bundle) connect(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	nc, err := b.srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := jstest.Connect(t, b.srv)
 	return js
 }
 
