@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/jsbridge/jsbridge/internal/promreg"
 )
 
 // ErrOpen is returned (wrapping gobreaker.ErrOpenState or
@@ -151,11 +153,11 @@ func NewSet(s Settings, logger *slog.Logger, reg prometheus.Registerer) (*Set, e
 		Help: "Circuit breaker state transitions per webhook endpoint.",
 	}, []string{"endpoint", "from", "to"})
 	if reg != nil {
-		if state, err = register(reg, state); err != nil {
-			return nil, err
+		if state, err = promreg.Register(reg, state); err != nil {
+			return nil, fmt.Errorf("breaker: %w", err)
 		}
-		if trans, err = register(reg, trans); err != nil {
-			return nil, err
+		if trans, err = promreg.Register(reg, trans); err != nil {
+			return nil, fmt.Errorf("breaker: %w", err)
 		}
 	}
 	return &Set{
@@ -165,22 +167,6 @@ func NewSet(s Settings, logger *slog.Logger, reg prometheus.Registerer) (*Set, e
 		trans:    trans,
 		breakers: make(map[string]*Breaker),
 	}, nil
-}
-
-// register registers c on reg, or returns the collector already registered
-// under the same descriptor.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, fmt.Errorf("breaker: register metrics: %w", err)
 }
 
 // Settings returns the Set's settings with defaults applied.

@@ -117,7 +117,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("deliver: new consumer: %w", err)
 	}
 	open := noRedirects(cfg.HTTPClient)
 	var safe *http.Client

@@ -1,10 +1,9 @@
 package deliver
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jsbridge/jsbridge/internal/promreg"
 )
 
 // Outcome label values of jsbridge_consumer_deliveries_total.
@@ -82,39 +81,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	if m.deliveries, err = register(reg, m.deliveries); err != nil {
+	if m.deliveries, err = promreg.Register(reg, m.deliveries); err != nil {
 		return nil, err
 	}
-	if m.duration, err = register(reg, m.duration); err != nil {
+	if m.duration, err = promreg.Register(reg, m.duration); err != nil {
 		return nil, err
 	}
-	if m.inFlight, err = register(reg, m.inFlight); err != nil {
+	if m.inFlight, err = promreg.Register(reg, m.inFlight); err != nil {
 		return nil, err
 	}
-	if m.redeliveries, err = register(reg, m.redeliveries); err != nil {
+	if m.redeliveries, err = promreg.Register(reg, m.redeliveries); err != nil {
 		return nil, err
 	}
-	if m.deadLetters, err = register(reg, m.deadLetters); err != nil {
+	if m.deadLetters, err = promreg.Register(reg, m.deadLetters); err != nil {
 		return nil, err
 	}
-	if m.replayed, err = register(reg, m.replayed); err != nil {
+	if m.replayed, err = promreg.Register(reg, m.replayed); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c on reg, or returns the collector already registered
-// under the same descriptor (two Consumers on one registry share them).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, fmt.Errorf("deliver: register metrics: %w", err)
 }
