@@ -220,45 +220,52 @@ var (
 func (s *Signer) Sign(h http.Header, msgID string, ts time.Time, body []byte) {
 	var tsBuf [20]byte
 	unix := string(strconv.AppendInt(tsBuf[:0], ts.Unix(), 10))
+	var (
+		sigKey string
+		sep    byte
+		tag    string
+		encode func(dst, src []byte) []byte
+	)
 	switch s.Scheme {
 	case SchemeStandard, "":
 		h[canonicalWebhookID] = []string{msgID}
 		h[canonicalWebhookTimestamp] = []string{unix}
-		delete(h, canonicalWebhookSignature)
-		if len(s.Secrets) == 0 {
-			return
-		}
-		var sigs []byte
-		for i := range s.Secrets {
-			if i > 0 {
-				sigs = append(sigs, ' ')
-			}
-			sigs = append(sigs, "v1,"...)
-			sum := s.mac(i, body, msgID, ".", unix, ".")
-			sigs = base64.StdEncoding.AppendEncode(sigs, sum[:])
-		}
-		h[canonicalWebhookSignature] = []string{string(sigs)}
+		sigKey, sep, tag, encode = canonicalWebhookSignature, ' ', "v1,", base64.StdEncoding.AppendEncode
 	case SchemeHMACSHA256:
 		h[canonicalTimestamp] = []string{unix}
-		delete(h, canonicalSignature)
-		if len(s.Secrets) == 0 {
-			return
-		}
-		var sigs []byte
-		for i := range s.Secrets {
-			if i > 0 {
-				sigs = append(sigs, ',')
-			}
-			sigs = append(sigs, "sha256="...)
-			sum := s.mac(i, body, unix, ".")
-			sigs = hex.AppendEncode(sigs, sum[:])
-		}
-		h[canonicalSignature] = []string{string(sigs)}
+		sigKey, sep, tag, encode = canonicalSignature, ',', "sha256=", hex.AppendEncode
+	default:
+		return
 	}
+	delete(h, sigKey)
+	if len(s.Secrets) == 0 {
+		return
+	}
+	prefix := signedPrefix(s.Scheme, msgID, unix)
+	var sigs []byte
+	for i := range s.Secrets {
+		if i > 0 {
+			sigs = append(sigs, sep)
+		}
+		sigs = append(sigs, tag...)
+		sum := s.mac(i, prefix, body)
+		sigs = encode(sigs, sum[:])
+	}
+	h[sigKey] = []string{string(sigs)}
 }
 
-// mac returns HMAC-SHA256(Secrets[i], prefix... + body).
-func (s *Signer) mac(i int, body []byte, prefix ...string) [sha256.Size]byte {
+// signedPrefix is what precedes the body in the content a scheme signs:
+// "<id>.<ts>." for Standard Webhooks, "<ts>." for HMAC-SHA256.
+func signedPrefix(scheme Scheme, id, ts string) string {
+	if scheme == SchemeHMACSHA256 {
+		return ts + "."
+	}
+	return id + "." + ts + "."
+}
+
+// mac returns HMAC-SHA256(Secrets[i], prefix + body) on a pooled keyed
+// HMAC.
+func (s *Signer) mac(i int, prefix string, body []byte) [sha256.Size]byte {
 	var km *keyedMAC
 	if i < len(s.macs) {
 		km = s.macs[i].Get().(*keyedMAC)
@@ -267,32 +274,17 @@ func (s *Signer) mac(i int, body []byte, prefix ...string) [sha256.Size]byte {
 	} else {
 		km = &keyedMAC{h: hmac.New(sha256.New, s.Secrets[i].key)}
 	}
-	km.buf = km.buf[:0]
-	for _, p := range prefix {
-		km.buf = append(km.buf, p...)
-	}
+	km.buf = append(km.buf[:0], prefix...)
 	km.h.Write(km.buf)
 	km.h.Write(body)
 	km.buf = km.h.Sum(km.buf[:0])
 	return [sha256.Size]byte(km.buf)
 }
 
-// macStandard is HMAC-SHA256(key, "<id>.<ts>.<body>") (Standard Webhooks).
-func macStandard(key []byte, id, ts string, body []byte) []byte {
+// macOf is HMAC-SHA256(key, prefix + body), prefix from signedPrefix.
+func macOf(key []byte, prefix string, body []byte) []byte {
 	m := hmac.New(sha256.New, key)
-	m.Write([]byte(id))
-	m.Write([]byte{'.'})
-	m.Write([]byte(ts))
-	m.Write([]byte{'.'})
-	m.Write(body)
-	return m.Sum(nil)
-}
-
-// macHMAC is HMAC-SHA256(key, "<ts>.<body>") (the HMAC-SHA256 scheme).
-func macHMAC(key []byte, ts string, body []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(ts))
-	m.Write([]byte{'.'})
+	m.Write([]byte(prefix))
 	m.Write(body)
 	return m.Sum(nil)
 }

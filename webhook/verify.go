@@ -132,6 +132,7 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 
 	switch v.scheme {
 	case SchemeHMACSHA256:
+		prefix := signedPrefix(v.scheme, "", ts)
 		for entry := range strings.SplitSeq(sigs, ",") {
 			hexSig, ok := strings.CutPrefix(strings.TrimSpace(entry), "sha256=")
 			if !ok {
@@ -142,7 +143,7 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 				continue
 			}
 			for _, sec := range v.secrets {
-				if hmac.Equal(got, macHMAC(sec.key, ts, body)) {
+				if hmac.Equal(got, macOf(sec.key, prefix, body)) {
 					return nil
 				}
 			}
@@ -152,6 +153,7 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 		if id == "" {
 			return fmt.Errorf("verify: %s header missing, nothing to check the signature against: %w", HeaderWebhookID, ErrBadSignature)
 		}
+		prefix := signedPrefix(v.scheme, id, ts)
 		for entry := range strings.FieldsSeq(sigs) {
 			b64, ok := strings.CutPrefix(entry, "v1,")
 			if !ok {
@@ -162,7 +164,7 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 				continue
 			}
 			for _, sec := range v.secrets {
-				if hmac.Equal(got, macStandard(sec.key, id, ts, body)) {
+				if hmac.Equal(got, macOf(sec.key, prefix, body)) {
 					return nil
 				}
 			}
