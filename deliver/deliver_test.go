@@ -547,63 +547,47 @@ func TestRunFailsWithoutStream(t *testing.T) {
 }
 
 // Events of one stream are delivered one after another; those waiting for
-// their turn longer than AckWait are kept from redelivery too.
+// their turn longer than AckWait are kept from redelivery too: with the
+// default MaxInFlight, and with a stream of more events than MaxInFlight,
+// whose events beyond the first wave wait in their stream's lane (kept
+// alive), not in the client buffer. None expires, none is sent twice.
 func TestQueuedDeliveriesOfOneStreamAreNotRedelivered(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-		time.Sleep(700 * time.Millisecond)
-		w.WriteHeader(http.StatusOK)
-	})
-	s := sub("orders", rc.URL)
-	s.AckWait = 2 * time.Second
-	s.Timeout = 1500 * time.Millisecond
-	b.run(t, deliver.Config{}, s)
-	const n = 6 // the last waits about 3.5 s, past AckWait
-	for i := range n {
-		b.publish(t, int64(i+1), "order-1", "OrderPlaced", `{}`)
+	for _, tc := range []struct {
+		name        string
+		maxInFlight int // 0: the default
+		n           int
+	}{
+		{"default in flight", 0, 6},  // the last waits about 3.5 s, past AckWait
+		{"beyond MaxInFlight", 2, 8}, // about 5.6 s in a row, the later ones pulled long before their turn
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+				time.Sleep(700 * time.Millisecond)
+				w.WriteHeader(http.StatusOK)
+			})
+			s := sub("orders", rc.URL)
+			s.AckWait = 2 * time.Second
+			s.Timeout = 1500 * time.Millisecond
+			s.MaxInFlight = tc.maxInFlight
+			b.run(t, deliver.Config{}, s)
+			want := make([]string, tc.n)
+			for i := range tc.n {
+				b.publish(t, int64(i+1), "order-1", "OrderPlaced", `{}`)
+				want[i] = strconv.Itoa(i + 1)
+			}
+			require.Eventually(t, func() bool {
+				info := b.info(t, "orders")
+				return info.AckFloor.Stream == uint64(tc.n) && info.NumAckPending == 0
+			}, 30*time.Second, 20*time.Millisecond)
+			var keys []string
+			for _, r := range rc.requests() {
+				keys = append(keys, r.header.Get(webhook.HeaderIdempotencyKey))
+			}
+			require.Equal(t, want, keys, "each event once, in stream order")
+			require.Zero(t, b.info(t, "orders").NumRedelivered)
+		})
 	}
-	require.Eventually(t, func() bool {
-		info := b.info(t, "orders")
-		return info.AckFloor.Stream == n && info.NumAckPending == 0
-	}, 30*time.Second, 20*time.Millisecond)
-	var keys []string
-	for _, r := range rc.requests() {
-		keys = append(keys, r.header.Get(webhook.HeaderIdempotencyKey))
-	}
-	require.Equal(t, []string{"1", "2", "3", "4", "5", "6"}, keys, "each event once, in stream order")
-	require.Zero(t, b.info(t, "orders").NumRedelivered)
-}
-
-// A stream with more events than MaxInFlight and a slow endpoint: the
-// events beyond the first wave wait in their stream's lane (kept alive),
-// not in the client buffer, so none expires and none is sent twice.
-func TestHotStreamBeyondMaxInFlightIsNotRedelivered(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-		time.Sleep(700 * time.Millisecond)
-		w.WriteHeader(http.StatusOK)
-	})
-	s := sub("orders", rc.URL)
-	s.AckWait = 2 * time.Second
-	s.Timeout = 1500 * time.Millisecond
-	s.MaxInFlight = 2
-	b.run(t, deliver.Config{}, s)
-	const n = 8 // about 5.6 s in a row, the later ones pulled long before their turn
-	want := make([]string, n)
-	for i := range n {
-		b.publish(t, int64(i+1), "order-1", "OrderPlaced", `{}`)
-		want[i] = strconv.Itoa(i + 1)
-	}
-	require.Eventually(t, func() bool {
-		info := b.info(t, "orders")
-		return info.AckFloor.Stream == n && info.NumAckPending == 0
-	}, 30*time.Second, 20*time.Millisecond)
-	var keys []string
-	for _, r := range rc.requests() {
-		keys = append(keys, r.header.Get(webhook.HeaderIdempotencyKey))
-	}
-	require.Equal(t, want, keys, "each event once, in stream order")
-	require.Zero(t, b.info(t, "orders").NumRedelivered)
 }
