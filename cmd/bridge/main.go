@@ -6,15 +6,7 @@
 // Subcommands: run, migrate, append, streams, unblock, reset. See --help.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/alecthomas/kong"
-)
+import "github.com/jsbridge/jsbridge/internal/ops"
 
 // cli is the whole command line; kong builds --help from the tags.
 type cli struct {
@@ -39,17 +31,5 @@ type Globals struct {
 
 func main() {
 	var c cli
-	kctx := kong.Parse(&c,
-		kong.Name("bridge"),
-		kong.Description("jsbridge bridge: forwards events from a Postgres event store to NATS JetStream.\n\nEvery flag also reads the environment variable shown beside it."),
-		kong.UsageOnError(),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-	)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	kctx.BindTo(ctx, (*context.Context)(nil))
-	if err := kctx.Run(&c.Globals); err != nil {
-		fmt.Fprintf(os.Stderr, "bridge: %v\n", err)
-		os.Exit(1)
-	}
+	ops.RunCLI("bridge", "jsbridge bridge: forwards events from a Postgres event store to NATS JetStream.", &c, &c.Globals)
 }

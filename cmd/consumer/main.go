@@ -6,14 +6,10 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"os"
-	"os/signal"
 	"runtime/debug"
-	"syscall"
 
-	"github.com/alecthomas/kong"
+	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
 type cli struct {
@@ -42,17 +38,5 @@ func main() {
 		debug.SetGCPercent(defaultGCPercent)
 	}
 	var c cli
-	kctx := kong.Parse(&c,
-		kong.Name("consumer"),
-		kong.Description("jsbridge consumer: delivers events from NATS JetStream to signed HTTP webhooks.\n\nEvery flag also reads the environment variable shown beside it."),
-		kong.UsageOnError(),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-	)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	kctx.BindTo(ctx, (*context.Context)(nil))
-	if err := kctx.Run(&c.Globals); err != nil {
-		fmt.Fprintf(os.Stderr, "consumer: %v\n", err)
-		os.Exit(1)
-	}
+	ops.RunCLI("consumer", "jsbridge consumer: delivers events from NATS JetStream to signed HTTP webhooks.", &c, &c.Globals)
 }

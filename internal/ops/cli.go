@@ -1,0 +1,33 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+// RunCLI is a binary's main: it parses the command line into cli (a
+// pointer to a kong grammar, --help built from its tags), runs the chosen
+// subcommand with globals (a pointer into cli) and a context.Context bound
+// for its Run method, the context ending on SIGINT or SIGTERM, and exits
+// with status 1 after printing "<name>: <error>" to stderr when it fails.
+func RunCLI(name, description string, cli, globals any) {
+	kctx := kong.Parse(cli,
+		kong.Name(name),
+		kong.Description(description+"\n\nEvery flag also reads the environment variable shown beside it."),
+		kong.UsageOnError(),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	if err := kctx.Run(globals); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		stop()
+		os.Exit(1)
+	}
+}
