@@ -118,15 +118,12 @@ func (e *env) bareLoopProcess(ctx context.Context, s *sink, n, inFlight int) (fl
 	})
 	elapsed := time.Since(start)
 	printCPU("bare loop process", n, p.Pid(), selfCPU)
-	rss, rssErr := p.PeakRSS()
-	if stopErr := p.Stop(20 * time.Second); err == nil && stopErr != nil {
-		err = fmt.Errorf("bare loop process exit: %w", stopErr)
+	rss, stopErr := p.StopPeakRSS(20 * time.Second)
+	if err == nil {
+		err = stopErr
 	}
 	if err != nil {
 		return 0, 0, err
-	}
-	if rssErr != nil {
-		return 0, 0, rssErr
 	}
 	return float64(n) / elapsed.Seconds(), rss, nil
 }
@@ -314,12 +311,9 @@ func (e *env) consumerRow(ctx context.Context) (row, int64, error) {
 	}
 	ours := float64(n) / time.Since(start).Seconds()
 	printCPU("consumer process", n, p.Pid(), selfCPU)
-	rss, rssErr := p.PeakRSS()
-	if err := p.Stop(20 * time.Second); err != nil {
-		return row{}, 0, fmt.Errorf("consumer exit: %w", err)
-	}
-	if rssErr != nil {
-		return row{}, 0, rssErr
+	rss, err := p.StopPeakRSS(20 * time.Second)
+	if err != nil {
+		return row{}, 0, err
 	}
 	fmt.Printf("bench: consumer: %.0f deliveries/s, peak RSS %.0f MB\n", ours, float64(rss)/(1<<20))
 	ratio := ours / ref

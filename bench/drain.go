@@ -187,12 +187,9 @@ func (e *env) drainRow(ctx context.Context) (row, int64, error) {
 		return row{}, 0, err
 	}
 	ours := float64(n) / time.Since(start).Seconds()
-	rss, rssErr := bridge.PeakRSS()
-	if err := bridge.Stop(20 * time.Second); err != nil {
-		return row{}, 0, fmt.Errorf("bridge exit: %w", err)
-	}
-	if rssErr != nil {
-		return row{}, 0, rssErr
+	rss, err := bridge.StopPeakRSS(20 * time.Second)
+	if err != nil {
+		return row{}, 0, err
 	}
 	if err := e.expectMessages(ctx, n); err != nil {
 		return row{}, 0, err

@@ -62,6 +62,17 @@ func (p *Process) PeakRSS() (int64, error) {
 	return 0, fmt.Errorf("%s: no VmHWM in /proc/%d/status", p.Name, p.Pid())
 }
 
+// StopPeakRSS reads the process's peak RSS (PeakRSS) and then stops it
+// (Stop): the figure of a process measured at full speed. The error is
+// Stop's (wrapped with the process's name), else PeakRSS's.
+func (p *Process) StopPeakRSS(grace time.Duration) (int64, error) {
+	rss, rssErr := p.PeakRSS()
+	if err := p.Stop(grace); err != nil {
+		return 0, fmt.Errorf("%s exit: %w", p.Name, err)
+	}
+	return rss, rssErr
+}
+
 // Stop sends SIGTERM and waits up to grace, then SIGKILL. It returns the
 // process's exit error (nil for a clean exit after SIGTERM).
 func (p *Process) Stop(grace time.Duration) error {
