@@ -283,17 +283,3 @@ func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event
 	}
 	return batchResult{Done: done, Sequence: seq, Err: f.publishErr(e, stream, lastSeq, done == 0, apiErr)}
 }
-
-// publishErr classifies the refusal err of e: too large (non-retryable), a
-// conflict with the expected last sequence (only the first message of a
-// batch carries it; expected tells whether e did), or a failure of the bus.
-func (f *Forwarder) publishErr(e event.Event, stream string, lastSeq uint64, expected bool, err error) error {
-	var apiErr *jetstream.APIError
-	switch {
-	case tooLarge(err):
-		return drain.NonRetryable(fmt.Errorf("%w: event %d of stream %q (%d bytes of data): %w", ErrTooLarge, e.ID, e.Stream, len(e.Data), err))
-	case expected && errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
-		return fmt.Errorf("%w: event %d of stream %q: expected the stream's last message at sequence %d: %w", ErrConflict, e.ID, e.Stream, lastSeq, err)
-	}
-	return classify(fmt.Errorf("publish event %d of stream %q to %s: %w", e.ID, stream, Subject(f.cfg.Prefix, stream, e.Name), err))
-}

@@ -606,14 +606,7 @@ func (f *Forwarder) publishOnce(ctx context.Context, e event.Event, stream strin
 	}
 	ack, err := f.publishAndWait(ctx, msg, opts)
 	if err != nil {
-		var apiErr *jetstream.APIError
-		switch {
-		case tooLarge(err):
-			return f.failed(e, drain.NonRetryable(fmt.Errorf("%w: event %d of stream %q (%d bytes of data): %w", ErrTooLarge, e.ID, e.Stream, len(e.Data), err)))
-		case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
-			return f.failed(e, fmt.Errorf("%w: event %d of stream %q: expected the stream's last message at sequence %d: %w", ErrConflict, e.ID, e.Stream, lastSeq, err))
-		}
-		return f.failed(e, classify(fmt.Errorf("publish event %d of stream %q to %s: %w", e.ID, e.Stream, msg.Subject, err)))
+		return f.failed(e, f.publishErr(e, stream, lastSeq, true, err))
 	}
 	if ack.Duplicate {
 		f.log.Debug("duplicate dropped by JetStream", "stream", e.Stream, "event_id", e.ID, "sequence", ack.Sequence)
@@ -621,6 +614,20 @@ func (f *Forwarder) publishOnce(ctx context.Context, e event.Event, stream strin
 	}
 	f.log.Debug("event stored", "stream", e.Stream, "event_id", e.ID, "sequence", ack.Sequence)
 	return Outcome{Status: Stored, Sequence: ack.Sequence}
+}
+
+// publishErr classifies the refusal err of e: too large (non-retryable), a
+// conflict with the expected last sequence (only the first message of a
+// batch carries it; expected tells whether e did), or a failure of the bus.
+func (f *Forwarder) publishErr(e event.Event, stream string, lastSeq uint64, expected bool, err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case tooLarge(err):
+		return drain.NonRetryable(fmt.Errorf("%w: event %d of stream %q (%d bytes of data): %w", ErrTooLarge, e.ID, e.Stream, len(e.Data), err))
+	case expected && errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+		return fmt.Errorf("%w: event %d of stream %q: expected the stream's last message at sequence %d: %w", ErrConflict, e.ID, e.Stream, lastSeq, err)
+	}
+	return classify(fmt.Errorf("publish event %d of stream %q to %s: %w", e.ID, stream, Subject(f.cfg.Prefix, stream, e.Name), err))
 }
 
 // publishAndWait publishes msg asynchronously and waits for its PubAck, at
