@@ -21,29 +21,13 @@ import (
 	"github.com/jsbridge/jsbridge/internal/pgtest"
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// binaries builds cmd/bridge and cmd/consumer once per test run and returns
-// the directory holding them: these tests run them as real processes.
+// binaries returns the directory holding cmd/bridge and cmd/consumer, built
+// once by TestMain before any test starts: these tests run them as real
+// processes, and no test's timeout may include the build (on a fresh machine
+// with an empty build cache it takes minutes).
 func binaries(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "jsbridge-bin-")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "../cmd/bridge", "../cmd/consumer")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out.String())
-		}
-	})
-	require.NoError(t, buildErr)
+	require.NoError(t, buildErr, "building the binaries in TestMain failed")
 	return binDir
 }
 
@@ -58,10 +42,19 @@ func freePort(t *testing.T) int {
 // cli runs one short command to completion and returns its combined output.
 func cli(t *testing.T, env []string, bin string, args ...string) (string, error) {
 	t.Helper()
+	return cliStdin(t, env, nil, bin, args...)
+}
+
+// cliStdin is cli with stdin read from in (nil: none).
+func cliStdin(t *testing.T, env []string, in []byte, bin string, args ...string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(binaries(t), bin), args...)
 	cmd.Env = append(os.Environ(), env...)
+	if in != nil {
+		cmd.Stdin = bytes.NewReader(in)
+	}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -211,4 +204,43 @@ func TestCLIRejectsBadInputNamingIt(t *testing.T) {
 	out, err = cli(t, nil, "consumer", "run", "--nats-url", "nats://127.0.0.1:1")
 	require.Error(t, err)
 	require.Contains(t, out, "--url")
+}
+
+// Event data too large for a command line (2 MB) goes in through stdin or
+// --data-file, and is stored byte for byte.
+func TestCLIAppendReadsDataFromStdinAndFile(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t, pool)
+	env := []string{"DATABASE_URL=" + pgtest.URL(t), "JSBRIDGE_SCHEMA=" + schema}
+	out, err := cli(t, env, "bridge", "migrate")
+	require.NoError(t, err, out)
+
+	big := []byte(`{"blob":"` + strings.Repeat("x", 2<<20) + `"}`)
+	out, err = cliStdin(t, env, big, "bridge", "append", "doc-1", "DocumentUploaded", "-")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "to doc-1 at version 0")
+
+	file := filepath.Join(t.TempDir(), "data.json")
+	require.NoError(t, os.WriteFile(file, big, 0o600))
+	out, err = cli(t, env, "bridge", "append", "--data-file", file, "doc-1", "DocumentUploaded")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "to doc-1 at version 1")
+
+	var n int
+	var stored []byte
+	require.NoError(t, pool.QueryRow(context.Background(),
+		"SELECT count(*), min(data::text) FROM "+schema+".events WHERE stream = 'doc-1' AND length(data::text) > 2000000").Scan(&n, &stored))
+	require.Equal(t, 2, n, "both 2 MB events stored")
+	var want, got any
+	require.NoError(t, json.Unmarshal(big, &want))
+	require.NoError(t, json.Unmarshal(stored, &got))
+	require.Equal(t, want, got)
+
+	out, err = cli(t, env, "bridge", "append", "doc-1", "DocumentUploaded")
+	require.Error(t, err, out)
+	require.Contains(t, out, "--data-file")
+	out, err = cli(t, env, "bridge", "append", "--data-file", file, "doc-1", "DocumentUploaded", "{}")
+	require.Error(t, err, out)
+	require.Contains(t, out, "not both")
 }

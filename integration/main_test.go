@@ -1,0 +1,39 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+)
+
+var (
+	binDir   string
+	buildErr error
+)
+
+// TestMain builds the binaries the tests run as processes before any test
+// starts, so the build never eats into a test's own timeout.
+func TestMain(m *testing.M) {
+	binDir, buildErr = buildBinaries()
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+func buildBinaries() (string, error) {
+	dir, err := os.MkdirTemp("", "jsbridge-bin-")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", "build", "-o", dir+"/", "../cmd/bridge", "../cmd/consumer")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return dir, fmt.Errorf("go build: %v\n%s", err, out.String())
+	}
+	return dir, nil
+}
