@@ -3,6 +3,9 @@
 GO      ?= go
 N       ?= 20000
 RATE    ?= 30
+# NATS_PORT: the embedded NATS server's port in `make run` (default 4222, so
+# the nats CLI finds it); set it when 4222 is taken.
+NATS_PORT ?=
 BIN     := bin
 
 .PHONY: all build run demo test bench bench-go vet pg-start pg-stop nats-cli clean
@@ -14,7 +17,7 @@ build:
 
 ## run: Postgres + bridge (embedded JetStream) + consumer + example receiver + producer, until Ctrl-C
 run: build
-	@$(BIN)/demo -mode run -rate $(RATE) -bin $(BIN)
+	@$(BIN)/demo -mode run -rate $(RATE) -bin $(BIN) $(if $(NATS_PORT),-nats-port $(NATS_PORT))
 
 ## demo: the same for N events, then verify every one arrived once and in order
 demo: build
@@ -41,9 +44,11 @@ pg-start:
 pg-stop:
 	@scripts/pg stop
 
-## nats-cli: build the nats CLI into bin/ (go install of it does not work from the module proxy here)
+## nats-cli: build the nats CLI into bin/ from the module proxy (NATSCLI_VERSION; the proxy serves a named version, not @latest)
+NATSCLI_VERSION ?= v0.3.0
 nats-cli:
-	@../shared/tools/build-nats-cli $(BIN) 2>/dev/null || NATSCLI_VERSION=v0.3.0 sh -c 'dir=$$($(GO) mod download -json github.com/nats-io/natscli@$$NATSCLI_VERSION | sed -n "s/.*\"Dir\": \"\(.*\)\".*/\1/p") && cd $$dir && GOFLAGS=-mod=mod $(GO) build -o $(CURDIR)/$(BIN)/nats ./nats' && echo $(BIN)/nats
+	@mkdir -p $(BIN) && dir=$$($(GO) mod download -json github.com/nats-io/natscli@$(NATSCLI_VERSION) | sed -n 's/.*"Dir": "\(.*\)".*/\1/p') && \
+	  cd $$dir && GOFLAGS=-mod=mod $(GO) build -o $(CURDIR)/$(BIN)/nats ./nats && echo $(BIN)/nats
 
 clean:
 	rm -rf $(BIN) .data

@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/proc"
 	"github.com/jsbridge/jsbridge/store"
@@ -20,8 +24,8 @@ func statusLine(ctx context.Context, st *store.Store, rc *receiver) string {
 }
 
 // runSteady is `make run`: a steady producer and a status line a second
-// until Ctrl-C.
-func runSteady(ctx context.Context, cfg config, st *store.Store, rc *receiver, procs *proc.Group) (int, error) {
+// until Ctrl-C, then a final tally.
+func runSteady(ctx context.Context, cfg config, st *store.Store, rc *receiver, procs *proc.Group, natsURL string) (int, error) {
 	var appended atomic.Int64
 	errc := make(chan error, 1)
 	go func() { errc <- produceSteady(ctx, st, cfg.Rate, &appended) }()
@@ -30,7 +34,7 @@ func runSteady(ctx context.Context, cfg config, st *store.Store, rc *receiver, p
 	for {
 		select {
 		case <-ctx.Done():
-			fmt.Println("demo: stopping")
+			fmt.Println("demo: stopping; " + tally(st, rc, natsURL))
 			return 0, nil
 		case err := <-errc:
 			if err != nil {
@@ -43,6 +47,31 @@ func runSteady(ctx context.Context, cfg config, st *store.Store, rc *receiver, p
 			fmt.Println("demo: " + statusLine(ctx, st, rc))
 		}
 	}
+}
+
+// tally is the final count at Ctrl-C: events appended to Postgres, messages
+// stored in the JetStream stream EVENTS, webhooks delivered to the receiver.
+// It runs after the run's context ended, so it has a short one of its own.
+func tally(st *store.Store, rc *receiver, natsURL string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	appended := "?"
+	if a, _, err := st.Totals(ctx); err == nil {
+		appended = strconv.FormatInt(a, 10)
+	}
+	stored := "?"
+	if nc, err := nats.Connect(natsURL, nats.Timeout(time.Second)); err == nil {
+		defer nc.Close()
+		if js, err := jetstream.New(nc); err == nil {
+			if s, err := js.Stream(ctx, "EVENTS"); err == nil {
+				if info, err := s.Info(ctx); err == nil {
+					stored = strconv.FormatUint(info.State.Msgs, 10)
+				}
+			}
+		}
+	}
+	s := rc.snapshot(false)
+	return fmt.Sprintf("final tally: appended %s, stored in JetStream %s, delivered %d (duplicates dropped %d)", appended, stored, s.Delivered, s.Duplicates)
 }
 
 // runCheck is `make demo`: append N events, wait until all reached the

@@ -96,6 +96,9 @@ func run(ctx context.Context, cfg config) (int, error) {
 			return 1, err
 		}
 	}
+	if err := portFree(natsPort); err != nil {
+		return 1, err
+	}
 	bridgeOps, err := proc.FreePort()
 	if err != nil {
 		return 1, err
@@ -134,7 +137,7 @@ func run(ctx context.Context, cfg config) (int, error) {
 
 	if cfg.Mode == "run" {
 		fmt.Printf("demo: appending %.0f events/s to order-<n> streams; look inside with: nats --server %s stream info EVENTS; Ctrl-C stops everything\n", cfg.Rate, natsURL)
-		return runSteady(ctx, cfg, st, rcv, procs)
+		return runSteady(ctx, cfg, st, rcv, procs, natsURL)
 	}
 	return runCheck(ctx, cfg, st, rcv, procs)
 }
@@ -145,4 +148,15 @@ func newSecret() (string, error) {
 		return "", err
 	}
 	return "whsec_" + base64.StdEncoding.EncodeToString(b), nil
+}
+
+// portFree fails, saying how to choose another, when the embedded NATS
+// server's port is taken (another make run, or a NATS server of its own):
+// better said here than as the bridge's exit a moment later.
+func portFree(port int) error {
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return fmt.Errorf("NATS port %d: address in use (another make run, or a NATS server?): choose another with make run NATS_PORT=%d (demo -nats-port)", port, port+1)
+	}
+	return ln.Close()
 }
