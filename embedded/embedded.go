@@ -6,6 +6,8 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -15,6 +17,10 @@ import (
 // ErrNotReady is returned by Start when the server does not accept
 // connections within Config.StartTimeout.
 var ErrNotReady = errors.New("embedded nats-server not ready")
+
+// ErrPortInUse is returned by Start when Config.Port is taken by another
+// program (address in use); the message names the host and port.
+var ErrPortInUse = errors.New("embedded nats-server: address in use")
 
 // RandomPort asks Start for a free port chosen by the OS.
 const RandomPort = -1
@@ -58,6 +64,15 @@ func Start(cfg Config) (*Server, error) {
 	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 10 * time.Second
+	}
+	if cfg.Port > 0 {
+		// nats-server only logs a taken port and never becomes ready: say
+		// it plainly, at once.
+		ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s:%d: %w (choose another port)", ErrPortInUse, cfg.Host, cfg.Port, err)
+		}
+		_ = ln.Close()
 	}
 	opts := &server.Options{
 		ServerName: "jsbridge-embedded",

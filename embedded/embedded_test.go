@@ -2,6 +2,8 @@ package embedded_test
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -49,4 +51,16 @@ func TestStartRequiresDir(t *testing.T) {
 	t.Parallel()
 	_, err := embedded.Start(embedded.Config{Port: embedded.RandomPort})
 	require.ErrorContains(t, err, "Dir is required")
+}
+
+// A taken port fails Start at once with ErrPortInUse naming the port,
+// instead of waiting StartTimeout for a server that never becomes ready.
+func TestStartOnTakenPortSaysAddressInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	_, err = embedded.Start(embedded.Config{Dir: t.TempDir(), Port: port, StartTimeout: time.Minute})
+	require.ErrorIs(t, err, embedded.ErrPortInUse)
+	require.Contains(t, err.Error(), strconv.Itoa(port))
 }

@@ -121,7 +121,7 @@ func (s *Server) Start(addr string) (string, error) {
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("--ops-addr %q: %w", addr, err)
+		return "", fmt.Errorf("--ops-addr %q: %w (choose another address with --ops-addr, or an empty one to turn the ops port off)", addr, err)
 	}
 	s.ln = ln
 	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
