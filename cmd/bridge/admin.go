@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -49,20 +50,25 @@ func (m *migrateCmd) Run(ctx context.Context, g *Globals) error {
 type appendCmd struct {
 	Stream          string `arg:"" help:"Stream name, e.g. order-42 (category: the part before the first '-')."`
 	Name            string `arg:"" help:"Event name (type), e.g. OrderPlaced."`
-	Data            string `arg:"" help:"Event data as JSON, e.g. '{\"total\": 42}'."`
+	Data            string `arg:"" optional:"" help:"Event data as JSON, e.g. '{\"total\": 42}'; - reads it from stdin. Omit it with --data-file."`
+	DataFile        string `name:"data-file" type:"path" help:"Read the event data from this file (- for stdin) instead of the JSON argument: for data too large for a command line."`
 	ExpectedVersion int64  `name:"expected-version" default:"-2" help:"Optimistic concurrency: the stream's current last version; -1 means the stream must be empty, -2 (default) skips the check."`
 	Correlation     string `name:"correlation" help:"Correlation id stored in the event's meta."`
 	Causation       string `name:"causation" help:"Causation id stored in the event's meta."`
 }
 
 func (a *appendCmd) Run(ctx context.Context, g *Globals) error {
+	data, err := a.data()
+	if err != nil {
+		return err
+	}
 	pool, st, err := openStore(ctx, g)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	evs, err := st.Append(ctx, a.Stream, a.ExpectedVersion, store.NewEvent{
-		Name: a.Name, Data: []byte(a.Data), Meta: event.Meta{Correlation: a.Correlation, Causation: a.Causation},
+		Name: a.Name, Data: data, Meta: event.Meta{Correlation: a.Correlation, Causation: a.Causation},
 	})
 	if err != nil {
 		return err
@@ -71,6 +77,38 @@ func (a *appendCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Printf("appended event %d to %s at version %d\n", e.ID, e.Stream, e.Version)
 	}
 	return nil
+}
+
+// data returns the event data: the JSON argument, stdin ("-") or
+// --data-file, exactly one of them.
+func (a *appendCmd) data() ([]byte, error) {
+	switch {
+	case a.DataFile != "" && a.Data != "":
+		return nil, fmt.Errorf("give the event data once: the JSON argument %q or --data-file %q, not both", abbreviate(a.Data), a.DataFile)
+	case a.DataFile == "" && a.Data == "":
+		return nil, errors.New("no event data: give it as the JSON argument, - to read stdin, or --data-file FILE")
+	case a.Data == "-" || a.DataFile == "-":
+		b, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read event data from stdin: %w", err)
+		}
+		return b, nil
+	case a.DataFile != "":
+		b, err := os.ReadFile(a.DataFile)
+		if err != nil {
+			return nil, fmt.Errorf("--data-file: %w", err)
+		}
+		return b, nil
+	}
+	return []byte(a.Data), nil
+}
+
+// abbreviate shortens s for an error message.
+func abbreviate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
 }
 
 type streamsCmd struct {
