@@ -183,7 +183,7 @@ func (s Subscription) Validate() error {
 		return bad("URL", "%q is not an absolute http or https URL", breaker.Endpoint(s.URL))
 	}
 	if u.Scheme == "http" && !s.AllowHTTP && !s.AllowPrivate {
-		return bad("URL", "%q is plain http: use https, or set AllowHTTP (allow_http) or AllowPrivate (allow_private)", breaker.Endpoint(s.URL))
+		return bad("URL", "%q is plain http: use https, or allow it with --allow-http (allow_http: true in the subscriptions file) for a public address or --allow-private (allow_private: true) for a private one", breaker.Endpoint(s.URL))
 	}
 	if !s.AllowPrivate {
 		if err := checkLiteralHost(u.Hostname()); err != nil {

@@ -25,7 +25,8 @@ func TestConsumerRefusesMetadataEndpointAtStart(t *testing.T) {
 		"--nats-url", "nats://127.0.0.1:1", "--url", "http://169.254.169.254/latest/meta-data/", "--allow-http")
 	require.Error(t, err, out)
 	require.Contains(t, out, "169.254.169.254")
-	require.Contains(t, out, "allow_private")
+	require.Contains(t, out, "allow_private", "the refusal names the YAML key that allows it")
+	require.Contains(t, out, "--allow-private", "and the flag")
 	require.NotContains(t, out, secret)
 	require.NotContains(t, out, strings.TrimPrefix(secret, "whsec_"))
 
