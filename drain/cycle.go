@@ -12,7 +12,8 @@ import (
 // Cycle runs one pass: claim up to ClaimLimit streams (one while the bus is
 // unavailable, see Run), fetch up to FetchLimit events of each past its
 // watermark, hand them to the Handler in one call (Batch.Reconcile set for a
-// takeover, a retry or an attempt after an outage) and settle every stream by its Result:
+// takeover, a retry or an attempt after an outage) and settle every stream
+// by its Result:
 //
 //   - Err nil: ack to the last event.
 //   - a NonRetryableError: block at once, keeping the progress before the
@@ -31,10 +32,10 @@ import (
 // The handler's context ends ShutdownGrace after ctx does, so a batch in
 // flight at shutdown can finish, and in any case shortly before the leases
 // expire (HandlerTimeout(Lease) after the claim). Settling uses a fresh
-// context, so a batch in flight is settled even after ctx is done. A settle fenced off by
-// an expired lease (ErrLeaseLost) is logged and counted, not returned: the
-// stream is claimed again and JetStream's duplicate window absorbs the
-// re-publish. Store errors are returned (joined) with the stats so far. Cycle
+// context, so a batch in flight is settled even after ctx is done. A settle
+// fenced off by an expired lease (ErrLeaseLost) is logged and counted, not
+// returned: the stream is claimed again and JetStream's duplicate window
+// absorbs the re-publish. Store errors are returned (joined) with the stats so far. Cycle
 // must not run concurrently with itself or Run on the same Drain.
 func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
 	limit := d.cfg.ClaimLimit

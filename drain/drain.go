@@ -241,9 +241,9 @@ func defaultOwner() string {
 // handler's; a cycle claimed ahead is given back untried (no retry counted)
 // when the run pauses or stops instead of going on, or when the cycle
 // handled meanwhile took so long that less than half of the claimed-ahead
-// cycle's HandlerTimeout is left (a fresh claim replaces it). After a cycle that did
-// work it starts the next one at once; after an idle cycle it waits for a
-// notification or PollInterval. Store errors (the database is down) are
+// cycle's HandlerTimeout is left (a fresh claim replaces it). After a cycle
+// that did work it starts the next one at once; after an idle cycle it
+// waits for a notification or PollInterval. Store errors (the database is down) are
 // logged and followed by a pause growing from PollInterval to 30s; Run keeps
 // going. A cycle that acked no stream and had streams fail because the bus
 // was unavailable (UnavailableError) starts an outage: Run pauses, growing
