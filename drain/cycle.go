@@ -12,13 +12,18 @@ import (
 // Cycle runs one pass: claim up to ClaimLimit streams (one while the bus is
 // unavailable, see Run), fetch up to FetchLimit events of each past its
 // watermark, hand them to the Handler in one call (Batch.Reconcile set for a
-// takeover or a retry) and settle every stream by its Result:
+// takeover, a retry or an attempt after an outage) and settle every stream
+// by its Result:
 //
 //   - Err nil: ack to the last event.
 //   - a NonRetryableError: block at once, keeping the progress before the
 //     failed event; the stream's error names the event id and the reason.
-//   - an UnavailableError (the bus failed, not the stream): keep the
-//     progress and retry after OutageBackoff(retry); never block.
+//   - an UnavailableError (the bus failed or did not answer in time, not
+//     the stream): keep the progress and Postpone: the next attempt comes
+//     after OutageBackoff(n), n the number of cycles in a row before this
+//     one that met the outage, and the stream's retry count stays as it
+//     was, so an outage never blocks a stream and never brings it closer
+//     to MaxRetries; the next claim of the stream reconciles.
 //   - any other error: keep the progress (Events[Done-1]) and retry after
 //     Backoff(retry), or block when retry+1 would exceed MaxRetries.
 //   - when ctx is done (shutdown) and the handler failed: ack what it
@@ -26,11 +31,11 @@ import (
 //
 // The handler's context ends ShutdownGrace after ctx does, so a batch in
 // flight at shutdown can finish, and in any case shortly before the leases
-// expire (at 80% of Lease). Settling uses a fresh context, so a
-// batch in flight is settled even after ctx is done. A settle fenced off by
-// an expired lease (ErrLeaseLost) is logged and counted, not returned: the
-// stream is claimed again and JetStream's duplicate window absorbs the
-// re-publish. Store errors are returned (joined) with the stats so far. Cycle
+// expire (HandlerTimeout(Lease) after the claim). Settling uses a fresh
+// context, so a batch in flight is settled even after ctx is done. A settle
+// fenced off by an expired lease (ErrLeaseLost) is logged and counted, not
+// returned: the stream is claimed again and JetStream's duplicate window
+// absorbs the re-publish. Store errors are returned (joined) with the stats so far. Cycle
 // must not run concurrently with itself or Run on the same Drain.
 func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
 	limit := d.cfg.ClaimLimit
@@ -52,6 +57,19 @@ type cycle struct {
 	batches     []Batch
 	batchClaims []Claim // batchClaims[i] is the claim of batches[i]
 	empty       []Claim // claims without events past the watermark
+}
+
+// deadline is when c's handler must be done: HandlerTimeout after the
+// claim, before the leases run out.
+func (c *cycle) deadline(lease time.Duration) time.Time {
+	return c.start.Add(HandlerTimeout(lease))
+}
+
+// stale reports whether c, claimed ahead, has less than half of its
+// handler's time left: handing it over would have its publishes cut by the
+// deadline for no fault of the bus's, so it is given back instead.
+func (c *cycle) stale(lease time.Duration, now time.Time) bool {
+	return c.deadline(lease).Sub(now) < HandlerTimeout(lease)/2
 }
 
 func (c *cycle) stats() Stats {
@@ -153,7 +171,7 @@ func (d *Drain) finish(ctx context.Context, c *cycle) (Stats, error) {
 	if len(batches) > 0 {
 		// On shutdown the batch in flight goes on for ShutdownGrace, so what
 		// it publishes gets acked; it never outlives the leases.
-		hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.start.Add(d.cfg.Lease-d.cfg.Lease/5))
+		hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.deadline(d.cfg.Lease))
 		stopGrace := context.AfterFunc(ctx, func() {
 			t := time.NewTimer(d.cfg.ShutdownGrace)
 			defer t.Stop()
@@ -196,11 +214,18 @@ func (d *Drain) finish(ctx context.Context, c *cycle) (Stats, error) {
 	return st, errors.Join(errs...)
 }
 
-// noteOutage enters the outage state when a cycle handed batches to the
-// handler and every stream that got through nothing failed because the bus
-// was unavailable, and leaves it when the handler answered without such a
-// failure.
+// noteOutage counts the cycles in a row in which a stream failed because
+// the bus was unavailable (OutageBackoff's argument), and enters the
+// outage state when a cycle handed batches to the handler and every stream
+// that got through nothing failed that way; both end with a cycle whose
+// handler answered without such a failure.
 func (d *Drain) noteOutage(batches int, st Stats) {
+	switch {
+	case st.Unavailable > 0:
+		d.outages++
+	case batches > 0:
+		d.outages = 0
+	}
 	if batches == 0 {
 		return
 	}
@@ -287,14 +312,16 @@ func (d *Drain) settle(runCtx, sctx context.Context, c Claim, b Batch, r Result,
 			log.Debug("stream released", "reason", r.Err.Error())
 		}
 	case IsUnavailable(r.Err):
-		// Not the stream's fault: no block, however long the outage.
-		delay := d.cfg.OutageBackoff(c.Retry)
+		// Not the stream's fault: no retry counted, no block, however long
+		// the outage. The delay grows with the drain's own count of
+		// outage cycles in a row instead.
+		delay := d.cfg.OutageBackoff(d.outages)
 		reason := failureReason(failed, r.Err)
-		if err = d.store.Retry(sctx, d.cfg.Owner, c.Stream, version, id, delay, reason); err == nil {
+		if err = d.store.Postpone(sctx, d.cfg.Owner, c.Stream, version, id, delay, reason); err == nil {
 			how = SettledRetried
 			st.Retried++
 			st.Unavailable++
-			log.Warn("stream retried", "event_id", failedID(failed), "attempt", c.Retry+1, "delay", delay, "error", reason, "unavailable", true)
+			log.Warn("stream retried", "event_id", failedID(failed), "retry", c.Retry, "outage_cycle", d.outages+1, "delay", delay, "error", reason, "unavailable", true)
 		}
 	case c.Retry+1 > d.cfg.MaxRetries:
 		reason := fmt.Sprintf("%s (after %d attempts)", failureReason(failed, r.Err), c.Retry+1)

@@ -70,11 +70,17 @@ type Config struct {
 	// failed retry times before (0 on its first failure). Default
 	// ExponentialBackoff (1s doubling to 5min, ±20% jitter).
 	Backoff func(retry int) time.Duration
-	// OutageBackoff is Backoff for a failure of the bus (the handler
-	// returned an UnavailableError); such failures never block a stream.
-	// Default OutageBackoff (5s doubling to 30s, ±20% jitter: at most 5
-	// attempts in the first minute of an outage, at most 3 a minute after).
-	OutageBackoff func(retry int) time.Duration
+	// OutageBackoff gives the delay before the next attempt of a stream
+	// whose attempt failed because the bus was unavailable (the handler
+	// returned an UnavailableError), from the number of cycles in a row
+	// before this one in which the drain met the outage (0 at its start).
+	// Such failures count no retry and never block a stream, so the
+	// stream's retry count cannot pace them; the drain's count of outage
+	// cycles only grows while the outage lasts, so each stream's delays
+	// grow at least as fast as if it were counted per stream. Default
+	// OutageBackoff (5s doubling to 30s, ±20% jitter: at most 5 attempts
+	// in the first minute of an outage, at most 3 a minute after).
+	OutageBackoff func(outages int) time.Duration
 	// ShutdownGrace is how long the batch in flight may go on after the
 	// context of Run or Cycle ends (shutdown): what it finishes is acked,
 	// the rest is released without counting a retry. Default 10s; it never
@@ -105,7 +111,8 @@ type Stats struct {
 	// lease had expired; they are claimed again later.
 	LeaseLost int
 	// Unavailable counts the retried streams whose attempt failed because
-	// the bus was unavailable (an UnavailableError); they are in Retried too.
+	// the bus was unavailable (an UnavailableError); they are in Retried
+	// too, but their retry count did not grow (Store.Postpone).
 	Unavailable int
 }
 
@@ -124,6 +131,22 @@ type Drain struct {
 	// claim a single stream (a probe) instead of ClaimLimit. Only Cycle's
 	// goroutine touches it.
 	outage bool
+	// outages counts the cycles in a row, up to the last one, in which a
+	// stream failed because the bus was unavailable; OutageBackoff's
+	// argument. Only Cycle's goroutine touches it.
+	outages int
+}
+
+// HandlerTimeout is how long after its claim a cycle's handler may run:
+// 80% of the lease, so that the cycle settles before its leases run out.
+// The handler's context ends then (its publishes are cut short, and an
+// UnavailableError is expected of them). For lease <= 0 it uses
+// DefaultLease.
+func HandlerTimeout(lease time.Duration) time.Duration {
+	if lease <= 0 {
+		lease = DefaultLease
+	}
+	return lease - lease/5
 }
 
 // New returns a Drain that reads from store and hands batches to h. Zero
@@ -216,9 +239,11 @@ func defaultOwner() string {
 // handled, the next cycle's streams are claimed and fetched (up to
 // ClaimLimit more leases held), so the store's round trips overlap the
 // handler's; a cycle claimed ahead is given back untried (no retry counted)
-// when the run pauses or stops instead of going on. After a cycle that did
-// work it starts the next one at once; after an idle cycle it waits for a
-// notification or PollInterval. Store errors (the database is down) are
+// when the run pauses or stops instead of going on, or when the cycle
+// handled meanwhile took so long that less than half of the claimed-ahead
+// cycle's HandlerTimeout is left (a fresh claim replaces it). After a cycle
+// that did work it starts the next one at once; after an idle cycle it
+// waits for a notification or PollInterval. Store errors (the database is down) are
 // logged and followed by a pause growing from PollInterval to 30s; Run keeps
 // going. A cycle that acked no stream and had streams fail because the bus
 // was unavailable (UnavailableError) starts an outage: Run pauses, growing
@@ -244,6 +269,13 @@ func (d *Drain) Run(ctx context.Context) error {
 			p := <-ahead
 			ahead = nil
 			c, err = p.c, p.err
+			if err == nil && c != nil && c.stale(d.cfg.Lease, time.Now()) {
+				// The cycle handled meanwhile took long: this one's
+				// handler would be cut short. Claim afresh instead.
+				d.log.Debug("cycle claimed ahead is stale; giving it back", "streams", c.st.Claimed)
+				d.giveBack(c.streams())
+				c = nil
+			}
 		}
 		if c == nil && err == nil {
 			// Nothing ran ahead, or it found nothing while the last

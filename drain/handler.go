@@ -13,14 +13,17 @@ import (
 type Batch struct {
 	// Stream is the stream's name.
 	Stream string
-	// Retry counts the failed attempts on this stream since its last ack.
+	// Retry counts the failed attempts on this stream since its last ack;
+	// attempts that failed because the bus was unavailable do not count.
 	Retry int
 	// Reconcile is true when an earlier attempt may have published events
 	// past the watermark without settling them: the claim took over an
 	// expired lease (Claim.PreviousHolder is set: that holder died or hung
-	// after publishing, before acking) or an earlier attempt failed
-	// (Retry > 0: a publish whose outcome is unknown, such as a timeout, may
-	// have been stored). The handler must then find out what the bus already
+	// after publishing, before acking), the last attempt was postponed
+	// because the bus did not answer (PreviousHolder is set too: its
+	// publishes may have been stored after all), or an earlier attempt
+	// failed (Retry > 0: a publish whose outcome is unknown may have been
+	// stored). The handler must then find out what the bus already
 	// holds for the stream and count those events as done instead of
 	// sending them again; the duplicate window alone covers a re-publish only
 	// within its span.
@@ -78,9 +81,11 @@ func NonRetryable(err error) error {
 }
 
 // UnavailableError marks a failure of the bus, not of the stream: the
-// server is unreachable, a publish timed out, the JetStream stream does not
-// answer. The drain retries such a stream on the OutageBackoff schedule and
-// never blocks it for it, however often it fails; and when a cycle forwards
+// server is unreachable, a publish or a lookup timed out or was cut short
+// by the cycle's deadline, the JetStream stream does not answer. The drain
+// retries such a stream on the OutageBackoff schedule without counting a
+// retry (Store.Postpone) and never blocks it for it, however often it
+// fails; and when a cycle forwards
 // nothing because of it, the drain pauses and probes with one stream at a
 // time until the bus answers again (see Run).
 type UnavailableError struct {

@@ -51,16 +51,28 @@ func TestBatchReconcileOnTakeoverAndRetry(t *testing.T) {
 	}, got)
 }
 
-func TestUnavailableNeverBlocksAndUsesOutageBackoff(t *testing.T) {
+func TestUnavailableCountsNoRetryAndNeverBlocks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.appendN(t, "out-1", 2)
-	rec := newRecorder(func(bt drain.Batch) drain.Result {
-		return drain.Result{Err: drain.Unavailable(errors.New("nats: timeout"))}
-	})
 	var mu sync.Mutex
 	var outage, normal []int
-	d := b.drain(t, rec, drain.Config{
+	var reconcile []bool
+	unavailable := func(bt drain.Batch) drain.Result {
+		return drain.Result{Err: drain.Unavailable(errors.New("nats: timeout"))}
+	}
+	rec := newRecorder(unavailable)
+	record := func(h drain.Handler) drain.Handler {
+		return drain.HandlerFunc(func(ctx context.Context, batches []drain.Batch) []drain.Result {
+			mu.Lock()
+			for _, bt := range batches {
+				reconcile = append(reconcile, bt.Reconcile)
+			}
+			mu.Unlock()
+			return h.Handle(ctx, batches)
+		})
+	}
+	d := b.drain(t, record(rec), drain.Config{
 		MaxRetries: 1,
 		Backoff: func(r int) time.Duration {
 			mu.Lock()
@@ -68,34 +80,66 @@ func TestUnavailableNeverBlocksAndUsesOutageBackoff(t *testing.T) {
 			normal = append(normal, r)
 			return 0
 		},
-		OutageBackoff: func(r int) time.Duration {
+		OutageBackoff: func(n int) time.Duration {
 			mu.Lock()
 			defer mu.Unlock()
-			outage = append(outage, r)
+			outage = append(outage, n)
 			return 0
 		},
 	})
-	for range 4 {
+	setVerdict := func(v func(drain.Batch) drain.Result) {
+		rec.mu.Lock()
+		rec.verdict = v
+		rec.mu.Unlock()
+	}
+
+	// Four outage attempts, more than MaxRetries allows failures.
+	for i := range 4 {
 		st, err := d.Cycle(b.ctx)
 		require.NoError(t, err)
 		require.Equal(t, drain.Stats{Claimed: 1, Retried: 1, Unavailable: 1}, st)
+		si := b.info(t, "out-1")
+		require.Zero(t, si.Retry, "attempt %d: an outage counts no retry", i+1)
+		require.False(t, si.Blocked, "attempt %d: an outage blocks no stream", i+1)
+		require.Contains(t, si.Error, "bus unavailable")
 	}
-	si := b.info(t, "out-1")
-	require.False(t, si.Blocked, "4 failures with MaxRetries 1, yet an outage blocks no stream")
-	require.Equal(t, 4, si.Retry, "counted, so the next attempt reconciles")
-	require.Contains(t, si.Error, "bus unavailable")
 	mu.Lock()
-	require.Equal(t, []int{0, 1, 2, 3}, outage)
+	require.Equal(t, []int{0, 1, 2, 3}, outage, "the delay grows with the outage cycles in a row")
 	require.Empty(t, normal)
+	require.Equal(t, []bool{false, true, true, true}, reconcile,
+		"after an outage attempt the next one reconciles: its publishes may have been stored")
 	mu.Unlock()
 
-	// A failure of the stream itself still counts toward MaxRetries.
-	rec.mu.Lock()
-	rec.verdict = func(drain.Batch) drain.Result { return drain.Result{Err: errors.New("stream refused")} }
-	rec.mu.Unlock()
+	// A failure of the stream itself still counts toward MaxRetries, and
+	// ends the run of outage cycles.
+	setVerdict(func(drain.Batch) drain.Result { return drain.Result{Err: errors.New("stream refused")} })
 	st, err := d.Cycle(b.ctx)
 	require.NoError(t, err)
+	require.Equal(t, 1, st.Retried)
+	require.Equal(t, 1, b.info(t, "out-1").Retry)
+
+	// An outage keeps that count as it is, whatever its length; its delay
+	// starts again from the beginning.
+	setVerdict(unavailable)
+	for range 3 {
+		st, err = d.Cycle(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, st.Unavailable)
+		require.Equal(t, 1, b.info(t, "out-1").Retry)
+	}
+	mu.Lock()
+	require.Equal(t, []int{0, 1, 2, 3, 0, 1, 2}, outage)
+	require.Equal(t, []int{0}, normal)
+	mu.Unlock()
+
+	// The second failure of the stream is one more than MaxRetries: blocked.
+	setVerdict(func(drain.Batch) drain.Result { return drain.Result{Err: errors.New("stream refused")} })
+	st, err = d.Cycle(b.ctx)
+	require.NoError(t, err)
 	require.Equal(t, 1, st.Blocked)
+	si := b.info(t, "out-1")
+	require.True(t, si.Blocked)
+	require.Equal(t, 2, si.Retry)
 }
 
 func TestOutageBackoffPacing(t *testing.T) {

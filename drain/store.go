@@ -39,6 +39,14 @@ type Store interface {
 	// count, sets the next attempt to now+delay (database clock), records
 	// reason as the last error and releases the lease.
 	Retry(ctx context.Context, owner, stream string, version, id int64, delay time.Duration, reason string) error
+	// Postpone is Retry for an attempt that failed because the bus was
+	// unavailable (not the stream's fault): it advances the watermark the
+	// same way, sets the next attempt to now+delay and records reason, but
+	// leaves the retry count unchanged, so an outage never brings a stream
+	// closer to MaxRetries. It ends the lease so that the next claim
+	// reports owner as Claim.PreviousHolder (the attempt's publishes may
+	// have been stored without an answer, so that claim must reconcile).
+	Postpone(ctx context.Context, owner, stream string, version, id int64, delay time.Duration, reason string) error
 	// Block advances the watermark like Retry, marks the stream blocked with
 	// reason as its error and releases the lease. A blocked stream is not
 	// claimed again until unblocked.

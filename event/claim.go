@@ -23,8 +23,9 @@ type Claim struct {
 	// LeasedUntil is when the lease expires (database clock).
 	LeasedUntil time.Time
 	// PreviousHolder is the owner whose lease on the stream expired without
-	// an ack, retry, block or release (it died or hung): this claim is a
-	// takeover, and that owner may have published events it never acked.
+	// an ack, retry, block or release (it died or hung), or who postponed
+	// the stream after an attempt the bus did not answer: that owner may
+	// have published events it never acked, so this claim reconciles.
 	// Empty when the stream was free.
 	PreviousHolder string
 }

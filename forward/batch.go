@@ -199,6 +199,11 @@ type batchResult struct {
 // batch: errBatchDisabled when the stream does not allow them, else too
 // many batches were in flight. len(evs) must be at least 2.
 func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event.Event, lastSeq uint64) batchResult {
+	if err := ctx.Err(); err != nil {
+		// Past the cycle's deadline (or shut down): a batch sent now would
+		// go unanswered and its outcome stay unknown.
+		return batchResult{Err: classify(fmt.Errorf("publish events %d..%d of stream %q: not sent: %w", evs[0].ID, evs[len(evs)-1].ID, stream, err))}
+	}
 	b := f.batcher
 	if err := b.subscribe(); err != nil {
 		return batchResult{Err: classify(fmt.Errorf("publish events of stream %q: subscribe to batch answers: %w", stream, err))}
@@ -245,8 +250,10 @@ func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event
 		abandon()
 		return batchResult{Err: fmt.Errorf("publish events %d..%d of stream %q: no PubAck for the batch within %s: %w", evs[0].ID, evs[len(evs)-1].ID, stream, f.cfg.PublishTimeout, drain.Unavailable(context.DeadlineExceeded))}
 	case <-ctx.Done():
+		// The cycle's deadline (or shutdown) came before the PubAck: as
+		// much an outage as the timer's expiry, and as unknown an outcome.
 		abandon()
-		return batchResult{Err: ctx.Err()}
+		return batchResult{Err: classify(fmt.Errorf("publish events %d..%d of stream %q: no PubAck for the batch before the context ended (the cycle's deadline or shutdown): %w", evs[0].ID, evs[len(evs)-1].ID, stream, ctx.Err()))}
 	}
 	b.mu.Lock() // w's fields were written under it
 	defer b.mu.Unlock()

@@ -71,7 +71,10 @@ type Config struct {
 	// MaxInFlight is how many streams are published concurrently; within a
 	// stream publishes are strictly sequential. Default 256.
 	MaxInFlight int
-	// PublishTimeout bounds one publish, from send to PubAck. Default 5 s.
+	// PublishTimeout bounds one publish, from send to PubAck, and one
+	// reconciliation lookup. Default 5 s. Under a drain, keep it within
+	// MaxPublishTimeout of the drain's lease (see FitPublishTimeout): the
+	// handler's context ends before it otherwise.
 	PublishTimeout time.Duration
 	// Logger receives failures (Warn), duplicates and stores (Debug) with the
 	// keys stream and event_id. Default: discard.
@@ -123,10 +126,11 @@ type Outcome struct {
 	Sequence uint64
 	// Err is nil unless Failed. Non-retryable failures are
 	// drain.NonRetryableError wrapping ErrTooLarge or ErrInvalidData;
-	// failures of the bus (timeouts, no server or stream answering, a
-	// closed or reconnecting connection) are drain.UnavailableError; a
-	// refused expectation wraps ErrConflict; events after a failed one of
-	// the same stream get ErrNotAttempted.
+	// failures of the bus (timeouts, a publish or lookup cut short by the
+	// context before JetStream answered, no server or stream answering, a
+	// closed or reconnecting connection, a JetStream API 503) are
+	// drain.UnavailableError; a refused expectation wraps ErrConflict;
+	// events after a failed one of the same stream get ErrNotAttempted.
 	Err error
 	// Retryable reports whether publishing the event again may succeed:
 	// false for a drain.NonRetryableError, true for every other failure.
@@ -270,11 +274,11 @@ func (f *Forwarder) Publish(ctx context.Context, events []event.Event) []Outcome
 // of the same stream one after the other, and none after a failed one.
 //
 // Before publishing, a batch is reconciled with JetStream when its
-// Reconcile flag is set (a takeover or a retry), or when this Forwarder has
-// not itself published the stream up to the batch's first event and that
-// event is past version 0: the last message stored on the stream's subjects
-// is looked up, and the events up to its ce-streamversion count as done
-// (AlreadyStored) without being sent. A batch from version 0 without
+// Reconcile flag is set (a takeover, a retry, an attempt after an outage),
+// or when this Forwarder has not itself published the stream up to the
+// batch's first event and that event is past version 0: the last message
+// stored on the stream's subjects is looked up, and the events up to its
+// ce-streamversion count as done (AlreadyStored) without being sent. A batch from version 0 without
 // Reconcile (a new stream, or one reset to its start) is published whole,
 // so a reset re-publishes; JetStream's duplicate window drops what it still
 // remembers.
@@ -367,7 +371,24 @@ func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []even
 		}
 		fresh = !last.found || (last.version >= 0 && start < len(evs) && evs[start].Version > last.version)
 	}
-	batch = batch && fresh && len(evs)-start >= 2 && f.batching(ctx)
+	if batch && fresh && len(evs)-start >= 2 {
+		began := time.Now()
+		ok, err := f.batching(ctx)
+		if err != nil {
+			// JetStream did not answer the lookup: the publish would fare
+			// no better. Nothing was sent; what this Forwarder knows of
+			// the stream still holds.
+			out[start] = f.failed(evs[start], fmt.Errorf("publish event %d of stream %q: %w", evs[start].ID, stream, err))
+			f.cfg.Observer.Published(out[start], time.Since(began))
+			for i := start + 1; i < len(evs); i++ {
+				out[i] = notAttempted(evs[i], evs[start])
+			}
+			return out
+		}
+		batch = ok
+	} else {
+		batch = false
+	}
 	for i := start; i < len(evs); {
 		if batch {
 			j := i
@@ -450,26 +471,37 @@ func (f *Forwarder) batchable(e event.Event) bool {
 
 // batching reports whether the JetStream stream allows fast batches
 // (allow_batched, nats-server 2.14+), looking it up at most once per
-// batchRecheck.
-func (f *Forwarder) batching(ctx context.Context) bool {
+// batchRecheck. When JetStream does not answer the lookup (an outage, or
+// the cycle's deadline cut it short) it returns a drain.UnavailableError
+// and looks again next time; any other failure of the lookup (no
+// permission for stream info, say) counts as "no fast batches" until the
+// next look.
+func (f *Forwarder) batching(ctx context.Context) (bool, error) {
 	f.mu.Lock()
 	ok, at := f.batchOK, f.batchCheckedAt
 	f.mu.Unlock()
 	if !at.IsZero() && time.Since(at) < batchRecheck {
-		return ok
+		return ok, nil
 	}
 	ok = false
 	lctx, cancel := context.WithTimeout(ctx, f.cfg.PublishTimeout)
 	defer cancel()
-	if s, err := f.jsStream(lctx, f.cfg.Prefix+".>"); err == nil {
-		if info, err := s.Info(lctx); err == nil {
+	s, err := f.jsStream(lctx, f.cfg.Prefix+".>")
+	if err == nil {
+		var info *jetstream.StreamInfo
+		if info, err = s.Info(lctx); err == nil {
 			ok = info.Config.AllowBatchPublish
+		}
+	}
+	if err != nil {
+		if err = classify(fmt.Errorf("look up whether JetStream stream allows fast batches: %w", err)); drain.IsUnavailable(err) {
+			return false, err
 		}
 	}
 	f.mu.Lock()
 	f.batchOK, f.batchCheckedAt = ok, time.Now()
 	f.mu.Unlock()
-	return ok
+	return ok, nil
 }
 
 // noBatching stops fast batches until the next look (batchRecheck).
@@ -636,6 +668,11 @@ func (f *Forwarder) publishErr(e event.Event, stream string, lastSeq uint64, exp
 // flushed request each: the same ordering guarantee per stream (we still wait
 // before the next event) at a fraction of the cost per message.
 func (f *Forwarder) publishAndWait(ctx context.Context, msg *nats.Msg, opts []jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if err := ctx.Err(); err != nil {
+		// Past the cycle's deadline (or shut down): a publish sent now
+		// would go unanswered and its outcome stay unknown.
+		return nil, fmt.Errorf("not sent: %w", err)
+	}
 	fut, err := f.js.PublishMsgAsync(msg, opts...)
 	if err != nil {
 		return nil, err
@@ -650,17 +687,20 @@ func (f *Forwarder) publishAndWait(ctx context.Context, msg *nats.Msg, opts []je
 	case <-t.C:
 		return nil, fmt.Errorf("no PubAck within %s: %w", f.cfg.PublishTimeout, context.DeadlineExceeded)
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("no PubAck before the context ended (the cycle's deadline or shutdown): %w", ctx.Err())
 	}
 }
 
 // classify wraps err as a drain.UnavailableError when it is a failure of
-// the bus rather than of the event: a timeout, no server or stream
-// answering, a closed or reconnecting connection, or a JetStream API error
-// with code 503 (JetStream unavailable, insufficient resources).
+// the bus rather than of the event: JetStream did not answer in time (a
+// publish or lookup timed out, or was cut short by the context: the
+// cycle's deadline, or shutdown), no server or stream answering, a closed
+// or reconnecting connection, or a JetStream API error with code 503
+// (JetStream unavailable, insufficient resources). Anything else is
+// returned as it is.
 func classify(err error) error {
 	switch ErrorClass(err) {
-	case ClassTimeout, ClassNoResponders, ClassConnection:
+	case ClassTimeout, ClassCanceled, ClassNoResponders, ClassConnection:
 		return drain.Unavailable(err)
 	}
 	var apiErr *jetstream.APIError

@@ -430,4 +430,6 @@ func TestHandleCancelledContextIsRetryable(t *testing.T) {
 	require.Equal(t, 0, res[0].Done)
 	require.True(t, errors.Is(res[0].Err, context.Canceled), "%v", res[0].Err)
 	require.False(t, drain.IsNonRetryable(res[0].Err))
+	require.True(t, drain.IsUnavailable(res[0].Err), "cut short, not the stream's fault: %v", res[0].Err)
+	require.Equal(t, forward.ClassCanceled, forward.ErrorClass(res[0].Err))
 }

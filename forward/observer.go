@@ -29,6 +29,7 @@ const (
 	ClassTooLarge     = "too_large"
 	ClassInvalidData  = "invalid_data"
 	ClassTimeout      = "timeout"
+	ClassCanceled     = "canceled"
 	ClassNoResponders = "no_responders"
 	ClassConnection   = "connection"
 	ClassNotAttempted = "not_attempted"
@@ -37,10 +38,14 @@ const (
 )
 
 // ErrorClass names the class of a publish failure: ClassTooLarge and
-// ClassInvalidData (non-retryable), ClassTimeout, ClassNoResponders (no
-// JetStream server or stream answered), ClassConnection (closed or
-// reconnecting) (these three are drain.UnavailableError), ClassConflict
-// (ErrConflict), ClassNotAttempted or ClassOther. It returns "" for nil.
+// ClassInvalidData (non-retryable); ClassTimeout (no PubAck or lookup
+// answer within the publish timeout or before the cycle's deadline,
+// context.DeadlineExceeded; also nats.go's async publish timeout and
+// stall), ClassCanceled (cut short by the context's cancellation:
+// shutdown), ClassNoResponders (no JetStream server or stream answered)
+// and ClassConnection (closed or reconnecting), which the Forwarder
+// reports as drain.UnavailableError; ClassConflict (ErrConflict),
+// ClassNotAttempted or ClassOther. It returns "" for nil.
 func ErrorClass(err error) string {
 	switch {
 	case err == nil:
@@ -53,8 +58,11 @@ func ErrorClass(err error) string {
 		return ClassNotAttempted
 	case errors.Is(err, ErrConflict):
 		return ClassConflict
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, jetstream.ErrTooManyStalledMsgs):
 		return ClassTimeout
+	case errors.Is(err, context.Canceled):
+		return ClassCanceled
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, jetstream.ErrStreamNotFound):
 		return ClassNoResponders
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),

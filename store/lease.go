@@ -108,6 +108,21 @@ func (s *Store) Retry(ctx context.Context, owner, stream string, version, id int
 	return s.settle(ctx, "retry", owner, stream, s.q.retry, owner, stream, version, id, delay.Microseconds(), reason)
 }
 
+// Postpone is Retry for an attempt that failed through no fault of the
+// stream (the bus was unavailable): it advances the watermark on partial
+// progress, sets the next attempt to now()+delay on the database clock and
+// records reason as the stream's error, but leaves the retry count as it
+// is, so an outage of any length never brings a stream closer to being
+// blocked. The lease is ended rather than released (it expires now and
+// owner stays its last holder), so the next claim reports owner as
+// event.Claim.PreviousHolder and the drain reconciles: a publish cut short
+// by the outage may have been stored after all. Fenced by owner's lease
+// (error wraps event.ErrLeaseLost). delay < 0 counts as 0.
+func (s *Store) Postpone(ctx context.Context, owner, stream string, version, id int64, delay time.Duration, reason string) error {
+	delay = max(delay, 0)
+	return s.settle(ctx, "postpone", owner, stream, s.q.postpone, owner, stream, version, id, delay.Microseconds(), reason)
+}
+
 // Block advances the watermark like Retry, increments the retry count, marks
 // stream blocked with reason as its error and releases the lease. A blocked
 // stream is not claimed until Unblock or Reset. Fenced by owner's lease

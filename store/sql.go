@@ -33,6 +33,8 @@ type queries struct {
 	block   string
 	release string
 
+	postpone string
+
 	streams      string
 	unblock      string
 	unblockMatch string
@@ -148,6 +150,15 @@ SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
     retry = retry + 1, next_attempt = now() + $5::bigint * interval '1 microsecond', error = $6,
     leased_by = NULL, leased_until = NULL, updated_at = now()
+WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
+		// Like retry without counting one; the lease is ended (expired
+		// now), not released: the next claim then names this owner as the
+		// previous holder and reconciles, as after a takeover.
+		postpone: r.Replace(`UPDATE {schema}.streams
+SET watermark = GREATEST(watermark, $3),
+    watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
+    next_attempt = now() + $5::bigint * interval '1 microsecond', error = $6,
+    leased_until = now(), updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 		block: r.Replace(`UPDATE {schema}.streams
 SET watermark = GREATEST(watermark, $3),

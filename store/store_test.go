@@ -447,6 +447,48 @@ func TestNextAttemptInFutureIsNotClaimed(t *testing.T) {
 	require.Equal(t, int64(-1), si.Watermark)
 }
 
+func TestPostponeKeepsRetryAndMakesTheNextClaimReconcile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	evs := b.appendN(t, "out-1", 3)
+	// One failure of the stream first: an outage must keep that count as is.
+	_, err := b.store.Claim(b.ctx, "a", 10, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, b.store.Retry(b.ctx, "a", "out-1", -1, 0, 0, "refused"))
+
+	for i := range 3 {
+		claims, err := b.store.Claim(b.ctx, "a", 10, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, claims, 1, "attempt %d", i)
+		require.Equal(t, 1, claims[0].Retry, "attempt %d: outages count no retry", i)
+		if i > 0 {
+			require.Equal(t, "a", claims[0].PreviousHolder, "attempt %d: the postponed attempt's holder is named, so the drain reconciles", i)
+		}
+		require.NoError(t, b.store.Postpone(b.ctx, "a", "out-1", evs[i].Version, evs[i].ID, 0, "bus unavailable"))
+		require.ErrorIs(t, b.store.Ack(b.ctx, "a", "out-1", evs[2].Version, evs[2].ID), event.ErrLeaseLost,
+			"the postponed lease is over")
+	}
+	si := b.info(t, "out-1")
+	require.Equal(t, 1, si.Retry)
+	require.Equal(t, int64(2), si.Watermark, "partial progress is kept")
+	require.Equal(t, "bus unavailable", si.Error)
+	require.False(t, si.Blocked)
+
+	// The delay holds the stream back like Retry's.
+	evs = append(evs, b.appendN(t, "out-1", 1)...)
+	claims, err := b.store.Claim(b.ctx, "b", 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claims, 1)
+	require.Equal(t, "a", claims[0].PreviousHolder)
+	require.NoError(t, b.store.Postpone(b.ctx, "b", "out-1", claims[0].Watermark, 0, time.Hour, "bus unavailable"))
+	none, err := b.store.Claim(b.ctx, "b", 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, none)
+	require.WithinDuration(t, time.Now().Add(time.Hour), b.info(t, "out-1").NextAttempt, 10*time.Second)
+	require.ErrorIs(t, b.store.Postpone(b.ctx, "b", "out-1", evs[3].Version, evs[3].ID, 0, "x"), event.ErrLeaseLost,
+		"fenced by the lease like every settle")
+}
+
 func TestRetryAndBlockNeverMoveWatermarkBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

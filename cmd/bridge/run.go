@@ -37,7 +37,7 @@ type runCmd struct {
 	PollInterval     time.Duration `name:"poll-interval" env:"JSBRIDGE_POLL_INTERVAL" default:"1s" help:"Poll period when idle; LISTEN/NOTIFY usually wakes the bridge sooner (default: ${default})."`
 	MaxRetries       int           `name:"max-retries" env:"JSBRIDGE_MAX_RETRIES" default:"10" help:"Failed attempts on a stream before it is blocked (default: ${default})."`
 	MaxInFlight      int           `name:"max-in-flight" env:"JSBRIDGE_MAX_IN_FLIGHT" default:"256" help:"Streams published concurrently (each stream stays in order) (default: ${default})."`
-	PublishTimeout   time.Duration `name:"publish-timeout" env:"JSBRIDGE_PUBLISH_TIMEOUT" default:"5s" help:"How long to wait for JetStream to acknowledge one publish (default: ${default})."`
+	PublishTimeout   time.Duration `name:"publish-timeout" env:"JSBRIDGE_PUBLISH_TIMEOUT" default:"5s" help:"How long to wait for JetStream to acknowledge one publish; at most 40% of --lease, lowered with a warning otherwise (default: ${default})."`
 	ShutdownGrace    time.Duration `name:"shutdown-grace" env:"JSBRIDGE_SHUTDOWN_GRACE" default:"10s" help:"On SIGTERM, how long the batch in flight may go on; what it publishes is acked, the rest released (default: ${default})."`
 	Migrate          bool          `name:"migrate" env:"JSBRIDGE_MIGRATE" default:"true" negatable:"" help:"Apply pending migrations at start (default: ${default})."`
 	SettleTimeout    time.Duration `name:"settle-timeout" env:"JSBRIDGE_SETTLE_TIMEOUT" default:"5s" help:"How long an ack, retry or block may wait for a stream's row that an application transaction holds (Postgres lock_timeout); past it the settle fails and the stream is claimed again after its lease (default: ${default})."`
@@ -67,9 +67,16 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 
+	// A cycle's publishes must end before its deadline (80% of the lease
+	// from the claim) cuts them short: see forward.MaxPublishTimeout.
+	publishTimeout, lowered := forward.FitPublishTimeout(r.PublishTimeout, r.Lease)
+	if lowered {
+		log.Warn(fmt.Sprintf("--publish-timeout %s does not fit --lease %s (at most 40%% of it): using %s", r.PublishTimeout, r.Lease, publishTimeout),
+			"publish_timeout", publishTimeout, "lease", r.Lease)
+	}
 	// A bridge that dies after publishing and before acking is taken over
 	// after its lease; the takeover's re-publish must fall in the window.
-	if need := forward.RequiredDuplicateWindow(r.Lease, r.PublishTimeout); r.DuplicateWindow < need {
+	if need := forward.RequiredDuplicateWindow(r.Lease, publishTimeout); r.DuplicateWindow < need {
 		log.Warn("--duplicate-window is shorter than --lease plus --publish-timeout: an event re-published after a takeover may be stored twice",
 			"duplicate_window", r.DuplicateWindow, "need", need)
 	}
@@ -93,7 +100,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	fwd, err := forward.New(js, forward.Config{
 		Prefix: r.SubjectPrefix, Source: r.Source, Stream: r.Stream, MaxInFlight: r.MaxInFlight,
-		PublishTimeout: r.PublishTimeout, Logger: log, Observer: metrics,
+		PublishTimeout: publishTimeout, Logger: log, Observer: metrics,
 	})
 	if err != nil {
 		return err

@@ -71,7 +71,7 @@ func New(reg prometheus.Registerer, backlog BacklogFunc, log *slog.Logger) (*Met
 		}, []string{"status"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jsbridge_bridge_publish_errors_total",
-			Help: "Failed publishes by class: too_large and invalid_data (non-retryable, the stream blocks), timeout, no_responders, connection, not_attempted (after an earlier failure in the stream), other.",
+			Help: "Failed publishes by class: too_large and invalid_data (non-retryable, the stream blocks), timeout (also cut by the cycle's deadline), canceled (cut by shutdown), no_responders, connection (JetStream unavailable: the stream backs off, counts no retry, never blocks), conflict, not_attempted (after an earlier failure in the stream), other.",
 		}, []string{"class"}),
 		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jsbridge_bridge_streams_settled_total",

@@ -1,7 +1,9 @@
 package bridgemetrics_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -117,4 +119,20 @@ func TestNewRejectsMissingParts(t *testing.T) {
 	t.Parallel()
 	_, err := bridgemetrics.New(prometheus.NewRegistry(), nil, nil)
 	require.Error(t, err)
+}
+
+// A publish the cycle's deadline cut short is counted under class timeout,
+// one cut by shutdown under canceled.
+func TestPublishErrorClassOfACutPublish(t *testing.T) {
+	t.Parallel()
+	m, reg, _ := setup(t)
+	cut := drain.Unavailable(fmt.Errorf("publish events 1..3 of stream %q: no PubAck for the batch before the cycle's deadline: %w", "order-1", context.DeadlineExceeded))
+	m.Published(forward.Outcome{Status: forward.Failed, Err: cut, Retryable: true}, time.Second)
+	m.Published(forward.Outcome{Status: forward.Failed, Err: drain.Unavailable(context.Canceled), Retryable: true}, time.Second)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP jsbridge_bridge_publish_errors_total Failed publishes by class: too_large and invalid_data (non-retryable, the stream blocks), timeout (also cut by the cycle's deadline), canceled (cut by shutdown), no_responders, connection (JetStream unavailable: the stream backs off, counts no retry, never blocks), conflict, not_attempted (after an earlier failure in the stream), other.
+# TYPE jsbridge_bridge_publish_errors_total counter
+jsbridge_bridge_publish_errors_total{class="canceled"} 1
+jsbridge_bridge_publish_errors_total{class="timeout"} 1
+`), "jsbridge_bridge_publish_errors_total"))
 }
