@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -172,4 +173,35 @@ func JetStreamErr(err error) error {
 		return Permanent(err)
 	}
 	return err
+}
+
+// JetStreamRef holds a binary's JetStream context once it is connected, so
+// that readiness checks registered before (the ops port starts first) can
+// use it. The zero value holds none.
+type JetStreamRef struct {
+	mu sync.Mutex
+	js jetstream.JetStream
+}
+
+// Set stores js.
+func (r *JetStreamRef) Set(js jetstream.JetStream) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.js = js
+}
+
+// StreamCheck returns a readiness check (an ops.Check) that the JetStream
+// stream exists: "not connected to NATS yet" before Set, else the error of
+// looking the stream up (nil when it exists).
+func (r *JetStreamRef) StreamCheck(stream string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		r.mu.Lock()
+		js := r.js
+		r.mu.Unlock()
+		if js == nil {
+			return errors.New("not connected to NATS yet")
+		}
+		_, err := js.Stream(ctx, stream)
+		return err
+	}
 }
