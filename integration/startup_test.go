@@ -274,6 +274,7 @@ subscriptions:
 // events stream whose subjects another stream holds.
 func TestStartupBadCredentialsAndConfigurationExit(t *testing.T) {
 	t.Parallel()
+	binaries(t) // built before anything is timed
 	b := setupOps(t)
 	tokenSrv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, Authorization: "s3cret", NoSigs: true, NoLog: true})
 	require.NoError(t, err)
@@ -313,6 +314,7 @@ func TestStartupBadCredentialsAndConfigurationExit(t *testing.T) {
 // SIGTERM while waiting is a clean, prompt exit 0.
 func TestStartupTimeoutAndSIGTERMWhileWaiting(t *testing.T) {
 	t.Parallel()
+	binaries(t) // built before anything is timed
 	b := setupOps(t)
 	down := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
