@@ -336,16 +336,25 @@ func TestStartupTimeoutAndSIGTERMWhileWaiting(t *testing.T) {
 		require.True(t, took >= 2*time.Second && took < 15*time.Second, "%s gave up after %s", c.bin, took)
 	}
 
-	opsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := startProc(t, env, "consumer", append(consumerArgs[:len(consumerArgs)-1], opsAddr)...)
-	waitReadyz(t, opsAddr, http.StatusServiceUnavailable, "startup: waiting for NATS at "+down)
-	stopped := time.Now()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("consumer still running 10 s after SIGTERM while waiting for NATS")
+	for _, c := range []struct {
+		bin  string
+		env  []string
+		args []string
+	}{
+		{"bridge", b.env, []string{"run", "--nats-url", down}},
+		{"consumer", env, []string{"run", "--nats-url", down, "--url", "http://127.0.0.1:1/", "--allow-private"}},
+	} {
+		opsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		p := startProc(t, c.env, c.bin, append(c.args, "--ops-addr", opsAddr)...)
+		waitReadyz(t, opsAddr, http.StatusServiceUnavailable, "startup: waiting for NATS at "+down)
+		stopped := time.Now()
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s still running 10 s after SIGTERM while waiting for NATS", c.bin)
+		}
+		require.NoError(t, p.err, "%s exit status after SIGTERM while waiting; output:\n%s", c.bin, p.out.String())
+		require.Less(t, time.Since(stopped), 5*time.Second, c.bin)
 	}
-	require.NoError(t, p.err, "exit status after SIGTERM while waiting; output:\n%s", p.out.String())
-	require.Less(t, time.Since(stopped), 5*time.Second)
 }
