@@ -12,12 +12,15 @@ import (
 	"net/http"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
@@ -75,6 +78,9 @@ type runner struct {
 	endpoint string
 	log      *slog.Logger
 	lanes    lanes
+	// cons is the durable consumer Provision created; nil until then (run
+	// creates it).
+	cons jetstream.Consumer
 	// static are the request headers every delivery carries (see
 	// requestHeader).
 	static http.Header
@@ -209,32 +215,52 @@ func guardedClient(c *http.Client) (*http.Client, error) {
 	return &out, nil
 }
 
-// Run creates or updates each subscription's durable pull consumer and
-// delivers until ctx ends; then it stops pulling, lets the deliveries in
-// flight finish (each bounded by its Timeout), Naks messages pulled but not
-// started, and returns nil. It returns an error when a durable consumer
-// cannot be created or consumed; the other subscriptions are then stopped
-// the same way. Call Run once.
+// Provision creates or updates each subscription's durable pull consumer
+// on the JetStream stream, once, and returns the first error, wrapped with
+// the subscription's and the stream's names (jetstream.ErrStreamNotFound
+// while the stream does not exist yet). Calling it before Run is optional:
+// it lets a binary wait for the stream, with its own timeout and logs,
+// before it starts; Run creates what Provision did not. Do not call it
+// while Run runs.
+func (c *Consumer) Provision(ctx context.Context) error {
+	for _, r := range c.runners {
+		cons, err := r.createConsumer(ctx)
+		if err != nil {
+			return err
+		}
+		r.cons = cons
+	}
+	return nil
+}
+
+// Run delivers until ctx ends; then it stops pulling, lets the deliveries
+// in flight finish (each bounded by its Timeout), Naks messages pulled but
+// not started, and returns nil. It creates each subscription's durable
+// pull consumer first (unless Provision did). Nothing JetStream answers
+// ends it: a stream that does not exist yet, a durable consumer deleted
+// while it runs, a timeout, no responders, a leader change or a reconnect
+// are logged at warn level and retried after a pause growing from 0.5 s to
+// 15 s (±20 %), for each subscription on its own. Call Run once.
 func (c *Consumer) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	var wg sync.WaitGroup
-	var once sync.Once
-	var first error
 	for _, r := range c.runners {
 		if r.sub.Timeout >= r.sub.AckWait {
 			r.log.Warn("request timeout is not below AckWait: a slow endpoint can see the event redelivered while the first attempt runs",
 				slog.Duration("timeout", r.sub.Timeout), slog.Duration("ack_wait", r.sub.AckWait))
 		}
-		wg.Go(func() {
-			if err := r.run(ctx); err != nil {
-				once.Do(func() { first = err })
-				cancel(err)
-			}
-		})
+		wg.Go(func() { r.run(ctx) })
 	}
 	wg.Wait()
-	return first
+	return nil
+}
+
+// createConsumer creates or updates r's durable pull consumer.
+func (r *runner) createConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	cons, err := r.c.js.CreateOrUpdateConsumer(ctx, r.c.cfg.Stream, r.consumerConfig())
+	if err != nil {
+		return nil, fmt.Errorf("deliver: subscription %q: create or update durable consumer on JetStream stream %q: %w", r.sub.Name, r.c.cfg.Stream, err)
+	}
+	return cons, nil
 }
 
 // consumerConfig is the durable pull consumer of r's subscription. BackOff
@@ -270,47 +296,91 @@ const pullHeartbeat = 2 * time.Second
 // probeWait bounds one fetch of a half-open probe message.
 const probeWait = 2 * time.Second
 
-// run is one subscription's loop: pull while the endpoint's breaker is
-// closed, fetch one message at a time as a probe while it is half-open,
-// and pull nothing while it is open.
-func (r *runner) run(ctx context.Context) error {
-	cons, err := r.c.js.CreateOrUpdateConsumer(ctx, r.c.cfg.Stream, r.consumerConfig())
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("deliver: subscription %q: create or update durable consumer on stream %q: %w", r.sub.Name, r.c.cfg.Stream, err)
-	}
-	r.log.Info("subscription started", slog.Any("filter_subjects", r.sub.FilterSubjects), slog.Int("max_in_flight", r.sub.MaxInFlight))
+// consumerCheckInterval is how often a pulling subscription asks JetStream
+// whether its durable consumer still exists. A consumer deleted while a
+// pull request waits ends the pull at once (409 Consumer Deleted); one
+// deleted while the client was disconnected only makes the new pull
+// requests go unanswered, which nats.go does not report.
+const consumerCheckInterval = 10 * time.Second
 
+// errConsumerGone is returned by pull when the durable consumer no longer
+// exists: run creates it again.
+var errConsumerGone = errors.New("durable consumer no longer exists")
+
+// run is one subscription's loop: create the durable consumer, then pull
+// while the endpoint's breaker is closed, fetch one message at a time as a
+// probe while it is half-open, and pull nothing while it is open. Every
+// error is logged and retried after a pause; run returns when ctx ends.
+func (r *runner) run(ctx context.Context) {
 	// Deliveries run on a context Run's cancellation does not reach: a POST
 	// that started finishes, and its message is acked or Nak'd.
 	dctx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	slots := make(chan struct{}, r.sub.MaxInFlight)
-
-	for {
-		if err := r.br.Wait(ctx); err != nil {
-			return nil
-		}
-		if r.br.State() == breaker.HalfOpen {
-			if err := r.probe(ctx, dctx, cons); err != nil {
-				return err
+	var pause backoff.Backoff
+	cons := r.cons
+	started := false
+	for ctx.Err() == nil {
+		if cons == nil {
+			c, err := r.createConsumer(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				d := pause.Next()
+				r.log.Warn("durable consumer not available yet; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
+				backoff.Sleep(ctx, d)
+				continue
 			}
+			cons = c
+		}
+		if !started {
+			r.log.Info("subscription started", slog.Any("filter_subjects", r.sub.FilterSubjects), slog.Int("max_in_flight", r.sub.MaxInFlight))
+			started = true
+		}
+		if err := r.br.Wait(ctx); err != nil {
+			return
+		}
+		began := time.Now()
+		var err error
+		if r.br.State() == breaker.HalfOpen {
+			err = r.probe(ctx, dctx, cons)
+		} else {
+			err = r.pull(ctx, dctx, cons, slots, &wg)
+		}
+		if err == nil || ctx.Err() != nil {
+			pause.Reset()
 			continue
 		}
-		if err := r.pull(ctx, dctx, cons, slots, &wg); err != nil {
-			return err
+		if consumerGone(err) {
+			cons = nil
 		}
-		if ctx.Err() != nil {
-			return nil
+		// A pull that went well for a while starts the pauses over.
+		if time.Since(began) > backoff.DefaultMax {
+			pause.Reset()
 		}
+		d := pause.Next()
+		r.log.Warn("pulling from JetStream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
+		backoff.Sleep(ctx, d)
 	}
+}
+
+// consumerGone reports whether err says the durable consumer (or its
+// stream) is gone, or no longer answers, so it must be created again
+// (CreateOrUpdateConsumer is idempotent: doing so when it exists is
+// harmless).
+func consumerGone(err error) bool {
+	return errors.Is(err, errConsumerGone) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.Is(err, jetstream.ErrConsumerDoesNotExist) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // probe fetches at most one message and delivers it while the breaker is
 // half-open, so a probe spends one delivery attempt, not a buffer's worth.
+// Finding no message is the normal case of an idle subscription (nats.go
+// reports it as a timeout): the breaker stays half-open and run probes
+// again. Any other error is returned for run to log and retry.
 func (r *runner) probe(ctx, dctx context.Context, cons jetstream.Consumer) error {
 	fctx, cancel := context.WithTimeout(ctx, probeWait)
 	defer cancel()
@@ -319,7 +389,8 @@ func (r *runner) probe(ctx, dctx context.Context, cons jetstream.Consumer) error
 	case err == nil:
 		r.handle(dctx, msg)
 		return nil
-	case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages), errors.Is(err, jetstream.ErrNoHeartbeat):
+	case ctx.Err() != nil, errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, jetstream.ErrNoMessages), errors.Is(err, jetstream.ErrNoHeartbeat):
 		return nil
 	default:
 		return fmt.Errorf("deliver: subscription %q: fetch probe message: %w", r.sub.Name, err)
@@ -340,6 +411,25 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go r.keepQueuedAlive(pctx)
+	var gone atomic.Bool
+	go func() {
+		t := time.NewTicker(consumerCheckInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+			}
+			// Only "not found" counts: during an election or an outage
+			// the lookup fails otherwise, and pulling resumes by itself.
+			if _, err := cons.Info(pctx); errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+				gone.Store(true)
+				stop()
+				return
+			}
+		}
+	}()
 	go func() {
 		for {
 			changed := r.br.Changed()
@@ -392,8 +482,11 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 		}
 	}
 
+	if result == nil && gone.Load() && ctx.Err() == nil {
+		result = fmt.Errorf("deliver: subscription %q on JetStream stream %q: %w", r.sub.Name, r.c.cfg.Stream, errConsumerGone)
+	}
 	delay := time.Duration(0)
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && result == nil {
 		delay = r.br.OpenTimeout()
 	}
 	iter.Drain()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,8 +25,9 @@ const (
 	DefaultDLQDuplicateWindow = 2 * time.Minute
 )
 
-// Headers a dead letter carries besides the original message's headers
-// (ce-*, Content-Type). Nats-Msg-Id is "<subscription>:<event id>".
+// Headers a dead letter carries besides the original message's reader
+// headers (ce-*, Content-Type; see readerHeader). Nats-Msg-Id is
+// "<subscription>:<event id>".
 const (
 	HeaderDLQSubscription  = "Jsbridge-Dlq-Subscription"    // subscription name
 	HeaderDLQEndpoint      = "Jsbridge-Dlq-Endpoint"        // endpoint, as breaker.Endpoint renders it
@@ -43,6 +45,11 @@ const (
 // sequence.
 var ErrDeadLetterNotFound = errors.New("dead letter not found")
 
+// ErrDLQSubjects is wrapped by DLQ.Provision when the existing dead-letter
+// stream does not hold the dead letters' subjects (<prefix>.>): they would
+// be stored in another stream, or in none.
+var ErrDLQSubjects = errors.New("dead-letter stream does not hold the dead-letter subjects")
+
 // DLQConfig configures a DLQ. Zero fields take their defaults.
 type DLQConfig struct {
 	// Stream is the JetStream stream's name. Default "DLQ".
@@ -54,8 +61,9 @@ type DLQConfig struct {
 
 // DLQ is the JetStream-backed dead-letter stream: a DeadLetterer, and the
 // list, get, delete and purge operations behind `consumer dlq`. A dead
-// letter keeps the original message's data and headers, the last status and
-// error, the attempt count and the times; it is stored on
+// letter keeps the original message's data and its reader headers (ce-*,
+// Content-Type), the last status and error, the attempt count and the
+// times; it is stored on
 // dlq.<subscription>.<original subject>, with file storage and no limits
 // (dead letters leave only by replay or purge).
 type DLQ struct {
@@ -81,11 +89,14 @@ func (q *DLQ) Stream() string { return q.stream }
 
 // Provision creates the dead-letter stream when it is missing (file
 // storage, subjects <prefix>.>, duplicate window
-// DefaultDLQDuplicateWindow) and leaves an existing one unchanged.
+// DefaultDLQDuplicateWindow) and leaves an existing one unchanged. It fails
+// with ErrDLQSubjects when the existing stream does not have <prefix>.> (or
+// ">") among its subjects, and with JetStream's error (wrapped) otherwise,
+// e.g. when another stream already holds those subjects.
 func (q *DLQ) Provision(ctx context.Context) error {
-	_, err := q.js.Stream(ctx, q.stream)
+	s, err := q.js.Stream(ctx, q.stream)
 	if err == nil {
-		return nil
+		return q.checkSubjects(s.CachedInfo().Config.Subjects)
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("deliver: dead-letter stream %q: %w", q.stream, err)
@@ -99,9 +110,32 @@ func (q *DLQ) Provision(ctx context.Context) error {
 		Duplicates:  DefaultDLQDuplicateWindow,
 	})
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return fmt.Errorf("deliver: create dead-letter stream %q: %w", q.stream, err)
+		return fmt.Errorf("deliver: create dead-letter stream %q (subjects %s.>): %w", q.stream, q.prefix, err)
 	}
 	return nil
+}
+
+func (q *DLQ) checkSubjects(subjects []string) error {
+	for _, s := range subjects {
+		if s == ">" || s == q.prefix+".>" {
+			return nil
+		}
+	}
+	return fmt.Errorf("deliver: %w: JetStream stream %q has subjects %q, not %q", ErrDLQSubjects, q.stream, subjects, q.prefix+".>")
+}
+
+// readerHeader reports whether a header of the original message is copied
+// onto its dead letter: the CloudEvents attributes (ce-*) and Content-Type,
+// which describe the event to whoever lists or replays it. No other header
+// is, above all no Nats-* header: JetStream reads those on the dead
+// letter's own publish as instructions. The bridge's fence
+// (Nats-Expected-Last-Subject-Sequence and its -Subject) and the other
+// preconditions (Nats-Expected-Stream, -Last-Sequence, -Last-Msg-Id) would
+// make the DLQ refuse it ("wrong last sequence"), Nats-Batch-* would make
+// it part of a batch, Nats-TTL would expire it and Nats-Rollup would purge
+// its subject; Nats-Msg-Id is replaced by the dead letter's own.
+func readerHeader(name string) bool {
+	return len(name) > 3 && strings.EqualFold(name[:3], "ce-") || strings.EqualFold(name, "Content-Type")
 }
 
 // filter is the subject filter of one subscription's dead letters, or of
@@ -114,14 +148,21 @@ func (q *DLQ) filter(subscription string) string {
 }
 
 // DeadLetter stores dl on dlq.<subscription>.<original subject> and waits
-// for the stream's ack. It implements DeadLetterer.
+// for the stream's ack. It implements DeadLetterer. The dead letter carries
+// the original's reader headers only (see readerHeader) and no publish
+// precondition: whatever the original was published under, JetStream
+// stores it. When no stream answers on the subject (the dead-letter stream
+// was deleted) it provisions the stream again and publishes once more; when
+// another stream than the dead-letter stream stored it, it fails.
 func (q *DLQ) DeadLetter(ctx context.Context, dl DeadLetter) error {
 	h := nats.Header{}
 	subject := ""
 	var data []byte
 	if dl.Msg != nil {
 		for k, vs := range dl.Msg.Headers() {
-			h[k] = append([]string(nil), vs...)
+			if readerHeader(k) {
+				h[k] = append([]string(nil), vs...)
+			}
 		}
 		subject = dl.Msg.Subject()
 		data = dl.Msg.Data()
@@ -130,7 +171,6 @@ func (q *DLQ) DeadLetter(ctx context.Context, dl DeadLetter) error {
 			h.Set(HeaderDLQPublishedAt, md.Timestamp.UTC().Format(time.RFC3339Nano))
 		}
 	}
-	delete(h, jetstream.MsgIDHeader)
 	if dl.EventID != "" {
 		h.Set(jetstream.MsgIDHeader, dl.Subscription+":"+dl.EventID)
 	}
@@ -150,8 +190,16 @@ func (q *DLQ) DeadLetter(ctx context.Context, dl DeadLetter) error {
 	if tail == "" {
 		tail = "unknown"
 	}
-	_, err := q.js.PublishMsg(ctx, &nats.Msg{Subject: q.prefix + "." + dl.Subscription + "." + tail, Header: h, Data: data},
-		jetstream.WithExpectStream(q.stream))
+	msg := &nats.Msg{Subject: q.prefix + "." + dl.Subscription + "." + tail, Header: h, Data: data}
+	ack, err := q.js.PublishMsg(ctx, msg)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		if perr := q.Provision(ctx); perr == nil {
+			ack, err = q.js.PublishMsg(ctx, msg)
+		}
+	}
+	if err == nil && ack.Stream != q.stream {
+		err = fmt.Errorf("stored by JetStream stream %q, not the dead-letter stream (check both streams' subjects)", ack.Stream)
+	}
 	if err != nil {
 		return fmt.Errorf("deliver: dead-letter event %q of subscription %q to stream %q: %w", dl.EventID, dl.Subscription, q.stream, err)
 	}
@@ -180,8 +228,8 @@ type StoredDeadLetter struct {
 	PublishedAt    time.Time `json:"published_at,omitzero"`
 	LastAttemptAt  time.Time `json:"last_attempt_at,omitzero"`
 	DeadLetteredAt time.Time `json:"dead_lettered_at"`
-	// Header holds the original headers (and the Jsbridge-Dlq-* ones); Data
-	// the original body, byte for byte.
+	// Header holds the original's reader headers (ce-*, Content-Type) and
+	// the Jsbridge-Dlq-* ones; Data the original body, byte for byte.
 	Header nats.Header `json:"-"`
 	Data   []byte      `json:"-"`
 }

@@ -3,15 +3,22 @@ package deliver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
@@ -166,4 +173,115 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("metric %s not registered", name)
 	return 0
+}
+
+// Events published by the bridge's forwarder carry its fence
+// (Nats-Expected-Last-Subject-Sequence over the stream's subjects,
+// Nats-Expected-Stream): every one of them that is given up on (a 422 on
+// one subscription, MaxDeliver on the other) lands in the DLQ, whose copy
+// carries no Nats-* header but its own Nats-Msg-Id. Before, the copied
+// fence made JetStream refuse all but the first dead letter of a stream.
+func TestDeadLettersOfFencedEventsAreAllStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	require.NoError(t, q.Provision(b.ctx))
+	rejecting := newReceiver(t, status(http.StatusUnprocessableEntity))
+	failing := newReceiver(t, status(http.StatusServiceUnavailable))
+	never, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 1 << 30, MinRequests: 1 << 30}, nil, nil)
+	require.NoError(t, err)
+	exhausted := sub("exhausted", failing.URL)
+	exhausted.MaxDeliver = 2
+	exhausted.BackOff = []time.Duration{10 * time.Millisecond}
+	b.run(t, deliver.Config{DeadLetters: q, Breakers: never}, sub("rejected", rejecting.URL), exhausted)
+
+	fwd, err := forward.New(b.js, forward.Config{Stream: "EVENTS"})
+	require.NoError(t, err)
+	const streams, rounds = 5, 4
+	id := int64(0)
+	for v := range rounds {
+		var evs []event.Event
+		for s := range streams {
+			id++
+			evs = append(evs, event.Event{ID: id, Stream: fmt.Sprintf("order-%d", s), Version: int64(v), Name: "OrderNoted",
+				Data: []byte(`{}`), Created: time.Now()})
+		}
+		for _, o := range fwd.Publish(b.ctx, evs) {
+			require.NoError(t, o.Err)
+		}
+	}
+	// The originals carry the fence that used to be copied.
+	s, err := b.js.Stream(b.ctx, "EVENTS")
+	require.NoError(t, err)
+	last, err := s.GetMsg(b.ctx, uint64(id))
+	require.NoError(t, err)
+	require.NotEmpty(t, last.Header.Get("Nats-Expected-Last-Subject-Sequence"), "the forwarder fences its publishes: %v", last.Header)
+
+	for _, name := range []string{"rejected", "exhausted"} {
+		require.Eventually(t, func() bool {
+			n, err := q.Count(b.ctx, name)
+			return err == nil && n == uint64(id)
+		}, 30*time.Second, 20*time.Millisecond, "subscription %s: every event dead-lettered", name)
+	}
+	letters, err := q.List(b.ctx, "")
+	require.NoError(t, err)
+	require.Len(t, letters, 2*int(id))
+	for _, d := range letters {
+		for k := range d.Header {
+			if strings.HasPrefix(strings.ToLower(k), "nats-") {
+				require.Equal(t, "Nats-Msg-Id", k, "dead letter %d carries %s", d.Seq, k)
+			}
+		}
+		require.Equal(t, d.Subscription+":"+d.EventID, d.Header.Get("Nats-Msg-Id"))
+		require.Equal(t, "OrderNoted", d.Header.Get("ce-type"), "the reader headers are kept")
+		require.Equal(t, "application/json", d.Header.Get("Content-Type"))
+	}
+}
+
+// A dead-letter stream that does not hold dlq.> is refused at Provision;
+// one deleted at run time is provisioned again by the next dead letter.
+func TestDLQProvisionChecksSubjectsAndDeadLetterRecreatesTheStream(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.js.CreateStream(b.ctx, jetstream.StreamConfig{Name: "ODD", Subjects: []string{"odd.>"}})
+	require.NoError(t, err)
+	err = deliver.NewDLQ(b.js, deliver.DLQConfig{Stream: "ODD"}).Provision(b.ctx)
+	require.ErrorIs(t, err, deliver.ErrDLQSubjects)
+	require.ErrorContains(t, err, `"dlq.>"`)
+
+	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	require.NoError(t, q.Provision(b.ctx))
+	require.NoError(t, b.js.DeleteStream(b.ctx, "DLQ"))
+	require.NoError(t, q.DeadLetter(b.ctx, deliver.DeadLetter{Subscription: "a", EventID: "1", Reason: "test"}))
+	n, err := q.Count(b.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), n)
+}
+
+// Replay POSTs a dead letter with the webhook's own headers: none of the
+// stored message's Nats-* headers (a dead letter written before they were
+// left out may hold the bridge's fence) reaches the endpoint.
+func TestReplaySendsNoNatsHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	require.NoError(t, q.Provision(b.ctx))
+	rc := newReceiver(t, status(http.StatusOK))
+	s := sub("orders", rc.URL)
+	s.Body = deliver.BodyBinary
+	c, err := deliver.New(b.js, deliver.Config{}, s)
+	require.NoError(t, err)
+	old := deliver.StoredDeadLetter{Subscription: "orders", EventID: "9", Data: []byte(`{}`), Header: nats.Header{
+		"ce-id": {"9"}, "ce-type": {"OrderPlaced"}, "Content-Type": {"application/json"},
+		"Nats-Expected-Last-Subject-Sequence": {"41"}, "Nats-Expected-Stream": {"EVENTS"}, "Nats-Msg-Id": {"orders:9"},
+	}}
+	res := c.Replay(b.ctx, q, []deliver.StoredDeadLetter{old})
+	require.Len(t, res, 1)
+	require.Equal(t, http.StatusOK, res[0].Status)
+	got := rc.requests()
+	require.Len(t, got, 1)
+	for k := range got[0].header {
+		require.False(t, strings.HasPrefix(strings.ToLower(k), "nats-"), "replay sent %s", k)
+	}
+	require.Equal(t, "OrderPlaced", got[0].header.Get("ce-type"))
 }

@@ -535,17 +535,6 @@ func TestConsumerConfig(t *testing.T) {
 	require.GreaterOrEqual(t, cfg.MaxAckPending, 8)
 }
 
-func TestRunFailsWithoutStream(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	rc := newReceiver(t, status(http.StatusOK))
-	c, err := deliver.New(b.js, deliver.Config{Stream: "MISSING"}, sub("a", rc.URL), sub("b", rc.URL))
-	require.NoError(t, err)
-	err = c.Run(b.ctx)
-	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
-	require.ErrorContains(t, err, `stream "MISSING"`)
-}
-
 // Events of one stream are delivered one after another; those waiting for
 // their turn longer than AckWait are kept from redelivery too: with the
 // default MaxInFlight, and with a stream of more events than MaxInFlight,

@@ -70,7 +70,7 @@ func Start(cfg Config) (*Server, error) {
 		// it plainly, at once.
 		ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s:%d: %w (choose another port)", ErrPortInUse, cfg.Host, cfg.Port, err)
+			return nil, fmt.Errorf("%w: %s:%d: %w", ErrPortInUse, cfg.Host, cfg.Port, err)
 		}
 		_ = ln.Close()
 	}

@@ -110,7 +110,7 @@ func frozenPastTheLease(t *testing.T, lease, publishTimeout time.Duration) {
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(t.Context()))
 
-	nc, err := nats.Connect(srv.url, nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
+	nc, err := nats.Connect(srv.url(), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)

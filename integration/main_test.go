@@ -14,8 +14,13 @@ var (
 )
 
 // TestMain builds the binaries the tests run as processes before any test
-// starts, so the build never eats into a test's own timeout.
+// starts, so the build never eats into a test's own timeout. Started with
+// envServeNATSDir set, the test binary is a NATS server instead (see
+// natsProc).
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(envServeNATSDir); dir != "" {
+		os.Exit(serveNATS(dir, os.Getenv(envServeNATSPort)))
+	}
 	binDir, buildErr = buildBinaries()
 	code := m.Run()
 	if binDir != "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
 	"github.com/jsbridge/jsbridge/internal/ops"
+	"github.com/jsbridge/jsbridge/internal/startup"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -39,17 +40,27 @@ type runCmd struct {
 	MaxInFlight      int           `name:"max-in-flight" env:"JSBRIDGE_MAX_IN_FLIGHT" default:"256" help:"Streams published concurrently (each stream stays in order) (default: ${default})."`
 	PublishTimeout   time.Duration `name:"publish-timeout" env:"JSBRIDGE_PUBLISH_TIMEOUT" default:"5s" help:"How long to wait for JetStream to acknowledge one publish; at most 40% of --lease, lowered with a warning otherwise (default: ${default})."`
 	ShutdownGrace    time.Duration `name:"shutdown-grace" env:"JSBRIDGE_SHUTDOWN_GRACE" default:"10s" help:"On SIGTERM, how long the batch in flight may go on; what it publishes is acked, the rest released (default: ${default})."`
+	StartupTimeout   time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when Postgres, its migrations, NATS or the JetStream stream are not available within this time; 0 waits forever (default: ${default})."`
 	Migrate          bool          `name:"migrate" env:"JSBRIDGE_MIGRATE" default:"true" negatable:"" help:"Apply pending migrations at start (default: ${default})."`
 	SettleTimeout    time.Duration `name:"settle-timeout" env:"JSBRIDGE_SETTLE_TIMEOUT" default:"5s" help:"How long an ack, retry or block may wait for a stream's row that an application transaction holds (Postgres lock_timeout); past it the settle fails and the stream is claimed again after its lease (default: ${default})."`
 	Pprof            bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr          string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9464" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
 }
 
+// Run starts the ops port, then waits for Postgres, its migrations, NATS
+// and the JetStream stream (see startup), and drains until ctx ends. It
+// fails only for what waiting cannot fix, or at --startup-timeout; a stop
+// while it waits is a clean exit.
 func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	log, err := ops.NewLogger(os.Stderr, g.LogFormat, g.LogLevel)
 	if err != nil {
 		return err
 	}
+	if !r.EmbeddedNats && r.NatsURL == "" {
+		return errors.New("--nats-url (NATS_URL) is empty: give a NATS server URL or use --embedded-nats")
+	}
+	// The pool connects lazily: a bad URL fails here, a database that is
+	// down is waited for below.
 	pool, st, err := openStore(ctx, g, store.WithDiscoveryInterval(max(r.PollInterval, time.Millisecond)),
 		store.WithSettleTimeout(max(r.SettleTimeout, time.Millisecond)), store.WithLogger(log))
 	if err != nil {
@@ -61,48 +72,43 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if r.Migrate {
-		if err := st.Migrate(ctx); err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-	}
-
 	// A cycle's publishes must end before its deadline (80% of the lease
 	// from the claim) cuts them short: see forward.MaxPublishTimeout.
-	publishTimeout, lowered := forward.FitPublishTimeout(r.PublishTimeout, r.Lease)
-	if lowered {
-		log.Warn(fmt.Sprintf("--publish-timeout %s does not fit --lease %s (at most 40%% of it): using %s", r.PublishTimeout, r.Lease, publishTimeout),
-			"publish_timeout", publishTimeout, "lease", r.Lease)
+	if fit, lowered := forward.FitPublishTimeout(r.PublishTimeout, r.Lease); lowered {
+		log.Warn(fmt.Sprintf("--publish-timeout %s does not fit --lease %s (at most 40%% of it): using %s", r.PublishTimeout, r.Lease, fit),
+			"publish_timeout", fit, "lease", r.Lease)
+		r.PublishTimeout = fit
 	}
 	// A bridge that dies after publishing and before acking is taken over
 	// after its lease; the takeover's re-publish must fall in the window.
-	if need := forward.RequiredDuplicateWindow(r.Lease, publishTimeout); r.DuplicateWindow < need {
+	if need := forward.RequiredDuplicateWindow(r.Lease, r.PublishTimeout); r.DuplicateWindow < need {
 		log.Warn("--duplicate-window is shorter than --lease plus --publish-timeout: an event re-published after a takeover may be stored twice",
 			"duplicate_window", r.DuplicateWindow, "need", need)
 	}
-	nc, shutdownNATS, err := r.connectNATS(log)
+
+	// The ops port comes first: /healthz answers and /readyz says what is
+	// waited for while the dependencies are not there yet.
+	w := startup.New(log, r.StartupTimeout)
+	var jsRef startup.JetStreamRef
+	opsSrv.AddCheck("startup", w.Check)
+	opsSrv.AddCheck("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
+	opsSrv.AddCheck("jetstream", jsRef.StreamCheck(r.Stream))
+	opsSrv.Pprof = r.Pprof
+	addr, err := opsSrv.Start(r.OpsAddr)
 	if err != nil {
 		return err
 	}
-	defer shutdownNATS()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
+	defer opsSrv.Stop()
+
+	nc, shutdownNATS, fwd, err := r.start(ctx, w, log, pool, st, metrics, &jsRef)
+	if shutdownNATS != nil {
+		defer shutdownNATS()
 	}
-	prov, err := forward.Provision(ctx, js, forward.StreamConfig{
-		Name: r.Stream, Prefix: r.SubjectPrefix, DuplicateWindow: r.DuplicateWindow,
-	})
 	if err != nil {
-		return fmt.Errorf("provision JetStream stream %q: %w", r.Stream, err)
-	}
-	for _, w := range prov.Warnings {
-		log.Warn(w, "jetstream_stream", r.Stream)
-	}
-	fwd, err := forward.New(js, forward.Config{
-		Prefix: r.SubjectPrefix, Source: r.Source, Stream: r.Stream, MaxInFlight: r.MaxInFlight,
-		PublishTimeout: publishTimeout, Logger: log, Observer: metrics,
-	})
-	if err != nil {
+		if ctx.Err() != nil {
+			log.Info("bridge stopped while starting", "error", err)
+			return nil
+		}
 		return err
 	}
 	d, err := drain.New(st, fwd, drain.Config{
@@ -112,35 +118,73 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-
-	opsSrv.AddCheck("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
-	opsSrv.AddCheck("jetstream", func(ctx context.Context) error {
-		_, err := js.Stream(ctx, r.Stream)
-		return err
-	})
-	opsSrv.Pprof = r.Pprof
-	addr, err := opsSrv.Start(r.OpsAddr)
-	if err != nil {
-		return err
-	}
-	defer opsSrv.Stop()
-	log.Info("bridge started", "jetstream_stream", r.Stream, "nats_url", nc.ConnectedUrl(), "ops_addr", addr, "lease", r.Lease, "events_table", st.EventsTable())
+	w.Ready()
+	log.Info("bridge started", "jetstream_stream", r.Stream, "nats_url", startup.RedactURL(nc.ConnectedUrl()), "ops_addr", addr, "lease", r.Lease, "events_table", st.EventsTable())
 	err = d.Run(ctx)
 	log.Info("bridge stopped")
 	return err
 }
 
-// connectNATS starts the embedded server or connects to --nats-url; the
-// returned func closes the connection (and stops the embedded server).
-func (r *runCmd) connectNATS(log *slog.Logger) (*nats.Conn, func(), error) {
-	opts := []nats.Option{nats.Name("jsbridge-bridge"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
-	if !r.EmbeddedNats {
-		if r.NatsURL == "" {
-			return nil, nil, errors.New("--nats-url (NATS_URL) is empty: give a NATS server URL or use --embedded-nats")
-		}
-		nc, err := nats.Connect(r.NatsURL, opts...)
+// start waits for Postgres and applies the migrations (unless --no-migrate),
+// connects to NATS (or starts the embedded server) and provisions the
+// JetStream stream, each step waited for with w. It returns the connection,
+// a func that closes it (and stops the embedded server; nil when there is
+// nothing to close) and the forwarder.
+func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger, pool *pgxpool.Pool, st *store.Store,
+	metrics *bridgemetrics.Metrics, jsRef *startup.JetStreamRef) (*nats.Conn, func(), *forward.Forwarder, error) {
+	if err := waitPostgres(ctx, w, pool); err != nil {
+		return nil, nil, nil, err
+	}
+	if r.Migrate {
+		err := w.For(ctx, "Postgres migrations of schema "+st.Schema(), func(ctx context.Context) error {
+			return postgresErr(st.Migrate(ctx))
+		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("connect --nats-url %q: %w", r.NatsURL, err)
+			return nil, nil, nil, fmt.Errorf("migrate: %w", err)
+		}
+	}
+	nc, shutdownNATS, err := r.connectNATS(ctx, w, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nc, shutdownNATS, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	jsRef.Set(js)
+	var prov forward.Provisioned
+	err = w.For(ctx, "JetStream stream "+r.Stream, func(ctx context.Context) error {
+		var err error
+		prov, err = forward.Provision(ctx, js, forward.StreamConfig{
+			Name: r.Stream, Prefix: r.SubjectPrefix, DuplicateWindow: r.DuplicateWindow,
+		})
+		if errors.Is(err, forward.ErrSubjectsNotCovered) || errors.Is(err, forward.ErrInvalidConfig) {
+			return startup.Permanent(err)
+		}
+		return startup.JetStreamErr(err)
+	})
+	if err != nil {
+		return nc, shutdownNATS, nil, fmt.Errorf("provision JetStream stream %q: %w", r.Stream, err)
+	}
+	for _, warning := range prov.Warnings {
+		log.Warn(warning, "jetstream_stream", r.Stream)
+	}
+	fwd, err := forward.New(js, forward.Config{
+		Prefix: r.SubjectPrefix, Source: r.Source, Stream: r.Stream, MaxInFlight: r.MaxInFlight,
+		PublishTimeout: r.PublishTimeout, Logger: log, Observer: metrics,
+	})
+	return nc, shutdownNATS, fwd, err
+}
+
+// connectNATS starts the embedded server or connects to --nats-url,
+// waiting with w for a server to answer; the returned func closes the
+// connection (and stops the embedded server).
+func (r *runCmd) connectNATS(ctx context.Context, w *startup.Waiter, log *slog.Logger) (*nats.Conn, func(), error) {
+	opts := startup.NATSOptions(log, "jsbridge-bridge")
+	if !r.EmbeddedNats {
+		nc, err := startup.ConnectNATS(ctx, w, r.NatsURL, opts...)
+		if err != nil {
+			return nil, nil, err
 		}
 		return nc, nc.Close, nil
 	}
@@ -148,6 +192,9 @@ func (r *runCmd) connectNATS(log *slog.Logger) (*nats.Conn, func(), error) {
 		return nil, nil, fmt.Errorf("--embedded-nats-dir %q: %w", r.EmbeddedNatsDir, err)
 	}
 	srv, err := embedded.Start(embedded.Config{Dir: r.EmbeddedNatsDir, Host: r.EmbeddedNatsHost, Port: r.EmbeddedNatsPort})
+	if errors.Is(err, embedded.ErrPortInUse) {
+		return nil, nil, fmt.Errorf("--embedded-nats-port %d: %w; choose another port with --embedded-nats-port (JSBRIDGE_EMBEDDED_NATS_PORT), -1 for a free one", r.EmbeddedNatsPort, err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}

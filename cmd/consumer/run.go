@@ -16,6 +16,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/internal/ops"
+	"github.com/jsbridge/jsbridge/internal/startup"
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
@@ -105,10 +106,15 @@ func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
 type runCmd struct {
 	subscriptionFlags `embed:""`
 
-	Pprof   bool   `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
-	OpsAddr string `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
+	StartupTimeout time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when NATS, the JetStream stream, the DLQ stream or the durable consumers are not available within this time; 0 waits forever (default: ${default})."`
+	Pprof          bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
+	OpsAddr        string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
 }
 
+// Run validates the configuration, starts the ops port, then waits for
+// NATS, the DLQ stream and the durable consumers (see startup) and
+// delivers until ctx ends. It fails only for what waiting cannot fix, or
+// at --startup-timeout; a stop while it waits is a clean exit.
 func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	log, err := ops.NewLogger(os.Stderr, g.LogFormat, g.LogLevel)
 	if err != nil {
@@ -119,46 +125,80 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	for _, s := range subs {
+	names := make([]string, len(subs))
+	for i, s := range subs {
 		if err := s.Validate(); err != nil {
 			return err
 		}
+		names[i] = s.Name
 	}
-	nc, js, err := connect(g)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	dlq := deliver.NewDLQ(js, deliver.DLQConfig{Stream: g.DLQStream})
-	if err := dlq.Provision(ctx); err != nil {
-		return err
-	}
+
+	// The ops port comes first: /healthz answers and /readyz says what is
+	// waited for while the dependencies are not there yet.
+	w := startup.New(log, r.StartupTimeout)
+	var jsRef startup.JetStreamRef
 	opsSrv := ops.NewServer()
-	c, _, err := r.consumer(js, g, log, opsSrv.Registry, dlq)
-	if err != nil {
-		return err
-	}
-	opsSrv.AddCheck("jetstream", func(ctx context.Context) error {
-		_, err := js.Stream(ctx, g.Stream)
-		return err
-	})
-	opsSrv.AddCheck("dlq", func(ctx context.Context) error {
-		_, err := js.Stream(ctx, g.DLQStream)
-		return err
-	})
+	opsSrv.AddCheck("startup", w.Check)
+	opsSrv.AddCheck("jetstream", jsRef.StreamCheck(g.Stream))
+	opsSrv.AddCheck("dlq", jsRef.StreamCheck(g.DLQStream))
 	opsSrv.Pprof = r.Pprof
 	addr, err := opsSrv.Start(r.OpsAddr)
 	if err != nil {
 		return err
 	}
 	defer opsSrv.Stop()
-	names := make([]string, len(subs))
-	for i, s := range subs {
-		names[i] = s.Name
+
+	nc, c, err := r.start(ctx, w, g, log, opsSrv, &jsRef)
+	if nc != nil {
+		defer nc.Close()
 	}
-	log.Info("consumer started", "nats_url", nc.ConnectedUrl(), "jetstream_stream", g.Stream, "dlq_stream", g.DLQStream,
+	if err != nil {
+		if ctx.Err() != nil {
+			log.Info("consumer stopped while starting", "error", err)
+			return nil
+		}
+		return err
+	}
+	w.Ready()
+	log.Info("consumer started", "nats_url", startup.RedactURL(nc.ConnectedUrl()), "jetstream_stream", g.Stream, "dlq_stream", g.DLQStream,
 		"subscriptions", strings.Join(names, ","), "ops_addr", addr)
 	err = c.Run(ctx)
 	log.Info("consumer stopped")
 	return err
+}
+
+// start connects to NATS, provisions the DLQ stream and the durable
+// consumers, each step waited for with w, and returns the connection (to
+// close, also on error) and the consumer.
+func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, log *slog.Logger, opsSrv *ops.Server, jsRef *startup.JetStreamRef) (*nats.Conn, *deliver.Consumer, error) {
+	nc, err := startup.ConnectNATS(ctx, w, g.NatsURL, startup.NATSOptions(log, "jsbridge-consumer")...)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nc, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	jsRef.Set(js)
+	dlq := deliver.NewDLQ(js, deliver.DLQConfig{Stream: g.DLQStream})
+	err = w.For(ctx, "JetStream dead-letter stream "+g.DLQStream, func(ctx context.Context) error {
+		err := dlq.Provision(ctx)
+		if errors.Is(err, deliver.ErrDLQSubjects) {
+			return startup.Permanent(err)
+		}
+		return startup.JetStreamErr(err)
+	})
+	if err != nil {
+		return nc, nil, err
+	}
+	c, _, err := r.consumer(js, g, log, opsSrv.Registry, dlq)
+	if err != nil {
+		return nc, nil, err
+	}
+	// The events stream is the bridge's: a consumer started first waits
+	// for it here.
+	err = w.For(ctx, "JetStream stream "+g.Stream, func(ctx context.Context) error {
+		return startup.JetStreamErr(c.Provision(ctx))
+	})
+	return nc, c, err
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -45,7 +46,8 @@ type Check func(ctx context.Context) error
 
 // Server is the ops HTTP server: GET /metrics (Prometheus text format),
 // /healthz (200 while the process runs) and /readyz (200 when every named
-// check passes, else 503 listing the failures).
+// check passes, else 503 listing the failures, one "name: error" line
+// each, sorted by name).
 type Server struct {
 	// Registry holds the binary's metrics, plus the Go and process collectors.
 	Registry *prometheus.Registry
@@ -104,6 +106,7 @@ func (s *Server) Handler() http.Handler {
 			}
 		}
 		if len(failed) > 0 {
+			slices.Sort(failed)
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = io.WriteString(w, strings.Join(failed, "\n")+"\n")
 			return

@@ -1,0 +1,109 @@
+package startup_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/jstest"
+	"github.com/jsbridge/jsbridge/internal/startup"
+)
+
+// tokenServer starts a real nats-server that requires token.
+func tokenServer(t *testing.T, token string) string {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, Authorization: token, NoSigs: true, NoLog: true})
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	t.Cleanup(srv.Shutdown)
+	return srv.ClientURL()
+}
+
+func TestConnectNATSRefusedCredentialsArePermanent(t *testing.T) {
+	t.Parallel()
+	url := tokenServer(t, "s3cret")
+	w, _ := newWaiter(0)
+	_, err := startup.ConnectNATS(context.Background(), w, url, nats.Name("test"))
+	require.True(t, startup.IsPermanent(err), "%v", err)
+	require.ErrorIs(t, err, nats.ErrAuthorization)
+	require.Contains(t, strings.ToLower(err.Error()), "authorization violation")
+	require.Contains(t, err.Error(), "refused")
+
+	u := "nats://s3cret@" + url[len("nats://"):]
+	nc, err := startup.ConnectNATS(context.Background(), w, u)
+	require.NoError(t, err)
+	nc.Close()
+}
+
+func TestConnectNATSWaitsForAServerThatComesUp(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	w, logs := newWaiter(0)
+	w.SetBackoff(50*time.Millisecond, 200*time.Millisecond)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		_ = jstest.Start(t, embedded.Config{Port: port})
+	}()
+	nc, err := startup.ConnectNATS(context.Background(), w, url, startup.NATSOptions(nil, "test")...)
+	require.NoError(t, err)
+	defer nc.Close()
+	require.True(t, nc.IsConnected())
+	require.Contains(t, logs.String(), "waiting for NATS at "+url)
+}
+
+func TestJetStreamPermanent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, js := jstest.Connect(t, jstest.Start(t, embedded.Config{}))
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "A", Subjects: []string{"events.>"}})
+	require.NoError(t, err)
+
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "B", Subjects: []string{"events.order.>"}})
+	require.Error(t, err)
+	require.True(t, startup.JetStreamPermanent(err), "subjects overlap: %v", err)
+	require.True(t, startup.IsPermanent(startup.JetStreamErr(err)))
+
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "C", Subjects: []string{"c.>"}, Replicas: 3})
+	require.Error(t, err)
+	require.True(t, startup.JetStreamPermanent(err), "replicas on a single server: %v", err)
+
+	_, err = js.Stream(ctx, "MISSING")
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+	require.False(t, startup.JetStreamPermanent(err), "a stream not found yet is waited for")
+	require.False(t, startup.IsPermanent(startup.JetStreamErr(err)))
+	require.NoError(t, startup.JetStreamErr(nil))
+
+	for _, transient := range []error{nats.ErrTimeout, nats.ErrNoResponders, jetstream.ErrJetStreamNotEnabled, context.DeadlineExceeded,
+		&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"},
+		&jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement"},
+		errors.New("dial tcp: connection refused")} {
+		require.False(t, startup.JetStreamPermanent(fmt.Errorf("wrapped: %w", transient)), "%v", transient)
+	}
+	require.True(t, startup.JetStreamPermanent(fmt.Errorf("x: %w", nats.ErrAuthorization)))
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "nats://a:4222,nats://b:4222", startup.RedactURL("nats://user:pw@a:4222, nats://tok@b:4222"))
+	require.Equal(t, "localhost:4222", startup.RedactURL("tok@localhost:4222"))
+}
