@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
@@ -178,4 +179,28 @@ func refID(t *testing.T, raw json.RawMessage) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// The examples in the README's table of meta → headers hold, and are there.
+func TestREADMEMetaExamples(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ex := range []struct{ value, header string }{
+		{`"c 1"`, `c%201`}, {`7`, `7`}, {`{}`, `{}`}, {`{"id": "e-1"}`, `{%22id%22:%22e-1%22}`},
+	} {
+		shown := "`" + ex.value + "` → `" + ex.header + "`"
+		if !strings.Contains(string(readme), shown) {
+			t.Errorf("README does not show %s", shown)
+		}
+		m, err := ParseMeta([]byte(`{"correlation": ` + ex.value + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := EncodeHeaderValue(m.Correlation); got != ex.header {
+			t.Errorf("meta value %s gives header %q, the README says %q", ex.value, got, ex.header)
+		}
+	}
 }
