@@ -29,6 +29,12 @@ import (
 //   - when ctx is done (shutdown) and the handler failed: ack what it
 //     finished and release the rest without counting a retry.
 //
+// An event the store could not read (event.Event.Err set: NULL data, meta
+// that is not valid JSON) never reaches the handler: the stream's batch
+// ends before it, and once the handler has done the events before it, the
+// stream is blocked at it as for a NonRetryableError whose reason is the
+// event's Err. Other streams of the cycle are not affected.
+//
 // The handler's context ends ShutdownGrace after ctx does, so a batch in
 // flight at shutdown can finish, and in any case shortly before the leases
 // expire (HandlerTimeout(Lease) after the claim). Settling uses a fresh
@@ -56,7 +62,20 @@ type cycle struct {
 	st          Stats
 	batches     []Batch
 	batchClaims []Claim // batchClaims[i] is the claim of batches[i]
-	empty       []Claim // claims without events past the watermark
+	// unreadable[i], when not nil, is the event of batches[i]'s stream the
+	// store could not read, just after the batch's last event; nil when no
+	// stream of the cycle has one.
+	unreadable []*event.Event
+	empty      []Claim // claims without events past the watermark
+	// stuck are streams whose first event past the watermark is unreadable:
+	// nothing to hand to the handler, the stream is blocked at it.
+	stuck []stuckStream
+}
+
+// stuckStream is a claimed stream whose first event the store could not read.
+type stuckStream struct {
+	claim Claim
+	ev    event.Event
 }
 
 // deadline is when c's handler must be done: HandlerTimeout after the
@@ -95,12 +114,15 @@ func (c *cycle) backlogged(claimLimit, fetchLimit int) bool {
 
 // streams returns the names of every stream c holds.
 func (c *cycle) streams() []string {
-	out := make([]string, 0, len(c.batchClaims)+len(c.empty))
+	out := make([]string, 0, len(c.batchClaims)+len(c.empty)+len(c.stuck))
 	for _, cl := range c.batchClaims {
 		out = append(out, cl.Stream)
 	}
 	for _, cl := range c.empty {
 		out = append(out, cl.Stream)
+	}
+	for _, sk := range c.stuck {
+		out = append(out, sk.claim.Stream)
 	}
 	return out
 }
@@ -136,18 +158,50 @@ func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
 	}
 
 	byStream := make(map[string][]event.Event, len(claims))
+	unreadable := false
 	for _, e := range events {
 		byStream[e.Stream] = append(byStream[e.Stream], e)
+		unreadable = unreadable || e.Err != nil
 	}
 	for _, cl := range claims {
-		if evs := byStream[cl.Stream]; len(evs) > 0 {
-			c.batches = append(c.batches, Batch{Stream: cl.Stream, Retry: cl.Retry, Events: evs, Reconcile: cl.PreviousHolder != "" || cl.Retry > 0})
-			c.batchClaims = append(c.batchClaims, cl)
-		} else {
+		evs := byStream[cl.Stream]
+		if len(evs) == 0 {
 			c.empty = append(c.empty, cl)
+			continue
 		}
+		var bad *event.Event
+		if unreadable {
+			for i := range evs {
+				if evs[i].Err != nil {
+					bad, evs = &evs[i], evs[:i]
+					break
+				}
+			}
+			if bad != nil && len(evs) == 0 {
+				c.stuck = append(c.stuck, stuckStream{claim: cl, ev: *bad})
+				continue
+			}
+			if c.unreadable == nil {
+				c.unreadable = make([]*event.Event, len(c.batches), len(claims))
+			}
+			c.unreadable = append(c.unreadable, bad)
+		}
+		c.batches = append(c.batches, Batch{Stream: cl.Stream, Retry: cl.Retry, Events: evs, Reconcile: cl.PreviousHolder != "" || cl.Retry > 0})
+		c.batchClaims = append(c.batchClaims, cl)
 	}
 	return c, nil
+}
+
+// unreadableResult turns the handler's result r for a batch that ended just
+// before the unreadable event bad into the stream's result: when the
+// handler did the whole batch, the stream fails at bad (non-retryable).
+// It returns the events the result is about (the batch and bad).
+func unreadableResult(b Batch, r Result, bad *event.Event) ([]event.Event, Result) {
+	if bad == nil || r.Err != nil || r.Done != len(b.Events) {
+		return b.Events, r
+	}
+	evs := append(b.Events[:len(b.Events):len(b.Events)], *bad)
+	return evs, Result{Done: len(b.Events), Err: NonRetryable(bad.Err)}
 }
 
 // giveBack releases streams claimed and not handled, without counting a
@@ -197,7 +251,16 @@ func (d *Drain) finish(ctx context.Context, c *cycle) (Stats, error) {
 		if i < len(results) {
 			r = results[i]
 		}
+		if c.unreadable != nil {
+			b.Events, r = unreadableResult(b, r, c.unreadable[i])
+		}
 		if err := d.settle(ctx, sctx, c.batchClaims[i], b, r, &st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, sk := range c.stuck {
+		b := Batch{Stream: sk.claim.Stream, Retry: sk.claim.Retry, Events: []event.Event{sk.ev}}
+		if err := d.settle(ctx, sctx, sk.claim, b, Result{Err: NonRetryable(sk.ev.Err)}, &st); err != nil {
 			errs = append(errs, err)
 		}
 	}

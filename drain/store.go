@@ -29,7 +29,10 @@ type Store interface {
 	Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]Claim, error)
 	// Fetch returns, for each claim, up to perStream events after its
 	// watermark in version order; the result is grouped by stream in the
-	// order of claims, and streams with no events are omitted.
+	// order of claims, and streams with no events are omitted. An event
+	// whose row cannot be read (NULL data, meta that is not JSON) is
+	// returned with event.Event.Err set rather than failing the fetch: the
+	// drain blocks that stream at it and goes on with the others.
 	Fetch(ctx context.Context, claims []Claim, perStream int) ([]event.Event, error)
 	// Ack advances the stream's watermark to the event (version, id), resets
 	// its retry count and releases the lease.

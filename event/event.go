@@ -21,17 +21,27 @@ type Event struct {
 	Name string
 	// Data is the event payload exactly as stored (JSON), byte for byte.
 	Data []byte
-	// Meta carries the correlation and causation ids.
+	// Meta carries the correlation and causation ids (see ParseMeta).
 	Meta Meta
 	// Created is when the event was appended.
 	Created time.Time
+	// Err, when not nil, says why the store could not read the row as an
+	// event (a *ColumnError: NULL data, meta that is not valid JSON). Such
+	// an event is never forwarded: the drain blocks its stream at it,
+	// keeping the progress before it, and the forwarder refuses it.
+	Err error
 }
 
-// Meta is the metadata stored with an event (the events table's meta jsonb).
+// Meta is the metadata of an event that the bridge forwards: the ids out of
+// the events table's meta column (ParseMeta says how any JSON maps to them).
+// Appending, it is stored as {"correlation": ..., "causation": ...}.
 type Meta struct {
 	// Correlation ties together every event caused by one original request.
+	// Read from stored meta, it is a string member's value or the compact
+	// JSON of any other value (ParseMeta).
 	Correlation string `json:"correlation,omitempty"`
-	// Causation is the id of the message that directly caused this event.
+	// Causation is the id of the message that directly caused this event;
+	// read like Correlation.
 	Causation string `json:"causation,omitempty"`
 }
 

@@ -125,10 +125,11 @@ type Outcome struct {
 	// reconciliation); 0 when Failed.
 	Sequence uint64
 	// Err is nil unless Failed. Non-retryable failures are
-	// drain.NonRetryableError wrapping ErrTooLarge or ErrInvalidData;
-	// failures of the bus (timeouts, a publish or lookup cut short by the
-	// context before JetStream answered, no server or stream answering, a
-	// closed or reconnecting connection, a JetStream API 503) are
+	// drain.NonRetryableError wrapping ErrTooLarge, ErrInvalidData or the
+	// event's own Err (an event the store could not read); failures of the
+	// bus (timeouts, a publish or lookup cut short by the context before
+	// JetStream answered, no server or stream answering, a closed or
+	// reconnecting connection, a JetStream API 503) are
 	// drain.UnavailableError; a refused expectation wraps ErrConflict;
 	// events after a failed one of the same stream get ErrNotAttempted.
 	Err error
@@ -466,7 +467,7 @@ func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []even
 // alone, which reports their failure exactly.
 func (f *Forwarder) batchable(e event.Event) bool {
 	const headroom = 4 << 10 // the headers, generously
-	return int64(len(e.Data))+headroom <= f.js.Conn().MaxPayload() && json.Valid(e.Data)
+	return e.Err == nil && int64(len(e.Data))+headroom <= f.js.Conn().MaxPayload() && json.Valid(e.Data)
 }
 
 // batching reports whether the JetStream stream allows fast batches
@@ -628,6 +629,11 @@ func (f *Forwarder) publish(ctx context.Context, e event.Event, stream string, l
 }
 
 func (f *Forwarder) publishOnce(ctx context.Context, e event.Event, stream string, lastSeq uint64) Outcome {
+	if e.Err != nil {
+		// The store could not read it (event.Event.Err): the drain never
+		// hands it over, but Publish takes any event.
+		return f.failed(e, drain.NonRetryable(fmt.Errorf("event %d of stream %q cannot be read: %w", e.ID, e.Stream, e.Err)))
+	}
 	if !json.Valid(e.Data) {
 		return f.failed(e, drain.NonRetryable(fmt.Errorf("%w: event %d of stream %q (%d bytes)", ErrInvalidData, e.ID, e.Stream, len(e.Data))))
 	}

@@ -311,6 +311,24 @@ func TestHandleInvalidJSON(t *testing.T) {
 	require.Equal(t, []string{"1"}, ids(b.stored(t, "events.")))
 }
 
+// An event the store could not read (Err set) is refused, never sent,
+// even in a run that could go as one fast batch.
+func TestHandleRefusesUnreadableEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a := events("order-1", 1, 4)
+	unreadable := &event.ColumnError{Table: "app.events", Column: "meta", Err: errors.New("not valid JSON")}
+	a[2].Err = unreadable
+
+	res := b.fwd.Handle(t.Context(), []drain.Batch{{Stream: "order-1", Events: a}})
+	require.Equal(t, 2, res[0].Done)
+	require.True(t, drain.IsNonRetryable(res[0].Err), "%v", res[0].Err)
+	require.ErrorIs(t, res[0].Err, unreadable)
+	require.ErrorContains(t, res[0].Err, "event 3")
+	require.ErrorContains(t, res[0].Err, "column meta of app.events")
+	require.Equal(t, []string{"1", "2"}, ids(b.stored(t, "events.")))
+}
+
 func TestHandleWrongStream(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

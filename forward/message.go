@@ -19,7 +19,9 @@ import (
 //     name), ce-source (cfg.Source), ce-subject (the stream), ce-time
 //     (event.FormatTime(e.Created)), Content-Type application/json,
 //     ce-streamversion (the version, base 10), and ce-correlationid /
-//     ce-causationid when e.Meta has them. Free-text values (type, source,
+//     ce-causationid when e.Meta has them (non-empty; read from stored meta
+//     of any JSON shape by event.ParseMeta: a string id as it is, any other
+//     value as its compact JSON). Free-text values (type, source,
 //     subject, correlation, causation) are percent-encoded with
 //     event.EncodeHeaderValue, as the CloudEvents HTTP binding requires, so
 //     the same headers can go out on a binary-mode webhook unchanged and a

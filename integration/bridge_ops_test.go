@@ -170,7 +170,8 @@ func jsStreamEvents(t *testing.T, js jetstream.JetStream) (map[string][]int64, m
 	cons, err := js.OrderedConsumer(ctx, "EVENTS", jetstream.OrderedConsumerConfig{})
 	require.NoError(t, err)
 	for got := uint64(0); got < want; {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		// Ask for no more than is left: Fetch returns once it has them.
+		batch, err := cons.Fetch(int(min(want-got, 1000)), jetstream.FetchMaxWait(5*time.Second))
 		require.NoError(t, err)
 		for m := range batch.Messages() {
 			got++
@@ -376,6 +377,9 @@ SELECT 'old-' || (g % 5), g / 5, 'Happened', '{}' FROM generate_series(0, 49) g 
 	require.NotContains(t, out, "TRIGGER")
 	out, err = cli(t, env, "bridge", "migrate")
 	require.NoError(t, err, out)
+	require.Contains(t, out, "events table "+table+": layout checked, left unchanged")
+	require.Contains(t, out, "applied 2 migrations")
+	require.NotContains(t, out, "002_events.sql")
 	require.Equal(t, before, pgtest.SchemaShape(t, b.pool, app), "migrate changed the app's schema")
 
 	srv, js := testJetStream(t)

@@ -123,9 +123,16 @@ func TestCLIBridgeAndConsumerProcesses(t *testing.T) {
 	schema := pgtest.Schema(t, pool)
 	env := []string{"DATABASE_URL=" + pgtest.URL(t), "JSBRIDGE_SCHEMA=" + schema}
 
+	// The first migrate says what it created; the next has nothing to do.
 	out, err := cli(t, env, "bridge", "migrate")
 	require.NoError(t, err, out)
-	require.Contains(t, out, "up to date")
+	require.Contains(t, out, fmt.Sprintf("schema %q: applied 3 migrations", schema))
+	require.Contains(t, out, "001_streams.sql: table "+schema+".streams, index streams_pending_idx")
+	require.Contains(t, out, "002_events.sql: table "+schema+".events, function "+schema+".jsbridge_events_inserted, trigger jsbridge_events_inserted")
+	require.NotContains(t, out, "up to date")
+	out, err = cli(t, env, "bridge", "migrate")
+	require.NoError(t, err, out)
+	require.Equal(t, fmt.Sprintf("schema %q is up to date: no migration to apply\n", schema), out)
 
 	out, err = cli(t, env, "bridge", "append", "order-1", "OrderPlaced", `{"total": 42}`)
 	require.NoError(t, err, out)

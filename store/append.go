@@ -160,7 +160,7 @@ func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, stream string, expected
 			_ = sp.Rollback(ctx)
 			return nil, fmt.Errorf("append to stream %q: scan: %w", stream, err)
 		}
-		if err := json.Unmarshal(meta, &e.Meta); err != nil {
+		if e.Meta, err = event.ParseMeta(meta); err != nil {
 			rows.Close()
 			_ = sp.Rollback(ctx)
 			return nil, fmt.Errorf("append to stream %q: decode meta: %w", stream, err)

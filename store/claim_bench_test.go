@@ -81,3 +81,44 @@ func BenchmarkAck(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFetch measures one fetch of 5,000 events: 50 events of each of
+// 100 claimed streams, data of 256 bytes, every other event with a
+// correlation and causation id in its meta (the rest "{}"). It is the
+// store's share of a drain cycle: the query, the scan and the meta decoding.
+func BenchmarkFetch(b *testing.B) {
+	pool := pgtest.Pool(b)
+	s, err := store.New(pool, store.WithSchema(pgtest.Schema(b, pool)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := b.Context()
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	const streams, perStream = 100, 50
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Schema()+`.events (stream, version, name, data, meta)
+SELECT 'fetch-' || (g % $1::int), g / $1::int, 'Happened', jsonb_build_object('pad', repeat('x', 243)),
+    CASE WHEN g % 2 = 0 THEN '{"correlation": "c-1234", "causation": "e-5678"}'::jsonb ELSE '{}' END
+FROM generate_series(0, $1::int * $2::int - 1) g ORDER BY g`, streams, perStream); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE "+s.Schema()+".events"); err != nil {
+		b.Fatal(err)
+	}
+	claims, err := s.Claim(ctx, "bench", streams, time.Hour)
+	if err != nil || len(claims) != streams {
+		b.Fatalf("claim: %v (%d claims)", err, len(claims))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		evs, err := s.Fetch(ctx, claims, perStream)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(evs) != streams*perStream {
+			b.Fatalf("fetched %d events, want %d", len(evs), streams*perStream)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*streams*perStream), "ns/event")
+}

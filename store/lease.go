@@ -2,7 +2,7 @@ package store
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,6 +53,12 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 // Fetch returns, in one query, up to perStream events after each claim's
 // watermark, in version order, grouped by stream in the order of claims;
 // claims with no such events contribute nothing. perStream must be > 0.
+//
+// The content of a row never fails the fetch: an event whose data is NULL
+// or whose meta is not valid JSON is returned with Err set (an
+// *event.ColumnError naming the column), and the drain blocks its stream
+// at it. Meta of any valid JSON shape is read by event.ParseMeta. Data is
+// returned as stored, not checked for JSON here (the forwarder checks it).
 func (s *Store) Fetch(ctx context.Context, claims []event.Claim, perStream int) ([]event.Event, error) {
 	if perStream <= 0 {
 		return nil, fmt.Errorf("%w: fetch perStream %d (want > 0)", ErrInvalidInput, perStream)
@@ -67,27 +73,38 @@ func (s *Store) Fetch(ctx context.Context, claims []event.Claim, perStream int) 
 	}
 	rows, err := s.pool.Query(ctx, s.q.fetch, streams, watermarks, perStream)
 	if err != nil {
-		return nil, fmt.Errorf("fetch events of %d streams: %w", len(claims), err)
+		return nil, fmt.Errorf("fetch events of %d streams from %s: %w", len(claims), s.EventsTable(), err)
 	}
-	events, err := pgx.CollectRows(rows, scanEvent)
+	events, err := pgx.CollectRows(rows, s.scanEvent)
 	if err != nil {
-		return nil, fmt.Errorf("fetch events of %d streams: %w", len(claims), err)
+		return nil, fmt.Errorf("fetch events of %d streams from %s: %w", len(claims), s.EventsTable(), err)
 	}
 	return events, nil
 }
 
-func scanEvent(r pgx.CollectableRow) (event.Event, error) {
+// errNull is the reason of a ColumnError for a NULL where a value is needed.
+var errNull = errors.New("is NULL")
+
+// scanEvent reads one row of the fetch query. Its error is only for a row
+// that cannot be scanned at all (a column type the query does not cast,
+// which Migrate's layout check refuses); what is wrong with the content of
+// one event goes in its Err.
+func (s *Store) scanEvent(r pgx.CollectableRow) (event.Event, error) {
 	var e event.Event
 	var meta []byte
 	if err := r.Scan(&e.ID, &e.Stream, &e.Version, &e.Name, &e.Data, &meta, &e.Created); err != nil {
 		return e, err
 	}
-	if len(meta) == 0 { // NULL meta in an external events table
+	if e.Data == nil {
+		e.Err = &event.ColumnError{Table: s.EventsTable(), Column: "data", Err: errNull}
 		return e, nil
 	}
-	if err := json.Unmarshal(meta, &e.Meta); err != nil {
-		return e, fmt.Errorf("decode meta of event %d: %w", e.ID, err)
+	m, err := event.ParseMeta(meta) // NULL meta (len 0): no ids
+	if err != nil {
+		e.Err = &event.ColumnError{Table: s.EventsTable(), Column: "meta", Err: err}
+		return e, nil
 	}
+	e.Meta = m
 	return e, nil
 }
 

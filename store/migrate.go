@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -102,35 +103,73 @@ func MigrationSQL(opts ...Option) ([]string, error) {
 	return s.MigrationSQL(), nil
 }
 
+// AppliedMigration is one migration Migrate applied.
+type AppliedMigration struct {
+	// Version is the migration's number, e.g. 1.
+	Version int
+	// Name is its file name, e.g. "001_streams.sql".
+	Name string
+	// Objects are what it creates, in order, e.g. "table jsbridge.streams",
+	// "index streams_pending_idx", "trigger jsbridge_events_inserted".
+	Objects []string
+}
+
 // Migrate brings the schema up to date: it creates the schema if needed and
 // runs the migrations not yet recorded in <schema>.jsbridge_migrations, all
 // in one transaction under a Postgres advisory lock, so several bridges that
 // start at once apply each migration exactly once. Running it on an
 // up-to-date schema changes nothing. With WithEventsTable it creates only the
-// bridge's own objects and never touches the events table.
+// bridge's own objects and never changes the events table: it checks that
+// table's layout (error wrapping ErrEventsTableLayout, naming the table, the
+// column and its type) and records its name in the schema, so operator
+// commands find it (RecordedEventsTable). Without WithEventsTable, a schema
+// recorded for an external events table and without one of its own is
+// refused (error wrapping ErrInvalidInput naming that table) rather than
+// given an events table nobody writes. MigrateApplied says what was applied.
 func (s *Store) Migrate(ctx context.Context) error {
+	_, err := s.MigrateApplied(ctx)
+	return err
+}
+
+// MigrateApplied is Migrate, returning the migrations it applied in
+// version order (none when the schema was up to date).
+func (s *Store) MigrateApplied(ctx context.Context) ([]AppliedMigration, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("migrate schema %s: begin: %w", s.schema, err)
+		return nil, fmt.Errorf("migrate schema %s: begin: %w", s.schema, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
 	if _, err := tx.Exec(ctx, s.q.migrationLock, "jsbridge.migrate."+s.schema); err != nil {
-		return fmt.Errorf("migrate schema %s: advisory lock: %w", s.schema, err)
+		return nil, fmt.Errorf("migrate schema %s: advisory lock: %w", s.schema, err)
+	}
+	if s.External() {
+		if err := s.checkEventsTable(ctx, tx); err != nil {
+			return nil, fmt.Errorf("migrate schema %s: %w", s.schema, err)
+		}
+	} else {
+		recorded, err := s.recordedEventsTable(ctx, tx)
+		if err != nil {
+			return nil, fmt.Errorf("migrate schema %s: %w", s.schema, err)
+		}
+		if recorded != "" {
+			return nil, fmt.Errorf("%w: schema %s is set up to drain the events table %s (an earlier migrate or run with --events-table %s); give that events table again, or another schema",
+				ErrInvalidInput, s.schema, recorded, recorded)
+		}
 	}
 	applied := map[int]bool{}
 	var exists bool
 	if err := tx.QueryRow(ctx, s.q.migrationsExist).Scan(&exists); err != nil {
-		return fmt.Errorf("migrate schema %s: look for jsbridge_migrations: %w", s.schema, err)
+		return nil, fmt.Errorf("migrate schema %s: look for jsbridge_migrations: %w", s.schema, err)
 	}
 	if exists {
 		rows, err := tx.Query(ctx, s.q.appliedVersions)
 		if err != nil {
-			return fmt.Errorf("migrate schema %s: read applied versions: %w", s.schema, err)
+			return nil, fmt.Errorf("migrate schema %s: read applied versions: %w", s.schema, err)
 		}
 		versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 		if err != nil {
-			return fmt.Errorf("migrate schema %s: read applied versions: %w", s.schema, err)
+			return nil, fmt.Errorf("migrate schema %s: read applied versions: %w", s.schema, err)
 		}
 		for _, v := range versions {
 			applied[int(v)] = true
@@ -138,18 +177,46 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	stmts, err := s.plan(applied)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, q := range stmts {
 		// No arguments: the simple protocol runs a migration's statements in turn.
 		if _, err := tx.Exec(ctx, q); err != nil {
-			return fmt.Errorf("migrate schema %s: %s: %w", s.schema, firstLine(q), err)
+			return nil, fmt.Errorf("migrate schema %s: %s: %w", s.schema, firstLine(q), err)
+		}
+	}
+	if s.External() {
+		if _, err := tx.Exec(ctx, s.q.discoveryInit, s.eventsTable); err != nil {
+			return nil, fmt.Errorf("migrate schema %s: record events table %s: %w", s.schema, s.eventsTable, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("migrate schema %s: commit: %w", s.schema, err)
+		return nil, fmt.Errorf("migrate schema %s: commit: %w", s.schema, err)
 	}
-	return nil
+	ms, err := s.migrations()
+	if err != nil {
+		return nil, err
+	}
+	var out []AppliedMigration
+	for _, m := range ms {
+		if !applied[m.version] {
+			out = append(out, AppliedMigration{Version: m.version, Name: m.name, Objects: createdObjects(m.sql)})
+		}
+	}
+	return out, nil
+}
+
+// createStatement finds what a migration's CREATE statements create.
+var createStatement = regexp.MustCompile(`(?im)^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:UNIQUE\s+)?(TABLE|INDEX|FUNCTION|TRIGGER|SCHEMA|SEQUENCE|VIEW)\s+(?:IF\s+NOT\s+EXISTS\s+)?([\w.]+)`)
+
+// createdObjects lists, in order, the objects the CREATE statements of sql
+// create, as "kind name".
+func createdObjects(sql string) []string {
+	var out []string
+	for _, m := range createStatement.FindAllStringSubmatch(sql, -1) {
+		out = append(out, strings.ToLower(m[1])+" "+m[2])
+	}
+	return out
 }
 
 func firstLine(q string) string {

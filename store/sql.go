@@ -14,6 +14,11 @@ type queries struct {
 
 	tryLock string
 
+	eventsTableExists    string
+	eventsTableColumns   string
+	ownTables            string
+	recordedEventsTables string
+
 	discoveryInit       string
 	discoveryState      string
 	discoverySettled    string
@@ -60,6 +65,18 @@ func newQueries(schema, events string) queries {
 		recordMigration: r.Replace(`INSERT INTO {schema}.jsbridge_migrations (version) VALUES (%d)`),
 
 		tryLock: `SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))`,
+
+		// $1 is the external events table, quoted as the queries name it.
+		eventsTableExists: `SELECT to_regclass($1) IS NOT NULL`,
+		// A domain's base type counts; category S is the string types.
+		eventsTableColumns: `SELECT a.attname::text, coalesce(b.typname, t.typname)::text,
+    coalesce(b.typcategory, t.typcategory)::text, format_type(a.atttypid, a.atttypmod)
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`,
+		ownTables:            r.Replace(`SELECT to_regclass('{schema}.events') IS NOT NULL, to_regclass('{schema}.discovery') IS NOT NULL`),
+		recordedEventsTables: r.Replace(`SELECT events_table FROM {schema}.discovery ORDER BY events_table`),
 
 		discoveryInit:  r.Replace(`INSERT INTO {schema}.discovery (events_table) VALUES ($1) ON CONFLICT DO NOTHING`),
 		discoveryState: r.Replace(`SELECT low, seen FROM {schema}.discovery WHERE events_table = $1`),
@@ -127,10 +144,15 @@ UPDATE {schema}.streams s
 SET leased_by = $1, leased_until = now() + $3::bigint * interval '1 microsecond', updated_at = now()
 FROM pending WHERE s.stream = pending.stream
 RETURNING s.stream, s.watermark, s.retry, s.leased_until, coalesce(pending.prev_holder, '')`),
+		// data and meta are read as text whatever their type (jsonb and json
+		// print their JSON; text is as stored), so no row can fail the scan:
+		// the store checks each event on its own (see scanEvent). Only the
+		// columns read are selected: an app's table may have more.
 		fetch: r.Replace(`SELECT e.id, e.stream, e.version, e.name, e.data, e.meta, e.created
 FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS c(stream, watermark, ord)
 CROSS JOIN LATERAL (
-    SELECT * FROM {events} ev
+    SELECT ev.id, ev.stream, ev.version, ev.name, ev.data::text AS data, ev.meta::text AS meta, ev.created
+    FROM {events} ev
     WHERE ev.stream = c.stream AND ev.version > c.watermark
     ORDER BY ev.version
     LIMIT $3
@@ -171,8 +193,11 @@ SET leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = ANY($2) AND leased_by = $1 AND leased_until > now()
 RETURNING stream`),
 
+		// Ages are on the database clock and never negative: a created in
+		// the future (an app writing its own clock's time) counts as 0.
+		// GREATEST ignores NULL, so no event gives 0 too.
 		streams: r.Replace(`SELECT s.stream, s.watermark, s.head, GREATEST(s.head - s.watermark, 0),
-    coalesce((extract(epoch FROM now() - o.created) * 1e6)::bigint, 0),
+    GREATEST((extract(epoch FROM now() - o.created) * 1e6)::bigint, 0),
     s.retry, s.next_attempt, s.blocked, coalesce(s.error, ''), coalesce(s.leased_by, ''), s.leased_until
 FROM {schema}.streams s
 LEFT JOIN LATERAL (
@@ -221,7 +246,7 @@ RETURNING s.stream, old.watermark, s.head, old.blocked, coalesce(old.error, '')`
 		backlog: r.Replace(`SELECT
     (SELECT count(*) FROM {schema}.streams WHERE blocked),
     (SELECT count(*) FROM {schema}.streams WHERE head > watermark AND NOT blocked),
-    coalesce((
+    GREATEST((
         SELECT (extract(epoch FROM now() - min(o.created)) * 1e6)::bigint
         FROM {schema}.streams s
         CROSS JOIN LATERAL (

@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/store"
 )
@@ -40,11 +42,46 @@ func (m *migrateCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	if err := st.Migrate(ctx); err != nil {
+	applied, err := st.MigrateApplied(ctx)
+	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	fmt.Printf("schema %q is up to date\n", g.Schema)
+	if st.External() {
+		fmt.Printf("events table %s: layout checked, left unchanged (new events are found by polling)\n", st.EventsTable())
+	}
+	if len(applied) == 0 {
+		fmt.Printf("schema %q is up to date: no migration to apply\n", g.Schema)
+		return nil
+	}
+	fmt.Printf("schema %q: applied %d migrations\n", g.Schema, len(applied))
+	for _, m := range applied {
+		fmt.Printf("  %s: %s\n", m.Name, strings.Join(m.Objects, ", "))
+	}
 	return nil
+}
+
+// openReadStore is openStore for operator commands that read the events
+// table: without --events-table, a schema set up for an external events
+// table is read with that table (store.RecordedEventsTable).
+func openReadStore(ctx context.Context, g *Globals) (*pgxpool.Pool, *store.Store, error) {
+	pool, st, err := openStore(ctx, g)
+	if err != nil || st.External() {
+		return pool, st, err
+	}
+	table, err := st.RecordedEventsTable(ctx)
+	if err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("%w (give --events-table)", err)
+	}
+	if table == "" {
+		return pool, st, nil
+	}
+	st, err = store.New(pool, g.storeOptions(store.WithEventsTable(table))...)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, st, nil
 }
 
 type appendCmd struct {
@@ -120,7 +157,7 @@ type streamsCmd struct {
 }
 
 func (s *streamsCmd) Run(ctx context.Context, g *Globals) error {
-	pool, st, err := openStore(ctx, g)
+	pool, st, err := openReadStore(ctx, g)
 	if err != nil {
 		return err
 	}
@@ -244,7 +281,7 @@ type resetCmd struct {
 }
 
 func (r *resetCmd) Run(ctx context.Context, g *Globals) error {
-	pool, st, err := openStore(ctx, g)
+	pool, st, err := openReadStore(ctx, g)
 	if err != nil {
 		return err
 	}

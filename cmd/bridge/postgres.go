@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jsbridge/jsbridge/internal/startup"
+	"github.com/jsbridge/jsbridge/store"
 )
 
 // pingTimeout bounds one attempt to reach Postgres: a host that drops
@@ -38,7 +39,7 @@ func waitPostgres(ctx context.Context, w *startup.Waiter, pool *pgxpool.Pool) er
 // postgresErr returns err marked startup.Permanent when postgresPermanent
 // says waiting cannot fix it, else err unchanged (nil stays nil).
 func postgresErr(err error) error {
-	if err != nil && postgresPermanent(err) {
+	if err != nil && (postgresPermanent(err) || errors.Is(err, store.ErrEventsTableLayout) || errors.Is(err, store.ErrInvalidInput)) {
 		return startup.Permanent(err)
 	}
 	return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/pgtest"
 	"github.com/jsbridge/jsbridge/internal/startup"
+	"github.com/jsbridge/jsbridge/store"
 )
 
 func TestPostgresPermanent(t *testing.T) {
@@ -34,6 +35,11 @@ func TestPostgresPermanent(t *testing.T) {
 	}
 	require.False(t, postgresPermanent(errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")))
 	require.NoError(t, postgresErr(nil))
+
+	// An external events table: a wrong layout is for a person to fix, a
+	// table not created yet by its program is waited for.
+	require.True(t, startup.IsPermanent(postgresErr(fmt.Errorf("migrate: %w: column data is bytea", store.ErrEventsTableLayout))))
+	require.False(t, startup.IsPermanent(postgresErr(fmt.Errorf("migrate: %w: app.events", store.ErrEventsTableMissing))))
 }
 
 // A database that does not exist is reported at once, naming it; a server
