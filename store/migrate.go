@@ -15,8 +15,11 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// ownEventsDirective marks a migration that creates the bridge's own events
-// table: it is skipped when the store drains an existing one.
+// ownEventsDirective marks what concerns only the bridge's own events table
+// (creating it, its trigger), which is skipped when the store drains an
+// existing one: a whole migration when it is the file's first line (the
+// migration is then not recorded either), else the rest of the file from the
+// line holding it.
 const ownEventsDirective = "-- jsbridge:own-events-table"
 
 // migration is one versioned, idempotent step of the schema.
@@ -45,8 +48,13 @@ func (s *Store) migrations() ([]migration, error) {
 			return nil, fmt.Errorf("read embedded migration %q: %w", e.Name(), err)
 		}
 		text := string(b)
-		if s.External() && strings.HasPrefix(text, ownEventsDirective) {
-			continue
+		if s.External() {
+			if strings.HasPrefix(text, ownEventsDirective) {
+				continue
+			}
+			if i := strings.Index(text, "\n"+ownEventsDirective+"\n"); i >= 0 {
+				text = text[:i+1]
+			}
 		}
 		ms = append(ms, migration{version: v, name: e.Name(), sql: strings.ReplaceAll(text, "{schema}", s.schema)})
 	}
