@@ -48,16 +48,16 @@ func TestClaimServesOldestFirst(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	t0 := base()
-	min := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+	minute := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
 	// Made pending in an order unlike their age, so neither insertion nor
 	// heap order can pass for age order.
 	first := map[string]event.Event{}
 	for _, k := range []int{3, 0, 5, 1, 4, 2} {
 		s := "s-" + string(rune('0'+k))
-		first[s] = b.insertAt(t, s, 0, min(k))
+		first[s] = b.insertAt(t, s, 0, minute(k))
 	}
 	// A later event of a pending stream does not change its rank.
-	b.insertAt(t, "s-0", 1, min(30))
+	b.insertAt(t, "s-0", 1, minute(30))
 	require.Equal(t, t0, pendingSince(t, b, "s-0").UTC())
 
 	require.ElementsMatch(t, []string{"s-0", "s-1"}, claimEach(t, b.store, 2))
@@ -66,7 +66,7 @@ func TestClaimServesOldestFirst(t *testing.T) {
 	// behind every other stream. s-2 and s-3 are given back and keep their
 	// rank.
 	require.NoError(t, b.store.Ack(b.ctx, "a", "s-0", 0, first["s-0"].ID))
-	require.Equal(t, min(30), pendingSince(t, b, "s-0").UTC())
+	require.Equal(t, minute(30), pendingSince(t, b, "s-0").UTC())
 	require.NoError(t, b.store.Ack(b.ctx, "a", "s-1", 0, first["s-1"].ID))
 	require.NoError(t, b.store.Release(b.ctx, "a", []string{"s-2", "s-3"}))
 
@@ -77,8 +77,8 @@ func TestClaimServesOldestFirst(t *testing.T) {
 
 	// A caught-up stream made pending again ranks by its new event.
 	require.NoError(t, b.store.Ack(b.ctx, "a", "s-2", 0, first["s-2"].ID))
-	b.insertAt(t, "s-2", 1, min(40))
-	require.Equal(t, min(40), pendingSince(t, b, "s-2").UTC())
+	b.insertAt(t, "s-2", 1, minute(40))
+	require.Equal(t, minute(40), pendingSince(t, b, "s-2").UTC())
 }
 
 // A stream ranks, once its backoff ends, by when it ended: behind the
