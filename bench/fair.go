@@ -22,7 +22,7 @@ import (
 // their watermark) out of FairStreams: every 20 ms it counts the pending
 // streams and appends one event to each of that many random streams as are
 // missing, in one INSERT, so it appends at the rate the bridge drains and the
-// backlog stays. After FairDuration it stops appending, waits for the drain
+// backlog stays. After FairWindow it stops appending, waits for the drain
 // to finish and reads back every event appended while the bridge ran:
 // append time is the event's `created` (Postgres's clock: the start of the
 // appending transaction), stored time the JetStream message timestamp (the
@@ -31,7 +31,7 @@ import (
 // oldest first every event waits about as long as the backlog ahead of it.
 func (e *env) fairRow(ctx context.Context) (row, error) {
 	const schema = "bench_fair"
-	streams, target, dur := e.cfg.FairStreams, e.cfg.FairPending, e.cfg.FairDuration
+	streams, target, dur := e.cfg.FairStreams, e.cfg.FairPending, e.cfg.FairWindow
 	st, err := e.freshStore(ctx, schema)
 	if err != nil {
 		return row{}, err

@@ -27,25 +27,25 @@ import (
 )
 
 type config struct {
-	Quick        bool
-	Events       int
-	Streams      int
-	Messages     int
-	InFlight     int
-	IdleStreams  int
-	Claims       int
-	FairStreams  int
-	FairPending  int
-	FairDuration time.Duration
-	E2ERate      int
-	E2EDuration  time.Duration
-	Bin          string
-	DatabaseURL  string
-	Out          string
-	Only         string
-	Repo         string
-	ProfileDir   string
-	BareChild    string
+	Quick       bool
+	Events      int
+	Streams     int
+	Messages    int
+	InFlight    int
+	IdleStreams int
+	Claims      int
+	FairStreams int
+	FairPending int
+	FairWindow  time.Duration
+	E2ERate     int
+	E2EDuration time.Duration
+	Bin         string
+	DatabaseURL string
+	Out         string
+	Only        string
+	Repo        string
+	ProfileDir  string
+	BareChild   string
 }
 
 func main() {
@@ -59,7 +59,7 @@ func main() {
 	flag.IntVar(&cfg.Claims, "claims", 2000, "claim: claims measured per case")
 	flag.IntVar(&cfg.FairStreams, "fair-streams", 10_000, "fairness: streams the appends go to (one event each, to random streams)")
 	flag.IntVar(&cfg.FairPending, "fair-pending", 2_500, "fairness: pending streams the appends keep (the backlog)")
-	flag.DurationVar(&cfg.FairDuration, "fair-duration", 60*time.Second, "fairness: how long to append at the drain rate")
+	flag.DurationVar(&cfg.FairWindow, "fair-duration", 60*time.Second, "fairness: how long to append at the drain rate")
 	flag.IntVar(&cfg.E2ERate, "e2e-rate", 1000, "end to end: events appended per second")
 	flag.DurationVar(&cfg.E2EDuration, "e2e-duration", 30*time.Second, "end to end: how long to append")
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
@@ -74,7 +74,7 @@ func main() {
 		cfg.Events, cfg.Streams = 100_000, 1_000
 		cfg.Messages = 20_000
 		cfg.IdleStreams, cfg.Claims = 100_000, 500
-		cfg.FairDuration = 15 * time.Second
+		cfg.FairWindow = 15 * time.Second
 		cfg.E2EDuration = 10 * time.Second
 	}
 
