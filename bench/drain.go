@@ -122,9 +122,15 @@ func (e *env) load(ctx context.Context, schema string, evs []event.Event) error 
 
 // startBridge runs a bridge process on schema against the embedded server.
 func (e *env) startBridge(ctx context.Context, schema string, extra ...string) (*proc.Process, error) {
+	p, _, err := e.startBridgeOps(ctx, schema, extra...)
+	return p, err
+}
+
+// startBridgeOps is startBridge that also returns the bridge's ops port.
+func (e *env) startBridgeOps(ctx context.Context, schema string, extra ...string) (*proc.Process, int, error) {
 	ops, err := proc.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	args := append([]string{"run", "--nats-url", e.srv.ClientURL(), "--no-migrate",
 		"--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--log-level", "warn"}, extra...)
@@ -133,13 +139,13 @@ func (e *env) startBridge(ctx context.Context, schema string, extra ...string) (
 	}
 	p, err := e.procs.Start("bridge", e.cfg.Bin+"/bridge", args, "DATABASE_URL="+e.dbURL, "JSBRIDGE_SCHEMA="+schema)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ops), p); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	e.profile("bridge-"+schema, ops)
-	return p, nil
+	return p, ops, nil
 }
 
 // drainRow: the reference publishes the backlog's messages with a bare async

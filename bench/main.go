@@ -4,6 +4,8 @@
 //   - drain throughput: a Postgres backlog → JetStream (file storage, dedup
 //     on), against a bare nats.go async-publish loop of the same messages;
 //   - claim latency p99 with many idle streams against few;
+//   - fairness: append → stored latency spread under a sustained backlog
+//     of thousands of streams (max ÷ p50);
 //   - consumer throughput: JetStream → signed POST to a loopback receiver →
 //     ack, against a bare pull → POST → ack loop with the same receiver;
 //   - end to end: append → webhook received, at a steady rate;
@@ -32,6 +34,9 @@ type config struct {
 	InFlight    int
 	IdleStreams int
 	Claims      int
+	FairStreams int
+	FairPending int
+	FairWindow  time.Duration
 	E2ERate     int
 	E2EDuration time.Duration
 	Bin         string
@@ -52,12 +57,15 @@ func main() {
 	flag.IntVar(&cfg.InFlight, "in-flight", 64, "consumer: deliveries in flight")
 	flag.IntVar(&cfg.IdleStreams, "idle-streams", 100_000, "claim: idle streams in the large case (the small case has 100)")
 	flag.IntVar(&cfg.Claims, "claims", 2000, "claim: claims measured per case")
+	flag.IntVar(&cfg.FairStreams, "fair-streams", 10_000, "fairness: streams the appends go to (one event each, to random streams)")
+	flag.IntVar(&cfg.FairPending, "fair-pending", 2_500, "fairness: pending streams the appends keep (the backlog)")
+	flag.DurationVar(&cfg.FairWindow, "fair-duration", 60*time.Second, "fairness: how long to append at the drain rate")
 	flag.IntVar(&cfg.E2ERate, "e2e-rate", 1000, "end to end: events appended per second")
 	flag.DurationVar(&cfg.E2EDuration, "e2e-duration", 30*time.Second, "end to end: how long to append")
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one")
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
-	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, claim, consumer, e2e")
+	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, claim, fair, consumer, e2e")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
 	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save 5-second CPU profiles here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer during the consumer row")
 	flag.StringVar(&cfg.BareChild, "bare-consumer-child", "", "internal (the consumer row starts it): \"<nats-url> <sink-url>\": run the bare pull → POST → ack loop with -in-flight workers until SIGTERM (and save a CPU profile to -profile-dir)")
@@ -66,6 +74,7 @@ func main() {
 		cfg.Events, cfg.Streams = 100_000, 1_000
 		cfg.Messages = 20_000
 		cfg.IdleStreams, cfg.Claims = 100_000, 500
+		cfg.FairWindow = 15 * time.Second
 		cfg.E2EDuration = 10 * time.Second
 	}
 

@@ -100,6 +100,13 @@ func run(ctx context.Context, cfg config) error {
 		}
 		rows = append(rows, r)
 	}
+	if want("fair") {
+		r, err := e.fairRow(ctx)
+		if err != nil {
+			return fmt.Errorf("fairness: %w", err)
+		}
+		rows = append(rows, r)
+	}
 	if want("consumer") {
 		r, rss, err := e.consumerRow(ctx)
 		if err != nil {

@@ -25,6 +25,11 @@ import (
 // by concurrent claimers are skipped (FOR UPDATE SKIP LOCKED), never waited
 // for, so two claimers never get the same stream. Taking over an expired
 // lease does not count a retry. limit must be > 0 and lease >= 1µs.
+//
+// Streams are claimed in the order they became due: by the created time of
+// their oldest unforwarded event, or, for a stream that was retried, by its
+// next attempt time (when its backoff ended), so under a backlog each waits
+// about as long as the others. The claims come back in no particular order.
 func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]event.Claim, error) {
 	if owner == "" {
 		return nil, fmt.Errorf("%w: claim owner is empty", ErrInvalidInput)

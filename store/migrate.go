@@ -16,8 +16,11 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// ownEventsDirective marks a migration that creates the bridge's own events
-// table: it is skipped when the store drains an existing one.
+// ownEventsDirective marks what concerns only the bridge's own events table
+// (creating it, its trigger), which is skipped when the store drains an
+// existing one: a whole migration when it is the file's first line (the
+// migration is then not recorded either), else the rest of the file from the
+// line holding it.
 const ownEventsDirective = "-- jsbridge:own-events-table"
 
 // migration is one versioned, idempotent step of the schema.
@@ -46,8 +49,13 @@ func (s *Store) migrations() ([]migration, error) {
 			return nil, fmt.Errorf("read embedded migration %q: %w", e.Name(), err)
 		}
 		text := string(b)
-		if s.External() && strings.HasPrefix(text, ownEventsDirective) {
-			continue
+		if s.External() {
+			if strings.HasPrefix(text, ownEventsDirective) {
+				continue
+			}
+			if i := strings.Index(text, "\n"+ownEventsDirective+"\n"); i >= 0 {
+				text = text[:i+1]
+			}
 		}
 		ms = append(ms, migration{version: v, name: e.Name(), sql: strings.ReplaceAll(text, "{schema}", s.schema)})
 	}
@@ -206,14 +214,19 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]AppliedMigration, error) 
 	return out, nil
 }
 
-// createStatement finds what a migration's CREATE statements create.
-var createStatement = regexp.MustCompile(`(?im)^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:UNIQUE\s+)?(TABLE|INDEX|FUNCTION|TRIGGER|SCHEMA|SEQUENCE|VIEW)\s+(?:IF\s+NOT\s+EXISTS\s+)?([\w.]+)`)
+// createStatement finds what a migration's CREATE and ALTER TABLE … ADD
+// COLUMN statements create.
+var createStatement = regexp.MustCompile(`(?im)^\s*(?:CREATE\s+(?:OR\s+REPLACE\s+)?(?:UNIQUE\s+)?(TABLE|INDEX|FUNCTION|TRIGGER|SCHEMA|SEQUENCE|VIEW)\s+(?:IF\s+NOT\s+EXISTS\s+)?([\w.]+)|ALTER\s+TABLE\s+(?:IF\s+EXISTS\s+)?([\w.]+)\s+ADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?(\w+))`)
 
 // createdObjects lists, in order, the objects the CREATE statements of sql
-// create, as "kind name".
+// create, as "kind name", and the columns it adds, as "column table.name".
 func createdObjects(sql string) []string {
 	var out []string
 	for _, m := range createStatement.FindAllStringSubmatch(sql, -1) {
+		if m[1] == "" {
+			out = append(out, "column "+m[3]+"."+m[4])
+			continue
+		}
 		out = append(out, strings.ToLower(m[1])+" "+m[2])
 	}
 	return out

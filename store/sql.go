@@ -48,8 +48,19 @@ type queries struct {
 	totals       string
 }
 
+// pendingSince is the settling statements' new pending_since (stream s, new
+// watermark GREATEST(watermark, $3)): the oldest event left past it, else
+// unchanged (caught up: the next append sets it). {pending_since} in a
+// statement.
+const pendingSince = `CASE WHEN s.head > GREATEST(s.watermark, $3) THEN coalesce((
+        SELECT LEAST(e.created, now()) FROM {events} e
+        WHERE e.stream = s.stream AND e.version > GREATEST(s.watermark, $3)
+        ORDER BY e.version LIMIT 1), now())
+        ELSE s.pending_since END`
+
 func newQueries(schema, events string) queries {
-	r := strings.NewReplacer("{schema}", schema, "{events}", events)
+	r := strings.NewReplacer("{schema}", schema, "{events}", events,
+		"{pending_since}", strings.ReplaceAll(pendingSince, "{events}", events))
 	return queries{
 		createSchema: r.Replace(`CREATE SCHEMA IF NOT EXISTS {schema}`),
 		createMigrations: r.Replace(`CREATE TABLE IF NOT EXISTS {schema}.jsbridge_migrations (
@@ -91,17 +102,25 @@ WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`,
 SELECT coalesce(array_agg(hi), '{}'), coalesce(max(hi), -1) FROM settled`),
 		discoveryTop: r.Replace(`SELECT coalesce(max(id), 0) FROM {events}`),
 		// Streams whose head is already at least what was found are left
-		// alone (no row lock), so re-reading is cheap.
+		// alone (no row lock), so re-reading is cheap. A stream that goes
+		// from caught up to pending gets pending_since from its oldest
+		// event past the watermark (as the own table's trigger does); a new
+		// stream from the oldest event found.
 		discoveryScan: r.Replace(`WITH found AS (
-    SELECT stream, max(version) AS head, count(*) AS n
+    SELECT stream, max(version) AS head, count(*) AS n, LEAST(min(created), now()) AS oldest
     FROM {events} WHERE id > $1 AND id <= $2
     GROUP BY stream
 ), moved AS (
-    INSERT INTO {schema}.streams AS s (stream, head)
-    SELECT f.stream, f.head FROM found f
+    INSERT INTO {schema}.streams AS s (stream, head, pending_since)
+    SELECT f.stream, f.head, coalesce(f.oldest, now()) FROM found f
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.streams x WHERE x.stream = f.stream AND x.head >= f.head)
     ORDER BY f.stream
-    ON CONFLICT (stream) DO UPDATE SET head = GREATEST(s.head, EXCLUDED.head), updated_at = now()
+    ON CONFLICT (stream) DO UPDATE SET head = GREATEST(s.head, EXCLUDED.head),
+        pending_since = CASE WHEN s.head > s.watermark THEN s.pending_since ELSE coalesce((
+            SELECT LEAST(e.created, now()) FROM {events} e
+            WHERE e.stream = s.stream AND e.version > s.watermark
+            ORDER BY e.version LIMIT 1), EXCLUDED.pending_since) END,
+        updated_at = now()
     RETURNING 1
 )
 SELECT coalesce((SELECT sum(n) FROM found), 0)::bigint, (SELECT count(*) FROM moved)`),
@@ -130,13 +149,17 @@ ORDER BY t.ord
 RETURNING id, version, name, data, meta, created`),
 
 		// The locking select is materialized so it runs exactly once; SKIP
-		// LOCKED means competing claimers never wait for each other.
+		// LOCKED means competing claimers never wait for each other. Streams
+		// are taken in the order they became due (streams_due_idx): when
+		// their oldest unforwarded event was appended, or for one in backoff
+		// when its backoff ended. The scan stops at the first stream not yet
+		// due, so streams in backoff cost nothing.
 		claim: r.Replace(`WITH pending AS MATERIALIZED (
     SELECT stream, leased_by AS prev_holder FROM {schema}.streams
     WHERE head > watermark AND NOT blocked
-      AND (next_attempt IS NULL OR next_attempt <= now())
+      AND coalesce(next_attempt, pending_since) <= now()
       AND (leased_until IS NULL OR leased_until <= now())
-    ORDER BY next_attempt NULLS FIRST
+    ORDER BY coalesce(next_attempt, pending_since)
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
@@ -160,31 +183,38 @@ CROSS JOIN LATERAL (
 ORDER BY c.ord, e.version`),
 
 		// Settling statements are fenced by the live lease ($1 owner, $2
-		// stream) and move the watermark forward only.
-		ack: r.Replace(`UPDATE {schema}.streams
+		// stream) and move the watermark forward only. When events are left
+		// past the new watermark, pending_since moves to the oldest of them
+		// (one index probe), or to now() when the statement cannot see it (an
+		// append that committed while the settle waited for its row).
+		ack: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
+    pending_since = {pending_since},
     retry = 0, next_attempt = NULL, error = NULL,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
-		retry: r.Replace(`UPDATE {schema}.streams
+		retry: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
+    pending_since = {pending_since},
     retry = retry + 1, next_attempt = now() + $5::bigint * interval '1 microsecond', error = $6,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 		// Like retry without counting one; the lease is ended (expired
 		// now), not released: the next claim then names this owner as the
 		// previous holder and reconciles, as after a takeover.
-		postpone: r.Replace(`UPDATE {schema}.streams
+		postpone: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
+    pending_since = {pending_since},
     next_attempt = now() + $5::bigint * interval '1 microsecond', error = $6,
     leased_until = now(), updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
-		block: r.Replace(`UPDATE {schema}.streams
+		block: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
+    pending_since = {pending_since},
     retry = retry + 1, blocked = true, error = $5,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
