@@ -35,22 +35,8 @@ const foreignTable = `CREATE TABLE %s.events (
 // headers by Nats-Msg-Id.
 func jsHeaders(t *testing.T, js jetstream.JetStream) map[string]nats.Header {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	want := jsMessages(js)
 	out := map[string]nats.Header{}
-	cons, err := js.OrderedConsumer(ctx, "EVENTS", jetstream.OrderedConsumerConfig{})
-	require.NoError(t, err)
-	for got := uint64(0); got < want; {
-		// Ask for no more than is left: Fetch returns once it has them.
-		batch, err := cons.Fetch(int(min(want-got, 1000)), jetstream.FetchMaxWait(5*time.Second))
-		require.NoError(t, err)
-		for m := range batch.Messages() {
-			got++
-			out[m.Headers().Get(jetstream.MsgIDHeader)] = m.Headers()
-		}
-		require.NoError(t, batch.Error())
-	}
+	eachStoredMessage(t, js, func(h nats.Header) { out[h.Get(jetstream.MsgIDHeader)] = h })
 	return out
 }
 

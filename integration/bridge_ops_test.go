@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -154,18 +155,16 @@ func jsMessages(js jetstream.JetStream) uint64 {
 	return info.State.Msgs
 }
 
-// jsStreamEvents reads the whole EVENTS stream with an ordered consumer and
-// returns, per source stream, the versions in stored order, and the number
-// of times each event id was stored.
-func jsStreamEvents(t *testing.T, js jetstream.JetStream) (map[string][]int64, map[string]int) {
+// eachStoredMessage reads the whole EVENTS stream with an ordered consumer
+// (no durable state on the server) and calls fn with each message's
+// headers, in stored order.
+func eachStoredMessage(t *testing.T, js jetstream.JetStream, fn func(h nats.Header)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	want := jsMessages(js)
-	versions := map[string][]int64{}
-	ids := map[string]int{}
 	if want == 0 {
-		return versions, ids
+		return
 	}
 	cons, err := js.OrderedConsumer(ctx, "EVENTS", jetstream.OrderedConsumerConfig{})
 	require.NoError(t, err)
@@ -175,15 +174,26 @@ func jsStreamEvents(t *testing.T, js jetstream.JetStream) (map[string][]int64, m
 		require.NoError(t, err)
 		for m := range batch.Messages() {
 			got++
-			h := m.Headers()
-			v, err := strconv.ParseInt(h.Get(event.HeaderStreamVersion), 10, 64)
-			require.NoError(t, err)
-			stream := h.Get(event.HeaderSubject)
-			versions[stream] = append(versions[stream], v)
-			ids[h.Get("Nats-Msg-Id")]++
+			fn(m.Headers())
 		}
 		require.NoError(t, batch.Error())
 	}
+}
+
+// jsStreamEvents reads the whole EVENTS stream and returns, per source
+// stream, the versions in stored order, and the number of times each event
+// id was stored.
+func jsStreamEvents(t *testing.T, js jetstream.JetStream) (map[string][]int64, map[string]int) {
+	t.Helper()
+	versions := map[string][]int64{}
+	ids := map[string]int{}
+	eachStoredMessage(t, js, func(h nats.Header) {
+		v, err := strconv.ParseInt(h.Get(event.HeaderStreamVersion), 10, 64)
+		require.NoError(t, err)
+		stream := h.Get(event.HeaderSubject)
+		versions[stream] = append(versions[stream], v)
+		ids[h.Get(jetstream.MsgIDHeader)]++
+	})
 	return versions, ids
 }
 
