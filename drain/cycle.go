@@ -13,7 +13,7 @@ import (
 // unavailable, see Run), fetch up to FetchLimit events of each past its
 // watermark, hand them to the Handler in one call (Batch.Reconcile set for a
 // takeover, a retry or an attempt after an outage) and settle every stream
-// by its Result:
+// by its Result (decide in settle.go is these rules as a pure function):
 //
 //   - Err nil: ack to the last event.
 //   - a NonRetryableError: block at once, keeping the progress before the
