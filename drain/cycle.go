@@ -13,7 +13,7 @@ import (
 // unavailable, see Run), fetch up to FetchLimit events of each past its
 // watermark, hand them to the Handler in one call (Batch.Reconcile set for a
 // takeover, a retry or an attempt after an outage) and settle every stream
-// by its Result:
+// by its Result (decide in settle.go is these rules as a pure function):
 //
 //   - Err nil: ack to the last event.
 //   - a NonRetryableError: block at once, keeping the progress before the
@@ -192,18 +192,6 @@ func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
 	return c, nil
 }
 
-// unreadableResult turns the handler's result r for a batch that ended just
-// before the unreadable event bad into the stream's result: when the
-// handler did the whole batch, the stream fails at bad (non-retryable).
-// It returns the events the result is about (the batch and bad).
-func unreadableResult(b Batch, r Result, bad *event.Event) ([]event.Event, Result) {
-	if bad == nil || r.Err != nil || r.Done != len(b.Events) {
-		return b.Events, r
-	}
-	evs := append(b.Events[:len(b.Events):len(b.Events)], *bad)
-	return evs, Result{Done: len(b.Events), Err: NonRetryable(bad.Err)}
-}
-
 // giveBack releases streams claimed and not handled, without counting a
 // retry; a failure leaves them to their leases' expiry.
 func (d *Drain) giveBack(streams []string) {
@@ -251,16 +239,17 @@ func (d *Drain) finish(ctx context.Context, c *cycle) (Stats, error) {
 		if i < len(results) {
 			r = results[i]
 		}
+		var bad *event.Event
 		if c.unreadable != nil {
-			b.Events, r = unreadableResult(b, r, c.unreadable[i])
+			bad = c.unreadable[i]
 		}
-		if err := d.settle(ctx, sctx, c.batchClaims[i], b, r, &st); err != nil {
+		if err := d.settle(ctx, sctx, c.batchClaims[i], b, r, bad, &st); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for _, sk := range c.stuck {
 		b := Batch{Stream: sk.claim.Stream, Retry: sk.claim.Retry, Events: []event.Event{sk.ev}}
-		if err := d.settle(ctx, sctx, sk.claim, b, Result{Err: NonRetryable(sk.ev.Err)}, &st); err != nil {
+		if err := d.settle(ctx, sctx, sk.claim, b, Result{Err: NonRetryable(sk.ev.Err)}, nil, &st); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -270,7 +259,7 @@ func (d *Drain) finish(ctx context.Context, c *cycle) (Stats, error) {
 		// deleted or the head is wrong. Retrying bounds it, then it blocks
 		// for an operator to see.
 		r := Result{Err: fmt.Errorf("no events after watermark %d although the stream was pending", cl.Watermark)}
-		if err := d.settle(ctx, sctx, cl, Batch{Stream: cl.Stream, Retry: cl.Retry}, r, &st); err != nil {
+		if err := d.settle(ctx, sctx, cl, Batch{Stream: cl.Stream, Retry: cl.Retry}, r, nil, &st); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -305,132 +294,6 @@ func (d *Drain) noteOutage(batches int, st Stats) {
 	case !d.outage && was:
 		d.log.Info("bus available again: drain resumed")
 	}
-}
-
-// settle records one stream's outcome in the store. runCtx tells whether the
-// drain is shutting down; sctx bounds the store calls.
-func (d *Drain) settle(runCtx, sctx context.Context, c Claim, b Batch, r Result, st *Stats) error {
-	evs := b.Events
-	done := r.Done
-	if done < 0 || done > len(evs) {
-		r.Err = fmt.Errorf("handler reported Done %d of %d events (error: %v)", done, len(evs), r.Err)
-		done = 0
-	}
-	if r.Err == nil && done != len(evs) {
-		r.Err = fmt.Errorf("handler reported no error but Done %d of %d events", done, len(evs))
-	}
-	// The progress point: the last handled event, or the watermark as it was.
-	version, id := c.Watermark, int64(0)
-	if done > 0 {
-		version, id = evs[done-1].Version, evs[done-1].ID
-	}
-	var failed *event.Event
-	if done < len(evs) {
-		failed = &evs[done]
-	}
-	log := d.log.With("stream", c.Stream)
-
-	var err error
-	how := ""
-	began := time.Now()
-	defer func() {
-		switch {
-		case err == nil:
-		case errors.Is(err, ErrLeaseLost):
-			how = SettledLeaseLost
-		default:
-			how = SettledError
-		}
-		fwd := done
-		if err != nil {
-			fwd = 0
-		}
-		d.cfg.Observer.Settled(c.Stream, how, fwd, time.Since(began))
-	}()
-	switch {
-	case r.Err == nil:
-		if err = d.store.Ack(sctx, d.cfg.Owner, c.Stream, version, id); err == nil {
-			how = SettledAcked
-			st.Acked++
-			log.Debug("stream acked", "event_id", id, "version", version, "events", done)
-		}
-	case IsNonRetryable(r.Err):
-		reason := failureReason(failed, r.Err)
-		if err = d.store.Block(sctx, d.cfg.Owner, c.Stream, version, id, reason); err == nil {
-			how = SettledBlocked
-			st.Blocked++
-			log.Error("stream blocked", "event_id", failedID(failed), "attempt", c.Retry+1, "error", reason)
-		}
-	case runCtx.Err() != nil:
-		// Shutdown cut the handler short: not a failure of the stream.
-		if done > 0 {
-			if err = d.store.Ack(sctx, d.cfg.Owner, c.Stream, version, id); err == nil {
-				how = SettledAcked
-				st.Acked++
-				log.Debug("stream acked", "event_id", id, "version", version, "events", done)
-			}
-		} else if err = d.store.Release(sctx, d.cfg.Owner, []string{c.Stream}); err == nil {
-			how = SettledReleased
-			st.Released++
-			log.Debug("stream released", "reason", r.Err.Error())
-		}
-	case IsUnavailable(r.Err):
-		// Not the stream's fault: no retry counted, no block, however long
-		// the outage. The delay grows with the drain's own count of
-		// outage cycles in a row instead.
-		delay := d.cfg.OutageBackoff(d.outages)
-		reason := failureReason(failed, r.Err)
-		if err = d.store.Postpone(sctx, d.cfg.Owner, c.Stream, version, id, delay, reason); err == nil {
-			how = SettledRetried
-			st.Retried++
-			st.Unavailable++
-			log.Warn("stream retried", "event_id", failedID(failed), "retry", c.Retry, "outage_cycle", d.outages+1, "delay", delay, "error", reason, "unavailable", true)
-		}
-	case c.Retry+1 > d.cfg.MaxRetries:
-		reason := fmt.Sprintf("%s (after %d attempts)", failureReason(failed, r.Err), c.Retry+1)
-		if err = d.store.Block(sctx, d.cfg.Owner, c.Stream, version, id, reason); err == nil {
-			how = SettledBlocked
-			st.Blocked++
-			log.Error("stream blocked", "event_id", failedID(failed), "attempt", c.Retry+1, "error", reason)
-		}
-	default:
-		delay := d.cfg.Backoff(c.Retry)
-		reason := failureReason(failed, r.Err)
-		if err = d.store.Retry(sctx, d.cfg.Owner, c.Stream, version, id, delay, reason); err == nil {
-			how = SettledRetried
-			st.Retried++
-			log.Warn("stream retried", "event_id", failedID(failed), "attempt", c.Retry+1, "delay", delay, "error", reason)
-		}
-	}
-
-	switch {
-	case err == nil:
-		st.Forwarded += done
-		d.unhold(c.Stream)
-		return nil
-	case errors.Is(err, ErrLeaseLost):
-		st.LeaseLost++
-		d.unhold(c.Stream)
-		log.Warn("stream lease lost before settling; it will be claimed again", "event_id", failedID(failed), "error", err)
-		return nil
-	default:
-		return fmt.Errorf("drain: settle stream %q: %w", c.Stream, err)
-	}
-}
-
-// failureReason is the error recorded on the stream: which event and why.
-func failureReason(failed *event.Event, err error) string {
-	if failed == nil {
-		return err.Error()
-	}
-	return fmt.Sprintf("event %d (version %d, %s): %v", failed.ID, failed.Version, failed.Name, err)
-}
-
-func failedID(failed *event.Event) int64 {
-	if failed == nil {
-		return 0
-	}
-	return failed.ID
 }
 
 func (d *Drain) hold(claims []Claim) {
