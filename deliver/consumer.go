@@ -1,7 +1,7 @@
 // Package deliver is the consumer's engine: one durable pull consumer per
 // subscription on the JetStream stream, each message POSTed as a signed
 // webhook through the endpoint's circuit breaker, then acked, Nak'd with a
-// delay or Term'd (and dead-lettered) by the webhook contract in design.md.
+// delay or Term'd (and dead-lettered) by the webhook contract (docs/architecture.md, "Consumer: how a delivery ends").
 package deliver
 
 import (

@@ -75,7 +75,7 @@ type response struct {
 	at         time.Time // when the request was sent
 }
 
-// verdict classifies a response by the webhook contract (design.md): 2xx
+// verdict classifies a response by the webhook contract (docs/architecture.md): 2xx
 // acks; 3xx (not followed), 408, 429, 5xx, timeouts and network errors are
 // retried; any other 4xx is permanent.
 func (r response) verdict() verdict {
