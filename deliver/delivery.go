@@ -76,8 +76,12 @@ type response struct {
 }
 
 // verdict classifies a response by the webhook contract (design.md): 2xx
-// acks; 3xx (not followed), 408, 429, 5xx, timeouts and network errors are
-// retried; any other 4xx is permanent.
+// acks; 3xx (not followed), 408, 429, 5xx, timeouts, network errors and
+// TLS failures are retried; any other 4xx is permanent. A TLS failure (a
+// refused or missing client certificate, an endpoint certificate the CA
+// bundle does not verify) is retried like a network error: it is usually a
+// certificate being rotated on one side, fixed without touching the event,
+// and MaxDeliver still dead-letters it in the end.
 func (r response) verdict() verdict {
 	switch {
 	case errors.Is(r.err, ErrForbiddenAddress):
@@ -102,6 +106,8 @@ func (r response) class() string {
 		return ClassTimeout
 	case errors.Is(r.err, ErrForbiddenAddress):
 		return ClassForbidden
+	case r.err != nil && isTLSError(r.err):
+		return ClassTLS
 	case r.err != nil:
 		return ClassNetwork
 	case r.status >= 100 && r.status < 600:
