@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/webhook"
 )
 
 // pki is a CA and what it signed, as parsed certificates and as PEM files.
@@ -244,4 +245,28 @@ func (m *mtls) otherKey(t *testing.T) string {
 	t.Helper()
 	_, _, keyFile := m.otherCA.issue(t, t.TempDir(), "stranger", false)
 	return keyFile
+}
+
+// TestV1aSignedDelivery: a subscription whose secrets are a whsec_ secret
+// and a whsk_ ed25519 key sends both a v1 and a v1a signature; a receiver
+// holding only the whpk_ public key verifies it.
+func TestV1aSignedDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusNoContent))
+	sk, pk, err := webhook.GenerateKeyPair()
+	require.NoError(t, err)
+	s := sub("orders", rc.URL)
+	s.Secrets = []string{secret, sk}
+	b.run(t, deliver.Config{}, s)
+
+	b.publish(t, 8, "order-8", "OrderPlaced", `{"total":1}`)
+	got := rc.waitFor(t, 1)[0]
+	requireSettled(t, b, "orders", 1)
+	entries := strings.Fields(got.header.Get(webhook.HeaderWebhookSignature))
+	require.Len(t, entries, 2)
+	require.True(t, strings.HasPrefix(entries[1], "v1a,"), entries[1])
+	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{pk})
+	require.NoError(t, err)
+	require.NoError(t, v.Verify(got.header, got.body))
 }
