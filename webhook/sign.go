@@ -130,7 +130,7 @@ type Secret struct {
 //     base64-decoded text after the prefix (standard alphabet, padded).
 //   - "whsk_<base64>" (Standard Webhooks, asymmetric): an ed25519 secret
 //     key, 64 bytes (the 32-byte seed then the 32-byte public key, the form
-//     of Go's ed25519.PrivateKey, libsodium and Svix) or the 32-byte seed
+//     of Go's ed25519.PrivateKey and of libsodium) or the 32-byte seed
 //     alone. It signs "v1a" under SchemeStandard only.
 //   - "whpk_<base64>": an ed25519 public key, 32 bytes. It only verifies
 //     "v1a" signatures (NewVerifier, SchemeStandard).
