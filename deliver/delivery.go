@@ -76,17 +76,17 @@ type response struct {
 }
 
 // verdict classifies a response by the webhook contract (design.md): 2xx
-// acks; 3xx (not followed), 408, 429, 5xx, timeouts, network errors and
-// TLS failures are retried; any other 4xx is permanent. A TLS failure (a
-// refused or missing client certificate, an endpoint certificate the CA
-// bundle does not verify) is retried like a network error: it is usually a
-// certificate being rotated on one side, fixed without touching the event,
-// and MaxDeliver still dead-letters it in the end.
+// acks; 3xx (not followed), 408, 429, 5xx, timeouts and network errors are
+// retried; any other 4xx is permanent.
 func (r response) verdict() verdict {
 	switch {
 	case errors.Is(r.err, ErrForbiddenAddress):
 		return verdictPermanent
 	case r.err != nil:
+		// TLS failures too (a refused or missing client certificate, an
+		// endpoint certificate the CA bundle does not verify): usually a
+		// certificate being rotated on one side, fixed without touching
+		// the event; MaxDeliver still dead-letters it in the end.
 		return verdictRetry
 	case r.status >= 200 && r.status < 300:
 		return verdictAck
