@@ -244,3 +244,66 @@ func TestSecretKeyNeverPrints(t *testing.T) {
 		require.Contains(t, out, "redacted")
 	}
 }
+
+// BenchmarkV1a is BenchmarkSign and BenchmarkVerify for one whsk_ key:
+// ed25519 costs far more than HMAC-SHA256, on both sides.
+func BenchmarkV1a(b *testing.B) {
+	body := benchBody()
+	now := time.Unix(1_700_000_000, 0)
+	sk, pk, err := webhook.GenerateKeyPair()
+	require.NoError(b, err)
+	s, err := webhook.NewSigner(webhook.SchemeStandard, sk)
+	require.NoError(b, err)
+	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{pk}, webhook.WithClock(func() time.Time { return now }))
+	require.NoError(b, err)
+	b.Run("sign", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		h := http.Header{}
+		for b.Loop() {
+			s.Sign(h, "42", now, body)
+		}
+	})
+	b.Run("verify", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		h := http.Header{}
+		s.Sign(h, "42", now, body)
+		for b.Loop() {
+			if err := v.Verify(h, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// FuzzVerifyV1a: a whpk_ verifier never panics and never accepts content
+// ("<id>.<timestamp>.<body>") other than the signed one, whatever extra
+// entries the header carries. (An id with a "." can shift bytes between id
+// and body with the same content; the spec says ids must not hold one, and
+// jsbridge's are decimal event ids.)
+func FuzzVerifyV1a(f *testing.F) {
+	now := time.Unix(1_700_000_000, 0)
+	f.Add([]byte(`{"a":1}`), []byte(`{"a":2}`), "42", "43", "")
+	f.Add([]byte(`x`), []byte(`x`), "id", "id", "v1a,AAAA v1,AAAA v1a,")
+	f.Add([]byte{}, []byte{}, "", "", "v1a,"+base64.StdEncoding.EncodeToString(make([]byte, 64)))
+	seed := make([]byte, ed25519.SeedSize)
+	copy(seed, "jsbridge-fuzz-seed")
+	priv := ed25519.NewKeyFromSeed(seed)
+	sk := "whsk_" + base64.StdEncoding.EncodeToString(priv)
+	pk := "whpk_" + base64.StdEncoding.EncodeToString(priv.Public().(ed25519.PublicKey))
+	f.Fuzz(func(t *testing.T, signed, received []byte, signedID, receivedID, extra string) {
+		s, err := webhook.NewSigner(webhook.SchemeStandard, sk)
+		require.NoError(t, err)
+		v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{pk}, webhook.WithClock(func() time.Time { return now }))
+		require.NoError(t, err)
+		h := http.Header{}
+		s.Sign(h, signedID, now, signed)
+		h.Set("webhook-id", receivedID)
+		if extra != "" {
+			h.Set("webhook-signature", extra+" "+h.Get("webhook-signature"))
+		}
+		err = v.Verify(h, received)
+		if err == nil && signedID+"."+string(signed) != receivedID+"."+string(received) {
+			t.Fatalf("accepted what was not signed: signed %q/%q, received %q/%q", signedID, signed, receivedID, received)
+		}
+	})
+}
