@@ -65,7 +65,6 @@ type Subscription struct {
 	// is required. SchemeStandard takes whsec_ secrets (HMAC-SHA256, "v1"
 	// signatures) and whsk_ ed25519 secret keys ("v1a" signatures, which
 	// receivers verify with the whpk_ public key), in any mix.
-
 	Secrets []string
 	// Body is the content mode. Default BodyStructured.
 	Body BodyMode
