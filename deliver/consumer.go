@@ -38,7 +38,9 @@ type Config struct {
 	// CheckRedirect returns http.ErrUseLastResponse. For subscriptions
 	// without AllowPrivate it also clones the Transport, which must then be
 	// nil or an *http.Transport, and installs the dial-time address check
-	// (ErrForbiddenAddress) and no proxy.
+	// (ErrForbiddenAddress) and no proxy, and for subscriptions with TLS
+	// files it clones it again with their certificates (so it must be nil or
+	// an *http.Transport there too).
 	HTTPClient *http.Client
 	// Breakers holds the per-endpoint circuit breakers. Default: a Set with
 	// breaker defaults, logging to Logger, metrics unregistered.
@@ -150,7 +152,21 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 		}
 		endpoint := breaker.Endpoint(s.URL)
 		client := open
-		if !s.AllowPrivate {
+		tlsCfg, err := s.TLS.load()
+		if err != nil {
+			return nil, fmt.Errorf("deliver: new consumer: %w %q: %w", ErrInvalidSubscription, s.Name, err)
+		}
+		switch {
+		case tlsCfg != nil:
+			// Its own client: its own TLS settings and connection pool,
+			// then the address check on top (guarded keeps TLSClientConfig).
+			if client, err = withTLS(open, tlsCfg); err == nil && !s.AllowPrivate {
+				client, err = guardedClient(client)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("deliver: new consumer: subscription %q: %w", s.Name, err)
+			}
+		case !s.AllowPrivate:
 			if safe == nil {
 				if safe, err = guardedClient(open); err != nil {
 					return nil, fmt.Errorf("deliver: new consumer: subscription %q: %w", s.Name, err)

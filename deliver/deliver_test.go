@@ -304,7 +304,7 @@ func TestPermanent4xxIsTerminated(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, got[0].Status)
 	require.Equal(t, `{}`, string(got[0].Msg.Data()))
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP jsbridge_consumer_deliveries_total Webhook delivery attempts by subscription, outcome (ack, retry, term, exhausted, breaker_open) and status class (2xx..5xx, timeout, network, none).
+# HELP jsbridge_consumer_deliveries_total Webhook delivery attempts by subscription, outcome (ack, retry, term, exhausted, breaker_open) and status class (2xx..5xx, timeout, network, tls, forbidden, none).
 # TYPE jsbridge_consumer_deliveries_total counter
 jsbridge_consumer_deliveries_total{outcome="term",status_class="4xx",subscription="orders"} 1
 `), "jsbridge_consumer_deliveries_total"))

@@ -83,6 +83,10 @@ func (r response) verdict() verdict {
 	case errors.Is(r.err, ErrForbiddenAddress):
 		return verdictPermanent
 	case r.err != nil:
+		// TLS failures too (a refused or missing client certificate, an
+		// endpoint certificate the CA bundle does not verify): usually a
+		// certificate being rotated on one side, fixed without touching
+		// the event; MaxDeliver still dead-letters it in the end.
 		return verdictRetry
 	case r.status >= 200 && r.status < 300:
 		return verdictAck
@@ -102,6 +106,8 @@ func (r response) class() string {
 		return ClassTimeout
 	case errors.Is(r.err, ErrForbiddenAddress):
 		return ClassForbidden
+	case r.err != nil && isTLSError(r.err):
+		return ClassTLS
 	case r.err != nil:
 		return ClassNetwork
 	case r.status >= 100 && r.status < 600:

@@ -1,8 +1,13 @@
 package deliver
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -29,6 +34,20 @@ func TestVerdict(t *testing.T) {
 	timeout := response{err: errors.New("deadline"), timeout: true, retryAfter: -1}
 	require.Equal(t, ClassTimeout, timeout.class())
 	require.Equal(t, "4xx", response{status: 404}.class())
+
+	// TLS failures: retried, class tls, found through the wrapping that
+	// net/http adds (url.Error, net.OpError, joins).
+	for _, err := range []error{
+		&url.Error{Op: "Post", URL: "https://h.example", Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}},
+		fmt.Errorf("post: %w", &net.OpError{Op: "remote error", Err: tls.AlertError(116)}),
+		errors.Join(errors.New("other"), x509.HostnameError{}),
+		tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"},
+	} {
+		r := response{err: err, retryAfter: -1}
+		require.Equal(t, verdictRetry, r.verdict(), "%v", err)
+		require.Equal(t, ClassTLS, r.class(), "%v", err)
+	}
+	require.Equal(t, ClassNetwork, response{err: &url.Error{Op: "Post", URL: "https://h.example", Err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}}}.class())
 }
 
 func TestParseRetryAfter(t *testing.T) {

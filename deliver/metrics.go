@@ -29,8 +29,13 @@ const (
 const (
 	// ClassTimeout: the request timed out (Subscription.Timeout).
 	ClassTimeout = "timeout"
-	// ClassNetwork: the request failed without a response.
+	// ClassNetwork: the request failed without a response (other than a
+	// timeout or a TLS failure).
 	ClassNetwork = "network"
+	// ClassTLS: the TLS handshake or a certificate check failed: the
+	// endpoint refused the client certificate (or wanted one), or its
+	// certificate did not verify. Retried like a network error.
+	ClassTLS = "tls"
 	// ClassNone: no request was sent (breaker open, malformed message).
 	ClassNone = "none"
 	// ClassForbidden: the endpoint resolved to an address the subscription
@@ -53,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jsbridge_consumer_deliveries_total",
-			Help: "Webhook delivery attempts by subscription, outcome (ack, retry, term, exhausted, breaker_open) and status class (2xx..5xx, timeout, network, none).",
+			Help: "Webhook delivery attempts by subscription, outcome (ack, retry, term, exhausted, breaker_open) and status class (2xx..5xx, timeout, network, tls, forbidden, none).",
 		}, []string{"subscription", "outcome", "status_class"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "jsbridge_consumer_attempt_duration_seconds",

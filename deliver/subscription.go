@@ -62,7 +62,9 @@ type Subscription struct {
 	// Scheme is the signature scheme. Default webhook.SchemeStandard.
 	Scheme webhook.Scheme
 	// Secrets sign every request (several during a rotation). At least one
-	// is required; SchemeStandard needs whsec_ secrets.
+	// is required. SchemeStandard takes whsec_ secrets (HMAC-SHA256, "v1"
+	// signatures) and whsk_ ed25519 secret keys ("v1a" signatures, which
+	// receivers verify with the whpk_ public key), in any mix.
 	Secrets []string
 	// Body is the content mode. Default BodyStructured.
 	Body BodyMode
@@ -108,6 +110,10 @@ type Subscription struct {
 	// AllowHTTP lets the endpoint use plain http:// on a public address.
 	// Default false: only https (or http with AllowPrivate).
 	AllowHTTP bool
+	// TLS adds a client certificate (mutual TLS) and a CA bundle for the
+	// endpoint's certificate. Default: none, system roots. Only for https
+	// URLs. It combines with the address check of AllowPrivate false.
+	TLS TLSFiles
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -161,7 +167,8 @@ var reservedHeaders = map[string]bool{
 // an error wrapping ErrInvalidSubscription that names the subscription, the
 // field and the value (and the webhook package's ErrInvalidScheme or
 // ErrInvalidSecret for those fields). Secrets, header values and the URL's
-// userinfo and query are never printed.
+// userinfo and query are never printed. It reads the TLS files, so a
+// missing or unreadable one is reported here, by field and path.
 func (s Subscription) Validate() error {
 	s = s.withDefaults()
 	bad := func(field string, format string, args ...any) error {
@@ -229,6 +236,12 @@ func (s Subscription) Validate() error {
 	}
 	if s.MaxAckPending < s.MaxInFlight {
 		return bad("MaxAckPending", "%d is below MaxInFlight %d", s.MaxAckPending, s.MaxInFlight)
+	}
+	if !s.TLS.IsZero() && u.Scheme != "https" {
+		return bad("TLS", "set for %q, which is not https", breaker.Endpoint(s.URL))
+	}
+	if _, err := s.TLS.load(); err != nil {
+		return fmt.Errorf("%w %q: %w", ErrInvalidSubscription, s.Name, err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/jsbridge/jsbridge/event"
@@ -64,4 +65,24 @@ func ExampleVerifier_Verify() {
 	// Output:
 	// true
 	// bad-signature
+}
+
+// Asymmetric signatures (Standard Webhooks v1a): the sender signs with the
+// whsk_ secret key, the receiver verifies with the whpk_ public key alone.
+// A sender moving from a whsec_ secret lists both while receivers move.
+func ExampleGenerateKeyPair() {
+	secretKey, publicKey, _ := webhook.GenerateKeyPair()
+	signer, _ := webhook.NewSigner(webhook.SchemeStandard, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", secretKey)
+	verifier, _ := webhook.NewVerifier(webhook.SchemeStandard, []string{publicKey})
+
+	h := http.Header{}
+	signer.Sign(h, "42", time.Now(), []byte(`{"n":1}`))
+	for _, sig := range strings.Fields(h.Get(webhook.HeaderWebhookSignature)) {
+		fmt.Println(sig[:strings.IndexByte(sig, ',')])
+	}
+	fmt.Println(verifier.Verify(h, []byte(`{"n":1}`)) == nil)
+	// Output:
+	// v1
+	// v1a
+	// true
 }

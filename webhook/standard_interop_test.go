@@ -81,3 +81,34 @@ func TestStandardInteropReferenceVerifiedByOurs(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestStandardInteropMixedV1a: the reference Go library (v0.0.1, the only
+// version on the Go module proxy) verifies v1 only; it has no v1a. A header
+// our Signer fills during a move from whsec_ to whsk_ (a v1 and a v1a
+// entry) still verifies with it, since it skips the v1a entry as the spec
+// wants unknown versions skipped, and a v1a-only header does not.
+func TestStandardInteropMixedV1a(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"specversion":"1.0","id":"42","type":"OrderPlaced"}`)
+	sk, pk, err := webhook.GenerateKeyPair()
+	require.NoError(t, err)
+	ref, err := standardwebhooks.NewWebhook(whsecOld)
+	require.NoError(t, err)
+
+	for name, secrets := range map[string][]string{"v1a first": {sk, whsecOld}, "v1 first": {whsecOld, sk}} {
+		s, err := webhook.NewSigner(webhook.SchemeStandard, secrets...)
+		require.NoError(t, err)
+		h := http.Header{}
+		s.Sign(h, "msg_42", time.Now(), body)
+		require.NoError(t, ref.Verify(body, h), name)
+		v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{pk})
+		require.NoError(t, err)
+		require.NoError(t, v.Verify(h, body), name)
+	}
+
+	only, err := webhook.NewSigner(webhook.SchemeStandard, sk)
+	require.NoError(t, err)
+	h := http.Header{}
+	only.Sign(h, "msg_42", time.Now(), body)
+	require.ErrorIs(t, ref.Verify(body, h), standardwebhooks.ErrNoMatchingSignature)
+}

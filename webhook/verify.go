@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"encoding/base64"
 	"encoding/hex"
@@ -26,8 +27,9 @@ var (
 	// ErrTimestampFuture: the timestamp is later than now plus the tolerance.
 	ErrTimestampFuture = errors.New("timestamp in the future")
 	// ErrBadSignature: no listed signature matches the body under any secret
-	// (tampered body, wrong secret, malformed signature list, or for
-	// SchemeStandard a missing webhook-id).
+	// or public key (tampered body, wrong secret, malformed signature list,
+	// only v1a entries for a verifier holding only whsec_ secrets or the
+	// reverse, or for SchemeStandard a missing webhook-id).
 	ErrBadSignature = errors.New("bad signature")
 )
 
@@ -76,11 +78,14 @@ func WithClock(now func() time.Time) VerifierOption {
 }
 
 // NewVerifier returns a Verifier for scheme accepting a signature made with
-// any of secrets (list old and new during a rotation; see ParseSecret,
-// SchemeStandard needs whsec_ secrets). Errors wrap ErrInvalidScheme,
-// ErrInvalidSecret or ErrInvalidOption.
+// any of secrets (list old and new during a rotation; see ParseSecret).
+// SchemeStandard takes whsec_ secrets, which verify "v1" entries, and whpk_
+// ed25519 public keys, which verify "v1a" entries, in any mix (a sender
+// moving from one to the other signs with both for a while); a whsk_ secret
+// key is refused, a receiver needs only the public key. Errors wrap
+// ErrInvalidScheme, ErrInvalidSecret or ErrInvalidOption.
 func NewVerifier(scheme Scheme, secrets []string, opts ...VerifierOption) (*Verifier, error) {
-	secs, err := parseSecrets(scheme, secrets)
+	secs, err := parseSecrets(scheme, secrets, true)
 	if err != nil {
 		return nil, fmt.Errorf("new verifier: %w", err)
 	}
@@ -101,8 +106,10 @@ func (v *Verifier) Scheme() Scheme { return v.scheme }
 // header present (ErrMissingSignature), timestamp present and numeric
 // (ErrMissingTimestamp), timestamp not too old (ErrTimestampStale) nor too
 // new (ErrTimestampFuture), and one listed signature matching under one
-// secret (ErrBadSignature). Signatures are compared in constant time;
-// entries of unknown versions or encodings are skipped. nil means valid.
+// secret (ErrBadSignature). Under SchemeStandard, "v1" entries are checked
+// against the whsec_ secrets and "v1a" entries against the whpk_ public keys
+// (ed25519). HMAC signatures are compared in constant time; entries of
+// unknown versions or encodings are skipped. nil means valid.
 func (v *Verifier) Verify(h http.Header, body []byte) error {
 	sigHeader, tsHeader := HeaderWebhookSignature, HeaderWebhookTimestamp
 	if v.scheme == SchemeHMACSHA256 {
@@ -154,9 +161,11 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 			return fmt.Errorf("verify: %s header missing, nothing to check the signature against: %w", HeaderWebhookID, ErrBadSignature)
 		}
 		prefix := signedPrefix(v.scheme, id, ts)
+		// msg is prefix+body for ed25519, built on the first v1a entry.
+		var msg []byte
 		for entry := range strings.FieldsSeq(sigs) {
-			b64, ok := strings.CutPrefix(entry, "v1,")
-			if !ok {
+			version, b64, ok := strings.Cut(entry, ",")
+			if !ok || (version != "v1" && version != "v1a") {
 				continue
 			}
 			got, err := base64.StdEncoding.DecodeString(b64)
@@ -164,8 +173,18 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 				continue
 			}
 			for _, sec := range v.secrets {
-				if hmac.Equal(got, macOf(sec.key, prefix, body)) {
-					return nil
+				switch {
+				case version == "v1" && sec.kind == kindWhsec:
+					if hmac.Equal(got, macOf(sec.key, prefix, body)) {
+						return nil
+					}
+				case version == "v1a" && sec.kind == kindWhpk && len(got) == ed25519.SignatureSize:
+					if msg == nil {
+						msg = append(append(make([]byte, 0, len(prefix)+len(body)), prefix...), body...)
+					}
+					if ed25519.Verify(ed25519.PublicKey(sec.key), msg, got) {
+						return nil
+					}
 				}
 			}
 		}

@@ -52,6 +52,37 @@ type fileSubscription struct {
 	MaxAckPending  int               `yaml:"max_ack_pending"`
 	AllowPrivate   bool              `yaml:"allow_private"`
 	AllowHTTP      bool              `yaml:"allow_http"`
+	TLS            fileTLS           `yaml:"tls"`
+}
+
+// fileTLS is a subscription's tls block: PEM files for mutual TLS and the
+// endpoint's CA bundle.
+type fileTLS struct {
+	ClientCertFile string `yaml:"client_cert_file"`
+	ClientKeyFile  string `yaml:"client_key_file"`
+	CAFile         string `yaml:"ca_file"`
+}
+
+// tlsFile is a TLS file's path and the name the user gave it by (a YAML
+// key or a flag).
+type tlsFile struct{ name, path string }
+
+// tlsFiles checks that each file given is readable, naming it by where
+// (the YAML key or the flag) and its path, and returns them for deliver,
+// which parses them at start.
+func tlsFiles(cert, key, ca tlsFile) (deliver.TLSFiles, error) {
+	for _, f := range []tlsFile{cert, key, ca} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.ReadFile(f.path); err != nil {
+			return deliver.TLSFiles{}, fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	if (cert.path == "") != (key.path == "") {
+		return deliver.TLSFiles{}, fmt.Errorf("%s and %s go together: set both or neither", cert.name, key.name)
+	}
+	return deliver.TLSFiles{ClientCertFile: cert.path, ClientKeyFile: key.path, CAFile: ca.path}, nil
 }
 
 // duration is a time.Duration written as a Go duration string ("10s").
@@ -118,12 +149,19 @@ func loadSubscriptions(path string) ([]deliver.Subscription, breaker.Settings, e
 			}
 			headers[k] = v
 		}
+		tlsf, err := tlsFiles(
+			tlsFile{"tls.client_cert_file", fs.TLS.ClientCertFile},
+			tlsFile{"tls.client_key_file", fs.TLS.ClientKeyFile},
+			tlsFile{"tls.ca_file", fs.TLS.CAFile})
+		if err != nil {
+			return nil, bs, fmt.Errorf("%s: %w", where, err)
+		}
 		sub := deliver.Subscription{
 			Name: fs.Name, FilterSubjects: fs.FilterSubjects, URL: fs.URL, Secrets: secrets,
 			Scheme: webhook.Scheme(fs.Scheme), Body: deliver.BodyMode(fs.Body), Headers: headers,
 			Timeout: time.Duration(fs.Timeout), AckWait: time.Duration(fs.AckWait),
 			MaxDeliver: fs.MaxDeliver, MaxInFlight: fs.MaxInFlight, MaxAckPending: fs.MaxAckPending,
-			AllowPrivate: fs.AllowPrivate, AllowHTTP: fs.AllowHTTP,
+			AllowPrivate: fs.AllowPrivate, AllowHTTP: fs.AllowHTTP, TLS: tlsf,
 		}
 		for _, b := range fs.BackOff {
 			sub.BackOff = append(sub.BackOff, time.Duration(b))

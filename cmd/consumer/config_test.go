@@ -1,6 +1,13 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,8 +36,14 @@ func TestLoadCompleteSubscriptionsFile(t *testing.T) {
 	dir := t.TempDir()
 	secretFile := filepath.Join(dir, "audit_webhook")
 	require.NoError(t, os.WriteFile(secretFile, []byte("audit-hmac-key\n"), 0o600))
+	certFile, keyFile := writeCert(t, dir)
 	path := filepath.Join(dir, "subs.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(string(raw), "/run/secrets/audit_webhook", secretFile)), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte(strings.NewReplacer(
+		"/run/secrets/audit_webhook", secretFile,
+		"/run/secrets/audit_client.crt", certFile,
+		"/run/secrets/audit_client.key", keyFile,
+		"/etc/jsbridge/audit-ca.pem", certFile,
+	).Replace(string(raw))), 0o600))
 
 	subs, bs, err := loadSubscriptions(path)
 	require.NoError(t, err)
@@ -49,6 +62,7 @@ func TestLoadCompleteSubscriptionsFile(t *testing.T) {
 	require.Equal(t, []string{"audit-hmac-key"}, subs[1].Secrets)
 	require.Equal(t, webhook.SchemeHMACSHA256, subs[1].Scheme)
 	require.Equal(t, deliver.BodyBinary, subs[1].Body)
+	require.Equal(t, deliver.TLSFiles{ClientCertFile: certFile, ClientKeyFile: keyFile, CAFile: certFile}, subs[1].TLS)
 	for _, s := range subs {
 		require.NoError(t, s.Validate())
 	}
@@ -83,4 +97,90 @@ func TestREADMEShowsTheCompleteFile(t *testing.T) {
 	file, err := os.ReadFile("testdata/subscriptions.yaml")
 	require.NoError(t, err)
 	require.Contains(t, string(readme), "```yaml\n"+string(file)+"```\n")
+}
+
+// writeCert writes a self-signed client certificate and its key (PEM) to
+// dir; the certificate also serves as a CA bundle.
+func writeCert(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "jsbridge-consumer"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600))
+	return certFile, keyFile
+}
+
+// TLS files are read at start; a missing one is named by its YAML key and
+// path, and a certificate without its key is refused.
+func TestLoadSubscriptionsTLSErrorsNameKeyAndPath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certFile, _ := writeCert(t, dir)
+	missing := filepath.Join(dir, "missing.key")
+	for want, block := range map[string]string{
+		"tls.client_key_file: open " + missing:                     "client_cert_file: " + certFile + "\n      client_key_file: " + missing,
+		"tls.ca_file: open " + missing:                             "ca_file: " + missing,
+		"tls.client_cert_file and tls.client_key_file go together": "client_cert_file: " + certFile,
+	} {
+		path := filepath.Join(t.TempDir(), "subs.yaml")
+		doc := "subscriptions:\n  - name: a\n    url: https://h.example/\n    filter_subjects: [events.>]\n    tls:\n      " + block + "\n"
+		require.NoError(t, os.WriteFile(path, []byte(doc), 0o600))
+		_, _, err := loadSubscriptions(path)
+		require.ErrorContains(t, err, want)
+		require.ErrorContains(t, err, `subscriptions[0] ("a")`)
+	}
+}
+
+// The flag-configured subscription takes the TLS files by flag, and names
+// the flag and the path when one cannot be read.
+func TestFlagsTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certFile, keyFile := writeCert(t, dir)
+	f := subscriptionFlags{Name: "w", URL: "https://h.example/", Filter: []string{"events.>"}, Secret: []string{secretA},
+		TLSClientCert: certFile, TLSClientKey: keyFile, TLSCA: certFile}
+	subs, _, err := f.subscriptions()
+	require.NoError(t, err)
+	require.Equal(t, deliver.TLSFiles{ClientCertFile: certFile, ClientKeyFile: keyFile, CAFile: certFile}, subs[0].TLS)
+	require.NoError(t, subs[0].Validate())
+
+	f.TLSCA = filepath.Join(dir, "nope.pem")
+	_, _, err = f.subscriptions()
+	require.ErrorContains(t, err, "--tls-ca: open "+f.TLSCA)
+	f.TLSCA, f.TLSClientKey = "", ""
+	_, _, err = f.subscriptions()
+	require.ErrorContains(t, err, "--tls-client-cert and --tls-client-key go together")
+}
+
+// whsk_ secret keys come through secrets_env like whsec_ secrets and sign
+// v1a; a whpk_ public key cannot sign, and the error does not echo it.
+func TestSubscriptionSecretKeys(t *testing.T) {
+	sk, pk, err := webhook.GenerateKeyPair()
+	require.NoError(t, err)
+	t.Setenv("SIGNING_KEY", sk)
+	t.Setenv("PUBLIC_KEY", pk)
+	for env, ok := range map[string]bool{"SIGNING_KEY": true, "PUBLIC_KEY": false} {
+		path := filepath.Join(t.TempDir(), "subs.yaml")
+		require.NoError(t, os.WriteFile(path, []byte("subscriptions:\n  - name: a\n    url: https://h.example/\n    filter_subjects: [events.>]\n    secrets_env: ["+env+"]\n"), 0o600))
+		subs, _, err := loadSubscriptions(path)
+		require.NoError(t, err)
+		err = subs[0].Validate()
+		if ok {
+			require.NoError(t, err)
+			continue
+		}
+		require.ErrorIs(t, err, webhook.ErrInvalidSecret)
+		require.ErrorContains(t, err, "whpk_ public key")
+		require.NotContains(t, err.Error(), strings.TrimPrefix(pk, "whpk_"))
+	}
 }

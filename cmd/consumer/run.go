@@ -28,7 +28,7 @@ type subscriptionFlags struct {
 	Name          string          `name:"name" env:"JSBRIDGE_SUBSCRIPTION" default:"webhook" help:"Subscription name, also the durable consumer's name (default: ${default})."`
 	URL           string          `name:"url" env:"JSBRIDGE_URL" help:"Endpoint URL the events are POSTed to (https, or http with --allow-http or --allow-private)."`
 	Filter        []string        `name:"filter" env:"JSBRIDGE_FILTER" default:"events.>" help:"Filter subject(s), e.g. events.order.> or events.*.*.OrderShipped; repeatable or comma-separated (default: ${default})."`
-	Secret        []string        `name:"secret" env:"JSBRIDGE_SECRET" help:"Signing secret(s) (whsec_<base64> for standard); several sign at once during rotation. Prefer the environment variable: flags show in ps."`
+	Secret        []string        `name:"secret" env:"JSBRIDGE_SECRET" help:"Signing secret(s): for standard, whsec_<base64> (HMAC, v1) or whsk_<base64> (ed25519 secret key, v1a; receivers verify with its whpk_ public key); several sign at once during rotation. Prefer the environment variable: flags show in ps."`
 	Scheme        string          `name:"scheme" env:"JSBRIDGE_SCHEME" default:"standard" enum:"standard,hmac-sha256" help:"Signature scheme: standard (Standard Webhooks) or hmac-sha256 (X-Webhook-Signature) (default: ${default})."`
 	Body          string          `name:"body" env:"JSBRIDGE_BODY" default:"structured" enum:"structured,binary" help:"Body mode: structured (CloudEvents JSON envelope) or binary (event data with ce-* headers) (default: ${default})."`
 	Timeout       time.Duration   `name:"timeout" env:"JSBRIDGE_TIMEOUT" default:"10s" help:"Request timeout of one POST; keep it below --ack-wait (default: ${default})."`
@@ -39,6 +39,9 @@ type subscriptionFlags struct {
 	MaxAckPending int             `name:"max-ack-pending" env:"JSBRIDGE_MAX_ACK_PENDING" help:"JetStream MaxAckPending: messages out for delivery or waiting for a retry, across all replicas (default: 1000, or --max-in-flight when larger)."`
 	AllowPrivate  bool            `name:"allow-private" env:"JSBRIDGE_ALLOW_PRIVATE" help:"Let the endpoint be on a loopback, private, link-local (cloud metadata) or reserved address, and use plain http (default: refused)."`
 	AllowHTTP     bool            `name:"allow-http" env:"JSBRIDGE_ALLOW_HTTP" help:"Let the endpoint use plain http on a public address (default: https only)."`
+	TLSClientCert string          `name:"tls-client-cert" env:"JSBRIDGE_TLS_CLIENT_CERT" help:"PEM client certificate (chain, leaf first) presented to the endpoint for mutual TLS; needs --tls-client-key (default: none)."`
+	TLSClientKey  string          `name:"tls-client-key" env:"JSBRIDGE_TLS_CLIENT_KEY" help:"PEM private key of --tls-client-cert (PKCS #1, PKCS #8 or SEC 1) (default: none)."`
+	TLSCA         string          `name:"tls-ca" env:"JSBRIDGE_TLS_CA" help:"PEM CA bundle that verifies the endpoint's certificate, in place of the system roots (default: system roots)."`
 
 	BreakerFailures    uint32        `name:"breaker-failures" env:"JSBRIDGE_BREAKER_FAILURES" default:"5" help:"Consecutive failures that open an endpoint's circuit breaker (default: ${default})."`
 	BreakerOpenTimeout time.Duration `name:"breaker-open-timeout" env:"JSBRIDGE_BREAKER_OPEN_TIMEOUT" default:"30s" help:"How long an open breaker waits before letting a probe through (default: ${default})."`
@@ -61,11 +64,18 @@ func (f *subscriptionFlags) subscriptions() ([]deliver.Subscription, breaker.Set
 			}
 		}
 	}
+	tlsf, err := tlsFiles(
+		tlsFile{"--tls-client-cert", f.TLSClientCert},
+		tlsFile{"--tls-client-key", f.TLSClientKey},
+		tlsFile{"--tls-ca", f.TLSCA})
+	if err != nil {
+		return nil, breaker.Settings{}, err
+	}
 	return []deliver.Subscription{{
 			Name: f.Name, FilterSubjects: filters, URL: f.URL, Secrets: f.Secret,
 			Scheme: webhook.Scheme(f.Scheme), Body: deliver.BodyMode(f.Body),
 			Timeout: f.Timeout, AckWait: f.AckWait, MaxDeliver: f.MaxDeliver, BackOff: f.BackOff, MaxInFlight: f.MaxInFlight, MaxAckPending: f.MaxAckPending,
-			AllowPrivate: f.AllowPrivate, AllowHTTP: f.AllowHTTP,
+			AllowPrivate: f.AllowPrivate, AllowHTTP: f.AllowHTTP, TLS: tlsf,
 		}}, breaker.Settings{
 			ConsecutiveFailures: f.BreakerFailures, OpenTimeout: f.BreakerOpenTimeout,
 		}, nil
