@@ -1,0 +1,28 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/alecthomas/kong"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/flagdoc"
+)
+
+// The README's tables for `bridge` and `bridge run` list every flag with
+// the environment variable and default the code has.
+func TestREADMEFlagTablesMatchTheCode(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	rows, err := flagdoc.Rows(string(readme), "### bridge", "### consumer")
+	require.NoError(t, err)
+	require.NotEmpty(t, rows)
+	app, err := kong.New(&cli{})
+	require.NoError(t, err)
+	flags, err := flagdoc.Flags(app, "run")
+	require.NoError(t, err)
+	require.Contains(t, flags, "lease", "the grammar was read")
+	require.Empty(t, flagdoc.Problems(rows, flags))
+}
