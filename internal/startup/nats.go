@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -56,7 +57,7 @@ func ConnectNATS(ctx context.Context, w *Waiter, urls string, opts ...nats.Optio
 		c, err := connect(ctx, urls, opts)
 		if err != nil {
 			if NATSPermanent(err) {
-				return Permanent(fmt.Errorf("connect to NATS at %s: %w (the server refused this client: check the credentials in --nats-url and the TLS settings)", RedactURL(urls), err))
+				return Permanent(fmt.Errorf("connect to NATS at %s: %w (the server refused this client: check the credentials (--nats-user/--nats-password, --nats-token, --nats-nkey, --nats-creds, the --context, or user:password@ in --nats-url) and the TLS settings (--nats-tls-*))", RedactURL(urls), err))
 			}
 			return err
 		}
@@ -95,11 +96,18 @@ func connect(ctx context.Context, urls string, opts []nats.Option) (*nats.Conn, 
 // request over the connection, is one waiting cannot fix: the server
 // refused the credentials (authorization violation, expired or revoked),
 // denied a subject by permissions, or the TLS configuration does not match
-// the server's (certificate not trusted, TLS required or unavailable).
+// the server's (certificate not trusted, TLS required or unavailable, or
+// the TLS handshake failed: nats.ErrTLS, which is also how a server that
+// rejects the client certificate shows, closing the connection right
+// after the handshake). A TLS handshake that timed out is transient.
 func NATSPermanent(err error) bool {
 	var unknownCA x509.UnknownAuthorityError
 	var badHost x509.HostnameError
 	var badCert x509.CertificateInvalidError
+	var netErr net.Error
+	if errors.Is(err, nats.ErrTLS) && !(errors.As(err, &netErr) && netErr.Timeout()) {
+		return true
+	}
 	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
 		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired) ||
 		errors.Is(err, nats.ErrPermissionViolation) ||
