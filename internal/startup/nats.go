@@ -97,15 +97,22 @@ func connect(ctx context.Context, urls string, opts []nats.Option) (*nats.Conn, 
 // refused the credentials (authorization violation, expired or revoked),
 // denied a subject by permissions, or the TLS configuration does not match
 // the server's (certificate not trusted, TLS required or unavailable, or
-// the TLS handshake failed: nats.ErrTLS, which is also how a server that
-// rejects the client certificate shows, closing the connection right
-// after the handshake). A TLS handshake that timed out is transient.
+// the TLS handshake failed: nats.ErrTLS, or a TLS alert from the server;
+// a server that rejects the client certificate shows as either). A TLS
+// handshake that timed out is transient.
 func NATSPermanent(err error) bool {
 	var unknownCA x509.UnknownAuthorityError
 	var badHost x509.HostnameError
 	var badCert x509.CertificateInvalidError
 	var netErr net.Error
 	if errors.Is(err, nats.ErrTLS) && !(errors.As(err, &netErr) && netErr.Timeout()) {
+		return true
+	}
+	// crypto/tls reports a TLS alert from the server (certificate
+	// required, bad certificate, unknown CA, ...) as an OpError with this
+	// Op; with TLS 1.3 it can arrive after the handshake, unwrapped.
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "remote error" {
 		return true
 	}
 	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||

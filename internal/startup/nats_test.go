@@ -108,6 +108,10 @@ func TestNATSPermanentTLSHandshake(t *testing.T) {
 	// right after the handshake; nats.go wraps that in ErrTLS.
 	require.True(t, startup.NATSPermanent(fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, errors.New("EOF"))))
 	require.False(t, startup.NATSPermanent(fmt.Errorf("%w: %w", nats.ErrTLS, tlsTimeout{})), "a handshake that timed out is waited for")
+	// With TLS 1.3 the server's alert can arrive after the handshake, as
+	// crypto/tls reports it: an OpError "remote error".
+	require.True(t, startup.NATSPermanent(&net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}))
+	require.False(t, startup.NATSPermanent(&net.OpError{Op: "dial", Err: errors.New("connection refused")}))
 }
 
 func freePort(t *testing.T) int {
