@@ -48,6 +48,19 @@ func StartUserPassword(t testing.TB) Secured {
 	}
 }
 
+// StartToken starts a server requiring a random token; Bad has another.
+func StartToken(t testing.TB) Secured {
+	t.Helper()
+	token := "tok-" + rand.Text()
+	url := startSecured(t, func(o *server.Options) { o.Authorization = token })
+	return Secured{
+		URL:     url,
+		Good:    natsconn.Flags{Token: token},
+		Bad:     natsconn.Flags{Token: "wrong-" + token},
+		Secrets: []string{token},
+	}
+}
+
 // StartNKey starts a server trusting one NKey user; Good names a file with
 // its seed, Bad a file with another user's seed.
 func StartNKey(t testing.TB) Secured {
@@ -111,6 +124,18 @@ func StartCreds(t testing.TB) Secured {
 // signed; Bad presents one signed by another CA.
 func StartTLS(t testing.TB) Secured {
 	t.Helper()
+	return startTLS(t, false)
+}
+
+// StartTLSFirst is StartTLS with a server that expects the TLS handshake
+// before its greeting (handshake_first); Good and Bad set TLSFirst.
+func StartTLSFirst(t testing.TB) Secured {
+	t.Helper()
+	return startTLS(t, true)
+}
+
+func startTLS(t testing.TB, first bool) Secured {
+	t.Helper()
 	dir := t.TempDir()
 	path := func(name string) string { return filepath.Join(dir, name) }
 	ca, caKey := newCA(t, "jsbridge test CA", path("ca.pem"))
@@ -125,11 +150,12 @@ func StartTLS(t testing.TB) Secured {
 	must(t, err)
 	url := startSecured(t, func(o *server.Options) {
 		o.TLS, o.TLSVerify, o.TLSConfig, o.TLSTimeout = true, true, cfg, 5
+		o.TLSHandshakeFirst = first
 	})
 	return Secured{
 		URL:     url,
-		Good:    natsconn.Flags{TLSCA: path("ca.pem"), TLSCert: path("client.pem"), TLSKey: path("client-key.pem")},
-		Bad:     natsconn.Flags{TLSCA: path("ca.pem"), TLSCert: path("bad.pem"), TLSKey: path("bad-key.pem")},
+		Good:    natsconn.Flags{TLSCA: path("ca.pem"), TLSCert: path("client.pem"), TLSKey: path("client-key.pem"), TLSFirst: first},
+		Bad:     natsconn.Flags{TLSCA: path("ca.pem"), TLSCert: path("bad.pem"), TLSKey: path("bad-key.pem"), TLSFirst: first},
 		Secrets: []string{serverKeyPEM, goodKeyPEM, badKeyPEM},
 	}
 }

@@ -36,9 +36,11 @@ func TestConnectsToSecuredServers(t *testing.T) {
 	t.Parallel()
 	for name, start := range map[string]func(testing.TB) jstest.Secured{
 		"user/password": jstest.StartUserPassword,
+		"token":         jstest.StartToken,
 		"nkey":          jstest.StartNKey,
 		"creds":         jstest.StartCreds,
 		"tls":           jstest.StartTLS,
+		"tls first":     jstest.StartTLSFirst,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -65,6 +67,30 @@ func TestConnectsToSecuredServers(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestTLSServerNotTrustedIsPermanent(t *testing.T) {
+	t.Parallel()
+	srv := jstest.StartTLS(t)
+	f := srv.Good
+	f.TLSCA = filepath.Join(filepath.Dir(f.TLSCA), "other-ca.pem") // not the server's CA
+	_, err := connect(t, srv.URL, f)
+	require.Error(t, err)
+	require.True(t, startup.IsPermanent(err), "%v", err)
+	require.Contains(t, err.Error(), "certificate signed by unknown authority")
+
+	// Without --nats-tls-first a handshake_first server is not reached:
+	// each waits for the other to speak first (the server's TLS timeout is
+	// longer than this wait).
+	first := jstest.StartTLSFirst(t)
+	f = first.Good
+	f.TLSFirst = false
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	s, err := f.Resolve(first.URL)
+	require.NoError(t, err)
+	_, err = startup.ConnectNATS(ctx, startup.New(nil, 0), s.URL, s.Options()...)
+	require.Error(t, err)
 }
 
 func TestWithoutCredentialsTheServerRefuses(t *testing.T) {
