@@ -47,8 +47,9 @@ type Settings struct {
 	// Auth names how the client authenticates, for the start-up log line:
 	// "user/password", "token", "nkey", "creds" or "none". Never a secret.
 	Auth string
-	// TLS reports whether the connection is TLS (a CA, a client
-	// certificate or --nats-tls-first is set; a tls:// URL adds it too).
+	// TLS reports whether the connection uses TLS: a CA, a client
+	// certificate or --nats-tls-first is set, or a URL is tls://. (A
+	// server that requires TLS gets it from nats.go in any case.)
 	TLS bool
 
 	opts []nats.Option
@@ -133,6 +134,9 @@ func (f Flags) Resolve(urlFlag string) (Settings, error) {
 	key := pick(f.TLSKey, "--nats-tls-key", c.Key, "key")
 	if err := s.addTLS(ca, cert, key, f.TLSFirst || c.TLSFirst); err != nil {
 		return Settings{}, err
+	}
+	for _, u := range strings.Split(s.URL, ",") {
+		s.TLS = s.TLS || strings.HasPrefix(strings.ToLower(strings.TrimSpace(u)), "tls://")
 	}
 	if c.InboxPrefix != "" {
 		s.opts = append(s.opts, nats.CustomInboxPrefix(c.InboxPrefix))

@@ -155,6 +155,11 @@ func TestContextUnderHomeWithoutXDG(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "nats://10.0.0.2:4222", s.URL)
 	require.Equal(t, "none", s.Auth)
+	require.False(t, s.TLS)
+
+	s, err = natsconn.Flags{}.Resolve("nats://a:4222, tls://b:4222")
+	require.NoError(t, err)
+	require.True(t, s.TLS, "a tls:// URL is TLS")
 }
 
 func TestResolveErrorsNameTheProblemNotTheSecret(t *testing.T) {
