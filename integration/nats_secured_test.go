@@ -80,6 +80,9 @@ func TestSecuredNATS(t *testing.T) {
 				out, err := cli(t, append(env, "JSBRIDGE_SECRET="+testSecret), args[0], args[1:]...)
 				require.Error(t, err, "%v must fail with refused credentials; output:\n%s", args[:2], out)
 				require.Contains(t, out, tc.refused, "%v", args[:2])
+				if args[1] == "run" {
+					require.Contains(t, out, "the server refused this client", "%v", args[:2])
+				}
 				requireNoSecret(t, out, srv.Secrets)
 			}
 		})

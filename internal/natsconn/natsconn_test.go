@@ -34,17 +34,21 @@ func connect(t *testing.T, url string, f natsconn.Flags) (*nats.Conn, error) {
 
 func TestConnectsToSecuredServers(t *testing.T) {
 	t.Parallel()
-	for name, start := range map[string]func(testing.TB) jstest.Secured{
-		"user/password": jstest.StartUserPassword,
-		"token":         jstest.StartToken,
-		"nkey":          jstest.StartNKey,
-		"creds":         jstest.StartCreds,
-		"tls":           jstest.StartTLS,
-		"tls first":     jstest.StartTLSFirst,
+	credentials, tlsCert := "check the credentials", "check --nats-tls-cert and --nats-tls-key"
+	for name, tc := range map[string]struct {
+		start func(testing.TB) jstest.Secured
+		hint  string // what the refusal says to check
+	}{
+		"user/password": {jstest.StartUserPassword, credentials},
+		"token":         {jstest.StartToken, credentials},
+		"nkey":          {jstest.StartNKey, credentials},
+		"creds":         {jstest.StartCreds, credentials},
+		"tls":           {jstest.StartTLS, tlsCert},
+		"tls first":     {jstest.StartTLSFirst, tlsCert},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			srv := start(t)
+			srv := tc.start(t)
 
 			nc, err := connect(t, srv.URL, srv.Good)
 			require.NoError(t, err)
@@ -62,6 +66,7 @@ func TestConnectsToSecuredServers(t *testing.T) {
 			require.Error(t, err)
 			require.True(t, startup.IsPermanent(err), "refused credentials must be permanent: %v", err)
 			require.Less(t, time.Since(began), 5*time.Second)
+			require.Contains(t, err.Error(), tc.hint)
 			for _, secret := range srv.Secrets {
 				require.NotContains(t, err.Error(), secret)
 			}
@@ -78,6 +83,7 @@ func TestTLSServerNotTrustedIsPermanent(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, startup.IsPermanent(err), "%v", err)
 	require.Contains(t, err.Error(), "certificate signed by unknown authority")
+	require.Contains(t, err.Error(), "check --nats-tls-ca")
 
 	// Without --nats-tls-first a handshake_first server is not reached:
 	// each waits for the other to speak first (the server's TLS timeout is

@@ -57,7 +57,7 @@ func ConnectNATS(ctx context.Context, w *Waiter, urls string, opts ...nats.Optio
 		c, err := connect(ctx, urls, opts)
 		if err != nil {
 			if NATSPermanent(err) {
-				return Permanent(fmt.Errorf("connect to NATS at %s: %w (the server refused this client: check the credentials (--nats-user/--nats-password, --nats-token, --nats-nkey, --nats-creds, the --context, or user:password@ in --nats-url) and the TLS settings (--nats-tls-*))", RedactURL(urls), err))
+				return Permanent(fmt.Errorf("connect to NATS at %s: %w (the server refused this client: %s)", RedactURL(urls), err, refusedHint(err)))
 			}
 			return err
 		}
@@ -65,6 +65,23 @@ func ConnectNATS(ctx context.Context, w *Waiter, urls string, opts ...nats.Optio
 		return nil
 	})
 	return nc, err
+}
+
+// refusedHint says which settings to check for a permanent connect error.
+func refusedHint(err error) string {
+	var unknownCA x509.UnknownAuthorityError
+	var badHost x509.HostnameError
+	var badCert x509.CertificateInvalidError
+	var opErr *net.OpError
+	switch {
+	case errors.As(err, &unknownCA), errors.As(err, &badHost), errors.As(err, &badCert):
+		return "its certificate is not trusted: check --nats-tls-ca and the host name in the URL"
+	case errors.Is(err, nats.ErrTLS), errors.As(err, &opErr) && opErr.Op == "remote error":
+		return "it did not accept the TLS connection: check --nats-tls-cert and --nats-tls-key (a client certificate it trusts), --nats-tls-ca and --nats-tls-first"
+	case errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted):
+		return "TLS is required on one side only: check the URL scheme (tls://) and the --nats-tls-* flags"
+	}
+	return "check the credentials: --nats-user/--nats-password, --nats-token, --nats-nkey, --nats-creds, the --context, or user:password@ in --nats-url"
 }
 
 // connect is nats.Connect that gives up when ctx ends (it has no context of
