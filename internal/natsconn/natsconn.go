@@ -79,14 +79,15 @@ func (f Flags) Given() []string {
 }
 
 // value is one setting and where it came from ("--nats-creds" or
-// `context "prod" (path) creds`), for error messages.
+// `--context "prod" (path) field creds`), for error messages.
 type value struct{ v, from string }
 
 // Resolve merges the flags with the context named by --context (if any):
 // urlFlag (the binary's --nats-url, "" when not given) and every --nats-*
 // flag override the context's value. Authentication is one method: when
 // any of --nats-user, --nats-token, --nats-nkey or --nats-creds is given,
-// the context's authentication is not used at all.
+// the context's authentication is not used at all (--nats-password alone
+// keeps the context's user).
 //
 // It reads and checks every file now, so that a missing, unreadable or
 // malformed file stops the process at start with an error naming the flag
@@ -121,9 +122,13 @@ func (f Flags) Resolve(urlFlag string) (Settings, error) {
 	// context's.
 	user, password := value{f.User, "--nats-user"}, value{f.Password, "--nats-password"}
 	token, nkey, creds := value{f.Token, "--nats-token"}, value{f.NKey, "--nats-nkey"}, value{f.Creds, "--nats-creds"}
-	if f.User == "" && f.Password == "" && f.Token == "" && f.NKey == "" && f.Creds == "" {
+	switch {
+	case f.User == "" && f.Password == "" && f.Token == "" && f.NKey == "" && f.Creds == "":
 		user, password = value{c.User, fromCtx("user")}, value{c.Password, fromCtx("password")}
 		token, nkey, creds = value{c.Token, fromCtx("token")}, value{c.NKey, fromCtx("nkey")}, value{c.Creds, fromCtx("creds")}
+	case f.User == "" && f.Password != "" && c.User != "":
+		// --nats-password alone replaces the context user's password.
+		user = value{c.User, fromCtx("user")}
 	}
 	if err := s.addAuth(user, password, token, nkey, creds); err != nil {
 		return Settings{}, err

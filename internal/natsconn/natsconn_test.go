@@ -135,8 +135,8 @@ func TestContextGivesURLAndCredentials(t *testing.T) {
 
 	// --nats-url and --nats-password override the context's.
 	writeContext(t, config, "stale", `{"url": "nats://127.0.0.1:1", "user": "app", "password": "stale"}`)
-	_, err = connect(t, srv.URL, natsconn.Flags{Context: "stale", User: "app", Password: good.Password})
-	require.NoError(t, err)
+	_, err = connect(t, srv.URL, natsconn.Flags{Context: "stale", Password: good.Password})
+	require.NoError(t, err, "--nats-password alone keeps the context's user")
 
 	// An authentication flag replaces the context's method as a whole.
 	s, err = natsconn.Flags{Context: "stale", Token: "t0ken"}.Resolve("")
