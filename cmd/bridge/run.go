@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,13 +17,15 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
+	"github.com/jsbridge/jsbridge/internal/natsconn"
 	"github.com/jsbridge/jsbridge/internal/ops"
 	"github.com/jsbridge/jsbridge/internal/startup"
 	"github.com/jsbridge/jsbridge/store"
 )
 
 type runCmd struct {
-	NatsURL          string        `name:"nats-url" env:"NATS_URL" help:"NATS server URL(s), comma-separated. Ignored with --embedded-nats."`
+	NatsURL          string `name:"nats-url" env:"NATS_URL" help:"NATS server URL(s), comma-separated (default: the --context's url). Ignored with --embedded-nats."`
+	natsconn.Flags   `embed:""`
 	EmbeddedNats     bool          `name:"embedded-nats" env:"JSBRIDGE_EMBEDDED_NATS" help:"Run an in-process NATS server with JetStream instead of connecting to --nats-url (the single-machine default)."`
 	EmbeddedNatsDir  string        `name:"embedded-nats-dir" env:"JSBRIDGE_EMBEDDED_NATS_DIR" default:".data/nats" help:"JetStream store directory of the embedded server (default: ${default})."`
 	EmbeddedNatsHost string        `name:"embedded-nats-host" env:"JSBRIDGE_EMBEDDED_NATS_HOST" default:"127.0.0.1" help:"Listen address of the embedded server; loopback so the nats CLI can look in (default: ${default})."`
@@ -56,8 +59,9 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if !r.EmbeddedNats && r.NatsURL == "" {
-		return errors.New("--nats-url (NATS_URL) is empty: give a NATS server URL or use --embedded-nats")
+	conn, err := r.natsSettings()
+	if err != nil {
+		return err
 	}
 	// The pool connects lazily: a bad URL fails here, a database that is
 	// down is waited for below.
@@ -100,7 +104,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer opsSrv.Stop()
 
-	nc, shutdownNATS, fwd, err := r.start(ctx, w, log, pool, st, metrics, &jsRef)
+	nc, shutdownNATS, fwd, err := r.start(ctx, w, log, conn, pool, st, metrics, &jsRef)
 	if shutdownNATS != nil {
 		defer shutdownNATS()
 	}
@@ -130,7 +134,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 // JetStream stream, each step waited for with w. It returns the connection,
 // a func that closes it (and stops the embedded server; nil when there is
 // nothing to close) and the forwarder.
-func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger, pool *pgxpool.Pool, st *store.Store,
+func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger, conn natsconn.Settings, pool *pgxpool.Pool, st *store.Store,
 	metrics *bridgemetrics.Metrics, jsRef *startup.JetStreamRef) (*nats.Conn, func(), *forward.Forwarder, error) {
 	if err := waitPostgres(ctx, w, pool); err != nil {
 		return nil, nil, nil, err
@@ -143,7 +147,7 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger,
 			return nil, nil, nil, fmt.Errorf("migrate: %w", err)
 		}
 	}
-	nc, shutdownNATS, err := r.connectNATS(ctx, w, log)
+	nc, shutdownNATS, err := r.connectNATS(ctx, w, log, conn)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -176,13 +180,35 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger,
 	return nc, shutdownNATS, fwd, err
 }
 
-// connectNATS starts the embedded server or connects to --nats-url,
-// waiting with w for a server to answer; the returned func closes the
-// connection (and stops the embedded server).
-func (r *runCmd) connectNATS(ctx context.Context, w *startup.Waiter, log *slog.Logger) (*nats.Conn, func(), error) {
+// natsSettings checks the NATS flags: --embedded-nats ignores --nats-url
+// (as it always has) but refuses the authentication, TLS and context
+// flags: its server has none, and a user who set them meant another
+// server. Without it a URL is needed, from --nats-url or the --context.
+func (r *runCmd) natsSettings() (natsconn.Settings, error) {
+	if r.EmbeddedNats {
+		if given := r.Flags.Given(); len(given) > 0 {
+			return natsconn.Settings{}, fmt.Errorf("--embedded-nats runs its own server without authentication and cannot be combined with %s (set by flag or environment); drop them, or drop --embedded-nats to connect to that server", strings.Join(given, ", "))
+		}
+		return natsconn.Settings{}, nil
+	}
+	conn, err := r.Flags.Resolve(r.NatsURL)
+	if err != nil {
+		return natsconn.Settings{}, err
+	}
+	if conn.URL == "" {
+		return natsconn.Settings{}, errors.New("--nats-url (NATS_URL) is empty: give a NATS server URL, a --context with a url, or use --embedded-nats")
+	}
+	return conn, nil
+}
+
+// connectNATS starts the embedded server or connects to the server(s) of
+// conn, waiting with w for a server to answer; the returned func closes
+// the connection (and stops the embedded server).
+func (r *runCmd) connectNATS(ctx context.Context, w *startup.Waiter, log *slog.Logger, conn natsconn.Settings) (*nats.Conn, func(), error) {
 	opts := startup.NATSOptions(log, "jsbridge-bridge")
 	if !r.EmbeddedNats {
-		nc, err := startup.ConnectNATS(ctx, w, r.NatsURL, opts...)
+		log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS)
+		nc, err := startup.ConnectNATS(ctx, w, conn.URL, append(opts, conn.Options()...)...)
 		if err != nil {
 			return nil, nil, err
 		}

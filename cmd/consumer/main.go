@@ -9,6 +9,9 @@ import (
 	"os"
 	"runtime/debug"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/jsbridge/jsbridge/internal/natsconn"
 	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
@@ -21,17 +24,31 @@ type cli struct {
 
 // Globals are the flags every subcommand takes.
 type Globals struct {
-	NatsURL   string `name:"nats-url" env:"NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS server URL(s), comma-separated (default: ${default})."`
-	Stream    string `name:"stream" env:"JSBRIDGE_STREAM" default:"EVENTS" help:"JetStream stream the bridge publishes to (default: ${default})."`
-	DLQStream string `name:"dlq-stream" env:"JSBRIDGE_DLQ_STREAM" default:"DLQ" help:"JetStream stream holding dead letters on dlq.<subscription>.>; created at start when missing (default: ${default})."`
-	LogFormat string `name:"log-format" env:"JSBRIDGE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json (default: ${default})."`
-	LogLevel  string `name:"log-level" env:"JSBRIDGE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error (default: ${default})."`
+	NatsURL        string `name:"nats-url" env:"NATS_URL" help:"NATS server URL(s), comma-separated (default: the --context's url, else nats://127.0.0.1:4222)."`
+	natsconn.Flags `embed:""`
+	Stream         string `name:"stream" env:"JSBRIDGE_STREAM" default:"EVENTS" help:"JetStream stream the bridge publishes to (default: ${default})."`
+	DLQStream      string `name:"dlq-stream" env:"JSBRIDGE_DLQ_STREAM" default:"DLQ" help:"JetStream stream holding dead letters on dlq.<subscription>.>; created at start when missing (default: ${default})."`
+	LogFormat      string `name:"log-format" env:"JSBRIDGE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json (default: ${default})."`
+	LogLevel       string `name:"log-level" env:"JSBRIDGE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error (default: ${default})."`
 }
 
 // defaultGCPercent is the GC target when GOGC is not set: the consumer's
 // live heap is a few MB, so GOGC=100 collects very often at full speed;
 // 400 trades a few MB of RSS for fewer collections (docs/performance.md).
 const defaultGCPercent = 400
+
+// natsSettings resolves the NATS flags and the --context into where and
+// how to connect; without a URL from either it is nats.DefaultURL.
+func (g *Globals) natsSettings() (natsconn.Settings, error) {
+	conn, err := g.Flags.Resolve(g.NatsURL)
+	if err != nil {
+		return natsconn.Settings{}, err
+	}
+	if conn.URL == "" {
+		conn.URL = nats.DefaultURL
+	}
+	return conn, nil
+}
 
 func main() {
 	if os.Getenv("GOGC") == "" {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/internal/natsconn"
 	"github.com/jsbridge/jsbridge/internal/ops"
 	"github.com/jsbridge/jsbridge/internal/startup"
 	"github.com/jsbridge/jsbridge/webhook"
@@ -99,11 +100,17 @@ func (f *subscriptionFlags) consumer(js jetstream.JetStream, g *Globals, log *sl
 	return c, subs, nil
 }
 
-// connect opens the NATS connection and its JetStream context.
+// connect opens the NATS connection and its JetStream context, for the
+// one-shot dlq commands: a server that is down is an error, not waited for.
 func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(g.NatsURL, nats.Name("jsbridge-consumer"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	conn, err := g.natsSettings()
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect --nats-url %q: %w", g.NatsURL, err)
+		return nil, nil, err
+	}
+	opts := append([]nats.Option{nats.Name("jsbridge-consumer"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}, conn.Options()...)
+	nc, err := nats.Connect(conn.URL, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", startup.RedactURL(conn.URL), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -131,6 +138,10 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	// Validate the configuration before touching the network.
+	conn, err := g.natsSettings()
+	if err != nil {
+		return err
+	}
 	subs, _, err := r.subscriptions()
 	if err != nil {
 		return err
@@ -158,7 +169,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer opsSrv.Stop()
 
-	nc, c, err := r.start(ctx, w, g, log, opsSrv, &jsRef)
+	nc, c, err := r.start(ctx, w, g, conn, log, opsSrv, &jsRef)
 	if nc != nil {
 		defer nc.Close()
 	}
@@ -180,8 +191,9 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 // start connects to NATS, provisions the DLQ stream and the durable
 // consumers, each step waited for with w, and returns the connection (to
 // close, also on error) and the consumer.
-func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, log *slog.Logger, opsSrv *ops.Server, jsRef *startup.JetStreamRef) (*nats.Conn, *deliver.Consumer, error) {
-	nc, err := startup.ConnectNATS(ctx, w, g.NatsURL, startup.NATSOptions(log, "jsbridge-consumer")...)
+func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn natsconn.Settings, log *slog.Logger, opsSrv *ops.Server, jsRef *startup.JetStreamRef) (*nats.Conn, *deliver.Consumer, error) {
+	log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS)
+	nc, err := startup.ConnectNATS(ctx, w, conn.URL, append(startup.NATSOptions(log, "jsbridge-consumer"), conn.Options()...)...)
 	if err != nil {
 		return nil, nil, err
 	}

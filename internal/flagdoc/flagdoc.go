@@ -13,12 +13,13 @@ import (
 )
 
 // Row is one row of a README flag table: the flags of its first cell (a
-// cell may name several, e.g. "`--log-format`, `--log-level`"), the
-// environment variable of its second and the default of its third (the
-// first backquoted value; "" when the cell has none, e.g. "(required)").
+// cell may name several, e.g. "`--nats-user`, `--nats-password`"), the
+// environment variables of its second (one per flag, in the same order),
+// and the default of its third (the first backquoted value; "" when the
+// cell has none, e.g. "(required)").
 type Row struct {
 	Flags   []string
-	Env     string
+	Envs    []string
 	Default string
 	Line    int
 }
@@ -67,8 +68,8 @@ func Rows(readme, from, until string) ([]Row, error) {
 		for _, m := range flagName.FindAllStringSubmatch(cells[0], -1) {
 			r.Flags = append(r.Flags, m[1])
 		}
-		if m := backquote.FindStringSubmatch(cells[1]); m != nil {
-			r.Env = m[1]
+		for _, m := range backquote.FindAllStringSubmatch(cells[1], -1) {
+			r.Envs = append(r.Envs, m[1])
 		}
 		if m := backquote.FindStringSubmatch(cells[2]); m != nil {
 			r.Default = m[1]
@@ -118,18 +119,22 @@ func Problems(rows []Row, flags map[string]*kong.Flag) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, r := range rows {
-		for _, name := range r.Flags {
+		for i, name := range r.Flags {
 			seen[name] = true
 			f, ok := flags[name]
 			if !ok {
 				out = append(out, fmt.Sprintf("README line %d: --%s is not a flag of this command", r.Line, name))
 				continue
 			}
-			if len(r.Flags) > 1 && r.Env == "" {
+			if len(r.Flags) > 1 && len(r.Envs) == 0 {
 				continue // "`--log-format`, `--log-level` | as for the bridge"
 			}
-			if env := firstEnv(f); env != r.Env {
-				out = append(out, fmt.Sprintf("README line %d: --%s reads %q, the README says %q", r.Line, name, env, r.Env))
+			want := ""
+			if i < len(r.Envs) {
+				want = r.Envs[i]
+			}
+			if env := firstEnv(f); env != want {
+				out = append(out, fmt.Sprintf("README line %d: --%s reads %q, the README says %q", r.Line, name, env, want))
 			}
 			if f.IsBool() || !f.HasDefault {
 				continue

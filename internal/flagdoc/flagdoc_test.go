@@ -18,6 +18,8 @@ type grammar struct {
 		Wait   time.Duration `name:"wait" env:"APP_WAIT" default:"0s"`
 		Quiet  bool          `name:"quiet" env:"APP_QUIET"`
 		Config string        `name:"config" short:"c" env:"APP_CONFIG"`
+		User   string        `name:"user" env:"APP_USER"`
+		Pass   string        `name:"pass" env:"APP_PASS"`
 	} `cmd:""`
 }
 
@@ -27,6 +29,7 @@ const readme = "# app\n### app\n\n| flag | env | default | meaning |\n|---|---|-
 	"| `--wait` | `APP_WAIT` | `0` (forever) | x |\n" +
 	"| `--quiet` | `APP_QUIET` | off | x |\n" +
 	"| `-c`, `--config` | `APP_CONFIG` | | x |\n" +
+	"| `--user`, `--pass` | `APP_USER`, `APP_PASS` | | x |\n" +
 	"## next\n| `--other` | `X` | | outside the section |\n"
 
 func problems(t *testing.T, text string) []string {
@@ -48,6 +51,7 @@ func TestProblems(t *testing.T) {
 		{"| `--level` | `APP_LEVEL`", "| `--level` | `APP_LVL`", `--level reads "APP_LEVEL", the README says "APP_LVL"`},
 		{"| `--quiet` | `APP_QUIET` | off | x |\n", "", "--quiet is in no README flag table"},
 		{"| `--quiet` |", "| `--loud` |", "--loud is not a flag of this command"},
+		{"`APP_USER`, `APP_PASS`", "`APP_USER`, `APP_USER`", `--pass reads "APP_PASS", the README says "APP_USER"`},
 	} {
 		text := replaceOnce(t, readme, c.from, c.to)
 		require.Contains(t, strings.Join(problems(t, text), "\n"), c.want, "after replacing %q", c.from)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -56,7 +57,7 @@ func ConnectNATS(ctx context.Context, w *Waiter, urls string, opts ...nats.Optio
 		c, err := connect(ctx, urls, opts)
 		if err != nil {
 			if NATSPermanent(err) {
-				return Permanent(fmt.Errorf("connect to NATS at %s: %w (the server refused this client: check the credentials in --nats-url and the TLS settings)", RedactURL(urls), err))
+				return Permanent(fmt.Errorf("connect to NATS at %s: %w (the server refused this client: %s)", RedactURL(urls), err, refusedHint(err)))
 			}
 			return err
 		}
@@ -64,6 +65,23 @@ func ConnectNATS(ctx context.Context, w *Waiter, urls string, opts ...nats.Optio
 		return nil
 	})
 	return nc, err
+}
+
+// refusedHint says which settings to check for a permanent connect error.
+func refusedHint(err error) string {
+	var unknownCA x509.UnknownAuthorityError
+	var badHost x509.HostnameError
+	var badCert x509.CertificateInvalidError
+	var opErr *net.OpError
+	switch {
+	case errors.As(err, &unknownCA), errors.As(err, &badHost), errors.As(err, &badCert):
+		return "its certificate is not trusted: check --nats-tls-ca and the host name in the URL"
+	case errors.Is(err, nats.ErrTLS), errors.As(err, &opErr) && opErr.Op == "remote error":
+		return "it did not accept the TLS connection: check --nats-tls-cert and --nats-tls-key (a client certificate it trusts), --nats-tls-ca and --nats-tls-first"
+	case errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted):
+		return "TLS is required on one side only: check the URL scheme (tls://) and the --nats-tls-* flags"
+	}
+	return "check the credentials: --nats-user/--nats-password, --nats-token, --nats-nkey, --nats-creds, the --context, or user:password@ in --nats-url"
 }
 
 // connect is nats.Connect that gives up when ctx ends (it has no context of
@@ -95,11 +113,25 @@ func connect(ctx context.Context, urls string, opts []nats.Option) (*nats.Conn, 
 // request over the connection, is one waiting cannot fix: the server
 // refused the credentials (authorization violation, expired or revoked),
 // denied a subject by permissions, or the TLS configuration does not match
-// the server's (certificate not trusted, TLS required or unavailable).
+// the server's (certificate not trusted, TLS required or unavailable, or
+// the TLS handshake failed: nats.ErrTLS, or a TLS alert from the server;
+// a server that rejects the client certificate shows as either). A TLS
+// handshake that timed out is transient.
 func NATSPermanent(err error) bool {
 	var unknownCA x509.UnknownAuthorityError
 	var badHost x509.HostnameError
 	var badCert x509.CertificateInvalidError
+	var netErr net.Error
+	if errors.Is(err, nats.ErrTLS) && !(errors.As(err, &netErr) && netErr.Timeout()) {
+		return true
+	}
+	// crypto/tls reports a TLS alert from the server (certificate
+	// required, bad certificate, unknown CA, ...) as an OpError with this
+	// Op; with TLS 1.3 it can arrive after the handshake, unwrapped.
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "remote error" {
+		return true
+	}
 	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
 		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired) ||
 		errors.Is(err, nats.ErrPermissionViolation) ||

@@ -94,6 +94,26 @@ func TestJetStreamPermanent(t *testing.T) {
 	require.True(t, startup.JetStreamPermanent(fmt.Errorf("x: %w", nats.ErrAuthorization)))
 }
 
+// tlsTimeout is a net.Error that timed out, as a TLS handshake with a
+// server too slow to answer returns.
+type tlsTimeout struct{}
+
+func (tlsTimeout) Error() string   { return "i/o timeout" }
+func (tlsTimeout) Timeout() bool   { return true }
+func (tlsTimeout) Temporary() bool { return true }
+
+func TestNATSPermanentTLSHandshake(t *testing.T) {
+	t.Parallel()
+	// A server rejecting the client certificate closes the connection
+	// right after the handshake; nats.go wraps that in ErrTLS.
+	require.True(t, startup.NATSPermanent(fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, errors.New("EOF"))))
+	require.False(t, startup.NATSPermanent(fmt.Errorf("%w: %w", nats.ErrTLS, tlsTimeout{})), "a handshake that timed out is waited for")
+	// With TLS 1.3 the server's alert can arrive after the handshake, as
+	// crypto/tls reports it: an OpError "remote error".
+	require.True(t, startup.NATSPermanent(&net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}))
+	require.False(t, startup.NATSPermanent(&net.OpError{Op: "dial", Err: errors.New("connection refused")}))
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
