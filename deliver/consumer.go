@@ -58,6 +58,12 @@ type Config struct {
 	DeadLetters DeadLetterer
 	// UserAgent is the User-Agent header. Default "jsbridge/<module version>".
 	UserAgent string
+	// Replicas is the replica count of the durable consumers created: 1 on
+	// a standalone server, 3 on a cluster. Default 0: the JetStream
+	// stream's count. JetStream refuses more than the stream's count (API
+	// error 10126). A durable consumer that exists with another count
+	// keeps it, with a warning (see consumerReplicas).
+	Replicas int
 }
 
 // Consumer delivers the events of its subscriptions to their endpoints.
@@ -109,6 +115,9 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	}
 	if cfg.Stream == "" {
 		cfg.Stream = DefaultStream
+	}
+	if cfg.Replicas < 0 {
+		return nil, fmt.Errorf("deliver: new consumer: Config.Replicas %d is negative", cfg.Replicas)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -272,7 +281,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // createConsumer creates or updates r's durable pull consumer.
 func (r *runner) createConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	cons, err := r.c.js.CreateOrUpdateConsumer(ctx, r.c.cfg.Stream, r.consumerConfig())
+	cfg := r.consumerConfig()
+	replicas, err := r.consumerReplicas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Replicas = replicas
+	cons, err := r.c.js.CreateOrUpdateConsumer(ctx, r.c.cfg.Stream, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("deliver: subscription %q: create or update durable consumer on JetStream stream %q: %w", r.sub.Name, r.c.cfg.Stream, err)
 	}
