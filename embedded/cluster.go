@@ -73,7 +73,8 @@ type Node struct {
 // and returns once a meta leader is elected that knows all nodes and a
 // JetStream API call (account info) is answered, so streams can be created
 // at once. It fails when Dir is empty, Nodes is negative, a server does not
-// start, or the cluster is not ready within StartTimeout
+// start (ErrPortInUse when free ports were taken by others three times in
+// a row), or the cluster is not ready within StartTimeout
 // (ErrClusterNotReady); started nodes are shut down then.
 func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	if cfg.Dir == "" {
@@ -97,7 +98,23 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	// Every node must know the others' route ports before any starts, so
 	// they cannot be chosen by the servers (port 0): take free ones now.
 	// Client ports are fixed the same way so a restarted node is found
-	// again under the URL clients hold.
+	// again under the URL clients hold. Another program may take one of
+	// them before its node binds it: then try again with others.
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		var c *Cluster
+		if c, err = startCluster(cfg); err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, ErrPortInUse) {
+			break
+		}
+	}
+	return nil, err
+}
+
+// startCluster is one attempt of StartCluster with freshly reserved ports.
+func startCluster(cfg ClusterConfig) (*Cluster, error) {
 	ports, err := freePorts(cfg.Host, 2*cfg.Nodes)
 	if err != nil {
 		return nil, err
@@ -127,8 +144,8 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 }
 
 // freePorts reserves n distinct free TCP ports on host by listening on port
-// 0 and releasing them together. Another program may take one before the
-// servers bind it; Start then fails and the caller retries.
+// 0 and releasing them together. Another program may take one before a
+// server binds it; the node's start then fails with ErrPortInUse.
 func freePorts(host string, n int) ([]int, error) {
 	lns := make([]net.Listener, 0, n)
 	defer func() {
@@ -181,6 +198,15 @@ func (n *Node) start() error {
 	if n.srv != nil {
 		return nil
 	}
+	// nats-server only logs a taken port and never becomes ready: say it
+	// at once, as Start does.
+	for _, port := range []int{n.clientPort, n.routePort} {
+		ln, err := net.Listen("tcp", net.JoinHostPort(n.cluster.cfg.Host, strconv.Itoa(port)))
+		if err != nil {
+			return fmt.Errorf("%w: %s: %s:%d: %w", ErrPortInUse, n.name, n.cluster.cfg.Host, port, err)
+		}
+		_ = ln.Close()
+	}
 	srv, err := server.NewServer(n.options())
 	if err != nil {
 		return fmt.Errorf("embedded: new server %s: %w", n.name, err)
@@ -205,9 +231,9 @@ func (n *Node) server() *server.Server {
 	return n.srv
 }
 
-// waitReady polls until a running node is meta leader, knows every node as a
-// peer, and every running node is current with it; then until a JetStream
-// API call through the joined URLs is answered.
+// waitReady polls until a running node is meta leader, knows every running
+// node as a peer, and every running node is current with it; then until a
+// JetStream API call through the joined URLs is answered.
 func (c *Cluster) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for !c.metaReady() {
@@ -240,20 +266,27 @@ func (c *Cluster) waitReady(timeout time.Duration) error {
 }
 
 func (c *Cluster) metaReady() bool {
-	leader := false
+	running, ready := 0, false
+	var leader *server.Server
 	for _, n := range c.nodes {
 		srv := n.server()
 		if srv == nil {
 			continue
 		}
+		running++
 		if !srv.JetStreamIsCurrent() {
 			return false
 		}
 		if srv.JetStreamIsLeader() {
-			leader = len(srv.JetStreamClusterPeers()) == len(c.nodes)
+			leader = srv
 		}
 	}
-	return leader
+	// The leader lists the peers it has heard from and not seen leave; a
+	// node just shut down may still be among them for a moment.
+	if leader != nil {
+		ready = len(leader.JetStreamClusterPeers()) >= running
+	}
+	return ready
 }
 
 // Nodes returns the cluster's nodes, in order (Name-1 first).
@@ -329,7 +362,9 @@ func (n *Node) Shutdown() {
 // Restart starts a shut-down node again from its store, on the same ports,
 // and waits until the cluster has a meta leader the node is current with.
 // The node's streams catch up from their leaders afterwards; poll
-// LocalStreamState to see that. A running node is left as it is.
+// LocalStreamState to see that. A running node is left as it is. It fails
+// with ErrPortInUse when another program took one of the node's ports,
+// and with ErrClusterNotReady as StartCluster does.
 func (n *Node) Restart() error {
 	if err := n.start(); err != nil {
 		return err

@@ -3,6 +3,8 @@ package embedded_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +96,36 @@ func TestStartClusterRequiresDir(t *testing.T) {
 	t.Parallel()
 	_, err := embedded.StartCluster(embedded.ClusterConfig{})
 	require.ErrorContains(t, err, "Dir is required")
+}
+
+// With one node down, another shut down and restarted brings back a
+// majority: Restart returns once the two running nodes have a meta leader
+// again. A node whose port another program took meanwhile says so.
+func TestClusterRestartWithANodeDownAndPortTaken(t *testing.T) {
+	t.Parallel()
+	c, err := embedded.StartCluster(embedded.ClusterConfig{Nodes: 3, Dir: t.TempDir(), Name: "r"})
+	require.NoError(t, err)
+	defer c.Shutdown()
+	n1, n2, n3 := c.Nodes()[0], c.Nodes()[1], c.Nodes()[2]
+
+	n3.Shutdown()
+	u, err := url.Parse(n3.ClientURL())
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", u.Host)
+	require.NoError(t, err)
+	err = n3.Restart()
+	require.ErrorIs(t, err, embedded.ErrPortInUse)
+	require.Contains(t, err.Error(), u.Port())
+	require.NoError(t, ln.Close())
+
+	n2.Shutdown() // n1 alone: no majority
+	require.NoError(t, n2.Restart())
+	require.True(t, n1.Running() && n2.Running() && !n3.Running())
+	nc, err := c.Connect()
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "R2", Subjects: []string{"r2.>"}, Replicas: 2})
+	require.NoError(t, err)
 }
