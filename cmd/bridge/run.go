@@ -156,7 +156,7 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger,
 		return nc, shutdownNATS, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	jsRef.Set(js)
-	if warning := startup.ReplicasWarning(r.Replicas, r.EmbeddedNats, nc.ConnectedClusterName()); warning != "" {
+	if warning := startup.ReplicasWarning(r.Replicas, nc.ConnectedServerName(), nc.ConnectedClusterName()); warning != "" {
 		log.Warn(warning, "replicas", r.Replicas)
 	}
 	var prov forward.Provisioned

@@ -195,7 +195,7 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, log *
 		return nc, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	jsRef.Set(js)
-	if warning := startup.ReplicasWarning(r.Replicas, false, nc.ConnectedClusterName()); warning != "" {
+	if warning := startup.ReplicasWarning(r.Replicas, nc.ConnectedServerName(), nc.ConnectedClusterName()); warning != "" {
 		log.Warn(warning, "replicas", r.Replicas)
 	}
 	dlq := deliver.NewDLQ(js, deliver.DLQConfig{Stream: g.DLQStream, Replicas: r.Replicas, Logger: log})
