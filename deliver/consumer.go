@@ -241,7 +241,8 @@ func guardedClient(c *http.Client) (*http.Client, error) {
 }
 
 // Provision creates or updates each subscription's durable pull consumer
-// on the JetStream stream, once, and returns the first error, wrapped with
+// on the JetStream stream (an existing one keeps its replica count, see
+// Config.Replicas), once, and returns the first error, wrapped with
 // the subscription's and the stream's names (jetstream.ErrStreamNotFound
 // while the stream does not exist yet). Calling it before Run is optional:
 // it lets a binary wait for the stream, with its own timeout and logs,
