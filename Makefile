@@ -6,6 +6,9 @@ RATE    ?= 30
 # NATS_PORT: the embedded NATS server's port in `make run` (default 4222, so
 # the nats CLI finds it); set it when 4222 is taken.
 NATS_PORT ?=
+# CLUSTER: run JetStream as an in-process cluster of this many nodes (e.g.
+# CLUSTER=3, streams and consumers R3) instead of the bridge's embedded server.
+CLUSTER ?=
 BIN     := bin
 
 .PHONY: all build run demo test bench bench-go vet pg-start pg-stop nats-cli clean
@@ -17,11 +20,11 @@ build:
 
 ## run: Postgres + bridge (embedded JetStream) + consumer + example receiver + producer, until Ctrl-C
 run: build
-	@$(BIN)/demo -mode run -rate $(RATE) -bin $(BIN) $(if $(NATS_PORT),-nats-port $(NATS_PORT))
+	@$(BIN)/demo -mode run -rate $(RATE) -bin $(BIN) $(if $(NATS_PORT),-nats-port $(NATS_PORT)) $(if $(CLUSTER),-cluster $(CLUSTER))
 
 ## demo: the same for N events, then verify every one arrived once and in order
 demo: build
-	@$(BIN)/demo -mode check -n $(N) -bin $(BIN) -quiet
+	@$(BIN)/demo -mode check -n $(N) -bin $(BIN) -quiet $(if $(CLUSTER),-cluster $(CLUSTER))
 
 ## test: every test, with the race detector, against a real Postgres and JetStream
 test:

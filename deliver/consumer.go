@@ -58,6 +58,12 @@ type Config struct {
 	DeadLetters DeadLetterer
 	// UserAgent is the User-Agent header. Default "jsbridge/<module version>".
 	UserAgent string
+	// Replicas is the replica count of the durable consumers created: 1 on
+	// a standalone server, 3 on a cluster. Default 0: the JetStream
+	// stream's count. JetStream refuses more than the stream's count (API
+	// error 10126). A durable consumer that exists with another count
+	// keeps it, with a warning (see consumerReplicas).
+	Replicas int
 }
 
 // Consumer delivers the events of its subscriptions to their endpoints.
@@ -109,6 +115,9 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	}
 	if cfg.Stream == "" {
 		cfg.Stream = DefaultStream
+	}
+	if cfg.Replicas < 0 {
+		return nil, fmt.Errorf("deliver: new consumer: Config.Replicas %d is negative", cfg.Replicas)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -232,7 +241,8 @@ func guardedClient(c *http.Client) (*http.Client, error) {
 }
 
 // Provision creates or updates each subscription's durable pull consumer
-// on the JetStream stream, once, and returns the first error, wrapped with
+// on the JetStream stream (an existing one keeps its replica count, see
+// Config.Replicas), once, and returns the first error, wrapped with
 // the subscription's and the stream's names (jetstream.ErrStreamNotFound
 // while the stream does not exist yet). Calling it before Run is optional:
 // it lets a binary wait for the stream, with its own timeout and logs,
@@ -272,7 +282,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // createConsumer creates or updates r's durable pull consumer.
 func (r *runner) createConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	cons, err := r.c.js.CreateOrUpdateConsumer(ctx, r.c.cfg.Stream, r.consumerConfig())
+	cfg := r.consumerConfig()
+	replicas, err := r.consumerReplicas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Replicas = replicas
+	cons, err := r.c.js.CreateOrUpdateConsumer(ctx, r.c.cfg.Stream, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("deliver: subscription %q: create or update durable consumer on JetStream stream %q: %w", r.sub.Name, r.c.cfg.Stream, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +58,13 @@ type DLQConfig struct {
 	// SubjectPrefix is the first subject token. Default "dlq"; the stream
 	// holds <SubjectPrefix>.>.
 	SubjectPrefix string
+	// Replicas is the replica count of a dead-letter stream Provision
+	// creates: 1 on a standalone server, 3 on a cluster. Default 1. An
+	// existing stream with another count is left as it is and a warning
+	// (stream, have, want) goes to Logger.
+	Replicas int
+	// Logger receives Provision's warnings. Default: discard.
+	Logger *slog.Logger
 }
 
 // DLQ is the JetStream-backed dead-letter stream: a DeadLetterer, and the
@@ -67,9 +75,11 @@ type DLQConfig struct {
 // dlq.<subscription>.<original subject>, with file storage and no limits
 // (dead letters leave only by replay or purge).
 type DLQ struct {
-	js     jetstream.JetStream
-	stream string
-	prefix string
+	js       jetstream.JetStream
+	stream   string
+	prefix   string
+	replicas int
+	log      *slog.Logger
 }
 
 // NewDLQ returns a DLQ on js. It does not touch the server: call Provision
@@ -81,7 +91,13 @@ func NewDLQ(js jetstream.JetStream, cfg DLQConfig) *DLQ {
 	if cfg.SubjectPrefix == "" {
 		cfg.SubjectPrefix = DefaultDLQSubjectPrefix
 	}
-	return &DLQ{js: js, stream: cfg.Stream, prefix: cfg.SubjectPrefix}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &DLQ{js: js, stream: cfg.Stream, prefix: cfg.SubjectPrefix, replicas: cfg.Replicas, log: cfg.Logger}
 }
 
 // Stream returns the dead-letter stream's name.
@@ -89,14 +105,21 @@ func (q *DLQ) Stream() string { return q.stream }
 
 // Provision creates the dead-letter stream when it is missing (file
 // storage, subjects <prefix>.>, duplicate window
-// DefaultDLQDuplicateWindow) and leaves an existing one unchanged. It fails
-// with ErrDLQSubjects when the existing stream does not have <prefix>.> (or
-// ">") among its subjects, and with JetStream's error (wrapped) otherwise,
-// e.g. when another stream already holds those subjects.
+// DefaultDLQDuplicateWindow, DLQConfig.Replicas) and leaves an existing one
+// unchanged, warning when its replica count is not DLQConfig.Replicas. It
+// fails with ErrDLQSubjects when the existing stream does not have
+// <prefix>.> (or ">") among its subjects, and with JetStream's error
+// (wrapped) otherwise, e.g. when another stream already holds those
+// subjects, or replicas > 1 on a standalone server (API error 10074).
 func (q *DLQ) Provision(ctx context.Context) error {
 	s, err := q.js.Stream(ctx, q.stream)
 	if err == nil {
-		return q.checkSubjects(s.CachedInfo().Config.Subjects)
+		cfg := s.CachedInfo().Config
+		if cfg.Replicas != q.replicas {
+			q.log.Warn(fmt.Sprintf("JetStream stream %s has %d replica(s), not the %d asked for; it is left as it is: change it with: nats stream edit %s --replicas %d",
+				q.stream, cfg.Replicas, q.replicas, q.stream, q.replicas), "jetstream_stream", q.stream, "have", cfg.Replicas, "want", q.replicas)
+		}
+		return q.checkSubjects(cfg.Subjects)
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("deliver: dead-letter stream %q: %w", q.stream, err)
@@ -108,6 +131,7 @@ func (q *DLQ) Provision(ctx context.Context) error {
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		Duplicates:  DefaultDLQDuplicateWindow,
+		Replicas:    q.replicas,
 	})
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return fmt.Errorf("deliver: create dead-letter stream %q (subjects %s.>): %w", q.stream, q.prefix, err)

@@ -22,6 +22,11 @@ var ErrNotReady = errors.New("embedded nats-server not ready")
 // program (address in use); the message names the host and port.
 var ErrPortInUse = errors.New("embedded nats-server: address in use")
 
+// ServerName is the server name of a server Start starts: clients (the
+// consumer) see it as the connection's server name and know it is the
+// bridge's embedded one.
+const ServerName = "jsbridge-embedded"
+
 // RandomPort asks Start for a free port chosen by the OS.
 const RandomPort = -1
 
@@ -75,7 +80,7 @@ func Start(cfg Config) (*Server, error) {
 		_ = ln.Close()
 	}
 	opts := &server.Options{
-		ServerName: "jsbridge-embedded",
+		ServerName: ServerName,
 		Host:       cfg.Host,
 		Port:       cfg.Port,
 		JetStream:  true,

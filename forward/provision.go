@@ -29,6 +29,16 @@ var ErrInvalidConfig = errors.New("invalid forward configuration")
 // would be published to no stream (or to another one).
 var ErrSubjectsNotCovered = errors.New("JetStream stream does not cover the subject prefix")
 
+// ErrReplicasNotSupported is returned (wrapped) by Provision when
+// StreamConfig.Replicas is above 1 and the server is not part of a
+// JetStream cluster (JetStream API error 10074): a standalone server keeps
+// one copy only. Waiting cannot fix it.
+var ErrReplicasNotSupported = errors.New("replicas > 1 need a clustered JetStream")
+
+// apiErrReplicasNotSupported is JetStream's error code for a stream asking
+// for more than 1 replica on a server that is not clustered.
+const apiErrReplicasNotSupported jetstream.ErrorCode = 10074
+
 // StreamConfig says which JetStream stream Provision makes sure exists.
 type StreamConfig struct {
 	// Name is the JetStream stream's name. Default "EVENTS".
@@ -40,8 +50,11 @@ type StreamConfig struct {
 	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id to drop a
 	// re-publish. Default 2 min. Size it with RequiredDuplicateWindow.
 	DuplicateWindow time.Duration
-	// Replicas is the number of stream replicas (clustered JetStream).
-	// Default 1.
+	// Replicas is the number of copies JetStream keeps of a stream it
+	// creates: 1 on a standalone server, 3 (or 5) on a cluster so that the
+	// stream survives the loss of a node. Default 1. A standalone server
+	// refuses more than 1 (ErrReplicasNotSupported); an existing stream
+	// with another count is reported in Provisioned.Warnings, not changed.
 	Replicas int
 	// MaxMsgSize is the largest message the stream accepts, in bytes. 0 means
 	// the server's limit.
@@ -93,6 +106,8 @@ type Provisioned struct {
 	DuplicateWindow time.Duration
 	// Storage is the stream's storage type.
 	Storage jetstream.StorageType
+	// Replicas is the stream's actual replica count.
+	Replicas int
 	// BatchPublish reports whether the stream allows fast batches
 	// (allow_batched, nats-server 2.14+), which the Forwarder uses to
 	// publish a stream's events without a round trip each.
@@ -118,9 +133,10 @@ func RequiredDuplicateWindow(lease, retryEnvelope time.Duration) time.Duration {
 // another bridge creates it concurrently), Provision changes nothing: it
 // fails with ErrSubjectsNotCovered unless one of the stream's subjects
 // covers "<prefix>.>", and adds a warning to Provisioned when the stream's
-// duplicate window is shorter than cfg.DuplicateWindow or its storage is
-// memory. Invalid cfg fields fail with ErrInvalidConfig; JetStream errors
-// are returned wrapped.
+// duplicate window is shorter than cfg.DuplicateWindow, its replica count
+// is not cfg.Replicas, or its storage is memory. Invalid cfg fields fail
+// with ErrInvalidConfig, replicas above 1 on a standalone server with
+// ErrReplicasNotSupported; JetStream errors are returned wrapped.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (Provisioned, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -151,8 +167,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 				Subjects:        info.Config.Subjects,
 				DuplicateWindow: info.Config.Duplicates,
 				Storage:         info.Config.Storage,
+				Replicas:        info.Config.Replicas,
 				BatchPublish:    info.Config.AllowBatchPublish,
 			}, nil
+		}
+		var api *jetstream.APIError
+		if errors.As(err, &api) && api.ErrorCode == apiErrReplicasNotSupported {
+			return Provisioned{}, fmt.Errorf("%w: StreamConfig.Replicas %d for JetStream stream %s, but the NATS server is standalone (not in a cluster); ask for 1 replica or connect to a JetStream cluster: %w",
+				ErrReplicasNotSupported, cfg.Replicas, cfg.Name, err)
 		}
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return Provisioned{}, fmt.Errorf("create JetStream stream %s (subjects %s): %w", cfg.Name, subject, err)
@@ -169,6 +191,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 		Subjects:        info.Config.Subjects,
 		DuplicateWindow: info.Config.Duplicates,
 		Storage:         info.Config.Storage,
+		Replicas:        info.Config.Replicas,
 		BatchPublish:    info.Config.AllowBatchPublish,
 	}
 	covered := false
@@ -193,11 +216,27 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 			"JetStream stream %s does not allow batched publishing (allow_batched): the bridge publishes one event at a time, waiting for each PubAck, several times slower; "+
 				"turn it on by setting \"allow_batched\": true in the stream's configuration (e.g. nats stream info %s --json, edit, nats stream edit %s --config FILE)", cfg.Name, cfg.Name, cfg.Name))
 	}
+	if w := ReplicasWarning(cfg.Name, p.Replicas, cfg.Replicas); w != "" {
+		p.Warnings = append(p.Warnings, w)
+	}
 	if p.Storage == jetstream.MemoryStorage {
 		p.Warnings = append(p.Warnings, fmt.Sprintf(
 			"JetStream stream %s uses memory storage: forwarded events are lost when the server restarts", cfg.Name))
 	}
 	return p, nil
+}
+
+// ReplicasWarning returns the warning for an existing JetStream stream
+// whose replica count (have) differs from the one asked for (want), or ""
+// when they are equal. Provision does not change the count itself: scaling
+// a stream moves its data between servers, an operator's decision
+// ("nats stream edit <stream> --replicas <want>").
+func ReplicasWarning(stream string, have, want int) string {
+	if have == want {
+		return ""
+	}
+	return fmt.Sprintf("JetStream stream %s has %d replica(s), not the %d asked for; it is left as it is: "+
+		"change it with: nats stream edit %s --replicas %d (or ask for %d)", stream, have, want, stream, want, have)
 }
 
 // serverAtLeast reports whether the server nc is connected to runs version

@@ -33,6 +33,7 @@ type runCmd struct {
 	Stream           string        `name:"stream" env:"JSBRIDGE_STREAM" default:"EVENTS" help:"JetStream stream to publish to; created if missing (default: ${default})."`
 	SubjectPrefix    string        `name:"subject-prefix" env:"JSBRIDGE_SUBJECT_PREFIX" default:"events" help:"First subject token; events go to <prefix>.<category>.<stream>.<name> (default: ${default})."`
 	Source           string        `name:"source" env:"JSBRIDGE_SOURCE" default:"jsbridge" help:"CloudEvents source attribute (ce-source) of every event (default: ${default})."`
+	Replicas         int           `name:"replicas" env:"JSBRIDGE_REPLICAS" default:"1" help:"Replica count of the JetStream stream when the bridge creates it: 1 on a standalone server, 3 on a cluster; an existing stream keeps its own, with a warning (default: ${default})."`
 	DuplicateWindow  time.Duration `name:"duplicate-window" env:"JSBRIDGE_DUPLICATE_WINDOW" default:"2m" help:"JetStream duplicate window for a stream the bridge creates; should cover --lease plus the retry envelope (default: ${default})."`
 	Owner            string        `name:"owner" env:"JSBRIDGE_OWNER" help:"Lease holder name of this bridge (default: hostname-pid-random)."`
 	Lease            time.Duration `name:"lease" env:"JSBRIDGE_LEASE" default:"30s" help:"How long a claimed stream stays leased to this bridge; a dead bridge's streams are taken over after it (default: ${default})."`
@@ -62,6 +63,9 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	conn, err := r.natsSettings()
 	if err != nil {
 		return err
+	}
+	if r.Replicas < 1 {
+		return fmt.Errorf("--replicas (JSBRIDGE_REPLICAS) %d: want 1 or more", r.Replicas)
 	}
 	// The pool connects lazily: a bad URL fails here, a database that is
 	// down is waited for below.
@@ -156,11 +160,14 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger,
 		return nc, shutdownNATS, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	jsRef.Set(js)
+	if warning := startup.ReplicasWarning(r.Replicas, nc.ConnectedServerName(), nc.ConnectedClusterName()); warning != "" {
+		log.Warn(warning, "replicas", r.Replicas)
+	}
 	var prov forward.Provisioned
 	err = w.For(ctx, "JetStream stream "+r.Stream, func(ctx context.Context) error {
 		var err error
 		prov, err = forward.Provision(ctx, js, forward.StreamConfig{
-			Name: r.Stream, Prefix: r.SubjectPrefix, DuplicateWindow: r.DuplicateWindow,
+			Name: r.Stream, Prefix: r.SubjectPrefix, DuplicateWindow: r.DuplicateWindow, Replicas: r.Replicas,
 		})
 		if errors.Is(err, forward.ErrSubjectsNotCovered) || errors.Is(err, forward.ErrInvalidConfig) {
 			return startup.Permanent(err)

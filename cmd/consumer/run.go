@@ -83,8 +83,9 @@ func (f *subscriptionFlags) subscriptions() ([]deliver.Subscription, breaker.Set
 }
 
 // consumer builds the deliver.Consumer of f on js; breaker metrics and
-// delivery metrics go to reg (nil: not registered).
-func (f *subscriptionFlags) consumer(js jetstream.JetStream, g *Globals, log *slog.Logger, reg prometheus.Registerer, dl deliver.DeadLetterer) (*deliver.Consumer, []deliver.Subscription, error) {
+// delivery metrics go to reg (nil: not registered); replicas is the durable
+// consumers' replica count (0: the stream's).
+func (f *subscriptionFlags) consumer(js jetstream.JetStream, g *Globals, log *slog.Logger, reg prometheus.Registerer, dl deliver.DeadLetterer, replicas int) (*deliver.Consumer, []deliver.Subscription, error) {
 	subs, bs, err := f.subscriptions()
 	if err != nil {
 		return nil, nil, err
@@ -93,7 +94,7 @@ func (f *subscriptionFlags) consumer(js jetstream.JetStream, g *Globals, log *sl
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := deliver.New(js, deliver.Config{Stream: g.Stream, Breakers: breakers, Logger: log, Registerer: reg, DeadLetters: dl}, subs...)
+	c, err := deliver.New(js, deliver.Config{Stream: g.Stream, Breakers: breakers, Logger: log, Registerer: reg, DeadLetters: dl, Replicas: replicas}, subs...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -123,6 +124,7 @@ func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
 type runCmd struct {
 	subscriptionFlags `embed:""`
 
+	Replicas       int           `name:"replicas" env:"JSBRIDGE_REPLICAS" default:"1" help:"Replica count of the DLQ stream and the durable consumers when the consumer creates them: 1 on a standalone server, 3 on a cluster (at most the events stream's); existing ones keep their own, with a warning (default: ${default})."`
 	StartupTimeout time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when NATS, the JetStream stream, the DLQ stream or the durable consumers are not available within this time; 0 waits forever (default: ${default})."`
 	Pprof          bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr        string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
@@ -141,6 +143,9 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	conn, err := g.natsSettings()
 	if err != nil {
 		return err
+	}
+	if r.Replicas < 1 {
+		return fmt.Errorf("--replicas (JSBRIDGE_REPLICAS) %d: want 1 or more", r.Replicas)
 	}
 	subs, _, err := r.subscriptions()
 	if err != nil {
@@ -202,7 +207,10 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn 
 		return nc, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	jsRef.Set(js)
-	dlq := deliver.NewDLQ(js, deliver.DLQConfig{Stream: g.DLQStream})
+	if warning := startup.ReplicasWarning(r.Replicas, nc.ConnectedServerName(), nc.ConnectedClusterName()); warning != "" {
+		log.Warn(warning, "replicas", r.Replicas)
+	}
+	dlq := deliver.NewDLQ(js, deliver.DLQConfig{Stream: g.DLQStream, Replicas: r.Replicas, Logger: log})
 	err = w.For(ctx, "JetStream dead-letter stream "+g.DLQStream, func(ctx context.Context) error {
 		err := dlq.Provision(ctx)
 		if errors.Is(err, deliver.ErrDLQSubjects) {
@@ -213,7 +221,7 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn 
 	if err != nil {
 		return nc, nil, err
 	}
-	c, _, err := r.consumer(js, g, log, opsSrv.Registry, dlq)
+	c, _, err := r.consumer(js, g, log, opsSrv.Registry, dlq, r.Replicas)
 	if err != nil {
 		return nc, nil, err
 	}

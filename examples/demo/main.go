@@ -6,6 +6,7 @@
 //
 //	demo -mode run             steady producer, status once a second, until Ctrl-C
 //	demo -mode check -n 20000  N events, then verify every one arrived once, in order
+//	demo -cluster 3            either, on a 3-node JetStream cluster run in this process
 //
 // The bridge and the consumer run as real processes from -bin.
 package main
@@ -28,6 +29,7 @@ func main() {
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
 	flag.StringVar(&cfg.DataDir, "data", ".data", "directory for the embedded JetStream store (a fresh sub-directory per mode)")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one with scripts/pg")
+	flag.IntVar(&cfg.Cluster, "cluster", 0, "run JetStream as an in-process cluster of this many nodes (e.g. 3) instead of the bridge's embedded server; the streams and consumers get as many replicas (at most 3)")
 	flag.IntVar(&cfg.NatsPort, "nats-port", 0, "embedded NATS port (default: 4222 in run mode so the nats CLI finds it, a free port in check mode)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "check mode: give up when not every event has arrived by then")
 	flag.BoolVar(&cfg.Quiet, "quiet", false, "do not log each received event")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/proc"
 	"github.com/jsbridge/jsbridge/store"
 )
@@ -26,6 +27,7 @@ type config struct {
 	DataDir     string
 	DatabaseURL string
 	NatsPort    int
+	Cluster     int
 	Timeout     time.Duration
 	Quiet       bool
 }
@@ -88,16 +90,22 @@ func run(ctx context.Context, cfg config) (int, error) {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 
+	if cfg.Cluster < 0 {
+		return 2, fmt.Errorf("-cluster %d: want a number of nodes (e.g. 3), or 0 for the bridge's embedded server", cfg.Cluster)
+	}
 	natsPort := cfg.NatsPort
-	if natsPort == 0 {
+	// A cluster's nodes take free ports of their own.
+	if cfg.Cluster == 0 && natsPort == 0 {
 		if cfg.Mode == "run" {
 			natsPort = 4222
 		} else if natsPort, err = proc.FreePort(); err != nil {
 			return 1, err
 		}
 	}
-	if err := portFree(natsPort); err != nil {
-		return 1, err
+	if cfg.Cluster == 0 {
+		if err := portFree(natsPort); err != nil {
+			return 1, err
+		}
 	}
 	bridgeOps, err := proc.FreePort()
 	if err != nil {
@@ -108,13 +116,29 @@ func run(ctx context.Context, cfg config) (int, error) {
 		return 1, err
 	}
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	natsArgs := []string{"--embedded-nats", "--embedded-nats-dir", natsDir, "--embedded-nats-port", strconv.Itoa(natsPort)}
+	replicas := 1
+	natsWhat := "embedded JetStream"
+	if cfg.Cluster > 0 {
+		// Registered before the processes' StopAll, so the cluster stops
+		// after the bridge and the consumer.
+		cluster, err := embedded.StartCluster(embedded.ClusterConfig{Nodes: cfg.Cluster, Dir: natsDir, Name: "demo"})
+		if err != nil {
+			return 1, fmt.Errorf("-cluster %d: %w", cfg.Cluster, err)
+		}
+		defer cluster.Shutdown()
+		natsURL = cluster.ClientURLs()
+		replicas = min(cfg.Cluster, 3)
+		natsArgs = []string{"--nats-url", natsURL}
+		natsWhat = fmt.Sprintf("%d-node JetStream cluster, R%d,", cfg.Cluster, replicas)
+	}
 	procs := &proc.Group{}
 	defer procs.StopAll(20 * time.Second)
 
-	bridge, err := procs.Start("bridge", filepath.Join(cfg.Bin, "bridge"), []string{"run",
-		"--embedded-nats", "--embedded-nats-dir", natsDir, "--embedded-nats-port", strconv.Itoa(natsPort),
+	bridge, err := procs.Start("bridge", filepath.Join(cfg.Bin, "bridge"), append([]string{"run"}, append(natsArgs,
+		"--replicas", strconv.Itoa(replicas),
 		"--ops-addr", fmt.Sprintf("127.0.0.1:%d", bridgeOps), "--no-migrate", "--log-level", "warn",
-	}, "DATABASE_URL="+cfg.DatabaseURL, "JSBRIDGE_SCHEMA="+schema)
+	)...), "DATABASE_URL="+cfg.DatabaseURL, "JSBRIDGE_SCHEMA="+schema)
 	if err != nil {
 		return 1, err
 	}
@@ -122,7 +146,7 @@ func run(ctx context.Context, cfg config) (int, error) {
 		return 1, fmt.Errorf("bridge: %w", err)
 	}
 	consumer, err := procs.Start("consumer", filepath.Join(cfg.Bin, "consumer"), []string{"run",
-		"--nats-url", natsURL, "--name", "demo-receiver", "--filter", "events.>",
+		"--nats-url", natsURL, "--replicas", strconv.Itoa(replicas), "--name", "demo-receiver", "--filter", "events.>",
 		"--url", "http://" + ln.Addr().String() + "/webhook", "--allow-private",
 		"--ops-addr", fmt.Sprintf("127.0.0.1:%d", consumerOps), "--log-level", "warn",
 	}, "JSBRIDGE_SECRET="+secret)
@@ -132,8 +156,8 @@ func run(ctx context.Context, cfg config) (int, error) {
 	if err := proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", consumerOps), consumer); err != nil {
 		return 1, fmt.Errorf("consumer: %w", err)
 	}
-	fmt.Printf("demo: bridge (embedded JetStream at %s, ops 127.0.0.1:%d), consumer (ops 127.0.0.1:%d), receiver at %s, Postgres schema %s\n",
-		natsURL, bridgeOps, consumerOps, ln.Addr(), schema)
+	fmt.Printf("demo: bridge (%s at %s, ops 127.0.0.1:%d), consumer (ops 127.0.0.1:%d), receiver at %s, Postgres schema %s\n",
+		natsWhat, natsURL, bridgeOps, consumerOps, ln.Addr(), schema)
 
 	if cfg.Mode == "run" {
 		fmt.Printf("demo: appending %.0f events/s to order-<n> streams; look inside with: nats --server %s stream info EVENTS; Ctrl-C stops everything\n", cfg.Rate, natsURL)

@@ -46,3 +46,37 @@ func Connect(t testing.TB, srv *embedded.Server) (*nats.Conn, jetstream.JetStrea
 	}
 	return nc, js
 }
+
+// StartCluster starts an in-process JetStream cluster with cfg (default 3
+// nodes) and shuts it down at the test's cleanup. An empty cfg.Dir becomes
+// a fresh t.TempDir(). It returns once streams can be created, and fails
+// the test when the cluster does not form.
+func StartCluster(t testing.TB, cfg embedded.ClusterConfig) *embedded.Cluster {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	c, err := embedded.StartCluster(cfg)
+	if err != nil {
+		t.Fatalf("jstest: start JetStream cluster: %v", err)
+	}
+	t.Cleanup(c.Shutdown)
+	return c
+}
+
+// ConnectCluster opens a client connection to any node of c (failing over
+// between them, reconnecting without limit), closed at the test's cleanup,
+// and returns it with its JetStream context.
+func ConnectCluster(t testing.TB, c *embedded.Cluster) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := c.Connect(nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatalf("jstest: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jstest: JetStream context: %v", err)
+	}
+	return nc, js
+}

@@ -1,0 +1,28 @@
+package startup
+
+import "fmt"
+
+// embeddedServerName is the server name of the bridge's embedded NATS
+// server (embedded.ServerName; a test keeps the two equal): the consumer
+// cannot tell it apart otherwise.
+const embeddedServerName = "jsbridge-embedded"
+
+// ReplicasWarning returns the start-up warning for a binary that creates
+// its JetStream streams or durable consumers with one replica (replicas 1
+// or less) on a server other than the bridge's embedded one, or "" when
+// there is nothing to say. serverName and cluster are the connected
+// server's name and cluster name (nats.Conn's ConnectedServerName and
+// ConnectedClusterName; cluster "" for a standalone server). With one
+// replica a stream lives on one server: while that server is down it takes
+// no writes, and its disk holds the only copy.
+func ReplicasWarning(replicas int, serverName, cluster string) string {
+	if replicas > 1 || serverName == embeddedServerName {
+		return ""
+	}
+	if cluster != "" {
+		return fmt.Sprintf("--replicas %d on JetStream cluster %q: what this binary creates lives on one server; "+
+			"while it is down it takes no events, and its disk holds the only copy; use --replicas 3", replicas, cluster)
+	}
+	return fmt.Sprintf("--replicas %d on a standalone NATS server: its disk holds the only copy of what this binary creates; "+
+		"for copies that survive the loss of a server run a JetStream cluster and use --replicas 3", replicas)
+}

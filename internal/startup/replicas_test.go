@@ -1,0 +1,35 @@
+package startup_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/startup"
+)
+
+func TestReplicasWarning(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		server   string
+		cluster  string
+		want     string // substring; "" means no warning
+	}{
+		{"R3 on a cluster", 3, "n1", "c1", ""},
+		{"R1 on the embedded server", 1, embedded.ServerName, "", ""},
+		{"R1 on a standalone server", 1, "nats-1", "", "--replicas 1 on a standalone NATS server"},
+		{"R1 on a cluster", 1, "n1", "c1", `--replicas 1 on JetStream cluster "c1"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := startup.ReplicasWarning(tc.replicas, tc.server, tc.cluster)
+			if tc.want == "" {
+				require.Empty(t, got)
+				return
+			}
+			require.Contains(t, got, tc.want)
+		})
+	}
+}
