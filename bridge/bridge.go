@@ -50,7 +50,8 @@ type Bridge struct {
 }
 
 // New assembles a bridge on pool and js without touching either: it checks
-// cfg (an error wrapping ErrInvalidConfig names the field and the value),
+// cfg (Validate, and SubjectPrefix; an error wrapping ErrInvalidConfig
+// names the field and the value),
 // fills its defaults, lowers a PublishTimeout that does not fit Lease to
 // forward.MaxPublishTimeout with a warning, warns when DuplicateWindow is
 // shorter than Lease plus PublishTimeout, and registers the metrics on
@@ -83,14 +84,8 @@ func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error
 	}
 
 	opts := []store.Option{store.WithSchema(cfg.Schema)}
-	if _, err := store.New(pool, opts...); err != nil {
-		return nil, fmt.Errorf("%w: Schema %q: %w", ErrInvalidConfig, cfg.Schema, err)
-	}
 	if cfg.EventsTable != "" {
 		opts = append(opts, store.WithEventsTable(cfg.EventsTable))
-		if _, err := store.New(pool, opts...); err != nil {
-			return nil, fmt.Errorf("%w: EventsTable %q: %w", ErrInvalidConfig, cfg.EventsTable, err)
-		}
 	}
 	st, err := store.New(pool, append(opts, store.WithDiscoveryInterval(cfg.PollInterval),
 		store.WithSettleTimeout(cfg.SettleTimeout), store.WithLogger(log))...)

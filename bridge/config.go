@@ -127,6 +127,17 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// Validate checks c without touching anything: nil, or an error wrapping
+// ErrInvalidConfig that names the first bad field and its value (a
+// negative duration or limit, a Lease below 1 ms, a Stream name JetStream
+// refuses, a Schema that is not a plain lowercase identifier, an
+// EventsTable that is not schema.table). New calls it; SubjectPrefix is
+// checked by New.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 // withDefaults returns c with every zero field set to its default, or an
 // error wrapping ErrInvalidConfig naming the first bad field and its value.
 func (c Config) withDefaults() (Config, error) {
@@ -160,6 +171,15 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: Stream %q: a JetStream stream name may not contain '.', '*', '>', whitespace or path separators", ErrInvalidConfig, c.Stream)
 	}
 	c.Schema = or(c.Schema, DefaultSchema)
+	// The store's own checks, on a Store that is never used.
+	if err := store.WithSchema(c.Schema)(&store.Store{}); err != nil {
+		return c, fmt.Errorf("%w: Schema %q: %w", ErrInvalidConfig, c.Schema, err)
+	}
+	if c.EventsTable != "" {
+		if err := store.WithEventsTable(c.EventsTable)(&store.Store{}); err != nil {
+			return c, fmt.Errorf("%w: EventsTable %q: %w", ErrInvalidConfig, c.EventsTable, err)
+		}
+	}
 	c.Stream = or(c.Stream, DefaultStream)
 	c.SubjectPrefix = or(c.SubjectPrefix, DefaultSubjectPrefix)
 	c.Source = or(c.Source, DefaultSource)
