@@ -53,8 +53,7 @@ type Bridge struct {
 // cfg (Validate, and SubjectPrefix; an error wrapping ErrInvalidConfig
 // names the field and the value),
 // fills its defaults, lowers a PublishTimeout that does not fit Lease to
-// forward.MaxPublishTimeout with a warning, warns when DuplicateWindow is
-// shorter than Lease plus PublishTimeout, and registers the metrics on
+// forward.MaxPublishTimeout with a warning, and registers the metrics on
 // cfg.Registerer (an error when they are registered there already). pool
 // and js must not be nil.
 func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error) {
@@ -75,12 +74,6 @@ func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error
 		log.Warn(fmt.Sprintf("PublishTimeout %s does not fit Lease %s (at most 40%% of it): using %s", cfg.PublishTimeout, cfg.Lease, fit),
 			"publish_timeout", fit, "lease", cfg.Lease)
 		cfg.PublishTimeout = fit
-	}
-	// A bridge that dies after publishing and before acking is taken over
-	// after its lease; the takeover's re-publish must fall in the window.
-	if need := forward.RequiredDuplicateWindow(cfg.Lease, cfg.PublishTimeout); cfg.DuplicateWindow < need {
-		log.Warn("the duplicate window is shorter than the lease plus the publish timeout: an event re-published after a takeover may be stored twice",
-			"duplicate_window", cfg.DuplicateWindow, "need", need)
 	}
 
 	opts := []store.Option{store.WithSchema(cfg.Schema)}
@@ -159,8 +152,9 @@ func (b *Bridge) Provision(ctx context.Context) error {
 	return nil
 }
 
-// Start applies the migrations (when Config.Migrate), provisions the
-// JetStream stream, then drains in the background until Stop is called or
+// Start warns when DuplicateWindow is shorter than Lease plus
+// PublishTimeout, applies the migrations (when Config.Migrate), provisions
+// the JetStream stream, then drains in the background until Stop is called or
 // ctx ends (either is a graceful stop, as on SIGTERM). It returns the
 // first step's error that failed, without draining; it does not wait for
 // Postgres or NATS to come up (retry Start, or wait before it). A second
@@ -170,6 +164,14 @@ func (b *Bridge) Start(ctx context.Context) error {
 	defer b.mu.Unlock()
 	if b.started {
 		return ErrAlreadyStarted
+	}
+	// A bridge that dies after publishing and before acking is taken over
+	// after its lease; the takeover's re-publish must fall in the window.
+	// (Said here, not in New, so that `bridge run`, which uses Run, says it
+	// in terms of its flags.)
+	if need := forward.RequiredDuplicateWindow(b.cfg.Lease, b.cfg.PublishTimeout); b.cfg.DuplicateWindow < need {
+		b.cfg.Logger.Warn("DuplicateWindow is shorter than Lease plus PublishTimeout: an event re-published after a takeover may be stored twice",
+			"duplicate_window", b.cfg.DuplicateWindow, "need", need)
 	}
 	if b.cfg.Migrate {
 		if err := b.Migrate(ctx); err != nil {
@@ -192,9 +194,9 @@ func (b *Bridge) Start(ctx context.Context) error {
 }
 
 // Run drains in the foreground until ctx ends, then stops gracefully as
-// Stop does and returns. It neither migrates nor provisions: it is for a
-// caller that did both itself (Migrate, Provision), as `bridge run` does
-// while waiting for its dependencies. A Bridge runs once: Run after Start,
+// Stop does and returns. It neither warns, migrates nor provisions: it is
+// for a caller that did all three itself (Migrate, Provision), as `bridge
+// run` does while waiting for its dependencies. A Bridge runs once: Run after Start,
 // or a second Run, returns an error.
 func (b *Bridge) Run(ctx context.Context) error {
 	b.mu.Lock()

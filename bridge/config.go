@@ -77,7 +77,7 @@ type Config struct {
 	// Default "jsbridge".
 	Source string
 	// DuplicateWindow is the duplicate window of a stream Start creates; it
-	// should cover Lease plus PublishTimeout (New warns otherwise).
+	// should cover Lease plus PublishTimeout (Start warns otherwise).
 	// Default 2 min.
 	DuplicateWindow time.Duration
 	// (A Replicas field for the stream Start creates goes here, mapped to

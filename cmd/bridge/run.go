@@ -79,8 +79,13 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 			"publish_timeout", fit, "lease", r.Lease)
 		r.PublishTimeout = fit
 	}
-	// bridge.New warns when --duplicate-window is shorter than --lease
-	// plus --publish-timeout.
+	// A bridge that dies after publishing and before acking is taken over
+	// after its lease; the takeover's re-publish must fall in the window.
+	// (bridge.Start says the same in Config's terms; Run does not.)
+	if need := forward.RequiredDuplicateWindow(r.Lease, r.PublishTimeout); r.DuplicateWindow < need {
+		log.Warn("--duplicate-window is shorter than --lease plus --publish-timeout: an event re-published after a takeover may be stored twice",
+			"duplicate_window", r.DuplicateWindow, "need", need)
+	}
 	cfg := r.config(g, log, opsSrv.Registry)
 	if err := cfg.Validate(); err != nil {
 		return err
