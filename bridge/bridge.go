@@ -49,10 +49,10 @@ type Bridge struct {
 	runErr  error              // the drain's error, set before done closes
 }
 
-// New assembles a bridge on pool and js without touching either: it checks
-// cfg (Validate, and SubjectPrefix; an error wrapping ErrInvalidConfig
-// names the field and the value),
-// fills its defaults, lowers a PublishTimeout that does not fit Lease to
+// New assembles a bridge on pool and js without touching either: it
+// checks cfg (Validate, and SubjectPrefix; an error wrapping
+// ErrInvalidConfig names the field and the value), fills its defaults,
+// lowers a PublishTimeout that does not fit Lease to
 // forward.MaxPublishTimeout with a warning, and registers the metrics on
 // cfg.Registerer (an error when they are registered there already). pool
 // and js must not be nil.
