@@ -132,7 +132,16 @@ func (c *cycle) streams() []string {
 // the streams back and returns the error.
 func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
 	c := &cycle{start: time.Now()}
-	claims, err := d.store.Claim(ctx, d.cfg.Owner, limit, d.cfg.Lease)
+	// The claim is not cut by shutdown: a claim cancelled on the client may
+	// still commit on the server, leaving leases nobody knows it holds
+	// until they expire. Finished, its streams are held, and Run gives
+	// them back when it stops.
+	cctx, cancel := d.settleContext()
+	defer cancel()
+	if ctx.Err() != nil {
+		return nil, nil
+	}
+	claims, err := d.store.Claim(cctx, d.cfg.Owner, limit, d.cfg.Lease)
 	d.cfg.Observer.Claimed(len(claims), time.Since(c.start), err)
 	if err != nil {
 		return nil, fmt.Errorf("drain: claim: %w", err)

@@ -383,6 +383,49 @@ func TestRunStopsOnCancelAndReleasesLeases(t *testing.T) {
 	require.Equal(t, int64(-1), claims[0].Watermark)
 }
 
+// shutdownMidClaim is the store with a shutdown that lands while a claim
+// is in flight: the claim commits in Postgres, then the run's context ends
+// before the answer is read, as a cancelled query whose commit won the race
+// would. If the drain had claimed with the run's context, it would lose
+// the answer and the leases would outlive Run.
+type shutdownMidClaim struct {
+	drain.Store
+	stop func()
+}
+
+func (s shutdownMidClaim) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]drain.Claim, error) {
+	claims, err := s.Store.Claim(ctx, owner, limit, lease)
+	s.stop()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return claims, err
+}
+
+func TestRunReleasesStreamsClaimedAsShutdownBegins(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.appendN(t, "late-1", 2)
+	ctx, cancel := context.WithCancel(b.ctx)
+	h := drain.HandlerFunc(func(ctx context.Context, batches []drain.Batch) []drain.Result {
+		out := make([]drain.Result, len(batches))
+		for i := range out {
+			out[i] = drain.Result{Err: context.Canceled}
+		}
+		return out
+	})
+	d, err := drain.New(shutdownMidClaim{Store: b.store, stop: cancel}, h,
+		drain.Config{Owner: "first", Lease: time.Hour, PollInterval: time.Hour, ShutdownGrace: 50 * time.Millisecond, Logger: quiet()})
+	require.NoError(t, err)
+	require.NoError(t, d.Run(ctx))
+
+	claims, err := b.store.Claim(b.ctx, "second", 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claims, 1, "the stream claimed as shutdown began was given back, not left leased for an hour")
+	require.Equal(t, "late-1", claims[0].Stream)
+	require.Zero(t, claims[0].Retry)
+}
+
 func TestRunFinishesTheBatchInFlightOnCancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -12,11 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/jsbridge/jsbridge/drain"
+	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
 	"github.com/jsbridge/jsbridge/internal/natsconn"
 	"github.com/jsbridge/jsbridge/internal/ops"
 	"github.com/jsbridge/jsbridge/internal/startup"
@@ -68,20 +68,16 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("--replicas (JSBRIDGE_REPLICAS) %d: want 1 or more", r.Replicas)
 	}
 	// The pool connects lazily: a bad URL fails here, a database that is
-	// down is waited for below.
-	pool, st, err := openStore(ctx, g, store.WithDiscoveryInterval(max(r.PollInterval, time.Millisecond)),
-		store.WithSettleTimeout(max(r.SettleTimeout, time.Millisecond)), store.WithLogger(log))
+	// down is waited for below. st only migrates: the bridge has its own.
+	pool, st, err := openStore(ctx, g)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	opsSrv := ops.NewServer()
-	metrics, err := bridgemetrics.New(opsSrv.Registry, st.Backlog, log)
-	if err != nil {
-		return err
-	}
 	// A cycle's publishes must end before its deadline (80% of the lease
 	// from the claim) cuts them short: see forward.MaxPublishTimeout.
+	// Fitted here so the warning names the flags; bridge.New then agrees.
 	if fit, lowered := forward.FitPublishTimeout(r.PublishTimeout, r.Lease); lowered {
 		log.Warn(fmt.Sprintf("--publish-timeout %s does not fit --lease %s (at most 40%% of it): using %s", r.PublishTimeout, r.Lease, fit),
 			"publish_timeout", fit, "lease", r.Lease)
@@ -89,9 +85,14 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	// A bridge that dies after publishing and before acking is taken over
 	// after its lease; the takeover's re-publish must fall in the window.
+	// (bridge.Start says the same in Config's terms; Run does not.)
 	if need := forward.RequiredDuplicateWindow(r.Lease, r.PublishTimeout); r.DuplicateWindow < need {
 		log.Warn("--duplicate-window is shorter than --lease plus --publish-timeout: an event re-published after a takeover may be stored twice",
 			"duplicate_window", r.DuplicateWindow, "need", need)
+	}
+	cfg := r.config(g, log, opsSrv.Registry)
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
 
 	// The ops port comes first: /healthz answers and /readyz says what is
@@ -108,7 +109,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer opsSrv.Stop()
 
-	nc, shutdownNATS, fwd, err := r.start(ctx, w, log, conn, pool, st, metrics, &jsRef)
+	nc, shutdownNATS, b, err := r.start(ctx, w, log, conn, pool, st, cfg, &jsRef)
 	if shutdownNATS != nil {
 		defer shutdownNATS()
 	}
@@ -119,27 +120,34 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		return err
 	}
-	d, err := drain.New(st, fwd, drain.Config{
-		Owner: r.Owner, Lease: r.Lease, ClaimLimit: r.ClaimLimit, FetchLimit: r.FetchLimit,
-		PollInterval: r.PollInterval, MaxRetries: r.MaxRetries, ShutdownGrace: r.ShutdownGrace, Notifier: st, Logger: log, Observer: metrics,
-	})
-	if err != nil {
-		return err
-	}
 	w.Ready()
-	log.Info("bridge started", "jetstream_stream", r.Stream, "nats_url", startup.RedactURL(nc.ConnectedUrl()), "ops_addr", addr, "lease", r.Lease, "events_table", st.EventsTable())
-	err = d.Run(ctx)
+	log.Info("bridge started", "jetstream_stream", r.Stream, "nats_url", startup.RedactURL(nc.ConnectedUrl()), "ops_addr", addr, "lease", r.Lease, "events_table", b.EventsTable())
+	err = b.Run(ctx)
 	log.Info("bridge stopped")
 	return err
 }
 
+// config maps the flags to the bridge's configuration: everything but
+// connecting, waiting and the ops port.
+func (r *runCmd) config(g *Globals, log *slog.Logger, reg prometheus.Registerer) bridge.Config {
+	return bridge.Config{
+		Schema: g.Schema, EventsTable: g.EventsTable,
+		Stream: r.Stream, SubjectPrefix: r.SubjectPrefix, Source: r.Source, DuplicateWindow: r.DuplicateWindow,
+		Replicas: r.Replicas,
+		Owner:    r.Owner, Lease: r.Lease, ClaimLimit: r.ClaimLimit, FetchLimit: r.FetchLimit,
+		PollInterval: r.PollInterval, MaxRetries: r.MaxRetries, MaxInFlight: r.MaxInFlight,
+		PublishTimeout: r.PublishTimeout, ShutdownGrace: r.ShutdownGrace, SettleTimeout: r.SettleTimeout,
+		Migrate: r.Migrate, Logger: log, Registerer: reg,
+	}
+}
+
 // start waits for Postgres and applies the migrations (unless --no-migrate),
-// connects to NATS (or starts the embedded server) and provisions the
-// JetStream stream, each step waited for with w. It returns the connection,
-// a func that closes it (and stops the embedded server; nil when there is
-// nothing to close) and the forwarder.
+// connects to NATS (or starts the embedded server), assembles the bridge
+// and provisions the JetStream stream, each step waited for with w. It
+// returns the connection, a func that closes it (and stops the embedded
+// server; nil when there is nothing to close) and the bridge.
 func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger, conn natsconn.Settings, pool *pgxpool.Pool, st *store.Store,
-	metrics *bridgemetrics.Metrics, jsRef *startup.JetStreamRef) (*nats.Conn, func(), *forward.Forwarder, error) {
+	cfg bridge.Config, jsRef *startup.JetStreamRef) (*nats.Conn, func(), *bridge.Bridge, error) {
 	if err := waitPostgres(ctx, w, pool); err != nil {
 		return nil, nil, nil, err
 	}
@@ -163,12 +171,12 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger,
 	if warning := startup.ReplicasWarning(r.Replicas, nc.ConnectedServerName(), nc.ConnectedClusterName()); warning != "" {
 		log.Warn(warning, "replicas", r.Replicas)
 	}
-	var prov forward.Provisioned
+	b, err := bridge.New(pool, js, cfg)
+	if err != nil {
+		return nc, shutdownNATS, nil, err
+	}
 	err = w.For(ctx, "JetStream stream "+r.Stream, func(ctx context.Context) error {
-		var err error
-		prov, err = forward.Provision(ctx, js, forward.StreamConfig{
-			Name: r.Stream, Prefix: r.SubjectPrefix, DuplicateWindow: r.DuplicateWindow, Replicas: r.Replicas,
-		})
+		err := b.Provision(ctx)
 		if errors.Is(err, forward.ErrSubjectsNotCovered) || errors.Is(err, forward.ErrInvalidConfig) {
 			return startup.Permanent(err)
 		}
@@ -177,14 +185,7 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger,
 	if err != nil {
 		return nc, shutdownNATS, nil, fmt.Errorf("provision JetStream stream %q: %w", r.Stream, err)
 	}
-	for _, warning := range prov.Warnings {
-		log.Warn(warning, "jetstream_stream", r.Stream)
-	}
-	fwd, err := forward.New(js, forward.Config{
-		Prefix: r.SubjectPrefix, Source: r.Source, Stream: r.Stream, MaxInFlight: r.MaxInFlight,
-		PublishTimeout: r.PublishTimeout, Logger: log, Observer: metrics,
-	})
-	return nc, shutdownNATS, fwd, err
+	return nc, shutdownNATS, b, nil
 }
 
 // natsSettings checks the NATS flags: --embedded-nats ignores --nats-url
@@ -240,7 +241,8 @@ func (r *runCmd) connectNATS(ctx context.Context, w *startup.Waiter, log *slog.L
 	return nc, func() { nc.Close(); srv.Shutdown() }, nil
 }
 
-// openStore connects to --database-url and opens the store in --schema.
+// openStore connects to --database-url and opens the store in --schema
+// (and --events-table).
 func openStore(ctx context.Context, g *Globals, opts ...store.Option) (*pgxpool.Pool, *store.Store, error) {
 	if g.DatabaseURL == "" {
 		return nil, nil, errors.New("--database-url (DATABASE_URL) is empty: give a Postgres URL, e.g. postgres://user@localhost:5432/app")

@@ -32,6 +32,16 @@ var (
 // with scripts/pg when JSBRIDGE_TEST_DATABASE_URL is unset.
 func URL(t testing.TB) string {
 	t.Helper()
+	u, err := LookupURL()
+	if err != nil {
+		t.Fatalf("pgtest: no Postgres: set %s or fix scripts/pg start: %v", EnvURL, err)
+	}
+	return u
+}
+
+// LookupURL is URL for code without a testing.TB (Example functions): the
+// same database, or the error URL would fail the test with.
+func LookupURL() (string, error) {
 	urlOnce.Do(func() {
 		if u := os.Getenv(EnvURL); u != "" {
 			url = u
@@ -48,10 +58,7 @@ func URL(t testing.TB) string {
 		}
 		url = strings.TrimSpace(string(out))
 	})
-	if urlErr != nil {
-		t.Fatalf("pgtest: no Postgres: set %s or fix scripts/pg start: %v", EnvURL, urlErr)
-	}
-	return url
+	return url, urlErr
 }
 
 // Pool returns a connection pool to the test database, closed at cleanup.

@@ -1,0 +1,249 @@
+// Package bridge runs the jsbridge bridge inside a Go application: the
+// Postgres store, the drain and the JetStream forwarder assembled, as
+// `bridge run` assembles them, behind New, Start, Stop and Ready.
+//
+//	b, err := bridge.New(pool, js, bridge.Config{Migrate: true})
+//	if err != nil { ... }
+//	if err := b.Start(ctx); err != nil { ... }
+//	defer b.Stop(context.Background())
+//
+// The application appends events with package store (store.Append or
+// AppendTx in its own transaction); the bridge forwards them to JetStream
+// with Nats-Msg-Id = event id, each stream in order, under the same leases
+// as every other bridge on the same schema, so an in-process bridge and
+// `bridge run` processes can drain one store together.
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/drain"
+	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
+	"github.com/jsbridge/jsbridge/store"
+)
+
+// ErrAlreadyStarted is returned by Start or Run on a Bridge that runs or
+// ran already: a Bridge drains once; make a new one to start again.
+var ErrAlreadyStarted = errors.New("bridge: already started")
+
+// Bridge drains one event store into one JetStream stream. Its methods are
+// safe for concurrent use.
+type Bridge struct {
+	cfg   Config
+	pool  *pgxpool.Pool
+	js    jetstream.JetStream
+	store *store.Store
+	drain *drain.Drain
+
+	mu      sync.Mutex
+	started bool
+	stop    context.CancelFunc // ends the background drain; nil before Start
+	done    chan struct{}      // closed when the background drain returned
+	runErr  error              // the drain's error, set before done closes
+}
+
+// New assembles a bridge on pool and js without touching either: it
+// checks cfg (Validate, and SubjectPrefix; an error wrapping
+// ErrInvalidConfig names the field and the value), fills its defaults,
+// lowers a PublishTimeout that does not fit Lease to
+// forward.MaxPublishTimeout with a warning, and registers the metrics on
+// cfg.Registerer (an error when they are registered there already). pool
+// and js must not be nil.
+func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: pool is nil", ErrInvalidConfig)
+	}
+	if js == nil {
+		return nil, fmt.Errorf("%w: JetStream is nil", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	// A cycle's publishes must end before its deadline (80% of the lease
+	// from the claim) cuts them short: see forward.MaxPublishTimeout.
+	if fit, lowered := forward.FitPublishTimeout(cfg.PublishTimeout, cfg.Lease); lowered {
+		log.Warn(fmt.Sprintf("PublishTimeout %s does not fit Lease %s (at most 40%% of it): using %s", cfg.PublishTimeout, cfg.Lease, fit),
+			"publish_timeout", fit, "lease", cfg.Lease)
+		cfg.PublishTimeout = fit
+	}
+
+	opts := []store.Option{store.WithSchema(cfg.Schema)}
+	if cfg.EventsTable != "" {
+		opts = append(opts, store.WithEventsTable(cfg.EventsTable))
+	}
+	st, err := store.New(pool, append(opts, store.WithDiscoveryInterval(cfg.PollInterval),
+		store.WithSettleTimeout(cfg.SettleTimeout), store.WithLogger(log))...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	var (
+		dobs drain.Observer
+		fobs forward.Observer
+	)
+	if cfg.Registerer != nil {
+		m, err := bridgemetrics.New(cfg.Registerer, st.Backlog, log)
+		if err != nil {
+			return nil, fmt.Errorf("bridge metrics: %w", err)
+		}
+		dobs, fobs = m, m
+	}
+	fwd, err := forward.New(js, forward.Config{
+		Prefix: cfg.SubjectPrefix, Source: cfg.Source, Stream: cfg.Stream, MaxInFlight: cfg.MaxInFlight,
+		PublishTimeout: cfg.PublishTimeout, Logger: log, Observer: fobs,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: SubjectPrefix %q: %w", ErrInvalidConfig, cfg.SubjectPrefix, err)
+	}
+	d, err := drain.New(st, fwd, drain.Config{
+		Owner: cfg.Owner, Lease: cfg.Lease, ClaimLimit: cfg.ClaimLimit, FetchLimit: cfg.FetchLimit,
+		PollInterval: cfg.PollInterval, MaxRetries: cfg.MaxRetries, ShutdownGrace: cfg.ShutdownGrace,
+		Notifier: st, Logger: log, Observer: dobs,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Bridge{cfg: cfg, pool: pool, js: js, store: st, drain: d}, nil
+}
+
+// Config returns the bridge's configuration with its defaults filled in
+// (and PublishTimeout as fitted to Lease).
+func (b *Bridge) Config() Config { return b.cfg }
+
+// Owner returns the name this bridge takes leases under.
+func (b *Bridge) Owner() string { return b.drain.Owner() }
+
+// EventsTable returns the events table the bridge drains, as schema.table.
+func (b *Bridge) EventsTable() string { return b.store.EventsTable() }
+
+// Migrate applies the pending migrations of the bridge's schema (see
+// store.Store.Migrate); Start calls it when Config.Migrate is set.
+func (b *Bridge) Migrate(ctx context.Context) error {
+	if err := b.store.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate schema %s: %w", b.cfg.Schema, err)
+	}
+	return nil
+}
+
+// Provision makes sure the JetStream stream exists (forward.Provision:
+// created with subjects "<SubjectPrefix>.>", file storage and
+// DuplicateWindow when missing, never changed when it exists) and logs its
+// warnings. Errors wrap forward.ErrSubjectsNotCovered when an existing
+// stream does not take the bridge's subjects, else JetStream's error;
+// Start calls it.
+func (b *Bridge) Provision(ctx context.Context) error {
+	prov, err := forward.Provision(ctx, b.js, forward.StreamConfig{
+		Name: b.cfg.Stream, Prefix: b.cfg.SubjectPrefix, DuplicateWindow: b.cfg.DuplicateWindow, Replicas: b.cfg.Replicas,
+	})
+	if err != nil {
+		return err
+	}
+	for _, warning := range prov.Warnings {
+		b.cfg.Logger.Warn(warning, "jetstream_stream", b.cfg.Stream)
+	}
+	return nil
+}
+
+// Start warns when DuplicateWindow is shorter than Lease plus
+// PublishTimeout, applies the migrations (when Config.Migrate), provisions
+// the JetStream stream, then drains in the background until Stop is called or
+// ctx ends (either is a graceful stop, as on SIGTERM). It returns the
+// first step's error that failed, without draining; it does not wait for
+// Postgres or NATS to come up (retry Start, or wait before it). A second
+// Start returns an error.
+func (b *Bridge) Start(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.started {
+		return ErrAlreadyStarted
+	}
+	// A bridge that dies after publishing and before acking is taken over
+	// after its lease; the takeover's re-publish must fall in the window.
+	// (Said here, not in New, so that `bridge run`, which uses Run, says it
+	// in terms of its flags.)
+	if need := forward.RequiredDuplicateWindow(b.cfg.Lease, b.cfg.PublishTimeout); b.cfg.DuplicateWindow < need {
+		b.cfg.Logger.Warn("DuplicateWindow is shorter than Lease plus PublishTimeout: an event re-published after a takeover may be stored twice",
+			"duplicate_window", b.cfg.DuplicateWindow, "need", need)
+	}
+	if b.cfg.Migrate {
+		if err := b.Migrate(ctx); err != nil {
+			return err
+		}
+	}
+	if err := b.Provision(ctx); err != nil {
+		return fmt.Errorf("provision JetStream stream %q: %w", b.cfg.Stream, err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	b.started, b.stop, b.done = true, cancel, make(chan struct{})
+	go func() {
+		err := b.drain.Run(runCtx)
+		b.mu.Lock()
+		b.runErr = err
+		b.mu.Unlock()
+		close(b.done)
+	}()
+	return nil
+}
+
+// Run drains in the foreground until ctx ends, then stops gracefully as
+// Stop does and returns. It neither warns, migrates nor provisions: it is
+// for a caller that did all three itself (Migrate, Provision), as `bridge
+// run` does while waiting for its dependencies. A Bridge runs once: Run after Start,
+// or a second Run, returns an error.
+func (b *Bridge) Run(ctx context.Context) error {
+	b.mu.Lock()
+	if b.started {
+		b.mu.Unlock()
+		return ErrAlreadyStarted
+	}
+	b.started = true
+	b.mu.Unlock()
+	return b.drain.Run(ctx)
+}
+
+// Stop stops the drain started by Start with the same guarantees as
+// SIGTERM to `bridge run`: no new claim is made, the batch in flight may
+// go on for ShutdownGrace, what it published is acked and the rest of its
+// streams released (no retry counted), so another bridge takes them up at
+// once. It returns the drain's error (nil after a clean stop) when the
+// drain has stopped, or ctx's error when ctx ends first (the drain then
+// finishes stopping in the background). Stop before Start, or again, is
+// harmless.
+func (b *Bridge) Stop(ctx context.Context) error {
+	b.mu.Lock()
+	stop, done := b.stop, b.done
+	b.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	stop()
+	select {
+	case <-done:
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.runErr
+	case <-ctx.Done():
+		return fmt.Errorf("stop bridge: %w", ctx.Err())
+	}
+}
+
+// Ready reports whether the bridge can work: nil when Postgres answers a
+// ping and the JetStream stream exists, else an error saying which is
+// missing. Wire it into the application's readiness endpoint.
+func (b *Bridge) Ready(ctx context.Context) error {
+	if err := b.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	if _, err := b.js.Stream(ctx, b.cfg.Stream); err != nil {
+		return fmt.Errorf("jetstream stream %s: %w", b.cfg.Stream, err)
+	}
+	return nil
+}
