@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/proc"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // sink is the loopback receiver both consumer rows POST to: it reads the
@@ -49,7 +50,7 @@ func newSink() (*sink, error) {
 
 func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
-	key := r.Header.Get("Idempotency-Key")
+	key := r.Header.Get(wire.HeaderIdempotencyKey)
 	s.mu.Lock()
 	if !s.seen[key] {
 		s.seen[key] = true
@@ -213,9 +214,9 @@ func printCPU(name string, n, pid int, selfStart time.Duration) {
 // bareDeliver pulls from durable on EVENTS with inFlight workers, each
 // POSTing the message data to url and acking, until ctx ends.
 func bareDeliver(ctx context.Context, js jetstream.JetStream, durable, url string, inFlight int) error {
-	cons, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", jetstream.ConsumerConfig{
+	cons, err := js.CreateOrUpdateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{
 		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
-		MaxAckPending: 1000, FilterSubjects: []string{"events.>"},
+		MaxAckPending: 1000, FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)},
 	})
 	if err != nil {
 		return err
@@ -237,8 +238,8 @@ func bareDeliver(ctx context.Context, js jetstream.JetStream, durable, url strin
 					return
 				}
 				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(msg.Data()))
-				req.Header.Set("Idempotency-Key", msg.Headers().Get("Nats-Msg-Id"))
-				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set(wire.HeaderIdempotencyKey, wire.IdempotencyKey(msg.Headers().Get(wire.HeaderMsgID)))
+				req.Header.Set(wire.HeaderContentType, "application/json")
 				resp, err := client.Do(req)
 				if err != nil {
 					_ = msg.Nak()
@@ -294,7 +295,7 @@ func (e *env) consumerRow(ctx context.Context) (row, int64, error) {
 	}
 	start, selfCPU := time.Now(), ownCPU()
 	args := []string{"run",
-		"--nats-url", e.srv.ClientURL(), "--name", "bench", "--filter", "events.>", "--url", s.url,
+		"--nats-url", e.srv.ClientURL(), "--name", "bench", "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
 		"--allow-private", "--max-in-flight", fmt.Sprint(inFlight), "--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--log-level", "warn",
 	}
 	if e.cfg.ProfileDir != "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/proc"
 	"github.com/jsbridge/jsbridge/store"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // payload is event data of exactly 256 bytes as Postgres's jsonb prints it
@@ -37,7 +38,7 @@ func backlog(n, streams int) []event.Event {
 
 // freshEventsStream deletes and re-creates the EVENTS JetStream stream.
 func (e *env) freshEventsStream(ctx context.Context) error {
-	if err := e.js.DeleteStream(ctx, forward.DefaultStreamName); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+	if err := e.js.DeleteStream(ctx, wire.DefaultEventsStream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return err
 	}
 	_, err := forward.Provision(ctx, e.js, forward.StreamConfig{})
@@ -74,7 +75,7 @@ func (e *env) publishAsync(ctx context.Context, evs []event.Event) (float64, err
 }
 
 func (e *env) expectMessages(ctx context.Context, n int) error {
-	s, err := e.js.Stream(ctx, forward.DefaultStreamName)
+	s, err := e.js.Stream(ctx, wire.DefaultEventsStream)
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func (e *env) expectMessages(ctx context.Context, n int) error {
 		return err
 	}
 	if info.State.Msgs != uint64(n) {
-		return fmt.Errorf("JetStream stream %s holds %d messages, want %d", forward.DefaultStreamName, info.State.Msgs, n)
+		return fmt.Errorf("JetStream stream %s holds %d messages, want %d", wire.DefaultEventsStream, info.State.Msgs, n)
 	}
 	return nil
 }

@@ -12,9 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jsbridge/jsbridge/wire"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jsbridge/jsbridge/forward"
 )
 
 // fairRow measures how evenly the bridge serves streams under a sustained
@@ -281,7 +280,7 @@ func (e *env) appendToStored(ctx context.Context, schema string, after int64) ([
 		return nil, fmt.Errorf("read created: %w", err)
 	}
 
-	s, err := e.js.Stream(ctx, forward.DefaultStreamName)
+	s, err := e.js.Stream(ctx, wire.DefaultEventsStream)
 	if err != nil {
 		return nil, err
 	}
@@ -289,7 +288,7 @@ func (e *env) appendToStored(ctx context.Context, schema string, after int64) ([
 	if err != nil {
 		return nil, err
 	}
-	cons, err := e.js.OrderedConsumer(ctx, forward.DefaultStreamName, jetstream.OrderedConsumerConfig{})
+	cons, err := e.js.OrderedConsumer(ctx, wire.DefaultEventsStream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +308,7 @@ func (e *env) appendToStored(ctx context.Context, schema string, after int64) ([
 		if err != nil {
 			return nil, err
 		}
-		id, err := strconv.ParseInt(msg.Headers().Get(jetstream.MsgIDHeader), 10, 64)
+		id, err := strconv.ParseInt(msg.Headers().Get(wire.HeaderMsgID), 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("message %d: Nats-Msg-Id: %w", md.Sequence.Stream, err)
 		}

@@ -18,10 +18,10 @@ import (
 
 	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/internal/jstest"
 	"github.com/jsbridge/jsbridge/internal/pgtest"
 	"github.com/jsbridge/jsbridge/store"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 type bundle struct {
@@ -159,10 +159,10 @@ func jsEvents(t *testing.T, js jetstream.JetStream, stream string) (map[string][
 		for m := range batch.Messages() {
 			got++
 			h := m.Headers()
-			v, err := strconv.ParseInt(h.Get(event.HeaderStreamVersion), 10, 64)
+			v, err := strconv.ParseInt(h.Get(wire.HeaderStreamVersion), 10, 64)
 			require.NoError(t, err)
-			versions[h.Get(event.HeaderSubject)] = append(versions[h.Get(event.HeaderSubject)], v)
-			ids[h.Get(jetstream.MsgIDHeader)]++
+			versions[h.Get(wire.HeaderSubject)] = append(versions[h.Get(wire.HeaderSubject)], v)
+			ids[h.Get(wire.HeaderMsgID)]++
 		}
 		require.NoError(t, batch.Error())
 	}

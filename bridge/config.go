@@ -12,6 +12,7 @@ import (
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/store"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // Defaults of Config: a zero field means the default below. They are the
@@ -21,10 +22,10 @@ const (
 	// DefaultSchema is the Postgres schema of the bridge's tables.
 	DefaultSchema = store.DefaultSchema
 	// DefaultStream is the JetStream stream events are published to.
-	DefaultStream = forward.DefaultStreamName
+	DefaultStream = wire.DefaultEventsStream
 	// DefaultSubjectPrefix is the first subject token: events go to
 	// <prefix>.<category>.<stream>.<name>.
-	DefaultSubjectPrefix = forward.DefaultPrefix
+	DefaultSubjectPrefix = wire.DefaultEventsPrefix
 	// DefaultSource is the CloudEvents source attribute (ce-source).
 	DefaultSource = forward.DefaultSource
 	// DefaultDuplicateWindow is the duplicate window of a JetStream stream

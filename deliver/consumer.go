@@ -22,10 +22,8 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
 )
-
-// DefaultStream is the JetStream stream the consumer reads by default.
-const DefaultStream = "EVENTS"
 
 // Config configures a Consumer. The zero value works.
 type Config struct {
@@ -114,7 +112,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 		return nil, fmt.Errorf("deliver: new consumer: %w: no subscriptions given", ErrInvalidSubscription)
 	}
 	if cfg.Stream == "" {
-		cfg.Stream = DefaultStream
+		cfg.Stream = wire.DefaultEventsStream
 	}
 	if cfg.Replicas < 0 {
 		return nil, fmt.Errorf("deliver: new consumer: Config.Replicas %d is negative", cfg.Replicas)
@@ -500,7 +498,7 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 		// slot back, so pulling goes on and nothing waits in the client
 		// buffer until AckWait (queued messages get InProgress instead, see
 		// keepQueuedAlive; MaxAckPending bounds them).
-		queued := r.lanes.submit(streamKey(msg.Subject()), msg, wg, func(m jetstream.Msg) {
+		queued := r.lanes.submit(wire.StreamKey(msg.Subject()), msg, wg, func(m jetstream.Msg) {
 			if ctx.Err() != nil {
 				// Shutting down: a message queued behind its stream's
 				// running delivery goes back at once for another replica.

@@ -9,37 +9,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jsbridge/jsbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Dead-letter stream defaults.
 const (
-	// DefaultDLQStream is the JetStream stream holding dead letters.
-	DefaultDLQStream = "DLQ"
-	// DefaultDLQSubjectPrefix is the first subject token of a dead letter:
-	// dlq.<subscription>.<original subject>.
-	DefaultDLQSubjectPrefix = "dlq"
 	// DefaultDLQDuplicateWindow is the DLQ stream's duplicate window: a dead
 	// letter written twice (its Term lost, the message redelivered and given
 	// up on again) within it is stored once.
 	DefaultDLQDuplicateWindow = 2 * time.Minute
-)
-
-// Headers a dead letter carries besides the original message's reader
-// headers (ce-*, Content-Type; see readerHeader). Nats-Msg-Id is
-// "<subscription>:<event id>".
-const (
-	HeaderDLQSubscription  = "Jsbridge-Dlq-Subscription"    // subscription name
-	HeaderDLQEndpoint      = "Jsbridge-Dlq-Endpoint"        // endpoint, as breaker.Endpoint renders it
-	HeaderDLQEventID       = "Jsbridge-Dlq-Event-Id"        // event id: the Idempotency-Key of a replay
-	HeaderDLQSubject       = "Jsbridge-Dlq-Subject"         // original subject on the events stream
-	HeaderDLQStreamSeq     = "Jsbridge-Dlq-Stream-Seq"      // original sequence on the events stream
-	HeaderDLQStatus        = "Jsbridge-Dlq-Status"          // last HTTP status, 0 without a response
-	HeaderDLQReason        = "Jsbridge-Dlq-Reason"          // last error, e.g. "HTTP 422 Unprocessable Entity"
-	HeaderDLQAttempts      = "Jsbridge-Dlq-Attempts"        // deliveries of the message (JetStream NumDelivered)
-	HeaderDLQPublishedAt   = "Jsbridge-Dlq-Published-At"    // RFC 3339: when the event reached the events stream
-	HeaderDLQLastAttemptAt = "Jsbridge-Dlq-Last-Attempt-At" // RFC 3339: when the last attempt was made
 )
 
 // ErrDeadLetterNotFound is returned by DLQ.Get when no dead letter has the
@@ -86,10 +66,10 @@ type DLQ struct {
 // before the first DeadLetter.
 func NewDLQ(js jetstream.JetStream, cfg DLQConfig) *DLQ {
 	if cfg.Stream == "" {
-		cfg.Stream = DefaultDLQStream
+		cfg.Stream = wire.DefaultDLQStream
 	}
 	if cfg.SubjectPrefix == "" {
-		cfg.SubjectPrefix = DefaultDLQSubjectPrefix
+		cfg.SubjectPrefix = wire.DefaultDLQPrefix
 	}
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = 1
@@ -127,7 +107,7 @@ func (q *DLQ) Provision(ctx context.Context) error {
 	_, err = q.js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:        q.stream,
 		Description: "jsbridge dead letters: deliveries given up on, per subscription",
-		Subjects:    []string{q.prefix + ".>"},
+		Subjects:    []string{wire.All(q.prefix)},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		Duplicates:  DefaultDLQDuplicateWindow,
@@ -141,11 +121,11 @@ func (q *DLQ) Provision(ctx context.Context) error {
 
 func (q *DLQ) checkSubjects(subjects []string) error {
 	for _, s := range subjects {
-		if s == ">" || s == q.prefix+".>" {
+		if s == ">" || s == wire.All(q.prefix) {
 			return nil
 		}
 	}
-	return fmt.Errorf("deliver: %w: JetStream stream %q has subjects %q, not %q", ErrDLQSubjects, q.stream, subjects, q.prefix+".>")
+	return fmt.Errorf("deliver: %w: JetStream stream %q has subjects %q, not %q", ErrDLQSubjects, q.stream, subjects, wire.All(q.prefix))
 }
 
 // readerHeader reports whether a header of the original message is copied
@@ -159,16 +139,13 @@ func (q *DLQ) checkSubjects(subjects []string) error {
 // it part of a batch, Nats-TTL would expire it and Nats-Rollup would purge
 // its subject; Nats-Msg-Id is replaced by the dead letter's own.
 func readerHeader(name string) bool {
-	return len(name) > 3 && strings.EqualFold(name[:3], "ce-") || strings.EqualFold(name, "Content-Type")
+	return wire.IsCEHeader(name) || strings.EqualFold(name, wire.HeaderContentType)
 }
 
 // filter is the subject filter of one subscription's dead letters, or of
 // all when subscription is empty.
 func (q *DLQ) filter(subscription string) string {
-	if subscription == "" {
-		return q.prefix + ".>"
-	}
-	return q.prefix + "." + subscription + ".>"
+	return wire.DLQFilter(q.prefix, subscription)
 }
 
 // DeadLetter stores dl on dlq.<subscription>.<original subject> and waits
@@ -191,30 +168,26 @@ func (q *DLQ) DeadLetter(ctx context.Context, dl DeadLetter) error {
 		subject = dl.Msg.Subject()
 		data = dl.Msg.Data()
 		if md, err := dl.Msg.Metadata(); err == nil {
-			h.Set(HeaderDLQStreamSeq, strconv.FormatUint(md.Sequence.Stream, 10))
-			h.Set(HeaderDLQPublishedAt, md.Timestamp.UTC().Format(time.RFC3339Nano))
+			h.Set(wire.HeaderDLQStreamSeq, strconv.FormatUint(md.Sequence.Stream, 10))
+			h.Set(wire.HeaderDLQPublishedAt, md.Timestamp.UTC().Format(time.RFC3339Nano))
 		}
 	}
 	if dl.EventID != "" {
-		h.Set(jetstream.MsgIDHeader, dl.Subscription+":"+dl.EventID)
+		h.Set(wire.HeaderMsgID, wire.DLQMsgID(dl.Subscription, dl.EventID))
 	}
 	at := dl.At
 	if at.IsZero() {
 		at = time.Now()
 	}
-	h.Set(HeaderDLQSubscription, dl.Subscription)
-	h.Set(HeaderDLQEndpoint, dl.Endpoint)
-	h.Set(HeaderDLQEventID, dl.EventID)
-	h.Set(HeaderDLQSubject, subject)
-	h.Set(HeaderDLQStatus, strconv.Itoa(dl.Status))
-	h.Set(HeaderDLQReason, dl.Reason)
-	h.Set(HeaderDLQAttempts, strconv.Itoa(dl.Attempt))
-	h.Set(HeaderDLQLastAttemptAt, at.UTC().Format(time.RFC3339Nano))
-	tail := subject
-	if tail == "" {
-		tail = "unknown"
-	}
-	msg := &nats.Msg{Subject: q.prefix + "." + dl.Subscription + "." + tail, Header: h, Data: data}
+	h.Set(wire.HeaderDLQSubscription, dl.Subscription)
+	h.Set(wire.HeaderDLQEndpoint, dl.Endpoint)
+	h.Set(wire.HeaderDLQEventID, dl.EventID)
+	h.Set(wire.HeaderDLQSubject, subject)
+	h.Set(wire.HeaderDLQStatus, strconv.Itoa(dl.Status))
+	h.Set(wire.HeaderDLQReason, dl.Reason)
+	h.Set(wire.HeaderDLQAttempts, strconv.Itoa(dl.Attempt))
+	h.Set(wire.HeaderDLQLastAttemptAt, at.UTC().Format(time.RFC3339Nano))
+	msg := &nats.Msg{Subject: wire.DLQSubject(q.prefix, dl.Subscription, subject), Header: h, Data: data}
 	ack, err := q.js.PublishMsg(ctx, msg)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) {
 		if perr := q.Provision(ctx); perr == nil {
@@ -261,17 +234,17 @@ type StoredDeadLetter struct {
 func parseStored(seq uint64, at time.Time, h nats.Header, data []byte) StoredDeadLetter {
 	d := StoredDeadLetter{
 		Seq: seq, DeadLetteredAt: at, Header: h, Data: data,
-		Subscription: h.Get(HeaderDLQSubscription),
-		Endpoint:     h.Get(HeaderDLQEndpoint),
-		EventID:      h.Get(HeaderDLQEventID),
-		Subject:      h.Get(HeaderDLQSubject),
-		Reason:       h.Get(HeaderDLQReason),
+		Subscription: h.Get(wire.HeaderDLQSubscription),
+		Endpoint:     h.Get(wire.HeaderDLQEndpoint),
+		EventID:      h.Get(wire.HeaderDLQEventID),
+		Subject:      h.Get(wire.HeaderDLQSubject),
+		Reason:       h.Get(wire.HeaderDLQReason),
 	}
-	d.StreamSeq, _ = strconv.ParseUint(h.Get(HeaderDLQStreamSeq), 10, 64)
-	d.Status, _ = strconv.Atoi(h.Get(HeaderDLQStatus))
-	d.Attempts, _ = strconv.Atoi(h.Get(HeaderDLQAttempts))
-	d.PublishedAt, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderDLQPublishedAt))
-	d.LastAttemptAt, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderDLQLastAttemptAt))
+	d.StreamSeq, _ = strconv.ParseUint(h.Get(wire.HeaderDLQStreamSeq), 10, 64)
+	d.Status, _ = strconv.Atoi(h.Get(wire.HeaderDLQStatus))
+	d.Attempts, _ = strconv.Atoi(h.Get(wire.HeaderDLQAttempts))
+	d.PublishedAt, _ = time.Parse(time.RFC3339Nano, h.Get(wire.HeaderDLQPublishedAt))
+	d.LastAttemptAt, _ = time.Parse(time.RFC3339Nano, h.Get(wire.HeaderDLQLastAttemptAt))
 	return d
 }
 

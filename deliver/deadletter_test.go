@@ -19,7 +19,7 @@ import (
 	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // flakyDLQ fails its first DeadLetter calls, then stores in a real DLQ.
@@ -151,8 +151,8 @@ func TestReplayDeliversWithSameKeyAndDeletes(t *testing.T) {
 
 	reqs := rc.requests()
 	require.Len(t, reqs, 2)
-	require.Equal(t, "31", reqs[1].header.Get(webhook.HeaderIdempotencyKey))
-	require.Equal(t, reqs[0].header.Get(webhook.HeaderIdempotencyKey), reqs[1].header.Get(webhook.HeaderIdempotencyKey))
+	require.Equal(t, "31", reqs[1].header.Get(wire.HeaderIdempotencyKey))
+	require.Equal(t, reqs[0].header.Get(wire.HeaderIdempotencyKey), reqs[1].header.Get(wire.HeaderIdempotencyKey))
 	require.Equal(t, reqs[0].body, reqs[1].body, "the replay sends the same body")
 	n, err := q.Count(b.ctx, "")
 	require.NoError(t, err)

@@ -25,6 +25,7 @@ import (
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/internal/jstest"
 	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 var secret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("deliver-test-secret-0123456789"))
@@ -50,19 +51,19 @@ func (b bundle) publish(t *testing.T, id int64, stream, name, data string) {
 	t.Helper()
 	sid := event.FormatID(id)
 	h := nats.Header{}
-	h[jetstream.MsgIDHeader] = []string{sid}
-	h[event.HeaderSpecVersion] = []string{event.SpecVersion}
-	h[event.HeaderID] = []string{sid}
-	h[event.HeaderType] = []string{event.EncodeHeaderValue(name)}
-	h[event.HeaderSource] = []string{"/jsbridge/test"}
-	h[event.HeaderSubject] = []string{event.EncodeHeaderValue(stream)}
-	h[event.HeaderTime] = []string{"2026-01-02T03:04:05.123456789Z"}
-	h[event.HeaderContentType] = []string{event.ContentTypeJSON}
-	h[event.HeaderStreamVersion] = []string{"7"}
-	h[event.HeaderCorrelationID] = []string{"corr-1"}
-	h[event.HeaderCausationID] = []string{"cause-1"}
+	h[wire.HeaderMsgID] = []string{sid}
+	h[wire.HeaderSpecVersion] = []string{event.SpecVersion}
+	h[wire.HeaderID] = []string{sid}
+	h[wire.HeaderType] = []string{wire.EncodeHeaderValue(name)}
+	h[wire.HeaderSource] = []string{"/jsbridge/test"}
+	h[wire.HeaderSubject] = []string{wire.EncodeHeaderValue(stream)}
+	h[wire.HeaderTime] = []string{"2026-01-02T03:04:05.123456789Z"}
+	h[wire.HeaderContentType] = []string{event.ContentTypeJSON}
+	h[wire.HeaderStreamVersion] = []string{"7"}
+	h[wire.HeaderCorrelationID] = []string{"corr-1"}
+	h[wire.HeaderCausationID] = []string{"cause-1"}
 	token := func(s string) string { return strings.NewReplacer(" ", "%20", ".", "%2E").Replace(s) }
-	subject := "events." + token(event.Category(stream)) + "." + token(stream) + "." + token(name)
+	subject := "events." + token(wire.Category(stream)) + "." + token(stream) + "." + token(name)
 	_, err := b.js.PublishMsg(b.ctx, &nats.Msg{Subject: subject, Header: h, Data: []byte(data)})
 	require.NoError(t, err)
 }
@@ -247,9 +248,9 @@ func TestBinaryDelivery(t *testing.T) {
 	require.Equal(t, event.ContentTypeJSON, got.header.Get("Content-Type"))
 	require.Equal(t, "5", got.header.Get("Idempotency-Key"))
 	for k, want := range map[string]string{
-		event.HeaderID: "5", event.HeaderSpecVersion: "1.0", event.HeaderType: "OrderShipped",
-		event.HeaderSource: "/jsbridge/test", event.HeaderSubject: "order-1", event.HeaderTime: "2026-01-02T03:04:05.123456789Z",
-		event.HeaderStreamVersion: "7", event.HeaderCorrelationID: "corr-1", event.HeaderCausationID: "cause-1",
+		wire.HeaderID: "5", wire.HeaderSpecVersion: "1.0", wire.HeaderType: "OrderShipped",
+		wire.HeaderSource: "/jsbridge/test", wire.HeaderSubject: "order-1", wire.HeaderTime: "2026-01-02T03:04:05.123456789Z",
+		wire.HeaderStreamVersion: "7", wire.HeaderCorrelationID: "corr-1", wire.HeaderCausationID: "cause-1",
 	} {
 		require.Equal(t, want, got.header.Get(k), k)
 	}
@@ -573,7 +574,7 @@ func TestQueuedDeliveriesOfOneStreamAreNotRedelivered(t *testing.T) {
 			}, 30*time.Second, 20*time.Millisecond)
 			var keys []string
 			for _, r := range rc.requests() {
-				keys = append(keys, r.header.Get(webhook.HeaderIdempotencyKey))
+				keys = append(keys, r.header.Get(wire.HeaderIdempotencyKey))
 			}
 			require.Equal(t, want, keys, "each event once, in stream order")
 			require.Zero(t, b.info(t, "orders").NumRedelivered)

@@ -20,7 +20,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/event"
-	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // MaxRetryAfter caps the delay an endpoint can ask for with Retry-After.
@@ -161,53 +161,53 @@ func header(h nats.Header, key string) string {
 
 // eventID is the event id of a message: Nats-Msg-Id, else ce-id.
 func eventID(msg jetstream.Msg) string {
-	if id := header(msg.Headers(), jetstream.MsgIDHeader); id != "" {
+	if id := header(msg.Headers(), wire.HeaderMsgID); id != "" {
 		return id
 	}
-	return header(msg.Headers(), event.HeaderID)
+	return header(msg.Headers(), wire.HeaderID)
 }
 
 // buildBody returns the request body for msg and sets its headers
 // (Content-Type and, in binary mode, the ce-* attributes) on h.
 func buildBody(mode BodyMode, id string, mh nats.Header, data []byte, h http.Header) ([]byte, error) {
-	contentType := header(mh, event.HeaderContentType)
+	contentType := header(mh, wire.HeaderContentType)
 	if contentType == "" {
 		contentType = event.ContentTypeJSON
 	}
 	if mode == BodyBinary {
 		for k, vs := range mh {
-			if len(vs) > 0 && len(k) > 3 && strings.EqualFold(k[:3], "ce-") {
+			if len(vs) > 0 && wire.IsCEHeader(k) {
 				h.Set(k, vs[0])
 			}
 		}
-		h.Set(event.HeaderID, id)
-		if h.Get(event.HeaderSpecVersion) == "" {
-			h.Set(event.HeaderSpecVersion, event.SpecVersion)
+		h.Set(wire.HeaderID, id)
+		if h.Get(wire.HeaderSpecVersion) == "" {
+			h.Set(wire.HeaderSpecVersion, event.SpecVersion)
 		}
-		h.Set(event.HeaderContentType, contentType)
+		h.Set(wire.HeaderContentType, contentType)
 		return data, nil
 	}
 
 	// Header values are percent-encoded (forward uses
-	// event.EncodeHeaderValue); the JSON envelope carries them decoded.
+	// wire.EncodeHeaderValue); the JSON envelope carries them decoded.
 	var decodeErr error
 	attr := func(name string) string {
-		v, err := event.DecodeHeaderValue(header(mh, name))
+		v, err := wire.DecodeHeaderValue(header(mh, name))
 		if err != nil && decodeErr == nil {
 			decodeErr = fmt.Errorf("%w: %s: %w", errMalformed, name, err)
 		}
 		return v
 	}
 	ce := event.CloudEvent{
-		SpecVersion:     header(mh, event.HeaderSpecVersion),
+		SpecVersion:     header(mh, wire.HeaderSpecVersion),
 		ID:              id,
-		Source:          attr(event.HeaderSource),
-		Type:            attr(event.HeaderType),
-		Subject:         attr(event.HeaderSubject),
-		Time:            header(mh, event.HeaderTime),
+		Source:          attr(wire.HeaderSource),
+		Type:            attr(wire.HeaderType),
+		Subject:         attr(wire.HeaderSubject),
+		Time:            header(mh, wire.HeaderTime),
 		DataContentType: contentType,
-		CorrelationID:   attr(event.HeaderCorrelationID),
-		CausationID:     attr(event.HeaderCausationID),
+		CorrelationID:   attr(wire.HeaderCorrelationID),
+		CausationID:     attr(wire.HeaderCausationID),
 	}
 	if decodeErr != nil {
 		return nil, decodeErr
@@ -215,10 +215,10 @@ func buildBody(mode BodyMode, id string, mh nats.Header, data []byte, h http.Hea
 	if ce.SpecVersion == "" {
 		ce.SpecVersion = event.SpecVersion
 	}
-	if v := header(mh, event.HeaderStreamVersion); v != "" {
+	if v := header(mh, wire.HeaderStreamVersion); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s %q is not an integer", errMalformed, event.HeaderStreamVersion, v)
+			return nil, fmt.Errorf("%w: %s %q is not an integer", errMalformed, wire.HeaderStreamVersion, v)
 		}
 		ce.StreamVersion = n
 	}
@@ -227,7 +227,7 @@ func buildBody(mode BodyMode, id string, mh nats.Header, data []byte, h http.Hea
 	}
 	ce.Data = data
 	env := ce.AppendJSON(make([]byte, 0, 256+len(data)))
-	h[event.HeaderContentType] = contentTypeCloudEvents
+	h[wire.HeaderContentType] = contentTypeCloudEvents
 	return env, nil
 }
 
@@ -397,7 +397,7 @@ func (r *runner) post(ctx context.Context, inProgress func() error, id string, b
 	if err != nil {
 		return response{err: fmt.Errorf("new request: %w", err), retryAfter: -1}
 	}
-	hdr[webhook.HeaderIdempotencyKey] = []string{id}
+	hdr[wire.HeaderIdempotencyKey] = []string{wire.IdempotencyKey(id)}
 	req.Header = hdr
 	r.signer.Sign(hdr, id, time.Now(), body)
 

@@ -1,7 +1,6 @@
 package deliver
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -103,14 +102,4 @@ func (l *lanes) submit(key string, msg jetstream.Msg, wg *sync.WaitGroup, fn fun
 		}
 	})
 	return false
-}
-
-// streamKey is the part of a subject that names one source stream:
-// everything before the last token (the event name), e.g.
-// "events.order.order-42" for "events.order.order-42.OrderPlaced".
-func streamKey(subject string) string {
-	if i := strings.LastIndexByte(subject, '.'); i >= 0 {
-		return subject[:i]
-	}
-	return subject
 }

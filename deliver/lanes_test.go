@@ -10,12 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestStreamKey(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, "events.order.order-42", streamKey("events.order.order-42.OrderPlaced"))
-	require.Equal(t, "plain", streamKey("plain"))
-}
-
 // A message type is needed only as a carrier here; lanes never call it.
 type laneMsg struct {
 	jetstream.Msg

@@ -11,6 +11,7 @@ import (
 	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/jstest"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // On a 3-node cluster the DLQ stream and the durable consumers are created
@@ -27,7 +28,7 @@ func TestProvisionReplicasOnCluster(t *testing.T) {
 	logs := &syncLog{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	require.NoError(t, deliver.NewDLQ(js, deliver.DLQConfig{Replicas: 3, Logger: log}).Provision(b.ctx))
-	dlq, err := js.Stream(b.ctx, deliver.DefaultDLQStream)
+	dlq, err := js.Stream(b.ctx, wire.DefaultDLQStream)
 	require.NoError(t, err)
 	require.Equal(t, 3, dlq.CachedInfo().Config.Replicas)
 

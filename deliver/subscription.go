@@ -10,6 +10,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // ErrInvalidSubscription is wrapped by Subscription.Validate and New when a
@@ -155,7 +156,7 @@ var reservedHeaders = map[string]bool{
 	"host":              true,
 	"user-agent":        true,
 	"transfer-encoding": true,
-	strings.ToLower(webhook.HeaderIdempotencyKey):   true,
+	strings.ToLower(wire.HeaderIdempotencyKey):      true,
 	strings.ToLower(webhook.HeaderWebhookID):        true,
 	strings.ToLower(webhook.HeaderWebhookTimestamp): true,
 	strings.ToLower(webhook.HeaderWebhookSignature): true,
@@ -210,7 +211,7 @@ func (s Subscription) Validate() error {
 		if !validHeaderName(name) {
 			return bad("Headers", "%q is not a valid header name", name)
 		}
-		if lower := strings.ToLower(name); reservedHeaders[lower] || strings.HasPrefix(lower, "ce-") {
+		if lower := strings.ToLower(name); reservedHeaders[lower] || strings.HasPrefix(lower, wire.HeaderPrefixCE) {
 			return bad("Headers", "%q is set by deliver and cannot be overridden", name)
 		}
 		if strings.ContainsAny(v, "\r\n\x00") {

@@ -2,34 +2,9 @@ package event
 
 import (
 	"encoding/json"
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
-)
-
-// CloudEvents attribute headers, as the CloudEvents NATS and HTTP bindings
-// (binary content mode) name them: "ce-" plus the attribute name. Forward
-// sets them on every JetStream message; deliver copies them onto binary-mode
-// webhooks. Source: CloudEvents spec v1.0, nats-protocol-binding.md and
-// http-protocol-binding.md.
-const (
-	HeaderSpecVersion = "ce-specversion"
-	HeaderID          = "ce-id"
-	HeaderType        = "ce-type"
-	HeaderSource      = "ce-source"
-	HeaderSubject     = "ce-subject"
-	HeaderTime        = "ce-time"
-	// HeaderStreamVersion carries the extension attribute streamversion: the
-	// event's 0-based version in its stream.
-	HeaderStreamVersion = "ce-streamversion"
-	// HeaderCorrelationID carries the extension attribute correlationid.
-	HeaderCorrelationID = "ce-correlationid"
-	// HeaderCausationID carries the extension attribute causationid.
-	HeaderCausationID = "ce-causationid"
-	// HeaderContentType is the content type of the data (binary mode).
-	HeaderContentType = "Content-Type"
 )
 
 // SpecVersion is the CloudEvents version jsbridge speaks.
@@ -68,72 +43,6 @@ func FormatID(id int64) string { return strconv.FormatInt(id, 10) }
 // FormatTime formats a creation time as ce-time does: RFC 3339 in UTC with
 // nanoseconds.
 func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-
-// EncodeHeaderValue percent-encodes a ce-* header value as the CloudEvents
-// HTTP protocol binding (v1.0, section 3.1.3.2) requires: every byte that is
-// a space, '"', '%', a control character or outside ASCII becomes %XX
-// (uppercase hex). Other values come back unchanged, so ordinary names need
-// no decoding. Forward applies it on JetStream too, so a stream or event name
-// holding CR or LF cannot break a header block.
-func EncodeHeaderValue(s string) string {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if headerByteNeedsEscape(s[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return s
-	}
-	const hex = "0123456789ABCDEF"
-	b := make([]byte, 0, len(s)+2*n)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if headerByteNeedsEscape(c) {
-			b = append(b, '%', hex[c>>4], hex[c&15])
-		} else {
-			b = append(b, c)
-		}
-	}
-	return string(b)
-}
-
-func headerByteNeedsEscape(c byte) bool {
-	return c <= ' ' || c >= 0x7f || c == '"' || c == '%'
-}
-
-// DecodeHeaderValue reverses EncodeHeaderValue. A '%' not followed by two
-// hex digits is an error naming the value.
-func DecodeHeaderValue(s string) (string, error) {
-	if !strings.Contains(s, "%") {
-		return s, nil
-	}
-	b := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' {
-			b = append(b, s[i])
-			continue
-		}
-		if i+2 >= len(s) || unhex(s[i+1]) < 0 || unhex(s[i+2]) < 0 {
-			return "", fmt.Errorf("header value %q: bad percent-encoding at byte %d", s, i)
-		}
-		b = append(b, byte(unhex(s[i+1])<<4|unhex(s[i+2])))
-		i += 2
-	}
-	return string(b), nil
-}
-
-func unhex(c byte) int {
-	switch {
-	case c >= '0' && c <= '9':
-		return int(c - '0')
-	case c >= 'a' && c <= 'f':
-		return int(c-'a') + 10
-	case c >= 'A' && c <= 'F':
-		return int(c-'A') + 10
-	}
-	return -1
-}
 
 // AppendJSON appends c as a structured-mode CloudEvents JSON object to dst:
 // the fields of CloudEvent in order, empty optional attributes left out, and

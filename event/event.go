@@ -4,7 +4,6 @@
 package event
 
 import (
-	"strings"
 	"time"
 )
 
@@ -43,14 +42,4 @@ type Meta struct {
 	// Causation is the id of the message that directly caused this event;
 	// read like Correlation.
 	Causation string `json:"causation,omitempty"`
-}
-
-// Category returns the part of a stream name before its first "-", the usual
-// event-store convention: "order-42" is in category "order". A stream name
-// without "-" is its own category.
-func Category(stream string) string {
-	if i := strings.IndexByte(stream, '-'); i >= 0 {
-		return stream[:i]
-	}
-	return stream
 }

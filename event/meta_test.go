@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // The meta → header rule: what ce-correlationid and ce-causationid carry for
@@ -52,14 +54,14 @@ func TestParseMetaHeaderRule(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseMeta(%q): %v", c.meta, err)
 			}
-			if got := EncodeHeaderValue(m.Correlation); got != c.correlation {
+			if got := wire.EncodeHeaderValue(m.Correlation); got != c.correlation {
 				t.Errorf("correlation header of %q = %q, want %q", c.meta, got, c.correlation)
 			}
-			if got := EncodeHeaderValue(m.Causation); got != c.causation {
+			if got := wire.EncodeHeaderValue(m.Causation); got != c.causation {
 				t.Errorf("causation header of %q = %q, want %q", c.meta, got, c.causation)
 			}
 			// A header value decodes back to the id.
-			if back, err := DecodeHeaderValue(EncodeHeaderValue(m.Correlation)); err != nil || back != m.Correlation {
+			if back, err := wire.DecodeHeaderValue(wire.EncodeHeaderValue(m.Correlation)); err != nil || back != m.Correlation {
 				t.Errorf("correlation %q does not round-trip: %q, %v", m.Correlation, back, err)
 			}
 		})
@@ -199,7 +201,7 @@ func TestREADMEMetaExamples(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := EncodeHeaderValue(m.Correlation); got != ex.header {
+		if got := wire.EncodeHeaderValue(m.Correlation); got != ex.header {
 			t.Errorf("meta value %s gives header %q, the README says %q", ex.value, got, ex.header)
 		}
 	}

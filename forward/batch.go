@@ -17,6 +17,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // Fast batches (nats-server 2.14+, a stream with allow_batched): the
@@ -226,13 +227,13 @@ func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event
 		switch i {
 		case 0:
 			op = "0"
-			msg.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(lastSeq, 10)}
-			msg.Header[jetstream.ExpectedLastSubjSeqSubjHeader] = []string{StreamFilter(f.cfg.Prefix, stream)}
+			msg.Header[wire.HeaderExpectedLastSubjectSequence] = []string{strconv.FormatUint(lastSeq, 10)}
+			msg.Header[wire.HeaderExpectedLastSubjectSequenceSubject] = []string{wire.StreamFilter(f.cfg.Prefix, stream)}
 		case len(evs) - 1:
 			op = "2"
 		}
 		if f.cfg.Stream != "" {
-			msg.Header[jetstream.ExpectedStreamHeader] = []string{f.cfg.Stream}
+			msg.Header[wire.HeaderExpectedStream] = []string{f.cfg.Stream}
 		}
 		msg.Reply = replyPrefix + strconv.Itoa(i+1) + "." + op + ".$FI"
 		if err := b.nc.PublishMsg(msg); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // answers returns how many messages the connection received while fn ran:
@@ -47,7 +48,7 @@ func TestHandleUsesFastBatches(t *testing.T) {
 func TestHandleWithoutBatchPublishSendsOneAtATime(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: forward.DefaultStreamName, Subjects: []string{"events.>"}})
+	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{"events.>"}})
 	require.NoError(t, err)
 	evs := events("order-1", 1, 50)
 	n := answers(b, func() {
@@ -89,7 +90,7 @@ func TestFastBatchRefusedFallsBackToOneAtATime(t *testing.T) {
 
 	// An operator turns batches off while the Forwarder still thinks they
 	// are allowed: the refused batch stores nothing and goes one at a time.
-	s, err := b.js.Stream(t.Context(), forward.DefaultStreamName)
+	s, err := b.js.Stream(t.Context(), wire.DefaultEventsStream)
 	require.NoError(t, err)
 	cfg := s.CachedInfo().Config
 	require.True(t, cfg.AllowBatchPublish)

@@ -1,6 +1,6 @@
 // Package forward turns events into JetStream messages and publishes them:
-// the subject mapping (Subject, ParseSubject, EscapeToken), the message
-// shape (Message: Nats-Msg-Id plus CloudEvents binary-mode headers, the
+// the message shape (on the subjects and with the headers package wire
+// defines; Message: Nats-Msg-Id plus CloudEvents binary-mode headers, the
 // event data as body), provisioning of the JetStream stream (Provision), and
 // the Forwarder, the drain.Handler that publishes each stream's events
 // strictly in order while different streams proceed concurrently, reconciles
@@ -10,5 +10,5 @@
 // lost its lease cannot interleave, and sends a stream's new events as one
 // JetStream fast batch where the server allows it (batch.go).
 //
-// It knows nothing of Postgres: it imports nats.go, event and drain only.
+// It knows nothing of Postgres: it imports nats.go, event, wire and drain only.
 package forward

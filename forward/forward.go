@@ -12,12 +12,11 @@ import (
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // Defaults of Config.
 const (
-	// DefaultPrefix is the subject prefix: subjects are "events.>".
-	DefaultPrefix = "events"
 	// DefaultSource is the CloudEvents source attribute (ce-source).
 	DefaultSource = "jsbridge"
 	// DefaultMaxInFlight is how many streams are published concurrently.
@@ -183,7 +182,7 @@ func New(js jetstream.JetStream, cfg Config) (*Forwarder, error) {
 		return nil, fmt.Errorf("%w: JetStream context is nil", ErrInvalidConfig)
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
+		cfg.Prefix = wire.DefaultEventsPrefix
 	}
 	if cfg.Source == "" {
 		cfg.Source = DefaultSource
@@ -200,7 +199,7 @@ func New(js jetstream.JetStream, cfg Config) (*Forwarder, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}
 	}
-	if err := validPrefix(cfg.Prefix); err != nil {
+	if err := wire.ValidatePrefix(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("%w: Config.Prefix: %w", ErrInvalidConfig, err)
 	}
 	if cfg.MaxInFlight < 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/jstest"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 type bundle struct {
@@ -56,7 +57,7 @@ func setup(t testing.TB, opts ...setupOpts) bundle {
 // with subjPrefix, in stream order.
 func (b bundle) stored(t *testing.T, subjPrefix string) []*jetstream.RawStreamMsg {
 	t.Helper()
-	s, err := b.js.Stream(t.Context(), forward.DefaultStreamName)
+	s, err := b.js.Stream(t.Context(), wire.DefaultEventsStream)
 	require.NoError(t, err)
 	info, err := s.Info(t.Context())
 	require.NoError(t, err)
@@ -75,7 +76,7 @@ func (b bundle) stored(t *testing.T, subjPrefix string) []*jetstream.RawStreamMs
 func ids(msgs []*jetstream.RawStreamMsg) []string {
 	out := make([]string, len(msgs))
 	for i, m := range msgs {
-		out[i] = m.Header.Get(event.HeaderID)
+		out[i] = m.Header.Get(wire.HeaderID)
 	}
 	return out
 }
@@ -158,34 +159,34 @@ func TestPublishEscapedSubjects(t *testing.T) {
 	require.Len(t, msgs, len(names))
 	// Streams are published concurrently: match messages by event id.
 	for _, m := range msgs {
-		id, err := strconv.Atoi(m.Header.Get(event.HeaderID))
+		id, err := strconv.Atoi(m.Header.Get(wire.HeaderID))
 		require.NoError(t, err)
 		want := names[id-1]
-		stream, name, err := forward.ParseSubject("events", m.Subject)
+		stream, name, err := wire.ParseSubject("events", m.Subject)
 		require.NoError(t, err)
 		require.Equal(t, want.stream, stream)
 		require.Equal(t, want.name, name)
 		// Header values are percent-encoded (CloudEvents HTTP binding), and
 		// decode back to the names.
-		require.Equal(t, event.EncodeHeaderValue(want.stream), m.Header.Get(event.HeaderSubject))
-		gotStream, err := event.DecodeHeaderValue(m.Header.Get(event.HeaderSubject))
+		require.Equal(t, wire.EncodeHeaderValue(want.stream), m.Header.Get(wire.HeaderSubject))
+		gotStream, err := wire.DecodeHeaderValue(m.Header.Get(wire.HeaderSubject))
 		require.NoError(t, err)
 		require.Equal(t, want.stream, gotStream)
-		gotName, err := event.DecodeHeaderValue(m.Header.Get(event.HeaderType))
+		gotName, err := wire.DecodeHeaderValue(m.Header.Get(wire.HeaderType))
 		require.NoError(t, err)
 		require.Equal(t, want.name, gotName)
 	}
 
 	// A consumer filtering by one weird stream sees exactly its event.
-	cons, err := b.js.OrderedConsumer(t.Context(), forward.DefaultStreamName, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{forward.StreamFilter("events", "a.b-1")},
+	cons, err := b.js.OrderedConsumer(t.Context(), wire.DefaultEventsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{wire.StreamFilter("events", "a.b-1")},
 	})
 	require.NoError(t, err)
 	batch, err := cons.FetchNoWait(10)
 	require.NoError(t, err)
 	var got []string
 	for m := range batch.Messages() {
-		got = append(got, m.Headers().Get(event.HeaderID))
+		got = append(got, m.Headers().Get(wire.HeaderID))
 	}
 	require.NoError(t, batch.Error())
 	require.Equal(t, []string{"1"}, got)
@@ -210,17 +211,17 @@ func TestMessageHeadersAndBody(t *testing.T) {
 	require.Equal(t, "events.order.order-42.OrderPlaced", m.Subject)
 	require.Equal(t, data, m.Data)
 	want := map[string]string{
-		"Nats-Msg-Id":             "77",
-		event.HeaderSpecVersion:   "1.0",
-		event.HeaderID:            "77",
-		event.HeaderType:          "OrderPlaced",
-		event.HeaderSource:        "urn:shop",
-		event.HeaderSubject:       "order-42",
-		event.HeaderTime:          "2026-03-04T04:06:07.123456789Z",
-		event.HeaderContentType:   "application/json",
-		event.HeaderStreamVersion: "5",
-		event.HeaderCorrelationID: "corr-1",
-		event.HeaderCausationID:   "cause-9",
+		"Nats-Msg-Id":            "77",
+		wire.HeaderSpecVersion:   "1.0",
+		wire.HeaderID:            "77",
+		wire.HeaderType:          "OrderPlaced",
+		wire.HeaderSource:        "urn:shop",
+		wire.HeaderSubject:       "order-42",
+		wire.HeaderTime:          "2026-03-04T04:06:07.123456789Z",
+		wire.HeaderContentType:   "application/json",
+		wire.HeaderStreamVersion: "5",
+		wire.HeaderCorrelationID: "corr-1",
+		wire.HeaderCausationID:   "cause-9",
 	}
 	for k, v := range want {
 		require.Equal(t, []string{v}, m.Header.Values(k), "header %s", k)
@@ -231,12 +232,12 @@ func TestMessageOmitsEmptyMetaAndDefaults(t *testing.T) {
 	t.Parallel()
 	m := forward.Message(event.Event{ID: 1, Stream: "s", Name: "N", Data: []byte(`1`)}, forward.Config{})
 	require.Equal(t, "events.s.s.N", m.Subject)
-	require.Equal(t, "jsbridge", m.Header.Get(event.HeaderSource))
-	require.NotContains(t, m.Header, event.HeaderCorrelationID)
-	require.NotContains(t, m.Header, event.HeaderCausationID)
+	require.Equal(t, "jsbridge", m.Header.Get(wire.HeaderSource))
+	require.NotContains(t, m.Header, wire.HeaderCorrelationID)
+	require.NotContains(t, m.Header, wire.HeaderCausationID)
 	// Header values do not share storage: adding to one leaves the next alone.
-	m.Header.Add(jetstream.MsgIDHeader, "x")
-	require.Equal(t, []string{"1.0"}, m.Header.Values(event.HeaderSpecVersion))
+	m.Header.Add(wire.HeaderMsgID, "x")
+	require.Equal(t, []string{"1.0"}, m.Header.Values(wire.HeaderSpecVersion))
 }
 
 func BenchmarkMessage(b *testing.B) {
@@ -410,8 +411,8 @@ func TestHandleManyStreamsKeepsOrder(t *testing.T) {
 	}
 	got := make(map[string][]string)
 	for _, m := range b.stored(t, "events.") {
-		stream := m.Header.Get(event.HeaderSubject)
-		got[stream] = append(got[stream], m.Header.Get(event.HeaderID))
+		stream := m.Header.Get(wire.HeaderSubject)
+		got[stream] = append(got[stream], m.Header.Get(wire.HeaderID))
 	}
 	for _, bt := range batches {
 		var want []string

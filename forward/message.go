@@ -4,14 +4,14 @@ import (
 	"strconv"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // Message returns the JetStream message for e, as Publish sends it:
 //
-//   - Subject: Subject(cfg.Prefix, e.Stream, e.Name).
+//   - Subject: wire.Subject(cfg.Prefix, e.Stream, e.Name).
 //   - Nats-Msg-Id: event.FormatID(e.ID), so JetStream drops a re-publish
 //     inside the duplicate window.
 //   - CloudEvents binary mode headers (CloudEvents v1.0 NATS protocol
@@ -23,7 +23,7 @@ import (
 //     of any JSON shape by event.ParseMeta: a string id as it is, any other
 //     value as its compact JSON). Free-text values (type, source,
 //     subject, correlation, causation) are percent-encoded with
-//     event.EncodeHeaderValue, as the CloudEvents HTTP binding requires, so
+//     wire.EncodeHeaderValue, as the CloudEvents HTTP binding requires, so
 //     the same headers can go out on a binary-mode webhook unchanged and a
 //     name holding CR or LF cannot break the header block.
 //   - Data: e.Data byte for byte (the slice is shared, not copied).
@@ -33,7 +33,7 @@ import (
 func Message(e event.Event, cfg Config) *nats.Msg {
 	prefix, source := cfg.Prefix, cfg.Source
 	if prefix == "" {
-		prefix = DefaultPrefix
+		prefix = wire.DefaultEventsPrefix
 	}
 	if source == "" {
 		source = DefaultSource
@@ -48,23 +48,23 @@ func Message(e event.Event, cfg Config) *nats.Msg {
 		n := len(vals)
 		h[k] = vals[n-1 : n : n]
 	}
-	set(jetstream.MsgIDHeader, id)
-	set(event.HeaderSpecVersion, event.SpecVersion)
-	set(event.HeaderID, id)
-	set(event.HeaderType, event.EncodeHeaderValue(e.Name))
-	set(event.HeaderSource, event.EncodeHeaderValue(source))
-	set(event.HeaderSubject, event.EncodeHeaderValue(e.Stream))
-	set(event.HeaderTime, event.FormatTime(e.Created))
-	set(event.HeaderContentType, event.ContentTypeJSON)
-	set(event.HeaderStreamVersion, strconv.FormatInt(e.Version, 10))
+	set(wire.HeaderMsgID, id)
+	set(wire.HeaderSpecVersion, event.SpecVersion)
+	set(wire.HeaderID, id)
+	set(wire.HeaderType, wire.EncodeHeaderValue(e.Name))
+	set(wire.HeaderSource, wire.EncodeHeaderValue(source))
+	set(wire.HeaderSubject, wire.EncodeHeaderValue(e.Stream))
+	set(wire.HeaderTime, event.FormatTime(e.Created))
+	set(wire.HeaderContentType, event.ContentTypeJSON)
+	set(wire.HeaderStreamVersion, strconv.FormatInt(e.Version, 10))
 	if e.Meta.Correlation != "" {
-		set(event.HeaderCorrelationID, event.EncodeHeaderValue(e.Meta.Correlation))
+		set(wire.HeaderCorrelationID, wire.EncodeHeaderValue(e.Meta.Correlation))
 	}
 	if e.Meta.Causation != "" {
-		set(event.HeaderCausationID, event.EncodeHeaderValue(e.Meta.Causation))
+		set(wire.HeaderCausationID, wire.EncodeHeaderValue(e.Meta.Causation))
 	}
 	return &nats.Msg{
-		Subject: Subject(prefix, e.Stream, e.Name),
+		Subject: wire.Subject(prefix, e.Stream, e.Name),
 		Header:  h,
 		Data:    e.Data,
 	}

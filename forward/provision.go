@@ -8,14 +8,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jsbridge/jsbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Defaults of StreamConfig.
 const (
-	// DefaultStreamName is the JetStream stream events are published to.
-	DefaultStreamName = "EVENTS"
 	// DefaultDuplicateWindow is the duplicate window of a created stream.
 	DefaultDuplicateWindow = 2 * time.Minute
 )
@@ -64,10 +63,10 @@ type StreamConfig struct {
 // withDefaults fills defaults and validates.
 func (c StreamConfig) withDefaults() (StreamConfig, error) {
 	if c.Name == "" {
-		c.Name = DefaultStreamName
+		c.Name = wire.DefaultEventsStream
 	}
 	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
+		c.Prefix = wire.DefaultEventsPrefix
 	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = DefaultDuplicateWindow
@@ -78,7 +77,7 @@ func (c StreamConfig) withDefaults() (StreamConfig, error) {
 	if strings.ContainsAny(c.Name, ".*> \t\r\n/\\") {
 		return c, fmt.Errorf("%w: StreamConfig.Name %q: a JetStream stream name may not contain '.', '*', '>', whitespace or path separators", ErrInvalidConfig, c.Name)
 	}
-	if err := validPrefix(c.Prefix); err != nil {
+	if err := wire.ValidatePrefix(c.Prefix); err != nil {
 		return c, fmt.Errorf("%w: StreamConfig.Prefix: %w", ErrInvalidConfig, err)
 	}
 	if c.DuplicateWindow < 0 {

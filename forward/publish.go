@@ -17,6 +17,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // publish sends one event expecting lastSeq as the last sequence on the
@@ -42,7 +43,7 @@ func (f *Forwarder) publishOnce(ctx context.Context, e event.Event, stream strin
 		return f.failed(e, drain.NonRetryable(fmt.Errorf("%w: event %d of stream %q (%d bytes)", ErrInvalidData, e.ID, e.Stream, len(e.Data))))
 	}
 	msg := Message(e, f.cfg)
-	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(lastSeq, StreamFilter(f.cfg.Prefix, stream))}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(lastSeq, wire.StreamFilter(f.cfg.Prefix, stream))}
 	if f.cfg.Stream != "" {
 		opts = append(opts, jetstream.WithExpectStream(f.cfg.Stream))
 	}
@@ -69,7 +70,7 @@ func (f *Forwarder) publishErr(e event.Event, stream string, lastSeq uint64, exp
 	case expected && errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
 		return fmt.Errorf("%w: event %d of stream %q: expected the stream's last message at sequence %d: %w", ErrConflict, e.ID, e.Stream, lastSeq, err)
 	}
-	return classify(fmt.Errorf("publish event %d of stream %q to %s: %w", e.ID, stream, Subject(f.cfg.Prefix, stream, e.Name), err))
+	return classify(fmt.Errorf("publish event %d of stream %q to %s: %w", e.ID, stream, wire.Subject(f.cfg.Prefix, stream, e.Name), err))
 }
 
 // publishAndWait publishes msg asynchronously and waits for its PubAck, at

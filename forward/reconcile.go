@@ -10,9 +10,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/jsbridge/jsbridge/wire"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jsbridge/jsbridge/event"
 )
 
 // maxPositions bounds Forwarder.positions: about 100 bytes each.
@@ -74,7 +73,7 @@ func (f *Forwarder) forget(stream string) {
 // lastStored looks up the last message JetStream holds on stream's
 // subjects.
 func (f *Forwarder) lastStored(ctx context.Context, stream string) (stored, error) {
-	filter := StreamFilter(f.cfg.Prefix, stream)
+	filter := wire.StreamFilter(f.cfg.Prefix, stream)
 	lctx, cancel := context.WithTimeout(ctx, f.cfg.PublishTimeout)
 	defer cancel()
 	s, err := f.jsStream(lctx, filter)
@@ -92,9 +91,9 @@ func (f *Forwarder) lastStored(ctx context.Context, stream string) (stored, erro
 		f.mu.Unlock()
 		return stored{}, classify(fmt.Errorf("reconcile stream %q: last message on %s: %w", stream, filter, err))
 	}
-	v, perr := strconv.ParseInt(m.Header.Get(event.HeaderStreamVersion), 10, 64)
+	v, perr := strconv.ParseInt(m.Header.Get(wire.HeaderStreamVersion), 10, 64)
 	if perr != nil {
-		f.log.Warn("last message of the stream in JetStream has no readable "+event.HeaderStreamVersion+"; nothing is skipped",
+		f.log.Warn("last message of the stream in JetStream has no readable "+wire.HeaderStreamVersion+"; nothing is skipped",
 			"stream", stream, "sequence", m.Sequence, "subject", m.Subject)
 		v = -1
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // countingObserver counts the events a Forwarder actually sent.
@@ -45,7 +46,7 @@ func storeOutsideWindow(t *testing.T, js jetstream.JetStream, evs []event.Event)
 	t.Helper()
 	for _, e := range evs {
 		m := forward.Message(e, forward.Config{})
-		m.Header.Del(jetstream.MsgIDHeader)
+		m.Header.Del(wire.HeaderMsgID)
 		_, err := js.PublishMsg(t.Context(), m)
 		require.NoError(t, err)
 	}
@@ -67,7 +68,7 @@ func TestHandleReconcileSkipsStoredEvents(t *testing.T) {
 			t.Parallel()
 			b := setup(t, setupOpts{})
 			_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{
-				Name: forward.DefaultStreamName, Subjects: []string{"events.>"}, AllowDirect: direct,
+				Name: wire.DefaultEventsStream, Subjects: []string{"events.>"}, AllowDirect: direct,
 			})
 			require.NoError(t, err)
 			evs := events("order-1", 100, 6)
@@ -158,7 +159,7 @@ func TestHandleConflictMidBatchKeepsOrder(t *testing.T) {
 	// expectation, so a change behind the forwarder's back between two of
 	// them is refused.
 	b := setup(t, setupOpts{})
-	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: forward.DefaultStreamName, Subjects: []string{"events.>"}})
+	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{"events.>"}})
 	require.NoError(t, err)
 	evs := events("order-1", 1, 6)
 	// Right after event 3 (version 2) is stored, another publisher stores
@@ -212,7 +213,7 @@ func BenchmarkHandle(b *testing.B) {
 		name := "acct-" + strconv.Itoa(i)
 		_ = bb.fwd.Publish(ctx, events(name, int64(1_000_000+i*10), 10))
 	}
-	s, err := bb.js.Stream(ctx, forward.DefaultStreamName)
+	s, err := bb.js.Stream(ctx, wire.DefaultEventsStream)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func BenchmarkHandle(b *testing.B) {
 	})
 	b.Run("lookup", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := s.GetLastMsgForSubject(ctx, forward.StreamFilter("events", "bench-1")); err != nil {
+			if _, err := s.GetLastMsgForSubject(ctx, wire.StreamFilter("events", "bench-1")); err != nil {
 				b.Fatal(err)
 			}
 		}

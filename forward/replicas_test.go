@@ -10,6 +10,7 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/jstest"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // On a 3-node cluster Provision creates the stream with 3 replicas; asked
@@ -25,7 +26,7 @@ func TestProvisionReplicasOnClusterAndReportsDifference(t *testing.T) {
 	require.True(t, p.Created)
 	require.Equal(t, 3, p.Replicas)
 	require.Empty(t, p.Warnings)
-	s, err := js.Stream(t.Context(), forward.DefaultStreamName)
+	s, err := js.Stream(t.Context(), wire.DefaultEventsStream)
 	require.NoError(t, err)
 	info, err := s.Info(t.Context())
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/jstest"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // stallProxy relays TCP between clients and a NATS server and can stall:
@@ -163,7 +164,7 @@ func TestHandleCutByTheDeadlineIsUnavailable(t *testing.T) {
 			js, err := jetstream.New(nc)
 			require.NoError(t, err)
 			_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{
-				Name: forward.DefaultStreamName, Subjects: []string{"events.>"}, AllowBatchPublish: c.batched,
+				Name: wire.DefaultEventsStream, Subjects: []string{"events.>"}, AllowBatchPublish: c.batched,
 			})
 			require.NoError(t, err)
 			obs := &outcomes{}

@@ -21,6 +21,7 @@ import (
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/pgtest"
 	"github.com/jsbridge/jsbridge/store"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // failureBundle is a store and a JetStream server whose EVENTS stream has a
@@ -145,7 +146,7 @@ func TestBridgeTakeoverAfterDuplicateWindowStoresNoDuplicate(t *testing.T) {
 	// duplicate window (1 s) have both run out.
 	time.Sleep(3 * time.Second)
 	sent := &sentCounter{}
-	fwd, err := forward.New(b.js(t), forward.Config{Stream: forward.DefaultStreamName, Observer: sent})
+	fwd, err := forward.New(b.js(t), forward.Config{Stream: wire.DefaultEventsStream, Observer: sent})
 	require.NoError(t, err)
 	d, err := drain.New(b.st, fwd, drain.Config{Owner: "alive", Lease: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)

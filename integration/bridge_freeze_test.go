@@ -18,6 +18,7 @@ import (
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/pgtest"
 	"github.com/jsbridge/jsbridge/store"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // retrySampler polls the streams table while a test runs and keeps the
@@ -120,7 +121,7 @@ func frozenPastTheLease(t *testing.T, lease, publishTimeout time.Duration) {
 
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	fwd, err := forward.New(js, forward.Config{Stream: forward.DefaultStreamName, PublishTimeout: publishTimeout, Logger: log})
+	fwd, err := forward.New(js, forward.Config{Stream: wire.DefaultEventsStream, PublishTimeout: publishTimeout, Logger: log})
 	require.NoError(t, err)
 	failures := &failureCounter{}
 	d, err := drain.New(st, failures.wrap(fwd), drain.Config{

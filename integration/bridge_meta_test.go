@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // foreignTable is an app's events table as an event-sourcing framework
@@ -36,7 +36,7 @@ const foreignTable = `CREATE TABLE %s.events (
 func jsHeaders(t *testing.T, js jetstream.JetStream) map[string]nats.Header {
 	t.Helper()
 	out := map[string]nats.Header{}
-	eachStoredMessage(t, js, func(h nats.Header) { out[h.Get(jetstream.MsgIDHeader)] = h })
+	eachStoredMessage(t, js, func(h nats.Header) { out[h.Get(wire.HeaderMsgID)] = h })
 	return out
 }
 
@@ -91,7 +91,7 @@ VALUES ('meta-' || ($1::int % 3), $1::int / 3, 'Happened', '{"n": 1}', $2::jsonb
 		h := headers[ids[i]]
 		require.NotNil(t, h, "event %s not in JetStream", ids[i])
 		for _, hv := range []struct{ name, want string }{
-			{event.HeaderCorrelationID, c.correlation}, {event.HeaderCausationID, c.causation},
+			{wire.HeaderCorrelationID, c.correlation}, {wire.HeaderCausationID, c.causation},
 		} {
 			if hv.want == "" {
 				require.NotContains(t, h, hv.name, "meta %v", c.meta)
@@ -99,7 +99,7 @@ VALUES ('meta-' || ($1::int % 3), $1::int / 3, 'Happened', '{"n": 1}', $2::jsonb
 				require.Equal(t, []string{hv.want}, h.Values(hv.name), "%s of meta %v", hv.name, c.meta)
 			}
 		}
-		require.Equal(t, ids[i], h.Get(event.HeaderID))
+		require.Equal(t, ids[i], h.Get(wire.HeaderID))
 	}
 
 	// Without --events-table: the schema knows the table it drains.
@@ -208,5 +208,5 @@ VALUES ('poison-1', $1, 'Happened', '{}', $2) RETURNING id`, v, meta).Scan(&id))
 	heads["poison-1"] = 4
 	requireExactlyOnceInOrder(t, js, heads)
 	h := jsHeaders(t, js)[strconv.FormatInt(badID, 10)]
-	require.Equal(t, "fixed", h.Get(event.HeaderCausationID))
+	require.Equal(t, "fixed", h.Get(wire.HeaderCausationID))
 }

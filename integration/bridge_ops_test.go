@@ -23,8 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // bridgeProc is a `bridge run` process the test may SIGKILL and start
@@ -188,11 +188,11 @@ func jsStreamEvents(t *testing.T, js jetstream.JetStream) (map[string][]int64, m
 	versions := map[string][]int64{}
 	ids := map[string]int{}
 	eachStoredMessage(t, js, func(h nats.Header) {
-		v, err := strconv.ParseInt(h.Get(event.HeaderStreamVersion), 10, 64)
+		v, err := strconv.ParseInt(h.Get(wire.HeaderStreamVersion), 10, 64)
 		require.NoError(t, err)
-		stream := h.Get(event.HeaderSubject)
+		stream := h.Get(wire.HeaderSubject)
 		versions[stream] = append(versions[stream], v)
-		ids[h.Get(jetstream.MsgIDHeader)]++
+		ids[h.Get(wire.HeaderMsgID)]++
 	})
 	return versions, ids
 }

@@ -15,11 +15,11 @@ import (
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/jstest"
 	"github.com/jsbridge/jsbridge/internal/pgtest"
 	"github.com/jsbridge/jsbridge/store"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // pauseGate is a drain.Handler around a Forwarder that, from its second
@@ -83,7 +83,7 @@ func (l *reconcileLog) Handle(ctx context.Context, batches []drain.Batch) []drai
 func waitDuplicateWindowPassed(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	probe := nats.NewMsg("events.probe.probe-1.Probe")
-	probe.Header.Set(jetstream.MsgIDHeader, "probe-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	probe.Header.Set(wire.HeaderMsgID, "probe-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 	probe.Data = []byte(`{}`)
 	ack, err := js.PublishMsg(t.Context(), probe)
 	require.NoError(t, err)
@@ -99,20 +99,20 @@ func waitDuplicateWindowPassed(t *testing.T, js jetstream.JetStream) {
 // JetStream holds on stream's subjects, in stored order.
 func streamVersions(t *testing.T, js jetstream.JetStream, stream string) (ids []string, versions []int64) {
 	t.Helper()
-	s, err := js.Stream(t.Context(), forward.DefaultStreamName)
+	s, err := js.Stream(t.Context(), wire.DefaultEventsStream)
 	require.NoError(t, err)
 	info, err := s.Info(t.Context())
 	require.NoError(t, err)
-	prefix := strings.TrimSuffix(forward.StreamFilter(forward.DefaultPrefix, stream), ">")
+	prefix := strings.TrimSuffix(wire.StreamFilter(wire.DefaultEventsPrefix, stream), ">")
 	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(t.Context(), seq)
 		require.NoError(t, err)
 		if !strings.HasPrefix(m.Subject, prefix) {
 			continue
 		}
-		v, err := strconv.ParseInt(m.Header.Get(event.HeaderStreamVersion), 10, 64)
+		v, err := strconv.ParseInt(m.Header.Get(wire.HeaderStreamVersion), 10, 64)
 		require.NoError(t, err)
-		ids = append(ids, m.Header.Get(event.HeaderID))
+		ids = append(ids, m.Header.Get(wire.HeaderID))
 		versions = append(versions, v)
 	}
 	return ids, versions
@@ -141,7 +141,7 @@ func TestBridgeZombieIsFencedBeyondTheDuplicateWindow(t *testing.T) {
 			srv := jstest.Start(t, embedded.Config{})
 			_, js := jstest.Connect(t, srv)
 			_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{
-				Name: forward.DefaultStreamName, Subjects: []string{"events.>"}, Storage: jetstream.FileStorage,
+				Name: wire.DefaultEventsStream, Subjects: []string{"events.>"}, Storage: jetstream.FileStorage,
 				Duplicates: 100 * time.Millisecond, AllowBatchPublish: batched,
 			})
 			require.NoError(t, err)
@@ -157,7 +157,7 @@ func TestBridgeZombieIsFencedBeyondTheDuplicateWindow(t *testing.T) {
 			// Bridge A forwards versions 0..2 and knows where the stream
 			// stands in JetStream.
 			_, jsA := jstest.Connect(t, srv)
-			fwdA, err := forward.New(jsA, forward.Config{Stream: forward.DefaultStreamName})
+			fwdA, err := forward.New(jsA, forward.Config{Stream: wire.DefaultEventsStream})
 			require.NoError(t, err)
 			gate := &pauseGate{fwd: fwdA, paused: make(chan struct{}), release: make(chan struct{})}
 			const leaseA = 2 * time.Second
@@ -185,7 +185,7 @@ func TestBridgeZombieIsFencedBeyondTheDuplicateWindow(t *testing.T) {
 			// B takes the stream over once A's lease has run out, and
 			// forwards versions 3..7.
 			_, jsB := jstest.Connect(t, srv)
-			fwdB, err := forward.New(jsB, forward.Config{Stream: forward.DefaultStreamName})
+			fwdB, err := forward.New(jsB, forward.Config{Stream: wire.DefaultEventsStream})
 			require.NoError(t, err)
 			logB := &reconcileLog{h: fwdB}
 			dB, err := drain.New(st, logB, drain.Config{Owner: "successor", Lease: 10 * time.Second, Logger: discard()})

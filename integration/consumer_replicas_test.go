@@ -15,6 +15,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/pgtest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/webhook/pgstore"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // Two consumer processes share one subscription; one is killed with
@@ -55,7 +56,7 @@ func TestConsumerReplicaKilledMidDeliveryLosesNothing(t *testing.T) {
 		case <-time.After(30 * time.Second):
 		}
 		mu.Lock()
-		processed[r.Header.Get(webhook.HeaderIdempotencyKey)]++
+		processed[r.Header.Get(wire.HeaderIdempotencyKey)]++
 		mu.Unlock()
 		return nil
 	}, webhook.WithLease(10*time.Second), webhook.WithLogger(slog.New(slog.DiscardHandler)))

@@ -27,6 +27,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/pgtest"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -200,8 +201,8 @@ func assertJetStreamOrdered(t *testing.T, js jetstream.JetStream, want int) {
 		id := m.Header.Get("Nats-Msg-Id")
 		require.False(t, seen[id], "event %s stored twice", id)
 		seen[id] = true
-		stream := m.Header.Get(event.HeaderSubject)
-		v, err := strconv.ParseInt(m.Header.Get(event.HeaderStreamVersion), 10, 64)
+		stream := m.Header.Get(wire.HeaderSubject)
+		v, err := strconv.ParseInt(m.Header.Get(wire.HeaderStreamVersion), 10, 64)
 		require.NoError(t, err)
 		require.Equal(t, next[stream], v, "stream %s: version %d stored at seq %d, want %d", stream, v, seq, next[stream])
 		next[stream] = v + 1

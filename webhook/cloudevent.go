@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // ErrNotCloudEvent is wrapped by DecodeCloudEvent when a request is neither a
@@ -22,7 +23,7 @@ var ErrNotCloudEvent = errors.New("not a CloudEvent")
 //
 //   - structured: Content-Type application/cloudevents+json (parameters
 //     ignored); body is the JSON envelope of event.CloudEvent.
-//   - binary: attributes in ce-* headers (event.HeaderID and friends,
+//   - binary: attributes in ce-* headers (wire.HeaderID and friends,
 //     percent-decoded as the binding prescribes; an invalid escape is kept
 //     as sent), Content-Type is datacontenttype, body is data byte for byte.
 //     Data is empty when the body is.
@@ -33,7 +34,7 @@ var ErrNotCloudEvent = errors.New("not a CloudEvent")
 func DecodeCloudEvent(r *http.Request, body []byte) (event.CloudEvent, error) {
 	var ce event.CloudEvent
 	mediaType := ""
-	if ct := r.Header.Get(event.HeaderContentType); ct != "" {
+	if ct := r.Header.Get(wire.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil {
 			return ce, fmt.Errorf("decode cloudevent: Content-Type %q: %w", ct, err)
@@ -47,22 +48,22 @@ func DecodeCloudEvent(r *http.Request, body []byte) (event.CloudEvent, error) {
 		}
 	case strings.HasPrefix(mediaType, "application/cloudevents-batch"):
 		return ce, fmt.Errorf("decode cloudevent: %w: batch mode (%s) is not supported", ErrNotCloudEvent, mediaType)
-	case r.Header.Get(event.HeaderSpecVersion) != "":
+	case r.Header.Get(wire.HeaderSpecVersion) != "":
 		ce = event.CloudEvent{
-			SpecVersion:     headerValue(r.Header, event.HeaderSpecVersion),
-			ID:              headerValue(r.Header, event.HeaderID),
-			Source:          headerValue(r.Header, event.HeaderSource),
-			Type:            headerValue(r.Header, event.HeaderType),
-			Subject:         headerValue(r.Header, event.HeaderSubject),
-			Time:            headerValue(r.Header, event.HeaderTime),
-			DataContentType: r.Header.Get(event.HeaderContentType),
-			CorrelationID:   headerValue(r.Header, event.HeaderCorrelationID),
-			CausationID:     headerValue(r.Header, event.HeaderCausationID),
+			SpecVersion:     headerValue(r.Header, wire.HeaderSpecVersion),
+			ID:              headerValue(r.Header, wire.HeaderID),
+			Source:          headerValue(r.Header, wire.HeaderSource),
+			Type:            headerValue(r.Header, wire.HeaderType),
+			Subject:         headerValue(r.Header, wire.HeaderSubject),
+			Time:            headerValue(r.Header, wire.HeaderTime),
+			DataContentType: r.Header.Get(wire.HeaderContentType),
+			CorrelationID:   headerValue(r.Header, wire.HeaderCorrelationID),
+			CausationID:     headerValue(r.Header, wire.HeaderCausationID),
 		}
-		if v := headerValue(r.Header, event.HeaderStreamVersion); v != "" {
+		if v := headerValue(r.Header, wire.HeaderStreamVersion); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
-				return event.CloudEvent{}, fmt.Errorf("decode cloudevent: %s %q is not an integer: %w", event.HeaderStreamVersion, v, err)
+				return event.CloudEvent{}, fmt.Errorf("decode cloudevent: %s %q is not an integer: %w", wire.HeaderStreamVersion, v, err)
 			}
 			ce.StreamVersion = n
 		}
@@ -70,7 +71,7 @@ func DecodeCloudEvent(r *http.Request, body []byte) (event.CloudEvent, error) {
 			ce.Data = json.RawMessage(body)
 		}
 	default:
-		return ce, fmt.Errorf("decode cloudevent: %w: Content-Type %q and no %s header", ErrNotCloudEvent, mediaType, event.HeaderSpecVersion)
+		return ce, fmt.Errorf("decode cloudevent: %w: Content-Type %q and no %s header", ErrNotCloudEvent, mediaType, wire.HeaderSpecVersion)
 	}
 	for _, req := range []struct{ name, value string }{
 		{"specversion", ce.SpecVersion}, {"id", ce.ID}, {"source", ce.Source}, {"type", ce.Type},
@@ -88,7 +89,7 @@ func headerValue(h http.Header, name string) string {
 	if !strings.Contains(v, "%") {
 		return v
 	}
-	if d, err := event.DecodeHeaderValue(v); err == nil {
+	if d, err := wire.DecodeHeaderValue(v); err == nil {
 		return d
 	}
 	return v

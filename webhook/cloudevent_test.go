@@ -13,6 +13,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // decodeOverHTTP sends req through a real HTTP server whose handler decodes
@@ -78,16 +79,16 @@ func TestDecodeCloudEventBinary(t *testing.T) {
 	want := sampleCloudEvent()
 	want.Subject = "order 7%/ü" // needs percent-encoding on the wire
 	h := http.Header{}
-	h.Set(event.HeaderSpecVersion, want.SpecVersion)
-	h.Set(event.HeaderID, want.ID)
-	h.Set(event.HeaderSource, want.Source)
-	h.Set(event.HeaderType, want.Type)
-	h.Set(event.HeaderSubject, "order%207%25/%C3%BC")
-	h.Set(event.HeaderTime, want.Time)
-	h.Set(event.HeaderStreamVersion, "3")
-	h.Set(event.HeaderCorrelationID, want.CorrelationID)
-	h.Set(event.HeaderCausationID, want.CausationID)
-	h.Set(event.HeaderContentType, event.ContentTypeJSON)
+	h.Set(wire.HeaderSpecVersion, want.SpecVersion)
+	h.Set(wire.HeaderID, want.ID)
+	h.Set(wire.HeaderSource, want.Source)
+	h.Set(wire.HeaderType, want.Type)
+	h.Set(wire.HeaderSubject, "order%207%25/%C3%BC")
+	h.Set(wire.HeaderTime, want.Time)
+	h.Set(wire.HeaderStreamVersion, "3")
+	h.Set(wire.HeaderCorrelationID, want.CorrelationID)
+	h.Set(wire.HeaderCausationID, want.CausationID)
+	h.Set(wire.HeaderContentType, event.ContentTypeJSON)
 	got, err := decodeOverHTTP(t, h, want.Data)
 	require.NoError(t, err)
 	require.Equal(t, want, got)

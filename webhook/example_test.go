@@ -11,6 +11,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // A receiver: verify, deduplicate by Idempotency-Key, decode the CloudEvent.
@@ -38,7 +39,7 @@ func Example() {
 	for range 2 {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(body))
 		req.Header.Set("Content-Type", event.ContentTypeCloudEventsJSON)
-		req.Header.Set(webhook.HeaderIdempotencyKey, "42")
+		req.Header.Set(wire.HeaderIdempotencyKey, "42")
 		signer.Sign(req.Header, "42", time.Now(), body)
 		resp, err := srv.Client().Do(req)
 		if err != nil {

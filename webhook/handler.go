@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // DefaultMaxBodyBytes is the largest body Handler reads unless
@@ -157,7 +159,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(ctx, w, r, http.StatusUnauthorized, Reason(err), err)
 		return
 	}
-	key := r.Header.Get(HeaderIdempotencyKey)
+	key := r.Header.Get(wire.HeaderIdempotencyKey)
 	if key == "" {
 		h.reject(ctx, w, r, http.StatusBadRequest, "missing-idempotency-key", errors.New("no Idempotency-Key header"))
 		return
@@ -239,6 +241,6 @@ func (h *handler) process(ctx context.Context, r *http.Request, c Claim, leaseEn
 }
 
 func (h *handler) reject(ctx context.Context, w http.ResponseWriter, r *http.Request, status int, reason string, err error) {
-	h.log.WarnContext(ctx, "webhook: rejected", "status", status, "reason", reason, "event_id", r.Header.Get(HeaderIdempotencyKey), "remote", r.RemoteAddr, "err", err)
+	h.log.WarnContext(ctx, "webhook: rejected", "status", status, "reason", reason, "event_id", r.Header.Get(wire.HeaderIdempotencyKey), "remote", r.RemoteAddr, "err", err)
 	http.Error(w, reason, status)
 }

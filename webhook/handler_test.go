@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // handlerBundle is a receiver behind a real HTTP server, and the sender's
@@ -85,7 +86,7 @@ func (b *handlerBundle) post(t *testing.T, key string, body []byte, mutate func(
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/cloudevents+json")
 	if key != "" {
-		req.Header.Set(webhook.HeaderIdempotencyKey, key)
+		req.Header.Set(wire.HeaderIdempotencyKey, key)
 	}
 	b.signer.Sign(req.Header, key, time.Now(), body)
 	if mutate != nil {
@@ -189,7 +190,7 @@ func TestHandlerPanicReleasesKey(t *testing.T) {
 	body := []byte(`{"id":"42"}`)
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL, bytes.NewReader(body))
 	require.NoError(t, err)
-	req.Header.Set(webhook.HeaderIdempotencyKey, "42")
+	req.Header.Set(wire.HeaderIdempotencyKey, "42")
 	b.signer.Sign(req.Header, "42", time.Now(), body)
 	resp, err := b.srv.Client().Do(req)
 	if err == nil {
@@ -256,7 +257,7 @@ func TestHandlerKeyMustMatchWebhookID(t *testing.T) {
 	status, _ := b.post(t, "42", body, nil)
 	require.Equal(t, http.StatusNoContent, status)
 	status, reason := b.post(t, "42", body, func(r *http.Request) {
-		r.Header.Set(webhook.HeaderIdempotencyKey, "replayed-under-a-new-key")
+		r.Header.Set(wire.HeaderIdempotencyKey, "replayed-under-a-new-key")
 	})
 	require.Equal(t, http.StatusBadRequest, status)
 	require.Equal(t, "idempotency-key-mismatch", reason)
@@ -297,7 +298,7 @@ func (b *handlerBundle) postAsync(t *testing.T, key string, body []byte) <-chan 
 	out := make(chan [2]any, 1)
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL, bytes.NewReader(body))
 	require.NoError(t, err)
-	req.Header.Set(webhook.HeaderIdempotencyKey, key)
+	req.Header.Set(wire.HeaderIdempotencyKey, key)
 	b.signer.Sign(req.Header, key, time.Now(), body)
 	go func() {
 		resp, err := b.srv.Client().Do(req)
@@ -338,7 +339,7 @@ func TestHandlerInProgressDuplicate(t *testing.T) {
 
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL, bytes.NewReader(body))
 	require.NoError(t, err)
-	req.Header.Set(webhook.HeaderIdempotencyKey, "42")
+	req.Header.Set(wire.HeaderIdempotencyKey, "42")
 	b.signer.Sign(req.Header, "42", time.Now(), body)
 	resp, err := b.srv.Client().Do(req)
 	require.NoError(t, err)
@@ -403,7 +404,7 @@ func TestHandlerLeaseBoundsNext(t *testing.T) {
 	body := []byte(`{}`)
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, bytes.NewReader(body))
 	require.NoError(t, err)
-	req.Header.Set(webhook.HeaderIdempotencyKey, "42")
+	req.Header.Set(wire.HeaderIdempotencyKey, "42")
 	signer.Sign(req.Header, "42", time.Now(), body)
 	resp, err := srv.Client().Do(req)
 	require.NoError(t, err)

@@ -47,10 +47,6 @@ const (
 	// HeaderSignature is the HMAC-SHA256 scheme's signature list:
 	// comma-separated "sha256=<hex>" entries, one per signing secret.
 	HeaderSignature = "X-Webhook-Signature"
-
-	// HeaderIdempotencyKey carries the event id on every delivery attempt;
-	// receivers deduplicate by it.
-	HeaderIdempotencyKey = "Idempotency-Key"
 )
 
 // Scheme names a signature scheme. It appears in subscription configuration.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/internal/flagdoc"
+	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
 // Every `bridge run` flag that maps to a bridge.Config field defaults to
@@ -19,7 +20,7 @@ import (
 // leaves migrating to the application.)
 func TestRunFlagDefaultsAreTheBridgeDefaults(t *testing.T) {
 	t.Parallel()
-	app, err := kong.New(&cli{})
+	app, err := kong.New(&cli{}, ops.WireVars())
 	require.NoError(t, err)
 	flags, err := flagdoc.Flags(app, "run")
 	require.NoError(t, err)

@@ -30,8 +30,8 @@ type runCmd struct {
 	EmbeddedNatsDir  string        `name:"embedded-nats-dir" env:"JSBRIDGE_EMBEDDED_NATS_DIR" default:".data/nats" help:"JetStream store directory of the embedded server (default: ${default})."`
 	EmbeddedNatsHost string        `name:"embedded-nats-host" env:"JSBRIDGE_EMBEDDED_NATS_HOST" default:"127.0.0.1" help:"Listen address of the embedded server; loopback so the nats CLI can look in (default: ${default})."`
 	EmbeddedNatsPort int           `name:"embedded-nats-port" env:"JSBRIDGE_EMBEDDED_NATS_PORT" default:"4222" help:"Client port of the embedded server; -1 picks a free one (default: ${default})."`
-	Stream           string        `name:"stream" env:"JSBRIDGE_STREAM" default:"EVENTS" help:"JetStream stream to publish to; created if missing (default: ${default})."`
-	SubjectPrefix    string        `name:"subject-prefix" env:"JSBRIDGE_SUBJECT_PREFIX" default:"events" help:"First subject token; events go to <prefix>.<category>.<stream>.<name> (default: ${default})."`
+	Stream           string        `name:"stream" env:"JSBRIDGE_STREAM" default:"${events_stream}" help:"JetStream stream to publish to; created if missing (default: ${default})."`
+	SubjectPrefix    string        `name:"subject-prefix" env:"JSBRIDGE_SUBJECT_PREFIX" default:"${events_prefix}" help:"First subject token; events go to <prefix>.<category>.<stream>.<name> (default: ${default})."`
 	Source           string        `name:"source" env:"JSBRIDGE_SOURCE" default:"jsbridge" help:"CloudEvents source attribute (ce-source) of every event (default: ${default})."`
 	Replicas         int           `name:"replicas" env:"JSBRIDGE_REPLICAS" default:"1" help:"Replica count of the JetStream stream when the bridge creates it: 1 on a standalone server, 3 on a cluster; an existing stream keeps its own, with a warning (default: ${default})."`
 	DuplicateWindow  time.Duration `name:"duplicate-window" env:"JSBRIDGE_DUPLICATE_WINDOW" default:"2m" help:"JetStream duplicate window for a stream the bridge creates; should cover --lease plus the retry envelope (default: ${default})."`

@@ -26,8 +26,8 @@ type cli struct {
 type Globals struct {
 	NatsURL        string `name:"nats-url" env:"NATS_URL" help:"NATS server URL(s), comma-separated (default: the --context's url, else nats://127.0.0.1:4222)."`
 	natsconn.Flags `embed:""`
-	Stream         string `name:"stream" env:"JSBRIDGE_STREAM" default:"EVENTS" help:"JetStream stream the bridge publishes to (default: ${default})."`
-	DLQStream      string `name:"dlq-stream" env:"JSBRIDGE_DLQ_STREAM" default:"DLQ" help:"JetStream stream holding dead letters on dlq.<subscription>.>; created at start when missing (default: ${default})."`
+	Stream         string `name:"stream" env:"JSBRIDGE_STREAM" default:"${events_stream}" help:"JetStream stream the bridge publishes to (default: ${default})."`
+	DLQStream      string `name:"dlq-stream" env:"JSBRIDGE_DLQ_STREAM" default:"${dlq_stream}" help:"JetStream stream holding dead letters on ${dlq_prefix}.<subscription>.>; created at start when missing (default: ${default})."`
 	LogFormat      string `name:"log-format" env:"JSBRIDGE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json (default: ${default})."`
 	LogLevel       string `name:"log-level" env:"JSBRIDGE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error (default: ${default})."`
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/flagdoc"
+	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
 // The README's table for `consumer` lists every flag of `consumer run`
@@ -19,7 +20,7 @@ func TestREADMEFlagTablesMatchTheCode(t *testing.T) {
 	rows, err := flagdoc.Rows(string(readme), "### consumer", "## ")
 	require.NoError(t, err)
 	require.NotEmpty(t, rows)
-	app, err := kong.New(&cli{})
+	app, err := kong.New(&cli{}, ops.WireVars())
 	require.NoError(t, err)
 	flags, err := flagdoc.Flags(app, "run")
 	require.NoError(t, err)

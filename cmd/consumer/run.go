@@ -28,7 +28,7 @@ type subscriptionFlags struct {
 
 	Name          string          `name:"name" env:"JSBRIDGE_SUBSCRIPTION" default:"webhook" help:"Subscription name, also the durable consumer's name (default: ${default})."`
 	URL           string          `name:"url" env:"JSBRIDGE_URL" help:"Endpoint URL the events are POSTed to (https, or http with --allow-http or --allow-private)."`
-	Filter        []string        `name:"filter" env:"JSBRIDGE_FILTER" default:"events.>" help:"Filter subject(s), e.g. events.order.> or events.*.*.OrderShipped; repeatable or comma-separated (default: ${default})."`
+	Filter        []string        `name:"filter" env:"JSBRIDGE_FILTER" default:"${events_prefix}.>" help:"Filter subject(s), e.g. ${events_prefix}.order.> or ${events_prefix}.*.*.OrderShipped; repeatable or comma-separated (default: ${default})."`
 	Secret        []string        `name:"secret" env:"JSBRIDGE_SECRET" help:"Signing secret(s): for standard, whsec_<base64> (HMAC, v1) or whsk_<base64> (ed25519 secret key, v1a; receivers verify with its whpk_ public key); several sign at once during rotation. Prefer the environment variable: flags show in ps."`
 	Scheme        string          `name:"scheme" env:"JSBRIDGE_SCHEME" default:"standard" enum:"standard,hmac-sha256" help:"Signature scheme: standard (Standard Webhooks) or hmac-sha256 (X-Webhook-Signature) (default: ${default})."`
 	Body          string          `name:"body" env:"JSBRIDGE_BODY" default:"structured" enum:"structured,binary" help:"Body mode: structured (CloudEvents JSON envelope) or binary (event data with ce-* headers) (default: ${default})."`

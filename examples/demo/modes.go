@@ -12,6 +12,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/proc"
 	"github.com/jsbridge/jsbridge/store"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 func statusLine(ctx context.Context, st *store.Store, rc *receiver) string {
@@ -63,7 +64,7 @@ func tally(st *store.Store, rc *receiver, natsURL string) string {
 	if nc, err := nats.Connect(natsURL, nats.Timeout(time.Second)); err == nil {
 		defer nc.Close()
 		if js, err := jetstream.New(nc); err == nil {
-			if s, err := js.Stream(ctx, "EVENTS"); err == nil {
+			if s, err := js.Stream(ctx, wire.DefaultEventsStream); err == nil {
 				if info, err := s.Info(ctx); err == nil {
 					stored = strconv.FormatUint(info.State.Msgs, 10)
 				}

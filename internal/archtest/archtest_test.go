@@ -89,10 +89,11 @@ var (
 
 var rules = []rule{
 	{pkg: "event", only: []string{}, why: "the event type everyone speaks depends on nothing"},
+	{pkg: "wire", only: []string{}, why: "the bus contract is importable by every process and receiver: standard library only"},
 	{pkg: "drain", only: []string{"event"}, forbidden: []string{nats, postgres}, why: "the drain knows nothing of NATS or Postgres: the store and the handler are interfaces"},
 	{pkg: "forward", forbidden: []string{postgres, module + "/store"}, why: "forward knows nothing of Postgres"},
 	{pkg: "store", forbidden: []string{nats, module + "/drain", module + "/forward"}, why: "the store knows nothing of the bus or the loop that drives it"},
-	{pkg: "webhook", only: []string{"event"}, forbidden: []string{nats, postgres}, why: "receivers import webhook alone: no NATS, no Postgres, no third-party code"},
+	{pkg: "webhook", only: []string{"event", "wire"}, forbidden: []string{nats, postgres}, why: "receivers import webhook alone: no NATS, no Postgres, no third-party code"},
 	{pkg: "webhook/pgstore", forbidden: []string{nats}, why: "the receivers' Postgres idempotency store knows nothing of NATS"},
 	{pkg: "breaker", forbidden: []string{nats, postgres}, why: "circuit breakers know nothing of the bus or the store"},
 	{pkg: "bridge", forbidden: []string{module + "/embedded", module + "/cmd/", module + "/internal/startup", module + "/internal/ops", "github.com/nats-io/nats-server", "github.com/alecthomas/kong"}, why: "an application that embeds the bridge pulls in no NATS server, CLI or ops port"},

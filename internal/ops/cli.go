@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/alecthomas/kong"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // RunCLI is a binary's main: it parses the command line into cli (a
@@ -21,6 +22,7 @@ func RunCLI(name, description string, cli, globals any) {
 		kong.Description(description+"\n\nEvery flag also reads the environment variable shown beside it."),
 		kong.UsageOnError(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		WireVars(),
 	)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -29,5 +31,19 @@ func RunCLI(name, description string, cli, globals any) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		stop()
 		os.Exit(1)
+	}
+}
+
+// WireVars are the bus contract's defaults as kong variables, so flag tags
+// take them from package wire instead of spelling them again:
+// ${events_stream} ("EVENTS"), ${events_prefix} ("events"), ${dlq_stream}
+// ("DLQ") and ${dlq_prefix} ("dlq"). RunCLI passes them; a test building
+// the grammar with kong.New must pass them too.
+func WireVars() kong.Vars {
+	return kong.Vars{
+		"events_stream": wire.DefaultEventsStream,
+		"events_prefix": wire.DefaultEventsPrefix,
+		"dlq_stream":    wire.DefaultDLQStream,
+		"dlq_prefix":    wire.DefaultDLQPrefix,
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/webhook/idempotencytest"
 	"github.com/jsbridge/jsbridge/webhook/pgstore"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 type bundle struct {
@@ -234,7 +235,7 @@ func TestHandlerOverPostgres(t *testing.T) {
 		body := []byte(`{"id":"42"}`)
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, bytes.NewReader(body))
 		require.NoError(t, err)
-		req.Header.Set(webhook.HeaderIdempotencyKey, "42")
+		req.Header.Set(wire.HeaderIdempotencyKey, "42")
 		signer.Sign(req.Header, "42", time.Now(), body)
 		resp, err := srv.Client().Do(req)
 		require.NoError(t, err)

@@ -1,19 +1,18 @@
-package forward
+package wire
 
 import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/jsbridge/jsbridge/event"
 )
 
 // ErrInvalidSubject is returned (wrapped) by ParseSubject and UnescapeToken
 // when a subject or token is not one that Subject or EscapeToken produces.
 var ErrInvalidSubject = errors.New("invalid subject")
 
-// ErrInvalidPrefix is returned (wrapped) by New and Provision when the
-// subject prefix is not a valid literal NATS subject.
+// ErrInvalidPrefix is returned (wrapped) by ValidatePrefix (and so by
+// forward.New and forward.Provision) when a subject prefix is not a valid
+// literal NATS subject.
 var ErrInvalidPrefix = errors.New("invalid subject prefix")
 
 // EmptyToken is the reserved token that stands for an empty category, stream
@@ -59,6 +58,19 @@ func appendEscaped(b *strings.Builder, s string) {
 		b.WriteByte(upperHex[c&0x0f])
 	}
 }
+
+// Two percent-encodings live here, each from its own source:
+//
+//   - EscapeToken (subject tokens): NATS subjects split on '.', treat '*'
+//     and '>' as wildcards and forbid whitespace, so a token keeps only
+//     [A-Za-z0-9_-] and encodes every other byte, with uppercase hex and one
+//     canonical form, so that a stream's subject and its filters agree.
+//   - EncodeHeaderValue (ce-* header values): the CloudEvents HTTP protocol
+//     binding, v1.0, section 3.1.3.2, encodes space, '"', '%', control and
+//     non-ASCII bytes and nothing else, so ordinary values read as they are.
+//
+// The rules differ on purpose ('.' or '*' is fine in a header value, a
+// space is fine in neither); do not use one for the other.
 
 // EscapeToken turns any string (a category, stream or event name) into one
 // valid, wildcard-free NATS subject token: bytes in [A-Za-z0-9_-] are kept,
@@ -136,85 +148,70 @@ func unhex(c byte) int {
 	return -1
 }
 
-// Subject returns the subject an event of stream with event name name is
-// published on: "<prefix>.<category>.<stream>.<name>", where category is
-// event.Category(stream) and the last three tokens are escaped with
-// EscapeToken. prefix is used as is (it is configuration, validated by New
-// and Provision). Example: Subject("events", "order-42", "OrderPlaced") is
-// "events.order.order-42.OrderPlaced".
-func Subject(prefix, stream, name string) string {
-	cat := event.Category(stream)
-	var b strings.Builder
-	b.Grow(len(prefix) + 3 + escapedLen(cat) + escapedLen(stream) + escapedLen(name))
-	b.WriteString(prefix)
-	b.WriteByte('.')
-	appendEscaped(&b, cat)
-	b.WriteByte('.')
-	appendEscaped(&b, stream)
-	b.WriteByte('.')
-	appendEscaped(&b, name)
-	return b.String()
-}
-
-// ParseSubject reverses Subject: it returns the stream and event name of a
-// subject under prefix. It fails (wrapping ErrInvalidSubject) when subject
-// does not start with prefix + ".", does not have exactly three tokens after
-// it, a token is not in EscapeToken's canonical form, or the category token
-// is not the category of the stream.
-func ParseSubject(prefix, subject string) (stream, name string, err error) {
-	rest, ok := strings.CutPrefix(subject, prefix+".")
-	if !ok {
-		return "", "", fmt.Errorf("%w: %q does not start with prefix %q", ErrInvalidSubject, subject, prefix+".")
-	}
-	toks := strings.Split(rest, ".")
-	if len(toks) != 3 {
-		return "", "", fmt.Errorf("%w: %q has %d tokens after prefix %q, want 3 (category.stream.name)", ErrInvalidSubject, subject, len(toks), prefix)
-	}
-	var names [3]string
-	for i, tok := range toks {
-		if names[i], err = UnescapeToken(tok); err != nil {
-			return "", "", fmt.Errorf("parse subject %q: %w", subject, err)
+// EncodeHeaderValue percent-encodes a ce-* header value as the CloudEvents
+// HTTP protocol binding (v1.0, section 3.1.3.2) requires: every byte that is
+// a space, '"', '%', a control character or outside ASCII becomes %XX
+// (uppercase hex). Other values come back unchanged, so ordinary names need
+// no decoding. Forward applies it on JetStream too, so a stream or event name
+// holding CR or LF cannot break a header block.
+func EncodeHeaderValue(s string) string {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if headerByteNeedsEscape(s[i]) {
+			n++
 		}
 	}
-	if cat := event.Category(names[1]); cat != names[0] {
-		return "", "", fmt.Errorf("%w: %q: category token %q is not the category %q of stream %q", ErrInvalidSubject, subject, toks[0], cat, names[1])
+	if n == 0 {
+		return s
 	}
-	return names[1], names[2], nil
-}
-
-// CategoryFilter returns the subject filter matching every event of every
-// stream in category: "<prefix>.<category>.>".
-func CategoryFilter(prefix, category string) string {
-	return prefix + "." + EscapeToken(category) + ".>"
-}
-
-// StreamFilter returns the subject filter matching every event of one
-// stream: "<prefix>.<category>.<stream>.>".
-func StreamFilter(prefix, stream string) string {
-	return prefix + "." + EscapeToken(event.Category(stream)) + "." + EscapeToken(stream) + ".>"
-}
-
-// NameFilter returns the subject filter matching every event with event name
-// name, in any stream: "<prefix>.*.*.<name>".
-func NameFilter(prefix, name string) string {
-	return prefix + ".*.*." + EscapeToken(name)
-}
-
-// validPrefix checks that prefix is a literal subject: non-empty tokens,
-// no wildcards, no whitespace or control bytes.
-func validPrefix(prefix string) error {
-	if prefix == "" {
-		return fmt.Errorf("%w: empty", ErrInvalidPrefix)
-	}
-	for _, tok := range strings.Split(prefix, ".") {
-		if tok == "" {
-			return fmt.Errorf("%w: %q has an empty token", ErrInvalidPrefix, prefix)
-		}
-		for i := 0; i < len(tok); i++ {
-			if c := tok[i]; c <= ' ' || c == 0x7f || c == '*' || c == '>' {
-				return fmt.Errorf("%w: %q contains %q (wildcard, whitespace or control byte)", ErrInvalidPrefix, prefix, c)
-			}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(s)+2*n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if headerByteNeedsEscape(c) {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		} else {
+			b = append(b, c)
 		}
 	}
-	return nil
+	return string(b)
+}
+
+// headerByteNeedsEscape is EncodeHeaderValue's rule for one byte.
+func headerByteNeedsEscape(c byte) bool {
+	return c <= ' ' || c >= 0x7f || c == '"' || c == '%'
+}
+
+// DecodeHeaderValue reverses EncodeHeaderValue. A '%' not followed by two
+// hex digits is an error naming the value.
+func DecodeHeaderValue(s string) (string, error) {
+	if !strings.Contains(s, "%") {
+		return s, nil
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b = append(b, s[i])
+			continue
+		}
+		if i+2 >= len(s) || unhexAny(s[i+1]) < 0 || unhexAny(s[i+2]) < 0 {
+			return "", fmt.Errorf("header value %q: bad percent-encoding at byte %d", s, i)
+		}
+		b = append(b, byte(unhexAny(s[i+1])<<4|unhexAny(s[i+2])))
+		i += 2
+	}
+	return string(b), nil
+}
+
+// unhexAny returns the value of a hex digit of either case, or -1.
+func unhexAny(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
 }

@@ -1,4 +1,4 @@
-package forward_test
+package wire_test
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 func TestSubject(t *testing.T) {
@@ -31,10 +31,10 @@ func TestSubject(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.want, func(t *testing.T) {
 			t.Parallel()
-			got := forward.Subject("events", tc.stream, tc.name)
+			got := wire.Subject("events", tc.stream, tc.name)
 			require.Equal(t, tc.want, got)
 			requireValidSubject(t, got)
-			stream, name, err := forward.ParseSubject("events", got)
+			stream, name, err := wire.ParseSubject("events", got)
 			require.NoError(t, err)
 			require.Equal(t, tc.stream, stream)
 			require.Equal(t, tc.name, name)
@@ -44,9 +44,9 @@ func TestSubject(t *testing.T) {
 
 func TestSubjectMultiTokenPrefix(t *testing.T) {
 	t.Parallel()
-	subj := forward.Subject("acme.prod.events", "order-1", "Placed")
+	subj := wire.Subject("acme.prod.events", "order-1", "Placed")
 	require.Equal(t, "acme.prod.events.order.order-1.Placed", subj)
-	stream, name, err := forward.ParseSubject("acme.prod.events", subj)
+	stream, name, err := wire.ParseSubject("acme.prod.events", subj)
 	require.NoError(t, err)
 	require.Equal(t, "order-1", stream)
 	require.Equal(t, "Placed", name)
@@ -55,18 +55,18 @@ func TestSubjectMultiTokenPrefix(t *testing.T) {
 func TestEscapeTokenKeepsSafeBytes(t *testing.T) {
 	t.Parallel()
 	s := "ABCxyz019_-"
-	require.Equal(t, s, forward.EscapeToken(s))
-	require.Equal(t, forward.EmptyToken, forward.EscapeToken(""))
+	require.Equal(t, s, wire.EscapeToken(s))
+	require.Equal(t, wire.EmptyToken, wire.EscapeToken(""))
 	// Every byte outside [A-Za-z0-9_-] is escaped, and comes back.
 	for b := 0; b < 256; b++ {
 		in := string([]byte{byte(b)})
-		tok := forward.EscapeToken(in)
+		tok := wire.EscapeToken(in)
 		if isSafe(byte(b)) {
 			require.Equal(t, in, tok)
 		} else {
 			require.Equal(t, fmt.Sprintf("%%%02X", b), tok)
 		}
-		back, err := forward.UnescapeToken(tok)
+		back, err := wire.UnescapeToken(tok)
 		require.NoError(t, err)
 		require.Equal(t, in, back)
 	}
@@ -89,8 +89,8 @@ func TestUnescapeTokenRejectsNonCanonical(t *testing.T) {
 		"ä",      // raw non-ASCII
 		"x%2Ey%", // truncated at end
 	} {
-		_, err := forward.UnescapeToken(tok)
-		require.ErrorIs(t, err, forward.ErrInvalidSubject, "token %q", tok)
+		_, err := wire.UnescapeToken(tok)
+		require.ErrorIs(t, err, wire.ErrInvalidSubject, "token %q", tok)
 	}
 }
 
@@ -107,19 +107,19 @@ func TestParseSubjectErrors(t *testing.T) {
 		"eventsX.order.order-1.Placed",        // prefix not followed by a dot
 		"events.order%2Dx.order%2Dx-1.Placed", // '-' never escaped
 	} {
-		_, _, err := forward.ParseSubject("events", subj)
-		require.ErrorIs(t, err, forward.ErrInvalidSubject, "subject %q", subj)
+		_, _, err := wire.ParseSubject("events", subj)
+		require.ErrorIs(t, err, wire.ErrInvalidSubject, "subject %q", subj)
 		require.ErrorContains(t, err, subj)
 	}
 }
 
 func TestFilters(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "events.order.>", forward.CategoryFilter("events", "order"))
-	require.Equal(t, "events.a%2Eb.>", forward.CategoryFilter("events", "a.b"))
-	require.Equal(t, "events.order.order-42.>", forward.StreamFilter("events", "order-42"))
-	require.Equal(t, "events.*.*.OrderConfirmed", forward.NameFilter("events", "OrderConfirmed"))
-	require.Equal(t, "events.*.*.%3E", forward.NameFilter("events", ">"))
+	require.Equal(t, "events.order.>", wire.CategoryFilter("events", "order"))
+	require.Equal(t, "events.a%2Eb.>", wire.CategoryFilter("events", "a.b"))
+	require.Equal(t, "events.order.order-42.>", wire.StreamFilter("events", "order-42"))
+	require.Equal(t, "events.*.*.OrderConfirmed", wire.NameFilter("events", "OrderConfirmed"))
+	require.Equal(t, "events.*.*.%3E", wire.NameFilter("events", ">"))
 }
 
 func FuzzSubjectRoundTrip(f *testing.F) {
@@ -130,15 +130,15 @@ func FuzzSubjectRoundTrip(f *testing.F) {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, stream, name string) {
-		subj := forward.Subject("events", stream, name)
+		subj := wire.Subject("events", stream, name)
 		requireValidSubject(t, subj)
-		gotStream, gotName, err := forward.ParseSubject("events", subj)
+		gotStream, gotName, err := wire.ParseSubject("events", subj)
 		require.NoError(t, err)
 		require.Equal(t, stream, gotStream)
 		require.Equal(t, name, gotName)
 		for _, s := range []string{stream, name} {
-			tok := forward.EscapeToken(s)
-			back, err := forward.UnescapeToken(tok)
+			tok := wire.EscapeToken(s)
+			back, err := wire.UnescapeToken(tok)
 			require.NoError(t, err)
 			require.Equal(t, s, back)
 		}
@@ -171,24 +171,60 @@ func BenchmarkSubject(b *testing.B) {
 	b.Run("plain", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = forward.Subject("events", "order-42", "OrderPlaced")
+			_ = wire.Subject("events", "order-42", "OrderPlaced")
 		}
 	})
 	b.Run("escaped", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = forward.Subject("events", "bestellung-ä.1", "Bestätigt *")
+			_ = wire.Subject("events", "bestellung-ä.1", "Bestätigt *")
 		}
 	})
 }
 
 func ExampleSubject() {
-	fmt.Println(forward.Subject("events", "order-42", "OrderPlaced"))
-	fmt.Println(forward.Subject("events", "cart-a.b", "Item Added"))
-	stream, name, _ := forward.ParseSubject("events", "events.cart.cart-a%2Eb.Item%20Added")
+	fmt.Println(wire.Subject("events", "order-42", "OrderPlaced"))
+	fmt.Println(wire.Subject("events", "cart-a.b", "Item Added"))
+	stream, name, _ := wire.ParseSubject("events", "events.cart.cart-a%2Eb.Item%20Added")
 	fmt.Printf("%q %q\n", stream, name)
 	// Output:
 	// events.order.order-42.OrderPlaced
 	// events.cart.cart-a%2Eb.Item%20Added
 	// "cart-a.b" "Item Added"
+}
+
+func TestStreamKey(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "events.order.order-42", wire.StreamKey("events.order.order-42.OrderPlaced"))
+	require.Equal(t, wire.StreamKey(wire.Subject("events", "order-42", "A")), wire.StreamKey(wire.Subject("events", "order-42", "B")))
+	require.NotEqual(t, wire.StreamKey(wire.Subject("events", "order-4", "A.2")), wire.StreamKey(wire.Subject("events", "order-4.A", "2")))
+	require.Equal(t, "plain", wire.StreamKey("plain"))
+}
+
+func TestCategory(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "order", wire.Category("order-42"))
+	require.Equal(t, "order", wire.Category("order-42-x"))
+	require.Equal(t, "cart", wire.Category("cart"))
+	require.Equal(t, "", wire.Category("-x"))
+}
+
+func TestDLQSubjects(t *testing.T) {
+	t.Parallel()
+	orig := wire.Subject("events", "order-42", "Placed")
+	require.Equal(t, "dlq.billing.events.order.order-42.Placed", wire.DLQSubject(wire.DefaultDLQPrefix, "billing", orig))
+	require.Equal(t, "dlq.billing.unknown", wire.DLQSubject("dlq", "billing", ""))
+	require.Equal(t, "dlq.billing.>", wire.DLQFilter("dlq", "billing"))
+	require.Equal(t, "dlq.>", wire.DLQFilter("dlq", ""))
+	require.Equal(t, "billing:42", wire.DLQMsgID("billing", "42"))
+}
+
+func TestValidatePrefix(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"events", "acme.prod.events"} {
+		require.NoError(t, wire.ValidatePrefix(ok), ok)
+	}
+	for _, bad := range []string{"", "a..b", ".a", "a.", "a.*", "a.>", "a b", "a\x01"} {
+		require.ErrorIs(t, wire.ValidatePrefix(bad), wire.ErrInvalidPrefix, "%q", bad)
+	}
 }
