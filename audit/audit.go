@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -108,6 +109,8 @@ const (
 	// subject each; past it the whole prefix is read and other streams'
 	// messages are skipped.
 	maxFilterSubjects = 100
+	// readers is how many streams are read from Postgres at once.
+	readers = 8
 )
 
 // ErrNoStream is wrapped when the JetStream stream does not exist.
@@ -211,13 +214,36 @@ func Verify(ctx context.Context, js jetstream.JetStream, src Source, streams []S
 		return rep, err
 	}
 	rep.Messages = n
-	for _, s := range streams {
-		probs, checked, err := checkStream(ctx, src, cfg, s, stored[s.Name])
-		if err != nil {
-			return rep, err
+	// Streams are read from Postgres concurrently: each is one round trip
+	// per page, and a sequential audit of many small streams would wait on
+	// them one after the other.
+	type result struct {
+		probs   []Problem
+		checked int64
+		err     error
+	}
+	results := make([]result, len(streams))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(readers, len(streams)) {
+		wg.Go(func() {
+			for i := range next {
+				r := &results[i]
+				r.probs, r.checked, r.err = checkStream(ctx, src, cfg, streams[i], stored[streams[i].Name])
+			}
+		})
+	}
+	for i := range streams {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, r := range results {
+		if r.err != nil {
+			return rep, r.err
 		}
-		rep.Events += checked
-		rep.Problems = append(rep.Problems, probs...)
+		rep.Events += r.checked
+		rep.Problems = append(rep.Problems, r.probs...)
 	}
 	sortProblems(rep.Problems)
 	rep.Elapsed = time.Since(start)

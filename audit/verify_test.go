@@ -27,7 +27,9 @@ type bundle struct {
 	js  jetstream.JetStream
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *bundle { return setupB(t) }
+
+func setupB(t testing.TB) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
@@ -72,7 +74,9 @@ func (b *bundle) drainAll(t *testing.T) {
 	t.Fatal("the drain did not forward every event in 100 cycles")
 }
 
-func (b *bundle) streams(t *testing.T) []audit.Stream {
+func (b *bundle) streams(t *testing.T) []audit.Stream { return b.streamsB(t) }
+
+func (b *bundle) streamsB(t testing.TB) []audit.Stream {
 	t.Helper()
 	infos, err := b.st.Streams(context.Background(), store.StreamFilter{})
 	require.NoError(t, err)
