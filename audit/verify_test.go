@@ -256,3 +256,56 @@ func TestVerifyOneStreamSince(t *testing.T) {
 	require.Empty(t, rep.Problems)
 	require.EqualValues(t, 0, rep.Events)
 }
+
+// TestRepairLeavesWhatTheDuplicateWindowDrops: a message deleted while
+// JetStream still remembers its id (no crash) cannot be stored again
+// inside the duplicate window; repair says so and leaves it reported.
+func TestRepairLeavesWhatTheDuplicateWindowDrops(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.append(t, "win-1", 2)
+	b.drainAll(t)
+	s, err := b.js.Stream(ctx, "EVENTS")
+	require.NoError(t, err)
+	require.NoError(t, s.DeleteMsg(ctx, b.seqs(t)["win-1/1"][0]))
+
+	rep, err := audit.Verify(ctx, b.js, b.st, b.streams(t), false, audit.Config{})
+	require.NoError(t, err)
+	require.Equal(t, []finding{{"win-1", 1, audit.Missing, true}}, findings(rep))
+	fwd, err := forward.New(b.js, forward.Config{Stream: "EVENTS"})
+	require.NoError(t, err)
+	require.NoError(t, audit.Repair(ctx, fwd, &rep))
+	require.False(t, rep.Problems[0].Repaired)
+	require.Contains(t, rep.Problems[0].Detail, "duplicate window")
+	require.Equal(t, 1, rep.Unresolved())
+}
+
+// TestRepairSkipsWhatAnotherPublisherStoredMeanwhile: when another
+// publisher stores the missing event between verify and repair, the
+// repair's reconciliation (the forwarder's lookup of the stream's last
+// message) finds it and does not store it twice.
+func TestRepairSkipsWhatAnotherPublisherStoredMeanwhile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	evs := b.append(t, "race-1", 3)
+	b.drainAll(t)
+	s, err := b.js.Stream(ctx, "EVENTS")
+	require.NoError(t, err)
+	require.NoError(t, s.DeleteMsg(ctx, b.seqs(t)["race-1/2"][0]))
+	b.restart(t)
+	rep, err := audit.Verify(ctx, b.js, b.st, b.streams(t), false, audit.Config{})
+	require.NoError(t, err)
+	require.Equal(t, []finding{{"race-1", 2, audit.Missing, true}}, findings(rep))
+
+	// Another bridge stores version 2 meanwhile (say after a reset).
+	_, err = b.js.PublishMsg(ctx, forward.Message(evs[2], forward.Config{}))
+	require.NoError(t, err)
+	fwd, err := forward.New(b.js, forward.Config{Stream: "EVENTS"})
+	require.NoError(t, err)
+	require.NoError(t, audit.Repair(ctx, fwd, &rep))
+	require.False(t, rep.Problems[0].Repaired)
+	require.Contains(t, rep.Problems[0].Detail, "later version")
+	require.Len(t, b.seqs(t)["race-1/2"], 1, "stored once, by the other publisher")
+}

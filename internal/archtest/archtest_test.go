@@ -95,6 +95,7 @@ var rules = []rule{
 	{pkg: "webhook", only: []string{"event"}, forbidden: []string{nats, postgres}, why: "receivers import webhook alone: no NATS, no Postgres, no third-party code"},
 	{pkg: "webhook/pgstore", forbidden: []string{nats}, why: "the receivers' Postgres idempotency store knows nothing of NATS"},
 	{pkg: "breaker", forbidden: []string{nats, postgres}, why: "circuit breakers know nothing of the bus or the store"},
+	{pkg: "audit", forbidden: []string{postgres, module + "/store"}, why: "verify reads Postgres through an interface the bridge plugs the store into"},
 	{pkg: "deliver", forbidden: []string{postgres, module + "/store", module + "/drain", module + "/forward"}, why: "the consumer's engine knows nothing of Postgres or the bridge"},
 }
 
