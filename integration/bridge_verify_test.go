@@ -151,9 +151,16 @@ func TestBridgeVerifyReportsRepairsAndExitsByOutcome(t *testing.T) {
 	_, _, code = verifyCLI(t, env, "--stream", "order-2")
 	require.Equal(t, 1, code, "the hole is still reported")
 
-	for _, args := range [][]string{{"--stream", "order-1", "--match", "x"}, {"--since", "yesterday"}, {"--stream", "nope-1"}, {"--match", "("}} {
+	// Continuous: a round every --interval until SIGTERM (then exit 0 at
+	// cleanup: the last round was clean).
+	rounds := daemon(t, env, "bridge", "verify", "--continuous", "--interval", "100ms", "--stream", "user-1")
+	require.Eventually(t, func() bool {
+		return strings.Count(rounds.String(), "verified 4 events of 1 streams") >= 3
+	}, 20*time.Second, 50*time.Millisecond, "three rounds; output:\n%s", rounds)
+
+	for _, args := range [][]string{{"--continuous", "--interval", "0s"}, {"--stream", "order-1", "--match", "x"}, {"--since", "yesterday"}, {"--stream", "nope-1"}, {"--match", "("}} {
 		_, stderr, code := verifyCLI(t, env, args...)
 		require.Equal(t, 2, code, "%v: usage error, exit 2: %s", args, stderr)
-		require.Contains(t, stderr, strings.TrimPrefix(args[0], ""), "%v: the error names the flag", args)
+		require.Contains(t, stderr, args[len(args)-2], "%v: the error names the flag", args)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -39,6 +40,8 @@ type verifyCmd struct {
 	Source          string        `name:"source" env:"JSBRIDGE_SOURCE" default:"jsbridge" help:"The bridge's CloudEvents source (ce-source), part of what is compared (default: ${default})."`
 	PageSize        int           `name:"page-size" default:"1000" help:"Events read from Postgres per query (default: ${default})."`
 	PublishTimeout  time.Duration `name:"publish-timeout" env:"JSBRIDGE_PUBLISH_TIMEOUT" default:"5s" help:"With --repair, how long to wait for JetStream to acknowledge one publish (default: ${default})."`
+	Continuous      bool          `name:"continuous" help:"Verify again every --interval until SIGINT/SIGTERM (a duration --since moves with each round); a round that fails is logged and tried again. Exits by the last round."`
+	Interval        time.Duration `name:"interval" default:"5m" help:"With --continuous, the time between the starts of two rounds (default: ${default})."`
 	ConnectTimeout  time.Duration `name:"connect-timeout" default:"30s" help:"Give up (exit 2) when Postgres or NATS do not answer within this time (default: ${default})."`
 }
 
@@ -55,10 +58,11 @@ func (e exitError) ExitCode() int { return e.code }
 func trouble(err error) error { return exitError{verifyTrouble, err} }
 
 // Run verifies, repairs when asked, prints the problems and a summary,
-// and fails with status 1 when problems are left.
+// and fails with status 1 when problems are left. With --continuous it
+// does so every --interval until SIGINT/SIGTERM, then exits by the last
+// round.
 func (v *verifyCmd) Run(ctx context.Context, g *Globals) error {
-	since, err := v.check(time.Now())
-	if err != nil {
+	if _, err := v.check(time.Now()); err != nil {
 		return trouble(err)
 	}
 	log, err := ops.NewLogger(os.Stderr, g.LogFormat, g.LogLevel)
@@ -72,6 +76,48 @@ func (v *verifyCmd) Run(ctx context.Context, g *Globals) error {
 	defer pool.Close()
 	w := startup.New(log, v.ConnectTimeout)
 	if err := waitPostgres(ctx, w, pool); err != nil {
+		return trouble(err)
+	}
+	nc, err := startup.ConnectNATS(ctx, w, v.NatsURL, startup.NATSOptions(log, "jsbridge-verify")...)
+	if err != nil {
+		return trouble(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return trouble(fmt.Errorf("jetstream: %w", err))
+	}
+	if !v.Continuous {
+		return v.round(ctx, st, js, log)
+	}
+	// Continuous: a round that could not be made (Postgres or NATS away)
+	// is logged and tried again next time; only a stop ends the loop.
+	t := time.NewTicker(v.Interval)
+	defer t.Stop()
+	for {
+		err := v.round(ctx, st, js, log)
+		var ee exitError
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.As(err, &ee) && ee.code == verifyTrouble {
+			log.Warn("verify round failed; trying again next round", "error", err, "interval", v.Interval)
+		}
+		select {
+		case <-ctx.Done():
+			if errors.As(err, &ee) && ee.code == verifyTrouble {
+				return nil
+			}
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// round reads the watermarks, verifies, repairs when asked and prints.
+func (v *verifyCmd) round(ctx context.Context, st *store.Store, js jetstream.JetStream, log *slog.Logger) error {
+	since, err := v.check(time.Now())
+	if err != nil {
 		return trouble(err)
 	}
 	// Watermarks first: every event up to them was stored in JetStream
@@ -94,15 +140,6 @@ func (v *verifyCmd) Run(ctx context.Context, g *Globals) error {
 	streams := make([]audit.Stream, len(infos))
 	for i, in := range infos {
 		streams[i] = audit.Stream{Name: in.Stream, Watermark: in.Watermark}
-	}
-	nc, err := startup.ConnectNATS(ctx, w, v.NatsURL, startup.NATSOptions(log, "jsbridge-verify")...)
-	if err != nil {
-		return trouble(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return trouble(fmt.Errorf("jetstream: %w", err))
 	}
 	cfg := audit.Config{Stream: v.JetStreamStream, Prefix: v.SubjectPrefix, Source: v.Source, Since: since, PageSize: v.PageSize}
 	whole := len(v.Streams) == 0 && v.Match == ""
@@ -136,6 +173,9 @@ func (v *verifyCmd) check(now time.Time) (time.Time, error) {
 	}
 	if len(v.Streams) > 0 && v.Match != "" {
 		return time.Time{}, fmt.Errorf("give --stream %q or --match %q, not both", v.Streams, v.Match)
+	}
+	if v.Continuous && v.Interval <= 0 {
+		return time.Time{}, fmt.Errorf("--interval %s: want > 0", v.Interval)
 	}
 	if v.PageSize <= 0 {
 		return time.Time{}, fmt.Errorf("--page-size %d: want > 0", v.PageSize)
