@@ -20,6 +20,12 @@ import (
 // server whether any is left.
 const idleWait = 2 * time.Second
 
+// maxIdle is how many idle waits in a row (no message, yet the server
+// does not say it has none left, or does not answer) end the read with an
+// error, instead of an audit that waits forever on a server that went
+// away.
+const maxIdle = 15
+
 // readStored reads every message on filters in cfg.Stream, up to the
 // stream's last sequence when the read began, with an ordered consumer,
 // and returns what it keeps of them by source stream (only streams in
@@ -61,6 +67,7 @@ func readStored(ctx context.Context, js jetstream.JetStream, cfg Config, filters
 		return out, 0, nil
 	}
 	var n int64
+	idle := 0
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, n, fmt.Errorf("read JetStream stream %q: %w", cfg.Stream, err)
@@ -72,11 +79,18 @@ func readStored(ctx context.Context, js jetstream.JetStream, cfg Config, filters
 			if ierr == nil && ci.NumPending == 0 {
 				return out, n, nil
 			}
+			if idle++; idle >= maxIdle {
+				if ierr == nil {
+					ierr = fmt.Errorf("%d messages pending", ci.NumPending)
+				}
+				return nil, n, fmt.Errorf("read JetStream stream %q: no message for %s: %w", cfg.Stream, maxIdle*idleWait, ierr)
+			}
 			continue
 		}
 		if err != nil {
 			return nil, n, fmt.Errorf("read JetStream stream %q: %w", cfg.Stream, err)
 		}
+		idle = 0
 		meta, err := msg.Metadata()
 		if err != nil {
 			return nil, n, fmt.Errorf("read JetStream stream %q: %w", cfg.Stream, err)
