@@ -146,8 +146,10 @@ type Report struct {
 	Events int64 `json:"events"`
 	// Messages is how many JetStream messages were read.
 	Messages int64 `json:"messages"`
-	// Elapsed is how long Verify took.
-	Elapsed time.Duration `json:"-"`
+	// Elapsed is how long Verify took; ReadJetStream the part of it spent
+	// reading JetStream (the rest is reading Postgres and comparing).
+	Elapsed       time.Duration `json:"-"`
+	ReadJetStream time.Duration `json:"-"`
 }
 
 // Counts returns the number of problems of each kind, and how many of
@@ -210,6 +212,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, src Source, streams []S
 		wanted[s.Name] = true
 	}
 	stored, n, err := readStored(ctx, js, cfg, filters, wanted)
+	rep.ReadJetStream = time.Since(start)
 	if err != nil {
 		return rep, err
 	}

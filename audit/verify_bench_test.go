@@ -42,7 +42,7 @@ FROM generate_series(0, 99999) g ORDER BY g`, bd.st.EventsTable()))
 	streams := bd.streamsB(b)
 	b.ResetTimer()
 	var events int64
-	var took time.Duration
+	var took, jsRead time.Duration
 	for b.Loop() {
 		rep, err := audit.Verify(ctx, bd.js, bd.st, streams, true, audit.Config{})
 		require.NoError(b, err)
@@ -50,6 +50,8 @@ FROM generate_series(0, 99999) g ORDER BY g`, bd.st.EventsTable()))
 		require.EqualValues(b, 100_000, rep.Events)
 		events += rep.Events
 		took += rep.Elapsed
+		jsRead += rep.ReadJetStream
 	}
 	b.ReportMetric(float64(events)/took.Seconds(), "events/s")
+	b.ReportMetric(jsRead.Seconds()/took.Seconds()*100, "%jetstream")
 }

@@ -217,6 +217,7 @@ type verifySummary struct {
 	Repaired        int                `json:"repaired"`
 	Left            int                `json:"left"`
 	Seconds         float64            `json:"seconds"`
+	JetStreamSecs   float64            `json:"jetstream_seconds"`
 	EventsPerSecond float64            `json:"events_per_second"`
 }
 
@@ -224,7 +225,7 @@ type verifySummary struct {
 func (v *verifyCmd) print(rep audit.Report) error {
 	counts, repaired := rep.Counts()
 	sum := verifySummary{Summary: true, Streams: rep.Streams, Events: rep.Events, Messages: rep.Messages, Problems: counts,
-		Repaired: repaired, Left: rep.Unresolved(), Seconds: rep.Elapsed.Seconds(), EventsPerSecond: rep.EventsPerSecond()}
+		Repaired: repaired, Left: rep.Unresolved(), Seconds: rep.Elapsed.Seconds(), JetStreamSecs: rep.ReadJetStream.Seconds(), EventsPerSecond: rep.EventsPerSecond()}
 	if v.JSON {
 		enc := json.NewEncoder(os.Stdout)
 		for _, p := range rep.Problems {
@@ -245,8 +246,8 @@ func (v *verifyCmd) print(rep audit.Report) error {
 		}
 		fmt.Printf("%s version=%d event_id=%d kind=%s sequence=%s%s: %s\n", p.Stream, p.Version, p.EventID, p.Kind, seq, state, p.Detail)
 	}
-	fmt.Printf("verified %d events of %d streams against %d JetStream messages in %s (%.0f events/s): %d missing, %d duplicate, %d out of order, %d content differs; %d repaired, %d left\n",
-		sum.Events, sum.Streams, sum.Messages, rep.Elapsed.Round(time.Millisecond), sum.EventsPerSecond,
+	fmt.Printf("verified %d events of %d streams against %d JetStream messages in %s (JetStream read %s; %.0f events/s): %d missing, %d duplicate, %d out of order, %d content differs; %d repaired, %d left\n",
+		sum.Events, sum.Streams, sum.Messages, rep.Elapsed.Round(time.Millisecond), rep.ReadJetStream.Round(time.Millisecond), sum.EventsPerSecond,
 		counts[audit.Missing], counts[audit.Duplicate], counts[audit.OutOfOrder], counts[audit.ContentDiffers], repaired, sum.Left)
 	return nil
 }
