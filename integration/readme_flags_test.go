@@ -22,7 +22,7 @@ func TestREADMEDocumentsEveryFlag(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
 	for _, cmd := range [][]string{
-		{"bridge", "run"}, {"bridge", "migrate"}, {"bridge", "append"}, {"bridge", "streams"}, {"bridge", "unblock"}, {"bridge", "reset"},
+		{"bridge", "run"}, {"bridge", "migrate"}, {"bridge", "append"}, {"bridge", "streams"}, {"bridge", "unblock"}, {"bridge", "reset"}, {"bridge", "verify"},
 		{"consumer", "run"}, {"consumer", "dlq", "list"}, {"consumer", "dlq", "replay"}, {"consumer", "dlq", "purge"},
 	} {
 		out, err := cli(t, nil, cmd[0], append(cmd[1:], "--help")...)

@@ -46,6 +46,8 @@ type queries struct {
 	reset        string
 	backlog      string
 	totals       string
+
+	streamEvents string
 }
 
 // pendingSince is the settling statements' new pending_since (stream s, new
@@ -287,5 +289,14 @@ RETURNING s.stream, old.watermark, s.head, old.blocked, coalesce(old.error, '')`
         WHERE ((s.head > s.watermark AND NOT s.blocked) OR s.blocked) AND s.head > s.watermark
     ), 0)`),
 		totals: r.Replace(`SELECT coalesce(sum(head + 1), 0)::bigint, coalesce(sum(watermark + 1), 0)::bigint FROM {schema}.streams`),
+
+		// One page of a stream for verify, read as fetch reads it (data and
+		// meta as text), so the audit compares what the drain published.
+		streamEvents: r.Replace(`SELECT e.id, e.stream, e.version, e.name, e.data::text AS data, e.meta::text AS meta, e.created
+FROM {events} e
+WHERE e.stream = $1 AND e.version > $2 AND e.version <= $3
+  AND ($4::timestamptz IS NULL OR e.created >= $4)
+ORDER BY e.version
+LIMIT $5`),
 	}
 }

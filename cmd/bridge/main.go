@@ -3,7 +3,7 @@
 // stream order with Nats-Msg-Id = event id, and advances each stream's
 // watermark, retries with backoff, or blocks the stream.
 //
-// Subcommands: run, migrate, append, streams, unblock, reset. See --help.
+// Subcommands: run, migrate, append, streams, unblock, reset, verify. See --help.
 package main
 
 import "github.com/jsbridge/jsbridge/internal/ops"
@@ -18,6 +18,7 @@ type cli struct {
 	Streams streamsCmd `cmd:"" help:"List streams: watermark, head, lag, retry, blocked, lease."`
 	Unblock unblockCmd `cmd:"" help:"Unblock streams (by name, --match REGEX or --all); they resume from their watermark."`
 	Reset   resetCmd   `cmd:"" help:"Forward streams again from their first event; refuses without --yes."`
+	Verify  verifyCmd  `cmd:"" help:"Compare Postgres with JetStream up to each stream's watermark: missing, duplicate, out-of-order and differing events; --repair re-publishes missing tails. Exit 0 clean, 1 problems, 2 trouble."`
 }
 
 // Globals are the flags every subcommand takes.

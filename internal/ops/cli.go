@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -15,7 +16,8 @@ import (
 // pointer to a kong grammar, --help built from its tags), runs the chosen
 // subcommand with globals (a pointer into cli) and a context.Context bound
 // for its Run method, the context ending on SIGINT or SIGTERM, and exits
-// with status 1 after printing "<name>: <error>" to stderr when it fails.
+// with status 1 after printing "<name>: <error>" to stderr when it fails
+// (or with the error's ExitCode(), when it has one).
 func RunCLI(name, description string, cli, globals any) {
 	kctx := kong.Parse(cli,
 		kong.Name(name),
@@ -30,7 +32,12 @@ func RunCLI(name, description string, cli, globals any) {
 	if err := kctx.Run(globals); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		stop()
-		os.Exit(1)
+		code := 1
+		var ec interface{ ExitCode() int }
+		if errors.As(err, &ec) {
+			code = ec.ExitCode()
+		}
+		os.Exit(code)
 	}
 }
 

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/ops"
+)
+
+// Every flag of bridge verify is in the README's verify table.
+func TestREADMEListsEveryVerifyFlag(t *testing.T) {
+	t.Parallel()
+	var c cli
+	k, err := kong.New(&c, kong.Name("bridge"), ops.WireVars())
+	require.NoError(t, err)
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	sec := string(readme)
+	i := strings.Index(sec, "\n## bridge verify")
+	require.GreaterOrEqual(t, i, 0, "README has a bridge verify section")
+	sec = sec[i:]
+	sec = sec[:strings.Index(sec[4:], "\n## ")+4]
+	var found bool
+	for _, node := range k.Model.Children {
+		if node.Name != "verify" {
+			continue
+		}
+		found = true
+		require.Greater(t, len(node.Flags), 10, "verify's own flags")
+		for _, f := range node.Flags {
+			if f.Group != nil || strings.HasPrefix(f.Name, "nats-") && f.Name != "nats-url" || f.Name == "context" {
+				// natsconn's connection flags: their own table.
+				require.Contains(t, string(readme), "`--"+f.Name+"`", "README lacks --%s", f.Name)
+				continue
+			}
+			require.Contains(t, sec, "| `--"+f.Name+"` |", "README's verify table lacks --%s", f.Name)
+		}
+	}
+	require.True(t, found, "verify subcommand exists")
+}
+
+func TestVerifySince(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		since string
+		want  time.Time
+		bad   bool
+	}{
+		{since: "", want: time.Time{}},
+		{since: "24h", want: now.Add(-24 * time.Hour)},
+		{since: "2026-11-22T08:30:00Z", want: time.Date(2026, 11, 22, 8, 30, 0, 0, time.UTC)},
+		{since: "-1h", bad: true},
+		{since: "yesterday", bad: true},
+	} {
+		v := verifyCmd{NatsURL: "nats://x", PageSize: 1, Since: tt.since}
+		got, err := v.check(now)
+		if tt.bad {
+			require.ErrorContains(t, err, "--since", tt.since)
+			continue
+		}
+		require.NoError(t, err, tt.since)
+		require.True(t, tt.want.Equal(got), "%s: got %s", tt.since, got)
+	}
+}
