@@ -98,7 +98,8 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 
 // TestDashboardIsPortable: the dashboard picks its Prometheus through the
 // ${datasource} variable on every panel and query, uses only variables it
-// defines, uses every variable it defines, and its panels do not overlap.
+// defines, uses every variable it defines, and its panels have unique
+// titles and do not overlap.
 func TestDashboardIsPortable(t *testing.T) {
 	t.Parallel()
 	d := readDashboard(t)
@@ -116,7 +117,7 @@ func TestDashboardIsPortable(t *testing.T) {
 	require.True(t, defined["endpoint"], "no endpoint variable")
 
 	used := map[string]bool{"datasource": true}
-	ids := map[int]bool{}
+	ids, titles := map[int]bool{}, map[string]bool{}
 	var boxes []panel
 	for _, p := range d.Panels {
 		require.False(t, ids[p.ID], "panel id %d used twice", p.ID)
@@ -124,6 +125,8 @@ func TestDashboardIsPortable(t *testing.T) {
 		if p.Type == "row" {
 			continue
 		}
+		require.False(t, titles[p.Title], "panel title %q used twice", p.Title)
+		titles[p.Title] = true
 		boxes = append(boxes, p)
 		require.NotNil(t, p.Datasource, "panel %s has no datasource", p.Title)
 		require.Equal(t, dsVar, p.Datasource.UID, "panel %s", p.Title)
