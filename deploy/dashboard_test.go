@@ -5,6 +5,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,6 +24,7 @@ type panel struct {
 	Targets []struct {
 		RefID      string `json:"refId"`
 		Expr       string `json:"expr"`
+		Legend     string `json:"legendFormat"`
 		Datasource *struct {
 			UID string `json:"uid"`
 		} `json:"datasource"`
@@ -44,6 +46,9 @@ type dashboard struct {
 }
 
 const dsVar = "${datasource}"
+
+// legendLabel is a label a legend format shows: {{name}}.
+var legendLabel = regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
 
 // variableRef is a dashboard variable used in an expression: $name or
 // ${name}, Grafana's own $__ variables aside.
@@ -137,6 +142,18 @@ func TestDashboardIsPortable(t *testing.T) {
 			require.NotEmpty(t, tg.Expr, "panel %s %s", p.Title, tg.RefID)
 			require.False(t, refs[tg.RefID], "panel %s: refId %s twice", p.Title, tg.RefID)
 			refs[tg.RefID] = true
+			// Every query aggregates, so its series carry only its
+			// grouping labels: a legend can show no other.
+			require.Regexp(t, aggregated, tg.Expr, "panel %s %s", p.Title, tg.RefID)
+			var keeps []string
+			for _, grp := range grouping.FindAllStringSubmatch(tg.Expr, -1) {
+				for _, l := range strings.Split(grp[1], ",") {
+					keeps = append(keeps, strings.TrimSpace(l))
+				}
+			}
+			for _, m := range legendLabel.FindAllStringSubmatch(tg.Legend, -1) {
+				require.Contains(t, keeps, m[1], "panel %s %s: legend shows {{%s}}, which the query drops", p.Title, tg.RefID, m[1])
+			}
 			require.NotNil(t, tg.Datasource, "panel %s %s", p.Title, tg.RefID)
 			require.Equal(t, dsVar, tg.Datasource.UID, "panel %s %s", p.Title, tg.RefID)
 			for _, m := range variableRef.FindAllStringSubmatch(tg.Expr, -1) {
