@@ -134,7 +134,11 @@ func TestReplayDeliversWithSameKeyAndDeletes(t *testing.T) {
 	b.run(t, deliver.Config{DeadLetters: q, Registerer: reg}, s)
 	b.publish(t, 31, "order-1", "OrderPlaced", `{"n":31}`)
 	require.Eventually(t, func() bool { n, err := q.Count(b.ctx, ""); return err == nil && n == 1 }, 15*time.Second, 20*time.Millisecond)
-	require.Equal(t, 1.0, counterValue(t, reg, "jsbridge_consumer_dead_letters_total"))
+	// The counter moves just after the dead letter is stored: wait for it.
+	require.Eventually(t, func() bool {
+		v, ok := counterOf(reg, "jsbridge_consumer_dead_letters_total")
+		return ok && v == 1
+	}, 5*time.Second, 10*time.Millisecond, "one dead letter counted")
 
 	letters, err := q.List(b.ctx, "")
 	require.NoError(t, err)
@@ -163,16 +167,24 @@ func TestReplayDeliversWithSameKeyAndDeletes(t *testing.T) {
 // counterValue returns the value of the single series of counter name on reg.
 func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
+	v, ok := counterOf(reg, name)
+	require.True(t, ok, "metric %s not registered (or not one series)", name)
+	return v
+}
+
+// counterOf returns the value of the single series of counter name on reg,
+// and false when there is no such series yet.
+func counterOf(reg *prometheus.Registry, name string) (float64, bool) {
 	mfs, err := reg.Gather()
-	require.NoError(t, err)
+	if err != nil {
+		return 0, false
+	}
 	for _, mf := range mfs {
-		if mf.GetName() == name {
-			require.Len(t, mf.GetMetric(), 1)
-			return mf.GetMetric()[0].GetCounter().GetValue()
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue(), true
 		}
 	}
-	t.Fatalf("metric %s not registered", name)
-	return 0
+	return 0, false
 }
 
 // Events published by the bridge's forwarder carry its fence
