@@ -195,7 +195,7 @@ func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
 			}
 			c.unreadable = append(c.unreadable, bad)
 		}
-		c.batches = append(c.batches, Batch{Stream: cl.Stream, Retry: cl.Retry, Events: evs, Reconcile: cl.PreviousHolder != "" || cl.Retry > 0})
+		c.batches = append(c.batches, Batch{Stream: cl.Stream, Retry: cl.Retry, Watermark: cl.Watermark, Events: evs, Reconcile: cl.PreviousHolder != "" || cl.Retry > 0})
 		c.batchClaims = append(c.batchClaims, cl)
 	}
 	return c, nil

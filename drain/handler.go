@@ -28,6 +28,12 @@ type Batch struct {
 	// sending them again; the duplicate window alone covers a re-publish only
 	// within its span.
 	Reconcile bool
+	// Watermark is the stream's watermark when it was claimed: the version
+	// of the last event forwarded (acked), -1 for none. A handler that finds
+	// the bus holding less of the stream than that knows the bus lost
+	// messages. The zero value (0) never says more than version 0 was
+	// forwarded.
+	Watermark int64
 	// Events are the events after the watermark, in version order (never empty).
 	Events []event.Event
 }

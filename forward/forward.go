@@ -52,6 +52,16 @@ var ErrConflict = errors.New("stream changed in JetStream by another publisher")
 // an event handed to Handle in the batch of another stream.
 var ErrWrongStream = errors.New("event belongs to another stream")
 
+// ErrLostInJetStream is wrapped (inside a drain.NonRetryableError) in the
+// error of the first event of a batch when reconciliation finds the
+// stream's last message in JetStream at a version below the batch's
+// watermark: events the bridge forwarded (and JetStream acknowledged) are
+// gone, lost in a crash or deleted. Publishing on would turn the lost tail
+// into a hole in the middle of the stream, which no re-publish can put back
+// in order; the stream blocks until an operator restores the tail (`bridge
+// verify --repair`) and unblocks it.
+var ErrLostInJetStream = errors.New("forwarded events are missing from JetStream")
+
 // Config configures a Forwarder. The zero value is usable.
 type Config struct {
 	// Prefix is the subject prefix (see Subject). Default "events". It must
@@ -233,7 +243,7 @@ func (f *Forwarder) Publish(ctx context.Context, events []event.Event) []Outcome
 		for j, i := range idx {
 			evs[j] = events[i]
 		}
-		for j, o := range f.publishStream(ctx, order[k], evs, false, false) {
+		for j, o := range f.publishStream(ctx, order[k], evs, -1, false, false) {
 			out[idx[j]] = o
 		}
 	})
@@ -295,7 +305,7 @@ func (f *Forwarder) handleBatch(ctx context.Context, b drain.Batch) drain.Result
 		}
 	}
 	if len(evs) > 0 {
-		for i, o := range f.publishStream(ctx, b.Stream, evs, b.Reconcile, true) {
+		for i, o := range f.publishStream(ctx, b.Stream, evs, b.Watermark, b.Reconcile, true) {
 			if o.Status == Failed {
 				return drain.Result{Done: i, Err: o.Err}
 			}

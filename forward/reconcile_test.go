@@ -101,6 +101,31 @@ func TestPublishReconcileStatusAndResumePastZero(t *testing.T) {
 	require.Equal(t, []string{"1", "2", "3", "4", "5"}, ids(b.stored(t, "events.")))
 }
 
+// JetStream lost the tail of a stream the bridge had forwarded (a crash
+// before its periodic fsync, or a delete): its last message is below the
+// watermark. Publishing on would leave a hole no re-publish can fill in
+// order, so the batch fails non-retryable (the stream blocks) and sends
+// nothing; once the tail is back, the same batch goes through.
+func TestHandleRefusesToPublishPastEventsJetStreamLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	evs := events("order-1", 1, 8)
+	storeOutsideWindow(t, b.js, evs[:3]) // versions 0-2 survived; 3 and 4 were forwarded, then lost
+
+	obs := &countingObserver{}
+	res := newForwarder(t, b.js, obs).Handle(t.Context(), []drain.Batch{{Stream: "order-1", Watermark: 4, Events: evs[5:]}})
+	require.Equal(t, 0, res[0].Done)
+	require.True(t, drain.IsNonRetryable(res[0].Err), "%v", res[0].Err)
+	require.ErrorIs(t, res[0].Err, forward.ErrLostInJetStream)
+	require.ErrorContains(t, res[0].Err, "bridge verify --repair --stream order-1")
+	require.Equal(t, []string{"1", "2", "3"}, ids(b.stored(t, "events.")), "nothing published past the hole")
+
+	storeOutsideWindow(t, b.js, evs[3:5]) // the repair
+	res = newForwarder(t, b.js, obs).Handle(t.Context(), []drain.Batch{{Stream: "order-1", Watermark: 4, Events: evs[5:]}})
+	require.Equal(t, drain.Result{Done: 3}, res[0])
+	require.Equal(t, []string{"1", "2", "3", "4", "5", "6", "7", "8"}, ids(b.stored(t, "events.")))
+}
+
 func TestHandleFromVersionZeroWithoutReconcileRepublishes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

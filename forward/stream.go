@@ -29,7 +29,12 @@ const batchRecheck = time.Minute
 // allows them (see batch.go), else one at a time, each expecting the last
 // message the previous one left (see Forwarder). It returns one Outcome per
 // event.
-func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []event.Event, reconcile, batch bool) []Outcome {
+//
+// watermark is the version of the stream's last event known forwarded (-1:
+// none, or not known): when reconciliation finds JetStream's last message
+// of the stream below it, JetStream lost forwarded events and nothing is
+// published (ErrLostInJetStream).
+func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []event.Event, watermark int64, reconcile, batch bool) []Outcome {
 	out := make([]Outcome, len(evs))
 	pos, known := f.position(stream, evs[0].Version, reconcile)
 	start := 0
@@ -48,6 +53,16 @@ func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []even
 			return out
 		}
 		pos.seq = last.seq
+		if last.found && last.version >= 0 && last.version < watermark {
+			err := drain.NonRetryable(fmt.Errorf("%w: stream %q: JetStream's last message of it is version %d (sequence %d), but versions up to %d were forwarded; restore them with `bridge verify --repair --stream %s`, then `bridge unblock %s`",
+				ErrLostInJetStream, stream, last.version, last.seq, watermark, stream, stream))
+			out[0] = f.failed(evs[0], err)
+			f.cfg.Observer.Published(out[0], time.Since(began))
+			for i := 1; i < len(evs); i++ {
+				out[i] = notAttempted(evs[i], evs[0])
+			}
+			return out
+		}
 		if last.found && (reconcile || evs[0].Version > 0) {
 			for start < len(evs) && evs[start].Version <= last.version {
 				out[start] = Outcome{Status: AlreadyStored, Sequence: last.seq}
