@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/forward"
@@ -76,20 +77,18 @@ func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error
 		cfg.PublishTimeout = fit
 	}
 
-	opts := []store.Option{store.WithSchema(cfg.Schema)}
-	if cfg.EventsTable != "" {
-		opts = append(opts, store.WithEventsTable(cfg.EventsTable))
-	}
-	st, err := store.New(pool, append(opts, store.WithDiscoveryInterval(cfg.PollInterval),
-		store.WithSettleTimeout(cfg.SettleTimeout), store.WithLogger(log))...)
+	st, err := newStore(pool, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, err
 	}
 	var (
 		dobs drain.Observer
 		fobs forward.Observer
 	)
-	if cfg.Registerer != nil {
+	switch {
+	case cfg.Metrics != nil:
+		dobs, fobs = cfg.Metrics.m, cfg.Metrics.m
+	case cfg.Registerer != nil:
 		m, err := bridgemetrics.New(cfg.Registerer, st.Backlog, log)
 		if err != nil {
 			return nil, fmt.Errorf("bridge metrics: %w", err)
@@ -246,4 +245,49 @@ func (b *Bridge) Ready(ctx context.Context) error {
 		return fmt.Errorf("jetstream stream %s: %w", b.cfg.Stream, err)
 	}
 	return nil
+}
+
+// newStore opens the store cfg (with its defaults) describes on pool.
+func newStore(pool *pgxpool.Pool, cfg Config) (*store.Store, error) {
+	opts := []store.Option{store.WithSchema(cfg.Schema)}
+	if cfg.EventsTable != "" {
+		opts = append(opts, store.WithEventsTable(cfg.EventsTable))
+	}
+	st, err := store.New(pool, append(opts, store.WithDiscoveryInterval(cfg.PollInterval),
+		store.WithSettleTimeout(cfg.SettleTimeout), store.WithLogger(cfg.Logger))...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return st, nil
+}
+
+// Metrics are the bridge's Prometheus metrics (jsbridge_bridge_*; see the
+// README), registered before the bridge exists: pass them to New in
+// Config.Metrics.
+type Metrics struct {
+	m *bridgemetrics.Metrics
+}
+
+// NewMetrics registers the bridge's metrics on reg, reading the backlog
+// gauges (blocked, lagging, oldest unforwarded event) from the store cfg
+// describes on pool at each scrape, so they are exported while the process
+// still waits for NATS. It fails like New on a bad cfg, when reg or pool is
+// nil, or when the metrics are registered on reg already.
+func NewMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, cfg Config) (*Metrics, error) {
+	if reg == nil || pool == nil {
+		return nil, fmt.Errorf("%w: NewMetrics needs a registerer and a pool", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	st, err := newStore(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := bridgemetrics.New(reg, st.Backlog, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("bridge metrics: %w", err)
+	}
+	return &Metrics{m: m}, nil
 }

@@ -132,6 +132,10 @@ type Config struct {
 	// Registerer, when set, gets the bridge's Prometheus metrics
 	// (jsbridge_bridge_*; see the README). Default nil: no metrics.
 	Registerer prometheus.Registerer
+	// Metrics, when set, are metrics registered earlier with NewMetrics
+	// (so a process exports the backlog gauges while it still waits for
+	// NATS); New then registers nothing and Registerer is ignored.
+	Metrics *Metrics
 }
 
 // Validate checks c without touching anything: nil, or an error wrapping

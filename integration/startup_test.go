@@ -95,6 +95,12 @@ func TestStartupBridgeAndConsumerWaitForNATS(t *testing.T) {
 		appendRound(t, b.pool, b.schema, streams, v)
 	}
 
+	// The backlog gauges come from Postgres: exported while NATS is away.
+	require.Eventually(t, func() bool {
+		code, body := getBody("http://" + bridgeOps + "/metrics")
+		return code == http.StatusOK && strings.Contains(body, fmt.Sprintf("jsbridge_bridge_streams_lagging %d", streams))
+	}, 10*time.Second, 100*time.Millisecond, "the bridge's /metrics shows the lagging streams while it waits for NATS")
+
 	requireRunsUntil(t, bridge, started.Add(10*time.Second))
 	requireRunsUntil(t, consumer, started.Add(10*time.Second))
 	natsSrv.start()

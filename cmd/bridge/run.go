@@ -90,8 +90,13 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		log.Warn("--duplicate-window is shorter than --lease plus --publish-timeout: an event re-published after a takeover may be stored twice",
 			"duplicate_window", r.DuplicateWindow, "need", need)
 	}
-	cfg := r.config(g, log, opsSrv.Registry)
+	cfg := r.config(g, log, nil)
 	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	// Registered now, so /metrics has the backlog gauges (read from
+	// Postgres) while the bridge still waits for NATS.
+	if cfg.Metrics, err = bridge.NewMetrics(opsSrv.Registry, pool, cfg); err != nil {
 		return err
 	}
 
