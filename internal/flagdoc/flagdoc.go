@@ -152,6 +152,28 @@ func Problems(rows []Row, flags map[string]*kong.Flag) []string {
 	return out
 }
 
+// Check compares the flag tables of readme between the lines starting with
+// from and until (see Rows) with the flags of the command at path of app
+// (see Flags) and returns the Problems. It fails when the section has no
+// flag table or the command no flag, so it cannot pass by reading nothing.
+func Check(readme, from, until string, app *kong.Kong, path ...string) ([]string, error) {
+	rows, err := Rows(readme, from, until)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("README has no flag table between %q and %q", from, until)
+	}
+	flags, err := Flags(app, path...)
+	if err != nil {
+		return nil, err
+	}
+	if len(flags) == 0 {
+		return nil, fmt.Errorf("command %q has no flags", strings.Join(path, " "))
+	}
+	return Problems(rows, flags), nil
+}
+
 func firstEnv(f *kong.Flag) string {
 	if len(f.Envs) == 0 {
 		return ""

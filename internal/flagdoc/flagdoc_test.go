@@ -58,6 +58,14 @@ func TestProblems(t *testing.T) {
 	}
 	_, err := flagdoc.Rows(readme, "### nothing", "")
 	require.Error(t, err)
+
+	app, err := kong.New(&grammar{})
+	require.NoError(t, err)
+	got, err := flagdoc.Check(readme, "### app", "## ", app, "run")
+	require.NoError(t, err)
+	require.Empty(t, got)
+	_, err = flagdoc.Check("# app\n### app\nno table\n", "### app", "", app, "run")
+	require.ErrorContains(t, err, "no flag table", "an empty section cannot pass")
 }
 
 func replaceOnce(t *testing.T, s, from, to string) string {
