@@ -36,6 +36,13 @@ func Start(t testing.TB, cfg embedded.Config) *embedded.Server {
 func Connect(t testing.TB, srv *embedded.Server) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc, err := srv.Connect()
+	return connected(t, nc, err)
+}
+
+// connected fails the test on err, closes nc at cleanup and returns it
+// with its JetStream context.
+func connected(t testing.TB, nc *nats.Conn, err error) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	if err != nil {
 		t.Fatalf("jstest: %v", err)
 	}
@@ -70,13 +77,5 @@ func StartCluster(t testing.TB, cfg embedded.ClusterConfig) *embedded.Cluster {
 func ConnectCluster(t testing.TB, c *embedded.Cluster) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc, err := c.Connect(nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatalf("jstest: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("jstest: JetStream context: %v", err)
-	}
-	return nc, js
+	return connected(t, nc, err)
 }
