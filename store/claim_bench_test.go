@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/jsbridge/jsbridge/internal/pgtest"
 	"github.com/jsbridge/jsbridge/store"
 )
@@ -17,15 +19,8 @@ import (
 func BenchmarkClaim(b *testing.B) {
 	for _, idle := range []int{100, 100_000} {
 		b.Run(fmt.Sprintf("idle=%d", idle), func(b *testing.B) {
-			pool := pgtest.Pool(b)
-			s, err := store.New(pool, store.WithSchema(pgtest.Schema(b, pool)))
-			if err != nil {
-				b.Fatal(err)
-			}
+			pool, s := benchStore(b)
 			ctx := b.Context()
-			if err := s.Migrate(ctx); err != nil {
-				b.Fatal(err)
-			}
 			const pending = 50
 			if _, err := pool.Exec(ctx, `INSERT INTO `+s.Schema()+`.streams (stream, head, watermark)
 SELECT 'idle-' || g, 9, 9 FROM generate_series(1, $1) g
@@ -52,15 +47,8 @@ UNION ALL SELECT 'pending-' || g, 9, 3 FROM generate_series(1, $2) g`, idle, pen
 // BenchmarkAck measures one ack (the fenced watermark update) of a claimed
 // stream; the claim before each ack is not timed.
 func BenchmarkAck(b *testing.B) {
-	pool := pgtest.Pool(b)
-	s, err := store.New(pool, store.WithSchema(pgtest.Schema(b, pool)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	pool, s := benchStore(b)
 	ctx := b.Context()
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
 	evs, err := s.Append(ctx, "ack-1", store.NoStream, store.NewEvent{Name: "E", Data: []byte(`{}`)})
 	if err != nil {
 		b.Fatal(err)
@@ -87,15 +75,8 @@ func BenchmarkAck(b *testing.B) {
 // correlation and causation id in its meta (the rest "{}"). It is the
 // store's share of a drain cycle: the query, the scan and the meta decoding.
 func BenchmarkFetch(b *testing.B) {
-	pool := pgtest.Pool(b)
-	s, err := store.New(pool, store.WithSchema(pgtest.Schema(b, pool)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	pool, s := benchStore(b)
 	ctx := b.Context()
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
 	const streams, perStream = 100, 50
 	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Schema()+`.events (stream, version, name, data, meta)
 SELECT 'fetch-' || (g % $1::int), g / $1::int, 'Happened', jsonb_build_object('pad', repeat('x', 243)),
@@ -121,4 +102,18 @@ FROM generate_series(0, $1::int * $2::int - 1) g ORDER BY g`, streams, perStream
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*streams*perStream), "ns/event")
+}
+
+// benchStore returns a pool and a store migrated in a fresh schema.
+func benchStore(b *testing.B) (*pgxpool.Pool, *store.Store) {
+	b.Helper()
+	pool := pgtest.Pool(b)
+	s, err := store.New(pool, store.WithSchema(pgtest.Schema(b, pool)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Migrate(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	return pool, s
 }
