@@ -141,27 +141,28 @@ func (c *Consumer) Provision(ctx context.Context) error {
 // Start provisions (Provision: it waits for the dead-letter stream and the
 // durable consumers, up to Config.StartupTimeout, and returns its error),
 // then delivers in the background until Stop is called or ctx ends (either
-// is a graceful stop, as on SIGTERM). A second Start returns
-// ErrAlreadyStarted.
+// is a graceful stop, as on SIGTERM). A Stop while Start still waits ends
+// the waiting: Start then returns an error wrapping context.Canceled. After
+// a failed Start, Start may be called again; a second Start after a
+// successful one returns ErrAlreadyStarted.
 func (c *Consumer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	if c.started {
 		c.mu.Unlock()
 		return ErrAlreadyStarted
 	}
-	c.started = true
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	c.started, c.stop, c.done = true, cancel, done
 	c.mu.Unlock()
-	if err := c.Provision(ctx); err != nil {
+	if err := c.Provision(runCtx); err != nil {
+		cancel()
+		close(done) // a Stop waiting for the start returns
 		c.mu.Lock()
-		c.started = false
+		c.started, c.stop, c.done = false, nil, nil
 		c.mu.Unlock()
 		return err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	c.mu.Lock()
-	c.stop, c.done = cancel, done
-	c.mu.Unlock()
 	go func() {
 		defer close(done)
 		_ = c.engine.Run(runCtx) // always nil: the engine retries what fails
@@ -200,8 +201,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 // or dead-lettered by their outcome, and messages pulled but not started
 // are Nak'd at once so another replica takes them. It returns nil when
 // the consumer has stopped, or ctx's error when ctx ends first (it then
-// finishes stopping in the background). Stop before Start, or again, is
-// harmless.
+// finishes stopping in the background). Stop while Start waits ends the
+// waiting. Stop before Start, or again, is harmless.
 func (c *Consumer) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	stop, done := c.stop, c.done

@@ -259,3 +259,32 @@ func TestProvisionGivesUp(t *testing.T) {
 	require.NoError(t, c.Run(ctx))
 	require.True(t, errors.Is(ctx.Err(), context.DeadlineExceeded))
 }
+
+// Stop while Start waits for the events stream ends the waiting: Stop
+// returns at once and Start with an error wrapping context.Canceled.
+func TestStopWhileStartWaits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []deliver.Subscription{sub("early", "http://127.0.0.1:1/")}})
+	require.NoError(t, err)
+	started := make(chan error, 1)
+	go func() { started <- c.Start(b.ctx) }()
+	require.Eventually(t, func() bool {
+		err := c.Ready(b.ctx)
+		return err != nil && strings.Contains(err.Error(), "waiting for JetStream stream EVENTS")
+	}, 20*time.Second, 20*time.Millisecond)
+	stopCtx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, c.Stop(stopCtx))
+	select {
+	case err := <-started:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Start still waiting after Stop")
+	}
+	// A failed Start can be retried; this one finds the stream.
+	b.createEvents(t)
+	require.NoError(t, c.Start(b.ctx))
+	require.NoError(t, c.Ready(b.ctx))
+	require.NoError(t, c.Stop(b.ctx))
+}
