@@ -108,3 +108,24 @@ func (f *fatalTB) run(fn func()) {
 	wg.Go(fn)
 	wg.Wait()
 }
+
+// An endpoint that answers 422 gets the event once; the consumer
+// dead-letters it, and the test reads the dead letter through the kit.
+func TestRejectedEventIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	kit := jsbridgetest.Start(t, jsbridgetest.Config{Receiver: jsbridgetest.ReceiverConfig{
+		Respond: func(jsbridgetest.Delivery) int { return http.StatusUnprocessableEntity },
+	}})
+	ids := kit.Append(t, "order-5", store.NewEvent{Name: "OrderPlaced", Data: []byte(`{}`)})
+	ctx := t.Context()
+	require.Eventually(t, func() bool {
+		n, err := kit.Consumer.DLQ().Count(ctx, jsbridgetest.DefaultSubscription)
+		return err == nil && n == 1
+	}, jsbridgetest.DefaultWait, 20*time.Millisecond, "dead letter written")
+	letters, err := kit.Consumer.DLQ().List(ctx, jsbridgetest.DefaultSubscription)
+	require.NoError(t, err)
+	require.Equal(t, ids[0], letters[0].EventID)
+	require.Equal(t, http.StatusUnprocessableEntity, letters[0].Status)
+	require.Equal(t, 1, kit.Receiver.Attempts(), "a 422 is tried once")
+	require.Empty(t, kit.Receiver.Deliveries())
+}
