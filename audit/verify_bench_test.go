@@ -11,7 +11,7 @@ import (
 	"github.com/jsbridge/jsbridge/audit"
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 
 // BenchmarkVerify100k verifies 100,000 forwarded events (1,000 streams of
@@ -22,7 +22,7 @@ import (
 func BenchmarkVerify100k(b *testing.B) {
 	ctx := context.Background()
 	bd := setupB(b)
-	_, err := pgtest.Pool(b).Exec(ctx, fmt.Sprintf(`INSERT INTO %s (stream, version, name, data, meta)
+	_, err := jsbridgetest.Pool(b).Exec(ctx, fmt.Sprintf(`INSERT INTO %s (stream, version, name, data, meta)
 SELECT 'bench-' || (g / 100), g %% 100, 'Happened', jsonb_build_object('n', g, 'pad', repeat('x', 100)), '{"correlation_id": "c"}'
 FROM generate_series(0, 99999) g ORDER BY g`, bd.st.EventsTable()))
 	require.NoError(b, err)

@@ -15,8 +15,7 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/jstest"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -33,13 +32,13 @@ func setup(t *testing.T) *bundle { return setupB(t) }
 func setupB(t testing.TB) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	st, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)))
+	pool := jsbridgetest.Pool(t)
+	st, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)))
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
 	b := &bundle{st: st, dir: t.TempDir()}
-	b.srv = jstest.Start(t, embedded.Config{Dir: b.dir})
-	_, b.js = jstest.Connect(t, b.srv)
+	b.srv = jsbridgetest.StartJetStream(t, embedded.Config{Dir: b.dir})
+	_, b.js = jsbridgetest.Connect(t, b.srv)
 	_, err = forward.Provision(ctx, b.js, forward.StreamConfig{})
 	require.NoError(t, err)
 	return b
@@ -51,8 +50,8 @@ func setupB(t testing.TB) *bundle {
 func (b *bundle) restart(t *testing.T) {
 	t.Helper()
 	b.srv.Shutdown()
-	b.srv = jstest.Start(t, embedded.Config{Dir: b.dir})
-	_, b.js = jstest.Connect(t, b.srv)
+	b.srv = jsbridgetest.StartJetStream(t, embedded.Config{Dir: b.dir})
+	_, b.js = jsbridgetest.Connect(t, b.srv)
 }
 
 // drainAll forwards every event with the real drain and forwarder.
@@ -163,7 +162,7 @@ func TestVerifyFindsExactlyWhatWasLostAndRepairRestoresTheTail(t *testing.T) {
 	require.NoError(t, s.DeleteMsg(ctx, seqs["copied-1/1"][0]))
 	require.NoError(t, s.Purge(ctx, jetstream.WithPurgeSubject(wire.StreamFilter(wire.DefaultEventsPrefix, "purged-1"))))
 	// Data changed in Postgres after it was published.
-	_, err = pgtest.Pool(t).Exec(ctx, fmt.Sprintf(`UPDATE %s SET data = '{"n": 1, "s": "changed"}' WHERE stream = 'altered-1' AND version = 1`, b.st.EventsTable()))
+	_, err = jsbridgetest.Pool(t).Exec(ctx, fmt.Sprintf(`UPDATE %s SET data = '{"n": 1, "s": "changed"}' WHERE stream = 'altered-1' AND version = 1`, b.st.EventsTable()))
 	require.NoError(t, err)
 
 	b.restart(t)

@@ -83,26 +83,43 @@ type Settings struct {
 	HalfOpenProbes uint32
 }
 
+// Defaults of Settings: a zero field takes the value below.
+const (
+	DefaultConsecutiveFailures uint32 = 5
+	DefaultFailureRatio               = 0.5
+	DefaultMinRequests         uint32 = 20
+	DefaultInterval                   = 60 * time.Second
+	DefaultOpenTimeout                = 30 * time.Second
+	DefaultHalfOpenProbes      uint32 = 1
+)
+
+// Validate checks s as NewSet does, without creating anything: nil, or an
+// error wrapping ErrInvalidSettings naming the first bad field and value.
+func (s Settings) Validate() error {
+	_, err := s.withDefaults()
+	return err
+}
+
 // withDefaults returns s with zero fields set to their defaults, or an
 // error wrapping ErrInvalidSettings naming the first bad field.
 func (s Settings) withDefaults() (Settings, error) {
 	if s.ConsecutiveFailures == 0 {
-		s.ConsecutiveFailures = 5
+		s.ConsecutiveFailures = DefaultConsecutiveFailures
 	}
 	if s.FailureRatio == 0 {
-		s.FailureRatio = 0.5
+		s.FailureRatio = DefaultFailureRatio
 	}
 	if s.MinRequests == 0 {
-		s.MinRequests = 20
+		s.MinRequests = DefaultMinRequests
 	}
 	if s.Interval == 0 {
-		s.Interval = 60 * time.Second
+		s.Interval = DefaultInterval
 	}
 	if s.OpenTimeout == 0 {
-		s.OpenTimeout = 30 * time.Second
+		s.OpenTimeout = DefaultOpenTimeout
 	}
 	if s.HalfOpenProbes == 0 {
-		s.HalfOpenProbes = 1
+		s.HalfOpenProbes = DefaultHalfOpenProbes
 	}
 	switch {
 	case math.IsNaN(s.FailureRatio) || s.FailureRatio < 0 || s.FailureRatio > 1:

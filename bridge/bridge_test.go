@@ -18,8 +18,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/internal/jstest"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -35,12 +34,12 @@ type bundle struct {
 // embedded JetStream server.
 func setup(t *testing.T) bundle {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
+	pool := jsbridgetest.Pool(t)
+	schema := jsbridgetest.Schema(t, pool)
 	st, err := store.New(pool, store.WithSchema(schema))
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(context.Background()))
-	_, js := jstest.Connect(t, jstest.Start(t, embedded.Config{}))
+	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
 	return bundle{pool: pool, schema: schema, js: js, store: st}
 }
 
@@ -71,7 +70,7 @@ func TestNewInvalidConfigNamesTheField(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // lazy: New touches nothing
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	_, js := jstest.Connect(t, jstest.Start(t, embedded.Config{}))
+	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
 
 	cases := []struct {
 		name  string

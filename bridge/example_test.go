@@ -15,7 +15,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -71,13 +71,13 @@ func Example() {
 	// Output: events.order.order-42.OrderPlaced {"total": 42}
 }
 
-// exampleDeps gives the example the test database (see internal/pgtest),
+// exampleDeps gives the example the test database (see jsbridgetest),
 // a fresh schema in it, and an embedded JetStream server; cleanup drops
 // the schema and stops the server.
 func exampleDeps() (databaseURL, natsURL, schema string, cleanup func()) {
-	databaseURL, err := pgtest.LookupURL()
+	databaseURL, err := jsbridgetest.LookupDatabaseURL()
 	if err != nil {
-		log.Fatalf("no Postgres: set %s: %v", pgtest.EnvURL, err)
+		log.Fatalf("no Postgres: set %s: %v", jsbridgetest.EnvDatabaseURL, err)
 	}
 	dir, err := os.MkdirTemp("", "jsbridge-example-")
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/internal/jstest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -19,7 +19,7 @@ import (
 // as they are and a warning names the stream or consumer, have and want.
 func TestProvisionReplicasOnCluster(t *testing.T) {
 	t.Parallel()
-	_, js := jstest.ConnectCluster(t, jstest.StartCluster(t, embedded.ClusterConfig{Nodes: 3, Name: "dlv"}))
+	_, js := jsbridgetest.ConnectCluster(t, jsbridgetest.StartCluster(t, embedded.ClusterConfig{Nodes: 3, Name: "dlv"}))
 	b := bundle{js: js, ctx: t.Context()}
 	_, err := js.CreateStream(b.ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Replicas: 3})
 	require.NoError(t, err)

@@ -19,7 +19,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/internal/jstest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 
 // syncLog is a slog destination written and read concurrently.
@@ -82,7 +82,7 @@ func portOf(t *testing.T, rawURL string) int {
 // (logging each attempt) and delivers once it exists.
 func TestRunWaitsForTheStreamToExist(t *testing.T) {
 	t.Parallel()
-	_, js := jstest.Connect(t, jstest.Start(t, embedded.Config{}))
+	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
 	b := bundle{js: js, ctx: t.Context()}
 	rc := newReceiver(t, status(http.StatusOK))
 	logs := &syncLog{}
@@ -185,8 +185,8 @@ func TestHalfOpenProbeFindingNoMessageIsNormal(t *testing.T) {
 func TestRunSurvivesAJetStreamRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	srv := jstest.Start(t, embedded.Config{Dir: dir})
-	nc, js := jstest.Connect(t, srv)
+	srv := jsbridgetest.StartJetStream(t, embedded.Config{Dir: dir})
+	nc, js := jsbridgetest.Connect(t, srv)
 	ctx := t.Context()
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage})
 	require.NoError(t, err)

@@ -18,7 +18,7 @@ import (
 	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
-	"github.com/jsbridge/jsbridge/internal/jstest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -79,7 +79,7 @@ func exported(t *testing.T) map[string]metric {
 	require.NoError(t, err)
 	breakers, err := breaker.NewSet(breaker.Settings{}, nil, reg)
 	require.NoError(t, err)
-	_, js := jstest.Connect(t, jstest.Start(t, embedded.Config{}))
+	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
 	_, err = deliver.New(js, deliver.Config{Breakers: breakers, Registerer: reg}, deliver.Subscription{
 		Name:           "orders",
 		FilterSubjects: []string{"events.order.>"},

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/event"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -25,8 +25,8 @@ type bundle struct {
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
+	pool := jsbridgetest.Pool(t)
+	schema := jsbridgetest.Schema(t, pool)
 	s, err := store.New(pool, store.WithSchema(schema))
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(t.Context()))
@@ -460,8 +460,8 @@ func TestRunFinishesTheBatchInFlightOnCancel(t *testing.T) {
 
 func TestRunSurvivesStoreErrors(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
+	pool := jsbridgetest.Pool(t)
+	schema := jsbridgetest.Schema(t, pool)
 	s, err := store.New(pool, store.WithSchema(schema))
 	require.NoError(t, err)
 	rec := newRecorder(nil)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/event"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -34,13 +34,13 @@ const textTable = `CREATE TABLE %s.events (
 // Once the row is fixed, unblocking resumes the stream.
 func TestUnreadableEventBlocksOnlyItsStream(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := jsbridgetest.Pool(t)
 	ctx := t.Context()
-	app := pgtest.Schema(t, pool)
+	app := jsbridgetest.Schema(t, pool)
 	table := app + ".events"
 	_, err := pool.Exec(ctx, strings.ReplaceAll(textTable, "%s", app))
 	require.NoError(t, err)
-	s, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)), store.WithEventsTable(table))
+	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)), store.WithEventsTable(table))
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
 

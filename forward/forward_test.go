@@ -17,7 +17,7 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/jstest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -42,8 +42,8 @@ func setup(t testing.TB, opts ...setupOpts) bundle {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	srv := jstest.Start(t, embedded.Config{MaxPayload: o.maxPayload})
-	nc, js := jstest.Connect(t, srv)
+	srv := jsbridgetest.StartJetStream(t, embedded.Config{MaxPayload: o.maxPayload})
+	nc, js := jsbridgetest.Connect(t, srv)
 	if o.stream != nil {
 		_, err := forward.Provision(t.Context(), js, *o.stream)
 		require.NoError(t, err)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/jstest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -18,8 +18,8 @@ import (
 // and leaves the stream as it is.
 func TestProvisionReplicasOnClusterAndReportsDifference(t *testing.T) {
 	t.Parallel()
-	c := jstest.StartCluster(t, embedded.ClusterConfig{Nodes: 3, Name: "fwd"})
-	_, js := jstest.ConnectCluster(t, c)
+	c := jsbridgetest.StartCluster(t, embedded.ClusterConfig{Nodes: 3, Name: "fwd"})
+	_, js := jsbridgetest.ConnectCluster(t, c)
 
 	p, err := forward.Provision(t.Context(), js, forward.StreamConfig{Replicas: 3})
 	require.NoError(t, err)

@@ -15,7 +15,7 @@ import (
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/jstest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -154,7 +154,7 @@ func TestHandleCutByTheDeadlineIsUnavailable(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			srv := jstest.Start(t, embedded.Config{})
+			srv := jsbridgetest.StartJetStream(t, embedded.Config{})
 			u, err := url.Parse(srv.ClientURL())
 			require.NoError(t, err)
 			proxy := startStallProxy(t, u.Host)

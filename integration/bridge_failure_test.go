@@ -19,7 +19,7 @@ import (
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -37,8 +37,8 @@ const failureDupWindow = time.Second
 
 func failureSetup(t *testing.T) *failureBundle {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	st, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)))
+	pool := jsbridgetest.Pool(t)
+	st, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)))
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(t.Context()))
 	b := &failureBundle{st: st, dir: t.TempDir()}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -105,8 +105,8 @@ func TestBridgeJetStreamFrozenPastTheLease(t *testing.T) {
 
 func frozenPastTheLease(t *testing.T, lease, publishTimeout time.Duration) {
 	srv := startNATSProc(t)
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
+	pool := jsbridgetest.Pool(t)
+	schema := jsbridgetest.Schema(t, pool)
 	st, err := store.New(pool, store.WithSchema(schema))
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(t.Context()))

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -49,7 +49,7 @@ func TestBridgeOpsForeignMetaDrainsWithDocumentedHeaders(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
 	ctx := context.Background()
-	app := pgtest.Schema(t, b.pool)
+	app := jsbridgetest.Schema(t, b.pool)
 	table := app + ".events"
 	_, err := b.pool.Exec(ctx, fmt.Sprintf(foreignTable, app, "jsonb"))
 	require.NoError(t, err)
@@ -135,7 +135,7 @@ func TestBridgeOpsUnreadableMetaBlocksOnlyItsStream(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
 	ctx := context.Background()
-	app := pgtest.Schema(t, b.pool)
+	app := jsbridgetest.Schema(t, b.pool)
 	table := app + ".events"
 	_, err := b.pool.Exec(ctx, fmt.Sprintf(foreignTable, app, "text"))
 	require.NoError(t, err)

@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -223,9 +223,9 @@ type opsBundle struct {
 
 func setupOps(t *testing.T) opsBundle {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
-	return opsBundle{pool: pool, schema: schema, env: []string{"DATABASE_URL=" + pgtest.URL(t), "JSBRIDGE_SCHEMA=" + schema}}
+	pool := jsbridgetest.Pool(t)
+	schema := jsbridgetest.Schema(t, pool)
+	return opsBundle{pool: pool, schema: schema, env: []string{"DATABASE_URL=" + jsbridgetest.DatabaseURL(t), "JSBRIDGE_SCHEMA=" + schema}}
 }
 
 func (b opsBundle) streamRow(t *testing.T, stream string) (watermark int64, blocked bool, errText string, ok bool) {
@@ -369,7 +369,7 @@ func TestBridgeOpsExternalEventsTable(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
 	ctx := context.Background()
-	app := pgtest.Schema(t, b.pool)
+	app := jsbridgetest.Schema(t, b.pool)
 	_, err := b.pool.Exec(ctx, strings.ReplaceAll(opsAppTable, "%s", app))
 	require.NoError(t, err)
 	table := app + ".events"
@@ -379,7 +379,7 @@ func TestBridgeOpsExternalEventsTable(t *testing.T) {
 	_, err = b.pool.Exec(ctx, "INSERT INTO "+table+` (stream, version, name, data)
 SELECT 'old-' || (g % 5), g / 5, 'Happened', '{}' FROM generate_series(0, 49) g ORDER BY g`)
 	require.NoError(t, err)
-	before := pgtest.SchemaShape(t, b.pool, app)
+	before := jsbridgetest.SchemaShape(t, b.pool, app)
 
 	out, err := cli(t, env, "bridge", "migrate", "--dry-run")
 	require.NoError(t, err, out)
@@ -391,7 +391,7 @@ SELECT 'old-' || (g % 5), g / 5, 'Happened', '{}' FROM generate_series(0, 49) g 
 	require.Contains(t, out, "applied 3 migrations")
 	require.Contains(t, out, "004_oldest_first.sql: column "+b.schema+".streams.pending_since, index streams_due_idx\n", "nothing of 004 that touches the own events table")
 	require.NotContains(t, out, "002_events.sql")
-	require.Equal(t, before, pgtest.SchemaShape(t, b.pool, app), "migrate changed the app's schema")
+	require.Equal(t, before, jsbridgetest.SchemaShape(t, b.pool, app), "migrate changed the app's schema")
 
 	srv, js := testJetStream(t)
 	startBridgeProc(t, env, "--nats-url", srv.ClientURL(), "--ops-addr", "", "--poll-interval", "50ms")
@@ -444,5 +444,5 @@ SELECT 'old-' || (g % 5), g / 5, 'Happened', '{}' FROM generate_series(0, 49) g 
 	require.Eventually(t, func() bool { return jsMessages(js) >= total }, 60*time.Second, 100*time.Millisecond,
 		"JetStream holds %d of %d events", jsMessages(js), total)
 	requireExactlyOnceInOrder(t, js, heads)
-	require.Equal(t, before, pgtest.SchemaShape(t, b.pool, app), "running the bridge changed the app's schema")
+	require.Equal(t, before, jsbridgetest.SchemaShape(t, b.pool, app), "running the bridge changed the app's schema")
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/internal/jstest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -25,8 +25,8 @@ import (
 // and returns it with a client.
 func testJetStream(t *testing.T) (*embedded.Server, jetstream.JetStream) {
 	t.Helper()
-	srv := jstest.Start(t, embedded.Config{})
-	_, js := jstest.Connect(t, srv)
+	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
+	_, js := jsbridgetest.Connect(t, srv)
 	return srv, js
 }
 

@@ -19,8 +19,7 @@ import (
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/jstest"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -54,14 +53,14 @@ func verifyCLI(t *testing.T, env []string, args ...string) (string, string, int)
 func TestBridgeVerifyReportsRepairsAndExitsByOutcome(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
+	pool := jsbridgetest.Pool(t)
+	schema := jsbridgetest.Schema(t, pool)
 	st, err := store.New(pool, store.WithSchema(schema))
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
 	dir := t.TempDir()
-	srv := jstest.Start(t, embedded.Config{Dir: dir})
-	_, js := jstest.Connect(t, srv)
+	srv := jsbridgetest.StartJetStream(t, embedded.Config{Dir: dir})
+	_, js := jsbridgetest.Connect(t, srv)
 	_, err = forward.Provision(ctx, js, forward.StreamConfig{})
 	require.NoError(t, err)
 	for _, s := range []string{"order-1", "order-2", "user-1"} {
@@ -107,9 +106,9 @@ func TestBridgeVerifyReportsRepairsAndExitsByOutcome(t *testing.T) {
 		require.NoError(t, s.DeleteMsg(ctx, m.Sequence))
 	}
 	srv.Shutdown()
-	srv = jstest.Start(t, embedded.Config{Dir: dir})
+	srv = jsbridgetest.StartJetStream(t, embedded.Config{Dir: dir})
 
-	env := []string{"DATABASE_URL=" + pgtest.URL(t), "JSBRIDGE_SCHEMA=" + schema, "NATS_URL=" + srv.ClientURL()}
+	env := []string{"DATABASE_URL=" + jsbridgetest.DatabaseURL(t), "JSBRIDGE_SCHEMA=" + schema, "NATS_URL=" + srv.ClientURL()}
 	out, stderr, code := verifyCLI(t, env)
 	require.Equal(t, 1, code, "problems found: exit 1\n%s%s", out, stderr)
 	lines := strings.Split(strings.TrimSpace(out), "\n")

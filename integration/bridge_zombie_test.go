@@ -16,8 +16,7 @@ import (
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/jstest"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -134,12 +133,12 @@ func TestBridgeZombieIsFencedBeyondTheDuplicateWindow(t *testing.T) {
 	for _, batched := range []bool{true, false} {
 		t.Run(map[bool]string{true: "fast batch", false: "one at a time"}[batched], func(t *testing.T) {
 			t.Parallel()
-			pool := pgtest.Pool(t)
-			st, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)))
+			pool := jsbridgetest.Pool(t)
+			st, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)))
 			require.NoError(t, err)
 			require.NoError(t, st.Migrate(t.Context()))
-			srv := jstest.Start(t, embedded.Config{})
-			_, js := jstest.Connect(t, srv)
+			srv := jsbridgetest.StartJetStream(t, embedded.Config{})
+			_, js := jsbridgetest.Connect(t, srv)
 			_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{
 				Name: wire.DefaultEventsStream, Subjects: []string{"events.>"}, Storage: jetstream.FileStorage,
 				Duplicates: 100 * time.Millisecond, AllowBatchPublish: batched,
@@ -156,7 +155,7 @@ func TestBridgeZombieIsFencedBeyondTheDuplicateWindow(t *testing.T) {
 
 			// Bridge A forwards versions 0..2 and knows where the stream
 			// stands in JetStream.
-			_, jsA := jstest.Connect(t, srv)
+			_, jsA := jsbridgetest.Connect(t, srv)
 			fwdA, err := forward.New(jsA, forward.Config{Stream: wire.DefaultEventsStream})
 			require.NoError(t, err)
 			gate := &pauseGate{fwd: fwdA, paused: make(chan struct{}), release: make(chan struct{})}
@@ -184,7 +183,7 @@ func TestBridgeZombieIsFencedBeyondTheDuplicateWindow(t *testing.T) {
 
 			// B takes the stream over once A's lease has run out, and
 			// forwards versions 3..7.
-			_, jsB := jstest.Connect(t, srv)
+			_, jsB := jsbridgetest.Connect(t, srv)
 			fwdB, err := forward.New(jsB, forward.Config{Stream: wire.DefaultEventsStream})
 			require.NoError(t, err)
 			logB := &reconcileLog{h: fwdB}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 
 // binaries returns the directory holding cmd/bridge and cmd/consumer, built
@@ -119,9 +119,9 @@ func waitHTTP200(t *testing.T, url string) {
 
 func TestCLIBridgeAndConsumerProcesses(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
-	env := []string{"DATABASE_URL=" + pgtest.URL(t), "JSBRIDGE_SCHEMA=" + schema}
+	pool := jsbridgetest.Pool(t)
+	schema := jsbridgetest.Schema(t, pool)
+	env := []string{"DATABASE_URL=" + jsbridgetest.DatabaseURL(t), "JSBRIDGE_SCHEMA=" + schema}
 
 	// The first migrate says what it created; the next has nothing to do.
 	out, err := cli(t, env, "bridge", "migrate")
@@ -217,9 +217,9 @@ func TestCLIRejectsBadInputNamingIt(t *testing.T) {
 // --data-file, and is stored byte for byte.
 func TestCLIAppendReadsDataFromStdinAndFile(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
-	env := []string{"DATABASE_URL=" + pgtest.URL(t), "JSBRIDGE_SCHEMA=" + schema}
+	pool := jsbridgetest.Pool(t)
+	schema := jsbridgetest.Schema(t, pool)
+	env := []string{"DATABASE_URL=" + jsbridgetest.DatabaseURL(t), "JSBRIDGE_SCHEMA=" + schema}
 	out, err := cli(t, env, "bridge", "migrate")
 	require.NoError(t, err, out)
 

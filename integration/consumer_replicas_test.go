@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/webhook/pgstore"
 	"github.com/jsbridge/jsbridge/wire"
@@ -30,8 +30,8 @@ func TestConsumerReplicaKilledMidDeliveryLosesNothing(t *testing.T) {
 		inFlight = 1000
 	)
 	b := setupJetStream(t)
-	pool := pgtest.Pool(t)
-	store, err := pgstore.New(pool, pgstore.WithTable(pgtest.Schema(t, pool)+".webhook_idempotency"))
+	pool := jsbridgetest.Pool(t)
+	store, err := pgstore.New(pool, pgstore.WithTable(jsbridgetest.Schema(t, pool)+".webhook_idempotency"))
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(context.Background()))
 	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{testSecret})

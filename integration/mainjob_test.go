@@ -1,5 +1,5 @@
 // Package integration tests jsbridge across components: a real Postgres
-// (internal/pgtest), a real JetStream server (embedded) and real HTTP
+// (jsbridgetest), a real JetStream server (embedded) and real HTTP
 // receivers (httptest).
 package integration
 
@@ -23,8 +23,7 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/jstest"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -41,11 +40,11 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	st, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)))
+	pool := jsbridgetest.Pool(t)
+	st, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)))
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(ctx))
-	b := &bundle{st: st, srv: jstest.Start(t, embedded.Config{})}
+	b := &bundle{st: st, srv: jsbridgetest.StartJetStream(t, embedded.Config{})}
 	b.js = b.connect(t)
 	_, err = forward.Provision(ctx, b.js, forward.StreamConfig{})
 	require.NoError(t, err)
@@ -55,7 +54,7 @@ func setup(t *testing.T) *bundle {
 // connect opens a new client connection, as a separate process would.
 func (b *bundle) connect(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	_, js := jstest.Connect(t, b.srv)
+	_, js := jsbridgetest.Connect(t, b.srv)
 	return js
 }
 

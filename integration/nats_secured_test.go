@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/internal/jstest"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/internal/natsconn/natsconntest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 
 // securedRun starts bridge run and consumer run against url with the
@@ -20,9 +20,9 @@ import (
 // forwarded, the consumer delivered. It returns the processes' output.
 func securedRun(t *testing.T, env []string, conn ...string) []*syncBuffer {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
-	env = append([]string{"DATABASE_URL=" + pgtest.URL(t), "JSBRIDGE_SCHEMA=" + schema, "NATS_URL="}, env...)
+	pool := jsbridgetest.Pool(t)
+	schema := jsbridgetest.Schema(t, pool)
+	env = append([]string{"DATABASE_URL=" + jsbridgetest.DatabaseURL(t), "JSBRIDGE_SCHEMA=" + schema, "NATS_URL="}, env...)
 	rc, rsrv := newRecorder(t)
 	bridgeOps, consumerOps := freePort(t), freePort(t)
 
@@ -51,26 +51,26 @@ func TestSecuredNATS(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		kind    string
-		start   func(testing.TB) jstest.Secured
+		start   func(testing.TB) natsconntest.Secured
 		refused string // what the refusal message names
 	}{
-		{"user-password", jstest.StartUserPassword, "Authorization Violation"},
-		{"nkey", jstest.StartNKey, "Authorization Violation"},
-		{"creds", jstest.StartCreds, "Authorization Violation"},
-		{"tls", jstest.StartTLS, "tls"},
+		{"user-password", natsconntest.StartUserPassword, "Authorization Violation"},
+		{"nkey", natsconntest.StartNKey, "Authorization Violation"},
+		{"creds", natsconntest.StartCreds, "Authorization Violation"},
+		{"tls", natsconntest.StartTLS, "tls"},
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			t.Parallel()
 			srv := tc.start(t)
-			good := append([]string{"--nats-url", srv.URL}, jstest.Args(srv.Good)...)
+			good := append([]string{"--nats-url", srv.URL}, natsconntest.Args(srv.Good)...)
 			for _, out := range securedRun(t, nil, good...) {
 				requireNoSecret(t, out.String(), srv.Secrets)
 			}
 
 			// Refused: each exits non-zero at once, saying the server
 			// refused it, and prints no secret.
-			bad := append([]string{"--nats-url", srv.URL}, jstest.Args(srv.Bad)...)
-			env := []string{"DATABASE_URL=" + pgtest.URL(t), "JSBRIDGE_SCHEMA=" + pgtest.Schema(t, pgtest.Pool(t))}
+			bad := append([]string{"--nats-url", srv.URL}, natsconntest.Args(srv.Bad)...)
+			env := []string{"DATABASE_URL=" + jsbridgetest.DatabaseURL(t), "JSBRIDGE_SCHEMA=" + jsbridgetest.Schema(t, jsbridgetest.Pool(t))}
 			for _, args := range [][]string{
 				append([]string{"bridge", "run", "--ops-addr", ""}, bad...),
 				append([]string{"consumer", "run", "--ops-addr", "", "--name", "secured", "--url", "http://127.0.0.1:1",
@@ -94,7 +94,7 @@ func TestSecuredNATS(t *testing.T) {
 // $HOME/.config without XDG_CONFIG_HOME and under $XDG_CONFIG_HOME.
 func TestSecuredNATSContext(t *testing.T) {
 	t.Parallel()
-	srv := jstest.StartUserPassword(t)
+	srv := natsconntest.StartUserPassword(t)
 	body := fmt.Sprintf(`{"description": "test", "url": %q, "user": %q, "password": %q}`, srv.URL, srv.Good.User, srv.Good.Password)
 	home := t.TempDir()
 	dir := filepath.Join(home, ".config", "nats", "context")
@@ -121,7 +121,7 @@ func TestSecuredNATSContext(t *testing.T) {
 
 func TestSecuredNATSFlagErrorsAtStart(t *testing.T) {
 	t.Parallel()
-	env := []string{"DATABASE_URL=" + pgtest.URL(t), "JSBRIDGE_SCHEMA=" + pgtest.Schema(t, pgtest.Pool(t))}
+	env := []string{"DATABASE_URL=" + jsbridgetest.DatabaseURL(t), "JSBRIDGE_SCHEMA=" + jsbridgetest.Schema(t, jsbridgetest.Pool(t))}
 	missing := filepath.Join(t.TempDir(), "app.creds")
 
 	out, err := cli(t, env, "bridge", "run", "--ops-addr", "", "--nats-url", "nats://127.0.0.1:1", "--nats-creds", missing)

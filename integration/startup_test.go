@@ -20,7 +20,7 @@ import (
 	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 
 // getBody returns a GET's status and body (0 and the error text when the
@@ -304,7 +304,7 @@ func TestStartupBadCredentialsAndConfigurationExit(t *testing.T) {
 	out = exits(b.env, "bridge", "run", "--nats-url", tokenSrv.ClientURL(), "--ops-addr", "")
 	require.Contains(t, strings.ToLower(out), "authorization violation")
 
-	u, err := url.Parse(pgtest.URL(t))
+	u, err := url.Parse(jsbridgetest.DatabaseURL(t))
 	require.NoError(t, err)
 	u.Path = "/no_such_database"
 	out = exits([]string{"DATABASE_URL=" + u.String()}, "bridge", "run", "--nats-url", "nats://127.0.0.1:1", "--ops-addr", "")

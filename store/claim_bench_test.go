@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -107,8 +107,8 @@ FROM generate_series(0, $1::int * $2::int - 1) g ORDER BY g`, streams, perStream
 // benchStore returns a pool and a store migrated in a fresh schema.
 func benchStore(b *testing.B) (*pgxpool.Pool, *store.Store) {
 	b.Helper()
-	pool := pgtest.Pool(b)
-	s, err := store.New(pool, store.WithSchema(pgtest.Schema(b, pool)))
+	pool := jsbridgetest.Pool(b)
+	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(b, pool)))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/event"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -38,12 +38,12 @@ type extBundle struct {
 
 func setupExternal(t *testing.T) extBundle {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	app := pgtest.Schema(t, pool)
+	pool := jsbridgetest.Pool(t)
+	app := jsbridgetest.Schema(t, pool)
 	ctx := t.Context()
 	_, err := pool.Exec(ctx, strings.ReplaceAll(appTable, "%s", app))
 	require.NoError(t, err)
-	s, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)), store.WithEventsTable(app+".events"))
+	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)), store.WithEventsTable(app+".events"))
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
 	return extBundle{ctx: ctx, pool: pool, store: s, appTable: app + ".events"}
@@ -172,11 +172,11 @@ SELECT 'order-' || (g % 250), g / 250, 'Happened', '{}' FROM generate_series(0, 
 
 func TestNotificationsPollAnExternalTable(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	app := pgtest.Schema(t, pool)
+	pool := jsbridgetest.Pool(t)
+	app := jsbridgetest.Schema(t, pool)
 	_, err := pool.Exec(t.Context(), strings.ReplaceAll(appTable, "%s", app))
 	require.NoError(t, err)
-	s, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)), store.WithEventsTable(app+".events"),
+	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)), store.WithEventsTable(app+".events"),
 		store.WithDiscoveryInterval(20*time.Millisecond))
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(t.Context()))
@@ -198,18 +198,18 @@ func TestNotificationsPollAnExternalTable(t *testing.T) {
 
 func TestMigrateLeavesTheExternalTableUntouched(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	app := pgtest.Schema(t, pool)
+	pool := jsbridgetest.Pool(t)
+	app := jsbridgetest.Schema(t, pool)
 	_, err := pool.Exec(t.Context(), strings.ReplaceAll(appTable, "%s", app))
 	require.NoError(t, err)
-	before := pgtest.SchemaShape(t, pool, app)
-	bridge := pgtest.Schema(t, pool)
+	before := jsbridgetest.SchemaShape(t, pool, app)
+	bridge := jsbridgetest.Schema(t, pool)
 	s, err := store.New(pool, store.WithSchema(bridge), store.WithEventsTable(app+".events"))
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(t.Context()))
 	require.NoError(t, s.Migrate(t.Context()), "idempotent")
-	require.Equal(t, before, pgtest.SchemaShape(t, pool, app))
-	require.NotContains(t, pgtest.SchemaShape(t, pool, bridge), "events:", "no events table of ours")
+	require.Equal(t, before, jsbridgetest.SchemaShape(t, pool, app))
+	require.NotContains(t, jsbridgetest.SchemaShape(t, pool, bridge), "events:", "no events table of ours")
 
 	stmts, err := store.MigrationSQL(store.WithSchema(bridge), store.WithEventsTable(app+".events"))
 	require.NoError(t, err)
@@ -244,8 +244,8 @@ func TestDiscoverOnOwnTableIsAnError(t *testing.T) {
 // stalling the drain cycle.
 func TestSettleGivesUpOnARowHeldByTheApp(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	s, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)), store.WithSettleTimeout(300*time.Millisecond))
+	pool := jsbridgetest.Pool(t)
+	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)), store.WithSettleTimeout(300*time.Millisecond))
 	require.NoError(t, err)
 	ctx := t.Context()
 	require.NoError(t, s.Migrate(ctx))

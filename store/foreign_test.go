@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/event"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -17,8 +17,8 @@ import (
 // it.
 func foreignStore(t *testing.T, dataType, metaType string) (extBundle, error) {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	app := pgtest.Schema(t, pool)
+	pool := jsbridgetest.Pool(t)
+	app := jsbridgetest.Schema(t, pool)
 	ctx := t.Context()
 	_, err := pool.Exec(ctx, `CREATE TABLE `+app+`.events (
     id      bigserial   PRIMARY KEY,
@@ -32,7 +32,7 @@ func foreignStore(t *testing.T, dataType, metaType string) (extBundle, error) {
     UNIQUE (stream, version)
 )`)
 	require.NoError(t, err)
-	s, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)), store.WithEventsTable(app+".events"))
+	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)), store.WithEventsTable(app+".events"))
 	require.NoError(t, err)
 	return extBundle{ctx: ctx, pool: pool, store: s, appTable: app + ".events"}, s.Migrate(ctx)
 }
@@ -139,22 +139,22 @@ func TestMigrateChecksTheExternalTableLayout(t *testing.T) {
 		b, err := foreignStore(t, c.data, c.meta)
 		require.ErrorIs(t, err, store.ErrEventsTableLayout)
 		require.ErrorContains(t, err, "events table "+b.appTable+": "+c.want)
-		require.NotContains(t, pgtest.SchemaShape(t, b.pool, b.store.Schema()), "streams", "nothing created")
+		require.NotContains(t, jsbridgetest.SchemaShape(t, b.pool, b.store.Schema()), "streams", "nothing created")
 	}
 
-	pool := pgtest.Pool(t)
-	app := pgtest.Schema(t, pool)
+	pool := jsbridgetest.Pool(t)
+	app := jsbridgetest.Schema(t, pool)
 	_, err := pool.Exec(t.Context(), `CREATE DOMAIN `+app+`.payload AS jsonb;
 CREATE TABLE `+app+`.events (id bigint, stream text, version bigint, name text, data `+app+`.payload, created date)`)
 	require.NoError(t, err)
-	s, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)), store.WithEventsTable(app+".events"))
+	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)), store.WithEventsTable(app+".events"))
 	require.NoError(t, err)
 	err = s.Migrate(t.Context())
 	require.ErrorIs(t, err, store.ErrEventsTableLayout)
 	require.ErrorContains(t, err, "no column meta (want jsonb, json or text); column created is date (want timestamptz or timestamp)")
 	require.NotContains(t, err.Error(), "column data", "a domain over jsonb is jsonb")
 
-	s, err = store.New(pool, store.WithSchema(pgtest.Schema(t, pool)), store.WithEventsTable(app+".missing"))
+	s, err = store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)), store.WithEventsTable(app+".missing"))
 	require.NoError(t, err)
 	err = s.Migrate(t.Context())
 	require.ErrorIs(t, err, store.ErrEventsTableMissing, "a missing table may yet be created: not a layout error")
@@ -165,8 +165,8 @@ CREATE TABLE `+app+`.events (id bigint, stream text, version bigint, name text, 
 // Migrate says what it applied; once up to date, nothing.
 func TestMigrateAppliedListsWhatItCreated(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
+	pool := jsbridgetest.Pool(t)
+	schema := jsbridgetest.Schema(t, pool)
 	s, err := store.New(pool, store.WithSchema(schema))
 	require.NoError(t, err)
 	applied, err := s.MigrateApplied(t.Context())
@@ -184,7 +184,7 @@ func TestMigrateAppliedListsWhatItCreated(t *testing.T) {
 
 	b, err := foreignStore(t, "jsonb", "jsonb")
 	require.NoError(t, err)
-	schemaShape := pgtest.SchemaShape(t, b.pool, b.store.Schema())
+	schemaShape := jsbridgetest.SchemaShape(t, b.pool, b.store.Schema())
 	require.NotContains(t, schemaShape, "events:")
 	applied, err = b.store.MigrateApplied(b.ctx)
 	require.NoError(t, err)
@@ -214,13 +214,13 @@ func TestRecordedEventsTable(t *testing.T) {
 	err = plain.Migrate(b.ctx)
 	require.ErrorIs(t, err, store.ErrInvalidInput)
 	require.ErrorContains(t, err, "set up to drain the events table "+b.appTable)
-	require.NotContains(t, pgtest.SchemaShape(t, b.pool, b.store.Schema()), "events:", "no events table created")
+	require.NotContains(t, jsbridgetest.SchemaShape(t, b.pool, b.store.Schema()), "events:", "no events table created")
 
 	own := setup(t)
 	table, err = own.store.RecordedEventsTable(own.ctx)
 	require.NoError(t, err)
 	require.Empty(t, table, "a schema with its own events table")
-	fresh, err := store.New(b.pool, store.WithSchema(pgtest.Schema(t, b.pool)))
+	fresh, err := store.New(b.pool, store.WithSchema(jsbridgetest.Schema(t, b.pool)))
 	require.NoError(t, err)
 	table, err = fresh.RecordedEventsTable(b.ctx)
 	require.NoError(t, err)

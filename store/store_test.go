@@ -14,7 +14,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/event"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -32,8 +32,8 @@ type bundle struct {
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	s, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)))
+	pool := jsbridgetest.Pool(t)
+	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)))
 	require.NoError(t, err)
 	ctx := t.Context()
 	require.NoError(t, s.Migrate(ctx))
@@ -74,7 +74,7 @@ func claimedNames(claims []event.Claim) []string {
 
 func TestWithSchemaRejectsNonIdentifier(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := jsbridgetest.Pool(t)
 	for _, name := range []string{"", "Bad", "a-b", "x; DROP TABLE y", "1abc"} {
 		_, err := store.New(pool, store.WithSchema(name))
 		require.ErrorIs(t, err, store.ErrInvalidInput, name)
@@ -106,8 +106,8 @@ func TestMigrateTwiceIsNoop(t *testing.T) {
 
 func TestMigrateConcurrently(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
+	pool := jsbridgetest.Pool(t)
+	schema := jsbridgetest.Schema(t, pool)
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
@@ -675,8 +675,8 @@ func TestStreamsFiltersResetAndTotals(t *testing.T) {
 
 func TestMigrationSQLCreatesTheSchema(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	s, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)))
+	pool := jsbridgetest.Pool(t)
+	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)))
 	require.NoError(t, err)
 	for _, q := range s.MigrationSQL() {
 		_, err := pool.Exec(t.Context(), q)

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/internal/pgtest"
 	"github.com/jsbridge/jsbridge/internal/startup"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -46,7 +46,7 @@ func TestPostgresPermanent(t *testing.T) {
 // that is not there is waited for.
 func TestWaitPostgres(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(pgtest.URL(t))
+	u, err := url.Parse(jsbridgetest.DatabaseURL(t))
 	require.NoError(t, err)
 	u.Path = "/no_such_database_jsbridge"
 	pool, err := pgxpool.New(context.Background(), u.String())

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/internal/ops"
 )
@@ -84,11 +85,15 @@ func (c *dlqReplayCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer nc.Close()
-	cons, _, err := c.consumer(js, g, log, nil, nil, 0)
+	cfg, err := c.config(g, log, nil, 0, 0)
 	if err != nil {
 		return err
 	}
-	q := deliver.NewDLQ(js, deliver.DLQConfig{Stream: g.DLQStream})
+	cons, err := consumer.New(js, cfg)
+	if err != nil {
+		return err
+	}
+	q := cons.DLQ()
 	var letters []deliver.StoredDeadLetter
 	if c.All {
 		if letters, err = q.List(ctx, c.Subscription); err != nil {
@@ -107,7 +112,7 @@ func (c *dlqReplayCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	failed := 0
-	for _, res := range cons.Replay(ctx, q, letters) {
+	for _, res := range cons.Replay(ctx, letters) {
 		d := res.Letter
 		if res.Delivered {
 			fmt.Printf("replayed seq %d (subscription %s, event %s): HTTP %d, removed from the DLQ\n", d.Seq, d.Subscription, d.EventID, res.Status)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/internal/natsconn"
 	"github.com/jsbridge/jsbridge/internal/ops"
@@ -82,23 +83,17 @@ func (f *subscriptionFlags) subscriptions() ([]deliver.Subscription, breaker.Set
 		}, nil
 }
 
-// consumer builds the deliver.Consumer of f on js; breaker metrics and
-// delivery metrics go to reg (nil: not registered); replicas is the durable
-// consumers' replica count (0: the stream's).
-func (f *subscriptionFlags) consumer(js jetstream.JetStream, g *Globals, log *slog.Logger, reg prometheus.Registerer, dl deliver.DeadLetterer, replicas int) (*deliver.Consumer, []deliver.Subscription, error) {
+// config maps the subscription flags (or file) to the consumer's
+// configuration; replicas and the startup timeout are run's.
+func (f *subscriptionFlags) config(g *Globals, log *slog.Logger, reg prometheus.Registerer, replicas int, startupTimeout time.Duration) (consumer.Config, error) {
 	subs, bs, err := f.subscriptions()
 	if err != nil {
-		return nil, nil, err
+		return consumer.Config{}, err
 	}
-	breakers, err := breaker.NewSet(bs, log, reg)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := deliver.New(js, deliver.Config{Stream: g.Stream, Breakers: breakers, Logger: log, Registerer: reg, DeadLetters: dl, Replicas: replicas}, subs...)
-	if err != nil {
-		return nil, nil, err
-	}
-	return c, subs, nil
+	return consumer.Config{
+		Subscriptions: subs, Breaker: bs, Stream: g.Stream, DLQStream: g.DLQStream,
+		Replicas: replicas, StartupTimeout: startupTimeout, Logger: log, Registerer: reg,
+	}, nil
 }
 
 // connect opens the NATS connection and its JetStream context, for the
@@ -131,7 +126,8 @@ type runCmd struct {
 }
 
 // Run validates the configuration, starts the ops port, then waits for
-// NATS, the DLQ stream and the durable consumers (see startup) and
+// NATS and lets the consumer package wait for the DLQ stream and the
+// durable consumers (consumer.Provision, with the same startup.Waiter) and
 // delivers until ctx ends. It fails only for what waiting cannot fix, or
 // at --startup-timeout; a stop while it waits is a clean exit.
 func (r *runCmd) Run(ctx context.Context, g *Globals) error {
@@ -147,15 +143,16 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	if r.Replicas < 1 {
 		return fmt.Errorf("--replicas (JSBRIDGE_REPLICAS) %d: want 1 or more", r.Replicas)
 	}
-	subs, _, err := r.subscriptions()
+	opsSrv := ops.NewServer()
+	cfg, err := r.config(g, log, opsSrv.Registry, r.Replicas, r.StartupTimeout)
 	if err != nil {
 		return err
 	}
-	names := make([]string, len(subs))
-	for i, s := range subs {
-		if err := s.Validate(); err != nil {
-			return err
-		}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	names := make([]string, len(cfg.Subscriptions))
+	for i, s := range cfg.Subscriptions {
 		names[i] = s.Name
 	}
 
@@ -163,7 +160,6 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	// waited for while the dependencies are not there yet.
 	w := startup.New(log, r.StartupTimeout)
 	var jsRef startup.JetStreamRef
-	opsSrv := ops.NewServer()
 	opsSrv.AddCheck("startup", w.Check)
 	opsSrv.AddCheck("jetstream", jsRef.StreamCheck(g.Stream))
 	opsSrv.AddCheck("dlq", jsRef.StreamCheck(g.DLQStream))
@@ -174,7 +170,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer opsSrv.Stop()
 
-	nc, c, err := r.start(ctx, w, g, conn, log, opsSrv, &jsRef)
+	nc, c, err := r.start(ctx, w, conn, log, cfg, &jsRef)
 	if nc != nil {
 		defer nc.Close()
 	}
@@ -193,10 +189,11 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	return err
 }
 
-// start connects to NATS, provisions the DLQ stream and the durable
-// consumers, each step waited for with w, and returns the connection (to
-// close, also on error) and the consumer.
-func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn natsconn.Settings, log *slog.Logger, opsSrv *ops.Server, jsRef *startup.JetStreamRef) (*nats.Conn, *deliver.Consumer, error) {
+// start connects to NATS, waited for with w, assembles the consumer and
+// provisions it (the DLQ stream and the durable consumers, waited for with
+// the same w), and returns the connection (to close, also on error) and
+// the consumer.
+func (r *runCmd) start(ctx context.Context, w *startup.Waiter, conn natsconn.Settings, log *slog.Logger, cfg consumer.Config, jsRef *startup.JetStreamRef) (*nats.Conn, *consumer.Consumer, error) {
 	log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS)
 	nc, err := startup.ConnectNATS(ctx, w, conn.URL, append(startup.NATSOptions(log, "jsbridge-consumer"), conn.Options()...)...)
 	if err != nil {
@@ -210,25 +207,9 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn 
 	if warning := startup.ReplicasWarning(r.Replicas, nc.ConnectedServerName(), nc.ConnectedClusterName()); warning != "" {
 		log.Warn(warning, "replicas", r.Replicas)
 	}
-	dlq := deliver.NewDLQ(js, deliver.DLQConfig{Stream: g.DLQStream, Replicas: r.Replicas, Logger: log})
-	err = w.For(ctx, "JetStream dead-letter stream "+g.DLQStream, func(ctx context.Context) error {
-		err := dlq.Provision(ctx)
-		if errors.Is(err, deliver.ErrDLQSubjects) {
-			return startup.Permanent(err)
-		}
-		return startup.JetStreamErr(err)
-	})
+	c, err := consumer.New(js, cfg)
 	if err != nil {
 		return nc, nil, err
 	}
-	c, _, err := r.consumer(js, g, log, opsSrv.Registry, dlq, r.Replicas)
-	if err != nil {
-		return nc, nil, err
-	}
-	// The events stream is the bridge's: a consumer started first waits
-	// for it here.
-	err = w.For(ctx, "JetStream stream "+g.Stream, func(ctx context.Context) error {
-		return startup.JetStreamErr(c.Provision(ctx))
-	})
-	return nc, c, err
+	return nc, c, c.Provision(startup.WithWaiter(ctx, w))
 }

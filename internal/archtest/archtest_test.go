@@ -96,7 +96,9 @@ var rules = []rule{
 	{pkg: "webhook", only: []string{"event", "wire"}, forbidden: []string{nats, postgres}, why: "receivers import webhook alone: no NATS, no Postgres, no third-party code"},
 	{pkg: "webhook/pgstore", forbidden: []string{nats}, why: "the receivers' Postgres idempotency store knows nothing of NATS"},
 	{pkg: "breaker", forbidden: []string{nats, postgres}, why: "circuit breakers know nothing of the bus or the store"},
-	{pkg: "bridge", forbidden: []string{module + "/embedded", module + "/cmd/", module + "/internal/startup", module + "/internal/ops", "github.com/nats-io/nats-server", "github.com/alecthomas/kong"}, why: "an application that embeds the bridge pulls in no NATS server, CLI or ops port"},
+	{pkg: "bridge", forbidden: []string{module + "/jsbridgetest", module + "/embedded", module + "/cmd/", module + "/internal/startup", module + "/internal/ops", "github.com/nats-io/nats-server", "github.com/alecthomas/kong"}, why: "an application that embeds the bridge pulls in no NATS server, CLI or ops port"},
+	{pkg: "consumer", forbidden: []string{module + "/jsbridgetest", postgres, module + "/store", module + "/drain", module + "/forward", module + "/bridge", module + "/embedded", module + "/cmd/", module + "/internal/ops", "github.com/nats-io/nats-server", "github.com/alecthomas/kong"}, why: "an application that embeds the consumer pulls in no Postgres, bridge, NATS server, CLI or ops port"},
+	{pkg: "jsbridgetest", forbidden: []string{module + "/internal/natsconn", module + "/cmd/", module + "/internal/ops", module + "/internal/flagdoc", "github.com/alecthomas/kong"}, why: "the test kit is built from the public packages an application uses, not from the binaries"},
 	{pkg: "audit", forbidden: []string{postgres, module + "/store"}, why: "verify reads Postgres through an interface the bridge plugs the store into"},
 	{pkg: "deliver", forbidden: []string{postgres, module + "/store", module + "/drain", module + "/forward"}, why: "the consumer's engine knows nothing of Postgres or the bridge"},
 }

@@ -15,14 +15,14 @@ import (
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
 func setup(t *testing.T) (*bridgemetrics.Metrics, *prometheus.Registry, *store.Store) {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	st, err := store.New(pool, store.WithSchema(pgtest.Schema(t, pool)))
+	pool := jsbridgetest.Pool(t)
+	st, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)))
 	require.NoError(t, err)
 	require.NoError(t, st.Migrate(t.Context()))
 	reg := prometheus.NewRegistry()

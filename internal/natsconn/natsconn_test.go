@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/internal/jstest"
 	"github.com/jsbridge/jsbridge/internal/natsconn"
+	"github.com/jsbridge/jsbridge/internal/natsconn/natsconntest"
 	"github.com/jsbridge/jsbridge/internal/startup"
 )
 
@@ -36,15 +36,15 @@ func TestConnectsToSecuredServers(t *testing.T) {
 	t.Parallel()
 	credentials, tlsCert := "check the credentials", "check --nats-tls-cert and --nats-tls-key"
 	for name, tc := range map[string]struct {
-		start func(testing.TB) jstest.Secured
+		start func(testing.TB) natsconntest.Secured
 		hint  string // what the refusal says to check
 	}{
-		"user/password": {jstest.StartUserPassword, credentials},
-		"token":         {jstest.StartToken, credentials},
-		"nkey":          {jstest.StartNKey, credentials},
-		"creds":         {jstest.StartCreds, credentials},
-		"tls":           {jstest.StartTLS, tlsCert},
-		"tls first":     {jstest.StartTLSFirst, tlsCert},
+		"user/password": {natsconntest.StartUserPassword, credentials},
+		"token":         {natsconntest.StartToken, credentials},
+		"nkey":          {natsconntest.StartNKey, credentials},
+		"creds":         {natsconntest.StartCreds, credentials},
+		"tls":           {natsconntest.StartTLS, tlsCert},
+		"tls first":     {natsconntest.StartTLSFirst, tlsCert},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -76,7 +76,7 @@ func TestConnectsToSecuredServers(t *testing.T) {
 
 func TestTLSServerNotTrustedIsPermanent(t *testing.T) {
 	t.Parallel()
-	srv := jstest.StartTLS(t)
+	srv := natsconntest.StartTLS(t)
 	f := srv.Good
 	f.TLSCA = filepath.Join(filepath.Dir(f.TLSCA), "other-ca.pem") // not the server's CA
 	_, err := connect(t, srv.URL, f)
@@ -88,7 +88,7 @@ func TestTLSServerNotTrustedIsPermanent(t *testing.T) {
 	// Without --nats-tls-first a handshake_first server is not reached:
 	// each waits for the other to speak first (the server's TLS timeout is
 	// longer than this wait).
-	first := jstest.StartTLSFirst(t)
+	first := natsconntest.StartTLSFirst(t)
 	f = first.Good
 	f.TLSFirst = false
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -101,7 +101,7 @@ func TestTLSServerNotTrustedIsPermanent(t *testing.T) {
 
 func TestWithoutCredentialsTheServerRefuses(t *testing.T) {
 	t.Parallel()
-	srv := jstest.StartUserPassword(t)
+	srv := natsconntest.StartUserPassword(t)
 	_, err := connect(t, srv.URL, natsconn.Flags{})
 	require.Error(t, err)
 	require.True(t, startup.IsPermanent(err), "%v", err)
@@ -120,7 +120,7 @@ func writeContext(t *testing.T, dir, name, body string) string {
 }
 
 func TestContextGivesURLAndCredentials(t *testing.T) {
-	srv := jstest.StartUserPassword(t)
+	srv := natsconntest.StartUserPassword(t)
 	good := srv.Good
 	config := t.TempDir()
 	t.Setenv("XDG_CONFIG_HOME", config)

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/internal/jstest"
 	"github.com/jsbridge/jsbridge/internal/startup"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 
 // tokenServer starts a real nats-server that requires token.
@@ -54,7 +54,7 @@ func TestConnectNATSWaitsForAServerThatComesUp(t *testing.T) {
 	w.SetBackoff(50*time.Millisecond, 200*time.Millisecond)
 	go func() {
 		time.Sleep(500 * time.Millisecond)
-		_ = jstest.Start(t, embedded.Config{Port: port})
+		_ = jsbridgetest.StartJetStream(t, embedded.Config{Port: port})
 	}()
 	nc, err := startup.ConnectNATS(context.Background(), w, url, startup.NATSOptions(nil, "test")...)
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestConnectNATSWaitsForAServerThatComesUp(t *testing.T) {
 func TestJetStreamPermanent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, js := jstest.Connect(t, jstest.Start(t, embedded.Config{}))
+	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "A", Subjects: []string{"events.>"}})
 	require.NoError(t, err)
 

@@ -175,3 +175,20 @@ func (w *Waiter) Check(context.Context) error {
 		return fmt.Errorf("waiting for %s: %w", w.waiting, w.last)
 	}
 }
+
+// waiterKey carries a Waiter in a context.
+type waiterKey struct{}
+
+// WithWaiter returns ctx carrying w, so that a public package's Provision
+// (consumer.Consumer.Provision) waits with the binary's Waiter: one
+// --startup-timeout deadline, one /readyz state and the same messages for
+// every step, whether the binary or the package takes it.
+func WithWaiter(ctx context.Context, w *Waiter) context.Context {
+	return context.WithValue(ctx, waiterKey{}, w)
+}
+
+// WaiterFrom returns the Waiter WithWaiter put in ctx, or nil.
+func WaiterFrom(ctx context.Context) *Waiter {
+	w, _ := ctx.Value(waiterKey{}).(*Waiter)
+	return w
+}

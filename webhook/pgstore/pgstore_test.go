@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/internal/pgtest"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/webhook/idempotencytest"
 	"github.com/jsbridge/jsbridge/webhook/pgstore"
@@ -30,8 +30,8 @@ type bundle struct {
 // setup gives each test its own schema on the test Postgres.
 func setup(t *testing.T) bundle {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	return bundle{pool: pool, table: pgtest.Schema(t, pool) + ".keys"}
+	pool := jsbridgetest.Pool(t)
+	return bundle{pool: pool, table: jsbridgetest.Schema(t, pool) + ".keys"}
 }
 
 func newStore(t *testing.T, b bundle, opts ...pgstore.Option) *pgstore.Store {
@@ -140,7 +140,7 @@ func TestStoreConcurrentReplicas(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, replicas)
 	for r := range replicas {
-		s, err := pgstore.New(pgtest.Pool(t), pgstore.WithTable(b.table))
+		s, err := pgstore.New(jsbridgetest.Pool(t), pgstore.WithTable(b.table))
 		require.NoError(t, err)
 		wg.Go(func() {
 			for k := range keys {
@@ -174,7 +174,7 @@ func TestStoreConcurrentReplicas(t *testing.T) {
 
 func TestNewRejectsBadInput(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := jsbridgetest.Pool(t)
 	_, err := pgstore.New(nil)
 	require.ErrorIs(t, err, pgstore.ErrInvalidOption)
 	for _, name := range []string{"", "a..b", "a.b.c", ".x"} {
@@ -258,8 +258,8 @@ func TestHandlerOverPostgres(t *testing.T) {
 
 func BenchmarkStoreClaimComplete(b *testing.B) {
 	ctx := context.Background()
-	pool := pgtest.Pool(b)
-	s, err := pgstore.New(pool, pgstore.WithTable(pgtest.Schema(b, pool)+".keys"))
+	pool := jsbridgetest.Pool(b)
+	s, err := pgstore.New(pool, pgstore.WithTable(jsbridgetest.Schema(b, pool)+".keys"))
 	require.NoError(b, err)
 	require.NoError(b, s.Migrate(ctx))
 	i := 0

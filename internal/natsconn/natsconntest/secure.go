@@ -1,4 +1,8 @@
-package jstest
+// Package natsconntest starts JetStream servers that require one way of
+// authenticating (user and password, token, NKey, credentials file, TLS
+// client certificate), with natsconn flags that pass and flags the server
+// refuses: for the tests of natsconn and of the binaries' NATS flags.
+package natsconntest
 
 import (
 	"crypto/ecdsa"
@@ -193,7 +197,7 @@ func startSecured(t testing.TB, secure func(*server.Options)) string {
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
-		t.Fatal("jstest: secured server not ready within 10s")
+		t.Fatal("natsconntest: secured server not ready within 10s")
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	return srv.ClientURL()
@@ -297,6 +301,6 @@ func newCert(t testing.TB, ca *x509.Certificate, caKey *ecdsa.PrivateKey, client
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
-		t.Fatalf("jstest: %v", err)
+		t.Fatalf("natsconntest: %v", err)
 	}
 }

@@ -1,8 +1,4 @@
-// Package pgtest gives tests a real Postgres: the database named by
-// JSBRIDGE_TEST_DATABASE_URL, or else the project's throwaway local server,
-// which it starts (or reuses) with scripts/pg. It never skips: when no server
-// can be had, the test fails and says why.
-package pgtest
+package jsbridgetest
 
 import (
 	"context"
@@ -19,8 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// EnvURL is the environment variable naming the test database.
-const EnvURL = "JSBRIDGE_TEST_DATABASE_URL"
+// EnvDatabaseURL is the environment variable naming the test database: a
+// Postgres URL whose user may create schemas.
+const EnvDatabaseURL = "JSBRIDGE_TEST_DATABASE_URL"
 
 var (
 	urlOnce sync.Once
@@ -28,27 +25,29 @@ var (
 	urlErr  error
 )
 
-// URL returns the test database URL, starting the local throwaway Postgres
-// with scripts/pg when JSBRIDGE_TEST_DATABASE_URL is unset.
-func URL(t testing.TB) string {
+// DatabaseURL returns the test database's URL: $JSBRIDGE_TEST_DATABASE_URL,
+// or else (inside the jsbridge repository) the throwaway local Postgres
+// that scripts/pg starts or reuses. It never skips: with no database the
+// test fails and says why.
+func DatabaseURL(t testing.TB) string {
 	t.Helper()
-	u, err := LookupURL()
+	u, err := LookupDatabaseURL()
 	if err != nil {
-		t.Fatalf("pgtest: no Postgres: set %s or fix scripts/pg start: %v", EnvURL, err)
+		t.Fatalf("jsbridgetest: no Postgres: set %s (or, in the jsbridge repository, fix scripts/pg start): %v", EnvDatabaseURL, err)
 	}
 	return u
 }
 
-// LookupURL is URL for code without a testing.TB (Example functions): the
-// same database, or the error URL would fail the test with.
-func LookupURL() (string, error) {
+// LookupDatabaseURL is DatabaseURL for code without a testing.TB (Example
+// functions, TestMain): the same URL, or the error DatabaseURL fails with.
+func LookupDatabaseURL() (string, error) {
 	urlOnce.Do(func() {
-		if u := os.Getenv(EnvURL); u != "" {
+		if u := os.Getenv(EnvDatabaseURL); u != "" {
 			url = u
 			return
 		}
 		_, file, _, _ := runtime.Caller(0)
-		script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "pg")
+		script := filepath.Join(filepath.Dir(file), "..", "scripts", "pg")
 		cmd := exec.Command(script, "start")
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
@@ -61,24 +60,26 @@ func LookupURL() (string, error) {
 	return url, urlErr
 }
 
-// Pool returns a connection pool to the test database, closed at cleanup.
+// Pool returns a pool of at most 8 connections to the test database,
+// closed at the test's cleanup.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(URL(t))
+	cfg, err := pgxpool.ParseConfig(DatabaseURL(t))
 	if err != nil {
-		t.Fatalf("pgtest: parse url: %v", err)
+		t.Fatalf("jsbridgetest: parse database url: %v", err)
 	}
 	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
+		t.Fatalf("jsbridgetest: connect to Postgres: %v", err)
 	}
 	t.Cleanup(pool.Close)
 	return pool
 }
 
-// Schema creates an empty schema with a fresh name for one test and drops it
-// (cascading) at cleanup, so parallel tests never see each other's rows.
+// Schema creates an empty schema with a fresh name ("t_" and 12 hex
+// digits) for one test and drops it, cascading, at cleanup, so parallel
+// tests never see each other's rows.
 func Schema(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
 	b := make([]byte, 6)
@@ -86,7 +87,7 @@ func Schema(t testing.TB, pool *pgxpool.Pool) string {
 	name := "t_" + hex.EncodeToString(b)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
-		t.Fatalf("pgtest: create schema: %v", err)
+		t.Fatalf("jsbridgetest: create schema: %v", err)
 	}
 	t.Cleanup(func() {
 		_, _ = pool.Exec(context.Background(), "DROP SCHEMA "+name+" CASCADE")
@@ -94,9 +95,9 @@ func Schema(t testing.TB, pool *pgxpool.Pool) string {
 	return name
 }
 
-// SchemaShape describes what makes up a schema: its columns, indexes,
-// triggers, relations and functions, as one string. Tests compare it before
-// and after an operation to show the operation changed none of it.
+// SchemaShape describes what makes up schema (its columns, indexes,
+// triggers, relations and functions) as one string: compare it before and
+// after an operation to show the operation changed none of it.
 func SchemaShape(t testing.TB, pool *pgxpool.Pool, schema string) string {
 	t.Helper()
 	var out string
@@ -108,7 +109,7 @@ func SchemaShape(t testing.TB, pool *pgxpool.Pool, schema string) string {
     (SELECT string_agg(c.relname || ':' || c.relkind::text, ', ' ORDER BY c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1),
     (SELECT string_agg(p.proname, ', ') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1))`, schema).Scan(&out)
 	if err != nil {
-		t.Fatalf("pgtest: shape of schema %s: %v", schema, err)
+		t.Fatalf("jsbridgetest: shape of schema %s: %v", schema, err)
 	}
 	return out
 }

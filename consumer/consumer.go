@@ -1,0 +1,254 @@
+// Package consumer runs the jsbridge consumer inside a Go application: the
+// circuit breakers, the dead-letter stream and the delivery engine
+// (package deliver) assembled, as `consumer run` assembles them, behind
+// New, Start, Stop and Ready.
+//
+//	c, err := consumer.New(js, consumer.Config{Subscriptions: subs})
+//	if err != nil { ... }
+//	if err := c.Start(ctx); err != nil { ... }
+//	defer c.Stop(context.Background())
+//
+// Each subscription gets a durable pull consumer on the events stream;
+// every event is POSTed to its endpoint signed, with Idempotency-Key = event
+// id, through the endpoint's circuit breaker, then acked, retried with
+// backoff or dead-lettered (see package deliver for the outcome classes).
+// Consumers in several processes (in-process ones and `consumer run`) share
+// the durable consumers of the same subscription names.
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/internal/startup"
+)
+
+// ErrAlreadyStarted is returned by Start or Run on a Consumer that runs or
+// ran already: a Consumer delivers once; make a new one to start again.
+var ErrAlreadyStarted = errors.New("consumer: already started")
+
+// ErrStartupTimeout is wrapped by Provision (and Start) when
+// Config.StartupTimeout passed while it still waited; the message names
+// what was missing and its last error.
+var ErrStartupTimeout = startup.ErrTimeout
+
+// Consumer delivers the events of its subscriptions to their endpoints.
+// Its methods are safe for concurrent use.
+type Consumer struct {
+	cfg    Config
+	js     jetstream.JetStream
+	dlq    *deliver.DLQ
+	engine *deliver.Consumer
+
+	mu          sync.Mutex
+	waiter      *startup.Waiter // the Waiter of the running Provision; nil before
+	provisioned bool
+	started     bool
+	stop        context.CancelFunc // ends the background Run; nil before Start
+	done        chan struct{}      // closed when the background Run returned
+}
+
+// New assembles a consumer on js without touching it: it checks cfg
+// (Validate; an error wrapping ErrInvalidConfig names the field and the
+// value), fills its defaults, and registers the delivery and breaker
+// metrics on cfg.Registerer (an error when they are registered there
+// already). js must not be nil.
+func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
+	if js == nil {
+		return nil, fmt.Errorf("%w: JetStream is nil", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	breakers, err := breaker.NewSet(cfg.Breaker, cfg.Logger, cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	dlq := deliver.NewDLQ(js, deliver.DLQConfig{Stream: cfg.DLQStream, Replicas: cfg.Replicas, Logger: cfg.Logger})
+	engine, err := deliver.New(js, deliver.Config{
+		Stream: cfg.Stream, HTTPClient: cfg.HTTPClient, Breakers: breakers, Logger: cfg.Logger,
+		Registerer: cfg.Registerer, DeadLetters: dlq, Replicas: cfg.Replicas,
+	}, cfg.Subscriptions...)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	return &Consumer{cfg: cfg, js: js, dlq: dlq, engine: engine}, nil
+}
+
+// Config returns the consumer's configuration with its defaults filled in
+// (the subscriptions as given: deliver fills theirs).
+func (c *Consumer) Config() Config { return c.cfg }
+
+// DLQ returns the dead-letter stream the consumer writes to, for listing,
+// replaying (Replay) and purging dead letters.
+func (c *Consumer) DLQ() *deliver.DLQ { return c.dlq }
+
+// Provision waits for what delivering needs and creates what is missing:
+// first the dead-letter stream (created when missing; an existing one that
+// does not hold the dead-letter subjects fails at once with
+// deliver.ErrDLQSubjects), then each subscription's durable pull consumer
+// on Config.Stream (waiting for the bridge to create that stream). A
+// dependency that is not there yet (no responders, a timeout, a stream not
+// found, a leader election) is retried with backoff (0.5 s doubling to
+// 15 s, ±20 %), one warning per attempt naming what is missing, while
+// Ready says what is waited for. It gives up on what waiting cannot fix
+// (bad credentials or configuration, per JetStream's answer), when
+// Config.StartupTimeout passes (ErrStartupTimeout) or when ctx ends (an
+// error wrapping ctx's). Start calls it; call it yourself before Run to
+// wait with your own context. Do not call it while the consumer runs.
+func (c *Consumer) Provision(ctx context.Context) error {
+	// `consumer run` hands its Waiter down in ctx: one deadline and one
+	// /readyz state for its NATS connection and these steps.
+	w := startup.WaiterFrom(ctx)
+	if w == nil {
+		w = startup.New(c.cfg.Logger, c.cfg.StartupTimeout)
+	}
+	c.mu.Lock()
+	c.waiter = w
+	c.mu.Unlock()
+	err := w.For(ctx, "JetStream dead-letter stream "+c.cfg.DLQStream, func(ctx context.Context) error {
+		err := c.dlq.Provision(ctx)
+		if errors.Is(err, deliver.ErrDLQSubjects) {
+			return startup.Permanent(err)
+		}
+		return startup.JetStreamErr(err)
+	})
+	if err != nil {
+		return err
+	}
+	// The events stream is the bridge's: a consumer started first waits
+	// for it here.
+	err = w.For(ctx, "JetStream stream "+c.cfg.Stream, func(ctx context.Context) error {
+		return startup.JetStreamErr(c.engine.Provision(ctx))
+	})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.provisioned = true
+	c.mu.Unlock()
+	w.Ready()
+	return nil
+}
+
+// Start provisions (Provision: it waits for the dead-letter stream and the
+// durable consumers, up to Config.StartupTimeout, and returns its error),
+// then delivers in the background until Stop is called or ctx ends (either
+// is a graceful stop, as on SIGTERM). A Stop while Start still waits ends
+// the waiting: Start then returns an error wrapping context.Canceled. After
+// a failed Start, Start may be called again; a second Start after a
+// successful one returns ErrAlreadyStarted.
+func (c *Consumer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	if c.started {
+		c.mu.Unlock()
+		return ErrAlreadyStarted
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	c.started, c.stop, c.done = true, cancel, done
+	c.mu.Unlock()
+	if err := c.Provision(runCtx); err != nil {
+		cancel()
+		close(done) // a Stop waiting for the start returns
+		c.mu.Lock()
+		c.started, c.stop, c.done = false, nil, nil
+		c.mu.Unlock()
+		return err
+	}
+	go func() {
+		defer close(done)
+		_ = c.engine.Run(runCtx) // always nil: the engine retries what fails
+	}()
+	return nil
+}
+
+// Run delivers in the foreground until ctx ends, then stops gracefully as
+// Stop does and returns nil. It provisions first unless Provision
+// succeeded already, and returns Provision's error, or nil when ctx ended
+// while it waited (a stop while starting is a clean stop). A Consumer runs
+// once: Run after Start, or a second Run, returns ErrAlreadyStarted.
+func (c *Consumer) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.started {
+		c.mu.Unlock()
+		return ErrAlreadyStarted
+	}
+	c.started = true
+	provisioned := c.provisioned
+	c.mu.Unlock()
+	if !provisioned {
+		if err := c.Provision(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+	return c.engine.Run(ctx)
+}
+
+// Stop stops the deliveries started by Start with the same guarantees as
+// SIGTERM to `consumer run`: no new message is pulled, the POSTs in flight
+// finish (each bounded by its subscription's Timeout) and are acked, Nak'd
+// or dead-lettered by their outcome, and messages pulled but not started
+// are Nak'd at once so another replica takes them. It returns nil when
+// the consumer has stopped, or ctx's error when ctx ends first (it then
+// finishes stopping in the background). Stop while Start waits ends the
+// waiting. Stop before Start, or again, is harmless.
+func (c *Consumer) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	stop, done := c.stop, c.done
+	c.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	stop()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop consumer: %w", ctx.Err())
+	}
+}
+
+// Ready reports whether the consumer can deliver: nil once Provision
+// succeeded while the events stream and the dead-letter stream exist;
+// else an error saying what is missing (while Provision waits, what it
+// waits for and its last error). Wire it into the application's readiness
+// endpoint.
+func (c *Consumer) Ready(ctx context.Context) error {
+	c.mu.Lock()
+	w, provisioned := c.waiter, c.provisioned
+	c.mu.Unlock()
+	switch {
+	case w == nil:
+		return errors.New("not provisioned yet")
+	case !provisioned:
+		if err := w.Check(ctx); err != nil {
+			return err
+		}
+		return errors.New("provisioning")
+	}
+	for _, s := range []string{c.cfg.Stream, c.cfg.DLQStream} {
+		if _, err := c.js.Stream(ctx, s); err != nil {
+			return fmt.Errorf("jetstream stream %s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// Replay POSTs dead letters once more to their subscription's endpoint
+// (same Idempotency-Key, current secrets) and removes each one delivered
+// from the dead-letter stream; see deliver.Consumer.Replay. It needs no
+// Start.
+func (c *Consumer) Replay(ctx context.Context, letters []deliver.StoredDeadLetter) []deliver.ReplayResult {
+	return c.engine.Replay(ctx, c.dlq, letters)
+}
