@@ -230,5 +230,24 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn 
 	err = w.For(ctx, "JetStream stream "+g.Stream, func(ctx context.Context) error {
 		return startup.JetStreamErr(c.Provision(ctx))
 	})
-	return nc, c, err
+	if err != nil {
+		return nc, c, err
+	}
+	warnMemoryStorage(ctx, js, log, map[string]string{g.Stream: "events not delivered yet", g.DLQStream: "dead letters"})
+	return nc, c, nil
+}
+
+// warnMemoryStorage logs a warning for each of streams (name -> what it
+// holds) kept in memory. A stream that cannot be looked up now is passed
+// over: it exists (start-up just waited for it), and this is advice.
+func warnMemoryStorage(ctx context.Context, js jetstream.JetStream, log *slog.Logger, streams map[string]string) {
+	for name, holds := range streams {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			continue
+		}
+		if warning := startup.MemoryStorageWarning(name, holds, s.CachedInfo().Config.Storage); warning != "" {
+			log.Warn(warning, "jetstream_stream", name)
+		}
+	}
 }
