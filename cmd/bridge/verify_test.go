@@ -21,10 +21,15 @@ func TestREADMEListsEveryVerifyFlag(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
 	sec := string(readme)
-	i := strings.Index(sec, "\n## bridge verify")
+	i := strings.Index(sec, "\n### bridge verify")
 	require.GreaterOrEqual(t, i, 0, "README has a bridge verify section")
-	sec = sec[i:]
-	sec = sec[:strings.Index(sec[4:], "\n## ")+4]
+	sec = sec[i+1:]
+	if end := strings.Index(sec, "\n## "); end >= 0 {
+		sec = sec[:end]
+	}
+	if end := strings.Index(sec[4:], "\n### "); end >= 0 {
+		sec = sec[:end+4]
+	}
 	var found bool
 	for _, node := range k.Model.Children {
 		if node.Name != "verify" {
