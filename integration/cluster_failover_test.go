@@ -274,6 +274,13 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 		"receivers: parallel processed %d, twice %d, out of order %d; strict processed %d, twice %d, out of order %d; "+
 		"publishing back after %v (max %v); restarted replica caught up after %v",
 		want, streams, fig.kills, par.processed, par.twice, par.outOfOrder, str.processed, str.twice, str.outOfOrder, roundAll(fig.recover), fig.maxRecoverWait.Round(time.Millisecond), roundAll(fig.catchUp))
+	// bridge verify, against the cluster, agrees: nothing missing, stored
+	// twice, out of order or different.
+	out, stderr, code := verifyCLI(t, append(env, "NATS_URL="+cluster.ClientURLs()))
+	require.Equal(t, 0, code, "verify after the kills: %s%s", out, stderr)
+	require.Contains(t, out, fmt.Sprintf("verified %d events of %d streams", want, streams))
+	t.Logf("verify against the R3 cluster: %s", strings.TrimSpace(out))
+
 	s, err := js.Stream(t.Context(), wire.DefaultEventsStream)
 	require.NoError(t, err)
 	require.Equal(t, 3, s.CachedInfo().Config.Replicas, "the bridge created the EVENTS stream R3")
