@@ -9,6 +9,8 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/audit"
+	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
 	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
@@ -72,4 +74,18 @@ func TestVerifySince(t *testing.T) {
 		require.NoError(t, err, tt.since)
 		require.True(t, tt.want.Equal(got), "%s: got %s", tt.since, got)
 	}
+}
+
+// auditRound counts the problems a round left, by kind: a repaired
+// missing event counts as repaired, not missing.
+func TestAuditRoundCountsWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	rep := audit.Report{Events: 40, Elapsed: 2 * time.Second, Problems: []audit.Problem{
+		{Kind: audit.Missing, Repaired: true}, {Kind: audit.Missing, Repaired: true}, {Kind: audit.Missing},
+		{Kind: audit.Duplicate}, {Kind: audit.OutOfOrder}, {Kind: audit.OutOfOrder}, {Kind: audit.ContentDiffers},
+	}}
+	require.Equal(t, bridgemetrics.AuditRound{Events: 40, Missing: 1, Duplicates: 1, OutOfOrder: 2, ContentDiffers: 1, Repaired: 2,
+		Duration: 2 * time.Second, End: end}, auditRound(rep, end))
+	require.Equal(t, bridgemetrics.AuditRound{End: end}, auditRound(audit.Report{}, end))
 }
