@@ -69,13 +69,15 @@ func child[M any](t *testing.T, get func(...string) (M, error)) {
 
 // exported returns the jsbridge metrics the bridge and the consumer
 // register, by name, as the binaries build them: the bridge's
-// bridgemetrics.New, the consumer's deliver.New and breaker.NewSet, all on
+// bridgemetrics.New and (verify --continuous) NewAudit, the consumer's deliver.New and breaker.NewSet, all on
 // one fresh registry.
 func exported(t *testing.T) map[string]metric {
 	t.Helper()
 	reg := &capture{Registry: prometheus.NewRegistry()}
 	noBacklog := func(context.Context) (store.Backlog, error) { return store.Backlog{}, nil }
 	_, err := bridgemetrics.New(reg, noBacklog, nil)
+	require.NoError(t, err)
+	_, err = bridgemetrics.NewAudit(reg) // bridge verify --continuous
 	require.NoError(t, err)
 	breakers, err := breaker.NewSet(breaker.Settings{}, nil, reg)
 	require.NoError(t, err)

@@ -166,8 +166,14 @@ func eachStoredMessage(t *testing.T, js jetstream.JetStream, fn func(h nats.Head
 	if want == 0 {
 		return
 	}
-	cons, err := js.OrderedConsumer(ctx, "EVENTS", jetstream.OrderedConsumerConfig{})
-	require.NoError(t, err)
+	// Retried: right after a cluster node restarts, the server a client
+	// is connected to may answer "no responders" for a moment.
+	var cons jetstream.Consumer
+	var err error
+	require.Eventually(t, func() bool {
+		cons, err = js.OrderedConsumer(ctx, "EVENTS", jetstream.OrderedConsumerConfig{})
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "ordered consumer on EVENTS: %v", err)
 	for got := uint64(0); got < want; {
 		// Ask for no more than is left: Fetch returns once it has them.
 		batch, err := cons.Fetch(int(min(want-got, 1000)), jetstream.FetchMaxWait(5*time.Second))

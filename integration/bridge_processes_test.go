@@ -139,8 +139,8 @@ func privatePostgres(t *testing.T) (url string, stop, start func()) {
 }
 
 // Postgres stopped and started again while the bridge drains: the bridge
-// reconnects (its pool, its LISTEN) and goes on; nothing is lost or
-// duplicated.
+// reconnects (its pool, its LISTEN: the restarted server shows its LISTEN
+// session) and goes on; nothing is lost or duplicated.
 func TestBridgeProcessesPostgresRestart(t *testing.T) {
 	t.Parallel()
 	url, stopPG, startPG := privatePostgres(t)
@@ -183,4 +183,9 @@ func TestBridgeProcessesPostgresRestart(t *testing.T) {
 	}
 	requireExactlyOnceInOrder(t, js, heads)
 	require.Contains(t, p.output(), "drain cycle failed", "the outage was seen")
+	require.Eventually(t, func() bool {
+		var listening int
+		err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN restart'").Scan(&listening)
+		return err == nil && listening == 1
+	}, 10*time.Second, 50*time.Millisecond, "the bridge listens again on the restarted server")
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,10 +153,36 @@ func TestBridgeVerifyReportsRepairsAndExitsByOutcome(t *testing.T) {
 
 	// Continuous: a round every --interval until SIGTERM (then exit 0 at
 	// cleanup: the last round was clean).
-	rounds := daemon(t, env, "bridge", "verify", "--continuous", "--interval", "100ms", "--stream", "user-1")
+	rounds := daemon(t, env, "bridge", "verify", "--continuous", "--interval", "100ms", "--stream", "user-1", "--ops-addr", "")
 	require.Eventually(t, func() bool {
 		return strings.Count(rounds.String(), "verified 4 events of 1 streams") >= 3
 	}, 20*time.Second, 50*time.Millisecond, "three rounds; output:\n%s", rounds)
+
+	// Continuous rounds export what they find on the ops port: order-2's
+	// hole is one missing event, left by every round.
+	opsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	holed := startProc(t, env, "bridge", "verify", "--continuous", "--interval", "100ms", "--stream", "order-2", "--ops-addr", opsAddr)
+	waitReadyz(t, opsAddr, http.StatusOK, "ready")
+	require.Eventually(t, func() bool {
+		problems, _ := metric(t, opsAddr, `jsbridge_bridge_audit_rounds_total{result="problems"}`)
+		return problems >= 2
+	}, 20*time.Second, 50*time.Millisecond, "two rounds with problems; output:\n%s", holed.out)
+	for name, want := range map[string]float64{
+		"jsbridge_bridge_audit_missing": 1, "jsbridge_bridge_audit_duplicates": 0, "jsbridge_bridge_audit_out_of_order": 0,
+		"jsbridge_bridge_audit_content_differs": 0, `jsbridge_bridge_audit_rounds_total{result="clean"}`: 0,
+		`jsbridge_bridge_audit_rounds_total{result="failed"}`: 0,
+	} {
+		got, ok := metric(t, opsAddr, name)
+		require.True(t, ok, "%s exported", name)
+		require.Equal(t, want, got, name)
+	}
+	checked, _ := metric(t, opsAddr, "jsbridge_bridge_audit_events_checked_total")
+	require.GreaterOrEqual(t, checked, 8.0, "two rounds of order-2's 4 events")
+	last, _ := metric(t, opsAddr, "jsbridge_bridge_audit_last_run_timestamp_seconds")
+	require.InDelta(t, float64(time.Now().Unix()), last, 30, "the last round ended just now")
+	took, ok := metric(t, opsAddr, "jsbridge_bridge_audit_last_run_duration_seconds")
+	require.True(t, ok && took > 0, "the last round's duration: %v", took)
+	holed.kill(t) // problems left: its exit status would be 1
 
 	for _, args := range [][]string{{"--continuous", "--interval", "0s"}, {"--stream", "order-1", "--match", "x"}, {"--since", "yesterday"}, {"--stream", "nope-1"}, {"--match", "("}} {
 		_, stderr, code := verifyCLI(t, env, args...)

@@ -10,10 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/audit"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
 	"github.com/jsbridge/jsbridge/internal/natsconn"
 	"github.com/jsbridge/jsbridge/internal/ops"
 	"github.com/jsbridge/jsbridge/internal/startup"
@@ -45,6 +47,7 @@ type verifyCmd struct {
 	Continuous      bool          `name:"continuous" help:"Verify again every --interval until SIGINT/SIGTERM (a duration --since moves with each round); a round that fails is logged and tried again. Exits by the last round."`
 	Interval        time.Duration `name:"interval" default:"5m" help:"With --continuous, the time between the starts of two rounds (default: ${default})."`
 	ConnectTimeout  time.Duration `name:"connect-timeout" default:"30s" help:"Give up (exit 2) when Postgres or NATS do not answer within this time (default: ${default})."`
+	OpsAddr         string        `name:"ops-addr" env:"JSBRIDGE_VERIFY_OPS_ADDR" default:"127.0.0.1:9466" help:"With --continuous, address of the ops port serving /metrics (jsbridge_bridge_audit_*), /healthz and /readyz; empty disables it (default: ${default})."`
 }
 
 // exitError is an error with the process exit status (ops.RunCLI uses it).
@@ -97,19 +100,42 @@ func (v *verifyCmd) Run(ctx context.Context, g *Globals) error {
 		return trouble(fmt.Errorf("jetstream: %w", err))
 	}
 	if !v.Continuous {
-		return v.round(ctx, st, js, log)
+		return v.round(ctx, st, js, log, nil)
 	}
-	// Continuous: a round that could not be made (Postgres or NATS away)
-	// is logged and tried again next time; only a stop ends the loop.
+	// Continuous: the ops port exports each round's findings, so an alert
+	// sees a loss without anyone reading the output.
+	opsSrv := ops.NewServer()
+	metrics, err := bridgemetrics.NewAudit(opsSrv.Registry)
+	if err != nil {
+		return trouble(err)
+	}
+	opsSrv.AddCheck("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
+	opsSrv.AddCheck("nats", func(context.Context) error {
+		if s := nc.Status(); s != nats.CONNECTED {
+			return fmt.Errorf("connection %s", s)
+		}
+		return nil
+	})
+	addr, err := opsSrv.Start(v.OpsAddr)
+	if err != nil {
+		return trouble(err)
+	}
+	defer opsSrv.Stop()
+	if addr != "" {
+		log.Info("ops port listening", "addr", addr)
+	}
+	// A round that could not be made (Postgres or NATS away) is logged,
+	// counted and tried again next time; only a stop ends the loop.
 	t := time.NewTicker(v.Interval)
 	defer t.Stop()
 	for {
-		err := v.round(ctx, st, js, log)
+		err := v.round(ctx, st, js, log, metrics)
 		var ee exitError
 		if ctx.Err() != nil {
 			return nil
 		}
 		if errors.As(err, &ee) && ee.code == verifyTrouble {
+			metrics.Failed()
 			log.Warn("verify round failed; trying again next round", "error", err, "interval", v.Interval)
 		}
 		select {
@@ -123,8 +149,9 @@ func (v *verifyCmd) Run(ctx context.Context, g *Globals) error {
 	}
 }
 
-// round reads the watermarks, verifies, repairs when asked and prints.
-func (v *verifyCmd) round(ctx context.Context, st *store.Store, js jetstream.JetStream, log *slog.Logger) error {
+// round reads the watermarks, verifies, repairs when asked, prints, and
+// records a completed round in metrics (nil: a single run, no metrics).
+func (v *verifyCmd) round(ctx context.Context, st *store.Store, js jetstream.JetStream, log *slog.Logger, metrics *bridgemetrics.Audit) error {
 	since, err := v.check(time.Now())
 	if err != nil {
 		return trouble(err)
@@ -169,6 +196,9 @@ func (v *verifyCmd) round(ctx context.Context, st *store.Store, js jetstream.Jet
 	if err := v.print(rep); err != nil {
 		return trouble(err)
 	}
+	if metrics != nil {
+		metrics.Completed(auditRound(rep, time.Now()))
+	}
 	if n := rep.Unresolved(); n > 0 {
 		return exitError{verifyProblems, fmt.Errorf("verify: %d problems left", n)}
 	}
@@ -197,6 +227,29 @@ func (v *verifyCmd) check(now time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("--since %q: want an RFC 3339 time (2026-11-23T10:00:00Z) or a positive duration before now (24h)", v.Since)
 	}
 	return now.Add(-d), nil
+}
+
+// auditRound reduces a report to the numbers the metrics export: the
+// problems left, by kind.
+func auditRound(rep audit.Report, end time.Time) bridgemetrics.AuditRound {
+	r := bridgemetrics.AuditRound{Events: rep.Events, Duration: rep.Elapsed, End: end}
+	for _, p := range rep.Problems {
+		if p.Repaired {
+			r.Repaired++
+			continue
+		}
+		switch p.Kind {
+		case audit.Missing:
+			r.Missing++
+		case audit.Duplicate:
+			r.Duplicates++
+		case audit.OutOfOrder:
+			r.OutOfOrder++
+		case audit.ContentDiffers:
+			r.ContentDiffers++
+		}
+	}
+	return r
 }
 
 // missingNames names the --stream names the store does not know.

@@ -9,6 +9,8 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/audit"
+	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
 	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
@@ -21,10 +23,15 @@ func TestREADMEListsEveryVerifyFlag(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
 	sec := string(readme)
-	i := strings.Index(sec, "\n## bridge verify")
+	i := strings.Index(sec, "\n### bridge verify")
 	require.GreaterOrEqual(t, i, 0, "README has a bridge verify section")
-	sec = sec[i:]
-	sec = sec[:strings.Index(sec[4:], "\n## ")+4]
+	sec = sec[i+1:]
+	if end := strings.Index(sec, "\n## "); end >= 0 {
+		sec = sec[:end]
+	}
+	if end := strings.Index(sec[4:], "\n### "); end >= 0 {
+		sec = sec[:end+4]
+	}
 	var found bool
 	for _, node := range k.Model.Children {
 		if node.Name != "verify" {
@@ -67,4 +74,18 @@ func TestVerifySince(t *testing.T) {
 		require.NoError(t, err, tt.since)
 		require.True(t, tt.want.Equal(got), "%s: got %s", tt.since, got)
 	}
+}
+
+// auditRound counts the problems a round left, by kind: a repaired
+// missing event counts as repaired, not missing.
+func TestAuditRoundCountsWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	rep := audit.Report{Events: 40, Elapsed: 2 * time.Second, Problems: []audit.Problem{
+		{Kind: audit.Missing, Repaired: true}, {Kind: audit.Missing, Repaired: true}, {Kind: audit.Missing},
+		{Kind: audit.Duplicate}, {Kind: audit.OutOfOrder}, {Kind: audit.OutOfOrder}, {Kind: audit.ContentDiffers},
+	}}
+	require.Equal(t, bridgemetrics.AuditRound{Events: 40, Missing: 1, Duplicates: 1, OutOfOrder: 2, ContentDiffers: 1, Repaired: 2,
+		Duration: 2 * time.Second, End: end}, auditRound(rep, end))
+	require.Equal(t, bridgemetrics.AuditRound{End: end}, auditRound(audit.Report{}, end))
 }

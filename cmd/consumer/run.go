@@ -211,5 +211,24 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, conn natsconn.Set
 	if err != nil {
 		return nc, nil, err
 	}
-	return nc, c, c.Provision(startup.WithWaiter(ctx, w))
+	if err := c.Provision(startup.WithWaiter(ctx, w)); err != nil {
+		return nc, c, err
+	}
+	warnMemoryStorage(ctx, js, log, map[string]string{cfg.Stream: "events not delivered yet", cfg.DLQStream: "dead letters"})
+	return nc, c, nil
+}
+
+// warnMemoryStorage logs a warning for each of streams (name -> what it
+// holds) kept in memory. A stream that cannot be looked up now is passed
+// over: it exists (start-up just waited for it), and this is advice.
+func warnMemoryStorage(ctx context.Context, js jetstream.JetStream, log *slog.Logger, streams map[string]string) {
+	for name, holds := range streams {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			continue
+		}
+		if warning := startup.MemoryStorageWarning(name, holds, s.CachedInfo().Config.Storage); warning != "" {
+			log.Warn(warning, "jetstream_stream", name)
+		}
+	}
 }

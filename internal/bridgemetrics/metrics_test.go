@@ -136,3 +136,56 @@ jsbridge_bridge_publish_errors_total{class="canceled"} 1
 jsbridge_bridge_publish_errors_total{class="timeout"} 1
 `), "jsbridge_bridge_publish_errors_total"))
 }
+
+func TestAuditKeepsTheLastCompletedRound(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	a, err := bridgemetrics.NewAudit(reg)
+	require.NoError(t, err)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP jsbridge_bridge_audit_last_run_timestamp_seconds Unix time the last completed verify round ended (0: none yet).
+# TYPE jsbridge_bridge_audit_last_run_timestamp_seconds gauge
+jsbridge_bridge_audit_last_run_timestamp_seconds 0
+`), "jsbridge_bridge_audit_last_run_timestamp_seconds"), "no round yet")
+
+	end := time.Unix(1_800_000_000, 500_000_000)
+	a.Completed(bridgemetrics.AuditRound{Events: 100, Missing: 2, Duplicates: 1, OutOfOrder: 3, ContentDiffers: 4, Repaired: 5,
+		Duration: 1500 * time.Millisecond, End: end})
+	a.Failed()
+	a.Completed(bridgemetrics.AuditRound{Events: 50, Duration: time.Second, End: end.Add(time.Minute)})
+	a.Completed(bridgemetrics.AuditRound{Events: 50, Missing: 1, OutOfOrder: 2, Duration: 2 * time.Second, End: end.Add(2 * time.Minute)})
+	a.Failed()
+
+	want := `
+# HELP jsbridge_bridge_audit_content_differs Events whose stored message differs from what Postgres holds (data, subject or headers), found by the last completed verify round.
+# TYPE jsbridge_bridge_audit_content_differs gauge
+jsbridge_bridge_audit_content_differs 0
+# HELP jsbridge_bridge_audit_duplicates Extra copies of events JetStream stores, found by the last completed verify round.
+# TYPE jsbridge_bridge_audit_duplicates gauge
+jsbridge_bridge_audit_duplicates 0
+# HELP jsbridge_bridge_audit_events_checked_total Postgres events compared with JetStream by completed verify rounds.
+# TYPE jsbridge_bridge_audit_events_checked_total counter
+jsbridge_bridge_audit_events_checked_total 200
+# HELP jsbridge_bridge_audit_last_run_duration_seconds Duration of the last completed verify round.
+# TYPE jsbridge_bridge_audit_last_run_duration_seconds gauge
+jsbridge_bridge_audit_last_run_duration_seconds 2
+# HELP jsbridge_bridge_audit_last_run_timestamp_seconds Unix time the last completed verify round ended (0: none yet).
+# TYPE jsbridge_bridge_audit_last_run_timestamp_seconds gauge
+jsbridge_bridge_audit_last_run_timestamp_seconds 1.8000001205e+09
+# HELP jsbridge_bridge_audit_missing Forwarded events JetStream does not hold, as the last completed verify round left them (after --repair).
+# TYPE jsbridge_bridge_audit_missing gauge
+jsbridge_bridge_audit_missing 1
+# HELP jsbridge_bridge_audit_out_of_order Events JetStream stores after a later version of their stream, found by the last completed verify round.
+# TYPE jsbridge_bridge_audit_out_of_order gauge
+jsbridge_bridge_audit_out_of_order 2
+# HELP jsbridge_bridge_audit_repaired_total Missing events verify --repair re-published.
+# TYPE jsbridge_bridge_audit_repaired_total counter
+jsbridge_bridge_audit_repaired_total 5
+# HELP jsbridge_bridge_audit_rounds_total Verify rounds by result: clean, problems, failed (not completed).
+# TYPE jsbridge_bridge_audit_rounds_total counter
+jsbridge_bridge_audit_rounds_total{result="clean"} 1
+jsbridge_bridge_audit_rounds_total{result="failed"} 2
+jsbridge_bridge_audit_rounds_total{result="problems"} 2
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want)))
+}

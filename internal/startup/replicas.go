@@ -1,6 +1,10 @@
 package startup
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // embeddedServerName is the server name of the bridge's embedded NATS
 // server (embedded.ServerName; a test keeps the two equal): the consumer
@@ -25,4 +29,17 @@ func ReplicasWarning(replicas int, serverName, cluster string) string {
 	}
 	return fmt.Sprintf("--replicas %d on a standalone NATS server: its disk holds the only copy of what this binary creates; "+
 		"for copies that survive the loss of a server run a JetStream cluster and use --replicas 3", replicas)
+}
+
+// MemoryStorageWarning returns the start-up warning for a JetStream stream
+// kept in memory, or "" for file storage. holds says what the stream
+// holds, for the message ("events not delivered yet", "dead letters"). A
+// memory stream loses everything when its server restarts, and nothing
+// puts it back: the bridge has advanced its watermarks past the events.
+func MemoryStorageWarning(stream, holds string, storage jetstream.StorageType) string {
+	if storage != jetstream.MemoryStorage {
+		return ""
+	}
+	return fmt.Sprintf("JetStream stream %s uses memory storage: its %s are lost when the NATS server restarts; "+
+		"recreate it with file storage (nats stream add %s --storage file ...)", stream, holds, stream)
 }

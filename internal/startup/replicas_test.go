@@ -3,6 +3,7 @@ package startup_test
 import (
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
@@ -32,4 +33,11 @@ func TestReplicasWarning(t *testing.T) {
 			require.Contains(t, got, tc.want)
 		})
 	}
+}
+
+func TestMemoryStorageWarning(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, startup.MemoryStorageWarning("DLQ", "dead letters", jetstream.FileStorage))
+	got := startup.MemoryStorageWarning("DLQ", "dead letters", jetstream.MemoryStorage)
+	require.Contains(t, got, "JetStream stream DLQ uses memory storage: its dead letters are lost when the NATS server restarts")
 }
