@@ -84,7 +84,7 @@ func (c *dlqReplayCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer nc.Close()
-	cons, _, err := c.consumer(js, g, log, nil, nil, 0)
+	cons, _, err := c.consumer(js, g, log, nil, nil, 0, observers{})
 	if err != nil {
 		return err
 	}

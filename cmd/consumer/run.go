@@ -85,7 +85,7 @@ func (f *subscriptionFlags) subscriptions() ([]deliver.Subscription, breaker.Set
 // consumer builds the deliver.Consumer of f on js; breaker metrics and
 // delivery metrics go to reg (nil: not registered); replicas is the durable
 // consumers' replica count (0: the stream's).
-func (f *subscriptionFlags) consumer(js jetstream.JetStream, g *Globals, log *slog.Logger, reg prometheus.Registerer, dl deliver.DeadLetterer, replicas int) (*deliver.Consumer, []deliver.Subscription, error) {
+func (f *subscriptionFlags) consumer(js jetstream.JetStream, g *Globals, log *slog.Logger, reg prometheus.Registerer, dl deliver.DeadLetterer, replicas int, obs observers) (*deliver.Consumer, []deliver.Subscription, error) {
 	subs, bs, err := f.subscriptions()
 	if err != nil {
 		return nil, nil, err
@@ -94,7 +94,8 @@ func (f *subscriptionFlags) consumer(js jetstream.JetStream, g *Globals, log *sl
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := deliver.New(js, deliver.Config{Stream: g.Stream, Breakers: breakers, Logger: log, Registerer: reg, DeadLetters: dl, Replicas: replicas}, subs...)
+	c, err := deliver.New(js, deliver.Config{Stream: g.Stream, Breakers: breakers, Logger: log, Registerer: reg, DeadLetters: dl, Replicas: replicas,
+		TracerProvider: obs.tracerProvider, Attempts: obs.attempts}, subs...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -128,6 +129,9 @@ type runCmd struct {
 	StartupTimeout time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when NATS, the JetStream stream, the DLQ stream or the durable consumers are not available within this time; 0 waits forever (default: ${default})."`
 	Pprof          bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr        string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
+	attemptsFlags  `embed:""`
+
+	obs observers // tracing and the attempts record, set up by Run (trace.go)
 }
 
 // Run validates the configuration, starts the ops port, then waits for
@@ -173,6 +177,11 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer opsSrv.Stop()
+	shutdown, err := r.observe(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer shutdown()
 
 	nc, c, err := r.start(ctx, w, g, conn, log, opsSrv, &jsRef)
 	if nc != nil {
@@ -221,7 +230,10 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn 
 	if err != nil {
 		return nc, nil, err
 	}
-	c, _, err := r.consumer(js, g, log, opsSrv.Registry, dlq, r.Replicas)
+	if r.obs.attempts, err = r.attemptLog(ctx, w, js, g, log, opsSrv.Registry); err != nil {
+		return nc, nil, err
+	}
+	c, _, err := r.consumer(js, g, log, opsSrv.Registry, dlq, r.Replicas, r.obs)
 	if err != nil {
 		return nc, nil, err
 	}

@@ -8,7 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -104,4 +107,23 @@ func TracerProvider(ctx context.Context, service string, getenv func(string) str
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return tp, tp.Shutdown, s, nil
+}
+
+// Start is TracerProvider from the process environment for a binary: it
+// logs whether spans are exported and why, and returns a stop that flushes
+// the spans still batched (at most 5 s; a collector that is down loses
+// them, with a warning).
+func Start(ctx context.Context, service string, log *slog.Logger) (trace.TracerProvider, func(), error) {
+	tp, shutdown, s, err := TracerProvider(ctx, service, os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("tracing", "export", s.On, "why", s.Why)
+	return tp, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			log.Warn("tracing: spans not flushed at exit", "error", err)
+		}
+	}, nil
 }
