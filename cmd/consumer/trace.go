@@ -79,6 +79,8 @@ type traceCmd struct {
 	SourceStream string        `name:"source-stream" help:"The event's stream (e.g. order-42): when no attempt record says where the event is, its subjects on the events stream are scanned for it."`
 	JSON         bool          `name:"json" help:"One JSON object instead of text."`
 	Timeout      time.Duration `name:"timeout" default:"30s" help:"Give up reading JetStream after this long (default: ${default})."`
+
+	out io.Writer // default os.Stdout; tests capture it
 }
 
 func (c *traceCmd) Run(ctx context.Context, g *Globals) error {
@@ -95,7 +97,11 @@ func (c *traceCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	return printTrace(os.Stdout, tr, c.JSON)
+	out := c.out
+	if out == nil {
+		out = os.Stdout
+	}
+	return printTrace(out, tr, c.JSON)
 }
 
 // printTrace writes tr as text (the message, one block of attempts per
