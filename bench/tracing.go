@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/trace"
+	oteltrace "go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/jsbridge/jsbridge/bridge"
+	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// discardExporter is the exporter of the "on" runs: the SDK samples,
+// records, batches and hands every span over, and the spans are counted and
+// dropped, so the row measures what tracing costs the process, not a
+// collector's network.
+type discardExporter struct{ spans atomic.Int64 }
+
+func (d *discardExporter) ExportSpans(_ context.Context, spans []trace.ReadOnlySpan) error {
+	d.spans.Add(int64(len(spans)))
+	return nil
+}
+func (d *discardExporter) Shutdown(context.Context) error { return nil }
+
+// tracerProvider returns the provider of one run: the API's no-op one
+// (tracing off, the default) or an SDK provider with a batch span processor
+// (OTEL_BSP_* defaults) and a discarding exporter.
+func tracerProvider(on bool) (oteltrace.TracerProvider, *discardExporter, func()) {
+	if !on {
+		return noop.NewTracerProvider(), nil, func() {}
+	}
+	exp := &discardExporter{}
+	tp := trace.NewTracerProvider(trace.WithBatcher(exp))
+	return tp, exp, func() { _ = tp.Shutdown(context.Background()) }
+}
+
+// tracingRow: the in-process bridge drains a backlog and the in-process
+// consumer delivers messages, each with tracing off and on, twice in
+// alternation (off, on, off, on); the better run of each counts.
+func (e *env) tracingRow(ctx context.Context) (row, error) {
+	n := max(e.cfg.Events/2, 50_000)
+	m := max(e.cfg.Messages, 20_000)
+	var drain, cons [2]float64 // [off, on]
+	var spans [2]int64
+	for round := range 2 {
+		for i, on := range []bool{false, true} {
+			d, sp, err := e.tracedDrain(ctx, n, on)
+			if err != nil {
+				return row{}, fmt.Errorf("drain, tracing %v: %w", on, err)
+			}
+			drain[i] = max(drain[i], d)
+			c, csp, err := e.tracedConsumer(ctx, m, on, round)
+			if err != nil {
+				return row{}, fmt.Errorf("consumer, tracing %v: %w", on, err)
+			}
+			cons[i] = max(cons[i], c)
+			if on {
+				spans[0], spans[1] = sp, csp
+			}
+			fmt.Printf("bench: tracing %v: drain %.0f events/s (%d spans), consumer %.0f deliveries/s (%d spans)\n", on, d, sp, c, csp)
+		}
+	}
+	// The batch span processor drops spans when its queue (2048) is full,
+	// as it does in production (OTEL_BSP_MAX_QUEUE_SIZE); none exported
+	// would mean the run did not trace at all.
+	if spans[0] == 0 || spans[1] == 0 {
+		return row{}, fmt.Errorf("tracing on exported %d publish and %d attempt spans", spans[0], spans[1])
+	}
+	dr, cr := drain[1]/drain[0], cons[1]/cons[0]
+	return row{
+		Name: fmt.Sprintf("tracing on vs off (in-process bridge draining %d events, consumer delivering %d messages; on = SDK, batch span processor, discarding exporter)", n, m),
+		Ours: fmt.Sprintf("on: drain %.0f events/s, consumer %.0f deliveries/s (%d and %d spans exported in the last round)", drain[1], cons[1], spans[0], spans[1]),
+		Reference: fmt.Sprintf("off (no-op provider, the default): drain %.0f events/s, consumer %.0f deliveries/s",
+			drain[0], cons[0]),
+		Ratio:  fmt.Sprintf("drain %.2f, consumer %.2f", dr, cr),
+		Target: "≥ 0.8 on",
+		Met:    dr >= 0.8 && cr >= 0.8,
+	}, nil
+}
+
+// tracedDrain loads n events (a third of them carrying a trace context in
+// their meta) and drains them with an in-process bridge; it returns events
+// per second and the spans exported.
+func (e *env) tracedDrain(ctx context.Context, n int, on bool) (float64, int64, error) {
+	const schema = "bench_tracing"
+	st, err := e.freshStore(ctx, schema)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := e.load(ctx, schema, backlog(n, max(n/100, 1))); err != nil {
+		return 0, 0, err
+	}
+	// A third of the events were appended in a traced request.
+	if _, err := e.pool.Exec(ctx, `UPDATE `+schema+`.events SET meta = jsonb_build_object('`+event.MetaTraceParent+`',
+		'00-' || lpad(to_hex(id), 32, '0') || '-' || lpad(to_hex(id), 16, '0') || '-01') WHERE id % 3 = 0`); err != nil {
+		return 0, 0, err
+	}
+	if err := e.freshEventsStream(ctx); err != nil {
+		return 0, 0, err
+	}
+	tp, exp, stop := tracerProvider(on)
+	b, err := bridge.New(e.pool, e.js, bridge.Config{Schema: schema, Logger: slog.New(slog.DiscardHandler), TracerProvider: tp})
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := b.Start(ctx); err != nil {
+		return 0, 0, err
+	}
+	err = e.waitFor(ctx, 30*time.Minute, "traced drain", func() (bool, error) {
+		_, fwd, err := st.Totals(ctx)
+		return fwd >= int64(n), err
+	})
+	rate := float64(n) / time.Since(start).Seconds()
+	stopErr := b.Stop(context.Background())
+	stop()
+	if err == nil {
+		err = stopErr
+	}
+	var spans int64
+	if exp != nil {
+		spans = exp.spans.Load()
+	}
+	return rate, spans, err
+}
+
+// tracedConsumer publishes m messages as the bridge does (with a
+// traceparent when on) and delivers them with an in-process consumer to a
+// loopback receiver; it returns deliveries per second and the spans
+// exported.
+func (e *env) tracedConsumer(ctx context.Context, m int, on bool, round int) (float64, int64, error) {
+	if err := e.freshEventsStream(ctx); err != nil {
+		return 0, 0, err
+	}
+	for i, ev := range backlog(m, 1000) {
+		msg := forward.Message(ev, forward.Config{})
+		if on {
+			msg.Header[wire.HeaderTraceParent] = []string{fmt.Sprintf("00-%032x-%016x-01", i+1, i+1)}
+		}
+		if _, err := e.js.PublishMsgAsync(msg); err != nil {
+			return 0, 0, err
+		}
+	}
+	select {
+	case <-e.js.PublishAsyncComplete():
+	case <-time.After(5 * time.Minute):
+		return 0, 0, fmt.Errorf("async publishes not acknowledged")
+	}
+	s, err := newSink()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer s.srv.Close()
+	secret := make([]byte, 24)
+	_, _ = rand.Read(secret)
+	tp, exp, stop := tracerProvider(on)
+	defer stop()
+	c, err := deliver.New(e.js, deliver.Config{TracerProvider: tp}, deliver.Subscription{
+		Name: fmt.Sprintf("bench-tracing-%v-%d", on, round), FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)}, URL: s.url,
+		Secrets: []string{"whsec_" + base64.StdEncoding.EncodeToString(secret)}, AllowPrivate: true, MaxInFlight: e.cfg.InFlight,
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- c.Run(rctx) }()
+	err = e.waitFor(ctx, 10*time.Minute, "traced consumer", func() (bool, error) { return s.n.Load() >= int64(m), nil })
+	rate := float64(m) / time.Since(start).Seconds()
+	cancel()
+	if runErr := <-done; err == nil {
+		err = runErr
+	}
+	stop()
+	var spans int64
+	if exp != nil {
+		spans = exp.spans.Load()
+	}
+	return rate, spans, err
+}
