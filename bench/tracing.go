@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/sdk/trace"
 	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -147,8 +149,14 @@ func (e *env) tracedConsumer(ctx context.Context, m int, on bool, round int) (fl
 		if on {
 			msg.Header[wire.HeaderTraceParent] = []string{fmt.Sprintf("00-%032x-%016x-01", i+1, i+1)}
 		}
-		if _, err := e.js.PublishMsgAsync(msg); err != nil {
-			return 0, 0, err
+		for {
+			_, err := e.js.PublishMsgAsync(msg)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				return 0, 0, fmt.Errorf("publish async: %w", err)
+			}
 		}
 	}
 	select {
