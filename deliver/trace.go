@@ -19,8 +19,9 @@ import (
 // in the event's trace. Its attributes: jsbridge.subscription,
 // jsbridge.attempt, jsbridge.outcome, jsbridge.status_class,
 // jsbridge.breaker.state, http.response.status_code (when there was a
-// response), messaging.message.id (the event id) and server.address (the
-// endpoint as breaker.Endpoint renders it: no path, query or credentials).
+// response), messaging.message.id (the event id) and url.full (the
+// endpoint as breaker.Endpoint renders it: no userinfo, query or fragment,
+// so no secret a URL may carry leaks into traces).
 // The POST carries the span's context in its traceparent header, so the
 // receiver's spans continue the trace too.
 //
@@ -97,7 +98,7 @@ func (r *runner) endAttempt(st *attemptState) {
 			tracing.AttrStatusClass.String(st.class),
 			tracing.AttrBreakerState.String(state),
 			attribute.String("messaging.message.id", st.id),
-			attribute.String("server.address", r.endpoint),
+			attribute.String("url.full", r.endpoint),
 		)
 		if st.hasResp && st.resp.status != 0 {
 			span.SetAttributes(attribute.Int("http.response.status_code", st.resp.status))

@@ -89,7 +89,7 @@ func equalFold(a, b string) bool {
 
 // Span attribute keys jsbridge sets besides the OpenTelemetry messaging and
 // HTTP semantic conventions (messaging.system, messaging.destination.name,
-// messaging.message.id, http.response.status_code, server.address).
+// messaging.message.id, http.response.status_code, url.full).
 const (
 	// AttrStream is the source stream of the event, e.g. "order-42".
 	AttrStream = attribute.Key("jsbridge.stream")
