@@ -95,15 +95,19 @@ func (e *env) tracingRow(ctx context.Context) (row, error) {
 	if spans[0] == 0 || spans[1] == 0 {
 		return row{}, fmt.Errorf("tracing on exported %d publish and %d attempt spans", spans[0], spans[1])
 	}
-	dr, cr := drain[1].rate/drain[0].rate, cons[1].rate/cons[0].rate
+	// The ratio is of CPU per event (off ÷ on): on a machine shared with
+	// other work it varies far less between runs than the throughput,
+	// which the row shows beside it.
+	dr, cr := drain[0].cpu/drain[1].cpu, cons[0].cpu/cons[1].cpu
 	return row{
 		Name: fmt.Sprintf("tracing on vs off (in-process bridge draining %d events, consumer delivering %d messages; on = SDK, batch span processor, discarding exporter)", n, m),
 		Ours: fmt.Sprintf("on: drain %.0f events/s (CPU %.1f µs/event), consumer %.0f deliveries/s (CPU %.1f µs/delivery); %d and %d spans exported in the last round",
 			drain[1].rate, drain[1].cpu, cons[1].rate, cons[1].cpu, spans[0], spans[1]),
 		Reference: fmt.Sprintf("off (no-op provider, the default): drain %.0f events/s (CPU %.1f µs/event), consumer %.0f deliveries/s (CPU %.1f µs/delivery)",
 			drain[0].rate, drain[0].cpu, cons[0].rate, cons[0].cpu),
-		Ratio:  fmt.Sprintf("drain %.2f, consumer %.2f", dr, cr),
-		Target: "≥ 0.8 on",
+		Ratio: fmt.Sprintf("CPU per event off ÷ on: drain %.2f, consumer %.2f (throughput on ÷ off: %.2f, %.2f)", dr, cr,
+			drain[1].rate/drain[0].rate, cons[1].rate/cons[0].rate),
+		Target: "≥ 0.8 (on costs at most 25% more CPU per event)",
 		Met:    dr >= 0.8 && cr >= 0.8,
 	}, nil
 }
