@@ -231,9 +231,10 @@ func (l *AttemptLog) RecordAttempt(a Attempt) {
 }
 
 // Run writes queued records until ctx ends, then writes what is still
-// queued for at most a second more (so a clean shutdown keeps the last
-// attempts) and returns. Each record is published asynchronously; a
-// refusal or a missing PubAck (5 s) drops it and counts it.
+// queued (for at most a second), waits for their PubAcks and returns; end
+// ctx after the Consumer's Run returned, so a clean shutdown keeps the
+// last attempts. Each record is published asynchronously; a refusal or a
+// missing PubAck (5 s) drops it and counts it.
 func (l *AttemptLog) Run(ctx context.Context) {
 	pending := make(chan jetstream.PubAckFuture, attemptsPending)
 	var wg sync.WaitGroup

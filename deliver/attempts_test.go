@@ -202,3 +202,23 @@ func TestAttemptLogDropsWhenFull(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2.0, mfs[0].GetMetric()[0].GetCounter().GetValue())
 }
+
+// Records queued when the log is stopped (the deliveries that finished
+// during shutdown) are still written before Run returns.
+func TestAttemptLogWritesQueuedRecordsAtStop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	l, err := deliver.NewAttemptLog(b.js, deliver.AttemptLogConfig{})
+	require.NoError(t, err)
+	require.NoError(t, l.Provision(b.ctx))
+	for i := range 3 {
+		l.RecordAttempt(deliver.Attempt{Subscription: "orders", EventID: "5", Attempt: i + 1, Outcome: deliver.OutcomeRetry})
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	cancel()
+	l.Run(ctx)
+	tr, err := deliver.TraceEvent(b.ctx, b.js, "5", deliver.TraceConfig{})
+	require.NoError(t, err)
+	require.Len(t, tr.Attempts, 3)
+	require.Equal(t, 3, tr.Attempts[2].Attempt)
+}

@@ -198,6 +198,9 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	log.Info("consumer started", "nats_url", startup.RedactURL(nc.ConnectedUrl()), "jetstream_stream", g.Stream, "dlq_stream", g.DLQStream,
 		"subscriptions", strings.Join(names, ","), "ops_addr", addr)
 	err = c.Run(ctx)
+	if r.obs.flushAttempts != nil {
+		r.obs.flushAttempts()
+	}
 	log.Info("consumer stopped")
 	return err
 }

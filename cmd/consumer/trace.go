@@ -25,6 +25,9 @@ import (
 type observers struct {
 	tracerProvider trace.TracerProvider
 	attempts       deliver.AttemptRecorder
+	// flushAttempts stops the attempts record after the last delivery,
+	// writing what is still queued; nil without one.
+	flushAttempts func()
 }
 
 // attemptsFlags bound the attempts record run keeps.
@@ -45,7 +48,9 @@ func (r *runCmd) observe(ctx context.Context, log *slog.Logger) (func(), error) 
 }
 
 // attemptLog provisions the attempts stream (waited for with w) and starts
-// writing records until ctx ends; nil when --attempts-max-age is 0.
+// writing records until r.obs.flushAttempts is called (after the consumer
+// stopped, so the records of the deliveries that finish during shutdown
+// are written too); nil when --attempts-max-age is 0.
 func (r *runCmd) attemptLog(ctx context.Context, w *startup.Waiter, js jetstream.JetStream, g *Globals, log *slog.Logger, reg prometheus.Registerer) (deliver.AttemptRecorder, error) {
 	if r.AttemptsMaxAge < 0 || r.AttemptsMaxBytes < 0 {
 		return nil, fmt.Errorf("--attempts-max-age %s, --attempts-max-bytes %d: want 0 or more", r.AttemptsMaxAge, r.AttemptsMaxBytes)
@@ -70,7 +75,10 @@ func (r *runCmd) attemptLog(ctx context.Context, w *startup.Waiter, js jetstream
 	if err != nil {
 		return nil, err
 	}
-	go l.Run(ctx)
+	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { l.Run(lctx); close(done) }()
+	r.obs.flushAttempts = func() { stop(); <-done }
 	return l, nil
 }
 
