@@ -114,6 +114,13 @@ func run(ctx context.Context, cfg config) error {
 		}
 		rows, mem.consumer = append(rows, r), rss
 	}
+	if want("tracing") {
+		r, err := e.tracingRow(ctx)
+		if err != nil {
+			return fmt.Errorf("tracing: %w", err)
+		}
+		rows = append(rows, r)
+	}
 	if want("e2e") {
 		r, err := e.e2eRow(ctx)
 		if err != nil {

@@ -97,7 +97,7 @@ func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error
 	}
 	fwd, err := forward.New(js, forward.Config{
 		Prefix: cfg.SubjectPrefix, Source: cfg.Source, Stream: cfg.Stream, MaxInFlight: cfg.MaxInFlight,
-		PublishTimeout: cfg.PublishTimeout, Logger: log, Observer: fobs,
+		PublishTimeout: cfg.PublishTimeout, Logger: log, Observer: fobs, TracerProvider: cfg.TracerProvider,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: SubjectPrefix %q: %w", ErrInvalidConfig, cfg.SubjectPrefix, err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/forward"
@@ -136,6 +137,12 @@ type Config struct {
 	// (so a process exports the backlog gauges while it still waits for
 	// NATS); New then registers nothing and Registerer is ignored.
 	Metrics *Metrics
+	// TracerProvider makes the publish spans: one per event, continuing
+	// the trace context of the event's meta (traceparent, tracestate) or
+	// starting a trace, carried on in the message's traceparent header (see
+	// forward.Config.TracerProvider). Default nil: otel's global tracer
+	// provider, a no-op until the application installs an SDK.
+	TracerProvider trace.TracerProvider
 }
 
 // Validate checks c without touching anything: nil, or an error wrapping

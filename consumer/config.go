@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/breaker"
@@ -102,6 +104,14 @@ type Config struct {
 	// Registerer, when set, gets the delivery and breaker metrics
 	// (jsbridge_consumer_*; see the README). Default nil: no metrics.
 	Registerer prometheus.Registerer
+	// TracerProvider makes the span of each delivery attempt (see
+	// deliver.Config.TracerProvider). Default: OpenTelemetry's global
+	// provider, a no-op until the application installs one.
+	TracerProvider trace.TracerProvider
+	// Attempts, when set, receives a record of every attempt after it ended
+	// (see deliver.Config.Attempts; deliver.NewAttemptLog keeps them in a
+	// JetStream stream for `consumer trace`). Default nil: no records.
+	Attempts deliver.AttemptRecorder
 }
 
 // Validate checks c without touching anything: nil, or an error wrapping

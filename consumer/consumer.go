@@ -75,6 +75,7 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	engine, err := deliver.New(js, deliver.Config{
 		Stream: cfg.Stream, HTTPClient: cfg.HTTPClient, Breakers: breakers, Logger: cfg.Logger,
 		Registerer: cfg.Registerer, DeadLetters: dlq, Replicas: cfg.Replicas,
+		TracerProvider: cfg.TracerProvider, Attempts: cfg.Attempts,
 	}, cfg.Subscriptions...)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)

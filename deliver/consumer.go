@@ -18,9 +18,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -62,6 +64,15 @@ type Config struct {
 	// error 10126). A durable consumer that exists with another count
 	// keeps it, with a warning (see consumerReplicas).
 	Replicas int
+	// TracerProvider makes the attempt spans (trace.go: one per attempt,
+	// continuing the trace in the message's traceparent header, which the
+	// POST carries on). Default nil: otel's global tracer provider, a no-op
+	// until the application installs an SDK.
+	TracerProvider trace.TracerProvider
+	// Attempts receives a record of every attempt after it ended (an
+	// *AttemptLog writes them to JetStream for `consumer trace`). Default
+	// nil: none kept.
+	Attempts AttemptRecorder
 }
 
 // Consumer delivers the events of its subscriptions to their endpoints.
@@ -90,6 +101,9 @@ type runner struct {
 	// static are the request headers every delivery carries (see
 	// requestHeader).
 	static http.Header
+	// tracer and spanName make the attempt spans (trace.go).
+	tracer   trace.Tracer
+	spanName string
 
 	// This subscription's children of per-subscription metrics, resolved
 	// once rather than on every delivery.
@@ -190,6 +204,8 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			endpoint: endpoint,
 			log:      cfg.Logger.With(slog.String("subscription", s.Name), slog.String("endpoint", endpoint)),
 			static:   staticHeaders(s.Headers, cfg.UserAgent),
+			tracer:   tracing.Tracer(cfg.TracerProvider),
+			spanName: spanName(s.Name),
 
 			inFlight:     c.metrics.inFlight.WithLabelValues(s.Name),
 			redeliveries: c.metrics.redeliveries.WithLabelValues(s.Name),

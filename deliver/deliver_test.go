@@ -49,8 +49,13 @@ func setup(t *testing.T) bundle {
 // Nats-Msg-Id and CloudEvents binary-mode headers, data as the body.
 func (b bundle) publish(t *testing.T, id int64, stream, name, data string) {
 	t.Helper()
+	b.publishWith(t, id, stream, name, data, nats.Header{})
+}
+
+// publishWith is publish with more headers in h.
+func (b bundle) publishWith(t *testing.T, id int64, stream, name, data string, h nats.Header) {
+	t.Helper()
 	sid := event.FormatID(id)
-	h := nats.Header{}
 	h[wire.HeaderMsgID] = []string{sid}
 	h[wire.HeaderSpecVersion] = []string{event.SpecVersion}
 	h[wire.HeaderID] = []string{sid}

@@ -17,9 +17,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -247,6 +249,8 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 		attempt = int(md.NumDelivered)
 	}
 	id := eventID(msg)
+	ctx, at := r.startAttempt(ctx, msg, id, attempt)
+	defer r.endAttempt(at)
 	// The logger with this delivery's attributes is built only when
 	// something is logged: slog's With formats them at once, and the common
 	// path (a 2xx at info level) logs nothing.
@@ -269,11 +273,14 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 
 	var resp response
+	at.sending()
 	err = r.br.Execute(func() error {
 		resp = r.post(ctx, msg.InProgress, id, body, hdr)
+		at.answered(resp)
 		return resp.breakerErr()
 	})
 	if errors.Is(err, breaker.ErrOpen) {
+		at.decide(OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
 		delay := r.br.OpenTimeout()
 		r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeBreakerOpen, ClassNone).Inc()
 		l := log()
@@ -284,6 +291,7 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 
 	switch resp.verdict() {
 	case verdictAck:
+		at.decide(OutcomeAck, resp.class(), "")
 		if resp.status/100 == 2 {
 			r.acked2xx().Inc()
 		} else {
@@ -308,6 +316,7 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 			return
 		}
 		delay := r.retryDelay(attempt, resp.retryAfter)
+		at.decide(OutcomeRetry, resp.class(), resp.reason())
 		r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, resp.class()).Inc()
 		l := log(slog.Int("status", resp.status))
 		l.Warn("delivery failed, will retry", slog.String("reason", resp.reason()), slog.Duration("delay", delay))
@@ -344,12 +353,14 @@ func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		if err := r.c.cfg.DeadLetters.DeadLetter(ctx, dl); err != nil {
 			delay := r.retryDelay(dl.Attempt, -1)
 			log.Error("dead letter failed; will retry the delivery", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("delay", delay))
+			attemptOf(ctx).decide(OutcomeRetry, class, dl.Reason+" (dead letter failed: "+err.Error()+")")
 			r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, class).Inc()
 			r.nak(log, msg, delay)
 			return
 		}
 	}
 	r.c.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+	attemptOf(ctx).decide(outcome, class, dl.Reason)
 	if r.c.cfg.DeadLetters != nil {
 		r.c.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
 	}
@@ -399,6 +410,7 @@ func (r *runner) post(ctx context.Context, inProgress func() error, id string, b
 	}
 	hdr[wire.HeaderIdempotencyKey] = []string{wire.IdempotencyKey(id)}
 	req.Header = hdr
+	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(hdr)) // traceparent: the attempt's span
 	r.signer.Sign(hdr, id, time.Now(), body)
 
 	start := time.Now()

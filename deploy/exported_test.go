@@ -69,7 +69,8 @@ func child[M any](t *testing.T, get func(...string) (M, error)) {
 
 // exported returns the jsbridge metrics the bridge and the consumer
 // register, by name, as the binaries build them: the bridge's
-// bridgemetrics.New and (verify --continuous) NewAudit, the consumer's deliver.New and breaker.NewSet, all on
+// bridgemetrics.New and (verify --continuous) NewAudit, the consumer's
+// deliver.New, breaker.NewSet and deliver.NewAttemptLog, all on
 // one fresh registry.
 func exported(t *testing.T) map[string]metric {
 	t.Helper()
@@ -88,6 +89,8 @@ func exported(t *testing.T) map[string]metric {
 		URL:            "https://orders.example/webhooks",
 		Secrets:        []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("deploy-test-secret-0123456789"))},
 	})
+	require.NoError(t, err)
+	_, err = deliver.NewAttemptLog(js, deliver.AttemptLogConfig{Registerer: reg}) // consumer run's attempts record
 	require.NoError(t, err)
 
 	for _, col := range reg.collectors {

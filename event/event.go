@@ -42,4 +42,24 @@ type Meta struct {
 	// Causation is the id of the message that directly caused this event;
 	// read like Correlation.
 	Causation string `json:"causation,omitempty"`
+	// TraceParent is the W3C Trace Context traceparent of the operation
+	// that appended the event, e.g.
+	// "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; the
+	// bridge's publish span continues that trace. Stored under the meta key
+	// MetaTraceParent, as the CloudEvents distributed tracing extension
+	// names the attribute. Empty: the bridge starts a trace per event.
+	// A value that is not a valid traceparent is ignored.
+	TraceParent string `json:"traceparent,omitempty"`
+	// TraceState is the W3C tracestate that goes with TraceParent (meta key
+	// MetaTraceState); ignored without TraceParent.
+	TraceState string `json:"tracestate,omitempty"`
 }
+
+// Meta keys of the trace context, at the top level of an event's meta
+// (the attribute names of the CloudEvents distributed tracing extension,
+// and the W3C Trace Context header names wire.HeaderTraceParent and
+// wire.HeaderTraceState, which a test checks they equal).
+const (
+	MetaTraceParent = "traceparent"
+	MetaTraceState  = "tracestate"
+)

@@ -13,13 +13,15 @@ import (
 //
 //   - NULL or empty meta, or a top-level value that is not an object (an
 //     array, a string, a number, true, false, null): no ids.
-//   - an object: its members "correlation" and "causation", keys matched
+//   - an object: its members "correlation", "causation", "traceparent"
+//     and "tracestate" (MetaTraceParent, MetaTraceState), keys matched
 //     ASCII case-insensitively (as encoding/json matches struct fields), the
 //     last one wins. A string member gives its value, unescaped; null or ""
 //     gives no id; any other value (a number, true, false, an array, an
 //     object) gives its compact JSON text, e.g. 7 → "7",
 //     {"id": "c-1"} → `{"id":"c-1"}`. Other members are ignored: they stay
-//     in Postgres, and only these two ids have headers (forward.Message).
+//     in Postgres. The ids have headers (forward.Message); the trace
+//     context continues in the bridge's publish span.
 //
 // Meta that is not valid JSON is an error naming the reason and the byte
 // offset; the value itself is not quoted (meta may hold personal data).
@@ -37,7 +39,7 @@ func ParseMeta(raw []byte) (Meta, error) {
 	if raw[i] != '{' {
 		return Meta{}, nil
 	}
-	var corr, caus []byte
+	var corr, caus, tp, ts []byte
 	i = skipSpace(raw, i+1)
 	for raw[i] != '}' {
 		kEnd := stringEnd(raw, i)
@@ -50,6 +52,10 @@ func ParseMeta(raw []byte) (Meta, error) {
 			corr = raw[i:vEnd]
 		case keyIs(key, "causation"):
 			caus = raw[i:vEnd]
+		case keyIs(key, MetaTraceParent):
+			tp = raw[i:vEnd]
+		case keyIs(key, MetaTraceState):
+			ts = raw[i:vEnd]
 		}
 		i = skipSpace(raw, vEnd) // at ',' or '}'
 		if raw[i] == ',' {
@@ -62,6 +68,12 @@ func ParseMeta(raw []byte) (Meta, error) {
 		return Meta{}, invalidJSON(raw, err)
 	}
 	if m.Causation, err = metaID(caus); err != nil {
+		return Meta{}, invalidJSON(raw, err)
+	}
+	if m.TraceParent, err = metaID(tp); err != nil {
+		return Meta{}, invalidJSON(raw, err)
+	}
+	if m.TraceState, err = metaID(ts); err != nil {
 		return Meta{}, invalidJSON(raw, err)
 	}
 	return m, nil

@@ -206,3 +206,30 @@ func TestREADMEMetaExamples(t *testing.T) {
 		}
 	}
 }
+
+// An app that appends in a traced request stores the trace context at the
+// top level of meta; ParseMeta hands it to the bridge, under the keys the
+// CloudEvents distributed tracing extension and W3C Trace Context use.
+func TestParseMetaTraceContext(t *testing.T) {
+	t.Parallel()
+	if MetaTraceParent != wire.HeaderTraceParent || MetaTraceState != wire.HeaderTraceState {
+		t.Fatalf("meta keys %q, %q differ from the headers %q, %q", MetaTraceParent, MetaTraceState, wire.HeaderTraceParent, wire.HeaderTraceState)
+	}
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	m, err := ParseMeta([]byte(`{"correlation": "c", "traceparent": "` + tp + `", "TraceState": "k=v"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.TraceParent != tp || m.TraceState != "k=v" || m.Correlation != "c" {
+		t.Errorf("ParseMeta = %+v", m)
+	}
+	// Append stores Meta with the same keys, so it reads back the same.
+	raw, err := json.Marshal(Meta{TraceParent: tp, TraceState: "k=v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseMeta(raw)
+	if err != nil || back.TraceParent != tp || back.TraceState != "k=v" {
+		t.Errorf("round trip of %s: %+v, %v", raw, back, err)
+	}
+}

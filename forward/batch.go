@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/event"
@@ -199,7 +200,7 @@ type batchResult struct {
 // returns errBatchRefused (Done 0) when the server refused the batch as a
 // batch: errBatchDisabled when the stream does not allow them, else too
 // many batches were in flight. len(evs) must be at least 2.
-func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event.Event, lastSeq uint64) batchResult {
+func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event.Event, lastSeq uint64) (res batchResult) {
 	if err := ctx.Err(); err != nil {
 		// Past the cycle's deadline (or shut down): a batch sent now would
 		// go unanswered and its outcome stay unknown.
@@ -220,9 +221,15 @@ func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event
 		b.mu.Unlock()
 	}
 
+	// One publish span per event (each is its own trace), ended with the
+	// batch's result.
+	spans := make([]trace.Span, 0, len(evs))
+	defer func() { endBatchSpans(spans, res) }()
+
 	replyPrefix := b.prefix + id + "." + strconv.Itoa(fastBatchFlow) + ".fail."
 	for i, e := range evs {
 		msg := Message(e, f.cfg)
+		spans = append(spans, f.startSpan(ctx, &evs[i], msg))
 		op := "1"
 		switch i {
 		case 0:
@@ -290,4 +297,24 @@ func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event
 		}
 	}
 	return batchResult{Done: done, Sequence: seq, Err: f.publishErr(e, stream, lastSeq, done == 0, apiErr)}
+}
+
+// endBatchSpans ends the publish spans of a batch's events: the first
+// r.Done stored, the next failed with r.Err, the rest not stored.
+func endBatchSpans(spans []trace.Span, r batchResult) {
+	for k, span := range spans {
+		var o Outcome
+		switch {
+		case k < r.Done:
+			o = Outcome{Status: Stored}
+			if k == r.Done-1 {
+				o.Sequence = r.Sequence
+			}
+		case k == r.Done:
+			o = Outcome{Status: Failed, Err: r.Err}
+		default:
+			o = Outcome{Status: Failed, Err: ErrNotAttempted}
+		}
+		endSpan(span, o)
+	}
 }

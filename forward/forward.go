@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -87,6 +89,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer is told about every publish (metrics). Default: none.
 	Observer Observer
+	// TracerProvider makes the publish spans (see trace.go: one per event,
+	// continuing the trace in its meta). Default nil: otel's global tracer
+	// provider, a no-op until the application installs an SDK.
+	TracerProvider trace.TracerProvider
 }
 
 // Status is what became of one event in Publish.
@@ -173,6 +179,9 @@ type Forwarder struct {
 
 	batcher *batcher // fast batches; see batch.go
 
+	tracer   trace.Tracer // publish spans; see trace.go
+	spanName string
+
 	mu        sync.Mutex
 	positions map[string]position // per stream, what this Forwarder last saw stored
 	stream    jetstream.Stream    // for reconciliation; resolved on first use
@@ -218,7 +227,12 @@ func New(js jetstream.JetStream, cfg Config) (*Forwarder, error) {
 	if cfg.PublishTimeout < 0 {
 		return nil, fmt.Errorf("%w: Config.PublishTimeout %s is negative", ErrInvalidConfig, cfg.PublishTimeout)
 	}
-	return &Forwarder{js: js, cfg: cfg, log: cfg.Logger, positions: make(map[string]position), batcher: newBatcher(js.Conn())}, nil
+	spanName := "publish " + cfg.Prefix
+	if cfg.Stream != "" {
+		spanName = "publish " + cfg.Stream
+	}
+	return &Forwarder{js: js, cfg: cfg, log: cfg.Logger, positions: make(map[string]position), batcher: newBatcher(js.Conn()),
+		tracer: tracing.Tracer(cfg.TracerProvider), spanName: spanName}, nil
 }
 
 // Publish publishes events and returns one Outcome per event, in the same

@@ -39,7 +39,7 @@ func Message(e event.Event, cfg Config) *nats.Msg {
 		source = DefaultSource
 	}
 	id := event.FormatID(e.ID)
-	h := make(nats.Header, 13) // 11, and room for Publish's expectations
+	h := make(nats.Header, 15) // 11, and room for the expectations and the trace context
 	// One backing array for all values: each header gets a one-element,
 	// capacity-capped slice of it, so a later Add cannot clobber a neighbour.
 	vals := make([]string, 0, 11)

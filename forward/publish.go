@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/event"
@@ -24,7 +25,11 @@ import (
 // stream's subjects, classifies the result and tells the Observer.
 func (f *Forwarder) publish(ctx context.Context, e event.Event, stream string, lastSeq uint64) Outcome {
 	start := time.Now()
-	o := f.publishOnce(ctx, e, stream, lastSeq)
+	var span trace.Span
+	o := f.publishOnce(ctx, e, stream, lastSeq, &span)
+	if span != nil {
+		endSpan(span, o)
+	}
 	f.cfg.Observer.Published(o, time.Since(start))
 	return o
 }
@@ -33,7 +38,8 @@ func (f *Forwarder) publish(ctx context.Context, e event.Event, stream string, l
 // not JSON (non-retryable), else publishes it expecting lastSeq and waits
 // for its PubAck: Stored, Duplicate (dropped by the duplicate window) or
 // Failed with the classified error (see publishErr).
-func (f *Forwarder) publishOnce(ctx context.Context, e event.Event, stream string, lastSeq uint64) Outcome {
+// The publish span, started once the message is built, is left in *span.
+func (f *Forwarder) publishOnce(ctx context.Context, e event.Event, stream string, lastSeq uint64, span *trace.Span) Outcome {
 	if e.Err != nil {
 		// The store could not read it (event.Event.Err): the drain never
 		// hands it over, but Publish takes any event.
@@ -43,6 +49,7 @@ func (f *Forwarder) publishOnce(ctx context.Context, e event.Event, stream strin
 		return f.failed(e, drain.NonRetryable(fmt.Errorf("%w: event %d of stream %q (%d bytes)", ErrInvalidData, e.ID, e.Stream, len(e.Data))))
 	}
 	msg := Message(e, f.cfg)
+	*span = f.startSpan(ctx, &e, msg)
 	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(lastSeq, wire.StreamFilter(f.cfg.Prefix, stream))}
 	if f.cfg.Stream != "" {
 		opts = append(opts, jetstream.WithExpectStream(f.cfg.Stream))

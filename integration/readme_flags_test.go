@@ -23,7 +23,7 @@ func TestREADMEDocumentsEveryFlag(t *testing.T) {
 	require.NoError(t, err)
 	for _, cmd := range [][]string{
 		{"bridge", "run"}, {"bridge", "migrate"}, {"bridge", "append"}, {"bridge", "streams"}, {"bridge", "unblock"}, {"bridge", "reset"}, {"bridge", "verify"},
-		{"consumer", "run"}, {"consumer", "dlq", "list"}, {"consumer", "dlq", "replay"}, {"consumer", "dlq", "purge"},
+		{"consumer", "run"}, {"consumer", "dlq", "list"}, {"consumer", "dlq", "replay"}, {"consumer", "dlq", "purge"}, {"consumer", "trace"},
 	} {
 		out, err := cli(t, nil, cmd[0], append(cmd[1:], "--help")...)
 		require.NoError(t, err, out)

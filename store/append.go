@@ -32,7 +32,8 @@ type NewEvent struct {
 	// Data is the payload: valid JSON (required). Postgres stores it as jsonb,
 	// so the stored bytes are its normalized form.
 	Data []byte
-	// Meta carries the correlation and causation ids (optional).
+	// Meta carries the correlation and causation ids and the trace context
+	// (traceparent, tracestate) the bridge continues (optional).
 	Meta event.Meta
 }
 

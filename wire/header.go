@@ -89,3 +89,21 @@ const (
 // id>", so a dead letter written twice within the DLQ's duplicate window is
 // stored once per subscription.
 func DLQMsgID(subscription, eventID string) string { return subscription + ":" + eventID }
+
+// W3C Trace Context headers (https://www.w3.org/TR/trace-context/), the
+// names OpenTelemetry's propagation.TraceContext injects and extracts (a
+// test checks it). Forward sets them, lowercase as written here, on every
+// JetStream message whose publish was traced or whose event carried a
+// trace context; deliver continues the trace from them and sends them on
+// every webhook attempt (HTTP matches header names in any case). They are
+// also the keys at the top level of an event's meta that carry the trace
+// context the app appended it in, as the CloudEvents distributed tracing
+// extension names its attributes (event.ParseMeta reads them).
+const (
+	// HeaderTraceParent is "<version>-<trace id>-<parent id>-<flags>",
+	// e.g. "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".
+	HeaderTraceParent = "traceparent"
+	// HeaderTraceState is the vendor-specific list of key=value pairs
+	// that travels with HeaderTraceParent.
+	HeaderTraceState = "tracestate"
+)

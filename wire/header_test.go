@@ -7,6 +7,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/wire"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 func TestHeaderValueEncoding(t *testing.T) {
@@ -96,5 +97,34 @@ func TestIdempotencyKeyIsEventID(t *testing.T) {
 	t.Parallel()
 	if got := wire.IdempotencyKey("42"); got != "42" {
 		t.Errorf("IdempotencyKey(42) = %q, want the event id", got)
+	}
+}
+
+// The trace headers are the ones OpenTelemetry's W3C propagator writes:
+// deliver and forward inject with it and must find them under these names.
+func TestTraceHeadersMatchOpenTelemetry(t *testing.T) {
+	t.Parallel()
+	fields := propagation.TraceContext{}.Fields()
+	want := []string{wire.HeaderTraceParent, wire.HeaderTraceState}
+	if len(fields) != len(want) {
+		t.Fatalf("propagation.TraceContext fields %q, want %q", fields, want)
+	}
+	for i := range want {
+		if fields[i] != want[i] {
+			t.Errorf("propagation.TraceContext field %d = %q, wire spells %q", i, fields[i], want[i])
+		}
+	}
+}
+
+func TestAttemptSubject(t *testing.T) {
+	t.Parallel()
+	if got := wire.AttemptSubject("attempts", "orders", "42"); got != "attempts.orders.42" {
+		t.Errorf("AttemptSubject = %q", got)
+	}
+	if got := wire.AttemptSubject("attempts", "orders", "a.b"); got != "attempts.orders.a%2Eb" {
+		t.Errorf("AttemptSubject escapes the event id: %q", got)
+	}
+	if got := wire.AttemptFilter("attempts", "42"); got != "attempts.*.42" {
+		t.Errorf("AttemptFilter = %q", got)
 	}
 }

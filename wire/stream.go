@@ -19,3 +19,14 @@ const (
 // All returns the filter matching every subject under prefix:
 // "<prefix>.>". It is the subject a stream under prefix holds.
 func All(prefix string) string { return prefix + ".>" }
+
+// The attempts record: the consumer writes one message per delivery
+// attempt to this JetStream stream (bounded by a max age and a max size),
+// which `consumer trace EVENT_ID` reads back.
+const (
+	// DefaultAttemptsStream is the JetStream stream of attempt records.
+	DefaultAttemptsStream = "JSBRIDGE_ATTEMPTS"
+	// DefaultAttemptsPrefix is the first subject token of an attempt
+	// record; the stream holds "<prefix>.>" (see AttemptSubject).
+	DefaultAttemptsPrefix = "attempts"
+)

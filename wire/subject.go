@@ -133,3 +133,19 @@ func DLQFilter(prefix, subscription string) string {
 	}
 	return prefix + "." + subscription + ".>"
 }
+
+// AttemptSubject returns the subject of an attempt record of an event's
+// delivery to subscription: "<prefix>.<subscription>.<event id>", the
+// event id escaped with EscapeToken (an event id is base-10 digits, kept as
+// is; anything else a foreign publisher put in Nats-Msg-Id is escaped).
+// Subscription names are validated by deliver to be one token.
+func AttemptSubject(prefix, subscription, eventID string) string {
+	return prefix + "." + subscription + "." + EscapeToken(eventID)
+}
+
+// AttemptFilter returns the filter matching the attempt records of one
+// event for every subscription: "<prefix>.*.<event id escaped>". The
+// subject index of the stream finds them without reading the others.
+func AttemptFilter(prefix, eventID string) string {
+	return prefix + ".*." + EscapeToken(eventID)
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/natsconn"
 	"github.com/jsbridge/jsbridge/internal/ops"
+	"github.com/jsbridge/jsbridge/internal/otelenv"
 	"github.com/jsbridge/jsbridge/internal/startup"
 	"github.com/jsbridge/jsbridge/store"
 )
@@ -113,6 +114,13 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer opsSrv.Stop()
+
+	tp, stopTracing, err := otelenv.Start(ctx, "jsbridge-bridge", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	cfg.TracerProvider = tp
 
 	nc, shutdownNATS, b, err := r.start(ctx, w, log, conn, pool, st, cfg, &jsRef)
 	if shutdownNATS != nil {

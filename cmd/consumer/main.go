@@ -2,7 +2,7 @@
 // one durable pull consumer per subscription, signed POSTs carrying an
 // Idempotency-Key, retries with backoff and a circuit breaker per endpoint.
 //
-// Subcommands: run, dlq list, dlq replay, dlq purge. See --help.
+// Subcommands: run, dlq list, dlq replay, dlq purge, trace. See --help.
 package main
 
 import (
@@ -18,8 +18,9 @@ import (
 type cli struct {
 	Globals
 
-	Run runCmd `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
-	DLQ dlqCmd `cmd:"" name:"dlq" help:"List, replay or purge dead letters (the DLQ stream)."`
+	Run   runCmd   `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
+	DLQ   dlqCmd   `cmd:"" name:"dlq" help:"List, replay or purge dead letters (the DLQ stream)."`
+	Trace traceCmd `cmd:"" help:"Show every delivery attempt of one event per subscription (time, replica, status, latency, error), its message on the events stream and its dead letters."`
 }
 
 // Globals are the flags every subcommand takes.
@@ -28,6 +29,7 @@ type Globals struct {
 	natsconn.Flags `embed:""`
 	Stream         string `name:"stream" env:"JSBRIDGE_STREAM" default:"${events_stream}" help:"JetStream stream the bridge publishes to (default: ${default})."`
 	DLQStream      string `name:"dlq-stream" env:"JSBRIDGE_DLQ_STREAM" default:"${dlq_stream}" help:"JetStream stream holding dead letters on ${dlq_prefix}.<subscription>.>; created at start when missing (default: ${default})."`
+	AttemptsStream string `name:"attempts-stream" env:"JSBRIDGE_ATTEMPTS_STREAM" default:"${attempts_stream}" help:"JetStream stream of attempt records on ${attempts_prefix}.<subscription>.<event id>, read by trace; created at start when missing (default: ${default})."`
 	LogFormat      string `name:"log-format" env:"JSBRIDGE_LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json (default: ${default})."`
 	LogLevel       string `name:"log-level" env:"JSBRIDGE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error (default: ${default})."`
 }

@@ -119,10 +119,13 @@ func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
 type runCmd struct {
 	subscriptionFlags `embed:""`
 
-	Replicas       int           `name:"replicas" env:"JSBRIDGE_REPLICAS" default:"1" help:"Replica count of the DLQ stream and the durable consumers when the consumer creates them: 1 on a standalone server, 3 on a cluster (at most the events stream's); existing ones keep their own, with a warning (default: ${default})."`
+	Replicas       int           `name:"replicas" env:"JSBRIDGE_REPLICAS" default:"1" help:"Replica count of the DLQ and attempts streams and the durable consumers when the consumer creates them: 1 on a standalone server, 3 on a cluster (at most the events stream's); existing ones keep their own, with a warning (default: ${default})."`
 	StartupTimeout time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when NATS, the JetStream stream, the DLQ stream or the durable consumers are not available within this time; 0 waits forever (default: ${default})."`
 	Pprof          bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr        string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
+	attemptsFlags  `embed:""`
+
+	obs observers // tracing and the attempts record, set up by Run (trace.go)
 }
 
 // Run validates the configuration, starts the ops port, then waits for
@@ -169,8 +172,13 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer opsSrv.Stop()
+	shutdown, err := r.observe(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer shutdown()
 
-	nc, c, err := r.start(ctx, w, conn, log, cfg, &jsRef)
+	nc, c, err := r.start(ctx, w, g, conn, log, cfg, &jsRef)
 	if nc != nil {
 		defer nc.Close()
 	}
@@ -185,15 +193,18 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	log.Info("consumer started", "nats_url", startup.RedactURL(nc.ConnectedUrl()), "jetstream_stream", g.Stream, "dlq_stream", g.DLQStream,
 		"subscriptions", strings.Join(names, ","), "ops_addr", addr)
 	err = c.Run(ctx)
+	if r.obs.flushAttempts != nil {
+		r.obs.flushAttempts()
+	}
 	log.Info("consumer stopped")
 	return err
 }
 
-// start connects to NATS, waited for with w, assembles the consumer and
-// provisions it (the DLQ stream and the durable consumers, waited for with
+// start connects to NATS, waited for with w, provisions the attempts
+// record's stream, assembles the consumer and provisions it (the DLQ stream and the durable consumers, waited for with
 // the same w), and returns the connection (to close, also on error) and
 // the consumer.
-func (r *runCmd) start(ctx context.Context, w *startup.Waiter, conn natsconn.Settings, log *slog.Logger, cfg consumer.Config, jsRef *startup.JetStreamRef) (*nats.Conn, *consumer.Consumer, error) {
+func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn natsconn.Settings, log *slog.Logger, cfg consumer.Config, jsRef *startup.JetStreamRef) (*nats.Conn, *consumer.Consumer, error) {
 	log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS)
 	nc, err := startup.ConnectNATS(ctx, w, conn.URL, append(startup.NATSOptions(log, "jsbridge-consumer"), conn.Options()...)...)
 	if err != nil {
@@ -207,6 +218,10 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, conn natsconn.Set
 	if warning := startup.ReplicasWarning(r.Replicas, nc.ConnectedServerName(), nc.ConnectedClusterName()); warning != "" {
 		log.Warn(warning, "replicas", r.Replicas)
 	}
+	if r.obs.attempts, err = r.attemptLog(ctx, w, js, g, log, cfg.Registerer); err != nil {
+		return nc, nil, err
+	}
+	cfg.TracerProvider, cfg.Attempts = r.obs.tracerProvider, r.obs.attempts
 	c, err := consumer.New(js, cfg)
 	if err != nil {
 		return nc, nil, err

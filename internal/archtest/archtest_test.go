@@ -85,22 +85,26 @@ type rule struct {
 var (
 	nats     = "github.com/nats-io/"
 	postgres = "github.com/jackc/"
+	// otelSDK is OpenTelemetry's SDK and exporters: only the binaries
+	// (internal/otelenv) pull them in; the public packages speak the API.
+	otelSDK = "go.opentelemetry.io/otel/sdk"
+	otelExp = "go.opentelemetry.io/otel/exporters/"
 )
 
 var rules = []rule{
 	{pkg: "event", only: []string{}, why: "the event type everyone speaks depends on nothing"},
 	{pkg: "wire", only: []string{}, why: "the bus contract is importable by every process and receiver: standard library only"},
 	{pkg: "drain", only: []string{"event"}, forbidden: []string{nats, postgres}, why: "the drain knows nothing of NATS or Postgres: the store and the handler are interfaces"},
-	{pkg: "forward", forbidden: []string{postgres, module + "/store"}, why: "forward knows nothing of Postgres"},
+	{pkg: "forward", forbidden: []string{postgres, module + "/store", otelSDK, otelExp}, why: "forward knows nothing of Postgres, and traces through the OpenTelemetry API only"},
 	{pkg: "store", forbidden: []string{nats, module + "/drain", module + "/forward"}, why: "the store knows nothing of the bus or the loop that drives it"},
 	{pkg: "webhook", only: []string{"event", "wire"}, forbidden: []string{nats, postgres}, why: "receivers import webhook alone: no NATS, no Postgres, no third-party code"},
 	{pkg: "webhook/pgstore", forbidden: []string{nats}, why: "the receivers' Postgres idempotency store knows nothing of NATS"},
 	{pkg: "breaker", forbidden: []string{nats, postgres}, why: "circuit breakers know nothing of the bus or the store"},
-	{pkg: "bridge", forbidden: []string{module + "/jsbridgetest", module + "/embedded", module + "/cmd/", module + "/internal/startup", module + "/internal/ops", "github.com/nats-io/nats-server", "github.com/alecthomas/kong"}, why: "an application that embeds the bridge pulls in no NATS server, CLI or ops port"},
-	{pkg: "consumer", forbidden: []string{module + "/jsbridgetest", postgres, module + "/store", module + "/drain", module + "/forward", module + "/bridge", module + "/embedded", module + "/cmd/", module + "/internal/ops", "github.com/nats-io/nats-server", "github.com/alecthomas/kong"}, why: "an application that embeds the consumer pulls in no Postgres, bridge, NATS server, CLI or ops port"},
+	{pkg: "bridge", forbidden: []string{module + "/jsbridgetest", module + "/embedded", module + "/cmd/", module + "/internal/startup", module + "/internal/ops", "github.com/nats-io/nats-server", "github.com/alecthomas/kong", otelSDK, otelExp}, why: "an application that embeds the bridge pulls in no NATS server, CLI, ops port or OpenTelemetry SDK"},
+	{pkg: "consumer", forbidden: []string{module + "/jsbridgetest", postgres, module + "/store", module + "/drain", module + "/forward", module + "/bridge", module + "/embedded", module + "/cmd/", module + "/internal/ops", "github.com/nats-io/nats-server", "github.com/alecthomas/kong", otelSDK, otelExp}, why: "an application that embeds the consumer pulls in no Postgres, bridge, NATS server, CLI, ops port or OpenTelemetry SDK"},
 	{pkg: "jsbridgetest", forbidden: []string{module + "/internal/natsconn", module + "/cmd/", module + "/internal/ops", module + "/internal/flagdoc", "github.com/alecthomas/kong"}, why: "the test kit is built from the public packages an application uses, not from the binaries"},
 	{pkg: "audit", forbidden: []string{postgres, module + "/store"}, why: "verify reads Postgres through an interface the bridge plugs the store into"},
-	{pkg: "deliver", forbidden: []string{postgres, module + "/store", module + "/drain", module + "/forward"}, why: "the consumer's engine knows nothing of Postgres or the bridge"},
+	{pkg: "deliver", forbidden: []string{postgres, module + "/store", module + "/drain", module + "/forward", otelSDK, otelExp}, why: "the consumer's engine knows nothing of Postgres or the bridge, and traces through the OpenTelemetry API only"},
 }
 
 // TestImportRules checks every rule against the module's package graph.

@@ -52,5 +52,8 @@ func WireVars() kong.Vars {
 		"events_prefix": wire.DefaultEventsPrefix,
 		"dlq_stream":    wire.DefaultDLQStream,
 		"dlq_prefix":    wire.DefaultDLQPrefix,
+
+		"attempts_stream": wire.DefaultAttemptsStream,
+		"attempts_prefix": wire.DefaultAttemptsPrefix,
 	}
 }

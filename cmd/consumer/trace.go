@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/internal/otelenv"
+	"github.com/jsbridge/jsbridge/internal/startup"
+)
+
+// observers are what run hands the consumer besides its subscriptions:
+// the tracer provider of the OTEL_* environment and the attempts record.
+type observers struct {
+	tracerProvider trace.TracerProvider
+	attempts       deliver.AttemptRecorder
+	// flushAttempts stops the attempts record after the last delivery,
+	// writing what is still queued; nil without one.
+	flushAttempts func()
+}
+
+// attemptsFlags bound the attempts record run keeps.
+type attemptsFlags struct {
+	AttemptsMaxAge   time.Duration `name:"attempts-max-age" env:"JSBRIDGE_ATTEMPTS_MAX_AGE" default:"72h" help:"How long attempt records are kept in the attempts stream when run creates it; 0 keeps no records (trace then shows only the message and dead letters) (default: ${default})."`
+	AttemptsMaxBytes int64         `name:"attempts-max-bytes" env:"JSBRIDGE_ATTEMPTS_MAX_BYTES" default:"1073741824" help:"Size bound of the attempts stream in bytes when run creates it; the oldest records go first (default: ${default}, 1 GiB)."`
+}
+
+// observe sets up tracing from the OTEL_* environment (off unless it asks
+// for OTLP) and returns the stop that flushes the spans still batched.
+func (r *runCmd) observe(ctx context.Context, log *slog.Logger) (func(), error) {
+	tp, stop, err := otelenv.Start(ctx, "jsbridge-consumer", log)
+	if err != nil {
+		return nil, err
+	}
+	r.obs.tracerProvider = tp
+	return stop, nil
+}
+
+// attemptLog provisions the attempts stream (waited for with w) and starts
+// writing records until r.obs.flushAttempts is called (after the consumer
+// stopped, so the records of the deliveries that finish during shutdown
+// are written too); nil when --attempts-max-age is 0.
+func (r *runCmd) attemptLog(ctx context.Context, w *startup.Waiter, js jetstream.JetStream, g *Globals, log *slog.Logger, reg prometheus.Registerer) (deliver.AttemptRecorder, error) {
+	if r.AttemptsMaxAge < 0 || r.AttemptsMaxBytes < 0 {
+		return nil, fmt.Errorf("--attempts-max-age %s, --attempts-max-bytes %d: want 0 or more", r.AttemptsMaxAge, r.AttemptsMaxBytes)
+	}
+	if r.AttemptsMaxAge == 0 {
+		log.Info("attempt records off (--attempts-max-age 0)")
+		return nil, nil
+	}
+	l, err := deliver.NewAttemptLog(js, deliver.AttemptLogConfig{
+		Stream: g.AttemptsStream, MaxAge: r.AttemptsMaxAge, MaxBytes: r.AttemptsMaxBytes, Replicas: r.Replicas, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = w.For(ctx, "JetStream attempts stream "+g.AttemptsStream, func(ctx context.Context) error {
+		err := l.Provision(ctx)
+		if errors.Is(err, deliver.ErrAttemptsSubjects) {
+			return startup.Permanent(err)
+		}
+		return startup.JetStreamErr(err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { l.Run(lctx); close(done) }()
+	r.obs.flushAttempts = func() { stop(); <-done }
+	return l, nil
+}
+
+type traceCmd struct {
+	EventID      string        `arg:"" name:"EVENT_ID" help:"Event id (the Nats-Msg-Id, ce-id and Idempotency-Key)."`
+	SourceStream string        `name:"source-stream" help:"The event's stream (e.g. order-42): when no attempt record says where the event is, its subjects on the events stream are scanned for it."`
+	JSON         bool          `name:"json" help:"One JSON object instead of text."`
+	Timeout      time.Duration `name:"timeout" default:"30s" help:"Give up reading JetStream after this long (default: ${default})."`
+
+	out io.Writer // default os.Stdout; tests capture it
+}
+
+func (c *traceCmd) Run(ctx context.Context, g *Globals) error {
+	nc, js, err := connect(g)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	tr, err := deliver.TraceEvent(ctx, js, c.EventID, deliver.TraceConfig{
+		Stream: g.Stream, DLQStream: g.DLQStream, AttemptsStream: g.AttemptsStream, SourceStream: c.SourceStream,
+	})
+	if err != nil {
+		return err
+	}
+	out := c.out
+	if out == nil {
+		out = os.Stdout
+	}
+	return printTrace(out, tr, c.JSON)
+}
+
+// printTrace writes tr as text (the message, one block of attempts per
+// subscription, the dead letters) or as one JSON object.
+func printTrace(w io.Writer, tr deliver.EventTrace, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(tr)
+	}
+	if m := tr.Message; m != nil {
+		fmt.Fprintf(w, "event %s: %s v%d %s, JetStream sequence %d on %s, published %s\n", tr.EventID, m.SourceStream, m.Version, m.Name,
+			m.Sequence, m.Subject, m.PublishedAt.Format(time.RFC3339Nano))
+		if m.TraceParent != "" {
+			fmt.Fprintf(w, "traceparent %s\n", m.TraceParent)
+		}
+	} else {
+		fmt.Fprintf(w, "event %s: not found on the events stream (give --source-stream to scan its stream)\n", tr.EventID)
+	}
+	if len(tr.Attempts) == 0 {
+		fmt.Fprintln(w, "no attempt records (none made yet, older than the attempts stream's max age, or records off)")
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	sub := ""
+	for _, a := range tr.Attempts {
+		if a.Subscription != sub {
+			sub = a.Subscription
+			fmt.Fprintf(tw, "\nsubscription %s\n", sub)
+			fmt.Fprintln(tw, "ATTEMPT\tTIME\tREPLICA\tSTATUS\tLATENCY\tOUTCOME\tBREAKER\tERROR")
+		}
+		status := fmt.Sprint(a.Status)
+		if a.Status == 0 {
+			status = a.StatusClass
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.At.Format(time.RFC3339Nano), a.Replica, status,
+			a.Latency.Round(time.Microsecond), a.Outcome, a.Breaker, a.Error)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, d := range tr.DeadLetters {
+		fmt.Fprintf(w, "\ndead letter %d (subscription %s): %d attempts, status %d, %s, dead-lettered %s\n", d.Seq, d.Subscription, d.Attempts, d.Status, d.Reason,
+			d.DeadLetteredAt.UTC().Format(time.RFC3339))
+	}
+	return nil
+}

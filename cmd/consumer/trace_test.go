@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/ops"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// `consumer trace` of an event whose endpoint failed twice and then took
+// it shows three attempts, in order, in text and in JSON.
+func TestTraceCommandShowsEveryAttempt(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	t.Cleanup(cancel)
+	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
+	_, js := jsbridgetest.Connect(t, srv)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+	require.NoError(t, err)
+
+	var n atomic.Int32
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if n.Add(1) <= 2 {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(rc.Close)
+
+	// What consumer run does: the attempts record, then the deliveries.
+	log, err := deliver.NewAttemptLog(js, deliver.AttemptLogConfig{Replica: "consumer-0"})
+	require.NoError(t, err)
+	require.NoError(t, log.Provision(ctx))
+	rctx, stop := context.WithCancel(ctx)
+	go log.Run(rctx)
+	c, err := deliver.New(js, deliver.Config{Attempts: log}, deliver.Subscription{
+		Name: "billing", FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)}, URL: rc.URL,
+		Secrets:      []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("trace-command-test-secret-01"))},
+		BackOff:      []time.Duration{10 * time.Millisecond},
+		AllowPrivate: true,
+	})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: wire.Subject(wire.DefaultEventsPrefix, "order-7", "OrderPlaced"),
+		Header: nats.Header{wire.HeaderMsgID: []string{"42"}, wire.HeaderType: []string{"OrderPlaced"}, wire.HeaderSubject: []string{"order-7"}},
+		Data:   []byte(`{}`)})
+	require.NoError(t, err)
+
+	run := func(args ...string) string {
+		var cl cli
+		parser, err := kong.New(&cl, ops.WireVars())
+		require.NoError(t, err)
+		_, err = parser.Parse(append([]string{"trace", "--nats-url", srv.ClientURL()}, args...))
+		require.NoError(t, err)
+		var out bytes.Buffer
+		cl.Trace.out = &out
+		require.NoError(t, cl.Trace.Run(ctx, &cl.Globals))
+		return out.String()
+	}
+	attemptRow := regexp.MustCompile(`(?m)^(\d+)\s+\S+\s+consumer-0\s+(\d+)\s+\S+\s+(retry|ack)\s+closed`)
+	var text string
+	require.Eventually(t, func() bool {
+		text = run("42")
+		return len(attemptRow.FindAllString(text, -1)) == 3
+	}, 15*time.Second, 50*time.Millisecond, "three attempts in the output")
+	rows := attemptRow.FindAllStringSubmatch(text, -1)
+	require.Equal(t, []string{"1", "502", "retry"}, rows[0][1:])
+	require.Equal(t, []string{"2", "502", "retry"}, rows[1][1:])
+	require.Equal(t, []string{"3", "200", "ack"}, rows[2][1:])
+	require.Contains(t, text, "event 42: order-7 v0 OrderPlaced, JetStream sequence 1")
+	require.Contains(t, text, "subscription billing")
+	require.Contains(t, text, "HTTP 502 Bad Gateway")
+
+	var tr deliver.EventTrace
+	require.NoError(t, json.Unmarshal([]byte(run("42", "--json")), &tr))
+	require.Len(t, tr.Attempts, 3)
+	require.Equal(t, []int{502, 502, 200}, []int{tr.Attempts[0].Status, tr.Attempts[1].Status, tr.Attempts[2].Status})
+
+	none := run("43")
+	require.True(t, strings.Contains(none, "event 43: not found") && strings.Contains(none, "no attempt records"), none)
+}
