@@ -62,7 +62,29 @@ type Config struct {
 	// error 10126). A durable consumer that exists with another count
 	// keeps it, with a warning (see consumerReplicas).
 	Replicas int
+	// Partitions is the number of partitions of the partitioned copy of
+	// the JetStream stream that ordered subscriptions read (one durable
+	// pull consumer per partition and subscription): the unit of
+	// ownership among replicas, so at most Partitions replicas share an
+	// ordered subscription's work. Default DefaultPartitions. The same for
+	// every replica; changing it needs the copy deleted (docs/ordering.md).
+	Partitions int
+	// ReplicaID names this replica in partition leases, `consumer status`
+	// and the Jsbridge-Replica webhook header: [A-Za-z0-9_-]+. Default:
+	// "<hostname>-<pid>-<random>".
+	ReplicaID string
+	// LeaseTTL is how long a partition lease and a membership heartbeat
+	// live unless renewed (renewed every LeaseTTL/4): a killed replica's
+	// partitions are taken over after at most LeaseTTL plus AckWait.
+	// Default DefaultLeaseTTL. Fixed when the lease bucket is created.
+	LeaseTTL time.Duration
 }
+
+// Ordered delivery defaults.
+const (
+	DefaultPartitions = 16
+	DefaultLeaseTTL   = 10 * time.Second
+)
 
 // Consumer delivers the events of its subscriptions to their endpoints.
 type Consumer struct {
@@ -72,6 +94,8 @@ type Consumer struct {
 	metrics   *metrics
 	userAgent string
 	runners   []*runner
+	// ord is the ordered subscriptions' shared state (nil without any).
+	ord *ordering
 }
 
 // runner is one subscription's pull loop.
@@ -99,6 +123,9 @@ type runner struct {
 	// acked2xx is deliveries{outcome="ack",status_class="2xx"}, resolved
 	// on first use so that no zero series shows before the first ack.
 	acked2xx func() prometheus.Counter
+	// ord is the ordered-delivery state of an ordered subscription (nil
+	// for OrderingNone).
+	ord *orderedRunner
 }
 
 // New returns a Consumer for subs. It fails when js is nil, no subscription
@@ -129,6 +156,9 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = defaultUserAgent()
+	}
+	if err := cfg.orderingDefaults(); err != nil {
+		return nil, fmt.Errorf("deliver: new consumer: %w", err)
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -199,6 +229,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			}),
 		})
 	}
+	c.ord = newOrdering(c)
 	return c, nil
 }
 
@@ -247,7 +278,15 @@ func guardedClient(c *http.Client) (*http.Client, error) {
 // before it starts; Run creates what Provision did not. Do not call it
 // while Run runs.
 func (c *Consumer) Provision(ctx context.Context) error {
+	if c.ord != nil {
+		if err := c.ord.provision(ctx); err != nil {
+			return err
+		}
+	}
 	for _, r := range c.runners {
+		if r.sub.Ordered() {
+			continue
+		}
 		cons, err := r.createConsumer(ctx)
 		if err != nil {
 			return err
@@ -267,10 +306,16 @@ func (c *Consumer) Provision(ctx context.Context) error {
 // 15 s (±20 %), for each subscription on its own. Call Run once.
 func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	if c.ord != nil {
+		wg.Go(func() { c.ord.run(ctx) })
+	}
 	for _, r := range c.runners {
 		if r.sub.Timeout >= r.sub.AckWait {
 			r.log.Warn("request timeout is not below AckWait: a slow endpoint can see the event redelivered while the first attempt runs",
 				slog.Duration("timeout", r.sub.Timeout), slog.Duration("ack_wait", r.sub.AckWait))
+		}
+		if r.sub.Ordered() {
+			continue
 		}
 		wg.Go(func() { r.run(ctx) })
 	}

@@ -82,5 +82,14 @@ func (r *runner) replay(ctx context.Context, q *DLQ, dl StoredDeadLetter) Replay
 	res.Delivered = true
 	r.c.metrics.replayed.WithLabelValues(r.sub.Name).Inc()
 	log.Info("dead letter replayed", slog.Int("status", resp.status))
+	if IsOrderedSubject(dl.Subject) {
+		// The head went through: its parked stream's held events follow,
+		// in order, from the partition's owner.
+		if err := Unpark(ctx, r.c.js, dl); err != nil && !errors.Is(err, ErrNotParked) {
+			res.Err = fmt.Errorf("dead letter %d delivered, but its stream is still parked (run dlq skip --seq %d to release it): %w", dl.Seq, dl.Seq, err)
+		} else if err == nil {
+			log.Info("stream unparked")
+		}
+	}
 	return res
 }

@@ -1,0 +1,201 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// deliver delivers one event of an ordered subscription with head-of-line
+// retry: the message stays with this replica (InProgress every AckWait/2)
+// while it is retried in place with backoff (Retry-After honoured), so its
+// stream's later events, queued behind it in the lane, cannot overtake it;
+// other streams' lanes go on. It ends with a double ack (2xx), a dead
+// letter (then the stream parks or goes on, see DeadLetterPolicy), a Nak
+// when the partition is released first, or nothing when the lease
+// deadline passed (JetStream redelivers it after AckWait to the next owner).
+// MaxDeliver counts attempts from JetStream's delivery count on.
+func (pt *partition) deliver(m jetstream.Msg) {
+	r := pt.or.r
+	key := wire.StreamKey(m.Subject())
+	id := eventID(m)
+	stop := r.keepAlive(id, m.InProgress)
+	defer stop()
+	attempt := 1
+	if md, err := m.Metadata(); err == nil {
+		attempt = int(md.NumDelivered)
+	}
+	if attempt > 1 {
+		r.redeliveries.Inc()
+	}
+	log := func(more ...any) *slog.Logger {
+		return pt.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
+	}
+	ctx := context.WithoutCancel(pt.ctx)
+	for {
+		if pt.ctx.Err() != nil {
+			r.nak(log(), m, 0)
+			return
+		}
+		if !pt.mayStart() {
+			log().Warn("partition lease not renewed in time: leaving the event to the next owner")
+			return
+		}
+		if pt.or.hold(pt, key, m) {
+			return
+		}
+		if id == "" {
+			pt.deadLetter(m, log(), DeadLetter{Attempt: attempt, Reason: "message has no Nats-Msg-Id or ce-id"}, OutcomeTerm, ClassNone)
+			return
+		}
+		hdr := r.requestHeader()
+		hdr.Set(wire.HeaderReplica, r.c.cfg.ReplicaID)
+		body, err := buildBody(r.sub.Body, id, m.Headers(), m.Data(), hdr)
+		if err != nil {
+			pt.deadLetter(m, log(), DeadLetter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
+			return
+		}
+		if r.br.Wait(pt.ctx) != nil {
+			continue // released: Nak'd above
+		}
+		select {
+		case pt.or.slots <- struct{}{}:
+		case <-pt.ctx.Done():
+			continue
+		}
+		if !pt.mayStart() {
+			<-pt.or.slots
+			continue
+		}
+		var resp response
+		ran := false
+		err = r.br.Execute(func() error {
+			ran = true
+			resp = r.post(ctx, nil, id, body, hdr)
+			return resp.breakerErr()
+		})
+		<-pt.or.slots
+		if !ran && errors.Is(err, breaker.ErrOpen) {
+			// Another lane's probe won; wait for the breaker again.
+			r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeBreakerOpen, ClassNone).Inc()
+			continue
+		}
+		switch resp.verdict() {
+		case verdictAck:
+			if resp.status/100 == 2 {
+				r.acked2xx().Inc()
+			} else {
+				r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeAck, resp.class()).Inc()
+			}
+			if pt.ack(m, log()) {
+				pt.settled(key, streamSeq(m))
+			}
+			return
+		case verdictPermanent:
+			pt.deadLetter(m, log(slog.Int("status", resp.status)), DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: resp.reason(), At: resp.at}, OutcomeTerm, resp.class())
+			return
+		case verdictRetry:
+			if r.sub.MaxDeliver > 0 && attempt >= r.sub.MaxDeliver {
+				pt.deadLetter(m, log(slog.Int("status", resp.status)), DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, At: resp.at,
+					Reason: fmt.Sprintf("%s (attempt %d of MaxDeliver %d)", resp.reason(), attempt, r.sub.MaxDeliver)}, OutcomeExhausted, resp.class())
+				return
+			}
+			delay := r.retryDelay(attempt, resp.retryAfter)
+			r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, resp.class()).Inc()
+			log(slog.Int("status", resp.status)).Warn("delivery failed, retrying in place (its stream waits)", slog.String("reason", resp.reason()), slog.Duration("delay", delay))
+			backoff.Sleep(pt.ctx, delay)
+			attempt++
+		}
+	}
+}
+
+// ack double-acks m (JetStream confirms the ack is recorded, so a new
+// owner never sees m again once its successor was sent), retrying while
+// the partition may still start attempts. It reports whether the ack is
+// recorded.
+func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) bool {
+	var pause backoff.Backoff
+	for tries := 1; ; tries++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := m.DoubleAck(ctx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return true
+		}
+		if !pt.mayStart() && pt.ctx.Err() == nil {
+			log.Warn("ack failed and the partition lease is gone: JetStream will redeliver after AckWait", slog.Any("error", err))
+			return false
+		}
+		d := pause.Next()
+		log.Warn("ack failed; retrying (the stream's next event waits for it)", slog.Any("error", err), slog.Duration("retry_in", d))
+		time.Sleep(min(d, 2*time.Second))
+		if tries >= 20 {
+			log.Error("ack failed 20 times; giving the event up to JetStream's redelivery", slog.Any("error", err))
+			return false
+		}
+	}
+}
+
+// deadLetter stores the dead letter (retrying in place while the DLQ
+// fails), parks the stream when the policy says so, then acks m.
+func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl DeadLetter, outcome, class string) {
+	r := pt.or.r
+	dl.Subscription = r.sub.Name
+	dl.Endpoint = r.endpoint
+	dl.Msg = m
+	var pause backoff.Backoff
+	for r.c.cfg.DeadLetters != nil {
+		err := r.c.cfg.DeadLetters.DeadLetter(context.WithoutCancel(pt.ctx), dl)
+		if err == nil {
+			break
+		}
+		d := pause.Next()
+		log.Error("dead letter failed; retrying in place", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("retry_in", d))
+		backoff.Sleep(pt.ctx, d)
+		if pt.ctx.Err() != nil || !pt.mayStart() {
+			r.nak(log, m, 0)
+			return
+		}
+	}
+	park := r.sub.OnDeadLetter == DeadLetterPark && dl.EventID != ""
+	if park {
+		pause.Reset()
+		for {
+			err := pt.or.park(pt, m, dl)
+			if err == nil {
+				break
+			}
+			d := pause.Next()
+			log.Error("parking the stream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d))
+			backoff.Sleep(pt.ctx, d)
+			if pt.ctx.Err() != nil || !pt.mayStart() {
+				r.nak(log, m, 0)
+				return
+			}
+		}
+	}
+	r.c.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+	if r.c.cfg.DeadLetters != nil {
+		r.c.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
+	}
+	if dl.Status == http.StatusGone {
+		log.Warn("endpoint answered 410 Gone: it says it no longer exists")
+	}
+	if park {
+		log.Error("delivery failed for good, dead-lettered; its stream is parked until `consumer dlq replay` or `consumer dlq skip`", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
+	} else {
+		log.Error("delivery failed for good, dead-lettered; its stream goes on", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
+	}
+	if pt.ack(m, log) {
+		pt.settled(wire.StreamKey(m.Subject()), streamSeq(m))
+	}
+}
