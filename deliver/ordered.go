@@ -258,9 +258,7 @@ func (o *ordering) members(ctx context.Context) ([]string, error) {
 	for k := range l.Keys() {
 		ids = append(ids, strings.TrimPrefix(k, wire.MemberKey("")))
 	}
-	if err := l.Stop(); err != nil {
-		return nil, err
-	}
+	_ = l.Stop() // the lister stopped itself after the last key
 	self := o.c.cfg.ReplicaID
 	if !slices.Contains(ids, self) {
 		ids = append(ids, self)
