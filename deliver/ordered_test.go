@@ -2,8 +2,8 @@ package deliver_test
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
