@@ -2,7 +2,7 @@
 // one durable pull consumer per subscription, signed POSTs carrying an
 // Idempotency-Key, retries with backoff and a circuit breaker per endpoint.
 //
-// Subcommands: run, dlq list, dlq replay, dlq purge. See --help.
+// Subcommands: run, status, dlq list, dlq replay, dlq skip, dlq purge. See --help.
 package main
 
 import (
@@ -18,8 +18,9 @@ import (
 type cli struct {
 	Globals
 
-	Run runCmd `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
-	DLQ dlqCmd `cmd:"" name:"dlq" help:"List, replay or purge dead letters (the DLQ stream)."`
+	Run    runCmd    `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
+	DLQ    dlqCmd    `cmd:"" name:"dlq" help:"List, replay, skip or purge dead letters (the DLQ stream)."`
+	Status statusCmd `cmd:"" help:"Show the live consumer replicas and which one owns each partition of the ordered subscriptions."`
 }
 
 // Globals are the flags every subcommand takes.
