@@ -46,9 +46,8 @@ func (pt *partition) deliver(m jetstream.Msg) {
 			r.nak(log(), m, 0)
 			return
 		}
-		if !pt.mayStart() {
-			log().Warn("partition lease not renewed in time: leaving the event to the next owner")
-			return
+		if !pt.waitLease() {
+			continue // released: Nak'd above
 		}
 		if pt.or.hold(pt, key, m) {
 			return
@@ -74,7 +73,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 		}
 		if !pt.mayStart() {
 			<-pt.or.slots
-			continue
+			continue // waitLease again
 		}
 		var resp response
 		ran := false
@@ -119,9 +118,11 @@ func (pt *partition) deliver(m jetstream.Msg) {
 }
 
 // ack double-acks m (JetStream confirms the ack is recorded, so a new
-// owner never sees m again once its successor was sent), retrying while
-// the partition may still start attempts. It reports whether the ack is
-// recorded.
+// owner never sees m again once its successor was sent), retrying with
+// backoff. It reports whether the ack is recorded. When it is not (the
+// partition was released meanwhile, or 10 tries failed, which releases
+// the partition), the lane's later events are returned to JetStream, not
+// delivered: m comes back first, to whoever owns the partition next.
 func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) bool {
 	var pause backoff.Backoff
 	for tries := 1; ; tries++ {
@@ -131,17 +132,17 @@ func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) bool {
 		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 			return true
 		}
-		if !pt.mayStart() && pt.ctx.Err() == nil {
-			log.Warn("ack failed and the partition lease is gone: JetStream will redeliver after AckWait", slog.Any("error", err))
+		if pt.ctx.Err() != nil {
+			return false
+		}
+		if tries >= 10 {
+			log.Error("ack failed 10 times; releasing the partition so that the event comes back before its successors", slog.Any("error", err))
+			pt.release()
 			return false
 		}
 		d := pause.Next()
 		log.Warn("ack failed; retrying (the stream's next event waits for it)", slog.Any("error", err), slog.Duration("retry_in", d))
-		time.Sleep(min(d, 2*time.Second))
-		if tries >= 20 {
-			log.Error("ack failed 20 times; giving the event up to JetStream's redelivery", slog.Any("error", err))
-			return false
-		}
+		backoff.Sleep(pt.ctx, d)
 	}
 }
 
@@ -161,7 +162,7 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl DeadLetter
 		d := pause.Next()
 		log.Error("dead letter failed; retrying in place", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("retry_in", d))
 		backoff.Sleep(pt.ctx, d)
-		if pt.ctx.Err() != nil || !pt.mayStart() {
+		if pt.ctx.Err() != nil {
 			r.nak(log, m, 0)
 			return
 		}
@@ -177,7 +178,7 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl DeadLetter
 			d := pause.Next()
 			log.Error("parking the stream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d))
 			backoff.Sleep(pt.ctx, d)
-			if pt.ctx.Err() != nil || !pt.mayStart() {
+			if pt.ctx.Err() != nil {
 				r.nak(log, m, 0)
 				return
 			}

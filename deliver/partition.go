@@ -299,6 +299,23 @@ func (pt *partition) mayStart() bool {
 	return pt.ctx.Err() == nil && time.Now().Before(pt.deadline)
 }
 
+// waitLease waits while the lease deadline is passed (a renewal late, or a
+// replica waking from a freeze) and reports whether the partition is still
+// this replica's: false once it was released or its lease found lost. An
+// event never gives way to its successor while it waits.
+func (pt *partition) waitLease() bool {
+	for !pt.mayStart() {
+		if pt.ctx.Err() != nil {
+			return false
+		}
+		select {
+		case <-pt.ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return true
+}
+
 func (pt *partition) release() { pt.cancel() }
 
 func (pt *partition) finished() bool {
