@@ -17,7 +17,7 @@ import (
 // spelledContract says which part of the bus contract a string literal
 // spells again, or "" when it spells none: a subject under one of the
 // default prefixes ("events.", "dlq."), a default stream name ("EVENTS",
-// "DLQ"), or one of our header names (ce-*, Nats-*, Jsbridge-Dlq-*,
+// "DLQ"), or one of our header names (ce-*, Nats-*, Jsbridge-*,
 // Idempotency-Key; ce-* and Idempotency-Key in any case, as HTTP matches
 // them, Nats-* and Jsbridge-Dlq-* as written, as NATS does). Prose that merely
 // mentions a subject mid-sentence does not start with it and passes.
@@ -35,8 +35,10 @@ func spelledContract(s string) string {
 		return "header name " + strconv.Quote(s)
 	}
 	// NATS matches header names exactly, so only the canonical case is ours
+	// (Jsbridge-* covers the dead letters' Jsbridge-Dlq-* and the webhooks'
+	// Jsbridge-Replica)
 	// ("nats-port" is a flag, not a header).
-	for _, p := range []string{wire.HeaderPrefixNATS, "Jsbridge-Dlq-"} {
+	for _, p := range []string{wire.HeaderPrefixNATS, "Jsbridge-"} {
 		if header && len(s) > len(p) && strings.HasPrefix(s, p) {
 			return "header name " + strconv.Quote(s)
 		}
@@ -151,6 +153,7 @@ var (
 	c = "ce-id"
 	d = "Nats-Msg-Id"
 	e = "Jsbridge-Dlq-Reason"
+	e2 = "Jsbridge-Replica"
 	f = "idempotency-key"
 	g = "DLQ"
 	h = ` + "`Ce-Type`" + `
@@ -165,7 +168,7 @@ var (
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{`tag default`, `"events.>"`, `"dlq."`, `"ce-id"`, `"Nats-Msg-Id"`, `"Jsbridge-Dlq-Reason"`, `"idempotency-key"`, `"DLQ"`, "`Ce-Type`"}
+	want := []string{`tag default`, `"events.>"`, `"dlq."`, `"ce-id"`, `"Nats-Msg-Id"`, `"Jsbridge-Dlq-Reason"`, `"Jsbridge-Replica"`, `"idempotency-key"`, `"DLQ"`, "`Ce-Type`"}
 	if len(probs) != len(want) {
 		t.Fatalf("got %d problems, want %d:\n%s", len(probs), len(want), strings.Join(probs, "\n"))
 	}
