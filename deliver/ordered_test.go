@@ -362,3 +362,52 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// A subscription that ran unordered and switches to ordered delivery does
+// not get what its unordered durable consumer acknowledged again: its
+// partition consumers start after that consumer's ack floor.
+func TestOrderedSwitchStartsAfterTheUnorderedAckFloor(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	rc := newOrderedReceiver(t, b, func(orderedEvent, int) int { return http.StatusOK })
+	s := orderedSub("switch", rc.URL)
+	s.Ordering = deliver.OrderingNone
+	b.publishStream(t, "order-1", 0, 10)
+	c, err := deliver.New(b.js, deliver.Config{}, s)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-1"]) == 10 }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		cons, err := b.js.Consumer(b.ctx, "EVENTS", "switch")
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(b.ctx)
+		return err == nil && info.AckFloor.Stream == 10
+	}, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+
+	b.publishStream(t, "order-1", 10, 15)
+	s.Ordering = deliver.OrderingStream
+	b.runOrdered(t, deliver.Config{}, s)
+	require.Eventually(t, func() bool { return len(rc.deliveries()) >= 15 }, 20*time.Second, 10*time.Millisecond)
+	// Every partition consumer settled: nothing more is coming.
+	require.Eventually(t, func() bool {
+		for p := range 4 {
+			cons, err := b.js.Consumer(b.ctx, wire.OrderedStream("EVENTS"), wire.PartitionDurable("switch", p))
+			if err != nil {
+				return false
+			}
+			info, err := cons.Info(b.ctx)
+			if err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Len(t, rc.deliveries(), 15, "versions 0-9 were not sent again")
+	require.Equal(t, []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, rc.accepted()["order-1"])
+}
