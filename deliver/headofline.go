@@ -152,7 +152,9 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl DeadLetter
 	r := pt.or.r
 	dl.Subscription = r.sub.Name
 	dl.Endpoint = r.endpoint
-	dl.Msg = m
+	// The dead letter names the event as on the events stream (subject,
+	// sequence), as for an unordered subscription.
+	dl.Msg = eventsMsg{Msg: m, subject: wire.EventsSubject(r.c.ord.eventsPrefix, m.Subject())}
 	var pause backoff.Backoff
 	for r.c.cfg.DeadLetters != nil {
 		err := r.c.cfg.DeadLetters.DeadLetter(context.WithoutCancel(pt.ctx), dl)
@@ -199,4 +201,26 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl DeadLetter
 	if pt.ack(m, log) {
 		pt.settled(wire.StreamKey(m.Subject()), streamSeq(m))
 	}
+}
+
+// eventsMsg is a message of the partitioned copy seen as the events
+// stream's: its subject there and, in its metadata, the origin sequence
+// (Nats-Stream-Source) as the stream sequence.
+type eventsMsg struct {
+	jetstream.Msg
+	subject string
+}
+
+func (m eventsMsg) Subject() string { return m.subject }
+
+func (m eventsMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	md, err := m.Msg.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	out := *md
+	if seq := wire.SourceSequence(m.Msg.Headers().Get(wire.HeaderSourceInfo)); seq != 0 {
+		out.Sequence.Stream = seq
+	}
+	return &out, nil
 }

@@ -248,15 +248,18 @@ func (o *ordering) run(ctx context.Context) {
 	watchers.Wait()
 }
 
-// members returns the live replicas' ids, sorted, with self among them.
-func (o *ordering) members(ctx context.Context) ([]string, error) {
-	l, err := o.leases.ListKeysFiltered(ctx, wire.MemberFilter)
+// members returns the ids of the live replicas running subscription,
+// sorted, with self among them.
+func (o *ordering) members(ctx context.Context, subscription string) ([]string, error) {
+	l, err := o.leases.ListKeysFiltered(ctx, wire.MemberFilter(subscription))
 	if err != nil {
 		return nil, err
 	}
 	var ids []string
 	for k := range l.Keys() {
-		ids = append(ids, strings.TrimPrefix(k, wire.MemberKey("")))
+		if _, id, ok := wire.ParseMemberKey(k); ok {
+			ids = append(ids, id)
+		}
 	}
 	_ = l.Stop() // the lister stopped itself after the last key
 	self := o.c.cfg.ReplicaID
@@ -275,15 +278,17 @@ func (o *ordering) cycle(ctx context.Context) {
 	defer cancel()
 	self := o.c.cfg.ReplicaID
 	start := time.Now()
-	if _, err := o.leases.Put(cctx, wire.MemberKey(self), []byte(self)); err != nil {
-		o.log.Warn("membership heartbeat failed", slog.Any("error", err))
-	}
-	members, err := o.members(cctx)
-	if err != nil {
-		o.log.Warn("listing consumer replicas failed; keeping the current partitions", slog.Any("error", err))
-		members = nil
+	for _, r := range o.runners {
+		if _, err := o.leases.Put(cctx, wire.MemberKey(r.sub.Name, self), []byte(self)); err != nil {
+			r.log.Warn("membership heartbeat failed", slog.Any("error", err))
+		}
 	}
 	for _, r := range o.runners {
+		members, err := o.members(cctx, r.sub.Name)
+		if err != nil {
+			r.log.Warn("listing consumer replicas failed; keeping the current partitions", slog.Any("error", err))
+			members = nil
+		}
 		for p := range o.c.cfg.Partitions {
 			want := members != nil && members[p%len(members)] == self
 			r.ord.step(cctx, o, p, want, members == nil, start)
@@ -302,8 +307,10 @@ func (o *ordering) shutdown() {
 		r.ord.releaseAll(ctx, o)
 	}
 	if o.leases != nil {
-		if err := o.leases.Delete(ctx, wire.MemberKey(o.c.cfg.ReplicaID)); err != nil {
-			o.log.Debug("deleting membership heartbeat failed", slog.Any("error", err))
+		for _, r := range o.runners {
+			if err := o.leases.Delete(ctx, wire.MemberKey(r.sub.Name, o.c.cfg.ReplicaID)); err != nil {
+				o.log.Debug("deleting membership heartbeat failed", slog.Any("error", err))
+			}
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
@@ -318,8 +319,14 @@ func TestOrderedTwoConsumersSplitPartitionsAndKeepOrder(t *testing.T) {
 	})
 	s := orderedSub("two", rc.URL)
 	s.BackOff = []time.Duration{20 * time.Millisecond}
-	b.runOrdered(t, deliver.Config{ReplicaID: "one"}, s)
-	b.runOrdered(t, deliver.Config{ReplicaID: "two"}, s)
+	// 10 % first attempts fail: keep the breakers closed.
+	lenient := func() *breaker.Set {
+		set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 1_000_000, MinRequests: 1_000_000}, nil, nil)
+		require.NoError(t, err)
+		return set
+	}
+	b.runOrdered(t, deliver.Config{ReplicaID: "one", Breakers: lenient()}, s)
+	b.runOrdered(t, deliver.Config{ReplicaID: "two", Breakers: lenient()}, s)
 	var streams []string
 	for i := range 30 {
 		streams = append(streams, fmt.Sprintf("order-%d", i))

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,7 +32,7 @@ type ParkedStream struct {
 	Subscription string `json:"subscription"`
 	// Stream is the source stream's name.
 	Stream string `json:"stream"`
-	// Subject is the dead-lettered head's subject on the partitioned stream
+	// Subject is the dead-lettered head's subject on the events stream
 	// (the dead letter's Subject).
 	Subject string `json:"subject"`
 	// HeadEventID is the dead-lettered head's event id.
@@ -68,10 +67,11 @@ type heldMsg struct {
 // entry that exists already (m redelivered after a crash) is kept.
 func (or *orderedRunner) park(pt *partition, m jetstream.Msg, dl DeadLetter) error {
 	o := or.r.c.ord
-	key := wire.StreamKey(m.Subject())
-	stream, _, _ := wire.ParseSubject(o.eventsPrefixOrdered(pt.p), m.Subject())
+	subject := wire.EventsSubject(o.eventsPrefix, m.Subject())
+	key := wire.StreamKey(subject)
+	stream, _, _ := wire.ParseSubject(o.eventsPrefix, subject)
 	e := ParkedStream{
-		Subscription: or.r.sub.Name, Stream: stream, Subject: m.Subject(), HeadEventID: dl.EventID,
+		Subscription: or.r.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
 		Partition: pt.p, ParkedAt: time.Now().UTC(), Replica: or.r.c.cfg.ReplicaID,
 	}
 	v, err := json.Marshal(e)
@@ -92,10 +92,10 @@ func (or *orderedRunner) park(pt *partition, m jetstream.Msg, dl DeadLetter) err
 	return nil
 }
 
-// eventsPrefixOrdered is the prefix ParseSubject needs for partition p's
-// subjects.
-func (o *ordering) eventsPrefixOrdered(p int) string {
-	return fmt.Sprintf("%s.%d", wire.OrderedPrefix(o.eventsPrefix), p)
+// parkedKey is the park bucket key of the stream of a message of the
+// partitioned copy.
+func (or *orderedRunner) parkedKey(subject string) string {
+	return wire.ParkedKey(or.r.sub.Name, wire.StreamKey(wire.EventsSubject(or.r.c.ord.eventsPrefix, subject)))
 }
 
 // hold keeps m (of stream key) when its stream is parked and reports
@@ -107,7 +107,7 @@ func (or *orderedRunner) hold(pt *partition, key string, m jetstream.Msg) bool {
 		or.mu.Unlock()
 		return false
 	}
-	ps := or.parked[wire.ParkedKey(or.r.sub.Name, key)]
+	ps := or.parked[or.parkedKey(m.Subject())]
 	if ps == nil {
 		or.mu.Unlock()
 		return false
@@ -378,10 +378,4 @@ func SkipParked(ctx context.Context, js jetstream.JetStream, q *DLQ, dl StoredDe
 		return fmt.Errorf("stream unparked, but its dead letter %d stays: delete it (do not replay it: its successors went on): %w", dl.Seq, err)
 	}
 	return nil
-}
-
-// IsOrderedSubject reports whether a dead letter's subject is on a
-// partitioned stream (the dead letter of an ordered subscription).
-func IsOrderedSubject(subject string) bool {
-	return strings.HasPrefix(subject, wire.OrderedPrefixToken+".")
 }

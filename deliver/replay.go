@@ -82,7 +82,7 @@ func (r *runner) replay(ctx context.Context, q *DLQ, dl StoredDeadLetter) Replay
 	res.Delivered = true
 	r.c.metrics.replayed.WithLabelValues(r.sub.Name).Inc()
 	log.Info("dead letter replayed", slog.Int("status", resp.status))
-	if IsOrderedSubject(dl.Subject) {
+	if r.sub.Ordered() {
 		// The head went through: its parked stream's held events follow,
 		// in order, from the partition's owner.
 		if err := Unpark(ctx, r.c.js, dl); err != nil && !errors.Is(err, ErrNotParked) {

@@ -16,17 +16,19 @@ import (
 // Status is the ordered subscriptions' ownership as the lease bucket holds
 // it: what `consumer status` prints.
 type Status struct {
-	// Replicas are the live replicas (heartbeat not expired), by id.
+	// Replicas are the live replicas (heartbeat not expired), per ordered
+	// subscription they run, by subscription and id.
 	Replicas []ReplicaStatus
 	// Subscriptions are the ordered subscriptions with at least one
 	// partition lease or parked stream, by name.
 	Subscriptions []SubscriptionStatus
 }
 
-// ReplicaStatus is one live replica.
+// ReplicaStatus is one live replica of one ordered subscription.
 type ReplicaStatus struct {
-	ID        string
-	Heartbeat time.Time // its last heartbeat
+	ID           string
+	Subscription string
+	Heartbeat    time.Time // its last heartbeat
 }
 
 // SubscriptionStatus is one ordered subscription's partitions.
@@ -84,8 +86,8 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 			if err != nil {
 				return st, fmt.Errorf("deliver: read lease %q: %w", k, err)
 			}
-			if id, ok := strings.CutPrefix(k, wire.MemberKey("")); ok {
-				st.Replicas = append(st.Replicas, ReplicaStatus{ID: id, Heartbeat: e.Created()})
+			if sub, id, ok := wire.ParseMemberKey(k); ok {
+				st.Replicas = append(st.Replicas, ReplicaStatus{ID: id, Subscription: sub, Heartbeat: e.Created()})
 				continue
 			}
 			if sub, p, ok := wire.ParseLeaseKey(k); ok {
@@ -114,6 +116,11 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 		st.Subscriptions = append(st.Subscriptions, *s)
 	}
 	slices.SortFunc(st.Subscriptions, func(a, b SubscriptionStatus) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(st.Replicas, func(a, b ReplicaStatus) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(st.Replicas, func(a, b ReplicaStatus) int {
+		if c := strings.Compare(a.Subscription, b.Subscription); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
 	return st, nil
 }

@@ -64,7 +64,7 @@ const (
 )
 
 // DefaultOrdering is the Ordering of a subscription without one.
-const DefaultOrdering = OrderingNone
+const DefaultOrdering = OrderingStream
 
 // Subscription defaults.
 const (

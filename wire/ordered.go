@@ -87,18 +87,51 @@ func OrderedFilter(eventsPrefix string, partition int, filter string) (string, e
 	return OrderedPrefix(eventsPrefix) + "." + strconv.Itoa(partition) + "." + rest, nil
 }
 
+// EventsSubject returns the events stream's subject of a message of the
+// partitioned copy: "ordered.<eventsPrefix>.<p>.<rest>" becomes
+// "<eventsPrefix>.<rest>". A subject not under the copy's prefix is
+// returned as it is.
+func EventsSubject(eventsPrefix, subject string) string {
+	rest, ok := strings.CutPrefix(subject, OrderedPrefix(eventsPrefix)+".")
+	if !ok {
+		return subject
+	}
+	if _, after, ok := strings.Cut(rest, "."); ok {
+		return eventsPrefix + "." + after
+	}
+	return subject
+}
+
 // PartitionDurable returns the durable consumer name of one partition of
 // an ordered subscription: "<subscription>_p<partition>".
 func PartitionDurable(subscription string, partition int) string {
 	return subscription + "_p" + strconv.Itoa(partition)
 }
 
-// MemberKey is the lease bucket key a consumer replica heartbeats:
-// "member.<replica id>" (the id is made of KV key characters).
-func MemberKey(replica string) string { return "member." + replica }
+// MemberKey is the lease bucket key a consumer replica heartbeats for each
+// ordered subscription it runs: "member.<subscription>.<replica id>" (both
+// made of KV key characters). Partitions are shared among the replicas
+// that run the subscription.
+func MemberKey(subscription, replica string) string { return "member." + subscription + "." + replica }
 
-// MemberFilter matches every MemberKey.
-const MemberFilter = "member.>"
+// MemberFilter matches the MemberKeys of subscription, or of every
+// subscription when it is empty.
+func MemberFilter(subscription string) string {
+	if subscription == "" {
+		return "member.>"
+	}
+	return "member." + subscription + ".*"
+}
+
+// ParseMemberKey reverses MemberKey.
+func ParseMemberKey(key string) (subscription, replica string, ok bool) {
+	rest, ok := strings.CutPrefix(key, "member.")
+	if !ok {
+		return "", "", false
+	}
+	subscription, replica, ok = strings.Cut(rest, ".")
+	return subscription, replica, ok && replica != ""
+}
 
 // LeaseKey is the lease bucket key of one partition of an ordered
 // subscription; its value is the owning replica's id.
@@ -128,7 +161,7 @@ func ParseLeaseKey(key string) (subscription string, partition int, ok bool) {
 
 // ParkedKey is the park bucket key of a parked stream of subscription:
 // "<subscription>.<hex of the stream key>" (StreamKey of its subjects on
-// the partitioned copy; hex because escaped tokens hold '%', which keys do
+// the events stream; hex because escaped tokens hold '%', which keys do
 // not allow).
 func ParkedKey(subscription, streamKey string) string {
 	return subscription + "." + hex.EncodeToString([]byte(streamKey))

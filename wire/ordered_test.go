@@ -34,8 +34,11 @@ func TestOrderedNames(t *testing.T) {
 	if sub, p, ok := wire.ParseLeaseKey(wire.LeaseKey("billing-v2", 11)); !ok || sub != "billing-v2" || p != 11 {
 		t.Errorf("ParseLeaseKey(LeaseKey) = %q, %d, %v", sub, p, ok)
 	}
-	if _, _, ok := wire.ParseLeaseKey(wire.MemberKey("r1")); ok {
-		t.Error("ParseLeaseKey accepted a member key")
+	if sub, r, ok := wire.ParseMemberKey(wire.MemberKey("billing", "host-1-ab")); !ok || sub != "billing" || r != "host-1-ab" {
+		t.Errorf("ParseMemberKey(MemberKey) = %q, %q, %v", sub, r, ok)
+	}
+	if got := wire.EventsSubject("events", "ordered.events.12.order.order-1.OrderPlaced"); got != "events.order.order-1.OrderPlaced" {
+		t.Errorf("EventsSubject = %q", got)
 	}
 	if got := wire.PartitionDurable("billing", 4); got != "billing_p4" {
 		t.Errorf("PartitionDurable = %q", got)

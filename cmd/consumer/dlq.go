@@ -38,38 +38,48 @@ func (c *dlqListCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if err := printLetters(os.Stdout, letters, c.JSON); err != nil {
-		return err
-	}
 	parked, err := deliver.ListParked(ctx, js, c.Subscription)
 	if err != nil {
 		return err
 	}
-	return printParked(os.Stdout, parked, letters, c.JSON)
+	if c.JSON {
+		return printLettersJSON(os.Stdout, letters, parked)
+	}
+	if err := printLetters(os.Stdout, letters, false); err != nil {
+		return err
+	}
+	return printParked(os.Stdout, parked, letters)
+}
+
+// printLettersJSON prints one JSON object per dead letter; the head of a
+// parked stream carries "parked" (the stream, how many events are held).
+func printLettersJSON(w io.Writer, letters []deliver.StoredDeadLetter, parked []deliver.ParkedStream) error {
+	byHead := map[string]*deliver.ParkedStream{}
+	for i, p := range parked {
+		byHead[p.Subscription+"\x00"+p.HeadEventID] = &parked[i]
+	}
+	enc := json.NewEncoder(w)
+	for _, d := range letters {
+		if err := enc.Encode(struct {
+			deliver.StoredDeadLetter
+			Parked *deliver.ParkedStream `json:"parked,omitempty"`
+		}{d, byHead[d.Subscription+"\x00"+d.EventID]}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // printParked lists the parked streams of ordered subscriptions: the head's
 // dead letter (its seq, for dlq replay or dlq skip) and how many events
 // wait behind it.
-func printParked(w io.Writer, parked []deliver.ParkedStream, letters []deliver.StoredDeadLetter, asJSON bool) error {
+func printParked(w io.Writer, parked []deliver.ParkedStream, letters []deliver.StoredDeadLetter) error {
+	if len(parked) == 0 {
+		return nil
+	}
 	seqOf := map[string]uint64{}
 	for _, d := range letters {
 		seqOf[d.Subscription+"\x00"+d.EventID] = d.Seq
-	}
-	if asJSON {
-		enc := json.NewEncoder(w)
-		for _, p := range parked {
-			if err := enc.Encode(struct {
-				Parked  deliver.ParkedStream `json:"parked"`
-				HeadSeq uint64               `json:"head_seq,omitempty"`
-			}{p, seqOf[p.Subscription+"\x00"+p.HeadEventID]}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if len(parked) == 0 {
-		return nil
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -24,9 +24,9 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "REPLICA\tLAST HEARTBEAT\n")
+	fmt.Fprintf(tw, "REPLICA\tSUBSCRIPTION\tLAST HEARTBEAT\n")
 	for _, m := range st.Replicas {
-		fmt.Fprintf(tw, "%s\t%s\n", m.ID, m.Heartbeat.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", m.ID, m.Subscription, m.Heartbeat.UTC().Format(time.RFC3339))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
