@@ -241,7 +241,11 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn 
 	// The events stream is the bridge's: a consumer started first waits
 	// for it here.
 	err = w.For(ctx, "JetStream stream "+g.Stream, func(ctx context.Context) error {
-		return startup.JetStreamErr(c.Provision(ctx))
+		err := c.Provision(ctx)
+		if errors.Is(err, deliver.ErrPartitionsChanged) || errors.Is(err, deliver.ErrInvalidSubscription) {
+			return startup.Permanent(err)
+		}
+		return startup.JetStreamErr(err)
 	})
 	return nc, c, err
 }
