@@ -7,15 +7,18 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/internal/pgtest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/webhook/pgstore"
@@ -332,4 +335,71 @@ func TestUnorderedReplicasDeliverEverything(t *testing.T) {
 	require.True(t, waitFor(time.Minute, func() bool { return h.distinct() == events }), "%d of %d delivered", h.distinct(), events)
 	_, err := b.js.Consumer(b.ctx, "EVENTS", "unordered")
 	require.NoError(t, err, "ordering none reads the events stream with one durable consumer")
+}
+
+// The operator's view of a parked stream, with the binaries: a 422 on
+// version 3 of a stream parks it; `consumer dlq list` shows it with 6
+// events held behind its head, `consumer status` shows who owns the
+// partitions, `consumer dlq skip` drops the head and versions 4–9 follow
+// in order; a second stream parked the same way is replayed with
+// `consumer dlq replay` once the endpoint is fixed: 3–9 in order.
+func TestOrderedParkedStreamListSkipAndReplayCLI(t *testing.T) {
+	t.Parallel()
+	const streams, perStream = 2, 10
+	b := setupJetStream(t)
+	watch := newOrderWatch(streams)
+	var fixed atomic.Bool
+	rsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		s, v := watch.arrive(r.Header.Get(wire.HeaderIdempotencyKey))
+		code := http.StatusNoContent
+		if v == 3 && !fixed.Load() {
+			code = http.StatusUnprocessableEntity
+		}
+		w.WriteHeader(code)
+		watch.answered(s, v, code, r.Header.Get(wire.HeaderReplica), start)
+	}))
+	t.Cleanup(rsrv.Close)
+	natsURL := b.srv.ClientURL()
+	env := []string{"JSBRIDGE_SECRET=" + testSecret}
+	sub := []string{"--nats-url", natsURL, "--name", "ordered", "--url", rsrv.URL, "--allow-private"}
+	startProc(t, env, "consumer", orderedArgs(natsURL, rsrv.URL, "--replica-id", "only")...)
+	b.publish(t, 1, streams*perStream, streams)
+
+	var letters []deliver.StoredDeadLetter
+	require.True(t, waitFor(30*time.Second, func() bool {
+		out, err := cli(t, nil, "consumer", "dlq", "list", "--nats-url", natsURL)
+		if err != nil || strings.Count(out, "order-") < 2 {
+			return false
+		}
+		letters = dlqList(t, natsURL)
+		return len(letters) == 2 && strings.Contains(out, "PARKED STREAM") && strings.Count(out, "  6  ") >= 2
+	}), "both streams parked with 6 events held")
+	out, err := cli(t, nil, "consumer", "dlq", "list", "--nats-url", natsURL)
+	require.NoError(t, err, out)
+	t.Logf("dlq list:\n%s", out)
+	out, err = cli(t, nil, "consumer", "status", "--nats-url", natsURL)
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^only\s+ordered\s`, out, "its heartbeat")
+	require.Len(t, regexp.MustCompile(`(?m)^ordered\s+\d+\s+only\s`).FindAllString(out, -1), 8, "its 8 partitions:\n%s", out)
+	t.Logf("status:\n%s", out)
+
+	// Skip the first stream's head, replay the second's.
+	skip, replay := letters[0], letters[1]
+	out, err = cli(t, nil, "consumer", "dlq", "skip", "--nats-url", natsURL, "--seq", fmt.Sprint(skip.Seq))
+	require.NoError(t, err, out)
+	fixed.Store(true)
+	out, err = cli(t, env, "consumer", append([]string{"dlq", "replay", "--seq", fmt.Sprint(replay.Seq)}, sub...)...)
+	require.NoError(t, err, out)
+	require.True(t, waitFor(30*time.Second, func() bool { return watch.acceptedCount() == 2*perStream-1 }), "%d accepted", watch.acceptedCount())
+	watch.mu.Lock()
+	defer watch.mu.Unlock()
+	skipped, _ := watch.event(skip.EventID)
+	replayed, _ := watch.event(replay.EventID)
+	// Version 4 of the skipped stream follows an unaccepted 3: that is
+	// what skip means; nothing else may be out of order.
+	require.Equal(t, []string{fmt.Sprintf("stream %d: version 4 sent while version 3 was not accepted", skipped)}, watch.problems)
+	require.Equal(t, []int{0, 1, 2, 4, 5, 6, 7, 8, 9}, watch.accepted[skipped], "skip: 4–9 after 0–2")
+	require.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, watch.accepted[replayed], "replay: 3, then 4–9")
+	require.Empty(t, dlqList(t, natsURL))
 }
