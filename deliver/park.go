@@ -53,8 +53,9 @@ type ParkedStream struct {
 // parkedStream is a parked stream on this replica: its entry and the
 // events this replica holds behind it.
 type parkedStream struct {
-	entry ParkedStream
-	held  []heldMsg
+	entry     ParkedStream
+	held      []heldMsg // in stream order
+	releasing bool      // its entry was deleted: see unpark
 }
 
 type heldMsg struct {
@@ -85,8 +86,10 @@ func (or *orderedRunner) park(pt *partition, m jetstream.Msg, dl DeadLetter) err
 		return fmt.Errorf("park stream %q of subscription %q: %w", stream, or.r.sub.Name, err)
 	}
 	or.mu.Lock()
-	if or.parked[bk] == nil {
+	if cur := or.parked[bk]; cur == nil {
 		or.parked[bk] = &parkedStream{entry: e}
+	} else if cur.releasing {
+		cur.entry, cur.releasing = e, false
 	}
 	or.mu.Unlock()
 	return nil
@@ -164,22 +167,49 @@ func (or *orderedRunner) returnHeld(pt *partition) {
 	}
 }
 
-// unpark releases a stream whose park entry was deleted: its held events go
-// to their partition's lanes, in stream order.
+// unpark marks a stream whose park entry was deleted as releasing: it
+// stays in the map, so events of it still arriving are held, until the run
+// loop of its partition hands the held events to the lanes, in stream order
+// (releaseFor), before any newer event it pulls.
 func (or *orderedRunner) unpark(bk string) {
 	or.mu.Lock()
 	ps := or.parked[bk]
-	delete(or.parked, bk)
+	if ps != nil {
+		ps.releasing = true
+	}
 	or.mu.Unlock()
-	if ps == nil {
-		return
+	if ps != nil {
+		or.r.log.Info("stream unparked; its held events go on", slog.String("stream", ps.entry.Stream), slog.Int("held", len(ps.held)))
 	}
-	or.r.log.Info("stream unparked; its held events go on", slog.String("stream", ps.entry.Stream), slog.Int("held", len(ps.held)))
-	for _, h := range ps.held {
-		h.pt.mu.Lock()
-		h.pt.released = append(h.pt.released, h.msg)
-		h.pt.mu.Unlock()
+}
+
+// releaseFor removes the releasing streams whose held events are all pt's
+// (or none) and returns those events, in stream order, for pt's run loop to
+// dispatch.
+func (or *orderedRunner) releaseFor(pt *partition) []jetstream.Msg {
+	or.mu.Lock()
+	defer or.mu.Unlock()
+	var out []jetstream.Msg
+	for bk, ps := range or.parked {
+		if !ps.releasing {
+			continue
+		}
+		mine := true
+		for _, h := range ps.held {
+			if h.pt != pt {
+				mine = false
+				break
+			}
+		}
+		if !mine {
+			continue
+		}
+		for _, h := range ps.held {
+			out = append(out, h.msg)
+		}
+		delete(or.parked, bk)
 	}
+	return out
 }
 
 // watchParked follows the park bucket's entries of the subscription until
@@ -213,7 +243,7 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 				if cur := or.parked[e.Key()]; cur == nil {
 					or.parked[e.Key()] = &parkedStream{entry: ps}
 				} else {
-					cur.entry.HeadEventID = ps.HeadEventID
+					cur.entry.HeadEventID, cur.releasing = ps.HeadEventID, false
 				}
 				or.mu.Unlock()
 			case jetstream.KeyValueDelete, jetstream.KeyValuePurge:

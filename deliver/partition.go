@@ -271,7 +271,6 @@ type partition struct {
 	mu       sync.Mutex
 	deadline time.Time         // no attempt starts after it
 	lastDone map[string]uint64 // stream key → sequence of the last event settled
-	released []jetstream.Msg   // held events of unparked streams, for run to dispatch
 	lanes    lanes
 }
 
@@ -366,6 +365,13 @@ func (pt *partition) run() {
 	var lastCheck time.Time
 	for pt.ctx.Err() == nil {
 		msg, err := iter.Next(jetstream.NextMaxWait(fenceCheck))
+		if !fencing {
+			// Events of unparked streams go first, before a newer one
+			// of theirs just pulled.
+			for _, m := range pt.or.releaseFor(pt) {
+				pt.dispatch(m, &wg)
+			}
+		}
 		switch {
 		case err == nil && fencing:
 			fence.add(msg)
@@ -382,17 +388,6 @@ func (pt *partition) run() {
 		}
 		if iter == nil {
 			break
-		}
-		pt.mu.Lock()
-		released := pt.released
-		pt.released = nil
-		pt.mu.Unlock()
-		for _, m := range released {
-			if fencing {
-				fence.add(m)
-			} else {
-				pt.dispatch(m, &wg)
-			}
 		}
 		if fencing && time.Since(lastCheck) >= fenceCheck {
 			lastCheck = time.Now()
@@ -420,11 +415,7 @@ func (pt *partition) run() {
 		}
 		iter.Stop()
 	}
-	pt.mu.Lock()
-	released := pt.released
-	pt.released = nil
-	pt.mu.Unlock()
-	for _, m := range append(fence.take(), released...) {
+	for _, m := range fence.take() {
 		r.nak(pt.log, m, 0)
 	}
 	pt.or.returnHeld(pt)
