@@ -48,7 +48,11 @@ type Config struct {
 	// Registerer receives the delivery metrics
 	// (jsbridge_consumer_deliveries_total{subscription,outcome,status_class},
 	// jsbridge_consumer_attempt_duration_seconds{subscription},
-	// jsbridge_consumer_in_flight{subscription}). Default nil: not registered.
+	// jsbridge_consumer_in_flight{subscription}, and for ordered
+	// subscriptions jsbridge_consumer_partitions_owned,
+	// jsbridge_consumer_streams_parked, jsbridge_consumer_oldest_held_seconds
+	// and jsbridge_consumer_handovers_total, all {subscription}). Default
+	// nil: not registered.
 	Registerer prometheus.Registerer
 	// DeadLetters receives deliveries given up on, before they are Term'd
 	// (a *DLQ, provisioned). Default nil: they are logged at error level and
@@ -271,7 +275,10 @@ func guardedClient(c *http.Client) (*http.Client, error) {
 
 // Provision creates or updates each subscription's durable pull consumer
 // on the JetStream stream (an existing one keeps its replica count, see
-// Config.Replicas), once, and returns the first error, wrapped with
+// Config.Replicas) and, when a subscription is ordered, the partitioned
+// copy of the stream, the lease and park buckets and the partition
+// consumers (ErrPartitionsChanged and ErrInvalidSubscription there are not
+// fixed by waiting), once, and returns the first error, wrapped with
 // the subscription's and the stream's names (jetstream.ErrStreamNotFound
 // while the stream does not exist yet). Calling it before Run is optional:
 // it lets a binary wait for the stream, with its own timeout and logs,
@@ -299,7 +306,10 @@ func (c *Consumer) Provision(ctx context.Context) error {
 // Run delivers until ctx ends; then it stops pulling, lets the deliveries
 // in flight finish (each bounded by its Timeout), Naks messages pulled but
 // not started, and returns nil. It creates each subscription's durable
-// pull consumer first (unless Provision did). Nothing JetStream answers
+// pull consumer first (unless Provision did). Ordered subscriptions
+// (Subscription.Ordering) share partitions with the other replicas and,
+// when ctx ends, release them (their in-flight deliveries finish, the rest
+// goes back to JetStream for the next owner; docs/ordering.md). Nothing JetStream answers
 // ends it: a stream that does not exist yet, a durable consumer deleted
 // while it runs, a timeout, no responders, a leader change or a reconnect
 // are logged at warn level and retried after a pause growing from 0.5 s to
