@@ -301,7 +301,12 @@ func (o *ordering) cycle(ctx context.Context) {
 // deletes the leases and the heartbeat so that other replicas take over at
 // once.
 func (o *ordering) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Deliveries in flight end within their Timeout.
+	wait := 5 * time.Second
+	for _, r := range o.runners {
+		wait = max(wait, r.sub.Timeout+5*time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	for _, r := range o.runners {
 		r.ord.releaseAll(ctx, o)

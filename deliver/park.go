@@ -224,13 +224,33 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 			time.Sleep(time.Second)
 			continue
 		}
+		// A (re)started watch sends every entry, then nil: a stream parked
+		// here whose entry is not among them was unparked meanwhile.
+		initial := map[string]bool{}
 		for e := range w.Updates() {
 			if e == nil {
+				if initial != nil {
+					or.mu.Lock()
+					var gone []string
+					for bk := range or.parked {
+						if !initial[bk] {
+							gone = append(gone, bk)
+						}
+					}
+					or.mu.Unlock()
+					for _, bk := range gone {
+						or.unpark(bk)
+					}
+					initial = nil
+				}
 				if !readied {
 					close(ready)
 					readied = true
 				}
 				continue
+			}
+			if initial != nil {
+				initial[e.Key()] = true
 			}
 			switch e.Operation() {
 			case jetstream.KeyValuePut:

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,13 +18,28 @@ import (
 
 // orderedRunner is an ordered subscription's state on this replica.
 type orderedRunner struct {
-	r     *runner
-	cons  []jetstream.Consumer // one per partition, set by createConsumers
-	parts []*partition         // owned partitions; nil where not owned
-	slots chan struct{}        // bounds concurrent POSTs to MaxInFlight
+	r      *runner
+	inHand atomic.Int64         // events in the lanes of all partitions (see handLimit)
+	cons   []jetstream.Consumer // one per partition, set by createConsumers
+	parts  []*partition         // owned partitions; nil where not owned
+	slots  chan struct{}        // bounds concurrent POSTs to MaxInFlight
 
 	mu     sync.Mutex
 	parked map[string]*parkedStream // by park bucket key
+}
+
+// handLimit bounds the events in this subscription's lanes on this
+// replica (running, waiting for a slot, or queued behind their stream's
+// running one): 8 × MaxInFlight, enough to keep MaxInFlight POSTs busy
+// over many streams; more would only wait here, kept alive with
+// InProgress, instead of in JetStream. A new owner's fence and released
+// held events may go over it.
+func (or *orderedRunner) handLimit() int64 { return 8 * int64(or.r.sub.MaxInFlight) }
+
+// pullBatch is each partition's client pull buffer: MaxInFlight shared by
+// the partitions, at least 8.
+func (or *orderedRunner) pullBatch() int {
+	return max(8, 2*or.r.sub.MaxInFlight/len(or.parts))
 }
 
 func newOrderedRunner(r *runner, partitions int) *orderedRunner {
@@ -271,6 +287,7 @@ type partition struct {
 	mu       sync.Mutex
 	deadline time.Time         // no attempt starts after it
 	lastDone map[string]uint64 // stream key → sequence of the last event settled
+	inLane   map[uint64]bool   // sequences submitted to a lane and not left it
 	lanes    lanes
 }
 
@@ -278,7 +295,7 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	ctx, cancel := context.WithCancel(context.Background())
 	return &partition{
 		or: or, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		deadline: deadline, lastDone: map[string]uint64{},
+		deadline: deadline, lastDone: map[string]uint64{}, inLane: map[uint64]bool{},
 		log: or.r.log.With(slog.Int("partition", p)),
 	}
 }
@@ -344,7 +361,7 @@ func (pt *partition) run() {
 	var iter jetstream.MessagesContext
 	for pt.ctx.Err() == nil {
 		var err error
-		iter, err = pt.cons.Messages(jetstream.PullMaxMessages(r.sub.MaxInFlight), jetstream.PullHeartbeat(pullHeartbeat),
+		iter, err = pt.cons.Messages(jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
 			jetstream.WithMessagesErrOnMissingHeartbeat(false))
 		if err == nil {
 			break
@@ -364,6 +381,18 @@ func (pt *partition) run() {
 	fencing := true
 	var lastCheck time.Time
 	for pt.ctx.Err() == nil {
+		if !fencing && pt.or.inHand.Load() >= pt.or.handLimit() {
+			// Enough events in the lanes: pull no more for now (what
+			// waits in JetStream needs no InProgress).
+			for _, m := range pt.or.releaseFor(pt) {
+				pt.dispatch(m, &wg)
+			}
+			select {
+			case <-pt.ctx.Done():
+			case <-time.After(5 * time.Millisecond):
+			}
+			continue
+		}
 		msg, err := iter.Next(jetstream.NextMaxWait(fenceCheck))
 		if !fencing {
 			// Events of unparked streams go first, before a newer one
@@ -379,7 +408,7 @@ func (pt *partition) run() {
 			pt.dispatch(msg, &wg)
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			pt.log.Warn("partition pull ended; restarting it")
-			iter, err = pt.cons.Messages(jetstream.PullMaxMessages(r.sub.MaxInFlight), jetstream.PullHeartbeat(pullHeartbeat),
+			iter, err = pt.cons.Messages(jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
 				jetstream.WithMessagesErrOnMissingHeartbeat(false))
 			if err != nil {
 				backoff.Sleep(pt.ctx, time.Second)
@@ -513,7 +542,32 @@ func (pt *partition) dispatch(msg jetstream.Msg, wg *sync.WaitGroup) {
 	if pt.or.hold(pt, key, msg) {
 		return
 	}
-	pt.lanes.submit(key, msg, wg, func(m jetstream.Msg) { pt.deliver(m) }, nil)
+	pt.mu.Lock()
+	dup := pt.inLane[seq]
+	if !dup && seq != 0 {
+		pt.inLane[seq] = true
+	}
+	pt.mu.Unlock()
+	if dup {
+		// A redelivered copy of an event still in its lane (it waited in
+		// the client's pull buffer past AckWait): the copy in the lane
+		// settles it; this one must not come after its successor.
+		return
+	}
+	pt.or.inHand.Add(1)
+	pt.lanes.submit(key, msg, wg, func(m jetstream.Msg) {
+		defer pt.leftLane(streamSeq(m))
+		pt.deliver(m)
+	}, nil)
+}
+
+// leftLane records that the event at seq left its lane (settled, held or
+// returned).
+func (pt *partition) leftLane(seq uint64) {
+	pt.mu.Lock()
+	delete(pt.inLane, seq)
+	pt.mu.Unlock()
+	pt.or.inHand.Add(-1)
 }
 
 // settled records that the event at seq of stream key was acked or
