@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // ErrUnknownSubscription is wrapped by Consumer.Replay when a dead letter
@@ -82,14 +84,14 @@ func (r *runner) replay(ctx context.Context, q *DLQ, dl StoredDeadLetter) Replay
 	res.Delivered = true
 	r.c.metrics.replayed.WithLabelValues(r.sub.Name).Inc()
 	log.Info("dead letter replayed", slog.Int("status", resp.status))
-	if r.sub.Ordered() {
-		// The head went through: its parked stream's held events follow,
-		// in order, from the partition's owner.
-		if err := Unpark(ctx, r.c.js, dl); err != nil && !errors.Is(err, ErrNotParked) {
-			res.Err = fmt.Errorf("dead letter %d delivered, but its stream is still parked (run dlq skip --seq %d to release it): %w", dl.Seq, dl.Seq, err)
-		} else if err == nil {
-			log.Info("stream unparked")
-		}
+	// When it was the head of a parked stream (whatever this process's
+	// ordering flag says), the stream's held events follow, in order, from
+	// the partition's owner.
+	if err := Unpark(ctx, r.c.js, dl); err != nil && !errors.Is(err, ErrNotParked) {
+		res.Err = fmt.Errorf("dead letter %d delivered and removed, but its stream is still parked; release it with: nats kv del %s %s: %w",
+			dl.Seq, wire.DefaultParkBucket, wire.ParkedKey(dl.Subscription, wire.StreamKey(dl.Subject)), err)
+	} else if err == nil {
+		log.Info("stream unparked; its held events follow")
 	}
 	return res
 }
