@@ -30,7 +30,9 @@ type ReplayResult struct {
 // signed with the subscription's current secrets and with the same
 // Idempotency-Key (the event id), outside the circuit breaker, and removes
 // it from q once the endpoint answers 2xx
-// (jsbridge_consumer_dead_letters_replayed_total counts those). A dead
+// (jsbridge_consumer_dead_letters_replayed_total counts those); when it
+// was the head of a parked stream (an ordered subscription), the stream is
+// unparked (Unpark) and its held events follow, in order. A dead
 // letter that fails again stays where it is. The subscriptions are matched
 // by name; a dead letter of a subscription c does not have gets an error
 // wrapping ErrUnknownSubscription. Replay returns one result per letter, in
