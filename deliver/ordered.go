@@ -290,6 +290,9 @@ func (o *ordering) cycle(ctx context.Context) {
 			members = nil
 		}
 		for p := range o.c.cfg.Partitions {
+			if ctx.Err() != nil {
+				return // shutting down: shutdown releases everything
+			}
 			want := members != nil && members[p%len(members)] == self
 			r.ord.step(cctx, o, p, want, members == nil, start)
 		}
