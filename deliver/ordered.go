@@ -290,8 +290,11 @@ func (o *ordering) cycle(ctx context.Context) {
 			members = nil
 		}
 		for p := range o.c.cfg.Partitions {
-			if ctx.Err() != nil {
-				return // shutting down: shutdown releases everything
+			if err := ctx.Err(); err != nil {
+				if !errors.Is(err, context.Canceled) {
+					r.log.Warn("lease renewals and claims took longer than half the lease TTL; the rest waits for the next round", slog.Duration("lease_ttl", o.c.cfg.LeaseTTL))
+				}
+				return // or shutting down: shutdown releases everything
 			}
 			want := members != nil && members[p%len(members)] == self
 			r.ord.step(cctx, o, p, want, members == nil, start)

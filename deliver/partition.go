@@ -209,7 +209,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 			or.r.log.Warn("partition lease lost (expired or taken); stopping it", slog.Int("partition", p), slog.Any("error", err))
 			pt.lost = true
 			pt.release()
-		case ctx.Err() == nil:
+		case !errors.Is(ctx.Err(), context.Canceled): // not shutdown
 			or.r.log.Warn("renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
 		}
 		if !want && !unknown && !pt.lost {
