@@ -290,7 +290,7 @@ func (o *ordering) cycle(ctx context.Context) {
 			members = nil
 		}
 		for p := range o.c.cfg.Partitions {
-			if err := ctx.Err(); err != nil {
+			if err := cctx.Err(); err != nil {
 				if !errors.Is(err, context.Canceled) {
 					r.log.Warn("lease renewals and claims took longer than half the lease TTL; the rest waits for the next round", slog.Duration("lease_ttl", o.c.cfg.LeaseTTL))
 				}
