@@ -114,6 +114,13 @@ func run(ctx context.Context, cfg config) error {
 		}
 		rows, mem.consumer = append(rows, r), rss
 	}
+	if want("ordered") {
+		rs, err := e.orderedRows(ctx)
+		if err != nil {
+			return fmt.Errorf("ordered: %w", err)
+		}
+		rows = append(rows, rs...)
+	}
 	if want("tracing") {
 		r, err := e.tracingRow(ctx)
 		if err != nil {

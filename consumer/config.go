@@ -51,6 +51,11 @@ const (
 	// DefaultBreakerOpenTimeout is how long an open breaker waits before a
 	// probe (30 s).
 	DefaultBreakerOpenTimeout = breaker.DefaultOpenTimeout
+	// DefaultPartitions is the partition count of ordered delivery (16).
+	DefaultPartitions = deliver.DefaultPartitions
+	// DefaultLeaseTTL is the lifetime of a partition lease unless renewed
+	// (10 s).
+	DefaultLeaseTTL = deliver.DefaultLeaseTTL
 )
 
 // DefaultBackOff returns the retry delays of a subscription without its
@@ -108,6 +113,20 @@ type Config struct {
 	// deliver.Config.TracerProvider). Default: OpenTelemetry's global
 	// provider, a no-op until the application installs one.
 	TracerProvider trace.TracerProvider
+	// Partitions is the number of partitions of the partitioned copy of
+	// Stream that ordered subscriptions read (see deliver.Config.Partitions
+	// and docs/ordering.md): at most this many replicas share an ordered
+	// subscription's work; the same on every replica. Default
+	// DefaultPartitions.
+	Partitions int
+	// ReplicaID names this replica in partition leases, `consumer status`
+	// and the Jsbridge-Replica webhook header: [A-Za-z0-9_-]+. Default
+	// "<hostname>-<pid>-<random>".
+	ReplicaID string
+	// LeaseTTL is how long a partition lease and a membership heartbeat
+	// live unless renewed: a killed replica's partitions move after at
+	// most LeaseTTL plus AckWait. Default DefaultLeaseTTL.
+	LeaseTTL time.Duration
 	// Attempts, when set, receives a record of every attempt after it ended
 	// (see deliver.Config.Attempts; deliver.NewAttemptLog keeps them in a
 	// JetStream stream for `consumer trace`). Default nil: no records.

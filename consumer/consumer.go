@@ -76,6 +76,7 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		Stream: cfg.Stream, HTTPClient: cfg.HTTPClient, Breakers: breakers, Logger: cfg.Logger,
 		Registerer: cfg.Registerer, DeadLetters: dlq, Replicas: cfg.Replicas,
 		TracerProvider: cfg.TracerProvider, Attempts: cfg.Attempts,
+		Partitions: cfg.Partitions, ReplicaID: cfg.ReplicaID, LeaseTTL: cfg.LeaseTTL,
 	}, cfg.Subscriptions...)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -127,7 +128,11 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	// The events stream is the bridge's: a consumer started first waits
 	// for it here.
 	err = w.For(ctx, "JetStream stream "+c.cfg.Stream, func(ctx context.Context) error {
-		return startup.JetStreamErr(c.engine.Provision(ctx))
+		err := c.engine.Provision(ctx)
+		if errors.Is(err, deliver.ErrPartitionsChanged) || errors.Is(err, deliver.ErrInvalidSubscription) {
+			return startup.Permanent(err)
+		}
+		return startup.JetStreamErr(err)
 	})
 	if err != nil {
 		return err

@@ -199,7 +199,10 @@ func TestStopLetsTheDeliveryInFlightFinishAndAcks(t *testing.T) {
 	b.createEvents(t)
 	hold := make(chan struct{})
 	srv, got := receiver(t, hold)
-	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []deliver.Subscription{sub("slow", srv.URL)}})
+	// Unordered, so that one durable on the events stream shows the ack.
+	s := sub("slow", srv.URL)
+	s.Ordering = deliver.OrderingNone
+	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []deliver.Subscription{s}})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(b.ctx))
 	cons, err := b.js.Consumer(b.ctx, wire.DefaultEventsStream, "slow")

@@ -50,7 +50,11 @@ type Config struct {
 	// Registerer receives the delivery metrics
 	// (jsbridge_consumer_deliveries_total{subscription,outcome,status_class},
 	// jsbridge_consumer_attempt_duration_seconds{subscription},
-	// jsbridge_consumer_in_flight{subscription}). Default nil: not registered.
+	// jsbridge_consumer_in_flight{subscription}, and for ordered
+	// subscriptions jsbridge_consumer_partitions_owned,
+	// jsbridge_consumer_streams_parked, jsbridge_consumer_oldest_held_seconds
+	// and jsbridge_consumer_handovers_total, all {subscription}). Default
+	// nil: not registered.
 	Registerer prometheus.Registerer
 	// DeadLetters receives deliveries given up on, before they are Term'd
 	// (a *DLQ, provisioned). Default nil: they are logged at error level and
@@ -73,7 +77,29 @@ type Config struct {
 	// *AttemptLog writes them to JetStream for `consumer trace`). Default
 	// nil: none kept.
 	Attempts AttemptRecorder
+	// Partitions is the number of partitions of the partitioned copy of
+	// the JetStream stream that ordered subscriptions read (one durable
+	// pull consumer per partition and subscription): the unit of
+	// ownership among replicas, so at most Partitions replicas share an
+	// ordered subscription's work. Default DefaultPartitions. The same for
+	// every replica; changing it needs the copy deleted (docs/ordering.md).
+	Partitions int
+	// ReplicaID names this replica in partition leases, `consumer status`
+	// and the Jsbridge-Replica webhook header: [A-Za-z0-9_-]+. Default:
+	// "<hostname>-<pid>-<random>".
+	ReplicaID string
+	// LeaseTTL is how long a partition lease and a membership heartbeat
+	// live unless renewed (renewed every LeaseTTL/4): a killed replica's
+	// partitions are taken over after at most LeaseTTL plus AckWait.
+	// Default DefaultLeaseTTL. Fixed when the lease bucket is created.
+	LeaseTTL time.Duration
 }
+
+// Ordered delivery defaults.
+const (
+	DefaultPartitions = 16
+	DefaultLeaseTTL   = 10 * time.Second
+)
 
 // Consumer delivers the events of its subscriptions to their endpoints.
 type Consumer struct {
@@ -83,6 +109,8 @@ type Consumer struct {
 	metrics   *metrics
 	userAgent string
 	runners   []*runner
+	// ord is the ordered subscriptions' shared state (nil without any).
+	ord *ordering
 }
 
 // runner is one subscription's pull loop.
@@ -113,6 +141,9 @@ type runner struct {
 	// acked2xx is deliveries{outcome="ack",status_class="2xx"}, resolved
 	// on first use so that no zero series shows before the first ack.
 	acked2xx func() prometheus.Counter
+	// ord is the ordered-delivery state of an ordered subscription (nil
+	// for OrderingNone).
+	ord *orderedRunner
 }
 
 // New returns a Consumer for subs. It fails when js is nil, no subscription
@@ -143,6 +174,9 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = defaultUserAgent()
+	}
+	if err := cfg.orderingDefaults(); err != nil {
+		return nil, fmt.Errorf("deliver: new consumer: %w", err)
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -215,6 +249,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			}),
 		})
 	}
+	c.ord = newOrdering(c)
 	return c, nil
 }
 
@@ -256,14 +291,25 @@ func guardedClient(c *http.Client) (*http.Client, error) {
 
 // Provision creates or updates each subscription's durable pull consumer
 // on the JetStream stream (an existing one keeps its replica count, see
-// Config.Replicas), once, and returns the first error, wrapped with
+// Config.Replicas) and, when a subscription is ordered, the partitioned
+// copy of the stream, the lease and park buckets and the partition
+// consumers (ErrPartitionsChanged and ErrInvalidSubscription there are not
+// fixed by waiting), once, and returns the first error, wrapped with
 // the subscription's and the stream's names (jetstream.ErrStreamNotFound
 // while the stream does not exist yet). Calling it before Run is optional:
 // it lets a binary wait for the stream, with its own timeout and logs,
 // before it starts; Run creates what Provision did not. Do not call it
 // while Run runs.
 func (c *Consumer) Provision(ctx context.Context) error {
+	if c.ord != nil {
+		if err := c.ord.provision(ctx); err != nil {
+			return err
+		}
+	}
 	for _, r := range c.runners {
+		if r.sub.Ordered() {
+			continue
+		}
 		cons, err := r.createConsumer(ctx)
 		if err != nil {
 			return err
@@ -276,17 +322,26 @@ func (c *Consumer) Provision(ctx context.Context) error {
 // Run delivers until ctx ends; then it stops pulling, lets the deliveries
 // in flight finish (each bounded by its Timeout), Naks messages pulled but
 // not started, and returns nil. It creates each subscription's durable
-// pull consumer first (unless Provision did). Nothing JetStream answers
+// pull consumer first (unless Provision did). Ordered subscriptions
+// (Subscription.Ordering) share partitions with the other replicas and,
+// when ctx ends, release them (their in-flight deliveries finish, the rest
+// goes back to JetStream for the next owner; docs/ordering.md). Nothing JetStream answers
 // ends it: a stream that does not exist yet, a durable consumer deleted
 // while it runs, a timeout, no responders, a leader change or a reconnect
 // are logged at warn level and retried after a pause growing from 0.5 s to
 // 15 s (±20 %), for each subscription on its own. Call Run once.
 func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	if c.ord != nil {
+		wg.Go(func() { c.ord.run(ctx) })
+	}
 	for _, r := range c.runners {
 		if r.sub.Timeout >= r.sub.AckWait {
 			r.log.Warn("request timeout is not below AckWait: a slow endpoint can see the event redelivered while the first attempt runs",
 				slog.Duration("timeout", r.sub.Timeout), slog.Duration("ack_wait", r.sub.AckWait))
+		}
+		if r.sub.Ordered() {
+			continue
 		}
 		wg.Go(func() { r.run(ctx) })
 	}

@@ -167,6 +167,9 @@ func sub(name, url string) deliver.Subscription {
 		Secrets:        []string{secret},
 		BackOff:        []time.Duration{50 * time.Millisecond},
 		AllowPrivate:   true, // httptest listens on loopback
+		// These tests are about the unordered engine (one durable consumer
+		// on EVENTS, Nak with delay); ordered_test.go tests the default.
+		Ordering: deliver.OrderingNone,
 	}
 }
 

@@ -52,6 +52,12 @@ type metrics struct {
 	redeliveries *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
 	replayed     *prometheus.CounterVec
+
+	// Ordered subscriptions only.
+	partitionsOwned *prometheus.GaugeVec
+	streamsParked   *prometheus.GaugeVec
+	oldestHeld      *prometheus.GaugeVec
+	handovers       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -81,6 +87,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "jsbridge_consumer_dead_letters_replayed_total",
 			Help: "Dead letters replayed to their endpoint (2xx) and removed from the dead-letter stream, by subscription.",
 		}, []string{"subscription"}),
+		partitionsOwned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jsbridge_consumer_partitions_owned",
+			Help: "Partitions of an ordered subscription this replica holds the lease of, by subscription.",
+		}, []string{"subscription"}),
+		streamsParked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jsbridge_consumer_streams_parked",
+			Help: "Streams of an ordered subscription parked behind a dead-lettered event (all replicas' view), by subscription.",
+		}, []string{"subscription"}),
+		oldestHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jsbridge_consumer_oldest_held_seconds",
+			Help: "Age in seconds of the oldest event this replica holds behind a parked head (0: none), by subscription.",
+		}, []string{"subscription"}),
+		handovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jsbridge_consumer_handovers_total",
+			Help: "Partitions of an ordered subscription this replica took over (acquired a lease), by subscription.",
+		}, []string{"subscription"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -102,6 +124,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.replayed, err = promreg.Register(reg, m.replayed); err != nil {
+		return nil, err
+	}
+	if m.partitionsOwned, err = promreg.Register(reg, m.partitionsOwned); err != nil {
+		return nil, err
+	}
+	if m.streamsParked, err = promreg.Register(reg, m.streamsParked); err != nil {
+		return nil, err
+	}
+	if m.oldestHeld, err = promreg.Register(reg, m.oldestHeld); err != nil {
+		return nil, err
+	}
+	if m.handovers, err = promreg.Register(reg, m.handovers); err != nil {
 		return nil, err
 	}
 	return m, nil

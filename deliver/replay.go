@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // ErrUnknownSubscription is wrapped by Consumer.Replay when a dead letter
@@ -28,7 +30,9 @@ type ReplayResult struct {
 // signed with the subscription's current secrets and with the same
 // Idempotency-Key (the event id), outside the circuit breaker, and removes
 // it from q once the endpoint answers 2xx
-// (jsbridge_consumer_dead_letters_replayed_total counts those). A dead
+// (jsbridge_consumer_dead_letters_replayed_total counts those); when it
+// was the head of a parked stream (an ordered subscription), the stream is
+// unparked (Unpark) and its held events follow, in order. A dead
 // letter that fails again stays where it is. The subscriptions are matched
 // by name; a dead letter of a subscription c does not have gets an error
 // wrapping ErrUnknownSubscription. Replay returns one result per letter, in
@@ -82,5 +86,14 @@ func (r *runner) replay(ctx context.Context, q *DLQ, dl StoredDeadLetter) Replay
 	res.Delivered = true
 	r.c.metrics.replayed.WithLabelValues(r.sub.Name).Inc()
 	log.Info("dead letter replayed", slog.Int("status", resp.status))
+	// When it was the head of a parked stream (whatever this process's
+	// ordering flag says), the stream's held events follow, in order, from
+	// the partition's owner.
+	if err := Unpark(ctx, r.c.js, dl); err != nil && !errors.Is(err, ErrNotParked) {
+		res.Err = fmt.Errorf("dead letter %d delivered and removed, but its stream is still parked; release it with: nats kv del %s %s: %w",
+			dl.Seq, wire.DefaultParkBucket, wire.ParkedKey(dl.Subscription, wire.StreamKey(dl.Subject)), err)
+	} else if err == nil {
+		log.Info("stream unparked; its held events follow")
+	}
 	return res
 }

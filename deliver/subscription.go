@@ -32,6 +32,40 @@ const (
 	BodyBinary BodyMode = "binary"
 )
 
+// Ordering says what order a subscription's endpoint sees events in.
+type Ordering string
+
+const (
+	// OrderingStream delivers each source stream in version order across
+	// every consumer replica: version v+1 is not sent before v was
+	// accepted (2xx) or dead-lettered, a failing event is retried in place
+	// (its stream waits, others go on), and never two replicas deliver one
+	// stream at once (docs/ordering.md). The default.
+	OrderingStream Ordering = "stream"
+	// OrderingNone delivers with maximum parallelism: one durable pull
+	// consumer shared by every replica, retries Nak'd with a delay, so a
+	// retried event can arrive after its successors, and with several
+	// replicas two events of one stream can be in flight at once.
+	OrderingNone Ordering = "none"
+)
+
+// DeadLetterPolicy says what an ordered subscription does with the later
+// events of a stream whose event was dead-lettered.
+type DeadLetterPolicy string
+
+const (
+	// DeadLetterPark holds the stream's later events (un-acked, not
+	// delivered) until an operator replays the dead-lettered head
+	// (Consumer.Replay, `consumer dlq replay`) or skips it (Consumer.Skip,
+	// `consumer dlq skip`). The default.
+	DeadLetterPark DeadLetterPolicy = "park"
+	// DeadLetterSkip lets the stream go on with the next version.
+	DeadLetterSkip DeadLetterPolicy = "skip"
+)
+
+// DefaultOrdering is the Ordering of a subscription without one.
+const DefaultOrdering = OrderingStream
+
 // Subscription defaults.
 const (
 	DefaultTimeout       = 10 * time.Second
@@ -115,6 +149,20 @@ type Subscription struct {
 	// endpoint's certificate. Default: none, system roots. Only for https
 	// URLs. It combines with the address check of AllowPrivate false.
 	TLS TLSFiles
+	// Ordering is OrderingStream (default DefaultOrdering) or
+	// OrderingNone. An ordered subscription's filters must start with the
+	// events' subject prefix ("events.").
+	Ordering Ordering
+	// OnDeadLetter is what an ordered subscription does after dead-lettering
+	// an event: DeadLetterPark (default) or DeadLetterSkip. Not used with
+	// OrderingNone (the stream always goes on).
+	OnDeadLetter DeadLetterPolicy
+}
+
+// Ordered reports whether s delivers each stream in order (OrderingStream,
+// the default).
+func (s Subscription) Ordered() bool {
+	return s.Ordering == OrderingStream || (s.Ordering == "" && DefaultOrdering == OrderingStream)
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -144,6 +192,12 @@ func (s Subscription) withDefaults() Subscription {
 	}
 	if s.MaxAckPending == 0 {
 		s.MaxAckPending = max(DefaultMaxAckPending, s.MaxInFlight)
+	}
+	if s.Ordering == "" {
+		s.Ordering = DefaultOrdering
+	}
+	if s.OnDeadLetter == "" {
+		s.OnDeadLetter = DeadLetterPark
 	}
 	return s
 }
@@ -237,6 +291,12 @@ func (s Subscription) Validate() error {
 	}
 	if s.MaxAckPending < s.MaxInFlight {
 		return bad("MaxAckPending", "%d is below MaxInFlight %d", s.MaxAckPending, s.MaxInFlight)
+	}
+	if s.Ordering != OrderingStream && s.Ordering != OrderingNone {
+		return bad("Ordering", "%q (want %q or %q)", s.Ordering, OrderingStream, OrderingNone)
+	}
+	if s.OnDeadLetter != DeadLetterPark && s.OnDeadLetter != DeadLetterSkip {
+		return bad("OnDeadLetter", "%q (want %q or %q)", s.OnDeadLetter, DeadLetterPark, DeadLetterSkip)
 	}
 	if !s.TLS.IsZero() && u.Scheme != "https" {
 		return bad("TLS", "set for %q, which is not https", breaker.Endpoint(s.URL))

@@ -234,10 +234,11 @@ func TestMainJobPermanentAndTransientFailures(t *testing.T) {
 
 	b.startBridge(t, "bridge")
 	b.startConsumer(t,
+		// Unordered: the test reads the durable consumers on EVENTS.
 		deliver.Subscription{Name: "rejecting", FilterSubjects: []string{"events.>"}, URL: goneSrv.URL, Secrets: []string{testSecret},
-			AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true},
+			AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: deliver.OrderingNone},
 		deliver.Subscription{Name: "flaky", FilterSubjects: []string{"events.>"}, URL: flakySrv.URL, Secrets: []string{testSecret},
-			AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true},
+			AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: deliver.OrderingNone},
 	)
 	evs, err := b.st.Append(ctx, "order-1", store.NoStream, store.NewEvent{Name: "OrderPlaced", Data: []byte(`{"total":1}`)})
 	require.NoError(t, err)

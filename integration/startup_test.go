@@ -186,7 +186,7 @@ func TestStartupConsumerOutlivesADeadEndpoint(t *testing.T) {
 	started := time.Now()
 	consumer := startProc(t, []string{"JSBRIDGE_SECRET=" + testSecret}, "consumer", "run", "--nats-url", b.srv.ClientURL(),
 		"--name", "dead", "--url", dead, "--allow-private", "--max-deliver", "1", "--breaker-open-timeout", "2s",
-		"--max-in-flight", "2", "--backoff", "100ms", "--ops-addr", opsAddr)
+		"--max-in-flight", "2", "--backoff", "100ms", "--ops-addr", opsAddr, "--on-dead-letter", "skip")
 	waitReadyz(t, opsAddr, http.StatusOK, "ready")
 
 	fwd, err := forward.New(b.js, forward.Config{Stream: "EVENTS"})
@@ -232,8 +232,8 @@ func TestStartupEveryBridgePublishedEventIsDeadLettered(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "subs.yaml")
 	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, `breaker: {consecutive_failures: 1000000, min_requests: 1000000}
 subscriptions:
-  - {name: rejected, filter_subjects: [events.>], url: %q, secrets_env: [JSBRIDGE_SECRET], allow_private: true}
-  - {name: exhausted, filter_subjects: [events.>], url: %q, secrets_env: [JSBRIDGE_SECRET], allow_private: true, max_deliver: 2, backoff: [50ms]}
+  - {name: rejected, filter_subjects: [events.>], url: %q, secrets_env: [JSBRIDGE_SECRET], allow_private: true, on_dead_letter: skip}
+  - {name: exhausted, filter_subjects: [events.>], url: %q, secrets_env: [JSBRIDGE_SECRET], allow_private: true, max_deliver: 2, backoff: [50ms], on_dead_letter: skip}
 `, rejecting.URL, failing.URL), 0o600))
 	startProc(t, b.env, "bridge", "run", "--nats-url", srv.ClientURL(), "--ops-addr", "", "--poll-interval", "100ms")
 	startProc(t, []string{"JSBRIDGE_SECRET=" + testSecret}, "consumer", "run", "--nats-url", srv.ClientURL(), "--config", cfg, "--ops-addr", "")

@@ -12,7 +12,11 @@
 //     header values forbid different bytes;
 //   - the header names (header.go): CloudEvents ce-* attributes and
 //     Content-Type, our extensions, the NATS headers we set, the dead
-//     letters' Jsbridge-Dlq-* headers, and Idempotency-Key (= event id).
+//     letters' Jsbridge-Dlq-* headers, and Idempotency-Key (= event id);
+//   - ordered delivery's names (ordered.go): the partitioned copy of the
+//     events stream, its subject transform and partition function, the
+//     partition consumers' names and filters, the lease and park buckets'
+//     keys, and the Jsbridge-Replica webhook header.
 //
 // It imports the standard library only, so every process and every
 // receiver can depend on it. A test in this package fails when another

@@ -18,9 +18,9 @@ import (
 // spells again, or "" when it spells none: a subject under one of the
 // default prefixes ("events.", "dlq.", "attempts."), a default stream name
 // ("EVENTS", "DLQ", "JSBRIDGE_ATTEMPTS"), or one of our header names (ce-*,
-// Nats-*, Jsbridge-Dlq-*, Idempotency-Key, traceparent, tracestate; ce-*,
+// Nats-*, Jsbridge-*, Idempotency-Key, traceparent, tracestate; ce-*,
 // Idempotency-Key and the trace headers in any case, as HTTP matches
-// them, Nats-* and Jsbridge-Dlq-* as written, as NATS does). Prose that merely
+// them, Nats-* and Jsbridge-* as written, as NATS does). Prose that merely
 // mentions a subject mid-sentence does not start with it and passes.
 func spelledContract(s string) string {
 	for _, p := range []string{wire.DefaultEventsPrefix + ".", wire.DefaultDLQPrefix + ".", wire.DefaultAttemptsPrefix + "."} {
@@ -36,8 +36,10 @@ func spelledContract(s string) string {
 		return "header name " + strconv.Quote(s)
 	}
 	// NATS matches header names exactly, so only the canonical case is ours
+	// (Jsbridge-* covers the dead letters' Jsbridge-Dlq-* and the webhooks'
+	// Jsbridge-Replica)
 	// ("nats-port" is a flag, not a header).
-	for _, p := range []string{wire.HeaderPrefixNATS, "Jsbridge-Dlq-"} {
+	for _, p := range []string{wire.HeaderPrefixNATS, "Jsbridge-"} {
 		if header && len(s) > len(p) && strings.HasPrefix(s, p) {
 			return "header name " + strconv.Quote(s)
 		}
@@ -158,6 +160,7 @@ var (
 	c = "ce-id"
 	d = "Nats-Msg-Id"
 	e = "Jsbridge-Dlq-Reason"
+	e2 = "Jsbridge-Replica"
 	f = "idempotency-key"
 	g = "DLQ"
 	h = ` + "`Ce-Type`" + `
@@ -177,7 +180,7 @@ var (
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{`tag default`, `"events.>"`, `"dlq."`, `"ce-id"`, `"Nats-Msg-Id"`, `"Jsbridge-Dlq-Reason"`, `"idempotency-key"`, `"DLQ"`, "`Ce-Type`", `"Traceparent"`, `"tracestate"`, `"attempts."`, `"JSBRIDGE_ATTEMPTS"`}
+	want := []string{`tag default`, `"events.>"`, `"dlq."`, `"ce-id"`, `"Nats-Msg-Id"`, `"Jsbridge-Dlq-Reason"`, `"Jsbridge-Replica"`, `"idempotency-key"`, `"DLQ"`, "`Ce-Type`", `"Traceparent"`, `"tracestate"`, `"attempts."`, `"JSBRIDGE_ATTEMPTS"`}
 	if len(probs) != len(want) {
 		t.Fatalf("got %d problems, want %d:\n%s", len(probs), len(want), strings.Join(probs, "\n"))
 	}

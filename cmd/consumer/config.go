@@ -53,6 +53,8 @@ type fileSubscription struct {
 	AllowPrivate   bool              `yaml:"allow_private"`
 	AllowHTTP      bool              `yaml:"allow_http"`
 	TLS            fileTLS           `yaml:"tls"`
+	Ordering       string            `yaml:"ordering"`
+	OnDeadLetter   string            `yaml:"on_dead_letter"`
 }
 
 // fileTLS is a subscription's tls block: PEM files for mutual TLS and the
@@ -162,6 +164,7 @@ func loadSubscriptions(path string) ([]deliver.Subscription, breaker.Settings, e
 			Timeout: time.Duration(fs.Timeout), AckWait: time.Duration(fs.AckWait),
 			MaxDeliver: fs.MaxDeliver, MaxInFlight: fs.MaxInFlight, MaxAckPending: fs.MaxAckPending,
 			AllowPrivate: fs.AllowPrivate, AllowHTTP: fs.AllowHTTP, TLS: tlsf,
+			Ordering: deliver.Ordering(fs.Ordering), OnDeadLetter: deliver.DeadLetterPolicy(fs.OnDeadLetter),
 		}
 		for _, b := range fs.BackOff {
 			sub.BackOff = append(sub.BackOff, time.Duration(b))

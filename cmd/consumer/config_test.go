@@ -57,7 +57,7 @@ func TestLoadCompleteSubscriptionsFile(t *testing.T) {
 		Headers: map[string]string{"X-Team": "billing", "Authorization": "Bearer t0ken"},
 		Timeout: 10 * time.Second, AckWait: 30 * time.Second, MaxDeliver: 10,
 		BackOff:     []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute},
-		MaxInFlight: 64, MaxAckPending: 1000,
+		MaxInFlight: 64, MaxAckPending: 1000, Ordering: deliver.OrderingStream, OnDeadLetter: deliver.DeadLetterPark,
 	}, subs[0])
 	require.Equal(t, []string{"audit-hmac-key"}, subs[1].Secrets)
 	require.Equal(t, webhook.SchemeHMACSHA256, subs[1].Scheme)

@@ -38,6 +38,8 @@ func TestRunFlagDefaultsAreTheConsumerDefaults(t *testing.T) {
 		"max-in-flight":        consumer.DefaultMaxInFlight,
 		"breaker-failures":     int(consumer.DefaultBreakerFailures),
 		"breaker-open-timeout": consumer.DefaultBreakerOpenTimeout,
+		"partitions":           consumer.DefaultPartitions,
+		"lease-ttl":            consumer.DefaultLeaseTTL,
 		// No flag default: 0 means consumer.DefaultMaxAckPending (or
 		// --max-in-flight when larger), and waiting forever.
 		"max-ack-pending": "",

@@ -20,6 +20,7 @@ import (
 type dlqCmd struct {
 	List   dlqListCmd   `cmd:"" help:"List dead letters, oldest first: seq, subscription, event id, attempts, status, reason, times."`
 	Replay dlqReplayCmd `cmd:"" help:"POST dead letters again to their subscription's endpoint (same Idempotency-Key, current secrets); each one delivered (2xx) is removed from the DLQ."`
+	Skip   dlqSkipCmd   `cmd:"" help:"Drop the dead-lettered head of a parked stream (ordered subscriptions): its dead letter is deleted and the events held behind it are delivered, in order."`
 	Purge  dlqPurgeCmd  `cmd:"" help:"Delete dead letters for good (of one subscription, or all); needs --yes."`
 }
 
@@ -38,7 +39,85 @@ func (c *dlqListCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	return printLetters(os.Stdout, letters, c.JSON)
+	parked, err := deliver.ListParked(ctx, js, c.Subscription)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printLettersJSON(os.Stdout, letters, parked)
+	}
+	if err := printLetters(os.Stdout, letters, false); err != nil {
+		return err
+	}
+	return printParked(os.Stdout, parked, letters)
+}
+
+// printLettersJSON prints one JSON object per dead letter; the head of a
+// parked stream carries "parked" (the stream, how many events are held).
+func printLettersJSON(w io.Writer, letters []deliver.StoredDeadLetter, parked []deliver.ParkedStream) error {
+	byHead := map[string]*deliver.ParkedStream{}
+	for i, p := range parked {
+		byHead[p.Subscription+"\x00"+p.HeadEventID] = &parked[i]
+	}
+	enc := json.NewEncoder(w)
+	for _, d := range letters {
+		if err := enc.Encode(struct {
+			deliver.StoredDeadLetter
+			Parked *deliver.ParkedStream `json:"parked,omitempty"`
+		}{d, byHead[d.Subscription+"\x00"+d.EventID]}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printParked lists the parked streams of ordered subscriptions: the head's
+// dead letter (its seq, for dlq replay or dlq skip) and how many events
+// wait behind it.
+func printParked(w io.Writer, parked []deliver.ParkedStream, letters []deliver.StoredDeadLetter) error {
+	if len(parked) == 0 {
+		return nil
+	}
+	seqOf := map[string]uint64{}
+	for _, d := range letters {
+		seqOf[d.Subscription+"\x00"+d.EventID] = d.Seq
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARKED STREAM\tSUBSCRIPTION\tHEAD SEQ\tHEAD EVENT ID\tHELD\tPARKED SINCE\tOLDEST HELD")
+	for _, p := range parked {
+		oldest := "-"
+		if !p.OldestHeldAt.IsZero() {
+			oldest = p.OldestHeldAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", p.Stream, p.Subscription, seqOf[p.Subscription+"\x00"+p.HeadEventID], p.HeadEventID, p.Held,
+			p.ParkedAt.UTC().Format(time.RFC3339), oldest)
+	}
+	return tw.Flush()
+}
+
+type dlqSkipCmd struct {
+	Seq []uint64 `name:"seq" required:"" help:"Dead-letter sequence number(s) of parked heads (see dlq list); repeatable or comma-separated."`
+}
+
+func (c *dlqSkipCmd) Run(ctx context.Context, g *Globals) error {
+	nc, js, err := connect(g)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	q := deliver.NewDLQ(js, deliver.DLQConfig{Stream: g.DLQStream})
+	for _, seq := range c.Seq {
+		d, err := q.Get(ctx, seq)
+		if err != nil {
+			return fmt.Errorf("dlq skip --seq %d: %w", seq, err)
+		}
+		if err := deliver.SkipParked(ctx, js, q, d); err != nil {
+			return fmt.Errorf("dlq skip --seq %d: %w", seq, err)
+		}
+		fmt.Printf("skipped seq %d (subscription %s, event %s): its stream goes on with the events held behind it\n", d.Seq, d.Subscription, d.EventID)
+	}
+	return nil
 }
 
 func printLetters(w io.Writer, letters []deliver.StoredDeadLetter, asJSON bool) error {

@@ -45,6 +45,9 @@ type subscriptionFlags struct {
 	TLSClientKey  string          `name:"tls-client-key" env:"JSBRIDGE_TLS_CLIENT_KEY" help:"PEM private key of --tls-client-cert (PKCS #1, PKCS #8 or SEC 1) (default: none)."`
 	TLSCA         string          `name:"tls-ca" env:"JSBRIDGE_TLS_CA" help:"PEM CA bundle that verifies the endpoint's certificate, in place of the system roots (default: system roots)."`
 
+	Ordering     string `name:"ordering" env:"JSBRIDGE_ORDERING" default:"stream" enum:"stream,none" help:"stream: each source stream delivered in version order across every replica (head-of-line retry); none: maximum parallelism, no order (default: ${default})."`
+	OnDeadLetter string `name:"on-dead-letter" env:"JSBRIDGE_ON_DEAD_LETTER" default:"park" enum:"park,skip" help:"With --ordering stream, what a dead-lettered event does to its stream: park (hold its later events until dlq replay or dlq skip) or skip (go on) (default: ${default})."`
+
 	BreakerFailures    uint32        `name:"breaker-failures" env:"JSBRIDGE_BREAKER_FAILURES" default:"5" help:"Consecutive failures that open an endpoint's circuit breaker (default: ${default})."`
 	BreakerOpenTimeout time.Duration `name:"breaker-open-timeout" env:"JSBRIDGE_BREAKER_OPEN_TIMEOUT" default:"30s" help:"How long an open breaker waits before letting a probe through (default: ${default})."`
 }
@@ -78,6 +81,7 @@ func (f *subscriptionFlags) subscriptions() ([]deliver.Subscription, breaker.Set
 			Scheme: webhook.Scheme(f.Scheme), Body: deliver.BodyMode(f.Body),
 			Timeout: f.Timeout, AckWait: f.AckWait, MaxDeliver: f.MaxDeliver, BackOff: f.BackOff, MaxInFlight: f.MaxInFlight, MaxAckPending: f.MaxAckPending,
 			AllowPrivate: f.AllowPrivate, AllowHTTP: f.AllowHTTP, TLS: tlsf,
+			Ordering: deliver.Ordering(f.Ordering), OnDeadLetter: deliver.DeadLetterPolicy(f.OnDeadLetter),
 		}}, breaker.Settings{
 			ConsecutiveFailures: f.BreakerFailures, OpenTimeout: f.BreakerOpenTimeout,
 		}, nil
@@ -116,8 +120,16 @@ func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
 	return nc, js, nil
 }
 
+// orderingFlags configure ordered subscriptions (--ordering stream).
+type orderingFlags struct {
+	Partitions int           `name:"partitions" env:"JSBRIDGE_PARTITIONS" default:"16" help:"Partitions of ordered delivery: the unit of ownership among replicas (at most this many replicas share an ordered subscription); the same on every replica; changing it needs the ${events_stream}_ORDERED stream recreated (default: ${default})."`
+	ReplicaID  string        `name:"replica-id" env:"JSBRIDGE_REPLICA_ID" help:"This replica's id in partition leases, consumer status and the Jsbridge-Replica webhook header: [A-Za-z0-9_-]+ (default: <hostname>-<pid>-<random>)."`
+	LeaseTTL   time.Duration `name:"lease-ttl" env:"JSBRIDGE_LEASE_TTL" default:"10s" help:"Lifetime of a partition lease and a membership heartbeat unless renewed (every quarter of it): a killed replica's partitions move after at most this plus AckWait; fixed when the lease bucket is created (default: ${default})."`
+}
+
 type runCmd struct {
 	subscriptionFlags `embed:""`
+	orderingFlags     `embed:""`
 
 	Replicas       int           `name:"replicas" env:"JSBRIDGE_REPLICAS" default:"1" help:"Replica count of the DLQ and attempts streams and the durable consumers when the consumer creates them: 1 on a standalone server, 3 on a cluster (at most the events stream's); existing ones keep their own, with a warning (default: ${default})."`
 	StartupTimeout time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when NATS, the JetStream stream, the DLQ stream or the durable consumers are not available within this time; 0 waits forever (default: ${default})."`
@@ -151,6 +163,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	cfg.Partitions, cfg.ReplicaID, cfg.LeaseTTL = r.Partitions, r.ReplicaID, r.LeaseTTL
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -61,6 +61,7 @@ func (r *runCmd) attemptLog(ctx context.Context, w *startup.Waiter, js jetstream
 	}
 	l, err := deliver.NewAttemptLog(js, deliver.AttemptLogConfig{
 		Stream: g.AttemptsStream, MaxAge: r.AttemptsMaxAge, MaxBytes: r.AttemptsMaxBytes, Replicas: r.Replicas, Logger: log, Registerer: reg,
+		Replica: r.ReplicaID, // --replica-id names the records too; empty: <hostname>/<pid>
 	})
 	if err != nil {
 		return nil, err

@@ -91,6 +91,19 @@ func (p *Process) Stop(grace time.Duration) error {
 	return p.err
 }
 
+// Kill sends SIGKILL (no graceful shutdown: a crash, for the benchmarks
+// that measure recovery) and waits for the process to end. Its exit is
+// expected, as after Stop.
+func (p *Process) Kill() {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	if !p.Exited() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
 // Group is a set of child processes stopped together.
 type Group struct {
 	mu   sync.Mutex

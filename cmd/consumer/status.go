@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jsbridge/jsbridge/deliver"
+)
+
+// statusCmd prints who owns what among the consumer replicas.
+type statusCmd struct{}
+
+func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
+	nc, js, err := connect(g)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	st, err := deliver.ReadStatus(ctx, js)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "REPLICA\tSUBSCRIPTION\tLAST HEARTBEAT\n")
+	for _, m := range st.Replicas {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", m.ID, m.Subscription, m.Heartbeat.UTC().Format(time.RFC3339))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Println()
+	tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "SUBSCRIPTION\tPARTITION\tOWNER\tPARKED STREAMS\n")
+	for _, s := range st.Subscriptions {
+		for _, p := range s.Partitions {
+			owner := p.Owner
+			if owner == "" {
+				owner = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", s.Name, p.Partition, owner, p.Parked)
+		}
+	}
+	if len(st.Subscriptions) == 0 {
+		fmt.Fprintln(tw, "(no ordered subscription has a partition lease)")
+	}
+	return tw.Flush()
+}

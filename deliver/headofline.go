@@ -1,0 +1,248 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// deliver delivers one event of an ordered subscription with head-of-line
+// retry: the message stays with this replica (InProgress every AckWait/2)
+// while it is retried in place with backoff (Retry-After honoured), so its
+// stream's later events, queued behind it in the lane, cannot overtake it;
+// other streams' lanes go on. It ends with a double ack (2xx), a dead
+// letter (then the stream parks or goes on, see DeadLetterPolicy), a Nak
+// when the partition is released first, or nothing when the lease
+// deadline passed (JetStream redelivers it after AckWait to the next owner).
+// MaxDeliver counts attempts from JetStream's delivery count on.
+func (pt *partition) deliver(m jetstream.Msg) {
+	r := pt.or.r
+	key := wire.StreamKey(m.Subject())
+	id := eventID(m)
+	stop := r.keepAlive(id, m.InProgress)
+	defer stop()
+	attempt := 1
+	if md, err := m.Metadata(); err == nil {
+		attempt = int(md.NumDelivered)
+	}
+	if attempt > 1 {
+		r.redeliveries.Inc()
+	}
+	log := func(more ...any) *slog.Logger {
+		return pt.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
+	}
+	ctx := context.WithoutCancel(pt.ctx)
+	// Attempt spans and records name the event as on the events stream,
+	// as the dead letters do.
+	em := eventsMsg{Msg: m, subject: wire.EventsSubject(r.c.ord.eventsPrefix, m.Subject())}
+	// ended ends an attempt with its outcome (span and attempts record).
+	ended := func(at *attemptState, outcome, class, reason string) {
+		at.decide(outcome, class, reason)
+		r.endAttempt(at)
+	}
+	for {
+		if pt.ctx.Err() != nil {
+			r.nak(log(), m, 0)
+			return
+		}
+		if !pt.waitLease() {
+			continue // released: Nak'd above
+		}
+		if pt.or.hold(pt, key, m) {
+			return
+		}
+		if id == "" {
+			const reason = "message has no Nats-Msg-Id or ce-id"
+			_, at := r.startAttempt(ctx, em, id, attempt)
+			ended(at, OutcomeTerm, ClassNone, reason)
+			pt.deadLetter(m, log(), DeadLetter{Attempt: attempt, Reason: reason}, OutcomeTerm, ClassNone)
+			return
+		}
+		hdr := r.requestHeader()
+		hdr.Set(wire.HeaderReplica, r.c.cfg.ReplicaID)
+		body, err := buildBody(r.sub.Body, id, m.Headers(), m.Data(), hdr)
+		if err != nil {
+			_, at := r.startAttempt(ctx, em, id, attempt)
+			ended(at, OutcomeTerm, ClassNone, err.Error())
+			pt.deadLetter(m, log(), DeadLetter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
+			return
+		}
+		if r.br.Wait(pt.ctx) != nil {
+			continue // released: Nak'd above
+		}
+		select {
+		case pt.or.slots <- struct{}{}:
+		case <-pt.ctx.Done():
+			continue
+		}
+		if !pt.mayStart() {
+			<-pt.or.slots
+			continue // waitLease again
+		}
+		var resp response
+		ran := false
+		actx, at := r.startAttempt(ctx, em, id, attempt)
+		at.sending()
+		err = r.br.Execute(func() error {
+			ran = true
+			resp = r.post(actx, nil, id, body, hdr)
+			at.answered(resp)
+			return resp.breakerErr()
+		})
+		<-pt.or.slots
+		if !ran && errors.Is(err, breaker.ErrOpen) {
+			// Another lane's probe won; wait for the breaker again.
+			ended(at, OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
+			r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeBreakerOpen, ClassNone).Inc()
+			continue
+		}
+		switch resp.verdict() {
+		case verdictAck:
+			ended(at, OutcomeAck, resp.class(), "")
+			if resp.status/100 == 2 {
+				r.acked2xx().Inc()
+			} else {
+				r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeAck, resp.class()).Inc()
+			}
+			if pt.ack(m, log()) {
+				pt.settled(key, streamSeq(m))
+			}
+			return
+		case verdictPermanent:
+			ended(at, OutcomeTerm, resp.class(), resp.reason())
+			pt.deadLetter(m, log(slog.Int("status", resp.status)), DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: resp.reason(), At: resp.at}, OutcomeTerm, resp.class())
+			return
+		case verdictRetry:
+			if r.sub.MaxDeliver > 0 && attempt >= r.sub.MaxDeliver {
+				reason := fmt.Sprintf("%s (attempt %d of MaxDeliver %d)", resp.reason(), attempt, r.sub.MaxDeliver)
+				ended(at, OutcomeExhausted, resp.class(), reason)
+				pt.deadLetter(m, log(slog.Int("status", resp.status)), DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, At: resp.at,
+					Reason: reason}, OutcomeExhausted, resp.class())
+				return
+			}
+			ended(at, OutcomeRetry, resp.class(), resp.reason())
+			delay := r.retryDelay(attempt, resp.retryAfter)
+			r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, resp.class()).Inc()
+			log(slog.Int("status", resp.status)).Warn("delivery failed, retrying in place (its stream waits)", slog.String("reason", resp.reason()), slog.Duration("delay", delay))
+			backoff.Sleep(pt.ctx, delay)
+			attempt++
+		}
+	}
+}
+
+// ack double-acks m (JetStream confirms the ack is recorded, so a new
+// owner never sees m again once its successor was sent), retrying with
+// backoff. It reports whether the ack is recorded. When it is not (the
+// partition was released meanwhile, or 10 tries failed, which releases
+// the partition), the lane's later events are returned to JetStream, not
+// delivered: m comes back first, to whoever owns the partition next.
+func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) bool {
+	var pause backoff.Backoff
+	for tries := 1; ; tries++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := m.DoubleAck(ctx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return true
+		}
+		if pt.ctx.Err() != nil {
+			return false
+		}
+		if tries >= 10 {
+			log.Error("ack failed 10 times; releasing the partition so that the event comes back before its successors", slog.Any("error", err))
+			pt.release()
+			return false
+		}
+		d := pause.Next()
+		log.Warn("ack failed; retrying (the stream's next event waits for it)", slog.Any("error", err), slog.Duration("retry_in", d))
+		backoff.Sleep(pt.ctx, d)
+	}
+}
+
+// deadLetter stores the dead letter (retrying in place while the DLQ
+// fails), parks the stream when the policy says so, then acks m.
+func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl DeadLetter, outcome, class string) {
+	r := pt.or.r
+	dl.Subscription = r.sub.Name
+	dl.Endpoint = r.endpoint
+	// The dead letter names the event as on the events stream (subject,
+	// sequence), as for an unordered subscription.
+	dl.Msg = eventsMsg{Msg: m, subject: wire.EventsSubject(r.c.ord.eventsPrefix, m.Subject())}
+	var pause backoff.Backoff
+	for r.c.cfg.DeadLetters != nil {
+		err := r.c.cfg.DeadLetters.DeadLetter(context.WithoutCancel(pt.ctx), dl)
+		if err == nil {
+			break
+		}
+		d := pause.Next()
+		log.Error("dead letter failed; retrying in place", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("retry_in", d))
+		backoff.Sleep(pt.ctx, d)
+		if pt.ctx.Err() != nil {
+			r.nak(log, m, 0)
+			return
+		}
+	}
+	park := r.sub.OnDeadLetter == DeadLetterPark && dl.EventID != ""
+	if park {
+		pause.Reset()
+		for {
+			err := pt.or.park(pt, m, dl)
+			if err == nil {
+				break
+			}
+			d := pause.Next()
+			log.Error("parking the stream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d))
+			backoff.Sleep(pt.ctx, d)
+			if pt.ctx.Err() != nil {
+				r.nak(log, m, 0)
+				return
+			}
+		}
+	}
+	r.c.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+	if r.c.cfg.DeadLetters != nil {
+		r.c.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
+	}
+	if dl.Status == http.StatusGone {
+		log.Warn("endpoint answered 410 Gone: it says it no longer exists")
+	}
+	if park {
+		log.Error("delivery failed for good, dead-lettered; its stream is parked until `consumer dlq replay` or `consumer dlq skip`", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
+	} else {
+		log.Error("delivery failed for good, dead-lettered; its stream goes on", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
+	}
+	if pt.ack(m, log) {
+		pt.settled(wire.StreamKey(m.Subject()), streamSeq(m))
+	}
+}
+
+// eventsMsg is a message of the partitioned copy seen as the events
+// stream's: its subject there and, in its metadata, the origin sequence
+// (Nats-Stream-Source) as the stream sequence.
+type eventsMsg struct {
+	jetstream.Msg
+	subject string
+}
+
+func (m eventsMsg) Subject() string { return m.subject }
+
+func (m eventsMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	md, err := m.Msg.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	out := *md
+	if seq := wire.SourceSequence(m.Msg.Headers().Get(wire.HeaderSourceInfo)); seq != 0 {
+		out.Sequence.Stream = seq
+	}
+	return &out, nil
+}

@@ -1,0 +1,431 @@
+package deliver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// A parked stream (DeadLetterPark): its dead-lettered head is in the DLQ,
+// an entry in the park bucket names it, and its later events stay pending
+// on the partition consumer, held in memory by the partition's owner
+// (InProgress every AckWait/2) and never delivered, until the entry is
+// deleted by Replay (after the head was delivered) or SkipParked. They are
+// never acked while parked, so nothing is lost across restarts and
+// hand-overs: a new owner gets them again and holds them again. The price:
+// each held event occupies one of the partition consumer's MaxAckPending
+// slots, so a partition with MaxAckPending held events stops pulling until
+// an operator acts (docs/ordering.md).
+
+// ParkedStream is a parked stream of an ordered subscription, as stored in
+// the park bucket.
+type ParkedStream struct {
+	// Subscription is the ordered subscription's name.
+	Subscription string `json:"subscription"`
+	// Stream is the source stream's name.
+	Stream string `json:"stream"`
+	// Subject is the dead-lettered head's subject on the events stream
+	// (the dead letter's Subject).
+	Subject string `json:"subject"`
+	// HeadEventID is the dead-lettered head's event id.
+	HeadEventID string `json:"head_event_id"`
+	// Partition is the stream's partition.
+	Partition int `json:"partition"`
+	// ParkedAt is when the head was dead-lettered.
+	ParkedAt time.Time `json:"parked_at"`
+	// Held is how many later events the owning replica held at UpdatedAt;
+	// OldestHeldAt when the oldest of them was first held.
+	Held         int       `json:"held"`
+	OldestHeldAt time.Time `json:"oldest_held_at,omitzero"`
+	UpdatedAt    time.Time `json:"updated_at,omitzero"`
+	// Replica is the replica that reported Held.
+	Replica string `json:"replica,omitempty"`
+}
+
+// parkedStream is a parked stream on this replica: its entry and the
+// events this replica holds behind it.
+type parkedStream struct {
+	entry     ParkedStream
+	held      []heldMsg // in stream order
+	releasing bool      // its entry was deleted: see unpark
+}
+
+type heldMsg struct {
+	pt  *partition
+	msg jetstream.Msg
+	at  time.Time
+}
+
+// park records m's stream as parked behind m (already dead-lettered). An
+// entry that exists already (m redelivered after a crash) is kept.
+func (or *orderedRunner) park(pt *partition, m jetstream.Msg, dl DeadLetter) error {
+	o := or.r.c.ord
+	subject := wire.EventsSubject(o.eventsPrefix, m.Subject())
+	key := wire.StreamKey(subject)
+	stream, _, _ := wire.ParseSubject(o.eventsPrefix, subject)
+	e := ParkedStream{
+		Subscription: or.r.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
+		Partition: pt.p, ParkedAt: time.Now().UTC(), Replica: or.r.c.cfg.ReplicaID,
+	}
+	v, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	bk := wire.ParkedKey(or.r.sub.Name, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := o.parks.Create(ctx, bk, v); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("park stream %q of subscription %q: %w", stream, or.r.sub.Name, err)
+	}
+	or.mu.Lock()
+	if cur := or.parked[bk]; cur == nil {
+		or.parked[bk] = &parkedStream{entry: e}
+	} else if cur.releasing {
+		cur.entry, cur.releasing = e, false
+	}
+	or.mu.Unlock()
+	return nil
+}
+
+// parkedKey is the park bucket key of the stream of a message of the
+// partitioned copy.
+func (or *orderedRunner) parkedKey(subject string) string {
+	return wire.ParkedKey(or.r.sub.Name, wire.StreamKey(wire.EventsSubject(or.r.c.ord.eventsPrefix, subject)))
+}
+
+// hold keeps m (of stream key) when its stream is parked and reports
+// whether it did. A redelivered head (dead-lettered, but its ack lost) is
+// acked instead.
+func (or *orderedRunner) hold(pt *partition, key string, m jetstream.Msg) bool {
+	or.mu.Lock()
+	if len(or.parked) == 0 {
+		or.mu.Unlock()
+		return false
+	}
+	ps := or.parked[or.parkedKey(m.Subject())]
+	if ps == nil {
+		or.mu.Unlock()
+		return false
+	}
+	if eventID(m) == ps.entry.HeadEventID {
+		or.mu.Unlock()
+		if pt.ack(m, pt.log) {
+			pt.settled(key, streamSeq(m))
+		}
+		return true
+	}
+	seq := streamSeq(m)
+	i, found := slices.BinarySearchFunc(ps.held, seq, func(h heldMsg, s uint64) int {
+		return compareUint(streamSeq(h.msg), s)
+	})
+	if found {
+		ps.held[i].msg = m
+	} else {
+		ps.held = slices.Insert(ps.held, i, heldMsg{pt: pt, msg: m, at: time.Now()})
+	}
+	or.mu.Unlock()
+	return true
+}
+
+func compareUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// returnHeld Naks the events held for pt's streams (pt is being released:
+// the next owner holds them again).
+func (or *orderedRunner) returnHeld(pt *partition) {
+	or.mu.Lock()
+	var back []jetstream.Msg
+	for _, ps := range or.parked {
+		keep := ps.held[:0]
+		for _, h := range ps.held {
+			if h.pt == pt {
+				back = append(back, h.msg)
+			} else {
+				keep = append(keep, h)
+			}
+		}
+		ps.held = keep
+	}
+	or.mu.Unlock()
+	for _, m := range back {
+		or.r.nak(pt.log, m, 0)
+	}
+}
+
+// unpark marks a stream whose park entry was deleted as releasing: it
+// stays in the map, so events of it still arriving are held, until the run
+// loop of its partition hands the held events to the lanes, in stream order
+// (releaseFor), before any newer event it pulls.
+func (or *orderedRunner) unpark(bk string) {
+	or.mu.Lock()
+	ps := or.parked[bk]
+	if ps != nil {
+		ps.releasing = true
+	}
+	or.mu.Unlock()
+	if ps != nil {
+		or.r.log.Info("stream unparked; its held events go on", slog.String("stream", ps.entry.Stream), slog.Int("held", len(ps.held)))
+	}
+}
+
+// releaseFor removes the releasing streams whose held events are all pt's
+// (or none) and returns those events, in stream order, for pt's run loop to
+// dispatch.
+func (or *orderedRunner) releaseFor(pt *partition) []jetstream.Msg {
+	or.mu.Lock()
+	defer or.mu.Unlock()
+	var out []jetstream.Msg
+	for bk, ps := range or.parked {
+		if !ps.releasing {
+			continue
+		}
+		mine := true
+		for _, h := range ps.held {
+			if h.pt != pt {
+				mine = false
+				break
+			}
+		}
+		if !mine {
+			continue
+		}
+		for _, h := range ps.held {
+			out = append(out, h.msg)
+		}
+		delete(or.parked, bk)
+	}
+	return out
+}
+
+// watchParked follows the park bucket's entries of the subscription until
+// ctx ends, closing ready once the existing ones are loaded (partitions
+// start only then, so a parked stream is never delivered).
+func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue, ready chan struct{}) {
+	readied := false
+	for ctx.Err() == nil {
+		w, err := kv.Watch(ctx, wire.ParkedFilter(or.r.sub.Name))
+		if err != nil {
+			or.r.log.Warn("watching parked streams failed; retrying", slog.Any("error", err))
+			time.Sleep(time.Second)
+			continue
+		}
+		// A (re)started watch sends every entry, then nil: a stream parked
+		// here whose entry is not among them was unparked meanwhile.
+		initial := map[string]bool{}
+		for e := range w.Updates() {
+			if e == nil {
+				if initial != nil {
+					or.mu.Lock()
+					var gone []string
+					for bk := range or.parked {
+						if !initial[bk] {
+							gone = append(gone, bk)
+						}
+					}
+					or.mu.Unlock()
+					for _, bk := range gone {
+						or.unpark(bk)
+					}
+					initial = nil
+				}
+				if !readied {
+					close(ready)
+					readied = true
+				}
+				continue
+			}
+			if initial != nil {
+				initial[e.Key()] = true
+			}
+			switch e.Operation() {
+			case jetstream.KeyValuePut:
+				var ps ParkedStream
+				if err := json.Unmarshal(e.Value(), &ps); err != nil {
+					or.r.log.Warn("unreadable park entry; ignored", slog.String("key", e.Key()), slog.Any("error", err))
+					continue
+				}
+				or.mu.Lock()
+				if cur := or.parked[e.Key()]; cur == nil {
+					or.parked[e.Key()] = &parkedStream{entry: ps}
+				} else {
+					cur.entry.HeadEventID, cur.releasing = ps.HeadEventID, false
+				}
+				or.mu.Unlock()
+			case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
+				or.unpark(e.Key())
+			}
+		}
+		_ = w.Stop()
+	}
+}
+
+// keepHeldAlive sends InProgress for the held events every AckWait/2, and
+// updates the parked-stream metrics and the owner's held counts in the
+// park bucket, until ctx ends.
+func (or *orderedRunner) keepHeldAlive(ctx context.Context) {
+	t := time.NewTicker(min(or.r.sub.AckWait/2, 5*time.Second))
+	defer t.Stop()
+	reported := map[string]int{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		type report struct {
+			key    string
+			entry  ParkedStream
+			held   int
+			oldest time.Time
+		}
+		var msgs []jetstream.Msg
+		var reports []report
+		oldest := time.Time{}
+		or.mu.Lock()
+		n := len(or.parked)
+		for k, ps := range or.parked {
+			var o time.Time
+			for _, h := range ps.held {
+				msgs = append(msgs, h.msg)
+				if o.IsZero() || h.at.Before(o) {
+					o = h.at
+				}
+			}
+			if !o.IsZero() && (oldest.IsZero() || o.Before(oldest)) {
+				oldest = o
+			}
+			if len(ps.held) > 0 && reported[k] != len(ps.held) {
+				reports = append(reports, report{k, ps.entry, len(ps.held), o})
+			}
+		}
+		or.mu.Unlock()
+		for _, m := range msgs {
+			_ = m.InProgress()
+		}
+		or.r.c.metrics.streamsParked.WithLabelValues(or.r.sub.Name).Set(float64(n))
+		age := 0.0
+		if !oldest.IsZero() {
+			age = time.Since(oldest).Seconds()
+		}
+		or.r.c.metrics.oldestHeld.WithLabelValues(or.r.sub.Name).Set(age)
+		for _, rp := range reports {
+			e := rp.entry
+			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), time.Now().UTC(), or.r.c.cfg.ReplicaID
+			v, err := json.Marshal(e)
+			if err != nil {
+				continue
+			}
+			// Put only over an existing entry: one deleted meanwhile
+			// (replayed or skipped) must stay deleted.
+			if cur, err := or.r.c.ord.parks.Get(ctx, rp.key); err == nil {
+				if _, err := or.r.c.ord.parks.Update(ctx, rp.key, v, cur.Revision()); err == nil {
+					reported[rp.key] = rp.held
+				}
+			}
+		}
+	}
+}
+
+// ListParked returns the parked streams of subscription (all when empty)
+// from the park bucket on js; none when the bucket does not exist.
+func ListParked(ctx context.Context, js jetstream.JetStream, subscription string) ([]ParkedStream, error) {
+	kv, err := js.KeyValue(ctx, wire.DefaultParkBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("deliver: park bucket %q: %w", wire.DefaultParkBucket, err)
+	}
+	l, err := kv.ListKeysFiltered(ctx, wire.ParkedFilter(subscription))
+	if err != nil {
+		return nil, fmt.Errorf("deliver: list park bucket %q: %w", wire.DefaultParkBucket, err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	_ = l.Stop()
+	var out []ParkedStream
+	for _, k := range keys {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("deliver: read park entry %q: %w", k, err)
+		}
+		var ps ParkedStream
+		if err := json.Unmarshal(e.Value(), &ps); err != nil {
+			return out, fmt.Errorf("deliver: park entry %q: %w", k, err)
+		}
+		out = append(out, ps)
+	}
+	slices.SortFunc(out, func(a, b ParkedStream) int { return a.ParkedAt.Compare(b.ParkedAt) })
+	return out, nil
+}
+
+// ErrNotParked is returned (wrapped) by Unpark when no stream is parked
+// behind the dead letter.
+var ErrNotParked = errors.New("no stream parked behind this dead letter")
+
+// Unpark releases the stream parked behind dl (its head): the owning
+// replica delivers the held events, in order. Replay calls it after the
+// head was delivered; SkipParked before deleting the head. It fails with
+// ErrNotParked when the park bucket has no entry for dl's stream with dl
+// as its head.
+func Unpark(ctx context.Context, js jetstream.JetStream, dl StoredDeadLetter) error {
+	kv, err := js.KeyValue(ctx, wire.DefaultParkBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("deliver: dead letter %d: %w", dl.Seq, ErrNotParked)
+	}
+	if err != nil {
+		return fmt.Errorf("deliver: park bucket %q: %w", wire.DefaultParkBucket, err)
+	}
+	key := wire.ParkedKey(dl.Subscription, wire.StreamKey(dl.Subject))
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("deliver: dead letter %d: %w", dl.Seq, ErrNotParked)
+	}
+	if err != nil {
+		return fmt.Errorf("deliver: read park entry: %w", err)
+	}
+	var ps ParkedStream
+	if err := json.Unmarshal(e.Value(), &ps); err != nil {
+		return fmt.Errorf("deliver: park entry %q: %w", key, err)
+	}
+	if ps.HeadEventID != dl.EventID {
+		return fmt.Errorf("deliver: dead letter %d (event %s): %w (its stream's head is event %s)", dl.Seq, dl.EventID, ErrNotParked, ps.HeadEventID)
+	}
+	if err := kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+		return fmt.Errorf("deliver: unpark stream %q: %w", ps.Stream, err)
+	}
+	return nil
+}
+
+// SkipParked drops the dead-lettered head dl of a parked stream: the
+// stream is unparked (its held events are delivered, in order) and dl is
+// deleted from q.
+func SkipParked(ctx context.Context, js jetstream.JetStream, q *DLQ, dl StoredDeadLetter) error {
+	if err := Unpark(ctx, js, dl); err != nil {
+		return err
+	}
+	if err := q.Delete(ctx, dl.Seq); err != nil {
+		return fmt.Errorf("stream unparked, but its dead letter %d stays: delete it (do not replay it: its successors went on): %w", dl.Seq, err)
+	}
+	return nil
+}

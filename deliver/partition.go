@@ -1,0 +1,581 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// orderedRunner is an ordered subscription's state on this replica.
+type orderedRunner struct {
+	r      *runner
+	inHand atomic.Int64         // events in the lanes of all partitions (see handLimit)
+	cons   []jetstream.Consumer // one per partition, set by createConsumers
+	parts  []*partition         // owned partitions; nil where not owned
+	slots  chan struct{}        // bounds concurrent POSTs to MaxInFlight
+
+	mu     sync.Mutex
+	parked map[string]*parkedStream // by park bucket key
+}
+
+// handLimit bounds the events in this subscription's lanes on this
+// replica (running, waiting for a slot, or queued behind their stream's
+// running one): 8 × MaxInFlight, enough to keep MaxInFlight POSTs busy
+// over many streams; more would only wait here, kept alive with
+// InProgress, instead of in JetStream. A new owner's fence and released
+// held events may go over it.
+func (or *orderedRunner) handLimit() int64 { return 8 * int64(or.r.sub.MaxInFlight) }
+
+// pullBatch is each partition's client pull buffer: MaxInFlight shared by
+// the partitions, at least 8.
+func (or *orderedRunner) pullBatch() int {
+	return max(8, 2*or.r.sub.MaxInFlight/len(or.parts))
+}
+
+func newOrderedRunner(r *runner, partitions int) *orderedRunner {
+	return &orderedRunner{
+		r:      r,
+		cons:   make([]jetstream.Consumer, partitions),
+		parts:  make([]*partition, partitions),
+		slots:  make(chan struct{}, r.sub.MaxInFlight),
+		parked: map[string]*parkedStream{},
+	}
+}
+
+// consumerConfig is partition p's durable pull consumer: the subscription's
+// filters on partition p of the partitioned stream. As for OrderingNone,
+// MaxDeliver is enforced by deliver (in place), not by the server.
+func (or *orderedRunner) consumerConfig(o *ordering, p int) (jetstream.ConsumerConfig, error) {
+	s := or.r.sub
+	filters := make([]string, len(s.FilterSubjects))
+	for i, f := range s.FilterSubjects {
+		var err error
+		if filters[i], err = wire.OrderedFilter(o.eventsPrefix, p, f); err != nil {
+			return jetstream.ConsumerConfig{}, err
+		}
+	}
+	return jetstream.ConsumerConfig{
+		Durable:        wire.PartitionDurable(s.Name, p),
+		Description:    fmt.Sprintf("jsbridge ordered webhook subscription %s, partition %d, to %s", s.Name, p, or.r.endpoint),
+		FilterSubjects: filters,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        s.AckWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  s.MaxAckPending,
+	}, nil
+}
+
+// createConsumers creates or updates the partition consumers. A new one
+// of a subscription that had an OrderingNone durable consumer starts after
+// that consumer's ack floor (see migrationStart).
+func (or *orderedRunner) createConsumers(ctx context.Context, o *ordering, replicas int) error {
+	js := o.c.js
+	var start uint64
+	startKnown := false
+	for p := range or.cons {
+		cfg, err := or.consumerConfig(o, p)
+		if err != nil {
+			return fmt.Errorf("deliver: %w %q: %w", ErrInvalidSubscription, or.r.sub.Name, err)
+		}
+		existing, err := js.Consumer(ctx, o.stream(), cfg.Durable)
+		switch {
+		case err == nil:
+			cfg.Replicas = existing.CachedInfo().Config.Replicas
+			cfg.DeliverPolicy = existing.CachedInfo().Config.DeliverPolicy
+			cfg.OptStartSeq = existing.CachedInfo().Config.OptStartSeq
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			cfg.Replicas = replicas
+			if !startKnown {
+				if start, err = or.migrationStart(ctx, o); err != nil {
+					return err
+				}
+				startKnown = true
+			}
+			if start > 0 {
+				cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+				cfg.OptStartSeq = start
+			}
+		default:
+			return fmt.Errorf("deliver: subscription %q: look up durable consumer %q on JetStream stream %q: %w", or.r.sub.Name, cfg.Durable, o.stream(), err)
+		}
+		c, err := js.CreateOrUpdateConsumer(ctx, o.stream(), cfg)
+		if err != nil {
+			return fmt.Errorf("deliver: subscription %q: create or update durable consumer %q on JetStream stream %q: %w", or.r.sub.Name, cfg.Durable, o.stream(), err)
+		}
+		or.cons[p] = c
+	}
+	return nil
+}
+
+// migrationStart returns the first sequence of the partitioned stream a new
+// partition consumer starts at: 0 (all) unless the subscription's
+// OrderingNone durable consumer exists on the events stream with an ack
+// floor; then the first message sourced from after that floor, found by
+// binary search on the Nats-Stream-Source header (sourcing keeps the
+// events stream's order). What the old consumer acked above its floor is
+// delivered again (at least once; receivers deduplicate by
+// Idempotency-Key). It waits (returns an error to retry) while the copy
+// has not caught up with the floor yet.
+func (or *orderedRunner) migrationStart(ctx context.Context, o *ordering) (uint64, error) {
+	old, err := o.c.js.Consumer(ctx, o.c.cfg.Stream, or.r.sub.Name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("deliver: subscription %q: look up the unordered durable consumer: %w", or.r.sub.Name, err)
+	}
+	floor := old.CachedInfo().AckFloor.Stream
+	if floor == 0 {
+		return 0, nil
+	}
+	s, err := o.c.js.Stream(ctx, o.stream())
+	if err != nil {
+		return 0, fmt.Errorf("deliver: JetStream stream %q: %w", o.stream(), err)
+	}
+	st := s.CachedInfo().State
+	origin := func(seq uint64) (uint64, error) {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		return wire.SourceSequence(m.Header.Get(wire.HeaderSourceInfo)), nil
+	}
+	last, err := origin(st.LastSeq)
+	if err != nil {
+		return 0, fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
+	}
+	if st.LastSeq == 0 || last < floor {
+		return 0, fmt.Errorf("deliver: subscription %q: JetStream stream %q has sourced up to %d, not yet the unordered consumer's ack floor %d; waiting",
+			or.r.sub.Name, o.stream(), last, floor)
+	}
+	lo, hi := st.FirstSeq, st.LastSeq // the first seq whose origin > floor is in [lo, hi+1]
+	for lo <= hi {
+		mid := lo + (hi-lo)/2
+		v, err := origin(mid)
+		if err != nil {
+			return 0, fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
+		}
+		if v != 0 && v <= floor {
+			lo = mid + 1
+		} else {
+			hi = mid - 1
+		}
+	}
+	or.r.log.Warn(fmt.Sprintf("subscription switched to ordered delivery: its partition consumers start after the unordered durable consumer's ack floor; "+
+		"delete that consumer once no replica runs the unordered version: nats consumer rm %s %s", o.c.cfg.Stream, or.r.sub.Name),
+		slog.Uint64("ack_floor", floor), slog.Uint64("start_seq", lo))
+	return lo, nil
+}
+
+// step renews, releases or claims partition p. want says whether p is this
+// replica's share; unknown that membership could not be read (then nothing
+// is claimed or released, only renewed).
+func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unknown bool, start time.Time) {
+	key := wire.LeaseKey(or.r.sub.Name, p)
+	self := []byte(o.c.cfg.ReplicaID)
+	pt := or.parts[p]
+	ttl := o.c.cfg.LeaseTTL
+	switch {
+	case pt != nil && pt.finished():
+		if !pt.lost {
+			if err := o.leases.Delete(ctx, key, jetstream.LastRevision(pt.rev)); err != nil {
+				or.r.log.Debug("deleting a released lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
+			}
+		}
+		or.parts[p] = nil
+	case pt != nil && pt.lost:
+		// Waiting for its deliveries to end; the lease is someone else's.
+	case pt != nil:
+		rev, err := o.leases.Update(ctx, key, self, pt.rev)
+		switch {
+		case err == nil:
+			pt.rev = rev
+			pt.setDeadline(start.Add(ttl - ttl/4))
+		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+			or.r.log.Warn("partition lease lost (expired or taken); stopping it", slog.Int("partition", p), slog.Any("error", err))
+			pt.lost = true
+			pt.release()
+		case !errors.Is(ctx.Err(), context.Canceled): // not shutdown
+			or.r.log.Warn("renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
+		}
+		if !want && !unknown && !pt.lost {
+			or.r.log.Info("releasing partition: another replica's share now", slog.Int("partition", p))
+			pt.release()
+		}
+	case want:
+		rev, err := o.leases.Create(ctx, key, self)
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrKeyExists) {
+				or.r.log.Warn("claiming a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
+			}
+			return
+		}
+		pt = or.newPartition(p, rev, start.Add(ttl-ttl/4))
+		or.parts[p] = pt
+		or.r.c.metrics.handovers.WithLabelValues(or.r.sub.Name).Inc()
+		or.r.log.Info("partition taken", slog.Int("partition", p))
+		go pt.run()
+	}
+}
+
+// releaseAll releases every owned partition, waits for each (bounded by
+// ctx) and deletes its lease.
+func (or *orderedRunner) releaseAll(ctx context.Context, o *ordering) {
+	for _, pt := range or.parts {
+		if pt != nil {
+			pt.release()
+		}
+	}
+	for p, pt := range or.parts {
+		if pt == nil {
+			continue
+		}
+		select {
+		case <-pt.done:
+		case <-ctx.Done():
+		}
+		if !pt.lost {
+			if err := o.leases.Delete(ctx, wire.LeaseKey(or.r.sub.Name, p), jetstream.LastRevision(pt.rev)); err != nil {
+				or.r.log.Debug("deleting a lease at shutdown failed; it expires", slog.Int("partition", p), slog.Any("error", err))
+			}
+		}
+		or.parts[p] = nil
+	}
+	or.report()
+}
+
+// report sets the partitions-owned gauge.
+func (or *orderedRunner) report() {
+	n := 0
+	for _, pt := range or.parts {
+		if pt != nil && !pt.lost {
+			n++
+		}
+	}
+	or.r.c.metrics.partitionsOwned.WithLabelValues(or.r.sub.Name).Set(float64(n))
+}
+
+// partition is one owned partition of an ordered subscription: its pull
+// loop, its lanes and its lease deadline.
+type partition struct {
+	or   *orderedRunner
+	p    int
+	cons jetstream.Consumer
+	log  *slog.Logger
+
+	rev  uint64 // lease revision; the ownership loop's alone
+	lost bool   // the lease is someone else's; the ownership loop's alone
+
+	ctx    context.Context // ends at release
+	cancel context.CancelFunc
+	done   chan struct{} // closed when every delivery of the partition ended
+
+	mu       sync.Mutex
+	deadline time.Time         // no attempt starts after it
+	lastDone map[string]uint64 // stream key → sequence of the last event settled
+	inLane   map[uint64]bool   // sequences submitted to a lane and not left it
+	lanes    lanes
+}
+
+func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *partition {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &partition{
+		or: or, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		deadline: deadline, lastDone: map[string]uint64{}, inLane: map[uint64]bool{},
+		log: or.r.log.With(slog.Int("partition", p)),
+	}
+}
+
+func (pt *partition) setDeadline(t time.Time) {
+	pt.mu.Lock()
+	pt.deadline = t
+	pt.mu.Unlock()
+}
+
+// mayStart reports whether an attempt may start: the partition was not
+// released and its lease was renewed recently enough (a replica frozen
+// past its deadline starts nothing more when it wakes up).
+func (pt *partition) mayStart() bool {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	return pt.ctx.Err() == nil && time.Now().Before(pt.deadline)
+}
+
+// waitLease waits while the lease deadline is passed (a renewal late, or a
+// replica waking from a freeze) and reports whether the partition is still
+// this replica's: false once it was released or its lease found lost. An
+// event never gives way to its successor while it waits.
+func (pt *partition) waitLease() bool {
+	for !pt.mayStart() {
+		if pt.ctx.Err() != nil {
+			return false
+		}
+		select {
+		case <-pt.ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+func (pt *partition) release() { pt.cancel() }
+
+func (pt *partition) finished() bool {
+	select {
+	case <-pt.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// fenceCheck is how often a new owner compares the partition consumer's
+// pending count with the messages in its hands.
+const fenceCheck = 200 * time.Millisecond
+
+// run pulls the partition until it is released: first the fence (nothing
+// is delivered until every message pending on the consumer is in hand,
+// then they go to the lanes in stream order), then each message to its
+// stream's lane. At the end it returns what it holds to JetStream and
+// waits for the deliveries running.
+func (pt *partition) run() {
+	var wg sync.WaitGroup
+	defer close(pt.done)
+	defer wg.Wait()
+	r := pt.or.r
+	var pause backoff.Backoff
+	var iter jetstream.MessagesContext
+	for pt.ctx.Err() == nil {
+		var err error
+		iter, err = pt.cons.Messages(jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
+			jetstream.WithMessagesErrOnMissingHeartbeat(false))
+		if err == nil {
+			break
+		}
+		d := pause.Next()
+		pt.log.Warn("pulling from a partition failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
+		backoff.Sleep(pt.ctx, d)
+	}
+	if iter == nil {
+		return
+	}
+	kctx, stopKeep := context.WithCancel(context.Background())
+	defer stopKeep()
+	var fence fenceBuffer
+	go pt.keepAlive(kctx, &fence)
+
+	fencing := true
+	var lastCheck time.Time
+	for pt.ctx.Err() == nil {
+		if !fencing && pt.or.inHand.Load() >= pt.or.handLimit() {
+			// Enough events in the lanes: pull no more for now (what
+			// waits in JetStream needs no InProgress).
+			for _, m := range pt.or.releaseFor(pt) {
+				pt.dispatch(m, &wg)
+			}
+			select {
+			case <-pt.ctx.Done():
+			case <-time.After(5 * time.Millisecond):
+			}
+			continue
+		}
+		msg, err := iter.Next(jetstream.NextMaxWait(fenceCheck))
+		if !fencing {
+			// Events of unparked streams go first, before a newer one
+			// of theirs just pulled.
+			for _, m := range pt.or.releaseFor(pt) {
+				pt.dispatch(m, &wg)
+			}
+		}
+		switch {
+		case err == nil && fencing:
+			fence.add(msg)
+		case err == nil:
+			pt.dispatch(msg, &wg)
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			pt.log.Warn("partition pull ended; restarting it")
+			iter, err = pt.cons.Messages(jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
+				jetstream.WithMessagesErrOnMissingHeartbeat(false))
+			if err != nil {
+				backoff.Sleep(pt.ctx, time.Second)
+				iter = nil
+			}
+		}
+		if iter == nil {
+			break
+		}
+		if fencing && time.Since(lastCheck) >= fenceCheck {
+			lastCheck = time.Now()
+			info, err := pt.cons.Info(pt.ctx)
+			if err == nil && info.NumAckPending <= fence.len() {
+				fencing = false
+				msgs := fence.take()
+				if len(msgs) > 0 {
+					pt.log.Info("partition fence passed: the previous owner's pending events are in hand", slog.Int("events", len(msgs)))
+				}
+				for _, m := range msgs {
+					pt.dispatch(m, &wg)
+				}
+			}
+		}
+	}
+	if iter != nil {
+		iter.Drain()
+		for {
+			msg, err := iter.Next(jetstream.NextMaxWait(time.Second))
+			if err != nil {
+				break
+			}
+			r.nak(pt.log, msg, 0)
+		}
+		iter.Stop()
+	}
+	for _, m := range fence.take() {
+		r.nak(pt.log, m, 0)
+	}
+	pt.or.returnHeld(pt)
+}
+
+// keepAlive sends InProgress every AckWait/2 for the messages the
+// partition holds without delivering them: in the fence and queued
+// behind their stream's running delivery.
+func (pt *partition) keepAlive(ctx context.Context, fence *fenceBuffer) {
+	t := time.NewTicker(pt.or.r.sub.AckWait / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, m := range append(fence.snapshot(), pt.lanes.queued()...) {
+			_ = m.InProgress()
+		}
+	}
+}
+
+// fenceBuffer holds a new owner's messages until the fence passes, one per
+// stream sequence.
+type fenceBuffer struct {
+	mu   sync.Mutex
+	msgs map[uint64]jetstream.Msg
+}
+
+func (f *fenceBuffer) add(m jetstream.Msg) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.msgs == nil {
+		f.msgs = map[uint64]jetstream.Msg{}
+	}
+	f.msgs[streamSeq(m)] = m
+}
+
+func (f *fenceBuffer) len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.msgs)
+}
+
+func (f *fenceBuffer) snapshot() []jetstream.Msg {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]jetstream.Msg, 0, len(f.msgs))
+	for _, m := range f.msgs {
+		out = append(out, m)
+	}
+	return out
+}
+
+// take empties the buffer and returns its messages in stream order.
+func (f *fenceBuffer) take() []jetstream.Msg {
+	f.mu.Lock()
+	seqs := make([]uint64, 0, len(f.msgs))
+	for s := range f.msgs {
+		seqs = append(seqs, s)
+	}
+	slices.Sort(seqs)
+	out := make([]jetstream.Msg, len(seqs))
+	for i, s := range seqs {
+		out[i] = f.msgs[s]
+	}
+	f.msgs = nil
+	f.mu.Unlock()
+	return out
+}
+
+// streamSeq is a message's sequence in the partitioned stream (0 when it
+// has no metadata).
+func streamSeq(m jetstream.Msg) uint64 {
+	if md, err := m.Metadata(); err == nil {
+		return md.Sequence.Stream
+	}
+	return 0
+}
+
+// dispatch hands msg to its stream's lane, holds it when its stream is
+// parked, and acks a stale copy of an event already settled (a
+// redelivery that raced its own ack).
+func (pt *partition) dispatch(msg jetstream.Msg, wg *sync.WaitGroup) {
+	key := wire.StreamKey(msg.Subject())
+	seq := streamSeq(msg)
+	pt.mu.Lock()
+	stale := seq != 0 && seq <= pt.lastDone[key]
+	pt.mu.Unlock()
+	if stale {
+		_ = msg.Ack()
+		return
+	}
+	if pt.or.hold(pt, key, msg) {
+		return
+	}
+	pt.mu.Lock()
+	dup := pt.inLane[seq]
+	if !dup && seq != 0 {
+		pt.inLane[seq] = true
+	}
+	pt.mu.Unlock()
+	if dup {
+		// A redelivered copy of an event still in its lane (it waited in
+		// the client's pull buffer past AckWait): the copy in the lane
+		// settles it; this one must not come after its successor.
+		return
+	}
+	pt.or.inHand.Add(1)
+	pt.lanes.submit(key, msg, wg, func(m jetstream.Msg) {
+		defer pt.leftLane(streamSeq(m))
+		pt.deliver(m)
+	}, nil)
+}
+
+// leftLane records that the event at seq left its lane (settled, held or
+// returned).
+func (pt *partition) leftLane(seq uint64) {
+	pt.mu.Lock()
+	delete(pt.inLane, seq)
+	pt.mu.Unlock()
+	pt.or.inHand.Add(-1)
+}
+
+// settled records that the event at seq of stream key was acked or
+// dead-lettered.
+func (pt *partition) settled(key string, seq uint64) {
+	pt.mu.Lock()
+	if seq > pt.lastDone[key] {
+		pt.lastDone[key] = seq
+	}
+	pt.mu.Unlock()
+}

@@ -1,0 +1,405 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/webhook/pgstore"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// orderWatch is a receiver-side check of ordered delivery. Events come from
+// jsBundle.publish(first=1, n, streams): event id i+1 is version i/streams
+// of stream i+1 mod streams. On every request it checks that version w of
+// a stream arrives only when w-1 was accepted (2xx) before, and never after
+// a later version was sent (a re-delivery of the latest one sent is fine);
+// it records accepted versions per stream in order, and the replica and
+// time span of every request.
+type orderWatch struct {
+	streams int
+	mu      sync.Mutex
+	// per stream
+	accepted map[int][]int // versions answered 2xx, in order
+	highest  map[int]int   // highest version accepted, -1 none
+	sent     map[int]int   // highest version that arrived, -1 none
+	spans    map[int][]span
+	problems []string
+}
+
+type span struct {
+	replica    string
+	start, end time.Time
+}
+
+func newOrderWatch(streams int) *orderWatch {
+	return &orderWatch{streams: streams, accepted: map[int][]int{}, highest: map[int]int{}, sent: map[int]int{}, spans: map[int][]span{}}
+}
+
+func (o *orderWatch) event(id string) (stream, version int) {
+	n, _ := strconv.Atoi(id)
+	return n % o.streams, (n - 1) / o.streams
+}
+
+// arrive checks a request for event id; it returns the stream and version.
+func (o *orderWatch) arrive(id string) (int, int) {
+	s, v := o.event(id)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	hi, ok := o.highest[s]
+	if !ok {
+		hi = -1
+	}
+	sent, ok := o.sent[s]
+	if !ok {
+		sent = -1
+	}
+	if v > hi+1 {
+		o.problems = append(o.problems, fmt.Sprintf("stream %d: version %d sent while version %d was not accepted", s, v, hi+1))
+	}
+	if v < sent {
+		o.problems = append(o.problems, fmt.Sprintf("stream %d: version %d sent again after version %d was sent", s, v, sent))
+	}
+	o.sent[s] = max(sent, v)
+	return s, v
+}
+
+// answered records the response to a request for (s, v).
+func (o *orderWatch) answered(s, v, status int, replica string, start time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if status/100 == 2 {
+		hi, ok := o.highest[s]
+		if !ok {
+			hi = -1
+		}
+		if v > hi {
+			o.highest[s] = v
+			o.accepted[s] = append(o.accepted[s], v)
+		}
+	}
+	o.spans[s] = append(o.spans[s], span{replica, start, time.Now()})
+}
+
+func (o *orderWatch) acceptedCount() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, a := range o.accepted {
+		n += len(a)
+	}
+	return n
+}
+
+// check fails on every problem seen, on a stream whose accepted versions are
+// not 0..perStream-1, and, when noOverlap, on two replicas' requests of one
+// stream overlapping in time.
+func (o *orderWatch) check(t *testing.T, perStream int, noOverlap bool) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, p := range o.problems {
+		if i == 20 {
+			t.Errorf("... and %d more", len(o.problems)-20)
+			break
+		}
+		t.Error(p)
+	}
+	short := 0
+	for s := range o.streams {
+		a := o.accepted[s]
+		if len(a) != perStream {
+			if short++; short <= 10 {
+				t.Errorf("stream %d: %d versions accepted, want %d", s, len(a), perStream)
+			}
+			continue
+		}
+		for i, v := range a {
+			if v != i {
+				t.Errorf("stream %d: accepted versions %v, want 0..%d in order", s, a, perStream-1)
+				break
+			}
+		}
+	}
+	if !noOverlap {
+		return
+	}
+	overlaps := 0
+	for s, spans := range o.spans {
+		for i := range spans {
+			for j := i + 1; j < len(spans); j++ {
+				a, b := spans[i], spans[j]
+				if a.replica != b.replica && a.start.Before(b.end) && b.start.Before(a.end) {
+					overlaps++
+					if overlaps <= 10 {
+						t.Errorf("stream %d delivered by %s and %s at once (%s–%s, %s–%s)", s, a.replica, b.replica,
+							a.start.Format("15:04:05.000"), a.end.Format("15:04:05.000"), b.start.Format("15:04:05.000"), b.end.Format("15:04:05.000"))
+					}
+				}
+			}
+		}
+	}
+}
+
+// orderedArgs are a consumer process's flags for ordered delivery with
+// short leases and AckWait, so hand-overs take seconds.
+func orderedArgs(url, receiver string, extra ...string) []string {
+	return append([]string{"run", "--nats-url", url, "--name", "ordered", "--url", receiver, "--allow-private",
+		"--ordering", "stream", "--partitions", "8", "--lease-ttl", "1s", "--ack-wait", "2s", "--timeout", "1500ms",
+		"--backoff", "50ms", "--max-deliver=-1", "--max-in-flight", "256", "--max-ack-pending", "2000",
+		"--breaker-failures", "1000000", "--ops-addr", "", "--log-level", "warn"}, extra...)
+}
+
+// Three replicas deliver 500 streams × 40 events while one of them is
+// SIGKILLed and restarted every few seconds and the endpoint fails 10 % of
+// requests with 500. Every stream's versions are accepted in order, each
+// once, and with the Postgres idempotency store none is processed twice.
+func TestOrderedReplicasKilledAndRestartedKeepEveryStreamInOrder(t *testing.T) {
+	t.Parallel()
+	const (
+		streams   = 500
+		perStream = 40
+		events    = streams * perStream
+	)
+	b := setupJetStream(t)
+	pool := jsbridgetest.Pool(t)
+	store, err := pgstore.New(pool, pgstore.WithTable(jsbridgetest.Schema(t, pool)+".webhook_idempotency"))
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(context.Background()))
+	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{testSecret})
+	require.NoError(t, err)
+
+	watch := newOrderWatch(streams)
+	var (
+		mu        sync.Mutex
+		processed = map[string]int{}
+	)
+	h := webhook.Handler(v, store, time.Hour, func(ctx context.Context, r *http.Request, _ []byte) error {
+		mu.Lock()
+		processed[r.Header.Get(wire.HeaderIdempotencyKey)]++
+		mu.Unlock()
+		return nil
+	}, webhook.WithLease(3*time.Second), webhook.WithLogger(slog.New(slog.DiscardHandler)))
+	rsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		s, ver := watch.arrive(r.Header.Get(wire.HeaderIdempotencyKey))
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		if rand.IntN(10) == 0 {
+			rec.WriteHeader(http.StatusInternalServerError)
+		} else {
+			h.ServeHTTP(rec, r)
+		}
+		watch.answered(s, ver, rec.status, r.Header.Get(wire.HeaderReplica), start)
+	}))
+	t.Cleanup(rsrv.Close)
+
+	env := []string{"JSBRIDGE_SECRET=" + testSecret}
+	args := orderedArgs(b.srv.ClientURL(), rsrv.URL, "--log-level", "info")
+	start := func() *proc {
+		p := startProc(t, env, "consumer", args...)
+		// Up (its signal handler installed, NATS connected) before it
+		// can be killed or stopped.
+		require.True(t, waitFor(20*time.Second, func() bool { return strings.Contains(p.out.String(), "consumer started") }), "replica started:\n%s", p.out.String())
+		return p
+	}
+	replicas := []*proc{start(), start(), start()}
+	publishMany(t, b, events, streams)
+
+	kills := 0
+	deadline := time.Now().Add(3 * time.Minute)
+	for watch.acceptedCount() < events && time.Now().Before(deadline) {
+		if waitFor(3*time.Second, func() bool { return watch.acceptedCount() >= events }) {
+			break
+		}
+		i := kills % len(replicas)
+		replicas[i].kill(t)
+		replicas[i] = start()
+		kills++
+	}
+	t.Logf("%d kills and restarts; %d of %d events accepted", kills, watch.acceptedCount(), events)
+	if watch.acceptedCount() < events {
+		for i, p := range replicas {
+			t.Logf("replica %d output:\n%s", i, p.out.String())
+		}
+	}
+	require.GreaterOrEqual(t, kills, 2, "the run was too short to kill a replica twice")
+	watch.check(t, perStream, false)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, events, len(processed), "every event processed")
+	for id, n := range processed {
+		require.Equal(t, 1, n, "event %s processed %d times", id, n)
+	}
+}
+
+// publishMany publishes events 1..n as jsBundle.publish does (event id i
+// in stream order-<i mod streams>), 2,000 at a time (the async publish
+// window).
+func publishMany(t *testing.T, b *jsBundle, n, streams int) {
+	t.Helper()
+	for first := 1; first <= n; first += 2000 {
+		b.publish(t, int64(first), min(2000, n-first+1), streams)
+	}
+}
+
+// statusRecorder remembers the status written.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Two replicas deliver; a third is added mid-run and one of the first two
+// stopped (SIGTERM): partitions move twice, and no stream is ever delivered
+// by two replicas at once (the receiver compares the Jsbridge-Replica
+// header and the time span of every request), every stream in order.
+func TestOrderedReplicaAddedAndRemovedNeverDeliversAStreamFromTwo(t *testing.T) {
+	t.Parallel()
+	const (
+		streams   = 200
+		perStream = 30
+		events    = streams * perStream
+	)
+	b := setupJetStream(t)
+	watch := newOrderWatch(streams)
+	rsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		s, ver := watch.arrive(r.Header.Get(wire.HeaderIdempotencyKey))
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // requests that last, so overlaps would show
+		w.WriteHeader(http.StatusNoContent)
+		watch.answered(s, ver, http.StatusNoContent, r.Header.Get(wire.HeaderReplica), start)
+	}))
+	t.Cleanup(rsrv.Close)
+	env := []string{"JSBRIDGE_SECRET=" + testSecret}
+	args := orderedArgs(b.srv.ClientURL(), rsrv.URL, "--max-in-flight", "16")
+	first := startProc(t, env, "consumer", append(args, "--replica-id", "r1")...)
+	startProc(t, env, "consumer", append(args, "--replica-id", "r2")...)
+	publishMany(t, b, events, streams)
+
+	require.True(t, waitFor(time.Minute, func() bool { return watch.acceptedCount() >= events/4 }), "a quarter delivered")
+	startProc(t, env, "consumer", append(args, "--replica-id", "r3")...)
+	require.True(t, waitFor(time.Minute, func() bool { return watch.acceptedCount() >= events/2 }), "half delivered")
+	require.NoError(t, first.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-first.exited:
+		require.NoError(t, first.err, "r1 after SIGTERM:\n%s", first.out.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("r1 did not exit after SIGTERM")
+	}
+	require.True(t, waitFor(2*time.Minute, func() bool { return watch.acceptedCount() >= events }), "all delivered: %d of %d", watch.acceptedCount(), events)
+	watch.check(t, perStream, true)
+	seen := map[string]bool{}
+	watch.mu.Lock()
+	for _, spans := range watch.spans {
+		for _, s := range spans {
+			seen[s.replica] = true
+		}
+	}
+	watch.mu.Unlock()
+	require.Equal(t, map[string]bool{"r1": true, "r2": true, "r3": true}, seen, "every replica delivered")
+}
+
+// With ordering none, two replicas still deliver every event (the
+// unordered path across replicas).
+func TestUnorderedReplicasDeliverEverything(t *testing.T) {
+	t.Parallel()
+	const events, streams = 2000, 50
+	b := setupJetStream(t)
+	h := newHits(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	env := []string{"JSBRIDGE_SECRET=" + testSecret}
+	args := []string{"run", "--nats-url", b.srv.ClientURL(), "--name", "unordered", "--url", h.URL, "--allow-private",
+		"--ordering", "none", "--ops-addr", "", "--log-level", "warn"}
+	startProc(t, env, "consumer", args...)
+	startProc(t, env, "consumer", args...)
+	b.publish(t, 1, events, streams)
+	require.True(t, waitFor(time.Minute, func() bool { return h.distinct() == events }), "%d of %d delivered", h.distinct(), events)
+	_, err := b.js.Consumer(b.ctx, "EVENTS", "unordered")
+	require.NoError(t, err, "ordering none reads the events stream with one durable consumer")
+}
+
+// The operator's view of a parked stream, with the binaries: a 422 on
+// version 3 of a stream parks it; `consumer dlq list` shows it with 6
+// events held behind its head, `consumer status` shows who owns the
+// partitions, `consumer dlq skip` drops the head and versions 4–9 follow
+// in order; a second stream parked the same way is replayed with
+// `consumer dlq replay` once the endpoint is fixed: 3–9 in order.
+func TestOrderedParkedStreamListSkipAndReplayCLI(t *testing.T) {
+	t.Parallel()
+	const streams, perStream = 2, 10
+	b := setupJetStream(t)
+	watch := newOrderWatch(streams)
+	var fixed atomic.Bool
+	rsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		s, v := watch.arrive(r.Header.Get(wire.HeaderIdempotencyKey))
+		code := http.StatusNoContent
+		if v == 3 && !fixed.Load() {
+			code = http.StatusUnprocessableEntity
+		}
+		w.WriteHeader(code)
+		watch.answered(s, v, code, r.Header.Get(wire.HeaderReplica), start)
+	}))
+	t.Cleanup(rsrv.Close)
+	natsURL := b.srv.ClientURL()
+	env := []string{"JSBRIDGE_SECRET=" + testSecret}
+	sub := []string{"--nats-url", natsURL, "--name", "ordered", "--url", rsrv.URL, "--allow-private"}
+	startProc(t, env, "consumer", orderedArgs(natsURL, rsrv.URL, "--replica-id", "only")...)
+	b.publish(t, 1, streams*perStream, streams)
+
+	var letters []deliver.StoredDeadLetter
+	require.True(t, waitFor(30*time.Second, func() bool {
+		out, err := cli(t, nil, "consumer", "dlq", "list", "--nats-url", natsURL)
+		if err != nil || strings.Count(out, "order-") < 2 {
+			return false
+		}
+		letters = dlqList(t, natsURL)
+		return len(letters) == 2 && strings.Contains(out, "PARKED STREAM") && strings.Count(out, "  6  ") >= 2
+	}), "both streams parked with 6 events held")
+	out, err := cli(t, nil, "consumer", "dlq", "list", "--nats-url", natsURL)
+	require.NoError(t, err, out)
+	t.Logf("dlq list:\n%s", out)
+	out, err = cli(t, nil, "consumer", "status", "--nats-url", natsURL)
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^only\s+ordered\s`, out, "its heartbeat")
+	require.Len(t, regexp.MustCompile(`(?m)^ordered\s+\d+\s+only\s`).FindAllString(out, -1), 8, "its 8 partitions:\n%s", out)
+	t.Logf("status:\n%s", out)
+
+	// Skip the first stream's head, replay the second's.
+	skip, replay := letters[0], letters[1]
+	out, err = cli(t, nil, "consumer", "dlq", "skip", "--nats-url", natsURL, "--seq", fmt.Sprint(skip.Seq))
+	require.NoError(t, err, out)
+	fixed.Store(true)
+	out, err = cli(t, env, "consumer", append([]string{"dlq", "replay", "--seq", fmt.Sprint(replay.Seq)}, sub...)...)
+	require.NoError(t, err, out)
+	require.True(t, waitFor(30*time.Second, func() bool { return watch.acceptedCount() == 2*perStream-1 }), "%d accepted", watch.acceptedCount())
+	watch.mu.Lock()
+	defer watch.mu.Unlock()
+	skipped, _ := watch.event(skip.EventID)
+	replayed, _ := watch.event(replay.EventID)
+	// Version 4 of the skipped stream follows an unaccepted 3: that is
+	// what skip means; nothing else may be out of order.
+	require.Equal(t, []string{fmt.Sprintf("stream %d: version 4 sent while version 3 was not accepted", skipped)}, watch.problems)
+	require.Equal(t, []int{0, 1, 2, 4, 5, 6, 7, 8, 9}, watch.accepted[skipped], "skip: 4–9 after 0–2")
+	require.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, watch.accepted[replayed], "replay: 3, then 4–9")
+	require.Empty(t, dlqList(t, natsURL))
+}

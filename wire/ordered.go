@@ -1,0 +1,191 @@
+package wire
+
+import (
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+)
+
+// Ordered delivery (deliver's ordering "stream") reads a partitioned copy of
+// the events stream: a JetStream stream that sources the events stream with
+// a subject transform adding a partition token, so that P durable pull
+// consumers, one per partition, split the streams between consumer replicas
+// while the events stream's own subjects stay as they are.
+//
+// Stored subject: "ordered.<events prefix>.<partition>.<category>.<stream>.<name>",
+// the last three tokens copied from the event's subject; partition is
+// Partition(stream token, P).
+const (
+	// OrderedPrefixToken is the first token of a partitioned copy's subjects.
+	OrderedPrefixToken = "ordered"
+	// DefaultLeaseBucket is the JetStream key-value bucket holding the
+	// consumer replicas' membership heartbeats and partition leases (keys
+	// expire after the bucket's TTL unless renewed).
+	DefaultLeaseBucket = "jsbridge_leases"
+	// DefaultParkBucket is the JetStream key-value bucket holding the parked
+	// streams of ordered subscriptions (no TTL: a parked stream stays parked
+	// until an operator replays or skips its head).
+	DefaultParkBucket = "jsbridge_parked"
+	// HeaderReplica carries the consumer replica's id on every webhook of
+	// an ordered subscription, so a receiver (or a test) can see who sent it.
+	HeaderReplica = "Jsbridge-Replica"
+	// HeaderSourceInfo is set by JetStream on a sourced message: "<origin
+	// stream> <origin sequence> <filter> <transform> ..." (nats-server
+	// stream.go, JSStreamSource).
+	HeaderSourceInfo = "Nats-Stream-Source"
+)
+
+// OrderedStream returns the name of the partitioned copy of the JetStream
+// stream events: "<events>_ORDERED".
+func OrderedStream(events string) string { return events + "_ORDERED" }
+
+// OrderedPrefix returns the subject prefix of the partitioned copy of the
+// events under eventsPrefix: "ordered.<eventsPrefix>".
+func OrderedPrefix(eventsPrefix string) string { return OrderedPrefixToken + "." + eventsPrefix }
+
+// OrderedTransform returns the source filter and the destination of the
+// subject transform that copies "<eventsPrefix>.<category>.<stream>.<name>"
+// to "ordered.<eventsPrefix>.<partition>.<category>.<stream>.<name>" with
+// partitions partitions, in nats-server's transform syntax: the partition
+// is fnv32a of the stream token (wildcard 2) modulo partitions, which
+// Partition reproduces.
+func OrderedTransform(eventsPrefix string, partitions int) (src, dest string) {
+	return eventsPrefix + ".*.*.*",
+		fmt.Sprintf("%s.{{partition(%d,2)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", OrderedPrefix(eventsPrefix), partitions)
+}
+
+// Partition returns the partition of the stream whose subject token (as
+// EscapeToken writes it) is streamToken: fnv32a(streamToken) % partitions,
+// as nats-server's {{partition(n,i)}} computes it.
+func Partition(streamToken string, partitions int) int {
+	if partitions <= 0 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(streamToken))
+	return int(h.Sum32() % uint32(partitions))
+}
+
+// StreamPartition returns the partition of the source stream named stream.
+func StreamPartition(stream string, partitions int) int {
+	return Partition(EscapeToken(stream), partitions)
+}
+
+// OrderedFilter translates a subscription's filter on the events
+// ("<eventsPrefix>.order.>", "<eventsPrefix>.*.*.OrderPlaced",
+// "<eventsPrefix>.>") into the same filter on one partition of the
+// partitioned copy ("ordered.<eventsPrefix>.<partition>.order.>", ...). It
+// fails, wrapping ErrInvalidSubject, when filter does not start with
+// "<eventsPrefix>.".
+func OrderedFilter(eventsPrefix string, partition int, filter string) (string, error) {
+	rest, ok := strings.CutPrefix(filter, eventsPrefix+".")
+	if !ok || rest == "" {
+		return "", fmt.Errorf("%w: filter %q does not start with the events prefix %q: an ordered subscription can only filter on the events' subjects", ErrInvalidSubject, filter, eventsPrefix+".")
+	}
+	return OrderedPrefix(eventsPrefix) + "." + strconv.Itoa(partition) + "." + rest, nil
+}
+
+// EventsSubject returns the events stream's subject of a message of the
+// partitioned copy: "ordered.<eventsPrefix>.<p>.<rest>" becomes
+// "<eventsPrefix>.<rest>". A subject not under the copy's prefix is
+// returned as it is.
+func EventsSubject(eventsPrefix, subject string) string {
+	rest, ok := strings.CutPrefix(subject, OrderedPrefix(eventsPrefix)+".")
+	if !ok {
+		return subject
+	}
+	if _, after, ok := strings.Cut(rest, "."); ok {
+		return eventsPrefix + "." + after
+	}
+	return subject
+}
+
+// PartitionDurable returns the durable consumer name of one partition of
+// an ordered subscription: "<subscription>_p<partition>".
+func PartitionDurable(subscription string, partition int) string {
+	return subscription + "_p" + strconv.Itoa(partition)
+}
+
+// MemberKey is the lease bucket key a consumer replica heartbeats for each
+// ordered subscription it runs: "member.<subscription>.<replica id>" (both
+// made of KV key characters). Partitions are shared among the replicas
+// that run the subscription.
+func MemberKey(subscription, replica string) string { return "member." + subscription + "." + replica }
+
+// MemberFilter matches the MemberKeys of subscription, or of every
+// subscription when it is empty.
+func MemberFilter(subscription string) string {
+	if subscription == "" {
+		return "member.>"
+	}
+	return "member." + subscription + ".*"
+}
+
+// ParseMemberKey reverses MemberKey.
+func ParseMemberKey(key string) (subscription, replica string, ok bool) {
+	rest, ok := strings.CutPrefix(key, "member.")
+	if !ok {
+		return "", "", false
+	}
+	subscription, replica, ok = strings.Cut(rest, ".")
+	return subscription, replica, ok && replica != ""
+}
+
+// LeaseKey is the lease bucket key of one partition of an ordered
+// subscription; its value is the owning replica's id.
+func LeaseKey(subscription string, partition int) string {
+	return "lease." + subscription + "." + strconv.Itoa(partition)
+}
+
+// LeaseFilter matches every LeaseKey.
+const LeaseFilter = "lease.>"
+
+// ParseLeaseKey reverses LeaseKey.
+func ParseLeaseKey(key string) (subscription string, partition int, ok bool) {
+	rest, ok := strings.CutPrefix(key, "lease.")
+	if !ok {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return "", 0, false
+	}
+	p, err := strconv.Atoi(rest[i+1:])
+	if err != nil {
+		return "", 0, false
+	}
+	return rest[:i], p, true
+}
+
+// ParkedKey is the park bucket key of a parked stream of subscription:
+// "<subscription>.<hex of the stream key>" (StreamKey of its subjects on
+// the events stream; hex because escaped tokens hold '%', which keys do
+// not allow).
+func ParkedKey(subscription, streamKey string) string {
+	return subscription + "." + hex.EncodeToString([]byte(streamKey))
+}
+
+// ParkedFilter matches the parked streams of subscription, or of all
+// subscriptions when it is empty.
+func ParkedFilter(subscription string) string {
+	if subscription == "" {
+		return ">"
+	}
+	return subscription + ".*"
+}
+
+// SourceSequence returns the origin sequence a Nats-Stream-Source header
+// value carries (its second field), or 0 when it has none.
+func SourceSequence(v string) uint64 {
+	f := strings.Fields(v)
+	if len(f) < 2 {
+		return 0
+	}
+	n, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}

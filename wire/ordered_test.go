@@ -1,0 +1,82 @@
+package wire_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+func TestOrderedNames(t *testing.T) {
+	t.Parallel()
+	if got := wire.OrderedStream("EVENTS"); got != "EVENTS_ORDERED" {
+		t.Errorf("OrderedStream = %q", got)
+	}
+	src, dest := wire.OrderedTransform("events", 16)
+	if src != "events.*.*.*" || dest != "ordered.events.{{partition(16,2)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}" {
+		t.Errorf("OrderedTransform = %q, %q", src, dest)
+	}
+	for _, c := range []struct{ filter, want string }{
+		{"events.>", "ordered.events.3.>"},
+		{"events.order.>", "ordered.events.3.order.>"},
+		{"events.*.*.OrderPlaced", "ordered.events.3.*.*.OrderPlaced"},
+	} {
+		got, err := wire.OrderedFilter("events", 3, c.filter)
+		if err != nil || got != c.want {
+			t.Errorf("OrderedFilter(%q) = %q, %v; want %q", c.filter, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{">", "*.order.>", "eventsx.>", "events."} {
+		if _, err := wire.OrderedFilter("events", 0, bad); !errors.Is(err, wire.ErrInvalidSubject) {
+			t.Errorf("OrderedFilter(%q) error = %v, want ErrInvalidSubject", bad, err)
+		}
+	}
+	if sub, p, ok := wire.ParseLeaseKey(wire.LeaseKey("billing-v2", 11)); !ok || sub != "billing-v2" || p != 11 {
+		t.Errorf("ParseLeaseKey(LeaseKey) = %q, %d, %v", sub, p, ok)
+	}
+	if sub, r, ok := wire.ParseMemberKey(wire.MemberKey("billing", "host-1-ab")); !ok || sub != "billing" || r != "host-1-ab" {
+		t.Errorf("ParseMemberKey(MemberKey) = %q, %q, %v", sub, r, ok)
+	}
+	if got := wire.EventsSubject("events", "ordered.events.12.order.order-1.OrderPlaced"); got != "events.order.order-1.OrderPlaced" {
+		t.Errorf("EventsSubject = %q", got)
+	}
+	if got := wire.PartitionDurable("billing", 4); got != "billing_p4" {
+		t.Errorf("PartitionDurable = %q", got)
+	}
+	if got := wire.SourceSequence("EVENTS 1234 > >"); got != 1234 {
+		t.Errorf("SourceSequence = %d", got)
+	}
+	if got := wire.SourceSequence("EVENTS"); got != 0 {
+		t.Errorf("SourceSequence of a short value = %d", got)
+	}
+}
+
+// Partition is fnv32a of the escaped stream token modulo the count: the
+// same numbers as nats-server's {{partition(n,i)}} (deliver's tests check
+// them against a server).
+func TestPartitionIsFNV32aOfTheStreamToken(t *testing.T) {
+	t.Parallel()
+	// fnv32a("") = 0x811c9dc5, fnv32a("a") = 0xe40c292c.
+	if got, want := wire.Partition("", 1000), int(uint32(0x811c9dc5)%1000); got != want {
+		t.Errorf("Partition(\"\") = %d, want %d", got, want)
+	}
+	if got, want := wire.Partition("a", 7), int(uint32(0xe40c292c)%7); got != want {
+		t.Errorf("Partition(\"a\") = %d, want %d", got, want)
+	}
+	if wire.StreamPartition("order 1", 16) != wire.Partition(wire.EscapeToken("order 1"), 16) {
+		t.Error("StreamPartition does not hash the escaped token")
+	}
+	if wire.Partition("x", 0) != 0 {
+		t.Error("Partition with no partitions is not 0")
+	}
+}
+
+func TestParkedKeyIsAValidKVKey(t *testing.T) {
+	t.Parallel()
+	k := wire.ParkedKey("sub", "ordered.events.3.order.order%2042")
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '/' || c == '=') {
+			t.Fatalf("ParkedKey %q has %q, not a KV key character", k, c)
+		}
+	}
+}
