@@ -287,6 +287,8 @@ type partition struct {
 	mu       sync.Mutex
 	deadline time.Time         // no attempt starts after it
 	lastDone map[string]uint64 // stream key → sequence of the last event settled
+	done1    map[uint64]bool   // the recently settled sequences (at most settledKept)
+	doneFIFO []uint64          // done1's sequences, oldest first
 	inLane   map[uint64]bool   // sequences submitted to a lane and not left it
 	lanes    lanes
 }
@@ -295,7 +297,7 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	ctx, cancel := context.WithCancel(context.Background())
 	return &partition{
 		or: or, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		deadline: deadline, lastDone: map[string]uint64{}, inLane: map[uint64]bool{},
+		deadline: deadline, lastDone: map[string]uint64{}, done1: map[uint64]bool{}, inLane: map[uint64]bool{},
 		log: or.r.log.With(slog.Int("partition", p)),
 	}
 }
@@ -380,6 +382,11 @@ func (pt *partition) run() {
 
 	fencing := true
 	var lastCheck time.Time
+	// lastCSeq is the highest delivery sequence received. A jump past
+	// lastCSeq+1 means a delivery never arrived (a server that died
+	// while sending it): it comes back after AckWait, and until then
+	// nothing newer of the partition may go out (the fence again).
+	var lastCSeq uint64
 	for pt.ctx.Err() == nil {
 		if !fencing && pt.or.inHand.Load() >= pt.or.handLimit() {
 			// Enough events in the lanes: pull no more for now (what
@@ -401,6 +408,16 @@ func (pt *partition) run() {
 				pt.dispatch(m, &wg)
 			}
 		}
+		if err == nil {
+			c := consumerSeq(msg)
+			if !fencing && lastCSeq != 0 && c > lastCSeq+1 {
+				pt.log.Warn("a delivery of the partition never arrived (JetStream failover?); holding its newer events until it is redelivered",
+					slog.Uint64("expected_delivery", lastCSeq+1), slog.Uint64("got_delivery", c))
+				fencing = true
+				lastCheck = time.Now()
+			}
+			lastCSeq = max(lastCSeq, c)
+		}
 		switch {
 		case err == nil && fencing:
 			fence.add(msg)
@@ -421,11 +438,14 @@ func (pt *partition) run() {
 		if fencing && time.Since(lastCheck) >= fenceCheck {
 			lastCheck = time.Now()
 			info, err := pt.cons.Info(pt.ctx)
-			if err == nil && info.NumAckPending <= fence.len() {
+			// Pending on the consumer: what is in hand (the fence, the
+			// lanes, held behind a parked head) and what is lost on its
+			// way; the fence passes when nothing is lost any more.
+			if err == nil && info.NumAckPending <= fence.len()+pt.inLaneCount()+pt.or.heldCount(pt) {
 				fencing = false
 				msgs := fence.take()
 				if len(msgs) > 0 {
-					pt.log.Info("partition fence passed: the previous owner's pending events are in hand", slog.Int("events", len(msgs)))
+					pt.log.Info("partition fence passed: every pending event is in hand", slog.Int("events", len(msgs)))
 				}
 				for _, m := range msgs {
 					pt.dispatch(m, &wg)
@@ -533,11 +553,18 @@ func (pt *partition) dispatch(msg jetstream.Msg, wg *sync.WaitGroup) {
 	key := wire.StreamKey(msg.Subject())
 	seq := streamSeq(msg)
 	pt.mu.Lock()
-	stale := seq != 0 && seq <= pt.lastDone[key]
+	behind := seq != 0 && seq <= pt.lastDone[key]
+	stale := behind && pt.done1[seq]
 	pt.mu.Unlock()
 	if stale {
 		_ = msg.Ack()
 		return
+	}
+	if behind {
+		// Never settled, yet a later event of its stream was: a delivery
+		// lost on its way that the gap fence did not see. Delivered late
+		// rather than acked unsent: out of order beats lost.
+		pt.log.Warn("an event arrived after a later event of its stream was settled; delivering it late", slog.String("event_id", eventID(msg)), slog.Uint64("seq", seq))
 	}
 	if pt.or.hold(pt, key, msg) {
 		return
@@ -577,5 +604,33 @@ func (pt *partition) settled(key string, seq uint64) {
 	if seq > pt.lastDone[key] {
 		pt.lastDone[key] = seq
 	}
+	if !pt.done1[seq] {
+		pt.done1[seq] = true
+		pt.doneFIFO = append(pt.doneFIFO, seq)
+		if len(pt.doneFIFO) > settledKept {
+			delete(pt.done1, pt.doneFIFO[0])
+			pt.doneFIFO = pt.doneFIFO[1:]
+		}
+	}
 	pt.mu.Unlock()
+}
+
+// settledKept bounds the settled sequences a partition remembers to
+// recognise a late copy of an event it already settled.
+const settledKept = 16384
+
+// inLaneCount is how many of the partition's events are in its lanes.
+func (pt *partition) inLaneCount() int {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	return len(pt.inLane)
+}
+
+// consumerSeq is a message's delivery sequence on its durable consumer
+// (0 when unknown).
+func consumerSeq(m jetstream.Msg) uint64 {
+	if md, err := m.Metadata(); err == nil {
+		return md.Sequence.Consumer
+	}
+	return 0
 }
