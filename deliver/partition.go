@@ -291,6 +291,7 @@ type partition struct {
 	done1    map[uint64]bool   // the recently settled sequences (at most settledKept)
 	doneFIFO []uint64          // done1's sequences, oldest first
 	inLane   map[uint64]bool   // sequences submitted to a lane and not left it
+	acking   map[uint64]bool   // sequences whose ack was sent and not confirmed yet
 	lanes    lanes
 }
 
@@ -298,7 +299,7 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	ctx, cancel := context.WithCancel(context.Background())
 	return &partition{
 		or: or, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		deadline: deadline, lastDone: map[string]uint64{}, done1: map[uint64]bool{}, inLane: map[uint64]bool{},
+		deadline: deadline, lastDone: map[string]uint64{}, done1: map[uint64]bool{}, inLane: map[uint64]bool{}, acking: map[uint64]bool{},
 		log: or.r.log.With(slog.Int("partition", p)),
 	}
 }
@@ -689,7 +690,8 @@ func (pt *partition) settled(key string, seq uint64) {
 const settledKept = 16384
 
 // handCount is how many distinct events of the partition are in hand and
-// not settled: in the fence, in the lanes or held behind a parked head.
+// not settled nor being acked: in the fence, in the lanes or held behind a
+// parked head.
 // Each is counted once: a redelivered copy of an event still in its lane
 // (sent again by a new consumer leader, or after AckWait) waits in the
 // fence too, and counting it twice would let the fence pass while a lost
@@ -706,8 +708,12 @@ func (pt *partition) handCount(fence *fenceBuffer) int {
 		seqs[s] = true
 	}
 	for s := range seqs {
-		if pt.done1[s] {
-			delete(seqs, s) // acked: no longer pending
+		if pt.done1[s] || pt.acking[s] {
+			// Acked, or maybe: an ack whose answer was lost may be
+			// recorded already, and counting its event as pending
+			// would hide a lost delivery. Not counted, it makes the
+			// fence wait for the ack at worst.
+			delete(seqs, s)
 		}
 	}
 	pt.mu.Unlock()

@@ -261,9 +261,10 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 	// a kill comes back after AckWait, behind its stream's later versions
 	// (it keeps a stream's order only while nothing is redelivered), so its
 	// order is measured, not required. The ordered one's order is measured
-	// too: in one run in five, 3 events (of 3,200) still came after a later
-	// version of their stream (docs/ordering.md, "JetStream stream-leader
-	// failover"); requiring it would make the test flaky.
+	// too: in 2 of 11 runs, 2 or 3 events still came after a later
+	// version of their stream; the cause found is fixed, but too few runs
+	// passed since to require it (docs/ordering.md, "JetStream
+	// stream-leader failover").
 	versions := eventVersions(t, pool, schema)
 	par := rc.check(t, versions)
 	str := strict.check(t, versions)
