@@ -236,17 +236,26 @@ func (l *AttemptLog) RecordAttempt(a Attempt) {
 // last attempts. Each record is published asynchronously; a refusal or a
 // missing PubAck (5 s) drops it and counts it.
 func (l *AttemptLog) Run(ctx context.Context) {
-	pending := make(chan jetstream.PubAckFuture, attemptsPending)
+	// Each PubAck is awaited until 5 s after its own publish, not 5 s
+	// after the one before it: after a failover many can be lost at once,
+	// and waiting 5 s for each in turn held shutdown for minutes.
+	type pubAck struct {
+		f     jetstream.PubAckFuture
+		until time.Time
+	}
+	pending := make(chan pubAck, attemptsPending)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		for f := range pending {
+		for p := range pending {
+			t := time.NewTimer(time.Until(p.until))
 			select {
-			case <-f.Ok():
-			case err := <-f.Err():
+			case <-p.f.Ok():
+			case err := <-p.f.Err():
 				l.fail(err)
-			case <-time.After(5 * time.Second):
+			case <-t.C:
 				l.fail(errors.New("no PubAck within 5s"))
 			}
+			t.Stop()
 		}
 	})
 	write := func(a Attempt) {
@@ -261,7 +270,7 @@ func (l *AttemptLog) Run(ctx context.Context) {
 			l.fail(err)
 			return
 		}
-		pending <- f
+		pending <- pubAck{f: f, until: time.Now().Add(5 * time.Second)}
 	}
 	defer func() {
 		close(pending)
