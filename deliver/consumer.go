@@ -511,7 +511,7 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	}
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go r.keepQueuedAlive(pctx)
+	go r.keepHeldAlive(pctx, r.lanes.queued)
 	var gone atomic.Bool
 	go func() {
 		t := time.NewTicker(consumerCheckInterval)
@@ -568,7 +568,7 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 		// message queued behind its stream's running delivery gives its
 		// slot back, so pulling goes on and nothing waits in the client
 		// buffer until AckWait (queued messages get InProgress instead, see
-		// keepQueuedAlive; MaxAckPending bounds them).
+		// keepHeldAlive; MaxAckPending bounds them).
 		queued := r.lanes.submit(wire.StreamKey(msg.Subject()), msg, wg, func(m jetstream.Msg) {
 			if ctx.Err() != nil {
 				// Shutting down: a message queued behind its stream's
@@ -604,11 +604,11 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	return result
 }
 
-// keepQueuedAlive sends InProgress every AckWait/2 for the messages queued
-// behind their stream's running delivery, until ctx ends: a stream with
-// many buffered events and a slow endpoint would otherwise see its last
-// ones redelivered (out of order, twice) while they still wait their turn.
-func (r *runner) keepQueuedAlive(ctx context.Context) {
+// keepHeldAlive sends InProgress every AckWait/2, until ctx ends, for the
+// messages held() returns: received but not being delivered yet (queued
+// behind their stream's running delivery, or, for an ordered partition,
+// behind its fence), so JetStream does not redeliver them meanwhile.
+func (r *runner) keepHeldAlive(ctx context.Context, held func() []jetstream.Msg) {
 	t := time.NewTicker(r.sub.AckWait / 2)
 	defer t.Stop()
 	for {
@@ -616,9 +616,9 @@ func (r *runner) keepQueuedAlive(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			for _, m := range r.lanes.queued() {
+			for _, m := range held() {
 				if err := m.InProgress(); err != nil {
-					r.log.Debug("in progress for a queued message failed", slog.String("event_id", eventID(m)), slog.Any("error", err))
+					r.log.Debug("in progress for a held message failed", slog.String("event_id", eventID(m)), slog.Any("error", err))
 				}
 			}
 		}

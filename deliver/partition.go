@@ -287,8 +287,8 @@ type partition struct {
 	mu       sync.Mutex
 	deadline time.Time         // no attempt starts after it
 	lastDone map[string]uint64 // stream key → sequence of the last event settled
-	done1    map[uint64]bool   // the recently settled sequences (at most settledKept)
-	doneFIFO []uint64          // done1's sequences, oldest first
+	recent   map[uint64]bool   // the recently settled sequences (at most settledKept)
+	recentQ  []uint64          // recent's sequences, oldest first
 	inLane   map[uint64]bool   // sequences submitted to a lane and not left it
 	lanes    lanes
 }
@@ -297,7 +297,7 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	ctx, cancel := context.WithCancel(context.Background())
 	return &partition{
 		or: or, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		deadline: deadline, lastDone: map[string]uint64{}, done1: map[uint64]bool{}, inLane: map[uint64]bool{},
+		deadline: deadline, lastDone: map[string]uint64{}, recent: map[uint64]bool{}, inLane: map[uint64]bool{},
 		log: or.r.log.With(slog.Int("partition", p)),
 	}
 }
@@ -378,7 +378,9 @@ func (pt *partition) run() {
 	kctx, stopKeep := context.WithCancel(context.Background())
 	defer stopKeep()
 	var fence fenceBuffer
-	go pt.keepAlive(kctx, &fence)
+	// What the partition holds without delivering it: the fence and the
+	// events queued behind their stream's running delivery.
+	go pt.or.r.keepHeldAlive(kctx, func() []jetstream.Msg { return append(fence.snapshot(), pt.lanes.queued()...) })
 
 	fencing := true
 	var lastCheck time.Time
@@ -470,25 +472,8 @@ func (pt *partition) run() {
 	pt.or.returnHeld(pt)
 }
 
-// keepAlive sends InProgress every AckWait/2 for the messages the
-// partition holds without delivering them: in the fence and queued
-// behind their stream's running delivery.
-func (pt *partition) keepAlive(ctx context.Context, fence *fenceBuffer) {
-	t := time.NewTicker(pt.or.r.sub.AckWait / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for _, m := range append(fence.snapshot(), pt.lanes.queued()...) {
-			_ = m.InProgress()
-		}
-	}
-}
-
-// fenceBuffer holds a new owner's messages until the fence passes, one per
+// fenceBuffer holds the partition's messages while it is behind its fence
+// (a new owner, or a delivery lost on its way) until the fence passes, one per
 // stream sequence.
 type fenceBuffer struct {
 	mu   sync.Mutex
@@ -554,7 +539,7 @@ func (pt *partition) dispatch(msg jetstream.Msg, wg *sync.WaitGroup) {
 	seq := streamSeq(msg)
 	pt.mu.Lock()
 	behind := seq != 0 && seq <= pt.lastDone[key]
-	stale := behind && pt.done1[seq]
+	stale := behind && pt.recent[seq]
 	pt.mu.Unlock()
 	if stale {
 		_ = msg.Ack()
@@ -604,12 +589,12 @@ func (pt *partition) settled(key string, seq uint64) {
 	if seq > pt.lastDone[key] {
 		pt.lastDone[key] = seq
 	}
-	if !pt.done1[seq] {
-		pt.done1[seq] = true
-		pt.doneFIFO = append(pt.doneFIFO, seq)
-		if len(pt.doneFIFO) > settledKept {
-			delete(pt.done1, pt.doneFIFO[0])
-			pt.doneFIFO = pt.doneFIFO[1:]
+	if !pt.recent[seq] {
+		pt.recent[seq] = true
+		pt.recentQ = append(pt.recentQ, seq)
+		if len(pt.recentQ) > settledKept {
+			delete(pt.recent, pt.recentQ[0])
+			pt.recentQ = pt.recentQ[1:]
 		}
 	}
 	pt.mu.Unlock()
