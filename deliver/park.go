@@ -242,6 +242,9 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 		// A (re)started watch sends every entry, then nil: a stream parked
 		// here whose entry is not among them was unparked meanwhile.
 		initial := map[string]bool{}
+		// The watch's updates end only when it stops: stop it when ctx
+		// ends, or Run would wait for this loop forever at shutdown.
+		unwatch := context.AfterFunc(ctx, func() { _ = w.Stop() })
 		for e := range w.Updates() {
 			if e == nil {
 				if initial != nil {
@@ -285,6 +288,7 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 				or.unpark(e.Key())
 			}
 		}
+		unwatch()
 		_ = w.Stop()
 	}
 }
