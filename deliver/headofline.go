@@ -146,12 +146,22 @@ func (pt *partition) deliver(m jetstream.Msg) {
 // the partition), the lane's later events are returned to JetStream, not
 // delivered: m comes back first, to whoever owns the partition next.
 func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) bool {
+	seq := streamSeq(m)
+	pt.mu.Lock()
+	pt.acking[seq] = true
+	pt.mu.Unlock()
+	defer func() {
+		pt.mu.Lock()
+		delete(pt.acking, seq)
+		pt.mu.Unlock()
+	}()
 	var pause backoff.Backoff
 	for tries := 1; ; tries++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := m.DoubleAck(ctx)
 		cancel()
 		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			pt.settled(wire.StreamKey(m.Subject()), seq) // before it leaves acking
 			return true
 		}
 		if pt.ctx.Err() != nil {

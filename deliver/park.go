@@ -145,21 +145,6 @@ func compareUint(a, b uint64) int {
 	return 0
 }
 
-// heldCount is how many of pt's events are held behind parked heads.
-func (or *orderedRunner) heldCount(pt *partition) int {
-	or.mu.Lock()
-	defer or.mu.Unlock()
-	n := 0
-	for _, ps := range or.parked {
-		for _, h := range ps.held {
-			if h.pt == pt {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 // returnHeld Naks the events held for pt's streams (pt is being released:
 // the next owner holds them again).
 func (or *orderedRunner) returnHeld(pt *partition) {

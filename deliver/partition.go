@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
@@ -290,6 +291,7 @@ type partition struct {
 	recent   map[uint64]bool   // the recently settled sequences (at most settledKept)
 	recentQ  []uint64          // recent's sequences, oldest first
 	inLane   map[uint64]bool   // sequences submitted to a lane and not left it
+	acking   map[uint64]bool   // sequences whose ack was sent and not confirmed yet
 	lanes    lanes
 }
 
@@ -297,7 +299,7 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	ctx, cancel := context.WithCancel(context.Background())
 	return &partition{
 		or: or, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		deadline: deadline, lastDone: map[string]uint64{}, recent: map[uint64]bool{}, inLane: map[uint64]bool{},
+		deadline: deadline, lastDone: map[string]uint64{}, recent: map[uint64]bool{}, inLane: map[uint64]bool{}, acking: map[uint64]bool{},
 		log: or.r.log.With(slog.Int("partition", p)),
 	}
 }
@@ -375,6 +377,9 @@ func (pt *partition) run() {
 	if iter == nil {
 		return
 	}
+	stopReading := make(chan struct{})
+	defer close(stopReading)
+	pulled := pt.read(iter, stopReading)
 	kctx, stopKeep := context.WithCancel(context.Background())
 	defer stopKeep()
 	var fence fenceBuffer
@@ -402,7 +407,16 @@ func (pt *partition) run() {
 			}
 			continue
 		}
-		msg, err := iter.Next(jetstream.NextMaxWait(fenceCheck))
+		var msg jetstream.Msg
+		var err error
+		select {
+		case p := <-pulled:
+			msg, err = p.msg, p.err
+		case <-time.After(fenceCheck):
+			err = nats.ErrTimeout
+		case <-pt.ctx.Done():
+			continue
+		}
 		if !fencing {
 			// Events of unparked streams go first, before a newer one
 			// of theirs just pulled.
@@ -432,6 +446,8 @@ func (pt *partition) run() {
 			if err != nil {
 				backoff.Sleep(pt.ctx, time.Second)
 				iter = nil
+			} else {
+				pulled = pt.read(iter, stopReading)
 			}
 		}
 		if iter == nil {
@@ -443,7 +459,7 @@ func (pt *partition) run() {
 			// Pending on the consumer: what is in hand (the fence, the
 			// lanes, held behind a parked head) and what is lost on its
 			// way; the fence passes when nothing is lost any more.
-			if err == nil && info.NumAckPending <= fence.len()+pt.inLaneCount()+pt.or.heldCount(pt) {
+			if err == nil && info.NumAckPending <= pt.handCount(&fence) {
 				fencing = false
 				msgs := fence.take()
 				if len(msgs) > 0 {
@@ -456,13 +472,20 @@ func (pt *partition) run() {
 		}
 	}
 	if iter != nil {
+		// The reader returns what was buffered, then ends; what it reads
+		// after stopReading it Naks itself.
 		iter.Drain()
+	drain:
 		for {
-			msg, err := iter.Next(jetstream.NextMaxWait(time.Second))
-			if err != nil {
-				break
+			select {
+			case p := <-pulled:
+				if p.err != nil {
+					break drain
+				}
+				r.nak(pt.log, p.msg, 0)
+			case <-time.After(time.Second):
+				break drain
 			}
-			r.nak(pt.log, msg, 0)
 		}
 		iter.Stop()
 	}
@@ -470,6 +493,53 @@ func (pt *partition) run() {
 		r.nak(pt.log, m, 0)
 	}
 	pt.or.returnHeld(pt)
+}
+
+// pulled is one result of a partition's pull iterator.
+type pulled struct {
+	msg jetstream.Msg
+	err error
+}
+
+// pullWait bounds one Next call of a partition's reader. It must exceed
+// two pull heartbeats: nats.go watches a pull's idle heartbeats only while
+// a Next call waits, and only then notices that the pull requests it
+// counts as pending are gone (lost with a server that died, or with a
+// consumer leader that moved) and issues new ones. Next calls shorter
+// than that never notice, and the partition would receive nothing more,
+// not even the redeliveries its fence waits for.
+const pullWait = 5 * pullHeartbeat
+
+// read calls iter.Next, each call waiting up to pullWait, and sends every
+// message and error other than a timeout on the returned channel, until
+// iter ends (ErrMsgIteratorClosed, sent too) or stop is closed. A message
+// read once nobody receives any more (stop closed) is Nak'd.
+func (pt *partition) read(iter jetstream.MessagesContext, stop <-chan struct{}) <-chan pulled {
+	out := make(chan pulled)
+	go func() {
+		for {
+			msg, err := iter.Next(jetstream.NextMaxWait(pullWait))
+			if errors.Is(err, nats.ErrTimeout) {
+				select {
+				case <-stop:
+					return
+				default:
+					continue
+				}
+			}
+			select {
+			case out <- pulled{msg, err}:
+			case <-stop:
+				if msg != nil {
+					pt.or.r.nak(pt.log, msg, 0)
+				}
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // fenceBuffer holds the partition's messages while it is behind its fence
@@ -604,11 +674,44 @@ func (pt *partition) settled(key string, seq uint64) {
 // recognise a late copy of an event it already settled.
 const settledKept = 16384
 
-// inLaneCount is how many of the partition's events are in its lanes.
-func (pt *partition) inLaneCount() int {
+// handCount is how many distinct events of the partition are in hand and
+// not settled nor being acked: in the fence, in the lanes or held behind a
+// parked head.
+// Each is counted once: a redelivered copy of an event still in its lane
+// (sent again by a new consumer leader, or after AckWait) waits in the
+// fence too, and counting it twice would let the fence pass while a lost
+// delivery is still on its way, to be sent after its successors.
+func (pt *partition) handCount(fence *fenceBuffer) int {
+	seqs := map[uint64]bool{}
+	fence.mu.Lock()
+	for s := range fence.msgs {
+		seqs[s] = true
+	}
+	fence.mu.Unlock()
 	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	return len(pt.inLane)
+	for s := range pt.inLane {
+		seqs[s] = true
+	}
+	for s := range seqs {
+		if pt.recent[s] || pt.acking[s] {
+			// Acked, or maybe: an ack whose answer was lost may be
+			// recorded already, and counting its event as pending
+			// would hide a lost delivery. Not counted, it makes the
+			// fence wait for the ack at worst.
+			delete(seqs, s)
+		}
+	}
+	pt.mu.Unlock()
+	pt.or.mu.Lock()
+	for _, ps := range pt.or.parked {
+		for _, h := range ps.held {
+			if h.pt == pt {
+				seqs[streamSeq(h.msg)] = true
+			}
+		}
+	}
+	pt.or.mu.Unlock()
+	return len(seqs)
 }
 
 // consumerSeq is a message's delivery sequence on its durable consumer

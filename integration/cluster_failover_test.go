@@ -110,10 +110,12 @@ type failoverFigures struct {
 // three client URLs; a producer appending all along. The node leading the
 // EVENTS stream is shut down (as a kill: no leadership hand-over) and
 // restarted from its store, over and over, while the bridge drains and the
-// consumer delivers. Afterwards JetStream holds every event once, each
-// stream in version order; the receiver (package webhook with its Postgres
-// idempotency store) processed every event once, each stream in version
-// order; every restarted node's replica caught up with the leader.
+// consumers deliver. Afterwards JetStream holds every event once, each
+// stream in version order; every receiver (package webhook with its
+// Postgres idempotency store) processed every event once, the ordered
+// subscription's (--ordering stream) too, none of its streams stalled;
+// the strict subscription's receiver saw each stream in version order;
+// every restarted node's replica caught up with the leader.
 func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	t.Parallel()
 	const (
@@ -133,12 +135,22 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	_, js := jsbridgetest.ConnectCluster(t, cluster)
 	rc, rsrv := newOrderedReceiver(t, pool, schema, "parallel")
 	strict, ssrv := newOrderedReceiver(t, pool, schema, "strict")
+	ordered, osrv := newOrderedReceiver(t, pool, schema, "ordered")
 
 	bridge := startBridgeProc(t, env, "--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
 		"--poll-interval", "100ms", "--lease", "10s", "--publish-timeout", "2s")
 	consumer := startProc(t, append(env, "JSBRIDGE_SECRET="+testSecret), "consumer", "run",
 		"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
 		"--name", "failover", "--url", rsrv.URL, "--allow-private", "--filter", "events.>",
+		"--ack-wait", "5s", "--timeout", "2s", "--backoff", "200ms")
+	// The ordered subscription delivers every stream in version order
+	// (--ordering stream: partitions, leases, the hand-over fence), with
+	// up to 64 deliveries at once over the streams: a delivery lost with
+	// a dying server or a moved consumer leader holds its partition back
+	// until it is redelivered.
+	orderedConsumer := startProc(t, append(env, "JSBRIDGE_SECRET="+testSecret), "consumer", "run",
+		"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
+		"--name", "ordered", "--url", osrv.URL, "--allow-private", "--filter", "events.>", "--ordering", "stream",
 		"--ack-wait", "5s", "--timeout", "2s", "--backoff", "200ms")
 	// The strict subscription has one message out at a time (MaxAckPending
 	// 1): a message lost on its way to the consumer (sent by a node as it
@@ -183,8 +195,10 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 	for range kills {
 		// Each kill comes while the bridge forwards and both consumers
 		// deliver: the receivers have processed more since the last one.
-		seen, seenStrict := rc.distinct(), strict.distinct()
-		require.Eventually(t, func() bool { return rc.distinct() >= seen+2*streams && strict.distinct() >= seenStrict+2*strictStreams },
+		seen, seenStrict, seenOrdered := rc.distinct(), strict.distinct(), ordered.distinct()
+		require.Eventually(t, func() bool {
+			return rc.distinct() >= seen+2*streams && strict.distinct() >= seenStrict+2*strictStreams && ordered.distinct() >= seenOrdered+2*streams
+		},
 			60*time.Second, 20*time.Millisecond, "deliveries go on between kills")
 		leader := waitStreamLeader(t, cluster, wire.DefaultEventsStream)
 		leader.Shutdown()
@@ -225,7 +239,7 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 		rc   *orderedReceiver
 		want int
 		out  fmt.Stringer
-	}{{rc, want, consumer.out}, {strict, int(rounds.Load()) * strictStreams, strictConsumer.out}} {
+	}{{rc, want, consumer.out}, {strict, int(rounds.Load()) * strictStreams, strictConsumer.out}, {ordered, want, orderedConsumer.out}} {
 		require.Eventually(t, func() bool { return r.rc.distinct() == r.want }, 60*time.Second, 50*time.Millisecond,
 			"the %s receiver processed %d of %d events; consumer:\n%s", r.rc.name, r.rc.distinct(), r.want, r.out)
 	}
@@ -242,17 +256,23 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 
 	// The receivers: every event processed once (the Postgres idempotency
 	// store turns every redelivery into a 204); the strict subscription's
-	// every stream in version order. The parallel one runs up to 64
-	// deliveries at once with 1000 out: a message lost in transit at a
-	// kill comes back after AckWait, behind its stream's later versions
-	// (deliver keeps a stream's order only while nothing is redelivered),
-	// so its order is measured, not required.
+	// every stream in version order. The parallel one (unordered) runs up
+	// to 64 deliveries at once with 1000 out: a message lost in transit at
+	// a kill comes back after AckWait, behind its stream's later versions
+	// (it keeps a stream's order only while nothing is redelivered), so its
+	// order is measured, not required. The ordered one's order is measured
+	// too: in 2 of 11 runs, 2 or 3 events still came after a later
+	// version of their stream; the cause found is fixed, but too few runs
+	// passed since to require it (docs/ordering.md, "JetStream
+	// stream-leader failover").
 	versions := eventVersions(t, pool, schema)
 	par := rc.check(t, versions)
 	str := strict.check(t, versions)
+	ord := ordered.check(t, versions)
 	require.Zero(t, par.twice, "events the parallel receiver processed twice")
 	require.Zero(t, str.twice, "events the strict receiver processed twice")
 	require.Zero(t, str.outOfOrder, "events the strict receiver processed out of order")
+	require.Zero(t, ord.twice, "events the ordered receiver processed twice")
 
 	// Every node's replica holds what the leader holds.
 	leader := waitStreamLeader(t, cluster, wire.DefaultEventsStream)
@@ -271,8 +291,9 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 	}
 	t.Logf("failover figures: %d events in %d streams, %d stream-leader kills; lost 0, stored twice 0, out of order 0 (JetStream); "+
 		"receivers: parallel processed %d, twice %d, out of order %d; strict processed %d, twice %d, out of order %d; "+
-		"publishing back after %v (max %v); restarted replica caught up after %v",
-		want, streams, fig.kills, par.processed, par.twice, par.outOfOrder, str.processed, str.twice, str.outOfOrder, roundAll(fig.recover), fig.maxRecoverWait.Round(time.Millisecond), roundAll(fig.catchUp))
+		"ordered processed %d, twice %d, out of order %d; publishing back after %v (max %v); restarted replica caught up after %v",
+		want, streams, fig.kills, par.processed, par.twice, par.outOfOrder, str.processed, str.twice, str.outOfOrder,
+		ord.processed, ord.twice, ord.outOfOrder, roundAll(fig.recover), fig.maxRecoverWait.Round(time.Millisecond), roundAll(fig.catchUp))
 	// bridge verify, against the cluster, agrees: nothing missing, stored
 	// twice, out of order or different.
 	out, stderr, code := verifyCLI(t, append(env, "NATS_URL="+cluster.ClientURLs()))
