@@ -28,9 +28,10 @@ import (
 //   - Each ordered subscription has one durable pull consumer per partition.
 //   - Replicas heartbeat into a key-value bucket (TTL Config.LeaseTTL) and
 //     each partition is owned by the replica whose lease key it created;
-//     partition p belongs to the (p mod n)-th live replica by id, and a
-//     replica releases (after its in-flight deliveries) what is no longer
-//     its share. A replica stops starting attempts on a partition once its
+//     each replica keeps up to its quota of what it owns, claims free
+//     partitions below it and releases (after its in-flight deliveries)
+//     what is over it (see share: a replica joining or leaving moves about
+//     partitions/n of them, not all). A replica stops starting attempts on a partition once its
 //     lease was not renewed for LeaseTTL*3/4 (a frozen replica fences
 //     itself before its lease can be taken).
 //   - A new owner delivers nothing until every message pending on the
@@ -248,26 +249,29 @@ func (o *ordering) run(ctx context.Context) {
 	watchers.Wait()
 }
 
-// members returns the ids of the live replicas running subscription,
-// sorted, with self among them.
-func (o *ordering) members(ctx context.Context, subscription string) ([]string, error) {
-	l, err := o.leases.ListKeysFiltered(ctx, wire.MemberFilter(subscription))
+// view returns, for subscription, the ids of the live replicas, sorted,
+// with self among them, and the partitions whose lease key exists (held by
+// any replica), from one listing of the lease bucket.
+func (o *ordering) view(ctx context.Context, subscription string) (members []string, taken map[int]bool, err error) {
+	l, err := o.leases.ListKeysFiltered(ctx, wire.MemberFilter(subscription), wire.SubscriptionLeaseFilter(subscription))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var ids []string
+	taken = map[int]bool{}
 	for k := range l.Keys() {
 		if _, id, ok := wire.ParseMemberKey(k); ok {
-			ids = append(ids, id)
+			members = append(members, id)
+		} else if _, p, ok := wire.ParseLeaseKey(k); ok {
+			taken[p] = true
 		}
 	}
 	_ = l.Stop() // the lister stopped itself after the last key
 	self := o.c.cfg.ReplicaID
-	if !slices.Contains(ids, self) {
-		ids = append(ids, self)
+	if !slices.Contains(members, self) {
+		members = append(members, self)
 	}
-	slices.Sort(ids)
-	return ids, nil
+	slices.Sort(members)
+	return members, taken, nil
 }
 
 // cycle heartbeats, then for every ordered subscription and partition
@@ -284,19 +288,27 @@ func (o *ordering) cycle(ctx context.Context) {
 		}
 	}
 	for _, r := range o.runners {
-		members, err := o.members(cctx, r.sub.Name)
+		members, taken, err := o.view(cctx, r.sub.Name)
 		if err != nil {
 			r.log.Warn("listing consumer replicas failed; keeping the current partitions", slog.Any("error", err))
-			members = nil
 		}
-		for p := range o.c.cfg.Partitions {
+		var owned []int
+		for p, pt := range r.ord.parts {
+			if pt != nil && !pt.lost && pt.ctx.Err() == nil {
+				owned = append(owned, p)
+			}
+		}
+		keep, _, claim := share(o.c.cfg.Partitions, members, self, owned, taken)
+		// Held partitions first (renewed, or released when no longer
+		// wanted), then claims.
+		for _, p := range append(slices.Clone(r.ord.ownedOrReleasing()), claim...) {
 			if err := cctx.Err(); err != nil {
 				if !errors.Is(err, context.Canceled) {
 					r.log.Warn("lease renewals and claims took longer than half the lease TTL; the rest waits for the next round", slog.Duration("lease_ttl", o.c.cfg.LeaseTTL))
 				}
 				return // or shutting down: shutdown releases everything
 			}
-			want := members != nil && members[p%len(members)] == self
+			want := slices.Contains(keep, p) || slices.Contains(claim, p)
 			r.ord.step(cctx, o, p, want, members == nil, start)
 		}
 		r.ord.report()

@@ -259,6 +259,18 @@ func (or *orderedRunner) releaseAll(ctx context.Context, o *ordering) {
 	or.report()
 }
 
+// ownedOrReleasing returns the partitions this replica has a partition
+// for: owned, being released, or lost and still ending.
+func (or *orderedRunner) ownedOrReleasing() []int {
+	var ps []int
+	for p, pt := range or.parts {
+		if pt != nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
 // report sets the partitions-owned gauge.
 func (or *orderedRunner) report() {
 	n := 0

@@ -120,7 +120,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	t.Parallel()
 	const (
 		streams       = 20
-		strictStreams = 5
+		strictStreams = 2
 		kills         = 5
 	)
 	pool := jsbridgetest.Pool(t)
@@ -191,15 +191,15 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 	require.Eventually(t, func() bool { return rc.distinct() >= 5*streams }, 60*time.Second, 20*time.Millisecond,
 		"the consumer delivers before the first kill; consumer:\n%s", consumer.out.String())
 
+	delivered := func() int { return rc.distinct() + strict.distinct() + ordered.distinct() }
 	fig := failoverFigures{}
 	for range kills {
 		// Each kill comes while the bridge forwards and both consumers
 		// deliver: the receivers have processed more since the last one.
 		seen, seenStrict, seenOrdered := rc.distinct(), strict.distinct(), ordered.distinct()
-		require.Eventually(t, func() bool {
+		require.True(t, waitProgress(func() bool {
 			return rc.distinct() >= seen+2*streams && strict.distinct() >= seenStrict+2*strictStreams && ordered.distinct() >= seenOrdered+2*streams
-		},
-			60*time.Second, 20*time.Millisecond, "deliveries go on between kills")
+		}, delivered, 60*time.Second, 5*time.Minute), "deliveries go on between kills")
 		leader := waitStreamLeader(t, cluster, wire.DefaultEventsStream)
 		leader.Shutdown()
 		killed := time.Now()
@@ -240,8 +240,10 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 		want int
 		out  fmt.Stringer
 	}{{rc, want, consumer.out}, {strict, int(rounds.Load()) * strictStreams, strictConsumer.out}, {ordered, want, orderedConsumer.out}} {
-		require.Eventually(t, func() bool { return r.rc.distinct() == r.want }, 60*time.Second, 50*time.Millisecond,
-			"the %s receiver processed %d of %d events; consumer:\n%s", r.rc.name, r.rc.distinct(), r.want, r.out)
+		// As long as it makes progress: one delivery at a time (the
+		// strict subscription) is slow on a loaded machine.
+		require.True(t, waitProgress(func() bool { return r.rc.distinct() == r.want }, r.rc.distinct, 60*time.Second, 5*time.Minute),
+			"the %s receiver processed %d of %d events, then none for 60 s (or 5 min passed); consumer:\n%s", r.rc.name, r.rc.distinct(), r.want, r.out)
 	}
 
 	t.Logf("bridge and receivers done %v after the last kill's catch-up", time.Since(killsDone).Round(time.Millisecond))

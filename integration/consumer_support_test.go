@@ -197,3 +197,22 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	}
 	return cond()
 }
+
+// waitProgress polls every 20 ms until done holds (true), for as long as
+// count keeps rising: it gives up (false) only when count did not rise for
+// stall, or after limit in all. A loaded machine makes a run longer, not
+// red; a stall still fails.
+func waitProgress(done func() bool, count func() int, stall, limit time.Duration) bool {
+	end := time.Now().Add(limit)
+	last, since := count(), time.Now()
+	for !done() {
+		if time.Since(since) > stall || time.Now().After(end) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+		if n := count(); n > last {
+			last, since = n, time.Now()
+		}
+	}
+	return true
+}

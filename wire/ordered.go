@@ -142,6 +142,10 @@ func LeaseKey(subscription string, partition int) string {
 // LeaseFilter matches every LeaseKey.
 const LeaseFilter = "lease.>"
 
+// SubscriptionLeaseFilter matches the LeaseKeys of one subscription's
+// partitions.
+func SubscriptionLeaseFilter(subscription string) string { return "lease." + subscription + ".*" }
+
 // ParseLeaseKey reverses LeaseKey.
 func ParseLeaseKey(key string) (subscription string, partition int, ok bool) {
 	rest, ok := strings.CutPrefix(key, "lease.")
