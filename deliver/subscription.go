@@ -40,15 +40,12 @@ const (
 	// every consumer replica: version v+1 is not sent before v was
 	// accepted (2xx) or dead-lettered, a failing event is retried in place
 	// (its stream waits, others go on), and never two replicas deliver one
-	// stream at once (docs/ordering.md). Opt-in for now: under a JetStream
-	// cluster's stream-leader failover it can stall streams (see the
-	// README's "Ordered delivery").
+	// stream at once (docs/ordering.md). The default.
 	OrderingStream Ordering = "stream"
 	// OrderingNone delivers with maximum parallelism: one durable pull
 	// consumer shared by every replica, retries Nak'd with a delay, so a
 	// retried event can arrive after its successors, and with several
-	// replicas two events of one stream can be in flight at once. The
-	// default.
+	// replicas two events of one stream can be in flight at once.
 	OrderingNone Ordering = "none"
 )
 
@@ -67,7 +64,7 @@ const (
 )
 
 // DefaultOrdering is the Ordering of a subscription without one.
-const DefaultOrdering = OrderingNone
+const DefaultOrdering = OrderingStream
 
 // Subscription defaults.
 const (

@@ -141,10 +141,14 @@ func metric(t *testing.T, opsAddr, name string) (float64, bool) {
 
 // jsMessages returns how many messages the EVENTS stream holds (0 when it
 // does not exist yet or the server is down).
-func jsMessages(js jetstream.JetStream) uint64 {
+func jsMessages(js jetstream.JetStream) uint64 { return streamMessages(js, "EVENTS") }
+
+// streamMessages returns the number of messages JetStream stream name
+// holds (0 when it cannot be read).
+func streamMessages(js jetstream.JetStream, name string) uint64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, "EVENTS")
+	s, err := js.Stream(ctx, name)
 	if err != nil {
 		return 0
 	}
@@ -160,9 +164,16 @@ func jsMessages(js jetstream.JetStream) uint64 {
 // headers, in stored order.
 func eachStoredMessage(t *testing.T, js jetstream.JetStream, fn func(h nats.Header)) {
 	t.Helper()
+	eachMessageOf(t, js, "EVENTS", fn)
+}
+
+// eachMessageOf reads the whole JetStream stream name as eachStoredMessage
+// reads EVENTS.
+func eachMessageOf(t *testing.T, js jetstream.JetStream, name string, fn func(h nats.Header)) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	want := jsMessages(js)
+	want := streamMessages(js, name)
 	if want == 0 {
 		return
 	}
@@ -171,18 +182,25 @@ func eachStoredMessage(t *testing.T, js jetstream.JetStream, fn func(h nats.Head
 	var cons jetstream.Consumer
 	var err error
 	require.Eventually(t, func() bool {
-		cons, err = js.OrderedConsumer(ctx, "EVENTS", jetstream.OrderedConsumerConfig{})
+		cons, err = js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{})
 		return err == nil
-	}, 30*time.Second, 50*time.Millisecond, "ordered consumer on EVENTS: %v", err)
+	}, 30*time.Second, 50*time.Millisecond, "ordered consumer on %s: %v", name, err)
+	// Retried: the ordered consumer recreates itself on the server when
+	// its node went away, and goes on after the last message it gave.
 	for got := uint64(0); got < want; {
 		// Ask for no more than is left: Fetch returns once it has them.
 		batch, err := cons.Fetch(int(min(want-got, 1000)), jetstream.FetchMaxWait(5*time.Second))
-		require.NoError(t, err)
-		for m := range batch.Messages() {
-			got++
-			fn(m.Headers())
+		if err == nil {
+			for m := range batch.Messages() {
+				got++
+				fn(m.Headers())
+			}
+			err = batch.Error()
 		}
-		require.NoError(t, batch.Error())
+		if err != nil {
+			require.NoError(t, ctx.Err(), "read %s: %d of %d messages: %v", name, got, want, err)
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 }
 

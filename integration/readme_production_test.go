@@ -215,14 +215,17 @@ func TestREADMEProductionRuns(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	for _, name := range []string{wire.DefaultEventsStream, "DLQ"} {
-		s, err := js.Stream(t.Context(), name)
-		require.NoError(t, err)
+	// The subscription is ordered (the default): the partitioned copy,
+	// its partition consumers and the lease and park buckets are R3 too.
+	for _, name := range []string{wire.DefaultEventsStream, "DLQ", wire.OrderedStream(wire.DefaultEventsStream),
+		"KV_" + wire.DefaultLeaseBucket, "KV_" + wire.DefaultParkBucket} {
+		var s jetstream.Stream
+		require.Eventually(t, func() bool { s, err = js.Stream(t.Context(), name); return err == nil }, 30*time.Second, 50*time.Millisecond, "stream %s", name)
 		require.Equal(t, 3, s.CachedInfo().Config.Replicas, "%s is R3", name)
 	}
-	cons, err := js.Consumer(t.Context(), wire.DefaultEventsStream, "orders")
+	cons, err := js.Consumer(t.Context(), wire.OrderedStream(wire.DefaultEventsStream), wire.PartitionDurable("orders", 0))
 	require.NoError(t, err)
-	require.Equal(t, 3, cons.CachedInfo().Config.Replicas, "the durable consumer is R3")
+	require.Equal(t, 3, cons.CachedInfo().Config.Replicas, "the partition consumers are R3")
 
 	out, err := cli(t, env, "bridge", "append", "order-1", "OrderPlaced", `{"total": 42}`)
 	require.NoError(t, err, out)

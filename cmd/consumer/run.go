@@ -45,7 +45,7 @@ type subscriptionFlags struct {
 	TLSClientKey  string          `name:"tls-client-key" env:"JSBRIDGE_TLS_CLIENT_KEY" help:"PEM private key of --tls-client-cert (PKCS #1, PKCS #8 or SEC 1) (default: none)."`
 	TLSCA         string          `name:"tls-ca" env:"JSBRIDGE_TLS_CA" help:"PEM CA bundle that verifies the endpoint's certificate, in place of the system roots (default: system roots)."`
 
-	Ordering     string `name:"ordering" env:"JSBRIDGE_ORDERING" default:"none" enum:"stream,none" help:"stream: each source stream delivered in version order across every replica (head-of-line retry); none: maximum parallelism, no order (default: ${default})."`
+	Ordering     string `name:"ordering" env:"JSBRIDGE_ORDERING" default:"stream" enum:"stream,none" help:"stream: each source stream delivered in version order across every replica (head-of-line retry); none: maximum parallelism, no order (default: ${default})."`
 	OnDeadLetter string `name:"on-dead-letter" env:"JSBRIDGE_ON_DEAD_LETTER" default:"park" enum:"park,skip" help:"With --ordering stream, what a dead-lettered event does to its stream: park (hold its later events until dlq replay or dlq skip) or skip (go on) (default: ${default})."`
 
 	BreakerFailures    uint32        `name:"breaker-failures" env:"JSBRIDGE_BREAKER_FAILURES" default:"5" help:"Consecutive failures that open an endpoint's circuit breaker (default: ${default})."`
