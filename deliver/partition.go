@@ -401,10 +401,15 @@ func (pt *partition) run() {
 
 	fencing := true
 	var lastCheck time.Time
-	// lastCSeq is the highest delivery sequence received. A jump past
-	// lastCSeq+1 means a delivery never arrived (a server that died
-	// while sending it): it comes back after AckWait, and until then
-	// nothing newer of the partition may go out (the fence again).
+	// lastCSeq is the delivery sequence of the last message received.
+	// A jump past lastCSeq+1 means a delivery never arrived (a server that
+	// died while sending it): it comes back after AckWait, and until then
+	// nothing newer of the partition may go out (the fence again). A
+	// sequence at or below lastCSeq means a new consumer leader whose
+	// replicated state lagged behind the old one's: it numbers its
+	// deliveries again from where its state ends, so a later jump would
+	// hide below lastCSeq; the partition goes behind the fence too, and
+	// follows the new leader's numbering from there.
 	var lastCSeq uint64
 	for pt.ctx.Err() == nil {
 		if !fencing && pt.or.inHand.Load() >= pt.or.handLimit() {
@@ -438,13 +443,22 @@ func (pt *partition) run() {
 		}
 		if err == nil {
 			c := consumerSeq(msg)
-			if !fencing && lastCSeq != 0 && c > lastCSeq+1 {
+			switch {
+			case fencing, lastCSeq == 0, c == 0, c == lastCSeq+1:
+			case c > lastCSeq+1:
 				pt.log.Warn("a delivery of the partition never arrived (JetStream failover?); holding its newer events until it is redelivered",
 					slog.Uint64("expected_delivery", lastCSeq+1), slog.Uint64("got_delivery", c))
 				fencing = true
 				lastCheck = time.Now()
+			default:
+				pt.log.Warn("the partition's delivery sequence went back (a new consumer leader behind the old one?); holding its newer events until every pending one is in hand",
+					slog.Uint64("expected_delivery", lastCSeq+1), slog.Uint64("got_delivery", c))
+				fencing = true
+				lastCheck = time.Now()
 			}
-			lastCSeq = max(lastCSeq, c)
+			if c != 0 {
+				lastCSeq = c
+			}
 		}
 		switch {
 		case err == nil && fencing:

@@ -315,6 +315,11 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 		}, 30*time.Second, 20*time.Millisecond, "%s's replica equals the leader's %+v", n.Name(), leaderState)
 	}
 
+	// How often the ordered subscription's partitions went behind the
+	// fence again (a lost delivery, or a new consumer leader numbering
+	// deliveries again).
+	t.Logf("ordered consumer: %d lost deliveries seen, %d delivery sequences gone back",
+		strings.Count(orderedConsumer.out.String(), "never arrived"), strings.Count(orderedConsumer.out.String(), "delivery sequence went back"))
 	for _, d := range fig.recover {
 		fig.maxRecoverWait = max(fig.maxRecoverWait, d)
 	}
