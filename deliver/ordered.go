@@ -30,10 +30,11 @@ import (
 //     each partition is owned by the replica whose lease key it created;
 //     each replica keeps up to its quota of what it owns, claims free
 //     partitions below it and releases (after its in-flight deliveries)
-//     what is over it (see share: a replica joining or leaving moves about
-//     partitions/n of them, not all). A replica stops starting attempts on a partition once its
-//     lease was not renewed for LeaseTTL*3/4 (a frozen replica fences
-//     itself before its lease can be taken).
+//     what is over it (see share: a replica joining or leaving moves
+//     about partitions/n of them, not all). A replica stops starting
+//     attempts on a partition once its lease was not renewed for
+//     LeaseTTL*3/4 (a frozen replica fences itself before its lease can
+//     be taken).
 //   - A new owner delivers nothing until every message pending on the
 //     partition's consumer (the previous owner's in-flight, queued and
 //     unacked ones, redelivered after AckWait) is in its hands; then it

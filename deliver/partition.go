@@ -585,12 +585,6 @@ func (f *fenceBuffer) add(m jetstream.Msg) {
 	f.msgs[streamSeq(m)] = m
 }
 
-func (f *fenceBuffer) len() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.msgs)
-}
-
 func (f *fenceBuffer) snapshot() []jetstream.Msg {
 	f.mu.Lock()
 	defer f.mu.Unlock()
