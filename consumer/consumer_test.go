@@ -198,7 +198,18 @@ func TestStopLetsTheDeliveryInFlightFinishAndAcks(t *testing.T) {
 	b := setup(t)
 	b.createEvents(t)
 	hold := make(chan struct{})
-	srv, got := receiver(t, hold)
+	inner, got := receiver(t, hold)
+	// The POST is in flight once it reached the receiver (the message
+	// pending on the consumer may still wait in the client's buffer).
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		inner.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
 	// Unordered, so that one durable on the events stream shows the ack.
 	s := sub("slow", srv.URL)
 	s.Ordering = deliver.OrderingNone
@@ -208,10 +219,11 @@ func TestStopLetsTheDeliveryInFlightFinishAndAcks(t *testing.T) {
 	cons, err := b.js.Consumer(b.ctx, wire.DefaultEventsStream, "slow")
 	require.NoError(t, err)
 	b.publish(t, 7, "order-7")
-	require.Eventually(t, func() bool {
-		info, err := cons.Info(b.ctx)
-		return err == nil && info.NumAckPending == 1
-	}, 20*time.Second, 10*time.Millisecond, "the POST is in flight")
+	select {
+	case <-arrived:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the POST never reached the receiver")
+	}
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- c.Stop(b.ctx) }()
