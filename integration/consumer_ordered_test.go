@@ -420,3 +420,67 @@ func TestOrderedParkedStreamListSkipAndReplayCLI(t *testing.T) {
 	require.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, watch.accepted[replayed], "replay: 3, then 4–9")
 	require.Empty(t, dlqList(t, natsURL))
 }
+
+// A replica frozen (SIGSTOP) past its lease TTL and AckWait while it
+// delivers: the other takes its partitions over, and when the frozen one
+// wakes (SIGCONT) it starts no attempt on what it lost (its lease deadline
+// passed, then its renewal finds the key taken), rejoins and takes a share
+// of the events published after. No stream is delivered by two replicas at
+// once, every stream in order.
+func TestOrderedReplicaFrozenPastItsLeaseStartsNothingWhenItWakes(t *testing.T) {
+	t.Parallel()
+	const (
+		streams   = 200
+		perStream = 30 // before the freeze; as many again after the wake
+		events    = streams * perStream
+	)
+	b := setupJetStream(t)
+	watch := newOrderWatch(streams)
+	rsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		s, ver := watch.arrive(r.Header.Get(wire.HeaderIdempotencyKey))
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // requests that last, so overlaps would show
+		w.WriteHeader(http.StatusNoContent)
+		watch.answered(s, ver, http.StatusNoContent, r.Header.Get(wire.HeaderReplica), start)
+	}))
+	t.Cleanup(rsrv.Close)
+	env := []string{"JSBRIDGE_SECRET=" + testSecret}
+	args := orderedArgs(b.srv.ClientURL(), rsrv.URL, "--max-in-flight", "16", "--log-level", "info")
+	frozen := startProc(t, env, "consumer", append(args, "--replica-id", "r1")...)
+	startProc(t, env, "consumer", append(args, "--replica-id", "r2")...)
+	publishMany(t, b, events, streams)
+
+	require.True(t, waitProgress(func() bool { return watch.acceptedCount() >= events/4 }, watch.acceptedCount, 60*time.Second, 5*time.Minute), "a quarter delivered")
+	require.NoError(t, frozen.cmd.Process.Signal(syscall.SIGSTOP))
+	frozeAt := time.Now()
+	t.Cleanup(func() { _ = frozen.cmd.Process.Signal(syscall.SIGCONT) })
+	// Frozen for 5 s, past its lease TTL and AckWait (1 s and 2 s,
+	// orderedArgs), while r2 takes its partitions over and delivers.
+	atFreeze := watch.acceptedCount()
+	require.True(t, waitProgress(func() bool {
+		return time.Since(frozeAt) > 5*time.Second && watch.acceptedCount() >= min(atFreeze+events/8, events)
+	}, watch.acceptedCount, 60*time.Second, 5*time.Minute), "r2 delivers while r1 is frozen")
+	require.NoError(t, frozen.cmd.Process.Signal(syscall.SIGCONT))
+	wokeAt := time.Now()
+	require.True(t, waitFor(30*time.Second, func() bool { return strings.Contains(frozen.out.String(), "partition lease lost") }),
+		"r1 finds its leases taken when it wakes:\n%s", frozen.out.String())
+	for first := events + 1; first <= 2*events; first += 2000 {
+		b.publish(t, int64(first), min(2000, 2*events-first+1), streams)
+	}
+
+	require.True(t, waitProgress(func() bool { return watch.acceptedCount() >= 2*events }, watch.acceptedCount, 60*time.Second, 5*time.Minute),
+		"all delivered: %d of %d; r1:\n%s", watch.acceptedCount(), 2*events, frozen.out.String())
+	watch.check(t, 2*perStream, true)
+	afterWake := 0
+	watch.mu.Lock()
+	for _, spans := range watch.spans {
+		for _, s := range spans {
+			if s.replica == "r1" && s.start.After(wokeAt) {
+				afterWake++
+			}
+		}
+	}
+	watch.mu.Unlock()
+	t.Logf("r1 frozen %s; %d of its requests after it woke", wokeAt.Sub(frozeAt).Round(time.Millisecond), afterWake)
+	require.Positive(t, afterWake, "r1 rejoined and delivered again after it woke:\n%s", frozen.out.String())
+}
