@@ -126,11 +126,23 @@ func (e *env) consumerRun(ctx context.Context, s *partSink, name, ordering strin
 			"--ordering", ordering, "--partitions", fmt.Sprint(orderedPartitions), "--lease-ttl", orderedLeaseTTL.String(),
 			"--ack-wait", orderedAckWait.String(), "--timeout", "4s", "--replica-id", fmt.Sprintf("%s-%d", name, i),
 		}
+		ops := 0
+		var err error
+		if e.cfg.ProfileDir != "" && i == 0 && !kill {
+			// The first replica's CPU profile (-profile-dir).
+			if ops, err = proc.FreePort(); err != nil {
+				return 0, 0, err
+			}
+			args = append(args, "--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--pprof")
+		}
 		p, err := e.procs.Start(fmt.Sprintf("consumer %s-%d", name, i), e.cfg.Bin+"/consumer", args, "JSBRIDGE_SECRET=whsec_"+base64.StdEncoding.EncodeToString(secret))
 		if err != nil {
 			return 0, 0, err
 		}
 		ps = append(ps, p)
+		if ops != 0 {
+			e.profile("consumer-"+name, ops)
+		}
 	}
 	var handover time.Duration
 	if kill {
