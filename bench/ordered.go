@@ -144,6 +144,13 @@ func (e *env) consumerRun(ctx context.Context, s *partSink, name, ordering strin
 			e.profile("consumer-"+name, ops)
 		}
 	}
+	if e.cfg.ProfileDir != "" && !kill {
+		// This process hosts the JetStream server (and the sink).
+		go func() {
+			time.Sleep(time.Second)
+			e.profileSelf("server-" + name)
+		}()
+	}
 	var handover time.Duration
 	if kill {
 		if err := e.waitFor(ctx, 10*time.Minute, name+": a quarter delivered", func() (bool, error) { return s.n.Load() >= int64(n/4), nil }); err != nil {
