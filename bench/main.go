@@ -70,7 +70,7 @@ func main() {
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
 	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, claim, fair, consumer, ordered, tracing, e2e")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
-	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save 5-second CPU profiles here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer during the consumer row")
+	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save 5-second CPU profiles here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer during the consumer row, the first replica and this process during each ordered row")
 	flag.StringVar(&cfg.BareChild, "bare-consumer-child", "", "internal (the consumer row starts it): \"<nats-url> <sink-url>\": run the bare pull → POST → ack loop with -in-flight workers until SIGTERM (and save a CPU profile to -profile-dir)")
 	flag.Parse()
 	if cfg.Quick {
