@@ -111,15 +111,13 @@ type failoverFigures struct {
 // consumers at R3; a bridge process and three consumer processes (two
 // with ordering none, one of them one message at a time, and one with
 // ordering stream) connected to all three client URLs; a producer
-// appending all along. The node leading the
-// EVENTS stream is shut down (as a kill: no leadership hand-over) and
-// restarted from its store, over and over, while the bridge drains and the
-// consumers deliver. Afterwards JetStream holds every event once, each
-// stream in version order; every receiver (package webhook with its
-// Postgres idempotency store) processed every event once, the ordered
-// subscription's (--ordering stream) too, none of its streams stalled;
-// the strict and the ordered subscriptions' receivers saw each stream in
-// version order;
+// appending all along. The node leading the EVENTS stream is shut down (as
+// a kill: no leadership hand-over) and restarted from its store, over and
+// over, while the bridge drains and the consumers deliver. Afterwards
+// JetStream holds every event once, each stream in version order (EVENTS
+// and its partitioned copy); every receiver (package webhook with its
+// Postgres idempotency store) processed every event once; the strict and
+// the ordered subscriptions' receivers saw each stream in version order;
 // every restarted node's replica caught up with the leader.
 func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	t.Parallel()
@@ -204,7 +202,7 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 	delivered := func() int { return rc.distinct() + strict.distinct() + ordered.distinct() }
 	fig := failoverFigures{}
 	for range kills {
-		// Each kill comes while the bridge forwards and both consumers
+		// Each kill comes while the bridge forwards and the consumers
 		// deliver: the receivers have processed more since the last one.
 		seen, seenStrict, seenOrdered := rc.distinct(), strict.distinct(), ordered.distinct()
 		require.True(t, waitProgress(func() bool {
