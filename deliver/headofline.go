@@ -113,9 +113,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 			} else {
 				r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeAck, resp.class()).Inc()
 			}
-			if pt.ack(m, log()) {
-				pt.settled(key, streamSeq(m))
-			}
+			pt.ack(m, log())
 			return
 		case verdictPermanent:
 			ended(at, OutcomeTerm, resp.class(), resp.reason())
@@ -141,11 +139,12 @@ func (pt *partition) deliver(m jetstream.Msg) {
 
 // ack double-acks m (JetStream confirms the ack is recorded, so a new
 // owner never sees m again once its successor was sent), retrying with
-// backoff. It reports whether the ack is recorded. When it is not (the
-// partition was released meanwhile, or 10 tries failed, which releases
-// the partition), the lane's later events are returned to JetStream, not
-// delivered: m comes back first, to whoever owns the partition next.
-func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) bool {
+// backoff, and records m settled once the ack is recorded. When it is not
+// (the partition was released meanwhile, or 10 tries failed, which
+// releases the partition), the lane's later events are returned to
+// JetStream, not delivered: m comes back first, to whoever owns the
+// partition next.
+func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) {
 	seq := streamSeq(m)
 	pt.mu.Lock()
 	pt.acking[seq] = true
@@ -162,15 +161,15 @@ func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) bool {
 		cancel()
 		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 			pt.settled(wire.StreamKey(m.Subject()), seq) // before it leaves acking
-			return true
+			return
 		}
 		if pt.ctx.Err() != nil {
-			return false
+			return
 		}
 		if tries >= 10 {
 			log.Error("ack failed 10 times; releasing the partition so that the event comes back before its successors", slog.Any("error", err))
 			pt.release()
-			return false
+			return
 		}
 		d := pause.Next()
 		log.Warn("ack failed; retrying (the stream's next event waits for it)", slog.Any("error", err), slog.Duration("retry_in", d))
@@ -230,9 +229,7 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl DeadLetter
 	} else {
 		log.Error("delivery failed for good, dead-lettered; its stream goes on", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
 	}
-	if pt.ack(m, log) {
-		pt.settled(wire.StreamKey(m.Subject()), streamSeq(m))
-	}
+	pt.ack(m, log)
 }
 
 // eventsMsg is a message of the partitioned copy seen as the events

@@ -302,7 +302,7 @@ func (o *ordering) cycle(ctx context.Context) {
 		keep, _, claim := share(o.c.cfg.Partitions, members, self, owned, taken)
 		// Held partitions first (renewed, or released when no longer
 		// wanted), then claims.
-		for _, p := range append(slices.Clone(r.ord.ownedOrReleasing()), claim...) {
+		for _, p := range append(r.ord.ownedOrReleasing(), claim...) {
 			if err := cctx.Err(); err != nil {
 				if !errors.Is(err, context.Canceled) {
 					r.log.Warn("lease renewals and claims took longer than half the lease TTL; the rest waits for the next round", slog.Duration("lease_ttl", o.c.cfg.LeaseTTL))

@@ -117,9 +117,7 @@ func (or *orderedRunner) hold(pt *partition, key string, m jetstream.Msg) bool {
 	}
 	if eventID(m) == ps.entry.HeadEventID {
 		or.mu.Unlock()
-		if pt.ack(m, pt.log) {
-			pt.settled(key, streamSeq(m))
-		}
+		pt.ack(m, pt.log)
 		return true
 	}
 	seq := streamSeq(m)

@@ -204,14 +204,14 @@ func eachMessageOf(t *testing.T, js jetstream.JetStream, name string, fn func(h 
 	}
 }
 
-// jsStreamEvents reads the whole EVENTS stream and returns, per source
-// stream, the versions in stored order, and the number of times each event
-// id was stored.
-func jsStreamEvents(t *testing.T, js jetstream.JetStream) (map[string][]int64, map[string]int) {
+// jsStreamEvents reads the whole JetStream stream name and returns, per
+// source stream, the versions in stored order, and the number of times
+// each event id was stored.
+func jsStreamEvents(t *testing.T, js jetstream.JetStream, name string) (map[string][]int64, map[string]int) {
 	t.Helper()
 	versions := map[string][]int64{}
 	ids := map[string]int{}
-	eachStoredMessage(t, js, func(h nats.Header) {
+	eachMessageOf(t, js, name, func(h nats.Header) {
 		v, err := strconv.ParseInt(h.Get(wire.HeaderStreamVersion), 10, 64)
 		require.NoError(t, err)
 		stream := h.Get(wire.HeaderSubject)
@@ -221,20 +221,28 @@ func jsStreamEvents(t *testing.T, js jetstream.JetStream) (map[string][]int64, m
 	return versions, ids
 }
 
-// requireExactlyOnceInOrder checks that JetStream holds exactly the events
-// heads says (stream -> last version), each once, each stream in order.
+// requireExactlyOnceInOrder checks that the EVENTS stream holds exactly the
+// events heads says (stream -> last version), each once, each stream in
+// order.
 func requireExactlyOnceInOrder(t *testing.T, js jetstream.JetStream, heads map[string]int64) {
 	t.Helper()
-	versions, ids := jsStreamEvents(t, js)
+	requireStreamExactlyOnceInOrder(t, js, "EVENTS", heads)
+}
+
+// requireStreamExactlyOnceInOrder checks JetStream stream name as
+// requireExactlyOnceInOrder checks EVENTS.
+func requireStreamExactlyOnceInOrder(t *testing.T, js jetstream.JetStream, name string, heads map[string]int64) {
+	t.Helper()
+	versions, ids := jsStreamEvents(t, js, name)
 	for id, n := range ids {
-		require.Equal(t, 1, n, "event %s stored %d times", id, n)
+		require.Equal(t, 1, n, "%s: event %s stored %d times", name, id, n)
 	}
-	require.Len(t, versions, len(heads), "streams in JetStream")
+	require.Len(t, versions, len(heads), "streams in %s", name)
 	for stream, head := range heads {
 		vs := versions[stream]
-		require.Len(t, vs, int(head+1), "stream %s", stream)
+		require.Len(t, vs, int(head+1), "%s: stream %s", name, stream)
 		for i, v := range vs {
-			require.Equal(t, int64(i), v, "stream %s: position %d holds version %d", stream, i, v)
+			require.Equal(t, int64(i), v, "%s: stream %s: position %d holds version %d", name, stream, i, v)
 		}
 	}
 }

@@ -97,6 +97,37 @@ func (o *orderWatch) answered(s, v, status int, replica string, start time.Time)
 	o.spans[s] = append(o.spans[s], span{replica, start, time.Now()})
 }
 
+// slowReceiver is an httptest receiver that records every request in o
+// and answers 204 after 0–20 ms: requests that last, so that two replicas
+// delivering one stream at once would overlap.
+func (o *orderWatch) slowReceiver(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		s, ver := o.arrive(r.Header.Get(wire.HeaderIdempotencyKey))
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+		w.WriteHeader(http.StatusNoContent)
+		o.answered(s, ver, http.StatusNoContent, r.Header.Get(wire.HeaderReplica), start)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// requestsSince counts, per replica, the requests that started after at.
+func (o *orderWatch) requestsSince(at time.Time) map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := map[string]int{}
+	for _, spans := range o.spans {
+		for _, s := range spans {
+			if s.start.After(at) {
+				n[s.replica]++
+			}
+		}
+	}
+	return n
+}
+
 func (o *orderWatch) acceptedCount() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -299,14 +330,7 @@ func TestOrderedReplicaAddedAndRemovedNeverDeliversAStreamFromTwo(t *testing.T) 
 	)
 	b := setupJetStream(t)
 	watch := newOrderWatch(streams)
-	rsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		s, ver := watch.arrive(r.Header.Get(wire.HeaderIdempotencyKey))
-		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // requests that last, so overlaps would show
-		w.WriteHeader(http.StatusNoContent)
-		watch.answered(s, ver, http.StatusNoContent, r.Header.Get(wire.HeaderReplica), start)
-	}))
-	t.Cleanup(rsrv.Close)
+	rsrv := watch.slowReceiver(t)
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
 	args := orderedArgs(b.srv.ClientURL(), rsrv.URL, "--max-in-flight", "16")
 	first := startProc(t, env, "consumer", append(args, "--replica-id", "r1")...)
@@ -326,13 +350,9 @@ func TestOrderedReplicaAddedAndRemovedNeverDeliversAStreamFromTwo(t *testing.T) 
 	require.True(t, waitFor(2*time.Minute, func() bool { return watch.acceptedCount() >= events }), "all delivered: %d of %d", watch.acceptedCount(), events)
 	watch.check(t, perStream, true)
 	seen := map[string]bool{}
-	watch.mu.Lock()
-	for _, spans := range watch.spans {
-		for _, s := range spans {
-			seen[s.replica] = true
-		}
+	for replica := range watch.requestsSince(time.Time{}) {
+		seen[replica] = true
 	}
-	watch.mu.Unlock()
 	require.Equal(t, map[string]bool{"r1": true, "r2": true, "r3": true}, seen, "every replica delivered")
 }
 
@@ -436,14 +456,7 @@ func TestOrderedReplicaFrozenPastItsLeaseStartsNothingWhenItWakes(t *testing.T) 
 	)
 	b := setupJetStream(t)
 	watch := newOrderWatch(streams)
-	rsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		s, ver := watch.arrive(r.Header.Get(wire.HeaderIdempotencyKey))
-		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // requests that last, so overlaps would show
-		w.WriteHeader(http.StatusNoContent)
-		watch.answered(s, ver, http.StatusNoContent, r.Header.Get(wire.HeaderReplica), start)
-	}))
-	t.Cleanup(rsrv.Close)
+	rsrv := watch.slowReceiver(t)
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
 	args := orderedArgs(b.srv.ClientURL(), rsrv.URL, "--max-in-flight", "16", "--log-level", "info")
 	frozen := startProc(t, env, "consumer", append(args, "--replica-id", "r1")...)
@@ -471,16 +484,7 @@ func TestOrderedReplicaFrozenPastItsLeaseStartsNothingWhenItWakes(t *testing.T) 
 	require.True(t, waitProgress(func() bool { return watch.acceptedCount() >= 2*events }, watch.acceptedCount, 60*time.Second, 5*time.Minute),
 		"all delivered: %d of %d; r1:\n%s", watch.acceptedCount(), 2*events, frozen.out.String())
 	watch.check(t, 2*perStream, true)
-	afterWake := 0
-	watch.mu.Lock()
-	for _, spans := range watch.spans {
-		for _, s := range spans {
-			if s.replica == "r1" && s.start.After(wokeAt) {
-				afterWake++
-			}
-		}
-	}
-	watch.mu.Unlock()
+	afterWake := watch.requestsSince(wokeAt)["r1"]
 	t.Logf("r1 frozen %s; %d of its requests after it woke", wokeAt.Sub(frozeAt).Round(time.Millisecond), afterWake)
 	require.Positive(t, afterWake, "r1 rejoined and delivered again after it woke:\n%s", frozen.out.String())
 }
