@@ -40,19 +40,26 @@ func setupOrdered(t *testing.T) *orderedBundle {
 	return &orderedBundle{bundle: setup(t), events: map[string]orderedEvent{}, nextID: 1}
 }
 
-// publishStream publishes versions from..to-1 of stream.
+// publishStream publishes versions from..to-1 of stream, named
+// OrderNoted.
 func (b *orderedBundle) publishStream(t *testing.T, stream string, from, to int64) {
 	t.Helper()
 	for v := from; v < to; v++ {
-		b.mu.Lock()
-		id := b.nextID
-		b.nextID++
-		b.events[event.FormatID(id)] = orderedEvent{stream, v}
-		b.mu.Unlock()
-		e := event.Event{ID: id, Stream: stream, Version: v, Name: "OrderNoted", Data: []byte(`{}`), Created: time.Now()}
-		_, err := b.js.PublishMsg(b.ctx, forward.Message(e, forward.Config{}))
-		require.NoError(t, err)
+		b.publish(t, stream, v, "OrderNoted")
 	}
+}
+
+// publish publishes version v of stream with event name name.
+func (b *orderedBundle) publish(t *testing.T, stream string, v int64, name string) {
+	t.Helper()
+	b.mu.Lock()
+	id := b.nextID
+	b.nextID++
+	b.events[event.FormatID(id)] = orderedEvent{stream, v}
+	b.mu.Unlock()
+	e := event.Event{ID: id, Stream: stream, Version: v, Name: name, Data: []byte(`{}`), Created: time.Now()}
+	_, err := b.js.PublishMsg(b.ctx, forward.Message(e, forward.Config{}))
+	require.NoError(t, err)
 }
 
 func (b *orderedBundle) event(id string) orderedEvent {
@@ -235,6 +242,43 @@ func TestOrderedHeadOfLineRetryKeepsTheStreamWaitingAndOthersGoing(t *testing.T)
 	}
 	require.Equal(t, 6, attempts, "head: 5 failures then a success")
 	require.True(t, lastOther.Before(headOK), "the other streams finished (%s) before the stuck head got through (%s)", lastOther, headOK)
+}
+
+// A subscription filtering by event name gets some versions of each
+// stream (0, 3, 6, 9): the gaps in the versions are not lost events, and
+// each stream still goes out in order, every event once.
+func TestOrderedFilterByNameDeliversEveryMatchingVersionInOrder(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	rc := newOrderedReceiver(t, b, func(orderedEvent, int) int { return http.StatusNoContent })
+	s := orderedSub("placed", rc.URL)
+	s.FilterSubjects = []string{"events.*.*.OrderPlaced"}
+	streams := []string{"order-a", "order-b", "order-c", "order-d"}
+	const versions = 12
+	b.runOrdered(t, deliver.Config{}, s)
+	for v := range int64(versions) {
+		for _, st := range streams {
+			name := "OrderNoted"
+			if v%3 == 0 {
+				name = "OrderPlaced"
+			}
+			b.publish(t, st, v, name)
+		}
+	}
+	want := []int64{0, 3, 6, 9}
+	require.Eventually(t, func() bool {
+		acc := rc.accepted()
+		for _, st := range streams {
+			if len(acc[st]) < len(want) {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond, "every OrderPlaced event delivered")
+	for _, st := range streams {
+		require.Equal(t, want, rc.accepted()[st], "stream %s: accepted versions in arrival order", st)
+	}
+	require.Len(t, rc.deliveries(), len(want)*len(streams), "each matching event once, no other")
 }
 
 func TestOrderedParkThenReplayDeliversHeadAndHeldInOrder(t *testing.T) {

@@ -27,6 +27,9 @@ type orderedRunner struct {
 
 	mu     sync.Mutex
 	parked map[string]*parkedStream // by park bucket key
+
+	streamMu sync.Mutex
+	stream   jetstream.Stream // the partitioned stream, once looked up (copyStream)
 }
 
 // handLimit bounds the events in this subscription's lanes on this
@@ -305,15 +308,62 @@ type partition struct {
 	inLane   map[uint64]bool   // sequences submitted to a lane and not left it
 	acking   map[uint64]bool   // sequences whose ack was sent and not confirmed yet
 	lanes    lanes
+	// waiting holds, by stream key, events that arrived while an earlier
+	// event of their stream that the partition consumer delivers was not
+	// handed on yet (lost on its way, to be redelivered), in stream order.
+	waiting map[string][]waitingMsg
+
+	// The run loop's alone:
+	seen     map[string]streamPos // stream key → the last event of the stream handed on (to its lane, or held)
+	checks   chan successorCheck  // answers of the successor look-ups running
+	checking map[string]bool      // stream keys with a successor look-up running
+	filters  []string             // the partition consumer's filter subjects
+	// successor looks up a stream's next event (successorSeq; tests
+	// replace it).
+	successor func(key string, after uint64) (uint64, error)
+}
+
+// streamPos is the last event of a stream a partition handed on: its
+// sequence in the partitioned stream and its stream version, and the
+// sequence of the stream's next event the partition consumer delivers when
+// known (0: not looked up).
+type streamPos struct {
+	seq       uint64
+	version   int64
+	versioned bool
+	next      uint64
+}
+
+// waitingMsg is an event waiting for an earlier event of its stream, and
+// since when.
+type waitingMsg struct {
+	msg   jetstream.Msg
+	since time.Time
+}
+
+// successorCheck is the answer of a look-up of the stream key's first
+// event after sequence after that the partition consumer delivers: at
+// sequence next (0: none), or err.
+type successorCheck struct {
+	key   string
+	after uint64
+	next  uint64
+	err   error
 }
 
 func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *partition {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &partition{
+	// createConsumers made the partition consumers from the same config.
+	cfg, _ := or.consumerConfig(or.r.c.ord, p)
+	pt := &partition{
 		or: or, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		deadline: deadline, lastDone: map[string]uint64{}, recent: map[uint64]bool{}, inLane: map[uint64]bool{}, acking: map[uint64]bool{},
-		log: or.r.log.With(slog.Int("partition", p)),
+		waiting: map[string][]waitingMsg{}, seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
+		filters: cfg.FilterSubjects,
+		log:     or.r.log.With(slog.Int("partition", p)),
 	}
+	pt.successor = pt.successorSeq
+	return pt
 }
 
 func (pt *partition) setDeadline(t time.Time) {
@@ -395,9 +445,12 @@ func (pt *partition) run() {
 	kctx, stopKeep := context.WithCancel(context.Background())
 	defer stopKeep()
 	var fence fenceBuffer
-	// What the partition holds without delivering it: the fence and the
-	// events queued behind their stream's running delivery.
-	go pt.or.r.keepHeldAlive(kctx, func() []jetstream.Msg { return append(fence.snapshot(), pt.lanes.queued()...) })
+	// What the partition holds without delivering it: the fence, the
+	// events queued behind their stream's running delivery and those
+	// waiting for an earlier event of their stream.
+	go pt.or.r.keepHeldAlive(kctx, func() []jetstream.Msg {
+		return append(append(fence.snapshot(), pt.lanes.queued()...), pt.waitingMsgs()...)
+	})
 
 	fencing := true
 	var lastCheck time.Time
@@ -411,6 +464,7 @@ func (pt *partition) run() {
 	// hide below lastCSeq; the partition goes behind the fence too, and
 	// follows the new leader's numbering from there.
 	var lastCSeq uint64
+	var lastUnstick time.Time
 	for pt.ctx.Err() == nil {
 		if !fencing && pt.or.inHand.Load() >= pt.or.handLimit() {
 			// Enough events in the lanes: pull no more for now (what
@@ -432,6 +486,9 @@ func (pt *partition) run() {
 			if msg != nil {
 				msg = parsedOnce(msg)
 			}
+		case c := <-pt.checks:
+			pt.checked(c, &wg)
+			continue
 		case <-time.After(fenceCheck):
 			err = nats.ErrTimeout
 		case <-pt.ctx.Done():
@@ -482,6 +539,10 @@ func (pt *partition) run() {
 		if iter == nil {
 			break
 		}
+		if !fencing && time.Since(lastUnstick) >= pt.or.r.sub.AckWait {
+			lastUnstick = time.Now()
+			pt.unstick(&wg)
+		}
 		if fencing && time.Since(lastCheck) >= fenceCheck {
 			lastCheck = time.Now()
 			info, err := pt.cons.Info(pt.ctx)
@@ -518,7 +579,7 @@ func (pt *partition) run() {
 		}
 		iter.Stop()
 	}
-	for _, m := range fence.take() {
+	for _, m := range append(fence.take(), pt.takeWaiting()...) {
 		r.nak(pt.log, m, 0)
 	}
 	pt.or.returnHeld(pt)
@@ -544,7 +605,12 @@ const pullWait = 5 * pullHeartbeat
 // iter ends (ErrMsgIteratorClosed, sent too) or stop is closed. A message
 // read once nobody receives any more (stop closed) is Nak'd.
 func (pt *partition) read(iter jetstream.MessagesContext, stop <-chan struct{}) <-chan pulled {
-	out := make(chan pulled)
+	// Buffered, so that Next keeps emptying the client's pull buffer
+	// while the run loop waits (on a consumer info request during a
+	// failover): nats.go drops what overflows that buffer ("slow
+	// consumer"), and after a reconnect the server may answer the pull
+	// requests of before and after it.
+	out := make(chan pulled, 4*pt.or.pullBatch())
 	go func() {
 		for {
 			msg, err := iter.Next(jetstream.NextMaxWait(pullWait))
@@ -644,10 +710,18 @@ func streamSeq(m jetstream.Msg) uint64 {
 }
 
 // dispatch hands msg to its stream's lane, holds it when its stream is
-// parked, and acks a stale copy of an event already settled (a
-// redelivery that raced its own ack).
+// parked, keeps it while an earlier event of its stream has not arrived
+// (see handOn), and acks a stale copy of an event already settled (a
+// redelivery that raced its own ack). Then the events waiting for msg go
+// on. Only the run loop calls it.
 func (pt *partition) dispatch(msg jetstream.Msg, wg *sync.WaitGroup) {
 	key := wire.StreamKey(msg.Subject())
+	pt.dispatchOne(key, msg, wg)
+	pt.dispatchWaiting(key, wg)
+}
+
+// dispatchOne is dispatch without the waiting events.
+func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGroup) {
 	seq := streamSeq(msg)
 	pt.mu.Lock()
 	behind := seq != 0 && seq <= pt.lastDone[key]
@@ -662,6 +736,9 @@ func (pt *partition) dispatch(msg jetstream.Msg, wg *sync.WaitGroup) {
 		// lost on its way that the gap fence did not see. Delivered late
 		// rather than acked unsent: out of order beats lost.
 		pt.log.Warn("an event arrived after a later event of its stream was settled; delivering it late", slog.String("event_id", eventID(msg)), slog.Uint64("seq", seq))
+	}
+	if !pt.handOn(key, msg) {
+		return
 	}
 	if pt.or.hold(pt, key, msg) {
 		return
@@ -717,8 +794,8 @@ func (pt *partition) settled(key string, seq uint64) {
 const settledKept = 16384
 
 // handCount is how many distinct events of the partition are in hand and
-// not settled nor being acked: in the fence, in the lanes or held behind a
-// parked head.
+// not settled nor being acked: in the fence, in the lanes, waiting for a
+// predecessor or held behind a parked head.
 // Each is counted once: a redelivered copy of an event still in its lane
 // (sent again by a new consumer leader, or after AckWait) waits in the
 // fence too, and counting it twice would let the fence pass while a lost
@@ -733,6 +810,11 @@ func (pt *partition) handCount(fence *fenceBuffer) int {
 	pt.mu.Lock()
 	for s := range pt.inLane {
 		seqs[s] = true
+	}
+	for _, w := range pt.waiting {
+		for _, x := range w {
+			seqs[streamSeq(x.msg)] = true
+		}
 	}
 	for s := range seqs {
 		if pt.recent[s] || pt.acking[s] {

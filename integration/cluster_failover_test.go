@@ -299,9 +299,12 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 
 	// How often the ordered subscription's partitions went behind the
 	// fence again (a lost delivery, or a new consumer leader numbering
-	// deliveries again).
-	t.Logf("ordered consumer: %d lost deliveries seen, %d delivery sequences gone back",
-		strings.Count(orderedConsumer.out.String(), "never arrived"), strings.Count(orderedConsumer.out.String(), "delivery sequence went back"))
+	// deliveries again), and how often a stream's later events waited
+	// for an earlier one that had not arrived when the fence passed.
+	orderedOut := orderedConsumer.out.String()
+	t.Logf("ordered consumer: %d lost deliveries seen, %d delivery sequences gone back, %d streams waited for a lost event, %d client buffer overflows",
+		strings.Count(orderedOut, "never arrived"), strings.Count(orderedOut, "delivery sequence went back"),
+		strings.Count(orderedOut, "has not arrived (lost on its way?)"), strings.Count(orderedOut, "slow consumer"))
 	for _, d := range fig.recover {
 		fig.maxRecoverWait = max(fig.maxRecoverWait, d)
 	}

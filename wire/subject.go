@@ -149,3 +149,30 @@ func AttemptSubject(prefix, subscription, eventID string) string {
 func AttemptFilter(prefix, eventID string) string {
 	return prefix + ".*." + EscapeToken(eventID)
 }
+
+// IntersectFilters returns the subject filter matching exactly the subjects
+// both filters a and b match (tokens "*" and ">" as in NATS), and false when
+// no subject matches both. E.g. "events.*.*.OrderPlaced" and
+// "events.order.order-42.*" give "events.order.order-42.OrderPlaced".
+func IntersectFilters(a, b string) (string, bool) {
+	at, bt := strings.Split(a, "."), strings.Split(b, ".")
+	out := make([]string, 0, max(len(at), len(bt)))
+	for i := 0; ; i++ {
+		switch {
+		case i == len(at) && i == len(bt):
+			return strings.Join(out, "."), true
+		case i < len(at) && at[i] == ">" && i < len(bt):
+			return strings.Join(append(out, bt[i:]...), "."), true
+		case i < len(bt) && bt[i] == ">" && i < len(at):
+			return strings.Join(append(out, at[i:]...), "."), true
+		case i == len(at) || i == len(bt):
+			return "", false
+		case at[i] == "*":
+			out = append(out, bt[i])
+		case bt[i] == "*" || at[i] == bt[i]:
+			out = append(out, at[i])
+		default:
+			return "", false
+		}
+	}
+}

@@ -228,3 +228,26 @@ func TestValidatePrefix(t *testing.T) {
 		require.ErrorIs(t, wire.ValidatePrefix(bad), wire.ErrInvalidPrefix, "%q", bad)
 	}
 }
+
+func TestIntersectFilters(t *testing.T) {
+	for _, c := range []struct {
+		a, b, want string
+		ok         bool
+	}{
+		{"events.*.*.OrderPlaced", "events.order.order-42.*", "events.order.order-42.OrderPlaced", true},
+		{"events.>", "events.order.order-42.*", "events.order.order-42.*", true},
+		{"events.order.order-42.*", "events.>", "events.order.order-42.*", true},
+		{"events.order.>", "events.*.order-42.*", "events.order.order-42.*", true},
+		{"events.invoice.>", "events.order.order-42.*", "", false},
+		{"events.*.*.OrderPlaced", "events.order.order-42.OrderShipped", "", false},
+		{"events.a.b", "events.a.b", "events.a.b", true},
+		{"events.a", "events.a.b", "", false},
+		{"events.a.>", "events.a", "", false},
+		{">", "a.*", "a.*", true},
+		{"a.*.>", "a.b.>", "a.b.>", true},
+	} {
+		got, ok := wire.IntersectFilters(c.a, c.b)
+		require.Equal(t, c.ok, ok, "%q ∩ %q", c.a, c.b)
+		require.Equal(t, c.want, got, "%q ∩ %q", c.a, c.b)
+	}
+}
