@@ -609,8 +609,9 @@ func (pt *partition) read(iter jetstream.MessagesContext, stop <-chan struct{}) 
 	// while the run loop waits (on a consumer info request during a
 	// failover): nats.go drops what overflows that buffer ("slow
 	// consumer"), and after a reconnect the server may answer the pull
-	// requests of before and after it.
-	out := make(chan pulled, 4*pt.or.pullBatch())
+	// requests of before and after it. Two batches absorb that; more
+	// would only keep messages out of JetStream, with no InProgress.
+	out := make(chan pulled, 2*pt.or.pullBatch())
 	go func() {
 		for {
 			msg, err := iter.Next(jetstream.NextMaxWait(pullWait))
