@@ -92,6 +92,10 @@ type ordering struct {
 	eventsPrefix string
 	leases       jetstream.KeyValue
 	parks        jetstream.KeyValue
+	// leaseTTL is the lease bucket's TTL: Config.LeaseTTL, unless the
+	// bucket existed with another (then every replica goes by the
+	// bucket's, so that a lease never expires before its owner renews it).
+	leaseTTL time.Duration
 }
 
 // newOrdering returns the ordering state of c, or nil when no subscription
@@ -176,6 +180,9 @@ func (o *ordering) provision(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if o.leaseTTL, err = o.bucketTTL(ctx); err != nil {
+		return err
+	}
 	if o.parks, err = bucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket: wire.DefaultParkBucket, Description: "jsbridge ordered subscriptions' parked streams",
 		Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
@@ -189,6 +196,29 @@ func (o *ordering) provision(ctx context.Context) error {
 	}
 	o.provisioned = true
 	return nil
+}
+
+// bucketTTL returns the lease bucket's TTL, warning when it is not
+// Config.LeaseTTL: the bucket was created with another one (by an earlier
+// run, or a replica with another --lease-ttl), and its keys expire after
+// it whatever a replica was told. A replica renewing on its own longer TTL
+// would lose its leases between renewals; on a shorter one, its killed
+// partitions would move later than it says.
+func (o *ordering) bucketTTL(ctx context.Context) (time.Duration, error) {
+	st, err := o.leases.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("deliver: key-value bucket %q: %w", wire.DefaultLeaseBucket, err)
+	}
+	ttl := st.TTL()
+	if ttl <= 0 {
+		return o.c.cfg.LeaseTTL, nil
+	}
+	if ttl != o.c.cfg.LeaseTTL {
+		o.log.Warn(fmt.Sprintf("the lease bucket's TTL is not the configured lease TTL; using the bucket's, which every replica shares. "+
+			"To change it, stop every replica of the ordered subscriptions, then delete the bucket (nats kv del %s)", wire.DefaultLeaseBucket),
+			slog.Duration("bucket_ttl", ttl), slog.Duration("lease_ttl", o.c.cfg.LeaseTTL))
+	}
+	return ttl, nil
 }
 
 // bucket returns the key-value bucket of cfg, creating it when missing.
@@ -237,7 +267,7 @@ func (o *ordering) run(ctx context.Context) {
 		r.log.Info("subscription started", slog.Any("filter_subjects", r.sub.FilterSubjects), slog.Int("max_in_flight", r.sub.MaxInFlight),
 			slog.String("ordering", string(r.sub.Ordering)), slog.Int("partitions", o.c.cfg.Partitions), slog.String("replica", o.c.cfg.ReplicaID))
 	}
-	every := o.c.cfg.LeaseTTL / 4
+	every := o.leaseTTL / 4
 	for ctx.Err() == nil {
 		o.cycle(ctx)
 		select {
@@ -279,7 +309,7 @@ func (o *ordering) view(ctx context.Context, subscription string) (members []str
 // renews what it holds, releases what is no longer its share and claims
 // its share.
 func (o *ordering) cycle(ctx context.Context) {
-	cctx, cancel := context.WithTimeout(ctx, o.c.cfg.LeaseTTL/2)
+	cctx, cancel := context.WithTimeout(ctx, o.leaseTTL/2)
 	defer cancel()
 	self := o.c.cfg.ReplicaID
 	start := time.Now()
@@ -305,7 +335,7 @@ func (o *ordering) cycle(ctx context.Context) {
 		for _, p := range append(r.ord.ownedOrReleasing(), claim...) {
 			if err := cctx.Err(); err != nil {
 				if !errors.Is(err, context.Canceled) {
-					r.log.Warn("lease renewals and claims took longer than half the lease TTL; the rest waits for the next round", slog.Duration("lease_ttl", o.c.cfg.LeaseTTL))
+					r.log.Warn("lease renewals and claims took longer than half the lease TTL; the rest waits for the next round", slog.Duration("lease_ttl", o.leaseTTL))
 				}
 				return // or shutting down: shutdown releases everything
 			}

@@ -462,3 +462,54 @@ func TestOrderedSwitchStartsAfterTheUnorderedAckFloor(t *testing.T) {
 	require.Len(t, rc.deliveries(), 15, "versions 0-9 were not sent again")
 	require.Equal(t, []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, rc.accepted()["order-1"])
 }
+
+// logBuffer collects a consumer's log lines (and passes them to t.Log).
+type logBuffer struct {
+	t  *testing.T
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.b.Write(p)
+	l.mu.Unlock()
+	return tWriter{l.t}.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A lease bucket created with another TTL (an earlier run, a replica with
+// another lease TTL) keeps it: its keys expire after it. A replica goes by
+// the bucket's TTL, and says so, instead of renewing on its own: told 8 s,
+// it would renew every 2 s keys that expire after 1 s, and lose them.
+func TestOrderedUsesTheLeaseBucketsTTL(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	kv, err := b.js.CreateKeyValue(b.ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultLeaseBucket, TTL: time.Second, History: 1})
+	require.NoError(t, err)
+	rc := newOrderedReceiver(t, b, func(orderedEvent, int) int { return http.StatusNoContent })
+	logs := &logBuffer{t: t}
+	b.runOrdered(t, deliver.Config{LeaseTTL: 8 * time.Second, Partitions: 2,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}, orderedSub("ttl", rc.URL))
+	b.publishStream(t, "order-1", 0, 5)
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-1"]) == 5 }, 20*time.Second, 10*time.Millisecond)
+
+	// Partition 0's lease is renewed 4 times (each renewal writes its
+	// key: a new revision), and never lost meanwhile.
+	key := wire.LeaseKey("ttl", 0)
+	revisions := map[uint64]bool{}
+	require.Eventually(t, func() bool {
+		if e, err := kv.Get(b.ctx, key); err == nil {
+			revisions[e.Revision()] = true
+		}
+		return len(revisions) >= 5
+	}, 30*time.Second, 10*time.Millisecond, "partition 0's lease renewed")
+	require.NotContains(t, logs.String(), "partition lease lost")
+	require.Contains(t, logs.String(), "the lease bucket's TTL is not the configured lease TTL")
+	require.Contains(t, logs.String(), "bucket_ttl=1s lease_ttl=8s")
+}

@@ -192,7 +192,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 	key := wire.LeaseKey(or.r.sub.Name, p)
 	self := []byte(o.c.cfg.ReplicaID)
 	pt := or.parts[p]
-	ttl := o.c.cfg.LeaseTTL
+	ttl := o.leaseTTL
 	switch {
 	case pt != nil && pt.finished():
 		if !pt.lost {
