@@ -91,7 +91,9 @@ type Config struct {
 	// LeaseTTL is how long a partition lease and a membership heartbeat
 	// live unless renewed (renewed every LeaseTTL/4): a killed replica's
 	// partitions are taken over after at most LeaseTTL plus AckWait.
-	// Default DefaultLeaseTTL. Fixed when the lease bucket is created.
+	// Default DefaultLeaseTTL. Fixed when the lease bucket is created: a
+	// replica finding the bucket with another TTL goes by the bucket's
+	// (its keys expire after it) and logs a warning.
 	LeaseTTL time.Duration
 }
 

@@ -124,7 +124,7 @@ func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
 type orderingFlags struct {
 	Partitions int           `name:"partitions" env:"JSBRIDGE_PARTITIONS" default:"16" help:"Partitions of ordered delivery: the unit of ownership among replicas (at most this many replicas share an ordered subscription); the same on every replica; changing it needs the ${events_stream}_ORDERED stream recreated (default: ${default})."`
 	ReplicaID  string        `name:"replica-id" env:"JSBRIDGE_REPLICA_ID" help:"This replica's id in partition leases, consumer status and the Jsbridge-Replica webhook header: [A-Za-z0-9_-]+ (default: <hostname>-<pid>-<random>)."`
-	LeaseTTL   time.Duration `name:"lease-ttl" env:"JSBRIDGE_LEASE_TTL" default:"10s" help:"Lifetime of a partition lease and a membership heartbeat unless renewed (every quarter of it): a killed replica's partitions move after at most this plus AckWait; fixed when the lease bucket is created (default: ${default})."`
+	LeaseTTL   time.Duration `name:"lease-ttl" env:"JSBRIDGE_LEASE_TTL" default:"10s" help:"Lifetime of a partition lease and a membership heartbeat unless renewed (every quarter of it): a killed replica's partitions move after at most this plus AckWait; fixed when the lease bucket is created: a replica finding the bucket with another TTL uses the bucket's and warns (default: ${default})."`
 }
 
 type runCmd struct {
