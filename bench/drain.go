@@ -36,10 +36,22 @@ func backlog(n, streams int) []event.Event {
 	return evs
 }
 
-// freshEventsStream deletes and re-creates the EVENTS JetStream stream.
+// freshEventsStream deletes and re-creates the EVENTS JetStream stream,
+// and deletes what ordered delivery derived from an earlier one: its
+// partitioned copy (which would go on sourcing from the old sequence on,
+// past the new stream's messages) and the lease and park buckets (whose
+// TTL an earlier row chose).
 func (e *env) freshEventsStream(ctx context.Context) error {
 	if err := e.js.DeleteStream(ctx, wire.DefaultEventsStream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return err
+	}
+	if err := e.js.DeleteStream(ctx, wire.OrderedStream(wire.DefaultEventsStream)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	for _, b := range []string{wire.DefaultLeaseBucket, wire.DefaultParkBucket} {
+		if err := e.js.DeleteKeyValue(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return err
+		}
 	}
 	_, err := forward.Provision(ctx, e.js, forward.StreamConfig{})
 	return err

@@ -217,11 +217,6 @@ func (e *env) orderedRows(ctx context.Context) ([]row, error) {
 	if err := e.freshEventsStream(ctx); err != nil {
 		return nil, err
 	}
-	// The partitioned copy and the buckets of an earlier run would not
-	// match the fresh events stream.
-	_ = e.js.DeleteStream(ctx, wire.OrderedStream(wire.DefaultEventsStream))
-	_ = e.js.DeleteKeyValue(ctx, wire.DefaultLeaseBucket)
-	_ = e.js.DeleteKeyValue(ctx, wire.DefaultParkBucket)
 	if _, err := e.publishAsync(ctx, backlog(n, orderedStreams)); err != nil {
 		return nil, err
 	}
