@@ -129,7 +129,7 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	// for it here.
 	err = w.For(ctx, "JetStream stream "+c.cfg.Stream, func(ctx context.Context) error {
 		err := c.engine.Provision(ctx)
-		if errors.Is(err, deliver.ErrPartitionsChanged) || errors.Is(err, deliver.ErrInvalidSubscription) {
+		if errors.Is(err, deliver.ErrPartitionsChanged) || errors.Is(err, deliver.ErrEventsRecreated) || errors.Is(err, deliver.ErrInvalidSubscription) {
 			return startup.Permanent(err)
 		}
 		return startup.JetStreamErr(err)

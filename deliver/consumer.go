@@ -295,9 +295,10 @@ func guardedClient(c *http.Client) (*http.Client, error) {
 // on the JetStream stream (an existing one keeps its replica count, see
 // Config.Replicas) and, when a subscription is ordered, the partitioned
 // copy of the stream, the lease and park buckets and the partition
-// consumers (ErrPartitionsChanged and ErrInvalidSubscription there are not
-// fixed by waiting), once, and returns the first error, wrapped with
-// the subscription's and the stream's names (jetstream.ErrStreamNotFound
+// consumers (ErrPartitionsChanged, ErrEventsRecreated and
+// ErrInvalidSubscription there are not fixed by waiting), once, and
+// returns the first error, wrapped with the subscription's and the
+// stream's names (jetstream.ErrStreamNotFound
 // while the stream does not exist yet). Calling it before Run is optional:
 // it lets a binary wait for the stream, with its own timeout and logs,
 // before it starts; Run creates what Provision did not. Do not call it

@@ -48,6 +48,13 @@ import (
 // consumers' filters. Waiting does not fix it.
 var ErrPartitionsChanged = errors.New("partition count differs from the partitioned stream's")
 
+// ErrEventsRecreated is wrapped by Provision when the partitioned copy of
+// the events stream has sourced it past its last sequence: the events
+// stream was deleted and created again, and the copy would go on sourcing
+// from its old sequence on, skipping the new stream's messages up to
+// there. Waiting does not fix it.
+var ErrEventsRecreated = errors.New("the partitioned stream sourced the events stream past its last sequence")
+
 // orderingDefaults fills the ordered-delivery fields of cfg.
 func (cfg *Config) orderingDefaults() error {
 	if cfg.Partitions == 0 {
@@ -154,6 +161,9 @@ func (o *ordering) provision(ctx context.Context) error {
 				"delete it (nats stream rm %s) and every ordered subscription's partition consumers to repartition (docs/ordering.md)",
 				ErrPartitionsChanged, o.stream(), o.c.cfg.Stream, dest, o.c.cfg.Partitions, o.stream())
 		}
+		if err := o.checkSourced(ctx, s, events); err != nil {
+			return err
+		}
 	} else if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        o.stream(),
@@ -195,6 +205,34 @@ func (o *ordering) provision(ctx context.Context) error {
 		}
 	}
 	o.provisioned = true
+	return nil
+}
+
+// checkSourced fails, wrapping ErrEventsRecreated, when the last message of
+// the partitioned copy s came from past the events stream's last sequence
+// (read after it, so that a copy keeping up is never ahead).
+func (o *ordering) checkSourced(ctx context.Context, s, events jetstream.Stream) error {
+	last := s.CachedInfo().State.LastSeq
+	if last == 0 {
+		return nil
+	}
+	m, err := s.GetMsg(ctx, last)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
+	}
+	origin := wire.SourceSequence(m.Header.Get(wire.HeaderSourceInfo))
+	info, err := events.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.c.cfg.Stream, err)
+	}
+	if origin > info.State.LastSeq {
+		return fmt.Errorf("deliver: %w: JetStream stream %q holds messages of %q up to its sequence %d, and %q ends at %d: %q was created again. "+
+			"Delete %q (nats stream rm %s) and every ordered subscription's partition consumers, which go with it; they are made again from the new stream",
+			ErrEventsRecreated, o.stream(), o.c.cfg.Stream, origin, o.c.cfg.Stream, info.State.LastSeq, o.c.cfg.Stream, o.stream(), o.stream())
+	}
 	return nil
 }
 

@@ -513,3 +513,36 @@ func TestOrderedUsesTheLeaseBucketsTTL(t *testing.T) {
 	require.Contains(t, logs.String(), "the lease bucket's TTL is not the configured lease TTL")
 	require.Contains(t, logs.String(), "bucket_ttl=1s lease_ttl=8s")
 }
+
+// An events stream deleted and created again under an existing
+// partitioned copy: the copy would source from its old sequence on and
+// skip the new stream's messages up to there. Provision refuses, saying
+// what to delete.
+func TestOrderedProvisionRefusesACopyOfARecreatedEventsStream(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	s := orderedSub("recreated", "http://127.0.0.1:1")
+	b.publishStream(t, "order-1", 0, 5)
+	c, err := deliver.New(b.js, deliver.Config{Partitions: 4}, s)
+	require.NoError(t, err)
+	require.NoError(t, c.Provision(b.ctx))
+	require.Eventually(t, func() bool {
+		st, err := b.js.Stream(b.ctx, wire.OrderedStream("EVENTS"))
+		return err == nil && st.CachedInfo().State.Msgs == 5
+	}, 10*time.Second, 10*time.Millisecond, "the copy sourced the 5 events")
+	// Provisioning again over the same events stream is fine.
+	c, err = deliver.New(b.js, deliver.Config{Partitions: 4}, s)
+	require.NoError(t, err)
+	require.NoError(t, c.Provision(b.ctx))
+
+	require.NoError(t, b.js.DeleteStream(b.ctx, "EVENTS"))
+	_, err = b.js.CreateStream(b.ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	b.publishStream(t, "order-2", 0, 2)
+	c, err = deliver.New(b.js, deliver.Config{Partitions: 4}, s)
+	require.NoError(t, err)
+	err = c.Provision(b.ctx)
+	require.ErrorIs(t, err, deliver.ErrEventsRecreated)
+	require.ErrorContains(t, err, `JetStream stream "EVENTS_ORDERED" holds messages of "EVENTS" up to its sequence 5, and "EVENTS" ends at 2`)
+	require.ErrorContains(t, err, "nats stream rm EVENTS_ORDERED")
+}
