@@ -463,26 +463,6 @@ func TestOrderedSwitchStartsAfterTheUnorderedAckFloor(t *testing.T) {
 	require.Equal(t, []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, rc.accepted()["order-1"])
 }
 
-// logBuffer collects a consumer's log lines (and passes them to t.Log).
-type logBuffer struct {
-	t  *testing.T
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	l.b.Write(p)
-	l.mu.Unlock()
-	return tWriter{l.t}.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A lease bucket created with another TTL (an earlier run, a replica with
 // another lease TTL) keeps it: its keys expire after it. A replica goes by
 // the bucket's TTL, and says so, instead of renewing on its own: told 8 s,
@@ -493,7 +473,7 @@ func TestOrderedUsesTheLeaseBucketsTTL(t *testing.T) {
 	kv, err := b.js.CreateKeyValue(b.ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultLeaseBucket, TTL: time.Second, History: 1})
 	require.NoError(t, err)
 	rc := newOrderedReceiver(t, b, func(orderedEvent, int) int { return http.StatusNoContent })
-	logs := &logBuffer{t: t}
+	logs := &syncLog{}
 	b.runOrdered(t, deliver.Config{LeaseTTL: 8 * time.Second, Partitions: 2,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}, orderedSub("ttl", rc.URL))
 	b.publishStream(t, "order-1", 0, 5)

@@ -52,36 +52,32 @@ func positionOf(m jetstream.Msg) streamPos {
 	return streamPos{seq: streamSeq(m), version: v, versioned: ok}
 }
 
-// isSuccessor reports whether m is known to be the event after last in
-// its stream, as the partition consumer delivers them.
-func (last streamPos) isSuccessor(m jetstream.Msg) bool {
+// precedes reports whether the event at p is known to be the one after
+// last in its stream, as the partition consumer delivers them.
+func (last streamPos) precedes(p streamPos) bool {
 	if last.next != 0 {
-		return streamSeq(m) == last.next
+		return p.seq == last.next
 	}
-	v, ok := streamVersion(m)
-	return ok && last.versioned && v == last.version+1
+	return p.versioned && last.versioned && p.version == last.version+1
 }
 
 // handOn reports whether m, of stream key, may be handed on now, and
 // records it as the stream's last one handed on when it may. When not, m
 // waits (see wait). Only the run loop calls it.
 func (pt *partition) handOn(key string, m jetstream.Msg) bool {
-	seq := streamSeq(m)
+	pos := positionOf(m)
 	last, known := pt.seen[key]
 	switch {
-	case seq == 0:
+	case pos.seq == 0:
 		return true
-	case !known:
-		// The first event of the stream since the partition was taken:
-		// the fence made sure every pending event was in hand, and
-		// this is the first of them.
-		pt.seen[key] = positionOf(m)
-		return true
-	case seq <= last.seq:
+	case known && pos.seq <= last.seq:
 		// A copy of an event handed on already: dispatch's checks.
 		return true
-	case last.isSuccessor(m):
-		pt.seen[key] = positionOf(m)
+	case !known, last.precedes(pos):
+		// The next event of the stream, or its first since the
+		// partition was taken: the fence made sure every pending event
+		// was in hand, and this is the first of them.
+		pt.seen[key] = pos
 		return true
 	}
 	pt.wait(key, m)
@@ -117,8 +113,8 @@ func (pt *partition) nextWaiting(key string) jetstream.Msg {
 		return nil
 	}
 	head := w[0].msg
-	last := pt.seen[key]
-	if streamSeq(head) > last.seq && !last.isSuccessor(head) {
+	last, pos := pt.seen[key], positionOf(head)
+	if pos.seq > last.seq && !last.precedes(pos) {
 		pt.mu.Unlock()
 		if last.next == 0 {
 			pt.lookUp(key, last.seq)
@@ -262,8 +258,8 @@ func (pt *partition) waitingMsgs() []jetstream.Msg {
 func (pt *partition) takeWaiting() []jetstream.Msg {
 	out := pt.waitingMsgs()
 	pt.mu.Lock()
-	pt.waiting = map[string][]waitingMsg{}
-	pt.mu.Unlock()
+	defer pt.mu.Unlock()
+	clear(pt.waiting)
 	return out
 }
 

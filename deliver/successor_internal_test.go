@@ -50,6 +50,19 @@ func testPartition(t *testing.T, next map[string]map[uint64]uint64) *partition {
 	return pt
 }
 
+// nextCheck returns the next look-up answer, failing after 10 s without
+// one.
+func nextCheck(t *testing.T, pt *partition) successorCheck {
+	t.Helper()
+	select {
+	case c := <-pt.checks:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("no look-up")
+		return successorCheck{}
+	}
+}
+
 func (pt *partition) waitingSeqs(key string) []uint64 {
 	var out []uint64
 	for _, w := range pt.waiting[key] {
@@ -84,7 +97,7 @@ func TestHandOnHoldsAnEventWhosePredecessorWasLost(t *testing.T) {
 	require.Equal(t, []uint64{13, 14}, pt.waitingSeqs(key))
 
 	// JetStream answers that sequence 12 comes next: nothing goes on.
-	c := <-pt.checks
+	c := nextCheck(t, pt)
 	require.Equal(t, successorCheck{key: key, after: 11, next: 12}, c)
 	pt.answered(c)
 	require.Equal(t, uint64(12), pt.seen[key].next)
@@ -115,7 +128,7 @@ func TestHandOnAsksJetStreamWhenTheVersionsDoNotSay(t *testing.T) {
 	pt := testPartition(t, map[string]map[uint64]uint64{key: {10: 30, 30: 55}})
 	require.True(t, pt.handOn(key, newFakeMsg("order-1", 0, 10)))
 	require.False(t, pt.handOn(key, newFakeMsg("order-1", 4, 30)), "the versions skip: JetStream is asked")
-	c := <-pt.checks
+	c := nextCheck(t, pt)
 	require.Equal(t, successorCheck{key: key, after: 10, next: 30}, c)
 	// Answered: sequence 30 is the stream's next event for the
 	// consumer, so it may go on.
@@ -131,10 +144,5 @@ func TestHandOnAsksJetStreamWhenTheVersionsDoNotSay(t *testing.T) {
 
 	// No version at all: asked too.
 	require.False(t, pt.handOn(key, newFakeMsg("order-1", -1, 55)))
-	select {
-	case c := <-pt.checks:
-		require.Equal(t, successorCheck{key: key, after: 30, next: 55}, c)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no look-up")
-	}
+	require.Equal(t, successorCheck{key: key, after: 30, next: 55}, nextCheck(t, pt))
 }
