@@ -225,10 +225,21 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 		// A (re)started watch sends every entry, then nil: a stream parked
 		// here whose entry is not among them was unparked meanwhile.
 		initial := map[string]bool{}
-		// The watch's updates end only when it stops: stop it when ctx
-		// ends, or Run would wait for this loop forever at shutdown.
-		unwatch := context.AfterFunc(ctx, func() { _ = w.Stop() })
-		for e := range w.Updates() {
+		// The watch's updates end only when it stops, and not even then
+		// when it was stopped as nats.go was still setting it up (its
+		// channel is closed by a handler set after the subscription):
+		// the loop also ends with ctx, or Run would wait for it forever
+		// at shutdown.
+		for {
+			var e jetstream.KeyValueEntry
+			var open bool
+			select {
+			case e, open = <-w.Updates():
+			case <-ctx.Done():
+			}
+			if !open {
+				break
+			}
 			if e == nil {
 				if initial != nil {
 					or.mu.Lock()
@@ -271,7 +282,6 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 				or.unpark(e.Key())
 			}
 		}
-		unwatch()
 		_ = w.Stop()
 	}
 }
