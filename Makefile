@@ -11,7 +11,7 @@ NATS_PORT ?=
 CLUSTER ?=
 BIN     := bin
 
-.PHONY: all build run demo test bench bench-go vet pg-start pg-stop nats-cli clean
+.PHONY: all build run demo test test-short bench bench-go vet pg-start pg-stop nats-cli clean
 
 all: build
 
@@ -26,9 +26,15 @@ run: build
 demo: build
 	@$(BIN)/demo -mode check -n $(N) -bin $(BIN) -quiet $(if $(CLUSTER),-cluster $(CLUSTER))
 
-## test: every test, with the race detector, against a real Postgres and JetStream
+## test: every test (both tiers), with the race detector, against a real Postgres and JetStream
+## (about 8 min warm on 2 cores; the 30 min timeout leaves more than twice that)
 test:
-	@url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -race -timeout 15m -count=1 ./...
+	@url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -race -timeout 30m -count=1 ./...
+
+## test-short: the quick tier: unit and in-process tests (real Postgres and embedded JetStream),
+## no processes, kills or clusters (integration/ runs nothing with -short); well under 90 s warm
+test-short:
+	@url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -short -timeout 5m -count=1 ./...
 
 ## bench: the results table against the same machine's raw limits (QUICK=1: small sizes, under 3 minutes)
 bench: build

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,9 +18,19 @@ var (
 // starts, so the build never eats into a test's own timeout. Started with
 // envServeNATSDir set, the test binary is a NATS server instead (see
 // natsProc).
+//
+// Every test here is of the process-level tier (processes, SIGKILL and
+// SIGSTOP, clusters, a Postgres standby, waits of seconds): with -short
+// (`make test-short`, the quick tier) the package builds nothing and runs
+// nothing, and says so.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(envServeNATSDir); dir != "" {
 		os.Exit(serveNATS(dir, os.Getenv(envServeNATSPort)))
+	}
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("integration: process-level tests, not run with -short (make test runs them)")
+		os.Exit(0)
 	}
 	binDir, buildErr = buildBinaries()
 	code := m.Run()
