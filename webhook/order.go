@@ -23,8 +23,15 @@ type OrderKey struct {
 	Stream string
 }
 
-// String returns "namespace/source/stream" for logs and errors.
-func (k OrderKey) String() string { return k.Namespace + "/" + k.Source + "/" + k.Stream }
+// String names the key for errors: `stream "order-42" of source "/shop"`,
+// followed by ` in namespace "sub-a"` when there is one.
+func (k OrderKey) String() string {
+	s := fmt.Sprintf("stream %q of source %q", k.Stream, k.Source)
+	if k.Namespace != "" {
+		s += fmt.Sprintf(" in namespace %q", k.Namespace)
+	}
+	return s
+}
 
 // OrderPosition is how far an order gate has processed one stream.
 type OrderPosition struct {
@@ -106,7 +113,7 @@ func NewMemoryOrderStore() *MemoryOrderStore {
 // Lock implements OrderStore.
 func (m *MemoryOrderStore) Lock(ctx context.Context, key OrderKey) (OrderPosition, OrderLock, error) {
 	if err := ctx.Err(); err != nil {
-		return OrderPosition{}, nil, fmt.Errorf("lock stream %s: %w", key, err)
+		return OrderPosition{}, nil, fmt.Errorf("lock %s: %w", key, err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -125,7 +132,7 @@ func (m *MemoryOrderStore) Lock(ctx context.Context, key OrderKey) (OrderPositio
 // Position implements OrderStore.
 func (m *MemoryOrderStore) Position(ctx context.Context, key OrderKey) (OrderPosition, error) {
 	if err := ctx.Err(); err != nil {
-		return OrderPosition{}, fmt.Errorf("read stream %s: %w", key, err)
+		return OrderPosition{}, fmt.Errorf("read %s: %w", key, err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -155,7 +162,7 @@ func (l *memoryOrderLock) Advance(ctx context.Context, pos OrderPosition) error 
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
 	if l.ended {
-		return fmt.Errorf("advance stream %s: %w: the lock has ended", l.key, ErrOrderAdvance)
+		return fmt.Errorf("advance %s: %w: the lock has ended", l.key, ErrOrderAdvance)
 	}
 	l.ended = true
 	l.rec.locked = false
@@ -163,7 +170,7 @@ func (l *memoryOrderLock) Advance(ctx context.Context, pos OrderPosition) error 
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("advance stream %s: %w", l.key, err)
+		return fmt.Errorf("advance %s: %w", l.key, err)
 	}
 	l.rec.pos = pos
 	return nil
@@ -185,11 +192,11 @@ func (l *memoryOrderLock) Release(context.Context) error {
 func CheckOrderAdvance(key OrderKey, from, to OrderPosition) error {
 	switch {
 	case to.Version <= from.Version:
-		return fmt.Errorf("advance stream %s: %w: version %d is not above %d", key, ErrOrderAdvance, to.Version, from.Version)
+		return fmt.Errorf("advance %s: %w: version %d is not above %d", key, ErrOrderAdvance, to.Version, from.Version)
 	case to.Epoch < from.Epoch:
-		return fmt.Errorf("advance stream %s: %w: epoch %d is below %d", key, ErrOrderAdvance, to.Epoch, from.Epoch)
+		return fmt.Errorf("advance %s: %w: epoch %d is below %d", key, ErrOrderAdvance, to.Epoch, from.Epoch)
 	case to.Partition < 0:
-		return fmt.Errorf("advance stream %s: %w: partition %d is negative", key, ErrOrderAdvance, to.Partition)
+		return fmt.Errorf("advance %s: %w: partition %d is negative", key, ErrOrderAdvance, to.Partition)
 	}
 	return nil
 }

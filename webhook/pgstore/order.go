@@ -128,7 +128,7 @@ const lockNotAvailable = "55P03"
 // transaction ever holds an uncommitted row another one would wait for.
 func (s *OrderStore) Lock(ctx context.Context, key webhook.OrderKey) (webhook.OrderPosition, webhook.OrderLock, error) {
 	if err := ctx.Err(); err != nil {
-		return webhook.OrderPosition{}, nil, fmt.Errorf("lock stream %s: %w", key, err)
+		return webhook.OrderPosition{}, nil, fmt.Errorf("lock %s: %w", key, err)
 	}
 	lockSQL := `SELECT version, epoch, partition FROM ` + s.table + `
 WHERE namespace = $1 AND source = $2 AND stream = $3 FOR UPDATE NOWAIT`
@@ -137,7 +137,7 @@ VALUES ($1, $2, $3, -1, 0, -1) ON CONFLICT DO NOTHING`
 	for range 2 {
 		tx, err := s.pool.Begin(ctx)
 		if err != nil {
-			return webhook.OrderPosition{}, nil, fmt.Errorf("lock stream %s: %w", key, err)
+			return webhook.OrderPosition{}, nil, fmt.Errorf("lock %s: %w", key, err)
 		}
 		var pos webhook.OrderPosition
 		err = tx.QueryRow(ctx, lockSQL, key.Namespace, key.Source, key.Stream).Scan(&pos.Version, &pos.Epoch, &pos.Partition)
@@ -152,19 +152,19 @@ VALUES ($1, $2, $3, -1, 0, -1) ON CONFLICT DO NOTHING`
 			return pos, nil, err
 		case errors.Is(err, pgx.ErrNoRows):
 			if _, err := s.pool.Exec(ctx, createSQL, key.Namespace, key.Source, key.Stream); err != nil {
-				return webhook.OrderPosition{}, nil, fmt.Errorf("lock stream %s: create its row: %w", key, err)
+				return webhook.OrderPosition{}, nil, fmt.Errorf("lock %s: create its row: %w", key, err)
 			}
 		default:
-			return webhook.OrderPosition{}, nil, fmt.Errorf("lock stream %s: %w", key, err)
+			return webhook.OrderPosition{}, nil, fmt.Errorf("lock %s: %w", key, err)
 		}
 	}
-	return webhook.OrderPosition{}, nil, fmt.Errorf("lock stream %s: its row vanished after it was created", key)
+	return webhook.OrderPosition{}, nil, fmt.Errorf("lock %s: its row vanished after it was created", key)
 }
 
 // Position implements webhook.OrderStore.
 func (s *OrderStore) Position(ctx context.Context, key webhook.OrderKey) (webhook.OrderPosition, error) {
 	if err := ctx.Err(); err != nil {
-		return webhook.OrderPosition{}, fmt.Errorf("read stream %s: %w", key, err)
+		return webhook.OrderPosition{}, fmt.Errorf("read %s: %w", key, err)
 	}
 	var pos webhook.OrderPosition
 	err := s.pool.QueryRow(ctx, `SELECT version, epoch, partition FROM `+s.table+`
@@ -173,7 +173,7 @@ WHERE namespace = $1 AND source = $2 AND stream = $3`, key.Namespace, key.Source
 	case errors.Is(err, pgx.ErrNoRows):
 		return webhook.Unprocessed, nil
 	case err != nil:
-		return webhook.OrderPosition{}, fmt.Errorf("read stream %s: %w", key, err)
+		return webhook.OrderPosition{}, fmt.Errorf("read %s: %w", key, err)
 	}
 	return pos, nil
 }
@@ -189,7 +189,7 @@ type orderLock struct {
 
 func (l *orderLock) Advance(ctx context.Context, pos webhook.OrderPosition) error {
 	if l.ended {
-		return fmt.Errorf("advance stream %s: %w: the lock has ended", l.key, webhook.ErrOrderAdvance)
+		return fmt.Errorf("advance %s: %w: the lock has ended", l.key, webhook.ErrOrderAdvance)
 	}
 	l.ended = true
 	if err := webhook.CheckOrderAdvance(l.key, l.from, pos); err != nil {
@@ -203,7 +203,7 @@ WHERE namespace = $1 AND source = $2 AND stream = $3`, l.key.Namespace, l.key.So
 	}
 	if err != nil {
 		_ = l.tx.Rollback(context.WithoutCancel(ctx))
-		return fmt.Errorf("advance stream %s to version %d: %w", l.key, pos.Version, err)
+		return fmt.Errorf("advance %s to version %d: %w", l.key, pos.Version, err)
 	}
 	return nil
 }
@@ -214,7 +214,7 @@ func (l *orderLock) Release(ctx context.Context) error {
 	}
 	l.ended = true
 	if err := l.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-		return fmt.Errorf("release stream %s: %w", l.key, err)
+		return fmt.Errorf("release %s: %w", l.key, err)
 	}
 	return nil
 }
