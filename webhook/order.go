@@ -188,15 +188,36 @@ func (l *memoryOrderLock) Release(context.Context) error {
 
 // CheckOrderAdvance returns an error wrapping ErrOrderAdvance unless moving
 // key from the position from to to is a step forward: a higher version, an
-// epoch not lower, a partition >= 0. Stores call it in Advance.
+// epoch not lower. Stores call it in Advance.
 func CheckOrderAdvance(key OrderKey, from, to OrderPosition) error {
 	switch {
 	case to.Version <= from.Version:
 		return fmt.Errorf("advance %s: %w: version %d is not above %d", key, ErrOrderAdvance, to.Version, from.Version)
 	case to.Epoch < from.Epoch:
 		return fmt.Errorf("advance %s: %w: epoch %d is below %d", key, ErrOrderAdvance, to.Epoch, from.Epoch)
-	case to.Partition < 0:
-		return fmt.Errorf("advance %s: %w: partition %d is negative", key, ErrOrderAdvance, to.Partition)
 	}
 	return nil
+}
+
+// SkipVersion records version of key as processed without processing it,
+// for an operator: the sender dead-lettered that version and it was
+// skipped (consumer dlq skip, or on_dead_letter skip), so the gate would
+// refuse every later version of the stream as a gap for ever. version must
+// be the stream's next expected one (0 for a stream never processed); the
+// epoch and partition stay as they are. Errors: a stream being processed
+// right now, or a version that is not the next (both wrap
+// ErrOrderAdvance), a store failure.
+func SkipVersion(ctx context.Context, store OrderStore, key OrderKey, version int64) error {
+	pos, lock, err := store.Lock(ctx, key)
+	if err != nil {
+		return fmt.Errorf("skip version %d: %w", version, err)
+	}
+	if lock == nil {
+		return fmt.Errorf("skip version %d of %s: %w: a request of the stream is being processed; try again", version, key, ErrOrderAdvance)
+	}
+	if version != pos.Version+1 {
+		_ = lock.Release(ctx)
+		return fmt.Errorf("skip version %d of %s: %w: the next expected version is %d", version, key, ErrOrderAdvance, pos.Version+1)
+	}
+	return lock.Advance(ctx, OrderPosition{Version: version, Epoch: pos.Epoch, Partition: pos.Partition})
 }
