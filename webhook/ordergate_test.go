@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -281,4 +282,18 @@ func TestOrderGateInHandler(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []int64{0, 1, 2}, handled, "each version handled once, in order")
+}
+
+// TestReceiverDocListsEveryAnswer: docs/receiver.md's answers table names
+// every Jsbridge-Order value the gate sends, and the ordering headers.
+func TestReceiverDocListsEveryAnswer(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/receiver.md")
+	require.NoError(t, err)
+	for _, v := range []string{wire.OrderDuplicate, wire.OrderGap, wire.OrderInProgress, wire.OrderStaleEpoch} {
+		require.Contains(t, string(doc), "| `"+v+"` |", "the answers table lacks %s", v)
+	}
+	for _, h := range []string{wire.HeaderPartition, wire.HeaderLeaseEpoch, wire.HeaderOrder, wire.HeaderStreamVersion, wire.HeaderSubject} {
+		require.Contains(t, string(doc), "`"+h+"`")
+	}
 }
