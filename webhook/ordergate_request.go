@@ -156,6 +156,18 @@ func (w *orderWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// Flush sends the status first (recording a 2xx), then flushes, so a
+// handler that flushes before writing a status cannot send an unrecorded
+// 200.
+func (w *orderWriter) Flush() {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && w.err == nil {
+		f.Flush()
+	}
+}
+
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *orderWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 

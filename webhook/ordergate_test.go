@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -296,4 +297,42 @@ func TestReceiverDocListsEveryAnswer(t *testing.T) {
 	for _, h := range []string{wire.HeaderPartition, wire.HeaderLeaseEpoch, wire.HeaderOrder, wire.HeaderStreamVersion, wire.HeaderSubject} {
 		require.Contains(t, string(doc), "`"+h+"`")
 	}
+}
+
+// TestOrderGateImplicitStatus: a handler that writes no status (an
+// implicit 200), only a body, or flushes first, is recorded before the
+// answer goes out, like one that writes 2xx.
+func TestOrderGateImplicitStatus(t *testing.T) {
+	t.Parallel()
+	store := webhook.NewMemoryOrderStore()
+	var mu sync.Mutex
+	var recordedFirst []bool
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := r.Header.Get(wire.HeaderStreamVersion)
+		switch v {
+		case "1":
+			_, _ = io.WriteString(w, "ok")
+		case "2":
+			_ = http.NewResponseController(w).Flush()
+		}
+		pos, err := store.Position(r.Context(), webhook.OrderKey{Source: "/shop", Stream: "s"})
+		require.NoError(t, err)
+		mu.Lock()
+		defer mu.Unlock()
+		if v != "0" { // v0 writes nothing: its implicit 200 is recorded after it returns
+			recordedFirst = append(recordedFirst, strconv.FormatInt(pos.Version, 10) == v)
+		}
+	})
+	srv := httptest.NewServer(webhook.NewOrderGate(store, quietGate).Middleware(next))
+	t.Cleanup(srv.Close)
+	for v := range 3 {
+		status, _, _ := do(t, srv, binary("s", strconv.Itoa(v), "0", "1"), "")
+		require.Equal(t, http.StatusOK, status)
+		pos, err := store.Position(context.Background(), webhook.OrderKey{Source: "/shop", Stream: "s"})
+		require.NoError(t, err)
+		require.Equal(t, int64(v), pos.Version)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []bool{true, true}, recordedFirst, "a body or a flush records before it goes out")
 }
