@@ -196,9 +196,10 @@ func (g *OrderGate) serve(w http.ResponseWriter, r *http.Request, body []byte, n
 	}
 	ctx := r.Context()
 	key := OrderKey{Namespace: g.namespace, Source: req.source, Stream: req.stream}
+	attrs := []any{"stream", key.Stream, "source", key.Source, "namespace", key.Namespace, "version", req.version, "epoch", req.epoch}
 	pos, lock, err := g.store.Lock(ctx, key)
 	if err != nil {
-		g.log.ErrorContext(ctx, "webhook: lock stream in order store", "stream", key.Stream, "source", key.Source, "namespace", key.Namespace, "version", req.version, "err", err)
+		g.log.ErrorContext(ctx, "webhook: lock stream in order store", append(attrs, "err", err)...)
 		http.Error(w, "order-store", http.StatusInternalServerError)
 		return
 	}
@@ -207,14 +208,14 @@ func (g *OrderGate) serve(w http.ResponseWriter, r *http.Request, body []byte, n
 	if lock != nil {
 		defer func() {
 			if err := lock.Release(storeCtx); err != nil {
-				g.log.ErrorContext(ctx, "webhook: release stream in order store", "stream", key.Stream, "source", key.Source, "namespace", key.Namespace, "err", err)
+				g.log.ErrorContext(ctx, "webhook: release stream in order store", append(attrs, "err", err)...)
 			}
 		}()
 	}
 	verdict := decideOrder(pos, lock != nil, req, g.firstSeen)
 	if verdict != wire.OrderDuplicate && verdict != "" {
-		g.log.InfoContext(ctx, "webhook: order gate refused a delivery; the sender retries it", "order", verdict,
-			"stream", key.Stream, "source", key.Source, "namespace", key.Namespace, "version", req.version, "epoch", req.epoch, "last_version", pos.Version, "last_epoch", pos.Epoch)
+		g.log.InfoContext(ctx, "webhook: order gate refused a delivery; the sender retries it",
+			append(attrs, "order", verdict, "last_version", pos.Version, "last_epoch", pos.Epoch)...)
 	}
 	switch verdict {
 	case wire.OrderDuplicate:
@@ -234,7 +235,7 @@ func (g *OrderGate) serve(w http.ResponseWriter, r *http.Request, body []byte, n
 	next.ServeHTTP(ow, r)
 	ow.finish()
 	if ow.err != nil {
-		g.log.ErrorContext(ctx, "webhook: record stream position; answered 500 so the sender retries", "stream", key.Stream, "source", key.Source, "namespace", key.Namespace, "version", req.version, "err", ow.err)
+		g.log.ErrorContext(ctx, "webhook: record stream position; answered 500 so the sender retries", append(attrs, "err", ow.err)...)
 	}
 }
 

@@ -336,3 +336,28 @@ func TestOrderGateImplicitStatus(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, []bool{true, true}, recordedFirst, "a body or a flush records before it goes out")
 }
+
+// TestOrderGateBodyLimit: Middleware reads a structured body up to its
+// limit, and hands the handler the same bytes.
+func TestOrderGateBodyLimit(t *testing.T) {
+	t.Parallel()
+	var got string
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = string(b)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv := httptest.NewServer(webhook.NewOrderGate(webhook.NewMemoryOrderStore(), quietGate, webhook.WithGateMaxBodyBytes(64)).Middleware(next))
+	t.Cleanup(srv.Close)
+	h := http.Header{}
+	h.Set(wire.HeaderContentType, event.ContentTypeCloudEventsJSON)
+	h.Set(wire.HeaderPartition, "0")
+	h.Set(wire.HeaderLeaseEpoch, "1")
+	small := `{"source":"/s","subject":"s","streamversion":0}`
+	status, _, _ := do(t, srv, h, small)
+	require.Equal(t, http.StatusNoContent, status)
+	require.Equal(t, small, got)
+	status, _, body := do(t, srv, h, `{"source":"/s","subject":"s","streamversion":1,"data":"`+strings.Repeat("x", 64)+`"}`)
+	require.Equal(t, http.StatusRequestEntityTooLarge, status)
+	require.Equal(t, "body-too-large", body)
+}
