@@ -54,6 +54,62 @@ func Example() {
 	// 204
 }
 
+// An order gate inside Handler (verify → order gate → deduplicate → next):
+// per stream, version last+1 is processed once, a processed version is a
+// duplicate, a gap and a stale sender's late POST are refused with 409 and
+// retried by the sender. The second half plays two consumer replicas: the
+// old owner of the stream's partition (lease epoch 7), then the new one (9).
+func ExampleOrderGate() {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	verifier, _ := webhook.NewVerifier(webhook.SchemeStandard, []string{secret})
+	gate := webhook.NewOrderGate(webhook.NewMemoryOrderStore())
+	receiver := webhook.Handler(verifier, webhook.NewMemoryStore(0), 24*time.Hour,
+		func(_ context.Context, r *http.Request, body []byte) error {
+			ce, err := webhook.DecodeCloudEvent(r, body)
+			if err != nil {
+				return &webhook.StatusError{Status: http.StatusUnprocessableEntity, Err: err}
+			}
+			fmt.Printf("handled %s v%d\n", ce.Subject, ce.StreamVersion)
+			return nil
+		}, webhook.WithOrderGate(gate))
+	srv := httptest.NewServer(receiver)
+	defer srv.Close()
+
+	signer, _ := webhook.NewSigner(webhook.SchemeStandard, secret)
+	send := func(version int64, epoch string) {
+		id := fmt.Sprint("e", version)
+		body := fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"source":"/shop","type":"OrderPlaced","subject":"order-42","streamversion":%d}`, id, version)
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(body))
+		req.Header.Set("Content-Type", event.ContentTypeCloudEventsJSON)
+		req.Header.Set(wire.HeaderIdempotencyKey, id)
+		req.Header.Set(wire.HeaderPartition, "3")
+		req.Header.Set(wire.HeaderLeaseEpoch, epoch)
+		signer.Sign(req.Header, id, time.Now(), body)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Println(strings.TrimSpace(fmt.Sprintf("v%d epoch %s: %d %s", version, epoch, resp.StatusCode, resp.Header.Get(wire.HeaderOrder))))
+	}
+	send(0, "7")
+	send(2, "7") // a gap: v1 is not processed yet
+	send(1, "7")
+	send(1, "9") // the new owner repeats v1
+	send(2, "9")
+	send(2, "7") // the old owner's late POST
+	// Output:
+	// handled order-42 v0
+	// v0 epoch 7: 204
+	// v2 epoch 7: 409 gap
+	// handled order-42 v1
+	// v1 epoch 7: 204
+	// v1 epoch 9: 204 duplicate
+	// handled order-42 v2
+	// v2 epoch 9: 204
+	// v2 epoch 7: 409 stale-epoch
+}
+
 // Verifying by hand, without the middleware, e.g. inside another framework.
 func ExampleVerifier_Verify() {
 	verifier, _ := webhook.NewVerifier(webhook.SchemeHMACSHA256, []string{"old-secret", "new-secret"})

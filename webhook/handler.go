@@ -94,6 +94,7 @@ type handler struct {
 	next    ProcessFunc
 	maxBody int64
 	log     *slog.Logger
+	gate    *OrderGate // nil: ungated
 }
 
 // Handler returns the receiver middleware. ttl is how long a completed
@@ -116,6 +117,8 @@ type handler struct {
 //     attempt's lease ends, at least 1) when another attempt holds the key:
 //     the sender retries, and by then the key is done (204) or released
 //     (next runs);
+//   - with WithOrderGate, the gate's answers (see OrderGate) for an ordered
+//     delivery out of order, a duplicate version or a stale sender;
 //   - otherwise it claims the key for the lease (WithLease) and calls next
 //     with a context ending with the lease. Success marks the key done for
 //     ttl and answers 204. An error (or a panic, which is re-raised)
@@ -168,6 +171,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(ctx, w, r, http.StatusBadRequest, "idempotency-key-mismatch", fmt.Errorf("Idempotency-Key %q differs from the signed webhook-id %q", key, id))
 		return
 	}
+	if h.gate != nil {
+		h.gate.serve(w, r, body, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.deduplicate(w, r, key, body) }))
+		return
+	}
+	h.deduplicate(w, r, key, body)
+}
+
+// deduplicate claims key and runs next once per key: the half of ServeHTTP
+// after verification (and after the order gate, when there is one).
+func (h *handler) deduplicate(w http.ResponseWriter, r *http.Request, key string, body []byte) {
+	ctx := r.Context()
 	// The lease as this process counts it starts before the claim, so next's
 	// deadline never passes the store's end of the lease.
 	leaseEnd := time.Now().Add(h.lease)

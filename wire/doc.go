@@ -16,7 +16,9 @@
 //   - ordered delivery's names (ordered.go): the partitioned copy of the
 //     events stream, its subject transform and partition function, the
 //     partition consumers' names and filters, the lease and park buckets'
-//     keys, and the Jsbridge-Replica webhook header.
+//     keys, the Jsbridge-Replica, Jsbridge-Partition and
+//     Jsbridge-Lease-Epoch webhook headers, and the order gate's
+//     Jsbridge-Order answers.
 //
 // It imports the standard library only, so every process and every
 // receiver can depend on it. A test in this package fails when another

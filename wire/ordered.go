@@ -31,11 +31,66 @@ const (
 	// HeaderReplica carries the consumer replica's id on every webhook of
 	// an ordered subscription, so a receiver (or a test) can see who sent it.
 	HeaderReplica = "Jsbridge-Replica"
+	// HeaderPartition carries, on every webhook of an ordered subscription,
+	// the partition (0 … P-1, base 10) the event's stream hashes to
+	// (StreamPartition of ce-subject).
+	HeaderPartition = "Jsbridge-Partition"
+	// HeaderLeaseEpoch carries, beside HeaderPartition, the sending
+	// replica's partition-lease epoch: the KV create revision of its
+	// LeaseKey (a uint64, base 10). KV revisions grow across the whole lease
+	// bucket and a stream always maps to one partition, so for one stream
+	// the epoch only grows; a lower epoch than one a receiver already
+	// processed for the stream comes from a stale (zombie) sender. Deleting
+	// and re-creating the lease bucket starts the revisions again from 1.
+	HeaderLeaseEpoch = "Jsbridge-Lease-Epoch"
+	// HeaderOrder is set by a receiver's order gate (package webhook) on the
+	// answers it gives without running the receiver's handler: one of
+	// OrderDuplicate (with a 2xx), OrderGap, OrderInProgress or
+	// OrderStaleEpoch (with 409 Conflict and Retry-After). See
+	// OrderRetryInPlace.
+	HeaderOrder = "Jsbridge-Order"
+)
+
+// HeaderOrder values.
+const (
+	// OrderDuplicate: the version was already processed (an at-least-once
+	// duplicate); answered 2xx, the receiver's handler not called. The
+	// sender acks.
+	OrderDuplicate = "duplicate"
+	// OrderGap: the version is ahead of the next one the receiver expects
+	// (its predecessor is neither processed nor, for a receiver that starts
+	// every stream at 0, is it version 0); answered 409 with Retry-After.
+	// The sender retries the event in place, never dead-letters it.
+	OrderGap = "gap"
+	// OrderInProgress: the version is the next one, but another request of
+	// its stream is being processed right now (usually an earlier attempt
+	// of this very version); answered 409 with Retry-After. The sender
+	// retries in place.
+	OrderInProgress = "in-progress"
+	// OrderStaleEpoch: HeaderLeaseEpoch is below the highest epoch the
+	// receiver processed for the stream, so the sender lost its partition
+	// lease; answered 409 with Retry-After, never processed. The sender
+	// retries in place (its own lease fence stops it) and never
+	// dead-letters the event: the new owner delivers it.
+	OrderStaleEpoch = "stale-epoch"
 	// HeaderSourceInfo is set by JetStream on a sourced message: "<origin
 	// stream> <origin sequence> <filter> <transform> ..." (nats-server
 	// stream.go, JSStreamSource).
 	HeaderSourceInfo = "Nats-Stream-Source"
 )
+
+// OrderRetryInPlace reports whether a HeaderOrder value refuses the event
+// for now (OrderGap, OrderInProgress, OrderStaleEpoch): the sender of an
+// ordered subscription retries it in place, after Retry-After, and never
+// dead-letters it, although the status is 409. OrderDuplicate and any other
+// value report false.
+func OrderRetryInPlace(value string) bool {
+	switch value {
+	case OrderGap, OrderInProgress, OrderStaleEpoch:
+		return true
+	}
+	return false
+}
 
 // OrderedStream returns the name of the partitioned copy of the JetStream
 // stream events: "<events>_ORDERED".

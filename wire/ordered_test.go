@@ -80,3 +80,17 @@ func TestParkedKeyIsAValidKVKey(t *testing.T) {
 		}
 	}
 }
+
+// The order gate's refusals are retried in place; its duplicate answer and
+// anything unknown are not.
+func TestOrderRetryInPlace(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{
+		wire.OrderGap: true, wire.OrderInProgress: true, wire.OrderStaleEpoch: true,
+		wire.OrderDuplicate: false, "": false, "Gap": false,
+	} {
+		if got := wire.OrderRetryInPlace(v); got != want {
+			t.Errorf("OrderRetryInPlace(%q) = %v, want %v", v, got, want)
+		}
+	}
+}

@@ -1,8 +1,13 @@
-// Package pgstore is a webhook.IdempotencyStore in Postgres (pgx/v5): one
-// row per Idempotency-Key, shared by every replica of a receiver and kept
-// across restarts. It behaves exactly like webhook.MemoryStore (both run the
-// suite in webhook/idempotencytest) without the LRU bound: expired rows go
-// with Cleanup or RunCleanup.
+// Package pgstore keeps a receiver's records in Postgres (pgx/v5), shared by
+// every replica of a receiver and kept across restarts:
+//
+//   - Store is a webhook.IdempotencyStore: one row per Idempotency-Key. It
+//     behaves exactly like webhook.MemoryStore (both run the suite in
+//     webhook/idempotencytest) without the LRU bound: expired rows go with
+//     Cleanup or RunCleanup.
+//   - OrderStore is a webhook.OrderStore for an order gate: one row per
+//     stream, locked while its next version is processed. It behaves
+//     exactly like webhook.MemoryOrderStore (both run webhook/ordertest).
 //
 // It lives apart from package webhook so that a receiver not using Postgres
 // does not link pgx.
