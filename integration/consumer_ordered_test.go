@@ -189,10 +189,13 @@ func (o *orderWatch) check(t *testing.T, perStream int, noOverlap bool) {
 }
 
 // orderedArgs are a consumer process's flags for ordered delivery with
-// short leases and AckWait, so hand-overs take seconds.
+// short leases and AckWait, so hand-overs take seconds. Not shorter: with
+// a 1 s lease TTL (a 500 ms budget per KV request) a replica under the
+// whole suite's load (-race, load average above 10 on 2 cores) lost and
+// claimed its leases over and over and the chaos test stalled.
 func orderedArgs(url, receiver string, extra ...string) []string {
 	return append([]string{"run", "--nats-url", url, "--name", "ordered", "--url", receiver, "--allow-private",
-		"--ordering", "stream", "--partitions", "8", "--lease-ttl", "1s", "--ack-wait", "2s", "--timeout", "1500ms",
+		"--ordering", "stream", "--partitions", "8", "--lease-ttl", "2s", "--ack-wait", "4s", "--timeout", "1500ms",
 		"--backoff", "50ms", "--max-deliver=-1", "--max-in-flight", "256", "--max-ack-pending", "2000",
 		"--breaker-failures", "1000000", "--ops-addr", "", "--log-level", "warn"}, extra...)
 }
@@ -467,11 +470,11 @@ func TestOrderedReplicaFrozenPastItsLeaseStartsNothingWhenItWakes(t *testing.T) 
 	require.NoError(t, frozen.cmd.Process.Signal(syscall.SIGSTOP))
 	frozeAt := time.Now()
 	t.Cleanup(func() { _ = frozen.cmd.Process.Signal(syscall.SIGCONT) })
-	// Frozen for 5 s, past its lease TTL and AckWait (1 s and 2 s,
+	// Frozen for 6 s, past its lease TTL and AckWait (2 s and 4 s,
 	// orderedArgs), while r2 takes its partitions over and delivers.
 	atFreeze := watch.acceptedCount()
 	require.True(t, waitProgress(func() bool {
-		return time.Since(frozeAt) > 5*time.Second && watch.acceptedCount() >= min(atFreeze+events/8, events)
+		return time.Since(frozeAt) > 6*time.Second && watch.acceptedCount() >= min(atFreeze+events/8, events)
 	}, watch.acceptedCount, 60*time.Second, 5*time.Minute), "r2 delivers while r1 is frozen")
 	require.NoError(t, frozen.cmd.Process.Signal(syscall.SIGCONT))
 	wokeAt := time.Now()
