@@ -81,7 +81,7 @@ type Config struct {
 	MaxInFlight int
 	// PublishTimeout bounds one publish, from send to PubAck, and one
 	// reconciliation lookup. Default 5 s. Under a drain, keep it within
-	// MaxPublishTimeout of the drain's lease (see FitPublishTimeout): the
+	// 40 % of the drain's lease (bridge.FitPublishTimeout does): the
 	// handler's context ends before it otherwise.
 	PublishTimeout time.Duration
 	// Logger receives failures (Warn), duplicates and stores (Debug) with the

@@ -47,7 +47,7 @@ type StreamConfig struct {
 	// tokens, no whitespace).
 	Prefix string
 	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id to drop a
-	// re-publish. Default 2 min. Size it with RequiredDuplicateWindow.
+	// re-publish. Default 2 min. The bridge sizes it (bridge.RequiredDuplicateWindow).
 	DuplicateWindow time.Duration
 	// Replicas is the number of copies JetStream keeps of a stream it
 	// creates: 1 on a standalone server, 3 (or 5) on a cluster so that the
@@ -115,15 +115,6 @@ type Provisioned struct {
 	// stop the bridge but weaken its guarantees (a duplicate window shorter
 	// than configured, memory storage). Empty when there are none.
 	Warnings []string
-}
-
-// RequiredDuplicateWindow returns the duplicate window the bridge needs: its
-// worst case between the first publish of an event and a re-publish of the
-// same event, which is a lease that expires (the bridge died after publishing
-// but before acking) plus the retry envelope (the longest a stream can spend
-// retrying before it is blocked). Negative durations count as 0.
-func RequiredDuplicateWindow(lease, retryEnvelope time.Duration) time.Duration {
-	return max(lease, 0) + max(retryEnvelope, 0)
 }
 
 // Provision makes sure the JetStream stream cfg describes exists. When it is

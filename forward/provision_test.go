@@ -159,9 +159,3 @@ func TestProvisionValidates(t *testing.T) {
 	_, err := b.js.Stream(t.Context(), "EVENTS")
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "nothing is created on invalid config")
 }
-
-func TestRequiredDuplicateWindow(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, 90*time.Second, forward.RequiredDuplicateWindow(30*time.Second, time.Minute))
-	require.Equal(t, time.Minute, forward.RequiredDuplicateWindow(-time.Second, time.Minute))
-}
