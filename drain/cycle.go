@@ -131,7 +131,7 @@ func (c *cycle) streams() []string {
 // nil and no error when nothing was claimed. When the fetch fails it gives
 // the streams back and returns the error.
 func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
-	c := &cycle{start: time.Now()}
+	c := &cycle{start: d.cfg.Clock.Now()}
 	// The claim is not cut by shutdown: a claim cancelled on the client may
 	// still commit on the server, leaving leases nobody knows it holds
 	// until they expire. Finished, its streams are held, and Run gives
@@ -142,7 +142,7 @@ func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
 		return nil, nil
 	}
 	claims, err := d.store.Claim(cctx, d.cfg.Owner, limit, d.cfg.Lease)
-	d.cfg.Observer.Claimed(len(claims), time.Since(c.start), err)
+	d.cfg.Observer.Claimed(len(claims), d.cfg.Clock.Since(c.start), err)
 	if err != nil {
 		return nil, fmt.Errorf("drain: claim: %w", err)
 	}
@@ -222,12 +222,12 @@ func (d *Drain) finish(ctx context.Context, c *cycle) (Stats, error) {
 	if len(batches) > 0 {
 		// On shutdown the batch in flight goes on for ShutdownGrace, so what
 		// it publishes gets acked; it never outlives the leases.
-		hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.deadline(d.cfg.Lease))
+		hctx, cancel := withDeadline(context.WithoutCancel(ctx), d.cfg.Clock, c.deadline(d.cfg.Lease))
 		stopGrace := context.AfterFunc(ctx, func() {
-			t := time.NewTimer(d.cfg.ShutdownGrace)
+			t := d.cfg.Clock.NewTimer(d.cfg.ShutdownGrace)
 			defer t.Stop()
 			select {
-			case <-t.C:
+			case <-t.Chan():
 				cancel()
 			case <-hctx.Done():
 			}

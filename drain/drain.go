@@ -17,6 +17,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Config defaults.
@@ -95,6 +97,13 @@ type Config struct {
 	// (error) records with stream, event_id and attempt keys. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// Clock times the drain's own waits and deadlines: the idle poll, the
+	// pauses after store errors and during an outage, the handler's
+	// deadline (HandlerTimeout after the claim), ShutdownGrace, and the
+	// staleness of a cycle claimed ahead. Leases themselves run on the
+	// database's clock. Tests pass a clockwork.FakeClock to drive them.
+	// Default: the real clock.
+	Clock clockwork.Clock
 }
 
 // Stats counts what one Cycle did.
@@ -212,6 +221,9 @@ func New(store Store, h Handler, cfg Config) (*Drain, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	return &Drain{
 		store: store,
 		h:     h,
@@ -269,7 +281,7 @@ func (d *Drain) Run(ctx context.Context) error {
 			p := <-ahead
 			ahead = nil
 			c, err = p.c, p.err
-			if err == nil && c != nil && c.stale(d.cfg.Lease, time.Now()) {
+			if err == nil && c != nil && c.stale(d.cfg.Lease, d.cfg.Clock.Now()) {
 				// The cycle handled meanwhile took long: this one's
 				// handler would be cut short. Claim afresh instead.
 				d.log.Debug("cycle claimed ahead is stale; giving it back", "streams", c.st.Claimed)
@@ -307,7 +319,7 @@ func (d *Drain) Run(ctx context.Context) error {
 			}
 		}
 		if d.outage && st.Unavailable > 0 {
-			if !sleep(ctx, outagePause) {
+			if !d.sleep(ctx, outagePause) {
 				break
 			}
 			outagePause = min(2*outagePause, max(MaxOutagePause, d.cfg.PollInterval))
@@ -319,7 +331,7 @@ func (d *Drain) Run(ctx context.Context) error {
 				break
 			}
 			d.log.Error("drain cycle failed; pausing", "pause", pause, "error", err)
-			if !sleep(ctx, pause) {
+			if !d.sleep(ctx, pause) {
 				break
 			}
 			pause = min(2*pause, max(maxErrorPause, d.cfg.PollInterval))
@@ -332,10 +344,10 @@ func (d *Drain) Run(ctx context.Context) error {
 		if notes == nil && d.cfg.Notifier != nil {
 			notes = d.subscribe(ctx)
 		}
-		timer := time.NewTimer(d.cfg.PollInterval)
+		timer := d.cfg.Clock.NewTimer(d.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
-		case <-timer.C:
+		case <-timer.Chan():
 		case _, ok := <-notes:
 			if !ok {
 				notes = nil
@@ -403,13 +415,14 @@ func (d *Drain) settleContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), min(d.cfg.Lease, 30*time.Second))
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// sleep waits for pause on the drain's clock; false when ctx ended first.
+func (d *Drain) sleep(ctx context.Context, pause time.Duration) bool {
+	t := d.cfg.Clock.NewTimer(pause)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.Chan():
 		return true
 	}
 }

@@ -165,7 +165,7 @@ func (d *Drain) settle(runCtx, sctx context.Context, c Claim, b Batch, r Result,
 
 	var err error
 	how := ""
-	began := time.Now()
+	began := d.cfg.Clock.Now()
 	defer func() {
 		switch {
 		case err == nil:
@@ -178,7 +178,7 @@ func (d *Drain) settle(runCtx, sctx context.Context, c Claim, b Batch, r Result,
 		if err != nil {
 			fwd = 0
 		}
-		d.cfg.Observer.Settled(c.Stream, how, fwd, time.Since(began))
+		d.cfg.Observer.Settled(c.Stream, how, fwd, d.cfg.Clock.Since(began))
 	}()
 	switch dec.act {
 	case actAck:
