@@ -397,7 +397,7 @@ type shutdownMidClaim struct {
 	stop func()
 }
 
-func (s shutdownMidClaim) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]drain.Claim, error) {
+func (s shutdownMidClaim) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]event.Claim, error) {
 	claims, err := s.Store.Claim(ctx, owner, limit, lease)
 	s.stop()
 	if ctx.Err() != nil {

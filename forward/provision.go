@@ -206,7 +206,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 			"JetStream stream %s does not allow batched publishing (allow_batched): the bridge publishes one event at a time, waiting for each PubAck, several times slower; "+
 				"turn it on by setting \"allow_batched\": true in the stream's configuration (e.g. nats stream info %s --json, edit, nats stream edit %s --config FILE)", cfg.Name, cfg.Name, cfg.Name))
 	}
-	if w := ReplicasWarning(cfg.Name, p.Replicas, cfg.Replicas); w != "" {
+	if w := replicasWarning(cfg.Name, p.Replicas, cfg.Replicas); w != "" {
 		p.Warnings = append(p.Warnings, w)
 	}
 	if p.Storage == jetstream.MemoryStorage {
@@ -216,12 +216,12 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 	return p, nil
 }
 
-// ReplicasWarning returns the warning for an existing JetStream stream
+// replicasWarning returns the warning for an existing JetStream stream
 // whose replica count (have) differs from the one asked for (want), or ""
 // when they are equal. Provision does not change the count itself: scaling
 // a stream moves its data between servers, an operator's decision
 // ("nats stream edit <stream> --replicas <want>").
-func ReplicasWarning(stream string, have, want int) string {
+func replicasWarning(stream string, have, want int) string {
 	if have == want {
 		return ""
 	}
