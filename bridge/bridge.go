@@ -239,7 +239,8 @@ func newStore(pool *pgxpool.Pool, cfg Config) (*store.Store, error) {
 	st, err := store.New(pool, append(opts, store.WithDiscoveryInterval(cfg.PollInterval),
 		store.WithSettleTimeout(cfg.SettleTimeout), store.WithLogger(cfg.Logger))...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		// Validate checked what the store checks: not expected here.
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	return st, nil
 }

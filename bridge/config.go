@@ -59,7 +59,7 @@ const (
 
 // ErrInvalidConfig is wrapped by the errors of New, Validate, NewMetrics
 // and Verify about a configuration field; the message names the field
-// and the value (`Lease 500µs is below 1ms`), never a flag: `bridge run`
+// and the value (`Config.Lease 500µs is below 1ms`), never a flag: `bridge run`
 // maps fields to its flags.
 var ErrInvalidConfig = errors.New("invalid bridge config")
 
@@ -190,31 +190,31 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	for _, ch := range checks {
 		if ch.bad {
-			return c, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, ch.name, ch.val)
+			return c, fmt.Errorf("%w: Config.%s %v is negative", ErrInvalidConfig, ch.name, ch.val)
 		}
 	}
 	if c.Lease > 0 && c.Lease < time.Millisecond {
-		return c, fmt.Errorf("%w: Lease %v is below 1ms", ErrInvalidConfig, c.Lease)
+		return c, fmt.Errorf("%w: Config.Lease %v is below 1ms", ErrInvalidConfig, c.Lease)
 	}
 	// The same characters forward.Provision refuses, checked here so that
 	// New, not Start, says so.
 	if strings.ContainsAny(c.Stream, ".*> \t\r\n/\\") {
-		return c, fmt.Errorf("%w: Stream %q: a JetStream stream name may not contain '.', '*', '>', whitespace or path separators", ErrInvalidConfig, c.Stream)
+		return c, fmt.Errorf("%w: Config.Stream %q: a JetStream stream name may not contain '.', '*', '>', whitespace or path separators", ErrInvalidConfig, c.Stream)
 	}
 	c.Schema = or(c.Schema, DefaultSchema)
 	// The store's own checks, on a Store that is never used.
 	if err := store.WithSchema(c.Schema)(&store.Store{}); err != nil {
-		return c, fmt.Errorf("%w: Schema %q: %w", ErrInvalidConfig, c.Schema, err)
+		return c, fmt.Errorf("%w: Config.Schema %q: %v", ErrInvalidConfig, c.Schema, err)
 	}
 	if c.EventsTable != "" {
 		if err := store.WithEventsTable(c.EventsTable)(&store.Store{}); err != nil {
-			return c, fmt.Errorf("%w: EventsTable %q: %w", ErrInvalidConfig, c.EventsTable, err)
+			return c, fmt.Errorf("%w: Config.EventsTable %q: %v", ErrInvalidConfig, c.EventsTable, err)
 		}
 	}
 	c.Stream = or(c.Stream, DefaultStream)
 	c.SubjectPrefix = or(c.SubjectPrefix, DefaultSubjectPrefix)
 	if err := wire.ValidatePrefix(c.SubjectPrefix); err != nil {
-		return c, fmt.Errorf("%w: SubjectPrefix %q: %w", ErrInvalidConfig, c.SubjectPrefix, err)
+		return c, fmt.Errorf("%w: Config.SubjectPrefix %q: %v", ErrInvalidConfig, c.SubjectPrefix, err)
 	}
 	c.Source = or(c.Source, DefaultSource)
 	c.DuplicateWindow = or(c.DuplicateWindow, DefaultDuplicateWindow)

@@ -192,14 +192,14 @@ func New(store Store, h Handler, cfg Config) (*Drain, error) {
 	}
 	for _, c := range checks {
 		if c.bad {
-			return nil, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, c.name, c.val)
+			return nil, fmt.Errorf("%w: Config.%s %v is negative", ErrInvalidConfig, c.name, c.val)
 		}
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease
 	}
 	if cfg.Lease < time.Millisecond {
-		return nil, fmt.Errorf("%w: Lease %v is below 1ms", ErrInvalidConfig, cfg.Lease)
+		return nil, fmt.Errorf("%w: Config.Lease %v is below 1ms", ErrInvalidConfig, cfg.Lease)
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}

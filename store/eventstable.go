@@ -135,5 +135,5 @@ func (s *Store) recordedEventsTable(ctx context.Context, tx pgx.Tx) (string, err
 	case 1:
 		return tables[0], nil
 	}
-	return "", fmt.Errorf("%w: schema %s has drained several events tables (%s): give the one to use", ErrInvalidInput, s.schema, strings.Join(tables, ", "))
+	return "", fmt.Errorf("%w: schema %s has drained several events tables (%s): give the one to use (WithEventsTable)", ErrInvalidConfig, s.schema, strings.Join(tables, ", "))
 }

@@ -165,7 +165,7 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger,
 	}
 	if r.Migrate {
 		err := w.For(ctx, "Postgres migrations of schema "+st.Schema(), func(ctx context.Context) error {
-			return postgresErr(st.Migrate(ctx))
+			return postgresErr(flagNames(st.Migrate(ctx)))
 		})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("migrate: %w", err)
@@ -266,7 +266,7 @@ func openStore(ctx context.Context, g *Globals, opts ...store.Option) (*pgxpool.
 	st, err := store.New(pool, g.storeOptions(opts...)...)
 	if err != nil {
 		pool.Close()
-		return nil, nil, err
+		return nil, nil, flagNames(err)
 	}
 	return pool, st, nil
 }
