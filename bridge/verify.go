@@ -4,6 +4,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -17,16 +18,11 @@ import (
 
 // ErrNoStream is wrapped by Verify when the JetStream stream does not
 // exist.
-var ErrNoStream = audit.ErrNoStream
+var ErrNoStream = errors.New("JetStream stream not found")
 
 // DefaultVerifyPageSize is how many events of a stream one Postgres read
 // of Verify returns by default.
-const DefaultVerifyPageSize = audit.DefaultPageSize
-
-// VerifySinceSkew is how much earlier than VerifyConfig.Since Verify reads
-// JetStream: an event created at Since is stored in JetStream later, and
-// the clocks of Postgres and the NATS server may disagree by this much.
-const VerifySinceSkew = audit.SinceSkew
+const DefaultVerifyPageSize = 1000
 
 // VerifyConfig configures Verify and Repair: the bridge's own settings,
 // which must match the bridge's (or every event is reported missing or
@@ -45,7 +41,9 @@ type VerifyConfig struct {
 	// streams).
 	All bool
 	// Since, when not zero, checks only events created at or after it;
-	// JetStream is read from VerifySinceSkew before it.
+	// JetStream is read from 5 minutes before it (an event created at
+	// Since is stored in JetStream later, and the clocks of Postgres and
+	// the NATS server may disagree).
 	Since time.Time
 	// PageSize is how many events one Postgres read returns. Default
 	// DefaultVerifyPageSize; negative is invalid.
@@ -64,17 +62,17 @@ type ProblemKind string
 // string).
 const (
 	// ProblemMissing: JetStream holds no message for the event.
-	ProblemMissing ProblemKind = ProblemKind(audit.Missing)
+	ProblemMissing ProblemKind = "missing"
 	// ProblemDuplicate: JetStream holds the event more than once; the
 	// problem names each extra copy (its sequence), not the first.
-	ProblemDuplicate ProblemKind = ProblemKind(audit.Duplicate)
+	ProblemDuplicate ProblemKind = "duplicate"
 	// ProblemOutOfOrder: the event's message is stored after a message of
 	// a later version of the same stream.
-	ProblemOutOfOrder ProblemKind = ProblemKind(audit.OutOfOrder)
+	ProblemOutOfOrder ProblemKind = "out_of_order"
 	// ProblemContentDiffers: the stored message is not what the bridge
 	// publishes for the event as Postgres holds it now (data, subject,
 	// Nats-Msg-Id, Content-Type or a ce-* header differ).
-	ProblemContentDiffers ProblemKind = ProblemKind(audit.ContentDiffers)
+	ProblemContentDiffers ProblemKind = "content_differs"
 )
 
 // Problem is one finding of Verify.
@@ -181,6 +179,9 @@ func Verify(ctx context.Context, js jetstream.JetStream, st *store.Store, stream
 	found, err := audit.Verify(ctx, js, st, in, cfg.All, audit.Config{
 		Stream: cfg.Stream, Prefix: cfg.SubjectPrefix, Source: cfg.Source, Since: cfg.Since, PageSize: cfg.PageSize,
 	})
+	if errors.Is(err, audit.ErrNoStream) {
+		err = fmt.Errorf("%w: %q", ErrNoStream, cfg.Stream)
+	}
 	rep := Report{found: found, cfg: cfg}
 	rep.fill()
 	return rep, err
