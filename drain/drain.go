@@ -148,7 +148,7 @@ type Drain struct {
 	// goroutine touches it.
 	outage bool
 	// outages counts the cycles in a row, up to the last one, in which a
-	// stream failed because the bus was unavailable; outageBackoff's
+	// stream failed because the bus was unavailable; Config.OutageBackoff's
 	// argument. Only Cycle's goroutine touches it.
 	outages int
 }
@@ -266,7 +266,7 @@ func defaultOwner() string {
 // logged and followed by a pause growing from PollInterval to 30s; Run keeps
 // going. A cycle that acked no stream and had streams fail because the bus
 // was unavailable (UnavailableError) starts an outage: Run pauses, growing
-// from PollInterval to maxOutagePause, and each further cycle claims a
+// from PollInterval to 10 s (at least PollInterval), and each further cycle claims a
 // single stream (a probe) until one gets through; so an outage costs the
 // streams not yet tried nothing, and those tried follow Config.OutageBackoff. When
 // ctx is done, the batch in flight is settled with a fresh
