@@ -47,8 +47,8 @@ type Bridge struct {
 }
 
 // New assembles a bridge on pool and js without touching either: it
-// checks cfg (Validate, and SubjectPrefix; an error wrapping
-// ErrInvalidConfig names the field and the value), fills its defaults,
+// checks cfg (Validate: an error wrapping ErrInvalidConfig names the
+// field and the value), fills its defaults,
 // lowers a PublishTimeout that does not fit Lease to
 // MaxPublishTimeout with a warning, and registers the metrics on
 // cfg.Registerer (an error when they are registered there already). pool
@@ -163,8 +163,8 @@ func (b *Bridge) Provision(ctx context.Context) error {
 // the JetStream stream, then drains in the background until Stop is called or
 // ctx ends (either is a graceful stop, as on SIGTERM). It returns the
 // first step's error that failed, without draining; it does not wait for
-// Postgres or NATS to come up (retry Start, or wait before it). A second
-// Start returns an error.
+// Postgres or NATS to come up (retry Start, or wait before it). A Start
+// after one that succeeded, or after Run, returns ErrAlreadyStarted.
 func (b *Bridge) Start(ctx context.Context) error {
 	return b.life.Start(ctx, b.setup, b.drain.Run)
 }
