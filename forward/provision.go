@@ -198,7 +198,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 	if p.DuplicateWindow < cfg.DuplicateWindow {
 		p.Warnings = append(p.Warnings, fmt.Sprintf(
 			"JetStream stream %s has duplicate window %s, shorter than the configured %s: an event re-published after %s is stored twice; "+
-				"raise it with: nats stream edit %s --dupe-window %s (or set --duplicate-window to the window you accept)",
+				"raise it with: nats stream edit %s --dupe-window %s (or set the bridge's DuplicateWindow to the window you accept)",
 			cfg.Name, p.DuplicateWindow, cfg.DuplicateWindow, p.DuplicateWindow, cfg.Name, cfg.DuplicateWindow))
 	}
 	if !p.BatchPublish && serverAtLeast(js.Conn(), 2, 14) {

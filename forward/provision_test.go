@@ -70,7 +70,7 @@ func TestProvisionWarnsOnShortDuplicateWindow(t *testing.T) {
 	require.False(t, p.Created)
 	require.Equal(t, 30*time.Second, p.DuplicateWindow)
 	require.Len(t, p.Warnings, 1)
-	require.Contains(t, p.Warnings[0], "--duplicate-window")
+	require.Contains(t, p.Warnings[0], "DuplicateWindow")
 	require.Contains(t, p.Warnings[0], "30s")
 	require.Contains(t, p.Warnings[0], "5m0s")
 

@@ -60,7 +60,7 @@ func (s *Store) checkEventsTable(ctx context.Context, q pgx.Tx) error {
 		return fmt.Errorf("look for events table %s: %w", s.eventsTable, err)
 	}
 	if !exists {
-		return fmt.Errorf("%w: %s (is the application that writes it migrated yet? is --events-table right?)", ErrEventsTableMissing, s.eventsTable)
+		return fmt.Errorf("%w: %s (is the application that writes it migrated yet? is the events table name right?)", ErrEventsTableMissing, s.eventsTable)
 	}
 	rows, err := q.Query(ctx, s.q.eventsTableColumns, table)
 	if err != nil {
