@@ -18,6 +18,7 @@ type Door struct {
 	life *lifecycle.Runner
 }
 
+// NewDoor makes a Door with its own already-started error.
 func NewDoor() *Door { return &Door{life: lifecycle.New(ErrAlreadyStarted)} }
 
 func (d *Door) provision(context.Context) error { return nil }
@@ -27,9 +28,12 @@ func (d *Door) engine(ctx context.Context) error {
 	return nil
 }
 
+// Start provisions, then runs the engine in the background.
 func (d *Door) Start(ctx context.Context) error { return d.life.Start(ctx, d.provision, d.engine) }
+// Run runs the engine in the foreground.
 func (d *Door) Run(ctx context.Context) error   { return d.life.Run(ctx, nil, d.engine) }
 
+// Stop ends Start or Run and waits for it.
 func (d *Door) Stop(ctx context.Context) error {
 	if err := d.life.Stop(ctx); err != nil {
 		return fmt.Errorf("stop door: %w", err)
