@@ -30,8 +30,9 @@ func (d *Door) engine(ctx context.Context) error {
 
 // Start provisions, then runs the engine in the background.
 func (d *Door) Start(ctx context.Context) error { return d.life.Start(ctx, d.provision, d.engine) }
+
 // Run runs the engine in the foreground.
-func (d *Door) Run(ctx context.Context) error   { return d.life.Run(ctx, nil, d.engine) }
+func (d *Door) Run(ctx context.Context) error { return d.life.Run(ctx, nil, d.engine) }
 
 // Stop ends Start or Run and waits for it.
 func (d *Door) Stop(ctx context.Context) error {
