@@ -3,6 +3,12 @@
 // Prometheus metrics. While an endpoint's breaker is open the consumer stops
 // pulling for the subscriptions that deliver to it, so no delivery attempts
 // are spent on an endpoint that is down.
+//
+// It is part of the engine behind the consumer front door, not an
+// application API: applications configure breakers through package
+// consumer (its Config), and this package keeps only the surface the
+// consumer needs. It may change between releases (see the README's API
+// stability section).
 package breaker
 
 import (
@@ -27,9 +33,9 @@ import (
 // its probes are already taken. A rejected call is not an endpoint failure.
 var ErrOpen = errors.New("circuit breaker open")
 
-// ErrInvalidSettings is wrapped by NewSet when a Settings field is out of
+// ErrInvalidConfig is wrapped by NewSet when a Settings field is out of
 // range; the message names the field and the value.
-var ErrInvalidSettings = errors.New("invalid breaker settings")
+var ErrInvalidConfig = errors.New("invalid breaker settings")
 
 // State is a breaker's state. Its integer values are the values of the
 // jsbridge_consumer_breaker_state gauge.
@@ -94,14 +100,14 @@ const (
 )
 
 // Validate checks s as NewSet does, without creating anything: nil, or an
-// error wrapping ErrInvalidSettings naming the first bad field and value.
+// error wrapping ErrInvalidConfig naming the first bad field and value.
 func (s Settings) Validate() error {
 	_, err := s.withDefaults()
 	return err
 }
 
 // withDefaults returns s with zero fields set to their defaults, or an
-// error wrapping ErrInvalidSettings naming the first bad field.
+// error wrapping ErrInvalidConfig naming the first bad field.
 func (s Settings) withDefaults() (Settings, error) {
 	if s.ConsecutiveFailures == 0 {
 		s.ConsecutiveFailures = DefaultConsecutiveFailures
@@ -123,11 +129,11 @@ func (s Settings) withDefaults() (Settings, error) {
 	}
 	switch {
 	case math.IsNaN(s.FailureRatio) || s.FailureRatio < 0 || s.FailureRatio > 1:
-		return s, fmt.Errorf("%w: FailureRatio %v: want a value in (0, 1]", ErrInvalidSettings, s.FailureRatio)
+		return s, fmt.Errorf("%w: FailureRatio %v: want a value in (0, 1]", ErrInvalidConfig, s.FailureRatio)
 	case s.Interval < 0:
-		return s, fmt.Errorf("%w: Interval %s: must not be negative", ErrInvalidSettings, s.Interval)
+		return s, fmt.Errorf("%w: Interval %s: must not be negative", ErrInvalidConfig, s.Interval)
 	case s.OpenTimeout < 0:
-		return s, fmt.Errorf("%w: OpenTimeout %s: must not be negative", ErrInvalidSettings, s.OpenTimeout)
+		return s, fmt.Errorf("%w: OpenTimeout %s: must not be negative", ErrInvalidConfig, s.OpenTimeout)
 	}
 	return s, nil
 }
@@ -152,7 +158,7 @@ type Set struct {
 //   - jsbridge_consumer_breaker_transitions_total{endpoint,from,to} counter.
 //
 // If reg already has these collectors (another Set), they are shared. It
-// fails on invalid settings (ErrInvalidSettings) or a registration error.
+// fails on invalid settings (ErrInvalidConfig) or a registration error.
 func NewSet(s Settings, logger *slog.Logger, reg prometheus.Registerer) (*Set, error) {
 	s, err := s.withDefaults()
 	if err != nil {

@@ -216,10 +216,10 @@ func TestBreakerPerEndpoint(t *testing.T) {
 func TestNewSetRejectsBadSettings(t *testing.T) {
 	t.Parallel()
 	_, err := breaker.NewSet(breaker.Settings{FailureRatio: 1.5}, nil, nil)
-	require.ErrorIs(t, err, breaker.ErrInvalidSettings)
+	require.ErrorIs(t, err, breaker.ErrInvalidConfig)
 	require.ErrorContains(t, err, "FailureRatio 1.5")
 	_, err = breaker.NewSet(breaker.Settings{OpenTimeout: -time.Second}, nil, nil)
-	require.ErrorIs(t, err, breaker.ErrInvalidSettings)
+	require.ErrorIs(t, err, breaker.ErrInvalidConfig)
 	require.ErrorContains(t, err, "OpenTimeout -1s")
 }
 

@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,6 +26,7 @@ import (
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
+	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -43,18 +43,14 @@ type Bridge struct {
 	store *store.Store
 	drain *drain.Drain
 
-	mu      sync.Mutex
-	started bool
-	stop    context.CancelFunc // ends the background drain; nil before Start
-	done    chan struct{}      // closed when the background drain returned
-	runErr  error              // the drain's error, set before done closes
+	life *lifecycle.Runner
 }
 
 // New assembles a bridge on pool and js without touching either: it
-// checks cfg (Validate, and SubjectPrefix; an error wrapping
-// ErrInvalidConfig names the field and the value), fills its defaults,
+// checks cfg (Validate: an error wrapping ErrInvalidConfig names the
+// field and the value), fills its defaults,
 // lowers a PublishTimeout that does not fit Lease to
-// forward.MaxPublishTimeout with a warning, and registers the metrics on
+// MaxPublishTimeout with a warning, and registers the metrics on
 // cfg.Registerer (an error when they are registered there already). pool
 // and js must not be nil.
 func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error) {
@@ -70,8 +66,8 @@ func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error
 	}
 	log := cfg.Logger
 	// A cycle's publishes must end before its deadline (80% of the lease
-	// from the claim) cuts them short: see forward.MaxPublishTimeout.
-	if fit, lowered := forward.FitPublishTimeout(cfg.PublishTimeout, cfg.Lease); lowered {
+	// from the claim) cuts them short: see MaxPublishTimeout.
+	if fit, lowered := FitPublishTimeout(cfg.PublishTimeout, cfg.Lease); lowered {
 		log.Warn(fmt.Sprintf("PublishTimeout %s does not fit Lease %s (at most 40%% of it): using %s", cfg.PublishTimeout, cfg.Lease, fit),
 			"publish_timeout", fit, "lease", cfg.Lease)
 		cfg.PublishTimeout = fit
@@ -100,7 +96,8 @@ func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error
 		PublishTimeout: cfg.PublishTimeout, Logger: log, Observer: fobs, TracerProvider: cfg.TracerProvider,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: SubjectPrefix %q: %w", ErrInvalidConfig, cfg.SubjectPrefix, err)
+		// Config.Validate checked what forward checks: not a config error.
+		return nil, fmt.Errorf("bridge forwarder: %w", err)
 	}
 	d, err := drain.New(st, fwd, drain.Config{
 		Owner: cfg.Owner, Lease: cfg.Lease, ClaimLimit: cfg.ClaimLimit, FetchLimit: cfg.FetchLimit,
@@ -108,9 +105,9 @@ func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error
 		Notifier: st, Logger: log, Observer: dobs,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("bridge drain: %w", err)
 	}
-	return &Bridge{cfg: cfg, pool: pool, js: js, store: st, drain: d}, nil
+	return &Bridge{cfg: cfg, pool: pool, js: js, store: st, drain: d, life: lifecycle.New(ErrAlreadyStarted)}, nil
 }
 
 // Config returns the bridge's configuration with its defaults filled in
@@ -132,17 +129,27 @@ func (b *Bridge) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Provision makes sure the JetStream stream exists (forward.Provision:
-// created with subjects "<SubjectPrefix>.>", file storage and
-// DuplicateWindow when missing, never changed when it exists) and logs its
-// warnings. Errors wrap forward.ErrSubjectsNotCovered when an existing
-// stream does not take the bridge's subjects, else JetStream's error;
-// Start calls it.
+// Provision makes sure the JetStream stream exists (created with subjects
+// "<SubjectPrefix>.>", file storage, DuplicateWindow and Replicas when
+// missing, never changed when it exists) and logs its warnings (a shorter
+// duplicate window, memory storage, another replica count). Errors wrap
+// ErrSubjectsNotCovered when an existing stream does not take the
+// bridge's subjects, ErrReplicasNotSupported when Replicas > 1 meets a
+// standalone server, else JetStream's error; retrying helps only with the
+// last. Start calls it.
 func (b *Bridge) Provision(ctx context.Context) error {
 	prov, err := forward.Provision(ctx, b.js, forward.StreamConfig{
 		Name: b.cfg.Stream, Prefix: b.cfg.SubjectPrefix, DuplicateWindow: b.cfg.DuplicateWindow, Replicas: b.cfg.Replicas,
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, forward.ErrSubjectsNotCovered):
+		return fmt.Errorf("%w: %v", ErrSubjectsNotCovered, err)
+	case errors.Is(err, forward.ErrReplicasNotSupported):
+		return fmt.Errorf("%w: %v", ErrReplicasNotSupported, err)
+	case errors.Is(err, forward.ErrInvalidConfig):
+		// Validate checks the same: not expected here.
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	case err != nil:
 		return err
 	}
 	for _, warning := range prov.Warnings {
@@ -156,19 +163,19 @@ func (b *Bridge) Provision(ctx context.Context) error {
 // the JetStream stream, then drains in the background until Stop is called or
 // ctx ends (either is a graceful stop, as on SIGTERM). It returns the
 // first step's error that failed, without draining; it does not wait for
-// Postgres or NATS to come up (retry Start, or wait before it). A second
-// Start returns an error.
+// Postgres or NATS to come up (retry Start, or wait before it). A Start
+// after one that succeeded, or after Run, returns ErrAlreadyStarted.
 func (b *Bridge) Start(ctx context.Context) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.started {
-		return ErrAlreadyStarted
-	}
+	return b.life.Start(ctx, b.setup, b.drain.Run)
+}
+
+// setup is Start's first part: the warning, the migrations, the stream.
+func (b *Bridge) setup(ctx context.Context) error {
 	// A bridge that dies after publishing and before acking is taken over
 	// after its lease; the takeover's re-publish must fall in the window.
 	// (Said here, not in New, so that `bridge run`, which uses Run, says it
 	// in terms of its flags.)
-	if need := forward.RequiredDuplicateWindow(b.cfg.Lease, b.cfg.PublishTimeout); b.cfg.DuplicateWindow < need {
+	if need := RequiredDuplicateWindow(b.cfg.Lease, b.cfg.PublishTimeout); b.cfg.DuplicateWindow < need {
 		b.cfg.Logger.Warn("DuplicateWindow is shorter than Lease plus PublishTimeout: an event re-published after a takeover may be stored twice",
 			"duplicate_window", b.cfg.DuplicateWindow, "need", need)
 	}
@@ -180,58 +187,34 @@ func (b *Bridge) Start(ctx context.Context) error {
 	if err := b.Provision(ctx); err != nil {
 		return fmt.Errorf("provision JetStream stream %q: %w", b.cfg.Stream, err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	b.started, b.stop, b.done = true, cancel, make(chan struct{})
-	go func() {
-		err := b.drain.Run(runCtx)
-		b.mu.Lock()
-		b.runErr = err
-		b.mu.Unlock()
-		close(b.done)
-	}()
 	return nil
 }
 
-// Run drains in the foreground until ctx ends, then stops gracefully as
-// Stop does and returns. It neither warns, migrates nor provisions: it is
-// for a caller that did all three itself (Migrate, Provision), as `bridge
-// run` does while waiting for its dependencies. A Bridge runs once: Run after Start,
-// or a second Run, returns an error.
+// Run drains in the foreground until ctx ends or Stop is called, then
+// stops gracefully as Stop does and returns. It neither warns, migrates
+// nor provisions: it is for a caller that did all three itself (Migrate,
+// Provision), as `bridge run` does while waiting for its dependencies. A
+// Bridge runs once: Run after Start, or a second Run, returns
+// ErrAlreadyStarted.
 func (b *Bridge) Run(ctx context.Context) error {
-	b.mu.Lock()
-	if b.started {
-		b.mu.Unlock()
-		return ErrAlreadyStarted
-	}
-	b.started = true
-	b.mu.Unlock()
-	return b.drain.Run(ctx)
+	return b.life.Run(ctx, nil, b.drain.Run)
 }
 
-// Stop stops the drain started by Start with the same guarantees as
-// SIGTERM to `bridge run`: no new claim is made, the batch in flight may
-// go on for ShutdownGrace, what it published is acked and the rest of its
-// streams released (no retry counted), so another bridge takes them up at
-// once. It returns the drain's error (nil after a clean stop) when the
-// drain has stopped, or ctx's error when ctx ends first (the drain then
-// finishes stopping in the background). Stop before Start, or again, is
-// harmless.
+// Stop stops the drain started by Start (or Run) with the same guarantees
+// as SIGTERM to `bridge run`: no new claim is made, the batch in flight
+// may go on for ShutdownGrace, what it published is acked and the rest of
+// its streams released (no retry counted), so another bridge takes them
+// up at once. It returns the drain's error (nil after a clean stop) when
+// the drain has stopped, or ctx's error when ctx ends first (the drain
+// then finishes stopping in the background, and a later Stop waits
+// again). Stop while Start migrates or provisions cancels that. Stop
+// before Start is a no-op returning nil; a second Stop returns the
+// first's result.
 func (b *Bridge) Stop(ctx context.Context) error {
-	b.mu.Lock()
-	stop, done := b.stop, b.done
-	b.mu.Unlock()
-	if stop == nil {
-		return nil
+	if err := b.life.Stop(ctx); err != nil {
+		return fmt.Errorf("stop bridge: %w", err)
 	}
-	stop()
-	select {
-	case <-done:
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.runErr
-	case <-ctx.Done():
-		return fmt.Errorf("stop bridge: %w", ctx.Err())
-	}
+	return nil
 }
 
 // Ready reports whether the bridge can work: nil when Postgres answers a
@@ -256,7 +239,8 @@ func newStore(pool *pgxpool.Pool, cfg Config) (*store.Store, error) {
 	st, err := store.New(pool, append(opts, store.WithDiscoveryInterval(cfg.PollInterval),
 		store.WithSettleTimeout(cfg.SettleTimeout), store.WithLogger(cfg.Logger))...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		// Validate checked what the store checks: not expected here.
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	return st, nil
 }

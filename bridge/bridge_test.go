@@ -293,3 +293,31 @@ func TestStartWarnsOfAShortDuplicateWindow(t *testing.T) {
 	require.Contains(t, logs.String(), "DuplicateWindow is shorter than Lease plus PublishTimeout")
 	require.Contains(t, logs.String(), "need=35s")
 }
+
+// The life cycle every front door shares: Stop before Start does nothing,
+// Stop ends a foreground Run, a Bridge runs once, a second Stop is safe.
+func TestStopBeforeStartAndStopEndsRun(t *testing.T) {
+	t.Parallel()
+	bb := setup(t)
+	b, err := bridge.New(bb.pool, bb.js, bridge.Config{Schema: bb.schema, PollInterval: time.Hour, Logger: quiet()})
+	require.NoError(t, err)
+	require.NoError(t, b.Stop(context.Background()), "Stop before Start")
+
+	ran := make(chan error, 1)
+	go func() { ran <- b.Run(context.Background()) }()
+	// A Stop that comes before Run has begun does nothing; once it has,
+	// Stop ends it.
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.Stop(context.Background()))
+		select {
+		case err := <-ran:
+			require.NoError(t, err)
+			return true
+		default:
+			return false
+		}
+	}, 10*time.Second, 5*time.Millisecond, "Stop ends the foreground Run")
+	require.NoError(t, b.Stop(context.Background()), "a second Stop")
+	require.ErrorIs(t, b.Start(context.Background()), bridge.ErrAlreadyStarted, "a Bridge runs once")
+	require.ErrorIs(t, b.Run(context.Background()), bridge.ErrAlreadyStarted, "a Bridge runs once")
+}

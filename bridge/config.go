@@ -57,9 +57,21 @@ const (
 	DefaultSettleTimeout = store.DefaultSettleTimeout
 )
 
-// ErrInvalidConfig is wrapped by New's errors about a Config field; the
-// message names the field and the value.
+// ErrInvalidConfig is wrapped by the errors of New, Validate, NewMetrics
+// and Verify about a configuration field; the message names the field
+// and the value (`Config.Lease 500µs is below 1ms`), never a flag: `bridge run`
+// maps fields to its flags.
 var ErrInvalidConfig = errors.New("invalid bridge config")
+
+// ErrSubjectsNotCovered is wrapped by Provision (and Start) when the
+// JetStream stream exists and none of its subjects takes
+// "<SubjectPrefix>.>": the stream belongs to something else, or
+// SubjectPrefix is wrong. Waiting does not help.
+var ErrSubjectsNotCovered = errors.New("JetStream stream does not cover the subject prefix")
+
+// ErrReplicasNotSupported is wrapped by Provision (and Start) when Config.Replicas
+// is above 1 and the server is not part of a JetStream cluster.
+var ErrReplicasNotSupported = errors.New("replicas > 1 need a clustered JetStream")
 
 // Config configures a Bridge: every knob of `bridge run` that is not about
 // connecting. The zero value of every field means its default (Default*).
@@ -87,7 +99,7 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// Replicas is the replica count of a stream Start creates: 1 on a
 	// standalone server, 3 on a cluster (more than 1 on a standalone server
-	// makes Start fail with forward.ErrReplicasNotSupported). An existing
+	// makes Start fail with ErrReplicasNotSupported). An existing
 	// stream keeps its own; Start warns when it differs. Default 1.
 	Replicas int
 
@@ -113,7 +125,7 @@ type Config struct {
 	// stream stays in order). Default 256.
 	MaxInFlight int
 	// PublishTimeout bounds one publish, from send to PubAck. At most 40 %
-	// of Lease (forward.MaxPublishTimeout): a larger value is lowered to it
+	// of Lease (MaxPublishTimeout): a larger value is lowered to it
 	// with a warning. Default 5 s.
 	PublishTimeout time.Duration
 	// ShutdownGrace is how long the batch in flight may go on after Stop;
@@ -139,8 +151,8 @@ type Config struct {
 	Metrics *Metrics
 	// TracerProvider makes the publish spans: one per event, continuing
 	// the trace context of the event's meta (traceparent, tracestate) or
-	// starting a trace, carried on in the message's traceparent header (see
-	// forward.Config.TracerProvider). Default nil: otel's global tracer
+	// starting a trace, carried on in the message's traceparent header.
+	// Default nil: otel's global tracer
 	// provider, a no-op until the application installs an SDK.
 	TracerProvider trace.TracerProvider
 }
@@ -149,8 +161,8 @@ type Config struct {
 // ErrInvalidConfig that names the first bad field and its value (a
 // negative duration or limit, a Lease below 1 ms, a Stream name JetStream
 // refuses, a Schema that is not a plain lowercase identifier, an
-// EventsTable that is not schema.table). New calls it; SubjectPrefix is
-// checked by New.
+// EventsTable that is not schema.table, a SubjectPrefix that is not a
+// literal subject). New calls it.
 func (c Config) Validate() error {
 	_, err := c.withDefaults()
 	return err
@@ -178,29 +190,32 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	for _, ch := range checks {
 		if ch.bad {
-			return c, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, ch.name, ch.val)
+			return c, fmt.Errorf("%w: Config.%s %v is negative", ErrInvalidConfig, ch.name, ch.val)
 		}
 	}
 	if c.Lease > 0 && c.Lease < time.Millisecond {
-		return c, fmt.Errorf("%w: Lease %v is below 1ms", ErrInvalidConfig, c.Lease)
+		return c, fmt.Errorf("%w: Config.Lease %v is below 1ms", ErrInvalidConfig, c.Lease)
 	}
 	// The same characters forward.Provision refuses, checked here so that
 	// New, not Start, says so.
 	if strings.ContainsAny(c.Stream, ".*> \t\r\n/\\") {
-		return c, fmt.Errorf("%w: Stream %q: a JetStream stream name may not contain '.', '*', '>', whitespace or path separators", ErrInvalidConfig, c.Stream)
+		return c, fmt.Errorf("%w: Config.Stream %q: a JetStream stream name may not contain '.', '*', '>', whitespace or path separators", ErrInvalidConfig, c.Stream)
 	}
 	c.Schema = or(c.Schema, DefaultSchema)
 	// The store's own checks, on a Store that is never used.
 	if err := store.WithSchema(c.Schema)(&store.Store{}); err != nil {
-		return c, fmt.Errorf("%w: Schema %q: %w", ErrInvalidConfig, c.Schema, err)
+		return c, fmt.Errorf("%w: Config.Schema %q: %v", ErrInvalidConfig, c.Schema, err)
 	}
 	if c.EventsTable != "" {
 		if err := store.WithEventsTable(c.EventsTable)(&store.Store{}); err != nil {
-			return c, fmt.Errorf("%w: EventsTable %q: %w", ErrInvalidConfig, c.EventsTable, err)
+			return c, fmt.Errorf("%w: Config.EventsTable %q: %v", ErrInvalidConfig, c.EventsTable, err)
 		}
 	}
 	c.Stream = or(c.Stream, DefaultStream)
 	c.SubjectPrefix = or(c.SubjectPrefix, DefaultSubjectPrefix)
+	if err := wire.ValidatePrefix(c.SubjectPrefix); err != nil {
+		return c, fmt.Errorf("%w: Config.SubjectPrefix %q: %v", ErrInvalidConfig, c.SubjectPrefix, err)
+	}
 	c.Source = or(c.Source, DefaultSource)
 	c.DuplicateWindow = or(c.DuplicateWindow, DefaultDuplicateWindow)
 	c.Replicas = or(c.Replicas, DefaultReplicas)

@@ -39,7 +39,7 @@ import (
 // flight at shutdown can finish, and in any case shortly before the leases
 // expire (HandlerTimeout(Lease) after the claim). Settling uses a fresh
 // context, so a batch in flight is settled even after ctx is done. A settle
-// fenced off by an expired lease (ErrLeaseLost) is logged and counted, not
+// fenced off by an expired lease (event.ErrLeaseLost) is logged and counted, not
 // returned: the stream is claimed again and JetStream's duplicate window
 // absorbs the re-publish. Store errors are returned (joined) with the stats so far. Cycle
 // must not run concurrently with itself or Run on the same Drain.
@@ -61,12 +61,12 @@ type cycle struct {
 	start       time.Time // when the claim was made: leases run from it
 	st          Stats
 	batches     []Batch
-	batchClaims []Claim // batchClaims[i] is the claim of batches[i]
+	batchClaims []event.Claim // batchClaims[i] is the claim of batches[i]
 	// unreadable[i], when not nil, is the event of batches[i]'s stream the
 	// store could not read, just after the batch's last event; nil when no
 	// stream of the cycle has one.
 	unreadable []*event.Event
-	empty      []Claim // claims without events past the watermark
+	empty      []event.Claim // claims without events past the watermark
 	// stuck are streams whose first event past the watermark is unreadable:
 	// nothing to hand to the handler, the stream is blocked at it.
 	stuck []stuckStream
@@ -74,7 +74,7 @@ type cycle struct {
 
 // stuckStream is a claimed stream whose first event the store could not read.
 type stuckStream struct {
-	claim Claim
+	claim event.Claim
 	ev    event.Event
 }
 
@@ -131,7 +131,7 @@ func (c *cycle) streams() []string {
 // nil and no error when nothing was claimed. When the fetch fails it gives
 // the streams back and returns the error.
 func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
-	c := &cycle{start: time.Now()}
+	c := &cycle{start: d.cfg.Clock.Now()}
 	// The claim is not cut by shutdown: a claim cancelled on the client may
 	// still commit on the server, leaving leases nobody knows it holds
 	// until they expire. Finished, its streams are held, and Run gives
@@ -142,7 +142,7 @@ func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
 		return nil, nil
 	}
 	claims, err := d.store.Claim(cctx, d.cfg.Owner, limit, d.cfg.Lease)
-	d.cfg.Observer.Claimed(len(claims), time.Since(c.start), err)
+	d.cfg.Observer.Claimed(len(claims), d.cfg.Clock.Since(c.start), err)
 	if err != nil {
 		return nil, fmt.Errorf("drain: claim: %w", err)
 	}
@@ -206,7 +206,7 @@ func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
 func (d *Drain) giveBack(streams []string) {
 	sctx, cancel := d.settleContext()
 	defer cancel()
-	if err := d.store.Release(sctx, d.cfg.Owner, streams); err == nil || errors.Is(err, ErrLeaseLost) {
+	if err := d.store.Release(sctx, d.cfg.Owner, streams); err == nil || errors.Is(err, event.ErrLeaseLost) {
 		d.unhold(streams...)
 	} else {
 		d.log.Warn("drain: give back streams claimed ahead", "streams", len(streams), "error", err)
@@ -222,12 +222,12 @@ func (d *Drain) finish(ctx context.Context, c *cycle) (Stats, error) {
 	if len(batches) > 0 {
 		// On shutdown the batch in flight goes on for ShutdownGrace, so what
 		// it publishes gets acked; it never outlives the leases.
-		hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.deadline(d.cfg.Lease))
+		hctx, cancel := withDeadline(context.WithoutCancel(ctx), d.cfg.Clock, c.deadline(d.cfg.Lease))
 		stopGrace := context.AfterFunc(ctx, func() {
-			t := time.NewTimer(d.cfg.ShutdownGrace)
+			t := d.cfg.Clock.NewTimer(d.cfg.ShutdownGrace)
 			defer t.Stop()
 			select {
-			case <-t.C:
+			case <-t.Chan():
 				cancel()
 			case <-hctx.Done():
 			}
@@ -276,7 +276,7 @@ func (d *Drain) finish(ctx context.Context, c *cycle) (Stats, error) {
 }
 
 // noteOutage counts the cycles in a row in which a stream failed because
-// the bus was unavailable (OutageBackoff's argument), and enters the
+// the bus was unavailable (Config.OutageBackoff's argument), and enters the
 // outage state when a cycle handed batches to the handler and every stream
 // that got through nothing failed that way; both end with a cycle whose
 // handler answered without such a failure.
@@ -305,7 +305,7 @@ func (d *Drain) noteOutage(batches int, st Stats) {
 	}
 }
 
-func (d *Drain) hold(claims []Claim) {
+func (d *Drain) hold(claims []event.Claim) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, c := range claims {

@@ -1,10 +1,17 @@
 // Package drain moves events out of the event store: it claims streams under
 // lease, fetches the events past their watermarks, hands them to a Handler
-// (in cmd/bridge, the JetStream forwarder) and settles each stream: ack
+// (in package bridge, the JetStream forwarder) and settles each stream: ack
 // (advance the watermark), retry later with backoff, or block.
 //
 // It knows nothing of Postgres or NATS: the store is the Store interface
-// (package store implements it) and the forwarding is the Handler.
+// (package store implements it) and the forwarding is the Handler. Its
+// pauses and deadlines run on an injected clock (Config.Clock).
+//
+// It is the engine behind the bridge front door, not an application API:
+// applications run the bridge through package bridge, which assembles
+// store, drain and forward. This package keeps only the surface bridge,
+// forward and store need, and may change between releases (see the
+// README's API stability section).
 package drain
 
 import (
@@ -17,6 +24,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Config defaults.
@@ -34,9 +43,9 @@ const (
 // maxErrorPause caps the growing pause after store errors in Run.
 const maxErrorPause = 30 * time.Second
 
-// MaxOutagePause caps the growing pause of Run while the bus is unavailable
+// maxOutagePause caps the growing pause of Run while the bus is unavailable
 // (see Run): the drain probes at least this often whether it is back.
-const MaxOutagePause = 10 * time.Second
+const maxOutagePause = 10 * time.Second
 
 // ErrInvalidConfig is wrapped by New's errors; the message names the field
 // and the value.
@@ -68,7 +77,7 @@ type Config struct {
 	MaxRetries int
 	// Backoff gives the delay before the next attempt of a stream that has
 	// failed retry times before (0 on its first failure). Default
-	// ExponentialBackoff (1s doubling to 5min, ±20% jitter).
+	// 1s doubling to 5min, ±20% jitter.
 	Backoff func(retry int) time.Duration
 	// OutageBackoff gives the delay before the next attempt of a stream
 	// whose attempt failed because the bus was unavailable (the handler
@@ -78,7 +87,7 @@ type Config struct {
 	// stream's retry count cannot pace them; the drain's count of outage
 	// cycles only grows while the outage lasts, so each stream's delays
 	// grow at least as fast as if it were counted per stream. Default
-	// OutageBackoff (5s doubling to 30s, ±20% jitter: at most 5 attempts
+	// 5s doubling to 30s, ±20% jitter: at most 5 attempts
 	// in the first minute of an outage, at most 3 a minute after).
 	OutageBackoff func(outages int) time.Duration
 	// ShutdownGrace is how long the batch in flight may go on after the
@@ -95,6 +104,13 @@ type Config struct {
 	// (error) records with stream, event_id and attempt keys. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// Clock times the drain's own waits and deadlines: the idle poll, the
+	// pauses after store errors and during an outage, the handler's
+	// deadline (HandlerTimeout after the claim), ShutdownGrace, and the
+	// staleness of a cycle claimed ahead. Leases themselves run on the
+	// database's clock. Tests pass a clockwork.FakeClock to drive them.
+	// Default: the real clock.
+	Clock clockwork.Clock
 }
 
 // Stats counts what one Cycle did.
@@ -132,7 +148,7 @@ type Drain struct {
 	// goroutine touches it.
 	outage bool
 	// outages counts the cycles in a row, up to the last one, in which a
-	// stream failed because the bus was unavailable; OutageBackoff's
+	// stream failed because the bus was unavailable; Config.OutageBackoff's
 	// argument. Only Cycle's goroutine touches it.
 	outages int
 }
@@ -176,14 +192,14 @@ func New(store Store, h Handler, cfg Config) (*Drain, error) {
 	}
 	for _, c := range checks {
 		if c.bad {
-			return nil, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, c.name, c.val)
+			return nil, fmt.Errorf("%w: Config.%s %v is negative", ErrInvalidConfig, c.name, c.val)
 		}
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease
 	}
 	if cfg.Lease < time.Millisecond {
-		return nil, fmt.Errorf("%w: Lease %v is below 1ms", ErrInvalidConfig, cfg.Lease)
+		return nil, fmt.Errorf("%w: Config.Lease %v is below 1ms", ErrInvalidConfig, cfg.Lease)
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}
@@ -204,13 +220,16 @@ func New(store Store, h Handler, cfg Config) (*Drain, error) {
 		cfg.MaxRetries = DefaultMaxRetries
 	}
 	if cfg.Backoff == nil {
-		cfg.Backoff = ExponentialBackoff
+		cfg.Backoff = exponentialBackoff
 	}
 	if cfg.OutageBackoff == nil {
-		cfg.OutageBackoff = OutageBackoff
+		cfg.OutageBackoff = outageBackoff
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	return &Drain{
 		store: store,
@@ -247,9 +266,9 @@ func defaultOwner() string {
 // logged and followed by a pause growing from PollInterval to 30s; Run keeps
 // going. A cycle that acked no stream and had streams fail because the bus
 // was unavailable (UnavailableError) starts an outage: Run pauses, growing
-// from PollInterval to MaxOutagePause, and each further cycle claims a
+// from PollInterval to 10 s (at least PollInterval), and each further cycle claims a
 // single stream (a probe) until one gets through; so an outage costs the
-// streams not yet tried nothing, and those tried follow OutageBackoff. When
+// streams not yet tried nothing, and those tried follow Config.OutageBackoff. When
 // ctx is done, the batch in flight is settled with a fresh
 // context (the handler sees the cancellation: what it finished is acked, the
 // rest is released without counting a retry) and any lease still held is
@@ -269,7 +288,7 @@ func (d *Drain) Run(ctx context.Context) error {
 			p := <-ahead
 			ahead = nil
 			c, err = p.c, p.err
-			if err == nil && c != nil && c.stale(d.cfg.Lease, time.Now()) {
+			if err == nil && c != nil && c.stale(d.cfg.Lease, d.cfg.Clock.Now()) {
 				// The cycle handled meanwhile took long: this one's
 				// handler would be cut short. Claim afresh instead.
 				d.log.Debug("cycle claimed ahead is stale; giving it back", "streams", c.st.Claimed)
@@ -307,10 +326,10 @@ func (d *Drain) Run(ctx context.Context) error {
 			}
 		}
 		if d.outage && st.Unavailable > 0 {
-			if !sleep(ctx, outagePause) {
+			if !d.sleep(ctx, outagePause) {
 				break
 			}
-			outagePause = min(2*outagePause, max(MaxOutagePause, d.cfg.PollInterval))
+			outagePause = min(2*outagePause, max(maxOutagePause, d.cfg.PollInterval))
 		} else if !d.outage {
 			outagePause = d.cfg.PollInterval
 		}
@@ -319,7 +338,7 @@ func (d *Drain) Run(ctx context.Context) error {
 				break
 			}
 			d.log.Error("drain cycle failed; pausing", "pause", pause, "error", err)
-			if !sleep(ctx, pause) {
+			if !d.sleep(ctx, pause) {
 				break
 			}
 			pause = min(2*pause, max(maxErrorPause, d.cfg.PollInterval))
@@ -332,10 +351,10 @@ func (d *Drain) Run(ctx context.Context) error {
 		if notes == nil && d.cfg.Notifier != nil {
 			notes = d.subscribe(ctx)
 		}
-		timer := time.NewTimer(d.cfg.PollInterval)
+		timer := d.cfg.Clock.NewTimer(d.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
-		case <-timer.C:
+		case <-timer.Chan():
 		case _, ok := <-notes:
 			if !ok {
 				notes = nil
@@ -403,13 +422,14 @@ func (d *Drain) settleContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), min(d.cfg.Lease, 30*time.Second))
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// sleep waits for pause on the drain's clock; false when ctx ended first.
+func (d *Drain) sleep(ctx context.Context, pause time.Duration) bool {
+	t := d.cfg.Clock.NewTimer(pause)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.Chan():
 		return true
 	}
 }

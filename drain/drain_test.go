@@ -362,17 +362,21 @@ func TestRunStopsOnCancelAndReleasesLeases(t *testing.T) {
 		}
 		return out
 	})
-	d := b.drain(t, h, drain.Config{Owner: "first", Lease: time.Hour, PollInterval: time.Hour, ShutdownGrace: 50 * time.Millisecond})
+	clock := newWaitClock()
+	const grace = 5 * time.Second
+	d := b.drain(t, h, drain.Config{Owner: "first", Lease: time.Hour, PollInterval: time.Hour, ShutdownGrace: grace, Clock: clock})
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	<-started
 	cancel()
+	require.Equal(t, grace, clock.next(t), "the stuck batch gets ShutdownGrace")
+	clock.Advance(grace)
 	select {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancel")
+		t.Fatal("Run did not return after the grace")
 	}
 
 	claims, err := b.store.Claim(b.ctx, "second", 10, time.Minute)
@@ -393,7 +397,7 @@ type shutdownMidClaim struct {
 	stop func()
 }
 
-func (s shutdownMidClaim) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]drain.Claim, error) {
+func (s shutdownMidClaim) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]event.Claim, error) {
 	claims, err := s.Store.Claim(ctx, owner, limit, lease)
 	s.stop()
 	if ctx.Err() != nil {
@@ -430,26 +434,29 @@ func TestRunFinishesTheBatchInFlightOnCancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.appendN(t, "busy-1", 3)
-	started := make(chan struct{})
-	var handlerCtxErr error
+	started := make(chan context.Context, 1)
+	proceed := make(chan struct{})
 	h := drain.HandlerFunc(func(ctx context.Context, batches []drain.Batch) []drain.Result {
-		close(started)
-		time.Sleep(300 * time.Millisecond) // publishing, while shutdown begins
-		handlerCtxErr = ctx.Err()
+		started <- ctx
+		<-proceed // publishing, while shutdown begins
 		out := make([]drain.Result, len(batches))
 		for i, bt := range batches {
 			out[i] = drain.Result{Done: len(bt.Events)}
 		}
 		return out
 	})
-	d := b.drain(t, h, drain.Config{Owner: "first", Lease: time.Minute, PollInterval: time.Hour})
+	clock := newWaitClock()
+	d := b.drain(t, h, drain.Config{Owner: "first", Lease: time.Minute, PollInterval: time.Hour, Clock: clock})
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	<-started
+	hctx := <-started
 	cancel()
+	require.Equal(t, drain.DefaultShutdownGrace, clock.next(t), "the batch in flight gets ShutdownGrace")
+	clock.Advance(drain.DefaultShutdownGrace - time.Millisecond)
+	require.NoError(t, hctx.Err(), "the handler's context lasts the shutdown grace")
+	close(proceed)
 	require.NoError(t, <-done)
-	require.NoError(t, handlerCtxErr, "the handler's context ended within the shutdown grace")
 
 	infos, err := b.store.Streams(b.ctx, store.StreamFilter{})
 	require.NoError(t, err)
@@ -465,14 +472,22 @@ func TestRunSurvivesStoreErrors(t *testing.T) {
 	s, err := store.New(pool, store.WithSchema(schema))
 	require.NoError(t, err)
 	rec := newRecorder(nil)
+	clock := newWaitClock()
+	const poll = 10 * time.Millisecond
 	// Not migrated yet: every claim fails, as when the database is away.
-	d, err := drain.New(s, rec, drain.Config{PollInterval: 10 * time.Millisecond, Logger: quiet()})
+	d, err := drain.New(s, rec, drain.Config{PollInterval: poll, Logger: quiet(), Clock: clock})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 
-	time.Sleep(50 * time.Millisecond)
+	// Run pauses after each failed cycle, the pause doubling, instead of
+	// returning.
+	for _, pause := range []time.Duration{poll, 2 * poll, 4 * poll} {
+		require.Equal(t, pause, clock.next(t))
+		clock.Advance(pause)
+	}
+	require.Equal(t, 8*poll, clock.next(t))
 	select {
 	case err := <-done:
 		t.Fatalf("Run exited on a store error: %v", err)
@@ -481,7 +496,9 @@ func TestRunSurvivesStoreErrors(t *testing.T) {
 	require.NoError(t, s.Migrate(t.Context()))
 	_, err = s.Append(t.Context(), "late-1", store.NoStream, store.NewEvent{Name: "E", Data: []byte(`{}`)})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return rec.count() == 1 }, 10*time.Second, 5*time.Millisecond)
+	clock.Advance(8 * poll)
+	require.Equal(t, poll, clock.next(t), "idle again, at PollInterval, once the store answers")
+	require.Equal(t, 1, rec.count())
 
 	cancel()
 	require.NoError(t, <-done)

@@ -45,7 +45,7 @@ type Result struct {
 	Done int
 	// Err is nil when the whole batch was handled. Otherwise it says why
 	// Events[Done] was not: a NonRetryableError blocks the stream at once,
-	// an UnavailableError is retried on the OutageBackoff schedule and never
+	// an UnavailableError is retried on the Config.OutageBackoff schedule and never
 	// blocks, any other error is retried with Backoff (and blocks after
 	// MaxRetries).
 	Err error
@@ -89,7 +89,7 @@ func NonRetryable(err error) error {
 // UnavailableError marks a failure of the bus, not of the stream: the
 // server is unreachable, a publish or a lookup timed out or was cut short
 // by the cycle's deadline, the JetStream stream does not answer. The drain
-// retries such a stream on the OutageBackoff schedule without counting a
+// retries such a stream on the Config.OutageBackoff schedule without counting a
 // retry (Store.Postpone) and never blocks it for it, however often it
 // fails; and when a cycle forwards
 // nothing because of it, the drain pauses and probes with one stream at a

@@ -205,32 +205,35 @@ func TestRunProbesWithOneStreamDuringAnOutage(t *testing.T) {
 		b.appendN(t, "probe-"+string(rune('a'+i)), 1)
 	}
 	h := &switchHandler{down: true}
+	clock := newWaitClock()
+	const poll = time.Second
 	d := b.drain(t, h, drain.Config{
-		PollInterval:  20 * time.Millisecond,
+		PollInterval:  poll,
 		OutageBackoff: func(int) time.Duration { return 0 }, // every stream is due again at once
+		Clock:         clock,
 	})
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 
-	// The first cycle tries every stream; after it, the drain pauses (20ms
-	// doubling) and probes with one stream at a time.
-	require.Eventually(t, func() bool {
+	// The first cycle tries every stream; after it, the drain pauses
+	// (PollInterval doubling up to MaxOutagePause) and probes with one
+	// stream at a time.
+	for i, pause := range []time.Duration{poll, 2 * poll, 4 * poll, 8 * poll, drain.MaxOutagePause, drain.MaxOutagePause} {
+		require.Equal(t, pause, clock.next(t), "pause %d", i)
 		n, _ := h.counts()
-		return n >= streams+2
-	}, 10*time.Second, 5*time.Millisecond, "probes go on")
-	before, _ := h.counts()
-	time.Sleep(time.Second)
-	after, _ := h.counts()
-	// Pauses of 40ms, 80ms, 160ms, ... leave room for about 4 probes in a
-	// second; full cycles would hand over 20 batches each.
-	require.LessOrEqual(t, after-before, 8, "one stream per probe, paced")
+		require.Equal(t, streams+i, n, "one stream per probe, after each pause")
+		clock.Advance(pause)
+	}
 
+	// The probe after the last pause gets through: the drain resumes in
+	// full, then idles.
+	require.Equal(t, drain.MaxOutagePause, clock.next(t))
 	h.set(false)
-	require.Eventually(t, func() bool {
-		_, n := h.counts()
-		return n == streams
-	}, 30*time.Second, 10*time.Millisecond, "the drain resumes in full once a probe gets through")
+	clock.Advance(drain.MaxOutagePause)
+	require.Equal(t, poll, clock.next(t), "idle after the backlog")
+	_, n := h.counts()
+	require.Equal(t, streams, n, "every stream forwarded once the bus is back")
 	cancel()
 	require.NoError(t, <-done)
 	for i := range streams {

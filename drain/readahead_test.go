@@ -139,40 +139,38 @@ func TestRunClaimsAfreshWhenTheCycleReadAheadIsStale(t *testing.T) {
 	for _, s := range streams {
 		b.appendN(t, s, 2)
 	}
-	const lease = 2 * time.Second
+	// The drain's clock is fake: the test moves it past half the read-ahead
+	// cycle's handler time instead of waiting; the leases (an hour, on the
+	// database's clock) never run out meanwhile.
+	const lease = time.Hour
+	clock := newWaitClock()
 	rec := newRecorder(nil)
 	first := true
 	var left []time.Duration
 	h := drain.HandlerFunc(func(ctx context.Context, batches []drain.Batch) []drain.Result {
 		deadline, _ := ctx.Deadline()
-		left = append(left, time.Until(deadline))
+		left = append(left, clock.Until(deadline))
 		if first {
 			first = false
-			// Hold on until the cycle read ahead has less than half its
-			// handler's time left.
-			ahead := b.waitLeased("slow", 4)
-			for _, s := range ahead {
-				if s == batches[0].Stream || s == batches[1].Stream {
-					continue
-				}
-				until := b.info(t, s).LeasedUntil
-				for time.Until(until.Add(-lease).Add(drain.HandlerTimeout(lease))) >= drain.HandlerTimeout(lease)/2 {
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
+			// Hold on until the cycle is read ahead, then let the clock
+			// run until it has less than half its handler's time left.
+			b.waitLeased("slow", 4)
+			clock.Advance(drain.HandlerTimeout(lease)/2 + time.Millisecond)
 		}
 		return rec.Handle(ctx, batches)
 	})
-	d := b.drain(t, h, drain.Config{Owner: "slow", Lease: lease, ClaimLimit: 2, PollInterval: 20 * time.Millisecond})
+	d := b.drain(t, h, drain.Config{Owner: "slow", Lease: lease, ClaimLimit: 2, PollInterval: 20 * time.Millisecond, Clock: clock})
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	require.Eventually(t, func() bool { return rec.count() == 2*len(streams) }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 20*time.Millisecond, clock.next(t), "idle once both cycles are done")
+	require.Equal(t, 2*len(streams), rec.count())
 	cancel()
 	require.NoError(t, <-done)
 
 	require.Len(t, left, 2)
-	require.Greater(t, left[1], drain.HandlerTimeout(lease)/2, "the second cycle was claimed afresh, not handed over stale")
+	require.Equal(t, drain.HandlerTimeout(lease), left[0])
+	require.Equal(t, drain.HandlerTimeout(lease), left[1], "the second cycle was claimed afresh, not handed over stale")
 	for _, s := range streams {
 		require.Equal(t, seq(2), rec.versions(s), "stream %s once, in order", s)
 		require.Zero(t, b.info(t, s).Retry)

@@ -78,7 +78,7 @@ type settlePolicy struct {
 	backoff       func(retry int) time.Duration
 	outageBackoff func(outages int) time.Duration
 	// outages is the number of cycles in a row before this one that met an
-	// outage (OutageBackoff's argument).
+	// outage (outageBackoff's argument).
 	outages int
 }
 
@@ -107,7 +107,7 @@ func (d *Drain) settlePolicy() settlePolicy {
 //
 // A Done out of range, or short of the batch without an error, is an error
 // of the handler's, settled as any other error with nothing done.
-func decide(c Claim, b Batch, r Result, bad *event.Event, shuttingDown bool, p settlePolicy) decision {
+func decide(c event.Claim, b Batch, r Result, bad *event.Event, shuttingDown bool, p settlePolicy) decision {
 	evs := b.Events
 	if bad != nil {
 		evs, r = unreadableResult(b, r, bad)
@@ -159,17 +159,17 @@ func decide(c Claim, b Batch, r Result, bad *event.Event, shuttingDown bool, p s
 // settle records one stream's outcome in the store, as decide says. runCtx
 // tells whether the drain is shutting down; sctx bounds the store calls; bad
 // is the unreadable event after the batch, if any.
-func (d *Drain) settle(runCtx, sctx context.Context, c Claim, b Batch, r Result, bad *event.Event, st *Stats) error {
+func (d *Drain) settle(runCtx, sctx context.Context, c event.Claim, b Batch, r Result, bad *event.Event, st *Stats) error {
 	dec := decide(c, b, r, bad, runCtx.Err() != nil, d.settlePolicy())
 	log := d.log.With("stream", c.Stream)
 
 	var err error
 	how := ""
-	began := time.Now()
+	began := d.cfg.Clock.Now()
 	defer func() {
 		switch {
 		case err == nil:
-		case errors.Is(err, ErrLeaseLost):
+		case errors.Is(err, event.ErrLeaseLost):
 			how = SettledLeaseLost
 		default:
 			how = SettledError
@@ -178,7 +178,7 @@ func (d *Drain) settle(runCtx, sctx context.Context, c Claim, b Batch, r Result,
 		if err != nil {
 			fwd = 0
 		}
-		d.cfg.Observer.Settled(c.Stream, how, fwd, time.Since(began))
+		d.cfg.Observer.Settled(c.Stream, how, fwd, d.cfg.Clock.Since(began))
 	}()
 	switch dec.act {
 	case actAck:
@@ -219,7 +219,7 @@ func (d *Drain) settle(runCtx, sctx context.Context, c Claim, b Batch, r Result,
 		st.Forwarded += dec.done
 		d.unhold(c.Stream)
 		return nil
-	case errors.Is(err, ErrLeaseLost):
+	case errors.Is(err, event.ErrLeaseLost):
 		st.LeaseLost++
 		d.unhold(c.Stream)
 		log.Warn("stream lease lost before settling; it will be claimed again", "event_id", failedID(dec.failed), "error", err)

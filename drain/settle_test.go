@@ -37,7 +37,7 @@ func TestDecide(t *testing.T) {
 	}
 	// claim is stream order-1 with its watermark at version 4, just before
 	// the batch, after retry failed attempts.
-	claim := func(retry int) Claim { return Claim{Stream: "order-1", Watermark: 4, Retry: retry} }
+	claim := func(retry int) event.Claim { return event.Claim{Stream: "order-1", Watermark: 4, Retry: retry} }
 
 	busy := errors.New("nats: no responders available for request")
 	tooLarge := errors.New("maximum payload exceeded")
@@ -54,7 +54,7 @@ func TestDecide(t *testing.T) {
 	}
 	tests := []struct {
 		name         string
-		claim        Claim
+		claim        event.Claim
 		events       []event.Event
 		result       Result
 		bad          *event.Event
@@ -193,7 +193,7 @@ func TestDecide(t *testing.T) {
 			// A stream whose first event past the watermark is unreadable
 			// (Cycle's stuck streams): blocked at it, the watermark unmoved.
 			name:  "first event unreadable: block at the watermark",
-			claim: Claim{Stream: "order-1", Watermark: 6}, events: []event.Event{unreadable},
+			claim: event.Claim{Stream: "order-1", Watermark: 6}, events: []event.Event{unreadable},
 			result: Result{Err: NonRetryable(unreadable.Err)},
 			want:   want{act: actBlock, version: 6, failedID: 103, reason: "event 103 (version 7, Shipped): non-retryable: data is NULL"},
 		},

@@ -7,33 +7,27 @@ import (
 	"github.com/jsbridge/jsbridge/event"
 )
 
-// ErrLeaseLost is the error (wrapped) a Store returns when an ack, retry,
-// block or release is fenced off because the caller no longer holds the
-// stream's lease. It is event.ErrLeaseLost, repeated here for callers of drain.
-var ErrLeaseLost = event.ErrLeaseLost
-
-// Claim is one stream held under lease (event.Claim).
-type Claim = event.Claim
-
 // Store is what the drain needs from the event store. The Postgres
-// implementation lives in package store and is plugged in by cmd/bridge.
+// implementation lives in package store and is plugged in by package bridge. A
+// settle or release fenced off because the caller no longer holds the
+// stream's lease returns an error wrapping event.ErrLeaseLost.
 //
 // Every method that changes a stream is fenced by the lease: when owner does
-// not hold a live lease on the stream it returns ErrLeaseLost (wrapped) and
+// not hold a live lease on the stream it returns event.ErrLeaseLost (wrapped) and
 // changes nothing.
 type Store interface {
 	// Claim leases up to limit streams that have events past their watermark,
 	// are not blocked, whose next attempt time has come and whose lease is
 	// free or expired, for the given duration. Streams held by other
 	// claimers are skipped, never waited for.
-	Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]Claim, error)
+	Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]event.Claim, error)
 	// Fetch returns, for each claim, up to perStream events after its
 	// watermark in version order; the result is grouped by stream in the
 	// order of claims, and streams with no events are omitted. An event
 	// whose row cannot be read (NULL data, meta that is not JSON) is
 	// returned with event.Event.Err set rather than failing the fetch: the
 	// drain blocks that stream at it and goes on with the others.
-	Fetch(ctx context.Context, claims []Claim, perStream int) ([]event.Event, error)
+	Fetch(ctx context.Context, claims []event.Claim, perStream int) ([]event.Event, error)
 	// Ack advances the stream's watermark to the event (version, id), resets
 	// its retry count and releases the lease.
 	Ack(ctx context.Context, owner, stream string, version, id int64) error

@@ -313,7 +313,7 @@ func endBatchSpans(spans []trace.Span, r batchResult) {
 		case k == r.Done:
 			o = Outcome{Status: Failed, Err: r.Err}
 		default:
-			o = Outcome{Status: Failed, Err: ErrNotAttempted}
+			o = Outcome{Status: Failed, Err: errNotAttempted}
 		}
 		endSpan(span, o)
 	}

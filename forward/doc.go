@@ -11,4 +11,10 @@
 // JetStream fast batch where the server allows it (batch.go).
 //
 // It knows nothing of Postgres: it imports nats.go, event, wire and drain only.
+//
+// It is the engine behind the bridge front door, not an application API:
+// applications run the bridge through package bridge (New, Start, Stop,
+// Verify, Repair), which assembles store, drain and forward. This package
+// keeps only the surface bridge and the bridge's metrics need, and may
+// change between releases (see the README's API stability section).
 package forward

@@ -27,19 +27,19 @@ const (
 	DefaultPublishTimeout = 5 * time.Second
 )
 
-// ErrInvalidData is wrapped (inside a drain.NonRetryableError) in the error of
+// errInvalidData is wrapped (inside a drain.NonRetryableError) in the error of
 // an event whose data is not valid JSON.
-var ErrInvalidData = errors.New("event data is not valid JSON")
+var errInvalidData = errors.New("event data is not valid JSON")
 
 // ErrTooLarge is wrapped (inside a drain.NonRetryableError) in the error of an
 // event whose message exceeds the server's max payload or the JetStream
 // stream's maximum message size.
 var ErrTooLarge = errors.New("message too large")
 
-// ErrNotAttempted is the (retryable) error of an event that was not published
+// errNotAttempted is the (retryable) error of an event that was not published
 // because an earlier event of the same stream failed: sending it would break
 // the stream's order in JetStream.
-var ErrNotAttempted = errors.New("not published: an earlier event of the stream failed")
+var errNotAttempted = errors.New("not published: an earlier event of the stream failed")
 
 // ErrConflict is the (retryable) error of an event JetStream refused because
 // the last message on its stream's subjects was not the one this Forwarder
@@ -50,11 +50,11 @@ var ErrNotAttempted = errors.New("not published: an earlier event of the stream 
 // retry reconciles.
 var ErrConflict = errors.New("stream changed in JetStream by another publisher")
 
-// ErrWrongStream is wrapped (inside a drain.NonRetryableError) in the error of
+// errWrongStream is wrapped (inside a drain.NonRetryableError) in the error of
 // an event handed to Handle in the batch of another stream.
-var ErrWrongStream = errors.New("event belongs to another stream")
+var errWrongStream = errors.New("event belongs to another stream")
 
-// ErrLostInJetStream is wrapped (inside a drain.NonRetryableError) in the
+// errLostInJetStream is wrapped (inside a drain.NonRetryableError) in the
 // error of the first event of a batch when reconciliation finds the
 // stream's last message in JetStream at a version below the batch's
 // watermark: events the bridge forwarded (and JetStream acknowledged) are
@@ -62,7 +62,7 @@ var ErrWrongStream = errors.New("event belongs to another stream")
 // into a hole in the middle of the stream, which no re-publish can put back
 // in order; the stream blocks until an operator restores the tail (`bridge
 // verify --repair`) and unblocks it.
-var ErrLostInJetStream = errors.New("forwarded events are missing from JetStream")
+var errLostInJetStream = errors.New("forwarded events are missing from JetStream")
 
 // Config configures a Forwarder. The zero value is usable.
 type Config struct {
@@ -81,7 +81,7 @@ type Config struct {
 	MaxInFlight int
 	// PublishTimeout bounds one publish, from send to PubAck, and one
 	// reconciliation lookup. Default 5 s. Under a drain, keep it within
-	// MaxPublishTimeout of the drain's lease (see FitPublishTimeout): the
+	// 40 % of the drain's lease (bridge.FitPublishTimeout does): the
 	// handler's context ends before it otherwise.
 	PublishTimeout time.Duration
 	// Logger receives failures (Warn), duplicates and stores (Debug) with the
@@ -137,13 +137,13 @@ type Outcome struct {
 	// reconciliation); 0 when Failed.
 	Sequence uint64
 	// Err is nil unless Failed. Non-retryable failures are
-	// drain.NonRetryableError wrapping ErrTooLarge, ErrInvalidData or the
+	// drain.NonRetryableError wrapping ErrTooLarge, errInvalidData or the
 	// event's own Err (an event the store could not read); failures of the
 	// bus (timeouts, a publish or lookup cut short by the context before
 	// JetStream answered, no server or stream answering, a closed or
 	// reconnecting connection, a JetStream API 503) are
 	// drain.UnavailableError; a refused expectation wraps ErrConflict;
-	// events after a failed one of the same stream get ErrNotAttempted.
+	// events after a failed one of the same stream get errNotAttempted.
 	Err error
 	// Retryable reports whether publishing the event again may succeed:
 	// false for a drain.NonRetryableError, true for every other failure.
@@ -238,7 +238,7 @@ func New(js jetstream.JetStream, cfg Config) (*Forwarder, error) {
 // Publish publishes events and returns one Outcome per event, in the same
 // order. Events of one stream are published strictly in the order given, each
 // only after the previous one was acknowledged stored or duplicate; after a
-// failure the stream's remaining events are not sent (ErrNotAttempted).
+// failure the stream's remaining events are not sent (errNotAttempted).
 // Different streams are published concurrently, at most Config.MaxInFlight
 // at a time. It reconciles as Handle does for a batch without Reconcile set.
 func (f *Forwarder) Publish(ctx context.Context, events []event.Event) []Outcome {
@@ -267,8 +267,8 @@ func (f *Forwarder) Publish(ctx context.Context, events []event.Event) []Outcome
 // Handle implements drain.Handler: it publishes each batch's events in order
 // and returns one Result per batch. Result.Done counts the leading events
 // stored, duplicate or already stored; Result.Err is the failure of
-// Events[Done]: a drain.NonRetryableError for ErrTooLarge, ErrInvalidData
-// and ErrWrongStream, a drain.UnavailableError when the bus failed,
+// Events[Done]: a drain.NonRetryableError for ErrTooLarge, errInvalidData
+// and errWrongStream, a drain.UnavailableError when the bus failed,
 // otherwise retryable (ErrConflict among others). Batches of different
 // streams are published concurrently (at most Config.MaxInFlight); batches
 // of the same stream one after the other, and none after a failed one.
@@ -297,7 +297,7 @@ func (f *Forwarder) Handle(ctx context.Context, batches []drain.Batch) []drain.R
 		for _, i := range byStream[order[k]] {
 			b := batches[i]
 			if failed != nil {
-				out[i] = drain.Result{Err: fmt.Errorf("%w (stream %q: %v)", ErrNotAttempted, b.Stream, failed)}
+				out[i] = drain.Result{Err: fmt.Errorf("%w (stream %q: %v)", errNotAttempted, b.Stream, failed)}
 				continue
 			}
 			out[i] = f.handleBatch(ctx, b)
@@ -313,7 +313,7 @@ func (f *Forwarder) handleBatch(ctx context.Context, b drain.Batch) drain.Result
 	var wrong error
 	for i, e := range evs {
 		if e.Stream != b.Stream {
-			wrong = drain.NonRetryable(fmt.Errorf("%w: event %d is of stream %q, in the batch of stream %q", ErrWrongStream, e.ID, e.Stream, b.Stream))
+			wrong = drain.NonRetryable(fmt.Errorf("%w: event %d is of stream %q, in the batch of stream %q", errWrongStream, e.ID, e.Stream, b.Stream))
 			evs = evs[:i]
 			break
 		}

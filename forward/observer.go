@@ -52,9 +52,9 @@ func ErrorClass(err error) string {
 		return ""
 	case errors.Is(err, ErrTooLarge):
 		return ClassTooLarge
-	case errors.Is(err, ErrInvalidData):
+	case errors.Is(err, errInvalidData):
 		return ClassInvalidData
-	case errors.Is(err, ErrNotAttempted):
+	case errors.Is(err, errNotAttempted):
 		return ClassNotAttempted
 	case errors.Is(err, ErrConflict):
 		return ClassConflict

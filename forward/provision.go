@@ -47,7 +47,7 @@ type StreamConfig struct {
 	// tokens, no whitespace).
 	Prefix string
 	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id to drop a
-	// re-publish. Default 2 min. Size it with RequiredDuplicateWindow.
+	// re-publish. Default 2 min. The bridge sizes it (bridge.RequiredDuplicateWindow).
 	DuplicateWindow time.Duration
 	// Replicas is the number of copies JetStream keeps of a stream it
 	// creates: 1 on a standalone server, 3 (or 5) on a cluster so that the
@@ -115,15 +115,6 @@ type Provisioned struct {
 	// stop the bridge but weaken its guarantees (a duplicate window shorter
 	// than configured, memory storage). Empty when there are none.
 	Warnings []string
-}
-
-// RequiredDuplicateWindow returns the duplicate window the bridge needs: its
-// worst case between the first publish of an event and a re-publish of the
-// same event, which is a lease that expires (the bridge died after publishing
-// but before acking) plus the retry envelope (the longest a stream can spend
-// retrying before it is blocked). Negative durations count as 0.
-func RequiredDuplicateWindow(lease, retryEnvelope time.Duration) time.Duration {
-	return max(lease, 0) + max(retryEnvelope, 0)
 }
 
 // Provision makes sure the JetStream stream cfg describes exists. When it is
@@ -207,7 +198,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 	if p.DuplicateWindow < cfg.DuplicateWindow {
 		p.Warnings = append(p.Warnings, fmt.Sprintf(
 			"JetStream stream %s has duplicate window %s, shorter than the configured %s: an event re-published after %s is stored twice; "+
-				"raise it with: nats stream edit %s --dupe-window %s (or set --duplicate-window to the window you accept)",
+				"raise it with: nats stream edit %s --dupe-window %s (or set the bridge's DuplicateWindow to the window you accept)",
 			cfg.Name, p.DuplicateWindow, cfg.DuplicateWindow, p.DuplicateWindow, cfg.Name, cfg.DuplicateWindow))
 	}
 	if !p.BatchPublish && serverAtLeast(js.Conn(), 2, 14) {
@@ -215,7 +206,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 			"JetStream stream %s does not allow batched publishing (allow_batched): the bridge publishes one event at a time, waiting for each PubAck, several times slower; "+
 				"turn it on by setting \"allow_batched\": true in the stream's configuration (e.g. nats stream info %s --json, edit, nats stream edit %s --config FILE)", cfg.Name, cfg.Name, cfg.Name))
 	}
-	if w := ReplicasWarning(cfg.Name, p.Replicas, cfg.Replicas); w != "" {
+	if w := replicasWarning(cfg.Name, p.Replicas, cfg.Replicas); w != "" {
 		p.Warnings = append(p.Warnings, w)
 	}
 	if p.Storage == jetstream.MemoryStorage {
@@ -225,12 +216,12 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 	return p, nil
 }
 
-// ReplicasWarning returns the warning for an existing JetStream stream
+// replicasWarning returns the warning for an existing JetStream stream
 // whose replica count (have) differs from the one asked for (want), or ""
 // when they are equal. Provision does not change the count itself: scaling
 // a stream moves its data between servers, an operator's decision
 // ("nats stream edit <stream> --replicas <want>").
-func ReplicasWarning(stream string, have, want int) string {
+func replicasWarning(stream string, have, want int) string {
 	if have == want {
 		return ""
 	}

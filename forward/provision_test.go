@@ -70,7 +70,7 @@ func TestProvisionWarnsOnShortDuplicateWindow(t *testing.T) {
 	require.False(t, p.Created)
 	require.Equal(t, 30*time.Second, p.DuplicateWindow)
 	require.Len(t, p.Warnings, 1)
-	require.Contains(t, p.Warnings[0], "--duplicate-window")
+	require.Contains(t, p.Warnings[0], "DuplicateWindow")
 	require.Contains(t, p.Warnings[0], "30s")
 	require.Contains(t, p.Warnings[0], "5m0s")
 
@@ -158,10 +158,4 @@ func TestProvisionValidates(t *testing.T) {
 	}
 	_, err := b.js.Stream(t.Context(), "EVENTS")
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "nothing is created on invalid config")
-}
-
-func TestRequiredDuplicateWindow(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, 90*time.Second, forward.RequiredDuplicateWindow(30*time.Second, time.Minute))
-	require.Equal(t, time.Minute, forward.RequiredDuplicateWindow(-time.Second, time.Minute))
 }

@@ -46,7 +46,7 @@ func (f *Forwarder) publishOnce(ctx context.Context, e event.Event, stream strin
 		return f.failed(e, drain.NonRetryable(fmt.Errorf("event %d of stream %q cannot be read: %w", e.ID, e.Stream, e.Err)))
 	}
 	if !json.Valid(e.Data) {
-		return f.failed(e, drain.NonRetryable(fmt.Errorf("%w: event %d of stream %q (%d bytes)", ErrInvalidData, e.ID, e.Stream, len(e.Data))))
+		return f.failed(e, drain.NonRetryable(fmt.Errorf("%w: event %d of stream %q (%d bytes)", errInvalidData, e.ID, e.Stream, len(e.Data))))
 	}
 	msg := Message(e, f.cfg)
 	*span = f.startSpan(ctx, &e, msg)
@@ -139,7 +139,7 @@ func (f *Forwarder) failed(e event.Event, err error) Outcome {
 func notAttempted(e, prev event.Event) Outcome {
 	return Outcome{
 		Status:    Failed,
-		Err:       fmt.Errorf("%w: event %d of stream %q after failed event %d", ErrNotAttempted, e.ID, e.Stream, prev.ID),
+		Err:       fmt.Errorf("%w: event %d of stream %q after failed event %d", errNotAttempted, e.ID, e.Stream, prev.ID),
 		Retryable: true,
 	}
 }

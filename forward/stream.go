@@ -33,7 +33,7 @@ const batchRecheck = time.Minute
 // watermark is the version of the stream's last event known forwarded (-1:
 // none, or not known): when reconciliation finds JetStream's last message
 // of the stream below it, JetStream lost forwarded events and nothing is
-// published (ErrLostInJetStream).
+// published (errLostInJetStream).
 func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []event.Event, watermark int64, reconcile, batch bool) []Outcome {
 	out := make([]Outcome, len(evs))
 	pos, known := f.position(stream, evs[0].Version, reconcile)
@@ -55,7 +55,7 @@ func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []even
 		pos.seq = last.seq
 		if last.found && last.version >= 0 && last.version < watermark {
 			err := drain.NonRetryable(fmt.Errorf("%w: stream %q: JetStream's last message of it is version %d (sequence %d), but versions up to %d were forwarded; restore them with `bridge verify --repair --stream %s`, then `bridge unblock %s`",
-				ErrLostInJetStream, stream, last.version, last.seq, watermark, stream, stream))
+				errLostInJetStream, stream, last.version, last.seq, watermark, stream, stream))
 			out[0] = f.failed(evs[0], err)
 			f.cfg.Observer.Published(out[0], time.Since(began))
 			for i := 1; i < len(evs); i++ {

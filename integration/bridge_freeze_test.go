@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
@@ -87,7 +88,7 @@ func (c *failureCounter) wrap(h drain.Handler) drain.Handler {
 func TestBridgeJetStreamFrozenPastTheLease(t *testing.T) {
 	t.Parallel()
 	const lease = 4 * time.Second
-	fitted, lowered := forward.FitPublishTimeout(forward.DefaultPublishTimeout, lease)
+	fitted, lowered := bridge.FitPublishTimeout(bridge.DefaultPublishTimeout, lease)
 	require.True(t, lowered)
 	for _, c := range []struct {
 		name           string

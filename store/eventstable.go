@@ -60,7 +60,7 @@ func (s *Store) checkEventsTable(ctx context.Context, q pgx.Tx) error {
 		return fmt.Errorf("look for events table %s: %w", s.eventsTable, err)
 	}
 	if !exists {
-		return fmt.Errorf("%w: %s (is the application that writes it migrated yet? is --events-table right?)", ErrEventsTableMissing, s.eventsTable)
+		return fmt.Errorf("%w: %s (is the application that writes it migrated yet? is the events table name right?)", ErrEventsTableMissing, s.eventsTable)
 	}
 	rows, err := q.Query(ctx, s.q.eventsTableColumns, table)
 	if err != nil {
@@ -135,5 +135,5 @@ func (s *Store) recordedEventsTable(ctx context.Context, tx pgx.Tx) (string, err
 	case 1:
 		return tables[0], nil
 	}
-	return "", fmt.Errorf("%w: schema %s has drained several events tables (%s): give the one to use", ErrInvalidInput, s.schema, strings.Join(tables, ", "))
+	return "", fmt.Errorf("%w: schema %s has drained several events tables (%s): give the one to use (WithEventsTable)", ErrInvalidConfig, s.schema, strings.Join(tables, ", "))
 }

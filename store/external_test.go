@@ -223,13 +223,13 @@ func TestWithEventsTableRejectsBadNames(t *testing.T) {
 	t.Parallel()
 	for _, name := range []string{"", "events", ".events", "app.", "a.b.c"} {
 		_, err := store.MigrationSQL(store.WithEventsTable(name))
-		require.ErrorIs(t, err, store.ErrInvalidInput, name)
+		require.ErrorIs(t, err, store.ErrInvalidConfig, name)
 		require.ErrorContains(t, err, `"`+name+`"`)
 	}
 	_, err := store.MigrationSQL(store.WithDiscoveryInterval(0))
-	require.ErrorContains(t, err, "discovery interval 0s")
+	require.ErrorContains(t, err, "WithDiscoveryInterval 0s")
 	_, err = store.MigrationSQL(store.WithSettleTimeout(-time.Second))
-	require.ErrorContains(t, err, "settle timeout -1s")
+	require.ErrorContains(t, err, "WithSettleTimeout -1s")
 }
 
 func TestDiscoverOnOwnTableIsAnError(t *testing.T) {

@@ -212,7 +212,7 @@ func TestRecordedEventsTable(t *testing.T) {
 	require.Equal(t, b.appTable, table)
 
 	err = plain.Migrate(b.ctx)
-	require.ErrorIs(t, err, store.ErrInvalidInput)
+	require.ErrorIs(t, err, store.ErrInvalidConfig)
 	require.ErrorContains(t, err, "set up to drain the events table "+b.appTable)
 	require.NotContains(t, jsbridgetest.SchemaShape(t, b.pool, b.store.Schema()), "events:", "no events table created")
 

@@ -102,7 +102,7 @@ func (s *Store) MigrationSQL() []string {
 // MigrationSQL returns the statements Migrate would run on an empty
 // database for a store made with opts (WithSchema, WithEventsTable), without
 // a connection (for `bridge migrate --dry-run`). Errors: a bad option
-// (wrapping ErrInvalidInput).
+// (wrapping ErrInvalidConfig).
 func MigrationSQL(opts ...Option) ([]string, error) {
 	s, err := newStore(opts)
 	if err != nil {
@@ -132,7 +132,7 @@ type AppliedMigration struct {
 // column and its type) and records its name in the schema, so operator
 // commands find it (RecordedEventsTable). Without WithEventsTable, a schema
 // recorded for an external events table and without one of its own is
-// refused (error wrapping ErrInvalidInput naming that table) rather than
+// refused (error wrapping ErrInvalidConfig naming that table) rather than
 // given an events table nobody writes. MigrateApplied says what was applied.
 func (s *Store) Migrate(ctx context.Context) error {
 	_, err := s.MigrateApplied(ctx)
@@ -161,8 +161,8 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]AppliedMigration, error) 
 			return nil, fmt.Errorf("migrate schema %s: %w", s.schema, err)
 		}
 		if recorded != "" {
-			return nil, fmt.Errorf("%w: schema %s is set up to drain the events table %s (an earlier migrate or run with --events-table %s); give that events table again, or another schema",
-				ErrInvalidInput, s.schema, recorded, recorded)
+			return nil, fmt.Errorf("%w: schema %s is set up to drain the events table %s (an earlier Migrate with WithEventsTable(%q)); give that events table again, or another schema",
+				ErrInvalidConfig, s.schema, recorded, recorded)
 		}
 	}
 	applied := map[int]bool{}

@@ -25,9 +25,15 @@ import (
 // DefaultSchema is the schema the store uses when WithSchema is not given.
 const DefaultSchema = "jsbridge"
 
-// ErrInvalidInput is wrapped by every error about a bad argument (option,
-// stream name, event, filter); the message names the field and the value.
+// ErrInvalidInput is wrapped by every error about a bad argument of a
+// call (stream name, event, filter); the message names the argument and
+// the value.
 var ErrInvalidInput = errors.New("invalid input")
+
+// ErrInvalidConfig is wrapped by every error about a bad option of New
+// (or MigrationSQL); the message names the option and the value
+// (`WithSettleTimeout 0s: want > 0`).
+var ErrInvalidConfig = errors.New("invalid store config")
 
 // Store is the Postgres event store and the bridge's per-stream state. It is
 // safe for concurrent use.
@@ -56,11 +62,11 @@ var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // WithSchema sets the schema holding the store's tables (default
 // DefaultSchema, "jsbridge"). The name must be a plain lowercase identifier
 // ([a-z_][a-z0-9_]*, at most 63 bytes); it is also the LISTEN/NOTIFY channel.
-// Any other name gives an error wrapping ErrInvalidInput.
+// Any other name gives an error wrapping ErrInvalidConfig.
 func WithSchema(name string) Option {
 	return func(s *Store) error {
 		if !plainIdent.MatchString(name) {
-			return fmt.Errorf("%w: schema %q is not a plain lowercase identifier ([a-z_][a-z0-9_]*, at most 63 bytes)", ErrInvalidInput, name)
+			return fmt.Errorf("%w: WithSchema %q: not a plain lowercase identifier ([a-z_][a-z0-9_]*, at most 63 bytes)", ErrInvalidConfig, name)
 		}
 		s.schema = name
 		return nil
@@ -85,12 +91,12 @@ const defaultDiscoverySpan = 10_000
 // created timestamptz. The store never changes that table: Migrate creates
 // only the bridge's own objects, and new events are discovered by polling
 // (see Discover), not by a trigger. A name without exactly one dot, or with
-// an empty part, gives an error wrapping ErrInvalidInput.
+// an empty part, gives an error wrapping ErrInvalidConfig.
 func WithEventsTable(name string) Option {
 	return func(s *Store) error {
 		schema, table, ok := strings.Cut(name, ".")
 		if !ok || schema == "" || table == "" || strings.Contains(table, ".") {
-			return fmt.Errorf("%w: events table %q is not schema.table", ErrInvalidInput, name)
+			return fmt.Errorf("%w: WithEventsTable %q: not schema.table", ErrInvalidConfig, name)
 		}
 		s.eventsTable = name
 		s.eventsIdent = pgx.Identifier{schema, table}
@@ -102,11 +108,11 @@ func WithEventsTable(name string) Option {
 // events table (WithEventsTable) for new events (default
 // DefaultDiscoveryInterval, 1s). It has no effect on the bridge's own events
 // table, whose trigger notifies. d must be > 0 (error wrapping
-// ErrInvalidInput).
+// ErrInvalidConfig).
 func WithDiscoveryInterval(d time.Duration) Option {
 	return func(s *Store) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: discovery interval %s (want > 0)", ErrInvalidInput, d)
+			return fmt.Errorf("%w: WithDiscoveryInterval %s: want > 0", ErrInvalidConfig, d)
 		}
 		s.discoveryInterval = d
 		return nil
@@ -125,11 +131,11 @@ const DefaultSettleTimeout = 5 * time.Second
 // a long application transaction cannot stall a drain cycle (the stream's
 // lease then runs out and it is claimed again). The bridge never makes an
 // application commit wait longer than one of its own short statements. d
-// must be > 0 (error wrapping ErrInvalidInput).
+// must be > 0 (error wrapping ErrInvalidConfig).
 func WithSettleTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: settle timeout %s (want > 0)", ErrInvalidInput, d)
+			return fmt.Errorf("%w: WithSettleTimeout %s: want > 0", ErrInvalidConfig, d)
 		}
 		s.settleTimeout = d
 		return nil
@@ -146,7 +152,7 @@ var ErrSettleTimeout = errors.New("settle timed out waiting for the stream's row
 func WithLogger(l *slog.Logger) Option {
 	return func(s *Store) error {
 		if l == nil {
-			return fmt.Errorf("%w: logger is nil", ErrInvalidInput)
+			return fmt.Errorf("%w: WithLogger: logger is nil", ErrInvalidConfig)
 		}
 		s.log = l
 		return nil
@@ -154,10 +160,10 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // New returns a Store on pool. It does not touch the database; call Migrate
-// before first use. pool must not be nil.
+// before first use. pool must not be nil. Errors wrap ErrInvalidConfig.
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: pool is nil", ErrInvalidInput)
+		return nil, fmt.Errorf("%w: pool is nil", ErrInvalidConfig)
 	}
 	s, err := newStore(opts)
 	if err != nil {

@@ -77,7 +77,7 @@ func TestWithSchemaRejectsNonIdentifier(t *testing.T) {
 	pool := jsbridgetest.Pool(t)
 	for _, name := range []string{"", "Bad", "a-b", "x; DROP TABLE y", "1abc"} {
 		_, err := store.New(pool, store.WithSchema(name))
-		require.ErrorIs(t, err, store.ErrInvalidInput, name)
+		require.ErrorIs(t, err, store.ErrInvalidConfig, name)
 		require.ErrorContains(t, err, fmt.Sprintf("%q", name))
 	}
 }

@@ -39,7 +39,7 @@ func waitPostgres(ctx context.Context, w *startup.Waiter, pool *pgxpool.Pool) er
 // postgresErr returns err marked startup.Permanent when postgresPermanent
 // says waiting cannot fix it, else err unchanged (nil stays nil).
 func postgresErr(err error) error {
-	if err != nil && (postgresPermanent(err) || errors.Is(err, store.ErrEventsTableLayout) || errors.Is(err, store.ErrInvalidInput)) {
+	if err != nil && (postgresPermanent(err) || errors.Is(err, store.ErrEventsTableLayout) || errors.Is(err, store.ErrInvalidInput) || errors.Is(err, store.ErrInvalidConfig)) {
 		return startup.Permanent(err)
 	}
 	return err

@@ -16,7 +16,6 @@ import (
 
 	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/natsconn"
 	"github.com/jsbridge/jsbridge/internal/ops"
 	"github.com/jsbridge/jsbridge/internal/otelenv"
@@ -77,9 +76,9 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	defer pool.Close()
 	opsSrv := ops.NewServer()
 	// A cycle's publishes must end before its deadline (80% of the lease
-	// from the claim) cuts them short: see forward.MaxPublishTimeout.
+	// from the claim) cuts them short: see bridge.MaxPublishTimeout.
 	// Fitted here so the warning names the flags; bridge.New then agrees.
-	if fit, lowered := forward.FitPublishTimeout(r.PublishTimeout, r.Lease); lowered {
+	if fit, lowered := bridge.FitPublishTimeout(r.PublishTimeout, r.Lease); lowered {
 		log.Warn(fmt.Sprintf("--publish-timeout %s does not fit --lease %s (at most 40%% of it): using %s", r.PublishTimeout, r.Lease, fit),
 			"publish_timeout", fit, "lease", r.Lease)
 		r.PublishTimeout = fit
@@ -87,13 +86,13 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	// A bridge that dies after publishing and before acking is taken over
 	// after its lease; the takeover's re-publish must fall in the window.
 	// (bridge.Start says the same in Config's terms; Run does not.)
-	if need := forward.RequiredDuplicateWindow(r.Lease, r.PublishTimeout); r.DuplicateWindow < need {
+	if need := bridge.RequiredDuplicateWindow(r.Lease, r.PublishTimeout); r.DuplicateWindow < need {
 		log.Warn("--duplicate-window is shorter than --lease plus --publish-timeout: an event re-published after a takeover may be stored twice",
 			"duplicate_window", r.DuplicateWindow, "need", need)
 	}
 	cfg := r.config(g, log, nil)
 	if err := cfg.Validate(); err != nil {
-		return err
+		return flagNames(err)
 	}
 	// Registered now, so /metrics has the backlog gauges (read from
 	// Postgres) while the bridge still waits for NATS.
@@ -166,7 +165,7 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger,
 	}
 	if r.Migrate {
 		err := w.For(ctx, "Postgres migrations of schema "+st.Schema(), func(ctx context.Context) error {
-			return postgresErr(st.Migrate(ctx))
+			return postgresErr(flagNames(st.Migrate(ctx)))
 		})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("migrate: %w", err)
@@ -186,11 +185,11 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger,
 	}
 	b, err := bridge.New(pool, js, cfg)
 	if err != nil {
-		return nc, shutdownNATS, nil, err
+		return nc, shutdownNATS, nil, flagNames(err)
 	}
 	err = w.For(ctx, "JetStream stream "+r.Stream, func(ctx context.Context) error {
 		err := b.Provision(ctx)
-		if errors.Is(err, forward.ErrSubjectsNotCovered) || errors.Is(err, forward.ErrInvalidConfig) {
+		if errors.Is(err, bridge.ErrSubjectsNotCovered) || errors.Is(err, bridge.ErrReplicasNotSupported) || errors.Is(err, bridge.ErrInvalidConfig) {
 			return startup.Permanent(err)
 		}
 		return startup.JetStreamErr(err)
@@ -267,7 +266,7 @@ func openStore(ctx context.Context, g *Globals, opts ...store.Option) (*pgxpool.
 	st, err := store.New(pool, g.storeOptions(opts...)...)
 	if err != nil {
 		pool.Close()
-		return nil, nil, err
+		return nil, nil, flagNames(err)
 	}
 	return pool, st, nil
 }

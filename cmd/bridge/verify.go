@@ -13,8 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/audit"
-	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
 	"github.com/jsbridge/jsbridge/internal/natsconn"
 	"github.com/jsbridge/jsbridge/internal/ops"
@@ -173,23 +172,14 @@ func (v *verifyCmd) round(ctx context.Context, st *store.Store, js jetstream.Jet
 	if len(v.Streams) > 0 && len(infos) < len(v.Streams) {
 		return trouble(fmt.Errorf("--stream: %s", missingNames(v.Streams, infos)))
 	}
-	streams := make([]audit.Stream, len(infos))
-	for i, in := range infos {
-		streams[i] = audit.Stream{Name: in.Stream, Watermark: in.Watermark}
-	}
-	cfg := audit.Config{Stream: v.JetStreamStream, Prefix: v.SubjectPrefix, Source: v.Source, Since: since, PageSize: v.PageSize}
-	whole := len(v.Streams) == 0 && v.Match == ""
-	rep, err := audit.Verify(ctx, js, st, streams, whole, cfg)
+	cfg := bridge.VerifyConfig{Stream: v.JetStreamStream, SubjectPrefix: v.SubjectPrefix, Source: v.Source, Since: since, PageSize: v.PageSize,
+		All: len(v.Streams) == 0 && v.Match == "", PublishTimeout: v.PublishTimeout, Logger: log}
+	rep, err := bridge.Verify(ctx, js, st, infos, cfg)
 	if err != nil {
-		return trouble(fmt.Errorf("verify: %w", err))
+		return trouble(fmt.Errorf("verify: %w", flagNames(err)))
 	}
 	if v.Repair {
-		fwd, err := forward.New(js, forward.Config{Prefix: v.SubjectPrefix, Source: v.Source, Stream: v.JetStreamStream,
-			PublishTimeout: v.PublishTimeout, Logger: log})
-		if err != nil {
-			return trouble(err)
-		}
-		if err := audit.Repair(ctx, fwd, &rep); err != nil {
+		if err := bridge.Repair(ctx, js, &rep); err != nil {
 			return trouble(err)
 		}
 	}
@@ -231,7 +221,7 @@ func (v *verifyCmd) check(now time.Time) (time.Time, error) {
 
 // auditRound reduces a report to the numbers the metrics export: the
 // problems left, by kind.
-func auditRound(rep audit.Report, end time.Time) bridgemetrics.AuditRound {
+func auditRound(rep bridge.Report, end time.Time) bridgemetrics.AuditRound {
 	r := bridgemetrics.AuditRound{Events: rep.Events, Duration: rep.Elapsed, End: end}
 	for _, p := range rep.Problems {
 		if p.Repaired {
@@ -239,13 +229,13 @@ func auditRound(rep audit.Report, end time.Time) bridgemetrics.AuditRound {
 			continue
 		}
 		switch p.Kind {
-		case audit.Missing:
+		case bridge.ProblemMissing:
 			r.Missing++
-		case audit.Duplicate:
+		case bridge.ProblemDuplicate:
 			r.Duplicates++
-		case audit.OutOfOrder:
+		case bridge.ProblemOutOfOrder:
 			r.OutOfOrder++
-		case audit.ContentDiffers:
+		case bridge.ProblemContentDiffers:
 			r.ContentDiffers++
 		}
 	}
@@ -268,20 +258,20 @@ func missingNames(names []string, infos []store.StreamInfo) string {
 }
 
 type verifySummary struct {
-	Summary         bool               `json:"summary"`
-	Streams         int                `json:"streams"`
-	Events          int64              `json:"events"`
-	Messages        int64              `json:"messages"`
-	Problems        map[audit.Kind]int `json:"problems"`
-	Repaired        int                `json:"repaired"`
-	Left            int                `json:"left"`
-	Seconds         float64            `json:"seconds"`
-	JetStreamSecs   float64            `json:"jetstream_seconds"`
-	EventsPerSecond float64            `json:"events_per_second"`
+	Summary         bool                       `json:"summary"`
+	Streams         int                        `json:"streams"`
+	Events          int64                      `json:"events"`
+	Messages        int64                      `json:"messages"`
+	Problems        map[bridge.ProblemKind]int `json:"problems"`
+	Repaired        int                        `json:"repaired"`
+	Left            int                        `json:"left"`
+	Seconds         float64                    `json:"seconds"`
+	JetStreamSecs   float64                    `json:"jetstream_seconds"`
+	EventsPerSecond float64                    `json:"events_per_second"`
 }
 
 // print writes one line per problem and a summary line to stdout.
-func (v *verifyCmd) print(rep audit.Report) error {
+func (v *verifyCmd) print(rep bridge.Report) error {
 	counts, repaired := rep.Counts()
 	sum := verifySummary{Summary: true, Streams: rep.Streams, Events: rep.Events, Messages: rep.Messages, Problems: counts,
 		Repaired: repaired, Left: rep.Unresolved(), Seconds: rep.Elapsed.Seconds(), JetStreamSecs: rep.ReadJetStream.Seconds(), EventsPerSecond: rep.EventsPerSecond()}
@@ -307,6 +297,6 @@ func (v *verifyCmd) print(rep audit.Report) error {
 	}
 	fmt.Printf("verified %d events of %d streams against %d JetStream messages in %s (JetStream read %s; %.0f events/s): %d missing, %d duplicate, %d out of order, %d content differs; %d repaired, %d left\n",
 		sum.Events, sum.Streams, sum.Messages, rep.Elapsed.Round(time.Millisecond), rep.ReadJetStream.Round(time.Millisecond), sum.EventsPerSecond,
-		counts[audit.Missing], counts[audit.Duplicate], counts[audit.OutOfOrder], counts[audit.ContentDiffers], repaired, sum.Left)
+		counts[bridge.ProblemMissing], counts[bridge.ProblemDuplicate], counts[bridge.ProblemOutOfOrder], counts[bridge.ProblemContentDiffers], repaired, sum.Left)
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/audit"
+	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
 	"github.com/jsbridge/jsbridge/internal/ops"
 )
@@ -81,11 +81,11 @@ func TestVerifySince(t *testing.T) {
 func TestAuditRoundCountsWhatIsLeft(t *testing.T) {
 	t.Parallel()
 	end := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	rep := audit.Report{Events: 40, Elapsed: 2 * time.Second, Problems: []audit.Problem{
-		{Kind: audit.Missing, Repaired: true}, {Kind: audit.Missing, Repaired: true}, {Kind: audit.Missing},
-		{Kind: audit.Duplicate}, {Kind: audit.OutOfOrder}, {Kind: audit.OutOfOrder}, {Kind: audit.ContentDiffers},
+	rep := bridge.Report{Events: 40, Elapsed: 2 * time.Second, Problems: []bridge.Problem{
+		{Kind: bridge.ProblemMissing, Repaired: true}, {Kind: bridge.ProblemMissing, Repaired: true}, {Kind: bridge.ProblemMissing},
+		{Kind: bridge.ProblemDuplicate}, {Kind: bridge.ProblemOutOfOrder}, {Kind: bridge.ProblemOutOfOrder}, {Kind: bridge.ProblemContentDiffers},
 	}}
 	require.Equal(t, bridgemetrics.AuditRound{Events: 40, Missing: 1, Duplicates: 1, OutOfOrder: 2, ContentDiffers: 1, Repaired: 2,
 		Duration: 2 * time.Second, End: end}, auditRound(rep, end))
-	require.Equal(t, bridgemetrics.AuditRound{End: end}, auditRound(audit.Report{}, end))
+	require.Equal(t, bridgemetrics.AuditRound{End: end}, auditRound(bridge.Report{}, end))
 }

@@ -10,11 +10,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/audit"
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/audit"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/wire"

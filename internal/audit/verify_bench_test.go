@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/audit"
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/audit"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 

@@ -1,4 +1,4 @@
-package forward_test
+package bridge_test
 
 import (
 	"testing"
@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/drain"
-	"github.com/jsbridge/jsbridge/forward"
 )
 
 func TestFitPublishTimeout(t *testing.T) {
@@ -25,9 +25,9 @@ func TestFitPublishTimeout(t *testing.T) {
 		{12 * time.Second, 30 * time.Second, 12 * time.Second, false}, // exactly the most
 		{13 * time.Second, 30 * time.Second, 12 * time.Second, true},
 		{time.Second, 3 * time.Second, time.Second, false},
-		{-time.Second, 30 * time.Second, -time.Second, false}, // left for New to reject
+		{-time.Second, 30 * time.Second, -time.Second, false}, // left for Validate to reject
 	} {
-		got, lowered := forward.FitPublishTimeout(c.publish, c.lease)
+		got, lowered := bridge.FitPublishTimeout(c.publish, c.lease)
 		require.Equal(t, c.want, got, "publish %s, lease %s", c.publish, c.lease)
 		require.Equal(t, c.lowered, lowered, "publish %s, lease %s", c.publish, c.lease)
 		if c.publish >= 0 {
@@ -36,7 +36,13 @@ func TestFitPublishTimeout(t *testing.T) {
 			require.LessOrEqual(t, 2*got, drain.HandlerTimeout(c.lease), "publish %s, lease %s", c.publish, c.lease)
 		}
 	}
-	require.Equal(t, 12*time.Second, forward.MaxPublishTimeout(30*time.Second))
+	require.Equal(t, 12*time.Second, bridge.MaxPublishTimeout(30*time.Second))
 	require.Equal(t, 24*time.Second, drain.HandlerTimeout(30*time.Second))
 	require.Equal(t, drain.HandlerTimeout(drain.DefaultLease), drain.HandlerTimeout(0))
+}
+
+func TestRequiredDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 90*time.Second, bridge.RequiredDuplicateWindow(30*time.Second, time.Minute))
+	require.Equal(t, time.Minute, bridge.RequiredDuplicateWindow(-time.Second, time.Minute))
 }
