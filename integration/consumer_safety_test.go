@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver"
 )
 
 // The cloud metadata address is refused at start, before anything is sent;
