@@ -22,6 +22,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -184,7 +185,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	if err != nil {
 		return nil, fmt.Errorf("deliver: new consumer: %w", err)
 	}
-	open := noRedirects(cfg.HTTPClient)
+	open := egress.NoRedirects(cfg.HTTPClient)
 	var safe *http.Client
 	c := &Consumer{
 		js:        js,
@@ -209,7 +210,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 		}
 		endpoint := breaker.Endpoint(s.URL)
 		client := open
-		tlsCfg, err := s.TLS.load()
+		tlsCfg, err := s.TLS.Load()
 		if err != nil {
 			return nil, fmt.Errorf("deliver: new consumer: %w %q: %w", ErrInvalidSubscription, s.Name, err)
 		}
@@ -217,15 +218,15 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 		case tlsCfg != nil:
 			// Its own client: its own TLS settings and connection pool,
 			// then the address check on top (guarded keeps TLSClientConfig).
-			if client, err = withTLS(open, tlsCfg); err == nil && !s.AllowPrivate {
-				client, err = guardedClient(client)
+			if client, err = egress.WithTLS(open, tlsCfg); err == nil && !s.AllowPrivate {
+				client, err = egress.Guarded(client)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("deliver: new consumer: subscription %q: %w", s.Name, err)
 			}
 		case !s.AllowPrivate:
 			if safe == nil {
-				if safe, err = guardedClient(open); err != nil {
+				if safe, err = egress.Guarded(open); err != nil {
 					return nil, fmt.Errorf("deliver: new consumer: subscription %q: %w", s.Name, err)
 				}
 			}
@@ -261,34 +262,6 @@ func defaultUserAgent() string {
 		v = bi.Main.Version
 	}
 	return "jsbridge/" + v
-}
-
-// noRedirects returns a copy of c (or of the default client when c is nil)
-// that returns 3xx responses instead of following them.
-func noRedirects(c *http.Client) *http.Client {
-	var out http.Client
-	if c != nil {
-		out = *c
-	} else {
-		out.Transport = defaultTransport()
-	}
-	out.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &out
-}
-
-// guardedClient returns a copy of c whose transport refuses forbidden
-// addresses at dial time.
-func guardedClient(c *http.Client) (*http.Client, error) {
-	out := *c
-	switch t := c.Transport.(type) {
-	case nil:
-		out.Transport = guarded(http.DefaultTransport.(*http.Transport))
-	case *http.Transport:
-		out.Transport = guarded(t)
-	default:
-		return nil, fmt.Errorf("Config.HTTPClient.Transport is a %T, not an *http.Transport: the private-address check cannot be installed (set AllowPrivate to use it as is)", t)
-	}
-	return &out, nil
 }
 
 // Provision creates or updates each subscription's durable pull consumer

@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -108,7 +108,7 @@ func (r response) class() string {
 		return ClassTimeout
 	case errors.Is(r.err, ErrForbiddenAddress):
 		return ClassForbidden
-	case r.err != nil && isTLSError(r.err):
+	case r.err != nil && egress.IsTLSError(r.err):
 		return ClassTLS
 	case r.err != nil:
 		return ClassNetwork
@@ -237,17 +237,15 @@ func buildBody(mode BodyMode, id string, mh nats.Header, data []byte, h http.Hea
 // body, shared by every request (the transport only reads it).
 var contentTypeCloudEvents = []string{event.ContentTypeCloudEventsJSON}
 
-// handle delivers one message and acks, Naks or Terms it. ctx carries no
-// cancellation from Run: a delivery that started finishes (bounded by
+// handle delivers one message and acks, Naks or Terms it: the unordered
+// settler of one attempt (see attempt.go). ctx carries no cancellation
+// from Run: a delivery that started finishes (bounded by
 // Subscription.Timeout), so shutdown loses nothing.
 func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 	r.inFlight.Inc()
 	defer r.inFlight.Dec()
 
-	attempt := 1
-	if md, err := msg.Metadata(); err == nil {
-		attempt = int(md.NumDelivered)
-	}
+	attempt := attemptNumber(msg)
 	id := eventID(msg)
 	ctx, at := r.startAttempt(ctx, msg, id, attempt)
 	defer r.endAttempt(at)
@@ -261,42 +259,27 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 		r.redeliveries.Inc()
 	}
 
-	if id == "" {
-		r.giveUp(ctx, log(), msg, DeadLetter{EventID: id, Attempt: attempt, Reason: "message has no Nats-Msg-Id or ce-id"}, OutcomeTerm, ClassNone)
-		return
-	}
-	hdr := r.requestHeader()
-	body, err := buildBody(r.sub.Body, id, msg.Headers(), msg.Data(), hdr)
+	body, hdr, err := r.request(msg, id, "")
 	if err != nil {
 		r.giveUp(ctx, log(), msg, DeadLetter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
 		return
 	}
-
-	var resp response
-	at.sending()
-	err = r.br.Execute(func() error {
-		resp = r.post(ctx, msg.InProgress, id, body, hdr)
-		at.answered(resp)
-		return resp.breakerErr()
-	})
-	if errors.Is(err, breaker.ErrOpen) {
+	resp, refused := r.send(ctx, at, msg.InProgress, id, body, hdr)
+	if refused {
 		at.decide(OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
 		delay := r.br.OpenTimeout()
-		r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeBreakerOpen, ClassNone).Inc()
+		r.count(OutcomeBreakerOpen, ClassNone, 0)
 		l := log()
 		l.Debug("circuit breaker open, not sent", slog.Duration("delay", delay))
 		r.nak(l, msg, delay)
 		return
 	}
 
-	switch resp.verdict() {
-	case verdictAck:
-		at.decide(OutcomeAck, resp.class(), "")
-		if resp.status/100 == 2 {
-			r.acked2xx().Inc()
-		} else {
-			r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeAck, resp.class()).Inc()
-		}
+	s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
+	switch s.act {
+	case actAck:
+		at.decide(OutcomeAck, s.class, "")
+		r.count(OutcomeAck, s.class, resp.status)
 		if err := msg.Ack(); err != nil {
 			log().Warn("ack failed; JetStream will redeliver after AckWait", slog.Int("status", resp.status), slog.Any("error", err))
 			return
@@ -304,35 +287,23 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 		if r.log.Enabled(ctx, slog.LevelDebug) {
 			log().Debug("delivered", slog.Int("status", resp.status))
 		}
-	case verdictPermanent:
+	case actDeadLetter:
 		if resp.status == http.StatusGone {
 			log().Warn("endpoint answered 410 Gone: it says it no longer exists; every event of this subscription will be dead-lettered until its URL is fixed or the subscription removed")
 		}
-		r.giveUp(ctx, log(slog.Int("status", resp.status)), msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: resp.reason(), At: resp.at}, OutcomeTerm, resp.class())
-	case verdictRetry:
-		if r.sub.MaxDeliver > 0 && attempt >= r.sub.MaxDeliver {
-			r.giveUp(ctx, log(slog.Int("status", resp.status)), msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, At: resp.at,
-				Reason: fmt.Sprintf("%s (attempt %d of MaxDeliver %d)", resp.reason(), attempt, r.sub.MaxDeliver)}, OutcomeExhausted, resp.class())
-			return
-		}
-		delay := r.retryDelay(attempt, resp.retryAfter)
-		at.decide(OutcomeRetry, resp.class(), resp.reason())
-		r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, resp.class()).Inc()
+		r.giveUp(ctx, log(slog.Int("status", resp.status)), msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
+	case actRetry:
+		at.decide(OutcomeRetry, s.class, s.reason)
+		r.count(OutcomeRetry, s.class, 0)
 		l := log(slog.Int("status", resp.status))
-		l.Warn("delivery failed, will retry", slog.String("reason", resp.reason()), slog.Duration("delay", delay))
-		r.nak(l, msg, delay)
+		l.Warn("delivery failed, will retry", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
+		r.nak(l, msg, s.delay)
 	}
 }
 
-// retryDelay is the delay before the attempt after attempt: Retry-After when
-// the endpoint sent one (capped at MaxRetryAfter), else BackOff[attempt-1],
-// the last entry repeating.
+// retryDelay is retryDelay with the subscription's backoff.
 func (r *runner) retryDelay(attempt int, retryAfter time.Duration) time.Duration {
-	if retryAfter >= 0 {
-		return min(retryAfter, MaxRetryAfter)
-	}
-	i := min(max(attempt-1, 0), len(r.sub.BackOff)-1)
-	return r.sub.BackOff[i]
+	return retryDelay(r.sub.BackOff, attempt, retryAfter)
 }
 
 func (r *runner) nak(log *slog.Logger, msg jetstream.Msg, delay time.Duration) {

@@ -78,3 +78,32 @@ func TestRetryDelay(t *testing.T) {
 	require.Equal(t, 2*time.Second, r.retryDelay(1, 2*time.Second), "Retry-After wins")
 	require.Equal(t, MaxRetryAfter, r.retryDelay(1, time.Hour), "Retry-After is capped")
 }
+
+// settlementOf is the one decision both settlers act on: ack a 2xx,
+// dead-letter a permanent 4xx or a retryable failure on the last attempt,
+// retry the rest after Retry-After or the backoff.
+func TestSettlementOf(t *testing.T) {
+	backOff := []time.Duration{time.Second, 5 * time.Second}
+	for _, tc := range []struct {
+		name             string
+		resp             response
+		attempt, maxDlvr int
+		want             settlement
+	}{
+		{"2xx acks", response{status: 204, retryAfter: -1}, 1, 3, settlement{act: actAck, outcome: OutcomeAck, class: "2xx"}},
+		{"4xx dead-letters at once", response{status: 422, retryAfter: -1}, 1, 3,
+			settlement{act: actDeadLetter, outcome: OutcomeTerm, class: "4xx", reason: "HTTP 422 Unprocessable Entity"}},
+		{"5xx retries with the backoff", response{status: 503, retryAfter: -1}, 2, 3,
+			settlement{act: actRetry, outcome: OutcomeRetry, class: "5xx", reason: "HTTP 503 Service Unavailable", delay: 5 * time.Second}},
+		{"Retry-After wins", response{status: 429, retryAfter: 7 * time.Second}, 1, 3,
+			settlement{act: actRetry, outcome: OutcomeRetry, class: "4xx", reason: "HTTP 429 Too Many Requests", delay: 7 * time.Second}},
+		{"last attempt exhausts", response{status: 503, retryAfter: -1}, 3, 3,
+			settlement{act: actDeadLetter, outcome: OutcomeExhausted, class: "5xx", reason: "HTTP 503 Service Unavailable (attempt 3 of MaxDeliver 3)"}},
+		{"no limit", response{status: 503, retryAfter: -1}, 99, -1,
+			settlement{act: actRetry, outcome: OutcomeRetry, class: "5xx", reason: "HTTP 503 Service Unavailable", delay: 5 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, settlementOf(tc.resp, tc.attempt, tc.maxDlvr, backOff))
+		})
+	}
+}

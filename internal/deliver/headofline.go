@@ -3,14 +3,12 @@ package deliver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -30,10 +28,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 	id := eventID(m)
 	stop := r.keepAlive(id, m.InProgress)
 	defer stop()
-	attempt := 1
-	if md, err := m.Metadata(); err == nil {
-		attempt = int(md.NumDelivered)
-	}
+	attempt := attemptNumber(m)
 	if attempt > 1 {
 		r.redeliveries.Inc()
 	}
@@ -60,16 +55,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 		if pt.or.hold(pt, key, m) {
 			return
 		}
-		if id == "" {
-			const reason = "message has no Nats-Msg-Id or ce-id"
-			_, at := r.startAttempt(ctx, em, id, attempt)
-			ended(at, OutcomeTerm, ClassNone, reason)
-			pt.deadLetter(m, log(), DeadLetter{Attempt: attempt, Reason: reason}, OutcomeTerm, ClassNone)
-			return
-		}
-		hdr := r.requestHeader()
-		hdr.Set(wire.HeaderReplica, r.c.cfg.ReplicaID)
-		body, err := buildBody(r.sub.Body, id, m.Headers(), m.Data(), hdr)
+		body, hdr, err := r.request(m, id, r.c.cfg.ReplicaID)
 		if err != nil {
 			_, at := r.startAttempt(ctx, em, id, attempt)
 			ended(at, OutcomeTerm, ClassNone, err.Error())
@@ -88,50 +74,29 @@ func (pt *partition) deliver(m jetstream.Msg) {
 			<-pt.or.slots
 			continue // waitLease again
 		}
-		var resp response
-		ran := false
 		actx, at := r.startAttempt(ctx, em, id, attempt)
-		at.sending()
-		err = r.br.Execute(func() error {
-			ran = true
-			resp = r.post(actx, nil, id, body, hdr)
-			at.answered(resp)
-			return resp.breakerErr()
-		})
+		resp, refused := r.send(actx, at, nil, id, body, hdr)
 		<-pt.or.slots
-		if !ran && errors.Is(err, breaker.ErrOpen) {
+		if refused {
 			// Another lane's probe won; wait for the breaker again.
 			ended(at, OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
-			r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeBreakerOpen, ClassNone).Inc()
+			r.count(OutcomeBreakerOpen, ClassNone, 0)
 			continue
 		}
-		switch resp.verdict() {
-		case verdictAck:
-			ended(at, OutcomeAck, resp.class(), "")
-			if resp.status/100 == 2 {
-				r.acked2xx().Inc()
-			} else {
-				r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeAck, resp.class()).Inc()
-			}
+		s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
+		ended(at, s.outcome, s.class, s.reason)
+		switch s.act {
+		case actAck:
+			r.count(OutcomeAck, s.class, resp.status)
 			pt.ack(m, log())
 			return
-		case verdictPermanent:
-			ended(at, OutcomeTerm, resp.class(), resp.reason())
-			pt.deadLetter(m, log(slog.Int("status", resp.status)), DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: resp.reason(), At: resp.at}, OutcomeTerm, resp.class())
+		case actDeadLetter:
+			pt.deadLetter(m, log(slog.Int("status", resp.status)), DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
 			return
-		case verdictRetry:
-			if r.sub.MaxDeliver > 0 && attempt >= r.sub.MaxDeliver {
-				reason := fmt.Sprintf("%s (attempt %d of MaxDeliver %d)", resp.reason(), attempt, r.sub.MaxDeliver)
-				ended(at, OutcomeExhausted, resp.class(), reason)
-				pt.deadLetter(m, log(slog.Int("status", resp.status)), DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, At: resp.at,
-					Reason: reason}, OutcomeExhausted, resp.class())
-				return
-			}
-			ended(at, OutcomeRetry, resp.class(), resp.reason())
-			delay := r.retryDelay(attempt, resp.retryAfter)
-			r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, resp.class()).Inc()
-			log(slog.Int("status", resp.status)).Warn("delivery failed, retrying in place (its stream waits)", slog.String("reason", resp.reason()), slog.Duration("delay", delay))
-			backoff.Sleep(pt.ctx, delay)
+		case actRetry:
+			r.count(OutcomeRetry, s.class, 0)
+			log(slog.Int("status", resp.status)).Warn("delivery failed, retrying in place (its stream waits)", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
+			backoff.Sleep(pt.ctx, s.delay)
 			attempt++
 		}
 	}

@@ -9,9 +9,18 @@ import (
 	"time"
 
 	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
+
+// ErrForbiddenAddress is egress.ErrForbiddenAddress: an endpoint address a
+// subscription without AllowPrivate may not reach.
+var ErrForbiddenAddress = egress.ErrForbiddenAddress
+
+// TLSFiles configures a subscription's client certificate and CA bundle
+// (egress.TLSFiles).
+type TLSFiles = egress.TLSFiles
 
 // ErrInvalidSubscription is wrapped by Subscription.Validate and New when a
 // subscription is misconfigured. The message names the subscription, the
@@ -248,7 +257,7 @@ func (s Subscription) Validate() error {
 		return bad("URL", "%q is plain http: use https, or allow it with --allow-http (allow_http: true in the subscriptions file) for a public address or --allow-private (allow_private: true) for a private one", breaker.Endpoint(s.URL))
 	}
 	if !s.AllowPrivate {
-		if err := checkLiteralHost(u.Hostname()); err != nil {
+		if err := egress.CheckLiteralHost(u.Hostname()); err != nil {
 			return bad("URL", "%q: %v: %v", breaker.Endpoint(s.URL), ErrForbiddenAddress, err)
 		}
 	}
@@ -301,7 +310,7 @@ func (s Subscription) Validate() error {
 	if !s.TLS.IsZero() && u.Scheme != "https" {
 		return bad("TLS", "set for %q, which is not https", breaker.Endpoint(s.URL))
 	}
-	if _, err := s.TLS.load(); err != nil {
+	if _, err := s.TLS.Load(); err != nil {
 		return fmt.Errorf("%w %q: %w", ErrInvalidSubscription, s.Name, err)
 	}
 	return nil

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 

@@ -1,4 +1,4 @@
-package deliver
+package egress
 
 import (
 	"crypto/tls"
@@ -13,7 +13,7 @@ import (
 // TLSFiles configures the client side of a subscription's TLS connections:
 // a client certificate for endpoints that require one (mutual TLS) and the
 // CAs that verify the endpoint's certificate. The files are PEM and are
-// read once, by Subscription.Validate and New; a later change needs a
+// read once, when the subscription is validated and when its client is built; a later change needs a
 // restart. The zero value uses no client certificate and the system roots.
 type TLSFiles struct {
 	// ClientCertFile is the client certificate chain presented to the
@@ -30,10 +30,10 @@ type TLSFiles struct {
 // IsZero reports whether f configures nothing.
 func (f TLSFiles) IsZero() bool { return f == TLSFiles{} }
 
-// load reads the files into a TLS client configuration: nil when f is
+// Load reads the files into a TLS client configuration: nil when f is
 // zero. Errors name the field (as the subscription's Go field, TLS.…) and
 // the path, never key material.
-func (f TLSFiles) load() (*tls.Config, error) {
+func (f TLSFiles) Load() (*tls.Config, error) {
 	if f.IsZero() {
 		return nil, nil
 	}
@@ -70,12 +70,12 @@ func (f TLSFiles) load() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// withTLS returns a copy of c whose transport uses cfg's client
+// WithTLS returns a copy of c whose transport uses cfg's client
 // certificates and roots (over the transport's own TLS settings). It needs
 // an *http.Transport (nil: a clone of http.DefaultTransport). The copy has
 // its own connection pool, so connections with a client certificate are
 // never shared with another subscription's.
-func withTLS(c *http.Client, cfg *tls.Config) (*http.Client, error) {
+func WithTLS(c *http.Client, cfg *tls.Config) (*http.Client, error) {
 	var t *http.Transport
 	switch ct := c.Transport.(type) {
 	case nil:
@@ -104,13 +104,13 @@ func withTLS(c *http.Client, cfg *tls.Config) (*http.Client, error) {
 	return &out, nil
 }
 
-// isTLSError reports whether err comes from the TLS layer: a handshake the
+// IsTLSError reports whether err comes from the TLS layer: a handshake the
 // endpoint refused (an alert, e.g. no or an unknown client certificate), a
 // certificate this side could not verify (unknown authority, wrong name,
 // expired), or a peer that does not speak TLS. crypto/tls reports a remote
 // alert as an unexported type inside a *net.OpError, so the chain is
 // searched for any error type of packages crypto/tls and crypto/x509.
-func isTLSError(err error) bool {
+func IsTLSError(err error) bool {
 	for err != nil {
 		t := reflect.TypeOf(err)
 		if t.Kind() == reflect.Pointer {
@@ -124,7 +124,7 @@ func isTLSError(err error) bool {
 			err = u.Unwrap()
 		case interface{ Unwrap() []error }:
 			for _, e := range u.Unwrap() {
-				if isTLSError(e) {
+				if IsTLSError(e) {
 					return true
 				}
 			}

@@ -1,4 +1,4 @@
-package deliver
+package egress
 
 import (
 	"errors"
@@ -79,9 +79,9 @@ func checkDialAddress(_, address string, _ syscall.RawConn) error {
 	return nil
 }
 
-// checkLiteralHost refuses, at start, a URL host that is a forbidden IP
+// CheckLiteralHost refuses, at start, a URL host that is a forbidden IP
 // literal; names are checked when dialled.
-func checkLiteralHost(host string) error {
+func CheckLiteralHost(host string) error {
 	addr, err := netip.ParseAddr(strings.Trim(host, "[]"))
 	if err != nil {
 		return nil
@@ -92,6 +92,10 @@ func checkLiteralHost(host string) error {
 	return nil
 }
 
+// idleConnsPerHost is the idle connections kept per endpoint: the
+// default MaxInFlight of a subscription (64).
+const idleConnsPerHost = 64
+
 // defaultTransport is the webhook transport: keep-alive, connect and TLS
 // handshake timeouts. It uses no proxy: a proxy would dial the endpoint
 // itself, past the address check.
@@ -100,7 +104,7 @@ func defaultTransport() *http.Transport {
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   DefaultMaxInFlight,
+		MaxIdleConnsPerHost:   idleConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ExpectContinueTimeout: time.Second,
