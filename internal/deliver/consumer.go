@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,6 +97,11 @@ type Config struct {
 	// replica finding the bucket with another TTL goes by the bucket's
 	// (its keys expire after it) and logs a warning.
 	LeaseTTL time.Duration
+	// Clock is the engine's time: lease renewals and deadlines, fence and
+	// successor waits, parking timers and retry backoff. Default: the
+	// wall clock; tests pass a clockwork fake. Not part of the consumer's
+	// public Config.
+	Clock clockwork.Clock
 }
 
 // Ordered delivery defaults.
@@ -119,6 +125,7 @@ type Consumer struct {
 // runner is one subscription's pull loop.
 type runner struct {
 	c        *Consumer
+	clock    clockwork.Clock
 	sub      Subscription
 	signer   *webhook.Signer
 	client   *http.Client
@@ -174,6 +181,9 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			return nil, fmt.Errorf("deliver: new consumer: %w", err)
 		}
 		cfg.Breakers = set
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = defaultUserAgent()
@@ -234,6 +244,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 		}
 		c.runners = append(c.runners, &runner{
 			c:        c,
+			clock:    cfg.Clock,
 			sub:      s,
 			signer:   signer,
 			client:   client,
@@ -407,7 +418,7 @@ func (r *runner) run(ctx context.Context) {
 				}
 				d := pause.Next()
 				r.log.Warn("durable consumer not available yet; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
-				backoff.Sleep(ctx, d)
+				sleep(ctx, r.clock, d)
 				continue
 			}
 			cons = c
@@ -419,7 +430,7 @@ func (r *runner) run(ctx context.Context) {
 		if err := r.br.Wait(ctx); err != nil {
 			return
 		}
-		began := time.Now()
+		began := r.clock.Now()
 		var err error
 		if r.br.State() == breaker.HalfOpen {
 			err = r.probe(ctx, dctx, cons)
@@ -434,12 +445,12 @@ func (r *runner) run(ctx context.Context) {
 			cons = nil
 		}
 		// A pull that went well for a while starts the pauses over.
-		if time.Since(began) > backoff.DefaultMax {
+		if r.clock.Since(began) > backoff.DefaultMax {
 			pause.Reset()
 		}
 		d := pause.Next()
 		r.log.Warn("pulling from JetStream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
-		backoff.Sleep(ctx, d)
+		sleep(ctx, r.clock, d)
 	}
 }
 
@@ -490,13 +501,13 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	go r.keepHeldAlive(pctx, r.lanes.queued)
 	var gone atomic.Bool
 	go func() {
-		t := time.NewTicker(consumerCheckInterval)
+		t := r.clock.NewTicker(consumerCheckInterval)
 		defer t.Stop()
 		for {
 			select {
 			case <-pctx.Done():
 				return
-			case <-t.C:
+			case <-t.Chan():
 			}
 			// Only "not found" counts: during an election or an outage
 			// the lookup fails otherwise, and pulling resumes by itself.
@@ -585,13 +596,13 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 // behind their stream's running delivery, or, for an ordered partition,
 // behind its fence), so JetStream does not redeliver them meanwhile.
 func (r *runner) keepHeldAlive(ctx context.Context, held func() []jetstream.Msg) {
-	t := time.NewTicker(r.sub.AckWait / 2)
+	t := r.clock.NewTicker(r.sub.AckWait / 2)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 			for _, m := range held() {
 				if err := m.InProgress(); err != nil {
 					r.log.Debug("in progress for a held message failed", slog.String("event_id", eventID(m)), slog.Any("error", err))

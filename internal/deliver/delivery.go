@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/propagation"
@@ -406,9 +407,9 @@ func (r *runner) keepAlive(id string, inProgress func() error) (stop func()) {
 	every := r.sub.AckWait / 2
 	var mu sync.Mutex
 	stopped := false
-	var t *time.Timer
+	var t clockwork.Timer
 	mu.Lock()
-	t = time.AfterFunc(every, func() {
+	t = r.clock.AfterFunc(every, func() {
 		if err := inProgress(); err != nil {
 			r.log.Warn("in progress failed", slog.String("event_id", id), slog.Any("error", err))
 		}

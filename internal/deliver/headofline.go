@@ -96,7 +96,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 		case actRetry:
 			r.count(OutcomeRetry, s.class, 0)
 			log(slog.Int("status", resp.status)).Warn("delivery failed, retrying in place (its stream waits)", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
-			backoff.Sleep(pt.ctx, s.delay)
+			sleep(pt.ctx, pt.clock, s.delay)
 			attempt++
 		}
 	}
@@ -138,7 +138,7 @@ func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) {
 		}
 		d := pause.Next()
 		log.Warn("ack failed; retrying (the stream's next event waits for it)", slog.Any("error", err), slog.Duration("retry_in", d))
-		backoff.Sleep(pt.ctx, d)
+		sleep(pt.ctx, pt.clock, d)
 	}
 }
 
@@ -159,7 +159,7 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl DeadLetter
 		}
 		d := pause.Next()
 		log.Error("dead letter failed; retrying in place", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("retry_in", d))
-		backoff.Sleep(pt.ctx, d)
+		sleep(pt.ctx, pt.clock, d)
 		if pt.ctx.Err() != nil {
 			r.nak(log, m, 0)
 			return
@@ -175,7 +175,7 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl DeadLetter
 			}
 			d := pause.Next()
 			log.Error("parking the stream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d))
-			backoff.Sleep(pt.ctx, d)
+			sleep(pt.ctx, pt.clock, d)
 			if pt.ctx.Err() != nil {
 				r.nak(log, m, 0)
 				return

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
@@ -91,6 +92,7 @@ func (cfg *Config) orderingDefaults() error {
 // the partitioned stream, the buckets, membership and leases.
 type ordering struct {
 	c       *Consumer
+	clock   clockwork.Clock
 	runners []*runner
 	log     *slog.Logger
 
@@ -108,7 +110,7 @@ type ordering struct {
 // newOrdering returns the ordering state of c, or nil when no subscription
 // of c is ordered.
 func newOrdering(c *Consumer) *ordering {
-	o := &ordering{c: c, log: c.log}
+	o := &ordering{c: c, clock: c.cfg.Clock, log: c.log}
 	for _, r := range c.runners {
 		if r.sub.Ordered() {
 			r.ord = newOrderedRunner(r, c.cfg.Partitions)
@@ -290,7 +292,7 @@ func (o *ordering) run(ctx context.Context) {
 		}
 		d := pause.Next()
 		o.log.Warn("ordered delivery not available yet; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
-		backoff.Sleep(ctx, d)
+		sleep(ctx, o.clock, d)
 	}
 	var watchers sync.WaitGroup
 	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
@@ -310,7 +312,7 @@ func (o *ordering) run(ctx context.Context) {
 		o.cycle(ctx)
 		select {
 		case <-ctx.Done():
-		case <-time.After(every):
+		case <-o.clock.After(every):
 		}
 	}
 	o.shutdown()
@@ -350,7 +352,7 @@ func (o *ordering) cycle(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, o.leaseTTL/2)
 	defer cancel()
 	self := o.c.cfg.ReplicaID
-	start := time.Now()
+	start := o.clock.Now()
 	for _, r := range o.runners {
 		if _, err := o.leases.Put(cctx, wire.MemberKey(r.sub.Name, self), []byte(self)); err != nil {
 			r.log.Warn("membership heartbeat failed", slog.Any("error", err))

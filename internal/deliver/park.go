@@ -73,7 +73,7 @@ func (or *orderedRunner) park(pt *partition, m jetstream.Msg, dl DeadLetter) err
 	stream, _, _ := wire.ParseSubject(o.eventsPrefix, subject)
 	e := ParkedStream{
 		Subscription: or.r.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
-		Partition: pt.p, ParkedAt: time.Now().UTC(), Replica: or.r.c.cfg.ReplicaID,
+		Partition: pt.p, ParkedAt: or.clock.Now().UTC(), Replica: or.r.c.cfg.ReplicaID,
 	}
 	v, err := json.Marshal(e)
 	if err != nil {
@@ -127,7 +127,7 @@ func (or *orderedRunner) hold(pt *partition, key string, m jetstream.Msg) bool {
 	if found {
 		ps.held[i].msg = m
 	} else {
-		ps.held = slices.Insert(ps.held, i, heldMsg{pt: pt, msg: m, at: time.Now()})
+		ps.held = slices.Insert(ps.held, i, heldMsg{pt: pt, msg: m, at: or.clock.Now()})
 	}
 	or.mu.Unlock()
 	return true
@@ -219,7 +219,7 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 		w, err := kv.Watch(ctx, wire.ParkedFilter(or.r.sub.Name))
 		if err != nil {
 			or.r.log.Warn("watching parked streams failed; retrying", slog.Any("error", err))
-			time.Sleep(time.Second)
+			sleep(ctx, or.clock, time.Second)
 			continue
 		}
 		// A (re)started watch sends every entry, then nil: a stream parked
@@ -290,14 +290,14 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 // updates the parked-stream metrics and the owner's held counts in the
 // park bucket, until ctx ends.
 func (or *orderedRunner) keepHeldAlive(ctx context.Context) {
-	t := time.NewTicker(min(or.r.sub.AckWait/2, 5*time.Second))
+	t := or.clock.NewTicker(min(or.r.sub.AckWait/2, 5*time.Second))
 	defer t.Stop()
 	reported := map[string]int{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 		type report struct {
 			key    string
@@ -332,12 +332,12 @@ func (or *orderedRunner) keepHeldAlive(ctx context.Context) {
 		or.r.c.metrics.streamsParked.WithLabelValues(or.r.sub.Name).Set(float64(n))
 		age := 0.0
 		if !oldest.IsZero() {
-			age = time.Since(oldest).Seconds()
+			age = or.clock.Since(oldest).Seconds()
 		}
 		or.r.c.metrics.oldestHeld.WithLabelValues(or.r.sub.Name).Set(age)
 		for _, rp := range reports {
 			e := rp.entry
-			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), time.Now().UTC(), or.r.c.cfg.ReplicaID
+			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), or.clock.Now().UTC(), or.r.c.cfg.ReplicaID
 			v, err := json.Marshal(e)
 			if err != nil {
 				continue

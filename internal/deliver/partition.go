@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -20,6 +21,7 @@ import (
 // orderedRunner is an ordered subscription's state on this replica.
 type orderedRunner struct {
 	r      *runner
+	clock  clockwork.Clock
 	inHand atomic.Int64         // events in the lanes of all partitions (see handLimit)
 	cons   []jetstream.Consumer // one per partition, set by createConsumers
 	parts  []*partition         // owned partitions; nil where not owned
@@ -49,6 +51,7 @@ func (or *orderedRunner) pullBatch() int {
 func newOrderedRunner(r *runner, partitions int) *orderedRunner {
 	return &orderedRunner{
 		r:      r,
+		clock:  r.clock,
 		cons:   make([]jetstream.Consumer, partitions),
 		parts:  make([]*partition, partitions),
 		slots:  make(chan struct{}, r.sub.MaxInFlight),
@@ -288,10 +291,11 @@ func (or *orderedRunner) report() {
 // partition is one owned partition of an ordered subscription: its pull
 // loop, its lanes and its lease deadline.
 type partition struct {
-	or   *orderedRunner
-	p    int
-	cons jetstream.Consumer
-	log  *slog.Logger
+	or    *orderedRunner
+	clock clockwork.Clock
+	p     int
+	cons  jetstream.Consumer
+	log   *slog.Logger
 
 	rev  uint64 // lease revision; the ownership loop's alone
 	lost bool   // the lease is someone else's; the ownership loop's alone
@@ -356,7 +360,7 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	// createConsumers made the partition consumers from the same config.
 	cfg, _ := or.consumerConfig(or.r.c.ord, p)
 	pt := &partition{
-		or: or, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		or: or, clock: or.clock, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		deadline: deadline, lastDone: map[string]uint64{}, recent: map[uint64]bool{}, inLane: map[uint64]bool{}, acking: map[uint64]bool{},
 		waiting: map[string][]waitingMsg{}, seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
 		filters: cfg.FilterSubjects,
@@ -378,7 +382,7 @@ func (pt *partition) setDeadline(t time.Time) {
 func (pt *partition) mayStart() bool {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
-	return pt.ctx.Err() == nil && time.Now().Before(pt.deadline)
+	return pt.ctx.Err() == nil && pt.clock.Now().Before(pt.deadline)
 }
 
 // waitLease waits while the lease deadline is passed (a renewal late, or a
@@ -392,7 +396,7 @@ func (pt *partition) waitLease() bool {
 		}
 		select {
 		case <-pt.ctx.Done():
-		case <-time.After(20 * time.Millisecond):
+		case <-pt.clock.After(20 * time.Millisecond):
 		}
 	}
 	return true
@@ -434,7 +438,7 @@ func (pt *partition) run() {
 		}
 		d := pause.Next()
 		pt.log.Warn("pulling from a partition failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
-		backoff.Sleep(pt.ctx, d)
+		sleep(pt.ctx, pt.clock, d)
 	}
 	if iter == nil {
 		return
@@ -474,7 +478,7 @@ func (pt *partition) run() {
 			}
 			select {
 			case <-pt.ctx.Done():
-			case <-time.After(5 * time.Millisecond):
+			case <-pt.clock.After(5 * time.Millisecond):
 			}
 			continue
 		}
@@ -489,7 +493,7 @@ func (pt *partition) run() {
 		case c := <-pt.checks:
 			pt.checked(c, &wg)
 			continue
-		case <-time.After(fenceCheck):
+		case <-pt.clock.After(fenceCheck):
 			err = nats.ErrTimeout
 		case <-pt.ctx.Done():
 			continue
@@ -509,12 +513,12 @@ func (pt *partition) run() {
 				pt.log.Warn("a delivery of the partition never arrived (JetStream failover?); holding its newer events until it is redelivered",
 					slog.Uint64("expected_delivery", lastCSeq+1), slog.Uint64("got_delivery", c))
 				fencing = true
-				lastCheck = time.Now()
+				lastCheck = pt.clock.Now()
 			default:
 				pt.log.Warn("the partition's delivery sequence went back (a new consumer leader behind the old one?); holding its newer events until every pending one is in hand",
 					slog.Uint64("expected_delivery", lastCSeq+1), slog.Uint64("got_delivery", c))
 				fencing = true
-				lastCheck = time.Now()
+				lastCheck = pt.clock.Now()
 			}
 			if c != 0 {
 				lastCSeq = c
@@ -530,7 +534,7 @@ func (pt *partition) run() {
 			iter, err = pt.cons.Messages(jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
 				jetstream.WithMessagesErrOnMissingHeartbeat(false))
 			if err != nil {
-				backoff.Sleep(pt.ctx, time.Second)
+				sleep(pt.ctx, pt.clock, time.Second)
 				iter = nil
 			} else {
 				pulled = pt.read(iter, stopReading)
@@ -539,12 +543,12 @@ func (pt *partition) run() {
 		if iter == nil {
 			break
 		}
-		if !fencing && time.Since(lastUnstick) >= pt.or.r.sub.AckWait {
-			lastUnstick = time.Now()
+		if !fencing && pt.clock.Since(lastUnstick) >= pt.or.r.sub.AckWait {
+			lastUnstick = pt.clock.Now()
 			pt.unstick(&wg)
 		}
-		if fencing && time.Since(lastCheck) >= fenceCheck {
-			lastCheck = time.Now()
+		if fencing && pt.clock.Since(lastCheck) >= fenceCheck {
+			lastCheck = pt.clock.Now()
 			info, err := pt.cons.Info(pt.ctx)
 			// Pending on the consumer: what is in hand (the fence, the
 			// lanes, held behind a parked head) and what is lost on its

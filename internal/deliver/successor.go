@@ -99,7 +99,7 @@ func (pt *partition) wait(key string, m jetstream.Msg) {
 		w[i].msg = m
 		return
 	}
-	pt.waiting[key] = slices.Insert(w, i, waitingMsg{msg: m, since: time.Now()})
+	pt.waiting[key] = slices.Insert(w, i, waitingMsg{msg: m, since: pt.clock.Now()})
 }
 
 // nextWaiting removes and returns the first waiting event of stream key
@@ -152,7 +152,7 @@ func (pt *partition) lookUp(key string, after uint64) {
 			}
 			d := pause.Next()
 			pt.log.Warn("looking up a stream's next event failed; its later events wait", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
-			backoff.Sleep(pt.ctx, d)
+			sleep(pt.ctx, pt.clock, d)
 		}
 	}()
 }
@@ -269,7 +269,7 @@ func (pt *partition) takeWaiting() []jetstream.Msg {
 // stale copy of its own predecessor reached this one) never comes back, so
 // the stream goes on from it. Only the run loop calls it.
 func (pt *partition) unstick(wg *sync.WaitGroup) {
-	limit := time.Now().Add(-waitStale * pt.or.r.sub.AckWait)
+	limit := pt.clock.Now().Add(-waitStale * pt.or.r.sub.AckWait)
 	var stuck []string
 	pt.mu.Lock()
 	for key, w := range pt.waiting {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -43,7 +44,7 @@ func testPartition(t *testing.T, next map[string]map[uint64]uint64) *partition {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	pt := &partition{
-		ctx: ctx, cancel: cancel, log: slog.New(slog.DiscardHandler),
+		ctx: ctx, cancel: cancel, log: slog.New(slog.DiscardHandler), clock: clockwork.NewFakeClock(),
 		waiting: map[string][]waitingMsg{}, seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
 	}
 	pt.successor = func(key string, after uint64) (uint64, error) { return next[key][after], nil }
