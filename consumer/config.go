@@ -14,6 +14,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -61,10 +62,10 @@ const (
 	// record (AttemptsConfig.Stream).
 	DefaultAttemptsStream = wire.DefaultAttemptsStream
 	// DefaultAttemptsMaxAge is how long attempt records are kept (72 h).
-	DefaultAttemptsMaxAge = deliver.DefaultAttemptsMaxAge
+	DefaultAttemptsMaxAge = attemptlog.DefaultMaxAge
 	// DefaultAttemptsMaxBytes bounds the attempts stream's size (1 GiB);
 	// the oldest records go first.
-	DefaultAttemptsMaxBytes = deliver.DefaultAttemptsMaxBytes
+	DefaultAttemptsMaxBytes = attemptlog.DefaultMaxBytes
 )
 
 // DefaultBackOff returns the retry delays of a subscription without its
@@ -170,7 +171,7 @@ type AttemptsConfig struct {
 // ErrAttemptsSubjects is wrapped by Provision (and Start) when the
 // existing attempts stream does not hold the attempts subjects
 // (attempts.>).
-var ErrAttemptsSubjects = deliver.ErrAttemptsSubjects
+var ErrAttemptsSubjects = attemptlog.ErrSubjects
 
 // Validate checks c without touching anything: nil, or an error wrapping
 // ErrInvalidConfig that names the first bad field and its value

@@ -30,6 +30,8 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/startup"
 )
 
@@ -47,9 +49,9 @@ var ErrStartupTimeout = startup.ErrTimeout
 type Consumer struct {
 	cfg      Config
 	js       jetstream.JetStream
-	dlq      *deliver.DLQ
+	dlq      *deadletter.DLQ
 	letters  *DeadLetters
-	attempts *deliver.AttemptLog // nil without Config.Attempts
+	attempts *attemptlog.Log // nil without Config.Attempts
 	engine   *deliver.Consumer
 
 	mu          sync.Mutex
@@ -77,7 +79,7 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	dlq := deliver.NewDLQ(js, deliver.DLQConfig{Stream: cfg.DLQStream, Replicas: cfg.Replicas, Logger: cfg.Logger})
+	dlq := deadletter.New(js, deadletter.Config{Stream: cfg.DLQStream, Replicas: cfg.Replicas, Logger: cfg.Logger})
 	c := &Consumer{cfg: cfg, js: js, dlq: dlq, letters: &DeadLetters{js: js, q: dlq}}
 	ecfg := deliver.Config{
 		Stream: cfg.Stream, HTTPClient: cfg.HTTPClient, Breakers: breakers, Logger: cfg.Logger,
@@ -86,7 +88,7 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		Partitions:     cfg.Partitions, ReplicaID: cfg.ReplicaID, LeaseTTL: cfg.LeaseTTL,
 	}
 	if a := cfg.Attempts; a != nil {
-		c.attempts, err = deliver.NewAttemptLog(js, deliver.AttemptLogConfig{
+		c.attempts, err = attemptlog.New(js, attemptlog.Config{
 			Stream: a.Stream, MaxAge: a.MaxAge, MaxBytes: a.MaxBytes, Replicas: cfg.Replicas, Replica: a.Replica,
 			Logger: cfg.Logger, Registerer: cfg.Registerer,
 		})
@@ -138,7 +140,7 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	if c.attempts != nil {
 		err := w.For(ctx, "JetStream attempts stream "+c.attempts.Stream(), func(ctx context.Context) error {
 			err := c.attempts.Provision(ctx)
-			if errors.Is(err, deliver.ErrAttemptsSubjects) {
+			if errors.Is(err, attemptlog.ErrSubjects) {
 				return startup.Permanent(err)
 			}
 			return startup.JetStreamErr(err)
@@ -149,7 +151,7 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	}
 	err := w.For(ctx, "JetStream dead-letter stream "+c.cfg.DLQStream, func(ctx context.Context) error {
 		err := c.dlq.Provision(ctx)
-		if errors.Is(err, deliver.ErrDLQSubjects) {
+		if errors.Is(err, deadletter.ErrSubjects) {
 			return startup.Permanent(err)
 		}
 		return startup.JetStreamErr(err)

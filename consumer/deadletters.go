@@ -8,20 +8,21 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 )
 
 // Errors of the dead-letter operations; test them with errors.Is.
 var (
 	// ErrDeadLetterNotFound is wrapped by DeadLetters.Get when no dead
 	// letter has the sequence.
-	ErrDeadLetterNotFound = deliver.ErrDeadLetterNotFound
+	ErrDeadLetterNotFound = deadletter.ErrNotFound
 	// ErrDLQSubjects is wrapped by Provision (and Start) when the existing
 	// dead-letter stream does not hold the dead letters' subjects
 	// (dlq.>): they would be stored in another stream, or in none.
-	ErrDLQSubjects = deliver.ErrDLQSubjects
+	ErrDLQSubjects = deadletter.ErrSubjects
 	// ErrNotParked is wrapped by DeadLetters.Skip and DeadLetters.Unpark
 	// when no stream is parked behind the dead letter.
-	ErrNotParked = deliver.ErrNotParked
+	ErrNotParked = deadletter.ErrNotParked
 	// ErrUnknownSubscription is wrapped in a ReplayResult's Err when the
 	// dead letter names a subscription the Consumer was not given.
 	ErrUnknownSubscription = deliver.ErrUnknownSubscription
@@ -100,13 +101,13 @@ type ReplayResult struct {
 // Consumer.Replay. Its methods are safe for concurrent use.
 type DeadLetters struct {
 	js jetstream.JetStream
-	q  *deliver.DLQ
+	q  *deadletter.DLQ
 }
 
 // OpenDeadLetters returns the dead-letter stream named stream (default
 // DefaultDLQStream when "") on js, without touching the server.
 func OpenDeadLetters(js jetstream.JetStream, stream string) *DeadLetters {
-	return &DeadLetters{js: js, q: deliver.NewDLQ(js, deliver.DLQConfig{Stream: stream})}
+	return &DeadLetters{js: js, q: deadletter.New(js, deadletter.Config{Stream: stream})}
 }
 
 // Stream returns the dead-letter stream's name.
@@ -140,7 +141,7 @@ func (d *DeadLetters) Purge(ctx context.Context, subscription string) (uint64, e
 // Parked returns the parked streams of subscription (all when "") from
 // the park bucket, oldest first; none when no ordered subscription ran.
 func (d *DeadLetters) Parked(ctx context.Context, subscription string) ([]ParkedStream, error) {
-	parked, err := deliver.ListParked(ctx, d.js, subscription)
+	parked, err := deadletter.ListParked(ctx, d.js, subscription)
 	out := make([]ParkedStream, len(parked))
 	for i, p := range parked {
 		out[i] = ParkedStream(p)
@@ -153,18 +154,18 @@ func (d *DeadLetters) Parked(ctx context.Context, subscription string) ([]Parked
 // stream. It fails with ErrNotParked when no stream is parked with dl as
 // its head.
 func (d *DeadLetters) Unpark(ctx context.Context, dl DeadLetter) error {
-	return deliver.Unpark(ctx, d.js, deliver.StoredDeadLetter(dl))
+	return deadletter.Unpark(ctx, d.js, deadletter.Stored(dl))
 }
 
 // Skip drops the dead-lettered head dl of a parked stream: the stream is
 // unparked (its held events are delivered, in order) and dl is deleted.
 // It fails with ErrNotParked when no stream is parked with dl as its head.
 func (d *DeadLetters) Skip(ctx context.Context, dl DeadLetter) error {
-	return deliver.SkipParked(ctx, d.js, d.q, deliver.StoredDeadLetter(dl))
+	return deadletter.SkipParked(ctx, d.js, d.q, deadletter.Stored(dl))
 }
 
 // fromStored converts the engine's dead letters.
-func fromStored(letters []deliver.StoredDeadLetter) []DeadLetter {
+func fromStored(letters []deadletter.Stored) []DeadLetter {
 	if letters == nil {
 		return nil
 	}
@@ -176,10 +177,10 @@ func fromStored(letters []deliver.StoredDeadLetter) []DeadLetter {
 }
 
 // toStored converts dead letters to the engine's.
-func toStored(letters []DeadLetter) []deliver.StoredDeadLetter {
-	out := make([]deliver.StoredDeadLetter, len(letters))
+func toStored(letters []DeadLetter) []deadletter.Stored {
+	out := make([]deadletter.Stored, len(letters))
 	for i, dl := range letters {
-		out[i] = deliver.StoredDeadLetter(dl)
+		out[i] = deadletter.Stored(dl)
 	}
 	return out
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
 )
 
 // Status is the ordered subscriptions' ownership as the lease bucket holds
@@ -44,7 +44,7 @@ type PartitionStatus struct {
 // ReadStatus reads the lease and park buckets on js. Missing buckets read
 // as empty (no ordered subscription ran yet).
 func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
-	st, err := deliver.ReadStatus(ctx, js)
+	st, err := inspect.ReadStatus(ctx, js)
 	var out Status
 	for _, r := range st.Replicas {
 		out.Replicas = append(out.Replicas, ReplicaStatus(r))

@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
 )
 
 // TraceConfig says where TraceEvent looks. Zero fields take the defaults
@@ -102,7 +102,7 @@ type EventTrace struct {
 // its dead letters. A stream that does not exist contributes nothing;
 // other errors are returned, wrapped.
 func TraceEvent(ctx context.Context, js jetstream.JetStream, eventID string, cfg TraceConfig) (EventTrace, error) {
-	tr, err := deliver.TraceEvent(ctx, js, eventID, deliver.TraceConfig(cfg))
+	tr, err := inspect.TraceEvent(ctx, js, eventID, inspect.TraceConfig(cfg))
 	out := EventTrace{EventID: tr.EventID, Attempts: make([]Attempt, len(tr.Attempts)), DeadLetters: fromStored(tr.DeadLetters)}
 	if out.DeadLetters == nil {
 		out.DeadLetters = []DeadLetter{}

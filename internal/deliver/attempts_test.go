@@ -16,15 +16,18 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
 const bridgeTraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 // attemptLog provisions and runs an AttemptLog until the test ends.
-func attemptLog(t *testing.T, b bundle, reg prometheus.Registerer) *deliver.AttemptLog {
+func attemptLog(t *testing.T, b bundle, reg prometheus.Registerer) *attemptlog.Log {
 	t.Helper()
-	l, err := deliver.NewAttemptLog(b.js, deliver.AttemptLogConfig{Replica: "replica-a", Registerer: reg})
+	l, err := attemptlog.New(b.js, attemptlog.Config{Replica: "replica-a", Registerer: reg})
 	require.NoError(t, err)
 	require.NoError(t, l.Provision(b.ctx))
 	ctx, cancel := context.WithCancel(b.ctx)
@@ -57,10 +60,10 @@ func TestAttemptsRecordedAndTraced(t *testing.T) {
 	reqs := rc.waitFor(t, 3)
 	requireSettled(t, b, "orders", 1)
 
-	var tr deliver.EventTrace
+	var tr inspect.EventTrace
 	require.Eventually(t, func() bool {
 		var err error
-		tr, err = deliver.TraceEvent(b.ctx, b.js, "42", deliver.TraceConfig{})
+		tr, err = inspect.TraceEvent(b.ctx, b.js, "42", inspect.TraceConfig{})
 		return err == nil && len(tr.Attempts) == 3
 	}, 10*time.Second, 20*time.Millisecond, "three attempt records")
 	for i, a := range tr.Attempts {
@@ -136,17 +139,17 @@ func TestTraceShowsDeadLetter(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rc := newReceiver(t, status(http.StatusUnprocessableEntity))
-	dlq := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	dlq := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, dlq.Provision(b.ctx))
 	log := attemptLog(t, b, nil)
 	b.run(t, deliver.Config{Attempts: log, DeadLetters: dlq}, sub("orders", rc.URL))
 	b.publish(t, 7, "order-1", "OrderPlaced", `{}`)
 	rc.waitFor(t, 1)
 
-	var tr deliver.EventTrace
+	var tr inspect.EventTrace
 	require.Eventually(t, func() bool {
 		var err error
-		tr, err = deliver.TraceEvent(b.ctx, b.js, "7", deliver.TraceConfig{})
+		tr, err = inspect.TraceEvent(b.ctx, b.js, "7", inspect.TraceConfig{})
 		return err == nil && len(tr.Attempts) == 1 && len(tr.DeadLetters) == 1
 	}, 10*time.Second, 20*time.Millisecond, "one attempt and one dead letter")
 	require.Equal(t, deliver.OutcomeTerm, tr.Attempts[0].Outcome)
@@ -163,14 +166,14 @@ func TestTraceFindsEventBySourceStream(t *testing.T) {
 	b.publish(t, 1, "order-1", "A", `{}`)
 	b.publish(t, 2, "order-1", "B", `{}`)
 	b.publish(t, 3, "order-2", "A", `{}`)
-	tr, err := deliver.TraceEvent(b.ctx, b.js, "2", deliver.TraceConfig{SourceStream: "order-1"})
+	tr, err := inspect.TraceEvent(b.ctx, b.js, "2", inspect.TraceConfig{SourceStream: "order-1"})
 	require.NoError(t, err)
 	require.NotNil(t, tr.Message)
 	require.Equal(t, uint64(2), tr.Message.Sequence)
 	require.Equal(t, "B", tr.Message.Name)
 	require.Empty(t, tr.Attempts)
 
-	tr, err = deliver.TraceEvent(b.ctx, b.js, "99", deliver.TraceConfig{SourceStream: "order-1"})
+	tr, err = inspect.TraceEvent(b.ctx, b.js, "99", inspect.TraceConfig{SourceStream: "order-1"})
 	require.NoError(t, err)
 	require.Nil(t, tr.Message)
 }
@@ -181,12 +184,12 @@ func TestAttemptLogDropsWhenFull(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	reg := prometheus.NewRegistry()
-	l, err := deliver.NewAttemptLog(b.js, deliver.AttemptLogConfig{Buffer: 1, Registerer: reg})
+	l, err := attemptlog.New(b.js, attemptlog.Config{Buffer: 1, Registerer: reg})
 	require.NoError(t, err)
 	done := make(chan struct{})
 	go func() {
 		for range 3 {
-			l.RecordAttempt(deliver.Attempt{Subscription: "s", EventID: "1"})
+			l.RecordAttempt(attemptlog.Attempt{Subscription: "s", EventID: "1"})
 		}
 		close(done)
 	}()
@@ -208,16 +211,16 @@ func TestAttemptLogDropsWhenFull(t *testing.T) {
 func TestAttemptLogWritesQueuedRecordsAtStop(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	l, err := deliver.NewAttemptLog(b.js, deliver.AttemptLogConfig{})
+	l, err := attemptlog.New(b.js, attemptlog.Config{})
 	require.NoError(t, err)
 	require.NoError(t, l.Provision(b.ctx))
 	for i := range 3 {
-		l.RecordAttempt(deliver.Attempt{Subscription: "orders", EventID: "5", Attempt: i + 1, Outcome: deliver.OutcomeRetry})
+		l.RecordAttempt(attemptlog.Attempt{Subscription: "orders", EventID: "5", Attempt: i + 1, Outcome: deliver.OutcomeRetry})
 	}
 	ctx, cancel := context.WithCancel(b.ctx)
 	cancel()
 	l.Run(ctx)
-	tr, err := deliver.TraceEvent(b.ctx, b.js, "5", deliver.TraceConfig{})
+	tr, err := inspect.TraceEvent(b.ctx, b.js, "5", inspect.TraceConfig{})
 	require.NoError(t, err)
 	require.Len(t, tr.Attempts, 3)
 	require.Equal(t, 3, tr.Attempts[2].Attempt)

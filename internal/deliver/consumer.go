@@ -23,6 +23,8 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
@@ -59,9 +61,9 @@ type Config struct {
 	// nil: not registered.
 	Registerer prometheus.Registerer
 	// DeadLetters receives deliveries given up on, before they are Term'd
-	// (a *DLQ, provisioned). Default nil: they are logged at error level and
+	// (a *deadletter.DLQ, provisioned). Default nil: they are logged at error level and
 	// Term'd.
-	DeadLetters DeadLetterer
+	DeadLetters deadletter.Writer
 	// UserAgent is the User-Agent header. Default "jsbridge/<module version>".
 	UserAgent string
 	// Replicas is the replica count of the durable consumers created: 1 on
@@ -76,9 +78,9 @@ type Config struct {
 	// until the application installs an SDK.
 	TracerProvider trace.TracerProvider
 	// Attempts receives a record of every attempt after it ended (an
-	// *AttemptLog writes them to JetStream for `consumer trace`). Default
+	// *attemptlog.Log writes them to JetStream for `consumer trace`). Default
 	// nil: none kept.
-	Attempts AttemptRecorder
+	Attempts attemptlog.Recorder
 	// Partitions is the number of partitions of the partitioned copy of
 	// the JetStream stream that ordered subscriptions read (one durable
 	// pull consumer per partition and subscription): the unit of

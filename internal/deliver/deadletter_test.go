@@ -19,17 +19,18 @@ import (
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
 // flakyDLQ fails its first DeadLetter calls, then stores in a real DLQ.
 type flakyDLQ struct {
-	q     *deliver.DLQ
+	q     *deadletter.DLQ
 	fails atomic.Int32
 	calls atomic.Int32
 }
 
-func (f *flakyDLQ) DeadLetter(ctx context.Context, dl deliver.DeadLetter) error {
+func (f *flakyDLQ) DeadLetter(ctx context.Context, dl deadletter.Letter) error {
 	if f.calls.Add(1) <= f.fails.Load() {
 		return errors.New("dead-letter store down")
 	}
@@ -39,7 +40,7 @@ func (f *flakyDLQ) DeadLetter(ctx context.Context, dl deliver.DeadLetter) error 
 func TestDeadLetterFailureOnLastAttemptKeepsTheEvent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	dlq := &flakyDLQ{q: q}
 	dlq.fails.Store(1)
@@ -81,11 +82,11 @@ func TestDeadLetterFailureOnLastAttemptKeepsTheEvent(t *testing.T) {
 func TestDLQListGetPurgeBySubscription(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	require.NoError(t, q.Provision(b.ctx), "provisioning twice leaves the stream alone")
 	for i, name := range []string{"a", "b", "a"} {
-		require.NoError(t, q.DeadLetter(b.ctx, deliver.DeadLetter{Subscription: name, EventID: string(rune('1' + i)), Reason: "test"}))
+		require.NoError(t, q.DeadLetter(b.ctx, deadletter.Letter{Subscription: name, EventID: string(rune('1' + i)), Reason: "test"}))
 	}
 	all, err := q.List(b.ctx, "")
 	require.NoError(t, err)
@@ -100,7 +101,7 @@ func TestDLQListGetPurgeBySubscription(t *testing.T) {
 
 	// The same subscription and event id again is dropped by the
 	// duplicate window.
-	require.NoError(t, q.DeadLetter(b.ctx, deliver.DeadLetter{Subscription: "a", EventID: "1", Reason: "again"}))
+	require.NoError(t, q.DeadLetter(b.ctx, deadletter.Letter{Subscription: "a", EventID: "1", Reason: "again"}))
 	n, err := q.Count(b.ctx, "a")
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), n)
@@ -113,13 +114,13 @@ func TestDLQListGetPurgeBySubscription(t *testing.T) {
 	require.Len(t, left, 1)
 	require.Equal(t, "b", left[0].Subscription)
 	_, err = q.Get(b.ctx, all[0].Seq)
-	require.ErrorIs(t, err, deliver.ErrDeadLetterNotFound)
+	require.ErrorIs(t, err, deadletter.ErrNotFound)
 }
 
 func TestReplayDeliversWithSameKeyAndDeletes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	var fixed atomic.Bool
 	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
@@ -147,7 +148,7 @@ func TestReplayDeliversWithSameKeyAndDeletes(t *testing.T) {
 	replayer, err := deliver.New(b.js, deliver.Config{Registerer: reg}, s)
 	require.NoError(t, err)
 	fixed.Store(true)
-	res := replayer.Replay(b.ctx, q, []deliver.StoredDeadLetter{letters[0], stray})
+	res := replayer.Replay(b.ctx, q, []deadletter.Stored{letters[0], stray})
 	require.Len(t, res, 2)
 	require.True(t, res[0].Delivered, "%v", res[0].Err)
 	require.Equal(t, http.StatusOK, res[0].Status)
@@ -196,7 +197,7 @@ func counterOf(reg *prometheus.Registry, name string) (float64, bool) {
 func TestDeadLettersOfFencedEventsAreAllStored(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	rejecting := newReceiver(t, status(http.StatusUnprocessableEntity))
 	failing := newReceiver(t, status(http.StatusServiceUnavailable))
@@ -257,14 +258,14 @@ func TestDLQProvisionChecksSubjectsAndDeadLetterRecreatesTheStream(t *testing.T)
 	b := setup(t)
 	_, err := b.js.CreateStream(b.ctx, jetstream.StreamConfig{Name: "ODD", Subjects: []string{"odd.>"}})
 	require.NoError(t, err)
-	err = deliver.NewDLQ(b.js, deliver.DLQConfig{Stream: "ODD"}).Provision(b.ctx)
-	require.ErrorIs(t, err, deliver.ErrDLQSubjects)
+	err = deadletter.New(b.js, deadletter.Config{Stream: "ODD"}).Provision(b.ctx)
+	require.ErrorIs(t, err, deadletter.ErrSubjects)
 	require.ErrorContains(t, err, `"dlq.>"`)
 
-	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	require.NoError(t, b.js.DeleteStream(b.ctx, "DLQ"))
-	require.NoError(t, q.DeadLetter(b.ctx, deliver.DeadLetter{Subscription: "a", EventID: "1", Reason: "test"}))
+	require.NoError(t, q.DeadLetter(b.ctx, deadletter.Letter{Subscription: "a", EventID: "1", Reason: "test"}))
 	n, err := q.Count(b.ctx, "a")
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), n)
@@ -276,18 +277,18 @@ func TestDLQProvisionChecksSubjectsAndDeadLetterRecreatesTheStream(t *testing.T)
 func TestReplaySendsNoNatsHeaders(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	rc := newReceiver(t, status(http.StatusOK))
 	s := sub("orders", rc.URL)
 	s.Body = deliver.BodyBinary
 	c, err := deliver.New(b.js, deliver.Config{}, s)
 	require.NoError(t, err)
-	old := deliver.StoredDeadLetter{Subscription: "orders", EventID: "9", Data: []byte(`{}`), Header: nats.Header{
+	old := deadletter.Stored{Subscription: "orders", EventID: "9", Data: []byte(`{}`), Header: nats.Header{
 		"ce-id": {"9"}, "ce-type": {"OrderPlaced"}, "Content-Type": {"application/json"},
 		"Nats-Expected-Last-Subject-Sequence": {"41"}, "Nats-Expected-Stream": {"EVENTS"}, "Nats-Msg-Id": {"orders:9"},
 	}}
-	res := c.Replay(b.ctx, q, []deliver.StoredDeadLetter{old})
+	res := c.Replay(b.ctx, q, []deadletter.Stored{old})
 	require.Len(t, res, 1)
 	require.Equal(t, http.StatusOK, res[0].Status)
 	got := rc.requests()

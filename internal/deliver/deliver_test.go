@@ -23,6 +23,7 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -271,20 +272,20 @@ func TestBinaryDelivery(t *testing.T) {
 // deadLetters records dead letters.
 type deadLetters struct {
 	mu  sync.Mutex
-	got []deliver.DeadLetter
+	got []deadletter.Letter
 }
 
-func (d *deadLetters) DeadLetter(_ context.Context, dl deliver.DeadLetter) error {
+func (d *deadLetters) DeadLetter(_ context.Context, dl deadletter.Letter) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.got = append(d.got, dl)
 	return nil
 }
 
-func (d *deadLetters) list() []deliver.DeadLetter {
+func (d *deadLetters) list() []deadletter.Letter {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return append([]deliver.DeadLetter(nil), d.got...)
+	return append([]deadletter.Letter(nil), d.got...)
 }
 
 func TestPermanent4xxIsTerminated(t *testing.T) {

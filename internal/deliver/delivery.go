@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
@@ -28,37 +29,6 @@ import (
 
 // MaxRetryAfter caps the delay an endpoint can ask for with Retry-After.
 const MaxRetryAfter = 5 * time.Minute
-
-// DeadLetter is a delivery deliver gave up on: a permanent failure, the
-// last attempt failing, or a message it cannot turn into a webhook.
-type DeadLetter struct {
-	// Subscription is the subscription's name.
-	Subscription string
-	// Endpoint is the endpoint as breaker.Endpoint renders it.
-	Endpoint string
-	// EventID is the event id (Nats-Msg-Id); empty when the message has none.
-	EventID string
-	// Attempt is the attempt that failed (1-based, JetStream NumDelivered).
-	Attempt int
-	// Status is the last HTTP status, 0 when there was no response.
-	Status int
-	// Reason says why, e.g. "HTTP 410 Gone".
-	Reason string
-	// At is when the last attempt was made (zero: now).
-	At time.Time
-	// Msg is the JetStream message: subject, headers, data.
-	Msg jetstream.Msg
-}
-
-// DeadLetterer takes deliveries deliver gave up on, before the message is
-// Term'd. When it returns an error the message is Nak'd instead with the
-// backoff delay and delivered again later, also after its last attempt
-// (the durable consumer has no server-side MaxDeliver, see
-// runner.consumerConfig), so nothing is lost while the dead-letter store is
-// down. DLQ is the JetStream implementation.
-type DeadLetterer interface {
-	DeadLetter(ctx context.Context, dl DeadLetter) error
-}
 
 // verdict is what one attempt's result means for the message.
 type verdict int
@@ -262,7 +232,7 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 
 	body, hdr, err := r.request(msg, id, "")
 	if err != nil {
-		r.giveUp(ctx, log(), msg, DeadLetter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
+		r.giveUp(ctx, log(), msg, deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
 		return
 	}
 	resp, refused := r.send(ctx, at, msg.InProgress, id, body, hdr)
@@ -292,7 +262,7 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 		if resp.status == http.StatusGone {
 			log().Warn("endpoint answered 410 Gone: it says it no longer exists; every event of this subscription will be dead-lettered until its URL is fixed or the subscription removed")
 		}
-		r.giveUp(ctx, log(slog.Int("status", resp.status)), msg, DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
+		r.giveUp(ctx, log(slog.Int("status", resp.status)), msg, deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
 	case actRetry:
 		at.decide(OutcomeRetry, s.class, s.reason)
 		r.count(OutcomeRetry, s.class, 0)
@@ -317,7 +287,7 @@ func (r *runner) nak(log *slog.Logger, msg jetstream.Msg, delay time.Duration) {
 // it Naks msg with the backoff delay instead, also after the last attempt:
 // the durable consumer has no server-side MaxDeliver, so the message comes
 // back and is tried (and, failing, dead-lettered) again.
-func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, dl DeadLetter, outcome, class string) {
+func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, dl deadletter.Letter, outcome, class string) {
 	dl.Subscription = r.sub.Name
 	dl.Endpoint = r.endpoint
 	dl.Msg = msg

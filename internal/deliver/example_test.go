@@ -12,6 +12,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
@@ -35,7 +36,7 @@ func Example() {
 		panic(err)
 	}
 	// Deliveries given up on go to the DLQ stream, created when missing.
-	dlq := deliver.NewDLQ(js, deliver.DLQConfig{})
+	dlq := deadletter.New(js, deadletter.Config{})
 	if err := dlq.Provision(ctx); err != nil {
 		panic(err)
 	}

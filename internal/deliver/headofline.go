@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -59,7 +60,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 		if err != nil {
 			_, at := r.startAttempt(ctx, em, id, attempt)
 			ended(at, OutcomeTerm, ClassNone, err.Error())
-			pt.deadLetter(m, log(), DeadLetter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
+			pt.deadLetter(m, log(), deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
 			return
 		}
 		if r.br.Wait(pt.ctx) != nil {
@@ -91,7 +92,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 			pt.ack(m, log())
 			return
 		case actDeadLetter:
-			pt.deadLetter(m, log(slog.Int("status", resp.status)), DeadLetter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
+			pt.deadLetter(m, log(slog.Int("status", resp.status)), deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
 			return
 		case actRetry:
 			r.count(OutcomeRetry, s.class, 0)
@@ -144,7 +145,7 @@ func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) {
 
 // deadLetter stores the dead letter (retrying in place while the DLQ
 // fails), parks the stream when the policy says so, then acks m.
-func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl DeadLetter, outcome, class string) {
+func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter.Letter, outcome, class string) {
 	r := pt.or.r
 	dl.Subscription = r.sub.Name
 	dl.Endpoint = r.endpoint

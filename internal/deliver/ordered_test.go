@@ -18,6 +18,7 @@ import (
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -293,17 +294,17 @@ func TestOrderedParkThenReplayDeliversHeadAndHeldInOrder(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	s := orderedSub("park", rc.URL)
 	c := b.runOrdered(t, deliver.Config{DeadLetters: q}, s)
 	b.publishStream(t, "order-park", 0, 10)
 	b.publishStream(t, "order-free", 0, 10)
 
-	var parked []deliver.ParkedStream
+	var parked []deadletter.ParkedStream
 	require.Eventually(t, func() bool {
 		var err error
-		parked, err = deliver.ListParked(b.ctx, b.js, "park")
+		parked, err = deadletter.ListParked(b.ctx, b.js, "park")
 		return err == nil && len(parked) == 1 && parked[0].Held == 6
 	}, 20*time.Second, 20*time.Millisecond, "order-park parked with versions 4-9 held")
 	require.Equal(t, "order-park", parked[0].Stream)
@@ -319,7 +320,7 @@ func TestOrderedParkThenReplayDeliversHeadAndHeldInOrder(t *testing.T) {
 	require.NoError(t, res[0].Err)
 	require.Eventually(t, func() bool { return len(rc.accepted()["order-park"]) == 10 }, 20*time.Second, 10*time.Millisecond)
 	requireInOrder(t, rc.accepted(), []string{"order-park", "order-free"}, 10)
-	parked, err = deliver.ListParked(b.ctx, b.js, "park")
+	parked, err = deadletter.ListParked(b.ctx, b.js, "park")
 	require.NoError(t, err)
 	require.Empty(t, parked)
 }
@@ -333,18 +334,18 @@ func TestOrderedParkThenSkipReleasesHeldInOrder(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	b.runOrdered(t, deliver.Config{DeadLetters: q}, orderedSub("skip", rc.URL))
 	b.publishStream(t, "order-park", 0, 10)
 	require.Eventually(t, func() bool {
-		p, err := deliver.ListParked(b.ctx, b.js, "skip")
+		p, err := deadletter.ListParked(b.ctx, b.js, "skip")
 		return err == nil && len(p) == 1 && p[0].Held == 6
 	}, 20*time.Second, 20*time.Millisecond)
 	letters, err := q.List(b.ctx, "skip")
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
-	require.NoError(t, deliver.SkipParked(b.ctx, b.js, q, letters[0]))
+	require.NoError(t, deadletter.SkipParked(b.ctx, b.js, q, letters[0]))
 	require.Eventually(t, func() bool { return len(rc.accepted()["order-park"]) == 9 }, 20*time.Second, 10*time.Millisecond)
 	require.Equal(t, []int64{0, 1, 2, 4, 5, 6, 7, 8, 9}, rc.accepted()["order-park"])
 	n, err := q.Count(b.ctx, "skip")

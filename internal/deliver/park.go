@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -25,35 +26,10 @@ import (
 // slots, so a partition with MaxAckPending held events stops pulling until
 // an operator acts (docs/ordering.md).
 
-// ParkedStream is a parked stream of an ordered subscription, as stored in
-// the park bucket.
-type ParkedStream struct {
-	// Subscription is the ordered subscription's name.
-	Subscription string `json:"subscription"`
-	// Stream is the source stream's name.
-	Stream string `json:"stream"`
-	// Subject is the dead-lettered head's subject on the events stream
-	// (the dead letter's Subject).
-	Subject string `json:"subject"`
-	// HeadEventID is the dead-lettered head's event id.
-	HeadEventID string `json:"head_event_id"`
-	// Partition is the stream's partition.
-	Partition int `json:"partition"`
-	// ParkedAt is when the head was dead-lettered.
-	ParkedAt time.Time `json:"parked_at"`
-	// Held is how many later events the owning replica held at UpdatedAt;
-	// OldestHeldAt when the oldest of them was first held.
-	Held         int       `json:"held"`
-	OldestHeldAt time.Time `json:"oldest_held_at,omitzero"`
-	UpdatedAt    time.Time `json:"updated_at,omitzero"`
-	// Replica is the replica that reported Held.
-	Replica string `json:"replica,omitempty"`
-}
-
 // parkedStream is a parked stream on this replica: its entry and the
 // events this replica holds behind it.
 type parkedStream struct {
-	entry     ParkedStream
+	entry     deadletter.ParkedStream
 	held      []heldMsg // in stream order
 	releasing bool      // its entry was deleted: see unpark
 }
@@ -66,12 +42,12 @@ type heldMsg struct {
 
 // park records m's stream as parked behind m (already dead-lettered). An
 // entry that exists already (m redelivered after a crash) is kept.
-func (or *orderedRunner) park(pt *partition, m jetstream.Msg, dl DeadLetter) error {
+func (or *orderedRunner) park(pt *partition, m jetstream.Msg, dl deadletter.Letter) error {
 	o := or.r.c.ord
 	subject := wire.EventsSubject(o.eventsPrefix, m.Subject())
 	key := wire.StreamKey(subject)
 	stream, _, _ := wire.ParseSubject(o.eventsPrefix, subject)
-	e := ParkedStream{
+	e := deadletter.ParkedStream{
 		Subscription: or.r.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
 		Partition: pt.p, ParkedAt: or.clock.Now().UTC(), Replica: or.r.c.cfg.ReplicaID,
 	}
@@ -266,7 +242,7 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 			}
 			switch e.Operation() {
 			case jetstream.KeyValuePut:
-				var ps ParkedStream
+				var ps deadletter.ParkedStream
 				if err := json.Unmarshal(e.Value(), &ps); err != nil {
 					or.r.log.Warn("unreadable park entry; ignored", slog.String("key", e.Key()), slog.Any("error", err))
 					continue
@@ -301,7 +277,7 @@ func (or *orderedRunner) keepHeldAlive(ctx context.Context) {
 		}
 		type report struct {
 			key    string
-			entry  ParkedStream
+			entry  deadletter.ParkedStream
 			held   int
 			oldest time.Time
 		}
@@ -351,93 +327,4 @@ func (or *orderedRunner) keepHeldAlive(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// ListParked returns the parked streams of subscription (all when empty)
-// from the park bucket on js; none when the bucket does not exist.
-func ListParked(ctx context.Context, js jetstream.JetStream, subscription string) ([]ParkedStream, error) {
-	kv, err := js.KeyValue(ctx, wire.DefaultParkBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("deliver: park bucket %q: %w", wire.DefaultParkBucket, err)
-	}
-	l, err := kv.ListKeysFiltered(ctx, wire.ParkedFilter(subscription))
-	if err != nil {
-		return nil, fmt.Errorf("deliver: list park bucket %q: %w", wire.DefaultParkBucket, err)
-	}
-	var keys []string
-	for k := range l.Keys() {
-		keys = append(keys, k)
-	}
-	_ = l.Stop()
-	var out []ParkedStream
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return out, fmt.Errorf("deliver: read park entry %q: %w", k, err)
-		}
-		var ps ParkedStream
-		if err := json.Unmarshal(e.Value(), &ps); err != nil {
-			return out, fmt.Errorf("deliver: park entry %q: %w", k, err)
-		}
-		out = append(out, ps)
-	}
-	slices.SortFunc(out, func(a, b ParkedStream) int { return a.ParkedAt.Compare(b.ParkedAt) })
-	return out, nil
-}
-
-// ErrNotParked is returned (wrapped) by Unpark when no stream is parked
-// behind the dead letter.
-var ErrNotParked = errors.New("no stream parked behind this dead letter")
-
-// Unpark releases the stream parked behind dl (its head): the owning
-// replica delivers the held events, in order. Replay calls it after the
-// head was delivered; SkipParked before deleting the head. It fails with
-// ErrNotParked when the park bucket has no entry for dl's stream with dl
-// as its head.
-func Unpark(ctx context.Context, js jetstream.JetStream, dl StoredDeadLetter) error {
-	kv, err := js.KeyValue(ctx, wire.DefaultParkBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return fmt.Errorf("deliver: dead letter %d: %w", dl.Seq, ErrNotParked)
-	}
-	if err != nil {
-		return fmt.Errorf("deliver: park bucket %q: %w", wire.DefaultParkBucket, err)
-	}
-	key := wire.ParkedKey(dl.Subscription, wire.StreamKey(dl.Subject))
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("deliver: dead letter %d: %w", dl.Seq, ErrNotParked)
-	}
-	if err != nil {
-		return fmt.Errorf("deliver: read park entry: %w", err)
-	}
-	var ps ParkedStream
-	if err := json.Unmarshal(e.Value(), &ps); err != nil {
-		return fmt.Errorf("deliver: park entry %q: %w", key, err)
-	}
-	if ps.HeadEventID != dl.EventID {
-		return fmt.Errorf("deliver: dead letter %d (event %s): %w (its stream's head is event %s)", dl.Seq, dl.EventID, ErrNotParked, ps.HeadEventID)
-	}
-	if err := kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
-		return fmt.Errorf("deliver: unpark stream %q: %w", ps.Stream, err)
-	}
-	return nil
-}
-
-// SkipParked drops the dead-lettered head dl of a parked stream: the
-// stream is unparked (its held events are delivered, in order) and dl is
-// deleted from q.
-func SkipParked(ctx context.Context, js jetstream.JetStream, q *DLQ, dl StoredDeadLetter) error {
-	if err := Unpark(ctx, js, dl); err != nil {
-		return err
-	}
-	if err := q.Delete(ctx, dl.Seq); err != nil {
-		return fmt.Errorf("stream unparked, but its dead letter %d stays: delete it (do not replay it: its successors went on): %w", dl.Seq, err)
-	}
-	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -16,7 +17,7 @@ var ErrUnknownSubscription = errors.New("subscription not configured")
 // ReplayResult is the outcome of replaying one dead letter.
 type ReplayResult struct {
 	// Letter is the dead letter replayed.
-	Letter StoredDeadLetter
+	Letter deadletter.Stored
 	// Delivered is true when the endpoint answered 2xx and the dead letter
 	// was removed from the dead-letter stream.
 	Delivered bool
@@ -32,12 +33,12 @@ type ReplayResult struct {
 // it from q once the endpoint answers 2xx
 // (jsbridge_consumer_dead_letters_replayed_total counts those); when it
 // was the head of a parked stream (an ordered subscription), the stream is
-// unparked (Unpark) and its held events follow, in order. A dead
+// unparked (deadletter.Unpark) and its held events follow, in order. A dead
 // letter that fails again stays where it is. The subscriptions are matched
 // by name; a dead letter of a subscription c does not have gets an error
 // wrapping ErrUnknownSubscription. Replay returns one result per letter, in
 // order; it stops early only when ctx ends.
-func (c *Consumer) Replay(ctx context.Context, q *DLQ, letters []StoredDeadLetter) []ReplayResult {
+func (c *Consumer) Replay(ctx context.Context, q *deadletter.DLQ, letters []deadletter.Stored) []ReplayResult {
 	byName := make(map[string]*runner, len(c.runners))
 	for _, r := range c.runners {
 		byName[r.sub.Name] = r
@@ -63,7 +64,7 @@ func (c *Consumer) Replay(ctx context.Context, q *DLQ, letters []StoredDeadLette
 }
 
 // replay delivers one dead letter and removes it when delivered.
-func (r *runner) replay(ctx context.Context, q *DLQ, dl StoredDeadLetter) ReplayResult {
+func (r *runner) replay(ctx context.Context, q *deadletter.DLQ, dl deadletter.Stored) ReplayResult {
 	res := ReplayResult{Letter: dl}
 	log := r.log.With(slog.String("event_id", dl.EventID), slog.Uint64("dlq_seq", dl.Seq))
 	hdr := r.requestHeader()
@@ -89,7 +90,7 @@ func (r *runner) replay(ctx context.Context, q *DLQ, dl StoredDeadLetter) Replay
 	// When it was the head of a parked stream (whatever this process's
 	// ordering flag says), the stream's held events follow, in order, from
 	// the partition's owner.
-	if err := Unpark(ctx, r.c.js, dl); err != nil && !errors.Is(err, ErrNotParked) {
+	if err := deadletter.Unpark(ctx, r.c.js, dl); err != nil && !errors.Is(err, deadletter.ErrNotParked) {
 		res.Err = fmt.Errorf("dead letter %d delivered and removed, but its stream is still parked; release it with: nats kv del %s %s: %w",
 			dl.Seq, wire.DefaultParkBucket, wire.ParkedKey(dl.Subscription, wire.StreamKey(dl.Subject)), err)
 	} else if err == nil {

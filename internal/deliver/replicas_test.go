@@ -10,6 +10,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -27,7 +28,7 @@ func TestProvisionReplicasOnCluster(t *testing.T) {
 
 	logs := &syncLog{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	require.NoError(t, deliver.NewDLQ(js, deliver.DLQConfig{Replicas: 3, Logger: log}).Provision(b.ctx))
+	require.NoError(t, deadletter.New(js, deadletter.Config{Replicas: 3, Logger: log}).Provision(b.ctx))
 	dlq, err := js.Stream(b.ctx, wire.DefaultDLQStream)
 	require.NoError(t, err)
 	require.Equal(t, 3, dlq.CachedInfo().Config.Replicas)
@@ -44,7 +45,7 @@ func TestProvisionReplicasOnCluster(t *testing.T) {
 	require.Len(t, info.Cluster.Replicas, 2, "a leader and two followers")
 	require.Empty(t, logs.String(), "no warning when the counts match")
 
-	require.NoError(t, deliver.NewDLQ(js, deliver.DLQConfig{Replicas: 1, Logger: log}).Provision(b.ctx))
+	require.NoError(t, deadletter.New(js, deadletter.Config{Replicas: 1, Logger: log}).Provision(b.ctx))
 	require.Contains(t, logs.String(), "JetStream stream DLQ has 3 replica(s), not the 1 asked for")
 	after, err := dlq.Info(b.ctx)
 	require.NoError(t, err)

@@ -128,7 +128,7 @@ type Subscription struct {
 	// Default 10; -1 means no limit. The attempt is JetStream's delivery
 	// count, so a message returned unsent (breaker open, shutdown) uses one
 	// up, but it is dead-lettered only after a POST failed. The consumer
-	// enforces it, not the server (see DeadLetterer).
+	// enforces it, not the server (see deadletter.Writer).
 	MaxDeliver int
 	// BackOff is the delay before each retry: after attempt n the message is
 	// Nak'd with BackOff[n-1], the last entry repeating, unless the endpoint

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 )
 
@@ -26,7 +27,7 @@ import (
 // receiver's spans continue the trace too.
 //
 // After the span ends, the attempt is handed to Config.Attempts (the
-// attempts record, see AttemptLog), which must not block.
+// attempts record, see attemptlog.Log), which must not block.
 
 // attemptState follows one attempt through handle, for its span and its
 // record. The outcome is set where handle (or giveUp) decides it.
@@ -111,7 +112,7 @@ func (r *runner) endAttempt(st *attemptState) {
 	if r.c.cfg.Attempts == nil {
 		return
 	}
-	a := Attempt{
+	a := attemptlog.Attempt{
 		Subscription: r.sub.Name,
 		EventID:      st.id,
 		Attempt:      st.attempt,

@@ -1,4 +1,10 @@
-package deliver
+// Package deadletter is the consumer's dead letters: the JetStream
+// dead-letter stream (write, list, get, count, delete, purge) and the
+// operator side of the park bucket (parked streams listed, unparked,
+// skipped). The ordered engine writes park entries; this package reads
+// and removes them. It knows nothing of deliveries beyond the Letter it
+// is handed.
+package deadletter
 
 import (
 	"context"
@@ -16,23 +22,23 @@ import (
 
 // Dead-letter stream defaults.
 const (
-	// DefaultDLQDuplicateWindow is the DLQ stream's duplicate window: a dead
+	// DefaultDuplicateWindow is the DLQ stream's duplicate window: a dead
 	// letter written twice (its Term lost, the message redelivered and given
 	// up on again) within it is stored once.
-	DefaultDLQDuplicateWindow = 2 * time.Minute
+	DefaultDuplicateWindow = 2 * time.Minute
 )
 
-// ErrDeadLetterNotFound is returned by DLQ.Get when no dead letter has the
+// ErrNotFound is returned by DLQ.Get when no dead letter has the
 // sequence.
-var ErrDeadLetterNotFound = errors.New("dead letter not found")
+var ErrNotFound = errors.New("dead letter not found")
 
-// ErrDLQSubjects is wrapped by DLQ.Provision when the existing dead-letter
+// ErrSubjects is wrapped by DLQ.Provision when the existing dead-letter
 // stream does not hold the dead letters' subjects (<prefix>.>): they would
 // be stored in another stream, or in none.
-var ErrDLQSubjects = errors.New("dead-letter stream does not hold the dead-letter subjects")
+var ErrSubjects = errors.New("dead-letter stream does not hold the dead-letter subjects")
 
-// DLQConfig configures a DLQ. Zero fields take their defaults.
-type DLQConfig struct {
+// Config configures a DLQ. Zero fields take their defaults.
+type Config struct {
 	// Stream is the JetStream stream's name. Default "DLQ".
 	Stream string
 	// SubjectPrefix is the first subject token. Default "dlq"; the stream
@@ -47,7 +53,7 @@ type DLQConfig struct {
 	Logger *slog.Logger
 }
 
-// DLQ is the JetStream-backed dead-letter stream: a DeadLetterer, and the
+// DLQ is the JetStream-backed dead-letter stream: a Writer, and the
 // list, get, delete and purge operations behind `consumer dlq`. A dead
 // letter keeps the original message's data and its reader headers (ce-*,
 // Content-Type), the last status and error, the attempt count and the
@@ -62,9 +68,9 @@ type DLQ struct {
 	log      *slog.Logger
 }
 
-// NewDLQ returns a DLQ on js. It does not touch the server: call Provision
+// New returns a DLQ on js. It does not touch the server: call Provision
 // before the first DeadLetter.
-func NewDLQ(js jetstream.JetStream, cfg DLQConfig) *DLQ {
+func New(js jetstream.JetStream, cfg Config) *DLQ {
 	if cfg.Stream == "" {
 		cfg.Stream = wire.DefaultDLQStream
 	}
@@ -85,9 +91,9 @@ func (q *DLQ) Stream() string { return q.stream }
 
 // Provision creates the dead-letter stream when it is missing (file
 // storage, subjects <prefix>.>, duplicate window
-// DefaultDLQDuplicateWindow, DLQConfig.Replicas) and leaves an existing one
-// unchanged, warning when its replica count is not DLQConfig.Replicas. It
-// fails with ErrDLQSubjects when the existing stream does not have
+// DefaultDuplicateWindow, Config.Replicas) and leaves an existing one
+// unchanged, warning when its replica count is not Config.Replicas. It
+// fails with ErrSubjects when the existing stream does not have
 // <prefix>.> (or ">") among its subjects, and with JetStream's error
 // (wrapped) otherwise, e.g. when another stream already holds those
 // subjects, or replicas > 1 on a standalone server (API error 10074).
@@ -102,7 +108,7 @@ func (q *DLQ) Provision(ctx context.Context) error {
 		return q.checkSubjects(cfg.Subjects)
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("deliver: dead-letter stream %q: %w", q.stream, err)
+		return fmt.Errorf("deadletter: dead-letter stream %q: %w", q.stream, err)
 	}
 	_, err = q.js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:        q.stream,
@@ -110,11 +116,11 @@ func (q *DLQ) Provision(ctx context.Context) error {
 		Subjects:    []string{wire.All(q.prefix)},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
-		Duplicates:  DefaultDLQDuplicateWindow,
+		Duplicates:  DefaultDuplicateWindow,
 		Replicas:    q.replicas,
 	})
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return fmt.Errorf("deliver: create dead-letter stream %q (subjects %s.>): %w", q.stream, q.prefix, err)
+		return fmt.Errorf("deadletter: create dead-letter stream %q (subjects %s.>): %w", q.stream, q.prefix, err)
 	}
 	return nil
 }
@@ -125,7 +131,7 @@ func (q *DLQ) checkSubjects(subjects []string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("deliver: %w: JetStream stream %q has subjects %q, not %q", ErrDLQSubjects, q.stream, subjects, wire.All(q.prefix))
+	return fmt.Errorf("deadletter: %w: JetStream stream %q has subjects %q, not %q", ErrSubjects, q.stream, subjects, wire.All(q.prefix))
 }
 
 // readerHeader reports whether a header of the original message is copied
@@ -149,13 +155,13 @@ func (q *DLQ) filter(subscription string) string {
 }
 
 // DeadLetter stores dl on dlq.<subscription>.<original subject> and waits
-// for the stream's ack. It implements DeadLetterer. The dead letter carries
+// for the stream's ack. It implements Writer. The dead letter carries
 // the original's reader headers only (see readerHeader) and no publish
 // precondition: whatever the original was published under, JetStream
 // stores it. When no stream answers on the subject (the dead-letter stream
 // was deleted) it provisions the stream again and publishes once more; when
 // another stream than the dead-letter stream stored it, it fails.
-func (q *DLQ) DeadLetter(ctx context.Context, dl DeadLetter) error {
+func (q *DLQ) DeadLetter(ctx context.Context, dl Letter) error {
 	h := nats.Header{}
 	subject := ""
 	var data []byte
@@ -198,13 +204,13 @@ func (q *DLQ) DeadLetter(ctx context.Context, dl DeadLetter) error {
 		err = fmt.Errorf("stored by JetStream stream %q, not the dead-letter stream (check both streams' subjects)", ack.Stream)
 	}
 	if err != nil {
-		return fmt.Errorf("deliver: dead-letter event %q of subscription %q to stream %q: %w", dl.EventID, dl.Subscription, q.stream, err)
+		return fmt.Errorf("deadletter: dead-letter event %q of subscription %q to stream %q: %w", dl.EventID, dl.Subscription, q.stream, err)
 	}
 	return nil
 }
 
-// StoredDeadLetter is one message of the dead-letter stream.
-type StoredDeadLetter struct {
+// Stored is one message of the dead-letter stream.
+type Stored struct {
 	// Seq is its sequence in the dead-letter stream (what replay --seq takes).
 	Seq uint64 `json:"seq"`
 	// Subscription, Endpoint and EventID say whose delivery it was.
@@ -231,8 +237,10 @@ type StoredDeadLetter struct {
 	Data   []byte      `json:"-"`
 }
 
-func parseStored(seq uint64, at time.Time, h nats.Header, data []byte) StoredDeadLetter {
-	d := StoredDeadLetter{
+// ParseStored reads the dead letter stored at seq of the dead-letter
+// stream at time at, with headers h and body data.
+func ParseStored(seq uint64, at time.Time, h nats.Header, data []byte) Stored {
+	d := Stored{
 		Seq: seq, DeadLetteredAt: at, Header: h, Data: data,
 		Subscription: h.Get(wire.HeaderDLQSubscription),
 		Endpoint:     h.Get(wire.HeaderDLQEndpoint),
@@ -253,11 +261,11 @@ func parseStored(seq uint64, at time.Time, h nats.Header, data []byte) StoredDea
 func (q *DLQ) Count(ctx context.Context, subscription string) (uint64, error) {
 	s, err := q.js.Stream(ctx, q.stream)
 	if err != nil {
-		return 0, fmt.Errorf("deliver: dead-letter stream %q: %w", q.stream, err)
+		return 0, fmt.Errorf("deadletter: dead-letter stream %q: %w", q.stream, err)
 	}
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter(q.filter(subscription)))
 	if err != nil {
-		return 0, fmt.Errorf("deliver: dead-letter stream %q info: %w", q.stream, err)
+		return 0, fmt.Errorf("deadletter: dead-letter stream %q info: %w", q.stream, err)
 	}
 	var n uint64
 	for _, c := range info.State.Subjects {
@@ -268,26 +276,26 @@ func (q *DLQ) Count(ctx context.Context, subscription string) (uint64, error) {
 
 // List returns the dead letters of subscription (all when empty), oldest
 // first.
-func (q *DLQ) List(ctx context.Context, subscription string) ([]StoredDeadLetter, error) {
+func (q *DLQ) List(ctx context.Context, subscription string) ([]Stored, error) {
 	n, err := q.Count(ctx, subscription)
 	if err != nil || n == 0 {
 		return nil, err
 	}
 	oc, err := q.js.OrderedConsumer(ctx, q.stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{q.filter(subscription)}})
 	if err != nil {
-		return nil, fmt.Errorf("deliver: read dead-letter stream %q: %w", q.stream, err)
+		return nil, fmt.Errorf("deadletter: read dead-letter stream %q: %w", q.stream, err)
 	}
-	var out []StoredDeadLetter
+	var out []Stored
 	for {
 		msg, err := oc.Next(jetstream.FetchContext(ctx))
 		if err != nil {
-			return out, fmt.Errorf("deliver: read dead-letter stream %q: %w", q.stream, err)
+			return out, fmt.Errorf("deadletter: read dead-letter stream %q: %w", q.stream, err)
 		}
 		md, err := msg.Metadata()
 		if err != nil {
-			return out, fmt.Errorf("deliver: read dead-letter stream %q: %w", q.stream, err)
+			return out, fmt.Errorf("deadletter: read dead-letter stream %q: %w", q.stream, err)
 		}
-		out = append(out, parseStored(md.Sequence.Stream, md.Timestamp, msg.Headers(), msg.Data()))
+		out = append(out, ParseStored(md.Sequence.Stream, md.Timestamp, msg.Headers(), msg.Data()))
 		if md.NumPending == 0 {
 			return out, nil
 		}
@@ -295,30 +303,30 @@ func (q *DLQ) List(ctx context.Context, subscription string) ([]StoredDeadLetter
 }
 
 // Get returns the dead letter at seq, or an error wrapping
-// ErrDeadLetterNotFound.
-func (q *DLQ) Get(ctx context.Context, seq uint64) (StoredDeadLetter, error) {
+// ErrNotFound.
+func (q *DLQ) Get(ctx context.Context, seq uint64) (Stored, error) {
 	s, err := q.js.Stream(ctx, q.stream)
 	if err != nil {
-		return StoredDeadLetter{}, fmt.Errorf("deliver: dead-letter stream %q: %w", q.stream, err)
+		return Stored{}, fmt.Errorf("deadletter: dead-letter stream %q: %w", q.stream, err)
 	}
 	m, err := s.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return StoredDeadLetter{}, fmt.Errorf("deliver: %w: seq %d in stream %q", ErrDeadLetterNotFound, seq, q.stream)
+		return Stored{}, fmt.Errorf("deadletter: %w: seq %d in stream %q", ErrNotFound, seq, q.stream)
 	}
 	if err != nil {
-		return StoredDeadLetter{}, fmt.Errorf("deliver: get dead letter %d from stream %q: %w", seq, q.stream, err)
+		return Stored{}, fmt.Errorf("deadletter: get dead letter %d from stream %q: %w", seq, q.stream, err)
 	}
-	return parseStored(m.Sequence, m.Time, m.Header, m.Data), nil
+	return ParseStored(m.Sequence, m.Time, m.Header, m.Data), nil
 }
 
 // Delete removes the dead letter at seq.
 func (q *DLQ) Delete(ctx context.Context, seq uint64) error {
 	s, err := q.js.Stream(ctx, q.stream)
 	if err != nil {
-		return fmt.Errorf("deliver: dead-letter stream %q: %w", q.stream, err)
+		return fmt.Errorf("deadletter: dead-letter stream %q: %w", q.stream, err)
 	}
 	if err := s.DeleteMsg(ctx, seq); err != nil {
-		return fmt.Errorf("deliver: delete dead letter %d from stream %q: %w", seq, q.stream, err)
+		return fmt.Errorf("deadletter: delete dead letter %d from stream %q: %w", seq, q.stream, err)
 	}
 	return nil
 }
@@ -332,10 +340,10 @@ func (q *DLQ) Purge(ctx context.Context, subscription string) (uint64, error) {
 	}
 	s, err := q.js.Stream(ctx, q.stream)
 	if err != nil {
-		return 0, fmt.Errorf("deliver: dead-letter stream %q: %w", q.stream, err)
+		return 0, fmt.Errorf("deadletter: dead-letter stream %q: %w", q.stream, err)
 	}
 	if err := s.Purge(ctx, jetstream.WithPurgeSubject(q.filter(subscription))); err != nil {
-		return 0, fmt.Errorf("deliver: purge %s from stream %q: %w", q.filter(subscription), q.stream, err)
+		return 0, fmt.Errorf("deadletter: purge %s from stream %q: %w", q.filter(subscription), q.stream, err)
 	}
 	return n, nil
 }

@@ -1,4 +1,8 @@
-package deliver
+// Package attemptlog is the consumer's attempts record: every delivery
+// attempt's outcome written, after it ended, to a JetStream stream bounded
+// by age and size, for `consumer trace`. Writing is asynchronous and never
+// holds a delivery up.
+package attemptlog
 
 import (
 	"context"
@@ -31,7 +35,7 @@ type Attempt struct {
 	// At is when the request was sent (when the attempt began if none was).
 	At time.Time `json:"at"`
 	// Replica names the consumer process that made the attempt
-	// (AttemptLogConfig.Replica).
+	// (Config.Replica).
 	Replica string `json:"replica"`
 	// Status is the HTTP status, 0 without a response.
 	Status int `json:"status"`
@@ -57,34 +61,34 @@ type Attempt struct {
 	TraceID string `json:"trace_id,omitempty"`
 }
 
-// AttemptRecorder receives every attempt after it ended (Config.Attempts).
+// Recorder receives every attempt after it ended (Config.Attempts).
 // RecordAttempt is called on the delivery's goroutine and must neither
-// block nor fail: a delivery never waits for its record. AttemptLog is the
+// block nor fail: a delivery never waits for its record. Log is the
 // JetStream implementation.
-type AttemptRecorder interface {
+type Recorder interface {
 	RecordAttempt(Attempt)
 }
 
-// Defaults of AttemptLogConfig.
+// Defaults of Config.
 const (
-	// DefaultAttemptsMaxAge is how long attempt records are kept (72 h).
-	DefaultAttemptsMaxAge = 72 * time.Hour
-	// DefaultAttemptsMaxBytes bounds the attempts stream's size (1 GiB);
+	// DefaultMaxAge is how long attempt records are kept (72 h).
+	DefaultMaxAge = 72 * time.Hour
+	// DefaultMaxBytes bounds the attempts stream's size (1 GiB);
 	// the oldest records go first.
-	DefaultAttemptsMaxBytes = 1 << 30
-	// DefaultAttemptsBuffer is how many records may wait to be written;
+	DefaultMaxBytes = 1 << 30
+	// DefaultBuffer is how many records may wait to be written;
 	// more are dropped (and counted).
-	DefaultAttemptsBuffer = 4096
+	DefaultBuffer = 4096
 	// attemptsPending is how many writes may wait for their PubAck.
 	attemptsPending = 1024
 )
 
-// ErrAttemptsSubjects is returned (wrapped) by AttemptLog.Provision when
+// ErrSubjects is returned (wrapped) by Log.Provision when
 // the existing attempts stream does not hold <prefix>.>.
-var ErrAttemptsSubjects = errors.New("attempts stream does not hold the attempts subjects")
+var ErrSubjects = errors.New("attempts stream does not hold the attempts subjects")
 
-// AttemptLogConfig configures an AttemptLog.
-type AttemptLogConfig struct {
+// Config configures an Log.
+type Config struct {
 	// Stream is the JetStream stream. Default "JSBRIDGE_ATTEMPTS".
 	Stream string
 	// SubjectPrefix is the first subject token; records go to
@@ -112,14 +116,14 @@ type AttemptLogConfig struct {
 	Registerer prometheus.Registerer
 }
 
-// AttemptLog writes attempt records to a JetStream stream, bounded by age
+// Log writes attempt records to a JetStream stream, bounded by age
 // and size, asynchronously: RecordAttempt only queues. A record that finds
 // the queue full, or that JetStream does not store, is dropped and counted
 // in jsbridge_consumer_attempt_records_dropped_total{reason="full"|"error"};
 // deliveries never wait for or fail on it. Start it with Run.
-type AttemptLog struct {
+type Log struct {
 	js      jetstream.JetStream
-	cfg     AttemptLogConfig
+	cfg     Config
 	queue   chan Attempt
 	dropped *prometheus.CounterVec
 
@@ -127,9 +131,9 @@ type AttemptLog struct {
 	warnedAt time.Time
 }
 
-// NewAttemptLog returns an AttemptLog writing through js. It fails when a
+// New returns an Log writing through js. It fails when a
 // value of cfg is negative or the metric cannot be registered.
-func NewAttemptLog(js jetstream.JetStream, cfg AttemptLogConfig) (*AttemptLog, error) {
+func New(js jetstream.JetStream, cfg Config) (*Log, error) {
 	if cfg.Stream == "" {
 		cfg.Stream = wire.DefaultAttemptsStream
 	}
@@ -137,16 +141,16 @@ func NewAttemptLog(js jetstream.JetStream, cfg AttemptLogConfig) (*AttemptLog, e
 		cfg.SubjectPrefix = wire.DefaultAttemptsPrefix
 	}
 	if cfg.MaxAge == 0 {
-		cfg.MaxAge = DefaultAttemptsMaxAge
+		cfg.MaxAge = DefaultMaxAge
 	}
 	if cfg.MaxBytes == 0 {
-		cfg.MaxBytes = DefaultAttemptsMaxBytes
+		cfg.MaxBytes = DefaultMaxBytes
 	}
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
 	if cfg.Buffer == 0 {
-		cfg.Buffer = DefaultAttemptsBuffer
+		cfg.Buffer = DefaultBuffer
 	}
 	if cfg.Replica == "" {
 		host, _ := os.Hostname()
@@ -178,18 +182,18 @@ func NewAttemptLog(js jetstream.JetStream, cfg AttemptLogConfig) (*AttemptLog, e
 			return nil, fmt.Errorf("deliver: attempts log: %w", err)
 		}
 	}
-	return &AttemptLog{js: js, cfg: cfg, queue: make(chan Attempt, cfg.Buffer), dropped: dropped}, nil
+	return &Log{js: js, cfg: cfg, queue: make(chan Attempt, cfg.Buffer), dropped: dropped}, nil
 }
 
 // Stream returns the attempts stream's name.
-func (l *AttemptLog) Stream() string { return l.cfg.Stream }
+func (l *Log) Stream() string { return l.cfg.Stream }
 
 // Provision creates the attempts stream when it is missing (file storage,
 // subjects <prefix>.>, MaxAge, MaxBytes with the oldest discarded first,
 // Replicas) and leaves an existing one unchanged. It fails with
-// ErrAttemptsSubjects when the existing stream does not hold <prefix>.>,
+// ErrSubjects when the existing stream does not hold <prefix>.>,
 // and with JetStream's error (wrapped) otherwise.
-func (l *AttemptLog) Provision(ctx context.Context) error {
+func (l *Log) Provision(ctx context.Context) error {
 	s, err := l.js.Stream(ctx, l.cfg.Stream)
 	if err == nil {
 		for _, subj := range s.CachedInfo().Config.Subjects {
@@ -197,7 +201,7 @@ func (l *AttemptLog) Provision(ctx context.Context) error {
 				return nil
 			}
 		}
-		return fmt.Errorf("deliver: %w: JetStream stream %q has subjects %q, not %q", ErrAttemptsSubjects, l.cfg.Stream, s.CachedInfo().Config.Subjects, wire.All(l.cfg.SubjectPrefix))
+		return fmt.Errorf("deliver: %w: JetStream stream %q has subjects %q, not %q", ErrSubjects, l.cfg.Stream, s.CachedInfo().Config.Subjects, wire.All(l.cfg.SubjectPrefix))
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("deliver: attempts stream %q: %w", l.cfg.Stream, err)
@@ -221,7 +225,7 @@ func (l *AttemptLog) Provision(ctx context.Context) error {
 
 // RecordAttempt queues a; when the queue is full it drops a and counts it.
 // It never blocks.
-func (l *AttemptLog) RecordAttempt(a Attempt) {
+func (l *Log) RecordAttempt(a Attempt) {
 	a.Replica = l.cfg.Replica
 	select {
 	case l.queue <- a:
@@ -235,7 +239,7 @@ func (l *AttemptLog) RecordAttempt(a Attempt) {
 // ctx after the Consumer's Run returned, so a clean shutdown keeps the
 // last attempts. Each record is published asynchronously; a refusal or a
 // missing PubAck (5 s) drops it and counts it.
-func (l *AttemptLog) Run(ctx context.Context) {
+func (l *Log) Run(ctx context.Context) {
 	// Each PubAck is awaited until 5 s after its own publish, not 5 s
 	// after the one before it: after a failover many can be lost at once,
 	// and waiting 5 s for each in turn held shutdown for minutes.
@@ -298,7 +302,7 @@ func (l *AttemptLog) Run(ctx context.Context) {
 
 // fail counts a record JetStream did not store and warns, at most once a
 // minute.
-func (l *AttemptLog) fail(err error) {
+func (l *Log) fail(err error) {
 	l.dropped.WithLabelValues("error").Inc()
 	l.warnMu.Lock()
 	defer l.warnMu.Unlock()

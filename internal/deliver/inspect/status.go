@@ -1,4 +1,8 @@
-package deliver
+// Package inspect reads what the consumer left in JetStream, for the
+// operator: the ordered subscriptions' ownership and parked streams
+// (ReadStatus, `consumer status`) and everything held about one event's
+// deliveries (TraceEvent, `consumer trace`). It only reads.
+package inspect
 
 import (
 	"context"
@@ -10,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -65,11 +70,11 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 	case err != nil:
-		return st, fmt.Errorf("deliver: lease bucket %q: %w", wire.DefaultLeaseBucket, err)
+		return st, fmt.Errorf("inspect: lease bucket %q: %w", wire.DefaultLeaseBucket, err)
 	default:
 		l, err := kv.ListKeys(ctx)
 		if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-			return st, fmt.Errorf("deliver: list lease bucket %q: %w", wire.DefaultLeaseBucket, err)
+			return st, fmt.Errorf("inspect: list lease bucket %q: %w", wire.DefaultLeaseBucket, err)
 		}
 		var keys []string
 		if l != nil {
@@ -84,7 +89,7 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 				continue
 			}
 			if err != nil {
-				return st, fmt.Errorf("deliver: read lease %q: %w", k, err)
+				return st, fmt.Errorf("inspect: read lease %q: %w", k, err)
 			}
 			if sub, id, ok := wire.ParseMemberKey(k); ok {
 				st.Replicas = append(st.Replicas, ReplicaStatus{ID: id, Subscription: sub, Heartbeat: e.Created()})
@@ -95,7 +100,7 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 			}
 		}
 	}
-	parked, err := ListParked(ctx, js, "")
+	parked, err := deadletter.ListParked(ctx, js, "")
 	if err != nil {
 		return st, err
 	}

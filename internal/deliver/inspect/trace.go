@@ -1,4 +1,4 @@
-package deliver
+package inspect
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -59,9 +61,9 @@ type EventTrace struct {
 	// Attempts are the attempt records, by subscription, then attempt
 	// number, then time. Records older than the attempts stream's max age
 	// are gone.
-	Attempts []Attempt `json:"attempts"`
+	Attempts []attemptlog.Attempt `json:"attempts"`
 	// DeadLetters are the event's dead letters (of any subscription).
-	DeadLetters []StoredDeadLetter `json:"dead_letters"`
+	DeadLetters []deadletter.Stored `json:"dead_letters"`
 }
 
 // TraceEvent collects what JetStream holds about event eventID: its
@@ -74,9 +76,9 @@ type EventTrace struct {
 // are returned, wrapped.
 func TraceEvent(ctx context.Context, js jetstream.JetStream, eventID string, cfg TraceConfig) (EventTrace, error) {
 	cfg = cfg.withDefaults()
-	t := EventTrace{EventID: eventID, Attempts: []Attempt{}, DeadLetters: []StoredDeadLetter{}}
+	t := EventTrace{EventID: eventID, Attempts: []attemptlog.Attempt{}, DeadLetters: []deadletter.Stored{}}
 	err := readAll(ctx, js, cfg.AttemptsStream, wire.AttemptFilter(cfg.AttemptsPrefix, eventID), func(_ *jetstream.MsgMetadata, m jetstream.Msg) bool {
-		var a Attempt
+		var a attemptlog.Attempt
 		if json.Unmarshal(m.Data(), &a) == nil && a.EventID == eventID {
 			t.Attempts = append(t.Attempts, a)
 		}
@@ -126,7 +128,7 @@ func TraceEvent(ctx context.Context, js jetstream.JetStream, eventID string, cfg
 	}
 	err = readAll(ctx, js, cfg.DLQStream, filter, func(md *jetstream.MsgMetadata, m jetstream.Msg) bool {
 		if m.Headers().Get(wire.HeaderDLQEventID) == eventID {
-			t.DeadLetters = append(t.DeadLetters, parseStored(md.Sequence.Stream, md.Timestamp, m.Headers(), m.Data()))
+			t.DeadLetters = append(t.DeadLetters, deadletter.ParseStored(md.Sequence.Stream, md.Timestamp, m.Headers(), m.Data()))
 		}
 		return true
 	})
@@ -156,14 +158,14 @@ func eventAt(ctx context.Context, js jetstream.JetStream, stream string, seq uin
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("deliver: trace: JetStream stream %q: %w", stream, err)
+		return nil, fmt.Errorf("inspect: trace: JetStream stream %q: %w", stream, err)
 	}
 	m, err := s.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("deliver: trace: get message %d of JetStream stream %q: %w", seq, stream, err)
+		return nil, fmt.Errorf("inspect: trace: get message %d of JetStream stream %q: %w", seq, stream, err)
 	}
 	if m.Header.Get(wire.HeaderMsgID) != eventID {
 		return nil, nil
@@ -194,27 +196,27 @@ func readAll(ctx context.Context, js jetstream.JetStream, stream, filter string,
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("deliver: trace: JetStream stream %q: %w", stream, err)
+		return fmt.Errorf("inspect: trace: JetStream stream %q: %w", stream, err)
 	}
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
-		return fmt.Errorf("deliver: trace: JetStream stream %q info: %w", stream, err)
+		return fmt.Errorf("inspect: trace: JetStream stream %q info: %w", stream, err)
 	}
 	if len(info.State.Subjects) == 0 {
 		return nil
 	}
 	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 	if err != nil {
-		return fmt.Errorf("deliver: trace: read JetStream stream %q (%s): %w", stream, filter, err)
+		return fmt.Errorf("inspect: trace: read JetStream stream %q (%s): %w", stream, filter, err)
 	}
 	for {
 		m, err := oc.Next(jetstream.FetchContext(ctx))
 		if err != nil {
-			return fmt.Errorf("deliver: trace: read JetStream stream %q (%s): %w", stream, filter, err)
+			return fmt.Errorf("inspect: trace: read JetStream stream %q (%s): %w", stream, filter, err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return fmt.Errorf("deliver: trace: read JetStream stream %q (%s): %w", stream, filter, err)
+			return fmt.Errorf("inspect: trace: read JetStream stream %q (%s): %w", stream, filter, err)
 		}
 		if !fn(md, m) || md.NumPending == 0 {
 			return nil
