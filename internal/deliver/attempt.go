@@ -122,5 +122,5 @@ func (r *runner) count(outcome, class string, status int) {
 		r.acked2xx().Inc()
 		return
 	}
-	r.c.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+	r.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
 }

@@ -242,7 +242,7 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 		r.count(OutcomeBreakerOpen, ClassNone, 0)
 		l := log()
 		l.Debug("circuit breaker open, not sent", slog.Duration("delay", delay))
-		r.nak(l, msg, delay)
+		nak(l, msg, delay)
 		return
 	}
 
@@ -268,7 +268,7 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 		r.count(OutcomeRetry, s.class, 0)
 		l := log(slog.Int("status", resp.status))
 		l.Warn("delivery failed, will retry", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
-		r.nak(l, msg, s.delay)
+		nak(l, msg, s.delay)
 	}
 }
 
@@ -277,7 +277,9 @@ func (r *runner) retryDelay(attempt int, retryAfter time.Duration) time.Duration
 	return retryDelay(r.sub.BackOff, attempt, retryAfter)
 }
 
-func (r *runner) nak(log *slog.Logger, msg jetstream.Msg, delay time.Duration) {
+// nak returns msg to JetStream for redelivery after delay, logging a
+// failure to log.
+func nak(log *slog.Logger, msg jetstream.Msg, delay time.Duration) {
 	if err := msg.NakWithDelay(delay); err != nil {
 		log.Warn("nak failed; JetStream will redeliver after AckWait", slog.Any("error", err))
 	}
@@ -291,20 +293,20 @@ func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	dl.Subscription = r.sub.Name
 	dl.Endpoint = r.endpoint
 	dl.Msg = msg
-	if r.c.cfg.DeadLetters != nil {
-		if err := r.c.cfg.DeadLetters.DeadLetter(ctx, dl); err != nil {
+	if r.deadLetters != nil {
+		if err := r.deadLetters.DeadLetter(ctx, dl); err != nil {
 			delay := r.retryDelay(dl.Attempt, -1)
 			log.Error("dead letter failed; will retry the delivery", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("delay", delay))
 			attemptOf(ctx).decide(OutcomeRetry, class, dl.Reason+" (dead letter failed: "+err.Error()+")")
-			r.c.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, class).Inc()
-			r.nak(log, msg, delay)
+			r.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, class).Inc()
+			nak(log, msg, delay)
 			return
 		}
 	}
-	r.c.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+	r.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
 	attemptOf(ctx).decide(outcome, class, dl.Reason)
-	if r.c.cfg.DeadLetters != nil {
-		r.c.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
+	if r.deadLetters != nil {
+		r.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
 	}
 	log.Error("delivery failed for good, terminated", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
 	if err := msg.TermWithReason(dl.Reason); err != nil {

@@ -39,7 +39,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 	ctx := context.WithoutCancel(pt.ctx)
 	// Attempt spans and records name the event as on the events stream,
 	// as the dead letters do.
-	em := eventsMsg{Msg: m, subject: wire.EventsSubject(r.c.ord.eventsPrefix, m.Subject())}
+	em := eventsMsg{Msg: m, subject: wire.EventsSubject(r.ord.o.eventsPrefix, m.Subject())}
 	// ended ends an attempt with its outcome (span and attempts record).
 	ended := func(at *attemptState, outcome, class, reason string) {
 		at.decide(outcome, class, reason)
@@ -47,7 +47,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 	}
 	for {
 		if pt.ctx.Err() != nil {
-			r.nak(log(), m, 0)
+			nak(log(), m, 0)
 			return
 		}
 		if !pt.waitLease() {
@@ -56,7 +56,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 		if pt.or.hold(pt, key, m) {
 			return
 		}
-		body, hdr, err := r.request(m, id, r.c.cfg.ReplicaID)
+		body, hdr, err := r.request(m, id, r.replicaID)
 		if err != nil {
 			_, at := r.startAttempt(ctx, em, id, attempt)
 			ended(at, OutcomeTerm, ClassNone, err.Error())
@@ -151,10 +151,10 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter
 	dl.Endpoint = r.endpoint
 	// The dead letter names the event as on the events stream (subject,
 	// sequence), as for an unordered subscription.
-	dl.Msg = eventsMsg{Msg: m, subject: wire.EventsSubject(r.c.ord.eventsPrefix, m.Subject())}
+	dl.Msg = eventsMsg{Msg: m, subject: wire.EventsSubject(r.ord.o.eventsPrefix, m.Subject())}
 	var pause backoff.Backoff
-	for r.c.cfg.DeadLetters != nil {
-		err := r.c.cfg.DeadLetters.DeadLetter(context.WithoutCancel(pt.ctx), dl)
+	for r.deadLetters != nil {
+		err := r.deadLetters.DeadLetter(context.WithoutCancel(pt.ctx), dl)
 		if err == nil {
 			break
 		}
@@ -162,7 +162,7 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter
 		log.Error("dead letter failed; retrying in place", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("retry_in", d))
 		sleep(pt.ctx, pt.clock, d)
 		if pt.ctx.Err() != nil {
-			r.nak(log, m, 0)
+			nak(log, m, 0)
 			return
 		}
 	}
@@ -178,14 +178,14 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter
 			log.Error("parking the stream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d))
 			sleep(pt.ctx, pt.clock, d)
 			if pt.ctx.Err() != nil {
-				r.nak(log, m, 0)
+				nak(log, m, 0)
 				return
 			}
 		}
 	}
-	r.c.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
-	if r.c.cfg.DeadLetters != nil {
-		r.c.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
+	r.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+	if r.deadLetters != nil {
+		r.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
 	}
 	if dl.Status == http.StatusGone {
 		log.Warn("endpoint answered 410 Gone: it says it no longer exists")

@@ -1,9 +1,12 @@
 package deliver
 
 import (
+	"context"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -102,4 +105,25 @@ func (l *lanes) submit(key string, msg jetstream.Msg, wg *sync.WaitGroup, fn fun
 		}
 	})
 	return false
+}
+
+// keepHeldAlive sends InProgress every AckWait/2, until ctx ends, for the
+// messages held() returns: received but not being delivered yet (queued
+// behind their stream's running delivery, or, for an ordered partition,
+// behind its fence), so JetStream does not redeliver them meanwhile.
+func keepHeldAlive(ctx context.Context, clock clockwork.Clock, ackWait time.Duration, log *slog.Logger, held func() []jetstream.Msg) {
+	t := clock.NewTicker(ackWait / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+			for _, m := range held() {
+				if err := m.InProgress(); err != nil {
+					log.Debug("in progress for a held message failed", slog.String("event_id", eventID(m)), slog.Any("error", err))
+				}
+			}
+		}
+	}
 }

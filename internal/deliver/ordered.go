@@ -91,7 +91,8 @@ func (cfg *Config) orderingDefaults() error {
 // ordering is the state the ordered subscriptions of one Consumer share:
 // the partitioned stream, the buckets, membership and leases.
 type ordering struct {
-	c       *Consumer
+	js      jetstream.JetStream
+	cfg     Config // the Consumer's, defaults filled
 	clock   clockwork.Clock
 	runners []*runner
 	log     *slog.Logger
@@ -110,10 +111,10 @@ type ordering struct {
 // newOrdering returns the ordering state of c, or nil when no subscription
 // of c is ordered.
 func newOrdering(c *Consumer) *ordering {
-	o := &ordering{c: c, clock: c.cfg.Clock, log: c.log}
+	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log}
 	for _, r := range c.runners {
 		if r.sub.Ordered() {
-			r.ord = newOrderedRunner(r, c.cfg.Partitions)
+			r.ord = newOrderedRunner(r, o, c.cfg.Partitions)
 			o.runners = append(o.runners, r)
 		}
 	}
@@ -124,7 +125,7 @@ func newOrdering(c *Consumer) *ordering {
 }
 
 // stream is the partitioned copy's name.
-func (o *ordering) stream() string { return wire.OrderedStream(o.c.cfg.Stream) }
+func (o *ordering) stream() string { return wire.OrderedStream(o.cfg.Stream) }
 
 // provision creates (or checks) the partitioned stream, the two buckets and
 // every partition consumer; once it succeeded it does nothing.
@@ -134,10 +135,10 @@ func (o *ordering) provision(ctx context.Context) error {
 	if o.provisioned {
 		return nil
 	}
-	js := o.c.js
-	events, err := js.Stream(ctx, o.c.cfg.Stream)
+	js := o.js
+	events, err := js.Stream(ctx, o.cfg.Stream)
 	if err != nil {
-		return fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.c.cfg.Stream, err)
+		return fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.cfg.Stream, err)
 	}
 	ecfg := events.CachedInfo().Config
 	o.eventsPrefix = wire.DefaultEventsPrefix
@@ -151,17 +152,17 @@ func (o *ordering) provision(ctx context.Context) error {
 			}
 		}
 	}
-	replicas := o.c.cfg.Replicas
+	replicas := o.cfg.Replicas
 	if replicas == 0 {
 		replicas = ecfg.Replicas
 	}
-	src, dest := wire.OrderedTransform(o.eventsPrefix, o.c.cfg.Partitions)
+	src, dest := wire.OrderedTransform(o.eventsPrefix, o.cfg.Partitions)
 	if s, err := js.Stream(ctx, o.stream()); err == nil {
 		cfg := s.CachedInfo().Config
 		if len(cfg.Sources) != 1 || len(cfg.Sources[0].SubjectTransforms) != 1 || cfg.Sources[0].SubjectTransforms[0].Destination != dest {
 			return fmt.Errorf("deliver: %w: JetStream stream %q does not source %q with the transform %q (partitions %d); "+
 				"delete it (nats stream rm %s) and every ordered subscription's partition consumers to repartition (docs/ordering.md)",
-				ErrPartitionsChanged, o.stream(), o.c.cfg.Stream, dest, o.c.cfg.Partitions, o.stream())
+				ErrPartitionsChanged, o.stream(), o.cfg.Stream, dest, o.cfg.Partitions, o.stream())
 		}
 		if err := o.checkSourced(ctx, s, events); err != nil {
 			return err
@@ -169,14 +170,14 @@ func (o *ordering) provision(ctx context.Context) error {
 	} else if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        o.stream(),
-			Description: "jsbridge: the events of " + o.c.cfg.Stream + " with a partition token, for ordered webhook delivery",
+			Description: "jsbridge: the events of " + o.cfg.Stream + " with a partition token, for ordered webhook delivery",
 			Storage:     jetstream.FileStorage,
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      ecfg.MaxAge,
 			MaxBytes:    ecfg.MaxBytes,
 			Replicas:    replicas,
 			Sources: []*jetstream.StreamSource{{
-				Name:              o.c.cfg.Stream,
+				Name:              o.cfg.Stream,
 				SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: src, Destination: dest}},
 			}},
 		})
@@ -188,7 +189,7 @@ func (o *ordering) provision(ctx context.Context) error {
 	}
 	if o.leases, err = bucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket: wire.DefaultLeaseBucket, Description: "jsbridge consumer replicas and their partition leases",
-		TTL: o.c.cfg.LeaseTTL, Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
+		TTL: o.cfg.LeaseTTL, Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
 	}); err != nil {
 		return err
 	}
@@ -228,12 +229,12 @@ func (o *ordering) checkSourced(ctx context.Context, s, events jetstream.Stream)
 	origin := wire.SourceSequence(m.Header.Get(wire.HeaderSourceInfo))
 	info, err := events.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.c.cfg.Stream, err)
+		return fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.cfg.Stream, err)
 	}
 	if origin > info.State.LastSeq {
 		return fmt.Errorf("deliver: %w: JetStream stream %q holds messages of %q up to its sequence %d, and %q ends at %d: %q was created again. "+
 			"Delete %q (nats stream rm %s) and every ordered subscription's partition consumers, which go with it; they are made again from the new stream",
-			ErrEventsRecreated, o.stream(), o.c.cfg.Stream, origin, o.c.cfg.Stream, info.State.LastSeq, o.c.cfg.Stream, o.stream(), o.stream())
+			ErrEventsRecreated, o.stream(), o.cfg.Stream, origin, o.cfg.Stream, info.State.LastSeq, o.cfg.Stream, o.stream(), o.stream())
 	}
 	return nil
 }
@@ -251,12 +252,12 @@ func (o *ordering) bucketTTL(ctx context.Context) (time.Duration, error) {
 	}
 	ttl := st.TTL()
 	if ttl <= 0 {
-		return o.c.cfg.LeaseTTL, nil
+		return o.cfg.LeaseTTL, nil
 	}
-	if ttl != o.c.cfg.LeaseTTL {
+	if ttl != o.cfg.LeaseTTL {
 		o.log.Warn(fmt.Sprintf("the lease bucket's TTL is not the configured lease TTL; using the bucket's, which every replica shares. "+
 			"To change it, stop every replica of the ordered subscriptions, then delete the bucket (nats kv del %s)", wire.DefaultLeaseBucket),
-			slog.Duration("bucket_ttl", ttl), slog.Duration("lease_ttl", o.c.cfg.LeaseTTL))
+			slog.Duration("bucket_ttl", ttl), slog.Duration("lease_ttl", o.cfg.LeaseTTL))
 	}
 	return ttl, nil
 }
@@ -299,13 +300,13 @@ func (o *ordering) run(ctx context.Context) {
 	for _, r := range o.runners {
 		ready := make(chan struct{})
 		watchers.Go(func() { r.ord.watchParked(wctx, o.parks, ready) })
-		watchers.Go(func() { r.ord.keepHeldAlive(wctx) })
+		watchers.Go(func() { r.ord.keepParkedAlive(wctx) })
 		select {
 		case <-ready:
 		case <-ctx.Done():
 		}
 		r.log.Info("subscription started", slog.Any("filter_subjects", r.sub.FilterSubjects), slog.Int("max_in_flight", r.sub.MaxInFlight),
-			slog.String("ordering", string(r.sub.Ordering)), slog.Int("partitions", o.c.cfg.Partitions), slog.String("replica", o.c.cfg.ReplicaID))
+			slog.String("ordering", string(r.sub.Ordering)), slog.Int("partitions", o.cfg.Partitions), slog.String("replica", o.cfg.ReplicaID))
 	}
 	every := o.leaseTTL / 4
 	for ctx.Err() == nil {
@@ -337,7 +338,7 @@ func (o *ordering) view(ctx context.Context, subscription string) (members []str
 		}
 	}
 	_ = l.Stop() // the lister stopped itself after the last key
-	self := o.c.cfg.ReplicaID
+	self := o.cfg.ReplicaID
 	if !slices.Contains(members, self) {
 		members = append(members, self)
 	}
@@ -351,7 +352,7 @@ func (o *ordering) view(ctx context.Context, subscription string) (members []str
 func (o *ordering) cycle(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, o.leaseTTL/2)
 	defer cancel()
-	self := o.c.cfg.ReplicaID
+	self := o.cfg.ReplicaID
 	start := o.clock.Now()
 	for _, r := range o.runners {
 		if _, err := o.leases.Put(cctx, wire.MemberKey(r.sub.Name, self), []byte(self)); err != nil {
@@ -369,7 +370,7 @@ func (o *ordering) cycle(ctx context.Context) {
 				owned = append(owned, p)
 			}
 		}
-		keep, _, claim := share(o.c.cfg.Partitions, members, self, owned, taken)
+		keep, _, claim := share(o.cfg.Partitions, members, self, owned, taken)
 		// Held partitions first (renewed, or released when no longer
 		// wanted), then claims.
 		for _, p := range append(r.ord.ownedOrReleasing(), claim...) {
@@ -402,7 +403,7 @@ func (o *ordering) shutdown() {
 	}
 	if o.leases != nil {
 		for _, r := range o.runners {
-			if err := o.leases.Delete(ctx, wire.MemberKey(r.sub.Name, o.c.cfg.ReplicaID)); err != nil {
+			if err := o.leases.Delete(ctx, wire.MemberKey(r.sub.Name, o.cfg.ReplicaID)); err != nil {
 				o.log.Debug("deleting membership heartbeat failed", slog.Any("error", err))
 			}
 		}

@@ -43,13 +43,13 @@ type heldMsg struct {
 // park records m's stream as parked behind m (already dead-lettered). An
 // entry that exists already (m redelivered after a crash) is kept.
 func (or *orderedRunner) park(pt *partition, m jetstream.Msg, dl deadletter.Letter) error {
-	o := or.r.c.ord
+	o := or.o
 	subject := wire.EventsSubject(o.eventsPrefix, m.Subject())
 	key := wire.StreamKey(subject)
 	stream, _, _ := wire.ParseSubject(o.eventsPrefix, subject)
 	e := deadletter.ParkedStream{
 		Subscription: or.r.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
-		Partition: pt.p, ParkedAt: or.clock.Now().UTC(), Replica: or.r.c.cfg.ReplicaID,
+		Partition: pt.p, ParkedAt: or.clock.Now().UTC(), Replica: or.r.replicaID,
 	}
 	v, err := json.Marshal(e)
 	if err != nil {
@@ -74,7 +74,7 @@ func (or *orderedRunner) park(pt *partition, m jetstream.Msg, dl deadletter.Lett
 // parkedKey is the park bucket key of the stream of a message of the
 // partitioned copy.
 func (or *orderedRunner) parkedKey(subject string) string {
-	return wire.ParkedKey(or.r.sub.Name, wire.StreamKey(wire.EventsSubject(or.r.c.ord.eventsPrefix, subject)))
+	return wire.ParkedKey(or.r.sub.Name, wire.StreamKey(wire.EventsSubject(or.o.eventsPrefix, subject)))
 }
 
 // hold keeps m (of stream key) when its stream is parked and reports
@@ -137,7 +137,7 @@ func (or *orderedRunner) returnHeld(pt *partition) {
 	}
 	or.mu.Unlock()
 	for _, m := range back {
-		or.r.nak(pt.log, m, 0)
+		nak(pt.log, m, 0)
 	}
 }
 
@@ -262,10 +262,10 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 	}
 }
 
-// keepHeldAlive sends InProgress for the held events every AckWait/2, and
+// keepParkedAlive sends InProgress for the held events every AckWait/2, and
 // updates the parked-stream metrics and the owner's held counts in the
 // park bucket, until ctx ends.
-func (or *orderedRunner) keepHeldAlive(ctx context.Context) {
+func (or *orderedRunner) keepParkedAlive(ctx context.Context) {
 	t := or.clock.NewTicker(min(or.r.sub.AckWait/2, 5*time.Second))
 	defer t.Stop()
 	reported := map[string]int{}
@@ -305,23 +305,23 @@ func (or *orderedRunner) keepHeldAlive(ctx context.Context) {
 		for _, m := range msgs {
 			_ = m.InProgress()
 		}
-		or.r.c.metrics.streamsParked.WithLabelValues(or.r.sub.Name).Set(float64(n))
+		or.r.metrics.streamsParked.WithLabelValues(or.r.sub.Name).Set(float64(n))
 		age := 0.0
 		if !oldest.IsZero() {
 			age = or.clock.Since(oldest).Seconds()
 		}
-		or.r.c.metrics.oldestHeld.WithLabelValues(or.r.sub.Name).Set(age)
+		or.r.metrics.oldestHeld.WithLabelValues(or.r.sub.Name).Set(age)
 		for _, rp := range reports {
 			e := rp.entry
-			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), or.clock.Now().UTC(), or.r.c.cfg.ReplicaID
+			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), or.clock.Now().UTC(), or.r.replicaID
 			v, err := json.Marshal(e)
 			if err != nil {
 				continue
 			}
 			// Put only over an existing entry: one deleted meanwhile
 			// (replayed or skipped) must stay deleted.
-			if cur, err := or.r.c.ord.parks.Get(ctx, rp.key); err == nil {
-				if _, err := or.r.c.ord.parks.Update(ctx, rp.key, v, cur.Revision()); err == nil {
+			if cur, err := or.o.parks.Get(ctx, rp.key); err == nil {
+				if _, err := or.o.parks.Update(ctx, rp.key, v, cur.Revision()); err == nil {
 					reported[rp.key] = rp.held
 				}
 			}

@@ -3,11 +3,8 @@ package deliver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -18,284 +15,15 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// orderedRunner is an ordered subscription's state on this replica.
-type orderedRunner struct {
-	r      *runner
-	clock  clockwork.Clock
-	inHand atomic.Int64         // events in the lanes of all partitions (see handLimit)
-	cons   []jetstream.Consumer // one per partition, set by createConsumers
-	parts  []*partition         // owned partitions; nil where not owned
-	slots  chan struct{}        // bounds concurrent POSTs to MaxInFlight
-
-	mu     sync.Mutex
-	parked map[string]*parkedStream // by park bucket key
-
-	streamMu sync.Mutex
-	stream   jetstream.Stream // the partitioned stream, once looked up (copyStream)
-}
-
-// handLimit bounds the events in this subscription's lanes on this
-// replica (running, waiting for a slot, or queued behind their stream's
-// running one): 8 × MaxInFlight, enough to keep MaxInFlight POSTs busy
-// over many streams; more would only wait here, kept alive with
-// InProgress, instead of in JetStream. A new owner's fence and released
-// held events may go over it.
-func (or *orderedRunner) handLimit() int64 { return 8 * int64(or.r.sub.MaxInFlight) }
-
-// pullBatch is each partition's client pull buffer: MaxInFlight shared by
-// the partitions, at least 8.
-func (or *orderedRunner) pullBatch() int {
-	return max(8, 2*or.r.sub.MaxInFlight/len(or.parts))
-}
-
-func newOrderedRunner(r *runner, partitions int) *orderedRunner {
-	return &orderedRunner{
-		r:      r,
-		clock:  r.clock,
-		cons:   make([]jetstream.Consumer, partitions),
-		parts:  make([]*partition, partitions),
-		slots:  make(chan struct{}, r.sub.MaxInFlight),
-		parked: map[string]*parkedStream{},
-	}
-}
-
-// consumerConfig is partition p's durable pull consumer: the subscription's
-// filters on partition p of the partitioned stream. As for OrderingNone,
-// MaxDeliver is enforced by deliver (in place), not by the server.
-func (or *orderedRunner) consumerConfig(o *ordering, p int) (jetstream.ConsumerConfig, error) {
-	s := or.r.sub
-	filters := make([]string, len(s.FilterSubjects))
-	for i, f := range s.FilterSubjects {
-		var err error
-		if filters[i], err = wire.OrderedFilter(o.eventsPrefix, p, f); err != nil {
-			return jetstream.ConsumerConfig{}, err
-		}
-	}
-	return jetstream.ConsumerConfig{
-		Durable:        wire.PartitionDurable(s.Name, p),
-		Description:    fmt.Sprintf("jsbridge ordered webhook subscription %s, partition %d, to %s", s.Name, p, or.r.endpoint),
-		FilterSubjects: filters,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        s.AckWait,
-		MaxDeliver:     -1,
-		MaxAckPending:  s.MaxAckPending,
-	}, nil
-}
-
-// createConsumers creates or updates the partition consumers. A new one
-// of a subscription that had an OrderingNone durable consumer starts after
-// that consumer's ack floor (see migrationStart).
-func (or *orderedRunner) createConsumers(ctx context.Context, o *ordering, replicas int) error {
-	js := o.c.js
-	var start uint64
-	startKnown := false
-	for p := range or.cons {
-		cfg, err := or.consumerConfig(o, p)
-		if err != nil {
-			return fmt.Errorf("deliver: %w %q: %w", ErrInvalidSubscription, or.r.sub.Name, err)
-		}
-		existing, err := js.Consumer(ctx, o.stream(), cfg.Durable)
-		switch {
-		case err == nil:
-			cfg.Replicas = existing.CachedInfo().Config.Replicas
-			cfg.DeliverPolicy = existing.CachedInfo().Config.DeliverPolicy
-			cfg.OptStartSeq = existing.CachedInfo().Config.OptStartSeq
-		case errors.Is(err, jetstream.ErrConsumerNotFound):
-			cfg.Replicas = replicas
-			if !startKnown {
-				if start, err = or.migrationStart(ctx, o); err != nil {
-					return err
-				}
-				startKnown = true
-			}
-			if start > 0 {
-				cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-				cfg.OptStartSeq = start
-			}
-		default:
-			return fmt.Errorf("deliver: subscription %q: look up durable consumer %q on JetStream stream %q: %w", or.r.sub.Name, cfg.Durable, o.stream(), err)
-		}
-		c, err := js.CreateOrUpdateConsumer(ctx, o.stream(), cfg)
-		if err != nil {
-			return fmt.Errorf("deliver: subscription %q: create or update durable consumer %q on JetStream stream %q: %w", or.r.sub.Name, cfg.Durable, o.stream(), err)
-		}
-		or.cons[p] = c
-	}
-	return nil
-}
-
-// migrationStart returns the first sequence of the partitioned stream a new
-// partition consumer starts at: 0 (all) unless the subscription's
-// OrderingNone durable consumer exists on the events stream with an ack
-// floor; then the first message sourced from after that floor, found by
-// binary search on the Nats-Stream-Source header (sourcing keeps the
-// events stream's order). What the old consumer acked above its floor is
-// delivered again (at least once; receivers deduplicate by
-// Idempotency-Key). It waits (returns an error to retry) while the copy
-// has not caught up with the floor yet.
-func (or *orderedRunner) migrationStart(ctx context.Context, o *ordering) (uint64, error) {
-	old, err := o.c.js.Consumer(ctx, o.c.cfg.Stream, or.r.sub.Name)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("deliver: subscription %q: look up the unordered durable consumer: %w", or.r.sub.Name, err)
-	}
-	floor := old.CachedInfo().AckFloor.Stream
-	if floor == 0 {
-		return 0, nil
-	}
-	s, err := o.c.js.Stream(ctx, o.stream())
-	if err != nil {
-		return 0, fmt.Errorf("deliver: JetStream stream %q: %w", o.stream(), err)
-	}
-	st := s.CachedInfo().State
-	origin := func(seq uint64) (uint64, error) {
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return 0, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		return wire.SourceSequence(m.Header.Get(wire.HeaderSourceInfo)), nil
-	}
-	last, err := origin(st.LastSeq)
-	if err != nil {
-		return 0, fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
-	}
-	if st.LastSeq == 0 || last < floor {
-		return 0, fmt.Errorf("deliver: subscription %q: JetStream stream %q has sourced up to %d, not yet the unordered consumer's ack floor %d; waiting",
-			or.r.sub.Name, o.stream(), last, floor)
-	}
-	lo, hi := st.FirstSeq, st.LastSeq // the first seq whose origin > floor is in [lo, hi+1]
-	for lo <= hi {
-		mid := lo + (hi-lo)/2
-		v, err := origin(mid)
-		if err != nil {
-			return 0, fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
-		}
-		if v != 0 && v <= floor {
-			lo = mid + 1
-		} else {
-			hi = mid - 1
-		}
-	}
-	or.r.log.Warn(fmt.Sprintf("subscription switched to ordered delivery: its partition consumers start after the unordered durable consumer's ack floor; "+
-		"delete that consumer once no replica runs the unordered version: nats consumer rm %s %s", o.c.cfg.Stream, or.r.sub.Name),
-		slog.Uint64("ack_floor", floor), slog.Uint64("start_seq", lo))
-	return lo, nil
-}
-
-// step renews, releases or claims partition p. want says whether p is this
-// replica's share; unknown that membership could not be read (then nothing
-// is claimed or released, only renewed).
-func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unknown bool, start time.Time) {
-	key := wire.LeaseKey(or.r.sub.Name, p)
-	self := []byte(o.c.cfg.ReplicaID)
-	pt := or.parts[p]
-	ttl := o.leaseTTL
-	switch {
-	case pt != nil && pt.finished():
-		if !pt.lost {
-			if err := o.leases.Delete(ctx, key, jetstream.LastRevision(pt.rev)); err != nil {
-				or.r.log.Debug("deleting a released lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
-			}
-		}
-		or.parts[p] = nil
-	case pt != nil && pt.lost:
-		// Waiting for its deliveries to end; the lease is someone else's.
-	case pt != nil:
-		rev, err := o.leases.Update(ctx, key, self, pt.rev)
-		switch {
-		case err == nil:
-			pt.rev = rev
-			pt.setDeadline(start.Add(ttl - ttl/4))
-		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
-			or.r.log.Warn("partition lease lost (expired or taken); stopping it", slog.Int("partition", p), slog.Any("error", err))
-			pt.lost = true
-			pt.release()
-		case !errors.Is(ctx.Err(), context.Canceled): // not shutdown
-			or.r.log.Warn("renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
-		}
-		if !want && !unknown && !pt.lost {
-			or.r.log.Info("releasing partition: another replica's share now", slog.Int("partition", p))
-			pt.release()
-		}
-	case want:
-		rev, err := o.leases.Create(ctx, key, self)
-		if err != nil {
-			if !errors.Is(err, jetstream.ErrKeyExists) {
-				or.r.log.Warn("claiming a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
-			}
-			return
-		}
-		pt = or.newPartition(p, rev, start.Add(ttl-ttl/4))
-		or.parts[p] = pt
-		or.r.c.metrics.handovers.WithLabelValues(or.r.sub.Name).Inc()
-		or.r.log.Info("partition taken", slog.Int("partition", p))
-		go pt.run()
-	}
-}
-
-// releaseAll releases every owned partition, waits for each (bounded by
-// ctx) and deletes its lease.
-func (or *orderedRunner) releaseAll(ctx context.Context, o *ordering) {
-	for _, pt := range or.parts {
-		if pt != nil {
-			pt.release()
-		}
-	}
-	for p, pt := range or.parts {
-		if pt == nil {
-			continue
-		}
-		select {
-		case <-pt.done:
-		case <-ctx.Done():
-		}
-		if !pt.lost {
-			if err := o.leases.Delete(ctx, wire.LeaseKey(or.r.sub.Name, p), jetstream.LastRevision(pt.rev)); err != nil {
-				or.r.log.Debug("deleting a lease at shutdown failed; it expires", slog.Int("partition", p), slog.Any("error", err))
-			}
-		}
-		or.parts[p] = nil
-	}
-	or.report()
-}
-
-// ownedOrReleasing returns the partitions this replica has a partition
-// for: owned, being released, or lost and still ending.
-func (or *orderedRunner) ownedOrReleasing() []int {
-	var ps []int
-	for p, pt := range or.parts {
-		if pt != nil {
-			ps = append(ps, p)
-		}
-	}
-	return ps
-}
-
-// report sets the partitions-owned gauge.
-func (or *orderedRunner) report() {
-	n := 0
-	for _, pt := range or.parts {
-		if pt != nil && !pt.lost {
-			n++
-		}
-	}
-	or.r.c.metrics.partitionsOwned.WithLabelValues(or.r.sub.Name).Set(float64(n))
-}
-
 // partition is one owned partition of an ordered subscription: its pull
 // loop, its lanes and its lease deadline.
 type partition struct {
-	or    *orderedRunner
-	clock clockwork.Clock
-	p     int
-	cons  jetstream.Consumer
-	log   *slog.Logger
+	or      *orderedRunner
+	ackWait time.Duration // the subscription's AckWait
+	clock   clockwork.Clock
+	p       int
+	cons    jetstream.Consumer
+	log     *slog.Logger
 
 	rev  uint64 // lease revision; the ownership loop's alone
 	lost bool   // the lease is someone else's; the ownership loop's alone
@@ -355,21 +83,6 @@ type successorCheck struct {
 	err   error
 }
 
-func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *partition {
-	ctx, cancel := context.WithCancel(context.Background())
-	// createConsumers made the partition consumers from the same config.
-	cfg, _ := or.consumerConfig(or.r.c.ord, p)
-	pt := &partition{
-		or: or, clock: or.clock, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		deadline: deadline, lastDone: map[string]uint64{}, recent: map[uint64]bool{}, inLane: map[uint64]bool{}, acking: map[uint64]bool{},
-		waiting: map[string][]waitingMsg{}, seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
-		filters: cfg.FilterSubjects,
-		log:     or.r.log.With(slog.Int("partition", p)),
-	}
-	pt.successor = pt.successorSeq
-	return pt
-}
-
 func (pt *partition) setDeadline(t time.Time) {
 	pt.mu.Lock()
 	pt.deadline = t
@@ -426,7 +139,6 @@ func (pt *partition) run() {
 	var wg sync.WaitGroup
 	defer close(pt.done)
 	defer wg.Wait()
-	r := pt.or.r
 	var pause backoff.Backoff
 	var iter jetstream.MessagesContext
 	for pt.ctx.Err() == nil {
@@ -452,7 +164,7 @@ func (pt *partition) run() {
 	// What the partition holds without delivering it: the fence, the
 	// events queued behind their stream's running delivery and those
 	// waiting for an earlier event of their stream.
-	go pt.or.r.keepHeldAlive(kctx, func() []jetstream.Msg {
+	go keepHeldAlive(kctx, pt.clock, pt.ackWait, pt.log, func() []jetstream.Msg {
 		return append(append(fence.snapshot(), pt.lanes.queued()...), pt.waitingMsgs()...)
 	})
 
@@ -543,7 +255,7 @@ func (pt *partition) run() {
 		if iter == nil {
 			break
 		}
-		if !fencing && pt.clock.Since(lastUnstick) >= pt.or.r.sub.AckWait {
+		if !fencing && pt.clock.Since(lastUnstick) >= pt.ackWait {
 			lastUnstick = pt.clock.Now()
 			pt.unstick(&wg)
 		}
@@ -576,7 +288,7 @@ func (pt *partition) run() {
 				if p.err != nil {
 					break drain
 				}
-				r.nak(pt.log, p.msg, 0)
+				nak(pt.log, p.msg, 0)
 			case <-time.After(time.Second):
 				break drain
 			}
@@ -584,7 +296,7 @@ func (pt *partition) run() {
 		iter.Stop()
 	}
 	for _, m := range append(fence.take(), pt.takeWaiting()...) {
-		r.nak(pt.log, m, 0)
+		nak(pt.log, m, 0)
 	}
 	pt.or.returnHeld(pt)
 }
@@ -631,7 +343,7 @@ func (pt *partition) read(iter jetstream.MessagesContext, stop <-chan struct{}) 
 			case out <- pulled{msg, err}:
 			case <-stop:
 				if msg != nil {
-					pt.or.r.nak(pt.log, msg, 0)
+					nak(pt.log, msg, 0)
 				}
 			}
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
@@ -640,78 +352,6 @@ func (pt *partition) read(iter jetstream.MessagesContext, stop <-chan struct{}) 
 		}
 	}()
 	return out
-}
-
-// fenceBuffer holds the partition's messages while it is behind its fence
-// (a new owner, or a delivery lost on its way) until the fence passes, one per
-// stream sequence.
-type fenceBuffer struct {
-	mu   sync.Mutex
-	msgs map[uint64]jetstream.Msg
-}
-
-func (f *fenceBuffer) add(m jetstream.Msg) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.msgs == nil {
-		f.msgs = map[uint64]jetstream.Msg{}
-	}
-	f.msgs[streamSeq(m)] = m
-}
-
-func (f *fenceBuffer) snapshot() []jetstream.Msg {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]jetstream.Msg, 0, len(f.msgs))
-	for _, m := range f.msgs {
-		out = append(out, m)
-	}
-	return out
-}
-
-// take empties the buffer and returns its messages in stream order.
-func (f *fenceBuffer) take() []jetstream.Msg {
-	f.mu.Lock()
-	seqs := make([]uint64, 0, len(f.msgs))
-	for s := range f.msgs {
-		seqs = append(seqs, s)
-	}
-	slices.Sort(seqs)
-	out := make([]jetstream.Msg, len(seqs))
-	for i, s := range seqs {
-		out[i] = f.msgs[s]
-	}
-	f.msgs = nil
-	f.mu.Unlock()
-	return out
-}
-
-// parsedMsg is a pulled message whose metadata (parsed from its reply
-// subject, which allocates) is parsed once: an ordered partition asks for
-// it several times per message (its stream and delivery sequences, its
-// delivery count).
-type parsedMsg struct {
-	jetstream.Msg
-	md  *jetstream.MsgMetadata
-	err error
-}
-
-func parsedOnce(m jetstream.Msg) jetstream.Msg {
-	md, err := m.Metadata()
-	return &parsedMsg{Msg: m, md: md, err: err}
-}
-
-// Metadata returns the metadata parsed when the message was pulled; the
-// caller must not change it.
-func (m *parsedMsg) Metadata() (*jetstream.MsgMetadata, error) { return m.md, m.err }
-
-// streamSeq is a message's sequence in the partitioned stream (0 when it
-// has no metadata).
-func streamSeq(m jetstream.Msg) uint64 {
-	if md, err := m.Metadata(); err == nil {
-		return md.Sequence.Stream
-	}
-	return 0
 }
 
 // dispatch hands msg to its stream's lane, holds it when its stream is
@@ -841,13 +481,4 @@ func (pt *partition) handCount(fence *fenceBuffer) int {
 	}
 	pt.or.mu.Unlock()
 	return len(seqs)
-}
-
-// consumerSeq is a message's delivery sequence on its durable consumer
-// (0 when unknown).
-func consumerSeq(m jetstream.Msg) uint64 {
-	if md, err := m.Metadata(); err == nil {
-		return md.Sequence.Consumer
-	}
-	return 0
 }

@@ -85,12 +85,12 @@ func (r *runner) replay(ctx context.Context, q *deadletter.DLQ, dl deadletter.St
 		return res
 	}
 	res.Delivered = true
-	r.c.metrics.replayed.WithLabelValues(r.sub.Name).Inc()
+	r.metrics.replayed.WithLabelValues(r.sub.Name).Inc()
 	log.Info("dead letter replayed", slog.Int("status", resp.status))
 	// When it was the head of a parked stream (whatever this process's
 	// ordering flag says), the stream's held events follow, in order, from
 	// the partition's owner.
-	if err := deadletter.Unpark(ctx, r.c.js, dl); err != nil && !errors.Is(err, deadletter.ErrNotParked) {
+	if err := deadletter.Unpark(ctx, r.js, dl); err != nil && !errors.Is(err, deadletter.ErrNotParked) {
 		res.Err = fmt.Errorf("dead letter %d delivered and removed, but its stream is still parked; release it with: nats kv del %s %s: %w",
 			dl.Seq, wire.DefaultParkBucket, wire.ParkedKey(dl.Subscription, wire.StreamKey(dl.Subject)), err)
 	} else if err == nil {

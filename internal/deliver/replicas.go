@@ -17,13 +17,13 @@ import (
 // (forward.Provision). A zero count (the stream's) is compared as the
 // stream's count.
 func (r *runner) consumerReplicas(ctx context.Context) (int, error) {
-	want := r.c.cfg.Replicas
-	cons, err := r.c.js.Consumer(ctx, r.c.cfg.Stream, r.sub.Name)
+	want := r.replicas
+	cons, err := r.js.Consumer(ctx, r.stream, r.sub.Name)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return want, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("deliver: subscription %q: look up durable consumer on JetStream stream %q: %w", r.sub.Name, r.c.cfg.Stream, err)
+		return 0, fmt.Errorf("deliver: subscription %q: look up durable consumer on JetStream stream %q: %w", r.sub.Name, r.stream, err)
 	}
 	have := cons.CachedInfo().Config.Replicas
 	if have == want {
@@ -31,9 +31,9 @@ func (r *runner) consumerReplicas(ctx context.Context) (int, error) {
 	}
 	haveN, wantN := have, want
 	if have == 0 || want == 0 {
-		s, err := r.c.js.Stream(ctx, r.c.cfg.Stream)
+		s, err := r.js.Stream(ctx, r.stream)
 		if err != nil {
-			return 0, fmt.Errorf("deliver: subscription %q: look up JetStream stream %q: %w", r.sub.Name, r.c.cfg.Stream, err)
+			return 0, fmt.Errorf("deliver: subscription %q: look up JetStream stream %q: %w", r.sub.Name, r.stream, err)
 		}
 		if n := s.CachedInfo().Config.Replicas; have == 0 {
 			haveN = n
@@ -43,8 +43,8 @@ func (r *runner) consumerReplicas(ctx context.Context) (int, error) {
 	}
 	if haveN != wantN {
 		r.log.Warn(fmt.Sprintf("durable consumer %s on JetStream stream %s has %d replica(s), not the %d asked for; it is left as it is: "+
-			"change it with: nats consumer edit %s %s --replicas %d", r.sub.Name, r.c.cfg.Stream, haveN, wantN, r.c.cfg.Stream, r.sub.Name, wantN),
-			slog.String("jetstream_stream", r.c.cfg.Stream), slog.Int("have", haveN), slog.Int("want", wantN))
+			"change it with: nats consumer edit %s %s --replicas %d", r.sub.Name, r.stream, haveN, wantN, r.stream, r.sub.Name, wantN),
+			slog.String("jetstream_stream", r.stream), slog.Int("have", haveN), slog.Int("want", wantN))
 	}
 	return have, nil
 }

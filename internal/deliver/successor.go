@@ -194,7 +194,7 @@ func (or *orderedRunner) copyStream(ctx context.Context) (jetstream.Stream, erro
 	if or.stream != nil {
 		return or.stream, nil
 	}
-	s, err := or.r.c.js.Stream(ctx, or.r.c.ord.stream())
+	s, err := or.r.js.Stream(ctx, or.o.stream())
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +269,7 @@ func (pt *partition) takeWaiting() []jetstream.Msg {
 // stale copy of its own predecessor reached this one) never comes back, so
 // the stream goes on from it. Only the run loop calls it.
 func (pt *partition) unstick(wg *sync.WaitGroup) {
-	limit := pt.clock.Now().Add(-waitStale * pt.or.r.sub.AckWait)
+	limit := pt.clock.Now().Add(-waitStale * pt.ackWait)
 	var stuck []string
 	pt.mu.Lock()
 	for key, w := range pt.waiting {

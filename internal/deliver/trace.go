@@ -109,7 +109,7 @@ func (r *runner) endAttempt(st *attemptState) {
 		}
 	}
 	st.span.End()
-	if r.c.cfg.Attempts == nil {
+	if r.attempts == nil {
 		return
 	}
 	a := attemptlog.Attempt{
@@ -137,7 +137,7 @@ func (r *runner) endAttempt(st *attemptState) {
 	if sc := st.span.SpanContext(); sc.HasTraceID() {
 		a.TraceID = sc.TraceID().String()
 	}
-	r.c.cfg.Attempts.RecordAttempt(a)
+	r.attempts.RecordAttempt(a)
 }
 
 // spanName is the name of a subscription's attempt spans.

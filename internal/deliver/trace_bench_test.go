@@ -52,7 +52,6 @@ func BenchmarkAttemptSpan(b *testing.B) {
 		{"on", &runner{tracer: tracing.Tracer(sdk)}, withTrace},
 	}
 	for _, c := range cases {
-		c.r.c = &Consumer{}
 		c.r.sub = Subscription{Name: "orders"}
 		c.r.spanName = spanName("orders")
 		c.r.endpoint = "https://example.com"
