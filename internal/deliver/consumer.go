@@ -123,41 +123,26 @@ type Consumer struct {
 
 // runner is one subscription's pull loop.
 type runner struct {
+	// sender makes the subscription's attempts (attempt.go); its fields
+	// (sub, log, br, endpoint, metrics, clock, ...) are the runner's too.
+	*sender
+
 	// What the subscription needs of its Consumer, given once by New.
 	js          jetstream.JetStream
-	stream      string // the events stream (Config.Stream)
-	replicas    int    // Config.Replicas
-	replicaID   string // Config.ReplicaID
-	metrics     *metrics
-	deadLetters deadletter.Writer   // nil: logged and Term'd
-	attempts    attemptlog.Recorder // nil: no records
-	clock       clockwork.Clock
+	stream      string            // the events stream (Config.Stream)
+	replicas    int               // Config.Replicas
+	replicaID   string            // Config.ReplicaID
+	deadLetters deadletter.Writer // nil: logged and Term'd
 
-	sub      Subscription
-	signer   *webhook.Signer
-	client   *http.Client
-	br       *breaker.Breaker
-	endpoint string
-	log      *slog.Logger
-	lanes    lanes
+	lanes lanes
 	// cons is the durable consumer Provision created; nil until then (run
 	// creates it).
 	cons jetstream.Consumer
-	// static are the request headers every delivery carries (see
-	// requestHeader).
-	static http.Header
-	// tracer and spanName make the attempt spans (trace.go).
-	tracer   trace.Tracer
-	spanName string
 
 	// This subscription's children of per-subscription metrics, resolved
 	// once rather than on every delivery.
 	inFlight     prometheus.Gauge
 	redeliveries prometheus.Counter
-	duration     prometheus.Observer
-	// acked2xx is deliveries{outcome="ack",status_class="2xx"}, resolved
-	// on first use so that no zero series shows before the first ack.
-	acked2xx func() prometheus.Counter
 	// ord is the ordered-delivery state of an ordered subscription (nil
 	// for OrderingNone).
 	ord *orderedRunner
@@ -250,25 +235,27 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			client = safe
 		}
 		c.runners = append(c.runners, &runner{
-			js: js, stream: cfg.Stream, replicas: cfg.Replicas, replicaID: cfg.ReplicaID,
-			metrics: c.metrics, deadLetters: cfg.DeadLetters, attempts: cfg.Attempts,
-			clock:    cfg.Clock,
-			sub:      s,
-			signer:   signer,
-			client:   client,
-			br:       cfg.Breakers.Breaker(s.URL),
-			endpoint: endpoint,
-			log:      cfg.Logger.With(slog.String("subscription", s.Name), slog.String("endpoint", endpoint)),
-			static:   staticHeaders(s.Headers, cfg.UserAgent),
-			tracer:   tracing.Tracer(cfg.TracerProvider),
-			spanName: spanName(s.Name),
-
+			sender: &sender{
+				sub:      s,
+				signer:   signer,
+				client:   client,
+				br:       cfg.Breakers.Breaker(s.URL),
+				endpoint: endpoint,
+				log:      cfg.Logger.With(slog.String("subscription", s.Name), slog.String("endpoint", endpoint)),
+				static:   staticHeaders(s.Headers, cfg.UserAgent),
+				tracer:   tracing.Tracer(cfg.TracerProvider),
+				spanName: spanName(s.Name),
+				clock:    cfg.Clock,
+				metrics:  c.metrics,
+				attempts: cfg.Attempts,
+				duration: c.metrics.duration.WithLabelValues(s.Name),
+				acked2xx: sync.OnceValue(func() prometheus.Counter {
+					return c.metrics.deliveries.WithLabelValues(s.Name, OutcomeAck, "2xx")
+				}),
+			},
+			js: js, stream: cfg.Stream, replicas: cfg.Replicas, replicaID: cfg.ReplicaID, deadLetters: cfg.DeadLetters,
 			inFlight:     c.metrics.inFlight.WithLabelValues(s.Name),
 			redeliveries: c.metrics.redeliveries.WithLabelValues(s.Name),
-			duration:     c.metrics.duration.WithLabelValues(s.Name),
-			acked2xx: sync.OnceValue(func() prometheus.Counter {
-				return c.metrics.deliveries.WithLabelValues(s.Name, OutcomeAck, "2xx")
-			}),
 		})
 	}
 	c.ord = newOrdering(c)
@@ -342,4 +329,40 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// Replay POSTs each dead letter once more to its subscription's endpoint,
+// signed with the subscription's current secrets and with the same
+// Idempotency-Key (the event id), outside the circuit breaker, and removes
+// it from q once the endpoint answers 2xx
+// (jsbridge_consumer_dead_letters_replayed_total counts those); when it
+// was the head of a parked stream (an ordered subscription), the stream is
+// unparked (deadletter.Unpark) and its held events follow, in order. A dead
+// letter that fails again stays where it is. The subscriptions are matched
+// by name; a dead letter of a subscription c does not have gets an error
+// wrapping ErrUnknownSubscription. Replay returns one result per letter, in
+// order; it stops early only when ctx ends.
+func (c *Consumer) Replay(ctx context.Context, q *deadletter.DLQ, letters []deadletter.Stored) []ReplayResult {
+	byName := make(map[string]*runner, len(c.runners))
+	for _, r := range c.runners {
+		byName[r.sub.Name] = r
+	}
+	out := make([]ReplayResult, 0, len(letters))
+	for _, dl := range letters {
+		if ctx.Err() != nil {
+			break
+		}
+		res := ReplayResult{Letter: dl}
+		r, ok := byName[dl.Subscription]
+		switch {
+		case !ok:
+			res.Err = fmt.Errorf("dead letter %d: %w: %q", dl.Seq, ErrUnknownSubscription, dl.Subscription)
+		case dl.EventID == "":
+			res.Err = fmt.Errorf("dead letter %d has no event id: it cannot be replayed", dl.Seq)
+		default:
+			res = replay(ctx, r.sender, r.js, q, dl)
+		}
+		out = append(out, res)
+	}
+	return out
 }

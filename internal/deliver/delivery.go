@@ -1,29 +1,20 @@
 package deliver
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/jsbridge/jsbridge/event"
-	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
-	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -208,123 +199,12 @@ func buildBody(mode BodyMode, id string, mh nats.Header, data []byte, h http.Hea
 // body, shared by every request (the transport only reads it).
 var contentTypeCloudEvents = []string{event.ContentTypeCloudEventsJSON}
 
-// handle delivers one message and acks, Naks or Terms it: the unordered
-// settler of one attempt (see attempt.go). ctx carries no cancellation
-// from Run: a delivery that started finishes (bounded by
-// Subscription.Timeout), so shutdown loses nothing.
-func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
-	r.inFlight.Inc()
-	defer r.inFlight.Dec()
-
-	attempt := attemptNumber(msg)
-	id := eventID(msg)
-	ctx, at := r.startAttempt(ctx, msg, id, attempt)
-	defer r.endAttempt(at)
-	// The logger with this delivery's attributes is built only when
-	// something is logged: slog's With formats them at once, and the common
-	// path (a 2xx at info level) logs nothing.
-	log := func(more ...any) *slog.Logger {
-		return r.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
-	}
-	if attempt > 1 {
-		r.redeliveries.Inc()
-	}
-
-	body, hdr, err := r.request(msg, id, "")
-	if err != nil {
-		r.giveUp(ctx, log(), msg, deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
-		return
-	}
-	resp, refused := r.send(ctx, at, msg.InProgress, id, body, hdr)
-	if refused {
-		at.decide(OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
-		delay := r.br.OpenTimeout()
-		r.count(OutcomeBreakerOpen, ClassNone, 0)
-		l := log()
-		l.Debug("circuit breaker open, not sent", slog.Duration("delay", delay))
-		nak(l, msg, delay)
-		return
-	}
-
-	s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
-	switch s.act {
-	case actAck:
-		at.decide(OutcomeAck, s.class, "")
-		r.count(OutcomeAck, s.class, resp.status)
-		if err := msg.Ack(); err != nil {
-			log().Warn("ack failed; JetStream will redeliver after AckWait", slog.Int("status", resp.status), slog.Any("error", err))
-			return
-		}
-		if r.log.Enabled(ctx, slog.LevelDebug) {
-			log().Debug("delivered", slog.Int("status", resp.status))
-		}
-	case actDeadLetter:
-		if resp.status == http.StatusGone {
-			log().Warn("endpoint answered 410 Gone: it says it no longer exists; every event of this subscription will be dead-lettered until its URL is fixed or the subscription removed")
-		}
-		r.giveUp(ctx, log(slog.Int("status", resp.status)), msg, deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
-	case actRetry:
-		at.decide(OutcomeRetry, s.class, s.reason)
-		r.count(OutcomeRetry, s.class, 0)
-		l := log(slog.Int("status", resp.status))
-		l.Warn("delivery failed, will retry", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
-		nak(l, msg, s.delay)
-	}
-}
-
-// retryDelay is retryDelay with the subscription's backoff.
-func (r *runner) retryDelay(attempt int, retryAfter time.Duration) time.Duration {
-	return retryDelay(r.sub.BackOff, attempt, retryAfter)
-}
-
 // nak returns msg to JetStream for redelivery after delay, logging a
 // failure to log.
 func nak(log *slog.Logger, msg jetstream.Msg, delay time.Duration) {
 	if err := msg.NakWithDelay(delay); err != nil {
 		log.Warn("nak failed; JetStream will redeliver after AckWait", slog.Any("error", err))
 	}
-}
-
-// giveUp dead-letters msg and Terms it; if the dead letter cannot be stored
-// it Naks msg with the backoff delay instead, also after the last attempt:
-// the durable consumer has no server-side MaxDeliver, so the message comes
-// back and is tried (and, failing, dead-lettered) again.
-func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, dl deadletter.Letter, outcome, class string) {
-	dl.Subscription = r.sub.Name
-	dl.Endpoint = r.endpoint
-	dl.Msg = msg
-	if r.deadLetters != nil {
-		if err := r.deadLetters.DeadLetter(ctx, dl); err != nil {
-			delay := r.retryDelay(dl.Attempt, -1)
-			log.Error("dead letter failed; will retry the delivery", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("delay", delay))
-			attemptOf(ctx).decide(OutcomeRetry, class, dl.Reason+" (dead letter failed: "+err.Error()+")")
-			r.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, class).Inc()
-			nak(log, msg, delay)
-			return
-		}
-	}
-	r.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
-	attemptOf(ctx).decide(outcome, class, dl.Reason)
-	if r.deadLetters != nil {
-		r.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
-	}
-	log.Error("delivery failed for good, terminated", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
-	if err := msg.TermWithReason(dl.Reason); err != nil {
-		log.Warn("term failed; JetStream will redeliver after AckWait", slog.Any("error", err))
-	}
-}
-
-// requestHeader returns a new request header holding the subscription's
-// static headers (Subscription.Headers, User-Agent), with room for the
-// per-delivery ones. The static values are shared between requests: the
-// transport only reads them, and every header set per delivery (see
-// reservedHeaders) replaces a value rather than appending to it.
-func (r *runner) requestHeader() http.Header {
-	h := make(http.Header, len(r.static)+8)
-	for k, v := range r.static {
-		h[k] = v
-	}
-	return h
 }
 
 // staticHeaders returns the canonical form of headers plus User-Agent.
@@ -335,69 +215,6 @@ func staticHeaders(headers map[string]string, userAgent string) http.Header {
 	}
 	h.Set("User-Agent", userAgent)
 	return h
-}
-
-// post sends one signed POST and reads the response. While it runs longer
-// than AckWait/2 it calls inProgress (the message's InProgress) every
-// AckWait/2 so JetStream does not redeliver; inProgress may be nil. hdr
-// comes from requestHeader and buildBody.
-func (r *runner) post(ctx context.Context, inProgress func() error, id string, body []byte, hdr http.Header) response {
-	ctx, cancel := context.WithTimeout(ctx, r.sub.Timeout)
-	defer cancel()
-	if inProgress != nil {
-		defer r.keepAlive(id, inProgress)()
-	}
-
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.sub.URL, bytes.NewReader(body))
-	if err != nil {
-		return response{err: fmt.Errorf("new request: %w", err), retryAfter: -1}
-	}
-	hdr[wire.HeaderIdempotencyKey] = []string{wire.IdempotencyKey(id)}
-	req.Header = hdr
-	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(hdr)) // traceparent: the attempt's span
-	r.signer.Sign(hdr, id, time.Now(), body)
-
-	start := time.Now()
-	resp, err := r.client.Do(req)
-	if err != nil {
-		r.duration.Observe(time.Since(start).Seconds())
-		var ne net.Error
-		timeout := !errors.Is(err, ErrForbiddenAddress) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()))
-		return response{err: err, timeout: timeout, retryAfter: -1, at: start}
-	}
-	// Drain (a little of) the body so the connection is reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	_ = resp.Body.Close()
-	r.duration.Observe(time.Since(start).Seconds())
-	return response{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), at: start}
-}
-
-// keepAlive calls inProgress every AckWait/2 until the returned stop is
-// called. It costs one timer that never fires on a POST shorter than
-// AckWait/2 (no goroutine waits for it).
-func (r *runner) keepAlive(id string, inProgress func() error) (stop func()) {
-	every := r.sub.AckWait / 2
-	var mu sync.Mutex
-	stopped := false
-	var t clockwork.Timer
-	mu.Lock()
-	t = r.clock.AfterFunc(every, func() {
-		if err := inProgress(); err != nil {
-			r.log.Warn("in progress failed", slog.String("event_id", id), slog.Any("error", err))
-		}
-		mu.Lock()
-		if !stopped {
-			t.Reset(every)
-		}
-		mu.Unlock()
-	})
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-	}
 }
 
 // parseRetryAfter returns the delay a Retry-After value asks for (delay

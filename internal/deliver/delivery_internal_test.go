@@ -70,7 +70,7 @@ func TestParseRetryAfter(t *testing.T) {
 
 func TestRetryDelay(t *testing.T) {
 	t.Parallel()
-	r := &runner{sub: Subscription{BackOff: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}}}
+	r := &sender{sub: Subscription{BackOff: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}}}
 	require.Equal(t, time.Second, r.retryDelay(1, -1))
 	require.Equal(t, 5*time.Second, r.retryDelay(2, -1))
 	require.Equal(t, 30*time.Second, r.retryDelay(3, -1))

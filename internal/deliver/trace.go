@@ -5,12 +5,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
-	"github.com/jsbridge/jsbridge/internal/tracing"
 )
 
 // Tracing (OpenTelemetry, W3C Trace Context): every attempt gets a span of
@@ -48,17 +43,6 @@ type attemptState struct {
 
 type attemptKey struct{}
 
-// startAttempt starts the attempt's span as a child of the message's trace
-// context and returns the context carrying both.
-func (r *runner) startAttempt(ctx context.Context, msg jetstream.Msg, id string, attempt int) (context.Context, *attemptState) {
-	st := &attemptState{attempt: attempt, id: id, msg: msg, began: time.Now()}
-	if h := msg.Headers(); len(h) > 0 {
-		ctx = tracing.Propagator.Extract(ctx, tracing.HeaderCarrier(h))
-	}
-	ctx, st.span = r.tracer.Start(ctx, r.spanName, trace.WithSpanKind(trace.SpanKindClient))
-	return context.WithValue(ctx, attemptKey{}, st), st
-}
-
 // attemptOf returns the attempt ctx carries, or nil.
 func attemptOf(ctx context.Context) *attemptState {
 	st, _ := ctx.Value(attemptKey{}).(*attemptState)
@@ -82,62 +66,6 @@ func (st *attemptState) answered(resp response) {
 	if !st.sent.IsZero() {
 		st.took = time.Since(st.sent)
 	}
-}
-
-// endAttempt ends the span and hands the attempt to the attempts record.
-func (r *runner) endAttempt(st *attemptState) {
-	state := r.br.State().String()
-	if st.outcome == "" {
-		// handle returned without deciding (a panic unwinding): say so.
-		st.outcome, st.class = "unknown", ClassNone
-	}
-	if span := st.span; span.IsRecording() {
-		span.SetAttributes(
-			tracing.AttrSubscription.String(r.sub.Name),
-			tracing.AttrAttempt.Int(st.attempt),
-			tracing.AttrOutcome.String(st.outcome),
-			tracing.AttrStatusClass.String(st.class),
-			tracing.AttrBreakerState.String(state),
-			attribute.String("messaging.message.id", st.id),
-			attribute.String("url.full", r.endpoint),
-		)
-		if st.hasResp && st.resp.status != 0 {
-			span.SetAttributes(attribute.Int("http.response.status_code", st.resp.status))
-		}
-		if st.outcome != OutcomeAck {
-			span.SetStatus(codes.Error, st.reason)
-		}
-	}
-	st.span.End()
-	if r.attempts == nil {
-		return
-	}
-	a := attemptlog.Attempt{
-		Subscription: r.sub.Name,
-		EventID:      st.id,
-		Attempt:      st.attempt,
-		At:           st.began.UTC(),
-		Outcome:      st.outcome,
-		StatusClass:  st.class,
-		Breaker:      state,
-		Error:        st.reason,
-		Subject:      st.msg.Subject(),
-	}
-	if !st.sent.IsZero() && st.hasResp {
-		a.At = st.resp.at.UTC()
-		a.Status = st.resp.status
-		a.Latency = st.took
-	}
-	if a.At.IsZero() {
-		a.At = st.began.UTC()
-	}
-	if md, err := st.msg.Metadata(); err == nil {
-		a.StreamSeq = md.Sequence.Stream
-	}
-	if sc := st.span.SpanContext(); sc.HasTraceID() {
-		a.TraceID = sc.TraceID().String()
-	}
-	r.attempts.RecordAttempt(a)
 }
 
 // spanName is the name of a subscription's attempt spans.

@@ -47,9 +47,9 @@ func BenchmarkAttemptSpan(b *testing.B) {
 		r    *runner
 		h    nats.Header
 	}{
-		{"off", &runner{tracer: tracing.Tracer(noop.NewTracerProvider())}, plain},
-		{"off-traced", &runner{tracer: tracing.Tracer(noop.NewTracerProvider())}, withTrace},
-		{"on", &runner{tracer: tracing.Tracer(sdk)}, withTrace},
+		{"off", &runner{sender: &sender{tracer: tracing.Tracer(noop.NewTracerProvider())}}, plain},
+		{"off-traced", &runner{sender: &sender{tracer: tracing.Tracer(noop.NewTracerProvider())}}, withTrace},
+		{"on", &runner{sender: &sender{tracer: tracing.Tracer(sdk)}}, withTrace},
 	}
 	for _, c := range cases {
 		c.r.sub = Subscription{Name: "orders"}

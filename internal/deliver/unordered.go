@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -275,4 +277,137 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	}
 	iter.Stop()
 	return result
+}
+
+// handle delivers one message and acks, Naks or Terms it: the unordered
+// settler of one attempt (see attempt.go). ctx carries no cancellation
+// from Run: a delivery that started finishes (bounded by
+// Subscription.Timeout), so shutdown loses nothing.
+func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
+	r.inFlight.Inc()
+	defer r.inFlight.Dec()
+
+	attempt := attemptNumber(msg)
+	id := eventID(msg)
+	ctx, at := r.startAttempt(ctx, msg, id, attempt)
+	defer r.endAttempt(at)
+	// The logger with this delivery's attributes is built only when
+	// something is logged: slog's With formats them at once, and the common
+	// path (a 2xx at info level) logs nothing.
+	log := func(more ...any) *slog.Logger {
+		return r.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
+	}
+	if attempt > 1 {
+		r.redeliveries.Inc()
+	}
+
+	body, hdr, err := r.request(msg, id, "")
+	if err != nil {
+		r.giveUp(ctx, log(), msg, deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
+		return
+	}
+	resp, refused := r.send(ctx, at, msg.InProgress, id, body, hdr)
+	if refused {
+		at.decide(OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
+		delay := r.br.OpenTimeout()
+		r.count(OutcomeBreakerOpen, ClassNone, 0)
+		l := log()
+		l.Debug("circuit breaker open, not sent", slog.Duration("delay", delay))
+		nak(l, msg, delay)
+		return
+	}
+
+	s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
+	switch s.act {
+	case actAck:
+		at.decide(OutcomeAck, s.class, "")
+		r.count(OutcomeAck, s.class, resp.status)
+		if err := msg.Ack(); err != nil {
+			log().Warn("ack failed; JetStream will redeliver after AckWait", slog.Int("status", resp.status), slog.Any("error", err))
+			return
+		}
+		if r.log.Enabled(ctx, slog.LevelDebug) {
+			log().Debug("delivered", slog.Int("status", resp.status))
+		}
+	case actDeadLetter:
+		if resp.status == http.StatusGone {
+			log().Warn("endpoint answered 410 Gone: it says it no longer exists; every event of this subscription will be dead-lettered until its URL is fixed or the subscription removed")
+		}
+		r.giveUp(ctx, log(slog.Int("status", resp.status)), msg, deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
+	case actRetry:
+		at.decide(OutcomeRetry, s.class, s.reason)
+		r.count(OutcomeRetry, s.class, 0)
+		l := log(slog.Int("status", resp.status))
+		l.Warn("delivery failed, will retry", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
+		nak(l, msg, s.delay)
+	}
+}
+
+// giveUp dead-letters msg and Terms it; if the dead letter cannot be stored
+// it Naks msg with the backoff delay instead, also after the last attempt:
+// the durable consumer has no server-side MaxDeliver, so the message comes
+// back and is tried (and, failing, dead-lettered) again.
+func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, dl deadletter.Letter, outcome, class string) {
+	dl.Subscription = r.sub.Name
+	dl.Endpoint = r.endpoint
+	dl.Msg = msg
+	if r.deadLetters != nil {
+		if err := r.deadLetters.DeadLetter(ctx, dl); err != nil {
+			delay := r.retryDelay(dl.Attempt, -1)
+			log.Error("dead letter failed; will retry the delivery", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("delay", delay))
+			attemptOf(ctx).decide(OutcomeRetry, class, dl.Reason+" (dead letter failed: "+err.Error()+")")
+			r.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, class).Inc()
+			nak(log, msg, delay)
+			return
+		}
+	}
+	r.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+	attemptOf(ctx).decide(outcome, class, dl.Reason)
+	if r.deadLetters != nil {
+		r.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
+	}
+	log.Error("delivery failed for good, terminated", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
+	if err := msg.TermWithReason(dl.Reason); err != nil {
+		log.Warn("term failed; JetStream will redeliver after AckWait", slog.Any("error", err))
+	}
+}
+
+// consumerReplicas returns the replica count to create or update r's
+// durable consumer with: Config.Replicas for a new one; for an existing
+// one with another count, its own count, with a warning naming the
+// consumer, the stream, have and want. Scaling a consumer moves its state
+// between servers, which is the operator's decision, as for streams
+// (forward.Provision). A zero count (the stream's) is compared as the
+// stream's count.
+func (r *runner) consumerReplicas(ctx context.Context) (int, error) {
+	want := r.replicas
+	cons, err := r.js.Consumer(ctx, r.stream, r.sub.Name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return want, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("deliver: subscription %q: look up durable consumer on JetStream stream %q: %w", r.sub.Name, r.stream, err)
+	}
+	have := cons.CachedInfo().Config.Replicas
+	if have == want {
+		return want, nil
+	}
+	haveN, wantN := have, want
+	if have == 0 || want == 0 {
+		s, err := r.js.Stream(ctx, r.stream)
+		if err != nil {
+			return 0, fmt.Errorf("deliver: subscription %q: look up JetStream stream %q: %w", r.sub.Name, r.stream, err)
+		}
+		if n := s.CachedInfo().Config.Replicas; have == 0 {
+			haveN = n
+		} else {
+			wantN = n
+		}
+	}
+	if haveN != wantN {
+		r.log.Warn(fmt.Sprintf("durable consumer %s on JetStream stream %s has %d replica(s), not the %d asked for; it is left as it is: "+
+			"change it with: nats consumer edit %s %s --replicas %d", r.sub.Name, r.stream, haveN, wantN, r.stream, r.sub.Name, wantN),
+			slog.String("jetstream_stream", r.stream), slog.Int("have", haveN), slog.Int("want", wantN))
+	}
+	return have, nil
 }
