@@ -180,7 +180,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = defaultUserAgent()
 	}
-	if err := cfg.orderingDefaults(); err != nil {
+	if err := orderingDefaults(&cfg); err != nil {
 		return nil, fmt.Errorf("deliver: new consumer: %w", err)
 	}
 	m, err := newMetrics(cfg.Registerer)

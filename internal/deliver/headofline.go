@@ -53,7 +53,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 		if !pt.waitLease() {
 			continue // released: Nak'd above
 		}
-		if pt.or.hold(pt, key, m) {
+		if pt.parking.hold(pt, key, m) {
 			return
 		}
 		body, hdr, err := r.request(m, id, r.replicaID)
@@ -170,7 +170,7 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter
 	if park {
 		pause.Reset()
 		for {
-			err := pt.or.park(pt, m, dl)
+			err := pt.parking.park(pt, m, dl)
 			if err == nil {
 				break
 			}

@@ -57,7 +57,7 @@ var ErrPartitionsChanged = errors.New("partition count differs from the partitio
 var ErrEventsRecreated = errors.New("the partitioned stream sourced the events stream past its last sequence")
 
 // orderingDefaults fills the ordered-delivery fields of cfg.
-func (cfg *Config) orderingDefaults() error {
+func orderingDefaults(cfg *Config) error {
 	if cfg.Partitions == 0 {
 		cfg.Partitions = DefaultPartitions
 	}
@@ -299,8 +299,8 @@ func (o *ordering) run(ctx context.Context) {
 	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
 	for _, r := range o.runners {
 		ready := make(chan struct{})
-		watchers.Go(func() { r.ord.watchParked(wctx, o.parks, ready) })
-		watchers.Go(func() { r.ord.keepParkedAlive(wctx) })
+		watchers.Go(func() { r.ord.parking.watchParked(wctx, o.parks, ready) })
+		watchers.Go(func() { r.ord.parking.keepParkedAlive(wctx) })
 		select {
 		case <-ready:
 		case <-ctx.Done():

@@ -25,8 +25,7 @@ type orderedRunner struct {
 	parts  []*partition         // owned partitions; nil where not owned
 	slots  chan struct{}        // bounds concurrent POSTs to MaxInFlight
 
-	mu     sync.Mutex
-	parked map[string]*parkedStream // by park bucket key
+	parking *parking // the parked streams and the events held behind them
 
 	streamMu sync.Mutex
 	stream   jetstream.Stream // the partitioned stream, once looked up (copyStream)
@@ -48,13 +47,13 @@ func (or *orderedRunner) pullBatch() int {
 
 func newOrderedRunner(r *runner, o *ordering, partitions int) *orderedRunner {
 	return &orderedRunner{
-		r:      r,
-		o:      o,
-		clock:  r.clock,
-		cons:   make([]jetstream.Consumer, partitions),
-		parts:  make([]*partition, partitions),
-		slots:  make(chan struct{}, r.sub.MaxInFlight),
-		parked: map[string]*parkedStream{},
+		r:       r,
+		o:       o,
+		clock:   r.clock,
+		cons:    make([]jetstream.Consumer, partitions),
+		parts:   make([]*partition, partitions),
+		slots:   make(chan struct{}, r.sub.MaxInFlight),
+		parking: newParking(r, o),
 	}
 }
 
@@ -292,7 +291,7 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	// createConsumers made the partition consumers from the same config.
 	cfg, _ := or.consumerConfig(or.o, p)
 	pt := &partition{
-		or: or, ackWait: or.r.sub.AckWait, clock: or.clock, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		or: or, parking: or.parking, ackWait: or.r.sub.AckWait, clock: or.clock, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		deadline: deadline, lastDone: map[string]uint64{}, recent: map[uint64]bool{}, inLane: map[uint64]bool{}, acking: map[uint64]bool{},
 		waiting: map[string][]waitingMsg{}, seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
 		filters: cfg.FilterSubjects,
@@ -300,4 +299,19 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	}
 	pt.successor = pt.successorSeq
 	return pt
+}
+
+// copyStream returns the partitioned stream, looked up once.
+func (or *orderedRunner) copyStream(ctx context.Context) (jetstream.Stream, error) {
+	or.streamMu.Lock()
+	defer or.streamMu.Unlock()
+	if or.stream != nil {
+		return or.stream, nil
+	}
+	s, err := or.r.js.Stream(ctx, or.o.stream())
+	if err != nil {
+		return nil, err
+	}
+	or.stream = s
+	return s, nil
 }

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
@@ -26,6 +28,25 @@ import (
 // slots, so a partition with MaxAckPending held events stops pulling until
 // an operator acts (docs/ordering.md).
 
+// parking is an ordered subscription's parked streams on this replica:
+// the park entries it wrote or watched, the events it holds behind them,
+// and the park bucket's side of both.
+type parking struct {
+	o         *ordering // the park bucket (o.parks) and the events prefix, once provisioned
+	sub       Subscription
+	log       *slog.Logger
+	metrics   *metrics
+	replicaID string
+	clock     clockwork.Clock
+
+	mu     sync.Mutex
+	parked map[string]*parkedStream // by park bucket key
+}
+
+func newParking(r *runner, o *ordering) *parking {
+	return &parking{o: o, sub: r.sub, log: r.log, metrics: r.metrics, replicaID: r.replicaID, clock: r.clock, parked: map[string]*parkedStream{}}
+}
+
 // parkedStream is a parked stream on this replica: its entry and the
 // events this replica holds behind it.
 type parkedStream struct {
@@ -42,57 +63,57 @@ type heldMsg struct {
 
 // park records m's stream as parked behind m (already dead-lettered). An
 // entry that exists already (m redelivered after a crash) is kept.
-func (or *orderedRunner) park(pt *partition, m jetstream.Msg, dl deadletter.Letter) error {
-	o := or.o
+func (pk *parking) park(pt *partition, m jetstream.Msg, dl deadletter.Letter) error {
+	o := pk.o
 	subject := wire.EventsSubject(o.eventsPrefix, m.Subject())
 	key := wire.StreamKey(subject)
 	stream, _, _ := wire.ParseSubject(o.eventsPrefix, subject)
 	e := deadletter.ParkedStream{
-		Subscription: or.r.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
-		Partition: pt.p, ParkedAt: or.clock.Now().UTC(), Replica: or.r.replicaID,
+		Subscription: pk.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
+		Partition: pt.p, ParkedAt: pk.clock.Now().UTC(), Replica: pk.replicaID,
 	}
 	v, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	bk := wire.ParkedKey(or.r.sub.Name, key)
+	bk := wire.ParkedKey(pk.sub.Name, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := o.parks.Create(ctx, bk, v); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("park stream %q of subscription %q: %w", stream, or.r.sub.Name, err)
+		return fmt.Errorf("park stream %q of subscription %q: %w", stream, pk.sub.Name, err)
 	}
-	or.mu.Lock()
-	if cur := or.parked[bk]; cur == nil {
-		or.parked[bk] = &parkedStream{entry: e}
+	pk.mu.Lock()
+	if cur := pk.parked[bk]; cur == nil {
+		pk.parked[bk] = &parkedStream{entry: e}
 	} else if cur.releasing {
 		cur.entry, cur.releasing = e, false
 	}
-	or.mu.Unlock()
+	pk.mu.Unlock()
 	return nil
 }
 
 // parkedKey is the park bucket key of the stream of a message of the
 // partitioned copy.
-func (or *orderedRunner) parkedKey(subject string) string {
-	return wire.ParkedKey(or.r.sub.Name, wire.StreamKey(wire.EventsSubject(or.o.eventsPrefix, subject)))
+func (pk *parking) parkedKey(subject string) string {
+	return wire.ParkedKey(pk.sub.Name, wire.StreamKey(wire.EventsSubject(pk.o.eventsPrefix, subject)))
 }
 
 // hold keeps m (of stream key) when its stream is parked and reports
 // whether it did. A redelivered head (dead-lettered, but its ack lost) is
 // acked instead.
-func (or *orderedRunner) hold(pt *partition, key string, m jetstream.Msg) bool {
-	or.mu.Lock()
-	if len(or.parked) == 0 {
-		or.mu.Unlock()
+func (pk *parking) hold(pt *partition, key string, m jetstream.Msg) bool {
+	pk.mu.Lock()
+	if len(pk.parked) == 0 {
+		pk.mu.Unlock()
 		return false
 	}
-	ps := or.parked[or.parkedKey(m.Subject())]
+	ps := pk.parked[pk.parkedKey(m.Subject())]
 	if ps == nil {
-		or.mu.Unlock()
+		pk.mu.Unlock()
 		return false
 	}
 	if eventID(m) == ps.entry.HeadEventID {
-		or.mu.Unlock()
+		pk.mu.Unlock()
 		pt.ack(m, pt.log)
 		return true
 	}
@@ -103,9 +124,9 @@ func (or *orderedRunner) hold(pt *partition, key string, m jetstream.Msg) bool {
 	if found {
 		ps.held[i].msg = m
 	} else {
-		ps.held = slices.Insert(ps.held, i, heldMsg{pt: pt, msg: m, at: or.clock.Now()})
+		ps.held = slices.Insert(ps.held, i, heldMsg{pt: pt, msg: m, at: pk.clock.Now()})
 	}
-	or.mu.Unlock()
+	pk.mu.Unlock()
 	return true
 }
 
@@ -121,10 +142,10 @@ func compareUint(a, b uint64) int {
 
 // returnHeld Naks the events held for pt's streams (pt is being released:
 // the next owner holds them again).
-func (or *orderedRunner) returnHeld(pt *partition) {
-	or.mu.Lock()
+func (pk *parking) returnHeld(pt *partition) {
+	pk.mu.Lock()
 	var back []jetstream.Msg
-	for _, ps := range or.parked {
+	for _, ps := range pk.parked {
 		keep := ps.held[:0]
 		for _, h := range ps.held {
 			if h.pt == pt {
@@ -135,7 +156,7 @@ func (or *orderedRunner) returnHeld(pt *partition) {
 		}
 		ps.held = keep
 	}
-	or.mu.Unlock()
+	pk.mu.Unlock()
 	for _, m := range back {
 		nak(pt.log, m, 0)
 	}
@@ -145,26 +166,26 @@ func (or *orderedRunner) returnHeld(pt *partition) {
 // stays in the map, so events of it still arriving are held, until the run
 // loop of its partition hands the held events to the lanes, in stream order
 // (releaseFor), before any newer event it pulls.
-func (or *orderedRunner) unpark(bk string) {
-	or.mu.Lock()
-	ps := or.parked[bk]
+func (pk *parking) unpark(bk string) {
+	pk.mu.Lock()
+	ps := pk.parked[bk]
 	if ps != nil {
 		ps.releasing = true
 	}
-	or.mu.Unlock()
+	pk.mu.Unlock()
 	if ps != nil {
-		or.r.log.Info("stream unparked; its held events go on", slog.String("stream", ps.entry.Stream), slog.Int("held", len(ps.held)))
+		pk.log.Info("stream unparked; its held events go on", slog.String("stream", ps.entry.Stream), slog.Int("held", len(ps.held)))
 	}
 }
 
 // releaseFor removes the releasing streams whose held events are all pt's
 // (or none) and returns those events, in stream order, for pt's run loop to
 // dispatch.
-func (or *orderedRunner) releaseFor(pt *partition) []jetstream.Msg {
-	or.mu.Lock()
-	defer or.mu.Unlock()
+func (pk *parking) releaseFor(pt *partition) []jetstream.Msg {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
 	var out []jetstream.Msg
-	for bk, ps := range or.parked {
+	for bk, ps := range pk.parked {
 		if !ps.releasing {
 			continue
 		}
@@ -181,7 +202,7 @@ func (or *orderedRunner) releaseFor(pt *partition) []jetstream.Msg {
 		for _, h := range ps.held {
 			out = append(out, h.msg)
 		}
-		delete(or.parked, bk)
+		delete(pk.parked, bk)
 	}
 	return out
 }
@@ -189,13 +210,13 @@ func (or *orderedRunner) releaseFor(pt *partition) []jetstream.Msg {
 // watchParked follows the park bucket's entries of the subscription until
 // ctx ends, closing ready once the existing ones are loaded (partitions
 // start only then, so a parked stream is never delivered).
-func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue, ready chan struct{}) {
+func (pk *parking) watchParked(ctx context.Context, kv jetstream.KeyValue, ready chan struct{}) {
 	readied := false
 	for ctx.Err() == nil {
-		w, err := kv.Watch(ctx, wire.ParkedFilter(or.r.sub.Name))
+		w, err := kv.Watch(ctx, wire.ParkedFilter(pk.sub.Name))
 		if err != nil {
-			or.r.log.Warn("watching parked streams failed; retrying", slog.Any("error", err))
-			sleep(ctx, or.clock, time.Second)
+			pk.log.Warn("watching parked streams failed; retrying", slog.Any("error", err))
+			sleep(ctx, pk.clock, time.Second)
 			continue
 		}
 		// A (re)started watch sends every entry, then nil: a stream parked
@@ -218,16 +239,16 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 			}
 			if e == nil {
 				if initial != nil {
-					or.mu.Lock()
+					pk.mu.Lock()
 					var gone []string
-					for bk := range or.parked {
+					for bk := range pk.parked {
 						if !initial[bk] {
 							gone = append(gone, bk)
 						}
 					}
-					or.mu.Unlock()
+					pk.mu.Unlock()
 					for _, bk := range gone {
-						or.unpark(bk)
+						pk.unpark(bk)
 					}
 					initial = nil
 				}
@@ -244,18 +265,18 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 			case jetstream.KeyValuePut:
 				var ps deadletter.ParkedStream
 				if err := json.Unmarshal(e.Value(), &ps); err != nil {
-					or.r.log.Warn("unreadable park entry; ignored", slog.String("key", e.Key()), slog.Any("error", err))
+					pk.log.Warn("unreadable park entry; ignored", slog.String("key", e.Key()), slog.Any("error", err))
 					continue
 				}
-				or.mu.Lock()
-				if cur := or.parked[e.Key()]; cur == nil {
-					or.parked[e.Key()] = &parkedStream{entry: ps}
+				pk.mu.Lock()
+				if cur := pk.parked[e.Key()]; cur == nil {
+					pk.parked[e.Key()] = &parkedStream{entry: ps}
 				} else {
 					cur.entry.HeadEventID, cur.releasing = ps.HeadEventID, false
 				}
-				or.mu.Unlock()
+				pk.mu.Unlock()
 			case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
-				or.unpark(e.Key())
+				pk.unpark(e.Key())
 			}
 		}
 		_ = w.Stop()
@@ -265,8 +286,8 @@ func (or *orderedRunner) watchParked(ctx context.Context, kv jetstream.KeyValue,
 // keepParkedAlive sends InProgress for the held events every AckWait/2, and
 // updates the parked-stream metrics and the owner's held counts in the
 // park bucket, until ctx ends.
-func (or *orderedRunner) keepParkedAlive(ctx context.Context) {
-	t := or.clock.NewTicker(min(or.r.sub.AckWait/2, 5*time.Second))
+func (pk *parking) keepParkedAlive(ctx context.Context) {
+	t := pk.clock.NewTicker(min(pk.sub.AckWait/2, 5*time.Second))
 	defer t.Stop()
 	reported := map[string]int{}
 	for {
@@ -284,9 +305,9 @@ func (or *orderedRunner) keepParkedAlive(ctx context.Context) {
 		var msgs []jetstream.Msg
 		var reports []report
 		oldest := time.Time{}
-		or.mu.Lock()
-		n := len(or.parked)
-		for k, ps := range or.parked {
+		pk.mu.Lock()
+		n := len(pk.parked)
+		for k, ps := range pk.parked {
 			var o time.Time
 			for _, h := range ps.held {
 				msgs = append(msgs, h.msg)
@@ -301,27 +322,27 @@ func (or *orderedRunner) keepParkedAlive(ctx context.Context) {
 				reports = append(reports, report{k, ps.entry, len(ps.held), o})
 			}
 		}
-		or.mu.Unlock()
+		pk.mu.Unlock()
 		for _, m := range msgs {
 			_ = m.InProgress()
 		}
-		or.r.metrics.streamsParked.WithLabelValues(or.r.sub.Name).Set(float64(n))
+		pk.metrics.streamsParked.WithLabelValues(pk.sub.Name).Set(float64(n))
 		age := 0.0
 		if !oldest.IsZero() {
-			age = or.clock.Since(oldest).Seconds()
+			age = pk.clock.Since(oldest).Seconds()
 		}
-		or.r.metrics.oldestHeld.WithLabelValues(or.r.sub.Name).Set(age)
+		pk.metrics.oldestHeld.WithLabelValues(pk.sub.Name).Set(age)
 		for _, rp := range reports {
 			e := rp.entry
-			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), or.clock.Now().UTC(), or.r.replicaID
+			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), pk.clock.Now().UTC(), pk.replicaID
 			v, err := json.Marshal(e)
 			if err != nil {
 				continue
 			}
 			// Put only over an existing entry: one deleted meanwhile
 			// (replayed or skipped) must stay deleted.
-			if cur, err := or.o.parks.Get(ctx, rp.key); err == nil {
-				if _, err := or.o.parks.Update(ctx, rp.key, v, cur.Revision()); err == nil {
+			if cur, err := pk.o.parks.Get(ctx, rp.key); err == nil {
+				if _, err := pk.o.parks.Update(ctx, rp.key, v, cur.Revision()); err == nil {
 					reported[rp.key] = rp.held
 				}
 			}

@@ -19,6 +19,7 @@ import (
 // loop, its lanes and its lease deadline.
 type partition struct {
 	or      *orderedRunner
+	parking *parking      // the subscription's parked streams
 	ackWait time.Duration // the subscription's AckWait
 	clock   clockwork.Clock
 	p       int
@@ -185,7 +186,7 @@ func (pt *partition) run() {
 		if !fencing && pt.or.inHand.Load() >= pt.or.handLimit() {
 			// Enough events in the lanes: pull no more for now (what
 			// waits in JetStream needs no InProgress).
-			for _, m := range pt.or.releaseFor(pt) {
+			for _, m := range pt.parking.releaseFor(pt) {
 				pt.dispatch(m, &wg)
 			}
 			select {
@@ -213,7 +214,7 @@ func (pt *partition) run() {
 		if !fencing {
 			// Events of unparked streams go first, before a newer one
 			// of theirs just pulled.
-			for _, m := range pt.or.releaseFor(pt) {
+			for _, m := range pt.parking.releaseFor(pt) {
 				pt.dispatch(m, &wg)
 			}
 		}
@@ -298,7 +299,7 @@ func (pt *partition) run() {
 	for _, m := range append(fence.take(), pt.takeWaiting()...) {
 		nak(pt.log, m, 0)
 	}
-	pt.or.returnHeld(pt)
+	pt.parking.returnHeld(pt)
 }
 
 // pulled is one result of a partition's pull iterator.
@@ -385,7 +386,7 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 	if !pt.handOn(key, msg) {
 		return
 	}
-	if pt.or.hold(pt, key, msg) {
+	if pt.parking.hold(pt, key, msg) {
 		return
 	}
 	pt.mu.Lock()
@@ -471,14 +472,14 @@ func (pt *partition) handCount(fence *fenceBuffer) int {
 		}
 	}
 	pt.mu.Unlock()
-	pt.or.mu.Lock()
-	for _, ps := range pt.or.parked {
+	pt.parking.mu.Lock()
+	for _, ps := range pt.parking.parked {
 		for _, h := range ps.held {
 			if h.pt == pt {
 				seqs[streamSeq(h.msg)] = true
 			}
 		}
 	}
-	pt.or.mu.Unlock()
+	pt.parking.mu.Unlock()
 	return len(seqs)
 }

@@ -187,21 +187,6 @@ func (pt *partition) successorSeq(key string, after uint64) (uint64, error) {
 	return next, nil
 }
 
-// copyStream returns the partitioned stream, looked up once.
-func (or *orderedRunner) copyStream(ctx context.Context) (jetstream.Stream, error) {
-	or.streamMu.Lock()
-	defer or.streamMu.Unlock()
-	if or.stream != nil {
-		return or.stream, nil
-	}
-	s, err := or.r.js.Stream(ctx, or.o.stream())
-	if err != nil {
-		return nil, err
-	}
-	or.stream = s
-	return s, nil
-}
-
 // checked takes a look-up's answer (see answered), then the stream's
 // waiting events go on as far as they follow one another.
 func (pt *partition) checked(c successorCheck, wg *sync.WaitGroup) {
