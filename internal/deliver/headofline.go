@@ -24,7 +24,7 @@ import (
 // deadline passed (JetStream redelivers it after AckWait to the next owner).
 // MaxDeliver counts attempts from JetStream's delivery count on.
 func (pt *partition) deliver(m jetstream.Msg) {
-	r := pt.or.r
+	r := pt.r
 	key := wire.StreamKey(m.Subject())
 	id := eventID(m)
 	stop := r.keepAlive(id, m.InProgress)
@@ -39,7 +39,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 	ctx := context.WithoutCancel(pt.ctx)
 	// Attempt spans and records name the event as on the events stream,
 	// as the dead letters do.
-	em := eventsMsg{Msg: m, subject: wire.EventsSubject(r.ord.o.eventsPrefix, m.Subject())}
+	em := eventsMsg{Msg: m, subject: wire.EventsSubject(pt.eventsPrefix, m.Subject())}
 	// ended ends an attempt with its outcome (span and attempts record).
 	ended := func(at *attemptState, outcome, class, reason string) {
 		at.decide(outcome, class, reason)
@@ -146,12 +146,12 @@ func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) {
 // deadLetter stores the dead letter (retrying in place while the DLQ
 // fails), parks the stream when the policy says so, then acks m.
 func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter.Letter, outcome, class string) {
-	r := pt.or.r
+	r := pt.r
 	dl.Subscription = r.sub.Name
 	dl.Endpoint = r.endpoint
 	// The dead letter names the event as on the events stream (subject,
 	// sequence), as for an unordered subscription.
-	dl.Msg = eventsMsg{Msg: m, subject: wire.EventsSubject(r.ord.o.eventsPrefix, m.Subject())}
+	dl.Msg = eventsMsg{Msg: m, subject: wire.EventsSubject(pt.eventsPrefix, m.Subject())}
 	var pause backoff.Backoff
 	for r.deadLetters != nil {
 		err := r.deadLetters.DeadLetter(context.WithoutCancel(pt.ctx), dl)

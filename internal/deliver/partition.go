@@ -18,13 +18,17 @@ import (
 // partition is one owned partition of an ordered subscription: its pull
 // loop, its lanes and its lease deadline.
 type partition struct {
-	or      *orderedRunner
-	parking *parking      // the subscription's parked streams
-	ackWait time.Duration // the subscription's AckWait
-	clock   clockwork.Clock
-	p       int
-	cons    jetstream.Consumer
-	log     *slog.Logger
+	or *orderedRunner
+	r  *runner // the subscription's: its sender, dead letters and metrics
+	// eventsPrefix is the events stream's subject prefix, to name an event
+	// as on the events stream (spans, records, dead letters).
+	eventsPrefix string
+	parking      *parking      // the subscription's parked streams
+	ackWait      time.Duration // the subscription's AckWait
+	clock        clockwork.Clock
+	p            int
+	cons         jetstream.Consumer
+	log          *slog.Logger
 
 	rev  uint64 // lease revision; the ownership loop's alone
 	lost bool   // the lease is someone else's; the ownership loop's alone
