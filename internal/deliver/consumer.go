@@ -211,28 +211,9 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			return nil, fmt.Errorf("deliver: new consumer: subscription %q: %w", s.Name, err)
 		}
 		endpoint := breaker.Endpoint(s.URL)
-		client := open
-		tlsCfg, err := s.TLS.Load()
+		client, err := subscriptionClient(open, &safe, s)
 		if err != nil {
-			return nil, fmt.Errorf("deliver: new consumer: %w %q: %w", ErrInvalidSubscription, s.Name, err)
-		}
-		switch {
-		case tlsCfg != nil:
-			// Its own client: its own TLS settings and connection pool,
-			// then the address check on top (guarded keeps TLSClientConfig).
-			if client, err = egress.WithTLS(open, tlsCfg); err == nil && !s.AllowPrivate {
-				client, err = egress.Guarded(client)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("deliver: new consumer: subscription %q: %w", s.Name, err)
-			}
-		case !s.AllowPrivate:
-			if safe == nil {
-				if safe, err = egress.Guarded(open); err != nil {
-					return nil, fmt.Errorf("deliver: new consumer: subscription %q: %w", s.Name, err)
-				}
-			}
-			client = safe
+			return nil, fmt.Errorf("deliver: new consumer: %w", err)
 		}
 		c.runners = append(c.runners, &runner{
 			sender: &sender{
@@ -260,6 +241,39 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	}
 	c.ord = newOrdering(c)
 	return c, nil
+}
+
+// subscriptionClient returns the HTTP client of subscription s: open (no
+// redirects) as it is with AllowPrivate; without it, the guarded copy of
+// open, made once in *safe and shared; with TLS files, a client of its
+// own (its TLS settings and connection pool), guarded on top unless
+// AllowPrivate (the guard keeps TLSClientConfig).
+func subscriptionClient(open *http.Client, safe **http.Client, s Subscription) (*http.Client, error) {
+	tlsCfg, err := s.TLS.Load()
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: %w", ErrInvalidSubscription, s.Name, err)
+	}
+	switch {
+	case tlsCfg != nil:
+		client, err := egress.WithTLS(open, tlsCfg)
+		if err == nil && !s.AllowPrivate {
+			client, err = egress.Guarded(client)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("subscription %q: %w", s.Name, err)
+		}
+		return client, nil
+	case !s.AllowPrivate:
+		if *safe == nil {
+			g, err := egress.Guarded(open)
+			if err != nil {
+				return nil, fmt.Errorf("subscription %q: %w", s.Name, err)
+			}
+			*safe = g
+		}
+		return *safe, nil
+	}
+	return open, nil
 }
 
 func defaultUserAgent() string {

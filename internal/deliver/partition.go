@@ -144,19 +144,7 @@ func (pt *partition) run() {
 	var wg sync.WaitGroup
 	defer close(pt.done)
 	defer wg.Wait()
-	var pause backoff.Backoff
-	var iter jetstream.MessagesContext
-	for pt.ctx.Err() == nil {
-		var err error
-		iter, err = pt.cons.Messages(jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
-			jetstream.WithMessagesErrOnMissingHeartbeat(false))
-		if err == nil {
-			break
-		}
-		d := pause.Next()
-		pt.log.Warn("pulling from a partition failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
-		sleep(pt.ctx, pt.clock, d)
-	}
+	iter := pt.openPull()
 	if iter == nil {
 		return
 	}
@@ -283,27 +271,49 @@ func (pt *partition) run() {
 		}
 	}
 	if iter != nil {
-		// The reader returns what was buffered, then ends; what it reads
-		// after stopReading it Naks itself.
-		iter.Drain()
-	drain:
-		for {
-			select {
-			case p := <-pulled:
-				if p.err != nil {
-					break drain
-				}
-				nak(pt.log, p.msg, 0)
-			case <-time.After(time.Second):
-				break drain
-			}
-		}
-		iter.Stop()
+		pt.stopPull(iter, pulled)
 	}
 	for _, m := range append(fence.take(), pt.takeWaiting()...) {
 		nak(pt.log, m, 0)
 	}
 	pt.parking.returnHeld(pt)
+}
+
+// openPull opens the partition consumer's pull iterator, retrying with
+// backoff until it opens; nil when the partition was released first.
+func (pt *partition) openPull() jetstream.MessagesContext {
+	var pause backoff.Backoff
+	for pt.ctx.Err() == nil {
+		iter, err := pt.cons.Messages(jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
+			jetstream.WithMessagesErrOnMissingHeartbeat(false))
+		if err == nil {
+			return iter
+		}
+		d := pause.Next()
+		pt.log.Warn("pulling from a partition failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
+		sleep(pt.ctx, pt.clock, d)
+	}
+	return nil
+}
+
+// stopPull drains iter: the reader returns what was buffered (each
+// message Nak'd for the next owner), then ends; what it reads after
+// stopReading it Naks itself.
+func (pt *partition) stopPull(iter jetstream.MessagesContext, in <-chan pulled) {
+	iter.Drain()
+drain:
+	for {
+		select {
+		case p := <-in:
+			if p.err != nil {
+				break drain
+			}
+			nak(pt.log, p.msg, 0)
+		case <-time.After(time.Second):
+			break drain
+		}
+	}
+	iter.Stop()
 }
 
 // pulled is one result of a partition's pull iterator.
