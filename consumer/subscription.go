@@ -73,6 +73,19 @@ type TLSFiles struct {
 	CAFile string
 }
 
+// Errors a subscription's Validate wraps (with ErrInvalidConfig) for its
+// URL; a delivery refused at dial time wraps ErrForbiddenAddress too (and
+// is dead-lettered).
+var (
+	// ErrForbiddenAddress: the endpoint is (or resolves to) a loopback,
+	// private, shared, link-local (cloud metadata) or reserved address,
+	// and the subscription does not set AllowPrivate.
+	ErrForbiddenAddress = deliver.ErrForbiddenAddress
+	// ErrPlainHTTP: the URL is plain http and neither AllowHTTP nor
+	// AllowPrivate is set.
+	ErrPlainHTTP = deliver.ErrPlainHTTP
+)
+
 // Subscription is one webhook endpoint fed by one durable pull consumer on
 // the events stream (or, when ordered, by the partition consumers of its
 // partitioned copy). Zero fields take their defaults.

@@ -173,3 +173,18 @@ func loadSubscriptions(path string) ([]consumer.Subscription, breaker.Settings, 
 	}
 	return subs, bs, nil
 }
+
+// withFlagHints adds to a configuration error the flags and subscriptions
+// file keys that change what it refuses: the library names its fields,
+// the binary its flags.
+func withFlagHints(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, consumer.ErrForbiddenAddress):
+		return fmt.Errorf("%w (to allow it: --allow-private, or allow_private: true on the subscription in the subscriptions file)", err)
+	case errors.Is(err, consumer.ErrPlainHTTP):
+		return fmt.Errorf("%w (--allow-http, allow_http: true in the subscriptions file, for a public address; --allow-private, allow_private: true, for a private one)", err)
+	}
+	return err
+}

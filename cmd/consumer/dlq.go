@@ -170,7 +170,7 @@ func (c *dlqReplayCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	cons, err := consumer.New(js, cfg)
 	if err != nil {
-		return err
+		return withFlagHints(err)
 	}
 	q := cons.DeadLetters()
 	var letters []consumer.DeadLetter

@@ -167,7 +167,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if err := cfg.Validate(); err != nil {
-		return err
+		return withFlagHints(err)
 	}
 	names := make([]string, len(cfg.Subscriptions))
 	for i, s := range cfg.Subscriptions {

@@ -18,6 +18,10 @@ import (
 // subscription without AllowPrivate may not reach.
 var ErrForbiddenAddress = egress.ErrForbiddenAddress
 
+// ErrPlainHTTP is wrapped by Validate when a subscription's URL is plain
+// http and neither AllowHTTP nor AllowPrivate allows it.
+var ErrPlainHTTP = errors.New("plain http")
+
 // TLSFiles configures a subscription's client certificate and CA bundle
 // (egress.TLSFiles).
 type TLSFiles = egress.TLSFiles
@@ -254,11 +258,11 @@ func (s Subscription) Validate() error {
 		return bad("URL", "%q is not an absolute http or https URL", breaker.Endpoint(s.URL))
 	}
 	if u.Scheme == "http" && !s.AllowHTTP && !s.AllowPrivate {
-		return bad("URL", "%q is plain http: use https, or allow it with --allow-http (allow_http: true in the subscriptions file) for a public address or --allow-private (allow_private: true) for a private one", breaker.Endpoint(s.URL))
+		return fmt.Errorf("%w %q: URL: %q is %w: use https, or allow it with AllowHTTP for a public address or AllowPrivate for a private one", ErrInvalidSubscription, s.Name, breaker.Endpoint(s.URL), ErrPlainHTTP)
 	}
 	if !s.AllowPrivate {
 		if err := egress.CheckLiteralHost(u.Hostname()); err != nil {
-			return bad("URL", "%q: %v: %v", breaker.Endpoint(s.URL), ErrForbiddenAddress, err)
+			return fmt.Errorf("%w %q: URL: %q: %w: %v", ErrInvalidSubscription, s.Name, breaker.Endpoint(s.URL), ErrForbiddenAddress, err)
 		}
 	}
 	if _, err := webhook.ParseScheme(string(s.Scheme)); err != nil {

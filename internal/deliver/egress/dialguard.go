@@ -20,7 +20,7 @@ import (
 // resolves (or re-resolves, DNS rebinding) to such an address is refused
 // too. A delivery refused this way is a permanent failure: it is
 // dead-lettered at once and no request is sent.
-var ErrForbiddenAddress = errors.New("endpoint address not allowed (to allow it: --allow-private, or allow_private: true on the subscription in the subscriptions file)")
+var ErrForbiddenAddress = errors.New("endpoint address not allowed (a subscription with AllowPrivate may reach it)")
 
 // forbiddenPrefixes are the ranges netip's predicates do not cover.
 var forbiddenPrefixes = []netip.Prefix{
