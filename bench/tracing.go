@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/jsbridge/jsbridge/bridge"
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/wire"
@@ -194,10 +194,10 @@ func (e *env) tracedConsumer(ctx context.Context, m int, on bool, round int) (tr
 	_, _ = rand.Read(secret)
 	tp, exp, stop := tracerProvider(on)
 	defer stop()
-	c, err := deliver.New(e.js, deliver.Config{TracerProvider: tp}, deliver.Subscription{
+	c, err := consumer.New(e.js, consumer.Config{TracerProvider: tp, Subscriptions: []consumer.Subscription{{
 		Name: fmt.Sprintf("bench-tracing-%v-%d", on, round), FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)}, URL: s.url,
 		Secrets: []string{"whsec_" + base64.StdEncoding.EncodeToString(secret)}, AllowPrivate: true, MaxInFlight: e.cfg.InFlight,
-	})
+	}}})
 	if err != nil {
 		return traced{}, err
 	}

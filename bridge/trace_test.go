@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/bridge"
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/wire"
@@ -61,17 +61,15 @@ func TestTraceContextFromMetaReachesTheReceiver(t *testing.T) {
 	}))
 	t.Cleanup(rc.Close)
 	consumerTP, consumerSpans := tracedProvider(t)
-	c, err := deliver.New(bb.js, deliver.Config{TracerProvider: consumerTP}, deliver.Subscription{
+	c, err := consumer.New(bb.js, consumer.Config{TracerProvider: consumerTP, Subscriptions: []consumer.Subscription{{
 		Name: "orders", FilterSubjects: []string{wire.CategoryFilter(wire.DefaultEventsPrefix, "order")}, URL: rc.URL,
 		Secrets:      []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("bridge-trace-test-secret-0123"))},
 		BackOff:      []time.Duration{20 * time.Millisecond},
 		AllowPrivate: true,
-	})
+	}}})
 	require.NoError(t, err)
-	cctx, stopConsumer := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(cctx) }()
-	t.Cleanup(func() { stopConsumer(); <-done })
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 
 	const appTrace, appSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	_, err = bb.store.Append(ctx, "order-1", store.NoStream, store.NewEvent{Name: "OrderPlaced", Data: []byte(`{}`),

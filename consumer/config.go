@@ -13,15 +13,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
 // Defaults of Config and of its subscriptions: a zero field means the
-// default below. They are the defaults of the packages that own each knob
-// (deliver, breaker, wire), spelled once here for the consumer; `consumer
-// run`'s flags default to the same values (a test keeps them equal, and the
-// README's flag table equal to the flags).
+// default below. They are spelled once here for the consumer (the engine
+// behind it and the breaker take the same values); `consumer run`'s flags
+// default to the same values (a test keeps them equal, and the README's
+// flag table equal to the flags).
 const (
 	// DefaultStream is the JetStream stream the durable consumers read.
 	DefaultStream = wire.DefaultEventsStream
@@ -56,11 +57,19 @@ const (
 	// DefaultLeaseTTL is the lifetime of a partition lease unless renewed
 	// (10 s).
 	DefaultLeaseTTL = deliver.DefaultLeaseTTL
+
+	// DefaultAttemptsStream is the JetStream stream of the attempts
+	// record (AttemptsConfig.Stream).
+	DefaultAttemptsStream = wire.DefaultAttemptsStream
+	// DefaultAttemptsMaxAge is how long attempt records are kept (72 h).
+	DefaultAttemptsMaxAge = attemptlog.DefaultMaxAge
+	// DefaultAttemptsMaxBytes bounds the attempts stream's size (1 GiB);
+	// the oldest records go first.
+	DefaultAttemptsMaxBytes = attemptlog.DefaultMaxBytes
 )
 
 // DefaultBackOff returns the retry delays of a subscription without its
-// own: 1 s, 5 s, 30 s, 2 min, 5 min, the last repeating
-// (deliver.DefaultBackOff).
+// own: 1 s, 5 s, 30 s, 2 min, 5 min, the last repeating.
 func DefaultBackOff() []time.Duration { return deliver.DefaultBackOff() }
 
 // ErrInvalidConfig is wrapped by Config.Validate and New when a Config
@@ -73,9 +82,9 @@ var ErrInvalidConfig = errors.New("invalid consumer config")
 // Subscriptions means its default.
 type Config struct {
 	// Subscriptions are the webhook endpoints, each fed by its own durable
-	// pull consumer (see deliver.Subscription for their fields and
-	// defaults). At least one; names unique. Required.
-	Subscriptions []deliver.Subscription
+	// pull consumer (see Subscription for their fields and defaults). At
+	// least one; names unique. Required.
+	Subscriptions []Subscription
 	// Breaker configures every endpoint's circuit breaker (one per
 	// endpoint, shared by the subscriptions that POST to it). Zero fields
 	// take breaker's defaults (DefaultBreakerFailures,
@@ -99,9 +108,12 @@ type Config struct {
 	// error wrapping ErrStartupTimeout that names what is missing.
 	// Default 0: wait until the context ends.
 	StartupTimeout time.Duration
-	// HTTPClient sends the webhooks (see deliver.Config.HTTPClient: it must
-	// be nil or use an *http.Transport). Default: deliver's keep-alive
-	// client without proxy.
+	// HTTPClient sends the webhooks. Redirects are never followed (a 3xx is
+	// a failure). For subscriptions without AllowPrivate its Transport must
+	// be nil or an *http.Transport (a copy gets the dial-time address check
+	// and no proxy), and for subscriptions with TLS files too (a copy gets
+	// their certificates). Default: a keep-alive client with connect and
+	// TLS handshake timeouts and no proxy.
 	HTTPClient *http.Client
 	// Logger receives the consumer's records (keys subscription, endpoint,
 	// event_id, attempt). Default slog.Default().
@@ -109,13 +121,13 @@ type Config struct {
 	// Registerer, when set, gets the delivery and breaker metrics
 	// (jsbridge_consumer_*; see the README). Default nil: no metrics.
 	Registerer prometheus.Registerer
-	// TracerProvider makes the span of each delivery attempt (see
-	// deliver.Config.TracerProvider). Default: OpenTelemetry's global
+	// TracerProvider makes the span of each delivery attempt (one per
+	// attempt, continuing the trace in the message's traceparent header,
+	// which the POST carries on). Default: OpenTelemetry's global
 	// provider, a no-op until the application installs one.
 	TracerProvider trace.TracerProvider
 	// Partitions is the number of partitions of the partitioned copy of
-	// Stream that ordered subscriptions read (see deliver.Config.Partitions
-	// and docs/ordering.md): at most this many replicas share an ordered
+	// Stream that ordered subscriptions read (docs/ordering.md): at most this many replicas share an ordered
 	// subscription's work; the same on every replica. Default
 	// DefaultPartitions.
 	Partitions int
@@ -127,11 +139,39 @@ type Config struct {
 	// live unless renewed: a killed replica's partitions move after at
 	// most LeaseTTL plus AckWait. Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
-	// Attempts, when set, receives a record of every attempt after it ended
-	// (see deliver.Config.Attempts; deliver.NewAttemptLog keeps them in a
-	// JetStream stream for `consumer trace`). Default nil: no records.
-	Attempts deliver.AttemptRecorder
+	// Attempts, when set, keeps a record of every attempt in a JetStream
+	// stream for `consumer trace` and TraceEvent (see AttemptsConfig).
+	// Default nil: no records.
+	Attempts *AttemptsConfig
 }
+
+// AttemptsConfig configures the attempts record: every attempt's outcome
+// written, after it ended, to a JetStream stream bounded by age and size,
+// asynchronously (a delivery never waits for or fails on its record; a
+// record that finds the queue full or that JetStream does not store is
+// dropped and counted in
+// jsbridge_consumer_attempt_records_dropped_total{reason}). Provision
+// creates the stream when missing (with Config.Replicas) and fails with
+// ErrAttemptsSubjects when an existing one does not hold its subjects.
+// Zero fields take their defaults.
+type AttemptsConfig struct {
+	// Stream is the JetStream stream. Default DefaultAttemptsStream.
+	Stream string
+	// MaxAge is how long records are kept when Provision creates the
+	// stream. Default DefaultAttemptsMaxAge (72 h).
+	MaxAge time.Duration
+	// MaxBytes bounds the stream's size when Provision creates it; the
+	// oldest records go first. Default DefaultAttemptsMaxBytes (1 GiB).
+	MaxBytes int64
+	// Replica names this process in its records. Default
+	// "<hostname>/<pid>".
+	Replica string
+}
+
+// ErrAttemptsSubjects is wrapped by Provision (and Start) when the
+// existing attempts stream does not hold the attempts subjects
+// (attempts.>).
+var ErrAttemptsSubjects = attemptlog.ErrSubjects
 
 // Validate checks c without touching anything: nil, or an error wrapping
 // ErrInvalidConfig that names the first bad field and its value
@@ -154,7 +194,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	names := make(map[string]int, len(c.Subscriptions))
 	for i, s := range c.Subscriptions {
-		if err := s.Validate(); err != nil {
+		if err := s.engine().Validate(); err != nil {
 			return c, fmt.Errorf("%w: Subscriptions[%d]: %w", ErrInvalidConfig, i, err)
 		}
 		if j, dup := names[s.Name]; dup {
@@ -178,6 +218,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Replicas < 0 {
 		return bad("Replicas %d is negative (want 1 on a standalone server, 3 on a cluster)", c.Replicas)
+	}
+	if a := c.Attempts; a != nil && (a.MaxAge < 0 || a.MaxBytes < 0) {
+		return bad("Attempts.MaxAge %s, Attempts.MaxBytes %d: want 0 (the default) or more", a.MaxAge, a.MaxBytes)
 	}
 	if c.StartupTimeout < 0 {
 		return bad("StartupTimeout %s is negative (0 waits until the context ends)", c.StartupTimeout)

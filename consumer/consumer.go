@@ -1,7 +1,10 @@
 // Package consumer runs the jsbridge consumer inside a Go application: the
-// circuit breakers, the dead-letter stream and the delivery engine
-// (package deliver) assembled, as `consumer run` assembles them, behind
-// New, Start, Stop and Ready.
+// circuit breakers, the dead-letter stream, the attempts record and the
+// delivery engine assembled, as `consumer run` assembles them, behind New,
+// Start, Stop and Ready. It is the consumer's only public package: its
+// Config, the dead-letter and parked-stream operations (DeadLetters,
+// Consumer.Replay), the status reader (ReadStatus) and the trace reader
+// (TraceEvent); the engine lives under internal/.
 //
 //	c, err := consumer.New(js, consumer.Config{Subscriptions: subs})
 //	if err != nil { ... }
@@ -11,7 +14,8 @@
 // Each subscription gets a durable pull consumer on the events stream;
 // every event is POSTed to its endpoint signed, with Idempotency-Key = event
 // id, through the endpoint's circuit breaker, then acked, retried with
-// backoff or dead-lettered (see package deliver for the outcome classes).
+// backoff or dead-lettered (docs/architecture.md, "Consumer: how a
+// delivery ends").
 // Consumers in several processes (in-process ones and `consumer run`) share
 // the durable consumers of the same subscription names.
 package consumer
@@ -25,7 +29,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/startup"
 )
 
@@ -41,10 +47,12 @@ var ErrStartupTimeout = startup.ErrTimeout
 // Consumer delivers the events of its subscriptions to their endpoints.
 // Its methods are safe for concurrent use.
 type Consumer struct {
-	cfg    Config
-	js     jetstream.JetStream
-	dlq    *deliver.DLQ
-	engine *deliver.Consumer
+	cfg      Config
+	js       jetstream.JetStream
+	dlq      *deadletter.DLQ
+	letters  *DeadLetters
+	attempts *attemptlog.Log // nil without Config.Attempts
+	engine   *deliver.Consumer
 
 	mu          sync.Mutex
 	waiter      *startup.Waiter // the Waiter of the running Provision; nil before
@@ -56,9 +64,9 @@ type Consumer struct {
 
 // New assembles a consumer on js without touching it: it checks cfg
 // (Validate; an error wrapping ErrInvalidConfig names the field and the
-// value), fills its defaults, and registers the delivery and breaker
-// metrics on cfg.Registerer (an error when they are registered there
-// already). js must not be nil.
+// value), fills its defaults, and registers the delivery, breaker and
+// attempts-record metrics on cfg.Registerer (an error when they are
+// registered there already). js must not be nil.
 func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	if js == nil {
 		return nil, fmt.Errorf("%w: JetStream is nil", ErrInvalidConfig)
@@ -71,31 +79,45 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	dlq := deliver.NewDLQ(js, deliver.DLQConfig{Stream: cfg.DLQStream, Replicas: cfg.Replicas, Logger: cfg.Logger})
-	engine, err := deliver.New(js, deliver.Config{
+	dlq := deadletter.New(js, deadletter.Config{Stream: cfg.DLQStream, Replicas: cfg.Replicas, Logger: cfg.Logger})
+	c := &Consumer{cfg: cfg, js: js, dlq: dlq, letters: &DeadLetters{js: js, q: dlq}}
+	ecfg := deliver.Config{
 		Stream: cfg.Stream, HTTPClient: cfg.HTTPClient, Breakers: breakers, Logger: cfg.Logger,
 		Registerer: cfg.Registerer, DeadLetters: dlq, Replicas: cfg.Replicas,
-		TracerProvider: cfg.TracerProvider, Attempts: cfg.Attempts,
-		Partitions: cfg.Partitions, ReplicaID: cfg.ReplicaID, LeaseTTL: cfg.LeaseTTL,
-	}, cfg.Subscriptions...)
+		TracerProvider: cfg.TracerProvider,
+		Partitions:     cfg.Partitions, ReplicaID: cfg.ReplicaID, LeaseTTL: cfg.LeaseTTL,
+	}
+	if a := cfg.Attempts; a != nil {
+		c.attempts, err = attemptlog.New(js, attemptlog.Config{
+			Stream: a.Stream, MaxAge: a.MaxAge, MaxBytes: a.MaxBytes, Replicas: cfg.Replicas, Replica: a.Replica,
+			Logger: cfg.Logger, Registerer: cfg.Registerer,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
+		}
+		ecfg.Attempts = c.attempts
+	}
+	c.engine, err = deliver.New(js, ecfg, engineSubscriptions(cfg.Subscriptions)...)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	return &Consumer{cfg: cfg, js: js, dlq: dlq, engine: engine}, nil
+	return c, nil
 }
 
 // Config returns the consumer's configuration with its defaults filled in
 // (the subscriptions as given: deliver fills theirs).
 func (c *Consumer) Config() Config { return c.cfg }
 
-// DLQ returns the dead-letter stream the consumer writes to, for listing,
-// replaying (Replay) and purging dead letters.
-func (c *Consumer) DLQ() *deliver.DLQ { return c.dlq }
+// DeadLetters returns the dead-letter stream the consumer writes to, for
+// listing, skipping and purging dead letters (replay them with Replay).
+func (c *Consumer) DeadLetters() *DeadLetters { return c.letters }
 
 // Provision waits for what delivering needs and creates what is missing:
-// first the dead-letter stream (created when missing; an existing one that
-// does not hold the dead-letter subjects fails at once with
-// deliver.ErrDLQSubjects), then each subscription's durable pull consumer
+// first the attempts stream when Config.Attempts is set (an existing one
+// that does not hold the attempts subjects fails at once with
+// ErrAttemptsSubjects), then the dead-letter stream (created when missing;
+// an existing one that does not hold the dead-letter subjects fails at
+// once with ErrDLQSubjects), then each subscription's durable pull consumer
 // on Config.Stream (waiting for the bridge to create that stream). A
 // dependency that is not there yet (no responders, a timeout, a stream not
 // found, a leader election) is retried with backoff (0.5 s doubling to
@@ -115,9 +137,21 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	c.mu.Lock()
 	c.waiter = w
 	c.mu.Unlock()
+	if c.attempts != nil {
+		err := w.For(ctx, "JetStream attempts stream "+c.attempts.Stream(), func(ctx context.Context) error {
+			err := c.attempts.Provision(ctx)
+			if errors.Is(err, attemptlog.ErrSubjects) {
+				return startup.Permanent(err)
+			}
+			return startup.JetStreamErr(err)
+		})
+		if err != nil {
+			return err
+		}
+	}
 	err := w.For(ctx, "JetStream dead-letter stream "+c.cfg.DLQStream, func(ctx context.Context) error {
 		err := c.dlq.Provision(ctx)
-		if errors.Is(err, deliver.ErrDLQSubjects) {
+		if errors.Is(err, deadletter.ErrSubjects) {
 			return startup.Permanent(err)
 		}
 		return startup.JetStreamErr(err)
@@ -171,7 +205,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	go func() {
 		defer close(done)
-		_ = c.engine.Run(runCtx) // always nil: the engine retries what fails
+		_ = c.deliver(runCtx) // always nil: the engine retries what fails
 	}()
 	return nil
 }
@@ -197,6 +231,19 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			return err
 		}
+	}
+	return c.deliver(ctx)
+}
+
+// deliver runs the engine until ctx ends, and the attempts record until
+// the engine stopped (the records of the deliveries that finish during a
+// graceful stop are written too).
+func (c *Consumer) deliver(ctx context.Context) error {
+	if c.attempts != nil {
+		lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); c.attempts.Run(lctx) }()
+		defer func() { stop(); <-done }()
 	}
 	return c.engine.Run(ctx)
 }
@@ -251,10 +298,35 @@ func (c *Consumer) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Replay POSTs dead letters once more to their subscription's endpoint
-// (same Idempotency-Key, current secrets) and removes each one delivered
-// from the dead-letter stream; see deliver.Consumer.Replay. It needs no
-// Start.
-func (c *Consumer) Replay(ctx context.Context, letters []deliver.StoredDeadLetter) []deliver.ReplayResult {
-	return c.engine.Replay(ctx, c.dlq, letters)
+// Replay POSTs each dead letter once more to its subscription's endpoint,
+// signed with the subscription's current secrets and with the same
+// Idempotency-Key (the event id), outside the circuit breaker, and removes
+// it from the dead-letter stream once the endpoint answers 2xx
+// (jsbridge_consumer_dead_letters_replayed_total counts those); when it
+// was the head of a parked stream (an ordered subscription), the stream is
+// unparked and its held events follow, in order. A dead letter that fails
+// again stays where it is. The subscriptions are matched by name; a dead
+// letter of a subscription c does not have gets an error wrapping
+// ErrUnknownSubscription. Replay returns one result per letter, in order;
+// it stops early only when ctx ends. It needs no Start.
+func (c *Consumer) Replay(ctx context.Context, letters []DeadLetter) []ReplayResult {
+	res := c.engine.Replay(ctx, c.dlq, toStored(letters))
+	out := make([]ReplayResult, len(res))
+	for i, r := range res {
+		out[i] = ReplayResult{Letter: DeadLetter(r.Letter), Delivered: r.Delivered, Status: r.Status, Err: r.Err}
+	}
+	return out
 }
+
+// Errors of ordered delivery's start-up; Provision (and Start) wrap them
+// and do not wait for them to go away.
+var (
+	// ErrPartitionsChanged is wrapped when Config.Partitions differs from
+	// the partition count of the existing partitioned copy of the events
+	// stream (changing it needs the copy deleted, docs/ordering.md).
+	ErrPartitionsChanged = deliver.ErrPartitionsChanged
+	// ErrEventsRecreated is wrapped when the partitioned copy sourced the
+	// events stream past its last sequence (the events stream was deleted
+	// and created again); the message names the copy to delete.
+	ErrEventsRecreated = deliver.ErrEventsRecreated
+)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/consumer"
-	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
@@ -28,8 +27,8 @@ import (
 
 var secret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("consumer-test-secret-0123456789"))
 
-func sub(name, url string) deliver.Subscription {
-	return deliver.Subscription{
+func sub(name, url string) consumer.Subscription {
+	return consumer.Subscription{
 		Name: name, FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)}, URL: url,
 		Secrets: []string{secret}, AllowPrivate: true, BackOff: []time.Duration{50 * time.Millisecond},
 	}
@@ -47,22 +46,22 @@ func TestNewNamesEachBadField(t *testing.T) {
 		want []string
 	}{
 		{"no subscriptions", consumer.Config{}, []string{"Subscriptions: none given"}},
-		{"subscription field", consumer.Config{Subscriptions: []deliver.Subscription{good, func() deliver.Subscription {
+		{"subscription field", consumer.Config{Subscriptions: []consumer.Subscription{good, func() consumer.Subscription {
 			s := sub("bad", "ftp://x")
 			return s
 		}()}}, []string{"Subscriptions[1]", `"bad"`, "URL", "ftp://x"}},
-		{"subscription TLS file", consumer.Config{Subscriptions: []deliver.Subscription{func() deliver.Subscription {
+		{"subscription TLS file", consumer.Config{Subscriptions: []consumer.Subscription{func() consumer.Subscription {
 			s := sub("tls", "https://127.0.0.1:1/")
-			s.TLS = deliver.TLSFiles{CAFile: missingCA}
+			s.TLS = consumer.TLSFiles{CAFile: missingCA}
 			return s
 		}()}}, []string{"Subscriptions[0]", missingCA}},
-		{"duplicate name", consumer.Config{Subscriptions: []deliver.Subscription{good, good}}, []string{"Subscriptions[1].Name", `"orders"`, "Subscriptions[0]"}},
-		{"breaker", consumer.Config{Subscriptions: []deliver.Subscription{good}, Breaker: breaker.Settings{FailureRatio: 2}}, []string{"Breaker", "FailureRatio", "2"}},
-		{"stream", consumer.Config{Subscriptions: []deliver.Subscription{good}, Stream: "EV.ENTS"}, []string{"Stream", `"EV.ENTS"`}},
-		{"dlq stream", consumer.Config{Subscriptions: []deliver.Subscription{good}, DLQStream: "D*"}, []string{"DLQStream", `"D*"`}},
-		{"dlq is the events stream", consumer.Config{Subscriptions: []deliver.Subscription{good}, DLQStream: "EVENTS"}, []string{"DLQStream", `"EVENTS"`}},
-		{"replicas", consumer.Config{Subscriptions: []deliver.Subscription{good}, Replicas: -1}, []string{"Replicas", "-1"}},
-		{"startup timeout", consumer.Config{Subscriptions: []deliver.Subscription{good}, StartupTimeout: -time.Second}, []string{"StartupTimeout", "-1s"}},
+		{"duplicate name", consumer.Config{Subscriptions: []consumer.Subscription{good, good}}, []string{"Subscriptions[1].Name", `"orders"`, "Subscriptions[0]"}},
+		{"breaker", consumer.Config{Subscriptions: []consumer.Subscription{good}, Breaker: breaker.Settings{FailureRatio: 2}}, []string{"Breaker", "FailureRatio", "2"}},
+		{"stream", consumer.Config{Subscriptions: []consumer.Subscription{good}, Stream: "EV.ENTS"}, []string{"Stream", `"EV.ENTS"`}},
+		{"dlq stream", consumer.Config{Subscriptions: []consumer.Subscription{good}, DLQStream: "D*"}, []string{"DLQStream", `"D*"`}},
+		{"dlq is the events stream", consumer.Config{Subscriptions: []consumer.Subscription{good}, DLQStream: "EVENTS"}, []string{"DLQStream", `"EVENTS"`}},
+		{"replicas", consumer.Config{Subscriptions: []consumer.Subscription{good}, Replicas: -1}, []string{"Replicas", "-1"}},
+		{"startup timeout", consumer.Config{Subscriptions: []consumer.Subscription{good}, StartupTimeout: -time.Second}, []string{"StartupTimeout", "-1s"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -75,9 +74,9 @@ func TestNewNamesEachBadField(t *testing.T) {
 			require.ErrorIs(t, c.cfg.Validate(), consumer.ErrInvalidConfig, "Validate agrees with New")
 		})
 	}
-	_, err := consumer.New(nil, consumer.Config{Subscriptions: []deliver.Subscription{good}})
+	_, err := consumer.New(nil, consumer.Config{Subscriptions: []consumer.Subscription{good}})
 	require.ErrorIs(t, err, consumer.ErrInvalidConfig)
-	c, err := consumer.New(stubJS{}, consumer.Config{Subscriptions: []deliver.Subscription{good}})
+	c, err := consumer.New(stubJS{}, consumer.Config{Subscriptions: []consumer.Subscription{good}})
 	require.NoError(t, err)
 	cfg := c.Config()
 	require.Equal(t, consumer.DefaultStream, cfg.Stream)
@@ -158,7 +157,7 @@ func TestStartWaitsForTheEventsStreamThenDelivers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	srv, got := receiver(t, nil)
-	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []deliver.Subscription{sub("orders", srv.URL)}})
+	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []consumer.Subscription{sub("orders", srv.URL)}})
 	require.NoError(t, err)
 	require.ErrorContains(t, c.Ready(b.ctx), "not provisioned")
 
@@ -212,8 +211,8 @@ func TestStopLetsTheDeliveryInFlightFinishAndAcks(t *testing.T) {
 	t.Cleanup(srv.Close)
 	// Unordered, so that one durable on the events stream shows the ack.
 	s := sub("slow", srv.URL)
-	s.Ordering = deliver.OrderingNone
-	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []deliver.Subscription{s}})
+	s.Ordering = consumer.OrderingNone
+	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []consumer.Subscription{s}})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(b.ctx))
 	cons, err := b.js.Consumer(b.ctx, wire.DefaultEventsStream, "slow")
@@ -248,7 +247,7 @@ func TestStopLetsTheDeliveryInFlightFinishAndAcks(t *testing.T) {
 func TestProvisionGivesUp(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []deliver.Subscription{sub("x", "http://127.0.0.1:1/")}, StartupTimeout: 500 * time.Millisecond})
+	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []consumer.Subscription{sub("x", "http://127.0.0.1:1/")}, StartupTimeout: 500 * time.Millisecond})
 	require.NoError(t, err)
 	start := time.Now()
 	err = c.Start(b.ctx)
@@ -258,16 +257,16 @@ func TestProvisionGivesUp(t *testing.T) {
 
 	_, err = b.js.CreateStream(b.ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}})
 	require.NoError(t, err)
-	c, err = consumer.New(b.js, consumer.Config{Subscriptions: []deliver.Subscription{sub("y", "http://127.0.0.1:1/")}, DLQStream: "OTHER"})
+	c, err = consumer.New(b.js, consumer.Config{Subscriptions: []consumer.Subscription{sub("y", "http://127.0.0.1:1/")}, DLQStream: "OTHER"})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
 	err = c.Provision(ctx)
-	require.ErrorIs(t, err, deliver.ErrDLQSubjects)
+	require.ErrorIs(t, err, consumer.ErrDLQSubjects)
 	require.NoError(t, ctx.Err(), "failed at once, without waiting")
 
 	// A stop while waiting is a clean return of Run.
-	c, err = consumer.New(b.js, consumer.Config{Subscriptions: []deliver.Subscription{sub("z", "http://127.0.0.1:1/")}})
+	c, err = consumer.New(b.js, consumer.Config{Subscriptions: []consumer.Subscription{sub("z", "http://127.0.0.1:1/")}})
 	require.NoError(t, err)
 	ctx, cancel = context.WithTimeout(b.ctx, 300*time.Millisecond)
 	defer cancel()
@@ -280,7 +279,7 @@ func TestProvisionGivesUp(t *testing.T) {
 func TestStopWhileStartWaits(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []deliver.Subscription{sub("early", "http://127.0.0.1:1/")}})
+	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []consumer.Subscription{sub("early", "http://127.0.0.1:1/")}})
 	require.NoError(t, err)
 	started := make(chan error, 1)
 	go func() { started <- c.Start(b.ctx) }()

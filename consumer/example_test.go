@@ -17,7 +17,6 @@ import (
 
 	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/consumer"
-	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
@@ -74,7 +73,7 @@ func Example() {
 	}
 	defer b.Stop(context.Background())
 
-	c, err := consumer.New(js, consumer.Config{Subscriptions: []deliver.Subscription{{
+	c, err := consumer.New(js, consumer.Config{Subscriptions: []consumer.Subscription{{
 		Name:           "orders",
 		FilterSubjects: []string{"events.order.>"},
 		URL:            endpoint.URL,

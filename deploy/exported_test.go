@@ -14,8 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/bridgemetrics"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
@@ -70,7 +69,7 @@ func child[M any](t *testing.T, get func(...string) (M, error)) {
 // exported returns the jsbridge metrics the bridge and the consumer
 // register, by name, as the binaries build them: the bridge's
 // bridgemetrics.New and (verify --continuous) NewAudit, the consumer's
-// deliver.New, breaker.NewSet and deliver.NewAttemptLog, all on
+// consumer.New (delivery, breaker and attempts-record metrics), all on
 // one fresh registry.
 func exported(t *testing.T) map[string]metric {
 	t.Helper()
@@ -80,17 +79,13 @@ func exported(t *testing.T) map[string]metric {
 	require.NoError(t, err)
 	_, err = bridgemetrics.NewAudit(reg) // bridge verify --continuous
 	require.NoError(t, err)
-	breakers, err := breaker.NewSet(breaker.Settings{}, nil, reg)
-	require.NoError(t, err)
 	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
-	_, err = deliver.New(js, deliver.Config{Breakers: breakers, Registerer: reg}, deliver.Subscription{
+	_, err = consumer.New(js, consumer.Config{Registerer: reg, Attempts: &consumer.AttemptsConfig{}, Subscriptions: []consumer.Subscription{{
 		Name:           "orders",
 		FilterSubjects: []string{"events.order.>"},
 		URL:            "https://orders.example/webhooks",
 		Secrets:        []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("deploy-test-secret-0123456789"))},
-	})
-	require.NoError(t, err)
-	_, err = deliver.NewAttemptLog(js, deliver.AttemptLogConfig{Registerer: reg}) // consumer run's attempts record
+	}}}) // consumer run's metrics: deliveries, breakers, the attempts record
 	require.NoError(t, err)
 
 	for _, col := range reg.collectors {

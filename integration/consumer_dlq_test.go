@@ -13,18 +13,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 )
 
 // dlqList runs `consumer dlq list --json` and decodes its lines.
-func dlqList(t *testing.T, natsURL string, args ...string) []deliver.StoredDeadLetter {
+func dlqList(t *testing.T, natsURL string, args ...string) []deadletter.Stored {
 	t.Helper()
 	out, err := cli(t, nil, "consumer", append([]string{"dlq", "list", "--json", "--nats-url", natsURL}, args...)...)
 	require.NoError(t, err, out)
-	var letters []deliver.StoredDeadLetter
+	var letters []deadletter.Stored
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
-		var d deliver.StoredDeadLetter
+		var d deadletter.Stored
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &d), out)
 		letters = append(letters, d)
 	}
@@ -65,7 +65,7 @@ func TestConsumerDeadLetterAndReplayCLI(t *testing.T) {
 	waitHTTP200(t, "http://"+opsAddr+"/readyz")
 
 	ids := b.publish(t, 42, 1, 1)
-	var letters []deliver.StoredDeadLetter
+	var letters []deadletter.Stored
 	require.Eventually(t, func() bool {
 		letters = dlqList(t, natsURL)
 		return len(letters) == 1

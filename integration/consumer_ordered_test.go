@@ -18,7 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/webhook/pgstore"
@@ -406,7 +406,7 @@ func TestOrderedParkedStreamListSkipAndReplayCLI(t *testing.T) {
 	startProc(t, env, "consumer", orderedArgs(natsURL, rsrv.URL, "--replica-id", "only")...)
 	b.publish(t, 1, streams*perStream, streams)
 
-	var letters []deliver.StoredDeadLetter
+	var letters []deadletter.Stored
 	require.True(t, waitFor(30*time.Second, func() bool {
 		out, err := cli(t, nil, "consumer", "dlq", "list", "--nats-url", natsURL)
 		if err != nil || strings.Count(out, "order-") < 2 {

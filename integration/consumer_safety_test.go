@@ -12,7 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 )
 
 // The cloud metadata address is refused at start, before anything is sent;
@@ -63,7 +64,7 @@ func TestConsumerRefusesNameResolvingToLoopback(t *testing.T) {
 	q := b.startConsumer(t, deliver.Config{}, guarded)
 	ids := b.publish(t, 1, 1, 1)
 
-	var letters []deliver.StoredDeadLetter
+	var letters []deadletter.Stored
 	require.Eventually(t, func() bool {
 		var err error
 		letters, err = q.List(b.ctx, "guarded")

@@ -17,10 +17,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 )
 
 // jsBundle is a JetStream server with the EVENTS stream and a client: what
@@ -71,14 +72,14 @@ func (b *jsBundle) publish(t *testing.T, first int64, n, streams int) []string {
 
 // startConsumer runs an in-process consumer with a provisioned DLQ until
 // the test ends, and returns the DLQ.
-func (b *jsBundle) startConsumer(t *testing.T, cfg deliver.Config, subs ...deliver.Subscription) *deliver.DLQ {
+func (b *jsBundle) startConsumer(t *testing.T, cfg deliver.Config, subs ...deliver.Subscription) *deadletter.DLQ {
 	t.Helper()
 	nc, err := b.srv.Connect()
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	q := deliver.NewDLQ(js, deliver.DLQConfig{})
+	q := deadletter.New(js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	cfg.DeadLetters = q
 	c, err := deliver.New(js, cfg, subs...)

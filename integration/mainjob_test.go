@@ -17,8 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
@@ -73,11 +72,9 @@ func (b *bundle) startBridge(t *testing.T, owner string) {
 }
 
 // startConsumer runs one consumer replica until the test ends.
-func (b *bundle) startConsumer(t *testing.T, subs ...deliver.Subscription) {
+func (b *bundle) startConsumer(t *testing.T, subs ...consumer.Subscription) {
 	t.Helper()
-	breakers, err := breaker.NewSet(breaker.Settings{}, nil, nil)
-	require.NoError(t, err)
-	c, err := deliver.New(b.connect(t), deliver.Config{Breakers: breakers}, subs...)
+	c, err := consumer.New(b.connect(t), consumer.Config{Subscriptions: subs})
 	require.NoError(t, err)
 	runUntilCleanup(t, c.Run)
 }
@@ -129,7 +126,7 @@ func TestMainJobTwoBridgesTwoConsumers(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	rc, rsrv := newRecorder(t)
-	sub := deliver.Subscription{
+	sub := consumer.Subscription{
 		Name: "all", FilterSubjects: []string{"events.>"}, URL: rsrv.URL, Secrets: []string{testSecret},
 		AckWait: 10 * time.Second, BackOff: []time.Duration{200 * time.Millisecond}, AllowPrivate: true,
 	}
@@ -235,10 +232,10 @@ func TestMainJobPermanentAndTransientFailures(t *testing.T) {
 	b.startBridge(t, "bridge")
 	b.startConsumer(t,
 		// Unordered: the test reads the durable consumers on EVENTS.
-		deliver.Subscription{Name: "rejecting", FilterSubjects: []string{"events.>"}, URL: goneSrv.URL, Secrets: []string{testSecret},
-			AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: deliver.OrderingNone},
-		deliver.Subscription{Name: "flaky", FilterSubjects: []string{"events.>"}, URL: flakySrv.URL, Secrets: []string{testSecret},
-			AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: deliver.OrderingNone},
+		consumer.Subscription{Name: "rejecting", FilterSubjects: []string{"events.>"}, URL: goneSrv.URL, Secrets: []string{testSecret},
+			AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: consumer.OrderingNone},
+		consumer.Subscription{Name: "flaky", FilterSubjects: []string{"events.>"}, URL: flakySrv.URL, Secrets: []string{testSecret},
+			AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: consumer.OrderingNone},
 	)
 	evs, err := b.st.Append(ctx, "order-1", store.NoStream, store.NewEvent{Name: "OrderPlaced", Data: []byte(`{"total":1}`)})
 	require.NoError(t, err)

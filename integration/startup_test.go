@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 
@@ -203,7 +203,7 @@ func TestStartupConsumerOutlivesADeadEndpoint(t *testing.T) {
 			require.NoError(t, o.Err)
 		}
 	}
-	q := deliver.NewDLQ(b.js, deliver.DLQConfig{})
+	q := deadletter.New(b.js, deadletter.Config{})
 	require.Eventually(t, func() bool {
 		n, err := q.Count(b.ctx, "dead")
 		return err == nil && n == uint64(id)
@@ -250,7 +250,7 @@ subscriptions:
 		appendRound(t, b.pool, b.schema, streams, v)
 		require.Eventually(t, func() bool { return jsMessages(js) == uint64(streams*(v+1)) }, 30*time.Second, 20*time.Millisecond)
 	}
-	q := deliver.NewDLQ(js, deliver.DLQConfig{})
+	q := deadletter.New(js, deadletter.Config{})
 	ctx := context.Background()
 	for _, name := range []string{"rejected", "exhausted"} {
 		require.Eventually(t, func() bool {

@@ -39,7 +39,6 @@ import (
 
 	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/consumer"
-	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/store"
@@ -166,11 +165,11 @@ func Start(t testing.TB, cfg Config) *Kit {
 }
 
 // subscriptions fills the kit's defaults into subs (see Config.Consumer).
-func (k *Kit) subscriptions(subs []deliver.Subscription, prefix string) []deliver.Subscription {
+func (k *Kit) subscriptions(subs []consumer.Subscription, prefix string) []consumer.Subscription {
 	if len(subs) == 0 {
-		subs = []deliver.Subscription{{Name: DefaultSubscription, FilterSubjects: []string{wire.All(prefix)}}}
+		subs = []consumer.Subscription{{Name: DefaultSubscription, FilterSubjects: []string{wire.All(prefix)}}}
 	}
-	out := make([]deliver.Subscription, len(subs))
+	out := make([]consumer.Subscription, len(subs))
 	for i, s := range subs {
 		if s.URL == "" {
 			s.URL, s.AllowPrivate = k.Receiver.URL(), true

@@ -119,10 +119,10 @@ func TestRejectedEventIsDeadLettered(t *testing.T) {
 	ids := kit.Append(t, "order-5", store.NewEvent{Name: "OrderPlaced", Data: []byte(`{}`)})
 	ctx := t.Context()
 	require.Eventually(t, func() bool {
-		n, err := kit.Consumer.DLQ().Count(ctx, jsbridgetest.DefaultSubscription)
+		n, err := kit.Consumer.DeadLetters().Count(ctx, jsbridgetest.DefaultSubscription)
 		return err == nil && n == 1
 	}, jsbridgetest.DefaultWait, 20*time.Millisecond, "dead letter written")
-	letters, err := kit.Consumer.DLQ().List(ctx, jsbridgetest.DefaultSubscription)
+	letters, err := kit.Consumer.DeadLetters().List(ctx, jsbridgetest.DefaultSubscription)
 	require.NoError(t, err)
 	require.Equal(t, ids[0], letters[0].EventID)
 	require.Equal(t, http.StatusUnprocessableEntity, letters[0].Status)

@@ -12,7 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
@@ -72,19 +72,19 @@ type tlsFile struct{ name, path string }
 // tlsFiles checks that each file given is readable, naming it by where
 // (the YAML key or the flag) and its path, and returns them for deliver,
 // which parses them at start.
-func tlsFiles(cert, key, ca tlsFile) (deliver.TLSFiles, error) {
+func tlsFiles(cert, key, ca tlsFile) (consumer.TLSFiles, error) {
 	for _, f := range []tlsFile{cert, key, ca} {
 		if f.path == "" {
 			continue
 		}
 		if _, err := os.ReadFile(f.path); err != nil {
-			return deliver.TLSFiles{}, fmt.Errorf("%s: %w", f.name, err)
+			return consumer.TLSFiles{}, fmt.Errorf("%s: %w", f.name, err)
 		}
 	}
 	if (cert.path == "") != (key.path == "") {
-		return deliver.TLSFiles{}, fmt.Errorf("%s and %s go together: set both or neither", cert.name, key.name)
+		return consumer.TLSFiles{}, fmt.Errorf("%s and %s go together: set both or neither", cert.name, key.name)
 	}
-	return deliver.TLSFiles{ClientCertFile: cert.path, ClientKeyFile: key.path, CAFile: ca.path}, nil
+	return consumer.TLSFiles{ClientCertFile: cert.path, ClientKeyFile: key.path, CAFile: ca.path}, nil
 }
 
 // duration is a time.Duration written as a Go duration string ("10s").
@@ -102,7 +102,7 @@ func (d *duration) UnmarshalYAML(n *yaml.Node) error {
 // loadSubscriptions reads a subscriptions file: the subscriptions, with
 // secrets and header values read from the environment and files, and the
 // breaker settings (zero fields: breaker defaults).
-func loadSubscriptions(path string) ([]deliver.Subscription, breaker.Settings, error) {
+func loadSubscriptions(path string) ([]consumer.Subscription, breaker.Settings, error) {
 	var bs breaker.Settings
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -122,7 +122,7 @@ func loadSubscriptions(path string) ([]deliver.Subscription, breaker.Settings, e
 		MinRequests: fc.Breaker.MinRequests, Interval: time.Duration(fc.Breaker.Interval),
 		OpenTimeout: time.Duration(fc.Breaker.OpenTimeout), HalfOpenProbes: fc.Breaker.HalfOpenProbes,
 	}
-	subs := make([]deliver.Subscription, 0, len(fc.Subscriptions))
+	subs := make([]consumer.Subscription, 0, len(fc.Subscriptions))
 	for i, fs := range fc.Subscriptions {
 		where := fmt.Sprintf("--config %s: subscriptions[%d] (%q)", path, i, fs.Name)
 		var secrets []string
@@ -158,13 +158,13 @@ func loadSubscriptions(path string) ([]deliver.Subscription, breaker.Settings, e
 		if err != nil {
 			return nil, bs, fmt.Errorf("%s: %w", where, err)
 		}
-		sub := deliver.Subscription{
+		sub := consumer.Subscription{
 			Name: fs.Name, FilterSubjects: fs.FilterSubjects, URL: fs.URL, Secrets: secrets,
-			Scheme: webhook.Scheme(fs.Scheme), Body: deliver.BodyMode(fs.Body), Headers: headers,
+			Scheme: webhook.Scheme(fs.Scheme), Body: consumer.BodyMode(fs.Body), Headers: headers,
 			Timeout: time.Duration(fs.Timeout), AckWait: time.Duration(fs.AckWait),
 			MaxDeliver: fs.MaxDeliver, MaxInFlight: fs.MaxInFlight, MaxAckPending: fs.MaxAckPending,
 			AllowPrivate: fs.AllowPrivate, AllowHTTP: fs.AllowHTTP, TLS: tlsf,
-			Ordering: deliver.Ordering(fs.Ordering), OnDeadLetter: deliver.DeadLetterPolicy(fs.OnDeadLetter),
+			Ordering: consumer.Ordering(fs.Ordering), OnDeadLetter: consumer.DeadLetterPolicy(fs.OnDeadLetter),
 		}
 		for _, b := range fs.BackOff {
 			sub.BackOff = append(sub.BackOff, time.Duration(b))
@@ -172,4 +172,19 @@ func loadSubscriptions(path string) ([]deliver.Subscription, breaker.Settings, e
 		subs = append(subs, sub)
 	}
 	return subs, bs, nil
+}
+
+// withFlagHints adds to a configuration error the flags and subscriptions
+// file keys that change what it refuses: the library names its fields,
+// the binary its flags.
+func withFlagHints(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, consumer.ErrForbiddenAddress):
+		return fmt.Errorf("%w (to allow it: --allow-private, or allow_private: true on the subscription in the subscriptions file)", err)
+	case errors.Is(err, consumer.ErrPlainHTTP):
+		return fmt.Errorf("%w (--allow-http, allow_http: true in the subscriptions file, for a public address; --allow-private, allow_private: true, for a private one)", err)
+	}
+	return err
 }

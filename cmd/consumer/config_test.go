@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
@@ -50,19 +50,19 @@ func TestLoadCompleteSubscriptionsFile(t *testing.T) {
 	require.Equal(t, breaker.Settings{ConsecutiveFailures: 5, FailureRatio: 0.5, MinRequests: 20, Interval: time.Minute,
 		OpenTimeout: 30 * time.Second, HalfOpenProbes: 1}, bs)
 	require.Len(t, subs, 2)
-	require.Equal(t, deliver.Subscription{
+	require.Equal(t, consumer.Subscription{
 		Name: "billing", FilterSubjects: []string{"events.order.>", "events.*.*.InvoiceRequested"},
 		URL: "https://billing.example.com/hooks/orders", Secrets: []string{secretA, secretB},
-		Scheme: webhook.SchemeStandard, Body: deliver.BodyStructured,
+		Scheme: webhook.SchemeStandard, Body: consumer.BodyStructured,
 		Headers: map[string]string{"X-Team": "billing", "Authorization": "Bearer t0ken"},
 		Timeout: 10 * time.Second, AckWait: 30 * time.Second, MaxDeliver: 10,
 		BackOff:     []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute},
-		MaxInFlight: 64, MaxAckPending: 1000, Ordering: deliver.OrderingStream, OnDeadLetter: deliver.DeadLetterPark,
+		MaxInFlight: 64, MaxAckPending: 1000, Ordering: consumer.OrderingStream, OnDeadLetter: consumer.DeadLetterPark,
 	}, subs[0])
 	require.Equal(t, []string{"audit-hmac-key"}, subs[1].Secrets)
 	require.Equal(t, webhook.SchemeHMACSHA256, subs[1].Scheme)
-	require.Equal(t, deliver.BodyBinary, subs[1].Body)
-	require.Equal(t, deliver.TLSFiles{ClientCertFile: certFile, ClientKeyFile: keyFile, CAFile: certFile}, subs[1].TLS)
+	require.Equal(t, consumer.BodyBinary, subs[1].Body)
+	require.Equal(t, consumer.TLSFiles{ClientCertFile: certFile, ClientKeyFile: keyFile, CAFile: certFile}, subs[1].TLS)
 	for _, s := range subs {
 		require.NoError(t, s.Validate())
 	}
@@ -151,7 +151,7 @@ func TestFlagsTLS(t *testing.T) {
 		TLSClientCert: certFile, TLSClientKey: keyFile, TLSCA: certFile}
 	subs, _, err := f.subscriptions()
 	require.NoError(t, err)
-	require.Equal(t, deliver.TLSFiles{ClientCertFile: certFile, ClientKeyFile: keyFile, CAFile: certFile}, subs[0].TLS)
+	require.Equal(t, consumer.TLSFiles{ClientCertFile: certFile, ClientKeyFile: keyFile, CAFile: certFile}, subs[0].TLS)
 	require.NoError(t, subs[0].Validate())
 
 	f.TLSCA = filepath.Join(dir, "nope.pem")

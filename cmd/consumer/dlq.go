@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jsbridge/jsbridge/consumer"
-	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
@@ -35,11 +34,12 @@ func (c *dlqListCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer nc.Close()
-	letters, err := deliver.NewDLQ(js, deliver.DLQConfig{Stream: g.DLQStream}).List(ctx, c.Subscription)
+	q := consumer.OpenDeadLetters(js, g.DLQStream)
+	letters, err := q.List(ctx, c.Subscription)
 	if err != nil {
 		return err
 	}
-	parked, err := deliver.ListParked(ctx, js, c.Subscription)
+	parked, err := q.Parked(ctx, c.Subscription)
 	if err != nil {
 		return err
 	}
@@ -54,16 +54,16 @@ func (c *dlqListCmd) Run(ctx context.Context, g *Globals) error {
 
 // printLettersJSON prints one JSON object per dead letter; the head of a
 // parked stream carries "parked" (the stream, how many events are held).
-func printLettersJSON(w io.Writer, letters []deliver.StoredDeadLetter, parked []deliver.ParkedStream) error {
-	byHead := map[string]*deliver.ParkedStream{}
+func printLettersJSON(w io.Writer, letters []consumer.DeadLetter, parked []consumer.ParkedStream) error {
+	byHead := map[string]*consumer.ParkedStream{}
 	for i, p := range parked {
 		byHead[p.Subscription+"\x00"+p.HeadEventID] = &parked[i]
 	}
 	enc := json.NewEncoder(w)
 	for _, d := range letters {
 		if err := enc.Encode(struct {
-			deliver.StoredDeadLetter
-			Parked *deliver.ParkedStream `json:"parked,omitempty"`
+			consumer.DeadLetter
+			Parked *consumer.ParkedStream `json:"parked,omitempty"`
 		}{d, byHead[d.Subscription+"\x00"+d.EventID]}); err != nil {
 			return err
 		}
@@ -74,7 +74,7 @@ func printLettersJSON(w io.Writer, letters []deliver.StoredDeadLetter, parked []
 // printParked lists the parked streams of ordered subscriptions: the head's
 // dead letter (its seq, for dlq replay or dlq skip) and how many events
 // wait behind it.
-func printParked(w io.Writer, parked []deliver.ParkedStream, letters []deliver.StoredDeadLetter) error {
+func printParked(w io.Writer, parked []consumer.ParkedStream, letters []consumer.DeadLetter) error {
 	if len(parked) == 0 {
 		return nil
 	}
@@ -106,13 +106,13 @@ func (c *dlqSkipCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer nc.Close()
-	q := deliver.NewDLQ(js, deliver.DLQConfig{Stream: g.DLQStream})
+	q := consumer.OpenDeadLetters(js, g.DLQStream)
 	for _, seq := range c.Seq {
 		d, err := q.Get(ctx, seq)
 		if err != nil {
 			return fmt.Errorf("dlq skip --seq %d: %w", seq, err)
 		}
-		if err := deliver.SkipParked(ctx, js, q, d); err != nil {
+		if err := q.Skip(ctx, d); err != nil {
 			return fmt.Errorf("dlq skip --seq %d: %w", seq, err)
 		}
 		fmt.Printf("skipped seq %d (subscription %s, event %s): its stream goes on with the events held behind it\n", d.Seq, d.Subscription, d.EventID)
@@ -120,7 +120,7 @@ func (c *dlqSkipCmd) Run(ctx context.Context, g *Globals) error {
 	return nil
 }
 
-func printLetters(w io.Writer, letters []deliver.StoredDeadLetter, asJSON bool) error {
+func printLetters(w io.Writer, letters []consumer.DeadLetter, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		for _, d := range letters {
@@ -170,10 +170,10 @@ func (c *dlqReplayCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	cons, err := consumer.New(js, cfg)
 	if err != nil {
-		return err
+		return withFlagHints(err)
 	}
-	q := cons.DLQ()
-	var letters []deliver.StoredDeadLetter
+	q := cons.DeadLetters()
+	var letters []consumer.DeadLetter
 	if c.All {
 		if letters, err = q.List(ctx, c.Subscription); err != nil {
 			return err
@@ -219,7 +219,7 @@ func (c *dlqPurgeCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer nc.Close()
-	q := deliver.NewDLQ(js, deliver.DLQConfig{Stream: g.DLQStream})
+	q := consumer.OpenDeadLetters(js, g.DLQStream)
 	which := "every subscription"
 	if c.Subscription != "" {
 		which = "subscription " + c.Subscription

@@ -15,7 +15,6 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/consumer"
-	"github.com/jsbridge/jsbridge/deliver"
 	"github.com/jsbridge/jsbridge/internal/natsconn"
 	"github.com/jsbridge/jsbridge/internal/ops"
 	"github.com/jsbridge/jsbridge/internal/startup"
@@ -54,7 +53,7 @@ type subscriptionFlags struct {
 
 // subscriptions returns the subscriptions and breaker settings of the file
 // or of the flags.
-func (f *subscriptionFlags) subscriptions() ([]deliver.Subscription, breaker.Settings, error) {
+func (f *subscriptionFlags) subscriptions() ([]consumer.Subscription, breaker.Settings, error) {
 	if f.Config != "" {
 		return loadSubscriptions(f.Config)
 	}
@@ -76,12 +75,12 @@ func (f *subscriptionFlags) subscriptions() ([]deliver.Subscription, breaker.Set
 	if err != nil {
 		return nil, breaker.Settings{}, err
 	}
-	return []deliver.Subscription{{
+	return []consumer.Subscription{{
 			Name: f.Name, FilterSubjects: filters, URL: f.URL, Secrets: f.Secret,
-			Scheme: webhook.Scheme(f.Scheme), Body: deliver.BodyMode(f.Body),
+			Scheme: webhook.Scheme(f.Scheme), Body: consumer.BodyMode(f.Body),
 			Timeout: f.Timeout, AckWait: f.AckWait, MaxDeliver: f.MaxDeliver, BackOff: f.BackOff, MaxInFlight: f.MaxInFlight, MaxAckPending: f.MaxAckPending,
 			AllowPrivate: f.AllowPrivate, AllowHTTP: f.AllowHTTP, TLS: tlsf,
-			Ordering: deliver.Ordering(f.Ordering), OnDeadLetter: deliver.DeadLetterPolicy(f.OnDeadLetter),
+			Ordering: consumer.Ordering(f.Ordering), OnDeadLetter: consumer.DeadLetterPolicy(f.OnDeadLetter),
 		}}, breaker.Settings{
 			ConsecutiveFailures: f.BreakerFailures, OpenTimeout: f.BreakerOpenTimeout,
 		}, nil
@@ -164,8 +163,11 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	cfg.Partitions, cfg.ReplicaID, cfg.LeaseTTL = r.Partitions, r.ReplicaID, r.LeaseTTL
-	if err := cfg.Validate(); err != nil {
+	if r.obs.attempts, err = r.attemptsConfig(g, log); err != nil {
 		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return withFlagHints(err)
 	}
 	names := make([]string, len(cfg.Subscriptions))
 	for i, s := range cfg.Subscriptions {
@@ -206,16 +208,13 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	log.Info("consumer started", "nats_url", startup.RedactURL(nc.ConnectedUrl()), "jetstream_stream", g.Stream, "dlq_stream", g.DLQStream,
 		"subscriptions", strings.Join(names, ","), "ops_addr", addr)
 	err = c.Run(ctx)
-	if r.obs.flushAttempts != nil {
-		r.obs.flushAttempts()
-	}
 	log.Info("consumer stopped")
 	return err
 }
 
-// start connects to NATS, waited for with w, provisions the attempts
-// record's stream, assembles the consumer and provisions it (the DLQ stream and the durable consumers, waited for with
-// the same w), and returns the connection (to close, also on error) and
+// start connects to NATS, waited for with w, assembles the consumer and
+// provisions it (the attempts stream, the DLQ stream and the durable
+// consumers, waited for with the same w), and returns the connection (to close, also on error) and
 // the consumer.
 func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn natsconn.Settings, log *slog.Logger, cfg consumer.Config, jsRef *startup.JetStreamRef) (*nats.Conn, *consumer.Consumer, error) {
 	log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS)
@@ -230,9 +229,6 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn 
 	jsRef.Set(js)
 	if warning := startup.ReplicasWarning(r.Replicas, nc.ConnectedServerName(), nc.ConnectedClusterName()); warning != "" {
 		log.Warn(warning, "replicas", r.Replicas)
-	}
-	if r.obs.attempts, err = r.attemptLog(ctx, w, js, g, log, cfg.Registerer); err != nil {
-		return nc, nil, err
 	}
 	cfg.TracerProvider, cfg.Attempts = r.obs.tracerProvider, r.obs.attempts
 	c, err := consumer.New(js, cfg)

@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/consumer"
 )
 
 // statusCmd prints who owns what among the consumer replicas.
@@ -19,7 +19,7 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer nc.Close()
-	st, err := deliver.ReadStatus(ctx, js)
+	st, err := consumer.ReadStatus(ctx, js)
 	if err != nil {
 		return err
 	}

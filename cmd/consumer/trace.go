@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,23 +10,18 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/internal/otelenv"
-	"github.com/jsbridge/jsbridge/internal/startup"
 )
 
 // observers are what run hands the consumer besides its subscriptions:
 // the tracer provider of the OTEL_* environment and the attempts record.
 type observers struct {
 	tracerProvider trace.TracerProvider
-	attempts       deliver.AttemptRecorder
-	// flushAttempts stops the attempts record after the last delivery,
-	// writing what is still queued; nil without one.
-	flushAttempts func()
+	// attempts configures the attempts record; nil without one.
+	attempts *consumer.AttemptsConfig
 }
 
 // attemptsFlags bound the attempts record run keeps.
@@ -47,11 +41,9 @@ func (r *runCmd) observe(ctx context.Context, log *slog.Logger) (func(), error) 
 	return stop, nil
 }
 
-// attemptLog provisions the attempts stream (waited for with w) and starts
-// writing records until r.obs.flushAttempts is called (after the consumer
-// stopped, so the records of the deliveries that finish during shutdown
-// are written too); nil when --attempts-max-age is 0.
-func (r *runCmd) attemptLog(ctx context.Context, w *startup.Waiter, js jetstream.JetStream, g *Globals, log *slog.Logger, reg prometheus.Registerer) (deliver.AttemptRecorder, error) {
+// attemptsConfig maps the attempts flags to the consumer's attempts
+// record: nil (no records) when --attempts-max-age is 0.
+func (r *runCmd) attemptsConfig(g *Globals, log *slog.Logger) (*consumer.AttemptsConfig, error) {
 	if r.AttemptsMaxAge < 0 || r.AttemptsMaxBytes < 0 {
 		return nil, fmt.Errorf("--attempts-max-age %s, --attempts-max-bytes %d: want 0 or more", r.AttemptsMaxAge, r.AttemptsMaxBytes)
 	}
@@ -59,28 +51,10 @@ func (r *runCmd) attemptLog(ctx context.Context, w *startup.Waiter, js jetstream
 		log.Info("attempt records off (--attempts-max-age 0)")
 		return nil, nil
 	}
-	l, err := deliver.NewAttemptLog(js, deliver.AttemptLogConfig{
-		Stream: g.AttemptsStream, MaxAge: r.AttemptsMaxAge, MaxBytes: r.AttemptsMaxBytes, Replicas: r.Replicas, Logger: log, Registerer: reg,
+	return &consumer.AttemptsConfig{
+		Stream: g.AttemptsStream, MaxAge: r.AttemptsMaxAge, MaxBytes: r.AttemptsMaxBytes,
 		Replica: r.ReplicaID, // --replica-id names the records too; empty: <hostname>/<pid>
-	})
-	if err != nil {
-		return nil, err
-	}
-	err = w.For(ctx, "JetStream attempts stream "+g.AttemptsStream, func(ctx context.Context) error {
-		err := l.Provision(ctx)
-		if errors.Is(err, deliver.ErrAttemptsSubjects) {
-			return startup.Permanent(err)
-		}
-		return startup.JetStreamErr(err)
-	})
-	if err != nil {
-		return nil, err
-	}
-	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() { l.Run(lctx); close(done) }()
-	r.obs.flushAttempts = func() { stop(); <-done }
-	return l, nil
+	}, nil
 }
 
 type traceCmd struct {
@@ -100,7 +74,7 @@ func (c *traceCmd) Run(ctx context.Context, g *Globals) error {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	tr, err := deliver.TraceEvent(ctx, js, c.EventID, deliver.TraceConfig{
+	tr, err := consumer.TraceEvent(ctx, js, c.EventID, consumer.TraceConfig{
 		Stream: g.Stream, DLQStream: g.DLQStream, AttemptsStream: g.AttemptsStream, SourceStream: c.SourceStream,
 	})
 	if err != nil {
@@ -115,7 +89,7 @@ func (c *traceCmd) Run(ctx context.Context, g *Globals) error {
 
 // printTrace writes tr as text (the message, one block of attempts per
 // subscription, the dead letters) or as one JSON object.
-func printTrace(w io.Writer, tr deliver.EventTrace, asJSON bool) error {
+func printTrace(w io.Writer, tr consumer.EventTrace, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(w).Encode(tr)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/deliver"
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/ops"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
@@ -47,21 +47,15 @@ func TestTraceCommandShowsEveryAttempt(t *testing.T) {
 	t.Cleanup(rc.Close)
 
 	// What consumer run does: the attempts record, then the deliveries.
-	log, err := deliver.NewAttemptLog(js, deliver.AttemptLogConfig{Replica: "consumer-0"})
-	require.NoError(t, err)
-	require.NoError(t, log.Provision(ctx))
-	rctx, stop := context.WithCancel(ctx)
-	go log.Run(rctx)
-	c, err := deliver.New(js, deliver.Config{Attempts: log}, deliver.Subscription{
+	c, err := consumer.New(js, consumer.Config{Attempts: &consumer.AttemptsConfig{Replica: "consumer-0"}, Subscriptions: []consumer.Subscription{{
 		Name: "billing", FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)}, URL: rc.URL,
 		Secrets:      []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("trace-command-test-secret-01"))},
 		BackOff:      []time.Duration{10 * time.Millisecond},
 		AllowPrivate: true,
-	})
+	}}})
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 
 	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: wire.Subject(wire.DefaultEventsPrefix, "order-7", "OrderPlaced"),
 		Header: nats.Header{wire.HeaderMsgID: []string{"42"}, wire.HeaderType: []string{"OrderPlaced"}, wire.HeaderSubject: []string{"order-7"}},
@@ -93,7 +87,7 @@ func TestTraceCommandShowsEveryAttempt(t *testing.T) {
 	require.Contains(t, text, "subscription billing")
 	require.Contains(t, text, "HTTP 502 Bad Gateway")
 
-	var tr deliver.EventTrace
+	var tr consumer.EventTrace
 	require.NoError(t, json.Unmarshal([]byte(run("42", "--json")), &tr))
 	require.Len(t, tr.Attempts, 3)
 	require.Equal(t, []int{502, 502, 200}, []int{tr.Attempts[0].Status, tr.Attempts[1].Status, tr.Attempts[2].Status})

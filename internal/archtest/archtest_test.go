@@ -107,7 +107,7 @@ var rules = []rule{
 	{pkg: "consumer", forbidden: []string{module + "/jsbridgetest", postgres, module + "/store", module + "/drain", module + "/forward", module + "/bridge", module + "/embedded", module + "/cmd/", module + "/internal/ops", "github.com/nats-io/nats-server", "github.com/alecthomas/kong", otelSDK, otelExp}, why: "an application that embeds the consumer pulls in no Postgres, bridge, NATS server, CLI, ops port or OpenTelemetry SDK"},
 	{pkg: "jsbridgetest", forbidden: []string{module + "/internal/natsconn", module + "/cmd/", module + "/internal/ops", module + "/internal/flagdoc", "github.com/alecthomas/kong"}, why: "the test kit is built from the public packages an application uses, not from the binaries"},
 	{pkg: "internal/audit", forbidden: []string{postgres, module + "/store"}, why: "verify reads Postgres through an interface the bridge plugs the store into"},
-	{pkg: "deliver", forbidden: []string{postgres, module + "/store", module + "/drain", module + "/forward", otelSDK, otelExp}, why: "the consumer's engine knows nothing of Postgres or the bridge, and traces through the OpenTelemetry API only"},
+	{pkg: "internal/deliver", forbidden: []string{postgres, module + "/store", module + "/drain", module + "/forward", otelSDK, otelExp}, why: "the consumer's engine knows nothing of Postgres or the bridge, and traces through the OpenTelemetry API only"},
 }
 
 // TestImportRules checks every rule against the module's package graph.

@@ -1,8 +1,13 @@
-// Package archtest holds no code: its test keeps the import rules of
+// Package archtest holds no code: its tests keep the import rules of
 // docs/architecture.md true. It lists the module's package graph with
 // `go list -deps -json ./...` and checks, over each package's transitive
 // (non-test) imports, that drain knows nothing of NATS or Postgres, forward
 // nothing of Postgres, webhook nothing of NATS, event and wire nothing beyond the
-// standard library. A new import that breaks a rule fails `go test
+// standard library. Two rules keep the front doors in front: no package
+// under internal/ imports a front door (consumer, bridge, jsbridgetest),
+// and only consumer, integration and bench import the consumer's engine
+// (internal/deliver and its rooms), checked over every package's direct
+// imports, tests included, so cmd/consumer reaches the engine through
+// consumer alone. A new import that breaks a rule fails `go test
 // ./internal/archtest` with the path from the package to the forbidden one.
 package archtest

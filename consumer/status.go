@@ -1,0 +1,60 @@
+package consumer
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
+)
+
+// Status is the ordered subscriptions' ownership as the lease bucket holds
+// it: what `consumer status` prints.
+type Status struct {
+	// Replicas are the live replicas (heartbeat not expired), per ordered
+	// subscription they run, by subscription and id.
+	Replicas []ReplicaStatus
+	// Subscriptions are the ordered subscriptions with at least one
+	// partition lease or parked stream, by name.
+	Subscriptions []SubscriptionStatus
+}
+
+// ReplicaStatus is one live replica of one ordered subscription.
+type ReplicaStatus struct {
+	ID           string
+	Subscription string
+	Heartbeat    time.Time // its last heartbeat
+}
+
+// SubscriptionStatus is one ordered subscription's partitions.
+type SubscriptionStatus struct {
+	Name       string
+	Partitions []PartitionStatus // by partition; only those with a lease or a parked stream
+}
+
+// PartitionStatus is one partition: its owner ("" when no replica holds
+// its lease) and how many of its streams are parked.
+type PartitionStatus struct {
+	Partition int
+	Owner     string
+	Parked    int
+}
+
+// ReadStatus reads the lease and park buckets on js. Missing buckets read
+// as empty (no ordered subscription ran yet).
+func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
+	st, err := inspect.ReadStatus(ctx, js)
+	var out Status
+	for _, r := range st.Replicas {
+		out.Replicas = append(out.Replicas, ReplicaStatus(r))
+	}
+	for _, s := range st.Subscriptions {
+		ss := SubscriptionStatus{Name: s.Name}
+		for _, p := range s.Partitions {
+			ss.Partitions = append(ss.Partitions, PartitionStatus(p))
+		}
+		out.Subscriptions = append(out.Subscriptions, ss)
+	}
+	return out, err
+}

@@ -1,0 +1,198 @@
+package consumer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/webhook"
+)
+
+// BodyMode selects the webhook body's CloudEvents content mode.
+type BodyMode string
+
+const (
+	// BodyStructured sends the CloudEvents JSON envelope with the event data
+	// byte for byte in "data" (Content-Type application/cloudevents+json).
+	// The default. Source: CloudEvents HTTP binding, structured content mode.
+	BodyStructured BodyMode = "structured"
+	// BodyBinary sends the event data as the body (Content-Type
+	// application/json) and the attributes as ce-* headers. Source:
+	// CloudEvents HTTP binding, binary content mode.
+	BodyBinary BodyMode = "binary"
+)
+
+// Ordering says what order a subscription's endpoint sees events in.
+type Ordering string
+
+const (
+	// OrderingStream delivers each source stream in version order across
+	// every consumer replica: version v+1 is not sent before v was
+	// accepted (2xx) or dead-lettered, a failing event is retried in place
+	// (its stream waits, others go on), and never two replicas deliver one
+	// stream at once (docs/ordering.md). The default.
+	OrderingStream Ordering = "stream"
+	// OrderingNone delivers with maximum parallelism: one durable pull
+	// consumer shared by every replica, retries Nak'd with a delay, so a
+	// retried event can arrive after its successors, and with several
+	// replicas two events of one stream can be in flight at once.
+	OrderingNone Ordering = "none"
+)
+
+// DefaultOrdering is the Ordering of a subscription without one.
+const DefaultOrdering = OrderingStream
+
+// DeadLetterPolicy says what an ordered subscription does with the later
+// events of a stream whose event was dead-lettered.
+type DeadLetterPolicy string
+
+const (
+	// DeadLetterPark holds the stream's later events (un-acked, not
+	// delivered) until an operator replays the dead-lettered head
+	// (Consumer.Replay, `consumer dlq replay`) or skips it
+	// (DeadLetters.Skip, `consumer dlq skip`). The default.
+	DeadLetterPark DeadLetterPolicy = "park"
+	// DeadLetterSkip lets the stream go on with the next version.
+	DeadLetterSkip DeadLetterPolicy = "skip"
+)
+
+// TLSFiles configures the client side of a subscription's TLS connections:
+// a client certificate for endpoints that require one (mutual TLS) and the
+// CAs that verify the endpoint's certificate. The files are PEM and are
+// read once, by Config.Validate and New; a later change needs a restart.
+// The zero value uses no client certificate and the system roots.
+type TLSFiles struct {
+	// ClientCertFile is the client certificate chain presented to the
+	// endpoint, leaf first. Set with ClientKeyFile or not at all.
+	ClientCertFile string
+	// ClientKeyFile is the private key of ClientCertFile (PKCS #1, PKCS #8
+	// or SEC 1).
+	ClientKeyFile string
+	// CAFile is a bundle of CA certificates that verify the endpoint's
+	// certificate, in place of the system roots. Default "": system roots.
+	CAFile string
+}
+
+// Errors a subscription's Validate wraps (with ErrInvalidConfig) for its
+// URL; a delivery refused at dial time wraps ErrForbiddenAddress too (and
+// is dead-lettered).
+var (
+	// ErrForbiddenAddress: the endpoint is (or resolves to) a loopback,
+	// private, shared, link-local (cloud metadata) or reserved address,
+	// and the subscription does not set AllowPrivate.
+	ErrForbiddenAddress = deliver.ErrForbiddenAddress
+	// ErrPlainHTTP: the URL is plain http and neither AllowHTTP nor
+	// AllowPrivate is set.
+	ErrPlainHTTP = deliver.ErrPlainHTTP
+)
+
+// Subscription is one webhook endpoint fed by one durable pull consumer on
+// the events stream (or, when ordered, by the partition consumers of its
+// partitioned copy). Zero fields take their defaults.
+type Subscription struct {
+	// Name is the durable consumer's name and the subscription's name in
+	// logs and metrics: [A-Za-z0-9_-]+. Required.
+	Name string
+	// FilterSubjects select the events, e.g. "events.order.>" (a category)
+	// or "events.*.*.OrderPlaced" (an event name). At least one is required.
+	FilterSubjects []string
+	// URL is the endpoint, http or https. Required. Userinfo and query are
+	// sent but never logged (see breaker.Endpoint).
+	URL string
+	// Scheme is the signature scheme. Default webhook.SchemeStandard.
+	Scheme webhook.Scheme
+	// Secrets sign every request (several during a rotation). At least one
+	// is required. SchemeStandard takes whsec_ secrets (HMAC-SHA256, "v1"
+	// signatures) and whsk_ ed25519 secret keys ("v1a" signatures, which
+	// receivers verify with the whpk_ public key), in any mix.
+	Secrets []string
+	// Body is the content mode. Default BodyStructured.
+	Body BodyMode
+	// Headers are extra request headers (e.g. Authorization). They cannot
+	// replace the headers the consumer sets (Content-Type,
+	// Idempotency-Key, User-Agent, the signature and ce-* headers).
+	Headers map[string]string
+	// Timeout bounds one POST, connection to end of response body.
+	// Default DefaultTimeout (10 s). It should stay below AckWait (a
+	// warning at start says so).
+	Timeout time.Duration
+	// AckWait is how long JetStream waits for an ack before it redelivers
+	// (a crashed or hung consumer). Default DefaultAckWait (30 s). A POST
+	// running longer than AckWait/2 sends InProgress.
+	AckWait time.Duration
+	// MaxDeliver is the number of delivery attempts of one event: a
+	// retryable failure on attempt MaxDeliver or later is dead-lettered.
+	// Default DefaultMaxDeliver (10); -1 means no limit. The attempt is
+	// JetStream's delivery count, so a message returned unsent (breaker
+	// open, shutdown) uses one up, but it is dead-lettered only after a
+	// POST failed.
+	MaxDeliver int
+	// BackOff is the delay before each retry: after attempt n the message
+	// waits BackOff[n-1], the last entry repeating, unless the endpoint
+	// sent Retry-After. Default DefaultBackOff().
+	BackOff []time.Duration
+	// MaxInFlight is the number of concurrent deliveries per consumer
+	// process, and the client-side pull buffer. Default DefaultMaxInFlight
+	// (64). Events of one stream are delivered one after another.
+	MaxInFlight int
+	// MaxAckPending is the durable consumer's MaxAckPending: the messages
+	// out for delivery or waiting for a delayed retry, across all consumer
+	// replicas. Default DefaultMaxAckPending (1000); at least MaxInFlight.
+	MaxAckPending int
+	// AllowPrivate lets the endpoint be on a loopback, private, shared,
+	// link-local (cloud metadata) or reserved address, and over plain
+	// http. Default false: an IP literal in those ranges is rejected by
+	// Validate, and a name resolving to one is refused when dialled (the
+	// delivery is dead-lettered, nothing is sent).
+	AllowPrivate bool
+	// AllowHTTP lets the endpoint use plain http:// on a public address.
+	// Default false: only https (or http with AllowPrivate).
+	AllowHTTP bool
+	// TLS adds a client certificate (mutual TLS) and a CA bundle for the
+	// endpoint's certificate. Default: none, system roots. Only for https
+	// URLs. It combines with the address check of AllowPrivate false.
+	TLS TLSFiles
+	// Ordering is OrderingStream (default DefaultOrdering) or
+	// OrderingNone. An ordered subscription's filters must start with the
+	// events' subject prefix ("events.").
+	Ordering Ordering
+	// OnDeadLetter is what an ordered subscription does after dead-lettering
+	// an event: DeadLetterPark (default) or DeadLetterSkip. Not used with
+	// OrderingNone (the stream always goes on).
+	OnDeadLetter DeadLetterPolicy
+}
+
+// engine converts s into the engine's subscription.
+func (s Subscription) engine() deliver.Subscription {
+	return deliver.Subscription{
+		Name: s.Name, FilterSubjects: s.FilterSubjects, URL: s.URL, Scheme: s.Scheme, Secrets: s.Secrets,
+		Body: deliver.BodyMode(s.Body), Headers: s.Headers, Timeout: s.Timeout, AckWait: s.AckWait,
+		MaxDeliver: s.MaxDeliver, BackOff: s.BackOff, MaxInFlight: s.MaxInFlight, MaxAckPending: s.MaxAckPending,
+		AllowPrivate: s.AllowPrivate, AllowHTTP: s.AllowHTTP,
+		TLS:      deliver.TLSFiles{ClientCertFile: s.TLS.ClientCertFile, ClientKeyFile: s.TLS.ClientKeyFile, CAFile: s.TLS.CAFile},
+		Ordering: deliver.Ordering(s.Ordering), OnDeadLetter: deliver.DeadLetterPolicy(s.OnDeadLetter),
+	}
+}
+
+// engineSubscriptions converts subs into the engine's subscriptions.
+func engineSubscriptions(subs []Subscription) []deliver.Subscription {
+	out := make([]deliver.Subscription, len(subs))
+	for i, s := range subs {
+		out[i] = s.engine()
+	}
+	return out
+}
+
+// Validate reports the first misconfigured field of s, with defaults
+// applied, as an error wrapping ErrInvalidConfig that names the
+// subscription, the field and the value (and the webhook package's
+// ErrInvalidScheme or ErrInvalidSecret for those fields). Secrets, header
+// values and the URL's userinfo and query are never printed. It reads the
+// TLS files, so a missing or unreadable one is reported here, by field and
+// path. Config.Validate checks every subscription the same way.
+func (s Subscription) Validate() error {
+	if err := s.engine().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}

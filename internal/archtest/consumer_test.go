@@ -1,0 +1,98 @@
+package archtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// frontDoors are the public packages an application imports to run a side
+// of jsbridge (or to test with it): internal packages sit behind them and
+// never import them back.
+var frontDoors = []string{"consumer", "bridge", "jsbridgetest"}
+
+// consumerEngine is the import path prefix of the consumer's engine: every
+// package under it is reached through the consumer front door.
+const consumerEngine = module + "/internal/deliver"
+
+// engineImporters are the packages, besides the engine's own, that may
+// import the consumer's engine directly (their tests included): the front
+// door itself, and the end-to-end tests and benchmarks that drive the
+// engine with parts the front door builds itself (a shared breaker set).
+// cmd/consumer is not among them: the binary reaches the engine only
+// through consumer.
+var engineImporters = []string{"consumer", "integration", "bench"}
+
+// TestInternalNeverImportsAFrontDoor: the public packages import internal
+// ones, never the reverse, so an engine cannot grow a dependency on the API
+// wrapped around it.
+func TestInternalNeverImportsAFrontDoor(t *testing.T) {
+	t.Parallel()
+	g := loadGraph(t)
+	n := 0
+	for path := range g {
+		if !strings.HasPrefix(path, module+"/internal/") {
+			continue
+		}
+		n++
+		for dep, chain := range g.paths(path) {
+			for _, door := range frontDoors {
+				if dep == module+"/"+door {
+					t.Errorf("%s imports the front door %s; internal packages sit behind the public ones\n\timport chain: %s",
+						path, door, strings.Join(chain, " → "))
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no internal package in the go list graph; the graph is incomplete")
+	}
+}
+
+// TestConsumerEngineImporters: only engineImporters (and the engine's own
+// packages) import the consumer's engine, tests included.
+func TestConsumerEngineImporters(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,TestImports,XTestImports", "./...")
+	cmd.Dir = "../.."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	found := false
+	for {
+		var p struct {
+			ImportPath                         string
+			Imports, TestImports, XTestImports []string
+		}
+		err := dec.Decode(&p)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("decode go list output: %v", err)
+		}
+		rel := strings.TrimPrefix(p.ImportPath, module+"/")
+		for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
+			if imp != consumerEngine && !strings.HasPrefix(imp, consumerEngine+"/") {
+				continue
+			}
+			found = true
+			if p.ImportPath == consumerEngine || strings.HasPrefix(p.ImportPath, consumerEngine+"/") || slices.Contains(engineImporters, rel) {
+				continue
+			}
+			t.Errorf("%s imports the consumer's engine %s; only %s may (import consumer instead)", rel, imp, strings.Join(engineImporters, ", "))
+		}
+	}
+	if !found {
+		t.Fatalf("nothing imports %s; the rule is vacuous (rename consumerEngine with the engine)", consumerEngine)
+	}
+}

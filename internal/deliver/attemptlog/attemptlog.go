@@ -1,0 +1,314 @@
+// Package attemptlog is the consumer's attempts record: every delivery
+// attempt's outcome written, after it ended, to a JetStream stream bounded
+// by age and size, for `consumer trace`. Writing is asynchronous and never
+// holds a delivery up.
+package attemptlog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jsbridge/jsbridge/internal/promreg"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// Attempt is the record of one delivery attempt, as the consumer writes it
+// to the attempts stream (JSON, these keys) and `consumer trace` reads it.
+type Attempt struct {
+	// Subscription is the subscription's name.
+	Subscription string `json:"subscription"`
+	// EventID is the event id (Nats-Msg-Id).
+	EventID string `json:"event_id"`
+	// Attempt is the attempt number, 1-based (JetStream NumDelivered).
+	Attempt int `json:"attempt"`
+	// At is when the request was sent (when the attempt began if none was).
+	At time.Time `json:"at"`
+	// Replica names the consumer process that made the attempt
+	// (Config.Replica).
+	Replica string `json:"replica"`
+	// Status is the HTTP status, 0 without a response.
+	Status int `json:"status"`
+	// StatusClass is 2xx..5xx, timeout, network, tls, forbidden or none.
+	StatusClass string `json:"status_class"`
+	// Outcome is ack, retry, term, exhausted or breaker_open (the labels of
+	// jsbridge_consumer_deliveries_total).
+	Outcome string `json:"outcome"`
+	// Latency is the time from handing the request to the circuit breaker
+	// to the response or error; 0 when nothing was sent. In JSON,
+	// nanoseconds.
+	Latency time.Duration `json:"latency_ns"`
+	// Error says why the attempt failed ("" when acked), e.g.
+	// "HTTP 503 Service Unavailable".
+	Error string `json:"error,omitempty"`
+	// Breaker is the endpoint's circuit breaker state after the attempt.
+	Breaker string `json:"breaker"`
+	// Subject and StreamSeq locate the message on the events stream.
+	Subject   string `json:"subject"`
+	StreamSeq uint64 `json:"stream_seq"`
+	// TraceID is the OpenTelemetry trace id of the attempt's span, "" when
+	// the message carried no trace context and tracing is off.
+	TraceID string `json:"trace_id,omitempty"`
+}
+
+// Recorder receives every attempt after it ended (Config.Attempts).
+// RecordAttempt is called on the delivery's goroutine and must neither
+// block nor fail: a delivery never waits for its record. Log is the
+// JetStream implementation.
+type Recorder interface {
+	RecordAttempt(Attempt)
+}
+
+// Defaults of Config.
+const (
+	// DefaultMaxAge is how long attempt records are kept (72 h).
+	DefaultMaxAge = 72 * time.Hour
+	// DefaultMaxBytes bounds the attempts stream's size (1 GiB);
+	// the oldest records go first.
+	DefaultMaxBytes = 1 << 30
+	// DefaultBuffer is how many records may wait to be written;
+	// more are dropped (and counted).
+	DefaultBuffer = 4096
+	// attemptsPending is how many writes may wait for their PubAck.
+	attemptsPending = 1024
+)
+
+// ErrSubjects is returned (wrapped) by Log.Provision when
+// the existing attempts stream does not hold <prefix>.>.
+var ErrSubjects = errors.New("attempts stream does not hold the attempts subjects")
+
+// Config configures an Log.
+type Config struct {
+	// Stream is the JetStream stream. Default "JSBRIDGE_ATTEMPTS".
+	Stream string
+	// SubjectPrefix is the first subject token; records go to
+	// <prefix>.<subscription>.<event id> (wire.AttemptSubject). Default
+	// "attempts".
+	SubjectPrefix string
+	// MaxAge is how long records are kept. Default 72 h.
+	MaxAge time.Duration
+	// MaxBytes bounds the stream's size; the oldest records are discarded.
+	// Default 1 GiB.
+	MaxBytes int64
+	// Replicas is the stream's replica count when Provision creates it.
+	// Default 1.
+	Replicas int
+	// Replica names this process in its records. Default
+	// "<hostname>/<pid>".
+	Replica string
+	// Buffer is how many records may wait to be written. Default 4096.
+	Buffer int
+	// Logger receives write failures (at most one warning a minute).
+	// Default: discard.
+	Logger *slog.Logger
+	// Registerer receives jsbridge_consumer_attempt_records_dropped_total.
+	// Default nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+// Log writes attempt records to a JetStream stream, bounded by age
+// and size, asynchronously: RecordAttempt only queues. A record that finds
+// the queue full, or that JetStream does not store, is dropped and counted
+// in jsbridge_consumer_attempt_records_dropped_total{reason="full"|"error"};
+// deliveries never wait for or fail on it. Start it with Run.
+type Log struct {
+	js      jetstream.JetStream
+	cfg     Config
+	queue   chan Attempt
+	dropped *prometheus.CounterVec
+
+	warnMu   sync.Mutex
+	warnedAt time.Time
+}
+
+// New returns an Log writing through js. It fails when a
+// value of cfg is negative or the metric cannot be registered.
+func New(js jetstream.JetStream, cfg Config) (*Log, error) {
+	if cfg.Stream == "" {
+		cfg.Stream = wire.DefaultAttemptsStream
+	}
+	if cfg.SubjectPrefix == "" {
+		cfg.SubjectPrefix = wire.DefaultAttemptsPrefix
+	}
+	if cfg.MaxAge == 0 {
+		cfg.MaxAge = DefaultMaxAge
+	}
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.Buffer == 0 {
+		cfg.Buffer = DefaultBuffer
+	}
+	if cfg.Replica == "" {
+		host, _ := os.Hostname()
+		cfg.Replica = host + "/" + strconv.Itoa(os.Getpid())
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case cfg.MaxAge < 0:
+		return nil, fmt.Errorf("deliver: attempts log: MaxAge %s is negative", cfg.MaxAge)
+	case cfg.MaxBytes < 0:
+		return nil, fmt.Errorf("deliver: attempts log: MaxBytes %d is negative", cfg.MaxBytes)
+	case cfg.Replicas < 0:
+		return nil, fmt.Errorf("deliver: attempts log: Replicas %d is negative", cfg.Replicas)
+	case cfg.Buffer < 0:
+		return nil, fmt.Errorf("deliver: attempts log: Buffer %d is negative", cfg.Buffer)
+	}
+	if err := wire.ValidatePrefix(cfg.SubjectPrefix); err != nil {
+		return nil, fmt.Errorf("deliver: attempts log: SubjectPrefix: %w", err)
+	}
+	dropped := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jsbridge_consumer_attempt_records_dropped_total",
+		Help: "Attempt records not written to the attempts stream, by reason (full: the write queue was full; error: JetStream did not store it).",
+	}, []string{"reason"})
+	if cfg.Registerer != nil {
+		var err error
+		if dropped, err = promreg.Register(cfg.Registerer, dropped); err != nil {
+			return nil, fmt.Errorf("deliver: attempts log: %w", err)
+		}
+	}
+	return &Log{js: js, cfg: cfg, queue: make(chan Attempt, cfg.Buffer), dropped: dropped}, nil
+}
+
+// Stream returns the attempts stream's name.
+func (l *Log) Stream() string { return l.cfg.Stream }
+
+// Provision creates the attempts stream when it is missing (file storage,
+// subjects <prefix>.>, MaxAge, MaxBytes with the oldest discarded first,
+// Replicas) and leaves an existing one unchanged. It fails with
+// ErrSubjects when the existing stream does not hold <prefix>.>,
+// and with JetStream's error (wrapped) otherwise.
+func (l *Log) Provision(ctx context.Context) error {
+	s, err := l.js.Stream(ctx, l.cfg.Stream)
+	if err == nil {
+		for _, subj := range s.CachedInfo().Config.Subjects {
+			if subj == ">" || subj == wire.All(l.cfg.SubjectPrefix) {
+				return nil
+			}
+		}
+		return fmt.Errorf("deliver: %w: JetStream stream %q has subjects %q, not %q", ErrSubjects, l.cfg.Stream, s.CachedInfo().Config.Subjects, wire.All(l.cfg.SubjectPrefix))
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("deliver: attempts stream %q: %w", l.cfg.Stream, err)
+	}
+	_, err = l.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:        l.cfg.Stream,
+		Description: "jsbridge delivery attempts, one record per attempt, for `consumer trace`",
+		Subjects:    []string{wire.All(l.cfg.SubjectPrefix)},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      l.cfg.MaxAge,
+		MaxBytes:    l.cfg.MaxBytes,
+		Replicas:    l.cfg.Replicas,
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("deliver: create attempts stream %q (subjects %s): %w", l.cfg.Stream, wire.All(l.cfg.SubjectPrefix), err)
+	}
+	return nil
+}
+
+// RecordAttempt queues a; when the queue is full it drops a and counts it.
+// It never blocks.
+func (l *Log) RecordAttempt(a Attempt) {
+	a.Replica = l.cfg.Replica
+	select {
+	case l.queue <- a:
+	default:
+		l.dropped.WithLabelValues("full").Inc()
+	}
+}
+
+// Run writes queued records until ctx ends, then writes what is still
+// queued (for at most a second), waits for their PubAcks and returns; end
+// ctx after the Consumer's Run returned, so a clean shutdown keeps the
+// last attempts. Each record is published asynchronously; a refusal or a
+// missing PubAck (5 s) drops it and counts it.
+func (l *Log) Run(ctx context.Context) {
+	// Each PubAck is awaited until 5 s after its own publish, not 5 s
+	// after the one before it: after a failover many can be lost at once,
+	// and waiting 5 s for each in turn held shutdown for minutes.
+	type pubAck struct {
+		f     jetstream.PubAckFuture
+		until time.Time
+	}
+	pending := make(chan pubAck, attemptsPending)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for p := range pending {
+			t := time.NewTimer(time.Until(p.until))
+			select {
+			case <-p.f.Ok():
+			case err := <-p.f.Err():
+				l.fail(err)
+			case <-t.C:
+				l.fail(errors.New("no PubAck within 5s"))
+			}
+			t.Stop()
+		}
+	})
+	write := func(a Attempt) {
+		data, err := json.Marshal(a)
+		if err != nil {
+			l.fail(err)
+			return
+		}
+		msg := &nats.Msg{Subject: wire.AttemptSubject(l.cfg.SubjectPrefix, a.Subscription, a.EventID), Data: data}
+		f, err := l.js.PublishMsgAsync(msg, jetstream.WithExpectStream(l.cfg.Stream))
+		if err != nil {
+			l.fail(err)
+			return
+		}
+		pending <- pubAck{f: f, until: time.Now().Add(5 * time.Second)}
+	}
+	defer func() {
+		close(pending)
+		wg.Wait()
+	}()
+	for {
+		select {
+		case a := <-l.queue:
+			write(a)
+		case <-ctx.Done():
+			deadline := time.After(time.Second)
+			for {
+				select {
+				case a := <-l.queue:
+					write(a)
+				case <-deadline:
+					return
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// fail counts a record JetStream did not store and warns, at most once a
+// minute.
+func (l *Log) fail(err error) {
+	l.dropped.WithLabelValues("error").Inc()
+	l.warnMu.Lock()
+	defer l.warnMu.Unlock()
+	if time.Since(l.warnedAt) < time.Minute {
+		return
+	}
+	l.warnedAt = time.Now()
+	l.cfg.Logger.Warn("attempt record not written; `consumer trace` will miss it", "jetstream_stream", l.cfg.Stream, "error", err)
+}

@@ -1,0 +1,39 @@
+package deadletter
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Letter is a delivery deliver gave up on: a permanent failure, the
+// last attempt failing, or a message it cannot turn into a webhook.
+type Letter struct {
+	// Subscription is the subscription's name.
+	Subscription string
+	// Endpoint is the endpoint as breaker.Endpoint renders it.
+	Endpoint string
+	// EventID is the event id (Nats-Msg-Id); empty when the message has none.
+	EventID string
+	// Attempt is the attempt that failed (1-based, JetStream NumDelivered).
+	Attempt int
+	// Status is the last HTTP status, 0 when there was no response.
+	Status int
+	// Reason says why, e.g. "HTTP 410 Gone".
+	Reason string
+	// At is when the last attempt was made (zero: now).
+	At time.Time
+	// Msg is the JetStream message: subject, headers, data.
+	Msg jetstream.Msg
+}
+
+// Writer takes deliveries deliver gave up on, before the message is
+// Term'd. When it returns an error the message is Nak'd instead with the
+// backoff delay and delivered again later, also after its last attempt
+// (the durable consumer has no server-side MaxDeliver, see
+// runner.consumerConfig), so nothing is lost while the dead-letter store is
+// down. DLQ is the JetStream implementation.
+type Writer interface {
+	DeadLetter(ctx context.Context, dl Letter) error
+}

@@ -1,0 +1,592 @@
+package deliver_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+var secret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("deliver-test-secret-0123456789"))
+
+type bundle struct {
+	js  jetstream.JetStream
+	ctx context.Context
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	t.Cleanup(cancel)
+	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	return bundle{js: js, ctx: ctx}
+}
+
+// publish publishes an event as the bridge does: subject per stream,
+// Nats-Msg-Id and CloudEvents binary-mode headers, data as the body.
+func (b bundle) publish(t *testing.T, id int64, stream, name, data string) {
+	t.Helper()
+	b.publishWith(t, id, stream, name, data, nats.Header{})
+}
+
+// publishWith is publish with more headers in h.
+func (b bundle) publishWith(t *testing.T, id int64, stream, name, data string, h nats.Header) {
+	t.Helper()
+	sid := event.FormatID(id)
+	h[wire.HeaderMsgID] = []string{sid}
+	h[wire.HeaderSpecVersion] = []string{event.SpecVersion}
+	h[wire.HeaderID] = []string{sid}
+	h[wire.HeaderType] = []string{wire.EncodeHeaderValue(name)}
+	h[wire.HeaderSource] = []string{"/jsbridge/test"}
+	h[wire.HeaderSubject] = []string{wire.EncodeHeaderValue(stream)}
+	h[wire.HeaderTime] = []string{"2026-01-02T03:04:05.123456789Z"}
+	h[wire.HeaderContentType] = []string{event.ContentTypeJSON}
+	h[wire.HeaderStreamVersion] = []string{"7"}
+	h[wire.HeaderCorrelationID] = []string{"corr-1"}
+	h[wire.HeaderCausationID] = []string{"cause-1"}
+	token := func(s string) string { return strings.NewReplacer(" ", "%20", ".", "%2E").Replace(s) }
+	subject := "events." + token(wire.Category(stream)) + "." + token(stream) + "." + token(name)
+	_, err := b.js.PublishMsg(b.ctx, &nats.Msg{Subject: subject, Header: h, Data: []byte(data)})
+	require.NoError(t, err)
+}
+
+// run starts a consumer and stops it at cleanup, requiring a clean return.
+func (b bundle) run(t *testing.T, cfg deliver.Config, subs ...deliver.Subscription) context.CancelFunc {
+	t.Helper()
+	c, err := deliver.New(b.js, cfg, subs...)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	// Run creates the durable consumers in its goroutine: wait for them,
+	// so a test's first look at one (info) does not race its creation.
+	for _, s := range subs {
+		require.Eventually(t, func() bool {
+			_, err := b.js.Consumer(b.ctx, "EVENTS", s.Name)
+			return err == nil
+		}, 10*time.Second, 5*time.Millisecond, "durable consumer %q created", s.Name)
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(20 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	return cancel
+}
+
+func (b bundle) info(t *testing.T, name string) *jetstream.ConsumerInfo {
+	t.Helper()
+	cons, err := b.js.Consumer(b.ctx, "EVENTS", name)
+	require.NoError(t, err)
+	info, err := cons.Info(b.ctx)
+	require.NoError(t, err)
+	return info
+}
+
+// request is one request a receiver got.
+type request struct {
+	at     time.Time
+	path   string
+	header http.Header
+	body   []byte
+}
+
+// receiver is an httptest server answering with respond(n) for its n-th
+// request (0-based) and recording every request.
+type receiver struct {
+	*httptest.Server
+	mu   sync.Mutex
+	reqs []request
+}
+
+func newReceiver(t *testing.T, respond func(n int, w http.ResponseWriter, r *http.Request)) *receiver {
+	t.Helper()
+	rc := &receiver{}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rc.mu.Lock()
+		n := len(rc.reqs)
+		rc.reqs = append(rc.reqs, request{at: time.Now(), path: r.URL.Path, header: r.Header.Clone(), body: body})
+		rc.mu.Unlock()
+		respond(n, w, r)
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func status(code int) func(int, http.ResponseWriter, *http.Request) {
+	return func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }
+}
+
+func (rc *receiver) requests() []request {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]request(nil), rc.reqs...)
+}
+
+func (rc *receiver) count() int { return len(rc.requests()) }
+
+func (rc *receiver) waitFor(t *testing.T, n int) []request {
+	t.Helper()
+	require.Eventually(t, func() bool { return rc.count() >= n }, 15*time.Second, 10*time.Millisecond, "want %d requests", n)
+	return rc.requests()
+}
+
+func sub(name, url string) deliver.Subscription {
+	return deliver.Subscription{
+		Name:           name,
+		FilterSubjects: []string{"events.order.>"},
+		URL:            url,
+		Secrets:        []string{secret},
+		BackOff:        []time.Duration{50 * time.Millisecond},
+		AllowPrivate:   true, // httptest listens on loopback
+		// These tests are about the unordered engine (one durable consumer
+		// on EVENTS, Nak with delay); ordered_test.go tests the default.
+		Ordering: deliver.OrderingNone,
+	}
+}
+
+func requireSettled(t *testing.T, b bundle, name string, n uint64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		cons, err := b.js.Consumer(b.ctx, "EVENTS", name)
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(b.ctx)
+		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream == n && info.NumPending == 0
+	}, 10*time.Second, 20*time.Millisecond, "consumer %s: every message acked or terminated", name)
+}
+
+func TestStructuredDeliveryAcks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusNoContent))
+	s := sub("orders", rc.URL+"/hook")
+	s.Headers = map[string]string{"Authorization": "Bearer t0ken"}
+	b.run(t, deliver.Config{}, s)
+
+	data := `{"total": 42, "note": "a<b & c>d",  "items": [1, 2]}`
+	b.publish(t, 42, "order-7", "OrderPlaced", data)
+
+	got := rc.waitFor(t, 1)[0]
+	requireSettled(t, b, "orders", 1)
+	require.Equal(t, "/hook", got.path)
+	require.Equal(t, "42", got.header.Get("Idempotency-Key"))
+	require.Equal(t, event.ContentTypeCloudEventsJSON, got.header.Get("Content-Type"))
+	require.Equal(t, "Bearer t0ken", got.header.Get("Authorization"))
+	require.Regexp(t, `^jsbridge/`, got.header.Get("User-Agent"))
+
+	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{secret})
+	require.NoError(t, err)
+	require.NoError(t, v.Verify(got.header, got.body))
+	require.Equal(t, "42", got.header.Get(webhook.HeaderWebhookID))
+
+	var ce event.CloudEvent
+	require.NoError(t, json.Unmarshal(got.body, &ce))
+	require.Equal(t, data, string(ce.Data), "data byte for byte")
+	require.Equal(t, event.CloudEvent{
+		SpecVersion: "1.0", ID: "42", Source: "/jsbridge/test", Type: "OrderPlaced", Subject: "order-7",
+		Time: "2026-01-02T03:04:05.123456789Z", DataContentType: event.ContentTypeJSON, StreamVersion: 7,
+		CorrelationID: "corr-1", CausationID: "cause-1", Data: ce.Data,
+	}, ce)
+
+	// Delivered once, never again.
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 1, rc.count())
+}
+
+func TestStructuredDeliveryDecodesHeaderValues(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusNoContent))
+	b.run(t, deliver.Config{}, sub("odd", rc.URL))
+
+	b.publish(t, 9, "order-9 b", "Order Placed", `{}`)
+	got := rc.waitFor(t, 1)[0]
+	var ce event.CloudEvent
+	require.NoError(t, json.Unmarshal(got.body, &ce))
+	require.Equal(t, "order-9 b", ce.Subject, "percent-encoded header decoded in the envelope")
+	require.Equal(t, "Order Placed", ce.Type)
+}
+
+func TestBinaryDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusOK))
+	s := sub("orders-bin", rc.URL)
+	s.Body = deliver.BodyBinary
+	s.Scheme = webhook.SchemeHMACSHA256
+	s.Secrets = []string{"plain-hmac-secret"}
+	b.run(t, deliver.Config{}, s)
+
+	data := `{"a": [1,  2]}`
+	b.publish(t, 5, "order-1", "OrderShipped", data)
+	got := rc.waitFor(t, 1)[0]
+	requireSettled(t, b, "orders-bin", 1)
+
+	require.Equal(t, data, string(got.body))
+	require.Equal(t, event.ContentTypeJSON, got.header.Get("Content-Type"))
+	require.Equal(t, "5", got.header.Get("Idempotency-Key"))
+	for k, want := range map[string]string{
+		wire.HeaderID: "5", wire.HeaderSpecVersion: "1.0", wire.HeaderType: "OrderShipped",
+		wire.HeaderSource: "/jsbridge/test", wire.HeaderSubject: "order-1", wire.HeaderTime: "2026-01-02T03:04:05.123456789Z",
+		wire.HeaderStreamVersion: "7", wire.HeaderCorrelationID: "corr-1", wire.HeaderCausationID: "cause-1",
+	} {
+		require.Equal(t, want, got.header.Get(k), k)
+	}
+	v, err := webhook.NewVerifier(webhook.SchemeHMACSHA256, []string{"plain-hmac-secret"})
+	require.NoError(t, err)
+	require.NoError(t, v.Verify(got.header, got.body))
+	require.Empty(t, got.header.Get(webhook.HeaderWebhookSignature), "hmac-sha256 scheme sends no Standard Webhooks signature")
+}
+
+// deadLetters records dead letters.
+type deadLetters struct {
+	mu  sync.Mutex
+	got []deadletter.Letter
+}
+
+func (d *deadLetters) DeadLetter(_ context.Context, dl deadletter.Letter) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.got = append(d.got, dl)
+	return nil
+}
+
+func (d *deadLetters) list() []deadletter.Letter {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]deadletter.Letter(nil), d.got...)
+}
+
+func TestPermanent4xxIsTerminated(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusUnprocessableEntity))
+	dl := &deadLetters{}
+	reg := prometheus.NewRegistry()
+	b.run(t, deliver.Config{DeadLetters: dl, Registerer: reg}, sub("orders", rc.URL))
+
+	b.publish(t, 9, "order-3", "OrderPlaced", `{}`)
+	rc.waitFor(t, 1)
+	requireSettled(t, b, "orders", 1)
+	// BackOff is 50 ms: a retry would have come by now.
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, 1, rc.count(), "a permanent failure is not retried")
+	info := b.info(t, "orders")
+	require.Zero(t, info.NumRedelivered)
+	require.Zero(t, info.NumAckPending)
+
+	got := dl.list()
+	require.Len(t, got, 1)
+	require.Equal(t, "orders", got[0].Subscription)
+	require.Equal(t, "9", got[0].EventID)
+	require.Equal(t, 1, got[0].Attempt)
+	require.Equal(t, http.StatusUnprocessableEntity, got[0].Status)
+	require.Equal(t, `{}`, string(got[0].Msg.Data()))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP jsbridge_consumer_deliveries_total Webhook delivery attempts by subscription, outcome (ack, retry, term, exhausted, breaker_open) and status class (2xx..5xx, timeout, network, tls, forbidden, none).
+# TYPE jsbridge_consumer_deliveries_total counter
+jsbridge_consumer_deliveries_total{outcome="term",status_class="4xx",subscription="orders"} 1
+`), "jsbridge_consumer_deliveries_total"))
+}
+
+func TestRetryAfter503(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	b.run(t, deliver.Config{}, sub("orders", rc.URL))
+	b.publish(t, 11, "order-4", "OrderPlaced", `{"x":1}`)
+
+	got := rc.waitFor(t, 2)
+	requireSettled(t, b, "orders", 1)
+	require.Equal(t, "11", got[0].header.Get("Idempotency-Key"))
+	require.Equal(t, "11", got[1].header.Get("Idempotency-Key"), "same key on every attempt")
+	require.Equal(t, got[0].body, got[1].body)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 2, rc.count())
+}
+
+func TestRedirectIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/moved" {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		if n == 0 {
+			http.Redirect(w, r, "/moved", http.StatusTemporaryRedirect)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	b.run(t, deliver.Config{}, sub("orders", rc.URL+"/hook"))
+	b.publish(t, 1, "order-1", "OrderPlaced", `{}`)
+
+	got := rc.waitFor(t, 2)
+	requireSettled(t, b, "orders", 1)
+	require.Equal(t, "/hook", got[0].path)
+	require.Equal(t, "/hook", got[1].path, "3xx is retried at the endpoint, the redirect is not followed")
+	time.Sleep(100 * time.Millisecond)
+	for _, r := range rc.requests() {
+		require.NotEqual(t, "/moved", r.path)
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 0 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	s := sub("orders", rc.URL)
+	s.BackOff = []time.Duration{10 * time.Millisecond}
+	b.run(t, deliver.Config{}, s)
+	b.publish(t, 3, "order-1", "OrderPlaced", `{}`)
+
+	got := rc.waitFor(t, 2)
+	requireSettled(t, b, "orders", 1)
+	require.GreaterOrEqual(t, got[1].at.Sub(got[0].at), 900*time.Millisecond, "Retry-After: 1 wins over a 10 ms BackOff")
+}
+
+func TestFanOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc1 := newReceiver(t, status(http.StatusOK))
+	rc2 := newReceiver(t, status(http.StatusOK))
+	b.run(t, deliver.Config{}, sub("a", rc1.URL), sub("b", rc2.URL))
+	for id := int64(1); id <= 3; id++ {
+		b.publish(t, id, "order-"+strconv.FormatInt(id, 10), "OrderPlaced", `{}`)
+	}
+	b.publish(t, 4, "user-1", "UserCreated", `{}`) // not matched by the filter
+
+	for _, rc := range []*receiver{rc1, rc2} {
+		got := rc.waitFor(t, 3)
+		ids := map[string]bool{}
+		for _, r := range got {
+			ids[r.header.Get("Idempotency-Key")] = true
+		}
+		require.Equal(t, map[string]bool{"1": true, "2": true, "3": true}, ids)
+	}
+	requireSettled(t, b, "a", 3)
+	requireSettled(t, b, "b", 3)
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, 3, rc1.count())
+	require.Equal(t, 3, rc2.count())
+}
+
+func TestBreakerStopsRequestsWhileOpen(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusServiceUnavailable))
+	reg := prometheus.NewRegistry()
+	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 2, OpenTimeout: 1500 * time.Millisecond}, nil, reg)
+	require.NoError(t, err)
+	s := sub("orders", rc.URL)
+	s.MaxInFlight = 1
+	s.BackOff = []time.Duration{10 * time.Millisecond}
+	b.run(t, deliver.Config{Breakers: set}, s)
+	for id := int64(1); id <= 5; id++ {
+		b.publish(t, id, "order-1", "OrderPlaced", `{}`)
+	}
+
+	got := rc.waitFor(t, 2)
+	require.Eventually(t, func() bool { return set.Breaker(rc.URL).State() == breaker.Open }, 5*time.Second, 5*time.Millisecond)
+	opened := got[1].at
+	// Open: nothing reaches the endpoint until the open timeout elapses.
+	time.Sleep(time.Second)
+	require.Equal(t, 2, rc.count(), "no requests while the breaker is open")
+	// Half-open: one probe, which fails and re-opens the breaker.
+	got = rc.waitFor(t, 3)
+	require.GreaterOrEqual(t, got[2].at.Sub(opened), 1400*time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, 3, rc.count(), "one probe per half-open")
+}
+
+func TestShutdownFinishesInFlightDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{}, 1)
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		started <- struct{}{}
+		time.Sleep(300 * time.Millisecond)
+		w.WriteHeader(http.StatusOK)
+	})
+	c, err := deliver.New(b.js, deliver.Config{}, sub("orders", rc.URL))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	b.publish(t, 1, "order-1", "OrderPlaced", `{}`)
+	<-started
+	cancel()
+	require.NoError(t, <-done)
+	info := b.info(t, "orders")
+	require.Equal(t, uint64(1), info.AckFloor.Stream, "the in-flight delivery finished and was acked")
+	require.Equal(t, 1, rc.count())
+}
+
+// A POST running past AckWait gets InProgress every AckWait/2, not once:
+// JetStream does not redeliver during a POST of 1.6 or of 2.6 AckWaits.
+func TestInProgressKeepsSlowDeliveryFromRedelivery(t *testing.T) {
+	t.Parallel()
+	for _, post := range []time.Duration{1600 * time.Millisecond, 2600 * time.Millisecond} {
+		t.Run(post.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 0 {
+					time.Sleep(post)
+				}
+				w.WriteHeader(http.StatusOK)
+			})
+			s := sub("orders", rc.URL)
+			s.AckWait = time.Second
+			s.Timeout = 5 * time.Second
+			b.run(t, deliver.Config{}, s)
+			b.publish(t, 1, "order-1", "OrderPlaced", `{}`)
+			requireSettled(t, b, "orders", 1)
+			require.Equal(t, 1, rc.count(), "InProgress kept JetStream from redelivering during a POST of %s (AckWait 1s)", post)
+			require.Zero(t, b.info(t, "orders").NumRedelivered)
+		})
+	}
+}
+
+func TestNewRejectsDuplicateNames(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := deliver.New(b.js, deliver.Config{}, sub("x", "http://a.example"), sub("x", "http://b.example"))
+	require.ErrorIs(t, err, deliver.ErrInvalidSubscription)
+	require.ErrorContains(t, err, `"x"`)
+}
+
+func TestRetriesExhaustedAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusBadGateway))
+	dl := &deadLetters{}
+	s := sub("orders", rc.URL)
+	s.MaxDeliver = 3
+	s.BackOff = []time.Duration{10 * time.Millisecond}
+	b.run(t, deliver.Config{DeadLetters: dl}, s)
+	b.publish(t, 77, "order-1", "OrderPlaced", `{}`)
+
+	rc.waitFor(t, 3)
+	requireSettled(t, b, "orders", 1)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 3, rc.count(), "MaxDeliver attempts, then no more")
+	got := dl.list()
+	require.Len(t, got, 1)
+	require.Equal(t, "77", got[0].EventID)
+	require.Equal(t, 3, got[0].Attempt)
+	require.Equal(t, http.StatusBadGateway, got[0].Status)
+	require.Contains(t, got[0].Reason, "MaxDeliver 3")
+}
+
+func TestConsumerConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusOK))
+	s := sub("orders", rc.URL)
+	s.FilterSubjects = []string{"events.order.>", "events.*.*.UserCreated"}
+	s.MaxInFlight = 8
+	b.run(t, deliver.Config{}, s)
+	require.Eventually(t, func() bool {
+		_, err := b.js.Consumer(b.ctx, "EVENTS", "orders")
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	cfg := b.info(t, "orders").Config
+	require.Equal(t, "orders", cfg.Durable)
+	require.Equal(t, s.FilterSubjects, cfg.FilterSubjects)
+	require.Equal(t, jetstream.AckExplicitPolicy, cfg.AckPolicy)
+	require.Equal(t, deliver.DefaultAckWait, cfg.AckWait)
+	require.Equal(t, -1, cfg.MaxDeliver, "MaxDeliver is enforced by the consumer, so a failed dead letter is retried")
+	require.GreaterOrEqual(t, cfg.MaxAckPending, 8)
+}
+
+// Events of one stream are delivered one after another; those waiting for
+// their turn longer than AckWait are kept from redelivery too: with the
+// default MaxInFlight, and with a stream of more events than MaxInFlight,
+// whose events beyond the first wave wait in their stream's lane (kept
+// alive), not in the client buffer. None expires, none is sent twice.
+func TestQueuedDeliveriesOfOneStreamAreNotRedelivered(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		maxInFlight int // 0: the default
+		n           int
+	}{
+		{"default in flight", 0, 6},  // the last waits about 3.5 s, past AckWait
+		{"beyond MaxInFlight", 2, 8}, // about 5.6 s in a row, the later ones pulled long before their turn
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+				time.Sleep(700 * time.Millisecond)
+				w.WriteHeader(http.StatusOK)
+			})
+			s := sub("orders", rc.URL)
+			s.AckWait = 2 * time.Second
+			s.Timeout = 1500 * time.Millisecond
+			s.MaxInFlight = tc.maxInFlight
+			b.run(t, deliver.Config{}, s)
+			want := make([]string, tc.n)
+			for i := range tc.n {
+				b.publish(t, int64(i+1), "order-1", "OrderPlaced", `{}`)
+				want[i] = strconv.Itoa(i + 1)
+			}
+			require.Eventually(t, func() bool {
+				info := b.info(t, "orders")
+				return info.AckFloor.Stream == uint64(tc.n) && info.NumAckPending == 0
+			}, 30*time.Second, 20*time.Millisecond)
+			var keys []string
+			for _, r := range rc.requests() {
+				keys = append(keys, r.header.Get(wire.HeaderIdempotencyKey))
+			}
+			require.Equal(t, want, keys, "each event once, in stream order")
+			require.Zero(t, b.info(t, "orders").NumRedelivered)
+		})
+	}
+}

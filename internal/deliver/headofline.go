@@ -1,0 +1,221 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// deliver delivers one event of an ordered subscription with head-of-line
+// retry: the message stays with this replica (InProgress every AckWait/2)
+// while it is retried in place with backoff (Retry-After honoured), so its
+// stream's later events, queued behind it in the lane, cannot overtake it;
+// other streams' lanes go on. It ends with a double ack (2xx), a dead
+// letter (then the stream parks or goes on, see DeadLetterPolicy), a Nak
+// when the partition is released first, or nothing when the lease
+// deadline passed (JetStream redelivers it after AckWait to the next owner).
+// MaxDeliver counts attempts from JetStream's delivery count on.
+func (pt *partition) deliver(m jetstream.Msg) {
+	r := pt.r
+	key := wire.StreamKey(m.Subject())
+	id := eventID(m)
+	stop := r.keepAlive(id, m.InProgress)
+	defer stop()
+	attempt := attemptNumber(m)
+	if attempt > 1 {
+		r.redeliveries.Inc()
+	}
+	log := func(more ...any) *slog.Logger {
+		return pt.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
+	}
+	ctx := context.WithoutCancel(pt.ctx)
+	// Attempt spans and records name the event as on the events stream,
+	// as the dead letters do.
+	em := eventsMsg{Msg: m, subject: wire.EventsSubject(pt.eventsPrefix, m.Subject())}
+	// ended ends an attempt with its outcome (span and attempts record).
+	ended := func(at *attemptState, outcome, class, reason string) {
+		at.decide(outcome, class, reason)
+		r.endAttempt(at)
+	}
+	for {
+		if pt.ctx.Err() != nil {
+			nak(log(), m, 0)
+			return
+		}
+		if !pt.waitLease() {
+			continue // released: Nak'd above
+		}
+		if pt.parking.hold(pt, key, m) {
+			return
+		}
+		body, hdr, err := r.request(m, id, r.replicaID)
+		if err != nil {
+			_, at := r.startAttempt(ctx, em, id, attempt)
+			ended(at, OutcomeTerm, ClassNone, err.Error())
+			pt.deadLetter(m, log(), deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
+			return
+		}
+		if r.br.Wait(pt.ctx) != nil {
+			continue // released: Nak'd above
+		}
+		select {
+		case pt.or.slots <- struct{}{}:
+		case <-pt.ctx.Done():
+			continue
+		}
+		if !pt.mayStart() {
+			<-pt.or.slots
+			continue // waitLease again
+		}
+		actx, at := r.startAttempt(ctx, em, id, attempt)
+		resp, refused := r.send(actx, at, nil, id, body, hdr)
+		<-pt.or.slots
+		if refused {
+			// Another lane's probe won; wait for the breaker again.
+			ended(at, OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
+			r.count(OutcomeBreakerOpen, ClassNone, 0)
+			continue
+		}
+		s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
+		ended(at, s.outcome, s.class, s.reason)
+		switch s.act {
+		case actAck:
+			r.count(OutcomeAck, s.class, resp.status)
+			pt.ack(m, log())
+			return
+		case actDeadLetter:
+			pt.deadLetter(m, log(slog.Int("status", resp.status)), deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
+			return
+		case actRetry:
+			r.count(OutcomeRetry, s.class, 0)
+			log(slog.Int("status", resp.status)).Warn("delivery failed, retrying in place (its stream waits)", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
+			sleep(pt.ctx, pt.clock, s.delay)
+			attempt++
+		}
+	}
+}
+
+// ack double-acks m (JetStream confirms the ack is recorded, so a new
+// owner never sees m again once its successor was sent), retrying with
+// backoff, and records m settled once the ack is recorded. When it is not
+// (the partition was released meanwhile, or 10 tries failed, which
+// releases the partition), the lane's later events are returned to
+// JetStream, not delivered: m comes back first, to whoever owns the
+// partition next.
+func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) {
+	seq := streamSeq(m)
+	pt.mu.Lock()
+	pt.acking[seq] = true
+	pt.mu.Unlock()
+	defer func() {
+		pt.mu.Lock()
+		delete(pt.acking, seq)
+		pt.mu.Unlock()
+	}()
+	var pause backoff.Backoff
+	for tries := 1; ; tries++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := m.DoubleAck(ctx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			pt.settled(wire.StreamKey(m.Subject()), seq) // before it leaves acking
+			return
+		}
+		if pt.ctx.Err() != nil {
+			return
+		}
+		if tries >= 10 {
+			log.Error("ack failed 10 times; releasing the partition so that the event comes back before its successors", slog.Any("error", err))
+			pt.release()
+			return
+		}
+		d := pause.Next()
+		log.Warn("ack failed; retrying (the stream's next event waits for it)", slog.Any("error", err), slog.Duration("retry_in", d))
+		sleep(pt.ctx, pt.clock, d)
+	}
+}
+
+// deadLetter stores the dead letter (retrying in place while the DLQ
+// fails), parks the stream when the policy says so, then acks m.
+func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter.Letter, outcome, class string) {
+	r := pt.r
+	dl.Subscription = r.sub.Name
+	dl.Endpoint = r.endpoint
+	// The dead letter names the event as on the events stream (subject,
+	// sequence), as for an unordered subscription.
+	dl.Msg = eventsMsg{Msg: m, subject: wire.EventsSubject(pt.eventsPrefix, m.Subject())}
+	var pause backoff.Backoff
+	for r.deadLetters != nil {
+		err := r.deadLetters.DeadLetter(context.WithoutCancel(pt.ctx), dl)
+		if err == nil {
+			break
+		}
+		d := pause.Next()
+		log.Error("dead letter failed; retrying in place", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("retry_in", d))
+		sleep(pt.ctx, pt.clock, d)
+		if pt.ctx.Err() != nil {
+			nak(log, m, 0)
+			return
+		}
+	}
+	park := r.sub.OnDeadLetter == DeadLetterPark && dl.EventID != ""
+	if park {
+		pause.Reset()
+		for {
+			err := pt.parking.park(pt, m, dl)
+			if err == nil {
+				break
+			}
+			d := pause.Next()
+			log.Error("parking the stream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d))
+			sleep(pt.ctx, pt.clock, d)
+			if pt.ctx.Err() != nil {
+				nak(log, m, 0)
+				return
+			}
+		}
+	}
+	r.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+	if r.deadLetters != nil {
+		r.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
+	}
+	if dl.Status == http.StatusGone {
+		log.Warn("endpoint answered 410 Gone: it says it no longer exists")
+	}
+	if park {
+		log.Error("delivery failed for good, dead-lettered; its stream is parked until `consumer dlq replay` or `consumer dlq skip`", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
+	} else {
+		log.Error("delivery failed for good, dead-lettered; its stream goes on", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
+	}
+	pt.ack(m, log)
+}
+
+// eventsMsg is a message of the partitioned copy seen as the events
+// stream's: its subject there and, in its metadata, the origin sequence
+// (Nats-Stream-Source) as the stream sequence.
+type eventsMsg struct {
+	jetstream.Msg
+	subject string
+}
+
+func (m eventsMsg) Subject() string { return m.subject }
+
+func (m eventsMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	md, err := m.Msg.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	out := *md
+	if seq := wire.SourceSequence(m.Msg.Headers().Get(wire.HeaderSourceInfo)); seq != 0 {
+		out.Sequence.Stream = seq
+	}
+	return &out, nil
+}

@@ -1,0 +1,225 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"encoding/json"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// TraceConfig says where TraceEvent looks. Zero fields take the defaults
+// of the streams they name.
+type TraceConfig struct {
+	// Stream and Prefix are the events stream and its subject prefix.
+	// Defaults "EVENTS", "events".
+	Stream, Prefix string
+	// DLQStream and DLQPrefix are the dead-letter stream and its prefix.
+	// Defaults "DLQ", "dlq".
+	DLQStream, DLQPrefix string
+	// AttemptsStream and AttemptsPrefix are the attempts stream and its
+	// prefix. Defaults "JSBRIDGE_ATTEMPTS", "attempts".
+	AttemptsStream, AttemptsPrefix string
+	// SourceStream, when set, is the event's source stream (e.g.
+	// "order-42"): when no attempt record says where the event is on the
+	// events stream, its subjects are scanned for the event's Nats-Msg-Id.
+	SourceStream string
+}
+
+// EventMessage is the event's message on the events stream.
+type EventMessage struct {
+	// Sequence and Subject locate it; PublishedAt is when JetStream stored it.
+	Sequence    uint64    `json:"sequence"`
+	Subject     string    `json:"subject"`
+	PublishedAt time.Time `json:"published_at"`
+	// Name, SourceStream and Version are ce-type, ce-subject and
+	// ce-streamversion (decoded).
+	Name         string `json:"name"`
+	SourceStream string `json:"stream"`
+	Version      int64  `json:"version"`
+	// TraceParent is the message's traceparent header, "" when none.
+	TraceParent string `json:"traceparent,omitempty"`
+}
+
+// EventTrace is everything JetStream holds about one event's deliveries.
+type EventTrace struct {
+	EventID string `json:"event_id"`
+	// Message is the event on the events stream; nil when it was not found
+	// (no attempt names it and no SourceStream was given, or it is gone:
+	// the events stream's limits, a purge).
+	Message *EventMessage `json:"message,omitempty"`
+	// Attempts are the attempt records, by subscription, then attempt
+	// number, then time. Records older than the attempts stream's max age
+	// are gone.
+	Attempts []attemptlog.Attempt `json:"attempts"`
+	// DeadLetters are the event's dead letters (of any subscription).
+	DeadLetters []deadletter.Stored `json:"dead_letters"`
+}
+
+// TraceEvent collects what JetStream holds about event eventID: its
+// attempt records (an ordered consumer on the attempts stream filtered to
+// <prefix>.*.<event id>, which the stream's subject index serves without
+// reading other events' records), its message on the events stream (by the
+// sequence an attempt record names, else by scanning cfg.SourceStream's
+// subjects), and its dead letters (filtered by the event's subject when
+// known). A stream that does not exist contributes nothing; other errors
+// are returned, wrapped.
+func TraceEvent(ctx context.Context, js jetstream.JetStream, eventID string, cfg TraceConfig) (EventTrace, error) {
+	cfg = cfg.withDefaults()
+	t := EventTrace{EventID: eventID, Attempts: []attemptlog.Attempt{}, DeadLetters: []deadletter.Stored{}}
+	err := readAll(ctx, js, cfg.AttemptsStream, wire.AttemptFilter(cfg.AttemptsPrefix, eventID), func(_ *jetstream.MsgMetadata, m jetstream.Msg) bool {
+		var a attemptlog.Attempt
+		if json.Unmarshal(m.Data(), &a) == nil && a.EventID == eventID {
+			t.Attempts = append(t.Attempts, a)
+		}
+		return true
+	})
+	if err != nil {
+		return t, err
+	}
+	sort.SliceStable(t.Attempts, func(i, j int) bool {
+		a, b := t.Attempts[i], t.Attempts[j]
+		if a.Subscription != b.Subscription {
+			return a.Subscription < b.Subscription
+		}
+		if a.Attempt != b.Attempt {
+			return a.Attempt < b.Attempt
+		}
+		return a.At.Before(b.At)
+	})
+
+	for _, a := range t.Attempts {
+		if a.StreamSeq == 0 {
+			continue
+		}
+		if t.Message, err = eventAt(ctx, js, cfg.Stream, a.StreamSeq, eventID); err != nil {
+			return t, err
+		}
+		if t.Message != nil {
+			break
+		}
+	}
+	if t.Message == nil && cfg.SourceStream != "" {
+		err := readAll(ctx, js, cfg.Stream, wire.StreamFilter(cfg.Prefix, cfg.SourceStream), func(md *jetstream.MsgMetadata, m jetstream.Msg) bool {
+			if m.Headers().Get(wire.HeaderMsgID) != eventID {
+				return true
+			}
+			t.Message = eventMessage(md.Sequence.Stream, m.Subject(), md.Timestamp, m.Headers())
+			return false
+		})
+		if err != nil {
+			return t, err
+		}
+	}
+
+	filter := wire.DLQFilter(cfg.DLQPrefix, "")
+	if t.Message != nil {
+		filter = wire.DLQSubject(cfg.DLQPrefix, "*", t.Message.Subject)
+	}
+	err = readAll(ctx, js, cfg.DLQStream, filter, func(md *jetstream.MsgMetadata, m jetstream.Msg) bool {
+		if m.Headers().Get(wire.HeaderDLQEventID) == eventID {
+			t.DeadLetters = append(t.DeadLetters, deadletter.ParseStored(md.Sequence.Stream, md.Timestamp, m.Headers(), m.Data()))
+		}
+		return true
+	})
+	return t, err
+}
+
+func (c TraceConfig) withDefaults() TraceConfig {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Stream, wire.DefaultEventsStream)
+	def(&c.Prefix, wire.DefaultEventsPrefix)
+	def(&c.DLQStream, wire.DefaultDLQStream)
+	def(&c.DLQPrefix, wire.DefaultDLQPrefix)
+	def(&c.AttemptsStream, wire.DefaultAttemptsStream)
+	def(&c.AttemptsPrefix, wire.DefaultAttemptsPrefix)
+	return c
+}
+
+// eventAt returns the message at seq of the events stream when its
+// Nats-Msg-Id is eventID, nil when it is not (or gone).
+func eventAt(ctx context.Context, js jetstream.JetStream, stream string, seq uint64, eventID string) (*EventMessage, error) {
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect: trace: JetStream stream %q: %w", stream, err)
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect: trace: get message %d of JetStream stream %q: %w", seq, stream, err)
+	}
+	if m.Header.Get(wire.HeaderMsgID) != eventID {
+		return nil, nil
+	}
+	return eventMessage(m.Sequence, m.Subject, m.Time, m.Header), nil
+}
+
+func eventMessage(seq uint64, subject string, at time.Time, h nats.Header) *EventMessage {
+	dec := func(k string) string {
+		v, err := wire.DecodeHeaderValue(h.Get(k))
+		if err != nil {
+			return h.Get(k)
+		}
+		return v
+	}
+	e := &EventMessage{Sequence: seq, Subject: subject, PublishedAt: at.UTC(), Name: dec(wire.HeaderType), SourceStream: dec(wire.HeaderSubject),
+		TraceParent: h.Get(wire.HeaderTraceParent)}
+	e.Version, _ = strconv.ParseInt(h.Get(wire.HeaderStreamVersion), 10, 64)
+	return e
+}
+
+// readAll reads every message of stream on filter, oldest first, with an
+// ordered consumer, until fn returns false or none is left. A stream that
+// does not exist holds nothing.
+func readAll(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func(*jetstream.MsgMetadata, jetstream.Msg) bool) error {
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("inspect: trace: JetStream stream %q: %w", stream, err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return fmt.Errorf("inspect: trace: JetStream stream %q info: %w", stream, err)
+	}
+	if len(info.State.Subjects) == 0 {
+		return nil
+	}
+	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return fmt.Errorf("inspect: trace: read JetStream stream %q (%s): %w", stream, filter, err)
+	}
+	for {
+		m, err := oc.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			return fmt.Errorf("inspect: trace: read JetStream stream %q (%s): %w", stream, filter, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("inspect: trace: read JetStream stream %q (%s): %w", stream, filter, err)
+		}
+		if !fn(md, m) || md.NumPending == 0 {
+			return nil
+		}
+	}
+}

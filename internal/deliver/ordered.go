@@ -1,0 +1,411 @@
+package deliver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// Ordered delivery (Subscription.Ordering OrderingStream), in short; the
+// design and its failure cases are in docs/ordering.md.
+//
+//   - A JetStream stream "<events>_ORDERED" sources the events stream with a
+//     subject transform that inserts a partition token (fnv32a of the stream
+//     token modulo Config.Partitions); the events stream is unchanged.
+//   - Each ordered subscription has one durable pull consumer per partition.
+//   - Replicas heartbeat into a key-value bucket (TTL Config.LeaseTTL) and
+//     each partition is owned by the replica whose lease key it created;
+//     each replica keeps up to its quota of what it owns, claims free
+//     partitions below it and releases (after its in-flight deliveries)
+//     what is over it (see share: a replica joining or leaving moves
+//     about partitions/n of them, not all). A replica stops starting
+//     attempts on a partition once its lease was not renewed for
+//     LeaseTTL*3/4 (a frozen replica fences itself before its lease can
+//     be taken).
+//   - A new owner delivers nothing until every message pending on the
+//     partition's consumer (the previous owner's in-flight, queued and
+//     unacked ones, redelivered after AckWait) is in its hands; then it
+//     hands them to the per-stream lanes in stream-sequence order.
+//   - Inside a partition, one lane per stream; a failing head is retried in
+//     place (InProgress keeps it), acks are double acks.
+
+// ErrPartitionsChanged is wrapped by Provision when the partitioned copy of
+// the events stream exists with another partition count than
+// Config.Partitions: its stored subjects would not match the partition
+// consumers' filters. Waiting does not fix it.
+var ErrPartitionsChanged = errors.New("partition count differs from the partitioned stream's")
+
+// ErrEventsRecreated is wrapped by Provision when the partitioned copy of
+// the events stream has sourced it past its last sequence: the events
+// stream was deleted and created again, and the copy would go on sourcing
+// from its old sequence on, skipping the new stream's messages up to
+// there. Waiting does not fix it.
+var ErrEventsRecreated = errors.New("the partitioned stream sourced the events stream past its last sequence")
+
+// orderingDefaults fills the ordered-delivery fields of cfg.
+func orderingDefaults(cfg *Config) error {
+	if cfg.Partitions == 0 {
+		cfg.Partitions = DefaultPartitions
+	}
+	if cfg.Partitions < 1 || cfg.Partitions > 1024 {
+		return fmt.Errorf("Config.Partitions %d: want 1 to 1024", cfg.Partitions)
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.LeaseTTL < 200*time.Millisecond {
+		return fmt.Errorf("Config.LeaseTTL %s: want at least 200ms", cfg.LeaseTTL)
+	}
+	if cfg.ReplicaID == "" {
+		host, _ := os.Hostname()
+		host = strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+				return r
+			}
+			return '_'
+		}, host)
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		cfg.ReplicaID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if !validName.MatchString(cfg.ReplicaID) {
+		return fmt.Errorf("Config.ReplicaID %q does not match [A-Za-z0-9_-]+", cfg.ReplicaID)
+	}
+	return nil
+}
+
+// ordering is the state the ordered subscriptions of one Consumer share:
+// the partitioned stream, the buckets, membership and leases.
+type ordering struct {
+	js      jetstream.JetStream
+	cfg     Config // the Consumer's, defaults filled
+	clock   clockwork.Clock
+	runners []*runner
+	log     *slog.Logger
+
+	mu           sync.Mutex
+	provisioned  bool
+	eventsPrefix string
+	leases       jetstream.KeyValue
+	parks        jetstream.KeyValue
+	// leaseTTL is the lease bucket's TTL: Config.LeaseTTL, unless the
+	// bucket existed with another (then every replica goes by the
+	// bucket's, so that a lease never expires before its owner renews it).
+	leaseTTL time.Duration
+}
+
+// newOrdering returns the ordering state of c, or nil when no subscription
+// of c is ordered.
+func newOrdering(c *Consumer) *ordering {
+	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log}
+	for _, r := range c.runners {
+		if r.sub.Ordered() {
+			r.ord = newOrderedRunner(r, o, c.cfg.Partitions)
+			o.runners = append(o.runners, r)
+		}
+	}
+	if len(o.runners) == 0 {
+		return nil
+	}
+	return o
+}
+
+// stream is the partitioned copy's name.
+func (o *ordering) stream() string { return wire.OrderedStream(o.cfg.Stream) }
+
+// provision creates (or checks) the partitioned stream, the two buckets and
+// every partition consumer; once it succeeded it does nothing.
+func (o *ordering) provision(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.provisioned {
+		return nil
+	}
+	js := o.js
+	events, err := js.Stream(ctx, o.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.cfg.Stream, err)
+	}
+	ecfg := events.CachedInfo().Config
+	o.eventsPrefix = wire.DefaultEventsPrefix
+	if len(ecfg.Subjects) == 1 && strings.HasSuffix(ecfg.Subjects[0], ".>") {
+		o.eventsPrefix = strings.TrimSuffix(ecfg.Subjects[0], ".>")
+	}
+	for _, r := range o.runners {
+		for _, f := range r.sub.FilterSubjects {
+			if _, err := wire.OrderedFilter(o.eventsPrefix, 0, f); err != nil {
+				return fmt.Errorf("deliver: %w %q: FilterSubjects: %w", ErrInvalidSubscription, r.sub.Name, err)
+			}
+		}
+	}
+	replicas := o.cfg.Replicas
+	if replicas == 0 {
+		replicas = ecfg.Replicas
+	}
+	src, dest := wire.OrderedTransform(o.eventsPrefix, o.cfg.Partitions)
+	if s, err := js.Stream(ctx, o.stream()); err == nil {
+		cfg := s.CachedInfo().Config
+		if len(cfg.Sources) != 1 || len(cfg.Sources[0].SubjectTransforms) != 1 || cfg.Sources[0].SubjectTransforms[0].Destination != dest {
+			return fmt.Errorf("deliver: %w: JetStream stream %q does not source %q with the transform %q (partitions %d); "+
+				"delete it (nats stream rm %s) and every ordered subscription's partition consumers to repartition (docs/ordering.md)",
+				ErrPartitionsChanged, o.stream(), o.cfg.Stream, dest, o.cfg.Partitions, o.stream())
+		}
+		if err := o.checkSourced(ctx, s, events); err != nil {
+			return err
+		}
+	} else if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        o.stream(),
+			Description: "jsbridge: the events of " + o.cfg.Stream + " with a partition token, for ordered webhook delivery",
+			Storage:     jetstream.FileStorage,
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      ecfg.MaxAge,
+			MaxBytes:    ecfg.MaxBytes,
+			Replicas:    replicas,
+			Sources: []*jetstream.StreamSource{{
+				Name:              o.cfg.Stream,
+				SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: src, Destination: dest}},
+			}},
+		})
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("deliver: create JetStream stream %q: %w", o.stream(), err)
+		}
+	} else {
+		return fmt.Errorf("deliver: JetStream stream %q: %w", o.stream(), err)
+	}
+	if o.leases, err = bucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket: wire.DefaultLeaseBucket, Description: "jsbridge consumer replicas and their partition leases",
+		TTL: o.cfg.LeaseTTL, Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
+	}); err != nil {
+		return err
+	}
+	if o.leaseTTL, err = o.bucketTTL(ctx); err != nil {
+		return err
+	}
+	if o.parks, err = bucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket: wire.DefaultParkBucket, Description: "jsbridge ordered subscriptions' parked streams",
+		Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
+	}); err != nil {
+		return err
+	}
+	for _, r := range o.runners {
+		if err := r.ord.createConsumers(ctx, o, replicas); err != nil {
+			return err
+		}
+	}
+	o.provisioned = true
+	return nil
+}
+
+// checkSourced fails, wrapping ErrEventsRecreated, when the last message of
+// the partitioned copy s came from past the events stream's last sequence
+// (read after it, so that a copy keeping up is never ahead).
+func (o *ordering) checkSourced(ctx context.Context, s, events jetstream.Stream) error {
+	last := s.CachedInfo().State.LastSeq
+	if last == 0 {
+		return nil
+	}
+	m, err := s.GetMsg(ctx, last)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
+	}
+	origin := wire.SourceSequence(m.Header.Get(wire.HeaderSourceInfo))
+	info, err := events.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.cfg.Stream, err)
+	}
+	if origin > info.State.LastSeq {
+		return fmt.Errorf("deliver: %w: JetStream stream %q holds messages of %q up to its sequence %d, and %q ends at %d: %q was created again. "+
+			"Delete %q (nats stream rm %s) and every ordered subscription's partition consumers, which go with it; they are made again from the new stream",
+			ErrEventsRecreated, o.stream(), o.cfg.Stream, origin, o.cfg.Stream, info.State.LastSeq, o.cfg.Stream, o.stream(), o.stream())
+	}
+	return nil
+}
+
+// bucketTTL returns the lease bucket's TTL, warning when it is not
+// Config.LeaseTTL: the bucket was created with another one (by an earlier
+// run, or a replica with another --lease-ttl), and its keys expire after
+// it whatever a replica was told. A replica renewing on its own longer TTL
+// would lose its leases between renewals; on a shorter one, its killed
+// partitions would move later than it says.
+func (o *ordering) bucketTTL(ctx context.Context) (time.Duration, error) {
+	st, err := o.leases.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("deliver: key-value bucket %q: %w", wire.DefaultLeaseBucket, err)
+	}
+	ttl := st.TTL()
+	if ttl <= 0 {
+		return o.cfg.LeaseTTL, nil
+	}
+	if ttl != o.cfg.LeaseTTL {
+		o.log.Warn(fmt.Sprintf("the lease bucket's TTL is not the configured lease TTL; using the bucket's, which every replica shares. "+
+			"To change it, stop every replica of the ordered subscriptions, then delete the bucket (nats kv del %s)", wire.DefaultLeaseBucket),
+			slog.Duration("bucket_ttl", ttl), slog.Duration("lease_ttl", o.cfg.LeaseTTL))
+	}
+	return ttl, nil
+}
+
+// bucket returns the key-value bucket of cfg, creating it when missing.
+func bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("deliver: key-value bucket %q: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}
+
+// run provisions (retrying), starts the park watchers, then keeps this
+// replica's membership and leases until ctx ends; then it releases every
+// partition (in-flight deliveries finish, the rest goes back to JetStream)
+// and deletes its leases and heartbeat.
+func (o *ordering) run(ctx context.Context) {
+	var pause backoff.Backoff
+	for {
+		err := o.provision(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		d := pause.Next()
+		o.log.Warn("ordered delivery not available yet; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
+		sleep(ctx, o.clock, d)
+	}
+	var watchers sync.WaitGroup
+	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
+	for _, r := range o.runners {
+		ready := make(chan struct{})
+		watchers.Go(func() { r.ord.parking.watchParked(wctx, o.parks, ready) })
+		watchers.Go(func() { r.ord.parking.keepParkedAlive(wctx) })
+		select {
+		case <-ready:
+		case <-ctx.Done():
+		}
+		r.log.Info("subscription started", slog.Any("filter_subjects", r.sub.FilterSubjects), slog.Int("max_in_flight", r.sub.MaxInFlight),
+			slog.String("ordering", string(r.sub.Ordering)), slog.Int("partitions", o.cfg.Partitions), slog.String("replica", o.cfg.ReplicaID))
+	}
+	every := o.leaseTTL / 4
+	for ctx.Err() == nil {
+		o.cycle(ctx)
+		select {
+		case <-ctx.Done():
+		case <-o.clock.After(every):
+		}
+	}
+	o.shutdown()
+	stopWatchers()
+	watchers.Wait()
+}
+
+// view returns, for subscription, the ids of the live replicas, sorted,
+// with self among them, and the partitions whose lease key exists (held by
+// any replica), from one listing of the lease bucket.
+func (o *ordering) view(ctx context.Context, subscription string) (members []string, taken map[int]bool, err error) {
+	l, err := o.leases.ListKeysFiltered(ctx, wire.MemberFilter(subscription), wire.SubscriptionLeaseFilter(subscription))
+	if err != nil {
+		return nil, nil, err
+	}
+	taken = map[int]bool{}
+	for k := range l.Keys() {
+		if _, id, ok := wire.ParseMemberKey(k); ok {
+			members = append(members, id)
+		} else if _, p, ok := wire.ParseLeaseKey(k); ok {
+			taken[p] = true
+		}
+	}
+	_ = l.Stop() // the lister stopped itself after the last key
+	self := o.cfg.ReplicaID
+	if !slices.Contains(members, self) {
+		members = append(members, self)
+	}
+	slices.Sort(members)
+	return members, taken, nil
+}
+
+// cycle heartbeats, then for every ordered subscription and partition
+// renews what it holds, releases what is no longer its share and claims
+// its share.
+func (o *ordering) cycle(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, o.leaseTTL/2)
+	defer cancel()
+	self := o.cfg.ReplicaID
+	start := o.clock.Now()
+	for _, r := range o.runners {
+		if _, err := o.leases.Put(cctx, wire.MemberKey(r.sub.Name, self), []byte(self)); err != nil {
+			r.log.Warn("membership heartbeat failed", slog.Any("error", err))
+		}
+	}
+	for _, r := range o.runners {
+		members, taken, err := o.view(cctx, r.sub.Name)
+		if err != nil {
+			r.log.Warn("listing consumer replicas failed; keeping the current partitions", slog.Any("error", err))
+		}
+		var owned []int
+		for p, pt := range r.ord.parts {
+			if pt != nil && !pt.lost && pt.ctx.Err() == nil {
+				owned = append(owned, p)
+			}
+		}
+		keep, _, claim := share(o.cfg.Partitions, members, self, owned, taken)
+		// Held partitions first (renewed, or released when no longer
+		// wanted), then claims.
+		for _, p := range append(r.ord.ownedOrReleasing(), claim...) {
+			if err := cctx.Err(); err != nil {
+				if !errors.Is(err, context.Canceled) {
+					r.log.Warn("lease renewals and claims took longer than half the lease TTL; the rest waits for the next round", slog.Duration("lease_ttl", o.leaseTTL))
+				}
+				return // or shutting down: shutdown releases everything
+			}
+			want := slices.Contains(keep, p) || slices.Contains(claim, p)
+			r.ord.step(cctx, o, p, want, members == nil, start)
+		}
+		r.ord.report()
+	}
+}
+
+// shutdown releases every partition and waits for their deliveries, then
+// deletes the leases and the heartbeat so that other replicas take over at
+// once.
+func (o *ordering) shutdown() {
+	// Deliveries in flight end within their Timeout.
+	wait := 5 * time.Second
+	for _, r := range o.runners {
+		wait = max(wait, r.sub.Timeout+5*time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for _, r := range o.runners {
+		r.ord.releaseAll(ctx, o)
+	}
+	if o.leases != nil {
+		for _, r := range o.runners {
+			if err := o.leases.Delete(ctx, wire.MemberKey(r.sub.Name, o.cfg.ReplicaID)); err != nil {
+				o.log.Debug("deleting membership heartbeat failed", slog.Any("error", err))
+			}
+		}
+	}
+}

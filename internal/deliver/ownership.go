@@ -1,0 +1,317 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// orderedRunner is an ordered subscription's state on this replica.
+type orderedRunner struct {
+	r      *runner
+	o      *ordering // the state the ordered subscriptions share
+	clock  clockwork.Clock
+	inHand atomic.Int64         // events in the lanes of all partitions (see handLimit)
+	cons   []jetstream.Consumer // one per partition, set by createConsumers
+	parts  []*partition         // owned partitions; nil where not owned
+	slots  chan struct{}        // bounds concurrent POSTs to MaxInFlight
+
+	parking *parking // the parked streams and the events held behind them
+
+	streamMu sync.Mutex
+	stream   jetstream.Stream // the partitioned stream, once looked up (copyStream)
+}
+
+// handLimit bounds the events in this subscription's lanes on this
+// replica (running, waiting for a slot, or queued behind their stream's
+// running one): 8 × MaxInFlight, enough to keep MaxInFlight POSTs busy
+// over many streams; more would only wait here, kept alive with
+// InProgress, instead of in JetStream. A new owner's fence and released
+// held events may go over it.
+func (or *orderedRunner) handLimit() int64 { return 8 * int64(or.r.sub.MaxInFlight) }
+
+// pullBatch is each partition's client pull buffer: MaxInFlight shared by
+// the partitions, at least 8.
+func (or *orderedRunner) pullBatch() int {
+	return max(8, 2*or.r.sub.MaxInFlight/len(or.parts))
+}
+
+func newOrderedRunner(r *runner, o *ordering, partitions int) *orderedRunner {
+	return &orderedRunner{
+		r:       r,
+		o:       o,
+		clock:   r.clock,
+		cons:    make([]jetstream.Consumer, partitions),
+		parts:   make([]*partition, partitions),
+		slots:   make(chan struct{}, r.sub.MaxInFlight),
+		parking: newParking(r, o),
+	}
+}
+
+// consumerConfig is partition p's durable pull consumer: the subscription's
+// filters on partition p of the partitioned stream. As for OrderingNone,
+// MaxDeliver is enforced by deliver (in place), not by the server.
+func (or *orderedRunner) consumerConfig(o *ordering, p int) (jetstream.ConsumerConfig, error) {
+	s := or.r.sub
+	filters := make([]string, len(s.FilterSubjects))
+	for i, f := range s.FilterSubjects {
+		var err error
+		if filters[i], err = wire.OrderedFilter(o.eventsPrefix, p, f); err != nil {
+			return jetstream.ConsumerConfig{}, err
+		}
+	}
+	return jetstream.ConsumerConfig{
+		Durable:        wire.PartitionDurable(s.Name, p),
+		Description:    fmt.Sprintf("jsbridge ordered webhook subscription %s, partition %d, to %s", s.Name, p, or.r.endpoint),
+		FilterSubjects: filters,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        s.AckWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  s.MaxAckPending,
+	}, nil
+}
+
+// createConsumers creates or updates the partition consumers. A new one
+// of a subscription that had an OrderingNone durable consumer starts after
+// that consumer's ack floor (see migrationStart).
+func (or *orderedRunner) createConsumers(ctx context.Context, o *ordering, replicas int) error {
+	js := o.js
+	var start uint64
+	startKnown := false
+	for p := range or.cons {
+		cfg, err := or.consumerConfig(o, p)
+		if err != nil {
+			return fmt.Errorf("deliver: %w %q: %w", ErrInvalidSubscription, or.r.sub.Name, err)
+		}
+		existing, err := js.Consumer(ctx, o.stream(), cfg.Durable)
+		switch {
+		case err == nil:
+			cfg.Replicas = existing.CachedInfo().Config.Replicas
+			cfg.DeliverPolicy = existing.CachedInfo().Config.DeliverPolicy
+			cfg.OptStartSeq = existing.CachedInfo().Config.OptStartSeq
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			cfg.Replicas = replicas
+			if !startKnown {
+				if start, err = or.migrationStart(ctx, o); err != nil {
+					return err
+				}
+				startKnown = true
+			}
+			if start > 0 {
+				cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+				cfg.OptStartSeq = start
+			}
+		default:
+			return fmt.Errorf("deliver: subscription %q: look up durable consumer %q on JetStream stream %q: %w", or.r.sub.Name, cfg.Durable, o.stream(), err)
+		}
+		c, err := js.CreateOrUpdateConsumer(ctx, o.stream(), cfg)
+		if err != nil {
+			return fmt.Errorf("deliver: subscription %q: create or update durable consumer %q on JetStream stream %q: %w", or.r.sub.Name, cfg.Durable, o.stream(), err)
+		}
+		or.cons[p] = c
+	}
+	return nil
+}
+
+// migrationStart returns the first sequence of the partitioned stream a new
+// partition consumer starts at: 0 (all) unless the subscription's
+// OrderingNone durable consumer exists on the events stream with an ack
+// floor; then the first message sourced from after that floor, found by
+// binary search on the Nats-Stream-Source header (sourcing keeps the
+// events stream's order). What the old consumer acked above its floor is
+// delivered again (at least once; receivers deduplicate by
+// Idempotency-Key). It waits (returns an error to retry) while the copy
+// has not caught up with the floor yet.
+func (or *orderedRunner) migrationStart(ctx context.Context, o *ordering) (uint64, error) {
+	old, err := o.js.Consumer(ctx, o.cfg.Stream, or.r.sub.Name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("deliver: subscription %q: look up the unordered durable consumer: %w", or.r.sub.Name, err)
+	}
+	floor := old.CachedInfo().AckFloor.Stream
+	if floor == 0 {
+		return 0, nil
+	}
+	s, err := o.js.Stream(ctx, o.stream())
+	if err != nil {
+		return 0, fmt.Errorf("deliver: JetStream stream %q: %w", o.stream(), err)
+	}
+	st := s.CachedInfo().State
+	origin := func(seq uint64) (uint64, error) {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		return wire.SourceSequence(m.Header.Get(wire.HeaderSourceInfo)), nil
+	}
+	last, err := origin(st.LastSeq)
+	if err != nil {
+		return 0, fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
+	}
+	if st.LastSeq == 0 || last < floor {
+		return 0, fmt.Errorf("deliver: subscription %q: JetStream stream %q has sourced up to %d, not yet the unordered consumer's ack floor %d; waiting",
+			or.r.sub.Name, o.stream(), last, floor)
+	}
+	lo, hi := st.FirstSeq, st.LastSeq // the first seq whose origin > floor is in [lo, hi+1]
+	for lo <= hi {
+		mid := lo + (hi-lo)/2
+		v, err := origin(mid)
+		if err != nil {
+			return 0, fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
+		}
+		if v != 0 && v <= floor {
+			lo = mid + 1
+		} else {
+			hi = mid - 1
+		}
+	}
+	or.r.log.Warn(fmt.Sprintf("subscription switched to ordered delivery: its partition consumers start after the unordered durable consumer's ack floor; "+
+		"delete that consumer once no replica runs the unordered version: nats consumer rm %s %s", o.cfg.Stream, or.r.sub.Name),
+		slog.Uint64("ack_floor", floor), slog.Uint64("start_seq", lo))
+	return lo, nil
+}
+
+// step renews, releases or claims partition p. want says whether p is this
+// replica's share; unknown that membership could not be read (then nothing
+// is claimed or released, only renewed).
+func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unknown bool, start time.Time) {
+	key := wire.LeaseKey(or.r.sub.Name, p)
+	self := []byte(o.cfg.ReplicaID)
+	pt := or.parts[p]
+	ttl := o.leaseTTL
+	switch {
+	case pt != nil && pt.finished():
+		if !pt.lost {
+			if err := o.leases.Delete(ctx, key, jetstream.LastRevision(pt.rev)); err != nil {
+				or.r.log.Debug("deleting a released lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
+			}
+		}
+		or.parts[p] = nil
+	case pt != nil && pt.lost:
+		// Waiting for its deliveries to end; the lease is someone else's.
+	case pt != nil:
+		rev, err := o.leases.Update(ctx, key, self, pt.rev)
+		switch {
+		case err == nil:
+			pt.rev = rev
+			pt.setDeadline(start.Add(ttl - ttl/4))
+		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+			or.r.log.Warn("partition lease lost (expired or taken); stopping it", slog.Int("partition", p), slog.Any("error", err))
+			pt.lost = true
+			pt.release()
+		case !errors.Is(ctx.Err(), context.Canceled): // not shutdown
+			or.r.log.Warn("renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
+		}
+		if !want && !unknown && !pt.lost {
+			or.r.log.Info("releasing partition: another replica's share now", slog.Int("partition", p))
+			pt.release()
+		}
+	case want:
+		rev, err := o.leases.Create(ctx, key, self)
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrKeyExists) {
+				or.r.log.Warn("claiming a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
+			}
+			return
+		}
+		pt = or.newPartition(p, rev, start.Add(ttl-ttl/4))
+		or.parts[p] = pt
+		or.r.metrics.handovers.WithLabelValues(or.r.sub.Name).Inc()
+		or.r.log.Info("partition taken", slog.Int("partition", p))
+		go pt.run()
+	}
+}
+
+// releaseAll releases every owned partition, waits for each (bounded by
+// ctx) and deletes its lease.
+func (or *orderedRunner) releaseAll(ctx context.Context, o *ordering) {
+	for _, pt := range or.parts {
+		if pt != nil {
+			pt.release()
+		}
+	}
+	for p, pt := range or.parts {
+		if pt == nil {
+			continue
+		}
+		select {
+		case <-pt.done:
+		case <-ctx.Done():
+		}
+		if !pt.lost {
+			if err := o.leases.Delete(ctx, wire.LeaseKey(or.r.sub.Name, p), jetstream.LastRevision(pt.rev)); err != nil {
+				or.r.log.Debug("deleting a lease at shutdown failed; it expires", slog.Int("partition", p), slog.Any("error", err))
+			}
+		}
+		or.parts[p] = nil
+	}
+	or.report()
+}
+
+// ownedOrReleasing returns the partitions this replica has a partition
+// for: owned, being released, or lost and still ending.
+func (or *orderedRunner) ownedOrReleasing() []int {
+	var ps []int
+	for p, pt := range or.parts {
+		if pt != nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// report sets the partitions-owned gauge.
+func (or *orderedRunner) report() {
+	n := 0
+	for _, pt := range or.parts {
+		if pt != nil && !pt.lost {
+			n++
+		}
+	}
+	or.r.metrics.partitionsOwned.WithLabelValues(or.r.sub.Name).Set(float64(n))
+}
+
+func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *partition {
+	ctx, cancel := context.WithCancel(context.Background())
+	// createConsumers made the partition consumers from the same config.
+	cfg, _ := or.consumerConfig(or.o, p)
+	pt := &partition{
+		or: or, r: or.r, eventsPrefix: or.o.eventsPrefix, parking: or.parking, ackWait: or.r.sub.AckWait, clock: or.clock, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		deadline: deadline, lastDone: map[string]uint64{}, recent: map[uint64]bool{}, inLane: map[uint64]bool{}, acking: map[uint64]bool{},
+		waiting: map[string][]waitingMsg{}, seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
+		filters: cfg.FilterSubjects,
+		log:     or.r.log.With(slog.Int("partition", p)),
+	}
+	pt.successor = pt.successorSeq
+	return pt
+}
+
+// copyStream returns the partitioned stream, looked up once.
+func (or *orderedRunner) copyStream(ctx context.Context) (jetstream.Stream, error) {
+	or.streamMu.Lock()
+	defer or.streamMu.Unlock()
+	if or.stream != nil {
+		return or.stream, nil
+	}
+	s, err := or.r.js.Stream(ctx, or.o.stream())
+	if err != nil {
+		return nil, err
+	}
+	or.stream = s
+	return s, nil
+}

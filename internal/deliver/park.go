@@ -1,0 +1,351 @@
+package deliver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// A parked stream (DeadLetterPark): its dead-lettered head is in the DLQ,
+// an entry in the park bucket names it, and its later events stay pending
+// on the partition consumer, held in memory by the partition's owner
+// (InProgress every AckWait/2) and never delivered, until the entry is
+// deleted by Replay (after the head was delivered) or SkipParked. They are
+// never acked while parked, so nothing is lost across restarts and
+// hand-overs: a new owner gets them again and holds them again. The price:
+// each held event occupies one of the partition consumer's MaxAckPending
+// slots, so a partition with MaxAckPending held events stops pulling until
+// an operator acts (docs/ordering.md).
+
+// parking is an ordered subscription's parked streams on this replica:
+// the park entries it wrote or watched, the events it holds behind them,
+// and the park bucket's side of both.
+type parking struct {
+	o         *ordering // the park bucket (o.parks) and the events prefix, once provisioned
+	sub       Subscription
+	log       *slog.Logger
+	metrics   *metrics
+	replicaID string
+	clock     clockwork.Clock
+
+	mu     sync.Mutex
+	parked map[string]*parkedStream // by park bucket key
+}
+
+func newParking(r *runner, o *ordering) *parking {
+	return &parking{o: o, sub: r.sub, log: r.log, metrics: r.metrics, replicaID: r.replicaID, clock: r.clock, parked: map[string]*parkedStream{}}
+}
+
+// parkedStream is a parked stream on this replica: its entry and the
+// events this replica holds behind it.
+type parkedStream struct {
+	entry     deadletter.ParkedStream
+	held      []heldMsg // in stream order
+	releasing bool      // its entry was deleted: see unpark
+}
+
+type heldMsg struct {
+	pt  *partition
+	msg jetstream.Msg
+	at  time.Time
+}
+
+// park records m's stream as parked behind m (already dead-lettered). An
+// entry that exists already (m redelivered after a crash) is kept.
+func (pk *parking) park(pt *partition, m jetstream.Msg, dl deadletter.Letter) error {
+	o := pk.o
+	subject := wire.EventsSubject(o.eventsPrefix, m.Subject())
+	key := wire.StreamKey(subject)
+	stream, _, _ := wire.ParseSubject(o.eventsPrefix, subject)
+	e := deadletter.ParkedStream{
+		Subscription: pk.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
+		Partition: pt.p, ParkedAt: pk.clock.Now().UTC(), Replica: pk.replicaID,
+	}
+	v, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	bk := wire.ParkedKey(pk.sub.Name, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := o.parks.Create(ctx, bk, v); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("park stream %q of subscription %q: %w", stream, pk.sub.Name, err)
+	}
+	pk.mu.Lock()
+	if cur := pk.parked[bk]; cur == nil {
+		pk.parked[bk] = &parkedStream{entry: e}
+	} else if cur.releasing {
+		cur.entry, cur.releasing = e, false
+	}
+	pk.mu.Unlock()
+	return nil
+}
+
+// parkedKey is the park bucket key of the stream of a message of the
+// partitioned copy.
+func (pk *parking) parkedKey(subject string) string {
+	return wire.ParkedKey(pk.sub.Name, wire.StreamKey(wire.EventsSubject(pk.o.eventsPrefix, subject)))
+}
+
+// hold keeps m (of stream key) when its stream is parked and reports
+// whether it did. A redelivered head (dead-lettered, but its ack lost) is
+// acked instead.
+func (pk *parking) hold(pt *partition, key string, m jetstream.Msg) bool {
+	pk.mu.Lock()
+	if len(pk.parked) == 0 {
+		pk.mu.Unlock()
+		return false
+	}
+	ps := pk.parked[pk.parkedKey(m.Subject())]
+	if ps == nil {
+		pk.mu.Unlock()
+		return false
+	}
+	if eventID(m) == ps.entry.HeadEventID {
+		pk.mu.Unlock()
+		pt.ack(m, pt.log)
+		return true
+	}
+	seq := streamSeq(m)
+	i, found := slices.BinarySearchFunc(ps.held, seq, func(h heldMsg, s uint64) int {
+		return compareUint(streamSeq(h.msg), s)
+	})
+	if found {
+		ps.held[i].msg = m
+	} else {
+		ps.held = slices.Insert(ps.held, i, heldMsg{pt: pt, msg: m, at: pk.clock.Now()})
+	}
+	pk.mu.Unlock()
+	return true
+}
+
+func compareUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// returnHeld Naks the events held for pt's streams (pt is being released:
+// the next owner holds them again).
+func (pk *parking) returnHeld(pt *partition) {
+	pk.mu.Lock()
+	var back []jetstream.Msg
+	for _, ps := range pk.parked {
+		keep := ps.held[:0]
+		for _, h := range ps.held {
+			if h.pt == pt {
+				back = append(back, h.msg)
+			} else {
+				keep = append(keep, h)
+			}
+		}
+		ps.held = keep
+	}
+	pk.mu.Unlock()
+	for _, m := range back {
+		nak(pt.log, m, 0)
+	}
+}
+
+// unpark marks a stream whose park entry was deleted as releasing: it
+// stays in the map, so events of it still arriving are held, until the run
+// loop of its partition hands the held events to the lanes, in stream order
+// (releaseFor), before any newer event it pulls.
+func (pk *parking) unpark(bk string) {
+	pk.mu.Lock()
+	ps := pk.parked[bk]
+	if ps != nil {
+		ps.releasing = true
+	}
+	pk.mu.Unlock()
+	if ps != nil {
+		pk.log.Info("stream unparked; its held events go on", slog.String("stream", ps.entry.Stream), slog.Int("held", len(ps.held)))
+	}
+}
+
+// releaseFor removes the releasing streams whose held events are all pt's
+// (or none) and returns those events, in stream order, for pt's run loop to
+// dispatch.
+func (pk *parking) releaseFor(pt *partition) []jetstream.Msg {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	var out []jetstream.Msg
+	for bk, ps := range pk.parked {
+		if !ps.releasing {
+			continue
+		}
+		mine := true
+		for _, h := range ps.held {
+			if h.pt != pt {
+				mine = false
+				break
+			}
+		}
+		if !mine {
+			continue
+		}
+		for _, h := range ps.held {
+			out = append(out, h.msg)
+		}
+		delete(pk.parked, bk)
+	}
+	return out
+}
+
+// watchParked follows the park bucket's entries of the subscription until
+// ctx ends, closing ready once the existing ones are loaded (partitions
+// start only then, so a parked stream is never delivered).
+func (pk *parking) watchParked(ctx context.Context, kv jetstream.KeyValue, ready chan struct{}) {
+	readied := false
+	for ctx.Err() == nil {
+		w, err := kv.Watch(ctx, wire.ParkedFilter(pk.sub.Name))
+		if err != nil {
+			pk.log.Warn("watching parked streams failed; retrying", slog.Any("error", err))
+			sleep(ctx, pk.clock, time.Second)
+			continue
+		}
+		// A (re)started watch sends every entry, then nil: a stream parked
+		// here whose entry is not among them was unparked meanwhile.
+		initial := map[string]bool{}
+		// The watch's updates end only when it stops, and not even then
+		// when it was stopped as nats.go was still setting it up (its
+		// channel is closed by a handler set after the subscription):
+		// the loop also ends with ctx, or Run would wait for it forever
+		// at shutdown.
+		for {
+			var e jetstream.KeyValueEntry
+			var open bool
+			select {
+			case e, open = <-w.Updates():
+			case <-ctx.Done():
+			}
+			if !open {
+				break
+			}
+			if e == nil {
+				if initial != nil {
+					pk.mu.Lock()
+					var gone []string
+					for bk := range pk.parked {
+						if !initial[bk] {
+							gone = append(gone, bk)
+						}
+					}
+					pk.mu.Unlock()
+					for _, bk := range gone {
+						pk.unpark(bk)
+					}
+					initial = nil
+				}
+				if !readied {
+					close(ready)
+					readied = true
+				}
+				continue
+			}
+			if initial != nil {
+				initial[e.Key()] = true
+			}
+			switch e.Operation() {
+			case jetstream.KeyValuePut:
+				var ps deadletter.ParkedStream
+				if err := json.Unmarshal(e.Value(), &ps); err != nil {
+					pk.log.Warn("unreadable park entry; ignored", slog.String("key", e.Key()), slog.Any("error", err))
+					continue
+				}
+				pk.mu.Lock()
+				if cur := pk.parked[e.Key()]; cur == nil {
+					pk.parked[e.Key()] = &parkedStream{entry: ps}
+				} else {
+					cur.entry.HeadEventID, cur.releasing = ps.HeadEventID, false
+				}
+				pk.mu.Unlock()
+			case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
+				pk.unpark(e.Key())
+			}
+		}
+		_ = w.Stop()
+	}
+}
+
+// keepParkedAlive sends InProgress for the held events every AckWait/2, and
+// updates the parked-stream metrics and the owner's held counts in the
+// park bucket, until ctx ends.
+func (pk *parking) keepParkedAlive(ctx context.Context) {
+	t := pk.clock.NewTicker(min(pk.sub.AckWait/2, 5*time.Second))
+	defer t.Stop()
+	reported := map[string]int{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		type report struct {
+			key    string
+			entry  deadletter.ParkedStream
+			held   int
+			oldest time.Time
+		}
+		var msgs []jetstream.Msg
+		var reports []report
+		oldest := time.Time{}
+		pk.mu.Lock()
+		n := len(pk.parked)
+		for k, ps := range pk.parked {
+			var o time.Time
+			for _, h := range ps.held {
+				msgs = append(msgs, h.msg)
+				if o.IsZero() || h.at.Before(o) {
+					o = h.at
+				}
+			}
+			if !o.IsZero() && (oldest.IsZero() || o.Before(oldest)) {
+				oldest = o
+			}
+			if len(ps.held) > 0 && reported[k] != len(ps.held) {
+				reports = append(reports, report{k, ps.entry, len(ps.held), o})
+			}
+		}
+		pk.mu.Unlock()
+		for _, m := range msgs {
+			_ = m.InProgress()
+		}
+		pk.metrics.streamsParked.WithLabelValues(pk.sub.Name).Set(float64(n))
+		age := 0.0
+		if !oldest.IsZero() {
+			age = pk.clock.Since(oldest).Seconds()
+		}
+		pk.metrics.oldestHeld.WithLabelValues(pk.sub.Name).Set(age)
+		for _, rp := range reports {
+			e := rp.entry
+			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), pk.clock.Now().UTC(), pk.replicaID
+			v, err := json.Marshal(e)
+			if err != nil {
+				continue
+			}
+			// Put only over an existing entry: one deleted meanwhile
+			// (replayed or skipped) must stay deleted.
+			if cur, err := pk.o.parks.Get(ctx, rp.key); err == nil {
+				if _, err := pk.o.parks.Update(ctx, rp.key, v, cur.Revision()); err == nil {
+					reported[rp.key] = rp.held
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package deliver
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// fakeMsg is a pulled message of the partitioned stream with a subject,
+// a stream version header (none when version < 0) and a stream sequence.
+type fakeMsg struct {
+	jetstream.Msg
+	subject string
+	h       nats.Header
+	md      *jetstream.MsgMetadata
+}
+
+func newFakeMsg(stream string, version int64, seq uint64) *fakeMsg {
+	h := nats.Header{}
+	if version >= 0 {
+		h.Set(wire.HeaderStreamVersion, strconv.FormatInt(version, 10))
+	}
+	md := &jetstream.MsgMetadata{}
+	md.Sequence.Stream = seq
+	return &fakeMsg{subject: "ordered.events.0.order." + stream + ".OrderNoted", h: h, md: md}
+}
+
+func (m *fakeMsg) Subject() string                           { return m.subject }
+func (m *fakeMsg) Headers() nats.Header                      { return m.h }
+func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) { return m.md, nil }
+
+// testPartition is a partition with no JetStream behind it: look-ups of a
+// stream's next event answer from next (stream key → sequence after → next).
+func testPartition(t *testing.T, next map[string]map[uint64]uint64) *partition {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	pt := &partition{
+		ctx: ctx, cancel: cancel, log: slog.New(slog.DiscardHandler), clock: clockwork.NewFakeClock(),
+		waiting: map[string][]waitingMsg{}, seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
+	}
+	pt.successor = func(key string, after uint64) (uint64, error) { return next[key][after], nil }
+	return pt
+}
+
+// nextCheck returns the next look-up answer, failing after 10 s without
+// one.
+func nextCheck(t *testing.T, pt *partition) successorCheck {
+	t.Helper()
+	select {
+	case c := <-pt.checks:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("no look-up")
+		return successorCheck{}
+	}
+}
+
+func (pt *partition) waitingSeqs(key string) []uint64 {
+	var out []uint64
+	for _, w := range pt.waiting[key] {
+		out = append(out, streamSeq(w.msg))
+	}
+	return out
+}
+
+func TestHandOnTakesTheNextVersionAtOnce(t *testing.T) {
+	t.Parallel()
+	pt := testPartition(t, nil)
+	key := "ordered.events.0.order.order-1"
+	for v := range int64(3) {
+		require.True(t, pt.handOn(key, newFakeMsg("order-1", v, uint64(10+v))), "version %d", v)
+	}
+	require.Equal(t, streamPos{seq: 12, version: 2, versioned: true}, pt.seen[key])
+	// A copy of an event handed on already goes to dispatch's checks.
+	require.True(t, pt.handOn(key, newFakeMsg("order-1", 1, 11)))
+	require.Equal(t, uint64(12), pt.seen[key].seq)
+	require.Empty(t, pt.checking, "no look-up while the versions follow one another")
+}
+
+func TestHandOnHoldsAnEventWhosePredecessorWasLost(t *testing.T) {
+	t.Parallel()
+	key := "ordered.events.0.order.order-1"
+	// Versions 0..5 at sequences 10..15; version 2 (seq 12) is lost.
+	pt := testPartition(t, map[string]map[uint64]uint64{key: {11: 12}})
+	require.True(t, pt.handOn(key, newFakeMsg("order-1", 0, 10)))
+	require.True(t, pt.handOn(key, newFakeMsg("order-1", 1, 11)))
+	require.False(t, pt.handOn(key, newFakeMsg("order-1", 3, 13)), "version 3 arrived before version 2")
+	require.False(t, pt.handOn(key, newFakeMsg("order-1", 4, 14)))
+	require.Equal(t, []uint64{13, 14}, pt.waitingSeqs(key))
+
+	// JetStream answers that sequence 12 comes next: nothing goes on.
+	c := nextCheck(t, pt)
+	require.Equal(t, successorCheck{key: key, after: 11, next: 12}, c)
+	pt.answered(c)
+	require.Equal(t, uint64(12), pt.seen[key].next)
+	require.Nil(t, pt.nextWaiting(key))
+	require.Equal(t, []uint64{13, 14}, pt.waitingSeqs(key))
+
+	// Version 5 arrives: it waits behind the others, in stream order.
+	require.False(t, pt.handOn(key, newFakeMsg("order-1", 5, 15)))
+	require.Equal(t, []uint64{13, 14, 15}, pt.waitingSeqs(key))
+
+	// The redelivered version 2 goes on, then each waiting one in turn.
+	require.True(t, pt.handOn(key, newFakeMsg("order-1", 2, 12)))
+	for _, seq := range []uint64{13, 14, 15} {
+		m := pt.nextWaiting(key)
+		require.NotNil(t, m, "sequence %d", seq)
+		require.Equal(t, seq, streamSeq(m))
+		require.True(t, pt.handOn(key, m))
+	}
+	require.Nil(t, pt.nextWaiting(key))
+	require.Empty(t, pt.waiting)
+}
+
+func TestHandOnAsksJetStreamWhenTheVersionsDoNotSay(t *testing.T) {
+	t.Parallel()
+	key := "ordered.events.0.order.order-1"
+	// A subscription filtering by event name: versions 0, 4, 9 at
+	// sequences 10, 30, 55 are all it gets of the stream.
+	pt := testPartition(t, map[string]map[uint64]uint64{key: {10: 30, 30: 55}})
+	require.True(t, pt.handOn(key, newFakeMsg("order-1", 0, 10)))
+	require.False(t, pt.handOn(key, newFakeMsg("order-1", 4, 30)), "the versions skip: JetStream is asked")
+	c := nextCheck(t, pt)
+	require.Equal(t, successorCheck{key: key, after: 10, next: 30}, c)
+	// Answered: sequence 30 is the stream's next event for the
+	// consumer, so it may go on.
+	pt.answered(c)
+	m := pt.nextWaiting(key)
+	require.NotNil(t, m)
+	require.True(t, pt.handOn(key, m))
+	require.Equal(t, uint64(30), pt.seen[key].seq)
+
+	// An answer for a stream handed on further meanwhile is dropped.
+	pt.answered(successorCheck{key: key, after: 10, next: 99})
+	require.Zero(t, pt.seen[key].next)
+
+	// No version at all: asked too.
+	require.False(t, pt.handOn(key, newFakeMsg("order-1", -1, 55)))
+	require.Equal(t, successorCheck{key: key, after: 30, next: 55}, nextCheck(t, pt))
+}

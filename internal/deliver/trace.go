@@ -1,0 +1,72 @@
+package deliver
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Tracing (OpenTelemetry, W3C Trace Context): every attempt gets a span of
+// kind client named "deliver <subscription>", whose parent is the trace
+// context in the message's traceparent/tracestate headers (the bridge's
+// publish span), so every attempt of an event hangs under the same publish
+// in the event's trace. Its attributes: jsbridge.subscription,
+// jsbridge.attempt, jsbridge.outcome, jsbridge.status_class,
+// jsbridge.breaker.state, http.response.status_code (when there was a
+// response), messaging.message.id (the event id) and url.full (the
+// endpoint as breaker.Endpoint renders it: no userinfo, query or fragment,
+// so no secret a URL may carry leaks into traces).
+// The POST carries the span's context in its traceparent header, so the
+// receiver's spans continue the trace too.
+//
+// After the span ends, the attempt is handed to Config.Attempts (the
+// attempts record, see attemptlog.Log), which must not block.
+
+// attemptState follows one attempt through handle, for its span and its
+// record. The outcome is set where handle (or giveUp) decides it.
+type attemptState struct {
+	span    trace.Span
+	attempt int
+	id      string
+	msg     jetstream.Msg
+	began   time.Time
+	sent    time.Time // when the breaker was asked (zero: nothing sent)
+	took    time.Duration
+	resp    response
+	hasResp bool
+	outcome string
+	class   string
+	reason  string
+}
+
+type attemptKey struct{}
+
+// attemptOf returns the attempt ctx carries, or nil.
+func attemptOf(ctx context.Context) *attemptState {
+	st, _ := ctx.Value(attemptKey{}).(*attemptState)
+	return st
+}
+
+// decide records how the attempt ended (the label values of
+// jsbridge_consumer_deliveries_total) and, for a failure, why.
+func (st *attemptState) decide(outcome, class, reason string) {
+	if st != nil {
+		st.outcome, st.class, st.reason = outcome, class, reason
+	}
+}
+
+// sending marks the moment the attempt went to the breaker.
+func (st *attemptState) sending() { st.sent = time.Now() }
+
+// answered keeps the response of the POST.
+func (st *attemptState) answered(resp response) {
+	st.resp, st.hasResp = resp, true
+	if !st.sent.IsZero() {
+		st.took = time.Since(st.sent)
+	}
+}
+
+// spanName is the name of a subscription's attempt spans.
+func spanName(subscription string) string { return "deliver " + subscription }

@@ -1,0 +1,69 @@
+package deliver
+
+import (
+	"context"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/tracing"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// headerMsg is a jetstream.Msg with headers and a subject only: all an
+// attempt's span reads when no attempts record is configured.
+type headerMsg struct {
+	jetstream.Msg
+	h nats.Header
+}
+
+func (m headerMsg) Headers() nats.Header { return m.h }
+func (m headerMsg) Subject() string      { return "events.order.order-1.Placed" }
+
+// BenchmarkAttemptSpan is what tracing adds to one attempt: extracting the
+// message's trace context, the span, its attributes. off is the default
+// (the no-op provider) on a message without trace headers, off-traced a
+// message with them (the POST still carries them on), on the SDK.
+func BenchmarkAttemptSpan(b *testing.B) {
+	set, err := breaker.NewSet(breaker.Settings{}, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain := nats.Header{wire.HeaderMsgID: {"42"}, wire.HeaderID: {"42"}, wire.HeaderType: {"Placed"}, wire.HeaderSubject: {"order-1"},
+		wire.HeaderSpecVersion: {"1.0"}, wire.HeaderContentType: {"application/json"}, wire.HeaderStreamVersion: {"3"}}
+	withTrace := nats.Header{wire.HeaderTraceParent: {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
+	for k, v := range plain {
+		withTrace[k] = v
+	}
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sdktrace.NewBatchSpanProcessor(tracetest.NewNoopExporter())))
+	b.Cleanup(func() { _ = sdk.Shutdown(context.Background()) })
+	cases := []struct {
+		name string
+		r    *runner
+		h    nats.Header
+	}{
+		{"off", &runner{sender: &sender{tracer: tracing.Tracer(noop.NewTracerProvider())}}, plain},
+		{"off-traced", &runner{sender: &sender{tracer: tracing.Tracer(noop.NewTracerProvider())}}, withTrace},
+		{"on", &runner{sender: &sender{tracer: tracing.Tracer(sdk)}}, withTrace},
+	}
+	for _, c := range cases {
+		c.r.sub = Subscription{Name: "orders"}
+		c.r.spanName = spanName("orders")
+		c.r.endpoint = "https://example.com"
+		c.r.br = set.Breaker("https://example.com/hook")
+		msg := headerMsg{h: c.h}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, st := c.r.startAttempt(context.Background(), msg, "42", 1)
+				st.decide(OutcomeAck, "2xx", "")
+				c.r.endAttempt(st)
+			}
+		})
+	}
+}

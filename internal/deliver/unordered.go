@@ -1,0 +1,413 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// The unordered engine: one durable pull consumer per subscription shared
+// by every replica, messages pulled into lanes (one per source stream) and
+// each attempt settled by runner.handle (ack, Nak with a delay, dead
+// letter).
+
+// createConsumer creates or updates r's durable pull consumer.
+func (r *runner) createConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	cfg := r.consumerConfig()
+	replicas, err := r.consumerReplicas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Replicas = replicas
+	cons, err := r.js.CreateOrUpdateConsumer(ctx, r.stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("deliver: subscription %q: create or update durable consumer on JetStream stream %q: %w", r.sub.Name, r.stream, err)
+	}
+	return cons, nil
+}
+
+// consumerConfig is the durable pull consumer of r's subscription. BackOff
+// is applied by NakWithDelay, not set on the consumer: a server-side BackOff
+// would replace AckWait with BackOff[0] (nats-server consumer.go) and
+// redeliver a slow but healthy POST. MaxDeliver is enforced by the
+// consumer, not the server (which gets -1): a failure on attempt
+// MaxDeliver is dead-lettered, and when the dead letter cannot be written
+// the Nak'd message must still come back, which a server-side MaxDeliver
+// would prevent (the event would be dropped).
+func (r *runner) consumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:        r.sub.Name,
+		Description:    "jsbridge webhook subscription to " + r.endpoint,
+		FilterSubjects: r.sub.FilterSubjects,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        r.sub.AckWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  r.sub.MaxAckPending,
+	}
+}
+
+// pullHeartbeat is the idle heartbeat asked for on pull requests. When two
+// are missed, nats.go drops the pull requests it thinks are pending and
+// issues new ones: a pull request lost on the server's side (seen under CPU
+// starvation: nothing delivered although messages wait, "no heartbeat
+// received"; nats.go issue 1622) then stalls the subscription for about 4 s
+// instead of the 30 s of the default (half the 30 s pull expiry). An idle
+// subscription gets one heartbeat message every 2 s.
+const pullHeartbeat = 2 * time.Second
+
+// probeWait bounds one fetch of a half-open probe message.
+const probeWait = 2 * time.Second
+
+// consumerCheckInterval is how often a pulling subscription asks JetStream
+// whether its durable consumer still exists. A consumer deleted while a
+// pull request waits ends the pull at once (409 Consumer Deleted); one
+// deleted while the client was disconnected only makes the new pull
+// requests go unanswered, which nats.go does not report.
+const consumerCheckInterval = 10 * time.Second
+
+// errConsumerGone is returned by pull when the durable consumer no longer
+// exists: run creates it again.
+var errConsumerGone = errors.New("durable consumer no longer exists")
+
+// run is one subscription's loop: create the durable consumer, then pull
+// while the endpoint's breaker is closed, fetch one message at a time as a
+// probe while it is half-open, and pull nothing while it is open. Every
+// error is logged and retried after a pause; run returns when ctx ends.
+func (r *runner) run(ctx context.Context) {
+	// Deliveries run on a context Run's cancellation does not reach: a POST
+	// that started finishes, and its message is acked or Nak'd.
+	dctx := context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, r.sub.MaxInFlight)
+	var pause backoff.Backoff
+	cons := r.cons
+	started := false
+	for ctx.Err() == nil {
+		if cons == nil {
+			c, err := r.createConsumer(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				d := pause.Next()
+				r.log.Warn("durable consumer not available yet; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
+				sleep(ctx, r.clock, d)
+				continue
+			}
+			cons = c
+		}
+		if !started {
+			r.log.Info("subscription started", slog.Any("filter_subjects", r.sub.FilterSubjects), slog.Int("max_in_flight", r.sub.MaxInFlight))
+			started = true
+		}
+		if err := r.br.Wait(ctx); err != nil {
+			return
+		}
+		began := r.clock.Now()
+		var err error
+		if r.br.State() == breaker.HalfOpen {
+			err = r.probe(ctx, dctx, cons)
+		} else {
+			err = r.pull(ctx, dctx, cons, slots, &wg)
+		}
+		if err == nil || ctx.Err() != nil {
+			pause.Reset()
+			continue
+		}
+		if consumerGone(err) {
+			cons = nil
+		}
+		// A pull that went well for a while starts the pauses over.
+		if r.clock.Since(began) > backoff.DefaultMax {
+			pause.Reset()
+		}
+		d := pause.Next()
+		r.log.Warn("pulling from JetStream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
+		sleep(ctx, r.clock, d)
+	}
+}
+
+// consumerGone reports whether err says the durable consumer (or its
+// stream) is gone, or no longer answers, so it must be created again
+// (CreateOrUpdateConsumer is idempotent: doing so when it exists is
+// harmless).
+func consumerGone(err error) bool {
+	return errors.Is(err, errConsumerGone) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.Is(err, jetstream.ErrConsumerDoesNotExist) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// probe fetches at most one message and delivers it while the breaker is
+// half-open, so a probe spends one delivery attempt, not a buffer's worth.
+// Finding no message is the normal case of an idle subscription (nats.go
+// reports it as a timeout): the breaker stays half-open and run probes
+// again. Any other error is returned for run to log and retry.
+func (r *runner) probe(ctx, dctx context.Context, cons jetstream.Consumer) error {
+	fctx, cancel := context.WithTimeout(ctx, probeWait)
+	defer cancel()
+	msg, err := cons.Next(jetstream.FetchContext(fctx))
+	switch {
+	case err == nil:
+		r.handle(dctx, msg)
+		return nil
+	case ctx.Err() != nil, errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, jetstream.ErrNoMessages), errors.Is(err, jetstream.ErrNoHeartbeat):
+		return nil
+	default:
+		return fmt.Errorf("deliver: subscription %q: fetch probe message: %w", r.sub.Name, err)
+	}
+}
+
+// pull consumes with a client buffer of MaxInFlight messages and up to
+// MaxInFlight concurrent deliveries, until ctx ends or the breaker leaves
+// closed. Then it stops pulling and Naks what was buffered but not started:
+// with the open timeout as delay when the breaker opened, at once on
+// shutdown (another replica may take it).
+func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots chan struct{}, wg *sync.WaitGroup) error {
+	iter, err := cons.Messages(jetstream.PullMaxMessages(r.sub.MaxInFlight), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.WithMessagesErrOnMissingHeartbeat(false))
+	if err != nil {
+		return fmt.Errorf("deliver: subscription %q: consume: %w", r.sub.Name, err)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go keepHeldAlive(pctx, r.clock, r.sub.AckWait, r.log, r.lanes.queued)
+	var gone atomic.Bool
+	go func() {
+		t := r.clock.NewTicker(consumerCheckInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.Chan():
+			}
+			// Only "not found" counts: during an election or an outage
+			// the lookup fails otherwise, and pulling resumes by itself.
+			if _, err := cons.Info(pctx); errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+				gone.Store(true)
+				stop()
+				return
+			}
+		}
+	}()
+	go func() {
+		for {
+			changed := r.br.Changed()
+			if r.br.State() != breaker.Closed {
+				stop()
+				return
+			}
+			select {
+			case <-pctx.Done():
+				return
+			case <-changed:
+			}
+		}
+	}()
+
+	var result error
+	for result == nil {
+		select {
+		case slots <- struct{}{}:
+		case <-pctx.Done():
+		}
+		if pctx.Err() != nil {
+			break
+		}
+		msg, err := iter.Next(jetstream.NextContext(pctx))
+		if err != nil {
+			<-slots
+			if pctx.Err() != nil {
+				break
+			}
+			result = fmt.Errorf("deliver: subscription %q: next message: %w", r.sub.Name, err)
+			break
+		}
+		// A slot is held by each running lane, not by each message: a
+		// message queued behind its stream's running delivery gives its
+		// slot back, so pulling goes on and nothing waits in the client
+		// buffer until AckWait (queued messages get InProgress instead, see
+		// keepHeldAlive; MaxAckPending bounds them).
+		queued := r.lanes.submit(wire.StreamKey(msg.Subject()), msg, wg, func(m jetstream.Msg) {
+			if ctx.Err() != nil {
+				// Shutting down: a message queued behind its stream's
+				// running delivery goes back at once for another replica.
+				nak(r.log.With(slog.String("event_id", eventID(m))), m, 0)
+				return
+			}
+			r.handle(dctx, m)
+		}, func() { <-slots })
+		if queued {
+			<-slots
+		}
+	}
+
+	if result == nil && gone.Load() && ctx.Err() == nil {
+		result = fmt.Errorf("deliver: subscription %q on JetStream stream %q: %w", r.sub.Name, r.stream, errConsumerGone)
+	}
+	delay := time.Duration(0)
+	if ctx.Err() == nil && result == nil {
+		delay = r.br.OpenTimeout()
+	}
+	iter.Drain()
+	for {
+		msg, err := iter.Next(jetstream.NextMaxWait(time.Second))
+		if err != nil {
+			break
+		}
+		log := r.log.With(slog.String("event_id", eventID(msg)))
+		log.Debug("stopped pulling, returning buffered message", slog.Duration("delay", delay))
+		nak(log, msg, delay)
+	}
+	iter.Stop()
+	return result
+}
+
+// handle delivers one message and acks, Naks or Terms it: the unordered
+// settler of one attempt (see attempt.go). ctx carries no cancellation
+// from Run: a delivery that started finishes (bounded by
+// Subscription.Timeout), so shutdown loses nothing.
+func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
+	r.inFlight.Inc()
+	defer r.inFlight.Dec()
+
+	attempt := attemptNumber(msg)
+	id := eventID(msg)
+	ctx, at := r.startAttempt(ctx, msg, id, attempt)
+	defer r.endAttempt(at)
+	// The logger with this delivery's attributes is built only when
+	// something is logged: slog's With formats them at once, and the common
+	// path (a 2xx at info level) logs nothing.
+	log := func(more ...any) *slog.Logger {
+		return r.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
+	}
+	if attempt > 1 {
+		r.redeliveries.Inc()
+	}
+
+	body, hdr, err := r.request(msg, id, "")
+	if err != nil {
+		r.giveUp(ctx, log(), msg, deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
+		return
+	}
+	resp, refused := r.send(ctx, at, msg.InProgress, id, body, hdr)
+	if refused {
+		at.decide(OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
+		delay := r.br.OpenTimeout()
+		r.count(OutcomeBreakerOpen, ClassNone, 0)
+		l := log()
+		l.Debug("circuit breaker open, not sent", slog.Duration("delay", delay))
+		nak(l, msg, delay)
+		return
+	}
+
+	s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
+	switch s.act {
+	case actAck:
+		at.decide(OutcomeAck, s.class, "")
+		r.count(OutcomeAck, s.class, resp.status)
+		if err := msg.Ack(); err != nil {
+			log().Warn("ack failed; JetStream will redeliver after AckWait", slog.Int("status", resp.status), slog.Any("error", err))
+			return
+		}
+		if r.log.Enabled(ctx, slog.LevelDebug) {
+			log().Debug("delivered", slog.Int("status", resp.status))
+		}
+	case actDeadLetter:
+		if resp.status == http.StatusGone {
+			log().Warn("endpoint answered 410 Gone: it says it no longer exists; every event of this subscription will be dead-lettered until its URL is fixed or the subscription removed")
+		}
+		r.giveUp(ctx, log(slog.Int("status", resp.status)), msg, deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
+	case actRetry:
+		at.decide(OutcomeRetry, s.class, s.reason)
+		r.count(OutcomeRetry, s.class, 0)
+		l := log(slog.Int("status", resp.status))
+		l.Warn("delivery failed, will retry", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
+		nak(l, msg, s.delay)
+	}
+}
+
+// giveUp dead-letters msg and Terms it; if the dead letter cannot be stored
+// it Naks msg with the backoff delay instead, also after the last attempt:
+// the durable consumer has no server-side MaxDeliver, so the message comes
+// back and is tried (and, failing, dead-lettered) again.
+func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, dl deadletter.Letter, outcome, class string) {
+	dl.Subscription = r.sub.Name
+	dl.Endpoint = r.endpoint
+	dl.Msg = msg
+	if r.deadLetters != nil {
+		if err := r.deadLetters.DeadLetter(ctx, dl); err != nil {
+			delay := r.retryDelay(dl.Attempt, -1)
+			log.Error("dead letter failed; will retry the delivery", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("delay", delay))
+			attemptOf(ctx).decide(OutcomeRetry, class, dl.Reason+" (dead letter failed: "+err.Error()+")")
+			r.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, class).Inc()
+			nak(log, msg, delay)
+			return
+		}
+	}
+	r.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+	attemptOf(ctx).decide(outcome, class, dl.Reason)
+	if r.deadLetters != nil {
+		r.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
+	}
+	log.Error("delivery failed for good, terminated", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
+	if err := msg.TermWithReason(dl.Reason); err != nil {
+		log.Warn("term failed; JetStream will redeliver after AckWait", slog.Any("error", err))
+	}
+}
+
+// consumerReplicas returns the replica count to create or update r's
+// durable consumer with: Config.Replicas for a new one; for an existing
+// one with another count, its own count, with a warning naming the
+// consumer, the stream, have and want. Scaling a consumer moves its state
+// between servers, which is the operator's decision, as for streams
+// (forward.Provision). A zero count (the stream's) is compared as the
+// stream's count.
+func (r *runner) consumerReplicas(ctx context.Context) (int, error) {
+	want := r.replicas
+	cons, err := r.js.Consumer(ctx, r.stream, r.sub.Name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return want, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("deliver: subscription %q: look up durable consumer on JetStream stream %q: %w", r.sub.Name, r.stream, err)
+	}
+	have := cons.CachedInfo().Config.Replicas
+	if have == want {
+		return want, nil
+	}
+	haveN, wantN := have, want
+	if have == 0 || want == 0 {
+		s, err := r.js.Stream(ctx, r.stream)
+		if err != nil {
+			return 0, fmt.Errorf("deliver: subscription %q: look up JetStream stream %q: %w", r.sub.Name, r.stream, err)
+		}
+		if n := s.CachedInfo().Config.Replicas; have == 0 {
+			haveN = n
+		} else {
+			wantN = n
+		}
+	}
+	if haveN != wantN {
+		r.log.Warn(fmt.Sprintf("durable consumer %s on JetStream stream %s has %d replica(s), not the %d asked for; it is left as it is: "+
+			"change it with: nats consumer edit %s %s --replicas %d", r.sub.Name, r.stream, haveN, wantN, r.stream, r.sub.Name, wantN),
+			slog.String("jetstream_stream", r.stream), slog.Int("have", haveN), slog.Int("want", wantN))
+	}
+	return have, nil
+}
