@@ -202,30 +202,44 @@ func TestOrderedPartitionTokenIsWhatTheServerComputes(t *testing.T) {
 	}
 }
 
+// A failing head is retried in place: its stream's later versions wait
+// behind it while the partition's other streams are delivered.
 func TestOrderedHeadOfLineRetryKeepsTheStreamWaitingAndOthersGoing(t *testing.T) {
 	t.Parallel()
 	b := setupOrdered(t)
+	// The stuck stream's head fails until every event of the other
+	// streams was accepted (at least twice): were the others waiting
+	// behind it, the run would never end.
+	var (
+		mu     sync.Mutex
+		others = map[orderedEvent]bool{}
+	)
 	rc := newOrderedReceiver(t, b, func(e orderedEvent, attempt int) int {
-		if e.stream == "order-stuck" && e.version == 0 && attempt <= 5 {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.stream != "order-stuck" {
+			others[e] = true
+			return http.StatusNoContent
+		}
+		if e.version == 0 && (attempt <= 2 || len(others) < 15) {
 			return http.StatusServiceUnavailable
 		}
 		return http.StatusNoContent
 	})
 	s := orderedSub("hol", rc.URL)
-	s.BackOff = []time.Duration{150 * time.Millisecond}
-	s.MaxDeliver = 10
+	s.BackOff = []time.Duration{50 * time.Millisecond}
+	s.MaxDeliver = -1
 	b.publishStream(t, "order-stuck", 0, 5)
-	others := []string{"order-a", "order-b", "order-c"}
-	for _, o := range others {
+	streams := []string{"order-a", "order-b", "order-c"}
+	for _, o := range streams {
 		b.publishStream(t, o, 0, 5)
 	}
 	b.runOrdered(t, deliver.Config{}, s)
-	require.Eventually(t, func() bool { return len(rc.accepted()["order-stuck"]) == 5 }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-stuck"]) == 5 }, 30*time.Second, 10*time.Millisecond)
 
 	acc := rc.accepted()
-	requireInOrder(t, acc, append(others, "order-stuck"), 5)
+	requireInOrder(t, acc, append(streams, "order-stuck"), 5)
 	var headOK time.Time
-	lastOther := time.Time{}
 	attempts := 0
 	for _, d := range rc.deliveries() {
 		if d.e.stream == "order-stuck" && d.e.version == 0 {
@@ -234,15 +248,11 @@ func TestOrderedHeadOfLineRetryKeepsTheStreamWaitingAndOthersGoing(t *testing.T)
 				headOK = d.at
 			}
 		}
-		if d.e.stream != "order-stuck" && d.at.After(lastOther) {
-			lastOther = d.at
-		}
 		if d.e.stream == "order-stuck" && d.e.version > 0 {
 			require.False(t, headOK.IsZero(), "version %d of the stuck stream sent before its head was accepted", d.e.version)
 		}
 	}
-	require.Equal(t, 6, attempts, "head: 5 failures then a success")
-	require.True(t, lastOther.Before(headOK), "the other streams finished (%s) before the stuck head got through (%s)", lastOther, headOK)
+	require.GreaterOrEqual(t, attempts, 3, "head: failures retried in place, then a success")
 }
 
 // A subscription filtering by event name gets some versions of each
