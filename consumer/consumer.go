@@ -32,6 +32,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/internal/startup"
 )
 
@@ -54,12 +55,11 @@ type Consumer struct {
 	attempts *attemptlog.Log // nil without Config.Attempts
 	engine   *deliver.Consumer
 
+	life *lifecycle.Runner // Start / Run / Stop, as bridge's
+
 	mu          sync.Mutex
 	waiter      *startup.Waiter // the Waiter of the running Provision; nil before
 	provisioned bool
-	started     bool
-	stop        context.CancelFunc // ends the background Run; nil before Start
-	done        chan struct{}      // closed when the background Run returned
 }
 
 // New assembles a consumer on js without touching it: it checks cfg
@@ -80,7 +80,7 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	dlq := deadletter.New(js, deadletter.Config{Stream: cfg.DLQStream, Replicas: cfg.Replicas, Logger: cfg.Logger})
-	c := &Consumer{cfg: cfg, js: js, dlq: dlq, letters: &DeadLetters{js: js, q: dlq}}
+	c := &Consumer{cfg: cfg, js: js, dlq: dlq, letters: &DeadLetters{js: js, q: dlq}, life: lifecycle.New(ErrAlreadyStarted)}
 	ecfg := deliver.Config{
 		Stream: cfg.Stream, HTTPClient: cfg.HTTPClient, Breakers: breakers, Logger: cfg.Logger,
 		Registerer: cfg.Registerer, DeadLetters: dlq, Replicas: cfg.Replicas,
@@ -186,53 +186,33 @@ func (c *Consumer) Provision(ctx context.Context) error {
 // a failed Start, Start may be called again; a second Start after a
 // successful one returns ErrAlreadyStarted.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	if c.started {
-		c.mu.Unlock()
-		return ErrAlreadyStarted
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	c.started, c.stop, c.done = true, cancel, done
-	c.mu.Unlock()
-	if err := c.Provision(runCtx); err != nil {
-		cancel()
-		close(done) // a Stop waiting for the start returns
-		c.mu.Lock()
-		c.started, c.stop, c.done = false, nil, nil
-		c.mu.Unlock()
-		return err
-	}
-	go func() {
-		defer close(done)
-		_ = c.deliver(runCtx) // always nil: the engine retries what fails
-	}()
-	return nil
+	return c.life.Start(ctx, c.Provision, func(ctx context.Context) error {
+		_ = c.deliver(ctx) // always nil: the engine retries what fails
+		return nil
+	})
 }
 
-// Run delivers in the foreground until ctx ends, then stops gracefully as
-// Stop does and returns nil. It provisions first unless Provision
-// succeeded already, and returns Provision's error, or nil when ctx ended
-// while it waited (a stop while starting is a clean stop). A Consumer runs
-// once: Run after Start, or a second Run, returns ErrAlreadyStarted.
+// Run delivers in the foreground until ctx ends or Stop is called, then
+// stops gracefully as Stop does and returns nil. It provisions first
+// unless Provision succeeded already, and returns Provision's error, or
+// nil when ctx ended or Stop was called while it waited (a stop while
+// starting is a clean stop); after such an error Run may be called again.
+// A Consumer runs once: Run after Start, or a second Run, returns
+// ErrAlreadyStarted.
 func (c *Consumer) Run(ctx context.Context) error {
-	c.mu.Lock()
-	if c.started {
+	err := c.life.Run(ctx, func(ctx context.Context) error {
+		c.mu.Lock()
+		provisioned := c.provisioned
 		c.mu.Unlock()
-		return ErrAlreadyStarted
-	}
-	c.started = true
-	provisioned := c.provisioned
-	c.mu.Unlock()
-	if !provisioned {
-		if err := c.Provision(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+		if provisioned {
+			return nil
 		}
+		return c.Provision(ctx)
+	}, c.deliver)
+	if err != nil && !errors.Is(err, ErrAlreadyStarted) && (ctx.Err() != nil || errors.Is(err, context.Canceled)) {
+		return nil // stopped while provisioning
 	}
-	return c.deliver(ctx)
+	return err
 }
 
 // deliver runs the engine until ctx ends, and the attempts record until
@@ -257,19 +237,10 @@ func (c *Consumer) deliver(ctx context.Context) error {
 // finishes stopping in the background). Stop while Start waits ends the
 // waiting. Stop before Start, or again, is harmless.
 func (c *Consumer) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	stop, done := c.stop, c.done
-	c.mu.Unlock()
-	if stop == nil {
-		return nil
+	if err := c.life.Stop(ctx); err != nil {
+		return fmt.Errorf("stop consumer: %w", err)
 	}
-	stop()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("stop consumer: %w", ctx.Err())
-	}
+	return nil
 }
 
 // Ready reports whether the consumer can deliver: nil once Provision

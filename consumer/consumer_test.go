@@ -302,3 +302,30 @@ func TestStopWhileStartWaits(t *testing.T) {
 	require.NoError(t, c.Ready(b.ctx))
 	require.NoError(t, c.Stop(b.ctx))
 }
+
+// The life cycle shared with bridge (internal/lifecycle): Stop before
+// Start is a no-op, Stop ends a foreground Run, Run after it returns
+// ErrAlreadyStarted, and a second Stop is harmless.
+func TestLifeCycleStopBeforeStartAndStopEndsRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createEvents(t)
+	srv, _ := receiver(t, nil)
+	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []consumer.Subscription{sub("cycle", srv.URL)}})
+	require.NoError(t, err)
+	require.NoError(t, c.Stop(b.ctx), "Stop before Start")
+
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(b.ctx) }()
+	require.Eventually(t, func() bool { return c.Ready(b.ctx) == nil }, 20*time.Second, 20*time.Millisecond, "Run provisioned")
+	require.NoError(t, c.Stop(b.ctx))
+	select {
+	case err := <-ran:
+		require.NoError(t, err, "Run ends cleanly on Stop")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still running after Stop")
+	}
+	require.ErrorIs(t, c.Run(b.ctx), consumer.ErrAlreadyStarted)
+	require.ErrorIs(t, c.Start(b.ctx), consumer.ErrAlreadyStarted)
+	require.NoError(t, c.Stop(b.ctx), "a second Stop is harmless")
+}
