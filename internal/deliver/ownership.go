@@ -294,8 +294,9 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 		or: or, r: or.r, eventsPrefix: or.o.eventsPrefix, parking: or.parking, ackWait: or.r.sub.AckWait, clock: or.clock, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		deadline: deadline, lastDone: map[string]uint64{}, recent: map[uint64]bool{}, inLane: map[uint64]bool{}, acking: map[uint64]bool{},
 		waiting: map[string][]waitingMsg{}, seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
-		filters: cfg.FilterSubjects,
-		log:     or.r.log.With(slog.Int("partition", p)),
+		filters:  cfg.FilterSubjects,
+		attempts: failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log},
+		log:      or.r.log.With(slog.Int("partition", p)),
 	}
 	pt.successor = pt.successorSeq
 	return pt

@@ -26,6 +26,7 @@ type partition struct {
 	parking      *parking      // the subscription's parked streams
 	ackWait      time.Duration // the subscription's AckWait
 	clock        clockwork.Clock
+	attempts     failedAttempts // the subscription's failed POSTs, across owners
 	p            int
 	cons         jetstream.Consumer
 	log          *slog.Logger
