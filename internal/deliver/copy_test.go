@@ -3,6 +3,7 @@ package deliver_test
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,4 +138,62 @@ func TestOrderedCopyLagMovesWhileSourcingIsHeldBack(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "caught up again")
 	require.Eventually(t, func() bool { return len(rc.accepted()["order-1"]) == 8 }, 20*time.Second, 10*time.Millisecond)
 	requireInOrder(t, rc.accepted(), []string{"order-1"}, 8)
+}
+
+// A partition consumer deleted while the subscription runs is created
+// again and its partition's delivery resumes: every event is delivered,
+// in order (a redelivered one at most repeats, at least once).
+func TestOrderedPartitionConsumerDeletedAtRunTimeIsRecreated(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	rc := newOrderedReceiver(t, b, func(orderedEvent, int) int { return http.StatusNoContent })
+	logs := &syncLog{}
+	b.runOrdered(t, deliver.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))}, orderedSub("deleted", rc.URL))
+	b.publishStream(t, "order-1", 0, 5)
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-1"]) == 5 }, 20*time.Second, 10*time.Millisecond)
+	durable := wire.PartitionDurable("deleted", wire.StreamPartition("order-1", 4))
+	require.NoError(t, b.js.DeleteConsumer(b.ctx, wire.OrderedStream("EVENTS"), durable))
+	b.publishStream(t, "order-1", 5, 10)
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-1"]) >= 10 }, 20*time.Second, 10*time.Millisecond, "delivery resumed")
+	_, err := b.js.Consumer(b.ctx, wire.OrderedStream("EVENTS"), durable)
+	require.NoError(t, err, "the partition consumer exists again")
+	require.Contains(t, logs.String(), "a partition consumer was deleted; created it again")
+	// First arrivals in order, each version once among them.
+	var first []int64
+	seen := map[int64]bool{}
+	for _, v := range rc.accepted()["order-1"] {
+		if !seen[v] {
+			seen[v] = true
+			first = append(first, v)
+		}
+	}
+	require.Equal(t, []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, first)
+}
+
+// An event held behind a parked head that outlives 3/4 of the copy's
+// MaxAge (an existing copy made with 3 s) is reported, naming the cause,
+// before the copy removes it.
+func TestOrderedHeldEventNearTheCopysMaxAgeIsReported(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a held event to age: about 3 s")
+	}
+	t.Parallel()
+	b := setupOrdered(t)
+	_, err := b.js.CreateStream(b.ctx, copyConfig(4, 3*time.Second))
+	require.NoError(t, err)
+	rc := newOrderedReceiver(t, b, func(e orderedEvent, _ int) int {
+		if e.version == 1 {
+			return http.StatusUnprocessableEntity
+		}
+		return http.StatusNoContent
+	})
+	logs := &syncLog{}
+	b.runOrdered(t, deliver.Config{DeadLetters: &deadLetters{}, Logger: slog.New(slog.NewTextHandler(logs, nil))}, orderedSub("aging", rc.URL))
+	b.publishStream(t, "order-1", 0, 4)
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), "an event of the partition is not settled after 3/4 of the partitioned copy's MaxAge")
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Contains(t, logs.String(), "nats stream edit EVENTS_ORDERED --max-age")
+	require.Contains(t, logs.String(), "max_age=3s")
+	require.Equal(t, []int64{0}, rc.accepted()["order-1"], "versions 2 and 3 held behind the parked head")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -25,11 +26,16 @@ type partition struct {
 	eventsPrefix string
 	parking      *parking      // the subscription's parked streams
 	ackWait      time.Duration // the subscription's AckWait
+	checkEvery   time.Duration // how often watchConsumer reads the partition consumer
 	clock        clockwork.Clock
 	attempts     failedAttempts // the subscription's failed POSTs, across owners
 	p            int
 	cons         jetstream.Consumer
 	log          *slog.Logger
+
+	// floor is the partition consumer's ack floor (stream sequence) as
+	// last read by watchConsumer.
+	floor atomic.Uint64
 
 	rev  uint64 // lease revision; the ownership loop's alone
 	lost bool   // the lease is someone else's; the ownership loop's alone
@@ -161,6 +167,7 @@ func (pt *partition) run() {
 	go keepHeldAlive(kctx, pt.clock, pt.ackWait, pt.log, func() []jetstream.Msg {
 		return append(append(fence.snapshot(), pt.lanes.queued()...), pt.waitingMsgs()...)
 	})
+	go pt.watchConsumer(kctx, pt.checkEvery)
 
 	fencing := true
 	var lastCheck time.Time
@@ -289,6 +296,12 @@ func (pt *partition) openPull() jetstream.MessagesContext {
 			jetstream.WithMessagesErrOnMissingHeartbeat(false))
 		if err == nil {
 			return iter
+		}
+		if consumerGone(err) {
+			// The partition ends; the ownership loop makes the consumer
+			// again (ensureConsumer) and claims it anew.
+			pt.log.Warn("the partition consumer no longer exists; releasing the partition to create it again", slog.Any("error", err))
+			return nil
 		}
 		d := pause.Next()
 		pt.log.Warn("pulling from a partition failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
