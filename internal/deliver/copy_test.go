@@ -154,20 +154,23 @@ func TestOrderedPartitionConsumerDeletedAtRunTimeIsRecreated(t *testing.T) {
 	durable := wire.PartitionDurable("deleted", wire.StreamPartition("order-1", 4))
 	require.NoError(t, b.js.DeleteConsumer(b.ctx, wire.OrderedStream("EVENTS"), durable))
 	b.publishStream(t, "order-1", 5, 10)
-	require.Eventually(t, func() bool { return len(rc.accepted()["order-1"]) >= 10 }, 20*time.Second, 10*time.Millisecond, "delivery resumed")
+	// First arrivals, each version once among them.
+	first := func() []int64 {
+		var out []int64
+		seen := map[int64]bool{}
+		for _, v := range rc.accepted()["order-1"] {
+			if !seen[v] {
+				seen[v] = true
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return len(first()) == 10 }, 20*time.Second, 10*time.Millisecond, "delivery resumed")
+	require.Equal(t, []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, first(), "in order, none lost")
 	_, err := b.js.Consumer(b.ctx, wire.OrderedStream("EVENTS"), durable)
 	require.NoError(t, err, "the partition consumer exists again")
 	require.Contains(t, logs.String(), "a partition consumer was deleted; created it again")
-	// First arrivals in order, each version once among them.
-	var first []int64
-	seen := map[int64]bool{}
-	for _, v := range rc.accepted()["order-1"] {
-		if !seen[v] {
-			seen[v] = true
-			first = append(first, v)
-		}
-	}
-	require.Equal(t, []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, first)
 }
 
 // An event held behind a parked head that outlives 3/4 of the copy's
