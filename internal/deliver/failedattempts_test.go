@@ -1,6 +1,7 @@
 package deliver_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -80,4 +81,44 @@ func TestOrderedNaksWithoutPOSTSpendNoAttempt(t *testing.T) {
 			return err != nil
 		}, 5*time.Second, 10*time.Millisecond, "failed attempts' count of %s deleted once settled", d.id)
 	}
+}
+
+// A failing event's attempts add up across owners: the first owner makes
+// attempt 1 and stops (its retry waits an hour); the next goes on from
+// attempt 2 and dead-letters it at attempt 3, MaxDeliver: 3 POSTs in all.
+func TestOrderedFailedAttemptsCountAcrossOwners(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	rc := newOrderedReceiver(t, b, func(orderedEvent, int) int { return http.StatusServiceUnavailable })
+	s := orderedSub("owners", rc.URL)
+	s.MaxDeliver = 3
+	s.BackOff = []time.Duration{time.Hour, 10 * time.Millisecond}
+	dl := &deadLetters{}
+	cfg := deliver.Config{Partitions: 4, LeaseTTL: time.Second, DeadLetters: dl}
+	first, err := deliver.New(b.js, cfg, s)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	b.publishStream(t, "order-1", 0, 1)
+	require.Eventually(t, func() bool { return len(rc.deliveries()) == 1 }, 20*time.Second, 10*time.Millisecond, "attempt 1")
+	kv, err := b.js.KeyValue(b.ctx, wire.DefaultParkBucket)
+	require.NoError(t, err)
+	id := rc.deliveries()[0].id
+	require.Eventually(t, func() bool {
+		e, err := kv.Get(b.ctx, wire.AttemptsKey("owners", id))
+		return err == nil && string(e.Value()) == "1"
+	}, 5*time.Second, 10*time.Millisecond, "attempt 1 recorded as failed")
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+
+	b.runOrdered(t, cfg, s)
+	require.Eventually(t, func() bool { return len(dl.list()) == 1 }, 20*time.Second, 10*time.Millisecond, "dead-lettered")
+	require.Len(t, rc.deliveries(), 3, "MaxDeliver POSTs across both owners")
+	require.Equal(t, 3, dl.list()[0].Attempt)
 }
