@@ -62,7 +62,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 			_, at := r.startAttempt(ctx, em, id, attempt)
 			ended(at, OutcomeTerm, ClassNone, err.Error())
 			pt.deadLetter(m, log(), deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
-			pt.attempts.settled(id, recorded)
+			pt.forgetAttempts(id, recorded)
 			return
 		}
 		if r.br.Wait(pt.ctx) != nil {
@@ -92,11 +92,11 @@ func (pt *partition) deliver(m jetstream.Msg) {
 		case actAck:
 			r.count(OutcomeAck, s.class, resp.status)
 			pt.ack(m, log())
-			pt.attempts.settled(id, recorded)
+			pt.forgetAttempts(id, recorded)
 			return
 		case actDeadLetter:
 			pt.deadLetter(m, log(slog.Int("status", resp.status)), deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
-			pt.attempts.settled(id, recorded)
+			pt.forgetAttempts(id, recorded)
 			return
 		case actRetry:
 			r.count(OutcomeRetry, s.class, 0)
@@ -106,6 +106,15 @@ func (pt *partition) deliver(m jetstream.Msg) {
 			sleep(pt.ctx, pt.clock, s.delay)
 			attempt++
 		}
+	}
+}
+
+// forgetAttempts deletes event id's failed attempts count once it
+// settled: not when the partition was released first (the ack or the dead
+// letter did not happen, and the event comes back to the next owner).
+func (pt *partition) forgetAttempts(id string, recorded bool) {
+	if pt.ctx.Err() == nil {
+		pt.attempts.settled(id, recorded)
 	}
 }
 

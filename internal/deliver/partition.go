@@ -263,6 +263,9 @@ func (pt *partition) run() {
 		if fencing && pt.clock.Since(lastCheck) >= fenceCheck {
 			lastCheck = pt.clock.Now()
 			info, err := pt.cons.Info(pt.ctx)
+			if err == nil {
+				pt.floor.Store(info.AckFloor.Stream)
+			}
 			// Pending on the consumer: what is in hand (the fence, the
 			// lanes, held behind a parked head) and what is lost on its
 			// way; the fence passes when nothing is lost any more.
