@@ -18,6 +18,28 @@ type Status struct {
 	// Subscriptions are the ordered subscriptions with at least one
 	// partition lease or parked stream, by name.
 	Subscriptions []SubscriptionStatus
+	// Copies are the partitioned copies of events streams ordered
+	// subscriptions read, and how far each lags its events stream, by
+	// name.
+	Copies []CopyLag
+}
+
+// CopyLag is how far the partitioned copy of an events stream
+// ("<events>_ORDERED", which ordered subscriptions read) lags the events
+// stream it sources.
+type CopyLag struct {
+	// Stream is the copy's name, "<events>_ORDERED".
+	Stream string
+	// Events is the events stream it sources.
+	Events string
+	// Sourced is the events stream's sequence the copy's last message came
+	// from; 0 when the copy is empty.
+	Sourced uint64
+	// Messages is how many messages of the events stream are not in the
+	// copy yet. 0 when caught up.
+	Messages uint64
+	// Age is the age of the oldest of them; 0 when caught up.
+	Age time.Duration
 }
 
 // ReplicaStatus is one live replica of one ordered subscription.
@@ -41,8 +63,9 @@ type PartitionStatus struct {
 	Parked    int
 }
 
-// ReadStatus reads the lease and park buckets on js. Missing buckets read
-// as empty (no ordered subscription ran yet).
+// ReadStatus reads the lease and park buckets on js, and how far every
+// partitioned copy lags its events stream. Missing buckets read as empty
+// (no ordered subscription ran yet).
 func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 	st, err := inspect.ReadStatus(ctx, js)
 	var out Status
@@ -55,6 +78,9 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 			ss.Partitions = append(ss.Partitions, PartitionStatus(p))
 		}
 		out.Subscriptions = append(out.Subscriptions, ss)
+	}
+	for _, c := range st.Copies {
+		out.Copies = append(out.Copies, CopyLag(c))
 	}
 	return out, err
 }

@@ -226,6 +226,18 @@ func ParkedKey(subscription, streamKey string) string {
 	return subscription + "." + hex.EncodeToString([]byte(streamKey))
 }
 
+// AttemptsKey is the park bucket key counting the failed POSTs of one
+// event (id eventID) of an ordered subscription, across owners:
+// "attempts.<subscription>.<hex of the event id>" (three tokens, so
+// ParkedFilter of a subscription never matches it).
+func AttemptsKey(subscription, eventID string) string {
+	return AttemptsKeyPrefix + subscription + "." + hex.EncodeToString([]byte(eventID))
+}
+
+// AttemptsKeyPrefix starts every AttemptsKey: listings of the park bucket
+// skip these keys.
+const AttemptsKeyPrefix = "attempts."
+
 // ParkedFilter matches the parked streams of subscription, or of all
 // subscriptions when it is empty.
 func ParkedFilter(subscription string) string {

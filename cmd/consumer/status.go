@@ -46,5 +46,17 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if len(st.Subscriptions) == 0 {
 		fmt.Fprintln(tw, "(no ordered subscription has a partition lease)")
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Println()
+	tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "COPY\tEVENTS\tSOURCED UP TO\tLAG MESSAGES\tLAG\n")
+	for _, c := range st.Copies {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", c.Stream, c.Events, c.Sourced, c.Messages, c.Age.Round(time.Millisecond))
+	}
+	if len(st.Copies) == 0 {
+		fmt.Fprintln(tw, "(no partitioned copy: no ordered subscription ran yet)")
+	}
 	return tw.Flush()
 }

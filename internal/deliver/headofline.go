@@ -22,17 +22,18 @@ import (
 // letter (then the stream parks or goes on, see DeadLetterPolicy), a Nak
 // when the partition is released first, or nothing when the lease
 // deadline passed (JetStream redelivers it after AckWait to the next owner).
-// MaxDeliver counts attempts from JetStream's delivery count on.
+// MaxDeliver counts POSTs only, across owners (failedAttempts): a Nak at a
+// hand-over or an AckWait expiry in a reader's buffer spends no attempt.
 func (pt *partition) deliver(m jetstream.Msg) {
 	r := pt.r
 	key := wire.StreamKey(m.Subject())
 	id := eventID(m)
 	stop := r.keepAlive(id, m.InProgress)
 	defer stop()
-	attempt := attemptNumber(m)
-	if attempt > 1 {
+	if attemptNumber(m) > 1 {
 		r.redeliveries.Inc()
 	}
+	attempt, recorded := pt.attempts.first(m, id)
 	log := func(more ...any) *slog.Logger {
 		return pt.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
 	}
@@ -61,6 +62,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 			_, at := r.startAttempt(ctx, em, id, attempt)
 			ended(at, OutcomeTerm, ClassNone, err.Error())
 			pt.deadLetter(m, log(), deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
+			pt.forgetAttempts(id, recorded)
 			return
 		}
 		if r.br.Wait(pt.ctx) != nil {
@@ -90,16 +92,29 @@ func (pt *partition) deliver(m jetstream.Msg) {
 		case actAck:
 			r.count(OutcomeAck, s.class, resp.status)
 			pt.ack(m, log())
+			pt.forgetAttempts(id, recorded)
 			return
 		case actDeadLetter:
 			pt.deadLetter(m, log(slog.Int("status", resp.status)), deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
+			pt.forgetAttempts(id, recorded)
 			return
 		case actRetry:
 			r.count(OutcomeRetry, s.class, 0)
+			pt.attempts.failed(id, attempt)
+			recorded = true
 			log(slog.Int("status", resp.status)).Warn("delivery failed, retrying in place (its stream waits)", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
 			sleep(pt.ctx, pt.clock, s.delay)
 			attempt++
 		}
+	}
+}
+
+// forgetAttempts deletes event id's failed attempts count once it
+// settled: not when the partition was released first (the ack or the dead
+// letter did not happen, and the event comes back to the next owner).
+func (pt *partition) forgetAttempts(id string, recorded bool) {
+	if pt.ctx.Err() == nil {
+		pt.attempts.settled(id, recorded)
 	}
 }
 

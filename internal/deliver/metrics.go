@@ -58,6 +58,8 @@ type metrics struct {
 	streamsParked   *prometheus.GaugeVec
 	oldestHeld      *prometheus.GaugeVec
 	handovers       *prometheus.CounterVec
+	copyLagMsgs     *prometheus.GaugeVec
+	copyLagSeconds  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -103,6 +105,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "jsbridge_consumer_handovers_total",
 			Help: "Partitions of an ordered subscription this replica took over (acquired a lease), by subscription.",
 		}, []string{"subscription"}),
+		copyLagMsgs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jsbridge_consumer_ordered_copy_lag_messages",
+			Help: "Messages of the events stream not yet sourced into its partitioned copy (0: caught up), by copy stream.",
+		}, []string{"stream"}),
+		copyLagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jsbridge_consumer_ordered_copy_lag_seconds",
+			Help: "Age in seconds of the oldest events stream message not yet sourced into its partitioned copy (0: caught up), by copy stream.",
+		}, []string{"stream"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -136,6 +146,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.handovers, err = promreg.Register(reg, m.handovers); err != nil {
+		return nil, err
+	}
+	if m.copyLagMsgs, err = promreg.Register(reg, m.copyLagMsgs); err != nil {
+		return nil, err
+	}
+	if m.copyLagSeconds, err = promreg.Register(reg, m.copyLagSeconds); err != nil {
 		return nil, err
 	}
 	return m, nil

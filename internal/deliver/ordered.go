@@ -96,6 +96,7 @@ type ordering struct {
 	clock   clockwork.Clock
 	runners []*runner
 	log     *slog.Logger
+	metrics *metrics
 
 	mu           sync.Mutex
 	provisioned  bool
@@ -111,7 +112,7 @@ type ordering struct {
 // newOrdering returns the ordering state of c, or nil when no subscription
 // of c is ordered.
 func newOrdering(c *Consumer) *ordering {
-	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log}
+	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log, metrics: c.metrics}
 	for _, r := range c.runners {
 		if r.sub.Ordered() {
 			r.ord = newOrderedRunner(r, o, c.cfg.Partitions)
@@ -167,15 +168,21 @@ func (o *ordering) provision(ctx context.Context) error {
 		if err := o.checkSourced(ctx, s, events); err != nil {
 			return err
 		}
+		if err := o.allowDirect(ctx, s); err != nil {
+			return err
+		}
+		o.reportRetention(cfg, ecfg)
 	} else if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        o.stream(),
 			Description: "jsbridge: the events of " + o.cfg.Stream + " with a partition token, for ordered webhook delivery",
 			Storage:     jetstream.FileStorage,
 			Retention:   jetstream.LimitsPolicy,
-			MaxAge:      ecfg.MaxAge,
-			MaxBytes:    ecfg.MaxBytes,
+			MaxAge:      copyMaxAge(ecfg.MaxAge),
+			MaxBytes:    copyMaxBytes(ecfg.MaxBytes),
 			Replicas:    replicas,
+			// Successor look-ups read the copy by subject with direct gets.
+			AllowDirect: true,
 			Sources: []*jetstream.StreamSource{{
 				Name:              o.cfg.Stream,
 				SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: src, Destination: dest}},
@@ -297,6 +304,7 @@ func (o *ordering) run(ctx context.Context) {
 	}
 	var watchers sync.WaitGroup
 	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
+	watchers.Go(func() { o.watchCopy(wctx) })
 	for _, r := range o.runners {
 		ready := make(chan struct{})
 		watchers.Go(func() { r.ord.parking.watchParked(wctx, o.parks, ready) })

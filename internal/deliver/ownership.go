@@ -21,9 +21,11 @@ type orderedRunner struct {
 	o      *ordering // the state the ordered subscriptions share
 	clock  clockwork.Clock
 	inHand atomic.Int64         // events in the lanes of all partitions (see handLimit)
-	cons   []jetstream.Consumer // one per partition, set by createConsumers
-	parts  []*partition         // owned partitions; nil where not owned
-	slots  chan struct{}        // bounds concurrent POSTs to MaxInFlight
+	cons   []jetstream.Consumer // one per partition, set by createConsumers (and ensureConsumer)
+	// replicas is the replica count new partition consumers get.
+	replicas int
+	parts    []*partition  // owned partitions; nil where not owned
+	slots    chan struct{} // bounds concurrent POSTs to MaxInFlight
 
 	parking *parking // the parked streams and the events held behind them
 
@@ -86,6 +88,7 @@ func (or *orderedRunner) consumerConfig(o *ordering, p int) (jetstream.ConsumerC
 // that consumer's ack floor (see migrationStart).
 func (or *orderedRunner) createConsumers(ctx context.Context, o *ordering, replicas int) error {
 	js := o.js
+	or.replicas = replicas
 	var start uint64
 	startKnown := false
 	for p := range or.cons {
@@ -196,6 +199,9 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 	ttl := o.leaseTTL
 	switch {
 	case pt != nil && pt.finished():
+		// A partition ends when its consumer was deleted (among other
+		// causes): it is made again before the partition is claimed anew.
+		or.ensureConsumer(ctx, o, p, pt.floor.Load())
 		if !pt.lost {
 			if err := o.leases.Delete(ctx, key, jetstream.LastRevision(pt.rev)); err != nil {
 				or.r.log.Debug("deleting a released lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
@@ -294,8 +300,9 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 		or: or, r: or.r, eventsPrefix: or.o.eventsPrefix, parking: or.parking, ackWait: or.r.sub.AckWait, clock: or.clock, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		deadline: deadline, lastDone: map[string]uint64{}, recent: map[uint64]bool{}, inLane: map[uint64]bool{}, acking: map[uint64]bool{},
 		waiting: map[string][]waitingMsg{}, seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
-		filters: cfg.FilterSubjects,
-		log:     or.r.log.With(slog.Int("partition", p)),
+		filters:  cfg.FilterSubjects,
+		attempts: failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log}, checkEvery: or.o.copyCheckEvery(),
+		log: or.r.log.With(slog.Int("partition", p)),
 	}
 	pt.successor = pt.successorSeq
 	return pt

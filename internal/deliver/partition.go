@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -25,10 +26,16 @@ type partition struct {
 	eventsPrefix string
 	parking      *parking      // the subscription's parked streams
 	ackWait      time.Duration // the subscription's AckWait
+	checkEvery   time.Duration // how often watchConsumer reads the partition consumer
 	clock        clockwork.Clock
+	attempts     failedAttempts // the subscription's failed POSTs, across owners
 	p            int
 	cons         jetstream.Consumer
 	log          *slog.Logger
+
+	// floor is the partition consumer's ack floor (stream sequence) as
+	// last read by watchConsumer.
+	floor atomic.Uint64
 
 	rev  uint64 // lease revision; the ownership loop's alone
 	lost bool   // the lease is someone else's; the ownership loop's alone
@@ -160,6 +167,7 @@ func (pt *partition) run() {
 	go keepHeldAlive(kctx, pt.clock, pt.ackWait, pt.log, func() []jetstream.Msg {
 		return append(append(fence.snapshot(), pt.lanes.queued()...), pt.waitingMsgs()...)
 	})
+	go pt.watchConsumer(kctx, pt.checkEvery)
 
 	fencing := true
 	var lastCheck time.Time
@@ -255,6 +263,9 @@ func (pt *partition) run() {
 		if fencing && pt.clock.Since(lastCheck) >= fenceCheck {
 			lastCheck = pt.clock.Now()
 			info, err := pt.cons.Info(pt.ctx)
+			if err == nil {
+				pt.floor.Store(info.AckFloor.Stream)
+			}
 			// Pending on the consumer: what is in hand (the fence, the
 			// lanes, held behind a parked head) and what is lost on its
 			// way; the fence passes when nothing is lost any more.
@@ -288,6 +299,12 @@ func (pt *partition) openPull() jetstream.MessagesContext {
 			jetstream.WithMessagesErrOnMissingHeartbeat(false))
 		if err == nil {
 			return iter
+		}
+		if consumerGone(err) {
+			// The partition ends; the ownership loop makes the consumer
+			// again (ensureConsumer) and claims it anew.
+			pt.log.Warn("the partition consumer no longer exists; releasing the partition to create it again", slog.Any("error", err))
+			return nil
 		}
 		d := pause.Next()
 		pt.log.Warn("pulling from a partition failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))

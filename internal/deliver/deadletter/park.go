@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,7 +55,9 @@ func ListParked(ctx context.Context, js jetstream.JetStream, subscription string
 	}
 	var keys []string
 	for k := range l.Keys() {
-		keys = append(keys, k)
+		if !strings.HasPrefix(k, wire.AttemptsKeyPrefix) { // failed attempts' counts share the bucket
+			keys = append(keys, k)
+		}
 	}
 	_ = l.Stop()
 	var out []ParkedStream

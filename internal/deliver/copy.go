@@ -1,0 +1,133 @@
+package deliver
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
+)
+
+// The partitioned copy's retention and lag (docs/ordering.md, "The copy's
+// retention"). The copy is a limits stream: a message leaves it when it is
+// older than its MaxAge or when the copy passes its MaxBytes, whether an
+// ordered subscription settled it or not. A new copy gets
+// copyRetentionFactor times the events stream's limits, so that an event
+// held behind a parked head (or not delivered yet) outlives its original
+// by as long again; an owner that finds an unsettled event past
+// retentionWarn of the copy's MaxAge logs an error naming the event and
+// the cause (see partition.watchConsumer), and the copy watcher one for a
+// copy past retentionWarn of its MaxBytes.
+
+// copyRetentionFactor is how many times the events stream's MaxAge and
+// MaxBytes a new partitioned copy gets.
+const copyRetentionFactor = 2
+
+// retentionWarn is the share of the copy's MaxAge (or MaxBytes) past
+// which an unsettled event (or the copy) is reported, in quarters.
+const retentionWarn = 3 // quarters
+
+// copyMaxAge is a new copy's MaxAge for an events stream's: twice it, 0
+// (no limit) for 0.
+func copyMaxAge(events time.Duration) time.Duration {
+	if events <= 0 {
+		return 0
+	}
+	return copyRetentionFactor * events
+}
+
+// copyMaxBytes is a new copy's MaxBytes for an events stream's: twice it,
+// -1 (no limit) for none.
+func copyMaxBytes(events int64) int64 {
+	if events <= 0 {
+		return -1
+	}
+	return copyRetentionFactor * events
+}
+
+// allowDirect turns AllowDirect on for an existing copy s created without
+// it (successor look-ups read the copy with direct gets), logging once.
+func (o *ordering) allowDirect(ctx context.Context, s jetstream.Stream) error {
+	cfg := s.CachedInfo().Config
+	if cfg.AllowDirect {
+		return nil
+	}
+	cfg.AllowDirect = true
+	if _, err := o.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("deliver: turn on AllowDirect of JetStream stream %q: %w", o.stream(), err)
+	}
+	o.log.Info("the partitioned copy had no AllowDirect; turned it on (its successor look-ups read it with direct gets)",
+		slog.String("jetstream_stream", o.stream()))
+	return nil
+}
+
+// reportRetention warns when an existing copy (cfg) keeps messages for
+// less than a new one would (copyMaxAge, copyMaxBytes of the events
+// stream's ecfg): held events may age out of it. Its retention is the
+// operator's: it is left as it is.
+func (o *ordering) reportRetention(cfg, ecfg jetstream.StreamConfig) {
+	if want := copyMaxAge(ecfg.MaxAge); cfg.MaxAge > 0 && (want == 0 || cfg.MaxAge < want) {
+		o.log.Warn(fmt.Sprintf("the partitioned copy keeps messages for less than twice the events stream's MaxAge: an event held behind a parked stream, "+
+			"or not delivered yet, is removed from it once older than its MaxAge, and never delivered; it is left as it is. "+
+			"Raise it with: nats stream edit %s --max-age %s", o.stream(), maxAgeFlag(want)),
+			slog.String("jetstream_stream", o.stream()), slog.Duration("max_age", cfg.MaxAge), slog.Duration("events_max_age", ecfg.MaxAge))
+	}
+	if want := copyMaxBytes(ecfg.MaxBytes); cfg.MaxBytes > 0 && (want < 0 || cfg.MaxBytes < want) {
+		o.log.Warn(fmt.Sprintf("the partitioned copy keeps fewer bytes than twice the events stream's MaxBytes: once full, it removes its oldest messages, "+
+			"held or not delivered yet; it is left as it is. Raise it with: nats stream edit %s --max-bytes %d", o.stream(), want),
+			slog.String("jetstream_stream", o.stream()), slog.Int64("max_bytes", cfg.MaxBytes), slog.Int64("events_max_bytes", ecfg.MaxBytes))
+	}
+}
+
+// maxAgeFlag is d as the nats CLI's --max-age takes it ("-1": no limit).
+func maxAgeFlag(d time.Duration) string {
+	if d <= 0 {
+		return "-1"
+	}
+	return d.String()
+}
+
+// copyCheckEvery is how often the copy's lag is read and its unsettled
+// events' ages checked: every lease TTL, at most every 5 s.
+func (o *ordering) copyCheckEvery() time.Duration { return min(o.leaseTTL, 5*time.Second) }
+
+// watchCopy sets the copy lag gauges every copyCheckEvery until ctx ends,
+// and logs an error while the copy is past retentionWarn of its MaxBytes.
+func (o *ordering) watchCopy(ctx context.Context) {
+	var full bool
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		lag, err := inspect.ReadCopyLag(rctx, o.js, o.cfg.Stream, o.clock.Now())
+		var info *jetstream.StreamInfo
+		if err == nil {
+			var s jetstream.Stream
+			if s, err = o.js.Stream(rctx, o.stream()); err == nil {
+				info = s.CachedInfo()
+			}
+		}
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			o.log.Warn("reading the partitioned copy's lag failed", slog.Any("error", err))
+		case err == nil:
+			o.metrics.copyLagMsgs.WithLabelValues(lag.Stream).Set(float64(lag.Messages))
+			o.metrics.copyLagSeconds.WithLabelValues(lag.Stream).Set(lag.Age.Seconds())
+			max := info.Config.MaxBytes
+			nearFull := max > 0 && info.State.Bytes >= uint64(max)/4*retentionWarn
+			if nearFull && !full {
+				o.log.Error(fmt.Sprintf("the partitioned copy is past 3/4 of its MaxBytes: once full it removes its oldest messages, "+
+					"and events held behind a parked stream or not delivered yet among them are never delivered. "+
+					"Replay or skip parked streams (consumer dlq), or raise it: nats stream edit %s --max-bytes", o.stream()),
+					slog.String("jetstream_stream", o.stream()), slog.Uint64("bytes", info.State.Bytes), slog.Int64("max_bytes", max))
+			}
+			full = nearFull
+		}
+		select {
+		case <-ctx.Done():
+		case <-o.clock.After(o.copyCheckEvery()):
+		}
+	}
+}

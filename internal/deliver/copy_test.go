@@ -1,0 +1,202 @@
+package deliver_test
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// gaugeOf returns the value of gauge name's series whose label label is
+// value on reg, and false when there is none yet.
+func gaugeOf(reg *prometheus.Registry, name, label, value string) (float64, bool) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, false
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// copyConfig is a partitioned copy of EVENTS as an earlier version made
+// it: no AllowDirect, the given MaxAge.
+func copyConfig(partitions int, maxAge time.Duration) jetstream.StreamConfig {
+	src, dest := wire.OrderedTransform(wire.DefaultEventsPrefix, partitions)
+	return jetstream.StreamConfig{
+		Name: wire.OrderedStream("EVENTS"), Storage: jetstream.FileStorage, MaxAge: maxAge,
+		Sources: []*jetstream.StreamSource{{Name: "EVENTS", SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: src, Destination: dest}}}},
+	}
+}
+
+// A new copy allows direct gets and gets twice the events stream's
+// retention; an existing one without AllowDirect is updated (logged), its
+// retention left as it is and reported.
+func TestOrderedCopyAllowsDirectAndReportsItsRetention(t *testing.T) {
+	t.Parallel()
+	t.Run("new", func(t *testing.T) {
+		t.Parallel()
+		b := setupOrdered(t)
+		_, err := b.js.UpdateStream(b.ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage,
+			MaxAge: time.Hour, MaxBytes: 1 << 20})
+		require.NoError(t, err)
+		c, err := deliver.New(b.js, deliver.Config{Partitions: 4}, orderedSub("direct", "http://127.0.0.1:1"))
+		require.NoError(t, err)
+		require.NoError(t, c.Provision(b.ctx))
+		s, err := b.js.Stream(b.ctx, wire.OrderedStream("EVENTS"))
+		require.NoError(t, err)
+		cfg := s.CachedInfo().Config
+		require.True(t, cfg.AllowDirect, "AllowDirect")
+		require.Equal(t, 2*time.Hour, cfg.MaxAge, "twice the events stream's MaxAge")
+		require.Equal(t, int64(2<<20), cfg.MaxBytes, "twice the events stream's MaxBytes")
+	})
+	t.Run("existing", func(t *testing.T) {
+		t.Parallel()
+		b := setupOrdered(t)
+		_, err := b.js.UpdateStream(b.ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage, MaxAge: time.Hour})
+		require.NoError(t, err)
+		_, err = b.js.CreateStream(b.ctx, copyConfig(4, time.Hour))
+		require.NoError(t, err)
+		logs := &syncLog{}
+		c, err := deliver.New(b.js, deliver.Config{Partitions: 4, Logger: slog.New(slog.NewTextHandler(logs, nil))}, orderedSub("direct", "http://127.0.0.1:1"))
+		require.NoError(t, err)
+		require.NoError(t, c.Provision(b.ctx))
+		s, err := b.js.Stream(b.ctx, wire.OrderedStream("EVENTS"))
+		require.NoError(t, err)
+		require.True(t, s.CachedInfo().Config.AllowDirect, "AllowDirect turned on")
+		require.Equal(t, time.Hour, s.CachedInfo().Config.MaxAge, "retention left as it is")
+		require.Contains(t, logs.String(), "the partitioned copy had no AllowDirect; turned it on")
+		require.Contains(t, logs.String(), "the partitioned copy keeps messages for less than twice the events stream's MaxAge")
+		require.Contains(t, logs.String(), "nats stream edit EVENTS_ORDERED --max-age 2h0m0s")
+	})
+}
+
+// The copy lag gauges and ReadStatus show the events the copy has not
+// sourced yet while its sourcing is held back (the source removed from
+// the copy), and go back to 0 once it caught up (the source put back).
+func TestOrderedCopyLagMovesWhileSourcingIsHeldBack(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	rc := newOrderedReceiver(t, b, func(orderedEvent, int) int { return http.StatusNoContent })
+	reg := prometheus.NewRegistry()
+	b.runOrdered(t, deliver.Config{Registerer: reg}, orderedSub("lag", rc.URL))
+	copyName := wire.OrderedStream("EVENTS")
+	gauge := func(name string) float64 {
+		v, _ := gaugeOf(reg, name, "stream", copyName)
+		return v
+	}
+	b.publishStream(t, "order-1", 0, 3)
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-1"]) == 3 }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		_, ok := gaugeOf(reg, "jsbridge_consumer_ordered_copy_lag_messages", "stream", copyName)
+		return ok && gauge("jsbridge_consumer_ordered_copy_lag_messages") == 0
+	}, 10*time.Second, 10*time.Millisecond, "caught up")
+
+	s, err := b.js.Stream(b.ctx, copyName)
+	require.NoError(t, err)
+	held := s.CachedInfo().Config
+	sources := held.Sources
+	held.Sources = nil
+	_, err = b.js.UpdateStream(b.ctx, held)
+	require.NoError(t, err)
+	b.publishStream(t, "order-1", 3, 8)
+	require.Eventually(t, func() bool {
+		return gauge("jsbridge_consumer_ordered_copy_lag_messages") == 5 && gauge("jsbridge_consumer_ordered_copy_lag_seconds") > 0
+	}, 10*time.Second, 10*time.Millisecond, "5 events not sourced")
+	st, err := inspect.ReadStatus(b.ctx, b.js)
+	require.NoError(t, err)
+	require.Len(t, st.Copies, 1)
+	require.Equal(t, copyName, st.Copies[0].Stream)
+	require.Equal(t, uint64(3), st.Copies[0].Sourced)
+	require.Equal(t, uint64(5), st.Copies[0].Messages)
+	require.Positive(t, st.Copies[0].Age)
+
+	held.Sources = sources
+	_, err = b.js.UpdateStream(b.ctx, held)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return gauge("jsbridge_consumer_ordered_copy_lag_messages") == 0 && gauge("jsbridge_consumer_ordered_copy_lag_seconds") == 0
+	}, 10*time.Second, 10*time.Millisecond, "caught up again")
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-1"]) == 8 }, 20*time.Second, 10*time.Millisecond)
+	requireInOrder(t, rc.accepted(), []string{"order-1"}, 8)
+}
+
+// A partition consumer deleted while the subscription runs is created
+// again and its partition's delivery resumes: every event is delivered,
+// in order (a redelivered one at most repeats, at least once).
+func TestOrderedPartitionConsumerDeletedAtRunTimeIsRecreated(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	rc := newOrderedReceiver(t, b, func(orderedEvent, int) int { return http.StatusNoContent })
+	logs := &syncLog{}
+	b.runOrdered(t, deliver.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))}, orderedSub("deleted", rc.URL))
+	b.publishStream(t, "order-1", 0, 5)
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-1"]) == 5 }, 20*time.Second, 10*time.Millisecond)
+	durable := wire.PartitionDurable("deleted", wire.StreamPartition("order-1", 4))
+	require.NoError(t, b.js.DeleteConsumer(b.ctx, wire.OrderedStream("EVENTS"), durable))
+	b.publishStream(t, "order-1", 5, 10)
+	// First arrivals, each version once among them.
+	first := func() []int64 {
+		var out []int64
+		seen := map[int64]bool{}
+		for _, v := range rc.accepted()["order-1"] {
+			if !seen[v] {
+				seen[v] = true
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return len(first()) == 10 }, 20*time.Second, 10*time.Millisecond, "delivery resumed")
+	require.Equal(t, []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, first(), "in order, none lost")
+	_, err := b.js.Consumer(b.ctx, wire.OrderedStream("EVENTS"), durable)
+	require.NoError(t, err, "the partition consumer exists again")
+	require.Contains(t, logs.String(), "a partition consumer was deleted; created it again")
+}
+
+// An event held behind a parked head that outlives 3/4 of the copy's
+// MaxAge (an existing copy made with 3 s) is reported, naming the cause,
+// before the copy removes it.
+func TestOrderedHeldEventNearTheCopysMaxAgeIsReported(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a held event to age: about 3 s")
+	}
+	t.Parallel()
+	b := setupOrdered(t)
+	_, err := b.js.CreateStream(b.ctx, copyConfig(4, 3*time.Second))
+	require.NoError(t, err)
+	rc := newOrderedReceiver(t, b, func(e orderedEvent, _ int) int {
+		if e.version == 1 {
+			return http.StatusUnprocessableEntity
+		}
+		return http.StatusNoContent
+	})
+	logs := &syncLog{}
+	b.runOrdered(t, deliver.Config{DeadLetters: &deadLetters{}, Logger: slog.New(slog.NewTextHandler(logs, nil))}, orderedSub("aging", rc.URL))
+	b.publishStream(t, "order-1", 0, 4)
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), "an event of the partition is not settled after 3/4 of the partitioned copy's MaxAge")
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Contains(t, logs.String(), "nats stream edit EVENTS_ORDERED --max-age")
+	require.Contains(t, logs.String(), "max_age=3s")
+	require.Equal(t, []int64{0}, rc.accepted()["order-1"], "versions 2 and 3 held behind the parked head")
+}

@@ -1,0 +1,110 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// CopyLag is how far the partitioned copy of an events stream (the stream
+// ordered subscriptions read, wire.OrderedStream) lags the events stream
+// it sources.
+type CopyLag struct {
+	// Stream is the copy's name, "<events>_ORDERED".
+	Stream string
+	// Events is the events stream it sources.
+	Events string
+	// Sourced is the events stream's sequence the copy's last message came
+	// from (its Nats-Stream-Source header); 0 when the copy is empty.
+	Sourced uint64
+	// Messages is how many messages of the events stream are not in the
+	// copy yet: those after Sourced. 0 when caught up.
+	Messages uint64
+	// Age is the age of the oldest of them (now minus its time in the
+	// events stream); 0 when caught up.
+	Age time.Duration
+}
+
+// ErrNotACopy is wrapped by ReadCopyLag when the stream named as the
+// events stream's copy sources other streams.
+var ErrNotACopy = errors.New("not the partitioned copy of the events stream")
+
+// ReadCopyLag reads how far events' partitioned copy lags it at now: four
+// JetStream requests (both streams' info, the copy's last message and the
+// events stream's first message not sourced yet). It wraps
+// jetstream.ErrStreamNotFound when either stream does not exist, and
+// ErrNotACopy when the copy sources another stream than events.
+func ReadCopyLag(ctx context.Context, js jetstream.JetStream, events string, now time.Time) (CopyLag, error) {
+	lag := CopyLag{Stream: wire.OrderedStream(events), Events: events}
+	cp, err := js.Stream(ctx, lag.Stream)
+	if err != nil {
+		return lag, fmt.Errorf("inspect: JetStream stream %q: %w", lag.Stream, err)
+	}
+	// A copy whose source was removed is one whose lag only grows.
+	if src := cp.CachedInfo().Config.Sources; len(src) > 0 && (len(src) != 1 || src[0].Name != events) {
+		return lag, fmt.Errorf("inspect: JetStream stream %q: %w %q", lag.Stream, ErrNotACopy, events)
+	}
+	// The copy is read before the events stream, so that a copy keeping
+	// up never reads as ahead.
+	if last := cp.CachedInfo().State.LastSeq; last > 0 {
+		m, err := cp.GetMsg(ctx, last)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return lag, fmt.Errorf("inspect: read JetStream stream %q at %d: %w", lag.Stream, last, err)
+		default:
+			lag.Sourced = wire.SourceSequence(m.Header.Get(wire.HeaderSourceInfo))
+		}
+	}
+	ev, err := js.Stream(ctx, events)
+	if err != nil {
+		return lag, fmt.Errorf("inspect: JetStream stream %q: %w", events, err)
+	}
+	st := ev.CachedInfo().State
+	from := max(lag.Sourced+1, st.FirstSeq) // the first message not in the copy
+	if st.Msgs == 0 || st.LastSeq < from {
+		return lag, nil
+	}
+	lag.Messages = st.LastSeq - from + 1
+	m, err := ev.GetMsg(ctx, from, jetstream.WithGetMsgSubject(">"))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		// Removed meanwhile: the copy caught up with it, or it aged out.
+	case err != nil:
+		return lag, fmt.Errorf("inspect: read JetStream stream %q from %d: %w", events, from, err)
+	default:
+		lag.Age = max(now.Sub(m.Time), 0)
+	}
+	return lag, nil
+}
+
+// readCopies reads the lag of every partitioned copy on js (a stream named
+// wire.OrderedStream of a stream it sources), by name.
+func readCopies(ctx context.Context, js jetstream.JetStream, now time.Time) ([]CopyLag, error) {
+	names := js.StreamNames(ctx)
+	var copies []CopyLag
+	for name := range names.Name() {
+		events, ok := strings.CutSuffix(name, wire.OrderedStream(""))
+		if !ok || events == "" {
+			continue
+		}
+		lag, err := ReadCopyLag(ctx, js, events, now)
+		if errors.Is(err, ErrNotACopy) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		copies = append(copies, lag)
+	}
+	if err := names.Err(); err != nil {
+		return nil, fmt.Errorf("inspect: list JetStream streams: %w", err)
+	}
+	return copies, nil
+}
