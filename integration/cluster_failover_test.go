@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -39,6 +40,7 @@ type failoverSizes struct {
 	restartAfter  time.Duration    // a killed node restarts this long after its kill; zero: once publishing is back
 	unordered     bool             // also run the parallel and strict (ordering none) subscriptions
 	strictStreams int              // the streams the strict subscription takes
+	processes     bool             // nodes as processes, SIGKILLed (natsCluster); else in-process, shut down
 }
 
 // failoverTestSizes are the sizes under make test: 20 streams at 200
@@ -48,7 +50,8 @@ var failoverTestSizes = failoverSizes{streams: 20, round: 100 * time.Millisecond
 // failoverSizesFor returns the soak's sizes when JSBRIDGE_SOAK=1 (make
 // soak): 100 streams at 300 events/s, the EVENTS leader killed every 8–12 s
 // and restarted 5 s later, JSBRIDGE_SOAK_KILLS times (default 20), the
-// ordered subscription alone; failoverTestSizes otherwise.
+// ordered subscription alone, the nodes processes killed with SIGKILL;
+// failoverTestSizes otherwise.
 func failoverSizesFor(t *testing.T) failoverSizes {
 	t.Helper()
 	if os.Getenv("JSBRIDGE_SOAK") != "1" {
@@ -62,7 +65,7 @@ func failoverSizesFor(t *testing.T) failoverSizes {
 		kills = n
 	}
 	return failoverSizes{streams: 100, round: time.Second / 3, kills: kills,
-		killEvery: [2]time.Duration{8 * time.Second, 12 * time.Second}, restartAfter: 5 * time.Second}
+		killEvery: [2]time.Duration{8 * time.Second, 12 * time.Second}, restartAfter: 5 * time.Second, processes: true}
 }
 
 // saveOutputs writes every process's output to dir (JSBRIDGE_SOAK_LOGS,
@@ -101,9 +104,9 @@ func saveOutputs(t *testing.T, outs map[string]fmt.Stringer) {
 // stream in order); every restarted node's replica caught up with the
 // leader. JSBRIDGE_SOAK=1 runs the soak's sizes (failoverSizesFor).
 //
-// The nodes are in-process (embedded.StartCluster): a kill is the node's
-// Shutdown, which drops its client and route connections at once, not a
-// SIGKILL of a process.
+// Under make test the nodes are in-process (embedded.StartCluster): a kill
+// is the node's Shutdown, which closes its connections and its store. In
+// the soak they are processes (natsCluster), and a kill is SIGKILL.
 func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	t.Parallel()
 	sz := failoverSizesFor(t)
@@ -116,8 +119,17 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	st, err := store.New(pool, store.WithSchema(schema))
 	require.NoError(t, err)
 
-	cluster := jsbridgetest.StartCluster(t, embedded.ClusterConfig{})
-	_, js := jsbridgetest.ConnectCluster(t, cluster)
+	var cluster failoverNodes
+	if sz.processes {
+		cluster = startNATSCluster(t)
+	} else {
+		cluster = embeddedNodes{jsbridgetest.StartCluster(t, embedded.ClusterConfig{})}
+	}
+	nc, err := nats.Connect(cluster.ClientURLs(), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
 	rc, rsrv := newOrderedReceiver(t, pool, schema, "parallel")
 	strict, ssrv := newOrderedReceiver(t, pool, schema, "strict")
 	ordered, osrv := newOrderedReceiver(t, pool, schema, "ordered")
@@ -231,8 +243,8 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 			span := sz.killEvery[1] - sz.killEvery[0]
 			time.Sleep(time.Until(lastKill.Add(sz.killEvery[0] + rand.N(span))))
 		}
-		leader := waitStreamLeader(t, cluster, wire.DefaultEventsStream)
-		leader.Shutdown()
+		leader := cluster.leader(t, wire.DefaultEventsStream)
+		cluster.kill(t, leader)
 		killed := time.Now()
 		lastKill = killed
 		fig.kills++
@@ -240,23 +252,22 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 		// what it held when it was elected: the bridges' publishes got
 		// through again (the producer appends every round, so this is at
 		// most that much late).
-		elected := waitStreamLeader(t, cluster, wire.DefaultEventsStream)
-		require.NotEqual(t, leader.Name(), elected.Name())
-		base, ok, err := elected.LocalStreamState(wire.DefaultEventsStream)
-		require.NoError(t, err)
-		require.True(t, ok)
-		require.Eventually(t, func() bool { return lastSeq(js) > base.LastSeq }, 60*time.Second, 20*time.Millisecond,
-			"no event stored after killing %s (new leader %s at sequence %d); bridges:\n%s", leader.Name(), elected.Name(), base.LastSeq, bridgeOutput())
+		elected := cluster.leader(t, wire.DefaultEventsStream)
+		require.NotEqual(t, leader, elected)
+		base, ok := cluster.lastSeq(elected, wire.DefaultEventsStream)
+		require.True(t, ok, "%s's replica of %s", elected, wire.DefaultEventsStream)
+		require.Eventually(t, func() bool { return lastSeq(js) > base }, 60*time.Second, 20*time.Millisecond,
+			"no event stored after killing %s (new leader %s at sequence %d); bridges:\n%s", leader, elected, base, bridgeOutput())
 		fig.recover = append(fig.recover, time.Since(killed))
 
 		time.Sleep(time.Until(killed.Add(sz.restartAfter))) // the soak's schedule: restart ~5 s after the kill
-		require.NoError(t, leader.Restart())
+		cluster.restart(t, leader)
 		restarted := time.Now()
 		target := lastSeq(js)
 		require.Eventually(t, func() bool {
-			s, ok, err := leader.LocalStreamState(wire.DefaultEventsStream)
-			return err == nil && ok && s.LastSeq >= target
-		}, 60*time.Second, 20*time.Millisecond, "%s's replica catches up to sequence %d", leader.Name(), target)
+			s, ok := cluster.lastSeq(leader, wire.DefaultEventsStream)
+			return ok && s >= target
+		}, 60*time.Second, 20*time.Millisecond, "%s's replica catches up to sequence %d", leader, target)
 		fig.catchUp = append(fig.catchUp, time.Since(restarted))
 	}
 
@@ -337,16 +348,8 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 	}
 
 	// Every node's replica holds what the leader holds.
-	leader := waitStreamLeader(t, cluster, wire.DefaultEventsStream)
-	leaderState, ok, err := leader.LocalStreamState(wire.DefaultEventsStream)
-	require.NoError(t, err)
-	require.True(t, ok)
-	for _, n := range cluster.Nodes() {
-		require.Eventually(t, func() bool {
-			s, ok, err := n.LocalStreamState(wire.DefaultEventsStream)
-			return err == nil && ok && s == leaderState
-		}, 30*time.Second, 20*time.Millisecond, "%s's replica equals the leader's %+v", n.Name(), leaderState)
-	}
+	require.Eventually(t, func() bool { return cluster.inSync(wire.DefaultEventsStream) }, 30*time.Second, 20*time.Millisecond,
+		"every node's replica of %s equals the leader's", wire.DefaultEventsStream)
 
 	// bridge verify, against the cluster, agrees: nothing missing, stored
 	// twice, out of order or different.
