@@ -36,8 +36,9 @@ test:
 test-short:
 	@url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -short -timeout 5m -count=1 ./...
 
-## soak: the cluster failover test at the soak's sizes (JSBRIDGE_SOAK=1: 100 streams at 300 events/s,
-## 2 bridges, 2 ordered replicas, the EVENTS leader killed every 8-12 s, SOAK_KILLS times) SOAK_RUNS times
+## soak: the cluster failover test at the soak's sizes (JSBRIDGE_SOAK=1: 3 node processes, 100 streams at
+## 300 events/s, 2 bridges, 2 ordered replicas, the EVENTS leader SIGKILLed every 8-12 s and restarted 5 s
+## later, SOAK_KILLS times; about 5 min a run) SOAK_RUNS times
 ## in a row, stopping at the first failure; each run's figures printed, its log and the processes' in SOAK_LOGS/run-N
 SOAK_RUNS  ?= 10
 SOAK_KILLS ?= 20
