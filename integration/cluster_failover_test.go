@@ -94,8 +94,8 @@ func saveOutputs(t *testing.T, outs map[string]fmt.Stringer) {
 // subscription (ordering stream) and, under make test, two more consumer
 // processes (ordering none, one of them one message at a time), all
 // connected to the three client URLs; a producer appending all along. The
-// node leading the EVENTS stream is shut down (as a kill: no leadership
-// hand-over) and restarted from its store, over and over, while the
+// node leading the EVENTS stream is killed and restarted from its store,
+// over and over, while the
 // bridges drain and the consumers deliver. Afterwards JetStream holds every
 // event once, each stream in version order (EVENTS and its partitioned
 // copy); every receiver (package webhook with its Postgres idempotency
