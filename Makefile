@@ -11,7 +11,7 @@ NATS_PORT ?=
 CLUSTER ?=
 BIN     := bin
 
-.PHONY: all build run demo test test-short bench bench-go vet pg-start pg-stop nats-cli clean
+.PHONY: all build run demo test test-short soak bench bench-go vet pg-start pg-stop nats-cli clean
 
 all: build
 
@@ -35,6 +35,25 @@ test:
 ## no processes, kills or clusters (integration/ runs nothing with -short); well under 90 s warm
 test-short:
 	@url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -short -timeout 5m -count=1 ./...
+
+## soak: the cluster failover test at the soak's sizes (JSBRIDGE_SOAK=1: 3 node processes, 100 streams at
+## 300 events/s, 2 bridges, 2 ordered replicas, the EVENTS leader SIGKILLed every 8-12 s and restarted 5 s
+## later, SOAK_KILLS times; about 5 min a run) SOAK_RUNS times
+## in a row, stopping at the first failure; each run's figures printed, its log and the processes' in SOAK_LOGS/run-N
+SOAK_RUNS  ?= 10
+SOAK_KILLS ?= 20
+SOAK_LOGS  ?= .data/soak
+soak:
+	@url=$$(scripts/pg start) && rm -rf $(SOAK_LOGS) && mkdir -p $(SOAK_LOGS) && \
+	for i in $$(seq 1 $(SOAK_RUNS)); do \
+	  dir=$(SOAK_LOGS)/run-$$i; mkdir -p $$dir; start=$$(date +%s); \
+	  JSBRIDGE_SOAK=1 JSBRIDGE_SOAK_KILLS=$(SOAK_KILLS) JSBRIDGE_SOAK_LOGS=$$(cd $$dir && pwd) JSBRIDGE_TEST_DATABASE_URL=$$url \
+	    $(GO) test -count=1 -timeout 30m -run '^TestClusterFailoverStreamLeaderKilled$$' -v ./integration/ > $$dir/test.log 2>&1; rc=$$?; \
+	  echo "soak run $$i of $(SOAK_RUNS): exit $$rc after $$(( $$(date +%s) - start )) s"; \
+	  grep -ho 'failover figures: .*\|ordered consumer: .*' $$dir/test.log | sed 's/^/  /'; \
+	  if [ $$rc -ne 0 ]; then grep -h 'first POST of version\|Error:\|Messages:' $$dir/test.log | head -40 | sed 's/^/  /'; \
+	    echo "soak: run $$i failed; its log and the processes' are in $$dir"; exit 1; fi; \
+	done; echo "soak: $(SOAK_RUNS) runs passed"
 
 ## bench: the results table against the same machine's raw limits (QUICK=1: small sizes, under 3 minutes)
 bench: build

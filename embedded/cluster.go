@@ -346,8 +346,11 @@ func (n *Node) ClientURL() string {
 // Running reports whether the node is started (not shut down).
 func (n *Node) Running() bool { return n.server() != nil }
 
-// Shutdown stops the node, as a kill would, and waits until it has stopped;
-// its store stays in its directory for Restart. Safe to call more than once.
+// Shutdown stops the node and waits until it has stopped; its store stays
+// in its directory for Restart. It is not quite a kill: nats-server first
+// steps down the Raft groups the node leads, so their leadership moves at
+// once instead of after an election timeout (4–9 s). Safe to call more
+// than once.
 func (n *Node) Shutdown() {
 	n.mu.Lock()
 	srv := n.srv

@@ -3,99 +3,25 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
-	"github.com/jsbridge/jsbridge/webhook"
-	"github.com/jsbridge/jsbridge/webhook/pgstore"
 	"github.com/jsbridge/jsbridge/wire"
 )
-
-// orderedReceiver is a receiver built as a user would build one: package
-// webhook's handler over the Postgres idempotency store (pgstore). It
-// records every event id its processing function ran for, in the order it
-// ran, so the test can count what was processed twice and check each
-// stream's order.
-type orderedReceiver struct {
-	name      string
-	mu        sync.Mutex
-	processed []string       // event ids, in the order processed
-	times     map[string]int // event id -> times processed
-}
-
-func newOrderedReceiver(t *testing.T, pool *pgxpool.Pool, schema, name string) (*orderedReceiver, *httptest.Server) {
-	t.Helper()
-	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{testSecret})
-	require.NoError(t, err)
-	idem, err := pgstore.New(pool, pgstore.WithTable(schema+"."+name+"_idempotency"))
-	require.NoError(t, err)
-	require.NoError(t, idem.Migrate(t.Context()))
-	rc := &orderedReceiver{name: name, times: map[string]int{}}
-	h := webhook.Handler(v, idem, time.Hour, func(_ context.Context, r *http.Request, _ []byte) error {
-		id := r.Header.Get("Idempotency-Key")
-		rc.mu.Lock()
-		defer rc.mu.Unlock()
-		rc.processed = append(rc.processed, id)
-		rc.times[id]++
-		return nil
-	})
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return rc, srv
-}
-
-func (rc *orderedReceiver) distinct() int {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return len(rc.times)
-}
-
-// receiverFigures count what a receiver processed: in all, more than once,
-// and after a later version of its stream.
-type receiverFigures struct{ processed, twice, outOfOrder int }
-
-// check counts, against versions (event id -> stream and version), the
-// events processed more than once and those processed after a later
-// version of their stream. With every event processed once, none of the
-// latter means each stream was processed in version order. Every
-// processed event must be one of versions.
-func (rc *orderedReceiver) check(t *testing.T, versions map[string]streamVersion) receiverFigures {
-	t.Helper()
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	f := receiverFigures{processed: len(rc.processed)}
-	for id, n := range rc.times {
-		if n > 1 {
-			f.twice++
-			t.Logf("%s receiver: event %s processed %d times", rc.name, id, n)
-		}
-	}
-	next := map[string]int64{}
-	for _, id := range rc.processed {
-		sv, ok := versions[id]
-		require.True(t, ok, "the %s receiver processed event %s, which Postgres does not hold", rc.name, id)
-		if sv.version < next[sv.stream] {
-			f.outOfOrder++
-			t.Logf("%s receiver: stream %s: version %d processed after version %d", rc.name, sv.stream, sv.version, next[sv.stream]-1)
-		}
-		next[sv.stream] = max(next[sv.stream], sv.version+1)
-	}
-	return f
-}
 
 // failoverFigures are what the failover test measures and logs.
 type failoverFigures struct {
@@ -105,25 +31,86 @@ type failoverFigures struct {
 	maxRecoverWait time.Duration
 }
 
+// failoverSizes are the failover test's sizes and schedule.
+type failoverSizes struct {
+	streams       int              // source streams, order-0 … order-(streams-1)
+	round         time.Duration    // the producer appends one event to every stream each round
+	kills         int              // stream-leader kills
+	killEvery     [2]time.Duration // a kill every [min, max) after the last; zero: once deliveries went on since it
+	restartAfter  time.Duration    // a killed node restarts this long after its kill; zero: once publishing is back
+	unordered     bool             // also run the parallel and strict (ordering none) subscriptions
+	strictStreams int              // the streams the strict subscription takes
+	processes     bool             // nodes as processes, SIGKILLed (natsCluster); else in-process, shut down
+}
+
+// failoverTestSizes are the sizes under make test: 20 streams at 200
+// events/s, 5 kills, each restarted as soon as publishing is back.
+var failoverTestSizes = failoverSizes{streams: 20, round: 100 * time.Millisecond, kills: 5, unordered: true, strictStreams: 2}
+
+// failoverSizesFor returns the soak's sizes when JSBRIDGE_SOAK=1 (make
+// soak): 100 streams at 300 events/s, the EVENTS leader killed every 8–12 s
+// and restarted 5 s later, JSBRIDGE_SOAK_KILLS times (default 20), the
+// ordered subscription alone, the nodes processes killed with SIGKILL;
+// failoverTestSizes otherwise.
+func failoverSizesFor(t *testing.T) failoverSizes {
+	t.Helper()
+	if os.Getenv("JSBRIDGE_SOAK") != "1" {
+		return failoverTestSizes
+	}
+	kills := 20
+	if v := os.Getenv("JSBRIDGE_SOAK_KILLS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "JSBRIDGE_SOAK_KILLS=%q", v)
+		require.Positive(t, n, "JSBRIDGE_SOAK_KILLS=%q", v)
+		kills = n
+	}
+	return failoverSizes{streams: 100, round: time.Second / 3, kills: kills,
+		killEvery: [2]time.Duration{8 * time.Second, 12 * time.Second}, restartAfter: 5 * time.Second, processes: true}
+}
+
+// saveOutputs writes every process's output to dir (JSBRIDGE_SOAK_LOGS,
+// when set) at the test's end, so a soak run's hand-overs, fences and
+// successor waits can be read after an inversion.
+func saveOutputs(t *testing.T, outs map[string]fmt.Stringer) {
+	dir := os.Getenv("JSBRIDGE_SOAK_LOGS")
+	if dir == "" {
+		return
+	}
+	t.Cleanup(func() {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Logf("save process outputs: %v", err)
+			return
+		}
+		for name, out := range outs {
+			if err := os.WriteFile(filepath.Join(dir, name+".log"), []byte(out.String()), 0o644); err != nil {
+				t.Logf("save process outputs: %v", err)
+			}
+		}
+	})
+}
+
 // Three JetStream nodes, the EVENTS stream, the DLQ and the durable
-// consumers at R3; a bridge process and three consumer processes (two
-// with ordering none, one of them one message at a time, and one with
-// ordering stream) connected to all three client URLs; a producer
-// appending all along. The node leading the EVENTS stream is shut down (as
-// a kill: no leadership hand-over) and restarted from its store, over and
-// over, while the bridge drains and the consumers deliver. Afterwards
-// JetStream holds every event once, each stream in version order (EVENTS
-// and its partitioned copy); every receiver (package webhook with its
-// Postgres idempotency store) processed every event once; the strict and
-// the ordered subscriptions' receivers saw each stream in version order;
-// every restarted node's replica caught up with the leader.
+// consumers at R3; two bridge processes; two replicas of an ordered
+// subscription (ordering stream) and, under make test, two more consumer
+// processes (ordering none, one of them one message at a time), all
+// connected to the three client URLs; a producer appending all along. The
+// node leading the EVENTS stream is killed and restarted from its store,
+// over and over, while the
+// bridges drain and the consumers deliver. Afterwards JetStream holds every
+// event once, each stream in version order (EVENTS and its partitioned
+// copy); every receiver (package webhook with its Postgres idempotency
+// store) processed every event once; the ordered receiver got each
+// stream's first POSTs in version order (and the strict one processed each
+// stream in order); every restarted node's replica caught up with the
+// leader. JSBRIDGE_SOAK=1 runs the soak's sizes (failoverSizesFor).
+//
+// Under make test the nodes are in-process (embedded.StartCluster): a kill
+// is the node's Shutdown, which closes its connections and its store. In
+// the soak they are processes (natsCluster), and a kill is SIGKILL.
 func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	t.Parallel()
-	const (
-		streams       = 20
-		strictStreams = 2
-		kills         = 5
-	)
+	sz := failoverSizesFor(t)
+	streams := sz.streams
 	pool := jsbridgetest.Pool(t)
 	schema := jsbridgetest.Schema(t, pool)
 	env := []string{"DATABASE_URL=" + jsbridgetest.DatabaseURL(t), "JSBRIDGE_SCHEMA=" + schema}
@@ -132,47 +119,74 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	st, err := store.New(pool, store.WithSchema(schema))
 	require.NoError(t, err)
 
-	cluster := jsbridgetest.StartCluster(t, embedded.ClusterConfig{})
-	_, js := jsbridgetest.ConnectCluster(t, cluster)
+	var cluster failoverNodes
+	if sz.processes {
+		cluster = startNATSCluster(t)
+	} else {
+		cluster = embeddedNodes{jsbridgetest.StartCluster(t, embedded.ClusterConfig{})}
+	}
+	nc, err := nats.Connect(cluster.ClientURLs(), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
 	rc, rsrv := newOrderedReceiver(t, pool, schema, "parallel")
 	strict, ssrv := newOrderedReceiver(t, pool, schema, "strict")
 	ordered, osrv := newOrderedReceiver(t, pool, schema, "ordered")
 
-	bridge := startBridgeProc(t, env, "--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
-		"--poll-interval", "100ms", "--lease", "10s", "--publish-timeout", "2s")
-	consumer := startProc(t, append(env, "JSBRIDGE_SECRET="+testSecret), "consumer", "run",
-		"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
-		"--name", "failover", "--url", rsrv.URL, "--allow-private", "--filter", "events.>", "--ordering", "none",
-		"--ack-wait", "5s", "--timeout", "2s", "--backoff", "200ms")
-	// The ordered subscription delivers every stream in version order
-	// (--ordering stream: partitions, leases, the hand-over fence), with
-	// up to 64 deliveries at once over the streams: a delivery lost with
-	// a dying server or a moved consumer leader holds its partition back
-	// until it is redelivered.
-	orderedConsumer := startProc(t, append(env, "JSBRIDGE_SECRET="+testSecret), "consumer", "run",
-		"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
-		"--name", "ordered", "--url", osrv.URL, "--allow-private", "--filter", "events.>", "--ordering", "stream",
-		"--ack-wait", "5s", "--timeout", "2s", "--backoff", "200ms")
+	var bridges []*bridgeProc
+	for range 2 {
+		bridges = append(bridges, startBridgeProc(t, env, "--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
+			"--poll-interval", "100ms", "--lease", "10s", "--publish-timeout", "2s"))
+	}
+	bridgeOutput := func() string { return bridges[0].output() + "\n--- second bridge:\n" + bridges[1].output() }
+	consumerEnv := append(env, "JSBRIDGE_SECRET="+testSecret)
+	// Two replicas of the ordered subscription deliver every stream in
+	// version order (--ordering stream: partitions shared by leases, the
+	// hand-over fence), with up to 64 deliveries at once over the streams:
+	// a delivery lost with a dying server or a moved consumer leader holds
+	// its partition back until it is redelivered.
+	var orderedProcs []*proc
+	for range 2 {
+		orderedProcs = append(orderedProcs, startProc(t, consumerEnv, "consumer", "run",
+			"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
+			"--name", "ordered", "--url", osrv.URL, "--allow-private", "--filter", "events.>", "--ordering", "stream",
+			"--ack-wait", "5s", "--timeout", "2s", "--backoff", "200ms"))
+	}
+	orderedOutput := func() string {
+		return orderedProcs[0].out.String() + "\n--- second ordered replica:\n" + orderedProcs[1].out.String()
+	}
 	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("ordered consumer output:\n%s", orderedConsumer.out.String())
+		if t.Failed() && os.Getenv("JSBRIDGE_SOAK_LOGS") == "" {
+			t.Logf("ordered consumer output:\n%s", orderedOutput())
 		}
 	})
-	// The strict subscription has one message out at a time (MaxAckPending
-	// 1): a message lost on its way to the consumer (sent by a node as it
-	// died) holds the next back until it is redelivered after AckWait, so
-	// the receiver sees every stream in order even across a failover. It
-	// takes strictStreams of the streams: one delivery at a time is slow.
-	var strictFilters []string
-	for s := range strictStreams {
-		strictFilters = append(strictFilters, wire.StreamFilter(wire.DefaultEventsPrefix, fmt.Sprintf("order-%d", s)))
+	saveOutputs(t, map[string]fmt.Stringer{"bridge-1": bridges[0].out, "bridge-2": bridges[1].out,
+		"ordered-1": orderedProcs[0].out, "ordered-2": orderedProcs[1].out})
+	receivers := []receiverRun{{ordered, streams, orderedOutput}}
+	if sz.unordered {
+		consumer := startProc(t, consumerEnv, "consumer", "run",
+			"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
+			"--name", "failover", "--url", rsrv.URL, "--allow-private", "--filter", "events.>", "--ordering", "none",
+			"--ack-wait", "5s", "--timeout", "2s", "--backoff", "200ms")
+		// The strict subscription has one message out at a time
+		// (MaxAckPending 1): a message lost on its way to the consumer
+		// (sent by a node as it died) holds the next back until it is
+		// redelivered after AckWait, so the receiver sees every stream in
+		// order even across a failover. It takes strictStreams of the
+		// streams: one delivery at a time is slow.
+		var strictFilters []string
+		for s := range sz.strictStreams {
+			strictFilters = append(strictFilters, wire.StreamFilter(wire.DefaultEventsPrefix, fmt.Sprintf("order-%d", s)))
+		}
+		strictConsumer := startProc(t, consumerEnv, "consumer", "run",
+			"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
+			"--name", "strict", "--url", ssrv.URL, "--allow-private", "--filter", strings.Join(strictFilters, ","), "--ordering", "none",
+			"--ack-wait", "3s", "--timeout", "2s", "--backoff", "200ms", "--max-in-flight", "1", "--max-ack-pending", "1")
+		receivers = append(receivers, receiverRun{rc, streams, consumer.out.String}, receiverRun{strict, sz.strictStreams, strictConsumer.out.String})
 	}
-	strictConsumer := startProc(t, append(env, "JSBRIDGE_SECRET="+testSecret), "consumer", "run",
-		"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
-		"--name", "strict", "--url", ssrv.URL, "--allow-private", "--filter", strings.Join(strictFilters, ","), "--ordering", "none",
-		"--ack-wait", "3s", "--timeout", "2s", "--backoff", "200ms", "--max-in-flight", "1", "--max-ack-pending", "1")
 
-	// The producer appends one event to every stream each 100 ms.
+	// The producer appends one event to every stream each round.
 	var rounds atomic.Int64
 	stop := make(chan struct{})
 	produced := make(chan error, 1)
@@ -182,7 +196,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(sz.round):
 			}
 			if _, err := pool.Exec(context.Background(), "INSERT INTO "+schema+`.events (stream, version, name, data)
 SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigint)::jsonb FROM generate_series(0, $2 - 1) g ORDER BY g`, v, streams); err != nil {
@@ -192,44 +206,68 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 			rounds.Add(1)
 		}
 	}()
-	require.Eventually(t, func() bool { return jsMessages(js) >= 10*streams }, 60*time.Second, 20*time.Millisecond,
-		"the bridge forwards before the first kill; bridge:\n%s", bridge.output())
-	require.Eventually(t, func() bool { return rc.distinct() >= 5*streams }, 60*time.Second, 20*time.Millisecond,
-		"the consumer delivers before the first kill; consumer:\n%s", consumer.out.String())
+	require.Eventually(t, func() bool { return jsMessages(js) >= uint64(10*streams) }, 60*time.Second, 20*time.Millisecond,
+		"the bridges forward before the first kill; bridges:\n%s", bridgeOutput())
+	for _, r := range receivers {
+		require.Eventually(t, func() bool { return r.rc.distinct() >= 5*r.streams }, 60*time.Second, 20*time.Millisecond,
+			"the %s receiver gets events before the first kill; consumer:\n%s", r.rc.name, r.out())
+	}
 
-	delivered := func() int { return rc.distinct() + strict.distinct() + ordered.distinct() }
+	delivered := func() int {
+		n := 0
+		for _, r := range receivers {
+			n += r.rc.distinct()
+		}
+		return n
+	}
 	fig := failoverFigures{}
-	for range kills {
-		// Each kill comes while the bridge forwards and the consumers
-		// deliver: the receivers have processed more since the last one.
-		seen, seenStrict, seenOrdered := rc.distinct(), strict.distinct(), ordered.distinct()
-		require.True(t, waitProgress(func() bool {
-			return rc.distinct() >= seen+2*streams && strict.distinct() >= seenStrict+2*strictStreams && ordered.distinct() >= seenOrdered+2*streams
-		}, delivered, 60*time.Second, 5*time.Minute), "deliveries go on between kills")
-		leader := waitStreamLeader(t, cluster, wire.DefaultEventsStream)
-		leader.Shutdown()
+	var lastKill time.Time
+	for range sz.kills {
+		if sz.killEvery[0] == 0 {
+			// Each kill comes while the bridges forward and the consumers
+			// deliver: every receiver has processed more since the last one.
+			seen := make([]int, len(receivers))
+			for i, r := range receivers {
+				seen[i] = r.rc.distinct()
+			}
+			require.True(t, waitProgress(func() bool {
+				for i, r := range receivers {
+					if r.rc.distinct() < seen[i]+2*r.streams {
+						return false
+					}
+				}
+				return true
+			}, delivered, 60*time.Second, 5*time.Minute), "deliveries go on between kills")
+		} else if !lastKill.IsZero() {
+			// The soak's schedule is what it tests: a kill every 8–12 s.
+			span := sz.killEvery[1] - sz.killEvery[0]
+			time.Sleep(time.Until(lastKill.Add(sz.killEvery[0] + rand.N(span))))
+		}
+		leader := cluster.leader(t, wire.DefaultEventsStream)
+		cluster.kill(t, leader)
 		killed := time.Now()
+		lastKill = killed
 		fig.kills++
 		// Publishing is back when the new leader stores a message past
-		// what it held when it was elected: the bridge's publishes got
-		// through again (the producer appends every 100 ms, so this is at
+		// what it held when it was elected: the bridges' publishes got
+		// through again (the producer appends every round, so this is at
 		// most that much late).
-		elected := waitStreamLeader(t, cluster, wire.DefaultEventsStream)
-		require.NotEqual(t, leader.Name(), elected.Name())
-		base, ok, err := elected.LocalStreamState(wire.DefaultEventsStream)
-		require.NoError(t, err)
-		require.True(t, ok)
-		require.Eventually(t, func() bool { return lastSeq(js) > base.LastSeq }, 60*time.Second, 20*time.Millisecond,
-			"no event stored after killing %s (new leader %s at sequence %d); bridge:\n%s", leader.Name(), elected.Name(), base.LastSeq, bridge.output())
+		elected := cluster.leader(t, wire.DefaultEventsStream)
+		require.NotEqual(t, leader, elected)
+		base, ok := cluster.lastSeq(elected, wire.DefaultEventsStream)
+		require.True(t, ok, "%s's replica of %s", elected, wire.DefaultEventsStream)
+		require.Eventually(t, func() bool { return lastSeq(js) > base }, 60*time.Second, 20*time.Millisecond,
+			"no event stored after killing %s (new leader %s at sequence %d); bridges:\n%s", leader, elected, base, bridgeOutput())
 		fig.recover = append(fig.recover, time.Since(killed))
 
-		require.NoError(t, leader.Restart())
+		time.Sleep(time.Until(killed.Add(sz.restartAfter))) // the soak's schedule: restart ~5 s after the kill
+		cluster.restart(t, leader)
 		restarted := time.Now()
 		target := lastSeq(js)
 		require.Eventually(t, func() bool {
-			s, ok, err := leader.LocalStreamState(wire.DefaultEventsStream)
-			return err == nil && ok && s.LastSeq >= target
-		}, 60*time.Second, 20*time.Millisecond, "%s's replica catches up to sequence %d", leader.Name(), target)
+			s, ok := cluster.lastSeq(leader, wire.DefaultEventsStream)
+			return ok && s >= target
+		}, 60*time.Second, 20*time.Millisecond, "%s's replica catches up to sequence %d", leader, target)
 		fig.catchUp = append(fig.catchUp, time.Since(restarted))
 	}
 
@@ -240,19 +278,17 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 	require.Eventually(t, func() bool {
 		appended, forwarded, err := st.Totals(t.Context())
 		return err == nil && appended == int64(want) && forwarded == appended
-	}, 60*time.Second, 50*time.Millisecond, "every watermark at its head; bridge:\n%s", bridge.output())
-	for _, r := range []struct {
-		rc   *orderedReceiver
-		want int
-		out  fmt.Stringer
-	}{{rc, want, consumer.out}, {strict, int(rounds.Load()) * strictStreams, strictConsumer.out}, {ordered, want, orderedConsumer.out}} {
+	}, 60*time.Second, 50*time.Millisecond, "every watermark at its head; bridges:\n%s", bridgeOutput())
+	for _, r := range receivers {
 		// As long as it makes progress: one delivery at a time (the
 		// strict subscription) is slow on a loaded machine.
-		require.True(t, waitProgress(func() bool { return r.rc.distinct() == r.want }, r.rc.distinct, 60*time.Second, 5*time.Minute),
-			"the %s receiver processed %d of %d events, then none for 60 s (or 5 min passed); consumer:\n%s", r.rc.name, r.rc.distinct(), r.want, r.out)
+		n := int(rounds.Load()) * r.streams
+		require.True(t, waitProgress(func() bool { return r.rc.distinct() == n }, r.rc.distinct, 60*time.Second, 5*time.Minute),
+			"the %s receiver processed %d of %d events (%d missing), then none for 60 s (or 5 min passed); consumer:\n%s",
+			r.rc.name, r.rc.distinct(), n, n-r.rc.distinct(), r.out())
 	}
 
-	t.Logf("bridge and receivers done %v after the last kill's catch-up", time.Since(killsDone).Round(time.Millisecond))
+	t.Logf("bridges and receivers done %v after the last kill's catch-up", time.Since(killsDone).Round(time.Millisecond))
 
 	// JetStream: every event once, every stream in version order (0 lost,
 	// 0 stored twice, 0 out of order).
@@ -269,50 +305,52 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 	requireStreamExactlyOnceInOrder(t, js, copyName, heads)
 
 	// The receivers: every event processed once (the Postgres idempotency
-	// store turns every redelivery into a 204); the strict and the ordered
-	// subscriptions' every stream in version order. The parallel one
-	// (ordering none) runs up to 64 deliveries at once with 1000 out: a
-	// message lost in transit at a kill comes back after AckWait, behind
-	// its stream's later versions (it keeps a stream's order only while
-	// nothing is redelivered), so its order is measured, not required.
+	// store turns every redelivery into a 204); the ordered subscription's
+	// first POSTs and processing, and the strict one's processing, in
+	// version order for every stream. The parallel one (ordering none)
+	// runs up to 64 deliveries at once with 1000 out: a message lost in
+	// transit at a kill comes back after AckWait, behind its stream's later
+	// versions (it keeps a stream's order only while nothing is
+	// redelivered), so its order is measured, not required.
 	versions := eventVersions(t, pool, schema)
-	par := rc.check(t, versions)
-	str := strict.check(t, versions)
-	ord := ordered.check(t, versions)
-	require.Zero(t, par.twice, "events the parallel receiver processed twice")
-	require.Zero(t, str.twice, "events the strict receiver processed twice")
-	require.Zero(t, str.outOfOrder, "events the strict receiver processed out of order")
-	require.Zero(t, ord.twice, "events the ordered receiver processed twice")
-	require.Zero(t, ord.outOfOrder, "events the ordered receiver processed out of order")
-
-	// Every node's replica holds what the leader holds.
-	leader := waitStreamLeader(t, cluster, wire.DefaultEventsStream)
-	leaderState, ok, err := leader.LocalStreamState(wire.DefaultEventsStream)
-	require.NoError(t, err)
-	require.True(t, ok)
-	for _, n := range cluster.Nodes() {
-		require.Eventually(t, func() bool {
-			s, ok, err := n.LocalStreamState(wire.DefaultEventsStream)
-			return err == nil && ok && s == leaderState
-		}, 30*time.Second, 20*time.Millisecond, "%s's replica equals the leader's %+v", n.Name(), leaderState)
-	}
-
+	ord := ordered.check(t, versions, true)
+	orderedOut := orderedOutput()
 	// How often the ordered subscription's partitions went behind the
 	// fence again (a lost delivery, or a new consumer leader numbering
-	// deliveries again), and how often a stream's later events waited
-	// for an earlier one that had not arrived when the fence passed.
-	orderedOut := orderedConsumer.out.String()
-	t.Logf("ordered consumer: %d lost deliveries seen, %d delivery sequences gone back, %d streams waited for a lost event, %d client buffer overflows",
+	// deliveries again), how often a stream's later events waited for an
+	// earlier one that had not arrived when the fence passed, and how
+	// often partitions changed hands.
+	t.Logf("ordered consumer: %d partitions taken, %d released, %d leases lost, %d fences passed, %d lost deliveries seen, "+
+		"%d delivery sequences gone back, %d streams waited for a lost event, %d events delivered late, %d client buffer overflows",
+		strings.Count(orderedOut, "partition taken"), strings.Count(orderedOut, "releasing partition"),
+		strings.Count(orderedOut, "partition lease lost"), strings.Count(orderedOut, "partition fence passed"),
 		strings.Count(orderedOut, "never arrived"), strings.Count(orderedOut, "delivery sequence went back"),
-		strings.Count(orderedOut, "has not arrived (lost on its way?)"), strings.Count(orderedOut, "slow consumer"))
+		strings.Count(orderedOut, "has not arrived (lost on its way?)"), strings.Count(orderedOut, "delivering it late"),
+		strings.Count(orderedOut, "slow consumer"))
 	for _, d := range fig.recover {
 		fig.maxRecoverWait = max(fig.maxRecoverWait, d)
 	}
 	t.Logf("failover figures: %d events in %d streams, %d stream-leader kills; lost 0, stored twice 0, out of order 0 (JetStream); "+
-		"receivers: parallel processed %d, twice %d, out of order %d; strict processed %d, twice %d, out of order %d; "+
-		"ordered processed %d, twice %d, out of order %d; publishing back after %v (max %v); restarted replica caught up after %v",
-		want, streams, fig.kills, par.processed, par.twice, par.outOfOrder, str.processed, str.twice, str.outOfOrder,
-		ord.processed, ord.twice, ord.outOfOrder, roundAll(fig.recover), fig.maxRecoverWait.Round(time.Millisecond), roundAll(fig.catchUp))
+		"ordered receiver: first-POST inversions %d, processed %d, processed out of order %d, processed twice %d, redelivered POSTs %d; "+
+		"publishing back after %v (max %v); restarted replica caught up after %v",
+		want, streams, fig.kills, ord.firstPostInversions, ord.processed, ord.outOfOrder, ord.twice, ord.redelivered,
+		roundAll(fig.recover), fig.maxRecoverWait.Round(time.Millisecond), roundAll(fig.catchUp))
+	require.Zero(t, ord.firstPostInversions, "first POSTs the ordered receiver got after a later version of their stream")
+	require.Zero(t, ord.outOfOrder, "events the ordered receiver processed out of order")
+	require.Zero(t, ord.twice, "events the ordered receiver processed twice")
+	if sz.unordered {
+		par, str := rc.check(t, versions, false), strict.check(t, versions, true)
+		t.Logf("unordered receivers: parallel processed %d, twice %d, out of order %d (first POSTs %d); strict processed %d, twice %d, out of order %d",
+			par.processed, par.twice, par.outOfOrder, par.firstPostInversions, str.processed, str.twice, str.outOfOrder)
+		require.Zero(t, par.twice, "events the parallel receiver processed twice")
+		require.Zero(t, str.twice, "events the strict receiver processed twice")
+		require.Zero(t, str.outOfOrder, "events the strict receiver processed out of order")
+	}
+
+	// Every node's replica holds what the leader holds.
+	require.Eventually(t, func() bool { return cluster.inSync(wire.DefaultEventsStream) }, 30*time.Second, 20*time.Millisecond,
+		"every node's replica of %s equals the leader's", wire.DefaultEventsStream)
+
 	// bridge verify, against the cluster, agrees: nothing missing, stored
 	// twice, out of order or different.
 	out, stderr, code := verifyCLI(t, append(env, "NATS_URL="+cluster.ClientURLs()))
@@ -323,6 +361,14 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 	s, err := js.Stream(t.Context(), wire.DefaultEventsStream)
 	require.NoError(t, err)
 	require.Equal(t, 3, s.CachedInfo().Config.Replicas, "the bridge created the EVENTS stream R3")
+}
+
+// receiverRun is a receiver of the failover test with the number of
+// streams its subscription takes and its consumer processes' output.
+type receiverRun struct {
+	rc      *orderedReceiver
+	streams int
+	out     func() string
 }
 
 // waitStreamLeader waits until a running node leads the JetStream stream.
@@ -348,29 +394,6 @@ func lastSeq(js jetstream.JetStream) uint64 {
 		return 0
 	}
 	return info.State.LastSeq
-}
-
-type streamVersion struct {
-	stream  string
-	version int64
-}
-
-// eventVersions maps every event id (as webhooks carry it) to its stream
-// and version.
-func eventVersions(t *testing.T, pool *pgxpool.Pool, schema string) map[string]streamVersion {
-	t.Helper()
-	rows, err := pool.Query(t.Context(), "SELECT id, stream, version FROM "+schema+".events")
-	require.NoError(t, err)
-	defer rows.Close()
-	out := map[string]streamVersion{}
-	for rows.Next() {
-		var id int64
-		var sv streamVersion
-		require.NoError(t, rows.Scan(&id, &sv.stream, &sv.version))
-		out[event.FormatID(id)] = sv
-	}
-	require.NoError(t, rows.Err())
-	return out
 }
 
 func roundAll(ds []time.Duration) string {

@@ -17,13 +17,17 @@ var (
 // TestMain builds the binaries the tests run as processes before any test
 // starts, so the build never eats into a test's own timeout. Started with
 // envServeNATSDir set, the test binary is a NATS server instead (see
-// natsProc).
+// natsProc); with envServeNodeName set, a node of a JetStream cluster (see
+// natsCluster).
 //
 // Every test here is of the process-level tier (processes, SIGKILL and
 // SIGSTOP, clusters, a Postgres standby, waits of seconds): with -short
 // (`make test-short`, the quick tier) the package builds nothing and runs
 // nothing, and says so.
 func TestMain(m *testing.M) {
+	if os.Getenv(envServeNodeName) != "" {
+		os.Exit(serveNATSNode())
+	}
 	if dir := os.Getenv(envServeNATSDir); dir != "" {
 		os.Exit(serveNATS(dir, os.Getenv(envServeNATSPort)))
 	}

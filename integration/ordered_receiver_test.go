@@ -1,0 +1,173 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/webhook/pgstore"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// orderedReceiver is a receiver built as a user would build one: package
+// webhook's handler over the Postgres idempotency store (pgstore), without
+// an order gate, so what it records is the order the senders kept. It
+// records, in arrival order, the first POST of every event id (with the
+// sender's replica, partition and lease epoch), how many POSTs each id
+// got, and every event id its processing function ran for, in the order
+// it ran, so the test can count redeliveries and what was processed twice
+// and check each stream's order both as sent and as processed.
+type orderedReceiver struct {
+	name       string
+	start      time.Time
+	mu         sync.Mutex
+	firstPosts []firstPost    // the first POST of each event id, in arrival order
+	posts      map[string]int // event id -> POSTs received
+	processed  []string       // event ids, in the order processed
+	times      map[string]int // event id -> times processed
+}
+
+// firstPost is the first POST of one event id as the receiver saw it: when
+// (since the receiver started) and from which sender.
+type firstPost struct {
+	id, replica, partition, epoch string
+	at                            time.Duration
+}
+
+func newOrderedReceiver(t *testing.T, pool *pgxpool.Pool, schema, name string) (*orderedReceiver, *httptest.Server) {
+	t.Helper()
+	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{testSecret})
+	require.NoError(t, err)
+	idem, err := pgstore.New(pool, pgstore.WithTable(schema+"."+name+"_idempotency"))
+	require.NoError(t, err)
+	require.NoError(t, idem.Migrate(t.Context()))
+	rc := &orderedReceiver{name: name, start: time.Now(), posts: map[string]int{}, times: map[string]int{}}
+	h := webhook.Handler(v, idem, time.Hour, func(_ context.Context, r *http.Request, _ []byte) error {
+		id := r.Header.Get("Idempotency-Key")
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		rc.processed = append(rc.processed, id)
+		rc.times[id]++
+		return nil
+	})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc.arrived(r)
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return rc, srv
+}
+
+// arrived records a POST as it arrives, before the handler verifies it.
+func (rc *orderedReceiver) arrived(r *http.Request) {
+	id := r.Header.Get("Idempotency-Key")
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.posts[id]++
+	if rc.posts[id] == 1 {
+		rc.firstPosts = append(rc.firstPosts, firstPost{
+			id: id, at: time.Since(rc.start), replica: r.Header.Get(wire.HeaderReplica),
+			partition: r.Header.Get(wire.HeaderPartition), epoch: r.Header.Get(wire.HeaderLeaseEpoch),
+		})
+	}
+}
+
+func (rc *orderedReceiver) distinct() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.times)
+}
+
+// receiverFigures count what a receiver got: events processed in all, more
+// than once, and after a later version of their stream; POSTs received
+// beyond the first of each event (redeliveries), and first POSTs that
+// arrived after the first POST of a later version of their stream.
+type receiverFigures struct{ processed, twice, outOfOrder, redelivered, firstPostInversions int }
+
+// check counts, against versions (event id -> stream and version), the
+// events processed more than once, those processed after a later version
+// of their stream, the redelivered POSTs and the first-POST inversions (a
+// first POST of version v arriving after the first POST of some v' > v of
+// the same stream), logging each. With every event processed once, no
+// out-of-order one means each stream was processed in version order; no
+// first-POST inversion means the senders sent each stream in order. Every
+// processed event must be one of versions. With logOrder false, the
+// order's departures are counted, not logged one by one.
+func (rc *orderedReceiver) check(t *testing.T, versions map[string]streamVersion, logOrder bool) receiverFigures {
+	t.Helper()
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	f := receiverFigures{processed: len(rc.processed)}
+	for id, n := range rc.times {
+		if n > 1 {
+			f.twice++
+			t.Logf("%s receiver: event %s processed %d times", rc.name, id, n)
+		}
+	}
+	for _, n := range rc.posts {
+		f.redelivered += n - 1
+	}
+	next := map[string]int64{}
+	for _, id := range rc.processed {
+		sv, ok := versions[id]
+		require.True(t, ok, "the %s receiver processed event %s, which Postgres does not hold", rc.name, id)
+		if sv.version < next[sv.stream] {
+			f.outOfOrder++
+			if !logOrder {
+				continue
+			}
+			t.Logf("%s receiver: stream %s: version %d processed after version %d", rc.name, sv.stream, sv.version, next[sv.stream]-1)
+		}
+		next[sv.stream] = max(next[sv.stream], sv.version+1)
+	}
+	latest := map[string]firstPost{} // stream -> first POST of its highest version so far
+	for _, p := range rc.firstPosts {
+		sv, ok := versions[p.id]
+		require.True(t, ok, "the %s receiver got a POST of event %s, which Postgres does not hold", rc.name, p.id)
+		l, seen := latest[sv.stream]
+		if seen && versions[l.id].version > sv.version {
+			f.firstPostInversions++
+			if !logOrder {
+				continue
+			}
+			t.Logf("%s receiver: stream %s: first POST of version %d at %v (replica %s, partition %s, epoch %s) "+
+				"after the first POST of version %d at %v (replica %s, partition %s, epoch %s)",
+				rc.name, sv.stream, sv.version, p.at.Round(time.Millisecond), p.replica, p.partition, p.epoch,
+				versions[l.id].version, l.at.Round(time.Millisecond), l.replica, l.partition, l.epoch)
+			continue
+		}
+		latest[sv.stream] = p
+	}
+	return f
+}
+
+type streamVersion struct {
+	stream  string
+	version int64
+}
+
+// eventVersions maps every event id (as webhooks carry it) to its stream
+// and version.
+func eventVersions(t *testing.T, pool *pgxpool.Pool, schema string) map[string]streamVersion {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), "SELECT id, stream, version FROM "+schema+".events")
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]streamVersion{}
+	for rows.Next() {
+		var id int64
+		var sv streamVersion
+		require.NoError(t, rows.Scan(&id, &sv.stream, &sv.version))
+		out[event.FormatID(id)] = sv
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
