@@ -170,7 +170,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	strictConsumer := startProc(t, append(env, "JSBRIDGE_SECRET="+testSecret), "consumer", "run",
 		"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
 		"--name", "strict", "--url", ssrv.URL, "--allow-private", "--filter", strings.Join(strictFilters, ","), "--ordering", "none",
-		"--ack-wait", "3s", "--timeout", "2s", "--backoff", "200ms", "--max-in-flight", "1", "--max-ack-pending", "1")
+		"--ack-wait", "3s", "--timeout", "1400ms", "--backoff", "200ms", "--max-in-flight", "1", "--max-ack-pending", "1")
 
 	// The producer appends one event to every stream each 100 ms.
 	var rounds atomic.Int64

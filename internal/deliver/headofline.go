@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,6 +58,10 @@ func (pt *partition) deliver(m jetstream.Msg) {
 			return
 		}
 		body, hdr, err := r.request(m, id, r.replicaID)
+		if err == nil {
+			hdr.Set(wire.HeaderPartition, strconv.Itoa(pt.p))
+			hdr.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(pt.epoch, 10))
+		}
 		if err != nil {
 			_, at := r.startAttempt(ctx, em, id, attempt)
 			ended(at, OutcomeTerm, ClassNone, err.Error())
@@ -99,6 +104,20 @@ func (pt *partition) deliver(m jetstream.Msg) {
 			log(slog.Int("status", resp.status)).Warn("delivery failed, retrying in place (its stream waits)", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
 			sleep(pt.ctx, pt.clock, s.delay)
 			attempt++
+		case actWait:
+			// The receiver's order gate waits for an earlier version (or
+			// for an earlier attempt of this one to end): retried in
+			// place, spending no attempt.
+			r.count(OutcomeRetry, s.class, 0)
+			log(slog.Int("status", resp.status)).Info("the receiver's order gate refused the event for now; retrying in place", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
+			sleep(pt.ctx, pt.clock, s.delay)
+		case actStale:
+			// The receiver processed the stream under a later lease: this
+			// replica's lease is stale. Stop the partition; the message
+			// goes back unacked (Nak'd above, or AckWait) to the owner.
+			r.count(OutcomeStaleEpoch, s.class, 0)
+			log(slog.Int("status", resp.status)).Warn("the receiver's order gate says this replica's partition lease is stale; releasing the partition", slog.String("reason", s.reason))
+			pt.release()
 		}
 	}
 }

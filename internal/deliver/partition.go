@@ -30,8 +30,12 @@ type partition struct {
 	cons         jetstream.Consumer
 	log          *slog.Logger
 
-	rev  uint64 // lease revision; the ownership loop's alone
-	lost bool   // the lease is someone else's; the ownership loop's alone
+	// epoch is the lease's KV create revision (the revision of the Create
+	// that claimed it; renewals leave it): every webhook of the partition
+	// carries it as Jsbridge-Lease-Epoch.
+	epoch uint64
+	rev   uint64 // lease revision; the ownership loop's alone
+	lost  bool   // the lease is someone else's; the ownership loop's alone
 
 	ctx    context.Context // ends at release
 	cancel context.CancelFunc

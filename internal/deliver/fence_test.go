@@ -1,0 +1,234 @@
+package deliver_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// headerReceiver records the ordered-delivery headers of every request by
+// event id and answers 204.
+type headerReceiver struct {
+	*httptest.Server
+	mu  sync.Mutex
+	got []http.Header
+}
+
+func newHeaderReceiver(t *testing.T) *headerReceiver {
+	rc := &headerReceiver{}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc.mu.Lock()
+		rc.got = append(rc.got, r.Header.Clone())
+		rc.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *headerReceiver) headers() []http.Header {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]http.Header(nil), rc.got...)
+}
+
+// Every ordered webhook carries its stream's partition and the lease
+// epoch: the revision of the KV Create that claimed the lease, unchanged
+// by renewals. Unordered webhooks carry neither.
+func TestOrderedWebhooksCarryPartitionAndLeaseEpoch(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	// The lease bucket, made as the consumer makes it, watched from its
+	// first key on: the first revision of each lease key is its create
+	// revision.
+	kv, err := b.js.CreateKeyValue(b.ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultLeaseBucket, TTL: time.Second, Storage: jetstream.FileStorage, History: 1})
+	require.NoError(t, err)
+	w, err := kv.Watch(b.ctx, wire.LeaseFilter)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Stop() })
+	var mu sync.Mutex
+	created, last := map[string]uint64{}, map[string]uint64{}
+	go func() {
+		for e := range w.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			mu.Lock()
+			if _, ok := created[e.Key()]; !ok {
+				created[e.Key()] = e.Revision()
+			}
+			last[e.Key()] = e.Revision()
+			mu.Unlock()
+		}
+	}()
+
+	ordered, unordered := newHeaderReceiver(t), newHeaderReceiver(t)
+	none := sub("plain", unordered.URL)
+	none.Ordering = deliver.OrderingNone
+	b.runOrdered(t, deliver.Config{Partitions: 4}, orderedSub("hdr", ordered.URL), none)
+	streams := []string{"order-a", "order-b", "order-c", "order-d", "order-e", "order-f"}
+	for _, s := range streams {
+		b.publishStream(t, s, 0, 2)
+	}
+	require.Eventually(t, func() bool { return len(ordered.headers()) >= 12 && len(unordered.headers()) >= 12 }, 20*time.Second, 10*time.Millisecond)
+	// Wait until every lease was renewed at least once, then publish more:
+	// the epoch stays the create revision.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		renewed := 0
+		for k, c := range created {
+			if last[k] > c {
+				renewed++
+			}
+		}
+		return renewed == 4
+	}, 20*time.Second, 10*time.Millisecond)
+	for _, s := range streams {
+		b.publishStream(t, s, 2, 3)
+	}
+	require.Eventually(t, func() bool { return len(ordered.headers()) >= 18 }, 20*time.Second, 10*time.Millisecond)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range ordered.headers() {
+		e := b.event(h.Get(wire.HeaderIdempotencyKey))
+		p := wire.StreamPartition(e.stream, 4)
+		require.Equal(t, strconv.Itoa(p), h.Get(wire.HeaderPartition), "partition of %s v%d", e.stream, e.version)
+		want := created[wire.LeaseKey("hdr", p)]
+		require.NotZero(t, want)
+		require.Equal(t, strconv.FormatUint(want, 10), h.Get(wire.HeaderLeaseEpoch), "epoch of %s v%d: the lease's create revision", e.stream, e.version)
+	}
+	for _, h := range unordered.headers() {
+		require.Empty(t, h.Get(wire.HeaderPartition), "unordered webhook")
+		require.Empty(t, h.Get(wire.HeaderLeaseEpoch), "unordered webhook")
+	}
+}
+
+// gateReceiver answers an order gate's 409s (Jsbridge-Order) for the
+// attempts refuse picks, 204 otherwise, and records each request.
+type gateReceiver struct {
+	*httptest.Server
+	b      *orderedBundle
+	mu     sync.Mutex
+	tries  map[string]int
+	got    []gateAnswer
+	refuse func(e orderedEvent, attempt int) string // "": 204
+}
+
+type gateAnswer struct {
+	e     orderedEvent
+	order string
+	epoch string
+}
+
+func newGateReceiver(t *testing.T, b *orderedBundle, refuse func(e orderedEvent, attempt int) string) *gateReceiver {
+	rc := &gateReceiver{b: b, tries: map[string]int{}, refuse: refuse}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(wire.HeaderIdempotencyKey)
+		e := b.event(id)
+		rc.mu.Lock()
+		rc.tries[id]++
+		order := rc.refuse(e, rc.tries[id])
+		rc.got = append(rc.got, gateAnswer{e: e, order: order, epoch: r.Header.Get(wire.HeaderLeaseEpoch)})
+		rc.mu.Unlock()
+		if order == "" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.Header().Set(wire.HeaderOrder, order)
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(http.StatusConflict)
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *gateReceiver) answers() []gateAnswer {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]gateAnswer(nil), rc.got...)
+}
+
+// An order gate's gap and in-progress answers are retried in place past
+// MaxDeliver and never dead-lettered; its stale-epoch answer stops the
+// partition, which is claimed again under a new epoch and delivers the
+// event then. Every stream ends accepted in order.
+func TestOrderedGateAnswersAreRetriedNeverDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	rc := newGateReceiver(t, b, func(e orderedEvent, attempt int) string {
+		switch {
+		case e.stream == "order-gap" && e.version == 1 && attempt <= 4:
+			return wire.OrderGap
+		case e.stream == "order-busy" && e.version == 0 && attempt <= 4:
+			return wire.OrderInProgress
+		case e.stream == "order-stale" && e.version == 1 && attempt == 1:
+			return wire.OrderStaleEpoch
+		}
+		return ""
+	})
+	dl := &deadLetters{}
+	s := orderedSub("gated", rc.URL)
+	s.MaxDeliver = 2
+	s.BackOff = []time.Duration{50 * time.Millisecond}
+	streams := []string{"order-gap", "order-busy", "order-stale"}
+	for _, st := range streams {
+		b.publishStream(t, st, 0, 3)
+	}
+	b.runOrdered(t, deliver.Config{DeadLetters: dl}, s)
+	accepted := func() map[string][]int64 {
+		out := map[string][]int64{}
+		for _, a := range rc.answers() {
+			if a.order == "" {
+				out[a.e.stream] = append(out[a.e.stream], a.e.version)
+			}
+		}
+		return out
+	}
+	require.Eventually(t, func() bool {
+		acc := accepted()
+		return len(acc["order-gap"]) >= 3 && len(acc["order-busy"]) >= 3 && len(acc["order-stale"]) >= 3
+	}, 30*time.Second, 10*time.Millisecond)
+	require.Empty(t, dl.list(), "no gate answer is dead-lettered")
+	for _, st := range streams {
+		require.Equal(t, []int64{0, 1, 2}, dedup(accepted()[st]), "stream %s accepted in order", st)
+	}
+	// The stale-epoch answer released the partition: the event went out
+	// again under a later epoch.
+	var staleEpoch, nextEpoch uint64
+	for _, a := range rc.answers() {
+		if a.e.stream != "order-stale" || a.e.version != 1 {
+			continue
+		}
+		ep, err := strconv.ParseUint(a.epoch, 10, 64)
+		require.NoError(t, err)
+		if a.order == wire.OrderStaleEpoch {
+			staleEpoch = ep
+		} else if nextEpoch == 0 {
+			nextEpoch = ep
+		}
+	}
+	require.NotZero(t, staleEpoch)
+	require.Greater(t, nextEpoch, staleEpoch, "delivered after the stale answer under a new lease")
+}
+
+// dedup drops repeats of the previous value (an at-least-once duplicate).
+func dedup(vs []int64) []int64 {
+	var out []int64
+	for _, v := range vs {
+		if len(out) == 0 || out[len(out)-1] != v {
+			out = append(out, v)
+		}
+	}
+	return out
+}
