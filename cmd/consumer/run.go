@@ -222,7 +222,11 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 // the consumer.
 func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn natsconn.Settings, log *slog.Logger, cfg consumer.Config, jsRef *startup.JetStreamRef) (*nats.Conn, *consumer.Consumer, error) {
 	log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS)
-	nc, err := startup.ConnectNATS(ctx, w, conn.URL, append(startup.NATSOptions(log, "jsbridge-consumer"), conn.Options()...)...)
+	// No reconnect buffer: an ack or InProgress written while the
+	// connection is down fails instead of going out after the reconnect,
+	// maybe after the partition lease ended (see consumer.Config).
+	opts := append(startup.NATSOptions(log, "jsbridge-consumer"), nats.ReconnectBufSize(-1))
+	nc, err := startup.ConnectNATS(ctx, w, conn.URL, append(opts, conn.Options()...)...)
 	if err != nil {
 		return nil, nil, err
 	}

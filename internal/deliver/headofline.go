@@ -28,7 +28,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 	r := pt.r
 	key := wire.StreamKey(m.Subject())
 	id := eventID(m)
-	stop := r.keepAlive(id, m.InProgress)
+	stop := r.keepAlive(id, func() error { return pt.inProgress(m) })
 	defer stop()
 	attempt := attemptNumber(m)
 	if attempt > 1 {
@@ -48,7 +48,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 	}
 	for {
 		if pt.ctx.Err() != nil {
-			nak(log(), m, 0)
+			pt.nak(log(), m)
 			return
 		}
 		if !pt.waitLease() {
@@ -141,6 +141,10 @@ func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) {
 	}()
 	var pause backoff.Backoff
 	for tries := 1; ; tries++ {
+		if !pt.waitAck() {
+			log.Warn("not acked: the partition lease ended first; the event comes back to the next owner (the receiver deduplicates it)")
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := m.DoubleAck(ctx)
 		cancel()
@@ -197,7 +201,7 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter
 			log.Error("parking the stream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d))
 			sleep(pt.ctx, pt.clock, d)
 			if pt.ctx.Err() != nil {
-				nak(log, m, 0)
+				pt.nak(log, m)
 				return
 			}
 		}

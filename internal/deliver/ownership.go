@@ -298,6 +298,9 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 		log:     or.r.log.With(slog.Int("partition", p)),
 	}
 	pt.successor = pt.successorSeq
+	if nc := or.r.js.Conn(); nc != nil {
+		pt.connStatus = nc.Status
+	}
 	return pt
 }
 

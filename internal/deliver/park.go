@@ -158,7 +158,7 @@ func (pk *parking) returnHeld(pt *partition) {
 	}
 	pk.mu.Unlock()
 	for _, m := range back {
-		nak(pt.log, m, 0)
+		pt.nak(pt.log, m)
 	}
 }
 
@@ -302,7 +302,7 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			held   int
 			oldest time.Time
 		}
-		var msgs []jetstream.Msg
+		var msgs []heldMsg
 		var reports []report
 		oldest := time.Time{}
 		pk.mu.Lock()
@@ -310,7 +310,7 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 		for k, ps := range pk.parked {
 			var o time.Time
 			for _, h := range ps.held {
-				msgs = append(msgs, h.msg)
+				msgs = append(msgs, h)
 				if o.IsZero() || h.at.Before(o) {
 					o = h.at
 				}
@@ -323,8 +323,8 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			}
 		}
 		pk.mu.Unlock()
-		for _, m := range msgs {
-			_ = m.InProgress()
+		for _, h := range msgs {
+			_ = h.pt.inProgress(h.msg) // not past its partition's lease, nor while disconnected
 		}
 		pk.metrics.streamsParked.WithLabelValues(pk.sub.Name).Set(float64(n))
 		age := 0.0

@@ -35,7 +35,9 @@ type partition struct {
 	// carries it as Jsbridge-Lease-Epoch.
 	epoch uint64
 	rev   uint64 // lease revision; the ownership loop's alone
-	lost  bool   // the lease is someone else's; the ownership loop's alone
+	// connStatus is the NATS connection's status (nil: always connected).
+	connStatus func() nats.Status
+	lost       bool // the lease is someone else's; the ownership loop's alone
 
 	ctx    context.Context // ends at release
 	cancel context.CancelFunc
@@ -153,7 +155,11 @@ func (pt *partition) run() {
 		return
 	}
 	stopReading := make(chan struct{})
-	defer close(stopReading)
+	defer func() {
+		if stopReading != nil {
+			close(stopReading)
+		}
+	}()
 	pulled := pt.read(iter, stopReading)
 	kctx, stopKeep := context.WithCancel(context.Background())
 	defer stopKeep()
@@ -162,6 +168,9 @@ func (pt *partition) run() {
 	// events queued behind their stream's running delivery and those
 	// waiting for an earlier event of their stream.
 	go keepHeldAlive(kctx, pt.clock, pt.ackWait, pt.log, func() []jetstream.Msg {
+		if pt.mayAck() != nil {
+			return nil // past the lease deadline, or disconnected: no InProgress
+		}
 		return append(append(fence.snapshot(), pt.lanes.queued()...), pt.waitingMsgs()...)
 	})
 
@@ -179,6 +188,20 @@ func (pt *partition) run() {
 	var lastCSeq uint64
 	var lastUnstick time.Time
 	for pt.ctx.Err() == nil {
+		if !pt.leaseHeld() {
+			// Past the lease deadline: pull nothing until a renewal.
+			// What was pulled and not delivered yet is pending on the
+			// consumer: behind the fence again until it is back.
+			if iter = pt.pausePull(iter, stopReading); iter == nil {
+				stopReading = nil
+				break
+			}
+			stopReading = make(chan struct{})
+			pulled = pt.read(iter, stopReading)
+			fencing = true
+			lastCheck = pt.clock.Now()
+			continue
+		}
 		if !fencing && pt.or.inHand.Load() >= pt.or.handLimit() {
 			// Enough events in the lanes: pull no more for now (what
 			// waits in JetStream needs no InProgress).
@@ -278,7 +301,7 @@ func (pt *partition) run() {
 		pt.stopPull(iter, pulled)
 	}
 	for _, m := range append(fence.take(), pt.takeWaiting()...) {
-		nak(pt.log, m, 0)
+		pt.nak(pt.log, m)
 	}
 	pt.parking.returnHeld(pt)
 }
@@ -312,7 +335,7 @@ drain:
 			if p.err != nil {
 				break drain
 			}
-			nak(pt.log, p.msg, 0)
+			pt.nak(pt.log, p.msg)
 		case <-time.After(time.Second):
 			break drain
 		}
@@ -362,7 +385,7 @@ func (pt *partition) read(iter jetstream.MessagesContext, stop <-chan struct{}) 
 			case out <- pulled{msg, err}:
 			case <-stop:
 				if msg != nil {
-					nak(pt.log, msg, 0)
+					pt.nak(pt.log, msg)
 				}
 			}
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
@@ -392,7 +415,9 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 	stale := behind && pt.recent[seq]
 	pt.mu.Unlock()
 	if stale {
-		_ = msg.Ack()
+		if pt.mayAck() == nil {
+			_ = msg.Ack()
+		}
 		return
 	}
 	if behind {
