@@ -1,17 +1,22 @@
 package deliver_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -227,6 +232,128 @@ func dedup(vs []int64) []int64 {
 	var out []int64
 	for _, v := range vs {
 		if len(out) == 0 || out[len(out)-1] != v {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Every partition consumer pulls pinned in one priority group, also one
+// that existed without it (updated at start), and the lease owner holds
+// the pin while it delivers.
+func TestOrderedPartitionConsumersArePinnedToTheLeaseOwner(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	rc := newHeaderReceiver(t)
+	s := orderedSub("pinned", rc.URL)
+	cfg := deliver.Config{Partitions: 2, LeaseTTL: time.Second}
+	c, err := deliver.New(b.js, cfg, s)
+	require.NoError(t, err)
+	require.NoError(t, c.Provision(b.ctx))
+	// As an older version made it: no priority group.
+	stream := wire.OrderedStream("EVENTS")
+	old, err := b.js.Consumer(b.ctx, stream, wire.PartitionDurable("pinned", 0))
+	require.NoError(t, err)
+	oc := old.CachedInfo().Config
+	oc.PriorityGroups, oc.PriorityPolicy, oc.PinnedTTL = nil, jetstream.PriorityPolicyNone, 0
+	_, err = b.js.UpdateConsumer(b.ctx, stream, oc)
+	require.NoError(t, err)
+
+	b.runOrdered(t, cfg, s)
+	streams := []string{"order-a", "order-b", "order-c", "order-d"}
+	for _, st := range streams {
+		b.publishStream(t, st, 0, 2)
+	}
+	require.Eventually(t, func() bool { return len(rc.headers()) >= 8 }, 20*time.Second, 10*time.Millisecond)
+	for p := range 2 {
+		cons, err := b.js.Consumer(b.ctx, stream, wire.PartitionDurable("pinned", p))
+		require.NoError(t, err)
+		info := cons.CachedInfo()
+		require.Equal(t, []string{"owner"}, info.Config.PriorityGroups, "partition %d", p)
+		require.Equal(t, jetstream.PriorityPolicyPinned, info.Config.PriorityPolicy, "partition %d", p)
+		require.GreaterOrEqual(t, info.Config.PinnedTTL, time.Second, "partition %d", p)
+		require.Len(t, info.PriorityGroups, 1)
+		require.NotEmpty(t, info.PriorityGroups[0].PinnedClientID, "partition %d: the owner is pinned", p)
+	}
+}
+
+// A replica cut off from NATS (its connection closed) while it holds
+// every partition with events in flight: the other replica takes the
+// partitions over after the lease TTL, unpins the cut-off one and resets
+// each partition consumer, so the pending events come at once, in stream
+// order, instead of after AckWait. Every stream is accepted in order.
+func TestOrderedTakeoverFromACutOffReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a lease TTL")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
+	ncA, jsA := jsbridgetest.Connect(t, srv)
+	_, jsB := jsbridgetest.Connect(t, srv)
+	_, err := jsB.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	b := &orderedBundle{bundle: bundle{js: jsB, ctx: ctx}, events: map[string]orderedEvent{}, nextID: 1}
+
+	var slow atomic.Bool
+	slow.Store(true)
+	rc := newOrderedReceiver(t, b, func(orderedEvent, int) int {
+		if slow.Load() {
+			time.Sleep(100 * time.Millisecond)
+		}
+		return http.StatusNoContent
+	})
+	s := orderedSub("cutoff", rc.URL)
+	s.AckWait = 20 * time.Second // a takeover waiting for AckWait would show
+	s.Timeout = 2 * time.Second
+	cfg := deliver.Config{Partitions: 4, LeaseTTL: 2 * time.Second}
+	run := func(js jetstream.JetStream, id string) {
+		c := cfg
+		c.ReplicaID = id
+		bb := &orderedBundle{bundle: bundle{js: js, ctx: ctx}}
+		bb.runOrdered(t, c, s)
+	}
+	run(jsA, "a")
+	var streams []string
+	for i := range 20 {
+		streams = append(streams, fmt.Sprintf("order-%d", i))
+	}
+	for _, st := range streams {
+		b.publishStream(t, st, 0, 5)
+	}
+	require.Eventually(t, func() bool { return len(rc.deliveries()) >= 10 }, 20*time.Second, 5*time.Millisecond)
+	run(jsB, "b") // owns nothing yet: a holds every lease
+	ncA.Close()   // a is cut off, its POSTs still reach the receiver
+	cut := time.Now()
+	slow.Store(false)
+	require.Eventually(t, func() bool {
+		acc := rc.accepted()
+		for _, st := range streams {
+			if len(firstSeen(acc[st])) < 5 {
+				return false
+			}
+		}
+		return true
+	}, 40*time.Second, 10*time.Millisecond)
+	took := time.Since(cut)
+	t.Logf("every stream delivered %s after the cut (lease TTL %s, AckWait %s)", took.Round(10*time.Millisecond), cfg.LeaseTTL, s.AckWait)
+	acc := rc.accepted()
+	for _, st := range streams {
+		// The reset sends again what was acked above the ack floor: the
+		// first POSTs are in order, each version once.
+		require.Equal(t, []int64{0, 1, 2, 3, 4}, firstSeen(acc[st]), "stream %s: first acceptances in version order", st)
+	}
+	require.Less(t, took, s.AckWait, "the pending events came without waiting for AckWait")
+}
+
+// firstSeen keeps the first occurrence of each value, in order.
+func firstSeen(vs []int64) []int64 {
+	var out []int64
+	seen := map[int64]bool{}
+	for _, v := range vs {
+		if !seen[v] {
+			seen[v] = true
 			out = append(out, v)
 		}
 	}

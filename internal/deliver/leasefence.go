@@ -103,3 +103,13 @@ func (pt *partition) pausePull(iter jetstream.MessagesContext, stop chan struct{
 	pt.log.Info("partition lease renewed: pulling again")
 	return pt.openPull()
 }
+
+// pullOpts are the options of the partition's pull iterator: pinned in
+// partitionGroup, each pull request waiting up to pullExpiry.
+func (pt *partition) pullOpts() []jetstream.PullMessagesOpt {
+	return []jetstream.PullMessagesOpt{
+		jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.PullExpiry(pullExpiry), jetstream.PullPriorityGroup(partitionGroup),
+		jetstream.WithMessagesErrOnMissingHeartbeat(false),
+	}
+}

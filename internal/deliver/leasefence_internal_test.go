@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // ackMsg is a fakeMsg that counts what was sent for it.
@@ -167,4 +172,45 @@ func TestPartitionPastItsDeadlinePullsNothing(t *testing.T) {
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	pt.release()
 	require.Nil(t, <-got, "released while paused: no new iterator")
+}
+
+// A park entry written while the watch is away (re-subscribing, so this
+// replica's cache does not have it) is found by reread, which a new owner
+// runs before its fence passes: the stream's later events are held, not
+// delivered; other streams are not.
+func TestParkWrittenWhileTheWatchIsAwayHoldsTheStream(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
+	require.NoError(t, err)
+
+	pt, _, _ := fencedPartition(t)
+	pk := &parking{o: &ordering{parks: kv, eventsPrefix: "events"}, sub: Subscription{Name: "orders"}, log: pt.log,
+		clock: pt.clock, parked: map[string]*parkedStream{}}
+	pt.parking = pk
+	require.NoError(t, pk.reread(ctx), "an empty bucket")
+
+	// Another replica parks order-1 behind event 5; this replica's watch
+	// never sees it.
+	key := wire.StreamKey(wire.EventsSubject("events", newFakeMsg("order-1", 1, 11).Subject()))
+	v, err := json.Marshal(deadletter.ParkedStream{Subscription: "orders", Stream: "order-1", HeadEventID: "5"})
+	require.NoError(t, err)
+	_, err = kv.Create(ctx, wire.ParkedKey("orders", key), v)
+	require.NoError(t, err)
+	later := newAckMsg(11)
+	require.False(t, pk.hold(pt, key, later), "the cache does not know the park")
+
+	require.NoError(t, pk.reread(ctx))
+	require.True(t, pk.hold(pt, key, later), "after the re-read the stream's later event is held")
+	other := &ackMsg{fakeMsg: newFakeMsg("order-2", 0, 12)}
+	require.False(t, pk.hold(pt, wire.StreamKey(wire.EventsSubject("events", other.Subject())), other), "another stream goes on")
 }

@@ -78,7 +78,66 @@ func (or *orderedRunner) consumerConfig(o *ordering, p int) (jetstream.ConsumerC
 		AckWait:        s.AckWait,
 		MaxDeliver:     -1,
 		MaxAckPending:  s.MaxAckPending,
+		// The server's own fence: the lease owner's pulls are pinned, a
+		// new owner unpins the old one (so the server refuses its pulls
+		// from then on), a release unpins.
+		PriorityGroups: []string{partitionGroup},
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PinnedTTL:      pinnedTTL(o.leaseTTL),
 	}, nil
+}
+
+// partitionGroup is the one priority group of every partition consumer:
+// its lease owner pulls pinned in it.
+const partitionGroup = "owner"
+
+// pullExpiry is how long a partition's pull request waits on the server:
+// the owner sends a new one at least this often, which keeps its pin.
+const pullExpiry = 5 * time.Second
+
+// pinnedTTL is a partition consumer's PinnedTTL: the lease TTL, but at
+// least twice pullExpiry, so that an idle owner is not unpinned between
+// its pull requests. A new owner unpins the old one at once; the TTL
+// only frees a pin nobody unpinned.
+func pinnedTTL(lease time.Duration) time.Duration { return max(lease, 2*pullExpiry) }
+
+// reset resets partition p's consumer to its ack floor when messages are
+// pending on it (the previous owner's, unacked): JetStream delivers them
+// again at once, in stream order, to the new pinned owner, instead of
+// after AckWait. What was acked above the floor comes again too (at least
+// once; receivers deduplicate). A server that refuses the reset leaves
+// the count fence to wait for AckWait, as before; the fence holds either
+// way.
+func (or *orderedRunner) reset(ctx context.Context, p int) {
+	name := wire.PartitionDurable(or.r.sub.Name, p)
+	s, err := or.copyStream(ctx)
+	if err != nil {
+		or.r.log.Debug("no reset of the partition consumer", slog.Int("partition", p), slog.Any("error", err))
+		return
+	}
+	c, err := s.Consumer(ctx, name)
+	if err != nil || c.CachedInfo().NumAckPending == 0 {
+		return
+	}
+	if _, err := s.ResetConsumer(ctx, name); err != nil {
+		or.r.log.Info("resetting the partition consumer failed; its pending messages come back after AckWait", slog.Int("partition", p), slog.Any("error", err))
+		return
+	}
+	or.r.log.Info("partition consumer reset to its ack floor: the previous owner's pending messages come again now", slog.Int("partition", p),
+		slog.Int("pending", c.CachedInfo().NumAckPending))
+}
+
+// unpin unpins partition p's consumer (its pinned client loses the pin;
+// its pulls are refused from then on and the next pull gets it). An
+// error is logged: the pin then ends by PinnedTTL.
+func (or *orderedRunner) unpin(ctx context.Context, p int) {
+	s, err := or.copyStream(ctx)
+	if err == nil {
+		err = s.UnpinConsumer(ctx, wire.PartitionDurable(or.r.sub.Name, p), partitionGroup)
+	}
+	if err != nil {
+		or.r.log.Warn("unpinning a partition consumer failed; its pin ends by PinnedTTL", slog.Int("partition", p), slog.Any("error", err))
+	}
 }
 
 // createConsumers creates or updates the partition consumers. A new one
@@ -197,6 +256,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 	switch {
 	case pt != nil && pt.finished():
 		if !pt.lost {
+			or.unpin(ctx, p) // while the lease is still held: nobody else is pinned yet
 			if err := o.leases.Delete(ctx, key, jetstream.LastRevision(pt.rev)); err != nil {
 				or.r.log.Debug("deleting a released lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
 			}
@@ -229,6 +289,10 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 			}
 			return
 		}
+		// The previous owner (crashed, frozen, cut off) may still be
+		// pinned: from now on the server refuses its pulls.
+		or.unpin(ctx, p)
+		or.reset(ctx, p)
 		pt = or.newPartition(p, rev, start.Add(ttl-ttl/4))
 		or.parts[p] = pt
 		or.r.metrics.handovers.WithLabelValues(or.r.sub.Name).Inc()
@@ -254,6 +318,7 @@ func (or *orderedRunner) releaseAll(ctx context.Context, o *ordering) {
 		case <-ctx.Done():
 		}
 		if !pt.lost {
+			or.unpin(ctx, p)
 			if err := o.leases.Delete(ctx, wire.LeaseKey(or.r.sub.Name, p), jetstream.LastRevision(pt.rev)); err != nil {
 				or.r.log.Debug("deleting a lease at shutdown failed; it expires", slog.Int("partition", p), slog.Any("error", err))
 			}

@@ -263,8 +263,7 @@ func (pt *partition) run() {
 			pt.dispatch(msg, &wg)
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			pt.log.Warn("partition pull ended; restarting it")
-			iter, err = pt.cons.Messages(jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
-				jetstream.WithMessagesErrOnMissingHeartbeat(false))
+			iter, err = pt.cons.Messages(pt.pullOpts()...)
 			if err != nil {
 				sleep(pt.ctx, pt.clock, time.Second)
 				iter = nil
@@ -286,6 +285,11 @@ func (pt *partition) run() {
 			// lanes, held behind a parked head) and what is lost on its
 			// way; the fence passes when nothing is lost any more.
 			if err == nil && info.NumAckPending <= pt.handCount(&fence) {
+				// The park state from the bucket, not the watch's cache.
+				if err := pt.parking.reread(pt.ctx); err != nil {
+					pt.log.Warn("re-reading the parked streams failed; the fence waits", slog.Any("error", err))
+					continue
+				}
 				fencing = false
 				msgs := fence.take()
 				if len(msgs) > 0 {
@@ -311,8 +315,7 @@ func (pt *partition) run() {
 func (pt *partition) openPull() jetstream.MessagesContext {
 	var pause backoff.Backoff
 	for pt.ctx.Err() == nil {
-		iter, err := pt.cons.Messages(jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
-			jetstream.WithMessagesErrOnMissingHeartbeat(false))
+		iter, err := pt.cons.Messages(pt.pullOpts()...)
 		if err == nil {
 			return iter
 		}
