@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -171,7 +174,7 @@ func TestOrderedZombieReplicaIsFenced(t *testing.T) {
 			zombie := start("r1", natsURL)
 			start("r2", b.srv.ClientURL())
 			start("r3", b.srv.ClientURL())
-			b.publish(t, 1, events, streams)
+			publishVersions(t, b, events, streams)
 			require.True(t, waitProgress(func() bool { return watch.processed() >= events/4 }, watch.processed, 60*time.Second, 3*time.Minute), "a quarter processed")
 
 			if tc.freeze > 0 {
@@ -211,6 +214,7 @@ func TestOrderedZombieReplicaIsFenced(t *testing.T) {
 			require.True(t, waitProgress(func() bool { return watch.processed() >= events }, watch.processed, 60*time.Second, 3*time.Minute),
 				"all processed: %d of %d; r1:\n%s", watch.processed(), events, zombie.out.String())
 			watch.check(t, perStream)
+			t.Logf("r1 (the zombie):\n%s", grepLines(zombie.out.String(), "lease", "order gate", "pulling"))
 		})
 	}
 }
@@ -289,4 +293,45 @@ func (p *tcpProxy) serve(c net.Conn) {
 	go pipe(u, c)
 	go pipe(c, u)
 	<-done
+}
+
+// grepLines returns the lines of out containing any of words.
+func grepLines(out string, words ...string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		for _, w := range words {
+			if strings.Contains(l, w) {
+				b.WriteString(l + "\n")
+				break
+			}
+		}
+	}
+	return b.String()
+}
+
+// publishVersions publishes events 1..n as jsBundle.publish(first=1, n,
+// streams) numbers them (event id i: version (i-1)/streams of stream
+// order-<i mod streams>, the version in ce-streamversion too, as an order
+// gate reads it), 1,000 at a time.
+func publishVersions(t *testing.T, b *jsBundle, n, streams int) {
+	t.Helper()
+	for first := 1; first <= n; first += 1000 {
+		futures := make([]jetstream.PubAckFuture, 0, 1000)
+		for id := first; id < first+1000 && id <= n; id++ {
+			e := event.Event{ID: int64(id), Stream: fmt.Sprintf("order-%d", id%streams), Version: int64((id - 1) / streams),
+				Name: "OrderNoted", Data: fmt.Appendf(nil, `{"n":%d}`, id), Created: time.Now()}
+			f, err := b.js.PublishMsgAsync(forward.Message(e, forward.Config{}))
+			require.NoError(t, err)
+			futures = append(futures, f)
+		}
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("publish ack timed out")
+			}
+		}
+	}
 }

@@ -230,6 +230,13 @@ func (r *sender) post(ctx context.Context, inProgress func() error, id string, b
 	}
 	hdr[wire.HeaderIdempotencyKey] = []string{wire.IdempotencyKey(id)}
 	req.Header = hdr
+	// net/http takes a request with Idempotency-Key for idempotent and
+	// re-sends it by itself on a broken connection, rewinding the body
+	// with GetBody: a re-send past the lease check (a replica waking from
+	// a freeze). Without GetBody only a request whose body was never read
+	// is re-sent; anything else comes back here as an error and is retried
+	// through the lease check.
+	req.GetBody = nil
 	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(hdr)) // traceparent: the attempt's span
 	r.signer.Sign(hdr, id, time.Now(), body)
 
@@ -262,7 +269,9 @@ func (r *sender) keepAlive(id string, inProgress func() error) (stop func()) {
 	var t clockwork.Timer
 	mu.Lock()
 	t = r.clock.AfterFunc(every, func() {
-		if err := inProgress(); err != nil {
+		if err := inProgress(); errors.Is(err, errLeasePassed) || errors.Is(err, errNotConnected) {
+			r.log.Debug("in progress not sent", slog.String("event_id", id), slog.Any("reason", err))
+		} else if err != nil {
 			r.log.Warn("in progress failed", slog.String("event_id", id), slog.Any("error", err))
 		}
 		mu.Lock()

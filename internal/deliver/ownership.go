@@ -101,32 +101,6 @@ const pullExpiry = 5 * time.Second
 // only frees a pin nobody unpinned.
 func pinnedTTL(lease time.Duration) time.Duration { return max(lease, 2*pullExpiry) }
 
-// reset resets partition p's consumer to its ack floor when messages are
-// pending on it (the previous owner's, unacked): JetStream delivers them
-// again at once, in stream order, to the new pinned owner, instead of
-// after AckWait. What was acked above the floor comes again too (at least
-// once; receivers deduplicate). A server that refuses the reset leaves
-// the count fence to wait for AckWait, as before; the fence holds either
-// way.
-func (or *orderedRunner) reset(ctx context.Context, p int) {
-	name := wire.PartitionDurable(or.r.sub.Name, p)
-	s, err := or.copyStream(ctx)
-	if err != nil {
-		or.r.log.Debug("no reset of the partition consumer", slog.Int("partition", p), slog.Any("error", err))
-		return
-	}
-	c, err := s.Consumer(ctx, name)
-	if err != nil || c.CachedInfo().NumAckPending == 0 {
-		return
-	}
-	if _, err := s.ResetConsumer(ctx, name); err != nil {
-		or.r.log.Info("resetting the partition consumer failed; its pending messages come back after AckWait", slog.Int("partition", p), slog.Any("error", err))
-		return
-	}
-	or.r.log.Info("partition consumer reset to its ack floor: the previous owner's pending messages come again now", slog.Int("partition", p),
-		slog.Int("pending", c.CachedInfo().NumAckPending))
-}
-
 // unpin unpins partition p's consumer (its pinned client loses the pin;
 // its pulls are refused from then on and the next pull gets it). An
 // error is logged: the pin then ends by PinnedTTL.
@@ -292,7 +266,10 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 		// The previous owner (crashed, frozen, cut off) may still be
 		// pinned: from now on the server refuses its pulls.
 		or.unpin(ctx, p)
-		or.reset(ctx, p)
+		// No ResetConsumer here: it would bring the previous owner's
+		// unacked messages at once, but also every message acked above
+		// the ack floor, sent again after later versions of their streams
+		// (docs/ordering.md, "Reset on takeover: not used").
 		pt = or.newPartition(p, rev, start.Add(ttl-ttl/4))
 		or.parts[p] = pt
 		or.r.metrics.handovers.WithLabelValues(or.r.sub.Name).Inc()
