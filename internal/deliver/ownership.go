@@ -101,6 +101,21 @@ const pullExpiry = 5 * time.Second
 // only frees a pin nobody unpinned.
 func pinnedTTL(lease time.Duration) time.Duration { return max(lease, 2*pullExpiry) }
 
+// releaseLease unpins partition p's consumer and deletes its lease (at
+// revision rev), when the lease is still this replica's: unpinned first,
+// while nobody else can be pinned yet; not unpinned when another replica
+// holds the lease now (a partition stopped by a stale-epoch answer before
+// its renewal found the lease lost), whose pin it would take away.
+func (or *orderedRunner) releaseLease(ctx context.Context, o *ordering, p int, rev uint64) {
+	key := wire.LeaseKey(or.r.sub.Name, p)
+	if e, err := o.leases.Get(ctx, key); err == nil && e.Revision() == rev {
+		or.unpin(ctx, p)
+	}
+	if err := o.leases.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+		or.r.log.Debug("deleting a released lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
+	}
+}
+
 // unpin unpins partition p's consumer (its pinned client loses the pin;
 // its pulls are refused from then on and the next pull gets it). An
 // error is logged: the pin then ends by PinnedTTL.
@@ -230,10 +245,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 	switch {
 	case pt != nil && pt.finished():
 		if !pt.lost {
-			or.unpin(ctx, p) // while the lease is still held: nobody else is pinned yet
-			if err := o.leases.Delete(ctx, key, jetstream.LastRevision(pt.rev)); err != nil {
-				or.r.log.Debug("deleting a released lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
-			}
+			or.releaseLease(ctx, o, p, pt.rev)
 		}
 		or.parts[p] = nil
 	case pt != nil && pt.lost:
@@ -295,10 +307,7 @@ func (or *orderedRunner) releaseAll(ctx context.Context, o *ordering) {
 		case <-ctx.Done():
 		}
 		if !pt.lost {
-			or.unpin(ctx, p)
-			if err := o.leases.Delete(ctx, wire.LeaseKey(or.r.sub.Name, p), jetstream.LastRevision(pt.rev)); err != nil {
-				or.r.log.Debug("deleting a lease at shutdown failed; it expires", slog.Int("partition", p), slog.Any("error", err))
-			}
+			or.releaseLease(ctx, o, p, pt.rev)
 		}
 		or.parts[p] = nil
 	}
