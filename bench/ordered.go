@@ -131,7 +131,7 @@ func (e *env) consumerRun(ctx context.Context, s *partSink, name, ordering strin
 			"--nats-url", e.srv.ClientURL(), "--name", name, "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
 			"--allow-private", "--max-in-flight", fmt.Sprint(e.cfg.InFlight), "--ops-addr", "", "--log-level", "warn",
 			"--ordering", ordering, "--partitions", fmt.Sprint(orderedPartitions), "--lease-ttl", orderedLeaseTTL.String(),
-			"--ack-wait", orderedAckWait.String(), "--timeout", "4s", "--replica-id", fmt.Sprintf("%s-%d", name, i),
+			"--ack-wait", orderedAckWait.String(), "--timeout", "2s", "--replica-id", fmt.Sprintf("%s-%d", name, i),
 		}
 		ops := 0
 		var err error

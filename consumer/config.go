@@ -80,6 +80,17 @@ var ErrInvalidConfig = errors.New("invalid consumer config")
 // Config configures a Consumer: every knob of `consumer run` that is not
 // about connecting or the ops port. The zero value of every field but
 // Subscriptions means its default.
+//
+// Connect the NATS connection the Consumer uses with
+// nats.ReconnectBufSize(-1), as `consumer run` does: with nats.go's
+// reconnect buffer, an ack written while the connection is down goes out
+// after the reconnect, possibly after an ordered partition's lease moved
+// to another replica, which then holds the message as its own. The
+// Consumer checks the connection before each ack and InProgress of an
+// ordered partition and sends none while it is not connected (the message
+// stays pending and comes back; receivers deduplicate), but only a
+// connection without the buffer closes the window between that check and
+// the write.
 type Config struct {
 	// Subscriptions are the webhook endpoints, each fed by its own durable
 	// pull consumer (see Subscription for their fields and defaults). At

@@ -113,12 +113,15 @@ type Subscription struct {
 	// Idempotency-Key, User-Agent, the signature and ce-* headers).
 	Headers map[string]string
 	// Timeout bounds one POST, connection to end of response body.
-	// Default DefaultTimeout (10 s). It should stay below AckWait (a
-	// warning at start says so).
+	// Default DefaultTimeout (10 s). It must be below AckWait/2 (Validate
+	// refuses it otherwise, naming both): a POST ends before JetStream may
+	// hand its event to another replica, so a stale replica's POST never
+	// overlaps the next owner's.
 	Timeout time.Duration
 	// AckWait is how long JetStream waits for an ack before it redelivers
-	// (a crashed or hung consumer). Default DefaultAckWait (30 s). A POST
-	// running longer than AckWait/2 sends InProgress.
+	// (a crashed or hung consumer). Default DefaultAckWait (30 s). An event
+	// held longer than AckWait/2 (retried in place, queued behind its
+	// stream) gets InProgress.
 	AckWait time.Duration
 	// MaxDeliver is the number of delivery attempts of one event: a
 	// retryable failure on attempt MaxDeliver or later is dead-lettered.

@@ -61,7 +61,7 @@ type Attempt struct {
 	Status int `json:"status"`
 	// StatusClass is 2xx..5xx, timeout, network, tls, forbidden or none.
 	StatusClass string `json:"status_class"`
-	// Outcome is ack, retry, term, exhausted or breaker_open (the labels of
+	// Outcome is ack, retry, term, exhausted, breaker_open or stale_epoch (the labels of
 	// jsbridge_consumer_deliveries_total).
 	Outcome string `json:"outcome"`
 	// Latency is the time from handing the request to the circuit breaker

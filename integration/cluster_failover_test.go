@@ -182,7 +182,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 		strictConsumer := startProc(t, consumerEnv, "consumer", "run",
 			"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
 			"--name", "strict", "--url", ssrv.URL, "--allow-private", "--filter", strings.Join(strictFilters, ","), "--ordering", "none",
-			"--ack-wait", "3s", "--timeout", "2s", "--backoff", "200ms", "--max-in-flight", "1", "--max-ack-pending", "1")
+			"--ack-wait", "3s", "--timeout", "1400ms", "--backoff", "200ms", "--max-in-flight", "1", "--max-ack-pending", "1")
 		receivers = append(receivers, receiverRun{rc, streams, consumer.out.String}, receiverRun{strict, sz.strictStreams, strictConsumer.out.String})
 	}
 

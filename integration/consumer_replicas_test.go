@@ -66,7 +66,7 @@ func TestConsumerReplicaKilledMidDeliveryLosesNothing(t *testing.T) {
 
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
 	args := []string{"run", "--nats-url", b.srv.ClientURL(), "--name", "replicated", "--url", rsrv.URL, "--allow-private", "--ordering", "none",
-		"--max-in-flight", "700", "--max-ack-pending", "3000", "--ack-wait", "8s", "--timeout", "6s", "--backoff", "200ms", "--max-deliver=-1",
+		"--max-in-flight", "700", "--max-ack-pending", "3000", "--ack-wait", "8s", "--timeout", "3500ms", "--backoff", "200ms", "--max-deliver=-1",
 		"--breaker-failures", "1000000", "--ops-addr", "", "--log-level", "warn"}
 	victim := startProc(t, env, "consumer", args...)
 	startProc(t, env, "consumer", args...)

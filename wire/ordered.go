@@ -70,8 +70,8 @@ const (
 	// OrderStaleEpoch: HeaderLeaseEpoch is below the highest epoch the
 	// receiver processed for the stream, so the sender lost its partition
 	// lease; answered 409 with Retry-After, never processed. The sender
-	// retries in place (its own lease fence stops it) and never
-	// dead-letters the event: the new owner delivers it.
+	// stops the partition (released; nothing acked, nothing dead-lettered):
+	// the new owner delivers the event.
 	OrderStaleEpoch = "stale-epoch"
 	// HeaderSourceInfo is set by JetStream on a sourced message: "<origin
 	// stream> <origin sequence> <filter> <transform> ..." (nats-server
@@ -80,10 +80,11 @@ const (
 )
 
 // OrderRetryInPlace reports whether a HeaderOrder value refuses the event
-// for now (OrderGap, OrderInProgress, OrderStaleEpoch): the sender of an
-// ordered subscription retries it in place, after Retry-After, and never
-// dead-letters it, although the status is 409. OrderDuplicate and any other
-// value report false.
+// for now (OrderGap, OrderInProgress, OrderStaleEpoch): the sender never
+// dead-letters it, although the status is 409. An ordered subscription's
+// sender retries a gap or in-progress in place, after Retry-After, and
+// stops its partition on a stale epoch. OrderDuplicate and any other value
+// report false.
 func OrderRetryInPlace(value string) bool {
 	switch value {
 	case OrderGap, OrderInProgress, OrderStaleEpoch:

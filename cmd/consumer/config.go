@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -165,6 +166,9 @@ func loadSubscriptions(path string) ([]consumer.Subscription, breaker.Settings, 
 			MaxDeliver: fs.MaxDeliver, MaxInFlight: fs.MaxInFlight, MaxAckPending: fs.MaxAckPending,
 			AllowPrivate: fs.AllowPrivate, AllowHTTP: fs.AllowHTTP, TLS: tlsf,
 			Ordering: consumer.Ordering(fs.Ordering), OnDeadLetter: consumer.DeadLetterPolicy(fs.OnDeadLetter),
+		}
+		if timeout, ackWait := cmp.Or(time.Duration(fs.Timeout), consumer.DefaultTimeout), cmp.Or(time.Duration(fs.AckWait), consumer.DefaultAckWait); 2*timeout >= ackWait {
+			return nil, bs, fmt.Errorf("--config %s: subscriptions[%d].timeout %s must be below half of ack_wait %s", path, i, timeout, ackWait)
 		}
 		for _, b := range fs.BackOff {
 			sub.BackOff = append(sub.BackOff, time.Duration(b))

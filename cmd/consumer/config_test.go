@@ -89,6 +89,24 @@ func TestLoadSubscriptionsNamesEmptySecretEnvWithoutValue(t *testing.T) {
 	require.ErrorContains(t, err, "secrets_env: environment variable EMPTY_SECRET is empty")
 }
 
+// A timeout of half the AckWait or more is refused at start, naming both
+// by their flags or file keys.
+func TestTimeoutMustBeBelowHalfAckWait(t *testing.T) {
+	t.Parallel()
+	f := subscriptionFlags{Name: "w", URL: "https://h.example/", Filter: []string{"events.>"}, Secret: []string{secretA},
+		Timeout: 3 * time.Second, AckWait: 5 * time.Second}
+	_, _, err := f.subscriptions()
+	require.EqualError(t, err, "--timeout 3s must be below half of --ack-wait 5s")
+	f.Timeout = 2 * time.Second
+	_, _, err = f.subscriptions()
+	require.NoError(t, err)
+
+	path := filepath.Join(t.TempDir(), "subs.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("subscriptions:\n  - name: a\n    url: https://h.example/\n    ack_wait: 15s\n"), 0o600))
+	_, _, err = loadSubscriptions(path)
+	require.ErrorContains(t, err, "subscriptions[0].timeout 10s must be below half of ack_wait 15s")
+}
+
 // The README shows testdata/subscriptions.yaml as it is.
 func TestREADMEShowsTheCompleteFile(t *testing.T) {
 	t.Parallel()

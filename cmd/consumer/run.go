@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,7 +33,7 @@ type subscriptionFlags struct {
 	Secret        []string        `name:"secret" env:"JSBRIDGE_SECRET" help:"Signing secret(s): for standard, whsec_<base64> (HMAC, v1) or whsk_<base64> (ed25519 secret key, v1a; receivers verify with its whpk_ public key); several sign at once during rotation. Prefer the environment variable: flags show in ps."`
 	Scheme        string          `name:"scheme" env:"JSBRIDGE_SCHEME" default:"standard" enum:"standard,hmac-sha256" help:"Signature scheme: standard (Standard Webhooks) or hmac-sha256 (X-Webhook-Signature) (default: ${default})."`
 	Body          string          `name:"body" env:"JSBRIDGE_BODY" default:"structured" enum:"structured,binary" help:"Body mode: structured (CloudEvents JSON envelope) or binary (event data with ce-* headers) (default: ${default})."`
-	Timeout       time.Duration   `name:"timeout" env:"JSBRIDGE_TIMEOUT" default:"10s" help:"Request timeout of one POST; keep it below --ack-wait (default: ${default})."`
+	Timeout       time.Duration   `name:"timeout" env:"JSBRIDGE_TIMEOUT" default:"10s" help:"Request timeout of one POST; must be below half of --ack-wait (default: ${default})."`
 	AckWait       time.Duration   `name:"ack-wait" env:"JSBRIDGE_ACK_WAIT" default:"30s" help:"JetStream AckWait: a message not acked by then is redelivered (default: ${default})."`
 	MaxDeliver    int             `name:"max-deliver" env:"JSBRIDGE_MAX_DELIVER" default:"10" help:"Attempts per message; a retryable failure on the last one is dead-lettered; -1: no limit (default: ${default})."`
 	BackOff       []time.Duration `name:"backoff" env:"JSBRIDGE_BACKOFF" default:"1s,5s,30s,2m,5m" help:"Delays before each retry; the last repeats (default: ${default})."`
@@ -67,6 +68,9 @@ func (f *subscriptionFlags) subscriptions() ([]consumer.Subscription, breaker.Se
 				filters = append(filters, p)
 			}
 		}
+	}
+	if timeout, ackWait := cmp.Or(f.Timeout, consumer.DefaultTimeout), cmp.Or(f.AckWait, consumer.DefaultAckWait); 2*timeout >= ackWait {
+		return nil, breaker.Settings{}, fmt.Errorf("--timeout %s must be below half of --ack-wait %s", timeout, ackWait)
 	}
 	tlsf, err := tlsFiles(
 		tlsFile{"--tls-client-cert", f.TLSClientCert},
@@ -218,7 +222,11 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 // the consumer.
 func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn natsconn.Settings, log *slog.Logger, cfg consumer.Config, jsRef *startup.JetStreamRef) (*nats.Conn, *consumer.Consumer, error) {
 	log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS)
-	nc, err := startup.ConnectNATS(ctx, w, conn.URL, append(startup.NATSOptions(log, "jsbridge-consumer"), conn.Options()...)...)
+	// No reconnect buffer: an ack or InProgress written while the
+	// connection is down fails instead of going out after the reconnect,
+	// maybe after the partition lease ended (see consumer.Config).
+	opts := append(startup.NATSOptions(log, "jsbridge-consumer"), nats.ReconnectBufSize(-1))
+	nc, err := startup.ConnectNATS(ctx, w, conn.URL, append(opts, conn.Options()...)...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -66,6 +66,23 @@ const (
 	actAck        act = iota // 2xx: ack
 	actRetry                 // retryable and attempts left: try again after delay
 	actDeadLetter            // permanent, or retryable on the last attempt: dead-letter
+	// actWait: the receiver's order gate refused the event for now (gap,
+	// in-progress): try again after delay; no attempt spent, never
+	// dead-lettered.
+	actWait
+	// actStale: the receiver's order gate processed the stream under a
+	// later lease epoch: this replica's lease is stale. An ordered
+	// partition stops (released; nothing acked, nothing dead-lettered);
+	// an unordered settler, whose webhooks carry no epoch, waits.
+	actStale
+)
+
+// OrderWaitDelay is the delay before an event refused by a receiver's
+// order gate (409 gap or in-progress) is sent again when the answer has no
+// Retry-After; a Retry-After is honoured up to MaxOrderWait.
+const (
+	OrderWaitDelay = 200 * time.Millisecond
+	MaxOrderWait   = 5 * time.Second
 )
 
 // settlement is what one attempt's response means for its message, by the
@@ -90,12 +107,25 @@ func settlementOf(resp response, attempt, maxDeliver int, backOff []time.Duratio
 		return settlement{act: actAck, outcome: OutcomeAck, class: class}
 	case verdictPermanent:
 		return settlement{act: actDeadLetter, outcome: OutcomeTerm, class: class, reason: resp.reason()}
+	case verdictOrderWait:
+		return settlement{act: actWait, outcome: OutcomeRetry, class: class, reason: resp.reason(), delay: orderWait(resp.retryAfter)}
+	case verdictStaleEpoch:
+		return settlement{act: actStale, outcome: OutcomeStaleEpoch, class: class, reason: resp.reason(), delay: orderWait(resp.retryAfter)}
 	}
 	if maxDeliver > 0 && attempt >= maxDeliver {
 		return settlement{act: actDeadLetter, outcome: OutcomeExhausted, class: class,
 			reason: fmt.Sprintf("%s (attempt %d of MaxDeliver %d)", resp.reason(), attempt, maxDeliver)}
 	}
 	return settlement{act: actRetry, outcome: OutcomeRetry, class: class, reason: resp.reason(), delay: retryDelay(backOff, attempt, resp.retryAfter)}
+}
+
+// orderWait is the delay before an event an order gate refused is sent
+// again: Retry-After capped at MaxOrderWait, else OrderWaitDelay.
+func orderWait(retryAfter time.Duration) time.Duration {
+	if retryAfter >= 0 {
+		return min(retryAfter, MaxOrderWait)
+	}
+	return OrderWaitDelay
 }
 
 // retryDelay is the delay before the attempt after attempt: Retry-After when
@@ -200,6 +230,13 @@ func (r *sender) post(ctx context.Context, inProgress func() error, id string, b
 	}
 	hdr[wire.HeaderIdempotencyKey] = []string{wire.IdempotencyKey(id)}
 	req.Header = hdr
+	// net/http takes a request with Idempotency-Key for idempotent and
+	// re-sends it by itself on a broken connection, rewinding the body
+	// with GetBody: a re-send past the lease check (a replica waking from
+	// a freeze). Without GetBody only a request whose body was never read
+	// is re-sent; anything else comes back here as an error and is retried
+	// through the lease check.
+	req.GetBody = nil
 	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(hdr)) // traceparent: the attempt's span
 	r.signer.Sign(hdr, id, time.Now(), body)
 
@@ -215,7 +252,11 @@ func (r *sender) post(ctx context.Context, inProgress func() error, id string, b
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
 	r.duration.Observe(time.Since(start).Seconds())
-	return response{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), at: start}
+	out := response{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), at: start}
+	if resp.StatusCode == http.StatusConflict {
+		out.order = resp.Header.Get(wire.HeaderOrder)
+	}
+	return out
 }
 
 // keepAlive calls inProgress every AckWait/2 until the returned stop is
@@ -228,7 +269,9 @@ func (r *sender) keepAlive(id string, inProgress func() error) (stop func()) {
 	var t clockwork.Timer
 	mu.Lock()
 	t = r.clock.AfterFunc(every, func() {
-		if err := inProgress(); err != nil {
+		if err := inProgress(); errors.Is(err, errLeasePassed) || errors.Is(err, errNotConnected) {
+			r.log.Debug("in progress not sent", slog.String("event_id", id), slog.Any("reason", err))
+		} else if err != nil {
 			r.log.Warn("in progress failed", slog.String("event_id", id), slog.Any("error", err))
 		}
 		mu.Lock()

@@ -332,10 +332,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 		wg.Go(func() { c.ord.run(ctx) })
 	}
 	for _, r := range c.runners {
-		if r.sub.Timeout >= r.sub.AckWait {
-			r.log.Warn("request timeout is not below AckWait: a slow endpoint can see the event redelivered while the first attempt runs",
-				slog.Duration("timeout", r.sub.Timeout), slog.Duration("ack_wait", r.sub.AckWait))
-		}
 		if r.sub.Ordered() {
 			continue
 		}

@@ -28,6 +28,14 @@ const (
 	verdictAck verdict = iota
 	verdictRetry
 	verdictPermanent
+	// verdictOrderWait: the receiver's order gate refused the event for
+	// now (409 with Jsbridge-Order gap or in-progress): retried, never
+	// dead-lettered, spends no attempt, no endpoint failure.
+	verdictOrderWait
+	// verdictStaleEpoch: the receiver's order gate refused the event
+	// because it processed the stream under a later lease epoch (409 with
+	// Jsbridge-Order stale-epoch): the sender's lease is stale.
+	verdictStaleEpoch
 )
 
 // response is the result of one POST.
@@ -37,11 +45,15 @@ type response struct {
 	err        error         // transport error; status is 0
 	timeout    bool
 	at         time.Time // when the request was sent
+	// order is the answer's Jsbridge-Order (wire.HeaderOrder) when the
+	// status is 409, else "".
+	order string
 }
 
 // verdict classifies a response by the webhook contract (docs/architecture.md): 2xx
 // acks; 3xx (not followed), 408, 429, 5xx, timeouts and network errors are
-// retried; any other 4xx is permanent.
+// retried; a 409 of an order gate (Jsbridge-Order gap or in-progress) waits,
+// stale-epoch says the lease is stale; any other 4xx is permanent.
 func (r response) verdict() verdict {
 	switch {
 	case errors.Is(r.err, ErrForbiddenAddress):
@@ -56,6 +68,10 @@ func (r response) verdict() verdict {
 		return verdictAck
 	case r.status == http.StatusRequestTimeout, r.status == http.StatusTooManyRequests:
 		return verdictRetry
+	case r.status == http.StatusConflict && r.order == wire.OrderStaleEpoch:
+		return verdictStaleEpoch
+	case r.status == http.StatusConflict && wire.OrderRetryInPlace(r.order):
+		return verdictOrderWait
 	case r.status >= 400 && r.status < 500:
 		return verdictPermanent
 	default:
@@ -88,6 +104,8 @@ func (r response) reason() string {
 		return "timeout: " + r.err.Error()
 	case r.err != nil:
 		return r.err.Error()
+	case r.order != "":
+		return fmt.Sprintf("HTTP %d %s (order gate: %s)", r.status, http.StatusText(r.status), r.order)
 	default:
 		return fmt.Sprintf("HTTP %d %s", r.status, http.StatusText(r.status))
 	}
@@ -98,7 +116,8 @@ func (r response) reason() string {
 var errEndpoint = errors.New("endpoint failure")
 
 // breakerErr is what the breaker counts: retryable responses are endpoint
-// failures; a 2xx or a permanent 4xx shows the endpoint is up.
+// failures; a 2xx, a permanent 4xx or an order gate's 409 shows the
+// endpoint is up.
 func (r response) breakerErr() error {
 	if r.verdict() == verdictRetry {
 		return fmt.Errorf("%w: %s", errEndpoint, r.reason())

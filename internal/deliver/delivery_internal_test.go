@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 func TestVerdict(t *testing.T) {
@@ -27,6 +29,15 @@ func TestVerdict(t *testing.T) {
 		r := response{status: status, retryAfter: -1}
 		require.Equal(t, want, r.verdict(), "status %d", status)
 		require.Equal(t, want == verdictRetry, r.breakerErr() != nil, "status %d counts as endpoint failure only when retried", status)
+	}
+	// An order gate's 409s: not permanent, not an endpoint failure.
+	for order, want := range map[string]verdict{
+		wire.OrderGap: verdictOrderWait, wire.OrderInProgress: verdictOrderWait, wire.OrderStaleEpoch: verdictStaleEpoch,
+		"": verdictPermanent, wire.OrderDuplicate: verdictPermanent,
+	} {
+		r := response{status: http.StatusConflict, order: order, retryAfter: -1}
+		require.Equal(t, want, r.verdict(), "409 %q", order)
+		require.NoError(t, r.breakerErr(), "409 %q is no endpoint failure", order)
 	}
 	netErr := response{err: errors.New("connection refused"), retryAfter: -1}
 	require.Equal(t, verdictRetry, netErr.verdict())
@@ -81,7 +92,8 @@ func TestRetryDelay(t *testing.T) {
 
 // settlementOf is the one decision both settlers act on: ack a 2xx,
 // dead-letter a permanent 4xx or a retryable failure on the last attempt,
-// retry the rest after Retry-After or the backoff.
+// retry the rest after Retry-After or the backoff; an order gate's 409 gap
+// or in-progress waits whatever the attempt, its stale-epoch stops.
 func TestSettlementOf(t *testing.T) {
 	backOff := []time.Duration{time.Second, 5 * time.Second}
 	for _, tc := range []struct {
@@ -101,6 +113,18 @@ func TestSettlementOf(t *testing.T) {
 			settlement{act: actDeadLetter, outcome: OutcomeExhausted, class: "5xx", reason: "HTTP 503 Service Unavailable (attempt 3 of MaxDeliver 3)"}},
 		{"no limit", response{status: 503, retryAfter: -1}, 99, -1,
 			settlement{act: actRetry, outcome: OutcomeRetry, class: "5xx", reason: "HTTP 503 Service Unavailable", delay: 5 * time.Second}},
+		{"gate gap waits, never dead-lettered", response{status: 409, order: wire.OrderGap, retryAfter: time.Second}, 3, 3,
+			settlement{act: actWait, outcome: OutcomeRetry, class: "4xx", reason: "HTTP 409 Conflict (order gate: gap)", delay: time.Second}},
+		{"gate in-progress waits", response{status: 409, order: wire.OrderInProgress, retryAfter: -1}, 9, 3,
+			settlement{act: actWait, outcome: OutcomeRetry, class: "4xx", reason: "HTTP 409 Conflict (order gate: in-progress)", delay: OrderWaitDelay}},
+		{"gate Retry-After capped", response{status: 409, order: wire.OrderGap, retryAfter: time.Minute}, 1, 3,
+			settlement{act: actWait, outcome: OutcomeRetry, class: "4xx", reason: "HTTP 409 Conflict (order gate: gap)", delay: MaxOrderWait}},
+		{"gate stale-epoch stops", response{status: 409, order: wire.OrderStaleEpoch, retryAfter: time.Second}, 3, 3,
+			settlement{act: actStale, outcome: OutcomeStaleEpoch, class: "4xx", reason: "HTTP 409 Conflict (order gate: stale-epoch)", delay: time.Second}},
+		{"409 without the gate's header is permanent", response{status: 409, retryAfter: -1}, 1, 3,
+			settlement{act: actDeadLetter, outcome: OutcomeTerm, class: "4xx", reason: "HTTP 409 Conflict"}},
+		{"409 with an unknown order value is permanent", response{status: 409, order: "bogus", retryAfter: -1}, 1, 3,
+			settlement{act: actDeadLetter, outcome: OutcomeTerm, class: "4xx", reason: "HTTP 409 Conflict (order gate: bogus)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, settlementOf(tc.resp, tc.attempt, tc.maxDlvr, backOff))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,7 +29,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 	r := pt.r
 	key := wire.StreamKey(m.Subject())
 	id := eventID(m)
-	stop := r.keepAlive(id, m.InProgress)
+	stop := r.keepAlive(id, func() error { return pt.inProgress(m) })
 	defer stop()
 	if attemptNumber(m) > 1 {
 		r.redeliveries.Inc()
@@ -48,7 +49,7 @@ func (pt *partition) deliver(m jetstream.Msg) {
 	}
 	for {
 		if pt.ctx.Err() != nil {
-			nak(log(), m, 0)
+			pt.nak(log(), m)
 			return
 		}
 		if !pt.waitLease() {
@@ -58,6 +59,10 @@ func (pt *partition) deliver(m jetstream.Msg) {
 			return
 		}
 		body, hdr, err := r.request(m, id, r.replicaID)
+		if err == nil {
+			hdr.Set(wire.HeaderPartition, strconv.Itoa(pt.p))
+			hdr.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(pt.epoch, 10))
+		}
 		if err != nil {
 			_, at := r.startAttempt(ctx, em, id, attempt)
 			ended(at, OutcomeTerm, ClassNone, err.Error())
@@ -105,6 +110,20 @@ func (pt *partition) deliver(m jetstream.Msg) {
 			log(slog.Int("status", resp.status)).Warn("delivery failed, retrying in place (its stream waits)", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
 			sleep(pt.ctx, pt.clock, s.delay)
 			attempt++
+		case actWait:
+			// The receiver's order gate waits for an earlier version (or
+			// for an earlier attempt of this one to end): retried in
+			// place, spending no attempt.
+			r.count(OutcomeRetry, s.class, 0)
+			log(slog.Int("status", resp.status)).Info("the receiver's order gate refused the event for now; retrying in place", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
+			sleep(pt.ctx, pt.clock, s.delay)
+		case actStale:
+			// The receiver processed the stream under a later lease: this
+			// replica's lease is stale. Stop the partition; the message
+			// goes back unacked (Nak'd above, or AckWait) to the owner.
+			r.count(OutcomeStaleEpoch, s.class, 0)
+			log(slog.Int("status", resp.status)).Warn("the receiver's order gate says this replica's partition lease is stale; releasing the partition", slog.String("reason", s.reason))
+			pt.release()
 		}
 	}
 }
@@ -137,6 +156,10 @@ func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) {
 	}()
 	var pause backoff.Backoff
 	for tries := 1; ; tries++ {
+		if !pt.waitAck() {
+			log.Warn("not acked: the partition lease ended first; the event comes back to the next owner (the receiver deduplicates it)")
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := m.DoubleAck(ctx)
 		cancel()
@@ -193,7 +216,7 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter
 			log.Error("parking the stream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d))
 			sleep(pt.ctx, pt.clock, d)
 			if pt.ctx.Err() != nil {
-				nak(log, m, 0)
+				pt.nak(log, m)
 				return
 			}
 		}

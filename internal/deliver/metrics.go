@@ -22,6 +22,12 @@ const (
 	// attempt; nothing was sent and the message was Nak'd with the open
 	// timeout.
 	OutcomeBreakerOpen = "breaker_open"
+	// OutcomeStaleEpoch: the receiver's order gate answered 409
+	// Jsbridge-Order: stale-epoch (it processed the stream under a later
+	// partition lease): the ordered partition was released, the message
+	// neither acked nor dead-lettered. A gate's gap or in-progress answer
+	// counts as OutcomeRetry.
+	OutcomeStaleEpoch = "stale_epoch"
 )
 
 // Status class label values of jsbridge_consumer_deliveries_total besides

@@ -129,7 +129,7 @@ func orderedSub(name, url string) deliver.Subscription {
 	s := sub(name, url)
 	s.Ordering = deliver.OrderingStream
 	s.AckWait = 3 * time.Second
-	s.Timeout = 2 * time.Second
+	s.Timeout = 1400 * time.Millisecond
 	return s
 }
 

@@ -80,7 +80,55 @@ func (or *orderedRunner) consumerConfig(o *ordering, p int) (jetstream.ConsumerC
 		AckWait:        s.AckWait,
 		MaxDeliver:     -1,
 		MaxAckPending:  s.MaxAckPending,
+		// The server's own fence: the lease owner's pulls are pinned, a
+		// new owner unpins the old one (so the server refuses its pulls
+		// from then on), a release unpins.
+		PriorityGroups: []string{partitionGroup},
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PinnedTTL:      pinnedTTL(o.leaseTTL),
 	}, nil
+}
+
+// partitionGroup is the one priority group of every partition consumer:
+// its lease owner pulls pinned in it.
+const partitionGroup = "owner"
+
+// pullExpiry is how long a partition's pull request waits on the server:
+// the owner sends a new one at least this often, which keeps its pin.
+const pullExpiry = 5 * time.Second
+
+// pinnedTTL is a partition consumer's PinnedTTL: the lease TTL, but at
+// least twice pullExpiry, so that an idle owner is not unpinned between
+// its pull requests. A new owner unpins the old one at once; the TTL
+// only frees a pin nobody unpinned.
+func pinnedTTL(lease time.Duration) time.Duration { return max(lease, 2*pullExpiry) }
+
+// releaseLease unpins partition p's consumer and deletes its lease (at
+// revision rev), when the lease is still this replica's: unpinned first,
+// while nobody else can be pinned yet; not unpinned when another replica
+// holds the lease now (a partition stopped by a stale-epoch answer before
+// its renewal found the lease lost), whose pin it would take away.
+func (or *orderedRunner) releaseLease(ctx context.Context, o *ordering, p int, rev uint64) {
+	key := wire.LeaseKey(or.r.sub.Name, p)
+	if e, err := o.leases.Get(ctx, key); err == nil && e.Revision() == rev {
+		or.unpin(ctx, p)
+	}
+	if err := o.leases.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+		or.r.log.Debug("deleting a released lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
+	}
+}
+
+// unpin unpins partition p's consumer (its pinned client loses the pin;
+// its pulls are refused from then on and the next pull gets it). An
+// error is logged: the pin then ends by PinnedTTL.
+func (or *orderedRunner) unpin(ctx context.Context, p int) {
+	s, err := or.copyStream(ctx)
+	if err == nil {
+		err = s.UnpinConsumer(ctx, wire.PartitionDurable(or.r.sub.Name, p), partitionGroup)
+	}
+	if err != nil {
+		or.r.log.Warn("unpinning a partition consumer failed; its pin ends by PinnedTTL", slog.Int("partition", p), slog.Any("error", err))
+	}
 }
 
 // createConsumers creates or updates the partition consumers. A new one
@@ -203,9 +251,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 		// causes): it is made again before the partition is claimed anew.
 		or.ensureConsumer(ctx, o, p, pt.floor.Load())
 		if !pt.lost {
-			if err := o.leases.Delete(ctx, key, jetstream.LastRevision(pt.rev)); err != nil {
-				or.r.log.Debug("deleting a released lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
-			}
+			or.releaseLease(ctx, o, p, pt.rev)
 		}
 		or.parts[p] = nil
 	case pt != nil && pt.lost:
@@ -235,6 +281,13 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 			}
 			return
 		}
+		// The previous owner (crashed, frozen, cut off) may still be
+		// pinned: from now on the server refuses its pulls.
+		or.unpin(ctx, p)
+		// No ResetConsumer here: it would bring the previous owner's
+		// unacked messages at once, but also every message acked above
+		// the ack floor, sent again after later versions of their streams
+		// (docs/ordering.md, "Reset on takeover: not used").
 		pt = or.newPartition(p, rev, start.Add(ttl-ttl/4))
 		or.parts[p] = pt
 		or.r.metrics.handovers.WithLabelValues(or.r.sub.Name).Inc()
@@ -260,9 +313,7 @@ func (or *orderedRunner) releaseAll(ctx context.Context, o *ordering) {
 		case <-ctx.Done():
 		}
 		if !pt.lost {
-			if err := o.leases.Delete(ctx, wire.LeaseKey(or.r.sub.Name, p), jetstream.LastRevision(pt.rev)); err != nil {
-				or.r.log.Debug("deleting a lease at shutdown failed; it expires", slog.Int("partition", p), slog.Any("error", err))
-			}
+			or.releaseLease(ctx, o, p, pt.rev)
 		}
 		or.parts[p] = nil
 	}
@@ -297,7 +348,7 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	// createConsumers made the partition consumers from the same config.
 	cfg, _ := or.consumerConfig(or.o, p)
 	pt := &partition{
-		or: or, r: or.r, eventsPrefix: or.o.eventsPrefix, parking: or.parking, ackWait: or.r.sub.AckWait, clock: or.clock, p: p, cons: or.cons[p], rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		or: or, r: or.r, eventsPrefix: or.o.eventsPrefix, parking: or.parking, ackWait: or.r.sub.AckWait, clock: or.clock, p: p, cons: or.cons[p], epoch: rev, rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		deadline: deadline, lastDone: map[string]uint64{}, recent: map[uint64]bool{}, inLane: map[uint64]bool{}, acking: map[uint64]bool{},
 		waiting: map[string][]waitingMsg{}, seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
 		filters:  cfg.FilterSubjects,
@@ -305,6 +356,9 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 		log: or.r.log.With(slog.Int("partition", p)),
 	}
 	pt.successor = pt.successorSeq
+	if nc := or.r.js.Conn(); nc != nil {
+		pt.connStatus = nc.Status
+	}
 	return pt
 }
 

@@ -158,7 +158,7 @@ func (pk *parking) returnHeld(pt *partition) {
 	}
 	pk.mu.Unlock()
 	for _, m := range back {
-		nak(pt.log, m, 0)
+		pt.nak(pt.log, m)
 	}
 }
 
@@ -205,6 +205,44 @@ func (pk *parking) releaseFor(pt *partition) []jetstream.Msg {
 		delete(pk.parked, bk)
 	}
 	return out
+}
+
+// reread reads the subscription's park entries from the park bucket
+// itself (not the watch, which may be re-subscribing and not have sent an
+// entry written meanwhile) and parks every stream found that is not
+// parked here yet. A new owner calls it before its fence passes, so a park
+// that landed while the watch was away holds the stream's later events.
+// Entries gone from the bucket are left to the watch (it unparks them).
+func (pk *parking) reread(ctx context.Context) error {
+	kv := pk.o.parks
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	keys, err := kv.ListKeysFiltered(ctx, wire.ParkedFilter(pk.sub.Name))
+	if err != nil {
+		return fmt.Errorf("list parked streams of subscription %q: %w", pk.sub.Name, err)
+	}
+	defer func() { _ = keys.Stop() }()
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // unparked meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("read park entry %q: %w", k, err)
+		}
+		var ps deadletter.ParkedStream
+		if err := json.Unmarshal(e.Value(), &ps); err != nil {
+			pk.log.Warn("unreadable park entry; ignored", slog.String("key", k), slog.Any("error", err))
+			continue
+		}
+		pk.mu.Lock()
+		if cur := pk.parked[k]; cur == nil {
+			pk.log.Info("a stream parked while the watch was away; holding it", slog.String("stream", ps.Stream))
+			pk.parked[k] = &parkedStream{entry: ps}
+		}
+		pk.mu.Unlock()
+	}
+	return ctx.Err()
 }
 
 // watchParked follows the park bucket's entries of the subscription until
@@ -302,7 +340,7 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			held   int
 			oldest time.Time
 		}
-		var msgs []jetstream.Msg
+		var msgs []heldMsg
 		var reports []report
 		oldest := time.Time{}
 		pk.mu.Lock()
@@ -310,7 +348,7 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 		for k, ps := range pk.parked {
 			var o time.Time
 			for _, h := range ps.held {
-				msgs = append(msgs, h.msg)
+				msgs = append(msgs, h)
 				if o.IsZero() || h.at.Before(o) {
 					o = h.at
 				}
@@ -323,8 +361,8 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			}
 		}
 		pk.mu.Unlock()
-		for _, m := range msgs {
-			_ = m.InProgress()
+		for _, h := range msgs {
+			_ = h.pt.inProgress(h.msg) // not past its partition's lease, nor while disconnected
 		}
 		pk.metrics.streamsParked.WithLabelValues(pk.sub.Name).Set(float64(n))
 		age := 0.0

@@ -37,8 +37,14 @@ type partition struct {
 	// last read by watchConsumer.
 	floor atomic.Uint64
 
-	rev  uint64 // lease revision; the ownership loop's alone
-	lost bool   // the lease is someone else's; the ownership loop's alone
+	// epoch is the lease's KV create revision (the revision of the Create
+	// that claimed it; renewals leave it): every webhook of the partition
+	// carries it as Jsbridge-Lease-Epoch.
+	epoch uint64
+	rev   uint64 // lease revision; the ownership loop's alone
+	// connStatus is the NATS connection's status (nil: always connected).
+	connStatus func() nats.Status
+	lost       bool // the lease is someone else's; the ownership loop's alone
 
 	ctx    context.Context // ends at release
 	cancel context.CancelFunc
@@ -156,7 +162,11 @@ func (pt *partition) run() {
 		return
 	}
 	stopReading := make(chan struct{})
-	defer close(stopReading)
+	defer func() {
+		if stopReading != nil {
+			close(stopReading)
+		}
+	}()
 	pulled := pt.read(iter, stopReading)
 	kctx, stopKeep := context.WithCancel(context.Background())
 	defer stopKeep()
@@ -165,6 +175,9 @@ func (pt *partition) run() {
 	// events queued behind their stream's running delivery and those
 	// waiting for an earlier event of their stream.
 	go keepHeldAlive(kctx, pt.clock, pt.ackWait, pt.log, func() []jetstream.Msg {
+		if pt.mayAck() != nil {
+			return nil // past the lease deadline, or disconnected: no InProgress
+		}
 		return append(append(fence.snapshot(), pt.lanes.queued()...), pt.waitingMsgs()...)
 	})
 	go pt.watchConsumer(kctx, pt.checkEvery)
@@ -183,6 +196,20 @@ func (pt *partition) run() {
 	var lastCSeq uint64
 	var lastUnstick time.Time
 	for pt.ctx.Err() == nil {
+		if !pt.leaseHeld() {
+			// Past the lease deadline: pull nothing until a renewal.
+			// What was pulled and not delivered yet is pending on the
+			// consumer: behind the fence again until it is back.
+			if iter = pt.pausePull(iter, stopReading); iter == nil {
+				stopReading = nil
+				break
+			}
+			stopReading = make(chan struct{})
+			pulled = pt.read(iter, stopReading)
+			fencing = true
+			lastCheck = pt.clock.Now()
+			continue
+		}
 		if !fencing && pt.or.inHand.Load() >= pt.or.handLimit() {
 			// Enough events in the lanes: pull no more for now (what
 			// waits in JetStream needs no InProgress).
@@ -244,8 +271,7 @@ func (pt *partition) run() {
 			pt.dispatch(msg, &wg)
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			pt.log.Warn("partition pull ended; restarting it")
-			iter, err = pt.cons.Messages(jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
-				jetstream.WithMessagesErrOnMissingHeartbeat(false))
+			iter, err = pt.cons.Messages(pt.pullOpts()...)
 			if err != nil {
 				sleep(pt.ctx, pt.clock, time.Second)
 				iter = nil
@@ -270,6 +296,11 @@ func (pt *partition) run() {
 			// lanes, held behind a parked head) and what is lost on its
 			// way; the fence passes when nothing is lost any more.
 			if err == nil && info.NumAckPending <= pt.handCount(&fence) {
+				// The park state from the bucket, not the watch's cache.
+				if err := pt.parking.reread(pt.ctx); err != nil {
+					pt.log.Warn("re-reading the parked streams failed; the fence waits", slog.Any("error", err))
+					continue
+				}
 				fencing = false
 				msgs := fence.take()
 				if len(msgs) > 0 {
@@ -285,7 +316,7 @@ func (pt *partition) run() {
 		pt.stopPull(iter, pulled)
 	}
 	for _, m := range append(fence.take(), pt.takeWaiting()...) {
-		nak(pt.log, m, 0)
+		pt.nak(pt.log, m)
 	}
 	pt.parking.returnHeld(pt)
 }
@@ -295,8 +326,7 @@ func (pt *partition) run() {
 func (pt *partition) openPull() jetstream.MessagesContext {
 	var pause backoff.Backoff
 	for pt.ctx.Err() == nil {
-		iter, err := pt.cons.Messages(jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
-			jetstream.WithMessagesErrOnMissingHeartbeat(false))
+		iter, err := pt.cons.Messages(pt.pullOpts()...)
 		if err == nil {
 			return iter
 		}
@@ -325,7 +355,7 @@ drain:
 			if p.err != nil {
 				break drain
 			}
-			nak(pt.log, p.msg, 0)
+			pt.nak(pt.log, p.msg)
 		case <-time.After(time.Second):
 			break drain
 		}
@@ -375,7 +405,7 @@ func (pt *partition) read(iter jetstream.MessagesContext, stop <-chan struct{}) 
 			case out <- pulled{msg, err}:
 			case <-stop:
 				if msg != nil {
-					nak(pt.log, msg, 0)
+					pt.nak(pt.log, msg)
 				}
 			}
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
@@ -405,7 +435,9 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 	stale := behind && pt.recent[seq]
 	pt.mu.Unlock()
 	if stale {
-		_ = msg.Ack()
+		if pt.mayAck() == nil {
+			_ = msg.Ack()
+		}
 		return
 	}
 	if behind {

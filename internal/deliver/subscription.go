@@ -121,11 +121,15 @@ type Subscription struct {
 	// User-Agent, the signature and ce-* headers).
 	Headers map[string]string
 	// Timeout bounds one POST, connection to end of response body.
-	// Default 10 s. It should stay below AckWait (a warning at start says so).
+	// Default 10 s. It must be below AckWait/2 (Validate refuses it
+	// otherwise): a POST ends before JetStream may hand its event to
+	// another replica, so a stale replica's POST never overlaps the next
+	// owner's.
 	Timeout time.Duration
 	// AckWait is how long JetStream waits for an ack before it redelivers
-	// (a crashed or hung consumer). Default 30 s. A POST running longer than
-	// AckWait/2 sends InProgress.
+	// (a crashed or hung consumer). Default 30 s. An event held longer
+	// than AckWait/2 (retried in place, queued behind its stream) gets
+	// InProgress.
 	AckWait time.Duration
 	// MaxDeliver is the number of delivery attempts of one event: a
 	// retryable failure on attempt MaxDeliver or later is dead-lettered.
@@ -224,6 +228,9 @@ var reservedHeaders = map[string]bool{
 	"user-agent":        true,
 	"transfer-encoding": true,
 	strings.ToLower(wire.HeaderIdempotencyKey):      true,
+	strings.ToLower(wire.HeaderReplica):             true,
+	strings.ToLower(wire.HeaderPartition):           true,
+	strings.ToLower(wire.HeaderLeaseEpoch):          true,
 	strings.ToLower(webhook.HeaderWebhookID):        true,
 	strings.ToLower(webhook.HeaderWebhookTimestamp): true,
 	strings.ToLower(webhook.HeaderWebhookSignature): true,
@@ -290,6 +297,12 @@ func (s Subscription) Validate() error {
 	}
 	if s.AckWait < 0 {
 		return bad("AckWait", "%s must be positive", s.AckWait)
+	}
+	if 2*s.Timeout >= s.AckWait {
+		// A POST must end before JetStream may hand its event to another
+		// replica (the next owner of a partition, or a redelivery), so that
+		// a stale POST never overlaps its successor's.
+		return bad("Timeout", "%s must be below half of AckWait %s", s.Timeout, s.AckWait)
 	}
 	if s.MaxDeliver < -1 {
 		return bad("MaxDeliver", "%d (want a positive number, or -1 for no limit)", s.MaxDeliver)

@@ -340,6 +340,15 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 		l := log(slog.Int("status", resp.status))
 		l.Warn("delivery failed, will retry", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
 		nak(l, msg, s.delay)
+	case actWait, actStale:
+		// An order gate's 409 (an unordered webhook carries no lease
+		// epoch, so stale-epoch is unexpected here): never dead-lettered,
+		// whatever the attempt.
+		at.decide(s.outcome, s.class, s.reason)
+		r.count(s.outcome, s.class, 0)
+		l := log(slog.Int("status", resp.status))
+		l.Info("the receiver's order gate refused the event for now; will retry", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
+		nak(l, msg, s.delay)
 	}
 }
 

@@ -104,7 +104,7 @@ const (
 	// AttrAttempt is the attempt number (1-based, JetStream NumDelivered).
 	AttrAttempt = attribute.Key("jsbridge.attempt")
 	// AttrOutcome is the attempt's outcome (deliver's Outcome* values:
-	// ack, retry, term, exhausted, breaker_open).
+	// ack, retry, term, exhausted, breaker_open, stale_epoch).
 	AttrOutcome = attribute.Key("jsbridge.outcome")
 	// AttrStatusClass is the attempt's status class (2xx..5xx, timeout,
 	// network, tls, forbidden, none).

@@ -1,0 +1,216 @@
+package deliver
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// ackMsg is a fakeMsg that counts what was sent for it.
+type ackMsg struct {
+	*fakeMsg
+	acks, naks, inProgress atomic.Int32
+}
+
+func newAckMsg(seq uint64) *ackMsg { return &ackMsg{fakeMsg: newFakeMsg("order-1", 0, seq)} }
+
+func (m *ackMsg) DoubleAck(context.Context) error { m.acks.Add(1); return nil }
+func (m *ackMsg) Ack() error                      { m.acks.Add(1); return nil }
+func (m *ackMsg) NakWithDelay(time.Duration) error {
+	m.naks.Add(1)
+	return nil
+}
+func (m *ackMsg) InProgress() error { m.inProgress.Add(1); return nil }
+
+// fencedPartition is a testPartition on a fake clock with its lease
+// deadline 3 s ahead and its NATS connection's status in status.
+func fencedPartition(t *testing.T) (*partition, *clockwork.FakeClock, *atomic.Int32) {
+	clock := clockwork.NewFakeClock()
+	pt := testPartition(t, nil)
+	pt.clock = clock
+	pt.lastDone, pt.recent, pt.acking, pt.inLane = map[string]uint64{}, map[uint64]bool{}, map[uint64]bool{}, map[uint64]bool{}
+	var status atomic.Int32
+	status.Store(int32(nats.CONNECTED))
+	pt.connStatus = func() nats.Status { return nats.Status(status.Load()) }
+	pt.setDeadline(clock.Now().Add(3 * time.Second))
+	return pt, clock, &status
+}
+
+// Past its lease deadline (on the engine's clock) a partition sends no
+// InProgress and no Nak, and acks nothing; an ack waits for a late renewal
+// and goes out then, or never once the partition is released.
+func TestPartitionPastItsDeadlineAcksNothing(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pt, clock, _ := fencedPartition(t)
+	m := newAckMsg(10)
+	require.NoError(t, pt.inProgress(m))
+	require.Equal(t, int32(1), m.inProgress.Load(), "before the deadline")
+
+	clock.Advance(3 * time.Second)
+	require.ErrorIs(t, pt.inProgress(m), errLeasePassed)
+	pt.nak(pt.log, m)
+	require.Equal(t, int32(1), m.inProgress.Load(), "no InProgress past the deadline")
+	require.Zero(t, m.naks.Load(), "no Nak past the deadline")
+
+	acked := make(chan struct{})
+	go func() { pt.ack(m, pt.log); close(acked) }()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the ack waits on the clock")
+	require.Zero(t, m.acks.Load(), "no ack past the deadline")
+	pt.setDeadline(clock.Now().Add(3 * time.Second)) // a late renewal
+	clock.Advance(20 * time.Millisecond)
+	<-acked
+	require.Equal(t, int32(1), m.acks.Load(), "acked once the lease was renewed")
+
+	clock.Advance(3 * time.Second)
+	m2 := newAckMsg(11)
+	done := make(chan struct{})
+	go func() { pt.ack(m2, pt.log); close(done) }()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	pt.release() // the lease was lost
+	clock.Advance(20 * time.Millisecond)
+	<-done
+	require.Zero(t, m2.acks.Load(), "released past its deadline: never acked")
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	require.Equal(t, uint64(10), pt.lastDone["ordered.events.0.order.order-1"], "the first recorded settled, not the second")
+}
+
+// While the NATS connection is not connected no ack, Nak or InProgress is
+// sent (nats.go would buffer it and flush it after the reconnect); the ack
+// goes out once connected again.
+func TestPartitionSendsNothingWhileDisconnected(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pt, clock, status := fencedPartition(t)
+	m := newAckMsg(10)
+	status.Store(int32(nats.RECONNECTING))
+	require.ErrorIs(t, pt.inProgress(m), errNotConnected)
+	pt.nak(pt.log, m)
+	require.Zero(t, m.inProgress.Load()+m.naks.Load())
+	acked := make(chan struct{})
+	go func() { pt.ack(m, pt.log); close(acked) }()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	require.Zero(t, m.acks.Load(), "no ack while reconnecting")
+	status.Store(int32(nats.CONNECTED))
+	clock.Advance(20 * time.Millisecond)
+	<-acked
+	require.Equal(t, int32(1), m.acks.Load())
+}
+
+// fakeIter is a pull iterator that only records Stop.
+type fakeIter struct {
+	jetstream.MessagesContext
+	stopped atomic.Bool
+}
+
+func (it *fakeIter) Stop() { it.stopped.Store(true) }
+
+// fakeConsumer opens fakeIters and counts them.
+type fakeConsumer struct {
+	jetstream.Consumer
+	mu     sync.Mutex
+	opened int
+}
+
+func (c *fakeConsumer) Messages(...jetstream.PullMessagesOpt) (jetstream.MessagesContext, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.opened++
+	return &fakeIter{}, nil
+}
+
+// Past its lease deadline a partition stops its pull iterator and opens no
+// new one until the lease is renewed: it pulls nothing.
+func TestPartitionPastItsDeadlinePullsNothing(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pt, clock, _ := fencedPartition(t)
+	cons := &fakeConsumer{}
+	pt.cons = cons
+	pt.or = &orderedRunner{parts: make([]*partition, 1), r: &runner{sender: &sender{}}}
+	pt.or.r.sub.MaxInFlight = 8
+	clock.Advance(3 * time.Second)
+	old := &fakeIter{}
+	stop := make(chan struct{})
+	got := make(chan jetstream.MessagesContext, 1)
+	go func() { got <- pt.pausePull(old, stop) }()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "waits for a renewal on the clock")
+	require.True(t, old.stopped.Load(), "the iterator was stopped")
+	select {
+	case <-stop:
+	default:
+		t.Fatal("the reader was not stopped")
+	}
+	cons.mu.Lock()
+	require.Zero(t, cons.opened, "no pull while past the deadline")
+	cons.mu.Unlock()
+	pt.setDeadline(clock.Now().Add(3 * time.Second))
+	clock.Advance(20 * time.Millisecond)
+	require.NotNil(t, <-got)
+	cons.mu.Lock()
+	require.Equal(t, 1, cons.opened, "pulling again after the renewal")
+	cons.mu.Unlock()
+
+	clock.Advance(3 * time.Second)
+	go func() { got <- pt.pausePull(&fakeIter{}, make(chan struct{})) }()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	pt.release()
+	require.Nil(t, <-got, "released while paused: no new iterator")
+}
+
+// A park entry written while the watch is away (re-subscribing, so this
+// replica's cache does not have it) is found by reread, which a new owner
+// runs before its fence passes: the stream's later events are held, not
+// delivered; other streams are not.
+func TestParkWrittenWhileTheWatchIsAwayHoldsTheStream(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
+	require.NoError(t, err)
+
+	pt, _, _ := fencedPartition(t)
+	pk := &parking{o: &ordering{parks: kv, eventsPrefix: "events"}, sub: Subscription{Name: "orders"}, log: pt.log,
+		clock: pt.clock, parked: map[string]*parkedStream{}}
+	pt.parking = pk
+	require.NoError(t, pk.reread(ctx), "an empty bucket")
+
+	// Another replica parks order-1 behind event 5; this replica's watch
+	// never sees it.
+	key := wire.StreamKey(wire.EventsSubject("events", newFakeMsg("order-1", 1, 11).Subject()))
+	v, err := json.Marshal(deadletter.ParkedStream{Subscription: "orders", Stream: "order-1", HeadEventID: "5"})
+	require.NoError(t, err)
+	_, err = kv.Create(ctx, wire.ParkedKey("orders", key), v)
+	require.NoError(t, err)
+	later := newAckMsg(11)
+	require.False(t, pk.hold(pt, key, later), "the cache does not know the park")
+
+	require.NoError(t, pk.reread(ctx))
+	require.True(t, pk.hold(pt, key, later), "after the re-read the stream's later event is held")
+	other := &ackMsg{fakeMsg: newFakeMsg("order-2", 0, 12)}
+	require.False(t, pk.hold(pt, wire.StreamKey(wire.EventsSubject("events", other.Subject())), other), "another stream goes on")
+}
