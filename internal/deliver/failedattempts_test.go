@@ -48,8 +48,11 @@ func TestOrderedNaksWithoutPOSTSpendNoAttempt(t *testing.T) {
 	for _, stream := range []string{"order-ok", "order-bad"} {
 		cons, err := b.js.Consumer(b.ctx, wire.OrderedStream("EVENTS"), wire.PartitionDurable("naks", wire.StreamPartition(stream, 4)))
 		require.NoError(t, err)
-		for n := 0; n < 5; {
-			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		// The partition consumers pull in their pinned priority group
+		// ("owner"); a fetch outside it gets nothing.
+		for n, tries := 0, 0; n < 5; tries++ {
+			require.Less(t, tries, 50, "%s: %d of 5 Naks", stream, n)
+			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second), jetstream.FetchPriorityGroup("owner"))
 			require.NoError(t, err)
 			for m := range batch.Messages() {
 				require.NoError(t, m.Nak())
