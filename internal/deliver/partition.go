@@ -363,57 +363,10 @@ drain:
 	iter.Stop()
 }
 
-// pulled is one result of a partition's pull iterator.
-type pulled struct {
-	msg jetstream.Msg
-	err error
-}
-
-// pullWait bounds one Next call of a partition's reader. It must exceed
-// two pull heartbeats: nats.go watches a pull's idle heartbeats only while
-// a Next call waits, and only then notices that the pull requests it
-// counts as pending are gone (lost with a server that died, or with a
-// consumer leader that moved) and issues new ones. Next calls shorter
-// than that never notice, and the partition would receive nothing more,
-// not even the redeliveries its fence waits for.
-const pullWait = 5 * pullHeartbeat
-
-// read calls iter.Next, each call waiting up to pullWait, and sends every
-// message and error other than a timeout on the returned channel, until
-// iter ends (ErrMsgIteratorClosed, sent too) or stop is closed. A message
-// read once nobody receives any more (stop closed) is Nak'd.
+// read reads iter on its own goroutine (readPull), with room for two pull
+// batches; a message read once stop is closed is Nak'd.
 func (pt *partition) read(iter jetstream.MessagesContext, stop <-chan struct{}) <-chan pulled {
-	// Buffered, so that Next keeps emptying the client's pull buffer
-	// while the run loop waits (on a consumer info request during a
-	// failover): nats.go drops what overflows that buffer ("slow
-	// consumer"), and after a reconnect the server may answer the pull
-	// requests of before and after it. Two batches absorb that; more
-	// would only keep messages out of JetStream, with no InProgress.
-	out := make(chan pulled, 2*pt.or.pullBatch())
-	go func() {
-		for {
-			msg, err := iter.Next(jetstream.NextMaxWait(pullWait))
-			if errors.Is(err, nats.ErrTimeout) {
-				select {
-				case <-stop:
-					return
-				default:
-					continue
-				}
-			}
-			select {
-			case out <- pulled{msg, err}:
-			case <-stop:
-				if msg != nil {
-					pt.nak(pt.log, msg)
-				}
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return
-			}
-		}
-	}()
-	return out
+	return readPull(iter, stop, 2*pt.or.pullBatch(), func(m jetstream.Msg) { pt.nak(pt.log, m) })
 }
 
 // dispatch hands msg to its stream's lane, holds it when its stream is
