@@ -36,13 +36,12 @@ func getBody(rawURL string) (int, string) {
 }
 
 // waitReadyz waits until /readyz at addr answers status with a body
-// containing every one of parts.
+// containing every one of parts, up to 60 s (a start-up's backoff under
+// the whole suite's load can take more than 30 s), and fails naming the
+// last answer.
 func waitReadyz(t *testing.T, addr string, status int, parts ...string) string {
 	t.Helper()
-	var code int
-	var body string
-	require.Eventually(t, func() bool {
-		code, body = getBody("http://" + addr + "/readyz")
+	matches := func(code int, body string) bool {
 		if code != status {
 			return false
 		}
@@ -52,8 +51,18 @@ func waitReadyz(t *testing.T, addr string, status int, parts ...string) string {
 			}
 		}
 		return true
-	}, 30*time.Second, 50*time.Millisecond, "/readyz of %s: want %d with %q, last %d %q", addr, status, parts, code, body)
-	return body
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, body := getBody("http://" + addr + "/readyz")
+		if matches(code, body) {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz of %s: want %d with %q, last %d %q", addr, status, parts, code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // requireRunsUntil fails when p exits before the deadline.
@@ -83,6 +92,11 @@ func TestStartupBridgeAndConsumerWaitForNATS(t *testing.T) {
 	bridge := startProc(t, b.env, "bridge", "run", "--nats-url", natsSrv.url(), "--ops-addr", bridgeOps, "--poll-interval", "100ms")
 	consumer := startProc(t, []string{"JSBRIDGE_SECRET=" + testSecret}, "consumer", "run", "--nats-url", natsSrv.url(),
 		"--name", "late", "--url", rsrv.URL, "--allow-private", "--ops-addr", consumerOps)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("bridge output:\n%s\nconsumer output:\n%s", bridge.out.String(), consumer.out.String())
+		}
+	})
 
 	waiting := "startup: waiting for NATS at " + natsSrv.url()
 	for _, addr := range []string{bridgeOps, consumerOps} {
