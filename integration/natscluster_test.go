@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -70,20 +69,7 @@ func serveNATSNode() int {
 		return 1
 	}
 	defer srv.Shutdown()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-sig:
-			return 0
-		case <-t.C:
-			if os.Getppid() != parent { // orphaned: the test run died
-				return 0
-			}
-		}
-	}
+	return serveUntilStopped(parent)
 }
 
 // natsCluster is a 3-node JetStream cluster whose nodes are processes of

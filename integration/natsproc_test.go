@@ -42,20 +42,7 @@ func serveNATS(dir, port string) int {
 		return 1
 	}
 	defer srv.Shutdown()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-sig:
-			return 0
-		case <-t.C:
-			if os.Getppid() != parent { // orphaned: the test run died
-				return 0
-			}
-		}
-	}
+	return serveUntilStopped(parent)
 }
 
 // natsProc is a NATS server in a process of its own on a fixed port,
@@ -135,4 +122,24 @@ func (p *natsProc) freeze() {
 func (p *natsProc) thaw() {
 	p.t.Helper()
 	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGCONT))
+}
+
+// serveUntilStopped waits until the serving process gets SIGTERM or
+// SIGINT, or is orphaned (its parent, the test run, died), and returns the
+// process's exit code, 0.
+func serveUntilStopped(parent int) int {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-sig:
+			return 0
+		case <-t.C:
+			if os.Getppid() != parent { // orphaned: the test run died
+				return 0
+			}
+		}
+	}
 }
