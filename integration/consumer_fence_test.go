@@ -82,6 +82,25 @@ func newFenceWatch(t *testing.T, streams int) (*fenceWatch, *httptest.Server) {
 	return w, srv
 }
 
+// holdOnce makes the first request of replica that reaches the receiver
+// call act before it is answered; the channel closes once act returned.
+func (w *fenceWatch) holdOnce(replica string, act func()) <-chan struct{} {
+	done := make(chan struct{})
+	var once sync.Once
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hold = func(r string) {
+		if r != replica {
+			return
+		}
+		once.Do(func() {
+			act()
+			close(done)
+		})
+	}
+	return done
+}
+
 // event maps an event id of jsBundle.publish(first=1) to its stream and
 // version.
 func (w *fenceWatch) event(id string) (stream, version int) {
@@ -140,29 +159,34 @@ func equalInts(a, b []int) bool {
 // longer than AckWait, or cut off from NATS (not from the endpoint) by a
 // proxy that stops forwarding for 6 s. Every stream's first POSTs come in
 // version order and the handler processes every stream exactly in order.
+// The last case kills instead: r1 and then r2 are SIGKILLed mid-POST and
+// started again, and the same must hold.
 func TestOrderedZombieReplicaIsFenced(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		freeze time.Duration // SIGSTOP for this long; 0: cut off from NATS
+		kill   bool          // SIGKILL r1, then r2, mid-POST and restart them
 	}{
-		{"frozen past the lease, below AckWait", 3 * time.Second},
-		{"frozen past AckWait", 6 * time.Second},
-		{"cut off from NATS", 0},
+		{"frozen past the lease, below AckWait", 3 * time.Second, false},
+		{"frozen past AckWait", 6 * time.Second, false},
+		{"cut off from NATS", 0, false},
+		{"killed mid-POST and restarted", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			const (
-				streams   = 500
-				perStream = 10
-				events    = streams * perStream
-			)
+			const streams = 500
+			perStream := 10
+			if tc.kill {
+				perStream = 30 // two kills and restarts need events left to hold
+			}
+			events := streams * perStream
 			b := setupJetStream(t)
 			watch, rsrv := newFenceWatch(t, streams)
 			env := []string{"JSBRIDGE_SECRET=" + testSecret}
 			natsURL := b.srv.ClientURL()
 			var proxy *tcpProxy
-			if tc.freeze == 0 {
+			if tc.freeze == 0 && !tc.kill {
 				proxy = newTCPProxy(t, strings.TrimPrefix(natsURL, "nats://"))
 				natsURL = "nats://" + proxy.addr()
 			}
@@ -172,28 +196,44 @@ func TestOrderedZombieReplicaIsFenced(t *testing.T) {
 				return p
 			}
 			zombie := start("r1", natsURL)
-			start("r2", b.srv.ClientURL())
+			second := start("r2", b.srv.ClientURL())
 			start("r3", b.srv.ClientURL())
 			publishVersions(t, b, events, streams)
 			require.True(t, waitProgress(func() bool { return watch.processed() >= events/4 }, watch.processed, 60*time.Second, 3*time.Minute), "a quarter processed")
 
-			if tc.freeze > 0 {
-				// Freeze r1 while one of its POSTs is at the receiver.
-				frozen := make(chan struct{})
-				var once sync.Once
-				watch.mu.Lock()
-				watch.hold = func(replica string) {
-					if replica != "r1" {
-						return
-					}
-					once.Do(func() {
-						if err := zombie.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-							t.Errorf("SIGSTOP: %v", err)
+			switch {
+			case tc.kill:
+				// SIGKILL r1 while one of its POSTs is at the receiver; the
+				// others take its partitions over; r1 starts again. Then
+				// the same for r2, started again at once.
+				for i, id := range []string{"r1", "r2"} {
+					victim := []*proc{zombie, second}[i]
+					select {
+					case <-watch.holdOnce(id, func() {
+						if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+							t.Errorf("SIGKILL %s: %v", id, err)
 						}
-						close(frozen)
-					})
+					}):
+					case <-time.After(time.Minute):
+						t.Fatalf("no POST of %s reached the receiver within a minute (%d of %d processed)", id, watch.processed(), events)
+					}
+					<-victim.exited
+					if id == "r1" {
+						at := watch.processed()
+						require.True(t, waitProgress(func() bool { return watch.processed() > at+events/20 }, watch.processed, 30*time.Second, time.Minute), "the others go on")
+					}
+					restarted := start(id, b.srv.ClientURL())
+					if id == "r1" {
+						zombie = restarted
+					}
 				}
-				watch.mu.Unlock()
+			case tc.freeze > 0:
+				// Freeze r1 while one of its POSTs is at the receiver.
+				frozen := watch.holdOnce("r1", func() {
+					if err := zombie.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+						t.Errorf("SIGSTOP: %v", err)
+					}
+				})
 				<-frozen
 				frozeAt := time.Now()
 				t.Cleanup(func() { _ = zombie.cmd.Process.Signal(syscall.SIGCONT) })
@@ -203,7 +243,7 @@ func TestOrderedZombieReplicaIsFenced(t *testing.T) {
 				require.True(t, waitProgress(func() bool { return time.Since(frozeAt) >= tc.freeze && watch.processed() > at },
 					watch.processed, 30*time.Second, time.Minute), "the others go on")
 				require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGCONT))
-			} else {
+			default:
 				proxy.block()
 				at := watch.processed()
 				require.True(t, waitProgress(func() bool { return watch.processed() > at+events/20 }, watch.processed, 30*time.Second, time.Minute), "the others go on")
