@@ -31,6 +31,7 @@ func sub(name, url string) consumer.Subscription {
 	return consumer.Subscription{
 		Name: name, FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)}, URL: url,
 		Secrets: []string{secret}, AllowPrivate: true, BackOff: []time.Duration{50 * time.Millisecond},
+		Start: consumer.Start{Policy: consumer.StartAll}, // events published before the start count too
 	}
 }
 
