@@ -122,7 +122,7 @@ func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", startup.RedactURL(conn.URL), err)
 	}
-	js, err := jetstream.New(nc)
+	js, err := conn.JetStream(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
@@ -228,7 +228,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 // consumers, waited for with the same w), and returns the connection (to close, also on error) and
 // the consumer.
 func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn natsconn.Settings, log *slog.Logger, cfg consumer.Config, jsRef *startup.JetStreamRef) (*nats.Conn, *consumer.Consumer, error) {
-	log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS)
+	log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS, "jetstream_api", conn.JetStreamAPI())
 	// No reconnect buffer: an ack or InProgress written while the
 	// connection is down fails instead of going out after the reconnect,
 	// maybe after the partition lease ended (see consumer.Config).
@@ -237,7 +237,7 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn 
 	if err != nil {
 		return nil, nil, err
 	}
-	js, err := jetstream.New(nc)
+	js, err := conn.JetStream(nc)
 	if err != nil {
 		return nc, nil, fmt.Errorf("jetstream: %w", err)
 	}
