@@ -147,7 +147,7 @@ func run(ctx context.Context, cfg config) (int, error) {
 		return 1, fmt.Errorf("bridge: %w", err)
 	}
 	consumer, err := procs.Start("consumer", filepath.Join(cfg.Bin, "consumer"), []string{"run",
-		"--nats-url", natsURL, "--replicas", strconv.Itoa(replicas), "--name", "demo-receiver", "--filter", wire.All(wire.DefaultEventsPrefix),
+		"--nats-url", natsURL, "--replicas", strconv.Itoa(replicas), "--start", "all", "--name", "demo-receiver", "--filter", wire.All(wire.DefaultEventsPrefix),
 		"--url", "http://" + ln.Addr().String() + "/webhook", "--allow-private",
 		"--ops-addr", fmt.Sprintf("127.0.0.1:%d", consumerOps), "--log-level", "warn",
 	}, "JSBRIDGE_SECRET="+secret)
