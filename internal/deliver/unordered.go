@@ -67,6 +67,10 @@ func (r *runner) createConsumer(ctx context.Context) (jetstream.Consumer, error)
 	return cons, nil
 }
 
+// unorderedDescription begins the description of an unordered
+// subscription's durable consumer (ReadPositions finds them by it).
+const unorderedDescription = "jsbridge webhook subscription to "
+
 // consumerConfig is the durable pull consumer of r's subscription. BackOff
 // is applied by NakWithDelay, not set on the consumer: a server-side BackOff
 // would replace AckWait with BackOff[0] (nats-server consumer.go) and
@@ -78,7 +82,7 @@ func (r *runner) createConsumer(ctx context.Context) (jetstream.Consumer, error)
 func (r *runner) consumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:        r.sub.Name,
-		Description:    "jsbridge webhook subscription to " + r.endpoint,
+		Description:    unorderedDescription + r.endpoint,
 		FilterSubjects: r.sub.FilterSubjects,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        r.sub.AckWait,
