@@ -203,15 +203,19 @@ func (or *orderedRunner) createConsumers(ctx context.Context, o *ordering, repli
 			}
 			c, err = js.CreateConsumer(ctx, o.stream(), cfg)
 			if errors.Is(err, jetstream.ErrConsumerExists) {
-				// Another replica created it meanwhile, from the same start.
-				c, err = js.Consumer(ctx, o.stream(), cfg.Durable)
+				// Another replica created it meanwhile: the partitions
+				// still missing start where it started this one.
+				if c, err = js.Consumer(ctx, o.stream(), cfg.Durable); err == nil {
+					have := c.CachedInfo().Config
+					model = &have
+				}
 			}
 		}
 		if err != nil {
 			return fmt.Errorf("deliver: subscription %q: create or update durable consumer %q on JetStream stream %q: %w", sub.Name, cfg.Durable, o.stream(), err)
 		}
 		or.cons[p] = c
-		or.created[p] = cfg
+		or.created[p] = c.CachedInfo().Config
 	}
 	return nil
 }
