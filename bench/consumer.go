@@ -295,7 +295,7 @@ func (e *env) consumerRow(ctx context.Context) (row, int64, error) {
 	}
 	start, selfCPU := time.Now(), ownCPU()
 	args := []string{"run",
-		"--nats-url", e.srv.ClientURL(), "--name", "bench", "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
+		"--nats-url", e.srv.ClientURL(), "--start", "all", "--name", "bench", "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
 		"--allow-private", "--max-in-flight", fmt.Sprint(inFlight), "--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--log-level", "warn",
 		// Against the bare loop, which has no order either; the ordered
 		// rows (ordered.go) compare ordering stream with this.

@@ -93,7 +93,7 @@ func (e *env) e2eRow(ctx context.Context) (row, error) {
 		return row{}, err
 	}
 	consumer, err := e.procs.Start("consumer", e.cfg.Bin+"/consumer", []string{"run",
-		"--nats-url", e.srv.ClientURL(), "--name", "bench-e2e", "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
+		"--nats-url", e.srv.ClientURL(), "--start", "all", "--name", "bench-e2e", "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
 		"--allow-private", "--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--log-level", "warn",
 	}, "JSBRIDGE_SECRET=whsec_"+base64.StdEncoding.EncodeToString(secret))
 	if err != nil {

@@ -128,7 +128,7 @@ func (e *env) consumerRun(ctx context.Context, s *partSink, name, ordering strin
 	var ps []*proc.Process
 	for i := range replicas {
 		args := []string{"run",
-			"--nats-url", e.srv.ClientURL(), "--name", name, "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
+			"--nats-url", e.srv.ClientURL(), "--start", "all", "--name", name, "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
 			"--allow-private", "--max-in-flight", fmt.Sprint(e.cfg.InFlight), "--ops-addr", "", "--log-level", "warn",
 			"--ordering", ordering, "--partitions", fmt.Sprint(orderedPartitions), "--lease-ttl", orderedLeaseTTL.String(),
 			"--ack-wait", orderedAckWait.String(), "--timeout", "2s", "--replica-id", fmt.Sprintf("%s-%d", name, i),

@@ -197,6 +197,7 @@ func (e *env) tracedConsumer(ctx context.Context, m int, on bool, round int) (tr
 	c, err := consumer.New(e.js, consumer.Config{TracerProvider: tp, Subscriptions: []consumer.Subscription{{
 		Name: fmt.Sprintf("bench-tracing-%v-%d", on, round), FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)}, URL: s.url,
 		Secrets: []string{"whsec_" + base64.StdEncoding.EncodeToString(secret)}, AllowPrivate: true, MaxInFlight: e.cfg.InFlight,
+		Start: consumer.Start{Policy: consumer.StartAll}, // the round's events are stored before it starts
 	}}})
 	if err != nil {
 		return traced{}, err

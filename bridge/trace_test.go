@@ -66,6 +66,7 @@ func TestTraceContextFromMetaReachesTheReceiver(t *testing.T) {
 		Secrets:      []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("bridge-trace-test-secret-0123"))},
 		BackOff:      []time.Duration{20 * time.Millisecond},
 		AllowPrivate: true,
+		Start:        consumer.Start{Policy: consumer.StartAll},
 	}}})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))

@@ -163,7 +163,8 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	// for it here.
 	err = w.For(ctx, "JetStream stream "+c.cfg.Stream, func(ctx context.Context) error {
 		err := c.engine.Provision(ctx)
-		if errors.Is(err, deliver.ErrPartitionsChanged) || errors.Is(err, deliver.ErrEventsRecreated) || errors.Is(err, deliver.ErrInvalidSubscription) {
+		if errors.Is(err, deliver.ErrPartitionsChanged) || errors.Is(err, deliver.ErrEventsRecreated) || errors.Is(err, deliver.ErrInvalidSubscription) ||
+			errors.Is(err, deliver.ErrStartChanged) {
 			return startup.Permanent(err)
 		}
 		return startup.JetStreamErr(err)

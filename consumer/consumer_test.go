@@ -31,6 +31,7 @@ func sub(name, url string) consumer.Subscription {
 	return consumer.Subscription{
 		Name: name, FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)}, URL: url,
 		Secrets: []string{secret}, AllowPrivate: true, BackOff: []time.Duration{50 * time.Millisecond},
+		Start: consumer.Start{Policy: consumer.StartAll}, // events published before the start count too
 	}
 }
 
@@ -328,4 +329,31 @@ func TestLifeCycleStopBeforeStartAndStopEndsRun(t *testing.T) {
 	require.ErrorIs(t, c.Run(b.ctx), consumer.ErrAlreadyStarted)
 	require.ErrorIs(t, c.Start(b.ctx), consumer.ErrAlreadyStarted)
 	require.NoError(t, c.Stop(b.ctx), "a second Stop is harmless")
+}
+
+// A subscription whose start differs from its durable's fails Provision
+// at once with ErrStartChanged (waiting cannot fix it), naming the reset.
+func TestProvisionRefusesAChangedStartAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createEvents(t)
+	s := sub("billing", "http://127.0.0.1:1/")
+	s.Ordering = consumer.OrderingNone
+	c, err := consumer.New(b.js, consumer.Config{Subscriptions: []consumer.Subscription{s}})
+	require.NoError(t, err)
+	require.NoError(t, c.Provision(b.ctx))
+
+	s.Start = consumer.Start{} // new, not the all it was created with
+	c, err = consumer.New(b.js, consumer.Config{Subscriptions: []consumer.Subscription{s}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	err = c.Provision(ctx)
+	require.ErrorIs(t, err, consumer.ErrStartChanged)
+	require.ErrorContains(t, err, "nats consumer rm EVENTS billing")
+	require.NoError(t, ctx.Err(), "failed at once, without waiting")
+
+	positions, err := consumer.ReadPositions(b.ctx, b.js, "")
+	require.NoError(t, err)
+	require.Equal(t, []consumer.Position{{Name: "billing", Start: "all"}}, positions)
 }

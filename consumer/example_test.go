@@ -79,6 +79,9 @@ func Example() {
 		URL:            endpoint.URL,
 		Secrets:        []string{secret},
 		AllowPrivate:   true, // the example's endpoint is on loopback
+		// Every event the stream holds, also those stored before the
+		// subscription was created (the default, StartNew, only those after).
+		Start: consumer.Start{Policy: consumer.StartAll},
 	}}})
 	if err != nil {
 		log.Fatal(err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
 )
 
@@ -83,4 +84,21 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 		out.Copies = append(out.Copies, CopyLag(c))
 	}
 	return out, err
+}
+
+// Position is where one subscription's durable consumers are: its start
+// (as they were created with it), the events stream sequence up to which
+// everything is settled, and what is still to deliver. What `consumer
+// status` prints per subscription.
+type Position = deliver.Position
+
+// ReadPositions reads the position of every subscription with durable
+// consumers on the events stream (Config.Stream; "" is the default) or on
+// its partitioned copy, by name. It wraps jetstream.ErrStreamNotFound
+// when the events stream does not exist.
+func ReadPositions(ctx context.Context, js jetstream.JetStream, stream string) ([]Position, error) {
+	if stream == "" {
+		stream = DefaultStream
+	}
+	return deliver.ReadPositions(ctx, js, stream)
 }

@@ -163,7 +163,61 @@ type Subscription struct {
 	// an event: DeadLetterPark (default) or DeadLetterSkip. Not used with
 	// OrderingNone (the stream always goes on).
 	OnDeadLetter DeadLetterPolicy
+	// Start is where the subscription begins when its durable consumers
+	// are first created: StartNew (the zero value: only events stored
+	// after that, as webhook platforms do for a new endpoint), StartAll
+	// (every event the events stream holds), StartAtTime(t) or
+	// StartAtSequence(n) (the events stream's sequence, also for ordered
+	// subscriptions). An existing durable keeps its position; a Start that
+	// differs from the one it was created with is refused at start
+	// (ErrStartChanged, whose message says how to reset: delete the
+	// durable consumers). docs/subscriptions-start.md.
+	Start Start
 }
+
+// Start says where a subscription's durable consumers begin when they are
+// created; the zero value is StartNew. Read one with ParseStart ("new",
+// "all", "time:<RFC 3339>", "sequence:<n>"); String writes it back.
+type Start = deliver.Start
+
+// StartPolicy is the kind of a Start.
+type StartPolicy = deliver.StartPolicy
+
+// Start policies (see Subscription.Start).
+const (
+	// StartNew delivers only the events stored after the durable
+	// consumers were created. The default.
+	StartNew = deliver.StartNew
+	// StartAll delivers every event the events stream still holds.
+	StartAll = deliver.StartAll
+	// StartTime delivers the events the events stream stored at or after
+	// Start.Time.
+	StartTime = deliver.StartTime
+	// StartSequence delivers from the events stream's sequence
+	// Start.Sequence on.
+	StartSequence = deliver.StartSequence
+)
+
+// ErrStartChanged is wrapped by Provision (and Start) when a
+// subscription's Start differs from the one its existing durable consumer
+// was created with; the message names both and how to reset (delete the
+// durable consumers). Waiting does not fix it.
+var ErrStartChanged = deliver.ErrStartChanged
+
+// ErrInvalidStart is wrapped by ParseStart for a start it cannot read.
+var ErrInvalidStart = deliver.ErrInvalidStart
+
+// StartAtTime returns the Start at the first event the events stream
+// stored at or after t.
+func StartAtTime(t time.Time) Start { return deliver.StartAtTime(t) }
+
+// StartAtSequence returns the Start at the events stream's sequence seq
+// (1 or more).
+func StartAtSequence(seq uint64) Start { return deliver.StartAtSequence(seq) }
+
+// ParseStart reads "new", "all", "time:<RFC 3339>" or "sequence:<n>" ("" is
+// "new"); an error wraps ErrInvalidStart and quotes the value.
+func ParseStart(s string) (Start, error) { return deliver.ParseStart(s) }
 
 // engine converts s into the engine's subscription.
 func (s Subscription) engine() deliver.Subscription {
@@ -174,6 +228,7 @@ func (s Subscription) engine() deliver.Subscription {
 		AllowPrivate: s.AllowPrivate, AllowHTTP: s.AllowHTTP,
 		TLS:      deliver.TLSFiles{ClientCertFile: s.TLS.ClientCertFile, ClientKeyFile: s.TLS.ClientKeyFile, CAFile: s.TLS.CAFile},
 		Ordering: deliver.Ordering(s.Ordering), OnDeadLetter: deliver.DeadLetterPolicy(s.OnDeadLetter),
+		Start: s.Start,
 	}
 }
 

@@ -152,7 +152,7 @@ func TestCLIBridgeAndConsumerProcesses(t *testing.T) {
 	daemon(t, env, "bridge", "run", "--embedded-nats", "--embedded-nats-dir", t.TempDir(),
 		"--embedded-nats-port", fmt.Sprint(natsPort), "--ops-addr", fmt.Sprintf("127.0.0.1:%d", bridgeOps))
 	waitHTTP200(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", bridgeOps))
-	daemon(t, []string{"JSBRIDGE_SECRET=" + testSecret}, "consumer", "run",
+	daemon(t, []string{"JSBRIDGE_SECRET=" + testSecret}, "consumer", "run", "--start", "all",
 		"--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", natsPort), "--name", "cli-test",
 		"--url", rsrv.URL, "--allow-private", "--filter", "events.order.>", "--ops-addr", fmt.Sprintf("127.0.0.1:%d", consumerOps))
 	waitHTTP200(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", consumerOps))

@@ -150,7 +150,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	for range 2 {
 		orderedProcs = append(orderedProcs, startProc(t, consumerEnv, "consumer", "run",
 			"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
-			"--name", "ordered", "--url", osrv.URL, "--allow-private", "--filter", "events.>", "--ordering", "stream",
+			"--start", "all", "--name", "ordered", "--url", osrv.URL, "--allow-private", "--filter", "events.>", "--ordering", "stream",
 			"--ack-wait", "5s", "--timeout", "2s", "--backoff", "200ms"))
 	}
 	orderedOutput := func() string {
@@ -167,7 +167,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	if sz.unordered {
 		consumer := startProc(t, consumerEnv, "consumer", "run",
 			"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
-			"--name", "failover", "--url", rsrv.URL, "--allow-private", "--filter", "events.>", "--ordering", "none",
+			"--start", "all", "--name", "failover", "--url", rsrv.URL, "--allow-private", "--filter", "events.>", "--ordering", "none",
 			"--ack-wait", "5s", "--timeout", "2s", "--backoff", "200ms")
 		// The strict subscription has one message out at a time
 		// (MaxAckPending 1): a message lost on its way to the consumer
@@ -181,7 +181,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 		}
 		strictConsumer := startProc(t, consumerEnv, "consumer", "run",
 			"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
-			"--name", "strict", "--url", ssrv.URL, "--allow-private", "--filter", strings.Join(strictFilters, ","), "--ordering", "none",
+			"--start", "all", "--name", "strict", "--url", ssrv.URL, "--allow-private", "--filter", strings.Join(strictFilters, ","), "--ordering", "none",
 			"--ack-wait", "3s", "--timeout", "1400ms", "--backoff", "200ms", "--max-in-flight", "1", "--max-ack-pending", "1")
 		receivers = append(receivers, receiverRun{rc, streams, consumer.out.String}, receiverRun{strict, sz.strictStreams, strictConsumer.out.String})
 	}

@@ -46,7 +46,8 @@ func TestConsumerBreakerIsolatesFailingEndpoint(t *testing.T) {
 	sub := func(name, url string) deliver.Subscription {
 		return deliver.Subscription{Name: name, FilterSubjects: []string{"events.>"}, URL: url, Secrets: []string{testSecret},
 			BackOff: []time.Duration{100 * time.Millisecond}, MaxDeliver: 1000, MaxInFlight: inFlight, AllowPrivate: true,
-			Ordering: deliver.OrderingNone} // the test reads the durable consumers on EVENTS
+			Ordering: deliver.OrderingNone, // the test reads the durable consumers on EVENTS
+			Start:    deliver.Start{Policy: deliver.StartAll}}
 	}
 	q := b.startConsumer(t, deliver.Config{Breakers: breakers},
 		sub("healthy-a", healthyA.URL), sub("healthy-b", healthyB.URL), sub("failing", failing.URL))

@@ -58,7 +58,7 @@ func TestConsumerDeadLetterAndReplayCLI(t *testing.T) {
 	})
 	// on-dead-letter skip: the purge below dead-letters two events of one
 	// stream (park would hold the second behind the first).
-	subFlags := []string{"--nats-url", natsURL, "--name", "billing", "--url", ep.URL, "--allow-private", "--filter", "events.order.>", "--on-dead-letter", "skip"}
+	subFlags := []string{"--nats-url", natsURL, "--start", "all", "--name", "billing", "--url", ep.URL, "--allow-private", "--filter", "events.order.>", "--on-dead-letter", "skip"}
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
 	opsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	daemon(t, env, "consumer", append([]string{"run", "--ops-addr", opsAddr, "--backoff", "100ms"}, subFlags...)...)

@@ -194,7 +194,7 @@ func (o *orderWatch) check(t *testing.T, perStream int, noOverlap bool) {
 // whole suite's load (-race, load average above 10 on 2 cores) lost and
 // claimed its leases over and over and the chaos test stalled.
 func orderedArgs(url, receiver string, extra ...string) []string {
-	return append([]string{"run", "--nats-url", url, "--name", "ordered", "--url", receiver, "--allow-private",
+	return append([]string{"run", "--nats-url", url, "--start", "all", "--name", "ordered", "--url", receiver, "--allow-private",
 		"--ordering", "stream", "--partitions", "8", "--lease-ttl", "2s", "--ack-wait", "4s", "--timeout", "1500ms",
 		"--backoff", "50ms", "--max-deliver=-1", "--max-in-flight", "256", "--max-ack-pending", "2000",
 		"--breaker-failures", "1000000", "--ops-addr", "", "--log-level", "warn"}, extra...)
@@ -367,7 +367,7 @@ func TestUnorderedReplicasDeliverEverything(t *testing.T) {
 	b := setupJetStream(t)
 	h := newHits(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
-	args := []string{"run", "--nats-url", b.srv.ClientURL(), "--name", "unordered", "--url", h.URL, "--allow-private",
+	args := []string{"run", "--nats-url", b.srv.ClientURL(), "--start", "all", "--name", "unordered", "--url", h.URL, "--allow-private",
 		"--ordering", "none", "--ops-addr", "", "--log-level", "warn"}
 	startProc(t, env, "consumer", args...)
 	startProc(t, env, "consumer", args...)

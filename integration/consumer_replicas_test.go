@@ -65,7 +65,7 @@ func TestConsumerReplicaKilledMidDeliveryLosesNothing(t *testing.T) {
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
 
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
-	args := []string{"run", "--nats-url", b.srv.ClientURL(), "--name", "replicated", "--url", rsrv.URL, "--allow-private", "--ordering", "none",
+	args := []string{"run", "--nats-url", b.srv.ClientURL(), "--start", "all", "--name", "replicated", "--url", rsrv.URL, "--allow-private", "--ordering", "none",
 		"--max-in-flight", "700", "--max-ack-pending", "3000", "--ack-wait", "8s", "--timeout", "3500ms", "--backoff", "200ms", "--max-deliver=-1",
 		"--breaker-failures", "1000000", "--ops-addr", "", "--log-level", "warn"}
 	victim := startProc(t, env, "consumer", args...)

@@ -33,6 +33,7 @@ func TestConsumerRetryAfterIsHonoured(t *testing.T) {
 		Name: "limited", FilterSubjects: []string{"events.>"}, URL: ep.URL, Secrets: []string{testSecret},
 		BackOff: []time.Duration{50 * time.Millisecond}, AllowPrivate: true,
 		Ordering: deliver.OrderingNone, // an ordered retry stays in place: no redelivery to count
+		Start:    deliver.Start{Policy: deliver.StartAll},
 	})
 	ids := b.publish(t, 1, 1, 1)
 

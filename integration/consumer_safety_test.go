@@ -60,7 +60,8 @@ func TestConsumerRefusesNameResolvingToLoopback(t *testing.T) {
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
 	url := fmt.Sprintf("http://localhost:%d/hook", port)
 
-	guarded := deliver.Subscription{Name: "guarded", FilterSubjects: []string{"events.>"}, URL: url, Secrets: []string{testSecret}, AllowHTTP: true}
+	guarded := deliver.Subscription{Name: "guarded", FilterSubjects: []string{"events.>"}, URL: url, Secrets: []string{testSecret}, AllowHTTP: true,
+		Start: deliver.Start{Policy: deliver.StartAll}}
 	q := b.startConsumer(t, deliver.Config{}, guarded)
 	ids := b.publish(t, 1, 1, 1)
 

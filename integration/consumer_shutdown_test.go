@@ -34,7 +34,7 @@ func TestConsumerGracefulShutdownOnSIGTERM(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
-	args := []string{"run", "--nats-url", b.srv.ClientURL(), "--name", "graceful", "--url", ep.URL, "--allow-private",
+	args := []string{"run", "--nats-url", b.srv.ClientURL(), "--start", "all", "--name", "graceful", "--url", ep.URL, "--allow-private",
 		"--max-in-flight", "20", "--ack-wait", ackWait.String(), "--timeout", "5s", "--ops-addr", ""}
 	first := startProc(t, env, "consumer", args...)
 	b.publish(t, 1, events, events)

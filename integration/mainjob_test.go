@@ -129,6 +129,7 @@ func TestMainJobTwoBridgesTwoConsumers(t *testing.T) {
 	sub := consumer.Subscription{
 		Name: "all", FilterSubjects: []string{"events.>"}, URL: rsrv.URL, Secrets: []string{testSecret},
 		Timeout: 4 * time.Second, AckWait: 10 * time.Second, BackOff: []time.Duration{200 * time.Millisecond}, AllowPrivate: true,
+		Start: consumer.Start{Policy: consumer.StartAll},
 	}
 	b.startBridge(t, "bridge-a")
 	b.startBridge(t, "bridge-b")
@@ -233,9 +234,11 @@ func TestMainJobPermanentAndTransientFailures(t *testing.T) {
 	b.startConsumer(t,
 		// Unordered: the test reads the durable consumers on EVENTS.
 		consumer.Subscription{Name: "rejecting", FilterSubjects: []string{"events.>"}, URL: goneSrv.URL, Secrets: []string{testSecret},
-			Timeout: 2 * time.Second, AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: consumer.OrderingNone},
+			Timeout: 2 * time.Second, AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: consumer.OrderingNone,
+			Start: consumer.Start{Policy: consumer.StartAll}},
 		consumer.Subscription{Name: "flaky", FilterSubjects: []string{"events.>"}, URL: flakySrv.URL, Secrets: []string{testSecret},
-			Timeout: 2 * time.Second, AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: consumer.OrderingNone},
+			Timeout: 2 * time.Second, AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: consumer.OrderingNone,
+			Start: consumer.Start{Policy: consumer.StartAll}},
 	)
 	evs, err := b.st.Append(ctx, "order-1", store.NoStream, store.NewEvent{Name: "OrderPlaced", Data: []byte(`{"total":1}`)})
 	require.NoError(t, err)

@@ -28,7 +28,7 @@ func securedRun(t *testing.T, env []string, conn ...string) []*syncBuffer {
 
 	bridge := daemon(t, env, "bridge", append([]string{"run", "--ops-addr", fmt.Sprintf("127.0.0.1:%d", bridgeOps)}, conn...)...)
 	waitHTTP200(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", bridgeOps))
-	consumer := daemon(t, append(env, "JSBRIDGE_SECRET="+testSecret), "consumer", append([]string{"run",
+	consumer := daemon(t, append(env, "JSBRIDGE_SECRET="+testSecret), "consumer", append([]string{"run", "--start", "all",
 		"--name", "secured", "--url", rsrv.URL, "--allow-private", "--filter", "events.>",
 		"--ops-addr", fmt.Sprintf("127.0.0.1:%d", consumerOps)}, conn...)...)
 	waitHTTP200(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", consumerOps))

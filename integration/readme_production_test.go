@@ -160,6 +160,7 @@ func TestREADMEProductionRuns(t *testing.T) {
     url: %s
     secrets_env: [ORDERS_SECRET]
     allow_private: true
+    start: all
 `, rsrv.URL), 0o600))
 
 	env := []string{"JSBRIDGE_SCHEMA=" + schema, "ORDERS_SECRET=" + testSecret}

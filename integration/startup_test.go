@@ -90,7 +90,7 @@ func TestStartupBridgeAndConsumerWaitForNATS(t *testing.T) {
 	bridgeOps, consumerOps := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	started := time.Now()
 	bridge := startProc(t, b.env, "bridge", "run", "--nats-url", natsSrv.url(), "--ops-addr", bridgeOps, "--poll-interval", "100ms")
-	consumer := startProc(t, []string{"JSBRIDGE_SECRET=" + testSecret}, "consumer", "run", "--nats-url", natsSrv.url(),
+	consumer := startProc(t, []string{"JSBRIDGE_SECRET=" + testSecret}, "consumer", "run", "--nats-url", natsSrv.url(), "--start", "all",
 		"--name", "late", "--url", rsrv.URL, "--allow-private", "--ops-addr", consumerOps)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -198,7 +198,7 @@ func TestStartupConsumerOutlivesADeadEndpoint(t *testing.T) {
 	dead := fmt.Sprintf("http://127.0.0.1:%d/hook", freePort(t)) // nothing listens there
 	opsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	started := time.Now()
-	consumer := startProc(t, []string{"JSBRIDGE_SECRET=" + testSecret}, "consumer", "run", "--nats-url", b.srv.ClientURL(),
+	consumer := startProc(t, []string{"JSBRIDGE_SECRET=" + testSecret}, "consumer", "run", "--nats-url", b.srv.ClientURL(), "--start", "all",
 		"--name", "dead", "--url", dead, "--allow-private", "--max-deliver", "1", "--breaker-open-timeout", "2s",
 		"--max-in-flight", "2", "--backoff", "100ms", "--ops-addr", opsAddr, "--on-dead-letter", "skip")
 	waitReadyz(t, opsAddr, http.StatusOK, "ready")
@@ -246,8 +246,8 @@ func TestStartupEveryBridgePublishedEventIsDeadLettered(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "subs.yaml")
 	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, `breaker: {consecutive_failures: 1000000, min_requests: 1000000}
 subscriptions:
-  - {name: rejected, filter_subjects: [events.>], url: %q, secrets_env: [JSBRIDGE_SECRET], allow_private: true, on_dead_letter: skip}
-  - {name: exhausted, filter_subjects: [events.>], url: %q, secrets_env: [JSBRIDGE_SECRET], allow_private: true, max_deliver: 2, backoff: [50ms], on_dead_letter: skip}
+  - {name: rejected, filter_subjects: [events.>], url: %q, secrets_env: [JSBRIDGE_SECRET], allow_private: true, on_dead_letter: skip, start: all}
+  - {name: exhausted, filter_subjects: [events.>], url: %q, secrets_env: [JSBRIDGE_SECRET], allow_private: true, max_deliver: 2, backoff: [50ms], on_dead_letter: skip, start: all}
 `, rejecting.URL, failing.URL), 0o600))
 	startProc(t, b.env, "bridge", "run", "--nats-url", srv.ClientURL(), "--ops-addr", "", "--poll-interval", "100ms")
 	startProc(t, []string{"JSBRIDGE_SECRET=" + testSecret}, "consumer", "run", "--nats-url", srv.ClientURL(), "--config", cfg, "--ops-addr", "")

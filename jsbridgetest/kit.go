@@ -61,7 +61,11 @@ type Config struct {
 	// the bridge's defaults.
 	Bridge bridge.Config
 	// Consumer configures the consumer. With no Subscriptions it gets one,
-	// DefaultSubscription, of every event to the Receiver. A subscription
+	// DefaultSubscription, of every event to the Receiver, with start
+	// all (consumer.StartAll: every event the fresh events stream holds,
+	// also those forwarded before the consumer started). Subscriptions
+	// given keep their Start (zero: new, the events stored after the
+	// consumer started, which Start waits for). A subscription
 	// without URL is pointed at the Receiver (with AllowPrivate), and one
 	// without Secrets takes the Receiver's scheme and secrets; a zero
 	// BackOff becomes 100 ms (tests do not wait minutes for a retry).
@@ -167,7 +171,8 @@ func Start(t testing.TB, cfg Config) *Kit {
 // subscriptions fills the kit's defaults into subs (see Config.Consumer).
 func (k *Kit) subscriptions(subs []consumer.Subscription, prefix string) []consumer.Subscription {
 	if len(subs) == 0 {
-		subs = []consumer.Subscription{{Name: DefaultSubscription, FilterSubjects: []string{wire.All(prefix)}}}
+		subs = []consumer.Subscription{{Name: DefaultSubscription, FilterSubjects: []string{wire.All(prefix)},
+			Start: consumer.Start{Policy: consumer.StartAll}}}
 	}
 	out := make([]consumer.Subscription, len(subs))
 	for i, s := range subs {

@@ -164,6 +164,19 @@ func PartitionDurable(subscription string, partition int) string {
 	return subscription + "_p" + strconv.Itoa(partition)
 }
 
+// ParsePartitionDurable reverses PartitionDurable.
+func ParsePartitionDurable(durable string) (subscription string, partition int, ok bool) {
+	i := strings.LastIndex(durable, "_p")
+	if i <= 0 {
+		return "", 0, false
+	}
+	p, err := strconv.Atoi(durable[i+2:])
+	if err != nil || p < 0 || strconv.Itoa(p) != durable[i+2:] {
+		return "", 0, false
+	}
+	return durable[:i], p, true
+}
+
 // MemberKey is the lease bucket key a consumer replica heartbeats for each
 // ordered subscription it runs: "member.<subscription>.<replica id>" (both
 // made of KV key characters). Partitions are shared among the replicas

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/bridge"
@@ -175,7 +174,7 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger,
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	js, err := jetstream.New(nc)
+	js, err := conn.JetStream(nc)
 	if err != nil {
 		return nc, shutdownNATS, nil, fmt.Errorf("jetstream: %w", err)
 	}
@@ -227,7 +226,7 @@ func (r *runCmd) natsSettings() (natsconn.Settings, error) {
 func (r *runCmd) connectNATS(ctx context.Context, w *startup.Waiter, log *slog.Logger, conn natsconn.Settings) (*nats.Conn, func(), error) {
 	opts := startup.NATSOptions(log, "jsbridge-bridge")
 	if !r.EmbeddedNats {
-		log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS)
+		log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS, "jetstream_api", conn.JetStreamAPI())
 		nc, err := startup.ConnectNATS(ctx, w, conn.URL, append(opts, conn.Options()...)...)
 		if err != nil {
 			return nil, nil, err

@@ -94,7 +94,7 @@ func (v *verifyCmd) Run(ctx context.Context, g *Globals) error {
 		return trouble(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := conn.JetStream(nc)
 	if err != nil {
 		return trouble(fmt.Errorf("jetstream: %w", err))
 	}

@@ -56,6 +56,28 @@ type fileSubscription struct {
 	TLS            fileTLS           `yaml:"tls"`
 	Ordering       string            `yaml:"ordering"`
 	OnDeadLetter   string            `yaml:"on_dead_letter"`
+	Start          fileStart         `yaml:"start"`
+}
+
+// fileStart is a subscription's start: a scalar (new, all,
+// "time:<RFC 3339>", "sequence:<n>") or a mapping with one key,
+// {time: <RFC 3339>} or {sequence: <n>}.
+type fileStart struct{ consumer.Start }
+
+func (s *fileStart) UnmarshalYAML(n *yaml.Node) error {
+	v := n.Value
+	if n.Kind == yaml.MappingNode {
+		if len(n.Content) != 2 {
+			return fmt.Errorf("line %d: start: want one of new, all, {time: <RFC 3339>} or {sequence: <n>}", n.Line)
+		}
+		v = n.Content[0].Value + ":" + n.Content[1].Value
+	}
+	st, err := consumer.ParseStart(v)
+	if err != nil {
+		return fmt.Errorf("line %d: start: %w", n.Line, err)
+	}
+	s.Start = st
+	return nil
 }
 
 // fileTLS is a subscription's tls block: PEM files for mutual TLS and the
@@ -166,6 +188,7 @@ func loadSubscriptions(path string) ([]consumer.Subscription, breaker.Settings, 
 			MaxDeliver: fs.MaxDeliver, MaxInFlight: fs.MaxInFlight, MaxAckPending: fs.MaxAckPending,
 			AllowPrivate: fs.AllowPrivate, AllowHTTP: fs.AllowHTTP, TLS: tlsf,
 			Ordering: consumer.Ordering(fs.Ordering), OnDeadLetter: consumer.DeadLetterPolicy(fs.OnDeadLetter),
+			Start: fs.Start.Start,
 		}
 		if timeout, ackWait := cmp.Or(time.Duration(fs.Timeout), consumer.DefaultTimeout), cmp.Or(time.Duration(fs.AckWait), consumer.DefaultAckWait); 2*timeout >= ackWait {
 			return nil, bs, fmt.Errorf("--config %s: subscriptions[%d].timeout %s must be below half of ack_wait %s", path, i, timeout, ackWait)

@@ -58,7 +58,9 @@ func TestLoadCompleteSubscriptionsFile(t *testing.T) {
 		Timeout: 10 * time.Second, AckWait: 30 * time.Second, MaxDeliver: 10,
 		BackOff:     []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute},
 		MaxInFlight: 64, MaxAckPending: 1000, Ordering: consumer.OrderingStream, OnDeadLetter: consumer.DeadLetterPark,
+		Start: consumer.Start{Policy: consumer.StartNew},
 	}, subs[0])
+	require.Equal(t, consumer.StartAtTime(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)), subs[1].Start)
 	require.Equal(t, []string{"audit-hmac-key"}, subs[1].Secrets)
 	require.Equal(t, webhook.SchemeHMACSHA256, subs[1].Scheme)
 	require.Equal(t, consumer.BodyBinary, subs[1].Body)

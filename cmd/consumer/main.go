@@ -20,7 +20,7 @@ type cli struct {
 
 	Run    runCmd    `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
 	DLQ    dlqCmd    `cmd:"" name:"dlq" help:"List, replay, skip or purge dead letters (the DLQ stream)."`
-	Status statusCmd `cmd:"" help:"Show the live consumer replicas and which one owns each partition of the ordered subscriptions."`
+	Status statusCmd `cmd:"" help:"Show each subscription's start and position, the live consumer replicas and which one owns each partition of the ordered subscriptions."`
 	Trace  traceCmd  `cmd:"" help:"Show every delivery attempt of one event per subscription (time, replica, status, latency, error), its message on the events stream and its dead letters."`
 }
 

@@ -48,6 +48,8 @@ type subscriptionFlags struct {
 	Ordering     string `name:"ordering" env:"JSBRIDGE_ORDERING" default:"stream" enum:"stream,none" help:"stream: each source stream delivered in version order across every replica (head-of-line retry); none: maximum parallelism, no order (default: ${default})."`
 	OnDeadLetter string `name:"on-dead-letter" env:"JSBRIDGE_ON_DEAD_LETTER" default:"park" enum:"park,skip" help:"With --ordering stream, what a dead-lettered event does to its stream: park (hold its later events until dlq replay or dlq skip) or skip (go on) (default: ${default})."`
 
+	Start string `name:"start" env:"JSBRIDGE_START" default:"new" placeholder:"WHERE" help:"Where the subscription begins when its durable consumers are first created: new (only events stored after that), all (every event the stream holds), time:<RFC 3339> or sequence:<n> (the ${events_stream} stream's sequence, also when ordered); an existing durable keeps its position, and a different start is refused until it is deleted (default: ${default})."`
+
 	BreakerFailures    uint32        `name:"breaker-failures" env:"JSBRIDGE_BREAKER_FAILURES" default:"5" help:"Consecutive failures that open an endpoint's circuit breaker (default: ${default})."`
 	BreakerOpenTimeout time.Duration `name:"breaker-open-timeout" env:"JSBRIDGE_BREAKER_OPEN_TIMEOUT" default:"30s" help:"How long an open breaker waits before letting a probe through (default: ${default})."`
 }
@@ -72,6 +74,10 @@ func (f *subscriptionFlags) subscriptions() ([]consumer.Subscription, breaker.Se
 	if timeout, ackWait := cmp.Or(f.Timeout, consumer.DefaultTimeout), cmp.Or(f.AckWait, consumer.DefaultAckWait); 2*timeout >= ackWait {
 		return nil, breaker.Settings{}, fmt.Errorf("--timeout %s must be below half of --ack-wait %s", timeout, ackWait)
 	}
+	start, err := consumer.ParseStart(f.Start)
+	if err != nil {
+		return nil, breaker.Settings{}, fmt.Errorf("--start (JSBRIDGE_START): %w", err)
+	}
 	tlsf, err := tlsFiles(
 		tlsFile{"--tls-client-cert", f.TLSClientCert},
 		tlsFile{"--tls-client-key", f.TLSClientKey},
@@ -85,6 +91,7 @@ func (f *subscriptionFlags) subscriptions() ([]consumer.Subscription, breaker.Se
 			Timeout: f.Timeout, AckWait: f.AckWait, MaxDeliver: f.MaxDeliver, BackOff: f.BackOff, MaxInFlight: f.MaxInFlight, MaxAckPending: f.MaxAckPending,
 			AllowPrivate: f.AllowPrivate, AllowHTTP: f.AllowHTTP, TLS: tlsf,
 			Ordering: consumer.Ordering(f.Ordering), OnDeadLetter: consumer.DeadLetterPolicy(f.OnDeadLetter),
+			Start: start,
 		}}, breaker.Settings{
 			ConsecutiveFailures: f.BreakerFailures, OpenTimeout: f.BreakerOpenTimeout,
 		}, nil
@@ -115,7 +122,7 @@ func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", startup.RedactURL(conn.URL), err)
 	}
-	js, err := jetstream.New(nc)
+	js, err := conn.JetStream(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
@@ -221,7 +228,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 // consumers, waited for with the same w), and returns the connection (to close, also on error) and
 // the consumer.
 func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn natsconn.Settings, log *slog.Logger, cfg consumer.Config, jsRef *startup.JetStreamRef) (*nats.Conn, *consumer.Consumer, error) {
-	log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS)
+	log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS, "jetstream_api", conn.JetStreamAPI())
 	// No reconnect buffer: an ack or InProgress written while the
 	// connection is down fails instead of going out after the reconnect,
 	// maybe after the partition lease ended (see consumer.Config).
@@ -230,7 +237,7 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn 
 	if err != nil {
 		return nil, nil, err
 	}
-	js, err := jetstream.New(nc)
+	js, err := conn.JetStream(nc)
 	if err != nil {
 		return nc, nil, fmt.Errorf("jetstream: %w", err)
 	}

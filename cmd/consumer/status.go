@@ -10,7 +10,8 @@ import (
 	"github.com/jsbridge/jsbridge/consumer"
 )
 
-// statusCmd prints who owns what among the consumer replicas.
+// statusCmd prints each subscription's start and position, and who owns
+// what among the consumer replicas.
 type statusCmd struct{}
 
 func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
@@ -23,7 +24,31 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	positions, err := consumer.ReadPositions(ctx, js, g.Stream)
+	if err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "SUBSCRIPTION\tORDERING\tSTART\tSETTLED UP TO\tPENDING\n")
+	for _, p := range positions {
+		ordering := "none"
+		if p.Ordered {
+			ordering = fmt.Sprintf("stream (%d partitions)", p.Partitions)
+		}
+		floor := "-"
+		if p.AckFloor > 0 {
+			floor = fmt.Sprintf("%s seq %d", g.Stream, p.AckFloor)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", p.Name, ordering, p.Start, floor, p.Pending)
+	}
+	if len(positions) == 0 {
+		fmt.Fprintln(tw, "(no subscription has a durable consumer yet)")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Println()
+	tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "REPLICA\tSUBSCRIPTION\tLAST HEARTBEAT\n")
 	for _, m := range st.Replicas {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", m.ID, m.Subscription, m.Heartbeat.UTC().Format(time.RFC3339))

@@ -52,6 +52,7 @@ func TestTraceCommandShowsEveryAttempt(t *testing.T) {
 		Secrets:      []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("trace-command-test-secret-01"))},
 		BackOff:      []time.Duration{10 * time.Millisecond},
 		AllowPrivate: true,
+		Start:        consumer.Start{Policy: consumer.StartAll},
 	}}})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))

@@ -146,8 +146,10 @@ func run(ctx context.Context, cfg config) (int, error) {
 	if err := proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", bridgeOps), bridge); err != nil {
 		return 1, fmt.Errorf("bridge: %w", err)
 	}
+	// Start all: the final tally counts every event appended, also those
+	// appended before the consumer's durable consumer was created.
 	consumer, err := procs.Start("consumer", filepath.Join(cfg.Bin, "consumer"), []string{"run",
-		"--nats-url", natsURL, "--replicas", strconv.Itoa(replicas), "--name", "demo-receiver", "--filter", wire.All(wire.DefaultEventsPrefix),
+		"--nats-url", natsURL, "--replicas", strconv.Itoa(replicas), "--start", "all", "--name", "demo-receiver", "--filter", wire.All(wire.DefaultEventsPrefix),
 		"--url", "http://" + ln.Addr().String() + "/webhook", "--allow-private",
 		"--ops-addr", fmt.Sprintf("127.0.0.1:%d", consumerOps), "--log-level", "warn",
 	}, "JSBRIDGE_SECRET="+secret)
@@ -157,7 +159,7 @@ func run(ctx context.Context, cfg config) (int, error) {
 	if err := proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", consumerOps), consumer); err != nil {
 		return 1, fmt.Errorf("consumer: %w", err)
 	}
-	fmt.Printf("demo: bridge (%s at %s, ops 127.0.0.1:%d), consumer (ops 127.0.0.1:%d), receiver at %s, Postgres schema %s\n",
+	fmt.Printf("demo: bridge (%s at %s, ops 127.0.0.1:%d), consumer (ops 127.0.0.1:%d, subscription demo-receiver, start all), receiver at %s, Postgres schema %s\n",
 		natsWhat, natsURL, bridgeOps, consumerOps, ln.Addr(), schema)
 
 	if cfg.Mode == "run" {

@@ -81,8 +81,9 @@ func (pt *partition) checkRetention(ctx context.Context, floor, warned uint64) u
 
 // ensureConsumer makes partition p's consumer again when it was deleted:
 // from the sequence after floor (its last known ack floor; what it had
-// delivered past that comes again, at least once), from the start when
-// floor is 0. A consumer another replica made meanwhile is used as it is.
+// delivered past that comes again, at least once), from where it was
+// created at first when floor is 0. A consumer another replica made
+// meanwhile is used as it is.
 func (or *orderedRunner) ensureConsumer(ctx context.Context, o *ordering, p int, floor uint64) {
 	_, err := or.cons[p].Info(ctx)
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -93,6 +94,7 @@ func (or *orderedRunner) ensureConsumer(ctx context.Context, o *ordering, p int,
 		return // createConsumers made it from the same config
 	}
 	cfg.Replicas = or.replicas
+	keepStart(&cfg, or.created[p])
 	if floor > 0 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = floor + 1

@@ -171,6 +171,9 @@ func sub(name, url string) deliver.Subscription {
 		// These tests are about the unordered engine (one durable consumer
 		// on EVENTS, Nak with delay); ordered_test.go tests the default.
 		Ordering: deliver.OrderingNone,
+		// They publish before or while the consumer starts and expect
+		// every event: start all (start_test.go tests the others).
+		Start: deliver.Start{Policy: deliver.StartAll},
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +24,10 @@ type orderedRunner struct {
 	clock  clockwork.Clock
 	inHand atomic.Int64         // events in the lanes of all partitions (see handLimit)
 	cons   []jetstream.Consumer // one per partition, set by createConsumers (and ensureConsumer)
+	// created are the partition consumers' configs as createConsumers
+	// made or found them: where one deleted before it acked anything is
+	// made again from (ensureConsumer).
+	created []jetstream.ConsumerConfig
 	// replicas is the replica count new partition consumers get.
 	replicas int
 	parts    []*partition  // owned partitions; nil where not owned
@@ -53,6 +59,7 @@ func newOrderedRunner(r *runner, o *ordering, partitions int) *orderedRunner {
 		o:       o,
 		clock:   r.clock,
 		cons:    make([]jetstream.Consumer, partitions),
+		created: make([]jetstream.ConsumerConfig, partitions),
 		parts:   make([]*partition, partitions),
 		slots:   make(chan struct{}, r.sub.MaxInFlight),
 		parking: newParking(r, o),
@@ -131,110 +138,93 @@ func (or *orderedRunner) unpin(ctx context.Context, p int) {
 	}
 }
 
-// createConsumers creates or updates the partition consumers. A new one
-// of a subscription that had an OrderingNone durable consumer starts after
-// that consumer's ack floor (see migrationStart).
+// createConsumers creates or updates the partition consumers. Existing
+// ones keep their start and position (ErrStartChanged when the
+// subscription's start differs from the one they record); missing ones
+// start where an existing one did, else at the subscription's start (see
+// startSeq), the same copy sequence for every partition.
 func (or *orderedRunner) createConsumers(ctx context.Context, o *ordering, replicas int) error {
 	js := o.js
 	or.replicas = replicas
-	var start uint64
-	startKnown := false
+	sub := or.r.sub
+	cfgs := make([]jetstream.ConsumerConfig, len(or.cons))
+	found := make([]bool, len(or.cons))
+	var model *jetstream.ConsumerConfig // an existing partition consumer's
 	for p := range or.cons {
 		cfg, err := or.consumerConfig(o, p)
 		if err != nil {
-			return fmt.Errorf("deliver: %w %q: %w", ErrInvalidSubscription, or.r.sub.Name, err)
+			return fmt.Errorf("deliver: %w %q: %w", ErrInvalidSubscription, sub.Name, err)
 		}
 		existing, err := js.Consumer(ctx, o.stream(), cfg.Durable)
 		switch {
 		case err == nil:
-			cfg.Replicas = existing.CachedInfo().Config.Replicas
-			cfg.DeliverPolicy = existing.CachedInfo().Config.DeliverPolicy
-			cfg.OptStartSeq = existing.CachedInfo().Config.OptStartSeq
+			have := existing.CachedInfo().Config
+			if err := checkStart(sub.Name, sub.Start, have, cfg.Durable, o.stream(), or.resetHint(o)); err != nil {
+				return err
+			}
+			cfg.Replicas = have.Replicas
+			keepStart(&cfg, have)
+			if model == nil {
+				model = &have
+			}
+			found[p] = true
 		case errors.Is(err, jetstream.ErrConsumerNotFound):
 			cfg.Replicas = replicas
-			if !startKnown {
-				if start, err = or.migrationStart(ctx, o); err != nil {
-					return err
-				}
-				startKnown = true
-			}
-			if start > 0 {
-				cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-				cfg.OptStartSeq = start
-			}
 		default:
-			return fmt.Errorf("deliver: subscription %q: look up durable consumer %q on JetStream stream %q: %w", or.r.sub.Name, cfg.Durable, o.stream(), err)
+			return fmt.Errorf("deliver: subscription %q: look up durable consumer %q on JetStream stream %q: %w", sub.Name, cfg.Durable, o.stream(), err)
 		}
-		c, err := js.CreateOrUpdateConsumer(ctx, o.stream(), cfg)
+		cfgs[p] = cfg
+	}
+	if model != nil {
+		or.r.log.Info("partition consumers exist: they keep their start and position", slog.String("start", ReportedStart(*model)))
+	}
+	var startSeq uint64
+	if model == nil && slices.Contains(found, false) {
+		var err error
+		if startSeq, err = or.startSeq(ctx, o); err != nil {
+			return err
+		}
+		or.r.log.Info("partition consumers created", slog.String("start", sub.Start.String()), slog.Uint64("copy_start_seq", startSeq))
+	}
+	for p, cfg := range cfgs {
+		var c jetstream.Consumer
+		var err error
+		switch {
+		case found[p]:
+			c, err = js.CreateOrUpdateConsumer(ctx, o.stream(), cfg)
+		default:
+			if model != nil {
+				keepStart(&cfg, *model)
+			} else {
+				recordStart(&cfg, sub.Start)
+				if startSeq > 0 {
+					cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, startSeq
+				}
+			}
+			c, err = js.CreateConsumer(ctx, o.stream(), cfg)
+			if errors.Is(err, jetstream.ErrConsumerExists) {
+				// Another replica created it meanwhile: the partitions
+				// still missing start where it started this one.
+				if c, err = js.Consumer(ctx, o.stream(), cfg.Durable); err == nil {
+					have := c.CachedInfo().Config
+					model = &have
+				}
+			}
+		}
 		if err != nil {
-			return fmt.Errorf("deliver: subscription %q: create or update durable consumer %q on JetStream stream %q: %w", or.r.sub.Name, cfg.Durable, o.stream(), err)
+			return fmt.Errorf("deliver: subscription %q: create or update durable consumer %q on JetStream stream %q: %w", sub.Name, cfg.Durable, o.stream(), err)
 		}
 		or.cons[p] = c
+		or.created[p] = c.CachedInfo().Config
 	}
 	return nil
 }
 
-// migrationStart returns the first sequence of the partitioned stream a new
-// partition consumer starts at: 0 (all) unless the subscription's
-// OrderingNone durable consumer exists on the events stream with an ack
-// floor; then the first message sourced from after that floor, found by
-// binary search on the Nats-Stream-Source header (sourcing keeps the
-// events stream's order). What the old consumer acked above its floor is
-// delivered again (at least once; receivers deduplicate by
-// Idempotency-Key). It waits (returns an error to retry) while the copy
-// has not caught up with the floor yet.
-func (or *orderedRunner) migrationStart(ctx context.Context, o *ordering) (uint64, error) {
-	old, err := o.js.Consumer(ctx, o.cfg.Stream, or.r.sub.Name)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("deliver: subscription %q: look up the unordered durable consumer: %w", or.r.sub.Name, err)
-	}
-	floor := old.CachedInfo().AckFloor.Stream
-	if floor == 0 {
-		return 0, nil
-	}
-	s, err := o.js.Stream(ctx, o.stream())
-	if err != nil {
-		return 0, fmt.Errorf("deliver: JetStream stream %q: %w", o.stream(), err)
-	}
-	st := s.CachedInfo().State
-	origin := func(seq uint64) (uint64, error) {
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return 0, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		return wire.SourceSequence(m.Header.Get(wire.HeaderSourceInfo)), nil
-	}
-	last, err := origin(st.LastSeq)
-	if err != nil {
-		return 0, fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
-	}
-	if st.LastSeq == 0 || last < floor {
-		return 0, fmt.Errorf("deliver: subscription %q: JetStream stream %q has sourced up to %d, not yet the unordered consumer's ack floor %d; waiting",
-			or.r.sub.Name, o.stream(), last, floor)
-	}
-	lo, hi := st.FirstSeq, st.LastSeq // the first seq whose origin > floor is in [lo, hi+1]
-	for lo <= hi {
-		mid := lo + (hi-lo)/2
-		v, err := origin(mid)
-		if err != nil {
-			return 0, fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
-		}
-		if v != 0 && v <= floor {
-			lo = mid + 1
-		} else {
-			hi = mid - 1
-		}
-	}
-	or.r.log.Warn(fmt.Sprintf("subscription switched to ordered delivery: its partition consumers start after the unordered durable consumer's ack floor; "+
-		"delete that consumer once no replica runs the unordered version: nats consumer rm %s %s", o.cfg.Stream, or.r.sub.Name),
-		slog.Uint64("ack_floor", floor), slog.Uint64("start_seq", lo))
-	return lo, nil
+// resetHint is the shell command that deletes the subscription's
+// partition consumers.
+func (or *orderedRunner) resetHint(o *ordering) string {
+	durable := strings.TrimSuffix(wire.PartitionDurable(or.r.sub.Name, 0), "0") + "$p"
+	return fmt.Sprintf("for p in $(seq 0 %d); do nats consumer rm -f %s %s; done", len(or.cons)-1, o.stream(), durable)
 }
 
 // step renews, releases or claims partition p. want says whether p is this

@@ -27,7 +27,7 @@ func TestProvisionReplicasOnCluster(t *testing.T) {
 	rc := newReceiver(t, status(http.StatusOK))
 
 	logs := &syncLog{}
-	log := slog.New(slog.NewTextHandler(logs, nil))
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	require.NoError(t, deadletter.New(js, deadletter.Config{Replicas: 3, Logger: log}).Provision(b.ctx))
 	dlq, err := js.Stream(b.ctx, wire.DefaultDLQStream)
 	require.NoError(t, err)

@@ -174,6 +174,12 @@ type Subscription struct {
 	// an event: DeadLetterPark (default) or DeadLetterSkip. Not used with
 	// OrderingNone (the stream always goes on).
 	OnDeadLetter DeadLetterPolicy
+	// Start is where the subscription's durable consumers begin when they
+	// are first created: StartNew (default, the zero value), StartAll,
+	// StartTime or StartSequence. An existing durable keeps its position;
+	// a start that differs from the one it was created with is refused
+	// (ErrStartChanged). See start.go.
+	Start Start
 }
 
 // Ordered reports whether s delivers each stream in order (OrderingStream,
@@ -323,6 +329,9 @@ func (s Subscription) Validate() error {
 	}
 	if s.OnDeadLetter != DeadLetterPark && s.OnDeadLetter != DeadLetterSkip {
 		return bad("OnDeadLetter", "%q (want %q or %q)", s.OnDeadLetter, DeadLetterPark, DeadLetterSkip)
+	}
+	if err := s.Start.validate(); err != nil {
+		return bad("Start", "%v", err)
 	}
 	if !s.TLS.IsZero() && u.Scheme != "https" {
 		return bad("TLS", "set for %q, which is not https", breaker.Endpoint(s.URL))

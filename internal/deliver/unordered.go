@@ -24,7 +24,10 @@ import (
 // each attempt settled by runner.handle (ack, Nak with a delay, dead
 // letter).
 
-// createConsumer creates or updates r's durable pull consumer.
+// createConsumer creates r's durable pull consumer with the
+// subscription's start, or updates the existing one, which keeps its
+// start and position (ErrStartChanged when the subscription's start
+// differs from the one it records).
 func (r *runner) createConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	cfg := r.consumerConfig()
 	replicas, err := r.consumerReplicas(ctx)
@@ -32,12 +35,41 @@ func (r *runner) createConsumer(ctx context.Context) (jetstream.Consumer, error)
 		return nil, err
 	}
 	cfg.Replicas = replicas
+	existing, err := r.js.Consumer(ctx, r.stream, cfg.Durable)
+	switch {
+	case err == nil:
+		have := existing.CachedInfo().Config
+		if err := checkStart(r.sub.Name, r.sub.Start, have, cfg.Durable, r.stream,
+			fmt.Sprintf("nats consumer rm %s %s", r.stream, cfg.Durable)); err != nil {
+			return nil, err
+		}
+		keepStart(&cfg, have)
+		r.log.Info("durable consumer exists: it keeps its start and position", slog.String("durable", cfg.Durable), slog.String("start", ReportedStart(have)))
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		applyStart(&cfg, r.sub.Start)
+		cons, err := r.js.CreateConsumer(ctx, r.stream, cfg)
+		if err == nil {
+			r.log.Info("durable consumer created", slog.String("durable", cfg.Durable), slog.String("start", r.sub.Start.String()))
+			return cons, nil
+		}
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return nil, fmt.Errorf("deliver: subscription %q: create durable consumer on JetStream stream %q: %w", r.sub.Name, r.stream, err)
+		}
+		// Another replica created it meanwhile: look again.
+		return r.createConsumer(ctx)
+	default:
+		return nil, fmt.Errorf("deliver: subscription %q: look up durable consumer on JetStream stream %q: %w", r.sub.Name, r.stream, err)
+	}
 	cons, err := r.js.CreateOrUpdateConsumer(ctx, r.stream, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("deliver: subscription %q: create or update durable consumer on JetStream stream %q: %w", r.sub.Name, r.stream, err)
 	}
 	return cons, nil
 }
+
+// unorderedDescription begins the description of an unordered
+// subscription's durable consumer (ReadPositions finds them by it).
+const unorderedDescription = "jsbridge webhook subscription to "
 
 // consumerConfig is the durable pull consumer of r's subscription. BackOff
 // is applied by NakWithDelay, not set on the consumer: a server-side BackOff
@@ -50,9 +82,8 @@ func (r *runner) createConsumer(ctx context.Context) (jetstream.Consumer, error)
 func (r *runner) consumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:        r.sub.Name,
-		Description:    "jsbridge webhook subscription to " + r.endpoint,
+		Description:    unorderedDescription + r.endpoint,
 		FilterSubjects: r.sub.FilterSubjects,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        r.sub.AckWait,
 		MaxDeliver:     -1,

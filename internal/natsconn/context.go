@@ -28,11 +28,12 @@ type natsContext struct {
 	TLSFirst    bool   `json:"tls_first"`
 	InboxPrefix string `json:"inbox_prefix"`
 
+	JSDomain    string `json:"jetstream_domain"`
+	JSAPIPrefix string `json:"jetstream_api_prefix"`
+
 	SocksProxy     string `json:"socks_proxy"`
 	NSC            string `json:"nsc"`
 	UserJWT        string `json:"user_jwt"`
-	JSDomain       string `json:"jetstream_domain"`
-	JSAPIPrefix    string `json:"jetstream_api_prefix"`
 	WinCertStore   string `json:"windows_cert_store"`
 	JSEventsPrefix string `json:"jetstream_event_prefix"`
 }
@@ -85,7 +86,6 @@ func loadContext(name string) (*natsContext, string, error) {
 	}
 	for field, set := range map[string]bool{
 		"socks_proxy": c.SocksProxy != "", "nsc": c.NSC != "", "user_jwt": c.UserJWT != "",
-		"jetstream_domain": c.JSDomain != "", "jetstream_api_prefix": c.JSAPIPrefix != "",
 		"jetstream_event_prefix": c.JSEventsPrefix != "", "windows_cert_store": c.WinCertStore != "",
 	} {
 		if set {

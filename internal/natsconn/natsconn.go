@@ -1,6 +1,7 @@
 // Package natsconn turns the NATS connection flags both binaries take
-// (user/password, token, NKey seed file, credentials file, TLS, and the
-// nats CLI's saved contexts) into nats.go options, in one place.
+// (user/password, token, NKey seed file, credentials file, TLS, the
+// JetStream domain or API prefix, and the nats CLI's saved contexts) into
+// nats.go options and a JetStream context, in one place.
 //
 // Secrets (password, token, seed, credentials) never appear in what this
 // package returns besides the options themselves: errors name the flag,
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 )
 
@@ -36,6 +38,10 @@ type Flags struct {
 	TLSCert  string `name:"nats-tls-cert" env:"NATS_CERT" placeholder:"FILE" help:"PEM client certificate for NATS servers that verify clients (with --nats-tls-key)."`
 	TLSKey   string `name:"nats-tls-key" env:"NATS_KEY" placeholder:"FILE" help:"PEM private key of --nats-tls-cert."`
 	TLSFirst bool   `name:"nats-tls-first" env:"JSBRIDGE_NATS_TLS_FIRST" help:"Start TLS before the NATS greeting (servers with handshake_first, e.g. behind a TLS proxy)."`
+	// JetStream's API location: a domain (leaf nodes, hub and spoke) or
+	// an API prefix (an account importing another's JetStream).
+	JSDomain    string `name:"js-domain" env:"JSBRIDGE_JS_DOMAIN" placeholder:"DOMAIN" help:"JetStream domain whose streams to use ($JS.DOMAIN.API), e.g. a leaf node's or the hub's; overrides the --context's jetstream_domain (default: the local JetStream)."`
+	JSAPIPrefix string `name:"js-api-prefix" env:"JSBRIDGE_JS_API_PREFIX" placeholder:"PREFIX" help:"Subject prefix of the JetStream API, for an account that imports another's JetStream (instead of $JS.API); overrides the --context's jetstream_api_prefix; not with --js-domain (default: $JS.API)."`
 }
 
 // Settings are resolved connection settings: where to connect and the
@@ -51,12 +57,43 @@ type Settings struct {
 	// certificate or --nats-tls-first is set, or a URL is tls://. (A
 	// server that requires TLS gets it from nats.go in any case.)
 	TLS bool
+	// JSDomain is the JetStream domain (--js-domain, else the context's
+	// jetstream_domain); "" for the local JetStream.
+	JSDomain string
+	// JSAPIPrefix is the JetStream API prefix (--js-api-prefix, else the
+	// context's jetstream_api_prefix); "" for $JS.API. Never set with
+	// JSDomain.
+	JSAPIPrefix string
 
 	opts []nats.Option
 }
 
 // Options returns the nats.go options for s, to append to the caller's.
 func (s Settings) Options() []nats.Option { return s.opts }
+
+// JetStream returns the JetStream context of nc at s's domain or API
+// prefix (the local JetStream when neither is set), with opts.
+func (s Settings) JetStream(nc *nats.Conn, opts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
+	switch {
+	case s.JSDomain != "":
+		return jetstream.NewWithDomain(nc, s.JSDomain, opts...)
+	case s.JSAPIPrefix != "":
+		return jetstream.NewWithAPIPrefix(nc, s.JSAPIPrefix, opts...)
+	}
+	return jetstream.New(nc, opts...)
+}
+
+// JetStreamAPI names where s reaches JetStream, for the start-up log
+// line: "$JS.<domain>.API", the API prefix, or "$JS.API".
+func (s Settings) JetStreamAPI() string {
+	switch {
+	case s.JSDomain != "":
+		return "$JS." + s.JSDomain + ".API"
+	case s.JSAPIPrefix != "":
+		return s.JSAPIPrefix
+	}
+	return "$JS.API"
+}
 
 // Given returns the flags (as --name) set on the command line or through
 // their environment variables, for refusing them where they cannot apply.
@@ -69,7 +106,7 @@ func (f Flags) Given() []string {
 		{"--context", f.Context != ""}, {"--nats-user", f.User != ""}, {"--nats-password", f.Password != ""},
 		{"--nats-token", f.Token != ""}, {"--nats-nkey", f.NKey != ""}, {"--nats-creds", f.Creds != ""},
 		{"--nats-tls-ca", f.TLSCA != ""}, {"--nats-tls-cert", f.TLSCert != ""}, {"--nats-tls-key", f.TLSKey != ""},
-		{"--nats-tls-first", f.TLSFirst},
+		{"--nats-tls-first", f.TLSFirst}, {"--js-domain", f.JSDomain != ""}, {"--js-api-prefix", f.JSAPIPrefix != ""},
 	} {
 		if v.set {
 			given = append(given, v.name)
@@ -84,7 +121,8 @@ type value struct{ v, from string }
 
 // Resolve merges the flags with the context named by --context (if any):
 // urlFlag (the binary's --nats-url, "" when not given) and every --nats-*
-// flag override the context's value. Authentication is one method: when
+// flag override the context's value; --js-domain or --js-api-prefix
+// replaces the context's JetStream domain and API prefix both. Authentication is one method: when
 // any of --nats-user, --nats-token, --nats-nkey or --nats-creds is given,
 // the context's authentication is not used at all (--nats-password alone
 // keeps the context's user).
@@ -143,10 +181,36 @@ func (f Flags) Resolve(urlFlag string) (Settings, error) {
 	for _, u := range strings.Split(s.URL, ",") {
 		s.TLS = s.TLS || strings.HasPrefix(strings.ToLower(strings.TrimSpace(u)), "tls://")
 	}
+	// JetStream's API: the flags' if any is given, else the context's.
+	domain := pick(f.JSDomain, "--js-domain", c.JSDomain, "jetstream_domain")
+	prefix := pick(f.JSAPIPrefix, "--js-api-prefix", c.JSAPIPrefix, "jetstream_api_prefix")
+	if f.JSDomain != "" || f.JSAPIPrefix != "" {
+		domain, prefix = value{f.JSDomain, "--js-domain"}, value{f.JSAPIPrefix, "--js-api-prefix"}
+	}
+	if err := s.addJetStream(domain, prefix); err != nil {
+		return Settings{}, err
+	}
 	if c.InboxPrefix != "" {
 		s.opts = append(s.opts, nats.CustomInboxPrefix(c.InboxPrefix))
 	}
 	return s, nil
+}
+
+// addJetStream sets the JetStream domain or API prefix given, refusing
+// both at once and values that cannot be subject tokens.
+func (s *Settings) addJetStream(domain, prefix value) error {
+	domain.v, prefix.v = strings.TrimSpace(domain.v), strings.TrimSuffix(strings.TrimSpace(prefix.v), ".")
+	if domain.v != "" && prefix.v != "" {
+		return fmt.Errorf("%s and %s: give a JetStream domain or an API prefix, not both", domain.from, prefix.from)
+	}
+	if domain.v != "" && strings.ContainsAny(domain.v, ".*> \t") {
+		return fmt.Errorf("%s %q: a JetStream domain is one subject token (no '.', '*', '>' or spaces)", domain.from, domain.v)
+	}
+	if prefix.v != "" && strings.ContainsAny(prefix.v, "*> \t") {
+		return fmt.Errorf("%s %q: a JetStream API prefix is a subject without wildcards or spaces", prefix.from, prefix.v)
+	}
+	s.JSDomain, s.JSAPIPrefix = domain.v, prefix.v
+	return nil
 }
 
 // addAuth adds the one authentication method given.

@@ -176,7 +176,8 @@ func TestResolveErrorsNameTheProblemNotTheSecret(t *testing.T) {
 	require.NoError(t, os.WriteFile(garbage, []byte("SUAMLK2ZNL35WSMW37E7UD4VZ7ELPKW7DHC3BWBSD2GCZ7IUQQXZIORRBU not a creds file"), 0o600))
 	missing := filepath.Join(dir, "missing.pem")
 	badJSONPath := writeContext(t, config, "badjson", `{"password": "hunter2-secret", "url": }`)
-	unsupported := writeContext(t, config, "domain", `{"url": "nats://x:4222", "jetstream_domain": "hub"}`)
+	unsupported := writeContext(t, config, "socks", `{"url": "nats://x:4222", "socks_proxy": "127.0.0.1:1080"}`)
+	writeContext(t, config, "both", `{"url": "nats://x:4222", "jetstream_domain": "hub", "jetstream_api_prefix": "JS.hub.API"}`)
 
 	for _, tc := range []struct {
 		name  string
@@ -185,7 +186,11 @@ func TestResolveErrorsNameTheProblemNotTheSecret(t *testing.T) {
 	}{
 		{"missing context", natsconn.Flags{Context: "nope"}, []string{`--context "nope"`, filepath.Join(config, "nats", "context", "nope.json"), "does not exist"}},
 		{"context not JSON", natsconn.Flags{Context: "badjson"}, []string{`--context "badjson"`, badJSONPath, "not valid JSON"}},
-		{"unsupported context field", natsconn.Flags{Context: "domain"}, []string{unsupported, "jetstream_domain", "does not support"}},
+		{"unsupported context field", natsconn.Flags{Context: "socks"}, []string{unsupported, "socks_proxy", "does not support"}},
+		{"domain and API prefix", natsconn.Flags{Context: "both"}, []string{"field jetstream_domain", "field jetstream_api_prefix", "not both"}},
+		{"domain and API prefix flags", natsconn.Flags{JSDomain: "leaf", JSAPIPrefix: "JS.x.API"}, []string{"--js-domain", "--js-api-prefix", "not both"}},
+		{"domain with a dot", natsconn.Flags{JSDomain: "hub.east"}, []string{"--js-domain", `"hub.east"`, "one subject token"}},
+		{"API prefix with a wildcard", natsconn.Flags{JSAPIPrefix: "JS.*.API"}, []string{"--js-api-prefix", `"JS.*.API"`, "without wildcards"}},
 		{"missing nkey file", natsconn.Flags{NKey: missing}, []string{"--nats-nkey", missing, "cannot read"}},
 		{"nkey file without a seed", natsconn.Flags{NKey: filepath.Join(dir)}, []string{"--nats-nkey", dir}},
 		{"missing creds file", natsconn.Flags{Creds: missing}, []string{"--nats-creds", missing, "cannot read"}},
@@ -206,6 +211,37 @@ func TestResolveErrorsNameTheProblemNotTheSecret(t *testing.T) {
 			}
 			require.NotContains(t, err.Error(), "hunter2")
 			require.NotContains(t, err.Error(), "SUAMLK2ZNL35")
+		})
+	}
+}
+
+// A domain or an API prefix comes from the flags, else from the context
+// (which jsbridge refused before), and picks the JetStream API subjects.
+func TestResolveJetStreamDomainAndAPIPrefix(t *testing.T) {
+	config := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", config)
+	writeContext(t, config, "leaf", `{"url": "nats://x:4222", "jetstream_domain": "leaf"}`)
+	writeContext(t, config, "imported", `{"url": "nats://x:4222", "jetstream_api_prefix": "JS.hub.API."}`)
+	for _, tc := range []struct {
+		name           string
+		flags          natsconn.Flags
+		domain, prefix string
+		api            string
+	}{
+		{"none", natsconn.Flags{}, "", "", "$JS.API"},
+		{"domain flag", natsconn.Flags{JSDomain: "hub"}, "hub", "", "$JS.hub.API"},
+		{"prefix flag", natsconn.Flags{JSAPIPrefix: "JS.x.API"}, "", "JS.x.API", "JS.x.API"},
+		{"context domain", natsconn.Flags{Context: "leaf"}, "leaf", "", "$JS.leaf.API"},
+		{"flag over context", natsconn.Flags{Context: "leaf", JSDomain: "hub"}, "hub", "", "$JS.hub.API"},
+		{"context prefix", natsconn.Flags{Context: "imported"}, "", "JS.hub.API", "JS.hub.API"},
+		{"domain flag over context prefix", natsconn.Flags{Context: "imported", JSDomain: "leaf"}, "leaf", "", "$JS.leaf.API"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := tc.flags.Resolve("")
+			require.NoError(t, err)
+			require.Equal(t, tc.domain, s.JSDomain)
+			require.Equal(t, tc.prefix, s.JSAPIPrefix)
+			require.Equal(t, tc.api, s.JetStreamAPI())
 		})
 	}
 }
