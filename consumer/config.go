@@ -144,7 +144,8 @@ type Config struct {
 	Partitions int
 	// ReplicaID names this replica in partition leases, `consumer status`
 	// and the Jsbridge-Replica webhook header: [A-Za-z0-9_-]+. Default
-	// "<hostname>-<pid>-<random>".
+	// "<hostname>-<pid>-<random>", chosen by New (Consumer.Config shows
+	// it); it also names the attempt records unless Attempts.Replica does.
 	ReplicaID string
 	// LeaseTTL is how long a partition lease and a membership heartbeat
 	// live unless renewed: a killed replica's partitions move after at
@@ -175,7 +176,8 @@ type AttemptsConfig struct {
 	// oldest records go first. Default DefaultAttemptsMaxBytes (1 GiB).
 	MaxBytes int64
 	// Replica names this process in its records. Default
-	// "<hostname>/<pid>".
+	// Config.ReplicaID, so that records and partition leases name a
+	// replica alike.
 	Replica string
 }
 
