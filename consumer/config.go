@@ -21,7 +21,7 @@ import (
 // Defaults of Config and of its subscriptions: a zero field means the
 // default below. They are spelled once here for the consumer (the engine
 // behind it and the breaker take the same values); `consumer run`'s flags
-// default to the same values (a test keeps them equal, and the README's
+// default to the same values (a test keeps them equal, and docs/cli.md's
 // flag table equal to the flags).
 const (
 	// DefaultStream is the JetStream stream the durable consumers read.
@@ -130,7 +130,7 @@ type Config struct {
 	// event_id, attempt). Default slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, gets the delivery and breaker metrics
-	// (jsbridge_consumer_*; see the README). Default nil: no metrics.
+	// (jsbridge_consumer_*; see docs/observability.md). Default nil: no metrics.
 	Registerer prometheus.Registerer
 	// TracerProvider makes the span of each delivery attempt (one per
 	// attempt, continuing the trace in the message's traceparent header,

@@ -1,0 +1,34 @@
+package doccheck_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/doccheck"
+)
+
+// Pages other branches add; their links are checked once they are here.
+var pending = map[string]bool{"docs/install.md": true, "docs/deploy.md": true, "docs/retention.md": true}
+
+// Every relative link of README.md, CONTRIBUTING.md and docs/*.md points
+// to a file that exists, and to a heading its page has.
+func TestDocLinksResolve(t *testing.T) {
+	t.Parallel()
+	broken, err := doccheck.Broken("../..", pending)
+	require.NoError(t, err)
+	require.Empty(t, broken, "\n%s", strings.Join(broken, "\n"))
+}
+
+func TestAnchorsAndLinks(t *testing.T) {
+	t.Parallel()
+	text := "# Page\n## Durability: what can be lost\n### `bridge verify` (R3)\n```\n# not a heading\n```\n## Page\n" +
+		"[a](other.md#x) [b](#page) [c](https://example.com/#y)\n```\n[d](nowhere.md)\n```\n"
+	a := doccheck.Anchors(text)
+	require.Equal(t, map[string]bool{"page": true, "durability-what-can-be-lost": true, "bridge-verify-r3": true, "page-1": true}, a)
+	require.Equal(t, []doccheck.Link{{Target: "docs/other.md", Anchor: "x", Line: 8}, {Anchor: "page", Line: 8}}, doccheck.Links("docs/p.md", text))
+	blocks := doccheck.Blocks(text)
+	require.Len(t, blocks, 2)
+	require.Equal(t, doccheck.Block{Text: "# not a heading\n", Line: 4}, blocks[0])
+}
