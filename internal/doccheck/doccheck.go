@@ -172,3 +172,88 @@ func Broken(root string, pending map[string]bool) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Command is one command line of a page's sh block: its words (quotes
+// removed, "…" placeholders dropped, leading VAR=value assignments and a
+// trailing # comment left out) and where it is.
+type Command struct {
+	Page string
+	Line int
+	Args []string
+}
+
+// Commands returns the command lines of the sh blocks of page whose
+// program's base name is one of programs (e.g. "bridge"); a line ending
+// in '\' continues on the next.
+func Commands(page, text string, programs ...string) []Command {
+	var out []Command
+	for _, b := range Blocks(text) {
+		if b.Lang != "sh" {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(b.Text, "\n"), "\n")
+		for i := 0; i < len(lines); i++ {
+			start := i
+			line := lines[i]
+			for strings.HasSuffix(strings.TrimSpace(line), `\`) && i+1 < len(lines) {
+				line = strings.TrimSuffix(strings.TrimSpace(line), `\`) + " " + lines[i+1]
+				i++
+			}
+			args := words(line)
+			for len(args) > 0 && strings.Contains(args[0], "=") && !strings.HasPrefix(args[0], "-") {
+				args = args[1:]
+			}
+			for k, a := range args { // a redirection or pipe ends the command
+				if a == "<" || a == ">" || a == "|" || a == "&&" {
+					args = args[:k]
+					break
+				}
+			}
+			if len(args) == 0 {
+				continue
+			}
+			for _, p := range programs {
+				if filepath.Base(args[0]) == p {
+					out = append(out, Command{Page: page, Line: b.Line + 1 + start, Args: args})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// words splits a shell line into words: single and double quotes group
+// (without expanding anything), an unquoted # starts a comment, and "…"
+// placeholders are dropped.
+func words(line string) []string {
+	var out []string
+	var cur strings.Builder
+	quote, started := rune(0), false
+	flush := func() {
+		if started && cur.String() != "…" {
+			out = append(out, cur.String())
+		}
+		cur.Reset()
+		started = false
+	}
+	for _, r := range line {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			cur.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, started = r, true
+		case r == '#' && !started:
+			flush()
+			return out
+		case r == ' ' || r == '\t':
+			flush()
+		default:
+			cur.WriteRune(r)
+			started = true
+		}
+	}
+	flush()
+	return out
+}

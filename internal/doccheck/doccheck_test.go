@@ -32,3 +32,13 @@ func TestAnchorsAndLinks(t *testing.T) {
 	require.Len(t, blocks, 2)
 	require.Equal(t, doccheck.Block{Text: "# not a heading\n", Line: 4}, blocks[0])
 }
+
+func TestCommands(t *testing.T) {
+	t.Parallel()
+	text := "```sh\nexport X=1\nOTEL_A=b bin/bridge run --lease 5s …   # a comment\nconsumer run --name 'a b' \\\n  --url \"$U\"\nnats stream ls\n```\n```\nbridge not-sh\n```\n"
+	got := doccheck.Commands("p.md", text, "bridge", "consumer")
+	require.Equal(t, []doccheck.Command{
+		{Page: "p.md", Line: 3, Args: []string{"bin/bridge", "run", "--lease", "5s"}},
+		{Page: "p.md", Line: 4, Args: []string{"consumer", "run", "--name", "a b", "--url", "$U"}},
+	}, got)
+}
