@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -49,4 +50,19 @@ func TestFailingEndpointsPageFigures(t *testing.T) {
 	}
 	require.Contains(t, page, "(`"+strings.Join(parts, ", ")+"`)", "the page spells the default backoff")
 	require.Equal(t, 10, consumer.DefaultMaxDeliver, "the page says 10 attempts")
+}
+
+// docs/embedding.md's table of consumer.Config lists every field.
+func TestEmbeddingPageListsEveryConfigField(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../docs/embedding.md")
+	require.NoError(t, err)
+	typ := reflect.TypeFor[consumer.Config]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		require.Regexp(t, "(?m)^\\| (`[A-Za-z]+`, )*`"+f.Name+"`", string(raw), "docs/embedding.md's consumer.Config table lacks %s", f.Name)
+	}
 }
