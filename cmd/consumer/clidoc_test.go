@@ -23,6 +23,7 @@ func TestCLIReferenceIsGenerated(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(doc), clidoc.Splice(string(doc), section),
 		"docs/cli.md is stale: run make docs")
+	require.True(t, strings.HasPrefix(string(doc), clidoc.Header), "docs/cli.md starts with clidoc.Header: delete it and run make docs")
 }
 
 // Every command's table in docs/cli.md, with the flags every command

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/doccheck"
+	"github.com/jsbridge/jsbridge/internal/flagdoc"
 	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
@@ -93,4 +95,48 @@ func TestDocSubscriptionFilesLoad(t *testing.T) {
 		}
 	}
 	require.Positive(t, n, "the docs show subscriptions files")
+}
+
+// docs/subscriptions.md says which flags a subscriptions file (-c)
+// replaces and which still apply: the subscription and breaker flags
+// (subscriptionFlags) are replaced, every other flag of consumer run still
+// applies and is named there (the NATS connection and log flags as groups).
+func TestSubscriptionsPageSaysWhatConfigReplaces(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../docs/subscriptions.md")
+	require.NoError(t, err)
+	sec := string(raw)
+	i := strings.Index(sec, "\n## Flags or a file\n")
+	require.GreaterOrEqual(t, i, 0)
+	sec = sec[i+1:]
+	sec = sec[:strings.Index(sec[3:], "\n## ")+3]
+	_, stillApply, ok := strings.Cut(sec, "still apply")
+	require.True(t, ok, "the section says which flags still apply")
+
+	replaced := map[string]bool{}
+	typ := reflect.TypeFor[subscriptionFlags]()
+	for i := range typ.NumField() {
+		if name := typ.Field(i).Tag.Get("name"); name != "" && name != "config" {
+			replaced[name] = true
+		}
+	}
+	app, err := kong.New(&cli{}, kong.Name("consumer"), ops.WireVars())
+	require.NoError(t, err)
+	flags, err := flagdoc.Flags(app, "run")
+	require.NoError(t, err)
+	for name := range flags {
+		switch {
+		case name == "config":
+		case replaced[name]:
+			require.NotContains(t, stillApply, "`--"+name+"`", "--%s is replaced by the file", name)
+		case strings.HasPrefix(name, "nats-") || name == "context":
+			require.Contains(t, stillApply, "NATS connection flags")
+		case strings.HasPrefix(name, "log-"):
+			require.Contains(t, stillApply, "log flags")
+		case name == "replicas": // the friction branch renames it --stream-replicas; drop this case once merged
+			require.Contains(t, stillApply, "`--stream-replicas`")
+		default:
+			require.Contains(t, stillApply, "`--"+name+"`", "--%s still applies with -c: say so", name)
+		}
+	}
 }

@@ -185,5 +185,6 @@ const Header = `# Command-line reference
 
 Generated from the flag definitions by ` + "`make docs`" + ` (each binary's hidden
 ` + "`cli-reference`" + ` command); a test fails when this page differs from them.
-Every flag also reads the environment variable shown beside it.
+Every flag also reads the environment variable shown beside it, and
+` + "`-h`, `--help`" + ` on any command prints its help.
 `
