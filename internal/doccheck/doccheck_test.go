@@ -1,6 +1,9 @@
 package doccheck_test
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -41,4 +44,30 @@ func TestCommands(t *testing.T) {
 		{Page: "p.md", Line: 3, Args: []string{"bin/bridge", "run", "--lease", "5s"}},
 		{Page: "p.md", Line: 4, Args: []string{"consumer", "run", "--name", "a b", "--url", "$U"}},
 	}, got)
+}
+
+// benchFigure is how a result of `make bench` reads in prose: a ratio to
+// the reference (0.71) or a memory size (44 MB).
+var benchFigure = regexp.MustCompile(`\b0\.\d{2}\b|\b\d+ MB\b`)
+
+// A paragraph that talks about the benchmarks cites docs/benchmarks.md
+// (which `make bench` rewrites) rather than repeating its results, which
+// would go stale; docs/performance.md keeps the record of past runs.
+func TestProseCitesBenchmarks(t *testing.T) {
+	t.Parallel()
+	pages, err := doccheck.Pages("../..")
+	require.NoError(t, err)
+	for _, p := range pages {
+		if p == "docs/benchmarks.md" || p == "docs/performance.md" || p == "docs/cli.md" {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("../..", p))
+		require.NoError(t, err)
+		for _, para := range strings.Split(string(raw), "\n\n") {
+			if !strings.Contains(para, "bench") {
+				continue
+			}
+			require.Empty(t, benchFigure.FindAllString(para, -1), "%s repeats a benchmark result; cite docs/benchmarks.md instead:\n%s", p, para)
+		}
+	}
 }
