@@ -199,7 +199,7 @@ func Commands(page, text string, programs ...string) []Command {
 				line = strings.TrimSuffix(strings.TrimSpace(line), `\`) + " " + lines[i+1]
 				i++
 			}
-			args := words(line)
+			args := Words(line)
 			for len(args) > 0 && strings.Contains(args[0], "=") && !strings.HasPrefix(args[0], "-") {
 				args = args[1:]
 			}
@@ -222,10 +222,10 @@ func Commands(page, text string, programs ...string) []Command {
 	return out
 }
 
-// words splits a shell line into words: single and double quotes group
+// Words splits a shell line into words: single and double quotes group
 // (without expanding anything), an unquoted # starts a comment, and "…"
 // placeholders are dropped.
-func words(line string) []string {
+func Words(line string) []string {
 	var out []string
 	var cur strings.Builder
 	quote, started := rune(0), false
