@@ -27,7 +27,7 @@ func Render(app *kong.Kong) string {
 	root := app.Model.Node
 	fmt.Fprintf(&b, "## %s\n\n", root.Name)
 	if root.Help != "" {
-		fmt.Fprintf(&b, "%s\n\n", oneLine(root.Help))
+		fmt.Fprintf(&b, "%s\n\n", cell(oneLine(root.Help)))
 	}
 	b.WriteString("Flags every command of " + code(root.Name) + " takes:\n\n")
 	table(&b, root.Flags)
@@ -35,10 +35,10 @@ func Render(app *kong.Kong) string {
 		fmt.Fprintf(&b, "### %s\n\n", strings.TrimSpace(root.Name+" "+c.Path()))
 		fmt.Fprintf(&b, "%s\n\n", code(usage(root.Name, c)))
 		if c.Help != "" {
-			fmt.Fprintf(&b, "%s\n\n", oneLine(c.Help))
+			fmt.Fprintf(&b, "%s\n\n", cell(oneLine(c.Help)))
 		}
 		for _, a := range c.Positional {
-			fmt.Fprintf(&b, "- %s: %s\n", code(a.Summary()), oneLine(a.Help))
+			fmt.Fprintf(&b, "- %s: %s\n", code(a.Summary()), cell(oneLine(a.Help)))
 		}
 		if len(c.Positional) > 0 {
 			b.WriteString("\n")
@@ -154,8 +154,10 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
+// cell makes help text safe in Markdown: a '|' would end a table cell,
+// and "<subscription>" would be read as an HTML tag and vanish.
 func cell(s string) string {
-	return strings.ReplaceAll(s, "|", `\|`)
+	return strings.NewReplacer("|", `\|`, "<", "&lt;").Replace(s)
 }
 
 // Command is the body of a binary's hidden `cli-reference` command: it

@@ -15,7 +15,7 @@ import (
 type grammar struct {
 	Level string `name:"level" env:"APP_LEVEL" default:"info" help:"Log level | verbosity."`
 	Run   struct {
-		Lease  time.Duration `name:"lease" env:"APP_LEASE,OLD_LEASE" default:"30s" aliases:"ttl" help:"Lease."`
+		Lease  time.Duration `name:"lease" env:"APP_LEASE,OLD_LEASE" default:"30s" aliases:"ttl" help:"Lease of <name>."`
 		Quiet  bool          `name:"quiet" negatable:"" default:"true" help:"Quiet."`
 		Config string        `name:"config" short:"c" help:"File."`
 		Secret string        `name:"secret" hidden:"" help:"Hidden."`
@@ -37,7 +37,7 @@ func TestRender(t *testing.T) {
 		"## app\n",
 		"| `--level` | `APP_LEVEL` | `info` | Log level \\| verbosity. |",
 		"### app run\n\n`app run [flags]`\n\nRun it.\n",
-		"| `--lease` | `APP_LEASE`, `OLD_LEASE` | `30s` | Lease. Also spelled --ttl (old name, deprecated). |",
+		"| `--lease` | `APP_LEASE`, `OLD_LEASE` | `30s` | Lease of &lt;name>. Also spelled --ttl (old name, deprecated). |",
 		"| `--[no-]quiet` |  | on | Quiet. |",
 		"| `-c`, `--config` |  |  | File. |",
 		"### app tool\n\n`app tool <command>`",
