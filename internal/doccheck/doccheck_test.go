@@ -1,6 +1,8 @@
 package doccheck_test
 
 import (
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -70,4 +72,35 @@ func TestProseCitesBenchmarks(t *testing.T) {
 			require.Empty(t, benchFigure.FindAllString(para, -1), "%s repeats a benchmark result; cite docs/benchmarks.md instead:\n%s", p, para)
 		}
 	}
+}
+
+// Every go block of the pages is valid Go: a file, declarations, or
+// statements of a function body (snippets use names they do not declare,
+// so they are parsed, not type-checked).
+func TestGoBlocksParse(t *testing.T) {
+	t.Parallel()
+	pages, err := doccheck.Pages("../..")
+	require.NoError(t, err)
+	n := 0
+	for _, p := range pages {
+		raw, err := os.ReadFile(filepath.Join("../..", p))
+		require.NoError(t, err)
+		for _, b := range doccheck.Blocks(string(raw)) {
+			if b.Lang != "go" {
+				continue
+			}
+			n++
+			var errs []error
+			for _, src := range []string{b.Text, "package p\n" + b.Text, "package p\nfunc _() {\n" + b.Text + "}\n"} {
+				_, err := parser.ParseFile(token.NewFileSet(), "", src, 0)
+				if err == nil {
+					errs = nil
+					break
+				}
+				errs = append(errs, err)
+			}
+			require.Empty(t, errs, "%s:%d: the go block does not parse", p, b.Line)
+		}
+	}
+	require.Positive(t, n)
 }
