@@ -11,7 +11,7 @@ NATS_PORT ?=
 CLUSTER ?=
 BIN     := bin
 
-.PHONY: all build run demo test test-short soak bench bench-go vet pg-start pg-stop nats-cli clean
+.PHONY: all build run demo test test-short soak bench bench-go vet docs pg-start pg-stop nats-cli clean
 
 all: build
 
@@ -65,6 +65,10 @@ bench-go:
 
 vet:
 	$(GO) vet ./...
+
+## docs: regenerate docs/cli.md from both binaries' flag definitions (a test fails when it is stale)
+docs:
+	$(GO) generate ./cmd/bridge ./cmd/consumer
 
 pg-start:
 	@scripts/pg start

@@ -7,7 +7,7 @@
 // It is part of the engine behind the consumer front door, not an
 // application API: applications configure breakers through package
 // consumer (its Config), and this package keeps only the surface the
-// consumer needs. It may change between releases (see the README's API
+// consumer needs. It may change between releases (see docs/embedding.md's API
 // stability section).
 package breaker
 

@@ -245,8 +245,8 @@ func newStore(pool *pgxpool.Pool, cfg Config) (*store.Store, error) {
 	return st, nil
 }
 
-// Metrics are the bridge's Prometheus metrics (jsbridge_bridge_*; see the
-// README), registered before the bridge exists: pass them to New in
+// Metrics are the bridge's Prometheus metrics (jsbridge_bridge_*; see
+// docs/observability.md), registered before the bridge exists: pass them to New in
 // Config.Metrics.
 type Metrics struct {
 	m *bridgemetrics.Metrics

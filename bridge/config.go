@@ -143,7 +143,7 @@ type Config struct {
 	// attempt, jetstream_stream). Default slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, gets the bridge's Prometheus metrics
-	// (jsbridge_bridge_*; see the README). Default nil: no metrics.
+	// (jsbridge_bridge_*; see docs/observability.md). Default nil: no metrics.
 	Registerer prometheus.Registerer
 	// Metrics, when set, are metrics registered earlier with NewMetrics
 	// (so a process exports the backlog gauges while it still waits for

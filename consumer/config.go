@@ -21,7 +21,7 @@ import (
 // Defaults of Config and of its subscriptions: a zero field means the
 // default below. They are spelled once here for the consumer (the engine
 // behind it and the breaker take the same values); `consumer run`'s flags
-// default to the same values (a test keeps them equal, and the README's
+// default to the same values (a test keeps them equal, and docs/cli.md's
 // flag table equal to the flags).
 const (
 	// DefaultStream is the JetStream stream the durable consumers read.
@@ -130,7 +130,7 @@ type Config struct {
 	// event_id, attempt). Default slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, gets the delivery and breaker metrics
-	// (jsbridge_consumer_*; see the README). Default nil: no metrics.
+	// (jsbridge_consumer_*; see docs/observability.md). Default nil: no metrics.
 	Registerer prometheus.Registerer
 	// TracerProvider makes the span of each delivery attempt (one per
 	// attempt, continuing the trace in the message's traceparent header,
@@ -144,7 +144,8 @@ type Config struct {
 	Partitions int
 	// ReplicaID names this replica in partition leases, `consumer status`
 	// and the Jsbridge-Replica webhook header: [A-Za-z0-9_-]+. Default
-	// "<hostname>-<pid>-<random>".
+	// "<hostname>-<pid>-<random>", chosen by New (Consumer.Config shows
+	// it); it also names the attempt records unless Attempts.Replica does.
 	ReplicaID string
 	// LeaseTTL is how long a partition lease and a membership heartbeat
 	// live unless renewed: a killed replica's partitions move after at
@@ -175,7 +176,8 @@ type AttemptsConfig struct {
 	// oldest records go first. Default DefaultAttemptsMaxBytes (1 GiB).
 	MaxBytes int64
 	// Replica names this process in its records. Default
-	// "<hostname>/<pid>".
+	// Config.ReplicaID, so that records and partition leases name a
+	// replica alike.
 	Replica string
 }
 

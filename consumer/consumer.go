@@ -75,6 +75,11 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.ReplicaID == "" {
+		// One name for this process in leases, status and attempt
+		// records, so consumer status and consumer trace agree.
+		cfg.ReplicaID = newReplicaID()
+	}
 	breakers, err := breaker.NewSet(cfg.Breaker, cfg.Logger, cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -89,7 +94,7 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	}
 	if a := cfg.Attempts; a != nil {
 		c.attempts, err = attemptlog.New(js, attemptlog.Config{
-			Stream: a.Stream, MaxAge: a.MaxAge, MaxBytes: a.MaxBytes, Replicas: cfg.Replicas, Replica: a.Replica,
+			Stream: a.Stream, MaxAge: a.MaxAge, MaxBytes: a.MaxBytes, Replicas: cfg.Replicas, Replica: or(a.Replica, cfg.ReplicaID),
 			Logger: cfg.Logger, Registerer: cfg.Registerer,
 		})
 		if err != nil {

@@ -74,7 +74,7 @@ func TestAlertRules(t *testing.T) {
 	dec.KnownFields(true)
 	require.NoError(t, dec.Decode(&f), "prometheus/alerts.yml")
 	exp := exported(t)
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/cli.md")
 	require.NoError(t, err)
 
 	groups, alerts := map[string]bool{}, map[string]bool{}
@@ -124,7 +124,7 @@ func TestAlertRules(t *testing.T) {
 				for _, m := range labelsUsed.FindAllStringSubmatch(text, -1) {
 					require.Contains(t, keeps, m[1], "alert %s: %s uses $labels.%s, which the expression drops", r.Alert, key, m[1])
 				}
-				// A command the reader is told to run is one the README documents.
+				// A command the reader is told to run is one docs/cli.md documents.
 				for _, m := range command.FindAllStringSubmatch(text, -1) {
 					require.Contains(t, string(readme), m[1]+" "+m[2], "alert %s: %s names `%s %s`", r.Alert, key, m[1], m[2])
 				}

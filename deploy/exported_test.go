@@ -132,11 +132,11 @@ func TestExportedMetricsAreGathered(t *testing.T) {
 // | `name` | type | `label`, `label` | meaning |
 var readmeRow = regexp.MustCompile("^\\| `(jsbridge_[a-z_]+)` \\| (counter|gauge|histogram|summary) \\|([^|]*)\\|")
 
-// TestReadmeListsEveryMetric: the README's "Metrics and health" tables name
+// TestReadmeListsEveryMetric: docs/observability.md's "Metrics and health" tables name
 // exactly the metrics the binaries export, with their types and labels.
 func TestReadmeListsEveryMetric(t *testing.T) {
 	t.Parallel()
-	f, err := os.Open("../README.md")
+	f, err := os.Open("../docs/observability.md")
 	require.NoError(t, err)
 	defer f.Close()
 	documented := map[string]metric{}
@@ -157,7 +157,7 @@ func TestReadmeListsEveryMetric(t *testing.T) {
 	}
 	require.NoError(t, sc.Err())
 	got := exported(t)
-	require.ElementsMatch(t, keys(got), keys(documented), "README metrics tables vs the registries")
+	require.ElementsMatch(t, keys(got), keys(documented), "docs/observability.md metrics tables vs the registries")
 	for name, m := range got {
 		require.Equal(t, m.typ, documented[name].typ, "README type of %s", name)
 		require.ElementsMatch(t, m.labels, documented[name].labels, "README labels of %s", name)

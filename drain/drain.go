@@ -11,7 +11,7 @@
 // applications run the bridge through package bridge, which assembles
 // store, drain and forward. This package keeps only the surface bridge,
 // forward and store need, and may change between releases (see the
-// README's API stability section).
+// API stability section of docs/embedding.md).
 package drain
 
 import (

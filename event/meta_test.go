@@ -183,10 +183,10 @@ func refID(t *testing.T, raw json.RawMessage) string {
 	return b.String()
 }
 
-// The examples in the README's table of meta → headers hold, and are there.
-func TestREADMEMetaExamples(t *testing.T) {
+// The examples in docs/wire.md's table of meta → headers hold, and are there.
+func TestWireDocMetaExamples(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/wire.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,14 +195,14 @@ func TestREADMEMetaExamples(t *testing.T) {
 	} {
 		shown := "`" + ex.value + "` → `" + ex.header + "`"
 		if !strings.Contains(string(readme), shown) {
-			t.Errorf("README does not show %s", shown)
+			t.Errorf("docs/wire.md does not show %s", shown)
 		}
 		m, err := ParseMeta([]byte(`{"correlation": ` + ex.value + `}`))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := wire.EncodeHeaderValue(m.Correlation); got != ex.header {
-			t.Errorf("meta value %s gives header %q, the README says %q", ex.value, got, ex.header)
+			t.Errorf("meta value %s gives header %q, docs/wire.md says %q", ex.value, got, ex.header)
 		}
 	}
 }

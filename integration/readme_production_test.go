@@ -21,16 +21,16 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// productionBlocks returns the fenced code blocks of the README's
+// productionBlocks returns the fenced code blocks of docs/operations.md's
 // "## Production" section (up to its first "### " subsection), by
 // language: what the section shows a user to copy.
 func productionBlocks(t *testing.T) map[string]string {
 	t.Helper()
-	raw, err := os.ReadFile("../README.md")
+	raw, err := os.ReadFile("../docs/operations.md")
 	require.NoError(t, err)
 	sec := string(raw)
 	i := strings.Index(sec, "\n## Production\n")
-	require.GreaterOrEqual(t, i, 0, "README has a Production section")
+	require.GreaterOrEqual(t, i, 0, "docs/operations.md has a Production section")
 	sec = sec[i+1:]
 	sec = sec[:strings.Index(sec, "\n### ")]
 	blocks := map[string]string{}
@@ -129,7 +129,7 @@ func readmeCluster(t *testing.T, conf string, passwords map[string]string) strin
 	return natsURL
 }
 
-// TestREADMEProductionRuns runs the README's Production section: three
+// TestREADMEProductionRuns runs docs/operations.md's Production section: three
 // servers from its configuration, then its commands, each as written plus
 // an ops address (and the test's schema, users and subscription file). The
 // bridge is given a Postgres URL with a host that is down before the real

@@ -12,6 +12,8 @@ import "github.com/jsbridge/jsbridge/internal/ops"
 type cli struct {
 	Globals
 
+	CLIReference cliReferenceCmd `cmd:"" name:"cli-reference" hidden:"" help:"Print the command-line reference (docs/cli.md) generated from the flags."`
+
 	Run     runCmd     `cmd:"" help:"Drain events from Postgres into JetStream until SIGINT/SIGTERM."`
 	Migrate migrateCmd `cmd:"" help:"Create or upgrade the bridge's tables in Postgres, then exit."`
 	Append  appendCmd  `cmd:"" help:"Append one event to a stream (for trying things from the shell)."`

@@ -25,7 +25,7 @@ import (
 type runCmd struct {
 	NatsURL          string `name:"nats-url" env:"NATS_URL" help:"NATS server URL(s), comma-separated (default: the --context's url). Ignored with --embedded-nats."`
 	natsconn.Flags   `embed:""`
-	EmbeddedNats     bool          `name:"embedded-nats" env:"JSBRIDGE_EMBEDDED_NATS" help:"Run an in-process NATS server with JetStream instead of connecting to --nats-url (the single-machine default)."`
+	EmbeddedNats     bool          `name:"embedded-nats" env:"JSBRIDGE_EMBEDDED_NATS" help:"Run an in-process NATS server with JetStream instead of connecting to --nats-url (off by default; make run turns it on for one machine)."`
 	EmbeddedNatsDir  string        `name:"embedded-nats-dir" env:"JSBRIDGE_EMBEDDED_NATS_DIR" default:".data/nats" help:"JetStream store directory of the embedded server (default: ${default})."`
 	EmbeddedNatsHost string        `name:"embedded-nats-host" env:"JSBRIDGE_EMBEDDED_NATS_HOST" default:"127.0.0.1" help:"Listen address of the embedded server; loopback so the nats CLI can look in (default: ${default})."`
 	EmbeddedNatsPort int           `name:"embedded-nats-port" env:"JSBRIDGE_EMBEDDED_NATS_PORT" default:"4222" help:"Client port of the embedded server; -1 picks a free one (default: ${default})."`
@@ -33,7 +33,7 @@ type runCmd struct {
 	SubjectPrefix    string        `name:"subject-prefix" env:"JSBRIDGE_SUBJECT_PREFIX" default:"${events_prefix}" help:"First subject token; events go to <prefix>.<category>.<stream>.<name> (default: ${default})."`
 	Source           string        `name:"source" env:"JSBRIDGE_SOURCE" default:"jsbridge" help:"CloudEvents source attribute (ce-source) of every event (default: ${default})."`
 	Replicas         int           `name:"replicas" env:"JSBRIDGE_REPLICAS" default:"1" help:"Replica count of the JetStream stream when the bridge creates it: 1 on a standalone server, 3 on a cluster; an existing stream keeps its own, with a warning (default: ${default})."`
-	DuplicateWindow  time.Duration `name:"duplicate-window" env:"JSBRIDGE_DUPLICATE_WINDOW" default:"2m" help:"JetStream duplicate window for a stream the bridge creates; should cover --lease plus the retry envelope (default: ${default})."`
+	DuplicateWindow  time.Duration `name:"duplicate-window" env:"JSBRIDGE_DUPLICATE_WINDOW" default:"2m" help:"JetStream duplicate window for a stream the bridge creates; warned about at start when shorter than --lease plus --publish-timeout (default: ${default})."`
 	Owner            string        `name:"owner" env:"JSBRIDGE_OWNER" help:"Lease holder name of this bridge (default: hostname-pid-random)."`
 	Lease            time.Duration `name:"lease" env:"JSBRIDGE_LEASE" default:"30s" help:"How long a claimed stream stays leased to this bridge; a dead bridge's streams are taken over after it (default: ${default})."`
 	ClaimLimit       int           `name:"claim-limit" env:"JSBRIDGE_CLAIM_LIMIT" default:"100" help:"Streams claimed per drain cycle; with a backlog the next cycle is claimed while one is published, so up to twice this many are held (default: ${default})."`

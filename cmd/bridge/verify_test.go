@@ -14,17 +14,20 @@ import (
 	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
-// Every flag of bridge verify is in the README's verify table.
-func TestREADMEListsEveryVerifyFlag(t *testing.T) {
+// Every flag of bridge verify is in docs/operations.md's verify table (the
+// connection flags in docs/cli.md).
+func TestOperationsDocListsEveryVerifyFlag(t *testing.T) {
 	t.Parallel()
 	var c cli
 	k, err := kong.New(&c, kong.Name("bridge"), ops.WireVars())
 	require.NoError(t, err)
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/cli.md")
 	require.NoError(t, err)
-	sec := string(readme)
+	ops, err := os.ReadFile("../../docs/operations.md")
+	require.NoError(t, err)
+	sec := string(ops)
 	i := strings.Index(sec, "\n### bridge verify")
-	require.GreaterOrEqual(t, i, 0, "README has a bridge verify section")
+	require.GreaterOrEqual(t, i, 0, "docs/operations.md has a bridge verify section")
 	sec = sec[i+1:]
 	if end := strings.Index(sec, "\n## "); end >= 0 {
 		sec = sec[:end]
@@ -42,10 +45,10 @@ func TestREADMEListsEveryVerifyFlag(t *testing.T) {
 		for _, f := range node.Flags {
 			if f.Group != nil || strings.HasPrefix(f.Name, "nats-") && f.Name != "nats-url" || f.Name == "context" {
 				// natsconn's connection flags: their own table.
-				require.Contains(t, string(readme), "`--"+f.Name+"`", "README lacks --%s", f.Name)
+				require.Contains(t, string(readme), "`--"+f.Name+"`", "docs/cli.md lacks --%s", f.Name)
 				continue
 			}
-			require.Contains(t, sec, "| `--"+f.Name+"` |", "README's verify table lacks --%s", f.Name)
+			require.Contains(t, sec, "| `--"+f.Name+"` |", "docs/operations.md's verify table lacks --%s", f.Name)
 		}
 	}
 	require.True(t, found, "verify subcommand exists")

@@ -109,10 +109,10 @@ func TestTimeoutMustBeBelowHalfAckWait(t *testing.T) {
 	require.ErrorContains(t, err, "subscriptions[0].timeout 10s must be below half of ack_wait 15s")
 }
 
-// The README shows testdata/subscriptions.yaml as it is.
-func TestREADMEShowsTheCompleteFile(t *testing.T) {
+// docs/subscriptions.md shows testdata/subscriptions.yaml as it is.
+func TestSubscriptionsDocShowsTheCompleteFile(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/subscriptions.md")
 	require.NoError(t, err)
 	file, err := os.ReadFile("testdata/subscriptions.yaml")
 	require.NoError(t, err)

@@ -18,6 +18,8 @@ import (
 type cli struct {
 	Globals
 
+	CLIReference cliReferenceCmd `cmd:"" name:"cli-reference" hidden:"" help:"Print the command-line reference (docs/cli.md) generated from the flags."`
+
 	Run    runCmd    `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
 	DLQ    dlqCmd    `cmd:"" name:"dlq" help:"List, replay, skip or purge dead letters (the DLQ stream)."`
 	Status statusCmd `cmd:"" help:"Show each subscription's start and position, the live consumer replicas and which one owns each partition of the ordered subscriptions."`

@@ -53,7 +53,7 @@ func (r *runCmd) attemptsConfig(g *Globals, log *slog.Logger) (*consumer.Attempt
 	}
 	return &consumer.AttemptsConfig{
 		Stream: g.AttemptsStream, MaxAge: r.AttemptsMaxAge, MaxBytes: r.AttemptsMaxBytes,
-		Replica: r.ReplicaID, // --replica-id names the records too; empty: <hostname>/<pid>
+		Replica: r.ReplicaID, // --replica-id names the records too; empty: the consumer's replica id
 	}, nil
 }
 

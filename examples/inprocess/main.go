@@ -1,6 +1,8 @@
 // Command inprocess runs the bridge inside an application's own process,
 // with package bridge: it connects to the Postgres of DATABASE_URL (e.g.
-// `DATABASE_URL=$(scripts/pg url)`), starts an embedded JetStream server,
+// `DATABASE_URL=$(scripts/pg start)`, which starts the throwaway server and
+// prints its URL; `scripts/pg url` only prints it), starts an embedded
+// JetStream server,
 // starts the bridge beside its own work, appends a few events and prints
 // them as they arrive from JetStream, then stops the bridge gracefully.
 //

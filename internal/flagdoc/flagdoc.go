@@ -1,7 +1,7 @@
-// Package flagdoc checks that the README's flag tables say what a binary's
+// Package flagdoc checks that the docs' flag tables (docs/cli.md) say what a binary's
 // command line does: every flag of a command is in a table, every flag in a
 // table exists, and its environment variable and default are the code's.
-// The binaries' tests call it, so the README cannot drift from --help.
+// The binaries' tests call it, so the reference cannot drift from --help.
 package flagdoc
 
 import (
