@@ -130,9 +130,10 @@ func (b *Bridge) Migrate(ctx context.Context) error {
 }
 
 // Provision makes sure the JetStream stream exists (created with subjects
-// "<SubjectPrefix>.>", file storage, DuplicateWindow and Replicas when
-// missing, never changed when it exists) and logs its warnings (a shorter
-// duplicate window, memory storage, another replica count). Errors wrap
+// "<SubjectPrefix>.>", file storage, DuplicateWindow, Replicas, MaxAge,
+// MaxBytes and MaxMsgsPerSubject when missing, never changed when it
+// exists), logs its retention (Info) and its warnings (a shorter duplicate
+// window, memory storage, another replica count, other limits). Errors wrap
 // ErrSubjectsNotCovered when an existing stream does not take the
 // bridge's subjects, ErrReplicasNotSupported when Replicas > 1 meets a
 // standalone server, else JetStream's error; retrying helps only with the
@@ -140,6 +141,7 @@ func (b *Bridge) Migrate(ctx context.Context) error {
 func (b *Bridge) Provision(ctx context.Context) error {
 	prov, err := forward.Provision(ctx, b.js, forward.StreamConfig{
 		Name: b.cfg.Stream, Prefix: b.cfg.SubjectPrefix, DuplicateWindow: b.cfg.DuplicateWindow, Replicas: b.cfg.Replicas,
+		Limits: b.cfg.limits(),
 	})
 	switch {
 	case errors.Is(err, forward.ErrSubjectsNotCovered):
@@ -155,6 +157,8 @@ func (b *Bridge) Provision(ctx context.Context) error {
 	for _, warning := range prov.Warnings {
 		b.cfg.Logger.Warn(warning, "jetstream_stream", b.cfg.Stream)
 	}
+	b.cfg.Logger.Info("JetStream stream retention", "jetstream_stream", b.cfg.Stream, "created", prov.Created,
+		"max_age", prov.Limits.MaxAge, "max_bytes", prov.Limits.MaxBytes, "max_msgs_per_subject", prov.Limits.MaxMsgsPerSubject)
 	return nil
 }
 
