@@ -24,12 +24,12 @@ type stored struct {
 // streamCheck compares one stream: built from the stream's messages in
 // stored order, then told each event in version order.
 type streamCheck struct {
-	stream   string
-	first    map[int64]int // version -> index in msgs of its first copy
-	msgs     []stored
-	maxVer   int64 // highest version stored (any, also past the watermark); -1: none
-	minVer   int64 // lowest version stored; -1: none
-	ret      Retention
+	stream string
+	first  map[int64]int // version -> index in msgs of its first copy
+	msgs   []stored
+	maxVer int64 // highest version stored (any, also past the watermark); -1: none
+	minVer int64 // lowest version stored; -1: none
+	ret    Retention
 	// onSubject are the versions stored per subject, in stored order.
 	onSubject map[string][]int64
 	problems  []Problem
