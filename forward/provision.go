@@ -200,12 +200,14 @@ type Provisioned struct {
 
 // Provision makes sure the JetStream stream cfg describes exists. When it is
 // missing, Provision creates it with subjects "<prefix>.>", file storage,
-// cfg.DuplicateWindow, cfg.Replicas and cfg.MaxMsgSize. When it exists (or
-// another bridge creates it concurrently), Provision changes nothing: it
-// fails with ErrSubjectsNotCovered unless one of the stream's subjects
-// covers "<prefix>.>", and adds a warning to Provisioned when the stream's
+// cfg.DuplicateWindow, cfg.Replicas, cfg.MaxMsgSize and cfg.Limits (the
+// oldest messages discarded first). When it exists (or another bridge
+// creates it concurrently), Provision changes nothing: it fails with
+// ErrSubjectsNotCovered unless one of the stream's subjects covers
+// "<prefix>.>", and adds a warning to Provisioned when the stream's
 // duplicate window is shorter than cfg.DuplicateWindow, its replica count
-// is not cfg.Replicas, or its storage is memory. Invalid cfg fields fail
+// is not cfg.Replicas, its limits are not cfg.Limits, or its storage is
+// memory. Invalid cfg fields fail
 // with ErrInvalidConfig, replicas above 1 on a standalone server with
 // ErrReplicasNotSupported; JetStream errors are returned wrapped.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (Provisioned, error) {
