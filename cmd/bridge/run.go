@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -110,6 +111,15 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	opsSrv.AddCheck("startup", w.Check)
 	opsSrv.AddCheck("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
 	opsSrv.AddCheck("jetstream", jsRef.StreamCheck(r.Stream))
+	// 503 naming the cause while JetStream refuses publishes for lack of
+	// storage (bridge.ErrStorageFull).
+	var running atomic.Pointer[bridge.Bridge]
+	opsSrv.AddCheck("jetstream_storage", func(context.Context) error {
+		if b := running.Load(); b != nil {
+			return b.StorageErr()
+		}
+		return nil
+	})
 	opsSrv.Pprof = r.Pprof
 	addr, err := opsSrv.Start(r.OpsAddr)
 	if err != nil {
@@ -135,6 +145,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		return err
 	}
+	running.Store(b)
 	w.Ready()
 	log.Info("bridge started", "jetstream_stream", r.Stream, "nats_url", startup.RedactURL(nc.ConnectedUrl()), "ops_addr", addr, "lease", r.Lease, "events_table", b.EventsTable())
 	err = b.Run(ctx)
