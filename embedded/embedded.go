@@ -84,16 +84,16 @@ func Start(cfg Config) (*Server, error) {
 		_ = ln.Close()
 	}
 	opts := &server.Options{
-		ServerName:        ServerName,
-		Host:              cfg.Host,
-		Port:              cfg.Port,
-		JetStream:         true,
-		StoreDir:          cfg.Dir,
-		JetStreamMaxStore: cfg.MaxFileStore,
-		MaxPayload:        cfg.MaxPayload,
-		NoSigs:            true,
-		NoLog:             !cfg.Logging,
+		ServerName: ServerName,
+		Host:       cfg.Host,
+		Port:       cfg.Port,
+		JetStream:  true,
+		StoreDir:   cfg.Dir,
+		MaxPayload: cfg.MaxPayload,
+		NoSigs:     true,
+		NoLog:      !cfg.Logging,
 	}
+	opts.JetStreamMaxStore = cfg.MaxFileStore
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: new server on %s:%d: %w", cfg.Host, cfg.Port, err)

@@ -25,34 +25,36 @@ import (
 )
 
 type runCmd struct {
-	NatsURL           string `name:"nats-url" env:"NATS_URL" help:"NATS server URL(s), comma-separated (default: the --context's url). Ignored with --embedded-nats."`
-	natsconn.Flags    `embed:""`
-	EmbeddedNats      bool          `name:"embedded-nats" env:"JSBRIDGE_EMBEDDED_NATS" help:"Run an in-process NATS server with JetStream instead of connecting to --nats-url (the single-machine default)."`
-	EmbeddedNatsDir   string        `name:"embedded-nats-dir" env:"JSBRIDGE_EMBEDDED_NATS_DIR" default:".data/nats" help:"JetStream store directory of the embedded server (default: ${default})."`
-	EmbeddedNatsHost  string        `name:"embedded-nats-host" env:"JSBRIDGE_EMBEDDED_NATS_HOST" default:"127.0.0.1" help:"Listen address of the embedded server; loopback so the nats CLI can look in (default: ${default})."`
-	EmbeddedNatsPort  int           `name:"embedded-nats-port" env:"JSBRIDGE_EMBEDDED_NATS_PORT" default:"4222" help:"Client port of the embedded server; -1 picks a free one (default: ${default})."`
-	Stream            string        `name:"stream" env:"JSBRIDGE_STREAM" default:"${events_stream}" help:"JetStream stream to publish to; created if missing (default: ${default})."`
-	SubjectPrefix     string        `name:"subject-prefix" env:"JSBRIDGE_SUBJECT_PREFIX" default:"${events_prefix}" help:"First subject token; events go to <prefix>.<category>.<stream>.<name> (default: ${default})."`
-	Source            string        `name:"source" env:"JSBRIDGE_SOURCE" default:"jsbridge" help:"CloudEvents source attribute (ce-source) of every event (default: ${default})."`
-	Replicas          int           `name:"replicas" env:"JSBRIDGE_REPLICAS" default:"1" help:"Replica count of the JetStream stream when the bridge creates it: 1 on a standalone server, 3 on a cluster; an existing stream keeps its own, with a warning (default: ${default})."`
+	NatsURL          string `name:"nats-url" env:"NATS_URL" help:"NATS server URL(s), comma-separated (default: the --context's url). Ignored with --embedded-nats."`
+	natsconn.Flags   `embed:""`
+	EmbeddedNats     bool          `name:"embedded-nats" env:"JSBRIDGE_EMBEDDED_NATS" help:"Run an in-process NATS server with JetStream instead of connecting to --nats-url (the single-machine default)."`
+	EmbeddedNatsDir  string        `name:"embedded-nats-dir" env:"JSBRIDGE_EMBEDDED_NATS_DIR" default:".data/nats" help:"JetStream store directory of the embedded server (default: ${default})."`
+	EmbeddedNatsHost string        `name:"embedded-nats-host" env:"JSBRIDGE_EMBEDDED_NATS_HOST" default:"127.0.0.1" help:"Listen address of the embedded server; loopback so the nats CLI can look in (default: ${default})."`
+	EmbeddedNatsPort int           `name:"embedded-nats-port" env:"JSBRIDGE_EMBEDDED_NATS_PORT" default:"4222" help:"Client port of the embedded server; -1 picks a free one (default: ${default})."`
+	Stream           string        `name:"stream" env:"JSBRIDGE_STREAM" default:"${events_stream}" help:"JetStream stream to publish to; created if missing (default: ${default})."`
+	SubjectPrefix    string        `name:"subject-prefix" env:"JSBRIDGE_SUBJECT_PREFIX" default:"${events_prefix}" help:"First subject token; events go to <prefix>.<category>.<stream>.<name> (default: ${default})."`
+	Source           string        `name:"source" env:"JSBRIDGE_SOURCE" default:"jsbridge" help:"CloudEvents source attribute (ce-source) of every event (default: ${default})."`
+	Replicas         int           `name:"replicas" env:"JSBRIDGE_REPLICAS" default:"1" help:"Replica count of the JetStream stream when the bridge creates it: 1 on a standalone server, 3 on a cluster; an existing stream keeps its own, with a warning (default: ${default})."`
+	DuplicateWindow  time.Duration `name:"duplicate-window" env:"JSBRIDGE_DUPLICATE_WINDOW" default:"2m" help:"JetStream duplicate window for a stream the bridge creates; should cover --lease plus the retry envelope (default: ${default})."`
+	Owner            string        `name:"owner" env:"JSBRIDGE_OWNER" help:"Lease holder name of this bridge (default: hostname-pid-random)."`
+	Lease            time.Duration `name:"lease" env:"JSBRIDGE_LEASE" default:"30s" help:"How long a claimed stream stays leased to this bridge; a dead bridge's streams are taken over after it (default: ${default})."`
+	ClaimLimit       int           `name:"claim-limit" env:"JSBRIDGE_CLAIM_LIMIT" default:"100" help:"Streams claimed per drain cycle; with a backlog the next cycle is claimed while one is published, so up to twice this many are held (default: ${default})."`
+	FetchLimit       int           `name:"fetch-limit" env:"JSBRIDGE_FETCH_LIMIT" default:"500" help:"Events fetched per stream per drain cycle (default: ${default})."`
+	PollInterval     time.Duration `name:"poll-interval" env:"JSBRIDGE_POLL_INTERVAL" default:"1s" help:"Poll period when idle; LISTEN/NOTIFY usually wakes the bridge sooner (default: ${default})."`
+	MaxRetries       int           `name:"max-retries" env:"JSBRIDGE_MAX_RETRIES" default:"10" help:"Failed attempts on a stream before it is blocked (default: ${default})."`
+	MaxInFlight      int           `name:"max-in-flight" env:"JSBRIDGE_MAX_IN_FLIGHT" default:"256" help:"Streams published concurrently (each stream stays in order) (default: ${default})."`
+	PublishTimeout   time.Duration `name:"publish-timeout" env:"JSBRIDGE_PUBLISH_TIMEOUT" default:"5s" help:"How long to wait for JetStream to acknowledge one publish; at most 40% of --lease, lowered with a warning otherwise (default: ${default})."`
+	ShutdownGrace    time.Duration `name:"shutdown-grace" env:"JSBRIDGE_SHUTDOWN_GRACE" default:"10s" help:"On SIGTERM, how long the batch in flight may go on; what it publishes is acked, the rest released (default: ${default})."`
+	StartupTimeout   time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when Postgres, its migrations, NATS or the JetStream stream are not available within this time; 0 waits forever (default: ${default})."`
+	Migrate          bool          `name:"migrate" env:"JSBRIDGE_MIGRATE" default:"true" negatable:"" help:"Apply pending migrations at start (default: ${default})."`
+	SettleTimeout    time.Duration `name:"settle-timeout" env:"JSBRIDGE_SETTLE_TIMEOUT" default:"5s" help:"How long an ack, retry or block may wait for a stream's row that an application transaction holds (Postgres lock_timeout); past it the settle fails and the stream is claimed again after its lease (default: ${default})."`
+	Pprof            bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
+	OpsAddr          string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9464" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
+
+	// Retention of the JetStream stream the bridge creates (docs/retention.md).
 	MaxAge            time.Duration `name:"max-age" env:"JSBRIDGE_MAX_AGE" default:"0s" help:"Retention of the JetStream stream when the bridge creates it: a message is removed once older than this; 0 keeps messages forever. At least --duplicate-window. An existing stream keeps its own, logged (see docs/retention.md) (default: ${default})."`
 	MaxBytes          int64         `name:"max-bytes" env:"JSBRIDGE_MAX_BYTES" default:"0" help:"Retention of the JetStream stream when the bridge creates it: the oldest messages are removed while it holds more than this many bytes; 0 is no limit. An existing stream keeps its own (default: ${default})."`
 	MaxMsgsPerSubject int64         `name:"max-msgs-per-subject" env:"JSBRIDGE_MAX_MSGS_PER_SUBJECT" default:"0" help:"Retention of the JetStream stream when the bridge creates it: only the last this many messages of each subject (one event name of one stream) are kept; 0 is no limit. An existing stream keeps its own (default: ${default})."`
-	DuplicateWindow   time.Duration `name:"duplicate-window" env:"JSBRIDGE_DUPLICATE_WINDOW" default:"2m" help:"JetStream duplicate window for a stream the bridge creates; should cover --lease plus the retry envelope (default: ${default})."`
-	Owner             string        `name:"owner" env:"JSBRIDGE_OWNER" help:"Lease holder name of this bridge (default: hostname-pid-random)."`
-	Lease             time.Duration `name:"lease" env:"JSBRIDGE_LEASE" default:"30s" help:"How long a claimed stream stays leased to this bridge; a dead bridge's streams are taken over after it (default: ${default})."`
-	ClaimLimit        int           `name:"claim-limit" env:"JSBRIDGE_CLAIM_LIMIT" default:"100" help:"Streams claimed per drain cycle; with a backlog the next cycle is claimed while one is published, so up to twice this many are held (default: ${default})."`
-	FetchLimit        int           `name:"fetch-limit" env:"JSBRIDGE_FETCH_LIMIT" default:"500" help:"Events fetched per stream per drain cycle (default: ${default})."`
-	PollInterval      time.Duration `name:"poll-interval" env:"JSBRIDGE_POLL_INTERVAL" default:"1s" help:"Poll period when idle; LISTEN/NOTIFY usually wakes the bridge sooner (default: ${default})."`
-	MaxRetries        int           `name:"max-retries" env:"JSBRIDGE_MAX_RETRIES" default:"10" help:"Failed attempts on a stream before it is blocked (default: ${default})."`
-	MaxInFlight       int           `name:"max-in-flight" env:"JSBRIDGE_MAX_IN_FLIGHT" default:"256" help:"Streams published concurrently (each stream stays in order) (default: ${default})."`
-	PublishTimeout    time.Duration `name:"publish-timeout" env:"JSBRIDGE_PUBLISH_TIMEOUT" default:"5s" help:"How long to wait for JetStream to acknowledge one publish; at most 40% of --lease, lowered with a warning otherwise (default: ${default})."`
-	ShutdownGrace     time.Duration `name:"shutdown-grace" env:"JSBRIDGE_SHUTDOWN_GRACE" default:"10s" help:"On SIGTERM, how long the batch in flight may go on; what it publishes is acked, the rest released (default: ${default})."`
-	StartupTimeout    time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when Postgres, its migrations, NATS or the JetStream stream are not available within this time; 0 waits forever (default: ${default})."`
-	Migrate           bool          `name:"migrate" env:"JSBRIDGE_MIGRATE" default:"true" negatable:"" help:"Apply pending migrations at start (default: ${default})."`
-	SettleTimeout     time.Duration `name:"settle-timeout" env:"JSBRIDGE_SETTLE_TIMEOUT" default:"5s" help:"How long an ack, retry or block may wait for a stream's row that an application transaction holds (Postgres lock_timeout); past it the settle fails and the stream is claimed again after its lease (default: ${default})."`
-	Pprof             bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
-	OpsAddr           string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9464" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
 }
 
 // Run starts the ops port, then waits for Postgres, its migrations, NATS
@@ -159,11 +161,12 @@ func (r *runCmd) config(g *Globals, log *slog.Logger, reg prometheus.Registerer)
 	return bridge.Config{
 		Schema: g.Schema, EventsTable: g.EventsTable,
 		Stream: r.Stream, SubjectPrefix: r.SubjectPrefix, Source: r.Source, DuplicateWindow: r.DuplicateWindow,
-		Replicas: r.Replicas, MaxAge: r.MaxAge, MaxBytes: r.MaxBytes, MaxMsgsPerSubject: r.MaxMsgsPerSubject,
-		Owner: r.Owner, Lease: r.Lease, ClaimLimit: r.ClaimLimit, FetchLimit: r.FetchLimit,
+		Replicas: r.Replicas,
+		Owner:    r.Owner, Lease: r.Lease, ClaimLimit: r.ClaimLimit, FetchLimit: r.FetchLimit,
 		PollInterval: r.PollInterval, MaxRetries: r.MaxRetries, MaxInFlight: r.MaxInFlight,
 		PublishTimeout: r.PublishTimeout, ShutdownGrace: r.ShutdownGrace, SettleTimeout: r.SettleTimeout,
 		Migrate: r.Migrate, Logger: log, Registerer: reg,
+		MaxAge: r.MaxAge, MaxBytes: r.MaxBytes, MaxMsgsPerSubject: r.MaxMsgsPerSubject,
 	}
 }
 
