@@ -42,6 +42,8 @@ type Bridge struct {
 	js    jetstream.JetStream
 	store *store.Store
 	drain *drain.Drain
+	// storage says whether JetStream refuses publishes for lack of space.
+	storage *storageWatch
 
 	life *lifecycle.Runner
 }
@@ -78,22 +80,24 @@ func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error
 		return nil, err
 	}
 	var (
-		dobs drain.Observer
-		fobs forward.Observer
+		dobs    drain.Observer
+		metrics *bridgemetrics.Metrics
 	)
 	switch {
 	case cfg.Metrics != nil:
-		dobs, fobs = cfg.Metrics.m, cfg.Metrics.m
+		metrics = cfg.Metrics.m
 	case cfg.Registerer != nil:
-		m, err := bridgemetrics.New(cfg.Registerer, st.Backlog, log)
-		if err != nil {
+		if metrics, err = bridgemetrics.New(cfg.Registerer, st.Backlog, log); err != nil {
 			return nil, fmt.Errorf("bridge metrics: %w", err)
 		}
-		dobs, fobs = m, m
+	}
+	watch := &storageWatch{log: log}
+	if metrics != nil {
+		dobs, watch.next, watch.gauge = metrics, metrics, metrics.BusUnavailable
 	}
 	fwd, err := forward.New(js, forward.Config{
 		Prefix: cfg.SubjectPrefix, Source: cfg.Source, Stream: cfg.Stream, MaxInFlight: cfg.MaxInFlight,
-		PublishTimeout: cfg.PublishTimeout, Logger: log, Observer: fobs, TracerProvider: cfg.TracerProvider,
+		PublishTimeout: cfg.PublishTimeout, Logger: log, Observer: watch, TracerProvider: cfg.TracerProvider,
 	})
 	if err != nil {
 		// Config.Validate checked what forward checks: not a config error.
@@ -107,7 +111,7 @@ func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error
 	if err != nil {
 		return nil, fmt.Errorf("bridge drain: %w", err)
 	}
-	return &Bridge{cfg: cfg, pool: pool, js: js, store: st, drain: d, life: lifecycle.New(ErrAlreadyStarted)}, nil
+	return &Bridge{cfg: cfg, pool: pool, js: js, store: st, drain: d, storage: watch, life: lifecycle.New(ErrAlreadyStarted)}, nil
 }
 
 // Config returns the bridge's configuration with its defaults filled in
@@ -130,9 +134,10 @@ func (b *Bridge) Migrate(ctx context.Context) error {
 }
 
 // Provision makes sure the JetStream stream exists (created with subjects
-// "<SubjectPrefix>.>", file storage, DuplicateWindow and Replicas when
-// missing, never changed when it exists) and logs its warnings (a shorter
-// duplicate window, memory storage, another replica count). Errors wrap
+// "<SubjectPrefix>.>", file storage, DuplicateWindow, Replicas, MaxAge,
+// MaxBytes and MaxMsgsPerSubject when missing, never changed when it
+// exists), logs its retention (Info) and its warnings (a shorter duplicate
+// window, memory storage, another replica count, other limits). Errors wrap
 // ErrSubjectsNotCovered when an existing stream does not take the
 // bridge's subjects, ErrReplicasNotSupported when Replicas > 1 meets a
 // standalone server, else JetStream's error; retrying helps only with the
@@ -140,6 +145,7 @@ func (b *Bridge) Migrate(ctx context.Context) error {
 func (b *Bridge) Provision(ctx context.Context) error {
 	prov, err := forward.Provision(ctx, b.js, forward.StreamConfig{
 		Name: b.cfg.Stream, Prefix: b.cfg.SubjectPrefix, DuplicateWindow: b.cfg.DuplicateWindow, Replicas: b.cfg.Replicas,
+		Limits: b.cfg.limits(),
 	})
 	switch {
 	case errors.Is(err, forward.ErrSubjectsNotCovered):
@@ -155,6 +161,8 @@ func (b *Bridge) Provision(ctx context.Context) error {
 	for _, warning := range prov.Warnings {
 		b.cfg.Logger.Warn(warning, "jetstream_stream", b.cfg.Stream)
 	}
+	b.cfg.Logger.Info("JetStream stream retention", "jetstream_stream", b.cfg.Stream, "created", prov.Created,
+		"max_age", prov.Limits.MaxAge, "max_bytes", prov.Limits.MaxBytes, "max_msgs_per_subject", prov.Limits.MaxMsgsPerSubject)
 	return nil
 }
 
@@ -218,9 +226,14 @@ func (b *Bridge) Stop(ctx context.Context) error {
 }
 
 // Ready reports whether the bridge can work: nil when Postgres answers a
-// ping and the JetStream stream exists, else an error saying which is
-// missing. Wire it into the application's readiness endpoint.
+// ping, the JetStream stream exists and JetStream stores the bridge's
+// publishes, else an error saying which is missing (StorageErr's while
+// publishes are refused for lack of storage). Wire it into the
+// application's readiness endpoint.
 func (b *Bridge) Ready(ctx context.Context) error {
+	if err := b.StorageErr(); err != nil {
+		return err
+	}
 	if err := b.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
@@ -229,6 +242,13 @@ func (b *Bridge) Ready(ctx context.Context) error {
 	}
 	return nil
 }
+
+// StorageErr returns an error wrapping ErrStorageFull, naming when it
+// began and JetStream's refusal, while JetStream refuses the bridge's
+// publishes for lack of storage (from the first refusal until a publish
+// is stored again); else nil. Ready includes it; `bridge run`'s /readyz
+// answers 503 with it under the check "jetstream_storage".
+func (b *Bridge) StorageErr() error { return b.storage.err() }
 
 // newStore opens the store cfg (with its defaults) describes on pool.
 func newStore(pool *pgxpool.Pool, cfg Config) (*store.Store, error) {

@@ -102,6 +102,19 @@ type Config struct {
 	// makes Start fail with ErrReplicasNotSupported). An existing
 	// stream keeps its own; Start warns when it differs. Default 1.
 	Replicas int
+	// MaxAge, MaxBytes and MaxMsgsPerSubject are the retention of a
+	// stream Start creates: JetStream removes a message once it is older
+	// than MaxAge, the oldest messages while the stream holds more than
+	// MaxBytes bytes, and all but the last MaxMsgsPerSubject messages of a
+	// subject (one event name of one source stream). Zero means no limit
+	// (the default: every event is kept forever). An existing stream
+	// keeps its own; Provision logs them, and warns when they differ.
+	// What each gives up: docs/retention.md. The drain tells a stream
+	// whose messages aged out from one JetStream lost, and Verify reports
+	// aged-out events apart from missing ones.
+	MaxAge            time.Duration
+	MaxBytes          int64
+	MaxMsgsPerSubject int64
 
 	// Owner is the lease holder name of this bridge; unique per process.
 	// Default "<hostname>-<pid>-<random hex>".
@@ -179,6 +192,9 @@ func (c Config) withDefaults() (Config, error) {
 		{"DuplicateWindow", c.DuplicateWindow < 0, c.DuplicateWindow},
 		{"Lease", c.Lease < 0, c.Lease},
 		{"Replicas", c.Replicas < 0, c.Replicas},
+		{"MaxAge", c.MaxAge < 0, c.MaxAge},
+		{"MaxBytes", c.MaxBytes < 0, c.MaxBytes},
+		{"MaxMsgsPerSubject", c.MaxMsgsPerSubject < 0, c.MaxMsgsPerSubject},
 		{"ClaimLimit", c.ClaimLimit < 0, c.ClaimLimit},
 		{"FetchLimit", c.FetchLimit < 0, c.FetchLimit},
 		{"PollInterval", c.PollInterval < 0, c.PollInterval},
@@ -192,6 +208,12 @@ func (c Config) withDefaults() (Config, error) {
 		if ch.bad {
 			return c, fmt.Errorf("%w: Config.%s %v is negative", ErrInvalidConfig, ch.name, ch.val)
 		}
+	}
+	if c.MaxAge > 0 && c.MaxAge < 100*time.Millisecond {
+		return c, fmt.Errorf("%w: Config.MaxAge %v is below the 100ms JetStream accepts", ErrInvalidConfig, c.MaxAge)
+	}
+	if c.MaxAge > 0 && c.MaxAge < or(c.DuplicateWindow, DefaultDuplicateWindow) {
+		return c, fmt.Errorf("%w: Config.MaxAge %v is shorter than Config.DuplicateWindow %v: JetStream refuses a duplicate window longer than the stream's MaxAge", ErrInvalidConfig, c.MaxAge, or(c.DuplicateWindow, DefaultDuplicateWindow))
 	}
 	if c.Lease > 0 && c.Lease < time.Millisecond {
 		return c, fmt.Errorf("%w: Config.Lease %v is below 1ms", ErrInvalidConfig, c.Lease)
@@ -241,4 +263,9 @@ func or[T comparable](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// limits is the retention of a stream Start creates.
+func (c Config) limits() forward.Limits {
+	return forward.Limits{MaxAge: c.MaxAge, MaxBytes: c.MaxBytes, MaxMsgsPerSubject: c.MaxMsgsPerSubject}
 }

@@ -109,6 +109,11 @@ type Report struct {
 	Events int64 `json:"events"`
 	// Messages is how many JetStream messages were read.
 	Messages int64 `json:"messages"`
+	// AgedOut is how many of the events checked JetStream no longer
+	// holds because the stream's own limits removed them (MaxAge,
+	// MaxBytes, MaxMsgs, MaxMsgsPerSubject): retention, not loss. They are
+	// not Problems, and Repair never re-publishes them.
+	AgedOut int64 `json:"aged_out"`
 	// Elapsed is how long Verify took; ReadJetStream the part of it spent
 	// reading JetStream (the rest is reading Postgres and comparing).
 	Elapsed       time.Duration `json:"-"`
@@ -223,6 +228,7 @@ func Repair(ctx context.Context, js jetstream.JetStream, rep *Report) error {
 func (r *Report) fill() {
 	f := r.found
 	r.Streams, r.Events, r.Messages, r.Elapsed, r.ReadJetStream = f.Streams, f.Events, f.Messages, f.Elapsed, f.ReadJetStream
+	r.AgedOut = f.AgedOut
 	r.Problems = make([]Problem, len(f.Problems))
 	for i, p := range f.Problems {
 		r.Problems[i] = Problem{Stream: p.Stream, Version: p.Version, EventID: p.EventID, Kind: ProblemKind(p.Kind),

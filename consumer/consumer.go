@@ -84,7 +84,7 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	dlq := deadletter.New(js, deadletter.Config{Stream: cfg.DLQStream, Replicas: cfg.Replicas, Logger: cfg.Logger})
+	dlq := deadletter.New(js, deadletter.Config{Stream: cfg.DLQStream, Replicas: cfg.Replicas, Logger: cfg.Logger, EventsStream: cfg.Stream})
 	c := &Consumer{cfg: cfg, js: js, dlq: dlq, letters: &DeadLetters{js: js, q: dlq}, life: lifecycle.New(ErrAlreadyStarted)}
 	ecfg := deliver.Config{
 		Stream: cfg.Stream, HTTPClient: cfg.HTTPClient, Breakers: breakers, Logger: cfg.Logger,

@@ -124,7 +124,7 @@ func TestExportedMetricsAreGathered(t *testing.T) {
 	require.ElementsMatch(t, []string{"subscription", "outcome", "status_class"}, got["jsbridge_consumer_deliveries_total"].labels)
 	require.Equal(t, []string{"endpoint"}, got["jsbridge_consumer_breaker_state"].labels)
 	for name := range got {
-		require.True(t, strings.HasPrefix(name, "jsbridge_bridge_") || strings.HasPrefix(name, "jsbridge_consumer_"), name)
+		require.True(t, strings.HasPrefix(name, "jsbridge_bridge_") || strings.HasPrefix(name, "jsbridge_consumer_") || strings.HasPrefix(name, "jsbridge_bus_"), name)
 	}
 }
 

@@ -44,6 +44,10 @@ type Config struct {
 	// MaxPayload is the largest message the server accepts, in bytes.
 	// Default 0 means the server default (1 MiB).
 	MaxPayload int32
+	// MaxFileStore caps JetStream's file storage, in bytes (the server's
+	// max_file_store): past it JetStream refuses writes with "insufficient
+	// resources". Default 0: the server's default (75% of the disk).
+	MaxFileStore int64
 	// StartTimeout bounds the wait for the server to accept connections.
 	// Default 10 s.
 	StartTimeout time.Duration
@@ -89,6 +93,7 @@ func Start(cfg Config) (*Server, error) {
 		NoSigs:     true,
 		NoLog:      !cfg.Logging,
 	}
+	opts.JetStreamMaxStore = cfg.MaxFileStore
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: new server on %s:%d: %w", cfg.Host, cfg.Port, err)

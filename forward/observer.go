@@ -32,6 +32,7 @@ const (
 	ClassCanceled     = "canceled"
 	ClassNoResponders = "no_responders"
 	ClassConnection   = "connection"
+	ClassStorage      = "storage"
 	ClassNotAttempted = "not_attempted"
 	ClassConflict     = "conflict"
 	ClassOther        = "other"
@@ -43,8 +44,9 @@ const (
 // context.DeadlineExceeded; also nats.go's async publish timeout and
 // stall), ClassCanceled (cut short by the context's cancellation:
 // shutdown), ClassNoResponders (no JetStream server or stream answered)
-// and ClassConnection (closed or reconnecting), which the Forwarder
-// reports as drain.UnavailableError; ClassConflict (ErrConflict),
+// ClassConnection (closed or reconnecting) and ClassStorage (JetStream
+// refused the message for lack of storage: see IsStorageFull), which the
+// Forwarder reports as drain.UnavailableError; ClassConflict (ErrConflict),
 // ClassNotAttempted or ClassOther. It returns "" for nil.
 func ErrorClass(err error) string {
 	switch {
@@ -58,6 +60,8 @@ func ErrorClass(err error) string {
 		return ClassNotAttempted
 	case errors.Is(err, ErrConflict):
 		return ClassConflict
+	case IsStorageFull(err):
+		return ClassStorage
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, jetstream.ErrTooManyStalledMsgs):
 		return ClassTimeout
@@ -70,4 +74,32 @@ func ErrorClass(err error) string {
 		return ClassConnection
 	}
 	return ClassOther
+}
+
+// JetStream API error codes of a message refused for lack of storage.
+const (
+	apiErrAccountResourcesExceeded jetstream.ErrorCode = 10002 // account limit (max_file_store of the account)
+	apiErrInsufficientResources    jetstream.ErrorCode = 10023 // server limit (max_file_store) reached
+	apiErrMemoryResourcesExceeded  jetstream.ErrorCode = 10028
+	apiErrStorageResourcesExceeded jetstream.ErrorCode = 10047
+	apiErrStreamStoreFailed        jetstream.ErrorCode = 10077 // the store refused the write (a discard-new limit, a full disk)
+)
+
+// IsStorageFull reports whether err is JetStream refusing a message for
+// lack of storage: the server's or the account's storage limit reached
+// (API errors 10023 "insufficient resources", 10002 "resource limits
+// exceeded for account", 10028, 10047), or the stream's store refusing
+// the write (10077: a stream limit with DiscardNew, a full disk). Nothing
+// was stored; the same publish succeeds once space is freed.
+func IsStorageFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case apiErrAccountResourcesExceeded, apiErrInsufficientResources, apiErrMemoryResourcesExceeded,
+		apiErrStorageResourcesExceeded, apiErrStreamStoreFailed:
+		return true
+	}
+	return false
 }

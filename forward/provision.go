@@ -58,6 +58,65 @@ type StreamConfig struct {
 	// MaxMsgSize is the largest message the stream accepts, in bytes. 0 means
 	// the server's limit.
 	MaxMsgSize int32
+	// Limits is the retention of a stream Provision creates. The zero
+	// value keeps every message forever. An existing stream keeps its own;
+	// Provisioned.Limits reports them and a warning says when they differ.
+	Limits Limits
+}
+
+// Limits is a JetStream stream's retention: what JetStream removes, oldest
+// first, without anyone asking. Zero fields mean no limit. A limit gives
+// up the events it removes: a new subscription cannot read them, and
+// `bridge verify` reports them as aged out (never missing, never
+// repaired). Reconciliation tells an aged-out stream from a lost one (see
+// Forwarder.Handle). docs/retention.md says what each one gives up.
+type Limits struct {
+	// MaxAge removes a message once it is older than this.
+	MaxAge time.Duration
+	// MaxBytes removes the oldest messages while the stream holds more
+	// than this many bytes.
+	MaxBytes int64
+	// MaxMsgsPerSubject keeps at most this many messages per subject:
+	// the last n events of each event name of each source stream.
+	MaxMsgsPerSubject int64
+}
+
+// IsZero reports whether l keeps every message forever.
+func (l Limits) IsZero() bool { return l == Limits{} }
+
+// String spells l for logs: "max_age=24h0m0s max_bytes=1073741824
+// max_msgs_per_subject=none", "none" for no limit.
+func (l Limits) String() string {
+	age, bytes, per := "none", "none", "none"
+	if l.MaxAge > 0 {
+		age = l.MaxAge.String()
+	}
+	if l.MaxBytes > 0 {
+		bytes = strconv.FormatInt(l.MaxBytes, 10)
+	}
+	if l.MaxMsgsPerSubject > 0 {
+		per = strconv.FormatInt(l.MaxMsgsPerSubject, 10)
+	}
+	return "max_age=" + age + " max_bytes=" + bytes + " max_msgs_per_subject=" + per
+}
+
+// LimitsOf returns the retention of a JetStream stream's configuration
+// (JetStream spells "no limit" as 0 or -1; Limits as 0).
+func LimitsOf(c jetstream.StreamConfig) Limits {
+	return Limits{MaxAge: max(c.MaxAge, 0), MaxBytes: max(c.MaxBytes, 0), MaxMsgsPerSubject: max(c.MaxMsgsPerSubject, 0)}
+}
+
+// jetStream returns l as JetStream spells it: -1 for no size or
+// count limit.
+func (l Limits) jetStream() (maxAge time.Duration, maxBytes, perSubject int64) {
+	maxBytes, perSubject = -1, -1
+	if l.MaxBytes > 0 {
+		maxBytes = l.MaxBytes
+	}
+	if l.MaxMsgsPerSubject > 0 {
+		perSubject = l.MaxMsgsPerSubject
+	}
+	return l.MaxAge, maxBytes, perSubject
 }
 
 // withDefaults fills defaults and validates.
@@ -89,7 +148,26 @@ func (c StreamConfig) withDefaults() (StreamConfig, error) {
 	if c.MaxMsgSize < 0 {
 		return c, fmt.Errorf("%w: StreamConfig.MaxMsgSize %d is negative", ErrInvalidConfig, c.MaxMsgSize)
 	}
+	if err := c.Limits.validate("StreamConfig.Limits"); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// validate fails with ErrInvalidConfig naming field when a limit is
+// negative (or MaxAge is below the 100 ms JetStream accepts).
+func (l Limits) validate(field string) error {
+	switch {
+	case l.MaxAge < 0:
+		return fmt.Errorf("%w: %s.MaxAge %s is negative", ErrInvalidConfig, field, l.MaxAge)
+	case l.MaxAge > 0 && l.MaxAge < 100*time.Millisecond:
+		return fmt.Errorf("%w: %s.MaxAge %s is below the 100ms JetStream accepts", ErrInvalidConfig, field, l.MaxAge)
+	case l.MaxBytes < 0:
+		return fmt.Errorf("%w: %s.MaxBytes %d is negative", ErrInvalidConfig, field, l.MaxBytes)
+	case l.MaxMsgsPerSubject < 0:
+		return fmt.Errorf("%w: %s.MaxMsgsPerSubject %d is negative", ErrInvalidConfig, field, l.MaxMsgsPerSubject)
+	}
+	return nil
 }
 
 // Provisioned reports what Provision found or did.
@@ -111,6 +189,9 @@ type Provisioned struct {
 	// (allow_batched, nats-server 2.14+), which the Forwarder uses to
 	// publish a stream's events without a round trip each.
 	BatchPublish bool
+	// Limits is the stream's actual retention (for an existing stream,
+	// its own, whatever was asked).
+	Limits Limits
 	// Warnings are human-readable problems of an existing stream that do not
 	// stop the bridge but weaken its guarantees (a duplicate window shorter
 	// than configured, memory storage). Empty when there are none.
@@ -119,12 +200,14 @@ type Provisioned struct {
 
 // Provision makes sure the JetStream stream cfg describes exists. When it is
 // missing, Provision creates it with subjects "<prefix>.>", file storage,
-// cfg.DuplicateWindow, cfg.Replicas and cfg.MaxMsgSize. When it exists (or
-// another bridge creates it concurrently), Provision changes nothing: it
-// fails with ErrSubjectsNotCovered unless one of the stream's subjects
-// covers "<prefix>.>", and adds a warning to Provisioned when the stream's
+// cfg.DuplicateWindow, cfg.Replicas, cfg.MaxMsgSize and cfg.Limits (the
+// oldest messages discarded first). When it exists (or another bridge
+// creates it concurrently), Provision changes nothing: it fails with
+// ErrSubjectsNotCovered unless one of the stream's subjects covers
+// "<prefix>.>", and adds a warning to Provisioned when the stream's
 // duplicate window is shorter than cfg.DuplicateWindow, its replica count
-// is not cfg.Replicas, or its storage is memory. Invalid cfg fields fail
+// is not cfg.Replicas, its limits are not cfg.Limits, or its storage is
+// memory. Invalid cfg fields fail
 // with ErrInvalidConfig, replicas above 1 on a standalone server with
 // ErrReplicasNotSupported; JetStream errors are returned wrapped.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (Provisioned, error) {
@@ -136,6 +219,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 		return Provisioned{}, fmt.Errorf("%w: JetStream context is nil", ErrInvalidConfig)
 	}
 	subject := cfg.Prefix + ".>"
+	maxAge, maxBytes, perSubject := cfg.Limits.jetStream()
 	s, err := js.Stream(ctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, jetstream.StreamConfig{
@@ -146,6 +230,12 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 			Duplicates:  cfg.DuplicateWindow,
 			Replicas:    cfg.Replicas,
 			MaxMsgSize:  cfg.MaxMsgSize,
+			// Retention: the oldest go first (DiscardOld), so a limit
+			// never refuses a publish.
+			MaxAge:            maxAge,
+			MaxBytes:          maxBytes,
+			MaxMsgsPerSubject: perSubject,
+			Discard:           jetstream.DiscardOld,
 			// Fast batches (nats-server 2.14+): see Forwarder.
 			AllowBatchPublish: serverAtLeast(js.Conn(), 2, 14),
 		})
@@ -159,6 +249,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 				Storage:         info.Config.Storage,
 				Replicas:        info.Config.Replicas,
 				BatchPublish:    info.Config.AllowBatchPublish,
+				Limits:          LimitsOf(info.Config),
 			}, nil
 		}
 		var api *jetstream.APIError
@@ -183,6 +274,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 		Storage:         info.Config.Storage,
 		Replicas:        info.Config.Replicas,
 		BatchPublish:    info.Config.AllowBatchPublish,
+		Limits:          LimitsOf(info.Config),
 	}
 	covered := false
 	for _, have := range info.Config.Subjects {
@@ -205,6 +297,12 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 		p.Warnings = append(p.Warnings, fmt.Sprintf(
 			"JetStream stream %s does not allow batched publishing (allow_batched): the bridge publishes one event at a time, waiting for each PubAck, several times slower; "+
 				"turn it on by setting \"allow_batched\": true in the stream's configuration (e.g. nats stream info %s --json, edit, nats stream edit %s --config FILE)", cfg.Name, cfg.Name, cfg.Name))
+	}
+	if p.Limits != cfg.Limits {
+		p.Warnings = append(p.Warnings, fmt.Sprintf(
+			"JetStream stream %s has retention %s, not the %s asked for; it is left as it is (a stream's retention is the operator's): "+
+				"change it with: nats stream edit %s --max-age ... --max-bytes ... --max-msgs-per-subject ... (or ask for what it has)",
+			cfg.Name, p.Limits, cfg.Limits, cfg.Name))
 	}
 	if w := replicasWarning(cfg.Name, p.Replicas, cfg.Replicas); w != "" {
 		p.Warnings = append(p.Warnings, w)

@@ -159,3 +159,36 @@ func TestProvisionValidates(t *testing.T) {
 	_, err := b.js.Stream(t.Context(), "EVENTS")
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "nothing is created on invalid config")
 }
+
+// A created stream gets the limits asked for; an existing one keeps its
+// own, reported in Provisioned.Limits with a warning, never changed.
+func TestProvisionRetentionCreatedAndReportedNeverChanged(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	lim := forward.Limits{MaxAge: 24 * time.Hour, MaxBytes: 1 << 30, MaxMsgsPerSubject: 5}
+	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{Limits: lim})
+	require.NoError(t, err)
+	require.True(t, p.Created)
+	require.Equal(t, lim, p.Limits)
+	s, err := b.js.Stream(t.Context(), "EVENTS")
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	require.Equal(t, 24*time.Hour, cfg.MaxAge)
+	require.EqualValues(t, 1<<30, cfg.MaxBytes)
+	require.EqualValues(t, 5, cfg.MaxMsgsPerSubject)
+	require.Equal(t, jetstream.DiscardOld, cfg.Discard, "a limit never refuses a publish")
+
+	again, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{Limits: forward.Limits{MaxAge: time.Hour}})
+	require.NoError(t, err)
+	require.False(t, again.Created)
+	require.Equal(t, lim, again.Limits, "the stream's own")
+	require.Len(t, again.Warnings, 1)
+	require.Contains(t, again.Warnings[0], "retention max_age=24h0m0s max_bytes=1073741824 max_msgs_per_subject=5, not the max_age=1h0m0s max_bytes=none max_msgs_per_subject=none asked for")
+	after, err := s.Info(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 24*time.Hour, after.Config.MaxAge, "unchanged")
+
+	_, err = forward.Provision(t.Context(), b.js, forward.StreamConfig{Limits: forward.Limits{MaxBytes: -1}})
+	require.ErrorIs(t, err, forward.ErrInvalidConfig)
+	require.ErrorContains(t, err, "StreamConfig.Limits.MaxBytes -1")
+}

@@ -113,12 +113,13 @@ func (f *Forwarder) publishAndWait(ctx context.Context, msg *nats.Msg, opts []je
 // the bus rather than of the event: JetStream did not answer in time (a
 // publish or lookup timed out, or was cut short by the context: the
 // cycle's deadline, or shutdown), no server or stream answering, a closed
-// or reconnecting connection, or a JetStream API error with code 503
-// (JetStream unavailable, insufficient resources). Anything else is
-// returned as it is.
+// or reconnecting connection, JetStream refusing the message for lack of
+// storage (IsStorageFull: also the account limit's code 400), or a
+// JetStream API error with code 503 (JetStream unavailable). Anything else
+// is returned as it is.
 func classify(err error) error {
 	switch ErrorClass(err) {
-	case ClassTimeout, ClassCanceled, ClassNoResponders, ClassConnection:
+	case ClassTimeout, ClassCanceled, ClassNoResponders, ClassConnection, ClassStorage:
 		return drain.Unavailable(err)
 	}
 	var apiErr *jetstream.APIError
@@ -131,6 +132,12 @@ func classify(err error) error {
 // failed logs and returns a Failed outcome.
 func (f *Forwarder) failed(e event.Event, err error) Outcome {
 	retryable := !drain.IsNonRetryable(err)
+	if IsStorageFull(err) {
+		// Every stream meets it at once: the bridge says it once per
+		// outage (see bridge.Bridge.Ready), not once per stream.
+		f.log.Debug("publish refused for lack of storage", "stream", e.Stream, "event_id", e.ID, "error", err)
+		return Outcome{Status: Failed, Err: err, Retryable: retryable}
+	}
 	f.log.Warn("publish failed", "stream", e.Stream, "event_id", e.ID, "error", err, "retryable", retryable)
 	return Outcome{Status: Failed, Err: err, Retryable: retryable}
 }

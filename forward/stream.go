@@ -33,7 +33,11 @@ const batchRecheck = time.Minute
 // watermark is the version of the stream's last event known forwarded (-1:
 // none, or not known): when reconciliation finds JetStream's last message
 // of the stream below it, JetStream lost forwarded events and nothing is
-// published (errLostInJetStream).
+// published (errLostInJetStream). When it finds no message of the stream
+// at all, the JetStream stream's limits removed them (aged out) or they
+// are gone otherwise; noteGone says which, and the events are published
+// after the watermark: nothing of the stream is left for them to be out
+// of order with.
 func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []event.Event, watermark int64, reconcile, batch bool) []Outcome {
 	out := make([]Outcome, len(evs))
 	pos, known := f.position(stream, evs[0].Version, reconcile)
@@ -62,6 +66,10 @@ func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []even
 				out[i] = notAttempted(evs[i], evs[0])
 			}
 			return out
+		}
+		if !last.found && watermark >= 0 && evs[0].Version > watermark {
+			// Aged out by the stream's limits, or lost: said, not blocked.
+			f.noteGone(ctx, stream, watermark)
 		}
 		if last.found && (reconcile || evs[0].Version > 0) {
 			for start < len(evs) && evs[start].Version <= last.version {

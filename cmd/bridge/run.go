@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -48,6 +49,11 @@ type runCmd struct {
 	SettleTimeout    time.Duration `name:"settle-timeout" env:"JSBRIDGE_SETTLE_TIMEOUT" default:"5s" help:"How long an ack, retry or block may wait for a stream's row that an application transaction holds (Postgres lock_timeout); past it the settle fails and the stream is claimed again after its lease (default: ${default})."`
 	Pprof            bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr          string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9464" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
+
+	// Retention of the JetStream stream the bridge creates (docs/retention.md).
+	MaxAge            time.Duration `name:"max-age" env:"JSBRIDGE_MAX_AGE" default:"0s" help:"Retention of the JetStream stream when the bridge creates it: a message is removed once older than this; 0 keeps messages forever. At least --duplicate-window. An existing stream keeps its own, logged (see docs/retention.md) (default: ${default})."`
+	MaxBytes          int64         `name:"max-bytes" env:"JSBRIDGE_MAX_BYTES" default:"0" help:"Retention of the JetStream stream when the bridge creates it: the oldest messages are removed while it holds more than this many bytes; 0 is no limit. An existing stream keeps its own (default: ${default})."`
+	MaxMsgsPerSubject int64         `name:"max-msgs-per-subject" env:"JSBRIDGE_MAX_MSGS_PER_SUBJECT" default:"0" help:"Retention of the JetStream stream when the bridge creates it: only the last this many messages of each subject (one event name of one stream) are kept; 0 is no limit. An existing stream keeps its own (default: ${default})."`
 }
 
 // Run starts the ops port, then waits for Postgres, its migrations, NATS
@@ -106,6 +112,15 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	opsSrv.AddCheck("startup", w.Check)
 	opsSrv.AddCheck("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
 	opsSrv.AddCheck("jetstream", jsRef.StreamCheck(r.Stream))
+	// 503 naming the cause while JetStream refuses publishes for lack of
+	// storage (bridge.ErrStorageFull).
+	var running atomic.Pointer[bridge.Bridge]
+	opsSrv.AddCheck("jetstream_storage", func(context.Context) error {
+		if b := running.Load(); b != nil {
+			return b.StorageErr()
+		}
+		return nil
+	})
 	opsSrv.Pprof = r.Pprof
 	addr, err := opsSrv.Start(r.OpsAddr)
 	if err != nil {
@@ -131,6 +146,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		return err
 	}
+	running.Store(b)
 	w.Ready()
 	log.Info("bridge started", "jetstream_stream", r.Stream, "nats_url", startup.RedactURL(nc.ConnectedUrl()), "ops_addr", addr, "lease", r.Lease, "events_table", b.EventsTable())
 	err = b.Run(ctx)
@@ -149,6 +165,7 @@ func (r *runCmd) config(g *Globals, log *slog.Logger, reg prometheus.Registerer)
 		PollInterval: r.PollInterval, MaxRetries: r.MaxRetries, MaxInFlight: r.MaxInFlight,
 		PublishTimeout: r.PublishTimeout, ShutdownGrace: r.ShutdownGrace, SettleTimeout: r.SettleTimeout,
 		Migrate: r.Migrate, Logger: log, Registerer: reg,
+		MaxAge: r.MaxAge, MaxBytes: r.MaxBytes, MaxMsgsPerSubject: r.MaxMsgsPerSubject,
 	}
 }
 

@@ -34,7 +34,7 @@ type verifyCmd struct {
 	Streams         []string `name:"stream" sep:"none" help:"Verify this stream only (may be repeated). Default: every stream."`
 	Match           string   `name:"match" help:"Verify the streams whose name matches this regular expression (Postgres ~)."`
 	Since           string   `name:"since" help:"Verify only events created since this time: RFC 3339 (2026-11-23T10:00:00Z) or a duration before now (24h)."`
-	Repair          bool     `name:"repair" help:"Re-publish each stream's missing tail (events after the last one JetStream holds) through the bridge's fenced path; holes, copies and content mismatches are reported, never changed."`
+	Repair          bool     `name:"repair" help:"Re-publish each stream's missing tail (events after the last one JetStream holds) through the bridge's fenced path; holes, copies and content mismatches are reported, never changed; events the stream's limits aged out are counted apart and never re-published."`
 	JSON            bool     `name:"json" help:"One JSON object per problem, then a summary object, instead of text."`
 	NatsURL         string   `name:"nats-url" env:"NATS_URL" help:"NATS server URL(s), comma-separated, of a running server (default: the --context's url)."`
 	natsconn.Flags  `embed:""`
@@ -262,6 +262,7 @@ type verifySummary struct {
 	Streams         int                        `json:"streams"`
 	Events          int64                      `json:"events"`
 	Messages        int64                      `json:"messages"`
+	AgedOut         int64                      `json:"aged_out"`
 	Problems        map[bridge.ProblemKind]int `json:"problems"`
 	Repaired        int                        `json:"repaired"`
 	Left            int                        `json:"left"`
@@ -273,7 +274,7 @@ type verifySummary struct {
 // print writes one line per problem and a summary line to stdout.
 func (v *verifyCmd) print(rep bridge.Report) error {
 	counts, repaired := rep.Counts()
-	sum := verifySummary{Summary: true, Streams: rep.Streams, Events: rep.Events, Messages: rep.Messages, Problems: counts,
+	sum := verifySummary{Summary: true, Streams: rep.Streams, Events: rep.Events, Messages: rep.Messages, AgedOut: rep.AgedOut, Problems: counts,
 		Repaired: repaired, Left: rep.Unresolved(), Seconds: rep.Elapsed.Seconds(), JetStreamSecs: rep.ReadJetStream.Seconds(), EventsPerSecond: rep.EventsPerSecond()}
 	if v.JSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -295,8 +296,8 @@ func (v *verifyCmd) print(rep bridge.Report) error {
 		}
 		fmt.Printf("%s version=%d event_id=%d kind=%s sequence=%s%s: %s\n", p.Stream, p.Version, p.EventID, p.Kind, seq, state, p.Detail)
 	}
-	fmt.Printf("verified %d events of %d streams against %d JetStream messages in %s (JetStream read %s; %.0f events/s): %d missing, %d duplicate, %d out of order, %d content differs; %d repaired, %d left\n",
+	fmt.Printf("verified %d events of %d streams against %d JetStream messages in %s (JetStream read %s; %.0f events/s): %d missing, %d duplicate, %d out of order, %d content differs; %d repaired, %d left; %d aged out (removed by the JetStream stream's limits, not a problem)\n",
 		sum.Events, sum.Streams, sum.Messages, rep.Elapsed.Round(time.Millisecond), rep.ReadJetStream.Round(time.Millisecond), sum.EventsPerSecond,
-		counts[bridge.ProblemMissing], counts[bridge.ProblemDuplicate], counts[bridge.ProblemOutOfOrder], counts[bridge.ProblemContentDiffers], repaired, sum.Left)
+		counts[bridge.ProblemMissing], counts[bridge.ProblemDuplicate], counts[bridge.ProblemOutOfOrder], counts[bridge.ProblemContentDiffers], repaired, sum.Left, sum.AgedOut)
 	return nil
 }

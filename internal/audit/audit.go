@@ -147,6 +147,9 @@ type Report struct {
 	Events int64 `json:"events"`
 	// Messages is how many JetStream messages were read.
 	Messages int64 `json:"messages"`
+	// AgedOut is how many events checked the stream's limits removed
+	// from JetStream (see Retention); they are not Problems.
+	AgedOut int64 `json:"aged_out"`
 	// Elapsed is how long Verify took; ReadJetStream the part of it spent
 	// reading JetStream (the rest is reading Postgres and comparing).
 	Elapsed       time.Duration `json:"-"`
@@ -212,7 +215,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, src Source, streams []S
 	for _, s := range streams {
 		wanted[s.Name] = true
 	}
-	stored, n, err := readStored(ctx, js, cfg, filters, wanted)
+	stored, n, ret, err := readStored(ctx, js, cfg, filters, wanted)
 	rep.ReadJetStream = time.Since(start)
 	if err != nil {
 		return rep, err
@@ -224,6 +227,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, src Source, streams []S
 	type result struct {
 		probs   []Problem
 		checked int64
+		agedOut int64
 		err     error
 	}
 	results := make([]result, len(streams))
@@ -233,7 +237,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, src Source, streams []S
 		wg.Go(func() {
 			for i := range next {
 				r := &results[i]
-				r.probs, r.checked, r.err = checkStream(ctx, src, cfg, streams[i], stored[streams[i].Name])
+				r.probs, r.checked, r.agedOut, r.err = checkStream(ctx, src, cfg, streams[i], stored[streams[i].Name], ret)
 			}
 		})
 	}
@@ -247,6 +251,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, src Source, streams []S
 			return rep, r.err
 		}
 		rep.Events += r.checked
+		rep.AgedOut += r.agedOut
 		rep.Problems = append(rep.Problems, r.probs...)
 	}
 	sortProblems(rep.Problems)
@@ -271,21 +276,22 @@ func (c Config) withDefaults() Config {
 }
 
 // checkStream pages through s's events up to its watermark and compares
-// each with what JetStream stores of the stream.
-func checkStream(ctx context.Context, src Source, cfg Config, s Stream, msgs []stored) ([]Problem, int64, error) {
+// each with what JetStream stores of the stream; it returns the problems,
+// the events checked and how many of them aged out (ret).
+func checkStream(ctx context.Context, src Source, cfg Config, s Stream, msgs []stored, ret Retention) ([]Problem, int64, int64, error) {
 	var c *streamCheck
 	var checked int64
 	after := int64(-1)
 	for {
 		evs, err := src.StreamEvents(ctx, s.Name, after, s.Watermark, cfg.Since, cfg.PageSize)
 		if err != nil {
-			return nil, checked, fmt.Errorf("verify stream %q: %w", s.Name, err)
+			return nil, checked, 0, fmt.Errorf("verify stream %q: %w", s.Name, err)
 		}
 		for _, e := range evs {
 			if c == nil {
 				// The first event checked: with Since, earlier versions
 				// are out of the audit on both sides.
-				c = newStreamCheck(s.Name, msgs, e.Version, s.Watermark)
+				c = newStreamCheck(s.Name, msgs, e.Version, s.Watermark, ret)
 			}
 			c.event(e, forward.Message(e, forward.Config{Prefix: cfg.Prefix, Source: cfg.Source}))
 			checked++
@@ -296,9 +302,9 @@ func checkStream(ctx context.Context, src Source, cfg Config, s Stream, msgs []s
 		after = evs[len(evs)-1].Version
 	}
 	if c == nil {
-		return nil, 0, nil
+		return nil, 0, 0, nil
 	}
-	return c.problems, checked, nil
+	return c.problems, checked, c.agedOut, nil
 }
 
 func sortProblems(ps []Problem) {

@@ -17,27 +17,43 @@ type stored struct {
 	seq     uint64 // JetStream stream sequence
 	version int64  // ce-streamversion; -1 when absent or unreadable
 	id      string // Nats-Msg-Id
+	subject string
 	sums    sums
 }
 
 // streamCheck compares one stream: built from the stream's messages in
 // stored order, then told each event in version order.
 type streamCheck struct {
-	stream   string
-	first    map[int64]int // version -> index in msgs of its first copy
-	msgs     []stored
-	maxVer   int64 // highest version stored (any, also past the watermark); -1: none
-	problems []Problem
+	stream string
+	first  map[int64]int // version -> index in msgs of its first copy
+	msgs   []stored
+	maxVer int64 // highest version stored (any, also past the watermark); -1: none
+	minVer int64 // lowest version stored; -1: none
+	ret    Retention
+	// onSubject are the versions stored per subject, in stored order.
+	onSubject map[string][]int64
+	problems  []Problem
+	agedOut   int64 // missing events the stream's limits removed
 }
 
 // newStreamCheck finds duplicates and out-of-order messages among msgs
-// (in stored order) for versions from..through, the events under audit.
-func newStreamCheck(stream string, msgs []stored, from, through int64) *streamCheck {
-	c := &streamCheck{stream: stream, first: make(map[int64]int, len(msgs)), msgs: msgs, maxVer: -1}
+// (in stored order) for versions from..through, the events under audit;
+// ret tells a missing event aged out from lost.
+func newStreamCheck(stream string, msgs []stored, from, through int64, ret Retention) *streamCheck {
+	c := &streamCheck{stream: stream, first: make(map[int64]int, len(msgs)), msgs: msgs, maxVer: -1, minVer: -1, ret: ret}
+	if ret.MaxMsgsPerSubject > 0 {
+		c.onSubject = make(map[string][]int64)
+	}
 	for i, m := range msgs {
 		v := m.version
 		if v < 0 {
 			continue
+		}
+		if c.minVer < 0 || v < c.minVer {
+			c.minVer = v
+		}
+		if c.onSubject != nil {
+			c.onSubject[m.subject] = append(c.onSubject[m.subject], v)
 		}
 		inAudit := v >= from && v <= through
 		if _, seen := c.first[v]; seen {
@@ -58,9 +74,14 @@ func newStreamCheck(stream string, msgs []stored, from, through int64) *streamCh
 }
 
 // event compares e (from Postgres) with its first stored copy; want is
-// the message the bridge publishes for e (forward.Message).
+// the message the bridge publishes for e (forward.Message). A missing
+// event the stream's limits removed is counted in agedOut, not reported.
 func (c *streamCheck) event(e event.Event, want *nats.Msg) {
 	i, ok := c.first[e.Version]
+	if !ok && c.ret.agedOut(e.Version, e.Created, c.laterOn(want.Subject, e.Version), c.minVer) {
+		c.agedOut++
+		return
+	}
 	if !ok {
 		p := Problem{Stream: c.stream, Version: e.Version, EventID: e.ID, Kind: Missing, Tail: e.Version > c.maxVer, ev: e}
 		if p.Tail {
@@ -99,4 +120,16 @@ func parseID(s string) int64 {
 		return 0
 	}
 	return id
+}
+
+// laterOn counts the versions after v stored on subject (only kept with a
+// MaxMsgsPerSubject limit; 0 otherwise).
+func (c *streamCheck) laterOn(subject string, v int64) int64 {
+	var n int64
+	for _, w := range c.onSubject[subject] {
+		if w > v {
+			n++
+		}
+	}
+	return n
 }

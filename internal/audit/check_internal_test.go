@@ -62,7 +62,7 @@ func TestStreamCheck(t *testing.T) {
 				}
 				msgs = append(msgs, m)
 			}
-			c := newStreamCheck("s-1", msgs, tt.from, tt.through)
+			c := newStreamCheck("s-1", msgs, tt.from, tt.through, Retention{})
 			for _, e := range evs[tt.from : tt.through+1] {
 				c.event(e, forward.Message(e, forward.Config{}))
 			}
@@ -119,7 +119,7 @@ func TestStreamCheckContent(t *testing.T) {
 			w := forward.Message(e, forward.Config{})
 			s := stored{seq: 1, version: 0, id: "7", sums: sumsOf(w.Subject, w.Header, w.Data)}
 			tt.change(&s, e)
-			c := newStreamCheck("s-1", []stored{s}, 0, 0)
+			c := newStreamCheck("s-1", []stored{s}, 0, 0, Retention{})
 			c.event(e, forward.Message(e, forward.Config{}))
 			if tt.detail == "" {
 				require.Empty(t, c.problems)

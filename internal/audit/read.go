@@ -29,22 +29,23 @@ const maxIdle = 15
 // stream's last sequence when the read began, with an ordered consumer,
 // and returns what it keeps of them by source stream (only streams in
 // wanted), in stored order, and how many messages it read.
-func readStored(ctx context.Context, js jetstream.JetStream, cfg Config, filters []string, wanted map[string]bool) (map[string][]stored, int64, error) {
+func readStored(ctx context.Context, js jetstream.JetStream, cfg Config, filters []string, wanted map[string]bool) (map[string][]stored, int64, Retention, error) {
 	s, err := js.Stream(ctx, cfg.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, 0, fmt.Errorf("%w: %q", ErrNoStream, cfg.Stream)
+		return nil, 0, Retention{}, fmt.Errorf("%w: %q", ErrNoStream, cfg.Stream)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("JetStream stream %q: %w", cfg.Stream, err)
+		return nil, 0, Retention{}, fmt.Errorf("JetStream stream %q: %w", cfg.Stream, err)
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("JetStream stream %q: %w", cfg.Stream, err)
+		return nil, 0, Retention{}, fmt.Errorf("JetStream stream %q: %w", cfg.Stream, err)
 	}
 	out := make(map[string][]stored)
+	ret := RetentionOf(info)
 	last := info.State.LastSeq
 	if info.State.Msgs == 0 {
-		return out, 0, nil
+		return out, 0, ret, nil
 	}
 	occ := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if !cfg.Since.IsZero() {
@@ -53,46 +54,46 @@ func readStored(ctx context.Context, js jetstream.JetStream, cfg Config, filters
 	}
 	cons, err := s.OrderedConsumer(ctx, occ)
 	if err != nil {
-		return nil, 0, fmt.Errorf("ordered consumer on JetStream stream %q: %w", cfg.Stream, err)
+		return nil, 0, Retention{}, fmt.Errorf("ordered consumer on JetStream stream %q: %w", cfg.Stream, err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1000))
 	if err != nil {
-		return nil, 0, fmt.Errorf("read JetStream stream %q: %w", cfg.Stream, err)
+		return nil, 0, Retention{}, fmt.Errorf("read JetStream stream %q: %w", cfg.Stream, err)
 	}
 	defer it.Stop()
 	// Nothing to read at all (a start time past the last message): say
 	// so now rather than after idleWait.
 	if ci, err := cons.Info(ctx); err == nil && ci.NumPending == 0 && ci.Delivered.Consumer == 0 {
-		return out, 0, nil
+		return out, 0, ret, nil
 	}
 	var n int64
 	idle := 0
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, n, fmt.Errorf("read JetStream stream %q: %w", cfg.Stream, err)
+			return nil, n, ret, fmt.Errorf("read JetStream stream %q: %w", cfg.Stream, err)
 		}
 		msg, err := it.Next(jetstream.NextMaxWait(idleWait))
 		if ctx.Err() == nil && (errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)) {
 			// Nothing came: done when the server has nothing left for us.
 			ci, ierr := cons.Info(ctx)
 			if ierr == nil && ci.NumPending == 0 {
-				return out, n, nil
+				return out, n, ret, nil
 			}
 			if idle++; idle >= maxIdle {
 				if ierr == nil {
 					ierr = fmt.Errorf("%d messages pending", ci.NumPending)
 				}
-				return nil, n, fmt.Errorf("read JetStream stream %q: no message for %s: %w", cfg.Stream, maxIdle*idleWait, ierr)
+				return nil, n, ret, fmt.Errorf("read JetStream stream %q: no message for %s: %w", cfg.Stream, maxIdle*idleWait, ierr)
 			}
 			continue
 		}
 		if err != nil {
-			return nil, n, fmt.Errorf("read JetStream stream %q: %w", cfg.Stream, err)
+			return nil, n, ret, fmt.Errorf("read JetStream stream %q: %w", cfg.Stream, err)
 		}
 		idle = 0
 		meta, err := msg.Metadata()
 		if err != nil {
-			return nil, n, fmt.Errorf("read JetStream stream %q: %w", cfg.Stream, err)
+			return nil, n, ret, fmt.Errorf("read JetStream stream %q: %w", cfg.Stream, err)
 		}
 		n++
 		if stream, _, perr := wire.ParseSubject(cfg.Prefix, msg.Subject()); perr == nil && wanted[stream] {
@@ -102,12 +103,12 @@ func readStored(ctx context.Context, js jetstream.JetStream, cfg Config, filters
 				v = -1
 			}
 			out[stream] = append(out[stream], stored{
-				seq: meta.Sequence.Stream, version: v, id: h.Get(wire.HeaderMsgID),
+				seq: meta.Sequence.Stream, version: v, id: h.Get(wire.HeaderMsgID), subject: msg.Subject(),
 				sums: sumsOf(msg.Subject(), h, msg.Data()),
 			})
 		}
 		if meta.NumPending == 0 || meta.Sequence.Stream >= last {
-			return out, n, nil
+			return out, n, ret, nil
 		}
 	}
 }

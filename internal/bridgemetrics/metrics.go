@@ -37,6 +37,7 @@ type Metrics struct {
 	claimDur    prometheus.Histogram
 	publishDur  prometheus.Histogram
 	ackDur      prometheus.Histogram
+	unavailable *prometheus.GaugeVec
 }
 
 var (
@@ -71,7 +72,7 @@ func New(reg prometheus.Registerer, backlog BacklogFunc, log *slog.Logger) (*Met
 		}, []string{"status"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jsbridge_bridge_publish_errors_total",
-			Help: "Failed publishes by class: too_large and invalid_data (non-retryable, the stream blocks), timeout (also cut by the cycle's deadline), canceled (cut by shutdown), no_responders, connection (JetStream unavailable: the stream backs off, counts no retry, never blocks), conflict, not_attempted (after an earlier failure in the stream), other.",
+			Help: "Failed publishes by class: too_large and invalid_data (non-retryable, the stream blocks), timeout (also cut by the cycle's deadline), canceled (cut by shutdown), no_responders, connection, storage (JetStream unavailable, or refusing for lack of storage: the stream backs off, counts no retry, never blocks), conflict, not_attempted (after an earlier failure in the stream), other.",
 		}, []string{"class"}),
 		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jsbridge_bridge_streams_settled_total",
@@ -98,6 +99,11 @@ func New(reg prometheus.Registerer, backlog BacklogFunc, log *slog.Logger) (*Met
 			Help: "Duration of one ack statement (advancing a stream's watermark) in Postgres.",
 		}),
 	}
+	m.unavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "jsbridge_bus_unavailable",
+		Help: "1 while JetStream refuses this process's writes for the reason (storage: lack of storage, from the first refusal until a write is stored again), else 0. The drain waits meanwhile: no retry counted, no stream blocked.",
+	}, []string{"reason"})
+	m.unavailable.WithLabelValues("storage").Set(0)
 	bc := &backlogCollector{
 		read: backlog,
 		log:  log,
@@ -109,7 +115,7 @@ func New(reg prometheus.Registerer, backlog BacklogFunc, log *slog.Logger) (*Met
 			"Age of the oldest event not yet forwarded, blocked streams included; 0 when none (read from Postgres at scrape).", nil, nil),
 	}
 	for _, c := range []prometheus.Collector{m.forwarded, m.duplicates, m.publishes, m.errors, m.settled,
-		m.claimed, m.claimErrors, m.claimDur, m.publishDur, m.ackDur, bc} {
+		m.claimed, m.claimErrors, m.claimDur, m.publishDur, m.ackDur, m.unavailable, bc} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -134,6 +140,15 @@ func (m *Metrics) Settled(_, how string, forwarded int, took time.Duration) {
 	if how == drain.SettledAcked {
 		m.ackDur.Observe(took.Seconds())
 	}
+}
+
+// BusUnavailable sets jsbridge_bus_unavailable{reason} to 1 (on) or 0.
+func (m *Metrics) BusUnavailable(reason string, on bool) {
+	v := 0.0
+	if on {
+		v = 1
+	}
+	m.unavailable.WithLabelValues(reason).Set(v)
 }
 
 // Published implements forward.Observer.

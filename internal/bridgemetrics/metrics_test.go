@@ -130,7 +130,7 @@ func TestPublishErrorClassOfACutPublish(t *testing.T) {
 	m.Published(forward.Outcome{Status: forward.Failed, Err: cut, Retryable: true}, time.Second)
 	m.Published(forward.Outcome{Status: forward.Failed, Err: drain.Unavailable(context.Canceled), Retryable: true}, time.Second)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP jsbridge_bridge_publish_errors_total Failed publishes by class: too_large and invalid_data (non-retryable, the stream blocks), timeout (also cut by the cycle's deadline), canceled (cut by shutdown), no_responders, connection (JetStream unavailable: the stream backs off, counts no retry, never blocks), conflict, not_attempted (after an earlier failure in the stream), other.
+# HELP jsbridge_bridge_publish_errors_total Failed publishes by class: too_large and invalid_data (non-retryable, the stream blocks), timeout (also cut by the cycle's deadline), canceled (cut by shutdown), no_responders, connection, storage (JetStream unavailable, or refusing for lack of storage: the stream backs off, counts no retry, never blocks), conflict, not_attempted (after an earlier failure in the stream), other.
 # TYPE jsbridge_bridge_publish_errors_total counter
 jsbridge_bridge_publish_errors_total{class="canceled"} 1
 jsbridge_bridge_publish_errors_total{class="timeout"} 1

@@ -49,6 +49,14 @@ type Config struct {
 	// existing stream with another count is left as it is and a warning
 	// (stream, have, want) goes to Logger.
 	Replicas int
+	// EventsStream, when set, is the events stream whose retention a
+	// dead-letter stream Provision creates follows: MaxAge twice the
+	// events stream's (RetentionFactor; none when it has none), and no
+	// size limit, so that a dead letter is never dropped for size (a full
+	// store refuses the write instead, and the message stays unacked until
+	// it can be written). Default "": no limits. An existing stream keeps
+	// its own.
+	EventsStream string
 	// Logger receives Provision's warnings. Default: discard.
 	Logger *slog.Logger
 }
@@ -58,10 +66,12 @@ type Config struct {
 // letter keeps the original message's data and its reader headers (ce-*,
 // Content-Type), the last status and error, the attempt count and the
 // times; it is stored on
-// dlq.<subscription>.<original subject>, with file storage and no limits
-// (dead letters leave only by replay or purge).
+// dlq.<subscription>.<original subject>, with file storage and no size
+// limit (dead letters leave by replay or purge, or at twice the events
+// stream's MaxAge when it has one: Config.EventsStream).
 type DLQ struct {
 	js       jetstream.JetStream
+	events   string // the events stream whose MaxAge a created stream follows
 	stream   string
 	prefix   string
 	replicas int
@@ -83,7 +93,7 @@ func New(js jetstream.JetStream, cfg Config) *DLQ {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &DLQ{js: js, stream: cfg.Stream, prefix: cfg.SubjectPrefix, replicas: cfg.Replicas, log: cfg.Logger}
+	return &DLQ{js: js, events: cfg.EventsStream, stream: cfg.Stream, prefix: cfg.SubjectPrefix, replicas: cfg.Replicas, log: cfg.Logger}
 }
 
 // Stream returns the dead-letter stream's name.
@@ -91,7 +101,8 @@ func (q *DLQ) Stream() string { return q.stream }
 
 // Provision creates the dead-letter stream when it is missing (file
 // storage, subjects <prefix>.>, duplicate window
-// DefaultDuplicateWindow, Config.Replicas) and leaves an existing one
+// DefaultDuplicateWindow, Config.Replicas, MaxAge following
+// Config.EventsStream's) and leaves an existing one
 // unchanged, warning when its replica count is not Config.Replicas. It
 // fails with ErrSubjects when the existing stream does not have
 // <prefix>.> (or ">") among its subjects, and with JetStream's error
@@ -110,19 +121,57 @@ func (q *DLQ) Provision(ctx context.Context) error {
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("deadletter: dead-letter stream %q: %w", q.stream, err)
 	}
+	maxAge, err := q.maxAge(ctx)
+	if err != nil {
+		return err
+	}
 	_, err = q.js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:        q.stream,
 		Description: "jsbridge dead letters: deliveries given up on, per subscription",
 		Subjects:    []string{wire.All(q.prefix)},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
-		Duplicates:  DefaultDuplicateWindow,
+		MaxAge:      maxAge,
+		Duplicates:  dupWindow(maxAge),
 		Replicas:    q.replicas,
 	})
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return fmt.Errorf("deadletter: create dead-letter stream %q (subjects %s.>): %w", q.stream, q.prefix, err)
 	}
 	return nil
+}
+
+// RetentionFactor is how many times the events stream's MaxAge a new
+// dead-letter stream keeps its dead letters (Config.EventsStream), as the
+// partitioned copy keeps held events: a dead letter outlives its original
+// by as long again.
+const RetentionFactor = 2
+
+// maxAge is the MaxAge of a dead-letter stream Provision creates:
+// RetentionFactor times the events stream's, 0 (none) when it has none,
+// does not exist yet, or Config.EventsStream is empty.
+func (q *DLQ) maxAge(ctx context.Context) (time.Duration, error) {
+	if q.events == "" {
+		return 0, nil
+	}
+	s, err := q.js.Stream(ctx, q.events)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("deadletter: events stream %q (its MaxAge sets the dead letters'): %w", q.events, err)
+	}
+	return max(RetentionFactor*s.CachedInfo().Config.MaxAge, 0), nil
+}
+
+// dupWindow is the duplicate window of a dead-letter stream with maxAge:
+// DefaultDuplicateWindow, or maxAge when shorter (JetStream refuses a
+// window longer than MaxAge).
+func dupWindow(maxAge time.Duration) time.Duration {
+	if maxAge > 0 && maxAge < DefaultDuplicateWindow {
+		return maxAge
+	}
+	return DefaultDuplicateWindow
 }
 
 func (q *DLQ) checkSubjects(subjects []string) error {
