@@ -58,5 +58,5 @@ func main() {
 		debug.SetGCPercent(defaultGCPercent)
 	}
 	var c cli
-	ops.RunCLI("consumer", "jsbridge consumer: delivers events from NATS JetStream to signed HTTP webhooks.", &c, &c.Globals)
+	ops.RunCLI("consumer", "jsbridge consumer: delivers events from NATS JetStream to signed HTTP webhooks.", &c, &c.Globals, renamed...)
 }
