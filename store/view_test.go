@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/bridge"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
@@ -141,4 +142,29 @@ func TestViewLateCommitOfALowerID(t *testing.T) {
 	_, err = b.store.Discover(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{"fast-1": 1, "slow-1": 1, "early-1": 1}, b.heads(t))
+}
+
+// End to end through a view with 1-based versions: the bridge publishes
+// versions 1, 2, 3 as they are (ce-streamversion), and the consumer
+// delivers them in order.
+func TestViewOneBasedEndToEnd(t *testing.T) {
+	t.Parallel()
+	pool := jsbridgetest.Pool(t)
+	app := jsbridgetest.Schema(t, pool)
+	for _, ddl := range []string{renamedTable, renamedView} {
+		_, err := pool.Exec(t.Context(), strings.ReplaceAll(ddl, "%s", app))
+		require.NoError(t, err)
+	}
+	k := jsbridgetest.Start(t, jsbridgetest.Config{Pool: pool, Bridge: bridge.Config{EventsTable: app + ".events", PollInterval: 50 * time.Millisecond}})
+	var ids []string
+	for v := int64(1); v <= 3; v++ {
+		var id int64
+		require.NoError(t, pool.QueryRow(t.Context(), "INSERT INTO "+app+".event_log (stream_id, position, type, payload) VALUES ('order-1', $1, 'OrderEvent', '{}') RETURNING seq", v).Scan(&id))
+		ids = append(ids, strconv.FormatInt(id, 10))
+	}
+	ds := k.Receiver.RequireStream(t, "order-1", ids...)
+	for i, d := range ds {
+		require.EqualValues(t, i+1, d.Version, "delivered as stored: 1-based")
+	}
+	require.Len(t, k.Stored(t, ""), 3)
 }
