@@ -65,9 +65,14 @@ func (e *env) killOne(ctx context.Context, s *partSink, name string, ps []*proc.
 	if err != nil {
 		return res, err
 	}
-	if st == handoverUnmeetable {
+	switch {
+	case st == handoverUnmeetable && res.victims == 0:
+		res.unmet = fmt.Sprintf("the partitions %s was last to deliver had no events left by the kill: nothing to hand over", res.victim)
+	case st == handoverUnmeetable:
 		res.unmet = fmt.Sprintf("%d of the %d partitions %s was last to deliver with events left at the kill were never delivered by another replica; "+
 			"every event was delivered and %s passed, so none can be", res.victims-res.resumed, res.victims, res.victim, grace)
+	}
+	if res.unmet != "" {
 		fmt.Printf("bench: ordered: %s: SIGKILL of %s: %s\n", name, res.victim, res.unmet)
 		return res, nil
 	}
