@@ -210,6 +210,9 @@ func (c Config) withDefaults() (Config, error) {
 		if err := s.engine().Validate(); err != nil {
 			return c, fmt.Errorf("%w: Subscriptions[%d]: %w", ErrInvalidConfig, i, err)
 		}
+		if err := s.checkLocalhost(); err != nil {
+			return c, fmt.Errorf("%w: Subscriptions[%d]: %w", ErrInvalidConfig, i, err)
+		}
 		if j, dup := names[s.Name]; dup {
 			return bad("Subscriptions[%d].Name %q: used by Subscriptions[%d] too (a name is a durable consumer's)", i, s.Name, j)
 		}

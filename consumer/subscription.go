@@ -144,9 +144,10 @@ type Subscription struct {
 	MaxAckPending int
 	// AllowPrivate lets the endpoint be on a loopback, private, shared,
 	// link-local (cloud metadata) or reserved address, and over plain
-	// http. Default false: an IP literal in those ranges is rejected by
-	// Validate, and a name resolving to one is refused when dialled (the
-	// delivery is dead-lettered, nothing is sent).
+	// http. Default false: an IP literal in those ranges, and "localhost"
+	// or a name under ".localhost", are rejected by Validate, and another
+	// name resolving to one is refused when dialled (the delivery is
+	// dead-lettered, nothing is sent).
 	AllowPrivate bool
 	// AllowHTTP lets the endpoint use plain http:// on a public address.
 	// Default false: only https (or http with AllowPrivate).
@@ -250,6 +251,9 @@ func engineSubscriptions(subs []Subscription) []deliver.Subscription {
 // path. Config.Validate checks every subscription the same way.
 func (s Subscription) Validate() error {
 	if err := s.engine().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := s.checkLocalhost(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil

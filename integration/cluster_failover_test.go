@@ -136,7 +136,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 
 	var bridges []*bridgeProc
 	for range 2 {
-		bridges = append(bridges, startBridgeProc(t, env, "--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
+		bridges = append(bridges, startBridgeProc(t, env, "--nats-url", cluster.ClientURLs(), "--stream-replicas", "3", "--ops-addr", "",
 			"--poll-interval", "100ms", "--lease", "10s", "--publish-timeout", "2s"))
 	}
 	bridgeOutput := func() string { return bridges[0].output() + "\n--- second bridge:\n" + bridges[1].output() }
@@ -149,7 +149,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	var orderedProcs []*proc
 	for range 2 {
 		orderedProcs = append(orderedProcs, startProc(t, consumerEnv, "consumer", "run",
-			"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
+			"--nats-url", cluster.ClientURLs(), "--stream-replicas", "3", "--ops-addr", "",
 			"--start", "all", "--name", "ordered", "--url", osrv.URL, "--allow-private", "--filter", "events.>", "--ordering", "stream",
 			"--ack-wait", "5s", "--timeout", "2s", "--backoff", "200ms"))
 	}
@@ -166,7 +166,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	receivers := []receiverRun{{ordered, streams, orderedOutput}}
 	if sz.unordered {
 		consumer := startProc(t, consumerEnv, "consumer", "run",
-			"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
+			"--nats-url", cluster.ClientURLs(), "--stream-replicas", "3", "--ops-addr", "",
 			"--start", "all", "--name", "failover", "--url", rsrv.URL, "--allow-private", "--filter", "events.>", "--ordering", "none",
 			"--ack-wait", "5s", "--timeout", "2s", "--backoff", "200ms")
 		// The strict subscription has one message out at a time
@@ -180,7 +180,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 			strictFilters = append(strictFilters, wire.StreamFilter(wire.DefaultEventsPrefix, fmt.Sprintf("order-%d", s)))
 		}
 		strictConsumer := startProc(t, consumerEnv, "consumer", "run",
-			"--nats-url", cluster.ClientURLs(), "--replicas", "3", "--ops-addr", "",
+			"--nats-url", cluster.ClientURLs(), "--stream-replicas", "3", "--ops-addr", "",
 			"--start", "all", "--name", "strict", "--url", ssrv.URL, "--allow-private", "--filter", strings.Join(strictFilters, ","), "--ordering", "none",
 			"--ack-wait", "3s", "--timeout", "1400ms", "--backoff", "200ms", "--max-in-flight", "1", "--max-ack-pending", "1")
 		receivers = append(receivers, receiverRun{rc, streams, consumer.out.String}, receiverRun{strict, sz.strictStreams, strictConsumer.out.String})

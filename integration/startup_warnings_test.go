@@ -46,13 +46,13 @@ func TestStartupWarnsWhereDurabilityIsGivenUp(t *testing.T) {
 		want []string
 	}{
 		{"bridge", bridge, []string{
-			`--replicas 1 on JetStream cluster \"jsbridge\"`,
+			`--stream-replicas 1 on JetStream cluster \"jsbridge\"`,
 			"JetStream stream EVENTS uses memory storage",
 			"--duplicate-window is shorter than --lease plus --publish-timeout",
 			"JetStream stream EVENTS has duplicate window 10s, shorter than the configured 20s",
 		}},
 		{"consumer", consumer, []string{
-			`--replicas 1 on JetStream cluster \"jsbridge\"`,
+			`--stream-replicas 1 on JetStream cluster \"jsbridge\"`,
 			"JetStream stream EVENTS uses memory storage: its events not delivered yet are lost when the NATS server restarts",
 			"JetStream stream DLQ uses memory storage: its dead letters are lost when the NATS server restarts",
 		}},

@@ -127,13 +127,32 @@ SELECT coalesce(array_agg(hi), '{}'), coalesce(max(hi), -1) FROM settled`),
 )
 SELECT coalesce((SELECT sum(n) FROM found), 0)::bigint, (SELECT count(*) FROM moved)`),
 		// Writers: transactions other than ours holding more than a read
-		// lock on the events table or the sequence its ids come from.
-		discoveryAddPending: r.Replace(`INSERT INTO {schema}.discovery_pending (events_table, hi, writers)
+		// lock on the events table or the sequence its ids come from. When
+		// the events table is a view, its writers lock the tables the view
+		// reads (found through its rewrite rule, views of views too) and
+		// the sequences those tables own, not the view: they are watched.
+		discoveryAddPending: r.Replace(`WITH RECURSIVE rels(oid) AS (
+    SELECT to_regclass($3)::oid
+  UNION
+    SELECT d.refobjid FROM rels
+    JOIN pg_rewrite w ON w.ev_class = rels.oid
+    JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = w.oid
+        AND d.refclassid = 'pg_class'::regclass AND d.refobjid <> rels.oid
+), watched(oid) AS (
+    SELECT oid FROM rels
+  UNION
+    SELECT to_regclass(pg_get_serial_sequence($3, 'id'))::oid
+  UNION
+    SELECT d.objid FROM pg_depend d JOIN pg_class c ON c.oid = d.objid AND c.relkind = 'S'
+    WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass
+      AND d.deptype IN ('a', 'i') AND d.refobjid IN (SELECT oid FROM rels WHERE oid <> to_regclass($3)::oid)
+)
+INSERT INTO {schema}.discovery_pending (events_table, hi, writers)
 SELECT $1, $2, coalesce(array_agg(DISTINCT l.virtualtransaction), '{}')
 FROM pg_locks l
 WHERE l.locktype = 'relation'
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.relation IN (to_regclass($3)::oid, to_regclass(pg_get_serial_sequence($3, 'id'))::oid)
+  AND l.relation IN (SELECT oid FROM watched WHERE oid IS NOT NULL)
   AND l.mode <> 'AccessShareLock'
   AND l.pid IS DISTINCT FROM pg_backend_pid()
 ON CONFLICT (events_table, hi) DO NOTHING`),

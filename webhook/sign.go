@@ -197,6 +197,22 @@ func (s Secret) PublicKey() (string, bool) {
 	return whpkPrefix + base64.StdEncoding.EncodeToString(pub), true
 }
 
+// SecretSize is the length in bytes of the HMAC keys GenerateSecret makes:
+// Standard Webhooks asks for 24 to 64.
+const SecretSize = 32
+
+// GenerateSecret returns a new Standard Webhooks signing secret,
+// "whsec_<base64>" of SecretSize random bytes: the sender signs "v1" with
+// it and receivers verify with the same string. It fails only when the
+// system's random source does.
+func GenerateSecret() (string, error) {
+	key := make([]byte, SecretSize)
+	if _, err := rand.Read(key); err != nil {
+		return "", fmt.Errorf("generate secret: %w", err)
+	}
+	return whsecPrefix + base64.StdEncoding.EncodeToString(key), nil
+}
+
 // GenerateKeyPair returns a new Standard Webhooks ed25519 key pair: the
 // whsk_ secret key (64 bytes, seed then public key) for the sender's
 // secrets and the whpk_ public key for receivers. It fails only when the

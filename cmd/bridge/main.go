@@ -34,5 +34,5 @@ type Globals struct {
 
 func main() {
 	var c cli
-	ops.RunCLI("bridge", "jsbridge bridge: forwards events from a Postgres event store to NATS JetStream.", &c, &c.Globals)
+	ops.RunCLI("bridge", "jsbridge bridge: forwards events from a Postgres event store to NATS JetStream.", &c, &c.Globals, renamed...)
 }

@@ -33,7 +33,7 @@ type runCmd struct {
 	Stream           string        `name:"stream" env:"JSBRIDGE_STREAM" default:"${events_stream}" help:"JetStream stream to publish to; created if missing (default: ${default})."`
 	SubjectPrefix    string        `name:"subject-prefix" env:"JSBRIDGE_SUBJECT_PREFIX" default:"${events_prefix}" help:"First subject token; events go to <prefix>.<category>.<stream>.<name> (default: ${default})."`
 	Source           string        `name:"source" env:"JSBRIDGE_SOURCE" default:"jsbridge" help:"CloudEvents source attribute (ce-source) of every event (default: ${default})."`
-	Replicas         int           `name:"replicas" env:"JSBRIDGE_REPLICAS" default:"1" help:"Replica count of the JetStream stream when the bridge creates it: 1 on a standalone server, 3 on a cluster; an existing stream keeps its own, with a warning (default: ${default})."`
+	StreamReplicas   int           `name:"stream-replicas" env:"JSBRIDGE_STREAM_REPLICAS" default:"1" help:"JetStream storage replica count (R) of the stream when the bridge creates it, not a count of bridge processes: 1 on a standalone server, 3 on a cluster; an existing stream keeps its own, with a warning (default: ${default})."`
 	DuplicateWindow  time.Duration `name:"duplicate-window" env:"JSBRIDGE_DUPLICATE_WINDOW" default:"2m" help:"JetStream duplicate window for a stream the bridge creates; warned about at start when shorter than --lease plus --publish-timeout (default: ${default})."`
 	Owner            string        `name:"owner" env:"JSBRIDGE_OWNER" help:"Lease holder name of this bridge (default: hostname-pid-random)."`
 	Lease            time.Duration `name:"lease" env:"JSBRIDGE_LEASE" default:"30s" help:"How long a claimed stream stays leased to this bridge; a dead bridge's streams are taken over after it (default: ${default})."`
@@ -41,14 +41,14 @@ type runCmd struct {
 	FetchLimit       int           `name:"fetch-limit" env:"JSBRIDGE_FETCH_LIMIT" default:"500" help:"Events fetched per stream per drain cycle (default: ${default})."`
 	PollInterval     time.Duration `name:"poll-interval" env:"JSBRIDGE_POLL_INTERVAL" default:"1s" help:"Poll period when idle; LISTEN/NOTIFY usually wakes the bridge sooner (default: ${default})."`
 	MaxRetries       int           `name:"max-retries" env:"JSBRIDGE_MAX_RETRIES" default:"10" help:"Failed attempts on a stream before it is blocked (default: ${default})."`
-	MaxInFlight      int           `name:"max-in-flight" env:"JSBRIDGE_MAX_IN_FLIGHT" default:"256" help:"Streams published concurrently (each stream stays in order) (default: ${default})."`
+	MaxInFlight      int           `name:"max-in-flight" env:"JSBRIDGE_BRIDGE_MAX_IN_FLIGHT" default:"256" help:"Streams published concurrently (each stream stays in order) (default: ${default})."`
 	PublishTimeout   time.Duration `name:"publish-timeout" env:"JSBRIDGE_PUBLISH_TIMEOUT" default:"5s" help:"How long to wait for JetStream to acknowledge one publish; at most 40% of --lease, lowered with a warning otherwise (default: ${default})."`
 	ShutdownGrace    time.Duration `name:"shutdown-grace" env:"JSBRIDGE_SHUTDOWN_GRACE" default:"10s" help:"On SIGTERM, how long the batch in flight may go on; what it publishes is acked, the rest released (default: ${default})."`
 	StartupTimeout   time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when Postgres, its migrations, NATS or the JetStream stream are not available within this time; 0 waits forever (default: ${default})."`
 	Migrate          bool          `name:"migrate" env:"JSBRIDGE_MIGRATE" default:"true" negatable:"" help:"Apply pending migrations at start (default: ${default})."`
 	SettleTimeout    time.Duration `name:"settle-timeout" env:"JSBRIDGE_SETTLE_TIMEOUT" default:"5s" help:"How long an ack, retry or block may wait for a stream's row that an application transaction holds (Postgres lock_timeout); past it the settle fails and the stream is claimed again after its lease (default: ${default})."`
 	Pprof            bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
-	OpsAddr          string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9464" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
+	OpsAddr          string        `name:"ops-addr" env:"JSBRIDGE_BRIDGE_OPS_ADDR" default:"127.0.0.1:9464" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
 
 	// Retention of the JetStream stream the bridge creates (docs/retention.md).
 	MaxAge            time.Duration `name:"max-age" env:"JSBRIDGE_MAX_AGE" default:"0s" help:"Retention of the JetStream stream when the bridge creates it: a message is removed once older than this; 0 keeps messages forever. At least --duplicate-window. An existing stream keeps its own, logged (see docs/retention.md) (default: ${default})."`
@@ -69,8 +69,8 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if r.Replicas < 1 {
-		return fmt.Errorf("--replicas (JSBRIDGE_REPLICAS) %d: want 1 or more", r.Replicas)
+	if r.StreamReplicas < 1 {
+		return fmt.Errorf("--stream-replicas (JSBRIDGE_STREAM_REPLICAS) %d: want 1 or more", r.StreamReplicas)
 	}
 	// The pool connects lazily: a bad URL fails here, a database that is
 	// down is waited for below. st only migrates: the bridge has its own.
@@ -160,7 +160,7 @@ func (r *runCmd) config(g *Globals, log *slog.Logger, reg prometheus.Registerer)
 	return bridge.Config{
 		Schema: g.Schema, EventsTable: g.EventsTable,
 		Stream: r.Stream, SubjectPrefix: r.SubjectPrefix, Source: r.Source, DuplicateWindow: r.DuplicateWindow,
-		Replicas: r.Replicas,
+		Replicas: r.StreamReplicas,
 		Owner:    r.Owner, Lease: r.Lease, ClaimLimit: r.ClaimLimit, FetchLimit: r.FetchLimit,
 		PollInterval: r.PollInterval, MaxRetries: r.MaxRetries, MaxInFlight: r.MaxInFlight,
 		PublishTimeout: r.PublishTimeout, ShutdownGrace: r.ShutdownGrace, SettleTimeout: r.SettleTimeout,
@@ -196,8 +196,8 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, log *slog.Logger,
 		return nc, shutdownNATS, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	jsRef.Set(js)
-	if warning := startup.ReplicasWarning(r.Replicas, nc.ConnectedServerName(), nc.ConnectedClusterName()); warning != "" {
-		log.Warn(warning, "replicas", r.Replicas)
+	if warning := startup.ReplicasWarning(r.StreamReplicas, nc.ConnectedServerName(), nc.ConnectedClusterName()); warning != "" {
+		log.Warn(warning, "replicas", r.StreamReplicas)
 	}
 	b, err := bridge.New(pool, js, cfg)
 	if err != nil {

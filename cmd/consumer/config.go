@@ -196,6 +196,12 @@ func loadSubscriptions(path string) ([]consumer.Subscription, breaker.Settings, 
 		for _, b := range fs.BackOff {
 			sub.BackOff = append(sub.BackOff, time.Duration(b))
 		}
+		// Refused here, naming the file and the entry: an endpoint on
+		// localhost or a private address without allow_private, say,
+		// would otherwise dead-letter every event.
+		if err := sub.Validate(); err != nil {
+			return nil, bs, fmt.Errorf("%s: %w", where, withFlagHints(err))
+		}
 		subs = append(subs, sub)
 	}
 	return subs, bs, nil

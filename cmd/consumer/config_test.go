@@ -183,7 +183,8 @@ func TestFlagsTLS(t *testing.T) {
 }
 
 // whsk_ secret keys come through secrets_env like whsec_ secrets and sign
-// v1a; a whpk_ public key cannot sign, and the error does not echo it.
+// v1a; a whpk_ public key cannot sign (refused when the file is loaded),
+// and the error does not echo it.
 func TestSubscriptionSecretKeys(t *testing.T) {
 	sk, pk, err := webhook.GenerateKeyPair()
 	require.NoError(t, err)
@@ -193,12 +194,13 @@ func TestSubscriptionSecretKeys(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "subs.yaml")
 		require.NoError(t, os.WriteFile(path, []byte("subscriptions:\n  - name: a\n    url: https://h.example/\n    filter_subjects: [events.>]\n    secrets_env: ["+env+"]\n"), 0o600))
 		subs, _, err := loadSubscriptions(path)
-		require.NoError(t, err)
-		err = subs[0].Validate()
 		if ok {
 			require.NoError(t, err)
+			require.NoError(t, subs[0].Validate())
 			continue
 		}
+		// Refused when the file is loaded, naming the file's entry.
+		require.ErrorContains(t, err, `subscriptions[0] ("a")`)
 		require.ErrorIs(t, err, webhook.ErrInvalidSecret)
 		require.ErrorContains(t, err, "whpk_ public key")
 		require.NotContains(t, err.Error(), strings.TrimPrefix(pk, "whpk_"))

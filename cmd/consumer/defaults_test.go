@@ -30,7 +30,7 @@ func TestRunFlagDefaultsAreTheConsumerDefaults(t *testing.T) {
 	want := map[string]any{
 		"stream":               consumer.DefaultStream,
 		"dlq-stream":           consumer.DefaultDLQStream,
-		"replicas":             consumer.DefaultReplicas,
+		"stream-replicas":      consumer.DefaultReplicas,
 		"timeout":              consumer.DefaultTimeout,
 		"ack-wait":             consumer.DefaultAckWait,
 		"max-deliver":          consumer.DefaultMaxDeliver,

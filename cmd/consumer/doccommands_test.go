@@ -15,12 +15,6 @@ import (
 	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
-// pendingNames are command and flag names the docs already use that other
-// branches add (the friction branch: consumer secret, --stream-replicas);
-// a command naming one may fail to parse until they are merged, and
-// nothing else may. Empty this once they are in.
-var pendingNames = []string{"secret", "--stream-replicas"}
-
 // Every consumer command line in an sh block of README.md, CONTRIBUTING.md and
 // docs/*.md parses with the real command line: the subcommand, its flags,
 // their values and its arguments exist and fit (what exits 80 when a
@@ -46,26 +40,11 @@ func TestDocCommandsParse(t *testing.T) {
 			app, err := kong.New(&cli{}, kong.Name("consumer"), ops.WireVars())
 			require.NoError(t, err)
 			_, err = app.Parse(args)
-			if err != nil && pending(c.Args) {
-				t.Logf("%s:%d: %v (a name another branch adds)", c.Page, c.Line, err)
-				continue
-			}
 			require.NoError(t, err, "%s:%d: %s", c.Page, c.Line, strings.Join(c.Args, " "))
 			n++
 		}
 	}
 	require.Positive(t, n, "the docs show consumer commands")
-}
-
-func pending(args []string) bool {
-	for _, a := range args {
-		for _, p := range pendingNames {
-			if a == p || strings.HasPrefix(a, p+"=") {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // Every subscriptions file shown in a yaml block of the docs loads (the
@@ -133,8 +112,6 @@ func TestSubscriptionsPageSaysWhatConfigReplaces(t *testing.T) {
 			require.Contains(t, stillApply, "NATS connection flags")
 		case strings.HasPrefix(name, "log-"):
 			require.Contains(t, stillApply, "log flags")
-		case name == "replicas": // the friction branch renames it --stream-replicas; drop this case once merged
-			require.Contains(t, stillApply, "`--stream-replicas`")
 		default:
 			require.Contains(t, stillApply, "`--"+name+"`", "--%s still applies with -c: say so", name)
 		}

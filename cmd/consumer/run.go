@@ -37,7 +37,7 @@ type subscriptionFlags struct {
 	AckWait       time.Duration   `name:"ack-wait" env:"JSBRIDGE_ACK_WAIT" default:"30s" help:"JetStream AckWait: a message not acked by then is redelivered (default: ${default})."`
 	MaxDeliver    int             `name:"max-deliver" env:"JSBRIDGE_MAX_DELIVER" default:"10" help:"Attempts per message; a retryable failure on the last one is dead-lettered; -1: no limit (default: ${default})."`
 	BackOff       []time.Duration `name:"backoff" env:"JSBRIDGE_BACKOFF" default:"1s,5s,30s,2m,5m" help:"Delays before each retry; the last repeats (default: ${default})."`
-	MaxInFlight   int             `name:"max-in-flight" env:"JSBRIDGE_MAX_IN_FLIGHT" default:"64" help:"Concurrent deliveries per subscription (default: ${default})."`
+	MaxInFlight   int             `name:"max-in-flight" env:"JSBRIDGE_CONSUMER_MAX_IN_FLIGHT" default:"64" help:"Concurrent deliveries per subscription (default: ${default})."`
 	MaxAckPending int             `name:"max-ack-pending" env:"JSBRIDGE_MAX_ACK_PENDING" help:"JetStream MaxAckPending: messages out for delivery or waiting for a retry; ordering none: one durable consumer, so across all replicas; ordering stream: per partition consumer, so up to --partitions times this in all (default: 1000, or --max-in-flight when larger)."`
 	AllowPrivate  bool            `name:"allow-private" env:"JSBRIDGE_ALLOW_PRIVATE" help:"Let the endpoint be on a loopback, private, link-local (cloud metadata) or reserved address, and use plain http (default: refused)."`
 	AllowHTTP     bool            `name:"allow-http" env:"JSBRIDGE_ALLOW_HTTP" help:"Let the endpoint use plain http on a public address (default: https only)."`
@@ -141,10 +141,10 @@ type runCmd struct {
 	subscriptionFlags `embed:""`
 	orderingFlags     `embed:""`
 
-	Replicas       int           `name:"replicas" env:"JSBRIDGE_REPLICAS" default:"1" help:"Replica count of the DLQ and attempts streams and the durable consumers when the consumer creates them: 1 on a standalone server, 3 on a cluster (at most the events stream's); existing ones keep their own, with a warning (default: ${default})."`
+	StreamReplicas int           `name:"stream-replicas" env:"JSBRIDGE_STREAM_REPLICAS" default:"1" help:"JetStream storage replica count (R) of the DLQ and attempts streams and the durable consumers when the consumer creates them, not a count of consumer processes: 1 on a standalone server, 3 on a cluster (at most the events stream's); existing ones keep their own, with a warning (default: ${default})."`
 	StartupTimeout time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when NATS, the JetStream stream, the DLQ stream or the durable consumers are not available within this time; 0 waits forever (default: ${default})."`
 	Pprof          bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
-	OpsAddr        string        `name:"ops-addr" env:"JSBRIDGE_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
+	OpsAddr        string        `name:"ops-addr" env:"JSBRIDGE_CONSUMER_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
 	attemptsFlags  `embed:""`
 
 	obs observers // tracing and the attempts record, set up by Run (trace.go)
@@ -165,11 +165,11 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if r.Replicas < 1 {
-		return fmt.Errorf("--replicas (JSBRIDGE_REPLICAS) %d: want 1 or more", r.Replicas)
+	if r.StreamReplicas < 1 {
+		return fmt.Errorf("--stream-replicas (JSBRIDGE_STREAM_REPLICAS) %d: want 1 or more", r.StreamReplicas)
 	}
 	opsSrv := ops.NewServer()
-	cfg, err := r.config(g, log, opsSrv.Registry, r.Replicas, r.StartupTimeout)
+	cfg, err := r.config(g, log, opsSrv.Registry, r.StreamReplicas, r.StartupTimeout)
 	if err != nil {
 		return err
 	}
@@ -242,8 +242,8 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn 
 		return nc, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	jsRef.Set(js)
-	if warning := startup.ReplicasWarning(r.Replicas, nc.ConnectedServerName(), nc.ConnectedClusterName()); warning != "" {
-		log.Warn(warning, "replicas", r.Replicas)
+	if warning := startup.ReplicasWarning(r.StreamReplicas, nc.ConnectedServerName(), nc.ConnectedClusterName()); warning != "" {
+		log.Warn(warning, "replicas", r.StreamReplicas)
 	}
 	cfg.TracerProvider, cfg.Attempts = r.obs.tracerProvider, r.obs.attempts
 	c, err := consumer.New(js, cfg)

@@ -137,7 +137,7 @@ func run(ctx context.Context, cfg config) (int, error) {
 	defer procs.StopAll(20 * time.Second)
 
 	bridge, err := procs.Start("bridge", filepath.Join(cfg.Bin, "bridge"), append([]string{"run"}, append(natsArgs,
-		"--replicas", strconv.Itoa(replicas),
+		"--stream-replicas", strconv.Itoa(replicas),
 		"--ops-addr", fmt.Sprintf("127.0.0.1:%d", bridgeOps), "--no-migrate", "--log-level", "warn",
 	)...), "DATABASE_URL="+cfg.DatabaseURL, "JSBRIDGE_SCHEMA="+schema)
 	if err != nil {
@@ -149,7 +149,7 @@ func run(ctx context.Context, cfg config) (int, error) {
 	// Start all: the final tally counts every event appended, also those
 	// appended before the consumer's durable consumer was created.
 	consumer, err := procs.Start("consumer", filepath.Join(cfg.Bin, "consumer"), []string{"run",
-		"--nats-url", natsURL, "--replicas", strconv.Itoa(replicas), "--start", "all", "--name", "demo-receiver", "--filter", wire.All(wire.DefaultEventsPrefix),
+		"--nats-url", natsURL, "--stream-replicas", strconv.Itoa(replicas), "--start", "all", "--name", "demo-receiver", "--filter", wire.All(wire.DefaultEventsPrefix),
 		"--url", "http://" + ln.Addr().String() + "/webhook", "--allow-private",
 		"--ops-addr", fmt.Sprintf("127.0.0.1:%d", consumerOps), "--log-level", "warn",
 	}, "JSBRIDGE_SECRET="+secret)

@@ -17,15 +17,23 @@ import (
 // subcommand with globals (a pointer into cli) and a context.Context bound
 // for its Run method, the context ending on SIGINT or SIGTERM, and exits
 // with status 1 after printing "<name>: <error>" to stderr when it fails
-// (or with the error's ExitCode(), when it has one).
-func RunCLI(name, description string, cli, globals any) {
-	kctx := kong.Parse(cli,
+// (or with the error's ExitCode(), when it has one). The old names of
+// renamed are accepted, each with a warning on stderr (ApplyRenames).
+func RunCLI(name, description string, cli, globals any, renamed ...Renamed) {
+	parser := kong.Must(cli,
 		kong.Name(name),
 		kong.Description(description+"\n\nEvery flag also reads the environment variable shown beside it."),
 		kong.UsageOnError(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		WireVars(),
 	)
+	args, warnings, err := ApplyRenames(renamed, os.Args[1:], os.LookupEnv, os.Setenv)
+	parser.FatalIfErrorf(err)
+	for _, w := range warnings {
+		fmt.Fprintf(os.Stderr, "%s: warning: %s\n", name, w)
+	}
+	kctx, err := parser.Parse(args)
+	parser.FatalIfErrorf(err)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	kctx.BindTo(ctx, (*context.Context)(nil))

@@ -24,11 +24,11 @@ func ReplicasWarning(replicas int, serverName, cluster string) string {
 		return ""
 	}
 	if cluster != "" {
-		return fmt.Sprintf("--replicas %d on JetStream cluster %q: what this binary creates lives on one server; "+
-			"while it is down it takes no events, and its disk holds the only copy; use --replicas 3", replicas, cluster)
+		return fmt.Sprintf("--stream-replicas %d on JetStream cluster %q: what this binary creates lives on one server; "+
+			"while it is down it takes no events, and its disk holds the only copy; use --stream-replicas 3", replicas, cluster)
 	}
-	return fmt.Sprintf("--replicas %d on a standalone NATS server: its disk holds the only copy of what this binary creates; "+
-		"for copies that survive the loss of a server run a JetStream cluster and use --replicas 3", replicas)
+	return fmt.Sprintf("--stream-replicas %d on a standalone NATS server: its disk holds the only copy of what this binary creates; "+
+		"for copies that survive the loss of a server run a JetStream cluster and use --stream-replicas 3", replicas)
 }
 
 // MemoryStorageWarning returns the start-up warning for a JetStream stream

@@ -21,8 +21,8 @@ func TestReplicasWarning(t *testing.T) {
 	}{
 		{"R3 on a cluster", 3, "n1", "c1", ""},
 		{"R1 on the embedded server", 1, embedded.ServerName, "", ""},
-		{"R1 on a standalone server", 1, "nats-1", "", "--replicas 1 on a standalone NATS server"},
-		{"R1 on a cluster", 1, "n1", "c1", `--replicas 1 on JetStream cluster "c1"`},
+		{"R1 on a standalone server", 1, "nats-1", "", "--stream-replicas 1 on a standalone NATS server"},
+		{"R1 on a cluster", 1, "n1", "c1", `--stream-replicas 1 on JetStream cluster "c1"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := startup.ReplicasWarning(tc.replicas, tc.server, tc.cluster)
