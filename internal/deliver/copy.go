@@ -20,7 +20,10 @@ import (
 // by as long again; an owner that finds an unsettled event past
 // retentionWarn of the copy's MaxAge logs an error naming the event and
 // the cause (see partition.watchConsumer), and the copy watcher one for a
-// copy past retentionWarn of its MaxBytes.
+// copy past retentionWarn of its MaxBytes. A parked stream whose oldest
+// held event nears or passes the copy's MaxAge gets the cause in its park
+// entry (parking.keepParkedAlive, riskOf): held in memory, the event is
+// still delivered on replay, but a hand-over would lose it.
 
 // copyRetentionFactor is how many times the events stream's MaxAge and
 // MaxBytes a new partitioned copy gets.
@@ -82,6 +85,47 @@ func (o *ordering) reportRetention(cfg, ecfg jetstream.StreamConfig) {
 	}
 }
 
+// retentionRisk is how close a held event, in the copy since at, is to
+// leaving the copy (whose MaxAge is maxAge) at now.
+type retentionRisk int
+
+const (
+	riskNone    retentionRisk = iota // younger than retentionWarn quarters of MaxAge, or no MaxAge
+	riskNear                         // past retentionWarn quarters: the copy removes it at MaxAge
+	riskRemoved                      // past MaxAge: the copy removed it
+)
+
+// riskOf is the retention risk of a held event in the copy since at.
+func riskOf(at, now time.Time, maxAge time.Duration) retentionRisk {
+	if maxAge <= 0 || at.IsZero() {
+		return riskNone
+	}
+	switch age := now.Sub(at); {
+	case age >= maxAge:
+		return riskRemoved
+	case age >= maxAge/4*retentionWarn:
+		return riskNear
+	}
+	return riskNone
+}
+
+// riskError is the cause a parked stream's entry records for its held
+// event id, in copy (named) since at, at risk r at now.
+func riskError(r retentionRisk, copy, id string, at, now time.Time, maxAge time.Duration, replica string) string {
+	age := now.Sub(at).Round(time.Millisecond)
+	switch r {
+	case riskNear:
+		return fmt.Sprintf("held event %s is %s old, past 3/4 of the partitioned copy %s's MaxAge %s: the copy removes it at MaxAge; "+
+			"replay or skip the parked stream's head (consumer dlq), or raise the copy's MaxAge (nats stream edit %s --max-age)",
+			id, age, copy, maxAge, copy)
+	case riskRemoved:
+		return fmt.Sprintf("held event %s is %s old, past the partitioned copy %s's MaxAge %s: the copy removed it, and it is delivered "+
+			"only while replica %s holds it (a hand-over or a restart loses it); replay or skip the parked stream's head now (consumer dlq), "+
+			"and raise the copy's MaxAge (nats stream edit %s --max-age)", id, age, copy, maxAge, replica, copy)
+	}
+	return ""
+}
+
 // maxAgeFlag is d as the nats CLI's --max-age takes it ("-1": no limit).
 func maxAgeFlag(d time.Duration) string {
 	if d <= 0 {
@@ -115,6 +159,7 @@ func (o *ordering) watchCopy(ctx context.Context) {
 		case err == nil:
 			o.metrics.copyLagMsgs.WithLabelValues(lag.Stream).Set(float64(lag.Messages))
 			o.metrics.copyLagSeconds.WithLabelValues(lag.Stream).Set(lag.Age.Seconds())
+			o.copyAge.Store(int64(info.Config.MaxAge)) // an operator may have changed it
 			max := info.Config.MaxBytes
 			nearFull := max > 0 && info.State.Bytes >= uint64(max)/4*retentionWarn
 			if nearFull && !full {

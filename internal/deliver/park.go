@@ -323,11 +323,17 @@ func (pk *parking) watchParked(ctx context.Context, kv jetstream.KeyValue, ready
 
 // keepParkedAlive sends InProgress for the held events every AckWait/2, and
 // updates the parked-stream metrics and the owner's held counts in the
-// park bucket, until ctx ends.
+// park bucket, until ctx ends. A parked stream whose oldest held event
+// nears or passes the copy's MaxAge gets the cause in its entry (see
+// riskOf) and an error in the log, once per stage.
 func (pk *parking) keepParkedAlive(ctx context.Context) {
 	t := pk.clock.NewTicker(min(pk.sub.AckWait/2, 5*time.Second))
 	defer t.Stop()
-	reported := map[string]int{}
+	type state struct {
+		held int
+		risk retentionRisk
+	}
+	reported := map[string]state{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -339,25 +345,34 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			entry  deadletter.ParkedStream
 			held   int
 			oldest time.Time
+			risk   retentionRisk
+			atRisk jetstream.Msg // the held event longest in the copy
+			inCopy time.Time     // since when
 		}
 		var msgs []heldMsg
 		var reports []report
 		oldest := time.Time{}
+		now := pk.clock.Now()
+		maxAge := time.Duration(pk.o.copyAge.Load())
 		pk.mu.Lock()
 		n := len(pk.parked)
 		for k, ps := range pk.parked {
-			var o time.Time
+			rp := report{key: k, entry: ps.entry, held: len(ps.held)}
 			for _, h := range ps.held {
 				msgs = append(msgs, h)
-				if o.IsZero() || h.at.Before(o) {
-					o = h.at
+				if rp.oldest.IsZero() || h.at.Before(rp.oldest) {
+					rp.oldest = h.at
+				}
+				if md, err := h.msg.Metadata(); err == nil && (rp.inCopy.IsZero() || md.Timestamp.Before(rp.inCopy)) {
+					rp.atRisk, rp.inCopy = h.msg, md.Timestamp
 				}
 			}
-			if !o.IsZero() && (oldest.IsZero() || o.Before(oldest)) {
-				oldest = o
+			if !rp.oldest.IsZero() && (oldest.IsZero() || rp.oldest.Before(oldest)) {
+				oldest = rp.oldest
 			}
-			if len(ps.held) > 0 && reported[k] != len(ps.held) {
-				reports = append(reports, report{k, ps.entry, len(ps.held), o})
+			rp.risk = riskOf(rp.inCopy, now, maxAge)
+			if rp.held > 0 && reported[k] != (state{rp.held, rp.risk}) {
+				reports = append(reports, rp)
 			}
 		}
 		pk.mu.Unlock()
@@ -372,7 +387,17 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 		pk.metrics.oldestHeld.WithLabelValues(pk.sub.Name).Set(age)
 		for _, rp := range reports {
 			e := rp.entry
-			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), pk.clock.Now().UTC(), pk.replicaID
+			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), now.UTC(), pk.replicaID
+			if rp.risk != riskNone {
+				id := eventID(rp.atRisk)
+				e.Error = riskError(rp.risk, pk.o.stream(), id, rp.inCopy, now, maxAge, pk.replicaID)
+				e.AtRiskEventID, e.AtRiskEventTime, e.CopyMaxAge = id, rp.inCopy.UTC(), maxAge
+				if reported[rp.key].risk != rp.risk {
+					pk.log.Error("a parked stream's held event nears or passed the partitioned copy's MaxAge: "+e.Error,
+						slog.String("stream", e.Stream), slog.String("event_id", id), slog.Duration("age", now.Sub(rp.inCopy).Round(time.Millisecond)),
+						slog.Duration("max_age", maxAge))
+				}
+			}
 			v, err := json.Marshal(e)
 			if err != nil {
 				continue
@@ -381,7 +406,7 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			// (replayed or skipped) must stay deleted.
 			if cur, err := pk.o.parks.Get(ctx, rp.key); err == nil {
 				if _, err := pk.o.parks.Update(ctx, rp.key, v, cur.Revision()); err == nil {
-					reported[rp.key] = rp.held
+					reported[rp.key] = state{rp.held, rp.risk}
 				}
 			}
 		}
