@@ -205,7 +205,7 @@ func TestOrderedHeldEventPastTheCopysMaxAgeParksWithTheCause(t *testing.T) {
 	c := b.runOrdered(t, deliver.Config{DeadLetters: q, Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))}, orderedSub("aging", rc.URL))
 	start := time.Now()
 	b.publishStream(t, "order-1", 0, 4)
-	held := b.eventID(orderedEvent{"order-1", 2}) // the oldest held
+	held := publishedID(b, orderedEvent{"order-1", 2}) // the oldest held
 	require.Eventually(t, func() bool {
 		p, err := deadletter.ListParked(b.ctx, b.js, "aging")
 		return err == nil && len(p) == 1 && p[0].Held == 2
@@ -264,4 +264,17 @@ func TestOrderedHeldEventPastTheCopysMaxAgeParksWithTheCause(t *testing.T) {
 	require.NoError(t, res[0].Err)
 	require.Eventually(t, func() bool { return len(rc.accepted()["order-1"]) == 4 }, 20*time.Second, 10*time.Millisecond)
 	requireInOrder(t, rc.accepted(), []string{"order-1"}, 4)
+}
+
+// publishedID returns the id of the event b published as e ("" when
+// none).
+func publishedID(b *orderedBundle, e orderedEvent) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, x := range b.events {
+		if x == e {
+			return id
+		}
+	}
+	return ""
 }

@@ -63,18 +63,6 @@ func (b *orderedBundle) publish(t *testing.T, stream string, v int64, name strin
 	require.NoError(t, err)
 }
 
-// eventID returns the id of the event published as e ("" when none).
-func (b *orderedBundle) eventID(e orderedEvent) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for id, x := range b.events {
-		if x == e {
-			return id
-		}
-	}
-	return ""
-}
-
 func (b *orderedBundle) event(id string) orderedEvent {
 	b.mu.Lock()
 	defer b.mu.Unlock()

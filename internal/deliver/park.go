@@ -56,21 +56,31 @@ type parkedStream struct {
 }
 
 type heldMsg struct {
-	pt  *partition
+	h   *holder // the partition holding it
 	msg jetstream.Msg
 	at  time.Time
 }
 
+// holder is a partition as its parked streams' events see it: its number,
+// and how it acks, InProgresses and Naks them (through its lease fence).
+// Held events are told apart by their holder's pointer.
+type holder struct {
+	p          int
+	ack        func(jetstream.Msg)
+	inProgress func(jetstream.Msg) error
+	nak        func(jetstream.Msg)
+}
+
 // park records m's stream as parked behind m (already dead-lettered). An
 // entry that exists already (m redelivered after a crash) is kept.
-func (pk *parking) park(pt *partition, m jetstream.Msg, dl deadletter.Letter) error {
+func (pk *parking) park(h *holder, m jetstream.Msg, dl deadletter.Letter) error {
 	o := pk.o
 	subject := wire.EventsSubject(o.eventsPrefix, m.Subject())
 	key := wire.StreamKey(subject)
 	stream, _, _ := wire.ParseSubject(o.eventsPrefix, subject)
 	e := deadletter.ParkedStream{
 		Subscription: pk.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
-		Partition: pt.p, ParkedAt: pk.clock.Now().UTC(), Replica: pk.replicaID,
+		Partition: h.p, ParkedAt: pk.clock.Now().UTC(), Replica: pk.replicaID,
 	}
 	v, err := json.Marshal(e)
 	if err != nil {
@@ -101,7 +111,7 @@ func (pk *parking) parkedKey(subject string) string {
 // hold keeps m (of stream key) when its stream is parked and reports
 // whether it did. A redelivered head (dead-lettered, but its ack lost) is
 // acked instead.
-func (pk *parking) hold(pt *partition, key string, m jetstream.Msg) bool {
+func (pk *parking) hold(h *holder, key string, m jetstream.Msg) bool {
 	pk.mu.Lock()
 	if len(pk.parked) == 0 {
 		pk.mu.Unlock()
@@ -114,17 +124,17 @@ func (pk *parking) hold(pt *partition, key string, m jetstream.Msg) bool {
 	}
 	if eventID(m) == ps.entry.HeadEventID {
 		pk.mu.Unlock()
-		pt.ack(m, pt.log)
+		h.ack(m)
 		return true
 	}
 	seq := streamSeq(m)
-	i, found := slices.BinarySearchFunc(ps.held, seq, func(h heldMsg, s uint64) int {
-		return compareUint(streamSeq(h.msg), s)
+	i, found := slices.BinarySearchFunc(ps.held, seq, func(x heldMsg, s uint64) int {
+		return compareUint(streamSeq(x.msg), s)
 	})
 	if found {
 		ps.held[i].msg = m
 	} else {
-		ps.held = slices.Insert(ps.held, i, heldMsg{pt: pt, msg: m, at: pk.clock.Now()})
+		ps.held = slices.Insert(ps.held, i, heldMsg{h: h, msg: m, at: pk.clock.Now()})
 	}
 	pk.mu.Unlock()
 	return true
@@ -140,25 +150,38 @@ func compareUint(a, b uint64) int {
 	return 0
 }
 
-// returnHeld Naks the events held for pt's streams (pt is being released:
+// returnHeld Naks the events held for h's streams (h is being released:
 // the next owner holds them again).
-func (pk *parking) returnHeld(pt *partition) {
+func (pk *parking) returnHeld(h *holder) {
 	pk.mu.Lock()
 	var back []jetstream.Msg
 	for _, ps := range pk.parked {
 		keep := ps.held[:0]
-		for _, h := range ps.held {
-			if h.pt == pt {
-				back = append(back, h.msg)
+		for _, x := range ps.held {
+			if x.h == h {
+				back = append(back, x.msg)
 			} else {
-				keep = append(keep, h)
+				keep = append(keep, x)
 			}
 		}
 		ps.held = keep
 	}
 	pk.mu.Unlock()
 	for _, m := range back {
-		pt.nak(pt.log, m)
+		h.nak(m)
+	}
+}
+
+// addHeld adds to seqs the stream sequences of the events held for h.
+func (pk *parking) addHeld(h *holder, seqs map[uint64]bool) {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	for _, ps := range pk.parked {
+		for _, x := range ps.held {
+			if x.h == h {
+				seqs[streamSeq(x.msg)] = true
+			}
+		}
 	}
 }
 
@@ -178,10 +201,10 @@ func (pk *parking) unpark(bk string) {
 	}
 }
 
-// releaseFor removes the releasing streams whose held events are all pt's
-// (or none) and returns those events, in stream order, for pt's run loop to
+// releaseFor removes the releasing streams whose held events are all h's
+// (or none) and returns those events, in stream order, for h's run loop to
 // dispatch.
-func (pk *parking) releaseFor(pt *partition) []jetstream.Msg {
+func (pk *parking) releaseFor(h *holder) []jetstream.Msg {
 	pk.mu.Lock()
 	defer pk.mu.Unlock()
 	var out []jetstream.Msg
@@ -190,8 +213,8 @@ func (pk *parking) releaseFor(pt *partition) []jetstream.Msg {
 			continue
 		}
 		mine := true
-		for _, h := range ps.held {
-			if h.pt != pt {
+		for _, x := range ps.held {
+			if x.h != h {
 				mine = false
 				break
 			}
@@ -199,8 +222,8 @@ func (pk *parking) releaseFor(pt *partition) []jetstream.Msg {
 		if !mine {
 			continue
 		}
-		for _, h := range ps.held {
-			out = append(out, h.msg)
+		for _, x := range ps.held {
+			out = append(out, x.msg)
 		}
 		delete(pk.parked, bk)
 	}
@@ -376,8 +399,8 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			}
 		}
 		pk.mu.Unlock()
-		for _, h := range msgs {
-			_ = h.pt.inProgress(h.msg) // not past its partition's lease, nor while disconnected
+		for _, x := range msgs {
+			_ = x.h.inProgress(x.msg) // not past its partition's lease, nor while disconnected
 		}
 		pk.metrics.streamsParked.WithLabelValues(pk.sub.Name).Set(float64(n))
 		age := 0.0
