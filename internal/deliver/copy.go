@@ -19,7 +19,7 @@ import (
 // held behind a parked head (or not delivered yet) outlives its original
 // by as long again; an owner that finds an unsettled event past
 // retentionWarn of the copy's MaxAge logs an error naming the event and
-// the cause (see partition.watchConsumer), and the copy watcher one for a
+// the cause (see consumerWatch.checkRetention), and the copy watcher one for a
 // copy past retentionWarn of its MaxBytes. A parked stream whose oldest
 // held event nears or passes the copy's MaxAge gets the cause in its park
 // entry (parking.keepParkedAlive, riskOf): held in memory, the event is

@@ -141,8 +141,7 @@ func TestPartitionPastItsDeadlinePullsNothing(t *testing.T) {
 	pt, clock, _ := fencedPartition(t)
 	cons := &fakeConsumer{}
 	pt.cons = cons
-	pt.or = &orderedRunner{parts: make([]*partition, 1), r: &runner{sender: &sender{}}}
-	pt.or.r.sub.MaxInFlight = 8
+	pt.pullBatch = 16
 	clock.Advance(3 * time.Second)
 	old := &fakeIter{}
 	stop := make(chan struct{})

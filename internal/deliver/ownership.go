@@ -349,7 +349,7 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	// createConsumers made the partition consumers from the same config.
 	cfg, _ := or.consumerConfig(or.o, p)
 	d := partitionDeps{
-		or: or, r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
+		inHand: &or.inHand, handLimit: or.handLimit(), pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
 		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log},
 		checkEvery: or.o.copyCheckEvery(), slots: or.slots, copyStream: or.copyStream,
 	}

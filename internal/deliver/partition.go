@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -20,13 +21,18 @@ import (
 // (lease), what it has in hand and settled (book), the successor check
 // (succ), the head-of-line delivery (hol) and the consumer watch (watch).
 type partition struct {
-	or      *orderedRunner // the subscription's: its hand limit, pull batch and events in hand
-	p       int
-	cons    jetstream.Consumer
-	parking *parking      // the subscription's parked streams
-	ackWait time.Duration // the subscription's AckWait
-	clock   clockwork.Clock
-	log     *slog.Logger
+	// inHand counts the events in the lanes of all the subscription's
+	// partitions on this replica; the partition pulls no more while it is
+	// at handLimit (orderedRunner.handLimit).
+	inHand    *atomic.Int64
+	handLimit int64
+	pullBatch int // the client's pull buffer (orderedRunner.pullBatch)
+	p         int
+	cons      jetstream.Consumer
+	parking   *parking      // the subscription's parked streams
+	ackWait   time.Duration // the subscription's AckWait
+	clock     clockwork.Clock
+	log       *slog.Logger
 
 	rev  uint64 // lease revision; the ownership loop's alone
 	lost bool   // the lease is someone else's; the ownership loop's alone
@@ -47,7 +53,9 @@ type partition struct {
 // partitionDeps is what a partition is made of beside its own number,
 // consumer, lease and context (see newPartition).
 type partitionDeps struct {
-	or           *orderedRunner
+	inHand       *atomic.Int64
+	handLimit    int64
+	pullBatch    int
 	r            *runner
 	parking      *parking
 	clock        clockwork.Clock
@@ -66,12 +74,15 @@ type partitionDeps struct {
 func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, deadline time.Time) *partition {
 	ctx, cancel := context.WithCancel(context.Background())
 	log := d.log.With(slog.Int("partition", p))
+	if d.inHand == nil {
+		d.inHand = new(atomic.Int64)
+	}
 	var ackWait time.Duration
 	if d.r != nil {
 		ackWait = d.r.sub.AckWait
 	}
 	pt := &partition{
-		or: d.or, p: p, cons: cons, parking: d.parking, ackWait: ackWait, clock: d.clock, log: log,
+		inHand: d.inHand, handLimit: d.handLimit, pullBatch: d.pullBatch, p: p, cons: cons, parking: d.parking, ackWait: ackWait, clock: d.clock, log: log,
 		rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		lease: &leaseFence{ctx: ctx, clock: d.clock, connStatus: d.connStatus, deadline: deadline},
 		book:  newHandBook(),
@@ -174,7 +185,7 @@ func (pt *partition) run() {
 			lastCheck = pt.clock.Now()
 			continue
 		}
-		if !fencing && pt.or.inHand.Load() >= pt.or.handLimit() {
+		if !fencing && pt.inHand.Load() >= pt.handLimit {
 			// Enough events in the lanes: pull no more for now (what
 			// waits in JetStream needs no InProgress).
 			for _, m := range pt.parking.releaseFor(pt.holder) {
@@ -333,7 +344,7 @@ drain:
 // read reads iter on its own goroutine (readPull), with room for two pull
 // batches; a message read once stop is closed is Nak'd.
 func (pt *partition) read(iter jetstream.MessagesContext, stop <-chan struct{}) <-chan pulled {
-	return readPull(iter, stop, 2*pt.or.pullBatch(), func(m jetstream.Msg) { pt.lease.nak(pt.log, m) })
+	return readPull(iter, stop, 2*pt.pullBatch, func(m jetstream.Msg) { pt.lease.nak(pt.log, m) })
 }
 
 // dispatch hands msg to its stream's lane, holds it when its stream is
@@ -383,7 +394,7 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 		// settles it; this one must not come after its successor.
 		return
 	}
-	pt.or.inHand.Add(1)
+	pt.inHand.Add(1)
 	pt.lanes.submit(key, msg, wg, func(m jetstream.Msg) {
 		defer pt.leftLane(streamSeq(m))
 		pt.hol.deliver(m)
@@ -394,7 +405,7 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 // returned).
 func (pt *partition) leftLane(seq uint64) {
 	pt.book.leftLane(seq)
-	pt.or.inHand.Add(-1)
+	pt.inHand.Add(-1)
 }
 
 // handCount is how many distinct events of the partition are in hand and
@@ -430,7 +441,7 @@ func (pt *partition) pausePull(iter jetstream.MessagesContext, stop chan struct{
 // partitionGroup, each pull request waiting up to pullExpiry.
 func (pt *partition) pullOpts() []jetstream.PullMessagesOpt {
 	return []jetstream.PullMessagesOpt{
-		jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.PullMaxMessages(pt.pullBatch), jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.PullExpiry(pullExpiry), jetstream.PullPriorityGroup(partitionGroup),
 		jetstream.WithMessagesErrOnMissingHeartbeat(false),
 	}
