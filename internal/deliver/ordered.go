@@ -172,10 +172,10 @@ func (o *ordering) provision(ctx context.Context) error {
 		if err := o.checkSourced(ctx, s, events); err != nil {
 			return err
 		}
-		if err := o.allowDirect(ctx, s); err != nil {
+		if err := allowDirect(ctx, js, s, o.log); err != nil {
 			return err
 		}
-		o.reportRetention(cfg, ecfg)
+		reportRetention(o.log, cfg, ecfg)
 		o.copyAge.Store(int64(cfg.MaxAge))
 	} else if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
@@ -310,7 +310,8 @@ func (o *ordering) run(ctx context.Context) {
 	}
 	var watchers sync.WaitGroup
 	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
-	watchers.Go(func() { o.watchCopy(wctx) })
+	cw := &copyWatch{js: o.js, events: o.cfg.Stream, every: copyCheckEvery(o.leaseTTL), clock: o.clock, log: o.log, metrics: o.metrics, copyAge: &o.copyAge}
+	watchers.Go(func() { cw.watch(wctx) })
 	for _, r := range o.runners {
 		ready := make(chan struct{})
 		watchers.Go(func() { r.ord.parking.watchParked(wctx, o.parks, ready) })
