@@ -251,6 +251,19 @@ func TestOrderedHeldEventPastTheCopysMaxAgeParksWithTheCause(t *testing.T) {
 	require.False(t, entry.AtRiskEventTime.IsZero())
 	require.Contains(t, entry.Error, "nats stream edit "+copyName+" --max-age")
 	require.Contains(t, logs.String(), "a parked stream's held event nears or passed the partitioned copy's MaxAge: held event "+held)
+	// consumer status shows the cause on the stream's partition.
+	st, err := inspect.ReadStatus(b.ctx, b.js)
+	require.NoError(t, err)
+	var atRisk []string
+	for _, ss := range st.Subscriptions {
+		for _, p := range ss.Partitions {
+			if ss.Name == "aging" && p.Partition == entry.Partition {
+				atRisk = p.AtRisk
+			}
+		}
+	}
+	require.Len(t, atRisk, 1)
+	require.True(t, strings.HasPrefix(atRisk[0], "order-1: held event "+held), atRisk[0])
 	_, err = s.GetMsg(b.ctx, 3)
 	require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "the copy removed the held event")
 
