@@ -1,6 +1,7 @@
 package deliver_test
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -176,7 +177,7 @@ func TestOrderedPartitionConsumerDeletedAtRunTimeIsRecreated(t *testing.T) {
 }
 
 // A held event of a parked stream that outlives the copy's MaxAge (an
-// existing copy made with 4 s) never ages out silently: the stream's park
+// existing copy made with 8 s) never ages out silently: the stream's park
 // entry names the cause (the event, its time in the copy, the copy's
 // MaxAge, what to do; TestRetentionRisk has the 3/4 stage) and the owner
 // logs it. Meanwhile the copy lag gauges still move (sourcing held back
@@ -184,12 +185,12 @@ func TestOrderedPartitionConsumerDeletedAtRunTimeIsRecreated(t *testing.T) {
 // events, in order, from the owner's memory.
 func TestOrderedHeldEventPastTheCopysMaxAgeParksWithTheCause(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits for a held event to age past a 4 s MaxAge")
+		t.Skip("waits for a held event to age past an 8 s MaxAge")
 	}
 	t.Parallel()
 	b := setupOrdered(t)
 	copyName := wire.OrderedStream("EVENTS")
-	_, err := b.js.CreateStream(b.ctx, copyConfig(4, 4*time.Second))
+	_, err := b.js.CreateStream(b.ctx, copyConfig(4, 8*time.Second))
 	require.NoError(t, err)
 	var fixed atomic.Bool
 	rc := newOrderedReceiver(t, b, func(e orderedEvent, _ int) int {
@@ -202,7 +203,17 @@ func TestOrderedHeldEventPastTheCopysMaxAgeParksWithTheCause(t *testing.T) {
 	require.NoError(t, q.Provision(b.ctx))
 	logs := &syncLog{}
 	reg := prometheus.NewRegistry()
-	c := b.runOrdered(t, deliver.Config{DeadLetters: q, Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))}, orderedSub("aging", rc.URL))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	// A 2 s lease TTL keeps the partition with its owner under load (a
+	// hand-over would lose the events the copy removed, as documented, and
+	// the replay below could not deliver them), and the copy watcher reads
+	// the lag every 2 s, well before the copy's messages all age out.
+	c := b.runOrdered(t, deliver.Config{DeadLetters: q, Registerer: reg, LeaseTTL: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		orderedSub("aging", rc.URL))
 	start := time.Now()
 	b.publishStream(t, "order-1", 0, 4)
 	held := publishedID(b, orderedEvent{"order-1", 2}) // the oldest held
@@ -228,11 +239,11 @@ func TestOrderedHeldEventPastTheCopysMaxAgeParksWithTheCause(t *testing.T) {
 	b.publishStream(t, "order-2", 0, 3)
 	require.Eventually(t, func() bool {
 		return gauge("jsbridge_consumer_ordered_copy_lag_messages") == 3 && gauge("jsbridge_consumer_ordered_copy_lag_seconds") > 0
-	}, 10*time.Second, 10*time.Millisecond, "3 events not sourced")
+	}, 20*time.Second, 10*time.Millisecond, "3 events not sourced")
 	cfg.Sources = sources
 	_, err = b.js.UpdateStream(b.ctx, cfg)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return gauge("jsbridge_consumer_ordered_copy_lag_messages") == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return gauge("jsbridge_consumer_ordered_copy_lag_messages") == 0 }, 20*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return len(rc.accepted()["order-2"]) == 3 }, 20*time.Second, 10*time.Millisecond)
 
 	var entry deadletter.ParkedStream
@@ -242,12 +253,12 @@ func TestOrderedHeldEventPastTheCopysMaxAgeParksWithTheCause(t *testing.T) {
 			return false
 		}
 		entry = p[0]
-		return strings.Contains(entry.Error, "past the partitioned copy "+copyName+"'s MaxAge 4s: the copy removed it")
+		return strings.Contains(entry.Error, "past the partitioned copy "+copyName+"'s MaxAge 8s: the copy removed it")
 	}, 20*time.Second, 20*time.Millisecond, "the park entry names the cause once the held event passed MaxAge")
-	require.GreaterOrEqual(t, time.Since(start), 4*time.Second)
+	require.GreaterOrEqual(t, time.Since(start), 8*time.Second)
 	require.Equal(t, held, entry.AtRiskEventID)
 	require.Contains(t, entry.Error, "held event "+held+" is ")
-	require.Equal(t, 4*time.Second, entry.CopyMaxAge)
+	require.Equal(t, 8*time.Second, entry.CopyMaxAge)
 	require.False(t, entry.AtRiskEventTime.IsZero())
 	require.Contains(t, entry.Error, "nats stream edit "+copyName+" --max-age")
 	require.Contains(t, logs.String(), "a parked stream's held event nears or passed the partitioned copy's MaxAge: held event "+held)
@@ -264,8 +275,10 @@ func TestOrderedHeldEventPastTheCopysMaxAgeParksWithTheCause(t *testing.T) {
 	}
 	require.Len(t, atRisk, 1)
 	require.True(t, strings.HasPrefix(atRisk[0], "order-1: held event "+held), atRisk[0])
-	_, err = s.GetMsg(b.ctx, 3)
-	require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "the copy removed the held event")
+	require.Eventually(t, func() bool {
+		_, err := s.GetMsg(b.ctx, 3)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}, 10*time.Second, 20*time.Millisecond, "the copy removed the held event (the server expires it on its own timer)")
 
 	// The owner still holds the removed events: a replay delivers them.
 	require.Equal(t, []int64{0}, rc.accepted()["order-1"], "versions 2 and 3 held behind the parked head")
