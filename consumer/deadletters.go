@@ -80,6 +80,18 @@ type ParkedStream struct {
 	UpdatedAt    time.Time `json:"updated_at,omitzero"`
 	// Replica is the replica that reported Held.
 	Replica string `json:"replica,omitempty"`
+	// Error, when set, says that held events of the stream are about to
+	// leave the partitioned copy, or left it: its oldest held event
+	// (AtRiskEventID, in the copy since AtRiskEventTime, so its age is now
+	// minus that) reached 3/4 of the copy's MaxAge (CopyMaxAge,
+	// nanoseconds in JSON), and what to do. Past CopyMaxAge the copy
+	// removed it: it is delivered only while Replica holds it in memory
+	// (a hand-over or a restart loses it). Empty while no held event is
+	// that old.
+	Error           string        `json:"error,omitempty"`
+	AtRiskEventID   string        `json:"at_risk_event_id,omitempty"`
+	AtRiskEventTime time.Time     `json:"at_risk_event_time,omitzero"`
+	CopyMaxAge      time.Duration `json:"copy_max_age,omitempty"`
 }
 
 // ReplayResult is the outcome of replaying one dead letter.

@@ -57,11 +57,14 @@ type SubscriptionStatus struct {
 }
 
 // PartitionStatus is one partition: its owner ("" when no replica holds
-// its lease) and how many of its streams are parked.
+// its lease), how many of its streams are parked, and the causes its
+// parked streams' entries record for held events nearing or past the
+// partitioned copy's MaxAge ("stream: cause", see ParkedStream.Error).
 type PartitionStatus struct {
 	Partition int
 	Owner     string
 	Parked    int
+	AtRisk    []string
 }
 
 // ReadStatus reads the lease and park buckets on js, and how far every

@@ -93,7 +93,16 @@ func printParked(w io.Writer, parked []consumer.ParkedStream, letters []consumer
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", p.Stream, p.Subscription, seqOf[p.Subscription+"\x00"+p.HeadEventID], p.HeadEventID, p.Held,
 			p.ParkedAt.UTC().Format(time.RFC3339), oldest)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// A held event nearing or past the copy's MaxAge: the cause, in full.
+	for _, p := range parked {
+		if p.Error != "" {
+			fmt.Fprintf(w, "parked stream %s (%s): %s\n", p.Stream, p.Subscription, p.Error)
+		}
+	}
+	return nil
 }
 
 type dlqSkipCmd struct {

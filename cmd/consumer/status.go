@@ -74,6 +74,14 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	// Held events nearing or past the copy's MaxAge: the causes, in full.
+	for _, s := range st.Subscriptions {
+		for _, p := range s.Partitions {
+			for _, e := range p.AtRisk {
+				fmt.Printf("%s partition %d: parked stream %s\n", s.Name, p.Partition, e)
+			}
+		}
+	}
 	fmt.Println()
 	tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "COPY\tEVENTS\tSOURCED UP TO\tLAG MESSAGES\tLAG\n")

@@ -54,7 +54,7 @@ type sender struct {
 }
 
 // One attempt, one path: both settlers, runner.handle (unordered: ack, Nak
-// with a delay, dead letter) and partition.deliver (ordered: ack, retry in
+// with a delay, dead letter) and headOfLine.deliver (ordered: ack, retry in
 // place, dead letter and park), build the request with request, send it
 // with send and read what the response means for the message from settlementOf.
 // What each does with the message afterwards is its own.

@@ -20,28 +20,27 @@ func TestPartitionWaitsPastItsLeaseDeadlineOnTheClock(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	clock := clockwork.NewFakeClock()
 	pt := testPartition(t, nil)
-	pt.clock = clock
-	pt.setDeadline(clock.Now().Add(3 * time.Second))
-	require.True(t, pt.mayStart(), "before the deadline")
+	clock := pt.clock.(*clockwork.FakeClock)
+	pt.lease.setDeadline(clock.Now().Add(3 * time.Second))
+	require.True(t, pt.lease.mayStart(), "before the deadline")
 	clock.Advance(3 * time.Second)
-	require.False(t, pt.mayStart(), "at the deadline: a frozen replica starts nothing when it wakes")
+	require.False(t, pt.lease.mayStart(), "at the deadline: a frozen replica starts nothing when it wakes")
 
 	done := make(chan bool, 1)
-	go func() { done <- pt.waitLease() }()
+	go func() { done <- pt.lease.waitLease() }()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1), "waitLease waits on the clock")
 	select {
 	case <-done:
 		t.Fatal("waitLease returned without a renewal")
 	default:
 	}
-	pt.setDeadline(clock.Now().Add(3 * time.Second)) // the lease was renewed
+	pt.lease.setDeadline(clock.Now().Add(3 * time.Second)) // the lease was renewed
 	clock.Advance(20 * time.Millisecond)
 	require.True(t, <-done, "renewed: the partition is still this replica's")
 
 	clock.Advance(3 * time.Second)
-	go func() { done <- pt.waitLease() }()
+	go func() { done <- pt.lease.waitLease() }()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	pt.release()
 	require.False(t, <-done, "released while waiting")
@@ -53,23 +52,22 @@ func TestSuccessorLookUpRetriesAfterThePauseOnTheClock(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	clock := clockwork.NewFakeClock()
 	key := "ordered.events.0.order.order-1"
 	pt := testPartition(t, nil)
-	pt.clock = clock
+	clock := pt.clock.(*clockwork.FakeClock)
 	var calls atomic.Int32
-	pt.successor = func(string, uint64) (uint64, error) {
+	pt.succ.lookup = func(string, uint64) (uint64, error) {
 		if calls.Add(1) == 1 {
 			return 0, errors.New("stream leader moving")
 		}
 		return 12, nil
 	}
-	require.True(t, pt.handOn(key, newFakeMsg("order-1", 0, 10)))
-	require.False(t, pt.handOn(key, newFakeMsg("order-1", 2, 12)), "version 1 not seen: JetStream is asked")
+	require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", 0, 10)))
+	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", 2, 12)), "version 1 not seen: JetStream is asked")
 	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the failed look-up pauses on the clock")
 	require.Equal(t, int32(1), calls.Load())
 	select {
-	case c := <-pt.checks:
+	case c := <-pt.succ.checks:
 		t.Fatalf("answer %+v before the pause ended", c)
 	default:
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // The partitioned copy's retention and lag (docs/ordering.md, "The copy's
@@ -19,8 +22,11 @@ import (
 // held behind a parked head (or not delivered yet) outlives its original
 // by as long again; an owner that finds an unsettled event past
 // retentionWarn of the copy's MaxAge logs an error naming the event and
-// the cause (see partition.watchConsumer), and the copy watcher one for a
-// copy past retentionWarn of its MaxBytes.
+// the cause (see consumerWatch.checkRetention), and the copy watcher one for a
+// copy past retentionWarn of its MaxBytes. A parked stream whose oldest
+// held event nears or passes the copy's MaxAge gets the cause in its park
+// entry (parking.keepParkedAlive, riskOf): held in memory, the event is
+// still delivered on replay, but a hand-over would lose it.
 
 // copyRetentionFactor is how many times the events stream's MaxAge and
 // MaxBytes a new partitioned copy gets.
@@ -50,17 +56,17 @@ func copyMaxBytes(events int64) int64 {
 
 // allowDirect turns AllowDirect on for an existing copy s created without
 // it (successor look-ups read the copy with direct gets), logging once.
-func (o *ordering) allowDirect(ctx context.Context, s jetstream.Stream) error {
+func allowDirect(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, log *slog.Logger) error {
 	cfg := s.CachedInfo().Config
 	if cfg.AllowDirect {
 		return nil
 	}
 	cfg.AllowDirect = true
-	if _, err := o.js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("deliver: turn on AllowDirect of JetStream stream %q: %w", o.stream(), err)
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("deliver: turn on AllowDirect of JetStream stream %q: %w", cfg.Name, err)
 	}
-	o.log.Info("the partitioned copy had no AllowDirect; turned it on (its successor look-ups read it with direct gets)",
-		slog.String("jetstream_stream", o.stream()))
+	log.Info("the partitioned copy had no AllowDirect; turned it on (its successor look-ups read it with direct gets)",
+		slog.String("jetstream_stream", cfg.Name))
 	return nil
 }
 
@@ -68,18 +74,60 @@ func (o *ordering) allowDirect(ctx context.Context, s jetstream.Stream) error {
 // less than a new one would (copyMaxAge, copyMaxBytes of the events
 // stream's ecfg): held events may age out of it. Its retention is the
 // operator's: it is left as it is.
-func (o *ordering) reportRetention(cfg, ecfg jetstream.StreamConfig) {
+func reportRetention(log *slog.Logger, cfg, ecfg jetstream.StreamConfig) {
+	name := cfg.Name
 	if want := copyMaxAge(ecfg.MaxAge); cfg.MaxAge > 0 && (want == 0 || cfg.MaxAge < want) {
-		o.log.Warn(fmt.Sprintf("the partitioned copy keeps messages for less than twice the events stream's MaxAge: an event held behind a parked stream, "+
+		log.Warn(fmt.Sprintf("the partitioned copy keeps messages for less than twice the events stream's MaxAge: an event held behind a parked stream, "+
 			"or not delivered yet, is removed from it once older than its MaxAge, and never delivered; it is left as it is. "+
-			"Raise it with: nats stream edit %s --max-age %s", o.stream(), maxAgeFlag(want)),
-			slog.String("jetstream_stream", o.stream()), slog.Duration("max_age", cfg.MaxAge), slog.Duration("events_max_age", ecfg.MaxAge))
+			"Raise it with: nats stream edit %s --max-age %s", name, maxAgeFlag(want)),
+			slog.String("jetstream_stream", name), slog.Duration("max_age", cfg.MaxAge), slog.Duration("events_max_age", ecfg.MaxAge))
 	}
 	if want := copyMaxBytes(ecfg.MaxBytes); cfg.MaxBytes > 0 && (want < 0 || cfg.MaxBytes < want) {
-		o.log.Warn(fmt.Sprintf("the partitioned copy keeps fewer bytes than twice the events stream's MaxBytes: once full, it removes its oldest messages, "+
-			"held or not delivered yet; it is left as it is. Raise it with: nats stream edit %s --max-bytes %d", o.stream(), want),
-			slog.String("jetstream_stream", o.stream()), slog.Int64("max_bytes", cfg.MaxBytes), slog.Int64("events_max_bytes", ecfg.MaxBytes))
+		log.Warn(fmt.Sprintf("the partitioned copy keeps fewer bytes than twice the events stream's MaxBytes: once full, it removes its oldest messages, "+
+			"held or not delivered yet; it is left as it is. Raise it with: nats stream edit %s --max-bytes %d", name, want),
+			slog.String("jetstream_stream", name), slog.Int64("max_bytes", cfg.MaxBytes), slog.Int64("events_max_bytes", ecfg.MaxBytes))
 	}
+}
+
+// retentionRisk is how close a held event, in the copy since at, is to
+// leaving the copy (whose MaxAge is maxAge) at now.
+type retentionRisk int
+
+const (
+	riskNone    retentionRisk = iota // younger than retentionWarn quarters of MaxAge, or no MaxAge
+	riskNear                         // past retentionWarn quarters: the copy removes it at MaxAge
+	riskRemoved                      // past MaxAge: the copy removed it
+)
+
+// riskOf is the retention risk of a held event in the copy since at.
+func riskOf(at, now time.Time, maxAge time.Duration) retentionRisk {
+	if maxAge <= 0 || at.IsZero() {
+		return riskNone
+	}
+	switch age := now.Sub(at); {
+	case age >= maxAge:
+		return riskRemoved
+	case age >= maxAge/4*retentionWarn:
+		return riskNear
+	}
+	return riskNone
+}
+
+// riskError is the cause a parked stream's entry records for its held
+// event id, in copy (named) since at, at risk r at now.
+func riskError(r retentionRisk, copy, id string, at, now time.Time, maxAge time.Duration, replica string) string {
+	age := now.Sub(at).Round(time.Millisecond)
+	switch r {
+	case riskNear:
+		return fmt.Sprintf("held event %s is %s old, past 3/4 of the partitioned copy %s's MaxAge %s: the copy removes it at MaxAge; "+
+			"replay or skip the parked stream's head (consumer dlq), or raise the copy's MaxAge (nats stream edit %s --max-age)",
+			id, age, copy, maxAge, copy)
+	case riskRemoved:
+		return fmt.Sprintf("held event %s is %s old, past the partitioned copy %s's MaxAge %s: the copy removed it, and it is delivered "+
+			"only while replica %s holds it (a hand-over or a restart loses it); replay or skip the parked stream's head now (consumer dlq), "+
+			"and raise the copy's MaxAge (nats stream edit %s --max-age)", id, age, copy, maxAge, replica, copy)
+	}
+	return ""
 }
 
 // maxAgeFlag is d as the nats CLI's --max-age takes it ("-1": no limit).
@@ -92,42 +140,57 @@ func maxAgeFlag(d time.Duration) string {
 
 // copyCheckEvery is how often the copy's lag is read and its unsettled
 // events' ages checked: every lease TTL, at most every 5 s.
-func (o *ordering) copyCheckEvery() time.Duration { return min(o.leaseTTL, 5*time.Second) }
+func copyCheckEvery(leaseTTL time.Duration) time.Duration { return min(leaseTTL, 5*time.Second) }
 
-// watchCopy sets the copy lag gauges every copyCheckEvery until ctx ends,
-// and logs an error while the copy is past retentionWarn of its MaxBytes.
-func (o *ordering) watchCopy(ctx context.Context) {
+// copyWatch reads the partitioned copy every copyCheckEvery: it sets the
+// copy lag gauges, records the copy's MaxAge (parking checks held events
+// against it) and logs an error while the copy is past retentionWarn of
+// its MaxBytes.
+type copyWatch struct {
+	js      jetstream.JetStream
+	events  string // the events stream's name
+	every   time.Duration
+	clock   clockwork.Clock
+	log     *slog.Logger
+	metrics *metrics
+	copyAge *atomic.Int64 // the copy's MaxAge as last read (ordering.copyAge)
+}
+
+// watch runs until ctx ends.
+func (cw *copyWatch) watch(ctx context.Context) {
+	name := wire.OrderedStream(cw.events)
 	var full bool
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		lag, err := inspect.ReadCopyLag(rctx, o.js, o.cfg.Stream, o.clock.Now())
+		lag, err := inspect.ReadCopyLag(rctx, cw.js, cw.events, cw.clock.Now())
 		var info *jetstream.StreamInfo
 		if err == nil {
 			var s jetstream.Stream
-			if s, err = o.js.Stream(rctx, o.stream()); err == nil {
+			if s, err = cw.js.Stream(rctx, name); err == nil {
 				info = s.CachedInfo()
 			}
 		}
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
-			o.log.Warn("reading the partitioned copy's lag failed", slog.Any("error", err))
+			cw.log.Warn("reading the partitioned copy's lag failed", slog.Any("error", err))
 		case err == nil:
-			o.metrics.copyLagMsgs.WithLabelValues(lag.Stream).Set(float64(lag.Messages))
-			o.metrics.copyLagSeconds.WithLabelValues(lag.Stream).Set(lag.Age.Seconds())
+			cw.metrics.copyLagMsgs.WithLabelValues(lag.Stream).Set(float64(lag.Messages))
+			cw.metrics.copyLagSeconds.WithLabelValues(lag.Stream).Set(lag.Age.Seconds())
+			cw.copyAge.Store(int64(info.Config.MaxAge)) // an operator may have changed it
 			max := info.Config.MaxBytes
 			nearFull := max > 0 && info.State.Bytes >= uint64(max)/4*retentionWarn
 			if nearFull && !full {
-				o.log.Error(fmt.Sprintf("the partitioned copy is past 3/4 of its MaxBytes: once full it removes its oldest messages, "+
+				cw.log.Error(fmt.Sprintf("the partitioned copy is past 3/4 of its MaxBytes: once full it removes its oldest messages, "+
 					"and events held behind a parked stream or not delivered yet among them are never delivered. "+
-					"Replay or skip parked streams (consumer dlq), or raise it: nats stream edit %s --max-bytes", o.stream()),
-					slog.String("jetstream_stream", o.stream()), slog.Uint64("bytes", info.State.Bytes), slog.Int64("max_bytes", max))
+					"Replay or skip parked streams (consumer dlq), or raise it: nats stream edit %s --max-bytes", name),
+					slog.String("jetstream_stream", name), slog.Uint64("bytes", info.State.Bytes), slog.Int64("max_bytes", max))
 			}
 			full = nearFull
 		}
 		select {
 		case <-ctx.Done():
-		case <-o.clock.After(o.copyCheckEvery()):
+		case <-cw.clock.After(cw.every):
 		}
 	}
 }

@@ -1,9 +1,11 @@
 package deliver_test
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -173,30 +176,131 @@ func TestOrderedPartitionConsumerDeletedAtRunTimeIsRecreated(t *testing.T) {
 	require.Contains(t, logs.String(), "a partition consumer was deleted; created it again")
 }
 
-// An event held behind a parked head that outlives 3/4 of the copy's
-// MaxAge (an existing copy made with 3 s) is reported, naming the cause,
-// before the copy removes it.
-func TestOrderedHeldEventNearTheCopysMaxAgeIsReported(t *testing.T) {
+// A held event of a parked stream that outlives the copy's MaxAge (an
+// existing copy made with 8 s) never ages out silently: the stream's park
+// entry names the cause (the event, its time in the copy, the copy's
+// MaxAge, what to do; TestRetentionRisk has the 3/4 stage) and the owner
+// logs it. Meanwhile the copy lag gauges still move (sourcing held back
+// while the stream is parked), and a replay delivers the head and the held
+// events, in order, from the owner's memory.
+func TestOrderedHeldEventPastTheCopysMaxAgeParksWithTheCause(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits for a held event to age: about 3 s")
+		t.Skip("waits for a held event to age past an 8 s MaxAge")
 	}
 	t.Parallel()
 	b := setupOrdered(t)
-	_, err := b.js.CreateStream(b.ctx, copyConfig(4, 3*time.Second))
+	copyName := wire.OrderedStream("EVENTS")
+	_, err := b.js.CreateStream(b.ctx, copyConfig(4, 8*time.Second))
 	require.NoError(t, err)
+	var fixed atomic.Bool
 	rc := newOrderedReceiver(t, b, func(e orderedEvent, _ int) int {
-		if e.version == 1 {
+		if e.stream == "order-1" && e.version == 1 && !fixed.Load() {
 			return http.StatusUnprocessableEntity
 		}
 		return http.StatusNoContent
 	})
+	q := deadletter.New(b.js, deadletter.Config{})
+	require.NoError(t, q.Provision(b.ctx))
 	logs := &syncLog{}
-	b.runOrdered(t, deliver.Config{DeadLetters: &deadLetters{}, Logger: slog.New(slog.NewTextHandler(logs, nil))}, orderedSub("aging", rc.URL))
+	reg := prometheus.NewRegistry()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	// A 2 s lease TTL keeps the partition with its owner under load (a
+	// hand-over would lose the events the copy removed, as documented, and
+	// the replay below could not deliver them), and the copy watcher reads
+	// the lag every 2 s, well before the copy's messages all age out.
+	c := b.runOrdered(t, deliver.Config{DeadLetters: q, Registerer: reg, LeaseTTL: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		orderedSub("aging", rc.URL))
+	start := time.Now()
 	b.publishStream(t, "order-1", 0, 4)
+	held := publishedID(b, orderedEvent{"order-1", 2}) // the oldest held
 	require.Eventually(t, func() bool {
-		return strings.Contains(logs.String(), "an event of the partition is not settled after 3/4 of the partitioned copy's MaxAge")
-	}, 10*time.Second, 20*time.Millisecond)
-	require.Contains(t, logs.String(), "nats stream edit EVENTS_ORDERED --max-age")
-	require.Contains(t, logs.String(), "max_age=3s")
+		p, err := deadletter.ListParked(b.ctx, b.js, "aging")
+		return err == nil && len(p) == 1 && p[0].Held == 2
+	}, 20*time.Second, 20*time.Millisecond, "order-1 parked, versions 2 and 3 held")
+
+	// The copy lag gauges move while the stream's events are held (read
+	// before the copy's messages all age out: an empty copy names no
+	// sourced sequence).
+	gauge := func(name string) float64 {
+		v, _ := gaugeOf(reg, name, "stream", copyName)
+		return v
+	}
+	s, err := b.js.Stream(b.ctx, copyName)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	sources := cfg.Sources
+	cfg.Sources = nil
+	_, err = b.js.UpdateStream(b.ctx, cfg)
+	require.NoError(t, err)
+	b.publishStream(t, "order-2", 0, 3)
+	require.Eventually(t, func() bool {
+		return gauge("jsbridge_consumer_ordered_copy_lag_messages") == 3 && gauge("jsbridge_consumer_ordered_copy_lag_seconds") > 0
+	}, 20*time.Second, 10*time.Millisecond, "3 events not sourced")
+	cfg.Sources = sources
+	_, err = b.js.UpdateStream(b.ctx, cfg)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return gauge("jsbridge_consumer_ordered_copy_lag_messages") == 0 }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-2"]) == 3 }, 20*time.Second, 10*time.Millisecond)
+
+	var entry deadletter.ParkedStream
+	require.Eventually(t, func() bool {
+		p, err := deadletter.ListParked(b.ctx, b.js, "aging")
+		if err != nil || len(p) != 1 {
+			return false
+		}
+		entry = p[0]
+		return strings.Contains(entry.Error, "past the partitioned copy "+copyName+"'s MaxAge 8s: the copy removed it")
+	}, 20*time.Second, 20*time.Millisecond, "the park entry names the cause once the held event passed MaxAge")
+	require.GreaterOrEqual(t, time.Since(start), 8*time.Second)
+	require.Equal(t, held, entry.AtRiskEventID)
+	require.Contains(t, entry.Error, "held event "+held+" is ")
+	require.Equal(t, 8*time.Second, entry.CopyMaxAge)
+	require.False(t, entry.AtRiskEventTime.IsZero())
+	require.Contains(t, entry.Error, "nats stream edit "+copyName+" --max-age")
+	require.Contains(t, logs.String(), "a parked stream's held event nears or passed the partitioned copy's MaxAge: held event "+held)
+	// consumer status shows the cause on the stream's partition.
+	st, err := inspect.ReadStatus(b.ctx, b.js)
+	require.NoError(t, err)
+	var atRisk []string
+	for _, ss := range st.Subscriptions {
+		for _, p := range ss.Partitions {
+			if ss.Name == "aging" && p.Partition == entry.Partition {
+				atRisk = p.AtRisk
+			}
+		}
+	}
+	require.Len(t, atRisk, 1)
+	require.True(t, strings.HasPrefix(atRisk[0], "order-1: held event "+held), atRisk[0])
+	require.Eventually(t, func() bool {
+		_, err := s.GetMsg(b.ctx, 3)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}, 10*time.Second, 20*time.Millisecond, "the copy removed the held event (the server expires it on its own timer)")
+
+	// The owner still holds the removed events: a replay delivers them.
 	require.Equal(t, []int64{0}, rc.accepted()["order-1"], "versions 2 and 3 held behind the parked head")
+	letters, err := q.List(b.ctx, "aging")
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	fixed.Store(true)
+	res := c.Replay(b.ctx, q, letters)
+	require.NoError(t, res[0].Err)
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-1"]) == 4 }, 20*time.Second, 10*time.Millisecond)
+	requireInOrder(t, rc.accepted(), []string{"order-1"}, 4)
+}
+
+// publishedID returns the id of the event b published as e ("" when
+// none).
+func publishedID(b *orderedBundle, e orderedEvent) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, x := range b.events {
+		if x == e {
+			return id
+		}
+	}
+	return ""
 }

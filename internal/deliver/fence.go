@@ -34,6 +34,15 @@ func (f *fenceBuffer) snapshot() []jetstream.Msg {
 	return out
 }
 
+// addSeqs adds the stream sequences of the buffered messages to seqs.
+func (f *fenceBuffer) addSeqs(seqs map[uint64]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for s := range f.msgs {
+		seqs[s] = true
+	}
+}
+
 // take empties the buffer and returns its messages in stream order.
 func (f *fenceBuffer) take() []jetstream.Msg {
 	f.mu.Lock()

@@ -8,12 +8,40 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/wire"
 )
+
+// headOfLine delivers a partition's events, one lane's head at a time:
+// the attempt, retried in place, then the ack or the dead letter (and the
+// park). What it sends, acks and Naks goes through the lease fence.
+type headOfLine struct {
+	ctx     context.Context // the partition's: ends at release
+	release func()          // releases the partition
+	clock   clockwork.Clock
+	log     *slog.Logger
+	r       *runner // the subscription's: its sender, dead letters and metrics
+	lease   *leaseFence
+	book    *handBook
+	parking *parking // the subscription's parked streams
+	holder  *holder  // the partition, as parking sees it
+	// attempts is the subscription's failed POSTs, across owners.
+	attempts failedAttempts
+	// slots bounds the subscription's POSTs in flight on this replica.
+	slots chan struct{}
+	// eventsPrefix is the events stream's subject prefix, to name an event
+	// as on the events stream (spans, records, dead letters).
+	eventsPrefix string
+	p            int
+	// epoch is the lease's KV create revision (the revision of the Create
+	// that claimed it; renewals leave it): every webhook of the partition
+	// carries it as Jsbridge-Lease-Epoch.
+	epoch uint64
+}
 
 // deliver delivers one event of an ordered subscription with head-of-line
 // retry: the message stays with this replica (InProgress every AckWait/2)
@@ -25,66 +53,66 @@ import (
 // deadline passed (JetStream redelivers it after AckWait to the next owner).
 // MaxDeliver counts POSTs only, across owners (failedAttempts): a Nak at a
 // hand-over or an AckWait expiry in a reader's buffer spends no attempt.
-func (pt *partition) deliver(m jetstream.Msg) {
-	r := pt.r
+func (hl *headOfLine) deliver(m jetstream.Msg) {
+	r := hl.r
 	key := wire.StreamKey(m.Subject())
 	id := eventID(m)
-	stop := r.keepAlive(id, func() error { return pt.inProgress(m) })
+	stop := r.keepAlive(id, func() error { return hl.lease.inProgress(m) })
 	defer stop()
 	if attemptNumber(m) > 1 {
 		r.redeliveries.Inc()
 	}
-	attempt, recorded := pt.attempts.first(m, id)
+	attempt, recorded := hl.attempts.first(m, id)
 	log := func(more ...any) *slog.Logger {
-		return pt.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
+		return hl.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
 	}
-	ctx := context.WithoutCancel(pt.ctx)
+	ctx := context.WithoutCancel(hl.ctx)
 	// Attempt spans and records name the event as on the events stream,
 	// as the dead letters do.
-	em := eventsMsg{Msg: m, subject: wire.EventsSubject(pt.eventsPrefix, m.Subject())}
+	em := eventsMsg{Msg: m, subject: wire.EventsSubject(hl.eventsPrefix, m.Subject())}
 	// ended ends an attempt with its outcome (span and attempts record).
 	ended := func(at *attemptState, outcome, class, reason string) {
 		at.decide(outcome, class, reason)
 		r.endAttempt(at)
 	}
 	for {
-		if pt.ctx.Err() != nil {
-			pt.nak(log(), m)
+		if hl.ctx.Err() != nil {
+			hl.lease.nak(log(), m)
 			return
 		}
-		if !pt.waitLease() {
+		if !hl.lease.waitLease() {
 			continue // released: Nak'd above
 		}
-		if pt.parking.hold(pt, key, m) {
+		if hl.parking.hold(hl.holder, key, m) {
 			return
 		}
 		body, hdr, err := r.request(m, id, r.replicaID)
 		if err == nil {
-			hdr.Set(wire.HeaderPartition, strconv.Itoa(pt.p))
-			hdr.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(pt.epoch, 10))
+			hdr.Set(wire.HeaderPartition, strconv.Itoa(hl.p))
+			hdr.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(hl.epoch, 10))
 		}
 		if err != nil {
 			_, at := r.startAttempt(ctx, em, id, attempt)
 			ended(at, OutcomeTerm, ClassNone, err.Error())
-			pt.deadLetter(m, log(), deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
-			pt.forgetAttempts(id, recorded)
+			hl.deadLetter(m, log(), deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
+			hl.forgetAttempts(id, recorded)
 			return
 		}
-		if r.br.Wait(pt.ctx) != nil {
+		if r.br.Wait(hl.ctx) != nil {
 			continue // released: Nak'd above
 		}
 		select {
-		case pt.or.slots <- struct{}{}:
-		case <-pt.ctx.Done():
+		case hl.slots <- struct{}{}:
+		case <-hl.ctx.Done():
 			continue
 		}
-		if !pt.mayStart() {
-			<-pt.or.slots
+		if !hl.lease.mayStart() {
+			<-hl.slots
 			continue // waitLease again
 		}
 		actx, at := r.startAttempt(ctx, em, id, attempt)
 		resp, refused := r.send(actx, at, nil, id, body, hdr)
-		<-pt.or.slots
+		<-hl.slots
 		if refused {
 			// Another lane's probe won; wait for the breaker again.
 			ended(at, OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
@@ -96,19 +124,19 @@ func (pt *partition) deliver(m jetstream.Msg) {
 		switch s.act {
 		case actAck:
 			r.count(OutcomeAck, s.class, resp.status)
-			pt.ack(m, log())
-			pt.forgetAttempts(id, recorded)
+			hl.ack(m, log())
+			hl.forgetAttempts(id, recorded)
 			return
 		case actDeadLetter:
-			pt.deadLetter(m, log(slog.Int("status", resp.status)), deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
-			pt.forgetAttempts(id, recorded)
+			hl.deadLetter(m, log(slog.Int("status", resp.status)), deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
+			hl.forgetAttempts(id, recorded)
 			return
 		case actRetry:
 			r.count(OutcomeRetry, s.class, 0)
-			pt.attempts.failed(id, attempt)
+			hl.attempts.failed(id, attempt)
 			recorded = true
 			log(slog.Int("status", resp.status)).Warn("delivery failed, retrying in place (its stream waits)", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
-			sleep(pt.ctx, pt.clock, s.delay)
+			sleep(hl.ctx, hl.clock, s.delay)
 			attempt++
 		case actWait:
 			// The receiver's order gate waits for an earlier version (or
@@ -116,14 +144,14 @@ func (pt *partition) deliver(m jetstream.Msg) {
 			// place, spending no attempt.
 			r.count(OutcomeRetry, s.class, 0)
 			log(slog.Int("status", resp.status)).Info("the receiver's order gate refused the event for now; retrying in place", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
-			sleep(pt.ctx, pt.clock, s.delay)
+			sleep(hl.ctx, hl.clock, s.delay)
 		case actStale:
 			// The receiver processed the stream under a later lease: this
 			// replica's lease is stale. Stop the partition; the message
 			// goes back unacked (Nak'd above, or AckWait) to the owner.
 			r.count(OutcomeStaleEpoch, s.class, 0)
 			log(slog.Int("status", resp.status)).Warn("the receiver's order gate says this replica's partition lease is stale; releasing the partition", slog.String("reason", s.reason))
-			pt.release()
+			hl.release()
 		}
 	}
 }
@@ -131,9 +159,9 @@ func (pt *partition) deliver(m jetstream.Msg) {
 // forgetAttempts deletes event id's failed attempts count once it
 // settled: not when the partition was released first (the ack or the dead
 // letter did not happen, and the event comes back to the next owner).
-func (pt *partition) forgetAttempts(id string, recorded bool) {
-	if pt.ctx.Err() == nil {
-		pt.attempts.settled(id, recorded)
+func (hl *headOfLine) forgetAttempts(id string, recorded bool) {
+	if hl.ctx.Err() == nil {
+		hl.attempts.settled(id, recorded)
 	}
 }
 
@@ -144,19 +172,13 @@ func (pt *partition) forgetAttempts(id string, recorded bool) {
 // releases the partition), the lane's later events are returned to
 // JetStream, not delivered: m comes back first, to whoever owns the
 // partition next.
-func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) {
+func (hl *headOfLine) ack(m jetstream.Msg, log *slog.Logger) {
 	seq := streamSeq(m)
-	pt.mu.Lock()
-	pt.acking[seq] = true
-	pt.mu.Unlock()
-	defer func() {
-		pt.mu.Lock()
-		delete(pt.acking, seq)
-		pt.mu.Unlock()
-	}()
+	hl.book.acked(seq, true)
+	defer hl.book.acked(seq, false)
 	var pause backoff.Backoff
 	for tries := 1; ; tries++ {
-		if !pt.waitAck() {
+		if !hl.lease.waitAck() {
 			log.Warn("not acked: the partition lease ended first; the event comes back to the next owner (the receiver deduplicates it)")
 			return
 		}
@@ -164,42 +186,42 @@ func (pt *partition) ack(m jetstream.Msg, log *slog.Logger) {
 		err := m.DoubleAck(ctx)
 		cancel()
 		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-			pt.settled(wire.StreamKey(m.Subject()), seq) // before it leaves acking
+			hl.book.settled(wire.StreamKey(m.Subject()), seq) // before it leaves acking
 			return
 		}
-		if pt.ctx.Err() != nil {
+		if hl.ctx.Err() != nil {
 			return
 		}
 		if tries >= 10 {
 			log.Error("ack failed 10 times; releasing the partition so that the event comes back before its successors", slog.Any("error", err))
-			pt.release()
+			hl.release()
 			return
 		}
 		d := pause.Next()
 		log.Warn("ack failed; retrying (the stream's next event waits for it)", slog.Any("error", err), slog.Duration("retry_in", d))
-		sleep(pt.ctx, pt.clock, d)
+		sleep(hl.ctx, hl.clock, d)
 	}
 }
 
 // deadLetter stores the dead letter (retrying in place while the DLQ
 // fails), parks the stream when the policy says so, then acks m.
-func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter.Letter, outcome, class string) {
-	r := pt.r
+func (hl *headOfLine) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter.Letter, outcome, class string) {
+	r := hl.r
 	dl.Subscription = r.sub.Name
 	dl.Endpoint = r.endpoint
 	// The dead letter names the event as on the events stream (subject,
 	// sequence), as for an unordered subscription.
-	dl.Msg = eventsMsg{Msg: m, subject: wire.EventsSubject(pt.eventsPrefix, m.Subject())}
+	dl.Msg = eventsMsg{Msg: m, subject: wire.EventsSubject(hl.eventsPrefix, m.Subject())}
 	var pause backoff.Backoff
 	for r.deadLetters != nil {
-		err := r.deadLetters.DeadLetter(context.WithoutCancel(pt.ctx), dl)
+		err := r.deadLetters.DeadLetter(context.WithoutCancel(hl.ctx), dl)
 		if err == nil {
 			break
 		}
 		d := pause.Next()
 		log.Error("dead letter failed; retrying in place", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("retry_in", d))
-		sleep(pt.ctx, pt.clock, d)
-		if pt.ctx.Err() != nil {
+		sleep(hl.ctx, hl.clock, d)
+		if hl.ctx.Err() != nil {
 			nak(log, m, 0)
 			return
 		}
@@ -208,15 +230,15 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter
 	if park {
 		pause.Reset()
 		for {
-			err := pt.parking.park(pt, m, dl)
+			err := hl.parking.park(hl.holder, m, dl)
 			if err == nil {
 				break
 			}
 			d := pause.Next()
 			log.Error("parking the stream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d))
-			sleep(pt.ctx, pt.clock, d)
-			if pt.ctx.Err() != nil {
-				pt.nak(log, m)
+			sleep(hl.ctx, hl.clock, d)
+			if hl.ctx.Err() != nil {
+				hl.lease.nak(log, m)
 				return
 			}
 		}
@@ -233,7 +255,7 @@ func (pt *partition) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadletter
 	} else {
 		log.Error("delivery failed for good, dead-lettered; its stream goes on", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
 	}
-	pt.ack(m, log)
+	hl.ack(m, log)
 }
 
 // eventsMsg is a message of the partitioned copy seen as the events

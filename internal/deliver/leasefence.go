@@ -1,10 +1,13 @@
 package deliver
 
 import (
+	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -23,34 +26,80 @@ var errLeasePassed = errors.New("partition lease deadline passed")
 // errNotConnected is why an ack or InProgress was not sent.
 var errNotConnected = errors.New("NATS connection not connected (an ack or InProgress would wait in the reconnect buffer)")
 
+// leaseFence is a partition's lease deadline and what it allows: attempts,
+// acks, Naks, InProgress and pulls only before it, and acks and InProgress
+// only while the NATS connection is up.
+type leaseFence struct {
+	ctx   context.Context // the partition's: ends at release
+	clock clockwork.Clock
+	// connStatus is the NATS connection's status (nil: always connected).
+	connStatus func() nats.Status
+
+	mu       sync.Mutex
+	deadline time.Time // no attempt starts after it
+}
+
+// setDeadline moves the deadline to t (a lease renewal).
+func (lf *leaseFence) setDeadline(t time.Time) {
+	lf.mu.Lock()
+	lf.deadline = t
+	lf.mu.Unlock()
+}
+
+// mayStart reports whether an attempt may start: the partition was not
+// released and its lease was renewed recently enough (a replica frozen
+// past its deadline starts nothing more when it wakes up).
+func (lf *leaseFence) mayStart() bool {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	return lf.ctx.Err() == nil && lf.clock.Now().Before(lf.deadline)
+}
+
+// waitLease waits while the lease deadline is passed (a renewal late, or a
+// replica waking from a freeze) and reports whether the partition is still
+// this replica's: false once it was released or its lease found lost. An
+// event never gives way to its successor while it waits.
+func (lf *leaseFence) waitLease() bool {
+	for !lf.mayStart() {
+		if lf.ctx.Err() != nil {
+			return false
+		}
+		select {
+		case <-lf.ctx.Done():
+		case <-lf.clock.After(20 * time.Millisecond):
+		}
+	}
+	return true
+}
+
 // leaseHeld reports whether the partition's lease deadline has not passed.
 // A released partition keeps its lease (renewed) until its deliveries end.
-func (pt *partition) leaseHeld() bool {
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	return pt.clock.Now().Before(pt.deadline)
+func (lf *leaseFence) leaseHeld() bool {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	return lf.clock.Now().Before(lf.deadline)
 }
 
 // connected reports whether the NATS connection is up right now.
-func (pt *partition) connected() bool {
-	return pt.connStatus == nil || pt.connStatus() == nats.CONNECTED
+func (lf *leaseFence) connected() bool {
+	return lf.connStatus == nil || lf.connStatus() == nats.CONNECTED
 }
 
 // mayAck reports whether an ack, Nak or InProgress may be sent now: the
 // lease is held and the connection is up; else the reason.
-func (pt *partition) mayAck() error {
-	if !pt.leaseHeld() {
+func (lf *leaseFence) mayAck() error {
+	if !lf.leaseHeld() {
 		return errLeasePassed
 	}
-	if !pt.connected() {
+	if !lf.connected() {
 		return errNotConnected
 	}
 	return nil
 }
 
 // inProgress sends m's InProgress when mayAck allows it.
-func (pt *partition) inProgress(m jetstream.Msg) error {
-	if err := pt.mayAck(); err != nil {
+func (lf *leaseFence) inProgress(m jetstream.Msg) error {
+	if err := lf.mayAck(); err != nil {
 		return err
 	}
 	return m.InProgress()
@@ -58,8 +107,8 @@ func (pt *partition) inProgress(m jetstream.Msg) error {
 
 // nak returns m to JetStream at once when mayAck allows it; else m goes
 // back by AckWait.
-func (pt *partition) nak(log *slog.Logger, m jetstream.Msg) {
-	if err := pt.mayAck(); err != nil {
+func (lf *leaseFence) nak(log *slog.Logger, m jetstream.Msg) {
+	if err := lf.mayAck(); err != nil {
 		log.Debug("not Nak'd; it goes back by AckWait", slog.String("event_id", eventID(m)), slog.Any("reason", err))
 		return
 	}
@@ -71,45 +120,19 @@ func (pt *partition) nak(log *slog.Logger, m jetstream.Msg) {
 // deadline passed: nothing is acked after the deadline, and a renewal that
 // comes late lets the ack go out then (the stream's next event waits for
 // it, so it is not overtaken).
-func (pt *partition) waitAck() bool {
-	for pt.mayAck() != nil {
-		if pt.ctx.Err() != nil && !pt.leaseHeld() {
+func (lf *leaseFence) waitAck() bool {
+	for lf.mayAck() != nil {
+		if lf.ctx.Err() != nil && !lf.leaseHeld() {
 			return false
 		}
-		released := pt.ctx.Done()
-		if pt.ctx.Err() != nil {
+		released := lf.ctx.Done()
+		if lf.ctx.Err() != nil {
 			released = nil // released already: acks go on while the lease holds
 		}
 		select {
 		case <-released:
-		case <-pt.clock.After(20 * time.Millisecond):
+		case <-lf.clock.After(20 * time.Millisecond):
 		}
 	}
 	return true
-}
-
-// pausePull stops iter (what the client buffer holds is dropped, not
-// Nak'd: it goes back by AckWait, or by the next owner's reset) and its
-// reader (closing stop), waits for the lease to be renewed and opens a new
-// iterator; nil when the partition was released first. The caller reads
-// the new iterator.
-func (pt *partition) pausePull(iter jetstream.MessagesContext, stop chan struct{}) jetstream.MessagesContext {
-	pt.log.Warn("partition lease deadline passed: pulling nothing more until the lease is renewed")
-	iter.Stop()
-	close(stop)
-	if !pt.waitLease() {
-		return nil
-	}
-	pt.log.Info("partition lease renewed: pulling again")
-	return pt.openPull()
-}
-
-// pullOpts are the options of the partition's pull iterator: pinned in
-// partitionGroup, each pull request waiting up to pullExpiry.
-func (pt *partition) pullOpts() []jetstream.PullMessagesOpt {
-	return []jetstream.PullMessagesOpt{
-		jetstream.PullMaxMessages(pt.or.pullBatch()), jetstream.PullHeartbeat(pullHeartbeat),
-		jetstream.PullExpiry(pullExpiry), jetstream.PullPriorityGroup(partitionGroup),
-		jetstream.WithMessagesErrOnMissingHeartbeat(false),
-	}
 }

@@ -37,14 +37,12 @@ func (m *ackMsg) InProgress() error { m.inProgress.Add(1); return nil }
 // fencedPartition is a testPartition on a fake clock with its lease
 // deadline 3 s ahead and its NATS connection's status in status.
 func fencedPartition(t *testing.T) (*partition, *clockwork.FakeClock, *atomic.Int32) {
-	clock := clockwork.NewFakeClock()
 	pt := testPartition(t, nil)
-	pt.clock = clock
-	pt.lastDone, pt.recent, pt.acking, pt.inLane = map[string]uint64{}, map[uint64]bool{}, map[uint64]bool{}, map[uint64]bool{}
+	clock := pt.clock.(*clockwork.FakeClock)
 	var status atomic.Int32
 	status.Store(int32(nats.CONNECTED))
-	pt.connStatus = func() nats.Status { return nats.Status(status.Load()) }
-	pt.setDeadline(clock.Now().Add(3 * time.Second))
+	pt.lease.connStatus = func() nats.Status { return nats.Status(status.Load()) }
+	pt.lease.setDeadline(clock.Now().Add(3 * time.Second))
 	return pt, clock, &status
 }
 
@@ -57,20 +55,20 @@ func TestPartitionPastItsDeadlineAcksNothing(t *testing.T) {
 	defer cancel()
 	pt, clock, _ := fencedPartition(t)
 	m := newAckMsg(10)
-	require.NoError(t, pt.inProgress(m))
+	require.NoError(t, pt.lease.inProgress(m))
 	require.Equal(t, int32(1), m.inProgress.Load(), "before the deadline")
 
 	clock.Advance(3 * time.Second)
-	require.ErrorIs(t, pt.inProgress(m), errLeasePassed)
-	pt.nak(pt.log, m)
+	require.ErrorIs(t, pt.lease.inProgress(m), errLeasePassed)
+	pt.lease.nak(pt.log, m)
 	require.Equal(t, int32(1), m.inProgress.Load(), "no InProgress past the deadline")
 	require.Zero(t, m.naks.Load(), "no Nak past the deadline")
 
 	acked := make(chan struct{})
-	go func() { pt.ack(m, pt.log); close(acked) }()
+	go func() { pt.hol.ack(m, pt.log); close(acked) }()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the ack waits on the clock")
 	require.Zero(t, m.acks.Load(), "no ack past the deadline")
-	pt.setDeadline(clock.Now().Add(3 * time.Second)) // a late renewal
+	pt.lease.setDeadline(clock.Now().Add(3 * time.Second)) // a late renewal
 	clock.Advance(20 * time.Millisecond)
 	<-acked
 	require.Equal(t, int32(1), m.acks.Load(), "acked once the lease was renewed")
@@ -78,15 +76,15 @@ func TestPartitionPastItsDeadlineAcksNothing(t *testing.T) {
 	clock.Advance(3 * time.Second)
 	m2 := newAckMsg(11)
 	done := make(chan struct{})
-	go func() { pt.ack(m2, pt.log); close(done) }()
+	go func() { pt.hol.ack(m2, pt.log); close(done) }()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	pt.release() // the lease was lost
 	clock.Advance(20 * time.Millisecond)
 	<-done
 	require.Zero(t, m2.acks.Load(), "released past its deadline: never acked")
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	require.Equal(t, uint64(10), pt.lastDone["ordered.events.0.order.order-1"], "the first recorded settled, not the second")
+	pt.book.mu.Lock()
+	defer pt.book.mu.Unlock()
+	require.Equal(t, uint64(10), pt.book.lastDone["ordered.events.0.order.order-1"], "the first recorded settled, not the second")
 }
 
 // While the NATS connection is not connected no ack, Nak or InProgress is
@@ -99,11 +97,11 @@ func TestPartitionSendsNothingWhileDisconnected(t *testing.T) {
 	pt, clock, status := fencedPartition(t)
 	m := newAckMsg(10)
 	status.Store(int32(nats.RECONNECTING))
-	require.ErrorIs(t, pt.inProgress(m), errNotConnected)
-	pt.nak(pt.log, m)
+	require.ErrorIs(t, pt.lease.inProgress(m), errNotConnected)
+	pt.lease.nak(pt.log, m)
 	require.Zero(t, m.inProgress.Load()+m.naks.Load())
 	acked := make(chan struct{})
-	go func() { pt.ack(m, pt.log); close(acked) }()
+	go func() { pt.hol.ack(m, pt.log); close(acked) }()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	require.Zero(t, m.acks.Load(), "no ack while reconnecting")
 	status.Store(int32(nats.CONNECTED))
@@ -143,8 +141,7 @@ func TestPartitionPastItsDeadlinePullsNothing(t *testing.T) {
 	pt, clock, _ := fencedPartition(t)
 	cons := &fakeConsumer{}
 	pt.cons = cons
-	pt.or = &orderedRunner{parts: make([]*partition, 1), r: &runner{sender: &sender{}}}
-	pt.or.r.sub.MaxInFlight = 8
+	pt.pullBatch = 16
 	clock.Advance(3 * time.Second)
 	old := &fakeIter{}
 	stop := make(chan struct{})
@@ -160,7 +157,7 @@ func TestPartitionPastItsDeadlinePullsNothing(t *testing.T) {
 	cons.mu.Lock()
 	require.Zero(t, cons.opened, "no pull while past the deadline")
 	cons.mu.Unlock()
-	pt.setDeadline(clock.Now().Add(3 * time.Second))
+	pt.lease.setDeadline(clock.Now().Add(3 * time.Second))
 	clock.Advance(20 * time.Millisecond)
 	require.NotNil(t, <-got)
 	cons.mu.Lock()
@@ -207,10 +204,10 @@ func TestParkWrittenWhileTheWatchIsAwayHoldsTheStream(t *testing.T) {
 	_, err = kv.Create(ctx, wire.ParkedKey("orders", key), v)
 	require.NoError(t, err)
 	later := newAckMsg(11)
-	require.False(t, pk.hold(pt, key, later), "the cache does not know the park")
+	require.False(t, pk.hold(pt.holder, key, later), "the cache does not know the park")
 
 	require.NoError(t, pk.reread(ctx))
-	require.True(t, pk.hold(pt, key, later), "after the re-read the stream's later event is held")
+	require.True(t, pk.hold(pt.holder, key, later), "after the re-read the stream's later event is held")
 	other := &ackMsg{fakeMsg: newFakeMsg("order-2", 0, 12)}
-	require.False(t, pk.hold(pt, wire.StreamKey(wire.EventsSubject("events", other.Subject())), other), "another stream goes on")
+	require.False(t, pk.hold(pt.holder, wire.StreamKey(wire.EventsSubject("events", other.Subject())), other), "another stream goes on")
 }

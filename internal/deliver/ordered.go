@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -107,6 +108,9 @@ type ordering struct {
 	// bucket existed with another (then every replica goes by the
 	// bucket's, so that a lease never expires before its owner renews it).
 	leaseTTL time.Duration
+	// copyAge is the copy's MaxAge (0: none) as last read, by provision
+	// and the copy watcher: parking checks held events' ages against it.
+	copyAge atomic.Int64
 }
 
 // newOrdering returns the ordering state of c, or nil when no subscription
@@ -168,10 +172,11 @@ func (o *ordering) provision(ctx context.Context) error {
 		if err := o.checkSourced(ctx, s, events); err != nil {
 			return err
 		}
-		if err := o.allowDirect(ctx, s); err != nil {
+		if err := allowDirect(ctx, js, s, o.log); err != nil {
 			return err
 		}
-		o.reportRetention(cfg, ecfg)
+		reportRetention(o.log, cfg, ecfg)
+		o.copyAge.Store(int64(cfg.MaxAge))
 	} else if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        o.stream(),
@@ -191,6 +196,7 @@ func (o *ordering) provision(ctx context.Context) error {
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("deliver: create JetStream stream %q: %w", o.stream(), err)
 		}
+		o.copyAge.Store(int64(copyMaxAge(ecfg.MaxAge))) // or another replica's, the same; the watcher reads it
 	} else {
 		return fmt.Errorf("deliver: JetStream stream %q: %w", o.stream(), err)
 	}
@@ -304,7 +310,8 @@ func (o *ordering) run(ctx context.Context) {
 	}
 	var watchers sync.WaitGroup
 	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
-	watchers.Go(func() { o.watchCopy(wctx) })
+	cw := &copyWatch{js: o.js, events: o.cfg.Stream, every: copyCheckEvery(o.leaseTTL), clock: o.clock, log: o.log, metrics: o.metrics, copyAge: &o.copyAge}
+	watchers.Go(func() { cw.watch(wctx) })
 	for _, r := range o.runners {
 		ready := make(chan struct{})
 		watchers.Go(func() { r.ord.parking.watchParked(wctx, o.parks, ready) })

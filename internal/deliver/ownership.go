@@ -239,7 +239,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 	case pt != nil && pt.finished():
 		// A partition ends when its consumer was deleted (among other
 		// causes): it is made again before the partition is claimed anew.
-		or.ensureConsumer(ctx, o, p, pt.floor.Load())
+		or.ensureConsumer(ctx, o, p, pt.watch.floor.Load())
 		if !pt.lost {
 			or.releaseLease(ctx, o, p, pt.rev)
 		}
@@ -251,7 +251,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 		switch {
 		case err == nil:
 			pt.rev = rev
-			pt.setDeadline(start.Add(ttl - ttl/4))
+			pt.lease.setDeadline(start.Add(ttl - ttl/4))
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
 			or.r.log.Warn("partition lease lost (expired or taken); stopping it", slog.Int("partition", p), slog.Any("error", err))
 			pt.lost = true
@@ -333,23 +333,20 @@ func (or *orderedRunner) report() {
 	or.r.metrics.partitionsOwned.WithLabelValues(or.r.sub.Name).Set(float64(n))
 }
 
+// newPartition makes partition p of the subscription, its lease created
+// at KV revision rev and held until deadline.
 func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *partition {
-	ctx, cancel := context.WithCancel(context.Background())
 	// createConsumers made the partition consumers from the same config.
 	cfg, _ := or.consumerConfig(or.o, p)
-	pt := &partition{
-		or: or, r: or.r, eventsPrefix: or.o.eventsPrefix, parking: or.parking, ackWait: or.r.sub.AckWait, clock: or.clock, p: p, cons: or.cons[p], epoch: rev, rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		deadline: deadline, lastDone: map[string]uint64{}, recent: map[uint64]bool{}, inLane: map[uint64]bool{}, acking: map[uint64]bool{},
-		waiting: map[string][]waitingMsg{}, seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
-		filters:  cfg.FilterSubjects,
-		attempts: failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log}, checkEvery: or.o.copyCheckEvery(),
-		log: or.r.log.With(slog.Int("partition", p)),
+	d := partitionDeps{
+		inHand: &or.inHand, handLimit: or.handLimit(), pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
+		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log},
+		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream,
 	}
-	pt.successor = pt.successorSeq
 	if nc := or.r.js.Conn(); nc != nil {
-		pt.connStatus = nc.Status
+		d.connStatus = nc.Status
 	}
-	return pt
+	return newPartition(d, p, or.cons[p], rev, deadline)
 }
 
 // copyStream returns the partitioned stream, looked up once.
@@ -365,4 +362,38 @@ func (or *orderedRunner) copyStream(ctx context.Context) (jetstream.Stream, erro
 	}
 	or.stream = s
 	return s, nil
+}
+
+// ensureConsumer makes partition p's consumer again when it was deleted:
+// from the sequence after floor (its last known ack floor; what it had
+// delivered past that comes again, at least once), from where it was
+// created at first when floor is 0. A consumer another replica made
+// meanwhile is used as it is.
+func (or *orderedRunner) ensureConsumer(ctx context.Context, o *ordering, p int, floor uint64) {
+	_, err := or.cons[p].Info(ctx)
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return
+	}
+	cfg, err := or.consumerConfig(o, p)
+	if err != nil {
+		return // createConsumers made it from the same config
+	}
+	cfg.Replicas = or.replicas
+	keepStart(&cfg, or.created[p])
+	if floor > 0 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = floor + 1
+	}
+	c, err := o.js.CreateConsumer(ctx, o.stream(), cfg)
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		c, err = o.js.Consumer(ctx, o.stream(), cfg.Durable)
+	}
+	if err != nil {
+		or.r.log.Warn("creating a deleted partition consumer again failed; retrying when the partition is claimed",
+			slog.Int("partition", p), slog.String("durable", cfg.Durable), slog.Any("error", err))
+		return
+	}
+	or.cons[p] = c
+	or.r.log.Warn("a partition consumer was deleted; created it again after its last known ack floor (what it delivered after that comes again)",
+		slog.Int("partition", p), slog.String("durable", cfg.Durable), slog.Uint64("start_seq", floor+1))
 }

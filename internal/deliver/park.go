@@ -56,21 +56,31 @@ type parkedStream struct {
 }
 
 type heldMsg struct {
-	pt  *partition
+	h   *holder // the partition holding it
 	msg jetstream.Msg
 	at  time.Time
 }
 
+// holder is a partition as its parked streams' events see it: its number,
+// and how it acks, InProgresses and Naks them (through its lease fence).
+// Held events are told apart by their holder's pointer.
+type holder struct {
+	p          int
+	ack        func(jetstream.Msg)
+	inProgress func(jetstream.Msg) error
+	nak        func(jetstream.Msg)
+}
+
 // park records m's stream as parked behind m (already dead-lettered). An
 // entry that exists already (m redelivered after a crash) is kept.
-func (pk *parking) park(pt *partition, m jetstream.Msg, dl deadletter.Letter) error {
+func (pk *parking) park(h *holder, m jetstream.Msg, dl deadletter.Letter) error {
 	o := pk.o
 	subject := wire.EventsSubject(o.eventsPrefix, m.Subject())
 	key := wire.StreamKey(subject)
 	stream, _, _ := wire.ParseSubject(o.eventsPrefix, subject)
 	e := deadletter.ParkedStream{
 		Subscription: pk.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
-		Partition: pt.p, ParkedAt: pk.clock.Now().UTC(), Replica: pk.replicaID,
+		Partition: h.p, ParkedAt: pk.clock.Now().UTC(), Replica: pk.replicaID,
 	}
 	v, err := json.Marshal(e)
 	if err != nil {
@@ -101,7 +111,7 @@ func (pk *parking) parkedKey(subject string) string {
 // hold keeps m (of stream key) when its stream is parked and reports
 // whether it did. A redelivered head (dead-lettered, but its ack lost) is
 // acked instead.
-func (pk *parking) hold(pt *partition, key string, m jetstream.Msg) bool {
+func (pk *parking) hold(h *holder, key string, m jetstream.Msg) bool {
 	pk.mu.Lock()
 	if len(pk.parked) == 0 {
 		pk.mu.Unlock()
@@ -114,17 +124,17 @@ func (pk *parking) hold(pt *partition, key string, m jetstream.Msg) bool {
 	}
 	if eventID(m) == ps.entry.HeadEventID {
 		pk.mu.Unlock()
-		pt.ack(m, pt.log)
+		h.ack(m)
 		return true
 	}
 	seq := streamSeq(m)
-	i, found := slices.BinarySearchFunc(ps.held, seq, func(h heldMsg, s uint64) int {
-		return compareUint(streamSeq(h.msg), s)
+	i, found := slices.BinarySearchFunc(ps.held, seq, func(x heldMsg, s uint64) int {
+		return compareUint(streamSeq(x.msg), s)
 	})
 	if found {
 		ps.held[i].msg = m
 	} else {
-		ps.held = slices.Insert(ps.held, i, heldMsg{pt: pt, msg: m, at: pk.clock.Now()})
+		ps.held = slices.Insert(ps.held, i, heldMsg{h: h, msg: m, at: pk.clock.Now()})
 	}
 	pk.mu.Unlock()
 	return true
@@ -140,25 +150,38 @@ func compareUint(a, b uint64) int {
 	return 0
 }
 
-// returnHeld Naks the events held for pt's streams (pt is being released:
+// returnHeld Naks the events held for h's streams (h is being released:
 // the next owner holds them again).
-func (pk *parking) returnHeld(pt *partition) {
+func (pk *parking) returnHeld(h *holder) {
 	pk.mu.Lock()
 	var back []jetstream.Msg
 	for _, ps := range pk.parked {
 		keep := ps.held[:0]
-		for _, h := range ps.held {
-			if h.pt == pt {
-				back = append(back, h.msg)
+		for _, x := range ps.held {
+			if x.h == h {
+				back = append(back, x.msg)
 			} else {
-				keep = append(keep, h)
+				keep = append(keep, x)
 			}
 		}
 		ps.held = keep
 	}
 	pk.mu.Unlock()
 	for _, m := range back {
-		pt.nak(pt.log, m)
+		h.nak(m)
+	}
+}
+
+// addHeld adds to seqs the stream sequences of the events held for h.
+func (pk *parking) addHeld(h *holder, seqs map[uint64]bool) {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	for _, ps := range pk.parked {
+		for _, x := range ps.held {
+			if x.h == h {
+				seqs[streamSeq(x.msg)] = true
+			}
+		}
 	}
 }
 
@@ -178,10 +201,10 @@ func (pk *parking) unpark(bk string) {
 	}
 }
 
-// releaseFor removes the releasing streams whose held events are all pt's
-// (or none) and returns those events, in stream order, for pt's run loop to
+// releaseFor removes the releasing streams whose held events are all h's
+// (or none) and returns those events, in stream order, for h's run loop to
 // dispatch.
-func (pk *parking) releaseFor(pt *partition) []jetstream.Msg {
+func (pk *parking) releaseFor(h *holder) []jetstream.Msg {
 	pk.mu.Lock()
 	defer pk.mu.Unlock()
 	var out []jetstream.Msg
@@ -190,8 +213,8 @@ func (pk *parking) releaseFor(pt *partition) []jetstream.Msg {
 			continue
 		}
 		mine := true
-		for _, h := range ps.held {
-			if h.pt != pt {
+		for _, x := range ps.held {
+			if x.h != h {
 				mine = false
 				break
 			}
@@ -199,8 +222,8 @@ func (pk *parking) releaseFor(pt *partition) []jetstream.Msg {
 		if !mine {
 			continue
 		}
-		for _, h := range ps.held {
-			out = append(out, h.msg)
+		for _, x := range ps.held {
+			out = append(out, x.msg)
 		}
 		delete(pk.parked, bk)
 	}
@@ -323,11 +346,17 @@ func (pk *parking) watchParked(ctx context.Context, kv jetstream.KeyValue, ready
 
 // keepParkedAlive sends InProgress for the held events every AckWait/2, and
 // updates the parked-stream metrics and the owner's held counts in the
-// park bucket, until ctx ends.
+// park bucket, until ctx ends. A parked stream whose oldest held event
+// nears or passes the copy's MaxAge gets the cause in its entry (see
+// riskOf) and an error in the log, once per stage.
 func (pk *parking) keepParkedAlive(ctx context.Context) {
 	t := pk.clock.NewTicker(min(pk.sub.AckWait/2, 5*time.Second))
 	defer t.Stop()
-	reported := map[string]int{}
+	type state struct {
+		held int
+		risk retentionRisk
+	}
+	reported := map[string]state{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -339,30 +368,39 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			entry  deadletter.ParkedStream
 			held   int
 			oldest time.Time
+			risk   retentionRisk
+			atRisk jetstream.Msg // the held event longest in the copy
+			inCopy time.Time     // since when
 		}
 		var msgs []heldMsg
 		var reports []report
 		oldest := time.Time{}
+		now := pk.clock.Now()
+		maxAge := time.Duration(pk.o.copyAge.Load())
 		pk.mu.Lock()
 		n := len(pk.parked)
 		for k, ps := range pk.parked {
-			var o time.Time
+			rp := report{key: k, entry: ps.entry, held: len(ps.held)}
 			for _, h := range ps.held {
 				msgs = append(msgs, h)
-				if o.IsZero() || h.at.Before(o) {
-					o = h.at
+				if rp.oldest.IsZero() || h.at.Before(rp.oldest) {
+					rp.oldest = h.at
+				}
+				if md, err := h.msg.Metadata(); err == nil && (rp.inCopy.IsZero() || md.Timestamp.Before(rp.inCopy)) {
+					rp.atRisk, rp.inCopy = h.msg, md.Timestamp
 				}
 			}
-			if !o.IsZero() && (oldest.IsZero() || o.Before(oldest)) {
-				oldest = o
+			if !rp.oldest.IsZero() && (oldest.IsZero() || rp.oldest.Before(oldest)) {
+				oldest = rp.oldest
 			}
-			if len(ps.held) > 0 && reported[k] != len(ps.held) {
-				reports = append(reports, report{k, ps.entry, len(ps.held), o})
+			rp.risk = riskOf(rp.inCopy, now, maxAge)
+			if rp.held > 0 && reported[k] != (state{rp.held, rp.risk}) {
+				reports = append(reports, rp)
 			}
 		}
 		pk.mu.Unlock()
-		for _, h := range msgs {
-			_ = h.pt.inProgress(h.msg) // not past its partition's lease, nor while disconnected
+		for _, x := range msgs {
+			_ = x.h.inProgress(x.msg) // not past its partition's lease, nor while disconnected
 		}
 		pk.metrics.streamsParked.WithLabelValues(pk.sub.Name).Set(float64(n))
 		age := 0.0
@@ -372,7 +410,17 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 		pk.metrics.oldestHeld.WithLabelValues(pk.sub.Name).Set(age)
 		for _, rp := range reports {
 			e := rp.entry
-			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), pk.clock.Now().UTC(), pk.replicaID
+			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), now.UTC(), pk.replicaID
+			if rp.risk != riskNone {
+				id := eventID(rp.atRisk)
+				e.Error = riskError(rp.risk, pk.o.stream(), id, rp.inCopy, now, maxAge, pk.replicaID)
+				e.AtRiskEventID, e.AtRiskEventTime, e.CopyMaxAge = id, rp.inCopy.UTC(), maxAge
+				if reported[rp.key].risk != rp.risk {
+					pk.log.Error("a parked stream's held event nears or passed the partitioned copy's MaxAge: "+e.Error,
+						slog.String("stream", e.Stream), slog.String("event_id", id), slog.Duration("age", now.Sub(rp.inCopy).Round(time.Millisecond)),
+						slog.Duration("max_age", maxAge))
+				}
+			}
 			v, err := json.Marshal(e)
 			if err != nil {
 				continue
@@ -381,7 +429,7 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			// (replayed or skipped) must stay deleted.
 			if cur, err := pk.o.parks.Get(ctx, rp.key); err == nil {
 				if _, err := pk.o.parks.Update(ctx, rp.key, v, cur.Revision()); err == nil {
-					reported[rp.key] = rp.held
+					reported[rp.key] = state{rp.held, rp.risk}
 				}
 			}
 		}

@@ -17,120 +17,95 @@ import (
 )
 
 // partition is one owned partition of an ordered subscription: its pull
-// loop, its lanes and its lease deadline.
+// loop and its lanes. Its rooms, each with its own state: the lease fence
+// (lease), what it has in hand and settled (book), the successor check
+// (succ), the head-of-line delivery (hol) and the consumer watch (watch).
 type partition struct {
-	or *orderedRunner
-	r  *runner // the subscription's: its sender, dead letters and metrics
-	// eventsPrefix is the events stream's subject prefix, to name an event
-	// as on the events stream (spans, records, dead letters).
-	eventsPrefix string
-	parking      *parking      // the subscription's parked streams
-	ackWait      time.Duration // the subscription's AckWait
-	checkEvery   time.Duration // how often watchConsumer reads the partition consumer
-	clock        clockwork.Clock
-	attempts     failedAttempts // the subscription's failed POSTs, across owners
-	p            int
-	cons         jetstream.Consumer
-	log          *slog.Logger
+	// inHand counts the events in the lanes of all the subscription's
+	// partitions on this replica; the partition pulls no more while it is
+	// at handLimit (orderedRunner.handLimit).
+	inHand    *atomic.Int64
+	handLimit int64
+	pullBatch int // the client's pull buffer (orderedRunner.pullBatch)
+	p         int
+	cons      jetstream.Consumer
+	parking   *parking      // the subscription's parked streams
+	ackWait   time.Duration // the subscription's AckWait
+	clock     clockwork.Clock
+	log       *slog.Logger
 
-	// floor is the partition consumer's ack floor (stream sequence) as
-	// last read by watchConsumer.
-	floor atomic.Uint64
-
-	// epoch is the lease's KV create revision (the revision of the Create
-	// that claimed it; renewals leave it): every webhook of the partition
-	// carries it as Jsbridge-Lease-Epoch.
-	epoch uint64
-	rev   uint64 // lease revision; the ownership loop's alone
-	// connStatus is the NATS connection's status (nil: always connected).
-	connStatus func() nats.Status
-	lost       bool // the lease is someone else's; the ownership loop's alone
+	rev  uint64 // lease revision; the ownership loop's alone
+	lost bool   // the lease is someone else's; the ownership loop's alone
 
 	ctx    context.Context // ends at release
 	cancel context.CancelFunc
 	done   chan struct{} // closed when every delivery of the partition ended
 
-	mu       sync.Mutex
-	deadline time.Time         // no attempt starts after it
-	lastDone map[string]uint64 // stream key → sequence of the last event settled
-	recent   map[uint64]bool   // the recently settled sequences (at most settledKept)
-	recentQ  []uint64          // recent's sequences, oldest first
-	inLane   map[uint64]bool   // sequences submitted to a lane and not left it
-	acking   map[uint64]bool   // sequences whose ack was sent and not confirmed yet
-	lanes    lanes
-	// waiting holds, by stream key, events that arrived while an earlier
-	// event of their stream that the partition consumer delivers was not
-	// handed on yet (lost on its way, to be redelivered), in stream order.
-	waiting map[string][]waitingMsg
-
-	// The run loop's alone:
-	seen     map[string]streamPos // stream key → the last event of the stream handed on (to its lane, or held)
-	checks   chan successorCheck  // answers of the successor look-ups running
-	checking map[string]bool      // stream keys with a successor look-up running
-	filters  []string             // the partition consumer's filter subjects
-	// successor looks up a stream's next event (successorSeq; tests
-	// replace it).
-	successor func(key string, after uint64) (uint64, error)
+	lanes  lanes // one per stream
+	lease  *leaseFence
+	book   *handBook
+	succ   *successors // the run loop's alone
+	hol    *headOfLine
+	watch  *consumerWatch
+	holder *holder // the partition as its parked streams' events see it
 }
 
-// streamPos is the last event of a stream a partition handed on: its
-// sequence in the partitioned stream and its stream version, and the
-// sequence of the stream's next event the partition consumer delivers when
-// known (0: not looked up).
-type streamPos struct {
-	seq       uint64
-	version   int64
-	versioned bool
-	next      uint64
+// partitionDeps is what a partition is made of beside its own number,
+// consumer, lease and context (see newPartition).
+type partitionDeps struct {
+	inHand       *atomic.Int64
+	handLimit    int64
+	pullBatch    int
+	r            *runner
+	parking      *parking
+	clock        clockwork.Clock
+	log          *slog.Logger // the subscription's
+	eventsPrefix string
+	filters      []string // the partition consumer's filter subjects
+	attempts     failedAttempts
+	checkEvery   time.Duration // how often the consumer watch reads the consumer
+	connStatus   func() nats.Status
+	slots        chan struct{}
+	copyStream   func(context.Context) (jetstream.Stream, error)
 }
 
-// waitingMsg is an event waiting for an earlier event of its stream, and
-// since when.
-type waitingMsg struct {
-	msg   jetstream.Msg
-	since time.Time
-}
-
-// successorCheck is the answer of a look-up of the stream key's first
-// event after sequence after that the partition consumer delivers: at
-// sequence next (0: none), or err.
-type successorCheck struct {
-	key   string
-	after uint64
-	next  uint64
-	err   error
-}
-
-func (pt *partition) setDeadline(t time.Time) {
-	pt.mu.Lock()
-	pt.deadline = t
-	pt.mu.Unlock()
-}
-
-// mayStart reports whether an attempt may start: the partition was not
-// released and its lease was renewed recently enough (a replica frozen
-// past its deadline starts nothing more when it wakes up).
-func (pt *partition) mayStart() bool {
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	return pt.ctx.Err() == nil && pt.clock.Now().Before(pt.deadline)
-}
-
-// waitLease waits while the lease deadline is passed (a renewal late, or a
-// replica waking from a freeze) and reports whether the partition is still
-// this replica's: false once it was released or its lease found lost. An
-// event never gives way to its successor while it waits.
-func (pt *partition) waitLease() bool {
-	for !pt.mayStart() {
-		if pt.ctx.Err() != nil {
-			return false
-		}
-		select {
-		case <-pt.ctx.Done():
-		case <-pt.clock.After(20 * time.Millisecond):
-		}
+// newPartition makes partition p, read from cons, whose lease (created at
+// KV revision rev) holds until deadline.
+func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, deadline time.Time) *partition {
+	ctx, cancel := context.WithCancel(context.Background())
+	log := d.log.With(slog.Int("partition", p))
+	if d.inHand == nil {
+		d.inHand = new(atomic.Int64)
 	}
-	return true
+	var ackWait time.Duration
+	if d.r != nil {
+		ackWait = d.r.sub.AckWait
+	}
+	pt := &partition{
+		inHand: d.inHand, handLimit: d.handLimit, pullBatch: d.pullBatch, p: p, cons: cons, parking: d.parking, ackWait: ackWait, clock: d.clock, log: log,
+		rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		lease: &leaseFence{ctx: ctx, clock: d.clock, connStatus: d.connStatus, deadline: deadline},
+		book:  newHandBook(),
+	}
+	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, ackWait, cons, d.filters, d.copyStream)
+	pt.holder = &holder{
+		p:          p,
+		ack:        func(m jetstream.Msg) { pt.hol.ack(m, log) },
+		inProgress: pt.lease.inProgress,
+		nak:        func(m jetstream.Msg) { pt.lease.nak(log, m) },
+	}
+	pt.hol = &headOfLine{
+		ctx: ctx, release: cancel, clock: d.clock, log: log, r: d.r, lease: pt.lease, book: pt.book, parking: d.parking, holder: pt.holder,
+		attempts: d.attempts, slots: d.slots, eventsPrefix: d.eventsPrefix, p: p, epoch: rev,
+	}
+	durable := ""
+	if d.r != nil {
+		durable = wire.PartitionDurable(d.r.sub.Name, p)
+	}
+	pt.watch = &consumerWatch{
+		cons: cons, durable: durable, every: d.checkEvery, clock: d.clock, log: log, filters: d.filters, copyStream: d.copyStream, release: cancel,
+	}
+	return pt
 }
 
 func (pt *partition) release() { pt.cancel() }
@@ -175,12 +150,12 @@ func (pt *partition) run() {
 	// events queued behind their stream's running delivery and those
 	// waiting for an earlier event of their stream.
 	go keepHeldAlive(kctx, pt.clock, pt.ackWait, pt.log, func() []jetstream.Msg {
-		if pt.mayAck() != nil {
+		if pt.lease.mayAck() != nil {
 			return nil // past the lease deadline, or disconnected: no InProgress
 		}
-		return append(append(fence.snapshot(), pt.lanes.queued()...), pt.waitingMsgs()...)
+		return append(append(fence.snapshot(), pt.lanes.queued()...), pt.book.waitingMsgs()...)
 	})
-	go pt.watchConsumer(kctx, pt.checkEvery)
+	go pt.watch.watchConsumer(kctx)
 
 	fencing := true
 	var lastCheck time.Time
@@ -196,7 +171,7 @@ func (pt *partition) run() {
 	var lastCSeq uint64
 	var lastUnstick time.Time
 	for pt.ctx.Err() == nil {
-		if !pt.leaseHeld() {
+		if !pt.lease.leaseHeld() {
 			// Past the lease deadline: pull nothing until a renewal.
 			// What was pulled and not delivered yet is pending on the
 			// consumer: behind the fence again until it is back.
@@ -210,10 +185,10 @@ func (pt *partition) run() {
 			lastCheck = pt.clock.Now()
 			continue
 		}
-		if !fencing && pt.or.inHand.Load() >= pt.or.handLimit() {
+		if !fencing && pt.inHand.Load() >= pt.handLimit {
 			// Enough events in the lanes: pull no more for now (what
 			// waits in JetStream needs no InProgress).
-			for _, m := range pt.parking.releaseFor(pt) {
+			for _, m := range pt.parking.releaseFor(pt.holder) {
 				pt.dispatch(m, &wg)
 			}
 			select {
@@ -230,8 +205,9 @@ func (pt *partition) run() {
 			if msg != nil {
 				msg = parsedOnce(msg)
 			}
-		case c := <-pt.checks:
-			pt.checked(c, &wg)
+		case c := <-pt.succ.checks:
+			pt.succ.answered(c)
+			pt.dispatchWaiting(c.key, &wg)
 			continue
 		case <-pt.clock.After(fenceCheck):
 			err = nats.ErrTimeout
@@ -241,7 +217,7 @@ func (pt *partition) run() {
 		if !fencing {
 			// Events of unparked streams go first, before a newer one
 			// of theirs just pulled.
-			for _, m := range pt.parking.releaseFor(pt) {
+			for _, m := range pt.parking.releaseFor(pt.holder) {
 				pt.dispatch(m, &wg)
 			}
 		}
@@ -284,13 +260,15 @@ func (pt *partition) run() {
 		}
 		if !fencing && pt.clock.Since(lastUnstick) >= pt.ackWait {
 			lastUnstick = pt.clock.Now()
-			pt.unstick(&wg)
+			for _, key := range pt.succ.unstick() {
+				pt.dispatchWaiting(key, &wg)
+			}
 		}
 		if fencing && pt.clock.Since(lastCheck) >= fenceCheck {
 			lastCheck = pt.clock.Now()
 			info, err := pt.cons.Info(pt.ctx)
 			if err == nil {
-				pt.floor.Store(info.AckFloor.Stream)
+				pt.watch.floor.Store(info.AckFloor.Stream)
 			}
 			// Pending on the consumer: what is in hand (the fence, the
 			// lanes, held behind a parked head) and what is lost on its
@@ -315,10 +293,10 @@ func (pt *partition) run() {
 	if iter != nil {
 		pt.stopPull(iter, pulled)
 	}
-	for _, m := range append(fence.take(), pt.takeWaiting()...) {
-		pt.nak(pt.log, m)
+	for _, m := range append(fence.take(), pt.book.takeWaiting()...) {
+		pt.lease.nak(pt.log, m)
 	}
-	pt.parking.returnHeld(pt)
+	pt.parking.returnHeld(pt.holder)
 }
 
 // openPull opens the partition consumer's pull iterator, retrying with
@@ -355,7 +333,7 @@ drain:
 			if p.err != nil {
 				break drain
 			}
-			pt.nak(pt.log, p.msg)
+			pt.lease.nak(pt.log, p.msg)
 		case <-time.After(time.Second):
 			break drain
 		}
@@ -366,29 +344,34 @@ drain:
 // read reads iter on its own goroutine (readPull), with room for two pull
 // batches; a message read once stop is closed is Nak'd.
 func (pt *partition) read(iter jetstream.MessagesContext, stop <-chan struct{}) <-chan pulled {
-	return readPull(iter, stop, 2*pt.or.pullBatch(), func(m jetstream.Msg) { pt.nak(pt.log, m) })
+	return readPull(iter, stop, 2*pt.pullBatch, func(m jetstream.Msg) { pt.lease.nak(pt.log, m) })
 }
 
 // dispatch hands msg to its stream's lane, holds it when its stream is
 // parked, keeps it while an earlier event of its stream has not arrived
-// (see handOn), and acks a stale copy of an event already settled (a
-// redelivery that raced its own ack). Then the events waiting for msg go
-// on. Only the run loop calls it.
+// (see successors.handOn), and acks a stale copy of an event already
+// settled (a redelivery that raced its own ack). Then the events waiting
+// for msg go on. Only the run loop calls it.
 func (pt *partition) dispatch(msg jetstream.Msg, wg *sync.WaitGroup) {
 	key := wire.StreamKey(msg.Subject())
 	pt.dispatchOne(key, msg, wg)
 	pt.dispatchWaiting(key, wg)
 }
 
+// dispatchWaiting hands on the waiting events of stream key that follow
+// one another from its last one handed on.
+func (pt *partition) dispatchWaiting(key string, wg *sync.WaitGroup) {
+	for m := pt.succ.nextWaiting(key); m != nil; m = pt.succ.nextWaiting(key) {
+		pt.dispatchOne(key, m, wg)
+	}
+}
+
 // dispatchOne is dispatch without the waiting events.
 func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGroup) {
 	seq := streamSeq(msg)
-	pt.mu.Lock()
-	behind := seq != 0 && seq <= pt.lastDone[key]
-	stale := behind && pt.recent[seq]
-	pt.mu.Unlock()
+	behind, stale := pt.book.settledBefore(key, seq)
 	if stale {
-		if pt.mayAck() == nil {
+		if pt.lease.mayAck() == nil {
 			_ = msg.Ack()
 		}
 		return
@@ -399,103 +382,67 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 		// rather than acked unsent: out of order beats lost.
 		pt.log.Warn("an event arrived after a later event of its stream was settled; delivering it late", slog.String("event_id", eventID(msg)), slog.Uint64("seq", seq))
 	}
-	if !pt.handOn(key, msg) {
+	if !pt.succ.handOn(key, msg) {
 		return
 	}
-	if pt.parking.hold(pt, key, msg) {
+	if pt.parking.hold(pt.holder, key, msg) {
 		return
 	}
-	pt.mu.Lock()
-	dup := pt.inLane[seq]
-	if !dup && seq != 0 {
-		pt.inLane[seq] = true
-	}
-	pt.mu.Unlock()
-	if dup {
+	if !pt.book.enterLane(seq) {
 		// A redelivered copy of an event still in its lane (it waited in
 		// the client's pull buffer past AckWait): the copy in the lane
 		// settles it; this one must not come after its successor.
 		return
 	}
-	pt.or.inHand.Add(1)
+	pt.inHand.Add(1)
 	pt.lanes.submit(key, msg, wg, func(m jetstream.Msg) {
 		defer pt.leftLane(streamSeq(m))
-		pt.deliver(m)
+		pt.hol.deliver(m)
 	}, nil)
 }
 
 // leftLane records that the event at seq left its lane (settled, held or
 // returned).
 func (pt *partition) leftLane(seq uint64) {
-	pt.mu.Lock()
-	delete(pt.inLane, seq)
-	pt.mu.Unlock()
-	pt.or.inHand.Add(-1)
+	pt.book.leftLane(seq)
+	pt.inHand.Add(-1)
 }
-
-// settled records that the event at seq of stream key was acked or
-// dead-lettered.
-func (pt *partition) settled(key string, seq uint64) {
-	pt.mu.Lock()
-	if seq > pt.lastDone[key] {
-		pt.lastDone[key] = seq
-	}
-	if !pt.recent[seq] {
-		pt.recent[seq] = true
-		pt.recentQ = append(pt.recentQ, seq)
-		if len(pt.recentQ) > settledKept {
-			delete(pt.recent, pt.recentQ[0])
-			pt.recentQ = pt.recentQ[1:]
-		}
-	}
-	pt.mu.Unlock()
-}
-
-// settledKept bounds the settled sequences a partition remembers to
-// recognise a late copy of an event it already settled.
-const settledKept = 16384
 
 // handCount is how many distinct events of the partition are in hand and
 // not settled nor being acked: in the fence, in the lanes, waiting for a
-// predecessor or held behind a parked head.
-// Each is counted once: a redelivered copy of an event still in its lane
-// (sent again by a new consumer leader, or after AckWait) waits in the
-// fence too, and counting it twice would let the fence pass while a lost
-// delivery is still on its way, to be sent after its successors.
+// predecessor (handBook.pending) or held behind a parked head. The held
+// ones are read last: an event moving from its lane to a parked stream
+// meanwhile is seen in one or the other, never in neither.
 func (pt *partition) handCount(fence *fenceBuffer) int {
 	seqs := map[uint64]bool{}
-	fence.mu.Lock()
-	for s := range fence.msgs {
-		seqs[s] = true
-	}
-	fence.mu.Unlock()
-	pt.mu.Lock()
-	for s := range pt.inLane {
-		seqs[s] = true
-	}
-	for _, w := range pt.waiting {
-		for _, x := range w {
-			seqs[streamSeq(x.msg)] = true
-		}
-	}
-	for s := range seqs {
-		if pt.recent[s] || pt.acking[s] {
-			// Acked, or maybe: an ack whose answer was lost may be
-			// recorded already, and counting its event as pending
-			// would hide a lost delivery. Not counted, it makes the
-			// fence wait for the ack at worst.
-			delete(seqs, s)
-		}
-	}
-	pt.mu.Unlock()
-	pt.parking.mu.Lock()
-	for _, ps := range pt.parking.parked {
-		for _, h := range ps.held {
-			if h.pt == pt {
-				seqs[streamSeq(h.msg)] = true
-			}
-		}
-	}
-	pt.parking.mu.Unlock()
+	fence.addSeqs(seqs)
+	pt.book.pending(seqs)
+	pt.parking.addHeld(pt.holder, seqs)
 	return len(seqs)
+}
+
+// pausePull stops iter (what the client buffer holds is dropped, not
+// Nak'd: it goes back by AckWait, or by the next owner's reset) and its
+// reader (closing stop), waits for the lease to be renewed and opens a new
+// iterator; nil when the partition was released first. The caller reads
+// the new iterator.
+func (pt *partition) pausePull(iter jetstream.MessagesContext, stop chan struct{}) jetstream.MessagesContext {
+	pt.log.Warn("partition lease deadline passed: pulling nothing more until the lease is renewed")
+	iter.Stop()
+	close(stop)
+	if !pt.lease.waitLease() {
+		return nil
+	}
+	pt.log.Info("partition lease renewed: pulling again")
+	return pt.openPull()
+}
+
+// pullOpts are the options of the partition's pull iterator: pinned in
+// partitionGroup, each pull request waiting up to pullExpiry.
+func (pt *partition) pullOpts() []jetstream.PullMessagesOpt {
+	return []jetstream.PullMessagesOpt{
+		jetstream.PullMaxMessages(pt.pullBatch), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.PullExpiry(pullExpiry), jetstream.PullPriorityGroup(partitionGroup),
+		jetstream.WithMessagesErrOnMissingHeartbeat(false),
+	}
 }

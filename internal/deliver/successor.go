@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"strconv"
-	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
@@ -34,6 +33,60 @@ import (
 // after the last one that the consumer's filters match (a direct get by
 // subject). An event that is not waits in the partition until its
 // predecessor was handed on.
+
+// successors is a partition's successor check: the last event of each
+// stream it handed on, and the look-ups of a stream's next event running.
+// Only the partition's run loop calls its methods (the look-ups answer on
+// checks).
+type successors struct {
+	ctx     context.Context // the partition's: ends at release
+	clock   clockwork.Clock
+	log     *slog.Logger
+	book    *handBook     // the partition's: its waiting events
+	ackWait time.Duration // the subscription's AckWait
+	cons    jetstream.Consumer
+	filters []string // the partition consumer's filter subjects
+	// copyStream returns the partitioned copy (successorSeq reads it).
+	copyStream func(context.Context) (jetstream.Stream, error)
+	// lookup looks up a stream's next event (successorSeq; tests
+	// replace it).
+	lookup func(key string, after uint64) (uint64, error)
+
+	seen     map[string]streamPos // stream key → the last event of the stream handed on (to its lane, or held)
+	checks   chan successorCheck  // answers of the look-ups running
+	checking map[string]bool      // stream keys with a look-up running
+}
+
+// streamPos is the last event of a stream a partition handed on: its
+// sequence in the partitioned stream and its stream version, and the
+// sequence of the stream's next event the partition consumer delivers when
+// known (0: not looked up).
+type streamPos struct {
+	seq       uint64
+	version   int64
+	versioned bool
+	next      uint64
+}
+
+// successorCheck is the answer of a look-up of the stream key's first
+// event after sequence after that the partition consumer delivers: at
+// sequence next (0: none), or err.
+type successorCheck struct {
+	key   string
+	after uint64
+	next  uint64
+	err   error
+}
+
+func newSuccessors(ctx context.Context, clock clockwork.Clock, log *slog.Logger, book *handBook, ackWait time.Duration,
+	cons jetstream.Consumer, filters []string, copyStream func(context.Context) (jetstream.Stream, error)) *successors {
+	sc := &successors{
+		ctx: ctx, clock: clock, log: log, book: book, ackWait: ackWait, cons: cons, filters: filters, copyStream: copyStream,
+		seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
+	}
+	sc.lookup = sc.successorSeq
+	return sc
+}
 
 // waitStale is how long an event may wait for its predecessor before the
 // partition asks whether that predecessor was acked meanwhile (by a former
@@ -64,9 +117,9 @@ func (last streamPos) precedes(p streamPos) bool {
 // handOn reports whether m, of stream key, may be handed on now, and
 // records it as the stream's last one handed on when it may. When not, m
 // waits (see wait). Only the run loop calls it.
-func (pt *partition) handOn(key string, m jetstream.Msg) bool {
+func (sc *successors) handOn(key string, m jetstream.Msg) bool {
 	pos := positionOf(m)
-	last, known := pt.seen[key]
+	last, known := sc.seen[key]
 	switch {
 	case pos.seq == 0:
 		return true
@@ -77,82 +130,63 @@ func (pt *partition) handOn(key string, m jetstream.Msg) bool {
 		// The next event of the stream, or its first since the
 		// partition was taken: the fence made sure every pending event
 		// was in hand, and this is the first of them.
-		pt.seen[key] = pos
+		sc.seen[key] = pos
 		return true
 	}
-	pt.wait(key, m)
+	sc.wait(key, m)
 	if last.next == 0 {
-		pt.lookUp(key, last.seq)
+		sc.lookUp(key, last.seq)
 	}
 	return false
 }
 
-// wait keeps m until its predecessor was handed on, one copy per
-// sequence (the latest, whose ack counts).
-func (pt *partition) wait(key string, m jetstream.Msg) {
-	seq := streamSeq(m)
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	w := pt.waiting[key]
-	i, found := slices.BinarySearchFunc(w, seq, func(x waitingMsg, s uint64) int { return compareUint(streamSeq(x.msg), s) })
-	if found {
-		w[i].msg = m
-		return
-	}
-	pt.waiting[key] = slices.Insert(w, i, waitingMsg{msg: m, since: pt.clock.Now()})
+// wait keeps m until its predecessor was handed on (handBook.wait).
+func (sc *successors) wait(key string, m jetstream.Msg) {
+	sc.book.wait(key, m, sc.clock.Now())
 }
 
 // nextWaiting removes and returns the first waiting event of stream key
 // when it may be handed on now, else nil (after starting a look-up of the
 // stream's next event when none is known).
-func (pt *partition) nextWaiting(key string) jetstream.Msg {
-	pt.mu.Lock()
-	w := pt.waiting[key]
-	if len(w) == 0 {
-		pt.mu.Unlock()
+func (sc *successors) nextWaiting(key string) jetstream.Msg {
+	head, _ := sc.book.firstWaiting(key)
+	if head == nil {
 		return nil
 	}
-	head := w[0].msg
-	last, pos := pt.seen[key], positionOf(head)
+	last, pos := sc.seen[key], positionOf(head)
 	if pos.seq > last.seq && !last.precedes(pos) {
-		pt.mu.Unlock()
 		if last.next == 0 {
-			pt.lookUp(key, last.seq)
+			sc.lookUp(key, last.seq)
 		}
 		return nil
 	}
-	if len(w) == 1 {
-		delete(pt.waiting, key)
-	} else {
-		pt.waiting[key] = w[1:]
-	}
-	pt.mu.Unlock()
+	sc.book.popWaiting(key)
 	return head
 }
 
 // lookUp starts a look-up of the first event of stream key after sequence
 // after that the partition consumer delivers, unless one runs; its answer
-// reaches the run loop on pt.checks (see checked). It retries with backoff
+// reaches the run loop on sc.checks (see checked). It retries with backoff
 // while JetStream does not answer.
-func (pt *partition) lookUp(key string, after uint64) {
-	if pt.checking[key] {
+func (sc *successors) lookUp(key string, after uint64) {
+	if sc.checking[key] {
 		return
 	}
-	pt.checking[key] = true
+	sc.checking[key] = true
 	go func() {
 		var pause backoff.Backoff
 		for {
-			next, err := pt.successor(key, after)
-			if err == nil || pt.ctx.Err() != nil {
+			next, err := sc.lookup(key, after)
+			if err == nil || sc.ctx.Err() != nil {
 				select {
-				case pt.checks <- successorCheck{key: key, after: after, next: next, err: err}:
-				case <-pt.ctx.Done():
+				case sc.checks <- successorCheck{key: key, after: after, next: next, err: err}:
+				case <-sc.ctx.Done():
 				}
 				return
 			}
 			d := pause.Next()
-			pt.log.Warn("looking up a stream's next event failed; its later events wait", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
-			sleep(pt.ctx, pt.clock, d)
+			sc.log.Warn("looking up a stream's next event failed; its later events wait", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
+			sleep(sc.ctx, sc.clock, d)
 		}
 	}()
 }
@@ -160,15 +194,15 @@ func (pt *partition) lookUp(key string, after uint64) {
 // successorSeq returns the sequence of the first event of stream key
 // after sequence after that one of the partition consumer's filters
 // matches (0: none).
-func (pt *partition) successorSeq(key string, after uint64) (uint64, error) {
-	ctx, cancel := context.WithTimeout(pt.ctx, 5*time.Second)
+func (sc *successors) successorSeq(key string, after uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(sc.ctx, 5*time.Second)
 	defer cancel()
-	s, err := pt.or.copyStream(ctx)
+	s, err := sc.copyStream(ctx)
 	if err != nil {
 		return 0, err
 	}
 	var next uint64
-	for _, f := range pt.filters {
+	for _, f := range sc.filters {
 		subj, ok := wire.IntersectFilters(f, key+".*")
 		if !ok {
 			continue
@@ -187,100 +221,61 @@ func (pt *partition) successorSeq(key string, after uint64) (uint64, error) {
 	return next, nil
 }
 
-// checked takes a look-up's answer (see answered), then the stream's
-// waiting events go on as far as they follow one another.
-func (pt *partition) checked(c successorCheck, wg *sync.WaitGroup) {
-	pt.answered(c)
-	pt.dispatchWaiting(c.key, wg)
-}
-
 // answered records a look-up's answer, the stream's next event, when the
 // stream was not handed on further meanwhile.
-func (pt *partition) answered(c successorCheck) {
-	delete(pt.checking, c.key)
-	last, ok := pt.seen[c.key]
+func (sc *successors) answered(c successorCheck) {
+	delete(sc.checking, c.key)
+	last, ok := sc.seen[c.key]
 	if c.err != nil || !ok || last.seq != c.after {
 		return // released, or answered too late
 	}
-	pt.mu.Lock()
-	w := pt.waiting[c.key]
-	pt.mu.Unlock()
-	if c.next == 0 && len(w) > 0 {
+	head, n := sc.book.firstWaiting(c.key)
+	if c.next == 0 && n > 0 {
 		// None matches after it: the waiting head left the stream
 		// (limits) before the look-up; nothing comes before it.
-		c.next = streamSeq(w[0].msg)
+		c.next = streamSeq(head)
 	}
 	last.next = c.next
-	pt.seen[c.key] = last
-	if len(w) > 0 && c.next != streamSeq(w[0].msg) {
-		pt.log.Warn("an event of a stream has not arrived (lost on its way?); holding the stream's later events until it is redelivered",
-			slog.Uint64("seq", c.next), slog.Int("waiting", len(w)), slog.String("first_waiting_event_id", eventID(w[0].msg)))
+	sc.seen[c.key] = last
+	if n > 0 && c.next != streamSeq(head) {
+		sc.log.Warn("an event of a stream has not arrived (lost on its way?); holding the stream's later events until it is redelivered",
+			slog.Uint64("seq", c.next), slog.Int("waiting", n), slog.String("first_waiting_event_id", eventID(head)))
 	}
-}
-
-// dispatchWaiting hands on the waiting events of stream key that follow
-// one another from its last one handed on.
-func (pt *partition) dispatchWaiting(key string, wg *sync.WaitGroup) {
-	for m := pt.nextWaiting(key); m != nil; m = pt.nextWaiting(key) {
-		pt.dispatchOne(key, m, wg)
-	}
-}
-
-// waitingMsgs returns the events waiting for a predecessor.
-func (pt *partition) waitingMsgs() []jetstream.Msg {
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	var out []jetstream.Msg
-	for _, w := range pt.waiting {
-		for _, x := range w {
-			out = append(out, x.msg)
-		}
-	}
-	return out
-}
-
-// takeWaiting empties the waiting events and returns them.
-func (pt *partition) takeWaiting() []jetstream.Msg {
-	out := pt.waitingMsgs()
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	clear(pt.waiting)
-	return out
 }
 
 // unstick looks at the streams whose waiting events waited waitStale
 // AckWaits or more for a predecessor JetStream named: one acked meanwhile
 // (at or below the consumer's ack floor: a former owner acked it, and a
 // stale copy of its own predecessor reached this one) never comes back, so
-// the stream goes on from it. Only the run loop calls it.
-func (pt *partition) unstick(wg *sync.WaitGroup) {
-	limit := pt.clock.Now().Add(-waitStale * pt.ackWait)
+// the stream goes on from it. It returns the streams that go on; the run
+// loop hands their waiting events on.
+func (sc *successors) unstick() []string {
 	var stuck []string
-	pt.mu.Lock()
-	for key, w := range pt.waiting {
-		if len(w) > 0 && w[0].since.Before(limit) && pt.seen[key].next != 0 {
+	for _, key := range sc.book.waitingSince(sc.clock.Now().Add(-waitStale * sc.ackWait)) {
+		if sc.seen[key].next != 0 {
 			stuck = append(stuck, key)
 		}
 	}
-	pt.mu.Unlock()
 	if len(stuck) == 0 {
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(pt.ctx, 5*time.Second)
-	info, err := pt.cons.Info(ctx)
+	ctx, cancel := context.WithTimeout(sc.ctx, 5*time.Second)
+	info, err := sc.cons.Info(ctx)
 	cancel()
 	if err != nil {
-		return
+		return nil
 	}
+	var goOn []string
 	for _, key := range stuck {
-		last := pt.seen[key]
+		last := sc.seen[key]
 		if last.next > info.AckFloor.Stream {
-			pt.log.Warn("a stream's later events still wait for an earlier one to be redelivered", slog.Uint64("seq", last.next),
+			sc.log.Warn("a stream's later events still wait for an earlier one to be redelivered", slog.Uint64("seq", last.next),
 				slog.Uint64("ack_floor", info.AckFloor.Stream))
 			continue
 		}
-		pt.log.Warn("the event a stream's later events waited for was acked meanwhile; the stream goes on", slog.Uint64("seq", last.next))
-		pt.seen[key] = streamPos{seq: last.next}
-		pt.dispatchWaiting(key, wg)
+		sc.log.Warn("the event a stream's later events waited for was acked meanwhile; the stream goes on", slog.Uint64("seq", last.next))
+		sc.seen[key] = streamPos{seq: last.next}
+		goOn = append(goOn, key)
 	}
+	return goOn
 }

@@ -1,7 +1,6 @@
 package deliver
 
 import (
-	"context"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -38,16 +37,13 @@ func (m *fakeMsg) Subject() string                           { return m.subject 
 func (m *fakeMsg) Headers() nats.Header                      { return m.h }
 func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) { return m.md, nil }
 
-// testPartition is a partition with no JetStream behind it: look-ups of a
-// stream's next event answer from next (stream key → sequence after → next).
+// testPartition is a partition with no JetStream behind it, on a fake
+// clock: look-ups of a stream's next event answer from next (stream key →
+// sequence after → next).
 func testPartition(t *testing.T, next map[string]map[uint64]uint64) *partition {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	pt := &partition{
-		ctx: ctx, cancel: cancel, log: slog.New(slog.DiscardHandler), clock: clockwork.NewFakeClock(),
-		waiting: map[string][]waitingMsg{}, seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
-	}
-	pt.successor = func(key string, after uint64) (uint64, error) { return next[key][after], nil }
+	pt := newPartition(partitionDeps{clock: clockwork.NewFakeClock(), log: slog.New(slog.DiscardHandler)}, 0, nil, 0, time.Time{})
+	t.Cleanup(pt.cancel)
+	pt.succ.lookup = func(key string, after uint64) (uint64, error) { return next[key][after], nil }
 	return pt
 }
 
@@ -56,7 +52,7 @@ func testPartition(t *testing.T, next map[string]map[uint64]uint64) *partition {
 func nextCheck(t *testing.T, pt *partition) successorCheck {
 	t.Helper()
 	select {
-	case c := <-pt.checks:
+	case c := <-pt.succ.checks:
 		return c
 	case <-time.After(10 * time.Second):
 		t.Fatal("no look-up")
@@ -64,9 +60,10 @@ func nextCheck(t *testing.T, pt *partition) successorCheck {
 	}
 }
 
-func (pt *partition) waitingSeqs(key string) []uint64 {
+// waitingSeqs returns the sequences of stream key's events waiting in pt.
+func waitingSeqs(pt *partition, key string) []uint64 {
 	var out []uint64
-	for _, w := range pt.waiting[key] {
+	for _, w := range pt.book.waiting[key] {
 		out = append(out, streamSeq(w.msg))
 	}
 	return out
@@ -77,13 +74,13 @@ func TestHandOnTakesTheNextVersionAtOnce(t *testing.T) {
 	pt := testPartition(t, nil)
 	key := "ordered.events.0.order.order-1"
 	for v := range int64(3) {
-		require.True(t, pt.handOn(key, newFakeMsg("order-1", v, uint64(10+v))), "version %d", v)
+		require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", v, uint64(10+v))), "version %d", v)
 	}
-	require.Equal(t, streamPos{seq: 12, version: 2, versioned: true}, pt.seen[key])
+	require.Equal(t, streamPos{seq: 12, version: 2, versioned: true}, pt.succ.seen[key])
 	// A copy of an event handed on already goes to dispatch's checks.
-	require.True(t, pt.handOn(key, newFakeMsg("order-1", 1, 11)))
-	require.Equal(t, uint64(12), pt.seen[key].seq)
-	require.Empty(t, pt.checking, "no look-up while the versions follow one another")
+	require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", 1, 11)))
+	require.Equal(t, uint64(12), pt.succ.seen[key].seq)
+	require.Empty(t, pt.succ.checking, "no look-up while the versions follow one another")
 }
 
 func TestHandOnHoldsAnEventWhosePredecessorWasLost(t *testing.T) {
@@ -91,34 +88,34 @@ func TestHandOnHoldsAnEventWhosePredecessorWasLost(t *testing.T) {
 	key := "ordered.events.0.order.order-1"
 	// Versions 0..5 at sequences 10..15; version 2 (seq 12) is lost.
 	pt := testPartition(t, map[string]map[uint64]uint64{key: {11: 12}})
-	require.True(t, pt.handOn(key, newFakeMsg("order-1", 0, 10)))
-	require.True(t, pt.handOn(key, newFakeMsg("order-1", 1, 11)))
-	require.False(t, pt.handOn(key, newFakeMsg("order-1", 3, 13)), "version 3 arrived before version 2")
-	require.False(t, pt.handOn(key, newFakeMsg("order-1", 4, 14)))
-	require.Equal(t, []uint64{13, 14}, pt.waitingSeqs(key))
+	require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", 0, 10)))
+	require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", 1, 11)))
+	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", 3, 13)), "version 3 arrived before version 2")
+	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", 4, 14)))
+	require.Equal(t, []uint64{13, 14}, waitingSeqs(pt, key))
 
 	// JetStream answers that sequence 12 comes next: nothing goes on.
 	c := nextCheck(t, pt)
 	require.Equal(t, successorCheck{key: key, after: 11, next: 12}, c)
-	pt.answered(c)
-	require.Equal(t, uint64(12), pt.seen[key].next)
-	require.Nil(t, pt.nextWaiting(key))
-	require.Equal(t, []uint64{13, 14}, pt.waitingSeqs(key))
+	pt.succ.answered(c)
+	require.Equal(t, uint64(12), pt.succ.seen[key].next)
+	require.Nil(t, pt.succ.nextWaiting(key))
+	require.Equal(t, []uint64{13, 14}, waitingSeqs(pt, key))
 
 	// Version 5 arrives: it waits behind the others, in stream order.
-	require.False(t, pt.handOn(key, newFakeMsg("order-1", 5, 15)))
-	require.Equal(t, []uint64{13, 14, 15}, pt.waitingSeqs(key))
+	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", 5, 15)))
+	require.Equal(t, []uint64{13, 14, 15}, waitingSeqs(pt, key))
 
 	// The redelivered version 2 goes on, then each waiting one in turn.
-	require.True(t, pt.handOn(key, newFakeMsg("order-1", 2, 12)))
+	require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", 2, 12)))
 	for _, seq := range []uint64{13, 14, 15} {
-		m := pt.nextWaiting(key)
+		m := pt.succ.nextWaiting(key)
 		require.NotNil(t, m, "sequence %d", seq)
 		require.Equal(t, seq, streamSeq(m))
-		require.True(t, pt.handOn(key, m))
+		require.True(t, pt.succ.handOn(key, m))
 	}
-	require.Nil(t, pt.nextWaiting(key))
-	require.Empty(t, pt.waiting)
+	require.Nil(t, pt.succ.nextWaiting(key))
+	require.Empty(t, pt.book.waiting)
 }
 
 func TestHandOnAsksJetStreamWhenTheVersionsDoNotSay(t *testing.T) {
@@ -127,23 +124,23 @@ func TestHandOnAsksJetStreamWhenTheVersionsDoNotSay(t *testing.T) {
 	// A subscription filtering by event name: versions 0, 4, 9 at
 	// sequences 10, 30, 55 are all it gets of the stream.
 	pt := testPartition(t, map[string]map[uint64]uint64{key: {10: 30, 30: 55}})
-	require.True(t, pt.handOn(key, newFakeMsg("order-1", 0, 10)))
-	require.False(t, pt.handOn(key, newFakeMsg("order-1", 4, 30)), "the versions skip: JetStream is asked")
+	require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", 0, 10)))
+	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", 4, 30)), "the versions skip: JetStream is asked")
 	c := nextCheck(t, pt)
 	require.Equal(t, successorCheck{key: key, after: 10, next: 30}, c)
 	// Answered: sequence 30 is the stream's next event for the
 	// consumer, so it may go on.
-	pt.answered(c)
-	m := pt.nextWaiting(key)
+	pt.succ.answered(c)
+	m := pt.succ.nextWaiting(key)
 	require.NotNil(t, m)
-	require.True(t, pt.handOn(key, m))
-	require.Equal(t, uint64(30), pt.seen[key].seq)
+	require.True(t, pt.succ.handOn(key, m))
+	require.Equal(t, uint64(30), pt.succ.seen[key].seq)
 
 	// An answer for a stream handed on further meanwhile is dropped.
-	pt.answered(successorCheck{key: key, after: 10, next: 99})
-	require.Zero(t, pt.seen[key].next)
+	pt.succ.answered(successorCheck{key: key, after: 10, next: 99})
+	require.Zero(t, pt.succ.seen[key].next)
 
 	// No version at all: asked too.
-	require.False(t, pt.handOn(key, newFakeMsg("order-1", -1, 55)))
+	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", -1, 55)))
 	require.Equal(t, successorCheck{key: key, after: 30, next: 55}, nextCheck(t, pt))
 }

@@ -59,8 +59,8 @@ func runConsumer(t *testing.T, c *deliver.Consumer) <-chan error {
 	return done
 }
 
-// has reports whether rc got a request for event id.
-func (rc *receiver) has(id string) bool {
+// received reports whether rc got a request for event id.
+func received(rc *receiver, id string) bool {
 	for _, r := range rc.requests() {
 		if r.header.Get("Idempotency-Key") == id {
 			return true
@@ -120,7 +120,7 @@ func TestDurableConsumerDeletedAtRunTimeIsCreatedAgain(t *testing.T) {
 
 	require.NoError(t, b.js.DeleteConsumer(b.ctx, "EVENTS", "orders"))
 	b.publish(t, 2, "order-1", "OrderShipped", `{}`)
-	require.Eventually(t, func() bool { return rc.has("2") }, 30*time.Second, 10*time.Millisecond, "event 2 delivered after the deletion")
+	require.Eventually(t, func() bool { return received(rc, "2") }, 30*time.Second, 10*time.Millisecond, "event 2 delivered after the deletion")
 	_, err := b.js.Consumer(b.ctx, "EVENTS", "orders")
 	require.NoError(t, err, "the durable consumer exists again")
 }
@@ -176,7 +176,7 @@ func TestHalfOpenProbeFindingNoMessageIsNormal(t *testing.T) {
 
 	up.Store(true)
 	b.publish(t, 5, "order-5", "OrderPlaced", `{}`)
-	require.Eventually(t, func() bool { return rc.has("5") }, 10*time.Second, 10*time.Millisecond, "the probe delivers the next event")
+	require.Eventually(t, func() bool { return received(rc, "5") }, 10*time.Second, 10*time.Millisecond, "the probe delivers the next event")
 	require.Eventually(t, func() bool { return set.Breaker(rc.URL).State() == breaker.Closed }, 5*time.Second, 10*time.Millisecond)
 }
 

@@ -47,11 +47,14 @@ type SubscriptionStatus struct {
 }
 
 // PartitionStatus is one partition: its owner ("" when no replica holds
-// its lease) and how many of its streams are parked.
+// its lease), how many of its streams are parked, and the causes its
+// parked streams' entries record for held events nearing or past the
+// partitioned copy's MaxAge ("stream: cause", see ParkedStream.Error).
 type PartitionStatus struct {
 	Partition int
 	Owner     string
 	Parked    int
+	AtRisk    []string
 }
 
 // ReadStatus reads the lease and park buckets on js, and the lag of every
@@ -110,7 +113,11 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 		return st, err
 	}
 	for _, ps := range parked {
-		part(ps.Subscription, ps.Partition).Parked++
+		pt := part(ps.Subscription, ps.Partition)
+		pt.Parked++
+		if ps.Error != "" {
+			pt.AtRisk = append(pt.AtRisk, ps.Stream+": "+ps.Error)
+		}
 	}
 	bySub := map[string]*SubscriptionStatus{}
 	for k, p := range parts {

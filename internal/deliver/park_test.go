@@ -1,0 +1,84 @@
+package deliver_test
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+)
+
+func TestOrderedParkThenReplayDeliversHeadAndHeldInOrder(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	var fixed sync.Map
+	rc := newOrderedReceiver(t, b, func(e orderedEvent, attempt int) int {
+		if e.stream == "order-park" && e.version == 3 {
+			if _, ok := fixed.Load("yes"); !ok {
+				return http.StatusUnprocessableEntity
+			}
+		}
+		return http.StatusOK
+	})
+	q := deadletter.New(b.js, deadletter.Config{})
+	require.NoError(t, q.Provision(b.ctx))
+	s := orderedSub("park", rc.URL)
+	c := b.runOrdered(t, deliver.Config{DeadLetters: q}, s)
+	b.publishStream(t, "order-park", 0, 10)
+	b.publishStream(t, "order-free", 0, 10)
+
+	var parked []deadletter.ParkedStream
+	require.Eventually(t, func() bool {
+		var err error
+		parked, err = deadletter.ListParked(b.ctx, b.js, "park")
+		return err == nil && len(parked) == 1 && parked[0].Held == 6
+	}, 20*time.Second, 20*time.Millisecond, "order-park parked with versions 4-9 held")
+	require.Equal(t, "order-park", parked[0].Stream)
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-free"]) == 10 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, []int64{0, 1, 2}, rc.accepted()["order-park"], "nothing after the parked head")
+
+	letters, err := q.List(b.ctx, "park")
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	fixed.Store("yes", true)
+	res := c.Replay(b.ctx, q, letters)
+	require.True(t, res[0].Delivered, "%v", res[0].Err)
+	require.NoError(t, res[0].Err)
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-park"]) == 10 }, 20*time.Second, 10*time.Millisecond)
+	requireInOrder(t, rc.accepted(), []string{"order-park", "order-free"}, 10)
+	parked, err = deadletter.ListParked(b.ctx, b.js, "park")
+	require.NoError(t, err)
+	require.Empty(t, parked)
+}
+
+func TestOrderedParkThenSkipReleasesHeldInOrder(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	rc := newOrderedReceiver(t, b, func(e orderedEvent, attempt int) int {
+		if e.stream == "order-park" && e.version == 3 {
+			return http.StatusUnprocessableEntity
+		}
+		return http.StatusOK
+	})
+	q := deadletter.New(b.js, deadletter.Config{})
+	require.NoError(t, q.Provision(b.ctx))
+	b.runOrdered(t, deliver.Config{DeadLetters: q}, orderedSub("skip", rc.URL))
+	b.publishStream(t, "order-park", 0, 10)
+	require.Eventually(t, func() bool {
+		p, err := deadletter.ListParked(b.ctx, b.js, "skip")
+		return err == nil && len(p) == 1 && p[0].Held == 6
+	}, 20*time.Second, 20*time.Millisecond)
+	letters, err := q.List(b.ctx, "skip")
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	require.NoError(t, deadletter.SkipParked(b.ctx, b.js, q, letters[0]))
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-park"]) == 9 }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, []int64{0, 1, 2, 4, 5, 6, 7, 8, 9}, rc.accepted()["order-park"])
+	n, err := q.Count(b.ctx, "skip")
+	require.NoError(t, err)
+	require.Zero(t, n, "the skipped head's dead letter is gone")
+}
