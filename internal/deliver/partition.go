@@ -258,7 +258,7 @@ func (pt *partition) run() {
 		if iter == nil {
 			break
 		}
-		if !fencing && pt.clock.Since(lastUnstick) >= pt.ackWait {
+		if !fencing && pt.clock.Since(lastUnstick) >= unstickAfter {
 			lastUnstick = pt.clock.Now()
 			for _, key := range pt.succ.unstick() {
 				pt.dispatchWaiting(key, &wg)
@@ -280,6 +280,7 @@ func (pt *partition) run() {
 					continue
 				}
 				fencing = false
+				pt.succ.fencePassed(info.AckFloor.Stream)
 				msgs := fence.take()
 				if len(msgs) > 0 {
 					pt.log.Info("partition fence passed: every pending event is in hand", slog.Int("events", len(msgs)))

@@ -25,6 +25,19 @@ import (
 // leader whose replicated state lags can get wrong (the fence compares
 // counts only).
 //
+// A stream's first event since the partition was taken is handed on at
+// once only when it is the stream's version 0, or the next sequence after
+// the consumer's ack floor read when the fence passed. Any other waits
+// until JetStream names it the stream's first event after that floor (a
+// direct get by subject): everything at or below the floor was acked, and
+// an earlier event of the stream above it is either still pending (it
+// comes, and goes first) or was acked out of order by the former owner
+// (the floor passes it soon, and unstick lets the stream go on). The
+// fence's count alone let a version out before an earlier one in a soak
+// run with the events stream's leader SIGKILLed every 8-12 s: a consumer
+// leader that had just taken over counted the earlier one as neither
+// pending nor delivered.
+//
 // An event is the successor of the stream's last one handed on when its
 // stream version is one more (the events table numbers each stream's
 // versions 0, 1, 2, …), or, when the versions do not say (a gap: a
@@ -51,6 +64,12 @@ type successors struct {
 	// lookup looks up a stream's next event (successorSeq; tests
 	// replace it).
 	lookup func(key string, after uint64) (uint64, error)
+
+	// floor is the partition consumer's ack floor (a sequence of the
+	// partitioned stream) when the fence last passed; floorSet is false
+	// before (a stream's first event is then left to the fence).
+	floor    uint64
+	floorSet bool
 
 	seen     map[string]streamPos // stream key → the last event of the stream handed on (to its lane, or held)
 	checks   chan successorCheck  // answers of the look-ups running
@@ -88,10 +107,23 @@ func newSuccessors(ctx context.Context, clock clockwork.Clock, log *slog.Logger,
 	return sc
 }
 
-// waitStale is how long an event may wait for its predecessor before the
-// partition asks whether that predecessor was acked meanwhile (by a former
-// owner: then it never comes back), in AckWaits.
-const waitStale = 2
+// unstickAfter is how long an event may wait for its predecessor before
+// the partition asks whether that predecessor was acked meanwhile (by a
+// former owner: then it never comes back); the partition asks at most this
+// often.
+const unstickAfter = time.Second
+
+// fencePassed records the partition consumer's ack floor (a sequence of
+// the partitioned stream) read when the fence passed.
+func (sc *successors) fencePassed(floor uint64) { sc.floor, sc.floorSet = floor, true }
+
+// firstOnTrust reports whether p, the first event of its stream since the
+// partition was taken, may be handed on without asking JetStream: no
+// floor was read, it is its stream's version 0, or it comes right after
+// the floor.
+func (sc *successors) firstOnTrust(p streamPos) bool {
+	return !sc.floorSet || (p.versioned && p.version == 0) || p.seq == sc.floor+1
+}
 
 // streamVersion returns m's stream version (ce-streamversion), if it has
 // one.
@@ -126,12 +158,16 @@ func (sc *successors) handOn(key string, m jetstream.Msg) bool {
 	case known && pos.seq <= last.seq:
 		// A copy of an event handed on already: dispatch's checks.
 		return true
-	case !known, last.precedes(pos):
+	case known && last.precedes(pos), !known && sc.firstOnTrust(pos):
 		// The next event of the stream, or its first since the
-		// partition was taken: the fence made sure every pending event
-		// was in hand, and this is the first of them.
+		// partition was taken and known to be the first.
 		sc.seen[key] = pos
 		return true
+	case !known:
+		// Its first since the partition was taken: it waits until
+		// JetStream names it the stream's first after the ack floor.
+		last = streamPos{seq: sc.floor}
+		sc.seen[key] = last
 	}
 	sc.wait(key, m)
 	if last.next == 0 {
@@ -238,20 +274,20 @@ func (sc *successors) answered(c successorCheck) {
 	last.next = c.next
 	sc.seen[c.key] = last
 	if n > 0 && c.next != streamSeq(head) {
-		sc.log.Warn("an event of a stream has not arrived (lost on its way?); holding the stream's later events until it is redelivered",
+		sc.log.Warn("an earlier event of a stream is not in hand (lost on its way, or acked by a former owner); holding the stream's later events until it comes or the ack floor passes it",
 			slog.Uint64("seq", c.next), slog.Int("waiting", n), slog.String("first_waiting_event_id", eventID(head)))
 	}
 }
 
-// unstick looks at the streams whose waiting events waited waitStale
-// AckWaits or more for a predecessor JetStream named: one acked meanwhile
+// unstick looks at the streams whose waiting events waited unstickAfter
+// or more for a predecessor JetStream named: one acked meanwhile
 // (at or below the consumer's ack floor: a former owner acked it, and a
 // stale copy of its own predecessor reached this one) never comes back, so
 // the stream goes on from it. It returns the streams that go on; the run
 // loop hands their waiting events on.
 func (sc *successors) unstick() []string {
 	var stuck []string
-	for _, key := range sc.book.waitingSince(sc.clock.Now().Add(-waitStale * sc.ackWait)) {
+	for _, key := range sc.book.waitingSince(sc.clock.Now().Add(-unstickAfter)) {
 		if sc.seen[key].next != 0 {
 			stuck = append(stuck, key)
 		}
@@ -274,7 +310,8 @@ func (sc *successors) unstick() []string {
 			continue
 		}
 		sc.log.Warn("the event a stream's later events waited for was acked meanwhile; the stream goes on", slog.Uint64("seq", last.next))
-		sc.seen[key] = streamPos{seq: last.next}
+		// Every event of the stream at or below the floor was acked.
+		sc.seen[key] = streamPos{seq: info.AckFloor.Stream}
 		goOn = append(goOn, key)
 	}
 	return goOn

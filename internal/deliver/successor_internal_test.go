@@ -144,3 +144,38 @@ func TestHandOnAsksJetStreamWhenTheVersionsDoNotSay(t *testing.T) {
 	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", -1, 55)))
 	require.Equal(t, successorCheck{key: key, after: 30, next: 55}, nextCheck(t, pt))
 }
+
+func TestHandOnAsksJetStreamForAStreamsFirstEventAfterTheFence(t *testing.T) {
+	t.Parallel()
+	key := "ordered.events.0.order.order-1"
+	// The fence passed at ack floor 100; the stream's versions 4 and 5
+	// are at sequences 120 and 150, and 150 arrives first (the consumer
+	// leader counted 120 as neither pending nor delivered).
+	pt := testPartition(t, map[string]map[uint64]uint64{key: {100: 120}})
+	pt.succ.fencePassed(100)
+	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", 5, 150)), "not known to be the stream's first after the floor")
+	c := nextCheck(t, pt)
+	require.Equal(t, successorCheck{key: key, after: 100, next: 120}, c)
+	pt.succ.answered(c)
+	require.Nil(t, pt.succ.nextWaiting(key), "sequence 120 comes first")
+
+	require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", 4, 120)))
+	m := pt.succ.nextWaiting(key)
+	require.NotNil(t, m)
+	require.Equal(t, uint64(150), streamSeq(m))
+	require.True(t, pt.succ.handOn(key, m))
+}
+
+func TestHandOnTrustsAStreamsFirstEventAtVersionZeroOrRightAfterTheFloor(t *testing.T) {
+	t.Parallel()
+	pt := testPartition(t, nil)
+	pt.succ.fencePassed(100)
+	require.True(t, pt.succ.handOn("ordered.events.0.order.order-1", newFakeMsg("order-1", 0, 150)), "version 0 has no predecessor")
+	require.True(t, pt.succ.handOn("ordered.events.0.order.order-2", newFakeMsg("order-2", 7, 101)), "nothing lies between the floor and it")
+	require.Empty(t, pt.succ.checking)
+
+	// Before a fence passed (no floor read), the first event is left to
+	// the fence, as before.
+	fresh := testPartition(t, nil)
+	require.True(t, fresh.succ.handOn("ordered.events.0.order.order-3", newFakeMsg("order-3", 7, 150)))
+}
