@@ -10,13 +10,20 @@ NATS_PORT ?=
 # CLUSTER=3, streams and consumers R3) instead of the bridge's embedded server.
 CLUSTER ?=
 BIN     := bin
+# VERSION, COMMIT, DATE: what `bridge version` prints for a `make build`
+# (release archives get them from goreleaser; see .goreleaser.yaml).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE    ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BUILDINFO := github.com/jsbridge/jsbridge/internal/buildinfo
+LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).date=$(DATE)
 
 .PHONY: all build run demo test test-short soak bench bench-go vet pg-start pg-stop nats-cli clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/ ./cmd/bridge ./cmd/consumer ./examples/demo ./bench
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/bridge ./cmd/consumer ./examples/demo ./bench
 
 ## run: Postgres + bridge (embedded JetStream) + consumer + example receiver + producer, until Ctrl-C
 run: build

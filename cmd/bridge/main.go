@@ -12,13 +12,16 @@ import "github.com/jsbridge/jsbridge/internal/ops"
 type cli struct {
 	Globals
 
-	Run     runCmd     `cmd:"" help:"Drain events from Postgres into JetStream until SIGINT/SIGTERM."`
-	Migrate migrateCmd `cmd:"" help:"Create or upgrade the bridge's tables in Postgres, then exit."`
-	Append  appendCmd  `cmd:"" help:"Append one event to a stream (for trying things from the shell)."`
-	Streams streamsCmd `cmd:"" help:"List streams: watermark, head, lag, retry, blocked, lease."`
-	Unblock unblockCmd `cmd:"" help:"Unblock streams (by name, --match REGEX or --all); they resume from their watermark."`
-	Reset   resetCmd   `cmd:"" help:"Forward streams again from their first event; refuses without --yes."`
-	Verify  verifyCmd  `cmd:"" help:"Compare Postgres with JetStream up to each stream's watermark: missing, duplicate, out-of-order and differing events; --repair re-publishes missing tails. Exit 0 clean, 1 problems, 2 trouble."`
+	Run     runCmd         `cmd:"" help:"Drain events from Postgres into JetStream until SIGINT/SIGTERM."`
+	Migrate migrateCmd     `cmd:"" help:"Create or upgrade the bridge's tables in Postgres, then exit."`
+	Append  appendCmd      `cmd:"" help:"Append one event to a stream (for trying things from the shell)."`
+	Streams streamsCmd     `cmd:"" help:"List streams: watermark, head, lag, retry, blocked, lease."`
+	Unblock unblockCmd     `cmd:"" help:"Unblock streams (by name, --match REGEX or --all); they resume from their watermark."`
+	Reset   resetCmd       `cmd:"" help:"Forward streams again from their first event; refuses without --yes."`
+	Verify  verifyCmd      `cmd:"" help:"Compare Postgres with JetStream up to each stream's watermark: missing, duplicate, out-of-order and differing events; --repair re-publishes missing tails. Exit 0 clean, 1 problems, 2 trouble."`
+	Version ops.VersionCmd `cmd:"" help:"Print the version, commit and build date of this binary."`
+
+	ShowVersion ops.VersionFlag `name:"version" help:"Print the version and exit."`
 }
 
 // Globals are the flags every subcommand takes.

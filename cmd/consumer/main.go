@@ -18,10 +18,13 @@ import (
 type cli struct {
 	Globals
 
-	Run    runCmd    `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
-	DLQ    dlqCmd    `cmd:"" name:"dlq" help:"List, replay, skip or purge dead letters (the DLQ stream)."`
-	Status statusCmd `cmd:"" help:"Show the live consumer replicas and which one owns each partition of the ordered subscriptions."`
-	Trace  traceCmd  `cmd:"" help:"Show every delivery attempt of one event per subscription (time, replica, status, latency, error), its message on the events stream and its dead letters."`
+	Run     runCmd         `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
+	DLQ     dlqCmd         `cmd:"" name:"dlq" help:"List, replay, skip or purge dead letters (the DLQ stream)."`
+	Status  statusCmd      `cmd:"" help:"Show the live consumer replicas and which one owns each partition of the ordered subscriptions."`
+	Trace   traceCmd       `cmd:"" help:"Show every delivery attempt of one event per subscription (time, replica, status, latency, error), its message on the events stream and its dead letters."`
+	Version ops.VersionCmd `cmd:"" help:"Print the version, commit and build date of this binary."`
+
+	ShowVersion ops.VersionFlag `name:"version" help:"Print the version and exit."`
 }
 
 // Globals are the flags every subcommand takes.
