@@ -18,7 +18,7 @@ DATE    ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 BUILDINFO := github.com/jsbridge/jsbridge/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).date=$(DATE)
 
-.PHONY: all build run demo test test-short soak bench bench-go vet pg-start pg-stop nats-cli clean
+.PHONY: all build run demo test test-short soak bench bench-go vet pg-start pg-stop nats-cli clean release-snapshot image
 
 all: build
 
@@ -85,5 +85,26 @@ nats-cli:
 	@mkdir -p $(BIN) && dir=$$($(GO) mod download -json github.com/nats-io/natscli@$(NATSCLI_VERSION) | sed -n 's/.*"Dir": "\(.*\)".*/\1/p') && \
 	  cd $$dir && GOFLAGS=-mod=mod $(GO) build -o $(CURDIR)/$(BIN)/nats ./nats && echo $(BIN)/nats
 
+## release-snapshot: the release archives (linux and darwin, amd64 and arm64) and checksums.txt into dist/,
+## offline (GOPROXY=off: every module must already be in the module cache), publishing nothing.
+## goreleaser is built from the module proxy the first time (about N min cold), then cached.
+GORELEASER_VERSION ?= v2.15.1
+release-snapshot:
+	@$(GO) build -o /dev/null ./cmd/bridge ./cmd/consumer
+	GOPROXY=off GOFLAGS=-mod=readonly $(GO) run github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION) release --snapshot --clean
+
+## image: the container image (bridge + consumer, static, CA certificates, user 65532) without a daemon:
+## dist/image/oci (OCI layout) and dist/image/jsbridge.tar (`docker load -i` / `podman load -i`).
+## IMAGE_PLATFORMS="linux/amd64 linux/arm64" adds platforms to the layout (the tarball holds the first).
+IMAGE           ?= jsbridge:$(VERSION)
+IMAGE_PLATFORMS ?= linux/$(shell $(GO) env GOARCH)
+image:
+	@rm -rf dist/image && for p in $(IMAGE_PLATFORMS); do \
+	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' \
+	    -o dist/image/bin/$${p%/*}_$${p#*/}/ ./cmd/bridge ./cmd/consumer || exit 1; done
+	@$(GO) -C tools/mkimage run . -bin $(CURDIR)/dist/image/bin -platforms "$(IMAGE_PLATFORMS)" -tag $(IMAGE) \
+	  -version $(VERSION) -revision $(COMMIT) -created $(DATE) \
+	  -layout $(CURDIR)/dist/image/oci -tarball $(CURDIR)/dist/image/jsbridge.tar
+
 clean:
-	rm -rf $(BIN) .data
+	rm -rf $(BIN) .data dist

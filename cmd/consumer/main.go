@@ -2,7 +2,8 @@
 // one durable pull consumer per subscription, signed POSTs carrying an
 // Idempotency-Key, retries with backoff and a circuit breaker per endpoint.
 //
-// Subcommands: run, status, trace, dlq list, dlq replay, dlq skip, dlq purge. See --help.
+// Subcommands: run, status, trace, dlq list, dlq replay, dlq skip, dlq purge,
+// version, probe. See --help.
 package main
 
 import (
@@ -23,6 +24,7 @@ type cli struct {
 	Status  statusCmd      `cmd:"" help:"Show the live consumer replicas and which one owns each partition of the ordered subscriptions."`
 	Trace   traceCmd       `cmd:"" help:"Show every delivery attempt of one event per subscription (time, replica, status, latency, error), its message on the events stream and its dead letters."`
 	Version ops.VersionCmd `cmd:"" help:"Print the version, commit and build date of this binary."`
+	Probe   ops.ProbeCmd   `cmd:"" help:"GET a URL (the ops port's /readyz) and exit 0 on 2xx, 1 otherwise: a health check for the image, which has no shell."`
 
 	ShowVersion ops.VersionFlag `name:"version" help:"Print the version and exit."`
 }
