@@ -85,13 +85,14 @@ nats-cli:
 	@mkdir -p $(BIN) && dir=$$($(GO) mod download -json github.com/nats-io/natscli@$(NATSCLI_VERSION) | sed -n 's/.*"Dir": "\(.*\)".*/\1/p') && \
 	  cd $$dir && GOFLAGS=-mod=mod $(GO) build -o $(CURDIR)/$(BIN)/nats ./nats && echo $(BIN)/nats
 
-## release-snapshot: the release archives (linux and darwin, amd64 and arm64) and checksums.txt into dist/,
-## offline (GOPROXY=off: every module must already be in the module cache), publishing nothing.
-## goreleaser is built from the module proxy the first time (about N min cold), then cached.
+## release-snapshot: the release archives (linux and darwin, amd64 and arm64) and checksums.txt into
+## dist/release/, offline (GOPROXY=off: the build uses only the module cache), publishing nothing.
+## goreleaser is fetched from the module proxy and built the first time, then cached by go run.
 GORELEASER_VERSION ?= v2.15.1
+GORELEASER := github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
 release-snapshot:
-	@$(GO) build -o /dev/null ./cmd/bridge ./cmd/consumer
-	GOPROXY=off GOFLAGS=-mod=readonly $(GO) run github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION) release --snapshot --clean
+	@$(GO) mod download && $(GO) run $(GORELEASER) --version >/dev/null
+	GOPROXY=off GOFLAGS=-mod=readonly $(GO) run $(GORELEASER) release --snapshot --clean
 
 ## image: the container image (bridge + consumer, static, CA certificates, user 65532) without a daemon:
 ## dist/image/oci (OCI layout) and dist/image/jsbridge.tar (`docker load -i` / `podman load -i`).
