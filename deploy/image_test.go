@@ -67,6 +67,38 @@ func blobPath(layout, digest string) string {
 	return filepath.Join(layout, "blobs", algo, hex)
 }
 
+// writeImage runs `make image`'s writer, tools/mkimage, on freshly built
+// static binaries and returns the OCI layout and the docker-archive.
+func writeImage(t *testing.T) (layout, tarPath string) {
+	t.Helper()
+	bin, err := staticBin()
+	require.NoError(t, err)
+	out := t.TempDir()
+	layout, tarPath = filepath.Join(out, "oci"), filepath.Join(out, "jsbridge.tar")
+	cmd := exec.Command("go", "-C", filepath.Join(repoRoot, "tools", "mkimage"), "run", ".",
+		"-bin", bin, "-platforms", "linux/"+runtime.GOARCH, "-tag", "jsbridge:test",
+		"-version", "v9.9.9", "-revision", "abc123", "-layout", layout, "-tarball", tarPath)
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "mkimage: %s", b)
+	return layout, tarPath
+}
+
+// readImage reads the layout's one image: its descriptor in index.json,
+// its manifest (one layer) and its config.
+func readImage(t *testing.T, layout string) (ociDescriptor, ociManifest, ociConfig) {
+	t.Helper()
+	var idx ociIndex
+	readJSON(t, filepath.Join(layout, "index.json"), &idx)
+	require.Len(t, idx.Manifests, 1)
+	d := idx.Manifests[0]
+	var m ociManifest
+	readJSON(t, blobPath(layout, d.Digest), &m)
+	require.Len(t, m.Layers, 1, "one layer")
+	var cfg ociConfig
+	readJSON(t, blobPath(layout, m.Config.Digest), &cfg)
+	return d, m, cfg
+}
+
 // `make image`'s writer, run on freshly built static binaries, gives an
 // OCI layout whose one image runs as 65532:65532, has no entrypoint, runs
 // `bridge --help` by default, and holds exactly the binaries, the CA
@@ -78,28 +110,12 @@ func TestImage(t *testing.T) {
 		t.Skip("builds the binaries and the image")
 	}
 	t.Parallel()
-	bin, err := staticBin()
-	require.NoError(t, err)
-	out := t.TempDir()
-	layout, tarPath := filepath.Join(out, "oci"), filepath.Join(out, "jsbridge.tar")
-	cmd := exec.Command("go", "-C", filepath.Join(repoRoot, "tools", "mkimage"), "run", ".",
-		"-bin", bin, "-platforms", "linux/"+runtime.GOARCH, "-tag", "jsbridge:test",
-		"-version", "v9.9.9", "-revision", "abc123", "-layout", layout, "-tarball", tarPath)
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "mkimage: %s", b)
+	layout, tarPath := writeImage(t)
 
-	var idx ociIndex
-	readJSON(t, filepath.Join(layout, "index.json"), &idx)
-	require.Len(t, idx.Manifests, 1)
-	d := idx.Manifests[0]
+	d, m, cfg := readImage(t, layout)
 	require.Equal(t, "application/vnd.oci.image.manifest.v1+json", d.MediaType)
 	require.Equal(t, "test", d.Annotations["org.opencontainers.image.ref.name"])
 	require.Equal(t, "linux", d.Platform.OS)
-	var m ociManifest
-	readJSON(t, blobPath(layout, d.Digest), &m)
-	require.Len(t, m.Layers, 1, "one layer")
-	var cfg ociConfig
-	readJSON(t, blobPath(layout, m.Config.Digest), &cfg)
 	require.Equal(t, "linux", cfg.OS)
 	require.Equal(t, runtime.GOARCH, cfg.Architecture)
 	require.Equal(t, "65532:65532", cfg.Config.User)
