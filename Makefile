@@ -87,12 +87,16 @@ nats-cli:
 
 ## release-snapshot: the release archives (linux and darwin, amd64 and arm64) and checksums.txt into
 ## dist/release/, offline (GOPROXY=off: the build uses only the module cache), publishing nothing.
-## goreleaser is fetched from the module proxy and built the first time, then cached by go run.
+## goreleaser is built from the module proxy the first time and kept in JSBRIDGE_TOOLS (as deploy's tests do).
 GORELEASER_VERSION ?= v2.15.1
-GORELEASER := github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
-release-snapshot:
-	@$(GO) mod download && $(GO) run $(GORELEASER) --version >/dev/null
-	GOPROXY=off GOFLAGS=-mod=readonly $(GO) run $(GORELEASER) release --snapshot --clean
+JSBRIDGE_TOOLS     ?= $(HOME)/.cache/jsbridge-tools
+GORELEASER         := $(JSBRIDGE_TOOLS)/goreleaser@$(GORELEASER_VERSION)
+$(GORELEASER):
+	@mkdir -p $(JSBRIDGE_TOOLS) && tmp=$$(mktemp -d $(JSBRIDGE_TOOLS)/.build-XXXXXX) && \
+	  GOBIN=$$tmp $(GO) install github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION) && mv $$tmp/goreleaser $@ && rmdir $$tmp
+release-snapshot: $(GORELEASER)
+	@$(GO) mod download
+	GOPROXY=off GOFLAGS=-mod=readonly $(GORELEASER) release --snapshot --clean
 
 ## image: the container image (bridge + consumer, static, CA certificates, user 65532) without a daemon:
 ## dist/image/oci (OCI layout) and dist/image/jsbridge.tar (`docker load -i` / `podman load -i`).

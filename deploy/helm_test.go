@@ -14,8 +14,8 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// helmVersion is the helm built from the module proxy for these tests;
-// `go run` caches the binary, so only the first run pays its build.
+// helmVersion is the helm built from the module proxy for these tests
+// (see tool).
 const helmVersion = "v3.22.0"
 
 const chartDir = "kubernetes/jsbridge"
@@ -23,7 +23,7 @@ const chartDir = "kubernetes/jsbridge"
 // helm runs `helm args…` and returns its standard output.
 func helm(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"run", "helm.sh/helm/v3/cmd/helm@" + helmVersion}, args...)...)
+	cmd := exec.Command(tool(t, "helm.sh/helm/v3/cmd/helm", helmVersion), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())

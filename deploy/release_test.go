@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// goreleaserVersion is the goreleaser `make release-snapshot` runs; `go
-// run` caches the binary, so only the first run pays its build.
+// goreleaserVersion is the goreleaser `make release-snapshot` runs (see
+// tool for where it is built and kept).
 const goreleaserVersion = "v2.15.1"
 
 // `make release-snapshot`'s run of goreleaser, offline (GOPROXY=off), gives
@@ -39,17 +39,14 @@ func TestReleaseSnapshot(t *testing.T) {
 	cfgPath := filepath.Join(t.TempDir(), "goreleaser.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(strings.Replace(string(cfg), "\ndist: dist/release\n", "\ndist: "+dist+"\n", 1)), 0o644))
 
-	// Fetch and build goreleaser first (this may use the module proxy;
-	// go run caches the binary), then run it with the proxy off, as make
-	// release-snapshot does: the release builds only what is in the
-	// module cache.
-	pkg := "github.com/goreleaser/goreleaser/v2@" + goreleaserVersion
-	b, err := exec.Command("go", "run", pkg, "--version").CombinedOutput()
-	require.NoError(t, err, "build goreleaser: %s", b)
-	run := exec.Command("go", "run", pkg, "release", "--snapshot", "--clean", "--config", cfgPath)
+	// Build goreleaser (this may use the module proxy), then run it with
+	// the proxy off, as make release-snapshot does: the release builds
+	// only what is in the module cache.
+	run := exec.Command(tool(t, "github.com/goreleaser/goreleaser/v2", goreleaserVersion),
+		"release", "--snapshot", "--clean", "--config", cfgPath)
 	run.Dir = repoRoot
 	run.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=readonly")
-	b, err = run.CombinedOutput()
+	b, err := run.CombinedOutput()
 	require.NoError(t, err, "goreleaser: %s", b)
 
 	// checksums.txt: "<sha256>  <archive>" for each archive, and they match.
