@@ -10,13 +10,20 @@ NATS_PORT ?=
 # CLUSTER=3, streams and consumers R3) instead of the bridge's embedded server.
 CLUSTER ?=
 BIN     := bin
+# VERSION, COMMIT, DATE: what `bridge version` prints for a `make build`
+# (release archives get them from goreleaser; see .goreleaser.yaml).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE    ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BUILDINFO := github.com/jsbridge/jsbridge/internal/buildinfo
+LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).date=$(DATE)
 
-.PHONY: all build run demo test test-short soak bench bench-go vet docs pg-start pg-stop nats-cli clean
+.PHONY: all build run demo test test-short soak bench bench-go vet docs pg-start pg-stop nats-cli clean release-snapshot image
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/ ./cmd/bridge ./cmd/consumer ./examples/demo ./bench
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/bridge ./cmd/consumer ./examples/demo ./bench
 
 ## run: Postgres + bridge (embedded JetStream) + consumer + example receiver + producer, until Ctrl-C
 run: build
@@ -82,5 +89,34 @@ nats-cli:
 	@mkdir -p $(BIN) && dir=$$($(GO) mod download -json github.com/nats-io/natscli@$(NATSCLI_VERSION) | sed -n 's/.*"Dir": "\(.*\)".*/\1/p') && \
 	  cd $$dir && GOFLAGS=-mod=mod $(GO) build -o $(CURDIR)/$(BIN)/nats ./nats && echo $(BIN)/nats
 
+## release-snapshot: the release archives (linux and darwin, amd64 and arm64) and checksums.txt into
+## dist/release/, offline (GOPROXY=off: the build uses only the module cache), publishing nothing.
+## goreleaser is built from the module proxy the first time and kept in JSBRIDGE_TOOLS (as deploy's tests do);
+## then TestReleaseSnapshot (build tag release, not in make test: goreleaser's cold build is too long for CI)
+## checks the archives, the checksums and what the binaries say.
+GORELEASER_VERSION ?= v2.15.1
+JSBRIDGE_TOOLS     ?= $(HOME)/.cache/jsbridge-tools
+GORELEASER         := $(JSBRIDGE_TOOLS)/goreleaser@$(GORELEASER_VERSION)
+$(GORELEASER):
+	@mkdir -p $(JSBRIDGE_TOOLS) && tmp=$$(mktemp -d $(JSBRIDGE_TOOLS)/.build-XXXXXX) && \
+	  GOBIN=$$tmp $(GO) install github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION) && mv $$tmp/goreleaser $@ && rmdir $$tmp
+release-snapshot: $(GORELEASER)
+	@$(GO) mod download
+	GOPROXY=off GOFLAGS=-mod=readonly $(GORELEASER) release --snapshot --clean
+	$(GO) test -tags release -count=1 -run '^TestReleaseSnapshot$$' ./deploy/
+
+## image: the container image (bridge + consumer, static, CA certificates, user 65532) without a daemon:
+## dist/image/oci (OCI layout) and dist/image/jsbridge.tar (`docker load -i` / `podman load -i`).
+## IMAGE_PLATFORMS="linux/amd64 linux/arm64" adds platforms to the layout (the tarball holds the first).
+IMAGE           ?= jsbridge:$(VERSION)
+IMAGE_PLATFORMS ?= linux/$(shell $(GO) env GOARCH)
+image:
+	@rm -rf dist/image && for p in $(IMAGE_PLATFORMS); do \
+	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' \
+	    -o dist/image/bin/$${p%/*}_$${p#*/}/ ./cmd/bridge ./cmd/consumer || exit 1; done
+	@$(GO) -C tools/mkimage run . -bin $(CURDIR)/dist/image/bin -platforms "$(IMAGE_PLATFORMS)" -tag $(IMAGE) \
+	  -version $(VERSION) -revision $(COMMIT) -created $(DATE) \
+	  -layout $(CURDIR)/dist/image/oci -tarball $(CURDIR)/dist/image/jsbridge.tar
+
 clean:
-	rm -rf $(BIN) .data
+	rm -rf $(BIN) .data dist

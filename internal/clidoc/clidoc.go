@@ -19,7 +19,7 @@ import (
 // Render returns the reference of app as one Markdown section: a "## name"
 // heading, the flags every command takes, then one "### name command"
 // section per visible command (depth first, in declaration order) with its
-// usage line, help and own flags. Hidden commands and flags, and --help,
+// usage line, help and own flags. Hidden commands and flags, --help and --version,
 // are left out. Tables have the columns flag | env | default | meaning, the
 // shape package flagdoc reads.
 func Render(app *kong.Kong) string {
@@ -95,7 +95,7 @@ func usage(binary string, c *kong.Node) string {
 func visible(flags []*kong.Flag) []*kong.Flag {
 	var out []*kong.Flag
 	for _, f := range flags {
-		if f.Hidden || f.Name == "help" {
+		if f.Hidden || f.Name == "help" || f.Name == "version" { // --version: the version subcommand says it
 			continue
 		}
 		out = append(out, f)

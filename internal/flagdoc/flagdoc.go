@@ -80,12 +80,13 @@ func Rows(readme, from, until string) ([]Row, error) {
 }
 
 // Flags returns the flags a command takes: those of the root and of the
-// command at path (e.g. "run"), without --help and hidden ones, by name.
+// command at path (e.g. "run"), without --help, --version and hidden
+// ones, by name.
 func Flags(app *kong.Kong, path ...string) (map[string]*kong.Flag, error) {
 	out := map[string]*kong.Flag{}
 	add := func(n *kong.Node) {
 		for _, f := range n.Flags {
-			if f.Name != "help" && !f.Hidden {
+			if f.Name != "help" && f.Name != "version" && !f.Hidden {
 				out[f.Name] = f
 			}
 		}
