@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -26,7 +27,11 @@ type composeFile struct {
 }
 
 type composeService struct {
-	Image       string                       `yaml:"image"`
+	Image string `yaml:"image"`
+	Build struct {
+		Context    string `yaml:"context"`
+		Dockerfile string `yaml:"dockerfile"`
+	} `yaml:"build"`
 	Restart     string                       `yaml:"restart"`
 	Command     []string                     `yaml:"command"`
 	Environment map[string]string            `yaml:"environment"`
@@ -157,4 +162,31 @@ func TestComposeFlagsAndEnvExist(t *testing.T) {
 		require.Equal(t, port, u.Port(), "%s: the health check probes another port than --ops-addr", name)
 	}
 	require.Empty(t, problems)
+}
+
+// A machine with Docker and no Go builds the image from deploy/Dockerfile
+// (compose's build of the bridge service, whose image the consumer shares):
+// it builds both binaries with the Go release go.mod asks for, static, and
+// runs them as the non-root user 65532 on a base with CA certificates.
+func TestDockerfileBuildsWhatMakeImageDoes(t *testing.T) {
+	t.Parallel()
+	c := loadCompose(t)
+	b := c.Services["bridge"].Build
+	require.Equal(t, "..", b.Context)
+	require.Equal(t, "deploy/Dockerfile", b.Dockerfile)
+	require.Equal(t, c.Services["bridge"].Image, c.Services["consumer"].Image, "the consumer runs the image the bridge service builds")
+
+	df, err := os.ReadFile(filepath.Join(repoRoot, b.Dockerfile))
+	require.NoError(t, err)
+	mod, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
+	require.NoError(t, err)
+	goLine := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(mod)
+	require.NotNil(t, goLine, "go.mod's go line")
+	text := string(df)
+	require.Contains(t, text, "FROM golang:"+string(goLine[1])+" AS build", "the builder's Go is go.mod's")
+	require.Contains(t, text, "CGO_ENABLED=0 go build -trimpath")
+	require.Contains(t, text, "./cmd/bridge ./cmd/consumer")
+	require.Contains(t, text, "FROM gcr.io/distroless/static-debian12:nonroot")
+	require.Contains(t, text, "COPY --from=build /out/bridge /out/consumer /usr/local/bin/")
+	require.Contains(t, text, "USER 65532:65532")
 }
