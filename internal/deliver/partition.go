@@ -223,16 +223,7 @@ func (pt *partition) run() {
 		}
 		if err == nil {
 			c := consumerSeq(msg)
-			switch {
-			case fencing, lastCSeq == 0, c == 0, c == lastCSeq+1:
-			case c > lastCSeq+1:
-				pt.log.Warn("a delivery of the partition never arrived (JetStream failover?); holding its newer events until it is redelivered",
-					slog.Uint64("expected_delivery", lastCSeq+1), slog.Uint64("got_delivery", c))
-				fencing = true
-				lastCheck = pt.clock.Now()
-			default:
-				pt.log.Warn("the partition's delivery sequence went back (a new consumer leader behind the old one?); holding its newer events until every pending one is in hand",
-					slog.Uint64("expected_delivery", lastCSeq+1), slog.Uint64("got_delivery", c))
+			if !fencing && pt.deliveryGap(lastCSeq, c) {
 				fencing = true
 				lastCheck = pt.clock.Now()
 			}
@@ -266,21 +257,9 @@ func (pt *partition) run() {
 		}
 		if fencing && pt.clock.Since(lastCheck) >= fenceCheck {
 			lastCheck = pt.clock.Now()
-			info, err := pt.cons.Info(pt.ctx)
-			if err == nil {
-				pt.watch.floor.Store(info.AckFloor.Stream)
-			}
-			// Pending on the consumer: what is in hand (the fence, the
-			// lanes, held behind a parked head) and what is lost on its
-			// way; the fence passes when nothing is lost any more.
-			if err == nil && info.NumAckPending <= pt.handCount(&fence) {
-				// The park state from the bucket, not the watch's cache.
-				if err := pt.parking.reread(pt.ctx); err != nil {
-					pt.log.Warn("re-reading the parked streams failed; the fence waits", slog.Any("error", err))
-					continue
-				}
+			if floor, ok := pt.fenceReady(&fence); ok {
 				fencing = false
-				pt.succ.fencePassed(info.AckFloor.Stream)
+				pt.succ.fencePassed(floor)
 				msgs := fence.take()
 				if len(msgs) > 0 {
 					pt.log.Info("partition fence passed: every pending event is in hand", slog.Int("events", len(msgs)))
@@ -298,6 +277,48 @@ func (pt *partition) run() {
 		pt.lease.nak(pt.log, m)
 	}
 	pt.parking.returnHeld(pt.holder)
+}
+
+// deliveryGap reports whether delivery sequence c, received after last
+// (0: none yet), says a delivery never arrived (a jump past last+1: it
+// comes back after AckWait) or went back (a new consumer leader whose
+// replicated state lags numbers its deliveries again from where its state
+// ends, so a later jump would hide below last); either way the partition
+// goes behind the fence. It logs which.
+func (pt *partition) deliveryGap(last, c uint64) bool {
+	switch {
+	case last == 0, c == 0, c == last+1:
+		return false
+	case c > last+1:
+		pt.log.Warn("a delivery of the partition never arrived (JetStream failover?); holding its newer events until it is redelivered",
+			slog.Uint64("expected_delivery", last+1), slog.Uint64("got_delivery", c))
+	default:
+		pt.log.Warn("the partition's delivery sequence went back (a new consumer leader behind the old one?); holding its newer events until every pending one is in hand",
+			slog.Uint64("expected_delivery", last+1), slog.Uint64("got_delivery", c))
+	}
+	return true
+}
+
+// fenceReady reports whether the fence may pass: nothing pending on the
+// consumer is missing from what is in hand (the fence, the lanes, held
+// behind a parked head) and the park state was read afresh from the
+// bucket (not the watch's cache). It returns the consumer's ack floor it
+// read (a sequence of the partitioned stream), which the successor check
+// measures a stream's first event against.
+func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
+	info, err := pt.cons.Info(pt.ctx)
+	if err != nil {
+		return 0, false
+	}
+	pt.watch.floor.Store(info.AckFloor.Stream)
+	if info.NumAckPending > pt.handCount(fence) {
+		return 0, false
+	}
+	if err := pt.parking.reread(pt.ctx); err != nil {
+		pt.log.Warn("re-reading the parked streams failed; the fence waits", slog.Any("error", err))
+		return 0, false
+	}
+	return info.AckFloor.Stream, true
 }
 
 // openPull opens the partition consumer's pull iterator, retrying with
