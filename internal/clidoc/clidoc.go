@@ -95,7 +95,7 @@ func usage(binary string, c *kong.Node) string {
 func visible(flags []*kong.Flag) []*kong.Flag {
 	var out []*kong.Flag
 	for _, f := range flags {
-		if f.Hidden || f.Name == "help" || f.Name == "version" { // --version: the version subcommand says it
+		if f.Hidden || f.Name == "help" || f.Name == "version" { // both said in Header
 			continue
 		}
 		out = append(out, f)
@@ -188,5 +188,6 @@ const Header = `# Command-line reference
 Generated from the flag definitions by ` + "`make docs`" + ` (each binary's hidden
 ` + "`cli-reference`" + ` command); a test fails when this page differs from them.
 Every flag also reads the environment variable shown beside it, and
-` + "`-h`, `--help`" + ` on any command prints its help.
+` + "`-h`, `--help`" + ` on any command prints its help; ` + "`--version`" + ` prints the
+binary's version on one line (its ` + "`version`" + ` command, in full).
 `
