@@ -18,7 +18,7 @@ DATE    ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 BUILDINFO := github.com/jsbridge/jsbridge/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).date=$(DATE)
 
-.PHONY: all build run demo test test-short soak bench bench-go vet docs pg-start pg-stop nats-cli clean release-snapshot image
+.PHONY: all build run demo test test-short soak bench bench-go vet docs pg-start pg-stop nats-cli clean release-snapshot image tools
 
 all: build
 
@@ -100,6 +100,15 @@ GORELEASER         := $(JSBRIDGE_TOOLS)/goreleaser@$(GORELEASER_VERSION)
 $(GORELEASER):
 	@mkdir -p $(JSBRIDGE_TOOLS) && tmp=$$(mktemp -d $(JSBRIDGE_TOOLS)/.build-XXXXXX) && \
 	  GOBIN=$$tmp $(GO) install github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION) && mv $$tmp/goreleaser $@ && rmdir $$tmp
+## tools: helm, which deploy's tests run, built from the module proxy into JSBRIDGE_TOOLS once (make test
+## builds it on first use too; .ci/run builds it first, so its minutes of compiling do not overlap the tests)
+HELM_VERSION ?= v3.22.0
+HELM         := $(JSBRIDGE_TOOLS)/helm@$(HELM_VERSION)
+$(HELM):
+	@mkdir -p $(JSBRIDGE_TOOLS) && tmp=$$(mktemp -d $(JSBRIDGE_TOOLS)/.build-XXXXXX) && \
+	  GOBIN=$$tmp $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && mv $$tmp/helm $@ && rmdir $$tmp
+tools: $(HELM)
+
 release-snapshot: $(GORELEASER)
 	@$(GO) mod download
 	GOPROXY=off GOFLAGS=-mod=readonly $(GORELEASER) release --snapshot --clean
