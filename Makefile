@@ -34,7 +34,8 @@ demo: build
 	@$(BIN)/demo -mode check -n $(N) -bin $(BIN) -quiet $(if $(CLUSTER),-cluster $(CLUSTER))
 
 ## test: every test (both tiers), with the race detector, against a real Postgres and JetStream
-## (5.5-6.5 min warm on 2 cores, 9 min from a fresh clone; the 30 min timeout leaves more than twice that)
+## (7.5 min warm on 2 cores, integration 6 min; 17 min from a fresh clone, helm's build included, integration
+## 10.5 min; the 30 min timeout, per test binary, leaves more than twice the longest)
 test:
 	@url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -race -timeout 30m -count=1 ./...
 
