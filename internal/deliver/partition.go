@@ -87,7 +87,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 		lease: &leaseFence{ctx: ctx, clock: d.clock, connStatus: d.connStatus, deadline: deadline},
 		book:  newHandBook(),
 	}
-	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, ackWait, cons, d.filters, d.copyStream)
+	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, cons, d.filters, d.copyStream)
 	pt.holder = &holder{
 		p:          p,
 		ack:        func(m jetstream.Msg) { pt.hol.ack(m, log) },

@@ -55,8 +55,7 @@ type successors struct {
 	ctx     context.Context // the partition's: ends at release
 	clock   clockwork.Clock
 	log     *slog.Logger
-	book    *handBook     // the partition's: its waiting events
-	ackWait time.Duration // the subscription's AckWait
+	book    *handBook // the partition's: its waiting events
 	cons    jetstream.Consumer
 	filters []string // the partition consumer's filter subjects
 	// copyStream returns the partitioned copy (successorSeq reads it).
@@ -97,10 +96,10 @@ type successorCheck struct {
 	err   error
 }
 
-func newSuccessors(ctx context.Context, clock clockwork.Clock, log *slog.Logger, book *handBook, ackWait time.Duration,
+func newSuccessors(ctx context.Context, clock clockwork.Clock, log *slog.Logger, book *handBook,
 	cons jetstream.Consumer, filters []string, copyStream func(context.Context) (jetstream.Stream, error)) *successors {
 	sc := &successors{
-		ctx: ctx, clock: clock, log: log, book: book, ackWait: ackWait, cons: cons, filters: filters, copyStream: copyStream,
+		ctx: ctx, clock: clock, log: log, book: book, cons: cons, filters: filters, copyStream: copyStream,
 		seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
 	}
 	sc.lookup = sc.successorSeq
