@@ -181,3 +181,52 @@ func firstEnv(f *kong.Flag) string {
 	}
 	return f.Envs[0]
 }
+
+// Reference checks binary's section of the CLI reference doc (docs/cli.md)
+// against app: for each visible leaf command, its "### <binary> <path>"
+// table and the section's table of flags every command takes, together,
+// against the command's flags (Problems). It returns the problems, each
+// prefixed with the command ("bridge run: ..."), and an error when a
+// table cannot be read.
+func Reference(doc, binary string, app *kong.Kong) ([]string, error) {
+	global, err := Rows(doc, "## "+binary, "#")
+	if err != nil {
+		return nil, err
+	}
+	if len(global) == 0 {
+		return nil, fmt.Errorf("flagdoc: no table of the flags every %s command takes", binary)
+	}
+	var problems []string
+	var walk func(n *kong.Node, path []string) error
+	walk = func(n *kong.Node, path []string) error {
+		for _, c := range n.Children {
+			if c.Hidden || c.Type != kong.CommandNode {
+				continue
+			}
+			p := append(append([]string(nil), path...), c.Name)
+			if len(c.Children) > 0 {
+				if err := walk(c, p); err != nil {
+					return err
+				}
+				continue
+			}
+			cmd := binary + " " + strings.Join(p, " ")
+			rows, err := Rows(doc, "### "+cmd, "#")
+			if err != nil {
+				return err
+			}
+			flags, err := Flags(app, p...)
+			if err != nil {
+				return err
+			}
+			for _, pr := range Problems(append(rows, global...), flags) {
+				problems = append(problems, cmd+": "+pr)
+			}
+		}
+		return nil
+	}
+	if err := walk(app.Model.Node, nil); err != nil {
+		return nil, err
+	}
+	return problems, nil
+}
