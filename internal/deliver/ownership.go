@@ -341,7 +341,7 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	d := partitionDeps{
 		inHand: &or.inHand, handLimit: or.handLimit(), pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
 		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log},
-		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream,
+		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream, redeliveredBy: or.o.cfg.RedeliveredBy,
 	}
 	if nc := or.r.js.Conn(); nc != nil {
 		d.connStatus = nc.Status
