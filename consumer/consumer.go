@@ -3,7 +3,7 @@
 // delivery engine assembled, as `consumer run` assembles them, behind New,
 // Start, Stop and Ready. It is the consumer's only public package: its
 // Config, the dead-letter and parked-stream operations (DeadLetters,
-// Consumer.Replay), the status reader (ReadStatus) and the trace reader
+// Consumer.Replay), replay by time (Consumer.ReplayWindow), the status reader (ReadStatus) and the trace reader
 // (TraceEvent); the engine lives under internal/.
 //
 //	c, err := consumer.New(js, consumer.Config{Subscriptions: subs})
