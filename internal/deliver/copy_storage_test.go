@@ -3,6 +3,7 @@ package deliver_test
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,6 +86,13 @@ func TestOrderedCopyUnderAFullStoreCatchesUpOnceRoomIsMade(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return gauge("jsbridge_consumer_ordered_copy_lag_messages") == 0 && gauge("jsbridge_consumer_ordered_copy_lag_seconds") == 0
 	}, 15*time.Second, 20*time.Millisecond, "caught up")
+
+	// The lease writes refused meanwhile are warned about once a minute
+	// each, not at every try.
+	for _, msg := range []string{"claiming a partition lease failed", "membership heartbeat failed", "renewing a partition lease failed"} {
+		require.LessOrEqual(t, strings.Count(logs.String(), `level=WARN msg="`+msg+`"`), 1, "%s:\n%s", msg, logs.String())
+	}
+	require.Contains(t, logs.String(), "insufficient resources", "the refusal is said")
 
 	// Each event in the copy once, in the events stream's order.
 	info, err := s.Info(b.ctx)
