@@ -135,10 +135,18 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 	since := w.Since
 	oc, err := c.js.OrderedConsumer(ctx, c.cfg.Stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since,
+		InactiveThreshold: time.Minute, // should the delete below not get through
 	})
 	if err != nil {
 		return res, fmt.Errorf("deliver: replay: ordered consumer on JetStream stream %q: %w", c.cfg.Stream, err)
 	}
+	defer func() {
+		// The ordered consumer made again after a gap has a new name: the
+		// last one is deleted.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = c.js.DeleteConsumer(dctx, c.cfg.Stream, oc.CachedInfo().Name)
+	}()
 	info, err := oc.Info(ctx)
 	if err != nil {
 		return res, fmt.Errorf("deliver: replay: ordered consumer on JetStream stream %q: %w", c.cfg.Stream, err)

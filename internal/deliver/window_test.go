@@ -100,6 +100,15 @@ func TestReplayWindowRedeliversExactlyTheWindow(t *testing.T) {
 		require.NoError(t, v.Verify(r.header, r.body), "signed as a delivery")
 		require.Equal(t, r.header.Get(wire.HeaderIdempotencyKey), r.header.Get(webhook.HeaderWebhookID))
 	}
+	ev, err := b.js.Stream(b.ctx, "EVENTS")
+	require.NoError(t, err)
+	ephemeral := 0
+	for name := range ev.ConsumerNames(b.ctx).Name() {
+		if name != "replayed" {
+			ephemeral++
+		}
+	}
+	require.Zero(t, ephemeral, "the replay's ordered consumer is gone")
 	after := b.info(t, "replayed")
 	require.Equal(t, before.Delivered, after.Delivered, "the durable consumer untouched")
 	require.Equal(t, before.AckFloor, after.AckFloor)
