@@ -76,6 +76,7 @@ func (c *replayCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(progress, "replay: %d %s so far; at event %s (seq %d, %s)\n", max(r.Delivered, r.Matched), verb, r.Last.EventID, r.Last.Seq,
 			r.Last.Time.UTC().Format(time.RFC3339Nano))
 	}
+	fmt.Fprintf(progress, "replay: subscription %s, JetStream stream %s %s\n", sub, cfg.Stream, windowText(w))
 	res, err := cons.ReplayWindow(ctx, sub, w)
 	if err != nil {
 		return fmt.Errorf("replay: %w (%d delivered before)", err, res.Delivered)
@@ -162,11 +163,7 @@ func parseWhen(v string, now time.Time) (time.Time, error) {
 
 // printReplay prints the outcome of a replay (a count, for a dry run).
 func printReplay(out io.Writer, r consumer.WindowResult, w consumer.Window) {
-	until := "the stream's last message"
-	if !w.Until.IsZero() {
-		until = w.Until.UTC().Format(time.RFC3339Nano)
-	}
-	window := fmt.Sprintf("from %s to %s", w.Since.UTC().Format(time.RFC3339Nano), until)
+	window := windowText(w)
 	switch {
 	case w.DryRun:
 		fmt.Fprintf(out, "replay --dry-run: %d events of subscription %s %s would be sent; nothing sent\n", r.Matched, r.Subscription, window)
@@ -177,4 +174,13 @@ func printReplay(out io.Writer, r consumer.WindowResult, w consumer.Window) {
 	default:
 		fmt.Fprintf(out, "replay: %d events of subscription %s %s delivered\n", r.Delivered, r.Subscription, window)
 	}
+}
+
+// windowText says w's bounds: "from <since> to <until>".
+func windowText(w consumer.Window) string {
+	until := "the stream's last message"
+	if !w.Until.IsZero() {
+		until = w.Until.UTC().Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("from %s to %s", w.Since.UTC().Format(time.RFC3339Nano), until)
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,9 +104,12 @@ func TestReplayCommandRedeliversTheWindow(t *testing.T) {
 		_, err = parser.Parse(append([]string{"replay", "--nats-url", srv.ClientURL(), "--name", "billing", "--url", rc.URL,
 			"--secret", secret, "--allow-private", "--filter", "events.order.>", "--since", since, "--until", until}, args...))
 		require.NoError(t, err)
-		var out bytes.Buffer
-		cl.Replay.out, cl.Replay.progress = &out, &out
+		var out, progress bytes.Buffer
+		cl.Replay.out, cl.Replay.progress = &out, &progress
 		err = cl.Replay.Run(ctx, &cl.Globals)
+		if err == nil || strings.Contains(err.Error(), "replay stopped") {
+			require.Contains(t, progress.String(), "replay: subscription billing, JetStream stream EVENTS from "+since+" to "+until+"\n")
+		}
 		return out.String(), err
 	}
 
