@@ -78,7 +78,13 @@ func (c *replayCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	fmt.Fprintf(progress, "replay: subscription %s, JetStream stream %s %s\n", sub, cfg.Stream, windowText(w))
 	res, err := cons.ReplayWindow(ctx, sub, w)
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil && res.Delivered > 0:
+		// Interrupted (SIGINT, SIGTERM): from the last event delivered, which
+		// the receiver drops by its Idempotency-Key.
+		return fmt.Errorf("replay interrupted after %d delivered (the last: event %s, seq %d); resume with --since %s",
+			res.Delivered, res.Last.EventID, res.Last.Seq, res.Last.Time.UTC().Format(time.RFC3339Nano))
+	case err != nil:
 		return fmt.Errorf("replay: %w (%d delivered before)", err, res.Delivered)
 	}
 	if c.JSON {

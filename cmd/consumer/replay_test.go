@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +71,7 @@ func TestReplayCommandRedeliversTheWindow(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	fail := ""
+	var onThird func() // called in the third request since got was last read
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body bytes.Buffer
 		_, _ = body.ReadFrom(r.Body)
@@ -80,8 +83,12 @@ func TestReplayCommandRedeliversTheWindow(t *testing.T) {
 		key := r.Header.Get(wire.HeaderIdempotencyKey)
 		mu.Lock()
 		got = append(got, key)
-		refuse := key == fail
+		refuse, third := key == fail, len(got) == 3 && onThird != nil
+		hook := onThird
 		mu.Unlock()
+		if third {
+			hook()
+		}
 		if refuse {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
@@ -151,9 +158,31 @@ func TestReplayCommandRedeliversTheWindow(t *testing.T) {
 	require.Contains(t, err.Error(), "replay stopped at event "+in[2])
 	require.Contains(t, err.Error(), "HTTP 503 Service Unavailable; resume with --since ")
 
+	// Interrupted during the third POST: the error says where to resume.
+	ictx, interrupt := context.WithCancel(ctx)
+	hold := make(chan struct{})
+	mu.Lock()
+	fail, onThird = "", func() { interrupt(); <-hold }
+	mu.Unlock()
+	var cl cli
+	parser, err := kong.New(&cl, ops.WireVars())
+	require.NoError(t, err)
+	_, err = parser.Parse([]string{"replay", "--nats-url", srv.ClientURL(), "--name", "billing", "--url", rc.URL,
+		"--secret", secret, "--allow-private", "--filter", "events.order.>", "--since", since, "--until", until})
+	require.NoError(t, err)
+	cl.Replay.out, cl.Replay.progress = io.Discard, io.Discard
+	err = cl.Replay.Run(ictx, &cl.Globals)
+	close(hold)
+	mu.Lock()
+	onThird = nil
+	mu.Unlock()
+	require.Error(t, err)
+	require.Regexp(t, `resume with --since `+regexp.QuoteMeta(since[:10]), err.Error(), "where to resume")
+	received()
+
 	_, err = run("--subscription", "orders")
 	require.ErrorContains(t, err, `--subscription "orders": no such subscription`)
-	parser, err := kong.New(&cli{}, ops.WireVars())
+	parser, err = kong.New(&cli{}, ops.WireVars())
 	require.NoError(t, err)
 	_, err = parser.Parse([]string{"replay", "--since", "1h", "--source-stream", "order-1", "--match", "x"})
 	require.ErrorContains(t, err, "--source-stream and --match can't be used together")
