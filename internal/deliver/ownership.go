@@ -257,7 +257,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 			pt.lost = true
 			pt.release()
 		case !errors.Is(ctx.Err(), context.Canceled): // not shutdown
-			or.r.log.Warn("renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
+			o.warns.warn(or.r.log, or.r.sub.Name, "renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
 		}
 		if !want && !unknown && !pt.lost {
 			or.r.log.Info("releasing partition: another replica's share now", slog.Int("partition", p))
@@ -267,7 +267,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 		rev, err := o.leases.Create(ctx, key, self)
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyExists) {
-				or.r.log.Warn("claiming a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
+				o.warns.warn(or.r.log, or.r.sub.Name, "claiming a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
 			}
 			return
 		}
