@@ -238,7 +238,7 @@ func (e *env) waitFor(ctx context.Context, timeout time.Duration, what string, c
 	}
 }
 
-// profile saves, in the background, a 5-second CPU profile of the process
+// profile saves, in the background, a CPU profile (-profile-seconds) of the process
 // whose ops port is ops to <ProfileDir>/<name>.cpu.pprof (when -profile-dir
 // is set and the process serves --pprof).
 func (e *env) profile(name string, ops int) {
@@ -247,7 +247,7 @@ func (e *env) profile(name string, ops int) {
 	}
 	go func() {
 		time.Sleep(500 * time.Millisecond) // past start-up, into full speed
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=5", ops))
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", ops, e.cfg.ProfileSecs))
 		if err != nil {
 			fmt.Printf("bench: profile %s: %v\n", name, err)
 			return
@@ -266,7 +266,7 @@ func (e *env) profile(name string, ops int) {
 	}()
 }
 
-// profileSelf saves, in the background, a 5-second CPU profile of this
+// profileSelf saves, in the background, a CPU profile (-profile-seconds) of this
 // process (it hosts the JetStream server) to <ProfileDir>/<name>.cpu.pprof.
 func (e *env) profileSelf(name string) {
 	if e.cfg.ProfileDir == "" {
@@ -284,7 +284,7 @@ func (e *env) profileSelf(name string) {
 		return
 	}
 	go func() {
-		time.Sleep(5 * time.Second)
+		time.Sleep(time.Duration(e.cfg.ProfileSecs) * time.Second)
 		pprof.StopCPUProfile()
 		f.Close()
 		fmt.Printf("bench: profile %s: wrote %s\n", name, f.Name())

@@ -263,10 +263,13 @@ func (l *Log) Run(ctx context.Context) {
 		}
 	})
 	write := func(a Attempt) {
-		data, err := json.Marshal(a)
-		if err != nil {
-			l.fail(err)
-			return
+		data, ok := a.appendJSON(make([]byte, 0, 320))
+		if !ok {
+			var err error
+			if data, err = json.Marshal(a); err != nil {
+				l.fail(err)
+				return
+			}
 		}
 		msg := &nats.Msg{Subject: wire.AttemptSubject(l.cfg.SubjectPrefix, a.Subscription, a.EventID), Data: data}
 		f, err := l.js.PublishMsgAsync(msg, jetstream.WithExpectStream(l.cfg.Stream))
