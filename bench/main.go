@@ -42,6 +42,7 @@ type config struct {
 	FairWindow  time.Duration
 	E2ERate     int
 	E2EDuration time.Duration
+	E2EOrdering string
 	Bin         string
 	DatabaseURL string
 	Out         string
@@ -66,6 +67,7 @@ func main() {
 	flag.DurationVar(&cfg.FairWindow, "fair-duration", 60*time.Second, "fairness: how long to append at the drain rate")
 	flag.IntVar(&cfg.E2ERate, "e2e-rate", 1000, "end to end: events appended per second")
 	flag.DurationVar(&cfg.E2EDuration, "e2e-duration", 30*time.Second, "end to end: how long to append")
+	flag.StringVar(&cfg.E2EOrdering, "e2e-ordering", "", "end to end: the consumer's --ordering (empty: its default, stream)")
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one")
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")

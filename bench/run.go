@@ -129,11 +129,11 @@ func run(ctx context.Context, cfg config) error {
 		rows = append(rows, r)
 	}
 	if want("e2e") {
-		r, err := e.e2eRow(ctx)
+		rs, err := e.e2eRow(ctx)
 		if err != nil {
 			return fmt.Errorf("end to end: %w", err)
 		}
-		rows = append(rows, r)
+		rows = append(rows, rs...)
 	}
 	if mem.bridge > 0 || mem.consumer > 0 {
 		rows = append(rows, mem.row())
