@@ -144,7 +144,8 @@ func run(ctx context.Context, cfg config) error {
 		if err := os.MkdirAll(filepath.Dir(cfg.Out), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(cfg.Out, []byte(markdown(cfg, table)), 0o644); err != nil {
+		history := readHistory(cfg.Out) + historyLine(cfg, rows, cfg.Repo)
+		if err := os.WriteFile(cfg.Out, []byte(markdown(cfg, table)+"\n"+history), 0o644); err != nil {
 			return err
 		}
 		fmt.Printf("bench: wrote %s\n", cfg.Out)
@@ -192,7 +193,7 @@ func render(cfg config, rows []row) string {
 func markdown(cfg config, table string) string {
 	var b strings.Builder
 	b.WriteString("# Benchmarks\n\n")
-	b.WriteString("Written by `make bench` (`bin/bench`, built from `bench/`); the figures are from the last full run. What limits the rows not met: `docs/performance.md`.\n\n")
+	b.WriteString("Written by `make bench` (`bin/bench`, built from `bench/`); the table's figures are from the last full run, and the history at the end keeps the headline rows of every run that wrote this file. What limits the rows not met: `docs/performance.md`.\n\n")
 	fmt.Fprintf(&b, "Command: `%s`  \nDate: %s  \nGo: %s\n", strings.Join(os.Args, " "), time.Now().UTC().Format(time.RFC3339), runtime.Version())
 	b.WriteString(table)
 	return b.String()
