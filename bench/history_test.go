@@ -36,3 +36,21 @@ func TestHistoryKeptAndExtended(t *testing.T) {
 		}
 	}
 }
+
+// The bridge's mean durations come from its histograms' _sum and _count,
+// added over their label sets.
+func TestHistogramSumCount(t *testing.T) {
+	t.Parallel()
+	text := `# HELP jsbridge_bridge_ack_duration_seconds x
+jsbridge_bridge_ack_duration_seconds_bucket{le="0.001"} 3
+jsbridge_bridge_ack_duration_seconds_sum 0.5
+jsbridge_bridge_ack_duration_seconds_count 100
+jsbridge_bridge_ack_duration_seconds_sum{x="b"} 0.25
+jsbridge_bridge_ack_duration_seconds_count{x="b"} 50
+jsbridge_bridge_claim_duration_seconds_sum 9
+`
+	sum, count, err := histogramSumCount(strings.NewReader(text), "jsbridge_bridge_ack_duration_seconds")
+	if err != nil || sum != 0.75 || count != 150 {
+		t.Fatalf("histogramSumCount = %v, %v, %v; want 0.75, 150, nil", sum, count, err)
+	}
+}
