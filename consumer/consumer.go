@@ -53,7 +53,11 @@ type Consumer struct {
 	dlq      *deadletter.DLQ
 	letters  *DeadLetters
 	attempts *attemptlog.Log // nil without Config.Attempts
-	engine   *deliver.Consumer
+	engine   engine
+	// fleet is the engine when the subscriptions come from
+	// Config.SubscriptionStore (nil otherwise): watch applies the
+	// bucket's changes to it.
+	fleet *deliver.Fleet
 
 	life *lifecycle.Runner // Start / Run / Stop, as bridge's
 
@@ -102,11 +106,26 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		}
 		ecfg.Attempts = c.attempts
 	}
-	c.engine, err = deliver.New(js, ecfg, engineSubscriptions(cfg.Subscriptions)...)
-	if err != nil {
+	if cfg.SubscriptionStore != nil {
+		if c.fleet, err = deliver.NewFleet(js, ecfg); err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
+		}
+		c.engine = c.fleet
+		return c, nil
+	}
+	if c.engine, err = deliver.New(js, ecfg, engineSubscriptions(cfg.Subscriptions)...); err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	return c, nil
+}
+
+// engine is what a Consumer runs: the fixed subscriptions of
+// Config.Subscriptions (a deliver.Consumer) or the changing ones of
+// Config.SubscriptionStore (a deliver.Fleet).
+type engine interface {
+	Provision(ctx context.Context) error
+	Run(ctx context.Context) error
+	Replay(ctx context.Context, q *deadletter.DLQ, letters []deadletter.Stored) []deliver.ReplayResult
 }
 
 // Config returns the consumer's configuration with its defaults filled in
@@ -229,6 +248,12 @@ func (c *Consumer) deliver(ctx context.Context) error {
 		lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
 		go func() { defer close(done); c.attempts.Run(lctx) }()
+		defer func() { stop(); <-done }()
+	}
+	if c.fleet != nil {
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); c.watch(wctx) }()
 		defer func() { stop(); <-done }()
 	}
 	return c.engine.Run(ctx)
