@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// 1,000 subscriptions created through the CLI on one running replica
+// (ordering none: one durable consumer each) all receive a matching
+// event. The log prints how long the adds took and how long until every
+// endpoint had its event.
+func TestThousandSubscriptionsThroughTheCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates 1,000 subscriptions and durable consumers")
+	}
+	const n = 1000
+	k := newRuntimeKit(t)
+	_, sFile := k.secretFile(t, "s")
+	var mu sync.Mutex
+	got := map[string]int{}
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got[strings.TrimPrefix(r.URL.Path, "/")]++
+		mu.Unlock()
+	}))
+	t.Cleanup(rc.Close)
+	k.replica(t, "r1")
+
+	began := time.Now()
+	for i := range n {
+		name := fmt.Sprintf("sub%04d", i)
+		require.NoError(t, k.cli(t, "add", name, "--url", rc.URL+"/"+name, "--filter", fmt.Sprintf("events.t%d.>", i),
+			"--secret-file", sFile, "--allow-private", "--ordering", "none", "--max-in-flight", "4"))
+	}
+	added := time.Now()
+	t.Logf("%d adds through the CLI: %s", n, added.Sub(began).Round(time.Millisecond))
+
+	// One event per subscription, published after the adds: each has a
+	// start at the time of its add, so an event stored before its replica
+	// applied it is delivered too.
+	for i := range n {
+		k.publish(t, i+1, fmt.Sprintf("t%d-1", i))
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == n
+	}, 3*time.Minute, 50*time.Millisecond, "every subscription receives its event")
+	t.Logf("last add -> every endpoint had its event: %s", time.Since(added).Round(time.Millisecond))
+	mu.Lock()
+	defer mu.Unlock()
+	for name, c := range got {
+		require.Equal(t, 1, c, "%s got its event once", name)
+	}
+}
