@@ -62,3 +62,33 @@ func (r *runCmd) openKV(ctx context.Context, w *startup.Waiter, js jetstream.Jet
 		return nil
 	})
 }
+
+// staticConfig is, for a command that needs the subscriptions once (dlq
+// replay), the configuration of fromFlags, or with --subscriptions-from
+// kv one holding every subscription of the bucket (paused ones too),
+// opened with the secrets key.
+func (f *kvFlags) staticConfig(ctx context.Context, g *Globals, js jetstream.JetStream, log *slog.Logger, fromFlags func() (consumer.Config, error)) (consumer.Config, error) {
+	if f.SubscriptionsFrom != "kv" {
+		return fromFlags()
+	}
+	keys, err := f.needKeyring()
+	if err != nil {
+		return consumer.Config{}, err
+	}
+	store, err := consumer.OpenSubscriptionStore(ctx, js, consumer.SubscriptionStoreConfig{Bucket: f.Bucket, Replicas: f.BucketReplicas, Keys: keys})
+	if err != nil {
+		return consumer.Config{}, err
+	}
+	stored, err := store.List(ctx)
+	if err != nil {
+		return consumer.Config{}, err
+	}
+	if len(stored) == 0 {
+		return consumer.Config{}, fmt.Errorf("subscriptions bucket %s holds no subscription", store.Bucket())
+	}
+	subs := make([]consumer.Subscription, len(stored))
+	for i, s := range stored {
+		subs[i] = s.Subscription
+	}
+	return consumer.Config{Subscriptions: subs, Stream: g.Stream, DLQStream: g.DLQStream, Logger: log}, nil
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/consumer"
 )
@@ -17,7 +18,7 @@ import (
 // --subscriptions-from kv apply every change within about a second
 // (docs/subscriptions-kv.md).
 type subscriptionsCmd struct {
-	Add    subsAddCmd    `cmd:"" help:"Add a subscription (from flags, or one from a YAML/JSON --file); it starts on every replica, by default with the events stored from now on."`
+	Add    subsAddCmd    `cmd:"" help:"Add a subscription (from flags, or one from a YAML/JSON --file); it starts on every replica, by default with the events stored from the add on."`
 	Update subsUpdateCmd `cmd:"" help:"Change a subscription: the flags given replace those fields (or --file replaces it all); compare-and-set on its revision."`
 	Get    subsGetCmd    `cmd:"" help:"Show a subscription (secrets and header values redacted)."`
 	List   subsListCmd   `cmd:"" help:"List the subscriptions: name, state, ordering, filters, endpoint, revision, key id, last change."`
@@ -29,19 +30,35 @@ type subscriptionsCmd struct {
 	Keygen subsKeygenCmd `cmd:"" help:"Print a new key line for --secrets-key-file."`
 }
 
+// startOfAdd is the start of a subscription added without one: the
+// events stream's next sequence, so that every event stored from the add
+// on is delivered, whenever the replicas apply it (a sequence is the
+// server's, where a time would be this machine's clock); the time of the
+// add when the events stream does not exist yet.
+func startOfAdd(ctx context.Context, js jetstream.JetStream, stream string) (consumer.Start, error) {
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return consumer.StartAtTime(time.Now().UTC()), nil
+	}
+	if err != nil {
+		return consumer.Start{}, fmt.Errorf("JetStream stream %s: %w", stream, err)
+	}
+	return consumer.StartAtSequence(s.CachedInfo().State.LastSeq + 1), nil
+}
+
 // openStore connects and opens the bucket with f's keys (nil: redacted);
 // close the connection after use.
-func openStore(ctx context.Context, g *Globals, f *storeFlags, keys *consumer.SecretsKeyring) (*nats.Conn, *consumer.SubscriptionStore, error) {
+func openStore(ctx context.Context, g *Globals, f *storeFlags, keys *consumer.SecretsKeyring) (*nats.Conn, jetstream.JetStream, *consumer.SubscriptionStore, error) {
 	nc, js, err := connect(g)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	s, err := consumer.OpenSubscriptionStore(ctx, js, consumer.SubscriptionStoreConfig{Bucket: f.Bucket, Replicas: f.BucketReplicas, Keys: keys})
 	if err != nil {
 		nc.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return nc, s, nil
+	return nc, js, s, nil
 }
 
 type subsAddCmd struct {
@@ -52,7 +69,6 @@ type subsAddCmd struct {
 	Paused             bool   `name:"paused" help:"Add it paused."`
 
 	out io.Writer // stdout; tests set it
-	now func() time.Time
 }
 
 func (c *subsAddCmd) Run(ctx context.Context, g *Globals) error {
@@ -73,20 +89,16 @@ func (c *subsAddCmd) Run(ctx context.Context, g *Globals) error {
 	if err := c.apply(&s); err != nil {
 		return err
 	}
-	if !startGiven {
-		// A subscription added at runtime starts with what is stored
-		// from the add on, whenever the replicas apply it.
-		now := time.Now
-		if c.now != nil {
-			now = c.now
-		}
-		s.Start = consumer.StartAtTime(now().UTC())
-	}
-	nc, store, err := openStore(ctx, g, &c.storeFlags, keys)
+	nc, js, store, err := openStore(ctx, g, &c.storeFlags, keys)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	if !startGiven {
+		if s.Start, err = startOfAdd(ctx, js, g.Stream); err != nil {
+			return err
+		}
+	}
 	rev, err := store.Create(ctx, s, c.Paused)
 	if err != nil {
 		return errConflictHint(err)
@@ -110,7 +122,7 @@ func (c *subsUpdateCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	nc, store, err := openStore(ctx, g, &c.storeFlags, keys)
+	nc, _, store, err := openStore(ctx, g, &c.storeFlags, keys)
 	if err != nil {
 		return err
 	}
@@ -168,7 +180,7 @@ func (c *subsResumeCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 func setPaused(ctx context.Context, g *Globals, f *storeFlags, name string, paused bool, w io.Writer) error {
-	nc, store, err := openStore(ctx, g, f, nil)
+	nc, _, store, err := openStore(ctx, g, f, nil)
 	if err != nil {
 		return err
 	}
@@ -189,7 +201,7 @@ type subsDeleteCmd struct {
 }
 
 func (c *subsDeleteCmd) Run(ctx context.Context, g *Globals) error {
-	nc, store, err := openStore(ctx, g, &c.storeFlags, nil)
+	nc, _, store, err := openStore(ctx, g, &c.storeFlags, nil)
 	if err != nil {
 		return err
 	}
@@ -223,7 +235,7 @@ func (c *subsImportCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return withFlagHints(err)
 	}
-	nc, store, err := openStore(ctx, g, &c.storeFlags, keys)
+	nc, _, store, err := openStore(ctx, g, &c.storeFlags, keys)
 	if err != nil {
 		return err
 	}

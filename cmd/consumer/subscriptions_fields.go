@@ -79,7 +79,7 @@ type subscriptionFields struct {
 	TLSCA         string            `name:"tls-ca" placeholder:"PATH" help:"PEM CA bundle verifying the endpoint's certificate (a path on every replica)."`
 	Ordering      string            `name:"ordering" enum:",stream,none" default:"" help:"stream (each source stream in order) or none (maximum parallelism) (default on add: stream)."`
 	OnDeadLetter  string            `name:"on-dead-letter" enum:",park,skip" default:"" help:"With ordering stream: park or skip (default on add: park)."`
-	Start         string            `name:"start" placeholder:"WHERE" help:"Where its durable consumers begin: new, all, time:<RFC 3339> or sequence:<n> (default on add: the time of the add; on update it cannot change)."`
+	Start         string            `name:"start" placeholder:"WHERE" help:"Where its durable consumers begin: new, all, time:<RFC 3339> or sequence:<n> (default on add: the events stream's next sequence, so every event stored from the add on; on update it cannot change)."`
 }
 
 // secrets reads the secrets the flags give, naming the flag and the file

@@ -34,7 +34,7 @@ func TestSubscriptionManagedAtRuntimeOnTwoReplicas(t *testing.T) {
 	k.replica(t, "r2")
 
 	// Added: the events published right after the add are delivered, from
-	// the time of the add on (the add's default start).
+	// the add on (the add's default start: the next sequence).
 	added := time.Now()
 	require.NoError(t, k.cli(t, "add", "orders", "--url", rc.srv.URL, "--filter", "events.order.>", "--secret-file", s1File, "--allow-private"))
 	n := 0

@@ -94,7 +94,7 @@ func (c *subsGetCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	nc, store, err := openStore(ctx, g, &c.storeFlags, keys)
+	nc, _, store, err := openStore(ctx, g, &c.storeFlags, keys)
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ type subsListCmd struct {
 }
 
 func (c *subsListCmd) Run(ctx context.Context, g *Globals) error {
-	nc, store, err := openStore(ctx, g, &c.storeFlags, nil)
+	nc, _, store, err := openStore(ctx, g, &c.storeFlags, nil)
 	if err != nil {
 		return err
 	}
@@ -186,7 +186,7 @@ func (c *subsExportCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	nc, store, err := openStore(ctx, g, &c.storeFlags, keys)
+	nc, _, store, err := openStore(ctx, g, &c.storeFlags, keys)
 	if err != nil {
 		return err
 	}
