@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,14 +67,29 @@ func (k *runtimeKit) secretFile(t *testing.T, name string) (secret, path string)
 // the kit's server and key file.
 func (k *runtimeKit) cli(t *testing.T, args ...string) error {
 	t.Helper()
+	_, err := k.cliOut(t, args...)
+	return err
+}
+
+// cliOut is cli, returning what the command printed.
+func (k *runtimeKit) cliOut(t *testing.T, args ...string) (string, error) {
+	t.Helper()
 	var cl cli
 	parser, err := kong.New(&cl, kong.Name("consumer"), ops.WireVars(), kong.Exit(func(int) { t.Fatal("kong exit") }))
 	require.NoError(t, err)
-	kctx, err := parser.Parse(append([]string{"subscriptions", args[0], "--nats-url", k.srv.ClientURL(), "--secrets-key-file", k.keyFile}, args[1:]...))
+	full := []string{"subscriptions", args[0], "--nats-url", k.srv.ClientURL()}
+	if args[0] != "keygen" {
+		full = append(full, "--secrets-key-file", k.keyFile)
+	}
+	kctx, err := parser.Parse(append(full, args[1:]...))
 	require.NoError(t, err)
-	kctx.Stdout = io.Discard
+	var out strings.Builder
+	s := &cl.Subscriptions
+	s.Add.out, s.Update.out, s.Get.out, s.List.out, s.Delete.out = &out, &out, &out, &out, &out
+	s.Pause.out, s.Resume.out, s.Import.out, s.Export.out, s.Keygen.out = &out, &out, &out, &out, &out
 	kctx.BindTo(k.ctx, (*context.Context)(nil))
-	return kctx.Run(&cl.Globals)
+	err = kctx.Run(&cl.Globals)
+	return out.String(), err
 }
 
 // replica starts a consumer replica on its own connection, its
