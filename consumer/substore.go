@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
-	"github.com/jsbridge/jsbridge/internal/subkv"
+	"github.com/jsbridge/jsbridge/internal/deliver/subkv"
 	"github.com/jsbridge/jsbridge/wire"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver"
-	"github.com/jsbridge/jsbridge/internal/subkv"
+	"github.com/jsbridge/jsbridge/internal/deliver/subkv"
 )
 
 // watch applies the changes of Config.SubscriptionStore's bucket to the

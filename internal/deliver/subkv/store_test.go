@@ -13,7 +13,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/deliver"
-	"github.com/jsbridge/jsbridge/internal/subkv"
+	"github.com/jsbridge/jsbridge/internal/deliver/subkv"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 
