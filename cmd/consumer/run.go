@@ -185,6 +185,9 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	for i, s := range cfg.Subscriptions {
 		names[i] = s.Name
 	}
+	if cfg.SubscriptionStore != nil {
+		names = []string{"kv bucket " + r.Bucket}
+	}
 
 	// The ops port comes first: /healthz answers and /readyz says what is
 	// waited for while the dependencies are not there yet.

@@ -229,7 +229,9 @@ func (s *Store) List(ctx context.Context) ([]Entry, error) {
 	}
 	var names []string
 	for k := range l.Keys() {
-		names = append(names, k)
+		if IsSubscriptionKey(k) {
+			names = append(names, k)
+		}
 	}
 	slices.Sort(names)
 	out := make([]Entry, 0, len(names))

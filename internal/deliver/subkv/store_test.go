@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
@@ -39,20 +40,20 @@ func sub(name string) deliver.Subscription {
 	}
 }
 
-func open(t *testing.T, k *subkv.Keyring) (*subkv.Store, context.Context) {
+func open(t *testing.T, k *subkv.Keyring) (*subkv.Store, context.Context, jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
 	s, err := subkv.Open(ctx, js, subkv.Config{Keys: k})
 	require.NoError(t, err)
-	return s, ctx
+	return s, ctx, js
 }
 
 func TestStoreSealsAndRoundTrips(t *testing.T) {
 	t.Parallel()
 	k := keys(t, "k1")
-	s, ctx := open(t, k)
+	s, ctx, _ := open(t, k)
 	rev, err := s.Create(ctx, sub("orders"), false)
 	require.NoError(t, err)
 	e, err := s.Get(ctx, "orders")
@@ -72,7 +73,7 @@ func TestStoreSealsAndRoundTrips(t *testing.T) {
 
 func TestStoreRefusesInvalid(t *testing.T) {
 	t.Parallel()
-	s, ctx := open(t, keys(t, "k1"))
+	s, ctx, _ := open(t, keys(t, "k1"))
 	bad := sub("orders")
 	bad.FilterSubjects = []string{"events..x"}
 	_, err := s.Create(ctx, bad, false)
@@ -85,7 +86,7 @@ func TestStoreRefusesInvalid(t *testing.T) {
 
 func TestStoreConcurrentUpdatesConflict(t *testing.T) {
 	t.Parallel()
-	s, ctx := open(t, keys(t, "k1"))
+	s, ctx, _ := open(t, keys(t, "k1"))
 	rev, err := s.Create(ctx, sub("orders"), false)
 	require.NoError(t, err)
 	_, err = s.Create(ctx, sub("orders"), false)
@@ -132,7 +133,7 @@ func TestKeyringRotation(t *testing.T) {
 	newOnly, err := subkv.ParseKeyring(l2)
 	require.NoError(t, err)
 
-	s, ctx := open(t, oldRing)
+	s, ctx, _ := open(t, oldRing)
 	_, err = s.Create(ctx, sub("orders"), false)
 	require.NoError(t, err)
 
@@ -166,4 +167,70 @@ func TestKeyringRotation(t *testing.T) {
 	require.True(t, e.Paused)
 	require.Equal(t, sub("orders").Secrets, e.Subscription.Secrets)
 	require.False(t, errors.Is(err, subkv.ErrConflict))
+}
+
+// Watch replays the bucket, marks the end of the replay, then sends each
+// change in order; keys that are not subscription names are not
+// subscriptions; a document this keyring cannot open comes with Err.
+func TestWatchSendsChangesInOrder(t *testing.T) {
+	t.Parallel()
+	k := keys(t, "k1")
+	s, ctx, js := open(t, k)
+	_, err := s.Create(ctx, sub("before"), false)
+	require.NoError(t, err)
+
+	changes := make(chan subkv.Change, 16)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Watch(wctx, func(c subkv.Change) { changes <- c }) }()
+	next := func() subkv.Change {
+		t.Helper()
+		select {
+		case c := <-changes:
+			return c
+		case <-ctx.Done():
+			t.Fatal("no change")
+			return subkv.Change{}
+		}
+	}
+	c := next()
+	require.Equal(t, "before", c.Name)
+	require.True(t, c.Initial)
+	require.Equal(t, sub("before").Secrets, c.Entry.Subscription.Secrets)
+	require.Equal(t, subkv.Change{Initial: true}, next(), "the end of the replay")
+
+	kv, err := js.KeyValue(ctx, "jsbridge_subscriptions")
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, "health.before", []byte(`{"open":true}`))
+	require.NoError(t, err)
+	rev, err := s.Create(ctx, sub("orders"), false)
+	require.NoError(t, err)
+	_, err = s.SetPaused(ctx, "orders", true, rev)
+	require.NoError(t, err)
+	_, err = s.WithKeys(keys(t, "other")).Create(ctx, sub("sealed-elsewhere"), false)
+	require.NoError(t, err)
+	require.NoError(t, s.Delete(ctx, "orders", 0))
+
+	c = next()
+	require.Equal(t, "orders", c.Name)
+	require.False(t, c.Entry.Paused)
+	c = next()
+	require.Equal(t, "orders", c.Name)
+	require.True(t, c.Entry.Paused)
+	c = next()
+	require.Equal(t, "sealed-elsewhere", c.Name)
+	require.ErrorIs(t, c.Err, subkv.ErrUnknownKey)
+	c = next()
+	require.Equal(t, "orders", c.Name)
+	require.True(t, c.Deleted)
+
+	list, err := s.WithKeys(nil).List(ctx)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range list {
+		names = append(names, e.Subscription.Name)
+	}
+	require.Equal(t, []string{"before", "sealed-elsewhere"}, names, "health.before is not a subscription")
+	cancel()
+	require.NoError(t, <-done)
 }

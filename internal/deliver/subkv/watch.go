@@ -3,6 +3,7 @@ package subkv
 import (
 	"context"
 	"fmt"
+	"regexp"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -10,6 +11,14 @@ import (
 )
 
 const defaultBucket = wire.DefaultSubscriptionsBucket
+
+var subscriptionKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// IsSubscriptionKey reports whether key names a subscription: a
+// subscription's name, [A-Za-z0-9_-]+. Keys with a '.' (or anything else)
+// are left to other state kept in the bucket (per-endpoint health, say)
+// and are not subscriptions to List or Watch.
+func IsSubscriptionKey(key string) bool { return subscriptionKey.MatchString(key) }
 
 // Change is one change of the bucket seen by Watch.
 type Change struct {
@@ -52,6 +61,9 @@ func (s *Store) Watch(ctx context.Context, fn func(Change)) error {
 				initial = false
 				fn(Change{Initial: true})
 				continue
+			}
+			if !IsSubscriptionKey(e.Key()) {
+				continue // another kind of state kept in the bucket
 			}
 			c := Change{Name: e.Key(), Initial: initial}
 			if e.Operation() == jetstream.KeyValueDelete || e.Operation() == jetstream.KeyValuePurge {
