@@ -40,7 +40,13 @@ type runtimeKit struct {
 
 func newRuntimeKit(t *testing.T) *runtimeKit {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	return newRuntimeKitFor(t, 3*time.Minute)
+}
+
+// newRuntimeKitFor is newRuntimeKit whose context lasts d.
+func newRuntimeKitFor(t *testing.T, d time.Duration) *runtimeKit {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
 	_, js := jsbridgetest.Connect(t, srv)

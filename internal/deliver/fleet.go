@@ -199,8 +199,9 @@ func (f *Fleet) Pause(name string) {
 }
 
 // Remove stops the subscription name as Pause does, then deletes its
-// durable consumers: the unordered one on the events stream and the
-// partition consumers on its partitioned copy, whichever exist (every
+// durable consumers, the unordered one on the events stream and the
+// partition consumers on its partitioned copy, whichever exist, and its
+// parked-stream state (forgetParked) (every
 // replica does so after stopping its own unit, so the last one to stop
 // removes what a slower one may have created again; deleting an absent
 // consumer is fine). It returns the first deletion error other than not
@@ -227,8 +228,39 @@ func (f *Fleet) Remove(ctx context.Context, name string) error {
 			del(wire.OrderedStream(f.cfg.Stream), wire.PartitionDurable(name, p))
 		}
 	}
+	if err := f.forgetParked(ctx, name); err != nil && first == nil {
+		first = err
+	}
 	f.log.Info("subscription removed", slog.String("subscription", name))
 	return first
+}
+
+// forgetParked deletes the park bucket's keys of subscription name (its
+// parked streams and failed-attempt counts), so that a subscription added
+// again under the name starts with none; its dead letters stay in the
+// dead-letter stream.
+func (f *Fleet) forgetParked(ctx context.Context, name string) error {
+	kv, err := f.js.KeyValue(ctx, wire.DefaultParkBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deliver: subscription %q: key-value bucket %q: %w", name, wire.DefaultParkBucket, err)
+	}
+	l, err := kv.ListKeysFiltered(ctx, wire.ParkedFilter(name), wire.AttemptsKeyPrefix+name+".*")
+	if err != nil {
+		return fmt.Errorf("deliver: subscription %q: list key-value bucket %q: %w", name, wire.DefaultParkBucket, err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		if err := kv.Purge(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("deliver: subscription %q: purge %q in key-value bucket %q: %w", name, k, wire.DefaultParkBucket, err)
+		}
+	}
+	return nil
 }
 
 // Names returns the names of the subscriptions the Fleet runs (or will

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // A Fleet applies changes while it runs: a subscription Put starts; Put
@@ -75,8 +76,22 @@ func TestFleetAppliesChangesWhileRunning(t *testing.T) {
 	requireSettled(t, b, "fleet", 10)
 	require.Equal(t, 10, rc.count(), "each event once")
 
-	// Removed: the durable consumer is gone, and removing again is fine.
+	// Removed: the durable consumer and its parked-stream state are gone
+	// (another subscription's stay), and removing again is fine.
+	parks, err := b.js.CreateKeyValue(b.ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
+	require.NoError(t, err)
+	for _, k := range []string{wire.ParkedKey("fleet", "order.order-1"), wire.AttemptsKey("fleet", "9"), wire.ParkedKey("other", "order.order-1")} {
+		_, err := parks.Put(b.ctx, k, []byte("x"))
+		require.NoError(t, err)
+	}
 	require.NoError(t, f.Remove(b.ctx, "fleet"))
+	l, err := parks.ListKeys(b.ctx)
+	require.NoError(t, err)
+	var left []string
+	for k := range l.Keys() {
+		left = append(left, k)
+	}
+	require.Equal(t, []string{wire.ParkedKey("other", "order.order-1")}, left)
 	_, err = b.js.Consumer(b.ctx, "EVENTS", "fleet")
 	require.True(t, errors.Is(err, jetstream.ErrConsumerNotFound), "%v", err)
 	require.NoError(t, f.Remove(b.ctx, "fleet"))
