@@ -22,14 +22,16 @@ type cli struct {
 
 	CLIReference cliReferenceCmd `cmd:"" name:"cli-reference" hidden:"" help:"Print the command-line reference (docs/cli.md) generated from the flags."`
 
-	Run           runCmd           `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
-	DLQ           dlqCmd           `cmd:"" name:"dlq" help:"List, replay, skip or purge dead letters (the DLQ stream)."`
-	Status        statusCmd        `cmd:"" help:"Show each subscription's start and position, the live consumer replicas and which one owns each partition of the ordered subscriptions."`
-	Secret        secretCmd        `cmd:"" help:"Print a new whsec_ signing secret for --secret and the receiver (--ed25519: a whsk_/whpk_ key pair)."`
+	Run     runCmd         `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
+	DLQ     dlqCmd         `cmd:"" name:"dlq" help:"List, replay, skip or purge dead letters (the DLQ stream)."`
+	Status  statusCmd      `cmd:"" help:"Show each subscription's start and position, the live consumer replicas and which one owns each partition of the ordered subscriptions."`
+	Secret  secretCmd      `cmd:"" help:"Print a new whsec_ signing secret for --secret and the receiver (--ed25519: a whsk_/whpk_ key pair)."`
+	Trace   traceCmd       `cmd:"" help:"Show every delivery attempt of one event per subscription (time, replica, status, latency, error), its message on the events stream and its dead letters."`
+	Version ops.VersionCmd `cmd:"" help:"Print the version, commit and build date of this binary."`
+	Probe   ops.ProbeCmd   `cmd:"" help:"GET a URL (the ops port's /readyz) and exit 0 on 2xx, 1 otherwise: a health check for the image, which has no shell."`
+
+	// Subscriptions manages the subscriptions bucket (subscriptions.go).
 	Subscriptions subscriptionsCmd `cmd:"" help:"Manage the subscriptions kept in a JetStream key-value bucket, which replicas run with --subscriptions-from kv apply without a restart: add, update, get, list, delete, pause, resume, import, export, keygen."`
-	Trace         traceCmd         `cmd:"" help:"Show every delivery attempt of one event per subscription (time, replica, status, latency, error), its message on the events stream and its dead letters."`
-	Version       ops.VersionCmd   `cmd:"" help:"Print the version, commit and build date of this binary."`
-	Probe         ops.ProbeCmd     `cmd:"" help:"GET a URL (the ops port's /readyz) and exit 0 on 2xx, 1 otherwise: a health check for the image, which has no shell."`
 
 	ShowVersion ops.VersionFlag `name:"version" help:"Print the version and exit."`
 }

@@ -18,29 +18,29 @@ import (
 // are only in Sealed; Endpoint is the URL without userinfo and query, for
 // listing.
 type Document struct {
-	Version        int               `json:"version"`
-	Name           string            `json:"name"`
-	FilterSubjects []string          `json:"filter_subjects"`
-	Endpoint       string            `json:"endpoint"`
-	HeaderNames    []string          `json:"header_names,omitempty"`
-	Scheme         string            `json:"scheme,omitempty"`
-	Body           string            `json:"body,omitempty"`
-	Timeout        string            `json:"timeout,omitempty"`
-	AckWait        string            `json:"ack_wait,omitempty"`
-	MaxDeliver     int               `json:"max_deliver,omitempty"`
-	BackOff        []string          `json:"backoff,omitempty"`
-	MaxInFlight    int               `json:"max_in_flight,omitempty"`
-	MaxAckPending  int               `json:"max_ack_pending,omitempty"`
-	AllowPrivate   bool              `json:"allow_private,omitempty"`
-	AllowHTTP      bool              `json:"allow_http,omitempty"`
-	TLS            *DocumentTLS      `json:"tls,omitempty"`
-	Ordering       string            `json:"ordering,omitempty"`
-	OnDeadLetter   string            `json:"on_dead_letter,omitempty"`
-	Start          string            `json:"start,omitempty"`
-	Paused         bool              `json:"paused,omitempty"`
-	Sealed         Sealed            `json:"sealed"`
-	Created        time.Time         `json:"created"`
-	Updated        time.Time         `json:"updated"`
+	Version        int          `json:"version"`
+	Name           string       `json:"name"`
+	FilterSubjects []string     `json:"filter_subjects"`
+	Endpoint       string       `json:"endpoint"`
+	HeaderNames    []string     `json:"header_names,omitempty"`
+	Scheme         string       `json:"scheme,omitempty"`
+	Body           string       `json:"body,omitempty"`
+	Timeout        string       `json:"timeout,omitempty"`
+	AckWait        string       `json:"ack_wait,omitempty"`
+	MaxDeliver     int          `json:"max_deliver,omitempty"`
+	BackOff        []string     `json:"backoff,omitempty"`
+	MaxInFlight    int          `json:"max_in_flight,omitempty"`
+	MaxAckPending  int          `json:"max_ack_pending,omitempty"`
+	AllowPrivate   bool         `json:"allow_private,omitempty"`
+	AllowHTTP      bool         `json:"allow_http,omitempty"`
+	TLS            *DocumentTLS `json:"tls,omitempty"`
+	Ordering       string       `json:"ordering,omitempty"`
+	OnDeadLetter   string       `json:"on_dead_letter,omitempty"`
+	Start          string       `json:"start,omitempty"`
+	Paused         bool         `json:"paused,omitempty"`
+	Sealed         Sealed       `json:"sealed"`
+	Created        time.Time    `json:"created"`
+	Updated        time.Time    `json:"updated"`
 }
 
 // DocumentTLS is a subscription's TLS files: paths on each replica.
