@@ -35,7 +35,16 @@ type Fleet struct {
 	runCtx context.Context // Run's; nil before Run and after it ended
 	units  map[string]*unit
 	wg     sync.WaitGroup
+	// provisioning bounds the units creating their durable consumers at
+	// once (fleetProvisionParallel): a replica starting with thousands of
+	// subscriptions creates them a few at a time instead of flooding
+	// JetStream's API with requests that then time out.
+	provisioning chan struct{}
 }
+
+// fleetProvisionParallel is how many units of a Fleet create their
+// durable consumers at once.
+const fleetProvisionParallel = 16
 
 // unit is one subscription of a Fleet.
 type unit struct {
@@ -78,7 +87,7 @@ func NewFleet(js jetstream.JetStream, cfg Config) (*Fleet, error) {
 	if _, err := newMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("deliver: new fleet: %w", err)
 	}
-	return &Fleet{js: js, cfg: cfg, log: cfg.Logger, units: map[string]*unit{}}, nil
+	return &Fleet{js: js, cfg: cfg, log: cfg.Logger, units: map[string]*unit{}, provisioning: make(chan struct{}, fleetProvisionParallel)}, nil
 }
 
 // Provision waits for nothing but the events stream: the units create
@@ -165,6 +174,15 @@ func (f *Fleet) start(u *unit) {
 	u.cancel, u.done = cancel, make(chan struct{})
 	f.wg.Go(func() {
 		defer close(u.done)
+		select {
+		case f.provisioning <- struct{}{}:
+			// Best effort: Run creates (and retries) what this did not.
+			if err := u.c.Provision(ctx); err != nil && ctx.Err() == nil {
+				f.log.Debug("subscription's durable consumers not created yet; it retries", slog.String("subscription", u.sub.Name), slog.Any("error", err))
+			}
+			<-f.provisioning
+		case <-ctx.Done():
+		}
 		_ = u.c.Run(ctx) // always nil: the engine retries what fails
 	})
 }
