@@ -28,6 +28,7 @@ type subscriptionsCmd struct {
 	Import subsImportCmd `cmd:"" help:"Add or replace the subscriptions of a subscriptions file (the --config YAML) in the bucket."`
 	Export subsExportCmd `cmd:"" help:"Print the bucket's subscriptions as a subscriptions file (YAML); secrets only into files of --secrets-dir."`
 	Keygen subsKeygenCmd `cmd:"" help:"Print a new key line for --secrets-key-file."`
+	Reseal subsResealCmd `cmd:"" help:"Seal every subscription again with the first key of --secrets-key-file (after a key rotation), each at its revision."`
 }
 
 // startOfAdd is the start of a subscription added without one: the
@@ -296,4 +297,41 @@ func state(paused bool) string {
 		return "paused"
 	}
 	return "running"
+}
+
+type subsResealCmd struct {
+	storeFlags `embed:""`
+	out        io.Writer
+}
+
+// Run writes every subscription sealed with another key than the current
+// one again, at the revision read (a subscription changed meanwhile is
+// sealed by that change already, or by a second reseal).
+func (c *subsResealCmd) Run(ctx context.Context, g *Globals) error {
+	keys, err := c.needKeyring()
+	if err != nil {
+		return err
+	}
+	nc, _, store, err := openStore(ctx, g, &c.storeFlags, keys)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	subs, err := store.List(ctx)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, s := range subs {
+		if s.KeyID == keys.Current() {
+			continue
+		}
+		if _, err := store.Update(ctx, s.Subscription, s.Paused, s.Revision); err != nil {
+			return errConflictHint(err)
+		}
+		n++
+		fmt.Fprintf(out(c.out), "subscription %s: sealed with key %s (was %s)\n", s.Name, keys.Current(), s.KeyID)
+	}
+	fmt.Fprintf(out(c.out), "reseal: %d of %d subscription(s) sealed again with key %s\n", n, len(subs), keys.Current())
+	return nil
 }

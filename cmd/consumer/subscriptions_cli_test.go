@@ -93,9 +93,22 @@ func TestSubscriptionsCLIRedactsAndRoundTrips(t *testing.T) {
 	require.ErrorIs(t, err, consumer.ErrNoSecretsKey)
 	require.ErrorContains(t, err, "--secrets-key-file")
 
+	// Key rotation: the new key first, the old one kept; reseal; then the
+	// new key alone opens every subscription.
 	line, err := k.cliOut(t, "keygen", "--id", "k2")
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(line, "k2:"), line)
-	_, err = consumer.ParseSecretsKeyring(line)
+	old, err := os.ReadFile(k.keyFile)
 	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(k.keyFile, []byte(line+string(old)), 0o600))
+	out, err = k.cliOut(t, "reseal")
+	require.NoError(t, err)
+	require.Contains(t, out, "reseal: 1 of 1 subscription(s) sealed again with key k2")
+	require.NoError(t, os.WriteFile(k.keyFile, []byte(line), 0o600))
+	out, err = k.cliOut(t, "list")
+	require.NoError(t, err)
+	require.Contains(t, out, " k2 ")
+	out, err = k.cliOut(t, "get", "billing", "--show-secrets")
+	require.NoError(t, err)
+	require.Contains(t, out, secret)
 }

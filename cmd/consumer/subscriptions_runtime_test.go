@@ -92,7 +92,7 @@ func (k *runtimeKit) cliOut(t *testing.T, args ...string) (string, error) {
 	var out strings.Builder
 	s := &cl.Subscriptions
 	s.Add.out, s.Update.out, s.Get.out, s.List.out, s.Delete.out = &out, &out, &out, &out, &out
-	s.Pause.out, s.Resume.out, s.Import.out, s.Export.out, s.Keygen.out = &out, &out, &out, &out, &out
+	s.Pause.out, s.Resume.out, s.Import.out, s.Export.out, s.Keygen.out, s.Reseal.out = &out, &out, &out, &out, &out, &out
 	kctx.BindTo(k.ctx, (*context.Context)(nil))
 	err = kctx.Run(&cl.Globals)
 	return out.String(), err
