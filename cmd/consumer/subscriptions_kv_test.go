@@ -58,14 +58,21 @@ func TestSubscriptionManagedAtRuntimeOnTwoReplicas(t *testing.T) {
 		}
 		return replicas["r1"] && replicas["r2"]
 	}, 20*time.Second, 10*time.Millisecond, "both replicas deliver")
-	// A new event, after the subscription runs on both: within 1 s.
+	// A new event, after the subscription runs on both: within 1 s (the
+	// race detector slows everything several times: 5 s there).
+	within := time.Second
+	if raceDetector {
+		within = 5 * time.Second
+	}
+	var slowest time.Duration
 	for range 8 {
 		pub := time.Now()
 		id := next()
-		require.Eventually(t, func() bool { _, ok := rc.first(id); return ok }, time.Second, 2*time.Millisecond, "delivered within 1 s")
+		require.Eventually(t, func() bool { _, ok := rc.first(id); return ok }, within, 2*time.Millisecond, "delivered within %s", within)
 		g, _ := rc.first(id)
-		require.Less(t, g.at.Sub(pub), time.Second)
+		slowest = max(slowest, g.at.Sub(pub))
 	}
+	t.Logf("publish -> delivery, slowest of 8: %s", slowest.Round(time.Millisecond))
 
 	// Secret rotated mid-stream: one event at a time, until both replicas
 	// signed with the new secret.
