@@ -107,6 +107,9 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		ecfg.Attempts = c.attempts
 	}
 	if cfg.SubscriptionStore != nil {
+		if cfg.SubscriptionStore.s == nil {
+			return nil, fmt.Errorf("%w: SubscriptionStore: not opened (make it with OpenSubscriptionStore)", ErrInvalidConfig)
+		}
 		if c.fleet, err = deliver.NewFleet(js, ecfg); err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
