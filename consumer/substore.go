@@ -188,13 +188,13 @@ func (s *SubscriptionStore) List(ctx context.Context) ([]StoredSubscription, err
 
 func stored(e subkv.Entry) StoredSubscription {
 	return StoredSubscription{
-		Subscription: fromEngine(e.Subscription), Paused: e.Paused, Revision: e.Revision, KeyID: e.Document.Sealed.KeyID,
+		Subscription: subscriptionFromEngine(e.Subscription), Paused: e.Paused, Revision: e.Revision, KeyID: e.Document.Sealed.KeyID,
 		Created: e.Document.Created, Updated: e.Document.Updated, Redacted: e.Redacted,
 	}
 }
 
-// fromEngine converts the engine's subscription into s's.
-func fromEngine(s deliver.Subscription) Subscription {
+// subscriptionFromEngine converts the engine's subscription into s's.
+func subscriptionFromEngine(s deliver.Subscription) Subscription {
 	return Subscription{
 		Name: s.Name, FilterSubjects: s.FilterSubjects, URL: s.URL, Scheme: s.Scheme, Secrets: s.Secrets,
 		Body: BodyMode(s.Body), Headers: s.Headers, Timeout: s.Timeout, AckWait: s.AckWait,

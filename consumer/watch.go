@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -117,7 +118,7 @@ func (a *applier) apply(ctx context.Context, ch subkv.Change) {
 	case ch.Entry.Paused:
 		a.fleet.Pause(ch.Name)
 	default:
-		s := fromEngine(ch.Entry.Subscription)
+		s := subscriptionFromEngine(ch.Entry.Subscription)
 		if err := s.Validate(); err != nil {
 			l.Error("subscription in the bucket is invalid here: what runs for it keeps running", slog.Any("error", err))
 			return
@@ -139,4 +140,18 @@ func (a *applier) remove(ctx context.Context, log *slog.Logger, name string) {
 	if err := a.fleet.Remove(rctx, name); err != nil && !errors.Is(err, context.Canceled) {
 		log.Warn("deleting a removed subscription's durable consumers failed; delete them with nats consumer rm", slog.Any("error", err))
 	}
+}
+
+// windowEngine is the engine ReplayWindow replays subscription with: the
+// Consumer's own, or with Config.SubscriptionStore the unit of that
+// subscription, which must run on this replica (ErrUnknownSubscription
+// otherwise: unknown, paused or deleted).
+func (c *Consumer) windowEngine(subscription string) (*deliver.Consumer, error) {
+	if c.fleet == nil {
+		return c.engine.(*deliver.Consumer), nil
+	}
+	if e := c.fleet.Consumer(subscription); e != nil {
+		return e, nil
+	}
+	return nil, fmt.Errorf("consumer: replay: %w: %q does not run here (unknown, paused or deleted)", ErrUnknownSubscription, subscription)
 }

@@ -96,6 +96,14 @@ type Config struct {
 	// replica finding the bucket with another TTL goes by the bucket's
 	// (its keys expire after it) and logs a warning.
 	LeaseTTL time.Duration
+	// RedeliveredBy is how long after a partition's fence passed an
+	// ordered subscription's stream may stop waiting for an earlier event
+	// that JetStream names but that never comes back (a former owner
+	// acked it out of order while a parked stream or a retry held the ack
+	// floor below it). Default 0: six of the subscription's AckWaits, at
+	// least a minute (settledAfter); tests shorten it. Not part of the
+	// consumer's public Config.
+	RedeliveredBy time.Duration
 	// Clock is the engine's time: lease renewals and deadlines, fence and
 	// successor waits, parking timers and retry backoff. Default: the
 	// wall clock; tests pass a clockwork fake. Not part of the consumer's

@@ -281,6 +281,18 @@ func (f *Fleet) forgetParked(ctx context.Context, name string) error {
 	return nil
 }
 
+// Consumer returns the Consumer running the subscription name, or nil
+// when the Fleet does not run it (for one-off operations on it, such as
+// ReplayWindow).
+func (f *Fleet) Consumer(name string) *Consumer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if u := f.units[name]; u != nil {
+		return u.c
+	}
+	return nil
+}
+
 // Names returns the names of the subscriptions the Fleet runs (or will
 // run when Run starts), sorted.
 func (f *Fleet) Names() []string {

@@ -257,7 +257,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 			pt.lost = true
 			pt.release()
 		case !errors.Is(ctx.Err(), context.Canceled): // not shutdown
-			or.r.log.Warn("renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
+			o.warns.warn(or.r.log, or.r.sub.Name, "renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
 		}
 		if !want && !unknown && !pt.lost {
 			or.r.log.Info("releasing partition: another replica's share now", slog.Int("partition", p))
@@ -267,7 +267,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 		rev, err := o.leases.Create(ctx, key, self)
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyExists) {
-				or.r.log.Warn("claiming a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
+				o.warns.warn(or.r.log, or.r.sub.Name, "claiming a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
 			}
 			return
 		}
@@ -341,7 +341,7 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	d := partitionDeps{
 		inHand: &or.inHand, handLimit: or.handLimit(), pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
 		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log},
-		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream,
+		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream, redeliveredBy: or.o.cfg.RedeliveredBy,
 	}
 	if nc := or.r.js.Conn(); nc != nil {
 		d.connStatus = nc.Status

@@ -1,6 +1,7 @@
 package deliver_test
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"testing"
@@ -81,4 +82,56 @@ func TestOrderedParkThenSkipReleasesHeldInOrder(t *testing.T) {
 	n, err := q.Count(b.ctx, "skip")
 	require.NoError(t, err)
 	require.Zero(t, n, "the skipped head's dead letter is gone")
+}
+
+func TestOrderedParkedStreamHoldsNoOtherStreamAfterAHandOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a lease hand-over and the successor check's settle time (about 10 s)")
+	}
+	t.Parallel()
+	b := setupOrdered(t)
+	rc := newOrderedReceiver(t, b, func(e orderedEvent, attempt int) int {
+		if e.stream == "order-park" && e.version == 1 {
+			return http.StatusUnprocessableEntity
+		}
+		return http.StatusOK
+	})
+	q := deadletter.New(b.js, deadletter.Config{})
+	require.NoError(t, q.Provision(b.ctx))
+	s := orderedSub("handpark", rc.URL)
+	// One partition: the parked stream's held events keep its consumer's
+	// ack floor below every event of order-free the first owner acks.
+	cfg := deliver.Config{DeadLetters: q, Partitions: 1, LeaseTTL: time.Second, RedeliveredBy: 3 * time.Second, ReplicaID: "first"}
+	first, err := deliver.New(b.js, cfg, s)
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+
+	b.publishStream(t, "order-park", 0, 5)
+	b.publishStream(t, "order-free", 0, 10)
+	require.Eventually(t, func() bool {
+		p, err := deadletter.ListParked(b.ctx, b.js, "handpark")
+		return err == nil && len(p) == 1 && p[0].Held == 3
+	}, 20*time.Second, 20*time.Millisecond, "order-park parked with versions 2-4 held")
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-free"]) == 10 }, 10*time.Second, 10*time.Millisecond)
+
+	// The first owner goes (a rolling restart); the second takes the
+	// partition. order-free's next event is its first in the new owner's
+	// hand, and JetStream names version 0, acked above the held floor, as
+	// the stream's first after that floor: it never comes back.
+	stop()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first owner's Run did not return")
+	}
+	b.publishStream(t, "order-free", 10, 20)
+	cfg.ReplicaID = "second"
+	b.runOrdered(t, cfg, s)
+	require.Eventually(t, func() bool { return len(rc.accepted()["order-free"]) == 20 }, 30*time.Second, 20*time.Millisecond,
+		"order-free goes on past the parked stream's floor")
+	requireInOrder(t, rc.accepted(), []string{"order-free"}, 20)
+	require.Equal(t, []int64{0}, rc.accepted()["order-park"], "the parked stream still holds")
 }

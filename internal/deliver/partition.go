@@ -67,6 +67,9 @@ type partitionDeps struct {
 	connStatus   func() nats.Status
 	slots        chan struct{}
 	copyStream   func(context.Context) (jetstream.Stream, error)
+	// redeliveredBy overrides successors' settledAfter(AckWait) when
+	// positive (Config.RedeliveredBy).
+	redeliveredBy time.Duration
 }
 
 // newPartition makes partition p, read from cons, whose lease (created at
@@ -87,7 +90,10 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 		lease: &leaseFence{ctx: ctx, clock: d.clock, connStatus: d.connStatus, deadline: deadline},
 		book:  newHandBook(),
 	}
-	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, cons, d.filters, d.copyStream)
+	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, ackWait, cons, d.filters, d.copyStream)
+	if d.redeliveredBy > 0 {
+		pt.succ.redeliveredBy = d.redeliveredBy
+	}
 	pt.holder = &holder{
 		p:          p,
 		ack:        func(m jetstream.Msg) { pt.hol.ack(m, log) },

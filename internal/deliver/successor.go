@@ -65,10 +65,17 @@ type successors struct {
 	lookup func(key string, after uint64) (uint64, error)
 
 	// floor is the partition consumer's ack floor (a sequence of the
-	// partitioned stream) when the fence last passed; floorSet is false
-	// before (a stream's first event is then left to the fence).
+	// partitioned stream) when the fence last passed, at fenceAt; floorSet
+	// is false before (a stream's first event is then left to the fence).
 	floor    uint64
 	floorSet bool
+	fenceAt  time.Time
+	// redeliveredBy is how long after the fence passed any event that was
+	// pending then has surely been redelivered (a former owner's unacked
+	// deliveries come back within AckWait; see settledAfter): an event
+	// named as a stream's predecessor that has not come by then was acked
+	// by the former owner. 0: never assumed.
+	redeliveredBy time.Duration
 
 	seen     map[string]streamPos // stream key → the last event of the stream handed on (to its lane, or held)
 	checks   chan successorCheck  // answers of the look-ups running
@@ -96,13 +103,14 @@ type successorCheck struct {
 	err   error
 }
 
-func newSuccessors(ctx context.Context, clock clockwork.Clock, log *slog.Logger, book *handBook,
+func newSuccessors(ctx context.Context, clock clockwork.Clock, log *slog.Logger, book *handBook, ackWait time.Duration,
 	cons jetstream.Consumer, filters []string, copyStream func(context.Context) (jetstream.Stream, error)) *successors {
 	sc := &successors{
 		ctx: ctx, clock: clock, log: log, book: book, cons: cons, filters: filters, copyStream: copyStream,
 		seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
 	}
 	sc.lookup = sc.successorSeq
+	sc.redeliveredBy = settledAfter(ackWait)
 	return sc
 }
 
@@ -112,9 +120,27 @@ func newSuccessors(ctx context.Context, clock clockwork.Clock, log *slog.Logger,
 // often.
 const unstickAfter = time.Second
 
+// settledAfter returns how long after a fence passed a stream's first
+// event may stop waiting for a named predecessor that never came: six
+// AckWaits, at least a minute. Every event pending when the fence passed
+// is redelivered within an AckWait of its last delivery, and a former
+// owner, fenced at its lease deadline, sends no InProgress by then; the
+// soak saw one come 3.2 AckWaits late across a consumer leader election.
+// It matters only while the ack floor stays below the predecessor (a
+// parked stream's held events, or an event retried in place, hold the
+// floor down): otherwise the floor passes it first.
+func settledAfter(ackWait time.Duration) time.Duration {
+	if ackWait <= 0 {
+		return 0
+	}
+	return max(6*ackWait, time.Minute)
+}
+
 // fencePassed records the partition consumer's ack floor (a sequence of
 // the partitioned stream) read when the fence passed.
-func (sc *successors) fencePassed(floor uint64) { sc.floor, sc.floorSet = floor, true }
+func (sc *successors) fencePassed(floor uint64) {
+	sc.floor, sc.floorSet, sc.fenceAt = floor, true, sc.clock.Now()
+}
 
 // firstOnTrust reports whether p, the first event of its stream since the
 // partition was taken, may be handed on without asking JetStream: no
@@ -279,11 +305,9 @@ func (sc *successors) answered(c successorCheck) {
 }
 
 // unstick looks at the streams whose waiting events waited unstickAfter
-// or more for a predecessor JetStream named: one acked meanwhile
-// (at or below the consumer's ack floor: a former owner acked it, and a
-// stale copy of its own predecessor reached this one) never comes back, so
-// the stream goes on from it. It returns the streams that go on; the run
-// loop hands their waiting events on.
+// or more for a predecessor JetStream named, and lets go on those whose
+// predecessor was acked (goesOn). It returns the streams that go on; the
+// run loop hands their waiting events on.
 func (sc *successors) unstick() []string {
 	var stuck []string
 	for _, key := range sc.book.waitingSince(sc.clock.Now().Add(-unstickAfter)) {
@@ -300,17 +324,49 @@ func (sc *successors) unstick() []string {
 	if err != nil {
 		return nil
 	}
+	return sc.goesOn(stuck, info)
+}
+
+// goesOn returns the stuck streams whose named predecessor will never
+// come back, and records where each goes on from:
+//   - at or below the consumer's ack floor: a former owner acked it (and
+//     a stale copy of its own predecessor reached this partition); the
+//     stream goes on from the floor;
+//   - above the floor (a parked stream's held events, or an event retried
+//     in place, keep the floor down), once redeliveredBy has passed since
+//     the fence and the consumer has delivered past it: it was acked out
+//     of order by the former owner, as anything pending then would have
+//     come back by now; the stream goes on with its first waiting event.
+//     (The consumer's pending count is no help here: what the pull
+//     buffers unread is pending too.)
+//
+// The others keep waiting, logged.
+func (sc *successors) goesOn(stuck []string, info *jetstream.ConsumerInfo) []string {
+	settled := sc.redeliveredBy > 0 && sc.floorSet && sc.clock.Since(sc.fenceAt) >= sc.redeliveredBy
 	var goOn []string
 	for _, key := range stuck {
 		last := sc.seen[key]
-		if last.next > info.AckFloor.Stream {
+		switch {
+		case last.next <= info.AckFloor.Stream:
+			sc.log.Warn("the event a stream's later events waited for was acked meanwhile; the stream goes on", slog.Uint64("seq", last.next))
+			// Every event of the stream at or below the floor was acked.
+			sc.seen[key] = streamPos{seq: info.AckFloor.Stream}
+		case settled && last.next <= info.Delivered.Stream:
+			head, _ := sc.book.firstWaiting(key)
+			if head == nil {
+				continue
+			}
+			sc.log.Warn("the event a stream's later events waited for was not redelivered since the fence passed: a former owner acked it; the stream goes on",
+				slog.Uint64("seq", last.next), slog.Uint64("ack_floor", info.AckFloor.Stream),
+				slog.Duration("since_fence", sc.clock.Since(sc.fenceAt).Round(time.Second)), slog.String("first_waiting_event_id", eventID(head)))
+			// Everything of the stream below its first waiting event
+			// that is not in hand was acked.
+			sc.seen[key] = streamPos{seq: streamSeq(head) - 1, next: streamSeq(head)}
+		default:
 			sc.log.Warn("a stream's later events still wait for an earlier one to be redelivered", slog.Uint64("seq", last.next),
 				slog.Uint64("ack_floor", info.AckFloor.Stream))
 			continue
 		}
-		sc.log.Warn("the event a stream's later events waited for was acked meanwhile; the stream goes on", slog.Uint64("seq", last.next))
-		// Every event of the stream at or below the floor was acked.
-		sc.seen[key] = streamPos{seq: info.AckFloor.Stream}
 		goOn = append(goOn, key)
 	}
 	return goOn

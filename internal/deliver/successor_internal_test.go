@@ -179,3 +179,46 @@ func TestHandOnTrustsAStreamsFirstEventAtVersionZeroOrRightAfterTheFloor(t *test
 	fresh := testPartition(t, nil)
 	require.True(t, fresh.succ.handOn("ordered.events.0.order.order-3", newFakeMsg("order-3", 7, 150)))
 }
+
+func TestAStreamHeldBelowAStuckFloorGoesOnOnceItsPredecessorWouldHaveComeBack(t *testing.T) {
+	t.Parallel()
+	key := "ordered.events.0.order.order-1"
+	// A parked stream holds the ack floor at 100. The former owner acked
+	// the stream's version 4 (sequence 120) out of order before the take;
+	// version 5 (150) is the stream's first event in the new owner's hand.
+	pt := testPartition(t, map[string]map[uint64]uint64{key: {100: 120}})
+	clock := pt.clock.(*clockwork.FakeClock)
+	pt.succ.redeliveredBy = settledAfter(5 * time.Second)
+	require.Equal(t, time.Minute, pt.succ.redeliveredBy, "six AckWaits, at least a minute")
+	pt.succ.fencePassed(100)
+	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", 5, 150)))
+	pt.succ.answered(nextCheck(t, pt))
+	require.Nil(t, pt.succ.nextWaiting(key), "sequence 120 is named first")
+
+	delivered := &jetstream.ConsumerInfo{AckFloor: jetstream.SequenceInfo{Stream: 100}, Delivered: jetstream.SequenceInfo{Stream: 200}}
+	clock.Advance(30 * time.Second)
+	require.Empty(t, pt.succ.goesOn([]string{key}, delivered), "a pending predecessor may still come back")
+
+	clock.Advance(30 * time.Second)
+	undelivered := &jetstream.ConsumerInfo{AckFloor: jetstream.SequenceInfo{Stream: 100}, Delivered: jetstream.SequenceInfo{Stream: 110}}
+	require.Empty(t, pt.succ.goesOn([]string{key}, undelivered), "the consumer has not delivered the predecessor yet")
+
+	require.Equal(t, []string{key}, pt.succ.goesOn([]string{key}, delivered))
+	m := pt.succ.nextWaiting(key)
+	require.NotNil(t, m, "version 5 goes on")
+	require.Equal(t, uint64(150), streamSeq(m))
+	require.True(t, pt.succ.handOn(key, m))
+	require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", 6, 160)), "and the stream follows its versions again")
+}
+
+func TestAStreamWhosePredecessorFellBelowTheFloorGoesOnAtOnce(t *testing.T) {
+	t.Parallel()
+	key := "ordered.events.0.order.order-1"
+	pt := testPartition(t, map[string]map[uint64]uint64{key: {100: 120}})
+	pt.succ.fencePassed(100)
+	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", 5, 150)))
+	pt.succ.answered(nextCheck(t, pt))
+	info := &jetstream.ConsumerInfo{AckFloor: jetstream.SequenceInfo{Stream: 130}, Delivered: jetstream.SequenceInfo{Stream: 200}}
+	require.Equal(t, []string{key}, pt.succ.goesOn([]string{key}, info))
+	require.Equal(t, uint64(130), pt.succ.seen[key].seq)
+}

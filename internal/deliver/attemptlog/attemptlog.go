@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -111,6 +112,8 @@ type Config struct {
 	// Logger receives write failures (at most one warning a minute).
 	// Default: discard.
 	Logger *slog.Logger
+	// Clock paces the write-failure warnings. Default: the real clock.
+	Clock clockwork.Clock
 	// Registerer receives jsbridge_consumer_attempt_records_dropped_total.
 	// Default nil: not registered.
 	Registerer prometheus.Registerer
@@ -158,6 +161,9 @@ func New(js jetstream.JetStream, cfg Config) (*Log, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	switch {
 	case cfg.MaxAge < 0:
@@ -301,14 +307,18 @@ func (l *Log) Run(ctx context.Context) {
 }
 
 // fail counts a record JetStream did not store and warns, at most once a
-// minute.
+// minute. A store full for a while (JetStream refusing every write for
+// lack of storage) thus drops records under reason "error" and says so
+// once a minute; deliveries go on, and records are written again once
+// space is freed.
 func (l *Log) fail(err error) {
 	l.dropped.WithLabelValues("error").Inc()
 	l.warnMu.Lock()
 	defer l.warnMu.Unlock()
-	if time.Since(l.warnedAt) < time.Minute {
+	now := l.cfg.Clock.Now()
+	if !l.warnedAt.IsZero() && now.Sub(l.warnedAt) < time.Minute {
 		return
 	}
-	l.warnedAt = time.Now()
+	l.warnedAt = now
 	l.cfg.Logger.Warn("attempt record not written; `consumer trace` will miss it", "jetstream_stream", l.cfg.Stream, "error", err)
 }
