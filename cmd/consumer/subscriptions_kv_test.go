@@ -42,11 +42,18 @@ func TestSubscriptionManagedAtRuntimeOnTwoReplicas(t *testing.T) {
 		n++
 		return k.publish(t, n, fmt.Sprintf("order-%d", n%16))
 	}
+	// The first ordered subscription of a deployment creates the
+	// partitioned copy, the lease and park buckets and sixteen partition
+	// consumers first: 0.2-0.4 s here, several seconds under -race on two
+	// busy cores.
+	firstWithin := 5 * time.Second
+	if raceDetector {
+		firstWithin = 30 * time.Second
+	}
 	id := next()
-	require.Eventually(t, func() bool { _, ok := rc.first(id); return ok }, 10*time.Second, 5*time.Millisecond, "first event delivered")
+	require.Eventually(t, func() bool { _, ok := rc.first(id); return ok }, firstWithin, 5*time.Millisecond, "first event delivered within %s", firstWithin)
 	g, _ := rc.first(id)
 	t.Logf("add -> first delivery: %s", g.at.Sub(added).Round(time.Millisecond))
-	require.Less(t, g.at.Sub(added), 5*time.Second)
 
 	// Both replicas share it: keep publishing until each delivered some.
 	require.Eventually(t, func() bool {

@@ -110,7 +110,7 @@ func (k *runtimeKit) replica(t *testing.T, id string) {
 	store, err := consumer.OpenSubscriptionStore(k.ctx, js, consumer.SubscriptionStoreConfig{Keys: ring})
 	require.NoError(t, err)
 	c, err := consumer.New(js, consumer.Config{
-		SubscriptionStore: store, ReplicaID: id, LeaseTTL: time.Second,
+		SubscriptionStore: store, ReplicaID: id, LeaseTTL: 3 * time.Second,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
