@@ -94,8 +94,14 @@ var ErrInvalidConfig = errors.New("invalid consumer config")
 type Config struct {
 	// Subscriptions are the webhook endpoints, each fed by its own durable
 	// pull consumer (see Subscription for their fields and defaults). At
-	// least one; names unique. Required.
+	// least one; names unique. Required, unless SubscriptionStore is set.
 	Subscriptions []Subscription
+	// SubscriptionStore, when set, is where the subscriptions come from
+	// instead of Subscriptions (which must then be empty): the Consumer
+	// watches its bucket while it runs and applies every change within
+	// about a second, without a restart (docs/subscriptions-kv.md). It
+	// needs the keyring the subscriptions were sealed with. Default nil.
+	SubscriptionStore *SubscriptionStore
 	// Breaker configures every endpoint's circuit breaker (one per
 	// endpoint, shared by the subscriptions that POST to it). Zero fields
 	// take breaker's defaults (DefaultBreakerFailures,
@@ -202,8 +208,11 @@ func (c Config) withDefaults() (Config, error) {
 	bad := func(format string, args ...any) (Config, error) {
 		return c, fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
-	if len(c.Subscriptions) == 0 {
-		return bad("Subscriptions: none given (want at least one)")
+	if len(c.Subscriptions) == 0 && c.SubscriptionStore == nil {
+		return bad("Subscriptions: none given (want at least one, or a SubscriptionStore)")
+	}
+	if len(c.Subscriptions) > 0 && c.SubscriptionStore != nil {
+		return bad("Subscriptions: %d given with a SubscriptionStore (give one source)", len(c.Subscriptions))
 	}
 	names := make(map[string]int, len(c.Subscriptions))
 	for i, s := range c.Subscriptions {

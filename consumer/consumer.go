@@ -53,7 +53,11 @@ type Consumer struct {
 	dlq      *deadletter.DLQ
 	letters  *DeadLetters
 	attempts *attemptlog.Log // nil without Config.Attempts
-	engine   *deliver.Consumer
+	engine   engine
+	// fleet is the engine when the subscriptions come from
+	// Config.SubscriptionStore (nil otherwise): watch applies the
+	// bucket's changes to it.
+	fleet *deliver.Fleet
 
 	life *lifecycle.Runner // Start / Run / Stop, as bridge's
 
@@ -102,11 +106,29 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		}
 		ecfg.Attempts = c.attempts
 	}
-	c.engine, err = deliver.New(js, ecfg, engineSubscriptions(cfg.Subscriptions)...)
-	if err != nil {
+	if cfg.SubscriptionStore != nil {
+		if cfg.SubscriptionStore.s == nil {
+			return nil, fmt.Errorf("%w: SubscriptionStore: not opened (make it with OpenSubscriptionStore)", ErrInvalidConfig)
+		}
+		if c.fleet, err = deliver.NewFleet(js, ecfg); err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
+		}
+		c.engine = c.fleet
+		return c, nil
+	}
+	if c.engine, err = deliver.New(js, ecfg, engineSubscriptions(cfg.Subscriptions)...); err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	return c, nil
+}
+
+// engine is what a Consumer runs: the fixed subscriptions of
+// Config.Subscriptions (a deliver.Consumer) or the changing ones of
+// Config.SubscriptionStore (a deliver.Fleet).
+type engine interface {
+	Provision(ctx context.Context) error
+	Run(ctx context.Context) error
+	Replay(ctx context.Context, q *deadletter.DLQ, letters []deadletter.Stored) []deliver.ReplayResult
 }
 
 // Config returns the consumer's configuration with its defaults filled in
@@ -231,6 +253,12 @@ func (c *Consumer) deliver(ctx context.Context) error {
 		go func() { defer close(done); c.attempts.Run(lctx) }()
 		defer func() { stop(); <-done }()
 	}
+	if c.fleet != nil {
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); c.watch(wctx) }()
+		defer func() { stop(); <-done }()
+	}
 	return c.engine.Run(ctx)
 }
 
@@ -310,7 +338,11 @@ func (c *Consumer) Replay(ctx context.Context, letters []DeadLetter) []ReplayRes
 // with the result so far). It needs no Start (docs/operations.md,
 // "Replay a time window").
 func (c *Consumer) ReplayWindow(ctx context.Context, subscription string, w Window) (WindowResult, error) {
-	return replayWindow(ctx, c.engine, subscription, w)
+	e, err := c.windowEngine(subscription)
+	if err != nil {
+		return WindowResult{Subscription: subscription}, err
+	}
+	return replayWindow(ctx, e, subscription, w)
 }
 
 // Errors of ordered delivery's start-up; Provision (and Start) wrap them

@@ -126,19 +126,25 @@ func (d *duration) UnmarshalYAML(n *yaml.Node) error {
 // secrets and header values read from the environment and files, and the
 // breaker settings (zero fields: breaker defaults).
 func loadSubscriptions(path string) ([]consumer.Subscription, breaker.Settings, error) {
-	var bs breaker.Settings
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, bs, fmt.Errorf("--config: %w", err)
+		return nil, breaker.Settings{}, fmt.Errorf("--config: %w", err)
 	}
+	return parseSubscriptions(raw, "--config "+path)
+}
+
+// parseSubscriptions reads a subscriptions file's content raw, named where
+// in errors ("--config <path>"), as loadSubscriptions does.
+func parseSubscriptions(raw []byte, where string) ([]consumer.Subscription, breaker.Settings, error) {
+	var bs breaker.Settings
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	var fc fileConfig
 	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, bs, fmt.Errorf("--config %s: %w", path, err)
+		return nil, bs, fmt.Errorf("%s: %w", where, err)
 	}
 	if len(fc.Subscriptions) == 0 {
-		return nil, bs, fmt.Errorf("--config %s: no subscriptions", path)
+		return nil, bs, fmt.Errorf("%s: no subscriptions", where)
 	}
 	bs = breaker.Settings{
 		ConsecutiveFailures: fc.Breaker.ConsecutiveFailures, FailureRatio: fc.Breaker.FailureRatio,
@@ -147,7 +153,7 @@ func loadSubscriptions(path string) ([]consumer.Subscription, breaker.Settings, 
 	}
 	subs := make([]consumer.Subscription, 0, len(fc.Subscriptions))
 	for i, fs := range fc.Subscriptions {
-		where := fmt.Sprintf("--config %s: subscriptions[%d] (%q)", path, i, fs.Name)
+		where := fmt.Sprintf("%s: subscriptions[%d] (%q)", where, i, fs.Name)
 		var secrets []string
 		for _, env := range fs.SecretsEnv {
 			v := os.Getenv(env)
@@ -191,7 +197,7 @@ func loadSubscriptions(path string) ([]consumer.Subscription, breaker.Settings, 
 			Start: fs.Start.Start,
 		}
 		if timeout, ackWait := cmp.Or(time.Duration(fs.Timeout), consumer.DefaultTimeout), cmp.Or(time.Duration(fs.AckWait), consumer.DefaultAckWait); 2*timeout >= ackWait {
-			return nil, bs, fmt.Errorf("--config %s: subscriptions[%d].timeout %s must be below half of ack_wait %s", path, i, timeout, ackWait)
+			return nil, bs, fmt.Errorf("%s: subscriptions[%d].timeout %s must be below half of ack_wait %s", where, i, timeout, ackWait)
 		}
 		for _, b := range fs.BackOff {
 			sub.BackOff = append(sub.BackOff, time.Duration(b))

@@ -3,7 +3,8 @@
 // Idempotency-Key, retries with backoff and a circuit breaker per endpoint.
 //
 // Subcommands: run, status, trace, secret, replay, dlq list, dlq replay,
-// dlq skip, dlq purge, version, probe. See --help.
+// dlq skip, dlq purge, subscriptions (add, update, get, list, delete, pause,
+// resume, import, export, keygen, reseal), version, probe. See --help.
 package main
 
 import (
@@ -29,6 +30,9 @@ type cli struct {
 	Trace   traceCmd       `cmd:"" help:"Show every delivery attempt of one event per subscription (time, replica, status, latency, error), its message on the events stream and its dead letters."`
 	Version ops.VersionCmd `cmd:"" help:"Print the version, commit and build date of this binary."`
 	Probe   ops.ProbeCmd   `cmd:"" help:"GET a URL (the ops port's /readyz) and exit 0 on 2xx, 1 otherwise: a health check for the image, which has no shell."`
+
+	// Subscriptions manages the subscriptions bucket (subscriptions.go).
+	Subscriptions subscriptionsCmd `cmd:"" help:"Manage the subscriptions kept in a JetStream key-value bucket, which replicas run with --subscriptions-from kv apply without a restart: add, update, get, list, delete, pause, resume, import, export, keygen, reseal."`
 
 	ShowVersion ops.VersionFlag `name:"version" help:"Print the version and exit."`
 }

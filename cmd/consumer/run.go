@@ -140,6 +140,7 @@ type orderingFlags struct {
 type runCmd struct {
 	subscriptionFlags `embed:""`
 	orderingFlags     `embed:""`
+	kvFlags           `embed:""` // run_kv.go
 
 	StreamReplicas int           `name:"stream-replicas" env:"JSBRIDGE_STREAM_REPLICAS" default:"1" help:"JetStream storage replica count (R) of the DLQ and attempts streams and the durable consumers when the consumer creates them, not a count of consumer processes: 1 on a standalone server, 3 on a cluster (at most the events stream's); existing ones keep their own, with a warning (default: ${default})."`
 	StartupTimeout time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when NATS, the JetStream stream, the DLQ stream or the durable consumers are not available within this time; 0 waits forever (default: ${default})."`
@@ -169,7 +170,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("--stream-replicas (JSBRIDGE_STREAM_REPLICAS) %d: want 1 or more", r.StreamReplicas)
 	}
 	opsSrv := ops.NewServer()
-	cfg, err := r.config(g, log, opsSrv.Registry, r.StreamReplicas, r.StartupTimeout)
+	cfg, err := r.runConfig(g, log, opsSrv.Registry)
 	if err != nil {
 		return err
 	}
@@ -183,6 +184,9 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	names := make([]string, len(cfg.Subscriptions))
 	for i, s := range cfg.Subscriptions {
 		names[i] = s.Name
+	}
+	if cfg.SubscriptionStore != nil {
+		names = []string{"kv bucket " + r.Bucket}
 	}
 
 	// The ops port comes first: /healthz answers and /readyz says what is
@@ -246,6 +250,9 @@ func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn 
 		log.Warn(warning, "replicas", r.StreamReplicas)
 	}
 	cfg.TracerProvider, cfg.Attempts = r.obs.tracerProvider, r.obs.attempts
+	if err := r.openKV(ctx, w, js, &cfg); err != nil {
+		return nc, nil, err
+	}
 	c, err := consumer.New(js, cfg)
 	if err != nil {
 		return nc, nil, err

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -32,8 +33,11 @@ import (
 // span and record, and counts the outcome. The unordered runner and the
 // ordered partitions share it.
 type sender struct {
-	sub      Subscription
-	signer   *webhook.Signer
+	sub Subscription
+	// signer signs every request; swapped whole when the subscription's
+	// secrets change at runtime (Fleet), so the next attempt signs with
+	// the new ones.
+	signer   atomic.Pointer[webhook.Signer]
 	client   *http.Client
 	br       *breaker.Breaker
 	endpoint string
@@ -238,7 +242,7 @@ func (r *sender) post(ctx context.Context, inProgress func() error, id string, b
 	// through the lease check.
 	req.GetBody = nil
 	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(hdr)) // traceparent: the attempt's span
-	r.signer.Sign(hdr, id, time.Now(), body)
+	r.signer.Load().Sign(hdr, id, time.Now(), body)
 
 	start := time.Now()
 	resp, err := r.client.Do(req)

@@ -223,26 +223,27 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 		if err != nil {
 			return nil, fmt.Errorf("deliver: new consumer: %w", err)
 		}
+		snd := &sender{
+			sub:      s,
+			client:   client,
+			br:       cfg.Breakers.Breaker(s.URL),
+			endpoint: endpoint,
+			log:      cfg.Logger.With(slog.String("subscription", s.Name), slog.String("endpoint", endpoint)),
+			static:   staticHeaders(s.Headers, cfg.UserAgent),
+			tracer:   tracing.Tracer(cfg.TracerProvider),
+			spanName: spanName(s.Name),
+			clock:    cfg.Clock,
+			metrics:  c.metrics,
+			attempts: cfg.Attempts,
+			duration: c.metrics.duration.WithLabelValues(s.Name),
+			acked2xx: sync.OnceValue(func() prometheus.Counter {
+				return c.metrics.deliveries.WithLabelValues(s.Name, OutcomeAck, "2xx")
+			}),
+		}
+		snd.signer.Store(signer)
 		c.runners = append(c.runners, &runner{
-			sender: &sender{
-				sub:      s,
-				signer:   signer,
-				client:   client,
-				br:       cfg.Breakers.Breaker(s.URL),
-				endpoint: endpoint,
-				log:      cfg.Logger.With(slog.String("subscription", s.Name), slog.String("endpoint", endpoint)),
-				static:   staticHeaders(s.Headers, cfg.UserAgent),
-				tracer:   tracing.Tracer(cfg.TracerProvider),
-				spanName: spanName(s.Name),
-				clock:    cfg.Clock,
-				metrics:  c.metrics,
-				attempts: cfg.Attempts,
-				duration: c.metrics.duration.WithLabelValues(s.Name),
-				acked2xx: sync.OnceValue(func() prometheus.Counter {
-					return c.metrics.deliveries.WithLabelValues(s.Name, OutcomeAck, "2xx")
-				}),
-			},
-			js: js, stream: cfg.Stream, replicas: cfg.Replicas, replicaID: cfg.ReplicaID, deadLetters: cfg.DeadLetters,
+			sender: snd,
+			js:     js, stream: cfg.Stream, replicas: cfg.Replicas, replicaID: cfg.ReplicaID, deadLetters: cfg.DeadLetters,
 			inFlight:     c.metrics.inFlight.WithLabelValues(s.Name),
 			redeliveries: c.metrics.redeliveries.WithLabelValues(s.Name),
 		})

@@ -63,5 +63,7 @@ func WireVars() kong.Vars {
 
 		"attempts_stream": wire.DefaultAttemptsStream,
 		"attempts_prefix": wire.DefaultAttemptsPrefix,
+
+		"subscriptions_bucket": wire.DefaultSubscriptionsBucket,
 	}
 }

@@ -1,0 +1,157 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subkv"
+)
+
+// watch applies the changes of Config.SubscriptionStore's bucket to the
+// fleet until ctx ends: a subscription put and not paused runs (started,
+// updated in place or restarted, deliver.Fleet.Put), a paused one stops
+// with its position kept, a deleted one stops and its durable consumers
+// are deleted. Changes of one subscription are applied in order, the
+// latest winning when several arrived while one was applied; changes of
+// different subscriptions are applied at once, so one slow to stop (its
+// in-flight deliveries finish first) holds up no other. A document this
+// replica cannot read (sealed with a key it does not hold, a later layout)
+// is logged at error level and what ran for it keeps running. A failed
+// watch is retried with backoff; each new watch replays the bucket, and
+// subscriptions running here that it no longer holds (deleted meanwhile)
+// are removed.
+func (c *Consumer) watch(ctx context.Context) {
+	store := c.cfg.SubscriptionStore.s
+	log := c.cfg.Logger
+	a := &applier{fleet: c.fleet, log: log, pending: map[string]subkv.Change{}, busy: map[string]bool{}}
+	defer a.wg.Wait()
+	var pause backoff.Backoff
+	for ctx.Err() == nil {
+		seen := map[string]bool{}
+		began := time.Now()
+		err := store.Watch(ctx, func(ch subkv.Change) {
+			if ch.Name == "" { // the end of the initial replay
+				for _, name := range c.fleet.Names() {
+					if !seen[name] {
+						a.submit(ctx, subkv.Change{Name: name, Deleted: true})
+					}
+				}
+				return
+			}
+			if ch.Initial {
+				seen[ch.Name] = true
+			}
+			a.submit(ctx, ch)
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) > backoff.DefaultMax {
+			pause.Reset()
+		}
+		d := pause.Next()
+		log.Warn("watching the subscriptions bucket failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+}
+
+// applier applies the bucket's changes to the fleet, one goroutine per
+// subscription with changes pending: each change is the whole new state
+// (a document, or deleted), so only the latest pending one matters.
+type applier struct {
+	fleet *deliver.Fleet
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	pending map[string]subkv.Change // the latest change not applied yet
+	busy    map[string]bool         // a goroutine applies this name's changes
+	wg      sync.WaitGroup
+}
+
+// submit queues ch and starts its subscription's goroutine unless it runs.
+func (a *applier) submit(ctx context.Context, ch subkv.Change) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pending[ch.Name] = ch
+	if a.busy[ch.Name] {
+		return
+	}
+	name := ch.Name
+	a.busy[name] = true
+	a.wg.Go(func() {
+		for {
+			a.mu.Lock()
+			ch, ok := a.pending[name]
+			delete(a.pending, name)
+			if !ok {
+				delete(a.busy, name)
+			}
+			a.mu.Unlock()
+			if !ok {
+				return
+			}
+			a.apply(ctx, ch)
+		}
+	})
+}
+
+// apply applies one change.
+func (a *applier) apply(ctx context.Context, ch subkv.Change) {
+	l := a.log.With(slog.String("subscription", ch.Name))
+	switch {
+	case ch.Deleted && ch.Initial && !slices.Contains(a.fleet.Names(), ch.Name):
+		// Deleted before this watch began, and not running here.
+	case ch.Deleted:
+		a.remove(ctx, l, ch.Name)
+	case ch.Err != nil:
+		l.Error("subscription in the bucket cannot be read: what runs for it keeps running", slog.Any("error", ch.Err))
+	case ch.Entry.Paused:
+		a.fleet.Pause(ch.Name)
+	default:
+		s := subscriptionFromEngine(ch.Entry.Subscription)
+		if err := s.Validate(); err != nil {
+			l.Error("subscription in the bucket is invalid here: what runs for it keeps running", slog.Any("error", err))
+			return
+		}
+		if err := a.fleet.Put(s.engine()); err != nil {
+			l.Error("subscription cannot start: what runs for it keeps running", slog.Any("error", err))
+		}
+	}
+}
+
+// removeTimeout bounds the deletion of a removed subscription's durable
+// consumers.
+const removeTimeout = 15 * time.Second
+
+// remove stops the subscription name and deletes its durable consumers.
+func (a *applier) remove(ctx context.Context, log *slog.Logger, name string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	if err := a.fleet.Remove(rctx, name); err != nil && !errors.Is(err, context.Canceled) {
+		log.Warn("deleting a removed subscription's durable consumers failed; delete them with nats consumer rm", slog.Any("error", err))
+	}
+}
+
+// windowEngine is the engine ReplayWindow replays subscription with: the
+// Consumer's own, or with Config.SubscriptionStore the unit of that
+// subscription, which must run on this replica (ErrUnknownSubscription
+// otherwise: unknown, paused or deleted).
+func (c *Consumer) windowEngine(subscription string) (*deliver.Consumer, error) {
+	if c.fleet == nil {
+		return c.engine.(*deliver.Consumer), nil
+	}
+	if e := c.fleet.Consumer(subscription); e != nil {
+		return e, nil
+	}
+	return nil, fmt.Errorf("consumer: replay: %w: %q does not run here (unknown, paused or deleted)", ErrUnknownSubscription, subscription)
+}
