@@ -33,6 +33,11 @@ import (
 // its probes are already taken. A rejected call is not an endpoint failure.
 var ErrOpen = errors.New("circuit breaker open")
 
+// ErrExcluded, wrapped by the error of the function Breaker.Execute runs,
+// keeps the call out of the counts: neither a success nor a failure (an
+// endpoint asking to slow down says nothing about whether it is up).
+var ErrExcluded = errors.New("not counted by the circuit breaker")
+
 // ErrInvalidConfig is wrapped by NewSet when a Settings field is out of
 // range; the message names the field and the value.
 var ErrInvalidConfig = errors.New("invalid breaker settings")
@@ -245,10 +250,11 @@ func Endpoint(rawURL string) string {
 	return clean.String()
 }
 
-// isExcluded keeps cancelled calls out of the counts: a consumer shutting
-// down says nothing about the endpoint.
+// isExcluded keeps cancelled calls out of the counts (a consumer shutting
+// down says nothing about the endpoint), and calls failing with
+// ErrExcluded.
 func isExcluded(err error) bool {
-	return errors.Is(err, context.Canceled)
+	return errors.Is(err, context.Canceled) || errors.Is(err, ErrExcluded)
 }
 
 // Breaker is the circuit breaker of one endpoint. It is safe for concurrent
@@ -269,7 +275,7 @@ func (b *Breaker) Endpoint() string { return b.name }
 
 // Execute runs fn unless the breaker rejects it, and counts fn's result: a
 // nil error is a success, an error wrapping context.Canceled is neither,
-// any other error is a failure. When the breaker rejects the call, fn does
+// an error wrapping ErrExcluded neither, any other error is a failure. When the breaker rejects the call, fn does
 // not run and Execute returns an error wrapping ErrOpen (and gobreaker's
 // ErrOpenState or ErrTooManyRequests). Otherwise it returns fn's error.
 func (b *Breaker) Execute(fn func() error) error {

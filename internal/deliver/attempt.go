@@ -45,6 +45,10 @@ type sender struct {
 	tracer   trace.Tracer
 	spanName string
 	clock    clockwork.Clock
+	// health is the subscriptions' disabled state (nil: always enabled);
+	// throttle the subscription's rate limit (nil: none).
+	health   *health
+	throttle *throttle
 	metrics  *metrics
 	attempts attemptlog.Recorder // nil: no records
 	duration prometheus.Observer
@@ -75,6 +79,14 @@ const (
 	// partition stops (released; nothing acked, nothing dead-lettered);
 	// an unordered settler, whose webhooks carry no epoch, waits.
 	actStale
+	// actThrottle: the endpoint asked to slow down (verdictThrottle): the
+	// throttle was cut; try again in place after delay (Retry-After, the
+	// throttle waits for it too); no attempt spent, never dead-lettered.
+	actThrottle
+	// actDisable: 410 Gone: the subscription is disabled (health.go); the
+	// event waits in place until it is enabled; no attempt spent, nothing
+	// dead-lettered.
+	actDisable
 )
 
 // OrderWaitDelay is the delay before an event refused by a receiver's
@@ -111,6 +123,10 @@ func settlementOf(resp response, attempt, maxDeliver int, backOff []time.Duratio
 		return settlement{act: actWait, outcome: OutcomeRetry, class: class, reason: resp.reason(), delay: orderWait(resp.retryAfter)}
 	case verdictStaleEpoch:
 		return settlement{act: actStale, outcome: OutcomeStaleEpoch, class: class, reason: resp.reason(), delay: orderWait(resp.retryAfter)}
+	case verdictThrottle:
+		return settlement{act: actThrottle, outcome: OutcomeThrottled, class: class, reason: resp.reason(), delay: max(resp.retryAfter, 0)}
+	case verdictGone:
+		return settlement{act: actDisable, outcome: OutcomeDisabled, class: class, reason: resp.reason()}
 	}
 	if maxDeliver > 0 && attempt >= maxDeliver {
 		return settlement{act: actDeadLetter, outcome: OutcomeExhausted, class: class,
@@ -182,7 +198,49 @@ func (r *sender) send(ctx context.Context, at *attemptState, inProgress func() e
 		at.answered(resp)
 		return resp.breakerErr()
 	})
-	return resp, errors.Is(err, breaker.ErrOpen)
+	if errors.Is(err, breaker.ErrOpen) {
+		return resp, true
+	}
+	r.answered(resp)
+	return resp, false
+}
+
+// answered feeds an answer to the throttle (a 429 or 503 cuts the rate)
+// and to the subscription's health: a 410 disables it at once, a failure
+// streak past HealthConfig.DisableAfter disables it, a 2xx ends the
+// streak.
+func (r *sender) answered(resp response) {
+	r.throttle.observe(resp)
+	switch resp.verdict() {
+	case verdictAck:
+		r.health.succeeded(r.sub.Name)
+	case verdictGone:
+		r.health.disable(context.Background(), r.disabledRecord(ReasonGone, resp))
+	case verdictRetry:
+		if r.health.failed(r.sub.Name) {
+			r.health.disable(context.Background(), r.disabledRecord(ReasonFailing, resp))
+		}
+	}
+}
+
+// disabledRecord is the record of disabling the subscription for reason
+// after resp.
+func (r *sender) disabledRecord(reason string, resp response) DisabledRecord {
+	return DisabledRecord{Subscription: r.sub.Name, Endpoint: r.endpoint, Reason: reason, Status: resp.status, LastError: resp.reason()}
+}
+
+// gate waits until the subscription may POST: while it is disabled, and
+// for its throttle (rate, Retry-After). hold, called only when it must
+// wait, keeps the message in hand from redelivery until the returned
+// stop. It returns ctx's error if ctx ends first.
+func (r *sender) gate(ctx context.Context, hold func() (stop func())) error {
+	if r.health.isDisabled(r.sub.Name) || r.throttle.holding() {
+		defer hold()()
+		if err := r.health.waitEnabled(ctx, r.sub.Name); err != nil {
+			return err
+		}
+	}
+	return r.throttle.wait(ctx)
 }
 
 // count counts one attempt's outcome in

@@ -101,7 +101,15 @@ type Config struct {
 	// wall clock; tests pass a clockwork fake. Not part of the consumer's
 	// public Config.
 	Clock clockwork.Clock
+	// Health configures automatic disabling (410 Gone, sustained failure)
+	// and its operational webhook (health.go). Zero fields take their
+	// defaults.
+	Health HealthConfig
 }
+
+// healthLoadTimeout bounds Run's first read of the disabled
+// subscriptions; past it Run starts with this replica's own state.
+const healthLoadTimeout = 5 * time.Second
 
 // Ordered delivery defaults.
 const (
@@ -119,6 +127,10 @@ type Consumer struct {
 	runners   []*runner
 	// ord is the ordered subscriptions' shared state (nil without any).
 	ord *ordering
+	// health is the subscriptions' disabled state; notify announces a
+	// disable.
+	health *health
+	notify *notifier
 }
 
 // runner is one subscription's pull loop.
@@ -196,6 +208,16 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 		metrics:   m,
 		userAgent: cfg.UserAgent,
 	}
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.Name
+	}
+	if c.notify, err = newNotifier(js, cfg.Health, cfg.Replicas, cfg.Logger, open); err != nil {
+		return nil, fmt.Errorf("deliver: new consumer: %w", err)
+	}
+	if c.health, err = newHealth(js, cfg.Health, cfg.Clock, cfg.Logger, cfg.ReplicaID, cfg.Registerer, c.notify, names); err != nil {
+		return nil, fmt.Errorf("deliver: new consumer: %w", err)
+	}
 	seen := make(map[string]bool, len(subs))
 	for _, s := range subs {
 		if err := s.Validate(); err != nil {
@@ -227,6 +249,8 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 				tracer:   tracing.Tracer(cfg.TracerProvider),
 				spanName: spanName(s.Name),
 				clock:    cfg.Clock,
+				health:   c.health,
+				throttle: newThrottle(cfg.Clock, s.RateLimit),
 				metrics:  c.metrics,
 				attempts: cfg.Attempts,
 				duration: c.metrics.duration.WithLabelValues(s.Name),
@@ -327,7 +351,12 @@ func (c *Consumer) Provision(ctx context.Context) error {
 // are logged at warn level and retried after a pause growing from 0.5 s to
 // 15 s (±20 %), for each subscription on its own. Call Run once.
 func (c *Consumer) Run(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, healthLoadTimeout)
+	c.health.load(lctx, c.cfg.Replicas)
+	cancel()
+	defer c.notify.wait()
 	var wg sync.WaitGroup
+	wg.Go(func() { c.health.run(ctx, c.cfg.Replicas) })
 	if c.ord != nil {
 		wg.Go(func() { c.ord.run(ctx) })
 	}
