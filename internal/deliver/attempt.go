@@ -190,8 +190,9 @@ func (r *sender) request(msg jetstream.Msg, id, replica string) ([]byte, http.He
 // records what happened on at (the attempt's span and record). refused is
 // true when the breaker let nothing through (open, or a half-open probe
 // already running); resp is then the zero response. inProgress, when not
-// nil, is called every AckWait/2 while the POST runs.
-func (r *sender) send(ctx context.Context, at *attemptState, inProgress func() error, id string, body []byte, hdr http.Header) (resp response, refused bool) {
+// nil, is called every AckWait/2 while the POST runs. gen is what gate
+// returned.
+func (r *sender) send(ctx context.Context, at *attemptState, inProgress func() error, gen uint64, id string, body []byte, hdr http.Header) (resp response, refused bool) {
 	at.sending()
 	err := r.br.Execute(func() error {
 		resp = r.post(ctx, inProgress, id, body, hdr)
@@ -201,16 +202,17 @@ func (r *sender) send(ctx context.Context, at *attemptState, inProgress func() e
 	if errors.Is(err, breaker.ErrOpen) {
 		return resp, true
 	}
-	r.answered(resp)
+	r.answered(resp, gen)
 	return resp, false
 }
 
-// answered feeds an answer to the throttle (a 429 or 503 cuts the rate)
+// answered feeds an answer to the throttle (a 429 or 503 cuts the rate;
+// gen is the throttle's generation when the request was sent)
 // and to the subscription's health: a 410 disables it at once, a failure
 // streak past HealthConfig.DisableAfter disables it, a 2xx ends the
 // streak.
-func (r *sender) answered(resp response) {
-	r.throttle.observe(resp)
+func (r *sender) answered(resp response, gen uint64) {
+	r.throttle.observe(resp, gen)
 	switch resp.verdict() {
 	case verdictAck:
 		r.health.succeeded(r.sub.Name)
@@ -232,12 +234,13 @@ func (r *sender) disabledRecord(reason string, resp response) DisabledRecord {
 // gate waits until the subscription may POST: while it is disabled, and
 // for its throttle (rate, Retry-After). hold, called only when it must
 // wait, keeps the message in hand from redelivery until the returned
-// stop. It returns ctx's error if ctx ends first.
-func (r *sender) gate(ctx context.Context, hold func() (stop func())) error {
+// stop. It returns the throttle's generation for send, or ctx's error
+// if ctx ends first.
+func (r *sender) gate(ctx context.Context, hold func() (stop func())) (uint64, error) {
 	if r.health.isDisabled(r.sub.Name) || r.throttle.holding() {
 		defer hold()()
 		if err := r.health.waitEnabled(ctx, r.sub.Name); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	return r.throttle.wait(ctx)

@@ -98,7 +98,8 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			hl.forgetAttempts(id, recorded)
 			return
 		}
-		if r.gate(hl.ctx, noHold) != nil || r.br.Wait(hl.ctx) != nil {
+		gen, err := r.gate(hl.ctx, noHold)
+		if err != nil || r.br.Wait(hl.ctx) != nil {
 			continue // released: Nak'd above
 		}
 		select {
@@ -111,7 +112,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			continue // waitLease again
 		}
 		actx, at := r.startAttempt(ctx, em, id, attempt)
-		resp, refused := r.send(actx, at, nil, id, body, hdr)
+		resp, refused := r.send(actx, at, nil, gen, id, body, hdr)
 		<-hl.slots
 		if refused {
 			// Another lane's probe won; wait for the breaker again.

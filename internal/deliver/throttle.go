@@ -34,9 +34,6 @@ const (
 	// throttleLift is how long without a cut lifts the cut (back to the
 	// subscription's RateLimit, or no limit).
 	throttleLift = time.Minute
-	// throttleCutEvery is the least time between two cuts: the answers of
-	// requests already in flight at a cut do not cut again.
-	throttleCutEvery = time.Second
 )
 
 // throttle is one subscription's rate limiter with AIMD and Retry-After.
@@ -52,6 +49,7 @@ type throttle struct {
 	lastCut time.Time
 	lastInc time.Time
 	paused  time.Time // no POST before (Retry-After)
+	gen     uint64    // cuts so far
 	// sent and accepted count this second's POSTs and 2xx answers; prev*
 	// the last second's.
 	second                 time.Time
@@ -80,14 +78,16 @@ func (t *throttle) holding() bool {
 }
 
 // wait blocks until a POST may go: after any Retry-After pause and within
-// the rate. It returns ctx's error if ctx ends first.
-func (t *throttle) wait(ctx context.Context) error {
+// the rate. It returns the generation to hand to observe with the answer,
+// or ctx's error if ctx ends first. A wait that a cut overtook waits again
+// at the cut rate.
+func (t *throttle) wait(ctx context.Context) (uint64, error) {
 	if t == nil {
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 	for {
 		if err := ctx.Err(); err != nil {
-			return err
+			return 0, err
 		}
 		t.mu.Lock()
 		now := t.clock.Now()
@@ -98,20 +98,30 @@ func (t *throttle) wait(ctx context.Context) error {
 			continue
 		}
 		t.grow(now)
-		res := t.lim.ReserveN(now, 1)
-		d := res.DelayFrom(now)
+		gen := t.gen
+		d := t.lim.ReserveN(now, 1).DelayFrom(now)
 		t.count(now, true, false)
 		t.mu.Unlock()
+		if d <= 0 {
+			return gen, nil
+		}
 		sleep(ctx, t.clock, d)
-		return ctx.Err()
+		t.mu.Lock()
+		cut := t.gen != gen
+		t.mu.Unlock()
+		if !cut {
+			return gen, ctx.Err()
+		}
 	}
 }
 
 // observe takes an answer into account: a 2xx counts as accepted; a
 // throttling answer (verdictThrottle: 429, or 503 with Retry-After) cuts
 // the rate and its Retry-After pauses the subscription. It reports
-// whether the answer was a throttling one.
-func (t *throttle) observe(resp response) bool {
+// whether the answer was a throttling one. gen is generation's value
+// when the request was sent: an answer to a request sent before the last
+// cut cuts no more (one cut per round, as TCP's congestion control).
+func (t *throttle) observe(resp response, gen uint64) bool {
 	if t == nil {
 		return false
 	}
@@ -131,22 +141,29 @@ func (t *throttle) observe(resp response) bool {
 			t.paused = until
 		}
 	}
-	if !t.lastCut.IsZero() && now.Sub(t.lastCut) < throttleCutEvery {
+	if gen != t.gen {
+		// Sent before the last cut: that cut already answered it.
 		return true
 	}
 	t.count(now, false, false)
 	base := t.cur
 	if base == rate.Inf {
-		base = rate.Limit(max(t.sent, t.prevSent))
-	}
-	if acc := rate.Limit(max(t.accepted, t.prevAccepted)); acc > 0 && acc < base {
-		base = acc
-	} else if acc == 0 {
-		base /= 2
+		// The first cut: from the rate the endpoint accepted, or half
+		// the rate sent when it accepted none.
+		base = rate.Limit(max(t.accepted, t.prevAccepted))
+		if base == 0 {
+			base = rate.Limit(max(t.sent, t.prevSent)) / 2
+		}
 	}
 	next := max(base*throttleDecrease, throttleMinRate)
-	t.setRate(now, min(next, t.ceiling))
+	// A new limiter: the waits reserved at the old rate are
+	t.cur = min(next, t.ceiling)
+	// void (wait reserves again when it sees the cut), and the next POST
+	// goes one interval of the new rate after the cut.
+	t.lim = rate.NewLimiter(t.cur, 1)
+	t.lim.ReserveN(now, 1)
 	t.atCut, t.lastCut, t.lastInc = t.cur, now, now
+	t.gen++
 	return true
 }
 

@@ -27,11 +27,12 @@ func (r *runner) handle(ctx, rctx context.Context, msg jetstream.Msg) {
 	}
 	hold := func() func() { return r.keepAlive(id, msg.InProgress) }
 	for {
-		if err := r.gate(rctx, hold); err != nil {
+		gen, err := r.gate(rctx, hold)
+		if err != nil {
 			nak(r.log.With(slog.String("event_id", id)), msg, 0)
 			return
 		}
-		if !r.attemptOnce(ctx, msg, id, attempt) {
+		if !r.attemptOnce(ctx, msg, id, attempt, gen) {
 			return
 		}
 	}
@@ -39,8 +40,8 @@ func (r *runner) handle(ctx, rctx context.Context, msg jetstream.Msg) {
 
 // attemptOnce makes one attempt of msg and settles it; it reports whether
 // the message stays in hand for another attempt (throttled, or the
-// subscription disabled), which spends no attempt.
-func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, attempt int) (again bool) {
+// subscription disabled), which spends no attempt. gen is gate's.
+func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, attempt int, gen uint64) (again bool) {
 	ctx, at := r.startAttempt(ctx, msg, id, attempt)
 	defer r.endAttempt(at)
 	// The logger with this delivery's attributes is built only when
@@ -55,7 +56,7 @@ func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, 
 		r.giveUp(ctx, log(), msg, deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
 		return false
 	}
-	resp, refused := r.send(ctx, at, msg.InProgress, id, body, hdr)
+	resp, refused := r.send(ctx, at, msg.InProgress, gen, id, body, hdr)
 	if refused {
 		at.decide(OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
 		delay := r.br.OpenTimeout()
