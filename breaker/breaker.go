@@ -430,7 +430,7 @@ func (b *Breaker) Wait(ctx context.Context) error {
 		var wait time.Duration
 		if b.sh != nil {
 			if st, ok := b.sh.state(time.Now()); ok {
-				if st == HalfOpen && b.sh.claim() {
+				if st == HalfOpen && b.sh.free() && b.sh.claim() {
 					return nil
 				}
 				wait = max(time.Until(b.sh.until()), probePoll) + time.Millisecond

@@ -127,6 +127,13 @@ func (s *shared) claim() bool {
 	return s.swap(next, rev) == nil
 }
 
+// free reports whether this process has a probe slot free.
+func (s *shared) free() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.probing < s.probes
+}
+
 // begin takes one of this process's probe slots; end gives it back.
 func (s *shared) begin() bool {
 	s.mu.Lock()

@@ -101,6 +101,12 @@ type Config struct {
 	// wall clock; tests pass a clockwork fake. Not part of the consumer's
 	// public Config.
 	Clock clockwork.Clock
+	// LocalBreakers keeps the circuit breakers to this replica. Default
+	// false: the endpoints' breakers are shared with the other replicas
+	// through the health bucket (breakerstore.go), so one replica probes
+	// an endpoint that is down while the others wait. Breakers must not
+	// have been used before New when shared.
+	LocalBreakers bool
 	// Health configures automatic disabling (410 Gone, sustained failure)
 	// and its operational webhook (health.go). Zero fields take their
 	// defaults.
@@ -217,6 +223,10 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	}
 	if c.health, err = newHealth(js, cfg.Health, cfg.Clock, cfg.Logger, cfg.ReplicaID, cfg.Registerer, c.notify, names); err != nil {
 		return nil, fmt.Errorf("deliver: new consumer: %w", err)
+	}
+	if !cfg.LocalBreakers {
+		c.health.breakers = cfg.Breakers
+		cfg.Breakers.Share(breakerStore{h: c.health}, cfg.ReplicaID)
 	}
 	seen := make(map[string]bool, len(subs))
 	for _, s := range subs {

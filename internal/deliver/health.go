@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/promreg"
 	"github.com/jsbridge/jsbridge/wire"
@@ -97,6 +98,9 @@ type health struct {
 	replica string
 	gauge   *prometheus.GaugeVec
 	notify  *notifier
+	// breakers get the shared breaker states the watch sees (nil: not
+	// shared).
+	breakers *breaker.Set
 
 	mu       sync.Mutex
 	kv       jetstream.KeyValue
@@ -184,10 +188,17 @@ func (h *health) load(ctx context.Context, replicas int) {
 	}
 }
 
-// follow applies the disabled keys of kv until ctx ends or the watch
-// breaks.
+// bucket returns the health bucket, nil until it is open.
+func (h *health) bucket() jetstream.KeyValue {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.kv
+}
+
+// follow applies the disabled keys of kv, and hands the shared breaker
+// states to the breakers, until ctx ends or the watch breaks.
 func (h *health) follow(ctx context.Context, kv jetstream.KeyValue) error {
-	w, err := kv.Watch(ctx, wire.DisabledKeyPrefix+">")
+	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watch health bucket: %w", err)
 	}
@@ -202,6 +213,15 @@ func (h *health) follow(ctx context.Context, kv jetstream.KeyValue) error {
 			}
 			if e == nil {
 				continue // the initial values are in
+			}
+			if strings.HasPrefix(e.Key(), wire.BreakerKeyPrefix) {
+				if st, err := decodeBreakerState(e.Value()); err == nil && e.Operation() == jetstream.KeyValuePut && h.breakers != nil {
+					h.breakers.Observe(st, e.Revision())
+				}
+				continue
+			}
+			if !strings.HasPrefix(e.Key(), wire.DisabledKeyPrefix) {
+				continue
 			}
 			name := strings.TrimPrefix(e.Key(), wire.DisabledKeyPrefix)
 			if e.Operation() != jetstream.KeyValuePut {

@@ -252,3 +252,74 @@ func TestThrottleConvergesOn429(t *testing.T) {
 	require.InDelta(t, perSecond, rate, 1.5, "delivered rate near %d/s", perSecond)
 	require.Less(t, throttled, events, "the throttle keeps the 429s few")
 }
+
+// Three replicas and a dead endpoint: the breakers they share let one
+// probe through per open timeout, not three; when the endpoint heals,
+// every replica's breaker closes with the probe that succeeded.
+func TestSharedBreakerOneProbePerOpenTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three replicas for several seconds on an embedded JetStream")
+	}
+	t.Parallel()
+	b := setup(t)
+	var healed atomic.Bool
+	var mu sync.Mutex
+	var failedAt []time.Time
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		if healed.Load() {
+			return
+		}
+		mu.Lock()
+		failedAt = append(failedAt, time.Now())
+		mu.Unlock()
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	s := sub("orders", rc.URL)
+	s.MaxDeliver = -1
+	const openTimeout = time.Second
+	var sets []*breaker.Set
+	for i := range 3 {
+		set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 2, OpenTimeout: openTimeout}, nil, nil)
+		require.NoError(t, err)
+		sets = append(sets, set)
+		b.run(t, deliver.Config{Breakers: set, ReplicaID: "replica-" + strconv.Itoa(i)}, s)
+	}
+	for i := range int64(20) {
+		b.publish(t, i+1, "order-"+strconv.FormatInt(i, 10), "OrderPlaced", `{}`)
+	}
+	require.Eventually(t, func() bool {
+		for _, set := range sets {
+			if set.Breaker(rc.URL).State() == breaker.Closed {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "open on every replica")
+
+	// Count the requests over 5 open timeouts.
+	mu.Lock()
+	from := len(failedAt)
+	mu.Unlock()
+	sent := func() int { mu.Lock(); defer mu.Unlock(); return len(failedAt) - from }
+	require.Never(t, func() bool { return sent() > 7 }, 5*openTimeout, 10*time.Millisecond,
+		"about one probe per open timeout, not one per replica (three replicas: 15)")
+	t.Logf("%d requests in 5 open timeouts with 3 replicas", sent())
+	require.GreaterOrEqual(t, sent(), 3, "probes go on")
+
+	healed.Store(true)
+	require.Eventually(t, func() bool {
+		for _, set := range sets {
+			if set.Breaker(rc.URL).State() != breaker.Closed {
+				return false
+			}
+		}
+		return true
+	}, 3*openTimeout, 10*time.Millisecond, "closed on every replica after one successful probe")
+	require.Eventually(t, func() bool {
+		ids := map[string]bool{}
+		for _, r := range rc.requests() {
+			ids[r.header.Get("Idempotency-Key")] = true
+		}
+		return len(ids) == 20
+	}, 20*time.Second, 20*time.Millisecond, "every event delivered once healed")
+}
