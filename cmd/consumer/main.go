@@ -2,8 +2,9 @@
 // one durable pull consumer per subscription, signed POSTs carrying an
 // Idempotency-Key, retries with backoff and a circuit breaker per endpoint.
 //
-// Subcommands: run, status, trace, secret, dlq list, dlq replay, dlq skip,
-// dlq purge, version, probe. See --help.
+// Subcommands: run, status, subscriptions enable, subscriptions disable,
+// trace, secret, dlq list, dlq replay, dlq skip, dlq purge, version,
+// probe. See --help.
 package main
 
 import (
@@ -21,15 +22,22 @@ type cli struct {
 
 	CLIReference cliReferenceCmd `cmd:"" name:"cli-reference" hidden:"" help:"Print the command-line reference (docs/cli.md) generated from the flags."`
 
-	Run     runCmd         `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
-	DLQ     dlqCmd         `cmd:"" name:"dlq" help:"List, replay, skip or purge dead letters (the DLQ stream)."`
-	Status  statusCmd      `cmd:"" help:"Show each subscription's start and position, the live consumer replicas and which one owns each partition of the ordered subscriptions."`
-	Secret  secretCmd      `cmd:"" help:"Print a new whsec_ signing secret for --secret and the receiver (--ed25519: a whsk_/whpk_ key pair)."`
-	Trace   traceCmd       `cmd:"" help:"Show every delivery attempt of one event per subscription (time, replica, status, latency, error), its message on the events stream and its dead letters."`
-	Version ops.VersionCmd `cmd:"" help:"Print the version, commit and build date of this binary."`
-	Probe   ops.ProbeCmd   `cmd:"" help:"GET a URL (the ops port's /readyz) and exit 0 on 2xx, 1 otherwise: a health check for the image, which has no shell."`
+	Run           runCmd           `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
+	DLQ           dlqCmd           `cmd:"" name:"dlq" help:"List, replay, skip or purge dead letters (the DLQ stream)."`
+	Status        statusCmd        `cmd:"" help:"Show each subscription's start and position, the live consumer replicas and which one owns each partition of the ordered subscriptions."`
+	Secret        secretCmd        `cmd:"" help:"Print a new whsec_ signing secret for --secret and the receiver (--ed25519: a whsk_/whpk_ key pair)."`
+	Subscriptions subscriptionsCmd `cmd:"" help:"Manage subscriptions: enable or disable one on every replica."`
+	Trace         traceCmd         `cmd:"" help:"Show every delivery attempt of one event per subscription (time, replica, status, latency, error), its message on the events stream and its dead letters."`
+	Version       ops.VersionCmd   `cmd:"" help:"Print the version, commit and build date of this binary."`
+	Probe         ops.ProbeCmd     `cmd:"" help:"GET a URL (the ops port's /readyz) and exit 0 on 2xx, 1 otherwise: a health check for the image, which has no shell."`
 
 	ShowVersion ops.VersionFlag `name:"version" help:"Print the version and exit."`
+}
+
+// subscriptionsCmd groups the `consumer subscriptions` commands; each part
+// lives in its own file.
+type subscriptionsCmd struct {
+	subscriptionsHealthCmds `embed:""`
 }
 
 // Globals are the flags every subcommand takes.
