@@ -224,6 +224,10 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	if c.health, err = newHealth(js, cfg.Health, cfg.Clock, cfg.Logger, cfg.ReplicaID, cfg.Registerer, c.notify, names); err != nil {
 		return nil, fmt.Errorf("deliver: new consumer: %w", err)
 	}
+	rateGauge, err := newThrottleGauge(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("deliver: new consumer: %w", err)
+	}
 	if !cfg.LocalBreakers {
 		c.health.breakers = cfg.Breakers
 		cfg.Breakers.Share(breakerStore{h: c.health}, cfg.ReplicaID)
@@ -260,7 +264,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 				spanName: spanName(s.Name),
 				clock:    cfg.Clock,
 				health:   c.health,
-				throttle: newThrottle(cfg.Clock, s.RateLimit),
+				throttle: newThrottle(cfg.Clock, s.RateLimit, rateGauge.WithLabelValues(s.Name)),
 				metrics:  c.metrics,
 				attempts: cfg.Attempts,
 				duration: c.metrics.duration.WithLabelValues(s.Name),

@@ -17,7 +17,7 @@ import (
 func TestThrottleAIMD(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	th := newThrottle(clock, 0)
+	th := newThrottle(clock, 0, nil)
 	ctx := context.Background()
 	require.False(t, th.holding())
 	require.True(t, math.IsInf(th.rate(), 1))
@@ -65,6 +65,6 @@ func TestThrottleAIMD(t *testing.T) {
 	<-done
 
 	// A configured RateLimit is the ceiling.
-	capped := newThrottle(clock, 2)
+	capped := newThrottle(clock, 2, nil)
 	require.Equal(t, 2.0, capped.rate())
 }
