@@ -43,6 +43,10 @@ const (
 	ReasonOperator = "operator"
 )
 
+// healthWriteTimeout bounds a delivery's write of a disabled key: past
+// it the subscription stays disabled on this replica only (degraded).
+const healthWriteTimeout = 5 * time.Second
+
 // Defaults of HealthConfig.
 const (
 	DefaultDisableAfter       = 24 * time.Hour
@@ -356,7 +360,9 @@ func (h *health) disable(ctx context.Context, rec DisabledRecord) {
 	announce := true
 	if kv != nil {
 		data, _ := json.Marshal(rec)
+		ctx, cancel := context.WithTimeout(ctx, healthWriteTimeout)
 		_, err := kv.Create(ctx, wire.DisabledKey(rec.Subscription), data)
+		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrKeyExists):
 			announce = false // another replica disabled it first and announced it
