@@ -351,8 +351,8 @@ func (b *Breaker) executeShared(st State, fn func() error) error {
 		return fmt.Errorf("%w: %s: %w", ErrOpen, b.name, gobreaker.ErrTooManyRequests)
 	}
 	err := fn()
+	b.sh.settle(err) // before the slot is free: no second probe sees the old claim
 	b.sh.end()
-	b.sh.settle(err)
 	if err == nil {
 		b.reset()
 	} else {

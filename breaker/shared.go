@@ -134,11 +134,13 @@ func (s *shared) free() bool {
 	return s.probing < s.probes
 }
 
-// begin takes one of this process's probe slots; end gives it back.
+// begin takes one of this process's probe slots, if it still holds the
+// probe claim (a probe that just failed has opened the state again); end
+// gives it back.
 func (s *shared) begin() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.probing >= s.probes {
+	if s.probing >= s.probes || s.st.State != HalfOpen || s.st.Prober != s.replica {
 		return false
 	}
 	s.probing++

@@ -208,7 +208,16 @@ func TestThrottleConvergesOn429(t *testing.T) {
 		t.Skip("delivers for about 15 s on an embedded JetStream")
 	}
 	t.Parallel()
-	b := setup(t)
+	for _, ordering := range []deliver.Ordering{deliver.OrderingNone, deliver.OrderingStream} {
+		t.Run(string(ordering), func(t *testing.T) {
+			t.Parallel()
+			testThrottleConverges(t, ordering)
+		})
+	}
+}
+
+func testThrottleConverges(t *testing.T, ordering deliver.Ordering) {
+	b := setupOrdered(t)
 	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	const perSecond, events = 5, 60
@@ -231,12 +240,13 @@ func TestThrottleConvergesOn429(t *testing.T) {
 		accepted = append(accepted, now)
 		acks = append(acks, now)
 	})
-	s := sub("orders", rc.URL)
+	s := orderedSub("orders", rc.URL)
+	s.Ordering = ordering
 	s.MaxDeliver = 2
 	s.MaxInFlight = 8
-	b.run(t, deliver.Config{DeadLetters: q}, s)
+	b.runOrdered(t, deliver.Config{DeadLetters: q}, s)
 	for i := range int64(events) {
-		b.publish(t, i+1, "order-"+strconv.FormatInt(i%7, 10), "OrderPlaced", `{}`)
+		b.publish(t, "order-"+strconv.FormatInt(i%7, 10), i/7, "OrderPlaced")
 	}
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(acks) == events }, 40*time.Second, 20*time.Millisecond)
 	n, err := q.Count(b.ctx, "")
@@ -261,7 +271,16 @@ func TestSharedBreakerOneProbePerOpenTimeout(t *testing.T) {
 		t.Skip("runs three replicas for several seconds on an embedded JetStream")
 	}
 	t.Parallel()
-	b := setup(t)
+	for _, ordering := range []deliver.Ordering{deliver.OrderingNone, deliver.OrderingStream} {
+		t.Run(string(ordering), func(t *testing.T) {
+			t.Parallel()
+			testSharedBreaker(t, ordering)
+		})
+	}
+}
+
+func testSharedBreaker(t *testing.T, ordering deliver.Ordering) {
+	b := setupOrdered(t)
 	var healed atomic.Bool
 	var mu sync.Mutex
 	var failedAt []time.Time
@@ -274,7 +293,8 @@ func TestSharedBreakerOneProbePerOpenTimeout(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(http.StatusInternalServerError)
 	})
-	s := sub("orders", rc.URL)
+	s := orderedSub("orders", rc.URL)
+	s.Ordering = ordering
 	s.MaxDeliver = -1
 	const openTimeout = time.Second
 	var sets []*breaker.Set
@@ -282,10 +302,10 @@ func TestSharedBreakerOneProbePerOpenTimeout(t *testing.T) {
 		set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 2, OpenTimeout: openTimeout}, nil, nil)
 		require.NoError(t, err)
 		sets = append(sets, set)
-		b.run(t, deliver.Config{Breakers: set, ReplicaID: "replica-" + strconv.Itoa(i)}, s)
+		b.runOrdered(t, deliver.Config{Breakers: set, ReplicaID: "replica-" + strconv.Itoa(i)}, s)
 	}
 	for i := range int64(20) {
-		b.publish(t, i+1, "order-"+strconv.FormatInt(i, 10), "OrderPlaced", `{}`)
+		b.publish(t, "order-"+strconv.FormatInt(i, 10), 0, "OrderPlaced")
 	}
 	require.Eventually(t, func() bool {
 		for _, set := range sets {
