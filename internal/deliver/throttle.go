@@ -33,7 +33,7 @@ const (
 	throttleMinStep = 0.5
 	// throttleStepShare is the additive increase per second as a share
 	// of the rate at the last cut.
-	throttleStepShare = 0.1
+	throttleStepShare = 0.2
 	// throttleLift is how long without a cut lifts the cut (back to the
 	// subscription's RateLimit, or no limit).
 	throttleLift = time.Minute

@@ -40,7 +40,7 @@ func TestThrottleAIMD(t *testing.T) {
 	clock.Advance(2 * time.Second)
 	_, err := th.wait(ctx)
 	require.NoError(t, err)
-	require.InDelta(t, 7.2, th.rate(), 1e-9, "two seconds: two steps of 0.6 (a tenth of the cut rate, at least 0.5)")
+	require.InDelta(t, 8.4, th.rate(), 1e-9, "two seconds: two steps of 1.2 (a fifth of the cut rate, at least 0.5)")
 	clock.Advance(throttleLift)
 	_, err = th.wait(ctx)
 	require.NoError(t, err)
