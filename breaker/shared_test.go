@@ -3,6 +3,8 @@ package breaker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,3 +102,48 @@ func TestSharedBreakerOneProbe(t *testing.T) {
 		require.Equal(t, breaker.Closed, b.State(), "replica %d closed with the probe", i)
 	}
 }
+
+// failStore is a Store that cannot be reached.
+type failStore struct{}
+
+func (failStore) Load(context.Context, string) (breaker.SharedState, uint64, error) {
+	return breaker.SharedState{}, 0, errDown
+}
+
+func (failStore) Swap(context.Context, breaker.SharedState, uint64) (uint64, error) {
+	return 0, errDown
+}
+
+// A store that cannot be reached leaves each process its local breaker,
+// logged once.
+func TestSharedBreakerStoreDownIsLocal(t *testing.T) {
+	t.Parallel()
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: 50 * time.Millisecond}, log, nil)
+	require.NoError(t, err)
+	set.Share(failStore{}, "replica-0")
+	b := set.Breaker("http://x/hook")
+	require.ErrorIs(t, b.Execute(fail), errDown)
+	require.Equal(t, breaker.Open, b.State(), "the local breaker opened")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, b.Wait(ctx))
+	require.NoError(t, b.Execute(succeed), "the local probe goes through")
+	require.Equal(t, breaker.Closed, b.State())
+	require.ErrorIs(t, b.Execute(fail), errDown)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Count(logs.String(), "shared circuit breaker state not available") == 1
+	}, time.Second, 5*time.Millisecond, "logged once")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

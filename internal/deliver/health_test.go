@@ -343,3 +343,37 @@ func testSharedBreaker(t *testing.T, ordering deliver.Ordering) {
 		return len(ids) == 20
 	}, 20*time.Second, 20*time.Millisecond, "every event delivered once healed")
 }
+
+// An operator's disable stops a running subscription within a second and
+// keeps its events; enable delivers them.
+func TestOperatorDisableAndEnable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for deliveries on an embedded JetStream")
+	}
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, status(http.StatusOK))
+	b.run(t, deliver.Config{}, sub("orders", rc.URL))
+	b.publish(t, 1, "order-1", "OrderPlaced", `{}`)
+	require.Eventually(t, func() bool { return len(rc.requests()) == 1 }, 10*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, deliver.SetDisabled(b.ctx, b.js, "orders", deliver.ReasonOperator))
+	recs, err := deliver.ReadDisabled(b.ctx, b.js)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.Equal(t, deliver.ReasonOperator, recs[0].Reason)
+	// The replica applies it from its watch: wait until it stopped
+	// pulling (no pull request waiting on the durable consumer).
+	require.Eventually(t, func() bool { return b.info(t, "orders").NumWaiting == 0 }, 5*time.Second, 10*time.Millisecond)
+	b.publish(t, 2, "order-1", "OrderPlaced", `{}`)
+	require.Never(t, func() bool { return len(rc.requests()) > 1 }, time.Second, 20*time.Millisecond, "sent while disabled")
+	require.EqualValues(t, 1, b.info(t, "orders").NumPending, "the event waits in JetStream")
+
+	was, err := deliver.Enable(b.ctx, b.js, "orders")
+	require.NoError(t, err)
+	require.True(t, was)
+	require.Eventually(t, func() bool { return len(rc.requests()) == 2 }, 10*time.Second, 10*time.Millisecond, "delivered after enable")
+	was, err = deliver.Enable(b.ctx, b.js, "orders")
+	require.NoError(t, err)
+	require.False(t, was, "enabled already")
+}
