@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -110,6 +111,9 @@ type health struct {
 	kvWarned bool
 	disabled map[string]DisabledRecord
 	streaks  map[string]*failStreak
+	// failing is len(streaks), read without the lock: an ack when no
+	// subscription fails (the usual case) takes no lock.
+	failing atomic.Int64
 	changed  chan struct{}
 }
 
@@ -258,7 +262,7 @@ func (h *health) set(name string, rec *DisabledRecord) {
 	_, was := h.disabled[name]
 	if rec == nil {
 		delete(h.disabled, name)
-		delete(h.streaks, name)
+		h.endStreak(name)
 	} else {
 		h.disabled[name] = *rec
 	}
@@ -316,12 +320,20 @@ func (h *health) waitEnabled(ctx context.Context, name string) error {
 
 // succeeded ends name's failure streak.
 func (h *health) succeeded(name string) {
-	if h == nil {
+	if h == nil || h.failing.Load() == 0 {
 		return
 	}
 	h.mu.Lock()
-	delete(h.streaks, name)
+	h.endStreak(name)
 	h.mu.Unlock()
+}
+
+// endStreak deletes name's streak (h.mu held).
+func (h *health) endStreak(name string) {
+	if _, ok := h.streaks[name]; ok {
+		delete(h.streaks, name)
+		h.failing.Add(-1)
+	}
 }
 
 // failed counts a failed attempt of name and reports whether the streak
@@ -337,6 +349,7 @@ func (h *health) failed(name string) bool {
 	if s == nil {
 		s = &failStreak{since: now}
 		h.streaks[name] = s
+		h.failing.Add(1)
 	}
 	s.failures++
 	return s.failures >= h.cfg.DisableMinFailures && now.Sub(s.since) >= h.cfg.DisableAfter
