@@ -19,6 +19,7 @@ import (
 	"math"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,11 @@ import (
 // the call without running it: the breaker is open, or it is half-open and
 // its probes are already taken. A rejected call is not an endpoint failure.
 var ErrOpen = errors.New("circuit breaker open")
+
+// ErrExcluded, wrapped by the error of the function Breaker.Execute runs,
+// keeps the call out of the counts: neither a success nor a failure (an
+// endpoint asking to slow down says nothing about whether it is up).
+var ErrExcluded = errors.New("not counted by the circuit breaker")
 
 // ErrInvalidConfig is wrapped by NewSet when a Settings field is out of
 // range; the message names the field and the value.
@@ -148,6 +154,11 @@ type Set struct {
 
 	mu       sync.Mutex
 	breakers map[string]*Breaker
+	// store and replica share the breakers' open state (Share); warned
+	// is whether the store's failure was logged.
+	store   Store
+	replica string
+	warned  atomic.Bool
 }
 
 // NewSet returns an empty Set. A nil logger discards logs; a nil reg leaves
@@ -192,6 +203,35 @@ func NewSet(s Settings, logger *slog.Logger, reg prometheus.Registerer) (*Set, e
 	}, nil
 }
 
+// Share makes the breakers created from now on share their open and
+// half-open state through store with the other processes that share it
+// (shared.go); replica names this process in the probe claims. Call it
+// before the first Breaker call.
+func (s *Set) Share(store Store, replica string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.store, s.replica = store, replica
+}
+
+// Observe gives a shared breaker a state read from the store at revision
+// rev (a watch on the store): a state of an endpoint without a breaker in s
+// is ignored. A shared state that closes closes the local breaker too, so
+// every process resumes at once.
+func (s *Set) Observe(st SharedState, rev uint64) {
+	s.mu.Lock()
+	b := s.breakers[st.Endpoint]
+	s.mu.Unlock()
+	if b == nil || b.sh == nil {
+		return
+	}
+	closed := b.sh.observe(st, rev)
+	if closed {
+		b.reset()
+	} else {
+		b.signal()
+	}
+}
+
 // Settings returns the Set's settings with defaults applied.
 func (s *Set) Settings() Settings { return s.settings }
 
@@ -211,9 +251,21 @@ func (s *Set) Breaker(endpoint string) *Breaker {
 		set:      s,
 		changed:  make(chan struct{}),
 	}
-	st := s.settings
-	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        name,
+	if s.store != nil {
+		b.sh = &shared{store: s.store, replica: s.replica, endpoint: name, timeout: s.settings.OpenTimeout,
+			probes: s.settings.HalfOpenProbes, log: s.logger, warned: &s.warned}
+	}
+	b.cb.Store(b.newCircuitBreaker())
+	s.state.WithLabelValues(name).Set(float64(Closed))
+	s.breakers[name] = b
+	return b
+}
+
+// newCircuitBreaker returns a new (closed) local breaker for b.
+func (b *Breaker) newCircuitBreaker() *gobreaker.CircuitBreaker[struct{}] {
+	st := b.settings
+	return gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        b.name,
 		MaxRequests: st.HalfOpenProbes,
 		Interval:    st.Interval,
 		Timeout:     st.OpenTimeout,
@@ -227,9 +279,6 @@ func (s *Set) Breaker(endpoint string) *Breaker {
 		OnStateChange: b.onStateChange,
 		IsExcluded:    isExcluded,
 	})
-	s.state.WithLabelValues(name).Set(float64(Closed))
-	s.breakers[name] = b
-	return b
 }
 
 // Endpoint renders a webhook URL as breakers key it and as it appears in
@@ -245,10 +294,11 @@ func Endpoint(rawURL string) string {
 	return clean.String()
 }
 
-// isExcluded keeps cancelled calls out of the counts: a consumer shutting
-// down says nothing about the endpoint.
+// isExcluded keeps cancelled calls out of the counts (a consumer shutting
+// down says nothing about the endpoint), and calls failing with
+// ErrExcluded.
 func isExcluded(err error) bool {
-	return errors.Is(err, context.Canceled)
+	return errors.Is(err, context.Canceled) || errors.Is(err, ErrExcluded)
 }
 
 // Breaker is the circuit breaker of one endpoint. It is safe for concurrent
@@ -257,7 +307,8 @@ type Breaker struct {
 	name     string
 	settings Settings
 	set      *Set
-	cb       *gobreaker.CircuitBreaker[struct{}]
+	cb       atomic.Pointer[gobreaker.CircuitBreaker[struct{}]]
+	sh       *shared // nil unless the Set shares its breakers
 
 	mu       sync.Mutex
 	openedAt time.Time
@@ -269,21 +320,77 @@ func (b *Breaker) Endpoint() string { return b.name }
 
 // Execute runs fn unless the breaker rejects it, and counts fn's result: a
 // nil error is a success, an error wrapping context.Canceled is neither,
-// any other error is a failure. When the breaker rejects the call, fn does
+// an error wrapping ErrExcluded neither, any other error is a failure. When the breaker rejects the call, fn does
 // not run and Execute returns an error wrapping ErrOpen (and gobreaker's
 // ErrOpenState or ErrTooManyRequests). Otherwise it returns fn's error.
 func (b *Breaker) Execute(fn func() error) error {
-	_, err := b.cb.Execute(func() (struct{}, error) { return struct{}{}, fn() })
+	if b.sh != nil {
+		if st, ok := b.sh.state(time.Now()); ok {
+			return b.executeShared(st, fn)
+		}
+	}
+	_, err := b.cb.Load().Execute(func() (struct{}, error) { return struct{}{}, fn() })
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 		return fmt.Errorf("%w: %s: %w", ErrOpen, b.name, err)
 	}
 	return err
 }
 
-// State returns the breaker's state. An open breaker whose open timeout has
-// elapsed reports (and becomes) HalfOpen.
+// executeShared runs fn as the shared state st allows: not while open; as
+// the probe while half-open, if this process holds the probe claim (or
+// takes it) and has a probe slot free. The probe's result is written to
+// the store.
+func (b *Breaker) executeShared(st State, fn func() error) error {
+	if st == Open {
+		return fmt.Errorf("%w: %s: %w", ErrOpen, b.name, gobreaker.ErrOpenState)
+	}
+	if !b.sh.claim() {
+		return fmt.Errorf("%w: %s: %w", ErrOpen, b.name, gobreaker.ErrTooManyRequests)
+	}
+	if !b.sh.begin() {
+		return fmt.Errorf("%w: %s: %w", ErrOpen, b.name, gobreaker.ErrTooManyRequests)
+	}
+	err := fn()
+	b.sh.settle(err) // before the slot is free: no second probe sees the old claim
+	b.sh.end()
+	if err == nil {
+		b.reset()
+	} else {
+		b.signal()
+	}
+	return err
+}
+
+// reset replaces the local breaker with a closed one (the shared state
+// closed) and wakes the waiters.
+func (b *Breaker) reset() {
+	if State(b.cb.Load().State()) != Closed {
+		b.cb.Store(b.newCircuitBreaker())
+		b.set.logger.Info("circuit breaker closed by a probe of the shared state", slog.String("endpoint", b.name))
+	}
+	b.set.state.WithLabelValues(b.name).Set(float64(Closed))
+	b.signal()
+}
+
+// signal wakes the waiters of Changed.
+func (b *Breaker) signal() {
+	b.mu.Lock()
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// State returns the breaker's state: the shared state's while it is open
+// or half-open (Open too while another process holds the probe), else
+// the local one. An open breaker whose open timeout has elapsed reports
+// (and becomes) HalfOpen.
 func (b *Breaker) State() State {
-	return State(b.cb.State())
+	if b.sh != nil {
+		if st, ok := b.sh.state(time.Now()); ok {
+			return st
+		}
+	}
+	return State(b.cb.Load().State())
 }
 
 // Ready reports whether calls may be attempted: false while the breaker is
@@ -321,11 +428,23 @@ func (b *Breaker) Wait(ctx context.Context) error {
 		}
 		changed := b.Changed()
 		var wait time.Duration
+		if b.sh != nil {
+			if st, ok := b.sh.state(time.Now()); ok {
+				if st == HalfOpen && b.sh.free() && b.sh.claim() {
+					return nil
+				}
+				wait = max(time.Until(b.sh.until()), probePoll) + time.Millisecond
+				if !b.sleep(ctx, changed, wait) {
+					return ctx.Err()
+				}
+				continue
+			}
+		}
 		switch b.State() {
 		case Closed:
 			return nil
 		case HalfOpen:
-			c := b.cb.Counts()
+			c := b.cb.Load().Counts()
 			if c.Requests-min(c.Requests, c.TotalExclusions) < b.settings.HalfOpenProbes {
 				return nil
 			}
@@ -337,16 +456,24 @@ func (b *Breaker) Wait(ctx context.Context) error {
 			// gobreaker goes half-open only strictly after the timeout.
 			wait += time.Millisecond
 		}
-		t := time.NewTimer(max(wait, time.Millisecond))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !b.sleep(ctx, changed, wait) {
 			return ctx.Err()
-		case <-changed:
-		case <-t.C:
 		}
-		t.Stop()
 	}
+}
+
+// sleep waits for wait (at least a millisecond), changed or ctx's end; it
+// reports false when ctx ended.
+func (b *Breaker) sleep(ctx context.Context, changed <-chan struct{}, wait time.Duration) bool {
+	t := time.NewTimer(max(wait, time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-changed:
+	case <-t.C:
+	}
+	return true
 }
 
 // onStateChange runs under gobreaker's lock: it must not call into b.cb.
@@ -361,6 +488,9 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 	b.mu.Unlock()
 	b.set.state.WithLabelValues(b.name).Set(float64(t))
 	b.set.trans.WithLabelValues(b.name, f.String(), t.String()).Inc()
+	if t == Open && b.sh != nil {
+		go b.sh.tripped() // not under gobreaker's lock
+	}
 	lvl := slog.LevelInfo
 	if t == Open {
 		lvl = slog.LevelWarn

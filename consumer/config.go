@@ -161,6 +161,10 @@ type Config struct {
 	// stream for `consumer trace` and TraceEvent (see AttemptsConfig).
 	// Default nil: no records.
 	Attempts *AttemptsConfig
+	// Health configures the automatic disabling of subscriptions (410
+	// Gone, sustained failure) and its operational webhook (see
+	// HealthConfig).
+	Health HealthConfig
 }
 
 // AttemptsConfig configures the attempts record: every attempt's outcome
@@ -246,6 +250,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if a := c.Attempts; a != nil && (a.MaxAge < 0 || a.MaxBytes < 0) {
 		return bad("Attempts.MaxAge %s, Attempts.MaxBytes %d: want 0 (the default) or more", a.MaxAge, a.MaxBytes)
+	}
+	if err := c.Health.validate(); err != nil {
+		return bad("%v", err)
 	}
 	if c.StartupTimeout < 0 {
 		return bad("StartupTimeout %s is negative (0 waits until the context ends)", c.StartupTimeout)

@@ -63,6 +63,15 @@ func TestNewNamesEachBadField(t *testing.T) {
 		{"dlq is the events stream", consumer.Config{Subscriptions: []consumer.Subscription{good}, DLQStream: "EVENTS"}, []string{"DLQStream", `"EVENTS"`}},
 		{"replicas", consumer.Config{Subscriptions: []consumer.Subscription{good}, Replicas: -1}, []string{"Replicas", "-1"}},
 		{"startup timeout", consumer.Config{Subscriptions: []consumer.Subscription{good}, StartupTimeout: -time.Second}, []string{"StartupTimeout", "-1s"}},
+		{"rate limit", consumer.Config{Subscriptions: []consumer.Subscription{func() consumer.Subscription {
+			s := sub("fast", "http://127.0.0.1:1/hook")
+			s.RateLimit = -2.5
+			return s
+		}()}}, []string{"Subscriptions[0]", `"fast"`, "RateLimit", "-2.5"}},
+		{"ops webhook without its secret", consumer.Config{Subscriptions: []consumer.Subscription{good},
+			Health: consumer.HealthConfig{OpsWebhookURL: "https://ops.example/hook"}}, []string{"Health.OpsWebhookSecret", "Health.OpsWebhookURL"}},
+		{"disable min failures", consumer.Config{Subscriptions: []consumer.Subscription{good},
+			Health: consumer.HealthConfig{DisableMinFailures: -1}}, []string{"Health.DisableMinFailures", "-1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -138,6 +138,11 @@ type Subscription struct {
 	// process, and the client-side pull buffer. Default DefaultMaxInFlight
 	// (64). Events of one stream are delivered one after another.
 	MaxInFlight int
+	// RateLimit caps the POSTs to the endpoint, in requests per second per
+	// consumer replica. Default 0: no cap. A 429 (or a 503 with
+	// Retry-After) lowers the rate for a while, whatever it is
+	// (docs/failing-endpoints.md, "Throttling").
+	RateLimit float64
 	// MaxAckPending is the durable consumer's MaxAckPending: the messages
 	// out for delivery or waiting for a delayed retry, across all consumer
 	// replicas. Default DefaultMaxAckPending (1000); at least MaxInFlight.
@@ -226,6 +231,7 @@ func (s Subscription) engine() deliver.Subscription {
 		Name: s.Name, FilterSubjects: s.FilterSubjects, URL: s.URL, Scheme: s.Scheme, Secrets: s.Secrets,
 		Body: deliver.BodyMode(s.Body), Headers: s.Headers, Timeout: s.Timeout, AckWait: s.AckWait,
 		MaxDeliver: s.MaxDeliver, BackOff: s.BackOff, MaxInFlight: s.MaxInFlight, MaxAckPending: s.MaxAckPending,
+		RateLimit:    s.RateLimit,
 		AllowPrivate: s.AllowPrivate, AllowHTTP: s.AllowHTTP,
 		TLS:      deliver.TLSFiles{ClientCertFile: s.TLS.ClientCertFile, ClientKeyFile: s.TLS.ClientKeyFile, CAFile: s.TLS.CAFile},
 		Ordering: deliver.Ordering(s.Ordering), OnDeadLetter: deliver.DeadLetterPolicy(s.OnDeadLetter),

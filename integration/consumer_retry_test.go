@@ -15,7 +15,8 @@ import (
 )
 
 // A 429 with Retry-After: 2 is not retried sooner than 2 s, although the
-// subscription's BackOff would retry after 50 ms.
+// subscription's BackOff would retry after 50 ms; the retry is a
+// throttled one, in place: no redelivery, no attempt spent.
 func TestConsumerRetryAfterIsHonoured(t *testing.T) {
 	t.Parallel()
 	b := setupJetStream(t)
@@ -32,7 +33,7 @@ func TestConsumerRetryAfterIsHonoured(t *testing.T) {
 	b.startConsumer(t, deliver.Config{Registerer: reg}, deliver.Subscription{
 		Name: "limited", FilterSubjects: []string{"events.>"}, URL: ep.URL, Secrets: []string{testSecret},
 		BackOff: []time.Duration{50 * time.Millisecond}, AllowPrivate: true,
-		Ordering: deliver.OrderingNone, // an ordered retry stays in place: no redelivery to count
+		Ordering: deliver.OrderingNone, // a throttled retry stays in place even here
 		Start:    deliver.Start{Policy: deliver.StartAll},
 	})
 	ids := b.publish(t, 1, 1, 1)
@@ -43,9 +44,15 @@ func TestConsumerRetryAfterIsHonoured(t *testing.T) {
 	require.GreaterOrEqual(t, at[1].Sub(at[0]), 2*time.Second, "retried %s after the 429 with Retry-After: 2", at[1].Sub(at[0]))
 	require.Eventually(t, func() bool {
 		return testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP jsbridge_consumer_deliveries_total Webhook delivery attempts by subscription, outcome (ack, retry, term, exhausted, breaker_open) and status class (2xx..5xx, timeout, network, tls, forbidden, none).
+# TYPE jsbridge_consumer_deliveries_total counter
+jsbridge_consumer_deliveries_total{outcome="ack",status_class="2xx",subscription="limited"} 1
+jsbridge_consumer_deliveries_total{outcome="throttled",status_class="4xx",subscription="limited"} 1
+`), "jsbridge_consumer_deliveries_total") == nil
+	}, 10*time.Second, 10*time.Millisecond, "one throttled attempt, then the ack")
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP jsbridge_consumer_redeliveries_total Messages handled that JetStream had delivered before (a retry, or a redelivery after AckWait), by subscription.
 # TYPE jsbridge_consumer_redeliveries_total counter
-jsbridge_consumer_redeliveries_total{subscription="limited"} 1
-`), "jsbridge_consumer_redeliveries_total") == nil
-	}, 10*time.Second, 10*time.Millisecond, "the retry counts as one redelivery")
+jsbridge_consumer_redeliveries_total{subscription="limited"} 0
+`), "jsbridge_consumer_redeliveries_total"), "retried in place: no redelivery")
 }

@@ -51,6 +51,7 @@ type fileSubscription struct {
 	BackOff        []duration        `yaml:"backoff"`
 	MaxInFlight    int               `yaml:"max_in_flight"`
 	MaxAckPending  int               `yaml:"max_ack_pending"`
+	RateLimit      float64           `yaml:"rate_limit"`
 	AllowPrivate   bool              `yaml:"allow_private"`
 	AllowHTTP      bool              `yaml:"allow_http"`
 	TLS            fileTLS           `yaml:"tls"`
@@ -192,6 +193,7 @@ func parseSubscriptions(raw []byte, where string) ([]consumer.Subscription, brea
 			Scheme: webhook.Scheme(fs.Scheme), Body: consumer.BodyMode(fs.Body), Headers: headers,
 			Timeout: time.Duration(fs.Timeout), AckWait: time.Duration(fs.AckWait),
 			MaxDeliver: fs.MaxDeliver, MaxInFlight: fs.MaxInFlight, MaxAckPending: fs.MaxAckPending,
+			RateLimit:    fs.RateLimit,
 			AllowPrivate: fs.AllowPrivate, AllowHTTP: fs.AllowHTTP, TLS: tlsf,
 			Ordering: consumer.Ordering(fs.Ordering), OnDeadLetter: consumer.DeadLetterPolicy(fs.OnDeadLetter),
 			Start: fs.Start.Start,

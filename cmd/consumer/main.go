@@ -4,7 +4,8 @@
 //
 // Subcommands: run, status, trace, secret, replay, dlq list, dlq replay,
 // dlq skip, dlq purge, subscriptions (add, update, get, list, delete, pause,
-// resume, import, export, keygen, reseal), version, probe. See --help.
+// resume, enable, disable, import, export, keygen, reseal), version, probe.
+// See --help.
 package main
 
 import (
@@ -32,7 +33,7 @@ type cli struct {
 	Probe   ops.ProbeCmd   `cmd:"" help:"GET a URL (the ops port's /readyz) and exit 0 on 2xx, 1 otherwise: a health check for the image, which has no shell."`
 
 	// Subscriptions manages the subscriptions bucket (subscriptions.go).
-	Subscriptions subscriptionsCmd `cmd:"" help:"Manage the subscriptions kept in a JetStream key-value bucket, which replicas run with --subscriptions-from kv apply without a restart: add, update, get, list, delete, pause, resume, import, export, keygen, reseal."`
+	Subscriptions subscriptionsCmd `cmd:"" help:"Manage the subscriptions kept in a JetStream key-value bucket, which replicas run with --subscriptions-from kv apply without a restart: add, update, get, list, delete, pause, resume, enable, disable, import, export, keygen, reseal."`
 
 	ShowVersion ops.VersionFlag `name:"version" help:"Print the version and exit."`
 }

@@ -38,6 +38,7 @@ type subscriptionFlags struct {
 	MaxDeliver    int             `name:"max-deliver" env:"JSBRIDGE_MAX_DELIVER" default:"10" help:"Attempts per message; a retryable failure on the last one is dead-lettered; -1: no limit (default: ${default})."`
 	BackOff       []time.Duration `name:"backoff" env:"JSBRIDGE_BACKOFF" default:"1s,5s,30s,2m,5m" help:"Delays before each retry; the last repeats (default: ${default})."`
 	MaxInFlight   int             `name:"max-in-flight" env:"JSBRIDGE_CONSUMER_MAX_IN_FLIGHT" default:"64" help:"Concurrent deliveries per subscription (default: ${default})."`
+	RateLimit     float64         `name:"rate-limit" env:"JSBRIDGE_RATE_LIMIT" help:"Most POSTs per second to the endpoint, per replica; a 429 (or 503 with Retry-After) lowers it for a while (default: no limit)."`
 	MaxAckPending int             `name:"max-ack-pending" env:"JSBRIDGE_MAX_ACK_PENDING" help:"JetStream MaxAckPending: messages out for delivery or waiting for a retry; ordering none: one durable consumer, so across all replicas; ordering stream: per partition consumer, so up to --partitions times this in all (default: 1000, or --max-in-flight when larger)."`
 	AllowPrivate  bool            `name:"allow-private" env:"JSBRIDGE_ALLOW_PRIVATE" help:"Let the endpoint be on a loopback, private, link-local (cloud metadata) or reserved address, and use plain http (default: refused)."`
 	AllowHTTP     bool            `name:"allow-http" env:"JSBRIDGE_ALLOW_HTTP" help:"Let the endpoint use plain http on a public address (default: https only)."`
@@ -89,6 +90,7 @@ func (f *subscriptionFlags) subscriptions() ([]consumer.Subscription, breaker.Se
 			Name: f.Name, FilterSubjects: filters, URL: f.URL, Secrets: f.Secret,
 			Scheme: webhook.Scheme(f.Scheme), Body: consumer.BodyMode(f.Body),
 			Timeout: f.Timeout, AckWait: f.AckWait, MaxDeliver: f.MaxDeliver, BackOff: f.BackOff, MaxInFlight: f.MaxInFlight, MaxAckPending: f.MaxAckPending,
+			RateLimit:    f.RateLimit,
 			AllowPrivate: f.AllowPrivate, AllowHTTP: f.AllowHTTP, TLS: tlsf,
 			Ordering: consumer.Ordering(f.Ordering), OnDeadLetter: consumer.DeadLetterPolicy(f.OnDeadLetter),
 			Start: start,
@@ -147,6 +149,7 @@ type runCmd struct {
 	Pprof          bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr        string        `name:"ops-addr" env:"JSBRIDGE_CONSUMER_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
 	attemptsFlags  `embed:""`
+	healthFlags    `embed:""`
 
 	obs observers // tracing and the attempts record, set up by Run (trace.go)
 }
@@ -175,6 +178,9 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	cfg.Partitions, cfg.ReplicaID, cfg.LeaseTTL = r.Partitions, r.ReplicaID, r.LeaseTTL
+	if cfg.Health, err = r.health(); err != nil {
+		return err
+	}
 	if r.obs.attempts, err = r.attemptsConfig(g, log); err != nil {
 		return err
 	}

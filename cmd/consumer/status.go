@@ -28,6 +28,9 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	if err := printDisabled(ctx, js); err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "SUBSCRIPTION\tORDERING\tSTART\tSETTLED UP TO\tPENDING\n")
 	for _, p := range positions {

@@ -29,6 +29,9 @@ type subscriptionsCmd struct {
 	Export subsExportCmd `cmd:"" help:"Print the bucket's subscriptions as a subscriptions file (YAML); secrets only into files of --secrets-dir."`
 	Keygen subsKeygenCmd `cmd:"" help:"Print a new key line for --secrets-key-file."`
 	Reseal subsResealCmd `cmd:"" help:"Seal every subscription again with the first key of --secrets-key-file (after a key rotation), each at its revision."`
+
+	// Enable and disable (health.go): the endpoint's disabled state.
+	subscriptionsHealthCmds `embed:""`
 }
 
 // startOfAdd is the start of a subscription added without one: the

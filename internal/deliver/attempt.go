@@ -49,6 +49,10 @@ type sender struct {
 	tracer   trace.Tracer
 	spanName string
 	clock    clockwork.Clock
+	// health is the subscriptions' disabled state (nil: always enabled);
+	// throttle the subscription's rate limit (nil: none).
+	health   *health
+	throttle *throttle
 	metrics  *metrics
 	attempts attemptlog.Recorder // nil: no records
 	duration prometheus.Observer
@@ -79,6 +83,14 @@ const (
 	// partition stops (released; nothing acked, nothing dead-lettered);
 	// an unordered settler, whose webhooks carry no epoch, waits.
 	actStale
+	// actThrottle: the endpoint asked to slow down (verdictThrottle): the
+	// throttle was cut; try again in place after delay (Retry-After, the
+	// throttle waits for it too); no attempt spent, never dead-lettered.
+	actThrottle
+	// actDisable: 410 Gone: the subscription is disabled (health.go); the
+	// event waits in place until it is enabled; no attempt spent, nothing
+	// dead-lettered.
+	actDisable
 )
 
 // OrderWaitDelay is the delay before an event refused by a receiver's
@@ -115,6 +127,10 @@ func settlementOf(resp response, attempt, maxDeliver int, backOff []time.Duratio
 		return settlement{act: actWait, outcome: OutcomeRetry, class: class, reason: resp.reason(), delay: orderWait(resp.retryAfter)}
 	case verdictStaleEpoch:
 		return settlement{act: actStale, outcome: OutcomeStaleEpoch, class: class, reason: resp.reason(), delay: orderWait(resp.retryAfter)}
+	case verdictThrottle:
+		return settlement{act: actThrottle, outcome: OutcomeThrottled, class: class, reason: resp.reason(), delay: max(resp.retryAfter, 0)}
+	case verdictGone:
+		return settlement{act: actDisable, outcome: OutcomeDisabled, class: class, reason: resp.reason()}
 	}
 	if maxDeliver > 0 && attempt >= maxDeliver {
 		return settlement{act: actDeadLetter, outcome: OutcomeExhausted, class: class,
@@ -178,15 +194,60 @@ func (r *sender) request(msg jetstream.Msg, id, replica string) ([]byte, http.He
 // records what happened on at (the attempt's span and record). refused is
 // true when the breaker let nothing through (open, or a half-open probe
 // already running); resp is then the zero response. inProgress, when not
-// nil, is called every AckWait/2 while the POST runs.
-func (r *sender) send(ctx context.Context, at *attemptState, inProgress func() error, id string, body []byte, hdr http.Header) (resp response, refused bool) {
+// nil, is called every AckWait/2 while the POST runs. gen is what gate
+// returned.
+func (r *sender) send(ctx context.Context, at *attemptState, inProgress func() error, gen uint64, id string, body []byte, hdr http.Header) (resp response, refused bool) {
 	at.sending()
 	err := r.br.Execute(func() error {
 		resp = r.post(ctx, inProgress, id, body, hdr)
 		at.answered(resp)
 		return resp.breakerErr()
 	})
-	return resp, errors.Is(err, breaker.ErrOpen)
+	if errors.Is(err, breaker.ErrOpen) {
+		return resp, true
+	}
+	r.answered(resp, gen)
+	return resp, false
+}
+
+// answered feeds an answer to the throttle (a 429 or 503 cuts the rate;
+// gen is the throttle's generation when the request was sent)
+// and to the subscription's health: a 410 disables it at once, a failure
+// streak past HealthConfig.DisableAfter disables it, a 2xx ends the
+// streak.
+func (r *sender) answered(resp response, gen uint64) {
+	r.throttle.observe(resp, gen)
+	switch resp.verdict() {
+	case verdictAck:
+		r.health.succeeded(r.sub.Name)
+	case verdictGone:
+		r.health.disable(context.Background(), r.disabledRecord(ReasonGone, resp))
+	case verdictRetry:
+		if r.health.failed(r.sub.Name) {
+			r.health.disable(context.Background(), r.disabledRecord(ReasonFailing, resp))
+		}
+	}
+}
+
+// disabledRecord is the record of disabling the subscription for reason
+// after resp.
+func (r *sender) disabledRecord(reason string, resp response) DisabledRecord {
+	return DisabledRecord{Subscription: r.sub.Name, Endpoint: r.endpoint, Reason: reason, Status: resp.status, LastError: resp.reason()}
+}
+
+// gate waits until the subscription may POST: while it is disabled, and
+// for its throttle (rate, Retry-After). hold, called only when it must
+// wait, keeps the message in hand from redelivery until the returned
+// stop. It returns the throttle's generation for send, or ctx's error
+// if ctx ends first.
+func (r *sender) gate(ctx context.Context, hold func() (stop func())) (uint64, error) {
+	if r.health.isDisabled(r.sub.Name) || r.throttle.holding() {
+		defer hold()()
+		if err := r.health.waitEnabled(ctx, r.sub.Name); err != nil {
+			return 0, err
+		}
+	}
+	return r.throttle.wait(ctx)
 }
 
 // count counts one attempt's outcome in

@@ -109,7 +109,21 @@ type Config struct {
 	// wall clock; tests pass a clockwork fake. Not part of the consumer's
 	// public Config.
 	Clock clockwork.Clock
+	// LocalBreakers keeps the circuit breakers to this replica. Default
+	// false: the endpoints' breakers are shared with the other replicas
+	// through the health bucket (breakerstore.go), so one replica probes
+	// an endpoint that is down while the others wait. Breakers must not
+	// have been used before New when shared.
+	LocalBreakers bool
+	// Health configures automatic disabling (410 Gone, sustained failure)
+	// and its operational webhook (health.go). Zero fields take their
+	// defaults.
+	Health HealthConfig
 }
+
+// healthLoadTimeout bounds Run's first read of the disabled
+// subscriptions; past it Run starts with this replica's own state.
+const healthLoadTimeout = 5 * time.Second
 
 // Ordered delivery defaults.
 const (
@@ -127,6 +141,10 @@ type Consumer struct {
 	runners   []*runner
 	// ord is the ordered subscriptions' shared state (nil without any).
 	ord *ordering
+	// health is the subscriptions' disabled state; notify announces a
+	// disable.
+	health *health
+	notify *notifier
 }
 
 // runner is one subscription's pull loop.
@@ -204,6 +222,24 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 		metrics:   m,
 		userAgent: cfg.UserAgent,
 	}
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.Name
+	}
+	if c.notify, err = newNotifier(js, cfg.Health, cfg.Replicas, cfg.Logger, open); err != nil {
+		return nil, fmt.Errorf("deliver: new consumer: %w", err)
+	}
+	if c.health, err = newHealth(js, cfg.Health, cfg.Clock, cfg.Logger, cfg.ReplicaID, cfg.Registerer, c.notify, names); err != nil {
+		return nil, fmt.Errorf("deliver: new consumer: %w", err)
+	}
+	rateGauge, err := newThrottleGauge(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("deliver: new consumer: %w", err)
+	}
+	if !cfg.LocalBreakers {
+		c.health.breakers = cfg.Breakers
+		cfg.Breakers.Share(breakerStore{h: c.health}, cfg.ReplicaID)
+	}
 	seen := make(map[string]bool, len(subs))
 	for _, s := range subs {
 		if err := s.Validate(); err != nil {
@@ -233,6 +269,8 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			tracer:   tracing.Tracer(cfg.TracerProvider),
 			spanName: spanName(s.Name),
 			clock:    cfg.Clock,
+			health:   c.health,
+			throttle: newThrottle(cfg.Clock, s.RateLimit, rateGauge.WithLabelValues(s.Name)),
 			metrics:  c.metrics,
 			attempts: cfg.Attempts,
 			duration: c.metrics.duration.WithLabelValues(s.Name),
@@ -336,7 +374,12 @@ func (c *Consumer) Provision(ctx context.Context) error {
 // are logged at warn level and retried after a pause growing from 0.5 s to
 // 15 s (±20 %), for each subscription on its own. Call Run once.
 func (c *Consumer) Run(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, healthLoadTimeout)
+	c.health.load(lctx, c.cfg.Replicas)
+	cancel()
+	defer c.notify.wait()
 	var wg sync.WaitGroup
+	wg.Go(func() { c.health.run(ctx, c.cfg.Replicas) })
 	if c.ord != nil {
 		wg.Go(func() { c.ord.run(ctx) })
 	}

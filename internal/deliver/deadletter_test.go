@@ -128,7 +128,7 @@ func TestReplayDeliversWithSameKeyAndDeletes(t *testing.T) {
 			w.WriteHeader(http.StatusOK)
 			return
 		}
-		w.WriteHeader(http.StatusGone)
+		w.WriteHeader(http.StatusUnprocessableEntity)
 	})
 	reg := prometheus.NewRegistry()
 	s := sub("orders", rc.URL)

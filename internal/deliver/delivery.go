@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/wire"
@@ -36,6 +37,16 @@ const (
 	// because it processed the stream under a later lease epoch (409 with
 	// Jsbridge-Order stale-epoch): the sender's lease is stale.
 	verdictStaleEpoch
+	// verdictThrottle: the endpoint asks to slow down (429, or 503 with a
+	// Retry-After): the rate is cut (throttle.go) and the event retried in
+	// place, spending no attempt and counting as no breaker failure. A 503
+	// without Retry-After is verdictRetry: what a dead endpoint behind a
+	// proxy answers for ever, so it counts as a failure.
+	verdictThrottle
+	// verdictGone: 410 Gone: the endpoint says it no longer exists; the
+	// subscription is disabled at once (health.go) and the event goes back
+	// unsent, neither dead-lettered nor counted as an attempt.
+	verdictGone
 )
 
 // response is the result of one POST.
@@ -51,8 +62,9 @@ type response struct {
 }
 
 // verdict classifies a response by the webhook contract (docs/architecture.md): 2xx
-// acks; 3xx (not followed), 408, 429, 5xx, timeouts and network errors are
-// retried; a 409 of an order gate (Jsbridge-Order gap or in-progress) waits,
+// acks; 3xx (not followed), 408, 5xx, timeouts and network errors are
+// retried; 429, and 503 with Retry-After, throttle; 410 disables the
+// subscription; a 409 of an order gate (Jsbridge-Order gap or in-progress) waits,
 // stale-epoch says the lease is stale; any other 4xx is permanent.
 func (r response) verdict() verdict {
 	switch {
@@ -66,7 +78,12 @@ func (r response) verdict() verdict {
 		return verdictRetry
 	case r.status >= 200 && r.status < 300:
 		return verdictAck
-	case r.status == http.StatusRequestTimeout, r.status == http.StatusTooManyRequests:
+	case r.status == http.StatusTooManyRequests,
+		r.status == http.StatusServiceUnavailable && r.retryAfter >= 0:
+		return verdictThrottle
+	case r.status == http.StatusGone:
+		return verdictGone
+	case r.status == http.StatusRequestTimeout:
 		return verdictRetry
 	case r.status == http.StatusConflict && r.order == wire.OrderStaleEpoch:
 		return verdictStaleEpoch
@@ -116,11 +133,14 @@ func (r response) reason() string {
 var errEndpoint = errors.New("endpoint failure")
 
 // breakerErr is what the breaker counts: retryable responses are endpoint
-// failures; a 2xx, a permanent 4xx or an order gate's 409 shows the
-// endpoint is up.
+// failures; a throttling answer is not counted at all (breaker.ErrExcluded);
+// a 2xx, a permanent 4xx or an order gate's 409 shows the endpoint is up.
 func (r response) breakerErr() error {
-	if r.verdict() == verdictRetry {
+	switch r.verdict() {
+	case verdictRetry:
 		return fmt.Errorf("%w: %s", errEndpoint, r.reason())
+	case verdictThrottle:
+		return fmt.Errorf("%w: %s", breaker.ErrExcluded, r.reason())
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -21,15 +22,19 @@ func TestVerdict(t *testing.T) {
 	for status, want := range map[int]verdict{
 		200: verdictAck, 201: verdictAck, 204: verdictAck, 299: verdictAck,
 		301: verdictRetry, 302: verdictRetry, 307: verdictRetry, 304: verdictRetry,
-		400: verdictPermanent, 401: verdictPermanent, 404: verdictPermanent, 410: verdictPermanent, 422: verdictPermanent,
-		408: verdictRetry, 429: verdictRetry,
+		400: verdictPermanent, 401: verdictPermanent, 404: verdictPermanent, 410: verdictGone, 422: verdictPermanent,
+		408: verdictRetry, 429: verdictThrottle,
 		500: verdictRetry, 502: verdictRetry, 503: verdictRetry, 504: verdictRetry,
 		100: verdictRetry,
 	} {
 		r := response{status: status, retryAfter: -1}
 		require.Equal(t, want, r.verdict(), "status %d", status)
-		require.Equal(t, want == verdictRetry, r.breakerErr() != nil, "status %d counts as endpoint failure only when retried", status)
+		require.Equal(t, want == verdictRetry, errors.Is(r.breakerErr(), errEndpoint), "status %d counts as endpoint failure only when retried", status)
+		require.Equal(t, want == verdictThrottle, errors.Is(r.breakerErr(), breaker.ErrExcluded), "status %d is not counted only when throttling", status)
 	}
+	// 503 with Retry-After throttles; without, it is a failure (above).
+	r := response{status: http.StatusServiceUnavailable, retryAfter: time.Second}
+	require.Equal(t, verdictThrottle, r.verdict())
 	// An order gate's 409s: not permanent, not an endpoint failure.
 	for order, want := range map[string]verdict{
 		wire.OrderGap: verdictOrderWait, wire.OrderInProgress: verdictOrderWait, wire.OrderStaleEpoch: verdictStaleEpoch,
@@ -107,8 +112,14 @@ func TestSettlementOf(t *testing.T) {
 			settlement{act: actDeadLetter, outcome: OutcomeTerm, class: "4xx", reason: "HTTP 422 Unprocessable Entity"}},
 		{"5xx retries with the backoff", response{status: 503, retryAfter: -1}, 2, 3,
 			settlement{act: actRetry, outcome: OutcomeRetry, class: "5xx", reason: "HTTP 503 Service Unavailable", delay: 5 * time.Second}},
-		{"Retry-After wins", response{status: 429, retryAfter: 7 * time.Second}, 1, 3,
-			settlement{act: actRetry, outcome: OutcomeRetry, class: "4xx", reason: "HTTP 429 Too Many Requests", delay: 7 * time.Second}},
+		{"Retry-After wins", response{status: 500, retryAfter: 7 * time.Second}, 1, 3,
+			settlement{act: actRetry, outcome: OutcomeRetry, class: "5xx", reason: "HTTP 500 Internal Server Error", delay: 7 * time.Second}},
+		{"429 throttles in place, even on the last attempt", response{status: 429, retryAfter: 7 * time.Second}, 3, 3,
+			settlement{act: actThrottle, outcome: OutcomeThrottled, class: "4xx", reason: "HTTP 429 Too Many Requests", delay: 7 * time.Second}},
+		{"503 with Retry-After throttles", response{status: 503, retryAfter: 0}, 3, 3,
+			settlement{act: actThrottle, outcome: OutcomeThrottled, class: "5xx", reason: "HTTP 503 Service Unavailable"}},
+		{"410 disables, not dead-lettered", response{status: 410, retryAfter: -1}, 1, 3,
+			settlement{act: actDisable, outcome: OutcomeDisabled, class: "4xx", reason: "HTTP 410 Gone"}},
 		{"last attempt exhausts", response{status: 503, retryAfter: -1}, 3, 3,
 			settlement{act: actDeadLetter, outcome: OutcomeExhausted, class: "5xx", reason: "HTTP 503 Service Unavailable (attempt 3 of MaxDeliver 3)"}},
 		{"no limit", response{status: 503, retryAfter: -1}, 99, -1,

@@ -98,7 +98,8 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			hl.forgetAttempts(id, recorded)
 			return
 		}
-		if r.br.Wait(hl.ctx) != nil {
+		gen, err := r.gate(hl.ctx, noHold)
+		if err != nil || r.br.Wait(hl.ctx) != nil {
 			continue // released: Nak'd above
 		}
 		select {
@@ -111,7 +112,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			continue // waitLease again
 		}
 		actx, at := r.startAttempt(ctx, em, id, attempt)
-		resp, refused := r.send(actx, at, nil, id, body, hdr)
+		resp, refused := r.send(actx, at, nil, gen, id, body, hdr)
 		<-hl.slots
 		if refused {
 			// Another lane's probe won; wait for the breaker again.
@@ -145,6 +146,13 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			r.count(OutcomeRetry, s.class, 0)
 			log(slog.Int("status", resp.status)).Info("the receiver's order gate refused the event for now; retrying in place", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
 			sleep(hl.ctx, hl.clock, s.delay)
+		case actThrottle, actDisable:
+			// Throttled (429, 503 with Retry-After) or disabled (410):
+			// sent again in place once gate lets it, spending no attempt.
+			r.count(s.outcome, s.class, 0)
+			if s.act == actDisable {
+				log(slog.Int("status", resp.status)).Warn("endpoint answered 410 Gone: subscription disabled; the event waits, unsent, until `consumer subscriptions enable`")
+			}
 		case actStale:
 			// The receiver processed the stream under a later lease: this
 			// replica's lease is stale. Stop the partition; the message
@@ -155,6 +163,9 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		}
 	}
 }
+
+// noHold is gate's hold for a message a keepAlive already keeps.
+func noHold() func() { return func() {} }
 
 // forgetAttempts deletes event id's failed attempts count once it
 // settled: not when the partition was released first (the ack or the dead

@@ -28,6 +28,13 @@ const (
 	// neither acked nor dead-lettered. A gate's gap or in-progress answer
 	// counts as OutcomeRetry.
 	OutcomeStaleEpoch = "stale_epoch"
+	// OutcomeThrottled: the endpoint answered 429, or 503 with
+	// Retry-After: the subscription's rate was cut and the event is sent
+	// again in place; no attempt spent.
+	OutcomeThrottled = "throttled"
+	// OutcomeDisabled: the endpoint answered 410 Gone: the subscription
+	// was disabled; the event waits, unsent, until it is enabled.
+	OutcomeDisabled = "disabled"
 )
 
 // Status class label values of jsbridge_consumer_deliveries_total besides

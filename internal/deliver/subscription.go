@@ -3,6 +3,7 @@ package deliver
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"regexp"
 	"strings"
@@ -149,6 +150,10 @@ type Subscription struct {
 	// redelivery with InProgress, and do not count (MaxAckPending bounds
 	// them).
 	MaxInFlight int
+	// RateLimit caps the subscription's POSTs per consumer replica, in
+	// requests per second. Default 0: no cap. A 429 or 503 from the
+	// endpoint lowers the rate below it for a while (throttle.go).
+	RateLimit float64
 	// MaxAckPending is the durable consumer's MaxAckPending: the messages
 	// out for delivery or waiting for a delayed retry, across all consumer
 	// replicas. Default 1000; at least MaxInFlight.
@@ -320,6 +325,9 @@ func (s Subscription) Validate() error {
 	}
 	if s.MaxInFlight < 0 {
 		return bad("MaxInFlight", "%d must be positive", s.MaxInFlight)
+	}
+	if math.IsNaN(s.RateLimit) || math.IsInf(s.RateLimit, 0) || s.RateLimit < 0 {
+		return bad("RateLimit", "%v (want requests per second, more than 0; 0 for no limit)", s.RateLimit)
 	}
 	if s.MaxAckPending < s.MaxInFlight {
 		return bad("MaxAckPending", "%d is below MaxInFlight %d", s.MaxAckPending, s.MaxInFlight)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
-	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -114,8 +112,9 @@ const consumerCheckInterval = 10 * time.Second
 // exists: run creates it again.
 var errConsumerGone = errors.New("durable consumer no longer exists")
 
-// run is one subscription's loop: create the durable consumer, then pull
-// while the endpoint's breaker is closed, fetch one message at a time as a
+// run is one subscription's loop: create the durable consumer, then,
+// while the subscription is enabled, pull while the endpoint's breaker is
+// closed, fetch one message at a time as a
 // probe while it is half-open, and pull nothing while it is open. Every
 // error is logged and retried after a pause; run returns when ctx ends.
 func (r *runner) run(ctx context.Context) {
@@ -145,6 +144,9 @@ func (r *runner) run(ctx context.Context) {
 		if !started {
 			r.log.Info("subscription started", slog.Any("filter_subjects", r.sub.FilterSubjects), slog.Int("max_in_flight", r.sub.MaxInFlight))
 			started = true
+		}
+		if err := r.health.waitEnabled(ctx, r.sub.Name); err != nil {
+			return
 		}
 		if err := r.br.Wait(ctx); err != nil {
 			return
@@ -194,7 +196,7 @@ func (r *runner) probe(ctx, dctx context.Context, cons jetstream.Consumer) error
 	msg, err := cons.Next(jetstream.FetchContext(fctx))
 	switch {
 	case err == nil:
-		r.handle(dctx, msg)
+		r.handle(dctx, ctx, msg)
 		return nil
 	case ctx.Err() != nil, errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, jetstream.ErrNoMessages), errors.Is(err, jetstream.ErrNoHeartbeat):
@@ -205,8 +207,8 @@ func (r *runner) probe(ctx, dctx context.Context, cons jetstream.Consumer) error
 }
 
 // pull consumes with a client buffer of MaxInFlight messages and up to
-// MaxInFlight concurrent deliveries, until ctx ends or the breaker leaves
-// closed. Then it stops pulling and Naks what was buffered but not started:
+// MaxInFlight concurrent deliveries, until ctx ends, the breaker leaves
+// closed or the subscription is disabled. Then it stops pulling and Naks what was buffered but not started:
 // with the open timeout as delay when the breaker opened, at once on
 // shutdown (another replica may take it).
 func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots chan struct{}, wg *sync.WaitGroup) error {
@@ -239,8 +241,8 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	}()
 	go func() {
 		for {
-			changed := r.br.Changed()
-			if r.br.State() != breaker.Closed {
+			changed, health := r.br.Changed(), r.health.changes()
+			if r.br.State() != breaker.Closed || r.health.isDisabled(r.sub.Name) {
 				stop()
 				return
 			}
@@ -248,6 +250,7 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 			case <-pctx.Done():
 				return
 			case <-changed:
+			case <-health:
 			}
 		}
 	}()
@@ -282,7 +285,7 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 				nak(r.log.With(slog.String("event_id", eventID(m))), m, 0)
 				return
 			}
-			r.handle(dctx, m)
+			r.handle(dctx, ctx, m)
 		}, func() { <-slots })
 		if queued {
 			<-slots
@@ -308,111 +311,6 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	}
 	iter.Stop()
 	return result
-}
-
-// handle delivers one message and acks, Naks or Terms it: the unordered
-// settler of one attempt (see attempt.go). ctx carries no cancellation
-// from Run: a delivery that started finishes (bounded by
-// Subscription.Timeout), so shutdown loses nothing.
-func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
-	r.inFlight.Inc()
-	defer r.inFlight.Dec()
-
-	// The attempt number and the attempts record both read the metadata:
-	// parse it once.
-	msg = parsedOnce(msg)
-	attempt := attemptNumber(msg)
-	id := eventID(msg)
-	ctx, at := r.startAttempt(ctx, msg, id, attempt)
-	defer r.endAttempt(at)
-	// The logger with this delivery's attributes is built only when
-	// something is logged: slog's With formats them at once, and the common
-	// path (a 2xx at info level) logs nothing.
-	log := func(more ...any) *slog.Logger {
-		return r.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
-	}
-	if attempt > 1 {
-		r.redeliveries.Inc()
-	}
-
-	body, hdr, err := r.request(msg, id, "")
-	if err != nil {
-		r.giveUp(ctx, log(), msg, deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
-		return
-	}
-	resp, refused := r.send(ctx, at, msg.InProgress, id, body, hdr)
-	if refused {
-		at.decide(OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
-		delay := r.br.OpenTimeout()
-		r.count(OutcomeBreakerOpen, ClassNone, 0)
-		l := log()
-		l.Debug("circuit breaker open, not sent", slog.Duration("delay", delay))
-		nak(l, msg, delay)
-		return
-	}
-
-	s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
-	switch s.act {
-	case actAck:
-		at.decide(OutcomeAck, s.class, "")
-		r.count(OutcomeAck, s.class, resp.status)
-		if err := msg.Ack(); err != nil {
-			log().Warn("ack failed; JetStream will redeliver after AckWait", slog.Int("status", resp.status), slog.Any("error", err))
-			return
-		}
-		if r.log.Enabled(ctx, slog.LevelDebug) {
-			log().Debug("delivered", slog.Int("status", resp.status))
-		}
-	case actDeadLetter:
-		if resp.status == http.StatusGone {
-			log().Warn("endpoint answered 410 Gone: it says it no longer exists; every event of this subscription will be dead-lettered until its URL is fixed or the subscription removed")
-		}
-		r.giveUp(ctx, log(slog.Int("status", resp.status)), msg, deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
-	case actRetry:
-		at.decide(OutcomeRetry, s.class, s.reason)
-		r.count(OutcomeRetry, s.class, 0)
-		l := log(slog.Int("status", resp.status))
-		l.Warn("delivery failed, will retry", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
-		nak(l, msg, s.delay)
-	case actWait, actStale:
-		// An order gate's 409 (an unordered webhook carries no lease
-		// epoch, so stale-epoch is unexpected here): never dead-lettered,
-		// whatever the attempt.
-		at.decide(s.outcome, s.class, s.reason)
-		r.count(s.outcome, s.class, 0)
-		l := log(slog.Int("status", resp.status))
-		l.Info("the receiver's order gate refused the event for now; will retry", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
-		nak(l, msg, s.delay)
-	}
-}
-
-// giveUp dead-letters msg and Terms it; if the dead letter cannot be stored
-// it Naks msg with the backoff delay instead, also after the last attempt:
-// the durable consumer has no server-side MaxDeliver, so the message comes
-// back and is tried (and, failing, dead-lettered) again.
-func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, dl deadletter.Letter, outcome, class string) {
-	dl.Subscription = r.sub.Name
-	dl.Endpoint = r.endpoint
-	dl.Msg = msg
-	if r.deadLetters != nil {
-		if err := r.deadLetters.DeadLetter(ctx, dl); err != nil {
-			delay := r.retryDelay(dl.Attempt, -1)
-			log.Error("dead letter failed; will retry the delivery", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("delay", delay))
-			attemptOf(ctx).decide(OutcomeRetry, class, dl.Reason+" (dead letter failed: "+err.Error()+")")
-			r.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, class).Inc()
-			nak(log, msg, delay)
-			return
-		}
-	}
-	r.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
-	attemptOf(ctx).decide(outcome, class, dl.Reason)
-	if r.deadLetters != nil {
-		r.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
-	}
-	log.Error("delivery failed for good, terminated", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
-	if err := msg.TermWithReason(dl.Reason); err != nil {
-		log.Warn("term failed; JetStream will redeliver after AckWait", slog.Any("error", err))
-	}
 }
 
 // consumerReplicas returns the replica count to create or update r's

@@ -1,0 +1,114 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/webhook"
+)
+
+// Endpoint health (docs/failing-endpoints.md): the replicas share each
+// endpoint's circuit breaker and each subscription's disabled state in the
+// JetStream key-value bucket "jsbridge_endpoint_health" (created on first
+// use). A subscription is disabled by a 410 Gone from its endpoint, by
+// HealthConfig.DisableAfter of failure, or by an operator
+// (DisableSubscription); while disabled no replica sends to its endpoint
+// and its durable consumers keep their position. EnableSubscription
+// resumes it from where it stopped.
+
+// Defaults of HealthConfig.
+const (
+	// DefaultDisableAfter is how long an endpoint may fail without a
+	// success before its subscription is disabled (24 h).
+	DefaultDisableAfter = deliver.DefaultDisableAfter
+	// DefaultDisableMinFailures is the failed attempts DisableAfter also
+	// needs (10).
+	DefaultDisableMinFailures = deliver.DefaultDisableMinFailures
+)
+
+// Disable reasons (DisabledSubscription.Reason).
+const (
+	// ReasonGone: the endpoint answered 410 Gone.
+	ReasonGone = deliver.ReasonGone
+	// ReasonFailing: the endpoint failed without a success for
+	// HealthConfig.DisableAfter.
+	ReasonFailing = deliver.ReasonFailing
+	// ReasonOperator: disabled with DisableSubscription (`consumer
+	// subscriptions disable`).
+	ReasonOperator = deliver.ReasonOperator
+)
+
+// HealthConfig configures the automatic disabling of subscriptions and
+// its notification. Zero fields take their defaults.
+type HealthConfig struct {
+	// DisableAfter disables a subscription whose endpoint has failed
+	// (5xx, timeouts, network errors; not 429) without a 2xx for this
+	// long, once at least DisableMinFailures attempts failed, counted on
+	// each replica. Default DefaultDisableAfter (24 h); negative: never.
+	DisableAfter time.Duration
+	// DisableMinFailures: see DisableAfter. Default
+	// DefaultDisableMinFailures (10).
+	DisableMinFailures int
+	// OpsWebhookURL receives a signed "endpoint.disabled" operational
+	// webhook (JSON: type, timestamp, data) when a subscription is
+	// disabled automatically. Default "": none. The event on the
+	// JetStream subject "ops.endpoint.disabled" is published either way.
+	OpsWebhookURL string
+	// OpsWebhookSecret signs the operational webhook (Standard Webhooks,
+	// a whsec_ secret). Required with OpsWebhookURL.
+	OpsWebhookSecret string
+}
+
+// validate checks h: an error naming the field and the value (never the
+// secret).
+func (h HealthConfig) validate() error {
+	if h.DisableMinFailures < 0 {
+		return fmt.Errorf("Health.DisableMinFailures %d is negative", h.DisableMinFailures)
+	}
+	if h.OpsWebhookURL == "" {
+		return nil
+	}
+	if _, err := webhook.NewSigner(webhook.SchemeStandard, h.OpsWebhookSecret); err != nil {
+		return fmt.Errorf("Health.OpsWebhookSecret (for Health.OpsWebhookURL): %w", err)
+	}
+	return nil
+}
+
+// engine converts h into the engine's.
+func (h HealthConfig) engine() deliver.HealthConfig {
+	return deliver.HealthConfig{DisableAfter: h.DisableAfter, DisableMinFailures: h.DisableMinFailures,
+		OpsWebhookURL: h.OpsWebhookURL, OpsWebhookSecret: h.OpsWebhookSecret}
+}
+
+// DisabledSubscription is a disabled subscription as the health bucket
+// records it; it is also the body of the "ops.endpoint.disabled" event and
+// the data of the "endpoint.disabled" operational webhook (JSON keys
+// subscription, endpoint, reason, status, last_error, at, replica).
+type DisabledSubscription = deliver.DisabledRecord
+
+// OpsWebhook is the body of an operational webhook: {"type":
+// "endpoint.disabled", "timestamp": ..., "data": DisabledSubscription}.
+type OpsWebhook = deliver.OpsWebhook
+
+// DisableSubscription disables subscription name on every replica running
+// it (within a second), keeping its position; it announces nothing. A
+// subscription already disabled keeps its record.
+func DisableSubscription(ctx context.Context, js jetstream.JetStream, name string) error {
+	return deliver.SetDisabled(ctx, js, name, ReasonOperator)
+}
+
+// EnableSubscription enables subscription name: every replica resumes it
+// from where it stopped. It reports whether it was disabled.
+func EnableSubscription(ctx context.Context, js jetstream.JetStream, name string) (bool, error) {
+	return deliver.Enable(ctx, js, name)
+}
+
+// ReadDisabled returns the disabled subscriptions, by name (none when the
+// health bucket does not exist yet).
+func ReadDisabled(ctx context.Context, js jetstream.JetStream) ([]DisabledSubscription, error) {
+	return deliver.ReadDisabled(ctx, js)
+}
