@@ -353,9 +353,17 @@ func (b *Breaker) executeShared(st State, fn func() error) error {
 	err := fn()
 	b.sh.settle(err) // before the slot is free: no second probe sees the old claim
 	b.sh.end()
-	if err == nil {
+	// This process probed for every replica: the probe's outcome is the
+	// shared breaker's transition, exported as the local breaker's would
+	// be (the local breaker records its own move to half-open).
+	switch {
+	case err == nil:
+		b.record(HalfOpen, Closed)
 		b.reset()
-	} else {
+	case isExcluded(err):
+		b.signal()
+	default:
+		b.record(HalfOpen, Open)
 		b.signal()
 	}
 	return err
@@ -486,11 +494,17 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 	close(b.changed)
 	b.changed = make(chan struct{})
 	b.mu.Unlock()
-	b.set.state.WithLabelValues(b.name).Set(float64(t))
-	b.set.trans.WithLabelValues(b.name, f.String(), t.String()).Inc()
 	if t == Open && b.sh != nil {
 		go b.sh.tripped() // not under gobreaker's lock
 	}
+	b.record(f, t)
+}
+
+// record exports and logs a transition from f to t: the local breaker's,
+// or a shared probe's (executeShared).
+func (b *Breaker) record(f, t State) {
+	b.set.state.WithLabelValues(b.name).Set(float64(t))
+	b.set.trans.WithLabelValues(b.name, f.String(), t.String()).Inc()
 	lvl := slog.LevelInfo
 	if t == Open {
 		lvl = slog.LevelWarn

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/breaker"
@@ -147,3 +148,43 @@ func TestSharedBreakerStoreDownIsLocal(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func TestSharedProbeTransitionsAreExported(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	reg := prometheus.NewRegistry()
+	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: 200 * time.Millisecond}, nil, reg)
+	require.NoError(t, err)
+	set.Share(store, "replica-0")
+	store.sets = append(store.sets, set)
+	const endpoint = "http://x/hook"
+	b := set.Breaker(endpoint)
+	require.ErrorIs(t, b.Execute(fail), errDown)
+	trans := func(from, to string) float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() != "jsbridge_consumer_breaker_transitions_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				if l["endpoint"] == endpoint && l["from"] == from && l["to"] == to {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, b.Wait(ctx))
+	require.ErrorIs(t, b.Execute(fail), errDown, "the probe fails")
+	require.Equal(t, 1.0, trans("half-open", "open"), "a failed shared probe is exported as the local breaker's would be")
+	require.NoError(t, b.Wait(ctx))
+	require.NoError(t, b.Execute(succeed))
+	require.Equal(t, 1.0, trans("half-open", "closed"))
+}
