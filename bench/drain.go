@@ -171,7 +171,9 @@ func (e *env) drainRow(ctx context.Context) (row, int64, error) {
 	if err := e.freshEventsStream(ctx); err != nil {
 		return row{}, 0, err
 	}
+	refStart := ownCPU()
 	ref, err := e.publishAsync(ctx, evs)
+	refCPU := ownCPU() - refStart
 	if err != nil {
 		return row{}, 0, err
 	}
@@ -197,6 +199,7 @@ func (e *env) drainRow(ctx context.Context) (row, int64, error) {
 	if err != nil {
 		return row{}, 0, err
 	}
+	selfStart := ownCPU()
 	e.profileSelf("server-during-drain")
 	err = e.waitFor(ctx, 30*time.Minute, "drain", func() (bool, error) {
 		_, fwd, err := st.Totals(ctx)
@@ -206,6 +209,10 @@ func (e *env) drainRow(ctx context.Context) (row, int64, error) {
 		return row{}, 0, err
 	}
 	ours := float64(n) / time.Since(start).Seconds()
+	e.drainCPU = drainCPU{events: n, server: ownCPU() - selfStart, reference: refCPU}
+	if e.drainCPU.bridge, err = processCPU(bridge.Pid()); err != nil {
+		return row{}, 0, err
+	}
 	rss, err := bridge.StopPeakRSS(20 * time.Second)
 	if err != nil {
 		return row{}, 0, err
@@ -220,7 +227,7 @@ func (e *env) drainRow(ctx context.Context) (row, int64, error) {
 		Ours:      fmt.Sprintf("%.0f events/s", ours),
 		Reference: fmt.Sprintf("%.0f msg/s (bare async publish)", ref),
 		Ratio:     fmt.Sprintf("%.2f", ratio),
-		Target:    "≥ 0.5",
-		Met:       ratio >= 0.5,
+		Target:    "≥ 0.8",
+		Met:       ratio >= 0.8,
 	}, rss, nil
 }

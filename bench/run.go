@@ -30,6 +30,8 @@ type env struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	procs proc.Group
+
+	drainCPU drainCPU // set by the drain row
 }
 
 // row is one line of the results table.
@@ -91,7 +93,7 @@ func run(ctx context.Context, cfg config) error {
 		if err != nil {
 			return fmt.Errorf("drain: %w", err)
 		}
-		rows, mem.bridge = append(rows, r), rss
+		rows, mem.bridge = append(rows, r, e.drainCPU.row()), rss
 	}
 	if want("claim") {
 		r, err := e.claimRow(ctx)
