@@ -109,6 +109,9 @@ func (s *Store) scanEvent(r pgx.CollectableRow) (event.Event, error) {
 		e.Err = &event.ColumnError{Table: s.EventsTable(), Column: "data", Err: errNull}
 		return e, nil
 	}
+	// The own events table's data column is jsonb: its text is JSON. An
+	// external table's may be text, so the forwarder checks it.
+	e.DataJSON = !s.External()
 	m, err := event.ParseMeta(meta) // NULL meta (len 0): no ids
 	if err != nil {
 		e.Err = &event.ColumnError{Table: s.EventsTable(), Column: "meta", Err: err}
