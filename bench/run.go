@@ -206,6 +206,7 @@ func markdown(cfg config, table string) string {
 	b.WriteString("Written by `make bench` (`bin/bench`, built from `bench/`); the figures are from the last full run. What limits the rows not met: `docs/performance.md`.\n\n")
 	fmt.Fprintf(&b, "Command: `%s`  \nDate: %s  \nGo: %s\n", strings.Join(os.Args, " "), time.Now().UTC().Format(time.RFC3339), runtime.Version())
 	b.WriteString(table)
+	b.WriteString(keptHistory(cfg.Out))
 	return b.String()
 }
 
