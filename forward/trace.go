@@ -60,7 +60,7 @@ func (f *Forwarder) startSpan(ctx context.Context, e *event.Event, msg *nats.Msg
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", msg.Subject),
-			attribute.String("messaging.message.id", event.FormatID(e.ID)),
+			attribute.String("messaging.message.id", msg.Header.Get(wire.HeaderMsgID)), // event.FormatID(e.ID), formatted once
 			tracing.AttrStream.String(e.Stream),
 			tracing.AttrStreamVersion.Int64(e.Version),
 			tracing.AttrEventName.String(e.Name),
