@@ -2,10 +2,13 @@
 // in the same run, and prints one table (see docs/benchmarks.md):
 //
 //   - drain throughput: a Postgres backlog → JetStream (file storage, dedup
-//     on), against a bare nats.go async-publish loop of the same messages;
+//     on), against a bare nats.go async-publish loop of the same messages,
+//     and the CPU per event of the bridge against the JetStream server's;
+//   - R3 drain: the same into an embedded 3-node cluster (3 replicas),
+//     against a bare async publish to that cluster;
 //   - claim latency p99 with many idle streams against few;
 //   - fairness: append → stored latency spread under a sustained backlog
-//     of thousands of streams (max ÷ p50);
+//     of thousands of streams (max ÷ p50), with 1 and 2 bridges;
 //   - consumer throughput: JetStream → signed POST to a loopback receiver →
 //     ack, against a bare pull → POST → ack loop with the same receiver;
 //   - tracing: drain and consumer throughput (in process) with tracing off
