@@ -105,7 +105,7 @@ func (e *env) bareLoopProcess(ctx context.Context, s *sink, n, inFlight int) (fl
 	start, selfCPU := time.Now(), ownCPU()
 	args := []string{"-in-flight", fmt.Sprint(inFlight), "-bare-consumer-child", e.srv.ClientURL() + " " + s.url}
 	if e.cfg.ProfileDir != "" {
-		args = append(args, "-profile-dir", e.cfg.ProfileDir)
+		args = append(args, "-profile-dir", e.cfg.ProfileDir, "-profile-seconds", fmt.Sprint(e.cfg.ProfileSecs))
 	}
 	p, err := e.procs.Start("bare-consumer", self, args)
 	if err != nil {
@@ -132,7 +132,7 @@ func (e *env) bareLoopProcess(ctx context.Context, s *sink, n, inFlight int) (fl
 // bareConsumerChild is the -bare-consumer-child mode: arg is "<nats-url>
 // <sink-url>"; it runs bareDeliver on durable bench-bare-process until ctx
 // ends (SIGTERM).
-func bareConsumerChild(ctx context.Context, arg string, inFlight int, profileDir string) error {
+func bareConsumerChild(ctx context.Context, arg string, inFlight int, profileDir string, profileSecs int) error {
 	natsURL, sinkURL, ok := strings.Cut(arg, " ")
 	if !ok {
 		return fmt.Errorf("-bare-consumer-child %q: want \"<nats-url> <sink-url>\"", arg)
@@ -147,7 +147,7 @@ func bareConsumerChild(ctx context.Context, arg string, inFlight int, profileDir
 		return err
 	}
 	if profileDir != "" {
-		// Like the consumer's profile (env.profile): 5 s from 0.5 s in.
+		// Like the consumer's profile (env.profile): from 0.5 s in.
 		if err := os.MkdirAll(profileDir, 0o755); err != nil {
 			return err
 		}
@@ -159,7 +159,7 @@ func bareConsumerChild(ctx context.Context, arg string, inFlight int, profileDir
 		go func() {
 			time.Sleep(500 * time.Millisecond)
 			if pprof.StartCPUProfile(f) == nil {
-				time.Sleep(5 * time.Second)
+				time.Sleep(time.Duration(profileSecs) * time.Second)
 				pprof.StopCPUProfile()
 			}
 		}()
@@ -309,6 +309,7 @@ func (e *env) consumerRow(ctx context.Context) (row, int64, error) {
 		return row{}, 0, err
 	}
 	e.profile("consumer", ops)
+	e.profileSelf("server-during-consumer")
 	err = e.waitFor(ctx, 10*time.Minute, "consumer", func() (bool, error) { return s.n.Load() >= int64(n), nil })
 	if err != nil {
 		return row{}, 0, err

@@ -1,27 +1,76 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"strings"
+	"time"
 )
 
-// historyHeading starts the part of docs/benchmarks.md that make bench
-// keeps when it rewrites the file: dated figures of the headline rows,
-// written by hand from the runs behind each change, so that a regression
-// shows against them.
-const historyHeading = "## History"
+// The results file (-out, docs/benchmarks.md) ends with the history of the
+// headline rows, one line per run that wrote it, so that a regression shows
+// against the runs before it. Each run keeps the section it finds and adds
+// its own line.
 
-// keptHistory returns the history section of the file at path (from its
-// heading to the end), or "" when the file or the section is missing.
-func keptHistory(path string) string {
+// historyHeading starts the history section of the results file.
+const historyHeading = "## History of the headline rows"
+
+// historyHeader is the history table's header.
+const historyHeader = "| date (UTC) | commit | sizes | drain ÷ bare publish | consumer ÷ bare loop | ordered ÷ unordered (1, 2 replicas; steady) | end to end p50, p99 (rate reached) | load average (1 min, at the end) |\n|---|---|---|---|---|---|---|---|\n"
+
+// readHistory returns the history section of the results file at path,
+// from its heading to the end, or a new empty section when there is none.
+func readHistory(path string) string {
 	b, err := os.ReadFile(path)
+	if err == nil {
+		if i := strings.Index(string(b), historyHeading); i >= 0 {
+			return strings.TrimRight(string(b[i:]), "\n") + "\n"
+		}
+	}
+	return historyHeading + "\n\n" + historyHeader
+}
+
+// historyLine is this run's line of the history table: the ratios of the
+// headline rows found in rows ("—" for a row not run).
+func historyLine(cfg config, rows []row, repo string) string {
+	find := func(prefix string, ours bool) string {
+		for _, r := range rows {
+			if strings.HasPrefix(r.Name, prefix) {
+				if ours {
+					return r.Ours
+				}
+				return r.Ratio
+			}
+		}
+		return "—"
+	}
+	size := "full"
+	if cfg.Quick {
+		size = "quick"
+	}
+	load := "?"
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			load = f[0]
+		}
+	}
+	ordered := find("ordered delivery, 1 replica", false) + ", " + find("ordered delivery, 2 replica", false)
+	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		time.Now().UTC().Format("2006-01-02 15:04"), commit(repo), size,
+		find("drain throughput", false), find("consumer throughput", false), ordered, find("end to end: append", true), load)
+}
+
+// commit is the short commit of the repository at repo, with "+changes"
+// when its work tree differs from it; "?" when git cannot tell.
+func commit(repo string) string {
+	out, err := exec.Command("git", "-C", repo, "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
-		return ""
+		return "?"
 	}
-	s := string(b)
-	i := strings.Index(s, "\n"+historyHeading+"\n")
-	if i < 0 {
-		return ""
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		c += "+changes"
 	}
-	return "\n" + s[i+1:]
+	return c
 }

@@ -45,12 +45,14 @@ type config struct {
 	FairWindow  time.Duration
 	E2ERate     int
 	E2EDuration time.Duration
+	E2EOrdering string
 	Bin         string
 	DatabaseURL string
 	Out         string
 	Only        string
 	Repo        string
 	ProfileDir  string
+	ProfileSecs int
 	BareChild   string
 }
 
@@ -68,12 +70,14 @@ func main() {
 	flag.DurationVar(&cfg.FairWindow, "fair-duration", 60*time.Second, "fairness: how long to append at the drain rate")
 	flag.IntVar(&cfg.E2ERate, "e2e-rate", 1000, "end to end: events appended per second")
 	flag.DurationVar(&cfg.E2EDuration, "e2e-duration", 30*time.Second, "end to end: how long to append")
+	flag.StringVar(&cfg.E2EOrdering, "e2e-ordering", "", "end to end: the consumer's --ordering (empty: its default, stream)")
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one")
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
 	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
-	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save 5-second CPU profiles here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer during the consumer row, the first replica and this process during each ordered row")
+	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save CPU profiles (-profile-seconds long) here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer, the bare loop process and this process during the consumer row, the first replica and this process during each ordered row")
+	flag.IntVar(&cfg.ProfileSecs, "profile-seconds", 5, "with -profile-dir: how long each CPU profile runs, in seconds")
 	flag.StringVar(&cfg.BareChild, "bare-consumer-child", "", "internal (the consumer row starts it): \"<nats-url> <sink-url>\": run the bare pull → POST → ack loop with -in-flight workers until SIGTERM (and save a CPU profile to -profile-dir)")
 	flag.Parse()
 	if cfg.Quick {
@@ -87,7 +91,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if cfg.BareChild != "" {
-		if err := bareConsumerChild(ctx, cfg.BareChild, cfg.InFlight, cfg.ProfileDir); err != nil {
+		if err := bareConsumerChild(ctx, cfg.BareChild, cfg.InFlight, cfg.ProfileDir, cfg.ProfileSecs); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: bare consumer child: %v\n", err)
 			os.Exit(1)
 		}

@@ -3,7 +3,7 @@
 // delivery engine assembled, as `consumer run` assembles them, behind New,
 // Start, Stop and Ready. It is the consumer's only public package: its
 // Config, the dead-letter and parked-stream operations (DeadLetters,
-// Consumer.Replay), the status reader (ReadStatus) and the trace reader
+// Consumer.Replay), replay by time (Consumer.ReplayWindow), the status reader (ReadStatus) and the trace reader
 // (TraceEvent); the engine lives under internal/.
 //
 //	c, err := consumer.New(js, consumer.Config{Subscriptions: subs})
@@ -293,6 +293,24 @@ func (c *Consumer) Replay(ctx context.Context, letters []DeadLetter) []ReplayRes
 		out[i] = ReplayResult{Letter: DeadLetter(r.Letter), Delivered: r.Delivered, Status: r.Status, Err: r.Err}
 	}
 	return out
+}
+
+// ReplayWindow re-delivers what the events stream holds in window w to
+// the endpoint of the subscription named subscription, as a delivery
+// sends it (body, signature with the current secrets, Idempotency-Key =
+// event id, so an idempotent receiver drops what it has seen), in the
+// events stream's order (each source stream in version order), one event
+// at a time, outside the circuit breaker. It reads through an ephemeral
+// ordered JetStream consumer started at w.Since and never touches the
+// subscription's durable consumers. A POST not answered 2xx stops it at
+// that event (WindowResult.Failed; nothing after it is sent): the same
+// call with Since = Failed.Time resumes there. Errors: ErrInvalidWindow,
+// ErrUnknownSubscription (wrapped) for a name c was not given,
+// JetStream's errors reading the stream, ctx's when it ends first (each
+// with the result so far). It needs no Start (docs/operations.md,
+// "Replay a time window").
+func (c *Consumer) ReplayWindow(ctx context.Context, subscription string, w Window) (WindowResult, error) {
+	return replayWindow(ctx, c.engine, subscription, w)
 }
 
 // Errors of ordered delivery's start-up; Provision (and Start) wrap them

@@ -1,19 +1,14 @@
 package deliver_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
-	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 
 // A dead letter JetStream refuses for lack of storage (max_file_store
@@ -24,27 +19,12 @@ func TestDeadLetterRefusedForStorageKeepsTheMessageUntilWritten(t *testing.T) {
 		t.Skip("fills a JetStream store")
 	}
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{MaxFileStore: 1 << 20}))
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage})
-	require.NoError(t, err)
-	b := bundle{js: js, ctx: ctx}
+	b := setupSmallStore(t, 1<<20)
+	ctx, js := b.ctx, b.js
 	q := deadletter.New(js, deadletter.Config{})
 	require.NoError(t, q.Provision(ctx))
 	b.publish(t, 5, "order-1", "OrderPlaced", `{"n":5}`)
-
-	// Another stream takes what is left of the store.
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILLER", Subjects: []string{"filler.>"}, Storage: jetstream.FileStorage})
-	require.NoError(t, err)
-	pad := make([]byte, 16<<10)
-	for i := 0; ; i++ {
-		if _, err := js.Publish(ctx, "filler.x", pad); err != nil {
-			require.True(t, forward.IsStorageFull(err), "filling the store: %v", err)
-			break
-		}
-		require.Less(t, i, 1000, "the store never filled")
-	}
+	filler := fillStore(t, b)
 
 	rc := newReceiver(t, status(http.StatusBadRequest)) // permanent: dead-lettered at once
 	s := sub("orders", rc.URL)
@@ -61,8 +41,6 @@ func TestDeadLetterRefusedForStorageKeepsTheMessageUntilWritten(t *testing.T) {
 	require.Zero(t, info.AckFloor.Stream, "not acked or terminated")
 	require.EqualValues(t, 1, uint64(info.NumAckPending)+info.NumPending, "still pending or out for redelivery")
 
-	filler, err := js.Stream(ctx, "FILLER")
-	require.NoError(t, err)
 	require.NoError(t, filler.Purge(ctx))
 	require.Eventually(t, func() bool {
 		n, err := q.Count(ctx, "orders")

@@ -111,12 +111,14 @@ type ordering struct {
 	// copyAge is the copy's MaxAge (0: none) as last read, by provision
 	// and the copy watcher: parking checks held events' ages against it.
 	copyAge atomic.Int64
+	// warns paces the warnings of lease writes failing at every cycle.
+	warns *warnPace
 }
 
 // newOrdering returns the ordering state of c, or nil when no subscription
 // of c is ordered.
 func newOrdering(c *Consumer) *ordering {
-	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log, metrics: c.metrics}
+	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log, metrics: c.metrics, warns: newWarnPace(c.cfg.Clock)}
 	for _, r := range c.runners {
 		if r.sub.Ordered() {
 			r.ord = newOrderedRunner(r, o, c.cfg.Partitions)
@@ -371,7 +373,7 @@ func (o *ordering) cycle(ctx context.Context) {
 	start := o.clock.Now()
 	for _, r := range o.runners {
 		if _, err := o.leases.Put(cctx, wire.MemberKey(r.sub.Name, self), []byte(self)); err != nil {
-			r.log.Warn("membership heartbeat failed", slog.Any("error", err))
+			o.warns.warn(r.log, r.sub.Name, "membership heartbeat failed", slog.Any("error", err))
 		}
 	}
 	for _, r := range o.runners {

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -22,7 +21,7 @@ type orderedRunner struct {
 	r      *runner
 	o      *ordering // the state the ordered subscriptions share
 	clock  clockwork.Clock
-	inHand atomic.Int64         // events in the lanes of all partitions (see handLimit)
+	inHand *handGate            // events in the lanes of all partitions, against handLimit
 	cons   []jetstream.Consumer // one per partition, set by createConsumers (and ensureConsumer)
 	// created are the partition consumers' configs as createConsumers
 	// made or found them: where one deleted before it acked anything is
@@ -54,7 +53,7 @@ func (or *orderedRunner) pullBatch() int {
 }
 
 func newOrderedRunner(r *runner, o *ordering, partitions int) *orderedRunner {
-	return &orderedRunner{
+	or := &orderedRunner{
 		r:       r,
 		o:       o,
 		clock:   r.clock,
@@ -64,6 +63,8 @@ func newOrderedRunner(r *runner, o *ordering, partitions int) *orderedRunner {
 		slots:   make(chan struct{}, r.sub.MaxInFlight),
 		parking: newParking(r, o),
 	}
+	or.inHand = newHandGate(or.handLimit())
+	return or
 }
 
 // consumerConfig is partition p's durable pull consumer: the subscription's
@@ -257,7 +258,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 			pt.lost = true
 			pt.release()
 		case !errors.Is(ctx.Err(), context.Canceled): // not shutdown
-			or.r.log.Warn("renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
+			o.warns.warn(or.r.log, or.r.sub.Name, "renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
 		}
 		if !want && !unknown && !pt.lost {
 			or.r.log.Info("releasing partition: another replica's share now", slog.Int("partition", p))
@@ -267,7 +268,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 		rev, err := o.leases.Create(ctx, key, self)
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyExists) {
-				or.r.log.Warn("claiming a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
+				o.warns.warn(or.r.log, or.r.sub.Name, "claiming a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
 			}
 			return
 		}
@@ -339,7 +340,7 @@ func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *pa
 	// createConsumers made the partition consumers from the same config.
 	cfg, _ := or.consumerConfig(or.o, p)
 	d := partitionDeps{
-		inHand: &or.inHand, handLimit: or.handLimit(), pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
+		inHand: or.inHand, pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
 		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log},
 		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream, redeliveredBy: or.o.cfg.RedeliveredBy,
 	}

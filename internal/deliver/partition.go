@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -23,9 +22,8 @@ import (
 type partition struct {
 	// inHand counts the events in the lanes of all the subscription's
 	// partitions on this replica; the partition pulls no more while it is
-	// at handLimit (orderedRunner.handLimit).
-	inHand    *atomic.Int64
-	handLimit int64
+	// at its limit (orderedRunner.handLimit).
+	inHand    *handGate
 	pullBatch int // the client's pull buffer (orderedRunner.pullBatch)
 	p         int
 	cons      jetstream.Consumer
@@ -53,8 +51,7 @@ type partition struct {
 // partitionDeps is what a partition is made of beside its own number,
 // consumer, lease and context (see newPartition).
 type partitionDeps struct {
-	inHand       *atomic.Int64
-	handLimit    int64
+	inHand       *handGate // nil: no limit
 	pullBatch    int
 	r            *runner
 	parking      *parking
@@ -78,14 +75,14 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	ctx, cancel := context.WithCancel(context.Background())
 	log := d.log.With(slog.Int("partition", p))
 	if d.inHand == nil {
-		d.inHand = new(atomic.Int64)
+		d.inHand = newHandGate(0)
 	}
 	var ackWait time.Duration
 	if d.r != nil {
 		ackWait = d.r.sub.AckWait
 	}
 	pt := &partition{
-		inHand: d.inHand, handLimit: d.handLimit, pullBatch: d.pullBatch, p: p, cons: cons, parking: d.parking, ackWait: ackWait, clock: d.clock, log: log,
+		inHand: d.inHand, pullBatch: d.pullBatch, p: p, cons: cons, parking: d.parking, ackWait: ackWait, clock: d.clock, log: log,
 		rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		lease: &leaseFence{ctx: ctx, clock: d.clock, connStatus: d.connStatus, deadline: deadline},
 		book:  newHandBook(),
@@ -191,14 +188,17 @@ func (pt *partition) run() {
 			lastCheck = pt.clock.Now()
 			continue
 		}
-		if !fencing && pt.inHand.Load() >= pt.handLimit {
+		if !fencing && pt.inHand.full() {
 			// Enough events in the lanes: pull no more for now (what
-			// waits in JetStream needs no InProgress).
+			// waits in JetStream needs no InProgress). Resume when a lane
+			// makes room, or after 5 ms to release unparked events and
+			// check the lease.
 			for _, m := range pt.parking.releaseFor(pt.holder) {
 				pt.dispatch(m, &wg)
 			}
 			select {
 			case <-pt.ctx.Done():
+			case <-pt.inHand.roomMade():
 			case <-pt.clock.After(5 * time.Millisecond):
 			}
 			continue
@@ -422,7 +422,7 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 		// settles it; this one must not come after its successor.
 		return
 	}
-	pt.inHand.Add(1)
+	pt.inHand.enter()
 	pt.lanes.submit(key, msg, wg, func(m jetstream.Msg) {
 		defer pt.leftLane(streamSeq(m))
 		pt.hol.deliver(m)
@@ -433,7 +433,7 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 // returned).
 func (pt *partition) leftLane(seq uint64) {
 	pt.book.leftLane(seq)
-	pt.inHand.Add(-1)
+	pt.inHand.leave()
 }
 
 // handCount is how many distinct events of the partition are in hand and

@@ -318,6 +318,9 @@ func (r *runner) handle(ctx context.Context, msg jetstream.Msg) {
 	r.inFlight.Inc()
 	defer r.inFlight.Dec()
 
+	// The attempt number and the attempts record both read the metadata:
+	// parse it once.
+	msg = parsedOnce(msg)
 	attempt := attemptNumber(msg)
 	id := eventID(msg)
 	ctx, at := r.startAttempt(ctx, msg, id, attempt)

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// The end-to-end row's per-stage breakdown: each delivered event's append
+// (ce-time, Postgres's clock), its store time in the events stream and in
+// the ordered copy (JetStream's timestamps, the same machine's clock) and
+// its receipt give three stages per event; the bridge's own histograms
+// split the first.
+
+// stageTimes are one event's times along the path; a zero time was not
+// seen.
+type stageTimes struct {
+	created, stored, copied, received time.Time
+}
+
+// storeTimes reads every message of JetStream stream name with an ordered
+// consumer and returns each event id's (Nats-Msg-Id) store time; a later
+// copy of an id replaces an earlier one.
+func (e *env) storeTimes(ctx context.Context, name string) (map[string]time.Time, error) {
+	s, err := e.js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	n := s.CachedInfo().State.Msgs
+	out := make(map[string]time.Time, n)
+	if n == 0 {
+		return out, nil
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	for read := uint64(0); read < n; {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			if md, err := m.Metadata(); err == nil {
+				out[m.Headers().Get(wire.HeaderMsgID)] = md.Timestamp
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
+		if got == 0 {
+			break
+		}
+		read += uint64(got)
+	}
+	return out, nil
+}
+
+// stageBreakdown prints the p50 and p99 of each stage over the events
+// delivered (times by event id): append → stored in the events stream
+// (the bridge: wake-up, claim, fetch, publish), → stored in the ordered
+// copy (sourcing; absent for unordered delivery), → received (the
+// consumer: pull, sign, POST); and the bridge's mean claim, publish and
+// ack durations from its metrics at bridgeOps. It returns the line it
+// printed.
+func (e *env) stageBreakdown(ctx context.Context, times map[string]*stageTimes, bridgeOps int) string {
+	stored, err := e.storeTimes(ctx, wire.DefaultEventsStream)
+	if err != nil {
+		return fmt.Sprintf("stages: events stream: %v", err)
+	}
+	copied, err := e.storeTimes(ctx, wire.OrderedStream(wire.DefaultEventsStream))
+	if err != nil {
+		copied = nil // no ordered copy (ordering none)
+	}
+	var bridge, cp, deliver []time.Duration
+	for id, t := range times {
+		t.stored, t.copied = stored[id], copied[id]
+		if t.stored.IsZero() {
+			continue
+		}
+		bridge = append(bridge, t.stored.Sub(t.created))
+		last := t.stored
+		if !t.copied.IsZero() {
+			cp = append(cp, t.copied.Sub(t.stored))
+			last = t.copied
+		}
+		deliver = append(deliver, t.received.Sub(last))
+	}
+	q := func(d []time.Duration) string {
+		if len(d) == 0 {
+			return "—"
+		}
+		slices.Sort(d)
+		return fmt.Sprintf("p50 %s p99 %s", ms(d[len(d)/2]), ms(d[len(d)*99/100]))
+	}
+	line := fmt.Sprintf("append → in %s %s [bridge means: claim %s, publish %s, ack %s]; → in the ordered copy %s; → received %s",
+		wire.DefaultEventsStream, q(bridge), bridgeMean(bridgeOps, "claim"), bridgeMean(bridgeOps, "publish"), bridgeMean(bridgeOps, "ack"), q(cp), q(deliver))
+	fmt.Printf("bench: e2e: stages: %s\n", line)
+	return line
+}
+
+// bridgeMean is the mean of the bridge's histogram
+// jsbridge_bridge_<what>_duration_seconds, read from its ops port ("?"
+// when unavailable).
+func bridgeMean(ops int, what string) string {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", ops))
+	if err != nil {
+		return "?"
+	}
+	defer resp.Body.Close()
+	sum, count, err := histogramSumCount(resp.Body, "jsbridge_bridge_"+what+"_duration_seconds")
+	if err != nil || count == 0 {
+		return "?"
+	}
+	return ms(time.Duration(sum / count * float64(time.Second)))
+}
+
+// histogramSumCount adds up name's _sum and _count series in a Prometheus
+// text exposition.
+func histogramSumCount(r io.Reader, name string) (sum, count float64, err error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		var dst *float64
+		switch {
+		case strings.HasPrefix(line, name+"_sum"):
+			dst = &sum
+		case strings.HasPrefix(line, name+"_count"):
+			dst = &count
+		default:
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %q: %w", name, line, err)
+		}
+		*dst += v
+	}
+	return sum, count, sc.Err()
+}

@@ -1,0 +1,238 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// Replay by time: what the events stream holds in a window of time is
+// POSTed once more to one subscription's endpoint, as a normal delivery
+// would send it (body, signature with the current secrets, Idempotency-Key
+// = event id), one event at a time in the stream's order, outside the
+// circuit breaker. It reads through an ephemeral ordered consumer that
+// starts at Since (OptStartTime) and never touches the subscription's
+// durable consumers: their positions, pending and acked messages stay as
+// they are. A POST that is not answered 2xx stops the replay at once with
+// the position reached (WindowResult.Failed): nothing after it is sent,
+// and the same replay started again with Since = Failed.Time resumes at
+// that event.
+
+// ErrInvalidWindow is wrapped by ReplayWindow when the window is
+// misconfigured; the message names the field and the value.
+var ErrInvalidWindow = errors.New("invalid replay window")
+
+// Window says what ReplayWindow re-delivers.
+type Window struct {
+	// Since is the window's start: messages JetStream stored at or after
+	// it (the time the bridge published the event, not the event's own
+	// created time). Required.
+	Since time.Time
+	// Until is the window's end, exclusive. Zero: up to the events
+	// stream's last message when the replay begins (events published
+	// later are left to the subscription's own delivery).
+	Until time.Time
+	// Stream, when not "", narrows the window to one source stream (the
+	// event-store stream, e.g. "order-42").
+	Stream string
+	// Match, when not nil, narrows the window to the source streams whose
+	// name it matches. At most one of Stream and Match.
+	Match *regexp.Regexp
+	// DryRun counts what would be sent, sending nothing.
+	DryRun bool
+	// Progress, when not nil, is called after each event in the window
+	// was sent (or counted, in a dry run), on ReplayWindow's goroutine.
+	Progress func(WindowResult)
+}
+
+// WindowPosition is one event of the events stream.
+type WindowPosition struct {
+	// EventID is the event id (Nats-Msg-Id).
+	EventID string `json:"event_id"`
+	// Seq is its sequence in the events stream.
+	Seq uint64 `json:"seq"`
+	// Time is when JetStream stored it.
+	Time time.Time `json:"time"`
+	// Stream is its source stream.
+	Stream string `json:"stream"`
+}
+
+// WindowFailure is the event a replay stopped at.
+type WindowFailure struct {
+	WindowPosition
+	// Status is the HTTP status, 0 without a response.
+	Status int `json:"status"`
+	// Reason says why it failed, e.g. "HTTP 503 Service Unavailable".
+	Reason string `json:"reason"`
+}
+
+// WindowResult is how far ReplayWindow got.
+type WindowResult struct {
+	// Subscription is the subscription replayed to.
+	Subscription string `json:"subscription"`
+	// Matched counts the events of the window read so far that pass
+	// Stream or Match (all of them in a finished dry run).
+	Matched int `json:"matched"`
+	// Delivered counts those the endpoint answered 2xx (0 in a dry run).
+	Delivered int `json:"delivered"`
+	// Last is the last event delivered (counted, in a dry run); zero
+	// before the first.
+	Last WindowPosition `json:"last"`
+	// Failed is the event the replay stopped at: its POST was not
+	// answered 2xx, or could not be built. Nil when none failed.
+	Failed *WindowFailure `json:"failed,omitempty"`
+}
+
+// ReplayWindow re-delivers what c's events stream holds in window w to
+// the endpoint of c's subscription named sub, with the same body,
+// signature (the current secrets) and Idempotency-Key as a normal
+// delivery, in the events stream's order (so each source stream in
+// version order), one event at a time; see the comment above Window for
+// what it leaves alone and how a failure stops it. It returns how far it
+// got. Errors: ErrUnknownSubscription (wrapped) for a sub c does not
+// have, ErrInvalidWindow for a bad window, JetStream's errors (wrapped)
+// reading the stream, and ctx's error when it ends first (with the result
+// so far). A failed POST is not an error: see WindowResult.Failed.
+func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (WindowResult, error) {
+	res := WindowResult{Subscription: sub}
+	var r *runner
+	for _, cand := range c.runners {
+		if cand.sub.Name == sub {
+			r = cand
+		}
+	}
+	switch {
+	case r == nil:
+		return res, fmt.Errorf("deliver: replay: %w: %q", ErrUnknownSubscription, sub)
+	case w.Since.IsZero():
+		return res, fmt.Errorf("deliver: %w: Since is required", ErrInvalidWindow)
+	case !w.Until.IsZero() && !w.Until.After(w.Since):
+		return res, fmt.Errorf("deliver: %w: Until %s is not after Since %s", ErrInvalidWindow, w.Until.Format(time.RFC3339Nano), w.Since.Format(time.RFC3339Nano))
+	case w.Stream != "" && w.Match != nil:
+		return res, fmt.Errorf("deliver: %w: Stream %q and Match %q: give one", ErrInvalidWindow, w.Stream, w.Match)
+	}
+	events, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return res, fmt.Errorf("deliver: replay: JetStream stream %q: %w", c.cfg.Stream, err)
+	}
+	prefix := wire.DefaultEventsPrefix
+	if subj := events.CachedInfo().Config.Subjects; len(subj) == 1 {
+		prefix = strings.TrimSuffix(subj[0], ".>")
+	}
+	last := events.CachedInfo().State.LastSeq
+	filters := windowFilters(r.sub.FilterSubjects, prefix, w.Stream)
+	if len(filters) == 0 || last == 0 {
+		return res, nil // nothing the subscription selects is in that stream
+	}
+	since := w.Since
+	oc, err := c.js.OrderedConsumer(ctx, c.cfg.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since,
+		InactiveThreshold: time.Minute, // should the delete below not get through
+	})
+	if err != nil {
+		return res, fmt.Errorf("deliver: replay: ordered consumer on JetStream stream %q: %w", c.cfg.Stream, err)
+	}
+	defer func() {
+		// The ordered consumer made again after a gap has a new name: the
+		// last one is deleted.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = c.js.DeleteConsumer(dctx, c.cfg.Stream, oc.CachedInfo().Name)
+	}()
+	info, err := oc.Info(ctx)
+	if err != nil {
+		return res, fmt.Errorf("deliver: replay: ordered consumer on JetStream stream %q: %w", c.cfg.Stream, err)
+	}
+	if info.NumPending == 0 {
+		return res, nil
+	}
+	it, err := oc.Messages(jetstream.PullMaxMessages(windowBatch))
+	if err != nil {
+		return res, fmt.Errorf("deliver: replay: read JetStream stream %q: %w", c.cfg.Stream, err)
+	}
+	defer it.Stop()
+	log := r.log.With(slog.String("replay_since", w.Since.Format(time.RFC3339Nano)))
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			return res, fmt.Errorf("deliver: replay: read JetStream stream %q: %w", c.cfg.Stream, err)
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return res, fmt.Errorf("deliver: replay: message metadata: %w", err)
+		}
+		// The window ends at Until, and at the stream's last message when
+		// the replay began: later events are the subscription's own.
+		if md.Sequence.Stream > last || (!w.Until.IsZero() && !md.Timestamp.Before(w.Until)) {
+			return res, nil
+		}
+		pos := WindowPosition{EventID: eventID(msg), Seq: md.Sequence.Stream, Time: md.Timestamp}
+		pos.Stream, _, _ = wire.ParseSubject(prefix, msg.Subject())
+		if w.Match == nil || w.Match.MatchString(pos.Stream) {
+			res.Matched++
+			if !w.DryRun {
+				if f := sendOnce(ctx, r.sender, msg, pos); f != nil {
+					log.Warn("replay stopped: the endpoint did not accept an event", slog.String("event_id", pos.EventID),
+						slog.Uint64("seq", pos.Seq), slog.Int("status", f.Status), slog.String("reason", f.Reason))
+					res.Failed = f
+					return res, nil
+				}
+				res.Delivered++
+			}
+			res.Last = pos
+			if w.Progress != nil {
+				w.Progress(res)
+			}
+		}
+		if md.Sequence.Stream == last || md.NumPending == 0 {
+			return res, nil
+		}
+	}
+}
+
+// windowBatch is how many messages a replay's ordered consumer pulls
+// ahead.
+const windowBatch = 64
+
+// sendOnce POSTs msg (at pos) once, as a delivery would, outside the
+// circuit breaker, and returns nil when the endpoint answered 2xx.
+func sendOnce(ctx context.Context, r *sender, msg jetstream.Msg, pos WindowPosition) *WindowFailure {
+	body, hdr, err := r.request(msg, pos.EventID, "")
+	if err != nil {
+		return &WindowFailure{WindowPosition: pos, Reason: err.Error()}
+	}
+	resp := r.post(ctx, nil, pos.EventID, body, hdr)
+	if resp.verdict() != verdictAck {
+		return &WindowFailure{WindowPosition: pos, Status: resp.status, Reason: resp.reason()}
+	}
+	return nil
+}
+
+// windowFilters are the subject filters of a replay of a subscription
+// with filters subs: subs themselves, or, for one source stream, each
+// narrowed to that stream's subjects (those matching none dropped). An
+// empty result: the subscription selects nothing of the stream.
+func windowFilters(subs []string, prefix, stream string) []string {
+	if stream == "" {
+		return subs
+	}
+	one := wire.StreamFilter(prefix, stream)
+	var out []string
+	for _, f := range subs {
+		if in, ok := wire.IntersectFilters(f, one); ok {
+			out = append(out, in)
+		}
+	}
+	return out
+}
