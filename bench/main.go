@@ -84,7 +84,7 @@ func main() {
 		cfg.Events, cfg.Streams = 100_000, 1_000
 		cfg.Messages = 20_000
 		cfg.IdleStreams, cfg.Claims = 100_000, 500
-		cfg.FairWindow = 15 * time.Second
+		cfg.FairWindow = 8 * time.Second // twice: 1 bridge, then 2
 		cfg.E2EDuration = 10 * time.Second
 	}
 
