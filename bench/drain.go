@@ -61,11 +61,17 @@ func (e *env) freshEventsStream(ctx context.Context) error {
 // the bridge would (same subjects, headers, Nats-Msg-Id, data) with async
 // publish, as fast as JetStream stores them. It returns messages per second.
 func (e *env) publishAsync(ctx context.Context, evs []event.Event) (float64, error) {
+	return publishAsyncTo(ctx, e.js, evs)
+}
+
+// publishAsyncTo is publishAsync through js (the embedded server's, or a
+// cluster's).
+func publishAsyncTo(ctx context.Context, js jetstream.JetStream, evs []event.Event) (float64, error) {
 	start := time.Now()
 	for i := range evs {
 		msg := forward.Message(evs[i], forward.Config{})
 		for {
-			_, err := e.js.PublishMsgAsync(msg)
+			_, err := js.PublishMsgAsync(msg)
 			if err == nil {
 				break
 			}
@@ -75,19 +81,24 @@ func (e *env) publishAsync(ctx context.Context, evs []event.Event) (float64, err
 		}
 	}
 	select {
-	case <-e.js.PublishAsyncComplete():
+	case <-js.PublishAsyncComplete():
 	case <-time.After(5 * time.Minute):
 		return 0, errors.New("async publishes not acknowledged after 5 minutes")
 	}
 	elapsed := time.Since(start)
-	if err := e.expectMessages(ctx, len(evs)); err != nil {
+	if err := expectMessagesIn(ctx, js, len(evs)); err != nil {
 		return 0, err
 	}
 	return float64(len(evs)) / elapsed.Seconds(), nil
 }
 
 func (e *env) expectMessages(ctx context.Context, n int) error {
-	s, err := e.js.Stream(ctx, wire.DefaultEventsStream)
+	return expectMessagesIn(ctx, e.js, n)
+}
+
+// expectMessagesIn checks that the EVENTS stream behind js holds n messages.
+func expectMessagesIn(ctx context.Context, js jetstream.JetStream, n int) error {
+	s, err := js.Stream(ctx, wire.DefaultEventsStream)
 	if err != nil {
 		return err
 	}
@@ -141,11 +152,16 @@ func (e *env) startBridge(ctx context.Context, schema string, extra ...string) (
 
 // startBridgeOps is startBridge that also returns the bridge's ops port.
 func (e *env) startBridgeOps(ctx context.Context, schema string, extra ...string) (*proc.Process, int, error) {
+	return e.startBridgeAt(ctx, e.srv.ClientURL(), schema, extra...)
+}
+
+// startBridgeAt is startBridgeOps against the NATS server(s) at natsURL.
+func (e *env) startBridgeAt(ctx context.Context, natsURL, schema string, extra ...string) (*proc.Process, int, error) {
 	ops, err := proc.FreePort()
 	if err != nil {
 		return nil, 0, err
 	}
-	args := append([]string{"run", "--nats-url", e.srv.ClientURL(), "--no-migrate",
+	args := append([]string{"run", "--nats-url", natsURL, "--no-migrate",
 		"--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--log-level", "warn"}, extra...)
 	if e.cfg.ProfileDir != "" {
 		args = append(args, "--pprof")
@@ -171,7 +187,9 @@ func (e *env) drainRow(ctx context.Context) (row, int64, error) {
 	if err := e.freshEventsStream(ctx); err != nil {
 		return row{}, 0, err
 	}
+	refStart := ownCPU()
 	ref, err := e.publishAsync(ctx, evs)
+	refCPU := ownCPU() - refStart
 	if err != nil {
 		return row{}, 0, err
 	}
@@ -197,6 +215,7 @@ func (e *env) drainRow(ctx context.Context) (row, int64, error) {
 	if err != nil {
 		return row{}, 0, err
 	}
+	selfStart := ownCPU()
 	e.profileSelf("server-during-drain")
 	err = e.waitFor(ctx, 30*time.Minute, "drain", func() (bool, error) {
 		_, fwd, err := st.Totals(ctx)
@@ -206,6 +225,10 @@ func (e *env) drainRow(ctx context.Context) (row, int64, error) {
 		return row{}, 0, err
 	}
 	ours := float64(n) / time.Since(start).Seconds()
+	e.drainCPU = drainCPU{events: n, server: ownCPU() - selfStart, reference: refCPU}
+	if e.drainCPU.bridge, err = processCPU(bridge.Pid()); err != nil {
+		return row{}, 0, err
+	}
 	rss, err := bridge.StopPeakRSS(20 * time.Second)
 	if err != nil {
 		return row{}, 0, err
@@ -220,7 +243,7 @@ func (e *env) drainRow(ctx context.Context) (row, int64, error) {
 		Ours:      fmt.Sprintf("%.0f events/s", ours),
 		Reference: fmt.Sprintf("%.0f msg/s (bare async publish)", ref),
 		Ratio:     fmt.Sprintf("%.2f", ratio),
-		Target:    "≥ 0.5",
-		Met:       ratio >= 0.5,
+		Target:    "≥ 0.8",
+		Met:       ratio >= 0.8,
 	}, rss, nil
 }

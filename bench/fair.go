@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jsbridge/jsbridge/internal/proc"
 	"github.com/jsbridge/jsbridge/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -28,7 +29,11 @@ import (
 // server's clock when it stored the message; same machine). With claims in
 // arbitrary order some streams wait many times longer than the rest; served
 // oldest first every event waits about as long as the backlog ahead of it.
-func (e *env) fairRow(ctx context.Context) (row, error) {
+//
+// With bridges above 1, that many bridge processes compete for the same
+// streams (the claim's SKIP LOCKED shares them out); the claim mean is the
+// first bridge's.
+func (e *env) fairRow(ctx context.Context, bridges int) (row, error) {
 	const schema = "bench_fair"
 	streams, target, dur := e.cfg.FairStreams, e.cfg.FairPending, e.cfg.FairWindow
 	st, err := e.freshStore(ctx, schema)
@@ -88,6 +93,15 @@ SELECT s, v, 'BenchEvent', $3::jsonb FROM unnest($1::text[], $2::bigint[]) AS t(
 		return row{}, err
 	}
 	defer bridge.Stop(20 * time.Second)
+	others := make([]*proc.Process, 0, bridges-1)
+	for range bridges - 1 {
+		b, err := e.startBridge(ctx, schema)
+		if err != nil {
+			return row{}, err
+		}
+		defer b.Stop(20 * time.Second)
+		others = append(others, b)
+	}
 	claims0, err := claimTotals(ctx, ops)
 	if err != nil {
 		return row{}, err
@@ -139,6 +153,11 @@ SELECT s, v, 'BenchEvent', $3::jsonb FROM unnest($1::text[], $2::bigint[]) AS t(
 	if err := bridge.Stop(20 * time.Second); err != nil {
 		return row{}, err
 	}
+	for _, b := range others {
+		if err := b.Stop(20 * time.Second); err != nil {
+			return row{}, err
+		}
+	}
 
 	samples, err := e.appendToStored(ctx, schema, fillMax)
 	if err != nil {
@@ -157,17 +176,17 @@ SELECT s, v, 'BenchEvent', $3::jsonb FROM unnest($1::text[], $2::bigint[]) AS t(
 	ratio := float64(worst) / float64(max(p50, time.Microsecond))
 	meanPending := float64(pendingSum) / float64(max(ticks, 1))
 	sec, secRatio := worstSecond(samples)
-	fmt.Printf("bench: fair: %d events at %.0f/s, pending streams mean %.0f min %d, claim mean %s: p50 %s p99 %s max %s (max/p50 %.2f); %d events over 3×p50; worst second of appends (%ds in) max/p50 %.2f\n",
-		len(lat), rate, meanPending, minPending, ms(claimMean), secs(p50), secs(p99), secs(worst), ratio, over, sec, secRatio)
+	fmt.Printf("bench: fair (%d bridges): %d events at %.0f/s, pending streams mean %.0f min %d, claim mean %s: p50 %s p99 %s max %s (max/p50 %.2f); %d events over 3×p50; worst second of appends (%ds in) max/p50 %.2f\n",
+		bridges, len(lat), rate, meanPending, minPending, ms(claimMean), secs(p50), secs(p99), secs(worst), ratio, over, sec, secRatio)
 	return row{
-		Name: fmt.Sprintf("fairness under a backlog: ~%d of %d streams pending, appends at the drain rate for %s; append (Postgres created) → stored (JetStream timestamp)",
-			target, streams, dur),
+		Name: fmt.Sprintf("fairness under a backlog, %d bridge(s): ~%d of %d streams pending, appends at the drain rate for %s; append (Postgres created) → stored (JetStream timestamp)",
+			bridges, target, streams, dur),
 		Ours: fmt.Sprintf("p50 %s, p99 %s, max %s (%d events, %.0f events/s; within the worst second of appends max ÷ p50 = %.2f)",
 			secs(p50), secs(p99), secs(worst), len(lat), rate, secRatio),
 		Reference: "—",
 		Ratio:     fmt.Sprintf("max ÷ p50 = %.2f", ratio),
-		Target:    "max ÷ p50 ≤ 3",
-		Met:       ratio <= 3,
+		Target:    "max ÷ p50 ≤ 2",
+		Met:       ratio <= 2,
 	}, nil
 }
 

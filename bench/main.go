@@ -2,10 +2,13 @@
 // in the same run, and prints one table (see docs/benchmarks.md):
 //
 //   - drain throughput: a Postgres backlog → JetStream (file storage, dedup
-//     on), against a bare nats.go async-publish loop of the same messages;
+//     on), against a bare nats.go async-publish loop of the same messages,
+//     and the CPU per event of the bridge against the JetStream server's;
+//   - R3 drain: the same into an embedded 3-node cluster (3 replicas),
+//     against a bare async publish to that cluster;
 //   - claim latency p99 with many idle streams against few;
 //   - fairness: append → stored latency spread under a sustained backlog
-//     of thousands of streams (max ÷ p50);
+//     of thousands of streams (max ÷ p50), with 1 and 2 bridges;
 //   - consumer throughput: JetStream → signed POST to a loopback receiver →
 //     ack, against a bare pull → POST → ack loop with the same receiver;
 //   - tracing: drain and consumer throughput (in process) with tracing off
@@ -60,7 +63,7 @@ func main() {
 	flag.IntVar(&cfg.Streams, "streams", 10_000, "drain: streams the backlog is spread over")
 	flag.IntVar(&cfg.Messages, "messages", 200_000, "consumer: messages delivered")
 	flag.IntVar(&cfg.InFlight, "in-flight", 64, "consumer: deliveries in flight")
-	flag.IntVar(&cfg.IdleStreams, "idle-streams", 100_000, "claim: idle streams in the large case (the small case has 100)")
+	flag.IntVar(&cfg.IdleStreams, "idle-streams", 1_000_000, "claim: idle streams in the large case (the small case has 100)")
 	flag.IntVar(&cfg.Claims, "claims", 2000, "claim: claims measured per case")
 	flag.IntVar(&cfg.FairStreams, "fair-streams", 10_000, "fairness: streams the appends go to (one event each, to random streams)")
 	flag.IntVar(&cfg.FairPending, "fair-pending", 2_500, "fairness: pending streams the appends keep (the backlog)")
@@ -71,7 +74,7 @@ func main() {
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one")
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
-	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, claim, fair, consumer, ordered, tracing, e2e")
+	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
 	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save CPU profiles (-profile-seconds long) here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer, the bare loop process and this process during the consumer row, the first replica and this process during each ordered row")
 	flag.IntVar(&cfg.ProfileSecs, "profile-seconds", 5, "with -profile-dir: how long each CPU profile runs, in seconds")
@@ -81,7 +84,7 @@ func main() {
 		cfg.Events, cfg.Streams = 100_000, 1_000
 		cfg.Messages = 20_000
 		cfg.IdleStreams, cfg.Claims = 100_000, 500
-		cfg.FairWindow = 15 * time.Second
+		cfg.FairWindow = 8 * time.Second // twice: 1 bridge, then 2
 		cfg.E2EDuration = 10 * time.Second
 	}
 

@@ -30,6 +30,8 @@ type env struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	procs proc.Group
+
+	drainCPU drainCPU // set by the drain row
 }
 
 // row is one line of the results table.
@@ -91,7 +93,14 @@ func run(ctx context.Context, cfg config) error {
 		if err != nil {
 			return fmt.Errorf("drain: %w", err)
 		}
-		rows, mem.bridge = append(rows, r), rss
+		rows, mem.bridge = append(rows, r, e.drainCPU.row()), rss
+	}
+	if want("r3") {
+		r, err := e.r3Row(ctx)
+		if err != nil {
+			return fmt.Errorf("r3: %w", err)
+		}
+		rows = append(rows, r)
 	}
 	if want("claim") {
 		r, err := e.claimRow(ctx)
@@ -101,11 +110,13 @@ func run(ctx context.Context, cfg config) error {
 		rows = append(rows, r)
 	}
 	if want("fair") {
-		r, err := e.fairRow(ctx)
-		if err != nil {
-			return fmt.Errorf("fairness: %w", err)
+		for _, bridges := range []int{1, 2} {
+			r, err := e.fairRow(ctx, bridges)
+			if err != nil {
+				return fmt.Errorf("fairness, %d bridge(s): %w", bridges, err)
+			}
+			rows = append(rows, r)
 		}
-		rows = append(rows, r)
 	}
 	if want("consumer") {
 		r, rss, err := e.consumerRow(ctx)

@@ -166,12 +166,7 @@ func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
 		return c, fmt.Errorf("drain: fetch: %w", err)
 	}
 
-	byStream := make(map[string][]event.Event, len(claims))
-	unreadable := false
-	for _, e := range events {
-		byStream[e.Stream] = append(byStream[e.Stream], e)
-		unreadable = unreadable || e.Err != nil
-	}
+	byStream, unreadable := groupByStream(events, len(claims))
 	for _, cl := range claims {
 		evs := byStream[cl.Stream]
 		if len(evs) == 0 {
@@ -319,4 +314,30 @@ func (d *Drain) unhold(streams ...string) {
 	for _, s := range streams {
 		delete(d.held, s)
 	}
+}
+
+// groupByStream returns events by stream, in their order, and whether any
+// is unreadable (Err set). A run of one stream's events next to each other
+// (the usual Fetch order) is a sub-slice of events, not a copy; its
+// capacity ends with the run, so appending to it cannot overwrite the next.
+func groupByStream(events []event.Event, streams int) (map[string][]event.Event, bool) {
+	byStream := make(map[string][]event.Event, streams)
+	unreadable := false
+	for i := 0; i < len(events); {
+		j := i + 1
+		for j < len(events) && events[j].Stream == events[i].Stream {
+			j++
+		}
+		run := events[i:j:j]
+		for k := range run {
+			unreadable = unreadable || run[k].Err != nil
+		}
+		if prev, ok := byStream[events[i].Stream]; ok {
+			byStream[events[i].Stream] = append(prev, run...)
+		} else {
+			byStream[events[i].Stream] = run
+		}
+		i = j
+	}
+	return byStream, unreadable
 }

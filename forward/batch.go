@@ -227,8 +227,9 @@ func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event
 	defer func() { endBatchSpans(spans, res) }()
 
 	replyPrefix := b.prefix + id + "." + strconv.Itoa(fastBatchFlow) + ".fail."
+	msg := &nats.Msg{Header: make(nats.Header, 15)} // reused: PublishMsg copies it out
 	for i, e := range evs {
-		msg := Message(e, f.cfg)
+		fillMessage(msg, e, f.cfg)
 		spans = append(spans, f.startSpan(ctx, &evs[i], msg))
 		op := "1"
 		switch i {

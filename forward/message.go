@@ -31,6 +31,16 @@ import (
 // Empty cfg.Prefix and cfg.Source take their defaults ("events", "jsbridge");
 // no other field of cfg is used and nothing is validated here (New does).
 func Message(e event.Event, cfg Config) *nats.Msg {
+	msg := &nats.Msg{Header: make(nats.Header, 15)} // 11, and room for the expectations and the trace context
+	fillMessage(msg, e, cfg)
+	return msg
+}
+
+// fillMessage makes msg the message Message returns for e, reusing msg's
+// header map (cleared first): a batch publishes its events one after the
+// other through one message, since PublishMsg has copied the headers out
+// by the time it returns.
+func fillMessage(msg *nats.Msg, e event.Event, cfg Config) {
 	prefix, source := cfg.Prefix, cfg.Source
 	if prefix == "" {
 		prefix = wire.DefaultEventsPrefix
@@ -39,7 +49,11 @@ func Message(e event.Event, cfg Config) *nats.Msg {
 		source = DefaultSource
 	}
 	id := event.FormatID(e.ID)
-	h := make(nats.Header, 15) // 11, and room for the expectations and the trace context
+	h := msg.Header
+	if h == nil {
+		h = make(nats.Header, 15)
+	}
+	clear(h)
 	// One backing array for all values: each header gets a one-element,
 	// capacity-capped slice of it, so a later Add cannot clobber a neighbour.
 	vals := make([]string, 0, 11)
@@ -63,9 +77,5 @@ func Message(e event.Event, cfg Config) *nats.Msg {
 	if e.Meta.Causation != "" {
 		set(wire.HeaderCausationID, wire.EncodeHeaderValue(e.Meta.Causation))
 	}
-	return &nats.Msg{
-		Subject: wire.Subject(prefix, e.Stream, e.Name),
-		Header:  h,
-		Data:    e.Data,
-	}
+	*msg = nats.Msg{Subject: wire.Subject(prefix, e.Stream, e.Name), Header: h, Data: e.Data}
 }

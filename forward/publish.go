@@ -45,7 +45,7 @@ func (f *Forwarder) publishOnce(ctx context.Context, e event.Event, stream strin
 		// hands it over, but Publish takes any event.
 		return f.failed(e, drain.NonRetryable(fmt.Errorf("event %d of stream %q cannot be read: %w", e.ID, e.Stream, e.Err)))
 	}
-	if !json.Valid(e.Data) {
+	if !e.DataJSON && !json.Valid(e.Data) {
 		return f.failed(e, drain.NonRetryable(fmt.Errorf("%w: event %d of stream %q (%d bytes)", errInvalidData, e.ID, e.Stream, len(e.Data))))
 	}
 	msg := Message(e, f.cfg)

@@ -174,11 +174,12 @@ func (f *Forwarder) publishStream(ctx context.Context, stream string, evs []even
 }
 
 // batchable reports whether e can go in a fast batch: its data is JSON and
-// its message well under the server's max payload. Others are published
+// its message well under the server's max payload (event.Event.DataJSON
+// vouches for the JSON without a look). Others are published
 // alone, which reports their failure exactly.
 func (f *Forwarder) batchable(e event.Event) bool {
 	const headroom = 4 << 10 // the headers, generously
-	return e.Err == nil && int64(len(e.Data))+headroom <= f.js.Conn().MaxPayload() && json.Valid(e.Data)
+	return e.Err == nil && int64(len(e.Data))+headroom <= f.js.Conn().MaxPayload() && (e.DataJSON || json.Valid(e.Data))
 }
 
 // batching reports whether the JetStream stream allows fast batches

@@ -44,19 +44,23 @@ func (c metaCarrier) Get(key string) string {
 func (metaCarrier) Set(string, string) {}
 func (metaCarrier) Keys() []string     { return []string{wire.HeaderTraceParent, wire.HeaderTraceState} }
 
+// producerKind is the publish spans' kind, made once: an option built per
+// event was an allocation per event even with tracing off.
+var producerKind = trace.WithSpanKind(trace.SpanKindProducer)
+
 // startSpan starts e's publish span and writes its context into msg's
 // headers. The returned span must be ended (endSpan).
 func (f *Forwarder) startSpan(ctx context.Context, e *event.Event, msg *nats.Msg) trace.Span {
 	if e.Meta.TraceParent != "" {
 		ctx = tracing.Propagator.Extract(ctx, metaCarrier{&e.Meta})
 	}
-	ctx, span := f.tracer.Start(ctx, f.spanName, trace.WithSpanKind(trace.SpanKindProducer))
+	ctx, span := f.tracer.Start(ctx, f.spanName, producerKind)
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", msg.Subject),
-			attribute.String("messaging.message.id", event.FormatID(e.ID)),
+			attribute.String("messaging.message.id", msg.Header.Get(wire.HeaderMsgID)), // event.FormatID(e.ID), formatted once
 			tracing.AttrStream.String(e.Stream),
 			tracing.AttrStreamVersion.Int64(e.Version),
 			tracing.AttrEventName.String(e.Name),

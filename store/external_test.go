@@ -139,6 +139,7 @@ func TestDiscoverOutOfOrderCommitsAndRollbacks(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, read, 3)
 	require.Equal(t, event.Meta{}, read[0].Meta, "NULL meta reads as empty")
+	require.False(t, read[0].DataJSON, "an external table's data may be text: the forwarder checks it")
 }
 
 func TestDiscoverCatchesUpInBoundedStepsAndMovesHeadsOnly(t *testing.T) {

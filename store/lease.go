@@ -80,12 +80,17 @@ func (s *Store) Fetch(ctx context.Context, claims []event.Claim, perStream int) 
 	if err != nil {
 		return nil, fmt.Errorf("fetch events of %d streams from %s: %w", len(claims), s.EventsTable(), err)
 	}
-	events, err := pgx.CollectRows(rows, s.scanEvent)
+	// Room for a full page per stream up front (at most fetchPrealloc):
+	// growing the slice row by row copied every event several times.
+	events, err := pgx.AppendRows(make([]event.Event, 0, min(len(claims)*perStream, fetchPrealloc)), rows, s.scanEvent)
 	if err != nil {
 		return nil, fmt.Errorf("fetch events of %d streams from %s: %w", len(claims), s.EventsTable(), err)
 	}
 	return events, nil
 }
+
+// fetchPrealloc caps the events Fetch makes room for before reading.
+const fetchPrealloc = 16 << 10
 
 // errNull is the reason of a ColumnError for a NULL where a value is needed.
 var errNull = errors.New("is NULL")
@@ -104,6 +109,9 @@ func (s *Store) scanEvent(r pgx.CollectableRow) (event.Event, error) {
 		e.Err = &event.ColumnError{Table: s.EventsTable(), Column: "data", Err: errNull}
 		return e, nil
 	}
+	// The own events table's data column is jsonb: its text is JSON. An
+	// external table's may be text, so the forwarder checks it.
+	e.DataJSON = !s.External()
 	m, err := event.ParseMeta(meta) // NULL meta (len 0): no ids
 	if err != nil {
 		e.Err = &event.ColumnError{Table: s.EventsTable(), Column: "meta", Err: err}

@@ -159,6 +159,7 @@ func TestAppendAndReadBack(t *testing.T) {
 		require.Equal(t, e.Version, read[i].Version)
 		require.Equal(t, e.Name, read[i].Name)
 		require.Equal(t, e.Data, read[i].Data, "Append returns the data as stored")
+		require.True(t, read[i].DataJSON, "the own table's data is jsonb")
 		require.Equal(t, e.Meta, read[i].Meta)
 		require.True(t, e.Created.Equal(read[i].Created))
 	}
