@@ -68,6 +68,11 @@ func testAgedOut(t *testing.T, c retentionCase) {
 	ctx := context.Background()
 	cfg := c.cfg
 	cfg.Schema, cfg.PollInterval, cfg.Logger = bb.schema, 50*time.Millisecond, quiet()
+	// A lease the first bridge still holds when it stops (a cycle cut off
+	// at Stop under load) keeps its stream from the second for the
+	// lease: the default 30 s was the whole of ageOut's wait (one
+	// fresh-clone CI run failed the MaxBytes case at 31 s).
+	cfg.Lease = 3 * time.Second
 	first, err := bridge.New(bb.pool, bb.js, cfg)
 	require.NoError(t, err)
 	require.NoError(t, first.Start(ctx))
