@@ -55,7 +55,10 @@ func TestOrderedWebhooksCarryPartitionAndLeaseEpoch(t *testing.T) {
 	// The lease bucket, made as the consumer makes it, watched from its
 	// first key on: the first revision of each lease key is its create
 	// revision.
-	kv, err := b.js.CreateKeyValue(b.ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultLeaseBucket, TTL: time.Second, Storage: jetstream.FileStorage, History: 1})
+	// A 3 s lease: the test reads each lease's first revision as its
+	// epoch, and a 1 s lease lost to a starved renewal under make test's
+	// load (-race, load 20) was created anew with another epoch.
+	kv, err := b.js.CreateKeyValue(b.ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultLeaseBucket, TTL: 3 * time.Second, Storage: jetstream.FileStorage, History: 1})
 	require.NoError(t, err)
 	w, err := kv.Watch(b.ctx, wire.LeaseFilter)
 	require.NoError(t, err)
@@ -79,7 +82,7 @@ func TestOrderedWebhooksCarryPartitionAndLeaseEpoch(t *testing.T) {
 	ordered, unordered := newHeaderReceiver(t), newHeaderReceiver(t)
 	none := sub("plain", unordered.URL)
 	none.Ordering = deliver.OrderingNone
-	b.runOrdered(t, deliver.Config{Partitions: 4}, orderedSub("hdr", ordered.URL), none)
+	b.runOrdered(t, deliver.Config{Partitions: 4, LeaseTTL: 3 * time.Second}, orderedSub("hdr", ordered.URL), none)
 	streams := []string{"order-a", "order-b", "order-c", "order-d", "order-e", "order-f"}
 	for _, s := range streams {
 		b.publishStream(t, s, 0, 2)
