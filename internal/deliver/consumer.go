@@ -174,6 +174,37 @@ type runner struct {
 	ord *orderedRunner
 }
 
+// fillDefaults gives cfg's zero fields their defaults (New's and
+// NewFleet's, filled once so that a Fleet's units share them): the events
+// stream, a discarding logger, a breaker Set, the wall clock, the
+// User-Agent and the ordering defaults. It fails for a negative Replicas
+// or an invalid ordering setting.
+func (cfg *Config) fillDefaults() error {
+	if cfg.Stream == "" {
+		cfg.Stream = wire.DefaultEventsStream
+	}
+	if cfg.Replicas < 0 {
+		return fmt.Errorf("Config.Replicas %d is negative", cfg.Replicas)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Breakers == nil {
+		set, err := breaker.NewSet(breaker.Settings{}, cfg.Logger, nil)
+		if err != nil {
+			return err
+		}
+		cfg.Breakers = set
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = defaultUserAgent()
+	}
+	return orderingDefaults(cfg)
+}
+
 // New returns a Consumer for subs. It fails when js is nil, no subscription
 // is given, a subscription is invalid (ErrInvalidSubscription), two share a
 // name, or the metrics cannot be registered.
@@ -184,29 +215,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	if len(subs) == 0 {
 		return nil, fmt.Errorf("deliver: new consumer: %w: no subscriptions given", ErrInvalidSubscription)
 	}
-	if cfg.Stream == "" {
-		cfg.Stream = wire.DefaultEventsStream
-	}
-	if cfg.Replicas < 0 {
-		return nil, fmt.Errorf("deliver: new consumer: Config.Replicas %d is negative", cfg.Replicas)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Breakers == nil {
-		set, err := breaker.NewSet(breaker.Settings{}, cfg.Logger, nil)
-		if err != nil {
-			return nil, fmt.Errorf("deliver: new consumer: %w", err)
-		}
-		cfg.Breakers = set
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
-	}
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = defaultUserAgent()
-	}
-	if err := orderingDefaults(&cfg); err != nil {
+	if err := cfg.fillDefaults(); err != nil {
 		return nil, fmt.Errorf("deliver: new consumer: %w", err)
 	}
 	m, err := newMetrics(cfg.Registerer)

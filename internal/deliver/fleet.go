@@ -9,10 +9,8 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -62,26 +60,7 @@ func NewFleet(js jetstream.JetStream, cfg Config) (*Fleet, error) {
 	if js == nil {
 		return nil, errors.New("deliver: new fleet: jetstream.JetStream is nil")
 	}
-	if cfg.Stream == "" {
-		cfg.Stream = wire.DefaultEventsStream
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Breakers == nil {
-		set, err := breaker.NewSet(breaker.Settings{}, cfg.Logger, nil)
-		if err != nil {
-			return nil, fmt.Errorf("deliver: new fleet: %w", err)
-		}
-		cfg.Breakers = set
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
-	}
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = defaultUserAgent()
-	}
-	if err := orderingDefaults(&cfg); err != nil {
+	if err := cfg.fillDefaults(); err != nil {
 		return nil, fmt.Errorf("deliver: new fleet: %w", err)
 	}
 	if _, err := newMetrics(cfg.Registerer); err != nil {

@@ -114,7 +114,7 @@ type health struct {
 	// failing is len(streaks), read without the lock: an ack when no
 	// subscription fails (the usual case) takes no lock.
 	failing atomic.Int64
-	changed  chan struct{}
+	changed chan struct{}
 }
 
 // newHealth returns the health of subs' names; the gauge
