@@ -40,8 +40,10 @@ const (
 	// LeaseKey (a uint64, base 10). KV revisions grow across the whole lease
 	// bucket and a stream always maps to one partition, so for one stream
 	// the epoch only grows; a lower epoch than one a receiver already
-	// processed for the stream comes from a stale (zombie) sender. Deleting
-	// and re-creating the lease bucket starts the revisions again from 1.
+	// processed for the stream comes from a stale (zombie) sender. The
+	// consumer creates the lease bucket with its first revision at the
+	// creation time in Unix microseconds, so a bucket deleted and created
+	// again (to change the lease TTL) still gives higher epochs.
 	HeaderLeaseEpoch = "Jsbridge-Lease-Epoch"
 	// HeaderOrder is set by a receiver's order gate (package webhook) on the
 	// answers it gives without running the receiver's handler: one of

@@ -202,7 +202,7 @@ func (o *ordering) provision(ctx context.Context) error {
 	} else {
 		return fmt.Errorf("deliver: JetStream stream %q: %w", o.stream(), err)
 	}
-	if o.leases, err = bucket(ctx, js, jetstream.KeyValueConfig{
+	if o.leases, err = leaseBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket: wire.DefaultLeaseBucket, Description: "jsbridge consumer replicas and their partition leases",
 		TTL: o.cfg.LeaseTTL, Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
 	}); err != nil {

@@ -1,0 +1,132 @@
+package deliver_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// The documented way to change the lease TTL is to stop every replica and
+// delete the lease bucket. The bucket the consumer creates again must give
+// higher epochs than the deleted one did, or a receiver behind an order
+// gate refuses every stream as stale-epoch from then on (the bucket's
+// revisions used to start again from 1).
+func TestLeaseBucketDeletedAndCreatedAgainKeepsGatedStreamsFlowing(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{secret})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	done := map[string][]int64{}
+	epochs := map[string]uint64{} // the highest epoch seen per partition
+	stale := 0                    // requests the gate refused as stale-epoch
+	h := webhook.Handler(v, webhook.NewMemoryStore(1<<10), time.Hour, func(_ context.Context, r *http.Request, _ []byte) error {
+		e := b.event(r.Header.Get(wire.HeaderIdempotencyKey))
+		mu.Lock()
+		done[e.stream] = append(done[e.stream], e.version)
+		mu.Unlock()
+		return nil
+	}, webhook.WithOrderGate(webhook.NewOrderGate(webhook.NewMemoryOrderStore())), webhook.WithLogger(slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ep, err := strconv.ParseUint(r.Header.Get(wire.HeaderLeaseEpoch), 10, 64)
+		if err == nil {
+			mu.Lock()
+			epochs[r.Header.Get(wire.HeaderPartition)] = max(epochs[r.Header.Get(wire.HeaderPartition)], ep)
+			mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+		if w.Header().Get(wire.HeaderOrder) == "stale-epoch" {
+			mu.Lock()
+			stale++
+			mu.Unlock()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	processed := func(n int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range []string{"order-a", "order-b", "order-c"} {
+			if len(done[s]) < n {
+				return false
+			}
+		}
+		return true
+	}
+	run := func() (stop func()) {
+		c, err := deliver.New(b.js, deliver.Config{Partitions: 2, LeaseTTL: 3 * time.Second, Logger: slog.New(slog.NewTextHandler(tWriter{t}, nil))}, orderedSub("gated", srv.URL))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(b.ctx)
+		ran := make(chan error, 1)
+		go func() { ran <- c.Run(ctx) }()
+		return func() {
+			cancel()
+			select {
+			case err := <-ran:
+				require.NoError(t, err)
+			case <-time.After(20 * time.Second):
+				t.Fatal("Run did not return after cancel")
+			}
+		}
+	}
+
+	stop := run()
+	for _, s := range []string{"order-a", "order-b", "order-c"} {
+		b.publishStream(t, s, 0, 3)
+	}
+	require.Eventually(t, func() bool { return processed(3) }, 20*time.Second, 10*time.Millisecond)
+	stop()
+	// A second run whose leases are created far above the first revisions,
+	// as a long-lived bucket's are (renewals and heartbeats are revisions
+	// too): a refused replica's leases are created again and again, and
+	// must not catch up with the old epochs within the test by doing so.
+	kv, err := b.js.KeyValue(b.ctx, wire.DefaultLeaseBucket)
+	require.NoError(t, err)
+	for i := 0; i < 2000; i++ {
+		_, err := kv.Put(b.ctx, "filler", nil)
+		require.NoError(t, err)
+	}
+	mu.Lock()
+	epochs = map[string]uint64{}
+	mu.Unlock()
+	stop = run()
+	for _, s := range []string{"order-a", "order-b", "order-c"} {
+		b.publishStream(t, s, 3, 4)
+	}
+	require.Eventually(t, func() bool { return processed(4) }, 20*time.Second, 10*time.Millisecond)
+	stop()
+	mu.Lock()
+	before := epochs
+	epochs = map[string]uint64{}
+	mu.Unlock()
+	require.NotEmpty(t, before)
+
+	require.NoError(t, b.js.DeleteKeyValue(b.ctx, wire.DefaultLeaseBucket))
+	stop = run()
+	t.Cleanup(stop)
+	for _, s := range []string{"order-a", "order-b", "order-c"} {
+		b.publishStream(t, s, 4, 6)
+	}
+	require.Eventually(t, func() bool { return processed(6) }, 20*time.Second, 10*time.Millisecond,
+		"the gate must process the events sent under the new bucket's leases")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Zero(t, stale, "requests refused as stale-epoch")
+	for _, s := range []string{"order-a", "order-b", "order-c"} {
+		require.Equal(t, []int64{0, 1, 2, 3, 4, 5}, done[s], "stream %s processed in order, each once", s)
+	}
+	require.Len(t, epochs, len(before))
+	for p, ep := range epochs {
+		require.Greater(t, ep, before[p], "partition %s: the new bucket's epoch is above the deleted one's", p)
+	}
+}
