@@ -314,6 +314,11 @@ func (o *ordering) run(ctx context.Context) {
 	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
 	cw := &copyWatch{js: o.js, events: o.cfg.Stream, every: copyCheckEvery(o.leaseTTL), clock: o.clock, log: o.log, metrics: o.metrics, copyAge: &o.copyAge}
 	watchers.Go(func() { cw.watch(wctx) })
+	sw := markerSweep{js: o.js, kv: o.parks, clock: o.clock, log: o.log}
+	for _, r := range o.runners {
+		sw.subs = append(sw.subs, r.sub.Name)
+	}
+	watchers.Go(func() { sw.run(wctx) })
 	for _, r := range o.runners {
 		ready := make(chan struct{})
 		watchers.Go(func() { r.ord.parking.watchParked(wctx, o.parks, ready) })
