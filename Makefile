@@ -37,14 +37,18 @@ demo: build
 ## detector, then integration/'s process-level tests without it. Those test the built binaries (not
 ## race-built) from outside; in their test process the race detector instruments only the embedded
 ## nats-server and the harness, at 4.4x the CPU (186 s vs 42 s for two replica tests), which starved the
-## processes under test on 2 cores (an ordered test stalled at load 20). Last, without it too, the
+## processes under test on 2 cores (an ordered test stalled at load 20). Then, without it too, the
 ## 1,000-subscription test, which skips under -race (1,000 pull consumers' heartbeats outrun a
-## race-instrumented server). The 30 min timeout is per test binary.
+## race-instrumented server). Last, deploy/ (the chart, the image, the compose file), which needs helm
+## (make tools; its tests run helm, runc and the built binaries, so -race would instrument only the
+## harness): last, so that .ci/run can build helm in the background meanwhile. The 30 min timeout is
+## per test binary.
 test:
 	@url=$$(scripts/pg start) && export JSBRIDGE_TEST_DATABASE_URL=$$url && rc=0 && \
-	$(GO) test -race -timeout 30m -count=1 $$($(GO) list ./... | grep -v '/integration$$') || rc=1; \
+	$(GO) test -race -timeout 30m -count=1 $$($(GO) list ./... | grep -v '/integration$$' | grep -v '/deploy$$') || rc=1; \
 	$(GO) test -timeout 30m -count=1 ./integration/ || rc=1; \
-	$(GO) test -timeout 30m -count=1 -run '^TestThousandSubscriptionsThroughTheCLI$$' ./cmd/consumer/ || rc=1; exit $$rc
+	$(GO) test -timeout 30m -count=1 -run '^TestThousandSubscriptionsThroughTheCLI$$' ./cmd/consumer/ || rc=1; \
+	{ $(MAKE) -s tools && $(GO) test -timeout 30m -count=1 ./deploy/; } || rc=1; exit $$rc
 
 ## test-short: the quick tier: unit and in-process tests (real Postgres and embedded JetStream),
 ## no processes, kills or clusters (integration/ runs nothing with -short); well under 90 s warm
@@ -109,12 +113,14 @@ $(GORELEASER):
 	@mkdir -p $(JSBRIDGE_TOOLS) && tmp=$$(mktemp -d $(JSBRIDGE_TOOLS)/.build-XXXXXX) && \
 	  GOBIN=$$tmp $(GO) install github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION) && mv $$tmp/goreleaser $@ && rmdir $$tmp
 ## tools: helm, which deploy's tests run, built from the module proxy into JSBRIDGE_TOOLS once (make test
-## builds it on first use too; .ci/run builds it first, so its minutes of compiling do not overlap the tests)
+## builds it before deploy's tests; .ci/run builds it in the background at low priority while the other
+## tests run). A lock makes a second build wait for the first instead of compiling it again.
 HELM_VERSION ?= v3.22.0
 HELM         := $(JSBRIDGE_TOOLS)/helm@$(HELM_VERSION)
 $(HELM):
-	@mkdir -p $(JSBRIDGE_TOOLS) && tmp=$$(mktemp -d $(JSBRIDGE_TOOLS)/.build-XXXXXX) && \
-	  GOBIN=$$tmp $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && mv $$tmp/helm $@ && rmdir $$tmp
+	@mkdir -p $(JSBRIDGE_TOOLS) && flock $(JSBRIDGE_TOOLS)/.helm.lock sh -c '\
+	  test -x $@ && exit 0; tmp=$$(mktemp -d $(JSBRIDGE_TOOLS)/.build-XXXXXX) && \
+	  GOBIN=$$tmp $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && mv $$tmp/helm $@ && rmdir $$tmp'
 tools: $(HELM)
 
 release-snapshot: $(GORELEASER)
