@@ -4,10 +4,54 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// buckets are the lease and park buckets' configurations, as provision
+// creates them.
+type buckets struct {
+	js     jetstream.JetStream
+	log    *slog.Logger
+	leases jetstream.KeyValueConfig
+	parks  jetstream.KeyValueConfig
+}
+
+// restore creates the lease and park buckets again where they are gone:
+// deleted while replicas run (by an operator, or a JetStream store lost).
+// The key-value handles the replica holds name their bucket, so they work
+// again once it exists; what the deleted buckets held is gone: leases are
+// claimed again (a new bucket's epochs are higher, see leaseBucket), and
+// a park entry lost lets its stream's held events go on.
+func (b buckets) restore(ctx context.Context) {
+	for _, cfg := range []jetstream.KeyValueConfig{b.leases, b.parks} {
+		if _, err := b.js.KeyValue(ctx, cfg.Bucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+			continue
+		}
+		create := bucket
+		if cfg.Bucket == b.leases.Bucket {
+			create = leaseBucket
+		}
+		if _, err := create(ctx, b.js, cfg); err != nil {
+			b.log.Warn("a key-value bucket of ordered delivery is gone; creating it again failed, retrying at the next round",
+				slog.String("bucket", cfg.Bucket), slog.Any("error", err))
+			continue
+		}
+		b.log.Warn("a key-value bucket of ordered delivery was deleted while this replica ran; created it again",
+			slog.String("bucket", cfg.Bucket))
+	}
+}
+
+// bucketGone reports whether err says a key-value bucket's stream does
+// not exist (a KV watch or listing reports nats.ErrStreamNotFound, of
+// nats.go's older API).
+func bucketGone(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
 
 // leaseBucket returns the lease bucket of cfg, creating it when missing
 // with its first revision at firstLeaseRevision(time.Now()).

@@ -130,3 +130,35 @@ func TestLeaseBucketDeletedAndCreatedAgainKeepsGatedStreamsFlowing(t *testing.T)
 		require.Greater(t, ep, before[p], "partition %s: the new bucket's epoch is above the deleted one's", p)
 	}
 }
+
+// The lease and park buckets deleted while a replica runs (an operator's
+// mistake, or a JetStream store lost) are created again by the replica:
+// delivery goes on, in order, instead of retrying on "stream not found"
+// for ever.
+func TestOrderedDeliveryGoesOnAfterItsBucketsAreDeletedWhileRunning(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	rc := newOrderedReceiver(t, b, func(orderedEvent, int) int { return http.StatusNoContent })
+	b.runOrdered(t, deliver.Config{Partitions: 2, LeaseTTL: 2 * time.Second}, orderedSub("gone", rc.URL))
+	streams := []string{"order-a", "order-b"}
+	for _, s := range streams {
+		b.publishStream(t, s, 0, 3)
+	}
+	require.Eventually(t, func() bool { acc := rc.accepted(); return len(acc["order-a"]) >= 3 && len(acc["order-b"]) >= 3 }, 20*time.Second, 10*time.Millisecond)
+	require.NoError(t, b.js.DeleteKeyValue(b.ctx, wire.DefaultLeaseBucket))
+	require.NoError(t, b.js.DeleteKeyValue(b.ctx, wire.DefaultParkBucket))
+	for _, name := range []string{wire.DefaultLeaseBucket, wire.DefaultParkBucket} {
+		require.Eventually(t, func() bool {
+			_, err := b.js.KeyValue(b.ctx, name)
+			return err == nil
+		}, 20*time.Second, 50*time.Millisecond, "bucket %s created again", name)
+	}
+	for _, s := range streams {
+		b.publishStream(t, s, 3, 6)
+	}
+	require.Eventually(t, func() bool {
+		acc := rc.accepted()
+		return len(acc["order-a"]) >= 6 && len(acc["order-b"]) >= 6
+	}, 30*time.Second, 10*time.Millisecond, "delivery goes on after the buckets are deleted")
+	requireInOrder(t, rc.accepted(), streams, 6)
+}

@@ -104,6 +104,7 @@ type ordering struct {
 	eventsPrefix string
 	leases       jetstream.KeyValue
 	parks        jetstream.KeyValue
+	buckets      buckets // how provision made leases and parks
 	// leaseTTL is the lease bucket's TTL: Config.LeaseTTL, unless the
 	// bucket existed with another (then every replica goes by the
 	// bucket's, so that a lease never expires before its owner renews it).
@@ -202,19 +203,20 @@ func (o *ordering) provision(ctx context.Context) error {
 	} else {
 		return fmt.Errorf("deliver: JetStream stream %q: %w", o.stream(), err)
 	}
-	if o.leases, err = leaseBucket(ctx, js, jetstream.KeyValueConfig{
+	o.buckets = buckets{js: js, log: o.log, leases: jetstream.KeyValueConfig{
 		Bucket: wire.DefaultLeaseBucket, Description: "jsbridge consumer replicas and their partition leases",
 		TTL: o.cfg.LeaseTTL, Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
-	}); err != nil {
+	}, parks: jetstream.KeyValueConfig{
+		Bucket: wire.DefaultParkBucket, Description: "jsbridge ordered subscriptions' parked streams",
+		Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
+	}}
+	if o.leases, err = leaseBucket(ctx, js, o.buckets.leases); err != nil {
 		return err
 	}
 	if o.leaseTTL, err = o.bucketTTL(ctx); err != nil {
 		return err
 	}
-	if o.parks, err = bucket(ctx, js, jetstream.KeyValueConfig{
-		Bucket: wire.DefaultParkBucket, Description: "jsbridge ordered subscriptions' parked streams",
-		Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
-	}); err != nil {
+	if o.parks, err = bucket(ctx, js, o.buckets.parks); err != nil {
 		return err
 	}
 	for _, r := range o.runners {
@@ -385,6 +387,9 @@ func (o *ordering) cycle(ctx context.Context) {
 		members, taken, err := o.view(cctx, r.sub.Name)
 		if err != nil {
 			r.log.Warn("listing consumer replicas failed; keeping the current partitions", slog.Any("error", err))
+			if bucketGone(err) {
+				o.buckets.restore(ctx) // cctx may be spent on the heartbeats that failed
+			}
 		}
 		var owned []int
 		for p, pt := range r.ord.parts {

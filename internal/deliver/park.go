@@ -277,6 +277,9 @@ func (pk *parking) watchParked(ctx context.Context, kv jetstream.KeyValue, ready
 		w, err := kv.Watch(ctx, wire.ParkedFilter(pk.sub.Name))
 		if err != nil {
 			pk.log.Warn("watching parked streams failed; retrying", slog.Any("error", err))
+			if bucketGone(err) {
+				pk.o.buckets.restore(ctx)
+			}
 			sleep(ctx, pk.clock, time.Second)
 			continue
 		}
