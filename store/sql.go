@@ -34,6 +34,7 @@ type queries struct {
 	claim   string
 	fetch   string
 	ack     string
+	ackMany string
 	retry   string
 	block   string
 	release string
@@ -215,6 +216,7 @@ SET watermark = GREATEST(watermark, $3),
     retry = 0, next_attempt = NULL, error = NULL,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
+		ackMany: ackManyQuery(r),
 		retry: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
