@@ -118,6 +118,7 @@ func (e *env) e2eRow(ctx context.Context) ([]row, error) {
 	// append is a round trip and a commit, and four producers (4 ms
 	// apart at 1,000/s) fell behind the rate asked for on a busy machine.
 	const producers = 16
+	commits0, cerr := e.commits(ctx)
 	var appended atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, producers)
@@ -157,6 +158,10 @@ func (e *env) e2eRow(ctx context.Context) ([]row, error) {
 	times := s.times
 	s.mu.Unlock()
 	stages := e.stageBreakdown(ctx, times, bridgeOps)
+	if commits1, err := e.commits(ctx); err == nil && cerr == nil {
+		stages += fmt.Sprintf("; Postgres commits per event %.2f (the append's included)", float64(commits1-commits0)/float64(n))
+		fmt.Printf("bench: e2e: Postgres commits %d for %d events\n", commits1-commits0, n)
+	}
 	return []row{{
 		Name:      fmt.Sprintf("end to end: append → webhook received, %d events/s requested for %s, %s", rate, dur, ordering),
 		Ours:      fmt.Sprintf("p50 %s, p99 %s (%.0f events/s achieved)", ms(p50), ms(p99), achieved),

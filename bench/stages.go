@@ -152,3 +152,13 @@ func histogramSumCount(r io.Reader, name string) (sum, count float64, err error)
 	}
 	return sum, count, sc.Err()
 }
+
+// commits is the database's count of committed transactions
+// (pg_stat_database.xact_commit): the round trips that commit, whatever
+// the machine's speed. The server publishes a backend's counts up to a
+// second late, so a difference over a run of seconds is close, not exact.
+func (e *env) commits(ctx context.Context) (int64, error) {
+	var n int64
+	err := e.pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	return n, err
+}
