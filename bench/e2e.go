@@ -120,6 +120,8 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 	// apart at 1,000/s) fell behind the rate asked for on a busy machine.
 	const producers = 16
 	commits0, cerr := e.commits(ctx)
+	stmts0, serr := e.statements(ctx)
+	cpu0 := e.sampleCPU(ctx, bridge.Pid(), consumer.Pid())
 	var appended atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, producers)
@@ -148,6 +150,8 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 	if err := e.waitFor(ctx, 2*time.Minute, "end to end", func() (bool, error) { return s.count() >= n, nil }); err != nil {
 		return nil, err
 	}
+	cpu := cpu0.perEvent(e.sampleCPU(ctx, bridge.Pid(), consumer.Pid()), n)
+	fmt.Printf("bench: e2e: %s\n", cpu)
 	s.mu.Lock()
 	lat := slices.Clone(s.lat)
 	s.mu.Unlock()
@@ -159,8 +163,12 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 	times := s.times
 	s.mu.Unlock()
 	stages := e.stageBreakdown(ctx, times, bridgeOps)
+	stages += "; " + cpu
+	if stmts1, err := e.statements(ctx); err == nil && serr == nil {
+		stages += fmt.Sprintf("; Postgres statements per event %.2f (pg_stat_statements)", float64(stmts1-stmts0)/float64(n))
+	}
 	if commits1, err := e.commits(ctx); err == nil && cerr == nil {
-		stages += fmt.Sprintf("; Postgres commits per event %.2f (the append's included)", float64(commits1-commits0)/float64(n))
+		stages += fmt.Sprintf("; Postgres transactions committed per event %.2f (pg_stat_database: every client of the database, the appends included)", float64(commits1-commits0)/float64(n))
 		fmt.Printf("bench: e2e: Postgres commits %d for %d events\n", commits1-commits0, n)
 	}
 	return []row{{

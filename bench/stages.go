@@ -162,3 +162,14 @@ func (e *env) commits(ctx context.Context) (int64, error) {
 	err := e.pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
 	return n, err
 }
+
+// statements is the number of statements the database has run
+// (pg_stat_statements: only where the server preloads it and the
+// extension was created in the database, which the bench leaves to the
+// operator; an error otherwise, and the row leaves the count out).
+func (e *env) statements(ctx context.Context) (int64, error) {
+	var n int64
+	err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
+	return n, err
+}
