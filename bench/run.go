@@ -140,11 +140,18 @@ func run(ctx context.Context, cfg config) error {
 		rows = append(rows, r)
 	}
 	if want("e2e") {
-		rs, err := e.e2eRow(ctx)
+		rs, err := e.e2eRow(ctx, e.cfg.E2ERate, 10*time.Millisecond)
 		if err != nil {
 			return fmt.Errorf("end to end: %w", err)
 		}
 		rows = append(rows, rs...)
+		if e.cfg.E2EHighRate > 0 {
+			rs, err := e.e2eRow(ctx, e.cfg.E2EHighRate, 30*time.Millisecond)
+			if err != nil {
+				return fmt.Errorf("end to end at %d/s: %w", e.cfg.E2EHighRate, err)
+			}
+			rows = append(rows, rs...)
+		}
 	}
 	if mem.bridge > 0 || mem.consumer > 0 {
 		rows = append(rows, mem.row())

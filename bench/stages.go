@@ -152,3 +152,24 @@ func histogramSumCount(r io.Reader, name string) (sum, count float64, err error)
 	}
 	return sum, count, sc.Err()
 }
+
+// commits is the database's count of committed transactions
+// (pg_stat_database.xact_commit): the round trips that commit, whatever
+// the machine's speed. The server publishes a backend's counts up to a
+// second late, so a difference over a run of seconds is close, not exact.
+func (e *env) commits(ctx context.Context) (int64, error) {
+	var n int64
+	err := e.pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	return n, err
+}
+
+// statements is the number of statements the database has run
+// (pg_stat_statements: only where the server preloads it and the
+// extension was created in the database, which the bench leaves to the
+// operator; an error otherwise, and the row leaves the count out).
+func (e *env) statements(ctx context.Context) (int64, error) {
+	var n int64
+	err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
+	return n, err
+}

@@ -237,20 +237,7 @@ func (d *Drain) finish(ctx context.Context, c *cycle) (Stats, error) {
 
 	sctx, cancel := d.settleContext()
 	defer cancel()
-	var errs []error
-	for i, b := range batches {
-		r := Result{Err: fmt.Errorf("handler returned %d results for %d batches", len(results), len(batches))}
-		if i < len(results) {
-			r = results[i]
-		}
-		var bad *event.Event
-		if c.unreadable != nil {
-			bad = c.unreadable[i]
-		}
-		if err := d.settle(ctx, sctx, c.batchClaims[i], b, r, bad, &st); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := d.settleBatches(ctx, sctx, c, results, &st)
 	for _, sk := range c.stuck {
 		b := Batch{Stream: sk.claim.Stream, Retry: sk.claim.Retry, Events: []event.Event{sk.ev}}
 		if err := d.settle(ctx, sctx, sk.claim, b, Result{Err: NonRetryable(sk.ev.Err)}, nil, &st); err != nil {

@@ -20,7 +20,8 @@ type Observer interface {
 	// long it took, and its error (nil on success).
 	Claimed(streams int, took time.Duration, err error)
 	// Settled is called once per settled stream: how (SettledAcked, ...),
-	// how many events it forwarded, and how long the store call took.
+	// how many events it forwarded, and how long the store call took (for
+	// streams acked together by one Store.AckStreams call, that call's).
 	Settled(stream, how string, forwarded int, took time.Duration)
 }
 

@@ -161,58 +161,70 @@ func decide(c event.Claim, b Batch, r Result, bad *event.Event, shuttingDown boo
 // is the unreadable event after the batch, if any.
 func (d *Drain) settle(runCtx, sctx context.Context, c event.Claim, b Batch, r Result, bad *event.Event, st *Stats) error {
 	dec := decide(c, b, r, bad, runCtx.Err() != nil, d.settlePolicy())
-	log := d.log.With("stream", c.Stream)
-
-	var err error
-	how := ""
 	began := d.cfg.Clock.Now()
-	defer func() {
-		switch {
-		case err == nil:
-		case errors.Is(err, event.ErrLeaseLost):
-			how = SettledLeaseLost
-		default:
-			how = SettledError
-		}
-		fwd := dec.done
-		if err != nil {
-			fwd = 0
-		}
-		d.cfg.Observer.Settled(c.Stream, how, fwd, d.cfg.Clock.Since(began))
-	}()
+	err := d.apply(sctx, c, dec)
+	return d.settled(c, dec, err, d.cfg.Clock.Since(began), st)
+}
+
+// apply does what dec says with c's stream against the store and returns
+// the store's error.
+func (d *Drain) apply(sctx context.Context, c event.Claim, dec decision) error {
 	switch dec.act {
 	case actAck:
-		if err = d.store.Ack(sctx, d.cfg.Owner, c.Stream, dec.version, dec.id); err == nil {
+		return d.store.Ack(sctx, d.cfg.Owner, c.Stream, dec.version, dec.id)
+	case actBlock:
+		return d.store.Block(sctx, d.cfg.Owner, c.Stream, dec.version, dec.id, dec.reason)
+	case actRelease:
+		return d.store.Release(sctx, d.cfg.Owner, []string{c.Stream})
+	case actPostpone:
+		return d.store.Postpone(sctx, d.cfg.Owner, c.Stream, dec.version, dec.id, dec.delay, dec.reason)
+	case actRetry:
+		return d.store.Retry(sctx, d.cfg.Owner, c.Stream, dec.version, dec.id, dec.delay, dec.reason)
+	}
+	return fmt.Errorf("settle: unknown %s", dec.act)
+}
+
+// settled reports c's stream settled as dec said, err being the store's
+// answer and took how long the store call took, to the logger, the
+// Observer and st. It returns the error Cycle returns for the stream: nil
+// when settled or fenced off by a lost lease.
+func (d *Drain) settled(c event.Claim, dec decision, err error, took time.Duration, st *Stats) error {
+	log := d.log.With("stream", c.Stream)
+	how := ""
+	if err == nil {
+		switch dec.act {
+		case actAck:
 			how = SettledAcked
 			st.Acked++
 			log.Debug("stream acked", "event_id", dec.id, "version", dec.version, "events", dec.done)
-		}
-	case actBlock:
-		if err = d.store.Block(sctx, d.cfg.Owner, c.Stream, dec.version, dec.id, dec.reason); err == nil {
+		case actBlock:
 			how = SettledBlocked
 			st.Blocked++
 			log.Error("stream blocked", "event_id", failedID(dec.failed), "attempt", c.Retry+1, "error", dec.reason)
-		}
-	case actRelease:
-		if err = d.store.Release(sctx, d.cfg.Owner, []string{c.Stream}); err == nil {
+		case actRelease:
 			how = SettledReleased
 			st.Released++
 			log.Debug("stream released", "reason", dec.reason)
-		}
-	case actPostpone:
-		if err = d.store.Postpone(sctx, d.cfg.Owner, c.Stream, dec.version, dec.id, dec.delay, dec.reason); err == nil {
+		case actPostpone:
 			how = SettledRetried
 			st.Retried++
 			st.Unavailable++
 			log.Warn("stream retried", "event_id", failedID(dec.failed), "retry", c.Retry, "outage_cycle", d.outages+1, "delay", dec.delay, "error", dec.reason, "unavailable", true)
-		}
-	case actRetry:
-		if err = d.store.Retry(sctx, d.cfg.Owner, c.Stream, dec.version, dec.id, dec.delay, dec.reason); err == nil {
+		case actRetry:
 			how = SettledRetried
 			st.Retried++
 			log.Warn("stream retried", "event_id", failedID(dec.failed), "attempt", c.Retry+1, "delay", dec.delay, "error", dec.reason)
 		}
 	}
+	fwd := dec.done
+	switch {
+	case err == nil:
+	case errors.Is(err, event.ErrLeaseLost):
+		how, fwd = SettledLeaseLost, 0
+	default:
+		how, fwd = SettledError, 0
+	}
+	d.cfg.Observer.Settled(c.Stream, how, fwd, took)
 
 	switch {
 	case err == nil:

@@ -31,6 +31,12 @@ type Store interface {
 	// Ack advances the stream's watermark to the event (version, id), resets
 	// its retry count and releases the lease.
 	Ack(ctx context.Context, owner, stream string, version, id int64) error
+	// AckStreams acks many streams, each as Ack does, in as few round trips
+	// as it can (the drain acks a cycle's streams with one call). It
+	// returns one error per ack, in their order: nil, one wrapping
+	// event.ErrLeaseLost, or another; one stream's failure never keeps
+	// another from being acked. The streams are distinct.
+	AckStreams(ctx context.Context, owner string, acks []event.Progress) []error
 	// Retry advances the watermark to (version, id) when version is greater
 	// than the current watermark (partial progress), increments the retry
 	// count, sets the next attempt to now+delay (database clock), records

@@ -29,3 +29,15 @@ type Claim struct {
 	// Empty when the stream was free.
 	PreviousHolder string
 }
+
+// Progress is how far a drainer forwarded one stream: the version and id of
+// the last event it forwarded, the point an ack moves the stream's
+// watermark to (never back).
+type Progress struct {
+	// Stream is the stream's name.
+	Stream string
+	// Version is the last forwarded event's version (0-based).
+	Version int64
+	// ID is the last forwarded event's id.
+	ID int64
+}

@@ -68,16 +68,7 @@ func (s *Store) Append(ctx context.Context, stream string, expectedVersion int64
 	if err := validateAppend(stream, expectedVersion, events); err != nil {
 		return nil, err
 	}
-	var out []event.Event
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = s.appendTx(ctx, tx, stream, expectedVersion, events)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return s.appendOne(ctx, stream, expectedVersion, events)
 }
 
 // AppendTx is Append inside the caller's transaction tx: the events (and the

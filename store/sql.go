@@ -30,10 +30,12 @@ type queries struct {
 
 	head         string
 	insertEvents string
+	appendOne    string
 
 	claim   string
 	fetch   string
 	ack     string
+	ackMany string
 	retry   string
 	block   string
 	release string
@@ -161,7 +163,8 @@ WHERE events_table = $1
   AND (hi <= $2 OR hi < ANY (SELECT hi FROM {schema}.discovery_pending WHERE events_table = $1 ORDER BY hi DESC OFFSET $3 - 1 LIMIT 1))`),
 		discoverySave: r.Replace(`UPDATE {schema}.discovery SET low = $2, seen = $3, updated_at = now() WHERE events_table = $1`),
 
-		head: r.Replace(`SELECT coalesce(max(version), -1) FROM {events} WHERE stream = $1`),
+		head:      r.Replace(`SELECT coalesce(max(version), -1) FROM {events} WHERE stream = $1`),
+		appendOne: r.Replace(appendOneSQL),
 		// ORDER BY ord makes identity ids follow versions within the append.
 		insertEvents: r.Replace(`INSERT INTO {events} (stream, version, name, data, meta)
 SELECT $1, $2 + t.ord, t.name, t.data::jsonb, t.meta::jsonb
@@ -215,6 +218,7 @@ SET watermark = GREATEST(watermark, $3),
     retry = 0, next_attempt = NULL, error = NULL,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
+		ackMany: ackManyQuery(r),
 		retry: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,

@@ -96,7 +96,7 @@ func New(reg prometheus.Registerer, backlog BacklogFunc, log *slog.Logger) (*Met
 		}),
 		ackDur: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "jsbridge_bridge_ack_duration_seconds", Buckets: latency,
-			Help: "Duration of one ack statement (advancing a stream's watermark) in Postgres.",
+			Help: "Duration of the Postgres call that acked a stream (advanced its watermark), observed once per acked stream: the streams of a cycle are acked by one statement, and each observes its duration.",
 		}),
 	}
 	m.unavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
