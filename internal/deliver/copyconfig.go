@@ -45,7 +45,8 @@ func CopyStreamConfig(ecfg jetstream.StreamConfig, partitions, replicas int) jet
 // stream) and counts MaxBytes and state.bytes uncompressed, so it changes
 // the disk the copy takes, not what its retention keeps. With
 // CloudEvents-like JSON events the copy's disk per million events fell
-// from 806 MB to 276 MB (make bench, storage row; docs/retention.md).
+// from 827 MB to 268 MB (the bench's storage row; docs/ordering.md, "The
+// copy's storage").
 const copyCompression = jetstream.S2Compression
 
 // eventsPrefixOf is the subject prefix of the events stream ecfg: the
