@@ -54,32 +54,36 @@ func copyMaxBytes(events int64) int64 {
 	return copyRetentionFactor * events
 }
 
-// upgradeCopy turns on what an existing copy s created by an earlier
-// version lacks, in one update, logging each once: AllowDirect
-// (successor look-ups read the copy with direct gets) and S2 compression
-// (copyCompression). JetStream takes a compression change in place but
-// compresses with it only the blocks the stream writes after the server
-// opened it again (a restart): the blocks written before stay as they are.
-func upgradeCopy(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, log *slog.Logger) error {
+// allowDirect turns AllowDirect on for an existing copy s created without
+// it (successor look-ups read the copy with direct gets), logging once.
+func allowDirect(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, log *slog.Logger) error {
 	cfg := s.CachedInfo().Config
-	direct, compress := !cfg.AllowDirect, cfg.Compression == jetstream.NoCompression
-	if !direct && !compress {
+	if cfg.AllowDirect {
 		return nil
 	}
-	cfg.AllowDirect, cfg.Compression = true, copyCompression
+	cfg.AllowDirect = true
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("deliver: turn on AllowDirect and S2 compression of JetStream stream %q: %w", cfg.Name, err)
+		return fmt.Errorf("deliver: turn on AllowDirect of JetStream stream %q: %w", cfg.Name, err)
 	}
-	if direct {
-		log.Info("the partitioned copy had no AllowDirect; turned it on (its successor look-ups read it with direct gets)",
-			slog.String("jetstream_stream", cfg.Name))
-	}
-	if compress {
-		log.Info("the partitioned copy was not compressed; turned S2 compression on (JetStream compresses the blocks it writes "+
-			"after the server's next restart; about a third of the disk with JSON events)",
-			slog.String("jetstream_stream", cfg.Name))
-	}
+	log.Info("the partitioned copy had no AllowDirect; turned it on (its successor look-ups read it with direct gets)",
+		slog.String("jetstream_stream", cfg.Name))
 	return nil
+}
+
+// reportCompression says, at Info, when an existing copy (cfg) is not
+// compressed, as an earlier version made it: a new one is (S2,
+// copyCompression). It is left as it is: compression costs the server
+// CPU, and the operator may have turned it off. JetStream takes the
+// change in place but compresses only the blocks written after the
+// server opened the stream again (a restart).
+func reportCompression(log *slog.Logger, cfg jetstream.StreamConfig) {
+	if cfg.Compression != jetstream.NoCompression {
+		return
+	}
+	log.Info(fmt.Sprintf("the partitioned copy is not compressed; a new one is (S2: about a third of the disk with JSON events, "+
+		"for a few µs of server CPU per event). Turn it on with: nats stream edit %s --compression s2 "+
+		"(JetStream compresses the blocks it writes after the server's next restart)", cfg.Name),
+		slog.String("jetstream_stream", cfg.Name))
 }
 
 // reportRetention warns when an existing copy (cfg) keeps messages for

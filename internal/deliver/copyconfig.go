@@ -45,7 +45,7 @@ func CopyStreamConfig(ecfg jetstream.StreamConfig, partitions, replicas int) jet
 // stream) and counts MaxBytes and state.bytes uncompressed, so it changes
 // the disk the copy takes, not what its retention keeps. With
 // CloudEvents-like JSON events the copy's disk per million events fell
-// from 827 MB to 268 MB (the bench's storage row; docs/ordering.md, "The
+// from 827 MB to 247 MB (the bench's storage row; docs/ordering.md, "The
 // copy's storage").
 const copyCompression = jetstream.S2Compression
 

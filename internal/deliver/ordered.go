@@ -171,10 +171,11 @@ func (o *ordering) provision(ctx context.Context) error {
 		if err := o.checkSourced(ctx, s, events); err != nil {
 			return err
 		}
-		if err := upgradeCopy(ctx, js, s, o.log); err != nil {
+		if err := allowDirect(ctx, js, s, o.log); err != nil {
 			return err
 		}
 		reportRetention(o.log, cfg, ecfg)
+		reportCompression(o.log, cfg)
 		o.copyAge.Store(int64(cfg.MaxAge))
 	} else if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateStream(ctx, CopyStreamConfig(ecfg, o.cfg.Partitions, replicas))
