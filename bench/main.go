@@ -15,6 +15,8 @@
 //     (the no-op provider) and on (the SDK with a batch span processor and a
 //     discarding exporter);
 //   - end to end: append → webhook received, at a steady rate;
+//   - storage: the disk the events stream and the ordered copy take per
+//     million events, against the events stream alone;
 //   - peak RSS of the bridge and the consumer processes at full speed.
 //
 // The bridge and the consumer run as real processes from -bin (make build);
@@ -76,7 +78,7 @@ func main() {
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one")
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
-	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e")
+	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e, storage")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
 	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save CPU profiles (-profile-seconds long) here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer, the bare loop process and this process during the consumer row, the first replica and this process during each ordered row")
 	flag.IntVar(&cfg.ProfileSecs, "profile-seconds", 5, "with -profile-dir: how long each CPU profile runs, in seconds")

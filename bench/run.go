@@ -153,6 +153,13 @@ func run(ctx context.Context, cfg config) error {
 			rows = append(rows, rs...)
 		}
 	}
+	if want("storage") {
+		r, err := e.storageRow(ctx)
+		if err != nil {
+			return fmt.Errorf("storage: %w", err)
+		}
+		rows = append(rows, r)
+	}
 	if mem.bridge > 0 || mem.consumer > 0 {
 		rows = append(rows, mem.row())
 	}

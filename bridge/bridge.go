@@ -135,9 +135,10 @@ func (b *Bridge) Migrate(ctx context.Context) error {
 
 // Provision makes sure the JetStream stream exists (created with subjects
 // "<SubjectPrefix>.>", file storage, DuplicateWindow, Replicas, MaxAge,
-// MaxBytes and MaxMsgsPerSubject when missing, never changed when it
-// exists), logs its retention (Info) and its warnings (a shorter duplicate
-// window, memory storage, another replica count, other limits). Errors wrap
+// MaxBytes, MaxMsgsPerSubject and Compress when missing, never changed
+// when it exists), logs its retention and compression (Info) and its
+// warnings (a shorter duplicate window, memory storage, another replica
+// count, other limits, no compression although Compress asks for it). Errors wrap
 // ErrSubjectsNotCovered when an existing stream does not take the
 // bridge's subjects, ErrReplicasNotSupported when Replicas > 1 meets a
 // standalone server, else JetStream's error; retrying helps only with the
@@ -145,7 +146,7 @@ func (b *Bridge) Migrate(ctx context.Context) error {
 func (b *Bridge) Provision(ctx context.Context) error {
 	prov, err := forward.Provision(ctx, b.js, forward.StreamConfig{
 		Name: b.cfg.Stream, Prefix: b.cfg.SubjectPrefix, DuplicateWindow: b.cfg.DuplicateWindow, Replicas: b.cfg.Replicas,
-		Limits: b.cfg.limits(),
+		Limits: b.cfg.limits(), Compress: b.cfg.Compress,
 	})
 	switch {
 	case errors.Is(err, forward.ErrSubjectsNotCovered):
@@ -162,7 +163,8 @@ func (b *Bridge) Provision(ctx context.Context) error {
 		b.cfg.Logger.Warn(warning, "jetstream_stream", b.cfg.Stream)
 	}
 	b.cfg.Logger.Info("JetStream stream retention", "jetstream_stream", b.cfg.Stream, "created", prov.Created,
-		"max_age", prov.Limits.MaxAge, "max_bytes", prov.Limits.MaxBytes, "max_msgs_per_subject", prov.Limits.MaxMsgsPerSubject)
+		"max_age", prov.Limits.MaxAge, "max_bytes", prov.Limits.MaxBytes, "max_msgs_per_subject", prov.Limits.MaxMsgsPerSubject,
+		"compressed", prov.Compressed)
 	return nil
 }
 

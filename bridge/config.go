@@ -115,6 +115,14 @@ type Config struct {
 	MaxAge            time.Duration
 	MaxBytes          int64
 	MaxMsgsPerSubject int64
+	// Compress asks for S2 compression of a stream Start creates:
+	// JetStream compresses each full block (8 MiB) of its file store, about
+	// 2.7 × smaller with JSON events, and decompresses a block to read an
+	// older message from it (reconciliation, Verify, a consumer far
+	// behind). MaxBytes counts uncompressed bytes. Default false. An
+	// existing stream keeps its own; Start warns when compression is asked
+	// for and the stream has none (docs/retention.md).
+	Compress bool
 
 	// Owner is the lease holder name of this bridge; unique per process.
 	// Default "<hostname>-<pid>-<random hex>".

@@ -62,6 +62,15 @@ type StreamConfig struct {
 	// value keeps every message forever. An existing stream keeps its own;
 	// Provisioned.Limits reports them and a warning says when they differ.
 	Limits Limits
+	// Compress asks for S2 compression of a stream Provision creates:
+	// JetStream compresses each block of its file store once the block is
+	// full (8 MiB), about 2.7 × smaller with JSON events (docs/retention.md),
+	// and decompresses a whole block to read an older message from it
+	// (reconciliation's look-ups, `bridge verify`, a consumer far behind).
+	// MaxBytes and the stream's state count uncompressed bytes. Default
+	// false (no compression). An existing stream keeps its own; a warning
+	// says when compression was asked for and the stream has none.
+	Compress bool
 }
 
 // Limits is a JetStream stream's retention: what JetStream removes, oldest
@@ -192,6 +201,9 @@ type Provisioned struct {
 	// Limits is the stream's actual retention (for an existing stream,
 	// its own, whatever was asked).
 	Limits Limits
+	// Compressed reports whether the stream's file store is compressed
+	// (S2; for an existing stream, its own, whatever was asked).
+	Compressed bool
 	// Warnings are human-readable problems of an existing stream that do not
 	// stop the bridge but weaken its guarantees (a duplicate window shorter
 	// than configured, memory storage). Empty when there are none.
@@ -200,16 +212,18 @@ type Provisioned struct {
 
 // Provision makes sure the JetStream stream cfg describes exists. When it is
 // missing, Provision creates it with subjects "<prefix>.>", file storage,
-// cfg.DuplicateWindow, cfg.Replicas, cfg.MaxMsgSize and cfg.Limits (the
-// oldest messages discarded first). When it exists (or another bridge
-// creates it concurrently), Provision changes nothing: it fails with
+// cfg.DuplicateWindow, cfg.Replicas, cfg.MaxMsgSize, cfg.Limits (the
+// oldest messages discarded first) and, when cfg.Compress, S2
+// compression. When it exists (or another bridge creates it
+// concurrently), Provision changes nothing: it fails with
 // ErrSubjectsNotCovered unless one of the stream's subjects covers
 // "<prefix>.>", and adds a warning to Provisioned when the stream's
 // duplicate window is shorter than cfg.DuplicateWindow, its replica count
-// is not cfg.Replicas, its limits are not cfg.Limits, or its storage is
-// memory. Invalid cfg fields fail
-// with ErrInvalidConfig, replicas above 1 on a standalone server with
-// ErrReplicasNotSupported; JetStream errors are returned wrapped.
+// is not cfg.Replicas, its limits are not cfg.Limits, it is not
+// compressed although cfg.Compress asks for it, or its storage is memory.
+// Invalid cfg fields fail with ErrInvalidConfig, replicas above 1 on a
+// standalone server with ErrReplicasNotSupported; JetStream errors are
+// returned wrapped.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (Provisioned, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -238,6 +252,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 			Discard:           jetstream.DiscardOld,
 			// Fast batches (nats-server 2.14+): see Forwarder.
 			AllowBatchPublish: serverAtLeast(js.Conn(), 2, 14),
+			Compression:       compression(cfg.Compress),
 		})
 		if err == nil {
 			info := s.CachedInfo()
@@ -250,6 +265,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 				Replicas:        info.Config.Replicas,
 				BatchPublish:    info.Config.AllowBatchPublish,
 				Limits:          LimitsOf(info.Config),
+				Compressed:      info.Config.Compression != jetstream.NoCompression,
 			}, nil
 		}
 		var api *jetstream.APIError
@@ -275,6 +291,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 		Replicas:        info.Config.Replicas,
 		BatchPublish:    info.Config.AllowBatchPublish,
 		Limits:          LimitsOf(info.Config),
+		Compressed:      info.Config.Compression != jetstream.NoCompression,
 	}
 	covered := false
 	for _, have := range info.Config.Subjects {
@@ -304,6 +321,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 				"change it with: nats stream edit %s --max-age ... --max-bytes ... --max-msgs-per-subject ... (or ask for what it has)",
 			cfg.Name, p.Limits, cfg.Limits, cfg.Name))
 	}
+	if cfg.Compress && !p.Compressed {
+		p.Warnings = append(p.Warnings, fmt.Sprintf(
+			"JetStream stream %s is not compressed, and compression was asked for; it is left as it is (an existing stream's configuration is the operator's): "+
+				"turn it on with: nats stream edit %s --compression s2 (JetStream compresses the blocks it writes after the server's next restart)", cfg.Name, cfg.Name))
+	}
 	if w := replicasWarning(cfg.Name, p.Replicas, cfg.Replicas); w != "" {
 		p.Warnings = append(p.Warnings, w)
 	}
@@ -312,6 +334,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 			"JetStream stream %s uses memory storage: forwarded events are lost when the server restarts", cfg.Name))
 	}
 	return p, nil
+}
+
+// compression is the JetStream store compression for Compress.
+func compression(compress bool) jetstream.StoreCompression {
+	if compress {
+		return jetstream.S2Compression
+	}
+	return jetstream.NoCompression
 }
 
 // replicasWarning returns the warning for an existing JetStream stream

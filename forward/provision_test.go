@@ -192,3 +192,31 @@ func TestProvisionRetentionCreatedAndReportedNeverChanged(t *testing.T) {
 	require.ErrorIs(t, err, forward.ErrInvalidConfig)
 	require.ErrorContains(t, err, "StreamConfig.Limits.MaxBytes -1")
 }
+
+// Compress creates the stream with S2 compression; an existing stream
+// without it is reported when compression is asked for, never changed.
+func TestProvisionCompressionCreatedAndReportedNeverChanged(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{Name: "ZIPPED", Prefix: "zipped", Compress: true})
+	require.NoError(t, err)
+	require.True(t, p.Created)
+	require.True(t, p.Compressed)
+	s, err := b.js.Stream(t.Context(), "ZIPPED")
+	require.NoError(t, err)
+	require.Equal(t, jetstream.S2Compression, s.CachedInfo().Config.Compression)
+
+	p, err = forward.Provision(t.Context(), b.js, forward.StreamConfig{})
+	require.NoError(t, err)
+	require.False(t, p.Compressed, "not asked for: none")
+	again, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{Compress: true})
+	require.NoError(t, err)
+	require.False(t, again.Created)
+	require.False(t, again.Compressed, "the stream's own")
+	require.Len(t, again.Warnings, 1)
+	require.Contains(t, again.Warnings[0], "JetStream stream EVENTS is not compressed, and compression was asked for; it is left as it is")
+	require.Contains(t, again.Warnings[0], "nats stream edit EVENTS --compression s2")
+	s, err = b.js.Stream(t.Context(), "EVENTS")
+	require.NoError(t, err)
+	require.Equal(t, jetstream.NoCompression, s.CachedInfo().Config.Compression, "unchanged")
+}

@@ -16,7 +16,7 @@ import (
 var configFlags = map[string]string{
 	"Config.Schema": "--schema", "Config.EventsTable": "--events-table", "Config.Stream": "--stream",
 	"Config.SubjectPrefix": "--subject-prefix", "Config.Source": "--source", "Config.DuplicateWindow": "--duplicate-window",
-	"Config.Replicas": "--stream-replicas", "Config.MaxAge": "--max-age", "Config.MaxBytes": "--max-bytes", "Config.MaxMsgsPerSubject": "--max-msgs-per-subject",
+	"Config.Replicas": "--stream-replicas", "Config.MaxAge": "--max-age", "Config.MaxBytes": "--max-bytes", "Config.MaxMsgsPerSubject": "--max-msgs-per-subject", "Config.Compress": "--compression",
 	"Config.Owner": "--owner", "Config.Lease": "--lease", "Config.ClaimLimit": "--claim-limit",
 	"Config.FetchLimit": "--fetch-limit", "Config.PollInterval": "--poll-interval", "Config.MaxRetries": "--max-retries",
 	"Config.MaxInFlight": "--max-in-flight", "Config.PublishTimeout": "--publish-timeout",

@@ -42,7 +42,7 @@ func gaugeOf(reg *prometheus.Registry, name, label, value string) (float64, bool
 }
 
 // copyConfig is a partitioned copy of EVENTS as an earlier version made
-// it: no AllowDirect, the given MaxAge.
+// it: no AllowDirect, no compression, the given MaxAge.
 func copyConfig(partitions int, maxAge time.Duration) jetstream.StreamConfig {
 	src, dest := wire.OrderedTransform(wire.DefaultEventsPrefix, partitions)
 	return jetstream.StreamConfig{
@@ -51,9 +51,10 @@ func copyConfig(partitions int, maxAge time.Duration) jetstream.StreamConfig {
 	}
 }
 
-// A new copy allows direct gets and gets twice the events stream's
-// retention; an existing one without AllowDirect is updated (logged), its
-// retention left as it is and reported.
+// A new copy allows direct gets, is compressed (S2) and gets twice the
+// events stream's retention; an existing one without AllowDirect is
+// updated (logged), its retention and compression left as they are and
+// reported.
 func TestOrderedCopyAllowsDirectAndReportsItsRetention(t *testing.T) {
 	t.Parallel()
 	t.Run("new", func(t *testing.T) {
@@ -69,6 +70,8 @@ func TestOrderedCopyAllowsDirectAndReportsItsRetention(t *testing.T) {
 		require.NoError(t, err)
 		cfg := s.CachedInfo().Config
 		require.True(t, cfg.AllowDirect, "AllowDirect")
+		require.Equal(t, jetstream.S2Compression, cfg.Compression, "S2")
+		require.Equal(t, jetstream.LimitsPolicy, cfg.Retention, "limits")
 		require.Equal(t, 2*time.Hour, cfg.MaxAge, "twice the events stream's MaxAge")
 		require.Equal(t, int64(2<<20), cfg.MaxBytes, "twice the events stream's MaxBytes")
 	})
@@ -86,6 +89,9 @@ func TestOrderedCopyAllowsDirectAndReportsItsRetention(t *testing.T) {
 		s, err := b.js.Stream(b.ctx, wire.OrderedStream("EVENTS"))
 		require.NoError(t, err)
 		require.True(t, s.CachedInfo().Config.AllowDirect, "AllowDirect turned on")
+		require.Equal(t, jetstream.NoCompression, s.CachedInfo().Config.Compression, "compression left as it is")
+		require.Contains(t, logs.String(), "the partitioned copy is not compressed; a new one is")
+		require.Contains(t, logs.String(), "nats stream edit EVENTS_ORDERED --compression s2")
 		require.Equal(t, time.Hour, s.CachedInfo().Config.MaxAge, "retention left as it is")
 		require.Contains(t, logs.String(), "the partitioned copy had no AllowDirect; turned it on")
 		require.Contains(t, logs.String(), "the partitioned copy keeps messages for less than twice the events stream's MaxAge")

@@ -149,10 +149,7 @@ func (o *ordering) provision(ctx context.Context) error {
 		return fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.cfg.Stream, err)
 	}
 	ecfg := events.CachedInfo().Config
-	o.eventsPrefix = wire.DefaultEventsPrefix
-	if len(ecfg.Subjects) == 1 && strings.HasSuffix(ecfg.Subjects[0], ".>") {
-		o.eventsPrefix = strings.TrimSuffix(ecfg.Subjects[0], ".>")
-	}
+	o.eventsPrefix = eventsPrefixOf(ecfg)
 	for _, r := range o.runners {
 		for _, f := range r.sub.FilterSubjects {
 			if _, err := wire.OrderedFilter(o.eventsPrefix, 0, f); err != nil {
@@ -164,7 +161,7 @@ func (o *ordering) provision(ctx context.Context) error {
 	if replicas == 0 {
 		replicas = ecfg.Replicas
 	}
-	src, dest := wire.OrderedTransform(o.eventsPrefix, o.cfg.Partitions)
+	_, dest := wire.OrderedTransform(o.eventsPrefix, o.cfg.Partitions)
 	if s, err := js.Stream(ctx, o.stream()); err == nil {
 		cfg := s.CachedInfo().Config
 		if len(cfg.Sources) != 1 || len(cfg.Sources[0].SubjectTransforms) != 1 || cfg.Sources[0].SubjectTransforms[0].Destination != dest {
@@ -179,23 +176,10 @@ func (o *ordering) provision(ctx context.Context) error {
 			return err
 		}
 		reportRetention(o.log, cfg, ecfg)
+		reportCompression(o.log, cfg)
 		o.copyAge.Store(int64(cfg.MaxAge))
 	} else if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name:        o.stream(),
-			Description: "jsbridge: the events of " + o.cfg.Stream + " with a partition token, for ordered webhook delivery",
-			Storage:     jetstream.FileStorage,
-			Retention:   jetstream.LimitsPolicy,
-			MaxAge:      copyMaxAge(ecfg.MaxAge),
-			MaxBytes:    copyMaxBytes(ecfg.MaxBytes),
-			Replicas:    replicas,
-			// Successor look-ups read the copy by subject with direct gets.
-			AllowDirect: true,
-			Sources: []*jetstream.StreamSource{{
-				Name:              o.cfg.Stream,
-				SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: src, Destination: dest}},
-			}},
-		})
+		_, err = js.CreateStream(ctx, CopyStreamConfig(ecfg, o.cfg.Partitions, replicas))
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("deliver: create JetStream stream %q: %w", o.stream(), err)
 		}
