@@ -127,21 +127,28 @@ func newHealth(js jetstream.JetStream, cfg HealthConfig, clock clockwork.Clock, 
 	if cfg.DisableMinFailures == 0 {
 		cfg.DisableMinFailures = DefaultDisableMinFailures
 	}
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "jsbridge_consumer_endpoint_disabled",
-		Help: "1 while a subscription is disabled (410 Gone, sustained failure or an operator), else 0, by subscription.",
-	}, []string{"subscription"})
-	if reg != nil {
-		var err error
-		if g, err = promreg.Register(reg, g); err != nil {
-			return nil, err
-		}
+	g, err := newDisabledGauge(reg)
+	if err != nil {
+		return nil, err
 	}
 	for _, n := range names {
 		g.WithLabelValues(n).Set(0)
 	}
 	return &health{js: js, cfg: cfg, clock: clock, log: log, replica: replica, gauge: g, notify: notify,
 		disabled: map[string]DisabledRecord{}, streaks: map[string]*failStreak{}, changed: make(chan struct{})}, nil
+}
+
+// newDisabledGauge returns jsbridge_consumer_endpoint_disabled
+// {subscription}, registered on reg (nil: not registered).
+func newDisabledGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "jsbridge_consumer_endpoint_disabled",
+		Help: "1 while a subscription is disabled (410 Gone, sustained failure or an operator), else 0, by subscription.",
+	}, []string{"subscription"})
+	if reg == nil {
+		return g, nil
+	}
+	return promreg.Register(reg, g)
 }
 
 // healthBucket opens (creating when missing) the health bucket.
