@@ -202,7 +202,8 @@ func (f *Fleet) Pause(name string) {
 // Remove stops the subscription name as Pause does, then deletes its
 // durable consumers, the unordered one on the events stream and the
 // partition consumers on its partitioned copy, whichever exist, and its
-// parked-stream state (forgetParked), and deletes its metric series
+// parked-stream state (forgetParked) and failure streak (streak.go), and
+// deletes its metric series
 // (every
 // replica does so after stopping its own unit, so the last one to stop
 // removes what a slower one may have created again; deleting an absent
@@ -232,6 +233,9 @@ func (f *Fleet) Remove(ctx context.Context, name string) error {
 		}
 	}
 	if err := f.forgetParked(ctx, name); err != nil && first == nil {
+		first = err
+	}
+	if err := forgetStreak(ctx, f.js, name); err != nil && first == nil {
 		first = err
 	}
 	f.log.Info("subscription removed", slog.String("subscription", name))
