@@ -47,8 +47,10 @@ const (
 type HealthConfig struct {
 	// DisableAfter disables a subscription whose endpoint has failed
 	// (5xx, timeouts, network errors; not 429) without a 2xx for this
-	// long, once at least DisableMinFailures attempts failed, counted on
-	// each replica. Default DefaultDisableAfter (24 h); negative: never.
+	// long, once at least DisableMinFailures attempts failed. The time
+	// is shared by the replicas and survives restarts (a key in the
+	// health bucket); the attempts are counted on each replica.
+	// Default DefaultDisableAfter (24 h); negative: never.
 	DisableAfter time.Duration
 	// DisableMinFailures: see DisableAfter. Default
 	// DefaultDisableMinFailures (10).

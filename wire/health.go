@@ -11,8 +11,8 @@ import (
 // subject (docs/wire.md, "Endpoint health").
 const (
 	// DefaultHealthBucket is the JetStream key-value bucket holding the
-	// shared breaker records (BreakerKey) and the disabled subscriptions
-	// (DisabledKey). No TTL: a disabled subscription stays disabled until
+	// shared breaker records (BreakerKey), the disabled subscriptions
+	// (DisabledKey) and the failure streaks (StreakKey). No TTL: a disabled subscription stays disabled until
 	// `consumer subscriptions enable`.
 	DefaultHealthBucket = "jsbridge_endpoint_health"
 	// DefaultOpsStream is the JetStream stream the consumer creates (when
@@ -37,6 +37,17 @@ const DisabledKeyPrefix = "disabled."
 // key tokens as they are). Its value is a JSON record (reason, last error,
 // time); the key's absence means enabled.
 func DisabledKey(subscription string) string { return DisabledKeyPrefix + subscription }
+
+// StreakKeyPrefix starts every StreakKey.
+const StreakKeyPrefix = "streak."
+
+// StreakKey is the health bucket key of a subscription's failure streak:
+// "streak.<subscription>". Its value is a JSON record {"since": <RFC 3339
+// time of the first failure without a success since>}; a replica writes
+// it once its own streak reached the minimum failures, and deletes it at
+// the next 2xx from any replica, so the time part of the sustained-failure
+// rule survives restarts and spans the replicas.
+func StreakKey(subscription string) string { return StreakKeyPrefix + subscription }
 
 // BreakerKeyPrefix starts every BreakerKey.
 const BreakerKeyPrefix = "breaker."

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"text/tabwriter"
 	"time"
@@ -39,7 +40,8 @@ type subscriptionsHealthCmds struct {
 }
 
 type subscriptionsEnableCmd struct {
-	Name string `arg:"" help:"Subscription name."`
+	Name string    `arg:"" help:"Subscription name."`
+	out  io.Writer // stdout; tests set it
 }
 
 func (c *subscriptionsEnableCmd) Run(ctx context.Context, g *Globals) error {
@@ -53,15 +55,16 @@ func (c *subscriptionsEnableCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if !was {
-		fmt.Printf("subscription %s was not disabled\n", c.Name)
+		fmt.Fprintf(out(c.out), "subscription %s was not disabled\n", c.Name)
 		return nil
 	}
-	fmt.Printf("subscription %s enabled: the replicas resume it from where it stopped\n", c.Name)
+	fmt.Fprintf(out(c.out), "subscription %s enabled: the replicas resume it from where it stopped\n", c.Name)
 	return nil
 }
 
 type subscriptionsDisableCmd struct {
-	Name string `arg:"" help:"Subscription name."`
+	Name string    `arg:"" help:"Subscription name."`
+	out  io.Writer // stdout; tests set it
 }
 
 func (c *subscriptionsDisableCmd) Run(ctx context.Context, g *Globals) error {
@@ -73,7 +76,7 @@ func (c *subscriptionsDisableCmd) Run(ctx context.Context, g *Globals) error {
 	if err := consumer.DisableSubscription(ctx, js, c.Name); err != nil {
 		return err
 	}
-	fmt.Printf("subscription %s disabled: nothing is sent to its endpoint until `consumer subscriptions enable %s`\n", c.Name, c.Name)
+	fmt.Fprintf(out(c.out), "subscription %s disabled: nothing is sent to its endpoint until `consumer subscriptions enable %s`\n", c.Name, c.Name)
 	return nil
 }
 

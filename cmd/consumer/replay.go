@@ -18,8 +18,9 @@ import (
 // subscription's endpoint (consumer.Consumer.ReplayWindow).
 type replayCmd struct {
 	subscriptionFlags `embed:""`
+	kvFlags           `embed:""` // run_kv.go; replay_kv.go
 
-	Subscription string `name:"subscription" short:"s" help:"The subscription to replay to (its endpoint, secrets, filter subjects); may be left out when --config holds one subscription, or without --config (the flags' --name)."`
+	Subscription string `name:"subscription" short:"s" help:"The subscription to replay to (its endpoint, secrets, filter subjects); may be left out when --config (or the bucket, with --subscriptions-from kv) holds one subscription, or without either (the flags' --name)."`
 	Since        string `name:"since" required:"" placeholder:"TIME" help:"Window start: an RFC 3339 time (2026-11-25T10:00:00Z) or a duration ago (90m); events JetStream stored at or after it."`
 	Until        string `name:"until" placeholder:"TIME" help:"Window end, exclusive, as --since (default: the events stream's last message when the replay begins)."`
 	SourceStream string `name:"source-stream" placeholder:"NAME" xor:"narrow" help:"Only this source stream's events (the event-store stream, e.g. order-42)."`
@@ -45,19 +46,27 @@ func (c *replayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := c.config(g, log, nil, 0, 0)
-	if err != nil {
-		return err
-	}
-	sub, err := c.subscription(cfg.Subscriptions)
-	if err != nil {
-		return err
+	var cfg consumer.Config
+	if c.SubscriptionsFrom != "kv" {
+		// Flags and file are checked before connecting.
+		if cfg, err = c.config(g, log, nil, 0, 0); err != nil {
+			return err
+		}
 	}
 	nc, js, err := connect(g)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	if c.SubscriptionsFrom == "kv" {
+		if cfg, err = c.kvConfig(ctx, g, js, log); err != nil {
+			return err
+		}
+	}
+	sub, err := c.subscription(cfg.Subscriptions)
+	if err != nil {
+		return err
+	}
 	cons, err := consumer.New(js, cfg)
 	if err != nil {
 		return withFlagHints(err)

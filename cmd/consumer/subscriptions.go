@@ -20,8 +20,8 @@ import (
 type subscriptionsCmd struct {
 	Add    subsAddCmd    `cmd:"" help:"Add a subscription (from flags, or one from a YAML/JSON --file); it starts on every replica, by default with the events stored from the add on."`
 	Update subsUpdateCmd `cmd:"" help:"Change a subscription: the flags given replace those fields (or --file replaces it all); compare-and-set on its revision."`
-	Get    subsGetCmd    `cmd:"" help:"Show a subscription (secrets and header values redacted)."`
-	List   subsListCmd   `cmd:"" help:"List the subscriptions: name, state, ordering, filters, endpoint, revision, key id, last change."`
+	Get    subsGetCmd    `cmd:"" help:"Show a subscription (secrets and header values redacted) and, when it is disabled, why and since when."`
+	List   subsListCmd   `cmd:"" help:"List the subscriptions: name, state, disabled (reason and since, from the endpoint health bucket), ordering, filters, endpoint, revision, key id, last change."`
 	Delete subsDeleteCmd `cmd:"" help:"Delete a subscription: every replica stops it and its durable consumers are deleted."`
 	Pause  subsPauseCmd  `cmd:"" help:"Pause a subscription: replicas stop pulling, its durable consumers keep their position."`
 	Resume subsResumeCmd `cmd:"" help:"Resume a paused subscription where it stopped."`

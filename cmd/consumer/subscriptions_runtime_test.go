@@ -84,7 +84,7 @@ func (k *runtimeKit) cliOut(t *testing.T, args ...string) (string, error) {
 	parser, err := kong.New(&cl, kong.Name("consumer"), ops.WireVars(), kong.Exit(func(int) { t.Fatal("kong exit") }))
 	require.NoError(t, err)
 	full := []string{"subscriptions", args[0], "--nats-url", k.srv.ClientURL()}
-	if args[0] != "keygen" {
+	if args[0] != "keygen" && args[0] != "enable" && args[0] != "disable" {
 		full = append(full, "--secrets-key-file", k.keyFile)
 	}
 	kctx, err := parser.Parse(append(full, args[1:]...))
@@ -93,6 +93,7 @@ func (k *runtimeKit) cliOut(t *testing.T, args ...string) (string, error) {
 	s := &cl.Subscriptions
 	s.Add.out, s.Update.out, s.Get.out, s.List.out, s.Delete.out = &out, &out, &out, &out, &out
 	s.Pause.out, s.Resume.out, s.Import.out, s.Export.out, s.Keygen.out, s.Reseal.out = &out, &out, &out, &out, &out, &out
+	s.Enable.out, s.Disable.out = &out, &out
 	kctx.BindTo(k.ctx, (*context.Context)(nil))
 	err = kctx.Run(&cl.Globals)
 	return out.String(), err

@@ -94,7 +94,7 @@ func (c *subsGetCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	nc, _, store, err := openStore(ctx, g, &c.storeFlags, keys)
+	nc, js, store, err := openStore(ctx, g, &c.storeFlags, keys)
 	if err != nil {
 		return err
 	}
@@ -103,12 +103,21 @@ func (c *subsGetCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	disabled, err := readDisabled(ctx, js)
+	if err != nil {
+		return err
+	}
 	w := out(c.out)
+	l := listed(s, c.ShowSecrets, disabled)
 	if c.JSON {
-		return json.NewEncoder(w).Encode(listed(s, c.ShowSecrets))
+		return json.NewEncoder(w).Encode(l)
 	}
 	fmt.Fprintf(w, "# revision %d, %s, sealed with key %s, created %s, updated %s\n", s.Revision, state(s.Paused), s.KeyID,
 		s.Created.Format(time.RFC3339), s.Updated.Format(time.RFC3339))
+	if d := l.Disabled; d != nil {
+		fmt.Fprintf(w, "# disabled (%s) since %s%s: nothing is sent to its endpoint until consumer subscriptions enable %s\n",
+			d.Reason, d.Since.Format(time.RFC3339), lastErrorText(d.LastError), s.Name)
+	}
 	return yaml.NewEncoder(w).Encode(show(s, c.ShowSecrets))
 }
 
@@ -125,14 +134,18 @@ func (f *storeFlags) keyringFor(reveal bool) (*consumer.SecretsKeyring, error) {
 type listedSubscription struct {
 	Subscription shownSubscription `json:"subscription"`
 	Paused       bool              `json:"paused"`
-	Revision     uint64            `json:"revision"`
-	KeyID        string            `json:"key_id"`
-	Created      time.Time         `json:"created"`
-	Updated      time.Time         `json:"updated"`
+	// Disabled is set while the subscription is disabled (the key
+	// disabled.<name> of the endpoint health bucket).
+	Disabled *disabledState `json:"disabled,omitempty"`
+	Revision uint64         `json:"revision"`
+	KeyID    string         `json:"key_id"`
+	Created  time.Time      `json:"created"`
+	Updated  time.Time      `json:"updated"`
 }
 
-func listed(s consumer.StoredSubscription, reveal bool) listedSubscription {
-	return listedSubscription{Subscription: show(s, reveal), Paused: s.Paused, Revision: s.Revision, KeyID: s.KeyID, Created: s.Created, Updated: s.Updated}
+func listed(s consumer.StoredSubscription, reveal bool, disabled map[string]*disabledState) listedSubscription {
+	return listedSubscription{Subscription: show(s, reveal), Paused: s.Paused, Disabled: disabled[s.Name],
+		Revision: s.Revision, KeyID: s.KeyID, Created: s.Created, Updated: s.Updated}
 }
 
 type subsListCmd struct {
@@ -142,7 +155,7 @@ type subsListCmd struct {
 }
 
 func (c *subsListCmd) Run(ctx context.Context, g *Globals) error {
-	nc, _, store, err := openStore(ctx, g, &c.storeFlags, nil)
+	nc, js, store, err := openStore(ctx, g, &c.storeFlags, nil)
 	if err != nil {
 		return err
 	}
@@ -151,24 +164,28 @@ func (c *subsListCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	disabled, err := readDisabled(ctx, js)
+	if err != nil {
+		return err
+	}
 	w := out(c.out)
 	if c.JSON {
 		enc := json.NewEncoder(w)
 		for _, s := range subs {
-			if err := enc.Encode(listed(s, false)); err != nil {
+			if err := enc.Encode(listed(s, false, disabled)); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tORDERING\tFILTER\tENDPOINT\tREVISION\tKEY\tUPDATED")
+	fmt.Fprintln(tw, "NAME\tSTATE\tDISABLED\tORDERING\tFILTER\tENDPOINT\tREVISION\tKEY\tUPDATED")
 	for _, s := range subs {
 		ord := string(s.Ordering)
 		if ord == "" {
 			ord = string(consumer.DefaultOrdering)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, state(s.Paused), ord, strings.Join(s.FilterSubjects, ","),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, state(s.Paused), disabled[s.Name].column(), ord, strings.Join(s.FilterSubjects, ","),
 			breaker.Endpoint(s.URL), s.Revision, s.KeyID, s.Updated.Format(time.RFC3339))
 	}
 	return tw.Flush()

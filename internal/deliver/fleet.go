@@ -33,6 +33,9 @@ type Fleet struct {
 	runCtx context.Context // Run's; nil before Run and after it ended
 	units  map[string]*unit
 	wg     sync.WaitGroup
+	// series are the metric vectors labelled by subscription (series.go):
+	// Remove deletes the removed subscription's series.
+	series subscriptionSeries
 	// provisioning bounds the units creating their durable consumers at
 	// once (fleetProvisionParallel): a replica starting with thousands of
 	// subscriptions creates them a few at a time instead of flooding
@@ -63,10 +66,11 @@ func NewFleet(js jetstream.JetStream, cfg Config) (*Fleet, error) {
 	if err := cfg.fillDefaults(); err != nil {
 		return nil, fmt.Errorf("deliver: new fleet: %w", err)
 	}
-	if _, err := newMetrics(cfg.Registerer); err != nil {
+	series, err := newSubscriptionSeries(cfg.Registerer)
+	if err != nil {
 		return nil, fmt.Errorf("deliver: new fleet: %w", err)
 	}
-	return &Fleet{js: js, cfg: cfg, log: cfg.Logger, units: map[string]*unit{}, provisioning: make(chan struct{}, fleetProvisionParallel)}, nil
+	return &Fleet{js: js, cfg: cfg, log: cfg.Logger, units: map[string]*unit{}, series: series, provisioning: make(chan struct{}, fleetProvisionParallel)}, nil
 }
 
 // Provision waits for nothing but the events stream: the units create
@@ -198,13 +202,16 @@ func (f *Fleet) Pause(name string) {
 // Remove stops the subscription name as Pause does, then deletes its
 // durable consumers, the unordered one on the events stream and the
 // partition consumers on its partitioned copy, whichever exist, and its
-// parked-stream state (forgetParked) (every
+// parked-stream state (forgetParked) and failure streak (streak.go), and
+// deletes its metric series
+// (every
 // replica does so after stopping its own unit, so the last one to stop
 // removes what a slower one may have created again; deleting an absent
 // consumer is fine). It returns the first deletion error other than not
 // found.
 func (f *Fleet) Remove(ctx context.Context, name string) error {
 	f.Pause(name)
+	f.series.forget(name)
 	var first error
 	del := func(stream, durable string) {
 		err := f.js.DeleteConsumer(ctx, stream, durable)
@@ -226,6 +233,9 @@ func (f *Fleet) Remove(ctx context.Context, name string) error {
 		}
 	}
 	if err := f.forgetParked(ctx, name); err != nil && first == nil {
+		first = err
+	}
+	if err := forgetStreak(ctx, f.js, name); err != nil && first == nil {
 		first = err
 	}
 	f.log.Info("subscription removed", slog.String("subscription", name))

@@ -111,6 +111,8 @@ type health struct {
 	kvWarned bool
 	disabled map[string]DisabledRecord
 	streaks  map[string]*failStreak
+	// shared are the streaks' starts in the health bucket (streak.go).
+	shared *sharedStreaks
 	// failing is len(streaks), read without the lock: an ack when no
 	// subscription fails (the usual case) takes no lock.
 	failing atomic.Int64
@@ -127,21 +129,28 @@ func newHealth(js jetstream.JetStream, cfg HealthConfig, clock clockwork.Clock, 
 	if cfg.DisableMinFailures == 0 {
 		cfg.DisableMinFailures = DefaultDisableMinFailures
 	}
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "jsbridge_consumer_endpoint_disabled",
-		Help: "1 while a subscription is disabled (410 Gone, sustained failure or an operator), else 0, by subscription.",
-	}, []string{"subscription"})
-	if reg != nil {
-		var err error
-		if g, err = promreg.Register(reg, g); err != nil {
-			return nil, err
-		}
+	g, err := newDisabledGauge(reg)
+	if err != nil {
+		return nil, err
 	}
 	for _, n := range names {
 		g.WithLabelValues(n).Set(0)
 	}
 	return &health{js: js, cfg: cfg, clock: clock, log: log, replica: replica, gauge: g, notify: notify,
-		disabled: map[string]DisabledRecord{}, streaks: map[string]*failStreak{}, changed: make(chan struct{})}, nil
+		disabled: map[string]DisabledRecord{}, streaks: map[string]*failStreak{}, shared: newSharedStreaks(), changed: make(chan struct{})}, nil
+}
+
+// newDisabledGauge returns jsbridge_consumer_endpoint_disabled
+// {subscription}, registered on reg (nil: not registered).
+func newDisabledGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "jsbridge_consumer_endpoint_disabled",
+		Help: "1 while a subscription is disabled (410 Gone, sustained failure or an operator), else 0, by subscription.",
+	}, []string{"subscription"})
+	if reg == nil {
+		return g, nil
+	}
+	return promreg.Register(reg, g)
 }
 
 // healthBucket opens (creating when missing) the health bucket.
@@ -224,6 +233,12 @@ func (h *health) follow(ctx context.Context, kv jetstream.KeyValue) error {
 			if strings.HasPrefix(e.Key(), wire.BreakerKeyPrefix) {
 				if st, err := decodeBreakerState(e.Value()); err == nil && e.Operation() == jetstream.KeyValuePut && h.breakers != nil {
 					h.breakers.Observe(st, e.Revision())
+				}
+				continue
+			}
+			if strings.HasPrefix(e.Key(), wire.StreakKeyPrefix) {
+				if name, ended := h.shared.observe(e); ended {
+					h.succeeded(name) // a 2xx on some replica
 				}
 				continue
 			}
@@ -320,7 +335,7 @@ func (h *health) waitEnabled(ctx context.Context, name string) error {
 
 // succeeded ends name's failure streak.
 func (h *health) succeeded(name string) {
-	if h == nil || h.failing.Load() == 0 {
+	if h == nil || (h.failing.Load() == 0 && !h.shared.any()) {
 		return
 	}
 	h.mu.Lock()
@@ -328,8 +343,9 @@ func (h *health) succeeded(name string) {
 	h.mu.Unlock()
 }
 
-// endStreak deletes name's streak (h.mu held).
+// endStreak deletes name's streak, here and in the bucket (h.mu held).
 func (h *health) endStreak(name string) {
+	h.shared.end(h.kv, name)
 	if _, ok := h.streaks[name]; ok {
 		delete(h.streaks, name)
 		h.failing.Add(-1)
@@ -352,7 +368,11 @@ func (h *health) failed(name string) bool {
 		h.failing.Add(1)
 	}
 	s.failures++
-	return s.failures >= h.cfg.DisableMinFailures && now.Sub(s.since) >= h.cfg.DisableAfter
+	if s.failures < h.cfg.DisableMinFailures {
+		return false
+	}
+	h.shared.record(h.kv, name, s.since)
+	return now.Sub(h.shared.earliest(name, s.since)) >= h.cfg.DisableAfter
 }
 
 // disable disables rec.Subscription: at once on this replica, then in the

@@ -46,6 +46,9 @@ type partition struct {
 	hol    *headOfLine
 	watch  *consumerWatch
 	holder *holder // the partition as its parked streams' events see it
+
+	health *health // the subscriptions' disabled state (nil: enabled)
+	sub    string  // the subscription's name
 }
 
 // partitionDeps is what a partition is made of beside its own number,
@@ -86,6 +89,9 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 		rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		lease: &leaseFence{ctx: ctx, clock: d.clock, connStatus: d.connStatus, deadline: deadline},
 		book:  newHandBook(),
+	}
+	if d.r != nil {
+		pt.health, pt.sub = d.r.health, d.r.sub.Name
 	}
 	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, ackWait, cons, d.filters, d.copyStream)
 	if d.redeliveredBy > 0 {
@@ -174,11 +180,18 @@ func (pt *partition) run() {
 	var lastCSeq uint64
 	var lastUnstick time.Time
 	for pt.ctx.Err() == nil {
-		if !pt.lease.leaseHeld() {
-			// Past the lease deadline: pull nothing until a renewal.
-			// What was pulled and not delivered yet is pending on the
-			// consumer: behind the fence again until it is back.
-			if iter = pt.pausePull(iter, stopReading); iter == nil {
+		healthChanged := pt.health.changes()
+		if held, disabled := pt.lease.leaseHeld(), pt.health.isDisabled(pt.sub); !held || disabled {
+			// Past the lease deadline: pull nothing until a renewal;
+			// disabled: nothing until enabled (the heads in hand wait
+			// unsent). What was pulled and not delivered yet is pending
+			// on the consumer: behind the fence again until it is back.
+			if !held {
+				iter = pt.pausePull(iter, stopReading)
+			} else {
+				iter = pt.pauseDisabled(iter, pulled, stopReading)
+			}
+			if iter == nil {
 				stopReading = nil
 				break
 			}
@@ -218,6 +231,8 @@ func (pt *partition) run() {
 		case <-pt.clock.After(fenceCheck):
 			err = nats.ErrTimeout
 		case <-pt.ctx.Done():
+			continue
+		case <-healthChanged:
 			continue
 		}
 		if !fencing {
@@ -462,6 +477,22 @@ func (pt *partition) pausePull(iter jetstream.MessagesContext, stop chan struct{
 		return nil
 	}
 	pt.log.Info("partition lease renewed: pulling again")
+	return pt.openPull()
+}
+
+// pauseDisabled stops iter while the subscription is disabled: what the
+// client buffer and the reader hold is Nak'd (the partition is still
+// ours: it comes back when pulling resumes), stop is closed, and once
+// enabled a new iterator opens; nil when the partition was released
+// first. What is in hand stays, kept alive with InProgress.
+func (pt *partition) pauseDisabled(iter jetstream.MessagesContext, pulled <-chan pulled, stop chan struct{}) jetstream.MessagesContext {
+	pt.log.Info("subscription disabled: the partition pulls nothing more until it is enabled")
+	pt.stopPull(iter, pulled)
+	close(stop)
+	if pt.health.waitEnabled(pt.ctx, pt.sub) != nil {
+		return nil
+	}
+	pt.log.Info("subscription enabled: the partition pulls again")
 	return pt.openPull()
 }
 

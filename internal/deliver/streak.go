@@ -1,0 +1,157 @@
+package deliver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// Failure streaks in the health bucket. The sustained-failure rule
+// (HealthConfig.DisableAfter across DisableMinFailures attempts) has a
+// long part, the time without a success (24 h by default), and a short
+// one, the failed attempts (10). Counted in memory only, a restart (a
+// deploy) started the 24 h over, so an endpoint of a deployment restarted
+// daily was never disabled; and a replica that took over the probing of
+// an open breaker started from its own first failure. So the time is
+// shared: a replica whose own streak reached DisableMinFailures writes
+// the key wire.StreakKey(subscription) with the streak's start (KV
+// Create: the first writer's start stands), every replica reads the keys
+// through its health watch and measures DisableAfter from the earlier of
+// its own start and the shared one, and the next 2xx on any replica
+// deletes the key, which ends every replica's streak. The failed
+// attempts stay counted per replica, in memory: a restarted replica needs
+// DisableMinFailures failures of its own again (minutes of probes),
+// not the 24 h. Writing only after DisableMinFailures keeps a flapping
+// endpoint (a success every few failures) from writing at all; a dead one
+// costs one write per streak and one delete at its end.
+
+// streakRecord is the value of a streak key.
+type streakRecord struct {
+	Since time.Time `json:"since"`
+}
+
+// sharedStreaks are the streak keys as this replica's health watch saw
+// them, and the ones it wrote. Safe for concurrent use.
+type sharedStreaks struct {
+	mu      sync.Mutex
+	since   map[string]time.Time // from the bucket
+	written map[string]bool      // written by this replica, not seen yet
+	// n is len(since)+len(written), read without the lock: a 2xx when no
+	// streak exists (the usual case) takes no lock.
+	n atomic.Int64
+}
+
+func newSharedStreaks() *sharedStreaks {
+	return &sharedStreaks{since: map[string]time.Time{}, written: map[string]bool{}}
+}
+
+// count updates n (s.mu held).
+func (s *sharedStreaks) count() { s.n.Store(int64(len(s.since) + len(s.written))) }
+
+// any reports whether some streak is known (nil s: none).
+func (s *sharedStreaks) any() bool { return s != nil && s.n.Load() > 0 }
+
+// observe applies a watch entry of a streak key. It returns the
+// subscription's name and whether the key was deleted (a success
+// somewhere: the caller ends its own streak).
+func (s *sharedStreaks) observe(e jetstream.KeyValueEntry) (name string, ended bool) {
+	name = strings.TrimPrefix(e.Key(), wire.StreakKeyPrefix)
+	var rec streakRecord
+	put := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &rec) == nil && !rec.Since.IsZero()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.written, name)
+	if put {
+		s.since[name] = rec.Since
+	} else {
+		delete(s.since, name)
+	}
+	s.count()
+	return name, !put
+}
+
+// earliest returns the shared start of name's streak when it is before
+// since, else since.
+func (s *sharedStreaks) earliest(name string, since time.Time) time.Time {
+	if s == nil {
+		return since
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.since[name]; ok && t.Before(since) {
+		return t
+	}
+	return since
+}
+
+// record writes name's streak, started at since, to kv (nil: the bucket
+// is not open; nothing is shared) unless a streak of name is known, in
+// the background: a failing delivery never waits for it.
+func (s *sharedStreaks) record(kv jetstream.KeyValue, name string, since time.Time) {
+	if s == nil || kv == nil {
+		return
+	}
+	s.mu.Lock()
+	_, known := s.since[name]
+	if known || s.written[name] {
+		s.mu.Unlock()
+		return
+	}
+	s.written[name] = true
+	s.count()
+	s.mu.Unlock()
+	data, _ := json.Marshal(streakRecord{Since: since.UTC()})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), healthWriteTimeout)
+		defer cancel()
+		_, _ = kv.Create(ctx, wire.StreakKey(name), data) // exists: an earlier start stands
+	}()
+}
+
+// end forgets name's streak and deletes its key from kv when one is
+// known, in the background.
+func (s *sharedStreaks) end(kv jetstream.KeyValue, name string) {
+	if !s.any() {
+		return
+	}
+	s.mu.Lock()
+	_, known := s.since[name]
+	known = known || s.written[name]
+	delete(s.since, name)
+	delete(s.written, name)
+	s.count()
+	s.mu.Unlock()
+	if !known || kv == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), healthWriteTimeout)
+		defer cancel()
+		_ = kv.Delete(ctx, wire.StreakKey(name))
+	}()
+}
+
+// forgetStreak deletes the streak key of subscription name (a removed
+// subscription: one added again under the name starts without).
+func forgetStreak(ctx context.Context, js jetstream.JetStream, name string) error {
+	kv, err := js.KeyValue(ctx, wire.DefaultHealthBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err == nil {
+		err = kv.Purge(ctx, wire.StreakKey(name))
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("deliver: subscription %q: forget its failure streak: %w", name, err)
+	}
+	return nil
+}
