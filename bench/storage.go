@@ -90,13 +90,13 @@ func (e *env) storageRow(ctx context.Context) (row, error) {
 	if err != nil {
 		return row{}, err
 	}
-	ev, err := streamSizes(ctx, js, dir, "EVENTS")
+	ev, err := streamSizes(ctx, js, dir, wire.DefaultEventsStream)
 	if err != nil {
 		return row{}, err
 	}
 	fmt.Printf("bench: storage: [%s] %d events (%d streams): EVENTS %d bytes on disk, state.bytes %d (%.0f per event)\n",
 		time.Since(start).Round(100*time.Millisecond), n, e.cfg.Streams, ev.disk, ev.state, float64(ev.state)/float64(n))
-	if err := printMessageSizes(ctx, js, "EVENTS", ""); err != nil {
+	if err := printMessageSizes(ctx, js, wire.DefaultEventsStream, ""); err != nil {
 		return row{}, err
 	}
 	copies := map[string]storageSizes{}
@@ -124,13 +124,13 @@ func (e *env) storageRow(ctx context.Context) (row, error) {
 		ours += "; interest retention, all delivered: " + interest.perMillion(n)
 		// The events stream itself with S2 (what an option for new
 		// streams would give; an existing one keeps its configuration).
-		if err := js.DeleteStream(ctx, "EVENTS"); err != nil {
+		if err := js.DeleteStream(ctx, wire.DefaultEventsStream); err != nil {
 			return row{}, err
 		}
 		if _, err := storageEvents(ctx, js, n, e.cfg.Streams, jetstream.S2Compression); err != nil {
 			return row{}, err
 		}
-		evz, err := streamSizes(ctx, js, dir, "EVENTS")
+		evz, err := streamSizes(ctx, js, dir, wire.DefaultEventsStream)
 		if err != nil {
 			return row{}, err
 		}
@@ -154,7 +154,7 @@ func storageEvents(ctx context.Context, js jetstream.JetStream, n, streams int, 
 	if _, err := forward.Provision(ctx, js, forward.StreamConfig{}); err != nil {
 		return jetstream.StreamConfig{}, err
 	}
-	s, err := js.Stream(ctx, "EVENTS")
+	s, err := js.Stream(ctx, wire.DefaultEventsStream)
 	if err != nil {
 		return jetstream.StreamConfig{}, err
 	}
@@ -273,7 +273,7 @@ func storageCopy(ctx context.Context, js jetstream.JetStream, dir string, ecfg j
 
 // storageCount is the events stream's message count.
 func storageCount(ctx context.Context, js jetstream.JetStream) uint64 {
-	s, err := js.Stream(ctx, "EVENTS")
+	s, err := js.Stream(ctx, wire.DefaultEventsStream)
 	if err != nil {
 		return 0
 	}

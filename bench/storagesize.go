@@ -90,7 +90,8 @@ func streamSizes(ctx context.Context, js jetstream.JetStream, dir, name string) 
 
 // getHeaders are the headers a direct get adds to the message it
 // returns; they are not stored.
-var getHeaders = map[string]bool{"Nats-Stream": true, "Nats-Sequence": true, "Nats-Time-Stamp": true, "Nats-Subject": true, "Nats-Last-Sequence": true, "Nats-Num-Pending": true}
+var getHeaders = map[string]bool{jetstream.StreamHeader: true, jetstream.SequenceHeader: true, jetstream.TimeStampHeaer: true,
+	jetstream.SubjectHeader: true, jetstream.LastSequenceHeader: true, wire.HeaderNumPending: true}
 
 // printMessageSizes prints what one message of stream name takes: its
 // subject, headers and data, the headers by name.

@@ -57,6 +57,10 @@ const (
 	// HeaderPrefixNATS is the prefix of every header JetStream reads as an
 	// instruction; a dead letter never copies one from the original.
 	HeaderPrefixNATS = "Nats-"
+	// HeaderNumPending is what a batched direct get adds to each message
+	// it returns: how many matching messages follow (not stored; the
+	// bench's storage row leaves it out of a message's size).
+	HeaderNumPending = "Nats-Num-Pending"
 )
 
 // HeaderIdempotencyKey carries the event id on every webhook delivery
