@@ -15,7 +15,9 @@
 //     (the no-op provider) and on (the SDK with a batch span processor and a
 //     discarding exporter);
 //   - end to end: append → webhook received, at a steady rate;
-//   - peak RSS of the bridge and the consumer processes at full speed.
+//   - peak RSS of the bridge and the consumer processes at full speed;
+//   - many subscriptions: what one consumer process and the JetStream server
+//     hold at 100, 1,000 and 10,000 subscriptions (many.go).
 //
 // The bridge and the consumer run as real processes from -bin (make build);
 // the NATS server is embedded in this process; Postgres is the throwaway local
@@ -28,6 +30,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -54,6 +58,8 @@ type config struct {
 	ProfileDir  string
 	ProfileSecs int
 	BareChild   string
+	ServerChild string
+	ManySizes   []int
 }
 
 func main() {
@@ -74,11 +80,22 @@ func main() {
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one")
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
-	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e")
+	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e, many")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
 	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save CPU profiles (-profile-seconds long) here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer, the bare loop process and this process during the consumer row, the first replica and this process during each ordered row")
 	flag.IntVar(&cfg.ProfileSecs, "profile-seconds", 5, "with -profile-dir: how long each CPU profile runs, in seconds")
 	flag.StringVar(&cfg.BareChild, "bare-consumer-child", "", "internal (the consumer row starts it): \"<nats-url> <sink-url>\": run the bare pull → POST → ack loop with -in-flight workers until SIGTERM (and save a CPU profile to -profile-dir)")
+	flag.StringVar(&cfg.ServerChild, "nats-server-child", "", "internal (the many rows start it): \"<dir> <nodes>\": run a JetStream server (nodes 1) or cluster with its storage under dir, write its client URLs to dir/client-urls, until SIGTERM")
+	flag.Func("many-sizes", "many: subscription counts to measure, comma-separated, each on one server and on a 3-node cluster (default: 100, 1,000 and 10,000, and 100 ordered on one server; quick: 100)", func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 2 {
+				return fmt.Errorf("-many-sizes: %q is not a count of at least 2", f)
+			}
+			cfg.ManySizes = append(cfg.ManySizes, n)
+		}
+		return nil
+	})
 	flag.Parse()
 	if cfg.Quick {
 		cfg.Events, cfg.Streams = 100_000, 1_000
@@ -90,6 +107,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.ServerChild != "" {
+		if err := natsServerChild(ctx, cfg.ServerChild); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: JetStream server child: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if cfg.BareChild != "" {
 		if err := bareConsumerChild(ctx, cfg.BareChild, cfg.InFlight, cfg.ProfileDir, cfg.ProfileSecs); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: bare consumer child: %v\n", err)

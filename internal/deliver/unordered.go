@@ -50,6 +50,9 @@ func (r *runner) createConsumer(ctx context.Context) (jetstream.Consumer, error)
 			r.log.Info("durable consumer created", slog.String("durable", cfg.Durable), slog.String("start", r.sub.Start.String()))
 			return cons, nil
 		}
+		if errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+			return nil, fmt.Errorf("deliver: subscription %q: create durable consumer on JetStream stream %q: %w (%s)", r.sub.Name, r.stream, err, consumersLimitHint)
+		}
 		if !errors.Is(err, jetstream.ErrConsumerExists) {
 			return nil, fmt.Errorf("deliver: subscription %q: create durable consumer on JetStream stream %q: %w", r.sub.Name, r.stream, err)
 		}

@@ -1,0 +1,438 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/consumer"
+	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// The many-subscriptions rows (-only many): one consumer process running
+// n subscriptions from the subscriptions bucket (--subscriptions-from
+// kv), each with its own filter and endpoint path, against a JetStream
+// server in a child process of its own (one node, or a 3-node cluster
+// with the events stream and the durable consumers at 3 replicas). Each
+// row measures what the deployment holds: the JetStream consumers on the
+// server, the server's and the consumer's RSS once idle, the start-up
+// (consumer process start until every subscription's durable consumer
+// has a pull request waiting), the idle CPU of both processes over
+// manyIdleWindow with no events, and how long a change takes to apply:
+// a subscription added to the bucket until its first event (published
+// right after the add) reaches its endpoint, and a paused one resumed
+// until the event that waited reaches it.
+
+// manyCase is one many-subscriptions row.
+type manyCase struct {
+	subs     int
+	nodes    int    // 1: one server; 3: a cluster, everything at 3 replicas
+	ordering string // none or stream
+}
+
+// manyCases are the rows of the full run; the quick run keeps the small
+// ones.
+func (e *env) manyCases() []manyCase {
+	if e.cfg.Quick {
+		return []manyCase{{100, 1, "none"}, {100, 3, "none"}}
+	}
+	if len(e.cfg.ManySizes) > 0 {
+		var out []manyCase
+		for _, n := range e.cfg.ManySizes {
+			out = append(out, manyCase{n, 1, "none"}, manyCase{n, 3, "none"})
+		}
+		return out
+	}
+	return []manyCase{
+		{100, 1, "none"}, {1000, 1, "none"}, {10_000, 1, "none"},
+		{100, 3, "none"}, {1000, 3, "none"}, {10_000, 3, "none"},
+		{100, 1, "stream"},
+	}
+}
+
+// manyIdleWindow is how long the idle CPU is measured (quick: less).
+func (e *env) manyIdleWindow() time.Duration {
+	if e.cfg.Quick {
+		return 10 * time.Second
+	}
+	return 30 * time.Second
+}
+
+// manyRows runs every manyCase.
+func (e *env) manyRows(ctx context.Context) ([]row, error) {
+	var rows []row
+	for _, c := range e.manyCases() {
+		r, err := e.manyRow(ctx, c)
+		if err != nil {
+			return rows, fmt.Errorf("%d subscriptions, %d node(s), ordering %s: %w", c.subs, c.nodes, c.ordering, err)
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// manyFigures are one case's measurements.
+type manyFigures struct {
+	consumers          int // on the server, every stream, after start-up
+	pulling, expected  int // consumers with a pull request waiting, of expected
+	startup            time.Duration
+	serverRSS, consRSS int64
+	serverCPU, consCPU float64 // share of one core while idle
+	add, resume        time.Duration
+}
+
+func (e *env) manyRow(ctx context.Context, c manyCase) (row, error) {
+	where := "one server"
+	if c.nodes > 1 {
+		where = fmt.Sprintf("%d-node cluster, R%d", c.nodes, c.nodes)
+	}
+	fmt.Printf("bench: many: %d subscriptions (ordering %s), %s\n", c.subs, c.ordering, where)
+	f, err := e.manyMeasure(ctx, c)
+	if err != nil {
+		return row{}, err
+	}
+	mb := func(b int64) string { return fmt.Sprintf("%.0f MB", float64(b)/(1<<20)) }
+	ours := fmt.Sprintf("start %s; idle CPU consumer %.1f %%, server %.1f %%; RSS consumer %s, server %s; %d JetStream consumers; add %s, resume %s",
+		f.startup.Round(100*time.Millisecond), 100*f.consCPU, 100*f.serverCPU, mb(f.consRSS), mb(f.serverRSS), f.consumers,
+		f.add.Round(time.Millisecond), f.resume.Round(time.Millisecond))
+	if f.pulling < f.expected {
+		ours = fmt.Sprintf("only %d of %d durable consumers pulling after %s; ", f.pulling, f.expected, f.startup.Round(time.Second)) + ours
+	}
+	fmt.Printf("bench: many: %s\n", ours)
+	return row{
+		Name:      fmt.Sprintf("many subscriptions: %d (ordering %s) on %s, one consumer process", c.subs, c.ordering, where),
+		Ours:      ours,
+		Reference: "—",
+		Ratio:     "—",
+		Target:    "all pulling; idle CPU ≤ 5 % of a core each; a change applies ≤ 1 s",
+		Met:       f.pulling >= f.expected && f.consCPU <= 0.05 && f.serverCPU <= 0.05 && f.add <= time.Second && f.resume <= time.Second,
+	}, nil
+}
+
+// manySub is subscription i of a many row.
+func manySub(i int, sinkURL, secret, ordering string) consumer.Subscription {
+	name := fmt.Sprintf("m%05d", i)
+	return consumer.Subscription{
+		Name: name, FilterSubjects: []string{fmt.Sprintf("%s.m%d.>", wire.DefaultEventsPrefix, i)},
+		URL: sinkURL + "/" + name, Secrets: []string{secret}, AllowPrivate: true, MaxInFlight: 4,
+		Ordering: consumer.Ordering(ordering),
+	}
+}
+
+func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) {
+	var f manyFigures
+	dir, err := os.MkdirTemp("", "jsbridge-bench-many-")
+	if err != nil {
+		return f, err
+	}
+	defer os.RemoveAll(dir)
+	srvDir := filepath.Join(dir, "nats")
+	if err := os.MkdirAll(srvDir, 0o755); err != nil {
+		return f, err
+	}
+	srv, urls, err := e.startServerChild(ctx, srvDir, c.nodes)
+	if err != nil {
+		return f, err
+	}
+	defer srv.Stop(30 * time.Second)
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		return f, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return f, err
+	}
+	if _, err := forward.Provision(ctx, js, forward.StreamConfig{Replicas: c.nodes}); err != nil {
+		return f, err
+	}
+	key, err := consumer.GenerateSecretsKey("bench")
+	if err != nil {
+		return f, err
+	}
+	keyFile := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		return f, err
+	}
+	ring, err := consumer.ParseSecretsKeyring(key)
+	if err != nil {
+		return f, err
+	}
+	store, err := consumer.OpenSubscriptionStore(ctx, js, consumer.SubscriptionStoreConfig{Keys: ring, Replicas: c.nodes})
+	if err != nil {
+		return f, err
+	}
+	sk, err := newPathSink()
+	if err != nil {
+		return f, err
+	}
+	defer sk.srv.Close()
+	raw := make([]byte, 24)
+	_, _ = rand.Read(raw)
+	secret := "whsec_" + base64.StdEncoding.EncodeToString(raw)
+
+	// The subscriptions, in the bucket before the consumer starts.
+	began := time.Now()
+	if err := parallel(ctx, c.subs, 16, func(i int) error {
+		_, err := store.Create(ctx, manySub(i, sk.url, secret, c.ordering), false)
+		return err
+	}); err != nil {
+		return f, err
+	}
+	fmt.Printf("bench: many: %d subscriptions written to the bucket in %s\n", c.subs, time.Since(began).Round(time.Millisecond))
+
+	start := time.Now()
+	p, err := e.procs.Start("consumer", e.cfg.Bin+"/consumer", []string{"run",
+		"--nats-url", urls, "--subscriptions-from", "kv", "--secrets-key-file", keyFile, "--ops-addr", "", "--log-level", "warn",
+		"--stream-replicas", strconv.Itoa(c.nodes), "--subscriptions-bucket-replicas", strconv.Itoa(c.nodes),
+	})
+	if err != nil {
+		return f, err
+	}
+	defer p.Stop(60 * time.Second)
+
+	// Start-up: until every durable consumer has a pull request waiting.
+	f.expected = c.subs
+	stream := wire.DefaultEventsStream
+	if c.ordering == "stream" {
+		f.expected, stream = c.subs*orderedPartitions, wire.OrderedStream(wire.DefaultEventsStream)
+	}
+	timeout := 2*time.Minute + time.Duration(c.subs)*60*time.Millisecond
+	var lastPrint time.Time
+	err = e.waitFor(ctx, timeout, "every subscription pulling", func() (bool, error) {
+		n, err := pullingConsumers(ctx, js, stream)
+		if err != nil {
+			return false, nil // the server is busy: ask again
+		}
+		f.pulling = n
+		if time.Since(lastPrint) > 10*time.Second {
+			fmt.Printf("bench: many: %d of %d durable consumers pulling after %s\n", n, f.expected, time.Since(start).Round(time.Second))
+			lastPrint = time.Now()
+		}
+		return n >= f.expected, nil
+	})
+	f.startup = time.Since(start)
+	if err != nil && !strings.Contains(err.Error(), "not done after") {
+		return f, err
+	}
+
+	// Idle: no events; both processes' CPU over the window, then RSS.
+	if err := sleepCtx(ctx, 3*time.Second); err != nil {
+		return f, err
+	}
+	sc0, err1 := processCPU(srv.Pid())
+	cc0, err2 := processCPU(p.Pid())
+	if err := errors.Join(err1, err2); err != nil {
+		return f, err
+	}
+	window := e.manyIdleWindow()
+	if err := sleepCtx(ctx, window); err != nil {
+		return f, err
+	}
+	sc1, err1 := processCPU(srv.Pid())
+	cc1, err2 := processCPU(p.Pid())
+	if err := errors.Join(err1, err2); err != nil {
+		return f, err
+	}
+	f.serverCPU = float64(sc1-sc0) / float64(window)
+	f.consCPU = float64(cc1-cc0) / float64(window)
+	if f.serverRSS, err = currentRSS(srv.Pid()); err != nil {
+		return f, err
+	}
+	if f.consRSS, err = currentRSS(p.Pid()); err != nil {
+		return f, err
+	}
+	ai, err := js.AccountInfo(ctx)
+	if err != nil {
+		return f, err
+	}
+	f.consumers = ai.Consumers
+
+	// A change: add one subscription, publish its event at once.
+	added := manySub(c.subs, sk.url, secret, c.ordering)
+	added.Start = consumer.Start{Policy: consumer.StartTime, Time: time.Now()}
+	t0 := time.Now()
+	if _, err := store.Create(ctx, added, false); err != nil {
+		return f, err
+	}
+	if err := publishMany(ctx, js, c.subs); err != nil {
+		return f, err
+	}
+	if f.add, err = sk.wait(ctx, added.Name, time.Minute); err != nil {
+		return f, fmt.Errorf("added subscription: %w", err)
+	}
+	f.add -= t0.Sub(sk.since)
+
+	// Another: pause subscription 1, publish its event, resume it.
+	name := manySub(1, sk.url, secret, c.ordering).Name
+	got, err := store.Get(ctx, name)
+	if err != nil {
+		return f, err
+	}
+	rev, err := store.SetPaused(ctx, name, true, got.Revision)
+	if err != nil {
+		return f, err
+	}
+	if err := sleepCtx(ctx, 2*time.Second); err != nil { // the pause applied
+		return f, err
+	}
+	if err := publishMany(ctx, js, 1); err != nil {
+		return f, err
+	}
+	if err := sleepCtx(ctx, time.Second); err != nil {
+		return f, err
+	}
+	if sk.has(name) {
+		return f, fmt.Errorf("paused subscription %s received its event", name)
+	}
+	t1 := time.Now()
+	if _, err := store.SetPaused(ctx, name, false, rev); err != nil {
+		return f, err
+	}
+	if f.resume, err = sk.wait(ctx, name, time.Minute); err != nil {
+		return f, fmt.Errorf("resumed subscription: %w", err)
+	}
+	f.resume -= t1.Sub(sk.since)
+	return f, nil
+}
+
+// pullingConsumers counts the durable consumers on stream with a pull
+// request waiting.
+func pullingConsumers(ctx context.Context, js jetstream.JetStream, stream string) (int, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	l := s.ListConsumers(ctx)
+	n := 0
+	for ci := range l.Info() {
+		if ci.NumWaiting > 0 {
+			n++
+		}
+	}
+	return n, l.Err()
+}
+
+// publishMany publishes one event of stream m<i>-1 (subscription i's).
+func publishMany(ctx context.Context, js jetstream.JetStream, i int) error {
+	stream := fmt.Sprintf("m%d-1", i)
+	id := fmt.Sprintf("many-%d-%d", i, time.Now().UnixNano())
+	_, err := js.PublishMsg(ctx, &nats.Msg{Subject: wire.Subject(wire.DefaultEventsPrefix, stream, "Pinged"),
+		Header: nats.Header{wire.HeaderMsgID: []string{id}, wire.HeaderType: []string{"Pinged"}, wire.HeaderSubject: []string{stream}},
+		Data:   []byte(`{}`)})
+	return err
+}
+
+// parallel runs fn(0..n-1) on workers goroutines; the first error stops it.
+func parallel(ctx context.Context, n, workers int, fn func(int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(i); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// pathSink is a receiver recording when each path (a subscription's
+// name) got its first request.
+type pathSink struct {
+	srv   *http.Server
+	url   string
+	since time.Time
+
+	mu    sync.Mutex
+	first map[string]time.Duration // since since
+	got   chan struct{}            // closed and renewed on each new path
+}
+
+func newPathSink() (*pathSink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &pathSink{url: "http://" + ln.Addr().String(), since: time.Now(), first: map[string]time.Duration{}, got: make(chan struct{})}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func (s *pathSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	name := strings.TrimPrefix(r.URL.Path, "/")
+	s.mu.Lock()
+	if _, ok := s.first[name]; !ok {
+		s.first[name] = time.Since(s.since)
+		close(s.got)
+		s.got = make(chan struct{})
+	}
+	s.mu.Unlock()
+}
+
+// has reports whether name got a request.
+func (s *pathSink) has(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.first[name]
+	return ok
+}
+
+// wait returns when name got its first request (since s.since), or an
+// error after timeout.
+func (s *pathSink) wait(ctx context.Context, name string, timeout time.Duration) (time.Duration, error) {
+	deadline := time.After(timeout)
+	for {
+		s.mu.Lock()
+		at, ok := s.first[name]
+		ch := s.got
+		s.mu.Unlock()
+		if ok {
+			return at, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-deadline:
+			return 0, fmt.Errorf("%s: no request after %s", name, timeout)
+		case <-ch:
+		}
+	}
+}
