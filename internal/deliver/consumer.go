@@ -177,6 +177,9 @@ type runner struct {
 	// ord is the ordered-delivery state of an ordered subscription (nil
 	// for OrderingNone).
 	ord *orderedRunner
+	// census tells a Fleet's unit whether its durable consumer still
+	// exists (nil outside a Fleet: the runner asks JetStream itself).
+	census *census
 }
 
 // fillDefaults gives cfg's zero fields their defaults (New's and
@@ -302,6 +305,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			js:     js, stream: cfg.Stream, replicas: cfg.Replicas, replicaID: cfg.ReplicaID, deadLetters: cfg.DeadLetters,
 			inFlight:     c.metrics.inFlight.WithLabelValues(s.Name),
 			redeliveries: c.metrics.redeliveries.WithLabelValues(s.Name),
+			census:       cfg.fleet.consumers(),
 		})
 	}
 	c.ord = newOrdering(c)

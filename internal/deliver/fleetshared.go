@@ -15,9 +15,12 @@ import (
 // notifier announcing disables. Without it every unit opened its own
 // watch of the health bucket (an ordered JetStream consumer each on the
 // server, pushing idle heartbeats) and called Breakers.Share again.
+//
+// census lists the units' durable consumers for them (census.go).
 type fleetShared struct {
 	health *health
 	notify *notifier
+	census *census
 }
 
 // newFleetShared builds the health and notifier of cfg (defaults filled)
@@ -32,7 +35,7 @@ func newFleetShared(js jetstream.JetStream, cfg Config) (*fleetShared, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &fleetShared{health: h, notify: n}
+	s := &fleetShared{health: h, notify: n, census: newCensus(js, cfg.Stream, cfg.Clock)}
 	if !cfg.LocalBreakers {
 		h.breakers = cfg.Breakers
 		cfg.Breakers.Share(breakerStore{h: h}, cfg.ReplicaID)
@@ -50,8 +53,18 @@ func (s *fleetShared) run(ctx context.Context, replicas int, started func()) {
 	started()
 	var wg sync.WaitGroup
 	wg.Go(func() { s.health.run(ctx, replicas) })
+	wg.Go(func() { s.census.run(ctx) })
 	wg.Wait()
 	s.notify.wait()
+}
+
+// consumers returns the census of the units' durable consumers (nil for
+// a nil s).
+func (s *fleetShared) consumers() *census {
+	if s == nil {
+		return nil
+	}
+	return s.census
 }
 
 // added sets the disabled gauge of a subscription the Fleet runs from now

@@ -225,6 +225,13 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	go keepHeldAlive(pctx, r.clock, r.sub.AckWait, r.log, r.lanes.queued)
 	var gone atomic.Bool
 	go func() {
+		if r.census != nil {
+			if r.census.watchGone(pctx, r.sub.Name, cons) {
+				gone.Store(true)
+				stop()
+			}
+			return
+		}
 		t := r.clock.NewTicker(consumerCheckInterval)
 		defer t.Stop()
 		for {
