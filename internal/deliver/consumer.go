@@ -177,9 +177,10 @@ type runner struct {
 	// ord is the ordered-delivery state of an ordered subscription (nil
 	// for OrderingNone).
 	ord *orderedRunner
-	// census tells a Fleet's unit whether its durable consumer still
-	// exists (nil outside a Fleet: the runner asks JetStream itself).
-	census *census
+	// fleet is what a Fleet's units share (nil outside a Fleet): its
+	// census tells whether the durable consumer still exists, its unit
+	// count sets the pull timing (pulltiming.go).
+	fleet *fleetShared
 }
 
 // fillDefaults gives cfg's zero fields their defaults (New's and
@@ -305,7 +306,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			js:     js, stream: cfg.Stream, replicas: cfg.Replicas, replicaID: cfg.ReplicaID, deadLetters: cfg.DeadLetters,
 			inFlight:     c.metrics.inFlight.WithLabelValues(s.Name),
 			redeliveries: c.metrics.redeliveries.WithLabelValues(s.Name),
-			census:       cfg.fleet.consumers(),
+			fleet:        cfg.fleet,
 		})
 	}
 	c.ord = newOrdering(c)

@@ -127,6 +127,7 @@ func (f *Fleet) Put(sub Subscription) error {
 	}
 	if old == nil {
 		f.cfg.fleet.added(sub.Name)
+		f.cfg.fleet.units.Add(1)
 	}
 	u := &unit{sub: sub, c: c}
 	f.mu.Lock()
@@ -199,6 +200,7 @@ func (f *Fleet) Pause(name string) {
 	delete(f.units, name)
 	f.mu.Unlock()
 	if u != nil {
+		f.cfg.fleet.units.Add(-1)
 		f.stop(u)
 		f.log.Info("subscription paused: stopped pulling, position kept", slog.String("subscription", name))
 	}

@@ -3,6 +3,7 @@ package deliver
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,6 +22,9 @@ type fleetShared struct {
 	health *health
 	notify *notifier
 	census *census
+	// units is the number of the Fleet's subscriptions (Put adds, Pause
+	// takes away).
+	units atomic.Int64
 }
 
 // newFleetShared builds the health and notifier of cfg (defaults filled)
@@ -58,13 +62,13 @@ func (s *fleetShared) run(ctx context.Context, replicas int, started func()) {
 	s.notify.wait()
 }
 
-// consumers returns the census of the units' durable consumers (nil for
-// a nil s).
-func (s *fleetShared) consumers() *census {
+// unitCount is the number of subscriptions the Fleet runs (0 for a nil
+// s).
+func (s *fleetShared) unitCount() int {
 	if s == nil {
-		return nil
+		return 0
 	}
-	return s.census
+	return int(s.units.Load())
 }
 
 // added sets the disabled gauge of a subscription the Fleet runs from now

@@ -215,8 +215,7 @@ func (r *runner) probe(ctx, dctx context.Context, cons jetstream.Consumer) error
 // with the open timeout as delay when the breaker opened, at once on
 // shutdown (another replica may take it).
 func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots chan struct{}, wg *sync.WaitGroup) error {
-	iter, err := cons.Messages(jetstream.PullMaxMessages(r.sub.MaxInFlight), jetstream.PullHeartbeat(pullHeartbeat),
-		jetstream.WithMessagesErrOnMissingHeartbeat(false))
+	iter, err := cons.Messages(r.pullOptions()...)
 	if err != nil {
 		return fmt.Errorf("deliver: subscription %q: consume: %w", r.sub.Name, err)
 	}
@@ -225,8 +224,8 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	go keepHeldAlive(pctx, r.clock, r.sub.AckWait, r.log, r.lanes.queued)
 	var gone atomic.Bool
 	go func() {
-		if r.census != nil {
-			if r.census.watchGone(pctx, r.sub.Name, cons) {
+		if r.fleet != nil {
+			if r.fleet.census.watchGone(pctx, r.sub.Name, cons) {
 				gone.Store(true)
 				stop()
 			}
