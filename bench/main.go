@@ -37,29 +37,31 @@ import (
 )
 
 type config struct {
-	Quick       bool
-	Events      int
-	Streams     int
-	Messages    int
-	InFlight    int
-	IdleStreams int
-	Claims      int
-	FairStreams int
-	FairPending int
-	FairWindow  time.Duration
-	E2ERate     int
-	E2EDuration time.Duration
-	E2EOrdering string
-	Bin         string
-	DatabaseURL string
-	Out         string
-	Only        string
-	Repo        string
-	ProfileDir  string
-	ProfileSecs int
-	BareChild   string
-	ServerChild string
-	ManySizes   []int
+	Quick        bool
+	Events       int
+	Streams      int
+	Messages     int
+	InFlight     int
+	IdleStreams  int
+	Claims       int
+	FairStreams  int
+	FairPending  int
+	FairWindow   time.Duration
+	E2ERate      int
+	E2EDuration  time.Duration
+	E2EOrdering  string
+	Bin          string
+	DatabaseURL  string
+	Out          string
+	Only         string
+	Repo         string
+	ProfileDir   string
+	ProfileSecs  int
+	BareChild    string
+	ServerChild  string
+	ManySizes    []int
+	ManyNodes    int
+	ManyOrdering string
 }
 
 func main() {
@@ -96,6 +98,8 @@ func main() {
 		}
 		return nil
 	})
+	flag.IntVar(&cfg.ManyNodes, "many-nodes", 0, "many, with -many-sizes: only on one server (1) or only on the 3-node cluster (3); 0: both")
+	flag.StringVar(&cfg.ManyOrdering, "many-ordering", "none", "many, with -many-sizes: the subscriptions' ordering, none or stream (16 partition consumers each)")
 	flag.Parse()
 	if cfg.Quick {
 		cfg.Events, cfg.Streams = 100_000, 1_000
