@@ -238,7 +238,9 @@ func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) 
 	timeout := 2*time.Minute + time.Duration(c.subs)*60*time.Millisecond
 	var lastPrint time.Time
 	err = e.waitFor(ctx, timeout, "every subscription pulling", func() (bool, error) {
-		n, err := pullingConsumers(ctx, js, stream)
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		n, err := pullingConsumers(lctx, js, stream)
+		cancel()
 		if err != nil {
 			return false, nil // the server is busy: ask again
 		}
@@ -284,11 +286,13 @@ func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) 
 	if f.consRSS, err = currentRSS(p.Pid()); err != nil {
 		return f, err
 	}
-	ai, err := js.AccountInfo(ctx)
-	if err != nil {
-		return f, err
+	f.consumers = -1 // the server does not answer
+	for range 5 {
+		if ai, err := js.AccountInfo(ctx); err == nil {
+			f.consumers = ai.Consumers
+			break
+		}
 	}
-	f.consumers = ai.Consumers
 
 	// A change: add one subscription, publish its event at once.
 	added := manySub(c.subs, sk.url, secret, c.ordering)
