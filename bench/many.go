@@ -298,8 +298,11 @@ func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) 
 	added := manySub(c.subs, sk.url, secret, c.ordering)
 	added.Start = consumer.Start{Policy: consumer.StartTime, Time: time.Now()}
 	t0 := time.Now()
+	f.add, f.resume = -1, -1
 	if _, err := store.Create(ctx, added, false); err != nil {
-		return f, err
+		// The server does not answer: no change can be measured.
+		fmt.Printf("bench: many: add: %v\n", err)
+		return f, ctx.Err()
 	}
 	if err := publishMany(ctx, js, c.subs); err != nil {
 		return f, err
@@ -318,11 +321,13 @@ func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) 
 	name := manySub(1, sk.url, secret, c.ordering).Name
 	got, err := store.Get(ctx, name)
 	if err != nil {
-		return f, err
+		fmt.Printf("bench: many: pause: %v\n", err)
+		return f, ctx.Err()
 	}
 	rev, err := store.SetPaused(ctx, name, true, got.Revision)
 	if err != nil {
-		return f, err
+		fmt.Printf("bench: many: pause: %v\n", err)
+		return f, ctx.Err()
 	}
 	if err := sleepCtx(ctx, 2*time.Second); err != nil { // the pause applied
 		return f, err
@@ -338,7 +343,8 @@ func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) 
 	}
 	t1 := time.Now()
 	if _, err := store.SetPaused(ctx, name, false, rev); err != nil {
-		return f, err
+		fmt.Printf("bench: many: resume: %v\n", err)
+		return f, ctx.Err()
 	}
 	if f.resume, err = sk.wait(ctx, name, manyChangeTimeout); err != nil {
 		if ctx.Err() != nil {
