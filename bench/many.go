@@ -305,7 +305,8 @@ func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) 
 		return f, ctx.Err()
 	}
 	if err := publishMany(ctx, js, c.subs); err != nil {
-		return f, err
+		fmt.Printf("bench: many: publish: %v\n", err)
+		return f, ctx.Err()
 	}
 	if f.add, err = sk.wait(ctx, added.Name, manyChangeTimeout); err != nil {
 		if ctx.Err() != nil {
@@ -333,7 +334,8 @@ func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) 
 		return f, err
 	}
 	if err := publishMany(ctx, js, 1); err != nil {
-		return f, err
+		fmt.Printf("bench: many: publish: %v\n", err)
+		return f, ctx.Err()
 	}
 	if err := sleepCtx(ctx, time.Second); err != nil {
 		return f, err
