@@ -17,7 +17,9 @@
 //   - end to end: append → webhook received, at a steady rate;
 //   - storage: the disk the events stream and the ordered copy take per
 //     million events, against the events stream alone;
-//   - peak RSS of the bridge and the consumer processes at full speed.
+//   - peak RSS of the bridge and the consumer processes at full speed;
+//   - many subscriptions: what one consumer process and the JetStream server
+//     hold at 100, 1,000 and 10,000 subscriptions (many.go).
 //
 // The bridge and the consumer run as real processes from -bin (make build);
 // the NATS server is embedded in this process; Postgres is the throwaway local
@@ -30,33 +32,39 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
 
 type config struct {
-	Quick       bool
-	Events      int
-	Streams     int
-	Messages    int
-	InFlight    int
-	IdleStreams int
-	Claims      int
-	FairStreams int
-	FairPending int
-	FairWindow  time.Duration
-	E2ERate     int
-	E2EHighRate int
-	E2EDuration time.Duration
-	E2EOrdering string
-	Bin         string
-	DatabaseURL string
-	Out         string
-	Only        string
-	Repo        string
-	ProfileDir  string
-	ProfileSecs int
-	BareChild   string
+	Quick        bool
+	Events       int
+	Streams      int
+	Messages     int
+	InFlight     int
+	IdleStreams  int
+	Claims       int
+	FairStreams  int
+	FairPending  int
+	FairWindow   time.Duration
+	E2ERate      int
+	E2EHighRate  int
+	E2EDuration  time.Duration
+	E2EOrdering  string
+	Bin          string
+	DatabaseURL  string
+	Out          string
+	Only         string
+	Repo         string
+	ProfileDir   string
+	ProfileSecs  int
+	BareChild    string
+	ServerChild  string
+	ManySizes    []int
+	ManyNodes    int
+	ManyOrdering string
 }
 
 func main() {
@@ -78,11 +86,24 @@ func main() {
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one")
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
-	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e, storage")
+	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e, storage, many")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
 	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save CPU profiles (-profile-seconds long) here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer, the bare loop process and this process during the consumer row, the first replica and this process during each ordered row")
 	flag.IntVar(&cfg.ProfileSecs, "profile-seconds", 5, "with -profile-dir: how long each CPU profile runs, in seconds")
 	flag.StringVar(&cfg.BareChild, "bare-consumer-child", "", "internal (the consumer row starts it): \"<nats-url> <sink-url>\": run the bare pull → POST → ack loop with -in-flight workers until SIGTERM (and save a CPU profile to -profile-dir)")
+	flag.StringVar(&cfg.ServerChild, "nats-server-child", "", "internal (the many rows start it): \"<dir> <nodes>\": run a JetStream server (nodes 1) or cluster with its storage under dir, write its client URLs to dir/client-urls, until SIGTERM")
+	flag.Func("many-sizes", "many: subscription counts to measure, comma-separated, each on one server and on a 3-node cluster (default: 100, 1,000 and 10,000, and 100 ordered on one server; quick: 100 on one server)", func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 2 {
+				return fmt.Errorf("-many-sizes: %q is not a count of at least 2", f)
+			}
+			cfg.ManySizes = append(cfg.ManySizes, n)
+		}
+		return nil
+	})
+	flag.IntVar(&cfg.ManyNodes, "many-nodes", 0, "many, with -many-sizes: only on one server (1) or only on the 3-node cluster (3); 0: both")
+	flag.StringVar(&cfg.ManyOrdering, "many-ordering", "none", "many, with -many-sizes: the subscriptions' ordering, none or stream (16 partition consumers each)")
 	flag.Parse()
 	if cfg.Quick {
 		cfg.Events, cfg.Streams = 100_000, 1_000
@@ -95,6 +116,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.ServerChild != "" {
+		if err := natsServerChild(ctx, cfg.ServerChild); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: JetStream server child: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if cfg.BareChild != "" {
 		if err := bareConsumerChild(ctx, cfg.BareChild, cfg.InFlight, cfg.ProfileDir, cfg.ProfileSecs); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: bare consumer child: %v\n", err)

@@ -160,6 +160,13 @@ func run(ctx context.Context, cfg config) error {
 		}
 		rows = append(rows, r)
 	}
+	if want("many") {
+		rs, err := e.manyRows(ctx)
+		rows = append(rows, rs...)
+		if err != nil {
+			return fmt.Errorf("many subscriptions: %w", err)
+		}
+	}
 	if mem.bridge > 0 || mem.consumer > 0 {
 		rows = append(rows, mem.row())
 	}

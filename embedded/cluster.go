@@ -175,7 +175,7 @@ func (n *Node) options() *server.Options {
 			routes = append(routes, "nats-route://"+net.JoinHostPort(cfg.Host, strconv.Itoa(o.routePort)))
 		}
 	}
-	return &server.Options{
+	opts := &server.Options{
 		ServerName: n.name,
 		Host:       cfg.Host,
 		Port:       n.clientPort,
@@ -190,6 +190,8 @@ func (n *Node) options() *server.Options {
 		},
 		Routes: server.RoutesFromStr(strings.Join(routes, ",")),
 	}
+	opts.JetStreamLimits.DefaultMaxConsumers = UnlimitedConsumers
+	return opts
 }
 
 func (n *Node) start() error {

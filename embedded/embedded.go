@@ -94,6 +94,7 @@ func Start(cfg Config) (*Server, error) {
 		NoLog:      !cfg.Logging,
 	}
 	opts.JetStreamMaxStore = cfg.MaxFileStore
+	opts.JetStreamLimits.DefaultMaxConsumers = UnlimitedConsumers
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: new server on %s:%d: %w", cfg.Host, cfg.Port, err)

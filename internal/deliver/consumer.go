@@ -119,6 +119,11 @@ type Config struct {
 	// and its operational webhook (health.go). Zero fields take their
 	// defaults.
 	Health HealthConfig
+
+	// fleet, set by a Fleet for its units, is the health state and
+	// notifier they share (fleetshared.go); nil: the Consumer builds its
+	// own and runs them.
+	fleet *fleetShared
 }
 
 // healthLoadTimeout bounds Run's first read of the disabled
@@ -172,6 +177,10 @@ type runner struct {
 	// ord is the ordered-delivery state of an ordered subscription (nil
 	// for OrderingNone).
 	ord *orderedRunner
+	// fleet is what a Fleet's units share (nil outside a Fleet): its
+	// census tells whether the durable consumer still exists, its unit
+	// count sets the pull timing (pulltiming.go).
+	fleet *fleetShared
 }
 
 // fillDefaults gives cfg's zero fields their defaults (New's and
@@ -235,19 +244,23 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 	for i, s := range subs {
 		names[i] = s.Name
 	}
-	if c.notify, err = newNotifier(js, cfg.Health, cfg.Replicas, cfg.Logger, open); err != nil {
-		return nil, fmt.Errorf("deliver: new consumer: %w", err)
-	}
-	if c.health, err = newHealth(js, cfg.Health, cfg.Clock, cfg.Logger, cfg.ReplicaID, cfg.Registerer, c.notify, names); err != nil {
-		return nil, fmt.Errorf("deliver: new consumer: %w", err)
+	if cfg.fleet != nil {
+		c.health, c.notify = cfg.fleet.health, cfg.fleet.notify
+	} else {
+		if c.notify, err = newNotifier(js, cfg.Health, cfg.Replicas, cfg.Logger, open); err != nil {
+			return nil, fmt.Errorf("deliver: new consumer: %w", err)
+		}
+		if c.health, err = newHealth(js, cfg.Health, cfg.Clock, cfg.Logger, cfg.ReplicaID, cfg.Registerer, c.notify, names); err != nil {
+			return nil, fmt.Errorf("deliver: new consumer: %w", err)
+		}
+		if !cfg.LocalBreakers {
+			c.health.breakers = cfg.Breakers
+			cfg.Breakers.Share(breakerStore{h: c.health}, cfg.ReplicaID)
+		}
 	}
 	rateGauge, err := newThrottleGauge(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("deliver: new consumer: %w", err)
-	}
-	if !cfg.LocalBreakers {
-		c.health.breakers = cfg.Breakers
-		cfg.Breakers.Share(breakerStore{h: c.health}, cfg.ReplicaID)
 	}
 	seen := make(map[string]bool, len(subs))
 	for _, s := range subs {
@@ -293,6 +306,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 			js:     js, stream: cfg.Stream, replicas: cfg.Replicas, replicaID: cfg.ReplicaID, deadLetters: cfg.DeadLetters,
 			inFlight:     c.metrics.inFlight.WithLabelValues(s.Name),
 			redeliveries: c.metrics.redeliveries.WithLabelValues(s.Name),
+			fleet:        cfg.fleet,
 		})
 	}
 	c.ord = newOrdering(c)
@@ -383,12 +397,14 @@ func (c *Consumer) Provision(ctx context.Context) error {
 // are logged at warn level and retried after a pause growing from 0.5 s to
 // 15 s (±20 %), for each subscription on its own. Call Run once.
 func (c *Consumer) Run(ctx context.Context) error {
-	lctx, cancel := context.WithTimeout(ctx, healthLoadTimeout)
-	c.health.load(lctx, c.cfg.Replicas)
-	cancel()
-	defer c.notify.wait()
 	var wg sync.WaitGroup
-	wg.Go(func() { c.health.run(ctx, c.cfg.Replicas) })
+	if c.cfg.fleet == nil { // a Fleet runs its units' shared health
+		lctx, cancel := context.WithTimeout(ctx, healthLoadTimeout)
+		c.health.load(lctx, c.cfg.Replicas)
+		cancel()
+		defer c.notify.wait()
+		wg.Go(func() { c.health.run(ctx, c.cfg.Replicas) })
+	}
 	if c.ord != nil {
 		wg.Go(func() { c.ord.run(ctx) })
 	}

@@ -22,7 +22,8 @@ import (
 // (an unordered runner, or an ordered subscription's partitions under its
 // own membership and leases), which Put starts, updates or restarts and
 // Pause or Remove end; the units share the Config's breakers, clock,
-// replica id and metrics (registered once). Put, Pause and Remove are
+// replica id and metrics (registered once), and one health state (one
+// watch of the health bucket, one notifier: fleetshared.go). Put, Pause and Remove are
 // safe for concurrent use; call Run once.
 type Fleet struct {
 	js  jetstream.JetStream
@@ -70,6 +71,11 @@ func NewFleet(js jetstream.JetStream, cfg Config) (*Fleet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("deliver: new fleet: %w", err)
 	}
+	shared, err := newFleetShared(js, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("deliver: new fleet: %w", err)
+	}
+	cfg.fleet = shared
 	return &Fleet{js: js, cfg: cfg, log: cfg.Logger, units: map[string]*unit{}, series: series, provisioning: make(chan struct{}, fleetProvisionParallel)}, nil
 }
 
@@ -122,6 +128,10 @@ func (f *Fleet) Put(sub Subscription) error {
 		f.log.Info("subscription changed: restarting it", slog.String("subscription", sub.Name))
 	} else {
 		f.log.Info("subscription added", slog.String("subscription", sub.Name), slog.String("start", sub.Start.String()))
+	}
+	if old == nil {
+		f.cfg.fleet.added(sub.Name)
+		f.cfg.fleet.units.Add(1)
 	}
 	u := &unit{sub: sub, c: c}
 	f.mu.Lock()
@@ -194,6 +204,7 @@ func (f *Fleet) Pause(name string) {
 	delete(f.units, name)
 	f.mu.Unlock()
 	if u != nil {
+		f.cfg.fleet.units.Add(-1)
 		f.stop(u)
 		f.log.Info("subscription paused: stopped pulling, position kept", slog.String("subscription", name))
 	}
@@ -294,6 +305,15 @@ func (f *Fleet) Names() []string {
 // ends; then it stops every one (as Pause does, all at once) and returns
 // nil.
 func (f *Fleet) Run(ctx context.Context) error {
+	// The units' shared health: read once before they start (so that a
+	// disabled subscription does not start), then followed.
+	ready := make(chan struct{})
+	var shared sync.WaitGroup
+	shared.Go(func() { f.cfg.fleet.run(ctx, f.cfg.Replicas, func() { close(ready) }) })
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	}
 	f.mu.Lock()
 	f.runCtx = ctx
 	for _, u := range f.units {
@@ -305,6 +325,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	f.runCtx = nil
 	f.mu.Unlock()
 	f.wg.Wait()
+	shared.Wait()
 	return nil
 }
 

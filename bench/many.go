@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/consumer"
+	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/proc"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// The many-subscriptions rows (-only many): one consumer process running
+// n subscriptions from the subscriptions bucket (--subscriptions-from
+// kv), each with its own filter and endpoint path, against a JetStream
+// server in a child process of its own (one node, or a 3-node cluster
+// with the events stream and the durable consumers at 3 replicas). Each
+// row measures what the deployment holds: the JetStream consumers on the
+// server, the server's and the consumer's RSS once idle, the start-up
+// (consumer process start until every subscription's durable consumer
+// has a pull request waiting), the idle CPU of both processes over
+// manyIdleWindow with no events, and how long a change takes to apply:
+// a subscription added to the bucket until its first event (published
+// right after the add) reaches its endpoint, and a paused one resumed
+// until the event that waited reaches it.
+
+// manyCase is one many-subscriptions row.
+type manyCase struct {
+	subs     int
+	nodes    int    // 1: one server; 3: a cluster, everything at 3 replicas
+	ordering string // none or stream
+}
+
+// manyCases are the rows of the full run (or of -many-sizes); the quick
+// run keeps 100 on one server (about 25 s).
+func (e *env) manyCases() []manyCase {
+	if e.cfg.Quick && len(e.cfg.ManySizes) == 0 {
+		return []manyCase{{100, 1, "none"}}
+	}
+	if len(e.cfg.ManySizes) > 0 {
+		var out []manyCase
+		for _, n := range e.cfg.ManySizes {
+			for _, nodes := range []int{1, 3} {
+				if e.cfg.ManyNodes == 0 || e.cfg.ManyNodes == nodes {
+					out = append(out, manyCase{n, nodes, e.cfg.ManyOrdering})
+				}
+			}
+		}
+		return out
+	}
+	return []manyCase{
+		{100, 1, "none"}, {1000, 1, "none"}, {10_000, 1, "none"},
+		{100, 3, "none"}, {1000, 3, "none"}, {10_000, 3, "none"},
+		{100, 1, "stream"},
+	}
+}
+
+// manyChangeTimeout bounds the wait for a change's event.
+const manyChangeTimeout = time.Minute
+
+// manyIdleWindow is how long the idle CPU is measured (quick: less).
+func (e *env) manyIdleWindow() time.Duration {
+	if e.cfg.Quick {
+		return 10 * time.Second
+	}
+	return 30 * time.Second
+}
+
+// manyRows runs every manyCase.
+func (e *env) manyRows(ctx context.Context) ([]row, error) {
+	var rows []row
+	for _, c := range e.manyCases() {
+		r, err := e.manyRow(ctx, c)
+		if err != nil {
+			return rows, fmt.Errorf("%d subscriptions, %d node(s), ordering %s: %w", c.subs, c.nodes, c.ordering, err)
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// manyFigures are one case's measurements.
+type manyFigures struct {
+	consumers          int // on the server, every stream, after start-up
+	pulling, expected  int // consumers with a pull request waiting, of expected
+	startup            time.Duration
+	serverRSS, consRSS int64
+	serverCPU, consCPU float64 // share of one core while idle
+	add, resume        time.Duration
+}
+
+func (e *env) manyRow(ctx context.Context, c manyCase) (row, error) {
+	where := "one server"
+	if c.nodes > 1 {
+		where = fmt.Sprintf("%d-node cluster, R%d", c.nodes, c.nodes)
+	}
+	fmt.Printf("bench: many: %d subscriptions (ordering %s), %s\n", c.subs, c.ordering, where)
+	f, err := e.manyMeasure(ctx, c)
+	if err != nil {
+		return row{}, err
+	}
+	mb := func(b int64) string { return fmt.Sprintf("%.0f MB", float64(b)/(1<<20)) }
+	change := func(d time.Duration) string {
+		if d < 0 {
+			return "none within " + manyChangeTimeout.String()
+		}
+		return d.Round(time.Millisecond).String()
+	}
+	ours := fmt.Sprintf("start %s; idle CPU consumer %.1f %%, server %.1f %%; RSS consumer %s, server %s; %d JetStream consumers; add %s, resume %s",
+		f.startup.Round(100*time.Millisecond), 100*f.consCPU, 100*f.serverCPU, mb(f.consRSS), mb(f.serverRSS), f.consumers,
+		change(f.add), change(f.resume))
+	if f.pulling < f.expected {
+		ours = fmt.Sprintf("only %d of %d durable consumers pulling after %s; ", f.pulling, f.expected, f.startup.Round(time.Second)) + ours
+	}
+	fmt.Printf("bench: many: %s\n", ours)
+	return row{
+		Name:      fmt.Sprintf("many subscriptions: %d (ordering %s) on %s, one consumer process", c.subs, c.ordering, where),
+		Ours:      ours,
+		Reference: "—",
+		Ratio:     "—",
+		Target:    "all pulling; idle CPU ≤ 5 % of a core each; a change applies ≤ 1 s",
+		Met:       f.pulling >= f.expected && f.consCPU <= 0.05 && f.serverCPU <= 0.05 && f.add >= 0 && f.add <= time.Second && f.resume >= 0 && f.resume <= time.Second,
+	}, nil
+}
+
+// manySub is subscription i of a many row.
+func manySub(i int, sinkURL, secret, ordering string) consumer.Subscription {
+	name := fmt.Sprintf("m%05d", i)
+	return consumer.Subscription{
+		Name: name, FilterSubjects: []string{fmt.Sprintf("%s.m%d.>", wire.DefaultEventsPrefix, i)},
+		URL: sinkURL + "/" + name, Secrets: []string{secret}, AllowPrivate: true, MaxInFlight: 4,
+		Ordering: consumer.Ordering(ordering),
+	}
+}
+
+func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) {
+	var f manyFigures
+	dir, err := os.MkdirTemp("", "jsbridge-bench-many-")
+	if err != nil {
+		return f, err
+	}
+	defer os.RemoveAll(dir)
+	srvDir := filepath.Join(dir, "nats")
+	if err := os.MkdirAll(srvDir, 0o755); err != nil {
+		return f, err
+	}
+	srv, urls, err := e.startServerChild(ctx, srvDir, c.nodes)
+	if err != nil {
+		return f, err
+	}
+	defer srv.Stop(30 * time.Second)
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		return f, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return f, err
+	}
+	if _, err := forward.Provision(ctx, js, forward.StreamConfig{Replicas: c.nodes}); err != nil {
+		return f, err
+	}
+	key, err := consumer.GenerateSecretsKey("bench")
+	if err != nil {
+		return f, err
+	}
+	keyFile := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		return f, err
+	}
+	ring, err := consumer.ParseSecretsKeyring(key)
+	if err != nil {
+		return f, err
+	}
+	store, err := consumer.OpenSubscriptionStore(ctx, js, consumer.SubscriptionStoreConfig{Keys: ring, Replicas: c.nodes})
+	if err != nil {
+		return f, err
+	}
+	sk, err := newPathSink()
+	if err != nil {
+		return f, err
+	}
+	defer sk.srv.Close()
+	raw := make([]byte, 24)
+	_, _ = rand.Read(raw)
+	secret := "whsec_" + base64.StdEncoding.EncodeToString(raw)
+
+	// The subscriptions, in the bucket before the consumer starts.
+	began := time.Now()
+	if err := parallel(ctx, c.subs, 16, func(i int) error {
+		_, err := store.Create(ctx, manySub(i, sk.url, secret, c.ordering), false)
+		return err
+	}); err != nil {
+		return f, err
+	}
+	fmt.Printf("bench: many: %d subscriptions written to the bucket in %s\n", c.subs, time.Since(began).Round(time.Millisecond))
+
+	start := time.Now()
+	args := []string{"run",
+		"--nats-url", urls, "--subscriptions-from", "kv", "--secrets-key-file", keyFile, "--ops-addr", "", "--log-level", "warn",
+		"--stream-replicas", strconv.Itoa(c.nodes), "--subscriptions-bucket-replicas", strconv.Itoa(c.nodes),
+	}
+	ops := 0
+	if e.cfg.ProfileDir != "" {
+		if ops, err = proc.FreePort(); err != nil {
+			return f, err
+		}
+		args = append(args, "--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--pprof")
+	}
+	p, err := e.procs.Start("consumer", e.cfg.Bin+"/consumer", args)
+	if err != nil {
+		return f, err
+	}
+	defer p.Stop(60 * time.Second)
+
+	// Start-up: until every durable consumer has a pull request waiting.
+	f.expected = c.subs
+	stream := wire.DefaultEventsStream
+	if c.ordering == "stream" {
+		f.expected, stream = c.subs*orderedPartitions, wire.OrderedStream(wire.DefaultEventsStream)
+	}
+	timeout := 2*time.Minute + time.Duration(c.subs)*60*time.Millisecond
+	var lastPrint time.Time
+	err = e.waitFor(ctx, timeout, "every subscription pulling", func() (bool, error) {
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		n, err := pullingConsumers(lctx, js, stream)
+		cancel()
+		if err != nil {
+			return false, nil // the server is busy: ask again
+		}
+		f.pulling = n
+		if time.Since(lastPrint) > 10*time.Second {
+			fmt.Printf("bench: many: %d of %d durable consumers pulling after %s\n", n, f.expected, time.Since(start).Round(time.Second))
+			lastPrint = time.Now()
+		}
+		return n >= f.expected, nil
+	})
+	f.startup = time.Since(start)
+	if err != nil && !strings.Contains(err.Error(), "not done after") {
+		return f, err
+	}
+
+	// Idle: no events; both processes' CPU over the window, then RSS.
+	if err := sleepCtx(ctx, 3*time.Second); err != nil {
+		return f, err
+	}
+	sc0, err1 := processCPU(srv.Pid())
+	cc0, err2 := processCPU(p.Pid())
+	if err := errors.Join(err1, err2); err != nil {
+		return f, err
+	}
+	window := e.manyIdleWindow()
+	if ops != 0 {
+		// The idle consumer's CPU profile (-profile-dir), from 0.5 s in.
+		e.profile(fmt.Sprintf("many-%d-%dnode-consumer-idle", c.subs, c.nodes), ops)
+	}
+	if err := sleepCtx(ctx, window); err != nil {
+		return f, err
+	}
+	sc1, err1 := processCPU(srv.Pid())
+	cc1, err2 := processCPU(p.Pid())
+	if err := errors.Join(err1, err2); err != nil {
+		return f, err
+	}
+	f.serverCPU = float64(sc1-sc0) / float64(window)
+	f.consCPU = float64(cc1-cc0) / float64(window)
+	if f.serverRSS, err = currentRSS(srv.Pid()); err != nil {
+		return f, err
+	}
+	if f.consRSS, err = currentRSS(p.Pid()); err != nil {
+		return f, err
+	}
+	f.consumers = -1 // the server does not answer
+	for range 5 {
+		if ai, err := js.AccountInfo(ctx); err == nil {
+			f.consumers = ai.Consumers
+			break
+		}
+	}
+
+	// A change: add one subscription, publish its event at once.
+	added := manySub(c.subs, sk.url, secret, c.ordering)
+	added.Start = consumer.Start{Policy: consumer.StartTime, Time: time.Now()}
+	t0 := time.Now()
+	f.add, f.resume = -1, -1
+	if _, err := store.Create(ctx, added, false); err != nil {
+		// The server does not answer: no change can be measured.
+		fmt.Printf("bench: many: add: %v\n", err)
+		return f, ctx.Err()
+	}
+	if err := publishMany(ctx, js, c.subs); err != nil {
+		fmt.Printf("bench: many: publish: %v\n", err)
+		return f, ctx.Err()
+	}
+	if f.add, err = sk.wait(ctx, added.Name, manyChangeTimeout); err != nil {
+		if ctx.Err() != nil {
+			return f, err
+		}
+		fmt.Printf("bench: many: added subscription: %v\n", err)
+		f.add = -1
+	} else {
+		f.add -= t0.Sub(sk.since)
+	}
+
+	// Another: pause subscription 1, publish its event, resume it.
+	name := manySub(1, sk.url, secret, c.ordering).Name
+	got, err := store.Get(ctx, name)
+	if err != nil {
+		fmt.Printf("bench: many: pause: %v\n", err)
+		return f, ctx.Err()
+	}
+	rev, err := store.SetPaused(ctx, name, true, got.Revision)
+	if err != nil {
+		fmt.Printf("bench: many: pause: %v\n", err)
+		return f, ctx.Err()
+	}
+	if err := sleepCtx(ctx, 2*time.Second); err != nil { // the pause applied
+		return f, err
+	}
+	if err := publishMany(ctx, js, 1); err != nil {
+		fmt.Printf("bench: many: publish: %v\n", err)
+		return f, ctx.Err()
+	}
+	if err := sleepCtx(ctx, time.Second); err != nil {
+		return f, err
+	}
+	if sk.has(name) {
+		return f, fmt.Errorf("paused subscription %s received its event", name)
+	}
+	t1 := time.Now()
+	if _, err := store.SetPaused(ctx, name, false, rev); err != nil {
+		fmt.Printf("bench: many: resume: %v\n", err)
+		return f, ctx.Err()
+	}
+	if f.resume, err = sk.wait(ctx, name, manyChangeTimeout); err != nil {
+		if ctx.Err() != nil {
+			return f, err
+		}
+		fmt.Printf("bench: many: resumed subscription: %v\n", err)
+		f.resume = -1
+	} else {
+		f.resume -= t1.Sub(sk.since)
+	}
+	return f, nil
+}

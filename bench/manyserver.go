@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/proc"
+)
+
+// The many-subscriptions rows run the JetStream server in a child process
+// of its own (bench -nats-server-child), so that its memory and CPU are
+// measured apart from this process's.
+
+// serverURLsFile is the file, in the child's directory, where the server
+// child writes its client URLs (comma-separated) once it is ready.
+const serverURLsFile = "client-urls"
+
+// natsServerChild is the -nats-server-child mode: arg is "<dir> <nodes>";
+// it runs one embedded server (nodes 1) or a cluster of nodes in this
+// process with its storage under dir, writes the client URLs to
+// dir/client-urls and runs until ctx ends (SIGTERM).
+func natsServerChild(ctx context.Context, arg string) error {
+	dir, n, ok := strings.Cut(arg, " ")
+	nodes, err := strconv.Atoi(n)
+	if !ok || err != nil || nodes < 1 {
+		return fmt.Errorf("-nats-server-child %q: want \"<dir> <nodes>\"", arg)
+	}
+	var urls string
+	if nodes == 1 {
+		srv, err := embedded.Start(embedded.Config{Dir: dir, Port: embedded.RandomPort})
+		if err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		urls = srv.ClientURL()
+	} else {
+		c, err := embedded.StartCluster(embedded.ClusterConfig{Nodes: nodes, Dir: dir, Name: "bench-many"})
+		if err != nil {
+			return err
+		}
+		defer c.Shutdown()
+		urls = c.ClientURLs()
+	}
+	tmp := filepath.Join(dir, serverURLsFile+".tmp")
+	if err := os.WriteFile(tmp, []byte(urls), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, serverURLsFile)); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// startServerChild starts this program as a server child of nodes nodes
+// with its storage under dir and returns it and its client URLs once
+// they are written.
+func (e *env) startServerChild(ctx context.Context, dir string, nodes int) (*proc.Process, string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := e.procs.Start("nats-server", self, []string{"-nats-server-child", fmt.Sprintf("%s %d", dir, nodes)})
+	if err != nil {
+		return nil, "", err
+	}
+	var urls string
+	err = e.waitFor(ctx, 2*time.Minute, "JetStream server child", func() (bool, error) {
+		if p.Exited() {
+			return false, errors.New("JetStream server child ended early")
+		}
+		b, err := os.ReadFile(filepath.Join(dir, serverURLsFile))
+		if err != nil {
+			return false, nil
+		}
+		urls = string(b)
+		return true, nil
+	})
+	if err != nil {
+		_ = p.Stop(20 * time.Second)
+		return nil, "", err
+	}
+	return p, urls, nil
+}
+
+// currentRSS is process pid's resident set size in bytes now (VmRSS).
+func currentRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/status: VmRSS %q: %w", pid, v, err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// The many rows' receiver (pathSink) and helpers.
+
+// pathSink is a receiver recording when each path (a subscription's
+// name) got its first request.
+type pathSink struct {
+	srv   *http.Server
+	url   string
+	since time.Time
+
+	mu    sync.Mutex
+	first map[string]time.Duration // since since
+	got   chan struct{}            // closed and renewed on each new path
+}
+
+func newPathSink() (*pathSink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &pathSink{url: "http://" + ln.Addr().String(), since: time.Now(), first: map[string]time.Duration{}, got: make(chan struct{})}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func (s *pathSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	name := strings.TrimPrefix(r.URL.Path, "/")
+	s.mu.Lock()
+	if _, ok := s.first[name]; !ok {
+		s.first[name] = time.Since(s.since)
+		close(s.got)
+		s.got = make(chan struct{})
+	}
+	s.mu.Unlock()
+}
+
+// has reports whether name got a request.
+func (s *pathSink) has(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.first[name]
+	return ok
+}
+
+// wait returns when name got its first request (since s.since), or an
+// error after timeout.
+func (s *pathSink) wait(ctx context.Context, name string, timeout time.Duration) (time.Duration, error) {
+	deadline := time.After(timeout)
+	for {
+		s.mu.Lock()
+		at, ok := s.first[name]
+		ch := s.got
+		s.mu.Unlock()
+		if ok {
+			return at, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-deadline:
+			return 0, fmt.Errorf("%s: no request after %s", name, timeout)
+		case <-ch:
+		}
+	}
+}
+
+// pullingConsumers counts the durable consumers on stream with a pull
+// request waiting.
+func pullingConsumers(ctx context.Context, js jetstream.JetStream, stream string) (int, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	l := s.ListConsumers(ctx)
+	n := 0
+	for ci := range l.Info() {
+		if ci.NumWaiting > 0 {
+			n++
+		}
+	}
+	return n, l.Err()
+}
+
+// publishMany publishes one event of stream m<i>-1 (subscription i's).
+func publishMany(ctx context.Context, js jetstream.JetStream, i int) error {
+	stream := fmt.Sprintf("m%d-1", i)
+	id := fmt.Sprintf("many-%d-%d", i, time.Now().UnixNano())
+	_, err := js.PublishMsg(ctx, &nats.Msg{Subject: wire.Subject(wire.DefaultEventsPrefix, stream, "Pinged"),
+		Header: nats.Header{wire.HeaderMsgID: []string{id}, wire.HeaderType: []string{"Pinged"}, wire.HeaderSubject: []string{stream}},
+		Data:   []byte(`{}`)})
+	return err
+}
+
+// parallel runs fn(0..n-1) on workers goroutines; the first error stops it.
+func parallel(ctx context.Context, n, workers int, fn func(int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(i); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}

@@ -1,0 +1,88 @@
+package deliver
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/egress"
+)
+
+// fleetShared is what a Fleet's units share instead of building their
+// own: the health state (one watch of the health bucket, one disabled
+// gauge, the shared breaker states handed to the one breaker Set) and the
+// notifier announcing disables. Without it every unit opened its own
+// watch of the health bucket (an ordered JetStream consumer each on the
+// server, pushing idle heartbeats) and called Breakers.Share again.
+//
+// census lists the units' durable consumers for them (census.go).
+type fleetShared struct {
+	health *health
+	notify *notifier
+	census *census
+	// units is the number of the Fleet's subscriptions (Put adds, Pause
+	// takes away).
+	units atomic.Int64
+}
+
+// newFleetShared builds the health and notifier of cfg (defaults filled)
+// once, and shares the breakers through the health bucket unless
+// cfg.LocalBreakers.
+func newFleetShared(js jetstream.JetStream, cfg Config) (*fleetShared, error) {
+	n, err := newNotifier(js, cfg.Health, cfg.Replicas, cfg.Logger, egress.NoRedirects(cfg.HTTPClient))
+	if err != nil {
+		return nil, err
+	}
+	h, err := newHealth(js, cfg.Health, cfg.Clock, cfg.Logger, cfg.ReplicaID, cfg.Registerer, n, nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &fleetShared{health: h, notify: n, census: newCensus(js, cfg.Stream, cfg.Clock)}
+	if !cfg.LocalBreakers {
+		h.breakers = cfg.Breakers
+		cfg.Breakers.Share(breakerStore{h: h}, cfg.ReplicaID)
+	}
+	return s, nil
+}
+
+// run reads the disabled subscriptions once (bounded by
+// healthLoadTimeout), then calls started and follows the health bucket
+// until ctx ends; it returns once the announcements under way are sent.
+func (s *fleetShared) run(ctx context.Context, replicas int, started func()) {
+	lctx, cancel := context.WithTimeout(ctx, healthLoadTimeout)
+	s.health.load(lctx, replicas)
+	cancel()
+	started()
+	var wg sync.WaitGroup
+	wg.Go(func() { s.health.run(ctx, replicas) })
+	wg.Go(func() { s.census.run(ctx) })
+	wg.Wait()
+	s.notify.wait()
+}
+
+// unitCount is the number of subscriptions the Fleet runs (0 for a nil
+// s).
+func (s *fleetShared) unitCount() int {
+	if s == nil {
+		return 0
+	}
+	return int(s.units.Load())
+}
+
+// added sets the disabled gauge of a subscription the Fleet runs from now
+// on (0 unless it is disabled).
+func (s *fleetShared) added(name string) {
+	if !s.health.isDisabled(name) {
+		s.health.gauge.WithLabelValues(name).Set(0)
+	}
+}
+
+// consumersLimitHint follows JetStream's "maximum consumers limit
+// reached" in the error of a durable consumer it refused: nats-server
+// caps a stream at 1,000 consumers unless told otherwise, one per
+// unordered subscription (sixteen per ordered one on the partitioned
+// copy).
+const consumersLimitHint = "nats-server allows 1,000 consumers per stream by default: one per unordered subscription, 16 per ordered one; " +
+	"raise it with jetstream { limits { default_max_consumers: -1 } } in the server's configuration, or the stream's or account's max_consumers"
