@@ -82,7 +82,7 @@ func main() {
 	flag.Parse()
 	if cfg.Quick {
 		cfg.Events, cfg.Streams = 100_000, 1_000
-		cfg.Messages = 20_000
+		cfg.Messages = 10_000 // the consumer row, each of the five ordered runs, and (half) the tracing row's
 		cfg.IdleStreams, cfg.Claims = 100_000, 500
 		cfg.FairWindow = 8 * time.Second // twice: 1 bridge, then 2
 		cfg.E2EDuration = 10 * time.Second
