@@ -229,7 +229,7 @@ func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event
 	msg := &nats.Msg{Header: make(nats.Header, 15)} // reused: PublishMsg copies it out
 	for i, e := range evs {
 		fillMessage(msg, e, f.cfg)
-		bs.inject(msg.Header, evs, i)
+		bs.inject(msg.Header, i)
 		op := "1"
 		switch i {
 		case 0:

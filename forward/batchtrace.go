@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
@@ -26,11 +27,12 @@ import (
 //
 // Per-event spans cost the SDK about 40 allocations and 4.5 KB per event
 // drained; the batch span costs that once per batch (up to FetchLimit
-// events), and an event without a trace context of its own shares the
-// batch span's header value (no allocation).
+// events), an event without a trace context of its own shares the batch
+// span's header value, and one with its own costs the propagator's
+// extraction (two allocations).
 
-// batchSpan is one fast batch's publish span and its context as header
-// values.
+// batchSpan is one fast batch's publish span and the trace headers of its
+// messages.
 type batchSpan struct {
 	span trace.Span
 	// parent and state are the span's traceparent and tracestate header
@@ -38,28 +40,44 @@ type batchSpan struct {
 	// the span's context is not valid (tracing off): such messages carry
 	// no trace headers.
 	parent, state []string
-	// own holds the trace context of each event from its meta (invalid
-	// when none); nil when no event has one.
-	own []trace.SpanContext
+	// own holds, per event, the traceparent and tracestate header values
+	// of the trace context in its meta (parent nil when it has no valid
+	// one); nil when no event has one.
+	own []ownContext
 }
 
+// ownContext is the header values of an event's own trace context.
+type ownContext struct{ parent, state []string }
+
 // startBatchSpan starts the publish span of evs, a fast batch of stream,
-// linked to the trace contexts in the events' meta.
+// linked to the trace contexts in the events' meta, and works out each
+// message's trace headers.
 func (f *Forwarder) startBatchSpan(ctx context.Context, stream string, evs []event.Event) *batchSpan {
 	bs := &batchSpan{}
 	var links []trace.Link
+	var parents []string // one backing array for the events' own traceparents
 	for i := range evs {
-		if evs[i].Meta.TraceParent == "" {
+		m := &evs[i].Meta
+		if m.TraceParent == "" {
 			continue
 		}
-		sc := trace.SpanContextFromContext(tracing.Propagator.Extract(context.Background(), metaCarrier{&evs[i].Meta}))
+		sc := trace.SpanContextFromContext(tracing.Propagator.Extract(context.Background(), metaCarrier{m}))
 		if !sc.IsValid() {
 			continue
 		}
 		if bs.own == nil {
-			bs.own = make([]trace.SpanContext, len(evs))
+			bs.own, parents = make([]ownContext, len(evs)), make([]string, len(evs))
 		}
-		bs.own[i] = sc
+		parents[i] = m.TraceParent
+		if !strings.HasPrefix(m.TraceParent, "00-") {
+			// A later version: sent as version 00, as the propagator
+			// writes it. A valid version 00 value is already that.
+			parents[i] = injected(sc)[wire.HeaderTraceParent][0]
+		}
+		bs.own[i].parent = parents[i : i+1 : i+1]
+		if ts := sc.TraceState().String(); ts != "" {
+			bs.own[i].state = []string{ts}
+		}
 		links = append(links, trace.Link{SpanContext: sc})
 	}
 	opts := []trace.SpanStartOption{producerKind}
@@ -79,26 +97,33 @@ func (f *Forwarder) startBatchSpan(ctx context.Context, stream string, evs []eve
 			tracing.AttrLastEventID.String(event.FormatID(evs[len(evs)-1].ID)),
 		)
 	}
-	if bs.span.SpanContext().IsValid() {
-		h := nats.Header{}
-		tracing.Propagator.Inject(ctx, tracing.HeaderCarrier(h))
+	if sc := bs.span.SpanContext(); sc.IsValid() {
+		h := injected(sc)
 		bs.parent, bs.state = h[wire.HeaderTraceParent], h[wire.HeaderTraceState]
 	}
 	return bs
 }
 
-// inject writes the trace context of evs[i] into h: its own (from its
-// meta) when valid, else the batch span's; none when neither is valid.
-func (bs *batchSpan) inject(h nats.Header, evs []event.Event, i int) {
-	if bs.own != nil && bs.own[i].IsValid() {
-		tracing.Propagator.Inject(trace.ContextWithRemoteSpanContext(context.Background(), bs.own[i]), tracing.HeaderCarrier(h))
-		return
+// injected returns the trace headers the W3C propagator writes for sc.
+func injected(sc trace.SpanContext) nats.Header {
+	h := nats.Header{}
+	tracing.Propagator.Inject(trace.ContextWithSpanContext(context.Background(), sc), tracing.HeaderCarrier(h))
+	return h
+}
+
+// inject writes the trace headers of evs[i] into h: its own context's
+// (from its meta) when valid, else the batch span's; none when neither is
+// valid. It allocates nothing.
+func (bs *batchSpan) inject(h nats.Header, i int) {
+	parent, state := bs.parent, bs.state
+	if bs.own != nil && bs.own[i].parent != nil {
+		parent, state = bs.own[i].parent, bs.own[i].state
 	}
-	if bs.parent != nil {
-		h[wire.HeaderTraceParent] = bs.parent
-		if bs.state != nil {
-			h[wire.HeaderTraceState] = bs.state
-		}
+	if parent != nil {
+		h[wire.HeaderTraceParent] = parent
+	}
+	if state != nil {
+		h[wire.HeaderTraceState] = state
 	}
 }
 
