@@ -114,11 +114,11 @@ func (e *env) tracingRow(ctx context.Context) (row, error) {
 // tracingSizes are the events the tracing row drains and the messages it
 // delivers, in each of its eight runs: half the drain row's events (at
 // least 50,000) and the consumer row's messages (at least 20,000); a quick
-// run drains a quarter of its drain row's events and delivers half its
-// consumer row's messages, which keeps the row near 20 s of CPU.
+// run drains a quarter of its drain row's events and delivers a quarter
+// of its consumer row's messages, which keeps the row near 15 s of CPU.
 func tracingSizes(cfg config) (events, messages int) {
 	if cfg.Quick {
-		return max(cfg.Events/4, 1000), max(cfg.Messages/2, 1000)
+		return max(cfg.Events/4, 1000), max(cfg.Messages/4, 1000)
 	}
 	return max(cfg.Events/2, 50_000), max(cfg.Messages, 20_000)
 }
