@@ -84,7 +84,15 @@ func run(ctx context.Context, cfg config) error {
 			only[o] = true
 		}
 	}
-	want := func(name string) bool { return len(only) == 0 || only[name] }
+	began := time.Now()
+	var took rowTimes
+	want := func(name string) bool {
+		if len(only) > 0 && !only[name] {
+			return false
+		}
+		took.start(name)
+		return true
+	}
 
 	var rows []row
 	var mem memory
@@ -167,11 +175,13 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("many subscriptions: %w", err)
 		}
 	}
+	took.start("")
 	if mem.bridge > 0 || mem.consumer > 0 {
 		rows = append(rows, mem.row())
 	}
 	table := render(cfg, rows)
 	fmt.Print(table)
+	fmt.Printf("\nbench: took %s in all (%s)\n", time.Since(began).Round(time.Second), took)
 	if cfg.Out != "" {
 		if err := os.MkdirAll(filepath.Dir(cfg.Out), 0o755); err != nil {
 			return err

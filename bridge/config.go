@@ -170,11 +170,14 @@ type Config struct {
 	// (so a process exports the backlog gauges while it still waits for
 	// NATS); New then registers nothing and Registerer is ignored.
 	Metrics *Metrics
-	// TracerProvider makes the publish spans: one per event, continuing
-	// the trace context of the event's meta (traceparent, tracestate) or
-	// starting a trace, carried on in the message's traceparent header.
-	// Default nil: otel's global tracer
-	// provider, a no-op until the application installs an SDK.
+	// TracerProvider makes the publish spans: one per fast batch, linked
+	// to the trace contexts in its events' meta, or one per event sent on
+	// its own, a child of the trace context in its meta (traceparent,
+	// tracestate) or starting a trace. Each message's traceparent header
+	// carries the event's own trace context when it is batched and has
+	// one, else its publish span's (see docs/observability.md, Tracing).
+	// Default nil: otel's global tracer provider, a no-op until the
+	// application installs an SDK.
 	TracerProvider trace.TracerProvider
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/event"
@@ -221,16 +220,16 @@ func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event
 		b.mu.Unlock()
 	}
 
-	// One publish span per event (each is its own trace), ended with the
-	// batch's result.
-	spans := make([]trace.Span, 0, len(evs))
-	defer func() { endBatchSpans(spans, res) }()
+	// One publish span for the batch (see batchtrace.go), ended with its
+	// result.
+	bs := f.startBatchSpan(ctx, stream, evs)
+	defer func() { bs.end(res, len(evs)) }()
 
 	replyPrefix := b.prefix + id + "." + strconv.Itoa(fastBatchFlow) + ".fail."
 	msg := &nats.Msg{Header: make(nats.Header, 15)} // reused: PublishMsg copies it out
 	for i, e := range evs {
 		fillMessage(msg, e, f.cfg)
-		spans = append(spans, f.startSpan(ctx, &evs[i], msg))
+		bs.inject(msg.Header, i)
 		op := "1"
 		switch i {
 		case 0:
@@ -298,24 +297,4 @@ func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event
 		}
 	}
 	return batchResult{Done: done, Sequence: seq, Err: f.publishErr(e, stream, lastSeq, done == 0, apiErr)}
-}
-
-// endBatchSpans ends the publish spans of a batch's events: the first
-// r.Done stored, the next failed with r.Err, the rest not stored.
-func endBatchSpans(spans []trace.Span, r batchResult) {
-	for k, span := range spans {
-		var o Outcome
-		switch {
-		case k < r.Done:
-			o = Outcome{Status: Stored}
-			if k == r.Done-1 {
-				o.Sequence = r.Sequence
-			}
-		case k == r.Done:
-			o = Outcome{Status: Failed, Err: r.Err}
-		default:
-			o = Outcome{Status: Failed, Err: errNotAttempted}
-		}
-		endSpan(span, o)
-	}
 }

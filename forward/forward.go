@@ -89,9 +89,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer is told about every publish (metrics). Default: none.
 	Observer Observer
-	// TracerProvider makes the publish spans (see trace.go: one per event,
-	// continuing the trace in its meta). Default nil: otel's global tracer
-	// provider, a no-op until the application installs an SDK.
+	// TracerProvider makes the publish spans (see trace.go and
+	// batchtrace.go: one per fast batch, one per event sent on its own).
+	// Default nil: otel's global tracer provider, a no-op until the
+	// application installs an SDK.
 	TracerProvider trace.TracerProvider
 }
 

@@ -13,16 +13,15 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// Tracing (OpenTelemetry, W3C Trace Context): every event sent gets a
-// publish span of kind producer, named "publish <JetStream stream>" (the
-// subject prefix when Config.Stream is empty). Its parent is the trace
-// context of the event's meta (event.Meta.TraceParent) when it holds a
-// valid one, so the trace the app appended the event in continues;
-// otherwise the span is the root of a new trace, one per event. The span's
-// context goes into the message's traceparent and tracestate headers
-// (wire.HeaderTraceParent), which the consumer continues. In a fast batch
-// every event still has its own span (each event is its own trace); they
-// all end at the batch's PubAck.
+// Tracing (OpenTelemetry, W3C Trace Context): every event sent on its own
+// (not in a fast batch; see batchtrace.go for those) gets a publish span
+// of kind producer, named "publish <JetStream stream>" (the subject prefix
+// when Config.Stream is empty). Its parent is the trace context of the
+// event's meta (event.Meta.TraceParent) when it holds a valid one, so the
+// trace the app appended the event in continues; otherwise the span is the
+// root of a new trace, one per event. The span's context goes into the
+// message's traceparent and tracestate headers (wire.HeaderTraceParent),
+// which the consumer continues.
 //
 // With a no-op tracer provider (the default when the application installs
 // no SDK) nothing is recorded; an event whose meta carries a trace context

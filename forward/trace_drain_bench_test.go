@@ -19,13 +19,16 @@ import (
 
 // BenchmarkHandleTraced is Handle on 100 streams × 100 events (fast
 // batches), tracing off and on: what the publish spans cost a drain cycle.
+// The -meta cases give a third of the events a trace context in their
+// meta, as the bench's tracing row does.
 func BenchmarkHandleTraced(b *testing.B) {
 	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 	b.Cleanup(func() { _ = sdk.Shutdown(context.Background()) })
 	for _, c := range []struct {
 		name string
 		tp   trace.TracerProvider
-	}{{"off", noop.NewTracerProvider()}, {"on", sdk}} {
+		meta bool // a third of the events carry a trace context in their meta
+	}{{"off", noop.NewTracerProvider(), false}, {"on", sdk, false}, {"off-meta", noop.NewTracerProvider(), true}, {"on-meta", sdk, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			srv := jsbridgetest.StartJetStream(b, embedded.Config{})
 			_, js := jsbridgetest.Connect(b, srv)
@@ -48,6 +51,9 @@ func BenchmarkHandleTraced(b *testing.B) {
 					for v := range evs {
 						id++
 						evs[v] = event.Event{ID: id, Stream: name, Version: int64(v), Name: "E", Data: []byte(`{"a":1}`)}
+						if c.meta && id%3 == 0 {
+							evs[v].Meta.TraceParent = fmt.Sprintf("00-%032x-%016x-01", id, id)
+						}
 					}
 					batches[s] = drain.Batch{Stream: name, Events: evs, Watermark: -1}
 				}

@@ -361,7 +361,7 @@ func (r *sender) startAttempt(ctx context.Context, msg jetstream.Msg, id string,
 	if h := msg.Headers(); len(h) > 0 {
 		ctx = tracing.Propagator.Extract(ctx, tracing.HeaderCarrier(h))
 	}
-	ctx, st.span = r.tracer.Start(ctx, r.spanName, trace.WithSpanKind(trace.SpanKindClient))
+	ctx, st.span = r.tracer.Start(ctx, r.spanName, clientKind)
 	return context.WithValue(ctx, attemptKey{}, st), st
 }
 

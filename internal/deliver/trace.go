@@ -41,6 +41,10 @@ type attemptState struct {
 	reason  string
 }
 
+// clientKind is the attempt spans' kind, made once: trace.WithSpanKind
+// allocates on every call.
+var clientKind = trace.WithSpanKind(trace.SpanKindClient)
+
 type attemptKey struct{}
 
 // attemptOf returns the attempt ctx carries, or nil.

@@ -99,6 +99,13 @@ const (
 	AttrEventName = attribute.Key("jsbridge.event_name")
 	// AttrPublishStatus is how the publish ended: stored, duplicate, failed.
 	AttrPublishStatus = attribute.Key("jsbridge.publish.status")
+	// AttrPublishStored is how many events of a fast batch JetStream
+	// stored (or found duplicate), on the batch's publish span.
+	AttrPublishStored = attribute.Key("jsbridge.publish.stored")
+	// AttrFirstEventID and AttrLastEventID are the ids of the first and
+	// last event of a fast batch, on the batch's publish span.
+	AttrFirstEventID = attribute.Key("jsbridge.event_id.first")
+	AttrLastEventID  = attribute.Key("jsbridge.event_id.last")
 	// AttrSubscription is the subscription of a delivery attempt.
 	AttrSubscription = attribute.Key("jsbridge.subscription")
 	// AttrAttempt is the attempt number (1-based, JetStream NumDelivered).
