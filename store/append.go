@@ -113,6 +113,22 @@ func truncate(b []byte, n int) string {
 	return string(b[:n]) + "..."
 }
 
+// columns returns events' names, data and meta (JSON) as the arrays the
+// append statements unnest.
+func columns(stream string, events []NewEvent) (names, datas, metas []string, err error) {
+	names = make([]string, len(events))
+	datas = make([]string, len(events))
+	metas = make([]string, len(events))
+	for i, e := range events {
+		meta, err := json.Marshal(e.Meta)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("append to stream %q: encode events[%d].Meta: %w", stream, i, err)
+		}
+		names[i], datas[i], metas[i] = e.Name, string(e.Data), string(meta)
+	}
+	return names, datas, metas, nil
+}
+
 func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, stream string, expected int64, events []NewEvent) ([]event.Event, error) {
 	var head int64
 	if err := tx.QueryRow(ctx, s.q.head, stream).Scan(&head); err != nil {
@@ -122,15 +138,9 @@ func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, stream string, expected
 		return nil, &ConcurrencyError{Stream: stream, Expected: expected, Actual: head}
 	}
 
-	names := make([]string, len(events))
-	datas := make([]string, len(events))
-	metas := make([]string, len(events))
-	for i, e := range events {
-		meta, err := json.Marshal(e.Meta)
-		if err != nil {
-			return nil, fmt.Errorf("append to stream %q: encode events[%d].Meta: %w", stream, i, err)
-		}
-		names[i], datas[i], metas[i] = e.Name, string(e.Data), string(meta)
+	names, datas, metas, err := columns(stream, events)
+	if err != nil {
+		return nil, err
 	}
 
 	// A savepoint keeps the caller's transaction usable after a lost race.

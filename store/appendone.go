@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -33,15 +32,9 @@ ORDER BY i.version`
 
 // appendOne is Append's body (see appendOneSQL); the arguments are valid.
 func (s *Store) appendOne(ctx context.Context, stream string, expected int64, events []NewEvent) ([]event.Event, error) {
-	names := make([]string, len(events))
-	datas := make([]string, len(events))
-	metas := make([]string, len(events))
-	for i, e := range events {
-		meta, err := json.Marshal(e.Meta)
-		if err != nil {
-			return nil, fmt.Errorf("append to stream %q: encode events[%d].Meta: %w", stream, i, err)
-		}
-		names[i], datas[i], metas[i] = e.Name, string(e.Data), string(meta)
+	names, datas, metas, err := columns(stream, events)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, s.q.appendOne, stream, expected, names, datas, metas, AnyVersion)
 	if err != nil {

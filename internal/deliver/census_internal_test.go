@@ -8,8 +8,6 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-
-	"github.com/jsbridge/jsbridge/embedded"
 )
 
 // The census finds a durable consumer deleted behind a unit's back: a
@@ -21,15 +19,8 @@ func TestCensusReportsADeletedConsumer(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}})
+	js := startJetStream(t)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}})
 	require.NoError(t, err)
 	c := newCensus(js, "EVENTS", clockwork.NewFakeClock())
 	c.list(ctx) // before the consumer exists
