@@ -259,7 +259,7 @@ func (pt *partition) run() {
 			pt.dispatch(msg, &wg)
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			pt.log.Warn("partition pull ended; restarting it")
-			iter, err = pt.cons.Messages(pt.pullOpts()...)
+			iter, err = pt.cons.Messages(partitionPullOpts(pt.pullBatch)...)
 			if err != nil {
 				sleep(pt.ctx, pt.clock, time.Second)
 				iter = nil
@@ -347,7 +347,7 @@ func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 func (pt *partition) openPull() jetstream.MessagesContext {
 	var pause backoff.Backoff
 	for pt.ctx.Err() == nil {
-		iter, err := pt.cons.Messages(pt.pullOpts()...)
+		iter, err := pt.cons.Messages(partitionPullOpts(pt.pullBatch)...)
 		if err == nil {
 			return iter
 		}
@@ -494,14 +494,4 @@ func (pt *partition) pauseDisabled(iter jetstream.MessagesContext, pulled <-chan
 	}
 	pt.log.Info("subscription enabled: the partition pulls again")
 	return pt.openPull()
-}
-
-// pullOpts are the options of the partition's pull iterator: pinned in
-// partitionGroup, each pull request waiting up to pullExpiry.
-func (pt *partition) pullOpts() []jetstream.PullMessagesOpt {
-	return []jetstream.PullMessagesOpt{
-		jetstream.PullMaxMessages(pt.pullBatch), jetstream.PullHeartbeat(pullHeartbeat),
-		jetstream.PullExpiry(pullExpiry), jetstream.PullPriorityGroup(partitionGroup),
-		jetstream.WithMessagesErrOnMissingHeartbeat(false),
-	}
 }

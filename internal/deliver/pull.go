@@ -61,3 +61,14 @@ func readPull(iter jetstream.MessagesContext, stop <-chan struct{}, buffer int, 
 	}()
 	return out
 }
+
+// partitionPullOpts are the options of a partition's pull iterator:
+// batches of up to batch messages, pinned in partitionGroup, each pull
+// request waiting up to pullExpiry.
+func partitionPullOpts(batch int) []jetstream.PullMessagesOpt {
+	return []jetstream.PullMessagesOpt{
+		jetstream.PullMaxMessages(batch), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.PullExpiry(pullExpiry), jetstream.PullPriorityGroup(partitionGroup),
+		jetstream.WithMessagesErrOnMissingHeartbeat(false),
+	}
+}
