@@ -16,6 +16,11 @@ import (
 // its ordered subscriptions' keys from the park bucket.
 const markerSweepEvery = time.Hour
 
+// markerSweepFirst is when a replica sweeps first after it starts: soon,
+// so that replicas restarted more often than markerSweepEvery (a crash
+// loop, frequent deploys) still sweep, but not during start-up.
+const markerSweepFirst = time.Minute
+
 // markerMinAge is how old a delete marker must be to be removed: a park
 // watcher re-subscribing within it still sees the delete.
 const markerMinAge = 30 * time.Minute
@@ -38,13 +43,14 @@ type markerSweep struct {
 	log   *slog.Logger
 }
 
-// run sweeps every markerSweepEvery until ctx ends.
+// run sweeps markerSweepFirst after it starts, then every
+// markerSweepEvery, until ctx ends.
 func (s markerSweep) run(ctx context.Context) {
-	for {
+	for wait := markerSweepFirst; ; wait = markerSweepEvery {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.clock.After(markerSweepEvery):
+		case <-s.clock.After(wait):
 		}
 		n, err := s.sweep(ctx, s.clock.Now().Add(-markerMinAge))
 		switch {

@@ -69,8 +69,13 @@ func TestMarkerSweepRemovesOldDeleteMarkersOnly(t *testing.T) {
 	ran := make(chan struct{})
 	go func() { s.run(runCtx); close(ran) }()
 	t.Cleanup(func() { stop(); <-ran })
-	// The markers are 31 minutes old on the clock at the first sweep.
+	// The first sweep, a minute after the start, finds every marker a
+	// minute old: all stay. It has run once the loop waits again.
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	clock.Advance(markerSweepFirst)
+	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	require.EqualValues(t, 101+1+3, msgs(), "markers younger than markerMinAge stay")
+	// The next, an hour later, finds them 61 minutes old.
 	clock.Advance(markerSweepEvery)
 	require.Eventually(t, func() bool { return msgs() == 3+1 }, 10*time.Second, 10*time.Millisecond,
 		"left: 0b parked again, 0c, the live count and refunds' marker")
