@@ -60,8 +60,13 @@ func TestSharedBreakerOneProbe(t *testing.T) {
 	store := newMemStore()
 	const endpoint = "http://x/hook"
 	var bs []*breaker.Breaker
+	// The probe's claim lasts an open timeout: 3 s, so that the check
+	// below (300 ms of no second probe) fails only for a second claim,
+	// not for a test goroutine stalled past the claim's end (a 1 s open
+	// timeout failed once so under make test's -race load).
+	const openTimeout = 3 * time.Second
 	for i := range 3 {
-		set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 2, OpenTimeout: time.Second}, nil, nil)
+		set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 2, OpenTimeout: openTimeout}, nil, nil)
 		require.NoError(t, err)
 		set.Share(store, fmt.Sprintf("replica-%d", i))
 		store.sets = append(store.sets, set)
@@ -75,7 +80,7 @@ func TestSharedBreakerOneProbe(t *testing.T) {
 	}, time.Second, time.Millisecond, "one process tripped: open for all")
 	require.ErrorIs(t, bs[1].Execute(succeed), breaker.ErrOpen, "open: nothing runs")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*openTimeout)
 	defer cancel()
 	var passed atomic.Int32
 	var wg sync.WaitGroup
@@ -89,7 +94,6 @@ func TestSharedBreakerOneProbe(t *testing.T) {
 		})
 	}
 	prober := <-first
-	// The probe's claim lasts an open timeout (1 s).
 	require.Never(t, func() bool { return passed.Load() > 1 }, 300*time.Millisecond, 10*time.Millisecond, "one probe per open timeout")
 	for i, b := range bs {
 		if i != prober {
