@@ -106,6 +106,9 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 		args = append(args, "--ordering", e.cfg.E2EOrdering)
 		ordering = "ordering " + e.cfg.E2EOrdering
 	}
+	if e.cfg.ProfileDir != "" {
+		args = append(args, "--pprof")
+	}
 	consumer, err := e.procs.Start("consumer", e.cfg.Bin+"/consumer", args, "JSBRIDGE_SECRET=whsec_"+base64.StdEncoding.EncodeToString(secret))
 	if err != nil {
 		return nil, err
@@ -114,6 +117,8 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 	if err := proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ops), consumer); err != nil {
 		return nil, err
 	}
+	e.profile(fmt.Sprintf("consumer-e2e-%d", rate), ops)
+	e.profileSelf(fmt.Sprintf("server-during-e2e-%d", rate))
 
 	// Sixteen producers, each on its own streams, each at rate/16: an
 	// append is a round trip and a commit, and four producers (4 ms

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +51,10 @@ type Store struct {
 	discoverySpan     int64
 	settleTimeout     time.Duration
 	log               *slog.Logger
+
+	// lastFetch is how many events the last Fetch returned: the next one
+	// makes room for about as many up front (see Fetch).
+	lastFetch atomic.Int64
 }
 
 // Option configures a Store.
