@@ -215,7 +215,7 @@ func (e *env) drainRow(ctx context.Context) (row, int64, error) {
 	if err != nil {
 		return row{}, 0, err
 	}
-	selfStart := ownCPU()
+	selfStart, pgStart := ownCPU(), e.postgresCPU(ctx)
 	e.profileSelf("server-during-drain")
 	err = e.waitFor(ctx, 30*time.Minute, "drain", func() (bool, error) {
 		_, fwd, err := st.Totals(ctx)
@@ -225,7 +225,7 @@ func (e *env) drainRow(ctx context.Context) (row, int64, error) {
 		return row{}, 0, err
 	}
 	ours := float64(n) / time.Since(start).Seconds()
-	e.drainCPU = drainCPU{events: n, server: ownCPU() - selfStart, reference: refCPU}
+	e.drainCPU = drainCPU{events: n, server: ownCPU() - selfStart, postgres: e.postgresCPU(ctx) - pgStart, reference: refCPU, wall: time.Since(start), refWall: time.Duration(float64(n) / ref * float64(time.Second))}
 	if e.drainCPU.bridge, err = processCPU(bridge.Pid()); err != nil {
 		return row{}, 0, err
 	}

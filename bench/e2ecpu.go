@@ -32,13 +32,22 @@ func (e *env) sampleCPU(ctx context.Context, bridgePid, consumerPid int) e2eCPU 
 	c.bridge, _ = processCPU(bridgePid)
 	c.consumer, _ = processCPU(consumerPid)
 	c.self = ownCPU()
-	var backend int
-	if err := e.pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err == nil {
-		if pm, err := parentPid(backend); err == nil {
-			c.postgres = treeCPU(pm)
-		}
-	}
+	c.postgres = e.postgresCPU(ctx)
 	return c
+}
+
+// postgresCPU is the CPU time the Postgres server's processes (the
+// postmaster and its children) have used so far; 0 when not read.
+func (e *env) postgresCPU(ctx context.Context) time.Duration {
+	var backend int
+	if err := e.pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		return 0
+	}
+	pm, err := parentPid(backend)
+	if err != nil {
+		return 0
+	}
+	return treeCPU(pm)
 }
 
 // perEvent formats the CPU each process used per event between a and b.

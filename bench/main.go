@@ -53,6 +53,7 @@ type config struct {
 	E2EHighRate  int
 	E2EDuration  time.Duration
 	E2EOrdering  string
+	E2ETimes     string
 	Bin          string
 	DatabaseURL  string
 	Out          string
@@ -83,6 +84,7 @@ func main() {
 	flag.IntVar(&cfg.E2EHighRate, "e2e-high-rate", 5000, "end to end: a second run's events appended per second (target p99 ≤ 30 ms; 0 skips it, as -quick does)")
 	flag.DurationVar(&cfg.E2EDuration, "e2e-duration", 30*time.Second, "end to end: how long to append")
 	flag.StringVar(&cfg.E2EOrdering, "e2e-ordering", "", "end to end: the consumer's --ordering (empty: its default, stream)")
+	flag.StringVar(&cfg.E2ETimes, "e2e-times", "", "end to end: also write each event's times (append, stored, copied, received; Unix µs) as CSV to this file")
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one")
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,6 +100,11 @@ func (e *env) stageBreakdown(ctx context.Context, times map[string]*stageTimes, 
 		}
 		deliver = append(deliver, t.received.Sub(last))
 	}
+	if e.cfg.E2ETimes != "" {
+		if err := writeStageTimes(e.cfg.E2ETimes, times); err != nil {
+			fmt.Printf("bench: e2e: -e2e-times: %v\n", err)
+		}
+	}
 	q := func(d []time.Duration) string {
 		if len(d) == 0 {
 			return "—"
@@ -172,4 +179,25 @@ func (e *env) statements(ctx context.Context) (int64, error) {
 	err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
 	return n, err
+}
+
+// writeStageTimes writes each event's stage times to path as CSV: id,
+// then append, stored, copied and received in Unix microseconds (0: not
+// seen), ordered by append time.
+func writeStageTimes(path string, times map[string]*stageTimes) error {
+	ids := slices.Collect(maps.Keys(times))
+	slices.SortFunc(ids, func(a, b string) int { return times[a].created.Compare(times[b].created) })
+	var b strings.Builder
+	b.WriteString("id,created_us,stored_us,copied_us,received_us\n")
+	us := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return t.UnixMicro()
+	}
+	for _, id := range ids {
+		t := times[id]
+		fmt.Fprintf(&b, "%s,%d,%d,%d,%d\n", id, us(t.created), us(t.stored), us(t.copied), us(t.received))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
