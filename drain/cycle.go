@@ -52,7 +52,7 @@ func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
 	if err != nil || c == nil {
 		return c.stats(), err
 	}
-	return d.finish(ctx, c)
+	return d.finish(ctx, c, nil)
 }
 
 // cycle is a cycle's claimed streams and their events, prepared (claimed
@@ -209,8 +209,9 @@ func (d *Drain) giveBack(streams []string) {
 }
 
 // finish hands c's batches to the handler and settles every stream (see
-// Cycle).
-func (d *Drain) finish(ctx context.Context, c *cycle) (Stats, error) {
+// Cycle). handled, when not nil, is called with the handler's results
+// before they are settled (Run claims the next cycle then).
+func (d *Drain) finish(ctx context.Context, c *cycle, handled func([]Result)) (Stats, error) {
 	st := c.st
 	batches := c.batches
 	var results []Result
@@ -232,6 +233,9 @@ func (d *Drain) finish(ctx context.Context, c *cycle) (Stats, error) {
 		cancel()
 		if len(results) != len(batches) {
 			d.log.Error("drain handler returned the wrong number of results", "results", len(results), "batches", len(batches))
+		}
+		if handled != nil {
+			handled(results)
 		}
 	}
 
@@ -327,4 +331,15 @@ func groupByStream(events []event.Event, streams int) (map[string][]event.Event,
 		i = j
 	}
 	return byStream, unreadable
+}
+
+// anyUnavailable reports whether a result failed because the bus was
+// unavailable (an UnavailableError).
+func anyUnavailable(results []Result) bool {
+	for _, r := range results {
+		if r.Err != nil && IsUnavailable(r.Err) {
+			return true
+		}
+	}
+	return false
 }

@@ -257,7 +257,10 @@ func defaultOwner() string {
 // a backlog (ClaimLimit streams claimed, or FetchLimit events of one) is
 // handled, the next cycle's streams are claimed and fetched (up to
 // ClaimLimit more leases held), so the store's round trips overlap the
-// handler's; a cycle claimed ahead is given back untried (no retry counted)
+// handler's. Any other cycle that did work, once its handler is done
+// without the bus failing, has the next cycle claimed and fetched while it
+// settles, so an event appended meanwhile waits for the handler, not for
+// the settle too. A cycle claimed ahead is given back untried (no retry counted)
 // when the run pauses or stops instead of going on, or when the cycle
 // handled meanwhile took so long that less than half of the claimed-ahead
 // cycle's HandlerTimeout is left (a fresh claim replaces it). After a cycle
@@ -307,14 +310,24 @@ func (d *Drain) Run(ctx context.Context) error {
 		}
 		st := c.stats()
 		if err == nil && c != nil {
-			if !d.outage && ctx.Err() == nil && c.backlogged(d.cfg.ClaimLimit, d.cfg.FetchLimit) {
+			readAhead := func() {
+				if ahead != nil || d.outage || ctx.Err() != nil {
+					return
+				}
 				ahead = make(chan prepared, 1)
 				go func() {
 					next, err := d.prepare(ctx, d.cfg.ClaimLimit)
 					ahead <- prepared{next, err}
 				}()
 			}
-			st, err = d.finish(ctx, c)
+			if c.backlogged(d.cfg.ClaimLimit, d.cfg.FetchLimit) {
+				readAhead() // overlaps the handler
+			}
+			st, err = d.finish(ctx, c, func(results []Result) {
+				if !anyUnavailable(results) {
+					readAhead() // overlaps the settle
+				}
+			})
 		}
 		if ahead != nil && (err != nil || d.outage || ctx.Err() != nil) {
 			// Not going on at once: give the cycle claimed ahead back

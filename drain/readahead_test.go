@@ -3,12 +3,14 @@ package drain_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/drain"
+	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -175,4 +177,67 @@ func TestRunClaimsAfreshWhenTheCycleReadAheadIsStale(t *testing.T) {
 		require.Equal(t, seq(2), rec.versions(s), "stream %s once, in order", s)
 		require.Zero(t, b.info(t, s).Retry)
 	}
+}
+
+// settleWatch is the real store, whose AckStreams waits (at most 5 s) for
+// a Claim to begin before it acks, and records whether one did.
+type settleWatch struct {
+	drain.Store
+	acking     atomic.Bool
+	claimed    chan struct{}
+	overlapped atomic.Bool
+}
+
+func (s *settleWatch) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]event.Claim, error) {
+	if s.acking.Load() {
+		select {
+		case s.claimed <- struct{}{}:
+		default:
+		}
+	}
+	return s.Store.Claim(ctx, owner, limit, lease)
+}
+
+func (s *settleWatch) AckStreams(ctx context.Context, owner string, acks []event.Progress) []error {
+	s.acking.Store(true)
+	select {
+	case <-s.claimed:
+		s.overlapped.Store(true)
+	case <-time.After(5 * time.Second):
+	}
+	s.acking.Store(false)
+	return s.Store.AckStreams(ctx, owner, acks)
+}
+
+// Once a cycle that is no backlog has been handled, the next cycle is
+// claimed while it settles: an event appended during the handler waits
+// for the handler, not for the ack too; both are handled once, in order.
+func TestRunClaimsTheNextCycleWhileThisOneSettles(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.appendN(t, "settle-a", 1)
+	rec := newRecorder(nil)
+	first := true
+	h := drain.HandlerFunc(func(ctx context.Context, batches []drain.Batch) []drain.Result {
+		if first {
+			first = false
+			b.appendN(t, "settle-b", 1) // appended after the claim
+		}
+		return rec.Handle(ctx, batches)
+	})
+	s := &settleWatch{Store: b.store, claimed: make(chan struct{}, 1)}
+	d, err := drain.New(s, h, drain.Config{Owner: "settler", PollInterval: 20 * time.Millisecond, Logger: quiet()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+
+	require.Eventually(t, func() bool { return rec.count() == 2 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(b.leased(t, "settler")) == 0 }, 10*time.Second, 5*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.True(t, s.overlapped.Load(), "a claim began while the first cycle's ack waited")
+	require.Equal(t, seq(1), rec.versions("settle-a"))
+	require.Equal(t, seq(1), rec.versions("settle-b"))
+	require.Equal(t, int64(0), b.info(t, "settle-b").Watermark)
 }
