@@ -9,11 +9,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/proc"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/wire"
@@ -74,7 +79,29 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 	if err != nil {
 		return nil, err
 	}
-	if err := e.freshEventsStream(ctx); err != nil {
+	// The JetStream server runs in a child process of its own, as it would
+	// in production: its CPU is measured apart, and this process's
+	// producers, receiver and garbage collector do not stall it.
+	dir, err := os.MkdirTemp("", "jsbridge-bench-e2e-nats-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	server, natsURL, err := e.startServerChild(ctx, dir, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer server.Stop(20 * time.Second)
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := forward.Provision(ctx, js, forward.StreamConfig{}); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -86,7 +113,7 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 	go func() { _ = s.srv.Serve(ln) }()
 	defer s.srv.Close()
 
-	bridge, bridgeOps, err := e.startBridgeOps(ctx, schema)
+	bridge, bridgeOps, err := e.startBridgeAt(ctx, natsURL, schema)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +125,7 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 		return nil, err
 	}
 	args := []string{"run",
-		"--nats-url", e.srv.ClientURL(), "--start", "all", "--name", "bench-e2e", "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
+		"--nats-url", natsURL, "--start", "all", "--name", "bench-e2e", "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
 		"--allow-private", "--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--log-level", "warn",
 	}
 	ordering := "ordered delivery (the default)"
@@ -118,7 +145,10 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 		return nil, err
 	}
 	e.profile(fmt.Sprintf("consumer-e2e-%d", rate), ops)
-	e.profileSelf(fmt.Sprintf("server-during-e2e-%d", rate))
+	e.profileSelf(fmt.Sprintf("producers-during-e2e-%d", rate))
+	if port, err := serverChildPprof(dir); err == nil {
+		e.profile(fmt.Sprintf("server-e2e-%d", rate), port)
+	}
 
 	// Sixteen producers, each on its own streams, each at rate/16: an
 	// append is a round trip and a commit, and four producers (4 ms
@@ -126,7 +156,7 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 	const producers = 16
 	commits0, cerr := e.commits(ctx)
 	stmts0, serr := e.statements(ctx)
-	cpu0 := e.sampleCPU(ctx, bridge.Pid(), consumer.Pid())
+	cpu0, began := e.sampleCPU(ctx, bridge.Pid(), consumer.Pid(), server.Pid()), time.Now()
 	var appended atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, producers)
@@ -155,7 +185,7 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 	if err := e.waitFor(ctx, 2*time.Minute, "end to end", func() (bool, error) { return s.count() >= n, nil }); err != nil {
 		return nil, err
 	}
-	cpu := cpu0.perEvent(e.sampleCPU(ctx, bridge.Pid(), consumer.Pid()), n)
+	cpu := cpu0.perEvent(e.sampleCPU(ctx, bridge.Pid(), consumer.Pid(), server.Pid()), n, time.Since(began))
 	fmt.Printf("bench: e2e: %s\n", cpu)
 	s.mu.Lock()
 	lat := slices.Clone(s.lat)
@@ -167,7 +197,7 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 	s.mu.Lock()
 	times := s.times
 	s.mu.Unlock()
-	stages := e.stageBreakdown(ctx, times, bridgeOps)
+	stages := e.stageBreakdown(ctx, js, times, bridgeOps)
 	stages += "; " + cpu
 	if stmts1, err := e.statements(ctx); err == nil && serr == nil {
 		stages += fmt.Sprintf("; Postgres statements per event %.2f (pg_stat_statements)", float64(stmts1-stmts0)/float64(n))

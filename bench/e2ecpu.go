@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -18,8 +19,9 @@ import (
 // the end-to-end path.
 type e2eCPU struct {
 	bridge, consumer time.Duration
-	// self is this process: the JetStream server, the producers and the
-	// receiver.
+	// server is the JetStream server's process.
+	server time.Duration
+	// self is this process: the producers and the receiver.
 	self time.Duration
 	// postgres is the Postgres server's processes (the postmaster and its
 	// children: backends, WAL writer, checkpointer, ...); 0 when not read.
@@ -27,10 +29,11 @@ type e2eCPU struct {
 }
 
 // sampleCPU reads e2eCPU now; a process that cannot be read counts 0.
-func (e *env) sampleCPU(ctx context.Context, bridgePid, consumerPid int) e2eCPU {
+func (e *env) sampleCPU(ctx context.Context, bridgePid, consumerPid, serverPid int) e2eCPU {
 	var c e2eCPU
 	c.bridge, _ = processCPU(bridgePid)
 	c.consumer, _ = processCPU(consumerPid)
+	c.server, _ = processCPU(serverPid)
 	c.self = ownCPU()
 	c.postgres = e.postgresCPU(ctx)
 	return c
@@ -50,14 +53,19 @@ func (e *env) postgresCPU(ctx context.Context) time.Duration {
 	return treeCPU(pm)
 }
 
-// perEvent formats the CPU each process used per event between a and b.
-func (a e2eCPU) perEvent(b e2eCPU, events int) string {
+// perEvent formats the CPU each process used per event between a and b,
+// and how many of the machine's cores they kept busy together over wall.
+func (a e2eCPU) perEvent(b e2eCPU, events int, wall time.Duration) string {
 	us := func(d time.Duration) string {
 		return fmt.Sprintf("%.0f µs", float64(d.Microseconds())/float64(max(events, 1)))
 	}
-	return fmt.Sprintf("CPU per event: bridge %s, consumer %s, Postgres %s, bench process (JetStream server, producers, receiver) %s",
-		us(b.bridge-a.bridge), us(b.consumer-a.consumer), us(b.postgres-a.postgres), us(b.self-a.self))
+	return fmt.Sprintf("CPU per event: bridge %s, consumer %s, Postgres %s, JetStream server %s, bench process (producers, receiver) %s",
+		us(b.bridge-a.bridge), us(b.consumer-a.consumer), us(b.postgres-a.postgres), us(b.server-a.server), us(b.self-a.self)) +
+		fmt.Sprintf(" (all %.2f of %d cores busy)", (all(b)-all(a)).Seconds()/wall.Seconds(), runtime.NumCPU())
 }
+
+// all is the CPU time of every process in c.
+func all(c e2eCPU) time.Duration { return c.bridge + c.consumer + c.server + c.self + c.postgres }
 
 // parentPid is the parent of process pid, from /proc/<pid>/stat.
 func parentPid(pid int) (int, error) {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,6 +24,21 @@ import (
 // serverURLsFile is the file, in the child's directory, where the server
 // child writes its client URLs (comma-separated) once it is ready.
 const serverURLsFile = "client-urls"
+
+// serverPprofFile is the file, in the child's directory, holding the
+// port on 127.0.0.1 where the server child serves its CPU profile
+// (/debug/pprof/profile), written before serverURLsFile.
+const serverPprofFile = "pprof-port"
+
+// serverChildPprof is the port of the server child's CPU profile whose
+// directory is dir.
+func serverChildPprof(dir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, serverPprofFile))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(string(b))
+}
 
 // natsServerChild is the -nats-server-child mode: arg is "<dir> <nodes>";
 // it runs one embedded server (nodes 1) or a cluster of nodes in this
@@ -47,6 +65,19 @@ func natsServerChild(ctx context.Context, arg string) error {
 		}
 		defer c.Shutdown()
 		urls = c.ClientURLs()
+	}
+	// Its CPU profile on demand (the e2e row takes one with -profile-dir).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	go func() { _ = http.Serve(ln, mux) }()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	if err := os.WriteFile(filepath.Join(dir, serverPprofFile), []byte(port), 0o644); err != nil {
+		return err
 	}
 	tmp := filepath.Join(dir, serverURLsFile+".tmp")
 	if err := os.WriteFile(tmp, []byte(urls), 0o644); err != nil {

@@ -30,11 +30,11 @@ type stageTimes struct {
 	created, stored, copied, received time.Time
 }
 
-// storeTimes reads every message of JetStream stream name with an ordered
+// storeTimes reads every message of JetStream stream name (through js) with an ordered
 // consumer and returns each event id's (Nats-Msg-Id) store time; a later
 // copy of an id replaces an earlier one.
-func (e *env) storeTimes(ctx context.Context, name string) (map[string]time.Time, error) {
-	s, err := e.js.Stream(ctx, name)
+func storeTimes(ctx context.Context, js jetstream.JetStream, name string) (map[string]time.Time, error) {
+	s, err := js.Stream(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -77,12 +77,12 @@ func (e *env) storeTimes(ctx context.Context, name string) (map[string]time.Time
 // consumer: pull, sign, POST); and the bridge's mean claim, publish and
 // ack durations from its metrics at bridgeOps. It returns the line it
 // printed.
-func (e *env) stageBreakdown(ctx context.Context, times map[string]*stageTimes, bridgeOps int) string {
-	stored, err := e.storeTimes(ctx, wire.DefaultEventsStream)
+func (e *env) stageBreakdown(ctx context.Context, js jetstream.JetStream, times map[string]*stageTimes, bridgeOps int) string {
+	stored, err := storeTimes(ctx, js, wire.DefaultEventsStream)
 	if err != nil {
 		return fmt.Sprintf("stages: events stream: %v", err)
 	}
-	copied, err := e.storeTimes(ctx, wire.OrderedStream(wire.DefaultEventsStream))
+	copied, err := storeTimes(ctx, js, wire.OrderedStream(wire.DefaultEventsStream))
 	if err != nil {
 		copied = nil // no ordered copy (ordering none)
 	}
