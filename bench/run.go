@@ -187,7 +187,7 @@ func run(ctx context.Context, cfg config) error {
 			return err
 		}
 		history := readHistory(cfg.Out) + historyLine(cfg, rows, cfg.Repo)
-		if err := os.WriteFile(cfg.Out, []byte(markdown(cfg, table)+"\n"+history), 0o644); err != nil {
+		if err := os.WriteFile(cfg.Out, []byte(markdown(cfg, table)+"\n"+keptSections(cfg.Out)+history), 0o644); err != nil {
 			return err
 		}
 		fmt.Printf("bench: wrote %s\n", cfg.Out)
