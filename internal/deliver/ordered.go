@@ -114,12 +114,16 @@ type ordering struct {
 	copyAge atomic.Int64
 	// warns paces the warnings of lease writes failing at every cycle.
 	warns *warnPace
+	// cycleNow, when it holds a value, starts the next cycle at once: a
+	// partition released to another replica finished (see wakeOnFinish).
+	cycleNow chan struct{}
 }
 
 // newOrdering returns the ordering state of c, or nil when no subscription
 // of c is ordered.
 func newOrdering(c *Consumer) *ordering {
-	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log, metrics: c.metrics, warns: newWarnPace(c.cfg.Clock)}
+	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log, metrics: c.metrics, warns: newWarnPace(c.cfg.Clock),
+		cycleNow: make(chan struct{}, 1)}
 	for _, r := range c.runners {
 		if r.sub.Ordered() {
 			r.ord = newOrderedRunner(r, o, c.cfg.Partitions)
@@ -326,6 +330,7 @@ func (o *ordering) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-o.clock.After(max(every-o.clock.Since(began), 0)):
+		case <-o.cycleNow:
 		}
 	}
 	o.shutdown()
