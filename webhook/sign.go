@@ -339,6 +339,9 @@ var (
 func (s *Signer) Sign(h http.Header, msgID string, ts time.Time, body []byte) {
 	var tsBuf [20]byte
 	unix := string(strconv.AppendInt(tsBuf[:0], ts.Unix(), 10))
+	// The header values share one backing array (one allocation, not
+	// three); each is capped so that an append to one copies it.
+	vals := make([]string, 3)
 	var (
 		sigKey string
 		sep    byte
@@ -347,11 +350,13 @@ func (s *Signer) Sign(h http.Header, msgID string, ts time.Time, body []byte) {
 	)
 	switch s.Scheme {
 	case SchemeStandard, "":
-		h[canonicalWebhookID] = []string{msgID}
-		h[canonicalWebhookTimestamp] = []string{unix}
+		vals[0], vals[1] = msgID, unix
+		h[canonicalWebhookID] = vals[0:1:1]
+		h[canonicalWebhookTimestamp] = vals[1:2:2]
 		sigKey, sep, tag, encode = canonicalWebhookSignature, ' ', "v1,", base64.StdEncoding.AppendEncode
 	case SchemeHMACSHA256:
-		h[canonicalTimestamp] = []string{unix}
+		vals[1] = unix
+		h[canonicalTimestamp] = vals[1:2:2]
 		sigKey, sep, tag, encode = canonicalSignature, ',', "sha256=", hex.AppendEncode
 	default:
 		return
@@ -361,8 +366,11 @@ func (s *Signer) Sign(h http.Header, msgID string, ts time.Time, body []byte) {
 		return
 	}
 	prefix := signedPrefix(s.Scheme, msgID, unix)
+	// Room for two HMAC signatures on the stack; more (a rotation with
+	// several keys, ed25519) grow it.
+	var sigBuf [128]byte
 	var (
-		sigs []byte
+		sigs = sigBuf[:0]
 		// msg is prefix+body, built once for the ed25519 keys (ed25519
 		// signs the whole message, it cannot be streamed).
 		msg []byte
@@ -386,7 +394,12 @@ func (s *Signer) Sign(h http.Header, msgID string, ts time.Time, body []byte) {
 		sum := s.mac(i, prefix, body)
 		sigs = encode(sigs, sum[:])
 	}
-	h[sigKey] = []string{string(sigs)}
+	if len(sigs) == 0 {
+		h[sigKey] = []string{""}
+		return
+	}
+	vals[2] = string(sigs)
+	h[sigKey] = vals[2:3:3]
 }
 
 // signedPrefix is what precedes the body in the content a scheme signs:

@@ -1,7 +1,6 @@
 package deliver
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -37,8 +36,11 @@ type sender struct {
 	// signer signs every request; swapped whole when the subscription's
 	// secrets change at runtime (Fleet), so the next attempt signs with
 	// the new ones.
-	signer   atomic.Pointer[webhook.Signer]
-	client   *http.Client
+	signer atomic.Pointer[webhook.Signer]
+	client *http.Client
+	// ep is the parsed Subscription.URL and how POSTs reach it
+	// (roundtrip.go).
+	ep       endpoint
 	br       *breaker.Breaker
 	endpoint string
 	log      *slog.Logger
@@ -289,24 +291,19 @@ func (r *sender) post(ctx context.Context, inProgress func() error, id string, b
 		defer r.keepAlive(id, inProgress)()
 	}
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.sub.URL, bytes.NewReader(body))
-	if err != nil {
-		return response{err: fmt.Errorf("new request: %w", err), retryAfter: -1}
-	}
 	hdr[wire.HeaderIdempotencyKey] = []string{wire.IdempotencyKey(id)}
-	req.Header = hdr
 	// net/http takes a request with Idempotency-Key for idempotent and
 	// re-sends it by itself on a broken connection, rewinding the body
 	// with GetBody: a re-send past the lease check (a replica waking from
-	// a freeze). Without GetBody only a request whose body was never read
-	// is re-sent; anything else comes back here as an error and is retried
-	// through the lease check.
-	req.GetBody = nil
+	// a freeze). newRequest sets no GetBody: only a request whose body was
+	// never read is re-sent; anything else comes back here as an error and
+	// is retried through the lease check.
+	req := r.ep.newRequest(ctx, hdr, body)
 	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(hdr)) // traceparent: the attempt's span
 	r.signer.Load().Sign(hdr, id, time.Now(), body)
 
 	start := time.Now()
-	resp, err := r.client.Do(req)
+	resp, err := r.ep.do(r.client, req)
 	if err != nil {
 		r.duration.Observe(time.Since(start).Seconds())
 		var ne net.Error

@@ -281,9 +281,14 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 		if err != nil {
 			return nil, fmt.Errorf("deliver: new consumer: %w", err)
 		}
+		ep, err := newEndpoint(s.URL, client)
+		if err != nil {
+			return nil, fmt.Errorf("deliver: new consumer: %w %q: %w", ErrInvalidSubscription, s.Name, err)
+		}
 		snd := &sender{
 			sub:      s,
 			client:   client,
+			ep:       ep,
 			br:       cfg.Breakers.Breaker(s.URL),
 			endpoint: endpoint,
 			log:      cfg.Logger.With(slog.String("subscription", s.Name), slog.String("endpoint", endpoint)),

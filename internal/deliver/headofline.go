@@ -125,7 +125,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		switch s.act {
 		case actAck:
 			r.count(OutcomeAck, s.class, resp.status)
-			hl.ack(m, log())
+			hl.ack(m, func() *slog.Logger { return log() })
 			hl.forgetAttempts(id, recorded)
 			return
 		case actDeadLetter:
@@ -183,14 +183,18 @@ func (hl *headOfLine) forgetAttempts(id string, recorded bool) {
 // releases the partition), the lane's later events are returned to
 // JetStream, not delivered: m comes back first, to whoever owns the
 // partition next.
-func (hl *headOfLine) ack(m jetstream.Msg, log *slog.Logger) {
+//
+// log gives the logger of its warnings; it is called only when one is
+// logged (slog's With formats a delivery's attributes at once, and an
+// ack that succeeds logs nothing).
+func (hl *headOfLine) ack(m jetstream.Msg, log func() *slog.Logger) {
 	seq := streamSeq(m)
 	hl.book.acked(seq, true)
 	defer hl.book.acked(seq, false)
 	var pause backoff.Backoff
 	for tries := 1; ; tries++ {
 		if !hl.lease.waitAck() {
-			log.Warn("not acked: the partition lease ended first; the event comes back to the next owner (the receiver deduplicates it)")
+			log().Warn("not acked: the partition lease ended first; the event comes back to the next owner (the receiver deduplicates it)")
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -204,12 +208,12 @@ func (hl *headOfLine) ack(m jetstream.Msg, log *slog.Logger) {
 			return
 		}
 		if tries >= 10 {
-			log.Error("ack failed 10 times; releasing the partition so that the event comes back before its successors", slog.Any("error", err))
+			log().Error("ack failed 10 times; releasing the partition so that the event comes back before its successors", slog.Any("error", err))
 			hl.release()
 			return
 		}
 		d := pause.Next()
-		log.Warn("ack failed; retrying (the stream's next event waits for it)", slog.Any("error", err), slog.Duration("retry_in", d))
+		log().Warn("ack failed; retrying (the stream's next event waits for it)", slog.Any("error", err), slog.Duration("retry_in", d))
 		sleep(hl.ctx, hl.clock, d)
 	}
 }
@@ -266,7 +270,7 @@ func (hl *headOfLine) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadlette
 	} else {
 		log.Error("delivery failed for good, dead-lettered; its stream goes on", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
 	}
-	hl.ack(m, log)
+	hl.ack(m, func() *slog.Logger { return log })
 }
 
 // eventsMsg is a message of the partitioned copy seen as the events

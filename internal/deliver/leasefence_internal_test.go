@@ -3,6 +3,7 @@ package deliver
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -64,7 +65,7 @@ func TestPartitionPastItsDeadlineAcksNothing(t *testing.T) {
 	require.Zero(t, m.naks.Load(), "no Nak past the deadline")
 
 	acked := make(chan struct{})
-	go func() { pt.hol.ack(m, pt.log); close(acked) }()
+	go func() { pt.hol.ack(m, func() *slog.Logger { return pt.log }); close(acked) }()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the ack waits on the clock")
 	require.Zero(t, m.acks.Load(), "no ack past the deadline")
 	pt.lease.setDeadline(clock.Now().Add(3 * time.Second)) // a late renewal
@@ -75,7 +76,7 @@ func TestPartitionPastItsDeadlineAcksNothing(t *testing.T) {
 	clock.Advance(3 * time.Second)
 	m2 := newAckMsg(11)
 	done := make(chan struct{})
-	go func() { pt.hol.ack(m2, pt.log); close(done) }()
+	go func() { pt.hol.ack(m2, func() *slog.Logger { return pt.log }); close(done) }()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	pt.release() // the lease was lost
 	clock.Advance(20 * time.Millisecond)
@@ -100,7 +101,7 @@ func TestPartitionSendsNothingWhileDisconnected(t *testing.T) {
 	pt.lease.nak(pt.log, m)
 	require.Zero(t, m.inProgress.Load()+m.naks.Load())
 	acked := make(chan struct{})
-	go func() { pt.hol.ack(m, pt.log); close(acked) }()
+	go func() { pt.hol.ack(m, func() *slog.Logger { return pt.log }); close(acked) }()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	require.Zero(t, m.acks.Load(), "no ack while reconnecting")
 	status.Store(int32(nats.CONNECTED))

@@ -114,12 +114,16 @@ type ordering struct {
 	copyAge atomic.Int64
 	// warns paces the warnings of lease writes failing at every cycle.
 	warns *warnPace
+	// cycleNow, when it holds a value, starts the next cycle at once: a
+	// partition released to another replica finished (see wakeOnFinish).
+	cycleNow chan struct{}
 }
 
 // newOrdering returns the ordering state of c, or nil when no subscription
 // of c is ordered.
 func newOrdering(c *Consumer) *ordering {
-	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log, metrics: c.metrics, warns: newWarnPace(c.cfg.Clock)}
+	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log, metrics: c.metrics, warns: newWarnPace(c.cfg.Clock),
+		cycleNow: make(chan struct{}, 1)}
 	for _, r := range c.runners {
 		if r.sub.Ordered() {
 			r.ord = newOrderedRunner(r, o, c.cfg.Partitions)
@@ -316,12 +320,17 @@ func (o *ordering) run(ctx context.Context) {
 		r.log.Info("subscription started", slog.Any("filter_subjects", r.sub.FilterSubjects), slog.Int("max_in_flight", r.sub.MaxInFlight),
 			slog.String("ordering", string(r.sub.Ordering)), slog.Int("partitions", o.cfg.Partitions), slog.String("replica", o.cfg.ReplicaID))
 	}
+	// A cycle every quarter TTL from the start of the last: timed from
+	// its end, a slow cycle (1/2 TTL at most) left the next one's
+	// renewals past the deadlines the last one set (3/4 TTL).
 	every := o.leaseTTL / 4
 	for ctx.Err() == nil {
+		began := o.clock.Now()
 		o.cycle(ctx)
 		select {
 		case <-ctx.Done():
-		case <-o.clock.After(every):
+		case <-o.clock.After(max(every-o.clock.Since(began), 0)):
+		case <-o.cycleNow:
 		}
 	}
 	o.shutdown()
@@ -368,6 +377,7 @@ func (o *ordering) cycle(ctx context.Context) {
 		}
 	}
 	for _, r := range o.runners {
+		renewals := r.ord.renewAll(cctx, o, start)
 		members, taken, err := o.view(cctx, r.sub.Name)
 		if err != nil {
 			r.log.Warn("listing consumer replicas failed; keeping the current partitions", slog.Any("error", err))
@@ -392,7 +402,7 @@ func (o *ordering) cycle(ctx context.Context) {
 				return // or shutting down: shutdown releases everything
 			}
 			want := slices.Contains(keep, p) || slices.Contains(claim, p)
-			r.ord.step(cctx, o, p, want, members == nil, start)
+			r.ord.step(cctx, o, p, want, members == nil, start, renewals[p])
 		}
 		r.ord.report()
 	}

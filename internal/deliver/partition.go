@@ -99,7 +99,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	}
 	pt.holder = &holder{
 		p:          p,
-		ack:        func(m jetstream.Msg) { pt.hol.ack(m, log) },
+		ack:        func(m jetstream.Msg) { pt.hol.ack(m, func() *slog.Logger { return log }) },
 		inProgress: pt.lease.inProgress,
 		nak:        func(m jetstream.Msg) { pt.lease.nak(log, m) },
 	}
