@@ -141,6 +141,10 @@ func (r *receiver) cpuNow() time.Duration {
 	return d
 }
 
+// consumerCPURow starts the name of the consumer ÷ receiver CPU row (the
+// history finds it by it).
+const consumerCPURow = "CPU per delivery during the consumer row"
+
 // consumerCPU is the CPU time (user + system) per delivery of the consumer
 // process (over its whole life) and of the receiver process (while the
 // consumer delivered) in the consumer row.
@@ -163,7 +167,7 @@ func (c consumerCPU) row() row {
 	cons, recv := c.perDelivery(c.consumer), c.perDelivery(c.receiver)
 	ratio := cons / recv
 	return row{
-		Name: fmt.Sprintf("CPU per delivery during the consumer row (%d deliveries): the consumer process against the endpoint's HTTP server "+
+		Name: fmt.Sprintf(consumerCPURow+" (%d deliveries): the consumer process against the endpoint's HTTP server "+
 			"(the receiver, a process of its own: net/http, read the body, note the Idempotency-Key, 204)", c.deliveries),
 		Ours: fmt.Sprintf("consumer %.1f µs/delivery", cons),
 		Reference: fmt.Sprintf("receiver %.1f µs/delivery (during the bare loop process: loop %.1f, receiver %.1f µs/delivery)",
