@@ -234,7 +234,12 @@ func bareDeliver(ctx context.Context, js jetstream.JetStream, durable, url strin
 		return err
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: inFlight, MaxConnsPerHost: inFlight}, Timeout: 10 * time.Second}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(inFlight))
+	// The consumer's heartbeat (2 s) and its answer to a missed one
+	// (nats.go pulls again, no error): a pull request lost on the
+	// server's side (nats.go issue 1622, seen in both processes) then
+	// stalls the reference ~4 s, as it does the consumer, not 30-60 s.
+	iter, err := cons.Messages(jetstream.PullMaxMessages(inFlight), jetstream.PullHeartbeat(2*time.Second),
+		jetstream.WithMessagesErrOnMissingHeartbeat(false))
 	if err != nil {
 		return err
 	}
