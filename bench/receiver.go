@@ -170,8 +170,8 @@ func (c consumerCPU) row() row {
 		Name: fmt.Sprintf(consumerCPURow+" (%d deliveries): the consumer process against the endpoint's HTTP server "+
 			"(the receiver, a process of its own: net/http, read the body, note the Idempotency-Key, 204)", c.deliveries),
 		Ours: fmt.Sprintf("consumer %.1f µs/delivery", cons),
-		Reference: fmt.Sprintf("receiver %.1f µs/delivery (during the bare loop process: loop %.1f, receiver %.1f µs/delivery)",
-			recv, c.perDelivery(c.bareLoop), c.perDelivery(c.bareReceiver)),
+		Reference: fmt.Sprintf("receiver %.1f µs/delivery (during the bare loop process: loop %.1f, receiver %.1f µs/delivery, ratio %.2f)",
+			recv, c.perDelivery(c.bareLoop), c.perDelivery(c.bareReceiver), c.perDelivery(c.bareLoop)/c.perDelivery(c.bareReceiver)),
 		Ratio:  fmt.Sprintf("%.2f", ratio),
 		Target: "≤ 1.5",
 		Met:    ratio <= 1.5,

@@ -91,9 +91,12 @@ func TestConsumerCPURowTarget(t *testing.T) {
 		{150 * time.Millisecond, 100 * time.Millisecond, "1.50", true},
 		{151 * time.Millisecond, 100 * time.Millisecond, "1.51", false},
 	} {
-		r := consumerCPU{deliveries: 1000, consumer: c.consumer, receiver: c.receiver}.row()
+		r := consumerCPU{deliveries: 1000, consumer: c.consumer, receiver: c.receiver, bareLoop: 90 * time.Millisecond, bareReceiver: 60 * time.Millisecond}.row()
 		if r.Ratio != c.ratio || r.Met != c.met || r.Target != "≤ 1.5" {
 			t.Errorf("consumer %v, receiver %v: ratio %s met %v target %s; want %s, %v, ≤ 1.5", c.consumer, c.receiver, r.Ratio, r.Met, r.Target, c.ratio, c.met)
+		}
+		if want := "loop 90.0, receiver 60.0 µs/delivery, ratio 1.50"; !strings.Contains(r.Reference, want) {
+			t.Errorf("reference %q, want it to give the bare loop's figures: %q", r.Reference, want)
 		}
 	}
 }
