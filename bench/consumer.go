@@ -27,8 +27,9 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// sink is the loopback receiver both consumer rows POST to: it reads the
-// body, counts distinct Idempotency-Keys and answers 204.
+// sink is the loopback receiver: it reads the body, counts distinct
+// Idempotency-Keys and answers 204. The tracing row runs it in this
+// process; the consumer row in a process of its own (receiver.go).
 type sink struct {
 	mu   sync.Mutex
 	seen map[string]bool
@@ -69,19 +70,19 @@ func (s *sink) reset() {
 
 // bareLoop is the reference: pull → POST → ack with inFlight workers and no
 // signing, on its own durable consumer, inside this process (which also
-// hosts the JetStream server and the receiver).
-func (e *env) bareLoop(ctx context.Context, s *sink, n, inFlight int) (float64, error) {
+// hosts the JetStream server), to the receiver process r.
+func (e *env) bareLoop(ctx context.Context, r *receiver, n, inFlight int) (float64, error) {
 	start := time.Now()
 	lctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- bareDeliver(lctx, e.js, "bench-bare", s.url, inFlight) }()
+	go func() { done <- bareDeliver(lctx, e.js, "bench-bare", r.url, inFlight) }()
 	err := e.waitFor(ctx, 10*time.Minute, "bare pull-POST-ack loop", func() (bool, error) {
 		select {
 		case err := <-done:
 			return false, fmt.Errorf("bare loop ended early: %v", err)
 		default:
 		}
-		return s.n.Load() >= int64(n), nil
+		return r.reached(n)
 	})
 	elapsed := time.Since(start)
 	stop()
@@ -96,37 +97,35 @@ func (e *env) bareLoop(ctx context.Context, s *sink, n, inFlight int) (float64, 
 
 // bareLoopProcess is the same reference run as a child process
 // (bench -bare-consumer-child), as the consumer runs: it shows what sharing
-// this process's runtime with the server and the receiver is worth.
-func (e *env) bareLoopProcess(ctx context.Context, s *sink, n, inFlight int) (float64, int64, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return 0, 0, err
-	}
-	start, selfCPU := time.Now(), ownCPU()
-	args := []string{"-in-flight", fmt.Sprint(inFlight), "-bare-consumer-child", e.srv.ClientURL() + " " + s.url}
+// this process's runtime with the server is worth. It returns the
+// deliveries per second, the loop's peak RSS and the CPU time of the loop
+// process and of the receiver.
+func (e *env) bareLoopProcess(ctx context.Context, self string, r *receiver, n, inFlight int) (float64, int64, cpuPair, error) {
+	start, selfCPU, recvCPU := time.Now(), ownCPU(), r.cpuNow()
+	args := []string{"-in-flight", fmt.Sprint(inFlight), "-bare-consumer-child", e.srv.ClientURL() + " " + r.url}
 	if e.cfg.ProfileDir != "" {
 		args = append(args, "-profile-dir", e.cfg.ProfileDir, "-profile-seconds", fmt.Sprint(e.cfg.ProfileSecs))
 	}
 	p, err := e.procs.Start("bare-consumer", self, args)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, cpuPair{}, err
 	}
 	err = e.waitFor(ctx, 10*time.Minute, "bare pull-POST-ack process", func() (bool, error) {
 		if p.Exited() {
 			return false, errors.New("bare loop process ended early")
 		}
-		return s.n.Load() >= int64(n), nil
+		return r.reached(n)
 	})
 	elapsed := time.Since(start)
-	printCPU("bare loop process", n, p.Pid(), selfCPU)
+	cpu := printCPU("bare loop process", n, p.Pid(), selfCPU, r, recvCPU)
 	rss, stopErr := p.StopPeakRSS(20 * time.Second)
 	if err == nil {
 		err = stopErr
 	}
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, cpuPair{}, err
 	}
-	return float64(n) / elapsed.Seconds(), rss, nil
+	return float64(n) / elapsed.Seconds(), rss, cpu, nil
 }
 
 // bareConsumerChild is the -bare-consumer-child mode: arg is "<nats-url>
@@ -198,17 +197,30 @@ func processCPU(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }
 
-// printCPU prints the CPU time per delivery of child process pid and of
-// this process (the JetStream server and the receiver) since selfStart.
-func printCPU(name string, n, pid int, selfStart time.Duration) {
+// cpuPair is the CPU time (user + system) of a client process (the
+// consumer or the bare loop) and of the receiver it delivered to.
+type cpuPair struct{ client, receiver time.Duration }
+
+// printCPU prints and returns the CPU time of child process pid (over its
+// whole life) and of receiver r since recvStart, and prints this
+// process's (the JetStream server) since selfStart, per delivery of n. A
+// figure that cannot be read is printed as such and returned as 0.
+func printCPU(name string, n, pid int, selfStart time.Duration, r *receiver, recvStart time.Duration) cpuPair {
+	self := ownCPU() - selfStart
 	child, err := processCPU(pid)
 	if err != nil {
 		fmt.Printf("bench: consumer: %s: CPU time: %v\n", name, err)
-		return
+		child = 0
 	}
-	self := ownCPU() - selfStart
-	fmt.Printf("bench: consumer: %s: CPU %.1f µs/delivery (bench process, server and receiver: %.1f µs/delivery)\n",
-		name, float64(child.Microseconds())/float64(n), float64(self.Microseconds())/float64(n))
+	recv, err := r.cpu()
+	if err != nil {
+		fmt.Printf("bench: consumer: receiver: CPU time: %v\n", err)
+		recv, recvStart = 0, 0
+	}
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+	fmt.Printf("bench: consumer: %s: CPU %.1f µs/delivery (receiver process %.1f µs/delivery; bench process, the JetStream server: %.1f µs/delivery)\n",
+		name, per(child), per(recv-recvStart), per(self))
+	return cpuPair{client: child, receiver: recv - recvStart}
 }
 
 // bareDeliver pulls from durable on EVENTS with inFlight workers, each
@@ -222,7 +234,12 @@ func bareDeliver(ctx context.Context, js jetstream.JetStream, durable, url strin
 		return err
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: inFlight, MaxConnsPerHost: inFlight}, Timeout: 10 * time.Second}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(inFlight))
+	// The consumer's heartbeat (2 s) and its answer to a missed one
+	// (nats.go pulls again, no error): a pull request lost on the
+	// server's side (nats.go issue 1622, seen in both processes) then
+	// stalls the reference ~4 s, as it does the consumer, not 30-60 s.
+	iter, err := cons.Messages(jetstream.PullMaxMessages(inFlight), jetstream.PullHeartbeat(2*time.Second),
+		jetstream.WithMessagesErrOnMissingHeartbeat(false))
 	if err != nil {
 		return err
 	}
@@ -257,45 +274,56 @@ func bareDeliver(ctx context.Context, js jetstream.JetStream, durable, url strin
 	return nil
 }
 
-// consumerRow: n messages in EVENTS; the bare loop delivers them, then the
-// consumer process (signing on, inFlight in flight) delivers them again on
-// its own durable consumer.
-func (e *env) consumerRow(ctx context.Context) (row, int64, error) {
+// consumerRow: n messages in EVENTS; the bare loop delivers them (in this
+// process, then as a process of its own), then the consumer process
+// (signing on, inFlight in flight) delivers them again on its own durable
+// consumer; all three to the same receiver process. It returns the
+// throughput row and the CPU-per-delivery row (consumer ÷ receiver), and
+// the consumer's peak RSS.
+func (e *env) consumerRow(ctx context.Context) ([]row, int64, error) {
 	n, inFlight := e.cfg.Messages, e.cfg.InFlight
 	if err := e.freshEventsStream(ctx); err != nil {
-		return row{}, 0, err
+		return nil, 0, err
 	}
 	if _, err := e.publishAsync(ctx, backlog(n, 1000)); err != nil {
-		return row{}, 0, err
+		return nil, 0, err
 	}
-	s, err := newSink()
+	self, err := os.Executable()
 	if err != nil {
-		return row{}, 0, err
+		return nil, 0, err
 	}
-	defer s.srv.Close()
+	r, err := e.startReceiver(ctx, self)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer r.p.Stop(5 * time.Second)
 
-	ref, err := e.bareLoop(ctx, s, n, inFlight)
+	ref, err := e.bareLoop(ctx, r, n, inFlight)
 	if err != nil {
-		return row{}, 0, err
+		return nil, 0, err
 	}
 	fmt.Printf("bench: consumer: bare pull → POST → ack loop %.0f deliveries/s\n", ref)
-	s.reset()
-	refProc, refRSS, err := e.bareLoopProcess(ctx, s, n, inFlight)
+	if err := r.reset(); err != nil {
+		return nil, 0, err
+	}
+	refProc, refRSS, bareCPU, err := e.bareLoopProcess(ctx, self, r, n, inFlight)
 	if err != nil {
-		return row{}, 0, err
+		return nil, 0, err
 	}
 	fmt.Printf("bench: consumer: bare pull → POST → ack loop as a process %.0f deliveries/s, peak RSS %.0f MB\n", refProc, float64(refRSS)/(1<<20))
-	s.reset()
+	if err := r.reset(); err != nil {
+		return nil, 0, err
+	}
 
 	secret := make([]byte, 24)
 	_, _ = rand.Read(secret)
 	ops, err := proc.FreePort()
 	if err != nil {
-		return row{}, 0, err
+		return nil, 0, err
 	}
-	start, selfCPU := time.Now(), ownCPU()
+	start, selfCPU, recvCPU := time.Now(), ownCPU(), r.cpuNow()
 	args := []string{"run",
-		"--nats-url", e.srv.ClientURL(), "--start", "all", "--name", "bench", "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
+		"--nats-url", e.srv.ClientURL(), "--start", "all", "--name", "bench", "--filter", wire.All(wire.DefaultEventsPrefix), "--url", r.url,
 		"--allow-private", "--max-in-flight", fmt.Sprint(inFlight), "--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--log-level", "warn",
 		// Against the bare loop, which has no order either; the ordered
 		// rows (ordered.go) compare ordering stream with this.
@@ -306,28 +334,32 @@ func (e *env) consumerRow(ctx context.Context) (row, int64, error) {
 	}
 	p, err := e.procs.Start("consumer", e.cfg.Bin+"/consumer", args, "JSBRIDGE_SECRET=whsec_"+base64.StdEncoding.EncodeToString(secret))
 	if err != nil {
-		return row{}, 0, err
+		return nil, 0, err
 	}
 	e.profile("consumer", ops)
+	e.profile("receiver", r.port)
 	e.profileSelf("server-during-consumer")
-	err = e.waitFor(ctx, 10*time.Minute, "consumer", func() (bool, error) { return s.n.Load() >= int64(n), nil })
+	err = e.waitFor(ctx, 10*time.Minute, "consumer", func() (bool, error) { return r.reached(n) })
 	if err != nil {
-		return row{}, 0, err
+		return nil, 0, err
 	}
 	ours := float64(n) / time.Since(start).Seconds()
-	printCPU("consumer process", n, p.Pid(), selfCPU)
+	cpu := printCPU("consumer process", n, p.Pid(), selfCPU, r, recvCPU)
 	rss, err := p.StopPeakRSS(20 * time.Second)
 	if err != nil {
-		return row{}, 0, err
+		return nil, 0, err
 	}
 	fmt.Printf("bench: consumer: %.0f deliveries/s, peak RSS %.0f MB\n", ours, float64(rss)/(1<<20))
 	ratio := ours / ref
-	return row{
-		Name:      fmt.Sprintf("consumer throughput: %d messages → signed POST to a loopback receiver → ack, %d in flight", n, inFlight),
+	return []row{{
+		Name:      fmt.Sprintf("consumer throughput: %d messages → signed POST to a loopback receiver (a process of its own) → ack, %d in flight, ordering none", n, inFlight),
 		Ours:      fmt.Sprintf("%.0f deliveries/s", ours),
-		Reference: fmt.Sprintf("%.0f deliveries/s (bare pull → POST → ack; as its own process: %.0f)", ref, refProc),
+		Reference: fmt.Sprintf("%.0f deliveries/s (bare pull → POST → ack in the bench process; as its own process: %.0f)", ref, refProc),
 		Ratio:     fmt.Sprintf("%.2f", ratio),
-		Target:    "≥ 0.8 and ≥ 10,000/s",
-		Met:       ratio >= 0.8 && ours >= 10_000,
-	}, rss, nil
+		Target:    "≥ 0.95",
+		Met:       ratio >= 0.95,
+	}, consumerCPU{
+		deliveries: n, consumer: cpu.client, receiver: cpu.receiver,
+		bareLoop: bareCPU.client, bareReceiver: bareCPU.receiver,
+	}.row()}, rss, nil
 }

@@ -17,7 +17,12 @@ import (
 const historyHeading = "## History of the headline rows"
 
 // historyHeader is the history table's header.
-const historyHeader = "| date (UTC) | commit | sizes | drain ÷ bare publish | consumer ÷ bare loop | ordered ÷ unordered (1, 2 replicas; steady) | end to end p50, p99 (rate reached) | load average (1 min, at the end) |\n|---|---|---|---|---|---|---|---|\n"
+const historyHeader = "| date (UTC) | commit | sizes | drain ÷ bare publish | consumer ÷ bare loop | ordered ÷ unordered (1, 2 replicas; steady) | end to end p50, p99 (rate reached) | load average (1 min, at the end) | CPU per delivery, consumer ÷ receiver |\n|---|---|---|---|---|---|---|---|---|\n"
+
+// historyHeaderV1 is the header before the consumer ÷ receiver column;
+// readHistory replaces it with historyHeader (its lines then have an
+// empty last cell, which Markdown allows).
+const historyHeaderV1 = "| date (UTC) | commit | sizes | drain ÷ bare publish | consumer ÷ bare loop | ordered ÷ unordered (1, 2 replicas; steady) | end to end p50, p99 (rate reached) | load average (1 min, at the end) |\n|---|---|---|---|---|---|---|---|\n"
 
 // readHistory returns the history section of the results file at path,
 // from its heading to the end, or a new empty section when there is none.
@@ -25,7 +30,8 @@ func readHistory(path string) string {
 	b, err := os.ReadFile(path)
 	if err == nil {
 		if i := strings.Index(string(b), historyHeading); i >= 0 {
-			return strings.TrimRight(string(b[i:]), "\n") + "\n"
+			h := strings.Replace(string(b[i:]), historyHeaderV1, historyHeader, 1)
+			return strings.TrimRight(h, "\n") + "\n"
 		}
 	}
 	return historyHeading + "\n\n" + historyHeader
@@ -45,6 +51,10 @@ func historyLine(cfg config, rows []row, repo string) string {
 		}
 		return "—"
 	}
+	cpu := find(consumerCPURow, false)
+	if c := find(consumerCPURow, true); c != "—" {
+		cpu += " (" + c + ")"
+	}
 	size := "full"
 	if cfg.Quick {
 		size = "quick"
@@ -56,9 +66,9 @@ func historyLine(cfg config, rows []row, repo string) string {
 		}
 	}
 	ordered := find("ordered delivery, 1 replica", false) + ", " + find("ordered delivery, 2 replica", false)
-	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s |\n",
+	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 		time.Now().UTC().Format("2006-01-02 15:04"), commit(repo), size,
-		find("drain throughput", false), find("consumer throughput", false), ordered, find("end to end: append", true), load)
+		find("drain throughput", false), find("consumer throughput", false), ordered, find("end to end: append", true), load, cpu)
 }
 
 // commit is the short commit of the repository at repo, with "+changes"

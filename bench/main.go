@@ -10,7 +10,9 @@
 //   - fairness: append → stored latency spread under a sustained backlog
 //     of thousands of streams (max ÷ p50), with 1 and 2 bridges;
 //   - consumer throughput: JetStream → signed POST to a loopback receiver →
-//     ack, against a bare pull → POST → ack loop with the same receiver;
+//     ack, against a bare pull → POST → ack loop with the same receiver, and
+//     the consumer's CPU per delivery against the receiver's (the receiver
+//     runs in a child process of its own, bench -receiver-child);
 //   - tracing: drain and consumer throughput (in process) with tracing off
 //     (the no-op provider) and on (the SDK with a batch span processor and a
 //     discarding exporter);
@@ -63,6 +65,7 @@ type config struct {
 	ProfileSecs  int
 	BareChild    string
 	ServerChild  string
+	RecvChild    string
 	ManySizes    []int
 	ManyNodes    int
 	ManyOrdering string
@@ -90,10 +93,11 @@ func main() {
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
 	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e, storage, many")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
-	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save CPU profiles (-profile-seconds long) here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer, the bare loop process and this process during the consumer row, the first replica and this process during each ordered row")
+	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save CPU profiles (-profile-seconds long) here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer, the receiver, the bare loop process and this process during the consumer row, the first replica and this process during each ordered row")
 	flag.IntVar(&cfg.ProfileSecs, "profile-seconds", 5, "with -profile-dir: how long each CPU profile runs, in seconds")
 	flag.StringVar(&cfg.BareChild, "bare-consumer-child", "", "internal (the consumer row starts it): \"<nats-url> <sink-url>\": run the bare pull → POST → ack loop with -in-flight workers until SIGTERM (and save a CPU profile to -profile-dir)")
 	flag.StringVar(&cfg.ServerChild, "nats-server-child", "", "internal (the many rows start it): \"<dir> <nodes>\": run a JetStream server (nodes 1) or cluster with its storage under dir, write its client URLs to dir/client-urls, until SIGTERM")
+	flag.StringVar(&cfg.RecvChild, "receiver-child", "", "internal (the consumer row starts it): \"127.0.0.1:<port>\": serve the webhook receiver there (POST /hook, GET /count, POST /reset, GET /debug/pprof/profile) until SIGTERM")
 	flag.Func("many-sizes", "many: subscription counts to measure, comma-separated, each on one server and on a 3-node cluster (default: 100, 1,000 and 10,000, and 100 ordered on one server; quick: 100 on one server)", func(v string) error {
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -125,6 +129,13 @@ func main() {
 	if cfg.ServerChild != "" {
 		if err := natsServerChild(ctx, cfg.ServerChild); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: JetStream server child: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if cfg.RecvChild != "" {
+		if err := receiverChild(ctx, cfg.RecvChild); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: receiver child: %v\n", err)
 			os.Exit(1)
 		}
 		return

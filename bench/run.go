@@ -127,11 +127,11 @@ func run(ctx context.Context, cfg config) error {
 		}
 	}
 	if want("consumer") {
-		r, rss, err := e.consumerRow(ctx)
+		rs, rss, err := e.consumerRow(ctx)
 		if err != nil {
 			return fmt.Errorf("consumer: %w", err)
 		}
-		rows, mem.consumer = append(rows, r), rss
+		rows, mem.consumer = append(rows, rs...), rss
 	}
 	if want("ordered") {
 		rs, err := e.orderedRows(ctx)
