@@ -105,6 +105,9 @@ func steadyLatencies(times map[string]*stageTimes, warmUp time.Duration) []time.
 func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]row, error) {
 	dur := e.cfg.E2EDuration
 	const schema = "bench_e2e"
+	if err := e.quiesce(ctx, schema); err != nil {
+		return nil, err
+	}
 	st, err := e.freshStore(ctx, schema)
 	if err != nil {
 		return nil, err

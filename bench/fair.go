@@ -36,6 +36,9 @@ import (
 func (e *env) fairRow(ctx context.Context, bridges int) (row, error) {
 	const schema = "bench_fair"
 	streams, target, dur := e.cfg.FairStreams, e.cfg.FairPending, e.cfg.FairWindow
+	if err := e.quiesce(ctx, schema); err != nil {
+		return row{}, err
+	}
 	st, err := e.freshStore(ctx, schema)
 	if err != nil {
 		return row{}, err
