@@ -72,14 +72,17 @@ func historyLine(cfg config, rows []row, repo string) string {
 }
 
 // commit is the short commit of the repository at repo, with "+changes"
-// when its work tree differs from it; "?" when git cannot tell.
+// when its work tree, docs/benchmarks.md aside, differs from it; "?" when
+// git cannot tell.
 func commit(repo string) string {
 	out, err := exec.Command("git", "-C", repo, "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
 		return "?"
 	}
 	c := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+	// The results file itself does not count: a run writes it, and the
+	// history of earlier runs in it may be edited by hand.
+	if st, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs/benchmarks.md").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
 		c += "+changes"
 	}
 	return c
