@@ -179,33 +179,41 @@ func TestRunClaimsAfreshWhenTheCycleReadAheadIsStale(t *testing.T) {
 	}
 }
 
-// settleWatch is the real store, whose AckStreams waits (at most 5 s) for
-// a Claim to begin before it acks, and records whether one did.
+// settleWatch is the real store, whose first AckStreams waits (at most
+// 5 s) for a second Claim (the next cycle's, the first being the acked
+// cycle's own) before it acks, and records whether one came. The next
+// cycle's claim may begin just before the ack or during it: both overlap
+// the settle.
 type settleWatch struct {
 	drain.Store
-	acking     atomic.Bool
+	claims     atomic.Int32
 	claimed    chan struct{}
+	acks       atomic.Int32
 	overlapped atomic.Bool
 }
 
 func (s *settleWatch) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]event.Claim, error) {
-	if s.acking.Load() {
-		select {
-		case s.claimed <- struct{}{}:
-		default:
-		}
+	s.claims.Add(1)
+	select {
+	case s.claimed <- struct{}{}:
+	default:
 	}
 	return s.Store.Claim(ctx, owner, limit, lease)
 }
 
 func (s *settleWatch) AckStreams(ctx context.Context, owner string, acks []event.Progress) []error {
-	s.acking.Store(true)
-	select {
-	case <-s.claimed:
-		s.overlapped.Store(true)
-	case <-time.After(5 * time.Second):
+	if s.acks.Add(1) == 1 {
+		deadline := time.After(5 * time.Second)
+	wait:
+		for s.claims.Load() < 2 {
+			select {
+			case <-s.claimed:
+			case <-deadline:
+				break wait
+			}
+		}
+		s.overlapped.Store(s.claims.Load() >= 2)
 	}
-	s.acking.Store(false)
 	return s.Store.AckStreams(ctx, owner, acks)
 }
 
@@ -236,7 +244,7 @@ func TestRunClaimsTheNextCycleWhileThisOneSettles(t *testing.T) {
 	require.Eventually(t, func() bool { return len(b.leased(t, "settler")) == 0 }, 10*time.Second, 5*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
-	require.True(t, s.overlapped.Load(), "a claim began while the first cycle's ack waited")
+	require.True(t, s.overlapped.Load(), "the next cycle's claim began before the first cycle's ack ended")
 	require.Equal(t, seq(1), rec.versions("settle-a"))
 	require.Equal(t, seq(1), rec.versions("settle-b"))
 	require.Equal(t, int64(0), b.info(t, "settle-b").Watermark)
