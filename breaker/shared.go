@@ -114,14 +114,22 @@ func (s *shared) observe(st SharedState, rev uint64) (closed bool) {
 
 // claim takes the probe (HalfOpen, Prober this process) unless another
 // process holds it; it reports whether this process may probe. A store
-// that fails degrades to the local breaker, which then decides.
+// that fails degrades to the local breaker, which then decides. The state
+// is judged again here, not only by the caller's state(): another
+// process's claim may have been observed in between, and swapping at its
+// revision would take a second probe in the same open timeout.
 func (s *shared) claim() bool {
 	s.mu.Lock()
 	cur, rev := s.st, s.rev
 	s.mu.Unlock()
 	now := time.Now()
-	if cur.State == HalfOpen && cur.Prober == s.replica && now.Before(cur.Until) {
-		return true
+	if now.Before(cur.Until) {
+		switch {
+		case cur.State == HalfOpen && cur.Prober == s.replica:
+			return true
+		case cur.State == Open, cur.State == HalfOpen:
+			return false // still open, or another process probes
+		}
 	}
 	next := SharedState{Endpoint: s.endpoint, State: HalfOpen, Until: now.Add(s.timeout), Prober: s.replica}
 	return s.swap(next, rev) == nil

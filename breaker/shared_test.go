@@ -60,10 +60,11 @@ func TestSharedBreakerOneProbe(t *testing.T) {
 	store := newMemStore()
 	const endpoint = "http://x/hook"
 	var bs []*breaker.Breaker
-	// The probe's claim lasts an open timeout: 3 s, so that the check
-	// below (300 ms of no second probe) fails only for a second claim,
-	// not for a test goroutine stalled past the claim's end (a 1 s open
-	// timeout failed once so under make test's -race load).
+	// The probe's claim lasts an open timeout: 3 s, long beside the check
+	// below (300 ms of no second probe), so that it fails only for a
+	// second claim, not for a goroutine stalled past the claim's end. A
+	// real second claim was possible: see
+	// TestClaimAfterAnotherProcessClaimedIsRefused.
 	const openTimeout = 3 * time.Second
 	for i := range 3 {
 		set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 2, OpenTimeout: openTimeout}, nil, nil)
