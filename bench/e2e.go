@@ -101,7 +101,8 @@ func steadyLatencies(times map[string]*stageTimes, warmUp time.Duration) []time.
 // e2eRow appends at a steady rate through a bridge and a consumer process
 // (the defaults: ordered delivery) and measures append → webhook received,
 // then breaks that latency down by stage (stages.go). The row is met when
-// rate is reached (98 %) with a p99 of at most p99Target.
+// rate is reached (98 %) with a steady p99 (events appended after
+// e2eWarmUp) of at most p99Target.
 func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]row, error) {
 	dur := e.cfg.E2EDuration
 	const schema = "bench_e2e"
