@@ -15,10 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/proc"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/wire"
@@ -121,23 +117,12 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	server, natsURL, err := e.startServerChild(ctx, dir, 1)
+	bus, err := e.startChildBus(ctx, dir, 1)
 	if err != nil {
 		return nil, err
 	}
-	defer server.Stop(20 * time.Second)
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := forward.Provision(ctx, js, forward.StreamConfig{}); err != nil {
-		return nil, err
-	}
+	defer bus.stop(20 * time.Second)
+	server, natsURL, js := bus.proc, bus.urls, bus.js
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err

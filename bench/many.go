@@ -12,11 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jsbridge/jsbridge/consumer"
-	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/proc"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -155,23 +151,12 @@ func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) 
 	if err := os.MkdirAll(srvDir, 0o755); err != nil {
 		return f, err
 	}
-	srv, urls, err := e.startServerChild(ctx, srvDir, c.nodes)
+	bus, err := e.startChildBus(ctx, srvDir, c.nodes)
 	if err != nil {
 		return f, err
 	}
-	defer srv.Stop(30 * time.Second)
-	nc, err := nats.Connect(urls)
-	if err != nil {
-		return f, err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return f, err
-	}
-	if _, err := forward.Provision(ctx, js, forward.StreamConfig{Replicas: c.nodes}); err != nil {
-		return f, err
-	}
+	defer bus.stop(30 * time.Second)
+	srv, urls, js := bus.proc, bus.urls, bus.js
 	key, err := consumer.GenerateSecretsKey("bench")
 	if err != nil {
 		return f, err

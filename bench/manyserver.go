@@ -13,7 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/proc"
 )
 
@@ -119,6 +123,48 @@ func (e *env) startServerChild(ctx context.Context, dir string, nodes int) (*pro
 		return nil, "", err
 	}
 	return p, urls, nil
+}
+
+// childBus is a JetStream server (or cluster) in a child process, a
+// connection to it, and the events stream provisioned on it.
+type childBus struct {
+	proc *proc.Process
+	urls string // client URLs, comma-separated
+	nc   *nats.Conn
+	js   jetstream.JetStream
+}
+
+// startChildBus starts a server child of nodes nodes with its storage
+// under dir (startServerChild), connects to it and provisions the events
+// stream at nodes replicas. stop ends them; it is a no-op on nil.
+func (e *env) startChildBus(ctx context.Context, dir string, nodes int) (*childBus, error) {
+	p, urls, err := e.startServerChild(ctx, dir, nodes)
+	if err != nil {
+		return nil, err
+	}
+	b := &childBus{proc: p, urls: urls}
+	if b.nc, err = nats.Connect(urls); err == nil {
+		if b.js, err = jetstream.New(b.nc); err == nil {
+			_, err = forward.Provision(ctx, b.js, forward.StreamConfig{Replicas: nodes})
+		}
+	}
+	if err != nil {
+		b.stop(20 * time.Second)
+		return nil, err
+	}
+	return b, nil
+}
+
+// stop closes the connection and stops the server child, waiting at most
+// wait for it.
+func (b *childBus) stop(wait time.Duration) {
+	if b == nil {
+		return
+	}
+	if b.nc != nil {
+		b.nc.Close()
+	}
+	_ = b.proc.Stop(wait)
 }
 
 // currentRSS is process pid's resident set size in bytes now (VmRSS).
