@@ -124,6 +124,10 @@ func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", startup.RedactURL(conn.URL), err)
 	}
+	if err := startup.CheckServerVersion(nc.ConnectedServerVersion()); err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", startup.RedactURL(conn.URL), err)
+	}
 	js, err := conn.JetStream(nc)
 	if err != nil {
 		nc.Close()
