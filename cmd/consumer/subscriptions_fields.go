@@ -16,9 +16,27 @@ import (
 // kv` take them.
 type storeFlags struct {
 	Bucket         string `name:"subscriptions-bucket" env:"JSBRIDGE_CONSUMER_SUBSCRIPTIONS_BUCKET" default:"${subscriptions_bucket}" help:"JetStream key-value bucket of the subscriptions managed at runtime; created on first use (default: ${default})."`
-	BucketReplicas int    `name:"subscriptions-bucket-replicas" env:"JSBRIDGE_CONSUMER_SUBSCRIPTIONS_BUCKET_REPLICAS" default:"1" help:"Replica count of the subscriptions bucket when it is created: 1 on a standalone server, 3 on a cluster (default: ${default})."`
+	BucketReplicas int    `name:"subscriptions-bucket-replicas" env:"JSBRIDGE_CONSUMER_SUBSCRIPTIONS_BUCKET_REPLICAS" default:"0" help:"Replica count of the subscriptions bucket when it is created; 0 follows --stream-replicas (default: ${default}, --stream-replicas)."`
+	StreamReplicas int    `name:"stream-replicas" env:"JSBRIDGE_STREAM_REPLICAS" default:"1" help:"JetStream storage replica count (R) of what the consumer creates: the DLQ and attempts streams, the durable consumers, the ordered copy and the buckets (the subscriptions bucket too, unless --subscriptions-bucket-replicas is set); not a count of consumer processes: 1 on a standalone server, 3 on a cluster (at most the events stream's); existing ones keep their own, with a warning (default: ${default})."`
 	SecretsKeyFile string `name:"secrets-key-file" env:"JSBRIDGE_CONSUMER_SECRETS_KEY_FILE" placeholder:"PATH" help:"File of the keys sealing the subscriptions' URLs, secrets and header values in the bucket, one <id>:<base64 32 bytes> per line (make one with subscriptions keygen); the first seals, all open (rotation: put the new key first) (default: none)."`
 	SecretsKey     string `name:"secrets-key" env:"JSBRIDGE_CONSUMER_SECRETS_KEY" placeholder:"KEYS" help:"The keys of --secrets-key-file given inline, comma-separated; prefer the file or the environment variable: flags show in ps (default: none)."`
+}
+
+// storeConfig is the subscriptions bucket's configuration with keys: its
+// replica count is --subscriptions-bucket-replicas when set, else
+// --stream-replicas, so a bucket created on a cluster by `subscriptions
+// add` keeps as many copies as the rest of what the consumer creates.
+func (f *storeFlags) storeConfig(keys *consumer.SecretsKeyring) (consumer.SubscriptionStoreConfig, error) {
+	replicas := f.BucketReplicas
+	switch {
+	case f.BucketReplicas < 0:
+		return consumer.SubscriptionStoreConfig{}, fmt.Errorf("--subscriptions-bucket-replicas (JSBRIDGE_CONSUMER_SUBSCRIPTIONS_BUCKET_REPLICAS) %d: want 0 (follow --stream-replicas) or more", f.BucketReplicas)
+	case f.BucketReplicas == 0 && f.StreamReplicas < 1:
+		return consumer.SubscriptionStoreConfig{}, fmt.Errorf("--stream-replicas (JSBRIDGE_STREAM_REPLICAS) %d: want 1 or more", f.StreamReplicas)
+	case f.BucketReplicas == 0:
+		replicas = f.StreamReplicas
+	}
+	return consumer.SubscriptionStoreConfig{Bucket: f.Bucket, Replicas: replicas, Keys: keys}, nil
 }
 
 // keyring reads the keys; nil without any (reads are then redacted).
