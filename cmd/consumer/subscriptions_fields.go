@@ -84,12 +84,14 @@ type subscriptionFields struct {
 	Scheme        string            `name:"scheme" enum:",standard,hmac-sha256" default:"" help:"Signature scheme: standard or hmac-sha256 (default on add: standard)."`
 	Body          string            `name:"body" enum:",structured,binary" default:"" help:"Body mode: structured or binary (default on add: structured)."`
 	Header        map[string]string `name:"header" placeholder:"NAME=VALUE" help:"Extra request header; repeatable. Replaces the stored headers on update. Values are sealed like secrets."`
+	HeaderEnv     map[string]string `name:"header-env" placeholder:"NAME=VAR" help:"Extra request header whose value is read from the environment variable VAR (the file's headers_env); repeatable, with --header. Replaces the stored headers on update."`
 	Timeout       time.Duration     `name:"timeout" help:"Request timeout of one POST; below half of --ack-wait (default on add: 10s)."`
 	AckWait       time.Duration     `name:"ack-wait" help:"JetStream AckWait (default on add: 30s)."`
 	MaxDeliver    int               `name:"max-deliver" help:"Attempts per event; -1: no limit (default on add: 10)."`
 	BackOff       []time.Duration   `name:"backoff" help:"Delays before each retry; the last repeats (default on add: 1s,5s,30s,2m,5m)."`
 	MaxInFlight   int               `name:"max-in-flight" help:"Concurrent deliveries per replica (default on add: 64)."`
 	MaxAckPending int               `name:"max-ack-pending" help:"JetStream MaxAckPending (default on add: 1000, or --max-in-flight when larger)."`
+	RateLimit     float64           `name:"rate-limit" placeholder:"PER_SECOND" help:"Ceiling of the subscription's delivery rate, in events per second per replica (the AIMD throttle's rate grows back to it after a 429); 0: no limit (default on add: 0)."`
 	AllowPrivate  bool              `name:"allow-private" help:"Let the endpoint be on a loopback, private or link-local address, over plain http."`
 	AllowHTTP     bool              `name:"allow-http" help:"Let the endpoint use plain http on a public address."`
 	TLSClientCert string            `name:"tls-client-cert" placeholder:"PATH" help:"PEM client certificate for mutual TLS (a path on every replica); needs --tls-client-key."`
@@ -153,8 +155,19 @@ func (f *subscriptionFields) apply(s *consumer.Subscription) error {
 	if f.Body != "" {
 		s.Body = consumer.BodyMode(f.Body)
 	}
-	if len(f.Header) > 0 {
-		s.Headers = f.Header
+	if len(f.Header) > 0 || len(f.HeaderEnv) > 0 {
+		headers := map[string]string{}
+		for k, v := range f.Header {
+			headers[k] = v
+		}
+		for k, env := range f.HeaderEnv {
+			v := os.Getenv(env)
+			if v == "" {
+				return fmt.Errorf("--header-env: environment variable %s for header %s is empty", env, k)
+			}
+			headers[k] = v
+		}
+		s.Headers = headers
 	}
 	if f.Timeout != 0 {
 		s.Timeout = f.Timeout
@@ -173,6 +186,9 @@ func (f *subscriptionFields) apply(s *consumer.Subscription) error {
 	}
 	if f.MaxAckPending != 0 {
 		s.MaxAckPending = f.MaxAckPending
+	}
+	if f.RateLimit != 0 {
+		s.RateLimit = f.RateLimit
 	}
 	s.AllowPrivate = s.AllowPrivate || f.AllowPrivate
 	s.AllowHTTP = s.AllowHTTP || f.AllowHTTP
