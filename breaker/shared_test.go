@@ -131,7 +131,7 @@ func TestSharedBreakerStoreDownIsLocal(t *testing.T) {
 		defer mu.Unlock()
 		return logs.Write(p)
 	}), nil))
-	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: 50 * time.Millisecond}, log, nil)
+	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: readableOpenTimeout}, log, nil)
 	require.NoError(t, err)
 	set.Share(failStore{}, "replica-0")
 	b := set.Breaker("http://x/hook")
