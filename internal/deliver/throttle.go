@@ -51,10 +51,10 @@ type throttle struct {
 	ceiling rate.Limit // Subscription.RateLimit, or rate.Inf
 	gauge   prometheus.Gauge
 
-	mu      sync.Mutex
-	lim     *rate.Limiter
-	cur     rate.Limit // the rate in force: ceiling, or a cut one below it
-	atCut   rate.Limit // the rate a cut set, for the step
+	mu    sync.Mutex
+	lim   *rate.Limiter
+	cur   rate.Limit // the rate in force: ceiling, or a cut one below it
+	atCut rate.Limit // the rate a cut set, for the step
 	// A storm (see above): cuts counts the cuts since the last 2xx to a
 	// request sent after a cut; before is the rate in force before the
 	// storm's first cut and base the rate the endpoint accepted then;
@@ -64,10 +64,10 @@ type throttle struct {
 	before      rate.Limit
 	base        rate.Limit
 	acceptedCut bool
-	lastCut time.Time
-	lastInc time.Time
-	paused  time.Time // no POST before (Retry-After)
-	gen     uint64    // cuts so far
+	lastCut     time.Time
+	lastInc     time.Time
+	paused      time.Time // no POST before (Retry-After)
+	gen         uint64    // cuts so far
 	// sent and accepted count this second's POSTs and 2xx answers; prev*
 	// the last second's.
 	second                 time.Time
