@@ -91,7 +91,7 @@ type subscriptionFields struct {
 	BackOff       []time.Duration   `name:"backoff" help:"Delays before each retry; the last repeats (default on add: 1s,5s,30s,2m,5m)."`
 	MaxInFlight   int               `name:"max-in-flight" help:"Concurrent deliveries per replica (default on add: 64)."`
 	MaxAckPending int               `name:"max-ack-pending" help:"JetStream MaxAckPending (default on add: 1000, or --max-in-flight when larger)."`
-	RateLimit     float64           `name:"rate-limit" placeholder:"PER_SECOND" help:"Ceiling of the subscription's delivery rate, in events per second per replica (the AIMD throttle's rate grows back to it after a 429); 0: no limit (default on add: 0)."`
+	RateLimit     float64           `name:"rate-limit" placeholder:"PER_SECOND" help:"Most POSTs per second to the endpoint, per replica (the file's rate_limit); a 429 (or 503 with Retry-After) lowers it for a while (default on add: no limit)."`
 	AllowPrivate  bool              `name:"allow-private" help:"Let the endpoint be on a loopback, private or link-local address, over plain http."`
 	AllowHTTP     bool              `name:"allow-http" help:"Let the endpoint use plain http on a public address."`
 	TLSClientCert string            `name:"tls-client-cert" placeholder:"PATH" help:"PEM client certificate for mutual TLS (a path on every replica); needs --tls-client-key."`
