@@ -16,6 +16,7 @@ type queries struct {
 
 	eventsTableExists    string
 	eventsTableColumns   string
+	eventsIDSequence     string
 	ownTables            string
 	recordedEventsTables string
 
@@ -90,6 +91,18 @@ FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`,
+		// The sequence the id column draws from: an identity's or a
+		// serial's (owned by the column), else the one its DEFAULT calls
+		// nextval on (the default depends on it); none when the writer
+		// gives the ids itself. Its cache size from pg_sequence.
+		eventsIDSequence: `SELECT seq::regclass::text, s.seqcache
+FROM (SELECT coalesce(to_regclass(pg_get_serial_sequence($1, 'id')),
+    (SELECT d.refobjid FROM pg_attrdef ad
+     JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum AND a.attname = 'id'
+     JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid AND d.refclassid = 'pg_class'::regclass
+     JOIN pg_class c ON c.oid = d.refobjid AND c.relkind = 'S'
+     WHERE ad.adrelid = to_regclass($1) LIMIT 1)) AS seq) q
+JOIN pg_sequence s ON s.seqrelid = q.seq`,
 		ownTables:            r.Replace(`SELECT to_regclass('{schema}.events') IS NOT NULL, to_regclass('{schema}.discovery') IS NOT NULL`),
 		recordedEventsTables: r.Replace(`SELECT events_table FROM {schema}.discovery ORDER BY events_table`),
 
