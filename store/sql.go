@@ -174,13 +174,13 @@ RETURNING id, version, name, data, meta, created`),
 
 		// The locking select is materialized so it runs exactly once; SKIP
 		// LOCKED means competing claimers never wait for each other. Streams
-		// are taken in the order they became due (streams_due_idx): when
+		// are taken in the order they became due (streams_claimable_idx): when
 		// their oldest unforwarded event was appended, or for one in backoff
 		// when its backoff ended. The scan stops at the first stream not yet
 		// due, so streams in backoff cost nothing.
-		claim: r.Replace(`WITH pending AS MATERIALIZED (
+		claim: r.Replace(`WITH due AS MATERIALIZED (
     SELECT stream, leased_by AS prev_holder FROM {schema}.streams
-    WHERE head > watermark AND NOT blocked
+    WHERE pending AND NOT blocked
       AND coalesce(next_attempt, pending_since) <= now()
       AND (leased_until IS NULL OR leased_until <= now())
     ORDER BY coalesce(next_attempt, pending_since)
@@ -189,8 +189,8 @@ RETURNING id, version, name, data, meta, created`),
 )
 UPDATE {schema}.streams s
 SET leased_by = $1, leased_until = now() + $3::bigint * interval '1 microsecond', updated_at = now()
-FROM pending WHERE s.stream = pending.stream
-RETURNING s.stream, s.watermark, s.retry, s.leased_until, coalesce(pending.prev_holder, '')`),
+FROM due WHERE s.stream = due.stream
+RETURNING s.stream, s.watermark, s.retry, s.leased_until, coalesce(due.prev_holder, '')`),
 		// data and meta are read as text whatever their type (jsonb and json
 		// print their JSON; text is as stored), so no row can fail the scan:
 		// the store checks each event on its own (see scanEvent). Only the
@@ -300,7 +300,7 @@ FROM old WHERE s.stream = old.stream
 RETURNING s.stream, old.watermark, s.head, old.blocked, coalesce(old.error, '')`),
 		backlog: r.Replace(`SELECT
     (SELECT count(*) FROM {schema}.streams WHERE blocked),
-    (SELECT count(*) FROM {schema}.streams WHERE head > watermark AND NOT blocked),
+    (SELECT count(*) FROM {schema}.streams WHERE pending AND NOT blocked),
     GREATEST((
         SELECT (extract(epoch FROM now() - min(o.created)) * 1e6)::bigint
         FROM {schema}.streams s

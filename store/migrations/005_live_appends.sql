@@ -1,0 +1,69 @@
+-- 005: a cheaper append. The trigger's update of a stream that is already
+-- pending can be a HOT update (no index touched), and the trigger notifies
+-- only when a drainer can act on the append.
+
+-- Room on every page for new versions of its rows, so an update of a row
+-- finds space beside it (a HOT update needs the same page). Takes effect
+-- for the pages written from now on, and for every page with the rewrite
+-- below.
+ALTER TABLE {schema}.streams SET (fillfactor = 70);
+
+-- A HOT update is possible only when no column an index uses changes. The
+-- claim's index had head in its predicate, so every append, which moves
+-- the head, inserted a new entry into each index of the table. pending
+-- changes only when the stream goes from caught up to pending and back;
+-- head moving within pending leaves every indexed column as it was.
+-- Adding a stored generated column rewrites the table once (under an
+-- exclusive lock: about a second a million streams).
+ALTER TABLE {schema}.streams ADD COLUMN IF NOT EXISTS pending boolean
+    GENERATED ALWAYS AS (head > watermark) STORED;
+
+DROP INDEX IF EXISTS {schema}.streams_due_idx;
+CREATE INDEX IF NOT EXISTS streams_claimable_idx
+    ON {schema}.streams ((coalesce(next_attempt, pending_since)))
+    WHERE pending AND NOT blocked;
+
+-- jsbridge:own-events-table
+-- The rest only with the bridge's own events table.
+
+-- The head and pending_since as before (an update of a pending stream
+-- writes neither pending_since nor any other indexed column). The
+-- notification now goes out only when the append lets a claim take a
+-- stream that no claim would take otherwise: the stream is not blocked,
+-- not in backoff, and no drainer holds a live lease on it. Without it:
+--   - a live lease: its holder is in the middle of a cycle; it settles
+--     the stream (the settle waits for this transaction's row lock, so it
+--     sees the new head and leaves the stream pending) and, because that
+--     cycle claimed something, claims again at once (drain.Run waits for a
+--     notification only after a cycle that claimed nothing), and that claim
+--     takes the stream. A lease lost before the settle leaves the stream
+--     pending and unleased, and that holder claims again at once too; a
+--     holder that died leaves a lease that only its expiry ends, which no
+--     notification could hasten;
+--   - blocked or in backoff: no claim takes it before an unblock or its
+--     next attempt time, which the drain finds by polling, as before.
+-- With the drain keeping up, one append in a few notifies instead of every
+-- one; each notification takes Postgres' commit-wide notify lock.
+CREATE OR REPLACE FUNCTION {schema}.jsbridge_events_inserted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    wake boolean;
+BEGIN
+    WITH up AS (
+        INSERT INTO {schema}.streams AS s (stream, head, pending_since)
+        SELECT n.stream, max(n.version), LEAST(min(n.created), now()) FROM new_events n GROUP BY n.stream
+        ORDER BY n.stream -- a fixed lock order across concurrent multi-stream inserts
+        ON CONFLICT (stream) DO UPDATE
+            SET head = GREATEST(s.head, EXCLUDED.head),
+                pending_since = CASE WHEN s.head > s.watermark THEN s.pending_since ELSE EXCLUDED.pending_since END,
+                updated_at = now()
+        RETURNING s.blocked, s.next_attempt, s.leased_until
+    )
+    SELECT bool_or(NOT blocked AND coalesce(next_attempt <= now(), true) AND coalesce(leased_until <= now(), true))
+    INTO wake FROM up;
+    IF wake THEN
+        PERFORM pg_notify('{schema}', '');
+    END IF;
+    RETURN NULL;
+END
+$$;
