@@ -44,14 +44,33 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 	if err != nil {
 		return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
 	}
-	claims, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (event.Claim, error) {
-		var c event.Claim
-		err := r.Scan(&c.Stream, &c.Watermark, &c.Retry, &c.LeasedUntil, &c.PreviousHolder)
-		return c, err
-	})
-	if err != nil {
+	var claims []event.Claim
+	skipped := false
+	for rows.Next() {
+		var (
+			c      event.Claim
+			stream *string
+			wm     *int64
+			retry  *int
+			until  *time.Time
+			prev   *string
+			skip   bool
+		)
+		if err := rows.Scan(&stream, &wm, &retry, &until, &prev, &skip); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
+		}
+		if skip {
+			skipped = true
+			continue
+		}
+		c.Stream, c.Watermark, c.Retry, c.LeasedUntil, c.PreviousHolder = *stream, *wm, *retry, *until, *prev
+		claims = append(claims, c)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
 	}
+	s.notes.skipped(skipped)
 	return claims, nil
 }
 

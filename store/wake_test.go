@@ -55,9 +55,10 @@ func (l listener) notified(t *testing.T, pool *pgxpool.Pool) bool {
 	return true
 }
 
-// The trigger notifies when an append lets a claim take a stream no claim
-// would take otherwise, and only then: not for a stream a drainer holds
-// (it claims again after settling), nor for one blocked or in backoff.
+// The trigger notifies when an append makes a caught-up stream pending and
+// a claim can take it, and only then: not for a stream already pending,
+// one a drainer holds (it claims again after settling), nor for one
+// blocked or in backoff.
 func TestAppendNotifiesOnlyWhenAClaimCanAct(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -66,7 +67,7 @@ func TestAppendNotifiesOnlyWhenAClaimCanAct(t *testing.T) {
 	b.appendN(t, "w-1", 1)
 	require.True(t, l.notified(t, b.pool), "a new stream")
 	b.appendN(t, "w-1", 1)
-	require.True(t, l.notified(t, b.pool), "pending, not held by anyone")
+	require.False(t, l.notified(t, b.pool), "already pending")
 
 	claims, err := b.store.Claim(b.ctx, "d1", 1, time.Minute)
 	require.NoError(t, err)
@@ -79,16 +80,20 @@ func TestAppendNotifiesOnlyWhenAClaimCanAct(t *testing.T) {
 	last := evs[len(evs)-1]
 	require.NoError(t, b.store.Ack(b.ctx, "d1", "w-1", last.Version, last.ID))
 	b.appendN(t, "w-1", 1)
-	require.True(t, l.notified(t, b.pool), "lease released by the ack")
+	require.True(t, l.notified(t, b.pool), "caught up by the ack, then pending")
 
+	// Caught up, and in backoff or blocked: no claim could take it.
 	claims, err = b.store.Claim(b.ctx, "d1", 1, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, claims, 1)
-	require.NoError(t, b.store.Retry(b.ctx, "d1", "w-1", claims[0].Watermark, 0, time.Hour, "endpoint down"))
+	evs, err = b.store.Fetch(b.ctx, claims, 10)
+	require.NoError(t, err)
+	last = evs[len(evs)-1]
+	require.NoError(t, b.store.Retry(b.ctx, "d1", "w-1", last.Version, last.ID, time.Hour, "endpoint down"))
 	b.appendN(t, "w-1", 1)
 	require.False(t, l.notified(t, b.pool), "in backoff")
 
-	_, err = b.pool.Exec(b.ctx, "UPDATE "+b.store.Schema()+".streams SET next_attempt = NULL, blocked = true WHERE stream = 'w-1'")
+	_, err = b.pool.Exec(b.ctx, "UPDATE "+b.store.Schema()+".streams SET watermark = head, next_attempt = NULL, blocked = true WHERE stream = 'w-1'")
 	require.NoError(t, err)
 	b.appendN(t, "w-1", 1)
 	require.False(t, l.notified(t, b.pool), "blocked")
@@ -140,7 +145,6 @@ func TestAppendToAHeldStreamIsDrainedWithoutNotification(t *testing.T) {
 
 	<-inHandler // the drain holds held-1's lease
 	b.appendN(t, "held-1", 1)
-	require.False(t, l.notified(t, b.pool), "the append to a held stream notified")
 	close(proceed)
 
 	require.Eventually(t, func() bool {
@@ -151,6 +155,9 @@ func TestAppendToAHeldStreamIsDrainedWithoutNotification(t *testing.T) {
 	mu.Lock()
 	require.Equal(t, []int64{0, 1}, handled)
 	mu.Unlock()
+	// Checked after the drain did its work: the check's own marker would
+	// wake it.
+	require.False(t, l.notified(t, b.pool), "the append to a held stream notified")
 }
 
 // The trigger's update of a stream that is already pending changes no
@@ -181,4 +188,75 @@ func TestAppendsToAPendingStreamAreHOTUpdates(t *testing.T) {
 WHERE schemaname = $1 AND relname = 'streams'`, s.Schema()).Scan(&upd, &hot))
 	require.Equal(t, int64(20), upd)
 	require.Equal(t, int64(20), hot, "HOT updates of 20")
+}
+
+// An append to a stream already pending sends no notification. If the
+// drain's claim comes while that append's transaction is still open, the
+// claim passes over the stream (its row is locked) and the store wakes the
+// drain again shortly, so the event is drained once the transaction
+// commits, although the poll interval is an hour.
+func TestAppendHeldOpenPastAClaimIsDrainedWithoutNotification(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a drain against Postgres")
+	}
+	t.Parallel()
+	b := setup(t)
+	l := listen(t, b.store.Schema())
+
+	var mu sync.Mutex
+	var handled []int64
+	h := drain.HandlerFunc(func(_ context.Context, batches []drain.Batch) []drain.Result {
+		out := make([]drain.Result, len(batches))
+		mu.Lock()
+		defer mu.Unlock()
+		for i, bt := range batches {
+			for _, e := range bt.Events {
+				handled = append(handled, e.Version)
+			}
+			out[i] = drain.Result{Done: len(bt.Events)}
+		}
+		return out
+	})
+	seen := func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int64(nil), handled...)
+	}
+
+	// Pending before the drain starts, with no notification left to wake
+	// it: only the drain's first claim can take it.
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	_, err = b.store.AppendTx(b.ctx, tx, "open-1", store.AnyVersion, ev("E", `{}`))
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(b.ctx))
+	require.True(t, l.notified(t, b.pool))
+
+	// A second append holds the stream's row until the test commits it.
+	tx, err = b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = b.store.AppendTx(b.ctx, tx, "open-1", store.AnyVersion, ev("E", `{}`))
+	require.NoError(t, err)
+
+	obs := &claimCounter{}
+	d, err := drain.New(b.store, h, drain.Config{Notifier: b.store, PollInterval: time.Hour, Observer: obs})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(b.ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-ran })
+
+	// The drain's claims pass over the locked row; once the append
+	// commits, its stream is drained whole.
+	require.Eventually(t, func() bool { return obs.empty.Load() > 0 }, 10*time.Second, time.Millisecond,
+		"no claim passed over the locked stream")
+	require.Empty(t, seen())
+	require.NoError(t, tx.Commit(b.ctx))
+	require.Eventually(t, func() bool { return len(seen()) == 2 }, 10*time.Second, 5*time.Millisecond,
+		"the stream was not drained after its appender committed")
+	require.Equal(t, []int64{0, 1}, seen())
+	// Checked after the drain did its work: the check's own marker would
+	// wake it.
+	require.False(t, l.notified(t, b.pool), "the append to a pending stream notified")
 }
