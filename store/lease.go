@@ -223,7 +223,8 @@ func (s *Store) settle(ctx context.Context, op, owner, stream, query string, arg
 }
 
 // Release gives up the live leases owner holds on streams without counting a
-// retry or moving the watermark, so another drainer can claim them at once.
+// retry or moving the watermark, so another drainer can claim them at once,
+// and notifies the store's channel so that idle drainers do.
 // Streams owner does not hold are left alone; if there were any, the error
 // names them and wraps event.ErrLeaseLost.
 func (s *Store) Release(ctx context.Context, owner string, streams []string) error {
@@ -237,6 +238,10 @@ func (s *Store) Release(ctx context.Context, owner string, streams []string) err
 		released, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
+	// Appends to a stream already pending send no notification (migration
+	// 005): other drainers learn of the streams given back from this one,
+	// sent at commit.
+	b.Queue(s.q.wake)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		if pgCode(err) == sqlStateLockNotAvailable {
 			err = fmt.Errorf("%w (%s)", ErrSettleTimeout, s.settleTimeout)

@@ -39,6 +39,7 @@ type queries struct {
 	retry   string
 	block   string
 	release string
+	wake    string
 
 	postpone string
 
@@ -261,6 +262,7 @@ SET watermark = GREATEST(watermark, $3),
     retry = retry + 1, blocked = true, error = $5,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
+		wake: r.Replace(`SELECT pg_notify('{schema}', '')`),
 		release: r.Replace(`UPDATE {schema}.streams
 SET leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = ANY($2) AND leased_by = $1 AND leased_until > now()

@@ -260,3 +260,21 @@ func TestAppendHeldOpenPastAClaimIsDrainedWithoutNotification(t *testing.T) {
 	// wake it.
 	require.False(t, l.notified(t, b.pool), "the append to a pending stream notified")
 }
+
+// Streams given back at shutdown may hold appends that sent no
+// notification (they were pending, or held): Release notifies, so idle
+// drainers take them at once instead of at their next poll.
+func TestReleaseNotifies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	l := listen(t, b.store.Schema())
+	b.appendN(t, "rel-1", 1)
+	require.True(t, l.notified(t, b.pool))
+	claims, err := b.store.Claim(b.ctx, "d1", 1, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claims, 1)
+	b.appendN(t, "rel-1", 1)
+	require.False(t, l.notified(t, b.pool), "held by a live lease")
+	require.NoError(t, b.store.Release(b.ctx, "d1", []string{"rel-1"}))
+	require.True(t, l.notified(t, b.pool), "given back")
+}
