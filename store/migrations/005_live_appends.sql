@@ -14,7 +14,7 @@ ALTER TABLE {schema}.streams SET (fillfactor = 70);
 -- changes only when the stream goes from caught up to pending and back;
 -- head moving within pending leaves every indexed column as it was.
 -- Adding a stored generated column rewrites the table once (under an
--- exclusive lock: about a second a million streams).
+-- exclusive lock: 6.5 s for a million streams on a busy 2-core machine).
 ALTER TABLE {schema}.streams ADD COLUMN IF NOT EXISTS pending boolean
     GENERATED ALWAYS AS (head > watermark) STORED;
 
