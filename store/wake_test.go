@@ -278,3 +278,27 @@ func TestReleaseNotifies(t *testing.T) {
 	require.NoError(t, b.store.Release(b.ctx, "d1", []string{"rel-1"}))
 	require.True(t, l.notified(t, b.pool), "given back")
 }
+
+// Unblock and reset make streams claimable with no append to notify: they
+// notify the store's channel themselves.
+func TestUnblockAndResetNotify(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	l := listen(t, b.store.Schema())
+	b.appendN(t, "ub-1", 1)
+	require.True(t, l.notified(t, b.pool))
+	_, err := b.pool.Exec(b.ctx, "UPDATE "+b.store.Schema()+".streams SET blocked = true WHERE stream = 'ub-1'")
+	require.NoError(t, err)
+	changed, err := b.store.Unblock(b.ctx, []string{"ub-1"})
+	require.NoError(t, err)
+	require.Len(t, changed, 1)
+	require.True(t, l.notified(t, b.pool), "unblocked")
+	changed, err = b.store.Reset(b.ctx, []string{"ub-1"})
+	require.NoError(t, err)
+	require.Len(t, changed, 1)
+	require.True(t, l.notified(t, b.pool), "reset")
+	changed, err = b.store.Unblock(b.ctx, []string{"ub-1"})
+	require.NoError(t, err)
+	require.Empty(t, changed)
+	require.False(t, l.notified(t, b.pool), "nothing changed")
+}
