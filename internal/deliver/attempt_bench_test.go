@@ -73,7 +73,7 @@ func BenchmarkAttempt(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		resp, refused := r.send(actx, at, nil, 0, "1042", body, hdr)
+		resp, refused := r.send(actx, at, nil, 0, "1042", body, hdr, nil)
 		if refused || resp.status != http.StatusNoContent {
 			b.Fatalf("refused %v, status %d, err %v", refused, resp.status, resp.err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -40,12 +41,27 @@ func replay(ctx context.Context, r *sender, js jetstream.JetStream, q *deadlette
 		res.Err = fmt.Errorf("dead letter %d: %w", dl.Seq, err)
 		return res
 	}
-	resp := r.post(ctx, nil, dl.EventID, body, hdr)
+	// The version chain: the predecessor the failed attempt named, which
+	// is still what the subscription delivered before it (its stream was
+	// parked, or went on naming the same one). A replay is no
+	// partition's owner: no partition, no epoch.
+	order := replayOrder(dl)
+	resp := r.post(ctx, nil, dl.EventID, body, hdr, order)
 	res.Status = resp.status
 	if resp.verdict() != verdictAck {
 		res.Err = fmt.Errorf("dead letter %d: replay to %s: %s", dl.Seq, r.endpoint, resp.reason())
 		log.Warn("replay failed; the dead letter stays", slog.Int("status", resp.status), slog.String("reason", resp.reason()))
 		return res
+	}
+	if order != nil {
+		// Delivered after all: the stream's next event names it as its
+		// predecessor (deadletter.ForgetSkipped), before the unpark lets
+		// that event go.
+		err := forgetSkipped(ctx, js, dl.Subscription, wire.StreamKey(dl.Subject), order.Version)
+		if err != nil {
+			res.Err = fmt.Errorf("dead letter %d delivered, but its stream's version chain still skips it; it stays (replay it again: the receiver answers it is a duplicate): %w", dl.Seq, err)
+			return res
+		}
 	}
 	if err := q.Delete(ctx, dl.Seq); err != nil {
 		res.Err = fmt.Errorf("dead letter %d delivered but not removed: %w", dl.Seq, err)
@@ -64,4 +80,33 @@ func replay(ctx context.Context, r *sender, js jetstream.JetStream, q *deadlette
 		log.Info("stream unparked; its held events follow")
 	}
 	return res
+}
+
+// replayOrder returns the ordering fields a replay of dl sends: the
+// stream, version and predecessor of its failed attempt, no partition;
+// nil when dl carries no version chain (an unordered subscription's, or
+// stored before the chain).
+func replayOrder(dl deadletter.Stored) *webhook.OrderFields {
+	if dl.PreviousVersion == "" {
+		return nil
+	}
+	prev, err := wire.ParsePreviousVersion(dl.PreviousVersion)
+	if err != nil {
+		return nil
+	}
+	return orderFieldsOf(dl.Header, prev, -1, 0)
+}
+
+// forgetSkipped removes version of the stream with stream key streamKey
+// from subscription's skipped versions (deadletter.ForgetSkipped); no park
+// bucket: nothing to forget.
+func forgetSkipped(ctx context.Context, js jetstream.JetStream, subscription, streamKey string, version int64) error {
+	kv, err := deadletter.ParkBucket(ctx, js)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return deadletter.ForgetSkipped(ctx, kv, subscription, streamKey, version)
 }
