@@ -14,11 +14,15 @@ func TestDecideOrder(t *testing.T) {
 	// req is a request of a sender before the chain (partition and epoch
 	// only); chain one of the version chain from a partition's owner, and
 	// replay one from a replay path (no partition, no epoch).
-	req := func(v int64, e uint64) orderRequest { return orderRequest{version: v, epoch: e, owner: true, previous: -1} }
+	req := func(v int64, e uint64) orderRequest {
+		return orderRequest{version: v, epoch: e, owner: true, previous: -1}
+	}
 	chain := func(v, p int64, e uint64) orderRequest {
 		return orderRequest{version: v, previous: p, hasPrevious: true, epoch: e, owner: true}
 	}
-	replay := func(v, p int64) orderRequest { return orderRequest{version: v, previous: p, hasPrevious: true, partition: -1} }
+	replay := func(v, p int64) orderRequest {
+		return orderRequest{version: v, previous: p, hasPrevious: true, partition: -1}
+	}
 	for _, c := range []struct {
 		name      string
 		pos       OrderPosition
