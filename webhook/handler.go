@@ -172,7 +172,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.gate != nil {
-		h.gate.serve(w, r, body, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.deduplicate(w, r, key, body) }))
+		h.gate.serve(w, r, body, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.deduplicate(w, r, key, body) }), h.v)
 		return
 	}
 	h.deduplicate(w, r, key, body)

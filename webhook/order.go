@@ -84,6 +84,18 @@ type OrderLock interface {
 	Release(ctx context.Context) error
 }
 
+// ContextOrderLock is an OrderLock holding state the rest of the request
+// shares, such as the database transaction of webhook/pgstore's
+// OrderStore: the gate runs its handler with the request context WithLock
+// returns, so an idempotency store, and the receiver's own handler, can
+// find that state there and make their writes part of it (see
+// pgstore.Tx). A lock that holds nothing to share need not implement it.
+type ContextOrderLock interface {
+	OrderLock
+	// WithLock returns ctx carrying the lock's shared state.
+	WithLock(ctx context.Context) context.Context
+}
+
 // ErrOrderAdvance is wrapped by OrderLock.Advance for a position that does
 // not move the stream forward, and for a lock already ended.
 var ErrOrderAdvance = errors.New("invalid order advance")

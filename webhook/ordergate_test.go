@@ -249,7 +249,11 @@ func TestOrderGateInHandler(t *testing.T) {
 		h := binary("order-1", version, "0", "4")
 		h.Set(wire.HeaderIdempotencyKey, id)
 		if sign {
-			signer.Sign(h, id, time.Now(), []byte(`{}`))
+			now := time.Now()
+			v, err := strconv.ParseInt(version, 10, 64)
+			require.NoError(t, err)
+			signer.Sign(h, id, now, []byte(`{}`))
+			signer.SignOrder(h, id, now, webhook.OrderFields{Stream: "order-1", Version: v, Previous: v - 1, Partition: 0, Epoch: 4})
 		}
 		return do(t, srv, h, `{}`)
 	}
@@ -264,6 +268,16 @@ func TestOrderGateInHandler(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, status, body)
 	require.Equal(t, int64(-1), position(), "nothing unverified is recorded")
 
+	// A sender before the chain signs the body only: the ordering fields
+	// are unsigned, and refused.
+	h := binary("order-1", "0", "0", "4")
+	h.Set(wire.HeaderIdempotencyKey, "e0")
+	signer.Sign(h, "e0", time.Now(), []byte(`{}`))
+	status, _, body = do(t, srv, h, `{}`)
+	require.Equal(t, http.StatusUnauthorized, status)
+	require.Equal(t, "missing-order-signature", body)
+	require.Equal(t, int64(-1), position(), "nothing unsigned is recorded")
+
 	store.n = 1
 	status, _, body = post("e0", "0", true)
 	require.Equal(t, http.StatusInternalServerError, status)
@@ -273,7 +287,7 @@ func TestOrderGateInHandler(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, status)
 	require.Equal(t, int64(0), position(), "the idempotent duplicate is recorded")
 
-	status, h, _ := post("e2", "2", true)
+	status, h, _ = post("e2", "2", true)
 	require.Equal(t, http.StatusConflict, status)
 	require.Equal(t, wire.OrderGap, h.Get(wire.HeaderOrder))
 	status, _, _ = post("e1", "1", true)

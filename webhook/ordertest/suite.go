@@ -1,7 +1,9 @@
 // Package ordertest is the behaviour every webhook.OrderStore must have, as
 // one test suite: the store's own contract, and an order gate over it
 // behind a real HTTP server (in order, duplicates, gaps retried, a zombie's
-// stale epoch, a failing handler, concurrent senders). webhook's
+// stale epoch, a failing handler, concurrent senders), and the version
+// chain (a filtered subscription, start: new, replays, skip, a sender
+// before the chain, altered ordering headers). webhook's
 // MemoryOrderStore and pgstore's Postgres store both run it, so they stay
 // interchangeable. A store of your own can run it too.
 package ordertest
@@ -38,6 +40,7 @@ const Source = "/ordertest"
 func Run(t *testing.T, newStore NewStore) {
 	runStore(t, newStore)
 	runGate(t, newStore)
+	runChain(t, newStore)
 	t.Run("ConcurrentSenders", func(t *testing.T) {
 		t.Parallel()
 		Hammer(t, newStore(t))
@@ -247,6 +250,7 @@ func (rc *recorder) Overlaps() []string {
 type Answer struct {
 	Status     int
 	Order      string // Jsbridge-Order
+	Last       string // Jsbridge-Order-Last (gap answers)
 	RetryAfter string
 	Body       string
 }
