@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
@@ -94,8 +95,9 @@ func (g *gatedReceiver) versions(stream string) []int64 {
 // predecessor.
 func (g *gatedReceiver) requireProcessed(t *testing.T, stream string, want ...int64) {
 	t.Helper()
-	require.Eventually(t, func() bool { return len(g.versions(stream)) >= len(want) }, 30*time.Second, 10*time.Millisecond,
-		"stream %s: processed %v, want %v (gate answers %v)", stream, g.versions(stream), want, g.answerCounts())
+	if !assert.Eventually(t, func() bool { return len(g.versions(stream)) >= len(want) }, 30*time.Second, 10*time.Millisecond) {
+		t.Fatalf("stream %s: processed %v, want %v (gate answers %v)", stream, g.versions(stream), want, g.answerCounts())
+	}
 	require.Equal(t, want, g.versions(stream), "stream %s: each version processed once, in order", stream)
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -198,7 +198,7 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 			res.Matched++
 			if !w.DryRun {
 				var order *webhook.OrderFields
-				if chain != nil {
+				if _, versioned := streamVersion(msg); chain != nil && versioned {
 					prev, err := chain.previous(ctx, msg, pos)
 					if err != nil {
 						return res, fmt.Errorf("deliver: replay: event %s: %w", pos.EventID, err)
@@ -276,7 +276,10 @@ type windowChain struct {
 	sub         Subscription
 	src         chainSource // filters set per stream
 	windowStart uint64      // the copy sequence of the window's first event (0: not found yet)
-	last        map[string]int64
+	// noCopy: the subscription never ran ordered (no partitioned copy):
+	// it delivered nothing before the window.
+	noCopy bool
+	last   map[string]int64
 }
 
 func newWindowChain(ctx context.Context, c *Consumer, sub Subscription, prefix string) *windowChain {
@@ -306,15 +309,21 @@ func (wc *windowChain) previous(ctx context.Context, msg jetstream.Msg, pos Wind
 	if v, ok := streamVersion(msg); ok && v == 0 {
 		return noPrevious, nil
 	}
-	if wc.windowStart == 0 {
+	if wc.windowStart == 0 && !wc.noCopy {
 		// Every event of the stream at or after it is in the window (the
 		// replay's filters are the subscription's): its predecessor before
 		// the window comes before this copy sequence.
 		s, err := copySeqFrom(ctx, wc.js, wc.events, wc.src.copyName, wc.sub.Name, pos.Seq)
-		if err != nil {
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			wc.noCopy = true
+		case err != nil:
 			return 0, err
 		}
 		wc.windowStart = s
+	}
+	if wc.noCopy {
+		return noPrevious, nil
 	}
 	p := wire.StreamPartition(pos.Stream, wc.partitions)
 	src := wc.src
