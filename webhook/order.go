@@ -212,9 +212,12 @@ func CheckOrderAdvance(key OrderKey, from, to OrderPosition) error {
 }
 
 // SkipVersion records version of key as processed without processing it,
-// for an operator: the sender dead-lettered that version and it was
-// skipped (consumer dlq skip, or on_dead_letter skip), so the gate would
-// refuse every later version of the stream as a gap for ever. version must
+// for an operator whose sender comes before the version chain: that sender
+// dead-lettered the version and it was skipped (consumer dlq skip, or
+// on_dead_letter skip), so the gate, holding the sender to last+1, would
+// refuse every later version of the stream as a gap for ever. A sender of
+// the chain needs none of this: the stream's next event names the skipped
+// version's own predecessor. version must
 // be the stream's next expected one (0 for a stream never processed); the
 // epoch and partition stay as they are. Errors: a stream being processed
 // right now, or a version that is not the next (both wrap

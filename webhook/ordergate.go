@@ -96,11 +96,14 @@ func WithGateNamespace(ns string) GateOption {
 	return func(g *OrderGate) { g.namespace = ns }
 }
 
-// WithGateFirstSeen lets the first version the gate sees of a stream start
-// it, for a subscription that starts mid-history (deliver_policy new or by
-// time) or a gate added to a running receiver. By default a stream never
-// processed must start at version 0, so order is provable from the start.
-// Versions below the first processed one then count as duplicates.
+// WithGateFirstSeen lets the first request the gate sees of a stream start
+// it, whatever its previous version, for a gate added to a receiver that
+// already processed events, or over a store that lost its records (the
+// memory store after a restart). By default a stream never processed
+// starts with the request whose previous version is none (version 0, or
+// the first event of a start: new or time-window subscription; for a
+// sender before the chain, version 0), so order is provable from the
+// start. Versions below the first processed one then count as duplicates.
 func WithGateFirstSeen() GateOption {
 	return func(g *OrderGate) { g.firstSeen = true }
 }
@@ -174,7 +177,10 @@ func NewOrderGate(store OrderStore, opts ...GateOption) *OrderGate {
 
 // WithOrderGate runs g inside Handler, after the signature and
 // Idempotency-Key checks and before the idempotency claim: verify → order
-// gate → deduplicate → next. A nil g keeps Handler ungated.
+// gate (checking the order signature with Handler's verifier) →
+// deduplicate → next. When g's store holds a transaction
+// (webhook/pgstore), the claim and next run in it. A nil g keeps Handler
+// ungated.
 func WithOrderGate(g *OrderGate) HandlerOption {
 	return func(h *handler) { h.gate = g }
 }

@@ -300,7 +300,8 @@ func TestOrderGateInHandler(t *testing.T) {
 }
 
 // TestReceiverDocListsEveryAnswer: docs/receiver.md's answers table names
-// every Jsbridge-Order value the gate sends, and the ordering headers.
+// every Jsbridge-Order value the gate sends, the order signature's
+// refusals, and the ordering headers.
 func TestReceiverDocListsEveryAnswer(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile("../docs/receiver.md")
@@ -308,7 +309,11 @@ func TestReceiverDocListsEveryAnswer(t *testing.T) {
 	for _, v := range []string{wire.OrderDuplicate, wire.OrderGap, wire.OrderInProgress, wire.OrderStaleEpoch} {
 		require.Contains(t, string(doc), "| `"+v+"` |", "the answers table lacks %s", v)
 	}
-	for _, h := range []string{wire.HeaderPartition, wire.HeaderLeaseEpoch, wire.HeaderOrder, wire.HeaderStreamVersion, wire.HeaderSubject} {
+	for _, err := range []error{webhook.ErrMissingOrderSignature, webhook.ErrBadOrderSignature} {
+		require.Contains(t, string(doc), "`"+webhook.Reason(err)+"`")
+	}
+	for _, h := range []string{wire.HeaderPartition, wire.HeaderLeaseEpoch, wire.HeaderOrder, wire.HeaderStreamVersion, wire.HeaderSubject,
+		wire.HeaderPreviousVersion, wire.HeaderOrderSignature, wire.HeaderOrderLast} {
 		require.Contains(t, string(doc), "`"+h+"`")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -235,4 +236,35 @@ func TestVerifyOrderRotation(t *testing.T) {
 			require.NoError(t, newVerifier(t, c.scheme, b.now, rawNew).VerifyOrder(h, ownerFields))
 		}
 	}
+}
+
+// TestWireDocOrderExamples: the examples of docs/wire.md's "Ordered
+// webhooks" are what the code signs, under both schemes and both
+// Standard Webhooks algorithms, for an owner's webhook and a replay's.
+func TestWireDocOrderExamples(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/wire.md")
+	require.NoError(t, err)
+	ts := time.Unix(1_700_000_000, 0)
+	owner := webhook.OrderFields{Stream: "order-42", Version: 7, Previous: 3, Partition: 5, Epoch: 1764329000000000}
+	replay := owner
+	replay.Partition = -1
+	whsk, _, whpk := rfcKeys(t)
+	seedForm := "whsk_" + base64.StdEncoding.EncodeToString(mustHex(t, rfc8032Key.seed))
+	require.Contains(t, string(doc), seedForm)
+	require.Contains(t, string(doc), whpk)
+	for _, f := range []webhook.OrderFields{owner, replay} {
+		require.Contains(t, string(doc), "content:  "+f.SignedContent("1024", ts.Unix()))
+		for _, c := range []struct {
+			scheme webhook.Scheme
+			secret string
+		}{{webhook.SchemeStandard, whsecOld}, {webhook.SchemeHMACSHA256, "my-secret"}} {
+			s, err := webhook.NewSigner(c.scheme, c.secret)
+			require.NoError(t, err)
+			require.Contains(t, string(doc), "Jsbridge-Order-Signature: "+s.OrderSignature("1024", ts, f))
+		}
+	}
+	s, err := webhook.NewSigner(webhook.SchemeStandard, whsk)
+	require.NoError(t, err)
+	require.Contains(t, string(doc), "Jsbridge-Order-Signature: "+s.OrderSignature("1024", ts, owner))
 }

@@ -259,12 +259,14 @@ type Answer struct {
 // epoch from partition 0 in structured mode, and returns the answer.
 func Post(t testing.TB, url, stream string, version int64, epoch uint64) Answer {
 	t.Helper()
-	a, err := post(url, stream, version, epoch)
+	a, err := post(url, stream, version, epoch, false)
 	require.NoError(t, err)
 	return a
 }
 
-func post(url, stream string, version int64, epoch uint64) (Answer, error) {
+// post sends version of stream from partition 0 at epoch, with the
+// version chain's previous version (version-1) when chained.
+func post(url, stream string, version int64, epoch uint64, chained bool) (Answer, error) {
 	body, err := json.Marshal(event.CloudEvent{SpecVersion: event.SpecVersion, ID: stream + "@" + strconv.FormatInt(version, 10),
 		Source: Source, Type: "Happened", Subject: stream, StreamVersion: version, Data: json.RawMessage(`{}`)})
 	if err != nil {
@@ -277,6 +279,9 @@ func post(url, stream string, version int64, epoch uint64) (Answer, error) {
 	req.Header.Set(wire.HeaderContentType, event.ContentTypeCloudEventsJSON)
 	req.Header.Set(wire.HeaderPartition, "0")
 	req.Header.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(epoch, 10))
+	if chained {
+		req.Header.Set(wire.HeaderPreviousVersion, wire.FormatPreviousVersion(version-1))
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return Answer{}, err
