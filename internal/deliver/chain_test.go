@@ -42,6 +42,13 @@ func newGatedReceiver(t *testing.T, b *orderedBundle) *gatedReceiver {
 	t.Helper()
 	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{secret})
 	require.NoError(t, err)
+	return newGatedReceiverWith(t, b, v)
+}
+
+// newGatedReceiverWith is newGatedReceiver verifying with v (its order
+// gate checks the order signature with it too).
+func newGatedReceiverWith(t *testing.T, b *orderedBundle, v *webhook.Verifier) *gatedReceiver {
+	t.Helper()
 	g := &gatedReceiver{b: b, processed: map[string][]int64{}, answers: map[string]int{}}
 	gate := webhook.NewOrderGate(webhook.NewMemoryOrderStore(), webhook.WithGateRequireHeaders(), webhook.WithGateLogger(slog.New(slog.DiscardHandler)))
 	h := webhook.Handler(v, webhook.NewMemoryStore(1<<12), time.Hour, func(_ context.Context, r *http.Request, _ []byte) error {
@@ -315,4 +322,39 @@ func TestChainGatedReceiverTakesStartNewOnAStreamWithHistory(t *testing.T) {
 	}, 20*time.Second, 20*time.Millisecond, "the partition consumers are made")
 	b.publishStream(t, "order-h", 5, 10)
 	g.requireProcessed(t, "order-h", versionsFrom(5, 10)...)
+}
+
+func TestChainOrderSignatureVerifiesUnderEverySchemeAndBodyMode(t *testing.T) {
+	t.Parallel()
+	sk, pk, err := webhook.GenerateKeyPair()
+	require.NoError(t, err)
+	const hmacSecret = "chain-hmac-secret-0123456789"
+	for _, c := range []struct {
+		name    string
+		scheme  webhook.Scheme
+		secrets []string // the subscription's
+		verify  []string // the receiver's
+		body    deliver.BodyMode
+	}{
+		{"standard v1 structured", webhook.SchemeStandard, []string{secret}, []string{secret}, deliver.BodyStructured},
+		{"standard v1a binary", webhook.SchemeStandard, []string{sk}, []string{pk}, deliver.BodyBinary},
+		{"hmac-sha256 binary", webhook.SchemeHMACSHA256, []string{hmacSecret}, []string{hmacSecret}, deliver.BodyBinary},
+		{"hmac-sha256 structured", webhook.SchemeHMACSHA256, []string{hmacSecret}, []string{hmacSecret}, deliver.BodyStructured},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupOrdered(t)
+			v, err := webhook.NewVerifier(c.scheme, c.verify)
+			require.NoError(t, err)
+			g := newGatedReceiverWith(t, b, v)
+			s := orderedSub("chainsig", g.URL)
+			s.Scheme, s.Secrets, s.Body = c.scheme, c.secrets, c.body
+			b.runOrdered(t, deliver.Config{}, s)
+			// A stream name the headers percent-encode: the signature
+			// covers it decoded, as the gate reads it.
+			b.publishStream(t, "order-a b%ü", 0, 4)
+			g.requireProcessed(t, "order-a b%ü", 0, 1, 2, 3)
+			require.Zero(t, g.answerCounts()["bad-order-signature"])
+		})
+	}
 }
