@@ -16,7 +16,9 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/webhook/pgstore"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -49,9 +51,16 @@ func newGatedReceiver(t *testing.T, b *orderedBundle) *gatedReceiver {
 // gate checks the order signature with it too).
 func newGatedReceiverWith(t *testing.T, b *orderedBundle, v *webhook.Verifier) *gatedReceiver {
 	t.Helper()
+	return newGatedReceiverOn(t, b, v, webhook.NewMemoryStore(1<<12), webhook.NewMemoryOrderStore())
+}
+
+// newGatedReceiverOn is newGatedReceiverWith on the given idempotency and
+// order stores.
+func newGatedReceiverOn(t *testing.T, b *orderedBundle, v *webhook.Verifier, idem webhook.IdempotencyStore, order webhook.OrderStore) *gatedReceiver {
+	t.Helper()
 	g := &gatedReceiver{b: b, processed: map[string][]int64{}, answers: map[string]int{}}
-	gate := webhook.NewOrderGate(webhook.NewMemoryOrderStore(), webhook.WithGateRequireHeaders(), webhook.WithGateLogger(slog.New(slog.DiscardHandler)))
-	h := webhook.Handler(v, webhook.NewMemoryStore(1<<12), time.Hour, func(_ context.Context, r *http.Request, _ []byte) error {
+	gate := webhook.NewOrderGate(order, webhook.WithGateRequireHeaders(), webhook.WithGateLogger(slog.New(slog.DiscardHandler)))
+	h := webhook.Handler(v, idem, time.Hour, func(_ context.Context, r *http.Request, _ []byte) error {
 		e := b.event(r.Header.Get(wire.HeaderIdempotencyKey))
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -357,4 +366,66 @@ func TestChainOrderSignatureVerifiesUnderEverySchemeAndBodyMode(t *testing.T) {
 			require.Zero(t, g.answerCounts()["bad-order-signature"])
 		})
 	}
+}
+
+// TestChainPostgresGatedReceiverTakesAReplayAndASkip: the gate and the
+// idempotency store in Postgres, one pool (smaller than the sender's
+// max_in_flight), through a replayed head and a skipped one.
+func TestChainPostgresGatedReceiverTakesAReplayAndASkip(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	pool := jsbridgetest.Pool(t) // MaxConns 8
+	schema := jsbridgetest.Schema(t, pool)
+	idem, err := pgstore.New(pool, pgstore.WithTable(schema+".keys"))
+	require.NoError(t, err)
+	require.NoError(t, idem.Migrate(b.ctx))
+	order, err := pgstore.NewOrderStore(pool, pgstore.WithOrderTable(schema+".order_position"))
+	require.NoError(t, err)
+	require.NoError(t, order.Migrate(b.ctx))
+	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{secret})
+	require.NoError(t, err)
+	g := newGatedReceiverOn(t, b, v, idem, order)
+	fixed := false
+	g.setFail(func(e orderedEvent) int {
+		switch {
+		case e.stream == "order-replay" && e.version == 3 && !fixed:
+			return http.StatusUnprocessableEntity
+		case e.stream == "order-skip" && e.version == 2:
+			return http.StatusUnprocessableEntity
+		}
+		return 0
+	})
+	q := deadletter.New(b.js, deadletter.Config{})
+	require.NoError(t, q.Provision(b.ctx))
+	s := orderedSub("chainpg", g.URL)
+	s.MaxInFlight = 16
+	c := b.runOrdered(t, deliver.Config{DeadLetters: q}, s)
+	b.publishStream(t, "order-replay", 0, 8)
+	b.publishStream(t, "order-skip", 0, 8)
+	for i := range 12 {
+		b.publishStream(t, fmt.Sprintf("order-free%d", i), 0, 5)
+	}
+	require.Eventually(t, func() bool {
+		p, err := deadletter.ListParked(b.ctx, b.js, "chainpg")
+		return err == nil && len(p) == 2
+	}, 20*time.Second, 20*time.Millisecond, "both streams parked")
+	for i := range 12 {
+		g.requireProcessed(t, fmt.Sprintf("order-free%d", i), versionsFrom(0, 5)...)
+	}
+	letters, err := q.List(b.ctx, "chainpg")
+	require.NoError(t, err)
+	require.Len(t, letters, 2)
+	g.mu.Lock()
+	fixed = true
+	g.mu.Unlock()
+	for _, dl := range letters {
+		if dl.Subject == wire.Subject(wire.DefaultEventsPrefix, "order-skip", "OrderNoted") {
+			require.NoError(t, deadletter.SkipParked(b.ctx, b.js, q, dl))
+			continue
+		}
+		res := c.Replay(b.ctx, q, []deadletter.Stored{dl})
+		require.NoError(t, res[0].Err)
+	}
+	g.requireProcessed(t, "order-replay", versionsFrom(0, 8)...)
+	g.requireProcessed(t, "order-skip", 0, 1, 3, 4, 5, 6, 7)
 }
