@@ -94,6 +94,10 @@ func seqAtTime(ctx context.Context, s jetstream.Stream, t time.Time) (uint64, er
 	return found, nil
 }
 
+// errCopyBehind is wrapped by copySeqFrom while the copy has not sourced
+// what comes before the sequence asked for: retry.
+var errCopyBehind = errors.New("waiting for the copy to source it")
+
 // copySeqFrom returns the copy's first sequence whose message was sourced
 // from the events stream's sequence from or later (the copy's last
 // sequence plus one when none is yet), once the copy has sourced every
@@ -129,8 +133,8 @@ func copySeqFrom(ctx context.Context, js jetstream.JetStream, eventsName, copyNa
 		}
 	}
 	if last < need {
-		return 0, fmt.Errorf("deliver: subscription %q: JetStream stream %q has sourced up to %d, not yet %d, before the subscription's start; waiting",
-			sub, copyName, last, need)
+		return 0, fmt.Errorf("deliver: subscription %q: JetStream stream %q has sourced up to %d, not yet %d, before the subscription's start: %w",
+			sub, copyName, last, need, errCopyBehind)
 	}
 	if st.Msgs == 0 {
 		return st.LastSeq + 1, nil

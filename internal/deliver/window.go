@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -313,7 +314,7 @@ func (wc *windowChain) previous(ctx context.Context, msg jetstream.Msg, pos Wind
 		// Every event of the stream at or after it is in the window (the
 		// replay's filters are the subscription's): its predecessor before
 		// the window comes before this copy sequence.
-		s, err := copySeqFrom(ctx, wc.js, wc.events, wc.src.copyName, wc.sub.Name, pos.Seq)
+		s, err := wc.copySeq(ctx, pos.Seq)
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			wc.noCopy = true
@@ -342,4 +343,27 @@ func (wc *windowChain) previous(ctx context.Context, msg jetstream.Msg, pos Wind
 // delivered records that the replay delivered version v of msg's stream.
 func (wc *windowChain) delivered(msg jetstream.Msg, v int64) {
 	wc.last[wire.StreamKey(msg.Subject())] = v
+}
+
+// copyBehindWait is how long a replay by time waits for the partitioned
+// copy to source the window's start (a copy just provisioned) before it
+// gives up.
+const copyBehindWait = 30 * time.Second
+
+// copySeq is copySeqFrom of the events stream's sequence seq, waiting up
+// to copyBehindWait while the copy is behind it.
+func (wc *windowChain) copySeq(ctx context.Context, seq uint64) (uint64, error) {
+	var pause backoff.Backoff
+	deadline := time.Now().Add(copyBehindWait)
+	for {
+		s, err := copySeqFrom(ctx, wc.js, wc.events, wc.src.copyName, wc.sub.Name, seq)
+		if !errors.Is(err, errCopyBehind) || time.Now().After(deadline) {
+			return s, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(pause.Next()):
+		}
+	}
 }
