@@ -249,12 +249,34 @@ func orderLetter(dl deadletter.Letter, order *webhook.OrderFields) deadletter.Le
 	return dl
 }
 
-// chainStart is the copy sequence partition consumers made with cfg
-// start at: what the subscription delivers begins there (0: the copy's
-// first).
+// ChainFromMetadataKey is the partition consumer metadata key holding the
+// copy sequence (base 10) the subscription first started at, when the
+// consumer was made again later from another one (a consumer deleted at
+// run time is made again from its ack floor): the version chain looks a
+// stream's predecessors up from there, since what the subscription
+// delivered before the new start is still its own.
+const ChainFromMetadataKey = "jsbridge_chain_from"
+
+// chainStart is the copy sequence the subscription's partition consumer
+// with config cfg first started at, what the subscription delivered
+// begins there (0: the copy's first): ChainFromMetadataKey, else its
+// start sequence.
 func chainStart(cfg jetstream.ConsumerConfig) uint64 {
+	if v, ok := cfg.Metadata[ChainFromMetadataKey]; ok {
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			return n
+		}
+	}
 	if cfg.DeliverPolicy == jetstream.DeliverByStartSequencePolicy {
 		return cfg.OptStartSeq
 	}
 	return 0
+}
+
+// recordChainFrom records from as cfg's ChainFromMetadataKey.
+func recordChainFrom(cfg *jetstream.ConsumerConfig, from uint64) {
+	if cfg.Metadata == nil {
+		cfg.Metadata = map[string]string{}
+	}
+	cfg.Metadata[ChainFromMetadataKey] = strconv.FormatUint(from, 10)
 }

@@ -77,3 +77,20 @@ func TestOrderFieldsOfNeedsAVersionAndAStream(t *testing.T) {
 	require.Nil(t, orderFieldsOf(nats.Header{wire.HeaderSubject: []string{"order-1"}}, 3, 2, 77), "no version: no chain")
 	require.Nil(t, orderFieldsOf(nats.Header{wire.HeaderStreamVersion: []string{"4"}}, 3, 2, 77), "no stream: no chain")
 }
+
+func TestChainStartSurvivesAConsumerMadeAgainFromItsFloor(t *testing.T) {
+	t.Parallel()
+	require.Zero(t, chainStart(jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}))
+	first := jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: 40}
+	require.Equal(t, uint64(40), chainStart(first))
+	// ensureConsumer's remake: keepStart, then the start after the floor.
+	again := jetstream.ConsumerConfig{}
+	keepStart(&again, first)
+	recordChainFrom(&again, chainStart(first))
+	again.OptStartSeq = 901
+	require.Equal(t, uint64(40), chainStart(again), "the chain still starts where the subscription did")
+	// An update of the remade consumer keeps it.
+	upd := jetstream.ConsumerConfig{}
+	keepStart(&upd, again)
+	require.Equal(t, uint64(40), chainStart(upd))
+}

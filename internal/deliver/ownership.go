@@ -456,6 +456,10 @@ func (or *orderedRunner) ensureConsumer(ctx context.Context, o *ordering, p int,
 	cfg.Replicas = or.replicas
 	keepStart(&cfg, or.created[p])
 	if floor > 0 {
+		// What it delivered before floor+1 is still the subscription's:
+		// the version chain looks predecessors up from where it first
+		// started.
+		recordChainFrom(&cfg, chainStart(or.created[p]))
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = floor + 1
 	}
