@@ -31,7 +31,9 @@ const DefaultGateRetryAfter = time.Second
 // wire.HeaderLeaseEpoch (e). Replay paths (dead-letter replay, replay by
 // time) are not owners and send neither: the gate then skips the epoch
 // check, which the chain makes unnecessary, and keeps the stored epoch.
-// It answers, in this order:
+// It first refuses a malformed request (400) and, with a verifier, one
+// whose ordering fields are not signed (401); then it answers, in this
+// order:
 //
 //   - e present and below the highest epoch processed for the stream: 409
 //     with Jsbridge-Order: stale-epoch and Retry-After, the handler not
@@ -49,14 +51,15 @@ const DefaultGateRetryAfter = time.Second
 //   - any other p (ahead of L, or behind L while v > L): 409,
 //     Jsbridge-Order: gap, Retry-After, and wire.HeaderOrderLast naming L
 //     ("none" when the gate processed nothing of the stream), so the sender
-//     and the operator see what the receiver has;
-//   - with a verifier (WithGateVerifier, or the Handler's under
-//     WithOrderGate), a request whose wire.HeaderOrderSignature is missing
-//     or does not sign its ordering fields: 401 "missing-order-signature"
-//     or "bad-order-signature", never processed (Verifier.VerifyOrder);
-//   - a bad header or attribute value, one of partition and epoch without
-//     the other, or p not below v: 400 naming the header and the value;
-//   - the lock failing in the store: 500 "order-store".
+//     and the operator see what the receiver has.
+//
+// A store that fails to lock the stream gets 500 "order-store" before any
+// of these. The refusals before those: a bad header or attribute value, one of
+// partition and epoch without the other, or p not below v: 400 naming the
+// header and the value; with a verifier (WithGateVerifier, or the
+// Handler's under WithOrderGate), a wire.HeaderOrderSignature missing or
+// not signing the ordering fields read: 401 "missing-order-signature" or
+// "bad-order-signature", never processed (Verifier.VerifyOrder).
 //
 // A request with partition and epoch but no previous version comes from a
 // sender before the version chain: it is held to the former rule, v ==

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -379,4 +380,65 @@ func TestOrderGateBodyLimit(t *testing.T) {
 	status, _, body := do(t, srv, h, `{"source":"/s","subject":"s","streamversion":1,"data":"`+strings.Repeat("x", 64)+`"}`)
 	require.Equal(t, http.StatusRequestEntityTooLarge, status)
 	require.Equal(t, "body-too-large", body)
+}
+
+// TestOrderGateInHandlerRefusesAlteredOrdering: under Handler the gate
+// checks the order signature with the Handler's verifier, under both
+// schemes: in binary mode, where the stream and version travel in headers
+// the body's signature does not cover, an altered stream, version,
+// previous version, partition or epoch is refused 401 and never processed.
+func TestOrderGateInHandlerRefusesAlteredOrdering(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		scheme webhook.Scheme
+		secret string
+	}{{webhook.SchemeStandard, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, {webhook.SchemeHMACSHA256, "raw-secret"}} {
+		t.Run(string(c.scheme), func(t *testing.T) {
+			t.Parallel()
+			v, err := webhook.NewVerifier(c.scheme, []string{c.secret})
+			require.NoError(t, err)
+			signer, err := webhook.NewSigner(c.scheme, c.secret)
+			require.NoError(t, err)
+			var calls atomic.Int64
+			srv := httptest.NewServer(webhook.Handler(v, webhook.NewMemoryStore(0), time.Hour,
+				func(context.Context, *http.Request, []byte) error { calls.Add(1); return nil },
+				webhook.WithLogger(slog.New(slog.DiscardHandler)), webhook.WithOrderGate(webhook.NewOrderGate(webhook.NewMemoryOrderStore(), quietGate))))
+			t.Cleanup(srv.Close)
+			post := func(version int64, edit func(http.Header)) (int, string) {
+				id := "e" + strconv.FormatInt(version, 10)
+				h := binary("order-1", strconv.FormatInt(version, 10), "", "")
+				h.Set(wire.HeaderIdempotencyKey, id)
+				now := time.Now()
+				signer.Sign(h, id, now, []byte(`{}`))
+				signer.SignOrder(h, id, now, webhook.OrderFields{Stream: "order-1", Version: version, Previous: version - 1, Partition: 2, Epoch: 9})
+				if edit != nil {
+					edit(h)
+				}
+				status, _, body := do(t, srv, h, `{}`)
+				return status, body
+			}
+			status, body := post(0, nil)
+			require.Equal(t, http.StatusNoContent, status, body)
+			for name, edit := range map[string]func(http.Header){
+				"stream":    func(h http.Header) { h.Set(wire.HeaderSubject, "order-2") },
+				"version":   func(h http.Header) { h.Set(wire.HeaderStreamVersion, "3") },
+				"previous":  func(h http.Header) { h.Set(wire.HeaderPreviousVersion, "none") },
+				"partition": func(h http.Header) { h.Set(wire.HeaderPartition, "3") },
+				"epoch":     func(h http.Header) { h.Set(wire.HeaderLeaseEpoch, "10") },
+				"unsigned":  func(h http.Header) { h.Del(wire.HeaderOrderSignature) },
+			} {
+				status, body := post(1, edit)
+				require.Equal(t, http.StatusUnauthorized, status, name)
+				want := "bad-order-signature"
+				if name == "unsigned" {
+					want = "missing-order-signature"
+				}
+				require.Equal(t, want, body, name)
+			}
+			require.Equal(t, int64(1), calls.Load(), "nothing altered reached the handler")
+			status, body = post(1, nil)
+			require.Equal(t, http.StatusNoContent, status, body)
+			require.Equal(t, int64(2), calls.Load())
+		})
+	}
 }

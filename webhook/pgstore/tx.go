@@ -38,6 +38,12 @@ type txKey struct{}
 // once (pgx.Tx is not safe for concurrent use). ok is false for a request
 // the gate does not hold: an unordered one passed through, or a gate over
 // another store.
+//
+// Write in it only with a Store on the same pool as the idempotency
+// store (Handler's, or your own deduplication's): a record kept outside
+// the transaction stays done when the commit fails or the receiver dies
+// before it, and the sender's retry is then answered as a duplicate while
+// the handler's writes were rolled back, so they are lost.
 func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
 	rt, ok := ctx.Value(txKey{}).(*requestTx)
 	if !ok {
