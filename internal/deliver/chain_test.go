@@ -429,3 +429,34 @@ func TestChainPostgresGatedReceiverTakesAReplayAndASkip(t *testing.T) {
 	g.requireProcessed(t, "order-replay", versionsFrom(0, 8)...)
 	g.requireProcessed(t, "order-skip", 0, 1, 3, 4, 5, 6, 7)
 }
+
+// TestChainGatedReceiverGoesOnPastADeadLetterUnderSkipPolicy:
+// on_dead_letter skip: the next event names the dead-lettered one's
+// predecessor, on the replica that dead-lettered it and on the next one
+// (which reads the park bucket's record).
+func TestChainGatedReceiverGoesOnPastADeadLetterUnderSkipPolicy(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	g := newGatedReceiver(t, b)
+	g.setFail(func(e orderedEvent) int {
+		if e.stream == "order-go" && (e.version == 3 || e.version == 6) {
+			return http.StatusUnprocessableEntity
+		}
+		return 0
+	})
+	q := deadletter.New(b.js, deadletter.Config{})
+	require.NoError(t, q.Provision(b.ctx))
+	s := orderedSub("chaingo", g.URL)
+	s.OnDeadLetter = deliver.DeadLetterSkip
+	_, stop := b.startOrdered(t, deliver.Config{DeadLetters: q}, s)
+	b.publishStream(t, "order-go", 0, 7)
+	g.requireProcessed(t, "order-go", 0, 1, 2, 4, 5)
+	require.Eventually(t, func() bool {
+		n, err := q.Count(b.ctx, "chaingo")
+		return err == nil && n == 2
+	}, 20*time.Second, 20*time.Millisecond, "versions 3 and 6 dead-lettered")
+	stop()
+	b.publishStream(t, "order-go", 7, 9)
+	b.runOrdered(t, deliver.Config{DeadLetters: q}, s)
+	g.requireProcessed(t, "order-go", 0, 1, 2, 4, 5, 7, 8)
+}
