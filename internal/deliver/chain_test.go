@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -459,4 +460,44 @@ func TestChainGatedReceiverGoesOnPastADeadLetterUnderSkipPolicy(t *testing.T) {
 	b.publishStream(t, "order-go", 7, 9)
 	b.runOrdered(t, deliver.Config{DeadLetters: q}, s)
 	g.requireProcessed(t, "order-go", 0, 1, 2, 4, 5, 7, 8)
+}
+
+// TestChainGatedReceiverTakesAReplayOfADeadLetterStoredBeforeTheChain: a
+// dead letter without Jsbridge-Previous-Version (stored by a replica
+// before the version chain) is replayed with the predecessor its
+// partition would have named, read from the partitioned copy.
+func TestChainGatedReceiverTakesAReplayOfADeadLetterStoredBeforeTheChain(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	g := newGatedReceiver(t, b)
+	g.setFail(func(e orderedEvent) int {
+		if e.stream == "order-old" && e.version == 3 {
+			return http.StatusUnprocessableEntity
+		}
+		return 0
+	})
+	q := deadletter.New(b.js, deadletter.Config{})
+	require.NoError(t, q.Provision(b.ctx))
+	c := b.runOrdered(t, deliver.Config{DeadLetters: q}, orderedSub("chainold", g.URL))
+	b.publishStream(t, "order-old", 0, 6)
+	require.Eventually(t, func() bool {
+		p, err := deadletter.ListParked(b.ctx, b.js, "chainold")
+		return err == nil && len(p) == 1 && p[0].Held == 2
+	}, 20*time.Second, 20*time.Millisecond)
+	letters, err := q.List(b.ctx, "chainold")
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	old := letters[0]
+	old.PreviousVersion, old.Partition, old.LeaseEpoch = "", "", ""
+	h := nats.Header{}
+	for k, v := range old.Header {
+		if k != wire.HeaderPreviousVersion {
+			h[k] = v
+		}
+	}
+	old.Header = h
+	g.setFail(nil)
+	res := c.Replay(b.ctx, q, []deadletter.Stored{old})
+	require.NoError(t, res[0].Err)
+	g.requireProcessed(t, "order-old", versionsFrom(0, 6)...)
 }

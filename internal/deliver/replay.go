@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -109,4 +110,38 @@ func forgetSkipped(ctx context.Context, js jetstream.JetStream, subscription, st
 		return err
 	}
 	return deadletter.ForgetSkipped(ctx, kv, subscription, streamKey, version)
+}
+
+// withPrevious returns dl, of r's subscription, with the predecessor its
+// replay names in the version chain when dl was stored before the chain
+// (no PreviousVersion) by an ordered subscription: the stream's last
+// event before it in the partitioned copy that the subscription's filters
+// select, from its start on, stepped over the versions not delivered, as
+// its partition would have named it. dl as it is otherwise, or when that
+// cannot be read (logged; the replay then goes without the chain).
+func (c *Consumer) withPrevious(ctx context.Context, r *runner, dl deadletter.Stored) deadletter.Stored {
+	if dl.PreviousVersion != "" || !r.sub.Ordered() || dl.StreamSeq == 0 {
+		return dl
+	}
+	v, err := strconv.ParseInt(dl.Header.Get(wire.HeaderStreamVersion), 10, 64)
+	if err != nil {
+		return dl
+	}
+	events, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		r.log.Warn("a dead letter stored before the version chain goes without it: the events stream cannot be read", slog.Uint64("dlq_seq", dl.Seq), slog.Any("error", err))
+		return dl
+	}
+	prefix := eventsPrefixOf(events.CachedInfo().Config)
+	stream, _, err := wire.ParseSubject(prefix, dl.Subject)
+	if err != nil {
+		return dl
+	}
+	prev, err := newWindowChain(ctx, c, r.sub, prefix).before(ctx, wire.StreamKey(dl.Subject), stream, v, dl.StreamSeq)
+	if err != nil {
+		r.log.Warn("a dead letter stored before the version chain goes without it: its predecessor cannot be read", slog.Uint64("dlq_seq", dl.Seq), slog.Any("error", err))
+		return dl
+	}
+	dl.PreviousVersion = wire.FormatPreviousVersion(prev)
+	return dl
 }

@@ -135,10 +135,7 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 	if err != nil {
 		return res, fmt.Errorf("deliver: replay: JetStream stream %q: %w", c.cfg.Stream, err)
 	}
-	prefix := wire.DefaultEventsPrefix
-	if subj := events.CachedInfo().Config.Subjects; len(subj) == 1 {
-		prefix = strings.TrimSuffix(subj[0], ".>")
-	}
+	prefix := eventsPrefixOf(events.CachedInfo().Config)
 	last := events.CachedInfo().State.LastSeq
 	filters := windowFilters(r.sub.FilterSubjects, prefix, w.Stream)
 	if len(filters) == 0 || last == 0 {
@@ -307,9 +304,18 @@ func (wc *windowChain) previous(ctx context.Context, msg jetstream.Msg, pos Wind
 	if v, ok := wc.last[key]; ok {
 		return v, nil
 	}
-	if v, ok := streamVersion(msg); ok && v == 0 {
+	v, _ := streamVersion(msg)
+	return wc.before(ctx, key, pos.Stream, v, pos.Seq)
+}
+
+// before returns the predecessor of version v of stream (events stream
+// key key), at events stream sequence seq, among the events before the
+// window (the copy sequence of seq when the window starts there).
+func (wc *windowChain) before(ctx context.Context, key, stream string, v int64, seq uint64) (int64, error) {
+	if v == 0 {
 		return noPrevious, nil
 	}
+	pos := WindowPosition{Stream: stream, Seq: seq}
 	if wc.windowStart == 0 && !wc.noCopy {
 		// Every event of the stream at or after it is in the window (the
 		// replay's filters are the subscription's): its predecessor before
