@@ -67,7 +67,7 @@ func ListParked(ctx context.Context, js jetstream.JetStream, subscription string
 	}
 	var keys []string
 	for k := range l.Keys() {
-		if !strings.HasPrefix(k, wire.AttemptsKeyPrefix) { // failed attempts' counts share the bucket
+		if !strings.HasPrefix(k, wire.AttemptsKeyPrefix) && !strings.HasPrefix(k, wire.SkippedKeyPrefix) { // failed attempts' counts and skipped versions share the bucket
 			keys = append(keys, k)
 		}
 	}
