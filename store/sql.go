@@ -40,7 +40,8 @@ type queries struct {
 	block   string
 	release string
 
-	postpone string
+	postpone  string
+	endLeases string
 
 	streams      string
 	unblock      string
@@ -246,6 +247,14 @@ WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 		release: r.Replace(`UPDATE {schema}.streams
 SET leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = ANY($2) AND leased_by = $1 AND leased_until > now()
+RETURNING stream`),
+		// Ends (expires now, holder kept) every live lease $1 holds but
+		// those on $2: the next claim takes them at once and, naming $1
+		// as the previous holder, reconciles. No index on leased_by: it
+		// runs only after a store call failed, not on every cycle.
+		endLeases: r.Replace(`UPDATE {schema}.streams
+SET leased_until = now(), updated_at = now()
+WHERE leased_by = $1 AND leased_until > now() AND NOT (stream = ANY($2))
 RETURNING stream`),
 
 		// Ages are on the database clock and never negative: a created in

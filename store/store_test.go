@@ -612,6 +612,37 @@ func TestReleaseLetsAnotherOwnerClaim(t *testing.T) {
 	}
 }
 
+func TestEndLeasesKeepsTheStreamsInFlightAndOthersLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, st := range []string{"e-1", "e-2", "e-3"} {
+		b.appendN(t, st, 1)
+	}
+	claims, err := b.store.Claim(b.ctx, "a", 10, time.Hour)
+	require.NoError(t, err)
+	require.Len(t, claims, 3)
+	b.appendN(t, "other-1", 1)
+	_, err = b.store.Claim(b.ctx, "b", 10, time.Hour)
+	require.NoError(t, err)
+
+	ended, err := b.store.EndLeases(b.ctx, "a", []string{"e-2"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"e-1", "e-3"}, ended, "every lease of a's but the one kept")
+
+	claims, err = b.store.Claim(b.ctx, "c", 10, time.Hour)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"e-1", "e-3"}, claimedNames(claims), "ended leases are claimable at once; e-2 (kept) and b's are not")
+	for _, c := range claims {
+		require.Equal(t, "a", c.PreviousHolder, "the next claim reconciles")
+		require.Zero(t, c.Retry)
+	}
+	ended, err = b.store.EndLeases(b.ctx, "a", nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"e-2"}, ended)
+	_, err = b.store.EndLeases(b.ctx, "", nil)
+	require.ErrorIs(t, err, store.ErrInvalidInput)
+}
+
 func TestStreamsFiltersResetAndTotals(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

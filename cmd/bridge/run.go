@@ -46,7 +46,7 @@ type runCmd struct {
 	ShutdownGrace    time.Duration `name:"shutdown-grace" env:"JSBRIDGE_SHUTDOWN_GRACE" default:"10s" help:"On SIGTERM, how long the batch in flight may go on; what it publishes is acked, the rest released (default: ${default})."`
 	StartupTimeout   time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when Postgres, its migrations, NATS or the JetStream stream are not available within this time; 0 waits forever (default: ${default})."`
 	Migrate          bool          `name:"migrate" env:"JSBRIDGE_MIGRATE" default:"true" negatable:"" help:"Apply pending migrations at start (default: ${default})."`
-	SettleTimeout    time.Duration `name:"settle-timeout" env:"JSBRIDGE_SETTLE_TIMEOUT" default:"5s" help:"How long an ack, retry or block may wait for a stream's row that an application transaction holds (Postgres lock_timeout); past it the settle fails and the stream is claimed again after its lease (default: ${default})."`
+	SettleTimeout    time.Duration `name:"settle-timeout" env:"JSBRIDGE_SETTLE_TIMEOUT" default:"5s" help:"How long an ack, retry or block may wait for a stream's row that an application transaction holds (Postgres lock_timeout); past it the settle fails and the bridge ends the stream's lease at its next cycle, so the stream is claimed again at once (default: ${default})."`
 	Pprof            bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr          string        `name:"ops-addr" env:"JSBRIDGE_BRIDGE_OPS_ADDR" default:"127.0.0.1:9464" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
 
