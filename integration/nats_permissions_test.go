@@ -84,12 +84,36 @@ func TestLeastPrivilegePermissionsDeliverEndToEnd(t *testing.T) {
 		"--name", "least", "--url", rsrv.URL, "--allow-private", "--ops-addr", consumerOps)
 	waitHTTP200(t, "http://"+consumerOps+"/readyz")
 
-	out, err := cli(t, env, "bridge", "append", "order-1", "OrderPlaced", `{"total": 42}`)
-	require.NoError(t, err, out)
-	require.Eventually(t, func() bool { return rc.count() == 1 }, 30*time.Second, 50*time.Millisecond,
-		"the event never reached the endpoint; bridge:\n%s\nconsumer:\n%s", bridge, consumer)
-
+	// A subscription kept in the bucket: added by the operator, read and
+	// watched by a consumer as the consumer user.
 	ops := append(env, as("ops")...)
+	dir := t.TempDir()
+	keyFile, secretFile := filepath.Join(dir, "keys"), filepath.Join(dir, "secret")
+	keygen, err := cli(t, ops, "consumer", "subscriptions", "keygen")
+	require.NoError(t, err, keygen)
+	var key string
+	for _, line := range strings.Split(keygen, "\n") { // the key line, not the hint
+		if line != "" && !strings.ContainsAny(line, " #") {
+			key = line
+		}
+	}
+	require.NotEmpty(t, key, keygen)
+	require.NoError(t, os.WriteFile(keyFile, []byte(key+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(secretFile, []byte(testSecret+"\n"), 0o600))
+	kc, ksrv := newRecorder(t)
+	out, err := cli(t, ops, "consumer", "subscriptions", "add", "fromkv", "--url", ksrv.URL, "--filter", "events.>", "--secret-file", secretFile,
+		"--allow-private", "--secrets-key-file", keyFile)
+	require.NoError(t, err, out)
+	kvOps := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	kvConsumer := daemon(t, append(env, as("consumer")...), "consumer", "run", "--subscriptions-from", "kv", "--secrets-key-file", keyFile,
+		"--ops-addr", kvOps)
+	waitHTTP200(t, "http://"+kvOps+"/readyz")
+
+	out, err = cli(t, env, "bridge", "append", "order-1", "OrderPlaced", `{"total": 42}`)
+	require.NoError(t, err, out)
+	require.Eventually(t, func() bool { return rc.count() == 1 && kc.count() == 1 }, 30*time.Second, 50*time.Millisecond,
+		"the event never reached both endpoints; bridge:\n%s\nconsumer:\n%s\nkv consumer:\n%s", bridge, consumer, kvConsumer)
+
 	for _, args := range [][]string{
 		{"bridge", "verify"},
 		{"bridge", "retention"},
@@ -100,7 +124,7 @@ func TestLeastPrivilegePermissionsDeliverEndToEnd(t *testing.T) {
 		out, err := cli(t, ops, args[0], args[1:]...)
 		require.NoError(t, err, "%s as ops: %s", strings.Join(args, " "), out)
 	}
-	for who, out := range map[string]*syncBuffer{"bridge": bridge, "consumer": consumer} {
+	for who, out := range map[string]*syncBuffer{"bridge": bridge, "consumer": consumer, "kv consumer": kvConsumer} {
 		require.NotContains(t, out.String(), "Permissions Violation", "%s was refused a subject:\n%s", who, out)
 	}
 }
