@@ -335,13 +335,19 @@ func (d *Drain) takeBack(ctx context.Context) {
 		keep = append(keep, s)
 	}
 	d.mu.Unlock()
-	ended, err := d.store.EndLeases(ctx, d.cfg.Owner, keep)
+	ended, busy, err := d.store.EndLeases(ctx, d.cfg.Owner, keep)
 	if err != nil {
 		d.loseTrack()
 		return // the claim that follows fails too, and is logged
 	}
 	if len(ended) > 0 {
 		d.log.Info("leases left by failed store calls ended; streams claimable again", "streams", ended)
+	}
+	if len(busy) > 0 {
+		// Rows another transaction holds: never waited for (the other
+		// streams must not wait behind them); tried again next cycle.
+		d.log.Debug("leases left by failed store calls: streams busy, trying again", "streams", busy)
+		d.loseTrack()
 	}
 }
 

@@ -60,10 +60,12 @@ type Store interface {
 	// EndLeases ends now every live lease owner holds on a stream not in
 	// keep, without counting a retry or moving the watermark, and returns
 	// those streams: the next claim takes them at once and reports owner as
-	// Claim.PreviousHolder, so it reconciles. The drain calls it after a
-	// store call failed (a settle or a claim whose answer was lost may have
-	// left leases it will never settle), keeping the streams in flight.
-	EndLeases(ctx context.Context, owner string, keep []string) ([]string, error)
+	// Claim.PreviousHolder, so it reconciles. Streams it could not end
+	// without waiting (another transaction holds them) come back in busy.
+	// The drain calls it after a store call failed (a settle or claim
+	// whose answer was lost may have left leases it will never settle),
+	// keeping the streams in flight.
+	EndLeases(ctx context.Context, owner string, keep []string) (ended, busy []string, err error)
 }
 
 // Notifier wakes the drain when new events may have been appended (Postgres

@@ -249,7 +249,9 @@ func (s *Store) Release(ctx context.Context, owner string, streams []string) err
 // its holder with leased_until = now(): the next claim, by owner or any
 // other drainer, takes the stream at once without counting a retry and
 // reports owner as event.Claim.PreviousHolder, so that claim reconciles
-// with what the bus already holds. Nothing else moves.
+// with what the bus already holds. Nothing else moves. A stream whose row
+// another transaction holds (an application's append, say) is skipped
+// rather than waited for, and returned in busy (sorted): call again.
 //
 // It is for a drainer that lost track of what it holds: a settle whose
 // answer was lost (a Postgres failover cut the connection) leaves the
@@ -257,26 +259,34 @@ func (s *Store) Release(ctx context.Context, owner string, streams []string) err
 // whose answer was lost leaves leases owner never learnt of. Waiting for
 // them to expire would hold those streams for the whole lease. keep names
 // the streams owner is still working on.
-func (s *Store) EndLeases(ctx context.Context, owner string, keep []string) ([]string, error) {
+func (s *Store) EndLeases(ctx context.Context, owner string, keep []string) (ended, busy []string, err error) {
 	if owner == "" {
-		return nil, fmt.Errorf("%w: end leases: owner is empty", ErrInvalidInput)
+		return nil, nil, fmt.Errorf("%w: end leases: owner is empty", ErrInvalidInput)
 	}
 	if keep == nil {
 		keep = []string{} // NOT (stream = ANY(NULL)) is NULL: nothing would match
 	}
-	var ended []string
 	b := s.lockTimeoutBatch()
 	b.Queue(s.q.endLeases, owner, keep).Query(func(rows pgx.Rows) error {
-		var err error
-		ended, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		var stream string
+		var skipped bool
+		_, err := pgx.ForEachRow(rows, []any{&stream, &skipped}, func() error {
+			if skipped {
+				busy = append(busy, stream)
+			} else {
+				ended = append(ended, stream)
+			}
+			return nil
+		})
 		return err
 	})
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		if pgCode(err) == sqlStateLockNotAvailable {
 			err = fmt.Errorf("%w (%s)", ErrSettleTimeout, s.settleTimeout)
 		}
-		return nil, fmt.Errorf("end leases of %s: %w", owner, err)
+		return nil, nil, fmt.Errorf("end leases of %s: %w", owner, err)
 	}
 	slices.Sort(ended)
-	return ended, nil
+	slices.Sort(busy)
+	return ended, busy, nil
 }

@@ -625,9 +625,20 @@ func TestEndLeasesKeepsTheStreamsInFlightAndOthersLeases(t *testing.T) {
 	_, err = b.store.Claim(b.ctx, "b", 10, time.Hour)
 	require.NoError(t, err)
 
-	ended, err := b.store.EndLeases(b.ctx, "a", []string{"e-2"})
+	// An application's transaction holds e-3's row: skipped, not waited for.
+	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{"e-1", "e-3"}, ended, "every lease of a's but the one kept")
+	_, err = tx.Exec(b.ctx, "SELECT 1 FROM "+b.store.Schema()+".streams WHERE stream = 'e-3' FOR UPDATE")
+	require.NoError(t, err)
+	ended, busy, err := b.store.EndLeases(b.ctx, "a", []string{"e-2"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"e-1"}, ended)
+	require.Equal(t, []string{"e-3"}, busy, "a locked row is reported busy")
+	require.NoError(t, tx.Rollback(b.ctx))
+	ended, busy, err = b.store.EndLeases(b.ctx, "a", []string{"e-2"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"e-3"}, ended, "every lease of a's but the one kept")
+	require.Empty(t, busy)
 
 	claims, err = b.store.Claim(b.ctx, "c", 10, time.Hour)
 	require.NoError(t, err)
@@ -636,10 +647,10 @@ func TestEndLeasesKeepsTheStreamsInFlightAndOthersLeases(t *testing.T) {
 		require.Equal(t, "a", c.PreviousHolder, "the next claim reconciles")
 		require.Zero(t, c.Retry)
 	}
-	ended, err = b.store.EndLeases(b.ctx, "a", nil)
+	ended, _, err = b.store.EndLeases(b.ctx, "a", nil)
 	require.NoError(t, err)
 	require.Equal(t, []string{"e-2"}, ended)
-	_, err = b.store.EndLeases(b.ctx, "", nil)
+	_, _, err = b.store.EndLeases(b.ctx, "", nil)
 	require.ErrorIs(t, err, store.ErrInvalidInput)
 }
 
