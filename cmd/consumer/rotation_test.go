@@ -101,6 +101,7 @@ func TestSecretRotationUnderLoadHasNoSignatureFailure(t *testing.T) {
 	stop := make(chan struct{})
 	loadDone := make(chan error, 1)
 	go func() {
+		versions := map[string]int{} // per stream, as the bridge numbers them
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for n := 1; ; n++ {
@@ -111,9 +112,12 @@ func TestSecretRotationUnderLoadHasNoSignatureFailure(t *testing.T) {
 			case <-tick.C:
 			}
 			stream, id := fmt.Sprintf("order-%d", n%16), strconv.Itoa(n)
+			version := versions[stream]
+			versions[stream]++
 			_, err := k.js.PublishMsg(k.ctx, &nats.Msg{Subject: wire.Subject(wire.DefaultEventsPrefix, stream, "OrderPlaced"),
-				Header: nats.Header{wire.HeaderMsgID: []string{id}, wire.HeaderType: []string{"OrderPlaced"}, wire.HeaderSubject: []string{stream}},
-				Data:   []byte(`{}`)})
+				Header: nats.Header{wire.HeaderMsgID: []string{id}, wire.HeaderType: []string{"OrderPlaced"}, wire.HeaderSubject: []string{stream},
+					wire.HeaderStreamVersion: []string{strconv.Itoa(version)}},
+				Data: []byte(`{}`)})
 			if err != nil {
 				loadDone <- err
 				return
