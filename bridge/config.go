@@ -107,8 +107,9 @@ type Config struct {
 	// than MaxAge, the oldest messages while the stream holds more than
 	// MaxBytes bytes, and all but the last MaxMsgsPerSubject messages of a
 	// subject (one event name of one source stream). Zero means no limit
-	// (the default: every event is kept forever). An existing stream
-	// keeps its own; Provision logs them, and warns when they differ.
+	// (every event is kept forever; `bridge run --max-age` defaults to
+	// DefaultMaxAge instead). An existing stream keeps its own; Provision
+	// logs them, and warns when they differ; SetRetention changes them.
 	// What each gives up: docs/retention.md. The drain tells a stream
 	// whose messages aged out from one JetStream lost, and Verify reports
 	// aged-out events apart from missing ones.

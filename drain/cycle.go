@@ -41,7 +41,10 @@ import (
 // context, so a batch in flight is settled even after ctx is done. A settle
 // fenced off by an expired lease (event.ErrLeaseLost) is logged and counted, not
 // returned: the stream is claimed again and JetStream's duplicate window
-// absorbs the re-publish. Store errors are returned (joined) with the stats so far. Cycle
+// absorbs the re-publish. Store errors are returned (joined) with the stats so far; a
+// settle or claim that failed may have left leases this drainer holds but
+// will not settle, so the next cycle first ends them (Store.EndLeases,
+// keeping the streams in flight) and claims them again at once. Cycle
 // must not run concurrently with itself or Run on the same Drain.
 func (d *Drain) Cycle(ctx context.Context) (Stats, error) {
 	limit := d.cfg.ClaimLimit
@@ -141,9 +144,11 @@ func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
 	if ctx.Err() != nil {
 		return nil, nil
 	}
+	d.takeBack(cctx)
 	claims, err := d.store.Claim(cctx, d.cfg.Owner, limit, d.cfg.Lease)
 	d.cfg.Observer.Claimed(len(claims), d.cfg.Clock.Since(c.start), err)
 	if err != nil {
+		d.loseTrack() // the claim may have committed all the same
 		return nil, fmt.Errorf("drain: claim: %w", err)
 	}
 	if len(claims) == 0 {
@@ -205,6 +210,8 @@ func (d *Drain) giveBack(streams []string) {
 		d.unhold(streams...)
 	} else {
 		d.log.Warn("drain: give back streams claimed ahead", "streams", len(streams), "error", err)
+		d.unhold(streams...)
+		d.loseTrack()
 	}
 }
 
@@ -296,6 +303,51 @@ func (d *Drain) hold(claims []event.Claim) {
 	defer d.mu.Unlock()
 	for _, c := range claims {
 		d.held[c.Stream] = true
+	}
+}
+
+// loseTrack notes that a store call that claims or settles failed: this
+// drainer may hold leases it will not settle, which the next takeBack
+// ends. The streams concerned must no longer be held.
+func (d *Drain) loseTrack() {
+	d.mu.Lock()
+	d.lostTrack = true
+	d.mu.Unlock()
+}
+
+// takeBack, after a store call that claims or settles failed (loseTrack),
+// ends every lease this drainer holds but those of the streams it holds
+// in flight (Store.EndLeases), so that they are claimed again at once and
+// reconciled, by this drainer or another, instead of waiting out the
+// lease. A settle whose answer a Postgres failover cut is the usual case:
+// its stream's lease survives on the promoted server, held by a live
+// drainer that will never settle it. When the store still fails, the
+// next call tries again.
+func (d *Drain) takeBack(ctx context.Context) {
+	d.mu.Lock()
+	if !d.lostTrack {
+		d.mu.Unlock()
+		return
+	}
+	d.lostTrack = false // a failure from now on sets it again
+	keep := make([]string, 0, len(d.held))
+	for s := range d.held {
+		keep = append(keep, s)
+	}
+	d.mu.Unlock()
+	ended, busy, err := d.store.EndLeases(ctx, d.cfg.Owner, keep)
+	if err != nil {
+		d.loseTrack()
+		return // the claim that follows fails too, and is logged
+	}
+	if len(ended) > 0 {
+		d.log.Info("leases left by failed store calls ended; streams claimable again", "streams", ended)
+	}
+	if len(busy) > 0 {
+		// Rows another transaction holds: never waited for (the other
+		// streams must not wait behind them); tried again next cycle.
+		d.log.Debug("leases left by failed store calls: streams busy, trying again", "streams", busy)
+		d.loseTrack()
 	}
 }
 

@@ -150,6 +150,10 @@ type Drain struct {
 
 	mu   sync.Mutex
 	held map[string]bool // streams claimed and not settled yet
+	// lostTrack is set when a store call that claims or settles failed:
+	// this drainer may hold leases it will not settle (a settle or claim
+	// whose answer was lost). The next prepare ends them (takeBack).
+	lostTrack bool
 
 	// outage is set by a cycle that forwarded nothing because the bus was
 	// unavailable, and cleared by one that got through: while set, cycles
@@ -431,8 +435,12 @@ func (d *Drain) subscribe(ctx context.Context) <-chan struct{} {
 	return ch
 }
 
-// releaseHeld gives back, at shutdown, any lease a failed settle left held.
+// releaseHeld gives back, at shutdown, any lease still held: streams
+// claimed and not settled are released, and those a failed settle or
+// claim may have left leased are ended (takeBack).
 func (d *Drain) releaseHeld() {
+	ctx, cancel := d.settleContext()
+	defer cancel()
 	d.mu.Lock()
 	streams := make([]string, 0, len(d.held))
 	for s := range d.held {
@@ -440,10 +448,9 @@ func (d *Drain) releaseHeld() {
 	}
 	d.mu.Unlock()
 	if len(streams) == 0 {
+		d.takeBack(ctx)
 		return
 	}
-	ctx, cancel := d.settleContext()
-	defer cancel()
 	if err := d.store.Release(ctx, d.cfg.Owner, streams); err != nil {
 		d.log.Warn("drain release leases at shutdown", "streams", streams, "error", err)
 	}
@@ -452,6 +459,7 @@ func (d *Drain) releaseHeld() {
 		delete(d.held, s)
 	}
 	d.mu.Unlock()
+	d.takeBack(ctx) // what failed settles left leased, for the next owner
 }
 
 // settleContext bounds settling, which must happen even when the run's

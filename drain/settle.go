@@ -237,6 +237,10 @@ func (d *Drain) settled(c event.Claim, dec decision, err error, took time.Durati
 		log.Warn("stream lease lost before settling; it will be claimed again", "event_id", failedID(dec.failed), "error", err)
 		return nil
 	default:
+		// The settle may not have been applied, and the lease is still
+		// ours: the next cycle ends it (takeBack) rather than wait it out.
+		d.unhold(c.Stream)
+		d.loseTrack()
 		return fmt.Errorf("drain: settle stream %q: %w", c.Stream, err)
 	}
 }

@@ -57,6 +57,15 @@ type Store interface {
 	// Release gives up the leases owner holds on streams without counting a
 	// retry or moving the watermark (used at shutdown).
 	Release(ctx context.Context, owner string, streams []string) error
+	// EndLeases ends now every live lease owner holds on a stream not in
+	// keep, without counting a retry or moving the watermark, and returns
+	// those streams: the next claim takes them at once and reports owner as
+	// Claim.PreviousHolder, so it reconciles. Streams it could not end
+	// without waiting (another transaction holds them) come back in busy.
+	// The drain calls it after a store call failed (a settle or claim
+	// whose answer was lost may have left leases it will never settle),
+	// keeping the streams in flight.
+	EndLeases(ctx context.Context, owner string, keep []string) (ended, busy []string, err error)
 }
 
 // Notifier wakes the drain when new events may have been appended (Postgres

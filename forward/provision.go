@@ -318,7 +318,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 	if p.Limits != cfg.Limits {
 		p.Warnings = append(p.Warnings, fmt.Sprintf(
 			"JetStream stream %s has retention %s, not the %s asked for; it is left as it is (a stream's retention is the operator's): "+
-				"change it with: nats stream edit %s --max-age ... --max-bytes ... --max-msgs-per-subject ... (or ask for what it has)",
+				"change it with: bridge retention --jetstream-stream %s --max-age ... --max-bytes ... --max-msgs-per-subject ... --yes (or ask for what it has)",
 			cfg.Name, p.Limits, cfg.Limits, cfg.Name))
 	}
 	if cfg.Compress && !p.Compressed {

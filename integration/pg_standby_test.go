@@ -118,10 +118,13 @@ func startStandbyPair(t *testing.T) (primary, standby pgNode, url string) {
 // (immediate stop) and the standby is promoted: the bridge finds the new
 // primary, listens there again and goes on. JetStream ends up with every
 // event once, each stream in order, and the promoted standby's watermarks
-// are at the heads. (The drain pauses PollInterval after a failed cycle,
-// doubling up to 30 s, without waking on a notification: the poll
-// interval is kept short here so the test is quick, and the LISTEN is
-// checked on the new primary itself.)
+// are at the heads. The bridge runs with the default lease (30 s): the
+// streams whose settle or claim the crash cut are still leased to it on
+// the promoted server, and it ends those leases at its first cycle there
+// instead of waiting them out, so every event is in JetStream well inside
+// half a lease of the promotion. (The drain pauses PollInterval after a
+// failed cycle, doubling up to 30 s, without waking on a notification;
+// the LISTEN is checked on the new primary itself.)
 func TestBridgePostgresFailoverToPromotedStandby(t *testing.T) {
 	t.Parallel()
 	primary, standby, url := startStandbyPair(t)
@@ -138,8 +141,7 @@ func TestBridgePostgresFailoverToPromotedStandby(t *testing.T) {
 	_, err = pool.Exec(context.Background(), "INSERT INTO ha.events (stream, version, name, data) "+
 		"SELECT 'order-' || s, v, 'OrderNoted', '{}' FROM generate_series(0, $1 - 1) v, generate_series(0, $2 - 1) s ORDER BY v, s", before, streams)
 	require.NoError(t, err)
-	p := startBridgeProc(t, env, "--nats-url", srv.ClientURL(), "--ops-addr", "", "--poll-interval", "2s", "--lease", "5s",
-		"--claim-limit", "10", "--fetch-limit", "20")
+	p := startBridgeProc(t, env, "--nats-url", srv.ClientURL(), "--ops-addr", "", "--claim-limit", "10", "--fetch-limit", "20")
 	insert := func(v int) {
 		t.Helper()
 		require.Eventually(t, func() bool {
@@ -158,13 +160,17 @@ func TestBridgePostgresFailoverToPromotedStandby(t *testing.T) {
 	t.Logf("primary crashed with %d of %d events in JetStream", atCrash, before*streams)
 	require.Less(t, atCrash, uint64(before*streams), "the crash came in the middle of the drain")
 	standby.ctl(t, "promote")
+	promoted := time.Now()
 	const after = before + 10
 	for v := before; v < after; v++ {
 		insert(v)
 	}
 	require.Eventually(t, func() bool { return jsMessages(js) >= streams*after }, 40*time.Second, 50*time.Millisecond,
 		"JetStream holds %d of %d events; bridge output:\n%s", jsMessages(js), streams*after, p.output())
-	t.Logf("every event forwarded %v after the crash", time.Since(crashed).Round(time.Millisecond))
+	took := time.Since(promoted)
+	t.Logf("every event forwarded %v after the crash, %v after the promotion; taken back: %q",
+		time.Since(crashed).Round(time.Millisecond), took.Round(time.Millisecond), takenBack(p.output()))
+	require.Less(t, took, 15*time.Second, "no stream waited out its 30 s lease; bridge output:\n%s", p.output())
 	heads := map[string]int64{}
 	for s := range streams {
 		heads[fmt.Sprintf("order-%d", s)] = after - 1
@@ -179,4 +185,24 @@ func TestBridgePostgresFailoverToPromotedStandby(t *testing.T) {
 		err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN ha'").Scan(&listening)
 		return err == nil && listening == 1
 	}, 10*time.Second, 50*time.Millisecond, "the bridge listens on the promoted standby")
+}
+
+// takenBack returns the streams the bridge's log says it took back after
+// a failed store call (the drain's "leases left by failed store calls
+// ended" records), in the order logged.
+func takenBack(logs string) []string {
+	var out []string
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, "leases left by failed store calls ended") {
+			continue
+		}
+		if _, rest, ok := strings.Cut(line, "streams=\"["); ok {
+			list, _, _ := strings.Cut(rest, "]")
+			out = append(out, strings.Fields(list)...)
+		} else if _, rest, ok := strings.Cut(line, "streams=["); ok {
+			list, _, _ := strings.Cut(rest, "]")
+			out = append(out, strings.Fields(list)...)
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -265,4 +266,51 @@ func (s *Store) Release(ctx context.Context, owner string, streams []string) err
 		return nil
 	}
 	return fmt.Errorf("release streams %q for %s: %w", lost, owner, event.ErrLeaseLost)
+}
+
+// EndLeases ends, now, every live lease owner holds on a stream not in
+// keep, and returns those streams (sorted). An ended lease keeps owner as
+// its holder with leased_until = now(): the next claim, by owner or any
+// other drainer, takes the stream at once without counting a retry and
+// reports owner as event.Claim.PreviousHolder, so that claim reconciles
+// with what the bus already holds. Nothing else moves. A stream whose row
+// another transaction holds (an application's append, say) is skipped
+// rather than waited for, and returned in busy (sorted): call again.
+//
+// It is for a drainer that lost track of what it holds: a settle whose
+// answer was lost (a Postgres failover cut the connection) leaves the
+// stream leased to a live owner that will not settle it, and a claim
+// whose answer was lost leaves leases owner never learnt of. Waiting for
+// them to expire would hold those streams for the whole lease. keep names
+// the streams owner is still working on.
+func (s *Store) EndLeases(ctx context.Context, owner string, keep []string) (ended, busy []string, err error) {
+	if owner == "" {
+		return nil, nil, fmt.Errorf("%w: end leases: owner is empty", ErrInvalidInput)
+	}
+	if keep == nil {
+		keep = []string{} // NOT (stream = ANY(NULL)) is NULL: nothing would match
+	}
+	b := s.lockTimeoutBatch()
+	b.Queue(s.q.endLeases, owner, keep).Query(func(rows pgx.Rows) error {
+		var stream string
+		var skipped bool
+		_, err := pgx.ForEachRow(rows, []any{&stream, &skipped}, func() error {
+			if skipped {
+				busy = append(busy, stream)
+			} else {
+				ended = append(ended, stream)
+			}
+			return nil
+		})
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		if pgCode(err) == sqlStateLockNotAvailable {
+			err = fmt.Errorf("%w (%s)", ErrSettleTimeout, s.settleTimeout)
+		}
+		return nil, nil, fmt.Errorf("end leases of %s: %w", owner, err)
+	}
+	slices.Sort(ended)
+	slices.Sort(busy)
+	return ended, busy, nil
 }

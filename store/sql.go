@@ -42,7 +42,8 @@ type queries struct {
 	release string
 	wake    string
 
-	postpone string
+	postpone  string
+	endLeases string
 
 	streams      string
 	unblock      string
@@ -280,6 +281,29 @@ WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 SET leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = ANY($2) AND leased_by = $1 AND leased_until > now()
 RETURNING stream`),
+		// Ends (expires now, holder kept) every live lease $1 holds but
+		// those on $2: the next claim takes them at once and, naming $1
+		// as the previous holder, reconciles. Rows another transaction
+		// holds (an application's, a settle's) are skipped, never waited
+		// for, and come back with busy set, to be tried again. No index on
+		// leased_by: it runs only after a store call failed.
+		endLeases: r.Replace(`WITH mine AS (
+    SELECT stream FROM {schema}.streams
+    WHERE leased_by = $1 AND leased_until > now() AND NOT (stream = ANY($2))
+), ended AS (
+    UPDATE {schema}.streams s
+    SET leased_until = now(), updated_at = now()
+    FROM (
+        SELECT stream FROM {schema}.streams
+        WHERE leased_by = $1 AND leased_until > now() AND NOT (stream = ANY($2))
+        FOR UPDATE SKIP LOCKED
+    ) l
+    WHERE s.stream = l.stream
+    RETURNING s.stream
+)
+SELECT stream, false FROM ended
+UNION ALL
+SELECT stream, true FROM mine WHERE stream NOT IN (SELECT stream FROM ended)`),
 
 		// Ages are on the database clock and never negative: a created in
 		// the future (an app writing its own clock's time) counts as 0.

@@ -624,6 +624,48 @@ func TestReleaseLetsAnotherOwnerClaim(t *testing.T) {
 	}
 }
 
+func TestEndLeasesKeepsTheStreamsInFlightAndOthersLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, st := range []string{"e-1", "e-2", "e-3"} {
+		b.appendN(t, st, 1)
+	}
+	claims, err := b.store.Claim(b.ctx, "a", 10, time.Hour)
+	require.NoError(t, err)
+	require.Len(t, claims, 3)
+	b.appendN(t, "other-1", 1)
+	_, err = b.store.Claim(b.ctx, "b", 10, time.Hour)
+	require.NoError(t, err)
+
+	// An application's transaction holds e-3's row: skipped, not waited for.
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, "SELECT 1 FROM "+b.store.Schema()+".streams WHERE stream = 'e-3' FOR UPDATE")
+	require.NoError(t, err)
+	ended, busy, err := b.store.EndLeases(b.ctx, "a", []string{"e-2"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"e-1"}, ended)
+	require.Equal(t, []string{"e-3"}, busy, "a locked row is reported busy")
+	require.NoError(t, tx.Rollback(b.ctx))
+	ended, busy, err = b.store.EndLeases(b.ctx, "a", []string{"e-2"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"e-3"}, ended, "every lease of a's but the one kept")
+	require.Empty(t, busy)
+
+	claims, err = b.store.Claim(b.ctx, "c", 10, time.Hour)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"e-1", "e-3"}, claimedNames(claims), "ended leases are claimable at once; e-2 (kept) and b's are not")
+	for _, c := range claims {
+		require.Equal(t, "a", c.PreviousHolder, "the next claim reconciles")
+		require.Zero(t, c.Retry)
+	}
+	ended, _, err = b.store.EndLeases(b.ctx, "a", nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"e-2"}, ended)
+	_, _, err = b.store.EndLeases(b.ctx, "", nil)
+	require.ErrorIs(t, err, store.ErrInvalidInput)
+}
+
 func TestStreamsFiltersResetAndTotals(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

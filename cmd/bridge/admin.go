@@ -175,14 +175,70 @@ func (s *streamsCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		return nil
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	return printStreams(os.Stdout, infos, s.Blocked)
+}
+
+// printStreams writes infos as a table, then the next step for the
+// blocked streams and those backing off among them (docs/recovery.md).
+// onlyBlocked is whether the listing was --blocked.
+func printStreams(w io.Writer, infos []store.StreamInfo, onlyBlocked bool) error {
+	if len(infos) == 0 {
+		msg := "no streams"
+		if onlyBlocked {
+			msg = "no blocked streams"
+		}
+		_, err := fmt.Fprintln(w, msg)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STREAM\tWATERMARK\tHEAD\tLAG\tLAG_AGE\tRETRY\tNEXT_ATTEMPT\tBLOCKED\tLEASED_BY\tLEASED_UNTIL\tERROR")
+	var blocked, backingOff []store.StreamInfo
 	for _, i := range infos {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%s\t%t\t%s\t%s\t%s\n",
 			i.Stream, i.Watermark, i.Head, i.Lag, i.LagAge.Round(time.Millisecond), i.Retry,
 			fmtTime(i.NextAttempt), i.Blocked, dash(i.LeasedBy), fmtTime(i.LeasedUntil), dash(i.Error))
+		switch {
+		case i.Blocked:
+			blocked = append(blocked, i)
+		case i.Retry > 0:
+			backingOff = append(backingOff, i)
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, streamsNext(blocked, backingOff))
+	return err
+}
+
+// nextNamed is how many streams streamsNext names in a command; past it
+// the command takes --all or --match.
+const nextNamed = 5
+
+// streamsNext is what bridge streams says to do about the blocked streams
+// and those backing off after failures: empty when there are none.
+func streamsNext(blocked, backingOff []store.StreamInfo) string {
+	var b strings.Builder
+	names := func(infos []store.StreamInfo) string {
+		if len(infos) > nextNamed {
+			return "--all (or --match REGEX)"
+		}
+		out := make([]string, len(infos))
+		for k, i := range infos {
+			out[k] = i.Stream
+		}
+		return strings.Join(out, " ")
+	}
+	if len(blocked) > 0 {
+		fmt.Fprintf(&b, "\n%d blocked: nothing of theirs is forwarded until an operator acts. Fix the cause their ERROR names, then\n", len(blocked))
+		fmt.Fprintf(&b, "  bridge unblock %s\n", names(blocked))
+		b.WriteString("resumes them after their WATERMARK (no event is skipped or sent twice). `bridge reset STREAM --yes` forwards a stream again from version 0 instead. See docs/recovery.md\n")
+	}
+	if len(backingOff) > 0 {
+		fmt.Fprintf(&b, "\n%d retrying after failures (RETRY > 0): each tries again at its NEXT_ATTEMPT by itself, and blocks after --max-retries; `bridge unblock %s` tries now.\n",
+			len(backingOff), names(backingOff))
+	}
+	return b.String()
 }
 
 type streamRow struct {

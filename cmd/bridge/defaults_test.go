@@ -41,6 +41,7 @@ func TestRunFlagDefaultsAreTheBridgeDefaults(t *testing.T) {
 		"publish-timeout":  bridge.DefaultPublishTimeout,
 		"shutdown-grace":   bridge.DefaultShutdownGrace,
 		"settle-timeout":   bridge.DefaultSettleTimeout,
+		"max-age":          bridge.DefaultMaxAge,
 		// No default on either side: "" means the bridge's own events
 		// table, and a generated lease holder name.
 		"events-table": "",

@@ -3,7 +3,7 @@
 // stream order with Nats-Msg-Id = event id, and advances each stream's
 // watermark, retries with backoff, or blocks the stream.
 //
-// Subcommands: run, migrate, append, streams, unblock, reset, verify,
+// Subcommands: run, migrate, append, streams, unblock, reset, retention, verify,
 // version, probe. See --help.
 package main
 
@@ -15,15 +15,16 @@ type cli struct {
 
 	CLIReference cliReferenceCmd `cmd:"" name:"cli-reference" hidden:"" help:"Print the command-line reference (docs/cli.md) generated from the flags."`
 
-	Run     runCmd         `cmd:"" help:"Drain events from Postgres into JetStream until SIGINT/SIGTERM."`
-	Migrate migrateCmd     `cmd:"" help:"Create or upgrade the bridge's tables in Postgres, then exit."`
-	Append  appendCmd      `cmd:"" help:"Append one event to a stream (for trying things from the shell)."`
-	Streams streamsCmd     `cmd:"" help:"List streams: watermark, head, lag, retry, blocked, lease."`
-	Unblock unblockCmd     `cmd:"" help:"Unblock streams (by name, --match REGEX or --all); they resume from their watermark."`
-	Reset   resetCmd       `cmd:"" help:"Forward streams again from their first event; refuses without --yes."`
-	Verify  verifyCmd      `cmd:"" help:"Compare Postgres with JetStream up to each stream's watermark: missing, duplicate, out-of-order and differing events; --repair re-publishes missing tails. Exit 0 clean, 1 problems, 2 trouble."`
-	Version ops.VersionCmd `cmd:"" help:"Print the version, commit and build date of this binary."`
-	Probe   ops.ProbeCmd   `cmd:"" help:"GET a URL (the ops port's /readyz) and exit 0 on 2xx, 1 otherwise: a health check for the image, which has no shell."`
+	Run       runCmd         `cmd:"" help:"Drain events from Postgres into JetStream until SIGINT/SIGTERM."`
+	Migrate   migrateCmd     `cmd:"" help:"Create or upgrade the bridge's tables in Postgres, then exit."`
+	Append    appendCmd      `cmd:"" help:"Append one event to a stream (for trying things from the shell)."`
+	Streams   streamsCmd     `cmd:"" help:"List streams: watermark, head, lag, retry, blocked, lease."`
+	Unblock   unblockCmd     `cmd:"" help:"Unblock streams (by name, --match REGEX or --all); they resume from their watermark."`
+	Reset     resetCmd       `cmd:"" help:"Forward streams again from their first event; refuses without --yes."`
+	Retention retentionCmd   `cmd:"" help:"Show the events stream's retention (max age, bytes, messages per subject) and the consumer's streams that follow it; with --max-age, --max-bytes or --max-msgs-per-subject and --yes, change it on the existing stream."`
+	Verify    verifyCmd      `cmd:"" help:"Compare Postgres with JetStream up to each stream's watermark: missing, duplicate, out-of-order and differing events; --repair re-publishes missing tails. Exit 0 clean, 1 problems, 2 trouble."`
+	Version   ops.VersionCmd `cmd:"" help:"Print the version, commit and build date of this binary."`
+	Probe     ops.ProbeCmd   `cmd:"" help:"GET a URL (the ops port's /readyz) and exit 0 on 2xx, 1 otherwise: a health check for the image, which has no shell."`
 
 	ShowVersion ops.VersionFlag `name:"version" help:"Print the version and exit."`
 }

@@ -101,6 +101,10 @@ func printTrace(w io.Writer, tr consumer.EventTrace, asJSON bool) error {
 		}
 	} else {
 		fmt.Fprintf(w, "event %s: not found on the events stream (give --source-stream to scan its stream)\n", tr.EventID)
+		if len(tr.Attempts) == 0 && len(tr.DeadLetters) == 0 { // no sign the consumer ever had it
+			fmt.Fprintln(w, "next: `bridge streams --blocked` shows whether the bridge holds it back (a blocked stream: fix the cause, then `bridge unblock STREAM`);"+
+				" if the bridge forwarded it, `bridge verify` tells an event the events stream lost (missing; `bridge verify --repair` re-publishes it) from one its limits aged out (see docs/recovery.md)")
+		}
 	}
 	if len(tr.Attempts) == 0 {
 		fmt.Fprintln(w, "no attempt records (none made yet, older than the attempts stream's max age, or records off)")
@@ -126,6 +130,15 @@ func printTrace(w io.Writer, tr consumer.EventTrace, asJSON bool) error {
 	for _, d := range tr.DeadLetters {
 		fmt.Fprintf(w, "\ndead letter %d (subscription %s): %d attempts, status %d, %s, dead-lettered %s\n", d.Seq, d.Subscription, d.Attempts, d.Status, d.Reason,
 			d.DeadLetteredAt.UTC().Format(time.RFC3339))
+		fmt.Fprint(w, deadLetterNext(d.Seq))
 	}
 	return nil
+}
+
+// deadLetterNext is what trace says to do about the dead letter seq: the
+// commands out of it (docs/recovery.md tells when to use which).
+func deadLetterNext(seq uint64) string {
+	return fmt.Sprintf("next: once the endpoint takes it, `consumer dlq replay --seq %d` with the subscription's flags (-c FILE or --subscriptions-from kv)"+
+		" POSTs it again; delivered, it leaves the DLQ and a stream it parked (ordered subscriptions) goes on."+
+		" To give it up instead: `consumer dlq skip --seq %d` (its parked stream goes on without it). See docs/recovery.md\n", seq, seq)
 }

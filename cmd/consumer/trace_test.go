@@ -95,4 +95,53 @@ func TestTraceCommandShowsEveryAttempt(t *testing.T) {
 
 	none := run("43")
 	require.True(t, strings.Contains(none, "event 43: not found") && strings.Contains(none, "no attempt records"), none)
+	require.Contains(t, none, "next: `bridge streams --blocked` shows whether the bridge holds it back", "not found points to the bridge side")
+	require.Contains(t, none, "`bridge verify` tells an event the events stream lost")
+}
+
+// `consumer trace` of a dead-lettered event names the commands out of it,
+// with the dead letter's sequence.
+func TestTraceCommandPointsFromADeadLetterToReplayAndSkip(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	t.Cleanup(cancel)
+	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
+	_, js := jsbridgetest.Connect(t, srv)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+	require.NoError(t, err)
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusUnprocessableEntity) // permanent: dead-lettered at once
+	}))
+	t.Cleanup(rc.Close)
+	c, err := consumer.New(js, consumer.Config{Subscriptions: []consumer.Subscription{{
+		Name: "billing", FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)}, URL: rc.URL,
+		Secrets:      []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("trace-command-test-secret-02"))},
+		AllowPrivate: true,
+		Start:        consumer.Start{Policy: consumer.StartAll},
+	}}})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: wire.Subject(wire.DefaultEventsPrefix, "order-9", "OrderPlaced"),
+		Header: nats.Header{wire.HeaderMsgID: []string{"44"}, wire.HeaderType: []string{"OrderPlaced"}, wire.HeaderSubject: []string{"order-9"}},
+		Data:   []byte(`{}`)})
+	require.NoError(t, err)
+
+	var text string
+	require.Eventually(t, func() bool {
+		var cl cli
+		parser, err := kong.New(&cl, ops.WireVars())
+		require.NoError(t, err)
+		_, err = parser.Parse([]string{"trace", "--nats-url", srv.ClientURL(), "44"})
+		require.NoError(t, err)
+		var out bytes.Buffer
+		cl.Trace.out = &out
+		require.NoError(t, cl.Trace.Run(ctx, &cl.Globals))
+		text = out.String()
+		return strings.Contains(text, "dead letter 1 (subscription billing)")
+	}, 15*time.Second, 50*time.Millisecond, "the dead letter in trace's output")
+	require.Contains(t, text, "next: once the endpoint takes it, `consumer dlq replay --seq 1` with the subscription's flags")
+	require.Contains(t, text, "`consumer dlq skip --seq 1`")
+	require.NotContains(t, text, "bridge streams --blocked", "the consumer had it: nothing to look for on the bridge side")
+	t.Logf("consumer trace 44:\n%s", text)
 }

@@ -40,6 +40,21 @@ func NATSOptions(log *slog.Logger, name string) []nats.Option {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("NATS reconnected", "nats_url", RedactURL(nc.ConnectedUrl()))
 		}),
+		// A subject the user may not publish or subscribe to is refused
+		// asynchronously: without this, a request to it only times out
+		// and a publish is dropped, and nobody learns which permission
+		// is missing. The server's error names the subject.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+				log.Error("NATS refused a subject: the user lacks a permission (docs/operations.md, Least privilege)", "error", err)
+				return
+			}
+			if sub != nil {
+				log.Debug("NATS subscription error", "subject", sub.Subject, "error", err)
+				return
+			}
+			log.Debug("NATS error", "error", err)
+		}),
 	}
 }
 
