@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"os"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -84,7 +85,9 @@ func newReceiver(t *testing.T, pool *pgxpool.Pool, schema, name string, gated bo
 		_, err = pool.Exec(t.Context(), "CREATE TABLE "+effects+" (seq bigserial PRIMARY KEY, event_id text NOT NULL)")
 		require.NoError(t, err)
 		opts = append(opts, webhook.WithOrderGate(webhook.NewOrderGate(orders, webhook.WithGateRequireHeaders(),
-			webhook.WithGateLogger(slog.New(slog.DiscardHandler)))))
+			// Refusals other than 409s (a malformed chain: 400) at Warn,
+			// so a failed run's log names them.
+			webhook.WithGateLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))))
 	}
 	record := func(id string) {
 		rc.mu.Lock()

@@ -259,6 +259,14 @@ func (g *OrderGate) serve(w http.ResponseWriter, r *http.Request, body []byte, h
 		}()
 	}
 	verdict := decideOrder(pos, lock != nil, req, g.firstSeen)
+	if verdict != wire.OrderDuplicate && verdict != wire.OrderStaleEpoch && req.hasPrevious && req.previous >= req.version {
+		// A chain whose previous version is not below its version is
+		// malformed; checked after the position so that a redelivery of a
+		// version already processed is still answered duplicate.
+		err := fmt.Errorf("bad %s %d: not below the stream version %d", wire.HeaderPreviousVersion, req.previous, req.version)
+		g.refuse(w, r, http.StatusBadRequest, err.Error(), err)
+		return
+	}
 	if verdict != wire.OrderDuplicate && verdict != "" {
 		g.log.InfoContext(ctx, "webhook: order gate refused a delivery; the sender retries it",
 			append(attrs, "order", verdict, "last_version", pos.Version, "last_epoch", pos.Epoch)...)

@@ -94,9 +94,6 @@ func parseOrderRequest(h http.Header, body []byte) (orderRequest, error) {
 	if req.version < 0 {
 		return req, fmt.Errorf("bad streamversion %d: want >= 0", req.version)
 	}
-	if req.hasPrevious && req.previous >= req.version {
-		return req, fmt.Errorf("bad %s %d: not below the stream version %d", wire.HeaderPreviousVersion, req.previous, req.version)
-	}
 	return req, nil
 }
 

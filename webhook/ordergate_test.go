@@ -442,3 +442,34 @@ func TestOrderGateInHandlerRefusesAlteredOrdering(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderGateRedeliveryWithMalformedChainIsDuplicate: a version the gate
+// already processed is answered duplicate even when its previous version
+// is not below it (a sender that named the last version it delivered for
+// a redelivery of that very version), so the sender acks instead of
+// dead-lettering; the same chain on a version not yet processed is 400.
+func TestOrderGateRedeliveryWithMalformedChainIsDuplicate(t *testing.T) {
+	t.Parallel()
+	next := &countingHandler{}
+	srv := httptest.NewServer(webhook.NewOrderGate(webhook.NewMemoryOrderStore(), quietGate).Middleware(next))
+	t.Cleanup(srv.Close)
+	chained := func(version, previous string) http.Header {
+		h := binary("s", version, "1", "5")
+		h.Set(wire.HeaderPreviousVersion, previous)
+		return h
+	}
+	for _, v := range []struct{ version, previous string }{{"0", "none"}, {"1", "0"}, {"2", "1"}} {
+		status, h, body := do(t, srv, chained(v.version, v.previous), "")
+		require.Equal(t, http.StatusNoContent, status, "version %s: %s", v.version, body)
+		require.Empty(t, h.Get(wire.HeaderOrder), "version %s is processed", v.version)
+	}
+	for _, v := range []struct{ version, previous string }{{"2", "2"}, {"1", "2"}} {
+		status, h, body := do(t, srv, chained(v.version, v.previous), "")
+		require.Equal(t, http.StatusNoContent, status, "version %s previous %s: %s", v.version, v.previous, body)
+		require.Equal(t, wire.OrderDuplicate, h.Get(wire.HeaderOrder))
+	}
+	status, _, body := do(t, srv, chained("3", "3"), "")
+	require.Equal(t, http.StatusBadRequest, status, body)
+	require.Contains(t, body, wire.HeaderPreviousVersion)
+	require.Equal(t, 3, next.count())
+}

@@ -59,25 +59,35 @@ func newChain(lookup func(ctx context.Context, key string, seq uint64) (int64, e
 }
 
 // previous returns the predecessor to send with m, of copy stream key
-// key: known when the partition delivered the stream since it was taken,
-// none for a stream's version 0, else looked up.
+// key: known when the partition delivered the stream since it was taken
+// and m comes after what it delivered, none for a stream's version 0,
+// else looked up. A redelivery of a version already delivered (JetStream
+// sends it again when its ack was lost in a failover) is looked up too:
+// the last version delivered is that very version or a later one, never
+// its predecessor, and a gate refuses a chain whose previous version is
+// not below its version (it answers duplicate for a version it
+// processed, which the sender acks).
 func (c *chain) previous(ctx context.Context, key string, m jetstream.Msg) (int64, error) {
+	v, versioned := streamVersion(m)
 	c.mu.Lock()
 	prev, ok := c.last[key]
 	c.mu.Unlock()
-	if ok {
+	if ok && (!versioned || v > prev) {
 		return prev, nil
 	}
-	if v, ok := streamVersion(m); ok && v == 0 {
+	if versioned && v == 0 {
 		return noPrevious, nil // nothing of the stream comes before its version 0
 	}
 	return c.lookup(ctx, key, streamSeq(m))
 }
 
-// delivered records that version v of stream key was answered 2xx.
+// delivered records that version v of stream key was answered 2xx; a
+// redelivered earlier version leaves the later one recorded.
 func (c *chain) delivered(key string, v int64) {
 	c.mu.Lock()
-	c.last[key] = v
+	if last, ok := c.last[key]; !ok || v > last {
+		c.last[key] = v
+	}
 	c.mu.Unlock()
 }
 

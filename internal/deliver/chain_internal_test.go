@@ -57,6 +57,32 @@ func TestChainPreviousKnowsWhatItDeliveredAndLooksUpTheRest(t *testing.T) {
 	require.ErrorIs(t, err, fail, "forgotten: looked up again, and its error is returned")
 }
 
+// TestChainRedeliveryIsLookedUp: JetStream redelivers a version the
+// partition already delivered (its ack lost in a failover): its
+// predecessor is looked up, never named as the version itself or a later
+// one, and delivering it again does not move the chain back.
+func TestChainRedeliveryIsLookedUp(t *testing.T) {
+	t.Parallel()
+	var lookups []uint64
+	c := newChain(func(_ context.Context, _ string, seq uint64) (int64, error) {
+		lookups = append(lookups, seq)
+		return 8, nil
+	})
+	ctx := context.Background()
+	c.delivered("k", 9)
+	p, err := c.previous(ctx, "k", chainMsg{v: "9", seq: 40})
+	require.NoError(t, err)
+	require.Equal(t, int64(8), p, "a redelivered version 9 names its own predecessor")
+	require.Equal(t, []uint64{40}, lookups)
+
+	c.delivered("k", 10)
+	c.delivered("k", 9) // the redelivery answered duplicate
+	p, err = c.previous(ctx, "k", chainMsg{v: "11", seq: 50})
+	require.NoError(t, err)
+	require.Equal(t, int64(10), p, "the chain keeps the latest version delivered")
+	require.Len(t, lookups, 1)
+}
+
 func TestChainNoLookupNamesNone(t *testing.T) {
 	t.Parallel()
 	p, err := newChain(nil).previous(context.Background(), "k", chainMsg{v: "5", seq: 9})
