@@ -29,8 +29,10 @@ const DefaultGateRetryAfter = time.Second
 // For a request carrying them it answers:
 //
 //   - epoch below the highest epoch processed for the stream: 409 with
-//     Jsbridge-Order: stale-epoch and Retry-After, the handler not called,
-//     whatever the version (a zombie sender's late POST is never processed);
+//     Jsbridge-Order: stale-epoch, Jsbridge-Order-Epoch (that highest
+//     epoch, wire.HeaderOrderEpoch) and Retry-After, the handler not
+//     called, whatever the version (a zombie sender's late POST is never
+//     processed);
 //   - version <= the last processed: 204 with Jsbridge-Order: duplicate, the
 //     handler not called;
 //   - version == the next expected (last + 1; for a stream never processed,
@@ -224,6 +226,10 @@ func (g *OrderGate) serve(w http.ResponseWriter, r *http.Request, body []byte, n
 		return
 	case wire.OrderGap, wire.OrderInProgress, wire.OrderStaleEpoch:
 		w.Header().Set(wire.HeaderOrder, verdict)
+		if verdict == wire.OrderStaleEpoch {
+			// The sender raises its epochs above this one (wire.HeaderOrderEpoch).
+			w.Header().Set(wire.HeaderOrderEpoch, strconv.FormatUint(pos.Epoch, 10))
+		}
 		w.Header().Set("Retry-After", g.retryAfter)
 		http.Error(w, fmt.Sprintf("%s: stream %q version %d epoch %d; last processed version %d epoch %d",
 			verdict, req.stream, req.version, req.epoch, pos.Version, pos.Epoch), http.StatusConflict)

@@ -59,6 +59,10 @@ type response struct {
 	// order is the answer's Jsbridge-Order (wire.HeaderOrder) when the
 	// status is 409, else "".
 	order string
+	// orderEpoch is the answer's Jsbridge-Order-Epoch
+	// (wire.HeaderOrderEpoch) with a stale-epoch answer: the highest
+	// epoch the receiver processed for the stream; 0 when absent.
+	orderEpoch uint64
 }
 
 // verdict classifies a response by the webhook contract (docs/architecture.md): 2xx

@@ -37,10 +37,13 @@ type headOfLine struct {
 	// as on the events stream (spans, records, dead letters).
 	eventsPrefix string
 	p            int
-	// epoch is the lease's KV create revision (the revision of the Create
-	// that claimed it; renewals leave it): every webhook of the partition
-	// carries it as Jsbridge-Lease-Epoch.
+	// epoch is the claim's lease epoch (leaseEpochs.next; renewals leave
+	// it): every webhook of the partition carries it as
+	// Jsbridge-Lease-Epoch.
 	epoch uint64
+	// epochs is raised above the receiver's epoch after a stale-epoch
+	// answer, before the partition is released.
+	epochs leaseEpochs
 }
 
 // deliver delivers one event of an ordered subscription with head-of-line
@@ -159,6 +162,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			// goes back unacked (Nak'd above, or AckWait) to the owner.
 			r.count(OutcomeStaleEpoch, s.class, 0)
 			log(slog.Int("status", resp.status)).Warn("the receiver's order gate says this replica's partition lease is stale; releasing the partition", slog.String("reason", s.reason))
+			hl.epochs.afterStale(ctx, log(), hl.epoch, resp.orderEpoch)
 			hl.release()
 		}
 	}

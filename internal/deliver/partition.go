@@ -70,6 +70,11 @@ type partitionDeps struct {
 	// redeliveredBy overrides successors' settledAfter(AckWait) when
 	// positive (Config.RedeliveredBy).
 	redeliveredBy time.Duration
+	// epoch is the claim's lease epoch (leaseEpochs.next), every
+	// webhook's Jsbridge-Lease-Epoch; epochs raises the counter after a
+	// stale-epoch answer.
+	epoch  uint64
+	epochs leaseEpochs
 }
 
 // newPartition makes partition p, read from cons, whose lease (created at
@@ -105,7 +110,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	}
 	pt.hol = &headOfLine{
 		ctx: ctx, release: cancel, clock: d.clock, log: log, r: d.r, lease: pt.lease, book: pt.book, parking: d.parking, holder: pt.holder,
-		attempts: d.attempts, slots: d.slots, eventsPrefix: d.eventsPrefix, p: p, epoch: rev,
+		attempts: d.attempts, slots: d.slots, eventsPrefix: d.eventsPrefix, p: p, epoch: d.epoch, epochs: d.epochs,
 	}
 	durable := ""
 	if d.r != nil {

@@ -67,7 +67,7 @@ func ListParked(ctx context.Context, js jetstream.JetStream, subscription string
 	}
 	var keys []string
 	for k := range l.Keys() {
-		if !strings.HasPrefix(k, wire.AttemptsKeyPrefix) { // failed attempts' counts share the bucket
+		if !strings.HasPrefix(k, wire.AttemptsKeyPrefix) && k != wire.EpochKey { // failed attempts' counts and the epoch counter share the bucket
 			keys = append(keys, k)
 		}
 	}
