@@ -44,6 +44,8 @@ type headOfLine struct {
 	// epochs is raised above the receiver's epoch after a stale-epoch
 	// answer, before the partition is released.
 	epochs leaseEpochs
+	// blocked learns which streams' heads are retried in place.
+	blocked *blockedStreams
 }
 
 // deliver delivers one event of an ordered subscription with head-of-line
@@ -62,6 +64,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 	id := eventID(m)
 	stop := r.keepAlive(id, func() error { return hl.lease.inProgress(m) })
 	defer stop()
+	defer hl.blocked.unblock(key)
 	if attemptNumber(m) > 1 {
 		r.redeliveries.Inc()
 	}
@@ -125,6 +128,9 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		}
 		s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
 		ended(at, s.outcome, s.class, s.reason)
+		if s.act == actRetry || s.act == actWait || s.act == actThrottle || s.act == actDisable {
+			hl.blocked.block(key, hl.clock.Now()) // its later events leave the hand (blockedStreams)
+		}
 		switch s.act {
 		case actAck:
 			r.count(OutcomeAck, s.class, resp.status)
