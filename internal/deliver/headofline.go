@@ -46,6 +46,9 @@ type headOfLine struct {
 	epochs leaseEpochs
 	// blocked learns which streams' heads are retried in place.
 	blocked *blockedStreams
+	// stuckAfter bounds the time a head is refused by the receiver's
+	// order gate before it is dead-lettered and parked (0: never).
+	stuckAfter time.Duration
 }
 
 // deliver delivers one event of an ordered subscription with head-of-line
@@ -81,6 +84,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		at.decide(outcome, class, reason)
 		r.endAttempt(at)
 	}
+	var refusedSince time.Time // since when the receiver's order gate refuses it (zero: it does not)
 	for {
 		if hl.ctx.Err() != nil {
 			hl.lease.nak(log(), m)
@@ -131,6 +135,9 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		if s.act == actRetry || s.act == actWait || s.act == actThrottle || s.act == actDisable {
 			hl.blocked.block(key, hl.clock.Now()) // its later events leave the hand (blockedStreams)
 		}
+		if s.act != actWait {
+			refusedSince = time.Time{} // the order gate's refusals must be continuous to count
+		}
 		switch s.act {
 		case actAck:
 			r.count(OutcomeAck, s.class, resp.status)
@@ -151,7 +158,15 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		case actWait:
 			// The receiver's order gate waits for an earlier version (or
 			// for an earlier attempt of this one to end): retried in
-			// place, spending no attempt.
+			// place, spending no attempt, up to stuckAfter.
+			if refusedSince.IsZero() {
+				refusedSince = hl.clock.Now()
+			}
+			if dl, stuck := orderStuck(refusedSince, hl.clock.Now(), hl.stuckAfter, resp, id, attempt); stuck {
+				hl.deadLetter(m, log(slog.Int("status", resp.status)), dl, OutcomeOrderStuck, s.class)
+				hl.forgetAttempts(id, recorded)
+				return
+			}
 			r.count(OutcomeRetry, s.class, 0)
 			log(slog.Int("status", resp.status)).Info("the receiver's order gate refused the event for now; retrying in place", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
 			sleep(hl.ctx, hl.clock, s.delay)
@@ -251,7 +266,7 @@ func (hl *headOfLine) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadlette
 			return
 		}
 	}
-	park := r.sub.OnDeadLetter == DeadLetterPark && dl.EventID != ""
+	park := (r.sub.OnDeadLetter == DeadLetterPark || dl.OrderStuck) && dl.EventID != ""
 	if park {
 		pause.Reset()
 		for {

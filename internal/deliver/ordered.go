@@ -68,6 +68,12 @@ func orderingDefaults(cfg *Config) error {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}
+	switch {
+	case cfg.OrderStuckAfter == 0:
+		cfg.OrderStuckAfter = DefaultOrderStuckAfter
+	case cfg.OrderStuckAfter < 0:
+		return fmt.Errorf("Config.OrderStuckAfter %s: want a positive duration", cfg.OrderStuckAfter)
+	}
 	if cfg.LeaseTTL < 200*time.Millisecond {
 		return fmt.Errorf("Config.LeaseTTL %s: want at least 200ms", cfg.LeaseTTL)
 	}

@@ -78,6 +78,8 @@ type partitionDeps struct {
 	// stale-epoch answer.
 	epoch  uint64
 	epochs leaseEpochs
+	// stuckAfter is Config.OrderStuckAfter (0: never).
+	stuckAfter time.Duration
 }
 
 // newPartition makes partition p, read from cons, whose lease (created at
@@ -114,7 +116,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	}
 	pt.hol = &headOfLine{
 		ctx: ctx, release: cancel, clock: d.clock, log: log, r: d.r, lease: pt.lease, book: pt.book, parking: d.parking, holder: pt.holder,
-		attempts: d.attempts, slots: d.slots, eventsPrefix: d.eventsPrefix, p: p, epoch: d.epoch, epochs: d.epochs, blocked: pt.blocked,
+		attempts: d.attempts, slots: d.slots, eventsPrefix: d.eventsPrefix, p: p, epoch: d.epoch, epochs: d.epochs, blocked: pt.blocked, stuckAfter: d.stuckAfter,
 	}
 	durable := ""
 	if d.r != nil {

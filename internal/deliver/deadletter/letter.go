@@ -26,6 +26,12 @@ type Letter struct {
 	At time.Time
 	// Msg is the JetStream message: subject, headers, data.
 	Msg jetstream.Msg
+	// OrderStuck says that the receiver's order gate refused the event
+	// (gap, in-progress) for longer than the consumer's OrderStuckAfter:
+	// it is dead-lettered and its stream parked whatever the
+	// subscription's OnDeadLetter, so the operator decides (replay or
+	// skip) instead of the stream waiting for ever.
+	OrderStuck bool
 }
 
 // Writer takes deliveries deliver gave up on, before the message is
