@@ -265,8 +265,9 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 			pt.rev = rev
 			pt.lease.setDeadline(start.Add(ttl - ttl/4))
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
-			or.r.log.Warn("partition lease lost (expired or taken); stopping it", slog.Int("partition", p), slog.Any("error", err))
+			or.r.log.Warn("partition lease lost (expired or taken); stopping it: nothing more is sent, acked or Nak'd", slog.Int("partition", p), slog.Any("error", err))
 			pt.lost = true
+			pt.lease.lose() // before the release: acks stop now, not at the old deadline
 			pt.release()
 		case !errors.Is(ctx.Err(), context.Canceled): // not shutdown
 			o.warns.warn(or.r.log, or.r.sub.Name, "renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
