@@ -40,7 +40,7 @@ demo: build
 ## processes under test on 2 cores (an ordered test stalled at load 20). Then, without it too, the
 ## 1,000-subscription test, which skips under -race (1,000 pull consumers' heartbeats outrun a
 ## race-instrumented server). Last, deploy/ (the chart, the image, the compose file), which needs helm
-## (make tools; its tests run helm, runc and the built binaries, so -race would instrument only the
+## (make tools; its tests run helm, runc (scripts/runc installs it) and the built binaries, so -race would instrument only the
 ## harness): last, so that .ci/run can build helm in the background meanwhile. The 30 min timeout is
 ## per test binary.
 test:

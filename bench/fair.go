@@ -61,7 +61,9 @@ SELECT s, v, 'BenchEvent', $3::jsonb FROM unnest($1::text[], $2::bigint[]) AS t(
 		_, err := e.pool.Exec(ctx, insert, names, versions, string(payload))
 		return err
 	}
-	countPending := fmt.Sprintf(`SELECT count(*) FROM %s.streams WHERE head > watermark AND NOT blocked`, schema)
+	// pending AND NOT blocked is the claim index's predicate (streams_claimable_idx):
+	// the count reads that index, not the table.
+	countPending := fmt.Sprintf(`SELECT count(*) FROM %s.streams WHERE pending AND NOT blocked`, schema)
 	pending := func() (int, error) {
 		var n int
 		err := e.pool.QueryRow(ctx, countPending).Scan(&n)

@@ -59,9 +59,15 @@ func TestOpensAfterConsecutiveFailures(t *testing.T) {
 	require.False(t, ran, "an open breaker must not run the call")
 }
 
+// readableOpenTimeout is the open timeout of the tests that read State
+// right after a trip: gobreaker reads the wall clock (no clock to
+// inject), so a read descheduled past a short timeout (50 ms once; a
+// loaded machine under -race) saw half-open where open was right.
+const readableOpenTimeout = time.Second
+
 func TestHalfOpenProbeSuccessCloses(t *testing.T) {
 	t.Parallel()
-	b := setup(t, breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: 50 * time.Millisecond}).set.Breaker("http://x/hook")
+	b := setup(t, breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: readableOpenTimeout}).set.Breaker("http://x/hook")
 	require.Error(t, b.Execute(fail))
 	require.Equal(t, breaker.Open, b.State())
 
@@ -69,7 +75,7 @@ func TestHalfOpenProbeSuccessCloses(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	require.NoError(t, b.Wait(ctx))
-	require.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(start), readableOpenTimeout-100*time.Millisecond)
 	require.Equal(t, breaker.HalfOpen, b.State())
 	require.True(t, b.Ready())
 
@@ -92,7 +98,7 @@ func TestHalfOpenProbeSuccessCloses(t *testing.T) {
 
 func TestHalfOpenProbeFailureReopens(t *testing.T) {
 	t.Parallel()
-	b := setup(t, breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: 50 * time.Millisecond}).set.Breaker("http://x/hook")
+	b := setup(t, breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: readableOpenTimeout}).set.Breaker("http://x/hook")
 	require.Error(t, b.Execute(fail))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

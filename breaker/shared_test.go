@@ -78,7 +78,7 @@ func TestSharedBreakerOneProbe(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		return bs[1].State() == breaker.Open && bs[2].State() == breaker.Open
-	}, time.Second, time.Millisecond, "one process tripped: open for all")
+	}, 10*time.Second, time.Millisecond, "one process tripped: open for all")
 	require.ErrorIs(t, bs[1].Execute(succeed), breaker.ErrOpen, "open: nothing runs")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*openTimeout)
@@ -131,7 +131,7 @@ func TestSharedBreakerStoreDownIsLocal(t *testing.T) {
 		defer mu.Unlock()
 		return logs.Write(p)
 	}), nil))
-	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: 50 * time.Millisecond}, log, nil)
+	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: readableOpenTimeout}, log, nil)
 	require.NoError(t, err)
 	set.Share(failStore{}, "replica-0")
 	b := set.Breaker("http://x/hook")
@@ -147,7 +147,7 @@ func TestSharedBreakerStoreDownIsLocal(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return strings.Count(logs.String(), "shared circuit breaker state not available") == 1
-	}, time.Second, 5*time.Millisecond, "logged once")
+	}, 10*time.Second, 5*time.Millisecond, "logged once")
 }
 
 type writerFunc func([]byte) (int, error)

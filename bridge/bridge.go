@@ -105,7 +105,7 @@ func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config) (*Bridge, error
 	}
 	d, err := drain.New(st, fwd, drain.Config{
 		Owner: cfg.Owner, Lease: cfg.Lease, ClaimLimit: cfg.ClaimLimit, FetchLimit: cfg.FetchLimit,
-		PollInterval: cfg.PollInterval, MaxRetries: cfg.MaxRetries, ShutdownGrace: cfg.ShutdownGrace,
+		PollInterval: cfg.PollInterval, Linger: cfg.Linger, MaxRetries: cfg.MaxRetries, ShutdownGrace: cfg.ShutdownGrace,
 		Notifier: st, Logger: log, Observer: dobs,
 	})
 	if err != nil {

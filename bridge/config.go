@@ -139,6 +139,14 @@ type Config struct {
 	// wakes the bridge sooner), and the discovery period of an
 	// EventsTable. Default 1 s.
 	PollInterval time.Duration
+	// Linger is how long the drain waits, after a cycle that forwarded
+	// events without finding a backlog, before it claims again, so one
+	// cycle carries the events of many streams appended meanwhile instead
+	// of three Postgres statements running for almost every event at a
+	// steady rate (see drain.Config.Linger). An event appended while the
+	// drain lingers waits up to Linger more; one appended while it is idle
+	// does not. Default 0: claim again at once.
+	Linger time.Duration
 	// MaxRetries is how many failed attempts a stream may retry before it
 	// is blocked. Default 10.
 	MaxRetries int
@@ -209,6 +217,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"ClaimLimit", c.ClaimLimit < 0, c.ClaimLimit},
 		{"FetchLimit", c.FetchLimit < 0, c.FetchLimit},
 		{"PollInterval", c.PollInterval < 0, c.PollInterval},
+		{"Linger", c.Linger < 0, c.Linger},
 		{"MaxRetries", c.MaxRetries < 0, c.MaxRetries},
 		{"MaxInFlight", c.MaxInFlight < 0, c.MaxInFlight},
 		{"PublishTimeout", c.PublishTimeout < 0, c.PublishTimeout},

@@ -51,8 +51,18 @@ type DeadLetter struct {
 	PublishedAt    time.Time `json:"published_at,omitzero"`
 	LastAttemptAt  time.Time `json:"last_attempt_at,omitzero"`
 	DeadLetteredAt time.Time `json:"dead_lettered_at"`
-	// Header holds the original's reader headers (ce-*, Content-Type) and
-	// the Jsbridge-Dlq-* ones; Data the original body, byte for byte.
+	// PreviousVersion, Partition and LeaseEpoch are the ordering headers
+	// the failed attempt of an ordered subscription sent
+	// (Jsbridge-Previous-Version: "none" or a version; Jsbridge-Partition,
+	// Jsbridge-Lease-Epoch), "" when it sent none (an unordered
+	// subscription, or a dead letter stored before the version chain).
+	// A replay sends PreviousVersion again, and neither of the others.
+	PreviousVersion string `json:"previous_version,omitempty"`
+	Partition       string `json:"partition,omitempty"`
+	LeaseEpoch      string `json:"lease_epoch,omitempty"`
+	// Header holds the original's reader headers (ce-*, Content-Type),
+	// the ordering headers and the Jsbridge-Dlq-* ones; Data the original
+	// body, byte for byte.
 	Header nats.Header `json:"-"`
 	Data   []byte      `json:"-"`
 }

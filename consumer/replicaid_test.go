@@ -45,11 +45,19 @@ func TestAttemptRecordsAndLeasesNameTheReplicaAlike(t *testing.T) {
 	}, 20*time.Second, 20*time.Millisecond, "the attempt is recorded")
 	require.Equal(t, id, tr.Attempts[0].Replica, "consumer trace names the replica by its id")
 
-	st, err := consumer.ReadStatus(b.ctx, b.js)
-	require.NoError(t, err)
+	// The lease (and so the status) is written by the replica's heartbeat,
+	// which a loaded machine may run after the first delivery: wait for it.
 	var ids []string
-	for _, r := range st.Replicas {
-		ids = append(ids, r.ID)
-	}
-	require.True(t, slices.Contains(ids, id), "consumer status names the replica %s, got %v", id, ids)
+	require.Eventually(t, func() bool {
+		st, err := consumer.ReadStatus(b.ctx, b.js)
+		if err != nil {
+			return false
+		}
+		ids = ids[:0]
+		for _, r := range st.Replicas {
+			ids = append(ids, r.ID)
+		}
+		return slices.Contains(ids, id)
+	}, 20*time.Second, 20*time.Millisecond, "consumer status names the replica %s", id)
+	require.Equal(t, []string{id}, ids, "one replica, named alike by trace and status")
 }

@@ -199,6 +199,7 @@ func subscriptionFromEngine(s deliver.Subscription) Subscription {
 		Name: s.Name, FilterSubjects: s.FilterSubjects, URL: s.URL, Scheme: s.Scheme, Secrets: s.Secrets,
 		Body: BodyMode(s.Body), Headers: s.Headers, Timeout: s.Timeout, AckWait: s.AckWait,
 		MaxDeliver: s.MaxDeliver, BackOff: s.BackOff, MaxInFlight: s.MaxInFlight, MaxAckPending: s.MaxAckPending,
+		RateLimit:    s.RateLimit,
 		AllowPrivate: s.AllowPrivate, AllowHTTP: s.AllowHTTP,
 		TLS:      TLSFiles{ClientCertFile: s.TLS.ClientCertFile, ClientKeyFile: s.TLS.ClientKeyFile, CAFile: s.TLS.CAFile},
 		Ordering: Ordering(s.Ordering), OnDeadLetter: DeadLetterPolicy(s.OnDeadLetter),

@@ -35,8 +35,7 @@ func TestImageDeliversAWebhookUnderRunc(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the image and runs containers")
 	}
-	runc, err := exec.LookPath("runc")
-	require.NoError(t, err, "runc runs the image here: apt-get install runc (.ci/run does)")
+	runc := installRunc(t)
 	require.Equal(t, 0, os.Geteuid(), "runc needs root to start the image's containers")
 	t.Parallel()
 
@@ -111,6 +110,21 @@ func modeBits(mode int64) os.FileMode {
 		m |= os.ModeSticky
 	}
 	return m
+}
+
+// installRunc returns runc's path, installing it first when it is absent
+// (scripts/runc: Debian's package with apt-get, as scripts/pg installs
+// Postgres), so that `make test` on a fresh machine with Go needs nothing
+// installed by hand. When it cannot, the test fails with the script's
+// message, which names the command to run.
+func installRunc(t *testing.T) string {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join("..", "scripts", "runc"))
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "scripts/runc could not find or install runc, which runs the image here:\n%s", stderr.String())
+	return strings.TrimSpace(string(out))
 }
 
 // startContainer runs args in a runc container on rootfs (read-only) with

@@ -70,6 +70,15 @@ type Config struct {
 	// before looking again (sooner when the Notifier fires). It is also the
 	// first pause after a store error, doubling up to 30s. Default 1s.
 	PollInterval time.Duration
+	// Linger is how long Run waits, after a cycle that forwarded events
+	// without finding a backlog, before it claims again, so that the next
+	// cycle carries the events appended meanwhile (over every stream it
+	// claims) instead of a cycle of three statements starting for almost
+	// each event. It trades latency for the bridge's Postgres work: an event
+	// appended while the drain lingers waits up to Linger, one appended
+	// while the drain is idle does not wait. Default 0: claim again at
+	// once.
+	Linger time.Duration
 	// MaxRetries is how many failed attempts a stream may retry: the failure
 	// that would make its retry count exceed MaxRetries blocks it instead.
 	// Default 10 (0 means the default: to block on the first failure, return
@@ -187,6 +196,7 @@ func New(store Store, h Handler, cfg Config) (*Drain, error) {
 		{"ClaimLimit", cfg.ClaimLimit < 0, cfg.ClaimLimit},
 		{"FetchLimit", cfg.FetchLimit < 0, cfg.FetchLimit},
 		{"PollInterval", cfg.PollInterval < 0, cfg.PollInterval},
+		{"Linger", cfg.Linger < 0, cfg.Linger},
 		{"MaxRetries", cfg.MaxRetries < 0, cfg.MaxRetries},
 		{"ShutdownGrace", cfg.ShutdownGrace < 0, cfg.ShutdownGrace},
 	}
@@ -264,7 +274,8 @@ func defaultOwner() string {
 // when the run pauses or stops instead of going on, or when the cycle
 // handled meanwhile took so long that less than half of the claimed-ahead
 // cycle's HandlerTimeout is left (a fresh claim replaces it). After a cycle
-// that did work it starts the next one at once; after an idle cycle it
+// that did work it starts the next one at once (after Config.Linger when
+// that cycle found no backlog); after an idle cycle it
 // waits for a notification or PollInterval. Store errors (the database is down) are
 // logged and followed by a pause growing from PollInterval to 30s; Run keeps
 // going. A cycle that acked no stream and had streams fail because the bus
@@ -309,7 +320,11 @@ func (d *Drain) Run(ctx context.Context) error {
 			c, err = d.prepare(ctx, limit)
 		}
 		st := c.stats()
+		// A light cycle that lingers after it claims nothing ahead: the
+		// claim comes after the wait.
+		linger := false
 		if err == nil && c != nil {
+			linger = d.cfg.Linger > 0 && !c.backlogged(d.cfg.ClaimLimit, d.cfg.FetchLimit)
 			readAhead := func() {
 				if ahead != nil || d.outage || ctx.Err() != nil {
 					return
@@ -324,7 +339,7 @@ func (d *Drain) Run(ctx context.Context) error {
 				readAhead() // overlaps the handler
 			}
 			st, err = d.finish(ctx, c, func(results []Result) {
-				if !anyUnavailable(results) {
+				if !anyUnavailable(results) && !linger {
 					readAhead() // overlaps the settle
 				}
 			})
@@ -359,6 +374,16 @@ func (d *Drain) Run(ctx context.Context) error {
 		}
 		pause = d.cfg.PollInterval
 		if st.Claimed > 0 {
+			if linger && st.Forwarded > 0 && !d.outage {
+				if !d.sleep(ctx, d.cfg.Linger) {
+					break
+				}
+				// What these announced, the next claim sees.
+				select {
+				case <-notes:
+				default:
+				}
+			}
 			continue
 		}
 		if notes == nil && d.cfg.Notifier != nil {

@@ -61,6 +61,14 @@ type Store interface {
 
 // Notifier wakes the drain when new events may have been appended (Postgres
 // LISTEN/NOTIFY). It is optional: without it the drain only polls.
+//
+// A Notifier need not signal every append: Run claims again at once after
+// any cycle that claimed a stream, so appends to a stream that is pending
+// already (package store's trigger sends nothing for them) are taken by
+// the claim that follows whatever made the stream pending. A Notifier
+// that stays silent that way must signal when a claim passed over such a
+// stream (package store does, when the stream's row was locked by its
+// appender) and when leases are given back (Release).
 type Notifier interface {
 	// Notifications returns a channel that receives a value (coalesced) after
 	// events are appended. It is closed when ctx is done.

@@ -420,8 +420,9 @@ SELECT 'old-' || (g % 5), g / 5, 'Happened', '{}' FROM generate_series(0, 49) g 
 	out, err = cli(t, env, "bridge", "migrate")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "events table "+table+": layout checked, left unchanged")
-	require.Contains(t, out, "applied 3 migrations")
+	require.Contains(t, out, "applied 4 migrations")
 	require.Contains(t, out, "004_oldest_first.sql: column "+b.schema+".streams.pending_since, index streams_due_idx\n", "nothing of 004 that touches the own events table")
+	require.Contains(t, out, "005_live_appends.sql: column "+b.schema+".streams.pending, index streams_claimable_idx\n", "nothing of 005 that touches the own events table")
 	require.NotContains(t, out, "002_events.sql")
 	require.Equal(t, before, jsbridgetest.SchemaShape(t, b.pool, app), "migrate changed the app's schema")
 

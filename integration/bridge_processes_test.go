@@ -163,7 +163,10 @@ func TestBridgeProcessesPostgresRestart(t *testing.T) {
 	require.Eventually(t, func() bool { return jsMessages(js) > 0 }, 30*time.Second, 50*time.Millisecond)
 
 	stopPG()
-	time.Sleep(2 * time.Second) // the bridge sees the database gone
+	// The bridge sees the database gone: wait for it to say so, not for a
+	// fixed time a loaded machine may stretch past its next cycle.
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), "drain cycle failed") }, time.Minute, 50*time.Millisecond,
+		"the bridge never reported the outage; output:\n%s", p.output())
 	startPG()
 
 	for v := 10; v < 20; v++ {

@@ -99,8 +99,10 @@ func saveOutputs(t *testing.T, outs map[string]fmt.Stringer) {
 // bridges drain and the consumers deliver. Afterwards JetStream holds every
 // event once, each stream in version order (EVENTS and its partitioned
 // copy); every receiver (package webhook with its Postgres idempotency
-// store) processed every event once; the ordered receiver got each
-// stream's first POSTs in version order (and the strict one processed each
+// store) processed every event once; the ordered receiver, behind an
+// order gate in Postgres (the version chain), committed every event's
+// effect once and in order, and got each stream's first POSTs in version
+// order (and the strict one processed each
 // stream in order); every restarted node's replica caught up with the
 // leader. JSBRIDGE_SOAK=1 runs the soak's sizes (failoverSizesFor).
 //
@@ -132,7 +134,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	require.NoError(t, err)
 	rc, rsrv := newOrderedReceiver(t, pool, schema, "parallel")
 	strict, ssrv := newOrderedReceiver(t, pool, schema, "strict")
-	ordered, osrv := newOrderedReceiver(t, pool, schema, "ordered")
+	ordered, osrv := newGatedReceiver(t, pool, schema, "ordered")
 
 	var bridges []*bridgeProc
 	for range 2 {
@@ -334,10 +336,16 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 		fig.maxRecoverWait = max(fig.maxRecoverWait, d)
 	}
 	t.Logf("failover figures: %d events in %d streams, %d stream-leader kills; lost 0, stored twice 0, out of order 0 (JetStream); "+
-		"ordered receiver: first-POST inversions %d, processed %d, processed out of order %d, processed twice %d, redelivered POSTs %d; "+
+		"ordered receiver (gated): first-POST inversions %d, processed %d, processed out of order %d, processed twice %d, redelivered POSTs %d, gate answers %v; "+
 		"publishing back after %v (max %v); restarted replica caught up after %v",
-		want, streams, fig.kills, ord.firstPostInversions, ord.processed, ord.outOfOrder, ord.twice, ord.redelivered,
+		want, streams, fig.kills, ord.firstPostInversions, ord.processed, ord.outOfOrder, ord.twice, ord.redelivered, ordered.gateAnswers(),
 		roundAll(fig.recover), fig.maxRecoverWait.Round(time.Millisecond), roundAll(fig.catchUp))
+	// The gated receiver's effects, written in the transaction that moved
+	// each stream's position: every event once.
+	var effects, distinctEffects int
+	require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*), count(DISTINCT event_id) FROM "+schema+".ordered_effects").Scan(&effects, &distinctEffects))
+	require.Equal(t, want, effects, "effects the gated receiver committed (distinct %d)", distinctEffects)
+	require.Equal(t, want, distinctEffects, "distinct events whose effect the gated receiver committed")
 	require.Zero(t, ord.firstPostInversions, "first POSTs the ordered receiver got after a later version of their stream")
 	require.Zero(t, ord.outOfOrder, "events the ordered receiver processed out of order")
 	require.Zero(t, ord.twice, "events the ordered receiver processed twice")

@@ -18,8 +18,12 @@ import (
 func TestConsumerGracefulShutdownOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	const (
-		events  = 200
-		ackWait = 30 * time.Second
+		events = 200
+		// Long beside what the test waits for (an exit and a restart's
+		// deliveries, seconds), so that a loaded machine stretching those
+		// does not reach half of it: the test tells Nak'd from left to
+		// AckWait, not fast from slow.
+		ackWait = 2 * time.Minute
 	)
 	b := setupJetStream(t)
 	var running atomic.Int32

@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -33,6 +36,7 @@ type orderedReceiver struct {
 	posts      map[string]int // event id -> POSTs received
 	processed  []string       // event ids, in the order processed
 	times      map[string]int // event id -> times processed
+	refusals   map[string]int // a gated receiver's answers by Jsbridge-Order value
 }
 
 // firstPost is the first POST of one event id as the receiver saw it: when
@@ -44,26 +48,116 @@ type firstPost struct {
 
 func newOrderedReceiver(t *testing.T, pool *pgxpool.Pool, schema, name string) (*orderedReceiver, *httptest.Server) {
 	t.Helper()
+	return newReceiver(t, pool, schema, name, false)
+}
+
+// newGatedReceiver is newOrderedReceiver behind an order gate kept in
+// Postgres (package webhook's OrderGate over pgstore's order store, on the
+// idempotency store's pool): the receiver proves each stream's order from
+// the version chain instead of trusting it. One transaction holds the
+// stream's position, the idempotency key and the event's effect (a row
+// written through pgstore.Tx), and an event counts as processed only once
+// that transaction committed, so processed twice or out of order can only
+// come from the gate letting something through. It also counts the
+// gate's refusals by Jsbridge-Order value.
+func newGatedReceiver(t *testing.T, pool *pgxpool.Pool, schema, name string) (*orderedReceiver, *httptest.Server) {
+	t.Helper()
+	return newReceiver(t, pool, schema, name, true)
+}
+
+type ranKey struct{}
+
+func newReceiver(t *testing.T, pool *pgxpool.Pool, schema, name string, gated bool) (*orderedReceiver, *httptest.Server) {
+	t.Helper()
 	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{testSecret})
 	require.NoError(t, err)
 	idem, err := pgstore.New(pool, pgstore.WithTable(schema+"."+name+"_idempotency"))
 	require.NoError(t, err)
 	require.NoError(t, idem.Migrate(t.Context()))
-	rc := &orderedReceiver{name: name, start: time.Now(), posts: map[string]int{}, times: map[string]int{}}
-	h := webhook.Handler(v, idem, time.Hour, func(_ context.Context, r *http.Request, _ []byte) error {
-		id := r.Header.Get("Idempotency-Key")
+	rc := &orderedReceiver{name: name, start: time.Now(), posts: map[string]int{}, times: map[string]int{}, refusals: map[string]int{}}
+	var opts []webhook.HandlerOption
+	effects := schema + "." + name + "_effects"
+	if gated {
+		orders, err := pgstore.NewOrderStore(pool, pgstore.WithOrderTable(schema+"."+name+"_order"))
+		require.NoError(t, err)
+		require.NoError(t, orders.Migrate(t.Context()))
+		_, err = pool.Exec(t.Context(), "CREATE TABLE "+effects+" (seq bigserial PRIMARY KEY, event_id text NOT NULL)")
+		require.NoError(t, err)
+		opts = append(opts, webhook.WithOrderGate(webhook.NewOrderGate(orders, webhook.WithGateRequireHeaders(),
+			webhook.WithGateLogger(slog.New(slog.DiscardHandler)))))
+	}
+	record := func(id string) {
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
 		rc.processed = append(rc.processed, id)
 		rc.times[id]++
+	}
+	h := webhook.Handler(v, idem, time.Hour, func(ctx context.Context, r *http.Request, _ []byte) error {
+		id := r.Header.Get("Idempotency-Key")
+		if !gated {
+			record(id)
+			return nil
+		}
+		tx, ok := pgstore.Tx(ctx)
+		if !ok {
+			return &webhook.StatusError{Status: http.StatusBadRequest, Err: errors.New("no order transaction: not an ordered delivery")}
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+effects+" (event_id) VALUES ($1)", id); err != nil {
+			return err
+		}
+		*ctx.Value(ranKey{}).(*bool) = true
 		return nil
-	})
+	}, opts...)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc.arrived(r)
-		h.ServeHTTP(w, r)
+		if !gated {
+			h.ServeHTTP(w, r)
+			return
+		}
+		ran := new(bool)
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ranKey{}, ran)))
+		// Handler answers 2xx only after the transaction holding the
+		// effect, the key and the position committed.
+		if *ran && sw.status/100 == 2 {
+			record(r.Header.Get("Idempotency-Key"))
+		}
+		if o := w.Header().Get(wire.HeaderOrder); o != "" {
+			rc.mu.Lock()
+			rc.refusals[o]++
+			rc.mu.Unlock()
+		}
 	}))
 	t.Cleanup(srv.Close)
 	return rc, srv
+}
+
+// statusWriter remembers the status a handler answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// gateAnswers returns the gate's answers other than processing, by
+// Jsbridge-Order value (duplicate, gap, in-progress, stale-epoch).
+func (rc *orderedReceiver) gateAnswers() map[string]int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return maps.Clone(rc.refusals)
 }
 
 // arrived records a POST as it arrives, before the handler verifies it.

@@ -90,6 +90,31 @@ func (s *Store) checkEventsTable(ctx context.Context, q pgx.Tx) error {
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: events table %s: %s", ErrEventsTableLayout, s.eventsTable, strings.Join(problems, "; "))
 	}
+	return s.checkIDSequence(ctx, q)
+}
+
+// checkIDSequence checks that the sequence the id column draws from (an
+// identity, a serial, or a DEFAULT nextval) keeps CACHE 1. With a larger
+// cache each session takes a block of ids and uses it later without
+// touching the sequence, so an id far below the others can commit long
+// after discovery's scan position passed it, with no lock the position
+// waits for: that event would be skipped. An id column without a sequence
+// (the writer gives the ids) is not checked.
+func (s *Store) checkIDSequence(ctx context.Context, q pgx.Tx) error {
+	var seq string
+	var cache int64
+	err := q.QueryRow(ctx, s.q.eventsIDSequence, s.eventsIdent.Sanitize()).Scan(&seq, &cache)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the id sequence of events table %s: %w", s.eventsTable, err)
+	}
+	if cache != 1 {
+		return fmt.Errorf("%w: events table %s: the id column's sequence %s has CACHE %d; the bridge needs CACHE 1 "+
+			"(with a cache, an id handed out earlier can commit after the bridge's scan passed it, and be skipped): "+
+			"ALTER SEQUENCE %s CACHE 1", ErrEventsTableLayout, s.eventsTable, seq, cache, seq)
+	}
 	return nil
 }
 

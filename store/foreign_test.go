@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,6 +163,44 @@ CREATE TABLE `+app+`.events (id bigint, stream text, version bigint, name text, 
 	require.ErrorContains(t, err, app+".missing")
 }
 
+// The id column's sequence must keep CACHE 1, whether it is a serial's,
+// an identity's or one a DEFAULT nextval names; a cached one is refused
+// naming the sequence, its cache and the statement that fixes it, and
+// nothing is created. Ids without a sequence are not checked.
+func TestMigrateChecksTheIDSequenceCache(t *testing.T) {
+	t.Parallel()
+	pool := jsbridgetest.Pool(t)
+	const columns = `, stream text, version bigint, name text, data jsonb, meta jsonb, created timestamptz)`
+	for _, c := range []struct{ name, ddl, alter, seq string }{
+		{"serial", `CREATE TABLE {app}.events (id bigserial` + columns, `ALTER SEQUENCE {app}.events_id_seq CACHE 20`, "{app}.events_id_seq"},
+		{"identity", `CREATE TABLE {app}.events (id bigint GENERATED ALWAYS AS IDENTITY` + columns, `ALTER TABLE {app}.events ALTER COLUMN id SET CACHE 20`, "{app}.events_id_seq"},
+		{"default", `CREATE SEQUENCE {app}.ids; CREATE TABLE {app}.events (id bigint DEFAULT nextval('{app}.ids')` + columns, `ALTER SEQUENCE {app}.ids CACHE 20`, "{app}.ids"},
+		{"no sequence", `CREATE TABLE {app}.events (id bigint` + columns, ``, ""},
+	} {
+		app := jsbridgetest.Schema(t, pool)
+		sql := func(s string) string { return strings.ReplaceAll(s, "{app}", app) }
+		_, err := pool.Exec(t.Context(), sql(c.ddl))
+		require.NoError(t, err, c.name)
+		migrate := func() (*store.Store, error) {
+			s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)), store.WithEventsTable(app+".events"))
+			require.NoError(t, err)
+			return s, s.Migrate(t.Context())
+		}
+		_, err = migrate()
+		require.NoError(t, err, "%s: CACHE 1, the default, is accepted", c.name)
+		if c.alter == "" {
+			continue
+		}
+		_, err = pool.Exec(t.Context(), sql(c.alter))
+		require.NoError(t, err, c.name)
+		s, err := migrate()
+		require.ErrorIs(t, err, store.ErrEventsTableLayout, c.name)
+		require.ErrorContains(t, err, "sequence "+sql(c.seq)+" has CACHE 20; the bridge needs CACHE 1", c.name)
+		require.ErrorContains(t, err, "ALTER SEQUENCE "+sql(c.seq)+" CACHE 1", c.name)
+		require.NotContains(t, jsbridgetest.SchemaShape(t, pool, s.Schema()), "streams", "%s: nothing created", c.name)
+	}
+}
+
 // Migrate says what it applied; once up to date, nothing.
 func TestMigrateAppliedListsWhatItCreated(t *testing.T) {
 	t.Parallel()
@@ -171,13 +210,15 @@ func TestMigrateAppliedListsWhatItCreated(t *testing.T) {
 	require.NoError(t, err)
 	applied, err := s.MigrateApplied(t.Context())
 	require.NoError(t, err)
-	require.Len(t, applied, 4)
+	require.Len(t, applied, 5)
 	require.Equal(t, store.AppliedMigration{Version: 1, Name: "001_streams.sql",
 		Objects: []string{"table " + schema + ".streams", "index streams_pending_idx"}}, applied[0])
 	require.Equal(t, []string{"table " + schema + ".events", "function " + schema + ".jsbridge_events_inserted", "trigger jsbridge_events_inserted"}, applied[1].Objects)
 	require.Equal(t, "003_discovery.sql", applied[2].Name)
 	require.Equal(t, store.AppliedMigration{Version: 4, Name: "004_oldest_first.sql",
 		Objects: []string{"column " + schema + ".streams.pending_since", "index streams_due_idx", "function " + schema + ".jsbridge_events_inserted"}}, applied[3])
+	require.Equal(t, store.AppliedMigration{Version: 5, Name: "005_live_appends.sql",
+		Objects: []string{"column " + schema + ".streams.pending", "index streams_claimable_idx", "function " + schema + ".jsbridge_events_inserted"}}, applied[4])
 	applied, err = s.MigrateApplied(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, applied)

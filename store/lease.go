@@ -44,14 +44,33 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 	if err != nil {
 		return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
 	}
-	claims, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (event.Claim, error) {
-		var c event.Claim
-		err := r.Scan(&c.Stream, &c.Watermark, &c.Retry, &c.LeasedUntil, &c.PreviousHolder)
-		return c, err
-	})
-	if err != nil {
+	var claims []event.Claim
+	skipped := false
+	for rows.Next() {
+		var (
+			c      event.Claim
+			stream *string
+			wm     *int64
+			retry  *int
+			until  *time.Time
+			prev   *string
+			skip   bool
+		)
+		if err := rows.Scan(&stream, &wm, &retry, &until, &prev, &skip); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
+		}
+		if skip {
+			skipped = true
+			continue
+		}
+		c.Stream, c.Watermark, c.Retry, c.LeasedUntil, c.PreviousHolder = *stream, *wm, *retry, *until, *prev
+		claims = append(claims, c)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
 	}
+	s.notes.skipped(skipped)
 	return claims, nil
 }
 
@@ -204,7 +223,8 @@ func (s *Store) settle(ctx context.Context, op, owner, stream, query string, arg
 }
 
 // Release gives up the live leases owner holds on streams without counting a
-// retry or moving the watermark, so another drainer can claim them at once.
+// retry or moving the watermark, so another drainer can claim them at once,
+// and notifies the store's channel so that idle drainers do.
 // Streams owner does not hold are left alone; if there were any, the error
 // names them and wraps event.ErrLeaseLost.
 func (s *Store) Release(ctx context.Context, owner string, streams []string) error {
@@ -218,6 +238,10 @@ func (s *Store) Release(ctx context.Context, owner string, streams []string) err
 		released, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
+	// Appends to a stream already pending send no notification (migration
+	// 005): other drainers learn of the streams given back from this one,
+	// sent at commit.
+	b.Queue(s.q.wake)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		if pgCode(err) == sqlStateLockNotAvailable {
 			err = fmt.Errorf("%w (%s)", ErrSettleTimeout, s.settleTimeout)

@@ -15,7 +15,8 @@ const (
 )
 
 // Notifications listens on the store's channel (named after the schema; the
-// events trigger notifies it once per inserting statement, at commit) on a
+// events trigger notifies it at commit when an append gives a claim
+// something to take, see migration 005) on a
 // connection of its own, taken from the pool and held until ctx is done (size
 // the pool with one connection to spare). The returned channel receives
 // a value after appends; notifications are coalesced (a full channel drops
@@ -24,6 +25,11 @@ const (
 // since appends may have been missed meanwhile. The channel is closed when
 // ctx is done. The first LISTEN happens before Notifications returns: an
 // error means it could not be set up. (It implements drain.Notifier.)
+//
+// The channel also receives a value 1ms to 100ms after a Claim that took
+// fewer streams than its limit and passed over a due stream whose row an
+// uncommitted transaction held: an append to a stream already pending
+// sends no notification, so the drain looks again once it has committed.
 //
 // With an external events table (WithEventsTable), which has no trigger of
 // ours, there is nothing to listen to: Notifications instead runs Discover
@@ -41,6 +47,7 @@ func (s *Store) Notifications(ctx context.Context) (<-chan struct{}, error) {
 		return nil, err
 	}
 	ch := make(chan struct{}, 1)
+	s.notes.open(ch)
 	go s.notifyLoop(ctx, conn, ch)
 	return ch, nil
 }
@@ -59,8 +66,8 @@ func (s *Store) listen(ctx context.Context) (*pgxpool.Conn, error) {
 	return conn, nil
 }
 
-func (s *Store) notifyLoop(ctx context.Context, conn *pgxpool.Conn, ch chan<- struct{}) {
-	defer close(ch)
+func (s *Store) notifyLoop(ctx context.Context, conn *pgxpool.Conn, ch chan struct{}) {
+	defer s.notes.close(ch)
 	send := func() {
 		select {
 		case ch <- struct{}{}:

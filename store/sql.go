@@ -16,6 +16,7 @@ type queries struct {
 
 	eventsTableExists    string
 	eventsTableColumns   string
+	eventsIDSequence     string
 	ownTables            string
 	recordedEventsTables string
 
@@ -39,6 +40,7 @@ type queries struct {
 	retry   string
 	block   string
 	release string
+	wake    string
 
 	postpone string
 
@@ -90,6 +92,18 @@ FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`,
+		// The sequence the id column draws from: an identity's or a
+		// serial's (owned by the column), else the one its DEFAULT calls
+		// nextval on (the default depends on it); none when the writer
+		// gives the ids itself. Its cache size from pg_sequence.
+		eventsIDSequence: `SELECT seq::regclass::text, s.seqcache
+FROM (SELECT coalesce(to_regclass(pg_get_serial_sequence($1, 'id')),
+    (SELECT d.refobjid FROM pg_attrdef ad
+     JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum AND a.attname = 'id'
+     JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid AND d.refclassid = 'pg_class'::regclass
+     JOIN pg_class c ON c.oid = d.refobjid AND c.relkind = 'S'
+     WHERE ad.adrelid = to_regclass($1) LIMIT 1)) AS seq) q
+JOIN pg_sequence s ON s.seqrelid = q.seq`,
 		ownTables:            r.Replace(`SELECT to_regclass('{schema}.events') IS NOT NULL, to_regclass('{schema}.discovery') IS NOT NULL`),
 		recordedEventsTables: r.Replace(`SELECT events_table FROM {schema}.discovery ORDER BY events_table`),
 
@@ -174,23 +188,41 @@ RETURNING id, version, name, data, meta, created`),
 
 		// The locking select is materialized so it runs exactly once; SKIP
 		// LOCKED means competing claimers never wait for each other. Streams
-		// are taken in the order they became due (streams_due_idx): when
+		// are taken in the order they became due (streams_claimable_idx): when
 		// their oldest unforwarded event was appended, or for one in backoff
 		// when its backoff ended. The scan stops at the first stream not yet
 		// due, so streams in backoff cost nothing.
-		claim: r.Replace(`WITH pending AS MATERIALIZED (
+		//
+		// A claim that takes fewer than $2 streams also says, in one more
+		// row with skipped set, whether it passed over a due stream whose
+		// row another transaction held locked: an appender that has not
+		// committed yet. That appender may not notify (the stream was
+		// already pending), so Claim has the drain look again soon (see
+		// Store.Notifications). The check reads the statement's snapshot
+		// and stops at the first such stream.
+		claim: r.Replace(`WITH due AS MATERIALIZED (
     SELECT stream, leased_by AS prev_holder FROM {schema}.streams
-    WHERE head > watermark AND NOT blocked
+    WHERE pending AND NOT blocked
       AND coalesce(next_attempt, pending_since) <= now()
       AND (leased_until IS NULL OR leased_until <= now())
     ORDER BY coalesce(next_attempt, pending_since)
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {schema}.streams s
+    SET leased_by = $1, leased_until = now() + $3::bigint * interval '1 microsecond', updated_at = now()
+    FROM due WHERE s.stream = due.stream
+    RETURNING s.stream, s.watermark, s.retry, s.leased_until, coalesce(due.prev_holder, '') AS prev_holder
 )
-UPDATE {schema}.streams s
-SET leased_by = $1, leased_until = now() + $3::bigint * interval '1 microsecond', updated_at = now()
-FROM pending WHERE s.stream = pending.stream
-RETURNING s.stream, s.watermark, s.retry, s.leased_until, coalesce(pending.prev_holder, '')`),
+SELECT stream, watermark, retry, leased_until, prev_holder, false AS skipped FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, true
+WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
+    SELECT 1 FROM {schema}.streams x
+    WHERE x.pending AND NOT x.blocked
+      AND coalesce(x.next_attempt, x.pending_since) <= now()
+      AND (x.leased_until IS NULL OR x.leased_until <= now())
+      AND x.stream NOT IN (SELECT stream FROM due))`),
 		// data and meta are read as text whatever their type (jsonb and json
 		// print their JSON; text is as stored), so no row can fail the scan:
 		// the store checks each event on its own (see scanEvent). Only the
@@ -243,6 +275,7 @@ SET watermark = GREATEST(watermark, $3),
     retry = retry + 1, blocked = true, error = $5,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
+		wake: r.Replace(`SELECT pg_notify('{schema}', '')`),
 		release: r.Replace(`UPDATE {schema}.streams
 SET leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = ANY($2) AND leased_by = $1 AND leased_until > now()
@@ -300,7 +333,7 @@ FROM old WHERE s.stream = old.stream
 RETURNING s.stream, old.watermark, s.head, old.blocked, coalesce(old.error, '')`),
 		backlog: r.Replace(`SELECT
     (SELECT count(*) FROM {schema}.streams WHERE blocked),
-    (SELECT count(*) FROM {schema}.streams WHERE head > watermark AND NOT blocked),
+    (SELECT count(*) FROM {schema}.streams WHERE pending AND NOT blocked),
     GREATEST((
         SELECT (extract(epoch FROM now() - min(o.created)) * 1e6)::bigint
         FROM {schema}.streams s

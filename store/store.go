@@ -55,6 +55,8 @@ type Store struct {
 	// lastFetch is how many events the last Fetch returned: the next one
 	// makes room for about as many up front (see Fetch).
 	lastFetch atomic.Int64
+	// notes is the open Notifications channel, which Claim also wakes.
+	notes wakeups
 }
 
 // Option configures a Store.

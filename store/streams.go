@@ -116,7 +116,8 @@ type Changed struct {
 // Unblock clears the blocked flag, error, retry count and next attempt of
 // the named streams, so they are claimed again from their watermark. It
 // returns, in name order, the streams it changed (blocked or backing off) as
-// they were; unknown and healthy streams are skipped.
+// they were; unknown and healthy streams are skipped. When it changed any,
+// it notifies the store's channel, so running bridges claim them at once.
 func (s *Store) Unblock(ctx context.Context, streams []string) ([]Changed, error) {
 	if len(streams) == 0 {
 		return nil, nil
@@ -141,7 +142,8 @@ func (s *Store) UnblockMatch(ctx context.Context, pattern string) ([]Changed, er
 // drops only those still inside its duplicate window). Any lease on them is
 // dropped, so a drainer still holding one cannot move the watermark past the
 // reset. It returns, in name order, the streams that exist, as they were
-// before the reset.
+// before the reset. When there were any, it notifies the store's channel,
+// so running bridges claim them at once.
 func (s *Store) Reset(ctx context.Context, streams []string) ([]Changed, error) {
 	if len(streams) == 0 {
 		return nil, nil
@@ -161,6 +163,14 @@ func (s *Store) changeStreams(ctx context.Context, op, query string, arg any) ([
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s streams: %w", op, err)
+	}
+	if len(changed) > 0 {
+		// The streams may be claimable now with no append to notify (an
+		// append to a pending stream sends none): wake the drainers. The
+		// change is done; a failure here only leaves them to their poll.
+		if _, err := s.pool.Exec(ctx, s.q.wake); err != nil {
+			s.log.Warn("notify the bridges after "+op, "streams", len(changed), "error", err)
+		}
 	}
 	sort.Slice(changed, func(i, j int) bool { return changed[i].Stream < changed[j].Stream })
 	return changed, nil

@@ -42,7 +42,7 @@ func rfcKeys(t *testing.T) (whsk, whskSeed, whpk string) {
 }
 
 // newKeyPair generates a fresh whsk_/whpk_ pair.
-func newKeyPair(t *testing.T) (whsk, whpk string) {
+func newKeyPair(t testing.TB) (whsk, whpk string) {
 	t.Helper()
 	sk, pk, err := webhook.GenerateKeyPair()
 	require.NoError(t, err)

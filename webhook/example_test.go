@@ -76,38 +76,49 @@ func ExampleOrderGate() {
 	defer srv.Close()
 
 	signer, _ := webhook.NewSigner(webhook.SchemeStandard, secret)
-	send := func(version int64, epoch string) {
+	// The sender signs the body, then the ordering fields: the version
+	// chain (this version and the one it delivered before), the partition
+	// and its lease epoch.
+	send := func(version, previous int64, epoch uint64) {
 		id := fmt.Sprint("e", version)
 		body := fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"source":"/shop","type":"OrderPlaced","subject":"order-42","streamversion":%d}`, id, version)
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(body))
 		req.Header.Set("Content-Type", event.ContentTypeCloudEventsJSON)
 		req.Header.Set(wire.HeaderIdempotencyKey, id)
-		req.Header.Set(wire.HeaderPartition, "3")
-		req.Header.Set(wire.HeaderLeaseEpoch, epoch)
-		signer.Sign(req.Header, id, time.Now(), body)
+		now := time.Now()
+		signer.Sign(req.Header, id, now, body)
+		signer.SignOrder(req.Header, id, now, webhook.OrderFields{Stream: "order-42", Version: version, Previous: previous, Partition: 3, Epoch: epoch})
 		resp, err := srv.Client().Do(req)
 		if err != nil {
 			panic(err)
 		}
 		resp.Body.Close()
-		fmt.Println(strings.TrimSpace(fmt.Sprintf("v%d epoch %s: %d %s", version, epoch, resp.StatusCode, resp.Header.Get(wire.HeaderOrder))))
+		last := ""
+		if l := resp.Header.Get(wire.HeaderOrderLast); l != "" {
+			last = "(last " + l + ")"
+		}
+		fmt.Println(strings.TrimSpace(fmt.Sprintf("v%d after %s epoch %d: %d %s %s", version,
+			wire.FormatPreviousVersion(previous), epoch, resp.StatusCode, resp.Header.Get(wire.HeaderOrder), last)))
 	}
-	send(0, "7")
-	send(2, "7") // a gap: v1 is not processed yet
-	send(1, "7")
-	send(1, "9") // the new owner repeats v1
-	send(2, "9")
-	send(2, "7") // the old owner's late POST
+	send(0, -1, 7)
+	send(3, 1, 7) // a gap: v1 is not processed yet
+	send(1, 0, 7)
+	send(3, 1, 7) // a filtered subscription: v2 does not match, v3 follows v1
+	send(1, 0, 9) // the new owner repeats v1
+	send(4, 3, 9)
+	send(4, 3, 7) // the old owner's late POST
 	// Output:
 	// handled order-42 v0
-	// v0 epoch 7: 204
-	// v2 epoch 7: 409 gap
+	// v0 after none epoch 7: 204
+	// v3 after 1 epoch 7: 409 gap (last 0)
 	// handled order-42 v1
-	// v1 epoch 7: 204
-	// v1 epoch 9: 204 duplicate
-	// handled order-42 v2
-	// v2 epoch 9: 204
-	// v2 epoch 7: 409 stale-epoch
+	// v1 after 0 epoch 7: 204
+	// handled order-42 v3
+	// v3 after 1 epoch 7: 204
+	// v1 after 0 epoch 9: 204 duplicate
+	// handled order-42 v4
+	// v4 after 3 epoch 9: 204
+	// v4 after 3 epoch 7: 409 stale-epoch
 }
 
 // Verifying by hand, without the middleware, e.g. inside another framework.

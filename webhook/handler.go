@@ -118,7 +118,10 @@ type handler struct {
 //     the sender retries, and by then the key is done (204) or released
 //     (next runs);
 //   - with WithOrderGate, the gate's answers (see OrderGate) for an ordered
-//     delivery out of order, a duplicate version or a stale sender;
+//     delivery out of order, a duplicate version or a stale sender, and 401
+//     "missing-order-signature" or "bad-order-signature" when its
+//     Jsbridge-Order-Signature, checked with v, does not sign its ordering
+//     fields;
 //   - otherwise it claims the key for the lease (WithLease) and calls next
 //     with a context ending with the lease. Success marks the key done for
 //     ttl and answers 204. An error (or a panic, which is re-raised)
@@ -172,7 +175,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.gate != nil {
-		h.gate.serve(w, r, body, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.deduplicate(w, r, key, body) }))
+		h.gate.serve(w, r, body, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.deduplicate(w, r, key, body) }), h.v)
 		return
 	}
 	h.deduplicate(w, r, key, body)

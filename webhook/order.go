@@ -84,6 +84,18 @@ type OrderLock interface {
 	Release(ctx context.Context) error
 }
 
+// ContextOrderLock is an OrderLock holding state the rest of the request
+// shares, such as the database transaction of webhook/pgstore's
+// OrderStore: the gate runs its handler with the request context WithLock
+// returns, so an idempotency store, and the receiver's own handler, can
+// find that state there and make their writes part of it (see
+// pgstore.Tx). A lock that holds nothing to share need not implement it.
+type ContextOrderLock interface {
+	OrderLock
+	// WithLock returns ctx carrying the lock's shared state.
+	WithLock(ctx context.Context) context.Context
+}
+
 // ErrOrderAdvance is wrapped by OrderLock.Advance for a position that does
 // not move the stream forward, and for a lock already ended.
 var ErrOrderAdvance = errors.New("invalid order advance")
@@ -200,9 +212,12 @@ func CheckOrderAdvance(key OrderKey, from, to OrderPosition) error {
 }
 
 // SkipVersion records version of key as processed without processing it,
-// for an operator: the sender dead-lettered that version and it was
-// skipped (consumer dlq skip, or on_dead_letter skip), so the gate would
-// refuse every later version of the stream as a gap for ever. version must
+// for an operator whose sender comes before the version chain: that sender
+// dead-lettered the version and it was skipped (consumer dlq skip, or
+// on_dead_letter skip), so the gate, holding the sender to last+1, would
+// refuse every later version of the stream as a gap for ever. A sender of
+// the chain needs none of this: the stream's next event names the skipped
+// version's own predecessor. version must
 // be the stream's next expected one (0 for a stream never processed); the
 // epoch and partition stay as they are. Errors: a stream being processed
 // right now, or a version that is not the next (both wrap

@@ -16,13 +16,34 @@ import (
 type orderRequest struct {
 	source, stream string
 	version        int64
-	epoch          uint64
-	partition      int
+	// previous is the chain's previous version (wire.HeaderPreviousVersion,
+	// -1 for none); hasPrevious is false for a sender before the chain,
+	// which the gate holds to last+1.
+	previous    int64
+	hasPrevious bool
+	// owner is true when a partition's owner sent the request (partition
+	// and epoch present); replay paths send neither.
+	owner     bool
+	epoch     uint64
+	partition int // -1 unless owner
 }
 
-// hasOrderHeaders reports whether h carries either ordering header.
+// fields returns the request's ordering fields as the sender signs them.
+func (req orderRequest) fields() OrderFields {
+	f := OrderFields{Stream: req.stream, Version: req.version, Previous: req.previous, Partition: -1}
+	if !req.hasPrevious {
+		f.Previous = -1
+	}
+	if req.owner {
+		f.Partition, f.Epoch = req.partition, req.epoch
+	}
+	return f
+}
+
+// hasOrderHeaders reports whether h carries any ordering header: the
+// chain's previous version, the partition or the lease epoch.
 func hasOrderHeaders(h http.Header) bool {
-	return h.Get(wire.HeaderPartition) != "" || h.Get(wire.HeaderLeaseEpoch) != ""
+	return h.Get(wire.HeaderPreviousVersion) != "" || h.Get(wire.HeaderPartition) != "" || h.Get(wire.HeaderLeaseEpoch) != ""
 }
 
 // isStructured reports whether the request is a structured-mode CloudEvent.
@@ -31,27 +52,37 @@ func isStructured(h http.Header) bool {
 	return err == nil && mt == event.ContentTypeCloudEventsJSON
 }
 
-// parseOrderRequest reads the ordering headers, and the source, stream and
-// version from the ce-* headers (binary mode) or body (structured mode).
-// Every error names the header or attribute and the value.
+// parseOrderRequest reads the ordering headers (the previous version; the
+// partition and epoch, both or neither), and the source, stream and version
+// from the ce-* headers (binary mode) or body (structured mode). Every
+// error names the header or attribute and the value.
 func parseOrderRequest(h http.Header, body []byte) (orderRequest, error) {
-	var req orderRequest
-	p := h.Get(wire.HeaderPartition)
-	if p == "" {
-		return req, fmt.Errorf("missing %s header (%s is %q)", wire.HeaderPartition, wire.HeaderLeaseEpoch, h.Get(wire.HeaderLeaseEpoch))
+	req := orderRequest{previous: -1, partition: -1}
+	if prev := h.Get(wire.HeaderPreviousVersion); prev != "" {
+		v, err := wire.ParsePreviousVersion(prev)
+		if err != nil {
+			return req, err
+		}
+		req.previous, req.hasPrevious = v, true
 	}
-	n, err := strconv.Atoi(p)
-	if err != nil || n < 0 {
-		return req, fmt.Errorf("bad %s %q: want a partition number >= 0", wire.HeaderPartition, p)
-	}
-	req.partition = n
-	e := h.Get(wire.HeaderLeaseEpoch)
-	if e == "" {
+	p, e := h.Get(wire.HeaderPartition), h.Get(wire.HeaderLeaseEpoch)
+	switch {
+	case p == "" && e == "":
+	case p == "":
+		return req, fmt.Errorf("missing %s header (%s is %q)", wire.HeaderPartition, wire.HeaderLeaseEpoch, e)
+	case e == "":
 		return req, fmt.Errorf("missing %s header (%s is %q)", wire.HeaderLeaseEpoch, wire.HeaderPartition, p)
+	default:
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return req, fmt.Errorf("bad %s %q: want a partition number >= 0", wire.HeaderPartition, p)
+		}
+		if req.epoch, err = strconv.ParseUint(e, 10, 64); err != nil {
+			return req, fmt.Errorf("bad %s %q: want an unsigned 64-bit integer", wire.HeaderLeaseEpoch, e)
+		}
+		req.partition, req.owner = n, true
 	}
-	if req.epoch, err = strconv.ParseUint(e, 10, 64); err != nil {
-		return req, fmt.Errorf("bad %s %q: want an unsigned 64-bit integer", wire.HeaderLeaseEpoch, e)
-	}
+	var err error
 	if isStructured(h) {
 		err = req.readEnvelope(body)
 	} else {
@@ -62,6 +93,9 @@ func parseOrderRequest(h http.Header, body []byte) (orderRequest, error) {
 	}
 	if req.version < 0 {
 		return req, fmt.Errorf("bad streamversion %d: want >= 0", req.version)
+	}
+	if req.hasPrevious && req.previous >= req.version {
+		return req, fmt.Errorf("bad %s %d: not below the stream version %d", wire.HeaderPreviousVersion, req.previous, req.version)
 	}
 	return req, nil
 }

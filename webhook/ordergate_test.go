@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,7 +250,11 @@ func TestOrderGateInHandler(t *testing.T) {
 		h := binary("order-1", version, "0", "4")
 		h.Set(wire.HeaderIdempotencyKey, id)
 		if sign {
-			signer.Sign(h, id, time.Now(), []byte(`{}`))
+			now := time.Now()
+			v, err := strconv.ParseInt(version, 10, 64)
+			require.NoError(t, err)
+			signer.Sign(h, id, now, []byte(`{}`))
+			signer.SignOrder(h, id, now, webhook.OrderFields{Stream: "order-1", Version: v, Previous: v - 1, Partition: 0, Epoch: 4})
 		}
 		return do(t, srv, h, `{}`)
 	}
@@ -264,6 +269,16 @@ func TestOrderGateInHandler(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, status, body)
 	require.Equal(t, int64(-1), position(), "nothing unverified is recorded")
 
+	// A sender before the chain signs the body only: the ordering fields
+	// are unsigned, and refused.
+	h := binary("order-1", "0", "0", "4")
+	h.Set(wire.HeaderIdempotencyKey, "e0")
+	signer.Sign(h, "e0", time.Now(), []byte(`{}`))
+	status, _, body = do(t, srv, h, `{}`)
+	require.Equal(t, http.StatusUnauthorized, status)
+	require.Equal(t, "missing-order-signature", body)
+	require.Equal(t, int64(-1), position(), "nothing unsigned is recorded")
+
 	store.n = 1
 	status, _, body = post("e0", "0", true)
 	require.Equal(t, http.StatusInternalServerError, status)
@@ -273,7 +288,7 @@ func TestOrderGateInHandler(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, status)
 	require.Equal(t, int64(0), position(), "the idempotent duplicate is recorded")
 
-	status, h, _ := post("e2", "2", true)
+	status, h, _ = post("e2", "2", true)
 	require.Equal(t, http.StatusConflict, status)
 	require.Equal(t, wire.OrderGap, h.Get(wire.HeaderOrder))
 	status, _, _ = post("e1", "1", true)
@@ -286,7 +301,8 @@ func TestOrderGateInHandler(t *testing.T) {
 }
 
 // TestReceiverDocListsEveryAnswer: docs/receiver.md's answers table names
-// every Jsbridge-Order value the gate sends, and the ordering headers.
+// every Jsbridge-Order value the gate sends, the order signature's
+// refusals, and the ordering headers.
 func TestReceiverDocListsEveryAnswer(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile("../docs/receiver.md")
@@ -294,7 +310,11 @@ func TestReceiverDocListsEveryAnswer(t *testing.T) {
 	for _, v := range []string{wire.OrderDuplicate, wire.OrderGap, wire.OrderInProgress, wire.OrderStaleEpoch} {
 		require.Contains(t, string(doc), "| `"+v+"` |", "the answers table lacks %s", v)
 	}
-	for _, h := range []string{wire.HeaderPartition, wire.HeaderLeaseEpoch, wire.HeaderOrder, wire.HeaderStreamVersion, wire.HeaderSubject} {
+	for _, err := range []error{webhook.ErrMissingOrderSignature, webhook.ErrBadOrderSignature} {
+		require.Contains(t, string(doc), "`"+webhook.Reason(err)+"`")
+	}
+	for _, h := range []string{wire.HeaderPartition, wire.HeaderLeaseEpoch, wire.HeaderOrder, wire.HeaderStreamVersion, wire.HeaderSubject,
+		wire.HeaderPreviousVersion, wire.HeaderOrderSignature, wire.HeaderOrderLast} {
 		require.Contains(t, string(doc), "`"+h+"`")
 	}
 }
@@ -360,4 +380,65 @@ func TestOrderGateBodyLimit(t *testing.T) {
 	status, _, body := do(t, srv, h, `{"source":"/s","subject":"s","streamversion":1,"data":"`+strings.Repeat("x", 64)+`"}`)
 	require.Equal(t, http.StatusRequestEntityTooLarge, status)
 	require.Equal(t, "body-too-large", body)
+}
+
+// TestOrderGateInHandlerRefusesAlteredOrdering: under Handler the gate
+// checks the order signature with the Handler's verifier, under both
+// schemes: in binary mode, where the stream and version travel in headers
+// the body's signature does not cover, an altered stream, version,
+// previous version, partition or epoch is refused 401 and never processed.
+func TestOrderGateInHandlerRefusesAlteredOrdering(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		scheme webhook.Scheme
+		secret string
+	}{{webhook.SchemeStandard, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, {webhook.SchemeHMACSHA256, "raw-secret"}} {
+		t.Run(string(c.scheme), func(t *testing.T) {
+			t.Parallel()
+			v, err := webhook.NewVerifier(c.scheme, []string{c.secret})
+			require.NoError(t, err)
+			signer, err := webhook.NewSigner(c.scheme, c.secret)
+			require.NoError(t, err)
+			var calls atomic.Int64
+			srv := httptest.NewServer(webhook.Handler(v, webhook.NewMemoryStore(0), time.Hour,
+				func(context.Context, *http.Request, []byte) error { calls.Add(1); return nil },
+				webhook.WithLogger(slog.New(slog.DiscardHandler)), webhook.WithOrderGate(webhook.NewOrderGate(webhook.NewMemoryOrderStore(), quietGate))))
+			t.Cleanup(srv.Close)
+			post := func(version int64, edit func(http.Header)) (int, string) {
+				id := "e" + strconv.FormatInt(version, 10)
+				h := binary("order-1", strconv.FormatInt(version, 10), "", "")
+				h.Set(wire.HeaderIdempotencyKey, id)
+				now := time.Now()
+				signer.Sign(h, id, now, []byte(`{}`))
+				signer.SignOrder(h, id, now, webhook.OrderFields{Stream: "order-1", Version: version, Previous: version - 1, Partition: 2, Epoch: 9})
+				if edit != nil {
+					edit(h)
+				}
+				status, _, body := do(t, srv, h, `{}`)
+				return status, body
+			}
+			status, body := post(0, nil)
+			require.Equal(t, http.StatusNoContent, status, body)
+			for name, edit := range map[string]func(http.Header){
+				"stream":    func(h http.Header) { h.Set(wire.HeaderSubject, "order-2") },
+				"version":   func(h http.Header) { h.Set(wire.HeaderStreamVersion, "3") },
+				"previous":  func(h http.Header) { h.Set(wire.HeaderPreviousVersion, "none") },
+				"partition": func(h http.Header) { h.Set(wire.HeaderPartition, "3") },
+				"epoch":     func(h http.Header) { h.Set(wire.HeaderLeaseEpoch, "10") },
+				"unsigned":  func(h http.Header) { h.Del(wire.HeaderOrderSignature) },
+			} {
+				status, body := post(1, edit)
+				require.Equal(t, http.StatusUnauthorized, status, name)
+				want := "bad-order-signature"
+				if name == "unsigned" {
+					want = "missing-order-signature"
+				}
+				require.Equal(t, want, body, name)
+			}
+			require.Equal(t, int64(1), calls.Load(), "nothing altered reached the handler")
+			status, body = post(1, nil)
+			require.Equal(t, http.StatusNoContent, status, body)
+			require.Equal(t, int64(2), calls.Load())
+		})
+	}
 }

@@ -290,7 +290,7 @@ func TestReason(t *testing.T) {
 	require.Equal(t, "", webhook.Reason(nil))
 	require.Equal(t, "invalid", webhook.Reason(errors.New("other")))
 	seen := map[string]bool{}
-	for _, err := range []error{webhook.ErrMissingSignature, webhook.ErrMissingTimestamp, webhook.ErrTimestampStale, webhook.ErrTimestampFuture, webhook.ErrBadSignature} {
+	for _, err := range []error{webhook.ErrMissingSignature, webhook.ErrMissingTimestamp, webhook.ErrTimestampStale, webhook.ErrTimestampFuture, webhook.ErrBadSignature, webhook.ErrMissingOrderSignature, webhook.ErrBadOrderSignature} {
 		r := webhook.Reason(fmt.Errorf("wrapped: %w", err))
 		require.False(t, seen[r], "reason %q repeats", r)
 		seen[r] = true

@@ -72,7 +72,11 @@ func MinSafeTTL(p RetryProfile) (time.Duration, error) {
 	}
 	switch {
 	case p.MaxDeliver < 1:
-		return bad("MaxDeliver", p.MaxDeliver, "want >= 1; a sender retrying without limit has no safe TTL")
+		return bad("MaxDeliver", p.MaxDeliver, "want >= 1; a sender retrying without limit has no safe TTL: "+
+			"give the subscription a finite max_deliver (jsbridge's default is 10) and compute the TTL from it, "+
+			"or keep records at least SafetyFactor × (the consumer's --disable-after, 24h by default, + one longest retry gap, "+
+			"max(Timeout, AckWait) + max(last BackOff, RetryAfter)) + Replay, 48h11m with jsbridge's defaults "+
+			"(docs/receiver.md)")
 	case p.Timeout <= 0:
 		return bad("Timeout", p.Timeout, "want > 0")
 	case p.AckWait < 0:

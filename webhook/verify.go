@@ -194,7 +194,8 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 
 // Reason returns a short stable string for a verification error, fit for a
 // 401 response body or a metric label: "missing-signature",
-// "missing-timestamp", "stale", "future" or "bad-signature"; "" for nil and
+// "missing-timestamp", "stale", "future", "bad-signature",
+// "missing-order-signature" or "bad-order-signature"; "" for nil and
 // "invalid" for any other error.
 func Reason(err error) string {
 	switch {
@@ -210,6 +211,10 @@ func Reason(err error) string {
 		return "future"
 	case errors.Is(err, ErrBadSignature):
 		return "bad-signature"
+	case errors.Is(err, ErrMissingOrderSignature):
+		return "missing-order-signature"
+	case errors.Is(err, ErrBadOrderSignature):
+		return "bad-order-signature"
 	}
 	return "invalid"
 }

@@ -43,6 +43,30 @@ const (
 	// replicas' clocks; a lower epoch than one a receiver already
 	// processed for the stream comes from a stale (zombie) sender.
 	HeaderLeaseEpoch = "Jsbridge-Lease-Epoch"
+	// HeaderPreviousVersion carries, on every webhook of an ordered
+	// subscription and on every path that sends one (the partition's head
+	// of line, dead-letter replay, replay by time, the event after a
+	// skip), the version of the same stream that this subscription
+	// delivered (answered 2xx) before this one, base 10, or PreviousNone
+	// when it delivered none of that stream before. With the stream and
+	// the version it forms the version chain: a receiver's order gate
+	// processes version v when its previous version is the last one it
+	// processed. Format and parse it with FormatPreviousVersion and
+	// ParsePreviousVersion.
+	HeaderPreviousVersion = "Jsbridge-Previous-Version"
+	// HeaderOrderSignature carries the signature of an ordered webhook's
+	// ordering fields (message id, timestamp, previous version, version,
+	// partition, epoch, stream), made with the subscription's own secrets
+	// and scheme: the body's signature does not cover headers. Package
+	// webhook signs (Signer.SignOrder) and verifies (Verifier.VerifyOrder)
+	// it; docs/wire.md gives the signed content.
+	HeaderOrderSignature = "Jsbridge-Order-Signature"
+	// HeaderOrderLast is set by a receiver's order gate on its gap
+	// answers: the last version of the stream it processed, base 10, or
+	// PreviousNone when it processed none, so the sender and the operator
+	// see what the receiver expects as the next request's previous
+	// version.
+	HeaderOrderLast = "Jsbridge-Order-Last"
 	// HeaderOrder is set by a receiver's order gate (package webhook) on the
 	// answers it gives without running the receiver's handler: one of
 	// OrderDuplicate (with a 2xx), OrderGap, OrderInProgress or
@@ -78,6 +102,34 @@ const (
 	// stream.go, JSStreamSource).
 	HeaderSourceInfo = "Nats-Stream-Source"
 )
+
+// PreviousNone is the HeaderPreviousVersion (and HeaderOrderLast) value
+// saying "no version of this stream": the subscription delivered none
+// before, or the receiver processed none.
+const PreviousNone = "none"
+
+// FormatPreviousVersion returns the HeaderPreviousVersion value of the
+// previous version v: v in base 10, or PreviousNone when v < 0.
+func FormatPreviousVersion(v int64) string {
+	if v < 0 {
+		return PreviousNone
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// ParsePreviousVersion reverses FormatPreviousVersion: PreviousNone gives
+// -1, a base-10 integer >= 0 gives itself. Anything else (empty, negative,
+// signed, spaces) is an error naming the header and the value.
+func ParsePreviousVersion(s string) (int64, error) {
+	if s == PreviousNone {
+		return -1, nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 || strconv.FormatInt(v, 10) != s {
+		return 0, fmt.Errorf("bad %s %q: want %q or a version >= 0 in base 10", HeaderPreviousVersion, s, PreviousNone)
+	}
+	return v, nil
+}
 
 // OrderRetryInPlace reports whether a HeaderOrder value refuses the event
 // for now (OrderGap, OrderInProgress, OrderStaleEpoch): the sender never

@@ -94,3 +94,23 @@ func TestOrderRetryInPlace(t *testing.T) {
 		}
 	}
 }
+
+func TestPreviousVersion(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		v    int64
+		text string
+	}{{-1, "none"}, {0, "0"}, {41, "41"}} {
+		if got := wire.FormatPreviousVersion(c.v); got != c.text {
+			t.Errorf("FormatPreviousVersion(%d) = %q, want %q", c.v, got, c.text)
+		}
+		if got, err := wire.ParsePreviousVersion(c.text); err != nil || got != c.v {
+			t.Errorf("ParsePreviousVersion(%q) = %d, %v; want %d", c.text, got, err, c.v)
+		}
+	}
+	for _, bad := range []string{"", "None", "-1", "+3", " 3", "03", "x"} {
+		if _, err := wire.ParsePreviousVersion(bad); err == nil {
+			t.Errorf("ParsePreviousVersion(%q) succeeded, want an error", bad)
+		}
+	}
+}

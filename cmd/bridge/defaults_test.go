@@ -35,6 +35,7 @@ func TestRunFlagDefaultsAreTheBridgeDefaults(t *testing.T) {
 		"claim-limit":      bridge.DefaultClaimLimit,
 		"fetch-limit":      bridge.DefaultFetchLimit,
 		"poll-interval":    bridge.DefaultPollInterval,
+		"linger":           time.Duration(0), // off: claim again at once
 		"max-retries":      bridge.DefaultMaxRetries,
 		"max-in-flight":    bridge.DefaultMaxInFlight,
 		"publish-timeout":  bridge.DefaultPublishTimeout,

@@ -18,7 +18,7 @@ var configFlags = map[string]string{
 	"Config.SubjectPrefix": "--subject-prefix", "Config.Source": "--source", "Config.DuplicateWindow": "--duplicate-window",
 	"Config.Replicas": "--stream-replicas", "Config.MaxAge": "--max-age", "Config.MaxBytes": "--max-bytes", "Config.MaxMsgsPerSubject": "--max-msgs-per-subject", "Config.Compress": "--compression",
 	"Config.Owner": "--owner", "Config.Lease": "--lease", "Config.ClaimLimit": "--claim-limit",
-	"Config.FetchLimit": "--fetch-limit", "Config.PollInterval": "--poll-interval", "Config.MaxRetries": "--max-retries",
+	"Config.FetchLimit": "--fetch-limit", "Config.PollInterval": "--poll-interval", "Config.Linger": "--linger", "Config.MaxRetries": "--max-retries",
 	"Config.MaxInFlight": "--max-in-flight", "Config.PublishTimeout": "--publish-timeout",
 	"Config.ShutdownGrace": "--shutdown-grace", "Config.SettleTimeout": "--settle-timeout",
 	"VerifyConfig.PageSize": "--page-size", "VerifyConfig.PublishTimeout": "--publish-timeout",

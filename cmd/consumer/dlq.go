@@ -18,8 +18,8 @@ import (
 // dlqCmd groups the dead-letter operations.
 type dlqCmd struct {
 	List   dlqListCmd   `cmd:"" help:"List dead letters, oldest first: seq, subscription, event id, attempts, status, reason, times."`
-	Replay dlqReplayCmd `cmd:"" help:"POST dead letters again to their subscription's endpoint (same Idempotency-Key, current secrets); each one delivered (2xx) is removed from the DLQ."`
-	Skip   dlqSkipCmd   `cmd:"" help:"Drop the dead-lettered head of a parked stream (ordered subscriptions): its dead letter is deleted and the events held behind it are delivered, in order."`
+	Replay dlqReplayCmd `cmd:"" help:"POST dead letters again to their subscription's endpoint (same Idempotency-Key, current secrets; for an ordered subscription the predecessor its last attempt named, Jsbridge-Previous-Version, and no partition or epoch); each one delivered (2xx) is removed from the DLQ."`
+	Skip   dlqSkipCmd   `cmd:"" help:"Drop the dead-lettered head of a parked stream (ordered subscriptions): its dead letter is deleted and the events held behind it are delivered, in order, the first naming the head's own predecessor (Jsbridge-Previous-Version)."`
 	Purge  dlqPurgeCmd  `cmd:"" help:"Delete dead letters for good (of one subscription, or all); needs --yes."`
 }
 

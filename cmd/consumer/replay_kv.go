@@ -25,7 +25,11 @@ func (c *replayCmd) kvConfig(ctx context.Context, g *Globals, js jetstream.JetSt
 	if err != nil {
 		return consumer.Config{}, err
 	}
-	store, err := consumer.OpenSubscriptionStore(ctx, js, consumer.SubscriptionStoreConfig{Bucket: c.Bucket, Replicas: c.BucketReplicas, Keys: keys})
+	scfg, err := c.storeConfig(keys)
+	if err != nil {
+		return consumer.Config{}, err
+	}
+	store, err := consumer.OpenSubscriptionStore(ctx, js, scfg)
 	if err != nil {
 		return consumer.Config{}, err
 	}

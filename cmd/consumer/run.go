@@ -124,6 +124,10 @@ func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", startup.RedactURL(conn.URL), err)
 	}
+	if err := startup.CheckServerVersion(nc.ConnectedServerVersion()); err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", startup.RedactURL(conn.URL), err)
+	}
 	js, err := conn.JetStream(nc)
 	if err != nil {
 		nc.Close()
@@ -145,7 +149,6 @@ type runCmd struct {
 	orderingFlags     `embed:""`
 	kvFlags           `embed:""` // run_kv.go
 
-	StreamReplicas int           `name:"stream-replicas" env:"JSBRIDGE_STREAM_REPLICAS" default:"1" help:"JetStream storage replica count (R) of the DLQ and attempts streams and the durable consumers when the consumer creates them, not a count of consumer processes: 1 on a standalone server, 3 on a cluster (at most the events stream's); existing ones keep their own, with a warning (default: ${default})."`
 	StartupTimeout time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when NATS, the JetStream stream, the DLQ stream or the durable consumers are not available within this time; 0 waits forever (default: ${default})."`
 	Pprof          bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr        string        `name:"ops-addr" env:"JSBRIDGE_CONSUMER_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`

@@ -53,8 +53,12 @@ func (r *runCmd) openKV(ctx context.Context, w *startup.Waiter, js jetstream.Jet
 	if err != nil {
 		return err
 	}
+	scfg, err := r.storeConfig(keys)
+	if err != nil {
+		return err
+	}
 	return w.For(ctx, "JetStream key-value bucket "+r.Bucket, func(ctx context.Context) error {
-		s, err := consumer.OpenSubscriptionStore(ctx, js, consumer.SubscriptionStoreConfig{Bucket: r.Bucket, Replicas: r.BucketReplicas, Keys: keys})
+		s, err := consumer.OpenSubscriptionStore(ctx, js, scfg)
 		if err != nil {
 			return startup.JetStreamErr(err)
 		}
@@ -75,7 +79,11 @@ func (f *kvFlags) staticConfig(ctx context.Context, g *Globals, js jetstream.Jet
 	if err != nil {
 		return consumer.Config{}, err
 	}
-	store, err := consumer.OpenSubscriptionStore(ctx, js, consumer.SubscriptionStoreConfig{Bucket: f.Bucket, Replicas: f.BucketReplicas, Keys: keys})
+	scfg, err := f.storeConfig(keys)
+	if err != nil {
+		return consumer.Config{}, err
+	}
+	store, err := consumer.OpenSubscriptionStore(ctx, js, scfg)
 	if err != nil {
 		return consumer.Config{}, err
 	}

@@ -8,6 +8,11 @@ import (
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
+// secretFields is the hint `consumer secret` gives for the subscriptions
+// file: the fields of fileSubscription that take a secret (a test loads a
+// file written as the hint says).
+const secretFields = "secrets_env: [VAR] naming an environment variable that holds it, or secrets_file: [PATH] naming a file that holds it"
+
 // secretCmd prints a new signing secret: what --secret (JSBRIDGE_SECRET)
 // or a subscription's secrets take, and what the receiver verifies with.
 type secretCmd struct {
@@ -26,7 +31,7 @@ func (c *secretCmd) write(out, note io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(note, "# a Standard Webhooks HMAC secret (v1): give it to the consumer (JSBRIDGE_SECRET, or secrets: in the subscriptions file) and to the receiver (webhook.NewVerifier); keep it secret")
+		fmt.Fprintln(note, "# a Standard Webhooks HMAC secret (v1): give it to the consumer (JSBRIDGE_SECRET, or per subscription in the subscriptions file "+secretFields+") and to the receiver (webhook.NewVerifier); keep it secret")
 		_, err = fmt.Fprintln(out, secret)
 		return err
 	}
@@ -34,7 +39,7 @@ func (c *secretCmd) write(out, note io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(note, "# a Standard Webhooks ed25519 key pair (v1a): line 1, the whsk_ secret key, is the consumer's alone (JSBRIDGE_SECRET, or secrets: in the subscriptions file); line 2, the whpk_ public key, is the receiver's (webhook.NewVerifier) and need not be secret")
+	fmt.Fprintln(note, "# a Standard Webhooks ed25519 key pair (v1a): line 1, the whsk_ secret key, is the consumer's alone (JSBRIDGE_SECRET, or per subscription in the subscriptions file "+secretFields+"); line 2, the whpk_ public key, is the receiver's (webhook.NewVerifier) and need not be secret")
 	_, err = fmt.Fprintf(out, "%s\n%s\n", secretKey, publicKey)
 	return err
 }

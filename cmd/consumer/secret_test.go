@@ -7,6 +7,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -86,4 +89,32 @@ func TestSecretEd25519SignsAndVerifies(t *testing.T) {
 	require.NoError(t, err)
 	msg := h.Get("webhook-id") + "." + h.Get("webhook-timestamp") + "." + string(body)
 	require.True(t, ed25519.Verify(ed25519.PublicKey(pub), []byte(msg), raw))
+}
+
+// The note on stderr names the subscriptions file's fields for a secret;
+// a file written as it says loads, and the subscription signs with the
+// printed secret (the hint once named a secrets: field that does not
+// exist, which the file's parser refuses).
+func TestSecretHintNamesFieldsTheFileTakes(t *testing.T) {
+	for _, ed := range []bool{false, true} {
+		var out, note bytes.Buffer
+		require.NoError(t, (&secretCmd{Ed25519: ed}).write(&out, &note))
+		secret := strings.SplitN(out.String(), "\n", 2)[0]
+		fields := regexp.MustCompile(`([a-z_]+): \[([A-Z]+)\]`).FindAllStringSubmatch(note.String(), -1)
+		require.Len(t, fields, 2, "the hint names two fields: %s", note.String())
+
+		dir := t.TempDir()
+		path := filepath.Join(dir, "billing.secret")
+		require.NoError(t, os.WriteFile(path, []byte(secret+"\n"), 0o600))
+		t.Setenv("BILLING_SECRET", secret)
+		for _, f := range fields {
+			value := map[string]string{"VAR": "BILLING_SECRET", "PATH": path}[f[2]]
+			require.NotEmpty(t, value, "placeholder %s in the hint", f[2])
+			file := "subscriptions:\n  - name: billing\n    filter_subjects: [events.>]\n    url: https://billing.example.com/hooks\n" +
+				"    " + f[1] + ": [" + value + "]\n"
+			subs, _, err := parseSubscriptions([]byte(file), "--config hint.yaml")
+			require.NoError(t, err, "following the hint (%s): %s", f[1], file)
+			require.Equal(t, []string{secret}, subs[0].Secrets, f[1])
+		}
+	}
 }

@@ -57,7 +57,12 @@ func openStore(ctx context.Context, g *Globals, f *storeFlags, keys *consumer.Se
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	s, err := consumer.OpenSubscriptionStore(ctx, js, consumer.SubscriptionStoreConfig{Bucket: f.Bucket, Replicas: f.BucketReplicas, Keys: keys})
+	scfg, err := f.storeConfig(keys)
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	s, err := consumer.OpenSubscriptionStore(ctx, js, scfg)
 	if err != nil {
 		nc.Close()
 		return nil, nil, nil, err

@@ -6,9 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/alecthomas/kong"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/consumer"
+	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
 // get, list and export never print a secret, the URL's query or a header
@@ -111,4 +113,47 @@ func TestSubscriptionsCLIRedactsAndRoundTrips(t *testing.T) {
 	out, err = k.cliOut(t, "get", "billing", "--show-secrets")
 	require.NoError(t, err)
 	require.Contains(t, out, secret)
+}
+
+// The subscriptions bucket's replica count follows --stream-replicas
+// (JSBRIDGE_STREAM_REPLICAS) unless --subscriptions-bucket-replicas is
+// set, on every command that may create the bucket: a bucket made by
+// subscriptions add on a cluster keeps as many copies as the rest.
+// (Not parallel: it sets the environment.)
+func TestSubscriptionsBucketReplicasFollowStreamReplicas(t *testing.T) {
+	t.Setenv("JSBRIDGE_STREAM_REPLICAS", "")
+	require.NoError(t, os.Unsetenv("JSBRIDGE_STREAM_REPLICAS"))
+	t.Setenv("JSBRIDGE_CONSUMER_SUBSCRIPTIONS_BUCKET_REPLICAS", "")
+	require.NoError(t, os.Unsetenv("JSBRIDGE_CONSUMER_SUBSCRIPTIONS_BUCKET_REPLICAS"))
+	replicas := func(args ...string) int {
+		t.Helper()
+		var c cli
+		app, err := kong.New(&c, ops.WireVars())
+		require.NoError(t, err)
+		kctx, err := app.Parse(args)
+		require.NoError(t, err, "%v", args)
+		var f *storeFlags
+		switch kctx.Command() {
+		case "subscriptions add <name>", "subscriptions add":
+			f = &c.Subscriptions.Add.storeFlags
+		case "subscriptions list":
+			f = &c.Subscriptions.List.storeFlags
+		case "run":
+			f = &c.Run.storeFlags
+		default:
+			t.Fatalf("command %q", kctx.Command())
+		}
+		cfg, err := f.storeConfig(nil)
+		require.NoError(t, err, "%v", args)
+		return cfg.Replicas
+	}
+	require.Equal(t, 1, replicas("subscriptions", "list"), "both defaults: R1")
+	require.Equal(t, 3, replicas("subscriptions", "add", "billing", "--stream-replicas", "3"))
+	require.Equal(t, 3, replicas("run", "--stream-replicas", "3"))
+	require.Equal(t, 1, replicas("subscriptions", "add", "billing", "--stream-replicas", "3", "--subscriptions-bucket-replicas", "1"), "set, it wins")
+	t.Setenv("JSBRIDGE_STREAM_REPLICAS", "3")
+	require.Equal(t, 3, replicas("subscriptions", "list"), "the environment variable too")
+
+	_, err := (&storeFlags{BucketReplicas: -1, StreamReplicas: 1}).storeConfig(nil)
+	require.ErrorContains(t, err, "--subscriptions-bucket-replicas (JSBRIDGE_CONSUMER_SUBSCRIPTIONS_BUCKET_REPLICAS) -1")
 }

@@ -16,9 +16,27 @@ import (
 // kv` take them.
 type storeFlags struct {
 	Bucket         string `name:"subscriptions-bucket" env:"JSBRIDGE_CONSUMER_SUBSCRIPTIONS_BUCKET" default:"${subscriptions_bucket}" help:"JetStream key-value bucket of the subscriptions managed at runtime; created on first use (default: ${default})."`
-	BucketReplicas int    `name:"subscriptions-bucket-replicas" env:"JSBRIDGE_CONSUMER_SUBSCRIPTIONS_BUCKET_REPLICAS" default:"1" help:"Replica count of the subscriptions bucket when it is created: 1 on a standalone server, 3 on a cluster (default: ${default})."`
+	BucketReplicas int    `name:"subscriptions-bucket-replicas" env:"JSBRIDGE_CONSUMER_SUBSCRIPTIONS_BUCKET_REPLICAS" default:"0" help:"Replica count of the subscriptions bucket when it is created; 0 follows --stream-replicas (default: ${default}, --stream-replicas)."`
+	StreamReplicas int    `name:"stream-replicas" env:"JSBRIDGE_STREAM_REPLICAS" default:"1" help:"JetStream storage replica count (R) of what the consumer creates: the DLQ and attempts streams, the durable consumers, the ordered copy and the buckets (the subscriptions bucket too, unless --subscriptions-bucket-replicas is set); not a count of consumer processes: 1 on a standalone server, 3 on a cluster (at most the events stream's); existing ones keep their own, with a warning (default: ${default})."`
 	SecretsKeyFile string `name:"secrets-key-file" env:"JSBRIDGE_CONSUMER_SECRETS_KEY_FILE" placeholder:"PATH" help:"File of the keys sealing the subscriptions' URLs, secrets and header values in the bucket, one <id>:<base64 32 bytes> per line (make one with subscriptions keygen); the first seals, all open (rotation: put the new key first) (default: none)."`
 	SecretsKey     string `name:"secrets-key" env:"JSBRIDGE_CONSUMER_SECRETS_KEY" placeholder:"KEYS" help:"The keys of --secrets-key-file given inline, comma-separated; prefer the file or the environment variable: flags show in ps (default: none)."`
+}
+
+// storeConfig is the subscriptions bucket's configuration with keys: its
+// replica count is --subscriptions-bucket-replicas when set, else
+// --stream-replicas, so a bucket created on a cluster by `subscriptions
+// add` keeps as many copies as the rest of what the consumer creates.
+func (f *storeFlags) storeConfig(keys *consumer.SecretsKeyring) (consumer.SubscriptionStoreConfig, error) {
+	replicas := f.BucketReplicas
+	switch {
+	case f.BucketReplicas < 0:
+		return consumer.SubscriptionStoreConfig{}, fmt.Errorf("--subscriptions-bucket-replicas (JSBRIDGE_CONSUMER_SUBSCRIPTIONS_BUCKET_REPLICAS) %d: want 0 (follow --stream-replicas) or more", f.BucketReplicas)
+	case f.BucketReplicas == 0 && f.StreamReplicas < 1:
+		return consumer.SubscriptionStoreConfig{}, fmt.Errorf("--stream-replicas (JSBRIDGE_STREAM_REPLICAS) %d: want 1 or more", f.StreamReplicas)
+	case f.BucketReplicas == 0:
+		replicas = f.StreamReplicas
+	}
+	return consumer.SubscriptionStoreConfig{Bucket: f.Bucket, Replicas: replicas, Keys: keys}, nil
 }
 
 // keyring reads the keys; nil without any (reads are then redacted).
@@ -66,12 +84,14 @@ type subscriptionFields struct {
 	Scheme        string            `name:"scheme" enum:",standard,hmac-sha256" default:"" help:"Signature scheme: standard or hmac-sha256 (default on add: standard)."`
 	Body          string            `name:"body" enum:",structured,binary" default:"" help:"Body mode: structured or binary (default on add: structured)."`
 	Header        map[string]string `name:"header" placeholder:"NAME=VALUE" help:"Extra request header; repeatable. Replaces the stored headers on update. Values are sealed like secrets."`
+	HeaderEnv     map[string]string `name:"header-env" placeholder:"NAME=VAR" help:"Extra request header whose value is read from the environment variable VAR (the file's headers_env); repeatable, with --header. Replaces the stored headers on update."`
 	Timeout       time.Duration     `name:"timeout" help:"Request timeout of one POST; below half of --ack-wait (default on add: 10s)."`
 	AckWait       time.Duration     `name:"ack-wait" help:"JetStream AckWait (default on add: 30s)."`
 	MaxDeliver    int               `name:"max-deliver" help:"Attempts per event; -1: no limit (default on add: 10)."`
 	BackOff       []time.Duration   `name:"backoff" help:"Delays before each retry; the last repeats (default on add: 1s,5s,30s,2m,5m)."`
 	MaxInFlight   int               `name:"max-in-flight" help:"Concurrent deliveries per replica (default on add: 64)."`
 	MaxAckPending int               `name:"max-ack-pending" help:"JetStream MaxAckPending (default on add: 1000, or --max-in-flight when larger)."`
+	RateLimit     float64           `name:"rate-limit" placeholder:"PER_SECOND" help:"Most POSTs per second to the endpoint, per replica (the file's rate_limit); a 429 (or 503 with Retry-After) lowers it for a while (default on add: no limit)."`
 	AllowPrivate  bool              `name:"allow-private" help:"Let the endpoint be on a loopback, private or link-local address, over plain http."`
 	AllowHTTP     bool              `name:"allow-http" help:"Let the endpoint use plain http on a public address."`
 	TLSClientCert string            `name:"tls-client-cert" placeholder:"PATH" help:"PEM client certificate for mutual TLS (a path on every replica); needs --tls-client-key."`
@@ -135,8 +155,19 @@ func (f *subscriptionFields) apply(s *consumer.Subscription) error {
 	if f.Body != "" {
 		s.Body = consumer.BodyMode(f.Body)
 	}
-	if len(f.Header) > 0 {
-		s.Headers = f.Header
+	if len(f.Header) > 0 || len(f.HeaderEnv) > 0 {
+		headers := map[string]string{}
+		for k, v := range f.Header {
+			headers[k] = v
+		}
+		for k, env := range f.HeaderEnv {
+			v := os.Getenv(env)
+			if v == "" {
+				return fmt.Errorf("--header-env: environment variable %s for header %s is empty", env, k)
+			}
+			headers[k] = v
+		}
+		s.Headers = headers
 	}
 	if f.Timeout != 0 {
 		s.Timeout = f.Timeout
@@ -155,6 +186,9 @@ func (f *subscriptionFields) apply(s *consumer.Subscription) error {
 	}
 	if f.MaxAckPending != 0 {
 		s.MaxAckPending = f.MaxAckPending
+	}
+	if f.RateLimit != 0 {
+		s.RateLimit = f.RateLimit
 	}
 	s.AllowPrivate = s.AllowPrivate || f.AllowPrivate
 	s.AllowHTTP = s.AllowHTTP || f.AllowHTTP

@@ -35,6 +35,7 @@ type shownSubscription struct {
 	BackOff        []string          `yaml:"backoff,omitempty" json:"backoff,omitempty"`
 	MaxInFlight    int               `yaml:"max_in_flight,omitempty" json:"max_in_flight,omitempty"`
 	MaxAckPending  int               `yaml:"max_ack_pending,omitempty" json:"max_ack_pending,omitempty"`
+	RateLimit      float64           `yaml:"rate_limit,omitempty" json:"rate_limit,omitempty"`
 	AllowPrivate   bool              `yaml:"allow_private,omitempty" json:"allow_private,omitempty"`
 	AllowHTTP      bool              `yaml:"allow_http,omitempty" json:"allow_http,omitempty"`
 	TLS            *fileTLS          `yaml:"tls,omitempty" json:"tls,omitempty"`
@@ -48,7 +49,7 @@ type shownSubscription struct {
 func show(s consumer.StoredSubscription, reveal bool) shownSubscription {
 	v := shownSubscription{
 		Name: s.Name, FilterSubjects: s.FilterSubjects, URL: breaker.Endpoint(s.URL), Scheme: string(s.Scheme), Body: string(s.Body),
-		MaxDeliver: s.MaxDeliver, MaxInFlight: s.MaxInFlight, MaxAckPending: s.MaxAckPending,
+		MaxDeliver: s.MaxDeliver, MaxInFlight: s.MaxInFlight, MaxAckPending: s.MaxAckPending, RateLimit: s.RateLimit,
 		AllowPrivate: s.AllowPrivate, AllowHTTP: s.AllowHTTP, Ordering: string(s.Ordering), OnDeadLetter: string(s.OnDeadLetter),
 	}
 	if s.Start.Policy != "" {

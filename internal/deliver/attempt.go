@@ -198,11 +198,11 @@ func (r *sender) request(msg jetstream.Msg, id, replica string) ([]byte, http.He
 // true when the breaker let nothing through (open, or a half-open probe
 // already running); resp is then the zero response. inProgress, when not
 // nil, is called every AckWait/2 while the POST runs. gen is what gate
-// returned.
-func (r *sender) send(ctx context.Context, at *attemptState, inProgress func() error, gen uint64, id string, body []byte, hdr http.Header) (resp response, refused bool) {
+// returned; order, as for post.
+func (r *sender) send(ctx context.Context, at *attemptState, inProgress func() error, gen uint64, id string, body []byte, hdr http.Header, order *webhook.OrderFields) (resp response, refused bool) {
 	at.sending()
 	err := r.br.Execute(func() error {
-		resp = r.post(ctx, inProgress, id, body, hdr)
+		resp = r.post(ctx, inProgress, id, body, hdr, order)
 		at.answered(resp)
 		return resp.breakerErr()
 	})
@@ -284,8 +284,12 @@ func (r *sender) requestHeader() http.Header {
 // post sends one signed POST and reads the response. While it runs longer
 // than AckWait/2 it calls inProgress (the message's InProgress) every
 // AckWait/2 so JetStream does not redeliver; inProgress may be nil. hdr
-// comes from requestHeader and buildBody.
-func (r *sender) post(ctx context.Context, inProgress func() error, id string, body []byte, hdr http.Header) response {
+// comes from requestHeader and buildBody. order, when not nil, is an
+// ordered webhook's place in its stream's version chain: its headers
+// (Jsbridge-Previous-Version, and Jsbridge-Partition and
+// Jsbridge-Lease-Epoch from a partition's owner) and the order signature
+// are set with the same timestamp as the signature.
+func (r *sender) post(ctx context.Context, inProgress func() error, id string, body []byte, hdr http.Header, order *webhook.OrderFields) response {
 	ctx, cancel := context.WithTimeout(ctx, r.sub.Timeout)
 	defer cancel()
 	if inProgress != nil {
@@ -301,7 +305,11 @@ func (r *sender) post(ctx context.Context, inProgress func() error, id string, b
 	// is retried through the lease check.
 	req := r.ep.newRequest(ctx, hdr, body)
 	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(hdr)) // traceparent: the attempt's span
-	r.signer.Load().Sign(hdr, id, time.Now(), body)
+	signer, now := r.signer.Load(), time.Now()
+	signer.Sign(hdr, id, now, body)
+	if order != nil {
+		signer.SignOrder(hdr, id, now, *order)
+	}
 
 	start := time.Now()
 	resp, err := r.ep.do(r.client, req)
@@ -319,6 +327,7 @@ func (r *sender) post(ctx context.Context, inProgress func() error, id string, b
 	if resp.StatusCode == http.StatusConflict {
 		out.order = resp.Header.Get(wire.HeaderOrder)
 		out.orderEpoch, _ = strconv.ParseUint(resp.Header.Get(wire.HeaderOrderEpoch), 10, 64) // absent or bad: 0, the epoch is doubled
+		out.orderLast = resp.Header.Get(wire.HeaderOrderLast)
 	}
 	return out
 }

@@ -66,20 +66,30 @@ func BenchmarkAttempt(b *testing.B) {
 		wire.HeaderCorrelationID: {"c-1"}, wire.HeaderCausationID: {"c-0"},
 	}}, data: data}
 	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		actx, at := r.startAttempt(ctx, msg, "1042", 1)
-		body, hdr, err := r.request(msg, "1042", "")
-		if err != nil {
-			b.Fatal(err)
+	// unordered: no ordering fields; ordered: the version chain and the
+	// order signature of a partition's owner.
+	for _, order := range []*webhook.OrderFields{nil, orderFieldsOf(msg.Headers(), 2, 1, 7)} {
+		name := "unordered"
+		if order != nil {
+			name = "ordered"
 		}
-		resp, refused := r.send(actx, at, nil, 0, "1042", body, hdr)
-		if refused || resp.status != http.StatusNoContent {
-			b.Fatalf("refused %v, status %d, err %v", refused, resp.status, resp.err)
-		}
-		at.decide(OutcomeAck, resp.class(), "")
-		r.count(OutcomeAck, resp.class(), resp.status)
-		r.endAttempt(at)
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				actx, at := r.startAttempt(ctx, msg, "1042", 1)
+				body, hdr, err := r.request(msg, "1042", "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				resp, refused := r.send(actx, at, nil, 0, "1042", body, hdr, order)
+				if refused || resp.status != http.StatusNoContent {
+					b.Fatalf("refused %v, status %d, err %v", refused, resp.status, resp.err)
+				}
+				at.decide(OutcomeAck, resp.class(), "")
+				r.count(OutcomeAck, resp.class(), resp.status)
+				r.endAttempt(at)
+			}
+		})
 	}
 }
 

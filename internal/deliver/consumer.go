@@ -466,7 +466,7 @@ func (c *Consumer) Replay(ctx context.Context, q *deadletter.DLQ, letters []dead
 		case dl.EventID == "":
 			res.Err = fmt.Errorf("dead letter %d has no event id: it cannot be replayed", dl.Seq)
 		default:
-			res = replay(ctx, r.sender, r.js, q, dl)
+			res = replay(ctx, r.sender, r.js, q, c.withPrevious(ctx, r, dl))
 		}
 		out = append(out, res)
 	}

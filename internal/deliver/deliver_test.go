@@ -364,17 +364,39 @@ func TestBreakerStopsRequestsWhileOpen(t *testing.T) {
 		b.publish(t, id, "order-1", "OrderPlaced", `{}`)
 	}
 
-	got := rc.waitFor(t, 2)
-	require.Eventually(t, func() bool { return set.Breaker(rc.URL).State() == breaker.Open }, 5*time.Second, 5*time.Millisecond)
-	opened := got[1].at
-	// Open: nothing reaches the endpoint until the open timeout elapses.
-	time.Sleep(time.Second)
-	require.Equal(t, 2, rc.count(), "no requests while the breaker is open")
-	// Half-open: one probe, which fails and re-opens the breaker.
-	got = rc.waitFor(t, 3)
-	require.GreaterOrEqual(t, got[2].at.Sub(opened), 1400*time.Millisecond)
-	time.Sleep(500 * time.Millisecond)
-	require.Equal(t, 3, rc.count(), "one probe per half-open")
+	// Read from the receiver's timestamps, not from sleeps: a loaded
+	// machine can only stretch the gaps, never shorten them, whereas a
+	// fixed sleep it stretched past the open timeout would see a probe.
+	rc.waitFor(t, 2)
+	require.Eventually(t, func() bool { return breakerTripped(t, reg, rc.URL) }, 30*time.Second, 5*time.Millisecond,
+		"the breaker opened after 2 failures")
+	// Open: nothing reaches the endpoint until the open timeout elapses;
+	// half-open: one probe, which fails and re-opens it for another open
+	// timeout before the next probe.
+	got := rc.waitFor(t, 4)
+	require.GreaterOrEqual(t, got[2].at.Sub(got[1].at), 1400*time.Millisecond, "no requests while the breaker is open")
+	require.GreaterOrEqual(t, got[3].at.Sub(got[2].at), 1400*time.Millisecond, "one probe per half-open")
+}
+
+// breakerTripped reports whether the breaker of endpoint url went from
+// closed to open, from its transitions counter in reg.
+func breakerTripped(t *testing.T, reg *prometheus.Registry, url string) bool {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if f.GetName() == "jsbridge_consumer_breaker_transitions_total" && labels["endpoint"] == breaker.Endpoint(url) &&
+				labels["from"] == "closed" && labels["to"] == "open" && m.GetCounter().GetValue() >= 1 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func TestShutdownFinishesInFlightDelivery(t *testing.T) {

@@ -57,8 +57,10 @@ type response struct {
 	timeout    bool
 	at         time.Time // when the request was sent
 	// order is the answer's Jsbridge-Order (wire.HeaderOrder) when the
-	// status is 409, else "".
-	order string
+	// status is 409, else ""; orderLast its Jsbridge-Order-Last (the
+	// receiver's last version of the stream, on a gap).
+	order     string
+	orderLast string
 	// orderEpoch is the answer's Jsbridge-Order-Epoch
 	// (wire.HeaderOrderEpoch) with a stale-epoch answer: the highest
 	// epoch the receiver processed for the stream; 0 when absent.
@@ -125,6 +127,8 @@ func (r response) reason() string {
 		return "timeout: " + r.err.Error()
 	case r.err != nil:
 		return r.err.Error()
+	case r.order != "" && r.orderLast != "":
+		return fmt.Sprintf("HTTP %d %s (order gate: %s; its last version of the stream: %s)", r.status, http.StatusText(r.status), r.order, r.orderLast)
 	case r.order != "":
 		return fmt.Sprintf("HTTP %d %s (order gate: %s)", r.status, http.StatusText(r.status), r.order)
 	default:

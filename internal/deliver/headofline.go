@@ -49,6 +49,13 @@ type headOfLine struct {
 	// stuckAfter bounds the time a head is refused by the receiver's
 	// order gate before it is dead-lettered and parked (0: never).
 	stuckAfter time.Duration
+	// chain is the partition's version chain: each webhook's
+	// Jsbridge-Previous-Version.
+	chain *chain
+	// skipped records a dead-lettered version of a stream (by its events
+	// stream key) and the predecessor it carried in the park bucket
+	// (deadletter.RecordSkipped); nil: not recorded.
+	skipped func(ctx context.Context, streamKey string, version, previous int64) error
 }
 
 // deliver delivers one event of an ordered subscription with head-of-line
@@ -72,6 +79,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		r.redeliveries.Inc()
 	}
 	attempt, recorded := hl.attempts.first(m, id)
+	var lookupPause backoff.Backoff
 	log := func(more ...any) *slog.Logger {
 		return hl.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
 	}
@@ -96,15 +104,28 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		if hl.parking.hold(hl.holder, key, m) {
 			return
 		}
+		prev, err := hl.chain.previous(hl.ctx, key, m)
+		if err != nil {
+			if hl.ctx.Err() == nil {
+				d := lookupPause.Next()
+				log().Warn("looking up the version its stream delivered before it failed; retrying (its stream waits)", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
+				sleep(hl.ctx, hl.clock, d)
+			}
+			continue
+		}
+		lookupPause.Reset()
+		order := orderFieldsOf(m.Headers(), prev, hl.p, hl.epoch)
 		body, hdr, err := r.request(m, id, r.replicaID)
-		if err == nil {
+		if err == nil && order == nil {
+			// No version chain (no stream version): the partition and
+			// epoch alone, unsigned, as before it.
 			hdr.Set(wire.HeaderPartition, strconv.Itoa(hl.p))
 			hdr.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(hl.epoch, 10))
 		}
 		if err != nil {
 			_, at := r.startAttempt(ctx, em, id, attempt)
 			ended(at, OutcomeTerm, ClassNone, err.Error())
-			hl.deadLetter(m, log(), deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
+			hl.deadLetter(m, log(), orderLetter(deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, order), OutcomeTerm, ClassNone)
 			hl.forgetAttempts(id, recorded)
 			return
 		}
@@ -122,7 +143,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			continue // waitLease again
 		}
 		actx, at := r.startAttempt(ctx, em, id, attempt)
-		resp, refused := r.send(actx, at, nil, gen, id, body, hdr)
+		resp, refused := r.send(actx, at, nil, gen, id, body, hdr, order)
 		<-hl.slots
 		if refused {
 			// Another lane's probe won; wait for the breaker again.
@@ -141,11 +162,14 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		switch s.act {
 		case actAck:
 			r.count(OutcomeAck, s.class, resp.status)
+			if order != nil {
+				hl.chain.delivered(key, order.Version)
+			}
 			hl.ack(m, func() *slog.Logger { return log() })
 			hl.forgetAttempts(id, recorded)
 			return
 		case actDeadLetter:
-			hl.deadLetter(m, log(slog.Int("status", resp.status)), deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
+			hl.deadLetter(m, log(slog.Int("status", resp.status)), orderLetter(deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, order), s.outcome, s.class)
 			hl.forgetAttempts(id, recorded)
 			return
 		case actRetry:
@@ -163,12 +187,20 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 				refusedSince = hl.clock.Now()
 			}
 			if dl, stuck := orderStuck(refusedSince, hl.clock.Now(), hl.stuckAfter, resp, id, attempt); stuck {
-				hl.deadLetter(m, log(slog.Int("status", resp.status)), dl, OutcomeOrderStuck, s.class)
+				hl.deadLetter(m, log(slog.Int("status", resp.status)), orderLetter(dl, order), OutcomeOrderStuck, s.class)
 				hl.forgetAttempts(id, recorded)
 				return
 			}
 			r.count(OutcomeRetry, s.class, 0)
-			log(slog.Int("status", resp.status)).Info("the receiver's order gate refused the event for now; retrying in place", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
+			if resp.order == wire.OrderGap {
+				// The receiver's last version is not the predecessor sent:
+				// the next attempt looks it up again rather than trust
+				// what this partition knew (a follower's stale answer,
+				// a replay or skip by another process).
+				hl.chain.forget(key)
+			}
+			log(slog.Int("status", resp.status)).Info("the receiver's order gate refused the event for now; retrying in place", slog.String("reason", s.reason), slog.Duration("delay", s.delay),
+				slog.String("previous_version", wire.FormatPreviousVersion(prev)), slog.String("receiver_last_version", resp.orderLast))
 			sleep(hl.ctx, hl.clock, s.delay)
 		case actThrottle, actDisable:
 			// Throttled (429, 503 with Retry-After) or disabled (410):
@@ -266,8 +298,31 @@ func (hl *headOfLine) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadlette
 			return
 		}
 	}
+	key := wire.StreamKey(m.Subject())
+	if v, prev, ok := dl.Chain(); ok && hl.skipped != nil {
+		// Not delivered: the stream's next event names v's own
+		// predecessor, whoever sends it, unless a replay delivers v first
+		// (it forgets the record).
+		pause.Reset()
+		for {
+			err := hl.skipped(context.WithoutCancel(hl.ctx), wire.StreamKey(dl.Msg.Subject()), v, prev)
+			if err == nil {
+				break
+			}
+			d := pause.Next()
+			log.Error("recording the dead-lettered version for its stream's version chain failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d))
+			sleep(hl.ctx, hl.clock, d)
+			if hl.ctx.Err() != nil {
+				hl.lease.nak(log, m)
+				return
+			}
+		}
+	}
 	park := (r.sub.OnDeadLetter == DeadLetterPark || dl.OrderStuck) && dl.EventID != ""
 	if park {
+		// Replay, skip or unpark decide what the stream's next event
+		// names as its predecessor: looked up when it goes.
+		hl.chain.forget(key)
 		pause.Reset()
 		for {
 			err := hl.parking.park(hl.holder, m, dl)

@@ -20,11 +20,11 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// gatedReceiver is a webhook.Handler behind an order gate on a memory
+// epochReceiver is a webhook.Handler behind an order gate on a memory
 // store, recording what its handler processed, the highest epoch it was
 // sent per partition, and how many requests the gate refused as
 // stale-epoch.
-type gatedReceiver struct {
+type epochReceiver struct {
 	*httptest.Server
 	store *webhook.MemoryOrderStore
 
@@ -34,12 +34,12 @@ type gatedReceiver struct {
 	stale  int
 }
 
-// newGatedReceiver starts a gated receiver for b's events. With
+// newEpochReceiver starts a gated receiver for b's events. With
 // nameNoEpoch its answers lose Jsbridge-Order-Epoch, as a receiver of an
 // older webhook package's sends none.
-func newGatedReceiver(t *testing.T, b *orderedBundle, nameNoEpoch bool) *gatedReceiver {
+func newEpochReceiver(t *testing.T, b *orderedBundle, nameNoEpoch bool) *epochReceiver {
 	t.Helper()
-	gr := &gatedReceiver{store: webhook.NewMemoryOrderStore(), done: map[string][]int64{}, epochs: map[string]uint64{}}
+	gr := &epochReceiver{store: webhook.NewMemoryOrderStore(), done: map[string][]int64{}, epochs: map[string]uint64{}}
 	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{secret})
 	require.NoError(t, err)
 	h := webhook.Handler(v, webhook.NewMemoryStore(1<<10), time.Hour, func(_ context.Context, r *http.Request, _ []byte) error {
@@ -83,7 +83,7 @@ func (w *epochStripper) WriteHeader(code int) {
 
 // seen records that the gate processed stream up to version under epoch,
 // as if an earlier sender had delivered it.
-func (gr *gatedReceiver) seen(t *testing.T, stream string, version int64, epoch uint64) {
+func (gr *epochReceiver) seen(t *testing.T, stream string, version int64, epoch uint64) {
 	t.Helper()
 	ctx := context.Background()
 	_, lock, err := gr.store.Lock(ctx, webhook.OrderKey{Source: forward.DefaultSource, Stream: stream})
@@ -93,7 +93,7 @@ func (gr *gatedReceiver) seen(t *testing.T, stream string, version int64, epoch 
 
 // processed reports whether the handler processed at least n versions of
 // every stream.
-func (gr *gatedReceiver) processed(streams []string, n int) bool {
+func (gr *epochReceiver) processed(streams []string, n int) bool {
 	gr.mu.Lock()
 	defer gr.mu.Unlock()
 	for _, s := range streams {
@@ -104,9 +104,9 @@ func (gr *gatedReceiver) processed(streams []string, n int) bool {
 	return true
 }
 
-// runGated runs an ordered consumer of one subscription to url with clock
+// runEpochGated runs an ordered consumer of one subscription to url with clock
 // (nil: the real one) until the returned stop is called.
-func runGated(t *testing.T, b *orderedBundle, url string, clock clockwork.Clock) (stop func()) {
+func runEpochGated(t *testing.T, b *orderedBundle, url string, clock clockwork.Clock) (stop func()) {
 	t.Helper()
 	c, err := deliver.New(b.js, deliver.Config{Partitions: 2, LeaseTTL: time.Second, Clock: clock,
 		Logger: slog.New(slog.NewTextHandler(tWriter{t}, nil))}, orderedSub("gated", url))
@@ -154,13 +154,13 @@ func TestLeaseEpochsPassAReceiverThatSawHigherEpochs(t *testing.T) {
 			b := setupOrdered(t)
 			_, err := b.js.CreateKeyValue(b.ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultLeaseBucket, TTL: time.Second})
 			require.NoError(t, err)
-			gr := newGatedReceiver(t, b, tc.nameNoEpoch)
+			gr := newEpochReceiver(t, b, tc.nameNoEpoch)
 			streams := []string{"order-a", "order-b", "order-c"}
 			for _, s := range streams {
 				gr.seen(t, s, 1, tc.high)
 				b.publishStream(t, s, 0, 5)
 			}
-			runGated(t, b, gr.URL, nil)
+			runEpochGated(t, b, gr.URL, nil)
 			require.Eventually(t, func() bool { return gr.processed(streams, 3) }, 40*time.Second, 10*time.Millisecond,
 				"every stream delivered past the receiver's epoch")
 			gr.mu.Lock()
@@ -198,9 +198,9 @@ func TestLeaseBucketCreatedAgainByAReplicaWithAClockBehind(t *testing.T) {
 	}
 	t.Parallel()
 	b := setupOrdered(t)
-	gr := newGatedReceiver(t, b, false)
+	gr := newEpochReceiver(t, b, false)
 	streams := []string{"order-a", "order-b", "order-c"}
-	stop := runGated(t, b, gr.URL, nil)
+	stop := runEpochGated(t, b, gr.URL, nil)
 	for _, s := range streams {
 		b.publishStream(t, s, 0, 3)
 	}
@@ -213,7 +213,7 @@ func TestLeaseBucketCreatedAgainByAReplicaWithAClockBehind(t *testing.T) {
 	require.NotEmpty(t, before)
 
 	require.NoError(t, b.js.DeleteKeyValue(b.ctx, wire.DefaultLeaseBucket))
-	runGated(t, b, gr.URL, offsetClock{Clock: clockwork.NewRealClock(), off: -time.Hour})
+	runEpochGated(t, b, gr.URL, offsetClock{Clock: clockwork.NewRealClock(), off: -time.Hour})
 	for _, s := range streams {
 		b.publishStream(t, s, 3, 6)
 	}

@@ -28,7 +28,7 @@ func (or *orderedRunner) startSeq(ctx context.Context, o *ordering) (uint64, err
 	if err != nil || from <= 1 {
 		return 0, err
 	}
-	return or.copySeqFrom(ctx, o, from)
+	return copySeqFrom(ctx, o.js, o.cfg.Stream, o.stream(), or.r.sub.Name, from)
 }
 
 // eventsStart returns the events stream sequence new partition consumers
@@ -94,21 +94,26 @@ func seqAtTime(ctx context.Context, s jetstream.Stream, t time.Time) (uint64, er
 	return found, nil
 }
 
+// errCopyBehind is wrapped by copySeqFrom while the copy has not sourced
+// what comes before the sequence asked for: retry.
+var errCopyBehind = errors.New("waiting for the copy to source it")
+
 // copySeqFrom returns the copy's first sequence whose message was sourced
 // from the events stream's sequence from or later (the copy's last
 // sequence plus one when none is yet), once the copy has sourced every
 // message of the events stream before from; until then an error to
 // retry. Sourcing keeps the events stream's order, so a binary search on
-// the Nats-Stream-Source header finds it.
-func (or *orderedRunner) copySeqFrom(ctx context.Context, o *ordering, from uint64) (uint64, error) {
-	events, err := o.js.Stream(ctx, o.cfg.Stream)
+// the Nats-Stream-Source header finds it. eventsName and copyName are the
+// two JetStream streams' names, sub the subscription asking (for errors).
+func copySeqFrom(ctx context.Context, js jetstream.JetStream, eventsName, copyName, sub string, from uint64) (uint64, error) {
+	events, err := js.Stream(ctx, eventsName)
 	if err != nil {
-		return 0, fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.cfg.Stream, err)
+		return 0, fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", eventsName, err)
 	}
 	need := min(from-1, events.CachedInfo().State.LastSeq) // read before the copy
-	s, err := o.js.Stream(ctx, o.stream())
+	s, err := js.Stream(ctx, copyName)
 	if err != nil {
-		return 0, fmt.Errorf("deliver: JetStream stream %q: %w", o.stream(), err)
+		return 0, fmt.Errorf("deliver: JetStream stream %q: %w", copyName, err)
 	}
 	st := s.CachedInfo().State
 	origin := func(seq uint64) (uint64, error) {
@@ -117,7 +122,7 @@ func (or *orderedRunner) copySeqFrom(ctx context.Context, o *ordering, from uint
 			return 0, nil
 		}
 		if err != nil {
-			return 0, fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
+			return 0, fmt.Errorf("deliver: read JetStream stream %q: %w", copyName, err)
 		}
 		return wire.SourceSequence(m.Header.Get(wire.HeaderSourceInfo)), nil
 	}
@@ -128,8 +133,8 @@ func (or *orderedRunner) copySeqFrom(ctx context.Context, o *ordering, from uint
 		}
 	}
 	if last < need {
-		return 0, fmt.Errorf("deliver: subscription %q: JetStream stream %q has sourced up to %d, not yet %d, before the subscription's start; waiting",
-			or.r.sub.Name, o.stream(), last, need)
+		return 0, fmt.Errorf("deliver: subscription %q: JetStream stream %q has sourced up to %d, not yet %d, before the subscription's start: %w",
+			sub, copyName, last, need, errCopyBehind)
 	}
 	if st.Msgs == 0 {
 		return st.LastSeq + 1, nil

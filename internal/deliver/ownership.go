@@ -13,6 +13,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -420,6 +421,14 @@ func (or *orderedRunner) newPartition(p int, rev, epoch uint64, deadline time.Ti
 		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream, redeliveredBy: or.o.cfg.RedeliveredBy,
 		epoch: epoch, epochs: or.o.epochs, stuckAfter: or.o.cfg.OrderStuckAfter,
 	}
+	cs := chainSource{
+		js: or.r.js, copyName: or.o.stream(), eventsPrefix: or.o.eventsPrefix, sub: or.r.sub.Name,
+		filters: cfg.FilterSubjects, from: chainStart(or.created[p]), parks: or.o.parks,
+	}
+	d.chain = cs.previous
+	d.skipped = func(ctx context.Context, streamKey string, version, previous int64) error {
+		return deadletter.RecordSkipped(ctx, or.o.parks, or.r.sub.Name, streamKey, version, previous)
+	}
 	if nc := or.r.js.Conn(); nc != nil {
 		d.connStatus = nc.Status
 	}
@@ -458,6 +467,10 @@ func (or *orderedRunner) ensureConsumer(ctx context.Context, o *ordering, p int,
 	cfg.Replicas = or.replicas
 	keepStart(&cfg, or.created[p])
 	if floor > 0 {
+		// What it delivered before floor+1 is still the subscription's:
+		// the version chain looks predecessors up from where it first
+		// started.
+		recordChainFrom(&cfg, chainStart(or.created[p]))
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = floor + 1
 	}

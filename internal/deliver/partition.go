@@ -80,6 +80,11 @@ type partitionDeps struct {
 	epochs leaseEpochs
 	// stuckAfter is Config.OrderStuckAfter (0: never).
 	stuckAfter time.Duration
+	// chain is where the partition's version chain looks up a stream's
+	// predecessor (chain.go); skipped records a dead-lettered version
+	// (headOfLine.skipped). Nil: every webhook names none.
+	chain   func(ctx context.Context, key string, seq uint64) (int64, error)
+	skipped func(ctx context.Context, streamKey string, version, previous int64) error
 }
 
 // newPartition makes partition p, read from cons, whose lease (created at
@@ -117,6 +122,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	pt.hol = &headOfLine{
 		ctx: ctx, release: cancel, clock: d.clock, log: log, r: d.r, lease: pt.lease, book: pt.book, parking: d.parking, holder: pt.holder,
 		attempts: d.attempts, slots: d.slots, eventsPrefix: d.eventsPrefix, p: p, epoch: d.epoch, epochs: d.epochs, blocked: pt.blocked, stuckAfter: d.stuckAfter,
+		chain: newChain(d.chain), skipped: d.skipped,
 	}
 	durable := ""
 	if d.r != nil {

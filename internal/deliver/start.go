@@ -161,17 +161,19 @@ func recordStart(cfg *jetstream.ConsumerConfig, s Start) {
 	cfg.Metadata[StartMetadataKey] = s.String()
 }
 
-// keepStart makes cfg keep the deliver policy and the recorded start of
-// the existing durable consumer's config have, so that an update never
-// moves it.
+// keepStart makes cfg keep the deliver policy, the recorded start and
+// the version chain's start (ChainFromMetadataKey) of the existing durable
+// consumer's config have, so that an update never moves them.
 func keepStart(cfg *jetstream.ConsumerConfig, have jetstream.ConsumerConfig) {
 	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = have.DeliverPolicy, have.OptStartSeq, have.OptStartTime
-	delete(cfg.Metadata, StartMetadataKey)
-	if v, ok := have.Metadata[StartMetadataKey]; ok {
-		if cfg.Metadata == nil {
-			cfg.Metadata = map[string]string{}
+	for _, k := range []string{StartMetadataKey, ChainFromMetadataKey} {
+		delete(cfg.Metadata, k)
+		if v, ok := have.Metadata[k]; ok {
+			if cfg.Metadata == nil {
+				cfg.Metadata = map[string]string{}
+			}
+			cfg.Metadata[k] = v
 		}
-		cfg.Metadata[StartMetadataKey] = v
 	}
 }
 

@@ -46,6 +46,12 @@ import (
 // after the last one that the consumer's filters match (a direct get by
 // subject). An event that is not waits in the partition until its
 // predecessor was handed on.
+//
+// The version chain (chain.go) does not replace this check: it lets a
+// receiver behind an order gate refuse an event sent out of order, and
+// it relies on this check for its own look-up (a stream's events before
+// the one sent were settled). A receiver without a gate gets its order
+// from this check alone.
 
 // successors is a partition's successor check: the last event of each
 // stream it handed on, and the look-ups of a stream's next event running.

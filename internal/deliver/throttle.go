@@ -19,7 +19,12 @@ import (
 // (multiplicative decrease: to throttleDecrease of the rate it accepted in
 // the last second) and then grown back by a fixed step every second
 // without a cut (additive increase); a minute without a cut lifts the cut
-// altogether. Its Retry-After pauses every POST of the
+// altogether. A storm, cuts in a row with no 2xx between them (the
+// endpoint refused even the lowered rate: an outage, not a capacity
+// limit), is undone faster: from the first 2xx to a request sent after
+// the last cut the rate doubles each second (slow start), and once it
+// reaches the rate the endpoint accepted before the storm, the rate in
+// force before the storm comes back (no limit, or RateLimit). Its Retry-After pauses every POST of the
 // subscription until it passes (capped at MaxRetryAfter). The settlers
 // retry a throttled event in place: it spends no MaxDeliver attempt and
 // counts as no breaker failure (see verdictThrottle for 503).
@@ -46,14 +51,23 @@ type throttle struct {
 	ceiling rate.Limit // Subscription.RateLimit, or rate.Inf
 	gauge   prometheus.Gauge
 
-	mu      sync.Mutex
-	lim     *rate.Limiter
-	cur     rate.Limit // the rate in force: ceiling, or a cut one below it
-	atCut   rate.Limit // the rate a cut set, for the step
-	lastCut time.Time
-	lastInc time.Time
-	paused  time.Time // no POST before (Retry-After)
-	gen     uint64    // cuts so far
+	mu    sync.Mutex
+	lim   *rate.Limiter
+	cur   rate.Limit // the rate in force: ceiling, or a cut one below it
+	atCut rate.Limit // the rate a cut set, for the step
+	// A storm (see above): cuts counts the cuts since the last 2xx to a
+	// request sent after a cut; before is the rate in force before the
+	// storm's first cut and base the rate the endpoint accepted then;
+	// acceptedCut is whether a request sent after the last cut was
+	// answered 2xx (slow start runs from then).
+	cuts        int
+	before      rate.Limit
+	base        rate.Limit
+	acceptedCut bool
+	lastCut     time.Time
+	lastInc     time.Time
+	paused      time.Time // no POST before (Retry-After)
+	gen         uint64    // cuts so far
 	// sent and accepted count this second's POSTs and 2xx answers; prev*
 	// the last second's.
 	second                 time.Time
@@ -163,6 +177,15 @@ func (t *throttle) observe(resp response, gen uint64) bool {
 	switch {
 	case resp.err == nil && resp.status/100 == 2:
 		t.count(now, false, true)
+		if gen == t.gen && !t.acceptedCut && !t.lastCut.IsZero() {
+			t.grow(now) // the seconds before it: additive
+			t.acceptedCut = true
+			if t.cuts >= 2 {
+				t.lastInc = now // slow start counts from the first 2xx
+			} else {
+				t.cuts = 0 // one cut the endpoint then accepted: no storm
+			}
+		}
 		return false
 	case resp.verdict() == verdictThrottle:
 	default:
@@ -179,6 +202,15 @@ func (t *throttle) observe(resp response, gen uint64) bool {
 	}
 	t.count(now, false, false)
 	base := t.cur
+	if t.cuts == 0 || t.acceptedCut {
+		// The first cut of a storm: what slow start restores.
+		t.cuts, t.before = 0, t.cur
+		t.base = rate.Limit(max(t.accepted, t.prevAccepted))
+		if t.base == 0 || t.base > t.cur {
+			t.base = t.cur
+		}
+	}
+	t.cuts++
 	if base == rate.Inf {
 		// The first cut: from the rate the endpoint accepted, or half
 		// the rate sent when it accepted none.
@@ -195,7 +227,7 @@ func (t *throttle) observe(resp response, gen uint64) bool {
 	t.lim = rate.NewLimiter(t.cur, 1)
 	t.lim.ReserveN(now, 1)
 	t.show()
-	t.atCut, t.lastCut, t.lastInc = t.cur, now, now
+	t.atCut, t.lastCut, t.lastInc, t.acceptedCut = t.cur, now, now, false
 	t.gen++
 	return true
 }
@@ -216,6 +248,7 @@ func (t *throttle) grow(now time.Time) {
 		return
 	}
 	if now.Sub(t.lastCut) >= throttleLift {
+		t.cuts = 0
 		t.setRate(now, t.ceiling)
 		return
 	}
@@ -223,9 +256,21 @@ func (t *throttle) grow(now time.Time) {
 	if secs < 1 {
 		return
 	}
+	t.lastInc = t.lastInc.Add(time.Duration(secs) * time.Second)
+	if t.cuts >= 2 && t.acceptedCut {
+		// Slow start after a storm: double each second; at the rate
+		// accepted before the storm, back to the rate in force then.
+		r := t.cur * rate.Limit(math.Pow(2, secs))
+		if r >= t.base {
+			t.cuts = 0
+			t.setRate(now, min(t.before, t.ceiling))
+			return
+		}
+		t.setRate(now, r)
+		return
+	}
 	step := max(throttleMinStep, float64(t.atCut)*throttleStepShare)
 	t.setRate(now, min(t.cur+rate.Limit(secs*step), t.ceiling))
-	t.lastInc = t.lastInc.Add(time.Duration(secs) * time.Second)
 }
 
 // setRate sets the rate in force (t.mu held).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
 )
 
 // The throttle's AIMD on the engine's clock: the first 429 cuts to 3/4 of
@@ -67,4 +68,75 @@ func TestThrottleAIMD(t *testing.T) {
 	// A configured RateLimit is the ceiling.
 	capped := newThrottle(clock, 2, nil)
 	require.Equal(t, 2.0, capped.rate())
+}
+
+// After a 429 storm the rate grows back within seconds of the first 2xx:
+// ten seconds of 429 with Retry-After 1 at 100 events/s (one cut a round,
+// no 2xx between them) leave about 5.6/s; from the first 2xx to a request
+// sent after the last cut the rate doubles each second, and at the 100/s
+// the endpoint accepted before the storm the cut is gone (no limit, as
+// before it). Before that 2xx it only grows by the additive step; a 2xx
+// to a request sent before the cut starts nothing; a single cut that the
+// endpoint then accepts is the AIMD of TestThrottleAIMD, no slow start.
+func TestThrottleRecoversWithinSecondsOfTheFirst2xx(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	tick := func(th *throttle) float64 { // one second, then a POST
+		clock.Advance(time.Second)
+		th.mu.Lock()
+		th.grow(clock.Now())
+		th.mu.Unlock()
+		return th.rate()
+	}
+	storm := func(th *throttle, rounds int) {
+		for range 100 {
+			require.False(t, th.observe(response{status: 200}, th.gen))
+		}
+		for round := range rounds {
+			before := th.gen
+			require.True(t, th.observe(response{status: 429, retryAfter: time.Second}, th.gen))
+			if round == 0 && th.ceiling == rate.Inf {
+				require.Equal(t, 75.0, th.rate(), "3/4 of the 100 accepted")
+				th.observe(response{status: 200}, before) // sent before the cut: no recovery
+			}
+			clock.Advance(time.Second)
+		}
+	}
+
+	th := newThrottle(clock, 0, nil)
+	storm(th, 10)
+	low := th.rate()
+	require.InDelta(t, 75*math.Pow(0.75, 9), low, 1e-3, "ten cuts in a row")
+	// No 2xx yet: the additive step only (three seconds since the cut).
+	step := max(throttleMinStep, float64(th.atCut)*throttleStepShare)
+	tick(th)
+	require.InDelta(t, low+3*step, tick(th), 1e-9, "before any 2xx")
+
+	require.False(t, th.observe(response{status: 200}, th.gen), "the first 2xx")
+	var seconds int
+	for !math.IsInf(th.rate(), 1) {
+		seconds++
+		require.LessOrEqual(t, seconds, 5, "back to no limit within 5 s of the first 2xx")
+		r := th.rate()
+		if got := tick(th); !math.IsInf(got, 1) {
+			require.Equal(t, 2*r, got, "second %d: doubles", seconds)
+		}
+	}
+	t.Logf("from %.2f/s to no limit in %d s of 2xx", low+3*step, seconds)
+	require.False(t, th.holding(), "nothing held: the storm is undone")
+
+	// With a rate_limit, it comes back to the rate_limit.
+	capped := newThrottle(clock, 150, nil)
+	storm(capped, 10)
+	require.False(t, capped.observe(response{status: 200}, capped.gen))
+	for range 6 {
+		tick(capped)
+	}
+	require.Equal(t, 150.0, capped.rate())
+
+	// One cut, then 2xx: additive increase, as before.
+	one := newThrottle(clock, 0, nil)
+	storm(one, 1)
+	require.False(t, one.observe(response{status: 200}, one.gen))
+	require.InDelta(t, 75+2*15, tick(one), 1e-9, "two seconds since the cut: a fifth of the cut rate each, no doubling")
 }

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -25,6 +29,14 @@ import (
 // the position reached (WindowResult.Failed): nothing after it is sent,
 // and the same replay started again with Since = Failed.Time resumes at
 // that event.
+//
+// An ordered subscription's replay names each event's predecessor in the
+// version chain (Jsbridge-Previous-Version; no partition, no epoch: it is
+// no partition's owner): for a stream's first event in the window, the
+// stream's last event before the window that the subscription's filters
+// select, at or after its start, stepped over the versions dead-lettered
+// and not delivered since (windowChain); for the next ones, the one
+// before it in the window, which this replay delivered.
 
 // ErrInvalidWindow is wrapped by ReplayWindow when the window is
 // misconfigured; the message names the field and the value.
@@ -123,10 +135,7 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 	if err != nil {
 		return res, fmt.Errorf("deliver: replay: JetStream stream %q: %w", c.cfg.Stream, err)
 	}
-	prefix := wire.DefaultEventsPrefix
-	if subj := events.CachedInfo().Config.Subjects; len(subj) == 1 {
-		prefix = strings.TrimSuffix(subj[0], ".>")
-	}
+	prefix := eventsPrefixOf(events.CachedInfo().Config)
 	last := events.CachedInfo().State.LastSeq
 	filters := windowFilters(r.sub.FilterSubjects, prefix, w.Stream)
 	if len(filters) == 0 || last == 0 {
@@ -160,6 +169,10 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 	}
 	defer it.Stop()
 	log := r.log.With(slog.String("replay_since", w.Since.Format(time.RFC3339Nano)))
+	var chain *windowChain
+	if r.sub.Ordered() {
+		chain = newWindowChain(ctx, c, r.sub, prefix)
+	}
 	for {
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
@@ -182,13 +195,24 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 		if w.Match == nil || w.Match.MatchString(pos.Stream) {
 			res.Matched++
 			if !w.DryRun {
-				if f := sendOnce(ctx, r.sender, msg, pos); f != nil {
+				var order *webhook.OrderFields
+				if _, versioned := streamVersion(msg); chain != nil && versioned {
+					prev, err := chain.previous(ctx, msg, pos)
+					if err != nil {
+						return res, fmt.Errorf("deliver: replay: event %s: %w", pos.EventID, err)
+					}
+					order = orderFieldsOf(msg.Headers(), prev, -1, 0)
+				}
+				if f := sendOnce(ctx, r.sender, msg, pos, order); f != nil {
 					log.Warn("replay stopped: the endpoint did not accept an event", slog.String("event_id", pos.EventID),
 						slog.Uint64("seq", pos.Seq), slog.Int("status", f.Status), slog.String("reason", f.Reason))
 					res.Failed = f
 					return res, nil
 				}
 				res.Delivered++
+				if order != nil {
+					chain.delivered(msg, order.Version)
+				}
 			}
 			res.Last = pos
 			if w.Progress != nil {
@@ -205,14 +229,15 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 // ahead.
 const windowBatch = 64
 
-// sendOnce POSTs msg (at pos) once, as a delivery would, outside the
-// circuit breaker, and returns nil when the endpoint answered 2xx.
-func sendOnce(ctx context.Context, r *sender, msg jetstream.Msg, pos WindowPosition) *WindowFailure {
+// sendOnce POSTs msg (at pos) once, as a delivery would, with the
+// ordering fields order (nil: none), outside the circuit breaker, and
+// returns nil when the endpoint answered 2xx.
+func sendOnce(ctx context.Context, r *sender, msg jetstream.Msg, pos WindowPosition, order *webhook.OrderFields) *WindowFailure {
 	body, hdr, err := r.request(msg, pos.EventID, "")
 	if err != nil {
 		return &WindowFailure{WindowPosition: pos, Reason: err.Error()}
 	}
-	resp := r.post(ctx, nil, pos.EventID, body, hdr)
+	resp := r.post(ctx, nil, pos.EventID, body, hdr, order)
 	if resp.verdict() != verdictAck {
 		return &WindowFailure{WindowPosition: pos, Status: resp.status, Reason: resp.reason()}
 	}
@@ -235,4 +260,116 @@ func windowFilters(subs []string, prefix, stream string) []string {
 		}
 	}
 	return out
+}
+
+// windowChain is the version chain of a replay by time of an ordered
+// subscription (see the comment above Window): the version of each
+// stream it delivered, and where it looks up a stream's predecessor
+// before the window (the partitioned copy).
+type windowChain struct {
+	js          jetstream.JetStream
+	events      string // the events stream's name
+	prefix      string // its subject prefix
+	partitions  int
+	sub         Subscription
+	src         chainSource // filters set per stream
+	windowStart uint64      // the copy sequence of the window's first event (0: not found yet)
+	// noCopy: the subscription never ran ordered (no partitioned copy):
+	// it delivered nothing before the window.
+	noCopy bool
+	last   map[string]int64
+}
+
+func newWindowChain(ctx context.Context, c *Consumer, sub Subscription, prefix string) *windowChain {
+	copyName := wire.OrderedStream(c.cfg.Stream)
+	wc := &windowChain{
+		js: c.js, events: c.cfg.Stream, prefix: prefix, partitions: c.cfg.Partitions, sub: sub, last: map[string]int64{},
+		src: chainSource{js: c.js, copyName: copyName, eventsPrefix: prefix, sub: sub.Name},
+	}
+	// The subscription's start on the copy, as its partition consumers
+	// have it (all start alike); none yet: the copy's first.
+	if cons, err := c.js.Consumer(ctx, copyName, wire.PartitionDurable(sub.Name, 0)); err == nil {
+		wc.src.from = chainStart(cons.CachedInfo().Config)
+	}
+	if kv, err := deadletter.ParkBucket(ctx, c.js); err == nil {
+		wc.src.parks = kv
+	}
+	return wc
+}
+
+// previous returns the predecessor to send with msg (of the events
+// stream, at pos).
+func (wc *windowChain) previous(ctx context.Context, msg jetstream.Msg, pos WindowPosition) (int64, error) {
+	key := wire.StreamKey(msg.Subject())
+	if v, ok := wc.last[key]; ok {
+		return v, nil
+	}
+	v, _ := streamVersion(msg)
+	return wc.before(ctx, key, pos.Stream, v, pos.Seq)
+}
+
+// before returns the predecessor of version v of stream (events stream
+// key key), at events stream sequence seq, among the events before the
+// window (the copy sequence of seq when the window starts there).
+func (wc *windowChain) before(ctx context.Context, key, stream string, v int64, seq uint64) (int64, error) {
+	if v == 0 {
+		return noPrevious, nil
+	}
+	pos := WindowPosition{Stream: stream, Seq: seq}
+	if wc.windowStart == 0 && !wc.noCopy {
+		// Every event of the stream at or after it is in the window (the
+		// replay's filters are the subscription's): its predecessor before
+		// the window comes before this copy sequence.
+		s, err := wc.copySeq(ctx, pos.Seq)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			wc.noCopy = true
+		case err != nil:
+			return 0, err
+		}
+		wc.windowStart = s
+	}
+	if wc.noCopy {
+		return noPrevious, nil
+	}
+	p := wire.StreamPartition(pos.Stream, wc.partitions)
+	src := wc.src
+	src.filters = nil
+	for _, f := range wc.sub.FilterSubjects {
+		of, err := wire.OrderedFilter(wc.prefix, p, f)
+		if err != nil {
+			return 0, err
+		}
+		src.filters = append(src.filters, of)
+	}
+	copyKey := wire.OrderedPrefix(wc.prefix) + "." + strconv.Itoa(p) + strings.TrimPrefix(key, wc.prefix)
+	return src.previous(ctx, copyKey, wc.windowStart)
+}
+
+// delivered records that the replay delivered version v of msg's stream.
+func (wc *windowChain) delivered(msg jetstream.Msg, v int64) {
+	wc.last[wire.StreamKey(msg.Subject())] = v
+}
+
+// copyBehindWait is how long a replay by time waits for the partitioned
+// copy to source the window's start (a copy just provisioned) before it
+// gives up.
+const copyBehindWait = 30 * time.Second
+
+// copySeq is copySeqFrom of the events stream's sequence seq, waiting up
+// to copyBehindWait while the copy is behind it.
+func (wc *windowChain) copySeq(ctx context.Context, seq uint64) (uint64, error) {
+	var pause backoff.Backoff
+	deadline := time.Now().Add(copyBehindWait)
+	for {
+		s, err := copySeqFrom(ctx, wc.js, wc.events, wc.src.copyName, wc.sub.Name, seq)
+		if !errors.Is(err, errCopyBehind) || time.Now().After(deadline) {
+			return s, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(pause.Next()):
+		}
+	}
 }

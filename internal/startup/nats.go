@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -61,10 +62,52 @@ func ConnectNATS(ctx context.Context, w *Waiter, urls string, opts ...nats.Optio
 			}
 			return err
 		}
+		if err := CheckServerVersion(c.ConnectedServerVersion()); err != nil {
+			c.Close()
+			return Permanent(fmt.Errorf("connect to NATS at %s: %w", RedactURL(urls), err))
+		}
 		nc = c
 		return nil
 	})
 	return nc, err
+}
+
+// MinServerMajor and MinServerMinor are the oldest nats-server release
+// both binaries accept, 2.14: the bridge publishes fast batches (a stream
+// with allow_batched, new in 2.14), and the ordered consumer updates its
+// partition consumers' priority groups (pinned_client) in place, which
+// 2.14's consumer update takes.
+const (
+	MinServerMajor = 2
+	MinServerMinor = 14
+)
+
+// ErrServerTooOld is wrapped by CheckServerVersion's error for a server
+// older than MinServerMajor.MinServerMinor.
+var ErrServerTooOld = errors.New("nats-server too old")
+
+// CheckServerVersion returns nil when version (a server's INFO version,
+// "2.15.2", "v2.14.0-RC.1") is MinServerMajor.MinServerMinor or later,
+// and otherwise an error wrapping ErrServerTooOld that names the server's
+// version and the required one. A version that cannot be read is an error
+// too: the server is not one jsbridge knows to work with.
+func CheckServerVersion(version string) error {
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
+	ma, mi := -1, -1
+	if len(parts) >= 2 {
+		var err1, err2 error
+		ma, err1 = strconv.Atoi(parts[0])
+		mi, err2 = strconv.Atoi(parts[1])
+		if err1 != nil || err2 != nil {
+			ma, mi = -1, -1
+		}
+	}
+	if ma > MinServerMajor || ma == MinServerMajor && mi >= MinServerMinor {
+		return nil
+	}
+	return fmt.Errorf("%w: the server runs nats-server %q; jsbridge needs %d.%d or later "+
+		"(fast batch publishing, priority groups updated in place): upgrade the server",
+		ErrServerTooOld, version, MinServerMajor, MinServerMinor)
 }
 
 // refusedHint says which settings to check for a permanent connect error.

@@ -127,3 +127,72 @@ func TestRedactURL(t *testing.T) {
 	require.Equal(t, "nats://a:4222,nats://b:4222", startup.RedactURL("nats://user:pw@a:4222, nats://tok@b:4222"))
 	require.Equal(t, "localhost:4222", startup.RedactURL("tok@localhost:4222"))
 }
+
+// A server older than 2.14 is refused at connect, permanently, with an
+// error naming its version and the required one: a fake server that
+// answers the client protocol (INFO, PONG) as 2.13.4 stands for it. The
+// embedded server (the module's nats-server) is accepted.
+func TestConnectNATSRefusesAServerOlderThanRequired(t *testing.T) {
+	t.Parallel()
+	w, _ := newWaiter(0)
+	_, err := startup.ConnectNATS(context.Background(), w, fakeServer(t, "2.13.4"), nats.Name("test"))
+	require.True(t, startup.IsPermanent(err), "%v", err)
+	require.ErrorIs(t, err, startup.ErrServerTooOld)
+	require.ErrorContains(t, err, `nats-server "2.13.4"`)
+	require.ErrorContains(t, err, "needs 2.14 or later")
+
+	js := jsbridgetest.StartJetStream(t, embedded.Config{})
+	nc, err := startup.ConnectNATS(context.Background(), w, js.ClientURL(), nats.Name("test"))
+	require.NoError(t, err)
+	defer nc.Close()
+	require.NoError(t, startup.CheckServerVersion(nc.ConnectedServerVersion()))
+}
+
+func TestCheckServerVersion(t *testing.T) {
+	t.Parallel()
+	for v, ok := range map[string]bool{
+		"2.14.0": true, "2.15.2": true, "v2.14.0-RC.1": true, "3.0.0": true, "2.14": true,
+		"2.13.9": false, "2.9.25": false, "1.99.0": false, "": false, "x.y": false,
+	} {
+		err := startup.CheckServerVersion(v)
+		if ok {
+			require.NoError(t, err, v)
+			continue
+		}
+		require.ErrorIs(t, err, startup.ErrServerTooOld, v)
+		require.ErrorContains(t, err, fmt.Sprintf("%q", v))
+	}
+}
+
+// fakeServer listens on a loopback port and speaks just enough of the NATS
+// client protocol for a connect: an INFO naming version, then PONG for
+// every PING. It returns the URL.
+func fakeServer(t *testing.T, version string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				fmt.Fprintf(c, "INFO {\"server_id\":\"FAKE\",\"version\":%q,\"proto\":1,\"max_payload\":1048576,\"headers\":true}\r\n", version)
+				buf := make([]byte, 4096)
+				for {
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					if strings.Contains(string(buf[:n]), "PING") {
+						_, _ = c.Write([]byte("PONG\r\n"))
+					}
+				}
+			}()
+		}
+	}()
+	return "nats://" + ln.Addr().String()
+}

@@ -131,7 +131,8 @@ func runGate(t *testing.T, newStore NewStore) {
 // store (a receiver replica each, sharing whatever the stores share) an
 // order gate behind a real HTTP server; 6 senders post random versions
 // near the next expected one of 3 streams, to random replicas, until every
-// stream has 20 versions processed.
+// stream has 20 versions processed. Half the senders name the version
+// chain's previous version, half are senders before the chain.
 func Hammer(t *testing.T, stores ...webhook.OrderStore) {
 	t.Helper()
 	const senders, streams, versions = 6, 3, 20
@@ -144,7 +145,8 @@ func Hammer(t *testing.T, stores ...webhook.OrderStore) {
 	var posts, refusedCount atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, senders)
-	for range senders {
+	for i := range senders {
+		chained := i%2 == 0
 		wg.Go(func() {
 			for attempt := 0; ; attempt++ {
 				if attempt > 20_000 {
@@ -164,7 +166,7 @@ func Hammer(t *testing.T, stores ...webhook.OrderStore) {
 					continue
 				}
 				v := max(0, min(versions-1, n+int64(rand.IntN(5))-2))
-				a, err := post(receivers[rand.IntN(len(receivers))].URL, stream, v, 1)
+				a, err := post(receivers[rand.IntN(len(receivers))].URL, stream, v, 1, chained)
 				if err != nil {
 					errs <- err
 					return

@@ -1,7 +1,9 @@
 // Package ordertest is the behaviour every webhook.OrderStore must have, as
 // one test suite: the store's own contract, and an order gate over it
 // behind a real HTTP server (in order, duplicates, gaps retried, a zombie's
-// stale epoch, a failing handler, concurrent senders). webhook's
+// stale epoch, a failing handler, concurrent senders), and the version
+// chain (a filtered subscription, start: new, replays, skip, a sender
+// before the chain, altered ordering headers). webhook's
 // MemoryOrderStore and pgstore's Postgres store both run it, so they stay
 // interchangeable. A store of your own can run it too.
 package ordertest
@@ -38,6 +40,7 @@ const Source = "/ordertest"
 func Run(t *testing.T, newStore NewStore) {
 	runStore(t, newStore)
 	runGate(t, newStore)
+	runChain(t, newStore)
 	t.Run("ConcurrentSenders", func(t *testing.T) {
 		t.Parallel()
 		Hammer(t, newStore(t))
@@ -247,6 +250,7 @@ func (rc *recorder) Overlaps() []string {
 type Answer struct {
 	Status     int
 	Order      string // Jsbridge-Order
+	Last       string // Jsbridge-Order-Last (gap answers)
 	RetryAfter string
 	Body       string
 }
@@ -255,12 +259,14 @@ type Answer struct {
 // epoch from partition 0 in structured mode, and returns the answer.
 func Post(t testing.TB, url, stream string, version int64, epoch uint64) Answer {
 	t.Helper()
-	a, err := post(url, stream, version, epoch)
+	a, err := post(url, stream, version, epoch, false)
 	require.NoError(t, err)
 	return a
 }
 
-func post(url, stream string, version int64, epoch uint64) (Answer, error) {
+// post sends version of stream from partition 0 at epoch, with the
+// version chain's previous version (version-1) when chained.
+func post(url, stream string, version int64, epoch uint64, chained bool) (Answer, error) {
 	body, err := json.Marshal(event.CloudEvent{SpecVersion: event.SpecVersion, ID: stream + "@" + strconv.FormatInt(version, 10),
 		Source: Source, Type: "Happened", Subject: stream, StreamVersion: version, Data: json.RawMessage(`{}`)})
 	if err != nil {
@@ -273,6 +279,9 @@ func post(url, stream string, version int64, epoch uint64) (Answer, error) {
 	req.Header.Set(wire.HeaderContentType, event.ContentTypeCloudEventsJSON)
 	req.Header.Set(wire.HeaderPartition, "0")
 	req.Header.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(epoch, 10))
+	if chained {
+		req.Header.Set(wire.HeaderPreviousVersion, wire.FormatPreviousVersion(version-1))
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return Answer{}, err

@@ -33,11 +33,18 @@ const DefaultOrderTable = "webhook_order"
 // updates the row and commits: requests of one stream, from any number of
 // receiver replicas, are processed one at a time, and a receiver that dies
 // mid-handler releases the row with its connection (a lease could expire
-// under a handler still running, and let v+1 overlap v). So every request
-// being processed holds one pool connection: size the pool above the
-// ordered requests a replica serves at once (the senders' max_in_flight
-// per replica times the consumer replicas, at most). NOWAIT never waits:
-// a held row is reported at once, and the gate answers 409.
+// under a handler still running, and let v+1 overlap v). NOWAIT never
+// waits: a held row is reported at once, and the gate answers 409.
+//
+// That transaction is the request's (see Tx): a Store on the same pool
+// keeps the Idempotency-Key's record in it and the handler can write its
+// own effects in it, so everything commits together with the position.
+// Each request being processed therefore holds exactly one pool
+// connection and waits for no other, so any pool size works at any
+// concurrency: requests beyond MaxConns wait for a connection (bounded by
+// the request's context), never for each other. Size the pool to the
+// ordered requests you want processed at once (the senders' max_in_flight
+// per replica times the consumer replicas, at most).
 type OrderStore struct {
 	pool  *pgxpool.Pool
 	table string // sanitized, schema-qualified when a schema was given
@@ -142,7 +149,7 @@ VALUES ($1, $2, $3, -1, 0, -1) ON CONFLICT DO NOTHING`
 		var pos webhook.OrderPosition
 		err = tx.QueryRow(ctx, lockSQL, key.Namespace, key.Source, key.Stream).Scan(&pos.Version, &pos.Epoch, &pos.Partition)
 		if err == nil {
-			return pos, &orderLock{tx: tx, key: key, from: pos, table: s.table}, nil
+			return pos, &orderLock{tx: tx, pool: s.pool, key: key, from: pos, table: s.table}, nil
 		}
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		var pgErr *pgconn.PgError
@@ -178,13 +185,21 @@ WHERE namespace = $1 AND source = $2 AND stream = $3`, key.Namespace, key.Source
 	return pos, nil
 }
 
-// orderLock is a stream's row held FOR UPDATE by tx.
+// orderLock is a stream's row held FOR UPDATE by tx, the request's
+// transaction.
 type orderLock struct {
 	tx    pgx.Tx
+	pool  *pgxpool.Pool
 	key   webhook.OrderKey
 	from  webhook.OrderPosition
 	table string
 	ended bool
+}
+
+// WithLock implements webhook.ContextOrderLock: the gated handler's
+// context carries the transaction (Tx).
+func (l *orderLock) WithLock(ctx context.Context) context.Context {
+	return context.WithValue(ctx, txKey{}, &requestTx{tx: l.tx, pool: l.pool})
 }
 
 func (l *orderLock) Advance(ctx context.Context, pos webhook.OrderPosition) error {

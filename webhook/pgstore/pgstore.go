@@ -48,6 +48,12 @@ var ErrInvalidOption = errors.New("invalid option")
 // row whose expires_at has passed counts as absent. Claim is one INSERT …
 // ON CONFLICT DO UPDATE … WHERE expires_at <= now, so concurrent claims of a
 // key, from any number of processes, have one winner.
+//
+// Under an order gate over an OrderStore on the same pool, Claim, Complete
+// and Release run in the request's transaction (see Tx) instead of on a
+// connection of their own: the record commits with the stream's position
+// and the handler's writes, or not at all, and a request needs one
+// connection whatever the concurrency.
 type Store struct {
 	pool  *pgxpool.Pool
 	table string // sanitized, schema-qualified when a schema was given
@@ -187,9 +193,10 @@ ON CONFLICT (key) DO UPDATE SET done = false, token = excluded.token, expires_at
 WHERE r.expires_at <= coalesce($3::timestamptz, now())`
 	readSQL := `SELECT done, (extract(epoch FROM expires_at - coalesce($2::timestamptz, now())) * 1000000)::bigint
 FROM ` + s.table + ` WHERE key = $1 AND expires_at > coalesce($2::timestamptz, now())`
+	db := s.db(ctx)
 	for range maxClaimRounds {
 		now := s.clock()
-		tag, err := s.pool.Exec(ctx, claimSQL, key, token, now, lease.Microseconds())
+		tag, err := db.Exec(ctx, claimSQL, key, token, now, lease.Microseconds())
 		if err != nil {
 			return webhook.Claim{}, fmt.Errorf("claim idempotency key %q: %w", key, err)
 		}
@@ -198,7 +205,7 @@ FROM ` + s.table + ` WHERE key = $1 AND expires_at > coalesce($2::timestamptz, n
 		}
 		var done bool
 		var remainingMicros int64
-		err = s.pool.QueryRow(ctx, readSQL, key, now).Scan(&done, &remainingMicros)
+		err = db.QueryRow(ctx, readSQL, key, now).Scan(&done, &remainingMicros)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // released or expired since the insert: claim again
 		}
@@ -222,7 +229,7 @@ func (s *Store) Complete(ctx context.Context, c webhook.Claim, ttl time.Duration
 	if ttl <= 0 {
 		return fmt.Errorf("complete idempotency key %q: ttl %v must be > 0", c.Key, ttl)
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.table+` (key, done, token, expires_at)
+	_, err := s.db(ctx).Exec(ctx, `INSERT INTO `+s.table+` (key, done, token, expires_at)
 VALUES ($1, true, '', coalesce($2::timestamptz, now()) + $3 * interval '1 microsecond')
 ON CONFLICT (key) DO UPDATE SET done = true, token = '', expires_at = excluded.expires_at`,
 		c.Key, s.clock(), ttl.Microseconds())
@@ -240,7 +247,7 @@ func (s *Store) Release(ctx context.Context, c webhook.Claim) error {
 	if c.Token == "" {
 		return nil // not a lease holder: nothing of ours to release
 	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM `+s.table+` WHERE key = $1 AND NOT done AND token = $2`, c.Key, c.Token); err != nil {
+	if _, err := s.db(ctx).Exec(ctx, `DELETE FROM `+s.table+` WHERE key = $1 AND NOT done AND token = $2`, c.Key, c.Token); err != nil {
 		return fmt.Errorf("release idempotency key %q: %w", c.Key, err)
 	}
 	return nil

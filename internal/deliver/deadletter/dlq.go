@@ -205,8 +205,10 @@ func (q *DLQ) filter(subscription string) string {
 
 // DeadLetter stores dl on dlq.<subscription>.<original subject> and waits
 // for the stream's ack. It implements Writer. The dead letter carries
-// the original's reader headers only (see readerHeader) and no publish
-// precondition: whatever the original was published under, JetStream
+// the original's reader headers only (see readerHeader), the ordering
+// headers of the failed attempt (Jsbridge-Previous-Version,
+// Jsbridge-Partition, Jsbridge-Lease-Epoch: dl.Previous, dl.Partition,
+// dl.Epoch, when set) and no publish precondition: whatever the original was published under, JetStream
 // stores it. When no stream answers on the subject (the dead-letter stream
 // was deleted) it provisions the stream again and publishes once more; when
 // another stream than the dead-letter stream stored it, it fails.
@@ -242,6 +244,11 @@ func (q *DLQ) DeadLetter(ctx context.Context, dl Letter) error {
 	h.Set(wire.HeaderDLQReason, dl.Reason)
 	h.Set(wire.HeaderDLQAttempts, strconv.Itoa(dl.Attempt))
 	h.Set(wire.HeaderDLQLastAttemptAt, at.UTC().Format(time.RFC3339Nano))
+	for k, v := range map[string]string{wire.HeaderPreviousVersion: dl.Previous, wire.HeaderPartition: dl.Partition, wire.HeaderLeaseEpoch: dl.Epoch} {
+		if v != "" {
+			h.Set(k, v)
+		}
+	}
 	msg := &nats.Msg{Subject: wire.DLQSubject(q.prefix, dl.Subscription, subject), Header: h, Data: data}
 	ack, err := q.js.PublishMsg(ctx, msg)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) {
@@ -280,8 +287,18 @@ type Stored struct {
 	PublishedAt    time.Time `json:"published_at,omitzero"`
 	LastAttemptAt  time.Time `json:"last_attempt_at,omitzero"`
 	DeadLetteredAt time.Time `json:"dead_lettered_at"`
-	// Header holds the original's reader headers (ce-*, Content-Type) and
-	// the Jsbridge-Dlq-* ones; Data the original body, byte for byte.
+	// PreviousVersion, Partition and LeaseEpoch are the ordering headers
+	// the failed attempt of an ordered subscription sent
+	// (Jsbridge-Previous-Version: "none" or a version; Jsbridge-Partition,
+	// Jsbridge-Lease-Epoch), "" when it sent none (an unordered
+	// subscription, or a dead letter stored before the version chain).
+	// A replay sends PreviousVersion again, and neither of the others.
+	PreviousVersion string `json:"previous_version,omitempty"`
+	Partition       string `json:"partition,omitempty"`
+	LeaseEpoch      string `json:"lease_epoch,omitempty"`
+	// Header holds the original's reader headers (ce-*, Content-Type),
+	// the ordering headers and the Jsbridge-Dlq-* ones; Data the original
+	// body, byte for byte.
 	Header nats.Header `json:"-"`
 	Data   []byte      `json:"-"`
 }
@@ -296,6 +313,10 @@ func ParseStored(seq uint64, at time.Time, h nats.Header, data []byte) Stored {
 		EventID:      h.Get(wire.HeaderDLQEventID),
 		Subject:      h.Get(wire.HeaderDLQSubject),
 		Reason:       h.Get(wire.HeaderDLQReason),
+
+		PreviousVersion: h.Get(wire.HeaderPreviousVersion),
+		Partition:       h.Get(wire.HeaderPartition),
+		LeaseEpoch:      h.Get(wire.HeaderLeaseEpoch),
 	}
 	d.StreamSeq, _ = strconv.ParseUint(h.Get(wire.HeaderDLQStreamSeq), 10, 64)
 	d.Status, _ = strconv.Atoi(h.Get(wire.HeaderDLQStatus))

@@ -2,9 +2,12 @@ package deadletter
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // Letter is a delivery deliver gave up on: a permanent failure, the
@@ -32,6 +35,30 @@ type Letter struct {
 	// subscription's OnDeadLetter, so the operator decides (replay or
 	// skip) instead of the stream waiting for ever.
 	OrderStuck bool
+	// Previous, Partition and Epoch are the ordering headers the failed
+	// attempt of an ordered subscription sent (Jsbridge-Previous-Version:
+	// "none" or a version in base 10; Jsbridge-Partition and
+	// Jsbridge-Lease-Epoch, base 10), kept on the dead letter; "" when
+	// it sent none.
+	Previous, Partition, Epoch string
+}
+
+// Chain returns the dead-lettered event's stream version (the message's
+// ce-streamversion) and the predecessor its webhook named (NoPrevious:
+// none), and false when it carries no version chain.
+func (dl Letter) Chain() (version, previous int64, ok bool) {
+	if dl.Msg == nil || dl.Previous == "" {
+		return 0, 0, false
+	}
+	prev, err := wire.ParsePreviousVersion(dl.Previous)
+	if err != nil {
+		return 0, 0, false
+	}
+	v, err := strconv.ParseInt(dl.Msg.Headers().Get(wire.HeaderStreamVersion), 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return v, prev, true
 }
 
 // Writer takes deliveries deliver gave up on, before the message is

@@ -31,6 +31,7 @@ type Document struct {
 	BackOff        []string     `json:"backoff,omitempty"`
 	MaxInFlight    int          `json:"max_in_flight,omitempty"`
 	MaxAckPending  int          `json:"max_ack_pending,omitempty"`
+	RateLimit      float64      `json:"rate_limit,omitempty"`
 	AllowPrivate   bool         `json:"allow_private,omitempty"`
 	AllowHTTP      bool         `json:"allow_http,omitempty"`
 	TLS            *DocumentTLS `json:"tls,omitempty"`
@@ -63,7 +64,7 @@ func encode(s deliver.Subscription, paused bool, keys *Keyring, created, updated
 	d := Document{
 		Version: wire.SubscriptionDocumentVersion, Name: s.Name, FilterSubjects: s.FilterSubjects,
 		Endpoint: breaker.Endpoint(s.URL), Scheme: string(s.Scheme), Body: string(s.Body),
-		MaxDeliver: s.MaxDeliver, MaxInFlight: s.MaxInFlight, MaxAckPending: s.MaxAckPending,
+		MaxDeliver: s.MaxDeliver, MaxInFlight: s.MaxInFlight, MaxAckPending: s.MaxAckPending, RateLimit: s.RateLimit,
 		AllowPrivate: s.AllowPrivate, AllowHTTP: s.AllowHTTP,
 		Ordering: string(s.Ordering), OnDeadLetter: string(s.OnDeadLetter),
 		Paused: paused, Created: created.UTC(), Updated: updated.UTC(),
@@ -110,6 +111,7 @@ func (d Document) decode(keys *Keyring) (deliver.Subscription, error) {
 	s := deliver.Subscription{
 		Name: d.Name, FilterSubjects: d.FilterSubjects, URL: d.Endpoint, Scheme: webhook.Scheme(d.Scheme),
 		Body: deliver.BodyMode(d.Body), MaxDeliver: d.MaxDeliver, MaxInFlight: d.MaxInFlight, MaxAckPending: d.MaxAckPending,
+		RateLimit:    d.RateLimit,
 		AllowPrivate: d.AllowPrivate, AllowHTTP: d.AllowHTTP,
 		Ordering: deliver.Ordering(d.Ordering), OnDeadLetter: deliver.DeadLetterPolicy(d.OnDeadLetter),
 	}

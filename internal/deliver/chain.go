@@ -1,0 +1,282 @@
+package deliver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// The version chain (docs/ordering.md, "The version chain"): every
+// webhook of an ordered subscription names, in Jsbridge-Previous-Version,
+// the version of its stream the subscription delivered (answered 2xx)
+// before it, or none. A partition knows it for the streams it delivered
+// since it was taken (chain.delivered). For a stream's first event since
+// then it reads it from state that says so, never from a timeout: the
+// stream's last event before it in the partitioned copy that the
+// partition consumer's filters match, at or above the consumer's start
+// (every such event was delivered or dead-lettered before this one: the
+// stream's events are settled in order), stepped over the versions the
+// park bucket records as dead-lettered and not delivered since
+// (deadletter.Skipped).
+
+// noPrevious is a predecessor's version when there is none (the header's
+// "none"): deadletter.NoPrevious.
+const noPrevious = deadletter.NoPrevious
+
+// chain is one partition's version chain: the version each stream was
+// last delivered at while the partition is owned, and how to look up a
+// stream's predecessor of an event when it does not know. The lanes of
+// the partition call it, one lane per stream at a time.
+type chain struct {
+	// lookup returns the version the subscription delivered before the
+	// event at sequence seq of the partitioned copy, of the stream with
+	// copy stream key key (noPrevious: none).
+	lookup func(ctx context.Context, key string, seq uint64) (int64, error)
+
+	mu   sync.Mutex
+	last map[string]int64 // copy stream key → version delivered last (noPrevious: none)
+}
+
+// newChain returns a chain looking predecessors up with lookup; nil
+// lookup: none is ever found.
+func newChain(lookup func(ctx context.Context, key string, seq uint64) (int64, error)) *chain {
+	if lookup == nil {
+		lookup = func(context.Context, string, uint64) (int64, error) { return noPrevious, nil }
+	}
+	return &chain{lookup: lookup, last: map[string]int64{}}
+}
+
+// previous returns the predecessor to send with m, of copy stream key
+// key: known when the partition delivered the stream since it was taken,
+// none for a stream's version 0, else looked up.
+func (c *chain) previous(ctx context.Context, key string, m jetstream.Msg) (int64, error) {
+	c.mu.Lock()
+	prev, ok := c.last[key]
+	c.mu.Unlock()
+	if ok {
+		return prev, nil
+	}
+	if v, ok := streamVersion(m); ok && v == 0 {
+		return noPrevious, nil // nothing of the stream comes before its version 0
+	}
+	return c.lookup(ctx, key, streamSeq(m))
+}
+
+// delivered records that version v of stream key was answered 2xx.
+func (c *chain) delivered(key string, v int64) {
+	c.mu.Lock()
+	c.last[key] = v
+	c.mu.Unlock()
+}
+
+// forget drops what the chain knows of stream key: its next event looks
+// its predecessor up (after a dead letter that parked it, whose replay
+// or skip another process decides; after an order gate's gap answer).
+func (c *chain) forget(key string) {
+	c.mu.Lock()
+	delete(c.last, key)
+	c.mu.Unlock()
+}
+
+// chainSource is where a subscription's predecessors are looked up: the
+// partitioned copy (name, read with direct gets), the subscription's
+// filters on it and its start there, and the park bucket's skipped
+// versions.
+type chainSource struct {
+	js           jetstream.JetStream
+	copyName     string
+	eventsPrefix string
+	sub          string
+	// filters are the subscription's filters on the copy, one partition's
+	// or every partition's ("*" in the partition token).
+	filters []string
+	// from is the copy sequence the partition consumers start at (0: the
+	// copy's first).
+	from  uint64
+	parks jetstream.KeyValue // nil: no skipped versions are read
+}
+
+// previous returns the version the subscription delivered before the
+// event at copy sequence seq of the stream with copy stream key key
+// (noPrevious: none).
+func (cs chainSource) previous(ctx context.Context, key string, seq uint64) (int64, error) {
+	var subjects []string
+	for _, f := range cs.filters {
+		if s, ok := wire.IntersectFilters(f, key+".*"); ok {
+			subjects = append(subjects, s)
+		}
+	}
+	v, found, err := lastVersionBefore(ctx, cs.js, cs.copyName, subjects, cs.from, seq)
+	if err != nil || !found {
+		return noPrevious, err
+	}
+	if cs.parks == nil {
+		return v, nil
+	}
+	sk, err := deadletter.ReadSkipped(ctx, cs.parks, cs.sub, wire.EventsSubject(cs.eventsPrefix, key))
+	if err != nil {
+		return 0, err
+	}
+	return sk.Previous(v), nil
+}
+
+// lastVersionBefore returns the stream version (ce-streamversion) of the
+// last message of JetStream stream name whose subject matches one of
+// subjects, among sequences from (0: the first) to before-1, and found
+// false when there is none. One direct get (multi_last with up_to_seq,
+// nats-server 2.11+; the stream needs AllowDirect), answered by the
+// stream's leader or a follower (a follower still lacking the
+// predecessor answers an older one: the receiver's gate answers gap, and
+// the sender looks up again).
+func lastVersionBefore(ctx context.Context, js jetstream.JetStream, name string, subjects []string, from, before uint64) (int64, bool, error) {
+	if len(subjects) == 0 || before <= 1 || before <= from {
+		return 0, false, nil
+	}
+	req, err := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+		Seq       uint64   `json:"seq,omitempty"`
+		UpToSeq   uint64   `json:"up_to_seq"`
+	}{subjects, from, before - 1})
+	if err != nil {
+		return 0, false, err
+	}
+	nc := js.Conn()
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return 0, false, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(directGetSubject(js, name), inbox, req); err != nil {
+		return 0, false, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	var last *nats.Msg
+	var lastSeq uint64
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return 0, false, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+		case "204": // end of the batch
+			if last == nil {
+				return 0, false, nil
+			}
+			v, err := strconv.ParseInt(last.Header.Get(wire.HeaderStreamVersion), 10, 64)
+			if err != nil {
+				return 0, false, fmt.Errorf("deliver: the predecessor at sequence %d of %q has no stream version (%s)", lastSeq, name, wire.HeaderStreamVersion)
+			}
+			return v, true, nil
+		case "404":
+			return 0, false, nil
+		default:
+			return 0, false, fmt.Errorf("deliver: look up a predecessor in %q: direct get answered %s %s", name, status, m.Header.Get("Description"))
+		}
+		if len(m.Data) == 0 && m.Header == nil {
+			return 0, false, errors.New("deliver: look up a predecessor: empty answer (no JetStream?)")
+		}
+		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if last == nil || seq > lastSeq {
+			last, lastSeq = m, seq
+		}
+	}
+}
+
+// directGetSubject is the direct get API subject of JetStream stream name
+// for js's API prefix or domain.
+func directGetSubject(js jetstream.JetStream, name string) string {
+	o := js.Options()
+	prefix := jetstream.DefaultAPIPrefix
+	switch {
+	case o.Domain != "":
+		prefix = "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		prefix = o.APIPrefix
+		if !strings.HasSuffix(prefix, ".") {
+			prefix += "."
+		}
+	}
+	return prefix + "DIRECT.GET." + name
+}
+
+// orderFieldsOf returns the ordering fields of the webhook of a message
+// with headers mh sent with predecessor previous by the owner of
+// partition (-1: not a partition's owner) under lease epoch: nil when mh
+// has no stream version (ce-streamversion) or stream (ce-subject), as for
+// a message not from an events table, which goes without the chain.
+func orderFieldsOf(mh nats.Header, previous int64, partition int, epoch uint64) *webhook.OrderFields {
+	v, err := strconv.ParseInt(header(mh, wire.HeaderStreamVersion), 10, 64)
+	if err != nil {
+		return nil
+	}
+	stream, err := wire.DecodeHeaderValue(header(mh, wire.HeaderSubject))
+	if err != nil || stream == "" {
+		return nil
+	}
+	return &webhook.OrderFields{Stream: stream, Version: v, Previous: previous, Partition: partition, Epoch: epoch}
+}
+
+// orderLetter returns dl with the ordering headers of order, the failed
+// attempt's (none when nil): the dead-letter stream keeps them, so that a
+// replay sends the predecessor the event had.
+func orderLetter(dl deadletter.Letter, order *webhook.OrderFields) deadletter.Letter {
+	if order == nil {
+		return dl
+	}
+	dl.Previous = wire.FormatPreviousVersion(order.Previous)
+	if order.Partition >= 0 {
+		dl.Partition = strconv.Itoa(order.Partition)
+		dl.Epoch = strconv.FormatUint(order.Epoch, 10)
+	}
+	return dl
+}
+
+// ChainFromMetadataKey is the partition consumer metadata key holding the
+// copy sequence (base 10) the subscription first started at, when the
+// consumer was made again later from another one (a consumer deleted at
+// run time is made again from its ack floor): the version chain looks a
+// stream's predecessors up from there, since what the subscription
+// delivered before the new start is still its own.
+const ChainFromMetadataKey = "jsbridge_chain_from"
+
+// chainStart is the copy sequence the subscription's partition consumer
+// with config cfg first started at, what the subscription delivered
+// begins there (0: the copy's first): ChainFromMetadataKey, else its
+// start sequence.
+func chainStart(cfg jetstream.ConsumerConfig) uint64 {
+	if v, ok := cfg.Metadata[ChainFromMetadataKey]; ok {
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	if cfg.DeliverPolicy == jetstream.DeliverByStartSequencePolicy {
+		return cfg.OptStartSeq
+	}
+	return 0
+}
+
+// recordChainFrom records from as cfg's ChainFromMetadataKey.
+func recordChainFrom(cfg *jetstream.ConsumerConfig, from uint64) {
+	if cfg.Metadata == nil {
+		cfg.Metadata = map[string]string{}
+	}
+	cfg.Metadata[ChainFromMetadataKey] = strconv.FormatUint(from, 10)
+}
