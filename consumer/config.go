@@ -57,6 +57,10 @@ const (
 	// DefaultLeaseTTL is the lifetime of a partition lease unless renewed
 	// (10 s).
 	DefaultLeaseTTL = deliver.DefaultLeaseTTL
+	// DefaultOrderStuckAfter is how long a receiver's order gate may
+	// refuse an ordered stream's head before it is dead-lettered and its
+	// stream parked (5 min, Config.OrderStuckAfter).
+	DefaultOrderStuckAfter = deliver.DefaultOrderStuckAfter
 
 	// DefaultAttemptsStream is the JetStream stream of the attempts
 	// record (AttemptsConfig.Stream).
@@ -157,6 +161,15 @@ type Config struct {
 	// live unless renewed: a killed replica's partitions move after at
 	// most LeaseTTL plus AckWait. Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// OrderStuckAfter bounds how long the head of an ordered stream is
+	// retried while the receiver's order gate refuses it (409
+	// Jsbridge-Order gap or in-progress): past it the head is
+	// dead-lettered and its stream parked, whatever OnDeadLetter says (the
+	// order-stuck state: `consumer status`, the metric
+	// jsbridge_consumer_streams_order_stuck), until `consumer dlq replay`
+	// or `consumer dlq skip`. Default DefaultOrderStuckAfter; negative is
+	// an error.
+	OrderStuckAfter time.Duration
 	// Attempts, when set, keeps a record of every attempt in a JetStream
 	// stream for `consumer trace` and TraceEvent (see AttemptsConfig).
 	// Default nil: no records.

@@ -95,7 +95,8 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		Registerer: cfg.Registerer, DeadLetters: dlq, Replicas: cfg.Replicas,
 		TracerProvider: cfg.TracerProvider,
 		Partitions:     cfg.Partitions, ReplicaID: cfg.ReplicaID, LeaseTTL: cfg.LeaseTTL,
-		Health: cfg.Health.engine(),
+		OrderStuckAfter: cfg.OrderStuckAfter,
+		Health:          cfg.Health.engine(),
 	}
 	if a := cfg.Attempts; a != nil {
 		c.attempts, err = attemptlog.New(js, attemptlog.Config{

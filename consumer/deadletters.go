@@ -90,6 +90,13 @@ type ParkedStream struct {
 	UpdatedAt    time.Time `json:"updated_at,omitzero"`
 	// Replica is the replica that reported Held.
 	Replica string `json:"replica,omitempty"`
+	// Reason is why the head was dead-lettered (the dead letter's reason).
+	Reason string `json:"reason,omitempty"`
+	// OrderStuck is true when the head was dead-lettered because the
+	// receiver's order gate refused it (gap, in-progress) for longer than
+	// the consumer's OrderStuckAfter (the "order-stuck" state), not for
+	// a permanent failure.
+	OrderStuck bool `json:"order_stuck,omitempty"`
 	// Error, when set, says that held events of the stream are about to
 	// leave the partitioned copy, or left it: its oldest held event
 	// (AtRiskEventID, in the copy since AtRiskEventTime, so its age is now

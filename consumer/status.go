@@ -65,6 +65,11 @@ type PartitionStatus struct {
 	Owner     string
 	Parked    int
 	AtRisk    []string
+	// OrderStuck names the parked streams in the order-stuck state: their
+	// head was refused by the receiver's order gate for longer than the
+	// consumer's OrderStuckAfter ("stream: reason", see
+	// ParkedStream.OrderStuck).
+	OrderStuck []string
 }
 
 // ReadStatus reads the lease and park buckets on js, and how far every

@@ -36,9 +36,11 @@ const DefaultGateRetryAfter = time.Second
 // order:
 //
 //   - e present and below the highest epoch processed for the stream: 409
-//     with Jsbridge-Order: stale-epoch and Retry-After, the handler not
-//     called, whatever the version (a zombie sender's late POST is never
-//     processed, nor acknowledged as a duplicate);
+//     with Jsbridge-Order: stale-epoch, Retry-After and
+//     wire.HeaderOrderEpoch naming that highest epoch (the sender raises
+//     its epochs above it), the handler not called, whatever the version
+//     (a zombie sender's late POST is never processed, nor acknowledged as
+//     a duplicate);
 //   - v <= L: 204 with Jsbridge-Order: duplicate, the handler not called;
 //   - p == L (both none, or equal) while no other request of the stream is
 //     being processed: the handler runs while the gate holds the stream; a
@@ -281,6 +283,10 @@ func (g *OrderGate) serve(w http.ResponseWriter, r *http.Request, body []byte, h
 		w.Header().Set(wire.HeaderOrder, verdict)
 		if verdict == wire.OrderGap {
 			w.Header().Set(wire.HeaderOrderLast, last)
+		}
+		if verdict == wire.OrderStaleEpoch {
+			// The sender raises its epochs above this one (wire.HeaderOrderEpoch).
+			w.Header().Set(wire.HeaderOrderEpoch, strconv.FormatUint(pos.Epoch, 10))
 		}
 		w.Header().Set("Retry-After", g.retryAfter)
 		http.Error(w, fmt.Sprintf("%s: stream %q version %d previous %s epoch %d; last processed version %s epoch %d",

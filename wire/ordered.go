@@ -36,14 +36,12 @@ const (
 	// (StreamPartition of ce-subject).
 	HeaderPartition = "Jsbridge-Partition"
 	// HeaderLeaseEpoch carries, beside HeaderPartition, the sending
-	// replica's partition-lease epoch: the KV create revision of its
-	// LeaseKey (a uint64, base 10). KV revisions grow across the whole lease
-	// bucket and a stream always maps to one partition, so for one stream
-	// the epoch only grows; a lower epoch than one a receiver already
-	// processed for the stream comes from a stale (zombie) sender. The
-	// consumer creates the lease bucket with its first revision at the
-	// creation time in Unix microseconds, so a bucket deleted and created
-	// again (to change the lease TTL) still gives higher epochs.
+	// replica's partition-lease epoch (a uint64, base 10): each claim of a
+	// partition takes the next value of one counter (EpochKey in the park
+	// bucket, raised with compare-and-set), so for one stream the epoch
+	// only grows, whoever created the lease bucket and whatever the
+	// replicas' clocks; a lower epoch than one a receiver already
+	// processed for the stream comes from a stale (zombie) sender.
 	HeaderLeaseEpoch = "Jsbridge-Lease-Epoch"
 	// HeaderPreviousVersion carries, on every webhook of an ordered
 	// subscription and on every path that sends one (the partition's head

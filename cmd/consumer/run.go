@@ -138,9 +138,10 @@ func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
 
 // orderingFlags configure ordered subscriptions (--ordering stream).
 type orderingFlags struct {
-	Partitions int           `name:"partitions" env:"JSBRIDGE_PARTITIONS" default:"16" help:"Partitions of ordered delivery: the unit of ownership among replicas (at most this many replicas share an ordered subscription); the same on every replica; changing it needs the ${events_stream}_ORDERED stream recreated (default: ${default})."`
-	ReplicaID  string        `name:"replica-id" env:"JSBRIDGE_REPLICA_ID" help:"This replica's id in partition leases, consumer status and the Jsbridge-Replica webhook header: [A-Za-z0-9_-]+ (default: <hostname>-<pid>-<random>)."`
-	LeaseTTL   time.Duration `name:"lease-ttl" env:"JSBRIDGE_LEASE_TTL" default:"10s" help:"Lifetime of a partition lease and a membership heartbeat unless renewed (every quarter of it): a killed replica's partitions move after at most this plus AckWait; fixed when the lease bucket is created: a replica finding the bucket with another TTL uses the bucket's and warns (default: ${default})."`
+	Partitions      int           `name:"partitions" env:"JSBRIDGE_PARTITIONS" default:"16" help:"Partitions of ordered delivery: the unit of ownership among replicas (at most this many replicas share an ordered subscription); the same on every replica; changing it needs the ${events_stream}_ORDERED stream recreated (default: ${default})."`
+	ReplicaID       string        `name:"replica-id" env:"JSBRIDGE_REPLICA_ID" help:"This replica's id in partition leases, consumer status and the Jsbridge-Replica webhook header: [A-Za-z0-9_-]+ (default: <hostname>-<pid>-<random>)."`
+	LeaseTTL        time.Duration `name:"lease-ttl" env:"JSBRIDGE_LEASE_TTL" default:"10s" help:"Lifetime of a partition lease and a membership heartbeat unless renewed (every quarter of it): a killed replica's partitions move after at most this plus AckWait; fixed when the lease bucket is created: a replica finding the bucket with another TTL uses the bucket's and warns (default: ${default})."`
+	OrderStuckAfter time.Duration `name:"order-stuck-after" env:"JSBRIDGE_ORDER_STUCK_AFTER" default:"5m" help:"How long a receiver's order gate may refuse an ordered stream's head (409 gap or in-progress) before the head is dead-lettered and its stream parked as order-stuck, whatever on_dead_letter says; out with consumer dlq replay or skip (default: ${default})."`
 }
 
 type runCmd struct {
@@ -180,7 +181,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	cfg.Partitions, cfg.ReplicaID, cfg.LeaseTTL = r.Partitions, r.ReplicaID, r.LeaseTTL
+	cfg.Partitions, cfg.ReplicaID, cfg.LeaseTTL, cfg.OrderStuckAfter = r.Partitions, r.ReplicaID, r.LeaseTTL, r.OrderStuckAfter
 	if cfg.Health, err = r.health(); err != nil {
 		return err
 	}

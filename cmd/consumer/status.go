@@ -83,6 +83,9 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 			for _, e := range p.AtRisk {
 				fmt.Printf("%s partition %d: parked stream %s\n", s.Name, p.Partition, e)
 			}
+			for _, e := range p.OrderStuck {
+				fmt.Printf("%s partition %d: order-stuck stream %s\n", s.Name, p.Partition, e)
+			}
 		}
 	}
 	fmt.Println()

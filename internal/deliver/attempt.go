@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -325,6 +326,7 @@ func (r *sender) post(ctx context.Context, inProgress func() error, id string, b
 	out := response{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), at: start}
 	if resp.StatusCode == http.StatusConflict {
 		out.order = resp.Header.Get(wire.HeaderOrder)
+		out.orderEpoch, _ = strconv.ParseUint(resp.Header.Get(wire.HeaderOrderEpoch), 10, 64) // absent or bad: 0, the epoch is doubled
 		out.orderLast = resp.Header.Get(wire.HeaderOrderLast)
 	}
 	return out

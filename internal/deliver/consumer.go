@@ -104,6 +104,15 @@ type Config struct {
 	// least a minute (settledAfter); tests shorten it. Not part of the
 	// consumer's public Config.
 	RedeliveredBy time.Duration
+	// OrderStuckAfter bounds how long the head of an ordered
+	// subscription's stream is retried in place while the receiver's
+	// order gate refuses it (409 gap or in-progress, wire.HeaderOrder):
+	// past it the head is dead-lettered and its stream parked, whatever
+	// the subscription's OnDeadLetter (the "order-stuck" state, counted
+	// by jsbridge_consumer_streams_order_stuck), until `consumer dlq
+	// replay` or `consumer dlq skip`. Default DefaultOrderStuckAfter;
+	// negative is an error.
+	OrderStuckAfter time.Duration
 	// Clock is the engine's time: lease renewals and deadlines, fence and
 	// successor waits, parking timers and retry backoff. Default: the
 	// wall clock; tests pass a clockwork fake. Not part of the consumer's
@@ -134,6 +143,11 @@ const healthLoadTimeout = 5 * time.Second
 const (
 	DefaultPartitions = 16
 	DefaultLeaseTTL   = 10 * time.Second
+	// DefaultOrderStuckAfter is Config.OrderStuckAfter's default: long
+	// enough for a receiver's gate to see a predecessor that is being
+	// retried, redelivered after AckWait or handed over, short enough
+	// that an operator hears of a stream that will not move by itself.
+	DefaultOrderStuckAfter = 5 * time.Minute
 )
 
 // Consumer delivers the events of its subscriptions to their endpoints.

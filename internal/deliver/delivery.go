@@ -61,6 +61,10 @@ type response struct {
 	// receiver's last version of the stream, on a gap).
 	order     string
 	orderLast string
+	// orderEpoch is the answer's Jsbridge-Order-Epoch
+	// (wire.HeaderOrderEpoch) with a stale-epoch answer: the highest
+	// epoch the receiver processed for the stream; 0 when absent.
+	orderEpoch uint64
 }
 
 // verdict classifies a response by the webhook contract (docs/architecture.md): 2xx

@@ -37,10 +37,18 @@ type headOfLine struct {
 	// as on the events stream (spans, records, dead letters).
 	eventsPrefix string
 	p            int
-	// epoch is the lease's KV create revision (the revision of the Create
-	// that claimed it; renewals leave it): every webhook of the partition
-	// carries it as Jsbridge-Lease-Epoch.
+	// epoch is the claim's lease epoch (leaseEpochs.next; renewals leave
+	// it): every webhook of the partition carries it as
+	// Jsbridge-Lease-Epoch.
 	epoch uint64
+	// epochs is raised above the receiver's epoch after a stale-epoch
+	// answer, before the partition is released.
+	epochs leaseEpochs
+	// blocked learns which streams' heads are retried in place.
+	blocked *blockedStreams
+	// stuckAfter bounds the time a head is refused by the receiver's
+	// order gate before it is dead-lettered and parked (0: never).
+	stuckAfter time.Duration
 	// chain is the partition's version chain: each webhook's
 	// Jsbridge-Previous-Version.
 	chain *chain
@@ -66,6 +74,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 	id := eventID(m)
 	stop := r.keepAlive(id, func() error { return hl.lease.inProgress(m) })
 	defer stop()
+	defer hl.blocked.unblock(key)
 	if attemptNumber(m) > 1 {
 		r.redeliveries.Inc()
 	}
@@ -83,6 +92,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		at.decide(outcome, class, reason)
 		r.endAttempt(at)
 	}
+	var refusedSince time.Time // since when the receiver's order gate refuses it (zero: it does not)
 	for {
 		if hl.ctx.Err() != nil {
 			hl.lease.nak(log(), m)
@@ -143,6 +153,12 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		}
 		s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
 		ended(at, s.outcome, s.class, s.reason)
+		if s.act == actRetry || s.act == actWait || s.act == actThrottle || s.act == actDisable {
+			hl.blocked.block(key, hl.clock.Now()) // its later events leave the hand (blockedStreams)
+		}
+		if s.act != actWait {
+			refusedSince = time.Time{} // the order gate's refusals must be continuous to count
+		}
 		switch s.act {
 		case actAck:
 			r.count(OutcomeAck, s.class, resp.status)
@@ -166,7 +182,15 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		case actWait:
 			// The receiver's order gate waits for an earlier version (or
 			// for an earlier attempt of this one to end): retried in
-			// place, spending no attempt.
+			// place, spending no attempt, up to stuckAfter.
+			if refusedSince.IsZero() {
+				refusedSince = hl.clock.Now()
+			}
+			if dl, stuck := orderStuck(refusedSince, hl.clock.Now(), hl.stuckAfter, resp, id, attempt); stuck {
+				hl.deadLetter(m, log(slog.Int("status", resp.status)), orderLetter(dl, order), OutcomeOrderStuck, s.class)
+				hl.forgetAttempts(id, recorded)
+				return
+			}
 			r.count(OutcomeRetry, s.class, 0)
 			if resp.order == wire.OrderGap {
 				// The receiver's last version is not the predecessor sent:
@@ -191,6 +215,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			// goes back unacked (Nak'd above, or AckWait) to the owner.
 			r.count(OutcomeStaleEpoch, s.class, 0)
 			log(slog.Int("status", resp.status)).Warn("the receiver's order gate says this replica's partition lease is stale; releasing the partition", slog.String("reason", s.reason))
+			hl.epochs.afterStale(ctx, log(), hl.epoch, resp.orderEpoch)
 			hl.release()
 		}
 	}
@@ -293,7 +318,7 @@ func (hl *headOfLine) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadlette
 			}
 		}
 	}
-	park := r.sub.OnDeadLetter == DeadLetterPark && dl.EventID != ""
+	park := (r.sub.OnDeadLetter == DeadLetterPark || dl.OrderStuck) && dl.EventID != ""
 	if park {
 		// Replay, skip or unpark decide what the stream's next event
 		// names as its predecessor: looked up when it goes.

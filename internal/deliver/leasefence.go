@@ -37,13 +37,31 @@ type leaseFence struct {
 
 	mu       sync.Mutex
 	deadline time.Time // no attempt starts after it
+	lost     bool      // the lease was found taken: the deadline stays passed
 }
 
 // setDeadline moves the deadline to t (a lease renewal).
 func (lf *leaseFence) setDeadline(t time.Time) {
 	lf.mu.Lock()
-	lf.deadline = t
+	if !lf.lost {
+		lf.deadline = t
+	}
 	lf.mu.Unlock()
+}
+
+// lose ends the lease at once: a renewal found the key taken (expired and
+// claimed by another replica, or overwritten), so the deadline it set is
+// no longer this replica's to use. From now on nothing is started, acked,
+// Nak'd or kept alive (InProgress), and no late renewal can move the
+// deadline again (setDeadline after lose is ignored): the new owner may
+// have sent the event's successor already, and an ack or a POST now could
+// come after it. Before, acks went on until the old deadline (up to 3/4
+// of the lease TTL).
+func (lf *leaseFence) lose() {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	lf.lost = true
+	lf.deadline = time.Time{}
 }
 
 // mayStart reports whether an attempt may start: the partition was not
@@ -113,6 +131,16 @@ func (lf *leaseFence) nak(log *slog.Logger, m jetstream.Msg) {
 		return
 	}
 	nak(log, m, 0)
+}
+
+// nakAfter returns m to JetStream after delay when mayAck allows it;
+// else m goes back by AckWait.
+func (lf *leaseFence) nakAfter(log *slog.Logger, m jetstream.Msg, delay time.Duration) {
+	if err := lf.mayAck(); err != nil {
+		log.Debug("not Nak'd; it goes back by AckWait", slog.String("event_id", eventID(m)), slog.Any("reason", err))
+		return
+	}
+	nak(log, m, delay)
 }
 
 // waitAck waits until an ack may be sent (mayAck) and reports true, or

@@ -204,3 +204,35 @@ func TestParkWrittenWhileTheWatchIsAwayHoldsTheStream(t *testing.T) {
 	other := &ackMsg{fakeMsg: newFakeMsg("order-2", 0, 12)}
 	require.False(t, pk.hold(pt.holder, wire.StreamKey(wire.EventsSubject("events", other.Subject())), other), "another stream goes on")
 }
+
+// A renewal that finds the lease taken ends it at once: before its old
+// deadline, no ack, Nak or InProgress is sent and no attempt starts, an
+// ack waiting goes back unsent, and a renewal answered late cannot bring
+// the lease back.
+func TestPartitionWhoseLeaseIsFoundTakenStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pt, clock, _ := fencedPartition(t)
+	m := newAckMsg(10)
+	require.True(t, pt.lease.mayStart())
+
+	pt.lease.lose()
+	pt.release()
+	require.False(t, pt.lease.mayStart(), "no attempt starts")
+	require.ErrorIs(t, pt.lease.inProgress(m), errLeasePassed)
+	pt.lease.nak(pt.log, m)
+	pt.lease.nakAfter(pt.log, m, time.Second)
+	acked := make(chan struct{})
+	go func() { pt.hol.ack(m, func() *slog.Logger { return pt.log }); close(acked) }()
+	select {
+	case <-acked:
+	case <-ctx.Done():
+		t.Fatal("the ack waited instead of giving up")
+	}
+	require.Zero(t, m.acks.Load()+m.naks.Load()+m.inProgress.Load(), "nothing sent, with 3 s of the old deadline left")
+
+	pt.lease.setDeadline(clock.Now().Add(3 * time.Second)) // a renewal answered late
+	require.False(t, pt.lease.mayStart(), "a lost lease stays lost")
+	require.ErrorIs(t, pt.lease.mayAck(), errLeasePassed)
+}

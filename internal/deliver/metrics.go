@@ -28,6 +28,10 @@ const (
 	// neither acked nor dead-lettered. A gate's gap or in-progress answer
 	// counts as OutcomeRetry.
 	OutcomeStaleEpoch = "stale_epoch"
+	// OutcomeOrderStuck: the receiver's order gate refused the event (gap,
+	// in-progress) for longer than Config.OrderStuckAfter: it was
+	// dead-lettered and its stream parked (orderstuck.go).
+	OutcomeOrderStuck = "order_stuck"
 	// OutcomeThrottled: the endpoint answered 429, or 503 with
 	// Retry-After: the subscription's rate was cut and the event is sent
 	// again in place; no attempt spent.
@@ -69,6 +73,7 @@ type metrics struct {
 	// Ordered subscriptions only.
 	partitionsOwned *prometheus.GaugeVec
 	streamsParked   *prometheus.GaugeVec
+	orderStuck      *prometheus.GaugeVec
 	oldestHeld      *prometheus.GaugeVec
 	handovers       *prometheus.CounterVec
 	copyLagMsgs     *prometheus.GaugeVec
@@ -109,6 +114,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		streamsParked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_streams_parked",
 			Help: "Streams of an ordered subscription parked behind a dead-lettered event (all replicas' view), by subscription.",
+		}, []string{"subscription"}),
+		orderStuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jsbridge_consumer_streams_order_stuck",
+			Help: "Parked streams of an ordered subscription in the order-stuck state: the receiver's order gate refused their head (gap, in-progress) for longer than --order-stuck-after (all replicas' view), by subscription.",
 		}, []string{"subscription"}),
 		oldestHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_oldest_held_seconds",
@@ -153,6 +162,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.streamsParked, err = promreg.Register(reg, m.streamsParked); err != nil {
+		return nil, err
+	}
+	if m.orderStuck, err = promreg.Register(reg, m.orderStuck); err != nil {
 		return nil, err
 	}
 	if m.oldestHeld, err = promreg.Register(reg, m.oldestHeld); err != nil {

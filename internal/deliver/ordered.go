@@ -68,6 +68,12 @@ func orderingDefaults(cfg *Config) error {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}
+	switch {
+	case cfg.OrderStuckAfter == 0:
+		cfg.OrderStuckAfter = DefaultOrderStuckAfter
+	case cfg.OrderStuckAfter < 0:
+		return fmt.Errorf("Config.OrderStuckAfter %s: want a positive duration", cfg.OrderStuckAfter)
+	}
 	if cfg.LeaseTTL < 200*time.Millisecond {
 		return fmt.Errorf("Config.LeaseTTL %s: want at least 200ms", cfg.LeaseTTL)
 	}
@@ -105,6 +111,9 @@ type ordering struct {
 	leases       jetstream.KeyValue
 	parks        jetstream.KeyValue
 	buckets      buckets // how provision made leases and parks
+	// epochs gives partition claims their lease epochs (a counter in
+	// parks).
+	epochs leaseEpochs
 	// leaseTTL is the lease bucket's TTL: Config.LeaseTTL, unless the
 	// bucket existed with another (then every replica goes by the
 	// bucket's, so that a lease never expires before its owner renews it).
@@ -198,7 +207,7 @@ func (o *ordering) provision(ctx context.Context) error {
 		Bucket: wire.DefaultParkBucket, Description: "jsbridge ordered subscriptions' parked streams",
 		Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
 	}}
-	if o.leases, err = leaseBucket(ctx, js, o.buckets.leases); err != nil {
+	if o.leases, err = bucket(ctx, js, o.buckets.leases); err != nil {
 		return err
 	}
 	if o.leaseTTL, err = o.bucketTTL(ctx); err != nil {
@@ -207,6 +216,7 @@ func (o *ordering) provision(ctx context.Context) error {
 	if o.parks, err = bucket(ctx, js, o.buckets.parks); err != nil {
 		return err
 	}
+	o.epochs = leaseEpochs{kv: o.parks}
 	for _, r := range o.runners {
 		if err := r.ord.createConsumers(ctx, o, replicas); err != nil {
 			return err

@@ -266,8 +266,9 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 			pt.rev = rev
 			pt.lease.setDeadline(start.Add(ttl - ttl/4))
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
-			or.r.log.Warn("partition lease lost (expired or taken); stopping it", slog.Int("partition", p), slog.Any("error", err))
+			or.r.log.Warn("partition lease lost (expired or taken); stopping it: nothing more is sent, acked or Nak'd", slog.Int("partition", p), slog.Any("error", err))
 			pt.lost = true
+			pt.lease.lose() // before the release: acks stop now, not at the old deadline
 			pt.release()
 		case !errors.Is(ctx.Err(), context.Canceled): // not shutdown
 			o.warns.warn(or.r.log, or.r.sub.Name, "renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
@@ -285,6 +286,14 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 			}
 			return
 		}
+		epoch, err := o.epochs.next(ctx, rev)
+		if err != nil {
+			o.warns.warn(or.r.log, or.r.sub.Name, "giving a claimed partition its lease epoch failed; releasing the lease", slog.Int("partition", p), slog.Any("error", err))
+			if err := o.leases.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+				or.r.log.Debug("deleting an unused lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
+			}
+			return
+		}
 		// The previous owner (crashed, frozen, cut off) may still be
 		// pinned: from now on the server refuses its pulls.
 		or.unpin(ctx, p)
@@ -292,7 +301,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 		// unacked messages at once, but also every message acked above
 		// the ack floor, sent again after later versions of their streams
 		// (docs/ordering.md, "Reset on takeover: not used").
-		pt = or.newPartition(p, rev, start.Add(ttl-ttl/4))
+		pt = or.newPartition(p, rev, epoch, start.Add(ttl-ttl/4))
 		or.parts[p] = pt
 		or.r.metrics.handovers.WithLabelValues(or.r.sub.Name).Inc()
 		or.r.log.Info("partition taken", slog.Int("partition", p))
@@ -401,14 +410,16 @@ func (or *orderedRunner) report() {
 }
 
 // newPartition makes partition p of the subscription, its lease created
-// at KV revision rev and held until deadline.
-func (or *orderedRunner) newPartition(p int, rev uint64, deadline time.Time) *partition {
+// at KV revision rev under epoch (leaseEpochs.next) and held until
+// deadline.
+func (or *orderedRunner) newPartition(p int, rev, epoch uint64, deadline time.Time) *partition {
 	// createConsumers made the partition consumers from the same config.
 	cfg, _ := or.consumerConfig(or.o, p)
 	d := partitionDeps{
 		inHand: or.inHand, pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
 		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log},
 		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream, redeliveredBy: or.o.cfg.RedeliveredBy,
+		epoch: epoch, epochs: or.o.epochs, stuckAfter: or.o.cfg.OrderStuckAfter,
 	}
 	cs := chainSource{
 		js: or.r.js, copyName: or.o.stream(), eventsPrefix: or.o.eventsPrefix, sub: or.r.sub.Name,

@@ -80,7 +80,7 @@ func (pk *parking) park(h *holder, m jetstream.Msg, dl deadletter.Letter) error 
 	stream, _, _ := wire.ParseSubject(o.eventsPrefix, subject)
 	e := deadletter.ParkedStream{
 		Subscription: pk.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
-		Partition: h.p, ParkedAt: pk.clock.Now().UTC(), Replica: pk.replicaID,
+		Partition: h.p, ParkedAt: pk.clock.Now().UTC(), Replica: pk.replicaID, Reason: dl.Reason, OrderStuck: dl.OrderStuck,
 	}
 	v, err := json.Marshal(e)
 	if err != nil {
@@ -381,8 +381,11 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 		now := pk.clock.Now()
 		maxAge := time.Duration(pk.o.copyAge.Load())
 		pk.mu.Lock()
-		n := len(pk.parked)
+		n, stuck := len(pk.parked), 0
 		for k, ps := range pk.parked {
+			if ps.entry.OrderStuck {
+				stuck++
+			}
 			rp := report{key: k, entry: ps.entry, held: len(ps.held)}
 			for _, h := range ps.held {
 				msgs = append(msgs, h)
@@ -406,6 +409,7 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			_ = x.h.inProgress(x.msg) // not past its partition's lease, nor while disconnected
 		}
 		pk.metrics.streamsParked.WithLabelValues(pk.sub.Name).Set(float64(n))
+		pk.metrics.orderStuck.WithLabelValues(pk.sub.Name).Set(float64(stuck))
 		age := 0.0
 		if !oldest.IsZero() {
 			age = pk.clock.Since(oldest).Seconds()

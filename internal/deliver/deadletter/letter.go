@@ -29,6 +29,12 @@ type Letter struct {
 	At time.Time
 	// Msg is the JetStream message: subject, headers, data.
 	Msg jetstream.Msg
+	// OrderStuck says that the receiver's order gate refused the event
+	// (gap, in-progress) for longer than the consumer's OrderStuckAfter:
+	// it is dead-lettered and its stream parked whatever the
+	// subscription's OnDeadLetter, so the operator decides (replay or
+	// skip) instead of the stream waiting for ever.
+	OrderStuck bool
 	// Previous, Partition and Epoch are the ordering headers the failed
 	// attempt of an ordered subscription sent (Jsbridge-Previous-Version:
 	// "none" or a version in base 10; Jsbridge-Partition and

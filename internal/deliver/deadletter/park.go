@@ -37,6 +37,13 @@ type ParkedStream struct {
 	UpdatedAt    time.Time `json:"updated_at,omitzero"`
 	// Replica is the replica that reported Held.
 	Replica string `json:"replica,omitempty"`
+	// Reason is why the head was dead-lettered (the dead letter's reason).
+	Reason string `json:"reason,omitempty"`
+	// OrderStuck is true when the head was dead-lettered because the
+	// receiver's order gate refused it (gap, in-progress) for longer than
+	// the consumer's OrderStuckAfter (the "order-stuck" state), not for
+	// a permanent failure.
+	OrderStuck bool `json:"order_stuck,omitempty"`
 	// Error, when set, says that held events of the stream are about to
 	// leave the partitioned copy, or left it: its oldest held event
 	// (AtRiskEventID, in the copy since AtRiskEventTime, so its age is now
@@ -67,7 +74,7 @@ func ListParked(ctx context.Context, js jetstream.JetStream, subscription string
 	}
 	var keys []string
 	for k := range l.Keys() {
-		if !strings.HasPrefix(k, wire.AttemptsKeyPrefix) && !strings.HasPrefix(k, wire.SkippedKeyPrefix) { // failed attempts' counts and skipped versions share the bucket
+		if !strings.HasPrefix(k, wire.AttemptsKeyPrefix) && !strings.HasPrefix(k, wire.SkippedKeyPrefix) && k != wire.EpochKey { // failed attempts' counts, skipped versions and the epoch counter share the bucket
 			keys = append(keys, k)
 		}
 	}

@@ -55,6 +55,11 @@ type PartitionStatus struct {
 	Owner     string
 	Parked    int
 	AtRisk    []string
+	// OrderStuck names the parked streams in the order-stuck state: their
+	// head was refused by the receiver's order gate for longer than the
+	// consumer's OrderStuckAfter ("stream: reason", see
+	// ParkedStream.OrderStuck).
+	OrderStuck []string
 }
 
 // ReadStatus reads the lease and park buckets on js, and the lag of every
@@ -117,6 +122,9 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 		pt.Parked++
 		if ps.Error != "" {
 			pt.AtRisk = append(pt.AtRisk, ps.Stream+": "+ps.Error)
+		}
+		if ps.OrderStuck {
+			pt.OrderStuck = append(pt.OrderStuck, ps.Stream+": "+ps.Reason)
 		}
 	}
 	bySub := map[string]*SubscriptionStatus{}

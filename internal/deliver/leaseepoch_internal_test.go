@@ -1,0 +1,86 @@
+package deliver
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+func newLeaseEpochs(t *testing.T) leaseEpochs {
+	t.Helper()
+	js := startJetStream(t)
+	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
+	require.NoError(t, err)
+	return leaseEpochs{kv: kv}
+}
+
+// Claims taking epochs at once, from several replicas, each get their
+// own, and a later claim's is above every earlier one's.
+func TestLeaseEpochsGrowUnderConcurrentClaims(t *testing.T) {
+	t.Parallel()
+	le := newLeaseEpochs(t)
+	ctx := context.Background()
+	first, err := le.next(ctx, 7)
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), first, "a missing counter starts at the lease's create revision")
+
+	var mu sync.Mutex
+	got := map[uint64]bool{}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			e, err := le.next(ctx, 1)
+			require.NoError(t, err)
+			mu.Lock()
+			got[e] = true
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	require.Len(t, got, 8, "every concurrent claim has its own epoch")
+	for e := range got {
+		require.Greater(t, e, first)
+	}
+	last, err := le.next(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, first+9, last, "the counter counts claims; the lease revision is only a floor")
+}
+
+// A stale-epoch answer raises the counter above the receiver's epoch (or,
+// naming none, to twice the refused one); a raise never lowers it.
+func TestLeaseEpochsRaisedAboveARefusal(t *testing.T) {
+	t.Parallel()
+	le := newLeaseEpochs(t)
+	ctx := context.Background()
+	e, err := le.next(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, le.raise(ctx, refusedEpochFloor(e, 1_000_000)))
+	e, err = le.next(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1_000_001), e)
+	require.NoError(t, le.raise(ctx, refusedEpochFloor(e, 5)), "a lower floor leaves the counter")
+	e, err = le.next(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1_000_002), e)
+	require.NoError(t, le.raise(ctx, refusedEpochFloor(e, 0)))
+	e, err = le.next(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2_000_005), e, "no epoch named: twice the refused one, plus one")
+}
+
+// A counter that is not a number is an error naming the key and value,
+// not an epoch from nowhere.
+func TestLeaseEpochsRefuseACorruptCounter(t *testing.T) {
+	t.Parallel()
+	le := newLeaseEpochs(t)
+	_, err := le.kv.Put(context.Background(), wire.EpochKey, []byte("soon"))
+	require.NoError(t, err)
+	_, err = le.next(context.Background(), 1)
+	require.ErrorContains(t, err, `"lease-epoch"`)
+	require.ErrorContains(t, err, `"soon"`)
+}

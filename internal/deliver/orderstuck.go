@@ -1,0 +1,40 @@
+package deliver
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+)
+
+// The order-stuck state. A receiver's order gate answers gap (or
+// in-progress) while it waits for an earlier version of the stream; the
+// sender retries the head in place, spending no attempt, because the
+// earlier version is usually on its way (retried, redelivered after
+// AckWait, handed over). When it is not (the receiver lost its order
+// state, a version was removed from the events stream, a dead letter was
+// skipped on the sender but not on the receiver), nothing on either side
+// resolves it, and the stream waited for ever, unseen. After
+// Config.OrderStuckAfter of continuous refusals the head is dead-lettered
+// with the gate's answer as its reason, and its stream parked whatever the
+// subscription's OnDeadLetter: `consumer status` lists it as order-stuck,
+// jsbridge_consumer_streams_order_stuck counts it, the
+// JsbridgeStreamsOrderStuck alert fires, and the operator's way out is
+// the parked stream's: `consumer dlq replay` (the head is sent again,
+// then the held events, once the receiver can take it) or `consumer dlq
+// skip` (the held events go on without it).
+
+// orderStuck reports whether a head refused by the receiver's order gate
+// since since (resp the latest refusal, attempt its attempt number) has
+// been refused for stuckAfter or longer at now, and if so the dead letter
+// that parks its stream. stuckAfter 0 never gives up.
+func orderStuck(since, now time.Time, stuckAfter time.Duration, resp response, eventID string, attempt int) (deadletter.Letter, bool) {
+	if stuckAfter <= 0 || now.Sub(since) < stuckAfter {
+		return deadletter.Letter{}, false
+	}
+	return deadletter.Letter{
+		EventID: eventID, Attempt: attempt, Status: resp.status, At: resp.at, OrderStuck: true,
+		Reason: fmt.Sprintf("order-stuck: the receiver's order gate refused the event (%s) for %s, longer than --order-stuck-after %s",
+			resp.order, now.Sub(since).Round(time.Second), stuckAfter),
+	}, true
+}
