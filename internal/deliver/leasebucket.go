@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -174,6 +175,9 @@ func casLost(err error) bool {
 func refusedEpochFloor(epoch, named uint64) uint64 {
 	if named > 0 {
 		return named
+	}
+	if epoch > math.MaxUint64/4 {
+		return math.MaxUint64 / 2 // doubling would wrap around to a low epoch
 	}
 	return max(2*epoch, 1)
 }

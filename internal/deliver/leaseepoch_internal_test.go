@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 
@@ -83,4 +84,17 @@ func TestLeaseEpochsRefuseACorruptCounter(t *testing.T) {
 	_, err = le.next(context.Background(), 1)
 	require.ErrorContains(t, err, `"lease-epoch"`)
 	require.ErrorContains(t, err, `"soon"`)
+}
+
+// TestRefusedEpochFloorNeverWraps: without an epoch named by the receiver
+// the floor is twice the refused epoch, and never wraps around to a low
+// one for a huge epoch.
+func TestRefusedEpochFloorNeverWraps(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, uint64(7), refusedEpochFloor(3, 7), "the receiver's epoch when it names one")
+	require.Equal(t, uint64(6), refusedEpochFloor(3, 0))
+	require.Equal(t, uint64(1), refusedEpochFloor(0, 0))
+	for _, e := range []uint64{math.MaxUint64 / 3, math.MaxUint64/2 + 1, math.MaxUint64} {
+		require.GreaterOrEqual(t, refusedEpochFloor(e, 0), uint64(math.MaxUint64/2), "epoch %d", e)
+	}
 }
