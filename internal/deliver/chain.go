@@ -69,13 +69,19 @@ func newChain(lookup func(ctx context.Context, key string, seq uint64) (int64, e
 // processed, which the sender acks).
 func (c *chain) previous(ctx context.Context, key string, m jetstream.Msg) (int64, error) {
 	v, versioned := streamVersion(m)
+	if !versioned {
+		// No ce-streamversion (a message another program published to
+		// the events stream): it goes without the chain (orderFieldsOf),
+		// so nothing is looked up, and nothing holds its stream.
+		return noPrevious, nil
+	}
 	c.mu.Lock()
 	prev, ok := c.last[key]
 	c.mu.Unlock()
-	if ok && (!versioned || v > prev) {
+	if ok && v > prev {
 		return prev, nil
 	}
-	if versioned && v == 0 {
+	if v == 0 {
 		return noPrevious, nil // nothing of the stream comes before its version 0
 	}
 	return c.lookup(ctx, key, streamSeq(m))
@@ -192,7 +198,12 @@ func lastVersionBefore(ctx context.Context, js jetstream.JetStream, name string,
 			}
 			v, err := strconv.ParseInt(last.Header.Get(wire.HeaderStreamVersion), 10, 64)
 			if err != nil {
-				return 0, false, fmt.Errorf("deliver: the predecessor at sequence %d of %q has no stream version (%s)", lastSeq, name, wire.HeaderStreamVersion)
+				// A predecessor without a stream version (published by
+				// another program) has no place in the chain: none is
+				// named. An error here would hold the stream for ever; a
+				// gate that answers gap to none leads to order-stuck, a
+				// state the operator sees.
+				return 0, false, nil
 			}
 			return v, true, nil
 		case "404":

@@ -120,3 +120,20 @@ func TestChainStartSurvivesAConsumerMadeAgainFromItsFloor(t *testing.T) {
 	keepStart(&upd, again)
 	require.Equal(t, uint64(40), chainStart(upd))
 }
+
+// TestChainUnversionedMessageLooksNothingUp: a message without
+// ce-streamversion (published to the events stream by another program)
+// goes without the chain: no look-up, so nothing holds its stream (a
+// look-up of its unversioned predecessor failed, and retried for ever).
+func TestChainUnversionedMessageLooksNothingUp(t *testing.T) {
+	t.Parallel()
+	c := newChain(func(context.Context, string, uint64) (int64, error) {
+		return 0, errors.New("looked up")
+	})
+	c.delivered("k", 3)
+	for range 2 {
+		p, err := c.previous(context.Background(), "k", chainMsg{v: "", seq: 9})
+		require.NoError(t, err)
+		require.Equal(t, noPrevious, p)
+	}
+}
