@@ -44,8 +44,6 @@ type headOfLine struct {
 	// epochs is raised above the receiver's epoch after a stale-epoch
 	// answer, before the partition is released.
 	epochs leaseEpochs
-	// blocked learns which streams' heads are retried in place.
-	blocked *blockedStreams
 	// stuckAfter bounds the time a head is refused by the receiver's
 	// order gate before it is dead-lettered and parked (0: never).
 	stuckAfter time.Duration
@@ -74,7 +72,6 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 	id := eventID(m)
 	stop := r.keepAlive(id, func() error { return hl.lease.inProgress(m) })
 	defer stop()
-	defer hl.blocked.unblock(key)
 	if attemptNumber(m) > 1 {
 		r.redeliveries.Inc()
 	}
@@ -153,9 +150,6 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		}
 		s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
 		ended(at, s.outcome, s.class, s.reason)
-		if s.act == actRetry || s.act == actWait || s.act == actThrottle || s.act == actDisable {
-			hl.blocked.block(key, hl.clock.Now()) // its later events leave the hand (blockedStreams)
-		}
 		if s.act != actWait {
 			refusedSince = time.Time{} // the order gate's refusals must be continuous to count
 		}

@@ -3,7 +3,6 @@ package deliver
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -67,33 +66,6 @@ func (l *lanes) queued() []jetstream.Msg {
 		out = append(out, q...)
 	}
 	return out
-}
-
-// inLane returns how many messages of key are in their lane: the running
-// one and those queued behind it.
-func (l *lanes) inLane(key string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	q, running := l.busy[key]
-	if !running {
-		return 0
-	}
-	return 1 + len(q)
-}
-
-// trim removes the messages of key queued behind the first keep-1 ones
-// (keep counts the running one) and returns them, oldest first, with the
-// last one kept; none when the lane holds keep or fewer.
-func (l *lanes) trim(key string, keep int) (kept jetstream.Msg, trimmed []jetstream.Msg) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	q := l.busy[key]
-	if keep < 2 || len(q) <= keep-1 {
-		return nil, nil
-	}
-	trimmed = slices.Clone(q[keep-1:])
-	l.busy[key] = q[: keep-1 : keep-1]
-	return q[keep-2], trimmed
 }
 
 // submit runs fn(msg) on wg after the messages of the same key submitted

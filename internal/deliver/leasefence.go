@@ -133,16 +133,6 @@ func (lf *leaseFence) nak(log *slog.Logger, m jetstream.Msg) {
 	nak(log, m, 0)
 }
 
-// nakAfter returns m to JetStream after delay when mayAck allows it;
-// else m goes back by AckWait.
-func (lf *leaseFence) nakAfter(log *slog.Logger, m jetstream.Msg, delay time.Duration) {
-	if err := lf.mayAck(); err != nil {
-		log.Debug("not Nak'd; it goes back by AckWait", slog.String("event_id", eventID(m)), slog.Any("reason", err))
-		return
-	}
-	nak(log, m, delay)
-}
-
 // waitAck waits until an ack may be sent (mayAck) and reports true, or
 // false once the partition was released (or its lease lost) with its lease
 // deadline passed: nothing is acked after the deadline, and a renewal that

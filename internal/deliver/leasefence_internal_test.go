@@ -222,7 +222,6 @@ func TestPartitionWhoseLeaseIsFoundTakenStopsAtOnce(t *testing.T) {
 	require.False(t, pt.lease.mayStart(), "no attempt starts")
 	require.ErrorIs(t, pt.lease.inProgress(m), errLeasePassed)
 	pt.lease.nak(pt.log, m)
-	pt.lease.nakAfter(pt.log, m, time.Second)
 	acked := make(chan struct{})
 	go func() { pt.hol.ack(m, func() *slog.Logger { return pt.log }); close(acked) }()
 	select {

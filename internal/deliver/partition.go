@@ -39,16 +39,13 @@ type partition struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when every delivery of the partition ended
 
-	lanes lanes // one per stream
-	lease *leaseFence
-	book  *handBook
-	// blocked keeps the events in hand of a stream whose head is retried
-	// in place to blockedKeep (see blockedStreams).
-	blocked *blockedStreams
-	succ    *successors // the run loop's alone
-	hol     *headOfLine
-	watch   *consumerWatch
-	holder  *holder // the partition as its parked streams' events see it
+	lanes  lanes // one per stream
+	lease  *leaseFence
+	book   *handBook
+	succ   *successors // the run loop's alone
+	hol    *headOfLine
+	watch  *consumerWatch
+	holder *holder // the partition as its parked streams' events see it
 
 	health *health // the subscriptions' disabled state (nil: enabled)
 	sub    string  // the subscription's name
@@ -102,9 +99,8 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	pt := &partition{
 		inHand: d.inHand, pullBatch: d.pullBatch, p: p, cons: cons, parking: d.parking, ackWait: ackWait, clock: d.clock, log: log,
 		rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		lease:   &leaseFence{ctx: ctx, clock: d.clock, connStatus: d.connStatus, deadline: deadline},
-		book:    newHandBook(),
-		blocked: newBlockedStreams(),
+		lease: &leaseFence{ctx: ctx, clock: d.clock, connStatus: d.connStatus, deadline: deadline},
+		book:  newHandBook(),
 	}
 	if d.r != nil {
 		pt.health, pt.sub = d.r.health, d.r.sub.Name
@@ -121,7 +117,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	}
 	pt.hol = &headOfLine{
 		ctx: ctx, release: cancel, clock: d.clock, log: log, r: d.r, lease: pt.lease, book: pt.book, parking: d.parking, holder: pt.holder,
-		attempts: d.attempts, slots: d.slots, eventsPrefix: d.eventsPrefix, p: p, epoch: d.epoch, epochs: d.epochs, blocked: pt.blocked, stuckAfter: d.stuckAfter,
+		attempts: d.attempts, slots: d.slots, eventsPrefix: d.eventsPrefix, p: p, epoch: d.epoch, epochs: d.epochs, stuckAfter: d.stuckAfter,
 		chain: newChain(d.chain), skipped: d.skipped,
 	}
 	durable := ""
@@ -229,8 +225,6 @@ func (pt *partition) run() {
 			select {
 			case <-pt.ctx.Done():
 			case <-pt.inHand.roomMade():
-			case <-pt.blocked.changed:
-				pt.trimBlocked()
 			case <-pt.clock.After(5 * time.Millisecond):
 			}
 			continue
@@ -252,9 +246,6 @@ func (pt *partition) run() {
 		case <-pt.ctx.Done():
 			continue
 		case <-healthChanged:
-			continue
-		case <-pt.blocked.changed:
-			pt.trimBlocked()
 			continue
 		}
 		if !fencing {
@@ -447,12 +438,6 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 		// rather than acked unsent: out of order beats lost.
 		pt.log.Warn("an event arrived after a later event of its stream was settled; delivering it late", slog.String("event_id", eventID(msg)), slog.Uint64("seq", seq))
 	}
-	if delay, drop := pt.blocked.drop(key, pt.lanes.inLane(key), pt.clock.Now()); drop {
-		// Its stream's head is retried in place: not held here against
-		// the hand limit, it comes back from JetStream (blockedStreams).
-		pt.lease.nakAfter(pt.log, msg, delay)
-		return
-	}
 	if !pt.succ.handOn(key, msg) {
 		return
 	}
@@ -470,27 +455,6 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 		defer pt.leftLane(streamSeq(m))
 		pt.hol.deliver(m)
 	}, nil)
-}
-
-// trimBlocked takes back from the lanes of the streams that became
-// blocked (their head retried in place) the events beyond blockedKeep,
-// and Naks them (blockedStreams): they come back from JetStream, behind
-// the successor check rewound to the last one kept. Only the run loop
-// calls it.
-func (pt *partition) trimBlocked() {
-	for key, delay := range pt.blocked.startDropping(pt.clock.Now()) {
-		kept, trimmed := pt.lanes.trim(key, blockedKeep)
-		if len(trimmed) == 0 {
-			continue
-		}
-		pt.succ.rewind(key, kept, streamSeq(trimmed[0]))
-		for _, m := range trimmed {
-			pt.leftLane(streamSeq(m))
-			pt.lease.nakAfter(pt.log, m, delay)
-		}
-		pt.log.Info("a stream's head is retried in place: its later events go back to JetStream until it settles",
-			slog.String("stream_key", key), slog.Int("events", len(trimmed)), slog.Duration("nak_delay", delay))
-	}
 }
 
 // leftLane records that the event at seq left its lane (settled, held or

@@ -207,16 +207,6 @@ func (sc *successors) handOn(key string, m jetstream.Msg) bool {
 	return false
 }
 
-// rewind makes last, of stream key, the stream's last event handed on,
-// followed by the event at sequence next: the events after last that
-// were handed on were taken back (trimmed from a blocked lane and Nak'd),
-// and whichever of them JetStream brings back first waits for next.
-func (sc *successors) rewind(key string, last jetstream.Msg, next uint64) {
-	pos := positionOf(last)
-	pos.next = next
-	sc.seen[key] = pos
-}
-
 // wait keeps m until its predecessor was handed on (handBook.wait).
 func (sc *successors) wait(key string, m jetstream.Msg) {
 	sc.book.wait(key, m, sc.clock.Now())
