@@ -17,14 +17,31 @@ import (
 // reset, and returns once its context ends.
 func TestReceiverChildCountsAndResets(t *testing.T) {
 	t.Parallel()
-	port, err := proc.FreePort()
-	if err != nil {
-		t.Fatal(err)
+	// A free port can be taken by another test process before the child
+	// listens on it: then it fails at once, and another port is tried.
+	var (
+		base   string
+		cancel context.CancelFunc
+		done   chan error
+	)
+	for try := 0; ; try++ {
+		port, err := proc.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		base = fmt.Sprintf("http://127.0.0.1:%d", port)
+		var ctx context.Context
+		ctx, cancel = context.WithCancel(context.Background())
+		done = make(chan error, 1)
+		go func() { done <- receiverChild(ctx, fmt.Sprintf("127.0.0.1:%d", port)) }()
+		if answering(t, base, done) {
+			break
+		}
+		cancel()
+		if try == 4 {
+			t.Fatal("receiver child could not listen on a free port 5 times")
+		}
 	}
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- receiverChild(ctx, fmt.Sprintf("127.0.0.1:%d", port)) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -41,18 +58,6 @@ func TestReceiverChildCountsAndResets(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return string(b)
-	}
-	// Ready once it answers.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if resp, err := http.Get(base + receiverCountPath); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("receiver child not answering after 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	for _, key := range []string{"a", "b", "a"} {
 		req, _ := http.NewRequest(http.MethodPost, base+"/hook", strings.NewReader(`{"x":1}`))
@@ -98,5 +103,29 @@ func TestConsumerCPURowTarget(t *testing.T) {
 		if want := "loop 90.0, receiver 60.0 µs/delivery, ratio 1.50"; !strings.Contains(r.Reference, want) {
 			t.Errorf("reference %q, want it to give the bare loop's figures: %q", r.Reference, want)
 		}
+	}
+}
+
+// answering waits until the receiver child at base answers (true), or
+// its run ended with an error, e.g. its port taken (false); it fails the
+// test after 10 s of neither.
+func answering(t *testing.T, base string, done chan error) bool {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			t.Logf("receiver child ended before answering: %v", err)
+			return false
+		default:
+		}
+		if resp, err := http.Get(base + receiverCountPath); err == nil {
+			resp.Body.Close()
+			return true
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("receiver child not answering after 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
