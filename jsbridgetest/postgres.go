@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,14 +27,14 @@ var (
 )
 
 // DatabaseURL returns the test database's URL: $JSBRIDGE_TEST_DATABASE_URL,
-// or else (inside the jsbridge repository) the throwaway local Postgres
-// that scripts/pg starts or reuses. It never skips: with no database the
-// test fails and says why.
+// or else (inside a jsbridge checkout only) the throwaway local Postgres
+// that the checkout's scripts/pg starts or reuses. It never skips: with no
+// database the test fails and says what to set.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()
 	u, err := LookupDatabaseURL()
 	if err != nil {
-		t.Fatalf("jsbridgetest: no Postgres: set %s (or, in the jsbridge repository, fix scripts/pg start): %v", EnvDatabaseURL, err)
+		t.Fatalf("jsbridgetest: no Postgres: %v", err)
 	}
 	return u
 }
@@ -42,22 +43,35 @@ func DatabaseURL(t testing.TB) string {
 // functions, TestMain): the same URL, or the error DatabaseURL fails with.
 func LookupDatabaseURL() (string, error) {
 	urlOnce.Do(func() {
-		if u := os.Getenv(EnvDatabaseURL); u != "" {
-			url = u
-			return
-		}
 		_, file, _, _ := runtime.Caller(0)
-		script := filepath.Join(filepath.Dir(file), "..", "scripts", "pg")
-		cmd := exec.Command(script, "start")
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			urlErr = err
-			return
-		}
-		url = strings.TrimSpace(string(out))
+		url, urlErr = lookupDatabaseURL(os.Getenv(EnvDatabaseURL), filepath.Join(filepath.Dir(file), ".."))
 	})
 	return url, urlErr
+}
+
+// lookupDatabaseURL returns env when set; else, when root (the directory
+// above this package) is a jsbridge checkout (it holds .git and an
+// executable scripts/pg), the URL scripts/pg start prints. Anywhere else
+// (the module cache of an application's build) it says what to set.
+func lookupDatabaseURL(env, root string) (string, error) {
+	if env != "" {
+		return env, nil
+	}
+	script := filepath.Join(root, "scripts", "pg")
+	st, err := os.Stat(script)
+	_, gitErr := os.Stat(filepath.Join(root, ".git"))
+	if err != nil || st.Mode()&0o111 == 0 || gitErr != nil {
+		return "", fmt.Errorf("set %s to the URL of a Postgres whose user may create schemas "+
+			"(e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable); each test makes and drops a schema of its own "+
+			"(only a jsbridge checkout starts a throwaway Postgres by itself, with its scripts/pg)", EnvDatabaseURL)
+	}
+	cmd := exec.Command(script, "start")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s start failed (%w; its output is above), and %s is not set: set it to a Postgres URL, or see why the script failed", script, err, EnvDatabaseURL)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // Pool returns a pool of at most 8 connections to the test database,
