@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -284,12 +285,22 @@ func (b opsBundle) streamRow(t *testing.T, stream string) (watermark int64, bloc
 func TestBridgeOpsPoisonBlocksOnlyItsStreamUnblockAndReset(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t)
-	dir, natsPort := t.TempDir(), freePort(t)
+	// The server is restarted below on the same port; another test may
+	// take that port while it is down, so the bridge and the test also
+	// know a second one to restart on.
+	dir, natsPort, altPort := t.TempDir(), freePort(t), freePort(t)
 	srv, err := embedded.Start(embedded.Config{Dir: dir, Port: natsPort, MaxPayload: 4096})
 	require.NoError(t, err)
 	var srvMu sync.Mutex
-	t.Cleanup(func() { srvMu.Lock(); srv.Shutdown(); srvMu.Unlock() })
-	nc, err := srv.Connect()
+	t.Cleanup(func() {
+		srvMu.Lock()
+		if srv != nil {
+			srv.Shutdown()
+		}
+		srvMu.Unlock()
+	})
+	urls := srv.ClientURL() + "," + fmt.Sprintf("nats://127.0.0.1:%d", altPort)
+	nc, err := nats.Connect(urls, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -298,7 +309,7 @@ func TestBridgeOpsPoisonBlocksOnlyItsStreamUnblockAndReset(t *testing.T) {
 	out, err := cli(t, b.env, "bridge", "migrate")
 	require.NoError(t, err, out)
 	opsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := startBridgeProc(t, b.env, "--nats-url", srv.ClientURL(), "--ops-addr", opsAddr,
+	p := startBridgeProc(t, b.env, "--nats-url", urls, "--ops-addr", opsAddr,
 		"--poll-interval", "100ms", "--lease", "5s", "--log-format", "json")
 	waitHTTP200(t, "http://"+opsAddr+"/readyz")
 	blocked, ok := metric(t, opsAddr, "jsbridge_bridge_streams_blocked")
@@ -339,6 +350,10 @@ func TestBridgeOpsPoisonBlocksOnlyItsStreamUnblockAndReset(t *testing.T) {
 	srvMu.Lock()
 	srv.Shutdown()
 	srv, err = embedded.Start(embedded.Config{Dir: dir, Port: natsPort, MaxPayload: 64 * 1024})
+	if errors.Is(err, embedded.ErrPortInUse) {
+		t.Logf("port %d taken while the server was down (%v): restarting on %d", natsPort, err, altPort)
+		srv, err = embedded.Start(embedded.Config{Dir: dir, Port: altPort, MaxPayload: 64 * 1024})
+	}
 	srvMu.Unlock()
 	require.NoError(t, err)
 	waitHTTP200(t, "http://"+opsAddr+"/readyz")
