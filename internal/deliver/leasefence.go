@@ -31,7 +31,9 @@ import (
 // one stepped forward ends the lease early (safe: the next renewal moves
 // it again).
 
-// errLeasePassed is why an InProgress was not sent past the deadline.
+// errLeasePassed is why a POST, an ack, a Nak or an InProgress was not
+// sent (or a POST was cut): the lease deadline passed, or the lease was
+// found taken.
 var errLeasePassed = errors.New("partition lease deadline passed")
 
 // errNotConnected is why an ack or InProgress was not sent.
