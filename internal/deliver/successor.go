@@ -28,8 +28,8 @@ import (
 // A stream's first event since the partition was taken is handed on at
 // once only when it is the stream's version 0, or the next sequence after
 // the consumer's ack floor read when the fence passed. Any other waits
-// until JetStream names it the stream's first event after that floor (a
-// direct get by subject): everything at or below the floor was acked, and
+// until JetStream names it the stream's first event after that floor (the
+// copy's stream leader, asked by subject): everything at or below the floor was acked, and
 // an earlier event of the stream above it is either still pending (it
 // comes, and goes first) or was acked out of order by the former owner
 // (the floor passes it soon, and unstick lets the stream go on). The
@@ -43,8 +43,8 @@ import (
 // versions 0, 1, 2, …), or, when the versions do not say (a gap: a
 // subscription filtering by event name, a table with holes, an event lost
 // on its way), when JetStream answers that it is the stream's first event
-// after the last one that the consumer's filters match (a direct get by
-// subject). An event that is not waits in the partition until its
+// after the last one that the consumer's filters match (the copy's
+// stream leader, asked by subject: successorSeq). An event that is not waits in the partition until its
 // predecessor was handed on.
 //
 // The version chain (chain.go) does not replace this check: it lets a
