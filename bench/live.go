@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,8 +38,12 @@ type liveFigures struct {
 	// lateMax is the generator's largest lateness behind its schedule.
 	lateMax time.Duration
 	// commits is the database's committed transactions during the run,
-	// the appends' own included; wal its WAL bytes.
-	commits, wal int64
+	// the appends' own included; wal its WAL bytes; statements the
+	// statements run (pg_stat_statements; -1 where it is not loaded).
+	commits, wal, statements int64
+	// claims is the bridge's claim statements (its claim histogram's
+	// count; -1 for the bare reference or when not read).
+	claims int64
 	// cpu: the pipeline's process, Postgres (all its processes), the
 	// JetStream server's process.
 	pipelineCPU, postgresCPU, serverCPU time.Duration
@@ -67,10 +72,27 @@ func quantile(d []time.Duration, q float64) time.Duration {
 	return d[min(int(float64(len(d))*q), len(d)-1)]
 }
 
+// statementsLine says, where pg_stat_statements counted them, the
+// statements per event beyond the append's own and the commits that ran
+// no statement (a listening session reading notifications), and the
+// bridge's claims per event.
+func (f liveFigures) statementsLine() string {
+	var out string
+	if f.statements >= 0 {
+		n := float64(max(f.events, 1))
+		out = fmt.Sprintf("; statements %.3f/event beyond the append's own, commits without a statement (notifications read) %.3f/event",
+			float64(f.statements-int64(f.events))/n, float64(f.commits-f.statements)/n)
+	}
+	if f.claims >= 0 {
+		out += fmt.Sprintf("; claims %.3f/event", float64(f.claims)/float64(max(f.events, 1)))
+	}
+	return out
+}
+
 // summary is the figures as the row prints them.
 func (f liveFigures) summary() string {
-	return fmt.Sprintf("commits %.3f/event beyond the append's own; WAL %.0f B/event; CPU µs/event: pipeline %.0f, Postgres %.0f, JetStream server %.0f; append → EVENTS p50 %s p99 %s (from the intended time p50 %s p99 %s); %d events, generator at most %s late; load %s → %s",
-		f.commitsPerEvent(), float64(f.wal)/float64(max(f.events, 1)),
+	return fmt.Sprintf("commits %.3f/event beyond the append's own%s; WAL %.0f B/event; CPU µs/event: pipeline %.0f, Postgres %.0f, JetStream server %.0f; append → EVENTS p50 %s p99 %s (from the intended time p50 %s p99 %s); %d events, generator at most %s late; load %s → %s",
+		f.commitsPerEvent(), f.statementsLine(), float64(f.wal)/float64(max(f.events, 1)),
 		f.perEvent(f.pipelineCPU), f.perEvent(f.postgresCPU), f.perEvent(f.serverCPU),
 		ms(quantile(f.fromAppend, 0.5)), ms(quantile(f.fromAppend, 0.99)),
 		ms(quantile(f.fromIntended, 0.5)), ms(quantile(f.fromIntended, 0.99)),
@@ -204,8 +226,9 @@ func (e *env) liveRun(ctx context.Context, p livePipeline, rate int) (liveFigure
 
 	// The pipeline.
 	var pipe *proc.Process
+	ops := 0
 	if p == "bridge" {
-		if pipe, _, err = e.startBridgeAtURL(ctx, bus.urls, url, schema, e.cfg.LiveBridgeArgs...); err != nil {
+		if pipe, ops, err = e.startBridgeAtURL(ctx, bus.urls, url, schema, e.cfg.LiveBridgeArgs...); err != nil {
 			return f, err
 		}
 	} else {
@@ -237,6 +260,10 @@ func (e *env) liveRun(ctx context.Context, p livePipeline, rate int) (liveFigure
 	if err != nil {
 		return f, err
 	}
+	var claims0 int64
+	if ops != 0 {
+		claims0, _ = bridgeCount(ops, "claim")
+	}
 	pipe0, srv0, pg0 := mustCPU(pipe.Pid()), mustCPU(bus.proc.Pid()), e.postgresCPU(ctx)
 	f.loadStart = loadAvg()
 	n, late, err := e.generate(ctx, url, schema, dir, "run", int(float64(rate)*e.cfg.LiveDuration.Seconds()), rate)
@@ -249,6 +276,12 @@ func (e *env) liveRun(ctx context.Context, p livePipeline, rate int) (liveFigure
 	f.pipelineCPU, f.serverCPU, f.postgresCPU = mustCPU(pipe.Pid())-pipe0, mustCPU(bus.proc.Pid())-srv0, e.postgresCPU(ctx)-pg0
 	f.loadEnd = loadAvg()
 	f.events, f.lateMax = n, late
+	f.claims = -1
+	if ops != 0 {
+		if c, err := bridgeCount(ops, "claim"); err == nil {
+			f.claims = c - claims0
+		}
+	}
 	if err := pipe.Stop(20 * time.Second); err != nil {
 		return f, fmt.Errorf("%s exit: %w", p, err)
 	}
@@ -259,7 +292,10 @@ func (e *env) liveRun(ctx context.Context, p livePipeline, rate int) (liveFigure
 	if err != nil {
 		return f, err
 	}
-	f.commits, f.wal = c1.commits-c0.commits, c1.wal-c0.wal
+	f.commits, f.wal, f.statements = c1.commits-c0.commits, c1.wal-c0.wal, -1
+	if c0.statements >= 0 && c1.statements >= 0 {
+		f.statements = c1.statements - c0.statements
+	}
 	f.fromAppend, f.fromIntended, err = liveLatencies(ctx, bus.js)
 	return f, err
 }
@@ -368,14 +404,33 @@ func (e *env) settleCounts(ctx context.Context) error {
 	})
 }
 
-// liveCounter are the database-wide counters a live run reads.
-type liveCounter struct{ commits, wal int64 }
+// liveCounter are the database-wide counters a live run reads;
+// statements is -1 without pg_stat_statements.
+type liveCounter struct{ commits, wal, statements int64 }
 
 func (e *env) liveCounters(ctx context.Context) (liveCounter, error) {
 	var c liveCounter
 	err := e.pool.QueryRow(ctx, `SELECT xact_commit, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint
 FROM pg_stat_database WHERE datname = current_database()`).Scan(&c.commits, &c.wal)
-	return c, err
+	if err != nil {
+		return c, err
+	}
+	if c.statements, err = e.statements(ctx); err != nil {
+		c.statements = -1
+	}
+	return c, nil
+}
+
+// bridgeCount is the count of the bridge's histogram
+// jsbridge_bridge_<what>_duration_seconds, read from its ops port.
+func bridgeCount(ops int, what string) (int64, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", ops))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, count, err := histogramSumCount(resp.Body, "jsbridge_bridge_"+what+"_duration_seconds")
+	return int64(count), err
 }
 
 // liveLatencies reads EVENTS and returns, sorted, each generated event's
