@@ -28,6 +28,12 @@ import (
 // latency from append (and from the generator's intended time) to stored
 // in EVENTS.
 
+// The live rows' sessions' application_name.
+const (
+	livePipelineApp  = "bench-live-pipeline"
+	liveGeneratorApp = "bench-live-generator"
+)
+
 // livePipeline names what drains the live rows' events: "bridge" (our
 // bridge process) or "bare" (bareBridgeChild).
 type livePipeline string
@@ -222,7 +228,8 @@ func (e *env) liveRun(ctx context.Context, p livePipeline, rate int) (liveFigure
 	defer bus.stop(20 * time.Second)
 	// Named, so that the run can wait for their sessions to end (a
 	// backend reports its counts when it ends).
-	url := e.dbURL + sep(e.dbURL) + "application_name=bench-live"
+	url := e.dbURL + sep(e.dbURL) + "application_name=" + livePipelineApp
+	genURL := e.dbURL + sep(e.dbURL) + "application_name=" + liveGeneratorApp
 
 	// The pipeline.
 	var pipe *proc.Process
@@ -243,7 +250,7 @@ func (e *env) liveRun(ctx context.Context, p livePipeline, rate int) (liveFigure
 	defer pipe.Stop(20 * time.Second)
 
 	// The warm-up: one event on every stream, drained.
-	warm, _, err := e.generate(ctx, url, schema, dir, "warm", e.cfg.LiveStreams, 0)
+	warm, _, err := e.generate(ctx, genURL, schema, dir, "warm", e.cfg.LiveStreams, 0)
 	if err != nil {
 		return f, err
 	}
@@ -252,7 +259,7 @@ func (e *env) liveRun(ctx context.Context, p livePipeline, rate int) (liveFigure
 	}
 	// Every session's counts reported: the generator's have ended, the
 	// pipeline's report within a second of going idle.
-	if err := e.settleCounts(ctx); err != nil {
+	if err := e.settleCounts(ctx, liveGeneratorApp); err != nil {
 		return f, err
 	}
 
@@ -266,7 +273,7 @@ func (e *env) liveRun(ctx context.Context, p livePipeline, rate int) (liveFigure
 	}
 	pipe0, srv0, pg0 := mustCPU(pipe.Pid()), mustCPU(bus.proc.Pid()), e.postgresCPU(ctx)
 	f.loadStart = loadAvg()
-	n, late, err := e.generate(ctx, url, schema, dir, "run", int(float64(rate)*e.cfg.LiveDuration.Seconds()), rate)
+	n, late, err := e.generate(ctx, genURL, schema, dir, "run", int(float64(rate)*e.cfg.LiveDuration.Seconds()), rate)
 	if err != nil {
 		return f, err
 	}
@@ -285,7 +292,7 @@ func (e *env) liveRun(ctx context.Context, p livePipeline, rate int) (liveFigure
 	if err := pipe.Stop(20 * time.Second); err != nil {
 		return f, fmt.Errorf("%s exit: %w", p, err)
 	}
-	if err := e.settleCounts(ctx); err != nil {
+	if err := e.settleCounts(ctx, livePipelineApp); err != nil {
 		return f, err
 	}
 	c1, err := e.liveCounters(ctx)
@@ -384,24 +391,26 @@ func (e *env) waitEvents(ctx context.Context, js jetstream.JetStream, n int) err
 	})
 }
 
-// settleCounts waits until no session of the live processes is left but
-// the pipeline's and its counts have stopped moving: Postgres publishes a
-// backend's counts when it ends, or within about a second of it going
-// idle.
-func (e *env) settleCounts(ctx context.Context) error {
-	var last int64 = -1
-	return e.waitFor(ctx, 30*time.Second, "Postgres counts", func() (bool, error) {
-		c, err := e.commits(ctx)
-		if err != nil {
-			return false, err
-		}
-		same := c == last
-		last = c
-		if !same {
-			time.Sleep(1100 * time.Millisecond) // a second of idle reporting
-		}
-		return same, nil
+// settleCounts waits until the sessions named gone (application_name)
+// have ended, and then a little over a second: Postgres publishes a
+// backend's counts when it ends, or within a second of it going idle
+// (the pipeline's, which keeps polling, never stays idle long enough
+// for its counts to stop moving).
+func (e *env) settleCounts(ctx context.Context, gone string) error {
+	err := e.waitFor(ctx, 30*time.Second, "the sessions of "+gone+" to end", func() (bool, error) {
+		var n int
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, gone).Scan(&n)
+		return n == 0, err
 	})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(1200 * time.Millisecond):
+		return nil
+	}
 }
 
 // liveCounter are the database-wide counters a live run reads;
