@@ -198,6 +198,14 @@ LIMIT 1000`
 // at most). It runs
 // until SIGTERM.
 func bareBridgeChild(ctx context.Context, arg string) error {
+	err := bareBridge(ctx, arg)
+	if ctx.Err() != nil {
+		return nil // SIGTERM: whatever it cut short
+	}
+	return err
+}
+
+func bareBridge(ctx context.Context, arg string) error {
 	f := strings.Fields(arg)
 	if len(f) != 3 {
 		return fmt.Errorf("-live-bare-child %q: want \"<database URL> <schema> <nats URL>\"", arg)
