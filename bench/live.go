@@ -379,7 +379,8 @@ func (e *env) waitEvents(ctx context.Context, js jetstream.JetStream, n int) err
 	if err != nil {
 		return err
 	}
-	return e.waitFor(ctx, 5*time.Minute, fmt.Sprintf("%d events in %s", n, wire.DefaultEventsStream), func() (bool, error) {
+	var last uint64
+	err = e.waitFor(ctx, 5*time.Minute, fmt.Sprintf("%d events in %s", n, wire.DefaultEventsStream), func() (bool, error) {
 		info, err := s.Info(ctx)
 		if err != nil {
 			return false, err
@@ -387,8 +388,13 @@ func (e *env) waitEvents(ctx context.Context, js jetstream.JetStream, n int) err
 		if info.State.Msgs > uint64(n) {
 			return false, fmt.Errorf("%s holds %d messages, more than the %d appended", wire.DefaultEventsStream, info.State.Msgs, n)
 		}
+		last = info.State.Msgs
 		return info.State.Msgs == uint64(n), nil
 	})
+	if err != nil {
+		return fmt.Errorf("%w (it holds %d)", err, last)
+	}
+	return nil
 }
 
 // settleCounts waits until the sessions named gone (application_name)
