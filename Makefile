@@ -79,7 +79,7 @@ bench: build
 	@$(BIN)/bench $(if $(QUICK),-quick,-out docs/benchmarks.md) -bin $(BIN)
 
 ## bench-live: the live rows alone, printed (the bridge and the bare reference at 100 and 1,000 events/s over
-## 1,000 streams, 20 s each, Postgres durable; QUICK=1: 8 s each); `make bench` runs them too
+## 1,000 streams, 20 s each, Postgres durable; QUICK=1: 1,000/s alone, 8 s); `make bench` runs them too
 bench-live: build
 	@$(BIN)/bench $(if $(QUICK),-quick) -only live -bin $(BIN)
 

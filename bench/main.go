@@ -121,7 +121,7 @@ func main() {
 	flag.IntVar(&cfg.ManyNodes, "many-nodes", 0, "many, with -many-sizes: only on one server (1) or only on the 3-node cluster (3); 0: both")
 	flag.StringVar(&cfg.ManyOrdering, "many-ordering", "none", "many, with -many-sizes: the subscriptions' ordering, none or stream (16 partition consumers each)")
 	cfg.LiveRates = []int{100, 1000}
-	flag.Func("live-rates", "live: the generator's rates, events/s, comma-separated (default 100,1000); each runs the bridge, then the bare reference", func(v string) (err error) {
+	flag.Func("live-rates", "live: the generator's rates, events/s, comma-separated (default 100,1000; quick: 1000); each runs the bridge, then the bare reference", func(v string) (err error) {
 		cfg.LiveRates, err = liveRates(v)
 		return err
 	})
@@ -147,6 +147,9 @@ func main() {
 		cfg.E2EHighRate = 0 // the 3-minute budget
 		if !flagSet("live-duration") {
 			cfg.LiveDuration = 8 * time.Second
+		}
+		if !flagSet("live-rates") {
+			cfg.LiveRates = []int{1000} // the 3-minute budget
 		}
 	}
 
