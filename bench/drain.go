@@ -157,6 +157,11 @@ func (e *env) startBridgeOps(ctx context.Context, schema string, extra ...string
 
 // startBridgeAt is startBridgeOps against the NATS server(s) at natsURL.
 func (e *env) startBridgeAt(ctx context.Context, natsURL, schema string, extra ...string) (*proc.Process, int, error) {
+	return e.startBridgeAtURL(ctx, natsURL, e.dbURL, schema, extra...)
+}
+
+// startBridgeAtURL is startBridgeAt with the database URL dbURL.
+func (e *env) startBridgeAtURL(ctx context.Context, natsURL, dbURL, schema string, extra ...string) (*proc.Process, int, error) {
 	ops, err := proc.FreePort()
 	if err != nil {
 		return nil, 0, err
@@ -166,7 +171,7 @@ func (e *env) startBridgeAt(ctx context.Context, natsURL, schema string, extra .
 	if e.cfg.ProfileDir != "" {
 		args = append(args, "--pprof")
 	}
-	p, err := e.procs.Start("bridge", e.cfg.Bin+"/bridge", args, "DATABASE_URL="+e.dbURL, "JSBRIDGE_SCHEMA="+schema)
+	p, err := e.procs.Start("bridge", e.cfg.Bin+"/bridge", args, "DATABASE_URL="+dbURL, "JSBRIDGE_SCHEMA="+schema)
 	if err != nil {
 		return nil, 0, err
 	}

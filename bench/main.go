@@ -17,6 +17,9 @@
 //     (the no-op provider) and on (the SDK with a batch span processor and a
 //     discarding exporter);
 //   - end to end: append → webhook received, at a steady rate;
+//   - live: the bridge at steady rates over many streams, from an open-loop
+//     generator, Postgres durable, against a bare reference bridge (LISTEN,
+//     read, async publish, one UPDATE a batch) in the same run (live.go);
 //   - storage: the disk the events stream and the ordered copy take per
 //     million events, against the events stream alone;
 //   - peak RSS of the bridge and the consumer processes at full speed;
@@ -69,6 +72,13 @@ type config struct {
 	ManySizes    []int
 	ManyNodes    int
 	ManyOrdering string
+
+	LiveRates      []int
+	LiveDuration   time.Duration
+	LiveStreams    int
+	LiveBridgeArgs []string
+	LiveGenChild   string
+	LiveBareChild  string
 }
 
 func main() {
@@ -91,7 +101,7 @@ func main() {
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one")
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
-	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e, storage, many")
+	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e, live, storage, many")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
 	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save CPU profiles (-profile-seconds long) here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer, the receiver, the bare loop process and this process during the consumer row, the first replica and this process during each ordered row")
 	flag.IntVar(&cfg.ProfileSecs, "profile-seconds", 5, "with -profile-dir: how long each CPU profile runs, in seconds")
@@ -110,6 +120,19 @@ func main() {
 	})
 	flag.IntVar(&cfg.ManyNodes, "many-nodes", 0, "many, with -many-sizes: only on one server (1) or only on the 3-node cluster (3); 0: both")
 	flag.StringVar(&cfg.ManyOrdering, "many-ordering", "none", "many, with -many-sizes: the subscriptions' ordering, none or stream (16 partition consumers each)")
+	cfg.LiveRates = []int{100, 1000}
+	flag.Func("live-rates", "live: the generator's rates, events/s, comma-separated (default 100,1000; quick: 1000); each runs the bridge, then the bare reference", func(v string) (err error) {
+		cfg.LiveRates, err = liveRates(v)
+		return err
+	})
+	flag.DurationVar(&cfg.LiveDuration, "live-duration", 20*time.Second, "live: how long the generator appends at each rate (quick: 8s)")
+	flag.IntVar(&cfg.LiveStreams, "live-streams", 1000, "live: streams the generator appends to, one picked at random per event")
+	flag.Func("live-bridge-args", "live: more flags for the bridge, space-separated (e.g. \"--linger 20ms\")", func(v string) error {
+		cfg.LiveBridgeArgs = strings.Fields(v)
+		return nil
+	})
+	flag.StringVar(&cfg.LiveGenChild, "live-generator-child", "", "internal (the live rows start it): \"<database URL> <schema> <events/s> <duration> <streams> <out file>\": append open loop, write the count to the out file, wait for SIGTERM")
+	flag.StringVar(&cfg.LiveBareChild, "live-bare-child", "", "internal (the live rows start it): \"<database URL> <schema> <nats URL>\": run the bare reference bridge until SIGTERM")
 	flag.Parse()
 	if cfg.Quick {
 		cfg.Events, cfg.Streams = 100_000, 1_000
@@ -122,6 +145,12 @@ func main() {
 		cfg.FairWindow = 8 * time.Second // twice: 1 bridge, then 2
 		cfg.E2EDuration = 10 * time.Second
 		cfg.E2EHighRate = 0 // the 3-minute budget
+		if !flagSet("live-duration") {
+			cfg.LiveDuration = 8 * time.Second
+		}
+		if !flagSet("live-rates") {
+			cfg.LiveRates = []int{1000} // the 3-minute budget
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -140,6 +169,20 @@ func main() {
 		}
 		return
 	}
+	if cfg.LiveGenChild != "" {
+		if err := liveGeneratorChild(ctx, cfg.LiveGenChild); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: live generator child: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if cfg.LiveBareChild != "" {
+		if err := bareBridgeChild(ctx, cfg.LiveBareChild); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: bare bridge child: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if cfg.BareChild != "" {
 		if err := bareConsumerChild(ctx, cfg.BareChild, cfg.InFlight, cfg.ProfileDir, cfg.ProfileSecs); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: bare consumer child: %v\n", err)
@@ -151,4 +194,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// flagSet reports whether the command line set flag name.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -161,6 +161,13 @@ func run(ctx context.Context, cfg config) error {
 			rows = append(rows, rs...)
 		}
 	}
+	if want("live") {
+		rs, err := e.liveRows(ctx)
+		rows = append(rows, rs...)
+		if err != nil {
+			return fmt.Errorf("live: %w", err)
+		}
+	}
 	if want("storage") {
 		r, err := e.storageRow(ctx)
 		if err != nil {
