@@ -209,3 +209,23 @@ func (b *handBook) pending(seqs map[uint64]bool) {
 		}
 	}
 }
+
+// waitingOf returns how many events of stream key wait for a predecessor.
+func (b *handBook) waitingOf(key string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.waiting[key])
+}
+
+// takeWaitingOf removes the waiting events of stream key and returns
+// them, in stream order.
+func (b *handBook) takeWaitingOf(key string) []jetstream.Msg {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []jetstream.Msg
+	for _, x := range b.waiting[key] {
+		out = append(out, x.msg)
+	}
+	delete(b.waiting, key)
+	return out
+}

@@ -1,0 +1,563 @@
+package deliver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// A stream set aside (docs/ordering.md, "A stuck stream is set aside").
+// A stream whose head the receiver refuses (a 5xx retried in place, an
+// order gate's gap) cannot send its later events; kept in hand, they
+// filled the replica's hand limit (every partition of the subscription
+// stopped pulling), and kept pending, the partition consumer's
+// MaxAckPending (a Nak, even with a delay, keeps a message pending until
+// it is acked: its partition stopped). Nak'ing them back was tried and
+// withdrawn: a Nak'd event is pending and out of hand, so the fence
+// waited for it, the ack floor stayed below it, and the successor check
+// took it for an event a former owner acked.
+//
+// So once a refused head has asideAfter events of its stream queued
+// behind it, the stream is set aside: a record in the park bucket
+// (wire.AsideKey) names the copy sequence from which the stream is to be
+// re-read (the head's), then every event of the stream at or after it in
+// hand, and every one arriving later, is acked out of the partition
+// consumer undelivered. The head goes on in its lane. Once it went (2xx,
+// dead letter; a parked stream waits for its unpark), the partition reads
+// the stream's events from the partitioned copy in order (direct gets by
+// subject, from the record's sequence on) and delivers each through the
+// same head of line, moving the record past it before it counts as
+// settled. When the copy has nothing more and no event of the stream was
+// acked out past what was read, the record is deleted and the stream is
+// live again: its next event comes from the partition consumer, after the
+// successor check. A new owner reads the records before its fence passes,
+// acks the stream's events out as they come, and re-reads from the
+// record's sequence. The record moves before a settled event's ack, so an
+// event is never acked out unless the record names it or an earlier one.
+
+// asideAfter is how many events of a stream queued behind its refused
+// head set the stream aside.
+const asideAfter = 4
+
+// asideRecord is the park bucket record of a stream set aside
+// (wire.AsideKey).
+type asideRecord struct {
+	Subscription string `json:"subscription"`
+	Partition    int    `json:"partition"`
+	// Subject is a subject of the stream in the partitioned copy.
+	Subject string `json:"subject"`
+	// Start is the copy sequence of the first event set aside: the
+	// stream's events from it on are acked out of the partition consumer
+	// as they come (those before it are delivered as usual).
+	Start uint64 `json:"start"`
+	// From is the copy sequence the stream is re-read from: every event of
+	// the stream before it was settled.
+	From    uint64    `json:"from"`
+	Replica string    `json:"replica,omitempty"`
+	At      time.Time `json:"set_aside_at"`
+}
+
+// asideStream is a stream set aside on this partition.
+type asideStream struct {
+	rec asideRecord
+	rev uint64 // the record's revision
+	// maxOut is the highest sequence of the stream acked out.
+	maxOut uint64
+	// last is the stream's last event settled here since it was set
+	// aside (seq 0: none).
+	last streamPos
+	// reading is true while a re-read runs; caughtUp, once it ended with
+	// nothing more in the copy from sequence caughtUpAt on.
+	reading    bool
+	caughtUp   bool
+	caughtUpAt uint64
+}
+
+// asides is a partition's streams set aside, and the heads refused in
+// place that may set theirs aside. The run loop sets streams aside, acks
+// out their events and turns them live again; the lanes report refused
+// heads and settle events (settle).
+type asides struct {
+	kv         jetstream.KeyValue // the park bucket
+	sub        string
+	p          int
+	replicaID  string
+	clock      clockwork.Clock
+	log        *slog.Logger
+	copyStream func(context.Context) (jetstream.Stream, error)
+	filters    []string // the partition consumer's filter subjects
+
+	any     atomic.Bool // a head is refused or a stream is aside
+	mu      sync.Mutex
+	refused map[string]string // stream key → subject of its head retried in place
+	streams map[string]*asideStream
+	// reread is, for a stream that was re-read and is live again, the
+	// sequences the re-read covered: a copy of one of them that arrives
+	// late (an ack-out lost) is acked, not delivered again.
+	reread map[string][2]uint64
+}
+
+func newAsides(kv jetstream.KeyValue, sub string, p int, replicaID string, clock clockwork.Clock, log *slog.Logger,
+	copyStream func(context.Context) (jetstream.Stream, error), filters []string) *asides {
+	return &asides{
+		kv: kv, sub: sub, p: p, replicaID: replicaID, clock: clock, log: log, copyStream: copyStream, filters: filters,
+		refused: map[string]string{}, streams: map[string]*asideStream{}, reread: map[string][2]uint64{},
+	}
+}
+
+// refusedHead records that m, of stream key, is being retried in place (a
+// head of line refused). Nil-safe.
+func (as *asides) refusedHead(key string, m jetstream.Msg) {
+	if as == nil || isReread(m) {
+		return
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if as.streams[key] == nil {
+		as.refused[key] = m.Subject()
+		as.any.Store(true)
+	}
+}
+
+// headEnded records that m, of stream key, left its lane (settled,
+// held, or returned). Nil-safe.
+func (as *asides) headEnded(key string, m jetstream.Msg) {
+	if as == nil || isReread(m) {
+		return
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	delete(as.refused, key)
+	as.recount()
+}
+
+// recount sets any. as.mu is held.
+func (as *asides) recount() {
+	as.any.Store(len(as.streams) > 0 || len(as.refused) > 0 || len(as.reread) > 0)
+}
+
+// candidates returns the streams whose refused head may set them aside,
+// with a subject of each.
+func (as *asides) candidates() map[string]string {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	out := make(map[string]string, len(as.refused))
+	for k, s := range as.refused {
+		if as.streams[k] == nil {
+			out[k] = s
+		}
+	}
+	return out
+}
+
+// record writes the record that sets stream key (subject: one of its
+// subjects in the copy) aside from sequence from on, and adds the stream.
+func (as *asides) record(ctx context.Context, key, subject string, from uint64) error {
+	rec := asideRecord{Subscription: as.sub, Partition: as.p, Subject: subject, Start: from, From: from, Replica: as.replicaID, At: as.clock.Now().UTC()}
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rev, err := as.kv.Put(ctx, wire.AsideKey(as.sub, key), v)
+	if err != nil {
+		return fmt.Errorf("record stream set aside: %w", err)
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	as.streams[key] = &asideStream{rec: rec, rev: rev}
+	delete(as.refused, key)
+	delete(as.reread, key)
+	as.recount()
+	return nil
+}
+
+// load reads the subscription's records of this partition from the park
+// bucket and adds the streams not known here yet (a former owner set them
+// aside). The fence calls it before it passes.
+func (as *asides) load(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	keys, err := as.kv.ListKeysFiltered(ctx, wire.AsideFilter(as.sub))
+	if err != nil {
+		return fmt.Errorf("list streams set aside of subscription %q: %w", as.sub, err)
+	}
+	defer func() { _ = keys.Stop() }()
+	for k := range keys.Keys() {
+		e, err := as.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read stream set aside %q: %w", k, err)
+		}
+		var rec asideRecord
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			as.log.Warn("unreadable record of a stream set aside; ignored", slog.String("key", k), slog.Any("error", err))
+			continue
+		}
+		if rec.Partition != as.p || rec.Subject == "" {
+			continue
+		}
+		key := wire.StreamKey(rec.Subject)
+		as.mu.Lock()
+		if as.streams[key] == nil {
+			as.log.Info("a stream was set aside by a former owner; its events are read again from the copy", slog.String("stream_key", key), slog.Uint64("from", rec.From))
+			as.streams[key] = &asideStream{rec: rec, rev: e.Revision()}
+			delete(as.reread, key)
+			as.recount()
+		}
+		as.mu.Unlock()
+	}
+	return ctx.Err()
+}
+
+// takes reports whether msg, of stream key, arriving from the partition
+// consumer, is taken care of here: acked out (its stream is aside from
+// msg's sequence or earlier: the re-read delivers it), or acked as a late
+// copy of an event a re-read delivered. mayAck is the lease fence's.
+func (as *asides) takes(key string, msg jetstream.Msg, mayAck func() error) bool {
+	if as == nil || !as.any.Load() {
+		return false
+	}
+	seq := streamSeq(msg)
+	as.mu.Lock()
+	if a := as.streams[key]; a != nil && seq >= a.rec.Start {
+		a.maxOut = max(a.maxOut, seq)
+	} else if r, ok := as.reread[key]; a != nil || !ok || seq < r[0] || seq > r[1] {
+		as.mu.Unlock()
+		return false
+	}
+	as.mu.Unlock()
+	if mayAck() == nil {
+		_ = msg.Ack()
+	}
+	return true
+}
+
+// ackOut acks msgs, events of stream key in hand when it was set aside,
+// out of the partition consumer.
+func (as *asides) ackOut(key string, msgs []jetstream.Msg, mayAck func() error) {
+	as.mu.Lock()
+	if a := as.streams[key]; a != nil {
+		for _, m := range msgs {
+			a.maxOut = max(a.maxOut, streamSeq(m))
+		}
+	}
+	as.mu.Unlock()
+	for _, m := range msgs {
+		if mayAck() == nil {
+			_ = m.Ack()
+		}
+	}
+}
+
+// settle moves the record of m's stream past m, which was delivered or
+// dead-lettered, before m is acked: once acked (or, read from the copy,
+// counted as settled) m is never sent again. Nothing when m's stream is
+// not aside or m comes before its record's sequence. Nil-safe.
+func (as *asides) settle(ctx context.Context, m jetstream.Msg) error {
+	if as == nil || !as.any.Load() {
+		return nil
+	}
+	key, seq := wire.StreamKey(m.Subject()), streamSeq(m)
+	as.mu.Lock()
+	a := as.streams[key]
+	if a == nil || seq < a.rec.From {
+		as.mu.Unlock()
+		return nil
+	}
+	rec, rev := a.rec, a.rev
+	as.mu.Unlock()
+	rec.From, rec.Replica = seq+1, as.replicaID
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rev, err = as.kv.Update(ctx, wire.AsideKey(as.sub, key), v, rev)
+	if err != nil {
+		return fmt.Errorf("move the record of a stream set aside past sequence %d: %w", seq, err)
+	}
+	as.mu.Lock()
+	a.rec, a.rev, a.last = rec, rev, positionOf(m)
+	as.mu.Unlock()
+	return nil
+}
+
+// toRead returns the streams set aside whose re-read may start now (their
+// lane ended, no re-read running, not parked) with their record's
+// sequence, marking them reading.
+func (as *asides) toRead(laneBusy func(key string) bool, parked func(subject string) bool) map[string]uint64 {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	var out map[string]uint64
+	for k, a := range as.streams {
+		if a.reading || a.caughtUp || laneBusy(k) || parked(a.rec.Subject) {
+			continue
+		}
+		if out == nil {
+			out = map[string]uint64{}
+		}
+		a.reading = true
+		out[k] = a.rec.From
+	}
+	return out
+}
+
+// readEnded records the end of stream key's re-read: caught up (nothing
+// more of the stream in the copy from sequence at on), or stopped.
+func (as *asides) readEnded(key string, caughtUp bool, at uint64) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if a := as.streams[key]; a != nil {
+		a.reading, a.caughtUp, a.caughtUpAt = false, caughtUp, at
+	}
+}
+
+// caughtUp returns the streams whose re-read caught up, each with the
+// sequence it reached; those of which an event at or after it was acked
+// out meanwhile are read again instead (not returned).
+func (as *asides) caughtUp() map[string]uint64 {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	var out map[string]uint64
+	for k, a := range as.streams {
+		if !a.caughtUp {
+			continue
+		}
+		a.caughtUp = false
+		if a.maxOut >= a.caughtUpAt {
+			continue // an event came live meanwhile: read on
+		}
+		if out == nil {
+			out = map[string]uint64{}
+		}
+		out[k] = a.caughtUpAt
+	}
+	return out
+}
+
+// goLive deletes stream key's record and forgets it: the stream is live
+// again, the re-read having covered it up to sequence upTo. It returns
+// the stream's last event settled since it was set aside when known
+// (seq 0: not).
+func (as *asides) goLive(ctx context.Context, key string, upTo uint64) (streamPos, error) {
+	as.mu.Lock()
+	a := as.streams[key]
+	if a == nil {
+		as.mu.Unlock()
+		return streamPos{}, nil
+	}
+	rev := a.rev
+	as.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := as.kv.Delete(ctx, wire.AsideKey(as.sub, key), jetstream.LastRevision(rev)); err != nil {
+		return streamPos{}, fmt.Errorf("delete the record of a stream set aside: %w", err)
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	delete(as.streams, key)
+	if upTo >= a.rec.Start {
+		as.reread[key] = [2]uint64{a.rec.Start, upTo}
+	}
+	as.recount()
+	return a.last, nil
+}
+
+// next returns the first event of stream key in the copy at or after
+// sequence from that one of the partition consumer's filters matches
+// (nil: none).
+func (as *asides) next(ctx context.Context, key string, from uint64) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := as.copyStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var first *jetstream.RawStreamMsg
+	for _, f := range as.filters {
+		subj, ok := wire.IntersectFilters(f, key+".*")
+		if !ok {
+			continue
+		}
+		m, err := s.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if first == nil || m.Sequence < first.Sequence {
+			first = m
+		}
+	}
+	return first, nil
+}
+
+// copyMsg is an event of a stream set aside, read again from the
+// partitioned copy: the head of line delivers it as a pulled one. It is
+// no delivery of the partition consumer: acking it records it settled
+// (after asides.settle moved the record past it), and Nak, InProgress and
+// Term do nothing (the record keeps it for the next re-read).
+type copyMsg struct {
+	raw   *jetstream.RawStreamMsg
+	md    jetstream.MsgMetadata
+	acked atomic.Bool
+}
+
+func newCopyMsg(raw *jetstream.RawStreamMsg) *copyMsg {
+	return &copyMsg{raw: raw, md: jetstream.MsgMetadata{
+		Sequence: jetstream.SequencePair{Stream: raw.Sequence}, NumDelivered: 1, Timestamp: raw.Time,
+	}}
+}
+
+// isReread reports whether m was read again from the copy (copyMsg).
+func isReread(m jetstream.Msg) bool {
+	_, ok := m.(*copyMsg)
+	return ok
+}
+
+func (m *copyMsg) Metadata() (*jetstream.MsgMetadata, error) { md := m.md; return &md, nil }
+func (m *copyMsg) Data() []byte                              { return m.raw.Data }
+func (m *copyMsg) Headers() nats.Header                      { return m.raw.Header }
+func (m *copyMsg) Subject() string                           { return m.raw.Subject }
+func (m *copyMsg) Reply() string                             { return "" }
+func (m *copyMsg) Ack() error                                { m.acked.Store(true); return nil }
+func (m *copyMsg) DoubleAck(context.Context) error           { m.acked.Store(true); return nil }
+func (m *copyMsg) Nak() error                                { return nil }
+func (m *copyMsg) NakWithDelay(time.Duration) error          { return nil }
+func (m *copyMsg) InProgress() error                         { return nil }
+func (m *copyMsg) Term() error                               { return nil }
+func (m *copyMsg) TermWithReason(string) error               { return nil }
+
+// The partition's side: its run loop sets streams aside, starts their
+// re-reads and turns them live again.
+
+// tendAside sets aside the streams whose refused head has asideAfter
+// events or more queued behind it (or waiting for a predecessor), turns
+// live again those whose re-read caught up, and starts the re-reads due.
+// Only the run loop calls it.
+func (pt *partition) tendAside(wg *sync.WaitGroup) {
+	as := pt.aside
+	if as == nil || !as.any.Load() {
+		return
+	}
+	for key, subject := range as.candidates() {
+		if pt.lanes.queuedOf(key)+pt.book.waitingOf(key) >= asideAfter {
+			pt.setAside(key, subject, wg)
+		}
+	}
+	for key, at := range as.caughtUp() {
+		pt.goLive(key, at)
+	}
+	for key, from := range as.toRead(pt.lanes.running, pt.parking.isParked) {
+		wg.Add(1)
+		go pt.reread(key, from, wg)
+	}
+}
+
+// setAside sets stream key aside (see asides): it takes the events queued
+// behind the refused head and those waiting for a predecessor out of
+// hand, records the stream aside from the first of them, then acks them
+// out. When the record cannot be written they go back where they were.
+func (pt *partition) setAside(key, subject string, wg *sync.WaitGroup) {
+	if pt.lease.mayAck() != nil {
+		return // past the lease deadline, or disconnected: nothing is acked out
+	}
+	queued := pt.lanes.takeQueued(key)
+	for _, m := range queued {
+		pt.leftLane(streamSeq(m))
+	}
+	waiting := pt.book.takeWaitingOf(key)
+	out := append(slices.Clip(queued), waiting...)
+	if len(out) == 0 {
+		return
+	}
+	from := streamSeq(out[0])
+	if err := pt.aside.record(pt.ctx, key, subject, from); err != nil {
+		pt.log.Warn("setting a stuck stream aside failed; its events stay in hand", slog.String("stream_key", key), slog.Any("error", err))
+		for _, m := range queued {
+			pt.toLane(key, m, wg)
+		}
+		for _, m := range waiting {
+			pt.succ.wait(key, m)
+		}
+		return
+	}
+	pt.aside.ackOut(key, out, pt.lease.mayAck)
+	pt.log.Info("a stream's head is refused and its later events pile up: the stream is set aside, its later events acked out and read again from the copy once the head goes",
+		slog.String("stream_key", key), slog.Uint64("from", from), slog.Int("events", len(out)))
+}
+
+// goLive turns stream key, whose re-read found nothing more from sequence
+// at on, live again: its record is deleted, and its next event from the
+// partition consumer follows the last one settled (the successor check).
+// When the record cannot be deleted, the stream is read again (and goLive
+// tried again once that caught up).
+func (pt *partition) goLive(key string, at uint64) {
+	last, err := pt.aside.goLive(pt.ctx, key, at-1)
+	if err != nil {
+		pt.log.Warn("a stream set aside caught up, but its record could not be deleted; it is read again", slog.String("stream_key", key), slog.Any("error", err))
+		return
+	}
+	pos := streamPos{seq: at - 1}
+	if last.seq == at-1 {
+		pos = last
+	}
+	pt.succ.seen[key] = pos
+	pt.log.Info("a stream set aside caught up with its live events: it is live again", slog.String("stream_key", key), slog.Uint64("after", at-1))
+}
+
+// reread delivers stream key's events from the copy, from sequence from
+// on, one at a time through the head of line, until the copy has no more
+// (caught up), the stream is parked, or an event is not settled (the
+// partition released, or held behind a park).
+func (pt *partition) reread(key string, from uint64, wg *sync.WaitGroup) {
+	defer wg.Done()
+	caughtUp := false
+	defer func() { pt.aside.readEnded(key, caughtUp, from) }()
+	var pause backoff.Backoff
+	for pt.ctx.Err() == nil {
+		raw, err := pt.aside.next(pt.ctx, key, from)
+		if err != nil {
+			if pt.ctx.Err() != nil {
+				return
+			}
+			d := pause.Next()
+			pt.log.Warn("reading a stream set aside from the copy failed; retrying (the stream waits)", slog.String("stream_key", key), slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
+			sleep(pt.ctx, pt.clock, d)
+			continue
+		}
+		pause.Reset()
+		if raw == nil {
+			caughtUp = true
+			return
+		}
+		m := newCopyMsg(raw)
+		pt.hol.deliver(m)
+		if !m.acked.Load() {
+			return
+		}
+		from = raw.Sequence + 1
+		if pt.parking.isParked(raw.Subject) {
+			return // dead-lettered and parked: read on once unparked
+		}
+	}
+}
