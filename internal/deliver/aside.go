@@ -491,7 +491,10 @@ func (pt *partition) setAside(key, subject string, wg *sync.WaitGroup) {
 		return
 	}
 	from := streamSeq(out[0])
-	if err := pt.aside.record(pt.ctx, key, subject, from); err != nil {
+	ctx, cancel := pt.lease.beforeDeadline(pt.ctx, 5*time.Second)
+	err := pt.aside.record(ctx, key, subject, from)
+	cancel()
+	if err != nil {
 		pt.log.Warn("setting a stuck stream aside failed; its events stay in hand", slog.String("stream_key", key), slog.Any("error", err))
 		for _, m := range queued {
 			pt.toLane(key, m, wg)
