@@ -31,22 +31,23 @@ import (
 // took it for an event a former owner acked.
 //
 // So once a refused head has asideAfter events of its stream queued
-// behind it, the stream is set aside: a record in the park bucket
-// (wire.AsideKey) names the copy sequence from which the stream is to be
-// re-read (the head's), then every event of the stream at or after it in
-// hand, and every one arriving later, is acked out of the partition
-// consumer undelivered. The head goes on in its lane. Once it went (2xx,
-// dead letter; a parked stream waits for its unpark), the partition reads
-// the stream's events from the partitioned copy in order (direct gets by
-// subject, from the record's sequence on) and delivers each through the
-// same head of line, moving the record past it before it counts as
-// settled. When the copy has nothing more and no event of the stream was
-// acked out past what was read, the record is deleted and the stream is
-// live again: its next event comes from the partition consumer, after the
-// successor check. A new owner reads the records before its fence passes,
-// acks the stream's events out as they come, and re-reads from the
-// record's sequence. The record moves before a settled event's ack, so an
-// event is never acked out unless the record names it or an earlier one.
+// behind it, the stream is set aside: the run loop takes those events out
+// of hand, writes a record in the park bucket (wire.AsideKey) naming the
+// copy sequence of the first of them (Start, and From: where the stream
+// is read again from), then acks them out of the partition consumer
+// undelivered, and every later event of the stream at or after Start as
+// it comes. The head goes on in its lane. Once it went (2xx, dead letter;
+// a parked stream waits for its unpark) and the lane is empty, the
+// partition reads the stream's events from the partitioned copy in order
+// (direct gets by subject, from From on) and delivers each through the
+// same head of line, moving From past it before it counts as settled.
+// When the copy has nothing more and no event of the stream at or after
+// From was acked out meanwhile, the record is deleted and the stream is
+// live again: its next event comes from the partition consumer, after
+// the successor check. A new owner reads the records before its fence
+// passes and re-reads from From. An event is acked out only once the
+// record names it or an earlier one, and From passes an event only once
+// it was delivered or dead-lettered.
 
 // asideAfter is how many events of a stream queued behind its refused
 // head set the stream aside.
