@@ -50,8 +50,15 @@ import (
 // it was delivered or dead-lettered.
 
 // asideAfter is how many events of a stream queued behind its refused
-// head set the stream aside.
+// head may set the stream aside: once the head has been refused for
+// asideWait, or at once when the subscription's hand limit is full or
+// half the partition consumer's MaxAckPending is in hand. A head refused
+// once and accepted at its next attempt costs nothing more.
 const asideAfter = 4
+
+// asideWait is how long a head is refused before its stream may be set
+// aside without the limits pressing.
+const asideWait = time.Second
 
 // asideRecord is the park bucket record of a stream set aside
 // (wire.AsideKey).
@@ -103,7 +110,7 @@ type asides struct {
 
 	any     atomic.Bool // a head is refused or a stream is aside
 	mu      sync.Mutex
-	refused map[string]string // stream key → subject of its head retried in place
+	refused map[string]refusedHead // stream key → its head retried in place
 	streams map[string]*asideStream
 	// reread is, for a stream that was re-read and is live again, the
 	// sequences the re-read covered: a copy of one of them that arrives
@@ -115,8 +122,15 @@ func newAsides(kv jetstream.KeyValue, sub string, p int, replicaID string, clock
 	copyStream func(context.Context) (jetstream.Stream, error), filters []string) *asides {
 	return &asides{
 		kv: kv, sub: sub, p: p, replicaID: replicaID, clock: clock, log: log, copyStream: copyStream, filters: filters,
-		refused: map[string]string{}, streams: map[string]*asideStream{}, reread: map[string][2]uint64{},
+		refused: map[string]refusedHead{}, streams: map[string]*asideStream{}, reread: map[string][2]uint64{},
 	}
+}
+
+// refusedHead is a head of line retried in place: a subject of its
+// stream and since when.
+type refusedHead struct {
+	subject string
+	since   time.Time
 }
 
 // refusedHead records that m, of stream key, is being retried in place (a
@@ -127,8 +141,8 @@ func (as *asides) refusedHead(key string, m jetstream.Msg) {
 	}
 	as.mu.Lock()
 	defer as.mu.Unlock()
-	if as.streams[key] == nil {
-		as.refused[key] = m.Subject()
+	if _, ok := as.refused[key]; !ok && as.streams[key] == nil {
+		as.refused[key] = refusedHead{subject: m.Subject(), since: as.clock.Now()}
 		as.any.Store(true)
 	}
 }
@@ -150,15 +164,20 @@ func (as *asides) recount() {
 	as.any.Store(len(as.streams) > 0 || len(as.refused) > 0 || len(as.reread) > 0)
 }
 
-// candidates returns the streams whose refused head may set them aside,
-// with a subject of each.
-func (as *asides) candidates() map[string]string {
+// candidates returns the streams whose refused head may set them aside
+// (refused for asideWait, or any when the limits press), with a subject
+// of each.
+func (as *asides) candidates(pressed bool) map[string]string {
 	as.mu.Lock()
 	defer as.mu.Unlock()
-	out := make(map[string]string, len(as.refused))
-	for k, s := range as.refused {
-		if as.streams[k] == nil {
-			out[k] = s
+	var out map[string]string
+	now := as.clock.Now()
+	for k, h := range as.refused {
+		if as.streams[k] == nil && (pressed || now.Sub(h.since) >= asideWait) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = h.subject
 		}
 	}
 	return out
@@ -452,7 +471,9 @@ func (m *copyMsg) TermWithReason(string) error               { return nil }
 // re-reads and turns them live again.
 
 // tendAside sets aside the streams whose refused head has asideAfter
-// events or more queued behind it (or waiting for a predecessor), turns
+// events or more queued behind it (or waiting for a predecessor) and was
+// refused for asideWait, or at once when the hand limit is full or half
+// the partition consumer's MaxAckPending is in hand; it turns
 // live again those whose re-read caught up, and starts the re-reads due.
 // Only the run loop calls it.
 func (pt *partition) tendAside(wg *sync.WaitGroup) {
@@ -460,7 +481,8 @@ func (pt *partition) tendAside(wg *sync.WaitGroup) {
 	if as == nil || !as.any.Load() {
 		return
 	}
-	for key, subject := range as.candidates() {
+	pressed := pt.inHand.full() || (pt.maxAckPending > 0 && pt.book.inHand() >= pt.maxAckPending/2)
+	for key, subject := range as.candidates(pressed) {
 		if pt.lanes.queuedOf(key)+pt.book.waitingOf(key) >= asideAfter {
 			pt.setAside(key, subject, wg)
 		}

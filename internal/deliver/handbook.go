@@ -229,3 +229,15 @@ func (b *handBook) takeWaitingOf(key string) []jetstream.Msg {
 	delete(b.waiting, key)
 	return out
 }
+
+// inHand returns how many events are in the lanes or wait for a
+// predecessor.
+func (b *handBook) inHand() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(b.inLane)
+	for _, w := range b.waiting {
+		n += len(w)
+	}
+	return n
+}

@@ -47,6 +47,9 @@ type partition struct {
 	watch  *consumerWatch
 	holder *holder // the partition as its parked streams' events see it
 	aside  *asides // its streams set aside (aside.go); nil: none ever is
+	// maxAckPending is the partition consumer's MaxAckPending (0:
+	// unknown): half of it in hand sets a stuck stream aside at once.
+	maxAckPending int
 
 	health *health // the subscriptions' disabled state (nil: enabled)
 	sub    string  // the subscription's name
@@ -107,7 +110,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 		book:  newHandBook(),
 	}
 	if d.r != nil {
-		pt.health, pt.sub = d.r.health, d.r.sub.Name
+		pt.health, pt.sub, pt.maxAckPending = d.r.health, d.r.sub.Name, d.r.sub.MaxAckPending
 	}
 	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, ackWait, cons, d.filters, d.copyStream)
 	if d.redeliveredBy > 0 {
