@@ -1,0 +1,74 @@
+package deliver
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+)
+
+// What a partition does with an event of a stream set aside, and when a
+// stream whose re-read caught up goes live again, without JetStream.
+func TestAsidesTakeAndCatchUp(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	as := newAsides(nil, "sub", 0, "r1", clock, slog.New(slog.DiscardHandler), nil, nil)
+	mayAck := func() error { return nil }
+	const key = "ordered.events.0.order.order-1"
+	m := func(seq uint64) *ackMsg { return newAckMsg(seq) }
+
+	require.False(t, as.takes(key, m(5), mayAck), "no stream aside: nothing taken")
+
+	// A head refused: a candidate once refused for asideWait, or at once
+	// when the limits press.
+	as.refusedHead(key, m(4))
+	require.Empty(t, as.candidates(false))
+	require.Equal(t, map[string]string{key: m(4).Subject()}, as.candidates(true))
+	clock.Advance(asideWait)
+	require.Len(t, as.candidates(false), 1)
+
+	as.streams[key] = &asideStream{rec: asideRecord{Start: 10, From: 10, Subject: m(4).Subject()}}
+	require.Empty(t, as.candidates(true), "a stream aside is no candidate")
+	before := m(9)
+	require.False(t, as.takes(key, before, mayAck), "an event before the start (the head) is delivered as usual")
+	after := m(12)
+	require.True(t, as.takes(key, after, mayAck), "an event from the start on is acked out")
+	require.EqualValues(t, 1, after.acks.Load())
+	require.Zero(t, before.acks.Load())
+
+	// The re-read may start once the lane ended and the stream is not
+	// parked.
+	busy := func(string) bool { return true }
+	idle := func(string) bool { return false }
+	require.Empty(t, as.toRead(busy, func(string) bool { return false }))
+	require.Empty(t, as.toRead(idle, func(string) bool { return true }))
+	require.Equal(t, map[string]uint64{key: 10}, as.toRead(idle, func(string) bool { return false }))
+	require.Empty(t, as.toRead(idle, func(string) bool { return false }), "one re-read at a time")
+
+	// Caught up at 12 with 12 acked out: read on; at 13: live.
+	as.readEnded(key, true, 12)
+	require.Empty(t, as.caughtUp(), "an event acked out at or after where it caught up: read again")
+	require.Equal(t, map[string]uint64{key: 10}, as.toRead(idle, func(string) bool { return false }))
+	as.readEnded(key, true, 13)
+	require.Equal(t, map[string]uint64{key: 13}, as.caughtUp())
+
+	// Live again (goLive's bookkeeping without the bucket): a late copy of
+	// an event the re-read covered is acked; later ones go as usual.
+	as.mu.Lock()
+	delete(as.streams, key)
+	as.reread[key] = [2]uint64{10, 12}
+	as.mu.Unlock()
+	late := m(11)
+	require.True(t, as.takes(key, late, mayAck))
+	require.EqualValues(t, 1, late.acks.Load())
+	require.False(t, as.takes(key, m(13), mayAck))
+	require.False(t, as.takes(key, m(9), mayAck))
+
+	// Past the lease deadline nothing is acked, but the event is still
+	// taken (it comes back by AckWait).
+	as.streams[key] = &asideStream{rec: asideRecord{Start: 20, From: 20}}
+	fenced := m(21)
+	require.True(t, as.takes(key, fenced, func() error { return errLeasePassed }))
+	require.Zero(t, fenced.acks.Load())
+}
