@@ -14,6 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/wire"
@@ -107,6 +108,9 @@ type asides struct {
 	log        *slog.Logger
 	copyStream func(context.Context) (jetstream.Stream, error)
 	filters    []string // the partition consumer's filter subjects
+	// gauge counts the streams aside on this replica (the subscription's
+	// jsbridge_consumer_streams_set_aside); nil: not counted.
+	gauge prometheus.Gauge
 
 	any     atomic.Bool // a head is refused or a stream is aside
 	mu      sync.Mutex
@@ -159,6 +163,25 @@ func (as *asides) headEnded(key string, m jetstream.Msg) {
 	as.recount()
 }
 
+// counted moves the gauge by n streams.
+func (as *asides) counted(n int) {
+	if as.gauge != nil {
+		as.gauge.Add(float64(n))
+	}
+}
+
+// released uncounts the streams aside: the partition was released (their
+// records stay for the next owner). Nil-safe.
+func (as *asides) released() {
+	if as == nil {
+		return
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	as.counted(-len(as.streams))
+	clear(as.streams)
+}
+
 // recount sets any. as.mu is held.
 func (as *asides) recount() {
 	as.any.Store(len(as.streams) > 0 || len(as.refused) > 0 || len(as.reread) > 0)
@@ -200,6 +223,7 @@ func (as *asides) record(ctx context.Context, key, subject string, from uint64) 
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	as.streams[key] = &asideStream{rec: rec, rev: rev}
+	as.counted(1)
 	delete(as.refused, key)
 	delete(as.reread, key)
 	as.recount()
@@ -238,6 +262,7 @@ func (as *asides) load(ctx context.Context) error {
 		if as.streams[key] == nil {
 			as.log.Info("a stream was set aside by a former owner; its events are read again from the copy", slog.String("stream_key", key), slog.Uint64("from", rec.From))
 			as.streams[key] = &asideStream{rec: rec, rev: e.Revision()}
+			as.counted(1)
 			delete(as.reread, key)
 			as.recount()
 		}
@@ -394,6 +419,7 @@ func (as *asides) goLive(ctx context.Context, key string, upTo uint64) (streamPo
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	delete(as.streams, key)
+	as.counted(-1)
 	if upTo >= a.rec.Start {
 		as.reread[key] = [2]uint64{a.rec.Start, upTo}
 	}

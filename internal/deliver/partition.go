@@ -124,6 +124,9 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	}
 	if d.parks != nil && d.r != nil {
 		pt.aside = newAsides(d.parks, d.r.sub.Name, p, d.r.replicaID, d.clock, log, d.copyStream, d.filters)
+		if d.r.metrics != nil {
+			pt.aside.gauge = d.r.metrics.streamsAside.WithLabelValues(d.r.sub.Name)
+		}
 	}
 	pt.hol = &headOfLine{
 		ctx: ctx, release: cancel, clock: d.clock, log: log, r: d.r, lease: pt.lease, book: pt.book, parking: d.parking, holder: pt.holder,
@@ -163,6 +166,7 @@ const fenceCheck = 200 * time.Millisecond
 func (pt *partition) run() {
 	var wg sync.WaitGroup
 	defer close(pt.done)
+	defer pt.aside.released()
 	defer wg.Wait()
 	iter := pt.openPull()
 	if iter == nil {
