@@ -3,11 +3,13 @@ package deliver_test
 import (
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -29,9 +31,13 @@ func asideSub(name, url string) deliver.Subscription {
 func asideRecords(t *testing.T, b *orderedBundle, sub string) []string {
 	t.Helper()
 	kv, err := b.js.KeyValue(b.ctx, wire.DefaultParkBucket)
-	require.NoError(t, err)
+	if err != nil {
+		return nil // not made yet
+	}
 	l, err := kv.ListKeysFiltered(b.ctx, wire.AsideFilter(sub))
-	require.NoError(t, err)
+	if err != nil {
+		return nil
+	}
 	var keys []string
 	for k := range l.Keys() {
 		keys = append(keys, k)
@@ -59,7 +65,16 @@ func (b *orderedBundle) publishRounds(t *testing.T, streams []string, from, to i
 	}
 }
 
-// A stream whose head the receiver refuses (500, retried in place), with
+// neverOpen is a breaker set whose breakers never open: a stuck stream's
+// refusals must not pause its endpoint's other streams in these tests.
+func neverOpen(t *testing.T) *breaker.Set {
+	t.Helper()
+	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 1 << 30, MinRequests: 1 << 30}, nil, nil)
+	require.NoError(t, err)
+	return set
+}
+
+// A stream whose head the receiver's order gate refuses (gap), with
 // more events behind it than the hand limit and than MaxAckPending, beside
 // ten free streams in the same partition: the free streams are delivered
 // in order meanwhile; once the head is accepted, the stuck stream's events
@@ -74,14 +89,20 @@ func TestStuckStreamIsSetAsideAndItsPartitionGoesOn(t *testing.T) {
 	b := setupOrdered(t)
 	const stuck = "order-stuck"
 	g := newGatedReceiver(t, b)
-	g.setFail(func(e orderedEvent) int {
-		if e.stream == stuck {
-			return http.StatusInternalServerError
+	// The gate waits for an earlier version of the stuck stream that
+	// never comes: 409 Jsbridge-Order: gap, until the test lets it go.
+	var resolved atomic.Bool
+	inner := g.Config.Handler
+	g.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b.event(r.Header.Get(wire.HeaderIdempotencyKey)).stream == stuck && !resolved.Load() {
+			w.Header().Set(wire.HeaderOrder, wire.OrderGap)
+			w.WriteHeader(http.StatusConflict)
+			return
 		}
-		return 0
+		inner.ServeHTTP(w, r)
 	})
 	s := asideSub("aside", g.URL)
-	b.runOrdered(t, deliver.Config{Partitions: 1, LeaseTTL: 2 * time.Second}, s)
+	b.runOrdered(t, deliver.Config{Partitions: 1, LeaseTTL: 2 * time.Second, Breakers: neverOpen(t)}, s)
 
 	const behind = 60 // the stuck stream's events: over the hand limit and MaxAckPending
 	b.publishStream(t, stuck, 0, behind)
@@ -96,7 +117,7 @@ func TestStuckStreamIsSetAsideAndItsPartitionGoesOn(t *testing.T) {
 
 	// Let the head go; events written meanwhile arrive live while the
 	// set-aside ones are read again from the copy.
-	g.setFail(nil)
+	resolved.Store(true)
 	b.publishStream(t, stuck, behind, behind+20)
 	g.requireProcessed(t, stuck, versionsFrom(0, behind+20)...)
 	require.Eventually(t, func() bool { return len(asideRecords(t, b, s.Name)) == 0 }, 20*time.Second, 10*time.Millisecond,
@@ -127,7 +148,14 @@ func TestStreamSetAsideSurvivesAHandOver(t *testing.T) {
 		return 0
 	})
 	s := asideSub("handover", g.URL)
-	cfg := deliver.Config{Partitions: 1, LeaseTTL: 2 * time.Second, ReplicaID: "first"}
+	// The refused head stays pending across the hand-over and keeps the
+	// partition consumer's ack floor below the free streams' events the
+	// first replica acked: the new owner's successor check lets those
+	// streams go on after RedeliveredBy (docs/ordering.md, "Each event
+	// follows its predecessor"; a minute by default), whatever is set
+	// aside. The first replica stops gracefully (it Naks what it holds),
+	// so 3 s is plenty here.
+	cfg := deliver.Config{Partitions: 1, LeaseTTL: 2 * time.Second, ReplicaID: "first", Breakers: neverOpen(t), RedeliveredBy: 3 * time.Second}
 	_, stopFirst := b.startOrdered(t, cfg, s)
 
 	b.publishStream(t, stuck, 0, 40)
