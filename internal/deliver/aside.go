@@ -85,6 +85,18 @@ type asideStream struct {
 	rev uint64 // the record's revision
 	// maxOut is the highest sequence of the stream acked out.
 	maxOut uint64
+	// out holds the sequences of the stream acked out here, true once
+	// JetStream confirmed the ack (a double ack): an ack-out lost or not
+	// sent leaves its event pending, to come back later, and the stream
+	// must not be live again then.
+	out map[uint64]bool
+	// read holds the sequences read again from the copy and settled here.
+	read []uint64
+	// whole is true when the stream was set aside here: every event of it
+	// from Start on was acked out here or is still to come (a stream
+	// loaded from a former owner's record is not: it may have read events
+	// again before the partition consumer delivered them).
+	whole bool
 	// last is the stream's last event settled here since it was set
 	// aside (seq 0: none).
 	last streamPos
@@ -116,17 +128,18 @@ type asides struct {
 	mu      sync.Mutex
 	refused map[string]refusedHead // stream key → its head retried in place
 	streams map[string]*asideStream
-	// reread is, for a stream that was re-read and is live again, the
-	// sequences the re-read covered: a copy of one of them that arrives
-	// late (an ack-out lost) is acked, not delivered again.
-	reread map[string][2]uint64
+	// reread is, for a stream that was read again and is live again, the
+	// sequences each re-read covered: a copy of one of them that arrives
+	// late (one already on its way when its ack-out was confirmed) is
+	// acked, not delivered again.
+	reread map[string][][2]uint64
 }
 
 func newAsides(kv jetstream.KeyValue, sub string, p int, replicaID string, clock clockwork.Clock, log *slog.Logger,
 	copyStream func(context.Context) (jetstream.Stream, error), filters []string) *asides {
 	return &asides{
 		kv: kv, sub: sub, p: p, replicaID: replicaID, clock: clock, log: log, copyStream: copyStream, filters: filters,
-		refused: map[string]refusedHead{}, streams: map[string]*asideStream{}, reread: map[string][2]uint64{},
+		refused: map[string]refusedHead{}, streams: map[string]*asideStream{}, reread: map[string][][2]uint64{},
 	}
 }
 
@@ -222,10 +235,9 @@ func (as *asides) record(ctx context.Context, key, subject string, from uint64) 
 	}
 	as.mu.Lock()
 	defer as.mu.Unlock()
-	as.streams[key] = &asideStream{rec: rec, rev: rev}
+	as.streams[key] = &asideStream{rec: rec, rev: rev, out: map[uint64]bool{}, whole: true}
 	as.counted(1)
 	delete(as.refused, key)
-	delete(as.reread, key)
 	as.recount()
 	return nil
 }
@@ -261,9 +273,8 @@ func (as *asides) load(ctx context.Context) error {
 		as.mu.Lock()
 		if as.streams[key] == nil {
 			as.log.Info("a stream was set aside by a former owner; its events are read again from the copy", slog.String("stream_key", key), slog.Uint64("from", rec.From))
-			as.streams[key] = &asideStream{rec: rec, rev: e.Revision()}
+			as.streams[key] = &asideStream{rec: rec, rev: e.Revision(), out: map[uint64]bool{}}
 			as.counted(1)
-			delete(as.reread, key)
 			as.recount()
 		}
 		as.mu.Unlock()
@@ -281,33 +292,65 @@ func (as *asides) takes(key string, msg jetstream.Msg, mayAck func() error) bool
 	}
 	seq := streamSeq(msg)
 	as.mu.Lock()
-	if a := as.streams[key]; a != nil && seq >= a.rec.Start {
-		a.maxOut = max(a.maxOut, seq)
-	} else if r, ok := as.reread[key]; a != nil || !ok || seq < r[0] || seq > r[1] {
+	a := as.streams[key]
+	if a == nil || seq < a.rec.Start {
+		late := false
+		for _, r := range as.reread[key] {
+			late = late || (seq >= r[0] && seq <= r[1])
+		}
 		as.mu.Unlock()
-		return false
+		if !late {
+			return false
+		}
+		if mayAck() == nil {
+			_ = msg.Ack() // a late copy of an event acked out and read again
+		}
+		return true
 	}
 	as.mu.Unlock()
-	if mayAck() == nil {
-		_ = msg.Ack()
-	}
+	as.ackOut(key, []jetstream.Msg{msg}, mayAck)
 	return true
 }
 
-// ackOut acks msgs, events of stream key in hand when it was set aside,
-// out of the partition consumer.
+// ackOut acks msgs, events of stream key at or after its record's Start,
+// out of the partition consumer, each with a double ack on its own
+// goroutine (the run loop does not wait): the stream goes live again only
+// once every ack-out was confirmed. One not sent (past the lease
+// deadline) leaves its event pending: it comes back and is acked out then.
 func (as *asides) ackOut(key string, msgs []jetstream.Msg, mayAck func() error) {
 	as.mu.Lock()
-	if a := as.streams[key]; a != nil {
-		for _, m := range msgs {
-			a.maxOut = max(a.maxOut, streamSeq(m))
+	a := as.streams[key]
+	if a == nil {
+		as.mu.Unlock()
+		return
+	}
+	var send []jetstream.Msg
+	for _, m := range msgs {
+		seq := streamSeq(m)
+		a.maxOut = max(a.maxOut, seq)
+		if done := a.out[seq]; !done {
+			a.out[seq] = false
+			send = append(send, m)
 		}
 	}
 	as.mu.Unlock()
-	for _, m := range msgs {
-		if mayAck() == nil {
-			_ = m.Ack()
-		}
+	if mayAck() != nil {
+		return
+	}
+	for _, m := range send {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := m.DoubleAck(ctx)
+			cancel()
+			if err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+				return // pending still: it comes back and is acked out again
+			}
+			as.mu.Lock()
+			if a := as.streams[key]; a != nil {
+				a.out[streamSeq(m)] = true
+			}
+			as.mu.Unlock()
+		}()
 	}
 }
 
@@ -341,6 +384,9 @@ func (as *asides) settle(ctx context.Context, m jetstream.Msg) error {
 	}
 	as.mu.Lock()
 	a.rec, a.rev, a.last = rec, rev, positionOf(m)
+	if isReread(m) {
+		a.read = append(a.read, seq)
+	}
 	as.mu.Unlock()
 	return nil
 }
@@ -376,26 +422,72 @@ func (as *asides) readEnded(key string, caughtUp bool, at uint64) {
 }
 
 // caughtUp returns the streams whose re-read caught up, each with the
-// sequence it reached; those of which an event at or after it was acked
-// out meanwhile are read again instead (not returned).
-func (as *asides) caughtUp() map[string]uint64 {
+// sequence it reached, and whether they are known to be settled here (see
+// settledHere). Those of which an event at or after that sequence was
+// acked out meanwhile are read again instead (not returned).
+func (as *asides) caughtUp() map[string]caughtUpStream {
 	as.mu.Lock()
 	defer as.mu.Unlock()
-	var out map[string]uint64
+	var out map[string]caughtUpStream
 	for k, a := range as.streams {
 		if !a.caughtUp {
 			continue
 		}
-		a.caughtUp = false
 		if a.maxOut >= a.caughtUpAt {
-			continue // an event came live meanwhile: read on
+			a.caughtUp = false // an event came live meanwhile: read on
+			continue
 		}
 		if out == nil {
-			out = map[string]uint64{}
+			out = map[string]caughtUpStream{}
 		}
-		out[k] = a.caughtUpAt
+		out[k] = caughtUpStream{at: a.caughtUpAt, settled: a.settledHere(), outDone: a.outDone()}
 	}
 	return out
+}
+
+// caughtUpStream is a stream whose re-read found nothing more from at on;
+// settled and outDone as asideStream.settledHere and outDone say.
+type caughtUpStream struct {
+	at      uint64
+	settled bool
+	outDone bool
+}
+
+// outDone reports whether every ack-out of the stream was confirmed.
+func (a *asideStream) outDone() bool {
+	for _, done := range a.out {
+		if !done {
+			return false
+		}
+	}
+	return true
+}
+
+// settledHere reports whether no event of the stream the re-read
+// delivered can still come from the partition consumer: the stream was
+// set aside here, every ack-out was confirmed, and every event read again
+// was acked out too (the re-read may read an event from the copy before
+// the partition consumer delivers it). Else only the consumer's ack floor
+// can say (partition.goLive).
+func (a *asideStream) settledHere() bool {
+	if !a.whole || !a.outDone() {
+		return false
+	}
+	for _, seq := range a.read {
+		if !a.out[seq] {
+			return false
+		}
+	}
+	return true
+}
+
+// readOn makes stream key's re-read start again (it waits for the floor).
+func (as *asides) readOn(key string) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if a := as.streams[key]; a != nil {
+		a.caughtUp = false
+	}
 }
 
 // goLive deletes stream key's record and forgets it: the stream is live
@@ -421,7 +513,7 @@ func (as *asides) goLive(ctx context.Context, key string, upTo uint64) (streamPo
 	delete(as.streams, key)
 	as.counted(-1)
 	if upTo >= a.rec.Start {
-		as.reread[key] = [2]uint64{a.rec.Start, upTo}
+		as.reread[key] = append(as.reread[key], [2]uint64{a.rec.Start, upTo})
 	}
 	as.recount()
 	return a.last, nil
@@ -513,8 +605,8 @@ func (pt *partition) tendAside(wg *sync.WaitGroup) {
 			pt.setAside(key, subject, wg)
 		}
 	}
-	for key, at := range as.caughtUp() {
-		pt.goLive(key, at)
+	for key, c := range as.caughtUp() {
+		pt.goLive(key, c)
 	}
 	for key, from := range as.toRead(pt.lanes.running, pt.parking.isParked) {
 		wg.Add(1)
@@ -558,23 +650,39 @@ func (pt *partition) setAside(key, subject string, wg *sync.WaitGroup) {
 		slog.String("stream_key", key), slog.Uint64("from", from), slog.Int("events", len(out)))
 }
 
-// goLive turns stream key, whose re-read found nothing more from sequence
-// at on, live again: its record is deleted, and its next event from the
-// partition consumer follows the last one settled (the successor check).
-// When the record cannot be deleted, the stream is read again (and goLive
-// tried again once that caught up).
-func (pt *partition) goLive(key string, at uint64) {
-	last, err := pt.aside.goLive(pt.ctx, key, at-1)
+// goLive turns stream key, whose re-read found nothing more from
+// sequence c.at on, live again, once no event of it before c.at can come
+// from the partition consumer any more: known here (settledHere), or the
+// consumer's ack floor is at c.at-1 or past it (read at most once a
+// second). Its record is deleted, and its next event from the partition
+// consumer follows the last one settled (the successor check). When the
+// record cannot be deleted, the stream is read again (and goLive tried
+// again once that caught up).
+func (pt *partition) goLive(key string, c caughtUpStream) {
+	if !c.settled {
+		if !c.outDone || pt.clock.Since(pt.asideFloorAt) < time.Second {
+			return // wait: an ack-out is not confirmed yet, or the floor was read just now
+		}
+		pt.asideFloorAt = pt.clock.Now()
+		ctx, cancel := context.WithTimeout(pt.ctx, 5*time.Second)
+		info, err := pt.cons.Info(ctx)
+		cancel()
+		if err != nil || info.AckFloor.Stream < c.at-1 {
+			return
+		}
+	}
+	last, err := pt.aside.goLive(pt.ctx, key, c.at-1)
 	if err != nil {
 		pt.log.Warn("a stream set aside caught up, but its record could not be deleted; it is read again", slog.String("stream_key", key), slog.Any("error", err))
+		pt.aside.readOn(key)
 		return
 	}
-	pos := streamPos{seq: at - 1}
-	if last.seq == at-1 {
+	pos := streamPos{seq: c.at - 1}
+	if last.seq == c.at-1 {
 		pos = last
 	}
 	pt.succ.seen[key] = pos
-	pt.log.Info("a stream set aside caught up with its live events: it is live again", slog.String("stream_key", key), slog.Uint64("after", at-1))
+	pt.log.Info("a stream set aside caught up with its live events: it is live again", slog.String("stream_key", key), slog.Uint64("after", c.at-1))
 }
 
 // reread delivers stream key's events from the copy, from sequence from

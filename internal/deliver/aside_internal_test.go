@@ -3,8 +3,10 @@ package deliver
 import (
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,13 +30,13 @@ func TestAsidesTakeAndCatchUp(t *testing.T) {
 	clock.Advance(asideWait)
 	require.Len(t, as.candidates(false), 1)
 
-	as.streams[key] = &asideStream{rec: asideRecord{Start: 10, From: 10, Subject: m(4).Subject()}}
+	as.streams[key] = &asideStream{rec: asideRecord{Start: 10, From: 10, Subject: m(4).Subject()}, out: map[uint64]bool{}, whole: true}
 	require.Empty(t, as.candidates(true), "a stream aside is no candidate")
 	before := m(9)
 	require.False(t, as.takes(key, before, mayAck), "an event before the start (the head) is delivered as usual")
 	after := m(12)
 	require.True(t, as.takes(key, after, mayAck), "an event from the start on is acked out")
-	require.EqualValues(t, 1, after.acks.Load())
+	require.Eventually(t, func() bool { return after.acks.Load() == 1 }, 10*time.Second, time.Millisecond, "acked out")
 	require.Zero(t, before.acks.Load())
 
 	// The re-read may start once the lane ended and the stream is not
@@ -46,18 +48,27 @@ func TestAsidesTakeAndCatchUp(t *testing.T) {
 	require.Equal(t, map[string]uint64{key: 10}, as.toRead(idle, func(string) bool { return false }))
 	require.Empty(t, as.toRead(idle, func(string) bool { return false }), "one re-read at a time")
 
-	// Caught up at 12 with 12 acked out: read on; at 13: live.
+	// Caught up at 12 with 12 acked out: read on; at 13: live, once 12's
+	// ack-out is confirmed and the events read again were acked out too.
 	as.readEnded(key, true, 12)
 	require.Empty(t, as.caughtUp(), "an event acked out at or after where it caught up: read again")
 	require.Equal(t, map[string]uint64{key: 10}, as.toRead(idle, func(string) bool { return false }))
+	as.mu.Lock()
+	as.streams[key].read = []uint64{10, 12}
+	as.mu.Unlock()
 	as.readEnded(key, true, 13)
-	require.Equal(t, map[string]uint64{key: 13}, as.caughtUp())
+	require.Eventually(t, func() bool { c := as.caughtUp()[key]; return c.outDone }, 10*time.Second, time.Millisecond)
+	require.Equal(t, caughtUpStream{at: 13, settled: false, outDone: true}, as.caughtUp()[key],
+		"10 was read again from the copy, not acked out yet: only the ack floor can say")
+	as.ackOut(key, []jetstream.Msg{m(10)}, mayAck)
+	require.Eventually(t, func() bool { return as.caughtUp()[key].settled }, 10*time.Second, time.Millisecond,
+		"every event read again was acked out: settled here")
 
 	// Live again (goLive's bookkeeping without the bucket): a late copy of
 	// an event the re-read covered is acked; later ones go as usual.
 	as.mu.Lock()
 	delete(as.streams, key)
-	as.reread[key] = [2]uint64{10, 12}
+	as.reread[key] = [][2]uint64{{10, 12}}
 	as.mu.Unlock()
 	late := m(11)
 	require.True(t, as.takes(key, late, mayAck))
@@ -67,8 +78,9 @@ func TestAsidesTakeAndCatchUp(t *testing.T) {
 
 	// Past the lease deadline nothing is acked, but the event is still
 	// taken (it comes back by AckWait).
-	as.streams[key] = &asideStream{rec: asideRecord{Start: 20, From: 20}}
+	as.streams[key] = &asideStream{rec: asideRecord{Start: 20, From: 20}, out: map[uint64]bool{}, whole: true}
 	fenced := m(21)
 	require.True(t, as.takes(key, fenced, func() error { return errLeasePassed }))
 	require.Zero(t, fenced.acks.Load())
+	require.False(t, as.streams[key].outDone(), "an ack-out not sent keeps the stream aside")
 }

@@ -47,6 +47,9 @@ type partition struct {
 	watch  *consumerWatch
 	holder *holder // the partition as its parked streams' events see it
 	aside  *asides // its streams set aside (aside.go); nil: none ever is
+	// asideFloorAt is when a stream set aside last read the consumer's
+	// ack floor to go live again (partition.goLive); the run loop's alone.
+	asideFloorAt time.Time
 	// maxAckPending is the partition consumer's MaxAckPending (0:
 	// unknown): half of it in hand sets a stuck stream aside at once.
 	maxAckPending int
