@@ -229,7 +229,7 @@ func (as *asides) record(ctx context.Context, key, subject string, from uint64) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	rev, err := as.kv.Put(ctx, wire.AsideKey(as.sub, key), v)
+	rev, err := as.kv.Put(ctx, wire.AsideKey(as.sub, as.p, key), v)
 	if err != nil {
 		return fmt.Errorf("record stream set aside: %w", err)
 	}
@@ -248,7 +248,7 @@ func (as *asides) record(ctx context.Context, key, subject string, from uint64) 
 func (as *asides) load(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	keys, err := as.kv.ListKeysFiltered(ctx, wire.AsideFilter(as.sub))
+	keys, err := as.kv.ListKeysFiltered(ctx, wire.AsideFilterPartition(as.sub, as.p))
 	if err != nil {
 		return fmt.Errorf("list streams set aside of subscription %q: %w", as.sub, err)
 	}
@@ -378,7 +378,7 @@ func (as *asides) settle(ctx context.Context, m jetstream.Msg) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	rev, err = as.kv.Update(ctx, wire.AsideKey(as.sub, key), v, rev)
+	rev, err = as.kv.Update(ctx, wire.AsideKey(as.sub, as.p, key), v, rev)
 	if err != nil {
 		return fmt.Errorf("move the record of a stream set aside past sequence %d: %w", seq, err)
 	}
@@ -505,7 +505,7 @@ func (as *asides) goLive(ctx context.Context, key string, upTo uint64) (streamPo
 	as.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := as.kv.Delete(ctx, wire.AsideKey(as.sub, key), jetstream.LastRevision(rev)); err != nil {
+	if err := as.kv.Delete(ctx, wire.AsideKey(as.sub, as.p, key), jetstream.LastRevision(rev)); err != nil {
 		return streamPos{}, fmt.Errorf("delete the record of a stream set aside: %w", err)
 	}
 	as.mu.Lock()
@@ -605,8 +605,22 @@ func (pt *partition) tendAside(wg *sync.WaitGroup) {
 			pt.setAside(key, subject, wg)
 		}
 	}
-	for key, c := range as.caughtUp() {
-		pt.goLive(key, c)
+	caught := as.caughtUp()
+	floor, floorRead := uint64(0), false
+	for key, c := range caught {
+		if !c.settled && c.outDone && !floorRead && pt.clock.Since(pt.asideFloorAt) >= time.Second {
+			// Not known here: the consumer's ack floor says (read at
+			// most once a second, for every stream waiting).
+			pt.asideFloorAt, floorRead = pt.clock.Now(), true
+			ctx, cancel := context.WithTimeout(pt.ctx, 5*time.Second)
+			if info, err := pt.cons.Info(ctx); err == nil {
+				floor = info.AckFloor.Stream
+			}
+			cancel()
+		}
+		if c.settled || (c.outDone && floor >= c.at-1) {
+			pt.goLive(key, c.at)
+		}
 	}
 	for key, from := range as.toRead(pt.lanes.running, pt.parking.isParked) {
 		wg.Add(1)
@@ -651,38 +665,25 @@ func (pt *partition) setAside(key, subject string, wg *sync.WaitGroup) {
 }
 
 // goLive turns stream key, whose re-read found nothing more from
-// sequence c.at on, live again, once no event of it before c.at can come
-// from the partition consumer any more: known here (settledHere), or the
-// consumer's ack floor is at c.at-1 or past it (read at most once a
-// second). Its record is deleted, and its next event from the partition
-// consumer follows the last one settled (the successor check). When the
-// record cannot be deleted, the stream is read again (and goLive tried
-// again once that caught up).
-func (pt *partition) goLive(key string, c caughtUpStream) {
-	if !c.settled {
-		if !c.outDone || pt.clock.Since(pt.asideFloorAt) < time.Second {
-			return // wait: an ack-out is not confirmed yet, or the floor was read just now
-		}
-		pt.asideFloorAt = pt.clock.Now()
-		ctx, cancel := context.WithTimeout(pt.ctx, 5*time.Second)
-		info, err := pt.cons.Info(ctx)
-		cancel()
-		if err != nil || info.AckFloor.Stream < c.at-1 {
-			return
-		}
-	}
-	last, err := pt.aside.goLive(pt.ctx, key, c.at-1)
+// sequence at on, live again: no event of it before at can come from the
+// partition consumer any more (tendAside: known here, or the consumer's
+// ack floor is at at-1 or past it). Its record is deleted, and its next
+// event from the partition consumer follows the last one settled (the
+// successor check). When the record cannot be deleted, the stream is
+// read again (and goLive tried again once that caught up).
+func (pt *partition) goLive(key string, at uint64) {
+	last, err := pt.aside.goLive(pt.ctx, key, at-1)
 	if err != nil {
 		pt.log.Warn("a stream set aside caught up, but its record could not be deleted; it is read again", slog.String("stream_key", key), slog.Any("error", err))
 		pt.aside.readOn(key)
 		return
 	}
-	pos := streamPos{seq: c.at - 1}
-	if last.seq == c.at-1 {
+	pos := streamPos{seq: at - 1}
+	if last.seq == at-1 {
 		pos = last
 	}
 	pt.succ.seen[key] = pos
-	pt.log.Info("a stream set aside caught up with its live events: it is live again", slog.String("stream_key", key), slog.Uint64("after", c.at-1))
+	pt.log.Info("a stream set aside caught up with its live events: it is live again", slog.String("stream_key", key), slog.Uint64("after", at-1))
 }
 
 // reread delivers stream key's events from the copy, from sequence from
