@@ -72,6 +72,9 @@ type asideRecord struct {
 	// stream's events from it on are acked out of the partition consumer
 	// as they come (those before it are delivered as usual).
 	Start uint64 `json:"start"`
+	// Head is the copy sequence of the stream's head in its lane when it
+	// was set aside (refused): the re-read starts once it settled.
+	Head uint64 `json:"head,omitempty"`
 	// From is the copy sequence the stream is re-read from: every event of
 	// the stream before it was settled.
 	From    uint64    `json:"from"`
@@ -144,9 +147,10 @@ func newAsides(kv jetstream.KeyValue, sub string, p int, replicaID string, clock
 }
 
 // refusedHead is a head of line retried in place: a subject of its
-// stream and since when.
+// stream, its sequence, and since when.
 type refusedHead struct {
 	subject string
+	seq     uint64
 	since   time.Time
 }
 
@@ -159,7 +163,7 @@ func (as *asides) refusedHead(key string, m jetstream.Msg) {
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	if _, ok := as.refused[key]; !ok && as.streams[key] == nil {
-		as.refused[key] = refusedHead{subject: m.Subject(), since: as.clock.Now()}
+		as.refused[key] = refusedHead{subject: m.Subject(), seq: streamSeq(m), since: as.clock.Now()}
 		as.any.Store(true)
 	}
 }
@@ -201,19 +205,19 @@ func (as *asides) recount() {
 }
 
 // candidates returns the streams whose refused head may set them aside
-// (refused for asideWait, or any when the limits press), with a subject
-// of each.
-func (as *asides) candidates(pressed bool) map[string]string {
+// (refused for asideWait, or any when the limits press), with their
+// heads.
+func (as *asides) candidates(pressed bool) map[string]refusedHead {
 	as.mu.Lock()
 	defer as.mu.Unlock()
-	var out map[string]string
+	var out map[string]refusedHead
 	now := as.clock.Now()
 	for k, h := range as.refused {
 		if as.streams[k] == nil && (pressed || now.Sub(h.since) >= asideWait) {
 			if out == nil {
-				out = map[string]string{}
+				out = map[string]refusedHead{}
 			}
-			out[k] = h.subject
+			out[k] = h
 		}
 	}
 	return out
@@ -221,8 +225,8 @@ func (as *asides) candidates(pressed bool) map[string]string {
 
 // record writes the record that sets stream key (subject: one of its
 // subjects in the copy) aside from sequence from on, and adds the stream.
-func (as *asides) record(ctx context.Context, key, subject string, from uint64) error {
-	rec := asideRecord{Subscription: as.sub, Partition: as.p, Subject: subject, Start: from, From: from, Replica: as.replicaID, At: as.clock.Now().UTC()}
+func (as *asides) record(ctx context.Context, key, subject string, head, from uint64) error {
+	rec := asideRecord{Subscription: as.sub, Partition: as.p, Subject: subject, Head: head, Start: from, From: from, Replica: as.replicaID, At: as.clock.Now().UTC()}
 	v, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -391,15 +395,15 @@ func (as *asides) settle(ctx context.Context, m jetstream.Msg) error {
 	return nil
 }
 
-// toRead returns the streams set aside whose re-read may start now (their
-// lane ended, no re-read running, not parked) with their record's
-// sequence, marking them reading.
-func (as *asides) toRead(laneBusy func(key string) bool, parked func(subject string) bool) map[string]uint64 {
+// toRead returns the streams set aside whose re-read may start now (no
+// re-read running, and ready says so: see partition.mayReread) with their
+// record's sequence, marking them reading.
+func (as *asides) toRead(ready func(key string, rec asideRecord, whole bool) bool) map[string]uint64 {
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	var out map[string]uint64
 	for k, a := range as.streams {
-		if a.reading || a.caughtUp || laneBusy(k) || parked(a.rec.Subject) {
+		if a.reading || a.caughtUp || !ready(k, a.rec, a.whole) {
 			continue
 		}
 		if out == nil {
@@ -600,29 +604,17 @@ func (pt *partition) tendAside(wg *sync.WaitGroup) {
 		return
 	}
 	pressed := pt.inHand.full() || (pt.maxAckPending > 0 && pt.book.inHand() >= pt.maxAckPending/2)
-	for key, subject := range as.candidates(pressed) {
+	for key, h := range as.candidates(pressed) {
 		if pt.lanes.queuedOf(key)+pt.book.waitingOf(key) >= asideAfter {
-			pt.setAside(key, subject, wg)
+			pt.setAside(key, h, wg)
 		}
 	}
-	caught := as.caughtUp()
-	floor, floorRead := uint64(0), false
-	for key, c := range caught {
-		if !c.settled && c.outDone && !floorRead && pt.clock.Since(pt.asideFloorAt) >= time.Second {
-			// Not known here: the consumer's ack floor says (read at
-			// most once a second, for every stream waiting).
-			pt.asideFloorAt, floorRead = pt.clock.Now(), true
-			ctx, cancel := context.WithTimeout(pt.ctx, 5*time.Second)
-			if info, err := pt.cons.Info(ctx); err == nil {
-				floor = info.AckFloor.Stream
-			}
-			cancel()
-		}
-		if c.settled || (c.outDone && floor >= c.at-1) {
+	for key, c := range as.caughtUp() {
+		if c.settled || (c.outDone && pt.asideFloor() >= c.at-1) {
 			pt.goLive(key, c.at)
 		}
 	}
-	for key, from := range as.toRead(pt.lanes.running, pt.parking.isParked) {
+	for key, from := range as.toRead(pt.mayReread) {
 		wg.Add(1)
 		go pt.reread(key, from, wg)
 	}
@@ -632,7 +624,7 @@ func (pt *partition) tendAside(wg *sync.WaitGroup) {
 // behind the refused head and those waiting for a predecessor out of
 // hand, records the stream aside from the first of them, then acks them
 // out. When the record cannot be written they go back where they were.
-func (pt *partition) setAside(key, subject string, wg *sync.WaitGroup) {
+func (pt *partition) setAside(key string, head refusedHead, wg *sync.WaitGroup) {
 	if pt.lease.mayAck() != nil {
 		return // past the lease deadline, or disconnected: nothing is acked out
 	}
@@ -647,7 +639,7 @@ func (pt *partition) setAside(key, subject string, wg *sync.WaitGroup) {
 	}
 	from := streamSeq(out[0])
 	ctx, cancel := pt.lease.beforeDeadline(pt.ctx, 5*time.Second)
-	err := pt.aside.record(ctx, key, subject, from)
+	err := pt.aside.record(ctx, key, head.subject, head.seq, from)
 	cancel()
 	if err != nil {
 		pt.log.Warn("setting a stuck stream aside failed; its events stay in hand", slog.String("stream_key", key), slog.Any("error", err))
@@ -662,6 +654,35 @@ func (pt *partition) setAside(key, subject string, wg *sync.WaitGroup) {
 	pt.aside.ackOut(key, out, pt.lease.mayAck)
 	pt.log.Info("a stream's head is refused and its later events pile up: the stream is set aside, its later events acked out and read again from the copy once the head goes",
 		slog.String("stream_key", key), slog.Uint64("from", from), slog.Int("events", len(out)))
+}
+
+// asideFloor returns the partition consumer's ack floor, read at most
+// once a second (0 until read): what the streams set aside wait for when
+// this partition cannot tell by itself.
+func (pt *partition) asideFloor() uint64 {
+	if pt.clock.Since(pt.asideFloorAt) >= time.Second {
+		pt.asideFloorAt = pt.clock.Now()
+		ctx, cancel := context.WithTimeout(pt.ctx, 5*time.Second)
+		if info, err := pt.cons.Info(ctx); err == nil {
+			pt.asideFloorRead = info.AckFloor.Stream
+		}
+		cancel()
+	}
+	return pt.asideFloorRead
+}
+
+// mayReread reports whether stream key, set aside by rec, may be read
+// again now: nothing of it before rec.Start is in hand (its lane ended,
+// none waits for a predecessor), it is not parked, and its head when it
+// was set aside was settled: here (the stream was set aside here and its
+// lane ended, or this partition settled it), or, for a record a former
+// owner left, by the former owner (the consumer's ack floor passed it).
+// The head not settled comes back to this partition and goes first.
+func (pt *partition) mayReread(key string, rec asideRecord, whole bool) bool {
+	if pt.lanes.running(key) || pt.book.waitingOf(key) > 0 || pt.parking.isParked(rec.Subject) {
+		return false
+	}
+	return whole || rec.Head == 0 || pt.book.lastSettled(key) >= rec.Head || pt.asideFloor() >= rec.Head
 }
 
 // goLive turns stream key, whose re-read found nothing more from

@@ -26,7 +26,7 @@ func TestAsidesTakeAndCatchUp(t *testing.T) {
 	// when the limits press.
 	as.refusedHead(key, m(4))
 	require.Empty(t, as.candidates(false))
-	require.Equal(t, map[string]string{key: m(4).Subject()}, as.candidates(true))
+	require.Equal(t, refusedHead{subject: m(4).Subject(), seq: 4, since: clock.Now()}, as.candidates(true)[key])
 	clock.Advance(asideWait)
 	require.Len(t, as.candidates(false), 1)
 
@@ -39,20 +39,18 @@ func TestAsidesTakeAndCatchUp(t *testing.T) {
 	require.Eventually(t, func() bool { return after.acks.Load() == 1 }, 10*time.Second, time.Millisecond, "acked out")
 	require.Zero(t, before.acks.Load())
 
-	// The re-read may start once the lane ended and the stream is not
-	// parked.
-	busy := func(string) bool { return true }
-	idle := func(string) bool { return false }
-	require.Empty(t, as.toRead(busy, func(string) bool { return false }))
-	require.Empty(t, as.toRead(idle, func(string) bool { return true }))
-	require.Equal(t, map[string]uint64{key: 10}, as.toRead(idle, func(string) bool { return false }))
-	require.Empty(t, as.toRead(idle, func(string) bool { return false }), "one re-read at a time")
+	// The re-read starts when the partition says it may (mayReread).
+	notYet := func(string, asideRecord, bool) bool { return false }
+	ready := func(_ string, rec asideRecord, whole bool) bool { return whole && rec.From == 10 }
+	require.Empty(t, as.toRead(notYet))
+	require.Equal(t, map[string]uint64{key: 10}, as.toRead(ready))
+	require.Empty(t, as.toRead(ready), "one re-read at a time")
 
 	// Caught up at 12 with 12 acked out: read on; at 13: live, once 12's
 	// ack-out is confirmed and the events read again were acked out too.
 	as.readEnded(key, true, 12)
 	require.Empty(t, as.caughtUp(), "an event acked out at or after where it caught up: read again")
-	require.Equal(t, map[string]uint64{key: 10}, as.toRead(idle, func(string) bool { return false }))
+	require.Equal(t, map[string]uint64{key: 10}, as.toRead(ready))
 	as.mu.Lock()
 	as.streams[key].read = []uint64{10, 12}
 	as.mu.Unlock()

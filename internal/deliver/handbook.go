@@ -241,3 +241,11 @@ func (b *handBook) inHand() int {
 	}
 	return n
 }
+
+// lastSettled returns the sequence of stream key's last event settled
+// here (0: none).
+func (b *handBook) lastSettled(key string) uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lastDone[key]
+}

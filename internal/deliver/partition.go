@@ -47,9 +47,11 @@ type partition struct {
 	watch  *consumerWatch
 	holder *holder // the partition as its parked streams' events see it
 	aside  *asides // its streams set aside (aside.go); nil: none ever is
-	// asideFloorAt is when a stream set aside last read the consumer's
-	// ack floor to go live again (partition.goLive); the run loop's alone.
-	asideFloorAt time.Time
+	// asideFloorRead is the consumer's ack floor as the streams set aside
+	// last read it, at asideFloorAt (partition.asideFloor); the run
+	// loop's alone.
+	asideFloorAt   time.Time
+	asideFloorRead uint64
 	// maxAckPending is the partition consumer's MaxAckPending (0:
 	// unknown): half of it in hand sets a stuck stream aside at once.
 	maxAckPending int
