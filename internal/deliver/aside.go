@@ -235,6 +235,16 @@ func (as *asides) record(ctx context.Context, key, subject string, head, from ui
 	defer cancel()
 	rev, err := as.kv.Put(ctx, wire.AsideKey(as.sub, as.p, key), v)
 	if err != nil {
+		// The put may have landed although its answer did not: a record
+		// nobody knows of would make a later owner read again events
+		// delivered live meanwhile. Delete it (the same connection: the
+		// server takes the delete after the put).
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer dcancel()
+		if derr := as.kv.Delete(dctx, wire.AsideKey(as.sub, as.p, key)); derr != nil {
+			as.log.Error("a record of a stream set aside may be left behind; if it is, a later owner sends the stream's events from its start again (at least once): delete it",
+				slog.String("key", wire.AsideKey(as.sub, as.p, key)), slog.Any("error", derr))
+		}
 		return fmt.Errorf("record stream set aside: %w", err)
 	}
 	as.mu.Lock()
