@@ -34,18 +34,21 @@ import (
 // So once a refused head has asideAfter events of its stream queued
 // behind it, the stream is set aside: the run loop takes those events out
 // of hand, writes a record in the park bucket (wire.AsideKey) naming the
-// copy sequence of the first of them (Start, and From: where the stream
-// is read again from), then acks them out of the partition consumer
-// undelivered, and every later event of the stream at or after Start as
-// it comes. The head goes on in its lane. Once it went (2xx, dead letter;
-// a parked stream waits for its unpark) and the lane is empty, the
-// partition reads the stream's events from the partitioned copy in order
-// (direct gets by subject, from From on) and delivers each through the
-// same head of line, moving From past it before it counts as settled.
-// When the copy has nothing more and no event of the stream at or after
-// From was acked out meanwhile, the record is deleted and the stream is
-// live again: its next event comes from the partition consumer, after
-// the successor check. A new owner reads the records before its fence
+// head and the copy sequence of the first event taken (Start, and From:
+// where the stream is read again from), then acks them out of the
+// partition consumer undelivered (double acks, tracked), and every later
+// event of the stream at or after Start as it comes. The head goes on in
+// its lane. Once it settled and nothing of the stream before Start is in
+// hand (a parked stream waits for its unpark), the partition reads the
+// stream's events from the partitioned copy in order (direct gets by
+// subject, from From on) and delivers each through the same head of
+// line, moving From past it before it counts as settled. When the copy
+// has nothing more, no event at or after From was acked out meanwhile and
+// nothing before From can still come from the partition consumer (every
+// ack-out confirmed and every event read again acked out, or the ack
+// floor past it), the record is deleted and the stream is live again: its
+// next event comes from the partition consumer, after the successor
+// check. A new owner reads its partition's records before its fence
 // passes and re-reads from From. An event is acked out only once the
 // record names it or an earlier one, and From passes an event only once
 // it was delivered or dead-lettered.
