@@ -87,24 +87,27 @@ func readmeCluster(t *testing.T, conf string, passwords map[string]string) strin
 	}
 	require.Equal(t, map[string]string{"bridge": passwords["BRIDGE_PASSWORD"], "consumer": passwords["CONSUMER_PASSWORD"]}, users)
 
+	// Ports the servers choose themselves (-1), not ones picked before
+	// and taken meanwhile by another test's process (nats-2 was once not
+	// ready in 30 s): nats-1 is the seed, on a route port picked just
+	// before it starts (a JetStream cluster needs a configured route: its
+	// own, which it ignores); the others route to it and learn each other
+	// from it.
 	const nodes = 3
-	clientPorts, routePorts := make([]int, nodes), make([]int, nodes)
-	for i := range nodes {
-		clientPorts[i], routePorts[i] = freePort(t), freePort(t)
-	}
 	dir := t.TempDir()
 	urls := make([]string, nodes)
+	var seed string
 	for i := range nodes {
 		o, err := server.ProcessConfigFile(path) // NewServer changes its Options: one each
 		require.NoError(t, err)
 		o.ServerName = fmt.Sprintf("nats-%d", i+1)
-		o.Host, o.Port = "127.0.0.1", clientPorts[i]
-		o.Cluster.Host, o.Cluster.Port = "127.0.0.1", routePorts[i]
-		var routes []string
-		for j := range nodes {
-			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", routePorts[j]))
+		o.Host, o.Port = "127.0.0.1", server.RANDOM_PORT
+		o.Cluster.Host, o.Cluster.Port = "127.0.0.1", server.RANDOM_PORT
+		if i == 0 {
+			o.Cluster.Port = freePort(t)
+			seed = fmt.Sprintf("nats-route://127.0.0.1:%d", o.Cluster.Port)
 		}
-		o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		o.Routes = server.RoutesFromStr(seed)
 		o.StoreDir = filepath.Join(dir, o.ServerName)
 		o.NoSigs, o.NoLog = true, true
 		srv, err := server.NewServer(o)
@@ -112,7 +115,7 @@ func readmeCluster(t *testing.T, conf string, passwords map[string]string) strin
 		go srv.Start()
 		t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 		require.True(t, srv.ReadyForConnections(30*time.Second), "%s ready", o.ServerName)
-		urls[i] = fmt.Sprintf("nats://127.0.0.1:%d", clientPorts[i])
+		urls[i] = srv.ClientURL()
 	}
 	natsURL := strings.Join(urls, ",")
 	nc, err := nats.Connect(natsURL, nats.UserInfo("bridge", passwords["BRIDGE_PASSWORD"]))

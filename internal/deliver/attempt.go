@@ -194,24 +194,60 @@ func (r *sender) request(msg jetstream.Msg, id, replica string) ([]byte, http.He
 }
 
 // send POSTs the request through the endpoint's circuit breaker and
-// records what happened on at (the attempt's span and record). refused is
-// true when the breaker let nothing through (open, or a half-open probe
-// already running); resp is then the zero response. inProgress, when not
-// nil, is called every AckWait/2 while the POST runs. gen is what gate
-// returned; order, as for post.
-func (r *sender) send(ctx context.Context, at *attemptState, inProgress func() error, gen uint64, id string, body []byte, hdr http.Header, order *webhook.OrderFields) (resp response, refused bool) {
+// records what happened on at (the attempt's span and record). notSent
+// is nil when the POST went out; else it says why nothing was sent, and
+// resp is the zero response: an error wrapping breaker.ErrOpen when the
+// breaker let nothing through (open, or a half-open probe already
+// running), or errLeasePassed when fence refused it. inProgress, when
+// not nil, is called every AckWait/2 while the POST runs. gen is what
+// gate returned; order, as for post.
+//
+// fence, when not nil (an ordered partition's leaseFence.bound), is
+// asked once the breaker let the POST through, probe claim included,
+// right before the POST: it refuses a POST past the lease deadline and
+// bounds the POST's context by the lease (a POST cut there answers with
+// an error wrapping errLeasePassed, and counts for neither the breaker
+// nor the subscription's health).
+func (r *sender) send(ctx context.Context, at *attemptState, inProgress func() error, fence postFence, gen uint64, id string, body []byte, hdr http.Header, order *webhook.OrderFields) (resp response, notSent error) {
 	at.sending()
+	var fenced error
 	err := r.br.Execute(func() error {
-		resp = r.post(ctx, inProgress, id, body, hdr, order)
+		pctx := ctx
+		if fence != nil {
+			fctx, done, err := fence(ctx)
+			if err != nil {
+				fenced = err
+				return fmt.Errorf("%w: %w", breaker.ErrExcluded, err)
+			}
+			defer done()
+			pctx = fctx
+		}
+		resp = r.post(pctx, inProgress, id, body, hdr, order)
+		if cause := context.Cause(pctx); fence != nil && errors.Is(cause, errLeasePassed) && resp.err != nil {
+			// Cut by the lease, not the endpoint's failure.
+			resp.err = fmt.Errorf("%w: %w", cause, resp.err)
+			at.answered(resp)
+			return fmt.Errorf("%w: %w", breaker.ErrExcluded, resp.err)
+		}
 		at.answered(resp)
 		return resp.breakerErr()
 	})
-	if errors.Is(err, breaker.ErrOpen) {
-		return resp, true
+	if fenced != nil {
+		return response{}, fenced
 	}
-	r.answered(resp, gen)
-	return resp, false
+	if errors.Is(err, breaker.ErrOpen) {
+		return resp, err
+	}
+	if !errors.Is(resp.err, errLeasePassed) {
+		r.answered(resp, gen)
+	}
+	return resp, nil
 }
+
+// postFence is where a POST passes its partition's lease fence
+// (leaseFence.bound): ctx bounded by the lease and its cancel, or why
+// the POST may not start.
+type postFence func(ctx context.Context) (context.Context, context.CancelFunc, error)
 
 // answered feeds an answer to the throttle (a 429 or 503 cuts the rate;
 // gen is the throttle's generation when the request was sent)

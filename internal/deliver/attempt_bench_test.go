@@ -81,9 +81,9 @@ func BenchmarkAttempt(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				resp, refused := r.send(actx, at, nil, 0, "1042", body, hdr, order)
-				if refused || resp.status != http.StatusNoContent {
-					b.Fatalf("refused %v, status %d, err %v", refused, resp.status, resp.err)
+				resp, notSent := r.send(actx, at, nil, nil, 0, "1042", body, hdr, order)
+				if notSent != nil || resp.status != http.StatusNoContent {
+					b.Fatalf("not sent %v, status %d, err %v", notSent, resp.status, resp.err)
 				}
 				at.decide(OutcomeAck, resp.class(), "")
 				r.count(OutcomeAck, resp.class(), resp.status)

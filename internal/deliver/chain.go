@@ -107,9 +107,9 @@ func (c *chain) forget(key string) {
 }
 
 // chainSource is where a subscription's predecessors are looked up: the
-// partitioned copy (name, read with direct gets), the subscription's
-// filters on it and its start there, and the park bucket's skipped
-// versions.
+// partitioned copy (name, as its stream leader has it: lastVersionBefore),
+// the subscription's filters on it and its start there, and the park
+// bucket's skipped versions.
 type chainSource struct {
 	js           jetstream.JetStream
 	copyName     string
@@ -150,69 +150,102 @@ func (cs chainSource) previous(ctx context.Context, key string, seq uint64) (int
 
 // lastVersionBefore returns the stream version (ce-streamversion) of the
 // last message of JetStream stream name whose subject matches one of
-// subjects, among sequences from (0: the first) to before-1, and found
-// false when there is none. One direct get (multi_last with up_to_seq,
-// nats-server 2.11+; the stream needs AllowDirect), answered by the
-// stream's leader or a follower (a follower still lacking the
-// predecessor answers an older one: the receiver's gate answers gap, and
-// the sender looks up again).
+// subjects, among sequences from (0: the first) to before-1, as the
+// stream's leader has it, and found false when there is none.
+//
+// Finding the last message before a sequence takes a direct get
+// (multi_last with up_to_seq, nats-server 2.11+; the stream needs
+// AllowDirect), and any replica may answer a direct get: in nats-server
+// 2.15 a follower serves them once it is 90 % caught up, and a follower
+// lacking the newest messages answers an older predecessor, or none. The
+// leader's message get API ($JS.API.STREAM.MSG.GET, which only the
+// leader answers) has no "last before", but it has "first after": so the
+// direct get's answer is a candidate, and the leader is asked for the
+// first matching message after it (leaderFirstAfter). None before
+// `before` confirms it; one before takes its place and is confirmed in
+// turn. One request more per look-up (per subject) when the candidate is
+// right, one per message the answering follower lacked when not.
 func lastVersionBefore(ctx context.Context, js jetstream.JetStream, name string, subjects []string, from, before uint64) (int64, bool, error) {
 	if len(subjects) == 0 || before <= 1 || before <= from {
 		return 0, false, nil
-	}
-	req, err := json.Marshal(struct {
-		MultiLast []string `json:"multi_last"`
-		Seq       uint64   `json:"seq,omitempty"`
-		UpToSeq   uint64   `json:"up_to_seq"`
-	}{subjects, from, before - 1})
-	if err != nil {
-		return 0, false, err
-	}
-	nc := js.Conn()
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return 0, false, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(directGetSubject(js, name), inbox, req); err != nil {
-		return 0, false, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 	}
+	seq, hdr, err := directLastBefore(ctx, js, name, subjects, from, before)
+	if err != nil {
+		return 0, false, err
+	}
+	for {
+		next, nh, err := leaderFirstAfter(ctx, js, name, subjects, max(seq+1, from))
+		if err != nil {
+			return 0, false, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
+		}
+		if next == 0 || next >= before {
+			break
+		}
+		seq, hdr = next, nh // the direct get's replica lacked it
+	}
+	if seq == 0 {
+		return 0, false, nil
+	}
+	v, err := strconv.ParseInt(hdr.Get(wire.HeaderStreamVersion), 10, 64)
+	if err != nil {
+		// A predecessor without a stream version (published by another
+		// program) has no place in the chain: none is named. An error
+		// here would hold the stream for ever; a gate that answers gap
+		// to none leads to order-stuck, a state the operator sees.
+		return 0, false, nil
+	}
+	return v, true, nil
+}
+
+// directLastBefore returns the sequence and headers of the last message
+// of JetStream stream name whose subject matches one of subjects, among
+// sequences from (0: the first) to before-1, as the replica answering a
+// direct get has it (seq 0: none). See lastVersionBefore.
+func directLastBefore(ctx context.Context, js jetstream.JetStream, name string, subjects []string, from, before uint64) (uint64, nats.Header, error) {
+	req, err := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+		Seq       uint64   `json:"seq,omitempty"`
+		UpToSeq   uint64   `json:"up_to_seq"`
+	}{subjects, from, before - 1})
+	if err != nil {
+		return 0, nil, err
+	}
+	nc := js.Conn()
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return 0, nil, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(directGetSubject(js, name), inbox, req); err != nil {
+		return 0, nil, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
+	}
 	var last *nats.Msg
 	var lastSeq uint64
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return 0, false, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
+			return 0, nil, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":
 		case "204": // end of the batch
 			if last == nil {
-				return 0, false, nil
+				return 0, nil, nil
 			}
-			v, err := strconv.ParseInt(last.Header.Get(wire.HeaderStreamVersion), 10, 64)
-			if err != nil {
-				// A predecessor without a stream version (published by
-				// another program) has no place in the chain: none is
-				// named. An error here would hold the stream for ever; a
-				// gate that answers gap to none leads to order-stuck, a
-				// state the operator sees.
-				return 0, false, nil
-			}
-			return v, true, nil
+			return lastSeq, last.Header, nil
 		case "404":
-			return 0, false, nil
+			return 0, nil, nil
 		default:
-			return 0, false, fmt.Errorf("deliver: look up a predecessor in %q: direct get answered %s %s", name, status, m.Header.Get("Description"))
+			return 0, nil, fmt.Errorf("deliver: look up a predecessor in %q: direct get answered %s %s", name, status, m.Header.Get("Description"))
 		}
 		if len(m.Data) == 0 && m.Header == nil {
-			return 0, false, errors.New("deliver: look up a predecessor: empty answer (no JetStream?)")
+			return 0, nil, errors.New("deliver: look up a predecessor: empty answer (no JetStream?)")
 		}
 		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 		if last == nil || seq > lastSeq {
@@ -221,9 +254,73 @@ func lastVersionBefore(ctx context.Context, js jetstream.JetStream, name string,
 	}
 }
 
+// leaderFirstAfter returns the sequence and headers of the first message
+// of JetStream stream name at or after sequence from whose subject
+// matches one of subjects, read from the stream's leader (seq 0: none).
+// It asks the message get API, $JS.API.STREAM.MSG.GET.<name> with
+// next_by_subj, which in a cluster only the stream's leader answers,
+// never a direct get (nats.go's Stream.GetMsg takes a direct get when the
+// stream allows them, and any replica 90 % caught up may answer that).
+func leaderFirstAfter(ctx context.Context, js jetstream.JetStream, name string, subjects []string, from uint64) (uint64, nats.Header, error) {
+	var first uint64
+	var hdr nats.Header
+	for _, subj := range subjects {
+		req, err := json.Marshal(struct {
+			Seq     uint64 `json:"seq,omitempty"`
+			NextFor string `json:"next_by_subj"`
+		}{from, subj})
+		if err != nil {
+			return 0, nil, err
+		}
+		m, err := js.Conn().RequestWithContext(ctx, apiSubject(js, "STREAM.MSG.GET."+name), req)
+		if err != nil {
+			return 0, nil, err
+		}
+		var resp struct {
+			Error *struct {
+				Code        int    `json:"code"`
+				ErrCode     int    `json:"err_code"`
+				Description string `json:"description"`
+			} `json:"error"`
+			Message *struct {
+				Seq    uint64 `json:"seq"`
+				Header []byte `json:"hdrs"`
+			} `json:"message"`
+		}
+		if err := json.Unmarshal(m.Data, &resp); err != nil {
+			return 0, nil, fmt.Errorf("message get answered %q: %w", m.Data, err)
+		}
+		switch {
+		case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+			continue
+		case resp.Error != nil:
+			return 0, nil, fmt.Errorf("message get answered %d %s", resp.Error.Code, resp.Error.Description)
+		case resp.Message == nil:
+			return 0, nil, fmt.Errorf("message get answered %q: no message", m.Data)
+		}
+		if first != 0 && resp.Message.Seq >= first {
+			continue
+		}
+		h := nats.Header{}
+		if len(resp.Message.Header) > 0 {
+			if h, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+				return 0, nil, fmt.Errorf("message get answered bad headers: %w", err)
+			}
+		}
+		first, hdr = resp.Message.Seq, h
+	}
+	return first, hdr, nil
+}
+
 // directGetSubject is the direct get API subject of JetStream stream name
 // for js's API prefix or domain.
 func directGetSubject(js jetstream.JetStream, name string) string {
+	return apiSubject(js, "DIRECT.GET."+name)
+}
+
+// apiSubject is the JetStream API subject ending in suffix (such as
+// "STREAM.MSG.GET.<stream>") for js's API prefix or domain.
+func apiSubject(js jetstream.JetStream, suffix string) string {
 	o := js.Options()
 	prefix := jetstream.DefaultAPIPrefix
 	switch {
@@ -235,7 +332,7 @@ func directGetSubject(js jetstream.JetStream, name string) string {
 			prefix += "."
 		}
 	}
-	return prefix + "DIRECT.GET." + name
+	return prefix + suffix
 }
 
 // orderFieldsOf returns the ordering fields of the webhook of a message

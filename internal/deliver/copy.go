@@ -55,7 +55,7 @@ func copyMaxBytes(events int64) int64 {
 }
 
 // allowDirect turns AllowDirect on for an existing copy s created without
-// it (successor look-ups read the copy with direct gets), logging once.
+// it (the version chain's look-ups start with a direct get), logging once.
 func allowDirect(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, log *slog.Logger) error {
 	cfg := s.CachedInfo().Config
 	if cfg.AllowDirect {
@@ -65,7 +65,7 @@ func allowDirect(ctx context.Context, js jetstream.JetStream, s jetstream.Stream
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("deliver: turn on AllowDirect of JetStream stream %q: %w", cfg.Name, err)
 	}
-	log.Info("the partitioned copy had no AllowDirect; turned it on (its successor look-ups read it with direct gets)",
+	log.Info("the partitioned copy had no AllowDirect; turned it on (the version chain's look-ups read it with direct gets)",
 		slog.String("jetstream_stream", cfg.Name))
 	return nil
 }

@@ -31,7 +31,8 @@ func CopyStreamConfig(ecfg jetstream.StreamConfig, partitions, replicas int) jet
 		MaxBytes:    copyMaxBytes(ecfg.MaxBytes),
 		Compression: copyCompression,
 		Replicas:    replicas,
-		// Successor look-ups read the copy by subject with direct gets.
+		// The version chain's look-ups start with a direct get
+		// (lastVersionBefore).
 		AllowDirect: true,
 		Sources: []*jetstream.StreamSource{{
 			Name:              ecfg.Name,

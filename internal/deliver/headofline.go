@@ -10,6 +10,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
@@ -145,12 +146,28 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			continue // waitLease again
 		}
 		actx, at := r.startAttempt(ctx, em, id, attempt)
-		resp, refused := r.send(actx, at, nil, gen, id, body, hdr, order)
+		resp, notSent := r.send(actx, at, nil, hl.lease.bound, gen, id, body, hdr, order)
 		<-hl.slots
-		if refused {
+		switch {
+		case errors.Is(notSent, errLeasePassed):
+			// The lease deadline passed while the breaker let it through
+			// (a probe claim against the shared state, a freeze): not
+			// sent; waitLease again. No attempt spent.
+			hl.notSent(at, notSent)
+			continue
+		case notSent != nil:
 			// Another lane's probe won; wait for the breaker again.
 			ended(at, OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
 			r.count(OutcomeBreakerOpen, ClassNone, 0)
+			continue
+		case errors.Is(resp.err, errLeasePassed):
+			// Cut at the lease deadline (no renewal in time, or the lease
+			// found taken): nothing is settled from it; the lease decides
+			// whether it goes again (waitLease) or back to JetStream. No
+			// attempt spent.
+			ended(at, OutcomeRetry, ClassTimeout, resp.reason())
+			r.count(OutcomeRetry, ClassTimeout, 0)
+			log().Warn("the partition's lease deadline passed during the POST; cut, nothing settled from it", slog.Any("error", resp.err))
 			continue
 		}
 		s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
@@ -220,6 +237,14 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			hl.release()
 		}
 	}
+}
+
+// notSent ends an attempt that the lease fence stopped before its POST:
+// its span ends with the reason, and nothing is counted or recorded (no
+// POST, no outcome).
+func (hl *headOfLine) notSent(at *attemptState, why error) {
+	at.span.SetStatus(codes.Error, "not sent: "+why.Error())
+	at.span.End()
 }
 
 // noHold is gate's hold for a message a keepAlive already keeps.
@@ -307,7 +332,9 @@ func (hl *headOfLine) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadlette
 		log.Error("dead letter failed; retrying in place", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("retry_in", d))
 		sleep(hl.ctx, hl.clock, d)
 		if hl.ctx.Err() != nil {
-			nak(log, m, 0)
+			// Through the fence: a partition released because its
+			// lease was found taken Naks nothing.
+			hl.lease.nak(log, m)
 			return
 		}
 	}

@@ -19,8 +19,21 @@ import (
 // connection is down: nats.go would buffer them and flush them after the
 // reconnect, maybe long after the lease ended (an ack not sent leaves the
 // message pending: it is redelivered and the receiver deduplicates it).
+//
+// The deadline is read on two clocks. A time.Time from the engine's clock
+// carries a monotonic reading, and comparing two of them compares those
+// only; but the monotonic clock stops while the machine (a VM) is
+// suspended, while the lease key in JetStream expires on the server's
+// time. A replica woken after a suspension longer than its lease would
+// believe it still held it. So the lease is held only while both the
+// monotonic and the wall-clock readings are before the deadline's (see
+// wallOf): a wall clock stepped back by NTP leaves the monotonic check;
+// one stepped forward ends the lease early (safe: the next renewal moves
+// it again).
 
-// errLeasePassed is why an InProgress was not sent past the deadline.
+// errLeasePassed is why a POST, an ack, a Nak or an InProgress was not
+// sent (or a POST was cut): the lease deadline passed, or the lease was
+// found taken.
 var errLeasePassed = errors.New("partition lease deadline passed")
 
 // errNotConnected is why an ack or InProgress was not sent.
@@ -35,18 +48,51 @@ type leaseFence struct {
 	// connStatus is the NATS connection's status (nil: always connected).
 	connStatus func() nats.Status
 
+	// wallOf returns the wall-clock reading of a time read from clock
+	// (nil: t.Round(0), which drops the monotonic reading; tests replace
+	// it to suspend the wall clock apart from the fake one).
+	wallOf func(t time.Time) time.Time
+
 	mu       sync.Mutex
-	deadline time.Time // no attempt starts after it
-	lost     bool      // the lease was found taken: the deadline stays passed
+	deadline time.Time // no attempt starts after it (its monotonic reading decides)
+	// wallDeadline is the deadline's wall-clock reading, fixed when the
+	// deadline was set (zero: unset, taken from deadline).
+	wallDeadline time.Time
+	lost         bool // the lease was found taken: the deadline stays passed
+	// posts are the cancels of the POSTs running inside the lease
+	// (bound): lose ends them at once.
+	posts  map[uint64]context.CancelCauseFunc
+	postID uint64
 }
 
-// setDeadline moves the deadline to t (a lease renewal).
+// wall returns t's wall-clock reading.
+func (lf *leaseFence) wall(t time.Time) time.Time {
+	if lf.wallOf != nil {
+		return lf.wallOf(t)
+	}
+	return t.Round(0)
+}
+
+// setDeadline moves the deadline to t (a lease renewal: its start on the
+// engine's clock plus 3/4 of the TTL), on both of t's clocks.
 func (lf *leaseFence) setDeadline(t time.Time) {
 	lf.mu.Lock()
 	if !lf.lost {
-		lf.deadline = t
+		lf.deadline, lf.wallDeadline = t, lf.wall(t)
 	}
 	lf.mu.Unlock()
+}
+
+// leftLocked returns the time left before the deadline on the clock that
+// says less, and false once it passed on either (lf.mu held).
+func (lf *leaseFence) leftLocked() (time.Duration, bool) {
+	now := lf.clock.Now()
+	wd := lf.wallDeadline
+	if wd.IsZero() {
+		wd = lf.wall(lf.deadline) // set at construction
+	}
+	left := min(lf.deadline.Sub(now), wd.Sub(lf.wall(now)))
+	return left, !lf.lost && left > 0
 }
 
 // lose ends the lease at once: a renewal found the key taken (expired and
@@ -57,11 +103,19 @@ func (lf *leaseFence) setDeadline(t time.Time) {
 // have sent the event's successor already, and an ack or a POST now could
 // come after it. Before, acks went on until the old deadline (up to 3/4
 // of the lease TTL).
+//
+// A POST running (bound) is cancelled too: its answer is not waited for,
+// and nothing is settled from it.
 func (lf *leaseFence) lose() {
 	lf.mu.Lock()
-	defer lf.mu.Unlock()
 	lf.lost = true
-	lf.deadline = time.Time{}
+	lf.deadline, lf.wallDeadline = time.Time{}, time.Time{}
+	posts := lf.posts
+	lf.posts = nil
+	lf.mu.Unlock()
+	for _, cancel := range posts {
+		cancel(errLeasePassed)
+	}
 }
 
 // mayStart reports whether an attempt may start: the partition was not
@@ -70,7 +124,60 @@ func (lf *leaseFence) lose() {
 func (lf *leaseFence) mayStart() bool {
 	lf.mu.Lock()
 	defer lf.mu.Unlock()
-	return lf.ctx.Err() == nil && lf.clock.Now().Before(lf.deadline)
+	_, held := lf.leftLocked()
+	return lf.ctx.Err() == nil && held
+}
+
+// bound is where a POST of the partition passes the fence: right before
+// it goes out, after everything that may wait before it (the slot, the
+// throttle, the breaker, and the breaker's probe claim, up to 2 s against
+// the shared state; see breaker/shared.go), so that no POST starts past
+// the deadline whatever delayed it. It returns errLeasePassed when the
+// deadline passed (or the partition was released), else ctx bounded by
+// the lease: cancelled, with cause errLeasePassed, once the deadline
+// passes without a renewal or the lease is lost. Renewals move the
+// deadline, so a POST is cut only when its lease ends, not at the deadline
+// it started under. The caller calls the returned cancel when the POST
+// ended.
+func (lf *leaseFence) bound(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	lf.mu.Lock()
+	left, held := lf.leftLocked()
+	if !held || lf.ctx.Err() != nil {
+		lf.mu.Unlock()
+		return nil, nil, errLeasePassed
+	}
+	pctx, cancel := context.WithCancelCause(ctx)
+	if lf.posts == nil {
+		lf.posts = map[uint64]context.CancelCauseFunc{}
+	}
+	lf.postID++
+	id := lf.postID
+	lf.posts[id] = cancel
+	var t clockwork.Timer
+	var check func()
+	check = func() {
+		lf.mu.Lock()
+		defer lf.mu.Unlock()
+		if _, running := lf.posts[id]; !running {
+			return
+		}
+		left, held := lf.leftLocked()
+		if !held {
+			delete(lf.posts, id)
+			cancel(errLeasePassed)
+			return
+		}
+		t.Reset(left) // renewed meanwhile: wait for the new deadline
+	}
+	t = lf.clock.AfterFunc(left, check)
+	lf.mu.Unlock()
+	return pctx, func() {
+		lf.mu.Lock()
+		delete(lf.posts, id)
+		t.Stop()
+		lf.mu.Unlock()
+		cancel(nil)
+	}, nil
 }
 
 // waitLease waits while the lease deadline is passed (a renewal late, or a
@@ -95,7 +202,8 @@ func (lf *leaseFence) waitLease() bool {
 func (lf *leaseFence) leaseHeld() bool {
 	lf.mu.Lock()
 	defer lf.mu.Unlock()
-	return lf.clock.Now().Before(lf.deadline)
+	_, held := lf.leftLocked()
+	return held
 }
 
 // connected reports whether the NATS connection is up right now.

@@ -3,6 +3,7 @@ package deliver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -234,4 +235,55 @@ func TestPartitionWhoseLeaseIsFoundTakenStopsAtOnce(t *testing.T) {
 	pt.lease.setDeadline(clock.Now().Add(3 * time.Second)) // a renewal answered late
 	require.False(t, pt.lease.mayStart(), "a lost lease stays lost")
 	require.ErrorIs(t, pt.lease.mayAck(), errLeasePassed)
+}
+
+// failingDLQ is a dead-letter writer that always fails.
+type failingDLQ struct{ calls atomic.Int32 }
+
+func (d *failingDLQ) DeadLetter(context.Context, deadletter.Letter) error {
+	d.calls.Add(1)
+	return errors.New("DLQ stream unavailable")
+}
+
+// A dead letter retried in place while the DLQ fails gives its event
+// back when the partition is released: with a Nak while the lease holds
+// (a release to another replica), with nothing once the lease was found
+// taken (lose): the new owner may have sent its successor already.
+func TestDeadLetterRetriedWhenTheLeaseIsLostNaksNothing(t *testing.T) {
+	t.Parallel()
+	for _, lost := range []bool{false, true} {
+		t.Run(map[bool]string{false: "released", true: "lost"}[lost], func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			pt, clock, _ := fencedPartition(t)
+			dlq := &failingDLQ{}
+			m, err := newMetrics(nil)
+			require.NoError(t, err)
+			pt.hol.r = &runner{sender: &sender{sub: Subscription{Name: "orders"}, metrics: m}, deadLetters: dlq}
+			msg := newAckMsg(10)
+			done := make(chan struct{})
+			go func() {
+				pt.hol.deadLetter(msg, pt.log, deadletter.Letter{EventID: "1042", Reason: "410"}, OutcomeTerm, ClassNone)
+				close(done)
+			}()
+			require.NoError(t, clock.BlockUntilContext(ctx, 1), "the dead letter waits its backoff on the clock")
+			require.Positive(t, dlq.calls.Load())
+			if lost {
+				pt.lease.lose()
+			}
+			pt.release()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				t.Fatal("the dead letter did not give up at the release")
+			}
+			require.Zero(t, msg.acks.Load(), "never acked")
+			if lost {
+				require.Zero(t, msg.naks.Load(), "the lease was lost: no Nak")
+			} else {
+				require.Equal(t, int32(1), msg.naks.Load(), "released with the lease held: Nak'd at once")
+			}
+		})
+	}
 }

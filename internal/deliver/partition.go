@@ -118,6 +118,9 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 		pt.health, pt.sub, pt.maxAckPending = d.r.health, d.r.sub.Name, d.r.sub.MaxAckPending
 	}
 	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, ackWait, cons, d.filters, d.copyStream)
+	if d.r != nil {
+		pt.succ.js = d.r.js
+	}
 	if d.redeliveredBy > 0 {
 		pt.succ.redeliveredBy = d.redeliveredBy
 	}

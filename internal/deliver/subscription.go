@@ -310,9 +310,12 @@ func (s Subscription) Validate() error {
 		return bad("AckWait", "%s must be positive", s.AckWait)
 	}
 	if 2*s.Timeout >= s.AckWait {
-		// A POST must end before JetStream may hand its event to another
-		// replica (the next owner of a partition, or a redelivery), so that
-		// a stale POST never overlaps its successor's.
+		// A POST shorter than AckWait/2 never needs an InProgress to keep
+		// its event from JetStream's redelivery. An ordered POST does not
+		// rest on this: the lease fence is asked after every wait before
+		// it (the probe claim included) and cuts it at the lease deadline,
+		// before the lease key can expire (docs/ordering.md, "The POST's
+		// time and the lease").
 		return bad("Timeout", "%s must be below half of AckWait %s", s.Timeout, s.AckWait)
 	}
 	if s.MaxDeliver < -1 {

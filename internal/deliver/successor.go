@@ -2,7 +2,7 @@ package deliver
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -28,8 +28,8 @@ import (
 // A stream's first event since the partition was taken is handed on at
 // once only when it is the stream's version 0, or the next sequence after
 // the consumer's ack floor read when the fence passed. Any other waits
-// until JetStream names it the stream's first event after that floor (a
-// direct get by subject): everything at or below the floor was acked, and
+// until JetStream names it the stream's first event after that floor (the
+// copy's stream leader, asked by subject): everything at or below the floor was acked, and
 // an earlier event of the stream above it is either still pending (it
 // comes, and goes first) or was acked out of order by the former owner
 // (the floor passes it soon, and unstick lets the stream go on). The
@@ -43,8 +43,8 @@ import (
 // versions 0, 1, 2, …), or, when the versions do not say (a gap: a
 // subscription filtering by event name, a table with holes, an event lost
 // on its way), when JetStream answers that it is the stream's first event
-// after the last one that the consumer's filters match (a direct get by
-// subject). An event that is not waits in the partition until its
+// after the last one that the consumer's filters match (the copy's
+// stream leader, asked by subject: successorSeq). An event that is not waits in the partition until its
 // predecessor was handed on.
 //
 // The version chain (chain.go) does not replace this check: it lets a
@@ -64,8 +64,10 @@ type successors struct {
 	book    *handBook // the partition's: its waiting events
 	cons    jetstream.Consumer
 	filters []string // the partition consumer's filter subjects
-	// copyStream returns the partitioned copy (successorSeq reads it).
+	// copyStream returns the partitioned copy (successorSeq reads it
+	// from its leader, through js).
 	copyStream func(context.Context) (jetstream.Stream, error)
+	js         jetstream.JetStream
 	// lookup looks up a stream's next event (successorSeq; tests
 	// replace it).
 	lookup func(key string, after uint64) (uint64, error)
@@ -260,7 +262,11 @@ func (sc *successors) lookUp(key string, after uint64) {
 
 // successorSeq returns the sequence of the first event of stream key
 // after sequence after that one of the partition consumer's filters
-// matches (0: none).
+// matches (0: none), as the copy's stream leader has it
+// (leaderFirstAfter). A direct get may be answered by a follower, and a
+// follower lacking the event would answer "none", which answered reads
+// as "nothing comes before the waiting head": the head would go out
+// before its lost predecessor.
 func (sc *successors) successorSeq(key string, after uint64) (uint64, error) {
 	ctx, cancel := context.WithTimeout(sc.ctx, 5*time.Second)
 	defer cancel()
@@ -268,22 +274,19 @@ func (sc *successors) successorSeq(key string, after uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var next uint64
+	var subjects []string
 	for _, f := range sc.filters {
-		subj, ok := wire.IntersectFilters(f, key+".*")
-		if !ok {
-			continue
+		if subj, ok := wire.IntersectFilters(f, key+".*"); ok {
+			subjects = append(subjects, subj)
 		}
-		m, err := s.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		if next == 0 || m.Sequence < next {
-			next = m.Sequence
-		}
+	}
+	if len(subjects) == 0 {
+		return 0, nil
+	}
+	name := s.CachedInfo().Config.Name
+	next, _, err := leaderFirstAfter(ctx, sc.js, name, subjects, after+1)
+	if err != nil {
+		return 0, fmt.Errorf("deliver: look up the next event of a stream in %q: %w", name, err)
 	}
 	return next, nil
 }

@@ -59,8 +59,8 @@ func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, 
 		r.giveUp(ctx, log(), msg, deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
 		return false
 	}
-	resp, refused := r.send(ctx, at, msg.InProgress, gen, id, body, hdr, nil)
-	if refused {
+	resp, notSent := r.send(ctx, at, msg.InProgress, nil, gen, id, body, hdr, nil)
+	if notSent != nil { // the breaker refused it (no fence here)
 		at.decide(OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
 		delay := r.br.OpenTimeout()
 		r.count(OutcomeBreakerOpen, ClassNone, 0)
