@@ -269,7 +269,10 @@ func (lf *leaseFence) waitAck() bool {
 // (a stream's record set aside) gives up at the deadline.
 func (lf *leaseFence) beforeDeadline(parent context.Context, most time.Duration) (context.Context, context.CancelFunc) {
 	lf.mu.Lock()
-	left := lf.deadline.Sub(lf.clock.Now())
+	left, held := lf.leftLocked() // on the clock that says less
 	lf.mu.Unlock()
+	if !held {
+		left = 0
+	}
 	return context.WithTimeout(parent, max(0, min(left, most)))
 }
