@@ -265,7 +265,7 @@ func (f *Fleet) forgetParked(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("deliver: subscription %q: key-value bucket %q: %w", name, wire.DefaultParkBucket, err)
 	}
-	l, err := kv.ListKeysFiltered(ctx, wire.ParkedFilter(name), wire.AttemptsKeyPrefix+name+".*", wire.SkippedKeyPrefix+name+".*")
+	l, err := kv.ListKeysFiltered(ctx, wire.ParkedFilter(name), wire.AttemptsKeyPrefix+name+".*", wire.SkippedKeyPrefix+name+".*", wire.AsideFilter(name))
 	if err != nil {
 		return fmt.Errorf("deliver: subscription %q: list key-value bucket %q: %w", name, wire.DefaultParkBucket, err)
 	}

@@ -209,3 +209,43 @@ func (b *handBook) pending(seqs map[uint64]bool) {
 		}
 	}
 }
+
+// waitingOf returns how many events of stream key wait for a predecessor.
+func (b *handBook) waitingOf(key string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.waiting[key])
+}
+
+// takeWaitingOf removes the waiting events of stream key and returns
+// them, in stream order.
+func (b *handBook) takeWaitingOf(key string) []jetstream.Msg {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []jetstream.Msg
+	for _, x := range b.waiting[key] {
+		out = append(out, x.msg)
+	}
+	delete(b.waiting, key)
+	return out
+}
+
+// inHand returns how many events are in the lanes or wait for a
+// predecessor.
+func (b *handBook) inHand() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(b.inLane)
+	for _, w := range b.waiting {
+		n += len(w)
+	}
+	return n
+}
+
+// lastSettled returns the sequence of stream key's last event settled
+// here (0: none).
+func (b *handBook) lastSettled(key string) uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lastDone[key]
+}

@@ -55,6 +55,10 @@ type headOfLine struct {
 	// stream key) and the predecessor it carried in the park bucket
 	// (deadletter.RecordSkipped); nil: not recorded.
 	skipped func(ctx context.Context, streamKey string, version, previous int64) error
+	// aside learns which heads are retried in place, and moves the record
+	// of a stream set aside past each event settled (aside.go); nil: no
+	// stream is set aside.
+	aside *asides
 }
 
 // deliver delivers one event of an ordered subscription with head-of-line
@@ -73,6 +77,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 	id := eventID(m)
 	stop := r.keepAlive(id, func() error { return hl.lease.inProgress(m) })
 	defer stop()
+	defer hl.aside.headEnded(key, m)
 	if attemptNumber(m) > 1 {
 		r.redeliveries.Inc()
 	}
@@ -184,6 +189,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			hl.forgetAttempts(id, recorded)
 			return
 		case actRetry:
+			hl.aside.refusedHead(key, m) // its later events may be set aside
 			r.count(OutcomeRetry, s.class, 0)
 			hl.attempts.failed(id, attempt)
 			recorded = true
@@ -197,6 +203,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			if refusedSince.IsZero() {
 				refusedSince = hl.clock.Now()
 			}
+			hl.aside.refusedHead(key, m)
 			if dl, stuck := orderStuck(refusedSince, hl.clock.Now(), hl.stuckAfter, resp, id, attempt); stuck {
 				hl.deadLetter(m, log(slog.Int("status", resp.status)), orderLetter(dl, order), OutcomeOrderStuck, s.class)
 				hl.forgetAttempts(id, recorded)
@@ -265,8 +272,13 @@ func (hl *headOfLine) forgetAttempts(id string, recorded bool) {
 // ack that succeeds logs nothing).
 func (hl *headOfLine) ack(m jetstream.Msg, log func() *slog.Logger) {
 	seq := streamSeq(m)
-	hl.book.acked(seq, true)
-	defer hl.book.acked(seq, false)
+	// An event read again from the copy (aside.go) is no delivery of the
+	// partition consumer: the fence must not count it as acked.
+	reread := isReread(m)
+	if !reread {
+		hl.book.acked(seq, true)
+		defer hl.book.acked(seq, false)
+	}
 	var pause backoff.Backoff
 	for tries := 1; ; tries++ {
 		if !hl.lease.waitAck() {
@@ -274,10 +286,17 @@ func (hl *headOfLine) ack(m jetstream.Msg, log func() *slog.Logger) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := m.DoubleAck(ctx)
+		// A stream set aside: its record moves past m before m counts as
+		// settled, so that m is never read again once acked.
+		err := hl.aside.settle(ctx, m)
+		if err == nil {
+			err = m.DoubleAck(ctx)
+		}
 		cancel()
 		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-			hl.book.settled(wire.StreamKey(m.Subject()), seq) // before it leaves acking
+			if !reread {
+				hl.book.settled(wire.StreamKey(m.Subject()), seq) // before it leaves acking
+			}
 			return
 		}
 		if hl.ctx.Err() != nil {

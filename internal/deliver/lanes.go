@@ -68,6 +68,35 @@ func (l *lanes) queued() []jetstream.Msg {
 	return out
 }
 
+// queuedOf returns how many messages of key wait behind its running one.
+func (l *lanes) queuedOf(key string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.busy[key])
+}
+
+// takeQueued removes the messages of key waiting behind its running one
+// and returns them, in the order they were submitted: the running one
+// is then the lane's last.
+func (l *lanes) takeQueued(key string) []jetstream.Msg {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q, running := l.busy[key]
+	if !running || len(q) == 0 {
+		return nil
+	}
+	l.busy[key] = nil
+	return q
+}
+
+// running reports whether key's lane runs.
+func (l *lanes) running(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.busy[key]
+	return ok
+}
+
 // submit runs fn(msg) on wg after the messages of the same key submitted
 // before it, and at once when none is running. It reports whether msg was
 // queued behind a running one (then the running lane's fn runs it, and the

@@ -262,3 +262,17 @@ func (lf *leaseFence) waitAck() bool {
 	}
 	return true
 }
+
+// beforeDeadline returns a context that ends at the lease deadline (on
+// the engine's clock, as measured now) or after most, whichever comes
+// first: a write that must not land once another owner may have read it
+// (a stream's record set aside) gives up at the deadline.
+func (lf *leaseFence) beforeDeadline(parent context.Context, most time.Duration) (context.Context, context.CancelFunc) {
+	lf.mu.Lock()
+	left, held := lf.leftLocked() // on the clock that says less
+	lf.mu.Unlock()
+	if !held {
+		left = 0
+	}
+	return context.WithTimeout(parent, max(0, min(left, most)))
+}

@@ -74,6 +74,7 @@ type metrics struct {
 	partitionsOwned *prometheus.GaugeVec
 	streamsParked   *prometheus.GaugeVec
 	orderStuck      *prometheus.GaugeVec
+	streamsAside    *prometheus.GaugeVec
 	oldestHeld      *prometheus.GaugeVec
 	handovers       *prometheus.CounterVec
 	copyLagMsgs     *prometheus.GaugeVec
@@ -118,6 +119,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		orderStuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_streams_order_stuck",
 			Help: "Parked streams of an ordered subscription in the order-stuck state: the receiver's order gate refused their head (gap, in-progress) for longer than --order-stuck-after (all replicas' view), by subscription.",
+		}, []string{"subscription"}),
+		streamsAside: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jsbridge_consumer_streams_set_aside",
+			Help: "Streams of an ordered subscription this replica holds set aside: their head refused, their later events acked out and read again from the partitioned copy once it goes, by subscription.",
 		}, []string{"subscription"}),
 		oldestHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_oldest_held_seconds",
@@ -165,6 +170,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.orderStuck, err = promreg.Register(reg, m.orderStuck); err != nil {
+		return nil, err
+	}
+	if m.streamsAside, err = promreg.Register(reg, m.streamsAside); err != nil {
 		return nil, err
 	}
 	if m.oldestHeld, err = promreg.Register(reg, m.oldestHeld); err != nil {

@@ -419,7 +419,7 @@ func (or *orderedRunner) newPartition(p int, rev, epoch uint64, deadline time.Ti
 		inHand: or.inHand, pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
 		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log},
 		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream, redeliveredBy: or.o.cfg.RedeliveredBy,
-		epoch: epoch, epochs: or.o.epochs, stuckAfter: or.o.cfg.OrderStuckAfter,
+		epoch: epoch, epochs: or.o.epochs, stuckAfter: or.o.cfg.OrderStuckAfter, parks: or.o.parks,
 	}
 	cs := chainSource{
 		js: or.r.js, copyName: or.o.stream(), eventsPrefix: or.o.eventsPrefix, sub: or.r.sub.Name,

@@ -108,6 +108,18 @@ func (pk *parking) parkedKey(subject string) string {
 	return wire.ParkedKey(pk.sub.Name, wire.StreamKey(wire.EventsSubject(pk.o.eventsPrefix, subject)))
 }
 
+// isParked reports whether the stream of subject (in the partitioned
+// copy) is parked, its entry not deleted.
+func (pk *parking) isParked(subject string) bool {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	if len(pk.parked) == 0 {
+		return false
+	}
+	ps := pk.parked[pk.parkedKey(subject)]
+	return ps != nil && !ps.releasing
+}
+
 // hold keeps m (of stream key) when its stream is parked and reports
 // whether it did. A redelivered head (dead-lettered, but its ack lost) is
 // acked instead.

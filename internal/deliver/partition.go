@@ -46,6 +46,15 @@ type partition struct {
 	hol    *headOfLine
 	watch  *consumerWatch
 	holder *holder // the partition as its parked streams' events see it
+	aside  *asides // its streams set aside (aside.go); nil: none ever is
+	// asideFloorRead is the consumer's ack floor as the streams set aside
+	// last read it, at asideFloorAt (partition.asideFloor); the run
+	// loop's alone.
+	asideFloorAt   time.Time
+	asideFloorRead uint64
+	// maxAckPending is the partition consumer's MaxAckPending (0:
+	// unknown): half of it in hand sets a stuck stream aside at once.
+	maxAckPending int
 
 	health *health // the subscriptions' disabled state (nil: enabled)
 	sub    string  // the subscription's name
@@ -82,6 +91,9 @@ type partitionDeps struct {
 	// (headOfLine.skipped). Nil: every webhook names none.
 	chain   func(ctx context.Context, key string, seq uint64) (int64, error)
 	skipped func(ctx context.Context, streamKey string, version, previous int64) error
+	// parks is the park bucket, where a stream set aside is recorded
+	// (aside.go); nil: no stream is set aside.
+	parks jetstream.KeyValue
 }
 
 // newPartition makes partition p, read from cons, whose lease (created at
@@ -103,7 +115,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 		book:  newHandBook(),
 	}
 	if d.r != nil {
-		pt.health, pt.sub = d.r.health, d.r.sub.Name
+		pt.health, pt.sub, pt.maxAckPending = d.r.health, d.r.sub.Name, d.r.sub.MaxAckPending
 	}
 	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, ackWait, cons, d.filters, d.copyStream)
 	if d.r != nil {
@@ -118,10 +130,16 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 		inProgress: pt.lease.inProgress,
 		nak:        func(m jetstream.Msg) { pt.lease.nak(log, m) },
 	}
+	if d.parks != nil && d.r != nil {
+		pt.aside = newAsides(d.parks, d.r.sub.Name, p, d.r.replicaID, d.clock, log, d.copyStream, d.filters)
+		if d.r.metrics != nil {
+			pt.aside.gauge = d.r.metrics.streamsAside.WithLabelValues(d.r.sub.Name)
+		}
+	}
 	pt.hol = &headOfLine{
 		ctx: ctx, release: cancel, clock: d.clock, log: log, r: d.r, lease: pt.lease, book: pt.book, parking: d.parking, holder: pt.holder,
 		attempts: d.attempts, slots: d.slots, eventsPrefix: d.eventsPrefix, p: p, epoch: d.epoch, epochs: d.epochs, stuckAfter: d.stuckAfter,
-		chain: newChain(d.chain), skipped: d.skipped,
+		chain: newChain(d.chain), skipped: d.skipped, aside: pt.aside,
 	}
 	durable := ""
 	if d.r != nil {
@@ -156,6 +174,7 @@ const fenceCheck = 200 * time.Millisecond
 func (pt *partition) run() {
 	var wg sync.WaitGroup
 	defer close(pt.done)
+	defer pt.aside.released()
 	defer wg.Wait()
 	iter := pt.openPull()
 	if iter == nil {
@@ -225,6 +244,7 @@ func (pt *partition) run() {
 			for _, m := range pt.parking.releaseFor(pt.holder) {
 				pt.dispatch(m, &wg)
 			}
+			pt.tendAside(&wg)
 			select {
 			case <-pt.ctx.Done():
 			case <-pt.inHand.roomMade():
@@ -285,6 +305,9 @@ func (pt *partition) run() {
 		}
 		if iter == nil {
 			break
+		}
+		if !fencing {
+			pt.tendAside(&wg)
 		}
 		if !fencing && pt.clock.Since(lastUnstick) >= unstickAfter {
 			lastUnstick = pt.clock.Now()
@@ -354,6 +377,12 @@ func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 	if err := pt.parking.reread(pt.ctx); err != nil {
 		pt.log.Warn("re-reading the parked streams failed; the fence waits", slog.Any("error", err))
 		return 0, false
+	}
+	if pt.aside != nil {
+		if err := pt.aside.load(pt.ctx); err != nil {
+			pt.log.Warn("reading the streams set aside failed; the fence waits", slog.Any("error", err))
+			return 0, false
+		}
 	}
 	return info.AckFloor.Stream, true
 }
@@ -441,13 +470,21 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 		// rather than acked unsent: out of order beats lost.
 		pt.log.Warn("an event arrived after a later event of its stream was settled; delivering it late", slog.String("event_id", eventID(msg)), slog.Uint64("seq", seq))
 	}
+	if pt.aside.takes(key, msg, pt.lease.mayAck) {
+		return // set aside: read again from the copy (aside.go)
+	}
 	if !pt.succ.handOn(key, msg) {
 		return
 	}
 	if pt.parking.hold(pt.holder, key, msg) {
 		return
 	}
-	if !pt.book.enterLane(seq) {
+	pt.toLane(key, msg, wg)
+}
+
+// toLane submits msg, handed on, to its stream's lane.
+func (pt *partition) toLane(key string, msg jetstream.Msg, wg *sync.WaitGroup) {
+	if !pt.book.enterLane(streamSeq(msg)) {
 		// A redelivered copy of an event still in its lane (it waited in
 		// the client's pull buffer past AckWait): the copy in the lane
 		// settles it; this one must not come after its successor.

@@ -82,9 +82,9 @@ type marker struct {
 // markers returns the markers of s.subs' keys written before cutoff (a
 // key whose latest entry is a value has none).
 func (s markerSweep) markers(ctx context.Context, cutoff time.Time) ([]marker, error) {
-	filters := make([]string, 0, 3*len(s.subs))
+	filters := make([]string, 0, 4*len(s.subs))
 	for _, sub := range s.subs {
-		filters = append(filters, wire.ParkedFilter(sub), wire.AttemptsKeyPrefix+sub+".>", wire.SkippedKeyPrefix+sub+".>")
+		filters = append(filters, wire.ParkedFilter(sub), wire.AttemptsKeyPrefix+sub+".>", wire.SkippedKeyPrefix+sub+".>", wire.AsideKeyPrefix+sub+".>")
 	}
 	w, err := s.kv.WatchFiltered(ctx, filters, jetstream.MetaOnly())
 	if err != nil {

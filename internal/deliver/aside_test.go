@@ -1,0 +1,198 @@
+package deliver_test
+
+import (
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// asideSub is an ordered subscription whose one stuck stream, with more
+// events behind its head than the replica's hand limit (8 × MaxInFlight
+// = 16) and than the partition consumer's MaxAckPending (20), would stop
+// every other stream of its partition if those events stayed in hand.
+func asideSub(name, url string) deliver.Subscription {
+	s := orderedSub(name, url)
+	s.MaxInFlight = 2
+	s.MaxAckPending = 20
+	s.MaxDeliver = -1 // the stuck head is retried until the test lets it go
+	return s
+}
+
+// asideRecords returns the park bucket's records of streams set aside of
+// subscription sub.
+func asideRecords(t *testing.T, b *orderedBundle, sub string) []string {
+	t.Helper()
+	kv, err := b.js.KeyValue(b.ctx, wire.DefaultParkBucket)
+	if err != nil {
+		return nil // not made yet
+	}
+	l, err := kv.ListKeysFiltered(b.ctx, wire.AsideFilter(sub))
+	if err != nil {
+		return nil
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// freeStreams are the streams delivered beside the stuck one.
+func freeStreams(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("order-free%d", i)
+	}
+	return out
+}
+
+// publishRounds publishes versions from..to-1 of every stream, one round
+// of versions at a time (the streams' events interleaved in the copy).
+func (b *orderedBundle) publishRounds(t *testing.T, streams []string, from, to int64) {
+	t.Helper()
+	for v := from; v < to; v++ {
+		for _, s := range streams {
+			b.publish(t, s, v, "OrderNoted")
+		}
+	}
+}
+
+// neverOpen is a breaker set whose breakers never open: a stuck stream's
+// refusals must not pause its endpoint's other streams in these tests.
+func neverOpen(t *testing.T) *breaker.Set {
+	t.Helper()
+	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 1 << 30, MinRequests: 1 << 30}, nil, nil)
+	require.NoError(t, err)
+	return set
+}
+
+// A stream whose head the receiver's order gate refuses (gap), with
+// more events behind it than the hand limit and than MaxAckPending, beside
+// ten free streams in the same partition: the free streams are delivered
+// in order meanwhile; once the head is accepted, the stuck stream's events
+// (those set aside, read again from the copy, and those written while it
+// catches up) are each processed once, in order, by a gated receiver, and
+// the stream is live again (its record deleted).
+func TestStuckStreamIsSetAsideAndItsPartitionGoesOn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs an ordered consumer for seconds")
+	}
+	t.Parallel()
+	b := setupOrdered(t)
+	const stuck = "order-stuck"
+	g := newGatedReceiver(t, b)
+	// The gate waits for an earlier version of the stuck stream that
+	// never comes: 409 Jsbridge-Order: gap, until the test lets it go.
+	var resolved atomic.Bool
+	inner := g.Config.Handler
+	g.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b.event(r.Header.Get(wire.HeaderIdempotencyKey)).stream == stuck && !resolved.Load() {
+			w.Header().Set(wire.HeaderOrder, wire.OrderGap)
+			w.WriteHeader(http.StatusConflict)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	})
+	s := asideSub("aside", g.URL)
+	b.runOrdered(t, deliver.Config{Partitions: 1, LeaseTTL: 2 * time.Second, Breakers: neverOpen(t)}, s)
+
+	const behind = 60 // the stuck stream's events: over the hand limit and MaxAckPending
+	b.publishStream(t, stuck, 0, behind)
+	require.Eventually(t, func() bool { return len(asideRecords(t, b, s.Name)) == 1 }, 20*time.Second, 10*time.Millisecond,
+		"the stuck stream is set aside")
+	free := freeStreams(10)
+	b.publishRounds(t, free, 0, 10)
+	for _, f := range free {
+		g.requireProcessed(t, f, versionsFrom(0, 10)...)
+	}
+	require.Empty(t, g.versions(stuck), "the stuck stream's head is still refused")
+
+	// Let the head go; events written meanwhile arrive live while the
+	// set-aside ones are read again from the copy.
+	resolved.Store(true)
+	b.publishStream(t, stuck, behind, behind+20)
+	g.requireProcessed(t, stuck, versionsFrom(0, behind+20)...)
+	require.Eventually(t, func() bool { return len(asideRecords(t, b, s.Name)) == 0 }, 20*time.Second, 10*time.Millisecond,
+		"the stream caught up is live again")
+	b.publishStream(t, stuck, behind+20, behind+30)
+	g.requireProcessed(t, stuck, versionsFrom(0, behind+30)...)
+	for _, f := range free {
+		g.requireProcessed(t, f, versionsFrom(0, 10)...)
+	}
+}
+
+// A partition handed over to another replica while a stream is set aside:
+// the new owner learns it from the park bucket, acks the stream's events
+// out as they come, and reads them again from the copy once the head goes.
+// Nothing is lost, nothing is processed twice or out of order.
+func TestStreamSetAsideSurvivesAHandOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two ordered consumers for seconds")
+	}
+	t.Parallel()
+	b := setupOrdered(t)
+	const stuck = "order-stuck"
+	g := newGatedReceiver(t, b)
+	g.setFail(func(e orderedEvent) int {
+		if e.stream == stuck {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+	s := asideSub("handover", g.URL)
+	// The refused head stays pending across the hand-over and keeps the
+	// partition consumer's ack floor below the free streams' events the
+	// first replica acked: the new owner's successor check lets those
+	// streams go on after RedeliveredBy (docs/ordering.md, "Each event
+	// follows its predecessor"; a minute by default), whatever is set
+	// aside. The first replica stops gracefully (it Naks what it holds),
+	// so 3 s is plenty here.
+	cfg := deliver.Config{Partitions: 1, LeaseTTL: 2 * time.Second, ReplicaID: "first", Breakers: neverOpen(t), RedeliveredBy: 3 * time.Second}
+	_, stopFirst := b.startOrdered(t, cfg, s)
+
+	b.publishStream(t, stuck, 0, 40)
+	require.Eventually(t, func() bool { return len(asideRecords(t, b, s.Name)) == 1 }, 20*time.Second, 10*time.Millisecond,
+		"the stuck stream is set aside")
+	free := freeStreams(4)
+	b.publishRounds(t, free, 0, 5)
+	for _, f := range free {
+		g.requireProcessed(t, f, versionsFrom(0, 5)...)
+	}
+
+	// The first replica stops (its head, still refused, goes back to
+	// JetStream); the second takes the partition while the stream is
+	// aside, and more of it is written meanwhile.
+	stopFirst()
+	b.publishStream(t, stuck, 40, 50)
+	b.publishRounds(t, free, 5, 10)
+	cfg.ReplicaID = "second"
+	b.runOrdered(t, cfg, s)
+	for _, f := range free {
+		g.requireProcessed(t, f, versionsFrom(0, 10)...)
+	}
+	b.publishStream(t, stuck, 50, 60)
+	require.Eventually(t, func() bool {
+		// Every event of the stuck stream written so far is acked out
+		// or held by the head: nothing waits in hand for it.
+		info, err := b.js.Consumer(b.ctx, wire.OrderedStream("EVENTS"), wire.PartitionDurable(s.Name, 0))
+		if err != nil {
+			return false
+		}
+		ci, err := info.Info(b.ctx)
+		return err == nil && ci.NumAckPending <= 1 && ci.NumPending == 0
+	}, 20*time.Second, 10*time.Millisecond, "the stuck stream's events are acked out by the new owner")
+	require.Empty(t, g.versions(stuck))
+
+	g.setFail(nil)
+	g.requireProcessed(t, stuck, versionsFrom(0, 60)...)
+	require.Eventually(t, func() bool { return len(asideRecords(t, b, s.Name)) == 0 }, 20*time.Second, 10*time.Millisecond,
+		"the stream caught up is live again")
+}
