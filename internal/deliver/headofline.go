@@ -50,6 +50,11 @@ type headOfLine struct {
 	// chain is the partition's version chain: each webhook's
 	// Jsbridge-Previous-Version.
 	chain *chain
+	// record is the partition's delivered record: an event is acked
+	// only once a write of it holds the event.
+	record *deliveredRecord
+	// sendAck sends an ack (nil: the message's Ack; Config.sendAck).
+	sendAck func(jetstream.Msg) error
 	// skipped records a dead-lettered version of a stream (by its events
 	// stream key) and the predecessor it carried in the park bucket
 	// (deadletter.RecordSkipped); nil: not recorded.
@@ -60,7 +65,8 @@ type headOfLine struct {
 // retry: the message stays with this replica (InProgress every AckWait/2)
 // while it is retried in place with backoff (Retry-After honoured), so its
 // stream's later events, queued behind it in the lane, cannot overtake it;
-// other streams' lanes go on. It ends with a double ack (2xx), a dead
+// other streams' lanes go on. It ends with an ack behind the delivered
+// record (2xx), a dead
 // letter (then the stream parks or goes on, see DeadLetterPolicy), a Nak
 // when the partition is released first, or nothing when the lease
 // deadline passed (JetStream redelivers it after AckWait to the next owner).
@@ -227,45 +233,51 @@ func (hl *headOfLine) forgetAttempts(id string, recorded bool) {
 	}
 }
 
-// ack double-acks m (JetStream confirms the ack is recorded, so a new
-// owner never sees m again once its successor was sent), retrying with
-// backoff, and records m settled once the ack is recorded. When it is not
-// (the partition was released meanwhile, or 10 tries failed, which
-// releases the partition), the lane's later events are returned to
-// JetStream, not delivered: m comes back first, to whoever owns the
-// partition next.
+// ack settles m: it waits until a write of the partition's delivered
+// record holds m (so a new owner knows m was delivered, whether or not the
+// ack reaches JetStream), records m settled, then acks it. The lane sends
+// m's successor only after that. When the record is not written (the
+// partition was released past its lease deadline, the record was taken
+// by a new owner, or 10 writes failed, which releases the partition), m is
+// not acked and the lane's later events are returned to JetStream, not
+// delivered: m comes back first, to whoever owns the partition next.
 //
 // log gives the logger of its warnings; it is called only when one is
 // logged (slog's With formats a delivery's attributes at once, and an
 // ack that succeeds logs nothing).
 func (hl *headOfLine) ack(m jetstream.Msg, log func() *slog.Logger) {
 	seq := streamSeq(m)
+	key := wire.StreamKey(m.Subject())
 	hl.book.acked(seq, true)
 	defer hl.book.acked(seq, false)
-	var pause backoff.Backoff
-	for tries := 1; ; tries++ {
-		if !hl.lease.waitAck() {
-			log().Warn("not acked: the partition lease ended first; the event comes back to the next owner (the receiver deduplicates it)")
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := m.DoubleAck(ctx)
-		cancel()
-		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-			hl.book.settled(wire.StreamKey(m.Subject()), seq) // before it leaves acking
-			return
-		}
-		if hl.ctx.Err() != nil {
-			return
-		}
-		if tries >= 10 {
-			log().Error("ack failed 10 times; releasing the partition so that the event comes back before its successors", slog.Any("error", err))
+	if !hl.lease.waitAck() {
+		log().Warn("not acked: the partition lease ended first; the event comes back to the next owner (the receiver deduplicates it)")
+		return
+	}
+	err := hl.record.settleAndWait(hl.ctx, key, seq)
+	switch {
+	case err == nil:
+	case errors.Is(err, errRecordLost), errors.Is(err, errLeasePassed):
+		log().Warn("not acked: the partition lease ended first; the event comes back to the next owner (the receiver deduplicates it)", slog.Any("reason", err))
+		return
+	default:
+		if hl.ctx.Err() == nil {
+			log().Error("writing the delivered record failed 10 times; releasing the partition so that the event comes back before its successors", slog.Any("error", err))
 			hl.release()
-			return
 		}
-		d := pause.Next()
-		log().Warn("ack failed; retrying (the stream's next event waits for it)", slog.Any("error", err), slog.Duration("retry_in", d))
-		sleep(hl.ctx, hl.clock, d)
+		return
+	}
+	hl.book.settled(key, seq) // before it leaves acking
+	// Not a double ack: the record says m was delivered, and a copy
+	// that comes back (its ack lost) is acked without a POST.
+	if hl.lease.mayAck() == nil {
+		send := jetstream.Msg.Ack
+		if hl.sendAck != nil {
+			send = hl.sendAck
+		}
+		if err := send(m); err != nil {
+			log().Debug("ack not sent; the event comes back and is acked without a POST", slog.Any("error", err))
+		}
 	}
 }
 

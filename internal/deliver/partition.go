@@ -45,7 +45,8 @@ type partition struct {
 	succ   *successors // the run loop's alone
 	hol    *headOfLine
 	watch  *consumerWatch
-	holder *holder // the partition as its parked streams' events see it
+	record *deliveredRecord // nil: none (tests without JetStream)
+	holder *holder          // the partition as its parked streams' events see it
 
 	health *health // the subscriptions' disabled state (nil: enabled)
 	sub    string  // the subscription's name
@@ -67,9 +68,11 @@ type partitionDeps struct {
 	connStatus   func() nats.Status
 	slots        chan struct{}
 	copyStream   func(context.Context) (jetstream.Stream, error)
-	// redeliveredBy overrides successors' settledAfter(AckWait) when
-	// positive (Config.RedeliveredBy).
-	redeliveredBy time.Duration
+	// record is the partition's delivered record, claimed (nil: none,
+	// every event is acked at once).
+	record *deliveredRecord
+	// sendAck sends an ack behind the record (nil: the message's Ack).
+	sendAck func(jetstream.Msg) error
 	// epoch is the claim's lease epoch (leaseEpochs.next), every
 	// webhook's Jsbridge-Lease-Epoch; epochs raises the counter after a
 	// stale-epoch answer.
@@ -105,10 +108,8 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	if d.r != nil {
 		pt.health, pt.sub = d.r.health, d.r.sub.Name
 	}
-	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, ackWait, cons, d.filters, d.copyStream)
-	if d.redeliveredBy > 0 {
-		pt.succ.redeliveredBy = d.redeliveredBy
-	}
+	pt.record = d.record
+	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, cons, d.filters, d.copyStream, pt.record.inheritedSeq)
 	pt.holder = &holder{
 		p:          p,
 		ack:        func(m jetstream.Msg) { pt.hol.ack(m, func() *slog.Logger { return log }) },
@@ -118,7 +119,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	pt.hol = &headOfLine{
 		ctx: ctx, release: cancel, clock: d.clock, log: log, r: d.r, lease: pt.lease, book: pt.book, parking: d.parking, holder: pt.holder,
 		attempts: d.attempts, slots: d.slots, eventsPrefix: d.eventsPrefix, p: p, epoch: d.epoch, epochs: d.epochs, stuckAfter: d.stuckAfter,
-		chain: newChain(d.chain), skipped: d.skipped,
+		chain: newChain(d.chain), skipped: d.skipped, record: d.record, sendAck: d.sendAck,
 	}
 	durable := ""
 	if d.r != nil {
@@ -126,6 +127,10 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	}
 	pt.watch = &consumerWatch{
 		cons: cons, durable: durable, every: d.checkEvery, clock: d.clock, log: log, filters: d.filters, copyStream: d.copyStream, release: cancel,
+	}
+	if pt.record != nil {
+		pt.record.floor = pt.watch.floor.Load
+		pt.record.lost = func() { pt.lease.lose(); pt.release() }
 	}
 	return pt
 }
@@ -153,6 +158,11 @@ const fenceCheck = 200 * time.Millisecond
 func (pt *partition) run() {
 	var wg sync.WaitGroup
 	defer close(pt.done)
+	// The record's last write, once every delivery ended: what they
+	// settled is written before the partition is handed over.
+	recordStop, recordDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(recordDone); pt.record.run(pt.lease, recordStop) }()
+	defer func() { close(recordStop); <-recordDone }()
 	defer wg.Wait()
 	iter := pt.openPull()
 	if iter == nil {
@@ -425,6 +435,16 @@ func (pt *partition) dispatchWaiting(key string, wg *sync.WaitGroup) {
 // dispatchOne is dispatch without the waiting events.
 func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGroup) {
 	seq := streamSeq(msg)
+	if pt.record.covers(key, seq) {
+		// A former owner answered it 2xx (or dead-lettered it) and froze
+		// or died before its ack went out: delivered already.
+		pt.book.settled(key, seq)
+		if pt.lease.mayAck() == nil {
+			_ = msg.Ack()
+		}
+		pt.log.Debug("a former owner delivered this event (the delivered record says so); acked without a POST", slog.String("event_id", eventID(msg)), slog.Uint64("seq", seq))
+		return
+	}
 	behind, stale := pt.book.settledBefore(key, seq)
 	if stale {
 		if pt.lease.mayAck() == nil {
