@@ -17,6 +17,7 @@ import (
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // BenchmarkOrderedDelivery measures an ordered subscription's steady
@@ -81,5 +82,12 @@ func benchOrdered(b *testing.B, streams int) {
 	<-done
 	if d := time.Duration(last.Load() - first.Load()); d > 0 && n > 1 {
 		b.ReportMetric(float64(n-1)/d.Seconds(), "events/s")
+	}
+	// Writes to the park bucket (the delivered records' among them) per
+	// event delivered.
+	if st, err := js.Stream(ctx, "KV_"+wire.DefaultParkBucket); err == nil {
+		if info, err := st.Info(ctx); err == nil {
+			b.ReportMetric(float64(info.State.LastSeq)/float64(n), "kv-writes/event")
+		}
 	}
 }
