@@ -215,14 +215,13 @@ func (r *deliveredRecord) lostLease() bool {
 	return r.isLost
 }
 
-// recordEvery is the least time between two writes of a partition's
-// record: the settlements of that time share one write.
-const recordEvery = 0
-
 // run writes the record whenever an event was settled since the last
-// write (all the settlements since share one write, as many as the time
-// a write takes gathers), under lease's fence, until stop is closed (once
-// the partition's deliveries ended); then it writes what is left.
+// write, under lease's fence, until stop is closed (once the partition's
+// deliveries ended); then it writes what is left. There is no write
+// interval: every settlement made while a write is on its way shares the
+// next one (group commit), so a busy partition writes once for many
+// events and a stream's next event waits for one write at most, and an
+// idle partition writes nothing.
 func (r *deliveredRecord) run(lease *leaseFence, stop <-chan struct{}) {
 	if r == nil || r.kv == nil {
 		return
@@ -230,17 +229,10 @@ func (r *deliveredRecord) run(lease *leaseFence, stop <-chan struct{}) {
 	for {
 		select {
 		case <-r.kick:
+			r.write(lease)
 		case <-stop:
 			r.write(lease)
 			return
-		}
-		began := r.clock.Now()
-		r.write(lease)
-		if d := recordEvery - r.clock.Since(began); d > 0 {
-			select {
-			case <-r.clock.After(d):
-			case <-stop:
-			}
 		}
 	}
 }
