@@ -61,7 +61,7 @@ func TestOrderedReplicasFrozenOverAndOverDeliverEverythingWithinAMinute(t *testi
 	)
 	b := setupJetStream(t)
 	watch, rsrv := newFenceWatch(t, handoverStreams)
-	watch.hold = slowReceiver(handoverSeed, 800*time.Millisecond)
+	watch.setHold(slowReceiver(handoverSeed, 800*time.Millisecond))
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
 	var replicas []*proc
 	for _, id := range []string{"r1", "r2", "r3"} {
@@ -117,7 +117,7 @@ func TestOrderedRollingRestartDelaysNoStreamPastAckWait(t *testing.T) {
 	t.Parallel()
 	b := setupJetStream(t)
 	watch, rsrv := newFenceWatch(t, handoverStreams)
-	watch.hold = slowReceiver(handoverSeed, 200*time.Millisecond)
+	watch.setHold(slowReceiver(handoverSeed, 200*time.Millisecond))
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
 	ids := []string{"r1", "r2", "r3"}
 	args := make([][]string, len(ids))
@@ -203,6 +203,13 @@ func startReplica(t *testing.T, env []string, id string, args []string) *proc {
 	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
 	require.True(t, waitFor(30*time.Second, func() bool { return strings.Contains(p.out.String(), "consumer started") }), "%s started:\n%s", id, p.out.String())
 	return p
+}
+
+// setHold makes hold the receiver's hold for every request.
+func (w *fenceWatch) setHold(hold func(replica string)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hold = hold
 }
 
 // slowReceiver returns a fenceWatch hold that keeps each request for a
