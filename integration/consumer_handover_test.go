@@ -28,12 +28,18 @@ const (
 	handoverSeed = 31
 )
 
-// handoverArgs are orderedArgs with the issue's lease TTL, AckWait and
-// timeout, logging at info (the hand-over lines are warnings; "consumer
-// started" is info).
+// handoverArgs are a consumer process's flags for the issue's case: its
+// lease TTL, AckWait and timeout, and the binary's defaults for what the
+// issue does not name (16 partitions, --max-in-flight 64, so a hand limit
+// of 512 events per replica, --max-ack-pending 1000, --max-deliver 10,
+// the breaker's 5 failures), but for --backoff: 1 s flat, not 1s,5s,30s,
+// so that the rare streak of 500s does not hold a stream for 30 s (the
+// tests are about hand-overs). Logging at info: the hand-over lines are
+// warnings, "consumer started" is info.
 func handoverArgs(natsURL, receiver string, extra ...string) []string {
-	return orderedArgs(natsURL, receiver, append([]string{"--lease-ttl", "3s", "--ack-wait", handoverAckWait.String(),
-		"--timeout", "3s", "--log-level", "info"}, extra...)...)
+	return append([]string{"run", "--nats-url", natsURL, "--start", "all", "--name", "ordered", "--url", receiver, "--allow-private",
+		"--ordering", "stream", "--lease-ttl", "3s", "--ack-wait", handoverAckWait.String(), "--timeout", "3s", "--backoff", "1s",
+		"--ops-addr", "", "--log-level", "info"}, extra...)
 }
 
 // Issue 31, case 7: three ordered replicas deliver 60 streams written at
