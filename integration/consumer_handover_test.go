@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -96,11 +97,10 @@ func TestOrderedReplicasFrozenOverAndOverDeliverEverythingWithinAMinute(t *testi
 				bound, events/handoverStreams, watch.behind(events/handoverStreams))
 		}
 	}
-	notInHand, stillWait, wentOn, sinceFence := handoverWarnings(replicas)
 	t.Logf("events undelivered after the writer stopped: %s; all delivered: %s",
 		strings.Join(samples, "; "), orNever(allAfter))
-	t.Logf("replicas' warnings: %d \"not in hand\", %d \"later events still wait\", %d \"not redelivered since the fence passed\" (since_fence %v)",
-		notInHand, stillWait, wentOn, sinceFence)
+	t.Logf("longest gaps between two deliveries of a stream: %s", topGaps(watch.longestGaps(writer.start, time.Now()), writer.start))
+	logWarnings(t, replicas)
 	watch.checkChain(t, events/handoverStreams)
 	if leftAtBound >= 0 {
 		t.Errorf("%d of %d events undelivered %s after the writer stopped; all delivered: %s", leftAtBound, events, bound, orNever(allAfter))
@@ -178,14 +178,8 @@ func TestOrderedRollingRestartDelaysNoStreamPastAckWait(t *testing.T) {
 	}
 	t.Logf("all delivered: %s", orNever(allAfter))
 	gaps := watch.longestGaps(writer.start, writer.stopped)
-	var top []string
-	for _, g := range gaps[:min(5, len(gaps))] {
-		top = append(top, fmt.Sprintf("order-%d %s after version %d at +%s", g.stream, g.gap.Round(time.Millisecond), g.after, g.at.Sub(writer.start).Round(100*time.Millisecond)))
-	}
-	notInHand, stillWait, wentOn, sinceFence := handoverWarnings(everyProc)
-	t.Logf("longest gaps between two deliveries of a stream while the writer ran: %s", strings.Join(top, "; "))
-	t.Logf("replicas' warnings: %d \"not in hand\", %d \"later events still wait\", %d \"not redelivered since the fence passed\" (since_fence %v)",
-		notInHand, stillWait, wentOn, sinceFence)
+	t.Logf("longest gaps between two deliveries of a stream while the writer ran: %s", topGaps(gaps, writer.start))
+	logWarnings(t, everyProc)
 	watch.checkChain(t, events/handoverStreams)
 	over := 0
 	for _, g := range gaps {
@@ -347,6 +341,17 @@ func (w *fenceWatch) longestGaps(from, to time.Time) []streamGap {
 	return gaps
 }
 
+// topGaps formats the five longest of gaps (longestGaps' order), with
+// times since start.
+func topGaps(gaps []streamGap, start time.Time) string {
+	var top []string
+	for _, g := range gaps[:min(5, len(gaps))] {
+		top = append(top, fmt.Sprintf("order-%d %s after version %d at +%s",
+			g.stream, g.gap.Round(time.Millisecond), g.after, g.at.Sub(start).Round(100*time.Millisecond)))
+	}
+	return strings.Join(top, "; ")
+}
+
 // behind returns the streams with fewer than perStream versions processed,
 // each with how many were.
 func (w *fenceWatch) behind(perStream int) map[int]int {
@@ -379,30 +384,50 @@ func (w *fenceWatch) checkChain(t *testing.T, perStream int) {
 	t.Logf("re-sends of a version already processed: %d", w.resent)
 }
 
-var sinceFence = regexp.MustCompile(`since_fence=(\S+)`)
+var (
+	warnLine   = regexp.MustCompile(`level=WARN msg="((?:[^"\\]|\\.)*)"`)
+	sinceFence = regexp.MustCompile(`since_fence=(\S+)`)
+)
 
-// handoverWarnings counts, in the replicas' output, the successor check's
-// warnings about a stream held after a hand-over: an earlier event not in
-// hand, later events still waiting, and a stream let go because its
-// predecessor was not redelivered since the fence (with each one's
-// since_fence).
-func handoverWarnings(replicas []*proc) (notInHand, stillWait, wentOn int, since []string) {
+// handoverWarnings counts the replicas' warnings (text log lines at WARN)
+// by message, and returns the since_fence of every line that has one (a
+// stream let go because its predecessor was not redelivered since the
+// fence); the successor check's lines about a stream held after a
+// hand-over are among them ("an earlier event of a stream is not in
+// hand", "a stream's later events still wait").
+func handoverWarnings(replicas []*proc) (byMessage map[string]int, since []string) {
+	byMessage = map[string]int{}
 	for _, p := range replicas {
 		for _, l := range strings.Split(p.out.String(), "\n") {
-			switch {
-			case strings.Contains(l, "is not in hand"):
-				notInHand++
-			case strings.Contains(l, "later events still wait"):
-				stillWait++
-			case strings.Contains(l, "not redelivered since the fence passed"):
-				wentOn++
-				if m := sinceFence.FindStringSubmatch(l); m != nil {
-					since = append(since, m[1])
-				}
+			if m := warnLine.FindStringSubmatch(l); m != nil {
+				byMessage[m[1]]++
+			}
+			if m := sinceFence.FindStringSubmatch(l); m != nil {
+				since = append(since, m[1])
 			}
 		}
 	}
-	return notInHand, stillWait, wentOn, since
+	return byMessage, since
+}
+
+// logWarnings logs handoverWarnings, the successor check's two lines
+// first.
+func logWarnings(t *testing.T, replicas []*proc) {
+	t.Helper()
+	byMessage, since := handoverWarnings(replicas)
+	held := func(part string) int {
+		n := 0
+		for m, c := range byMessage {
+			if strings.Contains(m, part) {
+				n += c
+			}
+		}
+		return n
+	}
+	t.Logf("replicas' warnings: %d \"not in hand\", %d \"later events still wait\"; since_fence %v", held("is not in hand"), held("later events still wait"), since)
+	for _, m := range slices.Sorted(maps.Keys(byMessage)) {
+		t.Logf("  %5d  %s", byMessage[m], m)
+	}
 }
 
 // orNever formats d, a time since the writer stopped, or says never (0).
