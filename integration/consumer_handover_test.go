@@ -111,7 +111,8 @@ func TestOrderedReplicasFrozenOverAndOverDeliverEverythingWithinAMinute(t *testi
 // at a time SIGTERMed (it must exit 0), started again with the same
 // replica id, and the next one only once it answers /readyz and the
 // receiver took another 5 s of the writer's events, while 60 streams are
-// written at 120 events/s to a gated receiver answering in 0–200 ms and
+// written at 120 events/s to a gated receiver answering in 0–800 ms (as
+// in case 7: near its capacity, so the replicas hold a backlog) and
 // failing 5 % of POSTs with 500. No stream waits more than one AckWait
 // between two deliveries while the writer runs (the longest gap per
 // stream, from the receiver's processing times), none is inverted, and
@@ -123,7 +124,7 @@ func TestOrderedRollingRestartDelaysNoStreamPastAckWait(t *testing.T) {
 	t.Parallel()
 	b := setupJetStream(t)
 	watch, rsrv := newFenceWatch(t, handoverStreams)
-	watch.setHold(slowReceiver(handoverSeed, 200*time.Millisecond))
+	watch.setHold(slowReceiver(handoverSeed, 800*time.Millisecond))
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
 	ids := []string{"r1", "r2", "r3"}
 	args := make([][]string, len(ids))
