@@ -391,31 +391,34 @@ var (
 )
 
 // handoverWarnings counts the replicas' warnings (text log lines at WARN)
-// by message, and returns the since_fence of every line that has one (a
-// stream let go because its predecessor was not redelivered since the
-// fence); the successor check's lines about a stream held after a
+// by message, keeps the lines of each message by replica (r<i>, in the
+// order of replicas), and returns the since_fence of every line that has
+// one (a stream let go because its predecessor was not redelivered since
+// the fence); the successor check's lines about a stream held after a
 // hand-over are among them ("an earlier event of a stream is not in
 // hand", "a stream's later events still wait").
-func handoverWarnings(replicas []*proc) (byMessage map[string]int, since []string) {
-	byMessage = map[string]int{}
-	for _, p := range replicas {
+func handoverWarnings(replicas []*proc) (byMessage map[string]int, lines map[string][]string, since []string) {
+	byMessage, lines = map[string]int{}, map[string][]string{}
+	for i, p := range replicas {
 		for _, l := range strings.Split(p.out.String(), "\n") {
 			if m := warnLine.FindStringSubmatch(l); m != nil {
 				byMessage[m[1]]++
+				lines[m[1]] = append(lines[m[1]], fmt.Sprintf("proc %d: %s", i+1, l))
 			}
 			if m := sinceFence.FindStringSubmatch(l); m != nil {
 				since = append(since, m[1])
 			}
 		}
 	}
-	return byMessage, since
+	return byMessage, lines, since
 }
 
-// logWarnings logs handoverWarnings, the successor check's two lines
-// first.
+// logWarnings logs handoverWarnings: the successor check's two lines'
+// counts, every message's count, and in full the lines of a message seen
+// 5 times or fewer (a breaker opening, a stream let go after the fence).
 func logWarnings(t *testing.T, replicas []*proc) {
 	t.Helper()
-	byMessage, since := handoverWarnings(replicas)
+	byMessage, lines, since := handoverWarnings(replicas)
 	held := func(part string) int {
 		n := 0
 		for m, c := range byMessage {
@@ -428,6 +431,11 @@ func logWarnings(t *testing.T, replicas []*proc) {
 	t.Logf("replicas' warnings: %d \"not in hand\", %d \"later events still wait\"; since_fence %v", held("is not in hand"), held("later events still wait"), since)
 	for _, m := range slices.Sorted(maps.Keys(byMessage)) {
 		t.Logf("  %5d  %s", byMessage[m], m)
+	}
+	for _, m := range slices.Sorted(maps.Keys(byMessage)) {
+		if byMessage[m] <= 5 {
+			t.Logf("%s", strings.Join(lines[m], "\n"))
+		}
 	}
 }
 
