@@ -198,18 +198,33 @@ func (r *sender) request(msg jetstream.Msg, id, replica string) ([]byte, http.He
 // true when the breaker let nothing through (open, or a half-open probe
 // already running); resp is then the zero response. inProgress, when not
 // nil, is called every AckWait/2 while the POST runs. gen is what gate
-// returned; order, as for post.
-func (r *sender) send(ctx context.Context, at *attemptState, inProgress func() error, gen uint64, id string, body []byte, hdr http.Header, order *webhook.OrderFields) (resp response, refused bool) {
+// returned; order, as for post. fenced, when not nil, reports once the
+// POST ended whether the sender lost its right to act on the answer
+// meanwhile (a partition's lease deadline passed: the replica was frozen,
+// paused or cut off): the answer is then counted neither on the breaker
+// nor on the subscription's health, since a replica waking from a freeze
+// finds its POSTs timed out by its own stall, not the endpoint's (shared
+// breakers opened for every replica at each wake-up), and the event goes
+// back to the next owner whatever it was.
+func (r *sender) send(ctx context.Context, at *attemptState, inProgress func() error, gen uint64, id string, body []byte, hdr http.Header, order *webhook.OrderFields,
+	fenced func() bool) (resp response, refused bool) {
 	at.sending()
+	moot := false
 	err := r.br.Execute(func() error {
 		resp = r.post(ctx, inProgress, id, body, hdr, order)
 		at.answered(resp)
-		return resp.breakerErr()
+		err := resp.breakerErr()
+		if moot = fenced != nil && fenced(); moot && err != nil {
+			return fmt.Errorf("%w: answered after the lease deadline: %w", breaker.ErrExcluded, err)
+		}
+		return err
 	})
 	if errors.Is(err, breaker.ErrOpen) {
 		return resp, true
 	}
-	r.answered(resp, gen)
+	if !moot {
+		r.answered(resp, gen)
+	}
 	return resp, false
 }
 

@@ -36,28 +36,7 @@ func BenchmarkAttempt(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := newMetrics(nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	signer, err := webhook.NewSigner(webhook.SchemeStandard, "whsec_"+strings.Repeat("MDEyMzQ1Njc4OWFiY2RlZg==", 1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	sub := Subscription{Name: "orders", URL: rc.URL + "/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"}, AllowPrivate: true}.withDefaults()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	ep, err := newEndpoint(sub.URL, client)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := &runner{sender: &sender{
-		sub: sub, client: client, ep: ep, br: set.Breaker(sub.URL), endpoint: breaker.Endpoint(sub.URL),
-		log: slog.New(slog.DiscardHandler), static: staticHeaders(nil, "jsbridge-bench"),
-		tracer: tracing.Tracer(noop.NewTracerProvider()), spanName: spanName(sub.Name), clock: clockwork.NewRealClock(),
-		metrics: m, duration: m.duration.WithLabelValues(sub.Name),
-		acked2xx: func() prometheus.Counter { return m.deliveries.WithLabelValues(sub.Name, OutcomeAck, "2xx") },
-	}}
-	r.signer.Store(signer)
+	r := newTestSender(b, rc.URL, set)
 	data := []byte(`{"order":"order-42","lines":[{"sku":"A-1","qty":2,"price":"12.50"},{"sku":"B-7","qty":1,"price":"99.00"}],"customer":{"id":"c-9","tier":"gold"},"note":"` + strings.Repeat("x", 96) + `"}`)
 	msg := dataMsg{headerMsg: headerMsg{h: nats.Header{
 		wire.HeaderMsgID: {"1042"}, wire.HeaderID: {"1042"}, wire.HeaderType: {"OrderPlaced"}, wire.HeaderSubject: {"order-42"},
@@ -81,7 +60,7 @@ func BenchmarkAttempt(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				resp, refused := r.send(actx, at, nil, 0, "1042", body, hdr, order)
+				resp, refused := r.send(actx, at, nil, 0, "1042", body, hdr, order, nil)
 				if refused || resp.status != http.StatusNoContent {
 					b.Fatalf("refused %v, status %d, err %v", refused, resp.status, resp.err)
 				}
@@ -100,3 +79,32 @@ type dataMsg struct {
 }
 
 func (m dataMsg) Data() []byte { return m.data }
+
+// newTestSender is a runner whose sender POSTs to url through set's
+// breaker, with no health, throttle or JetStream behind it.
+func newTestSender(tb testing.TB, url string, set *breaker.Set) *runner {
+	tb.Helper()
+	m, err := newMetrics(nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	signer, err := webhook.NewSigner(webhook.SchemeStandard, "whsec_"+strings.Repeat("MDEyMzQ1Njc4OWFiY2RlZg==", 1))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sub := Subscription{Name: "orders", URL: url + "/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"}, AllowPrivate: true}.withDefaults()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	ep, err := newEndpoint(sub.URL, client)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r := &runner{sender: &sender{
+		sub: sub, client: client, ep: ep, br: set.Breaker(sub.URL), endpoint: breaker.Endpoint(sub.URL),
+		log: slog.New(slog.DiscardHandler), static: staticHeaders(nil, "jsbridge-bench"),
+		tracer: tracing.Tracer(noop.NewTracerProvider()), spanName: spanName(sub.Name), clock: clockwork.NewRealClock(),
+		metrics: m, duration: m.duration.WithLabelValues(sub.Name),
+		acked2xx: func() prometheus.Counter { return m.deliveries.WithLabelValues(sub.Name, OutcomeAck, "2xx") },
+	}}
+	r.signer.Store(signer)
+	return r
+}

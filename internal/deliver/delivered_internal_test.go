@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/wire"
@@ -180,4 +182,36 @@ func TestANewOwnerDoesNotSendAgainWhatTheRecordSaysWasDelivered(t *testing.T) {
 	require.Equal(t, want, received(), "version 3 arrived once; 4 and 5 after it")
 	require.Never(t, func() bool { return len(received()) > 6 }, time.Second, 50*time.Millisecond,
 		"version 3 came back to the new owner after AckWait and was acked without a POST")
+}
+
+// A replica waking from a freeze finds the POSTs it had in flight timed
+// out by its own stall. Answered after the partition's lease deadline,
+// they count nothing on the endpoint's breaker: before, their failures
+// opened the (shared) breaker for every replica at each wake-up. The same
+// failures before the deadline open it.
+func TestFailuresAnsweredAfterTheLeaseDeadlineDoNotOpenTheBreaker(t *testing.T) {
+	t.Parallel()
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(rc.Close)
+	post := func(r *runner, fenced func() bool) {
+		msg := dataMsg{headerMsg: headerMsg{h: nats.Header{wire.HeaderMsgID: {"1"}, wire.HeaderID: {"1"}, wire.HeaderType: {"OrderNoted"},
+			wire.HeaderSubject: {"order-1"}, wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}}}, data: []byte(`{}`)}
+		for range 5 {
+			actx, at := r.startAttempt(context.Background(), msg, "1", 1)
+			body, hdr, err := r.request(msg, "1", "")
+			require.NoError(t, err)
+			resp, refused := r.send(actx, at, nil, 0, "1", body, hdr, nil, fenced)
+			require.False(t, refused)
+			require.Equal(t, http.StatusInternalServerError, resp.status)
+		}
+	}
+	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 5}, nil, nil)
+	require.NoError(t, err)
+	r := newTestSender(t, rc.URL, set)
+	post(r, func() bool { return true })
+	require.Equal(t, breaker.Closed, r.br.State(), "answers after the lease deadline are not counted")
+	post(r, func() bool { return false })
+	require.Equal(t, breaker.Open, r.br.State(), "the same answers in time open it")
 }

@@ -146,7 +146,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			continue // waitLease again
 		}
 		actx, at := r.startAttempt(ctx, em, id, attempt)
-		resp, refused := r.send(actx, at, nil, gen, id, body, hdr, order)
+		resp, refused := r.send(actx, at, nil, gen, id, body, hdr, order, func() bool { return !hl.lease.leaseHeld() })
 		<-hl.slots
 		if refused {
 			// Another lane's probe won; wait for the breaker again.

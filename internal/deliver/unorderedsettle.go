@@ -59,7 +59,7 @@ func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, 
 		r.giveUp(ctx, log(), msg, deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
 		return false
 	}
-	resp, refused := r.send(ctx, at, msg.InProgress, gen, id, body, hdr, nil)
+	resp, refused := r.send(ctx, at, msg.InProgress, gen, id, body, hdr, nil, nil)
 	if refused {
 		at.decide(OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
 		delay := r.br.OpenTimeout()
