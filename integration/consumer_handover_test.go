@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // Hand-overs under a steady writer, with the binaries: the freeze case of
@@ -24,6 +26,10 @@ const (
 	handoverStreams = 60
 	handoverRate    = 120 // events per second, over all streams
 	handoverAckWait = 8 * time.Second
+	// handoverPartitions is the binary's default --partitions, said
+	// explicitly: a failed run names the partitions of its slowest
+	// streams.
+	handoverPartitions = 16
 	// handoverSeed seeds the receiver's latencies and the freeze schedule:
 	// a failed run can be compared with the next.
 	handoverSeed = 31
@@ -41,7 +47,7 @@ const (
 // is info.
 func handoverArgs(natsURL, receiver string, extra ...string) []string {
 	return append([]string{"run", "--nats-url", natsURL, "--start", "all", "--name", "ordered", "--url", receiver, "--allow-private",
-		"--ordering", "stream", "--lease-ttl", "3s", "--ack-wait", handoverAckWait.String(), "--timeout", "3s", "--backoff", "1s",
+		"--ordering", "stream", "--partitions", fmt.Sprint(handoverPartitions), "--lease-ttl", "3s", "--ack-wait", handoverAckWait.String(), "--timeout", "3s", "--backoff", "1s",
 		"--ops-addr", "", "--log-level", "info"}, extra...)
 }
 
@@ -101,11 +107,13 @@ func TestOrderedReplicasFrozenOverAndOverDeliverEverythingWithinAMinute(t *testi
 	}
 	t.Logf("events undelivered after the writer stopped: %s; all delivered: %s",
 		strings.Join(samples, "; "), orNever(allAfter))
-	t.Logf("longest gaps between two deliveries of a stream: %s", topGaps(watch.longestGaps(writer.start, time.Now()), writer.start))
+	gaps := watch.longestGaps(writer.start, time.Now())
+	t.Logf("longest gaps between two deliveries of a stream: %s", topGaps(gaps, writer.start))
 	logWarnings(t, replicas)
 	watch.checkChain(t, events/handoverStreams)
 	if leftAtBound >= 0 {
 		t.Errorf("%d of %d events undelivered %s after the writer stopped; all delivered: %s", leftAtBound, events, bound, orNever(allAfter))
+		logPartitions(t, replicas, gaps[:min(3, len(gaps))], writer.start)
 	}
 }
 
@@ -438,6 +446,45 @@ func logWarnings(t *testing.T, replicas []*proc) {
 		if byMessage[m] <= 5 {
 			t.Logf("%s", strings.Join(lines[m], "\n"))
 		}
+	}
+}
+
+// logPartitions logs what the replicas said of the partitions of the
+// streams in gaps from 10 s before each gap to its end (40 lines a
+// partition at most, in time order, retries in place left out), each line
+// with its replica (r<index in replicas>); times in gaps are given since
+// start.
+func logPartitions(t *testing.T, replicas []*proc, gaps []streamGap, start time.Time) {
+	t.Helper()
+	seen := map[int]bool{}
+	for _, g := range gaps {
+		p := wire.StreamPartition(fmt.Sprintf("order-%d", g.stream), handoverPartitions)
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		of := regexp.MustCompile(fmt.Sprintf(` partition=%d( |$)`, p))
+		type line struct{ at, text string }
+		var lines []line
+		for i, r := range replicas {
+			for _, l := range strings.Split(r.out.String(), "\n") {
+				if !of.MatchString(l) || strings.Contains(l, "retrying in place") {
+					continue
+				}
+				at, _, _ := strings.Cut(l, " ")
+				when, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(at, "time="))
+				if err == nil && when.After(g.at.Add(-10*time.Second)) && when.Before(g.at.Add(g.gap+time.Second)) {
+					lines = append(lines, line{at, fmt.Sprintf("r%d: %s", i+1, l)})
+				}
+			}
+		}
+		slices.SortStableFunc(lines, func(a, b line) int { return strings.Compare(a.at, b.at) })
+		var out []string
+		for _, l := range lines[:min(40, len(lines))] {
+			out = append(out, l.text)
+		}
+		t.Logf("partition %d (order-%d waited %s from +%s), %d lines:\n%s", p, g.stream, g.gap.Round(time.Millisecond),
+			g.at.Sub(start).Round(100*time.Millisecond), len(lines), strings.Join(out, "\n"))
 	}
 }
 
