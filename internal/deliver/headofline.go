@@ -269,14 +269,21 @@ func (hl *headOfLine) ack(m jetstream.Msg, log func() *slog.Logger) {
 	}
 	hl.book.settled(key, seq) // before it leaves acking
 	// Not a double ack: the record says m was delivered, and a copy
-	// that comes back (its ack lost) is acked without a POST.
-	if hl.lease.mayAck() == nil {
-		send := jetstream.Msg.Ack
-		if hl.sendAck != nil {
-			send = hl.sendAck
-		}
-		if err := send(m); err != nil {
-			log().Debug("ack not sent; the event comes back and is acked without a POST", slog.Any("error", err))
+	// that comes back (its ack lost) is acked without a POST. Sent once
+	// the fence allows it (a late renewal), 3 tries: the fence does not
+	// count a settled event in hand, so one left pending would hold it
+	// until the copy comes back.
+	send := jetstream.Msg.Ack
+	if hl.sendAck != nil {
+		send = hl.sendAck
+	}
+	for tries := 1; hl.lease.waitAck(); tries++ {
+		err := send(m)
+		if err == nil || tries >= 3 {
+			if err != nil {
+				log().Debug("ack not sent; the event comes back and is acked without a POST", slog.Any("error", err))
+			}
+			return
 		}
 	}
 }

@@ -276,6 +276,10 @@ func (pt *partition) run() {
 			}
 		}
 		switch {
+		case err == nil && pt.ackSettledCopy(msg):
+			// Its ack was not sent or did not land: it came back. Acked
+			// here even behind the fence, which does not count it in hand
+			// and would wait for it for ever.
 		case err == nil && fencing:
 			fence.add(msg)
 		case err == nil:
@@ -435,23 +439,10 @@ func (pt *partition) dispatchWaiting(key string, wg *sync.WaitGroup) {
 // dispatchOne is dispatch without the waiting events.
 func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGroup) {
 	seq := streamSeq(msg)
-	if pt.record.covers(key, seq) {
-		// A former owner answered it 2xx (or dead-lettered it) and froze
-		// or died before its ack went out: delivered already.
-		pt.book.settled(key, seq)
-		if pt.lease.mayAck() == nil {
-			_ = msg.Ack()
-		}
-		pt.log.Debug("a former owner delivered this event (the delivered record says so); acked without a POST", slog.String("event_id", eventID(msg)), slog.Uint64("seq", seq))
+	if pt.ackSettledCopy(msg) {
 		return
 	}
-	behind, stale := pt.book.settledBefore(key, seq)
-	if stale {
-		if pt.lease.mayAck() == nil {
-			_ = msg.Ack()
-		}
-		return
-	}
+	behind, _ := pt.book.settledBefore(key, seq)
 	if behind {
 		// Never settled, yet a later event of its stream was: a delivery
 		// lost on its way that the gap fence did not see. Delivered late
@@ -475,6 +466,27 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 		defer pt.leftLane(streamSeq(m))
 		pt.hol.deliver(m)
 	}, nil)
+}
+
+// ackSettledCopy acks msg without a POST and reports true when it is a
+// copy of an event settled already: recently by this partition (a
+// redelivery that raced its own ack, or whose ack did not land), or by a
+// former owner, as the delivered record read at the take says (answered
+// 2xx or dead-lettered, then its owner froze or died before the ack).
+func (pt *partition) ackSettledCopy(msg jetstream.Msg) bool {
+	key, seq := wire.StreamKey(msg.Subject()), streamSeq(msg)
+	_, stale := pt.book.settledBefore(key, seq)
+	if !stale && !pt.record.covers(key, seq) {
+		return false
+	}
+	if !stale {
+		pt.book.settled(key, seq)
+		pt.log.Debug("a former owner delivered this event (the delivered record says so); acked without a POST", slog.String("event_id", eventID(msg)), slog.Uint64("seq", seq))
+	}
+	if pt.lease.mayAck() == nil {
+		_ = msg.Ack()
+	}
+	return true
 }
 
 // leftLane records that the event at seq left its lane (settled, held or
