@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,21 +27,31 @@ import (
 // fenceWatch is a receiver behind webhook's order gate (memory stores)
 // that fails 5 % of requests with 500 before the gate. Per stream it
 // records the order of each version's first POST and the versions the
-// handler processed; per Jsbridge-Order value the gate's refusals.
+// handler processed, with when; per Jsbridge-Order value the gate's
+// refusals; the POSTs of a version already processed (re-sends) and those
+// of a version whose predecessor was not processed yet (sent early: the
+// sender broke its promise, whatever the gate answered); per replica its
+// last POST.
 type fenceWatch struct {
-	streams int
-	mu      sync.Mutex
-	firsts  map[int][]int        // versions in the order of their first POST
-	seen    map[int]map[int]bool // versions POSTed at least once
-	done    map[int][]int        // versions processed, in order
-	refused map[string]int       // gate answers by Jsbridge-Order
+	streams  int
+	mu       sync.Mutex
+	firsts   map[int][]int        // versions in the order of their first POST
+	seen     map[int]map[int]bool // versions POSTed at least once
+	done     map[int][]int        // versions processed, in order
+	doneAt   map[int][]time.Time  // when each of done was processed
+	refused  map[string]int       // gate answers by Jsbridge-Order
+	resent   int                  // POSTs of a version already processed
+	early    []string             // POSTs of a version before its predecessor was processed
+	lastPost map[string]time.Time // replica -> its last POST's arrival
 	// hold, when set, is called on a request of replica before it is
-	// answered (the test freezes the replica there).
+	// answered (the test freezes the replica there, or makes the receiver
+	// slow).
 	hold func(replica string)
 }
 
 func newFenceWatch(t *testing.T, streams int) (*fenceWatch, *httptest.Server) {
-	w := &fenceWatch{streams: streams, firsts: map[int][]int{}, seen: map[int]map[int]bool{}, done: map[int][]int{}, refused: map[string]int{}}
+	w := &fenceWatch{streams: streams, firsts: map[int][]int{}, seen: map[int]map[int]bool{}, done: map[int][]int{},
+		doneAt: map[int][]time.Time{}, refused: map[string]int{}, lastPost: map[string]time.Time{}}
 	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{testSecret})
 	require.NoError(t, err)
 	gate := webhook.NewOrderGate(webhook.NewMemoryOrderStore())
@@ -48,6 +59,7 @@ func newFenceWatch(t *testing.T, streams int) (*fenceWatch, *httptest.Server) {
 		s, ver := w.event(r.Header.Get(wire.HeaderIdempotencyKey))
 		w.mu.Lock()
 		w.done[s] = append(w.done[s], ver)
+		w.doneAt[s] = append(w.doneAt[s], time.Now())
 		w.mu.Unlock()
 		return nil
 	}, webhook.WithOrderGate(gate), webhook.WithLogger(slog.New(slog.DiscardHandler)))
@@ -61,6 +73,14 @@ func newFenceWatch(t *testing.T, streams int) (*fenceWatch, *httptest.Server) {
 			w.seen[s][ver] = true
 			w.firsts[s] = append(w.firsts[s], ver)
 		}
+		switch {
+		case slices.Contains(w.done[s], ver):
+			w.resent++
+		case ver > 0 && !slices.Contains(w.done[s], ver-1):
+			w.early = append(w.early, fmt.Sprintf("stream %d: version %d sent by %s while version %d was not processed",
+				s, ver, r.Header.Get(wire.HeaderReplica), ver-1))
+		}
+		w.lastPost[r.Header.Get(wire.HeaderReplica)] = time.Now()
 		hold := w.hold
 		w.mu.Unlock()
 		if hold != nil {
@@ -356,22 +376,33 @@ func grepLines(out string, words ...string) string {
 func publishVersions(t *testing.T, b *jsBundle, n, streams int) {
 	t.Helper()
 	for first := 1; first <= n; first += 1000 {
-		futures := make([]jetstream.PubAckFuture, 0, 1000)
-		for id := first; id < first+1000 && id <= n; id++ {
-			e := event.Event{ID: int64(id), Stream: fmt.Sprintf("order-%d", id%streams), Version: int64((id - 1) / streams),
-				Name: "OrderNoted", Data: fmt.Appendf(nil, `{"n":%d}`, id), Created: time.Now()}
-			f, err := b.js.PublishMsgAsync(forward.Message(e, forward.Config{}))
-			require.NoError(t, err)
-			futures = append(futures, f)
+		require.NoError(t, publishVersionRange(b, first, min(first+999, n), streams))
+	}
+}
+
+// publishVersionRange publishes events first..last numbered as
+// publishVersions numbers them and waits for every publish ack (30 s at
+// most). It returns the first error; it may run outside the test's
+// goroutine.
+func publishVersionRange(b *jsBundle, first, last, streams int) error {
+	futures := make([]jetstream.PubAckFuture, 0, last-first+1)
+	for id := first; id <= last; id++ {
+		e := event.Event{ID: int64(id), Stream: fmt.Sprintf("order-%d", id%streams), Version: int64((id - 1) / streams),
+			Name: "OrderNoted", Data: fmt.Appendf(nil, `{"n":%d}`, id), Created: time.Now()}
+		f, err := b.js.PublishMsgAsync(forward.Message(e, forward.Config{}))
+		if err != nil {
+			return fmt.Errorf("publish event %d: %w", id, err)
 		}
-		for _, f := range futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				require.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Fatal("publish ack timed out")
-			}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish event %s: %w", f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("publish ack of event %s timed out", f.Msg().Header.Get(jetstream.MsgIDHeader))
 		}
 	}
+	return nil
 }

@@ -145,13 +145,7 @@ func (o *orderWatch) check(t *testing.T, perStream int, noOverlap bool) {
 	t.Helper()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for i, p := range o.problems {
-		if i == 20 {
-			t.Errorf("... and %d more", len(o.problems)-20)
-			break
-		}
-		t.Error(p)
-	}
+	errorEach(t, o.problems, 20)
 	short := 0
 	for s := range o.streams {
 		a := o.accepted[s]
@@ -185,6 +179,18 @@ func (o *orderWatch) check(t *testing.T, perStream int, noOverlap bool) {
 				}
 			}
 		}
+	}
+}
+
+// errorEach fails t with each of problems, the first most of them named.
+func errorEach(t *testing.T, problems []string, most int) {
+	t.Helper()
+	for i, p := range problems {
+		if i == most {
+			t.Errorf("... and %d more", len(problems)-most)
+			return
+		}
+		t.Error(p)
 	}
 }
 

@@ -96,14 +96,6 @@ type Config struct {
 	// replica finding the bucket with another TTL goes by the bucket's
 	// (its keys expire after it) and logs a warning.
 	LeaseTTL time.Duration
-	// RedeliveredBy is how long after a partition's fence passed an
-	// ordered subscription's stream may stop waiting for an earlier event
-	// that JetStream names but that never comes back (a former owner
-	// acked it out of order while a parked stream or a retry held the ack
-	// floor below it). Default 0: six of the subscription's AckWaits, at
-	// least a minute (settledAfter); tests shorten it. Not part of the
-	// consumer's public Config.
-	RedeliveredBy time.Duration
 	// OrderStuckAfter bounds how long the head of an ordered
 	// subscription's stream is retried in place while the receiver's
 	// order gate refuses it (409 gap or in-progress, wire.HeaderOrder):
@@ -118,6 +110,11 @@ type Config struct {
 	// wall clock; tests pass a clockwork fake. Not part of the consumer's
 	// public Config.
 	Clock clockwork.Clock
+	// sendAck sends an ordered subscription's ack of an event once the
+	// partition's delivered record holds it (delivered.go). Default nil:
+	// the message's Ack. Internal tests replace it to play a replica
+	// that froze between the record's write and the ack.
+	sendAck func(jetstream.Msg) error
 	// LocalBreakers keeps the circuit breakers to this replica. Default
 	// false: the endpoints' breakers are shared with the other replicas
 	// through the health bucket (breakerstore.go), so one replica probes

@@ -254,7 +254,8 @@ func (f *Fleet) Remove(ctx context.Context, name string) error {
 }
 
 // forgetParked deletes the park bucket's keys of subscription name (its
-// parked streams, failed-attempt counts and skipped versions), so that a subscription added
+// parked streams, failed-attempt counts, skipped versions and delivered
+// records), so that a subscription added
 // again under the name starts with none; its dead letters stay in the
 // dead-letter stream.
 func (f *Fleet) forgetParked(ctx context.Context, name string) error {
@@ -265,7 +266,7 @@ func (f *Fleet) forgetParked(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("deliver: subscription %q: key-value bucket %q: %w", name, wire.DefaultParkBucket, err)
 	}
-	l, err := kv.ListKeysFiltered(ctx, wire.ParkedFilter(name), wire.AttemptsKeyPrefix+name+".*", wire.SkippedKeyPrefix+name+".*", wire.AsideFilter(name))
+	l, err := kv.ListKeysFiltered(ctx, wire.ParkedFilter(name), wire.AttemptsKeyPrefix+name+".*", wire.SkippedKeyPrefix+name+".*", wire.AsideFilter(name), wire.DeliveredKeyPrefix+name+".*")
 	if err != nil {
 		return fmt.Errorf("deliver: subscription %q: list key-value bucket %q: %w", name, wire.DefaultParkBucket, err)
 	}

@@ -80,7 +80,7 @@ func TestFleetAppliesChangesWhileRunning(t *testing.T) {
 	// (another subscription's stay), and removing again is fine.
 	parks, err := b.js.CreateKeyValue(b.ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
 	require.NoError(t, err)
-	for _, k := range []string{wire.ParkedKey("fleet", "order.order-1"), wire.AttemptsKey("fleet", "9"), wire.ParkedKey("other", "order.order-1")} {
+	for _, k := range []string{wire.ParkedKey("fleet", "order.order-1"), wire.AttemptsKey("fleet", "9"), wire.DeliveredKey("fleet", 0), wire.ParkedKey("other", "order.order-1")} {
 		_, err := parks.Put(b.ctx, k, []byte("x"))
 		require.NoError(t, err)
 	}

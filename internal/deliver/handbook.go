@@ -11,10 +11,13 @@ import (
 // handBook is what a partition has in hand and what it settled, under one
 // lock: the fence counts it (count) while the lanes, the acks and the run
 // loop change it. Its invariants: a sequence is in inLane from its
-// submission to a lane until it left it; in acking while its ack is sent
-// and not confirmed; in recent (and lastDone moved on) once its ack was
-// recorded, before it leaves acking, so that the fence never sees a
-// settled event as neither in hand nor settled.
+// submission to a lane until it left it; in acking while it is being
+// settled (the delivered record written, then the ack sent); in recent
+// (and lastDone moved on) once the record holds it, before it leaves
+// acking, so that the fence never sees a settled event as neither in hand
+// nor settled. A copy of a recent event is acked when it comes back
+// (partition.ackSettledCopy), so one whose ack did not land does not hold
+// the fence.
 type handBook struct {
 	mu       sync.Mutex
 	lastDone map[string]uint64 // stream key → sequence of the last event settled

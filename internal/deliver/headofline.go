@@ -51,6 +51,11 @@ type headOfLine struct {
 	// chain is the partition's version chain: each webhook's
 	// Jsbridge-Previous-Version.
 	chain *chain
+	// record is the partition's delivered record: an event is acked
+	// only once a write of it holds the event.
+	record *deliveredRecord
+	// sendAck sends an ack (nil: the message's Ack; Config.sendAck).
+	sendAck func(jetstream.Msg) error
 	// skipped records a dead-lettered version of a stream (by its events
 	// stream key) and the predecessor it carried in the park bucket
 	// (deadletter.RecordSkipped); nil: not recorded.
@@ -65,7 +70,8 @@ type headOfLine struct {
 // retry: the message stays with this replica (InProgress every AckWait/2)
 // while it is retried in place with backoff (Retry-After honoured), so its
 // stream's later events, queued behind it in the lane, cannot overtake it;
-// other streams' lanes go on. It ends with a double ack (2xx), a dead
+// other streams' lanes go on. It ends with an ack behind the delivered
+// record (2xx), a dead
 // letter (then the stream parks or goes on, see DeadLetterPolicy), a Nak
 // when the partition is released first, or nothing when the lease
 // deadline passed (JetStream redelivers it after AckWait to the next owner).
@@ -259,26 +265,35 @@ func (hl *headOfLine) forgetAttempts(id string, recorded bool) {
 	}
 }
 
-// ack double-acks m (JetStream confirms the ack is recorded, so a new
-// owner never sees m again once its successor was sent), retrying with
-// backoff, and records m settled once the ack is recorded. When it is not
-// (the partition was released meanwhile, or 10 tries failed, which
-// releases the partition), the lane's later events are returned to
-// JetStream, not delivered: m comes back first, to whoever owns the
-// partition next.
+// ack settles m: when m's stream is set aside, it first moves the
+// stream's aside record past m (asides.settle); then it waits until a
+// write of the partition's delivered record holds m (so a new owner knows
+// m was delivered, whether or not the ack reaches JetStream), records m
+// settled, then acks it. An event read again from the copy (isReread)
+// moves the record too, but has no consumer ack: it is only marked
+// settled for the re-read. The lane sends
+// m's successor only after that. When the record is not written (the
+// partition was released past its lease deadline, the record was taken
+// by a new owner, or 10 writes failed, which releases the partition), m is
+// not acked and the lane's later events are returned to JetStream, not
+// delivered: m comes back first, to whoever owns the partition next.
 //
 // log gives the logger of its warnings; it is called only when one is
 // logged (slog's With formats a delivery's attributes at once, and an
 // ack that succeeds logs nothing).
 func (hl *headOfLine) ack(m jetstream.Msg, log func() *slog.Logger) {
 	seq := streamSeq(m)
+	key := wire.StreamKey(m.Subject())
 	// An event read again from the copy (aside.go) is no delivery of the
-	// partition consumer: the fence must not count it as acked.
+	// partition consumer: the fence must not count it as acked, and it
+	// has no consumer ack to send.
 	reread := isReread(m)
 	if !reread {
 		hl.book.acked(seq, true)
 		defer hl.book.acked(seq, false)
 	}
+	// A stream set aside: its record moves past m before m counts as
+	// settled, so that m is never read again once acked.
 	var pause backoff.Backoff
 	for tries := 1; ; tries++ {
 		if !hl.lease.waitAck() {
@@ -286,30 +301,61 @@ func (hl *headOfLine) ack(m jetstream.Msg, log func() *slog.Logger) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		// A stream set aside: its record moves past m before m counts as
-		// settled, so that m is never read again once acked.
 		err := hl.aside.settle(ctx, m)
-		if err == nil {
-			err = m.DoubleAck(ctx)
-		}
 		cancel()
-		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-			if !reread {
-				hl.book.settled(wire.StreamKey(m.Subject()), seq) // before it leaves acking
-			}
-			return
+		if err == nil {
+			break
 		}
 		if hl.ctx.Err() != nil {
 			return
 		}
 		if tries >= 10 {
-			log().Error("ack failed 10 times; releasing the partition so that the event comes back before its successors", slog.Any("error", err))
+			log().Error("moving the record of a stream set aside failed 10 times; releasing the partition so that the event comes back before its successors", slog.Any("error", err))
 			hl.release()
 			return
 		}
 		d := pause.Next()
-		log().Warn("ack failed; retrying (the stream's next event waits for it)", slog.Any("error", err), slog.Duration("retry_in", d))
+		log().Warn("moving the record of a stream set aside failed; retrying (the stream's next event waits for it)", slog.Any("error", err), slog.Duration("retry_in", d))
 		sleep(hl.ctx, hl.clock, d)
+	}
+	// The delivered record holds live and re-read events alike: a re-read
+	// event settled moves its stream's entry, so that a new owner, once
+	// the stream is live again, hands its next event on at once.
+	err := hl.record.settleAndWait(hl.ctx, key, seq)
+	switch {
+	case err == nil:
+	case errors.Is(err, errRecordLost), errors.Is(err, errLeasePassed):
+		log().Warn("not acked: the partition lease ended first; the event comes back to the next owner (the receiver deduplicates it)", slog.Any("reason", err))
+		return
+	default:
+		if hl.ctx.Err() == nil {
+			log().Error("writing the delivered record failed 10 times; releasing the partition so that the event comes back before its successors", slog.Any("error", err))
+			hl.release()
+		}
+		return
+	}
+	if reread {
+		_ = m.Ack() // tells the re-read that m settled; nothing is sent
+		return
+	}
+	hl.book.settled(key, seq) // before it leaves acking
+	// Not a double ack: the record says m was delivered, and a copy
+	// that comes back (its ack lost) is acked without a POST. Sent once
+	// the fence allows it (a late renewal), 3 tries: the fence does not
+	// count a settled event in hand, so one left pending would hold it
+	// until the copy comes back.
+	send := jetstream.Msg.Ack
+	if hl.sendAck != nil {
+		send = hl.sendAck
+	}
+	for tries := 1; hl.lease.waitAck(); tries++ {
+		err := send(m)
+		if err == nil || tries >= 3 {
+			if err != nil {
+				log().Debug("ack not sent; the event comes back and is acked without a POST", slog.Any("error", err))
+			}
+			return
+		}
 	}
 }
 

@@ -65,8 +65,9 @@ func countRequests(t *testing.T, nc *nats.Conn, subject string) *atomic.Int32 {
 // category.
 func lookupSuccessors(t *testing.T, js jetstream.JetStream) *successors {
 	t.Helper()
-	sc := newSuccessors(t.Context(), clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), newHandBook(), 0, nil,
-		[]string{"ordered.events.0.order.>"}, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, "COPY") })
+	sc := newSuccessors(t.Context(), clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), newHandBook(), nil,
+		[]string{"ordered.events.0.order.>"}, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, "COPY") },
+		func(string) uint64 { return 0 })
 	sc.js = js
 	return sc
 }

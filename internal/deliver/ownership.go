@@ -242,6 +242,11 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 	if pt != nil && renewed != nil && renewed.err == nil {
 		pt.rev = renewed.rev // a finished partition releases this revision
 	}
+	if pt != nil && !pt.lost && pt.record.lostLease() {
+		// A write of its delivered record found it taken: another
+		// replica claimed the partition (the partition stopped itself).
+		pt.lost = true
+	}
 	switch {
 	case pt != nil && pt.finished():
 		// A partition ends when its consumer was deleted (among other
@@ -294,6 +299,16 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 			}
 			return
 		}
+		// The delivered record: what the former owners settled; once this
+		// replica wrote it, their writes (and so their acks) fail.
+		rec, err := or.claimRecord(ctx, p)
+		if err != nil {
+			o.warns.warn(or.r.log, or.r.sub.Name, "claiming a partition's delivered record failed; releasing the lease", slog.Int("partition", p), slog.Any("error", err))
+			if err := o.leases.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+				or.r.log.Debug("deleting an unused lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
+			}
+			return
+		}
 		// The previous owner (crashed, frozen, cut off) may still be
 		// pinned: from now on the server refuses its pulls.
 		or.unpin(ctx, p)
@@ -301,7 +316,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 		// unacked messages at once, but also every message acked above
 		// the ack floor, sent again after later versions of their streams
 		// (docs/ordering.md, "Reset on takeover: not used").
-		pt = or.newPartition(p, rev, epoch, start.Add(ttl-ttl/4))
+		pt = or.newPartition(p, rev, epoch, start.Add(ttl-ttl/4), rec)
 		or.parts[p] = pt
 		or.r.metrics.handovers.WithLabelValues(or.r.sub.Name).Inc()
 		or.r.log.Info("partition taken", slog.Int("partition", p))
@@ -409,16 +424,31 @@ func (or *orderedRunner) report() {
 	or.r.metrics.partitionsOwned.WithLabelValues(or.r.sub.Name).Set(float64(n))
 }
 
+// claimRecord reads and claims partition p's delivered record
+// (deliveredRecord.claim) for this replica.
+func (or *orderedRunner) claimRecord(ctx context.Context, p int) (*deliveredRecord, error) {
+	s, err := or.copyStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rec := newDeliveredRecord(or.o.parks, wire.DeliveredKey(or.r.sub.Name, p), or.o.cfg.ReplicaID, s.CachedInfo().Created, or.clock, or.r.log.With(slog.Int("partition", p)))
+	if err := rec.claim(ctx); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
 // newPartition makes partition p of the subscription, its lease created
 // at KV revision rev under epoch (leaseEpochs.next) and held until
-// deadline.
-func (or *orderedRunner) newPartition(p int, rev, epoch uint64, deadline time.Time) *partition {
+// deadline, with its claimed delivered record rec.
+func (or *orderedRunner) newPartition(p int, rev, epoch uint64, deadline time.Time, rec *deliveredRecord) *partition {
 	// createConsumers made the partition consumers from the same config.
 	cfg, _ := or.consumerConfig(or.o, p)
 	d := partitionDeps{
 		inHand: or.inHand, pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
 		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log},
-		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream, redeliveredBy: or.o.cfg.RedeliveredBy,
+		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream,
+		record: rec, sendAck: or.o.cfg.sendAck,
 		epoch: epoch, epochs: or.o.epochs, stuckAfter: or.o.cfg.OrderStuckAfter, parks: or.o.parks,
 	}
 	cs := chainSource{

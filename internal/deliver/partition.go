@@ -45,8 +45,9 @@ type partition struct {
 	succ   *successors // the run loop's alone
 	hol    *headOfLine
 	watch  *consumerWatch
-	holder *holder // the partition as its parked streams' events see it
-	aside  *asides // its streams set aside (aside.go); nil: none ever is
+	record *deliveredRecord // nil: none (tests without JetStream)
+	holder *holder          // the partition as its parked streams' events see it
+	aside  *asides          // its streams set aside (aside.go); nil: none ever is
 	// asideFloorRead is the consumer's ack floor as the streams set aside
 	// last read it, at asideFloorAt (partition.asideFloor); the run
 	// loop's alone.
@@ -76,9 +77,11 @@ type partitionDeps struct {
 	connStatus   func() nats.Status
 	slots        chan struct{}
 	copyStream   func(context.Context) (jetstream.Stream, error)
-	// redeliveredBy overrides successors' settledAfter(AckWait) when
-	// positive (Config.RedeliveredBy).
-	redeliveredBy time.Duration
+	// record is the partition's delivered record, claimed (nil: none,
+	// every event is acked at once).
+	record *deliveredRecord
+	// sendAck sends an ack behind the record (nil: the message's Ack).
+	sendAck func(jetstream.Msg) error
 	// epoch is the claim's lease epoch (leaseEpochs.next), every
 	// webhook's Jsbridge-Lease-Epoch; epochs raises the counter after a
 	// stale-epoch answer.
@@ -117,12 +120,10 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	if d.r != nil {
 		pt.health, pt.sub, pt.maxAckPending = d.r.health, d.r.sub.Name, d.r.sub.MaxAckPending
 	}
-	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, ackWait, cons, d.filters, d.copyStream)
+	pt.record = d.record
+	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, cons, d.filters, d.copyStream, pt.record.inheritedSeq)
 	if d.r != nil {
 		pt.succ.js = d.r.js
-	}
-	if d.redeliveredBy > 0 {
-		pt.succ.redeliveredBy = d.redeliveredBy
 	}
 	pt.holder = &holder{
 		p:          p,
@@ -139,7 +140,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	pt.hol = &headOfLine{
 		ctx: ctx, release: cancel, clock: d.clock, log: log, r: d.r, lease: pt.lease, book: pt.book, parking: d.parking, holder: pt.holder,
 		attempts: d.attempts, slots: d.slots, eventsPrefix: d.eventsPrefix, p: p, epoch: d.epoch, epochs: d.epochs, stuckAfter: d.stuckAfter,
-		chain: newChain(d.chain), skipped: d.skipped, aside: pt.aside,
+		chain: newChain(d.chain), skipped: d.skipped, aside: pt.aside, record: d.record, sendAck: d.sendAck,
 	}
 	durable := ""
 	if d.r != nil {
@@ -147,6 +148,10 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	}
 	pt.watch = &consumerWatch{
 		cons: cons, durable: durable, every: d.checkEvery, clock: d.clock, log: log, filters: d.filters, copyStream: d.copyStream, release: cancel,
+	}
+	if pt.record != nil {
+		pt.record.floor = pt.watch.floor.Load
+		pt.record.lost = func() { pt.lease.lose(); pt.release() }
 	}
 	return pt
 }
@@ -175,6 +180,11 @@ func (pt *partition) run() {
 	var wg sync.WaitGroup
 	defer close(pt.done)
 	defer pt.aside.released()
+	// The record's last write, once every delivery ended: what they
+	// settled is written before the partition is handed over.
+	recordStop, recordDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(recordDone); pt.record.run(pt.lease, recordStop) }()
+	defer func() { close(recordStop); <-recordDone }()
 	defer wg.Wait()
 	iter := pt.openPull()
 	if iter == nil {
@@ -289,6 +299,10 @@ func (pt *partition) run() {
 			}
 		}
 		switch {
+		case err == nil && pt.ackSettledCopy(msg):
+			// Its ack was not sent or did not land: it came back. Acked
+			// here even behind the fence, which does not count it in hand
+			// and would wait for it for ever.
 		case err == nil && fencing:
 			fence.add(msg)
 		case err == nil:
@@ -457,13 +471,10 @@ func (pt *partition) dispatchWaiting(key string, wg *sync.WaitGroup) {
 // dispatchOne is dispatch without the waiting events.
 func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGroup) {
 	seq := streamSeq(msg)
-	behind, stale := pt.book.settledBefore(key, seq)
-	if stale {
-		if pt.lease.mayAck() == nil {
-			_ = msg.Ack()
-		}
+	if pt.ackSettledCopy(msg) {
 		return
 	}
+	behind, _ := pt.book.settledBefore(key, seq)
 	if behind {
 		// Never settled, yet a later event of its stream was: a delivery
 		// lost on its way that the gap fence did not see. Delivered late
@@ -495,6 +506,27 @@ func (pt *partition) toLane(key string, msg jetstream.Msg, wg *sync.WaitGroup) {
 		defer pt.leftLane(streamSeq(m))
 		pt.hol.deliver(m)
 	}, nil)
+}
+
+// ackSettledCopy acks msg without a POST and reports true when it is a
+// copy of an event settled already: recently by this partition (a
+// redelivery that raced its own ack, or whose ack did not land), or by a
+// former owner, as the delivered record read at the take says (answered
+// 2xx or dead-lettered, then its owner froze or died before the ack).
+func (pt *partition) ackSettledCopy(msg jetstream.Msg) bool {
+	key, seq := wire.StreamKey(msg.Subject()), streamSeq(msg)
+	_, stale := pt.book.settledBefore(key, seq)
+	if !stale && !pt.record.covers(key, seq) {
+		return false
+	}
+	if !stale {
+		pt.book.settled(key, seq)
+		pt.log.Debug("a former owner delivered this event (the delivered record says so); acked without a POST", slog.String("event_id", eventID(msg)), slog.Uint64("seq", seq))
+	}
+	if pt.lease.mayAck() == nil {
+		_ = msg.Ack()
+	}
+	return true
 }
 
 // leftLane records that the event at seq left its lane (settled, held or

@@ -27,16 +27,18 @@ import (
 //
 // A stream's first event since the partition was taken is handed on at
 // once only when it is the stream's version 0, or the next sequence after
-// the consumer's ack floor read when the fence passed. Any other waits
-// until JetStream names it the stream's first event after that floor (the
-// copy's stream leader, asked by subject): everything at or below the floor was acked, and
-// an earlier event of the stream above it is either still pending (it
-// comes, and goes first) or was acked out of order by the former owner
-// (the floor passes it soon, and unstick lets the stream go on). The
-// fence's count alone let a version out before an earlier one in a soak
-// run with the events stream's leader SIGKILLed every 8-12 s: a consumer
-// leader that had just taken over counted the earlier one as neither
-// pending nor delivered.
+// its base: the higher of the consumer's ack floor read when the fence
+// passed and the stream's entry in the delivered record read at the take
+// (delivered.go). Any other waits until JetStream names it the stream's
+// first event after that base (the copy's stream leader, asked by
+// subject): everything at or
+// below the floor was acked, everything of the stream at or below its
+// entry was settled, and an earlier event of the stream above both was
+// never acked (acks follow the record): it is pending, comes, and goes
+// first. No timeout decides anything. The fence's count alone let a
+// version out before an earlier one in a soak run with the events
+// stream's leader SIGKILLed every 8-12 s: a consumer leader that had just
+// taken over counted the earlier one as neither pending nor delivered.
 //
 // An event is the successor of the stream's last one handed on when its
 // stream version is one more (the events table numbers each stream's
@@ -73,17 +75,13 @@ type successors struct {
 	lookup func(key string, after uint64) (uint64, error)
 
 	// floor is the partition consumer's ack floor (a sequence of the
-	// partitioned stream) when the fence last passed, at fenceAt; floorSet
-	// is false before (a stream's first event is then left to the fence).
+	// partitioned stream) when the fence last passed; floorSet is false
+	// before (a stream's first event is then left to the fence).
 	floor    uint64
 	floorSet bool
-	fenceAt  time.Time
-	// redeliveredBy is how long after the fence passed any event that was
-	// pending then has surely been redelivered (a former owner's unacked
-	// deliveries come back within AckWait; see settledAfter): an event
-	// named as a stream's predecessor that has not come by then was acked
-	// by the former owner. 0: never assumed.
-	redeliveredBy time.Duration
+	// inherited returns a stream's entry in the delivered record as the
+	// partition read it when it was taken (0: none).
+	inherited func(key string) uint64
 
 	seen     map[string]streamPos // stream key → the last event of the stream handed on (to its lane, or held)
 	checks   chan successorCheck  // answers of the look-ups running
@@ -111,51 +109,42 @@ type successorCheck struct {
 	err   error
 }
 
-func newSuccessors(ctx context.Context, clock clockwork.Clock, log *slog.Logger, book *handBook, ackWait time.Duration,
-	cons jetstream.Consumer, filters []string, copyStream func(context.Context) (jetstream.Stream, error)) *successors {
+func newSuccessors(ctx context.Context, clock clockwork.Clock, log *slog.Logger, book *handBook,
+	cons jetstream.Consumer, filters []string, copyStream func(context.Context) (jetstream.Stream, error), inherited func(string) uint64) *successors {
 	sc := &successors{
-		ctx: ctx, clock: clock, log: log, book: book, cons: cons, filters: filters, copyStream: copyStream,
+		ctx: ctx, clock: clock, log: log, book: book, cons: cons, filters: filters, copyStream: copyStream, inherited: inherited,
 		seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
 	}
 	sc.lookup = sc.successorSeq
-	sc.redeliveredBy = settledAfter(ackWait)
 	return sc
 }
 
 // unstickAfter is how long an event may wait for its predecessor before
-// the partition asks whether that predecessor was acked meanwhile (by a
-// former owner: then it never comes back); the partition asks at most this
+// the partition asks whether the ack floor passed that predecessor
+// meanwhile (then it never comes back); the partition asks at most this
 // often.
 const unstickAfter = time.Second
-
-// settledAfter returns how long after a fence passed a stream's first
-// event may stop waiting for a named predecessor that never came: six
-// AckWaits, at least a minute. Every event pending when the fence passed
-// is redelivered within an AckWait of its last delivery, and a former
-// owner, fenced at its lease deadline, sends no InProgress by then; the
-// soak saw one come 3.2 AckWaits late across a consumer leader election.
-// It matters only while the ack floor stays below the predecessor (a
-// parked stream's held events, or an event retried in place, hold the
-// floor down): otherwise the floor passes it first.
-func settledAfter(ackWait time.Duration) time.Duration {
-	if ackWait <= 0 {
-		return 0
-	}
-	return max(6*ackWait, time.Minute)
-}
 
 // fencePassed records the partition consumer's ack floor (a sequence of
 // the partitioned stream) read when the fence passed.
 func (sc *successors) fencePassed(floor uint64) {
-	sc.floor, sc.floorSet, sc.fenceAt = floor, true, sc.clock.Now()
+	sc.floor, sc.floorSet = floor, true
 }
 
-// firstOnTrust reports whether p, the first event of its stream since the
+// base returns what a stream's first event since the partition was taken
+// is measured against: the higher of the ack floor and the stream's entry
+// in the delivered record (everything of the stream at or below it was
+// settled).
+func (sc *successors) base(key string) uint64 {
+	return max(sc.floor, sc.inherited(key))
+}
+
+// firstOnTrust reports whether p, the first event of stream key since the
 // partition was taken, may be handed on without asking JetStream: no
 // floor was read, it is its stream's version 0, or it comes right after
-// the floor.
-func (sc *successors) firstOnTrust(p streamPos) bool {
-	return !sc.floorSet || (p.versioned && p.version == 0) || p.seq == sc.floor+1
+// the stream's base.
+func (sc *successors) firstOnTrust(key string, p streamPos) bool {
+	return !sc.floorSet || (p.versioned && p.version == 0) || p.seq == sc.base(key)+1
 }
 
 // streamVersion returns m's stream version (ce-streamversion), if it has
@@ -191,15 +180,15 @@ func (sc *successors) handOn(key string, m jetstream.Msg) bool {
 	case known && pos.seq <= last.seq:
 		// A copy of an event handed on already: dispatch's checks.
 		return true
-	case known && last.precedes(pos), !known && sc.firstOnTrust(pos):
+	case known && last.precedes(pos), !known && sc.firstOnTrust(key, pos):
 		// The next event of the stream, or its first since the
 		// partition was taken and known to be the first.
 		sc.seen[key] = pos
 		return true
 	case !known:
 		// Its first since the partition was taken: it waits until
-		// JetStream names it the stream's first after the ack floor.
-		last = streamPos{seq: sc.floor}
+		// JetStream names it the stream's first after its base.
+		last = streamPos{seq: sc.base(key)}
 		sc.seen[key] = last
 	}
 	sc.wait(key, m)
@@ -308,15 +297,15 @@ func (sc *successors) answered(c successorCheck) {
 	last.next = c.next
 	sc.seen[c.key] = last
 	if n > 0 && c.next != streamSeq(head) {
-		sc.log.Warn("an earlier event of a stream is not in hand (lost on its way, or acked by a former owner); holding the stream's later events until it comes or the ack floor passes it",
+		sc.log.Warn("an earlier event of a stream is not in hand (lost on its way, or a former owner's not yet redelivered); holding the stream's later events until it comes",
 			slog.Uint64("seq", c.next), slog.Int("waiting", n), slog.String("first_waiting_event_id", eventID(head)))
 	}
 }
 
 // unstick looks at the streams whose waiting events waited unstickAfter
 // or more for a predecessor JetStream named, and lets go on those whose
-// predecessor was acked (goesOn). It returns the streams that go on; the
-// run loop hands their waiting events on.
+// predecessor the ack floor passed (goesOn). It returns the streams that
+// go on; the run loop hands their waiting events on.
 func (sc *successors) unstick() []string {
 	var stuck []string
 	for _, key := range sc.book.waitingSince(sc.clock.Now().Add(-unstickAfter)) {
@@ -333,49 +322,26 @@ func (sc *successors) unstick() []string {
 	if err != nil {
 		return nil
 	}
-	return sc.goesOn(stuck, info)
+	return sc.goesOn(stuck, info.AckFloor.Stream)
 }
 
-// goesOn returns the stuck streams whose named predecessor will never
-// come back, and records where each goes on from:
-//   - at or below the consumer's ack floor: a former owner acked it (and
-//     a stale copy of its own predecessor reached this partition); the
-//     stream goes on from the floor;
-//   - above the floor (a parked stream's held events, or an event retried
-//     in place, keep the floor down), once redeliveredBy has passed since
-//     the fence and the consumer has delivered past it: it was acked out
-//     of order by the former owner, as anything pending then would have
-//     come back by now; the stream goes on with its first waiting event.
-//     (The consumer's pending count is no help here: what the pull
-//     buffers unread is pending too.)
-//
-// The others keep waiting, logged.
-func (sc *successors) goesOn(stuck []string, info *jetstream.ConsumerInfo) []string {
-	settled := sc.redeliveredBy > 0 && sc.floorSet && sc.clock.Since(sc.fenceAt) >= sc.redeliveredBy
+// goesOn returns the stuck streams whose named predecessor is at or below
+// the consumer's ack floor: acked (it left the copy by its limits, or a
+// stale copy of its own predecessor reached this partition), so it never
+// comes back; each goes on from the floor. The others keep waiting: their
+// predecessor is pending and comes (logged).
+func (sc *successors) goesOn(stuck []string, floor uint64) []string {
 	var goOn []string
 	for _, key := range stuck {
 		last := sc.seen[key]
-		switch {
-		case last.next <= info.AckFloor.Stream:
-			sc.log.Warn("the event a stream's later events waited for was acked meanwhile; the stream goes on", slog.Uint64("seq", last.next))
-			// Every event of the stream at or below the floor was acked.
-			sc.seen[key] = streamPos{seq: info.AckFloor.Stream}
-		case settled && last.next <= info.Delivered.Stream:
-			head, _ := sc.book.firstWaiting(key)
-			if head == nil {
-				continue
-			}
-			sc.log.Warn("the event a stream's later events waited for was not redelivered since the fence passed: a former owner acked it; the stream goes on",
-				slog.Uint64("seq", last.next), slog.Uint64("ack_floor", info.AckFloor.Stream),
-				slog.Duration("since_fence", sc.clock.Since(sc.fenceAt).Round(time.Second)), slog.String("first_waiting_event_id", eventID(head)))
-			// Everything of the stream below its first waiting event
-			// that is not in hand was acked.
-			sc.seen[key] = streamPos{seq: streamSeq(head) - 1, next: streamSeq(head)}
-		default:
+		if last.next > floor {
 			sc.log.Warn("a stream's later events still wait for an earlier one to be redelivered", slog.Uint64("seq", last.next),
-				slog.Uint64("ack_floor", info.AckFloor.Stream))
+				slog.Uint64("ack_floor", floor))
 			continue
 		}
+		sc.log.Warn("the event a stream's later events waited for was acked meanwhile; the stream goes on", slog.Uint64("seq", last.next))
+		// Every event of the stream at or below the floor was acked.
+		sc.seen[key] = streamPos{seq: floor}
 		goOn = append(goOn, key)
 	}
 	return goOn

@@ -180,35 +180,57 @@ func TestHandOnTrustsAStreamsFirstEventAtVersionZeroOrRightAfterTheFloor(t *test
 	require.True(t, fresh.succ.handOn("ordered.events.0.order.order-3", newFakeMsg("order-3", 7, 150)))
 }
 
-func TestAStreamHeldBelowAStuckFloorGoesOnOnceItsPredecessorWouldHaveComeBack(t *testing.T) {
+// The former owner acked the stream's version 4 (sequence 120) out of
+// order, above the ack floor (100: another stream's head holds it), and
+// wrote it in the delivered record first. The stream's version 5 (150)
+// is its first event in the new owner's hand: JetStream names nothing of
+// the stream between the record's 120 and 150, so it goes on at once,
+// with the clock never moved (it waited six AckWaits, at least a minute,
+// before the record).
+func TestAStreamWhosePredecessorIsInTheDeliveredRecordGoesOnAtOnce(t *testing.T) {
 	t.Parallel()
 	key := "ordered.events.0.order.order-1"
-	// A parked stream holds the ack floor at 100. The former owner acked
-	// the stream's version 4 (sequence 120) out of order before the take;
-	// version 5 (150) is the stream's first event in the new owner's hand.
-	pt := testPartition(t, map[string]map[uint64]uint64{key: {100: 120}})
+	pt := testPartition(t, map[string]map[uint64]uint64{key: {100: 120, 120: 150}})
+	pt.succ.inherited = func(k string) uint64 { return map[string]uint64{key: 120}[k] }
+	pt.succ.fencePassed(100)
+	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", 5, 150)), "asked: 150 is not right after the record's 120")
+	c := nextCheck(t, pt)
+	require.Equal(t, successorCheck{key: key, after: 120, next: 150}, c, "looked up after the record's entry, not the floor")
+	pt.succ.answered(c)
+	m := pt.succ.nextWaiting(key)
+	require.NotNil(t, m, "version 5 goes on")
+	require.True(t, pt.succ.handOn(key, m))
+	require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", 6, 160)), "and the stream follows its versions again")
+
+	// Right after the record's entry: no look-up at all.
+	other := "ordered.events.0.order.order-2"
+	pt.succ.inherited = func(k string) uint64 { return map[string]uint64{other: 130}[k] }
+	require.True(t, pt.succ.handOn(other, newFakeMsg("order-2", 9, 131)))
+	require.Empty(t, pt.succ.checking)
+}
+
+// A predecessor above both the ack floor and the stream's entry in the
+// delivered record was never acked (acks follow the record): it is
+// pending and comes back. The stream waits for it, however long, and goes
+// on when it comes; no timeout lets it go before.
+func TestAStreamWhosePredecessorIsPendingWaitsForIt(t *testing.T) {
+	t.Parallel()
+	key := "ordered.events.0.order.order-1"
+	pt := testPartition(t, map[string]map[uint64]uint64{key: {110: 120}})
 	clock := pt.clock.(*clockwork.FakeClock)
-	pt.succ.redeliveredBy = settledAfter(5 * time.Second)
-	require.Equal(t, time.Minute, pt.succ.redeliveredBy, "six AckWaits, at least a minute")
+	pt.succ.inherited = func(k string) uint64 { return map[string]uint64{key: 110}[k] }
 	pt.succ.fencePassed(100)
 	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", 5, 150)))
 	pt.succ.answered(nextCheck(t, pt))
 	require.Nil(t, pt.succ.nextWaiting(key), "sequence 120 is named first")
+	clock.Advance(time.Hour)
+	require.Empty(t, pt.succ.goesOn([]string{key}, 100), "the floor is below it: it is pending")
+	require.Nil(t, pt.succ.nextWaiting(key))
 
-	delivered := &jetstream.ConsumerInfo{AckFloor: jetstream.SequenceInfo{Stream: 100}, Delivered: jetstream.SequenceInfo{Stream: 200}}
-	clock.Advance(30 * time.Second)
-	require.Empty(t, pt.succ.goesOn([]string{key}, delivered), "a pending predecessor may still come back")
-
-	clock.Advance(30 * time.Second)
-	undelivered := &jetstream.ConsumerInfo{AckFloor: jetstream.SequenceInfo{Stream: 100}, Delivered: jetstream.SequenceInfo{Stream: 110}}
-	require.Empty(t, pt.succ.goesOn([]string{key}, undelivered), "the consumer has not delivered the predecessor yet")
-
-	require.Equal(t, []string{key}, pt.succ.goesOn([]string{key}, delivered))
+	require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", 4, 120)), "the pending predecessor comes back")
 	m := pt.succ.nextWaiting(key)
-	require.NotNil(t, m, "version 5 goes on")
+	require.NotNil(t, m)
 	require.Equal(t, uint64(150), streamSeq(m))
-	require.True(t, pt.succ.handOn(key, m))
-	require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", 6, 160)), "and the stream follows its versions again")
 }
 
 func TestAStreamWhosePredecessorFellBelowTheFloorGoesOnAtOnce(t *testing.T) {
@@ -218,7 +240,6 @@ func TestAStreamWhosePredecessorFellBelowTheFloorGoesOnAtOnce(t *testing.T) {
 	pt.succ.fencePassed(100)
 	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", 5, 150)))
 	pt.succ.answered(nextCheck(t, pt))
-	info := &jetstream.ConsumerInfo{AckFloor: jetstream.SequenceInfo{Stream: 130}, Delivered: jetstream.SequenceInfo{Stream: 200}}
-	require.Equal(t, []string{key}, pt.succ.goesOn([]string{key}, info))
+	require.Equal(t, []string{key}, pt.succ.goesOn([]string{key}, 130))
 	require.Equal(t, uint64(130), pt.succ.seen[key].seq)
 }

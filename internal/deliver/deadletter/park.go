@@ -74,7 +74,7 @@ func ListParked(ctx context.Context, js jetstream.JetStream, subscription string
 	}
 	var keys []string
 	for k := range l.Keys() {
-		if !strings.HasPrefix(k, wire.AttemptsKeyPrefix) && !strings.HasPrefix(k, wire.SkippedKeyPrefix) && !strings.HasPrefix(k, wire.AsideKeyPrefix) && k != wire.EpochKey { // failed attempts' counts, skipped versions, set-aside streams and the epoch counter share the bucket
+		if !strings.HasPrefix(k, wire.AttemptsKeyPrefix) && !strings.HasPrefix(k, wire.SkippedKeyPrefix) && !strings.HasPrefix(k, wire.AsideKeyPrefix) && !strings.HasPrefix(k, wire.DeliveredKeyPrefix) && k != wire.EpochKey { // failed attempts' counts, skipped versions, set-aside streams, delivered records and the epoch counter share the bucket
 			keys = append(keys, k)
 		}
 	}

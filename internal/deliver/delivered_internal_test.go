@@ -1,0 +1,265 @@
+package deliver
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/tracing"
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// recordedPartition is a fencedPartition whose acks go behind a delivered
+// record claimed in a real park bucket, written by its flusher until
+// cleanup.
+func recordedPartition(t *testing.T, kv jetstream.KeyValue, owner string) *partition {
+	t.Helper()
+	pt, _, _ := fencedPartition(t)
+	rec := newDeliveredRecord(kv, wire.DeliveredKey("orders", 0), owner, time.Unix(0, 1), pt.clock, pt.log)
+	require.NoError(t, rec.claim(context.Background()))
+	rec.lost = func() { pt.lease.lose(); pt.release() }
+	pt.record, pt.hol.record = rec, rec
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); rec.run(pt.lease, stop) }()
+	t.Cleanup(func() { close(stop); <-done })
+	return pt
+}
+
+// readRecord returns the delivered record stored under key.
+func readRecord(t *testing.T, kv jetstream.KeyValue, key string) deliveredDoc {
+	t.Helper()
+	e, err := kv.Get(context.Background(), key)
+	require.NoError(t, err)
+	var doc deliveredDoc
+	require.NoError(t, json.Unmarshal(e.Value(), &doc))
+	return doc
+}
+
+// checkedAckMsg is an ackMsg whose Ack first runs check.
+type checkedAckMsg struct {
+	*ackMsg
+	check func()
+}
+
+func (m *checkedAckMsg) Ack() error { m.check(); return m.ackMsg.Ack() }
+
+// An event answered 2xx is acked only after a write of the partition's
+// delivered record holds it.
+func TestAnAckGoesOutOnlyOnceTheDeliveredRecordHoldsIt(t *testing.T) {
+	t.Parallel()
+	js := startJetStream(t)
+	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
+	require.NoError(t, err)
+	pt := recordedPartition(t, kv, "first")
+	key := wire.StreamKey(newFakeMsg("order-1", 0, 0).Subject())
+	var recorded atomic.Uint64
+	m := &checkedAckMsg{ackMsg: newAckMsg(10), check: func() {
+		recorded.Store(readRecord(t, kv, wire.DeliveredKey("orders", 0)).Streams[key])
+	}}
+	pt.hol.ack(m, func() *slog.Logger { return pt.log })
+	require.Equal(t, int32(1), m.acks.Load())
+	require.Equal(t, uint64(10), recorded.Load(), "the record held the event when its ack went out")
+	doc := readRecord(t, kv, wire.DeliveredKey("orders", 0))
+	require.Equal(t, "first", doc.Owner)
+}
+
+// A former owner whose record write finds the record claimed by a new
+// owner (its lease lost while it was frozen, say) acks nothing more and
+// stops its partition at once; the new owner read what it wrote before.
+func TestAFormerOwnerWhoseRecordWasTakenAcksNothingMoreAndStops(t *testing.T) {
+	t.Parallel()
+	js := startJetStream(t)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
+	require.NoError(t, err)
+	first := recordedPartition(t, kv, "first")
+	key := wire.StreamKey(newFakeMsg("order-1", 0, 0).Subject())
+	m := newAckMsg(10)
+	first.hol.ack(m, func() *slog.Logger { return first.log })
+	require.Equal(t, int32(1), m.acks.Load())
+
+	second := newDeliveredRecord(kv, wire.DeliveredKey("orders", 0), "second", time.Unix(0, 1), first.clock, first.log)
+	require.NoError(t, second.claim(ctx))
+	require.Equal(t, uint64(10), second.inheritedSeq(key), "the new owner read what the former one wrote")
+
+	later := newAckMsg(11)
+	first.hol.ack(later, func() *slog.Logger { return first.log })
+	require.Zero(t, later.acks.Load(), "no ack once the record is someone else's")
+	require.True(t, first.record.lostLease())
+	require.False(t, first.lease.mayStart(), "the partition starts nothing more")
+	require.ErrorIs(t, first.lease.mayAck(), errLeasePassed)
+	require.Error(t, first.ctx.Err(), "the partition was released")
+	require.Equal(t, "second", readRecord(t, kv, wire.DeliveredKey("orders", 0)).Owner)
+}
+
+// A former owner answered an event 2xx, wrote it in the delivered record
+// and froze before its ack went out (here: the ack is dropped, then the
+// replica stops). The event is redelivered to the new owner, which acks it
+// without a POST, as delivered: the receiver sees it once, and the
+// stream's later events follow.
+func TestANewOwnerDoesNotSendAgainWhatTheRecordSaysWasDelivered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for an AckWait's redelivery (about 5 s)")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	js := startJetStream(t)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var got []string // event ids in arrival order
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get(wire.HeaderIdempotencyKey))
+		mu.Unlock()
+	}))
+	t.Cleanup(rc.Close)
+	received := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), got...)
+	}
+	publish := func(from, to int64) {
+		for v := from; v < to; v++ {
+			e := event.Event{ID: v + 1, Stream: "order-1", Version: v, Name: "OrderNoted", Data: []byte(`{}`), Created: time.Now()}
+			_, err := js.PublishMsg(ctx, forward.Message(e, forward.Config{}))
+			require.NoError(t, err)
+		}
+	}
+	s := Subscription{
+		Name: "frozen", FilterSubjects: []string{"events.order.>"}, URL: rc.URL, AllowPrivate: true,
+		Secrets:  []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("deliver-test-secret-0123456789"))},
+		Ordering: OrderingStream, Start: Start{Policy: StartAll}, AckWait: 3 * time.Second, Timeout: 1400 * time.Millisecond,
+	}
+	run := func(cfg Config) (stop func()) {
+		cfg.Partitions, cfg.LeaseTTL, cfg.Logger = 1, time.Second, slog.New(slog.DiscardHandler)
+		c, err := New(js, cfg, s)
+		require.NoError(t, err)
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- c.Run(rctx) }()
+		return func() {
+			cancel()
+			require.NoError(t, <-done)
+		}
+	}
+
+	// The first owner drops the ack of version 3 (event id 4).
+	var dropped atomic.Bool
+	stopFirst := run(Config{ReplicaID: "first", sendAck: func(m jetstream.Msg) error {
+		if eventID(m) == event.FormatID(4) {
+			dropped.Store(true)
+			return nil
+		}
+		return m.Ack()
+	}})
+	publish(0, 4)
+	require.Eventually(t, func() bool { return dropped.Load() && len(received()) == 4 }, 20*time.Second, 10*time.Millisecond)
+	stopFirst()
+
+	stopSecond := run(Config{ReplicaID: "second"})
+	defer stopSecond()
+	publish(4, 6)
+	require.Eventually(t, func() bool { return len(received()) >= 6 }, 30*time.Second, 10*time.Millisecond)
+	var want []string
+	for id := int64(1); id <= 6; id++ {
+		want = append(want, event.FormatID(id))
+	}
+	require.Equal(t, want, received(), "version 3 arrived once; 4 and 5 after it")
+	require.Never(t, func() bool { return len(received()) > 6 }, time.Second, 50*time.Millisecond,
+		"version 3 came back to the new owner after AckWait and was acked without a POST")
+}
+
+// A replica waking from a freeze finds the POSTs it had in flight timed
+// out by its own stall. Cut at the partition's lease deadline
+// (leaseFence.bound, through send's postFence), they count nothing on the
+// endpoint's breaker: before, their failures opened the (shared) breaker
+// for every replica at each wake-up. The same failures cut for another
+// reason open it.
+func TestFailuresAnsweredAfterTheLeaseDeadlineDoNotOpenTheBreaker(t *testing.T) {
+	t.Parallel()
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // answers only once the POST was cut
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(rc.Close)
+	cutBy := func(cause error) postFence {
+		return func(ctx context.Context) (context.Context, context.CancelFunc, error) {
+			pctx, cancel := context.WithCancelCause(ctx)
+			time.AfterFunc(20*time.Millisecond, func() { cancel(cause) })
+			return pctx, func() { cancel(nil) }, nil
+		}
+	}
+	post := func(r *runner, fence postFence) {
+		msg := dataMsg{headerMsg: headerMsg{h: nats.Header{wire.HeaderMsgID: {"1"}, wire.HeaderID: {"1"}, wire.HeaderType: {"OrderNoted"},
+			wire.HeaderSubject: {"order-1"}, wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}}}, data: []byte(`{}`)}
+		for range 5 {
+			actx, at := r.startAttempt(context.Background(), msg, "1", 1)
+			body, hdr, err := r.request(msg, "1", "")
+			require.NoError(t, err)
+			resp, notSent := r.send(actx, at, nil, fence, 0, "1", body, hdr, nil)
+			require.NoError(t, notSent)
+			require.Error(t, resp.err, "the POST was cut")
+		}
+	}
+	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 5}, nil, nil)
+	require.NoError(t, err)
+	r := newTestSender(t, rc.URL, set)
+	post(r, cutBy(errLeasePassed))
+	require.Equal(t, breaker.Closed, r.br.State(), "POSTs cut at the lease deadline are not counted")
+	post(r, cutBy(errors.New("cut for another reason")))
+	require.Equal(t, breaker.Open, r.br.State(), "the same failures for another reason open it")
+}
+
+// newTestSender is a runner whose sender POSTs to url through set's
+// breaker, with no health, throttle or JetStream behind it.
+func newTestSender(tb testing.TB, url string, set *breaker.Set) *runner {
+	tb.Helper()
+	m, err := newMetrics(nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	signer, err := webhook.NewSigner(webhook.SchemeStandard, "whsec_"+strings.Repeat("MDEyMzQ1Njc4OWFiY2RlZg==", 1))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sub := Subscription{Name: "orders", URL: url + "/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"}, AllowPrivate: true}.withDefaults()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	ep, err := newEndpoint(sub.URL, client)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r := &runner{sender: &sender{
+		sub: sub, client: client, ep: ep, br: set.Breaker(sub.URL), endpoint: breaker.Endpoint(sub.URL),
+		log: slog.New(slog.DiscardHandler), static: staticHeaders(nil, "jsbridge-test"),
+		tracer: tracing.Tracer(noop.NewTracerProvider()), spanName: spanName(sub.Name), clock: clockwork.NewRealClock(),
+		metrics: m, duration: m.duration.WithLabelValues(sub.Name),
+		acked2xx: func() prometheus.Counter { return m.deliveries.WithLabelValues(sub.Name, OutcomeAck, "2xx") },
+	}}
+	r.signer.Store(signer)
+	return r
+}
