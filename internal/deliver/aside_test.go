@@ -2,6 +2,7 @@ package deliver_test
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -193,4 +194,119 @@ func TestStreamSetAsideSurvivesAHandOver(t *testing.T) {
 	g.requireProcessed(t, stuck, versionsFrom(0, 60)...)
 	require.Eventually(t, func() bool { return len(asideRecords(t, b, s.Name)) == 0 }, 20*time.Second, 10*time.Millisecond,
 		"the stream caught up is live again")
+}
+
+// A stream set aside (gap answers) and handed over with the delivered
+// record in play. Beside it a stream whose head is refused in place (503,
+// too few events behind it to be set aside) keeps the partition
+// consumer's ack floor below everything else throughout, so only the
+// delivered record tells a new owner what its predecessors settled: the
+// free streams' events acked out of order, and the set-aside stream's
+// events read again from the copy (acked out undelivered; settled, they
+// move the record). The stream is set aside, read again and live again at
+// the first owner, whose successor goes on with it at once; set aside
+// again at the second, it is handed over while aside, and the third reads
+// it again. Every event is processed once, in order, and each step is
+// done within 10 s: no stream waits for an AckWait (30 s here), let alone
+// the minute of the former six-AckWaits rule.
+func TestSetAsideStreamHandedOverWithTheDeliveredRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three ordered consumers for seconds")
+	}
+	t.Parallel()
+	b := setupOrdered(t)
+	const stuck, held = "order-stuck", "order-held"
+	g := newGatedReceiver(t, b)
+	const never = int64(math.MaxInt64)
+	var refuseFrom atomic.Int64 // the stuck stream's versions from it on answer gap
+	var heldOver atomic.Bool
+	inner := g.Config.Handler
+	g.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e := b.event(r.Header.Get(wire.HeaderIdempotencyKey))
+		switch {
+		case e.stream == stuck && e.version >= refuseFrom.Load():
+			w.Header().Set(wire.HeaderOrder, wire.OrderGap)
+			w.WriteHeader(http.StatusConflict)
+			return
+		case e.stream == held && !heldOver.Load():
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	})
+	s := asideSub("asiderecord", g.URL)
+	s.AckWait = 30 * time.Second
+	within := func(what string, f func() bool) {
+		t.Helper()
+		start := time.Now()
+		require.Eventually(t, f, 10*time.Second, 10*time.Millisecond, what)
+		t.Logf("%s: %v", what, time.Since(start).Round(time.Millisecond))
+	}
+	processed := func(stream string, to int64) func() bool {
+		return func() bool { return len(g.versions(stream)) >= int(to) }
+	}
+	aside := func(n int) func() bool { return func() bool { return len(asideRecords(t, b, s.Name)) == n } }
+	free := freeStreams(4)
+	freeProcessed := func(to int64) func() bool {
+		return func() bool {
+			for _, f := range free {
+				if !processed(f, to)() {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	cfg := deliver.Config{Partitions: 1, LeaseTTL: 2 * time.Second, ReplicaID: "first", Breakers: neverOpen(t)}
+	_, stopFirst := b.startOrdered(t, cfg, s)
+
+	// The held head comes first in the copy: the floor stays below it.
+	b.publishStream(t, held, 0, 2)
+	b.publishStream(t, stuck, 0, 40)
+	within("the stuck stream is set aside at the first owner", aside(1))
+	b.publishRounds(t, free, 0, 5)
+	within("free streams delivered by the first owner", freeProcessed(5))
+	require.Empty(t, g.versions(stuck))
+	refuseFrom.Store(never)
+	within("the stuck stream read again at the first owner", processed(stuck, 40))
+	within("the stuck stream is live again at the first owner", aside(0))
+
+	// Hand-over: the stuck stream's last event (read again, acked out) and
+	// the free streams' are above the floor, at their entries.
+	stopFirst()
+	b.publishStream(t, stuck, 40, 45)
+	b.publishRounds(t, free, 5, 8)
+	cfg.ReplicaID = "second"
+	_, stopSecond := b.startOrdered(t, cfg, s)
+	within("the stream live again goes on at the second owner", processed(stuck, 45))
+	within("free streams go on at the second owner", freeProcessed(8))
+
+	// Set aside again, and handed over while aside.
+	refuseFrom.Store(45)
+	b.publishStream(t, stuck, 45, 85)
+	within("the stuck stream is set aside at the second owner", aside(1))
+	b.publishRounds(t, free, 8, 10)
+	within("free streams delivered by the second owner", freeProcessed(10))
+	stopSecond()
+	b.publishStream(t, stuck, 85, 90)
+	b.publishRounds(t, free, 10, 12)
+	cfg.ReplicaID = "third"
+	b.runOrdered(t, cfg, s)
+	within("free streams go on at the third owner", freeProcessed(12))
+	require.Len(t, asideRecords(t, b, s.Name), 1, "still aside at the third owner")
+	require.Len(t, g.versions(stuck), 45)
+	refuseFrom.Store(never)
+	within("the stuck stream read again at the third owner", processed(stuck, 90))
+
+	// The held head goes; the floor passes everything, and the stream
+	// loaded from the second owner's record is live again.
+	require.Empty(t, g.versions(held), "the held head was refused all along")
+	heldOver.Store(true)
+	within("the held stream delivered", processed(held, 2))
+	within("the stuck stream is live again at the third owner", aside(0))
+	g.requireProcessed(t, held, versionsFrom(0, 2)...)
+	g.requireProcessed(t, stuck, versionsFrom(0, 90)...)
+	for _, f := range free {
+		g.requireProcessed(t, f, versionsFrom(0, 12)...)
+	}
 }

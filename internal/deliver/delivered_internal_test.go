@@ -199,14 +199,16 @@ func TestANewOwnerDoesNotSendAgainWhatTheRecordSaysWasDelivered(t *testing.T) {
 // reason open it.
 func TestFailuresAnsweredAfterTheLeaseDeadlineDoNotOpenTheBreaker(t *testing.T) {
 	t.Parallel()
+	stop := make(chan struct{})
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select { // answers only once the POST was cut
 		case <-r.Context().Done():
-		case <-time.After(5 * time.Second):
+		case <-stop:
 		}
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
 	t.Cleanup(rc.Close)
+	t.Cleanup(func() { close(stop) }) // before rc.Close
 	cutBy := func(cause error) postFence {
 		return func(ctx context.Context) (context.Context, context.CancelFunc, error) {
 			pctx, cancel := context.WithCancelCause(ctx)
