@@ -31,11 +31,15 @@ import (
 // passed and the stream's entry in the delivered record read at the take
 // (delivered.go). Any other waits until JetStream names it the stream's
 // first event after that base (the copy's stream leader, asked by
-// subject): everything at or
-// below the floor was acked, everything of the stream at or below its
-// entry was settled, and an earlier event of the stream above both was
-// never acked (acks follow the record): it is pending, comes, and goes
-// first. No timeout decides anything. The fence's count alone let a
+// subject): everything at or below the floor was acked, everything of
+// the stream at or below its entry was settled, and an earlier event of
+// the stream above both was never acked (acks follow the record): it is
+// pending, comes, and goes first. No timeout decides anything. The one
+// kind of event acked above both is one acked out of a stream set aside
+// (aside.go): while its aside record stands, the stream's events go to
+// asides.takes before this check, and the events read again move the
+// stream's entry as they settle, so its first live event again follows
+// one at or below its entry. The fence's count alone let a
 // version out before an earlier one in a soak run with the events
 // stream's leader SIGKILLed every 8-12 s: a consumer leader that had just
 // taken over counted the earlier one as neither pending nor delivered.
