@@ -57,7 +57,8 @@ test-short:
 
 ## soak: the cluster failover test at the soak's sizes (JSBRIDGE_SOAK=1: 3 node processes, 100 streams at
 ## 300 events/s, 2 bridges, 2 ordered replicas, the EVENTS leader SIGKILLed every 8-12 s and restarted 5 s
-## later, SOAK_KILLS times; about 5 min a run) SOAK_RUNS times
+## later, SOAK_KILLS times; about 5 min a run), and the freeze case (3 ordered replicas, one SIGSTOPped 4-7 s every
+## 2-4 s while 120 events/s are written for 60 s: all delivered within 60 s of the writer stopping), SOAK_RUNS times
 ## in a row, stopping at the first failure; each run's figures printed, its log and the processes' in SOAK_LOGS/run-N
 SOAK_RUNS  ?= 10
 SOAK_KILLS ?= 20
@@ -67,7 +68,7 @@ soak:
 	for i in $$(seq 1 $(SOAK_RUNS)); do \
 	  dir=$(SOAK_LOGS)/run-$$i; mkdir -p $$dir; start=$$(date +%s); \
 	  JSBRIDGE_SOAK=1 JSBRIDGE_SOAK_KILLS=$(SOAK_KILLS) JSBRIDGE_SOAK_LOGS=$$(cd $$dir && pwd) JSBRIDGE_TEST_DATABASE_URL=$$url \
-	    $(GO) test -count=1 -timeout 30m -run '^TestClusterFailoverStreamLeaderKilled$$' -v ./integration/ > $$dir/test.log 2>&1; rc=$$?; \
+	    $(GO) test -count=1 -timeout 30m -run '^(TestClusterFailoverStreamLeaderKilled|TestOrderedReplicasFrozenOverAndOverDeliverEverythingWithinAMinute)$$' -v ./integration/ > $$dir/test.log 2>&1; rc=$$?; \
 	  echo "soak run $$i of $(SOAK_RUNS): exit $$rc after $$(( $$(date +%s) - start )) s"; \
 	  grep -ho 'failover figures: .*\|ordered consumer: .*' $$dir/test.log | sed 's/^/  /'; \
 	  if [ $$rc -ne 0 ]; then grep -h 'first POST of version\|Error:\|Messages:' $$dir/test.log | head -40 | sed 's/^/  /'; \
