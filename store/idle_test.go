@@ -124,29 +124,3 @@ func TestIdleWithoutNotifications(t *testing.T) {
 	require.True(t, ready)
 	require.NoError(t, b.store.Busy(b.ctx))
 }
-
-// When the listening connection drops, the store reconnects, however
-// often the drain asks for the idle lock meanwhile (each ask is answered
-// at once and does not put the reconnection off), and takes the lock
-// again on the new session.
-func TestIdleLockTakenAgainAfterTheListeningConnectionDrops(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	notifications(t, b.store)
-	ready, err := b.store.Idle(b.ctx)
-	require.NoError(t, err)
-	require.False(t, ready, "taken")
-
-	var killed int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
-WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock' AND l.granted
-  AND l.objid = (hashtextextended('jsbridge idle ' || $1, 0) & 4294967295)::oid`, b.store.Schema()).Scan(&killed))
-	require.Equal(t, 1, killed, "the listening session holding the idle lock")
-
-	// A drain polling every 20 ms asks that often; the first pause before
-	// reconnecting is 250ms.
-	require.Eventually(t, func() bool {
-		ready, err := b.store.Idle(b.ctx)
-		return err == nil && !ready
-	}, 10*time.Second, 20*time.Millisecond, "the idle lock was not taken again on a new session")
-}

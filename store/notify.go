@@ -116,20 +116,13 @@ func (s *Store) notifyLoop(ctx context.Context, conn *pgxpool.Conn, ch chan stru
 				return
 			}
 		}
-		// The drain's requests while there is no connection are answered
-		// at once, and do not put the reconnection off.
-		retry := time.NewTimer(pause)
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				retry.Stop()
-				return
-			case r := <-reqs:
-				r.reply <- idleReply{err: errNotListening}
-			case <-retry.C:
-				break wait
-			}
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-reqs:
+			r.reply <- idleReply{err: errNotListening}
+			continue
+		case <-time.After(pause):
 		}
 		pause = min(2*pause, listenRetryMax)
 		c, err := s.listen(ctx)
