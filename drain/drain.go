@@ -40,14 +40,6 @@ const (
 	DefaultShutdownGrace = 10 * time.Second
 )
 
-// busyAfter is how many cycles in a row that claimed something make Run
-// tell its IdleNotifier that it is busy (appends then stop notifying it).
-// Letting go of the idle lock and taking it back costs two statements and
-// a claim; at 100 events/s over 1,000 streams short runs of two working
-// cycles came every few events, and telling the notifier after each made
-// the bridge's statements per event grow (the live row, bench/live.go).
-const busyAfter = 4
-
 // maxErrorPause caps the growing pause after store errors in Run.
 const maxErrorPause = 30 * time.Second
 
@@ -290,8 +282,8 @@ func defaultOwner() string {
 // that cycle found no backlog); after an idle cycle it
 // waits for a notification or PollInterval. With an IdleNotifier it says
 // Idle before it waits (and claims once more first when Idle asks), and
-// Busy when it goes on working without waiting (the fourth working cycle
-// in a row, or one after which it lingers). Store errors (the database is down) are
+// Busy when it goes on working without waiting (a second working cycle in
+// a row, or one after which it lingers). Store errors (the database is down) are
 // logged and followed by a pause growing from PollInterval to 30s; Run keeps
 // going. A cycle that acked no stream and had streams fail because the bus
 // was unavailable (UnavailableError) starts an outage: Run pauses, growing
@@ -305,9 +297,9 @@ func defaultOwner() string {
 func (d *Drain) Run(ctx context.Context) error {
 	notes := d.subscribe(ctx)
 	idler, _ := d.cfg.Notifier.(IdleNotifier)
-	// working counts the cycles in a row that claimed something: at the
-	// busyAfter-th, or at the first after which Run lingers, an
-	// IdleNotifier hears that it is busy.
+	// working counts the cycles in a row that claimed something: from the
+	// second, or a first after which Run lingers, Run goes on claiming
+	// without waiting, and an IdleNotifier hears that it is busy.
 	working := 0
 	pause := d.cfg.PollInterval
 	outagePause := d.cfg.PollInterval
@@ -396,7 +388,7 @@ func (d *Drain) Run(ctx context.Context) error {
 		if st.Claimed > 0 {
 			working++
 			lingers := linger && st.Forwarded > 0 && !d.outage
-			if idler != nil && (working == busyAfter || (lingers && working == 1)) {
+			if idler != nil && (working == 2 || (lingers && working == 1)) {
 				if err := idler.Busy(ctx); err != nil && ctx.Err() == nil {
 					d.log.Warn("drain: notifier busy", "error", err)
 				}

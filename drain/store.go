@@ -99,8 +99,8 @@ type IdleNotifier interface {
 	// no notification had not committed yet). On an error Run waits, for
 	// PollInterval at most, and logs it.
 	Idle(ctx context.Context) (ready bool, err error)
-	// Busy is called when Run goes on claiming without waiting (at the
-	// fourth cycle in a row that claimed something, or at one after which
+	// Busy is called when Run goes on claiming without waiting (after a
+	// second cycle in a row that claimed something, or one after which
 	// it lingers): appends need not notify this drainer until it is Idle
 	// again. Its error is logged.
 	Busy(ctx context.Context) error
