@@ -280,10 +280,7 @@ func defaultOwner() string {
 // cycle's HandlerTimeout is left (a fresh claim replaces it). After a cycle
 // that did work it starts the next one at once (after Config.Linger when
 // that cycle found no backlog); after an idle cycle it
-// waits for a notification or PollInterval. With an IdleNotifier it says
-// Idle before it waits (and claims once more first when Idle asks), and
-// Busy when it goes on working without waiting (a second working cycle in
-// a row, or one after which it lingers). Store errors (the database is down) are
+// waits for a notification or PollInterval. Store errors (the database is down) are
 // logged and followed by a pause growing from PollInterval to 30s; Run keeps
 // going. A cycle that acked no stream and had streams fail because the bus
 // was unavailable (UnavailableError) starts an outage: Run pauses, growing
@@ -296,11 +293,6 @@ func defaultOwner() string {
 // released.
 func (d *Drain) Run(ctx context.Context) error {
 	notes := d.subscribe(ctx)
-	idler, _ := d.cfg.Notifier.(IdleNotifier)
-	// working counts the cycles in a row that claimed something: from the
-	// second, or a first after which Run lingers, Run goes on claiming
-	// without waiting, and an IdleNotifier hears that it is busy.
-	working := 0
 	pause := d.cfg.PollInterval
 	outagePause := d.cfg.PollInterval
 	// ahead is the next cycle, claimed and fetched while the current one
@@ -386,14 +378,7 @@ func (d *Drain) Run(ctx context.Context) error {
 		}
 		pause = d.cfg.PollInterval
 		if st.Claimed > 0 {
-			working++
-			lingers := linger && st.Forwarded > 0 && !d.outage
-			if idler != nil && (working == 2 || (lingers && working == 1)) {
-				if err := idler.Busy(ctx); err != nil && ctx.Err() == nil {
-					d.log.Warn("drain: notifier busy", "error", err)
-				}
-			}
-			if lingers {
+			if linger && st.Forwarded > 0 && !d.outage {
 				if !d.sleep(ctx, d.cfg.Linger) {
 					break
 				}
@@ -405,18 +390,8 @@ func (d *Drain) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		working = 0
 		if notes == nil && d.cfg.Notifier != nil {
 			notes = d.subscribe(ctx)
-		}
-		if idler != nil && notes != nil {
-			ready, err := idler.Idle(ctx)
-			if err != nil && ctx.Err() == nil {
-				d.log.Warn("drain: notifier idle; waiting for the poll interval", "error", err)
-			}
-			if err == nil && !ready {
-				continue // the last claim before waiting
-			}
 		}
 		timer := d.cfg.Clock.NewTimer(d.cfg.PollInterval)
 		select {

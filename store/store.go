@@ -57,8 +57,6 @@ type Store struct {
 	lastFetch atomic.Int64
 	// notes is the open Notifications channel, which Claim also wakes.
 	notes wakeups
-	// idle is the idle lock on the listening connection (Idle, Busy).
-	idle idleLock
 }
 
 // Option configures a Store.
