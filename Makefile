@@ -44,7 +44,7 @@ demo: build
 ## harness): last, so that .ci/run can build helm in the background meanwhile. The 30 min timeout is
 ## per test binary.
 test:
-	@url=$$(scripts/pg start) && export JSBRIDGE_TEST_DATABASE_URL=$$url && rc=0 && \
+	@scripts/need && url=$$(scripts/pg start) && export JSBRIDGE_TEST_DATABASE_URL=$$url && rc=0 && \
 	$(GO) test -race -timeout 30m -count=1 $$($(GO) list ./... | grep -v '/integration$$' | grep -v '/deploy$$') || rc=1; \
 	$(GO) test -timeout 30m -count=1 ./integration/ || rc=1; \
 	$(GO) test -timeout 30m -count=1 -run '^TestThousandSubscriptionsThroughTheCLI$$' ./cmd/consumer/ || rc=1; \
@@ -53,7 +53,7 @@ test:
 ## test-short: the quick tier: unit and in-process tests (real Postgres and embedded JetStream),
 ## no processes, kills or clusters (integration/ runs nothing with -short); well under 90 s warm
 test-short:
-	@url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -short -timeout 5m -count=1 ./...
+	@scripts/need && url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -short -timeout 5m -count=1 ./...
 
 ## soak: the cluster failover test at the soak's sizes (JSBRIDGE_SOAK=1: 3 node processes, 100 streams at
 ## 300 events/s, 2 bridges, 2 ordered replicas, the EVENTS leader SIGKILLed every 8-12 s and restarted 5 s
