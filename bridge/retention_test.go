@@ -42,11 +42,16 @@ func TestAgedOutStreamIsForwardedNotBlocked(t *testing.T) {
 			}},
 		{name: "MaxBytes", cfg: bridge.Config{MaxBytes: 4 << 10},
 			ageOut: func(t *testing.T, bb bundle, _ int64) {
-				// Another stream's events push order-1's out.
+				// Another stream's events push order-1's out. All of them
+				// are forwarded before ageOut returns: one published after
+				// order-1's next event would push that one out too.
+				var last int64
 				for range 20 {
-					_, err := bb.store.Append(context.Background(), "filler-1", store.AnyVersion, store.NewEvent{Name: "Filled", Data: []byte(`{"pad":"` + strings.Repeat("x", 400) + `"}`)})
+					evs, err := bb.store.Append(context.Background(), "filler-1", store.AnyVersion, store.NewEvent{Name: "Filled", Data: []byte(`{"pad":"` + strings.Repeat("x", 400) + `"}`)})
 					require.NoError(t, err)
+					last = evs[len(evs)-1].Version
 				}
+				waitWatermark(t, bb.store, "filler-1", last)
 				require.Eventually(t, func() bool { return len(orderVersions(t, bb)) == 0 && jsCount(t, bb.js, bridge.DefaultStream) > 0 }, 30*time.Second, 50*time.Millisecond)
 			}},
 		{name: "MaxMsgsPerSubject", cfg: bridge.Config{MaxMsgsPerSubject: 1},
