@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
@@ -24,22 +24,22 @@ import (
 const (
 	// DefaultDisableAfter is how long an endpoint may fail without a
 	// success before its subscription is disabled (24 h).
-	DefaultDisableAfter = deliver.DefaultDisableAfter
+	DefaultDisableAfter = health.DefaultDisableAfter
 	// DefaultDisableMinFailures is the failed attempts DisableAfter also
 	// needs (10).
-	DefaultDisableMinFailures = deliver.DefaultDisableMinFailures
+	DefaultDisableMinFailures = health.DefaultDisableMinFailures
 )
 
 // Disable reasons (DisabledSubscription.Reason).
 const (
 	// ReasonGone: the endpoint answered 410 Gone.
-	ReasonGone = deliver.ReasonGone
+	ReasonGone = health.ReasonGone
 	// ReasonFailing: the endpoint failed without a success for
 	// HealthConfig.DisableAfter.
-	ReasonFailing = deliver.ReasonFailing
+	ReasonFailing = health.ReasonFailing
 	// ReasonOperator: disabled with DisableSubscription (`consumer
 	// subscriptions disable`).
-	ReasonOperator = deliver.ReasonOperator
+	ReasonOperator = health.ReasonOperator
 )
 
 // HealthConfig configures the automatic disabling of subscriptions and
@@ -81,8 +81,8 @@ func (h HealthConfig) validate() error {
 }
 
 // engine converts h into the engine's.
-func (h HealthConfig) engine() deliver.HealthConfig {
-	return deliver.HealthConfig{DisableAfter: h.DisableAfter, DisableMinFailures: h.DisableMinFailures,
+func (h HealthConfig) engine() health.Config {
+	return health.Config{DisableAfter: h.DisableAfter, DisableMinFailures: h.DisableMinFailures,
 		OpsWebhookURL: h.OpsWebhookURL, OpsWebhookSecret: h.OpsWebhookSecret}
 }
 
@@ -90,27 +90,27 @@ func (h HealthConfig) engine() deliver.HealthConfig {
 // records it; it is also the body of the "ops.endpoint.disabled" event and
 // the data of the "endpoint.disabled" operational webhook (JSON keys
 // subscription, endpoint, reason, status, last_error, at, replica).
-type DisabledSubscription = deliver.DisabledRecord
+type DisabledSubscription = health.DisabledRecord
 
 // OpsWebhook is the body of an operational webhook: {"type":
 // "endpoint.disabled", "timestamp": ..., "data": DisabledSubscription}.
-type OpsWebhook = deliver.OpsWebhook
+type OpsWebhook = health.OpsWebhook
 
 // DisableSubscription disables subscription name on every replica running
 // it (within a second), keeping its position; it announces nothing. A
 // subscription already disabled keeps its record.
 func DisableSubscription(ctx context.Context, js jetstream.JetStream, name string) error {
-	return deliver.SetDisabled(ctx, js, name, ReasonOperator)
+	return health.SetDisabled(ctx, js, name, ReasonOperator)
 }
 
 // EnableSubscription enables subscription name: every replica resumes it
 // from where it stopped. It reports whether it was disabled.
 func EnableSubscription(ctx context.Context, js jetstream.JetStream, name string) (bool, error) {
-	return deliver.Enable(ctx, js, name)
+	return health.Enable(ctx, js, name)
 }
 
 // ReadDisabled returns the disabled subscriptions, by name (none when the
 // health bucket does not exist yet).
 func ReadDisabled(ctx context.Context, js jetstream.JetStream) ([]DisabledSubscription, error) {
-	return deliver.ReadDisabled(ctx, js)
+	return health.ReadDisabled(ctx, js)
 }

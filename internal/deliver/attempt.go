@@ -23,6 +23,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -54,7 +55,7 @@ type sender struct {
 	clock    clockwork.Clock
 	// health is the subscriptions' disabled state (nil: always enabled);
 	// throttle the subscription's rate limit (nil: none).
-	health   *health
+	health   *health.State
 	throttle *throttle
 	metrics  *metrics
 	attempts attemptlog.Recorder // nil: no records
@@ -90,7 +91,7 @@ const (
 	// throttle was cut; try again in place after delay (Retry-After, the
 	// throttle waits for it too); no attempt spent, never dead-lettered.
 	actThrottle
-	// actDisable: 410 Gone: the subscription is disabled (health.go); the
+	// actDisable: 410 Gone: the subscription is disabled (package health); the
 	// event waits in place until it is enabled; no attempt spent, nothing
 	// dead-lettered.
 	actDisable
@@ -252,26 +253,26 @@ type postFence func(ctx context.Context) (context.Context, context.CancelFunc, e
 // answered feeds an answer to the throttle (a 429 or 503 cuts the rate;
 // gen is the throttle's generation when the request was sent)
 // and to the subscription's health: a 410 disables it at once, a failure
-// streak past HealthConfig.DisableAfter disables it, a 2xx ends the
+// streak past health.Config.DisableAfter disables it, a 2xx ends the
 // streak.
 func (r *sender) answered(resp response, gen uint64) {
 	r.throttle.observe(resp, gen)
 	switch resp.verdict() {
 	case verdictAck:
-		r.health.succeeded(r.sub.Name)
+		r.health.Succeeded(r.sub.Name)
 	case verdictGone:
-		r.health.disable(context.Background(), r.disabledRecord(ReasonGone, resp))
+		r.health.Disable(context.Background(), r.disabledRecord(health.ReasonGone, resp))
 	case verdictRetry:
-		if r.health.failed(r.sub.Name) {
-			r.health.disable(context.Background(), r.disabledRecord(ReasonFailing, resp))
+		if r.health.Failed(r.sub.Name) {
+			r.health.Disable(context.Background(), r.disabledRecord(health.ReasonFailing, resp))
 		}
 	}
 }
 
 // disabledRecord is the record of disabling the subscription for reason
 // after resp.
-func (r *sender) disabledRecord(reason string, resp response) DisabledRecord {
-	return DisabledRecord{Subscription: r.sub.Name, Endpoint: r.endpoint, Reason: reason, Status: resp.status, LastError: resp.reason()}
+func (r *sender) disabledRecord(reason string, resp response) health.DisabledRecord {
+	return health.DisabledRecord{Subscription: r.sub.Name, Endpoint: r.endpoint, Reason: reason, Status: resp.status, LastError: resp.reason()}
 }
 
 // gate waits until the subscription may POST: while it is disabled, and
@@ -280,9 +281,9 @@ func (r *sender) disabledRecord(reason string, resp response) DisabledRecord {
 // stop. It returns the throttle's generation for send, or ctx's error
 // if ctx ends first.
 func (r *sender) gate(ctx context.Context, hold func() (stop func())) (uint64, error) {
-	if r.health.isDisabled(r.sub.Name) || r.throttle.holding() {
+	if r.health.IsDisabled(r.sub.Name) || r.throttle.holding() {
 		defer hold()()
-		if err := r.health.waitEnabled(ctx, r.sub.Name); err != nil {
+		if err := r.health.WaitEnabled(ctx, r.sub.Name); err != nil {
 			return 0, err
 		}
 	}

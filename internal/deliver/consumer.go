@@ -23,6 +23,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -122,9 +123,9 @@ type Config struct {
 	// have been used before New when shared.
 	LocalBreakers bool
 	// Health configures automatic disabling (410 Gone, sustained failure)
-	// and its operational webhook (health.go). Zero fields take their
-	// defaults.
-	Health HealthConfig
+	// and its operational webhook (package health). Zero fields take
+	// their defaults.
+	Health health.Config
 
 	// fleet, set by a Fleet for its units, is the health state and
 	// notifier they share (fleetshared.go); nil: the Consumer builds its
@@ -157,10 +158,9 @@ type Consumer struct {
 	runners   []*runner
 	// ord is the ordered subscriptions' shared state (nil without any).
 	ord *ordering
-	// health is the subscriptions' disabled state; notify announces a
+	// health is the subscriptions' disabled state; it announces a
 	// disable.
-	health *health
-	notify *notifier
+	health *health.State
 }
 
 // runner is one subscription's pull loop.
@@ -256,18 +256,9 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 		names[i] = s.Name
 	}
 	if cfg.fleet != nil {
-		c.health, c.notify = cfg.fleet.health, cfg.fleet.notify
-	} else {
-		if c.notify, err = newNotifier(js, cfg.Health, cfg.Replicas, cfg.Logger, open); err != nil {
-			return nil, fmt.Errorf("deliver: new consumer: %w", err)
-		}
-		if c.health, err = newHealth(js, cfg.Health, cfg.Clock, cfg.Logger, cfg.ReplicaID, cfg.Registerer, c.notify, names); err != nil {
-			return nil, fmt.Errorf("deliver: new consumer: %w", err)
-		}
-		if !cfg.LocalBreakers {
-			c.health.breakers = cfg.Breakers
-			cfg.Breakers.Share(breakerStore{h: c.health}, cfg.ReplicaID)
-		}
+		c.health = cfg.fleet.health
+	} else if c.health, err = newHealth(js, cfg, names); err != nil {
+		return nil, fmt.Errorf("deliver: new consumer: %w", err)
 	}
 	rateGauge, err := newThrottleGauge(cfg.Registerer)
 	if err != nil {
@@ -416,10 +407,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	if c.cfg.fleet == nil { // a Fleet runs its units' shared health
 		lctx, cancel := context.WithTimeout(ctx, healthLoadTimeout)
-		c.health.load(lctx, c.cfg.Replicas)
+		c.health.Load(lctx)
 		cancel()
-		defer c.notify.wait()
-		wg.Go(func() { c.health.run(ctx, c.cfg.Replicas) })
+		defer c.health.Wait()
+		wg.Go(func() { c.health.Run(ctx) })
 	}
 	if c.ord != nil {
 		wg.Go(func() { c.ord.run(ctx) })

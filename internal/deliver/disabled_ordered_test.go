@@ -11,6 +11,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -44,7 +45,7 @@ func TestDisabledOrderedSubscriptionStopsPulling(t *testing.T) {
 	// A 410 disables it, with order-0's three events in hand.
 	b.publishStream(t, "order-0", 0, 3)
 	require.Eventually(t, func() bool {
-		recs, err := deliver.ReadDisabled(b.ctx, b.js)
+		recs, err := health.ReadDisabled(b.ctx, b.js)
 		require.NoError(t, err)
 		return len(recs) == 1
 	}, 15*time.Second, 20*time.Millisecond, "disabled by the 410")
@@ -82,7 +83,7 @@ func TestDisabledOrderedSubscriptionStopsPulling(t *testing.T) {
 	require.LessOrEqual(t, sent, 3, "one attempt per head at most")
 
 	gone.Store(false)
-	was, err := deliver.Enable(b.ctx, b.js, "orders")
+	was, err := health.Enable(b.ctx, b.js, "orders")
 	require.NoError(t, err)
 	require.True(t, was)
 	require.Eventually(t, func() bool {

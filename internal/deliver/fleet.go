@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -246,7 +247,7 @@ func (f *Fleet) Remove(ctx context.Context, name string) error {
 	if err := f.forgetParked(ctx, name); err != nil && first == nil {
 		first = err
 	}
-	if err := forgetStreak(ctx, f.js, name); err != nil && first == nil {
+	if err := health.ForgetStreak(ctx, f.js, name); err != nil && first == nil {
 		first = err
 	}
 	f.log.Info("subscription removed", slog.String("subscription", name))
@@ -310,7 +311,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	// disabled subscription does not start), then followed.
 	ready := make(chan struct{})
 	var shared sync.WaitGroup
-	shared.Go(func() { f.cfg.fleet.run(ctx, f.cfg.Replicas, func() { close(ready) }) })
+	shared.Go(func() { f.cfg.fleet.run(ctx, func() { close(ready) }) })
 	select {
 	case <-ready:
 	case <-ctx.Done():

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 )
 
 // fleetShared is what a Fleet's units share instead of building their
@@ -19,47 +20,54 @@ import (
 //
 // census lists the units' durable consumers for them (census.go).
 type fleetShared struct {
-	health *health
-	notify *notifier
+	health *health.State
 	census *census
 	// units is the number of the Fleet's subscriptions (Put adds, Pause
 	// takes away).
 	units atomic.Int64
 }
 
-// newFleetShared builds the health and notifier of cfg (defaults filled)
-// once, and shares the breakers through the health bucket unless
-// cfg.LocalBreakers.
+// newFleetShared builds the health of cfg (defaults filled) once.
 func newFleetShared(js jetstream.JetStream, cfg Config) (*fleetShared, error) {
-	n, err := newNotifier(js, cfg.Health, cfg.Replicas, cfg.Logger, egress.NoRedirects(cfg.HTTPClient))
+	h, err := newHealth(js, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	h, err := newHealth(js, cfg.Health, cfg.Clock, cfg.Logger, cfg.ReplicaID, cfg.Registerer, n, nil)
-	if err != nil {
-		return nil, err
-	}
-	s := &fleetShared{health: h, notify: n, census: newCensus(js, cfg.Stream, cfg.Clock)}
+	return &fleetShared{health: h, census: newCensus(js, cfg.Stream, cfg.Clock)}, nil
+}
+
+// newHealth builds the health of the subscriptions names for cfg
+// (defaults filled), and shares the breakers through the health bucket
+// unless cfg.LocalBreakers.
+func newHealth(js jetstream.JetStream, cfg Config, names []string) (*health.State, error) {
+	d := health.Deps{JetStream: js, Clock: cfg.Clock, Logger: cfg.Logger, Replica: cfg.ReplicaID, Replicas: cfg.Replicas,
+		Registerer: cfg.Registerer, HTTPClient: egress.NoRedirects(cfg.HTTPClient)}
 	if !cfg.LocalBreakers {
-		h.breakers = cfg.Breakers
-		cfg.Breakers.Share(breakerStore{h: h}, cfg.ReplicaID)
+		d.Breakers = cfg.Breakers
 	}
-	return s, nil
+	h, err := health.New(cfg.Health, d, names)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.LocalBreakers {
+		cfg.Breakers.Share(h.BreakerStore(), cfg.ReplicaID)
+	}
+	return h, nil
 }
 
 // run reads the disabled subscriptions once (bounded by
 // healthLoadTimeout), then calls started and follows the health bucket
 // until ctx ends; it returns once the announcements under way are sent.
-func (s *fleetShared) run(ctx context.Context, replicas int, started func()) {
+func (s *fleetShared) run(ctx context.Context, started func()) {
 	lctx, cancel := context.WithTimeout(ctx, healthLoadTimeout)
-	s.health.load(lctx, replicas)
+	s.health.Load(lctx)
 	cancel()
 	started()
 	var wg sync.WaitGroup
-	wg.Go(func() { s.health.run(ctx, replicas) })
+	wg.Go(func() { s.health.Run(ctx) })
 	wg.Go(func() { s.census.run(ctx) })
 	wg.Wait()
-	s.notify.wait()
+	s.health.Wait()
 }
 
 // unitCount is the number of subscriptions the Fleet runs (0 for a nil
@@ -74,9 +82,7 @@ func (s *fleetShared) unitCount() int {
 // added sets the disabled gauge of a subscription the Fleet runs from now
 // on (0 unless it is disabled).
 func (s *fleetShared) added(name string) {
-	if !s.health.isDisabled(name) {
-		s.health.gauge.WithLabelValues(name).Set(0)
-	}
+	s.health.Added(name)
 }
 
 // consumersLimitHint follows JetStream's "maximum consumers limit

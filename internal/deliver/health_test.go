@@ -18,6 +18,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -27,7 +28,7 @@ import (
 type opsReceiver struct {
 	*httptest.Server
 	mu    sync.Mutex
-	hooks []deliver.OpsWebhook
+	hooks []health.OpsWebhook
 }
 
 func newOpsReceiver(t *testing.T) *opsReceiver {
@@ -41,7 +42,7 @@ func newOpsReceiver(t *testing.T) *opsReceiver {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
-		var h deliver.OpsWebhook
+		var h health.OpsWebhook
 		if err := json.Unmarshal(body, &h); err != nil {
 			w.WriteHeader(http.StatusBadRequest)
 			return
@@ -54,10 +55,10 @@ func newOpsReceiver(t *testing.T) *opsReceiver {
 	return o
 }
 
-func (o *opsReceiver) received() []deliver.OpsWebhook {
+func (o *opsReceiver) received() []health.OpsWebhook {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return append([]deliver.OpsWebhook(nil), o.hooks...)
+	return append([]health.OpsWebhook(nil), o.hooks...)
 }
 
 // A 410 disables the subscription within one attempt per event: nothing
@@ -94,7 +95,7 @@ func TestGoneDisablesAndEnableResumes(t *testing.T) {
 			s.MaxDeliver = 2
 			reg := prometheus.NewRegistry()
 			b.runOrdered(t, deliver.Config{DeadLetters: q, Registerer: reg,
-				Health: deliver.HealthConfig{OpsWebhookURL: ops.URL, OpsWebhookSecret: secret}}, s)
+				Health: health.Config{OpsWebhookURL: ops.URL, OpsWebhookSecret: secret}}, s)
 			for v := range int64(3) {
 				b.publish(t, "order-1", v, "OrderPlaced")
 			}
@@ -103,16 +104,16 @@ func TestGoneDisablesAndEnableResumes(t *testing.T) {
 			hook := ops.received()[0]
 			require.Equal(t, wire.OpsWebhookEndpointDisabled, hook.Type)
 			require.Equal(t, "orders", hook.Data.Subscription)
-			require.Equal(t, deliver.ReasonGone, hook.Data.Reason)
+			require.Equal(t, health.ReasonGone, hook.Data.Reason)
 			require.Equal(t, http.StatusGone, hook.Data.Status)
 			require.Contains(t, hook.Data.LastError, "410")
 
 			// The event on ops.endpoint.disabled, in the ops stream.
 			ev := lastOpsEvent(t, b.bundle)
 			require.Equal(t, "orders", ev.Subscription)
-			require.Equal(t, deliver.ReasonGone, ev.Reason)
+			require.Equal(t, health.ReasonGone, ev.Reason)
 
-			recs, err := deliver.ReadDisabled(b.ctx, b.js)
+			recs, err := health.ReadDisabled(b.ctx, b.js)
 			require.NoError(t, err)
 			require.Len(t, recs, 1)
 			require.Equal(t, "orders", recs[0].Subscription)
@@ -125,7 +126,7 @@ func TestGoneDisablesAndEnableResumes(t *testing.T) {
 			require.Never(t, func() bool { return len(rc.requests()) > sent }, time.Second, 50*time.Millisecond, "sent while disabled")
 
 			gone.Store(false)
-			was, err := deliver.Enable(b.ctx, b.js, "orders")
+			was, err := health.Enable(b.ctx, b.js, "orders")
 			require.NoError(t, err)
 			require.True(t, was)
 			require.Eventually(t, func() bool { return delivered() == 3 }, 15*time.Second, 20*time.Millisecond, "every event delivered after enable")
@@ -139,9 +140,9 @@ func TestGoneDisablesAndEnableResumes(t *testing.T) {
 }
 
 // lastOpsEvent reads the last operational event from the ops stream.
-func lastOpsEvent(t *testing.T, b bundle) deliver.DisabledRecord {
+func lastOpsEvent(t *testing.T, b bundle) health.DisabledRecord {
 	t.Helper()
-	var rec deliver.DisabledRecord
+	var rec health.DisabledRecord
 	require.Eventually(t, func() bool {
 		s, err := b.js.Stream(b.ctx, wire.DefaultOpsStream)
 		if err != nil {
@@ -183,18 +184,18 @@ func TestSustainedFailureDisables(t *testing.T) {
 	s.MaxDeliver = -1
 	// The retry delays are Naks with a delay, on the server's clock.
 	s.BackOff = []time.Duration{20 * time.Millisecond}
-	b.run(t, deliver.Config{Breakers: never, Clock: clock, Health: deliver.HealthConfig{DisableAfter: time.Hour, DisableMinFailures: 3}}, s)
+	b.run(t, deliver.Config{Breakers: never, Clock: clock, Health: health.Config{DisableAfter: time.Hour, DisableMinFailures: 3}}, s)
 	b.publish(t, 1, "order-1", "OrderPlaced", `{}`)
 
 	require.Eventually(t, func() bool { return fails.Load() >= 5 }, 10*time.Second, 10*time.Millisecond)
-	recs, err := deliver.ReadDisabled(b.ctx, b.js)
+	recs, err := health.ReadDisabled(b.ctx, b.js)
 	require.NoError(t, err)
 	require.Empty(t, recs, "failing for less than DisableAfter: still enabled")
 
 	clock.Advance(time.Hour)
 	require.Eventually(t, func() bool {
-		recs, err := deliver.ReadDisabled(b.ctx, b.js)
-		return err == nil && len(recs) == 1 && recs[0].Reason == deliver.ReasonFailing
+		recs, err := health.ReadDisabled(b.ctx, b.js)
+		return err == nil && len(recs) == 1 && recs[0].Reason == health.ReasonFailing
 	}, 10*time.Second, 10*time.Millisecond, "disabled after an hour of failures")
 	n := fails.Load()
 	require.Never(t, func() bool { return fails.Load() > n+1 }, time.Second, 50*time.Millisecond, "sent while disabled")
@@ -366,11 +367,11 @@ func TestOperatorDisableAndEnable(t *testing.T) {
 	b.publish(t, 1, "order-1", "OrderPlaced", `{}`)
 	require.Eventually(t, func() bool { return len(rc.requests()) == 1 }, 10*time.Second, 10*time.Millisecond)
 
-	require.NoError(t, deliver.SetDisabled(b.ctx, b.js, "orders", deliver.ReasonOperator))
-	recs, err := deliver.ReadDisabled(b.ctx, b.js)
+	require.NoError(t, health.SetDisabled(b.ctx, b.js, "orders", health.ReasonOperator))
+	recs, err := health.ReadDisabled(b.ctx, b.js)
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
-	require.Equal(t, deliver.ReasonOperator, recs[0].Reason)
+	require.Equal(t, health.ReasonOperator, recs[0].Reason)
 	// The replica applies it from its watch: wait until it stopped
 	// pulling (no pull request waiting on the durable consumer).
 	require.Eventually(t, func() bool { return b.info(t, "orders").NumWaiting == 0 }, 5*time.Second, 10*time.Millisecond)
@@ -378,11 +379,11 @@ func TestOperatorDisableAndEnable(t *testing.T) {
 	require.Never(t, func() bool { return len(rc.requests()) > 1 }, time.Second, 20*time.Millisecond, "sent while disabled")
 	require.EqualValues(t, 1, b.info(t, "orders").NumPending, "the event waits in JetStream")
 
-	was, err := deliver.Enable(b.ctx, b.js, "orders")
+	was, err := health.Enable(b.ctx, b.js, "orders")
 	require.NoError(t, err)
 	require.True(t, was)
 	require.Eventually(t, func() bool { return len(rc.requests()) == 2 }, 10*time.Second, 10*time.Millisecond, "delivered after enable")
-	was, err = deliver.Enable(b.ctx, b.js, "orders")
+	was, err = health.Enable(b.ctx, b.js, "orders")
 	require.NoError(t, err)
 	require.False(t, was, "enabled already")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -57,8 +58,8 @@ type partition struct {
 	// unknown): half of it in hand sets a stuck stream aside at once.
 	maxAckPending int
 
-	health *health // the subscriptions' disabled state (nil: enabled)
-	sub    string  // the subscription's name
+	health *health.State // the subscriptions' disabled state (nil: enabled)
+	sub    string        // the subscription's name
 }
 
 // partitionDeps is what a partition is made of beside its own number,
@@ -225,8 +226,8 @@ func (pt *partition) run() {
 	var lastCSeq uint64
 	var lastUnstick time.Time
 	for pt.ctx.Err() == nil {
-		healthChanged := pt.health.changes()
-		if held, disabled := pt.lease.leaseHeld(), pt.health.isDisabled(pt.sub); !held || disabled {
+		healthChanged := pt.health.Changes()
+		if held, disabled := pt.lease.leaseHeld(), pt.health.IsDisabled(pt.sub); !held || disabled {
 			// Past the lease deadline: pull nothing until a renewal;
 			// disabled: nothing until enabled (the heads in hand wait
 			// unsent). What was pulled and not delivered yet is pending
@@ -574,7 +575,7 @@ func (pt *partition) pauseDisabled(iter jetstream.MessagesContext, pulled <-chan
 	pt.log.Info("subscription disabled: the partition pulls nothing more until it is enabled")
 	pt.stopPull(iter, pulled)
 	close(stop)
-	if pt.health.waitEnabled(pt.ctx, pt.sub) != nil {
+	if pt.health.WaitEnabled(pt.ctx, pt.sub) != nil {
 		return nil
 	}
 	pt.log.Info("subscription enabled: the partition pulls again")

@@ -1,6 +1,8 @@
 package deliver
 
 import (
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,7 +30,7 @@ func newSubscriptionSeries(reg prometheus.Registerer) (subscriptionSeries, error
 	if err != nil {
 		return nil, err
 	}
-	disabled, err := newDisabledGauge(reg)
+	disabled, err := health.DisabledGauge(reg)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -43,7 +44,7 @@ func TestFailureStreakSurvivesARestart(t *testing.T) {
 	s := sub("orders", rc.URL)
 	s.MaxDeliver = -1
 	s.BackOff = []time.Duration{20 * time.Millisecond} // Naks with a delay, on the server's clock
-	cfg := deliver.Config{Breakers: never, Clock: clock, Health: deliver.HealthConfig{DisableAfter: time.Hour, DisableMinFailures: 3}}
+	cfg := deliver.Config{Breakers: never, Clock: clock, Health: health.Config{DisableAfter: time.Hour, DisableMinFailures: 3}}
 	kv, err := b.js.KeyValue(b.ctx, wire.DefaultHealthBucket)
 	if err != nil {
 		kv, err = b.js.CreateKeyValue(b.ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultHealthBucket})
@@ -74,14 +75,14 @@ func TestFailureStreakSurvivesARestart(t *testing.T) {
 	n := fails.Load()
 	b.run(t, cfg, s)
 	require.Eventually(t, func() bool {
-		recs, err := deliver.ReadDisabled(b.ctx, b.js)
-		return err == nil && len(recs) == 1 && recs[0].Reason == deliver.ReasonFailing
+		recs, err := health.ReadDisabled(b.ctx, b.js)
+		return err == nil && len(recs) == 1 && recs[0].Reason == health.ReasonFailing
 	}, 10*time.Second, 10*time.Millisecond, "disabled by the shared streak")
 	require.GreaterOrEqual(t, fails.Load()-n, int32(3), "three failures of its own first")
 
 	// Enabled: the streak ends with it. Failing three times again writes
 	// a new one (from now); the next 2xx deletes it.
-	_, err = deliver.Enable(b.ctx, b.js, "orders")
+	_, err = health.Enable(b.ctx, b.js, "orders")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { since, ok := streak(); return ok && since.Equal(clock.Now()) }, 10*time.Second, 10*time.Millisecond,
 		"a new streak after enable")

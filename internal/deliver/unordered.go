@@ -148,7 +148,7 @@ func (r *runner) run(ctx context.Context) {
 			r.log.Info("subscription started", slog.Any("filter_subjects", r.sub.FilterSubjects), slog.Int("max_in_flight", r.sub.MaxInFlight))
 			started = true
 		}
-		if err := r.health.waitEnabled(ctx, r.sub.Name); err != nil {
+		if err := r.health.WaitEnabled(ctx, r.sub.Name); err != nil {
 			return
 		}
 		if err := r.br.Wait(ctx); err != nil {
@@ -252,8 +252,8 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	}()
 	go func() {
 		for {
-			changed, health := r.br.Changed(), r.health.changes()
-			if r.br.State() != breaker.Closed || r.health.isDisabled(r.sub.Name) {
+			changed, health := r.br.Changed(), r.health.Changes()
+			if r.br.State() != breaker.Closed || r.health.IsDisabled(r.sub.Name) {
 				stop()
 				return
 			}

@@ -1,4 +1,4 @@
-package deliver
+package health
 
 import (
 	"context"
@@ -14,10 +14,17 @@ import (
 
 // breakerStore keeps the shared circuit breaker states in the health
 // bucket, one key per endpoint (wire.BreakerKey), JSON values, the key's
-// revision for compare-and-swap. The replicas watch the keys (health.follow)
+// revision for compare-and-swap. The replicas watch the keys (State.follow)
 // and hand each change to their breaker.Set.
 type breakerStore struct {
-	h *health
+	h *State
+}
+
+// BreakerStore returns the store of the shared breaker states in the
+// health bucket, for breaker.Set.Share: until Load or Run opened the
+// bucket, its calls fail and the breakers go by their local state.
+func (h *State) BreakerStore() breaker.Store {
+	return breakerStore{h: h}
 }
 
 // errHealthNotOpen is returned while the health bucket is not open yet:

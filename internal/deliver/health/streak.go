@@ -1,4 +1,4 @@
-package deliver
+package health
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 )
 
 // Failure streaks in the health bucket. The sustained-failure rule
-// (HealthConfig.DisableAfter across DisableMinFailures attempts) has a
+// (Config.DisableAfter across DisableMinFailures attempts) has a
 // long part, the time without a success (24 h by default), and a short
 // one, the failed attempts (10). Counted in memory only, a restart (a
 // deploy) started the 24 h over, so an endpoint of a deployment restarted
@@ -140,9 +140,10 @@ func (s *sharedStreaks) end(kv jetstream.KeyValue, name string) {
 	}()
 }
 
-// forgetStreak deletes the streak key of subscription name (a removed
-// subscription: one added again under the name starts without).
-func forgetStreak(ctx context.Context, js jetstream.JetStream, name string) error {
+// ForgetStreak deletes the streak key of subscription name (a removed
+// subscription: one added again under the name starts without). A
+// missing health bucket or key is no error.
+func ForgetStreak(ctx context.Context, js jetstream.JetStream, name string) error {
 	kv, err := js.KeyValue(ctx, wire.DefaultHealthBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil

@@ -1,4 +1,4 @@
-package deliver
+package health
 
 import (
 	"bytes"
@@ -45,7 +45,7 @@ const (
 
 // newNotifier returns the notifier of cfg; it fails when OpsWebhookURL is
 // set without a valid OpsWebhookSecret.
-func newNotifier(js jetstream.JetStream, cfg HealthConfig, replicas int, log *slog.Logger, client *http.Client) (*notifier, error) {
+func newNotifier(js jetstream.JetStream, cfg Config, replicas int, log *slog.Logger, client *http.Client) (*notifier, error) {
 	n := &notifier{js: js, replicas: replicas, log: log, url: cfg.OpsWebhookURL, client: client}
 	if cfg.OpsWebhookURL != "" {
 		s, err := webhook.NewSigner(webhook.SchemeStandard, cfg.OpsWebhookSecret)

@@ -1,4 +1,11 @@
-package deliver
+// Package health is the consumer engine's room for the health of its
+// subscriptions: failure streaks, automatic and operator disabling, the
+// operational notifications of a disable, and the store of the shared
+// circuit breaker states, all kept in the health bucket
+// (wire.DefaultHealthBucket) that every replica watches. It imports
+// nothing of the engine above it: the engine hands it a Config and the
+// dependencies in Deps.
+package health
 
 import (
 	"context"
@@ -6,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +30,7 @@ import (
 )
 
 // Disabling: a subscription whose endpoint answered 410 Gone, or failed
-// without a success for HealthConfig.DisableAfter across at least
+// without a success for Config.DisableAfter across at least
 // DisableMinFailures attempts, is disabled: every replica stops delivering
 // to it, its durable consumers keep their position, and the events in hand
 // wait unsent (no attempt spent, nothing dead-lettered). The state is the
@@ -37,7 +45,7 @@ import (
 const (
 	// ReasonGone: the endpoint answered 410 Gone.
 	ReasonGone = "gone"
-	// ReasonFailing: no success for HealthConfig.DisableAfter.
+	// ReasonFailing: no success for Config.DisableAfter.
 	ReasonFailing = "failing"
 	// ReasonOperator: disabled by `consumer subscriptions disable`.
 	ReasonOperator = "operator"
@@ -47,14 +55,16 @@ const (
 // it the subscription stays disabled on this replica only (degraded).
 const healthWriteTimeout = 5 * time.Second
 
-// Defaults of HealthConfig.
+// Defaults of Config.
 const (
-	DefaultDisableAfter       = 24 * time.Hour
+	// DefaultDisableAfter is Config.DisableAfter's default.
+	DefaultDisableAfter = 24 * time.Hour
+	// DefaultDisableMinFailures is Config.DisableMinFailures' default.
 	DefaultDisableMinFailures = 10
 )
 
-// HealthConfig configures automatic disabling and its notification.
-type HealthConfig struct {
+// Config configures automatic disabling and its notification.
+type Config struct {
 	// DisableAfter disables a subscription whose endpoint has not answered
 	// 2xx for this long while failing (retryable failures: 5xx,
 	// timeouts, network errors), once at least DisableMinFailures attempts
@@ -76,13 +86,22 @@ type HealthConfig struct {
 // health bucket, and the body of the ops.endpoint.disabled event and of the
 // operational webhook's data.
 type DisabledRecord struct {
-	Subscription string    `json:"subscription"`
-	Endpoint     string    `json:"endpoint,omitempty"`
-	Reason       string    `json:"reason"`
-	Status       int       `json:"status,omitempty"`
-	LastError    string    `json:"last_error,omitempty"`
-	At           time.Time `json:"at"`
-	Replica      string    `json:"replica,omitempty"`
+	// Subscription is the disabled subscription's name.
+	Subscription string `json:"subscription"`
+	// Endpoint is its endpoint (breaker.Endpoint: scheme, host and port),
+	// when a delivery disabled it.
+	Endpoint string `json:"endpoint,omitempty"`
+	// Reason is ReasonGone, ReasonFailing, ReasonOperator or the
+	// operator's own words.
+	Reason string `json:"reason"`
+	// Status is the HTTP status of the answer that disabled it (0: none).
+	Status int `json:"status,omitempty"`
+	// LastError is that answer or the failure, in words.
+	LastError string `json:"last_error,omitempty"`
+	// At is when it was disabled (UTC).
+	At time.Time `json:"at"`
+	// Replica is the id of the consumer replica that disabled it.
+	Replica string `json:"replica,omitempty"`
 }
 
 // failStreak is one subscription's failures since its last success.
@@ -91,20 +110,56 @@ type failStreak struct {
 	failures int
 }
 
-// health is the disabled state of a Consumer's subscriptions, as this
-// replica sees the health bucket. Safe for concurrent use; a nil *health
-// has every subscription enabled.
-type health struct {
-	js      jetstream.JetStream
-	cfg     HealthConfig
-	clock   clockwork.Clock
-	log     *slog.Logger
-	replica string
-	gauge   *prometheus.GaugeVec
-	notify  *notifier
+// Breakers is what a State needs of the circuit breakers whose states it
+// shares through the health bucket: *breaker.Set implements it.
+type Breakers interface {
+	// Observe hands a shared state read from the bucket at revision rev
+	// to the endpoint's breaker.
+	Observe(st breaker.SharedState, rev uint64)
+}
+
+// Deps are what a State needs from the engine that owns it.
+type Deps struct {
+	// JetStream holds the health bucket and the ops stream. Required.
+	JetStream jetstream.JetStream
+	// Clock times the failure streaks, the records and the pauses.
+	// Default: the real clock.
+	Clock clockwork.Clock
+	// Logger logs disables, enables and a health bucket out of reach.
+	// Default: slog.Default().
+	Logger *slog.Logger
+	// Replica is this consumer replica's id, written in the records it
+	// makes.
+	Replica string
+	// Replicas is the health bucket's and the ops stream's replica count
+	// when they are created (0: the server's default, 1).
+	Replicas int
+	// Registerer takes the gauge jsbridge_consumer_endpoint_disabled
+	// (nil: not registered).
+	Registerer prometheus.Registerer
+	// HTTPClient sends the operational webhook. Default:
+	// http.DefaultClient.
+	HTTPClient *http.Client
+	// Breakers get the shared breaker states the watch sees (nil: the
+	// breakers are not shared).
+	Breakers Breakers
+}
+
+// State is the disabled state of a consumer's subscriptions, as this
+// replica sees the health bucket, with their failure streaks. Safe for
+// concurrent use; a nil *State has every subscription enabled.
+type State struct {
+	js       jetstream.JetStream
+	cfg      Config
+	clock    clockwork.Clock
+	log      *slog.Logger
+	replica  string
+	replicas int
+	gauge    *prometheus.GaugeVec
+	notify   *notifier
 	// breakers get the shared breaker states the watch sees (nil: not
 	// shared).
-	breakers *breaker.Set
+	breakers Breakers
 
 	mu       sync.Mutex
 	kv       jetstream.KeyValue
@@ -119,30 +174,45 @@ type health struct {
 	changed chan struct{}
 }
 
-// newHealth returns the health of subs' names; the gauge
-// jsbridge_consumer_endpoint_disabled{subscription} goes on reg (nil: not
-// registered).
-func newHealth(js jetstream.JetStream, cfg HealthConfig, clock clockwork.Clock, log *slog.Logger, replica string, reg prometheus.Registerer, notify *notifier, names []string) (*health, error) {
+// New returns the health of the subscriptions names (their disabled
+// gauges set to 0), with cfg's zero fields at their defaults. It fails
+// when cfg.OpsWebhookURL is set without a valid OpsWebhookSecret, or the
+// gauge cannot be registered. Nothing is read before Load or Run.
+func New(cfg Config, d Deps, names []string) (*State, error) {
 	if cfg.DisableAfter == 0 {
 		cfg.DisableAfter = DefaultDisableAfter
 	}
 	if cfg.DisableMinFailures == 0 {
 		cfg.DisableMinFailures = DefaultDisableMinFailures
 	}
-	g, err := newDisabledGauge(reg)
+	if d.Clock == nil {
+		d.Clock = clockwork.NewRealClock()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.HTTPClient == nil {
+		d.HTTPClient = http.DefaultClient
+	}
+	n, err := newNotifier(d.JetStream, cfg, d.Replicas, d.Logger, d.HTTPClient)
+	if err != nil {
+		return nil, err
+	}
+	g, err := DisabledGauge(d.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range names {
 		g.WithLabelValues(n).Set(0)
 	}
-	return &health{js: js, cfg: cfg, clock: clock, log: log, replica: replica, gauge: g, notify: notify,
+	return &State{js: d.JetStream, cfg: cfg, clock: d.Clock, log: d.Logger, replica: d.Replica, replicas: d.Replicas, gauge: g, notify: n, breakers: d.Breakers,
 		disabled: map[string]DisabledRecord{}, streaks: map[string]*failStreak{}, shared: newSharedStreaks(), changed: make(chan struct{})}, nil
 }
 
-// newDisabledGauge returns jsbridge_consumer_endpoint_disabled
-// {subscription}, registered on reg (nil: not registered).
-func newDisabledGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
+// DisabledGauge returns the gauge jsbridge_consumer_endpoint_disabled
+// {subscription} (1 while disabled, else 0), registered on reg (nil: not
+// registered; one registered before on reg is returned instead).
+func DisabledGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "jsbridge_consumer_endpoint_disabled",
 		Help: "1 while a subscription is disabled (410 Gone, sustained failure or an operator), else 0, by subscription.",
@@ -155,19 +225,30 @@ func newDisabledGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
 
 // healthBucket opens (creating when missing) the health bucket.
 func healthBucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	return bucket(ctx, js, jetstream.KeyValueConfig{
+	cfg := jetstream.KeyValueConfig{
 		Bucket: wire.DefaultHealthBucket, Description: "jsbridge endpoint health: shared circuit breakers and disabled subscriptions",
 		Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
-	})
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("deliver: key-value bucket %q: %w", cfg.Bucket, err)
+	}
+	return kv, nil
 }
 
-// run opens the health bucket and follows its disabled keys until ctx
+// Run opens the health bucket and follows its disabled keys until ctx
 // ends, reopening the watch after a pause when it breaks. Until the
 // bucket answers, the replica goes by its own state.
-func (h *health) run(ctx context.Context, replicas int) {
+func (h *State) Run(ctx context.Context) {
 	var pause backoff.Backoff
 	for ctx.Err() == nil {
-		kv, err := healthBucket(ctx, h.js, replicas)
+		kv, err := healthBucket(ctx, h.js, h.replicas)
 		if err == nil {
 			h.mu.Lock()
 			h.kv = kv
@@ -178,15 +259,20 @@ func (h *health) run(ctx context.Context, replicas int) {
 			return
 		}
 		h.degraded(err)
-		sleep(ctx, h.clock, pause.Next())
+		t := h.clock.NewTimer(pause.Next())
+		select {
+		case <-ctx.Done():
+		case <-t.Chan():
+		}
+		t.Stop()
 	}
 }
 
-// load reads the disabled keys once (so that a disabled subscription
+// Load reads the disabled keys once (so that a disabled subscription
 // does not start before the watch caught up); a failure is logged and
-// left to run.
-func (h *health) load(ctx context.Context, replicas int) {
-	kv, err := healthBucket(ctx, h.js, replicas)
+// left to Run.
+func (h *State) Load(ctx context.Context) {
+	kv, err := healthBucket(ctx, h.js, h.replicas)
 	if err != nil {
 		h.degraded(err)
 		return
@@ -205,7 +291,7 @@ func (h *health) load(ctx context.Context, replicas int) {
 }
 
 // bucket returns the health bucket, nil until it is open.
-func (h *health) bucket() jetstream.KeyValue {
+func (h *State) bucket() jetstream.KeyValue {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.kv
@@ -213,7 +299,7 @@ func (h *health) bucket() jetstream.KeyValue {
 
 // follow applies the disabled keys of kv, and hands the shared breaker
 // states to the breakers, until ctx ends or the watch breaks.
-func (h *health) follow(ctx context.Context, kv jetstream.KeyValue) error {
+func (h *State) follow(ctx context.Context, kv jetstream.KeyValue) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watch health bucket: %w", err)
@@ -238,7 +324,7 @@ func (h *health) follow(ctx context.Context, kv jetstream.KeyValue) error {
 			}
 			if strings.HasPrefix(e.Key(), wire.StreakKeyPrefix) {
 				if name, ended := h.shared.observe(e); ended {
-					h.succeeded(name) // a 2xx on some replica
+					h.Succeeded(name) // a 2xx on some replica
 				}
 				continue
 			}
@@ -261,7 +347,7 @@ func (h *health) follow(ctx context.Context, kv jetstream.KeyValue) error {
 
 // degraded logs, once until the bucket answers again, that the health
 // bucket cannot be reached.
-func (h *health) degraded(err error) {
+func (h *State) degraded(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.kvWarned {
@@ -272,7 +358,7 @@ func (h *health) degraded(err error) {
 }
 
 // set records name disabled (rec) or enabled (nil) and wakes the waiters.
-func (h *health) set(name string, rec *DisabledRecord) {
+func (h *State) set(name string, rec *DisabledRecord) {
 	h.mu.Lock()
 	_, was := h.disabled[name]
 	if rec == nil {
@@ -295,8 +381,8 @@ func (h *health) set(name string, rec *DisabledRecord) {
 	}
 }
 
-// isDisabled reports whether name is disabled.
-func (h *health) isDisabled(name string) bool {
+// IsDisabled reports whether name is disabled.
+func (h *State) IsDisabled(name string) bool {
 	if h == nil {
 		return false
 	}
@@ -306,9 +392,9 @@ func (h *health) isDisabled(name string) bool {
 	return ok
 }
 
-// changes returns a channel closed at the next change of any
+// Changes returns a channel closed at the next change of any
 // subscription's state (nil for a nil h: never).
-func (h *health) changes() <-chan struct{} {
+func (h *State) Changes() <-chan struct{} {
 	if h == nil {
 		return nil
 	}
@@ -317,12 +403,12 @@ func (h *health) changes() <-chan struct{} {
 	return h.changed
 }
 
-// waitEnabled blocks while name is disabled; it returns ctx's error if
+// WaitEnabled blocks while name is disabled; it returns ctx's error if
 // ctx ends first.
-func (h *health) waitEnabled(ctx context.Context, name string) error {
+func (h *State) WaitEnabled(ctx context.Context, name string) error {
 	for {
-		ch := h.changes()
-		if !h.isDisabled(name) {
+		ch := h.Changes()
+		if !h.IsDisabled(name) {
 			return ctx.Err()
 		}
 		select {
@@ -333,8 +419,8 @@ func (h *health) waitEnabled(ctx context.Context, name string) error {
 	}
 }
 
-// succeeded ends name's failure streak.
-func (h *health) succeeded(name string) {
+// Succeeded ends name's failure streak.
+func (h *State) Succeeded(name string) {
 	if h == nil || (h.failing.Load() == 0 && !h.shared.any()) {
 		return
 	}
@@ -344,7 +430,7 @@ func (h *health) succeeded(name string) {
 }
 
 // endStreak deletes name's streak, here and in the bucket (h.mu held).
-func (h *health) endStreak(name string) {
+func (h *State) endStreak(name string) {
 	h.shared.end(h.kv, name)
 	if _, ok := h.streaks[name]; ok {
 		delete(h.streaks, name)
@@ -352,9 +438,9 @@ func (h *health) endStreak(name string) {
 	}
 }
 
-// failed counts a failed attempt of name and reports whether the streak
+// Failed counts a failed attempt of name and reports whether the streak
 // now calls for disabling it (DisableAfter, DisableMinFailures).
-func (h *health) failed(name string) bool {
+func (h *State) Failed(name string) bool {
 	if h == nil || h.cfg.DisableAfter < 0 {
 		return false
 	}
@@ -375,12 +461,12 @@ func (h *health) failed(name string) bool {
 	return now.Sub(h.shared.earliest(name, s.since)) >= h.cfg.DisableAfter
 }
 
-// disable disables rec.Subscription: at once on this replica, then in the
+// Disable disables rec.Subscription: at once on this replica, then in the
 // health bucket. Only the replica whose Create wins notifies (the
 // ops.endpoint.disabled event and the operational webhook), so one
 // disable is announced once.
-func (h *health) disable(ctx context.Context, rec DisabledRecord) {
-	if h == nil || h.isDisabled(rec.Subscription) {
+func (h *State) Disable(ctx context.Context, rec DisabledRecord) {
+	if h == nil || h.IsDisabled(rec.Subscription) {
 		return
 	}
 	rec.At = h.clock.Now().UTC()
@@ -404,5 +490,21 @@ func (h *health) disable(ctx context.Context, rec DisabledRecord) {
 	}
 	if announce {
 		h.notify.disabled(rec)
+	}
+}
+
+// Added sets the disabled gauge of subscription name, one the owner runs
+// from now on, to 0 unless name is disabled.
+func (h *State) Added(name string) {
+	if !h.IsDisabled(name) {
+		h.gauge.WithLabelValues(name).Set(0)
+	}
+}
+
+// Wait waits for the announcements of disables under way (the ops event
+// and the operational webhook, sent in the background).
+func (h *State) Wait() {
+	if h != nil {
+		h.notify.wait()
 	}
 }
