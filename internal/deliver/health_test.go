@@ -367,7 +367,7 @@ func TestOperatorDisableAndEnable(t *testing.T) {
 	b.publish(t, 1, "order-1", "OrderPlaced", `{}`)
 	require.Eventually(t, func() bool { return len(rc.requests()) == 1 }, 10*time.Second, 10*time.Millisecond)
 
-	require.NoError(t, health.SetDisabled(b.ctx, b.js, "orders", health.ReasonOperator))
+	require.NoError(t, health.SetDisabled(b.ctx, b.js, "orders", health.ReasonOperator, time.Now()))
 	recs, err := health.ReadDisabled(b.ctx, b.js)
 	require.NoError(t, err)
 	require.Len(t, recs, 1)

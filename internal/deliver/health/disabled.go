@@ -19,14 +19,14 @@ import (
 
 // SetDisabled disables subscription name for every replica (an operator's
 // `consumer subscriptions disable`): it writes its key in the health
-// bucket (created when missing) with reason, keeping an existing record.
-// It announces nothing.
-func SetDisabled(ctx context.Context, js jetstream.JetStream, name, reason string) error {
+// bucket (created when missing) with reason and the time at, keeping an
+// existing record. It announces nothing.
+func SetDisabled(ctx context.Context, js jetstream.JetStream, name, reason string, at time.Time) error {
 	kv, err := healthBucket(ctx, js, 0)
 	if err != nil {
 		return err
 	}
-	data, _ := json.Marshal(DisabledRecord{Subscription: name, Reason: reason, At: time.Now().UTC()})
+	data, _ := json.Marshal(DisabledRecord{Subscription: name, Reason: reason, At: at.UTC()})
 	if _, err := kv.Create(ctx, wire.DisabledKey(name), data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("deliver: disable subscription %q: %w", name, err)
 	}

@@ -194,7 +194,7 @@ func New(cfg Config, d Deps, names []string) (*State, error) {
 	if d.HTTPClient == nil {
 		d.HTTPClient = http.DefaultClient
 	}
-	n, err := newNotifier(d.JetStream, cfg, d.Replicas, d.Logger, d.HTTPClient)
+	n, err := newNotifier(d.JetStream, cfg, d.Replicas, d.Clock, d.Logger, d.HTTPClient)
 	if err != nil {
 		return nil, err
 	}

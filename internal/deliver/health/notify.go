@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/breaker"
@@ -28,6 +29,7 @@ import (
 type notifier struct {
 	js       jetstream.JetStream
 	replicas int
+	clock    clockwork.Clock
 	log      *slog.Logger
 	url      string
 	signer   *webhook.Signer // nil without an ops webhook
@@ -45,8 +47,8 @@ const (
 
 // newNotifier returns the notifier of cfg; it fails when OpsWebhookURL is
 // set without a valid OpsWebhookSecret.
-func newNotifier(js jetstream.JetStream, cfg Config, replicas int, log *slog.Logger, client *http.Client) (*notifier, error) {
-	n := &notifier{js: js, replicas: replicas, log: log, url: cfg.OpsWebhookURL, client: client}
+func newNotifier(js jetstream.JetStream, cfg Config, replicas int, clock clockwork.Clock, log *slog.Logger, client *http.Client) (*notifier, error) {
+	n := &notifier{js: js, replicas: replicas, clock: clock, log: log, url: cfg.OpsWebhookURL, client: client}
 	if cfg.OpsWebhookURL != "" {
 		s, err := webhook.NewSigner(webhook.SchemeStandard, cfg.OpsWebhookSecret)
 		if err != nil {
@@ -127,7 +129,7 @@ func provisionOpsStream(ctx context.Context, js jetstream.JetStream, replicas in
 func (n *notifier) post(ctx context.Context, rec DisabledRecord) {
 	log := n.log.With(slog.String("subscription", rec.Subscription), slog.String("ops_webhook", breaker.Endpoint(n.url)))
 	id := "ops-" + rec.Subscription + "-" + strconv.FormatInt(rec.At.UnixNano(), 10)
-	body, _ := json.Marshal(OpsWebhook{Type: wire.OpsWebhookEndpointDisabled, Timestamp: time.Now().UTC(), Data: rec})
+	body, _ := json.Marshal(OpsWebhook{Type: wire.OpsWebhookEndpointDisabled, Timestamp: n.clock.Now().UTC(), Data: rec})
 	for try := 1; ; try++ {
 		err := n.postOnce(ctx, id, body)
 		if err == nil {
@@ -140,7 +142,7 @@ func (n *notifier) post(ctx context.Context, rec DisabledRecord) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(opsWebhookPause * time.Duration(try)):
+		case <-n.clock.After(opsWebhookPause * time.Duration(try)):
 		}
 	}
 }
@@ -153,7 +155,7 @@ func (n *notifier) postOnce(ctx context.Context, id string, body []byte) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(wire.HeaderIdempotencyKey, id)
-	n.signer.Sign(req.Header, id, time.Now(), body)
+	n.signer.Sign(req.Header, id, n.clock.Now(), body)
 	resp, err := n.client.Do(req)
 	if err != nil {
 		return err
