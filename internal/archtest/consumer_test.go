@@ -96,3 +96,44 @@ func TestConsumerEngineImporters(t *testing.T) {
 		t.Fatalf("nothing imports %s; the rule is vacuous (rename consumerEngine with the engine)", consumerEngine)
 	}
 }
+
+// roomsNotYetBelow are the engine's rooms that still import its root,
+// with why; the list only shrinks (TestEngineRoomsBelowTheRoot fails
+// for an entry that no longer does).
+var roomsNotYetBelow = map[string]string{
+	consumerEngine + "/subkv": "it stores deliver.Subscription until the subscription contract is a room of its own (issue 32)",
+}
+
+// TestEngineRoomsBelowTheRoot: the engine's rooms (the packages under
+// internal/deliver/) sit below its root: none imports internal/deliver
+// itself, directly or through another package, so the root composes the
+// rooms and a room's dependencies are the interfaces it owns.
+func TestEngineRoomsBelowTheRoot(t *testing.T) {
+	t.Parallel()
+	g := loadGraph(t)
+	// The root must reach its rooms, or the rule would pass vacuously.
+	if _, ok := g.paths(consumerEngine)[consumerEngine+"/health"]; !ok {
+		t.Fatalf("%s does not import %s/health; the graph is incomplete (rename the rule with the room)", consumerEngine, consumerEngine)
+	}
+	n := 0
+	for path := range g {
+		if !strings.HasPrefix(path, consumerEngine+"/") {
+			continue
+		}
+		n++
+		chain, ok := g.paths(path)[consumerEngine]
+		if why, known := roomsNotYetBelow[path]; known {
+			if !ok {
+				t.Errorf("%s no longer imports %s: delete it from roomsNotYetBelow (%s)", path, consumerEngine, why)
+			}
+			continue
+		}
+		if ok {
+			t.Errorf("%s imports the engine's root %s; a room sits below the root (take what it needs as an interface it owns)\n\timport chain: %s",
+				path, consumerEngine, strings.Join(chain, " → "))
+		}
+	}
+	if n < 2 {
+		t.Fatalf("only %d rooms under %s in the go list graph; the graph is incomplete", n, consumerEngine)
+	}
+}

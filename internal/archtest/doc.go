@@ -8,6 +8,9 @@
 // and only consumer, integration and bench import the consumer's engine
 // (internal/deliver and its rooms), checked over every package's direct
 // imports, tests included, so cmd/consumer reaches the engine through
-// consumer alone. A new import that breaks a rule fails `go test
+// consumer alone. The engine's rooms (the packages under
+// internal/deliver/) sit below its root: none imports internal/deliver
+// itself (subkv, listed with why, until the subscription contract is a
+// room). A new import that breaks a rule fails `go test
 // ./internal/archtest` with the path from the package to the forbidden one.
 package archtest
