@@ -118,7 +118,7 @@ type Config struct {
 	sendAck func(jetstream.Msg) error
 	// LocalBreakers keeps the circuit breakers to this replica. Default
 	// false: the endpoints' breakers are shared with the other replicas
-	// through the health bucket (breakerstore.go), so one replica probes
+	// through the health bucket (package health), so one replica probes
 	// an endpoint that is down while the others wait. Breakers must not
 	// have been used before New when shared.
 	LocalBreakers bool

@@ -44,7 +44,7 @@ const (
 	// proxy answers for ever, so it counts as a failure.
 	verdictThrottle
 	// verdictGone: 410 Gone: the endpoint says it no longer exists; the
-	// subscription is disabled at once (health.go) and the event goes back
+	// subscription is disabled at once (package health) and the event goes back
 	// unsent, neither dead-lettered nor counted as an attempt.
 	verdictGone
 )

@@ -214,7 +214,7 @@ func (f *Fleet) Pause(name string) {
 // Remove stops the subscription name as Pause does, then deletes its
 // durable consumers, the unordered one on the events stream and the
 // partition consumers on its partitioned copy, whichever exist, and its
-// parked-stream state (forgetParked) and failure streak (streak.go), and
+// parked-stream state (forgetParked) and failure streak (health.ForgetStreak), and
 // deletes its metric series
 // (every
 // replica does so after stopping its own unit, so the last one to stop
