@@ -1,0 +1,72 @@
+package drain_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/drain"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
+)
+
+// With the Postgres store as its IdleNotifier, an idle Run holds the idle
+// lock, so an append wakes it; once it works without waiting (here: it
+// lingers) it lets go of the lock and appends send no notification; idle
+// again, it takes the lock back before it waits.
+func TestRunNotifiedOnlyWhileIdle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	conn, err := pgx.Connect(b.ctx, jsbridgetest.DatabaseURL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	_, err = conn.Exec(b.ctx, "LISTEN "+b.schema)
+	require.NoError(t, err)
+	// notified reports whether anything notified the channel since the
+	// last call: a marker sent now comes first exactly when nothing did.
+	notified := func() bool {
+		t.Helper()
+		_, err := conn.Exec(b.ctx, "SELECT pg_notify($1, 'marker')", b.schema)
+		require.NoError(t, err)
+		sent := false
+		for {
+			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+			n, err := conn.WaitForNotification(ctx)
+			cancel()
+			require.NoError(t, err)
+			if n.Payload == "marker" {
+				return sent
+			}
+			sent = true
+		}
+	}
+
+	rec := newRecorder(nil)
+	const linger, poll = 7 * time.Hour, time.Hour
+	clock := newWaitClock()
+	d := b.drain(t, rec, drain.Config{Linger: linger, PollInterval: poll, Clock: clock, Notifier: b.store})
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	require.Equal(t, poll, clock.next(t), "nothing to claim: Run waits")
+	b.appendN(t, "idle-1", 1)
+	require.Equal(t, linger, clock.next(t), "woken by the append's notification, Run lingers")
+	require.Equal(t, 1, rec.count())
+	require.True(t, notified(), "the append while Run waited")
+
+	b.appendN(t, "idle-2", 1)
+	require.False(t, notified(), "an append while Run works")
+	clock.Advance(linger)
+	require.Equal(t, linger, clock.next(t))
+	require.Equal(t, 2, rec.count(), "the claim after the linger took it")
+
+	clock.Advance(linger)
+	require.Equal(t, poll, clock.next(t), "nothing to claim: Run waits again")
+	b.appendN(t, "idle-3", 1)
+	require.Equal(t, linger, clock.next(t), "woken again")
+	require.Equal(t, 3, rec.count())
+}
