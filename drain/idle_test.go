@@ -2,6 +2,8 @@ package drain_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,4 +71,46 @@ func TestRunNotifiedOnlyWhileIdle(t *testing.T) {
 	b.appendN(t, "idle-3", 1)
 	require.Equal(t, linger, clock.next(t), "woken again")
 	require.Equal(t, 3, rec.count())
+}
+
+// Two Runs on one Store (as two bridges in one process) each have their
+// own listening session and idle state: with a poll of an hour, only
+// notifications wake them, and every append is forwarded promptly, one at
+// a time and in a burst, which both take part in.
+func TestTwoRunsOnOneStoreBothDrain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const poll = time.Hour
+	recs := []*recorder{newRecorder(nil), newRecorder(nil)}
+	total := func() int { return recs[0].count() + recs[1].count() }
+	for i, rec := range recs {
+		d := b.drain(t, rec, drain.Config{Owner: fmt.Sprintf("run-%d", i), ClaimLimit: 1, PollInterval: poll, Notifier: b.store})
+		ctx, cancel := context.WithCancel(b.ctx)
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+
+	for i := range 30 {
+		b.appendN(t, fmt.Sprintf("one-%d", i), 1)
+		require.Eventually(t, func() bool { return total() == i+1 }, 10*time.Second, 5*time.Millisecond,
+			"append %d not forwarded (a Run waits for a notification that never comes)", i)
+	}
+
+	const burst = 60
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < burst; i += 4 {
+				b.appendN(t, fmt.Sprintf("burst-%d", i), 2)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool { return total() == 30+2*burst }, 10*time.Second, 5*time.Millisecond,
+		"forwarded %d of %d", total(), 30+2*burst)
+	require.Positive(t, recs[0].count(), "run-0 forwarded nothing")
+	require.Positive(t, recs[1].count(), "run-1 forwarded nothing")
 }
