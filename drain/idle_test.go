@@ -1,9 +1,14 @@
 package drain_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,4 +118,66 @@ func TestTwoRunsOnOneStoreBothDrain(t *testing.T) {
 		"forwarded %d of %d", total(), 30+2*burst)
 	require.Positive(t, recs[0].count(), "run-0 forwarded nothing")
 	require.Positive(t, recs[1].count(), "run-1 forwarded nothing")
+}
+
+// failingIdler is an IdleNotifier whose Idle always fails, as the store's
+// does while its listening session is down.
+type failingIdler struct {
+	notes chan struct{}
+	idles atomic.Int32
+}
+
+func (f *failingIdler) Notifications(context.Context) (<-chan struct{}, error) { return f.notes, nil }
+
+func (f *failingIdler) Idle(context.Context, <-chan struct{}) (bool, error) {
+	f.idles.Add(1)
+	return false, errors.New("no listening session")
+}
+
+func (f *failingIdler) Busy(context.Context, <-chan struct{}) error { return nil }
+
+// logCount counts the records a logger receives that contain a text.
+type logCount struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logCount) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logCount) count(text string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.buf.String(), text)
+}
+
+// When its IdleNotifier cannot say idle (an error: transient), Run is not
+// stopped by it: it polls every PollInterval, finds what was appended, and
+// logs the failure once for the run of them.
+func TestRunPollsWhileTheIdleNotifierFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder(nil)
+	const poll = time.Hour
+	clock := newWaitClock()
+	idler := &failingIdler{notes: make(chan struct{}, 1)}
+	logs := &logCount{}
+	d := b.drain(t, rec, drain.Config{PollInterval: poll, Clock: clock, Notifier: idler, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	for i := range 3 {
+		require.Equal(t, poll, clock.next(t), "Idle failed: Run waits for its poll")
+		b.appendN(t, fmt.Sprintf("poll-%d", i), 1)
+		clock.Advance(poll)
+		require.Eventually(t, func() bool { return rec.count() == i+1 }, 10*time.Second, 5*time.Millisecond, "the poll found the append")
+	}
+	require.Equal(t, poll, clock.next(t))
+	require.GreaterOrEqual(t, idler.idles.Load(), int32(4))
+	require.Equal(t, 1, logs.count("notifier cannot say idle"), "logged once for the run of failures")
 }
