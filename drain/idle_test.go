@@ -181,3 +181,45 @@ func TestRunPollsWhileTheIdleNotifierFails(t *testing.T) {
 	require.GreaterOrEqual(t, idler.idles.Load(), int32(4))
 	require.Equal(t, 1, logs.count("notifier cannot say idle"), "logged once for the run of failures")
 }
+
+// When the listening session holding the idle lock is killed
+// (pg_terminate_backend), Run does not stall: with a poll of an hour, an
+// append made while the session is down is forwarded once the store has
+// listened again (the channel then receives a value), and the new session
+// takes the lock again, so the next append notifies.
+func TestRunRecoversWhenItsListeningSessionIsKilled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pool := jsbridgetest.Pool(t)
+	rec := newRecorder(nil)
+	d := b.drain(t, rec, drain.Config{PollInterval: time.Hour, Notifier: b.store})
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	const holder = `SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock' AND l.granted
+  AND l.objid = (hashtextextended('jsbridge idle ' || $1, 0) & 4294967295)::oid`
+	holderPID := func() int {
+		var pid int
+		if err := pool.QueryRow(b.ctx, holder, b.schema).Scan(&pid); err != nil {
+			return 0
+		}
+		return pid
+	}
+	var first int
+	require.Eventually(t, func() bool { first = holderPID(); return first != 0 }, 10*time.Second, 5*time.Millisecond,
+		"Run idle does not hold the idle lock")
+	var killed bool
+	require.NoError(t, pool.QueryRow(b.ctx, "SELECT pg_terminate_backend($1)", first).Scan(&killed))
+	require.True(t, killed)
+
+	b.appendN(t, "killed-1", 1)
+	require.Eventually(t, func() bool { return rec.count() == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the append made while the session was down was not forwarded")
+	require.Eventually(t, func() bool { pid := holderPID(); return pid != 0 && pid != first }, 10*time.Second, 5*time.Millisecond,
+		"the idle lock was not taken again on a new session")
+	b.appendN(t, "killed-2", 1)
+	require.Eventually(t, func() bool { return rec.count() == 2 }, 10*time.Second, 5*time.Millisecond,
+		"the append after the new session took the lock was not forwarded")
+}
