@@ -83,3 +83,29 @@ type Notifier interface {
 	// events are appended. It is closed when ctx is done.
 	Notifications(ctx context.Context) (<-chan struct{}, error)
 }
+
+// IdleNotifier is a Notifier whose notifications are sent only while some
+// drainer waits for them (package store, since its migration 006: an
+// append notifies only while a drainer holds the store's idle lock), so
+// that appends cost no notification while the drainers work. Run tells
+// it when it goes to wait and when it keeps working. Each channel
+// Notifications returns is one drainer's: Idle and Busy name it (notes),
+// so several drains on one IdleNotifier each have their own idle state.
+type IdleNotifier interface {
+	Notifier
+	// Idle is called after a claim found nothing, before Run waits on
+	// notes for a notification. ready true: notifications will reach this
+	// drainer and every append that sent none is visible to the claim
+	// already made; Run waits. ready false: Run claims once more first
+	// (the notifier has only now begun to be notified, or appenders that
+	// sent no notification had not committed yet). On an error
+	// (transient: notes has no listening session now, or a statement
+	// failed) Run polls: it waits for PollInterval at most, logs the
+	// first error of a run of them, and asks again when next idle.
+	Idle(ctx context.Context, notes <-chan struct{}) (ready bool, err error)
+	// Busy is called when Run goes on claiming without waiting (at the
+	// fourth cycle in a row that claimed something, or at one after which
+	// it lingers): appends need not notify this drainer until it is Idle
+	// again. Its error is logged.
+	Busy(ctx context.Context, notes <-chan struct{}) error
+}

@@ -180,11 +180,8 @@ func TestBridgePostgresFailoverToPromotedStandby(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM ha.streams WHERE watermark = $1", after-1).Scan(&watermarks))
 	require.Equal(t, int64(streams), watermarks, "every watermark at its head on the promoted standby")
 	require.Contains(t, p.output(), "drain cycle failed", "the crash was seen")
-	require.Eventually(t, func() bool {
-		var listening int
-		err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN ha'").Scan(&listening)
-		return err == nil && listening == 1
-	}, 10*time.Second, 50*time.Millisecond, "the bridge listens on the promoted standby")
+	require.Eventually(t, func() bool { return listeningSessions(t, pool, "ha") == 1 }, 10*time.Second, 50*time.Millisecond,
+		"the bridge listens on the promoted standby")
 }
 
 // takenBack returns the streams the bridge's log says it took back after

@@ -42,6 +42,10 @@ type queries struct {
 	release string
 	wake    string
 
+	idleTake  string
+	idleWait  string
+	idleLetGo string
+
 	postpone  string
 	endLeases string
 
@@ -277,6 +281,19 @@ SET watermark = GREATEST(watermark, $3),
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 		wake: r.Replace(`SELECT pg_notify('{schema}', '')`),
+		// The idle lock ($1: idleLockKey) on the listening session: taken
+		// exclusively ("mine"); else held shared by appenders that sent
+		// no notification ("appending": the shared try succeeds, and is
+		// undone at once) or held by another drainer ("other"). CASE
+		// evaluates its branches in order.
+		idleTake: `SELECT CASE WHEN pg_try_advisory_lock(k) THEN 'mine'
+    WHEN pg_try_advisory_lock_shared(k) THEN CASE WHEN pg_advisory_unlock_shared(k) THEN 'appending' END
+    ELSE 'other' END
+FROM (SELECT hashtextextended($1, 0) AS k) x`,
+		// The idle lock taken waiting in its queue behind the appenders
+		// that hold it shared, for the session's lock_timeout at most.
+		idleWait:  `SELECT pg_advisory_lock(hashtextextended($1, 0))`,
+		idleLetGo: `SELECT pg_advisory_unlock(hashtextextended($1, 0))`,
 		release: r.Replace(`UPDATE {schema}.streams
 SET leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = ANY($2) AND leased_by = $1 AND leased_until > now()

@@ -57,6 +57,9 @@ type Store struct {
 	lastFetch atomic.Int64
 	// notes is the open Notifications channel, which Claim also wakes.
 	notes wakeups
+	// listening are the open Notifications channels, each with its
+	// listening session and its claim on the idle lock (Idle, Busy).
+	listening listeners
 }
 
 // Option configures a Store.

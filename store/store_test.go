@@ -20,8 +20,9 @@ import (
 
 // The Postgres store is what cmd/bridge plugs into the drain.
 var (
-	_ drain.Store    = (*store.Store)(nil)
-	_ drain.Notifier = (*store.Store)(nil)
+	_ drain.Store        = (*store.Store)(nil)
+	_ drain.Notifier     = (*store.Store)(nil)
+	_ drain.IdleNotifier = (*store.Store)(nil)
 )
 
 type bundle struct {
@@ -524,6 +525,8 @@ func TestRetryAndBlockNeverMoveWatermarkBack(t *testing.T) {
 	require.Equal(t, evs[2].ID, wid)
 }
 
+// Once the drainer is idle, an append notifies; the channel is closed when
+// ctx ends.
 func TestNotificationsFireAfterAppend(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -536,6 +539,10 @@ func TestNotificationsFireAfterAppend(t *testing.T) {
 	default:
 	}
 
+	// A drainer idle (migration 006: appends notify only then).
+	ready, err := b.store.Idle(b.ctx, notes)
+	require.NoError(t, err)
+	require.False(t, ready, "the idle lock taken: claim once more")
 	b.appendN(t, "n-1", 1)
 	select {
 	case _, ok := <-notes:

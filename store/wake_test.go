@@ -21,7 +21,19 @@ type listener struct {
 	channel string
 }
 
+// listen opens a listener on channel (a store's schema) that holds the
+// store's idle lock, as a drainer waiting for notifications does: appends
+// notify only while one does (migration 006).
 func listen(t *testing.T, channel string) listener {
+	t.Helper()
+	l := listenOnly(t, channel)
+	_, err := l.conn.Exec(t.Context(), "SELECT pg_advisory_lock(hashtextextended('jsbridge idle ' || $1, 0))", channel)
+	require.NoError(t, err)
+	return l
+}
+
+// listenOnly opens a listener on channel that holds no idle lock.
+func listenOnly(t *testing.T, channel string) listener {
 	t.Helper()
 	conn, err := pgx.Connect(t.Context(), jsbridgetest.DatabaseURL(t))
 	require.NoError(t, err)

@@ -14,31 +14,33 @@ const (
 	skippedPauseMax = 100 * time.Millisecond
 )
 
-// wakeups is the channel Notifications hands out (LISTEN), shared with
-// Claim. The trigger sends no notification for an append to a stream that
+// wakeups are the channels Notifications hands out (LISTEN), shared with
+// Claim (every open one is woken: the Store does not know which drain
+// claimed). The trigger sends no notification for an append to a stream that
 // was already pending (see migration 005), so if a claim passed over such
 // a stream because its appender had not committed yet, nothing else may
 // wake an idle drain once it has: the claim schedules a wake-up itself.
 type wakeups struct {
 	mu      sync.Mutex
-	ch      chan struct{} // nil when no Notifications channel is open
-	pause   time.Duration // the last pause; 0 after a claim that skipped nothing
-	pending bool          // a wake-up is scheduled
+	chs     map[chan struct{}]struct{} // the open Notifications channels
+	pause   time.Duration              // the last pause; 0 after a claim that skipped nothing
+	pending bool                       // a wake-up is scheduled
 }
 
-// open makes ch the channel wake-ups go to.
+// open adds ch to the channels wake-ups go to.
 func (w *wakeups) open(ch chan struct{}) {
 	w.mu.Lock()
-	w.ch = ch
+	if w.chs == nil {
+		w.chs = make(map[chan struct{}]struct{})
+	}
+	w.chs[ch] = struct{}{}
 	w.mu.Unlock()
 }
 
 // close closes ch, after which no wake-up is sent on it.
 func (w *wakeups) close(ch chan struct{}) {
 	w.mu.Lock()
-	if w.ch == ch {
-		w.ch = nil
-	}
+	delete(w.chs, ch)
 	w.mu.Unlock()
 	close(ch)
 }
@@ -52,7 +54,7 @@ func (w *wakeups) skipped(yes bool) {
 		w.pause = 0
 		return
 	}
-	if w.ch == nil || w.pending {
+	if len(w.chs) == 0 || w.pending {
 		return
 	}
 	w.pause = min(max(2*w.pause, skippedPauseMin), skippedPauseMax)
@@ -61,9 +63,9 @@ func (w *wakeups) skipped(yes bool) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.pending = false
-		if w.ch != nil {
+		for ch := range w.chs {
 			select {
-			case w.ch <- struct{}{}:
+			case ch <- struct{}{}:
 			default:
 			}
 		}
