@@ -457,3 +457,41 @@ func (p *holdProxy) serve(c net.Conn) {
 	go pipe(c, u)
 	<-done
 }
+
+// A reset at a take-over clears JetStream's delivery counts: an event the
+// consumer had delivered before it comes again with NumDelivered 1. It
+// still reads its failed attempts (resetThrough), so MaxDeliver bounds its
+// POSTs across any number of resets; an event first delivered after the
+// reset reads nothing, as before.
+func TestAResetDoesNotGiveAnEventMoreAttempts(t *testing.T) {
+	t.Parallel()
+	js := startJetStream(t)
+	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
+	require.NoError(t, err)
+	log := slog.New(slog.DiscardHandler)
+	before := failedAttempts{kv: kv, sub: "orders", log: log}
+	failing := newFakeMsg("order-1", 3, 40)
+	failing.md.NumDelivered = 1
+	attempt, recorded := before.first(failing, "7")
+	require.Equal(t, 1, attempt)
+	require.False(t, recorded)
+	before.failed("7", 1)
+	failing.md.NumDelivered = 2
+	attempt, _ = before.first(failing, "7")
+	require.Equal(t, 2, attempt)
+	before.failed("7", 2)
+
+	// The next owner reset the consumer, which had delivered up to 50.
+	after := failedAttempts{kv: kv, sub: "orders", log: log, resetThrough: 50}
+	failing.md.NumDelivered = 1
+	require.True(t, after.redelivered(failing))
+	attempt, recorded = after.first(failing, "7")
+	require.Equal(t, 3, attempt, "its two failed attempts still count after the reset")
+	require.True(t, recorded)
+	fresh := newFakeMsg("order-2", 0, 51)
+	fresh.md.NumDelivered = 1
+	require.False(t, after.redelivered(fresh), "first delivered after the reset")
+	attempt, recorded = after.first(fresh, "8")
+	require.Equal(t, 1, attempt)
+	require.False(t, recorded)
+}
