@@ -495,3 +495,69 @@ func TestAResetDoesNotGiveAnEventMoreAttempts(t *testing.T) {
 	require.Equal(t, 1, attempt)
 	require.False(t, recorded)
 }
+
+// A take-over with nothing pending on the partition consumer (the former
+// owner stopped gracefully with every event settled) costs one consumer
+// info and no reset: the consumer's delivery sequence goes on from where
+// it was.
+func TestATakeOverWithNothingPendingDoesNotReset(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two owners one after the other (about 3 s)")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	js := startJetStream(t)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}})
+	require.NoError(t, err)
+	streams := []string{"order-a", "order-b", "order-c"}
+	rc := newChainReceiver(t, func(string) time.Duration { return 0 })
+	var nextID int64
+	publish := func(from, to int64) {
+		for v := from; v < to; v++ {
+			for _, st := range streams {
+				nextID++
+				rc.expect(event.FormatID(nextID), st, v)
+				e := event.Event{ID: nextID, Stream: st, Version: v, Name: "OrderNoted", Data: []byte(`{}`), Created: time.Now()}
+				_, err := js.PublishMsg(ctx, forward.Message(e, forward.Config{}))
+				require.NoError(t, err)
+			}
+		}
+	}
+	s := Subscription{
+		Name: "idle", FilterSubjects: []string{"events.order.>"}, URL: rc.URL, AllowPrivate: true,
+		Secrets: []string{chainSecret}, Ordering: OrderingStream, Start: Start{Policy: StartAll},
+		AckWait: time.Minute, Timeout: 2 * time.Second,
+	}
+	run := func(id string, log *msgLog) (stop func()) {
+		c, err := New(js, Config{ReplicaID: id, Partitions: 1, LeaseTTL: time.Second, Logger: slog.New(log)}, s)
+		require.NoError(t, err)
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = c.Run(rctx) }()
+		return func() { cancel(); <-done }
+	}
+	var cons jetstream.Consumer // the partition consumer, once the first owner made it
+	pending := func() (jetstream.ConsumerInfo, bool) {
+		i, err := cons.Info(ctx)
+		return *i, err == nil && i.NumAckPending == 0
+	}
+	stopFirst := run("first", &msgLog{})
+	publish(0, 4)
+	require.Eventually(t, func() bool { return rc.processedAll(streams, 4) }, 20*time.Second, 10*time.Millisecond)
+	cons, err = js.Consumer(ctx, wire.OrderedStream("EVENTS"), wire.PartitionDurable(s.Name, 0))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, ok := pending(); return ok }, 10*time.Second, 10*time.Millisecond, "every ack landed")
+	stopFirst()
+	before, _ := pending()
+
+	second := &msgLog{}
+	defer run("second", second)()
+	publish(4, 6)
+	require.Eventually(t, func() bool { return rc.processedAll(streams, 6) }, 20*time.Second, 10*time.Millisecond)
+	rc.requireChains(t, streams, 6)
+	require.True(t, second.has("partition taken"))
+	require.False(t, second.has("reset to its ack floor"), "nothing was pending: no reset")
+	after, _ := pending()
+	require.Greater(t, after.Delivered.Consumer, before.Delivered.Consumer, "the delivery sequence went on (a reset starts it again at 1)")
+}
