@@ -561,3 +561,74 @@ func TestATakeOverWithNothingPendingDoesNotReset(t *testing.T) {
 	after, _ := pending()
 	require.Greater(t, after.Delivered.Consumer, before.Delivered.Consumer, "the delivery sequence went on (a reset starts it again at 1)")
 }
+
+// On a JetStream cluster the reset is replicated through the consumer's
+// Raft group and answered once applied: when resetToAckFloor returns,
+// the consumer (R3) has nothing pending and hands out everything above
+// its ack floor at once, in stream order, those acked out of order above
+// the floor included (what the delivered record covers), far sooner than
+// AckWait (a minute). With nothing pending it resets nothing.
+func TestAResetOnAClusterIsAppliedWhenAnswered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node JetStream cluster")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := embedded.StartCluster(embedded.ClusterConfig{Dir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(cl.Shutdown)
+	nc, err := cl.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	copyName := wire.OrderedStream("EVENTS")
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: copyName, Subjects: []string{"ordered.events.>"}, Replicas: 3})
+	require.NoError(t, err)
+	cons, err := js.CreateConsumer(ctx, copyName, jetstream.ConsumerConfig{
+		Durable: wire.PartitionDurable("orders", 0), AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, Replicas: 3,
+	})
+	require.NoError(t, err)
+	for v := range 6 {
+		_, err := js.Publish(ctx, fmt.Sprintf("ordered.events.0.order.order-%d.OrderNoted", v%2), nil)
+		require.NoError(t, err)
+	}
+	// fetch takes 6 messages, acking 2 and 4 (out of order, above the
+	// floor), or all of them.
+	fetch := func(all bool) []uint64 {
+		t.Helper()
+		batch, err := cons.Fetch(6, jetstream.FetchMaxWait(5*time.Second))
+		require.NoError(t, err)
+		var seqs []uint64
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			require.NoError(t, err)
+			require.EqualValues(t, 1, md.NumDelivered, "seq %d", md.Sequence.Stream)
+			seqs = append(seqs, md.Sequence.Stream)
+			if all || md.Sequence.Stream == 2 || md.Sequence.Stream == 4 {
+				require.NoError(t, m.DoubleAck(ctx))
+			}
+		}
+		return seqs
+	}
+	require.Equal(t, []uint64{1, 2, 3, 4, 5, 6}, fetch(false))
+
+	or := &orderedRunner{
+		r: &runner{sender: &sender{sub: Subscription{Name: "orders"}, log: slog.New(slog.DiscardHandler)}, js: js},
+		o: &ordering{cfg: Config{Stream: "EVENTS"}}, cons: []jetstream.Consumer{cons},
+	}
+	require.EqualValues(t, 6, or.resetToAckFloor(ctx, 0), "reset: the last sequence delivered before it")
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.NumAckPending, "applied when answered: nothing pending")
+	require.Zero(t, info.AckFloor.Stream)
+	began := time.Now()
+	require.Equal(t, []uint64{1, 2, 3, 4, 5, 6}, fetch(true), "everything above the floor again, in stream order")
+	require.Less(t, time.Since(began), 10*time.Second, "at once, not after AckWait")
+	require.Zero(t, or.resetToAckFloor(ctx, 0), "nothing pending: no reset")
+	info, err = cons.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, info.AckFloor.Stream)
+	require.EqualValues(t, 6, info.Delivered.Consumer, "not reset (a reset starts the delivery sequence again at 0)")
+}
