@@ -58,7 +58,8 @@ test-short:
 ## soak: the cluster failover test at the soak's sizes (JSBRIDGE_SOAK=1: 3 node processes, 100 streams at
 ## 300 events/s, 2 bridges, 2 ordered replicas, the EVENTS leader SIGKILLed every 8-12 s and restarted 5 s
 ## later, SOAK_KILLS times; about 5 min a run), and the freeze case (3 ordered replicas, one SIGSTOPped 4-7 s every
-## 2-4 s while 120 events/s are written for 60 s: all delivered within 60 s of the writer stopping), SOAK_RUNS times
+## 2-4 s while 120 events/s are written for 60 s: all delivered within 60 s of the writer stopping; make test runs
+## it once too), SOAK_RUNS times
 ## in a row, stopping at the first failure; each run's figures printed, its log and the processes' in SOAK_LOGS/run-N
 SOAK_RUNS  ?= 10
 SOAK_KILLS ?= 20

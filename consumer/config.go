@@ -158,8 +158,10 @@ type Config struct {
 	// it); it also names the attempt records unless Attempts.Replica does.
 	ReplicaID string
 	// LeaseTTL is how long a partition lease and a membership heartbeat
-	// live unless renewed: a killed replica's partitions move after at
-	// most LeaseTTL plus AckWait. Default DefaultLeaseTTL.
+	// live unless renewed: a killed or frozen replica's partitions move
+	// after at most LeaseTTL (the new owner resets the partition consumer
+	// to its ack floor rather than wait AckWait for what the former owner
+	// left unacked). Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
 	// OrderStuckAfter bounds how long the head of an ordered stream is
 	// retried while the receiver's order gate refuses it (409

@@ -91,8 +91,10 @@ type Config struct {
 	// "<hostname>-<pid>-<random>".
 	ReplicaID string
 	// LeaseTTL is how long a partition lease and a membership heartbeat
-	// live unless renewed (renewed every LeaseTTL/4): a killed replica's
-	// partitions are taken over after at most LeaseTTL plus AckWait.
+	// live unless renewed (renewed every LeaseTTL/4): a killed or frozen
+	// replica's partitions are taken over after at most LeaseTTL (the new
+	// owner resets the partition consumer to its ack floor rather than
+	// wait AckWait for what the former owner left unacked).
 	// Default DefaultLeaseTTL. Fixed when the lease bucket is created: a
 	// replica finding the bucket with another TTL goes by the bucket's
 	// (its keys expire after it) and logs a warning.

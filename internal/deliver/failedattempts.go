@@ -20,11 +20,18 @@ import (
 // (wire.AttemptsKey), written only after a failed attempt and deleted
 // when the event settles (acked or dead-lettered); a first delivery
 // (NumDelivered 1) reads nothing, so an event delivered at its first
-// attempt costs no key-value request. See docs/ordering.md.
+// attempt costs no key-value request. A consumer reset at a take-over
+// (orderedRunner.resetToAckFloor) clears JetStream's delivery counts: an
+// event at or below resetThrough, the last sequence delivered before it,
+// reads its count whatever its NumDelivered says, so no reset gives an
+// event more than MaxDeliver POSTs. See docs/ordering.md.
 type failedAttempts struct {
 	kv  jetstream.KeyValue // the park bucket
 	sub string
 	log *slog.Logger
+	// resetThrough is the last stream sequence the partition consumer
+	// had delivered before this owner reset it (0: not reset).
+	resetThrough uint64
 }
 
 // kvTimeout bounds one request of failedAttempts.
@@ -35,7 +42,7 @@ const kvTimeout = 5 * time.Second
 // recorded (to be deleted when m settles). When the count cannot be read,
 // it warns and starts from 1: MaxDeliver then bounds this owner's attempts.
 func (fa failedAttempts) first(m jetstream.Msg, id string) (attempt int, recorded bool) {
-	if md, err := m.Metadata(); err == nil && md.NumDelivered <= 1 || fa.kv == nil || id == "" {
+	if !fa.redelivered(m) || fa.kv == nil || id == "" {
 		return 1, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
@@ -54,6 +61,14 @@ func (fa failedAttempts) first(m jetstream.Msg, id string) (attempt int, recorde
 		return 1, true
 	}
 	return n + 1, true
+}
+
+// redelivered reports whether m may have been delivered before: its
+// delivery count says so, or it is at or below resetThrough (a reset
+// cleared its count), or its metadata cannot be read.
+func (fa failedAttempts) redelivered(m jetstream.Msg) bool {
+	md, err := m.Metadata()
+	return err != nil || md.NumDelivered > 1 || md.Sequence.Stream <= fa.resetThrough
 }
 
 // failed records that attempt (1-based) of event id failed and will be

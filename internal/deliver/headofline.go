@@ -84,7 +84,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 	stop := r.keepAlive(id, func() error { return hl.lease.inProgress(m) })
 	defer stop()
 	defer hl.aside.headEnded(key, m)
-	if attemptNumber(m) > 1 {
+	if hl.attempts.redelivered(m) && !isReread(m) {
 		r.redeliveries.Inc()
 	}
 	attempt, recorded := hl.attempts.first(m, id)

@@ -13,6 +13,13 @@ import (
 // internal tests and returns a client of it; both stop at cleanup.
 func startJetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
+	_, js := startJetStreamServer(t)
+	return js
+}
+
+// startJetStreamServer is startJetStream, returning the server too.
+func startJetStreamServer(t *testing.T) (*embedded.Server, jetstream.JetStream) {
+	t.Helper()
 	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
 	require.NoError(t, err)
 	t.Cleanup(srv.Shutdown)
@@ -21,5 +28,5 @@ func startJetStream(t *testing.T) jetstream.JetStream {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	return js
+	return srv, js
 }

@@ -39,8 +39,9 @@ import (
 //     be taken).
 //   - A new owner delivers nothing until every message pending on the
 //     partition's consumer (the previous owner's in-flight, queued and
-//     unacked ones, redelivered after AckWait) is in its hands; then it
-//     hands them to the per-stream lanes in stream-sequence order.
+//     unacked ones, delivered again at once by a reset of the consumer to
+//     its ack floor) is in its hands; then it hands them to the
+//     per-stream lanes in stream-sequence order.
 //   - Inside a partition, one lane per stream; a failing head is retried in
 //     place (InProgress keeps it), acks are double acks.
 

@@ -120,7 +120,7 @@ func pinnedTTL(lease time.Duration) time.Duration { return max(lease, 2*pullExpi
 func (or *orderedRunner) releaseLease(ctx context.Context, o *ordering, p int, rev uint64) {
 	key := wire.LeaseKey(or.r.sub.Name, p)
 	if e, err := o.leases.Get(ctx, key); err == nil && e.Revision() == rev {
-		or.unpin(ctx, p)
+		_ = or.unpin(ctx, p)
 	}
 	if err := o.leases.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
 		or.r.log.Debug("deleting a released lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
@@ -129,8 +129,8 @@ func (or *orderedRunner) releaseLease(ctx context.Context, o *ordering, p int, r
 
 // unpin unpins partition p's consumer (its pinned client loses the pin;
 // its pulls are refused from then on and the next pull gets it). An
-// error is logged: the pin then ends by PinnedTTL.
-func (or *orderedRunner) unpin(ctx context.Context, p int) {
+// error is logged and returned: the pin then ends by PinnedTTL.
+func (or *orderedRunner) unpin(ctx context.Context, p int) error {
 	s, err := or.copyStream(ctx)
 	if err == nil {
 		err = s.UnpinConsumer(ctx, wire.PartitionDurable(or.r.sub.Name, p), partitionGroup)
@@ -138,6 +138,53 @@ func (or *orderedRunner) unpin(ctx context.Context, p int) {
 	if err != nil {
 		or.r.log.Warn("unpinning a partition consumer failed; its pin ends by PinnedTTL", slog.Int("partition", p), slog.Any("error", err))
 	}
+	return err
+}
+
+// resetToAckFloor is a take-over's last step before the new owner pulls
+// (after the delivered record's claim and the unpin): when partition p's
+// consumer has events pending (a former owner's, in flight, queued or
+// unacked when it died or froze), it resets the consumer to its ack floor
+// (JetStream's consumer reset, nats-server 2.14 and later): every event
+// above the floor is delivered again at once, in stream order, instead of
+// each pending one after AckWait. Those the delivered record covers are
+// acked without a POST (partition.ackSettledCopy), those of a stream set
+// aside are acked out again (asides.takes), the rest were never acked and
+// go through the fence and the lanes as usual (docs/ordering.md, "Reset
+// on take-over"). Nothing pending: no reset (one consumer info). Not
+// unpinned: no reset either (the former owner may still be pinned, and
+// would get what comes again).
+//
+// It returns the last stream sequence the consumer had delivered before
+// the reset (0: no reset asked): the reset clears JetStream's delivery
+// counts, so an event at or below it counts as delivered before whatever
+// its NumDelivered says (failedAttempts). A reset whose answer did not
+// come (a timeout, a consumer leader moving) may still be applied later:
+// the sequence is returned all the same, and the partition takes what
+// comes again then as any redelivery (a delivery sequence that goes back
+// puts it behind its fence; copies of events in hand or settled are
+// dropped or acked).
+func (or *orderedRunner) resetToAckFloor(ctx context.Context, p int) uint64 {
+	log := or.r.log.With(slog.Int("partition", p))
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := or.cons[p].Info(ctx)
+	if err != nil {
+		log.Warn("reading the partition consumer before the take-over failed; not reset: a former owner's unacked events come back after AckWait", slog.Any("error", err))
+		return 0
+	}
+	if info.NumAckPending == 0 {
+		return 0
+	}
+	durable := wire.PartitionDurable(or.r.sub.Name, p)
+	if _, err := or.r.js.ResetConsumer(ctx, or.o.stream(), durable); err != nil {
+		log.Warn("resetting the partition consumer to its ack floor failed; a former owner's unacked events come back after AckWait",
+			slog.String("durable", durable), slog.Int("pending", info.NumAckPending), slog.Any("error", err))
+		return info.Delivered.Stream
+	}
+	log.Info("partition consumer reset to its ack floor: the events pending on it come again at once",
+		slog.Int("pending", info.NumAckPending), slog.Uint64("ack_floor", info.AckFloor.Stream), slog.Uint64("delivered", info.Delivered.Stream))
+	return info.Delivered.Stream
 }
 
 // createConsumers creates or updates the partition consumers. Existing
@@ -310,13 +357,13 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 			return
 		}
 		// The previous owner (crashed, frozen, cut off) may still be
-		// pinned: from now on the server refuses its pulls.
-		or.unpin(ctx, p)
-		// No ResetConsumer here: it would bring the previous owner's
-		// unacked messages at once, but also every message acked above
-		// the ack floor, sent again after later versions of their streams
-		// (docs/ordering.md, "Reset on takeover: not used").
-		pt = or.newPartition(p, rev, epoch, start.Add(ttl-ttl/4), rec)
+		// pinned: from now on the server refuses its pulls. Then what it
+		// left pending comes again at once, not after AckWait.
+		var resetThrough uint64
+		if or.unpin(ctx, p) == nil {
+			resetThrough = or.resetToAckFloor(ctx, p)
+		}
+		pt = or.newPartition(p, rev, epoch, start.Add(ttl-ttl/4), rec, resetThrough)
 		or.parts[p] = pt
 		or.r.metrics.handovers.WithLabelValues(or.r.sub.Name).Inc()
 		or.r.log.Info("partition taken", slog.Int("partition", p))
@@ -440,13 +487,14 @@ func (or *orderedRunner) claimRecord(ctx context.Context, p int) (*deliveredReco
 
 // newPartition makes partition p of the subscription, its lease created
 // at KV revision rev under epoch (leaseEpochs.next) and held until
-// deadline, with its claimed delivered record rec.
-func (or *orderedRunner) newPartition(p int, rev, epoch uint64, deadline time.Time, rec *deliveredRecord) *partition {
+// deadline, with its claimed delivered record rec; resetThrough is what
+// resetToAckFloor returned.
+func (or *orderedRunner) newPartition(p int, rev, epoch uint64, deadline time.Time, rec *deliveredRecord, resetThrough uint64) *partition {
 	// createConsumers made the partition consumers from the same config.
 	cfg, _ := or.consumerConfig(or.o, p)
 	d := partitionDeps{
 		inHand: or.inHand, pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
-		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log},
+		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log, resetThrough: resetThrough},
 		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream,
 		record: rec, sendAck: or.o.cfg.sendAck,
 		epoch: epoch, epochs: or.o.epochs, stuckAfter: or.o.cfg.OrderStuckAfter, parks: or.o.parks,
