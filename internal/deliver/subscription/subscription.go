@@ -1,4 +1,4 @@
-package deliver
+package subscription
 
 import (
 	"errors"
@@ -195,8 +195,15 @@ func (s Subscription) Ordered() bool {
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// withDefaults returns a copy of s with zero fields set to their defaults.
-func (s Subscription) withDefaults() Subscription {
+// ValidName reports whether name matches [A-Za-z0-9_-]+, the rule for a
+// subscription's Name (a JetStream consumer name and a KV key token); the
+// engine holds its replica ids to it too.
+func ValidName(name string) bool { return validName.MatchString(name) }
+
+// WithDefaults returns a copy of s with zero fields set to their defaults
+// (the Default* constants, DefaultBackOff, webhook.SchemeStandard,
+// BodyStructured, DeadLetterPark; MaxAckPending at least MaxInFlight).
+func (s Subscription) WithDefaults() Subscription {
 	if s.Scheme == "" {
 		s.Scheme = webhook.SchemeStandard
 	}
@@ -256,7 +263,7 @@ var reservedHeaders = map[string]bool{
 // userinfo and query are never printed. It reads the TLS files, so a
 // missing or unreadable one is reported here, by field and path.
 func (s Subscription) Validate() error {
-	s = s.withDefaults()
+	s = s.WithDefaults()
 	bad := func(field string, format string, args ...any) error {
 		return fmt.Errorf("%w %q: %s: %s", ErrInvalidSubscription, s.Name, field, fmt.Sprintf(format, args...))
 	}
