@@ -98,7 +98,7 @@ func (f *Fleet) Provision(ctx context.Context) error {
 // it pulled but did not start goes back to JetStream) and started again
 // with sub, keeping its durable consumers' position. Before Run, it is
 // recorded and Run starts it. An invalid sub is refused
-// (ErrInvalidSubscription) and what runs is kept.
+// (subscription.ErrInvalidSubscription) and what runs is kept.
 func (f *Fleet) Put(sub subscription.Subscription) error {
 	if err := sub.Validate(); err != nil {
 		return fmt.Errorf("deliver: fleet: %w", err)

@@ -48,11 +48,12 @@ const StartMetadataKey = "jsbridge_start"
 // ErrInvalidStart is wrapped by ParseStart for a start it cannot read.
 var ErrInvalidStart = errors.New("invalid start")
 
-// ErrStartChanged is wrapped by Provision when a subscription's start
-// differs from the one its existing durable consumer was created with: a
-// start applies only at creation, so it would silently not apply. The
-// message says how to reset the subscription (delete its durable
-// consumers). Waiting does not fix it.
+// ErrStartChanged is wrapped by CheckStart, so by the engine's Provision
+// (Consumer and Fleet), when a subscription's start differs from the one
+// its existing durable consumer was created with: a start applies only at
+// creation, so it would silently not apply. The message says how to reset
+// the subscription (delete its durable consumers). Waiting does not fix
+// it.
 var ErrStartChanged = errors.New("start differs from the durable consumer's")
 
 // Start says where a subscription's durable consumers begin when they are

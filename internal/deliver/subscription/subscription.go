@@ -16,7 +16,9 @@ import (
 )
 
 // ErrForbiddenAddress is egress.ErrForbiddenAddress: an endpoint address a
-// subscription without AllowPrivate may not reach.
+// subscription without AllowPrivate may not reach. Validate wraps it for
+// an IP literal in the refused ranges; the engine's dial guard wraps it
+// for a name that resolves to one.
 var ErrForbiddenAddress = egress.ErrForbiddenAddress
 
 // ErrPlainHTTP is wrapped by Validate when a subscription's URL is plain
@@ -27,8 +29,8 @@ var ErrPlainHTTP = errors.New("plain http")
 // (egress.TLSFiles).
 type TLSFiles = egress.TLSFiles
 
-// ErrInvalidSubscription is wrapped by Subscription.Validate and New when a
-// subscription is misconfigured. The message names the subscription, the
+// ErrInvalidSubscription is wrapped by Subscription.Validate, and by the
+// engine's New and Fleet.Put, when a subscription is misconfigured. The message names the subscription, the
 // field and the value (never a secret or a header value).
 var ErrInvalidSubscription = errors.New("invalid subscription")
 
@@ -80,12 +82,21 @@ const (
 // DefaultOrdering is the Ordering of a subscription without one.
 const DefaultOrdering = OrderingStream
 
-// Subscription defaults.
+// Subscription defaults: what WithDefaults sets a zero field to.
 const (
-	DefaultTimeout       = 10 * time.Second
-	DefaultAckWait       = 30 * time.Second
-	DefaultMaxDeliver    = 10
-	DefaultMaxInFlight   = 64
+	// DefaultTimeout bounds one POST (Subscription.Timeout): 10 s.
+	DefaultTimeout = 10 * time.Second
+	// DefaultAckWait is the durable consumers' AckWait
+	// (Subscription.AckWait): 30 s.
+	DefaultAckWait = 30 * time.Second
+	// DefaultMaxDeliver is the attempts of one event before it is
+	// dead-lettered (Subscription.MaxDeliver): 10.
+	DefaultMaxDeliver = 10
+	// DefaultMaxInFlight is the concurrent deliveries per consumer
+	// process (Subscription.MaxInFlight): 64.
+	DefaultMaxInFlight = 64
+	// DefaultMaxAckPending is the durable consumers' MaxAckPending
+	// (Subscription.MaxAckPending): 1000, or MaxInFlight when larger.
 	DefaultMaxAckPending = 1000
 )
 
@@ -152,7 +163,8 @@ type Subscription struct {
 	MaxInFlight int
 	// RateLimit caps the subscription's POSTs per consumer replica, in
 	// requests per second. Default 0: no cap. A 429 or 503 from the
-	// endpoint lowers the rate below it for a while (throttle.go).
+	// endpoint lowers the rate below it for a while (the engine's
+	// throttle, internal/deliver/throttle.go).
 	RateLimit float64
 	// MaxAckPending is the durable consumer's MaxAckPending: the messages
 	// out for delivery or waiting for a delayed retry, across all consumer
@@ -183,7 +195,7 @@ type Subscription struct {
 	// are first created: StartNew (default, the zero value), StartAll,
 	// StartTime or StartSequence. An existing durable keeps its position;
 	// a start that differs from the one it was created with is refused
-	// (ErrStartChanged). See start.go.
+	// (ErrStartChanged). See Start.
 	Start Start
 }
 
