@@ -1,6 +1,8 @@
-package deliver_test
+package subscription_test
 
 import (
+	"encoding/base64"
+	"math"
 	"testing"
 	"time"
 
@@ -9,6 +11,21 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 )
+
+// secret is a valid Standard Webhooks secret (whsec_ and base64).
+var secret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("subscription-test-secret-012345"))
+
+// sub returns a valid subscription named name for url, allowed a private
+// address.
+func sub(name, url string) subscription.Subscription {
+	return subscription.Subscription{
+		Name:           name,
+		FilterSubjects: []string{"events.order.>"},
+		URL:            url,
+		Secrets:        []string{secret},
+		AllowPrivate:   true,
+	}
+}
 
 func TestSubscriptionValidate(t *testing.T) {
 	t.Parallel()
@@ -95,4 +112,111 @@ func TestSubscriptionStandardNeedsWhsecSecret(t *testing.T) {
 	s.Secrets = []string{"raw-secret"}
 	require.ErrorIs(t, s.Validate(), webhook.ErrInvalidSecret)
 	require.NotContains(t, s.Validate().Error(), "raw-secret")
+}
+
+// The fields the first table does not reach: the rate limit, the enums,
+// TLS, and the sentinels the URL's errors wrap besides
+// ErrInvalidSubscription.
+func TestSubscriptionValidateMore(t *testing.T) {
+	t.Parallel()
+	valid := func() subscription.Subscription {
+		s := sub("orders", "https://hooks.example/in")
+		s.AllowPrivate = false
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*subscription.Subscription)
+		want   string
+		is     error
+	}{
+		{"negative rate", func(s *subscription.Subscription) { s.RateLimit = -1 }, "RateLimit: -1 (want requests per second", nil},
+		{"NaN rate", func(s *subscription.Subscription) { s.RateLimit = math.NaN() }, "RateLimit: NaN", nil},
+		{"infinite rate", func(s *subscription.Subscription) { s.RateLimit = math.Inf(1) }, "RateLimit: +Inf", nil},
+		{"ordering", func(s *subscription.Subscription) { s.Ordering = "global" }, `Ordering: "global" (want "stream" or "none")`, nil},
+		{"on dead letter", func(s *subscription.Subscription) { s.OnDeadLetter = "drop" }, `OnDeadLetter: "drop" (want "park" or "skip")`, nil},
+		{"TLS on http", func(s *subscription.Subscription) {
+			s.URL, s.AllowHTTP, s.TLS = "http://hooks.example/in", true, subscription.TLSFiles{CAFile: "ca.pem"}
+		}, `TLS: set for "http://hooks.example/in", which is not https`, nil},
+		{"TLS half a pair", func(s *subscription.Subscription) { s.TLS = subscription.TLSFiles{ClientCertFile: "c.pem"} }, "TLS.ClientCertFile and TLS.ClientKeyFile go together", nil},
+		{"TLS missing file", func(s *subscription.Subscription) { s.TLS = subscription.TLSFiles{CAFile: "/nonexistent/ca.pem"} }, "TLS.CAFile", nil},
+		{"plain http", func(s *subscription.Subscription) { s.URL = "http://hooks.example/in" }, "use https", subscription.ErrPlainHTTP},
+		{"private literal", func(s *subscription.Subscription) { s.URL = "https://10.0.0.1/in" }, "10.0.0.1", subscription.ErrForbiddenAddress},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := valid()
+			tc.mutate(&s)
+			err := s.Validate()
+			require.ErrorIs(t, err, subscription.ErrInvalidSubscription)
+			require.ErrorContains(t, err, tc.want)
+			require.ErrorContains(t, err, `"orders"`, "names the subscription")
+			if tc.is != nil {
+				require.ErrorIs(t, err, tc.is)
+			}
+		})
+	}
+	ok := valid()
+	ok.RateLimit, ok.Ordering, ok.OnDeadLetter = 2.5, subscription.OrderingNone, subscription.DeadLetterSkip
+	require.NoError(t, ok.Validate())
+}
+
+// WithDefaults fills every zero field with its default and keeps what is
+// set; MaxAckPending is at least MaxInFlight.
+func TestWithDefaults(t *testing.T) {
+	t.Parallel()
+	d := sub("orders", "https://hooks.example/in").WithDefaults()
+	require.Equal(t, webhook.SchemeStandard, d.Scheme)
+	require.Equal(t, subscription.BodyStructured, d.Body)
+	require.Equal(t, subscription.DefaultTimeout, d.Timeout)
+	require.Equal(t, subscription.DefaultAckWait, d.AckWait)
+	require.Equal(t, subscription.DefaultMaxDeliver, d.MaxDeliver)
+	require.Equal(t, subscription.DefaultBackOff(), d.BackOff)
+	require.Equal(t, subscription.DefaultMaxInFlight, d.MaxInFlight)
+	require.Equal(t, subscription.DefaultMaxAckPending, d.MaxAckPending)
+	require.Equal(t, subscription.DefaultOrdering, d.Ordering)
+	require.Equal(t, subscription.DeadLetterPark, d.OnDeadLetter)
+	require.Zero(t, d.RateLimit, "no rate limit by default")
+	require.Equal(t, subscription.Start{}, d.Start, "StartNew is the zero Start")
+
+	set := subscription.Subscription{
+		Scheme: webhook.SchemeHMACSHA256, Body: subscription.BodyBinary, Timeout: time.Second, AckWait: 3 * time.Second,
+		MaxDeliver: -1, BackOff: []time.Duration{time.Millisecond}, MaxInFlight: 2000, Ordering: subscription.OrderingNone,
+		OnDeadLetter: subscription.DeadLetterSkip,
+	}
+	got := set.WithDefaults()
+	require.Equal(t, set.Scheme, got.Scheme)
+	require.Equal(t, set.Body, got.Body)
+	require.Equal(t, set.Timeout, got.Timeout)
+	require.Equal(t, set.AckWait, got.AckWait)
+	require.Equal(t, -1, got.MaxDeliver)
+	require.Equal(t, set.BackOff, got.BackOff)
+	require.Equal(t, 2000, got.MaxAckPending, "MaxAckPending defaults to MaxInFlight when that is larger")
+	require.Equal(t, subscription.OrderingNone, got.Ordering)
+	require.Equal(t, subscription.DeadLetterSkip, got.OnDeadLetter)
+
+	// Each call returns a fresh default backoff: a caller changing it
+	// changes no other subscription's.
+	a := subscription.DefaultBackOff()
+	a[0] = time.Hour
+	require.Equal(t, []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute}, subscription.DefaultBackOff())
+}
+
+// Ordered: the default (no Ordering) and OrderingStream are ordered,
+// OrderingNone is not.
+func TestOrdered(t *testing.T) {
+	t.Parallel()
+	require.True(t, subscription.Subscription{}.Ordered())
+	require.True(t, subscription.Subscription{Ordering: subscription.OrderingStream}.Ordered())
+	require.False(t, subscription.Subscription{Ordering: subscription.OrderingNone}.Ordered())
+}
+
+func TestValidName(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"orders", "Orders_2", "a-b", "0"} {
+		require.True(t, subscription.ValidName(ok), ok)
+	}
+	for _, bad := range []string{"", "a.b", "a b", "a/b", "a*", "a>", "é"} {
+		require.False(t, subscription.ValidName(bad), bad)
+	}
 }
