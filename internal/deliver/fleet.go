@@ -150,17 +150,7 @@ func (f *Fleet) Put(sub subscription.Subscription) error {
 func onlySigningChanged(a, b subscription.Subscription) bool {
 	a.Secrets, b.Secrets = nil, nil
 	a.Scheme, b.Scheme = "", ""
-	return subscriptionsEqual(a, b)
-}
-
-// subscriptionsEqual compares two subscriptions field by field.
-func subscriptionsEqual(a, b subscription.Subscription) bool {
-	return a.Name == b.Name && slices.Equal(a.FilterSubjects, b.FilterSubjects) && a.URL == b.URL && a.Scheme == b.Scheme &&
-		slices.Equal(a.Secrets, b.Secrets) && a.Body == b.Body && maps.Equal(a.Headers, b.Headers) &&
-		a.Timeout == b.Timeout && a.AckWait == b.AckWait && a.MaxDeliver == b.MaxDeliver && slices.Equal(a.BackOff, b.BackOff) &&
-		a.MaxInFlight == b.MaxInFlight && a.MaxAckPending == b.MaxAckPending && a.AllowPrivate == b.AllowPrivate &&
-		a.AllowHTTP == b.AllowHTTP && a.TLS == b.TLS && a.Ordering == b.Ordering && a.OnDeadLetter == b.OnDeadLetter &&
-		a.Start.String() == b.Start.String()
+	return subscription.Equal(a, b)
 }
 
 // start runs u under the Fleet's Run context; f.mu is held.

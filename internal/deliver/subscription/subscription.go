@@ -3,9 +3,11 @@ package subscription
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -386,4 +388,18 @@ func validHeaderName(name string) bool {
 		}
 	}
 	return true
+}
+
+// Equal reports whether a and b are the same subscription, field by field
+// as written (defaults not applied: a zero field and its default differ).
+// Starts are equal when they write the same (Start.String), so one time in
+// two zones is one start. Every field counts: the engine restarts a
+// running subscription when anything but its signing changed.
+func Equal(a, b Subscription) bool {
+	return a.Name == b.Name && slices.Equal(a.FilterSubjects, b.FilterSubjects) && a.URL == b.URL && a.Scheme == b.Scheme &&
+		slices.Equal(a.Secrets, b.Secrets) && a.Body == b.Body && maps.Equal(a.Headers, b.Headers) &&
+		a.Timeout == b.Timeout && a.AckWait == b.AckWait && a.MaxDeliver == b.MaxDeliver && slices.Equal(a.BackOff, b.BackOff) &&
+		a.MaxInFlight == b.MaxInFlight && a.RateLimit == b.RateLimit && a.MaxAckPending == b.MaxAckPending &&
+		a.AllowPrivate == b.AllowPrivate && a.AllowHTTP == b.AllowHTTP && a.TLS == b.TLS && a.Ordering == b.Ordering &&
+		a.OnDeadLetter == b.OnDeadLetter && a.Start.String() == b.Start.String()
 }
