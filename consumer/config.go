@@ -15,6 +15,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -34,17 +35,17 @@ const (
 	DefaultReplicas = 1
 
 	// DefaultTimeout bounds one POST (10 s).
-	DefaultTimeout = deliver.DefaultTimeout
+	DefaultTimeout = subscription.DefaultTimeout
 	// DefaultAckWait is the durable consumers' AckWait (30 s).
-	DefaultAckWait = deliver.DefaultAckWait
+	DefaultAckWait = subscription.DefaultAckWait
 	// DefaultMaxDeliver is the attempts per event before it is
 	// dead-lettered (10).
-	DefaultMaxDeliver = deliver.DefaultMaxDeliver
+	DefaultMaxDeliver = subscription.DefaultMaxDeliver
 	// DefaultMaxInFlight is the concurrent deliveries per subscription (64).
-	DefaultMaxInFlight = deliver.DefaultMaxInFlight
+	DefaultMaxInFlight = subscription.DefaultMaxInFlight
 	// DefaultMaxAckPending is the durable consumers' MaxAckPending (1000,
 	// or MaxInFlight when larger).
-	DefaultMaxAckPending = deliver.DefaultMaxAckPending
+	DefaultMaxAckPending = subscription.DefaultMaxAckPending
 
 	// DefaultBreakerFailures is the consecutive failures that open an
 	// endpoint's circuit breaker (5).
@@ -74,7 +75,7 @@ const (
 
 // DefaultBackOff returns the retry delays of a subscription without its
 // own: 1 s, 5 s, 30 s, 2 min, 5 min, the last repeating.
-func DefaultBackOff() []time.Duration { return deliver.DefaultBackOff() }
+func DefaultBackOff() []time.Duration { return subscription.DefaultBackOff() }
 
 // ErrInvalidConfig is wrapped by Config.Validate and New when a Config
 // field is bad; the message names the field and the value (never a secret

@@ -32,6 +32,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/internal/startup"
 )
@@ -192,8 +193,8 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	// for it here.
 	err = w.For(ctx, "JetStream stream "+c.cfg.Stream, func(ctx context.Context) error {
 		err := c.engine.Provision(ctx)
-		if errors.Is(err, deliver.ErrPartitionsChanged) || errors.Is(err, deliver.ErrEventsRecreated) || errors.Is(err, deliver.ErrInvalidSubscription) ||
-			errors.Is(err, deliver.ErrStartChanged) {
+		if errors.Is(err, deliver.ErrPartitionsChanged) || errors.Is(err, deliver.ErrEventsRecreated) || errors.Is(err, subscription.ErrInvalidSubscription) ||
+			errors.Is(err, subscription.ErrStartChanged) {
 			return startup.Permanent(err)
 		}
 		return startup.JetStreamErr(err)

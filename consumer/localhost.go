@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 )
 
 // checkLocalhost refuses, when s is loaded, a URL whose host is
@@ -30,5 +30,5 @@ func (s Subscription) checkLocalhost() error {
 		return nil
 	}
 	return fmt.Errorf("%w %q: URL: %q: %w: %s is loopback (a localhost name, RFC 6761)",
-		deliver.ErrInvalidSubscription, s.Name, breaker.Endpoint(s.URL), ErrForbiddenAddress, u.Hostname())
+		subscription.ErrInvalidSubscription, s.Name, breaker.Endpoint(s.URL), ErrForbiddenAddress, u.Hostname())
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
@@ -80,10 +80,10 @@ var (
 	// ErrForbiddenAddress: the endpoint is (or resolves to) a loopback,
 	// private, shared, link-local (cloud metadata) or reserved address,
 	// and the subscription does not set AllowPrivate.
-	ErrForbiddenAddress = deliver.ErrForbiddenAddress
+	ErrForbiddenAddress = subscription.ErrForbiddenAddress
 	// ErrPlainHTTP: the URL is plain http and neither AllowHTTP nor
 	// AllowPrivate is set.
-	ErrPlainHTTP = deliver.ErrPlainHTTP
+	ErrPlainHTTP = subscription.ErrPlainHTTP
 )
 
 // Subscription is one webhook endpoint fed by one durable pull consumer on
@@ -184,64 +184,64 @@ type Subscription struct {
 // Start says where a subscription's durable consumers begin when they are
 // created; the zero value is StartNew. Read one with ParseStart ("new",
 // "all", "time:<RFC 3339>", "sequence:<n>"); String writes it back.
-type Start = deliver.Start
+type Start = subscription.Start
 
 // StartPolicy is the kind of a Start.
-type StartPolicy = deliver.StartPolicy
+type StartPolicy = subscription.StartPolicy
 
 // Start policies (see Subscription.Start).
 const (
 	// StartNew delivers only the events stored after the durable
 	// consumers were created. The default.
-	StartNew = deliver.StartNew
+	StartNew = subscription.StartNew
 	// StartAll delivers every event the events stream still holds.
-	StartAll = deliver.StartAll
+	StartAll = subscription.StartAll
 	// StartTime delivers the events the events stream stored at or after
 	// Start.Time.
-	StartTime = deliver.StartTime
+	StartTime = subscription.StartTime
 	// StartSequence delivers from the events stream's sequence
 	// Start.Sequence on.
-	StartSequence = deliver.StartSequence
+	StartSequence = subscription.StartSequence
 )
 
 // ErrStartChanged is wrapped by Provision (and Start) when a
 // subscription's Start differs from the one its existing durable consumer
 // was created with; the message names both and how to reset (delete the
 // durable consumers). Waiting does not fix it.
-var ErrStartChanged = deliver.ErrStartChanged
+var ErrStartChanged = subscription.ErrStartChanged
 
 // ErrInvalidStart is wrapped by ParseStart for a start it cannot read.
-var ErrInvalidStart = deliver.ErrInvalidStart
+var ErrInvalidStart = subscription.ErrInvalidStart
 
 // StartAtTime returns the Start at the first event the events stream
 // stored at or after t.
-func StartAtTime(t time.Time) Start { return deliver.StartAtTime(t) }
+func StartAtTime(t time.Time) Start { return subscription.StartAtTime(t) }
 
 // StartAtSequence returns the Start at the events stream's sequence seq
 // (1 or more).
-func StartAtSequence(seq uint64) Start { return deliver.StartAtSequence(seq) }
+func StartAtSequence(seq uint64) Start { return subscription.StartAtSequence(seq) }
 
 // ParseStart reads "new", "all", "time:<RFC 3339>" or "sequence:<n>" ("" is
 // "new"); an error wraps ErrInvalidStart and quotes the value.
-func ParseStart(s string) (Start, error) { return deliver.ParseStart(s) }
+func ParseStart(s string) (Start, error) { return subscription.ParseStart(s) }
 
 // engine converts s into the engine's subscription.
-func (s Subscription) engine() deliver.Subscription {
-	return deliver.Subscription{
+func (s Subscription) engine() subscription.Subscription {
+	return subscription.Subscription{
 		Name: s.Name, FilterSubjects: s.FilterSubjects, URL: s.URL, Scheme: s.Scheme, Secrets: s.Secrets,
-		Body: deliver.BodyMode(s.Body), Headers: s.Headers, Timeout: s.Timeout, AckWait: s.AckWait,
+		Body: subscription.BodyMode(s.Body), Headers: s.Headers, Timeout: s.Timeout, AckWait: s.AckWait,
 		MaxDeliver: s.MaxDeliver, BackOff: s.BackOff, MaxInFlight: s.MaxInFlight, MaxAckPending: s.MaxAckPending,
 		RateLimit:    s.RateLimit,
 		AllowPrivate: s.AllowPrivate, AllowHTTP: s.AllowHTTP,
-		TLS:      deliver.TLSFiles{ClientCertFile: s.TLS.ClientCertFile, ClientKeyFile: s.TLS.ClientKeyFile, CAFile: s.TLS.CAFile},
-		Ordering: deliver.Ordering(s.Ordering), OnDeadLetter: deliver.DeadLetterPolicy(s.OnDeadLetter),
+		TLS:      subscription.TLSFiles{ClientCertFile: s.TLS.ClientCertFile, ClientKeyFile: s.TLS.ClientKeyFile, CAFile: s.TLS.CAFile},
+		Ordering: subscription.Ordering(s.Ordering), OnDeadLetter: subscription.DeadLetterPolicy(s.OnDeadLetter),
 		Start: s.Start,
 	}
 }
 
 // engineSubscriptions converts subs into the engine's subscriptions.
-func engineSubscriptions(subs []Subscription) []deliver.Subscription {
-	out := make([]deliver.Subscription, len(subs))
+func engineSubscriptions(subs []Subscription) []subscription.Subscription {
+	out := make([]subscription.Subscription, len(subs))
 	for i, s := range subs {
 		out[i] = s.engine()
 	}

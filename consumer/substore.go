@@ -7,8 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/subkv"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -194,7 +194,7 @@ func stored(e subkv.Entry) StoredSubscription {
 }
 
 // subscriptionFromEngine converts the engine's subscription into s's.
-func subscriptionFromEngine(s deliver.Subscription) Subscription {
+func subscriptionFromEngine(s subscription.Subscription) Subscription {
 	return Subscription{
 		Name: s.Name, FilterSubjects: s.FilterSubjects, URL: s.URL, Scheme: s.Scheme, Secrets: s.Secrets,
 		Body: BodyMode(s.Body), Headers: s.Headers, Timeout: s.Timeout, AckWait: s.AckWait,

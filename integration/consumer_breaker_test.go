@@ -12,6 +12,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 )
 
 // Three subscriptions on one stream; one endpoint answers 503 until the
@@ -54,11 +55,11 @@ func TestConsumerBreakerIsolatesFailingEndpoint(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	breakers, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: threshold, OpenTimeout: openTimeout, HalfOpenProbes: 1}, nil, reg)
 	require.NoError(t, err)
-	sub := func(name, url string) deliver.Subscription {
-		return deliver.Subscription{Name: name, FilterSubjects: []string{"events.>"}, URL: url, Secrets: []string{testSecret},
+	sub := func(name, url string) subscription.Subscription {
+		return subscription.Subscription{Name: name, FilterSubjects: []string{"events.>"}, URL: url, Secrets: []string{testSecret},
 			BackOff: []time.Duration{100 * time.Millisecond}, MaxDeliver: 1000, MaxInFlight: inFlight, AllowPrivate: true,
-			Ordering: deliver.OrderingNone, // the test reads the durable consumers on EVENTS
-			Start:    deliver.Start{Policy: deliver.StartAll}}
+			Ordering: subscription.OrderingNone, // the test reads the durable consumers on EVENTS
+			Start:    subscription.Start{Policy: subscription.StartAll}}
 	}
 	q := b.startConsumer(t, deliver.Config{Breakers: breakers},
 		sub("healthy-a", healthyA.URL), sub("healthy-b", healthyB.URL), sub("failing", failing.URL))

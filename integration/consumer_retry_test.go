@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 )
 
 // A 429 with Retry-After: 2 is not retried sooner than 2 s, although the
@@ -30,11 +31,11 @@ func TestConsumerRetryAfterIsHonoured(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	})
 	reg := prometheus.NewRegistry()
-	b.startConsumer(t, deliver.Config{Registerer: reg}, deliver.Subscription{
+	b.startConsumer(t, deliver.Config{Registerer: reg}, subscription.Subscription{
 		Name: "limited", FilterSubjects: []string{"events.>"}, URL: ep.URL, Secrets: []string{testSecret},
 		BackOff: []time.Duration{50 * time.Millisecond}, AllowPrivate: true,
-		Ordering: deliver.OrderingNone, // a throttled retry stays in place even here
-		Start:    deliver.Start{Policy: deliver.StartAll},
+		Ordering: subscription.OrderingNone, // a throttled retry stays in place even here
+		Start:    subscription.Start{Policy: subscription.StartAll},
 	})
 	ids := b.publish(t, 1, 1, 1)
 

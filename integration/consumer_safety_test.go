@@ -14,6 +14,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 )
 
 // The cloud metadata address is refused at start, before anything is sent;
@@ -60,8 +61,8 @@ func TestConsumerRefusesNameResolvingToLoopback(t *testing.T) {
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
 	url := fmt.Sprintf("http://localhost:%d/hook", port)
 
-	guarded := deliver.Subscription{Name: "guarded", FilterSubjects: []string{"events.>"}, URL: url, Secrets: []string{testSecret}, AllowHTTP: true,
-		Start: deliver.Start{Policy: deliver.StartAll}}
+	guarded := subscription.Subscription{Name: "guarded", FilterSubjects: []string{"events.>"}, URL: url, Secrets: []string{testSecret}, AllowHTTP: true,
+		Start: subscription.Start{Policy: subscription.StartAll}}
 	q := b.startConsumer(t, deliver.Config{}, guarded)
 	ids := b.publish(t, 1, 1, 1)
 

@@ -22,6 +22,7 @@ import (
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 )
 
 // jsBundle is a JetStream server with the EVENTS stream and a client: what
@@ -72,7 +73,7 @@ func (b *jsBundle) publish(t *testing.T, first int64, n, streams int) []string {
 
 // startConsumer runs an in-process consumer with a provisioned DLQ until
 // the test ends, and returns the DLQ.
-func (b *jsBundle) startConsumer(t *testing.T, cfg deliver.Config, subs ...deliver.Subscription) *deadletter.DLQ {
+func (b *jsBundle) startConsumer(t *testing.T, cfg deliver.Config, subs ...subscription.Subscription) *deadletter.DLQ {
 	t.Helper()
 	nc, err := b.srv.Connect()
 	require.NoError(t, err)

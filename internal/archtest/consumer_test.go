@@ -100,9 +100,7 @@ func TestConsumerEngineImporters(t *testing.T) {
 // roomsNotYetBelow are the engine's rooms that still import its root,
 // with why; the list only shrinks (TestEngineRoomsBelowTheRoot fails
 // for an entry that no longer does).
-var roomsNotYetBelow = map[string]string{
-	consumerEngine + "/subkv": "it stores deliver.Subscription until the subscription contract is a room of its own (issue 32)",
-}
+var roomsNotYetBelow = map[string]string{}
 
 // TestEngineRoomsBelowTheRoot: the engine's rooms (the packages under
 // internal/deliver/) sit below its root: none imports internal/deliver

@@ -10,7 +10,6 @@
 // imports, tests included, so cmd/consumer reaches the engine through
 // consumer alone. The engine's rooms (the packages under
 // internal/deliver/) sit below its root: none imports internal/deliver
-// itself (subkv, listed with why, until the subscription contract is a
-// room). A new import that breaks a rule fails `go test
+// itself. A new import that breaks a rule fails `go test
 // ./internal/archtest` with the path from the package to the forbidden one.
 package archtest

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -19,7 +20,7 @@ import (
 // events behind its head than the replica's hand limit (8 × MaxInFlight
 // = 16) and than the partition consumer's MaxAckPending (20), would stop
 // every other stream of its partition if those events stayed in hand.
-func asideSub(name, url string) deliver.Subscription {
+func asideSub(name, url string) subscription.Subscription {
 	s := orderedSub(name, url)
 	s.MaxInFlight = 2
 	s.MaxAckPending = 20

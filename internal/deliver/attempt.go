@@ -23,7 +23,9 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -34,7 +36,7 @@ import (
 // span and record, and counts the outcome. The unordered runner and the
 // ordered partitions share it.
 type sender struct {
-	sub Subscription
+	sub subscription.Subscription
 	// signer signs every request; swapped whole when the subscription's
 	// secrets change at runtime (Fleet), so the next attempt signs with
 	// the new ones.
@@ -353,7 +355,7 @@ func (r *sender) post(ctx context.Context, inProgress func() error, id string, b
 	if err != nil {
 		r.duration.Observe(time.Since(start).Seconds())
 		var ne net.Error
-		timeout := !errors.Is(err, ErrForbiddenAddress) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()))
+		timeout := !errors.Is(err, egress.ErrForbiddenAddress) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()))
 		return response{err: err, timeout: timeout, retryAfter: -1, at: start}
 	}
 	// Drain (a little of) the body so the connection is reused.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -397,4 +398,11 @@ func recordChainFrom(cfg *jetstream.ConsumerConfig, from uint64) {
 		cfg.Metadata = map[string]string{}
 	}
 	cfg.Metadata[ChainFromMetadataKey] = strconv.FormatUint(from, 10)
+}
+
+// keepStart makes cfg keep the start of the existing durable consumer's
+// config have (subscription.KeepStart) and the version chain's start
+// (ChainFromMetadataKey), so that an update never moves them.
+func keepStart(cfg *jetstream.ConsumerConfig, have jetstream.ConsumerConfig) {
+	subscription.KeepStart(cfg, have, ChainFromMetadataKey)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/webhook/pgstore"
@@ -141,7 +142,7 @@ func versionsFrom(from, to int64) []int64 {
 
 // startOrdered runs an ordered consumer until the returned stop (also
 // called at cleanup).
-func (b *orderedBundle) startOrdered(t *testing.T, cfg deliver.Config, subs ...deliver.Subscription) (*deliver.Consumer, func()) {
+func (b *orderedBundle) startOrdered(t *testing.T, cfg deliver.Config, subs ...subscription.Subscription) (*deliver.Consumer, func()) {
 	t.Helper()
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = time.Second
@@ -324,7 +325,7 @@ func TestChainGatedReceiverTakesStartNewOnAStreamWithHistory(t *testing.T) {
 	g := newGatedReceiver(t, b)
 	b.publishStream(t, "order-h", 0, 5)
 	s := orderedSub("chainnew", g.URL)
-	s.Start = deliver.Start{Policy: deliver.StartNew}
+	s.Start = subscription.Start{Policy: subscription.StartNew}
 	b.runOrdered(t, deliver.Config{}, s)
 	require.Eventually(t, func() bool {
 		_, err := b.js.Consumer(b.ctx, wire.OrderedStream("EVENTS"), wire.PartitionDurable("chainnew", 0))
@@ -344,12 +345,12 @@ func TestChainOrderSignatureVerifiesUnderEverySchemeAndBodyMode(t *testing.T) {
 		scheme  webhook.Scheme
 		secrets []string // the subscription's
 		verify  []string // the receiver's
-		body    deliver.BodyMode
+		body    subscription.BodyMode
 	}{
-		{"standard v1 structured", webhook.SchemeStandard, []string{secret}, []string{secret}, deliver.BodyStructured},
-		{"standard v1a binary", webhook.SchemeStandard, []string{sk}, []string{pk}, deliver.BodyBinary},
-		{"hmac-sha256 binary", webhook.SchemeHMACSHA256, []string{hmacSecret}, []string{hmacSecret}, deliver.BodyBinary},
-		{"hmac-sha256 structured", webhook.SchemeHMACSHA256, []string{hmacSecret}, []string{hmacSecret}, deliver.BodyStructured},
+		{"standard v1 structured", webhook.SchemeStandard, []string{secret}, []string{secret}, subscription.BodyStructured},
+		{"standard v1a binary", webhook.SchemeStandard, []string{sk}, []string{pk}, subscription.BodyBinary},
+		{"hmac-sha256 binary", webhook.SchemeHMACSHA256, []string{hmacSecret}, []string{hmacSecret}, subscription.BodyBinary},
+		{"hmac-sha256 structured", webhook.SchemeHMACSHA256, []string{hmacSecret}, []string{hmacSecret}, subscription.BodyStructured},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -448,7 +449,7 @@ func TestChainGatedReceiverGoesOnPastADeadLetterUnderSkipPolicy(t *testing.T) {
 	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	s := orderedSub("chaingo", g.URL)
-	s.OnDeadLetter = deliver.DeadLetterSkip
+	s.OnDeadLetter = subscription.DeadLetterSkip
 	_, stop := b.startOrdered(t, deliver.Config{DeadLetters: q}, s)
 	b.publishStream(t, "order-go", 0, 7)
 	g.requireProcessed(t, "order-go", 0, 1, 2, 4, 5)

@@ -24,6 +24,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -230,12 +231,12 @@ func (cfg *Config) fillDefaults() error {
 // New returns a Consumer for subs. It fails when js is nil, no subscription
 // is given, a subscription is invalid (ErrInvalidSubscription), two share a
 // name, or the metrics cannot be registered.
-func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, error) {
+func New(js jetstream.JetStream, cfg Config, subs ...subscription.Subscription) (*Consumer, error) {
 	if js == nil {
 		return nil, errors.New("deliver: new consumer: jetstream.JetStream is nil")
 	}
 	if len(subs) == 0 {
-		return nil, fmt.Errorf("deliver: new consumer: %w: no subscriptions given", ErrInvalidSubscription)
+		return nil, fmt.Errorf("deliver: new consumer: %w: no subscriptions given", subscription.ErrInvalidSubscription)
 	}
 	if err := cfg.fillDefaults(); err != nil {
 		return nil, fmt.Errorf("deliver: new consumer: %w", err)
@@ -271,9 +272,9 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 		if err := s.Validate(); err != nil {
 			return nil, fmt.Errorf("deliver: new consumer: %w", err)
 		}
-		s = s.withDefaults()
+		s = s.WithDefaults()
 		if seen[s.Name] {
-			return nil, fmt.Errorf("deliver: new consumer: %w %q: Name: used by two subscriptions", ErrInvalidSubscription, s.Name)
+			return nil, fmt.Errorf("deliver: new consumer: %w %q: Name: used by two subscriptions", subscription.ErrInvalidSubscription, s.Name)
 		}
 		seen[s.Name] = true
 		signer, err := webhook.NewSigner(s.Scheme, s.Secrets...)
@@ -287,7 +288,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 		}
 		ep, err := newEndpoint(s.URL, client)
 		if err != nil {
-			return nil, fmt.Errorf("deliver: new consumer: %w %q: %w", ErrInvalidSubscription, s.Name, err)
+			return nil, fmt.Errorf("deliver: new consumer: %w %q: %w", subscription.ErrInvalidSubscription, s.Name, err)
 		}
 		snd := &sender{
 			sub:      s,
@@ -327,10 +328,10 @@ func New(js jetstream.JetStream, cfg Config, subs ...Subscription) (*Consumer, e
 // open, made once in *safe and shared; with TLS files, a client of its
 // own (its TLS settings and connection pool), guarded on top unless
 // AllowPrivate (the guard keeps TLSClientConfig).
-func subscriptionClient(open *http.Client, safe **http.Client, s Subscription) (*http.Client, error) {
+func subscriptionClient(open *http.Client, safe **http.Client, s subscription.Subscription) (*http.Client, error) {
 	tlsCfg, err := s.TLS.Load()
 	if err != nil {
-		return nil, fmt.Errorf("%w %q: %w", ErrInvalidSubscription, s.Name, err)
+		return nil, fmt.Errorf("%w %q: %w", subscription.ErrInvalidSubscription, s.Name, err)
 	}
 	switch {
 	case tlsCfg != nil:

@@ -20,6 +20,7 @@ import (
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -281,7 +282,7 @@ func TestReplaySendsNoNatsHeaders(t *testing.T) {
 	require.NoError(t, q.Provision(b.ctx))
 	rc := newReceiver(t, status(http.StatusOK))
 	s := sub("orders", rc.URL)
-	s.Body = deliver.BodyBinary
+	s.Body = subscription.BodyBinary
 	c, err := deliver.New(b.js, deliver.Config{}, s)
 	require.NoError(t, err)
 	old := deadletter.Stored{Subscription: "orders", EventID: "9", Data: []byte(`{}`), Header: nats.Header{

@@ -24,6 +24,7 @@ import (
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -75,7 +76,7 @@ func (b bundle) publishWith(t *testing.T, id int64, stream, name, data string, h
 }
 
 // run starts a consumer and stops it at cleanup, requiring a clean return.
-func (b bundle) run(t *testing.T, cfg deliver.Config, subs ...deliver.Subscription) context.CancelFunc {
+func (b bundle) run(t *testing.T, cfg deliver.Config, subs ...subscription.Subscription) context.CancelFunc {
 	t.Helper()
 	c, err := deliver.New(b.js, cfg, subs...)
 	require.NoError(t, err)
@@ -160,8 +161,8 @@ func (rc *receiver) waitFor(t *testing.T, n int) []request {
 	return rc.requests()
 }
 
-func sub(name, url string) deliver.Subscription {
-	return deliver.Subscription{
+func sub(name, url string) subscription.Subscription {
+	return subscription.Subscription{
 		Name:           name,
 		FilterSubjects: []string{"events.order.>"},
 		URL:            url,
@@ -170,10 +171,10 @@ func sub(name, url string) deliver.Subscription {
 		AllowPrivate:   true, // httptest listens on loopback
 		// These tests are about the unordered engine (one durable consumer
 		// on EVENTS, Nak with delay); ordered_test.go tests the default.
-		Ordering: deliver.OrderingNone,
+		Ordering: subscription.OrderingNone,
 		// They publish before or while the consumer starts and expect
 		// every event: start all (start_test.go tests the others).
-		Start: deliver.Start{Policy: deliver.StartAll},
+		Start: subscription.Start{Policy: subscription.StartAll},
 	}
 }
 
@@ -246,7 +247,7 @@ func TestBinaryDelivery(t *testing.T) {
 	b := setup(t)
 	rc := newReceiver(t, status(http.StatusOK))
 	s := sub("orders-bin", rc.URL)
-	s.Body = deliver.BodyBinary
+	s.Body = subscription.BodyBinary
 	s.Scheme = webhook.SchemeHMACSHA256
 	s.Secrets = []string{"plain-hmac-secret"}
 	b.run(t, deliver.Config{}, s)
@@ -428,7 +429,7 @@ func TestNewRejectsDuplicateNames(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := deliver.New(b.js, deliver.Config{}, sub("x", "http://a.example"), sub("x", "http://b.example"))
-	require.ErrorIs(t, err, deliver.ErrInvalidSubscription)
+	require.ErrorIs(t, err, subscription.ErrInvalidSubscription)
 	require.ErrorContains(t, err, `"x"`)
 }
 
@@ -471,7 +472,7 @@ func TestConsumerConfig(t *testing.T) {
 	require.Equal(t, "orders", cfg.Durable)
 	require.Equal(t, s.FilterSubjects, cfg.FilterSubjects)
 	require.Equal(t, jetstream.AckExplicitPolicy, cfg.AckPolicy)
-	require.Equal(t, deliver.DefaultAckWait, cfg.AckWait)
+	require.Equal(t, subscription.DefaultAckWait, cfg.AckWait)
 	require.Equal(t, -1, cfg.MaxDeliver, "MaxDeliver is enforced by the consumer, so a failed dead letter is retried")
 	require.GreaterOrEqual(t, cfg.MaxAckPending, 8)
 }

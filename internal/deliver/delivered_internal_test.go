@@ -24,6 +24,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -147,10 +148,10 @@ func TestANewOwnerDoesNotSendAgainWhatTheRecordSaysWasDelivered(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	s := Subscription{
+	s := subscription.Subscription{
 		Name: "frozen", FilterSubjects: []string{"events.order.>"}, URL: rc.URL, AllowPrivate: true,
 		Secrets:  []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("deliver-test-secret-0123456789"))},
-		Ordering: OrderingStream, Start: Start{Policy: StartAll}, AckWait: 3 * time.Second, Timeout: 1400 * time.Millisecond,
+		Ordering: subscription.OrderingStream, Start: subscription.Start{Policy: subscription.StartAll}, AckWait: 3 * time.Second, Timeout: 1400 * time.Millisecond,
 	}
 	run := func(cfg Config) (stop func()) {
 		cfg.Partitions, cfg.LeaseTTL, cfg.Logger = 1, time.Second, slog.New(slog.DiscardHandler)
@@ -249,7 +250,7 @@ func newTestSender(tb testing.TB, url string, set *breaker.Set) *runner {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sub := Subscription{Name: "orders", URL: url + "/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"}, AllowPrivate: true}.withDefaults()
+	sub := subscription.Subscription{Name: "orders", URL: url + "/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"}, AllowPrivate: true}.WithDefaults()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	ep, err := newEndpoint(sub.URL, client)
 	if err != nil {

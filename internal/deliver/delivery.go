@@ -16,6 +16,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -74,7 +75,7 @@ type response struct {
 // stale-epoch says the lease is stale; any other 4xx is permanent.
 func (r response) verdict() verdict {
 	switch {
-	case errors.Is(r.err, ErrForbiddenAddress):
+	case errors.Is(r.err, egress.ErrForbiddenAddress):
 		return verdictPermanent
 	case r.err != nil:
 		// TLS failures too (a refused or missing client certificate, an
@@ -107,7 +108,7 @@ func (r response) class() string {
 	switch {
 	case r.timeout:
 		return ClassTimeout
-	case errors.Is(r.err, ErrForbiddenAddress):
+	case errors.Is(r.err, egress.ErrForbiddenAddress):
 		return ClassForbidden
 	case r.err != nil && egress.IsTLSError(r.err):
 		return ClassTLS
@@ -180,12 +181,12 @@ func eventID(msg jetstream.Msg) string {
 
 // buildBody returns the request body for msg and sets its headers
 // (Content-Type and, in binary mode, the ce-* attributes) on h.
-func buildBody(mode BodyMode, id string, mh nats.Header, data []byte, h http.Header) ([]byte, error) {
+func buildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byte, h http.Header) ([]byte, error) {
 	contentType := header(mh, wire.HeaderContentType)
 	if contentType == "" {
 		contentType = event.ContentTypeJSON
 	}
-	if mode == BodyBinary {
+	if mode == subscription.BodyBinary {
 		for k, vs := range mh {
 			if len(vs) > 0 && wire.IsCEHeader(k) {
 				h.Set(k, vs[0])

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -86,7 +87,7 @@ func TestParseRetryAfter(t *testing.T) {
 
 func TestRetryDelay(t *testing.T) {
 	t.Parallel()
-	r := &sender{sub: Subscription{BackOff: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}}}
+	r := &sender{sub: subscription.Subscription{BackOff: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}}}
 	require.Equal(t, time.Second, r.retryDelay(1, -1))
 	require.Equal(t, 5*time.Second, r.retryDelay(2, -1))
 	require.Equal(t, 30*time.Second, r.retryDelay(3, -1))

@@ -13,6 +13,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
@@ -41,7 +42,7 @@ func Example() {
 		panic(err)
 	}
 	c, err := deliver.New(js, deliver.Config{Breakers: breakers, Logger: logger, Registerer: prometheus.DefaultRegisterer, DeadLetters: dlq},
-		deliver.Subscription{
+		subscription.Subscription{
 			Name:           "billing-orders",
 			FilterSubjects: []string{"events.order.>"},
 			URL:            "https://billing.example/webhooks/orders",

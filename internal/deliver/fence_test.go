@@ -16,6 +16,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -81,7 +82,7 @@ func TestOrderedWebhooksCarryPartitionAndLeaseEpoch(t *testing.T) {
 
 	ordered, unordered := newHeaderReceiver(t), newHeaderReceiver(t)
 	none := sub("plain", unordered.URL)
-	none.Ordering = deliver.OrderingNone
+	none.Ordering = subscription.OrderingNone
 	b.runOrdered(t, deliver.Config{Partitions: 4, LeaseTTL: 3 * time.Second}, orderedSub("hdr", ordered.URL), none)
 	streams := []string{"order-a", "order-b", "order-c", "order-d", "order-e", "order-f"}
 	for _, s := range streams {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -51,7 +52,7 @@ const fleetProvisionParallel = 16
 
 // unit is one subscription of a Fleet.
 type unit struct {
-	sub Subscription // as given to Put
+	sub subscription.Subscription // as given to Put
 	c   *Consumer
 	// cancel and done are set while it runs.
 	cancel context.CancelFunc
@@ -97,8 +98,8 @@ func (f *Fleet) Provision(ctx context.Context) error {
 // it pulled but did not start goes back to JetStream) and started again
 // with sub, keeping its durable consumers' position. Before Run, it is
 // recorded and Run starts it. An invalid sub is refused
-// (ErrInvalidSubscription) and what runs is kept.
-func (f *Fleet) Put(sub Subscription) error {
+// (subscription.ErrInvalidSubscription) and what runs is kept.
+func (f *Fleet) Put(sub subscription.Subscription) error {
 	if err := sub.Validate(); err != nil {
 		return fmt.Errorf("deliver: fleet: %w", err)
 	}
@@ -106,7 +107,7 @@ func (f *Fleet) Put(sub Subscription) error {
 	old := f.units[sub.Name]
 	f.mu.Unlock()
 	if old != nil && old.c != nil && onlySigningChanged(old.sub, sub) {
-		d := sub.withDefaults()
+		d := sub.WithDefaults()
 		signer, err := webhook.NewSigner(d.Scheme, d.Secrets...)
 		if err != nil {
 			return fmt.Errorf("deliver: fleet: subscription %q: %w", sub.Name, err)
@@ -146,20 +147,10 @@ func (f *Fleet) Put(sub Subscription) error {
 
 // onlySigningChanged reports whether a and b differ in Secrets or Scheme
 // alone.
-func onlySigningChanged(a, b Subscription) bool {
+func onlySigningChanged(a, b subscription.Subscription) bool {
 	a.Secrets, b.Secrets = nil, nil
 	a.Scheme, b.Scheme = "", ""
-	return subscriptionsEqual(a, b)
-}
-
-// subscriptionsEqual compares two subscriptions field by field.
-func subscriptionsEqual(a, b Subscription) bool {
-	return a.Name == b.Name && slices.Equal(a.FilterSubjects, b.FilterSubjects) && a.URL == b.URL && a.Scheme == b.Scheme &&
-		slices.Equal(a.Secrets, b.Secrets) && a.Body == b.Body && maps.Equal(a.Headers, b.Headers) &&
-		a.Timeout == b.Timeout && a.AckWait == b.AckWait && a.MaxDeliver == b.MaxDeliver && slices.Equal(a.BackOff, b.BackOff) &&
-		a.MaxInFlight == b.MaxInFlight && a.MaxAckPending == b.MaxAckPending && a.AllowPrivate == b.AllowPrivate &&
-		a.AllowHTTP == b.AllowHTTP && a.TLS == b.TLS && a.Ordering == b.Ordering && a.OnDeadLetter == b.OnDeadLetter &&
-		a.Start.String() == b.Start.String()
+	return subscription.Equal(a, b)
 }
 
 // start runs u under the Fleet's Run context; f.mu is held.

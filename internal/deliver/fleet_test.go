@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -62,7 +63,7 @@ func TestFleetAppliesChangesWhileRunning(t *testing.T) {
 	// Invalid: refused, the running one keeps delivering.
 	bad := s
 	bad.FilterSubjects = []string{"events..x"}
-	require.ErrorIs(t, f.Put(bad), deliver.ErrInvalidSubscription)
+	require.ErrorIs(t, f.Put(bad), subscription.ErrInvalidSubscription)
 
 	// Paused: nothing delivered, nothing lost.
 	f.Pause("fleet")

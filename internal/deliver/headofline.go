@@ -14,6 +14,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -404,7 +405,7 @@ func (hl *headOfLine) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadlette
 			}
 		}
 	}
-	park := (r.sub.OnDeadLetter == DeadLetterPark || dl.OrderStuck) && dl.EventID != ""
+	park := (r.sub.OnDeadLetter == subscription.DeadLetterPark || dl.OrderStuck) && dl.EventID != ""
 	if park {
 		// Replay, skip or unpark decide what the stream's next event
 		// names as its predecessor: looked up when it goes.

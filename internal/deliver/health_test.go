@@ -19,6 +19,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -69,7 +70,7 @@ func TestGoneDisablesAndEnableResumes(t *testing.T) {
 		t.Skip("waits for deliveries on an embedded JetStream")
 	}
 	t.Parallel()
-	for _, ordering := range []deliver.Ordering{deliver.OrderingNone, deliver.OrderingStream} {
+	for _, ordering := range []subscription.Ordering{subscription.OrderingNone, subscription.OrderingStream} {
 		t.Run(string(ordering), func(t *testing.T) {
 			t.Parallel()
 			b := setupOrdered(t)
@@ -209,7 +210,7 @@ func TestThrottleConvergesOn429(t *testing.T) {
 		t.Skip("delivers for about 15 s on an embedded JetStream")
 	}
 	t.Parallel()
-	for _, ordering := range []deliver.Ordering{deliver.OrderingNone, deliver.OrderingStream} {
+	for _, ordering := range []subscription.Ordering{subscription.OrderingNone, subscription.OrderingStream} {
 		t.Run(string(ordering), func(t *testing.T) {
 			t.Parallel()
 			testThrottleConverges(t, ordering)
@@ -217,7 +218,7 @@ func TestThrottleConvergesOn429(t *testing.T) {
 	}
 }
 
-func testThrottleConverges(t *testing.T, ordering deliver.Ordering) {
+func testThrottleConverges(t *testing.T, ordering subscription.Ordering) {
 	b := setupOrdered(t)
 	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
@@ -272,7 +273,7 @@ func TestSharedBreakerOneProbePerOpenTimeout(t *testing.T) {
 		t.Skip("runs three replicas for several seconds on an embedded JetStream")
 	}
 	t.Parallel()
-	for _, ordering := range []deliver.Ordering{deliver.OrderingNone, deliver.OrderingStream} {
+	for _, ordering := range []subscription.Ordering{subscription.OrderingNone, subscription.OrderingStream} {
 		t.Run(string(ordering), func(t *testing.T) {
 			t.Parallel()
 			testSharedBreaker(t, ordering)
@@ -280,7 +281,7 @@ func TestSharedBreakerOneProbePerOpenTimeout(t *testing.T) {
 	}
 }
 
-func testSharedBreaker(t *testing.T, ordering deliver.Ordering) {
+func testSharedBreaker(t *testing.T, ordering subscription.Ordering) {
 	b := setupOrdered(t)
 	var healed atomic.Bool
 	var mu sync.Mutex

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -185,7 +186,7 @@ func TestParkWrittenWhileTheWatchIsAwayHoldsTheStream(t *testing.T) {
 	require.NoError(t, err)
 
 	pt, _, _ := fencedPartition(t)
-	pk := &parking{o: &ordering{parks: kv, eventsPrefix: "events"}, sub: Subscription{Name: "orders"}, log: pt.log,
+	pk := &parking{o: &ordering{parks: kv, eventsPrefix: "events"}, sub: subscription.Subscription{Name: "orders"}, log: pt.log,
 		clock: pt.clock, parked: map[string]*parkedStream{}}
 	pt.parking = pk
 	require.NoError(t, pk.reread(ctx), "an empty bucket")
@@ -260,7 +261,7 @@ func TestDeadLetterRetriedWhenTheLeaseIsLostNaksNothing(t *testing.T) {
 			dlq := &failingDLQ{}
 			m, err := newMetrics(nil)
 			require.NoError(t, err)
-			pt.hol.r = &runner{sender: &sender{sub: Subscription{Name: "orders"}, metrics: m}, deadLetters: dlq}
+			pt.hol.r = &runner{sender: &sender{sub: subscription.Subscription{Name: "orders"}, metrics: m}, deadLetters: dlq}
 			msg := newAckMsg(10)
 			done := make(chan struct{})
 			go func() {

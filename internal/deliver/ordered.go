@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -90,7 +91,7 @@ func orderingDefaults(cfg *Config) error {
 		_, _ = rand.Read(b[:])
 		cfg.ReplicaID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
-	if !validName.MatchString(cfg.ReplicaID) {
+	if !subscription.ValidName(cfg.ReplicaID) {
 		return fmt.Errorf("Config.ReplicaID %q does not match [A-Za-z0-9_-]+", cfg.ReplicaID)
 	}
 	return nil
@@ -167,7 +168,7 @@ func (o *ordering) provision(ctx context.Context) error {
 	for _, r := range o.runners {
 		for _, f := range r.sub.FilterSubjects {
 			if _, err := wire.OrderedFilter(o.eventsPrefix, 0, f); err != nil {
-				return fmt.Errorf("deliver: %w %q: FilterSubjects: %w", ErrInvalidSubscription, r.sub.Name, err)
+				return fmt.Errorf("deliver: %w %q: FilterSubjects: %w", subscription.ErrInvalidSubscription, r.sub.Name, err)
 			}
 		}
 	}

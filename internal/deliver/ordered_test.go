@@ -19,6 +19,7 @@ import (
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -125,16 +126,16 @@ func (rc *orderedReceiver) accepted() map[string][]int64 {
 	return out
 }
 
-func orderedSub(name, url string) deliver.Subscription {
+func orderedSub(name, url string) subscription.Subscription {
 	s := sub(name, url)
-	s.Ordering = deliver.OrderingStream
+	s.Ordering = subscription.OrderingStream
 	s.AckWait = 3 * time.Second
 	s.Timeout = 1400 * time.Millisecond
 	return s
 }
 
 // runOrdered starts an ordered consumer and stops it at cleanup.
-func (b *orderedBundle) runOrdered(t *testing.T, cfg deliver.Config, subs ...deliver.Subscription) *deliver.Consumer {
+func (b *orderedBundle) runOrdered(t *testing.T, cfg deliver.Config, subs ...subscription.Subscription) *deliver.Consumer {
 	t.Helper()
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = time.Second
@@ -258,7 +259,7 @@ func TestOrderedSwitchStartsAfterTheUnorderedAckFloor(t *testing.T) {
 	b := setupOrdered(t)
 	rc := newOrderedReceiver(t, b, func(orderedEvent, int) int { return http.StatusOK })
 	s := orderedSub("switch", rc.URL)
-	s.Ordering = deliver.OrderingNone
+	s.Ordering = subscription.OrderingNone
 	b.publishStream(t, "order-1", 0, 10)
 	c, err := deliver.New(b.js, deliver.Config{}, s)
 	require.NoError(t, err)
@@ -278,7 +279,7 @@ func TestOrderedSwitchStartsAfterTheUnorderedAckFloor(t *testing.T) {
 	require.NoError(t, <-done)
 
 	b.publishStream(t, "order-1", 10, 15)
-	s.Ordering = deliver.OrderingStream
+	s.Ordering = subscription.OrderingStream
 	b.runOrdered(t, deliver.Config{}, s)
 	require.Eventually(t, func() bool { return len(rc.deliveries()) >= 15 }, 20*time.Second, 10*time.Millisecond)
 	// Every partition consumer settled: nothing more is coming.

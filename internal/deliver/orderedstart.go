@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -51,16 +52,16 @@ func (or *orderedRunner) eventsStart(ctx context.Context, o *ordering) (uint64, 
 	}
 	start := or.r.sub.Start
 	switch start.Policy {
-	case StartAll:
+	case subscription.StartAll:
 		return 0, nil
-	case StartSequence:
+	case subscription.StartSequence:
 		return start.Sequence, nil
 	}
 	events, err := o.js.Stream(ctx, o.cfg.Stream)
 	if err != nil {
 		return 0, fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.cfg.Stream, err)
 	}
-	if start.Policy == StartTime {
+	if start.Policy == subscription.StartTime {
 		return seqAtTime(ctx, events, start.Time)
 	}
 	return events.CachedInfo().State.LastSeq + 1, nil

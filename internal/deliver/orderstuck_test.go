@@ -13,6 +13,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -49,7 +50,7 @@ func TestOrderStuckHeadIsParkedAndReplayedOut(t *testing.T) {
 	require.NoError(t, q.Provision(b.ctx))
 	reg := prometheus.NewRegistry()
 	s := orderedSub("stuck", rc.URL)
-	s.OnDeadLetter = deliver.DeadLetterSkip // order-stuck parks all the same
+	s.OnDeadLetter = subscription.DeadLetterSkip // order-stuck parks all the same
 	c := b.runOrdered(t, deliver.Config{DeadLetters: q, OrderStuckAfter: time.Second, Registerer: reg}, s)
 	b.publishStream(t, stuck, 0, 6)
 	b.publishStream(t, "order-free", 0, 6)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -202,13 +203,13 @@ func (or *orderedRunner) createConsumers(ctx context.Context, o *ordering, repli
 	for p := range or.cons {
 		cfg, err := or.consumerConfig(o, p)
 		if err != nil {
-			return fmt.Errorf("deliver: %w %q: %w", ErrInvalidSubscription, sub.Name, err)
+			return fmt.Errorf("deliver: %w %q: %w", subscription.ErrInvalidSubscription, sub.Name, err)
 		}
 		existing, err := js.Consumer(ctx, o.stream(), cfg.Durable)
 		switch {
 		case err == nil:
 			have := existing.CachedInfo().Config
-			if err := checkStart(sub.Name, sub.Start, have, cfg.Durable, o.stream(), or.resetHint(o)); err != nil {
+			if err := subscription.CheckStart(sub.Name, sub.Start, have, cfg.Durable, o.stream(), or.resetHint(o)); err != nil {
 				return err
 			}
 			cfg.Replicas = have.Replicas
@@ -225,7 +226,7 @@ func (or *orderedRunner) createConsumers(ctx context.Context, o *ordering, repli
 		cfgs[p] = cfg
 	}
 	if model != nil {
-		or.r.log.Info("partition consumers exist: they keep their start and position", slog.String("start", ReportedStart(*model)))
+		or.r.log.Info("partition consumers exist: they keep their start and position", slog.String("start", subscription.ReportedStart(*model)))
 	}
 	var startSeq uint64
 	if model == nil && slices.Contains(found, false) {
@@ -245,7 +246,7 @@ func (or *orderedRunner) createConsumers(ctx context.Context, o *ordering, repli
 			if model != nil {
 				keepStart(&cfg, *model)
 			} else {
-				recordStart(&cfg, sub.Start)
+				subscription.RecordStart(&cfg, sub.Start)
 				if startSeq > 0 {
 					cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, startSeq
 				}

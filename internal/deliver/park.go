@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -33,7 +34,7 @@ import (
 // and the park bucket's side of both.
 type parking struct {
 	o         *ordering // the park bucket (o.parks) and the events prefix, once provisioned
-	sub       Subscription
+	sub       subscription.Subscription
 	log       *slog.Logger
 	metrics   *metrics
 	replicaID string

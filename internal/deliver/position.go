@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -53,7 +54,7 @@ func ReadPositions(ctx context.Context, js jetstream.JetStream, events string) (
 	}
 	for _, ci := range infos {
 		if strings.HasPrefix(ci.Config.Description, unorderedDescription) {
-			out = append(out, Position{Name: ci.Name, Start: ReportedStart(ci.Config), AckFloor: ci.AckFloor.Stream,
+			out = append(out, Position{Name: ci.Name, Start: subscription.ReportedStart(ci.Config), AckFloor: ci.AckFloor.Stream,
 				Pending: ci.NumPending + uint64(ci.NumAckPending)})
 		}
 	}
@@ -77,7 +78,7 @@ func ReadPositions(ctx context.Context, js jetstream.JetStream, events string) (
 		}
 		p := byName[name]
 		if p == nil {
-			p = &Position{Name: name, Ordered: true, Start: ReportedStart(ci.Config)}
+			p = &Position{Name: name, Ordered: true, Start: subscription.ReportedStart(ci.Config)}
 			byName[name] = p
 			floors[name] = ci.AckFloor.Stream
 		}

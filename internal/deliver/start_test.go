@@ -18,40 +18,9 @@ import (
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
-
-func TestParseStartReadsWhatStringWrites(t *testing.T) {
-	t.Parallel()
-	at := time.Date(2026, 11, 1, 12, 30, 0, 500, time.UTC)
-	for in, want := range map[string]deliver.Start{
-		"":                                  {Policy: deliver.StartNew},
-		"new":                               {Policy: deliver.StartNew},
-		"all":                               {Policy: deliver.StartAll},
-		"time:2026-11-01T12:30:00.0000005Z": deliver.StartAtTime(at),
-		"time: 2026-11-01T13:30:00.0000005+01:00": deliver.StartAtTime(at.In(time.FixedZone("", 3600))),
-		"sequence:42": deliver.StartAtSequence(42),
-		"sequence: 7": deliver.StartAtSequence(7),
-	} {
-		got, err := deliver.ParseStart(in)
-		require.NoError(t, err, in)
-		require.Equal(t, want.Policy, got.Policy, in)
-		require.True(t, want.Time.Equal(got.Time), in)
-		require.Equal(t, want.Sequence, got.Sequence, in)
-		again, err := deliver.ParseStart(got.String())
-		require.NoError(t, err)
-		require.Equal(t, got.String(), again.String())
-	}
-	for _, bad := range []string{"old", "time:yesterday", "sequence:0", "sequence:-1", "sequence", "time:"} {
-		_, err := deliver.ParseStart(bad)
-		require.ErrorIs(t, err, deliver.ErrInvalidStart, bad)
-		require.ErrorContains(t, err, strconv.Quote(bad))
-	}
-	err := deliver.Subscription{Name: "s", FilterSubjects: []string{"events.>"}, URL: "https://h.example/", Secrets: []string{secret},
-		Start: deliver.Start{Policy: deliver.StartSequence}}.Validate()
-	require.ErrorIs(t, err, deliver.ErrInvalidSubscription)
-	require.ErrorContains(t, err, "Start")
-}
 
 // startBundle publishes events as the bridge does, with ids 1, 2, ... in
 // publish order, and runs consumers that start somewhere.
@@ -123,7 +92,7 @@ func (b *startBundle) publishMany(t *testing.T, n, streams int) {
 
 // start provisions a consumer of s (retrying while the copy catches up
 // with the start), runs it and stops it at cleanup.
-func (b *startBundle) start(t *testing.T, s deliver.Subscription) {
+func (b *startBundle) start(t *testing.T, s subscription.Subscription) {
 	t.Helper()
 	c, err := deliver.New(b.js, deliver.Config{Partitions: 4, LeaseTTL: time.Second,
 		Logger: slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}, s)
@@ -147,9 +116,9 @@ func (b *startBundle) start(t *testing.T, s deliver.Subscription) {
 
 // durables returns the durable consumers of s: its one on EVENTS, or its
 // partition consumers on the copy.
-func (b *startBundle) durables(t *testing.T, s deliver.Subscription) []jetstream.Consumer {
+func (b *startBundle) durables(t *testing.T, s subscription.Subscription) []jetstream.Consumer {
 	t.Helper()
-	if s.Ordering == deliver.OrderingNone {
+	if s.Ordering == subscription.OrderingNone {
 		c, err := b.js.Consumer(b.ctx, "EVENTS", s.Name)
 		require.NoError(t, err)
 		return []jetstream.Consumer{c}
@@ -165,7 +134,7 @@ func (b *startBundle) durables(t *testing.T, s deliver.Subscription) []jetstream
 
 // requireDelivered waits for exactly the ids want (sorted) to be delivered
 // and the durables to have nothing more to deliver.
-func (b *startBundle) requireDelivered(t *testing.T, s deliver.Subscription, want []int64) {
+func (b *startBundle) requireDelivered(t *testing.T, s subscription.Subscription, want []int64) {
 	t.Helper()
 	require.Eventually(t, func() bool { return len(b.rc.received()) >= len(want) }, 30*time.Second, 10*time.Millisecond,
 		"want %d deliveries", len(want))
@@ -189,13 +158,13 @@ func ids(from, to int64) []int64 {
 	return out
 }
 
-func startSub(name, url string, ordering deliver.Ordering, start deliver.Start) deliver.Subscription {
+func startSub(name, url string, ordering subscription.Ordering, start subscription.Start) subscription.Subscription {
 	s := orderedSub(name, url)
 	s.Ordering, s.Start = ordering, start
 	return s
 }
 
-var orderings = []deliver.Ordering{deliver.OrderingNone, deliver.OrderingStream}
+var orderings = []subscription.Ordering{subscription.OrderingNone, subscription.OrderingStream}
 
 // A new subscription on a stream with 10,000 old events gets only the
 // events stored after its durable consumers were created.
@@ -209,12 +178,12 @@ func TestStartNewDeliversOnlyEventsStoredAfterCreation(t *testing.T) {
 			t.Parallel()
 			b := newStartBundle(t)
 			b.publishMany(t, 10_000, 100)
-			s := startSub("fresh", b.rc.url, ordering, deliver.Start{}) // the zero value: new
+			s := startSub("fresh", b.rc.url, ordering, subscription.Start{}) // the zero value: new
 			b.start(t, s)
 			b.publishMany(t, 50, 100)
 			b.requireDelivered(t, s, ids(10_001, 10_050))
 			for _, c := range b.durables(t, s) {
-				require.Equal(t, "new", c.CachedInfo().Config.Metadata[deliver.StartMetadataKey])
+				require.Equal(t, "new", c.CachedInfo().Config.Metadata[subscription.StartMetadataKey])
 			}
 		})
 	}
@@ -230,7 +199,7 @@ func TestStartAtTimeAndSequence(t *testing.T) {
 	}
 	t.Parallel()
 	for _, ordering := range orderings {
-		for _, kind := range []deliver.StartPolicy{deliver.StartTime, deliver.StartSequence} {
+		for _, kind := range []subscription.StartPolicy{subscription.StartTime, subscription.StartSequence} {
 			t.Run(string(ordering)+"/"+string(kind), func(t *testing.T) {
 				t.Parallel()
 				b := newStartBundle(t)
@@ -245,9 +214,9 @@ func TestStartAtTimeAndSequence(t *testing.T) {
 				at := time.Now()
 				b.publishMany(t, 10, 3) // ids 16..25 at sequences 16..25, stored after at
 
-				start, want := deliver.StartAtTime(at), ids(16, 25)
-				if kind == deliver.StartSequence {
-					start, want = deliver.StartAtSequence(12), ids(12, 25)
+				start, want := subscription.StartAtTime(at), ids(16, 25)
+				if kind == subscription.StartSequence {
+					start, want = subscription.StartAtSequence(12), ids(12, 25)
 				}
 				s := startSub("from", b.rc.url, ordering, start)
 				b.start(t, s)
@@ -271,7 +240,7 @@ func TestStartChangedIsRefusedWithHowToReset(t *testing.T) {
 			t.Parallel()
 			b := newStartBundle(t)
 			b.publishMany(t, 3, 1)
-			provision := func(s deliver.Subscription) error {
+			provision := func(s subscription.Subscription) error {
 				c, err := deliver.New(b.js, deliver.Config{Partitions: 4}, s)
 				require.NoError(t, err)
 				var err2 error
@@ -281,13 +250,13 @@ func TestStartChangedIsRefusedWithHowToReset(t *testing.T) {
 				}, 10*time.Second, 20*time.Millisecond)
 				return err2
 			}
-			require.NoError(t, provision(startSub("sub", b.rc.url, ordering, deliver.Start{Policy: deliver.StartAll})))
-			require.NoError(t, provision(startSub("sub", b.rc.url, ordering, deliver.Start{Policy: deliver.StartAll})), "the same start again")
-			err := provision(startSub("sub", b.rc.url, ordering, deliver.StartAtSequence(2)))
-			require.ErrorIs(t, err, deliver.ErrStartChanged)
+			require.NoError(t, provision(startSub("sub", b.rc.url, ordering, subscription.Start{Policy: subscription.StartAll})))
+			require.NoError(t, provision(startSub("sub", b.rc.url, ordering, subscription.Start{Policy: subscription.StartAll})), "the same start again")
+			err := provision(startSub("sub", b.rc.url, ordering, subscription.StartAtSequence(2)))
+			require.ErrorIs(t, err, subscription.ErrStartChanged)
 			require.ErrorContains(t, err, `start "sequence:2"`)
 			require.ErrorContains(t, err, `created with start "all"`)
-			if ordering == deliver.OrderingNone {
+			if ordering == subscription.OrderingNone {
 				require.ErrorContains(t, err, "nats consumer rm EVENTS sub")
 			} else {
 				require.ErrorContains(t, err, "for p in $(seq 0 3); do nats consumer rm -f EVENTS_ORDERED sub_p$p; done")
@@ -300,10 +269,10 @@ func TestStartChangedIsRefusedWithHowToReset(t *testing.T) {
 		b.publishMany(t, 3, 1)
 		_, err := b.js.CreateConsumer(b.ctx, "EVENTS", jetstream.ConsumerConfig{Durable: "old", AckPolicy: jetstream.AckExplicitPolicy})
 		require.NoError(t, err)
-		s := startSub("old", b.rc.url, deliver.OrderingNone, deliver.Start{})
+		s := startSub("old", b.rc.url, subscription.OrderingNone, subscription.Start{})
 		b.start(t, s)
 		b.requireDelivered(t, s, ids(1, 3))
 		info := b.durables(t, s)[0].CachedInfo().Config
-		require.Equal(t, "all (not recorded)", deliver.ReportedStart(info))
+		require.Equal(t, "all (not recorded)", subscription.ReportedStart(info))
 	})
 }

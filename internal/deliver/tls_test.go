@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 )
 
@@ -137,7 +138,7 @@ func TestMutualTLSDelivers(t *testing.T) {
 	b := setup(t)
 	m := newMTLS(t)
 	s := sub("orders", m.srv.URL+"/hook")
-	s.TLS = deliver.TLSFiles{ClientCertFile: m.clientCert, ClientKeyFile: m.clientKey, CAFile: m.serverCA.certFile}
+	s.TLS = subscription.TLSFiles{ClientCertFile: m.clientCert, ClientKeyFile: m.clientKey, CAFile: m.serverCA.certFile}
 	b.run(t, deliver.Config{}, s)
 
 	b.publish(t, 1, "order-1", "OrderPlaced", `{}`)
@@ -152,7 +153,7 @@ func TestMutualTLSDelivers(t *testing.T) {
 func TestTLSFailuresAreRetried(t *testing.T) {
 	t.Parallel()
 	m := newMTLS(t)
-	for name, files := range map[string]deliver.TLSFiles{
+	for name, files := range map[string]subscription.TLSFiles{
 		"no client certificate": {CAFile: m.serverCA.certFile},
 		"wrong CA":              {ClientCertFile: m.clientCert, ClientKeyFile: m.clientKey, CAFile: m.otherCA.certFile},
 	} {
@@ -193,7 +194,7 @@ func TestTLSKeepsTheAddressCheck(t *testing.T) {
 	dl := &deadLetters{}
 	s := sub("orders", strings.Replace(m.srv.URL, "127.0.0.1", "localhost", 1))
 	s.AllowPrivate = false
-	s.TLS = deliver.TLSFiles{ClientCertFile: m.clientCert, ClientKeyFile: m.clientKey, CAFile: m.serverCA.certFile}
+	s.TLS = subscription.TLSFiles{ClientCertFile: m.clientCert, ClientKeyFile: m.clientKey, CAFile: m.serverCA.certFile}
 	b.run(t, deliver.Config{DeadLetters: dl}, s)
 
 	b.publish(t, 3, "order-3", "OrderPlaced", `{}`)
@@ -214,29 +215,29 @@ func TestTLSFilesErrorsNameFieldAndPath(t *testing.T) {
 	notPEM := filepath.Join(dir, "not.pem")
 	require.NoError(t, os.WriteFile(notPEM, []byte("hello"), 0o600))
 	for name, tc := range map[string]struct {
-		files deliver.TLSFiles
+		files subscription.TLSFiles
 		want  []string
 	}{
-		"cert without key": {deliver.TLSFiles{ClientCertFile: m.clientCert}, []string{"TLS.ClientCertFile and TLS.ClientKeyFile"}},
-		"missing cert":     {deliver.TLSFiles{ClientCertFile: missing, ClientKeyFile: m.clientKey}, []string{"TLS.ClientCertFile", missing}},
-		"missing key":      {deliver.TLSFiles{ClientCertFile: m.clientCert, ClientKeyFile: missing}, []string{"TLS.ClientKeyFile", missing}},
-		"key of another":   {deliver.TLSFiles{ClientCertFile: m.clientCert, ClientKeyFile: m.otherKey(t)}, []string{"TLS.ClientCertFile", m.clientCert}},
-		"missing CA":       {deliver.TLSFiles{CAFile: missing}, []string{"TLS.CAFile", missing}},
-		"CA not PEM":       {deliver.TLSFiles{CAFile: notPEM}, []string{"TLS.CAFile", notPEM, "no PEM certificate"}},
+		"cert without key": {subscription.TLSFiles{ClientCertFile: m.clientCert}, []string{"TLS.ClientCertFile and TLS.ClientKeyFile"}},
+		"missing cert":     {subscription.TLSFiles{ClientCertFile: missing, ClientKeyFile: m.clientKey}, []string{"TLS.ClientCertFile", missing}},
+		"missing key":      {subscription.TLSFiles{ClientCertFile: m.clientCert, ClientKeyFile: missing}, []string{"TLS.ClientKeyFile", missing}},
+		"key of another":   {subscription.TLSFiles{ClientCertFile: m.clientCert, ClientKeyFile: m.otherKey(t)}, []string{"TLS.ClientCertFile", m.clientCert}},
+		"missing CA":       {subscription.TLSFiles{CAFile: missing}, []string{"TLS.CAFile", missing}},
+		"CA not PEM":       {subscription.TLSFiles{CAFile: notPEM}, []string{"TLS.CAFile", notPEM, "no PEM certificate"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := sub("orders", "https://hooks.example/in")
 			s.TLS = tc.files
 			err := s.Validate()
-			require.ErrorIs(t, err, deliver.ErrInvalidSubscription)
+			require.ErrorIs(t, err, subscription.ErrInvalidSubscription)
 			for _, w := range tc.want {
 				require.ErrorContains(t, err, w)
 			}
 		})
 	}
 	s := sub("orders", "http://hooks.example/in")
-	s.TLS = deliver.TLSFiles{CAFile: m.serverCA.certFile}
+	s.TLS = subscription.TLSFiles{CAFile: m.serverCA.certFile}
 	require.ErrorContains(t, s.Validate(), "TLS: set for")
 }
 

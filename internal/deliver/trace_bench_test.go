@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -52,7 +53,7 @@ func BenchmarkAttemptSpan(b *testing.B) {
 		{"on", &runner{sender: &sender{tracer: tracing.Tracer(sdk)}}, withTrace},
 	}
 	for _, c := range cases {
-		c.r.sub = Subscription{Name: "orders"}
+		c.r.sub = subscription.Subscription{Name: "orders"}
 		c.r.spanName = spanName("orders")
 		c.r.endpoint = "https://example.com"
 		c.r.br = set.Breaker("https://example.com/hook")

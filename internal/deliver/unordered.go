@@ -14,6 +14,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -37,14 +38,14 @@ func (r *runner) createConsumer(ctx context.Context) (jetstream.Consumer, error)
 	switch {
 	case err == nil:
 		have := existing.CachedInfo().Config
-		if err := checkStart(r.sub.Name, r.sub.Start, have, cfg.Durable, r.stream,
+		if err := subscription.CheckStart(r.sub.Name, r.sub.Start, have, cfg.Durable, r.stream,
 			fmt.Sprintf("nats consumer rm %s %s", r.stream, cfg.Durable)); err != nil {
 			return nil, err
 		}
 		keepStart(&cfg, have)
-		r.log.Info("durable consumer exists: it keeps its start and position", slog.String("durable", cfg.Durable), slog.String("start", ReportedStart(have)))
+		r.log.Info("durable consumer exists: it keeps its start and position", slog.String("durable", cfg.Durable), slog.String("start", subscription.ReportedStart(have)))
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		applyStart(&cfg, r.sub.Start)
+		subscription.ApplyStart(&cfg, r.sub.Start)
 		cons, err := r.js.CreateConsumer(ctx, r.stream, cfg)
 		if err == nil {
 			r.log.Info("durable consumer created", slog.String("durable", cfg.Durable), slog.String("start", r.sub.Start.String()))

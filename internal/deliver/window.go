@@ -14,6 +14,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -271,7 +272,7 @@ type windowChain struct {
 	events      string // the events stream's name
 	prefix      string // its subject prefix
 	partitions  int
-	sub         Subscription
+	sub         subscription.Subscription
 	src         chainSource // filters set per stream
 	windowStart uint64      // the copy sequence of the window's first event (0: not found yet)
 	// noCopy: the subscription never ran ordered (no partitioned copy):
@@ -280,7 +281,7 @@ type windowChain struct {
 	last   map[string]int64
 }
 
-func newWindowChain(ctx context.Context, c *Consumer, sub Subscription, prefix string) *windowChain {
+func newWindowChain(ctx context.Context, c *Consumer, sub subscription.Subscription, prefix string) *windowChain {
 	copyName := wire.OrderedStream(c.cfg.Stream)
 	wc := &windowChain{
 		js: c.js, events: c.cfg.Stream, prefix: prefix, partitions: c.cfg.Partitions, sub: sub, last: map[string]int64{},

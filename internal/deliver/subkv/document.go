@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -60,7 +60,7 @@ type sealedPart struct {
 
 // encode makes the document of s (validated by the caller), sealing its
 // URL, secrets and headers with keys.
-func encode(s deliver.Subscription, paused bool, keys *Keyring, created, updated time.Time) (Document, error) {
+func encode(s subscription.Subscription, paused bool, keys *Keyring, created, updated time.Time) (Document, error) {
 	d := Document{
 		Version: wire.SubscriptionDocumentVersion, Name: s.Name, FilterSubjects: s.FilterSubjects,
 		Endpoint: breaker.Endpoint(s.URL), Scheme: string(s.Scheme), Body: string(s.Body),
@@ -101,19 +101,19 @@ func encode(s deliver.Subscription, paused bool, keys *Keyring, created, updated
 // opens the sealed part (URL, secrets, headers); without (nil) the
 // subscription has URL = Endpoint, no secrets and the header names with
 // empty values: a redacted view, which cannot run.
-func (d Document) decode(keys *Keyring) (deliver.Subscription, error) {
+func (d Document) decode(keys *Keyring) (subscription.Subscription, error) {
 	if d.Version > wire.SubscriptionDocumentVersion || d.Version < 1 {
-		return deliver.Subscription{}, fmt.Errorf("subscription %q: document version %d (this binary reads 1 to %d; upgrade it)", d.Name, d.Version, wire.SubscriptionDocumentVersion)
+		return subscription.Subscription{}, fmt.Errorf("subscription %q: document version %d (this binary reads 1 to %d; upgrade it)", d.Name, d.Version, wire.SubscriptionDocumentVersion)
 	}
 	bad := func(field, v string) error {
 		return fmt.Errorf("subscription %q: document field %s: %q is not a duration", d.Name, field, v)
 	}
-	s := deliver.Subscription{
+	s := subscription.Subscription{
 		Name: d.Name, FilterSubjects: d.FilterSubjects, URL: d.Endpoint, Scheme: webhook.Scheme(d.Scheme),
-		Body: deliver.BodyMode(d.Body), MaxDeliver: d.MaxDeliver, MaxInFlight: d.MaxInFlight, MaxAckPending: d.MaxAckPending,
+		Body: subscription.BodyMode(d.Body), MaxDeliver: d.MaxDeliver, MaxInFlight: d.MaxInFlight, MaxAckPending: d.MaxAckPending,
 		RateLimit:    d.RateLimit,
 		AllowPrivate: d.AllowPrivate, AllowHTTP: d.AllowHTTP,
-		Ordering: deliver.Ordering(d.Ordering), OnDeadLetter: deliver.DeadLetterPolicy(d.OnDeadLetter),
+		Ordering: subscription.Ordering(d.Ordering), OnDeadLetter: subscription.DeadLetterPolicy(d.OnDeadLetter),
 	}
 	var err error
 	if d.Timeout != "" {
@@ -134,9 +134,9 @@ func (d Document) decode(keys *Keyring) (deliver.Subscription, error) {
 		s.BackOff = append(s.BackOff, v)
 	}
 	if d.TLS != nil {
-		s.TLS = deliver.TLSFiles{ClientCertFile: d.TLS.ClientCertFile, ClientKeyFile: d.TLS.ClientKeyFile, CAFile: d.TLS.CAFile}
+		s.TLS = subscription.TLSFiles{ClientCertFile: d.TLS.ClientCertFile, ClientKeyFile: d.TLS.ClientKeyFile, CAFile: d.TLS.CAFile}
 	}
-	if s.Start, err = deliver.ParseStart(d.Start); err != nil {
+	if s.Start, err = subscription.ParseStart(d.Start); err != nil {
 		return s, fmt.Errorf("subscription %q: document field start: %w", d.Name, err)
 	}
 	if keys == nil {

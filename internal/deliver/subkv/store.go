@@ -18,7 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 )
 
 // ErrConflict is wrapped by Create when the subscription exists already and
@@ -53,7 +53,7 @@ type Store struct {
 
 // Entry is one subscription as read from the bucket.
 type Entry struct {
-	Subscription deliver.Subscription
+	Subscription subscription.Subscription
 	Paused       bool
 	// Revision is the key's revision: give it back to Update, Delete or
 	// SetPaused.
@@ -94,7 +94,7 @@ func (s *Store) Bucket() string { return s.kv.Bucket() }
 
 // Create stores sub (validated first) as a new subscription, paused or
 // not; ErrConflict when one of that name exists.
-func (s *Store) Create(ctx context.Context, sub deliver.Subscription, paused bool) (uint64, error) {
+func (s *Store) Create(ctx context.Context, sub subscription.Subscription, paused bool) (uint64, error) {
 	if err := sub.Validate(); err != nil {
 		return 0, err
 	}
@@ -123,7 +123,7 @@ func (s *Store) Create(ctx context.Context, sub deliver.Subscription, paused boo
 // Update replaces the subscription sub.Name, read at revision rev, with
 // sub (validated first), paused or not; ErrConflict when it changed since
 // rev, ErrNotFound when it does not exist.
-func (s *Store) Update(ctx context.Context, sub deliver.Subscription, paused bool, rev uint64) (uint64, error) {
+func (s *Store) Update(ctx context.Context, sub subscription.Subscription, paused bool, rev uint64) (uint64, error) {
 	if err := sub.Validate(); err != nil {
 		return 0, err
 	}

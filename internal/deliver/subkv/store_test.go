@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/subkv"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 
@@ -33,10 +33,10 @@ func keys(t *testing.T, ids ...string) *subkv.Keyring {
 	return k
 }
 
-func sub(name string) deliver.Subscription {
-	return deliver.Subscription{
+func sub(name string) subscription.Subscription {
+	return subscription.Subscription{
 		Name: name, FilterSubjects: []string{"events.order.>"}, URL: "https://hooks.example.com/in?token=abc",
-		Secrets: []string{secret}, Headers: map[string]string{"Authorization": "Bearer xyz"}, Ordering: deliver.OrderingNone,
+		Secrets: []string{secret}, Headers: map[string]string{"Authorization": "Bearer xyz"}, Ordering: subscription.OrderingNone,
 	}
 }
 
@@ -77,7 +77,7 @@ func TestStoreRefusesInvalid(t *testing.T) {
 	bad := sub("orders")
 	bad.FilterSubjects = []string{"events..x"}
 	_, err := s.Create(ctx, bad, false)
-	require.ErrorIs(t, err, deliver.ErrInvalidSubscription)
+	require.ErrorIs(t, err, subscription.ErrInvalidSubscription)
 	require.ErrorContains(t, err, "FilterSubjects[0]")
 	require.ErrorContains(t, err, `"events..x"`)
 	_, err = s.Get(ctx, "orders")

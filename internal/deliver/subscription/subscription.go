@@ -1,11 +1,13 @@
-package deliver
+package subscription
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,7 +18,9 @@ import (
 )
 
 // ErrForbiddenAddress is egress.ErrForbiddenAddress: an endpoint address a
-// subscription without AllowPrivate may not reach.
+// subscription without AllowPrivate may not reach. Validate wraps it for
+// an IP literal in the refused ranges; the engine's dial guard wraps it
+// for a name that resolves to one.
 var ErrForbiddenAddress = egress.ErrForbiddenAddress
 
 // ErrPlainHTTP is wrapped by Validate when a subscription's URL is plain
@@ -27,8 +31,8 @@ var ErrPlainHTTP = errors.New("plain http")
 // (egress.TLSFiles).
 type TLSFiles = egress.TLSFiles
 
-// ErrInvalidSubscription is wrapped by Subscription.Validate and New when a
-// subscription is misconfigured. The message names the subscription, the
+// ErrInvalidSubscription is wrapped by Subscription.Validate, and by the
+// engine's New and Fleet.Put, when a subscription is misconfigured. The message names the subscription, the
 // field and the value (never a secret or a header value).
 var ErrInvalidSubscription = errors.New("invalid subscription")
 
@@ -80,12 +84,21 @@ const (
 // DefaultOrdering is the Ordering of a subscription without one.
 const DefaultOrdering = OrderingStream
 
-// Subscription defaults.
+// Subscription defaults: what WithDefaults sets a zero field to.
 const (
-	DefaultTimeout       = 10 * time.Second
-	DefaultAckWait       = 30 * time.Second
-	DefaultMaxDeliver    = 10
-	DefaultMaxInFlight   = 64
+	// DefaultTimeout bounds one POST (Subscription.Timeout): 10 s.
+	DefaultTimeout = 10 * time.Second
+	// DefaultAckWait is the durable consumers' AckWait
+	// (Subscription.AckWait): 30 s.
+	DefaultAckWait = 30 * time.Second
+	// DefaultMaxDeliver is the attempts of one event before it is
+	// dead-lettered (Subscription.MaxDeliver): 10.
+	DefaultMaxDeliver = 10
+	// DefaultMaxInFlight is the concurrent deliveries per consumer
+	// process (Subscription.MaxInFlight): 64.
+	DefaultMaxInFlight = 64
+	// DefaultMaxAckPending is the durable consumers' MaxAckPending
+	// (Subscription.MaxAckPending): 1000, or MaxInFlight when larger.
 	DefaultMaxAckPending = 1000
 )
 
@@ -152,7 +165,8 @@ type Subscription struct {
 	MaxInFlight int
 	// RateLimit caps the subscription's POSTs per consumer replica, in
 	// requests per second. Default 0: no cap. A 429 or 503 from the
-	// endpoint lowers the rate below it for a while (throttle.go).
+	// endpoint lowers the rate below it for a while (the engine's
+	// throttle, internal/deliver/throttle.go).
 	RateLimit float64
 	// MaxAckPending is the durable consumer's MaxAckPending: the messages
 	// out for delivery or waiting for a delayed retry, across all consumer
@@ -183,7 +197,7 @@ type Subscription struct {
 	// are first created: StartNew (default, the zero value), StartAll,
 	// StartTime or StartSequence. An existing durable keeps its position;
 	// a start that differs from the one it was created with is refused
-	// (ErrStartChanged). See start.go.
+	// (ErrStartChanged). See Start.
 	Start Start
 }
 
@@ -195,8 +209,15 @@ func (s Subscription) Ordered() bool {
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// withDefaults returns a copy of s with zero fields set to their defaults.
-func (s Subscription) withDefaults() Subscription {
+// ValidName reports whether name matches [A-Za-z0-9_-]+, the rule for a
+// subscription's Name (a JetStream consumer name and a KV key token); the
+// engine holds its replica ids to it too.
+func ValidName(name string) bool { return validName.MatchString(name) }
+
+// WithDefaults returns a copy of s with zero fields set to their defaults
+// (the Default* constants, DefaultBackOff, webhook.SchemeStandard,
+// BodyStructured, DeadLetterPark; MaxAckPending at least MaxInFlight).
+func (s Subscription) WithDefaults() Subscription {
 	if s.Scheme == "" {
 		s.Scheme = webhook.SchemeStandard
 	}
@@ -256,7 +277,7 @@ var reservedHeaders = map[string]bool{
 // userinfo and query are never printed. It reads the TLS files, so a
 // missing or unreadable one is reported here, by field and path.
 func (s Subscription) Validate() error {
-	s = s.withDefaults()
+	s = s.WithDefaults()
 	bad := func(field string, format string, args ...any) error {
 		return fmt.Errorf("%w %q: %s: %s", ErrInvalidSubscription, s.Name, field, fmt.Sprintf(format, args...))
 	}
@@ -367,4 +388,18 @@ func validHeaderName(name string) bool {
 		}
 	}
 	return true
+}
+
+// Equal reports whether a and b are the same subscription, field by field
+// as written (defaults not applied: a zero field and its default differ).
+// Starts are equal when they write the same (Start.String), so one time in
+// two zones is one start. Every field counts: the engine restarts a
+// running subscription when anything but its signing changed.
+func Equal(a, b Subscription) bool {
+	return a.Name == b.Name && slices.Equal(a.FilterSubjects, b.FilterSubjects) && a.URL == b.URL && a.Scheme == b.Scheme &&
+		slices.Equal(a.Secrets, b.Secrets) && a.Body == b.Body && maps.Equal(a.Headers, b.Headers) &&
+		a.Timeout == b.Timeout && a.AckWait == b.AckWait && a.MaxDeliver == b.MaxDeliver && slices.Equal(a.BackOff, b.BackOff) &&
+		a.MaxInFlight == b.MaxInFlight && a.RateLimit == b.RateLimit && a.MaxAckPending == b.MaxAckPending &&
+		a.AllowPrivate == b.AllowPrivate && a.AllowHTTP == b.AllowHTTP && a.TLS == b.TLS && a.Ordering == b.Ordering &&
+		a.OnDeadLetter == b.OnDeadLetter && a.Start.String() == b.Start.String()
 }

@@ -1,4 +1,4 @@
-package deliver
+package subscription
 
 import (
 	"errors"
@@ -48,11 +48,12 @@ const StartMetadataKey = "jsbridge_start"
 // ErrInvalidStart is wrapped by ParseStart for a start it cannot read.
 var ErrInvalidStart = errors.New("invalid start")
 
-// ErrStartChanged is wrapped by Provision when a subscription's start
-// differs from the one its existing durable consumer was created with: a
-// start applies only at creation, so it would silently not apply. The
-// message says how to reset the subscription (delete its durable
-// consumers). Waiting does not fix it.
+// ErrStartChanged is wrapped by CheckStart, so by the engine's Provision
+// (Consumer and Fleet), when a subscription's start differs from the one
+// its existing durable consumer was created with: a start applies only at
+// creation, so it would silently not apply. The message says how to reset
+// the subscription (delete its durable consumers). Waiting does not fix
+// it.
 var ErrStartChanged = errors.New("start differs from the durable consumer's")
 
 // Start says where a subscription's durable consumers begin when they are
@@ -135,10 +136,10 @@ func (s Start) validate() error {
 	return fmt.Errorf("%q (want %q, %q, %q or %q)", s.Policy, StartNew, StartAll, StartTime, StartSequence)
 }
 
-// applyStart sets cfg's deliver policy for a durable consumer on the
+// ApplyStart sets cfg's deliver policy for a durable consumer on the
 // events stream itself (an unordered subscription) created with start s,
-// and records s in its metadata.
-func applyStart(cfg *jetstream.ConsumerConfig, s Start) {
+// and records s in its metadata (RecordStart).
+func ApplyStart(cfg *jetstream.ConsumerConfig, s Start) {
 	switch s.Policy {
 	case StartAll:
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
@@ -150,23 +151,26 @@ func applyStart(cfg *jetstream.ConsumerConfig, s Start) {
 	default:
 		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
 	}
-	recordStart(cfg, s)
+	RecordStart(cfg, s)
 }
 
-// recordStart records s in cfg's metadata (StartMetadataKey).
-func recordStart(cfg *jetstream.ConsumerConfig, s Start) {
+// RecordStart records s in cfg's metadata (StartMetadataKey, written as
+// Start.String), creating the metadata map if cfg has none.
+func RecordStart(cfg *jetstream.ConsumerConfig, s Start) {
 	if cfg.Metadata == nil {
 		cfg.Metadata = map[string]string{}
 	}
 	cfg.Metadata[StartMetadataKey] = s.String()
 }
 
-// keepStart makes cfg keep the deliver policy, the recorded start and
-// the version chain's start (ChainFromMetadataKey) of the existing durable
-// consumer's config have, so that an update never moves them.
-func keepStart(cfg *jetstream.ConsumerConfig, have jetstream.ConsumerConfig) {
+// KeepStart makes cfg keep the deliver policy (with its start sequence or
+// time) and the recorded start (StartMetadataKey) of the existing durable
+// consumer's config have, and the metadata keys also (the engine passes
+// the version chain's start), so that an update never moves them: a key
+// have lacks is removed from cfg.
+func KeepStart(cfg *jetstream.ConsumerConfig, have jetstream.ConsumerConfig, also ...string) {
 	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = have.DeliverPolicy, have.OptStartSeq, have.OptStartTime
-	for _, k := range []string{StartMetadataKey, ChainFromMetadataKey} {
+	for _, k := range append([]string{StartMetadataKey}, also...) {
 		delete(cfg.Metadata, k)
 		if v, ok := have.Metadata[k]; ok {
 			if cfg.Metadata == nil {
@@ -206,12 +210,12 @@ func ReportedStart(cfg jetstream.ConsumerConfig) string {
 	return s.String() + " (not recorded)"
 }
 
-// checkStart refuses (ErrStartChanged) a subscription start want that
+// CheckStart refuses (ErrStartChanged) a subscription start want that
 // differs from the one recorded on its existing durable consumer
 // (cfg, named durable on stream); reset says how to delete the durables.
 // A durable without a recorded start was created with StartAll before
 // starts were recorded: it is accepted whatever want is, as it always was.
-func checkStart(sub string, want Start, cfg jetstream.ConsumerConfig, durable, stream, reset string) error {
+func CheckStart(sub string, want Start, cfg jetstream.ConsumerConfig, durable, stream, reset string) error {
 	have, ok := RecordedStart(cfg)
 	if !ok || have == want.String() {
 		return nil
