@@ -21,6 +21,7 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -88,7 +89,7 @@ func TestAFormerOwnerWakingAfterTheResetMovesNothing(t *testing.T) {
 // takeOver is what frozenTakeOver leaves: the frozen first replica's proxy
 // and log, the receiver, and the take-over's figures.
 type takeOver struct {
-	sub       Subscription
+	sub       subscription.Subscription
 	rc        *chainReceiver
 	proxy     *holdProxy
 	firstLog  *msgLog
@@ -147,9 +148,9 @@ func frozenTakeOver(t *testing.T) *takeOver {
 			}
 		}
 	}
-	tk.sub = Subscription{
+	tk.sub = subscription.Subscription{
 		Name: "takeover", FilterSubjects: []string{"events.order.>"}, URL: tk.rc.URL, AllowPrivate: true,
-		Secrets: []string{chainSecret}, Ordering: OrderingStream, Start: Start{Policy: StartAll},
+		Secrets: []string{chainSecret}, Ordering: subscription.OrderingStream, Start: subscription.Start{Policy: subscription.StartAll},
 		AckWait: time.Minute, Timeout: 2 * time.Second, MaxInFlight: 4,
 	}
 	run := func(js jetstream.JetStream, cfg Config) {
@@ -527,9 +528,9 @@ func TestATakeOverWithNothingPendingDoesNotReset(t *testing.T) {
 			}
 		}
 	}
-	s := Subscription{
+	s := subscription.Subscription{
 		Name: "idle", FilterSubjects: []string{"events.order.>"}, URL: rc.URL, AllowPrivate: true,
-		Secrets: []string{chainSecret}, Ordering: OrderingStream, Start: Start{Policy: StartAll},
+		Secrets: []string{chainSecret}, Ordering: subscription.OrderingStream, Start: subscription.Start{Policy: subscription.StartAll},
 		AckWait: time.Minute, Timeout: 2 * time.Second,
 	}
 	run := func(id string, log *msgLog) (stop func()) {
@@ -618,7 +619,7 @@ func TestAResetOnAClusterIsAppliedWhenAnswered(t *testing.T) {
 	require.Equal(t, []uint64{1, 2, 3, 4, 5, 6}, fetch(false))
 
 	or := &orderedRunner{
-		r: &runner{sender: &sender{sub: Subscription{Name: "orders"}, log: slog.New(slog.DiscardHandler)}, js: js},
+		r: &runner{sender: &sender{sub: subscription.Subscription{Name: "orders"}, log: slog.New(slog.DiscardHandler)}, js: js},
 		o: &ordering{cfg: Config{Stream: "EVENTS"}}, cons: []jetstream.Consumer{cons},
 	}
 	require.EqualValues(t, 6, or.resetToAckFloor(ctx, 0), "reset: the last sequence delivered before it")
