@@ -223,6 +223,13 @@ func (as *asides) candidates(pressed bool) map[string]refusedHead {
 	return out
 }
 
+// isAside reports whether stream key is set aside on this partition.
+func (as *asides) isAside(key string) bool {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	return as.streams[key] != nil
+}
+
 // record writes the record that sets stream key (subject: one of its
 // subjects in the copy) aside from sequence from on, and adds the stream.
 func (as *asides) record(ctx context.Context, key, subject string, head, from uint64) error {

@@ -185,6 +185,55 @@ func (pk *parking) returnHeld(h *holder) {
 	}
 }
 
+// heldBy returns the parked streams (not releasing) with events held for
+// h, each as a subject of it in the partitioned copy by its stream key
+// there, and how many events are held for h in all.
+func (pk *parking) heldBy(h *holder) (map[string]string, int) {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	var out map[string]string
+	total := 0
+	for _, ps := range pk.parked {
+		if ps.releasing {
+			continue
+		}
+		for _, x := range ps.held {
+			if x.h != h {
+				continue
+			}
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[wire.StreamKey(x.msg.Subject())] = x.msg.Subject()
+			total++
+		}
+	}
+	return out, total
+}
+
+// takeHeld removes the events of subject's stream (a subject in the
+// partitioned copy) held for h and returns them, in stream order: the
+// partition sets the stream aside (asidepartition.go, setAsideParked).
+func (pk *parking) takeHeld(h *holder, subject string) []jetstream.Msg {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	ps := pk.parked[pk.parkedKey(subject)]
+	if ps == nil {
+		return nil
+	}
+	var out []jetstream.Msg
+	keep := ps.held[:0]
+	for _, x := range ps.held {
+		if x.h == h {
+			out = append(out, x.msg)
+		} else {
+			keep = append(keep, x)
+		}
+	}
+	ps.held = keep
+	return out
+}
+
 // addHeld adds to seqs the stream sequences of the events held for h.
 func (pk *parking) addHeld(h *holder, seqs map[uint64]bool) {
 	pk.mu.Lock()
@@ -413,7 +462,9 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 				oldest = rp.oldest
 			}
 			rp.risk = riskOf(rp.inCopy, now, maxAge)
-			if rp.held > 0 && reported[k] != (state{rp.held, rp.risk}) {
+			// A stream whose held events were set aside (held 0 now)
+			// is reported too: its entry must not keep the old count.
+			if reported[k] != (state{rp.held, rp.risk}) {
 				reports = append(reports, rp)
 			}
 		}

@@ -1,0 +1,87 @@
+package deliver_test
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// A stream parked at once (its head answered a permanent 422) with more
+// later events than the partition consumer's MaxAckPending (20), beside
+// ten free streams in the same partition: its held events are set aside
+// (acked out, a record in the park bucket) once they press on
+// MaxAckPending, so the free streams keep flowing and nothing of the
+// parked stream stays pending. After `consumer dlq replay` every event of
+// the parked stream, those set aside and those written meanwhile, is
+// processed once, in order, by a gated receiver, and the stream is live
+// again.
+func TestParkedStreamIsSetAsideAndItsPartitionGoesOn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs an ordered consumer for seconds")
+	}
+	t.Parallel()
+	b := setupOrdered(t)
+	const parked = "order-parked"
+	g := newGatedReceiver(t, b)
+	var fixed atomic.Bool
+	g.setFail(func(e orderedEvent) int {
+		if e.stream == parked && e.version == 0 && !fixed.Load() {
+			return http.StatusUnprocessableEntity
+		}
+		return 0
+	})
+	q := deadletter.New(b.js, deadletter.Config{})
+	require.NoError(t, q.Provision(b.ctx))
+	s := asideSub("parkaside", g.URL)
+	s.OnDeadLetter = deliver.DeadLetterPark
+	c := b.runOrdered(t, deliver.Config{Partitions: 1, DeadLetters: q, LeaseTTL: 2 * time.Second, Breakers: neverOpen(t)}, s)
+
+	const behind = 60 // three times MaxAckPending
+	b.publishStream(t, parked, 0, behind)
+	require.Eventually(t, func() bool {
+		p, err := deadletter.ListParked(b.ctx, b.js, s.Name)
+		return err == nil && len(p) == 1 && len(asideRecords(t, b, s.Name)) == 1
+	}, 20*time.Second, 10*time.Millisecond, "the stream is parked and its later events set aside")
+	free := freeStreams(10)
+	b.publishRounds(t, free, 0, 10)
+	for _, f := range free {
+		g.requireProcessed(t, f, versionsFrom(0, 10)...)
+	}
+	require.Eventually(t, func() bool {
+		// Nothing of the parked stream is pending on the partition
+		// consumer: every later event was acked out.
+		cons, err := b.js.Consumer(b.ctx, wire.OrderedStream("EVENTS"), wire.PartitionDurable(s.Name, 0))
+		if err != nil {
+			return false
+		}
+		ci, err := cons.Info(b.ctx)
+		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
+	}, 20*time.Second, 10*time.Millisecond, "the parked stream holds nothing against MaxAckPending")
+	require.Empty(t, g.versions(parked))
+
+	// Replay the head; events written meanwhile arrive live while those
+	// set aside are read again from the copy.
+	letters, err := q.List(b.ctx, s.Name)
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	fixed.Store(true)
+	res := c.Replay(b.ctx, q, letters)
+	require.NoError(t, res[0].Err)
+	require.True(t, res[0].Delivered)
+	b.publishStream(t, parked, behind, behind+20)
+	g.requireProcessed(t, parked, versionsFrom(0, behind+20)...)
+	require.Eventually(t, func() bool { return len(asideRecords(t, b, s.Name)) == 0 }, 20*time.Second, 10*time.Millisecond,
+		"the stream caught up is live again")
+	b.publishStream(t, parked, behind+20, behind+30)
+	g.requireProcessed(t, parked, versionsFrom(0, behind+30)...)
+	for _, f := range free {
+		g.requireProcessed(t, f, versionsFrom(0, 10)...)
+	}
+}
