@@ -80,6 +80,16 @@ type asideRecord struct {
 	From    uint64    `json:"from"`
 	Replica string    `json:"replica,omitempty"`
 	At      time.Time `json:"set_aside_at"`
+	// HeadEventID and HeadVersion name the refused head (its event id
+	// and ce-streamversion) and Answer the receiver's last answer to it
+	// when the stream was set aside, for `consumer status`; empty for a
+	// parked stream's events (Parked), whose head is in the DLQ.
+	HeadEventID string `json:"head_event_id,omitempty"`
+	HeadVersion string `json:"head_version,omitempty"`
+	Answer      string `json:"answer,omitempty"`
+	// Parked is true when the stream was set aside because it is parked
+	// (its held events pressed on MaxAckPending, setAsideParked).
+	Parked bool `json:"parked,omitempty"`
 }
 
 // asideStream is a stream set aside on this partition.
@@ -147,25 +157,36 @@ func newAsides(kv jetstream.KeyValue, sub string, p int, replicaID string, clock
 }
 
 // refusedHead is a head of line retried in place: a subject of its
-// stream, its sequence, and since when.
+// stream, its sequence, since when, its event id and version, and the
+// receiver's last answer (settlement reason). parked: not a refused
+// head, but a parked stream's held events (setAsideParked).
 type refusedHead struct {
-	subject string
-	seq     uint64
-	since   time.Time
+	subject          string
+	seq              uint64
+	since            time.Time
+	eventID, version string
+	answer           string
+	parked           bool
 }
 
 // refusedHead records that m, of stream key, is being retried in place (a
-// head of line refused). Nil-safe.
-func (as *asides) refusedHead(key string, m jetstream.Msg) {
+// head of line refused), answer the receiver's last answer. Nil-safe.
+func (as *asides) refusedHead(key string, m jetstream.Msg, answer string) {
 	if as == nil || isReread(m) {
 		return
 	}
 	as.mu.Lock()
 	defer as.mu.Unlock()
-	if _, ok := as.refused[key]; !ok && as.streams[key] == nil {
-		as.refused[key] = refusedHead{subject: m.Subject(), seq: streamSeq(m), since: as.clock.Now()}
+	if as.streams[key] != nil {
+		return
+	}
+	h, ok := as.refused[key]
+	if !ok {
+		h = refusedHead{subject: m.Subject(), seq: streamSeq(m), since: as.clock.Now(), eventID: eventID(m), version: m.Headers().Get(wire.HeaderStreamVersion)}
 		as.any.Store(true)
 	}
+	h.answer = answer
+	as.refused[key] = h
 }
 
 // headEnded records that m, of stream key, left its lane (settled,
@@ -230,10 +251,11 @@ func (as *asides) isAside(key string) bool {
 	return as.streams[key] != nil
 }
 
-// record writes the record that sets stream key (subject: one of its
+// record writes the record that sets stream key (head.subject: one of its
 // subjects in the copy) aside from sequence from on, and adds the stream.
-func (as *asides) record(ctx context.Context, key, subject string, head, from uint64) error {
-	rec := asideRecord{Subscription: as.sub, Partition: as.p, Subject: subject, Head: head, Start: from, From: from, Replica: as.replicaID, At: as.clock.Now().UTC()}
+func (as *asides) record(ctx context.Context, key string, head refusedHead, from uint64) error {
+	rec := asideRecord{Subscription: as.sub, Partition: as.p, Subject: head.subject, Head: head.seq, Start: from, From: from, Replica: as.replicaID, At: as.clock.Now().UTC(),
+		HeadEventID: head.eventID, HeadVersion: head.version, Answer: head.answer, Parked: head.parked}
 	v, err := json.Marshal(rec)
 	if err != nil {
 		return err

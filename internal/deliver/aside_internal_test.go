@@ -8,6 +8,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // What a partition does with an event of a stream set aside, and when a
@@ -24,9 +26,9 @@ func TestAsidesTakeAndCatchUp(t *testing.T) {
 
 	// A head refused: a candidate once refused for asideWait, or at once
 	// when the limits press.
-	as.refusedHead(key, m(4))
+	as.refusedHead(key, m(4), "HTTP 503")
 	require.Empty(t, as.candidates(false))
-	require.Equal(t, refusedHead{subject: m(4).Subject(), seq: 4, since: clock.Now()}, as.candidates(true)[key])
+	require.Equal(t, refusedHead{subject: m(4).Subject(), seq: 4, since: clock.Now(), eventID: eventID(m(4)), version: m(4).Headers().Get(wire.HeaderStreamVersion), answer: "HTTP 503"}, as.candidates(true)[key])
 	clock.Advance(asideWait)
 	require.Len(t, as.candidates(false), 1)
 

@@ -70,7 +70,7 @@ func (pt *partition) setAside(key string, head refusedHead, wg *sync.WaitGroup) 
 		from = min(from, streamSeq(m))
 	}
 	ctx, cancel := pt.lease.beforeDeadline(pt.ctx, 5*time.Second)
-	err := pt.aside.record(ctx, key, head.subject, head.seq, from)
+	err := pt.aside.record(ctx, key, head, from)
 	cancel()
 	if err != nil {
 		pt.log.Warn("setting a stuck stream aside failed; its events stay in hand", slog.String("stream_key", key), slog.Any("error", err))
@@ -129,7 +129,7 @@ func (pt *partition) setAsideParked(wg *sync.WaitGroup) {
 			continue
 		}
 		if pressed {
-			pt.setAside(key, refusedHead{subject: subject}, wg)
+			pt.setAside(key, refusedHead{subject: subject, parked: true}, wg)
 		}
 	}
 }

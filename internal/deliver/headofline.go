@@ -196,7 +196,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			hl.forgetAttempts(id, recorded)
 			return
 		case actRetry:
-			hl.aside.refusedHead(key, m) // its later events may be set aside
+			hl.aside.refusedHead(key, m, s.reason) // its later events may be set aside
 			r.count(OutcomeRetry, s.class, 0)
 			hl.attempts.failed(id, attempt)
 			recorded = true
@@ -210,7 +210,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			if refusedSince.IsZero() {
 				refusedSince = hl.clock.Now()
 			}
-			hl.aside.refusedHead(key, m)
+			hl.aside.refusedHead(key, m, s.reason)
 			if dl, stuck := orderStuck(refusedSince, hl.clock.Now(), hl.stuckAfter, resp, id, attempt); stuck {
 				hl.deadLetter(m, log(slog.Int("status", resp.status)), orderLetter(dl, order), OutcomeOrderStuck, s.class)
 				hl.forgetAttempts(id, recorded)

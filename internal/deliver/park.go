@@ -80,7 +80,7 @@ func (pk *parking) park(h *holder, m jetstream.Msg, dl deadletter.Letter) error 
 	key := wire.StreamKey(subject)
 	stream, _, _ := wire.ParseSubject(o.eventsPrefix, subject)
 	e := deadletter.ParkedStream{
-		Subscription: pk.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
+		Subscription: pk.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID, HeadVersion: m.Headers().Get(wire.HeaderStreamVersion),
 		Partition: h.p, ParkedAt: pk.clock.Now().UTC(), Replica: pk.replicaID, Reason: dl.Reason, OrderStuck: dl.OrderStuck,
 	}
 	v, err := json.Marshal(e)

@@ -26,6 +26,9 @@ type ParkedStream struct {
 	Subject string `json:"subject"`
 	// HeadEventID is the dead-lettered head's event id.
 	HeadEventID string `json:"head_event_id"`
+	// HeadVersion is the dead-lettered head's version in its stream (its
+	// ce-streamversion, base 10); empty when it carries none.
+	HeadVersion string `json:"head_version,omitempty"`
 	// Partition is the stream's partition.
 	Partition int `json:"partition"`
 	// ParkedAt is when the head was dead-lettered.
