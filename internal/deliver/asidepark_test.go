@@ -10,6 +10,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -65,6 +66,13 @@ func TestParkedStreamIsSetAsideAndItsPartitionGoesOn(t *testing.T) {
 		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
 	}, 20*time.Second, 10*time.Millisecond, "the parked stream holds nothing against MaxAckPending")
 	require.Empty(t, g.versions(parked))
+	// consumer status lists it once, as parked, with its head.
+	st, err := inspect.ReadStatus(b.ctx, b.js)
+	require.NoError(t, err)
+	require.Len(t, st.Stuck, 1)
+	require.Equal(t, inspect.StateParked, st.Stuck[0].State)
+	require.Equal(t, "0", st.Stuck[0].HeadVersion)
+	require.Contains(t, st.Stuck[0].LastAnswer, "422")
 
 	// Replay the head; events written meanwhile arrive live while those
 	// set aside are read again from the copy.

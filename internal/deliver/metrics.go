@@ -122,7 +122,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"subscription"}),
 		streamsAside: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_streams_set_aside",
-			Help: "Streams of an ordered subscription this replica holds set aside: their head refused, their later events acked out and read again from the partitioned copy once it goes, by subscription.",
+			Help: "Streams of an ordered subscription this replica holds set aside: their head refused (or the stream parked), their later events acked out and read again from the partitioned copy once it goes, by subscription.",
 		}, []string{"subscription"}),
 		oldestHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_oldest_held_seconds",

@@ -26,8 +26,10 @@ import (
 // never acked while parked, so nothing is lost across restarts and
 // hand-overs: a new owner gets them again and holds them again. The price:
 // each held event occupies one of the partition consumer's MaxAckPending
-// slots, so a partition with MaxAckPending held events stops pulling until
-// an operator acts (docs/ordering.md).
+// slots, so once they press on it the partition sets the stream aside
+// (setAsideParked): its held events are acked out behind an aside record
+// and read again from the copy once it is unparked (docs/ordering.md,
+// "Dead letters").
 
 // parking is an ordered subscription's parked streams on this replica:
 // the park entries it wrote or watched, the events it holds behind them,

@@ -33,8 +33,10 @@ type ParkedStream struct {
 	Partition int `json:"partition"`
 	// ParkedAt is when the head was dead-lettered.
 	ParkedAt time.Time `json:"parked_at"`
-	// Held is how many later events the owning replica held at UpdatedAt;
-	// OldestHeldAt when the oldest of them was first held.
+	// Held is how many later events the owning replica held in memory at
+	// UpdatedAt (0 once they were set aside: acked out, to be read again
+	// from the partitioned copy); OldestHeldAt when the oldest of them
+	// was first held.
 	Held         int       `json:"held"`
 	OldestHeldAt time.Time `json:"oldest_held_at,omitzero"`
 	UpdatedAt    time.Time `json:"updated_at,omitzero"`
