@@ -113,6 +113,8 @@ type asideStream struct {
 	// last is the stream's last event settled here since it was set
 	// aside (seq 0: none).
 	last streamPos
+	// stuck is true while the stream is counted in stuckGauge.
+	stuck bool
 	// reading is true while a re-read runs; caughtUp, once it ended with
 	// nothing more in the copy from sequence caughtUpAt on.
 	reading    bool
@@ -136,6 +138,12 @@ type asides struct {
 	// gauge counts the streams aside on this replica (the subscription's
 	// jsbridge_consumer_streams_set_aside); nil: not counted.
 	gauge prometheus.Gauge
+	// stuckGauge counts the streams aside here for stuckAfter or longer,
+	// their head refused in place (not parked): the subscription's
+	// jsbridge_consumer_streams_set_aside_stuck; nil: not counted.
+	stuckGauge prometheus.Gauge
+	stuckAfter time.Duration // Config.OrderStuckAfter (0: never stuck)
+	stuckAt    time.Time     // when tendStuck last counted
 
 	any     atomic.Bool // a head is refused or a stream is aside
 	mu      sync.Mutex
@@ -217,7 +225,45 @@ func (as *asides) released() {
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	as.counted(-len(as.streams))
+	for _, a := range as.streams {
+		as.countStuck(a, false)
+	}
 	clear(as.streams)
+}
+
+// countStuck sets whether a is counted in stuckGauge. as.mu is held.
+func (as *asides) countStuck(a *asideStream, stuck bool) {
+	if a.stuck == stuck {
+		return
+	}
+	a.stuck = stuck
+	if as.stuckGauge != nil {
+		if stuck {
+			as.stuckGauge.Inc()
+		} else {
+			as.stuckGauge.Dec()
+		}
+	}
+}
+
+// tendStuck counts, at most once a second, the streams aside for
+// stuckAfter or longer (since their record's At) whose head is refused
+// in place, not parked (parked reports whether the stream of a subject
+// in the copy is): the order-stuck bound parks a head refused by the
+// order gate, and max_deliver one that fails, but with max_deliver -1,
+// or a head whose refusals are not continuous, the stream may stay
+// aside for ever. Only the run loop calls it.
+func (as *asides) tendStuck(parked func(subject string) bool) {
+	now := as.clock.Now()
+	if as.stuckAfter <= 0 || now.Sub(as.stuckAt) < time.Second {
+		return
+	}
+	as.stuckAt = now
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	for _, a := range as.streams {
+		as.countStuck(a, !a.rec.Parked && now.Sub(a.rec.At) >= as.stuckAfter && !parked(a.rec.Subject))
+	}
 }
 
 // recount sets any. as.mu is held.
@@ -555,6 +601,7 @@ func (as *asides) goLive(ctx context.Context, key string, upTo uint64) (streamPo
 	defer as.mu.Unlock()
 	delete(as.streams, key)
 	as.counted(-1)
+	as.countStuck(a, false)
 	if upTo >= a.rec.Start {
 		as.reread[key] = append(as.reread[key], [2]uint64{a.rec.Start, upTo})
 	}

@@ -28,6 +28,7 @@ func (pt *partition) tendAside(wg *sync.WaitGroup) {
 	if !as.any.Load() {
 		return
 	}
+	as.tendStuck(pt.parking.isParked)
 	pressed := pt.inHand.full() || (pt.maxAckPending > 0 && pt.book.inHand() >= pt.maxAckPending/2)
 	for key, h := range as.candidates(pressed) {
 		if pt.lanes.queuedOf(key)+pt.book.waitingOf(key) >= asideAfter {

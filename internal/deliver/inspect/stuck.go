@@ -75,11 +75,13 @@ type asideRecord struct {
 
 // stuckOf returns the stuck streams the park entries and the aside
 // records in the park bucket on js name, by subscription, partition and
-// stream key. A stream set aside because it is parked is listed once, as
-// parked.
+// stream key. A stream set aside because it is parked, or whose refused
+// head was dead-lettered and parked since, is listed once, as parked.
 func stuckOf(ctx context.Context, js jetstream.JetStream, parked []deadletter.ParkedStream) ([]StuckStream, error) {
 	var out []StuckStream
+	heads := map[string]bool{} // parked heads, by subscription and event id
 	for _, ps := range parked {
+		heads[ps.Subscription+"\x00"+ps.HeadEventID] = true
 		s := StuckStream{
 			Subscription: ps.Subscription, Partition: ps.Partition, State: StateParked, Stream: ps.Stream,
 			StreamKey: wire.StreamKey(ps.Subject), HeadEventID: ps.HeadEventID, HeadVersion: ps.HeadVersion,
@@ -121,6 +123,9 @@ func stuckOf(ctx context.Context, js jetstream.JetStream, parked []deadletter.Pa
 		var rec asideRecord
 		if json.Unmarshal(e.Value(), &rec) != nil || rec.Parked || rec.Subject == "" {
 			continue
+		}
+		if rec.HeadEventID != "" && heads[rec.Subscription+"\x00"+rec.HeadEventID] {
+			continue // its refused head was dead-lettered since: listed as parked
 		}
 		out = append(out, StuckStream{
 			Subscription: rec.Subscription, Partition: rec.Partition, State: StateSetAside, StreamKey: wire.StreamKey(rec.Subject),
