@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
@@ -92,4 +93,49 @@ func TestParkedStreamIsSetAsideAndItsPartitionGoesOn(t *testing.T) {
 	for _, f := range free {
 		g.requireProcessed(t, f, versionsFrom(0, 10)...)
 	}
+}
+
+// A stream whose head is refused 503 for ever (max_deliver -1) is set
+// aside, and once aside for longer than OrderStuckAfter it is counted in
+// jsbridge_consumer_streams_set_aside_stuck (it is not parked: its head
+// is still tried) and listed by consumer status; once the endpoint takes
+// the head, the stream is read again, live again and uncounted.
+func TestStreamSetAsideTooLongIsCountedStuck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out OrderStuckAfter (a second)")
+	}
+	t.Parallel()
+	b := setupOrdered(t)
+	const stuck = "order-stuck"
+	g := newGatedReceiver(t, b)
+	var fixed atomic.Bool
+	g.setFail(func(e orderedEvent) int {
+		if e.stream == stuck && !fixed.Load() {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+	reg := prometheus.NewRegistry()
+	s := asideSub("asidestuck", g.URL)
+	b.runOrdered(t, deliver.Config{Partitions: 1, LeaseTTL: 2 * time.Second, OrderStuckAfter: time.Second, Registerer: reg, Breakers: neverOpen(t)}, s)
+	b.publishStream(t, stuck, 0, 30)
+	require.Eventually(t, func() bool { return gaugeValue(t, reg, "jsbridge_consumer_streams_set_aside_stuck") == 1 }, 20*time.Second, 20*time.Millisecond,
+		"the stream aside past OrderStuckAfter is counted")
+	st, err := inspect.ReadStatus(b.ctx, b.js)
+	require.NoError(t, err)
+	require.Len(t, st.Stuck, 1)
+	require.Equal(t, inspect.StateSetAside, st.Stuck[0].State)
+	require.Contains(t, st.Stuck[0].LastAnswer, "503")
+	parked, err := deadletter.ListParked(b.ctx, b.js, s.Name)
+	require.NoError(t, err)
+	require.Empty(t, parked, "a head refused 503 is not parked by the bound")
+	b.publishRounds(t, freeStreams(3), 0, 5)
+	for _, f := range freeStreams(3) {
+		g.requireProcessed(t, f, versionsFrom(0, 5)...)
+	}
+
+	fixed.Store(true)
+	g.requireProcessed(t, stuck, versionsFrom(0, 30)...)
+	require.Eventually(t, func() bool { return gaugeValue(t, reg, "jsbridge_consumer_streams_set_aside_stuck") == 0 }, 20*time.Second, 20*time.Millisecond,
+		"live again, uncounted")
 }
