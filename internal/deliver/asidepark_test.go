@@ -139,3 +139,64 @@ func TestStreamSetAsideTooLongIsCountedStuck(t *testing.T) {
 	require.Eventually(t, func() bool { return gaugeValue(t, reg, "jsbridge_consumer_streams_set_aside_stuck") == 0 }, 20*time.Second, 20*time.Millisecond,
 		"live again, uncounted")
 }
+
+// A parked stream set aside, handed over while parked: the new owner
+// reads the aside record (and the park entry) before its fence passes,
+// acks the stream's later events out as they come, and reads them all
+// again from the copy once the head is replayed: each processed once,
+// in order, by a gated receiver.
+func TestParkedStreamSetAsideSurvivesAHandOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two ordered consumers for seconds")
+	}
+	t.Parallel()
+	b := setupOrdered(t)
+	const parked = "order-parked"
+	g := newGatedReceiver(t, b)
+	var fixed atomic.Bool
+	g.setFail(func(e orderedEvent) int {
+		if e.stream == parked && e.version == 0 && !fixed.Load() {
+			return http.StatusUnprocessableEntity
+		}
+		return 0
+	})
+	q := deadletter.New(b.js, deadletter.Config{})
+	require.NoError(t, q.Provision(b.ctx))
+	s := asideSub("parkhandover", g.URL)
+	s.OnDeadLetter = deliver.DeadLetterPark
+	cfg := deliver.Config{Partitions: 1, DeadLetters: q, LeaseTTL: 2 * time.Second, ReplicaID: "first", Breakers: neverOpen(t)}
+	_, stopFirst := b.startOrdered(t, cfg, s)
+	b.publishStream(t, parked, 0, 40)
+	require.Eventually(t, func() bool { return len(asideRecords(t, b, s.Name)) == 1 }, 20*time.Second, 10*time.Millisecond,
+		"the parked stream's events are set aside")
+
+	stopFirst()
+	b.publishStream(t, parked, 40, 50)
+	cfg.ReplicaID = "second"
+	c := b.runOrdered(t, cfg, s)
+	b.publishRounds(t, freeStreams(4), 0, 5)
+	for _, f := range freeStreams(4) {
+		g.requireProcessed(t, f, versionsFrom(0, 5)...)
+	}
+	require.Eventually(t, func() bool {
+		cons, err := b.js.Consumer(b.ctx, wire.OrderedStream("EVENTS"), wire.PartitionDurable(s.Name, 0))
+		if err != nil {
+			return false
+		}
+		ci, err := cons.Info(b.ctx)
+		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
+	}, 20*time.Second, 10*time.Millisecond, "the new owner acks the parked stream's events out")
+	require.Empty(t, g.versions(parked))
+
+	letters, err := q.List(b.ctx, s.Name)
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	fixed.Store(true)
+	res := c.Replay(b.ctx, q, letters)
+	require.NoError(t, res[0].Err)
+	g.requireProcessed(t, parked, versionsFrom(0, 50)...)
+	require.Eventually(t, func() bool { return len(asideRecords(t, b, s.Name)) == 0 }, 20*time.Second, 10*time.Millisecond,
+		"the stream caught up is live again")
+	b.publishStream(t, parked, 50, 55)
+	g.requireProcessed(t, parked, versionsFrom(0, 55)...)
+}
