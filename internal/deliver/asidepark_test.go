@@ -12,6 +12,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -42,7 +43,7 @@ func TestParkedStreamIsSetAsideAndItsPartitionGoesOn(t *testing.T) {
 	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	s := asideSub("parkaside", g.URL)
-	s.OnDeadLetter = deliver.DeadLetterPark
+	s.OnDeadLetter = subscription.DeadLetterPark
 	c := b.runOrdered(t, deliver.Config{Partitions: 1, DeadLetters: q, LeaseTTL: 2 * time.Second, Breakers: neverOpen(t)}, s)
 
 	const behind = 60 // three times MaxAckPending
@@ -163,7 +164,7 @@ func TestParkedStreamSetAsideSurvivesAHandOver(t *testing.T) {
 	q := deadletter.New(b.js, deadletter.Config{})
 	require.NoError(t, q.Provision(b.ctx))
 	s := asideSub("parkhandover", g.URL)
-	s.OnDeadLetter = deliver.DeadLetterPark
+	s.OnDeadLetter = subscription.DeadLetterPark
 	cfg := deliver.Config{Partitions: 1, DeadLetters: q, LeaseTTL: 2 * time.Second, ReplicaID: "first", Breakers: neverOpen(t)}
 	_, stopFirst := b.startOrdered(t, cfg, s)
 	b.publishStream(t, parked, 0, 40)
