@@ -109,3 +109,19 @@ type IdleNotifier interface {
 	// again. Its error is logged.
 	Busy(ctx context.Context, notes <-chan struct{}) error
 }
+
+// AckClaimer is a Store that can ack a cycle's streams and claim the next
+// cycle's in one round trip and one transaction (package store's *Store
+// can). Run uses it when every stream of a cycle that found no backlog is
+// acked: the claim, made after the acks, takes again the streams appended
+// to while they were leased (those appends notify nobody), so no claim
+// has to follow the settle just for them.
+type AckClaimer interface {
+	// AckClaim acks as AckStreams does, then claims as Claim does, in
+	// one transaction. ackErrs is AckStreams' answer; err is the claim's
+	// (claims nil), and when the transaction failed as a whole every ack
+	// has it too. again is true when a stream was acked outside the
+	// claim's transaction (so the claim could not take it again): the
+	// caller claims once more.
+	AckClaim(ctx context.Context, owner string, acks []event.Progress, limit int, lease time.Duration) (ackErrs []error, claims []event.Claim, again bool, err error)
+}
