@@ -282,7 +282,11 @@ func defaultOwner() string {
 // handler's. Any other cycle that did work, once its handler is done
 // without the bus failing, has the next cycle claimed and fetched while it
 // settles, so an event appended meanwhile waits for the handler, not for
-// the settle too. A cycle claimed ahead is given back untried (no retry counted)
+// the settle too; when the store is an AckClaimer and every stream of
+// such a cycle is acked, that next claim is made instead with the acks, in
+// one round trip and one transaction (AckClaimer.AckClaim), and when it
+// finds nothing Run goes idle without claiming again (unless an ack had to
+// be made after it). A cycle claimed ahead is given back untried (no retry counted)
 // when the run pauses or stops instead of going on, or when the cycle
 // handled meanwhile took so long that less than half of the claimed-ahead
 // cycle's HandlerTimeout is left (a fresh claim replaces it). After a cycle

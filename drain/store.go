@@ -72,9 +72,11 @@ type Store interface {
 // LISTEN/NOTIFY). It is optional: without it the drain only polls.
 //
 // A Notifier need not signal every append: Run claims again at once after
-// any cycle that claimed a stream, so appends to a stream that is pending
-// already (package store's trigger sends nothing for them) are taken by
-// the claim that follows whatever made the stream pending. A Notifier
+// any cycle that claimed a stream (with an AckClaimer, in the same round
+// trip as the cycle's acks), so appends to a stream that is pending
+// already or leased (package store's trigger sends nothing for them) are
+// taken by the claim that follows whatever made the stream pending or
+// ended the lease. A Notifier
 // that stays silent that way must signal when a claim passed over such a
 // stream (package store does, when the stream's row was locked by its
 // appender) and when leases are given back (Release).
