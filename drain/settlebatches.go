@@ -54,7 +54,6 @@ func (d *Drain) settleBatches(runCtx, sctx context.Context, c *cycle, results []
 		if n.err != nil {
 			d.loseTrack() // the claim may have committed all the same
 		}
-		d.hold(n.claims)
 		c.next = n
 	} else if len(acks) > 0 {
 		began := d.cfg.Clock.Now()
@@ -86,6 +85,11 @@ func (d *Drain) settleBatches(runCtx, sctx context.Context, c *cycle, results []
 		if err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.next != nil {
+		// After the acks' settled: a stream acked and claimed again is
+		// held for the new claim.
+		d.hold(c.next.claims)
 	}
 	return errs
 }
