@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,6 +54,11 @@ type deliveredDoc struct {
 	// Streams maps a stream key (wire.StreamKey of the copy's subjects)
 	// to the copy sequence of its last event settled.
 	Streams map[string]uint64 `json:"streams,omitempty"`
+	// Claim is a token drawn by the claim that wrote it, unique to it:
+	// a write whose answer was lost but which landed is recognised as
+	// the owner's own (see deliveredRecord.landed), not as a new
+	// owner's. Empty in records written before it existed.
+	Claim string `json:"claim,omitempty"`
 }
 
 // errRecordLost is why an ack was not sent: a write of the delivered
@@ -72,12 +78,13 @@ var writtenAlready = func() *recordWrite { w := &recordWrite{done: make(chan str
 
 // deliveredRecord is one owned partition's delivered record.
 type deliveredRecord struct {
-	kv    jetstream.KeyValue // the park bucket; nil: nothing is written (settle returns at once)
-	key   string             // wire.DeliveredKey
-	owner string
-	copy  int64 // the copy's creation time (deliveredDoc.Copy)
-	clock clockwork.Clock
-	log   *slog.Logger
+	kv         jetstream.KeyValue // the park bucket; nil: nothing is written (settle returns at once)
+	key        string             // wire.DeliveredKey
+	owner      string
+	claimToken string // deliveredDoc.Claim of this claim's writes
+	copy       int64  // the copy's creation time (deliveredDoc.Copy)
+	clock      clockwork.Clock
+	log        *slog.Logger
 	// floor returns the partition consumer's ack floor as last read:
 	// entries at or below it are dropped from the next write.
 	floor func() uint64
@@ -97,7 +104,7 @@ type deliveredRecord struct {
 
 func newDeliveredRecord(kv jetstream.KeyValue, key, owner string, copyCreated time.Time, clock clockwork.Clock, log *slog.Logger) *deliveredRecord {
 	return &deliveredRecord{
-		kv: kv, key: key, owner: owner, copy: copyCreated.UnixNano(), clock: clock, log: log,
+		kv: kv, key: key, owner: owner, claimToken: rand.Text(), copy: copyCreated.UnixNano(), clock: clock, log: log,
 		floor: func() uint64 { return 0 }, lost: func() {},
 		kick: make(chan struct{}, 1), inherited: map[string]uint64{}, entries: map[string]uint64{},
 	}
@@ -125,7 +132,7 @@ func (r *deliveredRecord) claim(ctx context.Context) error {
 				doc.Streams = nil // sequences of a copy that was deleted
 			}
 		}
-		doc.Owner, doc.Copy = r.owner, r.copy
+		doc.Owner, doc.Copy, doc.Claim = r.owner, r.copy, r.claimToken
 		val, err := json.Marshal(doc)
 		if err != nil {
 			return err
@@ -269,13 +276,22 @@ func (r *deliveredRecord) write(lease *leaseFence) {
 			delete(r.entries, k)
 		}
 	}
-	doc := deliveredDoc{Owner: r.owner, Copy: r.copy, Streams: r.entries}
+	doc := deliveredDoc{Owner: r.owner, Copy: r.copy, Streams: r.entries, Claim: r.claimToken}
 	val, err := json.Marshal(doc)
 	rev := r.rev
 	r.mu.Unlock()
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		rev, err = r.kv.Update(ctx, r.key, val, rev)
+		if casLost(err) {
+			// Maybe an earlier write of ours landed although its
+			// answer was lost (a KV leader moving): then the record is
+			// still ours, at a revision we never heard of.
+			var own uint64
+			if own, err = r.landed(ctx, err); err == nil {
+				rev, err = r.kv.Update(ctx, r.key, val, own)
+			}
+		}
 		cancel()
 	}
 	r.mu.Lock()
@@ -293,6 +309,33 @@ func (r *deliveredRecord) write(lease *leaseFence) {
 	}
 	w.err = err
 	close(w.done)
+}
+
+// landed tells a compare-and-set write that failed (casErr) because an
+// earlier write of this claim landed unanswered (a timeout, "no response
+// from stream": the KV stream's leader moved or was starved) from one
+// that failed because another claim wrote the record: it reads the
+// record and returns its revision when the last write carries this
+// claim's token (deliveredDoc.Claim), and casErr when it does not. A
+// read that fails returns its error: the write is tried again, not taken
+// for lost. No other claim's write ever carries the token, so a record
+// found with it was not claimed since; before the token, the retry found
+// the revision moved, took it for a take-over and stopped the partition
+// (and nobody owned it until its lease expired).
+func (r *deliveredRecord) landed(ctx context.Context, casErr error) (uint64, error) {
+	e, err := r.kv.Get(ctx, r.key)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return 0, casErr
+		}
+		return 0, fmt.Errorf("deliver: read the delivered record after a write found its revision moved (key %q of bucket %q): %w", r.key, r.kv.Bucket(), err)
+	}
+	var doc deliveredDoc
+	if json.Unmarshal(e.Value(), &doc) != nil || doc.Claim != r.claimToken || doc.Owner != r.owner {
+		return 0, casErr
+	}
+	r.log.Info("a write of the partition's delivered record landed although its answer was lost; writing on from its revision", slog.Uint64("revision", e.Revision()))
+	return e.Revision(), nil
 }
 
 // settleAndWait records the event at seq of stream key as settled and

@@ -266,3 +266,62 @@ func newTestSender(tb testing.TB, url string, set *breaker.Set) *runner {
 	r.signer.Store(signer)
 	return r
 }
+
+// answerLostKV is a park bucket whose next Update writes and then loses
+// its answer (a KV stream leader killed or starved between the two), as
+// "nats: no response from stream" did in a soak run.
+type answerLostKV struct {
+	jetstream.KeyValue
+	lose atomic.Bool
+}
+
+func (kv *answerLostKV) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	rev, err := kv.KeyValue.Update(ctx, key, value, last)
+	if err == nil && kv.lose.CompareAndSwap(true, false) {
+		return 0, nats.ErrNoResponders
+	}
+	return rev, err
+}
+
+// A write of the delivered record that landed although its answer was
+// lost is the owner's own: the next write goes on from its revision, the
+// partition keeps its lease and acks. Before the claim token, the next
+// write found the revision moved, took it for a new owner's claim and
+// stopped the partition, with nobody owning it until its lease expired
+// (nine partitions in 30 s of a soak run, each re-claimed and reset).
+// A real claim by another replica still stops it.
+func TestARecordWriteWhoseAnswerWasLostIsNotTakenForANewOwners(t *testing.T) {
+	t.Parallel()
+	js := startJetStream(t)
+	ctx := context.Background()
+	bucket, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
+	require.NoError(t, err)
+	kv := &answerLostKV{KeyValue: bucket}
+	pt := recordedPartition(t, kv, "first")
+	key := wire.StreamKey(newFakeMsg("order-1", 0, 0).Subject())
+
+	kv.lose.Store(true)
+	w := pt.record.settle(key, 10)
+	<-w.done
+	require.ErrorIs(t, w.err, nats.ErrNoResponders, "the write landed, its answer did not")
+	require.Equal(t, uint64(10), readRecord(t, bucket, wire.DeliveredKey("orders", 0)).Streams[key])
+
+	m := newAckMsg(11)
+	pt.hol.ack(m, func() *slog.Logger { return pt.log })
+	require.Equal(t, int32(1), m.acks.Load(), "acked: the record holds it")
+	require.False(t, pt.record.lostLease(), "its own write is no new owner's")
+	require.NoError(t, pt.lease.mayAck())
+	require.NoError(t, pt.ctx.Err(), "the partition goes on")
+	doc := readRecord(t, bucket, wire.DeliveredKey("orders", 0))
+	require.Equal(t, uint64(11), doc.Streams[key])
+	require.Equal(t, "first", doc.Owner)
+
+	// The same replica claiming the partition anew is another claim.
+	again := newDeliveredRecord(bucket, wire.DeliveredKey("orders", 0), "first", time.Unix(0, 1), pt.clock, pt.log)
+	require.NoError(t, again.claim(ctx))
+	later := newAckMsg(12)
+	pt.hol.ack(later, func() *slog.Logger { return pt.log })
+	require.Zero(t, later.acks.Load(), "no ack once another claim wrote the record")
+	require.True(t, pt.record.lostLease())
+	require.Error(t, pt.ctx.Err(), "the partition was released")
+}
