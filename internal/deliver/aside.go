@@ -1,6 +1,7 @@
 package deliver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -468,6 +469,15 @@ func (as *asides) settle(ctx context.Context, m jetstream.Msg) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	rev, err = as.kv.Update(ctx, wire.AsideKey(as.sub, as.p, key), v, rev)
+	if casLost(err) {
+		// An earlier try landed although its answer was lost (a KV
+		// leader moving): the record says just what this write does.
+		// Without this, every retry failed the same way and the
+		// partition was released after 10 tries.
+		if e, gerr := as.kv.Get(ctx, wire.AsideKey(as.sub, as.p, key)); gerr == nil && bytes.Equal(e.Value(), v) {
+			rev, err = e.Revision(), nil
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("move the record of a stream set aside past sequence %d: %w", seq, err)
 	}

@@ -1,11 +1,14 @@
 package deliver
 
 import (
+	"context"
+	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -130,4 +133,32 @@ func TestAsidesCountTheStuckOnes(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(g))
 	as.released()
 	require.Zero(t, testutil.ToFloat64(g), "a released partition's streams are uncounted")
+}
+
+// A move of a stream's aside record that landed although its answer was
+// lost is not tried again against a revision that moved: the next try
+// finds the record saying what it writes and goes on from its revision.
+// Before, each of the 10 tries failed on the moved revision and the
+// partition was released.
+func TestAnAsideRecordMoveWhoseAnswerWasLostIsNotRetriedForEver(t *testing.T) {
+	t.Parallel()
+	js := startJetStream(t)
+	ctx := context.Background()
+	bucket, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
+	require.NoError(t, err)
+	kv := &answerLostKV{KeyValue: bucket}
+	as := newAsides(kv, "sub", 0, "r1", clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), nil, nil)
+	m := newAckMsg(10)
+	key := wire.StreamKey(m.Subject())
+	require.NoError(t, as.record(ctx, key, refusedHead{subject: m.Subject(), seq: 4}, 10))
+
+	kv.lose.Store(true)
+	require.ErrorIs(t, as.settle(ctx, m), nats.ErrNoResponders, "the move landed, its answer did not")
+	require.NoError(t, as.settle(ctx, m), "tried again: the record says it already")
+	require.NoError(t, as.settle(ctx, newAckMsg(11)), "and the next move goes on from there")
+	e, err := bucket.Get(ctx, wire.AsideKey("sub", 0, key))
+	require.NoError(t, err)
+	var rec asideRecord
+	require.NoError(t, json.Unmarshal(e.Value(), &rec))
+	require.Equal(t, uint64(12), rec.From)
 }
