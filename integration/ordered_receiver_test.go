@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/webhook/pgstore"
 	"github.com/jsbridge/jsbridge/wire"
@@ -72,6 +73,9 @@ func newReceiver(t *testing.T, pool *pgxpool.Pool, schema, name string, gated bo
 	t.Helper()
 	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{testSecret})
 	require.NoError(t, err)
+	if gated {
+		pool = receiverPool(t)
+	}
 	idem, err := pgstore.New(pool, pgstore.WithTable(schema+"."+name+"_idempotency"))
 	require.NoError(t, err)
 	require.NoError(t, idem.Migrate(t.Context()))
@@ -267,4 +271,22 @@ func eventVersions(t *testing.T, pool *pgxpool.Pool, schema string) map[string]s
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// receiverPool is a gated receiver's own pool of 32 connections. Its every
+// request holds one connection for the transaction that keeps the stream's
+// position (docs/receiver.md: size the pool to the requests processed at once);
+// sharing the test's 8 with the writer and the other receivers starved it
+// on a loaded machine: in a soak run at load 27 its requests queued for a
+// connection past the sender's 2 s timeout, the endpoint's breaker opened
+// and nothing was processed for 60 s.
+func receiverPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(jsbridgetest.DatabaseURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 32
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }
