@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"context"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"log/slog"
 	"sync"
 	"time"
@@ -150,7 +151,7 @@ func keepHeldAlive(ctx context.Context, clock clockwork.Clock, ackWait time.Dura
 		case <-t.Chan():
 			for _, m := range held() {
 				if err := m.InProgress(); err != nil {
-					log.Debug("in progress for a held message failed", slog.String("event_id", eventID(m)), slog.Any("error", err))
+					log.Debug("in progress for a held message failed", slog.String("event_id", attempt.EventID(m)), slog.Any("error", err))
 				}
 			}
 		}

@@ -1,6 +1,7 @@
 package deliver
 
 import (
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"net/http"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 func TestOrderStuckAfterTheBound(t *testing.T) {
 	t.Parallel()
 	since := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	resp := response{status: http.StatusConflict, order: wire.OrderGap, at: since}
+	resp := attempt.Response{Status: http.StatusConflict, Order: wire.OrderGap, At: since}
 	for _, tc := range []struct {
 		name       string
 		after      time.Duration

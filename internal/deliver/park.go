@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -135,7 +136,7 @@ func (pk *parking) hold(h *holder, key string, m jetstream.Msg) bool {
 		pk.mu.Unlock()
 		return false
 	}
-	if eventID(m) == ps.entry.HeadEventID {
+	if attempt.EventID(m) == ps.entry.HeadEventID {
 		pk.mu.Unlock()
 		h.ack(m)
 		return true
@@ -432,7 +433,7 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			e := rp.entry
 			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), now.UTC(), pk.replicaID
 			if rp.risk != riskNone {
-				id := eventID(rp.atRisk)
+				id := attempt.EventID(rp.atRisk)
 				e.Error = riskError(rp.risk, pk.o.stream(), id, rp.inCopy, now, maxAge, pk.replicaID)
 				e.AtRiskEventID, e.AtRiskEventTime, e.CopyMaxAge = id, rp.inCopy.UTC(), maxAge
 				if reported[rp.key].risk != rp.risk {
