@@ -6,7 +6,6 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -97,11 +96,6 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 	// Attempt spans and records name the event as on the events stream,
 	// as the dead letters do.
 	em := eventsMsg{Msg: m, subject: wire.EventsSubject(hl.eventsPrefix, m.Subject())}
-	// ended ends an attempt with its outcome (span and attempts record).
-	ended := func(at *attempt.Trace, outcome, class, reason string) {
-		at.Decide(outcome, class, reason)
-		r.snd.End(at)
-	}
 	var refusedSince time.Time // since when the receiver's order gate refuses it (zero: it does not)
 	for {
 		if hl.ctx.Err() != nil {
@@ -125,60 +119,50 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		}
 		lookupPause.Reset()
 		order := orderFieldsOf(m.Headers(), prev, hl.p, hl.epoch)
-		body, hdr, err := r.snd.Request(m, id, r.replicaID)
-		if err == nil && order == nil {
-			// No version chain (no stream version): the partition and
-			// epoch alone, unsigned, as before it.
-			hdr.Set(wire.HeaderPartition, strconv.Itoa(hl.p))
-			hdr.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(hl.epoch, 10))
+		// The slot it takes bounds the subscription's POSTs in flight on
+		// this replica; it is given back once the POST ended.
+		ready := func() (uint64, func(), bool) {
+			gen, err := r.snd.Gate(hl.ctx, noHold)
+			if err != nil || r.br.Wait(hl.ctx) != nil {
+				return 0, nil, false // released: Nak'd above
+			}
+			select {
+			case hl.slots <- struct{}{}:
+			case <-hl.ctx.Done():
+				return 0, nil, false
+			}
+			if !hl.lease.mayStart() {
+				<-hl.slots
+				return 0, nil, false // waitLease again
+			}
+			return gen, func() { <-hl.slots }, true
 		}
-		if err != nil {
-			_, at := r.snd.Start(ctx, em, id, n)
-			ended(at, attempt.OutcomeTerm, attempt.ClassNone, err.Error())
-			hl.deadLetter(m, log(), orderLetter(deadletter.Letter{EventID: id, Attempt: n, Reason: err.Error()}, order), attempt.OutcomeTerm, attempt.ClassNone)
-			hl.forgetAttempts(id, recorded)
-			return
-		}
-		gen, err := r.snd.Gate(hl.ctx, noHold)
-		if err != nil || r.br.Wait(hl.ctx) != nil {
-			continue // released: Nak'd above
-		}
-		select {
-		case hl.slots <- struct{}{}:
-		case <-hl.ctx.Done():
+		s := r.snd.Attempt(ctx, m, n, attempt.Call{ID: id, Traced: em, Replica: r.replicaID, Order: order,
+			Owner: &attempt.Owner{Partition: hl.p, Epoch: hl.epoch}, Ready: ready, Fence: hl.lease.bound})
+		r.snd.End(s.Trace)
+		resp := s.Response
+		switch s.Act {
+		case attempt.ActNotReady, attempt.ActNotSent, attempt.ActBreakerOpen:
+			// Released, or the lease to wait for again, or the breaker to
+			// wait for again (another lane's probe won; a probe claim
+			// against the shared state or a freeze past the deadline).
+			// No attempt spent.
 			continue
-		}
-		if !hl.lease.mayStart() {
-			<-hl.slots
-			continue // waitLease again
-		}
-		actx, at := r.snd.Start(ctx, em, id, n)
-		resp, notSent := r.snd.Send(actx, at, nil, hl.lease.bound, gen, id, body, hdr, order)
-		<-hl.slots
-		switch {
-		case errors.Is(notSent, errLeasePassed):
-			// The lease deadline passed while the breaker let it through
-			// (a probe claim against the shared state, a freeze): not
-			// sent; waitLease again. No attempt spent.
-			hl.notSent(at, notSent)
-			continue
-		case notSent != nil:
-			// Another lane's probe won; wait for the breaker again.
-			ended(at, attempt.OutcomeBreakerOpen, attempt.ClassNone, "circuit breaker open: not sent")
-			r.snd.Count(attempt.OutcomeBreakerOpen, attempt.ClassNone, 0)
-			continue
-		case errors.Is(resp.Err, errLeasePassed):
+		case attempt.ActCut:
 			// Cut at the lease deadline (no renewal in time, or the lease
 			// found taken): nothing is settled from it; the lease decides
 			// whether it goes again (waitLease) or back to JetStream. No
 			// attempt spent.
-			ended(at, attempt.OutcomeRetry, attempt.ClassTimeout, resp.Reason())
-			r.snd.Count(attempt.OutcomeRetry, attempt.ClassTimeout, 0)
 			log().Warn("the partition's lease deadline passed during the POST; cut, nothing settled from it", slog.Any("error", resp.Err))
 			continue
+		case attempt.ActDeadLetter:
+			if resp.Status == 0 && resp.Err == nil {
+				// It cannot become a webhook: no POST.
+				hl.deadLetter(m, log(), orderLetter(deadletter.Letter{EventID: id, Attempt: n, Reason: s.Reason}, order), s.Outcome, s.Class)
+				hl.forgetAttempts(id, recorded)
+				return
+			}
 		}
-		s := attempt.SettlementOf(resp, n, r.sub.MaxDeliver, r.sub.BackOff)
-		ended(at, s.Outcome, s.Class, s.Reason)
 		if s.Act != attempt.ActWait {
 			refusedSince = time.Time{} // the order gate's refusals must be continuous to count
 		}
@@ -245,11 +229,6 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		}
 	}
 }
-
-// notSent ends an attempt that the lease fence stopped before its POST:
-// its span ends with the reason, and nothing is counted or recorded (no
-// POST, no outcome).
-func (hl *headOfLine) notSent(at *attempt.Trace, why error) { at.EndNotSent(why) }
 
 // noHold is gate's hold for a message a keepAlive already keeps.
 func noHold() func() { return func() {} }

@@ -37,18 +37,16 @@ type ReplayResult struct {
 func replay(ctx context.Context, r *runner, js jetstream.JetStream, q *deadletter.DLQ, dl deadletter.Stored) ReplayResult {
 	res := ReplayResult{Letter: dl}
 	log := r.log.With(slog.String("event_id", dl.EventID), slog.Uint64("dlq_seq", dl.Seq))
-	hdr := r.snd.RequestHeader()
-	body, err := attempt.BuildBody(r.sub.Body, dl.EventID, dl.Header, dl.Data, hdr)
-	if err != nil {
-		res.Err = fmt.Errorf("dead letter %d: %w", dl.Seq, err)
-		return res
-	}
 	// The version chain: the predecessor the failed attempt named, which
 	// is still what the subscription delivered before it (its stream was
 	// parked, or went on naming the same one). A replay is no
 	// partition's owner: no partition, no epoch.
 	order := replayOrder(dl)
-	resp := r.snd.Post(ctx, nil, dl.EventID, body, hdr, order)
+	resp, err := r.snd.Direct(ctx, dl.EventID, dl.Header, dl.Data, order)
+	if err != nil {
+		res.Err = fmt.Errorf("dead letter %d: %w", dl.Seq, err)
+		return res
+	}
 	res.Status = resp.Status
 	if resp.Verdict() != attempt.VerdictAck {
 		res.Err = fmt.Errorf("dead letter %d: replay to %s: %s", dl.Seq, r.endpoint, resp.Reason())

@@ -46,35 +46,21 @@ func (r *runner) handle(ctx, rctx context.Context, msg jetstream.Msg) {
 // the message stays in hand for another attempt (throttled, or the
 // subscription disabled), which spends no attempt. gen is gate's.
 func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, n int, gen uint64) (again bool) {
-	ctx, at := r.snd.Start(ctx, msg, id, n)
-	defer r.snd.End(at)
+	s := r.snd.Attempt(ctx, msg, n, attempt.Call{ID: id, Gen: gen, InProgress: msg.InProgress})
+	defer r.snd.End(s.Trace)
+	resp := s.Response
 	// The logger with this delivery's attributes is built only when
 	// something is logged: slog's With formats them at once, and the common
 	// path (a 2xx at info level) logs nothing.
 	log := func(more ...any) *slog.Logger {
 		return r.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", n)}, more...)...)
 	}
-
-	body, hdr, err := r.snd.Request(msg, id, "")
-	if err != nil {
-		r.giveUp(ctx, log(), msg, deadletter.Letter{EventID: id, Attempt: n, Reason: err.Error()}, attempt.OutcomeTerm, attempt.ClassNone)
-		return false
-	}
-	resp, notSent := r.snd.Send(ctx, at, msg.InProgress, nil, gen, id, body, hdr, nil)
-	if notSent != nil { // the breaker refused it (no fence here)
-		at.Decide(attempt.OutcomeBreakerOpen, attempt.ClassNone, "circuit breaker open: not sent")
-		delay := r.br.OpenTimeout()
-		r.snd.Count(attempt.OutcomeBreakerOpen, attempt.ClassNone, 0)
-		l := log()
-		l.Debug("circuit breaker open, not sent", slog.Duration("delay", delay))
-		nak(l, msg, delay)
-		return false
-	}
-
-	s := attempt.SettlementOf(resp, n, r.sub.MaxDeliver, r.sub.BackOff)
 	switch s.Act {
+	case attempt.ActBreakerOpen: // no fence here
+		l := log()
+		l.Debug("circuit breaker open, not sent", slog.Duration("delay", s.Delay))
+		nak(l, msg, s.Delay)
 	case attempt.ActAck:
-		at.Decide(attempt.OutcomeAck, s.Class, "")
 		r.snd.Count(attempt.OutcomeAck, s.Class, resp.Status)
 		if err := msg.Ack(); err != nil {
 			log().Warn("ack failed; JetStream will redeliver after AckWait", slog.Int("status", resp.Status), slog.Any("error", err))
@@ -84,9 +70,12 @@ func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, 
 			log().Debug("delivered", slog.Int("status", resp.Status))
 		}
 	case attempt.ActDeadLetter:
-		r.giveUp(ctx, log(slog.Int("status", resp.Status)), msg, deadletter.Letter{EventID: id, Attempt: n, Status: resp.Status, Reason: s.Reason, At: resp.At}, s.Outcome, s.Class)
+		l := log()
+		if resp.Status != 0 || resp.Err != nil {
+			l = log(slog.Int("status", resp.Status))
+		}
+		r.giveUp(ctx, s.Trace, l, msg, deadletter.Letter{EventID: id, Attempt: n, Status: resp.Status, Reason: s.Reason, At: resp.At}, s.Outcome, s.Class)
 	case attempt.ActRetry:
-		at.Decide(attempt.OutcomeRetry, s.Class, s.Reason)
 		r.snd.Count(attempt.OutcomeRetry, s.Class, 0)
 		l := log(slog.Int("status", resp.Status))
 		l.Warn("delivery failed, will retry", slog.String("reason", s.Reason), slog.Duration("delay", s.Delay))
@@ -95,7 +84,6 @@ func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, 
 		// An order gate's 409 (an unordered webhook carries no lease
 		// epoch, so stale-epoch is unexpected here): never dead-lettered,
 		// whatever the attempt.
-		at.Decide(s.Outcome, s.Class, s.Reason)
 		r.snd.Count(s.Outcome, s.Class, 0)
 		l := log(slog.Int("status", resp.Status))
 		l.Info("the receiver's order gate refused the event for now; will retry", slog.String("reason", s.Reason), slog.Duration("delay", s.Delay))
@@ -103,7 +91,6 @@ func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, 
 	case attempt.ActThrottle, attempt.ActDisable:
 		// Sent again in place once the throttle or the enable lets it
 		// (gate): no attempt spent, never dead-lettered.
-		at.Decide(s.Outcome, s.Class, s.Reason)
 		r.snd.Count(s.Outcome, s.Class, 0)
 		if s.Act == attempt.ActDisable {
 			log(slog.Int("status", resp.Status)).Warn("endpoint answered 410 Gone: subscription disabled; the event waits, unsent, until `consumer subscriptions enable`")
@@ -115,11 +102,12 @@ func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, 
 	return false
 }
 
-// giveUp dead-letters msg and Terms it; if the dead letter cannot be stored
+// giveUp dead-letters msg and Terms it, deciding tr (the attempt) with
+// what happened; if the dead letter cannot be stored
 // it Naks msg with the backoff delay instead, also after the last attempt:
 // the durable consumer has no server-side MaxDeliver, so the message comes
 // back and is tried (and, failing, dead-lettered) again.
-func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, dl deadletter.Letter, outcome, class string) {
+func (r *runner) giveUp(ctx context.Context, tr *attempt.Trace, log *slog.Logger, msg jetstream.Msg, dl deadletter.Letter, outcome, class string) {
 	dl.Subscription = r.sub.Name
 	dl.Endpoint = r.endpoint
 	dl.Msg = msg
@@ -127,14 +115,14 @@ func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		if err := r.deadLetters.DeadLetter(ctx, dl); err != nil {
 			delay := r.snd.RetryDelay(dl.Attempt, -1)
 			log.Error("dead letter failed; will retry the delivery", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("delay", delay))
-			attempt.TraceOf(ctx).Decide(attempt.OutcomeRetry, class, dl.Reason+" (dead letter failed: "+err.Error()+")")
+			tr.Decide(attempt.OutcomeRetry, class, dl.Reason+" (dead letter failed: "+err.Error()+")")
 			r.metrics.deliveries.WithLabelValues(r.sub.Name, attempt.OutcomeRetry, class).Inc()
 			nak(log, msg, delay)
 			return
 		}
 	}
 	r.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
-	attempt.TraceOf(ctx).Decide(outcome, class, dl.Reason)
+	tr.Decide(outcome, class, dl.Reason)
 	if r.deadLetters != nil {
 		r.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
 	}

@@ -235,11 +235,10 @@ const windowBatch = 64
 // ordering fields order (nil: none), outside the circuit breaker, and
 // returns nil when the endpoint answered 2xx.
 func sendOnce(ctx context.Context, r *runner, msg jetstream.Msg, pos WindowPosition, order *webhook.OrderFields) *WindowFailure {
-	body, hdr, err := r.snd.Request(msg, pos.EventID, "")
+	resp, err := r.snd.Direct(ctx, pos.EventID, msg.Headers(), msg.Data(), order)
 	if err != nil {
 		return &WindowFailure{WindowPosition: pos, Reason: err.Error()}
 	}
-	resp := r.snd.Post(ctx, nil, pos.EventID, body, hdr, order)
 	if resp.Verdict() != attempt.VerdictAck {
 		return &WindowFailure{WindowPosition: pos, Status: resp.Status, Reason: resp.Reason()}
 	}

@@ -46,7 +46,7 @@ func newEndpoint(raw string, client *http.Client) (endpoint, error) {
 }
 
 // newRequest is the POST of body with hdr to the endpoint, on ctx. Its
-// GetBody is nil: see Sender.Post.
+// GetBody is nil: see Sender.post.
 func (ep endpoint) newRequest(ctx context.Context, hdr http.Header, body []byte) *http.Request {
 	req := &http.Request{
 		Method:        http.MethodPost,

@@ -18,7 +18,7 @@ import (
 
 // A replica waking from a freeze finds the POSTs it had in flight timed
 // out by its own stall. Cut at the partition's lease deadline
-// (leaseFence.bound, through Send's PostFence), they count nothing on the
+// (leaseFence.bound, through Call.Fence), they count nothing on the
 // endpoint's breaker: before, their failures opened the (shared) breaker
 // for every replica at each wake-up. The same failures cut for another
 // reason open it.
@@ -45,12 +45,14 @@ func TestFailuresAnsweredAfterTheLeaseDeadlineDoNotOpenTheBreaker(t *testing.T) 
 		msg := dataMsg{headerMsg: headerMsg{h: nats.Header{wire.HeaderMsgID: {"1"}, wire.HeaderID: {"1"}, wire.HeaderType: {"OrderNoted"},
 			wire.HeaderSubject: {"order-1"}, wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}}}, data: []byte(`{}`)}
 		for range 5 {
-			actx, at := r.Start(context.Background(), msg, "1", 1)
-			body, hdr, err := r.Request(msg, "1", "")
-			require.NoError(t, err)
-			resp, notSent := r.Send(actx, at, nil, fence, 0, "1", body, hdr, nil)
-			require.NoError(t, notSent)
-			require.Error(t, resp.Err, "the POST was cut")
+			s := r.Attempt(context.Background(), msg, 1, Call{ID: "1", Fence: fence})
+			r.End(s.Trace)
+			require.Error(t, s.Response.Err, "the POST was cut")
+			if errors.Is(s.Response.Err, ErrLeasePassed) {
+				require.Equal(t, ActCut, s.Act, "cut by the lease: nothing settled from it")
+			} else {
+				require.Equal(t, ActRetry, s.Act)
+			}
 		}
 	}
 	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 5}, nil, nil)

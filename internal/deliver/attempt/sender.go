@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
@@ -246,131 +247,32 @@ func (r *Sender) Logger() *slog.Logger { return r.log }
 // (+Inf: none).
 func (r *Sender) Rate() float64 { return r.throttle.rate() }
 
-// One attempt, one path: both settlers, runner.handle (unordered: ack, Nak
-// with a delay, dead letter) and headOfLine.deliver (ordered: ack, retry in
-// place, dead letter and park), build the request with request, send it
-// with send and read what the Response means for the message from SettlementOf.
-// What each does with the message afterwards is its own.
-
-// Act is what a settler does with the message after an attempt.
-type Act int
-
-const (
-	ActAck        Act = iota // 2xx: ack
-	ActRetry                 // retryable and attempts left: try again after delay
-	ActDeadLetter            // permanent, or retryable on the last attempt: dead-letter
-	// ActWait: the receiver's order gate refused the event for now (gap,
-	// in-progress): try again after delay; no attempt spent, never
-	// dead-lettered.
-	ActWait
-	// ActStale: the receiver's order gate processed the stream under a
-	// later lease epoch: this replica's lease is stale. An ordered
-	// partition stops (released; nothing acked, nothing dead-lettered);
-	// an unordered settler, whose webhooks carry no epoch, waits.
-	ActStale
-	// ActThrottle: the endpoint asked to slow down (VerdictThrottle): the
-	// throttle was cut; try again in place after delay (Retry-After, the
-	// throttle waits for it too); no attempt spent, never dead-lettered.
-	ActThrottle
-	// ActDisable: 410 Gone: the subscription is disabled (package health); the
-	// event waits in place until it is enabled; no attempt spent, nothing
-	// dead-lettered.
-	ActDisable
-)
-
-// OrderWaitDelay is the delay before an event refused by a receiver's
-// order gate (409 gap or in-progress) is sent again when the answer has no
-// Retry-After; a Retry-After is honoured up to MaxOrderWait.
-const (
-	OrderWaitDelay = 200 * time.Millisecond
-	MaxOrderWait   = 5 * time.Second
-)
-
-// Settlement is what one attempt's Response means for its message, by the
-// webhook contract (Response.Verdict) with MaxDeliver and the backoff
-// applied: the act, the outcome and status_class labels, the reason ("" when
-// acked) and, for ActRetry, the delay before the next attempt.
-type Settlement struct {
-	// Act is what the settler does with the message.
-	Act Act
-	// Outcome and Class are the outcome and status_class labels of
-	// jsbridge_consumer_deliveries_total.
-	Outcome string
-	Class   string
-	// Reason says why, for logs and dead letters ("" when acked).
-	Reason string
-	// Delay is the wait before the next attempt (ActRetry, ActWait,
-	// ActStale, ActThrottle).
-	Delay time.Duration
+// Direct POSTs the webhook of event id (the message's headers h and
+// data) once, as an attempt does but outside the circuit breaker, with no
+// span, record, throttle or health: a replay's POST. order is as
+// Call.Order. The error says why the event cannot become a webhook (no
+// event id, a malformed attribute or body).
+func (r *Sender) Direct(ctx context.Context, id string, h nats.Header, data []byte, order *webhook.OrderFields) (Response, error) {
+	if id == "" {
+		return Response{}, errNoEventID
+	}
+	hdr := r.requestHeader()
+	body, err := BuildBody(r.sub.Body, id, h, data, hdr)
+	if err != nil {
+		return Response{}, err
+	}
+	return r.post(ctx, nil, id, body, hdr, order), nil
 }
 
-// SettlementOf decides what resp, the answer to attempt (1-based) of a
-// subscription with maxDeliver attempts (-1 or 0: no limit) and backOff,
-// means for its message. A pure function of its arguments.
-func SettlementOf(resp Response, attempt, maxDeliver int, backOff []time.Duration) Settlement {
-	class := resp.Class()
-	switch resp.Verdict() {
-	case VerdictAck:
-		return Settlement{Act: ActAck, Outcome: OutcomeAck, Class: class}
-	case VerdictPermanent:
-		return Settlement{Act: ActDeadLetter, Outcome: OutcomeTerm, Class: class, Reason: resp.Reason()}
-	case VerdictOrderWait:
-		return Settlement{Act: ActWait, Outcome: OutcomeRetry, Class: class, Reason: resp.Reason(), Delay: orderWait(resp.RetryAfter)}
-	case VerdictStaleEpoch:
-		return Settlement{Act: ActStale, Outcome: OutcomeStaleEpoch, Class: class, Reason: resp.Reason(), Delay: orderWait(resp.RetryAfter)}
-	case VerdictThrottle:
-		return Settlement{Act: ActThrottle, Outcome: OutcomeThrottled, Class: class, Reason: resp.Reason(), Delay: max(resp.RetryAfter, 0)}
-	case VerdictGone:
-		return Settlement{Act: ActDisable, Outcome: OutcomeDisabled, Class: class, Reason: resp.Reason()}
-	}
-	if maxDeliver > 0 && attempt >= maxDeliver {
-		return Settlement{Act: ActDeadLetter, Outcome: OutcomeExhausted, Class: class,
-			Reason: fmt.Sprintf("%s (attempt %d of MaxDeliver %d)", resp.Reason(), attempt, maxDeliver)}
-	}
-	return Settlement{Act: ActRetry, Outcome: OutcomeRetry, Class: class, Reason: resp.Reason(), Delay: retryDelay(backOff, attempt, resp.RetryAfter)}
-}
-
-// orderWait is the delay before an event an order gate refused is sent
-// again: Retry-After capped at MaxOrderWait, else OrderWaitDelay.
-func orderWait(retryAfter time.Duration) time.Duration {
-	if retryAfter >= 0 {
-		return min(retryAfter, MaxOrderWait)
-	}
-	return OrderWaitDelay
-}
-
-// retryDelay is the delay before the attempt after attempt: Retry-After when
-// the endpoint sent one (capped at MaxRetryAfter), else backOff[attempt-1],
-// the last entry repeating.
-func retryDelay(backOff []time.Duration, attempt int, retryAfter time.Duration) time.Duration {
-	if retryAfter >= 0 {
-		return min(retryAfter, MaxRetryAfter)
-	}
-	i := min(max(attempt-1, 0), len(backOff)-1)
-	return backOff[i]
-}
-
-// errNoEventID is the reason a message without an event id is
-// dead-lettered.
-var errNoEventID = errors.New("message has no Nats-Msg-Id or ce-id")
-
-// Number is msg's attempt, 1-based: JetStream's delivery count.
-func Number(msg jetstream.Msg) int {
-	if md, err := msg.Metadata(); err == nil {
-		return int(md.NumDelivered)
-	}
-	return 1
-}
-
-// Request builds the webhook of msg (event id id): its headers (the
+// request builds the webhook of msg (event id id): its headers (the
 // subscription's, Jsbridge-Replica when replica is not "", the body's) and
 // body. An error means msg cannot become a webhook (no event id, a
 // malformed attribute or body): the settlers dead-letter it, OutcomeTerm.
-func (r *Sender) Request(msg jetstream.Msg, id, replica string) ([]byte, http.Header, error) {
+func (r *Sender) request(msg jetstream.Msg, id, replica string) ([]byte, http.Header, error) {
 	if id == "" {
 		return nil, nil, errNoEventID
 	}
-	hdr := r.RequestHeader()
+	hdr := r.requestHeader()
 	if replica != "" {
 		hdr.Set(wire.HeaderReplica, replica)
 	}
@@ -381,7 +283,7 @@ func (r *Sender) Request(msg jetstream.Msg, id, replica string) ([]byte, http.He
 	return body, hdr, nil
 }
 
-// Send POSTs the request through the endpoint's circuit breaker and
+// send POSTs the request through the endpoint's circuit breaker and
 // records what happened on at (the attempt's span and record). notSent
 // is nil when the POST went out; else it says why nothing was sent, and
 // resp is the zero Response: an error wrapping breaker.ErrOpen when the
@@ -396,8 +298,8 @@ func (r *Sender) Request(msg jetstream.Msg, id, replica string) ([]byte, http.He
 // bounds the POST's context by the lease (a POST cut there answers with
 // an error wrapping ErrLeasePassed, and counts for neither the breaker
 // nor the subscription's health).
-func (r *Sender) Send(ctx context.Context, at *Trace, inProgress func() error, fence PostFence, gen uint64, id string, body []byte, hdr http.Header, order *webhook.OrderFields) (resp Response, notSent error) {
-	at.sending()
+func (r *Sender) send(ctx context.Context, at *Trace, inProgress func() error, fence PostFence, gen uint64, id string, body []byte, hdr http.Header, order *webhook.OrderFields) (resp Response, notSent error) {
+	at.sending(r.wall.Now())
 	var fenced error
 	err := r.br.Execute(func() error {
 		pctx := ctx
@@ -410,14 +312,14 @@ func (r *Sender) Send(ctx context.Context, at *Trace, inProgress func() error, f
 			defer done()
 			pctx = fctx
 		}
-		resp = r.Post(pctx, inProgress, id, body, hdr, order)
+		resp = r.post(pctx, inProgress, id, body, hdr, order)
 		if cause := context.Cause(pctx); fence != nil && errors.Is(cause, ErrLeasePassed) && resp.Err != nil {
 			// Cut by the lease, not the endpoint's failure.
 			resp.Err = fmt.Errorf("%w: %w", cause, resp.Err)
-			at.answered(resp)
+			at.answered(resp, r.wall.Now())
 			return fmt.Errorf("%w: %w", breaker.ErrExcluded, resp.Err)
 		}
-		at.answered(resp)
+		at.answered(resp, r.wall.Now())
 		return resp.breakerErr()
 	})
 	if fenced != nil {
@@ -492,12 +394,12 @@ func (r *Sender) RetryDelay(attempt int, retryAfter time.Duration) time.Duration
 	return retryDelay(r.sub.BackOff, attempt, retryAfter)
 }
 
-// RequestHeader returns a new request header holding the subscription's
+// requestHeader returns a new request header holding the subscription's
 // static headers (Subscription.Headers, User-Agent), with room for the
 // per-delivery ones. The static values are shared between requests: the
 // transport only reads them, and every header set per delivery (see
 // reservedHeaders) replaces a value rather than appending to it.
-func (r *Sender) RequestHeader() http.Header {
+func (r *Sender) requestHeader() http.Header {
 	h := make(http.Header, len(r.static)+8)
 	for k, v := range r.static {
 		h[k] = v
@@ -505,7 +407,7 @@ func (r *Sender) RequestHeader() http.Header {
 	return h
 }
 
-// Post sends one signed POST and reads the response. While it runs longer
+// post sends one signed POST and reads the response. While it runs longer
 // than AckWait/2 it calls inProgress (the message's InProgress) every
 // AckWait/2 so JetStream does not redeliver; inProgress may be nil. hdr
 // comes from requestHeader and buildBody. order, when not nil, is an
@@ -513,7 +415,7 @@ func (r *Sender) RequestHeader() http.Header {
 // (Jsbridge-Previous-Version, and Jsbridge-Partition and
 // Jsbridge-Lease-Epoch from a partition's owner) and the order signature
 // are set with the same timestamp as the signature.
-func (r *Sender) Post(ctx context.Context, inProgress func() error, id string, body []byte, hdr http.Header, order *webhook.OrderFields) Response {
+func (r *Sender) post(ctx context.Context, inProgress func() error, id string, body []byte, hdr http.Header, order *webhook.OrderFields) Response {
 	ctx, cancel := context.WithTimeout(ctx, r.sub.Timeout)
 	defer cancel()
 	if inProgress != nil {
@@ -529,16 +431,16 @@ func (r *Sender) Post(ctx context.Context, inProgress func() error, id string, b
 	// is retried through the lease check.
 	req := r.ep.newRequest(ctx, hdr, body)
 	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(hdr)) // traceparent: the attempt's span
-	signer, now := r.signer.Load(), time.Now()
+	signer, now := r.signer.Load(), r.wall.Now()
 	signer.Sign(hdr, id, now, body)
 	if order != nil {
 		signer.SignOrder(hdr, id, now, *order)
 	}
 
-	start := time.Now()
+	start := r.wall.Now()
 	resp, err := r.ep.do(r.client, req)
 	if err != nil {
-		r.duration.Observe(time.Since(start).Seconds())
+		r.duration.Observe(r.wall.Since(start).Seconds())
 		var ne net.Error
 		timeout := !errors.Is(err, egress.ErrForbiddenAddress) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()))
 		return Response{Err: err, Timeout: timeout, RetryAfter: -1, At: start}
@@ -546,8 +448,8 @@ func (r *Sender) Post(ctx context.Context, inProgress func() error, id string, b
 	// Drain (a little of) the body so the connection is reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
-	r.duration.Observe(time.Since(start).Seconds())
-	out := Response{Status: resp.StatusCode, RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), At: start}
+	r.duration.Observe(r.wall.Since(start).Seconds())
+	out := Response{Status: resp.StatusCode, RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), r.wall.Now()), At: start}
 	if resp.StatusCode == http.StatusConflict {
 		out.Order = resp.Header.Get(wire.HeaderOrder)
 		out.OrderEpoch, _ = strconv.ParseUint(resp.Header.Get(wire.HeaderOrderEpoch), 10, 64) // absent or bad: 0, the epoch is doubled
@@ -586,19 +488,22 @@ func (r *Sender) KeepAlive(id string, inProgress func() error) (stop func()) {
 	}
 }
 
-// Start starts the attempt's span as a child of the message's trace
-// context and returns the context carrying both.
-func (r *Sender) Start(ctx context.Context, msg jetstream.Msg, id string, attempt int) (context.Context, *Trace) {
-	st := &Trace{attempt: attempt, id: id, msg: msg, began: time.Now()}
+// start starts the attempt's span as a child of the message's trace
+// context and returns the context carrying the span, and the attempt.
+func (r *Sender) start(ctx context.Context, msg jetstream.Msg, id string, attempt int) (context.Context, *Trace) {
+	st := &Trace{attempt: attempt, id: id, msg: msg, began: r.wall.Now()}
 	if h := msg.Headers(); len(h) > 0 {
 		ctx = tracing.Propagator.Extract(ctx, tracing.HeaderCarrier(h))
 	}
 	ctx, st.span = r.tracer.Start(ctx, r.spanName, clientKind)
-	return context.WithValue(ctx, attemptKey{}, st), st
+	return ctx, st
 }
 
 // End ends the span and hands the attempt to the attempts record.
 func (r *Sender) End(st *Trace) {
+	if st == nil {
+		return
+	}
 	state := r.br.State().String()
 	if st.outcome == "" {
 		// handle returned without deciding (a panic unwinding): say so.

@@ -55,18 +55,12 @@ func BenchmarkAttempt(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				actx, at := r.Start(ctx, msg, "1042", 1)
-				body, hdr, err := r.Request(msg, "1042", "")
-				if err != nil {
-					b.Fatal(err)
+				s := r.Attempt(ctx, msg, 1, Call{ID: "1042", Order: order})
+				if s.Act != ActAck || s.Response.Status != http.StatusNoContent {
+					b.Fatalf("act %d, status %d, err %v", s.Act, s.Response.Status, s.Response.Err)
 				}
-				resp, notSent := r.Send(actx, at, nil, nil, 0, "1042", body, hdr, order)
-				if notSent != nil || resp.Status != http.StatusNoContent {
-					b.Fatalf("not sent %v, status %d, err %v", notSent, resp.Status, resp.Err)
-				}
-				at.Decide(OutcomeAck, resp.Class(), "")
-				r.Count(OutcomeAck, resp.Class(), resp.Status)
-				r.End(at)
+				r.Count(OutcomeAck, s.Class, s.Response.Status)
+				r.End(s.Trace)
 			}
 		})
 	}

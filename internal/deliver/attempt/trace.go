@@ -1,7 +1,6 @@
 package attempt
 
 import (
-	"context"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,15 +45,7 @@ type Trace struct {
 // allocates on every call.
 var clientKind = trace.WithSpanKind(trace.SpanKindClient)
 
-type attemptKey struct{}
-
-// TraceOf returns the attempt ctx carries, or nil.
-func TraceOf(ctx context.Context) *Trace {
-	st, _ := ctx.Value(attemptKey{}).(*Trace)
-	return st
-}
-
-// decide records how the attempt ended (the label values of
+// Decide records how the attempt ended (the label values of
 // jsbridge_consumer_deliveries_total) and, for a failure, why.
 func (st *Trace) Decide(outcome, class, reason string) {
 	if st != nil {
@@ -62,14 +53,14 @@ func (st *Trace) Decide(outcome, class, reason string) {
 	}
 }
 
-// sending marks the moment the attempt went to the breaker.
-func (st *Trace) sending() { st.sent = time.Now() }
+// sending marks the moment (now) the attempt went to the breaker.
+func (st *Trace) sending(now time.Time) { st.sent = now }
 
-// answered keeps the Response of the POST.
-func (st *Trace) answered(resp Response) {
+// answered keeps the response of the POST, answered at now.
+func (st *Trace) answered(resp Response, now time.Time) {
 	st.resp, st.hasResp = resp, true
 	if !st.sent.IsZero() {
-		st.took = time.Since(st.sent)
+		st.took = now.Sub(st.sent)
 	}
 }
 

@@ -59,7 +59,7 @@ func BenchmarkAttemptSpan(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_, st := c.r.Start(context.Background(), msg, "42", 1)
+				_, st := c.r.start(context.Background(), msg, "42", 1)
 				st.Decide(OutcomeAck, "2xx", "")
 				c.r.End(st)
 			}
