@@ -72,7 +72,7 @@ type Config struct {
 	// error 10126). A durable consumer that exists with another count
 	// keeps it, with a warning (see consumerReplicas).
 	Replicas int
-	// TracerProvider makes the attempt spans (trace.go: one per attempt,
+	// TracerProvider makes the attempt spans (attempt/trace.go: one per attempt,
 	// continuing the trace in the message's traceparent header, which the
 	// POST carries on). Default nil: otel's global tracer provider, a no-op
 	// until the application installs an SDK.

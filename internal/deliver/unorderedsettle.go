@@ -11,7 +11,7 @@ import (
 )
 
 // handle delivers one message and acks, Naks or Terms it: the unordered
-// settler of one attempt (see attempt.go). ctx carries no cancellation
+// settler of one attempt (see package attempt). ctx carries no cancellation
 // from Run: a delivery that started finishes (bounded by
 // Subscription.Timeout), so shutdown loses nothing. rctx is Run's: while
 // the subscription is disabled or throttled the message waits in place

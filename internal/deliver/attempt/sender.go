@@ -292,8 +292,8 @@ func (r *Sender) request(msg jetstream.Msg, id, replica string) ([]byte, http.He
 // not nil, is called every AckWait/2 while the POST runs. gen is what
 // Gate returned; order, as for post.
 //
-// fence, when not nil (an ordered partition's leaseFence.bound), is
-// asked once the breaker let the POST through, probe claim included,
+// fence, when not nil (Call.Fence), is asked once the breaker let the
+// POST through, probe claim included,
 // right before the POST: it refuses a POST past the lease deadline and
 // bounds the POST's context by the lease (a POST cut there answers with
 // an error wrapping ErrLeasePassed, and counts for neither the breaker
@@ -334,9 +334,9 @@ func (r *Sender) send(ctx context.Context, at *Trace, inProgress func() error, f
 	return resp, nil
 }
 
-// PostFence is where a POST passes its partition's lease fence
-// (leaseFence.bound): ctx bounded by the lease and its cancel, or why
-// the POST may not start.
+// PostFence is where a POST passes an ordered partition's lease fence
+// (Call.Fence): ctx bounded by the lease and its cancel, or why the POST
+// may not start (an error wrapping ErrLeasePassed).
 type PostFence func(ctx context.Context) (context.Context, context.CancelFunc, error)
 
 // answered feeds an answer to the throttle (a 429 or 503 cuts the rate;

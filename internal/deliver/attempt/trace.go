@@ -21,11 +21,12 @@ import (
 // The POST carries the span's context in its traceparent header, so the
 // receiver's spans continue the trace too.
 //
-// After the span ends, the attempt is handed to Config.Attempts (the
+// After the span ends, the attempt is handed to Deps.Attempts (the
 // attempts record, see attemptlog.Log), which must not block.
 
-// Trace follows one attempt through handle, for its span and its
-// record. The outcome is set where handle (or giveUp) decides it.
+// Trace follows one attempt from Attempt to End, for its span and its
+// record: Attempt decides it with the settlement's outcome, a settler
+// whose act failed decides it again (Decide) before End.
 type Trace struct {
 	span    trace.Span
 	attempt int
