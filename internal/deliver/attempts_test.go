@@ -2,7 +2,6 @@ package deliver_test
 
 import (
 	"context"
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"net/http"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/inspect"

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -21,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"

@@ -2,13 +2,14 @@ package deliver
 
 import (
 	"context"
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 )
 
 // lanes runs the deliveries of one stream one after another, in the order

@@ -2,7 +2,6 @@ package deliver
 
 import (
 	"context"
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"log/slog"
 	"sync"
 	"time"
@@ -10,6 +9,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 )
 
 // The sender's fence. Past its lease deadline (on the injected clock) a

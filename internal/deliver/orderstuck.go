@@ -2,9 +2,9 @@ package deliver
 
 import (
 	"fmt"
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"time"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 )
 

@@ -1,13 +1,13 @@
 package deliver
 
 import (
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/wire"
 )
 

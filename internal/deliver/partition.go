@@ -3,7 +3,6 @@ package deliver
 import (
 	"context"
 	"errors"
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"log/slog"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/wire"
 )

@@ -1,10 +1,10 @@
 package deliver
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // subscriptionSeries are the metric vectors labelled by subscription, as

@@ -3,7 +3,6 @@ package deliver
 import (
 	"context"
 	"fmt"
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/wire"
 )
 

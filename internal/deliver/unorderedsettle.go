@@ -2,11 +2,11 @@ package deliver
 
 import (
 	"context"
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 )
 
