@@ -23,7 +23,26 @@ type Status struct {
 	// subscriptions read, and how far each lags its events stream, by
 	// name.
 	Copies []CopyLag
+	// Stuck are the ordered subscriptions' streams that do not go on by
+	// themselves (parked, order-stuck) or have not for a while (set
+	// aside), by subscription, partition and stream key, each with the
+	// way out.
+	Stuck []StuckStream
 }
+
+// StuckStream is a stream of an ordered subscription that does not go on
+// by itself (parked, order-stuck) or has not for a while (set aside):
+// its partition, head (event id and version), since when, the
+// receiver's answer that stuck it and the command out (Next).
+type StuckStream = inspect.StuckStream
+
+// The states of StuckStream.State (docs/ordering.md, "Nothing sticks for
+// ever").
+const (
+	StateOrderStuck = inspect.StateOrderStuck
+	StateParked     = inspect.StateParked
+	StateSetAside   = inspect.StateSetAside
+)
 
 // CopyLag is how far the partitioned copy of an events stream
 // ("<events>_ORDERED", which ordered subscriptions read) lags the events
@@ -91,6 +110,7 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 	for _, c := range st.Copies {
 		out.Copies = append(out.Copies, CopyLag(c))
 	}
+	out.Stuck = st.Stuck
 	return out, err
 }
 

@@ -73,6 +73,20 @@ type cycle struct {
 	// stuck are streams whose first event past the watermark is unreadable:
 	// nothing to hand to the handler, the stream is blocked at it.
 	stuck []stuckStream
+	// next is the claim made together with this cycle's acks (Run, with
+	// an AckClaimer), nil when none was.
+	next *nextClaim
+}
+
+// nextClaim is a claim made in one round trip with a cycle's acks
+// (AckClaimer.AckClaim).
+type nextClaim struct {
+	start  time.Time // when the call was made: the leases run from after it
+	claims []event.Claim
+	// again: a stream was acked after the claim (an appender held its
+	// row), so the claim could not take it again.
+	again bool
+	err   error
 }
 
 // stuckStream is a claimed stream whose first event the store could not read.
@@ -115,6 +129,31 @@ func (c *cycle) backlogged(claimLimit, fetchLimit int) bool {
 	return false
 }
 
+// allDone reports whether results settle every stream of c with an ack:
+// one result per batch, each without an error and done with its whole
+// batch, and no stream of c is empty, stuck or ends at an unreadable
+// event.
+func (c *cycle) allDone(results []Result) bool {
+	if len(results) != len(c.batches) || len(c.empty) > 0 || len(c.stuck) > 0 || c.unreadable != nil {
+		return false
+	}
+	for i, r := range results {
+		if r.Err != nil || r.Done != len(c.batches[i].Events) {
+			return false
+		}
+	}
+	return true
+}
+
+// streamsOf returns the streams of claims.
+func streamsOf(claims []event.Claim) []string {
+	out := make([]string, len(claims))
+	for i, cl := range claims {
+		out[i] = cl.Stream
+	}
+	return out
+}
+
 // streams returns the names of every stream c holds.
 func (c *cycle) streams() []string {
 	out := make([]string, 0, len(c.batchClaims)+len(c.empty)+len(c.stuck))
@@ -154,6 +193,13 @@ func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
 	if len(claims) == 0 {
 		return nil, nil
 	}
+	return d.build(ctx, c, claims)
+}
+
+// build makes c the cycle of claims (not empty): it holds them, fetches
+// their events and sorts them into batches. When the fetch fails it gives
+// the streams back and returns the error.
+func (d *Drain) build(ctx context.Context, c *cycle, claims []event.Claim) (*cycle, error) {
 	c.st.Claimed = len(claims)
 	d.hold(claims)
 	for _, cl := range claims {
@@ -217,11 +263,14 @@ func (d *Drain) giveBack(streams []string) {
 
 // finish hands c's batches to the handler and settles every stream (see
 // Cycle). handled, when not nil, is called with the handler's results
-// before they are settled (Run claims the next cycle then).
-func (d *Drain) finish(ctx context.Context, c *cycle, handled func([]Result)) (Stats, error) {
+// before they are settled (Run claims the next cycle then); when it
+// returns true and every stream is acked, the acks and the next claim
+// are made in one round trip (AckClaimer) and its outcome left in c.next.
+func (d *Drain) finish(ctx context.Context, c *cycle, handled func([]Result) bool) (Stats, error) {
 	st := c.st
 	batches := c.batches
 	var results []Result
+	claimNext := false
 	if len(batches) > 0 {
 		// On shutdown the batch in flight goes on for ShutdownGrace, so what
 		// it publishes gets acked; it never outlives the leases.
@@ -242,13 +291,13 @@ func (d *Drain) finish(ctx context.Context, c *cycle, handled func([]Result)) (S
 			d.log.Error("drain handler returned the wrong number of results", "results", len(results), "batches", len(batches))
 		}
 		if handled != nil {
-			handled(results)
+			claimNext = handled(results)
 		}
 	}
 
 	sctx, cancel := d.settleContext()
 	defer cancel()
-	errs := d.settleBatches(ctx, sctx, c, results, &st)
+	errs := d.settleBatches(ctx, sctx, c, results, claimNext, &st)
 	for _, sk := range c.stuck {
 		b := Batch{Stream: sk.claim.Stream, Retry: sk.claim.Retry, Events: []event.Event{sk.ev}}
 		if err := d.settle(ctx, sctx, sk.claim, b, Result{Err: NonRetryable(sk.ev.Err)}, nil, &st); err != nil {

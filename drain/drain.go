@@ -282,7 +282,11 @@ func defaultOwner() string {
 // handler's. Any other cycle that did work, once its handler is done
 // without the bus failing, has the next cycle claimed and fetched while it
 // settles, so an event appended meanwhile waits for the handler, not for
-// the settle too. A cycle claimed ahead is given back untried (no retry counted)
+// the settle too; when the store is an AckClaimer and every stream of
+// such a cycle is acked, that next claim is made instead with the acks, in
+// one round trip and one transaction (AckClaimer.AckClaim), and when it
+// finds nothing Run goes idle without claiming again (unless an ack had to
+// be made after it). A cycle claimed ahead is given back untried (no retry counted)
 // when the run pauses or stops instead of going on, or when the cycle
 // handled meanwhile took so long that less than half of the claimed-ahead
 // cycle's HandlerTimeout is left (a fresh claim replaces it). After a cycle
@@ -318,10 +322,16 @@ func (d *Drain) Run(ctx context.Context) error {
 	// is handled (nil when none is under way): the store's round trips
 	// then overlap the bus's instead of adding to them.
 	var ahead chan prepared
+	// claimed is the next cycle, claimed with the last one's acks
+	// (AckClaimer) and fetched; nil when none was.
+	var claimed *cycle
+	_, ackClaims := d.store.(AckClaimer)
 	for ctx.Err() == nil {
 		var c *cycle
 		var err error
-		if ahead != nil {
+		if claimed != nil {
+			c, claimed = claimed, nil
+		} else if ahead != nil {
 			p := <-ahead
 			ahead = nil
 			c, err = p.c, p.err
@@ -346,6 +356,9 @@ func (d *Drain) Run(ctx context.Context) error {
 		// A light cycle that lingers after it claims nothing ahead: the
 		// claim comes after the wait.
 		linger := false
+		// quiet: the claim made with the acks found nothing and needs no
+		// follow-up: Run goes idle without claiming again.
+		quiet := false
 		if err == nil && c != nil {
 			linger = d.cfg.Linger > 0 && !c.backlogged(d.cfg.ClaimLimit, d.cfg.FetchLimit)
 			readAhead := func() {
@@ -361,11 +374,42 @@ func (d *Drain) Run(ctx context.Context) error {
 			if c.backlogged(d.cfg.ClaimLimit, d.cfg.FetchLimit) {
 				readAhead() // overlaps the handler
 			}
-			st, err = d.finish(ctx, c, func(results []Result) {
-				if !anyUnavailable(results) && !linger {
-					readAhead() // overlaps the settle
+			st, err = d.finish(ctx, c, func(results []Result) bool {
+				if anyUnavailable(results) || linger {
+					return false
 				}
+				if ackClaims && ahead == nil && !d.outage && ctx.Err() == nil && c.allDone(results) {
+					// The next claim goes with the acks, in one round
+					// trip; what the notifications so far announced,
+					// it sees.
+					select {
+					case <-notes:
+					default:
+					}
+					return true
+				}
+				readAhead() // overlaps the settle
+				return false
 			})
+			if n := c.next; n != nil {
+				switch {
+				case n.err != nil:
+					err = errors.Join(err, fmt.Errorf("drain: claim: %w", n.err))
+				case len(n.claims) > 0 && (err != nil || ctx.Err() != nil):
+					d.giveBack(streamsOf(n.claims))
+				case len(n.claims) > 0:
+					claimed, err = d.build(ctx, &cycle{start: n.start}, n.claims)
+					if err != nil {
+						claimed = nil
+					}
+				default:
+					quiet = err == nil && !n.again
+				}
+			}
+		}
+		if claimed != nil && (err != nil || d.outage || ctx.Err() != nil) {
+			d.giveBack(claimed.streams())
+			claimed = nil
 		}
 		if ahead != nil && (err != nil || d.outage || ctx.Err() != nil) {
 			// Not going on at once: give the cycle claimed ahead back
@@ -396,7 +440,7 @@ func (d *Drain) Run(ctx context.Context) error {
 			continue
 		}
 		pause = d.cfg.PollInterval
-		if st.Claimed > 0 {
+		if st.Claimed > 0 && !quiet {
 			working++
 			lingers := linger && st.Forwarded > 0 && !d.outage
 			if idler != nil && notes != nil && (working == busyAfter || (lingers && working == 1)) {

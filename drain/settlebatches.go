@@ -17,7 +17,12 @@ import (
 // lost does not affect the others. Every stream acked by the shared call
 // reports that call's duration to the Observer. It returns the errors
 // Cycle returns.
-func (d *Drain) settleBatches(runCtx, sctx context.Context, c *cycle, results []Result, st *Stats) []error {
+//
+// With claimNext, a store that is an AckClaimer, and every stream of c
+// acked, the acks and the next cycle's claim (ClaimLimit streams) go in
+// one AckClaim call, whose outcome is left in c.next; the Observer hears
+// of that claim as of any other.
+func (d *Drain) settleBatches(runCtx, sctx context.Context, c *cycle, results []Result, claimNext bool, st *Stats) []error {
 	p := d.settlePolicy()
 	shuttingDown := runCtx.Err() != nil
 	decs := make([]decision, len(c.batches))
@@ -39,10 +44,23 @@ func (d *Drain) settleBatches(runCtx, sctx context.Context, c *cycle, results []
 
 	var ackErrs []error
 	var ackTook time.Duration
-	if len(acks) > 0 {
+	ac, _ := d.store.(AckClaimer)
+	if claimNext && ac != nil && len(acks) > 0 && len(acks) == len(decs) && len(c.empty) == 0 && len(c.stuck) == 0 {
+		began := d.cfg.Clock.Now()
+		n := &nextClaim{start: began}
+		ackErrs, n.claims, n.again, n.err = ac.AckClaim(sctx, d.cfg.Owner, acks, d.cfg.ClaimLimit, d.cfg.Lease)
+		ackTook = d.cfg.Clock.Since(began)
+		d.cfg.Observer.Claimed(len(n.claims), ackTook, n.err)
+		if n.err != nil {
+			d.loseTrack() // the claim may have committed all the same
+		}
+		c.next = n
+	} else if len(acks) > 0 {
 		began := d.cfg.Clock.Now()
 		ackErrs = d.store.AckStreams(sctx, d.cfg.Owner, acks)
 		ackTook = d.cfg.Clock.Since(began)
+	}
+	if len(acks) > 0 {
 		if len(ackErrs) != len(acks) {
 			err := fmt.Errorf("store answered %d acks with %d results", len(acks), len(ackErrs))
 			ackErrs = make([]error, len(acks))
@@ -67,6 +85,11 @@ func (d *Drain) settleBatches(runCtx, sctx context.Context, c *cycle, results []
 		if err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.next != nil {
+		// After the acks' settled: a stream acked and claimed again is
+		// held for the new claim.
+		d.hold(c.next.claims)
 	}
 	return errs
 }

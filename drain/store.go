@@ -72,9 +72,11 @@ type Store interface {
 // LISTEN/NOTIFY). It is optional: without it the drain only polls.
 //
 // A Notifier need not signal every append: Run claims again at once after
-// any cycle that claimed a stream, so appends to a stream that is pending
-// already (package store's trigger sends nothing for them) are taken by
-// the claim that follows whatever made the stream pending. A Notifier
+// any cycle that claimed a stream (with an AckClaimer, in the same round
+// trip as the cycle's acks), so appends to a stream that is pending
+// already or leased (package store's trigger sends nothing for them) are
+// taken by the claim that follows whatever made the stream pending or
+// ended the lease. A Notifier
 // that stays silent that way must signal when a claim passed over such a
 // stream (package store does, when the stream's row was locked by its
 // appender) and when leases are given back (Release).
@@ -108,4 +110,20 @@ type IdleNotifier interface {
 	// it lingers): appends need not notify this drainer until it is Idle
 	// again. Its error is logged.
 	Busy(ctx context.Context, notes <-chan struct{}) error
+}
+
+// AckClaimer is a Store that can ack a cycle's streams and claim the next
+// cycle's in one round trip and one transaction (package store's *Store
+// can). Run uses it when every stream of a cycle that found no backlog is
+// acked: the claim, made after the acks, takes again the streams appended
+// to while they were leased (those appends notify nobody), so no claim
+// has to follow the settle just for them.
+type AckClaimer interface {
+	// AckClaim acks as AckStreams does, then claims as Claim does, in
+	// one transaction. ackErrs is AckStreams' answer; err is the claim's
+	// (claims nil), and when the transaction failed as a whole every ack
+	// has it too. again is true when a stream was acked outside the
+	// claim's transaction (so the claim could not take it again): the
+	// caller claims once more.
+	AckClaim(ctx context.Context, owner string, acks []event.Progress, limit int, lease time.Duration) (ackErrs []error, claims []event.Claim, again bool, err error)
 }

@@ -32,19 +32,40 @@ import (
 // next attempt time (when its backoff ended), so under a backlog each waits
 // about as long as the others. The claims come back in no particular order.
 func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]event.Claim, error) {
-	if owner == "" {
-		return nil, fmt.Errorf("%w: claim owner is empty", ErrInvalidInput)
-	}
-	if limit <= 0 {
-		return nil, fmt.Errorf("%w: claim limit %d (want > 0)", ErrInvalidInput, limit)
-	}
-	if lease < time.Microsecond {
-		return nil, fmt.Errorf("%w: claim lease %s (want >= 1µs)", ErrInvalidInput, lease)
+	if err := checkClaim(owner, limit, lease); err != nil {
+		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, s.q.claim, owner, limit, lease.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
 	}
+	claims, skipped, err := scanClaims(rows)
+	if err != nil {
+		return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
+	}
+	s.notes.skipped(skipped)
+	return claims, nil
+}
+
+// checkClaim checks Claim's arguments.
+func checkClaim(owner string, limit int, lease time.Duration) error {
+	if owner == "" {
+		return fmt.Errorf("%w: claim owner is empty", ErrInvalidInput)
+	}
+	if limit <= 0 {
+		return fmt.Errorf("%w: claim limit %d (want > 0)", ErrInvalidInput, limit)
+	}
+	if lease < time.Microsecond {
+		return fmt.Errorf("%w: claim lease %s (want >= 1µs)", ErrInvalidInput, lease)
+	}
+	return nil
+}
+
+// scanClaims reads the rows of the claim statement: the streams claimed,
+// and whether it passed over a due stream whose row another transaction
+// held (its last row, skipped set). It closes rows.
+func scanClaims(rows pgx.Rows) ([]event.Claim, bool, error) {
+	defer rows.Close()
 	var claims []event.Claim
 	skipped := false
 	for rows.Next() {
@@ -58,8 +79,7 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 			skip   bool
 		)
 		if err := rows.Scan(&stream, &wm, &retry, &until, &prev, &skip); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
+			return nil, false, err
 		}
 		if skip {
 			skipped = true
@@ -69,10 +89,9 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 		claims = append(claims, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
+		return nil, false, err
 	}
-	s.notes.skipped(skipped)
-	return claims, nil
+	return claims, skipped, nil
 }
 
 // Fetch returns, in one query, up to perStream events after each claim's

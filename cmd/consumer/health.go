@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -82,12 +81,12 @@ func (c *subscriptionsDisableCmd) Run(ctx context.Context, g *Globals) error {
 
 // printDisabled prints the disabled subscriptions (status's first table),
 // or nothing when none is.
-func printDisabled(ctx context.Context, js jetstream.JetStream) error {
+func printDisabled(ctx context.Context, js jetstream.JetStream, w io.Writer) error {
 	recs, err := consumer.ReadDisabled(ctx, js)
 	if err != nil || len(recs) == 0 {
 		return err
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "DISABLED\tREASON\tSINCE\tLAST ERROR\n")
 	for _, r := range recs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Subscription, r.Reason, r.At.UTC().Format(time.RFC3339), cmp.Or(r.LastError, "-"))
@@ -95,7 +94,7 @@ func printDisabled(ctx context.Context, js jetstream.JetStream) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Println("(resume with: consumer subscriptions enable NAME)")
-	fmt.Println()
+	fmt.Fprintln(w, "(resume with: consumer subscriptions enable NAME)")
+	fmt.Fprintln(w)
 	return nil
 }

@@ -26,7 +26,7 @@ type cli struct {
 	Run     runCmd         `cmd:"" help:"Deliver events to the subscriptions' endpoints until SIGINT/SIGTERM."`
 	DLQ     dlqCmd         `cmd:"" name:"dlq" help:"List, replay, skip or purge dead letters (the DLQ stream)."`
 	Replay  replayCmd      `cmd:"" help:"POST what the events stream holds in a time window once more to one subscription's endpoint (same signing, Idempotency-Key = event id), in stream order, an ordered subscription's with the version chain (Jsbridge-Previous-Version: each stream's last event before the window its filters select, then the one before in the window); its durable consumers are left as they are."`
-	Status  statusCmd      `cmd:"" help:"Show each subscription's start and position, the live consumer replicas and which one owns each partition of the ordered subscriptions."`
+	Status  statusCmd      `cmd:"" help:"Show each subscription's start and position, the live consumer replicas, which one owns each partition of the ordered subscriptions, and their stuck streams (parked, order-stuck, set aside) with the command out of each."`
 	Secret  secretCmd      `cmd:"" help:"Print a new whsec_ signing secret for --secret and the receiver (--ed25519: a whsk_/whpk_ key pair)."`
 	Trace   traceCmd       `cmd:"" help:"Show every delivery attempt of one event per subscription (time, replica, status, latency, error), its message on the events stream and its dead letters."`
 	Version ops.VersionCmd `cmd:"" help:"Print the version, commit and build date of this binary."`

@@ -1,20 +1,35 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
-	"os"
+	"io"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jsbridge/jsbridge/consumer"
 )
 
-// statusCmd prints each subscription's start and position, and who owns
-// what among the consumer replicas.
-type statusCmd struct{}
+// statusCmd prints each subscription's start and position, who owns
+// what among the consumer replicas, and the stuck streams.
+type statusCmd struct {
+	JSON bool      `name:"json" help:"Print the status as one JSON object (positions, replicas, partitions, stuck streams, copies) instead of tables."`
+	out  io.Writer // stdout; tests set it
+}
+
+// statusJSON is `consumer status --json`'s object.
+type statusJSON struct {
+	Positions     []consumer.Position           `json:"positions"`
+	Replicas      []consumer.ReplicaStatus      `json:"replicas"`
+	Subscriptions []consumer.SubscriptionStatus `json:"subscriptions"`
+	Stuck         []consumer.StuckStream        `json:"stuck"`
+	Copies        []consumer.CopyLag            `json:"copies"`
+}
 
 func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
+	w := out(c.out)
 	nc, js, err := connect(g)
 	if err != nil {
 		return err
@@ -28,10 +43,15 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if err := printDisabled(ctx, js); err != nil {
+	if c.JSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(statusJSON{Positions: positions, Replicas: st.Replicas, Subscriptions: st.Subscriptions, Stuck: st.Stuck, Copies: st.Copies})
+	}
+	if err := printDisabled(ctx, js, w); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "SUBSCRIPTION\tORDERING\tSTART\tSETTLED UP TO\tPENDING\n")
 	for _, p := range positions {
 		ordering := "none"
@@ -50,8 +70,8 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Println()
-	tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "REPLICA\tSUBSCRIPTION\tLAST HEARTBEAT\n")
 	for _, m := range st.Replicas {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", m.ID, m.Subscription, m.Heartbeat.UTC().Format(time.RFC3339))
@@ -59,8 +79,8 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Println()
-	tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "SUBSCRIPTION\tPARTITION\tOWNER\tPARKED STREAMS\n")
 	for _, s := range st.Subscriptions {
 		for _, p := range s.Partitions {
@@ -81,15 +101,15 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	for _, s := range st.Subscriptions {
 		for _, p := range s.Partitions {
 			for _, e := range p.AtRisk {
-				fmt.Printf("%s partition %d: parked stream %s\n", s.Name, p.Partition, e)
-			}
-			for _, e := range p.OrderStuck {
-				fmt.Printf("%s partition %d: order-stuck stream %s\n", s.Name, p.Partition, e)
+				fmt.Fprintf(w, "%s partition %d: parked stream %s\n", s.Name, p.Partition, e)
 			}
 		}
 	}
-	fmt.Println()
-	tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	if err := printStuck(w, st.Stuck); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "COPY\tEVENTS\tSOURCED UP TO\tLAG MESSAGES\tLAG\n")
 	for _, c := range st.Copies {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", c.Stream, c.Events, c.Sourced, c.Messages, c.Age.Round(time.Millisecond))
@@ -98,4 +118,30 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintln(tw, "(no partitioned copy: no ordered subscription ran yet)")
 	}
 	return tw.Flush()
+}
+
+// printStuck prints the stuck streams' table (nothing when there is
+// none), then each one's way out.
+func printStuck(w io.Writer, stuck []consumer.StuckStream) error {
+	if len(stuck) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "STUCK STREAM\tSUBSCRIPTION\tPARTITION\tSTATE\tHEAD\tSINCE\tLAST ANSWER\n")
+	for _, s := range stuck {
+		head := cmp.Or(s.HeadEventID, "-")
+		if s.HeadVersion != "" {
+			head += " (v" + s.HeadVersion + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", s.StreamKey, s.Subscription, s.Partition, s.State, head,
+			s.Since.UTC().Format(time.RFC3339), cmp.Or(s.LastAnswer, "-"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range stuck {
+		fmt.Fprintf(w, "%s (%s): %s\n", s.StreamKey, s.State, s.Next)
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -80,6 +81,16 @@ type asideRecord struct {
 	From    uint64    `json:"from"`
 	Replica string    `json:"replica,omitempty"`
 	At      time.Time `json:"set_aside_at"`
+	// HeadEventID and HeadVersion name the refused head (its event id
+	// and ce-streamversion) and Answer the receiver's last answer to it
+	// when the stream was set aside, for `consumer status`; empty for a
+	// parked stream's events (Parked), whose head is in the DLQ.
+	HeadEventID string `json:"head_event_id,omitempty"`
+	HeadVersion string `json:"head_version,omitempty"`
+	Answer      string `json:"answer,omitempty"`
+	// Parked is true when the stream was set aside because it is parked
+	// (its held events pressed on MaxAckPending, setAsideParked).
+	Parked bool `json:"parked,omitempty"`
 }
 
 // asideStream is a stream set aside on this partition.
@@ -103,6 +114,8 @@ type asideStream struct {
 	// last is the stream's last event settled here since it was set
 	// aside (seq 0: none).
 	last streamPos
+	// stuck is true while the stream is counted in stuckGauge.
+	stuck bool
 	// reading is true while a re-read runs; caughtUp, once it ended with
 	// nothing more in the copy from sequence caughtUpAt on.
 	reading    bool
@@ -126,6 +139,12 @@ type asides struct {
 	// gauge counts the streams aside on this replica (the subscription's
 	// jsbridge_consumer_streams_set_aside); nil: not counted.
 	gauge prometheus.Gauge
+	// stuckGauge counts the streams aside here for stuckAfter or longer,
+	// their head refused in place (not parked): the subscription's
+	// jsbridge_consumer_streams_set_aside_stuck; nil: not counted.
+	stuckGauge prometheus.Gauge
+	stuckAfter time.Duration // Config.OrderStuckAfter (0: never stuck)
+	stuckAt    time.Time     // when tendStuck last counted
 
 	any     atomic.Bool // a head is refused or a stream is aside
 	mu      sync.Mutex
@@ -147,25 +166,36 @@ func newAsides(kv jetstream.KeyValue, sub string, p int, replicaID string, clock
 }
 
 // refusedHead is a head of line retried in place: a subject of its
-// stream, its sequence, and since when.
+// stream, its sequence, since when, its event id and version, and the
+// receiver's last answer (settlement reason). parked: not a refused
+// head, but a parked stream's held events (setAsideParked).
 type refusedHead struct {
-	subject string
-	seq     uint64
-	since   time.Time
+	subject          string
+	seq              uint64
+	since            time.Time
+	eventID, version string
+	answer           string
+	parked           bool
 }
 
 // refusedHead records that m, of stream key, is being retried in place (a
-// head of line refused). Nil-safe.
-func (as *asides) refusedHead(key string, m jetstream.Msg) {
+// head of line refused), answer the receiver's last answer. Nil-safe.
+func (as *asides) refusedHead(key string, m jetstream.Msg, answer string) {
 	if as == nil || isReread(m) {
 		return
 	}
 	as.mu.Lock()
 	defer as.mu.Unlock()
-	if _, ok := as.refused[key]; !ok && as.streams[key] == nil {
-		as.refused[key] = refusedHead{subject: m.Subject(), seq: streamSeq(m), since: as.clock.Now()}
+	if as.streams[key] != nil {
+		return
+	}
+	h, ok := as.refused[key]
+	if !ok {
+		h = refusedHead{subject: m.Subject(), seq: streamSeq(m), since: as.clock.Now(), eventID: attempt.EventID(m), version: m.Headers().Get(wire.HeaderStreamVersion)}
 		as.any.Store(true)
 	}
+	h.answer = answer
+	as.refused[key] = h
 }
 
 // headEnded records that m, of stream key, left its lane (settled,
@@ -196,7 +226,45 @@ func (as *asides) released() {
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	as.counted(-len(as.streams))
+	for _, a := range as.streams {
+		as.countStuck(a, false)
+	}
 	clear(as.streams)
+}
+
+// countStuck sets whether a is counted in stuckGauge. as.mu is held.
+func (as *asides) countStuck(a *asideStream, stuck bool) {
+	if a.stuck == stuck {
+		return
+	}
+	a.stuck = stuck
+	if as.stuckGauge != nil {
+		if stuck {
+			as.stuckGauge.Inc()
+		} else {
+			as.stuckGauge.Dec()
+		}
+	}
+}
+
+// tendStuck counts, at most once a second, the streams aside for
+// stuckAfter or longer (since their record's At) whose head is refused
+// in place, not parked (parked reports whether the stream of a subject
+// in the copy is): the order-stuck bound parks a head refused by the
+// order gate, and max_deliver one that fails, but with max_deliver -1,
+// or a head whose refusals are not continuous, the stream may stay
+// aside for ever. Only the run loop calls it.
+func (as *asides) tendStuck(parked func(subject string) bool) {
+	now := as.clock.Now()
+	if as.stuckAfter <= 0 || now.Sub(as.stuckAt) < time.Second {
+		return
+	}
+	as.stuckAt = now
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	for _, a := range as.streams {
+		as.countStuck(a, !a.rec.Parked && now.Sub(a.rec.At) >= as.stuckAfter && !parked(a.rec.Subject))
+	}
 }
 
 // recount sets any. as.mu is held.
@@ -223,10 +291,18 @@ func (as *asides) candidates(pressed bool) map[string]refusedHead {
 	return out
 }
 
-// record writes the record that sets stream key (subject: one of its
+// isAside reports whether stream key is set aside on this partition.
+func (as *asides) isAside(key string) bool {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	return as.streams[key] != nil
+}
+
+// record writes the record that sets stream key (head.subject: one of its
 // subjects in the copy) aside from sequence from on, and adds the stream.
-func (as *asides) record(ctx context.Context, key, subject string, head, from uint64) error {
-	rec := asideRecord{Subscription: as.sub, Partition: as.p, Subject: subject, Head: head, Start: from, From: from, Replica: as.replicaID, At: as.clock.Now().UTC()}
+func (as *asides) record(ctx context.Context, key string, head refusedHead, from uint64) error {
+	rec := asideRecord{Subscription: as.sub, Partition: as.p, Subject: head.subject, Head: head.seq, Start: from, From: from, Replica: as.replicaID, At: as.clock.Now().UTC(),
+		HeadEventID: head.eventID, HeadVersion: head.version, Answer: head.answer, Parked: head.parked}
 	v, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -526,6 +602,7 @@ func (as *asides) goLive(ctx context.Context, key string, upTo uint64) (streamPo
 	defer as.mu.Unlock()
 	delete(as.streams, key)
 	as.counted(-1)
+	as.countStuck(a, false)
 	if upTo >= a.rec.Start {
 		as.reread[key] = append(as.reread[key], [2]uint64{a.rec.Start, upTo})
 	}

@@ -7,7 +7,12 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // What a partition does with an event of a stream set aside, and when a
@@ -24,9 +29,9 @@ func TestAsidesTakeAndCatchUp(t *testing.T) {
 
 	// A head refused: a candidate once refused for asideWait, or at once
 	// when the limits press.
-	as.refusedHead(key, m(4))
+	as.refusedHead(key, m(4), "HTTP 503")
 	require.Empty(t, as.candidates(false))
-	require.Equal(t, refusedHead{subject: m(4).Subject(), seq: 4, since: clock.Now()}, as.candidates(true)[key])
+	require.Equal(t, refusedHead{subject: m(4).Subject(), seq: 4, since: clock.Now(), eventID: attempt.EventID(m(4)), version: m(4).Headers().Get(wire.HeaderStreamVersion), answer: "HTTP 503"}, as.candidates(true)[key])
 	clock.Advance(asideWait)
 	require.Len(t, as.candidates(false), 1)
 
@@ -81,4 +86,49 @@ func TestAsidesTakeAndCatchUp(t *testing.T) {
 	require.True(t, as.takes(key, fenced, func() error { return errLeasePassed }))
 	require.Zero(t, fenced.acks.Load())
 	require.False(t, as.streams[key].outDone(), "an ack-out not sent keeps the stream aside")
+}
+
+// A stream aside for OrderStuckAfter or longer, its head still refused in
+// place, is counted in jsbridge_consumer_streams_set_aside_stuck (on the
+// engine's clock, at most once a second); not one whose stream is parked
+// (listed as parked), and not once it is live again or its partition was
+// released.
+func TestAsidesCountTheStuckOnes(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	as := newAsides(nil, "sub", 0, "r1", clock, slog.New(slog.DiscardHandler), nil, nil)
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "stuck"})
+	as.stuckGauge, as.stuckAfter = g, 5*time.Minute
+	notParked := func(string) bool { return false }
+	aside := func(key string, rec asideRecord) {
+		rec.At = clock.Now()
+		as.streams[key] = &asideStream{rec: rec, out: map[uint64]bool{}, whole: true}
+	}
+	aside("refused", asideRecord{Subject: "ordered.events.0.order.order-1.A"})
+	aside("parked", asideRecord{Subject: "ordered.events.0.order.order-2.A", Parked: true})
+	aside("dead-lettered", asideRecord{Subject: "ordered.events.0.order.order-3.A"})
+	parked := func(subject string) bool { return subject == "ordered.events.0.order.order-3.A" }
+
+	as.tendStuck(parked)
+	require.Zero(t, testutil.ToFloat64(g), "none aside for the bound yet")
+	clock.Advance(5*time.Minute - time.Second)
+	as.tendStuck(parked)
+	require.Zero(t, testutil.ToFloat64(g))
+	clock.Advance(time.Second)
+	as.tendStuck(parked)
+	require.Equal(t, 1.0, testutil.ToFloat64(g), "the stream whose head is refused in place, not the parked ones")
+	as.tendStuck(notParked)
+	require.Equal(t, 1.0, testutil.ToFloat64(g), "counted at most once a second")
+	clock.Advance(time.Second)
+	as.tendStuck(notParked)
+	require.Equal(t, 2.0, testutil.ToFloat64(g), "unparked with its record still there: refused again")
+
+	// Live again (goLive's bookkeeping), then the partition released.
+	as.mu.Lock()
+	as.countStuck(as.streams["refused"], false)
+	delete(as.streams, "refused")
+	as.mu.Unlock()
+	require.Equal(t, 1.0, testutil.ToFloat64(g))
+	as.released()
+	require.Zero(t, testutil.ToFloat64(g), "a released partition's streams are uncounted")
 }

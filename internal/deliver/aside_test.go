@@ -12,6 +12,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -116,6 +117,17 @@ func TestStuckStreamIsSetAsideAndItsPartitionGoesOn(t *testing.T) {
 		g.requireProcessed(t, f, versionsFrom(0, 10)...)
 	}
 	require.Empty(t, g.versions(stuck), "the stuck stream's head is still refused")
+	// consumer status lists it: set aside, its head (version 0) and the
+	// gate's answer.
+	st, err := inspect.ReadStatus(b.ctx, b.js)
+	require.NoError(t, err)
+	require.Len(t, st.Stuck, 1)
+	require.Equal(t, inspect.StateSetAside, st.Stuck[0].State)
+	require.Equal(t, s.Name, st.Stuck[0].Subscription)
+	require.Equal(t, "0", st.Stuck[0].HeadVersion)
+	require.Equal(t, stuck, b.event(st.Stuck[0].HeadEventID).stream)
+	require.Contains(t, st.Stuck[0].LastAnswer, wire.OrderGap)
+	require.False(t, st.Stuck[0].Since.IsZero())
 
 	// Let the head go; events written meanwhile arrive live while the
 	// set-aside ones are read again from the copy.

@@ -21,9 +21,14 @@ import (
 // Only the run loop calls it.
 func (pt *partition) tendAside(wg *sync.WaitGroup) {
 	as := pt.aside
-	if as == nil || !as.any.Load() {
+	if as == nil {
 		return
 	}
+	pt.setAsideParked(wg)
+	if !as.any.Load() {
+		return
+	}
+	as.tendStuck(pt.parking.isParked)
 	pressed := pt.inHand.full() || (pt.maxAckPending > 0 && pt.book.inHand() >= pt.maxAckPending/2)
 	for key, h := range as.candidates(pressed) {
 		if pt.lanes.queuedOf(key)+pt.book.waitingOf(key) >= asideAfter {
@@ -54,13 +59,19 @@ func (pt *partition) setAside(key string, head refusedHead, wg *sync.WaitGroup) 
 		pt.leftLane(streamSeq(m))
 	}
 	waiting := pt.book.takeWaitingOf(key)
-	out := append(slices.Clip(queued), waiting...)
+	// A parked stream's held events (setAsideParked) come before those
+	// queued in its lane and waiting.
+	held := pt.parking.takeHeld(pt.holder, head.subject)
+	out := append(append(slices.Clip(held), queued...), waiting...)
 	if len(out) == 0 {
 		return
 	}
 	from := streamSeq(out[0])
+	for _, m := range out {
+		from = min(from, streamSeq(m))
+	}
 	ctx, cancel := pt.lease.beforeDeadline(pt.ctx, 5*time.Second)
-	err := pt.aside.record(ctx, key, head.subject, head.seq, from)
+	err := pt.aside.record(ctx, key, head, from)
 	cancel()
 	if err != nil {
 		pt.log.Warn("setting a stuck stream aside failed; its events stay in hand", slog.String("stream_key", key), slog.Any("error", err))
@@ -70,11 +81,58 @@ func (pt *partition) setAside(key string, head refusedHead, wg *sync.WaitGroup) 
 		for _, m := range waiting {
 			pt.succ.wait(key, m)
 		}
+		for _, m := range held {
+			pt.parking.hold(pt.holder, key, m)
+		}
 		return
 	}
 	pt.aside.ackOut(key, out, pt.lease.mayAck)
+	if len(held) > 0 {
+		pt.log.Info("a parked stream's later events are set aside: acked out, and read again from the copy once it is unparked",
+			slog.String("stream_key", key), slog.Uint64("from", from), slog.Int("events", len(out)))
+		return
+	}
 	pt.log.Info("a stream's head is refused and its later events pile up: the stream is set aside, its later events acked out and read again from the copy once the head goes",
 		slog.String("stream_key", key), slog.Uint64("from", from), slog.Int("events", len(out)))
+}
+
+// setAsideParked sets aside the parked streams (a head dead-lettered
+// and parked) whose later events this partition holds, so that they do
+// not count against the partition consumer's MaxAckPending while the
+// stream waits for `consumer dlq replay` or `skip`: every parked
+// stream holding events here, once the limits press (the hand limit is
+// full, or what is in hand and held reaches half of MaxAckPending). Until
+// then the held events stay in memory (a replay delivers them even once
+// the copy removed them, see docs/ordering.md, "The copy's retention"),
+// and a stream held and released within that costs no KV write. The
+// stream is set aside as
+// one whose head is refused (setAside), from its first event held: the
+// events held, queued in its lane and waiting for a predecessor are
+// acked out, and those that come later as they come (asides.takes); it
+// is read again from the copy once unparked (mayReread). Events held
+// again later (one its lane was handing on as it was set aside) are
+// acked out on the next pass.
+func (pt *partition) setAsideParked(wg *sync.WaitGroup) {
+	held, total := pt.parking.heldBy(pt.holder)
+	if len(held) == 0 {
+		return
+	}
+	pressed := pt.inHand.full() || (pt.maxAckPending > 0 && pt.book.inHand()+total >= pt.maxAckPending/2)
+	for key, subject := range held {
+		if pt.aside.isAside(key) {
+			// Held after it was set aside: acked out now (at or after
+			// the record's Start, as every event held since is).
+			for _, m := range pt.parking.takeHeld(pt.holder, subject) {
+				if !pt.aside.takes(key, m, pt.lease.mayAck) {
+					pt.parking.hold(pt.holder, key, m)
+				}
+			}
+			continue
+		}
+		if pressed {
+			pt.setAside(key, refusedHead{subject: subject, parked: true}, wg)
+		}
+	}
 }
 
 // asideFloor returns the partition consumer's ack floor, read at most

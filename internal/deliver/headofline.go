@@ -180,7 +180,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			hl.forgetAttempts(id, recorded)
 			return
 		case attempt.ActRetry:
-			hl.aside.refusedHead(key, m) // its later events may be set aside
+			hl.aside.refusedHead(key, m, s.Reason) // its later events may be set aside
 			r.snd.Count(attempt.OutcomeRetry, s.Class, 0)
 			hl.attempts.failed(id, n)
 			recorded = true
@@ -194,7 +194,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			if refusedSince.IsZero() {
 				refusedSince = hl.clock.Now()
 			}
-			hl.aside.refusedHead(key, m)
+			hl.aside.refusedHead(key, m, s.Reason)
 			if dl, stuck := orderStuck(refusedSince, hl.clock.Now(), hl.stuckAfter, resp, id, n); stuck {
 				hl.deadLetter(m, log(slog.Int("status", resp.Status)), orderLetter(dl, order), attempt.OutcomeOrderStuck, s.Class)
 				hl.forgetAttempts(id, recorded)

@@ -21,6 +21,7 @@ type metrics struct {
 	streamsParked   *prometheus.GaugeVec
 	orderStuck      *prometheus.GaugeVec
 	streamsAside    *prometheus.GaugeVec
+	asideStuck      *prometheus.GaugeVec
 	oldestHeld      *prometheus.GaugeVec
 	handovers       *prometheus.CounterVec
 	copyLagMsgs     *prometheus.GaugeVec
@@ -68,7 +69,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"subscription"}),
 		streamsAside: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_streams_set_aside",
-			Help: "Streams of an ordered subscription this replica holds set aside: their head refused, their later events acked out and read again from the partitioned copy once it goes, by subscription.",
+			Help: "Streams of an ordered subscription this replica holds set aside: their head refused (or the stream parked), their later events acked out and read again from the partitioned copy once it goes, by subscription.",
+		}, []string{"subscription"}),
+		asideStuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jsbridge_consumer_streams_set_aside_stuck",
+			Help: "Streams of an ordered subscription this replica holds set aside for longer than --order-stuck-after, their head still refused in place (not parked), by subscription.",
 		}, []string{"subscription"}),
 		oldestHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_oldest_held_seconds",
@@ -119,6 +124,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.streamsAside, err = promreg.Register(reg, m.streamsAside); err != nil {
+		return nil, err
+	}
+	if m.asideStuck, err = promreg.Register(reg, m.asideStuck); err != nil {
 		return nil, err
 	}
 	if m.oldestHeld, err = promreg.Register(reg, m.oldestHeld); err != nil {

@@ -27,8 +27,10 @@ import (
 // never acked while parked, so nothing is lost across restarts and
 // hand-overs: a new owner gets them again and holds them again. The price:
 // each held event occupies one of the partition consumer's MaxAckPending
-// slots, so a partition with MaxAckPending held events stops pulling until
-// an operator acts (docs/ordering.md).
+// slots, so once they press on it the partition sets the stream aside
+// (setAsideParked): its held events are acked out behind an aside record
+// and read again from the copy once it is unparked (docs/ordering.md,
+// "Dead letters").
 
 // parking is an ordered subscription's parked streams on this replica:
 // the park entries it wrote or watched, the events it holds behind them,
@@ -81,7 +83,7 @@ func (pk *parking) park(h *holder, m jetstream.Msg, dl deadletter.Letter) error 
 	key := wire.StreamKey(subject)
 	stream, _, _ := wire.ParseSubject(o.eventsPrefix, subject)
 	e := deadletter.ParkedStream{
-		Subscription: pk.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID,
+		Subscription: pk.sub.Name, Stream: stream, Subject: subject, HeadEventID: dl.EventID, HeadVersion: m.Headers().Get(wire.HeaderStreamVersion),
 		Partition: h.p, ParkedAt: pk.clock.Now().UTC(), Replica: pk.replicaID, Reason: dl.Reason, OrderStuck: dl.OrderStuck,
 	}
 	v, err := json.Marshal(e)
@@ -184,6 +186,55 @@ func (pk *parking) returnHeld(h *holder) {
 	for _, m := range back {
 		h.nak(m)
 	}
+}
+
+// heldBy returns the parked streams (not releasing) with events held for
+// h, each as a subject of it in the partitioned copy by its stream key
+// there, and how many events are held for h in all.
+func (pk *parking) heldBy(h *holder) (map[string]string, int) {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	var out map[string]string
+	total := 0
+	for _, ps := range pk.parked {
+		if ps.releasing {
+			continue
+		}
+		for _, x := range ps.held {
+			if x.h != h {
+				continue
+			}
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[wire.StreamKey(x.msg.Subject())] = x.msg.Subject()
+			total++
+		}
+	}
+	return out, total
+}
+
+// takeHeld removes the events of subject's stream (a subject in the
+// partitioned copy) held for h and returns them, in stream order: the
+// partition sets the stream aside (asidepartition.go, setAsideParked).
+func (pk *parking) takeHeld(h *holder, subject string) []jetstream.Msg {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	ps := pk.parked[pk.parkedKey(subject)]
+	if ps == nil {
+		return nil
+	}
+	var out []jetstream.Msg
+	keep := ps.held[:0]
+	for _, x := range ps.held {
+		if x.h == h {
+			out = append(out, x.msg)
+		} else {
+			keep = append(keep, x)
+		}
+	}
+	ps.held = keep
+	return out
 }
 
 // addHeld adds to seqs the stream sequences of the events held for h.
@@ -414,7 +465,9 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 				oldest = rp.oldest
 			}
 			rp.risk = riskOf(rp.inCopy, now, maxAge)
-			if rp.held > 0 && reported[k] != (state{rp.held, rp.risk}) {
+			// A stream whose held events were set aside (held 0 now)
+			// is reported too: its entry must not keep the old count.
+			if reported[k] != (state{rp.held, rp.risk}) {
 				reports = append(reports, rp)
 			}
 		}

@@ -137,6 +137,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 		pt.aside = newAsides(d.parks, d.r.sub.Name, p, d.r.replicaID, d.clock, log, d.copyStream, d.filters)
 		if d.r.metrics != nil {
 			pt.aside.gauge = d.r.metrics.streamsAside.WithLabelValues(d.r.sub.Name)
+			pt.aside.stuckGauge, pt.aside.stuckAfter = d.r.metrics.asideStuck.WithLabelValues(d.r.sub.Name), d.stuckAfter
 		}
 	}
 	pt.hol = &headOfLine{

@@ -26,12 +26,17 @@ type ParkedStream struct {
 	Subject string `json:"subject"`
 	// HeadEventID is the dead-lettered head's event id.
 	HeadEventID string `json:"head_event_id"`
+	// HeadVersion is the dead-lettered head's version in its stream (its
+	// ce-streamversion, base 10); empty when it carries none.
+	HeadVersion string `json:"head_version,omitempty"`
 	// Partition is the stream's partition.
 	Partition int `json:"partition"`
 	// ParkedAt is when the head was dead-lettered.
 	ParkedAt time.Time `json:"parked_at"`
-	// Held is how many later events the owning replica held at UpdatedAt;
-	// OldestHeldAt when the oldest of them was first held.
+	// Held is how many later events the owning replica held in memory at
+	// UpdatedAt (0 once they were set aside: acked out, to be read again
+	// from the partitioned copy); OldestHeldAt when the oldest of them
+	// was first held.
 	Held         int       `json:"held"`
 	OldestHeldAt time.Time `json:"oldest_held_at,omitzero"`
 	UpdatedAt    time.Time `json:"updated_at,omitzero"`

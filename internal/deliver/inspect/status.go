@@ -31,6 +31,10 @@ type Status struct {
 	// subscriptions read, and how far each lags its events stream, by
 	// name.
 	Copies []CopyLag
+	// Stuck are the streams that do not go on by themselves (parked,
+	// order-stuck) or have not for a while (set aside), by subscription,
+	// partition and stream key, each with the way out.
+	Stuck []StuckStream
 }
 
 // ReplicaStatus is one live replica of one ordered subscription.
@@ -126,6 +130,9 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 		if ps.OrderStuck {
 			pt.OrderStuck = append(pt.OrderStuck, ps.Stream+": "+ps.Reason)
 		}
+	}
+	if st.Stuck, err = stuckOf(ctx, js, parked); err != nil {
+		return st, err
 	}
 	bySub := map[string]*SubscriptionStatus{}
 	for k, p := range parts {

@@ -1,0 +1,121 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/jsbridge/jsbridge/event"
+)
+
+// AckClaim acks owner's streams as AckStreams does and then claims up to
+// limit streams for lease as Claim does, in one round trip and one
+// transaction (it implements drain.AckClaimer): the drain's settle and its
+// next claim cost one commit instead of two.
+//
+// The claim runs after the acks in the same transaction, so it sees the
+// streams they released: a stream appended to while owner held it (such an
+// append notifies nobody, the stream being leased) is claimed again here
+// when its head is past the new watermark. The ack of a single stream
+// waits for its row (an application appending to it) up to the settle
+// timeout, as Ack does; many streams are acked with SKIP LOCKED as
+// AckStreams does, and a stream left out that way (an appender held its
+// row, or the lease was lost) is acked alone after the transaction, so the
+// claim did not see it released: again is then true, and the caller
+// should claim once more instead of relying on a notification.
+//
+// ackErrs has one error per ack, in their order, as AckStreams returns
+// them. err is the claim's error (claims nil then); when the transaction
+// failed as a whole (the connection's error, ErrSettleTimeout), every ack
+// gets that error too and nothing may be assumed about what committed.
+// The claim's arguments are checked as Claim checks them (ErrInvalidInput,
+// nothing acked). With no acks it is Claim.
+func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progress, limit int, lease time.Duration) (ackErrs []error, claims []event.Claim, again bool, err error) {
+	ackErrs = make([]error, len(acks))
+	if err := checkClaim(owner, limit, lease); err != nil {
+		for i := range ackErrs {
+			ackErrs[i] = err
+		}
+		return ackErrs, nil, false, err
+	}
+	if len(acks) == 0 {
+		claims, err = s.Claim(ctx, owner, limit, lease)
+		return ackErrs, claims, false, err
+	}
+	// Sorted by stream, as AckStreams does; a stream named twice is
+	// refused.
+	order := make([]int, 0, len(acks))
+	first := make(map[string]int, len(acks))
+	for i, a := range acks {
+		if j, dup := first[a.Stream]; dup {
+			ackErrs[i] = fmt.Errorf("%w: ack stream %q for %s: named twice (acks %d and %d)", ErrInvalidInput, a.Stream, owner, j, i)
+			continue
+		}
+		first[a.Stream] = i
+		order = append(order, i)
+	}
+	slices.SortFunc(order, func(i, j int) int { return strings.Compare(acks[i].Stream, acks[j].Stream) })
+
+	done := make(map[string]bool, len(order))
+	b := s.lockTimeoutBatch()
+	if len(order) == 1 {
+		// One row: waiting for it holds no other lock, so it cannot close
+		// a deadlock cycle; the claim that follows sees what the appender
+		// it waited for committed.
+		a := acks[order[0]]
+		b.Queue(s.q.ack, owner, a.Stream, a.Version, a.ID).Exec(func(t pgconn.CommandTag) error {
+			done[a.Stream] = t.RowsAffected() > 0
+			return nil
+		})
+	} else {
+		streams := make([]string, len(order))
+		versions := make([]int64, len(order))
+		ids := make([]int64, len(order))
+		for k, i := range order {
+			streams[k], versions[k], ids[k] = acks[i].Stream, acks[i].Version, acks[i].ID
+		}
+		b.Queue(s.q.ackMany, owner, streams, versions, ids).Query(func(rows pgx.Rows) error {
+			acked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			for _, st := range acked {
+				done[st] = true
+			}
+			return err
+		})
+	}
+	var skipped bool
+	b.Queue(s.q.claim, owner, limit, lease.Microseconds()).Query(func(rows pgx.Rows) error {
+		var err error
+		claims, skipped, err = scanClaims(rows)
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		if pgCode(err) == sqlStateLockNotAvailable {
+			err = fmt.Errorf("%w (%s)", ErrSettleTimeout, s.settleTimeout)
+		}
+		for _, i := range order {
+			ackErrs[i] = fmt.Errorf("ack stream %q for %s (with %d others, and a claim): %w", acks[i].Stream, owner, len(order)-1, err)
+		}
+		return ackErrs, nil, false, fmt.Errorf("claim streams for %s (with %d acks): %w", owner, len(order), err)
+	}
+	s.notes.skipped(skipped)
+	for _, i := range order {
+		if done[acks[i].Stream] {
+			continue
+		}
+		if len(order) == 1 {
+			ackErrs[i] = fmt.Errorf("ack stream %q for %s: %w", acks[i].Stream, owner, event.ErrLeaseLost)
+			continue
+		}
+		// Left out of the shared statement: the single ack waits for the
+		// row and tells a lost lease from an appender's lock. The claim
+		// did not see this stream released.
+		ackErrs[i] = s.Ack(ctx, owner, acks[i].Stream, acks[i].Version, acks[i].ID)
+		again = again || ackErrs[i] == nil
+	}
+	return ackErrs, claims, again, nil
+}
