@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -191,7 +192,7 @@ func (as *asides) refusedHead(key string, m jetstream.Msg, answer string) {
 	}
 	h, ok := as.refused[key]
 	if !ok {
-		h = refusedHead{subject: m.Subject(), seq: streamSeq(m), since: as.clock.Now(), eventID: eventID(m), version: m.Headers().Get(wire.HeaderStreamVersion)}
+		h = refusedHead{subject: m.Subject(), seq: streamSeq(m), since: as.clock.Now(), eventID: attempt.EventID(m), version: m.Headers().Get(wire.HeaderStreamVersion)}
 		as.any.Store(true)
 	}
 	h.answer = answer

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -33,7 +34,7 @@ func TestAsidesTakeAndCatchUp(t *testing.T) {
 	// when the limits press.
 	as.refusedHead(key, m(4), "HTTP 503")
 	require.Empty(t, as.candidates(false))
-	require.Equal(t, refusedHead{subject: m(4).Subject(), seq: 4, since: clock.Now(), eventID: eventID(m(4)), version: m(4).Headers().Get(wire.HeaderStreamVersion), answer: "HTTP 503"}, as.candidates(true)[key])
+	require.Equal(t, refusedHead{subject: m(4).Subject(), seq: 4, since: clock.Now(), eventID: attempt.EventID(m(4)), version: m(4).Headers().Get(wire.HeaderStreamVersion), answer: "HTTP 503"}, as.candidates(true)[key])
 	clock.Advance(asideWait)
 	require.Len(t, as.candidates(false), 1)
 

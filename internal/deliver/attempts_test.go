@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
@@ -78,7 +79,7 @@ func TestAttemptsRecordedAndTraced(t *testing.T) {
 		require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", a.TraceID)
 	}
 	require.Equal(t, []int{503, 503, 204}, []int{tr.Attempts[0].Status, tr.Attempts[1].Status, tr.Attempts[2].Status})
-	require.Equal(t, []string{deliver.OutcomeRetry, deliver.OutcomeRetry, deliver.OutcomeAck}, []string{tr.Attempts[0].Outcome, tr.Attempts[1].Outcome, tr.Attempts[2].Outcome})
+	require.Equal(t, []string{attempt.OutcomeRetry, attempt.OutcomeRetry, attempt.OutcomeAck}, []string{tr.Attempts[0].Outcome, tr.Attempts[1].Outcome, tr.Attempts[2].Outcome})
 	require.Equal(t, "HTTP 503 Service Unavailable", tr.Attempts[0].Error)
 	require.Empty(t, tr.Attempts[2].Error)
 	require.NotNil(t, tr.Message)
@@ -152,7 +153,7 @@ func TestTraceShowsDeadLetter(t *testing.T) {
 		tr, err = inspect.TraceEvent(b.ctx, b.js, "7", inspect.TraceConfig{})
 		return err == nil && len(tr.Attempts) == 1 && len(tr.DeadLetters) == 1
 	}, 10*time.Second, 20*time.Millisecond, "one attempt and one dead letter")
-	require.Equal(t, deliver.OutcomeTerm, tr.Attempts[0].Outcome)
+	require.Equal(t, attempt.OutcomeTerm, tr.Attempts[0].Outcome)
 	require.Equal(t, 422, tr.Attempts[0].Status)
 	require.Equal(t, "orders", tr.DeadLetters[0].Subscription)
 	require.Empty(t, tr.Attempts[0].TraceID, "no trace context, tracing off: no trace id")
@@ -215,7 +216,7 @@ func TestAttemptLogWritesQueuedRecordsAtStop(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Provision(b.ctx))
 	for i := range 3 {
-		l.RecordAttempt(attemptlog.Attempt{Subscription: "orders", EventID: "5", Attempt: i + 1, Outcome: deliver.OutcomeRetry})
+		l.RecordAttempt(attemptlog.Attempt{Subscription: "orders", EventID: "5", Attempt: i + 1, Outcome: attempt.OutcomeRetry})
 	}
 	ctx, cancel := context.WithCancel(b.ctx)
 	cancel()

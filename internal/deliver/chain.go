@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
@@ -342,11 +343,11 @@ func apiSubject(js jetstream.JetStream, suffix string) string {
 // has no stream version (ce-streamversion) or stream (ce-subject), as for
 // a message not from an events table, which goes without the chain.
 func orderFieldsOf(mh nats.Header, previous int64, partition int, epoch uint64) *webhook.OrderFields {
-	v, err := strconv.ParseInt(header(mh, wire.HeaderStreamVersion), 10, 64)
+	v, err := strconv.ParseInt(attempt.HeaderValue(mh, wire.HeaderStreamVersion), 10, 64)
 	if err != nil {
 		return nil
 	}
-	stream, err := wire.DecodeHeaderValue(header(mh, wire.HeaderSubject))
+	stream, err := wire.DecodeHeaderValue(attempt.HeaderValue(mh, wire.HeaderSubject))
 	if err != nil || stream == "" {
 		return nil
 	}

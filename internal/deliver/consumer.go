@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
@@ -71,7 +72,7 @@ type Config struct {
 	// error 10126). A durable consumer that exists with another count
 	// keeps it, with a warning (see consumerReplicas).
 	Replicas int
-	// TracerProvider makes the attempt spans (trace.go: one per attempt,
+	// TracerProvider makes the attempt spans (attempt/trace.go: one per attempt,
 	// continuing the trace in the message's traceparent header, which the
 	// POST carries on). Default nil: otel's global tracer provider, a no-op
 	// until the application installs an SDK.
@@ -168,9 +169,18 @@ type Consumer struct {
 
 // runner is one subscription's pull loop.
 type runner struct {
-	// sender makes the subscription's attempts (attempt.go); its fields
-	// (sub, log, br, endpoint, metrics, clock, ...) are the runner's too.
-	*sender
+	// snd makes the subscription's attempts (package attempt).
+	snd *attempt.Sender
+	// What the runner reads of the subscription and its attempts: the
+	// subscription with its defaults, the logger with its attributes, the
+	// endpoint's breaker and its name.
+	sub      subscription.Subscription
+	log      *slog.Logger
+	br       *breaker.Breaker
+	endpoint string
+	metrics  *metrics
+	clock    clockwork.Clock
+	health   *health.State
 
 	// What the subscription needs of its Consumer, given once by New.
 	js          jetstream.JetStream
@@ -263,7 +273,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...subscription.Subscription) 
 	} else if c.health, err = newHealth(js, cfg, names); err != nil {
 		return nil, fmt.Errorf("deliver: new consumer: %w", err)
 	}
-	rateGauge, err := newThrottleGauge(cfg.Registerer)
+	rateGauge, err := attempt.NewRateGauge(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("deliver: new consumer: %w", err)
 	}
@@ -281,39 +291,26 @@ func New(js jetstream.JetStream, cfg Config, subs ...subscription.Subscription) 
 		if err != nil {
 			return nil, fmt.Errorf("deliver: new consumer: subscription %q: %w", s.Name, err)
 		}
-		endpoint := breaker.Endpoint(s.URL)
 		client, err := subscriptionClient(open, &safe, s)
 		if err != nil {
 			return nil, fmt.Errorf("deliver: new consumer: %w", err)
 		}
-		ep, err := newEndpoint(s.URL, client)
+		br := cfg.Breakers.Breaker(s.URL)
+		snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: cfg.UserAgent}, attempt.Deps{
+			Breaker:  br,
+			Health:   c.health,
+			Clock:    cfg.Clock,
+			Logger:   cfg.Logger,
+			Tracer:   tracing.Tracer(cfg.TracerProvider),
+			Metrics:  attempt.Metrics{Deliveries: c.metrics.deliveries, Duration: c.metrics.duration.WithLabelValues(s.Name), Rate: rateGauge.WithLabelValues(s.Name)},
+			Attempts: cfg.Attempts,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("deliver: new consumer: %w %q: %w", subscription.ErrInvalidSubscription, s.Name, err)
 		}
-		snd := &sender{
-			sub:      s,
-			client:   client,
-			ep:       ep,
-			br:       cfg.Breakers.Breaker(s.URL),
-			endpoint: endpoint,
-			log:      cfg.Logger.With(slog.String("subscription", s.Name), slog.String("endpoint", endpoint)),
-			static:   staticHeaders(s.Headers, cfg.UserAgent),
-			tracer:   tracing.Tracer(cfg.TracerProvider),
-			spanName: spanName(s.Name),
-			clock:    cfg.Clock,
-			health:   c.health,
-			throttle: newThrottle(cfg.Clock, s.RateLimit, rateGauge.WithLabelValues(s.Name)),
-			metrics:  c.metrics,
-			attempts: cfg.Attempts,
-			duration: c.metrics.duration.WithLabelValues(s.Name),
-			acked2xx: sync.OnceValue(func() prometheus.Counter {
-				return c.metrics.deliveries.WithLabelValues(s.Name, OutcomeAck, "2xx")
-			}),
-		}
-		snd.signer.Store(signer)
 		c.runners = append(c.runners, &runner{
-			sender: snd,
-			js:     js, stream: cfg.Stream, replicas: cfg.Replicas, replicaID: cfg.ReplicaID, deadLetters: cfg.DeadLetters,
+			snd: snd, sub: s, log: snd.Logger(), br: br, endpoint: snd.Endpoint(), metrics: c.metrics, clock: cfg.Clock, health: c.health,
+			js: js, stream: cfg.Stream, replicas: cfg.Replicas, replicaID: cfg.ReplicaID, deadLetters: cfg.DeadLetters,
 			inFlight:     c.metrics.inFlight.WithLabelValues(s.Name),
 			redeliveries: c.metrics.redeliveries.WithLabelValues(s.Name),
 			fleet:        cfg.fleet,
@@ -457,7 +454,7 @@ func (c *Consumer) Replay(ctx context.Context, q *deadletter.DLQ, letters []dead
 		case dl.EventID == "":
 			res.Err = fmt.Errorf("dead letter %d has no event id: it cannot be replayed", dl.Seq)
 		default:
-			res = replay(ctx, r.sender, r.js, q, c.withPrevious(ctx, r, dl))
+			res = replay(ctx, r, r.js, q, c.withPrevious(ctx, r, dl))
 		}
 		out = append(out, res)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -17,15 +16,14 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/trace/noop"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
-	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -169,7 +167,7 @@ func TestANewOwnerDoesNotSendAgainWhatTheRecordSaysWasDelivered(t *testing.T) {
 	// The first owner drops the ack of version 3 (event id 4).
 	var dropped atomic.Bool
 	stopFirst := run(Config{ReplicaID: "first", sendAck: func(m jetstream.Msg) error {
-		if eventID(m) == event.FormatID(4) {
+		if attempt.EventID(m) == event.FormatID(4) {
 			dropped.Store(true)
 			return nil
 		}
@@ -192,55 +190,9 @@ func TestANewOwnerDoesNotSendAgainWhatTheRecordSaysWasDelivered(t *testing.T) {
 		"version 3 came back to the new owner after AckWait and was acked without a POST")
 }
 
-// A replica waking from a freeze finds the POSTs it had in flight timed
-// out by its own stall. Cut at the partition's lease deadline
-// (leaseFence.bound, through send's postFence), they count nothing on the
-// endpoint's breaker: before, their failures opened the (shared) breaker
-// for every replica at each wake-up. The same failures cut for another
-// reason open it.
-func TestFailuresAnsweredAfterTheLeaseDeadlineDoNotOpenTheBreaker(t *testing.T) {
-	t.Parallel()
-	stop := make(chan struct{})
-	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select { // answers only once the POST was cut
-		case <-r.Context().Done():
-		case <-stop:
-		}
-		w.WriteHeader(http.StatusInternalServerError)
-	}))
-	t.Cleanup(rc.Close)
-	t.Cleanup(func() { close(stop) }) // before rc.Close
-	cutBy := func(cause error) postFence {
-		return func(ctx context.Context) (context.Context, context.CancelFunc, error) {
-			pctx, cancel := context.WithCancelCause(ctx)
-			time.AfterFunc(20*time.Millisecond, func() { cancel(cause) })
-			return pctx, func() { cancel(nil) }, nil
-		}
-	}
-	post := func(r *runner, fence postFence) {
-		msg := dataMsg{headerMsg: headerMsg{h: nats.Header{wire.HeaderMsgID: {"1"}, wire.HeaderID: {"1"}, wire.HeaderType: {"OrderNoted"},
-			wire.HeaderSubject: {"order-1"}, wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}}}, data: []byte(`{}`)}
-		for range 5 {
-			actx, at := r.startAttempt(context.Background(), msg, "1", 1)
-			body, hdr, err := r.request(msg, "1", "")
-			require.NoError(t, err)
-			resp, notSent := r.send(actx, at, nil, fence, 0, "1", body, hdr, nil)
-			require.NoError(t, notSent)
-			require.Error(t, resp.err, "the POST was cut")
-		}
-	}
-	set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 5}, nil, nil)
-	require.NoError(t, err)
-	r := newTestSender(t, rc.URL, set)
-	post(r, cutBy(errLeasePassed))
-	require.Equal(t, breaker.Closed, r.br.State(), "POSTs cut at the lease deadline are not counted")
-	post(r, cutBy(errors.New("cut for another reason")))
-	require.Equal(t, breaker.Open, r.br.State(), "the same failures for another reason open it")
-}
-
-// newTestSender is a runner whose sender POSTs to url through set's
-// breaker, with no health, throttle or JetStream behind it.
-func newTestSender(tb testing.TB, url string, set *breaker.Set) *runner {
+// newTestRunner is a runner of sub whose sender POSTs with client through
+// br, on clock, with tracer's spans; no health, throttle or JetStream.
+func newTestRunner(tb testing.TB, sub subscription.Subscription, client *http.Client, br *breaker.Breaker, clock clockwork.Clock, tracer trace.Tracer) *runner {
 	tb.Helper()
 	m, err := newMetrics(nil)
 	if err != nil {
@@ -250,21 +202,14 @@ func newTestSender(tb testing.TB, url string, set *breaker.Set) *runner {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sub := subscription.Subscription{Name: "orders", URL: url + "/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"}, AllowPrivate: true}.WithDefaults()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	ep, err := newEndpoint(sub.URL, client)
+	snd, err := attempt.New(attempt.Config{Subscription: sub, Signer: signer, Client: client, UserAgent: "jsbridge-test"}, attempt.Deps{
+		Breaker: br, Clock: clock, Tracer: tracer,
+		Metrics: attempt.Metrics{Deliveries: m.deliveries, Duration: m.duration.WithLabelValues(sub.Name)},
+	})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r := &runner{sender: &sender{
-		sub: sub, client: client, ep: ep, br: set.Breaker(sub.URL), endpoint: breaker.Endpoint(sub.URL),
-		log: slog.New(slog.DiscardHandler), static: staticHeaders(nil, "jsbridge-test"),
-		tracer: tracing.Tracer(noop.NewTracerProvider()), spanName: spanName(sub.Name), clock: clockwork.NewRealClock(),
-		metrics: m, duration: m.duration.WithLabelValues(sub.Name),
-		acked2xx: func() prometheus.Counter { return m.deliveries.WithLabelValues(sub.Name, OutcomeAck, "2xx") },
-	}}
-	r.signer.Store(signer)
-	return r
+	return &runner{snd: snd, sub: sub, log: snd.Logger(), br: br, endpoint: snd.Endpoint(), metrics: m, clock: clock}
 }
 
 // answerLostKV is a park bucket whose next Update writes and then loses
@@ -325,3 +270,19 @@ func TestARecordWriteWhoseAnswerWasLostIsNotTakenForANewOwners(t *testing.T) {
 	require.True(t, pt.record.lostLease())
 	require.Error(t, pt.ctx.Err(), "the partition was released")
 }
+// headerMsg is a jetstream.Msg with headers and a subject only.
+type headerMsg struct {
+	jetstream.Msg
+	h nats.Header
+}
+
+func (m headerMsg) Headers() nats.Header { return m.h }
+func (m headerMsg) Subject() string      { return "events.order.order-1.Placed" }
+
+// dataMsg is a headerMsg with a body.
+type dataMsg struct {
+	headerMsg
+	data []byte
+}
+
+func (m dataMsg) Data() []byte { return m.data }

@@ -113,7 +113,7 @@ func (f *Fleet) Put(sub subscription.Subscription) error {
 			return fmt.Errorf("deliver: fleet: subscription %q: %w", sub.Name, err)
 		}
 		for _, r := range old.c.runners {
-			r.signer.Store(signer)
+			r.snd.SetSigner(signer)
 		}
 		f.mu.Lock()
 		old.sub = sub

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/codes"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
@@ -81,27 +80,22 @@ type headOfLine struct {
 func (hl *headOfLine) deliver(m jetstream.Msg) {
 	r := hl.r
 	key := wire.StreamKey(m.Subject())
-	id := eventID(m)
-	stop := r.keepAlive(id, func() error { return hl.lease.inProgress(m) })
+	id := attempt.EventID(m)
+	stop := r.snd.KeepAlive(id, func() error { return hl.lease.inProgress(m) })
 	defer stop()
 	defer hl.aside.headEnded(key, m)
 	if hl.attempts.redelivered(m) && !isReread(m) {
 		r.redeliveries.Inc()
 	}
-	attempt, recorded := hl.attempts.first(m, id)
+	n, recorded := hl.attempts.first(m, id)
 	var lookupPause backoff.Backoff
 	log := func(more ...any) *slog.Logger {
-		return hl.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
+		return hl.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", n)}, more...)...)
 	}
 	ctx := context.WithoutCancel(hl.ctx)
 	// Attempt spans and records name the event as on the events stream,
 	// as the dead letters do.
 	em := eventsMsg{Msg: m, subject: wire.EventsSubject(hl.eventsPrefix, m.Subject())}
-	// ended ends an attempt with its outcome (span and attempts record).
-	ended := func(at *attemptState, outcome, class, reason string) {
-		at.decide(outcome, class, reason)
-		r.endAttempt(at)
-	}
 	var refusedSince time.Time // since when the receiver's order gate refuses it (zero: it does not)
 	for {
 		if hl.ctx.Err() != nil {
@@ -125,133 +119,115 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		}
 		lookupPause.Reset()
 		order := orderFieldsOf(m.Headers(), prev, hl.p, hl.epoch)
-		body, hdr, err := r.request(m, id, r.replicaID)
-		if err == nil && order == nil {
-			// No version chain (no stream version): the partition and
-			// epoch alone, unsigned, as before it.
-			hdr.Set(wire.HeaderPartition, strconv.Itoa(hl.p))
-			hdr.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(hl.epoch, 10))
+		// The slot it takes bounds the subscription's POSTs in flight on
+		// this replica; it is given back once the POST ended.
+		ready := func() (uint64, func(), bool) {
+			gen, err := r.snd.Gate(hl.ctx, noHold)
+			if err != nil || r.br.Wait(hl.ctx) != nil {
+				return 0, nil, false // released: Nak'd above
+			}
+			select {
+			case hl.slots <- struct{}{}:
+			case <-hl.ctx.Done():
+				return 0, nil, false
+			}
+			if !hl.lease.mayStart() {
+				<-hl.slots
+				return 0, nil, false // waitLease again
+			}
+			return gen, func() { <-hl.slots }, true
 		}
-		if err != nil {
-			_, at := r.startAttempt(ctx, em, id, attempt)
-			ended(at, OutcomeTerm, ClassNone, err.Error())
-			hl.deadLetter(m, log(), orderLetter(deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, order), OutcomeTerm, ClassNone)
-			hl.forgetAttempts(id, recorded)
-			return
-		}
-		gen, err := r.gate(hl.ctx, noHold)
-		if err != nil || r.br.Wait(hl.ctx) != nil {
-			continue // released: Nak'd above
-		}
-		select {
-		case hl.slots <- struct{}{}:
-		case <-hl.ctx.Done():
+		s := r.snd.Attempt(ctx, m, n, attempt.Call{ID: id, Traced: em, Replica: r.replicaID, Order: order,
+			Owner: &attempt.Owner{Partition: hl.p, Epoch: hl.epoch}, Ready: ready, Fence: hl.lease.bound})
+		r.snd.End(s.Trace)
+		resp := s.Response
+		switch s.Act {
+		case attempt.ActNotReady, attempt.ActNotSent, attempt.ActBreakerOpen:
+			// Released, or the lease to wait for again, or the breaker to
+			// wait for again (another lane's probe won; a probe claim
+			// against the shared state or a freeze past the deadline).
+			// No attempt spent.
 			continue
-		}
-		if !hl.lease.mayStart() {
-			<-hl.slots
-			continue // waitLease again
-		}
-		actx, at := r.startAttempt(ctx, em, id, attempt)
-		resp, notSent := r.send(actx, at, nil, hl.lease.bound, gen, id, body, hdr, order)
-		<-hl.slots
-		switch {
-		case errors.Is(notSent, errLeasePassed):
-			// The lease deadline passed while the breaker let it through
-			// (a probe claim against the shared state, a freeze): not
-			// sent; waitLease again. No attempt spent.
-			hl.notSent(at, notSent)
-			continue
-		case notSent != nil:
-			// Another lane's probe won; wait for the breaker again.
-			ended(at, OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
-			r.count(OutcomeBreakerOpen, ClassNone, 0)
-			continue
-		case errors.Is(resp.err, errLeasePassed):
+		case attempt.ActCut:
 			// Cut at the lease deadline (no renewal in time, or the lease
 			// found taken): nothing is settled from it; the lease decides
 			// whether it goes again (waitLease) or back to JetStream. No
 			// attempt spent.
-			ended(at, OutcomeRetry, ClassTimeout, resp.reason())
-			r.count(OutcomeRetry, ClassTimeout, 0)
-			log().Warn("the partition's lease deadline passed during the POST; cut, nothing settled from it", slog.Any("error", resp.err))
+			log().Warn("the partition's lease deadline passed during the POST; cut, nothing settled from it", slog.Any("error", resp.Err))
 			continue
+		case attempt.ActDeadLetter:
+			if resp.Status == 0 && resp.Err == nil {
+				// It cannot become a webhook: no POST.
+				hl.deadLetter(m, log(), orderLetter(deadletter.Letter{EventID: id, Attempt: n, Reason: s.Reason}, order), s.Outcome, s.Class)
+				hl.forgetAttempts(id, recorded)
+				return
+			}
 		}
-		s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
-		ended(at, s.outcome, s.class, s.reason)
-		if s.act != actWait {
+		if s.Act != attempt.ActWait {
 			refusedSince = time.Time{} // the order gate's refusals must be continuous to count
 		}
-		switch s.act {
-		case actAck:
-			r.count(OutcomeAck, s.class, resp.status)
+		switch s.Act {
+		case attempt.ActAck:
+			r.snd.Count(attempt.OutcomeAck, s.Class, resp.Status)
 			if order != nil {
 				hl.chain.delivered(key, order.Version)
 			}
 			hl.ack(m, func() *slog.Logger { return log() })
 			hl.forgetAttempts(id, recorded)
 			return
-		case actDeadLetter:
-			hl.deadLetter(m, log(slog.Int("status", resp.status)), orderLetter(deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, order), s.outcome, s.class)
+		case attempt.ActDeadLetter:
+			hl.deadLetter(m, log(slog.Int("status", resp.Status)), orderLetter(deadletter.Letter{EventID: id, Attempt: n, Status: resp.Status, Reason: s.Reason, At: resp.At}, order), s.Outcome, s.Class)
 			hl.forgetAttempts(id, recorded)
 			return
-		case actRetry:
-			hl.aside.refusedHead(key, m, s.reason) // its later events may be set aside
-			r.count(OutcomeRetry, s.class, 0)
-			hl.attempts.failed(id, attempt)
+		case attempt.ActRetry:
+			hl.aside.refusedHead(key, m, s.Reason) // its later events may be set aside
+			r.snd.Count(attempt.OutcomeRetry, s.Class, 0)
+			hl.attempts.failed(id, n)
 			recorded = true
-			log(slog.Int("status", resp.status)).Warn("delivery failed, retrying in place (its stream waits)", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
-			sleep(hl.ctx, hl.clock, s.delay)
-			attempt++
-		case actWait:
+			log(slog.Int("status", resp.Status)).Warn("delivery failed, retrying in place (its stream waits)", slog.String("reason", s.Reason), slog.Duration("delay", s.Delay))
+			sleep(hl.ctx, hl.clock, s.Delay)
+			n++
+		case attempt.ActWait:
 			// The receiver's order gate waits for an earlier version (or
 			// for an earlier attempt of this one to end): retried in
 			// place, spending no attempt, up to stuckAfter.
 			if refusedSince.IsZero() {
 				refusedSince = hl.clock.Now()
 			}
-			hl.aside.refusedHead(key, m, s.reason)
-			if dl, stuck := orderStuck(refusedSince, hl.clock.Now(), hl.stuckAfter, resp, id, attempt); stuck {
-				hl.deadLetter(m, log(slog.Int("status", resp.status)), orderLetter(dl, order), OutcomeOrderStuck, s.class)
+			hl.aside.refusedHead(key, m, s.Reason)
+			if dl, stuck := orderStuck(refusedSince, hl.clock.Now(), hl.stuckAfter, resp, id, n); stuck {
+				hl.deadLetter(m, log(slog.Int("status", resp.Status)), orderLetter(dl, order), attempt.OutcomeOrderStuck, s.Class)
 				hl.forgetAttempts(id, recorded)
 				return
 			}
-			r.count(OutcomeRetry, s.class, 0)
-			if resp.order == wire.OrderGap {
+			r.snd.Count(attempt.OutcomeRetry, s.Class, 0)
+			if resp.Order == wire.OrderGap {
 				// The receiver's last version is not the predecessor sent:
 				// the next attempt looks it up again rather than trust
 				// what this partition knew (a follower's stale answer,
 				// a replay or skip by another process).
 				hl.chain.forget(key)
 			}
-			log(slog.Int("status", resp.status)).Info("the receiver's order gate refused the event for now; retrying in place", slog.String("reason", s.reason), slog.Duration("delay", s.delay),
-				slog.String("previous_version", wire.FormatPreviousVersion(prev)), slog.String("receiver_last_version", resp.orderLast))
-			sleep(hl.ctx, hl.clock, s.delay)
-		case actThrottle, actDisable:
+			log(slog.Int("status", resp.Status)).Info("the receiver's order gate refused the event for now; retrying in place", slog.String("reason", s.Reason), slog.Duration("delay", s.Delay),
+				slog.String("previous_version", wire.FormatPreviousVersion(prev)), slog.String("receiver_last_version", resp.OrderLast))
+			sleep(hl.ctx, hl.clock, s.Delay)
+		case attempt.ActThrottle, attempt.ActDisable:
 			// Throttled (429, 503 with Retry-After) or disabled (410):
 			// sent again in place once gate lets it, spending no attempt.
-			r.count(s.outcome, s.class, 0)
-			if s.act == actDisable {
-				log(slog.Int("status", resp.status)).Warn("endpoint answered 410 Gone: subscription disabled; the event waits, unsent, until `consumer subscriptions enable`")
+			r.snd.Count(s.Outcome, s.Class, 0)
+			if s.Act == attempt.ActDisable {
+				log(slog.Int("status", resp.Status)).Warn("endpoint answered 410 Gone: subscription disabled; the event waits, unsent, until `consumer subscriptions enable`")
 			}
-		case actStale:
+		case attempt.ActStale:
 			// The receiver processed the stream under a later lease: this
 			// replica's lease is stale. Stop the partition; the message
 			// goes back unacked (Nak'd above, or AckWait) to the owner.
-			r.count(OutcomeStaleEpoch, s.class, 0)
-			log(slog.Int("status", resp.status)).Warn("the receiver's order gate says this replica's partition lease is stale; releasing the partition", slog.String("reason", s.reason))
-			hl.epochs.afterStale(ctx, log(), hl.epoch, resp.orderEpoch)
+			r.snd.Count(attempt.OutcomeStaleEpoch, s.Class, 0)
+			log(slog.Int("status", resp.Status)).Warn("the receiver's order gate says this replica's partition lease is stale; releasing the partition", slog.String("reason", s.Reason))
+			hl.epochs.afterStale(ctx, log(), hl.epoch, resp.OrderEpoch)
 			hl.release()
 		}
 	}
-}
-
-// notSent ends an attempt that the lease fence stopped before its POST:
-// its span ends with the reason, and nothing is counted or recorded (no
-// POST, no outcome).
-func (hl *headOfLine) notSent(at *attemptState, why error) {
-	at.span.SetStatus(codes.Error, "not sent: "+why.Error())
-	at.span.End()
 }
 
 // noHold is gate's hold for a message a keepAlive already keeps.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 )
 
 // lanes runs the deliveries of one stream one after another, in the order
@@ -150,7 +152,7 @@ func keepHeldAlive(ctx context.Context, clock clockwork.Clock, ackWait time.Dura
 		case <-t.Chan():
 			for _, m := range held() {
 				if err := m.InProgress(); err != nil {
-					log.Debug("in progress for a held message failed", slog.String("event_id", eventID(m)), slog.Any("error", err))
+					log.Debug("in progress for a held message failed", slog.String("event_id", attempt.EventID(m)), slog.Any("error", err))
 				}
 			}
 		}

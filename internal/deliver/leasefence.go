@@ -2,7 +2,6 @@ package deliver
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -10,6 +9,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 )
 
 // The sender's fence. Past its lease deadline (on the injected clock) a
@@ -34,10 +35,10 @@ import (
 // errLeasePassed is why a POST, an ack, a Nak or an InProgress was not
 // sent (or a POST was cut): the lease deadline passed, or the lease was
 // found taken.
-var errLeasePassed = errors.New("partition lease deadline passed")
+var errLeasePassed = attempt.ErrLeasePassed
 
 // errNotConnected is why an ack or InProgress was not sent.
-var errNotConnected = errors.New("NATS connection not connected (an ack or InProgress would wait in the reconnect buffer)")
+var errNotConnected = attempt.ErrNotConnected
 
 // leaseFence is a partition's lease deadline and what it allows: attempts,
 // acks, Naks, InProgress and pulls only before it, and acks and InProgress
@@ -235,7 +236,7 @@ func (lf *leaseFence) inProgress(m jetstream.Msg) error {
 // back by AckWait.
 func (lf *leaseFence) nak(log *slog.Logger, m jetstream.Msg) {
 	if err := lf.mayAck(); err != nil {
-		log.Debug("not Nak'd; it goes back by AckWait", slog.String("event_id", eventID(m)), slog.Any("reason", err))
+		log.Debug("not Nak'd; it goes back by AckWait", slog.String("event_id", attempt.EventID(m)), slog.Any("reason", err))
 		return
 	}
 	nak(log, m, 0)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
@@ -261,11 +262,11 @@ func TestDeadLetterRetriedWhenTheLeaseIsLostNaksNothing(t *testing.T) {
 			dlq := &failingDLQ{}
 			m, err := newMetrics(nil)
 			require.NoError(t, err)
-			pt.hol.r = &runner{sender: &sender{sub: subscription.Subscription{Name: "orders"}, metrics: m}, deadLetters: dlq}
+			pt.hol.r = &runner{sub: subscription.Subscription{Name: "orders"}, metrics: m, deadLetters: dlq}
 			msg := newAckMsg(10)
 			done := make(chan struct{})
 			go func() {
-				pt.hol.deadLetter(msg, pt.log, deadletter.Letter{EventID: "1042", Reason: "410"}, OutcomeTerm, ClassNone)
+				pt.hol.deadLetter(msg, pt.log, deadletter.Letter{EventID: "1042", Reason: "410"}, attempt.OutcomeTerm, attempt.ClassNone)
 				close(done)
 			}()
 			require.NoError(t, clock.BlockUntilContext(ctx, 1), "the dead letter waits its backoff on the clock")

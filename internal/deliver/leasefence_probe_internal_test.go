@@ -3,7 +3,6 @@ package deliver
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -22,7 +20,6 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
-	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -116,21 +113,8 @@ func probeSender(t *testing.T, pt *partition, store breaker.Store, tracer trace.
 	set, err := breaker.NewSet(breaker.Settings{}, nil, nil)
 	require.NoError(t, err)
 	set.Share(store, "a")
-	m, err := newMetrics(nil)
-	require.NoError(t, err)
-	signer, err := webhook.NewSigner(webhook.SchemeStandard, "whsec_"+strings.Repeat("MDEyMzQ1Njc4OWFiY2RlZg==", 1))
-	require.NoError(t, err)
 	sub := subscription.Subscription{Name: "orders", URL: rc.URL + "/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"}, AllowPrivate: true}.WithDefaults()
-	ep, err := newEndpoint(sub.URL, rc.Client())
-	require.NoError(t, err)
-	r := &runner{sender: &sender{
-		sub: sub, client: rc.Client(), ep: ep, br: set.Breaker(sub.URL), endpoint: breaker.Endpoint(sub.URL),
-		log: slog.New(slog.DiscardHandler), static: staticHeaders(nil, "jsbridge-test"),
-		tracer: tracer, spanName: spanName(sub.Name), clock: pt.clock,
-		metrics: m, duration: m.duration.WithLabelValues(sub.Name),
-		acked2xx: func() prometheus.Counter { return m.deliveries.WithLabelValues(sub.Name, OutcomeAck, "2xx") },
-	}}
-	r.signer.Store(signer)
+	r := newTestRunner(t, sub, rc.Client(), set.Breaker(sub.URL), pt.clock, tracer)
 	pt.hol.r = r
 	pt.hol.slots = make(chan struct{}, 1)
 	pt.hol.parking = &parking{parked: map[string]*parkedStream{}}

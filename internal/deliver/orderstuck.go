@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 )
 
@@ -28,13 +29,13 @@ import (
 // since since (resp the latest refusal, attempt its attempt number) has
 // been refused for stuckAfter or longer at now, and if so the dead letter
 // that parks its stream. stuckAfter 0 never gives up.
-func orderStuck(since, now time.Time, stuckAfter time.Duration, resp response, eventID string, attempt int) (deadletter.Letter, bool) {
+func orderStuck(since, now time.Time, stuckAfter time.Duration, resp attempt.Response, eventID string, n int) (deadletter.Letter, bool) {
 	if stuckAfter <= 0 || now.Sub(since) < stuckAfter {
 		return deadletter.Letter{}, false
 	}
 	return deadletter.Letter{
-		EventID: eventID, Attempt: attempt, Status: resp.status, At: resp.at, OrderStuck: true,
+		EventID: eventID, Attempt: n, Status: resp.Status, At: resp.At, OrderStuck: true,
 		Reason: fmt.Sprintf("order-stuck: the receiver's order gate refused the event (%s) for %s, longer than --order-stuck-after %s",
-			resp.order, now.Sub(since).Round(time.Second), stuckAfter),
+			resp.Order, now.Sub(since).Round(time.Second), stuckAfter),
 	}, true
 }

@@ -7,13 +7,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
 func TestOrderStuckAfterTheBound(t *testing.T) {
 	t.Parallel()
 	since := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	resp := response{status: http.StatusConflict, order: wire.OrderGap, at: since}
+	resp := attempt.Response{Status: http.StatusConflict, Order: wire.OrderGap, At: since}
 	for _, tc := range []struct {
 		name       string
 		after      time.Duration

@@ -13,6 +13,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
@@ -137,7 +138,7 @@ func (pk *parking) hold(h *holder, key string, m jetstream.Msg) bool {
 		pk.mu.Unlock()
 		return false
 	}
-	if eventID(m) == ps.entry.HeadEventID {
+	if attempt.EventID(m) == ps.entry.HeadEventID {
 		pk.mu.Unlock()
 		h.ack(m)
 		return true
@@ -485,7 +486,7 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			e := rp.entry
 			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), now.UTC(), pk.replicaID
 			if rp.risk != riskNone {
-				id := eventID(rp.atRisk)
+				id := attempt.EventID(rp.atRisk)
 				e.Error = riskError(rp.risk, pk.o.stream(), id, rp.inCopy, now, maxAge, pk.replicaID)
 				e.AtRiskEventID, e.AtRiskEventTime, e.CopyMaxAge = id, rp.inCopy.UTC(), maxAge
 				if reported[rp.key].risk != rp.risk {

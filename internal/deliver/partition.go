@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -481,7 +482,7 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 		// Never settled, yet a later event of its stream was: a delivery
 		// lost on its way that the gap fence did not see. Delivered late
 		// rather than acked unsent: out of order beats lost.
-		pt.log.Warn("an event arrived after a later event of its stream was settled; delivering it late", slog.String("event_id", eventID(msg)), slog.Uint64("seq", seq))
+		pt.log.Warn("an event arrived after a later event of its stream was settled; delivering it late", slog.String("event_id", attempt.EventID(msg)), slog.Uint64("seq", seq))
 	}
 	if pt.aside.takes(key, msg, pt.lease.mayAck) {
 		return // set aside: read again from the copy (aside.go)
@@ -523,7 +524,7 @@ func (pt *partition) ackSettledCopy(msg jetstream.Msg) bool {
 	}
 	if !stale {
 		pt.book.settled(key, seq)
-		pt.log.Debug("a former owner delivered this event (the delivered record says so); acked without a POST", slog.String("event_id", eventID(msg)), slog.Uint64("seq", seq))
+		pt.log.Debug("a former owner delivered this event (the delivered record says so); acked without a POST", slog.String("event_id", attempt.EventID(msg)), slog.Uint64("seq", seq))
 	}
 	if pt.lease.mayAck() == nil {
 		_ = msg.Ack()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -33,25 +34,23 @@ type ReplayResult struct {
 
 // replay delivers one dead letter with r, outside the circuit breaker,
 // and removes it from q when delivered; js holds the park bucket.
-func replay(ctx context.Context, r *sender, js jetstream.JetStream, q *deadletter.DLQ, dl deadletter.Stored) ReplayResult {
+func replay(ctx context.Context, r *runner, js jetstream.JetStream, q *deadletter.DLQ, dl deadletter.Stored) ReplayResult {
 	res := ReplayResult{Letter: dl}
 	log := r.log.With(slog.String("event_id", dl.EventID), slog.Uint64("dlq_seq", dl.Seq))
-	hdr := r.requestHeader()
-	body, err := buildBody(r.sub.Body, dl.EventID, dl.Header, dl.Data, hdr)
-	if err != nil {
-		res.Err = fmt.Errorf("dead letter %d: %w", dl.Seq, err)
-		return res
-	}
 	// The version chain: the predecessor the failed attempt named, which
 	// is still what the subscription delivered before it (its stream was
 	// parked, or went on naming the same one). A replay is no
 	// partition's owner: no partition, no epoch.
 	order := replayOrder(dl)
-	resp := r.post(ctx, nil, dl.EventID, body, hdr, order)
-	res.Status = resp.status
-	if resp.verdict() != verdictAck {
-		res.Err = fmt.Errorf("dead letter %d: replay to %s: %s", dl.Seq, r.endpoint, resp.reason())
-		log.Warn("replay failed; the dead letter stays", slog.Int("status", resp.status), slog.String("reason", resp.reason()))
+	resp, err := r.snd.Direct(ctx, dl.EventID, dl.Header, dl.Data, order)
+	if err != nil {
+		res.Err = fmt.Errorf("dead letter %d: %w", dl.Seq, err)
+		return res
+	}
+	res.Status = resp.Status
+	if resp.Verdict() != attempt.VerdictAck {
+		res.Err = fmt.Errorf("dead letter %d: replay to %s: %s", dl.Seq, r.endpoint, resp.Reason())
+		log.Warn("replay failed; the dead letter stays", slog.Int("status", resp.Status), slog.String("reason", resp.Reason()))
 		return res
 	}
 	if order != nil {
@@ -70,7 +69,7 @@ func replay(ctx context.Context, r *sender, js jetstream.JetStream, q *deadlette
 	}
 	res.Delivered = true
 	r.metrics.replayed.WithLabelValues(r.sub.Name).Inc()
-	log.Info("dead letter replayed", slog.Int("status", resp.status))
+	log.Info("dead letter replayed", slog.Int("status", resp.Status))
 	// When it was the head of a parked stream (whatever this process's
 	// ordering flag says), the stream's held events follow, in order, from
 	// the partition's owner.

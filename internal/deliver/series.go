@@ -1,9 +1,10 @@
 package deliver
 
 import (
-	"github.com/jsbridge/jsbridge/internal/deliver/health"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 )
 
 // subscriptionSeries are the metric vectors labelled by subscription, as
@@ -26,7 +27,7 @@ func newSubscriptionSeries(reg prometheus.Registerer) (subscriptionSeries, error
 	if err != nil {
 		return nil, err
 	}
-	rate, err := newThrottleGauge(reg)
+	rate, err := attempt.NewRateGauge(reg)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -154,7 +155,7 @@ func (sc *successors) firstOnTrust(key string, p streamPos) bool {
 // streamVersion returns m's stream version (ce-streamversion), if it has
 // one.
 func streamVersion(m jetstream.Msg) (int64, bool) {
-	v, err := strconv.ParseInt(header(m.Headers(), wire.HeaderStreamVersion), 10, 64)
+	v, err := strconv.ParseInt(attempt.HeaderValue(m.Headers(), wire.HeaderStreamVersion), 10, 64)
 	return v, err == nil
 }
 
@@ -302,7 +303,7 @@ func (sc *successors) answered(c successorCheck) {
 	sc.seen[c.key] = last
 	if n > 0 && c.next != streamSeq(head) {
 		sc.log.Warn("an earlier event of a stream is not in hand (lost on its way, or a former owner's not yet redelivered); holding the stream's later events until it comes",
-			slog.Uint64("seq", c.next), slog.Int("waiting", n), slog.String("first_waiting_event_id", eventID(head)))
+			slog.Uint64("seq", c.next), slog.Int("waiting", n), slog.String("first_waiting_event_id", attempt.EventID(head)))
 	}
 }
 

@@ -619,7 +619,7 @@ func TestAResetOnAClusterIsAppliedWhenAnswered(t *testing.T) {
 	require.Equal(t, []uint64{1, 2, 3, 4, 5, 6}, fetch(false))
 
 	or := &orderedRunner{
-		r: &runner{sender: &sender{sub: subscription.Subscription{Name: "orders"}, log: slog.New(slog.DiscardHandler)}, js: js},
+		r: &runner{sub: subscription.Subscription{Name: "orders"}, log: slog.New(slog.DiscardHandler), js: js},
 		o: &ordering{cfg: Config{Stream: "EVENTS"}}, cons: []jetstream.Consumer{cons},
 	}
 	require.EqualValues(t, 6, or.resetToAckFloor(ctx, 0), "reset: the last sequence delivered before it")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -295,7 +296,7 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 			if ctx.Err() != nil {
 				// Shutting down: a message queued behind its stream's
 				// running delivery goes back at once for another replica.
-				nak(r.log.With(slog.String("event_id", eventID(m))), m, 0)
+				nak(r.log.With(slog.String("event_id", attempt.EventID(m))), m, 0)
 				return
 			}
 			r.handle(dctx, ctx, m)
@@ -318,7 +319,7 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 		if err != nil {
 			break
 		}
-		log := r.log.With(slog.String("event_id", eventID(msg)))
+		log := r.log.With(slog.String("event_id", attempt.EventID(msg)))
 		log.Debug("stopped pulling, returning buffered message", slog.Duration("delay", delay))
 		nak(log, msg, delay)
 	}

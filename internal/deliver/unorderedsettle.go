@@ -6,11 +6,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 )
 
 // handle delivers one message and acks, Naks or Terms it: the unordered
-// settler of one attempt (see attempt.go). ctx carries no cancellation
+// settler of one attempt (see package attempt). ctx carries no cancellation
 // from Run: a delivery that started finishes (bounded by
 // Subscription.Timeout), so shutdown loses nothing. rctx is Run's: while
 // the subscription is disabled or throttled the message waits in place
@@ -23,19 +24,19 @@ func (r *runner) handle(ctx, rctx context.Context, msg jetstream.Msg) {
 	// The attempt number and the attempts record both read the metadata:
 	// parse it once.
 	msg = parsedOnce(msg)
-	attempt := attemptNumber(msg)
-	id := eventID(msg)
-	if attempt > 1 {
+	n := attempt.Number(msg)
+	id := attempt.EventID(msg)
+	if n > 1 {
 		r.redeliveries.Inc()
 	}
-	hold := func() func() { return r.keepAlive(id, msg.InProgress) }
+	hold := func() func() { return r.snd.KeepAlive(id, msg.InProgress) }
 	for {
-		gen, err := r.gate(rctx, hold)
+		gen, err := r.snd.Gate(rctx, hold)
 		if err != nil {
 			nak(r.log.With(slog.String("event_id", id)), msg, 0)
 			return
 		}
-		if !r.attemptOnce(ctx, msg, id, attempt, gen) {
+		if !r.attemptOnce(ctx, msg, id, n, gen) {
 			return
 		}
 	}
@@ -44,96 +45,84 @@ func (r *runner) handle(ctx, rctx context.Context, msg jetstream.Msg) {
 // attemptOnce makes one attempt of msg and settles it; it reports whether
 // the message stays in hand for another attempt (throttled, or the
 // subscription disabled), which spends no attempt. gen is gate's.
-func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, attempt int, gen uint64) (again bool) {
-	ctx, at := r.startAttempt(ctx, msg, id, attempt)
-	defer r.endAttempt(at)
+func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, n int, gen uint64) (again bool) {
+	s := r.snd.Attempt(ctx, msg, n, attempt.Call{ID: id, Gen: gen, InProgress: msg.InProgress})
+	defer r.snd.End(s.Trace)
+	resp := s.Response
 	// The logger with this delivery's attributes is built only when
 	// something is logged: slog's With formats them at once, and the common
 	// path (a 2xx at info level) logs nothing.
 	log := func(more ...any) *slog.Logger {
-		return r.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", attempt)}, more...)...)
+		return r.log.With(append([]any{slog.String("event_id", id), slog.Int("attempt", n)}, more...)...)
 	}
-
-	body, hdr, err := r.request(msg, id, "")
-	if err != nil {
-		r.giveUp(ctx, log(), msg, deadletter.Letter{EventID: id, Attempt: attempt, Reason: err.Error()}, OutcomeTerm, ClassNone)
-		return false
-	}
-	resp, notSent := r.send(ctx, at, msg.InProgress, nil, gen, id, body, hdr, nil)
-	if notSent != nil { // the breaker refused it (no fence here)
-		at.decide(OutcomeBreakerOpen, ClassNone, "circuit breaker open: not sent")
-		delay := r.br.OpenTimeout()
-		r.count(OutcomeBreakerOpen, ClassNone, 0)
+	switch s.Act {
+	case attempt.ActBreakerOpen: // no fence here
 		l := log()
-		l.Debug("circuit breaker open, not sent", slog.Duration("delay", delay))
-		nak(l, msg, delay)
-		return false
-	}
-
-	s := settlementOf(resp, attempt, r.sub.MaxDeliver, r.sub.BackOff)
-	switch s.act {
-	case actAck:
-		at.decide(OutcomeAck, s.class, "")
-		r.count(OutcomeAck, s.class, resp.status)
+		l.Debug("circuit breaker open, not sent", slog.Duration("delay", s.Delay))
+		nak(l, msg, s.Delay)
+	case attempt.ActAck:
+		r.snd.Count(attempt.OutcomeAck, s.Class, resp.Status)
 		if err := msg.Ack(); err != nil {
-			log().Warn("ack failed; JetStream will redeliver after AckWait", slog.Int("status", resp.status), slog.Any("error", err))
+			log().Warn("ack failed; JetStream will redeliver after AckWait", slog.Int("status", resp.Status), slog.Any("error", err))
 			return false
 		}
 		if r.log.Enabled(ctx, slog.LevelDebug) {
-			log().Debug("delivered", slog.Int("status", resp.status))
+			log().Debug("delivered", slog.Int("status", resp.Status))
 		}
-	case actDeadLetter:
-		r.giveUp(ctx, log(slog.Int("status", resp.status)), msg, deadletter.Letter{EventID: id, Attempt: attempt, Status: resp.status, Reason: s.reason, At: resp.at}, s.outcome, s.class)
-	case actRetry:
-		at.decide(OutcomeRetry, s.class, s.reason)
-		r.count(OutcomeRetry, s.class, 0)
-		l := log(slog.Int("status", resp.status))
-		l.Warn("delivery failed, will retry", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
-		nak(l, msg, s.delay)
-	case actWait, actStale:
+	case attempt.ActDeadLetter:
+		l := log()
+		if resp.Status != 0 || resp.Err != nil {
+			l = log(slog.Int("status", resp.Status))
+		}
+		r.giveUp(ctx, s.Trace, l, msg, deadletter.Letter{EventID: id, Attempt: n, Status: resp.Status, Reason: s.Reason, At: resp.At}, s.Outcome, s.Class)
+	case attempt.ActRetry:
+		r.snd.Count(attempt.OutcomeRetry, s.Class, 0)
+		l := log(slog.Int("status", resp.Status))
+		l.Warn("delivery failed, will retry", slog.String("reason", s.Reason), slog.Duration("delay", s.Delay))
+		nak(l, msg, s.Delay)
+	case attempt.ActWait, attempt.ActStale:
 		// An order gate's 409 (an unordered webhook carries no lease
 		// epoch, so stale-epoch is unexpected here): never dead-lettered,
 		// whatever the attempt.
-		at.decide(s.outcome, s.class, s.reason)
-		r.count(s.outcome, s.class, 0)
-		l := log(slog.Int("status", resp.status))
-		l.Info("the receiver's order gate refused the event for now; will retry", slog.String("reason", s.reason), slog.Duration("delay", s.delay))
-		nak(l, msg, s.delay)
-	case actThrottle, actDisable:
+		r.snd.Count(s.Outcome, s.Class, 0)
+		l := log(slog.Int("status", resp.Status))
+		l.Info("the receiver's order gate refused the event for now; will retry", slog.String("reason", s.Reason), slog.Duration("delay", s.Delay))
+		nak(l, msg, s.Delay)
+	case attempt.ActThrottle, attempt.ActDisable:
 		// Sent again in place once the throttle or the enable lets it
 		// (gate): no attempt spent, never dead-lettered.
-		at.decide(s.outcome, s.class, s.reason)
-		r.count(s.outcome, s.class, 0)
-		if s.act == actDisable {
-			log(slog.Int("status", resp.status)).Warn("endpoint answered 410 Gone: subscription disabled; the event waits, unsent, until `consumer subscriptions enable`")
+		r.snd.Count(s.Outcome, s.Class, 0)
+		if s.Act == attempt.ActDisable {
+			log(slog.Int("status", resp.Status)).Warn("endpoint answered 410 Gone: subscription disabled; the event waits, unsent, until `consumer subscriptions enable`")
 		} else if r.log.Enabled(ctx, slog.LevelDebug) {
-			log(slog.Int("status", resp.status)).Debug("endpoint asks to slow down; retrying in place", slog.Float64("rate", r.throttle.rate()), slog.Duration("retry_after", s.delay))
+			log(slog.Int("status", resp.Status)).Debug("endpoint asks to slow down; retrying in place", slog.Float64("rate", r.snd.Rate()), slog.Duration("retry_after", s.Delay))
 		}
 		return true
 	}
 	return false
 }
 
-// giveUp dead-letters msg and Terms it; if the dead letter cannot be stored
+// giveUp dead-letters msg and Terms it, deciding tr (the attempt) with
+// what happened; if the dead letter cannot be stored
 // it Naks msg with the backoff delay instead, also after the last attempt:
 // the durable consumer has no server-side MaxDeliver, so the message comes
 // back and is tried (and, failing, dead-lettered) again.
-func (r *runner) giveUp(ctx context.Context, log *slog.Logger, msg jetstream.Msg, dl deadletter.Letter, outcome, class string) {
+func (r *runner) giveUp(ctx context.Context, tr *attempt.Trace, log *slog.Logger, msg jetstream.Msg, dl deadletter.Letter, outcome, class string) {
 	dl.Subscription = r.sub.Name
 	dl.Endpoint = r.endpoint
 	dl.Msg = msg
 	if r.deadLetters != nil {
 		if err := r.deadLetters.DeadLetter(ctx, dl); err != nil {
-			delay := r.retryDelay(dl.Attempt, -1)
+			delay := r.snd.RetryDelay(dl.Attempt, -1)
 			log.Error("dead letter failed; will retry the delivery", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("delay", delay))
-			attemptOf(ctx).decide(OutcomeRetry, class, dl.Reason+" (dead letter failed: "+err.Error()+")")
-			r.metrics.deliveries.WithLabelValues(r.sub.Name, OutcomeRetry, class).Inc()
+			tr.Decide(attempt.OutcomeRetry, class, dl.Reason+" (dead letter failed: "+err.Error()+")")
+			r.metrics.deliveries.WithLabelValues(r.sub.Name, attempt.OutcomeRetry, class).Inc()
 			nak(log, msg, delay)
 			return
 		}
 	}
 	r.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
-	attemptOf(ctx).decide(outcome, class, dl.Reason)
+	tr.Decide(outcome, class, dl.Reason)
 	if r.deadLetters != nil {
 		r.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
 	}

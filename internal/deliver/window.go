@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
@@ -191,7 +192,7 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 		if md.Sequence.Stream > last || (!w.Until.IsZero() && !md.Timestamp.Before(w.Until)) {
 			return res, nil
 		}
-		pos := WindowPosition{EventID: eventID(msg), Seq: md.Sequence.Stream, Time: md.Timestamp}
+		pos := WindowPosition{EventID: attempt.EventID(msg), Seq: md.Sequence.Stream, Time: md.Timestamp}
 		pos.Stream, _, _ = wire.ParseSubject(prefix, msg.Subject())
 		if w.Match == nil || w.Match.MatchString(pos.Stream) {
 			res.Matched++
@@ -204,7 +205,7 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 					}
 					order = orderFieldsOf(msg.Headers(), prev, -1, 0)
 				}
-				if f := sendOnce(ctx, r.sender, msg, pos, order); f != nil {
+				if f := sendOnce(ctx, r, msg, pos, order); f != nil {
 					log.Warn("replay stopped: the endpoint did not accept an event", slog.String("event_id", pos.EventID),
 						slog.Uint64("seq", pos.Seq), slog.Int("status", f.Status), slog.String("reason", f.Reason))
 					res.Failed = f
@@ -233,14 +234,13 @@ const windowBatch = 64
 // sendOnce POSTs msg (at pos) once, as a delivery would, with the
 // ordering fields order (nil: none), outside the circuit breaker, and
 // returns nil when the endpoint answered 2xx.
-func sendOnce(ctx context.Context, r *sender, msg jetstream.Msg, pos WindowPosition, order *webhook.OrderFields) *WindowFailure {
-	body, hdr, err := r.request(msg, pos.EventID, "")
+func sendOnce(ctx context.Context, r *runner, msg jetstream.Msg, pos WindowPosition, order *webhook.OrderFields) *WindowFailure {
+	resp, err := r.snd.Direct(ctx, pos.EventID, msg.Headers(), msg.Data(), order)
 	if err != nil {
 		return &WindowFailure{WindowPosition: pos, Reason: err.Error()}
 	}
-	resp := r.post(ctx, nil, pos.EventID, body, hdr, order)
-	if resp.verdict() != verdictAck {
-		return &WindowFailure{WindowPosition: pos, Status: resp.status, Reason: resp.reason()}
+	if resp.Verdict() != attempt.VerdictAck {
+		return &WindowFailure{WindowPosition: pos, Status: resp.Status, Reason: resp.Reason()}
 	}
 	return nil
 }

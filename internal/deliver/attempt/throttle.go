@@ -1,4 +1,4 @@
-package deliver
+package attempt
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 // force before the storm comes back (no limit, or RateLimit). Its Retry-After pauses every POST of the
 // subscription until it passes (capped at MaxRetryAfter). The settlers
 // retry a throttled event in place: it spends no MaxDeliver attempt and
-// counts as no breaker failure (see verdictThrottle for 503).
+// counts as no breaker failure (see VerdictThrottle for 503).
 
 const (
 	// throttleDecrease is the multiplicative decrease of a cut.
@@ -87,9 +87,9 @@ func newThrottle(clock clockwork.Clock, limit float64, gauge prometheus.Gauge) *
 	return t
 }
 
-// newThrottleGauge returns jsbridge_consumer_rate_limit{subscription},
+// NewRateGauge returns jsbridge_consumer_rate_limit{subscription},
 // registered on reg (nil: not registered).
-func newThrottleGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
+func NewRateGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "jsbridge_consumer_rate_limit",
 		Help: "Requests per second a subscription's POSTs are held to on this replica: its rate_limit, or lower after a 429 (0: no limit), by subscription.",
@@ -162,12 +162,12 @@ func (t *throttle) wait(ctx context.Context) (uint64, error) {
 }
 
 // observe takes an answer into account: a 2xx counts as accepted; a
-// throttling answer (verdictThrottle: 429, or 503 with Retry-After) cuts
+// throttling answer (VerdictThrottle: 429, or 503 with Retry-After) cuts
 // the rate and its Retry-After pauses the subscription. It reports
 // whether the answer was a throttling one. gen is generation's value
 // when the request was sent: an answer to a request sent before the last
 // cut cuts no more (one cut per round, as TCP's congestion control).
-func (t *throttle) observe(resp response, gen uint64) bool {
+func (t *throttle) observe(resp Response, gen uint64) bool {
 	if t == nil {
 		return false
 	}
@@ -175,7 +175,7 @@ func (t *throttle) observe(resp response, gen uint64) bool {
 	defer t.mu.Unlock()
 	now := t.clock.Now()
 	switch {
-	case resp.err == nil && resp.status/100 == 2:
+	case resp.Err == nil && resp.Status/100 == 2:
 		t.count(now, false, true)
 		if gen == t.gen && !t.acceptedCut && !t.lastCut.IsZero() {
 			t.grow(now) // the seconds before it: additive
@@ -187,12 +187,12 @@ func (t *throttle) observe(resp response, gen uint64) bool {
 			}
 		}
 		return false
-	case resp.verdict() == verdictThrottle:
+	case resp.Verdict() == VerdictThrottle:
 	default:
 		return false
 	}
-	if resp.retryAfter > 0 {
-		if until := now.Add(min(resp.retryAfter, MaxRetryAfter)); until.After(t.paused) {
+	if resp.RetryAfter > 0 {
+		if until := now.Add(min(resp.RetryAfter, MaxRetryAfter)); until.After(t.paused) {
 			t.paused = until
 		}
 	}
@@ -280,7 +280,7 @@ func (t *throttle) setRate(now time.Time, r rate.Limit) {
 	t.show()
 }
 
-// count counts a POST sent or an answer accepted in now's second (t.mu
+// Count counts a POST sent or an answer accepted in now's second (t.mu
 // held); with neither it only rolls the seconds.
 func (t *throttle) count(now time.Time, sent, accepted bool) {
 	sec := now.Truncate(time.Second)

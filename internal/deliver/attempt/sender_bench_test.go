@@ -1,17 +1,14 @@
-package deliver
+package attempt
 
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/jsbridge/jsbridge/breaker"
@@ -37,28 +34,9 @@ func BenchmarkAttempt(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := newMetrics(nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	signer, err := webhook.NewSigner(webhook.SchemeStandard, "whsec_"+strings.Repeat("MDEyMzQ1Njc4OWFiY2RlZg==", 1))
-	if err != nil {
-		b.Fatal(err)
-	}
 	sub := subscription.Subscription{Name: "orders", URL: rc.URL + "/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"}, AllowPrivate: true}.WithDefaults()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	ep, err := newEndpoint(sub.URL, client)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := &runner{sender: &sender{
-		sub: sub, client: client, ep: ep, br: set.Breaker(sub.URL), endpoint: breaker.Endpoint(sub.URL),
-		log: slog.New(slog.DiscardHandler), static: staticHeaders(nil, "jsbridge-bench"),
-		tracer: tracing.Tracer(noop.NewTracerProvider()), spanName: spanName(sub.Name), clock: clockwork.NewRealClock(),
-		metrics: m, duration: m.duration.WithLabelValues(sub.Name),
-		acked2xx: func() prometheus.Counter { return m.deliveries.WithLabelValues(sub.Name, OutcomeAck, "2xx") },
-	}}
-	r.signer.Store(signer)
+	r := newTestSender(b, sub, client, Deps{Breaker: set.Breaker(sub.URL), Tracer: tracing.Tracer(noop.NewTracerProvider())})
 	data := []byte(`{"order":"order-42","lines":[{"sku":"A-1","qty":2,"price":"12.50"},{"sku":"B-7","qty":1,"price":"99.00"}],"customer":{"id":"c-9","tier":"gold"},"note":"` + strings.Repeat("x", 96) + `"}`)
 	msg := dataMsg{headerMsg: headerMsg{h: nats.Header{
 		wire.HeaderMsgID: {"1042"}, wire.HeaderID: {"1042"}, wire.HeaderType: {"OrderPlaced"}, wire.HeaderSubject: {"order-42"},
@@ -69,7 +47,7 @@ func BenchmarkAttempt(b *testing.B) {
 	ctx := context.Background()
 	// unordered: no ordering fields; ordered: the version chain and the
 	// order signature of a partition's owner.
-	for _, order := range []*webhook.OrderFields{nil, orderFieldsOf(msg.Headers(), 2, 1, 7)} {
+	for _, order := range []*webhook.OrderFields{nil, &webhook.OrderFields{Stream: "order-42", Version: 3, Previous: 2, Partition: 1, Epoch: 7}} {
 		name := "unordered"
 		if order != nil {
 			name = "ordered"
@@ -77,18 +55,12 @@ func BenchmarkAttempt(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				actx, at := r.startAttempt(ctx, msg, "1042", 1)
-				body, hdr, err := r.request(msg, "1042", "")
-				if err != nil {
-					b.Fatal(err)
+				s := r.Attempt(ctx, msg, 1, Call{ID: "1042", Order: order})
+				if s.Act != ActAck || s.Response.Status != http.StatusNoContent {
+					b.Fatalf("act %d, status %d, err %v", s.Act, s.Response.Status, s.Response.Err)
 				}
-				resp, notSent := r.send(actx, at, nil, nil, 0, "1042", body, hdr, order)
-				if notSent != nil || resp.status != http.StatusNoContent {
-					b.Fatalf("not sent %v, status %d, err %v", notSent, resp.status, resp.err)
-				}
-				at.decide(OutcomeAck, resp.class(), "")
-				r.count(OutcomeAck, resp.class(), resp.status)
-				r.endAttempt(at)
+				r.Count(OutcomeAck, s.Class, s.Response.Status)
+				r.End(s.Trace)
 			}
 		})
 	}

@@ -1,7 +1,8 @@
-package deliver
+package attempt
 
 import (
 	"context"
+	"net/http"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -43,27 +44,24 @@ func BenchmarkAttemptSpan(b *testing.B) {
 	}
 	sdk := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sdktrace.NewBatchSpanProcessor(tracetest.NewNoopExporter())))
 	b.Cleanup(func() { _ = sdk.Shutdown(context.Background()) })
+	sub := subscription.Subscription{Name: "orders", URL: "https://example.com/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"}}.WithDefaults()
 	cases := []struct {
 		name string
-		r    *runner
+		r    *Sender
 		h    nats.Header
 	}{
-		{"off", &runner{sender: &sender{tracer: tracing.Tracer(noop.NewTracerProvider())}}, plain},
-		{"off-traced", &runner{sender: &sender{tracer: tracing.Tracer(noop.NewTracerProvider())}}, withTrace},
-		{"on", &runner{sender: &sender{tracer: tracing.Tracer(sdk)}}, withTrace},
+		{"off", newTestSender(b, sub, http.DefaultClient, Deps{Breaker: set.Breaker(sub.URL), Tracer: tracing.Tracer(noop.NewTracerProvider())}), plain},
+		{"off-traced", newTestSender(b, sub, http.DefaultClient, Deps{Breaker: set.Breaker(sub.URL), Tracer: tracing.Tracer(noop.NewTracerProvider())}), withTrace},
+		{"on", newTestSender(b, sub, http.DefaultClient, Deps{Breaker: set.Breaker(sub.URL), Tracer: tracing.Tracer(sdk)}), withTrace},
 	}
 	for _, c := range cases {
-		c.r.sub = subscription.Subscription{Name: "orders"}
-		c.r.spanName = spanName("orders")
-		c.r.endpoint = "https://example.com"
-		c.r.br = set.Breaker("https://example.com/hook")
 		msg := headerMsg{h: c.h}
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_, st := c.r.startAttempt(context.Background(), msg, "42", 1)
-				st.decide(OutcomeAck, "2xx", "")
-				c.r.endAttempt(st)
+				_, st := c.r.start(context.Background(), msg, "42", 1)
+				st.Decide(OutcomeAck, "2xx", "")
+				c.r.End(st)
 			}
 		})
 	}

@@ -1,10 +1,9 @@
-package deliver
+package attempt
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,133 +22,145 @@ import (
 // MaxRetryAfter caps the delay an endpoint can ask for with Retry-After.
 const MaxRetryAfter = 5 * time.Minute
 
-// verdict is what one attempt's result means for the message.
-type verdict int
+// Verdict is what one attempt's result means for the message, by the
+// webhook contract.
+type Verdict int
 
 const (
-	verdictAck verdict = iota
-	verdictRetry
-	verdictPermanent
-	// verdictOrderWait: the receiver's order gate refused the event for
+	// VerdictAck: 2xx; the message is acked.
+	VerdictAck Verdict = iota
+	// VerdictRetry: 3xx (not followed), 408, 5xx, a timeout or a network
+	// or TLS error: retried with backoff, an endpoint failure.
+	VerdictRetry
+	// VerdictPermanent: any other 4xx, or an address the dial guard
+	// refuses: dead-lettered at once.
+	VerdictPermanent
+	// VerdictOrderWait: the receiver's order gate refused the event for
 	// now (409 with Jsbridge-Order gap or in-progress): retried, never
 	// dead-lettered, spends no attempt, no endpoint failure.
-	verdictOrderWait
-	// verdictStaleEpoch: the receiver's order gate refused the event
+	VerdictOrderWait
+	// VerdictStaleEpoch: the receiver's order gate refused the event
 	// because it processed the stream under a later lease epoch (409 with
 	// Jsbridge-Order stale-epoch): the sender's lease is stale.
-	verdictStaleEpoch
-	// verdictThrottle: the endpoint asks to slow down (429, or 503 with a
+	VerdictStaleEpoch
+	// VerdictThrottle: the endpoint asks to slow down (429, or 503 with a
 	// Retry-After): the rate is cut (throttle.go) and the event retried in
 	// place, spending no attempt and counting as no breaker failure. A 503
-	// without Retry-After is verdictRetry: what a dead endpoint behind a
+	// without Retry-After is VerdictRetry: what a dead endpoint behind a
 	// proxy answers for ever, so it counts as a failure.
-	verdictThrottle
-	// verdictGone: 410 Gone: the endpoint says it no longer exists; the
+	VerdictThrottle
+	// VerdictGone: 410 Gone: the endpoint says it no longer exists; the
 	// subscription is disabled at once (package health) and the event goes back
 	// unsent, neither dead-lettered nor counted as an attempt.
-	verdictGone
+	VerdictGone
 )
 
-// response is the result of one POST.
-type response struct {
-	status     int
-	retryAfter time.Duration // -1 when the endpoint sent none
-	err        error         // transport error; status is 0
-	timeout    bool
-	at         time.Time // when the request was sent
-	// order is the answer's Jsbridge-Order (wire.HeaderOrder) when the
-	// status is 409, else ""; orderLast its Jsbridge-Order-Last (the
+// Response is the result of one POST.
+type Response struct {
+	// Status is the HTTP status; 0 when the request failed (Err).
+	Status int
+	// RetryAfter is the delay the answer's Retry-After asks for (see
+	// ParseRetryAfter); -1 when the endpoint sent none.
+	RetryAfter time.Duration
+	// Err is the transport error; Status is 0.
+	Err error
+	// Timeout is whether Err is a timeout (Subscription.Timeout).
+	Timeout bool
+	// At is when the request was sent.
+	At time.Time
+	// Order is the answer's Jsbridge-Order (wire.HeaderOrder) when the
+	// status is 409, else ""; OrderLast its Jsbridge-Order-Last (the
 	// receiver's last version of the stream, on a gap).
-	order     string
-	orderLast string
-	// orderEpoch is the answer's Jsbridge-Order-Epoch
+	Order     string
+	OrderLast string
+	// OrderEpoch is the answer's Jsbridge-Order-Epoch
 	// (wire.HeaderOrderEpoch) with a stale-epoch answer: the highest
 	// epoch the receiver processed for the stream; 0 when absent.
-	orderEpoch uint64
+	OrderEpoch uint64
 }
 
-// verdict classifies a response by the webhook contract (docs/architecture.md): 2xx
+// Verdict classifies a Response by the webhook contract (docs/architecture.md): 2xx
 // acks; 3xx (not followed), 408, 5xx, timeouts and network errors are
 // retried; 429, and 503 with Retry-After, throttle; 410 disables the
 // subscription; a 409 of an order gate (Jsbridge-Order gap or in-progress) waits,
 // stale-epoch says the lease is stale; any other 4xx is permanent.
-func (r response) verdict() verdict {
+func (r Response) Verdict() Verdict {
 	switch {
-	case errors.Is(r.err, egress.ErrForbiddenAddress):
-		return verdictPermanent
-	case r.err != nil:
+	case errors.Is(r.Err, egress.ErrForbiddenAddress):
+		return VerdictPermanent
+	case r.Err != nil:
 		// TLS failures too (a refused or missing client certificate, an
 		// endpoint certificate the CA bundle does not verify): usually a
 		// certificate being rotated on one side, fixed without touching
 		// the event; MaxDeliver still dead-letters it in the end.
-		return verdictRetry
-	case r.status >= 200 && r.status < 300:
-		return verdictAck
-	case r.status == http.StatusTooManyRequests,
-		r.status == http.StatusServiceUnavailable && r.retryAfter >= 0:
-		return verdictThrottle
-	case r.status == http.StatusGone:
-		return verdictGone
-	case r.status == http.StatusRequestTimeout:
-		return verdictRetry
-	case r.status == http.StatusConflict && r.order == wire.OrderStaleEpoch:
-		return verdictStaleEpoch
-	case r.status == http.StatusConflict && wire.OrderRetryInPlace(r.order):
-		return verdictOrderWait
-	case r.status >= 400 && r.status < 500:
-		return verdictPermanent
+		return VerdictRetry
+	case r.Status >= 200 && r.Status < 300:
+		return VerdictAck
+	case r.Status == http.StatusTooManyRequests,
+		r.Status == http.StatusServiceUnavailable && r.RetryAfter >= 0:
+		return VerdictThrottle
+	case r.Status == http.StatusGone:
+		return VerdictGone
+	case r.Status == http.StatusRequestTimeout:
+		return VerdictRetry
+	case r.Status == http.StatusConflict && r.Order == wire.OrderStaleEpoch:
+		return VerdictStaleEpoch
+	case r.Status == http.StatusConflict && wire.OrderRetryInPlace(r.Order):
+		return VerdictOrderWait
+	case r.Status >= 400 && r.Status < 500:
+		return VerdictPermanent
 	default:
-		return verdictRetry
+		return VerdictRetry
 	}
 }
 
-// class is the status_class label.
-func (r response) class() string {
+// Class is the status_class label of jsbridge_consumer_deliveries_total.
+func (r Response) Class() string {
 	switch {
-	case r.timeout:
+	case r.Timeout:
 		return ClassTimeout
-	case errors.Is(r.err, egress.ErrForbiddenAddress):
+	case errors.Is(r.Err, egress.ErrForbiddenAddress):
 		return ClassForbidden
-	case r.err != nil && egress.IsTLSError(r.err):
+	case r.Err != nil && egress.IsTLSError(r.Err):
 		return ClassTLS
-	case r.err != nil:
+	case r.Err != nil:
 		return ClassNetwork
-	case r.status >= 100 && r.status < 600:
-		return strconv.Itoa(r.status/100) + "xx"
+	case r.Status >= 100 && r.Status < 600:
+		return strconv.Itoa(r.Status/100) + "xx"
 	default:
 		return ClassNetwork
 	}
 }
 
-// reason describes the response for logs and dead letters.
-func (r response) reason() string {
+// reason describes the Response for logs and dead letters.
+func (r Response) Reason() string {
 	switch {
-	case r.timeout:
-		return "timeout: " + r.err.Error()
-	case r.err != nil:
-		return r.err.Error()
-	case r.order != "" && r.orderLast != "":
-		return fmt.Sprintf("HTTP %d %s (order gate: %s; its last version of the stream: %s)", r.status, http.StatusText(r.status), r.order, r.orderLast)
-	case r.order != "":
-		return fmt.Sprintf("HTTP %d %s (order gate: %s)", r.status, http.StatusText(r.status), r.order)
+	case r.Timeout:
+		return "timeout: " + r.Err.Error()
+	case r.Err != nil:
+		return r.Err.Error()
+	case r.Order != "" && r.OrderLast != "":
+		return fmt.Sprintf("HTTP %d %s (order gate: %s; its last version of the stream: %s)", r.Status, http.StatusText(r.Status), r.Order, r.OrderLast)
+	case r.Order != "":
+		return fmt.Sprintf("HTTP %d %s (order gate: %s)", r.Status, http.StatusText(r.Status), r.Order)
 	default:
-		return fmt.Sprintf("HTTP %d %s", r.status, http.StatusText(r.status))
+		return fmt.Sprintf("HTTP %d %s", r.Status, http.StatusText(r.Status))
 	}
 }
 
-// errEndpoint marks a response that counts as an endpoint failure for the
+// errEndpoint marks a Response that counts as an endpoint failure for the
 // circuit breaker.
 var errEndpoint = errors.New("endpoint failure")
 
 // breakerErr is what the breaker counts: retryable responses are endpoint
 // failures; a throttling answer is not counted at all (breaker.ErrExcluded);
 // a 2xx, a permanent 4xx or an order gate's 409 shows the endpoint is up.
-func (r response) breakerErr() error {
-	switch r.verdict() {
-	case verdictRetry:
-		return fmt.Errorf("%w: %s", errEndpoint, r.reason())
-	case verdictThrottle:
-		return fmt.Errorf("%w: %s", breaker.ErrExcluded, r.reason())
+func (r Response) breakerErr() error {
+	switch r.Verdict() {
+	case VerdictRetry:
+		return fmt.Errorf("%w: %s", errEndpoint, r.Reason())
+	case VerdictThrottle:
+		return fmt.Errorf("%w: %s", breaker.ErrExcluded, r.Reason())
 	}
 	return nil
 }
@@ -157,9 +168,9 @@ func (r response) breakerErr() error {
 // errMalformed marks a message deliver cannot turn into a webhook.
 var errMalformed = errors.New("malformed message")
 
-// header returns the first value of key in h, matching the exact key first
+// HeaderValue returns the first value of key in h, matching the exact key first
 // and then case-insensitively (publishers may canonicalize names).
-func header(h nats.Header, key string) string {
+func HeaderValue(h nats.Header, key string) string {
 	if v := h.Get(key); v != "" {
 		return v
 	}
@@ -171,18 +182,18 @@ func header(h nats.Header, key string) string {
 	return ""
 }
 
-// eventID is the event id of a message: Nats-Msg-Id, else ce-id.
-func eventID(msg jetstream.Msg) string {
-	if id := header(msg.Headers(), wire.HeaderMsgID); id != "" {
+// EventID is the event id of a message: Nats-Msg-Id, else ce-id.
+func EventID(msg jetstream.Msg) string {
+	if id := HeaderValue(msg.Headers(), wire.HeaderMsgID); id != "" {
 		return id
 	}
-	return header(msg.Headers(), wire.HeaderID)
+	return HeaderValue(msg.Headers(), wire.HeaderID)
 }
 
-// buildBody returns the request body for msg and sets its headers
+// BuildBody returns the request body for msg and sets its headers
 // (Content-Type and, in binary mode, the ce-* attributes) on h.
-func buildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byte, h http.Header) ([]byte, error) {
-	contentType := header(mh, wire.HeaderContentType)
+func BuildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byte, h http.Header) ([]byte, error) {
+	contentType := HeaderValue(mh, wire.HeaderContentType)
 	if contentType == "" {
 		contentType = event.ContentTypeJSON
 	}
@@ -204,19 +215,19 @@ func buildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byt
 	// wire.EncodeHeaderValue); the JSON envelope carries them decoded.
 	var decodeErr error
 	attr := func(name string) string {
-		v, err := wire.DecodeHeaderValue(header(mh, name))
+		v, err := wire.DecodeHeaderValue(HeaderValue(mh, name))
 		if err != nil && decodeErr == nil {
 			decodeErr = fmt.Errorf("%w: %s: %w", errMalformed, name, err)
 		}
 		return v
 	}
 	ce := event.CloudEvent{
-		SpecVersion:     header(mh, wire.HeaderSpecVersion),
+		SpecVersion:     HeaderValue(mh, wire.HeaderSpecVersion),
 		ID:              id,
 		Source:          attr(wire.HeaderSource),
 		Type:            attr(wire.HeaderType),
 		Subject:         attr(wire.HeaderSubject),
-		Time:            header(mh, wire.HeaderTime),
+		Time:            HeaderValue(mh, wire.HeaderTime),
 		DataContentType: contentType,
 		CorrelationID:   attr(wire.HeaderCorrelationID),
 		CausationID:     attr(wire.HeaderCausationID),
@@ -227,7 +238,7 @@ func buildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byt
 	if ce.SpecVersion == "" {
 		ce.SpecVersion = event.SpecVersion
 	}
-	if v := header(mh, wire.HeaderStreamVersion); v != "" {
+	if v := HeaderValue(mh, wire.HeaderStreamVersion); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s %q is not an integer", errMalformed, wire.HeaderStreamVersion, v)
@@ -247,16 +258,8 @@ func buildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byt
 // body, shared by every request (the transport only reads it).
 var contentTypeCloudEvents = []string{event.ContentTypeCloudEventsJSON}
 
-// nak returns msg to JetStream for redelivery after delay, logging a
-// failure to log.
-func nak(log *slog.Logger, msg jetstream.Msg, delay time.Duration) {
-	if err := msg.NakWithDelay(delay); err != nil {
-		log.Warn("nak failed; JetStream will redeliver after AckWait", slog.Any("error", err))
-	}
-}
-
-// staticHeaders returns the canonical form of headers plus User-Agent.
-func staticHeaders(headers map[string]string, userAgent string) http.Header {
+// StaticHeaders returns the canonical form of headers plus User-Agent.
+func StaticHeaders(headers map[string]string, userAgent string) http.Header {
 	h := make(http.Header, len(headers)+1)
 	for k, v := range headers {
 		h.Set(k, v)
@@ -265,10 +268,10 @@ func staticHeaders(headers map[string]string, userAgent string) http.Header {
 	return h
 }
 
-// parseRetryAfter returns the delay a Retry-After value asks for (delay
+// ParseRetryAfter returns the delay a Retry-After value asks for (delay
 // seconds or an HTTP-date; RFC 9110 section 10.2.3), or -1 when v is empty
 // or invalid. A date in the past is 0.
-func parseRetryAfter(v string, now time.Time) time.Duration {
+func ParseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return -1

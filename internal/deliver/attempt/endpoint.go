@@ -1,4 +1,4 @@
-package deliver
+package attempt
 
 import (
 	"bytes"
@@ -46,7 +46,7 @@ func newEndpoint(raw string, client *http.Client) (endpoint, error) {
 }
 
 // newRequest is the POST of body with hdr to the endpoint, on ctx. Its
-// GetBody is nil: see sender.post.
+// GetBody is nil: see Sender.post.
 func (ep endpoint) newRequest(ctx context.Context, hdr http.Header, body []byte) *http.Request {
 	req := &http.Request{
 		Method:        http.MethodPost,
@@ -80,7 +80,7 @@ func (ep endpoint) do(client *http.Client, req *http.Request) (*http.Response, e
 		return nil, &url.Error{Op: ep.op, URL: ep.shown, Err: err}
 	}
 	if resp == nil {
-		return nil, &url.Error{Op: ep.op, URL: ep.shown, Err: errors.New("http: the transport returned no response and no error")}
+		return nil, &url.Error{Op: ep.op, URL: ep.shown, Err: errors.New("http: the transport returned no Response and no error")}
 	}
 	if resp.Body == nil {
 		resp.Body = http.NoBody

@@ -1,4 +1,4 @@
-package deliver
+package attempt
 
 import (
 	"context"
@@ -28,13 +28,13 @@ func TestThrottleAIMD(t *testing.T) {
 		g, err := th.wait(ctx) // no limit: at once
 		require.NoError(t, err)
 		gen = g
-		if th.observe(response{status: 200}, g) {
+		if th.observe(Response{Status: 200}, g) {
 			t.Fatal("a 2xx is no throttling answer")
 		}
 	}
-	require.True(t, th.observe(response{status: 429, retryAfter: -1}, gen))
+	require.True(t, th.observe(Response{Status: 429, RetryAfter: -1}, gen))
 	require.Equal(t, 6.0, th.rate(), "3/4 of the 8 accepted")
-	require.True(t, th.observe(response{status: 429, retryAfter: -1}, gen))
+	require.True(t, th.observe(Response{Status: 429, RetryAfter: -1}, gen))
 	require.Equal(t, 6.0, th.rate(), "sent before the cut: no second cut")
 	require.True(t, th.holding())
 
@@ -49,7 +49,7 @@ func TestThrottleAIMD(t *testing.T) {
 
 	// A 503 with Retry-After pauses every POST.
 	g, _ := th.wait(ctx)
-	require.True(t, th.observe(response{status: 503, retryAfter: 3 * time.Second}, g))
+	require.True(t, th.observe(Response{Status: 503, RetryAfter: 3 * time.Second}, g))
 	done := make(chan struct{})
 	go func() {
 		_, _ = th.wait(ctx)
@@ -90,14 +90,14 @@ func TestThrottleRecoversWithinSecondsOfTheFirst2xx(t *testing.T) {
 	}
 	storm := func(th *throttle, rounds int) {
 		for range 100 {
-			require.False(t, th.observe(response{status: 200}, th.gen))
+			require.False(t, th.observe(Response{Status: 200}, th.gen))
 		}
 		for round := range rounds {
 			before := th.gen
-			require.True(t, th.observe(response{status: 429, retryAfter: time.Second}, th.gen))
+			require.True(t, th.observe(Response{Status: 429, RetryAfter: time.Second}, th.gen))
 			if round == 0 && th.ceiling == rate.Inf {
 				require.Equal(t, 75.0, th.rate(), "3/4 of the 100 accepted")
-				th.observe(response{status: 200}, before) // sent before the cut: no recovery
+				th.observe(Response{Status: 200}, before) // sent before the cut: no recovery
 			}
 			clock.Advance(time.Second)
 		}
@@ -112,7 +112,7 @@ func TestThrottleRecoversWithinSecondsOfTheFirst2xx(t *testing.T) {
 	tick(th)
 	require.InDelta(t, low+3*step, tick(th), 1e-9, "before any 2xx")
 
-	require.False(t, th.observe(response{status: 200}, th.gen), "the first 2xx")
+	require.False(t, th.observe(Response{Status: 200}, th.gen), "the first 2xx")
 	var seconds int
 	for !math.IsInf(th.rate(), 1) {
 		seconds++
@@ -128,7 +128,7 @@ func TestThrottleRecoversWithinSecondsOfTheFirst2xx(t *testing.T) {
 	// With a rate_limit, it comes back to the rate_limit.
 	capped := newThrottle(clock, 150, nil)
 	storm(capped, 10)
-	require.False(t, capped.observe(response{status: 200}, capped.gen))
+	require.False(t, capped.observe(Response{Status: 200}, capped.gen))
 	for range 6 {
 		tick(capped)
 	}
@@ -137,6 +137,6 @@ func TestThrottleRecoversWithinSecondsOfTheFirst2xx(t *testing.T) {
 	// One cut, then 2xx: additive increase, as before.
 	one := newThrottle(clock, 0, nil)
 	storm(one, 1)
-	require.False(t, one.observe(response{status: 200}, one.gen))
+	require.False(t, one.observe(Response{Status: 200}, one.gen))
 	require.InDelta(t, 75+2*15, tick(one), 1e-9, "two seconds since the cut: a fifth of the cut rate each, no doubling")
 }

@@ -1,10 +1,10 @@
-package deliver
+package attempt
 
 import (
-	"context"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -15,18 +15,19 @@ import (
 // in the event's trace. Its attributes: jsbridge.subscription,
 // jsbridge.attempt, jsbridge.outcome, jsbridge.status_class,
 // jsbridge.breaker.state, http.response.status_code (when there was a
-// response), messaging.message.id (the event id) and url.full (the
+// Response), messaging.message.id (the event id) and url.full (the
 // endpoint as breaker.Endpoint renders it: no userinfo, query or fragment,
 // so no secret a URL may carry leaks into traces).
 // The POST carries the span's context in its traceparent header, so the
 // receiver's spans continue the trace too.
 //
-// After the span ends, the attempt is handed to Config.Attempts (the
+// After the span ends, the attempt is handed to Deps.Attempts (the
 // attempts record, see attemptlog.Log), which must not block.
 
-// attemptState follows one attempt through handle, for its span and its
-// record. The outcome is set where handle (or giveUp) decides it.
-type attemptState struct {
+// Trace follows one attempt from Attempt to End, for its span and its
+// record: Attempt decides it with the settlement's outcome, a settler
+// whose act failed decides it again (Decide) before End.
+type Trace struct {
 	span    trace.Span
 	attempt int
 	id      string
@@ -34,7 +35,7 @@ type attemptState struct {
 	began   time.Time
 	sent    time.Time // when the breaker was asked (zero: nothing sent)
 	took    time.Duration
-	resp    response
+	resp    Response
 	hasResp bool
 	outcome string
 	class   string
@@ -45,32 +46,32 @@ type attemptState struct {
 // allocates on every call.
 var clientKind = trace.WithSpanKind(trace.SpanKindClient)
 
-type attemptKey struct{}
-
-// attemptOf returns the attempt ctx carries, or nil.
-func attemptOf(ctx context.Context) *attemptState {
-	st, _ := ctx.Value(attemptKey{}).(*attemptState)
-	return st
-}
-
-// decide records how the attempt ended (the label values of
+// Decide records how the attempt ended (the label values of
 // jsbridge_consumer_deliveries_total) and, for a failure, why.
-func (st *attemptState) decide(outcome, class, reason string) {
+func (st *Trace) Decide(outcome, class, reason string) {
 	if st != nil {
 		st.outcome, st.class, st.reason = outcome, class, reason
 	}
 }
 
-// sending marks the moment the attempt went to the breaker.
-func (st *attemptState) sending() { st.sent = time.Now() }
+// sending marks the moment (now) the attempt went to the breaker.
+func (st *Trace) sending(now time.Time) { st.sent = now }
 
-// answered keeps the response of the POST.
-func (st *attemptState) answered(resp response) {
+// answered keeps the response of the POST, answered at now.
+func (st *Trace) answered(resp Response, now time.Time) {
 	st.resp, st.hasResp = resp, true
 	if !st.sent.IsZero() {
-		st.took = time.Since(st.sent)
+		st.took = now.Sub(st.sent)
 	}
 }
 
 // spanName is the name of a subscription's attempt spans.
 func spanName(subscription string) string { return "deliver " + subscription }
+
+// EndNotSent ends an attempt that a PostFence stopped before its POST:
+// its span ends with why, and nothing is counted or recorded (no POST,
+// no outcome).
+func (st *Trace) EndNotSent(why error) {
+	st.span.SetStatus(codes.Error, "not sent: "+why.Error())
+	st.span.End()
+}

@@ -1,0 +1,259 @@
+// Package attempt makes one attempt of a webhook delivery: it builds the
+// request (body, headers), signs it, POSTs it through the endpoint's
+// circuit breaker under the attempt's span and record, reads the answer
+// (verdict, Retry-After) and returns a Settlement: what the answer means
+// for the message. Both settlers act on that one value, each in its own
+// way: the unordered runner acks, Naks with the delay or dead-letters;
+// an ordered partition's head of line acks behind its delivered record,
+// retries in place or dead-letters and parks. The room knows nothing of
+// partitions: what an ordered attempt adds (the version chain's fields,
+// the lease fence, the keep-alive) are parameters of the call (Call).
+//
+// The subscription's AIMD throttle (throttle.go) and its health (Health)
+// are fed by every answer.
+package attempt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// Call is what one attempt takes beyond its message and number: the
+// settler's specifics, as parameters.
+type Call struct {
+	// ID is the message's event id (EventID); "" makes the message one
+	// that cannot become a webhook (ActDeadLetter, OutcomeTerm).
+	ID string
+	// Traced is the message as the attempt's span and record name it
+	// (nil: the message itself). An ordered partition's message of the
+	// partitioned copy is named as on the events stream.
+	Traced jetstream.Msg
+	// Replica, when not "", is sent as Jsbridge-Replica.
+	Replica string
+	// Order is the webhook's place in its stream's version chain,
+	// signed with the request (nil: none).
+	Order *webhook.OrderFields
+	// Owner, when not nil and Order is nil (an event without a stream
+	// version), is the partition's owner: its Jsbridge-Partition and
+	// Jsbridge-Lease-Epoch are sent unsigned.
+	Owner *Owner
+	// Ready, when not nil, is asked once the request is built, before the
+	// attempt starts: gen is the throttle's generation (Gate), done is
+	// called once the POST ended (nil: nothing), and !ok means the
+	// attempt may not start now (ActNotReady: nothing started, nothing
+	// counted). Nil: Gen is the generation.
+	Ready func() (gen uint64, done func(), ok bool)
+	// Gen is the throttle's generation Gate returned, when Ready is nil.
+	Gen uint64
+	// InProgress, when not nil, is called every AckWait/2 while the POST
+	// runs (the message's InProgress), so JetStream does not redeliver it.
+	InProgress func() error
+	// Fence, when not nil, is the lease fence the POST passes once the
+	// breaker let it through (see PostFence): refused, the attempt is
+	// ActNotSent; cut during the POST, ActCut.
+	Fence PostFence
+}
+
+// Owner is a partition's owner as an ordered webhook names it.
+type Owner struct {
+	Partition int
+	Epoch     uint64
+}
+
+// Attempt makes attempt n (1-based) of msg: it builds the webhook, waits
+// for c.Ready, starts the attempt's span, POSTs it through the breaker
+// (and c.Fence), feeds the answer to the throttle and the health, and
+// returns what the answer means for msg. The settlement's Trace is the
+// attempt's span and record, decided with the settlement's outcome: the
+// settler ends it with End, after deciding it again if its act fails
+// (a dead letter that could not be written). Attempt counts the outcomes
+// no settler changes (ActBreakerOpen, ActCut); the settler counts the
+// rest once it acted (Count).
+func (r *Sender) Attempt(ctx context.Context, msg jetstream.Msg, n int, c Call) Settlement {
+	traced := c.Traced
+	if traced == nil {
+		traced = msg
+	}
+	body, hdr, err := r.request(msg, c.ID, c.Replica)
+	if err != nil {
+		_, tr := r.start(ctx, traced, c.ID, n)
+		s := Settlement{Act: ActDeadLetter, Outcome: OutcomeTerm, Class: ClassNone, Reason: err.Error(), Trace: tr}
+		tr.Decide(s.Outcome, s.Class, s.Reason)
+		return s
+	}
+	if c.Order == nil && c.Owner != nil {
+		hdr.Set(wire.HeaderPartition, strconv.Itoa(c.Owner.Partition))
+		hdr.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(c.Owner.Epoch, 10))
+	}
+	gen := c.Gen
+	if c.Ready != nil {
+		g, done, ok := c.Ready()
+		if !ok {
+			return Settlement{Act: ActNotReady}
+		}
+		if done != nil {
+			defer done()
+		}
+		gen = g
+	}
+	actx, tr := r.start(ctx, traced, c.ID, n)
+	resp, notSent := r.send(actx, tr, c.InProgress, c.Fence, gen, c.ID, body, hdr, c.Order)
+	var s Settlement
+	switch {
+	case errors.Is(notSent, ErrLeasePassed):
+		tr.EndNotSent(notSent)
+		return Settlement{Act: ActNotSent, Reason: notSent.Error()}
+	case notSent != nil:
+		s = Settlement{Act: ActBreakerOpen, Outcome: OutcomeBreakerOpen, Class: ClassNone, Reason: "circuit breaker open: not sent", Delay: r.br.OpenTimeout()}
+		r.Count(s.Outcome, s.Class, 0)
+	case errors.Is(resp.Err, ErrLeasePassed):
+		s = Settlement{Act: ActCut, Outcome: OutcomeRetry, Class: ClassTimeout, Reason: resp.Reason()}
+		r.Count(s.Outcome, s.Class, 0)
+	default:
+		s = SettlementOf(resp, n, r.sub.MaxDeliver, r.sub.BackOff)
+	}
+	s.Response, s.Trace = resp, tr
+	tr.Decide(s.Outcome, s.Class, s.Reason)
+	return s
+}
+
+// Act is what a settler does with the message after an attempt.
+type Act int
+
+const (
+	ActAck        Act = iota // 2xx: ack
+	ActRetry                 // retryable and attempts left: try again after delay
+	ActDeadLetter            // permanent, or retryable on the last attempt: dead-letter
+	// ActWait: the receiver's order gate refused the event for now (gap,
+	// in-progress): try again after delay; no attempt spent, never
+	// dead-lettered.
+	ActWait
+	// ActStale: the receiver's order gate processed the stream under a
+	// later lease epoch: this replica's lease is stale. An ordered
+	// partition stops (released; nothing acked, nothing dead-lettered);
+	// an unordered settler, whose webhooks carry no epoch, waits.
+	ActStale
+	// ActThrottle: the endpoint asked to slow down (VerdictThrottle): the
+	// throttle was cut; try again in place after delay (Retry-After, the
+	// throttle waits for it too); no attempt spent, never dead-lettered.
+	ActThrottle
+	// ActDisable: 410 Gone: the subscription is disabled (package health); the
+	// event waits in place until it is enabled; no attempt spent, nothing
+	// dead-lettered.
+	ActDisable
+	// ActBreakerOpen: the breaker let nothing through (open, or another
+	// attempt's half-open probe running): nothing sent; Delay is the
+	// breaker's open timeout. Counted by Attempt.
+	ActBreakerOpen
+	// ActCut: Call.Fence cut the POST at the lease deadline: nothing is
+	// settled from it and no attempt spent; it counts for neither the
+	// breaker nor the health. Counted by Attempt (retry, timeout).
+	ActCut
+	// ActNotSent: Call.Fence refused the POST (the lease deadline passed
+	// while the breaker let it through): nothing sent, nothing counted;
+	// the span ended with the reason, no record. Trace is nil.
+	ActNotSent
+	// ActNotReady: Call.Ready said the attempt may not start: nothing
+	// started. Trace is nil.
+	ActNotReady
+)
+
+// OrderWaitDelay is the delay before an event refused by a receiver's
+// order gate (409 gap or in-progress) is sent again when the answer has no
+// Retry-After; a Retry-After is honoured up to MaxOrderWait.
+const (
+	OrderWaitDelay = 200 * time.Millisecond
+	MaxOrderWait   = 5 * time.Second
+)
+
+// Settlement is what one attempt's Response means for its message, by the
+// webhook contract (Response.Verdict) with MaxDeliver and the backoff
+// applied: the act, the outcome and status_class labels, the reason ("" when
+// acked) and, for ActRetry, the delay before the next attempt.
+type Settlement struct {
+	// Act is what the settler does with the message.
+	Act Act
+	// Outcome and Class are the outcome and status_class labels of
+	// jsbridge_consumer_deliveries_total.
+	Outcome string
+	Class   string
+	// Reason says why, for logs and dead letters ("" when acked).
+	Reason string
+	// Delay is the wait before the next attempt (ActRetry, ActWait,
+	// ActStale, ActThrottle), or the breaker's open timeout
+	// (ActBreakerOpen).
+	Delay time.Duration
+	// Response is the answer (the zero Response when nothing was sent or
+	// the message could not become a webhook).
+	Response Response
+	// Trace is the attempt's span and record, decided with Outcome,
+	// Class and Reason; the settler ends it with End (nil for
+	// ActNotSent and ActNotReady).
+	Trace *Trace
+}
+
+// SettlementOf decides what resp, the answer to attempt (1-based) of a
+// subscription with maxDeliver attempts (-1 or 0: no limit) and backOff,
+// means for its message. A pure function of its arguments.
+func SettlementOf(resp Response, attempt, maxDeliver int, backOff []time.Duration) Settlement {
+	class := resp.Class()
+	switch resp.Verdict() {
+	case VerdictAck:
+		return Settlement{Act: ActAck, Outcome: OutcomeAck, Class: class}
+	case VerdictPermanent:
+		return Settlement{Act: ActDeadLetter, Outcome: OutcomeTerm, Class: class, Reason: resp.Reason()}
+	case VerdictOrderWait:
+		return Settlement{Act: ActWait, Outcome: OutcomeRetry, Class: class, Reason: resp.Reason(), Delay: orderWait(resp.RetryAfter)}
+	case VerdictStaleEpoch:
+		return Settlement{Act: ActStale, Outcome: OutcomeStaleEpoch, Class: class, Reason: resp.Reason(), Delay: orderWait(resp.RetryAfter)}
+	case VerdictThrottle:
+		return Settlement{Act: ActThrottle, Outcome: OutcomeThrottled, Class: class, Reason: resp.Reason(), Delay: max(resp.RetryAfter, 0)}
+	case VerdictGone:
+		return Settlement{Act: ActDisable, Outcome: OutcomeDisabled, Class: class, Reason: resp.Reason()}
+	}
+	if maxDeliver > 0 && attempt >= maxDeliver {
+		return Settlement{Act: ActDeadLetter, Outcome: OutcomeExhausted, Class: class,
+			Reason: fmt.Sprintf("%s (attempt %d of MaxDeliver %d)", resp.Reason(), attempt, maxDeliver)}
+	}
+	return Settlement{Act: ActRetry, Outcome: OutcomeRetry, Class: class, Reason: resp.Reason(), Delay: retryDelay(backOff, attempt, resp.RetryAfter)}
+}
+
+// orderWait is the delay before an event an order gate refused is sent
+// again: Retry-After capped at MaxOrderWait, else OrderWaitDelay.
+func orderWait(retryAfter time.Duration) time.Duration {
+	if retryAfter >= 0 {
+		return min(retryAfter, MaxOrderWait)
+	}
+	return OrderWaitDelay
+}
+
+// retryDelay is the delay before the attempt after attempt: Retry-After when
+// the endpoint sent one (capped at MaxRetryAfter), else backOff[attempt-1],
+// the last entry repeating.
+func retryDelay(backOff []time.Duration, attempt int, retryAfter time.Duration) time.Duration {
+	if retryAfter >= 0 {
+		return min(retryAfter, MaxRetryAfter)
+	}
+	i := min(max(attempt-1, 0), len(backOff)-1)
+	return backOff[i]
+}
+
+// errNoEventID is the reason a message without an event id is
+// dead-lettered.
+var errNoEventID = errors.New("message has no Nats-Msg-Id or ce-id")
+
+// Number is msg's attempt, 1-based: JetStream's delivery count.
+func Number(msg jetstream.Msg) int {
+	if md, err := msg.Metadata(); err == nil {
+		return int(md.NumDelivered)
+	}
+	return 1
+}

@@ -1,0 +1,354 @@
+package attempt
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// The room's own tests: one Attempt against a real HTTP server
+// (httptest), with fake breaker and health it owns the interfaces of,
+// and time on fake clocks: the engine's (keep-alive, throttle) and the
+// wall clock that stamps the POST.
+
+// fakeBreaker is a Breaker that is open or closed as told, counting the
+// failures Execute saw.
+type fakeBreaker struct {
+	open     atomic.Bool
+	failures atomic.Int32
+}
+
+func (b *fakeBreaker) Execute(fn func() error) error {
+	if b.open.Load() {
+		return breaker.ErrOpen
+	}
+	err := fn()
+	if err != nil && !errors.Is(err, breaker.ErrExcluded) {
+		b.failures.Add(1)
+	}
+	return err
+}
+
+func (b *fakeBreaker) State() breaker.State {
+	if b.open.Load() {
+		return breaker.Open
+	}
+	return breaker.Closed
+}
+
+func (b *fakeBreaker) OpenTimeout() time.Duration { return 30 * time.Second }
+
+// fakeHealth records what an attempt told it.
+type fakeHealth struct {
+	mu        sync.Mutex
+	succeeded int
+	failed    int
+	disabled  []health.DisabledRecord
+}
+
+func (h *fakeHealth) Succeeded(string) { h.mu.Lock(); h.succeeded++; h.mu.Unlock() }
+func (h *fakeHealth) Failed(string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failed++
+	return false
+}
+func (h *fakeHealth) Disable(_ context.Context, rec health.DisabledRecord) {
+	h.mu.Lock()
+	h.disabled = append(h.disabled, rec)
+	h.mu.Unlock()
+}
+func (h *fakeHealth) IsDisabled(string) bool                    { return false }
+func (h *fakeHealth) WaitEnabled(context.Context, string) error { return nil }
+
+// records is an attemptlog.Recorder keeping what it was given.
+type records struct {
+	mu  sync.Mutex
+	all []attemptlog.Attempt
+}
+
+func (r *records) RecordAttempt(a attemptlog.Attempt) {
+	r.mu.Lock()
+	r.all = append(r.all, a)
+	r.mu.Unlock()
+}
+func (r *records) list() []attemptlog.Attempt {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]attemptlog.Attempt(nil), r.all...)
+}
+
+// bundle is one test's sender and what surrounds it.
+type bundle struct {
+	snd         *Sender
+	br          *fakeBreaker
+	health      *fakeHealth
+	records     *records
+	clock, wall *clockwork.FakeClock
+	// requests are the requests the receiver got.
+	requests chan *http.Request
+}
+
+// setup starts a receiver answering with answer and returns a Sender of
+// a subscription with MaxDeliver 3 and the backoff 1 s, 5 s POSTing to it.
+func setup(t *testing.T, answer http.HandlerFunc) *bundle {
+	t.Helper()
+	b := &bundle{br: &fakeBreaker{}, health: &fakeHealth{}, records: &records{}, requests: make(chan *http.Request, 16),
+		clock: clockwork.NewFakeClockAt(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)),
+		wall:  clockwork.NewFakeClockAt(time.Date(2026, 11, 28, 9, 30, 0, 0, time.UTC))}
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.requests <- r.Clone(context.Background())
+		answer(w, r)
+	}))
+	t.Cleanup(rc.Close)
+	sub := subscription.Subscription{Name: "orders", URL: rc.URL + "/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"},
+		AllowPrivate: true, MaxDeliver: 3, BackOff: []time.Duration{time.Second, 5 * time.Second}}.WithDefaults()
+	b.snd = newTestSender(t, sub, rc.Client(), Deps{Breaker: b.br, Health: b.health, Clock: b.clock, Wall: b.wall, Attempts: b.records})
+	return b
+}
+
+// orderPlaced is a message of event 1042, stream order-42 version 3.
+func orderPlaced() dataMsg {
+	return dataMsg{headerMsg: headerMsg{h: nats.Header{
+		wire.HeaderMsgID: {"1042"}, wire.HeaderID: {"1042"}, wire.HeaderType: {"OrderPlaced"}, wire.HeaderSubject: {"order-42"},
+		wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}, wire.HeaderContentType: {"application/json"},
+		wire.HeaderStreamVersion: {"3"},
+	}}, data: []byte(`{"order":"order-42"}`)}
+}
+
+func status(code int, hdr ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		for i := 0; i+1 < len(hdr); i += 2 {
+			w.Header().Set(hdr[i], hdr[i+1])
+		}
+		w.WriteHeader(code)
+	}
+}
+
+// A 2xx: ActAck; the request is signed and stamped on the wall clock,
+// carries the Idempotency-Key and the replica; the health hears of the
+// success and the attempts record gets the attempt at the wall clock's
+// time.
+func TestAttemptAcksA2xx(t *testing.T) {
+	t.Parallel()
+	b := setup(t, status(http.StatusNoContent))
+	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{ID: "1042", Replica: "r1"})
+	b.snd.End(s.Trace)
+	require.Equal(t, ActAck, s.Act)
+	require.Equal(t, OutcomeAck, s.Outcome)
+	require.Equal(t, "2xx", s.Class)
+	require.Equal(t, http.StatusNoContent, s.Response.Status)
+	require.Equal(t, b.wall.Now(), s.Response.At, "sent at the wall clock's time")
+
+	req := <-b.requests
+	require.Equal(t, "1042", req.Header.Get(wire.HeaderIdempotencyKey))
+	require.Equal(t, "r1", req.Header.Get(wire.HeaderReplica))
+	require.Equal(t, strconv.FormatInt(b.wall.Now().Unix(), 10), req.Header.Get(webhook.HeaderWebhookTimestamp), "signed at the wall clock's time")
+	require.NotEmpty(t, req.Header.Get(webhook.HeaderWebhookSignature))
+
+	require.Equal(t, 1, b.health.succeeded)
+	rec := b.records.list()
+	require.Len(t, rec, 1)
+	require.Equal(t, OutcomeAck, rec[0].Outcome)
+	require.Equal(t, b.wall.Now(), rec[0].At)
+	require.Equal(t, http.StatusNoContent, rec[0].Status)
+}
+
+// A 5xx: ActRetry after the backoff's entry for the attempt, an endpoint
+// failure for the breaker and the health; on the last attempt
+// (MaxDeliver) it is dead-lettered as exhausted.
+func TestAttemptRetriesThenExhausts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, status(http.StatusInternalServerError))
+	s := b.snd.Attempt(context.Background(), orderPlaced(), 2, Call{ID: "1042"})
+	b.snd.End(s.Trace)
+	require.Equal(t, ActRetry, s.Act)
+	require.Equal(t, 5*time.Second, s.Delay, "the backoff's second entry")
+	require.EqualValues(t, 1, b.br.failures.Load())
+	require.Equal(t, 1, b.health.failed)
+
+	s = b.snd.Attempt(context.Background(), orderPlaced(), 3, Call{ID: "1042"})
+	b.snd.End(s.Trace)
+	require.Equal(t, ActDeadLetter, s.Act)
+	require.Equal(t, OutcomeExhausted, s.Outcome)
+	require.Equal(t, "HTTP 500 Internal Server Error (attempt 3 of MaxDeliver 3)", s.Reason)
+}
+
+// A 503 with Retry-After throttles: ActThrottle with the delay asked
+// for, no breaker failure, and the throttle holds the next POST until
+// the engine's clock passed it and the cut rate lets it go.
+func TestAttemptThrottledHoldsTheNextPost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, status(http.StatusServiceUnavailable, "Retry-After", "3"))
+	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{ID: "1042"})
+	b.snd.End(s.Trace)
+	require.Equal(t, ActThrottle, s.Act)
+	require.Equal(t, 3*time.Second, s.Delay)
+	require.Zero(t, b.br.failures.Load(), "a throttling answer is no endpoint failure")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.snd.Gate(ctx, func() func() { return func() {} })
+		done <- err
+	}()
+	require.NoError(t, b.clock.BlockUntilContext(ctx, 1))
+	select {
+	case <-done:
+		t.Fatal("the gate let a POST through inside the Retry-After")
+	default:
+	}
+	// Past the Retry-After, the rate the cut set (no 2xx seen: its
+	// floor, one POST in 5 s from the cut) lets it go.
+	b.clock.Advance(3 * time.Second)
+	for range 10 {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			require.False(t, math.IsInf(b.snd.Rate(), 1), "the rate was cut (and grows back a step a second)")
+			return
+		case <-time.After(20 * time.Millisecond):
+			b.clock.Advance(time.Second)
+		}
+	}
+	t.Fatal("the gate still holds the POST 13 s after the cut")
+}
+
+// A 410 Gone disables the subscription (ActDisable), with the endpoint
+// and the status in the record.
+func TestAttemptGoneDisables(t *testing.T) {
+	t.Parallel()
+	b := setup(t, status(http.StatusGone))
+	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{ID: "1042"})
+	b.snd.End(s.Trace)
+	require.Equal(t, ActDisable, s.Act)
+	require.Len(t, b.health.disabled, 1)
+	require.Equal(t, health.ReasonGone, b.health.disabled[0].Reason)
+	require.Equal(t, http.StatusGone, b.health.disabled[0].Status)
+}
+
+// A message without an event id cannot become a webhook: ActDeadLetter
+// (term), no POST, and its attempt recorded.
+func TestAttemptMalformedIsNotSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, status(http.StatusNoContent))
+	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{})
+	b.snd.End(s.Trace)
+	require.Equal(t, ActDeadLetter, s.Act)
+	require.Equal(t, OutcomeTerm, s.Outcome)
+	require.Equal(t, ClassNone, s.Class)
+	require.Zero(t, s.Response.Status)
+	require.Empty(t, b.requests)
+	require.Len(t, b.records.list(), 1)
+}
+
+// The breaker open: nothing sent, ActBreakerOpen with its open timeout.
+func TestAttemptBreakerOpen(t *testing.T) {
+	t.Parallel()
+	b := setup(t, status(http.StatusNoContent))
+	b.br.open.Store(true)
+	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{ID: "1042"})
+	b.snd.End(s.Trace)
+	require.Equal(t, ActBreakerOpen, s.Act)
+	require.Equal(t, OutcomeBreakerOpen, s.Outcome)
+	require.Equal(t, 30*time.Second, s.Delay)
+	require.Empty(t, b.requests)
+}
+
+// The ordered path's parameters: Ready may refuse the attempt (nothing
+// started); its done is called once the POST ended; a fence refusing
+// the POST sends nothing and records nothing (ActNotSent); without a
+// version chain the owner's partition and epoch go unsigned; with one,
+// the order fields are signed.
+func TestAttemptOrderedParameters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, status(http.StatusNoContent))
+	ctx := context.Background()
+
+	s := b.snd.Attempt(ctx, orderPlaced(), 1, Call{ID: "1042", Ready: func() (uint64, func(), bool) { return 0, nil, false }})
+	require.Equal(t, ActNotReady, s.Act)
+	require.Nil(t, s.Trace)
+
+	refused := func(ctx context.Context) (context.Context, context.CancelFunc, error) {
+		return nil, nil, ErrLeasePassed
+	}
+	s = b.snd.Attempt(ctx, orderPlaced(), 1, Call{ID: "1042", Fence: refused})
+	require.Equal(t, ActNotSent, s.Act)
+	require.Nil(t, s.Trace)
+	require.Empty(t, b.requests)
+	require.Empty(t, b.records.list(), "not sent: no record")
+
+	var released atomic.Bool
+	ready := func() (uint64, func(), bool) { return 0, func() { released.Store(true) }, true }
+	s = b.snd.Attempt(ctx, orderPlaced(), 1, Call{ID: "1042", Ready: ready, Owner: &Owner{Partition: 4, Epoch: 9}})
+	b.snd.End(s.Trace)
+	require.Equal(t, ActAck, s.Act)
+	require.True(t, released.Load(), "done called once the POST ended")
+	req := <-b.requests
+	require.Equal(t, "4", req.Header.Get(wire.HeaderPartition))
+	require.Equal(t, "9", req.Header.Get(wire.HeaderLeaseEpoch))
+
+	order := &webhook.OrderFields{Stream: "order-42", Version: 3, Previous: 2, Partition: 4, Epoch: 9}
+	s = b.snd.Attempt(ctx, orderPlaced(), 1, Call{ID: "1042", Order: order, Owner: &Owner{Partition: 4, Epoch: 9}})
+	b.snd.End(s.Trace)
+	require.Equal(t, ActAck, s.Act)
+	req = <-b.requests
+	require.Equal(t, "2", req.Header.Get(wire.HeaderPreviousVersion))
+	require.NotEmpty(t, req.Header.Get(wire.HeaderOrderSignature))
+}
+
+// A POST running past AckWait/2 on the engine's clock sends InProgress,
+// and again every AckWait/2, until it ends.
+func TestAttemptKeepsALongPostAlive(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	b := setup(t, func(w http.ResponseWriter, _ *http.Request) {
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+	})
+	var inProgress atomic.Int32
+	done := make(chan Settlement, 1)
+	go func() {
+		done <- b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{ID: "1042", InProgress: func() error { inProgress.Add(1); return nil }})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	<-b.requests // the POST is in flight
+	half := b.snd.Subscription().AckWait / 2
+	for want := int32(1); want <= 2; want++ {
+		require.NoError(t, b.clock.BlockUntilContext(ctx, 1))
+		b.clock.Advance(half)
+		require.Eventually(t, func() bool { return inProgress.Load() == want }, 5*time.Second, time.Millisecond)
+	}
+	close(release)
+	s := <-done
+	b.snd.End(s.Trace)
+	require.Equal(t, ActAck, s.Act)
+	b.clock.Advance(half)
+	require.Never(t, func() bool { return inProgress.Load() > 2 }, 50*time.Millisecond, 5*time.Millisecond, "stopped with the POST")
+}
+
+// Metadata: the test messages have none (no JetStream behind them).
+func (m headerMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return nil, errors.New("no metadata: not from JetStream")
+}

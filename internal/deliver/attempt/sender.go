@@ -1,0 +1,402 @@
+package attempt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/egress"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/tracing"
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// Sender makes one subscription's attempts: it builds the webhook, signs
+// it, POSTs it through the endpoint's circuit breaker with the attempt's
+// span and record, and counts the outcome. The unordered runner and the
+// ordered partitions share it; it knows nothing of either. It is safe for
+// concurrent use.
+type Sender struct {
+	sub subscription.Subscription
+	// signer signs every request; swapped whole when the subscription's
+	// secrets change at runtime (SetSigner), so the next attempt signs
+	// with the new ones.
+	signer atomic.Pointer[webhook.Signer]
+	client *http.Client
+	// ep is the parsed Subscription.URL and how POSTs reach it
+	// (endpoint.go).
+	ep       endpoint
+	br       Breaker
+	endpoint string
+	log      *slog.Logger
+	// static are the request headers every delivery carries (see
+	// requestHeader).
+	static http.Header
+	// tracer and spanName make the attempt spans (trace.go).
+	tracer   trace.Tracer
+	spanName string
+	// clock is the engine's (keep-alive, throttle); wall measures and
+	// signs the POSTs (see Deps.Wall).
+	clock clockwork.Clock
+	wall  clockwork.Clock
+	// health is the subscriptions' disabled state; throttle the
+	// subscription's rate limit.
+	health     Health
+	throttle   *throttle
+	deliveries *prometheus.CounterVec
+	attempts   attemptlog.Recorder // nil: no records
+	duration   prometheus.Observer
+	// acked2xx is deliveries{outcome="ack",status_class="2xx"}, resolved
+	// on first use so that no zero series shows before the first ack.
+	acked2xx func() prometheus.Counter
+}
+
+// SetSigner makes the next attempts sign with signer (the subscription's
+// secrets or scheme changed at runtime).
+func (r *Sender) SetSigner(signer *webhook.Signer) { r.signer.Store(signer) }
+
+// Subscription is the subscription the Sender delivers.
+func (r *Sender) Subscription() subscription.Subscription { return r.sub }
+
+// Endpoint is the endpoint as logs, spans and dead letters name it
+// (breaker.Endpoint: no userinfo, query or fragment).
+func (r *Sender) Endpoint() string { return r.endpoint }
+
+// Logger is the Sender's logger, with the subscription and endpoint.
+func (r *Sender) Logger() *slog.Logger { return r.log }
+
+// Rate returns the rate the throttle holds the POSTs to, in requests/s
+// (+Inf: none).
+func (r *Sender) Rate() float64 { return r.throttle.rate() }
+
+// Direct POSTs the webhook of event id (the message's headers h and
+// data) once, as an attempt does but outside the circuit breaker, with no
+// span, record, throttle or health: a replay's POST. order is as
+// Call.Order. The error says why the event cannot become a webhook (no
+// event id, a malformed attribute or body).
+func (r *Sender) Direct(ctx context.Context, id string, h nats.Header, data []byte, order *webhook.OrderFields) (Response, error) {
+	if id == "" {
+		return Response{}, errNoEventID
+	}
+	hdr := r.requestHeader()
+	body, err := BuildBody(r.sub.Body, id, h, data, hdr)
+	if err != nil {
+		return Response{}, err
+	}
+	return r.post(ctx, nil, id, body, hdr, order), nil
+}
+
+// request builds the webhook of msg (event id id): its headers (the
+// subscription's, Jsbridge-Replica when replica is not "", the body's) and
+// body. An error means msg cannot become a webhook (no event id, a
+// malformed attribute or body): the settlers dead-letter it, OutcomeTerm.
+func (r *Sender) request(msg jetstream.Msg, id, replica string) ([]byte, http.Header, error) {
+	if id == "" {
+		return nil, nil, errNoEventID
+	}
+	hdr := r.requestHeader()
+	if replica != "" {
+		hdr.Set(wire.HeaderReplica, replica)
+	}
+	body, err := BuildBody(r.sub.Body, id, msg.Headers(), msg.Data(), hdr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return body, hdr, nil
+}
+
+// send POSTs the request through the endpoint's circuit breaker and
+// records what happened on at (the attempt's span and record). notSent
+// is nil when the POST went out; else it says why nothing was sent, and
+// resp is the zero Response: an error wrapping breaker.ErrOpen when the
+// breaker let nothing through (open, or a half-open probe already
+// running), or ErrLeasePassed when fence refused it. inProgress, when
+// not nil, is called every AckWait/2 while the POST runs. gen is what
+// Gate returned; order, as for post.
+//
+// fence, when not nil (Call.Fence), is asked once the breaker let the
+// POST through, probe claim included,
+// right before the POST: it refuses a POST past the lease deadline and
+// bounds the POST's context by the lease (a POST cut there answers with
+// an error wrapping ErrLeasePassed, and counts for neither the breaker
+// nor the subscription's health).
+func (r *Sender) send(ctx context.Context, at *Trace, inProgress func() error, fence PostFence, gen uint64, id string, body []byte, hdr http.Header, order *webhook.OrderFields) (resp Response, notSent error) {
+	at.sending(r.wall.Now())
+	var fenced error
+	err := r.br.Execute(func() error {
+		pctx := ctx
+		if fence != nil {
+			fctx, done, err := fence(ctx)
+			if err != nil {
+				fenced = err
+				return fmt.Errorf("%w: %w", breaker.ErrExcluded, err)
+			}
+			defer done()
+			pctx = fctx
+		}
+		resp = r.post(pctx, inProgress, id, body, hdr, order)
+		if cause := context.Cause(pctx); fence != nil && errors.Is(cause, ErrLeasePassed) && resp.Err != nil {
+			// Cut by the lease, not the endpoint's failure.
+			resp.Err = fmt.Errorf("%w: %w", cause, resp.Err)
+			at.answered(resp, r.wall.Now())
+			return fmt.Errorf("%w: %w", breaker.ErrExcluded, resp.Err)
+		}
+		at.answered(resp, r.wall.Now())
+		return resp.breakerErr()
+	})
+	if fenced != nil {
+		return Response{}, fenced
+	}
+	if errors.Is(err, breaker.ErrOpen) {
+		return resp, err
+	}
+	if !errors.Is(resp.Err, ErrLeasePassed) {
+		r.answered(resp, gen)
+	}
+	return resp, nil
+}
+
+// PostFence is where a POST passes an ordered partition's lease fence
+// (Call.Fence): ctx bounded by the lease and its cancel, or why the POST
+// may not start (an error wrapping ErrLeasePassed).
+type PostFence func(ctx context.Context) (context.Context, context.CancelFunc, error)
+
+// answered feeds an answer to the throttle (a 429 or 503 cuts the rate;
+// gen is the throttle's generation when the request was sent)
+// and to the subscription's health: a 410 disables it at once, a failure
+// streak past health.Config.DisableAfter disables it, a 2xx ends the
+// streak.
+func (r *Sender) answered(resp Response, gen uint64) {
+	r.throttle.observe(resp, gen)
+	switch resp.Verdict() {
+	case VerdictAck:
+		r.health.Succeeded(r.sub.Name)
+	case VerdictGone:
+		r.health.Disable(context.Background(), r.disabledRecord(health.ReasonGone, resp))
+	case VerdictRetry:
+		if r.health.Failed(r.sub.Name) {
+			r.health.Disable(context.Background(), r.disabledRecord(health.ReasonFailing, resp))
+		}
+	}
+}
+
+// disabledRecord is the record of disabling the subscription for reason
+// after resp.
+func (r *Sender) disabledRecord(reason string, resp Response) health.DisabledRecord {
+	return health.DisabledRecord{Subscription: r.sub.Name, Endpoint: r.endpoint, Reason: reason, Status: resp.Status, LastError: resp.Reason()}
+}
+
+// Gate waits until the subscription may POST: while it is disabled, and
+// for its throttle (rate, Retry-After). hold, called only when it must
+// wait, keeps the message in hand from redelivery until the returned
+// stop. It returns the throttle's generation for send, or ctx's error
+// if ctx ends first.
+func (r *Sender) Gate(ctx context.Context, hold func() (stop func())) (uint64, error) {
+	if r.health.IsDisabled(r.sub.Name) || r.throttle.holding() {
+		defer hold()()
+		if err := r.health.WaitEnabled(ctx, r.sub.Name); err != nil {
+			return 0, err
+		}
+	}
+	return r.throttle.wait(ctx)
+}
+
+// Count counts one attempt's outcome in
+// jsbridge_consumer_deliveries_total; status is the HTTP status of an ack.
+func (r *Sender) Count(outcome, class string, status int) {
+	if outcome == OutcomeAck && status/100 == 2 {
+		r.acked2xx().Inc()
+		return
+	}
+	r.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+}
+
+// RetryDelay is retryDelay with the subscription's backoff.
+func (r *Sender) RetryDelay(attempt int, retryAfter time.Duration) time.Duration {
+	return retryDelay(r.sub.BackOff, attempt, retryAfter)
+}
+
+// requestHeader returns a new request header holding the subscription's
+// static headers (Subscription.Headers, User-Agent), with room for the
+// per-delivery ones. The static values are shared between requests: the
+// transport only reads them, and every header set per delivery (see
+// reservedHeaders) replaces a value rather than appending to it.
+func (r *Sender) requestHeader() http.Header {
+	h := make(http.Header, len(r.static)+8)
+	for k, v := range r.static {
+		h[k] = v
+	}
+	return h
+}
+
+// post sends one signed POST and reads the response. While it runs longer
+// than AckWait/2 it calls inProgress (the message's InProgress) every
+// AckWait/2 so JetStream does not redeliver; inProgress may be nil. hdr
+// comes from requestHeader and buildBody. order, when not nil, is an
+// ordered webhook's place in its stream's version chain: its headers
+// (Jsbridge-Previous-Version, and Jsbridge-Partition and
+// Jsbridge-Lease-Epoch from a partition's owner) and the order signature
+// are set with the same timestamp as the signature.
+func (r *Sender) post(ctx context.Context, inProgress func() error, id string, body []byte, hdr http.Header, order *webhook.OrderFields) Response {
+	ctx, cancel := context.WithTimeout(ctx, r.sub.Timeout)
+	defer cancel()
+	if inProgress != nil {
+		defer r.KeepAlive(id, inProgress)()
+	}
+
+	hdr[wire.HeaderIdempotencyKey] = []string{wire.IdempotencyKey(id)}
+	// net/http takes a request with Idempotency-Key for idempotent and
+	// re-sends it by itself on a broken connection, rewinding the body
+	// with GetBody: a re-send past the lease check (a replica waking from
+	// a freeze). newRequest sets no GetBody: only a request whose body was
+	// never read is re-sent; anything else comes back here as an error and
+	// is retried through the lease check.
+	req := r.ep.newRequest(ctx, hdr, body)
+	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(hdr)) // traceparent: the attempt's span
+	signer, now := r.signer.Load(), r.wall.Now()
+	signer.Sign(hdr, id, now, body)
+	if order != nil {
+		signer.SignOrder(hdr, id, now, *order)
+	}
+
+	start := r.wall.Now()
+	resp, err := r.ep.do(r.client, req)
+	if err != nil {
+		r.duration.Observe(r.wall.Since(start).Seconds())
+		var ne net.Error
+		timeout := !errors.Is(err, egress.ErrForbiddenAddress) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()))
+		return Response{Err: err, Timeout: timeout, RetryAfter: -1, At: start}
+	}
+	// Drain (a little of) the body so the connection is reused.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	r.duration.Observe(r.wall.Since(start).Seconds())
+	out := Response{Status: resp.StatusCode, RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), r.wall.Now()), At: start}
+	if resp.StatusCode == http.StatusConflict {
+		out.Order = resp.Header.Get(wire.HeaderOrder)
+		out.OrderEpoch, _ = strconv.ParseUint(resp.Header.Get(wire.HeaderOrderEpoch), 10, 64) // absent or bad: 0, the epoch is doubled
+		out.OrderLast = resp.Header.Get(wire.HeaderOrderLast)
+	}
+	return out
+}
+
+// KeepAlive calls inProgress every AckWait/2 until the returned stop is
+// called. It costs one timer that never fires on a POST shorter than
+// AckWait/2 (no goroutine waits for it).
+func (r *Sender) KeepAlive(id string, inProgress func() error) (stop func()) {
+	every := r.sub.AckWait / 2
+	var mu sync.Mutex
+	stopped := false
+	var t clockwork.Timer
+	mu.Lock()
+	t = r.clock.AfterFunc(every, func() {
+		if err := inProgress(); errors.Is(err, ErrLeasePassed) || errors.Is(err, ErrNotConnected) {
+			r.log.Debug("in progress not sent", slog.String("event_id", id), slog.Any("reason", err))
+		} else if err != nil {
+			r.log.Warn("in progress failed", slog.String("event_id", id), slog.Any("error", err))
+		}
+		mu.Lock()
+		if !stopped {
+			t.Reset(every)
+		}
+		mu.Unlock()
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}
+
+// start starts the attempt's span as a child of the message's trace
+// context and returns the context carrying the span, and the attempt.
+func (r *Sender) start(ctx context.Context, msg jetstream.Msg, id string, attempt int) (context.Context, *Trace) {
+	st := &Trace{attempt: attempt, id: id, msg: msg, began: r.wall.Now()}
+	if h := msg.Headers(); len(h) > 0 {
+		ctx = tracing.Propagator.Extract(ctx, tracing.HeaderCarrier(h))
+	}
+	ctx, st.span = r.tracer.Start(ctx, r.spanName, clientKind)
+	return ctx, st
+}
+
+// End ends the span and hands the attempt to the attempts record.
+func (r *Sender) End(st *Trace) {
+	if st == nil {
+		return
+	}
+	state := r.br.State().String()
+	if st.outcome == "" {
+		// handle returned without deciding (a panic unwinding): say so.
+		st.outcome, st.class = "unknown", ClassNone
+	}
+	if span := st.span; span.IsRecording() {
+		span.SetAttributes(
+			tracing.AttrSubscription.String(r.sub.Name),
+			tracing.AttrAttempt.Int(st.attempt),
+			tracing.AttrOutcome.String(st.outcome),
+			tracing.AttrStatusClass.String(st.class),
+			tracing.AttrBreakerState.String(state),
+			attribute.String("messaging.message.id", st.id),
+			attribute.String("url.full", r.endpoint),
+		)
+		if st.hasResp && st.resp.Status != 0 {
+			span.SetAttributes(attribute.Int("http.response.status_code", st.resp.Status))
+		}
+		if st.outcome != OutcomeAck {
+			span.SetStatus(codes.Error, st.reason)
+		}
+	}
+	st.span.End()
+	if r.attempts == nil {
+		return
+	}
+	a := attemptlog.Attempt{
+		Subscription: r.sub.Name,
+		EventID:      st.id,
+		Attempt:      st.attempt,
+		At:           st.began.UTC(),
+		Outcome:      st.outcome,
+		StatusClass:  st.class,
+		Breaker:      state,
+		Error:        st.reason,
+		Subject:      st.msg.Subject(),
+	}
+	if !st.sent.IsZero() && st.hasResp {
+		a.At = st.resp.At.UTC()
+		a.Status = st.resp.Status
+		a.Latency = st.took
+	}
+	if a.At.IsZero() {
+		a.At = st.began.UTC()
+	}
+	if md, err := st.msg.Metadata(); err == nil {
+		a.StreamSeq = md.Sequence.Stream
+	}
+	if sc := st.span.SpanContext(); sc.HasTraceID() {
+		a.TraceID = sc.TraceID().String()
+	}
+	r.attempts.RecordAttempt(a)
+}
