@@ -210,7 +210,7 @@ func TestMigrateAppliedListsWhatItCreated(t *testing.T) {
 	require.NoError(t, err)
 	applied, err := s.MigrateApplied(t.Context())
 	require.NoError(t, err)
-	require.Len(t, applied, 6)
+	require.Len(t, applied, 7)
 	require.Equal(t, store.AppliedMigration{Version: 1, Name: "001_streams.sql",
 		Objects: []string{"table " + schema + ".streams", "index streams_pending_idx"}}, applied[0])
 	require.Equal(t, []string{"table " + schema + ".events", "function " + schema + ".jsbridge_events_inserted", "trigger jsbridge_events_inserted"}, applied[1].Objects)
@@ -221,6 +221,8 @@ func TestMigrateAppliedListsWhatItCreated(t *testing.T) {
 		Objects: []string{"column " + schema + ".streams.pending", "index streams_claimable_idx", "function " + schema + ".jsbridge_events_inserted"}}, applied[4])
 	require.Equal(t, store.AppliedMigration{Version: 6, Name: "006_idle_notify.sql",
 		Objects: []string{"function " + schema + ".jsbridge_events_inserted"}}, applied[5])
+	require.Equal(t, store.AppliedMigration{Version: 7, Name: "007_one_stream_append.sql",
+		Objects: []string{"function " + schema + ".jsbridge_events_inserted"}}, applied[6])
 	applied, err = s.MigrateApplied(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, applied)

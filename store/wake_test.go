@@ -314,3 +314,58 @@ func TestUnblockAndResetNotify(t *testing.T) {
 	require.Empty(t, changed)
 	require.False(t, l.notified(t, b.pool), "nothing changed")
 }
+
+// The trigger takes one way for a statement inserting one stream's events
+// and another for a statement inserting several streams' (migration 007):
+// both move each stream's head to its last version, set pending_since
+// only when the stream goes from caught up to pending, and notify exactly
+// when a caught-up stream becomes pending; a statement inserting nothing
+// changes nothing.
+func TestTriggerOneAndSeveralStreamsPerStatement(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	l := listen(t, b.store.Schema())
+	insert := func(rows string) {
+		t.Helper()
+		_, err := b.pool.Exec(b.ctx, "INSERT INTO "+b.store.Schema()+".events (stream, version, name, data, created) "+rows)
+		require.NoError(t, err)
+	}
+	since := func(stream string) time.Time {
+		t.Helper()
+		var at time.Time
+		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT pending_since FROM "+b.store.Schema()+".streams WHERE stream = $1", stream).Scan(&at))
+		return at
+	}
+	past := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+	insert("SELECT 'one-1', v, 'E', '{}', now() FROM generate_series(0, 2) v WHERE false")
+	require.False(t, l.notified(t, b.pool), "nothing inserted")
+
+	_, err := b.pool.Exec(b.ctx, "INSERT INTO "+b.store.Schema()+".events (stream, version, name, data, created) SELECT 'one-1', v, 'E', '{}', $1::timestamptz FROM generate_series(0, 2) v", past)
+	require.NoError(t, err)
+	require.True(t, l.notified(t, b.pool), "one stream, new")
+	require.Equal(t, int64(2), b.info(t, "one-1").Head)
+	require.True(t, since("one-1").Equal(past), "pending since its oldest event")
+
+	insert("VALUES ('one-1', 3, 'E', '{}', now()), ('one-1', 4, 'E', '{}', now())")
+	require.False(t, l.notified(t, b.pool), "one stream, already pending")
+	require.Equal(t, int64(4), b.info(t, "one-1").Head)
+	require.True(t, since("one-1").Equal(past), "still pending since its oldest unforwarded event")
+
+	insert("VALUES ('two-b', 0, 'E', '{}', now()), ('two-a', 0, 'E', '{}', now()), ('two-b', 1, 'E', '{}', now())")
+	require.True(t, l.notified(t, b.pool), "two streams, new")
+	require.Equal(t, int64(0), b.info(t, "two-a").Head)
+	require.Equal(t, int64(1), b.info(t, "two-b").Head)
+
+	insert("VALUES ('two-a', 1, 'E', '{}', now()), ('one-1', 5, 'E', '{}', now())")
+	require.False(t, l.notified(t, b.pool), "two streams, both pending")
+	require.Equal(t, int64(1), b.info(t, "two-a").Head)
+	require.Equal(t, int64(5), b.info(t, "one-1").Head)
+
+	_, err = b.pool.Exec(b.ctx, "UPDATE "+b.store.Schema()+".streams SET watermark = head WHERE stream = 'two-a'")
+	require.NoError(t, err)
+	insert("VALUES ('two-a', 2, 'E', '{}', now()), ('one-1', 6, 'E', '{}', now())")
+	require.True(t, l.notified(t, b.pool), "two streams, one caught up until now")
+	require.Equal(t, int64(2), b.info(t, "two-a").Head)
+	require.True(t, since("one-1").Equal(past), "the pending one keeps its pending_since")
+}
