@@ -11,6 +11,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -61,6 +63,7 @@ func TestAFenceHeldOpenLogsWhyItWaits(t *testing.T) {
 	pt := newPartition(partitionDeps{clock: clock, log: slog.New(slog.NewTextHandler(&logs, nil))}, 3, cons, 0, time.Time{})
 	t.Cleanup(pt.cancel)
 	pt.parking = &parking{parked: map[string]*parkedStream{}}
+	pt.fenceGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "fence_waiting_seconds"})
 	var fence fenceBuffer
 	// Two of the three pending events are in the fence; the third (101)
 	// never arrives.
@@ -106,6 +109,7 @@ func TestAFenceHeldOpenLogsWhyItWaits(t *testing.T) {
 	check()
 	require.Len(t, warns(), 2)
 	require.Contains(t, warns()[1], "waited=1m2s")
+	require.Equal(t, 62.0, testutil.ToFloat64(pt.fenceGauge), "jsbridge_consumer_partition_fence_waiting_seconds")
 
 	// The lost event arrives: the fence may pass (the park state read is
 	// the run loop's next step, not this test's), and the wait ends.

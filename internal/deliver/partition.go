@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
@@ -60,6 +62,11 @@ type partition struct {
 	// fenceWait is how long the fence has waited (logged past
 	// fenceWaitWarnEvery); the run loop's alone.
 	fenceWait fenceWait
+	// fenceGauge is the partition's
+	// jsbridge_consumer_partition_fence_waiting_seconds, dropFenceGauge
+	// deletes it at the end; nil: not exported.
+	fenceGauge     prometheus.Gauge
+	dropFenceGauge func()
 
 	health *health.State // the subscriptions' disabled state (nil: enabled)
 	sub    string        // the subscription's name
@@ -135,6 +142,10 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 		inProgress: pt.lease.inProgress,
 		nak:        func(m jetstream.Msg) { pt.lease.nak(log, m) },
 	}
+	if d.r != nil && d.r.metrics != nil {
+		vec, labels := d.r.metrics.fenceWaiting, []string{d.r.sub.Name, strconv.Itoa(p)}
+		pt.fenceGauge, pt.dropFenceGauge = vec.WithLabelValues(labels...), func() { vec.DeleteLabelValues(labels...) }
+	}
 	if d.parks != nil && d.r != nil {
 		pt.aside = newAsides(d.parks, d.r.sub.Name, p, d.r.replicaID, d.clock, log, d.copyStream, d.filters)
 		if d.r.metrics != nil {
@@ -185,6 +196,9 @@ func (pt *partition) run() {
 	var wg sync.WaitGroup
 	defer close(pt.done)
 	defer pt.aside.released()
+	if pt.dropFenceGauge != nil {
+		defer pt.dropFenceGauge()
+	}
 	// The record's last write, once every delivery ended: what they
 	// settled is written before the partition is handed over.
 	recordStop, recordDone := make(chan struct{}), make(chan struct{})
@@ -344,6 +358,9 @@ func (pt *partition) run() {
 				// tells a stall's reader the fence was not what held it.
 				pt.log.Info("partition fence passed: every pending event is in hand", slog.Int("events", len(msgs)),
 					slog.Duration("waited", pt.fenceWait.passed(pt.clock.Now()).Round(time.Millisecond)))
+				if pt.fenceGauge != nil {
+					pt.fenceGauge.Set(0)
+				}
 				for _, m := range msgs {
 					pt.dispatch(m, &wg)
 				}
@@ -389,6 +406,9 @@ func (pt *partition) deliveryGap(last, c uint64) bool {
 // measures a stream's first event against.
 func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 	pt.fenceWait.start(pt.clock.Now())
+	if pt.fenceGauge != nil {
+		pt.fenceGauge.Set(pt.clock.Since(pt.fenceWait.since).Seconds())
+	}
 	info, err := pt.cons.Info(pt.ctx)
 	if err != nil {
 		if waited, due := pt.fenceWait.due(pt.clock.Now()); due {
