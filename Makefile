@@ -72,7 +72,7 @@ soak:
 	    $(GO) test -count=1 -timeout 30m -run '^(TestClusterFailoverStreamLeaderKilled|TestOrderedReplicasFrozenOverAndOverDeliverEverythingWithinAMinute)$$' -v ./integration/ > $$dir/test.log 2>&1; rc=$$?; \
 	  echo "soak run $$i of $(SOAK_RUNS): exit $$rc after $$(( $$(date +%s) - start )) s"; \
 	  grep -ho 'failover figures: .*\|ordered consumer: .*' $$dir/test.log | sed 's/^/  /'; \
-	  if [ $$rc -ne 0 ]; then grep -h 'first POST of version\|Error:\|Messages:' $$dir/test.log | head -40 | sed 's/^/  /'; \
+	  if [ $$rc -ne 0 ]; then grep -h 'first POST of version\|Error:\|Messages:\|ack_pending=\|stopped short\|: last -\?[0-9]*, head [0-9]* (partition' $$dir/test.log | head -120 | sed 's/^/  /'; \
 	    echo "soak: run $$i failed; its log and the processes' are in $$dir"; exit 1; fi; \
 	done; echo "soak: $(SOAK_RUNS) runs passed"
 

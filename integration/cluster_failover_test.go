@@ -288,9 +288,16 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 		// As long as it makes progress: one delivery at a time (the
 		// strict subscription) is slow on a loaded machine.
 		n := int(rounds.Load()) * r.streams
-		require.True(t, waitProgress(func() bool { return r.rc.distinct() == n }, r.rc.distinct, 60*time.Second, 5*time.Minute),
-			"the %s receiver processed %d of %d events (%d missing), then none for 60 s (or 5 min passed); consumer:\n%s",
-			r.rc.name, r.rc.distinct(), n, n-r.rc.distinct(), r.out())
+		if !waitProgress(func() bool { return r.rc.distinct() == n }, r.rc.distinct, 60*time.Second, 5*time.Minute) {
+			// What held it: the ordered subscription's partition
+			// consumers and the streams that stopped short, first.
+			report := ""
+			if r.rc == ordered {
+				report = stallReport(t, js, pool, schema, "ordered", ordered, streams, rounds.Load()-1) + "\n"
+			}
+			require.Failf(t, "receiver stalled", "the %s receiver processed %d of %d events (%d missing), then none for 60 s (or 5 min passed);\n%sconsumer:\n%s",
+				r.rc.name, r.rc.distinct(), n, n-r.rc.distinct(), report, r.out())
+		}
 	}
 
 	t.Logf("bridges and receivers done %v after the last kill's catch-up", time.Since(killsDone).Round(time.Millisecond))

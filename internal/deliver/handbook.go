@@ -252,3 +252,25 @@ func (b *handBook) lastSettled(key string) uint64 {
 	defer b.mu.Unlock()
 	return b.lastDone[key]
 }
+
+// counts returns how many sequences are in the lanes, waiting for a
+// predecessor and being acked, raw (a sequence may be in two of them).
+func (b *handBook) counts() (inLane, waiting, acking int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, w := range b.waiting {
+		waiting += len(w)
+	}
+	return len(b.inLane), waiting, len(b.acking)
+}
+
+// asideCount is how many streams are set aside on the partition (0 for a
+// nil asides).
+func (as *asides) asideCount() int {
+	if as == nil {
+		return 0
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	return len(as.streams)
+}

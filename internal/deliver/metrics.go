@@ -23,6 +23,7 @@ type metrics struct {
 	streamsAside    *prometheus.GaugeVec
 	asideStuck      *prometheus.GaugeVec
 	oldestHeld      *prometheus.GaugeVec
+	fenceWaiting    *prometheus.GaugeVec
 	handovers       *prometheus.CounterVec
 	copyLagMsgs     *prometheus.GaugeVec
 	copyLagSeconds  *prometheus.GaugeVec
@@ -75,6 +76,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "jsbridge_consumer_streams_set_aside_stuck",
 			Help: "Streams of an ordered subscription this replica holds set aside for longer than --order-stuck-after, their head still refused in place (not parked), by subscription.",
 		}, []string{"subscription"}),
+		fenceWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jsbridge_consumer_partition_fence_waiting_seconds",
+			Help: "Seconds a partition of an ordered subscription this replica owns has waited behind its fence for the events pending on its consumer to be in hand (0: not waiting), by subscription and partition.",
+		}, []string{"subscription", "partition"}),
 		oldestHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_oldest_held_seconds",
 			Help: "Age in seconds of the oldest event this replica holds behind a parked head (0: none), by subscription.",
@@ -130,6 +135,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.oldestHeld, err = promreg.Register(reg, m.oldestHeld); err != nil {
+		return nil, err
+	}
+	if m.fenceWaiting, err = promreg.Register(reg, m.fenceWaiting); err != nil {
 		return nil, err
 	}
 	if m.handovers, err = promreg.Register(reg, m.handovers); err != nil {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
@@ -58,6 +60,14 @@ type partition struct {
 	// maxAckPending is the partition consumer's MaxAckPending (0:
 	// unknown): half of it in hand sets a stuck stream aside at once.
 	maxAckPending int
+	// fenceWait is how long the fence has waited (logged past
+	// fenceWaitWarnEvery); the run loop's alone.
+	fenceWait fenceWait
+	// fenceGauge is the partition's
+	// jsbridge_consumer_partition_fence_waiting_seconds, dropFenceGauge
+	// deletes it at the end; nil: not exported.
+	fenceGauge     prometheus.Gauge
+	dropFenceGauge func()
 
 	health *health.State // the subscriptions' disabled state (nil: enabled)
 	sub    string        // the subscription's name
@@ -133,6 +143,10 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 		inProgress: pt.lease.inProgress,
 		nak:        func(m jetstream.Msg) { pt.lease.nak(log, m) },
 	}
+	if d.r != nil && d.r.metrics != nil {
+		vec, labels := d.r.metrics.fenceWaiting, []string{d.r.sub.Name, strconv.Itoa(p)}
+		pt.fenceGauge, pt.dropFenceGauge = vec.WithLabelValues(labels...), func() { vec.DeleteLabelValues(labels...) }
+	}
 	if d.parks != nil && d.r != nil {
 		pt.aside = newAsides(d.parks, d.r.sub.Name, p, d.r.replicaID, d.clock, log, d.copyStream, d.filters)
 		if d.r.metrics != nil {
@@ -183,6 +197,9 @@ func (pt *partition) run() {
 	var wg sync.WaitGroup
 	defer close(pt.done)
 	defer pt.aside.released()
+	if pt.dropFenceGauge != nil {
+		defer pt.dropFenceGauge()
+	}
 	// The record's last write, once every delivery ended: what they
 	// settled is written before the partition is handed over.
 	recordStop, recordDone := make(chan struct{}), make(chan struct{})
@@ -338,8 +355,12 @@ func (pt *partition) run() {
 				fencing = false
 				pt.succ.fencePassed(floor)
 				msgs := fence.take()
-				if len(msgs) > 0 {
-					pt.log.Info("partition fence passed: every pending event is in hand", slog.Int("events", len(msgs)))
+				// Logged with no events too: a pass that released nothing
+				// tells a stall's reader the fence was not what held it.
+				pt.log.Info("partition fence passed: every pending event is in hand", slog.Int("events", len(msgs)),
+					slog.Duration("waited", pt.fenceWait.passed(pt.clock.Now()).Round(time.Millisecond)))
+				if pt.fenceGauge != nil {
+					pt.fenceGauge.Set(0)
 				}
 				for _, m := range msgs {
 					pt.dispatch(m, &wg)
@@ -379,16 +400,28 @@ func (pt *partition) deliveryGap(last, c uint64) bool {
 // fenceReady reports whether the fence may pass: nothing pending on the
 // consumer is missing from what is in hand (the fence, the lanes, held
 // behind a parked head) and the park state was read afresh from the
-// bucket (not the watch's cache). It returns the consumer's ack floor it
+// bucket (not the watch's cache). A fence that waits fenceWaitWarnEvery
+// or longer logs a WARN, then again every fenceWaitWarnEvery, with the
+// consumer's counts beside what is in hand. It returns the consumer's ack floor it
 // read (a sequence of the partitioned stream), which the successor check
 // measures a stream's first event against.
 func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
+	pt.fenceWait.start(pt.clock.Now())
+	if pt.fenceGauge != nil {
+		pt.fenceGauge.Set(pt.clock.Since(pt.fenceWait.since).Seconds())
+	}
 	info, err := pt.cons.Info(pt.ctx)
 	if err != nil {
+		if waited, due := pt.fenceWait.due(pt.clock.Now()); due {
+			pt.log.Warn("partition fence still waiting: reading the partition consumer fails", slog.Duration("waited", waited.Round(time.Second)), slog.Any("error", err))
+		}
 		return 0, false
 	}
 	pt.watch.floor.Store(info.AckFloor.Stream)
-	if info.NumAckPending > pt.handCount(fence) {
+	if h := pt.handCount(fence); info.NumAckPending > h.total {
+		if waited, due := pt.fenceWait.due(pt.clock.Now()); due {
+			pt.logFenceWait(waited, info, h)
+		}
 		return 0, false
 	}
 	if err := pt.parking.reread(pt.ctx); err != nil {
@@ -543,13 +576,20 @@ func (pt *partition) leftLane(seq uint64) {
 // not settled nor being acked: in the fence, in the lanes, waiting for a
 // predecessor (handBook.pending) or held behind a parked head. The held
 // ones are read last: an event moving from its lane to a parked stream
-// meanwhile is seen in one or the other, never in neither.
-func (pt *partition) handCount(fence *fenceBuffer) int {
+// meanwhile is seen in one or the other, never in neither. The split by
+// place is for the fence's log (handSplit).
+func (pt *partition) handCount(fence *fenceBuffer) handSplit {
+	var h handSplit
 	seqs := map[uint64]bool{}
 	fence.addSeqs(seqs)
+	h.fence = len(seqs)
+	h.lanes, h.waiting, h.acking = pt.book.counts()
 	pt.book.pending(seqs)
+	before := len(seqs)
 	pt.parking.addHeld(pt.holder, seqs)
-	return len(seqs)
+	h.held, h.total = len(seqs)-before, len(seqs)
+	h.aside = pt.aside.asideCount()
+	return h
 }
 
 // pausePull stops iter (what the client buffer holds is dropped, not

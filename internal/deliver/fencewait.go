@@ -1,0 +1,90 @@
+package deliver
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// fenceWaitWarnEvery is how long a partition's fence waits before it says
+// so (a WARN), and how often it says so again while it keeps waiting. A
+// fence normally passes within a second or two of a take or a pause; one
+// that waits this long waits for an event nobody has in hand, which only
+// its AckWait (or a new owner's reset) brings back.
+const fenceWaitWarnEvery = 30 * time.Second
+
+// fenceWait is how long a partition has waited behind its fence; the run
+// loop's alone. The zero value is not waiting.
+type fenceWait struct {
+	since  time.Time // when the wait began (zero: not waiting)
+	warned time.Time // when it was last logged (zero: not yet)
+}
+
+// start marks the fence as waiting from now, unless it waits already.
+func (w *fenceWait) start(now time.Time) {
+	if w.since.IsZero() {
+		w.since, w.warned = now, time.Time{}
+	}
+}
+
+// due reports how long the fence has waited and whether that is to be
+// logged now: once it waited fenceWaitWarnEvery, then every
+// fenceWaitWarnEvery.
+func (w *fenceWait) due(now time.Time) (time.Duration, bool) {
+	if w.since.IsZero() {
+		return 0, false
+	}
+	waited := now.Sub(w.since)
+	if waited < fenceWaitWarnEvery || (!w.warned.IsZero() && now.Sub(w.warned) < fenceWaitWarnEvery) {
+		return waited, false
+	}
+	w.warned = now
+	return waited, true
+}
+
+// passed ends the wait and returns how long it lasted (0 when it was not
+// waiting).
+func (w *fenceWait) passed(now time.Time) time.Duration {
+	if w.since.IsZero() {
+		return 0
+	}
+	d := now.Sub(w.since)
+	*w = fenceWait{}
+	return d
+}
+
+// handSplit is what a partition has in hand, by where it is: the fence
+// buffer, the lanes, waiting for a predecessor, held behind a parked head
+// (each raw, before the events settled or being acked are taken out), and
+// total, each event once and without those settled or being acked: what
+// the fence compares with the consumer's NumAckPending. Acking is the
+// events settled whose ack is on its way (behind the delivered record):
+// pending on the consumer, not counted in hand. Aside is the streams set
+// aside (their events were acked out: not pending).
+type handSplit struct {
+	total, fence, lanes, waiting, held, acking, aside int
+}
+
+// logFenceWait logs the fence's wait: the consumer's view (info) beside
+// what the partition has in hand.
+func (pt *partition) logFenceWait(waited time.Duration, info *jetstream.ConsumerInfo, h handSplit) {
+	attrs := []any{
+		slog.Duration("waited", waited.Round(time.Second)),
+		slog.Int("num_ack_pending", info.NumAckPending), slog.Int("in_hand", h.total),
+		slog.Int("in_fence", h.fence), slog.Int("in_lanes", h.lanes), slog.Int("waiting", h.waiting),
+		slog.Int("held", h.held), slog.Int("acking", h.acking), slog.Int("streams_aside", h.aside),
+		slog.Uint64("ack_floor_stream", info.AckFloor.Stream), slog.Uint64("ack_floor_consumer", info.AckFloor.Consumer),
+		slog.Uint64("delivered_stream", info.Delivered.Stream), slog.Uint64("delivered_consumer", info.Delivered.Consumer),
+		slog.Int("num_waiting", info.NumWaiting), slog.Uint64("num_pending", info.NumPending),
+	}
+	for _, g := range info.PriorityGroups {
+		if g.Group == partitionGroup {
+			attrs = append(attrs, slog.String("pinned_client", g.PinnedClientID))
+			if !g.PinnedTS.IsZero() {
+				attrs = append(attrs, slog.Duration("pinned_for", pt.clock.Since(g.PinnedTS).Round(time.Second)))
+			}
+		}
+	}
+	pt.log.Warn("partition fence still waiting: the consumer has more events pending than the partition has in hand", attrs...)
+}
