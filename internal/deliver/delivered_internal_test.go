@@ -270,6 +270,7 @@ func TestARecordWriteWhoseAnswerWasLostIsNotTakenForANewOwners(t *testing.T) {
 	require.True(t, pt.record.lostLease())
 	require.Error(t, pt.ctx.Err(), "the partition was released")
 }
+
 // headerMsg is a jetstream.Msg with headers and a subject only.
 type headerMsg struct {
 	jetstream.Msg
