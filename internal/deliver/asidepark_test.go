@@ -30,20 +30,8 @@ func TestParkedStreamIsSetAsideAndItsPartitionGoesOn(t *testing.T) {
 		t.Skip("runs an ordered consumer for seconds")
 	}
 	t.Parallel()
-	b := setupOrdered(t)
-	const parked = "order-parked"
-	g := newGatedReceiver(t, b)
-	var fixed atomic.Bool
-	g.setFail(func(e orderedEvent) int {
-		if e.stream == parked && e.version == 0 && !fixed.Load() {
-			return http.StatusUnprocessableEntity
-		}
-		return 0
-	})
-	q := deadletter.New(b.js, deadletter.Config{})
-	require.NoError(t, q.Provision(b.ctx))
-	s := asideSub("parkaside", g.URL)
-	s.OnDeadLetter = subscription.DeadLetterPark
+	b, g, fixed, q, s := parkedSetup(t, "parkaside")
+	const parked = parkedStream
 	c := b.runOrdered(t, deliver.Config{Partitions: 1, DeadLetters: q, LeaseTTL: 2 * time.Second, Breakers: neverOpen(t)}, s)
 
 	const behind = 60 // three times MaxAckPending
@@ -151,20 +139,8 @@ func TestParkedStreamSetAsideSurvivesAHandOver(t *testing.T) {
 		t.Skip("runs two ordered consumers for seconds")
 	}
 	t.Parallel()
-	b := setupOrdered(t)
-	const parked = "order-parked"
-	g := newGatedReceiver(t, b)
-	var fixed atomic.Bool
-	g.setFail(func(e orderedEvent) int {
-		if e.stream == parked && e.version == 0 && !fixed.Load() {
-			return http.StatusUnprocessableEntity
-		}
-		return 0
-	})
-	q := deadletter.New(b.js, deadletter.Config{})
-	require.NoError(t, q.Provision(b.ctx))
-	s := asideSub("parkhandover", g.URL)
-	s.OnDeadLetter = subscription.DeadLetterPark
+	b, g, fixed, q, s := parkedSetup(t, "parkhandover")
+	const parked = parkedStream
 	cfg := deliver.Config{Partitions: 1, DeadLetters: q, LeaseTTL: 2 * time.Second, ReplicaID: "first", Breakers: neverOpen(t)}
 	_, stopFirst := b.startOrdered(t, cfg, s)
 	b.publishStream(t, parked, 0, 40)
@@ -200,4 +176,28 @@ func TestParkedStreamSetAsideSurvivesAHandOver(t *testing.T) {
 		"the stream caught up is live again")
 	b.publishStream(t, parked, 50, 55)
 	g.requireProcessed(t, parked, versionsFrom(0, 55)...)
+}
+
+// parkedStream is the stream parkedSetup's receiver refuses.
+const parkedStream = "order-parked"
+
+// parkedSetup is an ordered consumer's bus, a gated receiver answering
+// 422 to parkedStream's version 0 until fixed is set, a provisioned
+// dead-letter stream and subscription name set to park on a dead letter.
+func parkedSetup(t *testing.T, name string) (*orderedBundle, *gatedReceiver, *atomic.Bool, *deadletter.DLQ, subscription.Subscription) {
+	t.Helper()
+	b := setupOrdered(t)
+	g := newGatedReceiver(t, b)
+	fixed := new(atomic.Bool)
+	g.setFail(func(e orderedEvent) int {
+		if e.stream == parkedStream && e.version == 0 && !fixed.Load() {
+			return http.StatusUnprocessableEntity
+		}
+		return 0
+	})
+	q := deadletter.New(b.js, deadletter.Config{})
+	require.NoError(t, q.Provision(b.ctx))
+	s := asideSub(name, g.URL)
+	s.OnDeadLetter = subscription.DeadLetterPark
+	return b, g, fixed, q, s
 }
