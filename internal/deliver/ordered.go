@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -164,7 +165,7 @@ func (o *ordering) provision(ctx context.Context) error {
 		return fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.cfg.Stream, err)
 	}
 	ecfg := events.CachedInfo().Config
-	o.eventsPrefix = eventsPrefixOf(ecfg)
+	o.eventsPrefix = ordercopy.EventsPrefix(ecfg)
 	for _, r := range o.runners {
 		for _, f := range r.sub.FilterSubjects {
 			if _, err := wire.OrderedFilter(o.eventsPrefix, 0, f); err != nil {
@@ -187,18 +188,18 @@ func (o *ordering) provision(ctx context.Context) error {
 		if err := o.checkSourced(ctx, s, events); err != nil {
 			return err
 		}
-		if err := allowDirect(ctx, js, s, o.log); err != nil {
+		if err := ordercopy.AllowDirect(ctx, js, s, o.log); err != nil {
 			return err
 		}
-		reportRetention(o.log, cfg, ecfg)
-		reportCompression(o.log, cfg)
+		ordercopy.ReportRetention(o.log, cfg, ecfg)
+		ordercopy.ReportCompression(o.log, cfg)
 		o.copyAge.Store(int64(cfg.MaxAge))
 	} else if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = js.CreateStream(ctx, CopyStreamConfig(ecfg, o.cfg.Partitions, replicas))
+		_, err = js.CreateStream(ctx, ordercopy.StreamConfig(ecfg, o.cfg.Partitions, replicas))
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("deliver: create JetStream stream %q: %w", o.stream(), err)
 		}
-		o.copyAge.Store(int64(copyMaxAge(ecfg.MaxAge))) // or another replica's, the same; the watcher reads it
+		o.copyAge.Store(int64(ordercopy.MaxAge(ecfg.MaxAge))) // or another replica's, the same; the watcher reads it
 	} else {
 		return fmt.Errorf("deliver: JetStream stream %q: %w", o.stream(), err)
 	}
@@ -314,8 +315,9 @@ func (o *ordering) run(ctx context.Context) {
 	}
 	var watchers sync.WaitGroup
 	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
-	cw := &copyWatch{js: o.js, events: o.cfg.Stream, every: copyCheckEvery(o.leaseTTL), clock: o.clock, log: o.log, metrics: o.metrics, copyAge: &o.copyAge}
-	watchers.Go(func() { cw.watch(wctx) })
+	cw := &ordercopy.Watch{JS: o.js, Events: o.cfg.Stream, Every: ordercopy.CheckEvery(o.leaseTTL), Clock: o.clock, Logger: o.log,
+		LagMessages: o.metrics.copyLagMsgs, LagSeconds: o.metrics.copyLagSeconds, MaxAge: &o.copyAge}
+	watchers.Go(func() { cw.Run(wctx) })
 	sw := markerSweep{js: o.js, kv: o.parks, clock: o.clock, log: o.log}
 	for _, r := range o.runners {
 		sw.subs = append(sw.subs, r.sub.Name)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -402,7 +403,7 @@ func (or *orderedRunner) newPartition(p int, rev, epoch uint64, deadline time.Ti
 	d := partitionDeps{
 		inHand: or.inHand, pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
 		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log, resetThrough: resetThrough},
-		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream,
+		checkEvery: ordercopy.CheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream,
 		record: rec, sendAck: or.o.cfg.sendAck,
 		epoch: epoch, epochs: or.o.epochs, stuckAfter: or.o.cfg.OrderStuckAfter, parks: or.o.parks,
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -422,7 +423,7 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 	defer t.Stop()
 	type state struct {
 		held int
-		risk retentionRisk
+		risk ordercopy.Risk
 	}
 	reported := map[string]state{}
 	for {
@@ -436,7 +437,7 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			entry  deadletter.ParkedStream
 			held   int
 			oldest time.Time
-			risk   retentionRisk
+			risk   ordercopy.Risk
 			atRisk jetstream.Msg // the held event longest in the copy
 			inCopy time.Time     // since when
 		}
@@ -464,7 +465,7 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 			if !rp.oldest.IsZero() && (oldest.IsZero() || rp.oldest.Before(oldest)) {
 				oldest = rp.oldest
 			}
-			rp.risk = riskOf(rp.inCopy, now, maxAge)
+			rp.risk = ordercopy.RiskOf(rp.inCopy, now, maxAge)
 			// A stream whose held events were set aside (held 0 now)
 			// is reported too: its entry must not keep the old count.
 			if reported[k] != (state{rp.held, rp.risk}) {
@@ -485,9 +486,9 @@ func (pk *parking) keepParkedAlive(ctx context.Context) {
 		for _, rp := range reports {
 			e := rp.entry
 			e.Held, e.OldestHeldAt, e.UpdatedAt, e.Replica = rp.held, rp.oldest.UTC(), now.UTC(), pk.replicaID
-			if rp.risk != riskNone {
+			if rp.risk != ordercopy.RiskNone {
 				id := attempt.EventID(rp.atRisk)
-				e.Error = riskError(rp.risk, pk.o.stream(), id, rp.inCopy, now, maxAge, pk.replicaID)
+				e.Error = ordercopy.RiskError(rp.risk, pk.o.stream(), id, rp.inCopy, now, maxAge, pk.replicaID)
 				e.AtRiskEventID, e.AtRiskEventTime, e.CopyMaxAge = id, rp.inCopy.UTC(), maxAge
 				if reported[rp.key].risk != rp.risk {
 					pk.log.Error("a parked stream's held event nears or passed the partitioned copy's MaxAge: "+e.Error,
