@@ -19,6 +19,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
+	"github.com/jsbridge/jsbridge/internal/deliver/park"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -148,6 +149,25 @@ func newOrdering(c *Consumer) *ordering {
 	return o
 }
 
+// newParking returns the parked streams of r's ordered subscription: the
+// park room, handed the copy's MaxAge as o last read it and the
+// restoring of o's buckets.
+func newParking(r *runner, o *ordering) *park.Parking {
+	var m park.Metrics
+	if r.metrics != nil {
+		m = park.Metrics{Parked: r.metrics.streamsParked, OrderStuck: r.metrics.orderStuck, OldestHeld: r.metrics.oldestHeld}
+	}
+	return park.New(park.Config{Subscription: r.sub.Name, AckWait: r.sub.AckWait, ReplicaID: r.replicaID, CopyStream: o.stream()}, park.Deps{
+		Clock: r.clock, Logger: r.log, Metrics: m,
+		CopyMaxAge: func() time.Duration { return time.Duration(o.copyAge.Load()) },
+		WatchFailed: func(ctx context.Context, err error) {
+			if bucketGone(err) {
+				o.buckets.restore(ctx)
+			}
+		},
+	})
+}
+
 // stream is the partitioned copy's name.
 func (o *ordering) stream() string { return wire.OrderedStream(o.cfg.Stream) }
 
@@ -220,6 +240,9 @@ func (o *ordering) provision(ctx context.Context) error {
 		return err
 	}
 	o.epochs = leaseEpochs{kv: o.parks}
+	for _, r := range o.runners {
+		r.ord.parking.Provisioned(o.parks, o.eventsPrefix)
+	}
 	for _, r := range o.runners {
 		if err := r.ord.createConsumers(ctx, o, replicas); err != nil {
 			return err
@@ -318,15 +341,15 @@ func (o *ordering) run(ctx context.Context) {
 	cw := &ordercopy.Watch{JS: o.js, Events: o.cfg.Stream, Every: ordercopy.CheckEvery(o.leaseTTL), Clock: o.clock, Logger: o.log,
 		LagMessages: o.metrics.copyLagMsgs, LagSeconds: o.metrics.copyLagSeconds, MaxAge: &o.copyAge}
 	watchers.Go(func() { cw.Run(wctx) })
-	sw := markerSweep{js: o.js, kv: o.parks, clock: o.clock, log: o.log}
+	sw := park.Sweep{JS: o.js, Bucket: o.parks, Clock: o.clock, Logger: o.log}
 	for _, r := range o.runners {
-		sw.subs = append(sw.subs, r.sub.Name)
+		sw.Subscriptions = append(sw.Subscriptions, r.sub.Name)
 	}
-	watchers.Go(func() { sw.run(wctx) })
+	watchers.Go(func() { sw.Run(wctx) })
 	for _, r := range o.runners {
 		ready := make(chan struct{})
-		watchers.Go(func() { r.ord.parking.watchParked(wctx, o.parks, ready) })
-		watchers.Go(func() { r.ord.parking.keepParkedAlive(wctx) })
+		watchers.Go(func() { r.ord.parking.WatchParked(wctx, o.parks, ready) })
+		watchers.Go(func() { r.ord.parking.KeepAlive(wctx) })
 		select {
 		case <-ready:
 		case <-ctx.Done():

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
+	"github.com/jsbridge/jsbridge/internal/deliver/park"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -32,7 +33,7 @@ type orderedRunner struct {
 	parts    []*partition  // owned partitions; nil where not owned
 	slots    chan struct{} // bounds concurrent POSTs to MaxInFlight
 
-	parking *parking // the parked streams and the events held behind them
+	parking *park.Parking // the parked streams and the events held behind them
 
 	streamMu sync.Mutex
 	stream   jetstream.Stream // the partitioned stream, once looked up (copyStream)
