@@ -367,12 +367,15 @@ func (pk *Parking) AddHeld(h *Holder, seqs map[uint64]bool) {
 func (pk *Parking) unpark(bk string) {
 	pk.mu.Lock()
 	ps := pk.parked[bk]
+	var stream string
+	var held int
 	if ps != nil {
 		ps.releasing = true
+		stream, held = ps.entry.Stream, len(ps.held) // read under the lock: Hold appends to held
 	}
 	pk.mu.Unlock()
 	if ps != nil {
-		pk.log.Info("stream unparked; its held events go on", slog.String("stream", ps.entry.Stream), slog.Int("held", len(ps.held)))
+		pk.log.Info("stream unparked; its held events go on", slog.String("stream", stream), slog.Int("held", held))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
@@ -128,6 +129,90 @@ func (b *bundle) entry(t *testing.T, m jetstream.Msg) deadletter.ParkedStream {
 	return ps
 }
 
+// Parking a stream behind its dead-lettered head writes its entry and
+// holds its later events, in stream order whatever order they come in;
+// the head redelivered (its ack lost) is acked, not held; other streams
+// and other partitions' streams go on. Released, a holder's events go
+// back to JetStream (Nak), others' stay held.
+func TestParkHoldsTheStreamsLaterEventsInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h, other := newHolder(3), newHolder(4)
+	head := newMsg("o1", 3, 10)
+	require.NoError(t, b.pk.Park(&h.Holder, head, deadletter.Letter{EventID: head.eventID(), Reason: "HTTP 400"}))
+	ps := b.entry(t, head)
+	require.Equal(t, "order-o1", ps.Stream)
+	require.Equal(t, head.eventID(), ps.HeadEventID)
+	require.Equal(t, "3", ps.HeadVersion)
+	require.Equal(t, 3, ps.Partition)
+	require.Equal(t, "r1", ps.Replica)
+	require.Equal(t, b.clock.Now(), ps.ParkedAt)
+	require.True(t, b.pk.IsParked(head.Subject()))
+
+	for _, seq := range []uint64{13, 11, 12} {
+		m := newMsg("o1", int64(seq-7), seq)
+		require.True(t, b.pk.Hold(&h.Holder, "", m), "later event %d held", seq)
+	}
+	require.True(t, b.pk.Hold(&h.Holder, "", head), "the head, redelivered")
+	acks, _, _ := h.sent()
+	require.Equal(t, []uint64{10}, acks, "the head redelivered is acked")
+	require.False(t, b.pk.Hold(&h.Holder, "", newMsg("o2", 0, 14)), "another stream goes on")
+
+	held, total := b.pk.HeldBy(&h.Holder)
+	require.Equal(t, 3, total)
+	require.Equal(t, map[string]string{wire.StreamKey(head.Subject()): head.Subject()}, held)
+	got := map[uint64]bool{}
+	b.pk.AddHeld(&h.Holder, got)
+	require.Equal(t, map[uint64]bool{11: true, 12: true, 13: true}, got)
+
+	require.True(t, b.pk.Hold(&other.Holder, "", newMsg("o1", 7, 14)), "held for another partition")
+	b.pk.ReturnHeld(&h.Holder)
+	_, naks, _ := h.sent()
+	require.Equal(t, []uint64{11, 12, 13}, naks, "a released holder's events go back, in stream order")
+	_, total = b.pk.HeldBy(&h.Holder)
+	require.Zero(t, total)
+	_, total = b.pk.HeldBy(&other.Holder)
+	require.Equal(t, 1, total, "another holder's event stays held")
+	require.Equal(t, []uint64{14}, seqs(b.pk.TakeHeld(&other.Holder, head.Subject())), "taken out to be set aside")
+	_, total = b.pk.HeldBy(&other.Holder)
+	require.Zero(t, total)
+}
+
+// The watch loads the existing entries before it says ready (partitions
+// start only then); an entry deleted (replay, skip) unparks its stream:
+// its events still arriving are held until its holder's run loop takes
+// them, in stream order, and then the stream goes on.
+func TestWatchUnparksAndReleasesTheHeldEventsInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h := newHolder(0)
+	head := newMsg("o1", 0, 20)
+	v, err := json.Marshal(deadletter.ParkedStream{Subscription: "orders", Stream: "order-o1", HeadEventID: head.eventID()})
+	require.NoError(t, err)
+	_, err = b.kv.Create(b.ctx, entryKey(head), v)
+	require.NoError(t, err)
+
+	ctx, stop := context.WithCancel(b.ctx)
+	ready, done := make(chan struct{}), make(chan struct{})
+	go func() { b.pk.WatchParked(ctx, b.kv, ready); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+	select {
+	case <-ready:
+	case <-b.ctx.Done():
+		t.Fatal("the watch never said ready")
+	}
+	require.True(t, b.pk.IsParked(head.Subject()), "parked before ready")
+	require.True(t, b.pk.Hold(&h.Holder, "", newMsg("o1", 2, 22)))
+	require.True(t, b.pk.Hold(&h.Holder, "", newMsg("o1", 1, 21)))
+	require.Empty(t, b.pk.ReleaseFor(&h.Holder), "nothing released while parked")
+
+	require.NoError(t, b.kv.Delete(b.ctx, entryKey(head)))
+	require.Eventually(t, func() bool { return !b.pk.IsParked(head.Subject()) }, 10*time.Second, 5*time.Millisecond, "unparked")
+	require.True(t, b.pk.Hold(&h.Holder, "", newMsg("o1", 3, 23)), "still held until the run loop takes them")
+	require.Equal(t, []uint64{21, 22, 23}, seqs(b.pk.ReleaseFor(&h.Holder)))
+	require.False(t, b.pk.Hold(&h.Holder, "", newMsg("o1", 4, 24)), "released: the stream goes on")
+}
+
 // A park entry written while the watch is away (re-subscribing, so this
 // replica's cache does not have it) is found by Reread, which a new owner
 // runs before its fence passes: the stream's later events are held, not
@@ -150,4 +235,44 @@ func TestParkWrittenWhileTheWatchIsAwayHoldsTheStream(t *testing.T) {
 	require.NoError(t, b.pk.Reread(b.ctx))
 	require.True(t, b.pk.Hold(&h.Holder, "", later), "after the re-read the stream's later event is held")
 	require.False(t, b.pk.Hold(&h.Holder, "", newMsg("2", 0, 12)), "another stream goes on")
+}
+
+// The keep-alive sends InProgress for every held event each tick
+// (min(AckWait/2, 5 s) of the engine's clock), sets the parked gauge and
+// records the held count and the oldest held time in the stream's entry;
+// with the copy's MaxAge passed, the entry names the event at risk and
+// the cause.
+func TestKeepAliveKeepsHeldEventsAndReportsThemInTheEntry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	maxAge := time.Hour
+	b.pk = park.New(park.Config{Subscription: "orders", AckWait: 30 * time.Second, ReplicaID: "r1", CopyStream: "EVENTS_ORDERED"},
+		park.Deps{Clock: b.clock, Metrics: park.Metrics{Parked: b.gauge}, CopyMaxAge: func() time.Duration { return maxAge }})
+	b.pk.Provisioned(b.kv, "events")
+	h := newHolder(0)
+	head := newMsg("o1", 0, 30)
+	require.NoError(t, b.pk.Park(&h.Holder, head, deadletter.Letter{EventID: head.eventID()}))
+	old := newMsg("o1", 1, 31)
+	old.md.Timestamp = b.clock.Now().Add(-2 * time.Hour) // in the copy for longer than its MaxAge
+	require.True(t, b.pk.Hold(&h.Holder, "", old))
+	heldAt := b.clock.Now()
+
+	ctx, stop := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	go func() { b.pk.KeepAlive(ctx); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+	require.NoError(t, b.clock.BlockUntilContext(b.ctx, 1))
+	b.clock.Advance(5 * time.Second)
+	require.Eventually(t, func() bool {
+		_, _, ip := h.sent()
+		return len(ip) == 1 && b.entry(t, head).Held == 1
+	}, 10*time.Second, 5*time.Millisecond, "InProgress sent and the entry updated")
+	_, _, ip := h.sent()
+	require.Equal(t, []uint64{31}, ip)
+	require.Equal(t, 1.0, testutil.ToFloat64(b.gauge.WithLabelValues("orders")))
+	e := b.entry(t, head)
+	require.Equal(t, heldAt, e.OldestHeldAt)
+	require.Equal(t, old.eventID(), e.AtRiskEventID)
+	require.Equal(t, maxAge, e.CopyMaxAge)
+	require.Contains(t, e.Error, "past the partitioned copy EVENTS_ORDERED's MaxAge 1h0m0s")
 }
