@@ -82,7 +82,7 @@ func (pt *partition) setAside(key string, head refusedHead, wg *sync.WaitGroup) 
 			pt.succ.wait(key, m)
 		}
 		for _, m := range held {
-			pt.parking.Hold(pt.holder, key, m)
+			pt.parking.Hold(pt.holder, m)
 		}
 		return
 	}
@@ -124,7 +124,7 @@ func (pt *partition) setAsideParked(wg *sync.WaitGroup) {
 			// the record's Start, as every event held since is).
 			for _, m := range pt.parking.TakeHeld(pt.holder, subject) {
 				if !pt.aside.takes(key, m, pt.lease.mayAck) {
-					pt.parking.Hold(pt.holder, key, m)
+					pt.parking.Hold(pt.holder, m)
 				}
 			}
 			continue

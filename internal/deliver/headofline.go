@@ -106,7 +106,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		if !hl.lease.waitLease() {
 			continue // released: Nak'd above
 		}
-		if hl.parking.Hold(hl.holder, key, m) {
+		if hl.parking.Hold(hl.holder, m) {
 			return
 		}
 		prev, err := hl.chain.previous(hl.ctx, key, m)

@@ -348,8 +348,7 @@ func (o *ordering) run(ctx context.Context) {
 	watchers.Go(func() { sw.Run(wctx) })
 	for _, r := range o.runners {
 		ready := make(chan struct{})
-		watchers.Go(func() { r.ord.parking.WatchParked(wctx, o.parks, ready) })
-		watchers.Go(func() { r.ord.parking.KeepAlive(wctx) })
+		watchers.Go(func() { r.ord.parking.Run(wctx, ready) })
 		select {
 		case <-ready:
 		case <-ctx.Done():

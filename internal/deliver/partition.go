@@ -475,7 +475,7 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 	if !pt.succ.handOn(key, msg) {
 		return
 	}
-	if pt.parking.Hold(pt.holder, key, msg) {
+	if pt.parking.Hold(pt.holder, msg) {
 		return
 	}
 	pt.toLane(key, msg, wg)

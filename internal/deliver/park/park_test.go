@@ -151,12 +151,12 @@ func TestParkHoldsTheStreamsLaterEventsInOrder(t *testing.T) {
 
 	for _, seq := range []uint64{13, 11, 12} {
 		m := newMsg("o1", int64(seq-7), seq)
-		require.True(t, b.pk.Hold(&h.Holder, "", m), "later event %d held", seq)
+		require.True(t, b.pk.Hold(&h.Holder, m), "later event %d held", seq)
 	}
-	require.True(t, b.pk.Hold(&h.Holder, "", head), "the head, redelivered")
+	require.True(t, b.pk.Hold(&h.Holder, head), "the head, redelivered")
 	acks, _, _ := h.sent()
 	require.Equal(t, []uint64{10}, acks, "the head redelivered is acked")
-	require.False(t, b.pk.Hold(&h.Holder, "", newMsg("o2", 0, 14)), "another stream goes on")
+	require.False(t, b.pk.Hold(&h.Holder, newMsg("o2", 0, 14)), "another stream goes on")
 
 	held, total := b.pk.HeldBy(&h.Holder)
 	require.Equal(t, 3, total)
@@ -165,7 +165,7 @@ func TestParkHoldsTheStreamsLaterEventsInOrder(t *testing.T) {
 	b.pk.AddHeld(&h.Holder, got)
 	require.Equal(t, map[uint64]bool{11: true, 12: true, 13: true}, got)
 
-	require.True(t, b.pk.Hold(&other.Holder, "", newMsg("o1", 7, 14)), "held for another partition")
+	require.True(t, b.pk.Hold(&other.Holder, newMsg("o1", 7, 14)), "held for another partition")
 	b.pk.ReturnHeld(&h.Holder)
 	_, naks, _ := h.sent()
 	require.Equal(t, []uint64{11, 12, 13}, naks, "a released holder's events go back, in stream order")
@@ -194,7 +194,7 @@ func TestWatchUnparksAndReleasesTheHeldEventsInOrder(t *testing.T) {
 
 	ctx, stop := context.WithCancel(b.ctx)
 	ready, done := make(chan struct{}), make(chan struct{})
-	go func() { b.pk.WatchParked(ctx, b.kv, ready); close(done) }()
+	go func() { b.pk.Run(ctx, ready); close(done) }()
 	t.Cleanup(func() { stop(); <-done })
 	select {
 	case <-ready:
@@ -202,15 +202,15 @@ func TestWatchUnparksAndReleasesTheHeldEventsInOrder(t *testing.T) {
 		t.Fatal("the watch never said ready")
 	}
 	require.True(t, b.pk.IsParked(head.Subject()), "parked before ready")
-	require.True(t, b.pk.Hold(&h.Holder, "", newMsg("o1", 2, 22)))
-	require.True(t, b.pk.Hold(&h.Holder, "", newMsg("o1", 1, 21)))
+	require.True(t, b.pk.Hold(&h.Holder, newMsg("o1", 2, 22)))
+	require.True(t, b.pk.Hold(&h.Holder, newMsg("o1", 1, 21)))
 	require.Empty(t, b.pk.ReleaseFor(&h.Holder), "nothing released while parked")
 
 	require.NoError(t, b.kv.Delete(b.ctx, entryKey(head)))
 	require.Eventually(t, func() bool { return !b.pk.IsParked(head.Subject()) }, 10*time.Second, 5*time.Millisecond, "unparked")
-	require.True(t, b.pk.Hold(&h.Holder, "", newMsg("o1", 3, 23)), "still held until the run loop takes them")
+	require.True(t, b.pk.Hold(&h.Holder, newMsg("o1", 3, 23)), "still held until the run loop takes them")
 	require.Equal(t, []uint64{21, 22, 23}, seqs(b.pk.ReleaseFor(&h.Holder)))
-	require.False(t, b.pk.Hold(&h.Holder, "", newMsg("o1", 4, 24)), "released: the stream goes on")
+	require.False(t, b.pk.Hold(&h.Holder, newMsg("o1", 4, 24)), "released: the stream goes on")
 }
 
 // A park entry written while the watch is away (re-subscribing, so this
@@ -230,11 +230,11 @@ func TestParkWrittenWhileTheWatchIsAwayHoldsTheStream(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.kv.Create(b.ctx, entryKey(later), v)
 	require.NoError(t, err)
-	require.False(t, b.pk.Hold(&h.Holder, "", later), "the cache does not know the park")
+	require.False(t, b.pk.Hold(&h.Holder, later), "the cache does not know the park")
 
 	require.NoError(t, b.pk.Reread(b.ctx))
-	require.True(t, b.pk.Hold(&h.Holder, "", later), "after the re-read the stream's later event is held")
-	require.False(t, b.pk.Hold(&h.Holder, "", newMsg("2", 0, 12)), "another stream goes on")
+	require.True(t, b.pk.Hold(&h.Holder, later), "after the re-read the stream's later event is held")
+	require.False(t, b.pk.Hold(&h.Holder, newMsg("2", 0, 12)), "another stream goes on")
 }
 
 // The keep-alive sends InProgress for every held event each tick
@@ -254,12 +254,13 @@ func TestKeepAliveKeepsHeldEventsAndReportsThemInTheEntry(t *testing.T) {
 	require.NoError(t, b.pk.Park(&h.Holder, head, deadletter.Letter{EventID: head.eventID()}))
 	old := newMsg("o1", 1, 31)
 	old.md.Timestamp = b.clock.Now().Add(-2 * time.Hour) // in the copy for longer than its MaxAge
-	require.True(t, b.pk.Hold(&h.Holder, "", old))
+	require.True(t, b.pk.Hold(&h.Holder, old))
 	heldAt := b.clock.Now()
 
 	ctx, stop := context.WithCancel(b.ctx)
 	done := make(chan struct{})
-	go func() { b.pk.KeepAlive(ctx); close(done) }()
+	ready := make(chan struct{})
+	go func() { b.pk.Run(ctx, ready); close(done) }()
 	t.Cleanup(func() { stop(); <-done })
 	require.NoError(t, b.clock.BlockUntilContext(b.ctx, 1))
 	b.clock.Advance(5 * time.Second)
