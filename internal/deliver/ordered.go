@@ -48,19 +48,6 @@ import (
 //   - Inside a partition, one lane per stream; a failing head is retried in
 //     place (InProgress keeps it), acks are double acks.
 
-// ErrPartitionsChanged is wrapped by Provision when the partitioned copy of
-// the events stream exists with another partition count than
-// Config.Partitions: its stored subjects would not match the partition
-// consumers' filters. Waiting does not fix it.
-var ErrPartitionsChanged = errors.New("partition count differs from the partitioned stream's")
-
-// ErrEventsRecreated is wrapped by Provision when the partitioned copy of
-// the events stream has sourced it past its last sequence: the events
-// stream was deleted and created again, and the copy would go on sourcing
-// from its old sequence on, skipping the new stream's messages up to
-// there. Waiting does not fix it.
-var ErrEventsRecreated = errors.New("the partitioned stream sourced the events stream past its last sequence")
-
 // orderingDefaults fills the ordered-delivery fields of cfg.
 func orderingDefaults(cfg *Config) error {
 	if cfg.Partitions == 0 {
@@ -197,32 +184,11 @@ func (o *ordering) provision(ctx context.Context) error {
 	if replicas == 0 {
 		replicas = ecfg.Replicas
 	}
-	_, dest := wire.OrderedTransform(o.eventsPrefix, o.cfg.Partitions)
-	if s, err := js.Stream(ctx, o.stream()); err == nil {
-		cfg := s.CachedInfo().Config
-		if len(cfg.Sources) != 1 || len(cfg.Sources[0].SubjectTransforms) != 1 || cfg.Sources[0].SubjectTransforms[0].Destination != dest {
-			return fmt.Errorf("deliver: %w: JetStream stream %q does not source %q with the transform %q (partitions %d); "+
-				"delete it (nats stream rm %s) and every ordered subscription's partition consumers to repartition (docs/ordering.md)",
-				ErrPartitionsChanged, o.stream(), o.cfg.Stream, dest, o.cfg.Partitions, o.stream())
-		}
-		if err := o.checkSourced(ctx, s, events); err != nil {
-			return err
-		}
-		if err := ordercopy.AllowDirect(ctx, js, s, o.log); err != nil {
-			return err
-		}
-		ordercopy.ReportRetention(o.log, cfg, ecfg)
-		ordercopy.ReportCompression(o.log, cfg)
-		o.copyAge.Store(int64(cfg.MaxAge))
-	} else if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = js.CreateStream(ctx, ordercopy.StreamConfig(ecfg, o.cfg.Partitions, replicas))
-		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("deliver: create JetStream stream %q: %w", o.stream(), err)
-		}
-		o.copyAge.Store(int64(ordercopy.MaxAge(ecfg.MaxAge))) // or another replica's, the same; the watcher reads it
-	} else {
-		return fmt.Errorf("deliver: JetStream stream %q: %w", o.stream(), err)
+	maxAge, err := ordercopy.Provision(ctx, js, events, o.cfg.Partitions, replicas, o.log)
+	if err != nil {
+		return err
 	}
+	o.copyAge.Store(int64(maxAge)) // the watcher reads it again
 	o.buckets = buckets{js: js, log: o.log, leases: jetstream.KeyValueConfig{
 		Bucket: wire.DefaultLeaseBucket, Description: "jsbridge consumer replicas and their partition leases",
 		TTL: o.cfg.LeaseTTL, Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
@@ -249,34 +215,6 @@ func (o *ordering) provision(ctx context.Context) error {
 		}
 	}
 	o.provisioned = true
-	return nil
-}
-
-// checkSourced fails, wrapping ErrEventsRecreated, when the last message of
-// the partitioned copy s came from past the events stream's last sequence
-// (read after it, so that a copy keeping up is never ahead).
-func (o *ordering) checkSourced(ctx context.Context, s, events jetstream.Stream) error {
-	last := s.CachedInfo().State.LastSeq
-	if last == 0 {
-		return nil
-	}
-	m, err := s.GetMsg(ctx, last)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
-	}
-	origin := wire.SourceSequence(m.Header.Get(wire.HeaderSourceInfo))
-	info, err := events.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.cfg.Stream, err)
-	}
-	if origin > info.State.LastSeq {
-		return fmt.Errorf("deliver: %w: JetStream stream %q holds messages of %q up to its sequence %d, and %q ends at %d: %q was created again. "+
-			"Delete %q (nats stream rm %s) and every ordered subscription's partition consumers, which go with it; they are made again from the new stream",
-			ErrEventsRecreated, o.stream(), o.cfg.Stream, origin, o.cfg.Stream, info.State.LastSeq, o.cfg.Stream, o.stream(), o.stream())
-	}
 	return nil
 }
 
