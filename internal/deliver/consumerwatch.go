@@ -21,7 +21,7 @@ import (
 type consumerWatch struct {
 	cons    jetstream.Consumer
 	durable string        // its name
-	every   time.Duration // how often it is read (copyCheckEvery)
+	every   time.Duration // how often it is read (ordercopy.CheckEvery)
 	clock   clockwork.Clock
 	log     *slog.Logger
 	filters []string // its filter subjects
@@ -35,7 +35,7 @@ type consumerWatch struct {
 }
 
 // watchConsumer reads the partition consumer's state every
-// copyCheckEvery until ctx ends: it records its ack floor (where a
+// ordercopy.CheckEvery until ctx ends: it records its ack floor (where a
 // consumer deleted at run time is made again from, see ensureConsumer),
 // releases the partition when the consumer is gone (the ownership loop
 // makes it again and claims the partition anew), and reports an unsettled

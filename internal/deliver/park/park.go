@@ -33,9 +33,9 @@ import (
 // hand-overs: a new owner gets them again and holds them again. The price:
 // each held event occupies one of the partition consumer's MaxAckPending
 // slots, so once they press on it the partition sets the stream aside
-// (setAsideParked): its held events are acked out behind an aside record
-// and read again from the copy once it is unparked (docs/ordering.md,
-// "Dead letters").
+// (it takes them with TakeHeld): its held events are acked out behind an
+// aside record and read again from the copy once it is unparked
+// (docs/ordering.md, "Dead letters").
 
 // Config is one ordered subscription's parking.
 type Config struct {
