@@ -43,7 +43,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, events jetstream.Str
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return 0, fmt.Errorf("deliver: create JetStream stream %q: %w", name, err)
 		}
-		return MaxAge(ecfg.MaxAge), nil // or another replica's, the same
+		return copyMaxAge(ecfg.MaxAge), nil // or another replica's, the same
 	}
 	if err != nil {
 		return 0, fmt.Errorf("deliver: JetStream stream %q: %w", name, err)
@@ -57,11 +57,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, events jetstream.Str
 	if err := checkSourced(ctx, s, events); err != nil {
 		return 0, err
 	}
-	if err := AllowDirect(ctx, js, s, log); err != nil {
+	if err := allowDirect(ctx, js, s, log); err != nil {
 		return 0, err
 	}
-	ReportRetention(log, cfg, ecfg)
-	ReportCompression(log, cfg)
+	reportRetention(log, cfg, ecfg)
+	reportCompression(log, cfg)
 	return cfg.MaxAge, nil
 }
 

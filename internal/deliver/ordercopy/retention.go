@@ -13,7 +13,7 @@ import (
 // retention"). The copy is a limits stream: a message leaves it when it is
 // older than its MaxAge or when the copy passes its MaxBytes, whether an
 // ordered subscription settled it or not. A new copy gets
-// RetentionFactor times the events stream's limits, so that an event
+// retentionFactor times the events stream's limits, so that an event
 // held behind a parked head (or not delivered yet) outlives its original
 // by as long again; an owner that finds an unsettled event past
 // RetentionWarn of the copy's MaxAge logs an error naming the event and
@@ -23,35 +23,35 @@ import (
 // entry (the park room's keep-alive, RiskOf): held in memory, the event is
 // still delivered on replay, but a hand-over would lose it.
 
-// RetentionFactor is how many times the events stream's MaxAge and
+// retentionFactor is how many times the events stream's MaxAge and
 // MaxBytes a new partitioned copy gets.
-const RetentionFactor = 2
+const retentionFactor = 2
 
 // RetentionWarn is the share of the copy's MaxAge (or MaxBytes) past
 // which an unsettled event (or the copy) is reported, in quarters.
 const RetentionWarn = 3 // quarters
 
-// MaxAge is a new copy's MaxAge for an events stream's: twice it, 0
+// copyMaxAge is a new copy's MaxAge for an events stream's: twice it, 0
 // (no limit) for 0.
-func MaxAge(events time.Duration) time.Duration {
+func copyMaxAge(events time.Duration) time.Duration {
 	if events <= 0 {
 		return 0
 	}
-	return RetentionFactor * events
+	return retentionFactor * events
 }
 
-// MaxBytes is a new copy's MaxBytes for an events stream's: twice it,
+// copyMaxBytes is a new copy's MaxBytes for an events stream's: twice it,
 // -1 (no limit) for none.
-func MaxBytes(events int64) int64 {
+func copyMaxBytes(events int64) int64 {
 	if events <= 0 {
 		return -1
 	}
-	return RetentionFactor * events
+	return retentionFactor * events
 }
 
-// AllowDirect turns AllowDirect on for an existing copy s created without
+// allowDirect turns AllowDirect on for an existing copy s created without
 // it (the version chain's look-ups start with a direct get), logging once.
-func AllowDirect(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, log *slog.Logger) error {
+func allowDirect(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, log *slog.Logger) error {
 	cfg := s.CachedInfo().Config
 	if cfg.AllowDirect {
 		return nil
@@ -65,13 +65,13 @@ func AllowDirect(ctx context.Context, js jetstream.JetStream, s jetstream.Stream
 	return nil
 }
 
-// ReportCompression says, at Info, when an existing copy (cfg) is not
+// reportCompression says, at Info, when an existing copy (cfg) is not
 // compressed, as an earlier version made it: a new one is (S2,
-// Compression). It is left as it is: compression costs the server
+// compression). It is left as it is: compression costs the server
 // CPU, and the operator may have turned it off. JetStream takes the
 // change in place but compresses only the blocks written after the
 // server opened the stream again (a restart).
-func ReportCompression(log *slog.Logger, cfg jetstream.StreamConfig) {
+func reportCompression(log *slog.Logger, cfg jetstream.StreamConfig) {
 	if cfg.Compression != jetstream.NoCompression {
 		return
 	}
@@ -81,19 +81,19 @@ func ReportCompression(log *slog.Logger, cfg jetstream.StreamConfig) {
 		slog.String("jetstream_stream", cfg.Name))
 }
 
-// ReportRetention warns when an existing copy (cfg) keeps messages for
-// less than a new one would (MaxAge, MaxBytes of the events
+// reportRetention warns when an existing copy (cfg) keeps messages for
+// less than a new one would (copyMaxAge, copyMaxBytes of the events
 // stream's ecfg): held events may age out of it. Its retention is the
 // operator's: it is left as it is.
-func ReportRetention(log *slog.Logger, cfg, ecfg jetstream.StreamConfig) {
+func reportRetention(log *slog.Logger, cfg, ecfg jetstream.StreamConfig) {
 	name := cfg.Name
-	if want := MaxAge(ecfg.MaxAge); cfg.MaxAge > 0 && (want == 0 || cfg.MaxAge < want) {
+	if want := copyMaxAge(ecfg.MaxAge); cfg.MaxAge > 0 && (want == 0 || cfg.MaxAge < want) {
 		log.Warn(fmt.Sprintf("the partitioned copy keeps messages for less than twice the events stream's MaxAge: an event held behind a parked stream, "+
 			"or not delivered yet, is removed from it once older than its MaxAge, and never delivered; it is left as it is. "+
 			"Raise it with: nats stream edit %s --max-age %s", name, maxAgeFlag(want)),
 			slog.String("jetstream_stream", name), slog.Duration("max_age", cfg.MaxAge), slog.Duration("events_max_age", ecfg.MaxAge))
 	}
-	if want := MaxBytes(ecfg.MaxBytes); cfg.MaxBytes > 0 && (want < 0 || cfg.MaxBytes < want) {
+	if want := copyMaxBytes(ecfg.MaxBytes); cfg.MaxBytes > 0 && (want < 0 || cfg.MaxBytes < want) {
 		log.Warn(fmt.Sprintf("the partitioned copy keeps fewer bytes than twice the events stream's MaxBytes: once full, it removes its oldest messages, "+
 			"held or not delivered yet; it is left as it is. Raise it with: nats stream edit %s --max-bytes %d", name, want),
 			slog.String("jetstream_stream", name), slog.Int64("max_bytes", cfg.MaxBytes), slog.Int64("events_max_bytes", ecfg.MaxBytes))
