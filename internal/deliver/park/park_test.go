@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
@@ -276,4 +277,60 @@ func TestKeepAliveKeepsHeldEventsAndReportsThemInTheEntry(t *testing.T) {
 	require.Equal(t, old.eventID(), e.AtRiskEventID)
 	require.Equal(t, maxAge, e.CopyMaxAge)
 	require.Contains(t, e.Error, "past the partitioned copy EVENTS_ORDERED's MaxAge 1h0m0s")
+}
+
+// Under -race: partitions holding their parked streams' events while the
+// keep-alive ticks, the watch unparks them and their run loops release
+// them; each partition gets back every event it held, in stream order.
+func TestParkingUnderConcurrentPartitions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const partitions, events = 4, 50
+	holders := make([]*holder, partitions)
+	heads := make([]*msg, partitions)
+	for p := range partitions {
+		holders[p] = newHolder(p)
+		heads[p] = newMsg(strconv.Itoa(p), 0, uint64(p*1000))
+		require.NoError(t, b.pk.Park(&holders[p].Holder, heads[p], deadletter.Letter{EventID: heads[p].eventID()}))
+	}
+	ctx, stop := context.WithCancel(b.ctx)
+	ready, done := make(chan struct{}), make(chan struct{})
+	go func() { b.pk.Run(ctx, ready); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+	<-ready
+
+	var wg sync.WaitGroup
+	for p := range partitions {
+		wg.Go(func() {
+			h := &holders[p].Holder
+			for i := events; i >= 1; i-- { // newest first: Hold keeps stream order
+				assert.True(t, b.pk.Hold(h, newMsg(strconv.Itoa(p), int64(i), uint64(p*1000+i))), "held")
+				b.pk.HeldBy(h)
+				b.pk.AddHeld(h, map[uint64]bool{})
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 5 {
+			b.clock.Advance(5 * time.Second) // keep-alive ticks
+		}
+	})
+	wg.Wait()
+	for p := range partitions {
+		require.NoError(t, b.kv.Delete(b.ctx, entryKey(heads[p])))
+	}
+	for p := range partitions {
+		h := &holders[p].Holder
+		var got []uint64
+		require.Eventually(t, func() bool {
+			got = append(got, seqs(b.pk.ReleaseFor(h))...)
+			return len(got) == events
+		}, 10*time.Second, 5*time.Millisecond, "partition %d gets its held events back", p)
+		want := make([]uint64, events)
+		for i := range want {
+			want[i] = uint64(p*1000 + i + 1)
+		}
+		require.Equal(t, want, got, "partition %d: in stream order", p)
+		require.False(t, b.pk.IsParked(heads[p].Subject()))
+	}
 }
