@@ -15,6 +15,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/pull"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -94,15 +95,6 @@ func (r *runner) consumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
-// pullHeartbeat is the idle heartbeat asked for on pull requests. When two
-// are missed, nats.go drops the pull requests it thinks are pending and
-// issues new ones: a pull request lost on the server's side (seen under CPU
-// starvation: nothing delivered although messages wait, "no heartbeat
-// received"; nats.go issue 1622) then stalls the subscription for about 4 s
-// instead of the 30 s of the default (half the 30 s pull expiry). An idle
-// subscription gets one heartbeat message every 2 s.
-const pullHeartbeat = 2 * time.Second
-
 // probeWait bounds one fetch of a half-open probe message.
 const probeWait = 2 * time.Second
 
@@ -112,10 +104,6 @@ const probeWait = 2 * time.Second
 // deleted while the client was disconnected only makes the new pull
 // requests go unanswered, which nats.go does not report.
 const consumerCheckInterval = 10 * time.Second
-
-// errConsumerGone is returned by pull when the durable consumer no longer
-// exists: run creates it again.
-var errConsumerGone = errors.New("durable consumer no longer exists")
 
 // run is one subscription's loop: create the durable consumer, then,
 // while the subscription is enabled, pull while the endpoint's breaker is
@@ -167,7 +155,7 @@ func (r *runner) run(ctx context.Context) {
 			pause.Reset()
 			continue
 		}
-		if consumerGone(err) {
+		if pull.ConsumerGone(err) {
 			cons = nil
 		}
 		// A pull that went well for a while starts the pauses over.
@@ -178,16 +166,6 @@ func (r *runner) run(ctx context.Context) {
 		r.log.Warn("pulling from JetStream failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
 		sleep(ctx, r.clock, d)
 	}
-}
-
-// consumerGone reports whether err says the durable consumer (or its
-// stream) is gone, or no longer answers, so it must be created again
-// (CreateOrUpdateConsumer is idempotent: doing so when it exists is
-// harmless).
-func consumerGone(err error) bool {
-	return errors.Is(err, errConsumerGone) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
-		errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
-		errors.Is(err, jetstream.ErrConsumerDoesNotExist) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // probe fetches at most one message and delivers it while the breaker is
@@ -307,7 +285,7 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	}
 
 	if result == nil && gone.Load() && ctx.Err() == nil {
-		result = fmt.Errorf("deliver: subscription %q on JetStream stream %q: %w", r.sub.Name, r.stream, errConsumerGone)
+		result = fmt.Errorf("deliver: subscription %q on JetStream stream %q: %w", r.sub.Name, r.stream, pull.ErrConsumerGone)
 	}
 	delay := time.Duration(0)
 	if ctx.Err() == nil && result == nil {
