@@ -25,6 +25,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/pull"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
@@ -189,7 +190,8 @@ type runner struct {
 	replicaID   string            // Config.ReplicaID
 	deadLetters deadletter.Writer // nil: logged and Term'd
 
-	lanes lanes
+	// workers run the unordered deliveries on reused goroutines.
+	workers pull.Workers
 	// cons is the durable consumer Provision created; nil until then (run
 	// creates it).
 	cons jetstream.Consumer

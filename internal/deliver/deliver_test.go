@@ -477,47 +477,82 @@ func TestConsumerConfig(t *testing.T) {
 	require.GreaterOrEqual(t, cfg.MaxAckPending, 8)
 }
 
-// Events of one stream are delivered one after another; those waiting for
-// their turn longer than AckWait are kept from redelivery too: with the
-// default MaxInFlight, and with a stream of more events than MaxInFlight,
-// whose events beyond the first wave wait in their stream's lane (kept
-// alive), not in the client buffer. None expires, none is sent twice.
-func TestQueuedDeliveriesOfOneStreamAreNotRedelivered(t *testing.T) {
+// ordering none delivers one stream's events in parallel, up to the
+// in-flight limit: MaxInFlight in one process, MaxAckPending across the
+// replicas (issue 33). The receiver holds every request until the test
+// has seen the limit's worth of one stream in flight at once (a stream
+// delivered one event at a time never gets there) and, with one replica,
+// events pulled beyond it waiting unsent; it never sees more than the
+// limit at once, and each event once.
+func TestUnorderedDeliversOneStreamInParallel(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name        string
-		maxInFlight int // 0: the default
-		n           int
+		name          string
+		replicas      int
+		maxInFlight   int
+		maxAckPending int // 0: the default
+		limit         int // the most in flight at once
 	}{
-		{"default in flight", 0, 6},  // the last waits about 3.5 s, past AckWait
-		{"beyond MaxInFlight", 2, 8}, // about 5.6 s in a row, the later ones pulled long before their turn
+		{"one replica, MaxInFlight", 1, 4, 0, 4},
+		{"two replicas, MaxAckPending", 2, 4, 4, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-				time.Sleep(700 * time.Millisecond)
+			var (
+				mu        sync.Mutex
+				cur, peak int
+				seen      = map[string]int{}
+			)
+			release := make(chan struct{})
+			rc := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				cur++
+				peak = max(peak, cur)
+				seen[r.Header.Get(webhook.HeaderWebhookID)]++
+				mu.Unlock()
+				<-release
+				mu.Lock()
+				cur--
+				mu.Unlock()
 				w.WriteHeader(http.StatusOK)
 			})
+			var once sync.Once
+			open := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(open) // before the receiver closes: no handler stays blocked
 			s := sub("orders", rc.URL)
-			s.AckWait = 2 * time.Second
-			s.Timeout = 900 * time.Millisecond
 			s.MaxInFlight = tc.maxInFlight
-			b.run(t, deliver.Config{}, s)
-			want := make([]string, tc.n)
-			for i := range tc.n {
+			s.MaxAckPending = tc.maxAckPending
+			for i := range tc.replicas {
+				b.run(t, deliver.Config{ReplicaID: "replica-" + strconv.Itoa(i)}, s)
+			}
+			const n = 12
+			for i := range n {
 				b.publish(t, int64(i+1), "order-1", "OrderPlaced", `{}`)
-				want[i] = strconv.Itoa(i + 1)
 			}
-			require.Eventually(t, func() bool {
-				info := b.info(t, "orders")
-				return info.AckFloor.Stream == uint64(tc.n) && info.NumAckPending == 0
-			}, 30*time.Second, 20*time.Millisecond)
-			var keys []string
-			for _, r := range rc.requests() {
-				keys = append(keys, r.header.Get(wire.HeaderIdempotencyKey))
+			inFlight := func() int {
+				mu.Lock()
+				defer mu.Unlock()
+				return cur
 			}
-			require.Equal(t, want, keys, "each event once, in stream order")
+			require.Eventually(t, func() bool { return inFlight() == tc.limit }, 10*time.Second, 5*time.Millisecond,
+				"%d webhooks of one stream in flight at once", tc.limit)
+			if tc.replicas == 1 {
+				// The process holds events it could send (its pull buffer)
+				// and does not: the limit is what stops it.
+				require.Eventually(t, func() bool { return b.info(t, "orders").NumAckPending > tc.limit }, 10*time.Second, 5*time.Millisecond,
+					"events pulled beyond the in-flight limit")
+			}
+			require.Equal(t, tc.limit, inFlight(), "in flight while events wait")
+			open()
+			requireSettled(t, b, "orders", n)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, tc.limit, peak, "never more than the limit in flight")
+			require.Len(t, seen, n)
+			for id, c := range seen {
+				require.Equal(t, 1, c, "event %s sent once", id)
+			}
 			require.Zero(t, b.info(t, "orders").NumRedelivered)
 		})
 	}

@@ -17,13 +17,13 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/pull"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
-	"github.com/jsbridge/jsbridge/wire"
 )
 
 // The unordered engine: one durable pull consumer per subscription shared
-// by every replica, messages pulled into lanes (one per source stream) and
-// each attempt settled by runner.handle (ack, Nak with a delay, dead
-// letter).
+// by every replica, each message pulled delivered at once, whatever its
+// source stream, up to MaxInFlight at a time in this process (and
+// MaxAckPending across the replicas), and each attempt settled by
+// runner.handle (ack, Nak with a delay, dead letter).
 
 // createConsumer creates r's durable pull consumer with the
 // subscription's start, or updates the existing one, which keeps its
@@ -201,9 +201,6 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	}
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
-	// Nothing is held before the first message: an idle subscription
-	// keeps no ticker (10,000 of them woke 667 times a second).
-	var heldAlive sync.Once
 	var gone atomic.Bool
 	go func() {
 		if r.fleet != nil {
@@ -264,24 +261,15 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 			result = fmt.Errorf("deliver: subscription %q: next message: %w", r.sub.Name, err)
 			break
 		}
-		heldAlive.Do(func() { go keepHeldAlive(pctx, r.clock, r.sub.AckWait, r.log, r.lanes.queued) })
-		// A slot is held by each running lane, not by each message: a
-		// message queued behind its stream's running delivery gives its
-		// slot back, so pulling goes on and nothing waits in the client
-		// buffer until AckWait (queued messages get InProgress instead, see
-		// keepHeldAlive; MaxAckPending bounds them).
-		queued := r.lanes.submit(wire.StreamKey(msg.Subject()), msg, wg, func(m jetstream.Msg) {
-			if ctx.Err() != nil {
-				// Shutting down: a message queued behind its stream's
-				// running delivery goes back at once for another replica.
-				nak(r.log.With(slog.String("event_id", attempt.EventID(m))), m, 0)
-				return
-			}
-			r.handle(dctx, ctx, m)
-		}, func() { <-slots })
-		if queued {
-			<-slots
-		}
+		// One slot per delivery, whatever its stream: ordering none sends
+		// a stream's events in parallel too, up to MaxInFlight here and
+		// MaxAckPending across the replicas.
+		wg.Add(1)
+		r.workers.Run(func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			r.handle(dctx, ctx, msg)
+		})
 	}
 
 	if result == nil && gone.Load() && ctx.Err() == nil {
