@@ -8,6 +8,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/pull"
 )
 
 // handle delivers one message and acks, Naks or Terms it: the unordered
@@ -23,7 +24,7 @@ func (r *runner) handle(ctx, rctx context.Context, msg jetstream.Msg) {
 
 	// The attempt number and the attempts record both read the metadata:
 	// parse it once.
-	msg = parsedOnce(msg)
+	msg = pull.ParsedOnce(msg)
 	n := attempt.Number(msg)
 	id := attempt.EventID(msg)
 	if n > 1 {
