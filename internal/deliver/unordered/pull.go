@@ -1,4 +1,4 @@
-package deliver
+package unordered
 
 import (
 	"context"
@@ -16,84 +16,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/pull"
-	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 )
-
-// The unordered engine: one durable pull consumer per subscription shared
-// by every replica, each message pulled delivered at once, whatever its
-// source stream, up to MaxInFlight at a time in this process (and
-// MaxAckPending across the replicas), and each attempt settled by
-// runner.handle (ack, Nak with a delay, dead letter).
-
-// createConsumer creates r's durable pull consumer with the
-// subscription's start, or updates the existing one, which keeps its
-// start and position (ErrStartChanged when the subscription's start
-// differs from the one it records).
-func (r *runner) createConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	cfg := r.consumerConfig()
-	replicas, err := r.consumerReplicas(ctx)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Replicas = replicas
-	existing, err := r.js.Consumer(ctx, r.stream, cfg.Durable)
-	switch {
-	case err == nil:
-		have := existing.CachedInfo().Config
-		if err := subscription.CheckStart(r.sub.Name, r.sub.Start, have, cfg.Durable, r.stream,
-			fmt.Sprintf("nats consumer rm %s %s", r.stream, cfg.Durable)); err != nil {
-			return nil, err
-		}
-		keepStart(&cfg, have)
-		r.log.Info("durable consumer exists: it keeps its start and position", slog.String("durable", cfg.Durable), slog.String("start", subscription.ReportedStart(have)))
-	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		subscription.ApplyStart(&cfg, r.sub.Start)
-		cons, err := r.js.CreateConsumer(ctx, r.stream, cfg)
-		if err == nil {
-			r.log.Info("durable consumer created", slog.String("durable", cfg.Durable), slog.String("start", r.sub.Start.String()))
-			return cons, nil
-		}
-		if errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
-			return nil, fmt.Errorf("deliver: subscription %q: create durable consumer on JetStream stream %q: %w (%s)", r.sub.Name, r.stream, err, consumersLimitHint)
-		}
-		if !errors.Is(err, jetstream.ErrConsumerExists) {
-			return nil, fmt.Errorf("deliver: subscription %q: create durable consumer on JetStream stream %q: %w", r.sub.Name, r.stream, err)
-		}
-		// Another replica created it meanwhile: look again.
-		return r.createConsumer(ctx)
-	default:
-		return nil, fmt.Errorf("deliver: subscription %q: look up durable consumer on JetStream stream %q: %w", r.sub.Name, r.stream, err)
-	}
-	cons, err := r.js.CreateOrUpdateConsumer(ctx, r.stream, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("deliver: subscription %q: create or update durable consumer on JetStream stream %q: %w", r.sub.Name, r.stream, err)
-	}
-	return cons, nil
-}
-
-// unorderedDescription begins the description of an unordered
-// subscription's durable consumer (ReadPositions finds them by it).
-const unorderedDescription = "jsbridge webhook subscription to "
-
-// consumerConfig is the durable pull consumer of r's subscription. BackOff
-// is applied by NakWithDelay, not set on the consumer: a server-side BackOff
-// would replace AckWait with BackOff[0] (nats-server consumer.go) and
-// redeliver a slow but healthy POST. MaxDeliver is enforced by the
-// consumer, not the server (which gets -1): a failure on attempt
-// MaxDeliver is dead-lettered, and when the dead letter cannot be written
-// the Nak'd message must still come back, which a server-side MaxDeliver
-// would prevent (the event would be dropped).
-func (r *runner) consumerConfig() jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
-		Durable:        r.sub.Name,
-		Description:    unorderedDescription + r.endpoint,
-		FilterSubjects: r.sub.FilterSubjects,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        r.sub.AckWait,
-		MaxDeliver:     -1,
-		MaxAckPending:  r.sub.MaxAckPending,
-	}
-}
 
 // probeWait bounds one fetch of a half-open probe message.
 const probeWait = 2 * time.Second
@@ -110,7 +33,7 @@ const consumerCheckInterval = 10 * time.Second
 // closed, fetch one message at a time as a
 // probe while it is half-open, and pull nothing while it is open. Every
 // error is logged and retried after a pause; run returns when ctx ends.
-func (r *runner) run(ctx context.Context) {
+func (r *Runner) run(ctx context.Context) {
 	// Deliveries run on a context Run's cancellation does not reach: a POST
 	// that started finishes, and its message is acked or Nak'd.
 	dctx := context.WithoutCancel(ctx)
@@ -173,7 +96,7 @@ func (r *runner) run(ctx context.Context) {
 // Finding no message is the normal case of an idle subscription (nats.go
 // reports it as a timeout): the breaker stays half-open and run probes
 // again. Any other error is returned for run to log and retry.
-func (r *runner) probe(ctx, dctx context.Context, cons jetstream.Consumer) error {
+func (r *Runner) probe(ctx, dctx context.Context, cons jetstream.Consumer) error {
 	fctx, cancel := context.WithTimeout(ctx, probeWait)
 	defer cancel()
 	msg, err := cons.Next(jetstream.FetchContext(fctx))
@@ -194,7 +117,7 @@ func (r *runner) probe(ctx, dctx context.Context, cons jetstream.Consumer) error
 // closed or the subscription is disabled. Then it stops pulling and Naks what was buffered but not started:
 // with the open timeout as delay when the breaker opened, at once on
 // shutdown (another replica may take it).
-func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots chan struct{}, wg *sync.WaitGroup) error {
+func (r *Runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots chan struct{}, wg *sync.WaitGroup) error {
 	iter, err := cons.Messages(r.pullOptions()...)
 	if err != nil {
 		return fmt.Errorf("deliver: subscription %q: consume: %w", r.sub.Name, err)
@@ -203,8 +126,8 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	defer stop()
 	var gone atomic.Bool
 	go func() {
-		if r.fleet != nil {
-			if r.fleet.census.watchGone(pctx, r.sub.Name, cons) {
+		if r.census != nil {
+			if r.census.WatchGone(pctx, r.sub.Name, cons) {
 				gone.Store(true)
 				stop()
 			}
@@ -287,48 +210,8 @@ func (r *runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 		}
 		log := r.log.With(slog.String("event_id", attempt.EventID(msg)))
 		log.Debug("stopped pulling, returning buffered message", slog.Duration("delay", delay))
-		nak(log, msg, delay)
+		pull.Nak(log, msg, delay)
 	}
 	iter.Stop()
 	return result
-}
-
-// consumerReplicas returns the replica count to create or update r's
-// durable consumer with: Config.Replicas for a new one; for an existing
-// one with another count, its own count, with a warning naming the
-// consumer, the stream, have and want. Scaling a consumer moves its state
-// between servers, which is the operator's decision, as for streams
-// (forward.Provision). A zero count (the stream's) is compared as the
-// stream's count.
-func (r *runner) consumerReplicas(ctx context.Context) (int, error) {
-	want := r.replicas
-	cons, err := r.js.Consumer(ctx, r.stream, r.sub.Name)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return want, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("deliver: subscription %q: look up durable consumer on JetStream stream %q: %w", r.sub.Name, r.stream, err)
-	}
-	have := cons.CachedInfo().Config.Replicas
-	if have == want {
-		return want, nil
-	}
-	haveN, wantN := have, want
-	if have == 0 || want == 0 {
-		s, err := r.js.Stream(ctx, r.stream)
-		if err != nil {
-			return 0, fmt.Errorf("deliver: subscription %q: look up JetStream stream %q: %w", r.sub.Name, r.stream, err)
-		}
-		if n := s.CachedInfo().Config.Replicas; have == 0 {
-			haveN = n
-		} else {
-			wantN = n
-		}
-	}
-	if haveN != wantN {
-		r.log.Warn(fmt.Sprintf("durable consumer %s on JetStream stream %s has %d replica(s), not the %d asked for; it is left as it is: "+
-			"change it with: nats consumer edit %s %s --replicas %d", r.sub.Name, r.stream, haveN, wantN, r.stream, r.sub.Name, wantN),
-			slog.String("jetstream_stream", r.stream), slog.Int("have", haveN), slog.Int("want", wantN))
-	}
-	return have, nil
 }

@@ -1,4 +1,4 @@
-package deliver
+package unordered
 
 import (
 	"time"
@@ -40,8 +40,8 @@ func pullTiming(units int) (heartbeat, expiry time.Duration) {
 // pullOptions are the Messages options of r's pull: its client buffer
 // (MaxInFlight messages) and pullTiming's heartbeat and expiry, without
 // an error on missed heartbeats (nats.go issues new pull requests).
-func (r *runner) pullOptions() []jetstream.PullMessagesOpt {
-	hb, expiry := pullTiming(r.fleet.unitCount())
+func (r *Runner) pullOptions() []jetstream.PullMessagesOpt {
+	hb, expiry := pullTiming(r.units())
 	return []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(r.sub.MaxInFlight), jetstream.PullHeartbeat(hb),
 		jetstream.PullExpiry(expiry), jetstream.WithMessagesErrOnMissingHeartbeat(false)}
 }
