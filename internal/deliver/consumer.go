@@ -71,7 +71,7 @@ type Config struct {
 	// a standalone server, 3 on a cluster. Default 0: the JetStream
 	// stream's count. JetStream refuses more than the stream's count (API
 	// error 10126). A durable consumer that exists with another count
-	// keeps it, with a warning (see consumerReplicas).
+	// keeps it, with a warning (unordered.Runner.Provision, partitionconsumers.go).
 	Replicas int
 	// TracerProvider makes the attempt spans (attempt/trace.go: one per attempt,
 	// continuing the trace in the message's traceparent header, which the
