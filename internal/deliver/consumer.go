@@ -194,7 +194,6 @@ type runner struct {
 
 	// This subscription's children of per-subscription metrics, resolved
 	// once rather than on every delivery.
-	inFlight     prometheus.Gauge
 	redeliveries prometheus.Counter
 	// ord is the ordered-delivery state of an ordered subscription (nil
 	// for OrderingNone).
@@ -305,7 +304,6 @@ func New(js jetstream.JetStream, cfg Config, subs ...subscription.Subscription) 
 		r := &runner{
 			snd: snd, sub: s, log: snd.Logger(), br: br, endpoint: snd.Endpoint(), metrics: c.metrics, clock: cfg.Clock, health: c.health,
 			js: js, replicaID: cfg.ReplicaID, deadLetters: cfg.DeadLetters,
-			inFlight:     c.metrics.inFlight.WithLabelValues(s.Name),
 			redeliveries: c.metrics.redeliveries.WithLabelValues(s.Name),
 		}
 		if !s.Ordered() {
@@ -326,7 +324,7 @@ func newUnordered(js jetstream.JetStream, cfg Config, r *runner) (*unordered.Run
 		JetStream: js, Sender: r.snd, Breaker: r.br, Health: r.health, DeadLetters: cfg.DeadLetters,
 		Clock: cfg.Clock, Logger: r.log,
 		Metrics: unordered.Metrics{
-			Deliveries: r.metrics.deliveries, InFlight: r.inFlight, Redeliveries: r.redeliveries,
+			Deliveries: r.metrics.deliveries, InFlight: r.metrics.inFlight.WithLabelValues(r.sub.Name), Redeliveries: r.redeliveries,
 			DeadLetters: r.metrics.deadLetters.WithLabelValues(r.sub.Name),
 		},
 	}
