@@ -14,10 +14,9 @@ import (
 )
 
 // lanes runs the deliveries of one stream one after another, in the order
-// they were pulled, while different streams run concurrently. JetStream hands
-// a consumer each stream's events in order, so a receiver sees them in order
-// too (a retried event comes back later, after its successors: order holds
-// only while no delivery of the stream needs a retry).
+// they were submitted, while different streams run concurrently: an ordered
+// partition's lanes (the unordered path has none). A lane's delivery retries
+// its event in place (head of line), so the stream's later events wait.
 type lanes struct {
 	mu      sync.Mutex
 	busy    map[string][]jetstream.Msg // key → messages waiting behind the running one
