@@ -28,12 +28,16 @@ const probeWait = 2 * time.Second
 // requests go unanswered, which nats.go does not report.
 const consumerCheckInterval = 10 * time.Second
 
-// run is one subscription's loop: create the durable consumer, then,
-// while the subscription is enabled, pull while the endpoint's breaker is
-// closed, fetch one message at a time as a
-// probe while it is half-open, and pull nothing while it is open. Every
-// error is logged and retried after a pause; run returns when ctx ends.
-func (r *Runner) run(ctx context.Context) {
+// Run delivers until ctx ends: it creates the durable consumer (unless
+// Provision did), then, while the subscription is enabled, pulls while
+// the endpoint's breaker is closed, fetches one message at a time as a
+// probe while it is half-open, and pulls nothing while it is open. When
+// ctx ends it stops pulling, lets the deliveries in flight finish (each
+// bounded by the subscription's Timeout), Naks the messages pulled but
+// not started, and returns. Nothing JetStream answers ends it: errors
+// are logged at warn level and retried after a pause growing from 0.5 s
+// to 15 s (±20 %). Call Run once.
+func (r *Runner) Run(ctx context.Context) {
 	// Deliveries run on a context Run's cancellation does not reach: a POST
 	// that started finishes, and its message is acked or Nak'd.
 	dctx := context.WithoutCancel(ctx)

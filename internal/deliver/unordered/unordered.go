@@ -222,13 +222,6 @@ func (r *Runner) Provision(ctx context.Context) error {
 	return nil
 }
 
-// Run delivers until ctx ends; then it stops pulling, lets the deliveries
-// in flight finish (each bounded by the subscription's Timeout), Naks the
-// messages pulled but not started, and returns. Nothing JetStream answers
-// ends it: errors are logged at warn level and retried after a pause
-// growing from 0.5 s to 15 s (±20 %). Call Run once.
-func (r *Runner) Run(ctx context.Context) { r.run(ctx) }
-
 // sleep waits d on clock, or until ctx ends, whichever comes first.
 func sleep(ctx context.Context, clock clockwork.Clock, d time.Duration) {
 	if d <= 0 {
