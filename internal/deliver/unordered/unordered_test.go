@@ -19,6 +19,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/deliver/unordered"
@@ -76,8 +77,9 @@ func metrics(name string) unordered.Metrics {
 }
 
 // run builds a Runner of s (a replica of its own: its own breaker and
-// attempts), runs it and stops it at cleanup.
-func (b bundle) run(t *testing.T, s subscription.Subscription) {
+// attempts) writing dead letters to dlq (nil: none), runs it and stops it
+// at cleanup.
+func (b bundle) run(t *testing.T, s subscription.Subscription, dlq deadletter.Writer) {
 	t.Helper()
 	s = s.WithDefaults()
 	require.NoError(t, s.Validate())
@@ -91,7 +93,7 @@ func (b bundle) run(t *testing.T, s subscription.Subscription) {
 		attempt.Deps{Breaker: br, Metrics: attempt.Metrics{Deliveries: m.Deliveries}})
 	require.NoError(t, err)
 	r, err := unordered.New(unordered.Config{Subscription: s, Stream: "EVENTS"},
-		unordered.Deps{JetStream: b.js, Sender: snd, Breaker: br, Health: enabled{}, Metrics: m})
+		unordered.Deps{JetStream: b.js, Sender: snd, Breaker: br, Health: enabled{}, Metrics: m, DeadLetters: dlq})
 	require.NoError(t, err)
 	require.NoError(t, r.Provision(b.ctx))
 	ctx, cancel := context.WithCancel(b.ctx)
@@ -166,7 +168,7 @@ func TestOneStreamInParallelUpToTheInFlightLimit(t *testing.T) {
 				MaxInFlight: tc.maxInFlight, MaxAckPending: tc.maxAckPending,
 			}
 			for range tc.replicas {
-				b.run(t, s)
+				b.run(t, s, nil)
 			}
 			const n = 12
 			for i := range n {
@@ -201,6 +203,68 @@ func TestOneStreamInParallelUpToTheInFlightLimit(t *testing.T) {
 			require.Zero(t, b.info(t).NumRedelivered)
 		})
 	}
+}
+
+// letters is a dead-letter writer that keeps what it is given.
+type letters struct {
+	mu  sync.Mutex
+	got []deadletter.Letter
+}
+
+func (l *letters) DeadLetter(_ context.Context, dl deadletter.Letter) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, dl)
+	return nil
+}
+
+func (l *letters) all() []deadletter.Letter {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]deadletter.Letter(nil), l.got...)
+}
+
+// A permanent failure dead-letters its event and Terms it; the stream is
+// not held: ordering none parks nothing (OnDeadLetter is an ordered
+// subscription's), so its later events are delivered and acked.
+func TestDeadLetterHoldsNothingBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	delivered := map[string]bool{}
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(webhook.HeaderWebhookID)
+		if id == "1" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		delivered[id] = true
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(rc.Close)
+	dlq := &letters{}
+	b.run(t, subscription.Subscription{
+		Name: "orders", URL: rc.URL, FilterSubjects: []string{"events.order.>"}, Secrets: []string{secret}, AllowPrivate: true,
+		Ordering: subscription.OrderingNone, Start: subscription.Start{Policy: subscription.StartAll},
+	}, dlq)
+	const n = 5
+	for i := range n {
+		b.publish(t, i+1)
+	}
+	require.Eventually(t, func() bool {
+		info := b.info(t)
+		return info.AckFloor.Stream == n && info.NumAckPending == 0
+	}, 10*time.Second, 10*time.Millisecond, "every event acked or terminated")
+	got := dlq.all()
+	require.Len(t, got, 1)
+	require.Equal(t, "1", got[0].EventID)
+	require.Equal(t, http.StatusBadRequest, got[0].Status)
+	require.Equal(t, "orders", got[0].Subscription)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]bool{"2": true, "3": true, "4": true, "5": true}, delivered)
 }
 
 // New names what is missing.
