@@ -169,7 +169,8 @@ type Runner struct {
 }
 
 // New returns the Runner of cfg.Subscription. It fails, wrapping
-// ErrInvalidConfig, when the stream or a required dependency is missing.
+// ErrInvalidConfig, when the stream or a required dependency is missing,
+// or MaxInFlight is below 1 (a subscription without its defaults).
 func New(cfg Config, deps Deps) (*Runner, error) {
 	name := cfg.Subscription.Name
 	missing := ""
@@ -189,6 +190,9 @@ func New(cfg Config, deps Deps) (*Runner, error) {
 	}
 	if missing != "" {
 		return nil, fmt.Errorf("%w: subscription %q: %s is missing", ErrInvalidConfig, name, missing)
+	}
+	if n := cfg.Subscription.MaxInFlight; n < 1 {
+		return nil, fmt.Errorf("%w: subscription %q: Subscription.MaxInFlight %d: want at least 1 (WithDefaults gives %d)", ErrInvalidConfig, name, n, subscription.DefaultMaxInFlight)
 	}
 	if deps.Clock == nil {
 		deps.Clock = clockwork.NewRealClock()

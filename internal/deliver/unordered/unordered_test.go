@@ -276,4 +276,14 @@ func TestNewNamesWhatIsMissing(t *testing.T) {
 	require.ErrorContains(t, err, `subscription "orders": Config.Stream is missing`)
 	_, err = unordered.New(unordered.Config{Subscription: s, Stream: "EVENTS"}, unordered.Deps{})
 	require.ErrorContains(t, err, "Deps.JetStream is missing")
+
+	b := setup(t)
+	br, err := breaker.NewSet(breaker.Settings{}, slog.New(slog.DiscardHandler), nil)
+	require.NoError(t, err)
+	s.MaxInFlight = 0
+	_, err = unordered.New(unordered.Config{Subscription: s, Stream: "EVENTS"}, unordered.Deps{
+		JetStream: b.js, Sender: (*attempt.Sender)(nil), Breaker: br.Breaker(s.URL), Health: enabled{}, Metrics: metrics("orders"),
+	})
+	require.ErrorIs(t, err, unordered.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Subscription.MaxInFlight 0: want at least 1")
 }
