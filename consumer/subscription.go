@@ -33,9 +33,10 @@ const (
 	// stream at once (docs/ordering.md). The default.
 	OrderingStream Ordering = "stream"
 	// OrderingNone delivers with maximum parallelism: one durable pull
-	// consumer shared by every replica, retries Nak'd with a delay, so a
-	// retried event can arrive after its successors, and with several
-	// replicas two events of one stream can be in flight at once.
+	// consumer shared by every replica, the events of one stream sent in
+	// parallel like any others (up to MaxInFlight per replica and
+	// MaxAckPending in all), retries Nak'd with a delay: a receiver gets
+	// no order, not even within a stream.
 	OrderingNone Ordering = "none"
 )
 
@@ -136,7 +137,8 @@ type Subscription struct {
 	BackOff []time.Duration
 	// MaxInFlight is the number of concurrent deliveries per consumer
 	// process, and the client-side pull buffer. Default DefaultMaxInFlight
-	// (64). Events of one stream are delivered one after another.
+	// (64). With OrderingNone the events of one stream are delivered in
+	// parallel too; ordered, one after another.
 	MaxInFlight int
 	// RateLimit caps the POSTs to the endpoint, in requests per second per
 	// consumer replica. Default 0: no cap. A 429 (or a 503 with

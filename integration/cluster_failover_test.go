@@ -320,10 +320,9 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 	// store turns every redelivery into a 204); the ordered subscription's
 	// first POSTs and processing, and the strict one's processing, in
 	// version order for every stream. The parallel one (ordering none)
-	// runs up to 64 deliveries at once with 1000 out: a message lost in
-	// transit at a kill comes back after AckWait, behind its stream's later
-	// versions (it keeps a stream's order only while nothing is
-	// redelivered), so its order is measured, not required.
+	// runs up to 64 deliveries at once with 1000 out, those of one stream
+	// in parallel too, and a message lost in transit at a kill comes back
+	// after AckWait: its order is measured, not required.
 	versions := eventVersions(t, pool, schema)
 	ord := ordered.check(t, versions, true)
 	orderedOut := orderedOutput()

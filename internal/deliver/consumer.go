@@ -26,6 +26,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/deliver/unordered"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -70,7 +71,7 @@ type Config struct {
 	// a standalone server, 3 on a cluster. Default 0: the JetStream
 	// stream's count. JetStream refuses more than the stream's count (API
 	// error 10126). A durable consumer that exists with another count
-	// keeps it, with a warning (see consumerReplicas).
+	// keeps it, with a warning (unordered.Runner.Provision, partitionconsumers.go).
 	Replicas int
 	// TracerProvider makes the attempt spans (attempt/trace.go: one per attempt,
 	// continuing the trace in the message's traceparent header, which the
@@ -184,27 +185,19 @@ type runner struct {
 
 	// What the subscription needs of its Consumer, given once by New.
 	js          jetstream.JetStream
-	stream      string            // the events stream (Config.Stream)
-	replicas    int               // Config.Replicas
 	replicaID   string            // Config.ReplicaID
 	deadLetters deadletter.Writer // nil: logged and Term'd
 
-	lanes lanes
-	// cons is the durable consumer Provision created; nil until then (run
-	// creates it).
-	cons jetstream.Consumer
+	// un delivers an unordered subscription (package unordered; nil for
+	// an ordered one).
+	un *unordered.Runner
 
 	// This subscription's children of per-subscription metrics, resolved
 	// once rather than on every delivery.
-	inFlight     prometheus.Gauge
 	redeliveries prometheus.Counter
 	// ord is the ordered-delivery state of an ordered subscription (nil
 	// for OrderingNone).
 	ord *orderedRunner
-	// fleet is what a Fleet's units share (nil outside a Fleet): its
-	// census tells whether the durable consumer still exists, its unit
-	// count sets the pull timing (pulltiming.go).
-	fleet *fleetShared
 }
 
 // fillDefaults gives cfg's zero fields their defaults (New's and
@@ -308,16 +301,37 @@ func New(js jetstream.JetStream, cfg Config, subs ...subscription.Subscription) 
 		if err != nil {
 			return nil, fmt.Errorf("deliver: new consumer: %w %q: %w", subscription.ErrInvalidSubscription, s.Name, err)
 		}
-		c.runners = append(c.runners, &runner{
+		r := &runner{
 			snd: snd, sub: s, log: snd.Logger(), br: br, endpoint: snd.Endpoint(), metrics: c.metrics, clock: cfg.Clock, health: c.health,
-			js: js, stream: cfg.Stream, replicas: cfg.Replicas, replicaID: cfg.ReplicaID, deadLetters: cfg.DeadLetters,
-			inFlight:     c.metrics.inFlight.WithLabelValues(s.Name),
+			js: js, replicaID: cfg.ReplicaID, deadLetters: cfg.DeadLetters,
 			redeliveries: c.metrics.redeliveries.WithLabelValues(s.Name),
-			fleet:        cfg.fleet,
-		})
+		}
+		if !s.Ordered() {
+			if r.un, err = newUnordered(js, cfg, r); err != nil {
+				return nil, fmt.Errorf("deliver: new consumer: %w", err)
+			}
+		}
+		c.runners = append(c.runners, r)
 	}
 	c.ord = newOrdering(c)
 	return c, nil
+}
+
+// newUnordered builds the unordered delivery of r's subscription, with
+// cfg's stream and replicas and, in a Fleet, its census and unit count.
+func newUnordered(js jetstream.JetStream, cfg Config, r *runner) (*unordered.Runner, error) {
+	d := unordered.Deps{
+		JetStream: js, Sender: r.snd, Breaker: r.br, Health: r.health, DeadLetters: cfg.DeadLetters,
+		Clock: cfg.Clock, Logger: r.log,
+		Metrics: unordered.Metrics{
+			Deliveries: r.metrics.deliveries, InFlight: r.metrics.inFlight.WithLabelValues(r.sub.Name), Redeliveries: r.redeliveries,
+			DeadLetters: r.metrics.deadLetters.WithLabelValues(r.sub.Name),
+		},
+	}
+	if cfg.fleet != nil {
+		d.Census, d.Units = cfg.fleet.census, cfg.fleet.unitCount
+	}
+	return unordered.New(unordered.Config{Subscription: r.sub, Stream: cfg.Stream, Replicas: cfg.Replicas}, d)
 }
 
 // subscriptionClient returns the HTTP client of subscription s: open (no
@@ -383,11 +397,9 @@ func (c *Consumer) Provision(ctx context.Context) error {
 		if r.sub.Ordered() {
 			continue
 		}
-		cons, err := r.createConsumer(ctx)
-		if err != nil {
+		if err := r.un.Provision(ctx); err != nil {
 			return err
 		}
-		r.cons = cons
 	}
 	return nil
 }
@@ -419,7 +431,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if r.sub.Ordered() {
 			continue
 		}
-		wg.Go(func() { r.run(ctx) })
+		wg.Go(func() { r.un.Run(ctx) })
 	}
 	wg.Wait()
 	return nil

@@ -60,25 +60,6 @@ func (f *fenceBuffer) take() []jetstream.Msg {
 	return out
 }
 
-// parsedMsg is a pulled message whose metadata (parsed from its reply
-// subject, which allocates) is parsed once: an ordered partition asks for
-// it several times per message (its stream and delivery sequences, its
-// delivery count).
-type parsedMsg struct {
-	jetstream.Msg
-	md  *jetstream.MsgMetadata
-	err error
-}
-
-func parsedOnce(m jetstream.Msg) jetstream.Msg {
-	md, err := m.Metadata()
-	return &parsedMsg{Msg: m, md: md, err: err}
-}
-
-// Metadata returns the metadata parsed when the message was pulled; the
-// caller must not change it.
-func (m *parsedMsg) Metadata() (*jetstream.MsgMetadata, error) { return m.md, m.err }
-
 // streamSeq is a message's sequence in the partitioned stream (0 when it
 // has no metadata).
 func streamSeq(m jetstream.Msg) uint64 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/unordered"
 )
 
 // fleetShared is what a Fleet's units share instead of building their
@@ -18,10 +19,10 @@ import (
 // watch of the health bucket (an ordered JetStream consumer each on the
 // server, pushing idle heartbeats) and called Breakers.Share again.
 //
-// census lists the units' durable consumers for them (census.go).
+// census lists the units' durable consumers for them (unordered.Census).
 type fleetShared struct {
 	health *health.State
-	census *census
+	census *unordered.Census
 	// units is the number of the Fleet's subscriptions (Put adds, Pause
 	// takes away).
 	units atomic.Int64
@@ -33,7 +34,7 @@ func newFleetShared(js jetstream.JetStream, cfg Config) (*fleetShared, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &fleetShared{health: h, census: newCensus(js, cfg.Stream, cfg.Clock)}, nil
+	return &fleetShared{health: h, census: unordered.NewCensus(js, cfg.Stream, cfg.Clock)}, nil
 }
 
 // newHealth builds the health of the subscriptions names for cfg
@@ -65,7 +66,7 @@ func (s *fleetShared) run(ctx context.Context, started func()) {
 	started()
 	var wg sync.WaitGroup
 	wg.Go(func() { s.health.Run(ctx) })
-	wg.Go(func() { s.census.run(ctx) })
+	wg.Go(func() { s.census.Run(ctx) })
 	wg.Wait()
 	s.health.Wait()
 }
@@ -84,11 +85,3 @@ func (s *fleetShared) unitCount() int {
 func (s *fleetShared) added(name string) {
 	s.health.Added(name)
 }
-
-// consumersLimitHint follows JetStream's "maximum consumers limit
-// reached" in the error of a durable consumer it refused: nats-server
-// caps a stream at 1,000 consumers unless told otherwise, one per
-// unordered subscription (sixteen per ordered one on the partitioned
-// copy).
-const consumersLimitHint = "nats-server allows 1,000 consumers per stream by default: one per unordered subscription, 16 per ordered one; " +
-	"raise it with jetstream { limits { default_max_consumers: -1 } } in the server's configuration, or the stream's or account's max_consumers"

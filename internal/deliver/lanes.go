@@ -10,53 +10,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/pull"
 )
 
 // lanes runs the deliveries of one stream one after another, in the order
-// they were pulled, while different streams run concurrently. JetStream hands
-// a consumer each stream's events in order, so a receiver sees them in order
-// too (a retried event comes back later, after its successors: order holds
-// only while no delivery of the stream needs a retry).
+// they were submitted, while different streams run concurrently: an ordered
+// partition's lanes (the unordered path has none). A lane's delivery retries
+// its event in place (head of line), so the stream's later events wait.
 type lanes struct {
 	mu      sync.Mutex
 	busy    map[string][]jetstream.Msg // key → messages waiting behind the running one
-	workers workers
-}
-
-// workers runs functions on reused goroutines. A delivery's call path (HTTP
-// client, signing) is deep: on a fresh goroutine per delivery the stack grows
-// and is copied every time (runtime.newstack was ~7 % of the consumer's CPU
-// at full speed). Workers follow the number of functions running at once
-// (bounded by the caller's slots); one idle for workerIdle exits.
-type workers struct {
-	ch   chan func()
-	once sync.Once
-}
-
-const workerIdle = 10 * time.Second
-
-// run runs f on an idle worker, or on a new one when none is idle.
-func (w *workers) run(f func()) {
-	w.once.Do(func() { w.ch = make(chan func()) })
-	select {
-	case w.ch <- f:
-	default:
-		go w.loop(f)
-	}
-}
-
-func (w *workers) loop(f func()) {
-	t := time.NewTimer(workerIdle)
-	defer t.Stop()
-	for {
-		f()
-		t.Reset(workerIdle)
-		select {
-		case f = <-w.ch:
-		case <-t.C:
-			return
-		}
-	}
+	workers pull.Workers
 }
 
 // queued returns the messages waiting behind a running delivery.
@@ -117,7 +81,7 @@ func (l *lanes) submit(key string, msg jetstream.Msg, wg *sync.WaitGroup, fn fun
 	l.busy[key] = nil
 	l.mu.Unlock()
 	wg.Add(1)
-	l.workers.run(func() {
+	l.workers.Run(func() {
 		defer wg.Done()
 		if done != nil {
 			defer done()

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/pull"
 )
 
 // The sender's fence. Past its lease deadline (on the injected clock) a
@@ -239,7 +240,7 @@ func (lf *leaseFence) nak(log *slog.Logger, m jetstream.Msg) {
 		log.Debug("not Nak'd; it goes back by AckWait", slog.String("event_id", attempt.EventID(m)), slog.Any("reason", err))
 		return
 	}
-	nak(log, m, 0)
+	pull.Nak(log, m, 0)
 }
 
 // waitAck waits until an ack may be sent (mayAck) and reports true, or

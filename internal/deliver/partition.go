@@ -16,6 +16,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/park"
+	"github.com/jsbridge/jsbridge/internal/deliver/pull"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -288,7 +289,7 @@ func (pt *partition) run() {
 		case p := <-pulled:
 			msg, err = p.msg, p.err
 			if msg != nil {
-				msg = parsedOnce(msg)
+				msg = pull.ParsedOnce(msg)
 			}
 		case c := <-pt.succ.checks:
 			pt.succ.answered(c)

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/pull"
 )
 
 // pausePull stops iter (what the client buffer holds is dropped, not
@@ -50,7 +51,7 @@ func (pt *partition) openPull() jetstream.MessagesContext {
 		if err == nil {
 			return iter
 		}
-		if consumerGone(err) {
+		if pull.ConsumerGone(err) {
 			// The partition ends; the ownership loop makes the consumer
 			// again (ensureConsumer) and claims it anew.
 			pt.log.Warn("the partition consumer no longer exists; releasing the partition to create it again", slog.Any("error", err))

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/deliver/unordered"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -53,7 +54,7 @@ func ReadPositions(ctx context.Context, js jetstream.JetStream, events string) (
 		return nil, err
 	}
 	for _, ci := range infos {
-		if strings.HasPrefix(ci.Config.Description, unorderedDescription) {
+		if strings.HasPrefix(ci.Config.Description, unordered.Description) {
 			out = append(out, Position{Name: ci.Name, Start: subscription.ReportedStart(ci.Config), AckFloor: ci.AckFloor.Stream,
 				Pending: ci.NumPending + uint64(ci.NumAckPending)})
 		}

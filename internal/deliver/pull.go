@@ -5,6 +5,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/pull"
 )
 
 // pulled is one result of a partition's pull iterator.
@@ -20,7 +22,7 @@ type pulled struct {
 // consumer leader that moved) and issues new ones. Next calls shorter
 // than that never notice, and the partition would receive nothing more,
 // not even the redeliveries its fence waits for.
-const pullWait = 5 * pullHeartbeat
+const pullWait = 5 * pull.Heartbeat
 
 // readPull calls iter.Next, each call waiting up to pullWait, and sends
 // every message and error other than a timeout on the returned channel
@@ -67,7 +69,7 @@ func readPull(iter jetstream.MessagesContext, stop <-chan struct{}, buffer int, 
 // request waiting up to pullExpiry.
 func partitionPullOpts(batch int) []jetstream.PullMessagesOpt {
 	return []jetstream.PullMessagesOpt{
-		jetstream.PullMaxMessages(batch), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.PullMaxMessages(batch), jetstream.PullHeartbeat(pull.Heartbeat),
 		jetstream.PullExpiry(pullExpiry), jetstream.PullPriorityGroup(partitionGroup),
 		jetstream.WithMessagesErrOnMissingHeartbeat(false),
 	}

@@ -157,11 +157,11 @@ type Subscription struct {
 	// sent Retry-After. Default DefaultBackOff().
 	BackOff []time.Duration
 	// MaxInFlight is the number of concurrent deliveries per consumer
-	// process, and the client-side pull buffer. Default 64. Events of one
-	// stream are delivered one after another; those pulled while an
-	// earlier one of their stream runs wait in memory, kept from
-	// redelivery with InProgress, and do not count (MaxAckPending bounds
-	// them).
+	// process, and the client-side pull buffer. Default 64. With
+	// OrderingNone the events of one stream are delivered in parallel like
+	// any others, up to MaxInFlight here and MaxAckPending across the
+	// replicas; ordered, they are delivered one after another (one lane
+	// per stream), and events waiting for their turn do not count.
 	MaxInFlight int
 	// RateLimit caps the subscription's POSTs per consumer replica, in
 	// requests per second. Default 0: no cap. A 429 or 503 from the

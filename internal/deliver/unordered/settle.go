@@ -1,4 +1,4 @@
-package deliver
+package unordered
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/pull"
 )
 
 // handle delivers one message and acks, Naks or Terms it: the unordered
@@ -17,13 +18,13 @@ import (
 // the subscription is disabled or throttled the message waits in place
 // (InProgress), spending no attempt, and goes back at once (Nak) when
 // rctx ends first.
-func (r *runner) handle(ctx, rctx context.Context, msg jetstream.Msg) {
+func (r *Runner) handle(ctx, rctx context.Context, msg jetstream.Msg) {
 	r.inFlight.Inc()
 	defer r.inFlight.Dec()
 
 	// The attempt number and the attempts record both read the metadata:
 	// parse it once.
-	msg = parsedOnce(msg)
+	msg = pull.ParsedOnce(msg)
 	n := attempt.Number(msg)
 	id := attempt.EventID(msg)
 	if n > 1 {
@@ -33,7 +34,7 @@ func (r *runner) handle(ctx, rctx context.Context, msg jetstream.Msg) {
 	for {
 		gen, err := r.snd.Gate(rctx, hold)
 		if err != nil {
-			nak(r.log.With(slog.String("event_id", id)), msg, 0)
+			pull.Nak(r.log.With(slog.String("event_id", id)), msg, 0)
 			return
 		}
 		if !r.attemptOnce(ctx, msg, id, n, gen) {
@@ -45,7 +46,7 @@ func (r *runner) handle(ctx, rctx context.Context, msg jetstream.Msg) {
 // attemptOnce makes one attempt of msg and settles it; it reports whether
 // the message stays in hand for another attempt (throttled, or the
 // subscription disabled), which spends no attempt. gen is gate's.
-func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, n int, gen uint64) (again bool) {
+func (r *Runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, n int, gen uint64) (again bool) {
 	s := r.snd.Attempt(ctx, msg, n, attempt.Call{ID: id, Gen: gen, InProgress: msg.InProgress})
 	defer r.snd.End(s.Trace)
 	resp := s.Response
@@ -59,7 +60,7 @@ func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, 
 	case attempt.ActBreakerOpen: // no fence here
 		l := log()
 		l.Debug("circuit breaker open, not sent", slog.Duration("delay", s.Delay))
-		nak(l, msg, s.Delay)
+		pull.Nak(l, msg, s.Delay)
 	case attempt.ActAck:
 		r.snd.Count(attempt.OutcomeAck, s.Class, resp.Status)
 		if err := msg.Ack(); err != nil {
@@ -79,7 +80,7 @@ func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, 
 		r.snd.Count(attempt.OutcomeRetry, s.Class, 0)
 		l := log(slog.Int("status", resp.Status))
 		l.Warn("delivery failed, will retry", slog.String("reason", s.Reason), slog.Duration("delay", s.Delay))
-		nak(l, msg, s.Delay)
+		pull.Nak(l, msg, s.Delay)
 	case attempt.ActWait, attempt.ActStale:
 		// An order gate's 409 (an unordered webhook carries no lease
 		// epoch, so stale-epoch is unexpected here): never dead-lettered,
@@ -87,7 +88,7 @@ func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, 
 		r.snd.Count(s.Outcome, s.Class, 0)
 		l := log(slog.Int("status", resp.Status))
 		l.Info("the receiver's order gate refused the event for now; will retry", slog.String("reason", s.Reason), slog.Duration("delay", s.Delay))
-		nak(l, msg, s.Delay)
+		pull.Nak(l, msg, s.Delay)
 	case attempt.ActThrottle, attempt.ActDisable:
 		// Sent again in place once the throttle or the enable lets it
 		// (gate): no attempt spent, never dead-lettered.
@@ -107,7 +108,7 @@ func (r *runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, 
 // it Naks msg with the backoff delay instead, also after the last attempt:
 // the durable consumer has no server-side MaxDeliver, so the message comes
 // back and is tried (and, failing, dead-lettered) again.
-func (r *runner) giveUp(ctx context.Context, tr *attempt.Trace, log *slog.Logger, msg jetstream.Msg, dl deadletter.Letter, outcome, class string) {
+func (r *Runner) giveUp(ctx context.Context, tr *attempt.Trace, log *slog.Logger, msg jetstream.Msg, dl deadletter.Letter, outcome, class string) {
 	dl.Subscription = r.sub.Name
 	dl.Endpoint = r.endpoint
 	dl.Msg = msg
@@ -116,15 +117,15 @@ func (r *runner) giveUp(ctx context.Context, tr *attempt.Trace, log *slog.Logger
 			delay := r.snd.RetryDelay(dl.Attempt, -1)
 			log.Error("dead letter failed; will retry the delivery", slog.String("reason", dl.Reason), slog.Any("error", err), slog.Duration("delay", delay))
 			tr.Decide(attempt.OutcomeRetry, class, dl.Reason+" (dead letter failed: "+err.Error()+")")
-			r.metrics.deliveries.WithLabelValues(r.sub.Name, attempt.OutcomeRetry, class).Inc()
-			nak(log, msg, delay)
+			r.deliveries.WithLabelValues(r.sub.Name, attempt.OutcomeRetry, class).Inc()
+			pull.Nak(log, msg, delay)
 			return
 		}
 	}
-	r.metrics.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
+	r.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
 	tr.Decide(outcome, class, dl.Reason)
 	if r.deadLetters != nil {
-		r.metrics.deadLetters.WithLabelValues(r.sub.Name).Inc()
+		r.deadLettered.Inc()
 	}
 	log.Error("delivery failed for good, terminated", slog.String("outcome", outcome), slog.String("reason", dl.Reason))
 	if err := msg.TermWithReason(dl.Reason); err != nil {

@@ -1,4 +1,4 @@
-package deliver
+package unordered
 
 import (
 	"context"
@@ -9,15 +9,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// census lists the durable consumers of the events stream, once per
-// consumerCheckInterval, for a Fleet's unordered units: a unit asks it
+// Census lists the durable consumers of the events stream, once per
+// consumerCheckInterval, for a Fleet's unordered units (Deps.Census): a unit asks it
 // whether its durable consumer still exists instead of asking JetStream
 // for its consumer's info every consumerCheckInterval itself. With
 // 10,000 subscriptions that was 1,000 API requests a second; a listing
 // is one request per 1,024 names. A unit missing from a complete listing
 // confirms with its own info request before it counts as gone, so a
 // listing that raced with a creation costs one request, never a restart.
-type census struct {
+type Census struct {
 	js     jetstream.JetStream
 	stream string
 	clock  clockwork.Clock
@@ -27,13 +27,14 @@ type census struct {
 	complete chan struct{}   // closed when the listing under way ends
 }
 
-// newCensus returns the census of stream's durable consumers.
-func newCensus(js jetstream.JetStream, stream string, clock clockwork.Clock) *census {
-	return &census{js: js, stream: stream, clock: clock, complete: make(chan struct{})}
+// NewCensus returns the Census of stream's durable consumers.
+func NewCensus(js jetstream.JetStream, stream string, clock clockwork.Clock) *Census {
+	return &Census{js: js, stream: stream, clock: clock, complete: make(chan struct{})}
 }
 
-// run lists the consumers every consumerCheckInterval until ctx ends.
-func (c *census) run(ctx context.Context) {
+// Run lists the consumers every consumerCheckInterval (10 s) until ctx
+// ends.
+func (c *Census) Run(ctx context.Context) {
 	t := c.clock.NewTicker(consumerCheckInterval)
 	defer t.Stop()
 	for {
@@ -48,7 +49,7 @@ func (c *census) run(ctx context.Context) {
 
 // list lists the consumers once and wakes the waiters; a listing that
 // fails (other than for a missing stream) keeps the last one.
-func (c *census) list(ctx context.Context) {
+func (c *Census) list(ctx context.Context) {
 	names := map[string]bool{}
 	s, err := c.js.Stream(ctx, c.stream)
 	if err == nil {
@@ -72,25 +73,25 @@ func (c *census) list(ctx context.Context) {
 
 // listed returns a channel closed when the listing under way (or the
 // next one) has ended.
-func (c *census) listed() <-chan struct{} {
+func (c *Census) listed() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.complete
 }
 
 // lacks reports whether the last complete listing lacks name.
-func (c *census) lacks(name string) bool {
+func (c *Census) lacks(name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.names != nil && !c.names[name]
 }
 
-// watchGone waits, until ctx ends, for a listing that lacks durable
+// WatchGone waits, until ctx ends, for a listing that lacks durable
 // after one that began after the call (the first may have begun before
 // durable was created), then confirms with cons.Info: it returns true
 // when JetStream says the consumer or its stream is not found, false
 // when ctx ended.
-func (c *census) watchGone(ctx context.Context, durable string, cons jetstream.Consumer) bool {
+func (c *Census) WatchGone(ctx context.Context, durable string, cons jetstream.Consumer) bool {
 	skip := true
 	for {
 		ch := c.listed()

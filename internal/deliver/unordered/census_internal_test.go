@@ -1,4 +1,4 @@
-package deliver
+package unordered
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/embedded"
 )
 
 // The census finds a durable consumer deleted behind a unit's back: a
@@ -22,7 +24,7 @@ func TestCensusReportsADeletedConsumer(t *testing.T) {
 	js := startJetStream(t)
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}})
 	require.NoError(t, err)
-	c := newCensus(js, "EVENTS", clockwork.NewFakeClock())
+	c := NewCensus(js, "EVENTS", clockwork.NewFakeClock())
 	c.list(ctx) // before the consumer exists
 	require.True(t, c.lacks("sub"))
 	cons, err := js.CreateConsumer(ctx, "EVENTS", jetstream.ConsumerConfig{Durable: "sub", AckPolicy: jetstream.AckExplicitPolicy})
@@ -31,7 +33,7 @@ func TestCensusReportsADeletedConsumer(t *testing.T) {
 	gone := make(chan bool, 1)
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go func() { gone <- c.watchGone(wctx, "sub", cons) }()
+	go func() { gone <- c.WatchGone(wctx, "sub", cons) }()
 	for range 3 {
 		c.list(ctx) // it exists: nothing reported
 	}
@@ -52,4 +54,20 @@ func TestCensusReportsADeletedConsumer(t *testing.T) {
 			return false
 		}
 	}, 10*time.Second, 20*time.Millisecond, "the deletion is reported")
+}
+
+// startJetStream starts an embedded JetStream server for the test (this
+// package's internal tests cannot import jsbridgetest, which imports the
+// engine that imports this package).
+func startJetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
 }

@@ -1,4 +1,4 @@
-package deliver
+package pull
 
 import (
 	"log/slog"
@@ -7,9 +7,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// nak returns msg to JetStream for redelivery after delay, logging a
+// Nak returns msg to JetStream for redelivery after delay, logging a
 // failure to log.
-func nak(log *slog.Logger, msg jetstream.Msg, delay time.Duration) {
+func Nak(log *slog.Logger, msg jetstream.Msg, delay time.Duration) {
 	if err := msg.NakWithDelay(delay); err != nil {
 		log.Warn("nak failed; JetStream will redeliver after AckWait", slog.Any("error", err))
 	}
