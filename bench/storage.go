@@ -13,7 +13,7 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	engine "github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -22,7 +22,7 @@ import (
 // (the partitioned copy). The events are the bridge's messages
 // (forward.Message) with CloudEvents-like JSON payloads (storagePayload),
 // published to a stream created by forward.Provision; the copy is made
-// from deliver.CopyStreamConfig, as the consumer makes it, in variants
+// from ordercopy.StreamConfig, as the consumer makes it, in variants
 // (storageVariants), one at a time, each read once it has sourced every
 // event. Figures are the stream's directory on disk (blocks, indexes,
 // consumer state), which is what S2 compression shrinks, with the block
@@ -209,7 +209,7 @@ func storageEvents(ctx context.Context, js jetstream.JetStream, n, streams int, 
 // waits until it has sourced every event (and, for interest retention,
 // its partition consumers acked them), reads its size and deletes it.
 func storageCopy(ctx context.Context, js jetstream.JetStream, dir string, ecfg jetstream.StreamConfig, v storageVariant) (storageSizes, error) {
-	cfg := engine.CopyStreamConfig(ecfg, orderedPartitions, 0)
+	cfg := ordercopy.StreamConfig(ecfg, orderedPartitions, 0)
 	cfg.Compression = v.compression
 	sources := cfg.Sources
 	if v.interest {

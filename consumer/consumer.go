@@ -32,6 +32,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/internal/startup"
@@ -193,7 +194,7 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	// for it here.
 	err = w.For(ctx, "JetStream stream "+c.cfg.Stream, func(ctx context.Context) error {
 		err := c.engine.Provision(ctx)
-		if errors.Is(err, deliver.ErrPartitionsChanged) || errors.Is(err, deliver.ErrEventsRecreated) || errors.Is(err, subscription.ErrInvalidSubscription) ||
+		if errors.Is(err, ordercopy.ErrPartitionsChanged) || errors.Is(err, ordercopy.ErrEventsRecreated) || errors.Is(err, subscription.ErrInvalidSubscription) ||
 			errors.Is(err, subscription.ErrStartChanged) {
 			return startup.Permanent(err)
 		}
@@ -354,9 +355,9 @@ var (
 	// ErrPartitionsChanged is wrapped when Config.Partitions differs from
 	// the partition count of the existing partitioned copy of the events
 	// stream (changing it needs the copy deleted, docs/ordering.md).
-	ErrPartitionsChanged = deliver.ErrPartitionsChanged
+	ErrPartitionsChanged = ordercopy.ErrPartitionsChanged
 	// ErrEventsRecreated is wrapped when the partitioned copy sourced the
 	// events stream past its last sequence (the events stream was deleted
 	// and created again); the message names the copy to delete.
-	ErrEventsRecreated = deliver.ErrEventsRecreated
+	ErrEventsRecreated = ordercopy.ErrEventsRecreated
 )

@@ -28,7 +28,7 @@ func (pt *partition) tendAside(wg *sync.WaitGroup) {
 	if !as.any.Load() {
 		return
 	}
-	as.tendStuck(pt.parking.isParked)
+	as.tendStuck(pt.parking.IsParked)
 	pressed := pt.inHand.full() || (pt.maxAckPending > 0 && pt.book.inHand() >= pt.maxAckPending/2)
 	for key, h := range as.candidates(pressed) {
 		if pt.lanes.queuedOf(key)+pt.book.waitingOf(key) >= asideAfter {
@@ -61,7 +61,7 @@ func (pt *partition) setAside(key string, head refusedHead, wg *sync.WaitGroup) 
 	waiting := pt.book.takeWaitingOf(key)
 	// A parked stream's held events (setAsideParked) come before those
 	// queued in its lane and waiting.
-	held := pt.parking.takeHeld(pt.holder, head.subject)
+	held := pt.parking.TakeHeld(pt.holder, head.subject)
 	out := append(append(slices.Clip(held), queued...), waiting...)
 	if len(out) == 0 {
 		return
@@ -82,7 +82,7 @@ func (pt *partition) setAside(key string, head refusedHead, wg *sync.WaitGroup) 
 			pt.succ.wait(key, m)
 		}
 		for _, m := range held {
-			pt.parking.hold(pt.holder, key, m)
+			pt.parking.Hold(pt.holder, m)
 		}
 		return
 	}
@@ -113,7 +113,7 @@ func (pt *partition) setAside(key string, head refusedHead, wg *sync.WaitGroup) 
 // again later (one its lane was handing on as it was set aside) are
 // acked out on the next pass.
 func (pt *partition) setAsideParked(wg *sync.WaitGroup) {
-	held, total := pt.parking.heldBy(pt.holder)
+	held, total := pt.parking.HeldBy(pt.holder)
 	if len(held) == 0 {
 		return
 	}
@@ -122,9 +122,9 @@ func (pt *partition) setAsideParked(wg *sync.WaitGroup) {
 		if pt.aside.isAside(key) {
 			// Held after it was set aside: acked out now (at or after
 			// the record's Start, as every event held since is).
-			for _, m := range pt.parking.takeHeld(pt.holder, subject) {
+			for _, m := range pt.parking.TakeHeld(pt.holder, subject) {
 				if !pt.aside.takes(key, m, pt.lease.mayAck) {
-					pt.parking.hold(pt.holder, key, m)
+					pt.parking.Hold(pt.holder, m)
 				}
 			}
 			continue
@@ -158,7 +158,7 @@ func (pt *partition) asideFloor() uint64 {
 // owner left, by the former owner (the consumer's ack floor passed it).
 // The head not settled comes back to this partition and goes first.
 func (pt *partition) mayReread(key string, rec asideRecord, whole bool) bool {
-	if pt.lanes.running(key) || pt.book.waitingOf(key) > 0 || pt.parking.isParked(rec.Subject) {
+	if pt.lanes.running(key) || pt.book.waitingOf(key) > 0 || pt.parking.IsParked(rec.Subject) {
 		return false
 	}
 	return whole || rec.Head == 0 || pt.book.lastSettled(key) >= rec.Head || pt.asideFloor() >= rec.Head
@@ -217,7 +217,7 @@ func (pt *partition) reread(key string, from uint64, wg *sync.WaitGroup) {
 			return
 		}
 		from = raw.Sequence + 1
-		if pt.parking.isParked(raw.Subject) {
+		if pt.parking.IsParked(raw.Subject) {
 			return // dead-lettered and parked: read on once unparked
 		}
 	}

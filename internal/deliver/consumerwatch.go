@@ -11,6 +11,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -20,7 +21,7 @@ import (
 type consumerWatch struct {
 	cons    jetstream.Consumer
 	durable string        // its name
-	every   time.Duration // how often it is read (copyCheckEvery)
+	every   time.Duration // how often it is read (ordercopy.CheckEvery)
 	clock   clockwork.Clock
 	log     *slog.Logger
 	filters []string // its filter subjects
@@ -34,7 +35,7 @@ type consumerWatch struct {
 }
 
 // watchConsumer reads the partition consumer's state every
-// copyCheckEvery until ctx ends: it records its ack floor (where a
+// ordercopy.CheckEvery until ctx ends: it records its ack floor (where a
 // consumer deleted at run time is made again from, see ensureConsumer),
 // releases the partition when the consumer is gone (the ownership loop
 // makes it again and claims the partition anew), and reports an unsettled
@@ -65,7 +66,7 @@ func (cw *consumerWatch) watchConsumer(ctx context.Context) {
 
 // checkRetention logs an error when the partition's oldest unsettled event
 // (its consumer's first message after the ack floor) is older than
-// retentionWarn quarters of the copy's MaxAge: held behind a parked head,
+// ordercopy.RetentionWarn quarters of the copy's MaxAge: held behind a parked head,
 // or not delivered yet, it is removed from the copy at MaxAge and never
 // delivered. warned is the sequence already reported (once each); it
 // returns the one reported now, or warned.
@@ -89,7 +90,7 @@ func (cw *consumerWatch) checkRetention(ctx context.Context, floor, warned uint6
 		return warned
 	}
 	age := cw.clock.Since(oldest.Time)
-	if age < maxAge/4*retentionWarn {
+	if age < maxAge/4*ordercopy.RetentionWarn {
 		return warned
 	}
 	cw.log.Error(fmt.Sprintf("an event of the partition is not settled after 3/4 of the partitioned copy's MaxAge: the copy removes it at MaxAge, "+

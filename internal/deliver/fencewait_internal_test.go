@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/park"
 )
 
 // infoConsumer is a partition consumer whose Info answers info.
@@ -62,7 +64,7 @@ func TestAFenceHeldOpenLogsWhyItWaits(t *testing.T) {
 	}}
 	pt := newPartition(partitionDeps{clock: clock, log: slog.New(slog.NewTextHandler(&logs, nil))}, 3, cons, 0, time.Time{})
 	t.Cleanup(pt.cancel)
-	pt.parking = &parking{parked: map[string]*parkedStream{}}
+	pt.parking = park.New(park.Config{}, park.Deps{})
 	pt.fenceGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "fence_waiting_seconds"})
 	var fence fenceBuffer
 	// Two of the three pending events are in the fence; the third (101)

@@ -1,6 +1,7 @@
 package deliver
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"time"
@@ -118,7 +119,7 @@ func (b *handBook) wait(key string, m jetstream.Msg, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w := b.waiting[key]
-	i, found := slices.BinarySearchFunc(w, seq, func(x waitingMsg, s uint64) int { return compareUint(streamSeq(x.msg), s) })
+	i, found := slices.BinarySearchFunc(w, seq, func(x waitingMsg, s uint64) int { return cmp.Compare(streamSeq(x.msg), s) })
 	if found {
 		w[i].msg = m
 		return

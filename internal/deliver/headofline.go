@@ -13,6 +13,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/park"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -28,8 +29,8 @@ type headOfLine struct {
 	r       *runner // the subscription's: its sender, dead letters and metrics
 	lease   *leaseFence
 	book    *handBook
-	parking *parking // the subscription's parked streams
-	holder  *holder  // the partition, as parking sees it
+	parking *park.Parking // the subscription's parked streams
+	holder  *park.Holder  // the partition, as parking sees it
 	// attempts is the subscription's failed POSTs, across owners.
 	attempts failedAttempts
 	// slots bounds the subscription's POSTs in flight on this replica.
@@ -105,7 +106,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		if !hl.lease.waitLease() {
 			continue // released: Nak'd above
 		}
-		if hl.parking.hold(hl.holder, key, m) {
+		if hl.parking.Hold(hl.holder, m) {
 			return
 		}
 		prev, err := hl.chain.previous(hl.ctx, key, m)
@@ -388,7 +389,7 @@ func (hl *headOfLine) deadLetter(m jetstream.Msg, log *slog.Logger, dl deadlette
 		hl.chain.forget(key)
 		pause.Reset()
 		for {
-			err := hl.parking.park(hl.holder, m, dl)
+			err := hl.parking.Park(hl.holder, m, dl)
 			if err == nil {
 				break
 			}

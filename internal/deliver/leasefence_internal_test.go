@@ -2,7 +2,6 @@ package deliver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
-	"github.com/jsbridge/jsbridge/wire"
 )
 
 // ackMsg is a fakeMsg that counts what was sent for it.
@@ -172,40 +170,6 @@ func TestPartitionPastItsDeadlinePullsNothing(t *testing.T) {
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	pt.release()
 	require.Nil(t, <-got, "released while paused: no new iterator")
-}
-
-// A park entry written while the watch is away (re-subscribing, so this
-// replica's cache does not have it) is found by reread, which a new owner
-// runs before its fence passes: the stream's later events are held, not
-// delivered; other streams are not.
-func TestParkWrittenWhileTheWatchIsAwayHoldsTheStream(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	js := startJetStream(t)
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
-	require.NoError(t, err)
-
-	pt, _, _ := fencedPartition(t)
-	pk := &parking{o: &ordering{parks: kv, eventsPrefix: "events"}, sub: subscription.Subscription{Name: "orders"}, log: pt.log,
-		clock: pt.clock, parked: map[string]*parkedStream{}}
-	pt.parking = pk
-	require.NoError(t, pk.reread(ctx), "an empty bucket")
-
-	// Another replica parks order-1 behind event 5; this replica's watch
-	// never sees it.
-	key := wire.StreamKey(wire.EventsSubject("events", newFakeMsg("order-1", 1, 11).Subject()))
-	v, err := json.Marshal(deadletter.ParkedStream{Subscription: "orders", Stream: "order-1", HeadEventID: "5"})
-	require.NoError(t, err)
-	_, err = kv.Create(ctx, wire.ParkedKey("orders", key), v)
-	require.NoError(t, err)
-	later := newAckMsg(11)
-	require.False(t, pk.hold(pt.holder, key, later), "the cache does not know the park")
-
-	require.NoError(t, pk.reread(ctx))
-	require.True(t, pk.hold(pt.holder, key, later), "after the re-read the stream's later event is held")
-	other := &ackMsg{fakeMsg: newFakeMsg("order-2", 0, 12)}
-	require.False(t, pk.hold(pt.holder, wire.StreamKey(wire.EventsSubject("events", other.Subject())), other), "another stream goes on")
 }
 
 // A renewal that finds the lease taken ends it at once: before its old

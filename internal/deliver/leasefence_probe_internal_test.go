@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/park"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
@@ -117,7 +118,7 @@ func probeSender(t *testing.T, pt *partition, store breaker.Store, tracer trace.
 	r := newTestRunner(t, sub, rc.Client(), set.Breaker(sub.URL), pt.clock, tracer)
 	pt.hol.r = r
 	pt.hol.slots = make(chan struct{}, 1)
-	pt.hol.parking = &parking{parked: map[string]*parkedStream{}}
+	pt.hol.parking = park.New(park.Config{}, park.Deps{})
 	return &posts, set
 }
 

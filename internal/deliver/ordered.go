@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
+	"github.com/jsbridge/jsbridge/internal/deliver/park"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -45,19 +47,6 @@ import (
 //     per-stream lanes in stream-sequence order.
 //   - Inside a partition, one lane per stream; a failing head is retried in
 //     place (InProgress keeps it), acks are double acks.
-
-// ErrPartitionsChanged is wrapped by Provision when the partitioned copy of
-// the events stream exists with another partition count than
-// Config.Partitions: its stored subjects would not match the partition
-// consumers' filters. Waiting does not fix it.
-var ErrPartitionsChanged = errors.New("partition count differs from the partitioned stream's")
-
-// ErrEventsRecreated is wrapped by Provision when the partitioned copy of
-// the events stream has sourced it past its last sequence: the events
-// stream was deleted and created again, and the copy would go on sourcing
-// from its old sequence on, skipping the new stream's messages up to
-// there. Waiting does not fix it.
-var ErrEventsRecreated = errors.New("the partitioned stream sourced the events stream past its last sequence")
 
 // orderingDefaults fills the ordered-delivery fields of cfg.
 func orderingDefaults(cfg *Config) error {
@@ -147,6 +136,25 @@ func newOrdering(c *Consumer) *ordering {
 	return o
 }
 
+// newParking returns the parked streams of r's ordered subscription: the
+// park room, handed the copy's MaxAge as o last read it and the
+// restoring of o's buckets.
+func newParking(r *runner, o *ordering) *park.Parking {
+	var m park.Metrics
+	if r.metrics != nil {
+		m = park.Metrics{Parked: r.metrics.streamsParked, OrderStuck: r.metrics.orderStuck, OldestHeld: r.metrics.oldestHeld}
+	}
+	return park.New(park.Config{Subscription: r.sub.Name, AckWait: r.sub.AckWait, ReplicaID: r.replicaID, CopyStream: o.stream()}, park.Deps{
+		Clock: r.clock, Logger: r.log, Metrics: m,
+		CopyMaxAge: func() time.Duration { return time.Duration(o.copyAge.Load()) },
+		WatchFailed: func(ctx context.Context, err error) {
+			if bucketGone(err) {
+				o.buckets.restore(ctx)
+			}
+		},
+	})
+}
+
 // stream is the partitioned copy's name.
 func (o *ordering) stream() string { return wire.OrderedStream(o.cfg.Stream) }
 
@@ -164,7 +172,7 @@ func (o *ordering) provision(ctx context.Context) error {
 		return fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.cfg.Stream, err)
 	}
 	ecfg := events.CachedInfo().Config
-	o.eventsPrefix = eventsPrefixOf(ecfg)
+	o.eventsPrefix = ordercopy.EventsPrefix(ecfg)
 	for _, r := range o.runners {
 		for _, f := range r.sub.FilterSubjects {
 			if _, err := wire.OrderedFilter(o.eventsPrefix, 0, f); err != nil {
@@ -176,32 +184,11 @@ func (o *ordering) provision(ctx context.Context) error {
 	if replicas == 0 {
 		replicas = ecfg.Replicas
 	}
-	_, dest := wire.OrderedTransform(o.eventsPrefix, o.cfg.Partitions)
-	if s, err := js.Stream(ctx, o.stream()); err == nil {
-		cfg := s.CachedInfo().Config
-		if len(cfg.Sources) != 1 || len(cfg.Sources[0].SubjectTransforms) != 1 || cfg.Sources[0].SubjectTransforms[0].Destination != dest {
-			return fmt.Errorf("deliver: %w: JetStream stream %q does not source %q with the transform %q (partitions %d); "+
-				"delete it (nats stream rm %s) and every ordered subscription's partition consumers to repartition (docs/ordering.md)",
-				ErrPartitionsChanged, o.stream(), o.cfg.Stream, dest, o.cfg.Partitions, o.stream())
-		}
-		if err := o.checkSourced(ctx, s, events); err != nil {
-			return err
-		}
-		if err := allowDirect(ctx, js, s, o.log); err != nil {
-			return err
-		}
-		reportRetention(o.log, cfg, ecfg)
-		reportCompression(o.log, cfg)
-		o.copyAge.Store(int64(cfg.MaxAge))
-	} else if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = js.CreateStream(ctx, CopyStreamConfig(ecfg, o.cfg.Partitions, replicas))
-		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("deliver: create JetStream stream %q: %w", o.stream(), err)
-		}
-		o.copyAge.Store(int64(copyMaxAge(ecfg.MaxAge))) // or another replica's, the same; the watcher reads it
-	} else {
-		return fmt.Errorf("deliver: JetStream stream %q: %w", o.stream(), err)
+	maxAge, err := ordercopy.Provision(ctx, js, events, o.cfg.Partitions, replicas, o.log)
+	if err != nil {
+		return err
 	}
+	o.copyAge.Store(int64(maxAge)) // the watcher reads it again
 	o.buckets = buckets{js: js, log: o.log, leases: jetstream.KeyValueConfig{
 		Bucket: wire.DefaultLeaseBucket, Description: "jsbridge consumer replicas and their partition leases",
 		TTL: o.cfg.LeaseTTL, Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
@@ -220,39 +207,14 @@ func (o *ordering) provision(ctx context.Context) error {
 	}
 	o.epochs = leaseEpochs{kv: o.parks}
 	for _, r := range o.runners {
+		r.ord.parking.Provisioned(o.parks, o.eventsPrefix)
+	}
+	for _, r := range o.runners {
 		if err := r.ord.createConsumers(ctx, o, replicas); err != nil {
 			return err
 		}
 	}
 	o.provisioned = true
-	return nil
-}
-
-// checkSourced fails, wrapping ErrEventsRecreated, when the last message of
-// the partitioned copy s came from past the events stream's last sequence
-// (read after it, so that a copy keeping up is never ahead).
-func (o *ordering) checkSourced(ctx context.Context, s, events jetstream.Stream) error {
-	last := s.CachedInfo().State.LastSeq
-	if last == 0 {
-		return nil
-	}
-	m, err := s.GetMsg(ctx, last)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("deliver: read JetStream stream %q: %w", o.stream(), err)
-	}
-	origin := wire.SourceSequence(m.Header.Get(wire.HeaderSourceInfo))
-	info, err := events.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.cfg.Stream, err)
-	}
-	if origin > info.State.LastSeq {
-		return fmt.Errorf("deliver: %w: JetStream stream %q holds messages of %q up to its sequence %d, and %q ends at %d: %q was created again. "+
-			"Delete %q (nats stream rm %s) and every ordered subscription's partition consumers, which go with it; they are made again from the new stream",
-			ErrEventsRecreated, o.stream(), o.cfg.Stream, origin, o.cfg.Stream, info.State.LastSeq, o.cfg.Stream, o.stream(), o.stream())
-	}
 	return nil
 }
 
@@ -314,17 +276,17 @@ func (o *ordering) run(ctx context.Context) {
 	}
 	var watchers sync.WaitGroup
 	wctx, stopWatchers := context.WithCancel(context.WithoutCancel(ctx))
-	cw := &copyWatch{js: o.js, events: o.cfg.Stream, every: copyCheckEvery(o.leaseTTL), clock: o.clock, log: o.log, metrics: o.metrics, copyAge: &o.copyAge}
-	watchers.Go(func() { cw.watch(wctx) })
-	sw := markerSweep{js: o.js, kv: o.parks, clock: o.clock, log: o.log}
+	cw := &ordercopy.Watch{JS: o.js, Events: o.cfg.Stream, Every: ordercopy.CheckEvery(o.leaseTTL), Clock: o.clock, Logger: o.log,
+		LagMessages: o.metrics.copyLagMsgs, LagSeconds: o.metrics.copyLagSeconds, MaxAge: &o.copyAge}
+	watchers.Go(func() { cw.Run(wctx) })
+	sw := park.Sweep{JS: o.js, Bucket: o.parks, Clock: o.clock, Logger: o.log}
 	for _, r := range o.runners {
-		sw.subs = append(sw.subs, r.sub.Name)
+		sw.Subscriptions = append(sw.Subscriptions, r.sub.Name)
 	}
-	watchers.Go(func() { sw.run(wctx) })
+	watchers.Go(func() { sw.Run(wctx) })
 	for _, r := range o.runners {
 		ready := make(chan struct{})
-		watchers.Go(func() { r.ord.parking.watchParked(wctx, o.parks, ready) })
-		watchers.Go(func() { r.ord.parking.keepParkedAlive(wctx) })
+		watchers.Go(func() { r.ord.parking.Run(wctx, ready) })
 		select {
 		case <-ready:
 		case <-ctx.Done():

@@ -19,6 +19,7 @@ import (
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -370,7 +371,7 @@ func TestOrderedProvisionRefusesACopyOfARecreatedEventsStream(t *testing.T) {
 	c, err = deliver.New(b.js, deliver.Config{Partitions: 4}, s)
 	require.NoError(t, err)
 	err = c.Provision(b.ctx)
-	require.ErrorIs(t, err, deliver.ErrEventsRecreated)
+	require.ErrorIs(t, err, ordercopy.ErrEventsRecreated)
 	require.ErrorContains(t, err, `JetStream stream "EVENTS_ORDERED" holds messages of "EVENTS" up to its sequence 5, and "EVENTS" ends at 2`)
 	require.ErrorContains(t, err, "nats stream rm EVENTS_ORDERED")
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
+	"github.com/jsbridge/jsbridge/internal/deliver/park"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -31,7 +33,7 @@ type orderedRunner struct {
 	parts    []*partition  // owned partitions; nil where not owned
 	slots    chan struct{} // bounds concurrent POSTs to MaxInFlight
 
-	parking *parking // the parked streams and the events held behind them
+	parking *park.Parking // the parked streams and the events held behind them
 
 	streamMu sync.Mutex
 	stream   jetstream.Stream // the partitioned stream, once looked up (copyStream)
@@ -402,7 +404,7 @@ func (or *orderedRunner) newPartition(p int, rev, epoch uint64, deadline time.Ti
 	d := partitionDeps{
 		inHand: or.inHand, pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
 		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log, resetThrough: resetThrough},
-		checkEvery: copyCheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream,
+		checkEvery: ordercopy.CheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream,
 		record: rec, sendAck: or.o.cfg.sendAck,
 		epoch: epoch, epochs: or.o.epochs, stuckAfter: or.o.cfg.OrderStuckAfter, parks: or.o.parks,
 	}

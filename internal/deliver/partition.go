@@ -15,6 +15,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/park"
 	"github.com/jsbridge/jsbridge/internal/deliver/pull"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -31,7 +32,7 @@ type partition struct {
 	pullBatch int // the client's pull buffer (orderedRunner.pullBatch)
 	p         int
 	cons      jetstream.Consumer
-	parking   *parking      // the subscription's parked streams
+	parking   *park.Parking // the subscription's parked streams
 	ackWait   time.Duration // the subscription's AckWait
 	clock     clockwork.Clock
 	log       *slog.Logger
@@ -50,7 +51,7 @@ type partition struct {
 	hol    *headOfLine
 	watch  *consumerWatch
 	record *deliveredRecord // nil: none (tests without JetStream)
-	holder *holder          // the partition as its parked streams' events see it
+	holder *park.Holder     // the partition as its parked streams' events see it
 	aside  *asides          // its streams set aside (aside.go); nil: none ever is
 	// asideFloorRead is the consumer's ack floor as the streams set aside
 	// last read it, at asideFloorAt (partition.asideFloor); the run
@@ -79,7 +80,7 @@ type partitionDeps struct {
 	inHand       *handGate // nil: no limit
 	pullBatch    int
 	r            *runner
-	parking      *parking
+	parking      *park.Parking
 	clock        clockwork.Clock
 	log          *slog.Logger // the subscription's
 	eventsPrefix string
@@ -137,11 +138,11 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	if d.r != nil {
 		pt.succ.js = d.r.js
 	}
-	pt.holder = &holder{
-		p:          p,
-		ack:        func(m jetstream.Msg) { pt.hol.ack(m, func() *slog.Logger { return log }) },
-		inProgress: pt.lease.inProgress,
-		nak:        func(m jetstream.Msg) { pt.lease.nak(log, m) },
+	pt.holder = &park.Holder{
+		P:          p,
+		Ack:        func(m jetstream.Msg) { pt.hol.ack(m, func() *slog.Logger { return log }) },
+		InProgress: pt.lease.inProgress,
+		Nak:        func(m jetstream.Msg) { pt.lease.nak(log, m) },
 	}
 	if d.r != nil && d.r.metrics != nil {
 		vec, labels := d.r.metrics.fenceWaiting, []string{d.r.sub.Name, strconv.Itoa(p)}
@@ -271,7 +272,7 @@ func (pt *partition) run() {
 			// waits in JetStream needs no InProgress). Resume when a lane
 			// makes room, or after 5 ms to release unparked events and
 			// check the lease.
-			for _, m := range pt.parking.releaseFor(pt.holder) {
+			for _, m := range pt.parking.ReleaseFor(pt.holder) {
 				pt.dispatch(m, &wg)
 			}
 			pt.tendAside(&wg)
@@ -304,7 +305,7 @@ func (pt *partition) run() {
 		if !fencing {
 			// Events of unparked streams go first, before a newer one
 			// of theirs just pulled.
-			for _, m := range pt.parking.releaseFor(pt.holder) {
+			for _, m := range pt.parking.ReleaseFor(pt.holder) {
 				pt.dispatch(m, &wg)
 			}
 		}
@@ -374,7 +375,7 @@ func (pt *partition) run() {
 	for _, m := range append(fence.take(), pt.book.takeWaiting()...) {
 		pt.lease.nak(pt.log, m)
 	}
-	pt.parking.returnHeld(pt.holder)
+	pt.parking.ReturnHeld(pt.holder)
 }
 
 // deliveryGap reports whether delivery sequence c, received after last
@@ -424,7 +425,7 @@ func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 		}
 		return 0, false
 	}
-	if err := pt.parking.reread(pt.ctx); err != nil {
+	if err := pt.parking.Reread(pt.ctx); err != nil {
 		pt.log.Warn("re-reading the parked streams failed; the fence waits", slog.Any("error", err))
 		return 0, false
 	}
@@ -475,7 +476,7 @@ func (pt *partition) dispatchOne(key string, msg jetstream.Msg, wg *sync.WaitGro
 	if !pt.succ.handOn(key, msg) {
 		return
 	}
-	if pt.parking.hold(pt.holder, key, msg) {
+	if pt.parking.Hold(pt.holder, msg) {
 		return
 	}
 	pt.toLane(key, msg, wg)
@@ -538,7 +539,7 @@ func (pt *partition) handCount(fence *fenceBuffer) handSplit {
 	h.lanes, h.waiting, h.acking = pt.book.counts()
 	pt.book.pending(seqs)
 	before := len(seqs)
-	pt.parking.addHeld(pt.holder, seqs)
+	pt.parking.AddHeld(pt.holder, seqs)
 	h.held, h.total = len(seqs)-before, len(seqs)
 	h.aside = pt.aside.asideCount()
 	return h

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -131,7 +132,7 @@ func (c *Consumer) withPrevious(ctx context.Context, r *runner, dl deadletter.St
 		r.log.Warn("a dead letter stored before the version chain goes without it: the events stream cannot be read", slog.Uint64("dlq_seq", dl.Seq), slog.Any("error", err))
 		return dl
 	}
-	prefix := eventsPrefixOf(events.CachedInfo().Config)
+	prefix := ordercopy.EventsPrefix(events.CachedInfo().Config)
 	stream, _, err := wire.ParseSubject(prefix, dl.Subject)
 	if err != nil {
 		return dl

@@ -15,6 +15,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -137,7 +138,7 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 	if err != nil {
 		return res, fmt.Errorf("deliver: replay: JetStream stream %q: %w", c.cfg.Stream, err)
 	}
-	prefix := eventsPrefixOf(events.CachedInfo().Config)
+	prefix := ordercopy.EventsPrefix(events.CachedInfo().Config)
 	last := events.CachedInfo().State.LastSeq
 	filters := windowFilters(r.sub.FilterSubjects, prefix, w.Stream)
 	if len(filters) == 0 || last == 0 {

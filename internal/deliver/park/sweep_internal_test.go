@@ -1,4 +1,4 @@
-package deliver
+package park
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -22,8 +23,15 @@ func TestMarkerSweepRemovesOldDeleteMarkersOnly(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	js := startJetStream(t)
-	kv, err := bucket(ctx, js, jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket, Storage: jetstream.FileStorage, History: 1})
+	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket, Storage: jetstream.FileStorage, History: 1})
 	require.NoError(t, err)
 	put := func(key string) {
 		_, err := kv.Put(ctx, key, []byte("1"))
@@ -60,14 +68,14 @@ func TestMarkerSweepRemovesOldDeleteMarkersOnly(t *testing.T) {
 	require.EqualValues(t, 101+1+3, msgs())
 
 	clock := clockwork.NewFakeClockAt(time.Now())
-	s := markerSweep{js: js, kv: kv, subs: []string{"orders"}, clock: clock, log: slog.New(slog.DiscardHandler)}
+	s := Sweep{JS: js, Bucket: kv, Subscriptions: []string{"orders"}, Clock: clock, Logger: slog.New(slog.DiscardHandler)}
 	n, err := s.sweep(ctx, time.Now().Add(-time.Hour))
 	require.NoError(t, err)
 	require.Zero(t, n, "markers younger than the cutoff stay")
 
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan struct{})
-	go func() { s.run(runCtx); close(ran) }()
+	go func() { s.Run(runCtx); close(ran) }()
 	t.Cleanup(func() { stop(); <-ran })
 	// The first sweep, a minute after the start, finds every marker a
 	// minute old: all stay. It has run once the loop waits again.

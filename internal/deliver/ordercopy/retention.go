@@ -1,40 +1,35 @@
-package deliver
+package ordercopy
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
-	"github.com/jsbridge/jsbridge/wire"
 )
 
 // The partitioned copy's retention and lag (docs/ordering.md, "The copy's
 // retention"). The copy is a limits stream: a message leaves it when it is
 // older than its MaxAge or when the copy passes its MaxBytes, whether an
 // ordered subscription settled it or not. A new copy gets
-// copyRetentionFactor times the events stream's limits, so that an event
+// retentionFactor times the events stream's limits, so that an event
 // held behind a parked head (or not delivered yet) outlives its original
 // by as long again; an owner that finds an unsettled event past
-// retentionWarn of the copy's MaxAge logs an error naming the event and
-// the cause (see consumerWatch.checkRetention), and the copy watcher one for a
-// copy past retentionWarn of its MaxBytes. A parked stream whose oldest
+// RetentionWarn of the copy's MaxAge logs an error naming the event and
+// the cause (the engine's partition consumer watch), and Watch one for a
+// copy past RetentionWarn of its MaxBytes. A parked stream whose oldest
 // held event nears or passes the copy's MaxAge gets the cause in its park
-// entry (parking.keepParkedAlive, riskOf): held in memory, the event is
+// entry (the park room's keep-alive, RiskOf): held in memory, the event is
 // still delivered on replay, but a hand-over would lose it.
 
-// copyRetentionFactor is how many times the events stream's MaxAge and
+// retentionFactor is how many times the events stream's MaxAge and
 // MaxBytes a new partitioned copy gets.
-const copyRetentionFactor = 2
+const retentionFactor = 2
 
-// retentionWarn is the share of the copy's MaxAge (or MaxBytes) past
+// RetentionWarn is the share of the copy's MaxAge (or MaxBytes) past
 // which an unsettled event (or the copy) is reported, in quarters.
-const retentionWarn = 3 // quarters
+const RetentionWarn = 3 // quarters
 
 // copyMaxAge is a new copy's MaxAge for an events stream's: twice it, 0
 // (no limit) for 0.
@@ -42,7 +37,7 @@ func copyMaxAge(events time.Duration) time.Duration {
 	if events <= 0 {
 		return 0
 	}
-	return copyRetentionFactor * events
+	return retentionFactor * events
 }
 
 // copyMaxBytes is a new copy's MaxBytes for an events stream's: twice it,
@@ -51,7 +46,7 @@ func copyMaxBytes(events int64) int64 {
 	if events <= 0 {
 		return -1
 	}
-	return copyRetentionFactor * events
+	return retentionFactor * events
 }
 
 // allowDirect turns AllowDirect on for an existing copy s created without
@@ -72,7 +67,7 @@ func allowDirect(ctx context.Context, js jetstream.JetStream, s jetstream.Stream
 
 // reportCompression says, at Info, when an existing copy (cfg) is not
 // compressed, as an earlier version made it: a new one is (S2,
-// copyCompression). It is left as it is: compression costs the server
+// compression). It is left as it is: compression costs the server
 // CPU, and the operator may have turned it off. JetStream takes the
 // change in place but compresses only the blocks written after the
 // server opened the stream again (a restart).
@@ -105,40 +100,44 @@ func reportRetention(log *slog.Logger, cfg, ecfg jetstream.StreamConfig) {
 	}
 }
 
-// retentionRisk is how close a held event, in the copy since at, is to
+// Risk is how close a held event, in the copy since at, is to
 // leaving the copy (whose MaxAge is maxAge) at now.
-type retentionRisk int
+type Risk int
 
+// The retention risks, from none to removed.
 const (
-	riskNone    retentionRisk = iota // younger than retentionWarn quarters of MaxAge, or no MaxAge
-	riskNear                         // past retentionWarn quarters: the copy removes it at MaxAge
-	riskRemoved                      // past MaxAge: the copy removed it
+	// RiskNone: younger than RetentionWarn quarters of MaxAge, or no MaxAge.
+	RiskNone Risk = iota
+	// RiskNear: past RetentionWarn quarters; the copy removes it at MaxAge.
+	RiskNear
+	// RiskRemoved: past MaxAge; the copy removed it.
+	RiskRemoved
 )
 
-// riskOf is the retention risk of a held event in the copy since at.
-func riskOf(at, now time.Time, maxAge time.Duration) retentionRisk {
+// RiskOf is the retention risk of a held event in the copy since at.
+func RiskOf(at, now time.Time, maxAge time.Duration) Risk {
 	if maxAge <= 0 || at.IsZero() {
-		return riskNone
+		return RiskNone
 	}
 	switch age := now.Sub(at); {
 	case age >= maxAge:
-		return riskRemoved
-	case age >= maxAge/4*retentionWarn:
-		return riskNear
+		return RiskRemoved
+	case age >= maxAge/4*RetentionWarn:
+		return RiskNear
 	}
-	return riskNone
+	return RiskNone
 }
 
-// riskError is the cause a parked stream's entry records for its held
+// RiskError is the cause a parked stream's entry records for its held
 // event id, in copy (named) since at, at risk r at now.
-func riskError(r retentionRisk, copy, id string, at, now time.Time, maxAge time.Duration, replica string) string {
+func RiskError(r Risk, copy, id string, at, now time.Time, maxAge time.Duration, replica string) string {
 	age := now.Sub(at).Round(time.Millisecond)
 	switch r {
-	case riskNear:
+	case RiskNear:
 		return fmt.Sprintf("held event %s is %s old, past 3/4 of the partitioned copy %s's MaxAge %s: the copy removes it at MaxAge; "+
 			"replay or skip the parked stream's head (consumer dlq), or raise the copy's MaxAge (nats stream edit %s --max-age)",
 			id, age, copy, maxAge, copy)
-	case riskRemoved:
+	case RiskRemoved:
 		return fmt.Sprintf("held event %s is %s old, past the partitioned copy %s's MaxAge %s: the copy removed it, and it is delivered "+
 			"only while replica %s holds it (a hand-over or a restart loses it); replay or skip the parked stream's head now (consumer dlq), "+
 			"and raise the copy's MaxAge (nats stream edit %s --max-age)", id, age, copy, maxAge, replica, copy)
@@ -152,61 +151,4 @@ func maxAgeFlag(d time.Duration) string {
 		return "-1"
 	}
 	return d.String()
-}
-
-// copyCheckEvery is how often the copy's lag is read and its unsettled
-// events' ages checked: every lease TTL, at most every 5 s.
-func copyCheckEvery(leaseTTL time.Duration) time.Duration { return min(leaseTTL, 5*time.Second) }
-
-// copyWatch reads the partitioned copy every copyCheckEvery: it sets the
-// copy lag gauges, records the copy's MaxAge (parking checks held events
-// against it) and logs an error while the copy is past retentionWarn of
-// its MaxBytes.
-type copyWatch struct {
-	js      jetstream.JetStream
-	events  string // the events stream's name
-	every   time.Duration
-	clock   clockwork.Clock
-	log     *slog.Logger
-	metrics *metrics
-	copyAge *atomic.Int64 // the copy's MaxAge as last read (ordering.copyAge)
-}
-
-// watch runs until ctx ends.
-func (cw *copyWatch) watch(ctx context.Context) {
-	name := wire.OrderedStream(cw.events)
-	var full bool
-	for ctx.Err() == nil {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		lag, err := inspect.ReadCopyLag(rctx, cw.js, cw.events, cw.clock.Now())
-		var info *jetstream.StreamInfo
-		if err == nil {
-			var s jetstream.Stream
-			if s, err = cw.js.Stream(rctx, name); err == nil {
-				info = s.CachedInfo()
-			}
-		}
-		cancel()
-		switch {
-		case err != nil && ctx.Err() == nil:
-			cw.log.Warn("reading the partitioned copy's lag failed", slog.Any("error", err))
-		case err == nil:
-			cw.metrics.copyLagMsgs.WithLabelValues(lag.Stream).Set(float64(lag.Messages))
-			cw.metrics.copyLagSeconds.WithLabelValues(lag.Stream).Set(lag.Age.Seconds())
-			cw.copyAge.Store(int64(info.Config.MaxAge)) // an operator may have changed it
-			max := info.Config.MaxBytes
-			nearFull := max > 0 && info.State.Bytes >= uint64(max)/4*retentionWarn
-			if nearFull && !full {
-				cw.log.Error(fmt.Sprintf("the partitioned copy is past 3/4 of its MaxBytes: once full it removes its oldest messages, "+
-					"and events held behind a parked stream or not delivered yet among them are never delivered. "+
-					"Replay or skip parked streams (consumer dlq), or raise it: nats stream edit %s --max-bytes", name),
-					slog.String("jetstream_stream", name), slog.Uint64("bytes", info.State.Bytes), slog.Int64("max_bytes", max))
-			}
-			full = nearFull
-		}
-		select {
-		case <-ctx.Done():
-		case <-cw.clock.After(cw.every):
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package deliver
+package park
 
 import (
 	"context"
@@ -25,7 +25,7 @@ const markerSweepFirst = time.Minute
 // watcher re-subscribing within it still sees the delete.
 const markerMinAge = 30 * time.Minute
 
-// markerSweep removes the delete markers an ordered subscription leaves
+// Sweep removes the delete markers an ordered subscription leaves
 // in the park bucket. Every failed POST of an ordered event writes its
 // attempts count (wire.AttemptsKey) and the count is deleted when the
 // event settles; an unparked stream's key is deleted too. The bucket
@@ -35,36 +35,38 @@ const markerMinAge = 30 * time.Minute
 // watcher at start. nats.go's PurgeDeletes does not serve: it purges a
 // key's subject whole, so a value put after the marker was read (a new
 // failure count, a stream parked again) would go with it.
-type markerSweep struct {
-	js    jetstream.JetStream
-	kv    jetstream.KeyValue // the park bucket
-	subs  []string           // the subscriptions whose keys are swept
-	clock clockwork.Clock
-	log   *slog.Logger
+//
+// Every field is required.
+type Sweep struct {
+	JS            jetstream.JetStream
+	Bucket        jetstream.KeyValue // the park bucket
+	Subscriptions []string           // the subscriptions whose keys are swept
+	Clock         clockwork.Clock
+	Logger        *slog.Logger
 }
 
-// run sweeps markerSweepFirst after it starts, then every
+// Run sweeps markerSweepFirst after it starts, then every
 // markerSweepEvery, until ctx ends.
-func (s markerSweep) run(ctx context.Context) {
+func (s Sweep) Run(ctx context.Context) {
 	for wait := markerSweepFirst; ; wait = markerSweepEvery {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.clock.After(wait):
+		case <-s.Clock.After(wait):
 		}
-		n, err := s.sweep(ctx, s.clock.Now().Add(-markerMinAge))
+		n, err := s.sweep(ctx, s.Clock.Now().Add(-markerMinAge))
 		switch {
 		case err != nil && ctx.Err() == nil:
-			s.log.Warn("removing old delete markers from the park bucket failed; retrying at the next sweep", slog.Any("error", err), slog.Int("removed", n))
+			s.Logger.Warn("removing old delete markers from the park bucket failed; retrying at the next sweep", slog.Any("error", err), slog.Int("removed", n))
 		case n > 0:
-			s.log.Debug("removed old delete markers from the park bucket", slog.Int("removed", n))
+			s.Logger.Debug("removed old delete markers from the park bucket", slog.Int("removed", n))
 		}
 	}
 }
 
-// sweep removes the delete and purge markers of s.subs' keys written
+// sweep removes the delete and purge markers of s.Subscriptions' keys written
 // before cutoff and returns how many it removed.
-func (s markerSweep) sweep(ctx context.Context, cutoff time.Time) (int, error) {
+func (s Sweep) sweep(ctx context.Context, cutoff time.Time) (int, error) {
 	old, err := s.markers(ctx, cutoff)
 	if err != nil {
 		return 0, err
@@ -79,16 +81,16 @@ type marker struct {
 	rev uint64
 }
 
-// markers returns the markers of s.subs' keys written before cutoff (a
+// markers returns the markers of s.Subscriptions' keys written before cutoff (a
 // key whose latest entry is a value has none).
-func (s markerSweep) markers(ctx context.Context, cutoff time.Time) ([]marker, error) {
-	filters := make([]string, 0, 4*len(s.subs))
-	for _, sub := range s.subs {
+func (s Sweep) markers(ctx context.Context, cutoff time.Time) ([]marker, error) {
+	filters := make([]string, 0, 4*len(s.Subscriptions))
+	for _, sub := range s.Subscriptions {
 		filters = append(filters, wire.ParkedFilter(sub), wire.AttemptsKeyPrefix+sub+".>", wire.SkippedKeyPrefix+sub+".>", wire.AsideKeyPrefix+sub+".>")
 	}
-	w, err := s.kv.WatchFiltered(ctx, filters, jetstream.MetaOnly())
+	w, err := s.Bucket.WatchFiltered(ctx, filters, jetstream.MetaOnly())
 	if err != nil {
-		return nil, fmt.Errorf("deliver: watch the park bucket: %w", err)
+		return nil, fmt.Errorf("park: watch the park bucket: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
 	var old []marker
@@ -107,18 +109,18 @@ func (s markerSweep) markers(ctx context.Context, cutoff time.Time) ([]marker, e
 // the marker's own sequence, so a value written after the marker was
 // read (a new failure count, the stream parked again) stays. It returns
 // how many it removed.
-func (s markerSweep) remove(ctx context.Context, old []marker) (int, error) {
+func (s Sweep) remove(ctx context.Context, old []marker) (int, error) {
 	if len(old) == 0 {
 		return 0, nil
 	}
-	stream, err := s.js.Stream(ctx, "KV_"+s.kv.Bucket())
+	stream, err := s.JS.Stream(ctx, "KV_"+s.Bucket.Bucket())
 	if err != nil {
-		return 0, fmt.Errorf("deliver: the park bucket's stream: %w", err)
+		return 0, fmt.Errorf("park: the park bucket's stream: %w", err)
 	}
-	prefix := "$KV." + s.kv.Bucket() + "."
+	prefix := "$KV." + s.Bucket.Bucket() + "."
 	for i, m := range old {
 		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(prefix+m.key), jetstream.WithPurgeSequence(m.rev+1)); err != nil {
-			return i, fmt.Errorf("deliver: remove the delete marker of key %q: %w", m.key, err)
+			return i, fmt.Errorf("park: remove the delete marker of key %q: %w", m.key, err)
 		}
 	}
 	return len(old), nil

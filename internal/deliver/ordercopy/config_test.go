@@ -1,4 +1,4 @@
-package deliver_test
+package ordercopy_test
 
 import (
 	"testing"
@@ -7,11 +7,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// CopyStreamConfig is the copy the consumer creates: sourced with the
+// StreamConfig is the copy the consumer creates: sourced with the
 // partition transform of the events stream's prefix, compressed, twice
 // the events stream's limits (none for none), direct gets, and the
 // events stream's replicas unless told.
@@ -20,7 +20,7 @@ func TestCopyStreamConfig(t *testing.T) {
 	t.Run("limits and a prefix", func(t *testing.T) {
 		t.Parallel()
 		events := jetstream.StreamConfig{Name: "APP", Subjects: []string{"app.events.>"}, MaxAge: time.Hour, MaxBytes: 1 << 30, Replicas: 3}
-		cfg := deliver.CopyStreamConfig(events, 8, 0)
+		cfg := ordercopy.StreamConfig(events, 8, 0)
 		require.Equal(t, "APP_ORDERED", cfg.Name)
 		require.Equal(t, jetstream.S2Compression, cfg.Compression)
 		require.Equal(t, jetstream.LimitsPolicy, cfg.Retention)
@@ -36,7 +36,7 @@ func TestCopyStreamConfig(t *testing.T) {
 	})
 	t.Run("no limits", func(t *testing.T) {
 		t.Parallel()
-		cfg := deliver.CopyStreamConfig(jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Replicas: 1}, 16, 3)
+		cfg := ordercopy.StreamConfig(jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Replicas: 1}, 16, 3)
 		require.Zero(t, cfg.MaxAge, "no MaxAge")
 		require.Equal(t, int64(-1), cfg.MaxBytes, "no MaxBytes")
 		require.Equal(t, 3, cfg.Replicas, "as told")

@@ -1,4 +1,11 @@
-package deliver
+// Package ordercopy is the consumer engine's room for the partitioned
+// copy of the events stream that ordered subscriptions read
+// (wire.OrderedStream): the configuration a new copy gets (StreamConfig),
+// its creation or the checks of an existing one (Provision), its
+// retention rules and how close a held event is to leaving it (RiskOf,
+// RiskError), and Watch, which reads its lag and size. It imports nothing
+// of the engine above it.
+package ordercopy
 
 import (
 	"strings"
@@ -8,20 +15,20 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// CopyStreamConfig is the configuration a new partitioned copy of the
+// StreamConfig is the configuration a new partitioned copy of the
 // events stream (ecfg) is created with, as the consumer creates it: named
 // wire.OrderedStream(ecfg.Name), sourcing it with the partition transform
 // for partitions partitions, file storage, limits retention with
-// copyRetentionFactor times the events stream's MaxAge and MaxBytes (none
-// for none), S2 compression (copyCompression), AllowDirect (successor
+// retentionFactor times the events stream's MaxAge and MaxBytes (none
+// for none), S2 compression (compression), AllowDirect (successor
 // look-ups), and replicas replicas (0: the events stream's). The events stream's subjects must be one
 // "<prefix>.>" for a prefix other than wire.DefaultEventsPrefix to be
 // used. The bench measures the copy it describes.
-func CopyStreamConfig(ecfg jetstream.StreamConfig, partitions, replicas int) jetstream.StreamConfig {
+func StreamConfig(ecfg jetstream.StreamConfig, partitions, replicas int) jetstream.StreamConfig {
 	if replicas == 0 {
 		replicas = ecfg.Replicas
 	}
-	src, dest := wire.OrderedTransform(eventsPrefixOf(ecfg), partitions)
+	src, dest := wire.OrderedTransform(EventsPrefix(ecfg), partitions)
 	return jetstream.StreamConfig{
 		Name:        wire.OrderedStream(ecfg.Name),
 		Description: "jsbridge: the events of " + ecfg.Name + " with a partition token, for ordered webhook delivery",
@@ -29,7 +36,7 @@ func CopyStreamConfig(ecfg jetstream.StreamConfig, partitions, replicas int) jet
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      copyMaxAge(ecfg.MaxAge),
 		MaxBytes:    copyMaxBytes(ecfg.MaxBytes),
-		Compression: copyCompression,
+		Compression: compression,
 		Replicas:    replicas,
 		// The version chain's look-ups start with a direct get
 		// (lastVersionBefore).
@@ -41,18 +48,18 @@ func CopyStreamConfig(ecfg jetstream.StreamConfig, partitions, replicas int) jet
 	}
 }
 
-// copyCompression is how the copy's file store compresses its blocks:
+// compression is how the copy's file store compresses its blocks:
 // S2. JetStream compresses a block once it is full (8 MiB for a limits
 // stream) and counts MaxBytes and state.bytes uncompressed, so it changes
 // the disk the copy takes, not what its retention keeps. With
 // CloudEvents-like JSON events the copy's disk per million events fell
 // from 827 MB to 247 MB (the bench's storage row; docs/ordering.md, "The
 // copy's storage").
-const copyCompression = jetstream.S2Compression
+const compression = jetstream.S2Compression
 
-// eventsPrefixOf is the subject prefix of the events stream ecfg: the
+// EventsPrefix is the subject prefix of the events stream ecfg: the
 // prefix of its one "<prefix>.>" subject, else wire.DefaultEventsPrefix.
-func eventsPrefixOf(ecfg jetstream.StreamConfig) string {
+func EventsPrefix(ecfg jetstream.StreamConfig) string {
 	if len(ecfg.Subjects) == 1 && strings.HasSuffix(ecfg.Subjects[0], ".>") {
 		return strings.TrimSuffix(ecfg.Subjects[0], ".>")
 	}
