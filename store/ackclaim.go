@@ -87,6 +87,7 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 			return err
 		})
 	}
+	s.queueCatchUp(b, ackedStreams(acks, order))
 	var skipped bool
 	b.Queue(s.q.claim, owner, limit, lease.Microseconds()).Query(func(rows pgx.Rows) error {
 		var err error
@@ -118,4 +119,13 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 		again = again || ackErrs[i] == nil
 	}
 	return ackErrs, claims, again, nil
+}
+
+// ackedStreams returns the streams of acks at the indexes order.
+func ackedStreams(acks []event.Progress, order []int) []string {
+	out := make([]string, len(order))
+	for k, i := range order {
+		out[k] = acks[i].Stream
+	}
+	return out
 }

@@ -229,6 +229,7 @@ func (s *Store) settle(ctx context.Context, op, owner, stream, query string, arg
 	var tag pgconn.CommandTag
 	b := s.lockTimeoutBatch()
 	b.Queue(query, args...).Exec(func(t pgconn.CommandTag) error { tag = t; return nil })
+	s.queueCatchUp(b, []string{stream})
 	err := s.pool.SendBatch(ctx, b).Close()
 	if err != nil {
 		if pgCode(err) == sqlStateLockNotAvailable {
@@ -240,6 +241,19 @@ func (s *Store) settle(ctx context.Context, op, owner, stream, query string, arg
 		return fmt.Errorf("%s stream %q for %s: %w", op, stream, owner, event.ErrLeaseLost)
 	}
 	return nil
+}
+
+// queueCatchUp queues, after a statement that moved the watermarks of
+// streams forward, the statement that marks pending again those it left
+// caught up although appends that committed meanwhile are past the new
+// watermark (see the catchUp query and migration 008). An external events
+// table has no trigger: its heads are discovery's, exact as far as it
+// has read, and it needs none.
+func (s *Store) queueCatchUp(b *pgx.Batch, streams []string) {
+	if s.External() {
+		return
+	}
+	b.Queue(s.q.catchUp, streams)
 }
 
 // Release gives up the live leases owner holds on streams without counting a
