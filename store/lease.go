@@ -156,9 +156,17 @@ func (s *Store) scanEvent(r pgx.CollectableRow) (event.Event, error) {
 	if err := r.Scan(&e.ID, &e.Stream, &e.Version, &e.Name, &e.Data, &meta, &e.Created); err != nil {
 		return e, err
 	}
+	s.checkEvent(&e, meta)
+	return e, nil
+}
+
+// checkEvent fills in e, read from a row with its meta column as read,
+// as the drain takes it: Err set for a NULL data or a meta that is not
+// JSON, DataJSON for the own events table's jsonb data.
+func (s *Store) checkEvent(e *event.Event, meta []byte) {
 	if e.Data == nil {
 		e.Err = &event.ColumnError{Table: s.EventsTable(), Column: "data", Err: errNull}
-		return e, nil
+		return
 	}
 	// The own events table's data column is jsonb: its text is JSON. An
 	// external table's may be text, so the forwarder checks it.
@@ -166,10 +174,9 @@ func (s *Store) scanEvent(r pgx.CollectableRow) (event.Event, error) {
 	m, err := event.ParseMeta(meta) // NULL meta (len 0): no ids
 	if err != nil {
 		e.Err = &event.ColumnError{Table: s.EventsTable(), Column: "meta", Err: err}
-		return e, nil
+		return
 	}
 	e.Meta = m
-	return e, nil
 }
 
 // Ack advances stream's watermark to the event (version, id) — never back —,

@@ -33,15 +33,16 @@ type queries struct {
 	insertEvents string
 	appendOne    string
 
-	claim   string
-	fetch   string
-	ack     string
-	ackMany string
-	retry   string
-	block   string
-	release string
-	catchUp string
-	wake    string
+	claim      string
+	claimFetch string
+	fetch      string
+	ack        string
+	ackMany    string
+	retry      string
+	block      string
+	release    string
+	catchUp    string
+	wake       string
 
 	idleTake  string
 	idleWait  string
@@ -245,6 +246,46 @@ RETURNING id, version, name, data, meta, created`),
 SELECT stream, watermark, retry, leased_until, prev_holder, false AS skipped FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, true
+WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
+    SELECT 1 FROM {schema}.streams x
+    WHERE x.pending AND NOT x.blocked
+      AND coalesce(x.next_attempt, x.pending_since) <= now()
+      AND (x.leased_until IS NULL OR x.leased_until <= now())
+      AND x.stream NOT IN (SELECT stream FROM due))`),
+		// The claim and the fetch of the claimed streams' events in one
+		// statement (ClaimFetch, AckClaim): one row per event ($4 per stream
+		// at most, in version order), or one with the event's columns NULL
+		// for a stream with none past its watermark, then the skipped row
+		// as the claim has it. The events are those of the claim's
+		// snapshot; one committed later is past the head the settle reads
+		// again, so its stream stays pending.
+		claimFetch: r.Replace(`WITH due AS MATERIALIZED (
+    SELECT stream, leased_by AS prev_holder FROM {schema}.streams
+    WHERE pending AND NOT blocked
+      AND coalesce(next_attempt, pending_since) <= now()
+      AND (leased_until IS NULL OR leased_until <= now())
+    ORDER BY coalesce(next_attempt, pending_since)
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {schema}.streams s
+    SET leased_by = $1, leased_until = now() + $3::bigint * interval '1 microsecond', updated_at = now()
+    FROM due WHERE s.stream = due.stream
+    RETURNING s.stream, s.watermark, s.retry, s.leased_until, coalesce(due.prev_holder, '') AS prev_holder
+)
+(SELECT c.stream, c.watermark, c.retry, c.leased_until, c.prev_holder, false AS skipped,
+    e.id, e.version, e.name, e.data, e.meta, e.created
+FROM claimed c
+LEFT JOIN LATERAL (
+    SELECT ev.id, ev.version, ev.name, ev.data::text AS data, ev.meta::text AS meta, ev.created
+    FROM {events} ev
+    WHERE ev.stream = c.stream AND ev.version > c.watermark
+    ORDER BY ev.version
+    LIMIT $4
+) e ON true
+ORDER BY c.stream, e.version)
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
     SELECT 1 FROM {schema}.streams x
     WHERE x.pending AND NOT x.blocked
