@@ -40,15 +40,20 @@ DECLARE
 BEGIN
     -- After a wait for the lock, the row read is the one the lock holder
     -- committed (READ COMMITTED rechecks a locked row's newest version).
-    SELECT s.pending INTO already
-    FROM (SELECT min(n.stream) AS lo, max(n.stream) AS hi FROM new_events n) t
+    -- No row: a new stream, or several streams' events (or none).
+    SELECT s.pending, t.lo, t.hi, t.top, t.oldest
+    INTO already, lo_stream, hi_stream, top_version, oldest
+    FROM (SELECT min(n.stream) AS lo, max(n.stream) AS hi, max(n.version) AS top,
+            LEAST(min(n.created), now()) AS oldest
+        FROM new_events n) t
     JOIN {schema}.streams s ON s.stream = t.lo AND t.lo = t.hi
     FOR NO KEY UPDATE OF s;
     IF already THEN
         RETURN NULL; -- pending: a claim will take this event with the others
+    ELSIF already IS NULL THEN
+        SELECT min(n.stream), max(n.stream), max(n.version), LEAST(min(n.created), now())
+        INTO lo_stream, hi_stream, top_version, oldest FROM new_events n;
     END IF;
-    SELECT min(n.stream), max(n.stream), max(n.version), LEAST(min(n.created), now())
-    INTO lo_stream, hi_stream, top_version, oldest FROM new_events n;
     IF lo_stream IS NULL THEN
         RETURN NULL; -- no row inserted
     ELSIF lo_stream = hi_stream THEN
