@@ -14,9 +14,10 @@ import (
 )
 
 // AckClaim acks owner's streams as AckStreams does and then claims up to
-// limit streams for lease as Claim does, in one round trip and one
-// transaction (it implements drain.AckClaimer): the drain's settle and its
-// next claim cost one commit instead of two.
+// limit streams for lease as Claim does (and fetches their events as
+// ClaimFetch does, with perStream > 0), in one round trip and one
+// transaction (it implements drain.AckClaimer): the drain's settle, its
+// next claim and that claim's fetch cost one commit instead of three.
 //
 // The claim runs after the acks in the same transaction, so it sees the
 // streams they released: a stream appended to while owner held it (such an
