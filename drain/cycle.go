@@ -83,6 +83,10 @@ type cycle struct {
 type nextClaim struct {
 	start  time.Time // when the call was made: the leases run from after it
 	claims []event.Claim
+	// events are the claimed streams' events when the call fetched them
+	// too (fetched), else nil.
+	events  []event.Event
+	fetched bool
 	// again: a stream was acked after the claim (an appender held its
 	// row), so the claim could not take it again.
 	again bool
@@ -184,7 +188,17 @@ func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
 		return nil, nil
 	}
 	d.takeBack(cctx)
-	claims, err := d.store.Claim(cctx, d.cfg.Owner, limit, d.cfg.Lease)
+	var (
+		claims []event.Claim
+		events []event.Event
+		err    error
+	)
+	cf, fetched := d.store.(ClaimFetcher)
+	if fetched {
+		claims, events, err = cf.ClaimFetch(cctx, d.cfg.Owner, limit, d.cfg.Lease, d.cfg.FetchLimit)
+	} else {
+		claims, err = d.store.Claim(cctx, d.cfg.Owner, limit, d.cfg.Lease)
+	}
 	d.cfg.Observer.Claimed(len(claims), d.cfg.Clock.Since(c.start), err)
 	if err != nil {
 		d.loseTrack() // the claim may have committed all the same
@@ -193,28 +207,29 @@ func (d *Drain) prepare(ctx context.Context, limit int) (*cycle, error) {
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	return d.build(ctx, c, claims)
+	return d.build(ctx, c, claims, events, fetched)
 }
 
 // build makes c the cycle of claims (not empty): it holds them, fetches
-// their events and sorts them into batches. When the fetch fails it gives
-// the streams back and returns the error.
-func (d *Drain) build(ctx context.Context, c *cycle, claims []event.Claim) (*cycle, error) {
+// their events unless fetched (events are then theirs, from the claim)
+// and sorts them into batches. When the fetch fails it gives the streams
+// back and returns the error.
+func (d *Drain) build(ctx context.Context, c *cycle, claims []event.Claim, events []event.Event, fetched bool) (*cycle, error) {
 	c.st.Claimed = len(claims)
 	d.hold(claims)
 	for _, cl := range claims {
 		d.log.Debug("stream claimed", "stream", cl.Stream, "watermark", cl.Watermark, "retry", cl.Retry, "leased_until", cl.LeasedUntil, "previous_holder", cl.PreviousHolder)
 	}
 
-	events, err := d.store.Fetch(ctx, claims, d.cfg.FetchLimit)
-	if err != nil {
-		streams := make([]string, len(claims))
-		for i, cl := range claims {
-			streams[i] = cl.Stream
+	if !fetched {
+		var err error
+		events, err = d.store.Fetch(ctx, claims, d.cfg.FetchLimit)
+		if err != nil {
+			// Give the streams back at once rather than let their leases
+			// run out.
+			d.giveBack(streamsOf(claims))
+			return c, fmt.Errorf("drain: fetch: %w", err)
 		}
-		// Give the streams back at once rather than let their leases run out.
-		d.giveBack(streams)
-		return c, fmt.Errorf("drain: fetch: %w", err)
 	}
 
 	byStream, unreadable := groupByStream(events, len(claims))

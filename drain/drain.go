@@ -294,7 +294,7 @@ func (d *Drain) Run(ctx context.Context) error {
 				case len(n.claims) > 0 && (err != nil || ctx.Err() != nil):
 					d.giveBack(streamsOf(n.claims))
 				case len(n.claims) > 0:
-					claimed, err = d.build(ctx, &cycle{start: n.start}, n.claims)
+					claimed, err = d.build(ctx, &cycle{start: n.start}, n.claims, n.events, n.fetched)
 					if err != nil {
 						claimed = nil
 					}

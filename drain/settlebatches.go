@@ -48,7 +48,11 @@ func (d *Drain) settleBatches(runCtx, sctx context.Context, c *cycle, results []
 	if claimNext && ac != nil && len(acks) > 0 && len(acks) == len(decs) && len(c.empty) == 0 && len(c.stuck) == 0 {
 		began := d.cfg.Clock.Now()
 		n := &nextClaim{start: began}
-		ackErrs, n.claims, n.again, n.err = ac.AckClaim(sctx, d.cfg.Owner, acks, d.cfg.ClaimLimit, d.cfg.Lease)
+		perStream := 0
+		if _, ok := d.store.(ClaimFetcher); ok {
+			perStream, n.fetched = d.cfg.FetchLimit, true
+		}
+		ackErrs, n.claims, n.events, n.again, n.err = ac.AckClaim(sctx, d.cfg.Owner, acks, d.cfg.ClaimLimit, d.cfg.Lease, perStream)
 		ackTook = d.cfg.Clock.Since(began)
 		d.cfg.Observer.Claimed(len(n.claims), ackTook, n.err)
 		if n.err != nil {

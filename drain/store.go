@@ -125,5 +125,22 @@ type AckClaimer interface {
 	// has it too. again is true when a stream was acked outside the
 	// claim's transaction (so the claim could not take it again): the
 	// caller claims once more.
-	AckClaim(ctx context.Context, owner string, acks []event.Progress, limit int, lease time.Duration) (ackErrs []error, claims []event.Claim, again bool, err error)
+	//
+	// With perStream > 0 it also fetches up to perStream events of each
+	// claimed stream (as Store.Fetch would, from the claim's snapshot),
+	// returned in events; with 0 events is nil and Run fetches.
+	AckClaim(ctx context.Context, owner string, acks []event.Progress, limit int, lease time.Duration, perStream int) (ackErrs []error, claims []event.Claim, events []event.Event, again bool, err error)
+}
+
+// ClaimFetcher is a Store that can claim streams and fetch their events
+// in one round trip and one transaction (package store's *Store can):
+// Run and Cycle then claim with ClaimFetch, and never call Fetch.
+type ClaimFetcher interface {
+	// ClaimFetch claims as Store.Claim does, then returns, for the streams
+	// claimed, up to perStream events past each one's watermark, as
+	// Store.Fetch returns them (grouped by stream, version order, an
+	// unreadable row with event.Event.Err set), read in the claim's
+	// snapshot: an event committed after it is found by the next claim,
+	// its stream being left pending by the settle.
+	ClaimFetch(ctx context.Context, owner string, limit int, lease time.Duration, perStream int) ([]event.Claim, []event.Event, error)
 }

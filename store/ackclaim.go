@@ -14,9 +14,10 @@ import (
 )
 
 // AckClaim acks owner's streams as AckStreams does and then claims up to
-// limit streams for lease as Claim does, in one round trip and one
-// transaction (it implements drain.AckClaimer): the drain's settle and its
-// next claim cost one commit instead of two.
+// limit streams for lease as Claim does (and fetches their events as
+// ClaimFetch does, with perStream > 0), in one round trip and one
+// transaction (it implements drain.AckClaimer): the drain's settle, its
+// next claim and that claim's fetch cost one commit instead of three.
 //
 // The claim runs after the acks in the same transaction, so it sees the
 // streams they released: a stream appended to while owner held it (such an
@@ -29,23 +30,36 @@ import (
 // claim did not see it released: again is then true, and the caller
 // should claim once more instead of relying on a notification.
 //
+// With perStream > 0 the claim also fetches up to perStream events of
+// each claimed stream, as ClaimFetch does, returned in events; with 0 it
+// claims only (events nil).
+//
 // ackErrs has one error per ack, in their order, as AckStreams returns
 // them. err is the claim's error (claims nil then); when the transaction
 // failed as a whole (the connection's error, ErrSettleTimeout), every ack
 // gets that error too and nothing may be assumed about what committed.
-// The claim's arguments are checked as Claim checks them (ErrInvalidInput,
-// nothing acked). With no acks it is Claim.
-func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progress, limit int, lease time.Duration) (ackErrs []error, claims []event.Claim, again bool, err error) {
+// The claim's arguments are checked as Claim and ClaimFetch check them
+// (ErrInvalidInput, nothing acked; perStream < 0 is refused). With no
+// acks it is Claim, or ClaimFetch.
+func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progress, limit int, lease time.Duration, perStream int) (ackErrs []error, claims []event.Claim, events []event.Event, again bool, err error) {
 	ackErrs = make([]error, len(acks))
-	if err := checkClaim(owner, limit, lease); err != nil {
+	check := checkClaim(owner, limit, lease)
+	if check == nil && perStream != 0 {
+		check = checkClaimFetch(owner, limit, lease, perStream)
+	}
+	if check != nil {
 		for i := range ackErrs {
-			ackErrs[i] = err
+			ackErrs[i] = check
 		}
-		return ackErrs, nil, false, err
+		return ackErrs, nil, nil, false, check
 	}
 	if len(acks) == 0 {
-		claims, err = s.Claim(ctx, owner, limit, lease)
-		return ackErrs, claims, false, err
+		if perStream > 0 {
+			claims, events, err = s.ClaimFetch(ctx, owner, limit, lease, perStream)
+		} else {
+			claims, err = s.Claim(ctx, owner, limit, lease)
+		}
+		return ackErrs, claims, events, false, err
 	}
 	// Sorted by stream, as AckStreams does; a stream named twice is
 	// refused.
@@ -87,12 +101,21 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 			return err
 		})
 	}
+	s.queueCatchUp(b, ackedStreams(acks, order))
 	var skipped bool
-	b.Queue(s.q.claim, owner, limit, lease.Microseconds()).Query(func(rows pgx.Rows) error {
-		var err error
-		claims, skipped, err = scanClaims(rows)
-		return err
-	})
+	if perStream > 0 {
+		b.Queue(s.q.claimFetch, owner, limit, lease.Microseconds(), perStream).Query(func(rows pgx.Rows) error {
+			var err error
+			claims, events, skipped, err = s.scanClaimEvents(rows, limit*perStream)
+			return err
+		})
+	} else {
+		b.Queue(s.q.claim, owner, limit, lease.Microseconds()).Query(func(rows pgx.Rows) error {
+			var err error
+			claims, skipped, err = scanClaims(rows)
+			return err
+		})
+	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		if pgCode(err) == sqlStateLockNotAvailable {
 			err = fmt.Errorf("%w (%s)", ErrSettleTimeout, s.settleTimeout)
@@ -100,7 +123,7 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 		for _, i := range order {
 			ackErrs[i] = fmt.Errorf("ack stream %q for %s (with %d others, and a claim): %w", acks[i].Stream, owner, len(order)-1, err)
 		}
-		return ackErrs, nil, false, fmt.Errorf("claim streams for %s (with %d acks): %w", owner, len(order), err)
+		return ackErrs, nil, nil, false, fmt.Errorf("claim streams for %s (with %d acks): %w", owner, len(order), err)
 	}
 	s.notes.skipped(skipped)
 	for _, i := range order {
@@ -117,5 +140,14 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 		ackErrs[i] = s.Ack(ctx, owner, acks[i].Stream, acks[i].Version, acks[i].ID)
 		again = again || ackErrs[i] == nil
 	}
-	return ackErrs, claims, again, nil
+	return ackErrs, claims, events, again, nil
+}
+
+// ackedStreams returns the streams of acks at the indexes order.
+func ackedStreams(acks []event.Progress, order []int) []string {
+	out := make([]string, len(order))
+	for k, i := range order {
+		out[k] = acks[i].Stream
+	}
+	return out
 }

@@ -33,11 +33,11 @@ func TestAckClaimTakesAgainAStreamAppendedToWhileLeased(t *testing.T) {
 	b.appendN(t, "a-1", 1) // while x holds it: notifies nobody
 	b.appendN(t, "d-1", 1) // free and pending
 
-	errs, claims, again, err := b.store.AckClaim(b.ctx, "x", []event.Progress{
+	errs, claims, events, again, err := b.store.AckClaim(b.ctx, "x", []event.Progress{
 		{Stream: "b-1", Version: b1[0].Version, ID: b1[0].ID},
 		{Stream: "c-1", Version: 0, ID: 1},
 		{Stream: "a-1", Version: a1[0].Version, ID: a1[0].ID},
-	}, 10, time.Minute)
+	}, 10, time.Minute, 10)
 	require.NoError(t, err)
 	require.False(t, again)
 	require.Len(t, errs, 3)
@@ -51,6 +51,10 @@ func TestAckClaimTakesAgainAStreamAppendedToWhileLeased(t *testing.T) {
 			require.Equal(t, int64(0), c.Watermark, "from the acked watermark")
 		}
 	}
+	require.Len(t, events, 2, "fetched with the claim")
+	for _, e := range events {
+		require.Equal(t, map[string]int64{"a-1": 1, "d-1": 0}[e.Stream], e.Version, e.Stream)
+	}
 	require.Equal(t, int64(0), b.info(t, "b-1").Watermark)
 	require.Empty(t, b.info(t, "b-1").LeasedBy)
 	require.Equal(t, "y", b.info(t, "c-1").LeasedBy)
@@ -58,13 +62,16 @@ func TestAckClaimTakesAgainAStreamAppendedToWhileLeased(t *testing.T) {
 	require.Equal(t, "x", b.info(t, "a-1").LeasedBy)
 
 	// The watermark never moves back: an ack behind it leaves it.
-	errs, claims, _, err = b.store.AckClaim(b.ctx, "x", []event.Progress{{Stream: "a-1", Version: -1, ID: 0}}, 10, time.Minute)
+	errs, claims, events, _, err = b.store.AckClaim(b.ctx, "x", []event.Progress{{Stream: "a-1", Version: -1, ID: 0}}, 10, time.Minute, 0)
 	require.NoError(t, err)
 	require.Equal(t, []error{nil}, errs)
 	require.Equal(t, int64(0), b.info(t, "a-1").Watermark)
 	require.ElementsMatch(t, []string{"a-1"}, claimedNames(claims), "its event is still past the watermark")
+	require.Nil(t, events, "perStream 0: claims only")
 
-	_, _, _, err = b.store.AckClaim(b.ctx, "x", nil, 0, time.Minute)
+	_, _, _, _, err = b.store.AckClaim(b.ctx, "x", nil, 0, time.Minute, 0)
+	require.ErrorIs(t, err, store.ErrInvalidInput)
+	_, _, _, _, err = b.store.AckClaim(b.ctx, "x", nil, 10, time.Minute, -1)
 	require.ErrorIs(t, err, store.ErrInvalidInput)
 }
 
@@ -93,7 +100,7 @@ func TestAckClaimWaitsForOneAppenderAndReportsSkippedRows(t *testing.T) {
 	done := make(chan outcome, 1)
 	go func() {
 		var o outcome
-		o.errs, o.claims, o.again, o.err = b.store.AckClaim(b.ctx, "x", []event.Progress{{Stream: "a-1", Version: a1[0].Version, ID: a1[0].ID}}, 10, time.Minute)
+		o.errs, o.claims, _, o.again, o.err = b.store.AckClaim(b.ctx, "x", []event.Progress{{Stream: "a-1", Version: a1[0].Version, ID: a1[0].ID}}, 10, time.Minute, 0)
 		done <- o
 	}()
 	require.Eventually(t, func() bool {
@@ -121,10 +128,10 @@ func TestAckClaimWaitsForOneAppenderAndReportsSkippedRows(t *testing.T) {
 	require.NoError(t, err)
 	go func() {
 		var o outcome
-		o.errs, o.claims, o.again, o.err = b.store.AckClaim(b.ctx, "x", []event.Progress{
+		o.errs, o.claims, _, o.again, o.err = b.store.AckClaim(b.ctx, "x", []event.Progress{
 			{Stream: "a-1", Version: 1, ID: 0},
 			{Stream: "b-1", Version: 0, ID: 0},
-		}, 10, time.Minute)
+		}, 10, time.Minute, 0)
 		done <- o
 	}()
 	// a-1 is acked (and its transaction committed) while b-1 is held.

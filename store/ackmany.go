@@ -30,17 +30,17 @@ const ackManySQL = `WITH a AS (
 UPDATE {schema}.streams s
 SET watermark = GREATEST(s.watermark, a.version),
     watermark_id = CASE WHEN a.version > s.watermark THEN a.id ELSE s.watermark_id END,
-    pending_since = {pending_since_many},
+    {settle_head_many},
     retry = 0, next_attempt = NULL, error = NULL,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 FROM locked JOIN a ON a.stream = locked.stream
 WHERE s.stream = locked.stream AND s.leased_by = $1 AND s.leased_until > now()
 RETURNING s.stream`
 
-// ackManyQuery is ackManySQL for schema and events: pending_since as the
-// single ack computes it, with each row's own version for $3.
+// ackManyQuery is ackManySQL for schema and events: head and
+// pending_since as the single ack computes them, with each row's own version for $3.
 func ackManyQuery(r *strings.Replacer) string {
-	q := strings.ReplaceAll(ackManySQL, "{pending_since_many}", strings.ReplaceAll(pendingSince, "$3", "a.version"))
+	q := strings.ReplaceAll(ackManySQL, "{settle_head_many}", strings.ReplaceAll(settleHead, "$3", "a.version"))
 	return r.Replace(q)
 }
 
@@ -96,6 +96,7 @@ func (s *Store) AckStreams(ctx context.Context, owner string, acks []event.Progr
 		acked, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
+	s.queueCatchUp(b, streams)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		if pgCode(err) == sqlStateLockNotAvailable {
 			err = fmt.Errorf("%w (%s)", ErrSettleTimeout, s.settleTimeout)

@@ -156,9 +156,17 @@ func (s *Store) scanEvent(r pgx.CollectableRow) (event.Event, error) {
 	if err := r.Scan(&e.ID, &e.Stream, &e.Version, &e.Name, &e.Data, &meta, &e.Created); err != nil {
 		return e, err
 	}
+	s.checkEvent(&e, meta)
+	return e, nil
+}
+
+// checkEvent fills in e, read from a row with its meta column as read,
+// as the drain takes it: Err set for a NULL data or a meta that is not
+// JSON, DataJSON for the own events table's jsonb data.
+func (s *Store) checkEvent(e *event.Event, meta []byte) {
 	if e.Data == nil {
 		e.Err = &event.ColumnError{Table: s.EventsTable(), Column: "data", Err: errNull}
-		return e, nil
+		return
 	}
 	// The own events table's data column is jsonb: its text is JSON. An
 	// external table's may be text, so the forwarder checks it.
@@ -166,10 +174,9 @@ func (s *Store) scanEvent(r pgx.CollectableRow) (event.Event, error) {
 	m, err := event.ParseMeta(meta) // NULL meta (len 0): no ids
 	if err != nil {
 		e.Err = &event.ColumnError{Table: s.EventsTable(), Column: "meta", Err: err}
-		return e, nil
+		return
 	}
 	e.Meta = m
-	return e, nil
 }
 
 // Ack advances stream's watermark to the event (version, id) — never back —,
@@ -229,6 +236,7 @@ func (s *Store) settle(ctx context.Context, op, owner, stream, query string, arg
 	var tag pgconn.CommandTag
 	b := s.lockTimeoutBatch()
 	b.Queue(query, args...).Exec(func(t pgconn.CommandTag) error { tag = t; return nil })
+	s.queueCatchUp(b, []string{stream})
 	err := s.pool.SendBatch(ctx, b).Close()
 	if err != nil {
 		if pgCode(err) == sqlStateLockNotAvailable {
@@ -240,6 +248,19 @@ func (s *Store) settle(ctx context.Context, op, owner, stream, query string, arg
 		return fmt.Errorf("%s stream %q for %s: %w", op, stream, owner, event.ErrLeaseLost)
 	}
 	return nil
+}
+
+// queueCatchUp queues, after a statement that moved the watermarks of
+// streams forward, the statement that marks pending again those it left
+// caught up although appends that committed meanwhile are past the new
+// watermark (see the catchUp query and migration 008). An external events
+// table has no trigger: its heads are discovery's, exact as far as it
+// has read, and it needs none.
+func (s *Store) queueCatchUp(b *pgx.Batch, streams []string) {
+	if s.External() {
+		return
+	}
+	b.Queue(s.q.catchUp, streams)
 }
 
 // Release gives up the live leases owner holds on streams without counting a

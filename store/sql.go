@@ -33,14 +33,16 @@ type queries struct {
 	insertEvents string
 	appendOne    string
 
-	claim   string
-	fetch   string
-	ack     string
-	ackMany string
-	retry   string
-	block   string
-	release string
-	wake    string
+	claim      string
+	claimFetch string
+	fetch      string
+	ack        string
+	ackMany    string
+	retry      string
+	block      string
+	release    string
+	catchUp    string
+	wake       string
 
 	idleTake  string
 	idleWait  string
@@ -59,19 +61,41 @@ type queries struct {
 	streamEvents string
 }
 
-// pendingSince is the settling statements' new pending_since (stream s, new
-// watermark GREATEST(watermark, $3)): the oldest event left past it, else
-// unchanged (caught up: the next append sets it). {pending_since} in a
-// statement.
-const pendingSince = `CASE WHEN s.head > GREATEST(s.watermark, $3) THEN coalesce((
-        SELECT LEAST(e.created, now()) FROM {events} e
-        WHERE e.stream = s.stream AND e.version > GREATEST(s.watermark, $3)
-        ORDER BY e.version LIMIT 1), now())
-        ELSE s.pending_since END`
+// settleHead is the settling statements' new head and pending_since
+// (stream s, new watermark GREATEST(watermark, $3)), read from the first
+// event past the new watermark (one probe of the events table's index):
+// when there is one, the head is at least its version, so the stream
+// stays pending, and pending_since is its created time; else the head is
+// at least the new watermark and pending_since is unchanged (caught up:
+// the next append sets it). Since migration 008 the head column of a
+// pending stream is a lower bound (appends to it do not write the row),
+// so the head column alone cannot say whether events are left. When the
+// head column is past the new watermark but the statement cannot see the
+// event (an append that committed while the settle waited for its row),
+// pending_since is now(). {settle_head} in a statement.
+const settleHead = `(head, pending_since) = (
+        SELECT GREATEST(s.head, $3, max(o.version)),
+            CASE WHEN count(*) > 0 THEN min(o.since)
+                WHEN s.head > GREATEST(s.watermark, $3) THEN now()
+                ELSE s.pending_since END
+        FROM (SELECT e.version, LEAST(e.created, now()) AS since FROM {events} e
+            WHERE e.stream = s.stream AND e.version > GREATEST(s.watermark, $3)
+            ORDER BY e.version LIMIT 1) o)`
+
+// realHead is the last version of stream s (a row of the streams table).
+// Since migration 008 the head column of a pending stream is a lower
+// bound (an append to a pending stream does not write it), so the last
+// version is read from the events table (one probe of its (stream,
+// version) index); a caught-up stream's is its watermark or its head,
+// whichever is higher (a settle sets both). {real_head} in a statement.
+const realHead = `(CASE WHEN s.pending THEN coalesce((
+        SELECT max(e.version) FROM {events} e WHERE e.stream = s.stream), s.head)
+        ELSE GREATEST(s.head, s.watermark) END)`
 
 func newQueries(schema, events string) queries {
 	r := strings.NewReplacer("{schema}", schema, "{events}", events,
-		"{pending_since}", strings.ReplaceAll(pendingSince, "{events}", events))
+		"{settle_head}", strings.ReplaceAll(settleHead, "{events}", events),
+		"{real_head}", strings.ReplaceAll(realHead, "{events}", events))
 	return queries{
 		createSchema: r.Replace(`CREATE SCHEMA IF NOT EXISTS {schema}`),
 		createMigrations: r.Replace(`CREATE TABLE IF NOT EXISTS {schema}.jsbridge_migrations (
@@ -228,6 +252,46 @@ WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
       AND coalesce(x.next_attempt, x.pending_since) <= now()
       AND (x.leased_until IS NULL OR x.leased_until <= now())
       AND x.stream NOT IN (SELECT stream FROM due))`),
+		// The claim and the fetch of the claimed streams' events in one
+		// statement (ClaimFetch, AckClaim): one row per event ($4 per stream
+		// at most, in version order), or one with the event's columns NULL
+		// for a stream with none past its watermark, then the skipped row
+		// as the claim has it. The events are those of the claim's
+		// snapshot; one committed later is past the head the settle reads
+		// again, so its stream stays pending.
+		claimFetch: r.Replace(`WITH due AS MATERIALIZED (
+    SELECT stream, leased_by AS prev_holder FROM {schema}.streams
+    WHERE pending AND NOT blocked
+      AND coalesce(next_attempt, pending_since) <= now()
+      AND (leased_until IS NULL OR leased_until <= now())
+    ORDER BY coalesce(next_attempt, pending_since)
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {schema}.streams s
+    SET leased_by = $1, leased_until = now() + $3::bigint * interval '1 microsecond', updated_at = now()
+    FROM due WHERE s.stream = due.stream
+    RETURNING s.stream, s.watermark, s.retry, s.leased_until, coalesce(due.prev_holder, '') AS prev_holder
+)
+(SELECT c.stream, c.watermark, c.retry, c.leased_until, c.prev_holder, false AS skipped,
+    e.id, e.version, e.name, e.data, e.meta, e.created
+FROM claimed c
+LEFT JOIN LATERAL (
+    SELECT ev.id, ev.version, ev.name, ev.data::text AS data, ev.meta::text AS meta, ev.created
+    FROM {events} ev
+    WHERE ev.stream = c.stream AND ev.version > c.watermark
+    ORDER BY ev.version
+    LIMIT $4
+) e ON true
+ORDER BY c.stream, e.version)
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
+    SELECT 1 FROM {schema}.streams x
+    WHERE x.pending AND NOT x.blocked
+      AND coalesce(x.next_attempt, x.pending_since) <= now()
+      AND (x.leased_until IS NULL OR x.leased_until <= now())
+      AND x.stream NOT IN (SELECT stream FROM due))`),
 		// data and meta are read as text whatever their type (jsonb and json
 		// print their JSON; text is as stored), so no row can fail the scan:
 		// the store checks each event on its own (see scanEvent). Only the
@@ -251,7 +315,7 @@ ORDER BY c.ord, e.version`),
 		ack: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
-    pending_since = {pending_since},
+    {settle_head},
     retry = 0, next_attempt = NULL, error = NULL,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
@@ -259,7 +323,7 @@ WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 		retry: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
-    pending_since = {pending_since},
+    {settle_head},
     retry = retry + 1, next_attempt = now() + $5::bigint * interval '1 microsecond', error = $6,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
@@ -269,17 +333,41 @@ WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 		postpone: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
-    pending_since = {pending_since},
+    {settle_head},
     next_attempt = now() + $5::bigint * interval '1 microsecond', error = $6,
     leased_until = now(), updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 		block: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
-    pending_since = {pending_since},
+    {settle_head},
     retry = retry + 1, blocked = true, error = $5,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
+		// After a statement that moved watermarks forward, in its
+		// transaction: an append to a stream that was pending wrote
+		// nothing to its row (migration 008), only locked it, and the
+		// settle, which waited for that lock, computed the row with a
+		// snapshot from before the append committed. This statement's
+		// snapshot is taken after the settle holds the rows ($1, the
+		// streams settled), so it sees every such append, and marks
+		// pending again each stream it left caught up with events past
+		// its watermark. A row another transaction holds is one the
+		// settle did not touch (it left it alone, SKIP LOCKED): skipped.
+		catchUp: r.Replace(`UPDATE {schema}.streams s
+SET head = t.top,
+    pending_since = coalesce((
+        SELECT LEAST(e.created, now()) FROM {events} e
+        WHERE e.stream = s.stream AND e.version > s.watermark
+        ORDER BY e.version LIMIT 1), now()),
+    updated_at = now()
+FROM (
+    SELECT stream FROM {schema}.streams
+    WHERE stream = ANY($1) AND NOT pending
+    FOR NO KEY UPDATE SKIP LOCKED
+) l
+CROSS JOIN LATERAL (SELECT max(e.version) AS top FROM {events} e WHERE e.stream = l.stream) t
+WHERE s.stream = l.stream AND t.top > s.watermark`),
 		wake: r.Replace(`SELECT pg_notify('{schema}', '')`),
 		// The idle lock ($1: idleLockKey) on the listening session: taken
 		// exclusively ("mine"); else held shared by appenders that sent
@@ -325,7 +413,7 @@ SELECT stream, true FROM mine WHERE stream NOT IN (SELECT stream FROM ended)`),
 		// Ages are on the database clock and never negative: a created in
 		// the future (an app writing its own clock's time) counts as 0.
 		// GREATEST ignores NULL, so no event gives 0 too.
-		streams: r.Replace(`SELECT s.stream, s.watermark, s.head, GREATEST(s.head - s.watermark, 0),
+		streams: r.Replace(`SELECT s.stream, s.watermark, {real_head}, GREATEST({real_head} - s.watermark, 0),
     GREATEST((extract(epoch FROM now() - o.created) * 1e6)::bigint, 0),
     s.retry, s.next_attempt, s.blocked, coalesce(s.error, ''), coalesce(s.leased_by, ''), s.leased_until
 FROM {schema}.streams s
@@ -349,7 +437,7 @@ LIMIT NULLIF($4, 0)`),
 UPDATE {schema}.streams s
 SET blocked = false, error = NULL, retry = 0, next_attempt = NULL, updated_at = now()
 FROM old WHERE s.stream = old.stream
-RETURNING s.stream, s.watermark, s.head, old.blocked, coalesce(old.error, '')`),
+RETURNING s.stream, s.watermark, {real_head}, old.blocked, coalesce(old.error, '')`),
 		unblockMatch: r.Replace(`WITH old AS MATERIALIZED (
     SELECT stream, blocked, error FROM {schema}.streams
     WHERE ($1 = '' OR stream ~ $1)
@@ -359,7 +447,7 @@ RETURNING s.stream, s.watermark, s.head, old.blocked, coalesce(old.error, '')`),
 UPDATE {schema}.streams s
 SET blocked = false, error = NULL, retry = 0, next_attempt = NULL, updated_at = now()
 FROM old WHERE s.stream = old.stream
-RETURNING s.stream, s.watermark, s.head, old.blocked, coalesce(old.error, '')`),
+RETURNING s.stream, s.watermark, {real_head}, old.blocked, coalesce(old.error, '')`),
 		// Reset also drops any lease, so a drainer still holding the stream
 		// cannot move the watermark past the reset.
 		reset: r.Replace(`WITH old AS MATERIALIZED (
@@ -371,7 +459,7 @@ UPDATE {schema}.streams s
 SET watermark = -1, watermark_id = NULL, blocked = false, error = NULL, retry = 0,
     next_attempt = NULL, leased_by = NULL, leased_until = NULL, updated_at = now()
 FROM old WHERE s.stream = old.stream
-RETURNING s.stream, old.watermark, s.head, old.blocked, coalesce(old.error, '')`),
+RETURNING s.stream, old.watermark, {real_head}, old.blocked, coalesce(old.error, '')`),
 		backlog: r.Replace(`SELECT
     (SELECT count(*) FROM {schema}.streams WHERE blocked),
     (SELECT count(*) FROM {schema}.streams WHERE pending AND NOT blocked),
@@ -385,7 +473,7 @@ RETURNING s.stream, old.watermark, s.head, old.blocked, coalesce(old.error, '')`
         ) o
         WHERE ((s.head > s.watermark AND NOT s.blocked) OR s.blocked) AND s.head > s.watermark
     ), 0)`),
-		totals: r.Replace(`SELECT coalesce(sum(head + 1), 0)::bigint, coalesce(sum(watermark + 1), 0)::bigint FROM {schema}.streams`),
+		totals: r.Replace(`SELECT coalesce(sum({real_head} + 1), 0)::bigint, coalesce(sum(s.watermark + 1), 0)::bigint FROM {schema}.streams s`),
 
 		// One page of a stream for verify, read as fetch reads it (data and
 		// meta as text), so the audit compares what the drain published.

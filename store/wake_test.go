@@ -172,36 +172,6 @@ func TestAppendToAHeldStreamIsDrainedWithoutNotification(t *testing.T) {
 	require.False(t, l.notified(t, b.pool), "the append to a held stream notified")
 }
 
-// The trigger's update of a stream that is already pending changes no
-// indexed column, so Postgres makes it a HOT update (no index entries).
-func TestAppendsToAPendingStreamAreHOTUpdates(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	// One connection: its statistics are flushed on demand below.
-	cfg, err := pgxpool.ParseConfig(jsbridgetest.DatabaseURL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	s, err := store.New(pool, store.WithSchema(b.store.Schema()))
-	require.NoError(t, err)
-
-	for range 21 { // the first creates the row; 20 updates
-		_, err := s.Append(b.ctx, "hot-1", store.AnyVersion, store.NewEvent{Name: "E", Data: []byte(`{}`)})
-		require.NoError(t, err)
-	}
-	_, err = pool.Exec(b.ctx, "SELECT pg_stat_force_next_flush()")
-	require.NoError(t, err)
-	_, err = pool.Exec(b.ctx, "SELECT 1") // a transaction end: the flush
-	require.NoError(t, err)
-	var upd, hot int64
-	require.NoError(t, pool.QueryRow(b.ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
-WHERE schemaname = $1 AND relname = 'streams'`, s.Schema()).Scan(&upd, &hot))
-	require.Equal(t, int64(20), upd)
-	require.Equal(t, int64(20), hot, "HOT updates of 20")
-}
-
 // An append to a stream already pending sends no notification. If the
 // drain's claim comes while that append's transaction is still open, the
 // claim passes over the stream (its row is locked) and the store wakes the
