@@ -195,6 +195,7 @@ type runner struct {
 	// This subscription's children of per-subscription metrics, resolved
 	// once rather than on every delivery.
 	redeliveries prometheus.Counter
+	inFlight     prometheus.Gauge // the ordered path's POSTs holding a slot
 	// ord is the ordered-delivery state of an ordered subscription (nil
 	// for OrderingNone).
 	ord *orderedRunner
@@ -305,6 +306,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...subscription.Subscription) 
 			snd: snd, sub: s, log: snd.Logger(), br: br, endpoint: snd.Endpoint(), metrics: c.metrics, clock: cfg.Clock, health: c.health,
 			js: js, replicaID: cfg.ReplicaID, deadLetters: cfg.DeadLetters,
 			redeliveries: c.metrics.redeliveries.WithLabelValues(s.Name),
+			inFlight:     c.metrics.inFlight.WithLabelValues(s.Name),
 		}
 		if !s.Ordered() {
 			if r.un, err = newUnordered(js, cfg, r); err != nil {

@@ -136,7 +136,8 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 				<-hl.slots
 				return 0, nil, false // waitLease again
 			}
-			return gen, func() { <-hl.slots }, true
+			r.inFlight.Inc()
+			return gen, func() { r.inFlight.Dec(); <-hl.slots }, true
 		}
 		s := r.snd.Attempt(ctx, m, n, attempt.Call{ID: id, Traced: em, Replica: r.replicaID, Order: order,
 			Owner: &attempt.Owner{Partition: hl.p, Epoch: hl.epoch}, Ready: ready, Fence: hl.lease.bound})
