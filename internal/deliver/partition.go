@@ -408,6 +408,7 @@ func (pt *partition) deliveryGap(last, c uint64) bool {
 // measures a stream's first event against.
 func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 	pt.fenceWait.start(pt.clock.Now())
+	pt.ackSettledInFence(fence)
 	if pt.fenceGauge != nil {
 		pt.fenceGauge.Set(pt.clock.Since(pt.fenceWait.since).Seconds())
 	}
@@ -436,6 +437,24 @@ func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 		}
 	}
 	return info.AckFloor.Stream, true
+}
+
+// ackSettledInFence acks the copies in the fence of events settled
+// meanwhile and takes them out of it. A copy lands in the fence while its
+// event is still in a lane (redelivered after a lease pause, in which no
+// InProgress went out); the lane settles the event after. The fence does
+// not count a settled event in hand (handBook.pending): when the lane's
+// ack did not land (a consumer leader moving, the connection cut), the
+// event stays pending on the consumer, and the copy, kept alive in the
+// fence with InProgress (keepHeldAlive), never came back: the fence
+// waited for it for ever. Acked here, or at worst (an ack not allowed
+// now) dropped and left to come back after AckWait, it holds nothing.
+func (pt *partition) ackSettledInFence(fence *fenceBuffer) {
+	for _, m := range fence.snapshot() {
+		if pt.ackSettledCopy(m) {
+			fence.remove(m)
+		}
+	}
 }
 
 // dispatch hands msg to its stream's lane, holds it when its stream is
