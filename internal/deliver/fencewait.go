@@ -19,6 +19,26 @@ const fenceWaitWarnEvery = 30 * time.Second
 type fenceWait struct {
 	since  time.Time // when the wait began (zero: not waiting)
 	warned time.Time // when it was last logged (zero: not yet)
+	// short is the lowest shortfall (events pending on the consumer not
+	// in hand) seen since shortSince (zero: none).
+	short      int
+	shortSince time.Time
+}
+
+// shortfall records the fence's shortfall n now and returns how long it
+// has not fallen: 0 when n is 0 or lower than the lowest seen since the
+// last fall. A shortfall that grows (one more delivery lost) keeps the
+// time of the older one.
+func (w *fenceWait) shortfall(now time.Time, n int) time.Duration {
+	if n <= 0 {
+		w.short, w.shortSince = 0, time.Time{}
+		return 0
+	}
+	if w.shortSince.IsZero() || n < w.short {
+		w.short, w.shortSince = n, now
+		return 0
+	}
+	return now.Sub(w.shortSince)
 }
 
 // start marks the fence as waiting from now, unless it waits already.
