@@ -465,10 +465,15 @@ func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 // waited for it for ever. Acked here, or at worst (an ack not allowed
 // now) dropped and left to come back after AckWait, it holds nothing.
 func (pt *partition) ackSettledInFence(fence *fenceBuffer) {
+	n := 0
 	for _, m := range fence.snapshot() {
 		if pt.ackSettledCopy(m) {
 			fence.remove(m)
+			n++
 		}
+	}
+	if n > 0 {
+		pt.log.Info("partition fence: copies of events settled meanwhile acked and taken out", slog.Int("events", n))
 	}
 }
 
