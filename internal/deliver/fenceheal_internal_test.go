@@ -162,10 +162,11 @@ func TestAFenceWaitingForAnEventNobodyBringsBackResets(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	runClock(t, clock)
 	log := &msgLog{}
+	var text syncBuffer
 	reg := prometheus.NewRegistry()
 	var kept atomic.Bool
 	c, err := New(js, Config{
-		ReplicaID: "only", Clock: clock, Logger: slog.New(log), Registerer: reg, Partitions: 1, LeaseTTL: 4 * time.Second,
+		ReplicaID: "only", Clock: clock, Logger: slog.New(slog.NewMultiHandler(log, slog.NewTextHandler(&text, nil))), Registerer: reg, Partitions: 1, LeaseTTL: 4 * time.Second,
 		sendAck: func(m jetstream.Msg) error {
 			idsMu.Lock()
 			stray := attempt.EventID(m) == ids["order-1/1"]
@@ -220,6 +221,11 @@ func TestAFenceWaitingForAnEventNobodyBringsBackResets(t *testing.T) {
 	require.Less(t, waited, (fenceResetAfter+2)*sub.AckWait, "the fence passed within its bound")
 	rc.requireChains(t, streams, 6)
 	require.True(t, log.has("partition fence reset"), "a WARN says why")
+	idsMu.Lock()
+	keptID := ids["order-1/1"]
+	idsMu.Unlock()
+	require.Regexp(t, `events it brought back that were not in hand.*unsettled=\[\] .*first_settled="\d+ `+keptID+`"`, text.String(),
+		"the first pass after the reset names the event it had waited for")
 	require.Equal(t, 1.0, counterValue(t, reg, "jsbridge_consumer_partition_fence_resets_total"))
 	require.Never(t, func() bool { return rc.postCount() > len(streams)*6 }, time.Second, 50*time.Millisecond,
 		"nothing settled was POSTed again after the reset")

@@ -64,6 +64,9 @@ type partition struct {
 	// fenceWait is how long the fence has waited (logged past
 	// fenceWaitWarnEvery); the run loop's alone.
 	fenceWait fenceWait
+	// probe names the events a fence reset brought back that were not
+	// in hand (healFence); the run loop's alone; nil: no reset pending.
+	probe *resetProbe
 	// fenceGauge is the partition's
 	// jsbridge_consumer_partition_fence_waiting_seconds, dropFenceGauge
 	// deletes it at the end; nil: not exported.
@@ -320,6 +323,7 @@ func (pt *partition) run() {
 			}
 		}
 		if err == nil {
+			pt.probe.saw(msg, pt.book)
 			c := consumerSeq(msg)
 			if !fencing && pt.deliveryGap(lastCSeq, c) {
 				fencing = true
@@ -370,6 +374,8 @@ func (pt *partition) run() {
 				// tells a stall's reader the fence was not what held it.
 				pt.log.Info("partition fence passed: every pending event is in hand", slog.Int("events", len(msgs)),
 					slog.Duration("waited", pt.fenceWait.passed(pt.clock.Now()).Round(time.Millisecond)))
+				pt.probe.report(pt.log)
+				pt.probe = nil
 				if pt.fenceGauge != nil {
 					pt.fenceGauge.Set(0)
 				}
@@ -610,8 +616,13 @@ func (pt *partition) healFence(fence *fenceBuffer, info *jetstream.ConsumerInfo,
 	pt.log.Warn("partition fence reset: events pending on the consumer stayed out of hand and nobody brings them back; resetting the partition consumer to its ack floor",
 		slog.Int("shortfall", info.NumAckPending-h.total), slog.Duration("not_falling_for", stuck.Round(time.Second)),
 		slog.Int("num_ack_pending", info.NumAckPending), slog.Int("in_hand", h.total), slog.Int("in_fence", h.fence),
+		slog.Int("in_lanes", h.lanes), slog.Int("waiting", h.waiting), slog.Int("held", h.held), slog.Int("acking", h.acking),
 		slog.Uint64("ack_floor_stream", info.AckFloor.Stream), slog.Uint64("delivered_stream", info.Delivered.Stream),
-		slog.Duration("ack_wait", pt.ackWait))
+		slog.Int("num_waiting", info.NumWaiting), slog.Int("num_redelivered", info.NumRedelivered), slog.Duration("ack_wait", pt.ackWait))
+	probe := &resetProbe{inHand: map[uint64]bool{}, through: info.Delivered.Stream}
+	fence.addSeqs(probe.inHand)
+	pt.book.pending(probe.inHand)
+	pt.parking.addHeld(pt.holder, probe.inHand)
 	pt.record.inherit(pt.book.settledSeqs())
 	through := pt.reset(pt.ctx)
 	pt.fenceWait.shortfall(pt.clock.Now(), 0) // the next reset, if any, a bound later
@@ -619,6 +630,7 @@ func (pt *partition) healFence(fence *fenceBuffer, info *jetstream.ConsumerInfo,
 		return // nothing pending any more, or the consumer could not be read: the fence checks again
 	}
 	pt.hol.attempts.raiseResetThrough(through)
+	pt.probe = probe
 	fence.take()
 	if pt.fenceResets != nil {
 		pt.fenceResets.Inc()
