@@ -625,7 +625,7 @@ func (pt *partition) healFence(fence *fenceBuffer, info *jetstream.ConsumerInfo,
 	probe := &resetProbe{inHand: map[uint64]bool{}, through: info.Delivered.Stream}
 	fence.addSeqs(probe.inHand)
 	pt.book.pending(probe.inHand)
-	pt.parking.addHeld(pt.holder, probe.inHand)
+	pt.parking.AddHeld(pt.holder, probe.inHand)
 	pt.record.inherit(pt.book.settledSeqs())
 	through := pt.reset(pt.ctx)
 	pt.fenceWait.shortfall(pt.clock.Now(), 0) // the next reset, if any, a bound later
