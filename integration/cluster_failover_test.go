@@ -331,10 +331,11 @@ SELECT 'order-' || g, $1::bigint, 'OrderNoted', json_build_object('v', $1::bigin
 	// deliveries again), how often a stream's later events waited for an
 	// earlier one that had not arrived when the fence passed, and how
 	// often partitions changed hands.
-	t.Logf("ordered consumer: %d partitions taken, %d released, %d leases lost, %d fences passed, %d lost deliveries seen, "+
+	t.Logf("ordered consumer: %d partitions taken, %d released, %d leases lost, %d fences passed, %d fences reset (waited for events nobody brings back), %d fence counts that acked settled copies, %d lost deliveries seen, "+
 		"%d delivery sequences gone back, %d streams waited for a lost event, %d events delivered late, %d client buffer overflows",
 		strings.Count(orderedOut, "partition taken"), strings.Count(orderedOut, "releasing partition"),
 		strings.Count(orderedOut, "partition lease lost"), strings.Count(orderedOut, "partition fence passed"),
+		strings.Count(orderedOut, "partition fence reset"), strings.Count(orderedOut, "copies of events settled meanwhile acked"),
 		strings.Count(orderedOut, "never arrived"), strings.Count(orderedOut, "delivery sequence went back"),
 		strings.Count(orderedOut, "has not arrived (lost on its way?)"), strings.Count(orderedOut, "delivering it late"),
 		strings.Count(orderedOut, "slow consumer"))

@@ -171,6 +171,24 @@ func (r *deliveredRecord) covers(key string, seq uint64) bool {
 	return seq <= r.inherited[key]
 }
 
+// inherit raises the inherited entries to settled (stream key → sequence
+// of its last event settled, and written, by this owner) before the
+// partition resets its own consumer (partition.healFence): what this
+// owner settled above the ack floor comes again, and is acked without a
+// POST (covers), as a former owner's is after a take-over.
+func (r *deliveredRecord) inherit(settled map[string]uint64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, s := range settled {
+		if s > r.inherited[k] {
+			r.inherited[k] = s
+		}
+	}
+}
+
 // inheritedSeq returns stream key's entry read when the partition was
 // taken (0: none).
 func (r *deliveredRecord) inheritedSeq(key string) uint64 {

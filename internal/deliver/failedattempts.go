@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,8 +31,30 @@ type failedAttempts struct {
 	sub string
 	log *slog.Logger
 	// resetThrough is the last stream sequence the partition consumer
-	// had delivered before this owner reset it (0: not reset).
-	resetThrough uint64
+	// had delivered before this owner last reset it (nil or 0: not
+	// reset): at the take-over, or by the fence (partition.healFence).
+	resetThrough *atomic.Uint64
+}
+
+// resetMark returns a resetThrough holding seq.
+func resetMark(seq uint64) *atomic.Uint64 {
+	var m atomic.Uint64
+	m.Store(seq)
+	return &m
+}
+
+// raiseResetThrough moves resetThrough up to seq (a reset of the
+// partition's own consumer); never down.
+func (fa failedAttempts) raiseResetThrough(seq uint64) {
+	if fa.resetThrough == nil {
+		return
+	}
+	for {
+		old := fa.resetThrough.Load()
+		if seq <= old || fa.resetThrough.CompareAndSwap(old, seq) {
+			return
+		}
+	}
 }
 
 // kvTimeout bounds one request of failedAttempts.
@@ -68,7 +91,7 @@ func (fa failedAttempts) first(m jetstream.Msg, id string) (attempt int, recorde
 // cleared its count), or its metadata cannot be read.
 func (fa failedAttempts) redelivered(m jetstream.Msg) bool {
 	md, err := m.Metadata()
-	return err != nil || md.NumDelivered > 1 || md.Sequence.Stream <= fa.resetThrough
+	return err != nil || md.NumDelivered > 1 || (fa.resetThrough != nil && md.Sequence.Stream <= fa.resetThrough.Load())
 }
 
 // failed records that attempt (1-based) of event id failed and will be

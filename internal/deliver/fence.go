@@ -34,6 +34,16 @@ func (f *fenceBuffer) snapshot() []jetstream.Msg {
 	return out
 }
 
+// remove removes m from the buffer, unless another copy of its event
+// replaced it meanwhile.
+func (f *fenceBuffer) remove(m jetstream.Msg) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := streamSeq(m); f.msgs[s] == m {
+		delete(f.msgs, s)
+	}
+}
+
 // addSeqs adds the stream sequences of the buffered messages to seqs.
 func (f *fenceBuffer) addSeqs(seqs map[uint64]bool) {
 	f.mu.Lock()

@@ -1,10 +1,14 @@
 package deliver
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // fenceWaitWarnEvery is how long a partition's fence waits before it says
@@ -19,6 +23,26 @@ const fenceWaitWarnEvery = 30 * time.Second
 type fenceWait struct {
 	since  time.Time // when the wait began (zero: not waiting)
 	warned time.Time // when it was last logged (zero: not yet)
+	// short is the lowest shortfall (events pending on the consumer not
+	// in hand) seen since shortSince (zero: none).
+	short      int
+	shortSince time.Time
+}
+
+// shortfall records the fence's shortfall n now and returns how long it
+// has not fallen: 0 when n is 0 or lower than the lowest seen since the
+// last fall. A shortfall that grows (one more delivery lost) keeps the
+// time of the older one.
+func (w *fenceWait) shortfall(now time.Time, n int) time.Duration {
+	if n <= 0 {
+		w.short, w.shortSince = 0, time.Time{}
+		return 0
+	}
+	if w.shortSince.IsZero() || n < w.short {
+		w.short, w.shortSince = n, now
+		return 0
+	}
+	return now.Sub(w.shortSince)
 }
 
 // start marks the fence as waiting from now, unless it waits already.
@@ -87,4 +111,63 @@ func (pt *partition) logFenceWait(waited time.Duration, info *jetstream.Consumer
 		}
 	}
 	pt.log.Warn("partition fence still waiting: the consumer has more events pending than the partition has in hand", attrs...)
+}
+
+// resetProbe names the events a fence reset (partition.healFence) brought
+// back that were not in hand when it reset: what the fence had waited
+// for. A diagnosis: the reset's WARN says how many, the first fence pass
+// after it says which (up to resetProbeMax) and what the partition knew
+// of them. The reset brings back the events settled above the ack floor
+// too (acked, or an ack that did not land: the two look alike here), so
+// those are counted, and the first of them (the lowest) named.
+type resetProbe struct {
+	inHand  map[uint64]bool // the sequences in hand, unsettled, at the reset
+	through uint64          // the last sequence delivered before the reset
+	seen    map[uint64]bool
+	// missing are the unsettled ones, "seq event_id state", state:
+	// behind (a later event of its stream settled) or unsettled.
+	missing      []string
+	settled      int
+	firstSettled string
+}
+
+// resetProbeMax bounds the events a resetProbe names.
+const resetProbeMax = 10
+
+// saw notes m, received after the reset, when it was delivered before
+// the reset and not in hand then.
+func (p *resetProbe) saw(m jetstream.Msg, b *handBook) {
+	if p == nil {
+		return
+	}
+	seq := streamSeq(m)
+	if seq == 0 || seq > p.through || p.inHand[seq] || p.seen[seq] {
+		return
+	}
+	if p.seen == nil {
+		p.seen = map[uint64]bool{}
+	}
+	p.seen[seq] = true
+	behind, stale := b.settledBefore(wire.StreamKey(m.Subject()), seq)
+	switch {
+	case stale:
+		if p.settled++; p.firstSettled == "" {
+			p.firstSettled = fmt.Sprintf("%d %s", seq, attempt.EventID(m))
+		}
+	case len(p.missing) >= resetProbeMax:
+	case behind:
+		p.missing = append(p.missing, fmt.Sprintf("%d %s behind", seq, attempt.EventID(m)))
+	default:
+		p.missing = append(p.missing, fmt.Sprintf("%d %s unsettled", seq, attempt.EventID(m)))
+	}
+}
+
+// report logs what the probe saw, once the fence passed after the reset.
+func (p *resetProbe) report(log *slog.Logger) {
+	if p == nil {
+		return
+	}
+	log.Info("partition fence reset: events it brought back that were not in hand (sequence, event id)",
+		slog.Any("unsettled", p.missing), slog.Int("named_at_most", resetProbeMax),
+		slog.Int("settled", p.settled), slog.String("first_settled", p.firstSettled))
 }

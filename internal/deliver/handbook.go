@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -252,6 +253,14 @@ func (b *handBook) lastSettled(key string) uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.lastDone[key]
+}
+
+// settledSeqs returns, by stream key, the sequence of the last event
+// settled (written in the delivered record, when there is one).
+func (b *handBook) settledSeqs() map[string]uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.lastDone)
 }
 
 // counts returns how many sequences are in the lanes, waiting for a

@@ -25,6 +25,7 @@ type metrics struct {
 	oldestHeld      *prometheus.GaugeVec
 	fenceWaiting    *prometheus.GaugeVec
 	handovers       *prometheus.CounterVec
+	fenceResets     *prometheus.CounterVec
 	copyLagMsgs     *prometheus.GaugeVec
 	copyLagSeconds  *prometheus.GaugeVec
 }
@@ -88,6 +89,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "jsbridge_consumer_handovers_total",
 			Help: "Partitions of an ordered subscription this replica took over (acquired a lease), by subscription.",
 		}, []string{"subscription"}),
+		fenceResets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jsbridge_consumer_partition_fence_resets_total",
+			Help: "Times a partition fence of an ordered subscription on this replica waited for events nobody brings back and reset its partition consumer to the ack floor, by subscription.",
+		}, []string{"subscription"}),
 		copyLagMsgs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_ordered_copy_lag_messages",
 			Help: "Messages of the events stream not yet sourced into its partitioned copy (0: caught up), by copy stream.",
@@ -141,6 +146,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.handovers, err = promreg.Register(reg, m.handovers); err != nil {
+		return nil, err
+	}
+	if m.fenceResets, err = promreg.Register(reg, m.fenceResets); err != nil {
 		return nil, err
 	}
 	if m.copyLagMsgs, err = promreg.Register(reg, m.copyLagMsgs); err != nil {

@@ -403,10 +403,11 @@ func (or *orderedRunner) newPartition(p int, rev, epoch uint64, deadline time.Ti
 	cfg, _ := or.consumerConfig(or.o, p)
 	d := partitionDeps{
 		inHand: or.inHand, pullBatch: or.pullBatch(), r: or.r, parking: or.parking, clock: or.clock, log: or.r.log, eventsPrefix: or.o.eventsPrefix, filters: cfg.FilterSubjects,
-		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log, resetThrough: resetThrough},
+		attempts:   failedAttempts{kv: or.o.parks, sub: or.r.sub.Name, log: or.r.log, resetThrough: resetMark(resetThrough)},
 		checkEvery: ordercopy.CheckEvery(or.o.leaseTTL), slots: or.slots, copyStream: or.copyStream,
 		record: rec, sendAck: or.o.cfg.sendAck,
 		epoch: epoch, epochs: or.o.epochs, stuckAfter: or.o.cfg.OrderStuckAfter, parks: or.o.parks,
+		reset: func(ctx context.Context) uint64 { return or.resetToAckFloor(ctx, p) },
 	}
 	cs := chainSource{
 		js: or.r.js, copyName: or.o.stream(), eventsPrefix: or.o.eventsPrefix, sub: or.r.sub.Name,

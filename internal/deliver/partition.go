@@ -64,11 +64,19 @@ type partition struct {
 	// fenceWait is how long the fence has waited (logged past
 	// fenceWaitWarnEvery); the run loop's alone.
 	fenceWait fenceWait
+	// probe names the events a fence reset brought back that were not
+	// in hand (healFence); the run loop's alone; nil: no reset pending.
+	probe *resetProbe
 	// fenceGauge is the partition's
 	// jsbridge_consumer_partition_fence_waiting_seconds, dropFenceGauge
 	// deletes it at the end; nil: not exported.
 	fenceGauge     prometheus.Gauge
 	dropFenceGauge func()
+	// reset resets the partition consumer to its ack floor
+	// (orderedRunner.resetToAckFloor) when the fence waits for events
+	// nobody brings back (healFence); fenceResets counts it. Nil: never.
+	reset       func(context.Context) uint64
+	fenceResets prometheus.Counter
 
 	health *health.State // the subscriptions' disabled state (nil: enabled)
 	sub    string        // the subscription's name
@@ -110,6 +118,10 @@ type partitionDeps struct {
 	// parks is the park bucket, where a stream set aside is recorded
 	// (aside.go); nil: no stream is set aside.
 	parks jetstream.KeyValue
+	// reset resets the partition consumer to its ack floor and returns
+	// the last stream sequence it had delivered (0: not reset), for the
+	// fence's way out (partition.healFence); nil: never reset.
+	reset func(context.Context) uint64
 }
 
 // newPartition makes partition p, read from cons, whose lease (created at
@@ -133,7 +145,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	if d.r != nil {
 		pt.health, pt.sub, pt.maxAckPending = d.r.health, d.r.sub.Name, d.r.sub.MaxAckPending
 	}
-	pt.record = d.record
+	pt.record, pt.reset = d.record, d.reset
 	pt.succ = newSuccessors(ctx, d.clock, log, pt.book, cons, d.filters, d.copyStream, pt.record.inheritedSeq)
 	if d.r != nil {
 		pt.succ.js = d.r.js
@@ -147,6 +159,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	if d.r != nil && d.r.metrics != nil {
 		vec, labels := d.r.metrics.fenceWaiting, []string{d.r.sub.Name, strconv.Itoa(p)}
 		pt.fenceGauge, pt.dropFenceGauge = vec.WithLabelValues(labels...), func() { vec.DeleteLabelValues(labels...) }
+		pt.fenceResets = d.r.metrics.fenceResets.WithLabelValues(d.r.sub.Name)
 	}
 	if d.parks != nil && d.r != nil {
 		pt.aside = newAsides(d.parks, d.r.sub.Name, p, d.r.replicaID, d.clock, log, d.copyStream, d.filters)
@@ -310,6 +323,7 @@ func (pt *partition) run() {
 			}
 		}
 		if err == nil {
+			pt.probe.saw(msg, pt.book)
 			c := consumerSeq(msg)
 			if !fencing && pt.deliveryGap(lastCSeq, c) {
 				fencing = true
@@ -360,6 +374,8 @@ func (pt *partition) run() {
 				// tells a stall's reader the fence was not what held it.
 				pt.log.Info("partition fence passed: every pending event is in hand", slog.Int("events", len(msgs)),
 					slog.Duration("waited", pt.fenceWait.passed(pt.clock.Now()).Round(time.Millisecond)))
+				pt.probe.report(pt.log)
+				pt.probe = nil
 				if pt.fenceGauge != nil {
 					pt.fenceGauge.Set(0)
 				}
@@ -408,6 +424,7 @@ func (pt *partition) deliveryGap(last, c uint64) bool {
 // measures a stream's first event against.
 func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 	pt.fenceWait.start(pt.clock.Now())
+	pt.ackSettledInFence(fence)
 	if pt.fenceGauge != nil {
 		pt.fenceGauge.Set(pt.clock.Since(pt.fenceWait.since).Seconds())
 	}
@@ -423,8 +440,16 @@ func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 		if waited, due := pt.fenceWait.due(pt.clock.Now()); due {
 			pt.logFenceWait(waited, info, h)
 		}
+		// The events being acked (their delivered record's write under
+		// way, slow while the KV's leader moves) are pending and not in
+		// hand, yet their ack comes: not part of what nobody brings back.
+		short := info.NumAckPending - h.total - h.acking
+		if stuck := pt.fenceWait.shortfall(pt.clock.Now(), short); pt.ackWait > 0 && stuck >= fenceResetAfter*pt.ackWait {
+			pt.healFence(fence, info, h, stuck)
+		}
 		return 0, false
 	}
+	pt.fenceWait.shortfall(pt.clock.Now(), 0)
 	if err := pt.parking.Reread(pt.ctx); err != nil {
 		pt.log.Warn("re-reading the parked streams failed; the fence waits", slog.Any("error", err))
 		return 0, false
@@ -436,6 +461,29 @@ func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 		}
 	}
 	return info.AckFloor.Stream, true
+}
+
+// ackSettledInFence acks the copies in the fence of events settled
+// meanwhile and takes them out of it. A copy lands in the fence while its
+// event is still in a lane (redelivered after a lease pause, in which no
+// InProgress went out); the lane settles the event after. The fence does
+// not count a settled event in hand (handBook.pending): when the lane's
+// ack did not land (a consumer leader moving, the connection cut), the
+// event stays pending on the consumer, and the copy, kept alive in the
+// fence with InProgress (keepHeldAlive), never came back: the fence
+// waited for it for ever. Acked here, or at worst (an ack not allowed
+// now) dropped and left to come back after AckWait, it holds nothing.
+func (pt *partition) ackSettledInFence(fence *fenceBuffer) {
+	n := 0
+	for _, m := range fence.snapshot() {
+		if pt.ackSettledCopy(m) {
+			fence.remove(m)
+			n++
+		}
+	}
+	if n > 0 {
+		pt.log.Info("partition fence: copies of events settled meanwhile acked and taken out", slog.Int("events", n))
+	}
 }
 
 // dispatch hands msg to its stream's lane, holds it when its stream is
@@ -543,4 +591,51 @@ func (pt *partition) handCount(fence *fenceBuffer) handSplit {
 	h.held, h.total = len(seqs)-before, len(seqs)
 	h.aside = pt.aside.asideCount()
 	return h
+}
+
+// fenceResetAfter, in AckWaits, bounds how long a partition's fence waits
+// for events pending on its consumer that are not in hand while their
+// number does not fall (healFence). A delivery lost on its way comes back
+// after one AckWait; a shortfall that stays three AckWaits is kept
+// pending by something nobody controls any more (an InProgress of a
+// delivery this replica no longer holds, a pending entry the server does
+// not redeliver): see docs/ordering.md, "A fence that waits for ever".
+const fenceResetAfter = 3
+
+// healFence gets a fence that waits for events nobody brings back to a
+// known state: it drops the fence's copies (not Nak'd: the reset delivers
+// them again), makes what this owner settled count as delivered in its
+// delivered record (deliveredRecord.inherit), and resets the partition
+// consumer to its ack floor, as a take-over does: every event above the
+// floor comes again at once, those settled are acked without a POST, the
+// rest pass the fence in stream order. stuck is how long the shortfall
+// has not fallen. It logs a WARN that says why and counts
+// jsbridge_consumer_partition_fence_resets_total. The lanes keep their
+// deliveries: their copies are dropped or acked as any redelivery's.
+func (pt *partition) healFence(fence *fenceBuffer, info *jetstream.ConsumerInfo, h handSplit, stuck time.Duration) {
+	if pt.reset == nil {
+		return
+	}
+	pt.log.Warn("partition fence reset: events pending on the consumer stayed out of hand and nobody brings them back; resetting the partition consumer to its ack floor",
+		slog.Int("shortfall", info.NumAckPending-h.total-h.acking), slog.Duration("not_falling_for", stuck.Round(time.Second)),
+		slog.Int("num_ack_pending", info.NumAckPending), slog.Int("in_hand", h.total), slog.Int("in_fence", h.fence),
+		slog.Int("in_lanes", h.lanes), slog.Int("waiting", h.waiting), slog.Int("held", h.held), slog.Int("acking", h.acking),
+		slog.Uint64("ack_floor_stream", info.AckFloor.Stream), slog.Uint64("delivered_stream", info.Delivered.Stream),
+		slog.Int("num_waiting", info.NumWaiting), slog.Int("num_redelivered", info.NumRedelivered), slog.Duration("ack_wait", pt.ackWait))
+	probe := &resetProbe{inHand: map[uint64]bool{}, through: info.Delivered.Stream}
+	fence.addSeqs(probe.inHand)
+	pt.book.pending(probe.inHand)
+	pt.parking.AddHeld(pt.holder, probe.inHand)
+	pt.record.inherit(pt.book.settledSeqs())
+	through := pt.reset(pt.ctx)
+	pt.fenceWait.shortfall(pt.clock.Now(), 0) // the next reset, if any, a bound later
+	if through == 0 {
+		return // nothing pending any more, or the consumer could not be read: the fence checks again
+	}
+	pt.hol.attempts.raiseResetThrough(through)
+	pt.probe = probe
+	fence.take()
+	if pt.fenceResets != nil {
+		pt.fenceResets.Inc()
+	}
 }

@@ -486,7 +486,7 @@ func TestAResetDoesNotGiveAnEventMoreAttempts(t *testing.T) {
 	before.failed("7", 2)
 
 	// The next owner reset the consumer, which had delivered up to 50.
-	after := failedAttempts{kv: kv, sub: "orders", log: log, resetThrough: 50}
+	after := failedAttempts{kv: kv, sub: "orders", log: log, resetThrough: resetMark(50)}
 	failing.md.NumDelivered = 1
 	require.True(t, after.redelivered(failing))
 	attempt, recorded = after.first(failing, "7")
