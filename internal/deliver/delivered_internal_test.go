@@ -209,7 +209,7 @@ func newTestRunner(tb testing.TB, sub subscription.Subscription, client *http.Cl
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &runner{snd: snd, sub: sub, log: snd.Logger(), br: br, endpoint: snd.Endpoint(), metrics: m, clock: clock}
+	return &runner{snd: snd, sub: sub, log: snd.Logger(), br: br, endpoint: snd.Endpoint(), metrics: m, clock: clock, inFlight: m.inFlight.WithLabelValues(sub.Name)}
 }
 
 // answerLostKV is a park bucket whose next Update writes and then loses

@@ -226,7 +226,7 @@ func TestDeadLetterRetriedWhenTheLeaseIsLostNaksNothing(t *testing.T) {
 			dlq := &failingDLQ{}
 			m, err := newMetrics(nil)
 			require.NoError(t, err)
-			pt.hol.r = &runner{sub: subscription.Subscription{Name: "orders"}, metrics: m, deadLetters: dlq}
+			pt.hol.r = &runner{sub: subscription.Subscription{Name: "orders"}, metrics: m, deadLetters: dlq, inFlight: m.inFlight.WithLabelValues("orders")}
 			msg := newAckMsg(10)
 			done := make(chan struct{})
 			go func() {
