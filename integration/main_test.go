@@ -44,12 +44,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// buildBinaries builds bridge and consumer as `make image` and deploy's
+// tests build them: static (CGO_ENABLED=0) and -trimpath. make test runs
+// this package's and deploy's test binaries with the same two settings,
+// so a cold build cache compiles the commands' packages once for all of
+// them rather than once per setting (the race tier's are apart anyway).
 func buildBinaries() (string, error) {
 	dir, err := os.MkdirTemp("", "jsbridge-bin-")
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("go", "build", "-o", dir+"/", "../cmd/bridge", "../cmd/consumer")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "../cmd/bridge", "../cmd/consumer")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
