@@ -36,7 +36,7 @@ func newSubscriptionSeries(reg prometheus.Registerer) (subscriptionSeries, error
 		return nil, err
 	}
 	return subscriptionSeries{m.deliveries, m.duration, m.inFlight, m.redeliveries, m.deadLetters, m.replayed,
-		m.partitionsOwned, m.streamsParked, m.orderStuck, m.streamsAside, m.asideStuck, m.oldestHeld, m.fenceWaiting, m.handovers, rate, disabled}, nil
+		m.partitionsOwned, m.streamsParked, m.orderStuck, m.streamsAside, m.asideStuck, m.oldestHeld, m.fenceWaiting, m.fenceResets, m.handovers, rate, disabled}, nil
 }
 
 // forget deletes every series of subscription name.
