@@ -46,6 +46,10 @@ RACE_FIRST := ./internal/deliver ./cmd/consumer ./store ./bridge ./drain ./webho
 # once for the test binaries and the commands, not once per setting.
 NONRACE := CGO_ENABLED=0 $(GO) test -trimpath
 
+# SUBMAKE: make itself, named through a variable of its own so that `make -n test` only prints the test
+# recipe: GNU make runs a recipe line that names $(MAKE) directly even under -n, which ran every test.
+SUBMAKE = $(MAKE)
+
 ## test: every test (both tiers) against a real Postgres and JetStream: every package with the race
 ## detector, then integration/'s process-level tests without it. Those test the built binaries (not
 ## race-built) from outside; in their test process the race detector instruments only the embedded
@@ -61,7 +65,7 @@ test:
 	$(GO) test -race -timeout 30m -count=1 $(RACE_FIRST) $$($(GO) list ./... | grep -v '/integration$$' | grep -v '/deploy$$') || rc=1; \
 	$(NONRACE) -timeout 30m -count=1 ./integration/ || rc=1; \
 	$(NONRACE) -timeout 30m -count=1 -run '^TestThousandSubscriptionsThroughTheCLI$$' ./cmd/consumer/ || rc=1; \
-	{ $(MAKE) -s tools && $(NONRACE) -timeout 30m -count=1 ./deploy/; } || rc=1; exit $$rc
+	{ $(SUBMAKE) -s tools && $(NONRACE) -timeout 30m -count=1 ./deploy/; } || rc=1; exit $$rc
 
 ## test-short: the quick tier: unit and in-process tests (real Postgres and embedded JetStream),
 ## no processes, kills or clusters (integration/ runs nothing with -short); well under 90 s warm
