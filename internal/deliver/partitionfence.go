@@ -1,0 +1,151 @@
+package deliver
+
+// The partition's fence: whether every event pending on its consumer is
+// in hand (fenceReady, handCount), and its way out when one never comes
+// back (healFence).
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// handCount is how many distinct events of the partition are in hand and
+// not settled nor being acked: in the fence, in the lanes, waiting for a
+// predecessor (handBook.pending) or held behind a parked head. The held
+// ones are read last: an event moving from its lane to a parked stream
+// meanwhile is seen in one or the other, never in neither. The split by
+// place is for the fence's log (handSplit).
+func (pt *partition) handCount(fence *fenceBuffer) handSplit {
+	var h handSplit
+	seqs := map[uint64]bool{}
+	fence.addSeqs(seqs)
+	h.fence = len(seqs)
+	h.lanes, h.waiting, h.acking = pt.book.counts()
+	pt.book.pending(seqs)
+	before := len(seqs)
+	pt.parking.AddHeld(pt.holder, seqs)
+	h.held, h.total = len(seqs)-before, len(seqs)
+	h.aside = pt.aside.asideCount()
+	return h
+}
+
+// fenceResetAfter, in AckWaits, bounds how long a partition's fence waits
+// for events pending on its consumer that are not in hand while their
+// number does not fall (healFence). A delivery lost on its way comes back
+// after one AckWait; a shortfall that stays three AckWaits is kept
+// pending by something nobody controls any more (an InProgress of a
+// delivery this replica no longer holds, a pending entry the server does
+// not redeliver): see docs/ordering.md, "A fence that waits for ever".
+const fenceResetAfter = 3
+
+// healFence gets a fence that waits for events nobody brings back to a
+// known state: it drops the fence's copies (not Nak'd: the reset delivers
+// them again), makes what this owner settled count as delivered in its
+// delivered record (deliveredRecord.inherit), and resets the partition
+// consumer to its ack floor, as a take-over does: every event above the
+// floor comes again at once, those settled are acked without a POST, the
+// rest pass the fence in stream order. stuck is how long the shortfall
+// has not fallen. It logs a WARN that says why and counts
+// jsbridge_consumer_partition_fence_resets_total. The lanes keep their
+// deliveries: their copies are dropped or acked as any redelivery's.
+func (pt *partition) healFence(fence *fenceBuffer, info *jetstream.ConsumerInfo, h handSplit, stuck time.Duration) {
+	if pt.reset == nil {
+		return
+	}
+	pt.log.Warn("partition fence reset: events pending on the consumer stayed out of hand and nobody brings them back; resetting the partition consumer to its ack floor",
+		slog.Int("shortfall", info.NumAckPending-h.total-h.acking), slog.Duration("not_falling_for", stuck.Round(time.Second)),
+		slog.Int("num_ack_pending", info.NumAckPending), slog.Int("in_hand", h.total), slog.Int("in_fence", h.fence),
+		slog.Int("in_lanes", h.lanes), slog.Int("waiting", h.waiting), slog.Int("held", h.held), slog.Int("acking", h.acking),
+		slog.Uint64("ack_floor_stream", info.AckFloor.Stream), slog.Uint64("delivered_stream", info.Delivered.Stream),
+		slog.Int("num_waiting", info.NumWaiting), slog.Int("num_redelivered", info.NumRedelivered), slog.Duration("ack_wait", pt.ackWait))
+	probe := &resetProbe{inHand: map[uint64]bool{}, through: info.Delivered.Stream}
+	fence.addSeqs(probe.inHand)
+	pt.book.pending(probe.inHand)
+	pt.parking.AddHeld(pt.holder, probe.inHand)
+	pt.record.inherit(pt.book.settledSeqs())
+	through := pt.reset(pt.ctx)
+	pt.fenceWait.shortfall(pt.clock.Now(), 0) // the next reset, if any, a bound later
+	if through == 0 {
+		return // nothing pending any more, or the consumer could not be read: the fence checks again
+	}
+	pt.hol.attempts.raiseResetThrough(through)
+	pt.probe = probe
+	fence.take()
+	if pt.fenceResets != nil {
+		pt.fenceResets.Inc()
+	}
+}
+
+// fenceReady reports whether the fence may pass: nothing pending on the
+// consumer is missing from what is in hand (the fence, the lanes, held
+// behind a parked head) and the park state was read afresh from the
+// bucket (not the watch's cache). A fence that waits fenceWaitWarnEvery
+// or longer logs a WARN, then again every fenceWaitWarnEvery, with the
+// consumer's counts beside what is in hand. It returns the consumer's ack floor it
+// read (a sequence of the partitioned stream), which the successor check
+// measures a stream's first event against.
+func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
+	pt.fenceWait.start(pt.clock.Now())
+	pt.ackSettledInFence(fence)
+	if pt.fenceGauge != nil {
+		pt.fenceGauge.Set(pt.clock.Since(pt.fenceWait.since).Seconds())
+	}
+	info, err := pt.cons.Info(pt.ctx)
+	if err != nil {
+		if waited, due := pt.fenceWait.due(pt.clock.Now()); due {
+			pt.log.Warn("partition fence still waiting: reading the partition consumer fails", slog.Duration("waited", waited.Round(time.Second)), slog.Any("error", err))
+		}
+		return 0, false
+	}
+	pt.watch.floor.Store(info.AckFloor.Stream)
+	if h := pt.handCount(fence); info.NumAckPending > h.total {
+		if waited, due := pt.fenceWait.due(pt.clock.Now()); due {
+			pt.logFenceWait(waited, info, h)
+		}
+		// The events being acked (their delivered record's write under
+		// way, slow while the KV's leader moves) are pending and not in
+		// hand, yet their ack comes: not part of what nobody brings back.
+		short := info.NumAckPending - h.total - h.acking
+		if stuck := pt.fenceWait.shortfall(pt.clock.Now(), short); pt.ackWait > 0 && stuck >= fenceResetAfter*pt.ackWait {
+			pt.healFence(fence, info, h, stuck)
+		}
+		return 0, false
+	}
+	pt.fenceWait.shortfall(pt.clock.Now(), 0)
+	if err := pt.parking.Reread(pt.ctx); err != nil {
+		pt.log.Warn("re-reading the parked streams failed; the fence waits", slog.Any("error", err))
+		return 0, false
+	}
+	if pt.aside != nil {
+		if err := pt.aside.load(pt.ctx); err != nil {
+			pt.log.Warn("reading the streams set aside failed; the fence waits", slog.Any("error", err))
+			return 0, false
+		}
+	}
+	return info.AckFloor.Stream, true
+}
+
+// ackSettledInFence acks the copies in the fence of events settled
+// meanwhile and takes them out of it. A copy lands in the fence while its
+// event is still in a lane (redelivered after a lease pause, in which no
+// InProgress went out); the lane settles the event after. The fence does
+// not count a settled event in hand (handBook.pending): when the lane's
+// ack did not land (a consumer leader moving, the connection cut), the
+// event stays pending on the consumer, and the copy, kept alive in the
+// fence with InProgress (keepHeldAlive), never came back: the fence
+// waited for it for ever. Acked here, or at worst (an ack not allowed
+// now) dropped and left to come back after AckWait, it holds nothing.
+func (pt *partition) ackSettledInFence(fence *fenceBuffer) {
+	n := 0
+	for _, m := range fence.snapshot() {
+		if pt.ackSettledCopy(m) {
+			fence.remove(m)
+			n++
+		}
+	}
+	if n > 0 {
+		pt.log.Info("partition fence: copies of events settled meanwhile acked and taken out", slog.Int("events", n))
+	}
+}
