@@ -120,7 +120,7 @@ func (r *Runner) probe(ctx, dctx context.Context, cons jetstream.Consumer) error
 // MaxInFlight concurrent deliveries, until ctx ends, the breaker leaves
 // closed or the subscription is disabled. Then it stops pulling and Naks what was buffered but not started:
 // with the open timeout as delay when the breaker opened, at once on
-// shutdown (another replica may take it).
+// shutdown (another replica may take it) or a disable (the enable sends it).
 func (r *Runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots chan struct{}, wg *sync.WaitGroup) error {
 	iter, err := cons.Messages(r.pullOptions()...)
 	if err != nil {
@@ -202,8 +202,11 @@ func (r *Runner) pull(ctx, dctx context.Context, cons jetstream.Consumer, slots 
 	if result == nil && gone.Load() && ctx.Err() == nil {
 		result = fmt.Errorf("deliver: subscription %q on JetStream stream %q: %w", r.sub.Name, r.stream, pull.ErrConsumerGone)
 	}
+	// Back at once unless the breaker opened: on shutdown another replica
+	// may take them; when the subscription was disabled, the enable sends
+	// them, and an open-timeout delay would hold them past it.
 	delay := time.Duration(0)
-	if ctx.Err() == nil && result == nil {
+	if ctx.Err() == nil && result == nil && r.br.State() != breaker.Closed {
 		delay = r.br.OpenTimeout()
 	}
 	iter.Drain()
