@@ -18,7 +18,7 @@ DATE    ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 BUILDINFO := github.com/jsbridge/jsbridge/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).date=$(DATE)
 
-.PHONY: all build run demo test test-short soak bench bench-live bench-go vet docs pg-start pg-stop nats-cli clean release-snapshot image tools
+.PHONY: all build run demo test test-short soak bench bench-live bench-go vet docs pg-start pg-stop nats-cli clean release-snapshot image
 
 all: build
 
@@ -56,16 +56,22 @@ SUBMAKE = $(MAKE)
 ## nats-server and the harness, at 4.4x the CPU (186 s vs 42 s for two replica tests), which starved the
 ## processes under test on 2 cores (an ordered test stalled at load 20). Then, without it too, the
 ## 1,000-subscription test, which skips under -race (1,000 pull consumers' heartbeats outrun a
-## race-instrumented server). Last, deploy/ (the chart, the image, the compose file), which needs helm
-## (make tools; its tests run helm, runc (scripts/runc installs it) and the built binaries, so -race would instrument only the
-## harness): last, so that .ci/run can build helm in the background meanwhile. The 30 min timeout is
-## per test binary.
+## race-instrumented server). Last, deploy/ (the chart through helm's own packages, the image under runc,
+## which scripts/runc installs, the compose file), without -race too: its tests run built binaries.
+## PRECOMPILE: while the race tier runs, what the tests after it need (their test binaries, and the two
+## commands integration/ builds) compiles beside it at the lowest priority, on the CPU the race tier's
+## waiting tests leave idle; the race tier's end waits for it. On a cold build cache that takes the
+## non-race compile (about 580 CPU-s) off the critical path; warm it costs a few links.
+## The 30 min timeout is per test binary.
+PRECOMPILE := CGO_ENABLED=0 nice -n 19 $(GO) test -trimpath -count=1 -run '^$$' ./integration/ ./deploy/ ./cmd/consumer/
 test:
 	@scripts/need && url=$$(scripts/pg start) && export JSBRIDGE_TEST_DATABASE_URL=$$url && rc=0 && \
+	{ $(PRECOMPILE) >/dev/null 2>&1 & pre=$$!; } && \
 	$(GO) test -race -timeout 30m -count=1 $(RACE_FIRST) $$($(GO) list ./... | grep -v '/integration$$' | grep -v '/deploy$$') || rc=1; \
+	wait $$pre; \
 	$(NONRACE) -timeout 30m -count=1 ./integration/ || rc=1; \
 	$(NONRACE) -timeout 30m -count=1 -run '^TestThousandSubscriptionsThroughTheCLI$$' ./cmd/consumer/ || rc=1; \
-	{ $(SUBMAKE) -s tools && $(NONRACE) -timeout 30m -count=1 ./deploy/; } || rc=1; exit $$rc
+	$(NONRACE) -timeout 30m -count=1 ./deploy/ || rc=1; exit $$rc
 
 ## test-short: the quick tier: unit and in-process tests (real Postgres and embedded JetStream),
 ## no processes, kills or clusters (integration/ runs nothing with -short); well under 90 s warm
@@ -136,16 +142,6 @@ GORELEASER         := $(JSBRIDGE_TOOLS)/goreleaser@$(GORELEASER_VERSION)
 $(GORELEASER):
 	@mkdir -p $(JSBRIDGE_TOOLS) && tmp=$$(mktemp -d $(JSBRIDGE_TOOLS)/.build-XXXXXX) && \
 	  GOBIN=$$tmp $(GO) install github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION) && mv $$tmp/goreleaser $@ && rmdir $$tmp
-## tools: helm, which deploy's tests run, built from the module proxy into JSBRIDGE_TOOLS once (make test
-## builds it before deploy's tests; .ci/run builds it in the background at low priority while the other
-## tests run). A lock makes a second build wait for the first instead of compiling it again.
-HELM_VERSION ?= v3.22.0
-HELM         := $(JSBRIDGE_TOOLS)/helm@$(HELM_VERSION)
-$(HELM):
-	@mkdir -p $(JSBRIDGE_TOOLS) && flock $(JSBRIDGE_TOOLS)/.helm.lock sh -c '\
-	  test -x $@ && exit 0; tmp=$$(mktemp -d $(JSBRIDGE_TOOLS)/.build-XXXXXX) && \
-	  GOBIN=$$tmp $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && mv $$tmp/helm $@ && rmdir $$tmp'
-tools: $(HELM)
 
 release-snapshot: $(GORELEASER)
 	@$(GO) mod download
