@@ -342,3 +342,83 @@ func streamInPartition(p int) string {
 		}
 	}
 }
+
+// TestPositionWriteCost puts one position write on R3 beside a publish to
+// an R3 stream, sequential and with 16 writers at once (one per
+// partition, as the owners would): latency and the CPU of the process (3
+// servers and the client) per operation.
+func TestPositionWriteCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("experiment: starts a 3-node cluster")
+	}
+	c := startCluster(t, 3)
+	nc := c.connect(t)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"},
+		Storage: jetstream.FileStorage, Replicas: 3, SubjectTransform: partitionTransform()})
+	require.NoError(t, err)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "jsbridge_positions", Replicas: 3})
+	require.NoError(t, err)
+	time.Sleep(3 * time.Second) // elections settle
+	val := make([]byte, 2<<10)
+
+	run := func(name string, writers, each int, op func(w, i int) error) {
+		c0, w0 := cpu(), time.Now()
+		errs := make(chan error, writers)
+		lat := make(chan time.Duration, writers*each)
+		for w := range writers {
+			go func() {
+				for i := range each {
+					t0 := time.Now()
+					if err := op(w, i); err != nil {
+						errs <- err
+						return
+					}
+					lat <- time.Since(t0)
+				}
+				errs <- nil
+			}()
+		}
+		for range writers {
+			require.NoError(t, <-errs)
+		}
+		wall, used := time.Since(w0), cpu()-c0
+		close(lat)
+		var all []time.Duration
+		for d := range lat {
+			all = append(all, d)
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+		n := writers * each
+		t.Logf("%s: %d ops, %d at once: p50 %v p99 %v, %.0f ops/s, CPU %.0f µs per op",
+			name, n, writers, all[n/2].Round(time.Microsecond), all[n*99/100].Round(time.Microsecond),
+			float64(n)/wall.Seconds(), float64(used.Microseconds())/float64(n))
+	}
+
+	revs := make([]uint64, 16)
+	for p := range 16 {
+		revs[p], err = kv.Put(ctx, fmt.Sprintf("pos.p%d", p), val)
+		require.NoError(t, err)
+	}
+	run("position write (2 KB CAS update, R3)", 1, 2000, func(_, _ int) error {
+		r, err := kv.Update(ctx, "pos.p0", val, revs[0])
+		revs[0] = r
+		return err
+	})
+	run("position write (2 KB CAS update, R3)", 16, 500, func(w, _ int) error {
+		r, err := kv.Update(ctx, fmt.Sprintf("pos.p%d", w), val, revs[w])
+		revs[w] = r
+		return err
+	})
+	body := make([]byte, 512)
+	run("EVENTS publish (512 B, R3, waiting for the PubAck)", 1, 2000, func(_, i int) error {
+		_, err := js.Publish(ctx, fmt.Sprintf("events.c.c-%d.Happened", i), body)
+		return err
+	})
+	run("EVENTS publish (512 B, R3, waiting for the PubAck)", 16, 500, func(w, i int) error {
+		_, err := js.Publish(ctx, fmt.Sprintf("events.c.c-%d-%d.Happened", w, i), body)
+		return err
+	})
+}
