@@ -90,6 +90,21 @@ func startCluster(t *testing.T, n int) *cluster {
 	return c
 }
 
+// settle runs a creation until the new cluster takes it: right after its
+// meta leader answers, a cluster may still refuse a replicated asset for a
+// moment (its peers not yet all known).
+func settle(t *testing.T, create func() error) {
+	t.Helper()
+	var err error
+	for range 50 {
+		if err = create(); err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond) // polling a condition the cluster reaches by itself
+	}
+	require.NoError(t, err)
+}
+
 func (c *cluster) urls() string {
 	var u []string
 	for _, o := range c.opts {
@@ -190,9 +205,11 @@ func TestSharedReadersOnACluster(t *testing.T) {
 	ctx := context.Background()
 	window := idleWindow()
 
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"},
-		Storage: jetstream.FileStorage, Replicas: 3, SubjectTransform: partitionTransform(), AllowDirect: true})
-	require.NoError(t, err)
+	settle(t, func() error {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"},
+			Storage: jetstream.FileStorage, Replicas: 3, SubjectTransform: partitionTransform(), AllowDirect: true})
+		return err
+	})
 	buckets := []jetstream.KeyValueConfig{
 		{Bucket: "jsbridge_leases", TTL: 10 * time.Second, Replicas: 3},
 		{Bucket: "jsbridge_positions", Replicas: 3},
@@ -201,9 +218,13 @@ func TestSharedReadersOnACluster(t *testing.T) {
 	}
 	var kvs []jetstream.KeyValue
 	for _, b := range buckets {
-		kv, err := js.CreateKeyValue(ctx, b)
-		require.NoError(t, err)
-		kvs = append(kvs, kv)
+		settle(t, func() error {
+			kv, err := js.CreateKeyValue(ctx, b)
+			if err == nil {
+				kvs = append(kvs, kv)
+			}
+			return err
+		})
 	}
 	time.Sleep(3 * time.Second) // let elections settle before measuring
 	t.Logf("layout alone: raft groups %v, idle CPU %.1f %% of a core (3 servers, this process)", c.raftGroups(), idle(window))
@@ -246,9 +267,10 @@ func TestSharedReadersOnACluster(t *testing.T) {
 		const writes = 2000
 		lat := make([]time.Duration, 0, writes)
 		c0, w0 := cpu(), time.Now()
+		var landed, refused atomic.Int64
 		for range writes {
 			t0 := time.Now()
-			rev, err = kv.Update(ctx, "pos.p0", val, rev)
+			rev, err = commit(ctx, kv, "pos.p0", val, rev, &landed, &refused)
 			require.NoError(t, err)
 			lat = append(lat, time.Since(t0))
 		}
@@ -344,6 +366,36 @@ func streamInPartition(p int) string {
 	}
 }
 
+// commit is one position write: a compare-and-set update of key on rev.
+// Two refusals are not conflicts: a compare-and-set whose answer was lost
+// but which landed (nats.go retried the publish while a leader moved)
+// fails on its own revision, and a clustered stream refuses an
+// expected-last-sequence write while an earlier write of the same subject
+// is still being applied (nats-server jetstream_batching.go
+// checkMsgHeadersPreClusteredProposal, "If the subject is already in
+// process, block"), with the key still at the revision written on. So a
+// refusal reads the key back: moved past rev, the write landed (the
+// engine's claim token tells its own from another owner's; the
+// experiments have no other writer); still at rev, it writes again.
+func commit(ctx context.Context, kv jetstream.KeyValue, key string, val []byte, rev uint64, landed, refused *atomic.Int64) (uint64, error) {
+	for range 10 {
+		r, err := kv.Update(ctx, key, val, rev)
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return r, err
+		}
+		e, gerr := kv.Get(ctx, key)
+		if gerr != nil {
+			return rev, gerr
+		}
+		if e.Revision() > rev {
+			landed.Add(1)
+			return e.Revision(), nil
+		}
+		refused.Add(1)
+	}
+	return rev, fmt.Errorf("%s: refused 10 times at revision %d", key, rev)
+}
+
 // TestPositionWriteCost puts one position write on R3 beside a publish to
 // an R3 stream, sequential and with 16 writers at once (one per
 // partition, as the owners would): latency and the CPU of the process (3
@@ -357,11 +409,16 @@ func TestPositionWriteCost(t *testing.T) {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	ctx := context.Background()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"},
-		Storage: jetstream.FileStorage, Replicas: 3, SubjectTransform: partitionTransform()})
-	require.NoError(t, err)
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "jsbridge_positions", Replicas: 3})
-	require.NoError(t, err)
+	settle(t, func() error {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"},
+			Storage: jetstream.FileStorage, Replicas: 3, SubjectTransform: partitionTransform()})
+		return err
+	})
+	var kv jetstream.KeyValue
+	settle(t, func() (err error) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "jsbridge_positions", Replicas: 3})
+		return err
+	})
 	time.Sleep(3 * time.Second) // elections settle
 	val := make([]byte, 2<<10)
 
@@ -403,37 +460,10 @@ func TestPositionWriteCost(t *testing.T) {
 		revs[p], err = kv.Put(ctx, fmt.Sprintf("pos.p%d", p), val)
 		require.NoError(t, err)
 	}
-	// update is one commit. Two refusals are not conflicts: a
-	// compare-and-set whose answer was lost but which landed (nats.go
-	// retried the publish while a leader moved) fails on its own
-	// revision, and a clustered stream refuses an expected-last-sequence
-	// write while an earlier write of the same subject is still being
-	// applied (nats-server jetstream_batching.go
-	// checkMsgHeadersPreClusteredProposal, "If the subject is already in
-	// process, block"), with the key still at the revision written on.
-	// The commit reads the key back: moved past its revision, its write
-	// landed (the engine's claim token tells its own from another owner's;
-	// here there is no other writer); still at it, it tries again.
 	var landed, refused atomic.Int64
-	update := func(key string, w int) error {
-		for range 10 {
-			r, err := kv.Update(ctx, key, val, revs[w])
-			if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-				revs[w] = r
-				return err
-			}
-			e, gerr := kv.Get(ctx, key)
-			if gerr != nil {
-				return gerr
-			}
-			if e.Revision() > revs[w] {
-				landed.Add(1)
-				revs[w] = e.Revision()
-				return nil
-			}
-			refused.Add(1)
-		}
-		return fmt.Errorf("%s: refused 10 times at revision %d", key, revs[w])
+	update := func(key string, w int) (err error) {
+		revs[w], err = commit(ctx, kv, key, val, revs[w], &landed, &refused)
+		return err
 	}
 	run("position write (2 KB CAS update, R3)", 1, 2000, func(_, _ int) error {
 		return update("pos.p0", 0)
