@@ -6,7 +6,9 @@ package nextengine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -200,4 +202,157 @@ func mustAtoi(t *testing.T, s string) int {
 	n, err := strconv.Atoi(s)
 	require.NoError(t, err)
 	return n
+}
+
+// directBatch sends one batched direct get and returns the messages it
+// answered, up to the end-of-batch status (204) or a not-found (404).
+func directBatch(nc *nats.Conn, stream string, req map[string]any) ([]*nats.Msg, error) {
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, body); err != nil {
+		return nil, err
+	}
+	var out []*nats.Msg
+	for {
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			return out, err
+		}
+		switch m.Header.Get("Status") {
+		case "":
+			out = append(out, m)
+		case "204", "404":
+			return out, nil
+		default:
+			return out, fmt.Errorf("direct get: %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
+		}
+	}
+}
+
+// TestCursorReadsItsOwnEventsByDirectGet: a cursor of a subscription
+// filtered by category reads, on a partitioned EVENTS, exactly its own
+// events of one partition, in order, with batched direct gets filtered
+// by subject on the server (events.<cat>.*.*.<p>), whatever else the
+// partition holds.
+func TestCursorReadsItsOwnEventsByDirectGet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("experiment: starts a server")
+	}
+	js := startServer(t)
+	ctx := context.Background()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"},
+		Storage: jetstream.FileStorage, SubjectTransform: partitionTransform(), AllowDirect: true})
+	require.NoError(t, err)
+
+	// 20,000 events: 100 categories of 20 streams, 10 events each,
+	// interleaved as live traffic is.
+	const categories, streams, each = 100, 20, 10
+	acked := func() {
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(30 * time.Second):
+			t.Fatal("publishes not acknowledged")
+		}
+	}
+	for range each {
+		for c := range categories {
+			for k := range streams {
+				_, err := js.PublishAsync(fmt.Sprintf("events.m%d.m%d-%d.Pinged", c, c, k), []byte(`{}`))
+				require.NoError(t, err)
+			}
+			acked() // 20 at a time: under the client's limit of outstanding publishes
+		}
+	}
+
+	// The cursor: category m7 on the partition of stream m7-0.
+	p := wire.Partition("m7-0", partitions)
+	var want []string
+	for k := range streams {
+		if s := fmt.Sprintf("m7-%d", k); wire.Partition(s, partitions) == p {
+			want = append(want, s)
+		}
+	}
+	filter := fmt.Sprintf("events.m7.*.*.%d", p)
+	var got []uint64
+	seen := map[string]int{}
+	reads := 0
+	t0 := time.Now()
+	for from := uint64(1); ; {
+		msgs, err := directBatch(js.Conn(), "EVENTS", map[string]any{"seq": from, "next_by_subj": filter, "batch": 64})
+		require.NoError(t, err)
+		reads++
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+			require.NoError(t, err)
+			toks := strings.Split(m.Header.Get("Nats-Subject"), ".")
+			require.Len(t, toks, 5)
+			require.Equal(t, "m7", toks[1])
+			require.Equal(t, strconv.Itoa(p), toks[4])
+			seen[toks[2]]++
+			got = append(got, seq)
+			from = seq + 1
+		}
+	}
+	took := time.Since(t0)
+	require.Len(t, got, len(want)*each, "every event of the category in the partition, once")
+	for i := 1; i < len(got); i++ {
+		require.Less(t, got[i-1], got[i], "in stream order")
+	}
+	for _, s := range want {
+		require.Equal(t, each, seen[s], s)
+	}
+	t.Logf("cursor %s over 20,000 events: %d events of %d streams in %d batched direct gets, %v",
+		filter, len(got), len(want), reads, took.Round(time.Microsecond))
+
+	// What a catch-up read costs per event: a cursor over the whole
+	// partition (every category), batches of 256; CPU of the process
+	// (server and client).
+	all := fmt.Sprintf("events.*.*.*.%d", p)
+	n, reads := 0, 0
+	c0, w0 := cpu(), time.Now()
+	for from := uint64(1); ; {
+		msgs, err := directBatch(js.Conn(), "EVENTS", map[string]any{"seq": from, "next_by_subj": all, "batch": 256})
+		require.NoError(t, err)
+		reads++
+		if len(msgs) == 0 {
+			break
+		}
+		n += len(msgs)
+		last, err := strconv.ParseUint(msgs[len(msgs)-1].Header.Get("Nats-Sequence"), 10, 64)
+		require.NoError(t, err)
+		from = last + 1
+	}
+	used, wall := cpu()-c0, time.Since(w0)
+	t.Logf("cursor %s: %d events in %d batched direct gets, %v, CPU %.1f µs per event (server and client)",
+		all, n, reads, wall.Round(time.Microsecond), float64(used.Microseconds())/float64(n))
+
+	// The same events through an R1 ordered consumer of the cursor's own
+	// (created for it). Its last fetch waits for more; the CPU is what
+	// counts.
+	c0, w0 = cpu(), time.Now()
+	oc, err := js.OrderedConsumer(ctx, "EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{all}})
+	require.NoError(t, err)
+	m := 0
+	for m < n {
+		batch, err := oc.Fetch(256, jetstream.FetchMaxWait(2*time.Second))
+		require.NoError(t, err)
+		for range batch.Messages() {
+			m++
+		}
+		require.NoError(t, batch.Error())
+	}
+	used, wall = cpu()-c0, time.Since(w0)
+	t.Logf("the same %d events through an ordered consumer (created for the read): %v, CPU %.1f µs per event (server and client)",
+		m, wall.Round(time.Microsecond), float64(used.Microseconds())/float64(m))
 }
