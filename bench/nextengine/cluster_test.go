@@ -195,9 +195,7 @@ func durableCount() int {
 //   - a reader whose server is shut down: how long until it delivers
 //     again.
 func TestSharedReadersOnACluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("experiment: starts a 3-node cluster and waits minutes")
-	}
+	experiment(t)
 	c := startCluster(t, 3)
 	nc := c.connect(t)
 	js, err := jetstream.New(nc)
@@ -401,9 +399,7 @@ func commit(ctx context.Context, kv jetstream.KeyValue, key string, val []byte, 
 // partition, as the owners would): latency and the CPU of the process (3
 // servers and the client) per operation.
 func TestPositionWriteCost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("experiment: starts a 3-node cluster")
-	}
+	experiment(t)
 	c := startCluster(t, 3)
 	nc := c.connect(t)
 	js, err := jetstream.New(nc)

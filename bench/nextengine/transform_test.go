@@ -1,7 +1,12 @@
 // Package nextengine holds the experiments behind docs/design/next-engine.md:
 // the facts about JetStream the proposed engine depends on, checked
-// against a real server (embedded, in process). They run in the full tier
-// only (go test ./bench/nextengine, without -short).
+// against a real server (embedded, in process). They are measurements, not
+// part of make test: they run when asked,
+//
+//	NEXTENGINE=1 go test -count=1 -v ./bench/nextengine
+//
+// (NEXTENGINE_DURABLES, default 200, and NEXTENGINE_IDLE, default 20s,
+// size the cluster experiment).
 package nextengine
 
 import (
@@ -9,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,6 +30,16 @@ import (
 	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/wire"
 )
+
+// experiment skips t unless the experiments were asked for (NEXTENGINE=1),
+// and always under -short: they start servers and clusters and measure for
+// minutes.
+func experiment(t *testing.T) {
+	t.Helper()
+	if testing.Short() || os.Getenv("NEXTENGINE") == "" {
+		t.Skip("an experiment of docs/design/next-engine.md: NEXTENGINE=1 runs it")
+	}
+}
 
 // partitions is the partition count of the experiments (the consumer's
 // default --partitions).
@@ -69,9 +85,7 @@ func ev(id int64, stream string, version int64, name string) event.Event {
 // see the transformed messages, core NATS subscribers see the subject as
 // published, and the partition is wire.Partition's.
 func TestTransformPartitionsEventsUnderTheBridge(t *testing.T) {
-	if testing.Short() {
-		t.Skip("experiment: starts a server")
-	}
+	experiment(t)
 	js := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -243,9 +257,7 @@ func directBatch(nc *nats.Conn, stream string, req map[string]any) ([]*nats.Msg,
 // by subject on the server (events.<cat>.*.*.<p>), whatever else the
 // partition holds.
 func TestCursorReadsItsOwnEventsByDirectGet(t *testing.T) {
-	if testing.Short() {
-		t.Skip("experiment: starts a server")
-	}
+	experiment(t)
 	js := startServer(t)
 	ctx := context.Background()
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"},
