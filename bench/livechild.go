@@ -240,8 +240,9 @@ LIMIT 1000`
 // async publish and Nats-Msg-Id (the bridge's messages, forward.Message),
 // waits for every PubAck, and moves its position with one UPDATE a
 // batch; when a read finds nothing it waits for a notification (a second
-// at most). It runs
-// until SIGTERM.
+// at most). With a fourth field, a webhook URL, the same process also
+// delivers EVENTS there (bareLiveDeliver): the bare reference pipeline.
+// It runs until SIGTERM.
 func bareBridgeChild(ctx context.Context, arg string) error {
 	err := bareBridge(ctx, arg)
 	if ctx.Err() != nil {
@@ -252,8 +253,8 @@ func bareBridgeChild(ctx context.Context, arg string) error {
 
 func bareBridge(ctx context.Context, arg string) error {
 	f := strings.Fields(arg)
-	if len(f) != 3 {
-		return fmt.Errorf("-live-bare-child %q: want \"<database URL> <schema> <nats URL>\"", arg)
+	if len(f) != 3 && len(f) != 4 {
+		return fmt.Errorf("-live-bare-child %q: want \"<database URL> <schema> <nats URL> [<webhook URL>]\"", arg)
 	}
 	schema := f[1]
 	ccfg, err := pgx.ParseConfig(f[0])
@@ -279,6 +280,17 @@ func bareBridge(ctx context.Context, arg string) error {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
 		return err
+	}
+	if len(f) == 4 {
+		dctx, cancel := context.WithCancel(ctx)
+		delivered := make(chan error, 1)
+		go func() { delivered <- bareLiveDeliver(dctx, js, f[3]) }()
+		defer func() {
+			cancel()
+			if err := <-delivered; err != nil {
+				fmt.Fprintf(os.Stderr, "bench: bare delivery: %v\n", err)
+			}
+		}()
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+bareChannel); err != nil {
 		return err
