@@ -79,8 +79,9 @@ type livePipeFigures struct {
 	storedMsgs map[string]uint64
 	// hot is the hottest stream's rank, hotShare its share of the run's
 	// events, hotP99 its ordered (or bare) p99 from commit, hotGap the
-	// median gap between two of its webhooks when the second had waited
-	// for the first (0: it never waited).
+	// median gap between two of its webhooks when the second, stored in
+	// EVENTS before the first was received, had waited for it (0: none
+	// waited).
 	hot      int
 	hotShare float64
 	hotP99   time.Duration
@@ -336,7 +337,7 @@ func (e *env) livePipeRateRows(ours, bare livePipeFigures, durable string) []row
 	latency := row{
 		Name:      name + ": append commit → webhook received",
 		Ours:      ours.latencyLine(),
-		Reference: "bare: " + bare.latencyLine(),
+		Reference: bare.latencyLine(),
 		Ratio:     fmt.Sprintf("p99 from commit ÷ bare's: ordered %s, unordered %s", liveRatio(float64(p99(ours, liveSubOrdered)), float64(p99(bare, liveSubBare))), liveRatio(float64(p99(ours, liveSubUnordered)), float64(p99(bare, liveSubBare)))),
 		Target:    "printed",
 		Met:       true,
@@ -722,7 +723,8 @@ func (f *livePipeFigures) fillLatencies(commits map[string]liveCommit, stored ma
 	f.hotShare, f.hot = hottestShare(ranks)
 	hotSub := f.subs[0] // ordered, or bare
 	var hotLat []time.Duration
-	type hotEvent struct{ commit, received time.Time }
+	// The hottest stream's events: stored in EVENTS, received.
+	type hotEvent struct{ stored, received time.Time }
 	var hotEvents []hotEvent
 	for _, sub := range f.subs {
 		for id, at := range receipts[sub] {
@@ -737,7 +739,9 @@ func (f *livePipeFigures) fillLatencies(commits map[string]liveCommit, stored ma
 			}
 			if sub == hotSub && c.stream == f.hot {
 				hotLat = append(hotLat, at.Sub(c.at))
-				hotEvents = append(hotEvents, hotEvent{c.at, at})
+				if s, ok := stored[id]; ok {
+					hotEvents = append(hotEvents, hotEvent{s.at, at})
+				}
 			}
 		}
 		slices.Sort(f.fromCommit[sub])
@@ -748,21 +752,22 @@ func (f *livePipeFigures) fillLatencies(commits map[string]liveCommit, stored ma
 	slices.Sort(hotLat)
 	f.hotP99 = quantile(hotLat, 0.99)
 	slices.SortFunc(hotEvents, func(a, b hotEvent) int { return a.received.Compare(b.received) })
-	commitsAt, receivedAt := make([]time.Time, len(hotEvents)), make([]time.Time, len(hotEvents))
+	storedAt, receivedAt := make([]time.Time, len(hotEvents)), make([]time.Time, len(hotEvents))
 	for i, h := range hotEvents {
-		commitsAt[i], receivedAt[i] = h.commit, h.received
+		storedAt[i], receivedAt[i] = h.stored, h.received
 	}
-	f.hotGap = waitingGap(commitsAt, receivedAt)
+	f.hotGap = waitingGap(storedAt, receivedAt)
 }
 
 // waitingGap is the median gap between two consecutive receipts of one
-// stream's webhooks (received sorted, commits in the same order) where the
-// second was committed before the first was received, so had to wait for
-// it: one stream's ordered service time. 0 when none waited.
-func waitingGap(commits, received []time.Time) time.Duration {
+// stream's webhooks (received sorted, ready in the same order: when each
+// was stored in EVENTS) where the second was ready before the first was
+// received, so had to wait for it: one stream's ordered service time. 0
+// when none waited.
+func waitingGap(ready, received []time.Time) time.Duration {
 	var gaps []time.Duration
 	for i := 1; i < len(received); i++ {
-		if commits[i].Before(received[i-1]) {
+		if ready[i].Before(received[i-1]) {
 			gaps = append(gaps, received[i].Sub(received[i-1]))
 		}
 	}

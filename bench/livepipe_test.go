@@ -74,15 +74,15 @@ func TestLiveHeld(t *testing.T) {
 }
 
 // One stream's service time is read where its webhooks waited for each
-// other: the second committed before the first was received.
+// other: the second stored in EVENTS before the first was received.
 func TestWaitingGap(t *testing.T) {
 	at := func(ms int) time.Time { return time.UnixMilli(int64(ms)) }
-	commits := []time.Time{at(0), at(1), at(2), at(100)}
+	ready := []time.Time{at(0), at(1), at(2), at(100)}
 	received := []time.Time{at(10), at(16), at(22), at(110)}
-	if got := waitingGap(commits, received); got != 6*time.Millisecond {
+	if got := waitingGap(ready, received); got != 6*time.Millisecond {
 		t.Fatalf("waitingGap = %v, want 6ms", got)
 	}
-	if got := waitingGap(commits[3:], received[3:]); got != 0 {
+	if got := waitingGap(ready[3:], received[3:]); got != 0 {
 		t.Fatalf("waitingGap of one = %v, want 0", got)
 	}
 	if got := orderedCeiling(5*time.Millisecond, 5*time.Millisecond); got != 100 {
