@@ -104,16 +104,17 @@ const fenceResetAfter = 3
 // delivered record (deliveredRecord.inherit), and resets the partition
 // consumer to its ack floor, as a take-over does: every event above the
 // floor comes again at once, those settled are acked without a POST, the
-// rest pass the fence in stream order. stuck is how long the shortfall
-// has not fallen. It logs a WARN that says why and counts
+// rest pass the fence in stream order. short is the shortfall (the
+// events of the fence's target neither in hand, settled, being acked nor
+// on their way, fenceTarget.verdict), stuck how long it has not fallen. It logs a WARN that says why and counts
 // jsbridge_consumer_partition_fence_resets_total. The lanes keep their
 // deliveries: their copies are dropped or acked as any redelivery's.
-func (pt *partition) healFence(fence *fenceBuffer, info *jetstream.ConsumerInfo, h handSplit, stuck time.Duration) {
+func (pt *partition) healFence(fence *fenceBuffer, info *jetstream.ConsumerInfo, h handSplit, short int, stuck time.Duration) {
 	if pt.reset == nil {
 		return
 	}
 	pt.log.Warn("partition fence reset: events pending on the consumer stayed out of hand and nobody brings them back; resetting the partition consumer to its ack floor",
-		slog.Int("shortfall", info.NumAckPending-h.total-h.acking), slog.Duration("not_falling_for", stuck.Round(time.Second)),
+		slog.Int("shortfall", short), slog.Duration("not_falling_for", stuck.Round(time.Second)),
 		slog.Int("num_ack_pending", info.NumAckPending), slog.Int("in_hand", h.total), slog.Int("in_fence", h.fence),
 		slog.Int("in_lanes", h.lanes), slog.Int("waiting", h.waiting), slog.Int("held", h.held), slog.Int("acking", h.acking),
 		slog.Uint64("ack_floor_stream", info.AckFloor.Stream), slog.Uint64("delivered_stream", info.Delivered.Stream),
@@ -184,7 +185,7 @@ func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 		// hand, yet their ack comes: not part of what nobody brings back;
 		// nor are the deliveries on their way.
 		if stuck := pt.fenceWait.shortfall(pt.clock.Now(), short); pt.ackWait > 0 && stuck >= fenceResetAfter*pt.ackWait {
-			pt.healFence(fence, info, h, stuck)
+			pt.healFence(fence, info, h, short, stuck)
 		}
 		return 0, false
 	}
