@@ -136,6 +136,30 @@ func TestAFenceCountsADeliveryThatNeverArrivesAsMissing(t *testing.T) {
 	}
 }
 
+// A consumer whose delivery sequence went back (a new leader whose
+// state lagged, a reset) does not hold the fence to a target in the old
+// numbering: once what the new numbering delivered is in hand, it passes.
+func TestAFenceFollowsADeliverySequenceThatWentBack(t *testing.T) {
+	pt, cons, _, resets := flowPartition(t)
+	var fence fenceBuffer
+	delivered(cons, 10) // deliveries 1..10; 9 and 10 on their way
+	for d := uint64(1); d <= 8; d++ {
+		take(pt, &fence, d)
+	}
+	_, passed := pt.fenceReady(&fence)
+	require.False(t, passed)
+	// A new leader numbers from 3: its deliveries 1..3 are stream
+	// sequences 10..30, all in hand, and nothing else is pending.
+	fence.take()
+	delivered(cons, 3)
+	for d := uint64(1); d <= 3; d++ {
+		take(pt, &fence, d)
+	}
+	_, passed = pt.fenceReady(&fence)
+	require.True(t, passed, "the fence waited for deliveries of the old numbering")
+	require.Zero(t, *resets)
+}
+
 // The fence's verdict against its target (fenceTarget.verdict): what is
 // short, and when it may pass.
 func TestFenceTargetVerdict(t *testing.T) {

@@ -166,7 +166,10 @@ func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 		return 0, false
 	}
 	pt.watch.floor.Store(info.AckFloor.Stream)
-	if pt.target == nil {
+	if pt.target == nil || info.Delivered.Consumer < pt.target.delivered {
+		// None yet, or the consumer numbers its deliveries again from
+		// lower (a new leader whose state lagged, a reset): a target in
+		// the old numbering would wait for deliveries that never come.
 		pt.target = targetOf(info, pt.book.settledCount())
 	}
 	t := pt.target
