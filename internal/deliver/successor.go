@@ -376,13 +376,14 @@ func (sc *successors) unstick() (goOn []string, still *jetstream.ConsumerInfo) {
 	return goOn, still
 }
 
-// waitsFor returns the lowest sequence the streams' waiting events wait
-// for (their named predecessors), 0 when none waits for a named one.
-func (sc *successors) waitsFor() uint64 {
+// waitsFor returns the lowest sequence in (floor, through] that a stream's
+// waiting events wait for (its named predecessor), 0 when none does.
+func (sc *successors) waitsFor(floor, through uint64) uint64 {
 	var low uint64
 	for key, last := range sc.seen {
-		if last.next != 0 && (low == 0 || last.next < low) && sc.book.waitingOf(key) > 0 {
-			low = last.next
+		n := last.next
+		if n > floor && n <= through && (low == 0 || n < low) && sc.book.waitingOf(key) > 0 {
+			low = n
 		}
 	}
 	return low

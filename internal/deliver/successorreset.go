@@ -36,11 +36,10 @@ import (
 // have come before the counts are read for another. It reports whether
 // the consumer was reset (the partition then goes behind the fence).
 func (pt *partition) resetForPredecessors(info *jetstream.ConsumerInfo) bool {
-	low := pt.succ.waitsFor()
-	if pt.reset == nil || low == 0 || low <= info.AckFloor.Stream || low > info.Delivered.Stream {
-		// No reset; nothing waited for; or it is below the floor (the
-		// successor check lets the stream go on); or not delivered yet:
-		// it comes in its turn.
+	// Below the floor, the successor check lets the stream go on; not
+	// delivered yet, it comes in its turn.
+	low := pt.succ.waitsFor(info.AckFloor.Stream, info.Delivered.Stream)
+	if pt.reset == nil || low == 0 {
 		return false
 	}
 	if !pt.predecessorReset.IsZero() && pt.clock.Since(pt.predecessorReset) < fenceResetAfter*pt.ackWait {
