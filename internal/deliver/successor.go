@@ -40,7 +40,11 @@ import (
 // (aside.go): while its aside record stands, the stream's events go to
 // asides.takes before this check, and the events read again move the
 // stream's entry as they settle, so its first live event again follows
-// one at or below its entry. The fence's count alone let a
+// one at or below its entry. "Never acked" fails in two more ways, and
+// neither is left to wait for ever (successorreset.go): a copy of the
+// event acked as settled never reaches a lane (settledCopy moves its
+// stream on), and an event a consumer leader dropped from its state is
+// never redelivered (resetForPredecessors). The fence's count alone let a
 // version out before an earlier one in a soak run with the events
 // stream's leader SIGKILLed every 8-12 s: a consumer leader that had just
 // taken over counted the earlier one as neither pending nor delivered.
