@@ -117,3 +117,70 @@ func TestAPredecessorNotPendingOnTheConsumerResetsIt(t *testing.T) {
 	require.True(t, pt.resetForPredecessors(still))
 	require.Equal(t, 2, resets)
 }
+
+// The same decision read from a real consumer: the stream order-1's
+// version 1 (sequence 3) was acked above the ack floor without its
+// stream knowing (the floor held at 0 by order-0's event in its lane),
+// and its version 2 (4) waits for it. The consumer's counts say nothing
+// pending is out of hand, so the partition resets the consumer to its
+// ack floor, and JetStream delivers sequence 3 again.
+func TestAPredecessorAckedAboveTheFloorComesAgainAfterTheReset(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := startJetStream(t)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "COPY", Subjects: []string{"ordered.>"}})
+	require.NoError(t, err)
+	cons, err := js.CreateConsumer(ctx, "COPY", jetstream.ConsumerConfig{Durable: "p0", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	require.NoError(t, err)
+	for _, st := range []string{"order-0", "order-1", "order-1", "order-1"} {
+		_, err := js.Publish(ctx, "ordered.events.0.order."+st+".OrderNoted", []byte(`{}`))
+		require.NoError(t, err)
+	}
+	fetch := func(n int) []jetstream.Msg {
+		t.Helper()
+		b, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+		require.NoError(t, err)
+		var out []jetstream.Msg
+		for m := range b.Messages() {
+			out = append(out, m)
+		}
+		require.Len(t, out, n)
+		return out
+	}
+	msgs := fetch(4)
+	require.NoError(t, msgs[1].DoubleAck(ctx)) // order-1 v0, settled
+	require.NoError(t, msgs[2].DoubleAck(ctx)) // order-1 v1: acked, its stream never told
+
+	key := "ordered.events.0.order.order-1"
+	pt := testPartition(t, map[string]map[uint64]uint64{key: {2: 3}})
+	pt.cons, pt.succ.cons, pt.ackWait = cons, cons, time.Minute
+	pt.reset = func(ctx context.Context) uint64 {
+		_, err := js.ResetConsumer(ctx, "COPY", "p0")
+		require.NoError(t, err)
+		return 4
+	}
+	pt.succ.fencePassed(0)
+	require.True(t, pt.book.enterLane(1), "order-0's event in its lane holds the floor")
+	require.True(t, pt.succ.handOn(key, newFakeMsg("order-1", 0, 2)))
+	pt.book.settled(key, 2)
+	require.False(t, pt.succ.handOn(key, newFakeMsg("order-1", 2, 4)))
+	pt.succ.answered(nextCheck(t, pt))
+	pt.clock.(*clockwork.FakeClock).Advance(unstickAfter + time.Millisecond)
+
+	goOn, still := pt.succ.unstick()
+	require.Empty(t, goOn, "the floor (0) is below sequence 3")
+	require.NotNil(t, still)
+	require.Equal(t, 2, still.NumAckPending, "sequences 1 and 4: both in hand")
+	require.True(t, pt.resetForPredecessors(still))
+
+	again := fetch(3)
+	var seqs []uint64
+	for _, m := range again {
+		seqs = append(seqs, streamSeq(m))
+	}
+	require.Equal(t, []uint64{1, 2, 3}, seqs, "everything above the floor comes again, sequence 3 with it")
+}
