@@ -92,9 +92,19 @@ func statFields(pid int) ([]string, error) {
 }
 
 // treeCPU is the CPU time of process root and its children (not
-// grandchildren: Postgres' processes are all the postmaster's).
+// grandchildren: Postgres' processes are all the postmaster's), the
+// children that have ended and been reaped included (root's cutime and
+// cstime): a backend whose session ended during a run, such as the live
+// rows' generator's, still counts.
 func treeCPU(root int) time.Duration {
 	total, _ := processCPU(root)
+	if f, err := statFields(root); err == nil && len(f) >= 15 {
+		cu, err1 := strconv.ParseInt(f[13], 10, 64)
+		cs, err2 := strconv.ParseInt(f[14], 10, 64)
+		if err1 == nil && err2 == nil {
+			total += time.Duration(cu+cs) * 10 * time.Millisecond
+		}
+	}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(filepath.Base(d))

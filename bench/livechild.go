@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -45,13 +44,15 @@ func liveData(intended time.Time) []byte {
 	return []byte(head + strings.Repeat("x", max(liveDataSize-len(head)-len(`"}`), 0)) + `"}`)
 }
 
-// liveIntended reads back the intended time liveData wrote into data;
-// ok is false for other data (the warm-up's events).
+// liveIntended reads back the intended time liveData wrote into data, as
+// jsonb prints it or compacted (a structured webhook's envelope carries
+// it so); ok is false for other data (the warm-up's events).
 func liveIntended(data []byte) (time.Time, bool) {
-	s, ok := strings.CutPrefix(string(data), `{"t": `)
+	s, ok := strings.CutPrefix(string(data), `{"t":`)
 	if !ok {
 		return time.Time{}, false
 	}
+	s = strings.TrimLeft(s, " ")
 	n, _, ok := strings.Cut(s, ",")
 	us, err := strconv.ParseInt(n, 10, 64)
 	if !ok || err != nil {
@@ -64,24 +65,34 @@ func liveIntended(data []byte) (time.Time, bool) {
 func liveStream(k int) string { return fmt.Sprintf("live-%d", k) }
 
 // liveGeneratorChild is the -live-generator-child mode. arg is "<database
-// URL> <schema> <events/s> <duration> <streams> <out file>": it appends
-// one event per transaction (store.Append, any version) to a stream
-// picked uniformly among streams (at least liveWriters), open loop (event i is due at start + i
-// ÷ rate whatever became of the earlier ones; a late one goes at once),
-// on liveWriters connections, for duration; then writes the number of
-// events appended and the largest lateness (µs) to the out file and
-// waits for SIGTERM. Rate 0 is the warm-up: one event on each stream, as
-// fast as it goes, with data that names no intended time.
+// URL> <schema> <events/s> <duration> <streams> <out file> [<zipf
+// exponent>]": it appends one event per transaction (store.Append, any
+// version) to a stream drawn from liveSpread over streams (at least
+// liveWriters; exponent 0 or absent: uniform), open loop (event i is due
+// at start + i ÷ rate whatever became of the earlier ones; a late one
+// goes at once), on liveWriters connections, for duration; then writes
+// each event's id, stream rank and commit time (Unix µs, when its append
+// returned) to "<out file>.commits", one line each, and the number of
+// events appended and the largest lateness (µs) to the out file, and
+// waits for SIGTERM with its sessions open (so that their backends' CPU
+// can be read), closing them then. Rate 0 is the warm-up: one event on
+// each stream, as fast as it goes, with data that names no intended
+// time, and no commits file.
 func liveGeneratorChild(ctx context.Context, arg string) error {
 	f := strings.Fields(arg)
-	if len(f) != 6 {
-		return fmt.Errorf("-live-generator-child %q: want \"<database URL> <schema> <events/s> <duration> <streams> <out file>\"", arg)
+	if len(f) != 6 && len(f) != 7 {
+		return fmt.Errorf("-live-generator-child %q: want \"<database URL> <schema> <events/s> <duration> <streams> <out file> [<zipf exponent>]\"", arg)
 	}
 	rate, err1 := strconv.Atoi(f[2])
 	dur, err2 := time.ParseDuration(f[3])
 	streams, err3 := strconv.Atoi(f[4])
-	if err := errors.Join(err1, err2, err3); err != nil || rate < 0 || streams < liveWriters {
-		return fmt.Errorf("-live-generator-child %q: rate, duration or streams (at least %d): %v", arg, liveWriters, err)
+	zipf := 0.0
+	var err4 error
+	if len(f) == 7 {
+		zipf, err4 = strconv.ParseFloat(f[6], 64)
+	}
+	if err := errors.Join(err1, err2, err3, err4); err != nil || rate < 0 || streams < liveWriters || zipf < 0 {
+		return fmt.Errorf("-live-generator-child %q: rate, duration, streams (at least %d) or zipf exponent (at least 0): %v", arg, liveWriters, err)
 	}
 	pcfg, err := pgxpool.ParseConfig(f[0])
 	if err != nil {
@@ -101,46 +112,85 @@ func liveGeneratorChild(ctx context.Context, arg string) error {
 	if rate > 0 {
 		total, period = int64(float64(rate)*dur.Seconds()), time.Second/time.Duration(rate)
 	}
+	// One dispatcher keeps the schedule and hands each event to the
+	// writer of its stream: writer w appends to the streams k ≡ w (mod
+	// liveWriters) alone, so two writers never append to one stream at
+	// once, no append fails on the version race and leaves its id unused
+	// (the bare reference reads ids in order and waits at a gap). A
+	// writer behind its queue makes its events late, never the others'.
+	type job struct {
+		due    time.Time
+		stream int
+	}
+	queues := make([]chan job, liveWriters)
+	for w := range queues {
+		queues[w] = make(chan job, total/liveWriters*2+1024)
+	}
+	spread := newLiveSpread(streams, zipf, uint64(time.Now().UnixNano()))
 	start := time.Now()
-	var next, appended atomic.Int64
+	var appended atomic.Int64
 	var lateMax atomic.Int64 // µs
+	type commit struct{ id, stream, at int64 }
+	commits := make([][]commit, liveWriters)
 	var wg sync.WaitGroup
 	errs := make(chan error, liveWriters)
 	for w := range liveWriters {
-		// Writer w appends to the streams k ≡ w (mod liveWriters) alone:
-		// two writers never append to one stream at once, so no append
-		// fails on the version race and leaves its id unused (the bare
-		// reference reads ids in order and waits at a gap).
-		mine := (streams-1-w)/liveWriters + 1
 		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= total || ctx.Err() != nil {
+			for j := range queues[w] {
+				if ctx.Err() != nil {
 					return
 				}
-				due := start.Add(time.Duration(i) * period)
-				if wait := time.Until(due); wait > 0 {
-					time.Sleep(wait)
-				} else if late := -wait.Microseconds(); late > lateMax.Load() {
+				if late := time.Since(j.due).Microseconds(); late > lateMax.Load() {
 					lateMax.Store(late) // a race may keep a smaller one: a figure, not a check
 				}
-				ev := store.NewEvent{Name: "LiveEvent", Data: liveData(due)}
-				stream := liveStream(w + liveWriters*rand.IntN(mine))
+				ev := store.NewEvent{Name: "LiveEvent", Data: liveData(j.due)}
 				if rate == 0 {
-					ev.Data, stream = payload, liveStream(int(i))
+					ev.Data = payload
 				}
-				if _, err := st.Append(ctx, stream, store.AnyVersion, ev); err != nil {
+				evs, err := st.Append(ctx, liveStream(j.stream), store.AnyVersion, ev)
+				if err != nil {
 					errs <- err
 					return
+				}
+				if rate > 0 {
+					commits[w] = append(commits[w], commit{evs[0].ID, int64(j.stream), time.Now().UnixMicro()})
 				}
 				appended.Add(1)
 			}
 		})
 	}
+	for i := range total {
+		if ctx.Err() != nil {
+			break
+		}
+		due := start.Add(time.Duration(i) * period)
+		if wait := time.Until(due); wait > 0 {
+			time.Sleep(wait)
+		}
+		k := int(i)
+		if rate > 0 {
+			k = spread.next()
+		}
+		queues[k%liveWriters] <- job{due, k}
+	}
+	for _, q := range queues {
+		close(q)
+	}
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
 		return fmt.Errorf("append: %w", err)
+	}
+	if rate > 0 {
+		var b strings.Builder
+		for _, cs := range commits {
+			for _, c := range cs {
+				fmt.Fprintf(&b, "%d %d %d\n", c.id, c.stream, c.at)
+			}
+		}
+		if err := os.WriteFile(f[5]+".commits", []byte(b.String()), 0o644); err != nil {
+			return err
+		}
 	}
 	out := fmt.Sprintf("%d %d\n", appended.Load(), lateMax.Load())
 	if err := os.WriteFile(f[5]+".tmp", []byte(out), 0o644); err != nil {
@@ -149,9 +199,8 @@ func liveGeneratorChild(ctx context.Context, arg string) error {
 	if err := os.Rename(f[5]+".tmp", f[5]); err != nil {
 		return err
 	}
-	pool.Close() // its backends end now, and report their counts
 	<-ctx.Done()
-	return nil
+	return nil // the deferred pool.Close ends the sessions: their backends report their counts
 }
 
 // bareChannel is the channel the bare reference's trigger notifies.
@@ -191,8 +240,9 @@ LIMIT 1000`
 // async publish and Nats-Msg-Id (the bridge's messages, forward.Message),
 // waits for every PubAck, and moves its position with one UPDATE a
 // batch; when a read finds nothing it waits for a notification (a second
-// at most). It runs
-// until SIGTERM.
+// at most). With a fourth field, a webhook URL, the same process also
+// delivers EVENTS there (bareLiveDeliver): the bare reference pipeline.
+// It runs until SIGTERM.
 func bareBridgeChild(ctx context.Context, arg string) error {
 	err := bareBridge(ctx, arg)
 	if ctx.Err() != nil {
@@ -203,8 +253,8 @@ func bareBridgeChild(ctx context.Context, arg string) error {
 
 func bareBridge(ctx context.Context, arg string) error {
 	f := strings.Fields(arg)
-	if len(f) != 3 {
-		return fmt.Errorf("-live-bare-child %q: want \"<database URL> <schema> <nats URL>\"", arg)
+	if len(f) != 3 && len(f) != 4 {
+		return fmt.Errorf("-live-bare-child %q: want \"<database URL> <schema> <nats URL> [<webhook URL>]\"", arg)
 	}
 	schema := f[1]
 	ccfg, err := pgx.ParseConfig(f[0])
@@ -230,6 +280,17 @@ func bareBridge(ctx context.Context, arg string) error {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
 		return err
+	}
+	if len(f) == 4 {
+		dctx, cancel := context.WithCancel(ctx)
+		delivered := make(chan error, 1)
+		go func() { delivered <- bareLiveDeliver(dctx, js, f[3]) }()
+		defer func() {
+			cancel()
+			if err := <-delivered; err != nil {
+				fmt.Fprintf(os.Stderr, "bench: bare delivery: %v\n", err)
+			}
+		}()
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+bareChannel); err != nil {
 		return err

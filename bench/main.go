@@ -20,6 +20,11 @@
 //   - live: the bridge at steady rates over many streams, from an open-loop
 //     generator, Postgres durable, against a bare reference bridge (LISTEN,
 //     read, async publish, one UPDATE a batch) in the same run (live.go);
+//   - live pipeline: the whole path, append → signed webhook verified by a
+//     receiver process, bridge and consumer (one ordered and one unordered
+//     subscription) over 10,000 streams with a skewed spread, against a
+//     bare reference pipeline (the bare bridge, one pull consumer, POST,
+//     ack) in the same run, and the highest rate each holds (livepipe.go);
 //   - storage: the disk the events stream and the ordered copy take per
 //     million events, against the events stream alone;
 //   - peak RSS of the bridge and the consumer processes at full speed;
@@ -79,6 +84,14 @@ type config struct {
 	LiveBridgeArgs []string
 	LiveGenChild   string
 	LiveBareChild  string
+
+	LivePipeRates   []int
+	LivePipeStreams int
+	LiveZipf        float64
+	LiveDelay       time.Duration
+	LiveHold        time.Duration
+	LiveSearchSteps int
+	LiveRecvChild   string
 }
 
 func main() {
@@ -101,7 +114,7 @@ func main() {
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one")
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
-	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e, live, storage, many")
+	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e, live, live-pipeline, storage, many")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
 	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save CPU profiles (-profile-seconds long) here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer, the receiver, the bare loop process and this process during the consumer row, the first replica and this process during each ordered row")
 	flag.IntVar(&cfg.ProfileSecs, "profile-seconds", 5, "with -profile-dir: how long each CPU profile runs, in seconds")
@@ -131,8 +144,19 @@ func main() {
 		cfg.LiveBridgeArgs = strings.Fields(v)
 		return nil
 	})
-	flag.StringVar(&cfg.LiveGenChild, "live-generator-child", "", "internal (the live rows start it): \"<database URL> <schema> <events/s> <duration> <streams> <out file>\": append open loop, write the count to the out file, wait for SIGTERM")
-	flag.StringVar(&cfg.LiveBareChild, "live-bare-child", "", "internal (the live rows start it): \"<database URL> <schema> <nats URL>\": run the bare reference bridge until SIGTERM")
+	flag.StringVar(&cfg.LiveGenChild, "live-generator-child", "", "internal (the live rows start it): \"<database URL> <schema> <events/s> <duration> <streams> <out file> [<zipf exponent>]\": append open loop, write the count to the out file and each event's commit to <out file>.commits, wait for SIGTERM")
+	flag.StringVar(&cfg.LiveBareChild, "live-bare-child", "", "internal (the live rows start it): \"<database URL> <schema> <nats URL> [<webhook URL>]\": run the bare reference bridge (with a webhook URL: and the bare delivery, the bare pipeline) until SIGTERM")
+	cfg.LivePipeRates = []int{500, 1000, 2000}
+	flag.Func("live-pipeline-rates", "live pipeline: the generator's rates, events/s, comma-separated (default 500,1000,2000; quick: 1000); each runs our pipeline, then the bare one", func(v string) (err error) {
+		cfg.LivePipeRates, err = liveRates(v)
+		return err
+	})
+	flag.IntVar(&cfg.LivePipeStreams, "live-pipeline-streams", 10_000, "live pipeline: streams the generator appends to (see -live-zipf)")
+	flag.Float64Var(&cfg.LiveZipf, "live-zipf", liveZipfExponent, "live pipeline: the Zipf exponent of the streams' spread (stream k gets a share ∝ 1/(k+1)^s; 0: uniform; 0.65 over 10,000 streams puts 1.44 % on the hottest)")
+	flag.DurationVar(&cfg.LiveDelay, "live-receiver-delay", 5*time.Millisecond, "live pipeline: how long the receiver waits before answering each webhook")
+	flag.DurationVar(&cfg.LiveHold, "live-hold", 60*time.Second, "live pipeline: how long each step of the search for the highest rate held runs")
+	flag.IntVar(&cfg.LiveSearchSteps, "live-search-steps", 3, "live pipeline: runs of -live-hold each pipeline's search for its highest rate held takes (0 skips the search, as -quick does)")
+	flag.StringVar(&cfg.LiveRecvChild, "live-receiver-child", "", "internal (the live pipeline rows start it): \"127.0.0.1:<port> <delay>\": serve the verifying receiver there until SIGTERM")
 	flag.Parse()
 	if cfg.Quick {
 		cfg.Events, cfg.Streams = 100_000, 1_000
@@ -150,6 +174,12 @@ func main() {
 		}
 		if !flagSet("live-rates") {
 			cfg.LiveRates = []int{1000} // the 3-minute budget
+		}
+		if !flagSet("live-pipeline-rates") {
+			cfg.LivePipeRates = []int{1000}
+		}
+		if !flagSet("live-search-steps") {
+			cfg.LiveSearchSteps = 0
 		}
 	}
 
@@ -172,6 +202,13 @@ func main() {
 	if cfg.LiveGenChild != "" {
 		if err := liveGeneratorChild(ctx, cfg.LiveGenChild); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: live generator child: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if cfg.LiveRecvChild != "" {
+		if err := liveReceiverChild(ctx, cfg.LiveRecvChild); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: live receiver child: %v\n", err)
 			os.Exit(1)
 		}
 		return

@@ -168,6 +168,13 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("live: %w", err)
 		}
 	}
+	if want("live-pipeline") {
+		rs, err := e.livePipelineRows(ctx)
+		rows = append(rows, rs...)
+		if err != nil {
+			return fmt.Errorf("live pipeline: %w", err)
+		}
+	}
 	if want("storage") {
 		r, err := e.storageRow(ctx)
 		if err != nil {

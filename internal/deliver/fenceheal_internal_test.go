@@ -96,6 +96,7 @@ func TestASettledEventsCopyInTheFenceIsAckedNotKeptAlive(t *testing.T) {
 	pt.parking.Provisioned(parks, "events")
 	var fence fenceBuffer
 	fence.add(redelivered)
+	pt.received = consumerSeq(redelivered) // the run loop took it
 	// The lane settled it (its record written); its ack never landed.
 	pt.book.settled(wire.StreamKey(subject), streamSeq(inLane))
 	kctx, stopKeep := context.WithCancel(ctx)

@@ -81,13 +81,16 @@ func (w *fenceWait) passed(now time.Time) time.Duration {
 // handSplit is what a partition has in hand, by where it is: the fence
 // buffer, the lanes, waiting for a predecessor, held behind a parked head
 // (each raw, before the events settled or being acked are taken out), and
-// total, each event once and without those settled or being acked: what
-// the fence compares with the consumer's NumAckPending. Acking is the
+// total, each event once and without those settled or being acked. Acking is the
 // events settled whose ack is on its way (behind the delivered record):
 // pending on the consumer, not counted in hand. Aside is the streams set
-// aside (their events were acked out: not pending).
+// aside (their events were acked out: not pending). UpTo is how many of
+// total are at or below the stream sequence the count was asked for (the
+// fence target's, fenceTarget). Settled is how many events the partition
+// settled so far.
 type handSplit struct {
-	total, fence, lanes, waiting, held, acking, aside int
+	total, fence, lanes, waiting, held, acking, aside, upTo int
+	settled                                                 uint64 // handBook.settledN
 }
 
 // logFenceWait logs the fence's wait: the consumer's view (info) beside

@@ -27,6 +27,10 @@ type handBook struct {
 	recentQ  []uint64          // recent's sequences, oldest first
 	inLane   map[uint64]bool   // sequences submitted to a lane and not left it
 	acking   map[uint64]bool   // sequences whose ack was sent and not confirmed yet
+	// settledN counts the sequences settled (recorded in recent), for
+	// the fence: an event pending when it read the consumer and settled
+	// since is not missing (fenceTarget).
+	settledN uint64
 	// waiting holds, by stream key, events that arrived while an earlier
 	// event of their stream that the partition consumer delivers was not
 	// handed on yet (lost on its way, to be redelivered), in stream order.
@@ -104,6 +108,7 @@ func (b *handBook) settled(key string, seq uint64) {
 		b.lastDone[key] = seq
 	}
 	if !b.recent[seq] {
+		b.settledN++
 		b.recent[seq] = true
 		b.recentQ = append(b.recentQ, seq)
 		if len(b.recentQ) > settledKept {
@@ -264,14 +269,22 @@ func (b *handBook) settledSeqs() map[string]uint64 {
 }
 
 // counts returns how many sequences are in the lanes, waiting for a
-// predecessor and being acked, raw (a sequence may be in two of them).
-func (b *handBook) counts() (inLane, waiting, acking int) {
+// predecessor and being acked, raw (a sequence may be in two of them),
+// and how many were settled so far (settledN). Being acked counts those
+// whose delivered record's write is under way, not those settled already
+// and whose ack is being sent.
+func (b *handBook) counts() (inLane, waiting, acking int, settled uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, w := range b.waiting {
 		waiting += len(w)
 	}
-	return len(b.inLane), waiting, len(b.acking)
+	for s := range b.acking {
+		if !b.recent[s] {
+			acking++
+		}
+	}
+	return len(b.inLane), waiting, acking, b.settledN
 }
 
 // asideCount is how many streams are set aside on the partition (0 for a
@@ -283,4 +296,11 @@ func (as *asides) asideCount() int {
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	return len(as.streams)
+}
+
+// settledCount returns how many events were settled so far (settledN).
+func (b *handBook) settledCount() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.settledN
 }

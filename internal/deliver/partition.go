@@ -67,6 +67,23 @@ type partition struct {
 	// probe names the events a fence reset brought back that were not
 	// in hand (healFence); the run loop's alone; nil: no reset pending.
 	probe *resetProbe
+	// received is the delivery sequence of the last message the run loop
+	// took from the pull (0: none yet); the run loop's alone. A jump past
+	// received+1 means a delivery never arrived (a server that died while
+	// sending it): it comes back after AckWait, and until then nothing
+	// newer of the partition may go out (the fence again). A sequence at
+	// or below it means a new consumer leader whose replicated state
+	// lagged behind the old one's: it numbers its deliveries again from
+	// where its state ends, so a later jump would hide below received;
+	// the partition goes behind the fence too, and follows the new
+	// leader's numbering from there. The fence also reads it: what the
+	// consumer delivered up to its Delivered.Consumer and the run loop
+	// has not taken yet is on its way (fenceTarget).
+	received uint64
+	// target is what the fence waits for (fenceTarget), seen is received
+	// at the fence's last check; the run loop's alone. Nil: none yet.
+	target *fenceTarget
+	seen   uint64
 	// fenceGauge is the partition's
 	// jsbridge_consumer_partition_fence_waiting_seconds, dropFenceGauge
 	// deletes it at the end; nil: not exported.
@@ -250,16 +267,6 @@ func (pt *partition) run() {
 
 	fencing := true
 	var lastCheck time.Time
-	// lastCSeq is the delivery sequence of the last message received.
-	// A jump past lastCSeq+1 means a delivery never arrived (a server that
-	// died while sending it): it comes back after AckWait, and until then
-	// nothing newer of the partition may go out (the fence again). A
-	// sequence at or below lastCSeq means a new consumer leader whose
-	// replicated state lagged behind the old one's: it numbers its
-	// deliveries again from where its state ends, so a later jump would
-	// hide below lastCSeq; the partition goes behind the fence too, and
-	// follows the new leader's numbering from there.
-	var lastCSeq uint64
 	var lastUnstick time.Time
 	for pt.ctx.Err() == nil {
 		healthChanged := pt.health.Changes()
@@ -328,12 +335,12 @@ func (pt *partition) run() {
 		if err == nil {
 			pt.probe.saw(msg, pt.book)
 			c := consumerSeq(msg)
-			if !fencing && pt.deliveryGap(lastCSeq, c) {
+			if !fencing && pt.deliveryGap(pt.received, c) {
 				fencing = true
 				lastCheck = pt.clock.Now()
 			}
 			if c != 0 {
-				lastCSeq = c
+				pt.received = c
 			}
 		}
 		switch {

@@ -1,0 +1,897 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/proc"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// The live pipeline rows (issue 33, items 1 to 3): the whole path at the
+// steady rates people run, append → webhook received, beside a bare
+// reference pipeline in the same run. The open-loop generator (its own
+// process) appends one event per transaction over -live-pipeline-streams
+// streams with a skewed spread (livespread.go); Postgres commits durably;
+// the bridge and the consumer run as users run them (bin/bridge,
+// bin/consumer with a subscriptions file: one ordered and one unordered
+// subscription); the JetStream server and the receiver (livereceiver.go:
+// it verifies every signature and answers after -live-receiver-delay)
+// are processes of their own. The bare reference (one process,
+// bench -live-bare-child with a webhook URL): LISTEN → read → async
+// publish with Nats-Msg-Id → one pull consumer → signed POST → ack, to the
+// same receiver program.
+
+// The receiver paths' subscription names.
+const (
+	liveSubOrdered   = "ordered"
+	liveSubUnordered = "unordered"
+	liveSubBare      = "bare"
+)
+
+// livePipeFigures are one live pipeline run's measurements.
+type livePipeFigures struct {
+	pipeline livePipeline
+	rate     int
+	dur      time.Duration
+	events   int // appended by the generator
+	lateMax  time.Duration
+	subs     []string
+	// backlog is, by subscription, the events appended but not yet
+	// received when the generator finished; held says whether every
+	// subscription kept up (liveHeld).
+	backlog map[string]int
+	held    bool
+	// fromCommit and fromIntended are, by subscription and sorted, each
+	// event's time from its append's commit (when store.Append returned
+	// in the generator) and from its intended time (the open-loop
+	// schedule's) to the receiver's first receipt of it.
+	fromCommit, fromIntended map[string][]time.Duration
+	// toEvents is, sorted, commit → stored in EVENTS; fromEvents, by
+	// subscription, stored in EVENTS → received.
+	toEvents   []time.Duration
+	fromEvents map[string][]time.Duration
+	// cpu is each process's CPU during the run, by name (liveProcs), and
+	// Postgres's: all its processes ("postgres"), the generator's
+	// sessions' backends ("postgres: appends") and the pipeline's
+	// ("postgres: pipeline").
+	cpu map[string]time.Duration
+	// stmtAppends and stmtOther are pg_stat_statements' execution time
+	// of the appends' INSERT and of every other statement (the bridge's,
+	// and the bench's few); -1 where it is not loaded.
+	stmtAppends, stmtOther time.Duration
+	commits, claims        int64
+	// stored is, by stream (EVENTS, the ordered copy, the attempts
+	// stream), the disk it takes (storageSizes.sealed) and its messages.
+	stored     map[string]int64
+	storedMsgs map[string]uint64
+	// hot is the hottest stream's rank, hotShare its share of the run's
+	// events, hotP99 its ordered (or bare) p99 from commit, hotGap the
+	// median gap between two of its webhooks when the second, stored in
+	// EVENTS before the first was received, had waited for it (0: none
+	// waited).
+	hot      int
+	hotShare float64
+	hotP99   time.Duration
+	hotGap   time.Duration
+	rejected int64
+	load     [2]string
+}
+
+// The processes whose CPU a run reads, in the order the rows print them.
+var liveProcs = []string{"generator", "bridge", "consumer", "bare pipeline", "server", "receiver", "postgres", "postgres: appends", "postgres: pipeline"}
+
+// perEvent is d in µs per event appended.
+func (f livePipeFigures) perEvent(d time.Duration) float64 {
+	return float64(d.Microseconds()) / float64(max(f.events, 1))
+}
+
+// pipelineCPU is what the pipeline spent beyond the application and the
+// receiver: bridge, consumer (or the bare process), server, and the
+// pipeline's Postgres sessions.
+func (f livePipeFigures) pipelineCPU() time.Duration {
+	return f.cpu["bridge"] + f.cpu["consumer"] + f.cpu["bare pipeline"] + f.cpu["server"] + f.cpu["postgres: pipeline"]
+}
+
+// perWebhook is the pipeline's CPU per webhook delivered (µs): events ×
+// subscriptions webhooks.
+func (f livePipeFigures) perWebhook() float64 {
+	return float64(f.pipelineCPU().Microseconds()) / float64(max(f.events*len(f.subs), 1))
+}
+
+// liveHeld reports whether a run kept up: the generator was never more
+// than a second behind its schedule, and no subscription had more than a
+// second's events (rate) left to deliver when it finished.
+func liveHeld(rate int, lateMax time.Duration, backlog map[string]int) bool {
+	if lateMax > time.Second {
+		return false
+	}
+	for _, b := range backlog {
+		if b > rate {
+			return false
+		}
+	}
+	return true
+}
+
+// liveRatio is a ÷ b with two decimals, "—" when b is 0.
+func liveRatio(a, b float64) string {
+	if b == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// livePercentiles prints p50, p99 and p99.9 of sorted d.
+func livePercentiles(d []time.Duration) string {
+	if len(d) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("p50 %s p99 %s p99.9 %s", ms(quantile(d, 0.5)), ms(quantile(d, 0.99)), ms(quantile(d, 0.999)))
+}
+
+// cpuLine prints each process's CPU per event.
+func (f livePipeFigures) cpuLine() string {
+	var parts []string
+	for _, name := range liveProcs {
+		if d, ok := f.cpu[name]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.0f", name, f.perEvent(d)))
+		}
+	}
+	s := "CPU µs/event: " + strings.Join(parts, ", ")
+	if f.stmtAppends >= 0 {
+		s += fmt.Sprintf("; statement time µs/event (pg_stat_statements): appends %.0f, other %.0f",
+			f.perEvent(f.stmtAppends), f.perEvent(f.stmtOther))
+	}
+	return s + fmt.Sprintf("; pipeline (%s) %.0f µs/webhook over %d subscription(s)",
+		"bridge, consumer or bare process, server, the pipeline's Postgres sessions", f.perWebhook(), len(f.subs))
+}
+
+// latencyLine prints, by subscription, commit → webhook and intended →
+// webhook.
+func (f livePipeFigures) latencyLine() string {
+	var parts []string
+	for _, s := range f.subs {
+		parts = append(parts, fmt.Sprintf("%s: from commit %s; from intended %s", s, livePercentiles(f.fromCommit[s]), livePercentiles(f.fromIntended[s])))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// stageLine prints commit → EVENTS and EVENTS → received.
+func (f livePipeFigures) stageLine() string {
+	s := "commit → stored in EVENTS " + livePercentiles(f.toEvents)
+	for _, sub := range f.subs {
+		s += fmt.Sprintf("; EVENTS → %s received %s", sub, livePercentiles(f.fromEvents[sub]))
+	}
+	return s
+}
+
+// storageLine prints bytes stored per event, each stream against EVENTS'.
+func (f livePipeFigures) storageLine() string {
+	n := float64(max(f.storedMsgs[wire.DefaultEventsStream], 1))
+	events := float64(f.stored[wire.DefaultEventsStream]) / n
+	s := fmt.Sprintf("stored B/event: EVENTS %.0f", events)
+	var all int64
+	for _, name := range []string{wire.DefaultEventsStream, wire.OrderedStream(wire.DefaultEventsStream), wire.DefaultAttemptsStream} {
+		b, ok := f.stored[name]
+		if !ok {
+			continue
+		}
+		all += b
+		if name != wire.DefaultEventsStream {
+			s += fmt.Sprintf(", %s %.0f (%d records)", name, float64(b)/n, f.storedMsgs[name])
+		}
+	}
+	return s + fmt.Sprintf("; all %.0f, %s × EVENTS'", float64(all)/n, liveRatio(float64(all), float64(f.stored[wire.DefaultEventsStream])))
+}
+
+// commitsPerEvent is the database's commits beyond the appends' own.
+func (f livePipeFigures) commitsPerEvent() float64 {
+	return float64(f.commits-int64(f.events)) / float64(max(f.events, 1))
+}
+
+// summary is one run as printed.
+func (f livePipeFigures) summary() string {
+	claims := ""
+	if f.claims >= 0 {
+		claims = fmt.Sprintf(", claims %.3f/event", float64(f.claims)/float64(max(f.events, 1)))
+	}
+	return fmt.Sprintf("%d events at %d/s for %s (generator at most %s late; backlog when it finished %v: held %v); %s; by stage: %s; %s; commits %.3f/event beyond the append's own%s; %s; receiver refused %d; load %s → %s",
+		f.events, f.rate, f.dur, ms(f.lateMax), f.backlog, f.held, f.latencyLine(), f.stageLine(), f.cpuLine(), f.commitsPerEvent(), claims, f.storageLine(), f.rejected, f.load[0], f.load[1])
+}
+
+// livePipelineRows runs the live pipeline rows: for each rate of
+// -live-pipeline-rates, our pipeline and then the bare one; then the
+// search for the highest rate each holds for -live-hold; and the rows of
+// issue 33's targets.
+func (e *env) livePipelineRows(ctx context.Context) ([]row, error) {
+	restore, durable, err := e.durablePostgres(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer restore()
+	if err := e.ensureStatements(ctx); err != nil {
+		fmt.Printf("bench: live pipeline: pg_stat_statements not loaded (%v): the statement split is left out\n", err)
+	}
+	var rows []row
+	type pair struct{ ours, bare livePipeFigures }
+	byRate := map[int]pair{}
+	for _, rate := range e.cfg.LivePipeRates {
+		var pr pair
+		for _, p := range []livePipeline{"bridge", "bare"} {
+			f, err := e.livePipeRun(ctx, p, rate, e.cfg.LiveDuration)
+			if err != nil {
+				return rows, fmt.Errorf("%s pipeline at %d/s: %w", p, rate, err)
+			}
+			fmt.Printf("bench: live pipeline: %s at %d/s: %s\n", p, rate, f.summary())
+			if p == "bridge" {
+				pr.ours = f
+			} else {
+				pr.bare = f
+			}
+		}
+		byRate[rate] = pr
+		rows = append(rows, e.livePipeRateRows(pr.ours, pr.bare, durable)...)
+	}
+	// The hottest stream, from the highest rate's run of ours.
+	if len(e.cfg.LivePipeRates) > 0 {
+		top := slices.Max(e.cfg.LivePipeRates)
+		rows = append(rows, e.liveHotRow(byRate[top].ours))
+	}
+	if e.cfg.LiveSearchSteps > 0 {
+		var held [2]int
+		var known [2]bool
+		for i, p := range []livePipeline{"bridge", "bare"} {
+			start := 0
+			for _, rate := range e.cfg.LivePipeRates {
+				f := byRate[rate].ours
+				if p == "bare" {
+					f = byRate[rate].bare
+				}
+				if f.held && rate > start {
+					start = rate
+				}
+			}
+			if start == 0 && len(e.cfg.LivePipeRates) > 0 {
+				start = slices.Min(e.cfg.LivePipeRates) / 2
+			}
+			h, top, err := e.liveSearch(ctx, p, start)
+			if err != nil {
+				return rows, fmt.Errorf("%s pipeline, highest rate: %w", p, err)
+			}
+			held[i], known[i] = h, top
+		}
+		say := func(h int, bounded bool) string {
+			if h == 0 {
+				return "none held"
+			}
+			if !bounded {
+				return fmt.Sprintf("%d events/s (the highest tried)", h)
+			}
+			return fmt.Sprintf("%d events/s", h)
+		}
+		r := float64(held[0]) / float64(max(held[1], 1))
+		rows = append(rows, row{
+			Name:      fmt.Sprintf("live pipeline: the highest rate held for %s without a growing backlog (generator never over 1 s late, under a second's events undelivered at its end), ordered subscription; searched in %d steps a pipeline", e.cfg.LiveHold, e.cfg.LiveSearchSteps),
+			Ours:      say(held[0], known[0]),
+			Reference: "bare pipeline: " + say(held[1], known[1]),
+			Ratio:     liveRatio(float64(held[0]), float64(held[1])),
+			Target:    "≥ 0.8 (issue 33)",
+			Met:       held[1] > 0 && r >= 0.8,
+		})
+	}
+	return rows, nil
+}
+
+// liveSearch finds the highest rate pipeline p holds for -live-hold,
+// from start (a rate it held in a shorter run, or a guess): each step
+// runs one rate for -live-hold; up by half while every step holds, then
+// halving the interval. It returns the highest rate held (0: none) and
+// whether a higher one was seen failing (else the search ran out of steps
+// going up).
+func (e *env) liveSearch(ctx context.Context, p livePipeline, start int) (int, bool, error) {
+	lo, hi, rate := 0, 0, max(start, 50)
+	for range e.cfg.LiveSearchSteps {
+		f, err := e.livePipeRun(ctx, p, rate, e.cfg.LiveHold)
+		if err != nil {
+			return 0, false, err
+		}
+		fmt.Printf("bench: live pipeline: search: %s at %d/s for %s: held %v (backlog %v, generator at most %s late)\n", p, rate, e.cfg.LiveHold, f.held, f.backlog, ms(f.lateMax))
+		if f.held {
+			lo = rate
+		} else {
+			hi = rate
+		}
+		next := rate * 3 / 2
+		if hi > 0 {
+			next = (lo + hi) / 2
+		}
+		next = next / 25 * 25
+		if next <= lo || (hi > 0 && next >= hi) {
+			break
+		}
+		rate = next
+	}
+	return lo, hi > 0, nil
+}
+
+// livePipeRateRows are one rate's rows: latency, CPU, commits and
+// storage, stages; at 1,000/s each carries its issue 33 target.
+func (e *env) livePipeRateRows(ours, bare livePipeFigures, durable string) []row {
+	rate, delay := ours.rate, e.cfg.LiveDelay
+	name := fmt.Sprintf("live pipeline: %d events/s for %s over %d streams (Zipf %.2f), one event (%d B) a transaction from an open-loop generator; Postgres %s; receiver verifying signatures, answering after %s; ours: one ordered and one unordered subscription",
+		rate, ours.dur, e.cfg.LivePipeStreams, e.cfg.LiveZipf, liveDataSize, durable, delay)
+	p99 := func(f livePipeFigures, sub string) time.Duration { return quantile(f.fromCommit[sub], 0.99) }
+	latency := row{
+		Name:      name + ": append commit → webhook received",
+		Ours:      ours.latencyLine(),
+		Reference: bare.latencyLine(),
+		Ratio:     fmt.Sprintf("p99 from commit ÷ bare's: ordered %s, unordered %s", liveRatio(float64(p99(ours, liveSubOrdered)), float64(p99(bare, liveSubBare))), liveRatio(float64(p99(ours, liveSubUnordered)), float64(p99(bare, liveSubBare)))),
+		Target:    "printed",
+		Met:       true,
+	}
+	cpu := row{
+		Name:      name + ": CPU per event of each process, and the pipeline's per webhook delivered",
+		Ours:      ours.cpuLine(),
+		Reference: "bare: " + bare.cpuLine(),
+		Ratio: fmt.Sprintf("pipeline per webhook %s; the appends' Postgres backends per event %s (bare: the same insert, its trigger one NOTIFY a statement)",
+			liveRatio(ours.perWebhook(), bare.perWebhook()), liveRatio(float64(ours.cpu["postgres: appends"]), float64(bare.cpu["postgres: appends"]))),
+		Target: "printed",
+		Met:    true,
+	}
+	store := row{
+		Name:      name + ": Postgres commits and bytes stored per event",
+		Ours:      fmt.Sprintf("commits %.3f/event beyond the append's own; %s", ours.commitsPerEvent(), ours.storageLine()),
+		Reference: fmt.Sprintf("bare: commits %.3f/event; %s", bare.commitsPerEvent(), bare.storageLine()),
+		Ratio:     "commits " + liveRatio(ours.commitsPerEvent(), bare.commitsPerEvent()),
+		Target:    "printed",
+		Met:       true,
+	}
+	stages := row{
+		Name:      name + ": by stage",
+		Ours:      ours.stageLine(),
+		Reference: "bare: " + bare.stageLine(),
+		Ratio:     "—",
+		Target:    "printed",
+		Met:       true,
+	}
+	rows := []row{latency, cpu, store, stages}
+	if rate == 1000 {
+		r := ours.perWebhook() / math.Max(bare.perWebhook(), 1e-9)
+		rows = append(rows, row{
+			Name:      name + ": target, pipeline CPU per webhook delivered (bridge + consumer + server + the bridge's Postgres sessions)",
+			Ours:      fmt.Sprintf("%.0f µs/webhook", ours.perWebhook()),
+			Reference: fmt.Sprintf("bare %.0f µs/webhook", bare.perWebhook()),
+			Ratio:     fmt.Sprintf("%.2f", r),
+			Target:    "≤ 1.3 (issue 33)",
+			Met:       r <= 1.3,
+		})
+		o, u, b := p99(ours, liveSubOrdered), p99(ours, liveSubUnordered), p99(bare, liveSubBare)
+		rows = append(rows, row{
+			Name:      name + ": target, append commit → webhook p99, both subscriptions",
+			Ours:      fmt.Sprintf("ordered %s, unordered %s", ms(o), ms(u)),
+			Reference: fmt.Sprintf("bare %s", ms(b)),
+			Ratio:     fmt.Sprintf("%s, %s", liveRatio(float64(o), float64(b)), liveRatio(float64(u), float64(b))),
+			Target:    fmt.Sprintf("≤ %s (the receiver's delay + 10 ms), and ≤ bare's + 5 ms (issue 33)", ms(delay+10*time.Millisecond)),
+			Met:       max(o, u) <= delay+10*time.Millisecond && max(o, u) <= b+5*time.Millisecond,
+		})
+		rows = append(rows, row{
+			Name:      name + ": target, the pipeline's Postgres commits per event",
+			Ours:      fmt.Sprintf("%.3f (the database's commits beyond the appends', during the run)", ours.commitsPerEvent()),
+			Reference: fmt.Sprintf("bare %.3f", bare.commitsPerEvent()),
+			Ratio:     liveRatio(ours.commitsPerEvent(), bare.commitsPerEvent()),
+			Target:    "≤ 0.05 (issue 33)",
+			Met:       ours.commitsPerEvent() <= 0.05,
+		})
+		all := float64(ours.stored[wire.DefaultEventsStream] + ours.stored[wire.OrderedStream(wire.DefaultEventsStream)] + ours.stored[wire.DefaultAttemptsStream])
+		ev := float64(ours.stored[wire.DefaultEventsStream])
+		rows = append(rows, row{
+			Name:      name + ": target, storage of everything JetStream keeps per event (EVENTS, the ordered copy, the attempts stream) against EVENTS' own",
+			Ours:      ours.storageLine(),
+			Reference: bare.storageLine(),
+			Ratio:     liveRatio(all, ev),
+			Target:    "≤ 1.1 (issue 33)",
+			Met:       ev > 0 && all/ev <= 1.1,
+		})
+	}
+	return rows
+}
+
+// liveHotRow is the hottest stream's line: its share and its ordered
+// delivery's per-stream ceiling.
+func (e *env) liveHotRow(f livePipeFigures) row {
+	ceiling := fmt.Sprintf("≤ %.0f events/s (1 s ÷ the receiver's %s delay; never backlogged, so no round trip measured)", orderedCeiling(e.cfg.LiveDelay, 0), e.cfg.LiveDelay)
+	if f.hotGap > 0 {
+		ceiling = fmt.Sprintf("%.0f events/s (1 s ÷ the median gap, %s, between two of its ordered webhooks when the second waited)", orderedCeiling(f.hotGap, 0), ms(f.hotGap))
+	}
+	return row{
+		Name: fmt.Sprintf("live pipeline: the hottest stream at %d events/s (Zipf %.2f over %d streams): its share of the events, its rate, its ordered p99 from commit, and one stream's ordered ceiling (one POST and one round trip per event)",
+			f.rate, e.cfg.LiveZipf, e.cfg.LivePipeStreams),
+		Ours:      fmt.Sprintf("%s: %.2f %% of events (%.0f/s), ordered p99 %s; ceiling %s", liveStream(f.hot), 100*f.hotShare, f.hotShare*float64(f.rate), ms(f.hotP99), ceiling),
+		Reference: "—",
+		Ratio:     "—",
+		Target:    "hottest ≤ 2 % (issue 33)",
+		Met:       f.hotShare <= 0.02,
+	}
+}
+
+// ensureStatements makes pg_stat_statements count: on the bench's own
+// throwaway Postgres (no -database-url) it preloads the library (ALTER
+// SYSTEM and a restart with scripts/pg) when it is not, then creates the
+// extension in the database. With -database-url it only creates the
+// extension, and fails when the server does not preload it.
+func (e *env) ensureStatements(ctx context.Context) error {
+	var libs string
+	if err := e.pool.QueryRow(ctx, "SHOW shared_preload_libraries").Scan(&libs); err != nil {
+		return err
+	}
+	if !strings.Contains(libs, "pg_stat_statements") {
+		if e.cfg.DatabaseURL != "" {
+			return fmt.Errorf("the server at -database-url does not preload it (shared_preload_libraries %q)", libs)
+		}
+		want := "pg_stat_statements"
+		if strings.TrimSpace(libs) != "" {
+			want = libs + ",pg_stat_statements"
+		}
+		if _, err := e.pool.Exec(ctx, "ALTER SYSTEM SET shared_preload_libraries = '"+strings.ReplaceAll(want, "'", "''")+"'"); err != nil {
+			return err
+		}
+		fmt.Println("bench: live pipeline: restarting the throwaway Postgres to preload pg_stat_statements")
+		script := filepath.Join(e.cfg.Repo, "scripts", "pg")
+		for _, step := range []string{"stop", "start"} {
+			if out, err := exec.Command(script, step).CombinedOutput(); err != nil {
+				return fmt.Errorf("scripts/pg %s: %w: %s", step, err, out)
+			}
+		}
+		e.pool.Reset()
+	}
+	_, err := e.pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+	return err
+}
+
+// statementTimes is pg_stat_statements' total execution time of the
+// appends' INSERT and of every other statement of the database.
+func (e *env) statementTimes(ctx context.Context) (appends, other time.Duration, err error) {
+	var a, o float64 // ms
+	err = e.pool.QueryRow(ctx, `SELECT coalesce(sum(total_exec_time) FILTER (WHERE query LIKE '%INSERT INTO%(stream, version, name, data, meta)%'), 0),
+       coalesce(sum(total_exec_time) FILTER (WHERE query NOT LIKE '%INSERT INTO%(stream, version, name, data, meta)%'), 0)
+FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&a, &o)
+	return time.Duration(a * float64(time.Millisecond)), time.Duration(o * float64(time.Millisecond)), err
+}
+
+// sessionCPU is the CPU the backends of the sessions named app
+// (application_name) have used so far: 0 when Postgres runs elsewhere.
+func (e *env) sessionCPU(ctx context.Context, app string) time.Duration {
+	rows, err := e.pool.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", app)
+	if err != nil {
+		return 0
+	}
+	defer rows.Close()
+	var sum time.Duration
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) == nil {
+			sum += mustCPU(pid)
+		}
+	}
+	return sum
+}
+
+// liveConsumerConfig is the subscriptions file of our pipeline: one
+// ordered and one unordered subscription of every event to the receiver.
+func liveConsumerConfig(r *liveReceiverProc) string {
+	var b strings.Builder
+	b.WriteString("subscriptions:\n")
+	for _, s := range []struct{ name, ordering string }{{liveSubOrdered, "stream"}, {liveSubUnordered, "none"}} {
+		fmt.Fprintf(&b, "  - name: live-%s\n    filter_subjects: [%s]\n    url: %s\n    secrets_env: [%s]\n    allow_private: true\n    ordering: %s\n    start: all\n",
+			s.name, wire.All(wire.DefaultEventsPrefix), r.hook(s.name), liveSecretEnv, s.ordering)
+	}
+	return b.String()
+}
+
+// livePipeRun runs one live pipeline case: a fresh schema, JetStream
+// server, receiver and pipeline; a warm-up event on every stream,
+// delivered; then the generator at rate for dur, until every event is
+// received by every subscription.
+func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur time.Duration) (livePipeFigures, error) {
+	f := livePipeFigures{pipeline: p, rate: rate, dur: dur, cpu: map[string]time.Duration{}, stmtAppends: -1, stmtOther: -1, claims: -1}
+	schema := "bench_livepipe_" + string(p)
+	if err := e.quiesce(ctx, ""); err != nil {
+		return f, err
+	}
+	if _, err := e.freshStore(ctx, schema); err != nil {
+		return f, err
+	}
+	if p == "bare" {
+		if _, err := e.pool.Exec(ctx, strings.ReplaceAll(bareSetupSQL, "{schema}", schema)); err != nil {
+			return f, fmt.Errorf("bare schema: %w", err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "jsbridge-bench-livepipe-")
+	if err != nil {
+		return f, err
+	}
+	defer os.RemoveAll(dir)
+	bus, err := e.startChildBus(ctx, dir, 1)
+	if err != nil {
+		return f, err
+	}
+	defer bus.stop(20 * time.Second)
+	key := make([]byte, 24)
+	_, _ = rand.Read(key)
+	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
+	recv, err := e.startLiveReceiver(ctx, secret, e.cfg.LiveDelay)
+	if err != nil {
+		return f, err
+	}
+	defer recv.p.Stop(5 * time.Second)
+	url := e.dbURL + sep(e.dbURL) + "application_name=" + livePipelineApp
+	genURL := e.dbURL + sep(e.dbURL) + "application_name=" + liveGeneratorApp
+
+	// The pipeline: its processes by name.
+	procs := map[string]*proc.Process{}
+	ops := 0
+	if p == "bridge" {
+		f.subs = []string{liveSubOrdered, liveSubUnordered}
+		bridge, bops, err := e.startBridgeAtURL(ctx, bus.urls, url, schema, e.cfg.LiveBridgeArgs...)
+		if err != nil {
+			return f, err
+		}
+		defer bridge.Stop(20 * time.Second)
+		procs["bridge"], ops = bridge, bops
+		cfgFile := filepath.Join(dir, "subscriptions.yaml")
+		if err := os.WriteFile(cfgFile, []byte(liveConsumerConfig(recv)), 0o600); err != nil {
+			return f, err
+		}
+		cops, err := proc.FreePort()
+		if err != nil {
+			return f, err
+		}
+		cons, err := e.procs.Start("consumer", e.cfg.Bin+"/consumer", []string{"run", "-c", cfgFile, "--nats-url", bus.urls,
+			"--ops-addr", fmt.Sprintf("127.0.0.1:%d", cops), "--log-level", "warn"}, liveSecretEnv+"="+secret)
+		if err != nil {
+			return f, err
+		}
+		defer cons.Stop(20 * time.Second)
+		procs["consumer"] = cons
+		if err := proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", cops), cons); err != nil {
+			return f, err
+		}
+	} else {
+		f.subs = []string{liveSubBare}
+		self, err := os.Executable()
+		if err != nil {
+			return f, err
+		}
+		bp, err := e.procs.Start("bare pipeline", self, []string{"-live-bare-child", url + " " + schema + " " + bus.urls + " " + recv.hook(liveSubBare)}, liveSecretEnv+"="+secret)
+		if err != nil {
+			return f, err
+		}
+		defer bp.Stop(20 * time.Second)
+		procs["bare pipeline"] = bp
+	}
+	procs["server"], procs["receiver"] = bus.proc, recv.p
+	delivered := func(n int) func() (bool, error) {
+		return func() (bool, error) {
+			for _, s := range f.subs {
+				c, err := recv.count(s)
+				if err != nil || c < n {
+					return false, err
+				}
+			}
+			return true, nil
+		}
+	}
+
+	// The warm-up: one event on every stream, delivered.
+	warm, err := e.generateLive(ctx, genURL, schema, dir, "warm", e.cfg.LivePipeStreams, 0, 0, nil)
+	if err != nil {
+		return f, err
+	}
+	if err := e.waitEvents(ctx, bus.js, warm.n); err != nil {
+		return f, fmt.Errorf("warm-up: %w", err)
+	}
+	if err := e.waitFor(ctx, 10*time.Minute, "the warm-up delivered", delivered(warm.n)); err != nil {
+		return f, err
+	}
+	if err := e.settleCounts(ctx, liveGeneratorApp); err != nil {
+		return f, err
+	}
+	if err := recv.reset(); err != nil {
+		return f, err
+	}
+
+	c0, err := e.liveCounters(ctx)
+	if err != nil {
+		return f, err
+	}
+	var claims0 int64
+	if ops != 0 {
+		claims0, _ = bridgeCount(ops, "claim")
+	}
+	cpu0 := map[string]time.Duration{}
+	for name, pr := range procs {
+		cpu0[name] = mustCPU(pr.Pid())
+	}
+	pg0, pgPipe0 := e.postgresCPU(ctx), e.sessionCPU(ctx, livePipelineApp)
+	a0, o0, stmtErr := e.statementTimes(ctx)
+	rejected0, _ := recv.rejected()
+	f.load[0] = loadAvg()
+	events := int(float64(rate) * dur.Seconds())
+	run, err := e.generateLive(ctx, genURL, schema, dir, "run", events, rate, e.cfg.LiveZipf, func() {
+		f.backlog = map[string]int{}
+		for _, s := range f.subs {
+			c, _ := recv.count(s)
+			f.backlog[s] = events - c
+		}
+		f.cpu["postgres: appends"] = e.sessionCPU(ctx, liveGeneratorApp)
+	})
+	if err != nil {
+		return f, err
+	}
+	f.events, f.lateMax, f.cpu["generator"] = run.n, run.late, run.cpu
+	f.held = liveHeld(rate, f.lateMax, f.backlog)
+	if err := e.waitEvents(ctx, bus.js, warm.n+run.n); err != nil {
+		return f, err
+	}
+	if err := e.waitFor(ctx, 15*time.Minute, "every event delivered", delivered(run.n)); err != nil {
+		return f, err
+	}
+	for name, pr := range procs {
+		f.cpu[name] = mustCPU(pr.Pid()) - cpu0[name]
+	}
+	f.cpu["postgres"] = e.postgresCPU(ctx) - pg0
+	f.cpu["postgres: pipeline"] = e.sessionCPU(ctx, livePipelineApp) - pgPipe0
+	if a1, o1, err := e.statementTimes(ctx); err == nil && stmtErr == nil {
+		f.stmtAppends, f.stmtOther = a1-a0, o1-o0
+	}
+	f.load[1] = loadAvg()
+	if rejected1, err := recv.rejected(); err == nil {
+		f.rejected = rejected1 - rejected0
+	}
+	if ops != 0 {
+		if c, err := bridgeCount(ops, "claim"); err == nil {
+			f.claims = c - claims0
+		}
+	}
+	f.stored, f.storedMsgs = map[string]int64{}, map[string]uint64{}
+	for _, name := range []string{wire.DefaultEventsStream, wire.OrderedStream(wire.DefaultEventsStream), wire.DefaultAttemptsStream} {
+		if sz, err := streamSizes(ctx, bus.js, dir, name); err == nil {
+			f.stored[name], f.storedMsgs[name] = sz.sealed(), sz.msgs
+		}
+	}
+	receipts := map[string]map[string]time.Time{}
+	for _, s := range f.subs {
+		if receipts[s], err = recv.receipts(s); err != nil {
+			return f, err
+		}
+	}
+	for _, name := range []string{"consumer", "bare pipeline", "bridge"} {
+		if pr, ok := procs[name]; ok {
+			if err := pr.Stop(20 * time.Second); err != nil {
+				return f, fmt.Errorf("%s exit: %w", name, err)
+			}
+		}
+	}
+	if err := e.settleCounts(ctx, livePipelineApp); err != nil {
+		return f, err
+	}
+	c1, err := e.liveCounters(ctx)
+	if err != nil {
+		return f, err
+	}
+	f.commits = c1.commits - c0.commits
+	stored, err := liveStoredTimes(ctx, bus.js)
+	if err != nil {
+		return f, err
+	}
+	f.fillLatencies(run.commits, stored, receipts)
+	return f, nil
+}
+
+// liveCommit is one event the generator appended: its stream rank and
+// when its append returned.
+type liveCommit struct {
+	stream int
+	at     time.Time
+}
+
+// fillLatencies fills f's latencies and hottest stream from the
+// generator's commits (by ce-id), EVENTS' store times (by ce-id, with
+// each event's intended time) and each subscription's receipts.
+func (f *livePipeFigures) fillLatencies(commits map[string]liveCommit, stored map[string]liveStored, receipts map[string]map[string]time.Time) {
+	f.fromCommit, f.fromIntended, f.fromEvents = map[string][]time.Duration{}, map[string][]time.Duration{}, map[string][]time.Duration{}
+	ranks := make([]int, 0, len(commits))
+	for id, c := range commits {
+		ranks = append(ranks, c.stream)
+		if s, ok := stored[id]; ok {
+			f.toEvents = append(f.toEvents, s.at.Sub(c.at))
+		}
+	}
+	f.hotShare, f.hot = hottestShare(ranks)
+	hotSub := f.subs[0] // ordered, or bare
+	var hotLat []time.Duration
+	// The hottest stream's events: stored in EVENTS, received.
+	type hotEvent struct{ stored, received time.Time }
+	var hotEvents []hotEvent
+	for _, sub := range f.subs {
+		for id, at := range receipts[sub] {
+			c, ok := commits[id]
+			if !ok {
+				continue
+			}
+			f.fromCommit[sub] = append(f.fromCommit[sub], at.Sub(c.at))
+			if s, ok := stored[id]; ok {
+				f.fromIntended[sub] = append(f.fromIntended[sub], at.Sub(s.intended))
+				f.fromEvents[sub] = append(f.fromEvents[sub], at.Sub(s.at))
+			}
+			if sub == hotSub && c.stream == f.hot {
+				hotLat = append(hotLat, at.Sub(c.at))
+				if s, ok := stored[id]; ok {
+					hotEvents = append(hotEvents, hotEvent{s.at, at})
+				}
+			}
+		}
+		slices.Sort(f.fromCommit[sub])
+		slices.Sort(f.fromIntended[sub])
+		slices.Sort(f.fromEvents[sub])
+	}
+	slices.Sort(f.toEvents)
+	slices.Sort(hotLat)
+	f.hotP99 = quantile(hotLat, 0.99)
+	slices.SortFunc(hotEvents, func(a, b hotEvent) int { return a.received.Compare(b.received) })
+	storedAt, receivedAt := make([]time.Time, len(hotEvents)), make([]time.Time, len(hotEvents))
+	for i, h := range hotEvents {
+		storedAt[i], receivedAt[i] = h.stored, h.received
+	}
+	f.hotGap = waitingGap(storedAt, receivedAt)
+}
+
+// waitingGap is the median gap between two consecutive receipts of one
+// stream's webhooks (received sorted, ready in the same order: when each
+// was stored in EVENTS) where the second was ready before the first was
+// received, so had to wait for it: one stream's ordered service time. 0
+// when none waited.
+func waitingGap(ready, received []time.Time) time.Duration {
+	var gaps []time.Duration
+	for i := 1; i < len(received); i++ {
+		if ready[i].Before(received[i-1]) {
+			gaps = append(gaps, received[i].Sub(received[i-1]))
+		}
+	}
+	if len(gaps) == 0 {
+		return 0
+	}
+	slices.Sort(gaps)
+	return gaps[len(gaps)/2]
+}
+
+// liveStored is one event's store time in EVENTS and its intended time.
+type liveStored struct{ at, intended time.Time }
+
+// liveStoredTimes reads EVENTS and returns, by ce-id, each generated
+// event's store time and intended time; warm-up events are left out.
+func liveStoredTimes(ctx context.Context, js jetstream.JetStream) (map[string]liveStored, error) {
+	s, err := js.Stream(ctx, wire.DefaultEventsStream)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]liveStored{}
+	for read := uint64(0); read < info.State.Msgs; {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			intended, ok := liveIntended(m.Data())
+			md, err := m.Metadata()
+			if !ok || err != nil {
+				continue
+			}
+			out[m.Headers().Get(wire.HeaderID)] = liveStored{at: md.Timestamp, intended: intended}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
+		if got == 0 {
+			break
+		}
+		read += uint64(got)
+	}
+	return out, nil
+}
+
+// liveGenerated is what a generator child reported: events appended, its
+// largest lateness, its CPU, and (for a run) each event's commit by ce-id.
+type liveGenerated struct {
+	n       int
+	late    time.Duration
+	cpu     time.Duration
+	commits map[string]liveCommit
+}
+
+// generateLive runs the generator child with the Zipf exponent zipf until
+// it has appended events (rate 0: the warm-up, one event on each of the
+// first events streams); atEnd, when not nil, runs once it has, before
+// it is stopped (its sessions still open).
+func (e *env) generateLive(ctx context.Context, url, schema, dir, name string, events, rate int, zipf float64, atEnd func()) (liveGenerated, error) {
+	var g liveGenerated
+	self, err := os.Executable()
+	if err != nil {
+		return g, err
+	}
+	out := filepath.Join(dir, "generator-"+name)
+	streams, dur := e.cfg.LivePipeStreams, time.Duration(float64(events)/float64(max(rate, 1))*float64(time.Second))
+	if rate == 0 {
+		streams = events
+	}
+	arg := fmt.Sprintf("%s %s %d %s %d %s %g", url, schema, rate, dur, streams, out, zipf)
+	gp, err := e.procs.Start("generator", self, []string{"-live-generator-child", arg})
+	if err != nil {
+		return g, err
+	}
+	defer gp.Stop(20 * time.Second)
+	var got []string
+	err = e.waitFor(ctx, dur+5*time.Minute, "generator", func() (bool, error) {
+		b, err := os.ReadFile(out)
+		if err != nil {
+			return false, nil
+		}
+		got = strings.Fields(string(b))
+		return true, nil
+	})
+	if err != nil {
+		return g, err
+	}
+	if atEnd != nil {
+		atEnd()
+	}
+	g.cpu = mustCPU(gp.Pid())
+	if len(got) != 2 {
+		return g, fmt.Errorf("generator wrote %q", got)
+	}
+	late, err2 := strconv.ParseInt(got[1], 10, 64)
+	g.n, err = strconv.Atoi(got[0])
+	if err != nil || err2 != nil {
+		return g, fmt.Errorf("generator wrote %q", got)
+	}
+	g.late = time.Duration(late) * time.Microsecond
+	if rate == 0 {
+		return g, nil
+	}
+	b, err := os.ReadFile(out + ".commits")
+	if err != nil {
+		return g, err
+	}
+	g.commits = make(map[string]liveCommit, g.n)
+	for line := range strings.Lines(string(b)) {
+		var id, stream, at int64
+		if _, err := fmt.Sscan(line, &id, &stream, &at); err != nil {
+			return g, fmt.Errorf("generator commits: line %q: %w", line, err)
+		}
+		g.commits[strconv.FormatInt(id, 10)] = liveCommit{stream: int(stream), at: time.UnixMicro(at)}
+	}
+	return g, nil
+}
