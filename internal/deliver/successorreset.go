@@ -50,7 +50,7 @@ func (pt *partition) resetForPredecessors(info *jetstream.ConsumerInfo) bool {
 	if pt.parking != nil {
 		pt.parking.AddHeld(pt.holder, seqs)
 	}
-	_, waiting, acking := pt.book.counts()
+	_, waiting, acking, _ := pt.book.counts()
 	if short := info.NumAckPending - len(seqs) - acking; short > 0 {
 		// Something pending is not in hand: maybe the predecessor,
 		// redelivered after AckWait (the fence's shortfall, healFence,
