@@ -91,7 +91,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"subscription"}),
 		fenceResets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jsbridge_consumer_partition_fence_resets_total",
-			Help: "Times a partition fence of an ordered subscription on this replica waited for events nobody brings back and reset its partition consumer to the ack floor, by subscription.",
+			Help: "Times a partition of an ordered subscription on this replica reset its partition consumer to the ack floor because its fence waited for events nobody brings back or a stream waited for an event not pending on the consumer, by subscription.",
 		}, []string{"subscription"}),
 		copyLagMsgs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_ordered_copy_lag_messages",

@@ -94,6 +94,9 @@ type partition struct {
 	// nobody brings back (healFence); fenceResets counts it. Nil: never.
 	reset       func(context.Context) uint64
 	fenceResets prometheus.Counter
+	// predecessorReset is when resetForPredecessors last reset the
+	// partition consumer; the run loop's alone.
+	predecessorReset time.Time
 
 	health *health.State // the subscriptions' disabled state (nil: enabled)
 	sub    string        // the subscription's name
@@ -362,13 +365,23 @@ func (pt *partition) run() {
 		if iter == nil {
 			break
 		}
+		for _, key := range pt.succ.takeMoved() {
+			pt.dispatchWaiting(key, &wg)
+		}
 		if !fencing {
 			pt.tendAside(&wg)
 		}
 		if !fencing && pt.clock.Since(lastUnstick) >= unstickAfter {
 			lastUnstick = pt.clock.Now()
-			for _, key := range pt.succ.unstick() {
+			goOn, still := pt.succ.unstick()
+			for _, key := range goOn {
 				pt.dispatchWaiting(key, &wg)
+			}
+			if still != nil && pt.resetForPredecessors(still) {
+				// Behind the fence until every pending event is in hand
+				// again, as after a take-over.
+				fencing = true
+				lastCheck = pt.clock.Now()
 			}
 		}
 		if fencing && pt.clock.Since(lastCheck) >= fenceCheck {
@@ -498,6 +511,7 @@ func (pt *partition) ackSettledCopy(msg jetstream.Msg) bool {
 	if pt.lease.mayAck() == nil {
 		_ = msg.Ack()
 	}
+	pt.succ.settledCopy(key, seq)
 	return true
 }
 

@@ -40,7 +40,11 @@ import (
 // (aside.go): while its aside record stands, the stream's events go to
 // asides.takes before this check, and the events read again move the
 // stream's entry as they settle, so its first live event again follows
-// one at or below its entry. The fence's count alone let a
+// one at or below its entry. "Never acked" fails in two more ways, and
+// neither is left to wait for ever (successorreset.go): a copy of the
+// event acked as settled never reaches a lane (settledCopy moves its
+// stream on), and an event a consumer leader dropped from its state is
+// never redelivered (resetForPredecessors). The fence's count alone let a
 // version out before an earlier one in a soak run with the events
 // stream's leader SIGKILLed every 8-12 s: a consumer leader that had just
 // taken over counted the earlier one as neither pending nor delivered.
@@ -91,6 +95,10 @@ type successors struct {
 	seen     map[string]streamPos // stream key → the last event of the stream handed on (to its lane, or held)
 	checks   chan successorCheck  // answers of the look-ups running
 	checking map[string]bool      // stream keys with a look-up running
+	// moved holds the stream keys whose last event moved on by a copy
+	// acked as settled (settledCopy): the run loop hands their waiting
+	// events on (takeMoved).
+	moved map[string]bool
 }
 
 // streamPos is the last event of a stream a partition handed on: its
@@ -118,7 +126,7 @@ func newSuccessors(ctx context.Context, clock clockwork.Clock, log *slog.Logger,
 	cons jetstream.Consumer, filters []string, copyStream func(context.Context) (jetstream.Stream, error), inherited func(string) uint64) *successors {
 	sc := &successors{
 		ctx: ctx, clock: clock, log: log, book: book, cons: cons, filters: filters, copyStream: copyStream, inherited: inherited,
-		seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{},
+		seen: map[string]streamPos{}, checks: make(chan successorCheck), checking: map[string]bool{}, moved: map[string]bool{},
 	}
 	sc.lookup = sc.successorSeq
 	return sc
@@ -137,11 +145,46 @@ func (sc *successors) fencePassed(floor uint64) {
 }
 
 // base returns what a stream's first event since the partition was taken
-// is measured against: the higher of the ack floor and the stream's entry
-// in the delivered record (everything of the stream at or below it was
-// settled).
+// is measured against: the highest of the ack floor, the stream's entry
+// in the delivered record and its last event settled here (everything of
+// the stream at or below the last two was settled).
 func (sc *successors) base(key string) uint64 {
-	return max(sc.floor, sc.inherited(key))
+	return max(sc.floor, sc.inherited(key), sc.book.lastSettled(key))
+}
+
+// settledCopy records that a copy of the event at seq of stream key was
+// acked as settled, without being handed on (partition.ackSettledCopy:
+// a former owner's, or this owner's before a reset of the consumer). It
+// never comes to a lane again, so the stream's later events must not
+// wait for it: the stream's last event moves on to it, and the run loop
+// hands on what waits behind it (takeMoved). Before, the successor check
+// kept naming it the stream's next event (it is above the ack floor,
+// which another event held down) and the stream waited for it for ever:
+// a soak run with the events stream's leader SIGKILLed every 8-12 s
+// stopped a partition so, after two fence resets.
+func (sc *successors) settledCopy(key string, seq uint64) {
+	last, known := sc.seen[key]
+	if !known || seq == 0 || seq <= last.seq {
+		return // a first event is measured against base, which has it
+	}
+	sc.seen[key] = streamPos{seq: seq}
+	if sc.book.waitingOf(key) > 0 {
+		sc.moved[key] = true
+	}
+}
+
+// takeMoved returns and forgets the stream keys whose last event moved on
+// by a settled copy while events of theirs wait.
+func (sc *successors) takeMoved() []string {
+	if len(sc.moved) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(sc.moved))
+	for k := range sc.moved {
+		keys = append(keys, k)
+	}
+	clear(sc.moved)
+	return keys
 }
 
 // firstOnTrust reports whether p, the first event of stream key since the
@@ -310,8 +353,11 @@ func (sc *successors) answered(c successorCheck) {
 // unstick looks at the streams whose waiting events waited unstickAfter
 // or more for a predecessor JetStream named, and lets go on those whose
 // predecessor the ack floor passed (goesOn). It returns the streams that
-// go on; the run loop hands their waiting events on.
-func (sc *successors) unstick() []string {
+// go on, which the run loop hands their waiting events on, and the
+// consumer's info when streams still wait for a predecessor above the
+// floor (nil otherwise), which the run loop checks for a predecessor that
+// is not pending at all (partition.predecessorsPending).
+func (sc *successors) unstick() (goOn []string, still *jetstream.ConsumerInfo) {
 	var stuck []string
 	for _, key := range sc.book.waitingSince(sc.clock.Now().Add(-unstickAfter)) {
 		if sc.seen[key].next != 0 {
@@ -319,15 +365,32 @@ func (sc *successors) unstick() []string {
 		}
 	}
 	if len(stuck) == 0 {
-		return nil
+		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(sc.ctx, 5*time.Second)
 	info, err := sc.cons.Info(ctx)
 	cancel()
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	return sc.goesOn(stuck, info.AckFloor.Stream)
+	goOn = sc.goesOn(stuck, info.AckFloor.Stream)
+	if len(goOn) < len(stuck) {
+		still = info
+	}
+	return goOn, still
+}
+
+// waitsFor returns the lowest sequence in (floor, through] that a stream's
+// waiting events wait for (its named predecessor), 0 when none does.
+func (sc *successors) waitsFor(floor, through uint64) uint64 {
+	var low uint64
+	for key, last := range sc.seen {
+		n := last.next
+		if n > floor && n <= through && (low == 0 || n < low) && sc.book.waitingOf(key) > 0 {
+			low = n
+		}
+	}
+	return low
 }
 
 // goesOn returns the stuck streams whose named predecessor is at or below
