@@ -160,6 +160,40 @@ func TestAFenceFollowsADeliverySequenceThatWentBack(t *testing.T) {
 	require.Zero(t, *resets)
 }
 
+// A new owner takes a partition whose consumer delivered to the former
+// owner and has nothing pending (every delivery acked): no delivery of
+// that numbering ever comes to this run loop, so the fence passes at its
+// first check, and a target read while something was pending gives way
+// once the former owner's acks land. A make test run caught the fence
+// waiting for ever here (num_ack_pending=0, in_hand=0), with nothing
+// short for the reset to heal.
+func TestAFenceOverNothingPendingPasses(t *testing.T) {
+	pt, cons, clock, resets := flowPartition(t)
+	var fence fenceBuffer
+	cons.mu.Lock()
+	cons.info = jetstream.ConsumerInfo{Delivered: jetstream.SequenceInfo{Stream: 1080, Consumer: 108}, AckFloor: jetstream.SequenceInfo{Stream: 1080, Consumer: 108}}
+	cons.mu.Unlock()
+	_, passed := pt.fenceReady(&fence)
+	require.True(t, passed, "the fence waited for deliveries acked before it was taken")
+
+	// Read while two of the former owner's deliveries were pending; they
+	// are acked (by it) before anything comes here.
+	pt2, cons2, clock2, resets2 := flowPartition(t)
+	delivered(cons2, 2)
+	_, passed = pt2.fenceReady(&fence)
+	require.False(t, passed)
+	cons2.mu.Lock()
+	cons2.info.NumAckPending = 0
+	cons2.info.AckFloor = cons2.info.Delivered
+	cons2.mu.Unlock()
+	clock2.Advance(fenceCheck)
+	_, passed = pt2.fenceReady(&fence)
+	require.True(t, passed, "the fence waited for deliveries another owner acked")
+	clock.Advance(fenceCheck)
+	require.Zero(t, *resets)
+	require.Zero(t, *resets2)
+}
+
 // The fence's verdict against its target (fenceTarget.verdict): what is
 // short, and when it may pass.
 func TestFenceTargetVerdict(t *testing.T) {

@@ -77,7 +77,10 @@ func targetOf(info *jetstream.ConsumerInfo, settled uint64) *fenceTarget {
 // went back (a new consumer leader, a reset) takes every delivery as
 // arrived.
 func (t *fenceTarget) verdict(h handSplit, received, seen uint64) (pass bool, short int) {
-	arrived := received >= t.delivered
+	// Nothing pending: every delivery up to t.delivered was acked (a
+	// former owner's, or this one's before a pause), and none of them
+	// comes to this run loop again.
+	arrived := received >= t.delivered || t.pending == 0
 	have := h.upTo + int(h.settled-t.settled)
 	if arrived && have >= t.pending {
 		return true, 0
@@ -166,10 +169,13 @@ func (pt *partition) fenceReady(fence *fenceBuffer) (floor uint64, ok bool) {
 		return 0, false
 	}
 	pt.watch.floor.Store(info.AckFloor.Stream)
-	if pt.target == nil || info.Delivered.Consumer < pt.target.delivered {
+	if pt.target == nil || info.Delivered.Consumer < pt.target.delivered || info.NumAckPending == 0 {
 		// None yet, or the consumer numbers its deliveries again from
 		// lower (a new leader whose state lagged, a reset): a target in
 		// the old numbering would wait for deliveries that never come.
+		// Or nothing is pending any more (acked meanwhile, by a former
+		// owner too): a target that waits for the deliveries made before
+		// would wait for ever, with nothing short to heal.
 		pt.target = targetOf(info, pt.book.settledCount())
 	}
 	t := pt.target
