@@ -226,6 +226,21 @@ func printCPU(name string, n, pid int, selfStart time.Duration, r *receiver, rec
 // bareDeliver pulls from durable on EVENTS with inFlight workers, each
 // POSTing the message data to url and acking, until ctx ends.
 func bareDeliver(ctx context.Context, js jetstream.JetStream, durable, url string, inFlight int) error {
+	request := func(msg jetstream.Msg) *http.Request {
+		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(msg.Data()))
+		req.Header.Set(wire.HeaderIdempotencyKey, wire.IdempotencyKey(msg.Headers().Get(wire.HeaderMsgID)))
+		req.Header.Set(wire.HeaderContentType, "application/json")
+		return req
+	}
+	return barePull(ctx, js, durable, inFlight, request, func(int) bool { return true })
+}
+
+// barePull pulls from durable on EVENTS with inFlight workers until ctx
+// ends: each POSTs request(msg) and acks the message when ok(status), Naks
+// it otherwise or when the POST fails. The smallest delivery loop, shared
+// by the bare loop of the consumer row and the live rows' bare pipeline.
+func barePull(ctx context.Context, js jetstream.JetStream, durable string, inFlight int,
+	request func(jetstream.Msg) *http.Request, ok func(status int) bool) error {
 	cons, err := js.CreateOrUpdateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{
 		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
 		MaxAckPending: 1000, FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)},
@@ -254,17 +269,18 @@ func bareDeliver(ctx context.Context, js jetstream.JetStream, durable, url strin
 					}
 					return
 				}
-				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(msg.Data()))
-				req.Header.Set(wire.HeaderIdempotencyKey, wire.IdempotencyKey(msg.Headers().Get(wire.HeaderMsgID)))
-				req.Header.Set(wire.HeaderContentType, "application/json")
-				resp, err := client.Do(req)
+				resp, err := client.Do(request(msg))
 				if err != nil {
 					_ = msg.Nak()
 					continue
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				_ = msg.Ack()
+				if ok(resp.StatusCode) {
+					_ = msg.Ack()
+				} else {
+					_ = msg.Nak()
+				}
 			}
 		})
 	}

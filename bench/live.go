@@ -452,45 +452,21 @@ func bridgeCount(ops int, what string) (int64, error) {
 // time from its append (ce-time: its created time) and from its intended
 // time (in its data) to its store time; warm-up events are left out.
 func liveLatencies(ctx context.Context, js jetstream.JetStream) (fromAppend, fromIntended []time.Duration, err error) {
-	s, err := js.Stream(ctx, wire.DefaultEventsStream)
-	if err != nil {
-		return nil, nil, err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return nil, nil, err
-	}
-	for read := uint64(0); read < info.State.Msgs; {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+	err = eachStored(ctx, js, wire.DefaultEventsStream, func(m jetstream.Msg) {
+		intended, ok := liveIntended(m.Data())
+		md, err := m.Metadata()
+		if !ok || err != nil {
+			return
+		}
+		created, err := time.Parse(time.RFC3339Nano, m.Headers().Get(wire.HeaderTime))
 		if err != nil {
-			return nil, nil, err
+			return
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			intended, ok := liveIntended(m.Data())
-			md, err := m.Metadata()
-			if !ok || err != nil {
-				continue
-			}
-			created, err := time.Parse(time.RFC3339Nano, m.Headers().Get(wire.HeaderTime))
-			if err != nil {
-				continue
-			}
-			fromAppend = append(fromAppend, md.Timestamp.Sub(created))
-			fromIntended = append(fromIntended, md.Timestamp.Sub(intended))
-		}
-		if err := batch.Error(); err != nil {
-			return nil, nil, err
-		}
-		if got == 0 {
-			break
-		}
-		read += uint64(got)
+		fromAppend = append(fromAppend, md.Timestamp.Sub(created))
+		fromIntended = append(fromIntended, md.Timestamp.Sub(intended))
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	slices.Sort(fromAppend)
 	slices.Sort(fromIntended)

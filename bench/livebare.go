@@ -3,13 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,59 +38,18 @@ func bareLiveDeliver(ctx context.Context, js jetstream.JetStream, hook string) e
 	if err != nil {
 		return fmt.Errorf("bare delivery: %s: %w", liveSecretEnv, err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{
-		Durable: bareLiveDurable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
-		MaxAckPending: 1000, FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)},
-	})
-	if err != nil {
-		return err
-	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: bareLiveInFlight, MaxConnsPerHost: bareLiveInFlight}, Timeout: 10 * time.Second}
-	// The heartbeat as bareDeliver's, for the same reason (nats.go issue
-	// 1622: a pull the server no longer holds).
-	iter, err := cons.Messages(jetstream.PullMaxMessages(bareLiveInFlight), jetstream.PullHeartbeat(2*time.Second),
-		jetstream.WithMessagesErrOnMissingHeartbeat(false))
-	if err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	for range bareLiveInFlight {
-		wg.Go(func() {
-			for {
-				msg, err := iter.Next()
-				if err != nil {
-					if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-						fmt.Fprintf(os.Stderr, "bench: bare delivery: worker stops: %v\n", err)
-					}
-					return
-				}
-				req, _ := http.NewRequest(http.MethodPost, hook, bytes.NewReader(msg.Data()))
-				for k, vs := range msg.Headers() {
-					if strings.HasPrefix(strings.ToLower(k), "ce-") && len(vs) > 0 {
-						req.Header.Set(k, vs[0])
-					}
-				}
-				req.Header.Set(wire.HeaderContentType, "application/json")
-				id := msg.Headers().Get(wire.HeaderID)
-				req.Header.Set(wire.HeaderIdempotencyKey, wire.IdempotencyKey(id))
-				signer.Sign(req.Header, id, time.Now(), msg.Data())
-				resp, err := client.Do(req)
-				if err != nil {
-					_ = msg.Nak()
-					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode/100 == 2 {
-					_ = msg.Ack()
-				} else {
-					_ = msg.Nak()
-				}
+	request := func(msg jetstream.Msg) *http.Request {
+		req, _ := http.NewRequest(http.MethodPost, hook, bytes.NewReader(msg.Data()))
+		for k, vs := range msg.Headers() {
+			if strings.HasPrefix(strings.ToLower(k), "ce-") && len(vs) > 0 {
+				req.Header.Set(k, vs[0])
 			}
-		})
+		}
+		req.Header.Set(wire.HeaderContentType, "application/json")
+		id := msg.Headers().Get(wire.HeaderID)
+		req.Header.Set(wire.HeaderIdempotencyKey, wire.IdempotencyKey(id))
+		signer.Sign(req.Header, id, time.Now(), msg.Data())
+		return req
 	}
-	<-ctx.Done()
-	iter.Stop()
-	wg.Wait()
-	return nil
+	return barePull(ctx, js, bareLiveDurable, bareLiveInFlight, request, func(status int) bool { return status/100 == 2 })
 }

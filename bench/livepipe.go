@@ -784,43 +784,14 @@ type liveStored struct{ at, intended time.Time }
 // liveStoredTimes reads EVENTS and returns, by ce-id, each generated
 // event's store time and intended time; warm-up events are left out.
 func liveStoredTimes(ctx context.Context, js jetstream.JetStream) (map[string]liveStored, error) {
-	s, err := js.Stream(ctx, wire.DefaultEventsStream)
-	if err != nil {
-		return nil, err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]liveStored{}
-	for read := uint64(0); read < info.State.Msgs; {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, err
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			intended, ok := liveIntended(m.Data())
-			md, err := m.Metadata()
-			if !ok || err != nil {
-				continue
-			}
+	err := eachStored(ctx, js, wire.DefaultEventsStream, func(m jetstream.Msg) {
+		intended, ok := liveIntended(m.Data())
+		if md, err := m.Metadata(); ok && err == nil {
 			out[m.Headers().Get(wire.HeaderID)] = liveStored{at: md.Timestamp, intended: intended}
 		}
-		if err := batch.Error(); err != nil {
-			return nil, err
-		}
-		if got == 0 {
-			break
-		}
-		read += uint64(got)
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // liveGenerated is what a generator child reported: events appended, its

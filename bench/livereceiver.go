@@ -145,17 +145,7 @@ func liveReceiverChild(ctx context.Context, arg string) error {
 	if err != nil {
 		return fmt.Errorf("-live-receiver-child %q: %w", addr, err)
 	}
-	srv := &http.Server{Handler: lr.mux(), ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return srv.Shutdown(sctx)
+	return serveUntil(ctx, ln, lr.mux())
 }
 
 // liveReceiverProc is the receiver child as the bench sees it.

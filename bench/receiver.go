@@ -47,17 +47,7 @@ func receiverChild(ctx context.Context, addr string) error {
 		s.reset()
 		w.WriteHeader(http.StatusNoContent)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return srv.Shutdown(sctx)
+	return serveUntil(ctx, ln, mux)
 }
 
 // receiver is the receiver child as this process sees it.
@@ -176,4 +166,21 @@ func (c consumerCPU) row() row {
 		Target: "≤ 1.5",
 		Met:    ratio <= 1.5,
 	}
+}
+
+// serveUntil serves h on ln until ctx ends, then shuts the server down
+// (5 s for the requests in flight); it returns Serve's error if serving
+// stops first. The receiver children's server.
+func serveUntil(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
 }

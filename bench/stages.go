@@ -34,40 +34,53 @@ type stageTimes struct {
 // consumer and returns each event id's (Nats-Msg-Id) store time; a later
 // copy of an id replaces an earlier one.
 func storeTimes(ctx context.Context, js jetstream.JetStream, name string) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	err := eachStored(ctx, js, name, func(m jetstream.Msg) {
+		if md, err := m.Metadata(); err == nil {
+			out[m.Headers().Get(wire.HeaderMsgID)] = md.Timestamp
+		}
+	})
+	return out, err
+}
+
+// eachStored reads stream name from its first message to the last it
+// held when called (an ordered consumer, batches of 1,000) and calls f
+// with each; it stops early when a fetch returns nothing for 5 s.
+func eachStored(ctx context.Context, js jetstream.JetStream, name string, f func(jetstream.Msg)) error {
 	s, err := js.Stream(ctx, name)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	n := s.CachedInfo().State.Msgs
-	out := make(map[string]time.Time, n)
-	if n == 0 {
-		return out, nil
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State.Msgs == 0 {
+		return nil
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	for read := uint64(0); read < n; {
+	for read := uint64(0); read < info.State.Msgs; {
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			if md, err := m.Metadata(); err == nil {
-				out[m.Headers().Get(wire.HeaderMsgID)] = md.Timestamp
-			}
+			f(m)
 		}
 		if err := batch.Error(); err != nil {
-			return nil, err
+			return err
 		}
 		if got == 0 {
 			break
 		}
 		read += uint64(got)
 	}
-	return out, nil
+	return nil
 }
 
 // stageBreakdown prints the p50 and p99 of each stage over the events
