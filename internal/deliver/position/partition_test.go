@@ -1,0 +1,361 @@
+package position
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/embedded"
+)
+
+// setup starts an embedded JetStream server and opens the positions
+// bucket on it; everything stops at cleanup.
+func setup(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := Bucket(context.Background(), js, "", 1)
+	require.NoError(t, err)
+	require.Equal(t, DefaultBucket, kv.Bucket())
+	return js, kv
+}
+
+// claim claims partition 0 for owner under epoch, on clock.
+func claim(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, owner string, epoch uint64, clock clockwork.Clock) *Partition {
+	t.Helper()
+	p, err := Claim(context.Background(), js, kv, Config{Owner: owner, Epoch: epoch, Clock: clock})
+	require.NoError(t, err)
+	return p
+}
+
+// running is a Partition.Run in the background until cleanup.
+type running struct {
+	done chan struct{}
+	err  error
+}
+
+func run(t *testing.T, p *Partition) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{done: make(chan struct{})}
+	go func() { r.err = p.Run(ctx); close(r.done) }()
+	t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+// stored reads partition 0's record from the bucket, and its revision.
+func stored(t *testing.T, kv jetstream.KeyValue) (Record, uint64) {
+	t.Helper()
+	e, err := kv.Get(context.Background(), Key(0))
+	require.NoError(t, err)
+	r, err := decodeRecord(e.Value())
+	require.NoError(t, err)
+	return r, e.Revision()
+}
+
+// waitFor runs Wait in the background; its result comes on the channel.
+func waitFor(p *Partition, sub, stream string, seq uint64) <-chan error {
+	c := make(chan error, 1)
+	go func() { c <- p.Wait(context.Background(), sub, stream, seq) }()
+	return c
+}
+
+func pending[T any](c <-chan T) bool {
+	select {
+	case <-c:
+		return false
+	default:
+		return true
+	}
+}
+
+// A former owner's commit fails with ErrLost once a new owner claimed
+// the record, and its Run ends; the new owner read what it committed
+// before. A claim under an epoch below the record's fails the same way.
+func TestAFormerOwnersCommitFailsAfterANewClaim(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t)
+	ctx := context.Background()
+	clock := clockwork.NewFakeClock()
+	first := claim(t, js, kv, "replica-a", 7, clock)
+	firstRun := run(t, first)
+	first.Settled("s1", "order-1", Entry{Seq: 10, Version: 3})
+	require.NoError(t, first.Wait(ctx, "s1", "order-1", 10))
+
+	second := claim(t, js, kv, "replica-b", 8, clock)
+	taken := second.Record()
+	require.True(t, taken.Covers("s1", "order-1", 10), "the new owner read what the former one committed")
+
+	first.Settled("s1", "order-1", Entry{Seq: 11, Version: 4})
+	err := first.Wait(ctx, "s1", "order-1", 11)
+	require.ErrorIs(t, err, ErrLost)
+	<-firstRun.done
+	require.ErrorIs(t, firstRun.err, ErrLost, "its commit loop ends")
+	require.ErrorIs(t, first.Wait(ctx, "s1", "order-1", 12), ErrLost, "and every later wait fails at once")
+	rec, _ := stored(t, kv)
+	require.Equal(t, "replica-b", rec.Owner)
+	require.False(t, rec.Covers("s1", "order-1", 11), "nothing of the former owner was written after the claim")
+
+	_, err = Claim(ctx, js, kv, Config{Owner: "replica-a", Epoch: 7})
+	require.ErrorIs(t, err, ErrLost, "a claim under a lower epoch than the record's")
+}
+
+// answerLostKV is a bucket whose next Update writes and then loses its
+// answer (a KV stream leader killed or starved between the two).
+type answerLostKV struct {
+	jetstream.KeyValue
+	lose atomic.Bool
+}
+
+func (kv *answerLostKV) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	rev, err := kv.KeyValue.Update(ctx, key, value, last)
+	if err == nil && kv.lose.CompareAndSwap(true, false) {
+		return 0, nats.ErrNoResponders
+	}
+	return rev, err
+}
+
+// A commit whose answer was lost but which landed is the owner's own: the
+// next commit's compare-and-set is refused, the record read from the
+// leader still carries the claim's token, and the commit goes again from
+// its revision; the owner keeps the partition. The same replica claiming
+// it anew is another claim, whose token stops the first.
+func TestACommitWhoseAnswerWasLostIsNotTakenForANewOwners(t *testing.T) {
+	t.Parallel()
+	js, bucket := setup(t)
+	ctx := context.Background()
+	clock := clockwork.NewFakeClock()
+	kv := &answerLostKV{KeyValue: bucket}
+	p := claim(t, js, kv, "replica-a", 1, clock)
+	pr := run(t, p)
+
+	kv.lose.Store(true)
+	p.Settled("s1", "order-1", Entry{Seq: 10, Version: 3})
+	w := waitFor(p, "s1", "order-1", 10)
+	require.Eventually(t, func() bool { r, _ := stored(t, bucket); return r.Covers("s1", "order-1", 10) }, 5*time.Second, 5*time.Millisecond,
+		"the commit landed")
+	// Its answer was lost: Run pauses (on the clock) and commits again.
+	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	require.True(t, pending(w), "not released by a commit whose answer was lost")
+	clock.Advance(time.Second)
+	require.NoError(t, <-w, "released by the commit that went again from the landed revision")
+	rec, _ := stored(t, bucket)
+	require.Equal(t, "replica-a", rec.Owner)
+	require.True(t, pending((<-chan struct{})(pr.done)), "the partition is still this owner's")
+
+	again := claim(t, js, bucket, "replica-a", 1, clock)
+	require.NotEqual(t, p.token, again.token)
+	p.Settled("s1", "order-1", Entry{Seq: 11, Version: 4})
+	require.ErrorIs(t, p.Wait(ctx, "s1", "order-1", 11), ErrLost, "another claim's token, even the same replica's")
+}
+
+// A waiter is released by a commit that covers its settlement, at once
+// (without the linger), and by no commit that does not.
+func TestAWaiterIsReleasedOnlyByACommitCoveringIt(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t)
+	ctx := context.Background()
+	clock := clockwork.NewFakeClock() // never advanced: no commit lingers its way out
+	p := claim(t, js, kv, "replica-a", 1, clock)
+	run(t, p)
+
+	p.Settled("s1", "order-1", Entry{Seq: 10, Version: 1})
+	require.NoError(t, p.Wait(ctx, "s1", "order-1", 10), "a waiter makes the commit go at once")
+
+	w := waitFor(p, "s1", "order-1", 11)
+	require.Eventually(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.waiters) == 1 }, 5*time.Second, time.Millisecond)
+	p.Settled("s2", "order-1", Entry{Seq: 11, Version: 2}) // another subscription's settlement
+	require.Eventually(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.stored.Covers("s2", "order-1", 11)
+	}, 5*time.Second, 5*time.Millisecond, "a commit holding s2's settlement succeeded")
+	require.True(t, pending(w), "that commit does not cover s1's version 2")
+	r, _ := stored(t, kv)
+	require.False(t, r.Covers("s1", "order-1", 11))
+
+	p.Settled("s1", "order-1", Entry{Seq: 11, Version: 2})
+	require.NoError(t, <-w)
+	r, _ = stored(t, kv)
+	require.True(t, r.Covers("s1", "order-1", 11), "released once the stored record held it")
+}
+
+// Settlements that nobody waits for linger: no commit before
+// Config.Linger (on the clock) from the first of them, then one commit
+// holding them all; an idle partition commits nothing.
+func TestCommitsLingerAndCoalesce(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t)
+	ctx := context.Background()
+	clock := clockwork.NewFakeClock()
+	p := claim(t, js, kv, "replica-a", 1, clock)
+	run(t, p)
+	_, claimed := stored(t, kv)
+
+	p.Settled("s1", "order-1", Entry{Seq: 10, Version: 1})
+	p.Settled("s1", "order-2", Entry{Seq: 11, Version: 5})
+	p.Settled("s2", "order-1", Entry{Seq: 10, Version: 1})
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "Run lingers on its timer")
+	clock.Advance(DefaultLinger - time.Millisecond)
+	_, rev := stored(t, kv)
+	require.Equal(t, claimed, rev, "nothing committed before the linger ran out")
+
+	clock.Advance(time.Millisecond)
+	require.Eventually(t, func() bool { _, rev := stored(t, kv); return rev > claimed }, 5*time.Second, 5*time.Millisecond)
+	r, rev := stored(t, kv)
+	require.Equal(t, claimed+1, rev, "one commit")
+	require.True(t, r.Covers("s1", "order-1", 10) && r.Covers("s1", "order-2", 11) && r.Covers("s2", "order-1", 10), "holding all three")
+
+	require.Eventually(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return !p.dirty && p.rev == rev }, 5*time.Second, 5*time.Millisecond)
+	clock.Advance(10 * DefaultLinger)
+	_, idle := stored(t, kv)
+	require.Equal(t, rev, idle, "an idle partition writes nothing")
+}
+
+// The record's size cap: the subscription whose entries make it grow is
+// given a cursor key (written before the commit that drops it), its
+// waiters are released by that key, the others keep their entries in the
+// record, and its later settlements move its cursor.
+func TestTheSizeCapGivesTheGrowingSubscriptionACursor(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var detached []string
+	p, err := Claim(ctx, js, kv, Config{Owner: "replica-a", Epoch: 1, MaxSize: 1024, Clock: clockwork.NewFakeClock(),
+		CursorMade: func(sub string) { mu.Lock(); detached = append(detached, sub); mu.Unlock() }})
+	require.NoError(t, err)
+	run(t, p)
+	p.Edit(func(r *Record) { r.Members["small"], r.Members["big"] = 0, 0 })
+	for k := range 20 {
+		p.Settled("small", fmt.Sprintf("user-%d", k), Entry{Seq: 500 + uint64(k), Version: 1})
+	}
+	for k := range 200 {
+		p.Settled("big", fmt.Sprintf("order-%03d", k), Entry{Seq: 1000 + uint64(k), Version: uint64(k)})
+	}
+	require.NoError(t, p.Wait(ctx, "big", "order-199", 1199))
+	require.NoError(t, p.Wait(ctx, "small", "user-19", 519))
+
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(detached) > 0 }, 5*time.Second, 5*time.Millisecond)
+	mu.Lock()
+	require.Equal(t, []string{"big"}, detached, "the owner is told")
+	mu.Unlock()
+	e, err := kv.Get(ctx, CursorKey("big", 0))
+	require.NoError(t, err)
+	require.Equal(t, "cur.big.p0", e.Key())
+	c, err := decodeCursor(e.Value())
+	require.NoError(t, err)
+	require.Equal(t, "behind", c.State)
+	for k := range 200 {
+		require.True(t, c.Covers(fmt.Sprintf("order-%03d", k), 1000+uint64(k)))
+	}
+	got, err := kv.Get(ctx, Key(0))
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(got.Value()), 1024)
+	r, err := decodeRecord(got.Value())
+	require.NoError(t, err)
+	require.NotContains(t, r.Ahead, "big")
+	require.NotContains(t, r.Members, "big")
+	require.Len(t, r.Ahead["small"], 20)
+	require.Contains(t, p.Cursors(), "big")
+
+	p.Settled("big", "order-000", Entry{Seq: 2000, Version: 200})
+	require.NoError(t, p.Wait(ctx, "big", "order-000", 2000))
+	e, err = kv.Get(ctx, CursorKey("big", 0))
+	require.NoError(t, err)
+	c, err = decodeCursor(e.Value())
+	require.NoError(t, err)
+	require.Equal(t, Entry{Seq: 2000, Version: 200}, c.Streams["order-000"], "its cursor moved")
+}
+
+// A claim loads the partition's cursors, and drops a cursor key whose
+// subscription the record lists as live (its commit never landed). A
+// rejoined subscription is live from its cursor's floor with the
+// cursor's entries, and its key is deleted after the commit listing it.
+func TestACursorIsLoadedByTheClaimAndDeletedAfterItsRejoin(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t)
+	ctx := context.Background()
+	clock := clockwork.NewFakeClock()
+	first := claim(t, js, kv, "replica-a", 1, clock)
+	run(t, first)
+	first.Edit(func(r *Record) { r.Floor, r.Members["live"], r.Members["slow"] = 100, 0, 0 })
+	first.Detach("slow", "paused")
+	first.Settled("slow", "order-1", Entry{Seq: 105, Version: 7})
+	require.NoError(t, first.Wait(ctx, "slow", "order-1", 105))
+	// A cursor key of a live subscription: written before a commit that
+	// never landed.
+	stale := Cursor{State: "behind", Floor: 100}
+	_, err := kv.Create(ctx, CursorKey("live", 0), stale.encode())
+	require.NoError(t, err)
+
+	second := claim(t, js, kv, "replica-b", 2, clock)
+	run(t, second)
+	cursors := second.Cursors()
+	require.Equal(t, []string{"slow"}, keys(cursors))
+	require.Equal(t, "paused", cursors["slow"].State)
+	require.True(t, cursors["slow"].Covers("order-1", 105))
+	_, err = kv.Get(ctx, CursorKey("live", 0))
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the stale key was deleted")
+
+	second.EditCursor("slow", func(c *Cursor) { c.Floor = 150 })
+	second.Rejoin("slow")
+	second.Settled("live", "order-2", Entry{Seq: 160, Version: 1})
+	require.NoError(t, second.Wait(ctx, "live", "order-2", 160))
+	r, _ := stored(t, kv)
+	require.Equal(t, uint64(150), r.Members["slow"])
+	require.True(t, r.Covers("slow", "order-9", 150), "live from its cursor's floor")
+	require.Eventually(t, func() bool {
+		_, err := kv.Get(ctx, CursorKey("slow", 0))
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	}, 5*time.Second, 5*time.Millisecond, "its cursor key is deleted after the commit")
+	require.Empty(t, second.Cursors())
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// A commit is due when something changed and a waiter wants it, or the
+// linger since the first change ran out; never when nothing changed.
+func TestACommitIsDueWhenAWaiterComesOrTheLingerRanOut(t *testing.T) {
+	t.Parallel()
+	const ms = time.Millisecond
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		name           string
+		now            time.Time
+		dirty, waiting bool
+		due            bool
+		wait           time.Duration
+	}{
+		{"nothing changed, a waiter", t0.Add(time.Hour), false, true, false, 0},
+		{"changed, lingering", t0.Add(50 * ms), true, false, false, 150 * ms},
+		{"changed, a waiter", t0.Add(50 * ms), true, true, true, 0},
+		{"changed, the linger ran out", t0.Add(200 * ms), true, false, true, 0},
+		{"changed long ago", t0.Add(time.Hour), true, false, true, 0},
+	} {
+		got, wait := due(c.now, t0, c.dirty, c.waiting, 200*ms)
+		require.Equal(t, c.due, got, c.name)
+		require.Equal(t, c.wait, wait, c.name)
+	}
+}
