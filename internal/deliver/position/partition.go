@@ -27,13 +27,15 @@ var (
 	// ErrStopped is returned by Wait once Run ended (its context was
 	// cancelled) without a commit covering the settlement waited for.
 	ErrStopped = errors.New("position: the partition's commit loop stopped")
-	// ErrTooLarge is a commit's error when the record is over
-	// Config.MaxSize with no subscription left ahead to give a cursor.
-	ErrTooLarge = errors.New("position: the record is over its size cap")
 	// ErrContended is returned by Claim when its compare-and-set lost to
 	// another writer at every one of its tries.
 	ErrContended = errors.New("position: the record changed at every try of the claim")
 )
+
+// errTooLarge is a commit's error when the record is over Config.MaxSize
+// with no subscription left ahead to give a cursor: Run logs it and tries
+// again after a pause (a floor risen since shrinks the record).
+var errTooLarge = errors.New("position: the record is over its size cap")
 
 // claimTries bounds the compare-and-set rounds of a claim.
 const claimTries = 20
@@ -615,7 +617,7 @@ func (p *Partition) fitLocked() ([]byte, []string, error) {
 			}
 		}
 		if top == "" {
-			return nil, nil, fmt.Errorf("%w: %d bytes (cap %d) with no subscription ahead to give a cursor", ErrTooLarge, len(val), p.cfg.MaxSize)
+			return nil, nil, fmt.Errorf("%w: %d bytes (cap %d) with no subscription ahead to give a cursor", errTooLarge, len(val), p.cfg.MaxSize)
 		}
 		p.cfg.Logger.Info("the position record is over its size cap: giving the subscription with the most entries a cursor",
 			slog.Int("partition", p.cfg.Partition), slog.String("subscription", top), slog.Int("bytes", len(val)), slog.Int("entries", len(p.rec.Ahead[top])))

@@ -359,3 +359,108 @@ func TestACommitIsDueWhenAWaiterComesOrTheLingerRanOut(t *testing.T) {
 		require.Equal(t, c.wait, wait, c.name)
 	}
 }
+
+// refuseOnceKV is a bucket whose next Update is refused as if the key
+// had moved, without writing (the clustered server's "wrong last
+// sequence" while an earlier write of the key is still being applied).
+type refuseOnceKV struct {
+	jetstream.KeyValue
+	refuse atomic.Bool
+}
+
+func (kv *refuseOnceKV) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	if kv.refuse.CompareAndSwap(true, false) {
+		return 0, jetstream.ErrKeyExists
+	}
+	return kv.KeyValue.Update(ctx, key, value, last)
+}
+
+// A compare-and-set refused while the record is still at the revision
+// this owner wrote is read from the leader, found to be the owner's, and
+// written again: no ErrLost.
+func TestASpuriousRefusalIsWrittenAgain(t *testing.T) {
+	t.Parallel()
+	js, bucket := setup(t)
+	ctx := context.Background()
+	kv := &refuseOnceKV{KeyValue: bucket}
+	p := claim(t, js, kv, "replica-a", 1, clockwork.NewFakeClock())
+	run(t, p)
+	kv.refuse.Store(true)
+	p.Settled("s1", "order-1", Entry{Seq: 10, Version: 3})
+	require.NoError(t, p.Wait(ctx, "s1", "order-1", 10))
+	require.False(t, kv.refuse.Load(), "the first write was refused")
+	r, _ := stored(t, bucket)
+	require.True(t, r.Covers("s1", "order-1", 10))
+	require.Equal(t, p.token, r.Claim)
+}
+
+// A stored record that cannot be decoded stops the claim with
+// ErrCorrupt naming the key; it is not taken for an empty one.
+func TestAClaimOfACorruptRecordFails(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t)
+	ctx := context.Background()
+	_, err := kv.Put(ctx, Key(0), []byte(`{"floor":1048211}`))
+	require.NoError(t, err)
+	_, err = Claim(ctx, js, kv, Config{Owner: "replica-a", Epoch: 1})
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, `"pos.p0"`)
+	e, err := kv.Get(ctx, Key(0))
+	require.NoError(t, err)
+	require.Equal(t, []byte(`{"floor":1048211}`), e.Value(), "left as it was")
+}
+
+// A bad Config is refused before anything is read, naming the field and
+// the value.
+func TestABadConfigIsRefusedNamingTheField(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Owner: "a", Partition: -1}, "Config.Partition -1 is negative"},
+		{Config{}, "Config.Owner is empty"},
+		{Config{Owner: "a", Linger: -time.Second}, "Config.Linger -1s is negative"},
+		{Config{Owner: "a", MaxSize: 512}, "Config.MaxSize 512 is below 1024 bytes"},
+	} {
+		_, err := Claim(context.Background(), nil, nil, c.cfg)
+		require.EqualError(t, err, "position: "+c.want)
+	}
+}
+
+// Over the cap, the subscriptions with the most entries of their own are
+// given cursors, one after another, until the record fits; each cursor
+// holds what the record said it settled (from its member entry too).
+// With nobody ahead, the record over the cap is not written.
+func TestTheCapGivesCursorsUntilTheRecordFits(t *testing.T) {
+	t.Parallel()
+	p := &Partition{cfg: Config{Owner: "a", MaxSize: 1024}, cursors: map[string]*cursorKey{}, kick: make(chan struct{}, 1)}
+	require.NoError(t, p.cfg.defaults())
+	p.rec = Record{Floor: 100, Streams: map[string]Entry{"order-000": {150, 1}}, Ahead: map[string]map[string]Entry{}, Members: map[string]uint64{"big": 120, "mid": 0, "small": 0}}
+	for sub, n := range map[string]int{"big": 200, "mid": 150, "small": 20} {
+		p.rec.Ahead[sub] = map[string]Entry{}
+		for k := range n {
+			p.rec.Ahead[sub][fmt.Sprintf("order-%03d", k)] = Entry{Seq: 200 + uint64(k), Version: uint64(k)}
+		}
+	}
+	val, detached, err := p.fitLocked()
+	require.NoError(t, err)
+	require.Equal(t, []string{"big", "mid"}, detached)
+	require.LessOrEqual(t, len(val), 1024)
+	r, err := decodeRecord(val)
+	require.NoError(t, err)
+	require.Equal(t, []string{"small"}, keys(r.Ahead))
+	require.Equal(t, map[string]uint64{"small": 0}, r.Members)
+	big := p.cursors["big"].c
+	require.Equal(t, uint64(120), big.Floor, "from its member entry, above the floor")
+	require.True(t, big.Covers("order-000", 200), "its own entry")
+	require.True(t, p.cursors["mid"].c.Covers("order-000", 150), "the shared entry")
+	require.True(t, p.cursors["big"].dirty, "to be written before the record")
+
+	p.rec = Record{Streams: map[string]Entry{}}
+	for k := range 200 {
+		p.rec.Streams[fmt.Sprintf("order-%03d", k)] = Entry{Seq: 1 + uint64(k)}
+	}
+	_, _, err = p.fitLocked()
+	require.ErrorIs(t, err, errTooLarge)
+}
