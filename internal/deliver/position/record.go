@@ -23,6 +23,9 @@
 //     its subscription from the record's members, and a cursor key whose
 //     subscription the record still lists as a member is stale (a commit
 //     that never landed, or a former owner's) and is dropped at the claim.
+//     Every commit writes the record after its cursor keys, and waiters
+//     are released only once both succeeded: the record's compare-and-set
+//     fences the cursor keys too.
 //
 // The package does not decide the floor, the members or when a
 // subscription falls behind: the owner's dispatcher does, through
