@@ -330,18 +330,21 @@ func (p *Partition) detachLocked(sub, state string) {
 	p.changedLocked()
 }
 
-// Rejoin makes subscription sub live again: the caller calls it once
-// every event of sub at or below its cursor's Floor is settled and the
-// shared read goes on above it. The record lists sub as a member from
-// the cursor's Floor (Record.Covers counts it settled up to there) with
-// the cursor's stream entries as its own; the cursor key is deleted after
-// the commit that lists it. Nothing happens when sub has no cursor.
-func (p *Partition) Rejoin(sub string) {
+// Rejoin makes subscription sub live again and reports whether it did:
+// the caller calls it once every event of sub at or below its cursor's
+// Floor is settled and the shared read goes on above it. The record lists
+// sub as a member from the cursor's Floor (Record.Covers counts it
+// settled up to there) with the cursor's stream entries as its own; the
+// cursor key is deleted after the commit that lists it. It does nothing
+// when sub has no cursor, or when the cursor's Floor is below the
+// record's (the record's floor would count sub's unsettled events
+// settled).
+func (p *Partition) Rejoin(sub string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ck := p.cursors[sub]
-	if ck == nil || ck.gone {
-		return
+	if ck == nil || ck.gone || ck.c.Floor < p.rec.Floor {
+		return false
 	}
 	p.rec.Ahead, p.rec.Members = ensure(p.rec.Ahead), ensure(p.rec.Members)
 	own := ensure(p.rec.Ahead[sub])
@@ -352,6 +355,7 @@ func (p *Partition) Rejoin(sub string) {
 	p.rec.Members[sub] = ck.c.Floor
 	ck.gone = true
 	p.changedLocked()
+	return true
 }
 
 // Wait returns nil once a commit holding the settlement of the event at

@@ -313,8 +313,11 @@ func TestACursorIsLoadedByTheClaimAndDeletedAfterItsRejoin(t *testing.T) {
 	_, err = kv.Get(ctx, CursorKey("live", 0))
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the stale key was deleted")
 
-	second.EditCursor("slow", func(c *Cursor) { c.Floor = 150 })
-	second.Rejoin("slow")
+	second.Edit(func(r *Record) { r.Floor = 140 })
+	require.False(t, second.Rejoin("slow"), "not while its cursor is below the record's floor")
+	require.True(t, second.EditCursor("slow", func(c *Cursor) { c.Floor = 150 }))
+	require.True(t, second.Rejoin("slow"))
+	require.False(t, second.Rejoin("slow"), "once")
 	second.Settled("live", "order-2", Entry{Seq: 160, Version: 1})
 	require.NoError(t, second.Wait(ctx, "live", "order-2", 160))
 	r, _ := stored(t, kv)
