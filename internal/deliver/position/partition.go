@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -109,23 +108,13 @@ type Partition struct {
 	kick  chan struct{} // something changed, or a waiter came
 
 	mu      sync.Mutex
-	rec     Record // what the next commit holds
+	st      state  // what the next commit holds
 	stored  Record // what the last successful commit (or the claim) stored
 	rev     uint64 // its revision
-	dirty   bool   // rec or a cursor changed since the last commit began
+	dirty   bool   // st changed since the last commit began
 	since   time.Time
-	cursors map[string]*cursorKey
 	waiters []*waiter
 	end     error // ErrLost or ErrStopped: nothing more is committed
-}
-
-// cursorKey is one subscription's cursor and its key's state.
-type cursorKey struct {
-	c      Cursor // what its next write holds
-	stored Cursor // what its key holds
-	rev    uint64 // the key's revision; 0: not written yet
-	dirty  bool
-	gone   bool // rejoined: deleted after the commit listing the member
 }
 
 // waiter is one Wait: done is closed when a commit covers it (err nil)
@@ -149,7 +138,7 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	p := &Partition{cfg: cfg, js: js, kv: kv, key: Key(cfg.Partition), token: rand.Text(), kick: make(chan struct{}, 1), cursors: map[string]*cursorKey{}}
+	p := &Partition{cfg: cfg, js: js, kv: kv, key: Key(cfg.Partition), token: rand.Text(), kick: make(chan struct{}, 1), st: state{cursors: map[string]*cursorKey{}}}
 	for range claimTries {
 		var rec Record
 		var rev uint64
@@ -180,7 +169,7 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 		if err != nil {
 			return nil, fmt.Errorf("position: claim %q of bucket %q: %w", p.key, kv.Bucket(), err)
 		}
-		p.rec, p.stored, p.rev = rec, rec.clone(), rev
+		p.st.rec, p.stored, p.rev = rec, rec.clone(), rev
 		if err := p.loadCursors(ctx); err != nil {
 			return nil, err
 		}
@@ -207,7 +196,7 @@ func (p *Partition) loadCursors(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("position: read %q of bucket %q: %w", key, p.kv.Bucket(), err)
 		}
-		if _, member := p.rec.Members[sub]; member {
+		if _, member := p.st.rec.Members[sub]; member {
 			p.cfg.Logger.Info("dropping a stale cursor key: the record lists its subscription as live", slog.String("key", key))
 			if err := p.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
 				p.cfg.Logger.Warn("deleting a stale cursor key failed; the next claim drops it again", slog.String("key", key), slog.Any("error", err))
@@ -218,7 +207,7 @@ func (p *Partition) loadCursors(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("position: %q of bucket %q at revision %d: %w", key, p.kv.Bucket(), e.Revision(), err)
 		}
-		p.cursors[sub] = &cursorKey{c: c, stored: c.clone(), rev: e.Revision()}
+		p.st.cursors[sub] = &cursorKey{c: c, stored: c.clone(), rev: e.Revision()}
 	}
 	if err := ctx.Err(); err != nil { // the listing ends early, silently
 		return fmt.Errorf("position: list the cursors of partition %d in bucket %q: %w", p.cfg.Partition, p.kv.Bucket(), err)
@@ -231,7 +220,7 @@ func (p *Partition) loadCursors(ctx context.Context) error {
 func (p *Partition) Record() Record {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.rec.clone()
+	return p.st.rec.clone()
 }
 
 // Cursors returns a copy of the partition's cursors by subscription: those
@@ -239,8 +228,8 @@ func (p *Partition) Record() Record {
 func (p *Partition) Cursors() map[string]Cursor {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]Cursor, len(p.cursors))
-	for sub, ck := range p.cursors {
+	out := make(map[string]Cursor, len(p.st.cursors))
+	for sub, ck := range p.st.cursors {
 		if !ck.gone {
 			out[sub] = ck.c.clone()
 		}
@@ -253,18 +242,7 @@ func (p *Partition) Cursors() map[string]Cursor {
 // its own entry in the record. The commit that holds it comes within
 // Config.Linger, or at once when a waiter wants it.
 func (p *Partition) Settled(sub, stream string, e Entry) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if ck := p.cursors[sub]; ck != nil && !ck.gone {
-		ck.c.Streams = ensure(ck.c.Streams)
-		raise(ck.c.Streams, stream, e)
-		ck.dirty = true
-	} else {
-		p.rec.Ahead = ensure(p.rec.Ahead)
-		p.rec.Ahead[sub] = ensure(p.rec.Ahead[sub])
-		raise(p.rec.Ahead[sub], stream, e)
-	}
-	p.changedLocked()
+	p.change(func() bool { p.st.settled(sub, stream, e); return true })
 }
 
 // Edit changes the record's floor, shared stream entries, members,
@@ -273,61 +251,23 @@ func (p *Partition) Settled(sub, stream string, e Entry) {
 // rules: the floor only rises, and a subscription is dropped from
 // Members by Detach, added back by Rejoin.
 func (p *Partition) Edit(fn func(*Record)) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	r := &p.rec
-	r.Streams, r.Ahead, r.Members = ensure(r.Streams), ensure(r.Ahead), ensure(r.Members)
-	owner, claim, epoch := r.Owner, r.Claim, r.Epoch
-	fn(r)
-	r.Owner, r.Claim, r.Epoch = owner, claim, epoch
-	p.changedLocked()
+	p.change(func() bool { p.st.edit(fn); return true })
 }
 
 // EditCursor changes subscription sub's cursor (its floor, state,
 // entries, Above) and reports whether it has one.
 func (p *Partition) EditCursor(sub string, fn func(*Cursor)) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ck := p.cursors[sub]
-	if ck == nil || ck.gone {
-		return false
-	}
-	ck.c.Streams = ensure(ck.c.Streams)
-	fn(&ck.c)
-	ck.dirty = true
-	p.changedLocked()
-	return true
+	return p.change(func() bool { return p.st.editCursor(sub, fn) })
 }
 
 // Detach gives subscription sub a cursor in state (see Cursor.State)
 // holding what the record says it settled, and drops it from the
-// record's members and entries. The cursor key is written before the
-// commit that drops it (R4); until that commit succeeded, Wait goes by
-// the record. Nothing happens when sub has a cursor already.
-func (p *Partition) Detach(sub, state string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.detachLocked(sub, state)
-}
-
-func (p *Partition) detachLocked(sub, state string) {
-	old := p.cursors[sub]
-	if old != nil && !old.gone {
-		return
-	}
-	c := Cursor{State: state, Floor: max(p.rec.Floor, p.rec.Members[sub]), Streams: maps.Clone(p.rec.Streams)}
-	c.Streams = ensure(c.Streams)
-	for k, e := range p.rec.Ahead[sub] {
-		raise(c.Streams, k, e)
-	}
-	ck := &cursorKey{c: c, dirty: true}
-	if old != nil {
-		ck.rev, ck.stored = old.rev, old.stored // its key was not deleted yet
-	}
-	p.cursors[sub] = ck
-	delete(p.rec.Ahead, sub)
-	delete(p.rec.Members, sub)
-	p.changedLocked()
+// record's members and entries; it reports whether it did (not when sub
+// has a cursor already). The cursor key is written before the commit
+// that drops it (R4); until that commit succeeded, Wait goes by the
+// record.
+func (p *Partition) Detach(sub, state string) bool {
+	return p.change(func() bool { return p.st.detach(sub, state) })
 }
 
 // Rejoin makes subscription sub live again and reports whether it did:
@@ -340,21 +280,21 @@ func (p *Partition) detachLocked(sub, state string) {
 // record's (the record's floor would count sub's unsettled events
 // settled).
 func (p *Partition) Rejoin(sub string) bool {
+	return p.change(func() bool { return p.st.rejoin(sub) })
+}
+
+// change runs fn under the lock and, when it changed something, marks a
+// commit wanted.
+func (p *Partition) change(fn func() bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ck := p.cursors[sub]
-	if ck == nil || ck.gone || ck.c.Floor < p.rec.Floor {
+	if !fn() {
 		return false
 	}
-	p.rec.Ahead, p.rec.Members = ensure(p.rec.Ahead), ensure(p.rec.Members)
-	own := ensure(p.rec.Ahead[sub])
-	for k, e := range ck.c.Streams {
-		raise(own, k, e)
+	if !p.dirty {
+		p.dirty, p.since = true, p.cfg.Clock.Now()
 	}
-	p.rec.Ahead[sub] = own
-	p.rec.Members[sub] = ck.c.Floor
-	ck.gone = true
-	p.changedLocked()
+	p.poke()
 	return true
 }
 
@@ -365,7 +305,7 @@ func (p *Partition) Rejoin(sub string) bool {
 func (p *Partition) Wait(ctx context.Context, sub, stream string, seq uint64) error {
 	w := &waiter{sub: sub, stream: stream, seq: seq, done: make(chan struct{})}
 	p.mu.Lock()
-	if p.coveredLocked(w) {
+	if p.st.covered(&p.stored, sub, stream, seq) {
 		p.mu.Unlock()
 		return nil
 	}
@@ -385,24 +325,6 @@ func (p *Partition) Wait(ctx context.Context, sub, stream string, seq uint64) er
 		p.mu.Unlock()
 		return ctx.Err()
 	}
-}
-
-// coveredLocked reports whether what is stored covers w: the cursor key
-// of a subscription the stored record does not list, else the record.
-func (p *Partition) coveredLocked(w *waiter) bool {
-	if ck := p.cursors[w.sub]; ck != nil && ck.rev > 0 {
-		if _, member := p.stored.Members[w.sub]; !member {
-			return ck.stored.Covers(w.stream, w.seq)
-		}
-	}
-	return p.stored.Covers(w.sub, w.stream, w.seq)
-}
-
-func (p *Partition) changedLocked() {
-	if !p.dirty {
-		p.dirty, p.since = true, p.cfg.Clock.Now()
-	}
-	p.poke()
 }
 
 func (p *Partition) poke() {
@@ -514,12 +436,16 @@ func (p *Partition) commit(ctx context.Context) error {
 		p.mu.Unlock()
 		return p.end
 	}
-	val, detached, err := p.fitLocked()
+	val, detached, err := p.st.fit(p.cfg.MaxSize)
 	if err != nil {
 		p.mu.Unlock()
 		return err
 	}
-	snap, rev := p.rec.clone(), p.rev
+	for _, sub := range detached {
+		p.cfg.Logger.Info("the position record is over its size cap: gave the subscription with the most entries a cursor",
+			slog.Int("partition", p.cfg.Partition), slog.String("subscription", sub), slog.Int("max_bytes", p.cfg.MaxSize))
+	}
+	snap, rev := p.st.rec.clone(), p.rev
 	type write struct {
 		sub  string
 		ck   *cursorKey
@@ -527,12 +453,12 @@ func (p *Partition) commit(ctx context.Context) error {
 		rev  uint64
 	}
 	var writes, deletes []write
-	for sub, ck := range p.cursors {
+	for sub, ck := range p.st.cursors {
 		switch {
 		case ck.gone && ck.rev > 0:
 			deletes = append(deletes, write{sub: sub, ck: ck, rev: ck.rev})
 		case ck.gone:
-			delete(p.cursors, sub) // never written
+			delete(p.st.cursors, sub) // never written
 		case ck.dirty:
 			ck.c.normalise()
 			writes = append(writes, write{sub, ck, ck.c.clone(), ck.rev})
@@ -575,7 +501,7 @@ func (p *Partition) commit(ctx context.Context) error {
 	p.stored, p.rev = snap, rev
 	kept := p.waiters[:0]
 	for _, w := range p.waiters {
-		if p.coveredLocked(w) {
+		if p.st.covered(&p.stored, w.sub, w.stream, w.seq) {
 			close(w.done)
 		} else {
 			kept = append(kept, w)
@@ -590,8 +516,8 @@ func (p *Partition) commit(ctx context.Context) error {
 			p.cfg.Logger.Warn("deleting a rejoined subscription's cursor key failed; the next claim drops it", slog.String("subscription", d.sub), slog.Any("error", err))
 		}
 		p.mu.Lock()
-		if p.cursors[d.sub] == d.ck {
-			delete(p.cursors, d.sub)
+		if p.st.cursors[d.sub] == d.ck {
+			delete(p.st.cursors, d.sub)
 		}
 		p.mu.Unlock()
 	}
@@ -601,33 +527,6 @@ func (p *Partition) commit(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// fitLocked encodes the record, giving cursors to the subscriptions with
-// the most entries of their own (ties: the first by name) until it fits
-// Config.MaxSize.
-func (p *Partition) fitLocked() ([]byte, []string, error) {
-	var detached []string
-	for {
-		p.rec.normalise()
-		val := p.rec.encode()
-		if len(val) <= p.cfg.MaxSize {
-			return val, detached, nil
-		}
-		var top string
-		for _, sub := range slices.Sorted(maps.Keys(p.rec.Ahead)) {
-			if len(p.rec.Ahead[sub]) > len(p.rec.Ahead[top]) {
-				top = sub
-			}
-		}
-		if top == "" {
-			return nil, nil, fmt.Errorf("%w: %d bytes (cap %d) with no subscription ahead to give a cursor", errTooLarge, len(val), p.cfg.MaxSize)
-		}
-		p.cfg.Logger.Info("the position record is over its size cap: giving the subscription with the most entries a cursor",
-			slog.Int("partition", p.cfg.Partition), slog.String("subscription", top), slog.Int("bytes", len(val)), slog.Int("entries", len(p.rec.Ahead[top])))
-		p.detachLocked(top, "behind")
-		detached = append(detached, top)
-	}
 }
 
 // putRecord writes the record at revision rev. A refusal is read from the
@@ -689,12 +588,4 @@ func (p *Partition) stillOurs(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("%w: %q is now %q's (epoch %d)", ErrLost, p.key, r.Owner, r.Epoch)
 	}
 	return rev, nil
-}
-
-// ensure returns m, allocated when nil.
-func ensure[K comparable, V any](m map[K]V) map[K]V {
-	if m == nil {
-		return map[K]V{}
-	}
-	return m
 }

@@ -437,16 +437,15 @@ func TestABadConfigIsRefusedNamingTheField(t *testing.T) {
 // With nobody ahead, the record over the cap is not written.
 func TestTheCapGivesCursorsUntilTheRecordFits(t *testing.T) {
 	t.Parallel()
-	p := &Partition{cfg: Config{Owner: "a", MaxSize: 1024}, cursors: map[string]*cursorKey{}, kick: make(chan struct{}, 1)}
-	require.NoError(t, p.cfg.defaults())
-	p.rec = Record{Floor: 100, Streams: map[string]Entry{"order-000": {150, 1}}, Ahead: map[string]map[string]Entry{}, Members: map[string]uint64{"big": 120, "mid": 0, "small": 0}}
+	st := state{cursors: map[string]*cursorKey{}}
+	st.rec = Record{Floor: 100, Streams: map[string]Entry{"order-000": {150, 1}}, Ahead: map[string]map[string]Entry{}, Members: map[string]uint64{"big": 120, "mid": 0, "small": 0}}
 	for sub, n := range map[string]int{"big": 200, "mid": 150, "small": 20} {
-		p.rec.Ahead[sub] = map[string]Entry{}
+		st.rec.Ahead[sub] = map[string]Entry{}
 		for k := range n {
-			p.rec.Ahead[sub][fmt.Sprintf("order-%03d", k)] = Entry{Seq: 200 + uint64(k), Version: uint64(k)}
+			st.rec.Ahead[sub][fmt.Sprintf("order-%03d", k)] = Entry{Seq: 200 + uint64(k), Version: uint64(k)}
 		}
 	}
-	val, detached, err := p.fitLocked()
+	val, detached, err := st.fit(1024)
 	require.NoError(t, err)
 	require.Equal(t, []string{"big", "mid"}, detached)
 	require.LessOrEqual(t, len(val), 1024)
@@ -454,16 +453,16 @@ func TestTheCapGivesCursorsUntilTheRecordFits(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"small"}, keys(r.Ahead))
 	require.Equal(t, map[string]uint64{"small": 0}, r.Members)
-	big := p.cursors["big"].c
+	big := st.cursors["big"].c
 	require.Equal(t, uint64(120), big.Floor, "from its member entry, above the floor")
 	require.True(t, big.Covers("order-000", 200), "its own entry")
-	require.True(t, p.cursors["mid"].c.Covers("order-000", 150), "the shared entry")
-	require.True(t, p.cursors["big"].dirty, "to be written before the record")
+	require.True(t, st.cursors["mid"].c.Covers("order-000", 150), "the shared entry")
+	require.True(t, st.cursors["big"].dirty, "to be written before the record")
 
-	p.rec = Record{Streams: map[string]Entry{}}
+	st.rec = Record{Streams: map[string]Entry{}}
 	for k := range 200 {
-		p.rec.Streams[fmt.Sprintf("order-%03d", k)] = Entry{Seq: 1 + uint64(k)}
+		st.rec.Streams[fmt.Sprintf("order-%03d", k)] = Entry{Seq: 1 + uint64(k)}
 	}
-	_, _, err = p.fitLocked()
+	_, _, err = st.fit(1024)
 	require.ErrorIs(t, err, errTooLarge)
 }
