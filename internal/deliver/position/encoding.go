@@ -16,7 +16,7 @@ import (
 // are written above the floor, so they stay short. Maps are written in
 // name order, so one record always encodes to the same bytes.
 //
-//	record: 'P' 1 owner claim epoch floor table
+//	record: 'P' 1 owner claim epoch created floor table
 //	        streams(n, n×(name, seq-floor, version))
 //	        ahead(n, n×(sub, streams…)) members(n, n×(sub, from))
 //	        asides(n, n×(sub, stream, from, state)) retries(n, n×(sub, seq, attempts))
@@ -111,6 +111,7 @@ func (r *Record) encode() []byte {
 	e.str(r.Owner)
 	e.str(r.Claim)
 	e.uint(r.Epoch)
+	e.uint(uint64(r.Created))
 	e.uint(r.Floor)
 	e.table()
 	e.entries(r.Streams, r.Floor)
@@ -266,7 +267,7 @@ func decodeRecord(b []byte) (Record, error) {
 	d.header('P')
 	var r Record
 	r.Owner, r.Claim = d.str(), d.str()
-	r.Epoch, r.Floor = d.uint(), d.uint()
+	r.Epoch, r.Created, r.Floor = d.uint(), int64(d.uint()), d.uint()
 	d.table()
 	r.Streams = d.entries(r.Floor)
 	if n := d.count(); n > 0 {

@@ -11,7 +11,7 @@ import (
 // fullRecord is a record with every field set.
 func fullRecord() Record {
 	return Record{
-		Owner: "replica-b", Claim: "9f3cTOKEN", Epoch: 118, Floor: 1048211,
+		Owner: "replica-b", Claim: "9f3cTOKEN", Epoch: 118, Created: 1764370000123456789, Floor: 1048211,
 		Streams: map[string]Entry{"order-42": {1048230, 17}, "order-7": {1048212, 0}},
 		Ahead: map[string]map[string]Entry{
 			"s12": {"order-42": {1048240, 18}, "user-1": {1048299, 3}},

@@ -53,6 +53,12 @@ type Config struct {
 	// Epoch is the claim's lease epoch. A record written under a higher
 	// one belongs to a later claim: Claim fails with ErrLost.
 	Epoch uint64
+	// Created is the events stream's creation time (its StreamInfo's
+	// Created). A record written for another creation time (the stream
+	// was deleted and made again, its sequences start again) is not read:
+	// the claim starts from an empty record and drops the partition's
+	// cursor keys, with a warning. Zero: not checked.
+	Created time.Time
 	// Linger is how long a settlement may wait for its commit when no
 	// waiter wants it sooner. Default DefaultLinger; negative refused.
 	Linger time.Duration
@@ -156,7 +162,17 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 		if rec.Epoch > cfg.Epoch {
 			return nil, fmt.Errorf("%w: %q was written under epoch %d by %q, above this claim's %d", ErrLost, p.key, rec.Epoch, rec.Owner, cfg.Epoch)
 		}
-		rec.Owner, rec.Claim, rec.Epoch = cfg.Owner, p.token, cfg.Epoch
+		created := rec.Created
+		if !cfg.Created.IsZero() {
+			created = cfg.Created.UnixNano()
+		}
+		reset := rec.Created != 0 && rec.Created != created
+		if reset {
+			cfg.Logger.Warn("the position record is of an events stream deleted since (its sequences started again): starting the partition from the new stream's start",
+				slog.String("key", p.key), slog.Time("record_stream_created", time.Unix(0, rec.Created)), slog.Time("stream_created", cfg.Created))
+			rec = Record{}
+		}
+		rec.Owner, rec.Claim, rec.Epoch, rec.Created = cfg.Owner, p.token, cfg.Epoch, created
 		rec.normalise()
 		if rev == 0 {
 			rev, err = kv.Create(ctx, p.key, rec.encode())
@@ -170,7 +186,7 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 			return nil, fmt.Errorf("position: claim %q of bucket %q: %w", p.key, kv.Bucket(), err)
 		}
 		p.st.rec, p.stored, p.rev = rec, rec.clone(), rev
-		if err := p.loadCursors(ctx); err != nil {
+		if err := p.loadCursors(ctx, reset); err != nil {
 			return nil, err
 		}
 		return p, nil
@@ -180,8 +196,9 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 
 // loadCursors reads the partition's cursor keys. A key whose
 // subscription the record lists as a member is stale (its commit never
-// landed, or a former owner wrote it late) and is deleted.
-func (p *Partition) loadCursors(ctx context.Context) error {
+// landed, or a former owner wrote it late) and is deleted, as is every
+// key when the record was reset (of an events stream deleted since).
+func (p *Partition) loadCursors(ctx context.Context, reset bool) error {
 	keys, err := p.kv.ListKeysFiltered(ctx, cursorFilter(p.cfg.Partition))
 	if err != nil {
 		return fmt.Errorf("position: list the cursors of partition %d in bucket %q: %w", p.cfg.Partition, p.kv.Bucket(), err)
@@ -196,8 +213,8 @@ func (p *Partition) loadCursors(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("position: read %q of bucket %q: %w", key, p.kv.Bucket(), err)
 		}
-		if _, member := p.st.rec.Members[sub]; member {
-			p.cfg.Logger.Info("dropping a stale cursor key: the record lists its subscription as live", slog.String("key", key))
+		if _, member := p.st.rec.Members[sub]; member || reset {
+			p.cfg.Logger.Info("dropping a stale cursor key: the record lists its subscription as live, or is of an events stream deleted since", slog.String("key", key))
 			if err := p.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
 				p.cfg.Logger.Warn("deleting a stale cursor key failed; the next claim drops it again", slog.String("key", key), slog.Any("error", err))
 			}

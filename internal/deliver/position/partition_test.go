@@ -466,3 +466,40 @@ func TestTheCapGivesCursorsUntilTheRecordFits(t *testing.T) {
 	_, _, err = st.fit(1024)
 	require.ErrorIs(t, err, errTooLarge)
 }
+
+// A record of an events stream deleted and made again (another creation
+// time: its sequences start again) is not read: the claim starts from an
+// empty record and drops the partition's cursor keys. A claim that does
+// not say the creation time keeps the record.
+func TestARecordOfAnEventsStreamMadeAgainIsNotRead(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t)
+	ctx := context.Background()
+	before, after := time.Unix(1000, 0), time.Unix(2000, 0)
+	p, err := Claim(ctx, js, kv, Config{Owner: "replica-a", Epoch: 1, Created: before})
+	require.NoError(t, err)
+	run(t, p)
+	p.Edit(func(r *Record) { r.Floor = 500 })
+	p.Detach("slow", "paused")
+	p.Settled("s1", "order-1", Entry{Seq: 510, Version: 9})
+	require.NoError(t, p.Wait(ctx, "s1", "order-1", 510))
+	_, err = kv.Get(ctx, CursorKey("slow", 0))
+	require.NoError(t, err)
+
+	same, err := Claim(ctx, js, kv, Config{Owner: "replica-b", Epoch: 2})
+	require.NoError(t, err)
+	require.Equal(t, uint64(500), same.Record().Floor, "no creation time given: the record is read")
+	require.Equal(t, before.UnixNano(), same.Record().Created)
+
+	again, err := Claim(ctx, js, kv, Config{Owner: "replica-c", Epoch: 3, Created: after})
+	require.NoError(t, err)
+	r := again.Record()
+	require.Zero(t, r.Floor)
+	require.False(t, r.Covers("s1", "order-1", 510))
+	require.Empty(t, again.Cursors())
+	_, err = kv.Get(ctx, CursorKey("slow", 0))
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the old stream's cursor key is dropped")
+	got, _ := stored(t, kv)
+	require.Equal(t, after.UnixNano(), got.Created)
+	require.Equal(t, "replica-c", got.Owner)
+}

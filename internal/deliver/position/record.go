@@ -107,6 +107,11 @@ type Record struct {
 	// (unique to that claim); Epoch the claim's lease epoch.
 	Owner, Claim string
 	Epoch        uint64
+	// Created is the creation time of the events stream whose sequences
+	// the record holds (Unix nanoseconds; 0: unknown): a record of a
+	// stream deleted and made again (its sequences start again) is not
+	// read.
+	Created int64
 	// Floor: every event of the partition at or below it was settled for
 	// every live subscription that takes it, or is covered by an aside, a
 	// retry, a detached group or a cursor.
