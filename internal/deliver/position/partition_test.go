@@ -75,6 +75,13 @@ func waitFor(p *Partition, sub, stream string, seq uint64) <-chan error {
 	return c
 }
 
+// blockUntil waits (10 s at most) until something waits on clock.
+func blockUntil(t *testing.T, clock *clockwork.FakeClock) error {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	return clock.BlockUntilContext(ctx, 1)
+}
+
 func pending[T any](c <-chan T) bool {
 	select {
 	case <-c:
@@ -150,7 +157,7 @@ func TestACommitWhoseAnswerWasLostIsNotTakenForANewOwners(t *testing.T) {
 	require.Eventually(t, func() bool { r, _ := stored(t, bucket); return r.Covers("s1", "order-1", 10) }, 5*time.Second, 5*time.Millisecond,
 		"the commit landed")
 	// Its answer was lost: Run pauses (on the clock) and commits again.
-	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	require.NoError(t, blockUntil(t, clock), "Run pauses on the clock")
 	require.True(t, pending(w), "not released by a commit whose answer was lost")
 	clock.Advance(time.Second)
 	require.NoError(t, <-w, "released by the commit that went again from the landed revision")
@@ -201,7 +208,6 @@ func TestAWaiterIsReleasedOnlyByACommitCoveringIt(t *testing.T) {
 func TestCommitsLingerAndCoalesce(t *testing.T) {
 	t.Parallel()
 	js, kv := setup(t)
-	ctx := context.Background()
 	clock := clockwork.NewFakeClock()
 	p := claim(t, js, kv, "replica-a", 1, clock)
 	run(t, p)
@@ -210,7 +216,7 @@ func TestCommitsLingerAndCoalesce(t *testing.T) {
 	p.Settled("s1", "order-1", Entry{Seq: 10, Version: 1})
 	p.Settled("s1", "order-2", Entry{Seq: 11, Version: 5})
 	p.Settled("s2", "order-1", Entry{Seq: 10, Version: 1})
-	require.NoError(t, clock.BlockUntilContext(ctx, 1), "Run lingers on its timer")
+	require.NoError(t, blockUntil(t, clock), "Run lingers on its timer")
 	clock.Advance(DefaultLinger - time.Millisecond)
 	_, rev := stored(t, kv)
 	require.Equal(t, claimed, rev, "nothing committed before the linger ran out")
