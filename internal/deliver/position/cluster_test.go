@@ -20,7 +20,7 @@ import (
 // waited for, and none is taken for a new owner's (a refusal is read
 // from the bucket's leader, wherever the client is connected); a claim
 // made through another node stops it at its next commit, and the new
-// owner read everything it committed.
+// owner read everything it committed, its cursor keys too.
 func TestOnAClusterBackToBackCommitsKeepTheirOwnerUntilAClaim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node JetStream cluster")
@@ -63,6 +63,9 @@ func TestOnAClusterBackToBackCommitsKeepTheirOwnerUntilAClaim(t *testing.T) {
 		a.Settled("s1", stream, Entry{Seq: 100 + i, Version: i / 10})
 		require.NoError(t, a.Wait(ctx, "s1", stream, 100+i), "commit %d", i)
 	}
+	a.Detach("s2", "paused")
+	a.Settled("s2", "order-1", Entry{Seq: 100 + commits, Version: 7})
+	require.NoError(t, a.Wait(ctx, "s2", "order-1", 100+commits))
 	require.True(t, pending((<-chan struct{})(ar.done)), "still the owner after %d commits", commits)
 	t.Logf("%d commits; refused and written again from the leader's revision: %d", commits, strings.Count(logs.String(), "writing again from its revision"))
 
@@ -71,12 +74,14 @@ func TestOnAClusterBackToBackCommitsKeepTheirOwnerUntilAClaim(t *testing.T) {
 	require.NoError(t, err)
 	b, err := Claim(ctx, bjs, bkv, Config{Owner: "replica-b", Epoch: 2})
 	require.NoError(t, err)
+	require.Equal(t, []string{"s2"}, keys(b.Cursors()), "the cursor keys are listed and read from the bucket's leader")
+	require.True(t, b.Cursors()["s2"].Covers("order-1", 100+commits))
 	taken := b.Record()
 	for i := range uint64(commits) {
 		require.True(t, taken.Covers("s1", fmt.Sprintf("order-%d", i%10), 100+i))
 	}
-	a.Settled("s1", "order-0", Entry{Seq: 100 + commits, Version: 99})
-	require.ErrorIs(t, a.Wait(ctx, "s1", "order-0", 100+commits), ErrLost)
+	a.Settled("s1", "order-0", Entry{Seq: 101 + commits, Version: 99})
+	require.ErrorIs(t, a.Wait(ctx, "s1", "order-0", 101+commits), ErrLost)
 	<-ar.done
 	require.ErrorIs(t, ar.err, ErrLost)
 }

@@ -194,40 +194,45 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 	return nil, fmt.Errorf("%w (%q of bucket %q, %d tries)", ErrContended, p.key, kv.Bucket(), claimTries)
 }
 
-// loadCursors reads the partition's cursor keys. A key whose
-// subscription the record lists as a member is stale (its commit never
-// landed, or a former owner wrote it late) and is deleted, as is every
-// key when the record was reset (of an events stream deleted since).
+// loadCursors reads the partition's cursor keys from the bucket's stream
+// leader: the keys from a stream info filtered by subject (which only the
+// leader answers; a KV listing is a consumer, which a lagging follower
+// may serve), each value by a message get. A key whose subscription the
+// record lists as a member is stale (its commit never landed, or a
+// former owner wrote it late) and is deleted, as is every key when the
+// record was reset (of an events stream deleted since).
 func (p *Partition) loadCursors(ctx context.Context, reset bool) error {
-	keys, err := p.kv.ListKeysFiltered(ctx, cursorFilter(p.cfg.Partition))
-	if err != nil {
-		return fmt.Errorf("position: list the cursors of partition %d in bucket %q: %w", p.cfg.Partition, p.kv.Bucket(), err)
+	bucket := p.kv.Bucket()
+	s, err := p.js.Stream(ctx, "KV_"+bucket)
+	var info *jetstream.StreamInfo
+	if err == nil {
+		info, err = s.Info(ctx, jetstream.WithSubjectFilter("$KV."+bucket+"."+cursorFilter(p.cfg.Partition)))
 	}
-	defer keys.Stop()
-	for key := range keys.Keys() {
+	if err != nil {
+		return fmt.Errorf("position: list the cursors of partition %d in bucket %q: %w", p.cfg.Partition, bucket, err)
+	}
+	for subject := range info.State.Subjects {
+		key := strings.TrimPrefix(subject, "$KV."+bucket+".")
 		sub := strings.TrimSuffix(strings.TrimPrefix(key, "cur."), fmt.Sprintf(".p%d", p.cfg.Partition))
-		e, err := p.kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
+		val, rev, err := leaderGet(ctx, p.js, bucket, key)
 		if err != nil {
-			return fmt.Errorf("position: read %q of bucket %q: %w", key, p.kv.Bucket(), err)
+			return err
+		}
+		if rev == 0 {
+			continue // deleted
 		}
 		if _, member := p.st.rec.Members[sub]; member || reset {
 			p.cfg.Logger.Info("dropping a stale cursor key: the record lists its subscription as live, or is of an events stream deleted since", slog.String("key", key))
-			if err := p.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+			if err := p.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
 				p.cfg.Logger.Warn("deleting a stale cursor key failed; the next claim drops it again", slog.String("key", key), slog.Any("error", err))
 			}
 			continue
 		}
-		c, err := decodeCursor(e.Value())
+		c, err := decodeCursor(val)
 		if err != nil {
-			return fmt.Errorf("position: %q of bucket %q at revision %d: %w", key, p.kv.Bucket(), e.Revision(), err)
+			return fmt.Errorf("position: %q of bucket %q at revision %d: %w", key, bucket, rev, err)
 		}
-		p.st.cursors[sub] = &cursorKey{c: c, stored: c.clone(), rev: e.Revision()}
-	}
-	if err := ctx.Err(); err != nil { // the listing ends early, silently
-		return fmt.Errorf("position: list the cursors of partition %d in bucket %q: %w", p.cfg.Partition, p.kv.Bucket(), err)
+		p.st.cursors[sub] = &cursorKey{c: c, stored: c.clone(), rev: rev}
 	}
 	return nil
 }
