@@ -120,7 +120,8 @@ type Partition struct {
 	dirty   bool   // st changed since the last commit began
 	since   time.Time
 	waiters []*waiter
-	end     error // ErrLost or ErrStopped: nothing more is committed
+	made    []string // subscriptions the cap gave cursors, for CursorMade once committed
+	end     error    // ErrLost or ErrStopped: nothing more is committed
 }
 
 // waiter is one Wait: done is closed when a commit covers it (err nil)
@@ -459,13 +460,14 @@ func (p *Partition) commit(ctx context.Context) error {
 		return p.end
 	}
 	val, detached, err := p.st.fit(p.cfg.MaxSize)
-	if err != nil {
-		p.mu.Unlock()
-		return err
-	}
 	for _, sub := range detached {
 		p.cfg.Logger.Info("the position record is over its size cap: gave the subscription with the most entries a cursor",
 			slog.Int("partition", p.cfg.Partition), slog.String("subscription", sub), slog.Int("max_bytes", p.cfg.MaxSize))
+	}
+	p.made = append(p.made, detached...)
+	if err != nil {
+		p.mu.Unlock()
+		return err
 	}
 	snap, rev := p.st.rec.clone(), p.rev
 	type write struct {
@@ -531,6 +533,8 @@ func (p *Partition) commit(ctx context.Context) error {
 	}
 	clear(p.waiters[len(kept):])
 	p.waiters = kept
+	made := p.made
+	p.made = nil
 	p.mu.Unlock()
 
 	for _, d := range deletes {
@@ -543,7 +547,7 @@ func (p *Partition) commit(ctx context.Context) error {
 		}
 		p.mu.Unlock()
 	}
-	for _, sub := range detached {
+	for _, sub := range made {
 		if p.cfg.CursorMade != nil {
 			p.cfg.CursorMade(sub)
 		}

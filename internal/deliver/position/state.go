@@ -124,7 +124,7 @@ func (s *state) fit(maxSize int) (val []byte, detached []string, err error) {
 			}
 		}
 		if top == "" {
-			return nil, nil, fmt.Errorf("%w: %d bytes (cap %d) with no subscription ahead to give a cursor", errTooLarge, len(val), maxSize)
+			return nil, detached, fmt.Errorf("%w: %d bytes (cap %d) with no subscription ahead to give a cursor", errTooLarge, len(val), maxSize)
 		}
 		s.detach(top, "behind")
 		detached = append(detached, top)
