@@ -1,0 +1,152 @@
+package position
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// state is a claimed partition's positions in memory: the record the next
+// commit holds and the cursors. Its methods keep the record's rules on
+// values alone (no I/O, no lock: Partition holds it under its mutex).
+type state struct {
+	rec     Record
+	cursors map[string]*cursorKey
+}
+
+// cursorKey is one subscription's cursor and its key's state.
+type cursorKey struct {
+	c      Cursor // what its next write holds
+	stored Cursor // what its key holds
+	rev    uint64 // the key's revision; 0: not written yet
+	dirty  bool
+	gone   bool // rejoined: deleted after the commit listing the member
+}
+
+// live returns sub's cursor, nil when it has none (or it rejoined).
+func (s *state) live(sub string) *cursorKey {
+	if ck := s.cursors[sub]; ck != nil && !ck.gone {
+		return ck
+	}
+	return nil
+}
+
+// settled records sub's settlement of e on stream, in its cursor when it
+// has one, else in the record.
+func (s *state) settled(sub, stream string, e Entry) {
+	if ck := s.live(sub); ck != nil {
+		ck.c.Streams = ensure(ck.c.Streams)
+		raise(ck.c.Streams, stream, e)
+		ck.dirty = true
+		return
+	}
+	s.rec.Ahead = ensure(s.rec.Ahead)
+	s.rec.Ahead[sub] = ensure(s.rec.Ahead[sub])
+	raise(s.rec.Ahead[sub], stream, e)
+}
+
+// edit runs fn on the record with its maps allocated, keeping its owner,
+// claim and epoch.
+func (s *state) edit(fn func(*Record)) {
+	r := &s.rec
+	r.Streams, r.Ahead, r.Members = ensure(r.Streams), ensure(r.Ahead), ensure(r.Members)
+	owner, claim, epoch := r.Owner, r.Claim, r.Epoch
+	fn(r)
+	r.Owner, r.Claim, r.Epoch = owner, claim, epoch
+}
+
+// editCursor runs fn on sub's cursor, if it has one.
+func (s *state) editCursor(sub string, fn func(*Cursor)) bool {
+	ck := s.live(sub)
+	if ck == nil {
+		return false
+	}
+	ck.c.Streams = ensure(ck.c.Streams)
+	fn(&ck.c)
+	ck.dirty = true
+	return true
+}
+
+// detach moves sub from the record to a cursor in state st holding what
+// the record says it settled (the floor, its member entry, the shared
+// and its own stream entries), unless it has one.
+func (s *state) detach(sub, st string) bool {
+	old := s.cursors[sub]
+	if old != nil && !old.gone {
+		return false
+	}
+	c := Cursor{State: st, Floor: max(s.rec.Floor, s.rec.Members[sub]), Streams: ensure(maps.Clone(s.rec.Streams))}
+	for k, e := range s.rec.Ahead[sub] {
+		raise(c.Streams, k, e)
+	}
+	ck := &cursorKey{c: c, dirty: true}
+	if old != nil {
+		ck.rev, ck.stored = old.rev, old.stored // its key was not deleted yet
+	}
+	s.cursors[sub] = ck
+	delete(s.rec.Ahead, sub)
+	delete(s.rec.Members, sub)
+	return true
+}
+
+// rejoin moves sub from its cursor back to the record (see
+// Partition.Rejoin).
+func (s *state) rejoin(sub string) bool {
+	ck := s.live(sub)
+	if ck == nil || ck.c.Floor < s.rec.Floor {
+		return false
+	}
+	s.rec.Ahead, s.rec.Members = ensure(s.rec.Ahead), ensure(s.rec.Members)
+	own := ensure(s.rec.Ahead[sub])
+	for k, e := range ck.c.Streams {
+		raise(own, k, e)
+	}
+	s.rec.Ahead[sub] = own
+	s.rec.Members[sub] = ck.c.Floor
+	ck.gone = true
+	return true
+}
+
+// fit encodes the record, detaching the subscriptions with the most
+// entries of their own (ties: the first by name) until it is at most
+// maxSize bytes; errTooLarge when nobody is left ahead.
+func (s *state) fit(maxSize int) (val []byte, detached []string, err error) {
+	for {
+		s.rec.normalise()
+		val = s.rec.encode()
+		if len(val) <= maxSize {
+			return val, detached, nil
+		}
+		var top string
+		for _, sub := range slices.Sorted(maps.Keys(s.rec.Ahead)) {
+			if len(s.rec.Ahead[sub]) > len(s.rec.Ahead[top]) {
+				top = sub
+			}
+		}
+		if top == "" {
+			return nil, detached, fmt.Errorf("%w: %d bytes (cap %d) with no subscription ahead to give a cursor", errTooLarge, len(val), maxSize)
+		}
+		s.detach(top, "behind")
+		detached = append(detached, top)
+	}
+}
+
+// covered reports whether what is stored covers sub's settlement of seq
+// on stream: its cursor key when the stored record does not list it as a
+// member, else the stored record.
+func (s *state) covered(stored *Record, sub, stream string, seq uint64) bool {
+	if ck := s.cursors[sub]; ck != nil && ck.rev > 0 {
+		if _, member := stored.Members[sub]; !member {
+			return ck.stored.Covers(stream, seq)
+		}
+	}
+	return stored.Covers(sub, stream, seq)
+}
+
+// ensure returns m, allocated when nil.
+func ensure[K comparable, V any](m map[K]V) map[K]V {
+	if m == nil {
+		return map[K]V{}
+	}
+	return m
+}

@@ -1,0 +1,101 @@
+package position
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BucketConfig is the positions bucket's configuration as Bucket creates
+// it: file storage, history 1, no TTL (a dead owner's record must outlive
+// its lease), replicas as given. As for the lease and park buckets, the
+// caller passes its configured replica count or, when that is 0, the
+// events stream's.
+func BucketConfig(name string, replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket: name, Description: "jsbridge consumer positions: a record per partition, a cursor per subscription behind",
+		Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
+	}
+}
+
+// Bucket returns the positions bucket name (DefaultBucket when empty),
+// creating it with BucketConfig when it does not exist. An existing
+// bucket is taken as it is.
+func Bucket(ctx context.Context, js jetstream.JetStream, name string, replicas int) (jetstream.KeyValue, error) {
+	if name == "" {
+		name = DefaultBucket
+	}
+	kv, err := js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, BucketConfig(name, replicas))
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("position: key-value bucket %q: %w", name, err)
+	}
+	return kv, nil
+}
+
+// casLost reports whether a key-value Create or Update failed because the
+// key changed since it was read.
+func casLost(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// leaderGet reads key's last value from the bucket's stream leader (the
+// message get API, which only the leader answers; the KV's Get is a
+// direct get, which a lagging follower may answer): its value and
+// revision, or 0 when it has none (never written, or deleted).
+func leaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]byte, uint64, error) {
+	req, err := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + key})
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := js.Conn().RequestWithContext(ctx, apiSubject(js, "STREAM.MSG.GET.KV_"+bucket), req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("position: read %q from the leader of bucket %q: %w", key, bucket, err)
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+	}
+	switch err := json.Unmarshal(m.Data, &resp); {
+	case err != nil:
+		return nil, 0, fmt.Errorf("position: read %q from the leader of bucket %q: answered %q: %w", key, bucket, m.Data, err)
+	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+		return nil, 0, nil
+	case resp.Error != nil:
+		return nil, 0, fmt.Errorf("position: read %q from the leader of bucket %q: answered %d %s", key, bucket, resp.Error.Code, resp.Error.Description)
+	case resp.Message == nil:
+		return nil, 0, fmt.Errorf("position: read %q from the leader of bucket %q: answered %q", key, bucket, m.Data)
+	case len(resp.Message.Data) == 0:
+		return nil, 0, nil // a delete marker
+	}
+	return resp.Message.Data, resp.Message.Seq, nil
+}
+
+// apiSubject is the JetStream API subject ending in suffix for js's API
+// prefix or domain.
+func apiSubject(js jetstream.JetStream, suffix string) string {
+	o := js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API." + suffix
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "." + suffix
+	}
+	return jetstream.DefaultAPIPrefix + suffix
+}
