@@ -84,6 +84,7 @@ test-short:
 ## 2-4 s while 120 events/s are written for 60 s: all delivered within 60 s of the writer stopping; make test runs
 ## it once too), SOAK_RUNS times
 ## in a row, stopping at the first failure; each run's figures printed, its log and the processes' in SOAK_LOGS/run-N
+## (the ordered replicas' at debug: which settled copies were acked without a POST, which acks were not sent)
 SOAK_RUNS  ?= 10
 SOAK_KILLS ?= 20
 SOAK_LOGS  ?= .data/soak

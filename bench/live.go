@@ -134,7 +134,7 @@ func (e *env) liveRows(ctx context.Context) ([]row, error) {
 		r := row{
 			Name:      fmt.Sprintf("live: %d events/s for %s over %d streams, one event (%d B) per transaction from an open-loop generator (its own process); Postgres %s; JetStream server in its own process; per event appended", rate, e.cfg.LiveDuration, e.cfg.LiveStreams, liveDataSize, durable),
 			Ours:      "bridge: " + ours.summary(),
-			Reference: "bare (LISTEN, read past a position, async publish, one UPDATE a batch): " + bare.summary(),
+			Reference: "bare (poll every 5 ms, read past a position, async publish, one UPDATE a batch): " + bare.summary(),
 			Ratio: fmt.Sprintf("commits %s, WAL %s, pipeline CPU %s, Postgres CPU %s, p99 from append %s",
 				ratio(ours.commitsPerEvent(), bare.commitsPerEvent()),
 				ratio(float64(ours.wal), float64(bare.wal)),

@@ -27,7 +27,7 @@ import (
 // subscription); the JetStream server and the receiver (livereceiver.go:
 // it verifies every signature and answers after -live-receiver-delay)
 // are processes of their own. The bare reference (one process,
-// bench -live-bare-child with a webhook URL): LISTEN → read → async
+// bench -live-bare-child with a webhook URL): poll every 5 ms → read → async
 // publish with Nats-Msg-Id → one pull consumer → signed POST → ack, to the
 // same receiver program.
 
@@ -172,7 +172,7 @@ func (e *env) livePipeRateRows(ours, bare livePipeFigures, durable string) []row
 		Name:      name + ": CPU per event of each process, and the pipeline's per webhook delivered",
 		Ours:      ours.cpuLine(),
 		Reference: "bare: " + bare.cpuLine(),
-		Ratio: fmt.Sprintf("pipeline per webhook %s; the appends' Postgres backends per event %s (bare: the same insert, its trigger one NOTIFY a statement)",
+		Ratio: fmt.Sprintf("pipeline per webhook %s; the appends' Postgres backends per event %s (bare: the same insert, no trigger)",
 			liveRatio(ours.perWebhook(), bare.perWebhook()), liveRatio(float64(ours.cpu["postgres: appends"]), float64(bare.cpu["postgres: appends"]))),
 		Target: "printed",
 		Met:    true,

@@ -18,8 +18,9 @@
 //     discarding exporter);
 //   - end to end: append → webhook received, at a steady rate;
 //   - live: the bridge at steady rates over many streams, from an open-loop
-//     generator, Postgres durable, against a bare reference bridge (LISTEN,
-//     read, async publish, one UPDATE a batch) in the same run (live.go);
+//     generator, Postgres durable, against a bare reference bridge (poll
+//     every 5 ms, read, async publish, one UPDATE a batch) in the same run
+//     (live.go);
 //   - live pipeline: the whole path, append → signed webhook verified by a
 //     receiver process, bridge and consumer (one ordered and one unordered
 //     subscription) over 10,000 streams with a skewed spread, against a

@@ -41,17 +41,21 @@ type failoverSizes struct {
 	unordered     bool             // also run the parallel and strict (ordering none) subscriptions
 	strictStreams int              // the streams the strict subscription takes
 	processes     bool             // nodes as processes, SIGKILLed (natsCluster); else in-process, shut down
+	logLevel      string           // the ordered replicas' --log-level
 }
 
 // failoverTestSizes are the sizes under make test: 20 streams at 200
 // events/s, 5 kills, each restarted as soon as publishing is back.
-var failoverTestSizes = failoverSizes{streams: 20, round: 100 * time.Millisecond, kills: 5, unordered: true, strictStreams: 2}
+var failoverTestSizes = failoverSizes{streams: 20, round: 100 * time.Millisecond, kills: 5, unordered: true, strictStreams: 2, logLevel: "info"}
 
 // failoverSizesFor returns the soak's sizes when JSBRIDGE_SOAK=1 (make
 // soak): 100 streams at 300 events/s, the EVENTS leader killed every 8–12 s
 // and restarted 5 s later, JSBRIDGE_SOAK_KILLS times (default 20), the
-// ordered subscription alone, the nodes processes killed with SIGKILL;
-// failoverTestSizes otherwise.
+// ordered subscription alone, the nodes processes killed with SIGKILL, the
+// ordered replicas logging at debug (a settled copy acked without a POST,
+// an ack not sent: a stall's log then says which way each event went; none
+// of those lines is per event on the normal path); failoverTestSizes
+// otherwise.
 func failoverSizesFor(t *testing.T) failoverSizes {
 	t.Helper()
 	if os.Getenv("JSBRIDGE_SOAK") != "1" {
@@ -65,7 +69,7 @@ func failoverSizesFor(t *testing.T) failoverSizes {
 		kills = n
 	}
 	return failoverSizes{streams: 100, round: time.Second / 3, kills: kills,
-		killEvery: [2]time.Duration{8 * time.Second, 12 * time.Second}, restartAfter: 5 * time.Second, processes: true}
+		killEvery: [2]time.Duration{8 * time.Second, 12 * time.Second}, restartAfter: 5 * time.Second, processes: true, logLevel: "debug"}
 }
 
 // saveOutputs writes every process's output to dir (JSBRIDGE_SOAK_LOGS,
@@ -153,7 +157,7 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 		orderedProcs = append(orderedProcs, startProc(t, consumerEnv, "consumer", "run",
 			"--nats-url", cluster.ClientURLs(), "--stream-replicas", "3", "--ops-addr", "",
 			"--start", "all", "--name", "ordered", "--url", osrv.URL, "--allow-private", "--filter", "events.>", "--ordering", "stream",
-			"--ack-wait", "5s", "--timeout", "2s", "--backoff", "200ms"))
+			"--ack-wait", "5s", "--timeout", "2s", "--backoff", "200ms", "--log-level", sz.logLevel))
 	}
 	orderedOutput := func() string {
 		return orderedProcs[0].out.String() + "\n--- second ordered replica:\n" + orderedProcs[1].out.String()

@@ -32,15 +32,28 @@ import (
 // a later version was sent (a re-delivery of the latest one sent is fine);
 // it records accepted versions per stream in order, and the replica and
 // time span of every request.
+//
+// One re-delivery after a later version is not a problem: a request from
+// a former owner whose lease epoch (Jsbridge-Lease-Epoch) is lower than
+// the epoch the later version came under. That is a process stalled
+// between its last lease check and the request's write for longer than
+// the lease's last quarter (docs/ordering.md, "Two clocks": the process
+// cannot see it), or a request written before its sender died and read
+// by this receiver after the new owner's (a receiver starved of CPU
+// reads its connections in any order). The order gate refuses such a
+// request as stale-epoch; this watch counts it apart (stale) and the test
+// logs it.
 type orderWatch struct {
 	streams int
 	mu      sync.Mutex
 	// per stream
-	accepted map[int][]int // versions answered 2xx, in order
-	highest  map[int]int   // highest version accepted, -1 none
-	sent     map[int]int   // highest version that arrived, -1 none
-	spans    map[int][]span
-	problems []string
+	accepted  map[int][]int // versions answered 2xx, in order
+	highest   map[int]int   // highest version accepted, -1 none
+	sent      map[int]int   // highest version that arrived, -1 none
+	sentEpoch map[int]uint64
+	spans     map[int][]span
+	problems  []string
+	stale     []string
 }
 
 type span struct {
@@ -49,7 +62,7 @@ type span struct {
 }
 
 func newOrderWatch(streams int) *orderWatch {
-	return &orderWatch{streams: streams, accepted: map[int][]int{}, highest: map[int]int{}, sent: map[int]int{}, spans: map[int][]span{}}
+	return &orderWatch{streams: streams, accepted: map[int][]int{}, highest: map[int]int{}, sent: map[int]int{}, sentEpoch: map[int]uint64{}, spans: map[int][]span{}}
 }
 
 func (o *orderWatch) event(id string) (stream, version int) {
@@ -57,9 +70,11 @@ func (o *orderWatch) event(id string) (stream, version int) {
 	return n % o.streams, (n - 1) / o.streams
 }
 
-// arrive checks a request for event id; it returns the stream and version.
-func (o *orderWatch) arrive(id string) (int, int) {
-	s, v := o.event(id)
+// arrive checks request r (its Idempotency-Key and lease epoch); it
+// returns the stream and version.
+func (o *orderWatch) arrive(r *http.Request) (int, int) {
+	s, v := o.event(r.Header.Get(wire.HeaderIdempotencyKey))
+	epoch, epochErr := strconv.ParseUint(r.Header.Get(wire.HeaderLeaseEpoch), 10, 64)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	hi, ok := o.highest[s]
@@ -73,10 +88,22 @@ func (o *orderWatch) arrive(id string) (int, int) {
 	if v > hi+1 {
 		o.problems = append(o.problems, fmt.Sprintf("stream %d: version %d sent while version %d was not accepted", s, v, hi+1))
 	}
-	if v < sent {
-		o.problems = append(o.problems, fmt.Sprintf("stream %d: version %d sent again after version %d was sent", s, v, sent))
+	switch later, ok := o.sentEpoch[s]; {
+	case v < sent && epochErr == nil && ok && epoch < later:
+		o.stale = append(o.stale, fmt.Sprintf("stream %d: version %d (epoch %d, %s) after version %d (epoch %d)",
+			s, v, epoch, r.Header.Get(wire.HeaderReplica), sent, later))
+	case v < sent:
+		o.problems = append(o.problems, fmt.Sprintf("stream %d: version %d sent again (epoch %s, %s) after version %d was sent (epoch %d)",
+			s, v, r.Header.Get(wire.HeaderLeaseEpoch), r.Header.Get(wire.HeaderReplica), sent, later))
 	}
-	o.sent[s] = max(sent, v)
+	if v >= sent {
+		o.sent[s] = v
+		if epochErr == nil {
+			o.sentEpoch[s] = epoch
+		} else {
+			delete(o.sentEpoch, s)
+		}
+	}
 	return s, v
 }
 
@@ -104,7 +131,7 @@ func (o *orderWatch) slowReceiver(t *testing.T) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		s, ver := o.arrive(r.Header.Get(wire.HeaderIdempotencyKey))
+		s, ver := o.arrive(r)
 		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 		w.WriteHeader(http.StatusNoContent)
 		o.answered(s, ver, http.StatusNoContent, r.Header.Get(wire.HeaderReplica), start)
@@ -146,6 +173,10 @@ func (o *orderWatch) check(t *testing.T, perStream int, noOverlap bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	errorEach(t, o.problems, 20)
+	if len(o.stale) > 0 {
+		t.Logf("%d requests of a former owner arrived after a later version sent under a newer epoch (an order gate answers them stale-epoch): %v",
+			len(o.stale), o.stale[:min(len(o.stale), 10)])
+	}
 	short := 0
 	for s := range o.streams {
 		a := o.accepted[s]
@@ -238,7 +269,7 @@ func TestOrderedReplicasKilledAndRestartedKeepEveryStreamInOrder(t *testing.T) {
 	}, webhook.WithLease(3*time.Second), webhook.WithLogger(slog.New(slog.DiscardHandler)))
 	rsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		s, ver := watch.arrive(r.Header.Get(wire.HeaderIdempotencyKey))
+		s, ver := watch.arrive(r)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		if rand.IntN(10) == 0 {
 			rec.WriteHeader(http.StatusInternalServerError)
@@ -397,7 +428,7 @@ func TestOrderedParkedStreamListSkipAndReplayCLI(t *testing.T) {
 	var fixed atomic.Bool
 	rsrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		s, v := watch.arrive(r.Header.Get(wire.HeaderIdempotencyKey))
+		s, v := watch.arrive(r)
 		code := http.StatusNoContent
 		if v == 3 && !fixed.Load() {
 			code = http.StatusUnprocessableEntity
