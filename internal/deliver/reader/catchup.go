@@ -18,11 +18,12 @@ import (
 // catchUp is the read that brings the partitions taken below the
 // reader's head up to it: for each such partition p, the events of p in
 // (after[p], to], read from next on by batched direct gets of every
-// event by sequence (the partition is not in the subject: the server
+// event by sequence (the partition is not in the subject, so the server
 // cannot narrow the read to it, and a subject filter, next_by_subj,
-// costs 2-3 times as much per event: design E7). The reader reads nothing live while it runs, so to,
-// its head when the catch-up began, stays its head until the catch-up
-// ends, and every partition caught up then goes live from to + 1.
+// cost about three times as much per event: the design's E7). The
+// reader reads nothing live while it runs, so to, its head when the
+// catch-up began, stays its head until the catch-up ends, and every
+// partition caught up then goes live from to + 1.
 type catchUp struct {
 	after   map[int]uint64 // partition → last sequence handed on (its floor at first)
 	next    uint64         // the next sequence to read
