@@ -3,7 +3,6 @@ package wire
 import (
 	"encoding/hex"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 )
@@ -171,9 +170,42 @@ func Partition(streamToken string, partitions int) int {
 	if partitions <= 0 {
 		return 0
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(streamToken))
-	return int(h.Sum32() % uint32(partitions))
+	return int(fnv32a(streamToken) % uint32(partitions))
+}
+
+// fnv32a is hash/fnv's 32-bit FNV-1a of s, written out so that hashing a
+// subject's token on every message copies and allocates nothing.
+func fnv32a(s string) uint32 {
+	const offset32, prime32 = 2166136261, 16777619
+	h := uint32(offset32)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= prime32
+	}
+	return h
+}
+
+// SubjectPartition returns the partition of the event stored on subject
+// under prefix ("<prefix>.<category>.<stream>.<name>", as Subject writes
+// it): Partition of its stream token, the second token after prefix,
+// without unescaping or checking the others (a consumer replica's reader
+// computes it for every event of the events stream, its own or not).
+// ok is false, and p 0, when subject is not prefix + "." + three
+// non-empty tokens.
+func SubjectPartition(prefix, subject string, partitions int) (p int, ok bool) {
+	rest, found := strings.CutPrefix(subject, prefix)
+	if !found || len(rest) < 2 || rest[0] != '.' {
+		return 0, false
+	}
+	cat, rest, found := strings.Cut(rest[1:], ".")
+	if !found || cat == "" {
+		return 0, false
+	}
+	stream, name, found := strings.Cut(rest, ".")
+	if !found || stream == "" || name == "" || strings.IndexByte(name, '.') >= 0 {
+		return 0, false
+	}
+	return Partition(stream, partitions), true
 }
 
 // StreamPartition returns the partition of the source stream named stream.

@@ -71,6 +71,51 @@ func TestPartitionIsFNV32aOfTheStreamToken(t *testing.T) {
 	}
 }
 
+// SubjectPartition finds the stream token of a stored subject (after a
+// prefix of any number of tokens, escaped as Subject escapes it) and
+// gives StreamPartition's number; a subject of another shape has none.
+func TestSubjectPartitionIsTheStreamsPartition(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ prefix, stream, name string }{
+		{"events", "order-42", "OrderPlaced"},
+		{"events", "order 1.x", "Order.Placed"},
+		{"acme.events", "user-7", "UserJoined"},
+		{"events", "ünïcode-1", "Happened"},
+	} {
+		subject := wire.Subject(c.prefix, c.stream, c.name)
+		for _, n := range []int{1, 7, 16} {
+			p, ok := wire.SubjectPartition(c.prefix, subject, n)
+			if want := wire.StreamPartition(c.stream, n); !ok || p != want {
+				t.Errorf("SubjectPartition(%q, %q, %d) = %d, %v; want %d (StreamPartition of %q)", c.prefix, subject, n, p, ok, want, c.stream)
+			}
+		}
+	}
+	for _, c := range []struct{ prefix, subject string }{
+		{"events", "events.order.order-42"},
+		{"events", "events.order.order-42.A.B"},
+		{"events", "events..order-42.A"},
+		{"events", "events.order..A"},
+		{"events", "events.order.order-42."},
+		{"events", "eventsx.order.order-42.A"},
+		{"events", "dlq.order.order-42.A"},
+		{"acme.events", "acme.order.order-42.A"},
+	} {
+		if p, ok := wire.SubjectPartition(c.prefix, c.subject, 16); ok || p != 0 {
+			t.Errorf("SubjectPartition(%q, %q) = %d, %v; want none", c.prefix, c.subject, p, ok)
+		}
+	}
+}
+
+func BenchmarkSubjectPartition(b *testing.B) {
+	subject := wire.Subject("events", "order-42", "OrderPlaced")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := wire.SubjectPartition("events", subject, 16); !ok {
+			b.Fatal("no partition")
+		}
+	}
+}
+
 func TestParkedKeyIsAValidKVKey(t *testing.T) {
 	t.Parallel()
 	k := wire.ParkedKey("sub", "ordered.events.3.order.order%2042")

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,9 +62,17 @@ func startCluster(t *testing.T, n int) *cluster {
 			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
 		}
 		o.JetStreamLimits.DefaultMaxConsumers = -1
-		s, err := server.NewServer(o)
+		// Each node runs under a profiler label of its name, inherited by
+		// every goroutine it starts, so that one process's CPU profile can
+		// be split by node (cpuByPart).
+		var s *server.Server
+		var err error
+		pprof.Do(context.Background(), pprof.Labels(partLabel, o.ServerName), func(context.Context) {
+			if s, err = server.NewServer(o); err == nil {
+				go s.Start()
+			}
+		})
 		require.NoError(t, err)
-		go s.Start()
 		c.servers = append(c.servers, s)
 		c.opts = append(c.opts, o)
 	}

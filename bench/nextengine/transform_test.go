@@ -6,7 +6,10 @@
 //	NEXTENGINE=1 go test -count=1 -v ./bench/nextengine
 //
 // (NEXTENGINE_DURABLES, default 200, and NEXTENGINE_IDLE, default 20s,
-// size the cluster experiment).
+// size the cluster experiment; NEXTENGINE_RATE, default 1000 events/s,
+// NEXTENGINE_WINDOW, default 20s, NEXTENGINE_ROUNDS, default 2, and
+// NEXTENGINE_BACKLOG, default 30000 events, size E7, and
+// NEXTENGINE_PROFILES, a directory, keeps its CPU profiles).
 package nextengine
 
 import (

@@ -1,0 +1,291 @@
+// Package reader is a consumer replica's one read of the events stream in
+// the shared engine (docs/design/next-engine.md, "The reader" and "What a
+// new owner does"): an R1, memory, AckNone ordered consumer of every
+// event (nats.go's OrderedConsumer, which recreates itself from the last
+// sequence it delivered when its server goes or a delivery is missed),
+// handing on in stream order the events of the partitions the replica
+// owns and dropping the others, and the catch-up that brings a partition
+// taken below the reader's head up to it by batched direct gets.
+//
+// A Reader is driven by one goroutine, the replica's dispatch loop: Next,
+// Take, Release and Head are not safe for concurrent use, and that is
+// what makes a take-over exact — the head cannot move while the loop
+// decides where a partition starts. Nothing in the engine uses it yet
+// (the design's stage 6 wires it in).
+package reader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// ErrInvalidConfig is wrapped by Open for a Config field or start
+// sequence it cannot use; the message names the field and the value.
+var ErrInvalidConfig = errors.New("invalid reader config")
+
+// ErrBehind is wrapped by Next when a catch-up's direct gets keep
+// answering below its target (every replica that answers lags, or the
+// events were removed): the caller releases the partitions being caught
+// up and takes them again later.
+var ErrBehind = errors.New("events stream answers below the catch-up's target")
+
+// ErrNoDirectGet is wrapped by Next when nobody answers a catch-up's
+// direct get: the events stream has AllowDirect off.
+var ErrNoDirectGet = errors.New("events stream answers no direct gets (AllowDirect off)")
+
+// Config configures a Reader. The zero value reads "events.>" of EVENTS
+// in 16 partitions.
+type Config struct {
+	// Stream is the JetStream stream of the events. Default
+	// wire.DefaultEventsStream ("EVENTS").
+	Stream string
+	// Prefix is the events' subject prefix. Default
+	// wire.DefaultEventsPrefix ("events"). The reader reads
+	// wire.All(Prefix) and finds each event's partition with
+	// wire.SubjectPartition.
+	Prefix string
+	// Partitions is P, the number of partitions (the consumer's
+	// --partitions). Default 16; at most 1024.
+	Partitions int
+	// Name prefixes the reader's consumer names, "<Name>_<n>" (n counts
+	// its recreations), so `nats consumer ls` shows whose it is. Default
+	// "jsbridge_reader".
+	Name string
+	// InactiveThreshold is how long the server keeps the reader's
+	// consumer once nobody pulls (a dead replica's). Default 30 s.
+	InactiveThreshold time.Duration
+	// Batch is how many events one catch-up direct get asks for.
+	// Default 256.
+	Batch int
+	// ReadTimeout bounds the wait for each message of a direct get's
+	// answer. Default 5 s.
+	ReadTimeout time.Duration
+	// ShortReads is how many answers in a row without an event at or
+	// below the catch-up's target Next takes before it gives up with
+	// ErrBehind (it reads again after 50 ms, 100 ms, … between them).
+	// Default 10.
+	ShortReads int
+	// Logger receives the reader's recreations and skipped subjects
+	// (Debug). Default: discard.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Stream == "" {
+		c.Stream = wire.DefaultEventsStream
+	}
+	if c.Prefix == "" {
+		c.Prefix = wire.DefaultEventsPrefix
+	}
+	if err := wire.ValidatePrefix(c.Prefix); err != nil {
+		return c, fmt.Errorf("%w: Prefix: %w", ErrInvalidConfig, err)
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 16
+	}
+	if c.Partitions < 1 || c.Partitions > 1024 {
+		return c, fmt.Errorf("%w: Partitions %d: want 1 to 1024", ErrInvalidConfig, c.Partitions)
+	}
+	if c.Name == "" {
+		c.Name = "jsbridge_reader"
+	}
+	if c.InactiveThreshold == 0 {
+		c.InactiveThreshold = 30 * time.Second
+	}
+	if c.Batch == 0 {
+		c.Batch = 256
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = 5 * time.Second
+	}
+	if c.ShortReads == 0 {
+		c.ShortReads = 10
+	}
+	for _, f := range []struct {
+		name string
+		bad  bool
+		val  any
+	}{
+		{"InactiveThreshold", c.InactiveThreshold < 0, c.InactiveThreshold},
+		{"Batch", c.Batch < 0, c.Batch},
+		{"ReadTimeout", c.ReadTimeout < 0, c.ReadTimeout},
+		{"ShortReads", c.ShortReads < 0, c.ShortReads},
+	} {
+		if f.bad {
+			return c, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, f.name, f.val)
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// Event is one event of the events stream, handed on by Next.
+type Event struct {
+	// Seq is its sequence in the events stream.
+	Seq uint64
+	// Subject is its subject as stored, "<prefix>.<category>.<stream>.<name>".
+	Subject string
+	// Partition is wire.SubjectPartition of Subject.
+	Partition int
+	// Header holds the message's headers as published (the bridge's
+	// CloudEvents attributes and Nats-Msg-Id), whichever read it came from.
+	Header nats.Header
+	// Data is the message's body.
+	Data []byte
+	// Time is when the events stream stored it.
+	Time time.Time
+}
+
+// Reader reads the events stream once for a consumer replica. Make one
+// with Open.
+type Reader struct {
+	cfg Config
+	js  jetstream.JetStream
+	oc  jetstream.Consumer
+	it  jetstream.MessagesContext
+
+	head     uint64   // last sequence read live, handed on or dropped
+	owned    []bool   // by partition
+	liveFrom []uint64 // by partition: the first sequence handed on live
+	catch    catchUp
+	// unpartitioned counts the subjects read live that were no event's
+	// (not three tokens after the prefix), passed over.
+	unpartitioned uint64
+}
+
+// Open starts a reader of cfg.Stream on js from sequence from (1 or
+// more), owning no partition: every event is dropped until Take. The
+// replica opens it after its first membership round, from the lowest
+// floor + 1 of the partitions it claimed, so that they need no
+// catch-up. It fails when cfg or from is invalid (ErrInvalidConfig) or
+// the consumer cannot be created.
+func Open(ctx context.Context, js jetstream.JetStream, cfg Config, from uint64) (*Reader, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if from < 1 {
+		return nil, fmt.Errorf("%w: start sequence %d: want 1 or more", ErrInvalidConfig, from)
+	}
+	oc, err := js.OrderedConsumer(ctx, cfg.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{wire.All(cfg.Prefix)},
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       from,
+		InactiveThreshold: cfg.InactiveThreshold,
+		NamePrefix:        cfg.Name,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reader of %s: create its consumer: %w", cfg.Stream, err)
+	}
+	it, err := oc.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("reader of %s: read its consumer: %w", cfg.Stream, err)
+	}
+	return &Reader{cfg: cfg, js: js, oc: oc, it: it, head: from - 1,
+		owned: make([]bool, cfg.Partitions), liveFrom: make([]uint64, cfg.Partitions)}, nil
+}
+
+// Head returns the last sequence the reader read live (handed on or
+// dropped); from - 1 before the first.
+func (r *Reader) Head() uint64 { return r.head }
+
+// Unpartitioned returns how many subjects the reader passed over because
+// they were no event's (not three tokens after the prefix).
+func (r *Reader) Unpartitioned() uint64 { return r.unpartitioned }
+
+// Take makes partition p the replica's from just after floor, the last
+// sequence of p settled by every subscription (pos.p<N>'s floor). When
+// floor is at or past Head, p's events above floor are handed on as the
+// reader reads them. When it is below, the reader has already passed p's
+// events in (floor, Head]: Next hands those on first, read by batched
+// direct gets (the catch-up, shared by every partition taken below the
+// head until it ends), and p's live events from Head + 1. It fails for a
+// partition out of range or already taken.
+func (r *Reader) Take(p int, floor uint64) error {
+	if p < 0 || p >= len(r.owned) {
+		return fmt.Errorf("reader: take partition %d: want 0 to %d", p, len(r.owned)-1)
+	}
+	if r.owned[p] {
+		return fmt.Errorf("reader: take partition %d: already taken", p)
+	}
+	r.owned[p] = true
+	if floor >= r.head {
+		r.liveFrom[p] = floor + 1
+		return nil
+	}
+	r.liveFrom[p] = r.head + 1
+	r.catch.add(p, floor, r.head)
+	return nil
+}
+
+// Release stops handing on partition p's events, live or caught up, from
+// the next call of Next. Releasing a partition not taken does nothing.
+func (r *Reader) Release(p int) {
+	if p < 0 || p >= len(r.owned) {
+		return
+	}
+	r.owned[p] = false
+	r.catch.drop(p)
+}
+
+// Next returns the next event of a partition taken: first, while a
+// catch-up runs, the caught-up partitions' events up to the head they
+// were taken at, then the events read live, in stream order, each of a
+// taken partition at or past where it went live. It blocks until there
+// is one or ctx ends. A catch-up that cannot reach its target returns an
+// error wrapping ErrBehind or ErrNoDirectGet (the partitions stay taken,
+// their catch-up where it was; Release them). When the reader's server
+// goes, nats.go recreates its consumer from the last sequence read + 1
+// and Next goes on; its error is ctx's, or the consumer's when it was
+// stopped.
+func (r *Reader) Next(ctx context.Context) (Event, error) {
+	for {
+		ev, ok, err := r.nextCaughtUp(ctx)
+		if err != nil || ok {
+			return ev, err
+		}
+		m, err := r.it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return Event{}, fmt.Errorf("reader of %s: %w", r.cfg.Stream, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return Event{}, fmt.Errorf("reader of %s: a message without metadata: %w", r.cfg.Stream, err)
+		}
+		r.head = md.Sequence.Stream
+		p, ok := wire.SubjectPartition(r.cfg.Prefix, m.Subject(), len(r.owned))
+		if !ok {
+			r.unpartitioned++
+			r.cfg.Logger.Debug("reader passed over a subject of no event", slog.String("subject", m.Subject()),
+				slog.Uint64("seq", r.head))
+			continue
+		}
+		if !r.owned[p] || r.head < r.liveFrom[p] {
+			continue
+		}
+		return Event{Seq: r.head, Subject: m.Subject(), Partition: p, Header: m.Headers(), Data: m.Data(),
+			Time: md.Timestamp}, nil
+	}
+}
+
+// Stop ends the live read and deletes the reader's current consumer
+// (the server would after InactiveThreshold). Next returns an error
+// after it.
+func (r *Reader) Stop() {
+	r.it.Stop()
+	if info := r.oc.CachedInfo(); info != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = r.js.DeleteConsumer(ctx, r.cfg.Stream, info.Name)
+	}
+}

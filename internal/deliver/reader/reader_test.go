@@ -1,0 +1,232 @@
+package reader_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+const partitions = 16
+
+// bus is an embedded JetStream with the events stream, and what was
+// published to it: the partition of each sequence.
+type bus struct {
+	js        jetstream.JetStream
+	partition map[uint64]int
+}
+
+func setup(t *testing.T, allowDirect bool) *bus {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.DefaultEventsStream,
+		Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, AllowDirect: allowDirect})
+	require.NoError(t, err)
+	return &bus{js: js, partition: map[uint64]int{}}
+}
+
+// publish stores n events round robin over 64 streams, each with a
+// Nats-Msg-Id, and one message on a subject that is no event's.
+func (b *bus) publish(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		k := len(b.partition)
+		stream := fmt.Sprintf("c-%d", k%64)
+		ack, err := b.js.Publish(t.Context(), wire.Subject(wire.DefaultEventsPrefix, stream, "Happened"),
+			[]byte(fmt.Sprintf(`{"k":%d}`, k)), jetstream.WithMsgID(fmt.Sprintf("id-%d", k)))
+		require.NoError(t, err)
+		b.partition[ack.Sequence] = wire.StreamPartition(stream, partitions)
+	}
+	ack, err := b.js.Publish(t.Context(), wire.DefaultEventsPrefix+".stray", []byte(`{}`))
+	require.NoError(t, err)
+	b.partition[ack.Sequence] = -1
+}
+
+// seqs returns the sequences of partition p in (after, upTo], in order.
+func (b *bus) seqs(p int, after, upTo uint64) []uint64 {
+	var out []uint64
+	for seq := after + 1; seq <= upTo; seq++ {
+		if q, ok := b.partition[seq]; ok && q == p {
+			out = append(out, seq)
+		}
+	}
+	return out
+}
+
+func (b *bus) last() uint64 { return uint64(len(b.partition)) }
+
+func open(t *testing.T, b *bus, cfg reader.Config, from uint64) *reader.Reader {
+	t.Helper()
+	r, err := reader.Open(t.Context(), b.js, cfg, from)
+	require.NoError(t, err)
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// next reads n events, failing after 10 s.
+func next(t *testing.T, r *reader.Reader, n int) []reader.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var out []reader.Event
+	for range n {
+		ev, err := r.Next(ctx)
+		require.NoError(t, err, "after %d of %d events", len(out), n)
+		out = append(out, ev)
+	}
+	return out
+}
+
+// byPartition groups events' sequences by partition, in the order Next
+// returned them.
+func byPartition(evs []reader.Event) map[int][]uint64 {
+	out := map[int][]uint64{}
+	for _, ev := range evs {
+		out[ev.Partition] = append(out[ev.Partition], ev.Seq)
+	}
+	return out
+}
+
+func TestNextHandsOnTheTakenPartitionsOnlyInStreamOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	b.publish(t, 200)
+	r := open(t, b, reader.Config{}, 1)
+	require.NoError(t, r.Take(0, 0))
+	require.NoError(t, r.Take(5, 0))
+
+	want := map[int][]uint64{0: b.seqs(0, 0, b.last()), 5: b.seqs(5, 0, b.last())}
+	evs := next(t, r, len(want[0])+len(want[5]))
+	require.Equal(t, want, byPartition(evs))
+	for i, ev := range evs {
+		if i > 0 {
+			require.Less(t, evs[i-1].Seq, ev.Seq, "stream order")
+		}
+		stream, _, err := wire.ParseSubject(wire.DefaultEventsPrefix, ev.Subject)
+		require.NoError(t, err)
+		require.Equal(t, wire.StreamPartition(stream, partitions), ev.Partition)
+		require.NotEmpty(t, ev.Header.Get(jetstream.MsgIDHeader), "the message's own headers")
+		require.NotEmpty(t, ev.Data)
+		require.False(t, ev.Time.IsZero())
+	}
+	require.Equal(t, evs[len(evs)-1].Seq, r.Head(), "the head is the last sequence read")
+}
+
+func TestAPartitionTakenAtTheHeadIsHandedOnFromTheNextEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	b.publish(t, 100)
+	r := open(t, b, reader.Config{}, 1)
+	require.NoError(t, r.Take(0, 0))
+	next(t, r, len(b.seqs(0, 0, b.last())))
+	h := r.Head()
+
+	r.Release(0)
+	require.NoError(t, r.Take(1, h))
+	b.publish(t, 100)
+	evs := next(t, r, len(b.seqs(1, h, b.last())))
+	require.Equal(t, map[int][]uint64{1: b.seqs(1, h, b.last())}, byPartition(evs),
+		"partition 0 released; partition 1 from the head on, nothing of it read back")
+	require.ErrorContains(t, r.Take(1, 0), "already taken")
+	require.ErrorContains(t, r.Take(partitions, 0), "partition 16")
+}
+
+// A partition taken below the head is caught up from its floor to the
+// head by direct gets, then handed on live: every event of it once, in
+// order, the caught-up ones first; a partition taken during the catch-up
+// with a lower floor reads back without repeating the others' events.
+func TestAPartitionTakenBelowTheHeadCatchesUpThenGoesLive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	b.publish(t, 300)
+	r := open(t, b, reader.Config{Batch: 16}, 1)
+	require.NoError(t, r.Take(0, 0))
+	next(t, r, len(b.seqs(0, 0, b.last())))
+	h := r.Head()
+	require.Greater(t, h, uint64(200))
+
+	require.NoError(t, r.Take(1, 50))
+	require.NoError(t, r.Take(2, 120))
+	b.publish(t, 100)
+
+	first := next(t, r, 3)
+	for _, ev := range first {
+		require.LessOrEqual(t, ev.Seq, h, "the catch-up comes before anything live")
+	}
+	require.NoError(t, r.Take(3, 10)) // during the catch-up, a lower floor
+	want := map[int][]uint64{
+		0: b.seqs(0, h, b.last()),
+		1: b.seqs(1, 50, b.last()),
+		2: b.seqs(2, 120, b.last()),
+		3: b.seqs(3, 10, b.last()),
+	}
+	n := -len(first)
+	for _, s := range want {
+		n += len(s)
+	}
+	evs := append(first, next(t, r, n)...)
+	require.Equal(t, want, byPartition(evs), "every event of each partition once, in order")
+	live := false
+	for _, ev := range evs {
+		if ev.Seq > h {
+			live = true
+		} else {
+			require.False(t, live, "seq %d caught up after a live event", ev.Seq)
+		}
+	}
+	require.GreaterOrEqual(t, r.Unpartitioned(), uint64(1), "the stray subject was passed over")
+}
+
+func TestACatchUpWithoutDirectGetsSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false)
+	b.publish(t, 50)
+	r := open(t, b, reader.Config{}, 1)
+	require.NoError(t, r.Take(0, 0))
+	next(t, r, len(b.seqs(0, 0, b.last())))
+	require.NoError(t, r.Take(1, 0))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := r.Next(ctx)
+	require.ErrorIs(t, err, reader.ErrNoDirectGet)
+
+	r.Release(1) // the caller's way out: the partition goes, the reader goes on
+	b.publish(t, 20)
+	evs := next(t, r, len(b.seqs(0, r.Head(), b.last())))
+	require.Len(t, byPartition(evs), 1)
+}
+
+func TestOpenRefusesABadConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	for _, c := range []struct {
+		cfg  reader.Config
+		from uint64
+		want string
+	}{
+		{reader.Config{Partitions: 2000}, 1, "Partitions 2000"},
+		{reader.Config{Partitions: -1}, 1, "Partitions -1"},
+		{reader.Config{Prefix: "events.*"}, 1, "Prefix"},
+		{reader.Config{Batch: -1}, 1, "Batch -1"},
+		{reader.Config{}, 0, "start sequence 0"},
+	} {
+		_, err := reader.Open(t.Context(), b.js, c.cfg, c.from)
+		require.True(t, errors.Is(err, reader.ErrInvalidConfig), "%+v: %v", c.cfg, err)
+		require.ErrorContains(t, err, c.want)
+	}
+}
