@@ -2,6 +2,7 @@ package deliver_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -148,4 +149,37 @@ func TestAttemptsRecordFailuresByDefaultOrdered(t *testing.T) {
 	require.Equal(t, wire.PartitionDurable("ledger", d.Partition), d.Durable)
 	require.Equal(t, wire.StreamPartition("order-1", 4), d.Partition)
 	require.Positive(t, d.Sequence, "its sequence in the partitioned copy")
+}
+
+// A failure retried in place without spending an attempt number (an
+// ordered head the receiver's order gate refused for now: 409
+// in-progress) makes the 2xx after it, still attempt 1, part of a series
+// with a failure: both are recorded under the default.
+func TestAttemptsRecordTheSuccessAfterAFailureInPlace(t *testing.T) {
+	t.Parallel()
+	b := setupOrdered(t)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(wire.HeaderIdempotencyKey)
+		mu.Lock()
+		first := !seen[id]
+		seen[id] = true
+		mu.Unlock()
+		if first {
+			w.Header().Set(wire.HeaderOrder, wire.OrderInProgress)
+			w.WriteHeader(http.StatusConflict)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(rc.Close)
+	log := attemptLog(t, b.bundle, nil)
+	b.runOrdered(t, deliver.Config{Attempts: log, ReplicaID: "one"}, orderedSub("ledger", rc.URL))
+
+	b.publish(t, "order-1", 0, "OrderPlaced") // event 1
+	tr := traceOnce(t, b.bundle, "1", "", 2)
+	require.Equal(t, []string{attempt.OutcomeRetry, attempt.OutcomeAck}, outcomes(tr))
+	require.Equal(t, []int{1, 1}, []int{tr.Attempts[0].Attempt, tr.Attempts[1].Attempt}, "an order gate's refusal spends no attempt")
+	require.Equal(t, []int{http.StatusConflict, http.StatusOK}, []int{tr.Attempts[0].Status, tr.Attempts[1].Status})
 }
