@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,11 +119,16 @@ func orderedDeliveries(ctx context.Context, js jetstream.JetStream, cfg TraceCon
 	if err != nil {
 		return nil, err
 	}
-	// Every partition has its durable: the count is the highest + 1.
+	// The copy's transform says how many partitions there are; else
+	// every partition has its durable: the highest + 1.
+	n := copyPartitions(cp.CachedInfo().Config)
 	partitions := map[string]int{}
 	for _, ci := range infos {
 		if sub, p, ok := wire.ParsePartitionDurable(ci.Name); ok {
 			partitions[sub] = max(partitions[sub], p+1)
+			if n > 0 {
+				partitions[sub] = n
+			}
 		}
 	}
 	var out []Delivery
@@ -163,6 +169,24 @@ func orderedDeliveries(ctx context.Context, js jetstream.JetStream, cfg TraceCon
 	}
 	return out, nil
 }
+
+// copyPartitions is the partition count of the copy's subject transform
+// ("{{partition(N,2)}}", wire.OrderedTransform), 0 when it has none.
+func copyPartitions(cfg jetstream.StreamConfig) int {
+	for _, src := range cfg.Sources {
+		for _, tr := range src.SubjectTransforms {
+			if m := partitionFn.FindStringSubmatch(tr.Destination); m != nil {
+				n, _ := strconv.Atoi(m[1])
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// partitionFn finds the partition count in a subject transform's
+// destination.
+var partitionFn = regexp.MustCompile(`\{\{\s*partition\(\s*(\d+)\s*,`)
 
 // stateAt is where the message at seq stands for a durable consumer
 // with ack floor floor, last delivered sequence delivered and ackPending
