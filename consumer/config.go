@@ -173,9 +173,10 @@ type Config struct {
 	// or `consumer dlq skip`. Default DefaultOrderStuckAfter; negative is
 	// an error.
 	OrderStuckAfter time.Duration
-	// Attempts, when set, keeps a record of every attempt in a JetStream
-	// stream for `consumer trace` and TraceEvent (see AttemptsConfig).
-	// Default nil: no records.
+	// Attempts, when set, keeps a record of the attempts that failed
+	// (and, with AttemptsConfig.Record AttemptsRecordAll, of every attempt)
+	// in a JetStream stream for `consumer trace` and TraceEvent (see
+	// AttemptsConfig). Default nil: no records.
 	Attempts *AttemptsConfig
 	// Health configures the automatic disabling of subscriptions (410
 	// Gone, sustained failure) and its operational webhook (see
@@ -183,8 +184,10 @@ type Config struct {
 	Health HealthConfig
 }
 
-// AttemptsConfig configures the attempts record: every attempt's outcome
-// written, after it ended, to a JetStream stream bounded by age and size,
+// AttemptsConfig configures the attempts record: the outcome of the
+// attempts Record keeps (by default every attempt but a success on the
+// first one) written, after each ended, to a JetStream stream bounded by
+// age and size,
 // asynchronously (a delivery never waits for or fails on its record; a
 // record that finds the queue full or that JetStream does not store is
 // dropped and counted in
@@ -205,7 +208,31 @@ type AttemptsConfig struct {
 	// Config.ReplicaID, so that records and partition leases name a
 	// replica alike.
 	Replica string
+	// Record says which attempts are recorded. Default (""):
+	// AttemptsRecordFailures. Another value than the two is an error
+	// (ErrInvalidConfig).
+	Record AttemptsRecord
 }
+
+// AttemptsRecord says which attempts the attempts record keeps
+// (AttemptsConfig.Record, `consumer run --attempts-record`).
+type AttemptsRecord = attemptlog.Mode
+
+const (
+	// AttemptsRecordFailures records every attempt that did not succeed,
+	// and the success that ends a series with a failure in it (an attempt
+	// after the first, or one after an attempt retried in place), so the
+	// trace of an event that had trouble shows how it ended. A success on
+	// the first attempt is counted in
+	// jsbridge_consumer_deliveries_total{outcome="ack"} and not recorded:
+	// on the success path the record would store every event a second
+	// time, about as big as on the events stream. `consumer trace` tells
+	// such an event's delivery from the subscriptions' durable consumers
+	// (TraceEvent, EventTrace.Positions). The default.
+	AttemptsRecordFailures AttemptsRecord = attemptlog.ModeFailures
+	// AttemptsRecordAll records every attempt, one record per webhook.
+	AttemptsRecordAll AttemptsRecord = attemptlog.ModeAll
+)
 
 // ErrAttemptsSubjects is wrapped by Provision (and Start) when the
 // existing attempts stream does not hold the attempts subjects
@@ -266,6 +293,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if a := c.Attempts; a != nil && (a.MaxAge < 0 || a.MaxBytes < 0) {
 		return bad("Attempts.MaxAge %s, Attempts.MaxBytes %d: want 0 (the default) or more", a.MaxAge, a.MaxBytes)
+	}
+	if a := c.Attempts; a != nil {
+		if _, err := attemptlog.ParseMode(string(a.Record)); err != nil {
+			return bad("Attempts.Record %q: want %q (the default) or %q", a.Record, AttemptsRecordFailures, AttemptsRecordAll)
+		}
 	}
 	if err := c.Health.validate(); err != nil {
 		return bad("%v", err)

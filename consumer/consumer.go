@@ -108,7 +108,7 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
-		ecfg.Attempts = c.attempts
+		ecfg.Attempts, ecfg.AttemptsRecord = c.attempts, a.Record
 	}
 	if cfg.SubscriptionStore != nil {
 		if cfg.SubscriptionStore.s == nil {

@@ -72,6 +72,8 @@ func TestNewNamesEachBadField(t *testing.T) {
 			Health: consumer.HealthConfig{OpsWebhookURL: "https://ops.example/hook"}}, []string{"Health.OpsWebhookSecret", "Health.OpsWebhookURL"}},
 		{"disable min failures", consumer.Config{Subscriptions: []consumer.Subscription{good},
 			Health: consumer.HealthConfig{DisableMinFailures: -1}}, []string{"Health.DisableMinFailures", "-1"}},
+		{"attempts record", consumer.Config{Subscriptions: []consumer.Subscription{good},
+			Attempts: &consumer.AttemptsConfig{Record: "successes"}}, []string{"Attempts.Record", `"successes"`, `"failures"`, `"all"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -43,8 +43,9 @@ type EventMessage struct {
 }
 
 // Attempt is the record of one delivery attempt, as the consumer writes it
-// to the attempts stream (JSON, these keys; see AttemptsConfig) and
-// `consumer trace` reads it.
+// to the attempts stream (JSON, these keys; see AttemptsConfig: by default
+// every attempt but a success on the first one) and `consumer trace`
+// reads it.
 type Attempt struct {
 	// Subscription is the subscription's name.
 	Subscription string `json:"subscription"`
@@ -90,20 +91,72 @@ type EventTrace struct {
 	Message *EventMessage `json:"message,omitempty"`
 	// Attempts are the attempt records, by subscription, then attempt
 	// number, then time. Records older than the attempts stream's max age
-	// are gone.
+	// are gone; a success on the first attempt has none under
+	// AttemptsRecordFailures (Deliveries says it was settled).
 	Attempts []Attempt `json:"attempts"`
 	// DeadLetters are the event's dead letters (of any subscription).
 	DeadLetters []DeadLetter `json:"dead_letters"`
+	// Deliveries say where the event stands for each subscription whose
+	// filter matches it, read from the durable consumers, by
+	// subscription: what tells an event delivered by a 2xx on its first
+	// attempt (no attempt record under AttemptsRecordFailures) from one
+	// never delivered. Empty when Message is nil (the event was not
+	// found: give TraceConfig.SourceStream).
+	Deliveries []Delivery `json:"deliveries"`
+}
+
+// Where an event stands for one subscription (Delivery.State).
+const (
+	// DeliverySettled: acked or terminated, so answered 2xx or
+	// dead-lettered (EventTrace.DeadLetters tells which); or, at or below
+	// the ack floor of a durable consumer that started after the event,
+	// never to be delivered (Delivery.Why names the start then).
+	DeliverySettled = inspect.DeliverySettled
+	// DeliveryOutstanding: delivered to the consumer and above its ack
+	// floor while acks are pending: in flight, waiting for a retry, or
+	// acked out of order above the floor; JetStream does not say which.
+	DeliveryOutstanding = inspect.DeliveryOutstanding
+	// DeliveryPending: not delivered to the consumer yet (for an ordered
+	// subscription, possibly not in the partitioned copy yet).
+	DeliveryPending = inspect.DeliveryPending
+)
+
+// Delivery is where an event stands for one subscription whose filter
+// matches it, read from the subscription's durable consumer (ack floor,
+// last delivered sequence, acks pending) and, for an ordered
+// subscription, its partition's delivered record.
+type Delivery struct {
+	// Subscription is the subscription's name.
+	Subscription string `json:"subscription"`
+	// Ordered says it reads the partitioned copy: Durable is its
+	// partition's durable consumer there, Partition that partition and
+	// Sequence the event's sequence in the copy (0 when the copy does not
+	// hold it). Else Durable is on the events stream and Sequence is the
+	// event's there.
+	Ordered   bool   `json:"ordered"`
+	Partition int    `json:"partition,omitempty"`
+	Durable   string `json:"durable"`
+	Sequence  uint64 `json:"sequence"`
+	// State is DeliverySettled, DeliveryOutstanding or DeliveryPending.
+	State string `json:"state"`
+	// Why says what State was read from, e.g. "at or below the ack floor
+	// (1041)".
+	Why string `json:"why"`
 }
 
 // TraceEvent collects what JetStream holds about event eventID: its
 // attempt records, its message on the events stream (by the sequence an
-// attempt record names, else by scanning cfg.SourceStream's subjects), and
-// its dead letters. A stream that does not exist contributes nothing;
-// other errors are returned, wrapped.
+// attempt record names, else by scanning cfg.SourceStream's subjects), its
+// dead letters, and, once the message is found, where it stands for each
+// subscription (EventTrace.Deliveries). A stream that does not exist
+// contributes nothing; other errors are returned, wrapped.
 func TraceEvent(ctx context.Context, js jetstream.JetStream, eventID string, cfg TraceConfig) (EventTrace, error) {
 	tr, err := inspect.TraceEvent(ctx, js, eventID, inspect.TraceConfig(cfg))
-	out := EventTrace{EventID: tr.EventID, Attempts: make([]Attempt, len(tr.Attempts)), DeadLetters: fromStored(tr.DeadLetters)}
+	out := EventTrace{EventID: tr.EventID, Attempts: make([]Attempt, len(tr.Attempts)), DeadLetters: fromStored(tr.DeadLetters),
+		Deliveries: make([]Delivery, len(tr.Deliveries))}
+	for i, d := range tr.Deliveries {
+		out.Deliveries[i] = Delivery(d)
+	}
 	if out.DeadLetters == nil {
 		out.DeadLetters = []DeadLetter{}
 	}

@@ -18,3 +18,22 @@ func DeliveredKey(subscription string, p int) string {
 // DeliveredKeyPrefix starts every DeliveredKey: listings of the park
 // bucket skip these keys.
 const DeliveredKeyPrefix = "delivered."
+
+// DeliveredRecord is the value of a DeliveredKey, as JSON: the consumer's
+// owners write it, `consumer trace` reads it.
+type DeliveredRecord struct {
+	// Owner is the replica that wrote it.
+	Owner string `json:"owner"`
+	// Copy is the partitioned copy's creation time (Unix nanoseconds):
+	// a record of another copy (deleted and made again: its sequences
+	// start again) is not read.
+	Copy int64 `json:"copy"`
+	// Streams maps a stream key (StreamKey of the copy's subjects) to
+	// the copy sequence of its last event settled.
+	Streams map[string]uint64 `json:"streams,omitempty"`
+	// Claim is a token drawn by the claim that wrote it, unique to it:
+	// a write whose answer was lost but which landed is recognised as
+	// the owner's own, not as a new owner's. Empty in records written
+	// before it existed.
+	Claim string `json:"claim,omitempty"`
+}

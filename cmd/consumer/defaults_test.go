@@ -40,6 +40,7 @@ func TestRunFlagDefaultsAreTheConsumerDefaults(t *testing.T) {
 		"breaker-open-timeout": consumer.DefaultBreakerOpenTimeout,
 		"partitions":           consumer.DefaultPartitions,
 		"lease-ttl":            consumer.DefaultLeaseTTL,
+		"attempts-record":      string(consumer.AttemptsRecordFailures),
 		// No flag default: 0 means consumer.DefaultMaxAckPending (or
 		// --max-in-flight when larger), and waiting forever.
 		"max-ack-pending": "",

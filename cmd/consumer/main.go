@@ -28,7 +28,7 @@ type cli struct {
 	Replay  replayCmd      `cmd:"" help:"POST what the events stream holds in a time window once more to one subscription's endpoint (same signing, Idempotency-Key = event id), in stream order, an ordered subscription's with the version chain (Jsbridge-Previous-Version: each stream's last event before the window its filters select, then the one before in the window); its durable consumers are left as they are."`
 	Status  statusCmd      `cmd:"" help:"Show each subscription's start and position, the live consumer replicas, which one owns each partition of the ordered subscriptions, and their stuck streams (parked, order-stuck, set aside) with the command out of each."`
 	Secret  secretCmd      `cmd:"" help:"Print a new whsec_ signing secret for --secret and the receiver (--ed25519: a whsk_/whpk_ key pair)."`
-	Trace   traceCmd       `cmd:"" help:"Show every delivery attempt of one event per subscription (time, replica, status, latency, error), its message on the events stream and its dead letters."`
+	Trace   traceCmd       `cmd:"" help:"Show one event's recorded delivery attempts per subscription (time, replica, status, latency, error; failures, and the success ending them, unless run keeps every attempt with --attempts-record all), its message on the events stream, its dead letters, and where each subscription stands from its durable consumer (settled, outstanding, pending)."`
 	Version ops.VersionCmd `cmd:"" help:"Print the version, commit and build date of this binary."`
 	Probe   ops.ProbeCmd   `cmd:"" help:"GET a URL (the ops port's /readyz) and exit 0 on 2xx, 1 otherwise: a health check for the image, which has no shell."`
 

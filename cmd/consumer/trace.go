@@ -28,6 +28,7 @@ type observers struct {
 type attemptsFlags struct {
 	AttemptsMaxAge   time.Duration `name:"attempts-max-age" env:"JSBRIDGE_ATTEMPTS_MAX_AGE" default:"72h" help:"How long attempt records are kept in the attempts stream when run creates it; 0 keeps no records (trace then shows only the message and dead letters) (default: ${default})."`
 	AttemptsMaxBytes int64         `name:"attempts-max-bytes" env:"JSBRIDGE_ATTEMPTS_MAX_BYTES" default:"1073741824" help:"Size bound of the attempts stream in bytes when run creates it; the oldest records go first (default: ${default}, 1 GiB)."`
+	AttemptsRecord   string        `name:"attempts-record" env:"JSBRIDGE_ATTEMPTS_RECORD" default:"failures" help:"Which attempts are recorded: failures (every failed attempt, and the success that ends a series with a failure in it; a success on the first attempt is only counted in jsbridge_consumer_deliveries_total, and trace reads its delivery from the durable consumers) or all (every attempt, one record per webhook, about as big as the event on the events stream) (default: ${default})."`
 }
 
 // observe sets up tracing from the OTEL_* environment (off unless it asks
@@ -47,6 +48,10 @@ func (r *runCmd) attemptsConfig(g *Globals, log *slog.Logger) (*consumer.Attempt
 	if r.AttemptsMaxAge < 0 || r.AttemptsMaxBytes < 0 {
 		return nil, fmt.Errorf("--attempts-max-age %s, --attempts-max-bytes %d: want 0 or more", r.AttemptsMaxAge, r.AttemptsMaxBytes)
 	}
+	record, err := attemptsRecord(r.AttemptsRecord)
+	if err != nil {
+		return nil, err
+	}
 	if r.AttemptsMaxAge == 0 {
 		log.Info("attempt records off (--attempts-max-age 0)")
 		return nil, nil
@@ -54,7 +59,19 @@ func (r *runCmd) attemptsConfig(g *Globals, log *slog.Logger) (*consumer.Attempt
 	return &consumer.AttemptsConfig{
 		Stream: g.AttemptsStream, MaxAge: r.AttemptsMaxAge, MaxBytes: r.AttemptsMaxBytes,
 		Replica: r.ReplicaID, // --replica-id names the records too; empty: the consumer's replica id
+		Record:  record,
 	}, nil
+}
+
+// attemptsRecord parses --attempts-record (JSBRIDGE_ATTEMPTS_RECORD):
+// failures or all; anything else is an error naming the flag and the
+// value.
+func attemptsRecord(v string) (consumer.AttemptsRecord, error) {
+	switch rec := consumer.AttemptsRecord(v); rec {
+	case consumer.AttemptsRecordFailures, consumer.AttemptsRecordAll:
+		return rec, nil
+	}
+	return "", fmt.Errorf("--attempts-record (JSBRIDGE_ATTEMPTS_RECORD) %q: want %s or %s", v, consumer.AttemptsRecordFailures, consumer.AttemptsRecordAll)
 }
 
 type traceCmd struct {
@@ -84,12 +101,22 @@ func (c *traceCmd) Run(ctx context.Context, g *Globals) error {
 	if out == nil {
 		out = os.Stdout
 	}
-	return printTrace(out, tr, c.JSON)
+	return printTrace(out, tr, c.JSON, c.SourceStream != "")
 }
 
 // printTrace writes tr as text (the message, one block of attempts per
-// subscription, the dead letters) or as one JSON object.
-func printTrace(w io.Writer, tr consumer.EventTrace, asJSON bool) error {
+// subscription, the dead letters, where the event stands for each
+// subscription) or as one JSON object. scanned says --source-stream was
+// given.
+//
+// An event without attempt records is not an event never delivered:
+// under --attempts-record failures (the default) a success on the first
+// attempt is not recorded. Trace says so, and when it found the event on
+// the events stream it prints what the subscriptions' durable consumers
+// say (consumer.EventTrace.Deliveries); a settled event with neither an
+// attempt record nor a dead letter of that subscription was answered 2xx
+// on its first attempt.
+func printTrace(w io.Writer, tr consumer.EventTrace, asJSON, scanned bool) error {
 	if asJSON {
 		return json.NewEncoder(w).Encode(tr)
 	}
@@ -101,13 +128,26 @@ func printTrace(w io.Writer, tr consumer.EventTrace, asJSON bool) error {
 		}
 	} else {
 		fmt.Fprintf(w, "event %s: not found on the events stream (give --source-stream to scan its stream)\n", tr.EventID)
-		if len(tr.Attempts) == 0 && len(tr.DeadLetters) == 0 { // no sign the consumer ever had it
-			fmt.Fprintln(w, "next: `bridge streams --blocked` shows whether the bridge holds it back (a blocked stream: fix the cause, then `bridge unblock STREAM`);"+
-				" if the bridge forwarded it, `bridge verify` tells an event the events stream lost (missing; `bridge verify --repair` re-publishes it) from one its limits aged out (see docs/recovery.md)")
-		}
 	}
 	if len(tr.Attempts) == 0 {
-		fmt.Fprintln(w, "no attempt records (none made yet, older than the attempts stream's max age, or records off)")
+		switch {
+		case tr.Message != nil:
+			fmt.Fprintln(w, "no attempt records: under --attempts-record failures (the default) a success on the first attempt leaves none;"+
+				" where each subscription stands is below (`consumer run --attempts-record all` records every attempt)")
+		case !scanned:
+			fmt.Fprintln(w, "no attempt records: under --attempts-record failures (the default) a success on the first attempt leaves none,"+
+				" so this does not mean it was never delivered: give --source-stream STREAM to find it and read whether each subscription settled it"+
+				" (`consumer run --attempts-record all` records every attempt)")
+		default:
+			fmt.Fprintln(w, "no attempt records (none made yet, older than the attempts stream's max age, or records off)")
+		}
+	}
+	if tr.Message == nil && len(tr.Attempts) == 0 && len(tr.DeadLetters) == 0 { // no sign the consumer ever had it
+		if !scanned {
+			fmt.Fprint(w, "if --source-stream does not find it either, ")
+		}
+		fmt.Fprintln(w, "next: `bridge streams --blocked` shows whether the bridge holds it back (a blocked stream: fix the cause, then `bridge unblock STREAM`);"+
+			" if the bridge forwarded it, `bridge verify` tells an event the events stream lost (missing; `bridge verify --repair` re-publishes it) from one its limits aged out (see docs/recovery.md)")
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	sub := ""
@@ -132,7 +172,37 @@ func printTrace(w io.Writer, tr consumer.EventTrace, asJSON bool) error {
 			d.DeadLetteredAt.UTC().Format(time.RFC3339))
 		fmt.Fprint(w, deadLetterNext(d.Seq))
 	}
-	return nil
+	return printDeliveries(w, tr)
+}
+
+// printDeliveries writes where the event stands for each subscription,
+// from the durable consumers, when trace found its message.
+func printDeliveries(w io.Writer, tr consumer.EventTrace) error {
+	if tr.Message == nil {
+		return nil
+	}
+	if len(tr.Deliveries) == 0 {
+		fmt.Fprintln(w, "\nno subscription's durable consumer takes this event")
+		return nil
+	}
+	recorded, letters := map[string]bool{}, map[string]bool{}
+	for _, a := range tr.Attempts {
+		recorded[a.Subscription] = true
+	}
+	for _, d := range tr.DeadLetters {
+		letters[d.Subscription] = true
+	}
+	fmt.Fprintln(w, "\nwhere each subscription stands, from its durable consumer")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SUBSCRIPTION\tDURABLE\tSEQUENCE\tSTATE\tWHY")
+	for _, d := range tr.Deliveries {
+		why := d.Why
+		if d.State == consumer.DeliverySettled && !recorded[d.Subscription] && !letters[d.Subscription] {
+			why += "; no attempt record and no dead letter: answered 2xx on its first attempt (not recorded under --attempts-record failures)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.Subscription, d.Durable, d.Sequence, d.State, why)
+	}
+	return tw.Flush()
 }
 
 // deadLetterNext is what trace says to do about the dead letter seq: the

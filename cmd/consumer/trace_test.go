@@ -145,3 +145,75 @@ func TestTraceCommandPointsFromADeadLetterToReplayAndSkip(t *testing.T) {
 	require.NotContains(t, text, "bridge streams --blocked", "the consumer had it: nothing to look for on the bridge side")
 	t.Logf("consumer trace 44:\n%s", text)
 }
+
+// `consumer trace` of an event answered 2xx at once, which the default
+// --attempts-record failures does not record, does not read as never
+// delivered: without --source-stream it says why there is no record and
+// how to look; with it, it reads from the subscription's durable
+// consumer that the event was settled, by a 2xx on its first attempt.
+func TestTraceCommandOnAFirstAttemptSuccess(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	t.Cleanup(cancel)
+	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
+	_, js := jsbridgetest.Connect(t, srv)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+	require.NoError(t, err)
+	var posts atomic.Int32
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		posts.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(rc.Close)
+	c, err := consumer.New(js, consumer.Config{Attempts: &consumer.AttemptsConfig{}, Subscriptions: []consumer.Subscription{{
+		Name: "billing", FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)}, URL: rc.URL,
+		Secrets:      []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("trace-command-test-secret-03"))},
+		AllowPrivate: true,
+		Ordering:     consumer.OrderingNone,
+		Start:        consumer.Start{Policy: consumer.StartAll},
+	}}})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: wire.Subject(wire.DefaultEventsPrefix, "order-8", "OrderPlaced"),
+		Header: nats.Header{wire.HeaderMsgID: []string{"45"}, wire.HeaderType: []string{"OrderPlaced"}, wire.HeaderSubject: []string{"order-8"}},
+		Data:   []byte(`{}`)})
+	require.NoError(t, err)
+
+	run := func(args ...string) string {
+		var cl cli
+		parser, err := kong.New(&cl, ops.WireVars())
+		require.NoError(t, err)
+		_, err = parser.Parse(append([]string{"trace", "--nats-url", srv.ClientURL()}, args...))
+		require.NoError(t, err)
+		var out bytes.Buffer
+		cl.Trace.out = &out
+		require.NoError(t, cl.Trace.Run(ctx, &cl.Globals))
+		return out.String()
+	}
+	settled := regexp.MustCompile(`(?m)^billing\s+billing\s+1\s+settled\s+at or below the ack floor \(1\); no attempt record and no dead letter: answered 2xx on its first attempt`)
+	var text string
+	require.Eventually(t, func() bool {
+		text = run("45", "--source-stream", "order-8")
+		return settled.MatchString(text)
+	}, 15*time.Second, 50*time.Millisecond, "the subscription settled it, from its durable consumer")
+	require.Equal(t, int32(1), posts.Load(), "one POST")
+	require.Contains(t, text, "event 45: order-8 v0 OrderPlaced, JetStream sequence 1")
+	require.Contains(t, text, "no attempt records: under --attempts-record failures (the default) a success on the first attempt leaves none")
+	require.Contains(t, text, "where each subscription stands, from its durable consumer")
+	require.NotContains(t, text, "bridge streams --blocked", "it was found and delivered: nothing to look for on the bridge side")
+	t.Logf("consumer trace 45 --source-stream order-8:\n%s", text)
+
+	var tr consumer.EventTrace
+	require.NoError(t, json.Unmarshal([]byte(run("45", "--source-stream", "order-8", "--json")), &tr))
+	require.Empty(t, tr.Attempts)
+	require.Equal(t, []consumer.Delivery{{Subscription: "billing", Durable: "billing", Sequence: 1, State: consumer.DeliverySettled, Why: "at or below the ack floor (1)"}}, tr.Deliveries)
+
+	bare := run("45")
+	require.Contains(t, bare, "event 45: not found on the events stream (give --source-stream to scan its stream)")
+	require.Contains(t, bare, "no attempt records: under --attempts-record failures (the default) a success on the first attempt leaves none,"+
+		" so this does not mean it was never delivered: give --source-stream STREAM")
+	require.Contains(t, bare, "`consumer run --attempts-record all` records every attempt")
+	require.Contains(t, bare, "if --source-stream does not find it either, next: `bridge streams --blocked`")
+	t.Logf("consumer trace 45:\n%s", bare)
+}

@@ -78,10 +78,15 @@ type Config struct {
 	// POST carries on). Default nil: otel's global tracer provider, a no-op
 	// until the application installs an SDK.
 	TracerProvider trace.TracerProvider
-	// Attempts receives a record of every attempt after it ended (an
-	// *attemptlog.Log writes them to JetStream for `consumer trace`). Default
-	// nil: none kept.
+	// Attempts receives a record of the attempts AttemptsRecord keeps,
+	// after each ended (an *attemptlog.Log writes them to JetStream for
+	// `consumer trace`). Default nil: none kept.
 	Attempts attemptlog.Recorder
+	// AttemptsRecord says which attempts go to Attempts. Default (""):
+	// attemptlog.ModeFailures, every attempt but a success on the first
+	// one (counted in jsbridge_consumer_deliveries_total only);
+	// attemptlog.ModeAll keeps them all. Another value is an error.
+	AttemptsRecord attemptlog.Mode
 	// Partitions is the number of partitions of the partitioned copy of
 	// the JetStream stream that ordered subscriptions read (one durable
 	// pull consumer per partition and subscription): the unit of
@@ -213,6 +218,11 @@ func (cfg *Config) fillDefaults() error {
 	if cfg.Replicas < 0 {
 		return fmt.Errorf("Config.Replicas %d is negative", cfg.Replicas)
 	}
+	record, err := attemptlog.ParseMode(string(cfg.AttemptsRecord))
+	if err != nil {
+		return fmt.Errorf("Config.AttemptsRecord: %w", err)
+	}
+	cfg.AttemptsRecord = record
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -298,6 +308,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...subscription.Subscription) 
 			Tracer:   tracing.Tracer(cfg.TracerProvider),
 			Metrics:  attempt.Metrics{Deliveries: c.metrics.deliveries, Duration: c.metrics.duration.WithLabelValues(s.Name), Rate: rateGauge.WithLabelValues(s.Name)},
 			Attempts: cfg.Attempts,
+			Record:   cfg.AttemptsRecord,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("deliver: new consumer: %w %q: %w", subscription.ErrInvalidSubscription, s.Name, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // The delivered record (docs/ordering.md, "The delivered record"). A
@@ -43,23 +44,9 @@ import (
 // waits for it, with no timeout). A copy of an event at or below its
 // stream's entry was delivered: it is acked without a POST.
 
-// deliveredDoc is the record as stored: JSON.
-type deliveredDoc struct {
-	// Owner is the replica that wrote it.
-	Owner string `json:"owner"`
-	// Copy is the partitioned copy's creation time (Unix nanoseconds):
-	// a record of another copy (deleted and made again: its sequences
-	// start again) is not read.
-	Copy int64 `json:"copy"`
-	// Streams maps a stream key (wire.StreamKey of the copy's subjects)
-	// to the copy sequence of its last event settled.
-	Streams map[string]uint64 `json:"streams,omitempty"`
-	// Claim is a token drawn by the claim that wrote it, unique to it:
-	// a write whose answer was lost but which landed is recognised as
-	// the owner's own (see deliveredRecord.landed), not as a new
-	// owner's. Empty in records written before it existed.
-	Claim string `json:"claim,omitempty"`
-}
+// deliveredDoc is the record as stored (JSON), spelled once in wire:
+// `consumer trace` reads it too.
+type deliveredDoc = wire.DeliveredRecord
 
 // errRecordLost is why an ack was not sent: a write of the delivered
 // record found it written by another replica, which owns the partition

@@ -98,6 +98,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 	// as the dead letters do.
 	em := eventsMsg{Msg: m, subject: wire.EventsSubject(hl.eventsPrefix, m.Subject())}
 	var refusedSince time.Time // since when the receiver's order gate refuses it (zero: it does not)
+	afterFailure := false      // an attempt before failed without spending one (attempt.Call.AfterFailure)
 	for {
 		if hl.ctx.Err() != nil {
 			hl.lease.nak(log(), m)
@@ -140,8 +141,9 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			return gen, func() { r.inFlight.Dec(); <-hl.slots }, true
 		}
 		s := r.snd.Attempt(ctx, m, n, attempt.Call{ID: id, Traced: em, Replica: r.replicaID, Order: order,
-			Owner: &attempt.Owner{Partition: hl.p, Epoch: hl.epoch}, Ready: ready, Fence: hl.lease.bound})
+			Owner: &attempt.Owner{Partition: hl.p, Epoch: hl.epoch}, Ready: ready, Fence: hl.lease.bound, AfterFailure: afterFailure})
 		r.snd.End(s.Trace)
+		afterFailure = afterFailure || (s.Trace != nil && s.Act != attempt.ActAck)
 		resp := s.Response
 		switch s.Act {
 		case attempt.ActNotReady, attempt.ActNotSent, attempt.ActBreakerOpen:

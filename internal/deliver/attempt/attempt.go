@@ -60,6 +60,13 @@ type Call struct {
 	// breaker let it through (see PostFence): refused, the attempt is
 	// ActNotSent; cut during the POST, ActCut.
 	Fence PostFence
+	// AfterFailure says an earlier attempt of this delivery failed
+	// without spending an attempt number (throttled, disabled, refused
+	// by an order gate, cut at the lease deadline, breaker open, all
+	// retried in place): a success now ends a series with a failure in
+	// it and is recorded even under attemptlog.ModeFailures, so the
+	// trace shows how the series ended.
+	AfterFailure bool
 }
 
 // Owner is a partition's owner as an ordered webhook names it.
@@ -85,6 +92,7 @@ func (r *Sender) Attempt(ctx context.Context, msg jetstream.Msg, n int, c Call) 
 	body, hdr, err := r.request(msg, c.ID, c.Replica)
 	if err != nil {
 		_, tr := r.start(ctx, traced, c.ID, n)
+		tr.afterFailure = c.AfterFailure
 		s := Settlement{Act: ActDeadLetter, Outcome: OutcomeTerm, Class: ClassNone, Reason: err.Error(), Trace: tr}
 		tr.Decide(s.Outcome, s.Class, s.Reason)
 		return s
@@ -105,6 +113,7 @@ func (r *Sender) Attempt(ctx context.Context, msg jetstream.Msg, n int, c Call) 
 		gen = g
 	}
 	actx, tr := r.start(ctx, traced, c.ID, n)
+	tr.afterFailure = c.AfterFailure
 	resp, notSent := r.send(actx, tr, c.InProgress, c.Fence, gen, c.ID, body, hdr, c.Order)
 	var s Settlement
 	switch {

@@ -146,8 +146,9 @@ func status(code int, hdr ...string) http.HandlerFunc {
 
 // A 2xx: ActAck; the request is signed and stamped on the wall clock,
 // carries the Idempotency-Key and the replica; the health hears of the
-// success and the attempts record gets the attempt at the wall clock's
-// time.
+// success. On the first attempt the attempts record does not get it (the
+// default, attemptlog.ModeFailures); after a failure in place it does,
+// at the wall clock's time.
 func TestAttemptAcksA2xx(t *testing.T) {
 	t.Parallel()
 	b := setup(t, status(http.StatusNoContent))
@@ -166,8 +167,14 @@ func TestAttemptAcksA2xx(t *testing.T) {
 	require.NotEmpty(t, req.Header.Get(webhook.HeaderWebhookSignature))
 
 	require.Equal(t, 1, b.health.succeeded)
+	require.Empty(t, b.records.list(), "a 2xx on the first attempt is not recorded")
+
+	s = b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{ID: "1042", AfterFailure: true})
+	b.snd.End(s.Trace)
+	require.Equal(t, ActAck, s.Act)
+	<-b.requests
 	rec := b.records.list()
-	require.Len(t, rec, 1)
+	require.Len(t, rec, 1, "the 2xx ending a series with a failure is recorded")
 	require.Equal(t, OutcomeAck, rec[0].Outcome)
 	require.Equal(t, b.wall.Now(), rec[0].At)
 	require.Equal(t, http.StatusNoContent, rec[0].Status)

@@ -102,9 +102,13 @@ type Deps struct {
 	Tracer trace.Tracer
 	// Metrics are the collectors counted in.
 	Metrics Metrics
-	// Attempts records every attempt (nil: no records); it must not
-	// block.
+	// Attempts records the attempts Record keeps (nil: no records); it
+	// must not block.
 	Attempts attemptlog.Recorder
+	// Record says which attempts go to Attempts. Default (""):
+	// attemptlog.ModeFailures, every attempt but a success on the first
+	// one. A value ParseMode refuses is an error.
+	Record attemptlog.Mode
 }
 
 // ErrInvalidConfig is wrapped by New's errors.
@@ -124,6 +128,10 @@ func New(cfg Config, deps Deps) (*Sender, error) {
 		return nil, fmt.Errorf("%w: subscription %q: Deps.Breaker is nil", ErrInvalidConfig, s.Name)
 	case deps.Metrics.Deliveries == nil:
 		return nil, fmt.Errorf("%w: subscription %q: Deps.Metrics.Deliveries is nil", ErrInvalidConfig, s.Name)
+	}
+	record, err := attemptlog.ParseMode(string(deps.Record))
+	if err != nil {
+		return nil, fmt.Errorf("%w: subscription %q: Deps.Record: %w", ErrInvalidConfig, s.Name, err)
 	}
 	ep, err := newEndpoint(s.URL, cfg.Client)
 	if err != nil {
@@ -164,6 +172,7 @@ func New(cfg Config, deps Deps) (*Sender, error) {
 		throttle:   newThrottle(deps.Clock, s.RateLimit, deps.Metrics.Rate),
 		deliveries: deps.Metrics.Deliveries,
 		attempts:   deps.Attempts,
+		record:     record,
 		duration:   deps.Metrics.Duration,
 		acked2xx: sync.OnceValue(func() prometheus.Counter {
 			return deps.Metrics.Deliveries.WithLabelValues(s.Name, OutcomeAck, "2xx")

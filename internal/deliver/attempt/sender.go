@@ -66,7 +66,9 @@ type Sender struct {
 	throttle   *throttle
 	deliveries *prometheus.CounterVec
 	attempts   attemptlog.Recorder // nil: no records
-	duration   prometheus.Observer
+	// record says which attempts go to attempts (Deps.Record).
+	record   attemptlog.Mode
+	duration prometheus.Observer
 	// acked2xx is deliveries{outcome="ack",status_class="2xx"}, resolved
 	// on first use so that no zero series shows before the first ack.
 	acked2xx func() prometheus.Counter
@@ -342,7 +344,9 @@ func (r *Sender) start(ctx context.Context, msg jetstream.Msg, id string, attemp
 	return ctx, st
 }
 
-// End ends the span and hands the attempt to the attempts record.
+// End ends the span and hands the attempt to the attempts record when
+// its mode keeps it (keeps): under attemptlog.ModeFailures a success on
+// the first attempt is counted (Count), not recorded.
 func (r *Sender) End(st *Trace) {
 	if st == nil {
 		return
@@ -370,7 +374,7 @@ func (r *Sender) End(st *Trace) {
 		}
 	}
 	st.span.End()
-	if r.attempts == nil {
+	if r.attempts == nil || !keeps(r.record, st.outcome, st.attempt, st.afterFailure) {
 		return
 	}
 	a := attemptlog.Attempt{
@@ -399,4 +403,16 @@ func (r *Sender) End(st *Trace) {
 		a.TraceID = sc.TraceID().String()
 	}
 	r.attempts.RecordAttempt(a)
+}
+
+// keeps reports whether mode keeps the record of an attempt that ended
+// with outcome, numbered attempt (1-based), afterFailure saying whether an
+// earlier attempt of the same delivery failed without spending an
+// attempt number (Call.AfterFailure): every attempt under
+// attemptlog.ModeAll; under attemptlog.ModeFailures every attempt but a
+// success (OutcomeAck) on the first attempt with no failure before it, so
+// that a series with a failure is recorded whole, its last success
+// included. A pure function of its arguments.
+func keeps(mode attemptlog.Mode, outcome string, attempt int, afterFailure bool) bool {
+	return mode == attemptlog.ModeAll || outcome != OutcomeAck || attempt > 1 || afterFailure
 }

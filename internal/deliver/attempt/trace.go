@@ -22,7 +22,9 @@ import (
 // receiver's spans continue the trace too.
 //
 // After the span ends, the attempt is handed to Deps.Attempts (the
-// attempts record, see attemptlog.Log), which must not block.
+// attempts record, see attemptlog.Log), which must not block, unless
+// Deps.Record leaves it out (a success on the first attempt under
+// attemptlog.ModeFailures, the default).
 
 // Trace follows one attempt from Attempt to End, for its span and its
 // record: Attempt decides it with the settlement's outcome, a settler
@@ -30,16 +32,19 @@ import (
 type Trace struct {
 	span    trace.Span
 	attempt int
-	id      string
-	msg     jetstream.Msg
-	began   time.Time
-	sent    time.Time // when the breaker was asked (zero: nothing sent)
-	took    time.Duration
-	resp    Response
-	hasResp bool
-	outcome string
-	class   string
-	reason  string
+	// afterFailure is Call.AfterFailure: the attempt ends a series with a
+	// failure in it (see keeps).
+	afterFailure bool
+	id           string
+	msg          jetstream.Msg
+	began        time.Time
+	sent         time.Time // when the breaker was asked (zero: nothing sent)
+	took         time.Duration
+	resp         Response
+	hasResp      bool
+	outcome      string
+	class        string
+	reason       string
 }
 
 // clientKind is the attempt spans' kind, made once: trace.WithSpanKind

@@ -60,10 +60,17 @@ type EventTrace struct {
 	Message *EventMessage `json:"message,omitempty"`
 	// Attempts are the attempt records, by subscription, then attempt
 	// number, then time. Records older than the attempts stream's max age
-	// are gone.
+	// are gone; a success on the first attempt has none under
+	// attemptlog.ModeFailures (Deliveries says it was settled).
 	Attempts []attemptlog.Attempt `json:"attempts"`
 	// DeadLetters are the event's dead letters (of any subscription).
 	DeadLetters []deadletter.Stored `json:"dead_letters"`
+	// Deliveries say where the event stands for each subscription whose
+	// filter matches it, from the durable consumers, by subscription:
+	// what tells an event delivered by a 2xx on its first attempt (no
+	// attempt record under attemptlog.ModeFailures) from one never
+	// delivered. Empty when Message is nil (the event was not found).
+	Deliveries []Delivery `json:"deliveries"`
 }
 
 // TraceEvent collects what JetStream holds about event eventID: its
@@ -72,11 +79,12 @@ type EventTrace struct {
 // reading other events' records), its message on the events stream (by the
 // sequence an attempt record names, else by scanning cfg.SourceStream's
 // subjects), and its dead letters (filtered by the event's subject when
-// known). A stream that does not exist contributes nothing; other errors
-// are returned, wrapped.
+// known), and, once the message is found, where it stands for each
+// subscription (see Delivery). A stream that does not exist contributes
+// nothing; other errors are returned, wrapped.
 func TraceEvent(ctx context.Context, js jetstream.JetStream, eventID string, cfg TraceConfig) (EventTrace, error) {
 	cfg = cfg.withDefaults()
-	t := EventTrace{EventID: eventID, Attempts: []attemptlog.Attempt{}, DeadLetters: []deadletter.Stored{}}
+	t := EventTrace{EventID: eventID, Attempts: []attemptlog.Attempt{}, DeadLetters: []deadletter.Stored{}, Deliveries: []Delivery{}}
 	err := readAll(ctx, js, cfg.AttemptsStream, wire.AttemptFilter(cfg.AttemptsPrefix, eventID), func(_ *jetstream.MsgMetadata, m jetstream.Msg) bool {
 		var a attemptlog.Attempt
 		if json.Unmarshal(m.Data(), &a) == nil && a.EventID == eventID {
@@ -125,6 +133,11 @@ func TraceEvent(ctx context.Context, js jetstream.JetStream, eventID string, cfg
 	filter := wire.DLQFilter(cfg.DLQPrefix, "")
 	if t.Message != nil {
 		filter = wire.DLQSubject(cfg.DLQPrefix, "*", t.Message.Subject)
+		d, err := deliveries(ctx, js, cfg, *t.Message)
+		if err != nil {
+			return t, err
+		}
+		t.Deliveries = append(t.Deliveries, d...)
 	}
 	err = readAll(ctx, js, cfg.DLQStream, filter, func(md *jetstream.MsgMetadata, m jetstream.Msg) bool {
 		if m.Headers().Get(wire.HeaderDLQEventID) == eventID {

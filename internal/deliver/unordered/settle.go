@@ -31,13 +31,13 @@ func (r *Runner) handle(ctx, rctx context.Context, msg jetstream.Msg) {
 		r.redeliveries.Inc()
 	}
 	hold := func() func() { return r.snd.KeepAlive(id, msg.InProgress) }
-	for {
+	for again := false; ; again = true {
 		gen, err := r.snd.Gate(rctx, hold)
 		if err != nil {
 			pull.Nak(r.log.With(slog.String("event_id", id)), msg, 0)
 			return
 		}
-		if !r.attemptOnce(ctx, msg, id, n, gen) {
+		if !r.attemptOnce(ctx, msg, id, n, gen, again) {
 			return
 		}
 	}
@@ -45,9 +45,11 @@ func (r *Runner) handle(ctx, rctx context.Context, msg jetstream.Msg) {
 
 // attemptOnce makes one attempt of msg and settles it; it reports whether
 // the message stays in hand for another attempt (throttled, or the
-// subscription disabled), which spends no attempt. gen is gate's.
-func (r *Runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, n int, gen uint64) (again bool) {
-	s := r.snd.Attempt(ctx, msg, n, attempt.Call{ID: id, Gen: gen, InProgress: msg.InProgress})
+// subscription disabled), which spends no attempt. gen is gate's;
+// afterFailure says an attempt before it in hand failed so
+// (attempt.Call.AfterFailure).
+func (r *Runner) attemptOnce(ctx context.Context, msg jetstream.Msg, id string, n int, gen uint64, afterFailure bool) (again bool) {
+	s := r.snd.Attempt(ctx, msg, n, attempt.Call{ID: id, Gen: gen, InProgress: msg.InProgress, AfterFailure: afterFailure})
 	defer r.snd.End(s.Trace)
 	resp := s.Response
 	// The logger with this delivery's attributes is built only when
