@@ -29,7 +29,7 @@ import (
 // it shows three attempts, in order, in text and in JSON.
 func TestTraceCommandShowsEveryAttempt(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
 	_, js := jsbridgetest.Connect(t, srv)
@@ -79,7 +79,7 @@ func TestTraceCommandShowsEveryAttempt(t *testing.T) {
 	require.Eventually(t, func() bool {
 		text = run("42")
 		return len(attemptRow.FindAllString(text, -1)) == 3
-	}, 15*time.Second, 50*time.Millisecond, "three attempts in the output")
+	}, 60*time.Second, 50*time.Millisecond, "three attempts in the output")
 	rows := attemptRow.FindAllStringSubmatch(text, -1)
 	require.Equal(t, []string{"1", "502", "retry"}, rows[0][1:])
 	require.Equal(t, []string{"2", "502", "retry"}, rows[1][1:])
@@ -103,7 +103,7 @@ func TestTraceCommandShowsEveryAttempt(t *testing.T) {
 // with the dead letter's sequence.
 func TestTraceCommandPointsFromADeadLetterToReplayAndSkip(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
 	_, js := jsbridgetest.Connect(t, srv)
@@ -139,7 +139,7 @@ func TestTraceCommandPointsFromADeadLetterToReplayAndSkip(t *testing.T) {
 		require.NoError(t, cl.Trace.Run(ctx, &cl.Globals))
 		text = out.String()
 		return strings.Contains(text, "dead letter 1 (subscription billing)")
-	}, 15*time.Second, 50*time.Millisecond, "the dead letter in trace's output")
+	}, 60*time.Second, 50*time.Millisecond, "the dead letter in trace's output")
 	require.Contains(t, text, "next: once the endpoint takes it, `consumer dlq replay --seq 1` with the subscription's flags")
 	require.Contains(t, text, "`consumer dlq skip --seq 1`")
 	require.NotContains(t, text, "bridge streams --blocked", "the consumer had it: nothing to look for on the bridge side")
@@ -153,7 +153,7 @@ func TestTraceCommandPointsFromADeadLetterToReplayAndSkip(t *testing.T) {
 // consumer that the event was settled, by a 2xx on its first attempt.
 func TestTraceCommandOnAFirstAttemptSuccess(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
 	_, js := jsbridgetest.Connect(t, srv)
@@ -196,7 +196,7 @@ func TestTraceCommandOnAFirstAttemptSuccess(t *testing.T) {
 	require.Eventually(t, func() bool {
 		text = run("45", "--source-stream", "order-8")
 		return settled.MatchString(text)
-	}, 15*time.Second, 50*time.Millisecond, "the subscription settled it, from its durable consumer")
+	}, 60*time.Second, 50*time.Millisecond, "the subscription settled it, from its durable consumer")
 	require.Equal(t, int32(1), posts.Load(), "one POST")
 	require.Contains(t, text, "event 45: order-8 v0 OrderPlaced, JetStream sequence 1")
 	require.Contains(t, text, "no attempt records: under --attempts-record failures (the default) a success on the first attempt leaves none")
