@@ -68,7 +68,7 @@ func PostChained(t testing.TB, url string, c Chained) Answer {
 	if c.Edit != nil {
 		c.Edit(h)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	got, err := io.ReadAll(resp.Body)

@@ -264,6 +264,13 @@ func Post(t testing.TB, url, stream string, version int64, epoch uint64) Answer 
 	return a
 }
 
+// client sends the suite's requests on a transport of its own: every
+// httptest.Server's Close calls CloseIdleConnections on
+// http.DefaultTransport, which breaks a request of a parallel test that
+// has just taken an idle connection from it ("HTTP/1.x transport
+// connection broken: http: CloseIdleConnections called").
+var client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+
 // post sends version of stream from partition 0 at epoch, with the
 // version chain's previous version (version-1) when chained.
 func post(url, stream string, version int64, epoch uint64, chained bool) (Answer, error) {
@@ -282,7 +289,7 @@ func post(url, stream string, version int64, epoch uint64, chained bool) (Answer
 	if chained {
 		req.Header.Set(wire.HeaderPreviousVersion, wire.FormatPreviousVersion(version-1))
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return Answer{}, err
 	}
