@@ -234,10 +234,14 @@ func (le leaseEpochs) afterStale(ctx context.Context, log *slog.Logger, epoch, n
 // watch ends and run starts a new one, which sends every key again. A
 // bucket deleted and created again while nats.go was making the watch's
 // consumer again would leave the watch past the new bucket's end, seeing
-// nothing. So each cycle tells the view the revision of this replica's
-// own heartbeat Put (wrote); a view that has not seen it by the next
-// cycle, twice in a row (check), starts its watch again, and the new
-// watch rebuilds the view from the bucket's keys.
+// nothing. So each cycle tells the view the revision of each heartbeat
+// Put of this replica (wrote); a view that has not seen one by that
+// key's next cycle, twice in a row (check), starts its watch again, and
+// the new watch rebuilds the view from the bucket's keys.
+//
+// One view per replica: a Fleet's ordered units share theirs
+// (sharedMemberView). A view per unit would bring every unit every other
+// unit's heartbeats: n² deliveries a cycle (250 a second at 25 units).
 //
 // A view that is late or wrong costs a quota computed from the wrong
 // members for a round: a partition unowned for a round, or a claim whose
@@ -262,12 +266,11 @@ type memberView struct {
 	// stamp is the newest server timestamp the watch brought, at stampAt
 	// on the injected clock: the server's clock estimate (serverNowLocked).
 	stamp, stampAt time.Time
-	// ownKey and ownRev are this replica's last heartbeat write, which
-	// the view should have seen by the next check; stale counts the
-	// checks in a row that found it missing.
-	ownKey string
-	ownRev uint64
-	stale  int
+	// pending are this replica's last heartbeat writes (key → revision)
+	// that the view should have seen by their key's next check; stale
+	// counts, by key, the checks in a row that found its write missing.
+	pending map[string]uint64
+	stale   map[string]int
 }
 
 // heartbeat is a member key's last write as the watch brought it: its
@@ -287,7 +290,8 @@ const staleChecks = 2
 
 func newMemberView(kv jetstream.KeyValue, ttl time.Duration, clock clockwork.Clock, log *slog.Logger, failed func(context.Context, error)) *memberView {
 	return &memberView{kv: kv, ttl: ttl, clock: clock, log: log, failed: failed,
-		restart: make(chan struct{}, 1), loaded: make(chan struct{}), subs: map[string]map[string]heartbeat{}}
+		restart: make(chan struct{}, 1), loaded: make(chan struct{}), subs: map[string]map[string]heartbeat{},
+		pending: map[string]uint64{}, stale: map[string]int{}}
 }
 
 // run keeps the view until ctx ends: it watches the bucket's member keys,
@@ -306,7 +310,8 @@ func (mv *memberView) run(ctx context.Context) {
 		mv.follow(ctx, w, &first)
 		_ = w.Stop()
 		mv.mu.Lock()
-		mv.ready, mv.stale = false, 0
+		mv.ready = false
+		clear(mv.stale)
 		mv.mu.Unlock()
 	}
 }
@@ -402,33 +407,34 @@ func (mv *memberView) members(subscription, self string) ([]string, error) {
 	return members, nil
 }
 
-// wrote tells the view that this replica wrote its heartbeat key at
-// revision rev: the next check expects to find it.
+// wrote tells the view that this replica wrote heartbeat key at revision
+// rev: key's next check expects to find it.
 func (mv *memberView) wrote(key string, rev uint64) {
 	mv.mu.Lock()
-	mv.ownKey, mv.ownRev = key, rev
+	mv.pending[key] = rev
 	mv.mu.Unlock()
 }
 
-// check compares the view with this replica's last heartbeat write
-// (wrote): when the view has not seen it staleChecks times in a row, the
-// watch is started again. Called at the start of every cycle, so the
-// watch has a cycle (TTL/4) to bring each write.
-func (mv *memberView) check() {
+// check compares the view with this replica's last write of heartbeat
+// key (wrote): when the view has missed the writes of a key at
+// staleChecks checks in a row, the watch is started again. Called at the
+// start of the cycle that writes key, so the watch has a cycle (TTL/4) to
+// bring each write.
+func (mv *memberView) check(key string) {
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
-	if !mv.ready || mv.ownKey == "" {
+	rev, ok := mv.pending[key]
+	if !mv.ready || !ok {
 		return
 	}
-	sub, id, _ := wire.ParseMemberKey(mv.ownKey)
-	seen := mv.subs[sub][id].rev == mv.ownRev
-	mv.ownKey = ""
-	if seen {
-		mv.stale = 0
+	delete(mv.pending, key)
+	sub, id, _ := wire.ParseMemberKey(key)
+	if mv.subs[sub][id].rev == rev {
+		delete(mv.stale, key)
 		return
 	}
-	if mv.stale++; mv.stale >= staleChecks {
-		mv.stale = 0
+	if mv.stale[key]++; mv.stale[key] >= staleChecks {
+		clear(mv.stale)
 		select {
 		case mv.restart <- struct{}{}:
 		default:
@@ -447,3 +453,38 @@ func (mv *memberView) waitLoaded(ctx context.Context, d time.Duration) {
 	case <-t.Chan():
 	}
 }
+
+// sharedMemberView is the member view a Fleet's ordered units share: made
+// by the first unit that asks for it, run until the Fleet stops.
+type sharedMemberView struct {
+	mu   sync.Mutex
+	ctx  context.Context // the Fleet's run (start)
+	view *memberView
+	wg   sync.WaitGroup
+}
+
+// start sets the context the view runs in once made: the Fleet's run.
+func (sv *sharedMemberView) start(ctx context.Context) {
+	sv.mu.Lock()
+	sv.ctx = ctx
+	sv.mu.Unlock()
+}
+
+// get returns the shared view; the first call makes it with newView and
+// runs it until the context of start ends.
+func (sv *sharedMemberView) get(newView func() *memberView) *memberView {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if sv.view == nil {
+		mv, ctx := newView(), sv.ctx
+		if ctx == nil {
+			ctx = context.Background() // not started: a unit outside Run (tests)
+		}
+		sv.view = mv
+		sv.wg.Go(func() { mv.run(ctx) })
+	}
+	return sv.view
+}
+
+// wait waits for the view's run to end.
+func (sv *sharedMemberView) wait() { sv.wg.Wait() }

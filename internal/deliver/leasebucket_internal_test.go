@@ -101,8 +101,8 @@ func TestMemberViewIsNotReadyBeforeItsFirstKeys(t *testing.T) {
 }
 
 // This replica's own heartbeat must come through the watch within a
-// cycle: a view that missed it twice in a row asks for a new watch,
-// once; one that saw it starts counting again.
+// cycle: a view that missed a key's writes twice in a row asks for a new
+// watch, once; one that saw it starts counting again.
 func TestMemberViewCheckRestartsAWatchThatMissedTwoOwnWrites(t *testing.T) {
 	t.Parallel()
 	mv := newMemberView(nil, time.Minute, clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), func(context.Context, error) {})
@@ -123,22 +123,33 @@ func TestMemberViewCheckRestartsAWatchThatMissedTwoOwnWrites(t *testing.T) {
 	}
 	mv.wrote(key, 1)
 	seen(1)
-	mv.check()
+	mv.check(key)
 	require.Zero(t, restarts(), "the write came through")
 	mv.wrote(key, 2)
-	mv.check()
+	mv.check(key)
 	require.Zero(t, restarts(), "one cycle late is not stale yet")
 	seen(2)
 	mv.wrote(key, 3)
 	seen(3)
-	mv.check()
+	mv.check(key)
 	mv.wrote(key, 4)
-	mv.check()
+	mv.check(key)
 	mv.wrote(key, 5)
-	mv.check()
+	mv.check(key)
 	require.Equal(t, 1, restarts(), "two writes in a row missing: a new watch")
-	mv.check()
+	mv.check(key)
 	require.Zero(t, restarts(), "a check without a write since says nothing")
+
+	// A Fleet's units share the view: a check looks at its own key's
+	// write only.
+	other := wire.MemberKey("t", "self")
+	for rev := uint64(6); rev < 9; rev++ {
+		mv.wrote(other, rev) // on its way, not come through yet
+		mv.wrote(key, rev)
+		seen(rev)
+		mv.check(key)
+		require.Zero(t, restarts(), "another unit's write on its way says nothing about this key")
+	}
 }
 
 // fakeEntry is a key-value entry as a watch brings it.
@@ -204,7 +215,7 @@ func TestMemberViewIsRebuiltAfterTheServersLoss(t *testing.T) {
 	// fake clock paces the view's retries.
 	self := wire.MemberKey("s", "self")
 	require.Eventually(t, func() bool {
-		mv.check()
+		mv.check(self)
 		if _, err := bucket(ctx, js, leaseBucketConfig(ttl)); err != nil {
 			return false
 		}

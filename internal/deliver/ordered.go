@@ -118,8 +118,10 @@ type ordering struct {
 	// partition released to another replica finished (see wakeOnFinish).
 	cycleNow chan struct{}
 	// view is the lease bucket's members, from one watch (set by run
-	// once provisioned).
-	view *memberView
+	// once provisioned); sharedView, when not nil, is the view of the
+	// Fleet this Consumer is a unit of, which view is then taken from.
+	view       *memberView
+	sharedView *sharedMemberView
 }
 
 // newOrdering returns the ordering state of c, or nil when no subscription
@@ -127,6 +129,9 @@ type ordering struct {
 func newOrdering(c *Consumer) *ordering {
 	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log, metrics: c.metrics, warns: newWarnPace(c.cfg.Clock),
 		cycleNow: make(chan struct{}, 1)}
+	if c.cfg.fleet != nil {
+		o.sharedView = &c.cfg.fleet.members
+	}
 	for _, r := range c.runners {
 		if r.sub.Ordered() {
 			r.ord = newOrderedRunner(r, o, c.cfg.Partitions)
@@ -287,12 +292,19 @@ func (o *ordering) run(ctx context.Context) {
 		sw.Subscriptions = append(sw.Subscriptions, r.sub.Name)
 	}
 	watchers.Go(func() { sw.Run(wctx) })
-	o.view = newMemberView(o.leases, o.leaseTTL, o.clock, o.log, func(ctx context.Context, err error) {
-		if bucketGone(err) {
-			o.buckets.restore(ctx)
-		}
-	})
-	watchers.Go(func() { o.view.run(wctx) })
+	newView := func() *memberView {
+		return newMemberView(o.leases, o.leaseTTL, o.clock, o.cfg.Logger, func(ctx context.Context, err error) {
+			if bucketGone(err) {
+				o.buckets.restore(ctx)
+			}
+		})
+	}
+	if o.sharedView != nil { // a Fleet's unit: one view for the replica
+		o.view = o.sharedView.get(newView)
+	} else {
+		o.view = newView()
+		watchers.Go(func() { o.view.run(wctx) })
+	}
 	for _, r := range o.runners {
 		ready := make(chan struct{})
 		watchers.Go(func() { r.ord.parking.Run(wctx, ready) })
@@ -341,13 +353,13 @@ func (o *ordering) cycle(ctx context.Context) {
 	defer cancel()
 	self := o.cfg.ReplicaID
 	start := o.clock.Now()
-	o.view.check() // the last cycle's heartbeat came through the watch
 	renewals := make([]map[int]*renewal, len(o.runners))
 	beats := make([]error, len(o.runners))
 	var wg sync.WaitGroup
 	for i, r := range o.runners {
 		wg.Go(func() {
 			key := wire.MemberKey(r.sub.Name, self)
+			o.view.check(key) // the last cycle's heartbeat came through the watch
 			rev, err := o.leases.Put(cctx, key, []byte(self))
 			if beats[i] = err; err == nil {
 				o.view.wrote(key, rev)
