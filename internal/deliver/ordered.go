@@ -342,12 +342,13 @@ func (o *ordering) run(ctx context.Context) {
 // the bucket, see memberView); a subscription's lease keys are listed
 // only when this replica is under its quota and may claim (leaseKeys).
 //
-// The heartbeats and renewals of every subscription go out together at
-// the cycle's start. One subscription after the other (a heartbeat, a
-// renewal round trip and a listing each), 100 ordered subscriptions on
-// a loaded machine took longer than half the TTL: the last ones' renewals
-// came after their leases' deadlines, their partitions paused and moved,
-// and the replica never settled.
+// The heartbeats and renewals of every ordered subscription of this
+// Consumer (several with a configuration file; a Fleet's units run a
+// cycle each) go out together at the cycle's start. One subscription
+// after the other (a heartbeat, a renewal round trip and a listing each,
+// in turn), the last ones' renewals came later in the cycle, and once
+// round trips were slow, after the deadlines the last cycle set (its
+// start + 3/4 TTL, this cycle's start + TTL/2): their partitions paused.
 func (o *ordering) cycle(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, o.leaseTTL/2)
 	defer cancel()
