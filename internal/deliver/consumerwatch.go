@@ -32,19 +32,44 @@ type consumerWatch struct {
 	// floor is the consumer's ack floor (stream sequence) as last read
 	// (here, or by the partition's fence).
 	floor atomic.Uint64
+	// pulled counts the messages the partition pulled (its run loop
+	// adds them): a read that found the consumer quiet is only repeated
+	// at once when it moved.
+	pulled atomic.Uint64
 }
 
+// quietReads is how many of watchConsumer's ticks make one read while
+// the partition is quiet: its last read found nothing pending on the
+// consumer (NumAckPending and NumPending 0) and nothing was pulled since,
+// so the ack floor cannot have moved and nothing can age out of the copy.
+// A read every tick, 1,600 idle partitions (100 ordered subscriptions)
+// made 320 consumer info requests a second; a quiet one now reads every
+// 12 ticks (60 s), which still finds a consumer deleted while it is idle.
+const quietReads = 12
+
 // watchConsumer reads the partition consumer's state every
-// ordercopy.CheckEvery until ctx ends: it records its ack floor (where a
+// ordercopy.CheckEvery (every quietReads of them while the partition is
+// quiet) until ctx ends: it records its ack floor (where a
 // consumer deleted at run time is made again from, see ensureConsumer),
 // releases the partition when the consumer is gone (the ownership loop
 // makes it again and claims the partition anew), and reports an unsettled
 // event about to age out of the copy (checkRetention).
 func (cw *consumerWatch) watchConsumer(ctx context.Context) {
 	var warned uint64
+	quiet, seen, skipped := false, uint64(0), 0
 	for ctx.Err() == nil {
+		if quiet && cw.pulled.Load() == seen && skipped < quietReads-1 {
+			skipped++
+			select {
+			case <-ctx.Done():
+			case <-cw.clock.After(cw.every):
+			}
+			continue
+		}
+		skipped, seen = 0, cw.pulled.Load()
 		ictx, cancel := context.WithTimeout(ctx, kvTimeout)
 		info, err := cw.cons.Info(ictx)
+		quiet = false
 		switch {
 		case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 			cancel()
@@ -55,6 +80,7 @@ func (cw *consumerWatch) watchConsumer(ctx context.Context) {
 		case err == nil:
 			cw.floor.Store(info.AckFloor.Stream)
 			warned = cw.checkRetention(ictx, info.AckFloor.Stream, warned)
+			quiet = info.NumAckPending == 0 && info.NumPending == 0
 		}
 		cancel()
 		select {

@@ -26,6 +26,9 @@ type fleetShared struct {
 	// units is the number of the Fleet's subscriptions (Put adds, Pause
 	// takes away).
 	units atomic.Int64
+	// members is the lease bucket's member view of the ordered units:
+	// one watch for the replica (memberView).
+	members sharedMemberView
 }
 
 // newFleetShared builds the health of cfg (defaults filled) once.
@@ -60,6 +63,8 @@ func newHealth(js jetstream.JetStream, cfg Config, names []string) (*health.Stat
 // healthLoadTimeout), then calls started and follows the health bucket
 // until ctx ends; it returns once the announcements under way are sent.
 func (s *fleetShared) run(ctx context.Context, started func()) {
+	s.members.start(ctx)
+	defer s.members.wait()
 	lctx, cancel := context.WithTimeout(ctx, healthLoadTimeout)
 	s.health.Load(lctx)
 	cancel()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
@@ -161,4 +162,106 @@ func TestOrderedDeliveryGoesOnAfterItsBucketsAreDeletedWhileRunning(t *testing.T
 		return len(acc["order-a"]) >= 6 && len(acc["order-b"]) >= 6
 	}, 30*time.Second, 10*time.Millisecond, "delivery goes on after the buckets are deleted")
 	requireInOrder(t, rc.accepted(), streams, 6)
+}
+
+// A replica shares an ordered subscription's partitions with the members
+// its watch of the lease bucket shows, and claims only partitions whose
+// lease key nobody holds. Here the test is the other replica ("zz"): it
+// heartbeats, so the replica releases half of the partitions; it takes
+// those leases and renews them, and the replica leaves them alone; it
+// dies (stops writing), and once its keys expire the replica takes every
+// partition again.
+func TestOrderedReplicaFollowsMembersAndLeavesLeasesTakenElsewhere(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for lease keys to expire (2 s TTL)")
+	}
+	t.Parallel()
+	b := setupOrdered(t)
+	rc := newReceiver(t, status(http.StatusNoContent))
+	const name = "shared"
+	b.runOrdered(t, deliver.Config{ReplicaID: "r1", Partitions: 4, LeaseTTL: 2 * time.Second}, orderedSub(name, rc.URL))
+	var kv jetstream.KeyValue
+	require.Eventually(t, func() bool {
+		var err error
+		kv, err = b.js.KeyValue(b.ctx, wire.DefaultLeaseBucket)
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	// owners returns each partition's lease holder.
+	owners := func() map[int]string {
+		out := map[int]string{}
+		l, err := kv.ListKeysFiltered(b.ctx, wire.SubscriptionLeaseFilter(name))
+		if err != nil {
+			return nil
+		}
+		defer func() { _ = l.Stop() }()
+		for k := range l.Keys() {
+			if e, err := kv.Get(b.ctx, k); err == nil {
+				_, p, _ := wire.ParseLeaseKey(k)
+				out[p] = string(e.Value())
+			}
+		}
+		return out
+	}
+	held := func(o map[int]string, replica string) (ps []int) {
+		for p, r := range o {
+			if r == replica {
+				ps = append(ps, p)
+			}
+		}
+		return ps
+	}
+	require.Eventually(t, func() bool { return len(held(owners(), "r1")) == 4 }, 10*time.Second, 20*time.Millisecond, "alone, r1 owns every partition")
+
+	// zz joins: its heartbeat, then its leases, renewed every 300 ms.
+	var mu sync.Mutex
+	revs := map[int]uint64{} // zz's leases and their revisions
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			_, _ = kv.Put(b.ctx, wire.MemberKey(name, "zz"), []byte("zz"))
+			mu.Lock()
+			for p, rev := range revs {
+				if r, err := kv.Update(b.ctx, wire.LeaseKey(name, p), []byte("zz"), rev); err == nil {
+					revs[p] = r
+				}
+			}
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	})
+	t.Cleanup(func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	})
+	require.Eventually(t, func() bool { return len(held(owners(), "r1")) == 2 }, 10*time.Second, 20*time.Millisecond,
+		"with zz a member, r1 keeps its quota of 2 and releases the rest")
+	for p := range 4 {
+		if rev, err := kv.Create(b.ctx, wire.LeaseKey(name, p), []byte("zz")); err == nil {
+			mu.Lock()
+			revs[p] = rev
+			mu.Unlock()
+		}
+	}
+	mu.Lock()
+	require.Len(t, revs, 2, "zz took the two free partitions")
+	mu.Unlock()
+	require.Never(t, func() bool {
+		o := owners()
+		return len(held(o, "r1")) != 2 || len(held(o, "zz")) != 2
+	}, 2*time.Second, 50*time.Millisecond, "r1 leaves zz's leases alone")
+
+	// zz dies: its member and lease keys expire after the TTL.
+	close(stop)
+	wg.Wait()
+	require.Eventually(t, func() bool { return len(held(owners(), "r1")) == 4 }, 15*time.Second, 20*time.Millisecond,
+		"once zz's keys expired, r1 owns every partition again")
 }

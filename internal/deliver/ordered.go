@@ -117,6 +117,11 @@ type ordering struct {
 	// cycleNow, when it holds a value, starts the next cycle at once: a
 	// partition released to another replica finished (see wakeOnFinish).
 	cycleNow chan struct{}
+	// view is the lease bucket's members, from one watch (set by run
+	// once provisioned); sharedView, when not nil, is the view of the
+	// Fleet this Consumer is a unit of, which view is then taken from.
+	view       *memberView
+	sharedView *sharedMemberView
 }
 
 // newOrdering returns the ordering state of c, or nil when no subscription
@@ -124,6 +129,9 @@ type ordering struct {
 func newOrdering(c *Consumer) *ordering {
 	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log, metrics: c.metrics, warns: newWarnPace(c.cfg.Clock),
 		cycleNow: make(chan struct{}, 1)}
+	if c.cfg.fleet != nil {
+		o.sharedView = &c.cfg.fleet.members
+	}
 	for _, r := range c.runners {
 		if r.sub.Ordered() {
 			r.ord = newOrderedRunner(r, o, c.cfg.Partitions)
@@ -284,6 +292,19 @@ func (o *ordering) run(ctx context.Context) {
 		sw.Subscriptions = append(sw.Subscriptions, r.sub.Name)
 	}
 	watchers.Go(func() { sw.Run(wctx) })
+	newView := func() *memberView {
+		return newMemberView(o.leases, o.leaseTTL, o.clock, o.cfg.Logger, func(ctx context.Context, err error) {
+			if bucketGone(err) {
+				o.buckets.restore(ctx)
+			}
+		})
+	}
+	if o.sharedView != nil { // a Fleet's unit: one view for the replica
+		o.view = o.sharedView.get(newView)
+	} else {
+		o.view = newView()
+		watchers.Go(func() { o.view.run(wctx) })
+	}
 	for _, r := range o.runners {
 		ready := make(chan struct{})
 		watchers.Go(func() { r.ord.parking.Run(wctx, ready) })
@@ -298,6 +319,9 @@ func (o *ordering) run(ctx context.Context) {
 	// its end, a slow cycle (1/2 TTL at most) left the next one's
 	// renewals past the deadlines the last one set (3/4 TTL).
 	every := o.leaseTTL / 4
+	// The first cycle shares from the members the bucket holds: the
+	// view's first keys (a cycle at most), not an empty view.
+	o.view.waitLoaded(ctx, every)
 	for ctx.Err() == nil {
 		began := o.clock.Now()
 		o.cycle(ctx)
@@ -312,52 +336,53 @@ func (o *ordering) run(ctx context.Context) {
 	watchers.Wait()
 }
 
-// view returns, for subscription, the ids of the live replicas, sorted,
-// with self among them, and the partitions whose lease key exists (held by
-// any replica), from one listing of the lease bucket.
-func (o *ordering) view(ctx context.Context, subscription string) (members []string, taken map[int]bool, err error) {
-	l, err := o.leases.ListKeysFiltered(ctx, wire.MemberFilter(subscription), wire.SubscriptionLeaseFilter(subscription))
-	if err != nil {
-		return nil, nil, err
-	}
-	taken = map[int]bool{}
-	for k := range l.Keys() {
-		if _, id, ok := wire.ParseMemberKey(k); ok {
-			members = append(members, id)
-		} else if _, p, ok := wire.ParseLeaseKey(k); ok {
-			taken[p] = true
-		}
-	}
-	_ = l.Stop() // the lister stopped itself after the last key
-	self := o.cfg.ReplicaID
-	if !slices.Contains(members, self) {
-		members = append(members, self)
-	}
-	slices.Sort(members)
-	return members, taken, nil
-}
-
-// cycle heartbeats, then for every ordered subscription and partition
-// renews what it holds, releases what is no longer its share and claims
-// its share.
+// cycle heartbeats and renews every lease this replica holds, then for
+// every ordered subscription releases what is no longer its share and
+// claims its share. Membership comes from the member view (one watch of
+// the bucket, see memberView); a subscription's lease keys are listed
+// only when this replica is under its quota and may claim (leaseKeys).
+//
+// The heartbeats and renewals of every ordered subscription of this
+// Consumer (several with a configuration file; a Fleet's units run a
+// cycle each) go out together at the cycle's start. One subscription
+// after the other (a heartbeat, a renewal round trip and a listing each,
+// in turn), the last ones' renewals came later in the cycle, and once
+// round trips were slow, after the deadlines the last cycle set (its
+// start + 3/4 TTL, this cycle's start + TTL/2): their partitions paused.
 func (o *ordering) cycle(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, o.leaseTTL/2)
 	defer cancel()
 	self := o.cfg.ReplicaID
 	start := o.clock.Now()
-	for _, r := range o.runners {
-		if _, err := o.leases.Put(cctx, wire.MemberKey(r.sub.Name, self), []byte(self)); err != nil {
+	renewals := make([]map[int]*renewal, len(o.runners))
+	beats := make([]error, len(o.runners))
+	var wg sync.WaitGroup
+	for i, r := range o.runners {
+		wg.Go(func() {
+			key := wire.MemberKey(r.sub.Name, self)
+			o.view.check(key) // the last cycle's heartbeat came through the watch
+			rev, err := o.leases.Put(cctx, key, []byte(self))
+			if beats[i] = err; err == nil {
+				o.view.wrote(key, rev)
+			}
+		})
+		wg.Go(func() { renewals[i] = r.ord.renewAll(cctx, o, start) })
+	}
+	wg.Wait()
+	gone := false
+	for i, r := range o.runners {
+		if err := beats[i]; err != nil {
 			o.warns.warn(r.log, r.sub.Name, "membership heartbeat failed", slog.Any("error", err))
+			gone = gone || bucketGone(err)
 		}
 	}
-	for _, r := range o.runners {
-		renewals := r.ord.renewAll(cctx, o, start)
-		members, taken, err := o.view(cctx, r.sub.Name)
+	if gone {
+		o.buckets.restore(ctx) // cctx may be spent on the heartbeats that failed
+	}
+	for i, r := range o.runners {
+		members, err := o.view.members(r.sub.Name, self)
 		if err != nil {
-			r.log.Warn("listing consumer replicas failed; keeping the current partitions", slog.Any("error", err))
-			if bucketGone(err) {
-				o.buckets.restore(ctx) // cctx may be spent on the heartbeats that failed
-			}
+			o.warns.warn(o.log, "", "the lease bucket's members are not known yet; keeping the current partitions, claiming none", slog.Any("error", err))
 		}
 		var owned []int
 		for p, pt := range r.ord.parts {
@@ -365,7 +390,21 @@ func (o *ordering) cycle(ctx context.Context) {
 				owned = append(owned, p)
 			}
 		}
+		var taken map[int]bool
+		listed := true
+		if members != nil && len(owned) < quota(o.cfg.Partitions, members, self) {
+			if taken, err = o.leaseKeys(cctx, r.sub.Name); err != nil {
+				o.warns.warn(r.log, r.sub.Name, "listing the subscription's leases failed; claiming nothing this round", slog.Any("error", err))
+				listed = false
+				if bucketGone(err) {
+					o.buckets.restore(ctx)
+				}
+			}
+		}
 		keep, _, claim := share(o.cfg.Partitions, members, self, owned, taken)
+		if !listed {
+			claim = nil
+		}
 		// Held partitions first (renewed, or released when no longer
 		// wanted), then claims.
 		for _, p := range append(r.ord.ownedOrReleasing(), claim...) {
@@ -376,10 +415,28 @@ func (o *ordering) cycle(ctx context.Context) {
 				return // or shutting down: shutdown releases everything
 			}
 			want := slices.Contains(keep, p) || slices.Contains(claim, p)
-			r.ord.step(cctx, o, p, want, members == nil, start, renewals[p])
+			r.ord.step(cctx, o, p, want, members == nil, start, renewals[i][p])
 		}
 		r.ord.report()
 	}
+}
+
+// leaseKeys returns the partitions of subscription whose lease key
+// exists (held by any replica, self included), from one listing of the
+// lease bucket.
+func (o *ordering) leaseKeys(ctx context.Context, subscription string) (map[int]bool, error) {
+	l, err := o.leases.ListKeysFiltered(ctx, wire.SubscriptionLeaseFilter(subscription))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = l.Stop() }() // the lister stopped itself after the last key
+	taken := map[int]bool{}
+	for k := range l.Keys() {
+		if _, p, ok := wire.ParseLeaseKey(k); ok {
+			taken[p] = true
+		}
+	}
+	return taken, nil
 }
 
 // shutdown releases every partition and waits for their deliveries, then

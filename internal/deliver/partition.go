@@ -334,6 +334,7 @@ func (pt *partition) run() {
 		}
 		if err == nil {
 			pt.probe.saw(msg, pt.book)
+			pt.watch.pulled.Add(1)
 			c := consumerSeq(msg)
 			if !fencing && pt.deliveryGap(pt.received, c) {
 				fencing = true
@@ -352,6 +353,13 @@ func (pt *partition) run() {
 			fence.add(msg)
 		case err == nil:
 			pt.dispatch(msg, &wg)
+		case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
+			// The pull found the consumer gone: released at once, as the
+			// consumer watch does (which reads a quiet partition's
+			// consumer only every quietReads ticks); the ownership loop
+			// makes it again and claims the partition anew.
+			pt.log.Warn("the partition consumer no longer exists; releasing the partition to create it again", slog.Any("error", err))
+			pt.release()
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			pt.log.Warn("partition pull ended; restarting it")
 			iter, err = pt.cons.Messages(partitionPullOpts(pt.pullBatch)...)

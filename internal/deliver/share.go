@@ -27,15 +27,13 @@ import (
 // fence. Replicas that disagree on membership for a round at worst leave
 // a partition unowned or claim one more than their quota until the next
 // round; a partition never has two owners (the lease key's Create decides).
+//
+// taken is only read when self is under its quota (see quota): a caller
+// may leave it nil otherwise.
 func share(partitions int, members []string, self string, owned []int, taken map[int]bool) (keep, release, claim []int) {
-	i := slices.Index(members, self)
-	if i < 0 {
+	q := quota(partitions, members, self)
+	if q < 0 {
 		return nil, nil, nil
-	}
-	n := len(members)
-	quota := partitions / n
-	if i < partitions%n {
-		quota++
 	}
 	byPreference := func(ps []int) {
 		slices.SortFunc(ps, func(a, b int) int {
@@ -51,12 +49,12 @@ func share(partitions int, members []string, self string, owned []int, taken map
 	}
 	mine := slices.Clone(owned)
 	byPreference(mine)
-	if len(mine) > quota {
-		keep, release = mine[:quota], mine[quota:]
+	if len(mine) > q {
+		keep, release = mine[:q], mine[q:]
 	} else {
 		keep = mine
 	}
-	if missing := quota - len(keep); missing > 0 {
+	if missing := q - len(keep); missing > 0 {
 		var free []int
 		for p := range partitions {
 			if !taken[p] && !slices.Contains(owned, p) {
@@ -67,6 +65,22 @@ func share(partitions int, members []string, self string, owned []int, taken map
 		claim = free[:min(missing, len(free))]
 	}
 	return keep, release, claim
+}
+
+// quota is self's quota of the partitions among members (sorted ids):
+// partitions/n, one more for the first partitions mod n members; -1 when
+// self is not among them.
+func quota(partitions int, members []string, self string) int {
+	i := slices.Index(members, self)
+	if i < 0 {
+		return -1
+	}
+	n := len(members)
+	q := partitions / n
+	if i < partitions%n {
+		q++
+	}
+	return q
 }
 
 // rendezvous is replica's preference score for partition p.

@@ -1,0 +1,237 @@
+package deliver
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// leaseBucketConfig is the lease bucket of the lease view's tests.
+func leaseBucketConfig(ttl time.Duration) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: wire.DefaultLeaseBucket, TTL: ttl, History: 1, Storage: jetstream.FileStorage}
+}
+
+// startMemberView runs a member view of kv on clock until the test ends
+// and waits for its first keys.
+func startMemberView(t *testing.T, kv jetstream.KeyValue, ttl time.Duration, clock clockwork.Clock, failed func(context.Context, error)) *memberView {
+	t.Helper()
+	lv := newMemberView(kv, ttl, clock, slog.New(slog.DiscardHandler), failed)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); lv.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-lv.loaded:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the member view did not load the bucket's keys")
+	}
+	return lv
+}
+
+// viewIs reports whether lv's members of subscription s, for replica
+// self, are members.
+func viewIs(lv *memberView, s, self string, members ...string) bool {
+	m, err := lv.members(s, self)
+	return err == nil && slices.Equal(m, members)
+}
+
+// The member view follows the bucket's member keys from one watch: the
+// keys there when it starts, a member that appears, one that leaves
+// (SIGTERM deletes its key) and one that dies (its key expires after the
+// TTL: nothing comes through the watch, the view drops it by the
+// server's time it estimates, moved here by the fake clock), for the
+// subscription asked about only; lease keys are not members.
+func TestMemberViewFollowsMembers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	js := startJetStream(t)
+	const ttl = time.Minute
+	kv, err := js.CreateKeyValue(ctx, leaseBucketConfig(ttl))
+	require.NoError(t, err)
+	put := func(key string) {
+		t.Helper()
+		_, err := kv.Put(ctx, key, []byte("x"))
+		require.NoError(t, err)
+	}
+	put(wire.MemberKey("s", "r1"))
+	put(wire.LeaseKey("s", 0))
+	put(wire.MemberKey("other", "r9"))
+	clock := clockwork.NewFakeClock()
+	mv := startMemberView(t, kv, ttl, clock, func(context.Context, error) {})
+	require.True(t, viewIs(mv, "s", "self", "r1", "self"), "the keys there before the watch")
+	require.True(t, viewIs(mv, "none", "self", "self"), "a subscription without members")
+
+	put(wire.MemberKey("s", "r2"))
+	require.Eventually(t, func() bool { return viewIs(mv, "s", "self", "r1", "r2", "self") },
+		5*time.Second, 5*time.Millisecond, "a member that appears")
+	require.NoError(t, kv.Delete(ctx, wire.MemberKey("s", "r2")))
+	require.Eventually(t, func() bool { return viewIs(mv, "s", "self", "r1", "self") },
+		5*time.Second, 5*time.Millisecond, "a member that leaves")
+
+	clock.Advance(ttl / 2)
+	require.True(t, viewIs(mv, "s", "self", "r1", "self"), "a member lives until its TTL")
+	clock.Advance(ttl / 2)
+	require.True(t, viewIs(mv, "s", "self", "self"), "a member not heard of for a TTL has expired")
+	require.True(t, viewIs(mv, "other", "self", "self"))
+
+	put(wire.MemberKey("s", "r1"))
+	require.Eventually(t, func() bool { return viewIs(mv, "s", "self", "r1", "self") },
+		5*time.Second, 5*time.Millisecond, "a member that heartbeats again after its expiry")
+}
+
+// A view that has not sent every key yet says so: a cycle then claims and
+// releases nothing (share's unknown membership).
+func TestMemberViewIsNotReadyBeforeItsFirstKeys(t *testing.T) {
+	t.Parallel()
+	mv := newMemberView(nil, time.Minute, clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), func(context.Context, error) {})
+	_, err := mv.members("s", "self")
+	require.ErrorIs(t, err, errViewNotReady)
+}
+
+// This replica's own heartbeat must come through the watch within a
+// cycle: a view that missed a key's writes twice in a row asks for a new
+// watch, once; one that saw it starts counting again.
+func TestMemberViewCheckRestartsAWatchThatMissedTwoOwnWrites(t *testing.T) {
+	t.Parallel()
+	mv := newMemberView(nil, time.Minute, clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), func(context.Context, error) {})
+	mv.ready = true
+	key := wire.MemberKey("s", "self")
+	restarts := func() int {
+		select {
+		case <-mv.restart:
+			return 1
+		default:
+			return 0
+		}
+	}
+	seen := func(rev uint64) {
+		mv.mu.Lock()
+		mv.applyLocked(mv.subs, fakeEntry{key: key, rev: rev, at: time.Now()})
+		mv.mu.Unlock()
+	}
+	mv.wrote(key, 1)
+	seen(1)
+	mv.check(key)
+	require.Zero(t, restarts(), "the write came through")
+	mv.wrote(key, 2)
+	mv.check(key)
+	require.Zero(t, restarts(), "one cycle late is not stale yet")
+	seen(2)
+	mv.wrote(key, 3)
+	seen(3)
+	mv.check(key)
+	mv.wrote(key, 4)
+	mv.check(key)
+	mv.wrote(key, 5)
+	mv.check(key)
+	require.Equal(t, 1, restarts(), "two writes in a row missing: a new watch")
+	mv.check(key)
+	require.Zero(t, restarts(), "a check without a write since says nothing")
+
+	// A Fleet's units share the view: a check looks at its own key's
+	// write only.
+	other := wire.MemberKey("t", "self")
+	for rev := uint64(6); rev < 9; rev++ {
+		mv.wrote(other, rev) // on its way, not come through yet
+		mv.wrote(key, rev)
+		seen(rev)
+		mv.check(key)
+		require.Zero(t, restarts(), "another unit's write on its way says nothing about this key")
+	}
+}
+
+// fakeEntry is a key-value entry as a watch brings it.
+type fakeEntry struct {
+	jetstream.KeyValueEntry
+	key string
+	rev uint64
+	at  time.Time
+	op  jetstream.KeyValueOp
+}
+
+func (e fakeEntry) Key() string                     { return e.key }
+func (e fakeEntry) Revision() uint64                { return e.rev }
+func (e fakeEntry) Created() time.Time              { return e.at }
+func (e fakeEntry) Operation() jetstream.KeyValueOp { return e.op }
+
+// The server is lost with its store (a new empty server on the same
+// address): the lease bucket is gone. The view's watch ends or resumes
+// past the new bucket's end; either way the view is rebuilt from the
+// bucket made again (as buckets.restore does), and it misses nothing
+// written there: the old members are gone from it, the new ones in it.
+func TestMemberViewIsRebuiltAfterTheServersLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts a JetStream server and waits for the client to reconnect")
+	}
+	t.Parallel()
+	ctx := t.Context()
+	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
+	require.NoError(t, err)
+	u, err := url.Parse(srv.ClientURL())
+	require.NoError(t, err)
+	port, err := strconv.Atoi(u.Port())
+	require.NoError(t, err)
+	nc, err := srv.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	const ttl = time.Hour
+	kv, err := js.CreateKeyValue(ctx, leaseBucketConfig(ttl))
+	require.NoError(t, err)
+	for i := range 20 { // the old bucket's sequences run past the new one's
+		_, err = kv.Put(ctx, wire.MemberKey("s", "r1"), []byte("r1"))
+		require.NoError(t, err, "put %d", i)
+	}
+	clock := clockwork.NewFakeClock()
+	restore := func(ctx context.Context, err error) {
+		if bucketGone(err) {
+			_, _ = bucket(ctx, js, leaseBucketConfig(ttl))
+		}
+	}
+	mv := startMemberView(t, kv, ttl, clock, restore)
+	require.True(t, viewIs(mv, "s", "self", "r1", "self"))
+
+	srv.Shutdown()
+	srv2, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: port})
+	require.NoError(t, err)
+	t.Cleanup(srv2.Shutdown)
+	require.Eventually(t, nc.IsConnected, 10*time.Second, 10*time.Millisecond)
+
+	// What the ordering cycle does: heartbeat (the bucket made again
+	// when gone), tell the view, and check it at the next cycle; the
+	// fake clock paces the view's retries.
+	self := wire.MemberKey("s", "self")
+	require.Eventually(t, func() bool {
+		mv.check(self)
+		if _, err := bucket(ctx, js, leaseBucketConfig(ttl)); err != nil {
+			return false
+		}
+		if _, err := kv.Put(ctx, wire.MemberKey("s", "r3"), []byte("r3")); err != nil {
+			return false
+		}
+		rev, err := kv.Put(ctx, self, []byte("self"))
+		if err != nil {
+			return false
+		}
+		mv.wrote(self, rev)
+		clock.Advance(time.Second)
+		return viewIs(mv, "s", "self", "r3", "self")
+	}, 60*time.Second, 100*time.Millisecond, "the view rebuilt from the new bucket: r1 gone, r3 there")
+
+	require.NoError(t, kv.Delete(ctx, wire.MemberKey("s", "r3")))
+	require.Eventually(t, func() bool { return viewIs(mv, "s", "self", "self") },
+		5*time.Second, 5*time.Millisecond, "the rebuilt view follows the bucket")
+}
