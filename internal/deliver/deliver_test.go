@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/breaker"
@@ -76,7 +77,30 @@ func (b bundle) publishWith(t *testing.T, id int64, stream, name, data string, h
 }
 
 // run starts a consumer and stops it at cleanup, requiring a clean return.
+// The function it returns cancels the consumer's context and returns at
+// once: the consumer may still be finishing what it had in hand (see
+// runStopped).
 func (b bundle) run(t *testing.T, cfg deliver.Config, subs ...subscription.Subscription) context.CancelFunc {
+	t.Helper()
+	cancel, _ := b.start(t, cfg, subs...)
+	return cancel
+}
+
+// runStopped is run whose returned function also waits for the
+// consumer's Run to return (20 s at most, an error otherwise): after it,
+// nothing of that consumer sends, counts or writes any more.
+func (b bundle) runStopped(t *testing.T, cfg deliver.Config, subs ...subscription.Subscription) func() {
+	t.Helper()
+	cancel, wait := b.start(t, cfg, subs...)
+	return func() {
+		cancel()
+		wait()
+	}
+}
+
+// start starts a consumer; it returns its cancel and a wait for its Run's
+// return (once, then at once), which cleanup calls too.
+func (b bundle) start(t *testing.T, cfg deliver.Config, subs ...subscription.Subscription) (context.CancelFunc, func()) {
 	t.Helper()
 	c, err := deliver.New(b.js, cfg, subs...)
 	require.NoError(t, err)
@@ -91,16 +115,22 @@ func (b bundle) run(t *testing.T, cfg deliver.Config, subs ...subscription.Subsc
 			return err == nil
 		}, 10*time.Second, 5*time.Millisecond, "durable consumer %q created", s.Name)
 	}
+	var once sync.Once
+	wait := func() {
+		once.Do(func() {
+			select {
+			case err := <-done:
+				assert.NoError(t, err, "Run's return")
+			case <-time.After(20 * time.Second):
+				t.Error("Run did not return after cancel")
+			}
+		})
+	}
 	t.Cleanup(func() {
 		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(20 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
+		wait()
 	})
-	return cancel
+	return cancel, wait
 }
 
 func (b bundle) info(t *testing.T, name string) *jetstream.ConsumerInfo {

@@ -62,7 +62,10 @@ func TestFailureStreakSurvivesARestart(t *testing.T) {
 
 	// The first replica fails three times: the streak is in the bucket,
 	// started at its first failure.
-	stop := b.run(t, cfg, s)
+	// runStopped: the first replica has stopped for good before the
+	// clock moves on, or a failure it still had in hand would count
+	// under the old streak and disable the subscription itself.
+	stop := b.runStopped(t, cfg, s)
 	b.publish(t, 1, "order-1", "OrderPlaced", `{}`)
 	require.Eventually(t, func() bool { _, ok := streak(); return ok }, 10*time.Second, 10*time.Millisecond, "streak written")
 	since, _ := streak()
