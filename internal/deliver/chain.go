@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -274,7 +274,7 @@ func leaderFirstAfter(ctx context.Context, js jetstream.JetStream, name string, 
 		if err != nil {
 			return 0, nil, err
 		}
-		m, err := js.Conn().RequestWithContext(ctx, apiSubject(js, "STREAM.MSG.GET."+name), req)
+		m, err := js.Conn().RequestWithContext(ctx, jsapi.Subject(js, "STREAM.MSG.GET."+name), req)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -317,24 +317,7 @@ func leaderFirstAfter(ctx context.Context, js jetstream.JetStream, name string, 
 // directGetSubject is the direct get API subject of JetStream stream name
 // for js's API prefix or domain.
 func directGetSubject(js jetstream.JetStream, name string) string {
-	return apiSubject(js, "DIRECT.GET."+name)
-}
-
-// apiSubject is the JetStream API subject ending in suffix (such as
-// "STREAM.MSG.GET.<stream>") for js's API prefix or domain.
-func apiSubject(js jetstream.JetStream, suffix string) string {
-	o := js.Options()
-	prefix := jetstream.DefaultAPIPrefix
-	switch {
-	case o.Domain != "":
-		prefix = "$JS." + o.Domain + ".API."
-	case o.APIPrefix != "":
-		prefix = o.APIPrefix
-		if !strings.HasSuffix(prefix, ".") {
-			prefix += "."
-		}
-	}
-	return prefix + suffix
+	return jsapi.Subject(js, "DIRECT.GET."+name)
 }
 
 // orderFieldsOf returns the ordering fields of the webhook of a message

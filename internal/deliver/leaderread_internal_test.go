@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -103,7 +104,7 @@ func TestLookUpsReadWhatTheStreamLeaderHas(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = follower.Unsubscribe() })
-	leader := countRequests(t, nc, apiSubject(js, "STREAM.MSG.GET.COPY"))
+	leader := countRequests(t, nc, jsapi.Subject(js, "STREAM.MSG.GET.COPY"))
 	subjects := []string{lookupKey + ".*"}
 
 	for _, n := range []uint64{3, 0} {
@@ -136,7 +137,7 @@ func TestSuccessorLookUpAsksTheStreamLeader(t *testing.T) {
 	nc := js.Conn()
 	lookupCopy(t, js, 1, true)
 	direct := countRequests(t, nc, directGetSubject(js, "COPY"))
-	leader := countRequests(t, nc, apiSubject(js, "STREAM.MSG.GET.COPY"))
+	leader := countRequests(t, nc, jsapi.Subject(js, "STREAM.MSG.GET.COPY"))
 	sc := lookupSuccessors(t, js)
 
 	for after, want := range map[uint64]uint64{0: 1, 1: 3, 3: 4, 4: 5, 5: 0} {

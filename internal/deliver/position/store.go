@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 )
 
 // BucketConfig is the positions bucket's configuration as Bucket creates
@@ -57,7 +58,7 @@ func leaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string) 
 	if err != nil {
 		return nil, 0, err
 	}
-	m, err := js.Conn().RequestWithContext(ctx, apiSubject(js, "STREAM.MSG.GET.KV_"+bucket), req)
+	m, err := js.Conn().RequestWithContext(ctx, jsapi.Subject(js, "STREAM.MSG.GET.KV_"+bucket), req)
 	if err != nil {
 		return nil, 0, fmt.Errorf("position: read %q from the leader of bucket %q: %w", key, bucket, err)
 	}
@@ -85,17 +86,4 @@ func leaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string) 
 		return nil, 0, nil // a delete marker
 	}
 	return resp.Message.Data, resp.Message.Seq, nil
-}
-
-// apiSubject is the JetStream API subject ending in suffix for js's API
-// prefix or domain.
-func apiSubject(js jetstream.JetStream, suffix string) string {
-	o := js.Options()
-	switch {
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API." + suffix
-	case o.APIPrefix != "":
-		return strings.TrimSuffix(o.APIPrefix, ".") + "." + suffix
-	}
-	return jetstream.DefaultAPIPrefix + suffix
 }

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -137,7 +137,7 @@ func (r *Reader) directBatch(ctx context.Context, from uint64) ([]*nats.Msg, err
 	if err != nil {
 		return nil, err
 	}
-	if err := nc.PublishRequest(apiSubject(r.js, "DIRECT.GET."+r.cfg.Stream), inbox, req); err != nil {
+	if err := nc.PublishRequest(jsapi.Subject(r.js, "DIRECT.GET."+r.cfg.Stream), inbox, req); err != nil {
 		return nil, fmt.Errorf("catch-up of %s: %w", r.cfg.Stream, err)
 	}
 	var out []*nats.Msg
@@ -189,23 +189,4 @@ func (r *Reader) directEvent(m *nats.Msg) (Event, error) {
 		p = -1
 	}
 	return Event{Seq: seq, Subject: subject, Partition: p, Header: h, Data: m.Data, Time: stored}, nil
-}
-
-// apiSubject is the JetStream API subject ending in suffix for js's API
-// prefix or domain (the engine root's apiSubject, chain.go, spelled
-// again here because a room does not import the root; one goes when the
-// root's look-ups move to their own room, stage 8 of the design).
-func apiSubject(js jetstream.JetStream, suffix string) string {
-	o := js.Options()
-	prefix := jetstream.DefaultAPIPrefix
-	switch {
-	case o.Domain != "":
-		prefix = "$JS." + o.Domain + ".API."
-	case o.APIPrefix != "":
-		prefix = o.APIPrefix
-		if !strings.HasSuffix(prefix, ".") {
-			prefix += "."
-		}
-	}
-	return prefix + suffix
 }
