@@ -307,6 +307,7 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 	// The pipeline: its processes by name.
 	procs := map[string]*proc.Process{}
 	ops := 0
+	var profOps map[string]int // with -profile-dir: the processes profiled during the run, by ops port
 	if p == "bridge" {
 		f.subs = []string{liveSubOrdered, liveSubUnordered}
 		bridge, bops, err := e.startBridgeAtURL(ctx, bus.urls, url, schema, e.cfg.LiveBridgeArgs...)
@@ -323,13 +324,18 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 		if err != nil {
 			return f, err
 		}
-		cons, err := e.procs.Start("consumer", e.cfg.Bin+"/consumer", []string{"run", "-c", cfgFile, "--nats-url", bus.urls,
-			"--ops-addr", fmt.Sprintf("127.0.0.1:%d", cops), "--log-level", "warn"}, liveSecretEnv+"="+secret)
+		cargs := []string{"run", "-c", cfgFile, "--nats-url", bus.urls,
+			"--ops-addr", fmt.Sprintf("127.0.0.1:%d", cops), "--log-level", "warn"}
+		if e.cfg.ProfileDir != "" {
+			cargs = append(cargs, "--pprof")
+		}
+		cons, err := e.procs.Start("consumer", e.cfg.Bin+"/consumer", cargs, liveSecretEnv+"="+secret)
 		if err != nil {
 			return f, err
 		}
 		defer cons.Stop(20 * time.Second)
 		procs["consumer"] = cons
+		profOps = map[string]int{"bridge": bops, "consumer": cops}
 		if err := proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", cops), cons); err != nil {
 			return f, err
 		}
@@ -394,6 +400,9 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 	rejected0, _ := recv.rejected()
 	f.load[0] = loadAvg()
 	events := int(float64(rate) * dur.Seconds())
+	for name, port := range profOps {
+		e.profile(fmt.Sprintf("livepipe-%s-%d", name, rate), port)
+	}
 	run, err := e.generateLive(ctx, genURL, schema, dir, "run", events, rate, e.cfg.LiveZipf, func() {
 		f.backlog = map[string]int{}
 		for _, s := range f.subs {
