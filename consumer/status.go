@@ -2,12 +2,15 @@ package consumer
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
 
 // Status is the ordered subscriptions' ownership as the lease bucket holds
@@ -129,4 +132,29 @@ func ReadPositions(ctx context.Context, js jetstream.JetStream, stream string) (
 		stream = DefaultStream
 	}
 	return deliver.ReadPositions(ctx, js, stream)
+}
+
+// SharedPosition is one partition of the shared delivery engine's
+// positions bucket (jsbridge_positions; docs/design/next-engine.md, D4):
+// its record (owner, claim, epoch, floor, per-stream entries, members,
+// streams set aside, retries) and its subscriptions' cursors, decoded
+// from their binary encoding. The engine that writes it is being built
+// and no released consumer runs it yet; `consumer status` shows it when
+// the bucket exists.
+type SharedPosition = position.Stored
+
+// ReadSharedPositions reads every partition of the shared engine's
+// positions bucket, in partition order, without claiming or writing
+// anything. It returns none when the bucket does not exist; errors are
+// the bucket's, or a record or cursor that cannot be decoded (naming its
+// key).
+func ReadSharedPositions(ctx context.Context, js jetstream.JetStream) ([]SharedPosition, error) {
+	kv, err := js.KeyValue(ctx, position.DefaultBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the positions bucket %q: %w", position.DefaultBucket, err)
+	}
+	return position.ReadAll(ctx, kv)
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -15,7 +17,7 @@ import (
 // statusCmd prints each subscription's start and position, who owns
 // what among the consumer replicas, and the stuck streams.
 type statusCmd struct {
-	JSON bool      `name:"json" help:"Print the status as one JSON object (positions, replicas, partitions, stuck streams, copies) instead of tables."`
+	JSON bool      `name:"json" help:"Print the status as one JSON object (positions, replicas, partitions, stuck streams, copies, and the shared engine's partition records when its bucket exists) instead of tables."`
 	out  io.Writer // stdout; tests set it
 }
 
@@ -26,6 +28,7 @@ type statusJSON struct {
 	Subscriptions []consumer.SubscriptionStatus `json:"subscriptions"`
 	Stuck         []consumer.StuckStream        `json:"stuck"`
 	Copies        []consumer.CopyLag            `json:"copies"`
+	Shared        []consumer.SharedPosition     `json:"shared_positions,omitempty"`
 }
 
 func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
@@ -43,10 +46,14 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	shared, err := consumer.ReadSharedPositions(ctx, js)
+	if err != nil {
+		return err
+	}
 	if c.JSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(statusJSON{Positions: positions, Replicas: st.Replicas, Subscriptions: st.Subscriptions, Stuck: st.Stuck, Copies: st.Copies})
+		return enc.Encode(statusJSON{Positions: positions, Replicas: st.Replicas, Subscriptions: st.Subscriptions, Stuck: st.Stuck, Copies: st.Copies, Shared: shared})
 	}
 	if err := printDisabled(ctx, js, w); err != nil {
 		return err
@@ -117,7 +124,46 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if len(st.Copies) == 0 {
 		fmt.Fprintln(tw, "(no partitioned copy: no ordered subscription ran yet)")
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printShared(w, shared)
+}
+
+// printShared prints the shared engine's partition records (nothing when
+// its bucket does not exist or holds none): one line a partition with
+// its owner, epoch, floor and how many entries of each kind it holds,
+// then each cursor. `--json` gives them whole.
+func printShared(w io.Writer, shared []consumer.SharedPosition) error {
+	if len(shared) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "SHARED PARTITION\tOWNER\tEPOCH\tFLOOR\tSTREAM ENTRIES\tMEMBERS\tASIDES\tRETRIES\tCURSORS\tWRITTEN\n")
+	for _, s := range shared {
+		r := s.Record
+		entries := len(r.Streams)
+		for _, own := range r.Ahead {
+			entries += len(own)
+		}
+		written := "-"
+		if !s.Updated.IsZero() {
+			written = s.Updated.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", s.Partition, cmp.Or(r.Owner, "-"), r.Epoch, r.Floor,
+			entries, len(r.Members), len(r.Asides), len(r.Retries), len(s.Cursors), written)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range shared {
+		for _, sub := range slices.Sorted(maps.Keys(s.Cursors)) {
+			c := s.Cursors[sub]
+			fmt.Fprintf(w, "partition %d: %s has a cursor (%s) from sequence %d\n", s.Partition, sub, c.State, c.Floor+1)
+		}
+	}
+	return nil
 }
 
 // printStuck prints the stuck streams' table (nothing when there is

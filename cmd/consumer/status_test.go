@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/consumer"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/ops"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -90,4 +91,52 @@ func TestStatusListsStuckStreams(t *testing.T) {
 	require.Equal(t, "3", st.Stuck[1].HeadVersion)
 	require.Equal(t, parkedAt, st.Stuck[1].Since)
 	require.Contains(t, st.Stuck[1].Next, "consumer dlq replay --seq N")
+}
+
+// consumer status shows the shared engine's partition records, decoded
+// from the positions bucket's binary encoding (which `nats kv get` cannot
+// show): a line a partition and each cursor; --json carries the records
+// whole. Without the bucket it shows nothing of them.
+func TestStatusShowsSharedPositions(t *testing.T) {
+	t.Parallel()
+	k := newRuntimeKit(t)
+	require.NotContains(t, k.statusOut(t), "SHARED PARTITION", "no positions bucket")
+
+	kv, err := position.Bucket(k.ctx, k.js, "", 1)
+	require.NoError(t, err)
+	p, err := position.Claim(k.ctx, k.js, kv, position.Config{Partition: 5, Owner: "replica-a", Epoch: 4})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(k.ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	p.Edit(func(r *position.Record) { r.Floor, r.Members["orders"], r.Members["audit"] = 40, 0, 0 })
+	p.Settled("orders", "order-42", position.Entry{Seq: 44, Version: 3})
+	require.True(t, p.Detach("audit", "breaker"))
+	require.NoError(t, p.Wait(k.ctx, "orders", "order-42", 44))
+
+	out := k.statusOut(t)
+	require.Regexp(t, `(?m)^5\s+replica-a\s+4\s+40\s+1\s+1\s+0\s+0\s+1\s+\d{4}-`, out)
+	require.Contains(t, out, "partition 5: audit has a cursor (breaker) from sequence 41")
+
+	var st struct {
+		Shared []struct {
+			Partition int `json:"partition"`
+			Record    struct {
+				Owner string                                  `json:"owner"`
+				Floor uint64                                  `json:"floor"`
+				Ahead map[string]map[string]map[string]uint64 `json:"ahead"`
+			} `json:"record"`
+			Cursors map[string]struct {
+				State string `json:"state"`
+			} `json:"cursors"`
+		} `json:"shared_positions"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(k.statusOut(t, "--json")), &st))
+	require.Len(t, st.Shared, 1)
+	require.Equal(t, 5, st.Shared[0].Partition)
+	require.Equal(t, "replica-a", st.Shared[0].Record.Owner)
+	require.Equal(t, uint64(40), st.Shared[0].Record.Floor)
+	require.Equal(t, map[string]uint64{"seq": 44, "version": 3}, st.Shared[0].Record.Ahead["orders"]["order-42"])
+	require.Equal(t, "breaker", st.Shared[0].Cursors["audit"].State)
 }

@@ -69,34 +69,35 @@ func cursorFilter(p int) string { return "cur.*.p" + strconv.Itoa(p) }
 // version, which names the version chain's predecessor of the stream's
 // next event without a look-up.
 type Entry struct {
-	Seq     uint64
-	Version uint64
+	Seq     uint64 `json:"seq"`
+	Version uint64 `json:"version"`
 }
 
 // Aside is one stream of one subscription set aside (stuck, parked,
 // order-stuck): its events from From (an events stream sequence) on are
 // not dispatched to the subscription until it is re-read.
 type Aside struct {
-	Sub, Stream string
-	From        uint64
-	State       string // "stuck", "parked", "order-stuck"
+	Sub    string `json:"subscription"`
+	Stream string `json:"stream"`
+	From   uint64 `json:"from"`
+	State  string `json:"state"` // "stuck", "parked", "order-stuck"
 }
 
 // Retry carries the failed attempts at one event (Seq) of a subscription
 // across owners; for an unordered subscription it also lets the floor
 // pass the event.
 type Retry struct {
-	Sub      string
-	Seq      uint64
-	Attempts uint64
+	Sub      string `json:"subscription"`
+	Seq      uint64 `json:"seq"`
+	Attempts uint64 `json:"attempts"`
 }
 
 // Detached is a group of subscriptions given cursors in one commit whose
 // own cursor keys are not written yet (a mass outage): their events above
 // From are covered by the group until their keys are.
 type Detached struct {
-	From uint64
-	Subs []string
+	From uint64   `json:"from"`
+	Subs []string `json:"subscriptions"`
 }
 
 // Record is partition N's position record, stored under Key(N).
@@ -105,30 +106,31 @@ type Detached struct {
 type Record struct {
 	// Owner is the replica that wrote it; Claim the token its claim drew
 	// (unique to that claim); Epoch the claim's lease epoch.
-	Owner, Claim string
-	Epoch        uint64
+	Owner string `json:"owner,omitempty"`
+	Claim string `json:"claim,omitempty"`
+	Epoch uint64 `json:"epoch,omitempty"`
 	// Created is the creation time of the events stream whose sequences
 	// the record holds (Unix nanoseconds; 0: unknown): a record of a
 	// stream deleted and made again (its sequences start again) is not
 	// read.
-	Created int64
+	Created int64 `json:"created,omitempty"`
 	// Floor: every event of the partition at or below it was settled for
 	// every live subscription that takes it, or is covered by an aside, a
 	// retry, a detached group or a cursor.
-	Floor uint64
+	Floor uint64 `json:"floor"`
 	// Streams maps a stream to its last event settled by every live
 	// subscription that takes it, above Floor.
-	Streams map[string]Entry
+	Streams map[string]Entry `json:"streams,omitempty"`
 	// Ahead maps a subscription to the streams it settled further than
 	// Streams says, above Floor.
-	Ahead map[string]map[string]Entry
+	Ahead map[string]map[string]Entry `json:"ahead,omitempty"`
 	// Members maps a live subscription to the sequence from which it is
 	// live on the partition (joined, or rejoined after a cursor): every
 	// event of it at or below was settled, or is not for it.
-	Members  map[string]uint64
-	Asides   []Aside
-	Retries  []Retry
-	Detached []Detached
+	Members  map[string]uint64 `json:"members,omitempty"`
+	Asides   []Aside           `json:"asides,omitempty"`
+	Retries  []Retry           `json:"retries,omitempty"`
+	Detached []Detached        `json:"detached,omitempty"`
 }
 
 // Covers reports whether the record says subscription sub settled the
@@ -173,15 +175,15 @@ func (r *Record) clone() Record {
 type Cursor struct {
 	// State says why it is not live: "behind", "breaker", "disabled",
 	// "paused", "throttled".
-	State string
+	State string `json:"state"`
 	// Floor: every event of the partition the subscription takes at or
 	// below it was settled; its read goes on from Floor+1.
-	Floor uint64
+	Floor uint64 `json:"floor"`
 	// Streams: per stream, the last event settled above Floor (an
 	// ordered subscription).
-	Streams map[string]Entry
+	Streams map[string]Entry `json:"streams,omitempty"`
 	// Above: events settled above Floor, ascending (an unordered one).
-	Above []uint64
+	Above []uint64 `json:"above,omitempty"`
 }
 
 // Covers reports whether the cursor says the event at seq of stream was

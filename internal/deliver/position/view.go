@@ -1,0 +1,114 @@
+package position
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stored is one partition as the positions bucket holds it, read without
+// claiming it: what `consumer status` shows of the shared engine, since
+// the record's binary encoding is not readable with `nats kv get`.
+type Stored struct {
+	// Partition is N of pos.p<N>.
+	Partition int `json:"partition"`
+	// Revision and Updated are the record key's last write (0 and zero
+	// when the partition has cursor keys and no record).
+	Revision uint64    `json:"revision"`
+	Updated  time.Time `json:"updated"`
+	// Record is the decoded record (the zero Record when there is none).
+	Record Record `json:"record"`
+	// Cursors are the partition's cursor keys by subscription.
+	Cursors map[string]Cursor `json:"cursors,omitempty"`
+}
+
+// ReadAll reads every partition record (pos.p<N>) and cursor key
+// (cur.<subscription>.p<N>) of the positions bucket kv, in partition
+// order; other keys are passed over. It claims and writes nothing, and
+// reads what the bucket's replica answering it holds, so a record being
+// committed may show a commit behind. An empty bucket gives none.
+// Errors: ErrCorrupt (wrapped, naming the key), and the bucket's.
+func ReadAll(ctx context.Context, kv jetstream.KeyValue) ([]Stored, error) {
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("position: list the keys of bucket %q: %w", kv.Bucket(), err)
+	}
+	defer lister.Stop()
+	byPartition := map[int]*Stored{}
+	at := func(p int) *Stored {
+		s := byPartition[p]
+		if s == nil {
+			s = &Stored{Partition: p}
+			byPartition[p] = s
+		}
+		return s
+	}
+	for key := range lister.Keys() {
+		sub, p, ok := parseKey(key)
+		if !ok {
+			continue
+		}
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // deleted since the listing
+		}
+		if err != nil {
+			return nil, fmt.Errorf("position: read %q of bucket %q: %w", key, kv.Bucket(), err)
+		}
+		s := at(p)
+		if sub == "" {
+			rec, err := decodeRecord(e.Value())
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", key, err)
+			}
+			s.Record, s.Revision, s.Updated = rec, e.Revision(), e.Created()
+			continue
+		}
+		c, err := decodeCursor(e.Value())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		if s.Cursors == nil {
+			s.Cursors = map[string]Cursor{}
+		}
+		s.Cursors[sub] = c
+	}
+	out := make([]Stored, 0, len(byPartition))
+	for _, s := range byPartition {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b Stored) int { return cmp.Compare(a.Partition, b.Partition) })
+	return out, ctx.Err()
+}
+
+// parseKey reads a record key ("pos.p<N>": sub "") or a cursor key
+// ("cur.<sub>.p<N>") of the bucket.
+func parseKey(key string) (sub string, p int, ok bool) {
+	tokens := strings.Split(key, ".")
+	switch {
+	case len(tokens) == 2 && tokens[0] == "pos":
+	case len(tokens) == 3 && tokens[0] == "cur" && tokens[1] != "":
+		sub = tokens[1]
+	default:
+		return "", 0, false
+	}
+	n, found := strings.CutPrefix(tokens[len(tokens)-1], "p")
+	if !found {
+		return "", 0, false
+	}
+	p, err := strconv.Atoi(n)
+	if err != nil || p < 0 {
+		return "", 0, false
+	}
+	return sub, p, true
+}
