@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/consumer"
-	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/ops"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -93,50 +92,41 @@ func TestStatusListsStuckStreams(t *testing.T) {
 	require.Contains(t, st.Stuck[1].Next, "consumer dlq replay --seq N")
 }
 
-// consumer status shows the shared engine's partition records, decoded
-// from the positions bucket's binary encoding (which `nats kv get` cannot
-// show): a line a partition and each cursor; --json carries the records
-// whole. Without the bucket it shows nothing of them.
+// consumer status shows nothing of the shared engine without its
+// positions bucket; with records (consumer.ReadSharedPositions reads them,
+// tested in package consumer) it prints a line a partition and each
+// cursor, and --json carries them whole under shared_positions.
 func TestStatusShowsSharedPositions(t *testing.T) {
 	t.Parallel()
 	k := newRuntimeKit(t)
 	require.NotContains(t, k.statusOut(t), "SHARED PARTITION", "no positions bucket")
+	var noBucket map[string]any
+	require.NoError(t, json.Unmarshal([]byte(k.statusOut(t, "--json")), &noBucket))
+	require.NotContains(t, noBucket, "shared_positions")
 
-	kv, err := position.Bucket(k.ctx, k.js, "", 1)
+	const stored = `[{"partition": 5, "revision": 9, "updated": "2026-11-29T04:00:00Z",
+	  "record": {"owner": "replica-a", "epoch": 4, "floor": 40,
+	    "streams": {"user-7": {"seq": 41, "version": 2}},
+	    "ahead": {"orders": {"order-42": {"seq": 44, "version": 3}}},
+	    "members": {"orders": 0},
+	    "asides": [{"subscription": "orders", "stream": "order-9", "from": 42, "state": "parked"}]},
+	  "cursors": {"audit": {"state": "breaker", "floor": 40}}},
+	 {"partition": 7, "revision": 0, "updated": "0001-01-01T00:00:00Z", "record": {"floor": 0},
+	  "cursors": {"audit": {"state": "paused", "floor": 12}}}]`
+	var shared []consumer.SharedPosition
+	require.NoError(t, json.Unmarshal([]byte(stored), &shared))
+	var out strings.Builder
+	require.NoError(t, printShared(&out, shared))
+	require.Regexp(t, `(?m)^5\s+replica-a\s+4\s+40\s+2\s+1\s+1\s+0\s+1\s+2026-11-29T04:00:00Z$`, out.String())
+	require.Regexp(t, `(?m)^7\s+-\s+0\s+0\s+0\s+0\s+0\s+0\s+1\s+-$`, out.String())
+	require.Contains(t, out.String(), "partition 5: audit has a cursor (breaker) from sequence 41")
+	require.Contains(t, out.String(), "partition 7: audit has a cursor (paused) from sequence 13")
+
+	raw, err := json.Marshal(statusJSON{Shared: shared})
 	require.NoError(t, err)
-	p, err := position.Claim(k.ctx, k.js, kv, position.Config{Partition: 5, Owner: "replica-a", Epoch: 4})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(k.ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	p.Edit(func(r *position.Record) { r.Floor, r.Members["orders"], r.Members["audit"] = 40, 0, 0 })
-	p.Settled("orders", "order-42", position.Entry{Seq: 44, Version: 3})
-	require.True(t, p.Detach("audit", "breaker"))
-	require.NoError(t, p.Wait(k.ctx, "orders", "order-42", 44))
-
-	out := k.statusOut(t)
-	require.Regexp(t, `(?m)^5\s+replica-a\s+4\s+40\s+1\s+1\s+0\s+0\s+1\s+\d{4}-`, out)
-	require.Contains(t, out, "partition 5: audit has a cursor (breaker) from sequence 41")
-
-	var st struct {
-		Shared []struct {
-			Partition int `json:"partition"`
-			Record    struct {
-				Owner string                                  `json:"owner"`
-				Floor uint64                                  `json:"floor"`
-				Ahead map[string]map[string]map[string]uint64 `json:"ahead"`
-			} `json:"record"`
-			Cursors map[string]struct {
-				State string `json:"state"`
-			} `json:"cursors"`
-		} `json:"shared_positions"`
+	var round struct {
+		Shared []consumer.SharedPosition `json:"shared_positions"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(k.statusOut(t, "--json")), &st))
-	require.Len(t, st.Shared, 1)
-	require.Equal(t, 5, st.Shared[0].Partition)
-	require.Equal(t, "replica-a", st.Shared[0].Record.Owner)
-	require.Equal(t, uint64(40), st.Shared[0].Record.Floor)
-	require.Equal(t, map[string]uint64{"seq": 44, "version": 3}, st.Shared[0].Record.Ahead["orders"]["order-42"])
-	require.Equal(t, "breaker", st.Shared[0].Cursors["audit"].State)
+	require.NoError(t, json.Unmarshal(raw, &round))
+	require.Equal(t, shared, round.Shared)
 }
