@@ -5,13 +5,23 @@
 // sequence it delivered when its server goes or a delivery is missed),
 // handing on in stream order the events of the partitions the replica
 // owns and dropping the others, and the catch-up that brings a partition
-// taken below the reader's head up to it by batched direct gets.
+// taken below the reader's head up to it by batched direct gets; and the
+// cursors (Cursor), a subscription's own read of its events by direct
+// gets up to a target the caller gives, the reader's head.
 //
 // A Reader is driven by one goroutine, the replica's dispatch loop: Next,
 // Take, Release and Head are not safe for concurrent use, and that is
 // what makes a take-over exact — the head cannot move while the loop
-// decides where a partition starts. Nothing in the engine uses it yet
-// (the design's stage 6 wires it in).
+// decides where a partition starts. A Cursor is driven by one goroutine
+// too, any one: it shares only the connection and the configuration with
+// the Reader it came from. Nothing in the engine uses them yet (the
+// design's stage 6 wires them in).
+//
+// Direct gets may be answered by any replica of the stream, and a
+// follower that lags answers short: below the target. A read never takes
+// that for the end; it reads again, and after ShortReads short answers
+// in a row asks the stream's leader ($JS.API.STREAM.MSG.GET), which
+// alone knows what the stream holds.
 package reader
 
 import (
@@ -31,14 +41,15 @@ import (
 // sequence it cannot use; the message names the field and the value.
 var ErrInvalidConfig = errors.New("invalid reader config")
 
-// ErrBehind is wrapped by Next when a catch-up's direct gets keep
-// answering below its target (every replica that answers lags, or the
-// events were removed): the caller releases the partitions being caught
-// up and takes them again later.
-var ErrBehind = errors.New("events stream answers below the catch-up's target")
+// ErrBehind is wrapped by Reader.Next and Cursor.Next when a read's
+// direct gets answered below its target ShortReads times in a row and
+// the stream's leader did not answer either (an election, the stream
+// deleted): the read stays where it was; the caller tries again later,
+// or releases the partitions being caught up.
+var ErrBehind = errors.New("events stream answers below the read's target")
 
-// ErrNoDirectGet is wrapped by Next when nobody answers a catch-up's
-// direct get: the events stream has AllowDirect off.
+// ErrNoDirectGet is wrapped by Reader.Next and Cursor.Next when nobody
+// answers a direct get: the events stream has AllowDirect off.
 var ErrNoDirectGet = errors.New("events stream answers no direct gets (AllowDirect off)")
 
 // Config configures a Reader. The zero value reads "events.>" of EVENTS
@@ -62,16 +73,17 @@ type Config struct {
 	// InactiveThreshold is how long the server keeps the reader's
 	// consumer once nobody pulls (a dead replica's). Default 30 s.
 	InactiveThreshold time.Duration
-	// Batch is how many events one catch-up direct get asks for.
-	// Default 256.
+	// Batch is how many events one direct get of the catch-up or of a
+	// cursor asks for. Default 256.
 	Batch int
 	// ReadTimeout bounds the wait for each message of a direct get's
-	// answer. Default 5 s.
+	// answer, and for the leader's answer. Default 5 s.
 	ReadTimeout time.Duration
-	// ShortReads is how many answers in a row without an event at or
-	// below the catch-up's target Next takes before it gives up with
-	// ErrBehind (it reads again after 50 ms, 100 ms, … between them).
-	// Default 10.
+	// ShortReads is how many direct get answers in a row that ended
+	// below the read's target (neither a full batch nor reaching past
+	// the target) a read takes before it asks the stream's leader; after
+	// the leader answered an event, the next short answer goes to the
+	// leader at once. Default 3.
 	ShortReads int
 	// Logger receives the reader's recreations and skipped subjects
 	// (Debug). Default: discard.
@@ -107,7 +119,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.ReadTimeout = 5 * time.Second
 	}
 	if c.ShortReads == 0 {
-		c.ShortReads = 10
+		c.ShortReads = 3
 	}
 	for _, f := range []struct {
 		name string
@@ -151,6 +163,7 @@ type Event struct {
 type Reader struct {
 	cfg Config
 	js  jetstream.JetStream
+	get direct
 	oc  jetstream.Consumer
 	it  jetstream.MessagesContext
 
@@ -191,7 +204,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, from uint64) 
 	if err != nil {
 		return nil, fmt.Errorf("reader of %s: read its consumer: %w", cfg.Stream, err)
 	}
-	return &Reader{cfg: cfg, js: js, oc: oc, it: it, head: from - 1,
+	return &Reader{cfg: cfg, js: js, get: direct{js: js, cfg: cfg}, oc: oc, it: it, head: from - 1,
 		owned: make([]bool, cfg.Partitions), liveFrom: make([]uint64, cfg.Partitions)}, nil
 }
 
@@ -244,7 +257,7 @@ func (r *Reader) Release(p int) {
 // taken partition at or past where it went live. It blocks until there
 // is one or ctx ends. A catch-up that cannot reach its target returns an
 // error wrapping ErrBehind or ErrNoDirectGet (the partitions stay taken,
-// their catch-up where it was; Release them). When the reader's server
+// their catch-up where it was: call Next again, or Release them). When the reader's server
 // goes, nats.go recreates its consumer from the last sequence read + 1
 // and Next goes on; its error is ctx's, or the consumer's when it was
 // stopped.
