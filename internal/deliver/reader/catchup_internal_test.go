@@ -48,7 +48,7 @@ func TestACatchUpPastWhatTheStreamHoldsEndsWhereTheLeaderSays(t *testing.T) {
 	defer cancel()
 	got := map[uint64]bool{}
 	for {
-		ev, ok, err := r.nextCaughtUp(ctx)
+		ev, ok, _, err := r.nextCaughtUp(ctx)
 		require.NoError(t, err)
 		if !ok {
 			break

@@ -251,10 +251,15 @@ func (r *Reader) Release(p int) {
 	r.catch.drop(p)
 }
 
-// Next returns the next event of a partition taken: first, while a
-// catch-up runs, the caught-up partitions' events up to the head they
-// were taken at, then the events read live, in stream order, each of a
-// taken partition at or past where it went live. It blocks until there
+// Next returns the next event of a partition taken, each partition's in
+// stream order: a partition taken at or above the head, live from its
+// floor on; one taken below it, first its events up to the head (the
+// catch-up), then live. While a catch-up runs the live read goes on
+// between its batches (at most Batch/2 messages a batch, those the
+// reader has at hand), handing on the live partitions' events and
+// moving the catch-up's target past the caught-up partitions' ones; the
+// catch-up ends when it reaches the head, and its partitions go live
+// from there. It blocks until there
 // is one or ctx ends. A catch-up that cannot reach its target returns an
 // error wrapping ErrBehind or ErrNoDirectGet (the partitions stay taken,
 // their catch-up where it was: call Next again, or Release them). When the reader's server
@@ -263,32 +268,61 @@ func (r *Reader) Release(p int) {
 // stopped.
 func (r *Reader) Next(ctx context.Context) (Event, error) {
 	for {
-		ev, ok, err := r.nextCaughtUp(ctx)
+		ev, ok, poll, err := r.nextCaughtUp(ctx)
 		if err != nil || ok {
 			return ev, err
 		}
-		m, err := r.it.Next(jetstream.NextContext(ctx))
+		var m jetstream.Msg
+		if poll {
+			// The catch-up's live turn: what the reader has at hand, not
+			// a wait for more.
+			if m, err = r.it.Next(jetstream.NextMaxWait(livePoll)); errors.Is(err, nats.ErrTimeout) {
+				r.catch.turn = 0
+				continue
+			}
+			r.catch.turn--
+		} else {
+			m, err = r.it.Next(jetstream.NextContext(ctx))
+		}
 		if err != nil {
 			return Event{}, fmt.Errorf("reader of %s: %w", r.cfg.Stream, err)
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return Event{}, fmt.Errorf("reader of %s: a message without metadata: %w", r.cfg.Stream, err)
+		if ev, ok, err := r.live(m); err != nil || ok {
+			return ev, err
 		}
-		r.head = md.Sequence.Stream
-		p, ok := wire.SubjectPartition(r.cfg.Prefix, m.Subject(), len(r.owned))
-		if !ok {
-			r.unpartitioned++
-			r.cfg.Logger.Debug("reader passed over a subject of no event", slog.String("subject", m.Subject()),
-				slog.Uint64("seq", r.head))
-			continue
-		}
-		if !r.owned[p] || r.head < r.liveFrom[p] {
-			continue
-		}
-		return Event{Seq: r.head, Subject: m.Subject(), Partition: p, Header: m.Headers(), Data: m.Data(),
-			Time: md.Timestamp}, nil
 	}
+}
+
+// livePoll is how long the catch-up's live turn waits for a message the
+// reader does not have at hand.
+const livePoll = time.Millisecond
+
+// live moves the head to m, read live, and returns its event when it is
+// to be handed on: of a partition taken, live at m. A partition being
+// caught up is not live yet: its catch-up's target moves to m, so that
+// the catch-up reads it again, in its order.
+func (r *Reader) live(m jetstream.Msg) (Event, bool, error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return Event{}, false, fmt.Errorf("reader of %s: a message without metadata: %w", r.cfg.Stream, err)
+	}
+	r.head = md.Sequence.Stream
+	p, ok := wire.SubjectPartition(r.cfg.Prefix, m.Subject(), len(r.owned))
+	if !ok {
+		r.unpartitioned++
+		r.cfg.Logger.Debug("reader passed over a subject of no event", slog.String("subject", m.Subject()),
+			slog.Uint64("seq", r.head))
+		return Event{}, false, nil
+	}
+	if _, catching := r.catch.after[p]; catching {
+		r.catch.to = r.head
+		return Event{}, false, nil
+	}
+	if !r.owned[p] || r.head < r.liveFrom[p] {
+		return Event{}, false, nil
+	}
+	return Event{Seq: r.head, Subject: m.Subject(), Partition: p, Header: m.Headers(), Data: m.Data(),
+		Time: md.Timestamp}, true, nil
 }
 
 // Stop ends the live read and deletes the reader's current consumer
