@@ -37,8 +37,9 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// ErrInvalidConfig is wrapped by Open for a Config field or start
-// sequence it cannot use; the message names the field and the value.
+// ErrInvalidConfig is wrapped by Open and NewCursor for a Config field,
+// start sequence or filter they cannot use; the message names the field
+// and the value.
 var ErrInvalidConfig = errors.New("invalid reader config")
 
 // ErrBehind is wrapped by Reader.Next and Cursor.Next when a read's

@@ -24,7 +24,7 @@ type bus struct {
 	partition map[uint64]int
 }
 
-func setup(t *testing.T, allowDirect bool) *bus {
+func setup(t testing.TB, allowDirect bool) *bus {
 	t.Helper()
 	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
 	require.NoError(t, err)
