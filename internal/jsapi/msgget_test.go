@@ -9,21 +9,15 @@ import (
 
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 )
 
 // LeaderGet returns the message a request names with its own headers,
 // found false when none matches, and JetStream's error as an APIError.
 func TestLeaderGet(t *testing.T) {
 	t.Parallel()
-	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true})
+	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
+	_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true})
 	require.NoError(t, err)
 	for _, subject := range []string{"s.a", "s.b", "s.a"} {
 		_, err := js.PublishMsg(t.Context(), &nats.Msg{Subject: subject, Data: []byte(subject), Header: nats.Header{"K": []string{subject}}})

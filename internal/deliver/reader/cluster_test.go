@@ -16,6 +16,26 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
+// cluster starts a 3-node JetStream cluster with the events stream at R3,
+// AllowDirect on, and connects to it.
+func cluster(t *testing.T) (*embedded.Cluster, jetstream.JetStream) {
+	t.Helper()
+	c, err := embedded.StartCluster(embedded.ClusterConfig{Dir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(c.Shutdown)
+	nc, err := c.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // a new cluster may refuse an R3 stream for a moment
+		_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.DefaultEventsStream,
+			Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, Replicas: 3, AllowDirect: true})
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond)
+	return c, js
+}
+
 // The server hosting the reader's consumer (R1, memory) is shut down
 // mid-flow on a 3-node cluster with the events at R3: the reader
 // recreates its consumer on a live server from the last sequence it read
@@ -25,21 +45,9 @@ func TestReaderHandsOnEveryEventOnceAcrossItsServersLoss(t *testing.T) {
 		t.Skip("starts a 3-node JetStream cluster and waits for a consumer's recovery (seconds)")
 	}
 	t.Parallel()
-	c, err := embedded.StartCluster(embedded.ClusterConfig{Dir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(c.Shutdown)
-	nc, err := c.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	c, js := cluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	require.Eventually(t, func() bool { // a new cluster may refuse an R3 stream for a moment
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream,
-			Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, Replicas: 3, AllowDirect: true})
-		return err == nil
-	}, 30*time.Second, 200*time.Millisecond)
 
 	publish := func(from, n int) {
 		for k := from; k < from+n; k++ {
@@ -99,21 +107,9 @@ func TestReadsOnAClusterWithLaggingReplicasHandOnEveryEventOnce(t *testing.T) {
 		t.Skip("starts a 3-node JetStream cluster and restarts a node (seconds)")
 	}
 	t.Parallel()
-	c, err := embedded.StartCluster(embedded.ClusterConfig{Dir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(c.Shutdown)
-	nc, err := c.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	c, js := cluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	require.Eventually(t, func() bool {
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream,
-			Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, Replicas: 3, AllowDirect: true})
-		return err == nil
-	}, 30*time.Second, 200*time.Millisecond)
 	b := &bus{js: js, partition: map[uint64]int{}}
 	b.publish(t, 100)
 	leaderGets, host := lagging(t, js, false)
