@@ -204,6 +204,13 @@ type Provisioned struct {
 	// Compressed reports whether the stream's file store is compressed
 	// (S2; for an existing stream, its own, whatever was asked).
 	Compressed bool
+	// AllowDirect reports whether the stream answers direct gets
+	// ($JS.API.DIRECT.GET, allow_direct), which the consumer's readers
+	// use to read a stretch of it back without a consumer (a
+	// subscription catching up, a new owner's catch-up). A created
+	// stream has it; an existing one keeps its own, with a warning when
+	// it is off.
+	AllowDirect bool
 	// Warnings are human-readable problems of an existing stream that do not
 	// stop the bridge but weaken its guarantees (a duplicate window shorter
 	// than configured, memory storage). Empty when there are none.
@@ -214,13 +221,15 @@ type Provisioned struct {
 // missing, Provision creates it with subjects "<prefix>.>", file storage,
 // cfg.DuplicateWindow, cfg.Replicas, cfg.MaxMsgSize, cfg.Limits (the
 // oldest messages discarded first) and, when cfg.Compress, S2
-// compression. When it exists (or another bridge creates it
-// concurrently), Provision changes nothing: it fails with
-// ErrSubjectsNotCovered unless one of the stream's subjects covers
-// "<prefix>.>", and adds a warning to Provisioned when the stream's
-// duplicate window is shorter than cfg.DuplicateWindow, its replica count
-// is not cfg.Replicas, its limits are not cfg.Limits, it is not
-// compressed although cfg.Compress asks for it, or its storage is memory.
+// compression, and AllowDirect (direct gets, which the consumer's readers
+// use). When it exists (or another bridge creates it concurrently),
+// Provision changes nothing: it fails with ErrSubjectsNotCovered unless
+// one of the stream's subjects covers "<prefix>.>", and adds a warning to
+// Provisioned when the stream's duplicate window is shorter than
+// cfg.DuplicateWindow, it does not allow batched publishing (nats-server
+// 2.14+) or direct gets, its replica count is not cfg.Replicas, its
+// limits are not cfg.Limits, it is not compressed although cfg.Compress
+// asks for it, or its storage is memory.
 // Invalid cfg fields fail with ErrInvalidConfig, replicas above 1 on a
 // standalone server with ErrReplicasNotSupported; JetStream errors are
 // returned wrapped.
@@ -253,6 +262,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 			// Fast batches (nats-server 2.14+): see Forwarder.
 			AllowBatchPublish: serverAtLeast(js.Conn(), 2, 14),
 			Compression:       compression(cfg.Compress),
+			// Direct gets: reads of a stretch of events by sequence or
+			// subject that any replica may answer, for the consumer's
+			// readers (docs/design/next-engine.md, section 3).
+			AllowDirect: true,
 		})
 		if err == nil {
 			info := s.CachedInfo()
@@ -266,6 +279,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 				BatchPublish:    info.Config.AllowBatchPublish,
 				Limits:          LimitsOf(info.Config),
 				Compressed:      info.Config.Compression != jetstream.NoCompression,
+				AllowDirect:     info.Config.AllowDirect,
 			}, nil
 		}
 		var api *jetstream.APIError
@@ -292,6 +306,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 		BatchPublish:    info.Config.AllowBatchPublish,
 		Limits:          LimitsOf(info.Config),
 		Compressed:      info.Config.Compression != jetstream.NoCompression,
+		AllowDirect:     info.Config.AllowDirect,
 	}
 	covered := false
 	for _, have := range info.Config.Subjects {
@@ -326,6 +341,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 			"JetStream stream %s is not compressed, and compression was asked for; it is left as it is (an existing stream's configuration is the operator's): "+
 				"turn it on with: nats stream edit %s --compression s2 (JetStream compresses the blocks it writes after the server's next restart)", cfg.Name, cfg.Name))
 	}
+	if !p.AllowDirect {
+		p.Warnings = append(p.Warnings, allowDirectWarning(cfg.Name))
+	}
 	if w := replicasWarning(cfg.Name, p.Replicas, cfg.Replicas); w != "" {
 		p.Warnings = append(p.Warnings, w)
 	}
@@ -334,6 +352,15 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (P
 			"JetStream stream %s uses memory storage: forwarded events are lost when the server restarts", cfg.Name))
 	}
 	return p, nil
+}
+
+// allowDirectWarning is the warning for an existing JetStream stream
+// without AllowDirect. Provision does not turn it on: an existing stream's
+// configuration is the operator's.
+func allowDirectWarning(stream string) string {
+	return fmt.Sprintf("JetStream stream %s does not allow direct gets (allow_direct): a consumer reading a stretch of it back by direct gets "+
+		"(a subscription catching up, a new owner's catch-up) gets no answer; it is left as it is: "+
+		"turn it on with: nats stream edit %s --allow-direct (readers of its subjects see no change)", stream, stream)
 }
 
 // compression is the JetStream store compression for Compress.

@@ -30,6 +30,8 @@ func TestProvisionCreatesAndIsIdempotent(t *testing.T) {
 	require.Equal(t, 2*time.Minute, info.Config.Duplicates)
 	require.Equal(t, []string{"events.>"}, info.Config.Subjects)
 	require.Equal(t, 1, info.Config.Replicas)
+	require.True(t, info.Config.AllowDirect, "the consumer's readers read it back by direct gets")
+	require.True(t, p.AllowDirect)
 
 	again, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{})
 	require.NoError(t, err)
@@ -61,7 +63,7 @@ func TestProvisionWarnsOnShortDuplicateWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage, Duplicates: 30 * time.Second, AllowBatchPublish: true,
+		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage, Duplicates: 30 * time.Second, AllowBatchPublish: true, AllowDirect: true,
 	})
 	require.NoError(t, err)
 
@@ -84,7 +86,7 @@ func TestProvisionWarnsOnMemoryStorage(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.MemoryStorage, Duplicates: time.Hour, AllowBatchPublish: true,
+		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.MemoryStorage, Duplicates: time.Hour, AllowBatchPublish: true, AllowDirect: true,
 	})
 	require.NoError(t, err)
 	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{})
@@ -102,7 +104,7 @@ func TestProvisionWarnsWithoutBatchPublish(t *testing.T) {
 	require.True(t, p.BatchPublish, "a created stream allows fast batches")
 
 	_, err = b.js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour,
+		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour, AllowDirect: true,
 	})
 	require.NoError(t, err)
 	p, err = forward.Provision(t.Context(), b.js, forward.StreamConfig{})
@@ -128,7 +130,7 @@ func TestProvisionAcceptsCoveringSubject(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
 	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: "EVENTS", Subjects: []string{"unrelated", "events.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour, AllowBatchPublish: true,
+		Name: "EVENTS", Subjects: []string{"unrelated", "events.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour, AllowBatchPublish: true, AllowDirect: true,
 	})
 	require.NoError(t, err)
 	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{})
@@ -219,4 +221,39 @@ func TestProvisionCompressionCreatedAndReportedNeverChanged(t *testing.T) {
 	s, err = b.js.Stream(t.Context(), "EVENTS")
 	require.NoError(t, err)
 	require.Equal(t, jetstream.NoCompression, s.CachedInfo().Config.Compression, "unchanged")
+}
+
+// A created stream answers direct gets; an existing one without
+// AllowDirect is reported (naming the stream and the command that turns
+// it on) and left as it is.
+func TestProvisionAllowDirectCreatedAndReportedNeverChanged(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.FileStorage, Duplicates: time.Hour, AllowBatchPublish: true,
+	})
+	require.NoError(t, err)
+	p, err := forward.Provision(t.Context(), b.js, forward.StreamConfig{})
+	require.NoError(t, err)
+	require.False(t, p.Created)
+	require.False(t, p.AllowDirect, "the stream's own")
+	require.Len(t, p.Warnings, 1)
+	require.Contains(t, p.Warnings[0], "JetStream stream EVENTS does not allow direct gets (allow_direct)")
+	require.Contains(t, p.Warnings[0], "nats stream edit EVENTS --allow-direct")
+	s, err := b.js.Stream(t.Context(), "EVENTS")
+	require.NoError(t, err)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	require.False(t, info.Config.AllowDirect, "unchanged")
+
+	// Turned on as the warning says (the nats CLI's edit is a stream
+	// update), the warning goes.
+	cfg := info.Config
+	cfg.AllowDirect = true
+	_, err = b.js.UpdateStream(t.Context(), cfg)
+	require.NoError(t, err)
+	p, err = forward.Provision(t.Context(), b.js, forward.StreamConfig{})
+	require.NoError(t, err)
+	require.True(t, p.AllowDirect)
+	require.Empty(t, p.Warnings)
 }

@@ -6,10 +6,10 @@ package forward
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -80,10 +80,14 @@ func (f *Forwarder) lastStored(ctx context.Context, stream string) (stored, erro
 	if err != nil {
 		return stored{}, classify(fmt.Errorf("reconcile stream %q: find the JetStream stream of %s: %w", stream, filter, err))
 	}
-	m, err := s.GetLastMsgForSubject(lctx, filter)
-	var apiErr *jetstream.APIError
+	// From the leader, never a direct get: with AllowDirect on (the
+	// consumer's cursors read EVENTS by direct gets) nats.go's
+	// GetLastMsgForSubject asks any replica, and a follower lacking the
+	// newest messages would answer an older last message: an event below
+	// the watermark, taken for a loss (errLostInJetStream).
+	m, found, err := jsapi.LeaderGet(lctx, f.js, s.CachedInfo().Config.Name, jsapi.GetRequest{LastFor: filter})
 	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+	case err == nil && !found:
 		return stored{version: -1}, nil
 	case err != nil:
 		f.mu.Lock()
@@ -94,10 +98,10 @@ func (f *Forwarder) lastStored(ctx context.Context, stream string) (stored, erro
 	v, perr := strconv.ParseInt(m.Header.Get(wire.HeaderStreamVersion), 10, 64)
 	if perr != nil {
 		f.log.Warn("last message of the stream in JetStream has no readable "+wire.HeaderStreamVersion+"; nothing is skipped",
-			"stream", stream, "sequence", m.Sequence, "subject", m.Subject)
+			"stream", stream, "sequence", m.Seq, "subject", m.Subject)
 		v = -1
 	}
-	return stored{found: true, seq: m.Sequence, version: v}, nil
+	return stored{found: true, seq: m.Seq, version: v}, nil
 }
 
 // jsStream returns the JetStream stream handle for lookups: Config.Stream,

@@ -271,3 +271,47 @@ func BenchmarkHandle(b *testing.B) {
 		}
 	})
 }
+
+// EVENTS answers direct gets (Provision turns AllowDirect on for the
+// consumer's readers), and any replica may answer one, a lagging
+// follower too. Reconciliation asks the stream's leader instead, so a
+// lagging replica's older last message is never taken for events
+// JetStream lost. The lagging replica is a mirror that stopped at the
+// stream's first messages and answers the stream's direct gets at random
+// with the stream itself (nats-server's mirror direct, one queue group):
+// asked through a direct get, it answers below the watermark about half
+// the time.
+func TestReconcileAsksTheLeaderNotALaggingReplica(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	evs := events("order-1", 1, 4)
+	storeOutsideWindow(t, b.js, evs[:2])
+	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "EVENTS_LAGGING",
+		Mirror: &jetstream.StreamSource{Name: wire.DefaultEventsStream}, MaxMsgs: 2, Discard: jetstream.DiscardNew})
+	require.NoError(t, err)
+	mirror, err := b.js.Stream(t.Context(), "EVENTS_LAGGING")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := mirror.Info(t.Context())
+		return err == nil && info.State.Msgs == 2
+	}, 10*time.Second, 20*time.Millisecond)
+	storeOutsideWindow(t, b.js, evs[2:]) // versions 2 and 3: the mirror lacks them
+
+	s, err := b.js.Stream(t.Context(), wire.DefaultEventsStream)
+	require.NoError(t, err)
+	require.True(t, s.CachedInfo().Config.AllowDirect)
+	stale := false
+	for range 32 {
+		m, err := s.GetLastMsgForSubject(t.Context(), wire.StreamFilter(wire.DefaultEventsPrefix, "order-1"))
+		require.NoError(t, err)
+		stale = stale || m.Header.Get(wire.HeaderStreamVersion) != "3"
+	}
+	require.True(t, stale, "a direct get is answered by the lagging mirror at times")
+
+	for range 16 {
+		obs := &countingObserver{}
+		res := newForwarder(t, b.js, obs).Handle(t.Context(), []drain.Batch{{Stream: "order-1", Watermark: 3, Events: evs[2:], Reconcile: true}})
+		require.Equal(t, drain.Result{Done: 2}, res[0], "versions 2 and 3 found stored, none taken for lost")
+		require.Zero(t, obs.count(), "nothing sent")
+	}
+}

@@ -2,7 +2,6 @@ package reader
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -14,10 +13,11 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// A catch-up whose target the stream does not reach (as when every
-// replica answering the direct gets lags) reads again ShortReads times,
-// then says so with ErrBehind and leaves the catch-up where it was.
-func TestACatchUpThatNeverReachesItsTargetSaysItIsBehind(t *testing.T) {
+// A catch-up whose target the stream does not reach (its events removed
+// since the head passed them) reads again ShortReads times, then asks the
+// leader, whose answer ends it: every event there is handed on once, and
+// nothing is waited for.
+func TestACatchUpPastWhatTheStreamHoldsEndsWhereTheLeaderSays(t *testing.T) {
 	t.Parallel()
 	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
 	require.NoError(t, err)
@@ -30,31 +30,33 @@ func TestACatchUpThatNeverReachesItsTargetSaysItIsBehind(t *testing.T) {
 	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.DefaultEventsStream,
 		Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, AllowDirect: true})
 	require.NoError(t, err)
+	want := map[uint64]bool{}
 	for k := range 10 {
-		_, err := js.Publish(t.Context(), wire.Subject(wire.DefaultEventsPrefix, fmt.Sprintf("c-%d", k), "Happened"), []byte(`{}`))
+		ack, err := js.Publish(t.Context(), wire.Subject(wire.DefaultEventsPrefix, fmt.Sprintf("c-%d", k), "Happened"), []byte(`{}`))
 		require.NoError(t, err)
+		want[ack.Sequence] = true
 	}
 	r, err := Open(t.Context(), js, Config{ShortReads: 2}, 1)
 	require.NoError(t, err)
 	t.Cleanup(r.Stop)
 	for p := range r.owned {
 		r.owned[p] = true
+		r.catch.add(p, 0, 20) // a head past what the stream holds: the answers stop at 10
 	}
-	r.catch.add(0, 0, 20) // a head the stream never reached: the answers stop at 10
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	var got []uint64
+	got := map[uint64]bool{}
 	for {
-		ev, err := r.Next(ctx)
-		if err != nil {
-			require.True(t, errors.Is(err, ErrBehind), "%v", err)
+		ev, ok, _, err := r.nextCaughtUp(ctx)
+		require.NoError(t, err)
+		if !ok {
 			break
 		}
-		got = append(got, ev.Seq)
+		require.False(t, got[ev.Seq], "seq %d twice", ev.Seq)
+		got[ev.Seq] = true
 	}
-	for _, seq := range got {
-		require.LessOrEqual(t, seq, uint64(10))
-	}
-	require.Equal(t, uint64(11), r.catch.next, "the catch-up stays where it was")
+	require.Equal(t, want, got)
+	require.Empty(t, r.catch.after, "the catch-up ended")
+	require.Equal(t, uint64(21), r.catch.scan.next)
 }

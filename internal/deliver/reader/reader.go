@@ -5,13 +5,23 @@
 // sequence it delivered when its server goes or a delivery is missed),
 // handing on in stream order the events of the partitions the replica
 // owns and dropping the others, and the catch-up that brings a partition
-// taken below the reader's head up to it by batched direct gets.
+// taken below the reader's head up to it by batched direct gets; and the
+// cursors (Cursor), a subscription's own read of its events by direct
+// gets up to a target the caller gives, the reader's head.
 //
 // A Reader is driven by one goroutine, the replica's dispatch loop: Next,
 // Take, Release and Head are not safe for concurrent use, and that is
 // what makes a take-over exact — the head cannot move while the loop
-// decides where a partition starts. Nothing in the engine uses it yet
-// (the design's stage 6 wires it in).
+// decides where a partition starts. A Cursor is driven by one goroutine
+// too, any one: it shares only the connection and the configuration with
+// the Reader it came from. Nothing in the engine uses them yet (the
+// design's stage 6 wires them in).
+//
+// Direct gets may be answered by any replica of the stream, and a
+// follower that lags answers short: below the target. A read never takes
+// that for the end; it reads again, and after ShortReads short answers
+// in a row asks the stream's leader ($JS.API.STREAM.MSG.GET), which
+// alone knows what the stream holds.
 package reader
 
 import (
@@ -27,18 +37,20 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// ErrInvalidConfig is wrapped by Open for a Config field or start
-// sequence it cannot use; the message names the field and the value.
+// ErrInvalidConfig is wrapped by Open and NewCursor for a Config field,
+// start sequence or filter they cannot use; the message names the field
+// and the value.
 var ErrInvalidConfig = errors.New("invalid reader config")
 
-// ErrBehind is wrapped by Next when a catch-up's direct gets keep
-// answering below its target (every replica that answers lags, or the
-// events were removed): the caller releases the partitions being caught
-// up and takes them again later.
-var ErrBehind = errors.New("events stream answers below the catch-up's target")
+// ErrBehind is wrapped by Reader.Next and Cursor.Next when a read's
+// direct gets answered below its target ShortReads times in a row and
+// the stream's leader did not answer either (an election, the stream
+// deleted): the read stays where it was; the caller tries again later,
+// or releases the partitions being caught up.
+var ErrBehind = errors.New("events stream answers below the read's target")
 
-// ErrNoDirectGet is wrapped by Next when nobody answers a catch-up's
-// direct get: the events stream has AllowDirect off.
+// ErrNoDirectGet is wrapped by Reader.Next and Cursor.Next when nobody
+// answers a direct get: the events stream has AllowDirect off.
 var ErrNoDirectGet = errors.New("events stream answers no direct gets (AllowDirect off)")
 
 // Config configures a Reader. The zero value reads "events.>" of EVENTS
@@ -62,16 +74,17 @@ type Config struct {
 	// InactiveThreshold is how long the server keeps the reader's
 	// consumer once nobody pulls (a dead replica's). Default 30 s.
 	InactiveThreshold time.Duration
-	// Batch is how many events one catch-up direct get asks for.
-	// Default 256.
+	// Batch is how many events one direct get of the catch-up or of a
+	// cursor asks for. Default 256.
 	Batch int
 	// ReadTimeout bounds the wait for each message of a direct get's
-	// answer. Default 5 s.
+	// answer, and for the leader's answer. Default 5 s.
 	ReadTimeout time.Duration
-	// ShortReads is how many answers in a row without an event at or
-	// below the catch-up's target Next takes before it gives up with
-	// ErrBehind (it reads again after 50 ms, 100 ms, … between them).
-	// Default 10.
+	// ShortReads is how many direct get answers in a row that ended
+	// below the read's target (neither a full batch nor reaching past
+	// the target) a read takes before it asks the stream's leader; after
+	// the leader answered an event, the next short answer goes to the
+	// leader at once. Default 3.
 	ShortReads int
 	// Logger receives the reader's recreations and skipped subjects
 	// (Debug). Default: discard.
@@ -107,7 +120,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.ReadTimeout = 5 * time.Second
 	}
 	if c.ShortReads == 0 {
-		c.ShortReads = 10
+		c.ShortReads = 3
 	}
 	for _, f := range []struct {
 		name string
@@ -151,6 +164,7 @@ type Event struct {
 type Reader struct {
 	cfg Config
 	js  jetstream.JetStream
+	get direct
 	oc  jetstream.Consumer
 	it  jetstream.MessagesContext
 
@@ -191,7 +205,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, from uint64) 
 	if err != nil {
 		return nil, fmt.Errorf("reader of %s: read its consumer: %w", cfg.Stream, err)
 	}
-	return &Reader{cfg: cfg, js: js, oc: oc, it: it, head: from - 1,
+	return &Reader{cfg: cfg, js: js, get: direct{js: js, cfg: cfg}, oc: oc, it: it, head: from - 1,
 		owned: make([]bool, cfg.Partitions), liveFrom: make([]uint64, cfg.Partitions)}, nil
 }
 
@@ -238,44 +252,78 @@ func (r *Reader) Release(p int) {
 	r.catch.drop(p)
 }
 
-// Next returns the next event of a partition taken: first, while a
-// catch-up runs, the caught-up partitions' events up to the head they
-// were taken at, then the events read live, in stream order, each of a
-// taken partition at or past where it went live. It blocks until there
+// Next returns the next event of a partition taken, each partition's in
+// stream order: a partition taken at or above the head, live from its
+// floor on; one taken below it, first its events up to the head (the
+// catch-up), then live. While a catch-up runs the live read goes on
+// between its batches (at most Batch/2 messages a batch, those the
+// reader has at hand), handing on the live partitions' events and
+// moving the catch-up's target past the caught-up partitions' ones; the
+// catch-up ends when it reaches the head, and its partitions go live
+// from there. It blocks until there
 // is one or ctx ends. A catch-up that cannot reach its target returns an
 // error wrapping ErrBehind or ErrNoDirectGet (the partitions stay taken,
-// their catch-up where it was; Release them). When the reader's server
+// their catch-up where it was: call Next again, or Release them). When the reader's server
 // goes, nats.go recreates its consumer from the last sequence read + 1
 // and Next goes on; its error is ctx's, or the consumer's when it was
 // stopped.
 func (r *Reader) Next(ctx context.Context) (Event, error) {
 	for {
-		ev, ok, err := r.nextCaughtUp(ctx)
+		ev, ok, poll, err := r.nextCaughtUp(ctx)
 		if err != nil || ok {
 			return ev, err
 		}
-		m, err := r.it.Next(jetstream.NextContext(ctx))
+		var m jetstream.Msg
+		if poll {
+			// The catch-up's live turn: what the reader has at hand, not
+			// a wait for more.
+			if m, err = r.it.Next(jetstream.NextMaxWait(livePoll)); errors.Is(err, nats.ErrTimeout) {
+				r.catch.turn = 0
+				continue
+			}
+			r.catch.turn--
+		} else {
+			m, err = r.it.Next(jetstream.NextContext(ctx))
+		}
 		if err != nil {
 			return Event{}, fmt.Errorf("reader of %s: %w", r.cfg.Stream, err)
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return Event{}, fmt.Errorf("reader of %s: a message without metadata: %w", r.cfg.Stream, err)
+		if ev, ok, err := r.live(m); err != nil || ok {
+			return ev, err
 		}
-		r.head = md.Sequence.Stream
-		p, ok := wire.SubjectPartition(r.cfg.Prefix, m.Subject(), len(r.owned))
-		if !ok {
-			r.unpartitioned++
-			r.cfg.Logger.Debug("reader passed over a subject of no event", slog.String("subject", m.Subject()),
-				slog.Uint64("seq", r.head))
-			continue
-		}
-		if !r.owned[p] || r.head < r.liveFrom[p] {
-			continue
-		}
-		return Event{Seq: r.head, Subject: m.Subject(), Partition: p, Header: m.Headers(), Data: m.Data(),
-			Time: md.Timestamp}, nil
 	}
+}
+
+// livePoll is how long the catch-up's live turn waits for a message the
+// reader does not have at hand.
+const livePoll = time.Millisecond
+
+// live moves the head to m, read live, and returns its event when it is
+// to be handed on: of a partition taken, live at m. A partition being
+// caught up is not live yet: its catch-up's target moves to m, so that
+// the catch-up reads it again, in its order.
+func (r *Reader) live(m jetstream.Msg) (Event, bool, error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return Event{}, false, fmt.Errorf("reader of %s: a message without metadata: %w", r.cfg.Stream, err)
+	}
+	r.head = md.Sequence.Stream
+	p, ok := wire.SubjectPartition(r.cfg.Prefix, m.Subject(), len(r.owned))
+	if !ok {
+		r.unpartitioned++
+		r.cfg.Logger.Debug("reader passed over a subject of no event", slog.String("subject", m.Subject()),
+			slog.Uint64("seq", r.head))
+		return Event{}, false, nil
+	}
+	if _, catching := r.catch.after[p]; catching {
+		r.catch.to = r.head
+		return Event{}, false, nil
+	}
+	if !r.owned[p] || r.head < r.liveFrom[p] {
+		return Event{}, false, nil
+	}
+	return Event{Seq: r.head, Subject: m.Subject(), Partition: p, Header: m.Headers(), Data: m.Data(),
+		Time: md.Timestamp}, true, nil
 }
 
 // Stop ends the live read and deletes the reader's current consumer
