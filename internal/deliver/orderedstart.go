@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -62,34 +63,38 @@ func (or *orderedRunner) eventsStart(ctx context.Context, o *ordering) (uint64, 
 		return 0, fmt.Errorf("deliver: ordered delivery: JetStream stream %q: %w", o.cfg.Stream, err)
 	}
 	if start.Policy == subscription.StartTime {
-		return seqAtTime(ctx, events, start.Time)
+		return seqAtTime(ctx, o.js, events, start.Time)
 	}
 	return events.CachedInfo().State.LastSeq + 1, nil
 }
 
 // seqAtTime returns the sequence of s's first message stored at or after
 // t, or its last sequence plus one when there is none; by binary search
-// on the stored times, which follow the sequence.
-func seqAtTime(ctx context.Context, s jetstream.Stream, t time.Time) (uint64, error) {
+// on the stored times, which follow the sequence. Each message is read
+// from the stream's leader: with AllowDirect on (EVENTS has it) nats.go's
+// GetMsg is a direct get, which a lagging follower may answer with
+// nothing for the newest messages, and the search would then start past
+// them.
+func seqAtTime(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, t time.Time) (uint64, error) {
 	st := s.CachedInfo().State
 	found := st.LastSeq + 1
 	lo, hi := st.FirstSeq, st.LastSeq
 	for lo <= hi && st.Msgs > 0 {
 		mid := lo + (hi-lo)/2
-		m, err := s.GetMsg(ctx, mid, jetstream.WithGetMsgSubject(">")) // the first message at or after mid
+		m, ok, err := jsapi.LeaderGet(ctx, js, s.CachedInfo().Config.Name, jsapi.GetRequest{Seq: mid, NextFor: ">"}) // the first message at or after mid
 		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			hi = mid - 1
 		case err != nil:
 			return 0, fmt.Errorf("deliver: read JetStream stream %q: %w", s.CachedInfo().Config.Name, err)
+		case !ok:
+			hi = mid - 1
 		case !m.Time.Before(t):
-			found = m.Sequence
+			found = m.Seq
 			if mid == 0 {
 				return found, nil
 			}
 			hi = mid - 1
 		default:
-			lo = m.Sequence + 1
+			lo = m.Seq + 1
 		}
 	}
 	return found, nil

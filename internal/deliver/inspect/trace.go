@@ -15,6 +15,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -166,15 +167,11 @@ func (c TraceConfig) withDefaults() TraceConfig {
 // eventAt returns the message at seq of the events stream when its
 // Nats-Msg-Id is eventID, nil when it is not (or gone).
 func eventAt(ctx context.Context, js jetstream.JetStream, stream string, seq uint64, eventID string) (*EventMessage, error) {
-	s, err := js.Stream(ctx, stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("inspect: trace: JetStream stream %q: %w", stream, err)
-	}
-	m, err := s.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	// From the stream's leader: a direct get (nats.go's GetMsg when the
+	// stream has AllowDirect) may be answered by a follower that has not
+	// stored the event yet.
+	m, ok, err := jsapi.LeaderGet(ctx, js, stream, jsapi.GetRequest{Seq: seq})
+	if errors.Is(err, jetstream.ErrStreamNotFound) || (err == nil && !ok) {
 		return nil, nil
 	}
 	if err != nil {
@@ -183,7 +180,7 @@ func eventAt(ctx context.Context, js jetstream.JetStream, stream string, seq uin
 	if m.Header.Get(wire.HeaderMsgID) != eventID {
 		return nil, nil
 	}
-	return eventMessage(m.Sequence, m.Subject, m.Time, m.Header), nil
+	return eventMessage(m.Seq, m.Subject, m.Time, m.Header), nil
 }
 
 func eventMessage(seq uint64, subject string, at time.Time, h nats.Header) *EventMessage {
