@@ -1,0 +1,177 @@
+package migrate_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// billingAndAudit builds, on the old layout, an ordered subscription
+// "billing" stopped mid-flow and an unordered one "audit":
+//
+//   - billing partition 0 (streams a and b): a0 b0 settled (ack floor copy
+//     2), b1 dead-lettered and its stream parked (acked above the floor,
+//     in the delivered record, its skipped version recorded), a1 a2 b2 a3
+//     pending (in hand, held);
+//   - billing partition 1 (stream c): c0 refused in place (pending), c1
+//     acked out behind an aside record (head copy 3, from copy 8): the
+//     ack floor stays at 0;
+//   - billing partitions 2 and 3: nothing delivered;
+//   - audit: events 6–11 delivered, 6, 7 and 9 acked (ack floor 7).
+func billingAndAudit(t *testing.T, l *oldLayout) {
+	t.Helper()
+	ctx := context.Background()
+	cons := l.partitionConsumers(t, "billing")
+	take(t, cons[0], 7, l.copySeq(l.a, 0), l.copySeq(l.b, 0), l.copySeq(l.b, 1))
+	take(t, cons[1], 2, l.copySeq(l.c, 1))
+
+	copyInfo, err := l.copy.Info(ctx)
+	require.NoError(t, err)
+	l.putJSON(t, wire.DeliveredKey("billing", 0), wire.DeliveredRecord{
+		Owner: "replica-a", Copy: copyInfo.Created.UnixNano(), Claim: "t0",
+		Streams: map[string]uint64{copyKey(l.a): l.copySeq(l.a, 0), copyKey(l.b): l.copySeq(l.b, 1)},
+	})
+	l.deadLetter(t, "billing", l.b, 1, "0")
+	require.NoError(t, deadletter.RecordSkipped(ctx, l.park, "billing", eventsKey(l.b), 1, 0))
+	l.putJSON(t, wire.ParkedKey("billing", eventsKey(l.b)), deadletter.ParkedStream{
+		Subscription: "billing", Stream: l.b, Subject: wire.Subject(wire.DefaultEventsPrefix, l.b, "Happened"),
+		HeadEventID: eventID(l.b, 1), HeadVersion: "1", Partition: 0, Held: 1, Reason: "HTTP 422",
+	})
+	l.putJSON(t, wire.AsideKey("billing", 1, copyKey(l.c)), wire.AsideRecord{
+		Subscription: "billing", Partition: 1, Subject: copyKey(l.c) + ".Happened",
+		Start: l.copySeq(l.c, 1), Head: l.copySeq(l.c, 0), From: l.copySeq(l.c, 1), HeadEventID: eventID(l.c, 0), HeadVersion: "0", Answer: "HTTP 503",
+	})
+
+	audit, err := l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{
+		Durable: "audit", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 3600e9, MaxDeliver: -1,
+	})
+	require.NoError(t, err)
+	take(t, audit, 6, 6, 7, 9)
+}
+
+func TestPlanTranslatesTheOldLayout(t *testing.T) {
+	t.Parallel()
+	l := newOldLayout(t)
+	billingAndAudit(t, l)
+	ctx := context.Background()
+	require.Equal(t, uint64(6), l.seq[l.a][0], "the events stream's sequences are the copy's + 5")
+
+	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{
+		{Name: "billing", Ordered: true}, {Name: "audit"},
+	}})
+	require.NoError(t, err)
+	require.NoError(t, plan.Err())
+
+	require.Equal(t, uint64(118), plan.Epoch, "the lease epoch counter is copied")
+	require.Equal(t, []string{wire.SkippedKey("billing", eventsKey(l.b))}, keys(plan.Skipped))
+	require.Equal(t, uint64(14), plan.Sourced)
+	require.False(t, plan.AllowDirect)
+
+	// The ordered subscription: floors translated from copy sequences
+	// (partition 0's ack floor stops before its next pending event, a1 at
+	// copy 4: copy 3, c0, is events 8; copy 0, before the copy's first
+	// message, is the event before its origin, 5), b's entry (copy 5 → events 10)
+	// with the version the chain names after b1 (dead-lettered: its
+	// predecessor 0), b parked from its head (events 10, from its dead
+	// letter), c set aside from its refused head c0 (events 8), which
+	// never settled.
+	b, c := eventsKey(l.b), eventsKey(l.c)
+	member := func(f uint64) map[string]uint64 { return map[string]uint64{"billing": f} }
+	want := []position.Record{
+		{Floor: 8, Members: member(8), Ahead: map[string]map[string]position.Entry{"billing": {b: {Seq: 10, Version: 0}}},
+			Asides: []position.Aside{{Sub: "billing", Stream: b, From: 10, State: migrate.StateParked}}},
+		{Floor: 5, Members: member(5), Asides: []position.Aside{{Sub: "billing", Stream: c, From: 8, State: migrate.StateStuck}}},
+		{Floor: 5, Members: member(5)},
+		{Floor: 5, Members: member(5)},
+	}
+	require.Equal(t, want, plan.Records)
+
+	billing := plan.Subscriptions[0]
+	require.Equal(t, "billing", billing.Name)
+	require.Equal(t, uint64(5), billing.Floor)
+	require.Equal(t, 5, billing.Pending, "a1 a2 b2 a3 in partition 0, c0 in partition 1")
+	require.Zero(t, billing.Resent, "every acked event is at or below the floor, its stream's entry, or an aside")
+	require.Equal(t, []migrate.PartitionPlan{
+		{Partition: 0, CopyFloor: 3, Floor: 8, Pending: 4, Settled: 1},
+		{Partition: 1, CopyFloor: 0, Floor: 5, Pending: 1},
+		{Partition: 2, Floor: 5},
+		{Partition: 3, Floor: 5},
+	}, billing.Partitions)
+	require.Equal(t, []migrate.StreamPlan{
+		{Partition: 0, Stream: b, From: 10, State: migrate.StateParked, Head: eventID(l.b, 1)},
+		{Partition: 1, Stream: c, From: 8, State: migrate.StateStuck},
+	}, billing.Asides)
+
+	// The unordered subscription: a cursor from its ack floor on every
+	// partition; of (7, 11], 9 was acked and is sent again, 8, 10 and
+	// 11 are pending.
+	audit := plan.Subscriptions[1]
+	require.Equal(t, migrate.SubscriptionPlan{Name: "audit", Floor: 7, Delivered: 11, Pending: 3, Resent: 1}, audit)
+	var cursors []migrate.CursorPlan
+	for p := range partitions {
+		cursors = append(cursors, migrate.CursorPlan{Subscription: "audit", Partition: p, Cursor: position.Cursor{State: migrate.StateBehind, Floor: 7}})
+	}
+	require.Equal(t, cursors, plan.Cursors)
+
+	var out bytes.Buffer
+	require.NoError(t, plan.Print(&out))
+	require.Contains(t, out.String(), "subscription audit (unordered): floor 7, last delivered 11, pending 3, re-sent 1")
+	require.Contains(t, out.String(), "parked: partition 0, stream "+b+", from 10, head event "+eventID(l.b, 1))
+
+	again, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{
+		{Name: "billing", Ordered: true}, {Name: "audit"},
+	}})
+	require.NoError(t, err)
+	require.Equal(t, plan.Fingerprint, again.Fingerprint, "the same old layout plans the same")
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestPlanRefusesALayoutThatDisagrees(t *testing.T) {
+	t.Parallel()
+	l := newOldLayout(t)
+	ctx := context.Background()
+	l.partitionConsumers(t, "billing")
+	cfg := migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}}}
+
+	plan, err := migrate.ReadPlan(ctx, l.js, cfg)
+	require.NoError(t, err)
+	require.NoError(t, plan.Err())
+
+	other := cfg
+	other.Partitions = 16
+	plan, err = migrate.ReadPlan(ctx, l.js, other)
+	require.NoError(t, err)
+	require.ErrorIs(t, plan.Err(), migrate.ErrRefused)
+	require.ErrorContains(t, plan.Err(), "partitioned for another count than --partitions 16")
+	require.Empty(t, plan.Records, "nothing is planned from a copy whose partitions are not the engine's")
+
+	require.NoError(t, l.js.DeleteConsumer(ctx, wire.OrderedStream(wire.DefaultEventsStream), wire.PartitionDurable("billing", 2)))
+	plan, err = migrate.ReadPlan(ctx, l.js, cfg)
+	require.NoError(t, err)
+	require.Equal(t, []migrate.Refusal{{Subscription: "billing", Partition: 2, Reason: plan.Refusals[0].Reason}}, plan.Refusals)
+	require.Contains(t, plan.Refusals[0].Reason, `partition consumer "billing_p2" is missing`)
+
+	require.NoError(t, l.js.DeleteStream(ctx, wire.OrderedStream(wire.DefaultEventsStream)))
+	plan, err = migrate.ReadPlan(ctx, l.js, cfg)
+	require.NoError(t, err)
+	require.ErrorContains(t, plan.Err(), `the partitioned copy "EVENTS_ORDERED" does not exist`)
+
+	_, err = migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: 0})
+	require.ErrorIs(t, err, migrate.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Partitions 0")
+}
