@@ -11,6 +11,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/unordered"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -51,7 +52,8 @@ func billingAndAudit(t *testing.T, l *oldLayout) {
 	})
 
 	audit, err := l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{
-		Durable: "audit", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 3600e9, MaxDeliver: -1,
+		Durable: "audit", Description: unordered.Description + "http://127.0.0.1:1/audit",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 3600e9, MaxDeliver: -1,
 	})
 	require.NoError(t, err)
 	take(t, audit, 6, 6, 7, 9)
@@ -174,4 +176,16 @@ func TestPlanRefusesALayoutThatDisagrees(t *testing.T) {
 	_, err = migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: 0})
 	require.ErrorIs(t, err, migrate.ErrInvalidConfig)
 	require.ErrorContains(t, err, "Partitions 0")
+}
+
+func TestDiscoverFindsTheOldEnginesSubscriptions(t *testing.T) {
+	t.Parallel()
+	l := newOldLayout(t)
+	billingAndAudit(t, l)
+	ctx := context.Background()
+	_, err := l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{Durable: "someone-elses"})
+	require.NoError(t, err)
+	subs, err := migrate.Discover(ctx, l.js, "")
+	require.NoError(t, err)
+	require.Equal(t, []migrate.Subscription{{Name: "audit"}, {Name: "billing", Ordered: true}}, subs)
 }
