@@ -27,22 +27,41 @@ type MigrationResult = migrate.Result
 // copy partitioned for another count, a partition consumer missing).
 var ErrMigrationRefused = migrate.ErrRefused
 
-// ReadMigrationPlan reads the old engine's layout for the events stream
-// events (DefaultStream when empty) and plans its move to the positions
-// bucket for partitions partitions, writing nothing. The subscriptions
-// are those the layout holds (their durable consumers). Run it with
-// every consumer replica stopped. Errors: partitions below 1, the events
-// stream missing, and the server's; a layout that disagrees is a plan
-// with refusals, not an error.
-func ReadMigrationPlan(ctx context.Context, js jetstream.JetStream, events, dlq string, partitions int) (*MigrationPlan, error) {
-	if events == "" {
-		events = DefaultStream
+// MigrationConfig says where the old engine's layout is and what the
+// shared engine runs with.
+type MigrationConfig struct {
+	// Stream is the events stream. Default DefaultStream.
+	Stream string
+	// DLQStream is the dead-letter stream (a parked head's sequence is
+	// read from its dead letter). Default DefaultDLQStream.
+	DLQStream string
+	// Partitions is the partition count the shared engine runs with;
+	// the partitioned copy must be partitioned for the same. Required.
+	Partitions int
+	// ReadPending reads each unordered durable's pending set back from
+	// the stopped durable (pulling, never acking, for up to its AckWait
+	// plus its longest BackOff step plus 2 s), so that what it acked
+	// above its ack floor is not sent again. Each pull counts as a
+	// delivery attempt on the old durable. Default false: those events
+	// are counted in the plan as re-sent.
+	ReadPending bool
+}
+
+// ReadMigrationPlan reads the old engine's layout and plans its move to
+// the positions bucket, writing nothing. The subscriptions are those the
+// layout holds (their durable consumers). Run it with every consumer
+// replica stopped. Errors: Partitions below 1, the events stream
+// missing, and the server's; a layout that disagrees is a plan with
+// refusals, not an error.
+func ReadMigrationPlan(ctx context.Context, js jetstream.JetStream, cfg MigrationConfig) (*MigrationPlan, error) {
+	if cfg.Stream == "" {
+		cfg.Stream = DefaultStream
 	}
-	subs, err := migrate.Discover(ctx, js, events)
+	subs, err := migrate.Discover(ctx, js, cfg.Stream)
 	if err != nil {
 		return nil, err
 	}
-	return migrate.ReadPlan(ctx, js, migrate.Config{Events: events, DLQ: dlq, Partitions: partitions, Subscriptions: subs})
+	return migrate.ReadPlan(ctx, js, migrate.Config{Events: cfg.Stream, DLQ: cfg.DLQStream, Partitions: cfg.Partitions, Subscriptions: subs, ReadPending: cfg.ReadPending})
 }
 
 // ApplyMigration writes plan to the positions bucket (created with the

@@ -12,10 +12,11 @@ import (
 // migrateCmd moves the old engine's layout to the shared engine's
 // positions bucket, or with --dry-run only prints the plan.
 type migrateCmd struct {
-	DryRun     bool `name:"dry-run" help:"Print the plan (per subscription: floor, pending count, what would be re-sent, parked and set-aside streams; the refusals) and write nothing."`
-	JSON       bool `name:"json" help:"Print the plan (and with a write, the result) as JSON instead of text."`
-	Partitions int  `name:"partitions" env:"JSBRIDGE_PARTITIONS" default:"16" help:"Partitions the shared engine will run with; the partitioned copy (${events_stream}_ORDERED) must be partitioned for the same count, or the migration refuses (default: ${default})."`
-	out        io.Writer
+	DryRun      bool `name:"dry-run" help:"Print the plan (per subscription: floor, pending count, what would be re-sent, parked and set-aside streams; the refusals) and write nothing."`
+	JSON        bool `name:"json" help:"Print the plan (and with a write, the result) as JSON instead of text."`
+	ReadPending bool `name:"read-pending" help:"Read each unordered durable's pending set back (pulling from the stopped durable, never acking, for up to its AckWait plus its longest BackOff step plus 2 s), so that what it acked above its ack floor is not sent again; each pull counts as a delivery attempt on the old durable. Without it, those events are counted as re-sent."`
+	Partitions  int  `name:"partitions" env:"JSBRIDGE_PARTITIONS" default:"16" help:"Partitions the shared engine will run with; the partitioned copy (${events_stream}_ORDERED) must be partitioned for the same count, or the migration refuses (default: ${default})."`
+	out         io.Writer
 }
 
 func (c *migrateCmd) Run(ctx context.Context, g *Globals) error {
@@ -25,7 +26,7 @@ func (c *migrateCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer nc.Close()
-	plan, err := consumer.ReadMigrationPlan(ctx, js, g.Stream, g.DLQStream, c.Partitions)
+	plan, err := consumer.ReadMigrationPlan(ctx, js, consumer.MigrationConfig{Stream: g.Stream, DLQStream: g.DLQStream, Partitions: c.Partitions, ReadPending: c.ReadPending})
 	if err != nil {
 		return err
 	}

@@ -19,10 +19,12 @@
 //
 // What each part of the old layout becomes:
 //   - an unordered durable (ack floor AF, last delivered D): a "behind"
-//     cursor from AF on every partition. The pending set is not read back
-//     (the API lists no acked sequences above the floor): the events of
-//     (AF, D] it takes that were acked are sent again, and the plan counts
-//     them (SubscriptionPlan.Resent) before anything is written;
+//     cursor from AF on every partition. The API lists no acked sequences
+//     above the floor: with Config.ReadPending the pending set is read
+//     back from the stopped durable and the events of (AF, D] it acked
+//     go into the cursors' Above; without it, or when a pending event
+//     does not come back in time, they are sent again, and the plan
+//     counts them (SubscriptionPlan.Resent) before anything is written;
 //   - a partition consumer's ack floor, a copy sequence: the subscription's
 //     member entry in pos.p<N>, the events stream's sequence of the copy's
 //     message at the floor (its Nats-Stream-Source origin, as the old
@@ -44,6 +46,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
@@ -104,6 +108,17 @@ type Config struct {
 	DLQPrefix string
 	// Bucket is the positions bucket. Default position.DefaultBucket.
 	Bucket string
+	// ReadPending reads each unordered durable's pending set back (see
+	// SubscriptionPlan.Resent): it pulls from the stopped durable, never
+	// acking, until every pending event came back or for its AckWait plus
+	// its longest BackOff step plus 2 s, so that the events of (ack
+	// floor, last delivered] it acked are not sent again. The durables'
+	// reads run one after another. Each pull counts as a delivery attempt
+	// of its events on the old durable, and new events it pulls stay
+	// pending there. Default false: those events are counted as re-sent.
+	ReadPending bool
+	// Clock bounds ReadPending's reads. Default the real one.
+	Clock clockwork.Clock
 }
 
 func (c *Config) defaults() error {
@@ -118,6 +133,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Bucket == "" {
 		c.Bucket = position.DefaultBucket
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Partitions < 1 {
 		return fmt.Errorf("%w: Partitions %d: want 1 or more", ErrInvalidConfig, c.Partitions)
@@ -192,7 +210,8 @@ type SubscriptionPlan struct {
 	Pending int `json:"pending"`
 	// Resent is how many events the old layout holds as acked that the
 	// new one would send again (same Idempotency-Key): for an unordered
-	// durable, those of (Floor, Delivered] it takes, less Pending; for an
+	// durable, those of (Floor, Delivered] it takes, less Pending (0
+	// when its pending set was read back: Config.ReadPending); for an
 	// ordered subscription 0, unless a delivered record could not be
 	// read (then those of its partition's range, less its pending).
 	Resent uint64 `json:"resent"`

@@ -64,11 +64,11 @@ func (r *reading) ordered(ctx context.Context, name string) (SubscriptionPlan, [
 			return sp, nil, err
 		}
 		if stale {
-			n, err := countTaken(ctx, r.copy.s, filters(info.Config), pp.CopyFloor+1, info.Delivered.Stream)
+			taken, err := listTaken(ctx, r.copy.s, filters(info.Config), pp.CopyFloor+1, info.Delivered.Stream)
 			if err != nil {
 				return sp, nil, err
 			}
-			if n > uint64(pp.Pending) {
+			if n := uint64(len(taken)); n > uint64(pp.Pending) {
 				sp.Resent += n - uint64(pp.Pending)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -188,4 +189,49 @@ func TestDiscoverFindsTheOldEnginesSubscriptions(t *testing.T) {
 	subs, err := migrate.Discover(ctx, l.js, "")
 	require.NoError(t, err)
 	require.Equal(t, []migrate.Subscription{{Name: "audit"}, {Name: "billing", Ordered: true}}, subs)
+}
+
+// With ReadPending, an unordered durable's pending events are read back
+// from the stopped durable: of (ack floor, last delivered] only those are
+// left to send, and the acked ones go into the cursors' Above. A pending
+// event that does not come back within AckWait plus its longest BackOff
+// step (a Nak delayed longer) leaves the plan inexact: the acked ones are
+// counted as re-sent.
+func TestPlanReadsAnUnorderedPendingSetBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for AckWait (1 s) and the read's bound (3 s)")
+	}
+	t.Parallel()
+	l := newOldLayout(t)
+	ctx := context.Background()
+	durable := func(name string) jetstream.Consumer {
+		c, err := l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{
+			Durable: name, Description: unordered.Description + "http://127.0.0.1:1/" + name,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: -1,
+		})
+		require.NoError(t, err)
+		return c
+	}
+	take(t, durable("quick"), 6, 6, 7, 9) // 8, 10, 11 pending
+	for _, m := range take(t, durable("delayed"), 6, 6, 7, 9) {
+		if md, _ := m.Metadata(); md.Sequence.Stream == 11 {
+			require.NoError(t, m.NakWithDelay(time.Hour))
+		}
+	}
+
+	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, ReadPending: true,
+		Subscriptions: []migrate.Subscription{{Name: "quick"}, {Name: "delayed"}}})
+	require.NoError(t, err)
+	quick, delayed := plan.Subscriptions[0], plan.Subscriptions[1]
+	require.Equal(t, uint64(0), quick.Resent)
+	require.Equal(t, 3, quick.Pending)
+	require.Equal(t, uint64(1), delayed.Resent, "9 was acked, and 11 did not come back to prove it")
+	for _, c := range plan.Cursors {
+		switch c.Subscription {
+		case "quick":
+			require.Equal(t, position.Cursor{State: migrate.StateBehind, Floor: 7, Above: []uint64{9}}, c.Cursor)
+		case "delayed":
+			require.Equal(t, position.Cursor{State: migrate.StateBehind, Floor: 7}, c.Cursor)
+		}
+	}
 }

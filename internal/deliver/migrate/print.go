@@ -30,7 +30,7 @@ func (p *Plan) Print(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, ", pending %d, re-sent %d", s.Pending, s.Resent)
 		if !s.Ordered && s.Resent > 0 {
-			fmt.Fprintf(&b, " (the events of (%d, %d] it takes less those pending: re-sent unless proven acked)", s.Floor, s.Delivered)
+			fmt.Fprintf(&b, " (the events of (%d, %d] it takes less those pending: re-sent unless its pending set is read back, --read-pending)", s.Floor, s.Delivered)
 		}
 		b.WriteString("\n")
 		if len(s.Partitions) > 0 {
