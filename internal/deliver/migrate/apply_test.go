@@ -38,6 +38,7 @@ func TestApplyWritesThePlanOnceAndASecondRunFindsItDone(t *testing.T) {
 		require.Equal(t, want.Members, got.Members, "partition %d", p)
 		require.Equal(t, want.Ahead, got.Ahead, "partition %d", p)
 		require.Equal(t, want.Asides, got.Asides, "partition %d", p)
+		require.Equal(t, want.Retries, got.Retries, "partition %d", p)
 		require.Equal(t, map[string]position.Cursor{"audit": {State: migrate.StateBehind, Floor: 7}}, s.Cursors, "partition %d", p)
 	}
 	for key, want := range map[string]string{

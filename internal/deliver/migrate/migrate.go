@@ -37,8 +37,10 @@
 //     from its dead letter's events stream sequence);
 //   - skipped.<subscription>.<stream> and lease-epoch: copied unchanged
 //     (the epoch counter is never lowered);
-//   - failed-attempt counts (attempts.<subscription>.<event>): counted,
-//     not carried: their events start their attempts again.
+//   - failed-attempt counts (attempts.<subscription>.<event>): retries
+//     entries of the event (found by its id among those its partition
+//     consumer delivered above the floor); a count whose event is not
+//     found there is counted, not carried.
 package migrate
 
 import (
@@ -219,7 +221,8 @@ type SubscriptionPlan struct {
 	Partitions []PartitionPlan `json:"partitions,omitempty"`
 	// Asides are its streams set aside or parked.
 	Asides []StreamPlan `json:"asides,omitempty"`
-	// Attempts counts its failed-attempt counts not carried.
+	// Attempts counts its failed-attempt counts not carried (their event
+	// is not pending above a floor).
 	Attempts int `json:"attempts_not_carried,omitempty"`
 	// Notes say what the plan could not read exactly, and what follows.
 	Notes []string `json:"notes,omitempty"`

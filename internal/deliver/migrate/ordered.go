@@ -2,11 +2,13 @@ package migrate
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -28,6 +30,11 @@ type partitionState struct {
 	// the copy's stream key).
 	copyFloor   uint64
 	copyEntries map[string]uint64
+	// copyDelivered and filters are the partition consumer's last
+	// delivered copy sequence and its filter subjects.
+	copyDelivered uint64
+	filters       []string
+	retries       []position.Retry
 }
 
 // ordered plans an ordered subscription, partition by partition: each
@@ -58,7 +65,8 @@ func (r *reading) ordered(ctx context.Context, name string) (SubscriptionPlan, [
 		if pp.CopyFloor+1 < r.copy.first && info.Delivered.Stream < r.copy.first {
 			sp.Notes = append(sp.Notes, fmt.Sprintf("partition %d: its floor (copy %d) is below the copy's first message (%d): events aged out of the copy before it took them", p, pp.CopyFloor, r.copy.first))
 		}
-		ps := &partitionState{sub: name, p: p, floor: pp.Floor, entries: map[string]position.Entry{}, copyFloor: pp.CopyFloor}
+		ps := &partitionState{sub: name, p: p, floor: pp.Floor, entries: map[string]position.Entry{}, copyFloor: pp.CopyFloor,
+			copyDelivered: info.Delivered.Stream, filters: filters(info.Config)}
 		stale, err := r.delivered(ctx, &sp, ps)
 		if err != nil {
 			return sp, nil, err
@@ -86,12 +94,8 @@ func (r *reading) ordered(ctx context.Context, name string) (SubscriptionPlan, [
 	if err := r.parked(ctx, &sp, parts); err != nil {
 		return sp, nil, err
 	}
-	keys, err := r.parkList(ctx, wire.AttemptsKeyPrefix+name+".*")
-	if err != nil {
+	if err := r.attempts(ctx, &sp, parts); err != nil {
 		return sp, nil, err
-	}
-	if sp.Attempts = len(keys); sp.Attempts > 0 {
-		sp.Notes = append(sp.Notes, fmt.Sprintf("%d failed-attempt counts are not carried: those events start their attempts again", sp.Attempts))
 	}
 	return sp, parts, nil
 }
@@ -330,6 +334,7 @@ func (r *reading) records(parts []*partitionState) {
 			rec.Ahead[ps.sub] = own
 		}
 		rec.Asides = append(rec.Asides, ps.asides...)
+		rec.Retries = append(rec.Retries, ps.retries...)
 	}
 	for _, c := range r.plan.Cursors {
 		if !ordered[c.Partition] && (!set[c.Partition] || c.Cursor.Floor < recs[c.Partition].Floor) {
@@ -343,4 +348,66 @@ func (r *reading) records(parts []*partitionState) {
 		}
 	}
 	r.plan.Records = recs
+}
+
+// attempts carries the subscription's failed-attempt counts
+// (wire.AttemptsKey: a failing head's failed POSTs, across owners) into
+// retries entries: each names its event by id, which is looked for among
+// the events its partition consumer delivered above the floor (the head
+// was pending there). A count whose event is not found there is not
+// carried: that event starts its attempts again.
+func (r *reading) attempts(ctx context.Context, sp *SubscriptionPlan, parts []*partitionState) error {
+	keys, err := r.parkList(ctx, wire.AttemptsKeyPrefix+sp.Name+".*")
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	counts := map[string]uint64{} // by event id
+	for _, k := range keys {
+		id, err := hex.DecodeString(k[strings.LastIndexByte(k, '.')+1:])
+		e, gerr := r.park.Get(ctx, k)
+		if errors.Is(gerr, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if gerr != nil {
+			return fmt.Errorf("migrate: read %q of the park bucket: %w", k, gerr)
+		}
+		n, perr := strconv.ParseUint(string(e.Value()), 10, 64)
+		if err != nil || perr != nil {
+			sp.Notes = append(sp.Notes, fmt.Sprintf("the failed-attempt count %q (%q) cannot be read: not carried", k, e.Value()))
+			continue
+		}
+		counts[string(id)] = n
+	}
+	for _, ps := range parts {
+		if len(counts) == 0 {
+			break
+		}
+		taken, err := listTaken(ctx, r.copy.s, ps.filters, ps.copyFloor+1, ps.copyDelivered)
+		if err != nil {
+			return err
+		}
+		for _, seq := range taken {
+			m, err := r.copy.msg(ctx, seq)
+			if err != nil {
+				return err
+			}
+			if m == nil {
+				continue
+			}
+			n, ok := counts[m.Header.Get(wire.HeaderMsgID)]
+			if !ok {
+				continue
+			}
+			origin, err := r.copy.origin(m)
+			if err != nil {
+				return err
+			}
+			ps.retries = append(ps.retries, position.Retry{Sub: sp.Name, Seq: origin, Attempts: n})
+			delete(counts, m.Header.Get(wire.HeaderMsgID))
+		}
+	}
+	if sp.Attempts = len(counts); sp.Attempts > 0 {
+		sp.Notes = append(sp.Notes, fmt.Sprintf("%d failed-attempt counts name no event pending above a floor: not carried, those events start their attempts again", sp.Attempts))
+	}
+	return nil
 }

@@ -22,7 +22,7 @@ import (
 //   - billing partition 0 (streams a and b): a0 b0 settled (ack floor copy
 //     2), b1 dead-lettered and its stream parked (acked above the floor,
 //     in the delivered record, its skipped version recorded), a1 a2 b2 a3
-//     pending (in hand, held);
+//     pending (in hand, held), a1 failed three times (its attempts count);
 //   - billing partition 1 (stream c): c0 refused in place (pending), c1
 //     acked out behind an aside record (head copy 3, from copy 8): the
 //     ack floor stays at 0;
@@ -51,6 +51,13 @@ func billingAndAudit(t *testing.T, l *oldLayout) {
 		Subscription: "billing", Partition: 1, Subject: copyKey(l.c) + ".Happened",
 		Start: l.copySeq(l.c, 1), Head: l.copySeq(l.c, 0), From: l.copySeq(l.c, 1), HeadEventID: eventID(l.c, 0), HeadVersion: "0", Answer: "HTTP 503",
 	})
+
+	// a1, the head of a in its lane, failed three times; an event that
+	// settled since left a count behind.
+	_, err = l.park.Put(ctx, wire.AttemptsKey("billing", eventID(l.a, 1)), []byte("3"))
+	require.NoError(t, err)
+	_, err = l.park.Put(ctx, wire.AttemptsKey("billing", eventID(l.a, 0)), []byte("1"))
+	require.NoError(t, err)
 
 	audit, err := l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{
 		Durable: "audit", Description: unordered.Description + "http://127.0.0.1:1/audit",
@@ -90,7 +97,8 @@ func TestPlanTranslatesTheOldLayout(t *testing.T) {
 	member := func(f uint64) map[string]uint64 { return map[string]uint64{"billing": f} }
 	want := []position.Record{
 		{Floor: 8, Members: member(8), Ahead: map[string]map[string]position.Entry{"billing": {b: {Seq: 10, Version: 0}}},
-			Asides: []position.Aside{{Sub: "billing", Stream: b, From: 10, State: migrate.StateParked}}},
+			Asides:  []position.Aside{{Sub: "billing", Stream: b, From: 10, State: migrate.StateParked}},
+			Retries: []position.Retry{{Sub: "billing", Seq: 9, Attempts: 3}}},
 		{Floor: 5, Members: member(5), Asides: []position.Aside{{Sub: "billing", Stream: c, From: 8, State: migrate.StateStuck}}},
 		{Floor: 5, Members: member(5)},
 		{Floor: 5, Members: member(5)},
@@ -102,6 +110,7 @@ func TestPlanTranslatesTheOldLayout(t *testing.T) {
 	require.Equal(t, uint64(5), billing.Floor)
 	require.Equal(t, 5, billing.Pending, "a1 a2 b2 a3 in partition 0, c0 in partition 1")
 	require.Zero(t, billing.Resent, "every acked event is at or below the floor, its stream's entry, or an aside")
+	require.Equal(t, 1, billing.Attempts, "a0's count names no event pending: not carried")
 	require.Equal(t, []migrate.PartitionPlan{
 		{Partition: 0, CopyFloor: 3, Floor: 8, Pending: 4, Settled: 1},
 		{Partition: 1, CopyFloor: 0, Floor: 5, Pending: 1},
