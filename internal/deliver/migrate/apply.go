@@ -55,7 +55,8 @@ type Result struct {
 	AllowDirect bool
 }
 
-// Apply writes plan to the positions bucket cfg.Bucket (created with
+// Apply writes plan to the positions bucket named bucket
+// (position.DefaultBucket when empty; created with
 // replicas replicas when missing, 0: the events stream's), idempotently:
 // under LockKey, then AllowDirect turned on for the events stream, then
 // PartitionsKey, each partition record (claimed as Owner at epoch 0,

@@ -108,8 +108,6 @@ type Config struct {
 	// unless DLQPrefix says otherwise.
 	DLQ       string
 	DLQPrefix string
-	// Bucket is the positions bucket. Default position.DefaultBucket.
-	Bucket string
 	// ReadPending reads each unordered durable's pending set back (see
 	// SubscriptionPlan.Resent): it pulls from the stopped durable, never
 	// acking, until every pending event came back or for its AckWait plus
@@ -132,9 +130,6 @@ func (c *Config) defaults() error {
 	}
 	if c.DLQPrefix == "" {
 		c.DLQPrefix = wire.DefaultDLQPrefix
-	}
-	if c.Bucket == "" {
-		c.Bucket = position.DefaultBucket
 	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
@@ -269,6 +264,7 @@ type Refusal struct {
 	Reason       string `json:"reason"`
 }
 
+// String says where (subscription, partition) and why.
 func (r Refusal) String() string {
 	var where []string
 	if r.Subscription != "" {
