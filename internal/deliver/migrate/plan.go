@@ -31,7 +31,10 @@ type reading struct {
 	park   jetstream.KeyValue // the park bucket; nil when there is none
 	copy   *copySeqs          // nil when there is no usable copy
 	copyAt int64              // the copy's creation time (Unix ns), as delivered records name it
-	dlq    *deadletter.DLQ
+	// eventsLast is the events stream's last sequence, read before the
+	// copy (so that a copy keeping up is never past it).
+	eventsLast uint64
+	dlq        *deadletter.DLQ
 }
 
 // ReadPlan reads the old layout on js and returns what the positions
@@ -51,7 +54,7 @@ func ReadPlan(ctx context.Context, js jetstream.JetStream, cfg Config) (*Plan, e
 		return nil, fmt.Errorf("migrate: events stream %q: %w", cfg.Events, err)
 	}
 	info := events.CachedInfo()
-	r := &reading{js: js, cfg: cfg, prefix: ordercopy.EventsPrefix(info.Config),
+	r := &reading{js: js, cfg: cfg, prefix: ordercopy.EventsPrefix(info.Config), eventsLast: info.State.LastSeq,
 		plan: &Plan{Events: cfg.Events, EventsCreated: info.Created, AllowDirect: info.Config.AllowDirect, Partitions: cfg.Partitions},
 		dlq:  deadletter.New(js, deadletter.Config{Stream: cfg.DLQ, SubjectPrefix: cfg.DLQPrefix}),
 	}
@@ -124,6 +127,10 @@ func (r *reading) openCopy(ctx context.Context) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	r.plan.Sourced = lag.Sourced
+	if lag.Sourced > r.eventsLast {
+		r.plan.refuse("", -1, "the partitioned copy %q sourced the events stream up to %d, past its last sequence %d: the events stream was made again, and the copy's sequences name events of the old one", name, lag.Sourced, r.eventsLast)
+		return nil
+	}
 	r.copy = newCopySeqs(s, lag.Sourced)
 	r.copyAt = s.CachedInfo().Created.UnixNano()
 	return nil

@@ -178,6 +178,13 @@ func TestPlanRefusesALayoutThatDisagrees(t *testing.T) {
 	require.Equal(t, []migrate.Refusal{{Subscription: "billing", Partition: 2, Reason: plan.Refusals[0].Reason}}, plan.Refusals)
 	require.Contains(t, plan.Refusals[0].Reason, `partition consumer "billing_p2" is missing`)
 
+	require.NoError(t, l.js.DeleteStream(ctx, wire.DefaultEventsStream))
+	_, err = l.js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+	require.NoError(t, err)
+	plan, err = migrate.ReadPlan(ctx, l.js, cfg)
+	require.NoError(t, err)
+	require.ErrorContains(t, plan.Err(), "past its last sequence 0: the events stream was made again")
+
 	require.NoError(t, l.js.DeleteStream(ctx, wire.OrderedStream(wire.DefaultEventsStream)))
 	plan, err = migrate.ReadPlan(ctx, l.js, cfg)
 	require.NoError(t, err)
