@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,22 @@ func TestMigrateCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "subscription billing (ordered): floor 0, pending 0, re-sent 0")
 	require.Contains(t, out, "dry run: nothing written")
+
+	out, err = k.migrateOut(t, "--dry-run", "--partitions", "4", "--json")
+	require.NoError(t, err)
+	var doc struct {
+		Plan struct {
+			Partitions    int `json:"partitions"`
+			Subscriptions []struct {
+				Name    string `json:"name"`
+				Ordered bool   `json:"ordered"`
+			} `json:"subscriptions"`
+		} `json:"plan"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+	require.Equal(t, 4, doc.Plan.Partitions)
+	require.Len(t, doc.Plan.Subscriptions, 1)
+	require.True(t, doc.Plan.Subscriptions[0].Ordered)
 
 	out, err = k.migrateOut(t, "--partitions", "4")
 	require.NoError(t, err)
