@@ -39,8 +39,11 @@ type reading struct {
 
 // ReadPlan reads the old layout on js and returns what the positions
 // bucket would hold after the migration (see the package doc), writing
-// nothing; with the copy emptied of every message, reading its lag makes
-// and deletes one ephemeral consumer (inspect.ReadCopyLag). Run it with
+// nothing of the layout. Two reads go through an ephemeral consumer of
+// their own, made and left to expire or deleted: the dead letters of a
+// subscription with parked streams (deadletter.DLQ.List), and the lag of
+// a copy emptied of every message (inspect.ReadCopyLag); with
+// Config.ReadPending it pulls from the unordered durables. Run it with
 // every old consumer replica stopped: a running one moves the floors it
 // reads. Where the layout disagrees, the plan holds a Refusal (Plan.Err).
 // Errors: ErrInvalidConfig (wrapped), the events stream missing, and the
