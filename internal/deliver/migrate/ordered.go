@@ -72,11 +72,11 @@ func (r *reading) ordered(ctx context.Context, name string) (SubscriptionPlan, [
 			return sp, nil, err
 		}
 		if stale {
-			taken, err := listTaken(ctx, r.copy.s, filters(info.Config), pp.CopyFloor+1, info.Delivered.Stream)
+			msgs, err := listTaken(ctx, r.copy.s, filters(info.Config), pp.CopyFloor+1, info.Delivered.Stream)
 			if err != nil {
 				return sp, nil, err
 			}
-			if n := uint64(len(taken)); n > uint64(pp.Pending) {
+			if n := uint64(len(msgs)); n > uint64(pp.Pending) {
 				sp.Resent += n - uint64(pp.Pending)
 			}
 		}
@@ -382,12 +382,12 @@ func (r *reading) attempts(ctx context.Context, sp *SubscriptionPlan, parts []*p
 		if len(counts) == 0 {
 			break
 		}
-		taken, err := listTaken(ctx, r.copy.s, ps.filters, ps.copyFloor+1, ps.copyDelivered)
+		msgs, err := listTaken(ctx, r.copy.s, ps.filters, ps.copyFloor+1, ps.copyDelivered)
 		if err != nil {
 			return err
 		}
-		for _, seq := range taken {
-			m, err := r.copy.msg(ctx, seq)
+		for _, t := range msgs {
+			m, err := r.copy.msg(ctx, t.seq)
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // pendingMargin is added to a durable's AckWait and longest BackOff step
@@ -40,11 +41,11 @@ func (r *reading) unordered(ctx context.Context, name string) (SubscriptionPlan,
 	if err != nil {
 		return sp, fmt.Errorf("migrate: events stream %q: %w", r.cfg.Events, err)
 	}
-	taken, err := listTaken(ctx, events, filters(info.Config), sp.Floor+1, sp.Delivered)
+	all, err := listTaken(ctx, events, filters(info.Config), sp.Floor+1, sp.Delivered)
 	if err != nil {
 		return sp, err
 	}
-	var above []uint64
+	var above []taken // acked above the floor, when known
 	exact := sp.Pending == 0
 	if !exact && r.cfg.ReadPending {
 		pending, err := pendingSet(ctx, c, info, r.cfg.Clock)
@@ -58,19 +59,24 @@ func (r *reading) unordered(ctx context.Context, name string) (SubscriptionPlan,
 				len(pending), sp.Pending, pendingBound(info.Config), pendingMargin, sp.Floor, sp.Delivered))
 		}
 		if exact {
-			above = slices.DeleteFunc(taken, func(s uint64) bool { return pending[s] })
+			above = slices.DeleteFunc(all, func(m taken) bool { return pending[m.seq] })
 		}
 	}
-	if exact {
-		if above == nil && sp.Pending == 0 {
-			above = taken
-		}
-	} else if n := uint64(len(taken)); n > uint64(sp.Pending) {
-		sp.Resent = n - uint64(sp.Pending)
+	switch {
+	case exact && sp.Pending == 0:
+		above = all
+	case !exact && uint64(len(all)) > uint64(sp.Pending):
+		sp.Resent = uint64(len(all)) - uint64(sp.Pending)
+	}
+	byPartition := make([][]uint64, r.cfg.Partitions)
+	for _, m := range above {
+		if p, ok := wire.SubjectPartition(r.prefix, m.subject, r.cfg.Partitions); ok {
+			byPartition[p] = append(byPartition[p], m.seq)
+		} // else no source stream's event: the new engine passes over it
 	}
 	for p := range r.cfg.Partitions {
 		r.plan.Cursors = append(r.plan.Cursors, CursorPlan{Subscription: name, Partition: p,
-			Cursor: position.Cursor{State: StateBehind, Floor: sp.Floor, Above: slices.Clone(above)}})
+			Cursor: position.Cursor{State: StateBehind, Floor: sp.Floor, Above: byPartition[p]}})
 	}
 	return sp, nil
 }
@@ -139,11 +145,17 @@ func filters(cfg jetstream.ConsumerConfig) []string {
 	return f
 }
 
-// listTaken lists the sequences of s's messages in [from, to] on any of
-// filters (which a consumer keeps from overlapping), ascending: one
-// message get each, next by subject.
-func listTaken(ctx context.Context, s jetstream.Stream, filters []string, from, to uint64) ([]uint64, error) {
-	var out []uint64
+// taken is a message a consumer takes: its sequence and subject.
+type taken struct {
+	seq     uint64
+	subject string
+}
+
+// listTaken lists s's messages in [from, to] on any of filters (which a
+// consumer keeps from overlapping), by sequence: one message get each,
+// next by subject.
+func listTaken(ctx context.Context, s jetstream.Stream, filters []string, from, to uint64) ([]taken, error) {
+	var out []taken
 	for _, f := range filters {
 		for seq := from; seq <= to; {
 			m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(f))
@@ -156,10 +168,10 @@ func listTaken(ctx context.Context, s jetstream.Stream, filters []string, from, 
 			if m.Sequence > to {
 				break
 			}
-			out = append(out, m.Sequence)
+			out = append(out, taken{m.Sequence, m.Subject})
 			seq = m.Sequence + 1
 		}
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b taken) int { return cmpU(a.seq, b.seq) })
 	return out, nil
 }
