@@ -256,3 +256,26 @@ func TestPlanReadsAnUnorderedPendingSetBack(t *testing.T) {
 		}
 	}
 }
+
+// A delivered record of a copy made before this one is not read (the old
+// engine does not read it either): what was acked above the floor of its
+// partition is counted as re-sent.
+func TestPlanCountsWhatAStaleDeliveredRecordLeavesToResend(t *testing.T) {
+	t.Parallel()
+	l := newOldLayout(t)
+	ctx := context.Background()
+	cons := l.partitionConsumers(t, "billing")
+	take(t, cons[0], 7, l.copySeq(l.a, 0), l.copySeq(l.b, 0), l.copySeq(l.b, 1)) // b1 acked above the floor
+	l.putJSON(t, wire.DeliveredKey("billing", 0), wire.DeliveredRecord{Owner: "replica-a", Copy: 1,
+		Streams: map[string]uint64{copyKey(l.b): l.copySeq(l.b, 1)}})
+
+	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}}})
+	require.NoError(t, err)
+	require.NoError(t, plan.Err())
+	billing := plan.Subscriptions[0]
+	require.Equal(t, uint64(1), billing.Resent, "b1")
+	require.Equal(t, 4, billing.Pending)
+	require.Nil(t, plan.Records[0].Ahead, "nothing is taken from the stale record")
+	require.Len(t, billing.Notes, 1)
+	require.Contains(t, billing.Notes[0], "of a copy made before this one")
+}
