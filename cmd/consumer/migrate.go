@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/jsbridge/jsbridge/consumer"
+)
+
+// migrateCmd moves the old engine's layout to the shared engine's
+// positions bucket, or with --dry-run only prints the plan.
+type migrateCmd struct {
+	DryRun      bool `name:"dry-run" help:"Print the plan (per subscription: floor, pending count, what would be re-sent, parked and set-aside streams; the refusals) and write nothing."`
+	JSON        bool `name:"json" help:"Print the plan (and with a write, the result) as JSON instead of text."`
+	ReadPending bool `name:"read-pending" help:"Read each unordered durable's pending set back (pulling from the stopped durable, never acking, for up to its AckWait plus its longest BackOff step plus 2 s), so that what it acked above its ack floor is not sent again; each pull counts as a delivery attempt on the old durable. Without it, those events are counted as re-sent."`
+	Partitions  int  `name:"partitions" env:"JSBRIDGE_PARTITIONS" default:"16" help:"Partitions the shared engine will run with; the partitioned copy (${events_stream}_ORDERED) must be partitioned for the same count, or the migration refuses (default: ${default})."`
+	out         io.Writer
+}
+
+func (c *migrateCmd) Run(ctx context.Context, g *Globals) error {
+	w := out(c.out)
+	nc, js, err := connect(g)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	plan, err := consumer.ReadMigrationPlan(ctx, js, consumer.MigrationConfig{Stream: g.Stream, DLQStream: g.DLQStream, Partitions: c.Partitions, ReadPending: c.ReadPending})
+	if err != nil {
+		return err
+	}
+	var res *consumer.MigrationResult
+	if !c.DryRun && plan.Err() == nil {
+		r, err := consumer.ApplyMigration(ctx, js, plan)
+		if err != nil {
+			return err
+		}
+		res = &r
+	}
+	if c.JSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(struct {
+			Plan   *consumer.MigrationPlan   `json:"plan"`
+			Result *consumer.MigrationResult `json:"result,omitempty"`
+		}{plan, res}); err != nil {
+			return err
+		}
+	} else if err := plan.Print(w); err != nil {
+		return err
+	}
+	if err := plan.Err(); err != nil || c.JSON {
+		return err
+	}
+	switch {
+	case res == nil:
+		fmt.Fprintln(w, "\ndry run: nothing written")
+	case res.Done:
+		fmt.Fprintf(w, "\nalready migrated (fingerprint %s): nothing written\n", plan.Fingerprint)
+	default:
+		fmt.Fprintf(w, "\nwritten: %d partition records, %d cursor keys", res.Records, res.Cursors)
+		if res.AllowDirect {
+			fmt.Fprintf(w, "; AllowDirect turned on for %s", plan.Events)
+		}
+		fmt.Fprintln(w, "\nthe old layout is left as it is: start the new version, then delete it")
+	}
+	return nil
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/ops"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// migrateOut runs `consumer migrate <args>` as the binary does, against
+// k's server, and returns what it printed and the command's error.
+func (k *runtimeKit) migrateOut(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var cl cli
+	parser, err := kong.New(&cl, kong.Name("consumer"), ops.WireVars(), kong.Exit(func(int) { t.Fatal("kong exit") }))
+	require.NoError(t, err)
+	kctx, err := parser.Parse(append([]string{"migrate", "--nats-url", k.srv.ClientURL()}, args...))
+	require.NoError(t, err)
+	var out strings.Builder
+	cl.Migrate.out = &out
+	kctx.BindTo(k.ctx, (*context.Context)(nil))
+	err = kctx.Run(&cl.Globals)
+	return out.String(), err
+}
+
+// consumer migrate --dry-run prints the plan and writes nothing; a copy
+// partitioned for another count than --partitions is refused, naming
+// both; without --dry-run the plan is written once, and a second run
+// finds it done.
+func TestMigrateCommand(t *testing.T) {
+	t.Parallel()
+	k := newRuntimeKit(t)
+	src, dest := wire.OrderedTransform(wire.DefaultEventsPrefix, 4)
+	_, err := k.js.CreateStream(k.ctx, jetstream.StreamConfig{
+		Name: wire.OrderedStream(wire.DefaultEventsStream), Storage: jetstream.FileStorage,
+		Sources: []*jetstream.StreamSource{{Name: wire.DefaultEventsStream, SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: src, Destination: dest}}}},
+	})
+	require.NoError(t, err)
+	for p := range 4 {
+		filter, err := wire.OrderedFilter(wire.DefaultEventsPrefix, p, wire.All(wire.DefaultEventsPrefix))
+		require.NoError(t, err)
+		_, err = k.js.CreateConsumer(k.ctx, wire.OrderedStream(wire.DefaultEventsStream), jetstream.ConsumerConfig{
+			Durable: wire.PartitionDurable("billing", p), FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
+		})
+		require.NoError(t, err)
+	}
+
+	out, err := k.migrateOut(t, "--dry-run")
+	require.ErrorContains(t, err, "partitioned for another count than --partitions 16")
+	require.Contains(t, out, "subscription billing (ordered)")
+	require.Contains(t, out, "refused:")
+	_, err = k.js.KeyValue(k.ctx, "jsbridge_positions")
+	require.ErrorIs(t, err, jetstream.ErrBucketNotFound, "a dry run writes nothing")
+
+	out, err = k.migrateOut(t, "--dry-run", "--partitions", "4")
+	require.NoError(t, err)
+	require.Contains(t, out, "subscription billing (ordered): floor 0, pending 0, re-sent 0")
+	require.Contains(t, out, "dry run: nothing written")
+
+	out, err = k.migrateOut(t, "--dry-run", "--partitions", "4", "--json")
+	require.NoError(t, err)
+	var doc struct {
+		Plan struct {
+			Partitions    int `json:"partitions"`
+			Subscriptions []struct {
+				Name    string `json:"name"`
+				Ordered bool   `json:"ordered"`
+			} `json:"subscriptions"`
+		} `json:"plan"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+	require.Equal(t, 4, doc.Plan.Partitions)
+	require.Len(t, doc.Plan.Subscriptions, 1)
+	require.True(t, doc.Plan.Subscriptions[0].Ordered)
+
+	out, err = k.migrateOut(t, "--partitions", "4")
+	require.NoError(t, err)
+	require.Contains(t, out, "written: 4 partition records, 0 cursor keys; AllowDirect turned on for "+wire.DefaultEventsStream)
+	out, err = k.migrateOut(t, "--partitions", "4")
+	require.NoError(t, err)
+	require.Contains(t, out, "already migrated")
+}

@@ -1,0 +1,281 @@
+package migrate_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/unordered"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// billingAndAudit builds, on the old layout, an ordered subscription
+// "billing" stopped mid-flow and an unordered one "audit":
+//
+//   - billing partition 0 (streams a and b): a0 b0 settled (ack floor copy
+//     2), b1 dead-lettered and its stream parked (acked above the floor,
+//     in the delivered record, its skipped version recorded), a1 a2 b2 a3
+//     pending (in hand, held), a1 failed three times (its attempts count);
+//   - billing partition 1 (stream c): c0 refused in place (pending), c1
+//     acked out behind an aside record (head copy 3, from copy 8): the
+//     ack floor stays at 0;
+//   - billing partitions 2 and 3: nothing delivered;
+//   - audit: events 6–11 delivered, 6, 7 and 9 acked (ack floor 7).
+func billingAndAudit(t *testing.T, l *oldLayout) {
+	t.Helper()
+	ctx := context.Background()
+	cons := l.partitionConsumers(t, "billing")
+	take(t, cons[0], 7, l.copySeq(l.a, 0), l.copySeq(l.b, 0), l.copySeq(l.b, 1))
+	take(t, cons[1], 2, l.copySeq(l.c, 1))
+
+	copyInfo, err := l.copy.Info(ctx)
+	require.NoError(t, err)
+	l.putJSON(t, wire.DeliveredKey("billing", 0), wire.DeliveredRecord{
+		Owner: "replica-a", Copy: copyInfo.Created.UnixNano(), Claim: "t0",
+		Streams: map[string]uint64{copyKey(l.a): l.copySeq(l.a, 0), copyKey(l.b): l.copySeq(l.b, 1)},
+	})
+	l.deadLetter(t, "billing", l.b, 1, "0")
+	require.NoError(t, deadletter.RecordSkipped(ctx, l.park, "billing", eventsKey(l.b), 1, 0))
+	l.putJSON(t, wire.ParkedKey("billing", eventsKey(l.b)), deadletter.ParkedStream{
+		Subscription: "billing", Stream: l.b, Subject: wire.Subject(wire.DefaultEventsPrefix, l.b, "Happened"),
+		HeadEventID: eventID(l.b, 1), HeadVersion: "1", Partition: 0, Held: 1, Reason: "HTTP 422",
+	})
+	l.putJSON(t, wire.AsideKey("billing", 1, copyKey(l.c)), wire.AsideRecord{
+		Subscription: "billing", Partition: 1, Subject: copyKey(l.c) + ".Happened",
+		Start: l.copySeq(l.c, 1), Head: l.copySeq(l.c, 0), From: l.copySeq(l.c, 1), HeadEventID: eventID(l.c, 0), HeadVersion: "0", Answer: "HTTP 503",
+	})
+
+	// a1, the head of a in its lane, failed three times; an event that
+	// settled since left a count behind.
+	_, err = l.park.Put(ctx, wire.AttemptsKey("billing", eventID(l.a, 1)), []byte("3"))
+	require.NoError(t, err)
+	_, err = l.park.Put(ctx, wire.AttemptsKey("billing", eventID(l.a, 0)), []byte("1"))
+	require.NoError(t, err)
+
+	audit, err := l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{
+		Durable: "audit", Description: unordered.Description + "http://127.0.0.1:1/audit",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 3600e9, MaxDeliver: -1,
+	})
+	require.NoError(t, err)
+	take(t, audit, 6, 6, 7, 9)
+}
+
+func TestPlanTranslatesTheOldLayout(t *testing.T) {
+	t.Parallel()
+	l := newOldLayout(t)
+	billingAndAudit(t, l)
+	ctx := context.Background()
+	require.Equal(t, uint64(6), l.seq[l.a][0], "the events stream's sequences are the copy's + 5")
+
+	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{
+		{Name: "billing", Ordered: true}, {Name: "audit"},
+	}})
+	require.NoError(t, err)
+	require.NoError(t, plan.Err())
+
+	require.Equal(t, uint64(118), plan.Epoch, "the lease epoch counter is copied")
+	require.Equal(t, []string{wire.SkippedKey("billing", eventsKey(l.b))}, keys(plan.Skipped))
+	require.Equal(t, uint64(14), plan.Sourced)
+	require.False(t, plan.AllowDirect)
+
+	// The ordered subscription: floors translated from copy sequences
+	// (partition 0's ack floor stops before its next pending event, a1 at
+	// copy 4: copy 3, c0, is events 8; copy 0, before the copy's first
+	// message, is the event before its origin, 5), b's entry (copy 5 → events 10)
+	// with the version the chain names after b1 (dead-lettered: its
+	// predecessor 0), b parked from its head (events 10, from its dead
+	// letter), c set aside from its refused head c0 (events 8), which
+	// never settled.
+	b, c := eventsKey(l.b), eventsKey(l.c)
+	member := func(f uint64) map[string]uint64 { return map[string]uint64{"billing": f} }
+	want := []position.Record{
+		{Floor: 8, Members: member(8), Ahead: map[string]map[string]position.Entry{"billing": {b: {Seq: 10, Version: 0}}},
+			Asides:  []position.Aside{{Sub: "billing", Stream: b, From: 10, State: migrate.StateParked}},
+			Retries: []position.Retry{{Sub: "billing", Seq: 9, Attempts: 3}}},
+		{Floor: 5, Members: member(5), Asides: []position.Aside{{Sub: "billing", Stream: c, From: 8, State: migrate.StateStuck}}},
+		{Floor: 5, Members: member(5)},
+		{Floor: 5, Members: member(5)},
+	}
+	require.Equal(t, want, plan.Records)
+
+	billing := plan.Subscriptions[0]
+	require.Equal(t, "billing", billing.Name)
+	require.Equal(t, uint64(5), billing.Floor)
+	require.Equal(t, 5, billing.Pending, "a1 a2 b2 a3 in partition 0, c0 in partition 1")
+	require.Zero(t, billing.Resent, "every acked event is at or below the floor, its stream's entry, or an aside")
+	require.Equal(t, 1, billing.Attempts, "a0's count names no event pending: not carried")
+	require.Equal(t, []migrate.PartitionPlan{
+		{Partition: 0, CopyFloor: 3, Floor: 8, Pending: 4, Settled: 1},
+		{Partition: 1, CopyFloor: 0, Floor: 5, Pending: 1},
+		{Partition: 2, Floor: 5},
+		{Partition: 3, Floor: 5},
+	}, billing.Partitions)
+	require.Equal(t, []migrate.StreamPlan{
+		{Partition: 0, Stream: b, From: 10, State: migrate.StateParked, Head: eventID(l.b, 1)},
+		{Partition: 1, Stream: c, From: 8, State: migrate.StateStuck},
+	}, billing.Asides)
+
+	// The unordered subscription: a cursor from its ack floor on every
+	// partition; of (7, 11], 9 was acked and is sent again, 8, 10 and
+	// 11 are pending.
+	audit := plan.Subscriptions[1]
+	require.Equal(t, migrate.SubscriptionPlan{Name: "audit", Floor: 7, Delivered: 11, Pending: 3, Resent: 1}, audit)
+	var cursors []migrate.CursorPlan
+	for p := range partitions {
+		cursors = append(cursors, migrate.CursorPlan{Subscription: "audit", Partition: p, Cursor: position.Cursor{State: migrate.StateBehind, Floor: 7}})
+	}
+	require.Equal(t, cursors, plan.Cursors)
+
+	var out bytes.Buffer
+	require.NoError(t, plan.Print(&out))
+	require.Contains(t, out.String(), "subscription audit (unordered): floor 7, last delivered 11, pending 3, re-sent 1")
+	require.Contains(t, out.String(), "parked: partition 0, stream "+b+", from 10, head event "+eventID(l.b, 1))
+
+	again, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{
+		{Name: "billing", Ordered: true}, {Name: "audit"},
+	}})
+	require.NoError(t, err)
+	require.Equal(t, plan.Fingerprint, again.Fingerprint, "the same old layout plans the same")
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestPlanRefusesALayoutThatDisagrees(t *testing.T) {
+	t.Parallel()
+	l := newOldLayout(t)
+	ctx := context.Background()
+	l.partitionConsumers(t, "billing")
+	cfg := migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}}}
+
+	plan, err := migrate.ReadPlan(ctx, l.js, cfg)
+	require.NoError(t, err)
+	require.NoError(t, plan.Err())
+
+	other := cfg
+	other.Partitions = 16
+	plan, err = migrate.ReadPlan(ctx, l.js, other)
+	require.NoError(t, err)
+	require.ErrorIs(t, plan.Err(), migrate.ErrRefused)
+	require.ErrorContains(t, plan.Err(), "partitioned for another count than --partitions 16")
+	require.Empty(t, plan.Records, "nothing is planned from a copy whose partitions are not the engine's")
+
+	require.NoError(t, l.js.DeleteConsumer(ctx, wire.OrderedStream(wire.DefaultEventsStream), wire.PartitionDurable("billing", 2)))
+	plan, err = migrate.ReadPlan(ctx, l.js, cfg)
+	require.NoError(t, err)
+	require.Equal(t, []migrate.Refusal{{Subscription: "billing", Partition: 2, Reason: plan.Refusals[0].Reason}}, plan.Refusals)
+	require.Contains(t, plan.Refusals[0].Reason, `partition consumer "billing_p2" is missing`)
+
+	require.NoError(t, l.js.DeleteStream(ctx, wire.DefaultEventsStream))
+	_, err = l.js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+	require.NoError(t, err)
+	plan, err = migrate.ReadPlan(ctx, l.js, cfg)
+	require.NoError(t, err)
+	require.ErrorContains(t, plan.Err(), "past its last sequence 0: the events stream was made again")
+
+	require.NoError(t, l.js.DeleteStream(ctx, wire.OrderedStream(wire.DefaultEventsStream)))
+	plan, err = migrate.ReadPlan(ctx, l.js, cfg)
+	require.NoError(t, err)
+	require.ErrorContains(t, plan.Err(), `the partitioned copy "EVENTS_ORDERED" does not exist`)
+
+	_, err = migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: 0})
+	require.ErrorIs(t, err, migrate.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Partitions 0")
+}
+
+func TestDiscoverFindsTheOldEnginesSubscriptions(t *testing.T) {
+	t.Parallel()
+	l := newOldLayout(t)
+	billingAndAudit(t, l)
+	ctx := context.Background()
+	_, err := l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{Durable: "someone-elses"})
+	require.NoError(t, err)
+	subs, err := migrate.Discover(ctx, l.js, "")
+	require.NoError(t, err)
+	require.Equal(t, []migrate.Subscription{{Name: "audit"}, {Name: "billing", Ordered: true}}, subs)
+}
+
+// With ReadPending, an unordered durable's pending events are read back
+// from the stopped durable: of (ack floor, last delivered] only those are
+// left to send, and the acked ones go into the Above of their partition's
+// cursor. A pending
+// event that does not come back within AckWait plus its longest BackOff
+// step (a Nak delayed longer) leaves the plan inexact: the acked ones are
+// counted as re-sent.
+func TestPlanReadsAnUnorderedPendingSetBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for AckWait (1 s) and the read's bound (3 s)")
+	}
+	t.Parallel()
+	l := newOldLayout(t)
+	ctx := context.Background()
+	durable := func(name string) jetstream.Consumer {
+		c, err := l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{
+			Durable: name, Description: unordered.Description + "http://127.0.0.1:1/" + name,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: -1,
+		})
+		require.NoError(t, err)
+		return c
+	}
+	take(t, durable("quick"), 6, 6, 7, 9) // 8, 10, 11 pending
+	for _, m := range take(t, durable("delayed"), 6, 6, 7, 9) {
+		if md, _ := m.Metadata(); md.Sequence.Stream == 11 {
+			require.NoError(t, m.NakWithDelay(time.Hour))
+		}
+	}
+
+	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, ReadPending: true,
+		Subscriptions: []migrate.Subscription{{Name: "quick"}, {Name: "delayed"}}})
+	require.NoError(t, err)
+	quick, delayed := plan.Subscriptions[0], plan.Subscriptions[1]
+	require.Equal(t, uint64(0), quick.Resent)
+	require.Equal(t, 3, quick.Pending)
+	require.Equal(t, uint64(1), delayed.Resent, "9 was acked, and 11 did not come back to prove it")
+	for _, c := range plan.Cursors {
+		switch c.Subscription {
+		case "quick": // 9 is a1, of partition 0
+			want := position.Cursor{State: migrate.StateBehind, Floor: 7}
+			if c.Partition == 0 {
+				want.Above = []uint64{9}
+			}
+			require.Equal(t, want, c.Cursor, "partition %d", c.Partition)
+		case "delayed":
+			require.Equal(t, position.Cursor{State: migrate.StateBehind, Floor: 7}, c.Cursor)
+		}
+	}
+}
+
+// A delivered record of a copy made before this one is not read (the old
+// engine does not read it either): what was acked above the floor of its
+// partition is counted as re-sent.
+func TestPlanCountsWhatAStaleDeliveredRecordLeavesToResend(t *testing.T) {
+	t.Parallel()
+	l := newOldLayout(t)
+	ctx := context.Background()
+	cons := l.partitionConsumers(t, "billing")
+	take(t, cons[0], 7, l.copySeq(l.a, 0), l.copySeq(l.b, 0), l.copySeq(l.b, 1)) // b1 acked above the floor
+	l.putJSON(t, wire.DeliveredKey("billing", 0), wire.DeliveredRecord{Owner: "replica-a", Copy: 1,
+		Streams: map[string]uint64{copyKey(l.b): l.copySeq(l.b, 1)}})
+
+	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}}})
+	require.NoError(t, err)
+	require.NoError(t, plan.Err())
+	billing := plan.Subscriptions[0]
+	require.Equal(t, uint64(1), billing.Resent, "b1")
+	require.Equal(t, 4, billing.Pending)
+	require.Nil(t, plan.Records[0].Ahead, "nothing is taken from the stale record")
+	require.Len(t, billing.Notes, 1)
+	require.Contains(t, billing.Notes[0], "of a copy made before this one")
+}
