@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -470,7 +471,7 @@ func (as *asides) settle(ctx context.Context, m jetstream.Msg) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	rev, err = as.kv.Update(ctx, wire.AsideKey(as.sub, as.p, key), v, rev)
-	if casLost(err) {
+	if owner.RevisionLost(err) {
 		// An earlier try landed although its answer was lost (a KV
 		// leader moving): the record says just what this write does.
 		// Without this, every retry failed the same way and the

@@ -70,7 +70,7 @@ func (pt *partition) setAside(key string, head refusedHead, wg *sync.WaitGroup) 
 	for _, m := range out {
 		from = min(from, streamSeq(m))
 	}
-	ctx, cancel := pt.lease.beforeDeadline(pt.ctx, 5*time.Second)
+	ctx, cancel := pt.lease.BeforeDeadline(pt.ctx, 5*time.Second)
 	err := pt.aside.record(ctx, key, head, from)
 	cancel()
 	if err != nil {

@@ -22,25 +22,25 @@ func TestPartitionWaitsPastItsLeaseDeadlineOnTheClock(t *testing.T) {
 	defer cancel()
 	pt := testPartition(t, nil)
 	clock := pt.clock.(*clockwork.FakeClock)
-	pt.lease.setDeadline(clock.Now().Add(3 * time.Second))
-	require.True(t, pt.lease.mayStart(), "before the deadline")
+	pt.lease.SetDeadline(clock.Now().Add(3 * time.Second))
+	require.True(t, pt.lease.MayStart(), "before the deadline")
 	clock.Advance(3 * time.Second)
-	require.False(t, pt.lease.mayStart(), "at the deadline: a frozen replica starts nothing when it wakes")
+	require.False(t, pt.lease.MayStart(), "at the deadline: a frozen replica starts nothing when it wakes")
 
 	done := make(chan bool, 1)
-	go func() { done <- pt.lease.waitLease() }()
+	go func() { done <- pt.lease.WaitLease() }()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1), "waitLease waits on the clock")
 	select {
 	case <-done:
 		t.Fatal("waitLease returned without a renewal")
 	default:
 	}
-	pt.lease.setDeadline(clock.Now().Add(3 * time.Second)) // the lease was renewed
+	pt.lease.SetDeadline(clock.Now().Add(3 * time.Second)) // the lease was renewed
 	clock.Advance(20 * time.Millisecond)
 	require.True(t, <-done, "renewed: the partition is still this replica's")
 
 	clock.Advance(3 * time.Second)
-	go func() { done <- pt.lease.waitLease() }()
+	go func() { done <- pt.lease.WaitLease() }()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))
 	pt.release()
 	require.False(t, <-done, "released while waiting")

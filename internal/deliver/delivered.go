@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -97,12 +98,17 @@ func newDeliveredRecord(kv jetstream.KeyValue, key, owner string, copyCreated ti
 	}
 }
 
+// claimTries bounds the compare-and-set rounds of a claim, as the lease
+// epoch's (owner.Epochs): each failed round means another writer wrote
+// the record meanwhile.
+const claimTries = 20
+
 // claim reads the record the former owners wrote and writes it back as
 // this replica's (compare-and-set): from then on their writes fail. A
 // record of another copy, or one that cannot be parsed, is dropped
 // (logged): its streams wait for what is pending, as with no record.
 func (r *deliveredRecord) claim(ctx context.Context) error {
-	for range epochTries {
+	for range claimTries {
 		e, err := r.kv.Get(ctx, r.key)
 		var rev uint64
 		var doc deliveredDoc
@@ -129,7 +135,7 @@ func (r *deliveredRecord) claim(ctx context.Context) error {
 		} else {
 			rev, err = r.kv.Update(ctx, r.key, val, rev)
 		}
-		if casLost(err) {
+		if owner.RevisionLost(err) {
 			continue // a former owner wrote meanwhile: read it again
 		}
 		if err != nil {
@@ -143,7 +149,7 @@ func (r *deliveredRecord) claim(ctx context.Context) error {
 		r.mu.Unlock()
 		return nil
 	}
-	return fmt.Errorf("deliver: delivered record %q: %w", r.key, errEpochContended)
+	return fmt.Errorf("deliver: delivered record %q: %w", r.key, owner.ErrEpochContended)
 }
 
 // covers reports whether the event at seq of stream key was settled by
@@ -288,7 +294,7 @@ func (r *deliveredRecord) write(lease *leaseFence) {
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		rev, err = r.kv.Update(ctx, r.key, val, rev)
-		if casLost(err) {
+		if owner.RevisionLost(err) {
 			// Maybe an earlier write of ours landed although its
 			// answer was lost (a KV leader moving): then the record is
 			// still ours, at a revision we never heard of.
@@ -303,7 +309,7 @@ func (r *deliveredRecord) write(lease *leaseFence) {
 	switch {
 	case err == nil:
 		r.rev = rev
-	case casLost(err):
+	case owner.RevisionLost(err):
 		r.isLost = true
 		err = errRecordLost
 	}

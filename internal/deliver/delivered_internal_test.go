@@ -36,7 +36,7 @@ func recordedPartition(t *testing.T, kv jetstream.KeyValue, owner string) *parti
 	pt, _, _ := fencedPartition(t)
 	rec := newDeliveredRecord(kv, wire.DeliveredKey("orders", 0), owner, time.Unix(0, 1), pt.clock, pt.log)
 	require.NoError(t, rec.claim(context.Background()))
-	rec.lost = func() { pt.lease.lose(); pt.release() }
+	rec.lost = func() { pt.lease.Lose(); pt.release() }
 	pt.record, pt.hol.record = rec, rec
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() { defer close(done); rec.run(pt.lease, stop) }()
@@ -105,7 +105,7 @@ func TestAFormerOwnerWhoseRecordWasTakenAcksNothingMoreAndStops(t *testing.T) {
 	first.hol.ack(later, func() *slog.Logger { return first.log })
 	require.Zero(t, later.acks.Load(), "no ack once the record is someone else's")
 	require.True(t, first.record.lostLease())
-	require.False(t, first.lease.mayStart(), "the partition starts nothing more")
+	require.False(t, first.lease.MayStart(), "the partition starts nothing more")
 	require.ErrorIs(t, first.lease.mayAck(), errLeasePassed)
 	require.Error(t, first.ctx.Err(), "the partition was released")
 	require.Equal(t, "second", readRecord(t, kv, wire.DeliveredKey("orders", 0)).Owner)

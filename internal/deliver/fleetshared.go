@@ -27,7 +27,7 @@ type fleetShared struct {
 	// takes away).
 	units atomic.Int64
 	// members is the lease bucket's member view of the ordered units:
-	// one watch for the replica (memberView).
+	// one watch for the replica (owner.MemberView).
 	members sharedMemberView
 }
 

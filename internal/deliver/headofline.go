@@ -13,6 +13,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/park"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
@@ -39,13 +40,13 @@ type headOfLine struct {
 	// as on the events stream (spans, records, dead letters).
 	eventsPrefix string
 	p            int
-	// epoch is the claim's lease epoch (leaseEpochs.next; renewals leave
+	// epoch is the claim's lease epoch (owner.Epochs.Next; renewals leave
 	// it): every webhook of the partition carries it as
 	// Jsbridge-Lease-Epoch.
 	epoch uint64
 	// epochs is raised above the receiver's epoch after a stale-epoch
 	// answer, before the partition is released.
-	epochs leaseEpochs
+	epochs owner.Epochs
 	// stuckAfter bounds the time a head is refused by the receiver's
 	// order gate before it is dead-lettered and parked (0: never).
 	stuckAfter time.Duration
@@ -104,7 +105,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			hl.lease.nak(log(), m)
 			return
 		}
-		if !hl.lease.waitLease() {
+		if !hl.lease.WaitLease() {
 			continue // released: Nak'd above
 		}
 		if hl.parking.Hold(hl.holder, m) {
@@ -133,7 +134,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			case <-hl.ctx.Done():
 				return 0, nil, false
 			}
-			if !hl.lease.mayStart() {
+			if !hl.lease.MayStart() {
 				<-hl.slots
 				return 0, nil, false // waitLease again
 			}
@@ -141,7 +142,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			return gen, func() { r.inFlight.Dec(); <-hl.slots }, true
 		}
 		s := r.snd.Attempt(ctx, m, n, attempt.Call{ID: id, Traced: em, Replica: r.replicaID, Order: order,
-			Owner: &attempt.Owner{Partition: hl.p, Epoch: hl.epoch}, Ready: ready, Fence: hl.lease.bound, AfterFailure: afterFailure})
+			Owner: &attempt.Owner{Partition: hl.p, Epoch: hl.epoch}, Ready: ready, Fence: hl.lease.Bound, AfterFailure: afterFailure})
 		r.snd.End(s.Trace)
 		afterFailure = afterFailure || (s.Trace != nil && s.Act != attempt.ActAck)
 		resp := s.Response
@@ -228,7 +229,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			// goes back unacked (Nak'd above, or AckWait) to the owner.
 			r.snd.Count(attempt.OutcomeStaleEpoch, s.Class, 0)
 			log(slog.Int("status", resp.Status)).Warn("the receiver's order gate says this replica's partition lease is stale; releasing the partition", slog.String("reason", s.Reason))
-			hl.epochs.afterStale(ctx, log(), hl.epoch, resp.OrderEpoch)
+			hl.epochs.AfterStale(ctx, log(), hl.epoch, resp.OrderEpoch)
 			hl.release()
 		}
 	}

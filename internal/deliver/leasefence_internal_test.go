@@ -43,7 +43,7 @@ func fencedPartition(t *testing.T) (*partition, *clockwork.FakeClock, *atomic.In
 	var status atomic.Int32
 	status.Store(int32(nats.CONNECTED))
 	pt.lease.connStatus = func() nats.Status { return nats.Status(status.Load()) }
-	pt.lease.setDeadline(clock.Now().Add(3 * time.Second))
+	pt.lease.SetDeadline(clock.Now().Add(3 * time.Second))
 	return pt, clock, &status
 }
 
@@ -69,7 +69,7 @@ func TestPartitionPastItsDeadlineAcksNothing(t *testing.T) {
 	go func() { pt.hol.ack(m, func() *slog.Logger { return pt.log }); close(acked) }()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the ack waits on the clock")
 	require.Zero(t, m.acks.Load(), "no ack past the deadline")
-	pt.lease.setDeadline(clock.Now().Add(3 * time.Second)) // a late renewal
+	pt.lease.SetDeadline(clock.Now().Add(3 * time.Second)) // a late renewal
 	clock.Advance(20 * time.Millisecond)
 	<-acked
 	require.Equal(t, int32(1), m.acks.Load(), "acked once the lease was renewed")
@@ -158,7 +158,7 @@ func TestPartitionPastItsDeadlinePullsNothing(t *testing.T) {
 	cons.mu.Lock()
 	require.Zero(t, cons.opened, "no pull while past the deadline")
 	cons.mu.Unlock()
-	pt.lease.setDeadline(clock.Now().Add(3 * time.Second))
+	pt.lease.SetDeadline(clock.Now().Add(3 * time.Second))
 	clock.Advance(20 * time.Millisecond)
 	require.NotNil(t, <-got)
 	cons.mu.Lock()
@@ -182,11 +182,11 @@ func TestPartitionWhoseLeaseIsFoundTakenStopsAtOnce(t *testing.T) {
 	defer cancel()
 	pt, clock, _ := fencedPartition(t)
 	m := newAckMsg(10)
-	require.True(t, pt.lease.mayStart())
+	require.True(t, pt.lease.MayStart())
 
-	pt.lease.lose()
+	pt.lease.Lose()
 	pt.release()
-	require.False(t, pt.lease.mayStart(), "no attempt starts")
+	require.False(t, pt.lease.MayStart(), "no attempt starts")
 	require.ErrorIs(t, pt.lease.inProgress(m), errLeasePassed)
 	pt.lease.nak(pt.log, m)
 	acked := make(chan struct{})
@@ -198,8 +198,8 @@ func TestPartitionWhoseLeaseIsFoundTakenStopsAtOnce(t *testing.T) {
 	}
 	require.Zero(t, m.acks.Load()+m.naks.Load()+m.inProgress.Load(), "nothing sent, with 3 s of the old deadline left")
 
-	pt.lease.setDeadline(clock.Now().Add(3 * time.Second)) // a renewal answered late
-	require.False(t, pt.lease.mayStart(), "a lost lease stays lost")
+	pt.lease.SetDeadline(clock.Now().Add(3 * time.Second)) // a renewal answered late
+	require.False(t, pt.lease.MayStart(), "a lost lease stays lost")
 	require.ErrorIs(t, pt.lease.mayAck(), errLeasePassed)
 }
 
@@ -236,7 +236,7 @@ func TestDeadLetterRetriedWhenTheLeaseIsLostNaksNothing(t *testing.T) {
 			require.NoError(t, clock.BlockUntilContext(ctx, 1), "the dead letter waits its backoff on the clock")
 			require.Positive(t, dlq.calls.Load())
 			if lost {
-				pt.lease.lose()
+				pt.lease.Lose()
 			}
 			pt.release()
 			select {

@@ -5,14 +5,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -186,7 +183,7 @@ func TestPartitionFrozenAcrossTheProbeClaimSendsNothing(t *testing.T) {
 			// The delivery waits for its lease (a renewal), on the clock.
 			require.NoError(t, clock.BlockUntilContext(ctx, 2), "the keep-alive timer and waitLease")
 			require.Zero(t, posts.Load(), "no POST past the lease deadline")
-			pt.lease.lose() // the renewal finds the key taken
+			pt.lease.Lose() // the renewal finds the key taken
 			pt.release()
 			select {
 			case <-done:
@@ -199,35 +196,6 @@ func TestPartitionFrozenAcrossTheProbeClaimSendsNothing(t *testing.T) {
 	}
 }
 
-// A POST running when the lease deadline passes without a renewal is cut
-// there; a renewal before it moves the cut; lose cuts it at once.
-func TestLeaseBoundCutsAPostAtTheDeadline(t *testing.T) {
-	t.Parallel()
-	pt, clock, _ := fencedPartition(t) // deadline in 3 s
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pctx, done, err := pt.lease.bound(ctx)
-	require.NoError(t, err)
-	defer done()
-	clock.Advance(2 * time.Second)
-	pt.lease.setDeadline(clock.Now().Add(3 * time.Second)) // renewed: now 3 s from here
-	clock.Advance(2 * time.Second)                         // past the first deadline
-	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the cut waits for the renewed deadline")
-	require.NoError(t, pctx.Err(), "the renewal moved the cut")
-	clock.Advance(time.Second + time.Millisecond)
-	require.Eventually(t, func() bool { return pctx.Err() != nil }, 5*time.Second, time.Millisecond, "cut at the renewed deadline")
-	require.ErrorIs(t, context.Cause(pctx), errLeasePassed)
-	_, _, err = pt.lease.bound(ctx)
-	require.ErrorIs(t, err, errLeasePassed, "no POST starts past the deadline")
-
-	pt.lease.setDeadline(clock.Now().Add(3 * time.Second))
-	pctx2, done2, err := pt.lease.bound(ctx)
-	require.NoError(t, err)
-	defer done2()
-	pt.lease.lose()
-	require.ErrorIs(t, context.Cause(pctx2), errLeasePassed, "lose cuts a POST at once")
-}
-
 // Lease time across a suspended VM: the monotonic clock (the fake one
 // here) stops while the machine is suspended, the wall clock does not. A
 // replica woken after a suspension longer than its lease holds nothing:
@@ -237,35 +205,24 @@ func TestPartitionWokenAfterASuspensionLongerThanItsLeaseHoldsNothing(t *testing
 	t.Parallel()
 	pt, clock, _ := fencedPartition(t)
 	var suspended atomic.Int64 // wall time the fake (monotonic) clock missed
-	pt.lease.wallOf = func(t time.Time) time.Time { return t.Add(time.Duration(suspended.Load())) }
-	pt.lease.setDeadline(clock.Now().Add(3 * time.Second))
+	pt.lease.SetWallClock(func(t time.Time) time.Time { return t.Add(time.Duration(suspended.Load())) })
+	pt.lease.SetDeadline(clock.Now().Add(3 * time.Second))
 	m := newAckMsg(10)
-	require.True(t, pt.lease.mayStart())
+	require.True(t, pt.lease.MayStart())
 	require.NoError(t, pt.lease.inProgress(m))
 
 	clock.Advance(time.Second)
 	suspended.Store(int64(10 * time.Second)) // suspended for 10 s; the monotonic clock saw none of it
-	require.True(t, clock.Now().Before(pt.lease.deadline), "the monotonic reading alone says the lease holds")
-	require.False(t, pt.lease.mayStart(), "no attempt starts")
+	require.True(t, clock.Now().Before(pt.lease.Deadline()), "the monotonic reading alone says the lease holds")
+	require.False(t, pt.lease.MayStart(), "no attempt starts")
 	require.ErrorIs(t, pt.lease.mayAck(), errLeasePassed, "no ack, Nak or InProgress")
 	require.ErrorIs(t, pt.lease.inProgress(m), errLeasePassed)
-	_, _, err := pt.lease.bound(context.Background())
+	_, _, err := pt.lease.Bound(context.Background())
 	require.ErrorIs(t, err, errLeasePassed, "no POST")
 	require.Equal(t, int32(1), m.inProgress.Load())
 
 	// A renewal after the wake (its start read on both clocks) holds.
-	pt.lease.setDeadline(clock.Now().Add(3 * time.Second))
-	require.True(t, pt.lease.mayStart())
+	pt.lease.SetDeadline(clock.Now().Add(3 * time.Second))
+	require.True(t, pt.lease.MayStart())
 	require.NoError(t, pt.lease.mayAck())
-}
-
-// The production reading of the wall clock: a time with a monotonic
-// reading compares on it alone; the fence compares the wall readings too.
-func TestLeaseFenceReadsTheWallClockOfRealTimes(t *testing.T) {
-	t.Parallel()
-	lf := &leaseFence{ctx: context.Background(), clock: clockwork.NewRealClock(), connStatus: func() nats.Status { return nats.CONNECTED }}
-	lf.setDeadline(time.Now().Add(time.Minute))
-	require.True(t, lf.mayStart())
-	require.Equal(t, lf.deadline.Round(0), lf.wallDeadline, "the wall reading of the deadline, fixed when set")
-	require.False(t, strings.Contains(lf.wallDeadline.String(), "m="), "no monotonic reading")
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/park"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
@@ -35,7 +36,7 @@ import (
 //     each partition is owned by the replica whose lease key it created;
 //     each replica keeps up to its quota of what it owns, claims free
 //     partitions below it and releases (after its in-flight deliveries)
-//     what is over it (see share: a replica joining or leaving moves
+//     what is over it (see owner.Share: a replica joining or leaving moves
 //     about partitions/n of them, not all). A replica stops starting
 //     attempts on a partition once its lease was not renewed for
 //     LeaseTTL*3/4 (a frozen replica fences itself before its lease can
@@ -104,7 +105,7 @@ type ordering struct {
 	buckets      buckets // how provision made leases and parks
 	// epochs gives partition claims their lease epochs (a counter in
 	// parks).
-	epochs leaseEpochs
+	epochs owner.Epochs
 	// leaseTTL is the lease bucket's TTL: Config.LeaseTTL, unless the
 	// bucket existed with another (then every replica goes by the
 	// bucket's, so that a lease never expires before its owner renews it).
@@ -113,21 +114,21 @@ type ordering struct {
 	// and the copy watcher: parking checks held events' ages against it.
 	copyAge atomic.Int64
 	// warns paces the warnings of lease writes failing at every cycle.
-	warns *warnPace
+	warns *owner.WarnPace
 	// cycleNow, when it holds a value, starts the next cycle at once: a
 	// partition released to another replica finished (see wakeOnFinish).
 	cycleNow chan struct{}
 	// view is the lease bucket's members, from one watch (set by run
 	// once provisioned); sharedView, when not nil, is the view of the
 	// Fleet this Consumer is a unit of, which view is then taken from.
-	view       *memberView
+	view       *owner.MemberView
 	sharedView *sharedMemberView
 }
 
 // newOrdering returns the ordering state of c, or nil when no subscription
 // of c is ordered.
 func newOrdering(c *Consumer) *ordering {
-	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log, metrics: c.metrics, warns: newWarnPace(c.cfg.Clock),
+	o := &ordering{js: c.js, cfg: c.cfg, clock: c.cfg.Clock, log: c.log, metrics: c.metrics, warns: owner.NewWarnPace(c.cfg.Clock),
 		cycleNow: make(chan struct{}, 1)}
 	if c.cfg.fleet != nil {
 		o.sharedView = &c.cfg.fleet.members
@@ -156,7 +157,7 @@ func newParking(r *runner, o *ordering) *park.Parking {
 		Clock: r.clock, Logger: r.log, Metrics: m,
 		CopyMaxAge: func() time.Duration { return time.Duration(o.copyAge.Load()) },
 		WatchFailed: func(ctx context.Context, err error) {
-			if bucketGone(err) {
+			if owner.BucketGone(err) {
 				o.buckets.restore(ctx)
 			}
 		},
@@ -204,16 +205,16 @@ func (o *ordering) provision(ctx context.Context) error {
 		Bucket: wire.DefaultParkBucket, Description: "jsbridge ordered subscriptions' parked streams",
 		Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
 	}}
-	if o.leases, err = bucket(ctx, js, o.buckets.leases); err != nil {
+	if o.leases, err = owner.Bucket(ctx, js, o.buckets.leases); err != nil {
 		return err
 	}
-	if o.leaseTTL, err = o.bucketTTL(ctx); err != nil {
+	if o.leaseTTL, err = owner.LeaseTTL(ctx, o.leases, o.cfg.LeaseTTL, o.log); err != nil {
 		return err
 	}
-	if o.parks, err = bucket(ctx, js, o.buckets.parks); err != nil {
+	if o.parks, err = owner.Bucket(ctx, js, o.buckets.parks); err != nil {
 		return err
 	}
-	o.epochs = leaseEpochs{kv: o.parks}
+	o.epochs = owner.Epochs{KV: o.parks}
 	for _, r := range o.runners {
 		r.ord.parking.Provisioned(o.parks, o.eventsPrefix)
 	}
@@ -224,44 +225,6 @@ func (o *ordering) provision(ctx context.Context) error {
 	}
 	o.provisioned = true
 	return nil
-}
-
-// bucketTTL returns the lease bucket's TTL, warning when it is not
-// Config.LeaseTTL: the bucket was created with another one (by an earlier
-// run, or a replica with another --lease-ttl), and its keys expire after
-// it whatever a replica was told. A replica renewing on its own longer TTL
-// would lose its leases between renewals; on a shorter one, its killed
-// partitions would move later than it says.
-func (o *ordering) bucketTTL(ctx context.Context) (time.Duration, error) {
-	st, err := o.leases.Status(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("deliver: key-value bucket %q: %w", wire.DefaultLeaseBucket, err)
-	}
-	ttl := st.TTL()
-	if ttl <= 0 {
-		return o.cfg.LeaseTTL, nil
-	}
-	if ttl != o.cfg.LeaseTTL {
-		o.log.Warn(fmt.Sprintf("the lease bucket's TTL is not the configured lease TTL; using the bucket's, which every replica shares. "+
-			"To change it, stop every replica of the ordered subscriptions, then delete the bucket (nats kv del %s)", wire.DefaultLeaseBucket),
-			slog.Duration("bucket_ttl", ttl), slog.Duration("lease_ttl", o.cfg.LeaseTTL))
-	}
-	return ttl, nil
-}
-
-// bucket returns the key-value bucket of cfg, creating it when missing.
-func bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("deliver: key-value bucket %q: %w", cfg.Bucket, err)
-	}
-	return kv, nil
 }
 
 // run provisions (retrying), starts the park watchers, then keeps this
@@ -292,9 +255,9 @@ func (o *ordering) run(ctx context.Context) {
 		sw.Subscriptions = append(sw.Subscriptions, r.sub.Name)
 	}
 	watchers.Go(func() { sw.Run(wctx) })
-	newView := func() *memberView {
-		return newMemberView(o.leases, o.leaseTTL, o.clock, o.cfg.Logger, func(ctx context.Context, err error) {
-			if bucketGone(err) {
+	newView := func() *owner.MemberView {
+		return owner.NewMemberView(o.leases, o.leaseTTL, owner.SubscriptionLayout(), o.clock, o.cfg.Logger, func(ctx context.Context, err error) {
+			if owner.BucketGone(err) {
 				o.buckets.restore(ctx)
 			}
 		})
@@ -303,7 +266,7 @@ func (o *ordering) run(ctx context.Context) {
 		o.view = o.sharedView.get(newView)
 	} else {
 		o.view = newView()
-		watchers.Go(func() { o.view.run(wctx) })
+		watchers.Go(func() { o.view.Run(wctx) })
 	}
 	for _, r := range o.runners {
 		ready := make(chan struct{})
@@ -321,7 +284,7 @@ func (o *ordering) run(ctx context.Context) {
 	every := o.leaseTTL / 4
 	// The first cycle shares from the members the bucket holds: the
 	// view's first keys (a cycle at most), not an empty view.
-	o.view.waitLoaded(ctx, every)
+	o.view.WaitLoaded(ctx, every)
 	for ctx.Err() == nil {
 		began := o.clock.Now()
 		o.cycle(ctx)
@@ -339,7 +302,7 @@ func (o *ordering) run(ctx context.Context) {
 // cycle heartbeats and renews every lease this replica holds, then for
 // every ordered subscription releases what is no longer its share and
 // claims its share. Membership comes from the member view (one watch of
-// the bucket, see memberView); a subscription's lease keys are listed
+// the bucket, see owner.MemberView); a subscription's lease keys are listed
 // only when this replica is under its quota and may claim (leaseKeys).
 //
 // The heartbeats and renewals of every ordered subscription of this
@@ -360,10 +323,10 @@ func (o *ordering) cycle(ctx context.Context) {
 	for i, r := range o.runners {
 		wg.Go(func() {
 			key := wire.MemberKey(r.sub.Name, self)
-			o.view.check(key) // the last cycle's heartbeat came through the watch
+			o.view.Check(key) // the last cycle's heartbeat came through the watch
 			rev, err := o.leases.Put(cctx, key, []byte(self))
 			if beats[i] = err; err == nil {
-				o.view.wrote(key, rev)
+				o.view.Wrote(key, rev)
 			}
 		})
 		wg.Go(func() { renewals[i] = r.ord.renewAll(cctx, o, start) })
@@ -372,17 +335,17 @@ func (o *ordering) cycle(ctx context.Context) {
 	gone := false
 	for i, r := range o.runners {
 		if err := beats[i]; err != nil {
-			o.warns.warn(r.log, r.sub.Name, "membership heartbeat failed", slog.Any("error", err))
-			gone = gone || bucketGone(err)
+			o.warns.Warn(r.log, r.sub.Name, "membership heartbeat failed", slog.Any("error", err))
+			gone = gone || owner.BucketGone(err)
 		}
 	}
 	if gone {
 		o.buckets.restore(ctx) // cctx may be spent on the heartbeats that failed
 	}
 	for i, r := range o.runners {
-		members, err := o.view.members(r.sub.Name, self)
+		members, err := o.view.Members(r.sub.Name, self)
 		if err != nil {
-			o.warns.warn(o.log, "", "the lease bucket's members are not known yet; keeping the current partitions, claiming none", slog.Any("error", err))
+			o.warns.Warn(o.log, "", "the lease bucket's members are not known yet; keeping the current partitions, claiming none", slog.Any("error", err))
 		}
 		var owned []int
 		for p, pt := range r.ord.parts {
@@ -392,16 +355,16 @@ func (o *ordering) cycle(ctx context.Context) {
 		}
 		var taken map[int]bool
 		listed := true
-		if members != nil && len(owned) < quota(o.cfg.Partitions, members, self) {
+		if members != nil && len(owned) < owner.Quota(o.cfg.Partitions, members, self) {
 			if taken, err = o.leaseKeys(cctx, r.sub.Name); err != nil {
-				o.warns.warn(r.log, r.sub.Name, "listing the subscription's leases failed; claiming nothing this round", slog.Any("error", err))
+				o.warns.Warn(r.log, r.sub.Name, "listing the subscription's leases failed; claiming nothing this round", slog.Any("error", err))
 				listed = false
-				if bucketGone(err) {
+				if owner.BucketGone(err) {
 					o.buckets.restore(ctx)
 				}
 			}
 		}
-		keep, _, claim := share(o.cfg.Partitions, members, self, owned, taken)
+		keep, _, claim := owner.Share(o.cfg.Partitions, members, self, owned, taken)
 		if !listed {
 			claim = nil
 		}

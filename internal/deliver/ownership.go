@@ -225,14 +225,14 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 		switch {
 		case err == nil:
 			pt.rev = rev
-			pt.lease.setDeadline(start.Add(ttl - ttl/4))
+			pt.lease.SetDeadline(start.Add(ttl - ttl/4))
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
 			or.r.log.Warn("partition lease lost (expired or taken); stopping it: nothing more is sent, acked or Nak'd", slog.Int("partition", p), slog.Any("error", err))
 			pt.lost = true
-			pt.lease.lose() // before the release: acks stop now, not at the old deadline
+			pt.lease.Lose() // before the release: acks stop now, not at the old deadline
 			pt.release()
 		case !errors.Is(ctx.Err(), context.Canceled): // not shutdown
-			o.warns.warn(or.r.log, or.r.sub.Name, "renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
+			o.warns.Warn(or.r.log, or.r.sub.Name, "renewing a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
 		}
 		if !want && !unknown && !pt.lost {
 			or.r.log.Info("releasing partition: another replica's share now", slog.Int("partition", p))
@@ -243,13 +243,13 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 		rev, err := o.leases.Create(ctx, key, self)
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyExists) {
-				o.warns.warn(or.r.log, or.r.sub.Name, "claiming a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
+				o.warns.Warn(or.r.log, or.r.sub.Name, "claiming a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
 			}
 			return
 		}
-		epoch, err := o.epochs.next(ctx, rev)
+		epoch, err := o.epochs.Next(ctx, rev)
 		if err != nil {
-			o.warns.warn(or.r.log, or.r.sub.Name, "giving a claimed partition its lease epoch failed; releasing the lease", slog.Int("partition", p), slog.Any("error", err))
+			o.warns.Warn(or.r.log, or.r.sub.Name, "giving a claimed partition its lease epoch failed; releasing the lease", slog.Int("partition", p), slog.Any("error", err))
 			if err := o.leases.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
 				or.r.log.Debug("deleting an unused lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
 			}
@@ -259,7 +259,7 @@ func (or *orderedRunner) step(ctx context.Context, o *ordering, p int, want, unk
 		// replica wrote it, their writes (and so their acks) fail.
 		rec, err := or.claimRecord(ctx, p)
 		if err != nil {
-			o.warns.warn(or.r.log, or.r.sub.Name, "claiming a partition's delivered record failed; releasing the lease", slog.Int("partition", p), slog.Any("error", err))
+			o.warns.Warn(or.r.log, or.r.sub.Name, "claiming a partition's delivered record failed; releasing the lease", slog.Int("partition", p), slog.Any("error", err))
 			if err := o.leases.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
 				or.r.log.Debug("deleting an unused lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
 			}
@@ -327,7 +327,7 @@ func (or *orderedRunner) renewAll(ctx context.Context, o *ordering, start time.T
 		if rn.err == nil {
 			pt := or.parts[p]
 			pt.rev = rn.rev
-			pt.lease.setDeadline(start.Add(o.leaseTTL - o.leaseTTL/4))
+			pt.lease.SetDeadline(start.Add(o.leaseTTL - o.leaseTTL/4))
 		}
 	}
 	return out
@@ -395,7 +395,7 @@ func (or *orderedRunner) claimRecord(ctx context.Context, p int) (*deliveredReco
 }
 
 // newPartition makes partition p of the subscription, its lease created
-// at KV revision rev under epoch (leaseEpochs.next) and held until
+// at KV revision rev under epoch (owner.Epochs.Next) and held until
 // deadline, with its claimed delivered record rec; resetThrough is what
 // resetToAckFloor returned.
 func (or *orderedRunner) newPartition(p int, rev, epoch uint64, deadline time.Time, rec *deliveredRecord, resetThrough uint64) *partition {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/park"
 	"github.com/jsbridge/jsbridge/internal/deliver/pull"
 	"github.com/jsbridge/jsbridge/wire"
@@ -123,11 +124,11 @@ type partitionDeps struct {
 	record *deliveredRecord
 	// sendAck sends an ack behind the record (nil: the message's Ack).
 	sendAck func(jetstream.Msg) error
-	// epoch is the claim's lease epoch (leaseEpochs.next), every
+	// epoch is the claim's lease epoch (owner.Epochs.Next), every
 	// webhook's Jsbridge-Lease-Epoch; epochs raises the counter after a
 	// stale-epoch answer.
 	epoch  uint64
-	epochs leaseEpochs
+	epochs owner.Epochs
 	// stuckAfter is Config.OrderStuckAfter (0: never).
 	stuckAfter time.Duration
 	// chain is where the partition's version chain looks up a stream's
@@ -159,7 +160,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	pt := &partition{
 		inHand: d.inHand, pullBatch: d.pullBatch, p: p, cons: cons, parking: d.parking, ackWait: ackWait, clock: d.clock, log: log,
 		rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		lease: &leaseFence{ctx: ctx, clock: d.clock, connStatus: d.connStatus, deadline: deadline},
+		lease: &leaseFence{Fence: owner.NewFence(ctx, d.clock, deadline), clock: d.clock, connStatus: d.connStatus},
 		book:  newHandBook(),
 	}
 	if d.r != nil {
@@ -202,7 +203,7 @@ func newPartition(d partitionDeps, p int, cons jetstream.Consumer, rev uint64, d
 	}
 	if pt.record != nil {
 		pt.record.floor = pt.watch.floor.Load
-		pt.record.lost = func() { pt.lease.lose(); pt.release() }
+		pt.record.lost = func() { pt.lease.Lose(); pt.release() }
 	}
 	return pt
 }
@@ -270,7 +271,7 @@ func (pt *partition) run() {
 	var lastUnstick time.Time
 	for pt.ctx.Err() == nil {
 		healthChanged := pt.health.Changes()
-		if held, disabled := pt.lease.leaseHeld(), pt.health.IsDisabled(pt.sub); !held || disabled {
+		if held, disabled := pt.lease.Held(), pt.health.IsDisabled(pt.sub); !held || disabled {
 			// Past the lease deadline: pull nothing until a renewal;
 			// disabled: nothing until enabled (the heads in hand wait
 			// unsent). What was pulled and not delivered yet is pending

@@ -19,7 +19,7 @@ func (pt *partition) pausePull(iter jetstream.MessagesContext, stop chan struct{
 	pt.log.Warn("partition lease deadline passed: pulling nothing more until the lease is renewed")
 	iter.Stop()
 	close(stop)
-	if !pt.lease.waitLease() {
+	if !pt.lease.WaitLease() {
 		return nil
 	}
 	pt.log.Info("partition lease renewed: pulling again")

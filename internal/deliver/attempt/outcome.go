@@ -1,6 +1,10 @@
 package attempt
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
+)
 
 // Outcome label values of jsbridge_consumer_deliveries_total.
 const (
@@ -59,8 +63,10 @@ const (
 // ErrLeasePassed is the cause a PostFence gives when its partition's lease
 // deadline passed: before the POST (Send's notSent) or during it (the
 // POST's context is cut, Response.Err wraps it). A POST cut by it counts
-// for neither the breaker nor the subscription's health.
-var ErrLeasePassed = errors.New("partition lease deadline passed")
+// for neither the breaker nor the subscription's health. It is the lease
+// fence's own (owner.ErrLeasePassed), so that an owner.Fence's Bound is a
+// PostFence as it is.
+var ErrLeasePassed = owner.ErrLeasePassed
 
 // ErrNotConnected is an InProgress that was not sent because the NATS
 // connection is down (it would wait in the reconnect buffer); the

@@ -1,4 +1,4 @@
-package deliver
+package owner
 
 import (
 	"log/slog"
@@ -12,13 +12,13 @@ import (
 // store refuses) is logged at warn level.
 const warnEvery = time.Minute
 
-// warnPace paces warnings that would otherwise repeat at every try: a
+// WarnPace paces warnings that would otherwise repeat at every try: a
 // lease bucket refusing writes (a full store, JetStream away) fails each
 // partition's claim and renewal and the heartbeat several times a
 // second, for as long as it lasts. Each key (a subscription and a
 // message) is warned about once per warnEvery; the repeats in between go
 // to debug level, and the next warning says how many there were.
-type warnPace struct {
+type WarnPace struct {
 	clock clockwork.Clock
 	mu    sync.Mutex
 	last  map[string]*paced
@@ -30,14 +30,15 @@ type paced struct {
 	repeats int
 }
 
-func newWarnPace(clock clockwork.Clock) *warnPace {
-	return &warnPace{clock: clock, last: map[string]*paced{}}
+// NewWarnPace returns a WarnPace on clock.
+func NewWarnPace(clock clockwork.Clock) *WarnPace {
+	return &WarnPace{clock: clock, last: map[string]*paced{}}
 }
 
-// warn logs msg with attrs on log: at warn level when key was not warned
+// Warn logs msg with attrs on log: at warn level when key was not warned
 // about within warnEvery (with "repeats": the failures since the last
 // warning, when any), else at debug level.
-func (w *warnPace) warn(log *slog.Logger, key, msg string, attrs ...any) {
+func (w *WarnPace) Warn(log *slog.Logger, key, msg string, attrs ...any) {
 	now := w.clock.Now()
 	w.mu.Lock()
 	p := w.last[key+"\x00"+msg]

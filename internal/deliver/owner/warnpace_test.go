@@ -1,4 +1,4 @@
-package deliver
+package owner
 
 import (
 	"bytes"
@@ -18,22 +18,22 @@ func TestWarnPaceWarnsOnceAMinutePerKey(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	w := newWarnPace(clock)
+	w := NewWarnPace(clock)
 	lines := func(level string) int { return strings.Count(buf.String(), "level="+level+" ") }
 
 	for range 5 {
-		w.warn(log, "orders", "claiming a partition lease failed", slog.Int("partition", 1))
+		w.Warn(log, "orders", "claiming a partition lease failed", slog.Int("partition", 1))
 	}
-	w.warn(log, "billing", "claiming a partition lease failed")
-	w.warn(log, "orders", "membership heartbeat failed")
+	w.Warn(log, "billing", "claiming a partition lease failed")
+	w.Warn(log, "orders", "membership heartbeat failed")
 	require.Equal(t, 3, lines("WARN"), "one per subscription and message:\n%s", buf.String())
 	require.Equal(t, 4, lines("DEBUG"))
 
 	clock.Advance(warnEvery - time.Second)
-	w.warn(log, "orders", "claiming a partition lease failed")
+	w.Warn(log, "orders", "claiming a partition lease failed")
 	require.Equal(t, 3, lines("WARN"))
 	clock.Advance(time.Second)
-	w.warn(log, "orders", "claiming a partition lease failed")
+	w.Warn(log, "orders", "claiming a partition lease failed")
 	require.Equal(t, 4, lines("WARN"))
 	require.Contains(t, buf.String(), "repeats=5", "the four repeats and the one at 59 s")
 }

@@ -1,4 +1,4 @@
-package deliver
+package owner
 
 import (
 	"hash/fnv"
@@ -6,8 +6,10 @@ import (
 	"strconv"
 )
 
-// share decides one replica's part of an ordered subscription's partitions
-// for one ownership round. Every replica computes it from what it sees:
+// Share decides one replica's part of the partitions for one ownership
+// round (in the old engine: of one ordered subscription's partitions; in
+// the next engine: of all partitions, for every subscription together).
+// Every replica computes it from what it sees:
 // the live members (sorted ids, self among them), the partitions it owns
 // (leases it holds and is not releasing) and the partitions whose lease
 // key exists (any owner, self included).
@@ -23,15 +25,16 @@ import (
 // The assignment is sticky: a replica keeps what it owns up to its quota,
 // so a replica joining takes about partitions/n of them (given up by the
 // replicas over their new quota) and one leaving frees only its own,
-// instead of reshuffling every partition, and each move costs a hand-over
-// fence. Replicas that disagree on membership for a round at worst leave
+// instead of reshuffling every partition, and each move costs a hand-over. Replicas that disagree on membership for a round at worst leave
 // a partition unowned or claim one more than their quota until the next
 // round; a partition never has two owners (the lease key's Create decides).
 //
-// taken is only read when self is under its quota (see quota): a caller
-// may leave it nil otherwise.
-func share(partitions int, members []string, self string, owned []int, taken map[int]bool) (keep, release, claim []int) {
-	q := quota(partitions, members, self)
+// taken is only read when self is under its quota (see Quota): a caller
+// may leave it nil otherwise. An unknown membership (members nil, or self
+// not among them) keeps, releases and claims nothing: the caller keeps
+// what it owns until it knows.
+func Share(partitions int, members []string, self string, owned []int, taken map[int]bool) (keep, release, claim []int) {
+	q := Quota(partitions, members, self)
 	if q < 0 {
 		return nil, nil, nil
 	}
@@ -67,10 +70,10 @@ func share(partitions int, members []string, self string, owned []int, taken map
 	return keep, release, claim
 }
 
-// quota is self's quota of the partitions among members (sorted ids):
+// Quota is self's quota of the partitions among members (sorted ids):
 // partitions/n, one more for the first partitions mod n members; -1 when
 // self is not among them.
-func quota(partitions int, members []string, self string) int {
+func Quota(partitions int, members []string, self string) int {
 	i := slices.Index(members, self)
 	if i < 0 {
 		return -1

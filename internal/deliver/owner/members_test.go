@@ -1,4 +1,4 @@
-package deliver
+package owner
 
 import (
 	"context"
@@ -18,19 +18,19 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// leaseBucketConfig is the lease bucket of the lease view's tests.
+// leaseBucketConfig is the lease bucket of the member view's tests.
 func leaseBucketConfig(ttl time.Duration) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{Bucket: wire.DefaultLeaseBucket, TTL: ttl, History: 1, Storage: jetstream.FileStorage}
 }
 
 // startMemberView runs a member view of kv on clock until the test ends
 // and waits for its first keys.
-func startMemberView(t *testing.T, kv jetstream.KeyValue, ttl time.Duration, clock clockwork.Clock, failed func(context.Context, error)) *memberView {
+func startMemberView(t *testing.T, kv jetstream.KeyValue, ttl time.Duration, clock clockwork.Clock, failed func(context.Context, error)) *MemberView {
 	t.Helper()
-	lv := newMemberView(kv, ttl, clock, slog.New(slog.DiscardHandler), failed)
+	lv := NewMemberView(kv, ttl, SubscriptionLayout(), clock, slog.New(slog.DiscardHandler), failed)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); lv.run(ctx) }()
+	go func() { defer close(done); lv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
 	case <-lv.loaded:
@@ -42,8 +42,8 @@ func startMemberView(t *testing.T, kv jetstream.KeyValue, ttl time.Duration, clo
 
 // viewIs reports whether lv's members of subscription s, for replica
 // self, are members.
-func viewIs(lv *memberView, s, self string, members ...string) bool {
-	m, err := lv.members(s, self)
+func viewIs(lv *MemberView, s, self string, members ...string) bool {
+	m, err := lv.Members(s, self)
 	return err == nil && slices.Equal(m, members)
 }
 
@@ -95,9 +95,11 @@ func TestMemberViewFollowsMembers(t *testing.T) {
 // releases nothing (share's unknown membership).
 func TestMemberViewIsNotReadyBeforeItsFirstKeys(t *testing.T) {
 	t.Parallel()
-	mv := newMemberView(nil, time.Minute, clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), func(context.Context, error) {})
-	_, err := mv.members("s", "self")
-	require.ErrorIs(t, err, errViewNotReady)
+	mv := NewMemberView(nil, time.Minute, PartitionLayout(), clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), nil)
+	_, err := mv.Members("", "self")
+	require.ErrorIs(t, err, ErrViewNotReady)
+	_, err = mv.Leases()
+	require.ErrorIs(t, err, ErrViewNotReady)
 }
 
 // This replica's own heartbeat must come through the watch within a
@@ -105,7 +107,7 @@ func TestMemberViewIsNotReadyBeforeItsFirstKeys(t *testing.T) {
 // watch, once; one that saw it starts counting again.
 func TestMemberViewCheckRestartsAWatchThatMissedTwoOwnWrites(t *testing.T) {
 	t.Parallel()
-	mv := newMemberView(nil, time.Minute, clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), func(context.Context, error) {})
+	mv := NewMemberView(nil, time.Minute, SubscriptionLayout(), clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), nil)
 	mv.ready = true
 	key := wire.MemberKey("s", "self")
 	restarts := func() int {
@@ -118,36 +120,36 @@ func TestMemberViewCheckRestartsAWatchThatMissedTwoOwnWrites(t *testing.T) {
 	}
 	seen := func(rev uint64) {
 		mv.mu.Lock()
-		mv.applyLocked(mv.subs, fakeEntry{key: key, rev: rev, at: time.Now()})
+		mv.applyLocked(mv.groups, mv.leases, fakeEntry{key: key, rev: rev, at: time.Now()})
 		mv.mu.Unlock()
 	}
-	mv.wrote(key, 1)
+	mv.Wrote(key, 1)
 	seen(1)
-	mv.check(key)
+	mv.Check(key)
 	require.Zero(t, restarts(), "the write came through")
-	mv.wrote(key, 2)
-	mv.check(key)
+	mv.Wrote(key, 2)
+	mv.Check(key)
 	require.Zero(t, restarts(), "one cycle late is not stale yet")
 	seen(2)
-	mv.wrote(key, 3)
+	mv.Wrote(key, 3)
 	seen(3)
-	mv.check(key)
-	mv.wrote(key, 4)
-	mv.check(key)
-	mv.wrote(key, 5)
-	mv.check(key)
+	mv.Check(key)
+	mv.Wrote(key, 4)
+	mv.Check(key)
+	mv.Wrote(key, 5)
+	mv.Check(key)
 	require.Equal(t, 1, restarts(), "two writes in a row missing: a new watch")
-	mv.check(key)
+	mv.Check(key)
 	require.Zero(t, restarts(), "a check without a write since says nothing")
 
 	// A Fleet's units share the view: a check looks at its own key's
 	// write only.
 	other := wire.MemberKey("t", "self")
 	for rev := uint64(6); rev < 9; rev++ {
-		mv.wrote(other, rev) // on its way, not come through yet
-		mv.wrote(key, rev)
+		mv.Wrote(other, rev) // on its way, not come through yet
+		mv.Wrote(key, rev)
 		seen(rev)
-		mv.check(key)
+		mv.Check(key)
 		require.Zero(t, restarts(), "another unit's write on its way says nothing about this key")
 	}
 }
@@ -169,7 +171,7 @@ func (e fakeEntry) Operation() jetstream.KeyValueOp { return e.op }
 // The server is lost with its store (a new empty server on the same
 // address): the lease bucket is gone. The view's watch ends or resumes
 // past the new bucket's end; either way the view is rebuilt from the
-// bucket made again (as buckets.restore does), and it misses nothing
+// bucket made again (as Owner.restore does), and it misses nothing
 // written there: the old members are gone from it, the new ones in it.
 func TestMemberViewIsRebuiltAfterTheServersLoss(t *testing.T) {
 	if testing.Short() {
@@ -197,8 +199,8 @@ func TestMemberViewIsRebuiltAfterTheServersLoss(t *testing.T) {
 	}
 	clock := clockwork.NewFakeClock()
 	restore := func(ctx context.Context, err error) {
-		if bucketGone(err) {
-			_, _ = bucket(ctx, js, leaseBucketConfig(ttl))
+		if BucketGone(err) {
+			_, _ = Bucket(ctx, js, leaseBucketConfig(ttl))
 		}
 	}
 	mv := startMemberView(t, kv, ttl, clock, restore)
@@ -210,13 +212,13 @@ func TestMemberViewIsRebuiltAfterTheServersLoss(t *testing.T) {
 	t.Cleanup(srv2.Shutdown)
 	require.Eventually(t, nc.IsConnected, 10*time.Second, 10*time.Millisecond)
 
-	// What the ordering cycle does: heartbeat (the bucket made again
+	// What a cycle does: heartbeat (the bucket made again
 	// when gone), tell the view, and check it at the next cycle; the
 	// fake clock paces the view's retries.
 	self := wire.MemberKey("s", "self")
 	require.Eventually(t, func() bool {
-		mv.check(self)
-		if _, err := bucket(ctx, js, leaseBucketConfig(ttl)); err != nil {
+		mv.Check(self)
+		if _, err := Bucket(ctx, js, leaseBucketConfig(ttl)); err != nil {
 			return false
 		}
 		if _, err := kv.Put(ctx, wire.MemberKey("s", "r3"), []byte("r3")); err != nil {
@@ -226,7 +228,7 @@ func TestMemberViewIsRebuiltAfterTheServersLoss(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		mv.wrote(self, rev)
+		mv.Wrote(self, rev)
 		clock.Advance(time.Second)
 		return viewIs(mv, "s", "self", "r3", "self")
 	}, 60*time.Second, 100*time.Millisecond, "the view rebuilt from the new bucket: r1 gone, r3 there")
@@ -234,4 +236,78 @@ func TestMemberViewIsRebuiltAfterTheServersLoss(t *testing.T) {
 	require.NoError(t, kv.Delete(ctx, wire.MemberKey("s", "r3")))
 	require.Eventually(t, func() bool { return viewIs(mv, "s", "self", "self") },
 		5*time.Second, 5*time.Millisecond, "the rebuilt view follows the bucket")
+}
+
+// The next engine's layout: one heartbeat per replica and the partition
+// leases, from one watch; the old engine's keys in the same bucket are
+// neither. A lease key leaves the view when deleted, or when the server's
+// time it estimates passes its last write plus the TTL.
+func TestMemberViewFollowsReplicasAndPartitionLeases(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	js := startJetStream(t)
+	const ttl = time.Minute
+	kv, err := js.CreateKeyValue(ctx, leaseBucketConfig(ttl))
+	require.NoError(t, err)
+	put := func(key string) {
+		t.Helper()
+		_, err := kv.Put(ctx, key, []byte("x"))
+		require.NoError(t, err)
+	}
+	put(MemberKey("r1"))
+	put(LeaseKey(3))
+	put(wire.MemberKey("s", "r9")) // the old engine's
+	put(wire.LeaseKey("s", 4))
+	clock := clockwork.NewFakeClock()
+	mv := NewMemberView(kv, ttl, PartitionLayout(), clock, slog.New(slog.DiscardHandler), nil)
+	vctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); mv.Run(vctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	mv.WaitLoaded(ctx, time.Hour)
+	leasesAre := func(ps ...int) bool {
+		taken, err := mv.Leases()
+		if err != nil || len(taken) != len(ps) {
+			return false
+		}
+		for _, p := range ps {
+			if !taken[p] {
+				return false
+			}
+		}
+		return true
+	}
+	members, err := mv.Members("", "self")
+	require.NoError(t, err)
+	require.Equal(t, []string{"r1", "self"}, members)
+	require.True(t, leasesAre(3))
+
+	put(LeaseKey(7))
+	require.Eventually(t, func() bool { return leasesAre(3, 7) }, 5*time.Second, 5*time.Millisecond, "a lease that appears")
+	require.NoError(t, kv.Delete(ctx, LeaseKey(3)))
+	require.Eventually(t, func() bool { return leasesAre(7) }, 5*time.Second, 5*time.Millisecond, "a lease released")
+	clock.Advance(ttl)
+	require.True(t, leasesAre(), "a lease not renewed for a TTL has expired")
+	members, err = mv.Members("", "self")
+	require.NoError(t, err)
+	require.Equal(t, []string{"self"}, members)
+}
+
+// The keys of the next engine read back, and nothing else reads as them.
+func TestKeysReadBack(t *testing.T) {
+	t.Parallel()
+	p, ok := ParseLeaseKey(LeaseKey(12))
+	require.True(t, ok)
+	require.Equal(t, 12, p)
+	_, r, ok := ParseMemberKey(MemberKey("replica-a"))
+	require.True(t, ok)
+	require.Equal(t, "replica-a", r)
+	for _, k := range []string{"lease.s.3", "lease.p", "lease.p-1", "lease.p03", "lease-epoch", wire.LeaseKey("p3", 1)} {
+		_, ok := ParseLeaseKey(k)
+		require.False(t, ok, k)
+	}
+	for _, k := range []string{wire.MemberKey("s", "r1"), "member.", "lease.p1"} {
+		_, _, ok := ParseMemberKey(k)
+		require.False(t, ok, k)
+	}
 }

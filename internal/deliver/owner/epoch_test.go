@@ -1,4 +1,4 @@
-package deliver
+package owner
 
 import (
 	"context"
@@ -12,12 +12,12 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-func newLeaseEpochs(t *testing.T) leaseEpochs {
+func newLeaseEpochs(t *testing.T) Epochs {
 	t.Helper()
 	js := startJetStream(t)
 	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
 	require.NoError(t, err)
-	return leaseEpochs{kv: kv}
+	return Epochs{KV: kv}
 }
 
 // Claims taking epochs at once, from several replicas, each get their
@@ -26,7 +26,7 @@ func TestLeaseEpochsGrowUnderConcurrentClaims(t *testing.T) {
 	t.Parallel()
 	le := newLeaseEpochs(t)
 	ctx := context.Background()
-	first, err := le.next(ctx, 7)
+	first, err := le.Next(ctx, 7)
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), first, "a missing counter starts at the lease's create revision")
 
@@ -35,7 +35,7 @@ func TestLeaseEpochsGrowUnderConcurrentClaims(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			e, err := le.next(ctx, 1)
+			e, err := le.Next(ctx, 1)
 			require.NoError(t, err)
 			mu.Lock()
 			got[e] = true
@@ -47,7 +47,7 @@ func TestLeaseEpochsGrowUnderConcurrentClaims(t *testing.T) {
 	for e := range got {
 		require.Greater(t, e, first)
 	}
-	last, err := le.next(ctx, 1)
+	last, err := le.Next(ctx, 1)
 	require.NoError(t, err)
 	require.Equal(t, first+9, last, "the counter counts claims; the lease revision is only a floor")
 }
@@ -58,18 +58,18 @@ func TestLeaseEpochsRaisedAboveARefusal(t *testing.T) {
 	t.Parallel()
 	le := newLeaseEpochs(t)
 	ctx := context.Background()
-	e, err := le.next(ctx, 1)
+	e, err := le.Next(ctx, 1)
 	require.NoError(t, err)
-	require.NoError(t, le.raise(ctx, refusedEpochFloor(e, 1_000_000)))
-	e, err = le.next(ctx, 1)
+	require.NoError(t, le.Raise(ctx, RefusedEpochFloor(e, 1_000_000)))
+	e, err = le.Next(ctx, 1)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1_000_001), e)
-	require.NoError(t, le.raise(ctx, refusedEpochFloor(e, 5)), "a lower floor leaves the counter")
-	e, err = le.next(ctx, 1)
+	require.NoError(t, le.Raise(ctx, RefusedEpochFloor(e, 5)), "a lower floor leaves the counter")
+	e, err = le.Next(ctx, 1)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1_000_002), e)
-	require.NoError(t, le.raise(ctx, refusedEpochFloor(e, 0)))
-	e, err = le.next(ctx, 1)
+	require.NoError(t, le.Raise(ctx, RefusedEpochFloor(e, 0)))
+	e, err = le.Next(ctx, 1)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2_000_005), e, "no epoch named: twice the refused one, plus one")
 }
@@ -79,9 +79,9 @@ func TestLeaseEpochsRaisedAboveARefusal(t *testing.T) {
 func TestLeaseEpochsRefuseACorruptCounter(t *testing.T) {
 	t.Parallel()
 	le := newLeaseEpochs(t)
-	_, err := le.kv.Put(context.Background(), wire.EpochKey, []byte("soon"))
+	_, err := le.KV.Put(context.Background(), wire.EpochKey, []byte("soon"))
 	require.NoError(t, err)
-	_, err = le.next(context.Background(), 1)
+	_, err = le.Next(context.Background(), 1)
 	require.ErrorContains(t, err, `"lease-epoch"`)
 	require.ErrorContains(t, err, `"soon"`)
 }
@@ -91,10 +91,10 @@ func TestLeaseEpochsRefuseACorruptCounter(t *testing.T) {
 // one for a huge epoch.
 func TestRefusedEpochFloorNeverWraps(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, uint64(7), refusedEpochFloor(3, 7), "the receiver's epoch when it names one")
-	require.Equal(t, uint64(6), refusedEpochFloor(3, 0))
-	require.Equal(t, uint64(1), refusedEpochFloor(0, 0))
+	require.Equal(t, uint64(7), RefusedEpochFloor(3, 7), "the receiver's epoch when it names one")
+	require.Equal(t, uint64(6), RefusedEpochFloor(3, 0))
+	require.Equal(t, uint64(1), RefusedEpochFloor(0, 0))
 	for _, e := range []uint64{math.MaxUint64 / 3, math.MaxUint64/2 + 1, math.MaxUint64} {
-		require.GreaterOrEqual(t, refusedEpochFloor(e, 0), uint64(math.MaxUint64/2), "epoch %d", e)
+		require.GreaterOrEqual(t, RefusedEpochFloor(e, 0), uint64(math.MaxUint64/2), "epoch %d", e)
 	}
 }

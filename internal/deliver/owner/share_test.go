@@ -1,4 +1,4 @@
-package deliver
+package owner
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ func settle(t *testing.T, partitions int, members []string, owner map[int]string
 					owned = append(owned, p)
 				}
 			}
-			keep, release, claim := share(partitions, members, self, owned, taken)
+			keep, release, claim := Share(partitions, members, self, owned, taken)
 			require.ElementsMatch(t, owned, append(slices.Clone(keep), release...), "%s keeps or releases each partition it owns", self)
 			for _, p := range release {
 				delete(owner, p)
@@ -122,7 +122,7 @@ func TestShareWithMorePartitionsOrReplicas(t *testing.T) {
 }
 
 func TestShareUnknownMembershipKeepsEverythingAndClaimsNothing(t *testing.T) {
-	keep, release, claim := share(16, nil, "a", []int{1, 2}, map[int]bool{1: true, 2: true})
+	keep, release, claim := Share(16, nil, "a", []int{1, 2}, map[int]bool{1: true, 2: true})
 	require.Nil(t, keep)
 	require.Nil(t, release)
 	require.Nil(t, claim)

@@ -1,0 +1,253 @@
+package owner
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// The lease fence (docs/ordering.md, "The lease fence"). Past its lease
+// deadline a partition starts no POST, and a POST running is cut there:
+// the lease key may expire on the server (TTL after the last renewal)
+// and another replica claim the partition, so nothing of this owner may
+// reach a receiver after the deadline, which is set 1/4 TTL before that
+// (a renewal's start plus 3/4 of the TTL).
+//
+// The deadline is read on two clocks. A time.Time from the engine's clock
+// carries a monotonic reading, and comparing two of them compares those
+// only; but the monotonic clock stops while the machine (a VM) is
+// suspended, while the lease key in JetStream expires on the server's
+// time. A replica woken after a suspension longer than its lease would
+// believe it still held it. So the lease is held only while both the
+// monotonic and the wall-clock readings are before the deadline's (see
+// wall): a wall clock stepped back by NTP leaves the monotonic check;
+// one stepped forward ends the lease early (safe: the next renewal moves
+// it again).
+
+// ErrLeasePassed is why a POST was not started (Fence.Bound) or was cut
+// (the cause of its context): the lease deadline passed, the lease was
+// found lost, or the partition was released.
+var ErrLeasePassed = errors.New("partition lease deadline passed")
+
+// Fence is one claim's lease deadline and what it allows: a POST starts
+// only before the deadline (on both clocks) and while the claim's context
+// lives, and is cut once the deadline passes without a renewal or the
+// lease is lost. Its methods are safe for concurrent use.
+type Fence struct {
+	ctx   context.Context // the claim's: ends at release
+	clock clockwork.Clock
+
+	mu sync.Mutex
+	// wallOf returns the wall-clock reading of a time read from clock
+	// (nil: t.Round(0), which drops the monotonic reading).
+	wallOf   func(t time.Time) time.Time
+	deadline time.Time // no POST starts after it (its monotonic reading decides)
+	// wallDeadline is the deadline's wall-clock reading, fixed when the
+	// deadline was set (zero: unset, taken from deadline).
+	wallDeadline time.Time
+	lost         bool // the lease was found lost: the deadline stays passed
+	// posts are the cancels of the POSTs running inside the lease
+	// (Bound): Lose ends them at once.
+	posts  map[uint64]context.CancelCauseFunc
+	postID uint64
+}
+
+// NewFence returns the fence of a claim whose context is ctx (ended at
+// release: from then on no POST starts) and whose lease holds until
+// deadline, a time read from clock (a renewal's start plus 3/4 of the
+// lease TTL).
+func NewFence(ctx context.Context, clock clockwork.Clock, deadline time.Time) *Fence {
+	return &Fence{ctx: ctx, clock: clock, deadline: deadline}
+}
+
+// Context is the claim's context: it ends when the partition is released
+// or lost (its cause says which: ErrReleased, ErrLeaseLost, ErrStopping,
+// or the caller's own for a fence made with NewFence).
+func (f *Fence) Context() context.Context { return f.ctx }
+
+// SetWallClock replaces how the wall-clock reading of a time is taken
+// (default t.Round(0)): tests suspend the wall clock apart from a fake
+// monotonic one with it. Call SetDeadline after it.
+func (f *Fence) SetWallClock(wallOf func(t time.Time) time.Time) {
+	f.mu.Lock()
+	f.wallOf = wallOf
+	f.mu.Unlock()
+}
+
+// wallLocked returns t's wall-clock reading (f.mu held).
+func (f *Fence) wallLocked(t time.Time) time.Time {
+	if f.wallOf != nil {
+		return f.wallOf(t)
+	}
+	return t.Round(0)
+}
+
+// SetDeadline moves the deadline to t (a lease renewal: its start on the
+// clock plus 3/4 of the TTL), on both of t's clocks. After Lose it does
+// nothing.
+func (f *Fence) SetDeadline(t time.Time) {
+	f.mu.Lock()
+	if !f.lost {
+		f.deadline, f.wallDeadline = t, f.wallLocked(t)
+	}
+	f.mu.Unlock()
+}
+
+// Deadline returns the deadline as last set (zero after Lose).
+func (f *Fence) Deadline() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.deadline
+}
+
+// leftLocked returns the time left before the deadline on the clock that
+// says less, and false once it passed on either (f.mu held).
+func (f *Fence) leftLocked() (time.Duration, bool) {
+	now := f.clock.Now()
+	wd := f.wallDeadline
+	if wd.IsZero() {
+		wd = f.wallLocked(f.deadline) // set at construction
+	}
+	left := min(f.deadline.Sub(now), wd.Sub(f.wallLocked(now)))
+	return left, !f.lost && left > 0
+}
+
+// Lose ends the lease at once: a renewal found the key taken (expired and
+// claimed by another replica, or overwritten), or a write fenced by the
+// claim found another claim, so the deadline set is no longer this
+// replica's to use. From now on nothing is started, and no late renewal
+// can move the deadline again (SetDeadline after Lose is ignored): the
+// new owner may have sent an event's successor already.
+//
+// A POST running (Bound) is cancelled too, with cause ErrLeasePassed: its
+// answer is not waited for, and nothing is settled from it.
+func (f *Fence) Lose() {
+	f.mu.Lock()
+	f.lost = true
+	f.deadline, f.wallDeadline = time.Time{}, time.Time{}
+	posts := f.posts
+	f.posts = nil
+	f.mu.Unlock()
+	for _, cancel := range posts {
+		cancel(ErrLeasePassed)
+	}
+}
+
+// Lost reports whether Lose was called.
+func (f *Fence) Lost() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lost
+}
+
+// MayStart reports whether a POST may start: the claim was not released
+// and its lease was renewed recently enough (a replica frozen past its
+// deadline starts nothing more when it wakes up). A sender asks it right
+// before each POST; Bound asks it too, atomically with binding the POST.
+func (f *Fence) MayStart() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, held := f.leftLocked()
+	return f.ctx.Err() == nil && held
+}
+
+// Held reports whether the lease deadline has not passed (on either
+// clock) and the lease was not lost. A released claim keeps its lease
+// (renewed) until its deliveries end: Held may be true when MayStart is
+// not.
+func (f *Fence) Held() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, held := f.leftLocked()
+	return held
+}
+
+// Left returns the time left before the deadline, on the clock that says
+// less, and false once it passed on either or the lease was lost.
+func (f *Fence) Left() (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.leftLocked()
+}
+
+// Bound is where a POST passes the fence: right before it goes out, after
+// everything that may wait before it (a slot, a throttle, a breaker and
+// its probe claim), so that no POST starts past the deadline whatever
+// delayed it. It returns ErrLeasePassed when the deadline passed (or the
+// claim was released), else ctx bounded by the lease: cancelled, with
+// cause ErrLeasePassed, once the deadline passes without a renewal or the
+// lease is lost. Renewals move the deadline, so a POST is cut only when
+// its lease ends, not at the deadline it started under. The caller calls
+// the returned cancel when the POST ended.
+func (f *Fence) Bound(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	f.mu.Lock()
+	left, held := f.leftLocked()
+	if !held || f.ctx.Err() != nil {
+		f.mu.Unlock()
+		return nil, nil, ErrLeasePassed
+	}
+	pctx, cancel := context.WithCancelCause(ctx)
+	if f.posts == nil {
+		f.posts = map[uint64]context.CancelCauseFunc{}
+	}
+	f.postID++
+	id := f.postID
+	f.posts[id] = cancel
+	var t clockwork.Timer
+	var check func()
+	check = func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if _, running := f.posts[id]; !running {
+			return
+		}
+		left, held := f.leftLocked()
+		if !held {
+			delete(f.posts, id)
+			cancel(ErrLeasePassed)
+			return
+		}
+		t.Reset(left) // renewed meanwhile: wait for the new deadline
+	}
+	t = f.clock.AfterFunc(left, check)
+	f.mu.Unlock()
+	return pctx, func() {
+		f.mu.Lock()
+		delete(f.posts, id)
+		t.Stop()
+		f.mu.Unlock()
+		cancel(nil)
+	}, nil
+}
+
+// WaitLease waits while the lease deadline is passed (a renewal late, or
+// a replica waking from a freeze), polling every 20 ms on the clock, and
+// reports whether the claim is still this replica's: false once it was
+// released or its lease found lost.
+func (f *Fence) WaitLease() bool {
+	for !f.MayStart() {
+		if f.ctx.Err() != nil {
+			return false
+		}
+		select {
+		case <-f.ctx.Done():
+		case <-f.clock.After(20 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// BeforeDeadline returns a context that ends at the lease deadline (on
+// the clock that says less, as measured now) or after most, whichever
+// comes first: a write that must not land once another owner may have
+// read it gives up at the deadline.
+func (f *Fence) BeforeDeadline(parent context.Context, most time.Duration) (context.Context, context.CancelFunc) {
+	left, held := f.Left()
+	if !held {
+		left = 0
+	}
+	return context.WithTimeout(parent, max(0, min(left, most)))
+}

@@ -1,0 +1,109 @@
+package owner
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+)
+
+// fence returns a fence on a fake clock whose deadline is 3 s away.
+func fence(t *testing.T) (*Fence, *clockwork.FakeClock) {
+	t.Helper()
+	clock := clockwork.NewFakeClock()
+	return NewFence(t.Context(), clock, clock.Now().Add(3*time.Second)), clock
+}
+
+// A POST running when the lease deadline passes without a renewal is cut
+// there; a renewal before it moves the cut; Lose cuts it at once.
+func TestLeaseBoundCutsAPostAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	f, clock := fence(t) // deadline in 3 s
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pctx, done, err := f.Bound(ctx)
+	require.NoError(t, err)
+	defer done()
+	clock.Advance(2 * time.Second)
+	f.SetDeadline(clock.Now().Add(3 * time.Second)) // renewed: now 3 s from here
+	clock.Advance(2 * time.Second)                  // past the first deadline
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the cut waits for the renewed deadline")
+	require.NoError(t, pctx.Err(), "the renewal moved the cut")
+	clock.Advance(time.Second + time.Millisecond)
+	require.Eventually(t, func() bool { return pctx.Err() != nil }, 5*time.Second, time.Millisecond, "cut at the renewed deadline")
+	require.ErrorIs(t, context.Cause(pctx), ErrLeasePassed)
+	_, _, err = f.Bound(ctx)
+	require.ErrorIs(t, err, ErrLeasePassed, "no POST starts past the deadline")
+
+	f.SetDeadline(clock.Now().Add(3 * time.Second))
+	pctx2, done2, err := f.Bound(ctx)
+	require.NoError(t, err)
+	defer done2()
+	f.Lose()
+	require.ErrorIs(t, context.Cause(pctx2), ErrLeasePassed, "Lose cuts a POST at once")
+	f.SetDeadline(clock.Now().Add(3 * time.Second))
+	require.False(t, f.MayStart(), "no renewal moves a lost lease's deadline again")
+	require.True(t, f.Lost())
+}
+
+// A released claim (its context ended) starts no POST, while its lease
+// still holds for the POSTs running.
+func TestFenceOfAReleasedClaimStartsNothing(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	ctx, release := context.WithCancel(t.Context())
+	f := NewFence(ctx, clock, clock.Now().Add(3*time.Second))
+	pctx, done, err := f.Bound(context.Background())
+	require.NoError(t, err)
+	defer done()
+	release()
+	require.False(t, f.MayStart())
+	require.True(t, f.Held(), "the lease holds for what runs")
+	require.NoError(t, pctx.Err(), "a POST running is not cut by the release")
+	_, _, err = f.Bound(context.Background())
+	require.ErrorIs(t, err, ErrLeasePassed)
+	require.False(t, f.WaitLease(), "a released claim waits for nothing")
+}
+
+// Lease time across a suspended VM: the monotonic clock (the fake one
+// here) stops while the machine is suspended, the wall clock does not. A
+// replica woken after a suspension longer than its lease holds nothing:
+// no POST starts, and BeforeDeadline gives no time; a renewal after the
+// wake holds again.
+func TestFenceWokenAfterASuspensionLongerThanItsLeaseHoldsNothing(t *testing.T) {
+	t.Parallel()
+	f, clock := fence(t)
+	var suspended atomic.Int64 // wall time the fake (monotonic) clock missed
+	f.SetWallClock(func(t time.Time) time.Time { return t.Add(time.Duration(suspended.Load())) })
+	f.SetDeadline(clock.Now().Add(3 * time.Second))
+	require.True(t, f.MayStart())
+
+	clock.Advance(time.Second)
+	suspended.Store(int64(10 * time.Second)) // suspended for 10 s; the monotonic clock saw none of it
+	require.True(t, clock.Now().Before(f.Deadline()), "the monotonic reading alone says the lease holds")
+	require.False(t, f.MayStart(), "no POST starts")
+	require.False(t, f.Held())
+	_, _, err := f.Bound(context.Background())
+	require.ErrorIs(t, err, ErrLeasePassed)
+	ctx, cancel := f.BeforeDeadline(context.Background(), time.Minute)
+	defer cancel()
+	require.Error(t, ctx.Err(), "no time left before the deadline")
+
+	f.SetDeadline(clock.Now().Add(3 * time.Second)) // a renewal after the wake, read on both clocks
+	require.True(t, f.MayStart())
+}
+
+// The production reading of the wall clock: a time with a monotonic
+// reading compares on it alone; the fence compares the wall readings too.
+func TestLeaseFenceReadsTheWallClockOfRealTimes(t *testing.T) {
+	t.Parallel()
+	f := NewFence(context.Background(), clockwork.NewRealClock(), time.Time{})
+	f.SetDeadline(time.Now().Add(time.Minute))
+	require.True(t, f.MayStart())
+	require.Equal(t, f.deadline.Round(0), f.wallDeadline, "the wall reading of the deadline, fixed when set")
+	require.False(t, strings.Contains(f.wallDeadline.String(), "m="), "no monotonic reading")
+}
