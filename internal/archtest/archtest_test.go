@@ -107,6 +107,7 @@ var rules = []rule{
 	{pkg: "consumer", forbidden: []string{module + "/jsbridgetest", postgres, module + "/store", module + "/drain", module + "/forward", module + "/bridge", module + "/embedded", module + "/cmd/", module + "/internal/ops", "github.com/nats-io/nats-server", "github.com/alecthomas/kong", otelSDK, otelExp}, why: "an application that embeds the consumer pulls in no Postgres, bridge, NATS server, CLI, ops port or OpenTelemetry SDK"},
 	{pkg: "jsbridgetest", forbidden: []string{module + "/internal/natsconn", module + "/cmd/", module + "/internal/ops", module + "/internal/flagdoc", "github.com/alecthomas/kong"}, why: "the test kit is built from the public packages an application uses, not from the binaries"},
 	{pkg: "internal/audit", forbidden: []string{postgres, module + "/store"}, why: "verify reads Postgres through an interface the bridge plugs the store into"},
+	{pkg: "internal/deliver/owner", forbidden: []string{module + "/internal/deliver", module + "/internal/deliver/", module + "/breaker", module + "/webhook", postgres, otelSDK, otelExp}, why: "partition ownership (membership, share, leases, epochs, the lease fence) is what both engines build on: it imports neither engine's root nor another room, and knows nothing of attempts, breakers or webhooks"},
 	{pkg: "internal/deliver", forbidden: []string{postgres, module + "/store", module + "/drain", module + "/forward", otelSDK, otelExp}, why: "the consumer's engine knows nothing of Postgres or the bridge, and traces through the OpenTelemetry API only"},
 }
 
