@@ -422,3 +422,37 @@ func TestClaimLostByItsCallerEndsAtOnce(t *testing.T) {
 	drive(t, w.ttl/16, func() bool { return w.claims(1) == 2 && w.settled(t, kv, a) }, "partition 1 claimed again", clock)
 	w.epochsGrew(t)
 }
+
+// Replicas stopped all at once, while the others may still claim what
+// each releases, all stop, and leave the lease bucket with no lease and
+// no heartbeat of theirs.
+func TestOwnersStoppedTogetherLeaveNoLease(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 8, 10*time.Second)
+	clock := clockwork.NewFakeClock()
+	rs := []*replica{w.start("a", clock), w.start("b", clock), w.start("c", clock)}
+	kv := w.leaseBucket(t)
+	drive(t, w.ttl/16, func() bool { return w.settled(t, kv, rs...) }, "three replicas share the partitions", clock)
+	var wg sync.WaitGroup
+	for _, r := range rs {
+		wg.Go(r.o.Stop)
+	}
+	stopped := make(chan struct{})
+	go func() { wg.Wait(); close(stopped) }()
+	drive(t, w.ttl/16, func() bool {
+		select {
+		case <-stopped:
+			return true
+		default:
+			return false
+		}
+	}, "every replica stopped", clock)
+	keys, err := kv.ListKeys(t.Context())
+	require.NoError(t, err)
+	var left []string
+	for k := range keys.Keys() {
+		left = append(left, k)
+	}
+	require.Empty(t, left, "no lease and no heartbeat left")
+	w.epochsGrew(t)
+}
