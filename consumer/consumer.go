@@ -33,6 +33,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/internal/startup"
@@ -83,8 +84,10 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	}
 	if cfg.ReplicaID == "" {
 		// One name for this process in leases, status and attempt
-		// records, so consumer status and consumer trace agree.
-		cfg.ReplicaID = newReplicaID()
+		// records, so consumer status and consumer trace agree:
+		// "<hostname>-<pid>-<random>", unique per process even when host
+		// names and pids repeat (containers).
+		cfg.ReplicaID = owner.ReplicaID()
 	}
 	breakers, err := breaker.NewSet(cfg.Breaker, cfg.Logger, cfg.Registerer)
 	if err != nil {

@@ -2,14 +2,10 @@ package deliver
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,16 +66,7 @@ func orderingDefaults(cfg *Config) error {
 		return fmt.Errorf("Config.LeaseTTL %s: want at least 200ms", cfg.LeaseTTL)
 	}
 	if cfg.ReplicaID == "" {
-		host, _ := os.Hostname()
-		host = strings.Map(func(r rune) rune {
-			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
-				return r
-			}
-			return '_'
-		}, host)
-		var b [3]byte
-		_, _ = rand.Read(b[:])
-		cfg.ReplicaID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+		cfg.ReplicaID = owner.ReplicaID()
 	}
 	if !subscription.ValidName(cfg.ReplicaID) {
 		return fmt.Errorf("Config.ReplicaID %q does not match [A-Za-z0-9_-]+", cfg.ReplicaID)

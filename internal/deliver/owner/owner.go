@@ -2,10 +2,14 @@ package owner
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,7 +47,7 @@ var (
 // Config is one replica's ownership of the partitions.
 type Config struct {
 	// Replica is this replica's id: the value of its lease keys and
-	// heartbeat. Required; [A-Za-z0-9_-]+.
+	// heartbeat; [A-Za-z0-9_-]+. Default ReplicaID().
 	Replica string
 	// Partitions is P, the number of partitions (wire.Partition). It must
 	// agree on every replica. Required; 1 to MaxPartitions.
@@ -72,7 +76,7 @@ type Config struct {
 // withDefaults returns c with its defaults, or an error naming the field.
 func (c Config) withDefaults() (Config, error) {
 	switch {
-	case c.Replica == "" || !validID(c.Replica):
+	case !validID(c.Replica):
 		return c, fmt.Errorf("owner: Config.Replica %q does not match [A-Za-z0-9_-]+", c.Replica)
 	case c.Partitions < 1 || c.Partitions > MaxPartitions:
 		return c, fmt.Errorf("owner: Config.Partitions %d: want 1 to %d", c.Partitions, MaxPartitions)
@@ -82,6 +86,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("owner: Config.ReleaseWait %s is negative", c.ReleaseWait)
 	case c.Replicas < 0:
 		return c, fmt.Errorf("owner: Config.Replicas %d is negative", c.Replicas)
+	}
+	if c.Replica == "" {
+		c.Replica = ReplicaID()
 	}
 	if c.Bucket == "" {
 		c.Bucket = wire.DefaultLeaseBucket
@@ -104,11 +111,33 @@ func (c Config) withDefaults() (Config, error) {
 // validID reports whether s is made of [A-Za-z0-9_-] (a KV key token).
 func validID(s string) bool {
 	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+		if !idRune(r) {
 			return false
 		}
 	}
 	return true
+}
+
+// idRune reports whether r may be in a replica id: [A-Za-z0-9_-].
+func idRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_'
+}
+
+// ReplicaID returns an id for this process as a replica, unique among
+// the replicas of a deployment: "<host>-<pid>-<6 hex digits>", the host
+// name's characters outside [A-Za-z0-9_-] written '_', the hex digits
+// random (a restarted process on the same host and pid gets another id).
+func ReplicaID() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if idRune(r) {
+			return r
+		}
+		return '_'
+	}, host)
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // Callbacks are what the Owner tells its caller, from its cycle's

@@ -387,7 +387,6 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Partitions: 16}, `Config.Replica ""`},
 		{Config{Replica: "a.b", Partitions: 16}, `Config.Replica "a.b"`},
 		{Config{Replica: "a"}, "Config.Partitions 0"},
 		{Config{Replica: "a", Partitions: 2000}, "Config.Partitions 2000"},
@@ -397,6 +396,9 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		_, err := New(tc.cfg, deps, cb)
 		require.ErrorContains(t, err, tc.want)
 	}
+	o, err := New(Config{Partitions: 16}, deps, cb)
+	require.NoError(t, err)
+	require.True(t, validID(o.cfg.Replica), "a default replica id: %q", o.cfg.Replica)
 	_, err = New(Config{Replica: "a", Partitions: 16}, Deps{JetStream: js}, cb)
 	require.ErrorContains(t, err, "Deps.Epochs.KV")
 	_, err = New(Config{Replica: "a", Partitions: 16}, deps, Callbacks{})
