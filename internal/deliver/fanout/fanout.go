@@ -17,8 +17,8 @@
 // partition's record, *position.Partition), Sender (one attempt, stage 6
 // adapts internal/deliver/attempt), Chain (a stream's predecessor when
 // the record has none) and CursorReader (a cursor's reads of the events
-// stream). Nothing in the engine uses it yet (the design's stage 6 wires
-// it in).
+// stream; Cursors reads it through reader.Cursor's direct gets). Nothing
+// in the engine uses it yet (the design's stage 6 wires it in).
 //
 // Not here yet (the design's stage 4 row says what is left): the
 // stuck-stream rule (a head retried in place too long is set aside),
