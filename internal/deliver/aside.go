@@ -65,35 +65,9 @@ const asideAfter = 4
 const asideWait = time.Second
 
 // asideRecord is the park bucket record of a stream set aside
-// (wire.AsideKey).
-type asideRecord struct {
-	Subscription string `json:"subscription"`
-	Partition    int    `json:"partition"`
-	// Subject is a subject of the stream in the partitioned copy.
-	Subject string `json:"subject"`
-	// Start is the copy sequence of the first event set aside: the
-	// stream's events from it on are acked out of the partition consumer
-	// as they come (those before it are delivered as usual).
-	Start uint64 `json:"start"`
-	// Head is the copy sequence of the stream's head in its lane when it
-	// was set aside (refused): the re-read starts once it settled.
-	Head uint64 `json:"head,omitempty"`
-	// From is the copy sequence the stream is re-read from: every event of
-	// the stream before it was settled.
-	From    uint64    `json:"from"`
-	Replica string    `json:"replica,omitempty"`
-	At      time.Time `json:"set_aside_at"`
-	// HeadEventID and HeadVersion name the refused head (its event id
-	// and ce-streamversion) and Answer the receiver's last answer to it
-	// when the stream was set aside, for `consumer status`; empty for a
-	// parked stream's events (Parked), whose head is in the DLQ.
-	HeadEventID string `json:"head_event_id,omitempty"`
-	HeadVersion string `json:"head_version,omitempty"`
-	Answer      string `json:"answer,omitempty"`
-	// Parked is true when the stream was set aside because it is parked
-	// (its held events pressed on MaxAckPending, setAsideParked).
-	Parked bool `json:"parked,omitempty"`
-}
+// (wire.AsideKey), spelled once in wire: `consumer status` and the
+// migration read it too.
+type asideRecord = wire.AsideRecord
 
 // asideStream is a stream set aside on this partition.
 type asideStream struct {

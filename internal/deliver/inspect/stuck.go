@@ -59,19 +59,9 @@ type StuckStream struct {
 	Next string `json:"next"`
 }
 
-// asideRecord is what `consumer status` reads of a record of a stream set
-// aside (wire.AsideKey; written by internal/deliver's asideRecord, whose
-// JSON names these fields follow).
-type asideRecord struct {
-	Subscription string    `json:"subscription"`
-	Partition    int       `json:"partition"`
-	Subject      string    `json:"subject"`
-	At           time.Time `json:"set_aside_at"`
-	HeadEventID  string    `json:"head_event_id"`
-	HeadVersion  string    `json:"head_version"`
-	Answer       string    `json:"answer"`
-	Parked       bool      `json:"parked"`
-}
+// asideRecord is the record of a stream set aside (wire.AsideKey), as
+// the engine writes it.
+type asideRecord = wire.AsideRecord
 
 // stuckOf returns the stuck streams the park entries and the aside
 // records in the park bucket on js name, by subscription, partition and
