@@ -2,7 +2,6 @@ package position
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -54,36 +53,12 @@ func casLost(err error) bool {
 // direct get, which a lagging follower may answer): its value and
 // revision, or 0 when it has none (never written, or deleted).
 func leaderGet(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]byte, uint64, error) {
-	req, err := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + key})
-	if err != nil {
-		return nil, 0, err
-	}
-	m, err := js.Conn().RequestWithContext(ctx, jsapi.Subject(js, "STREAM.MSG.GET.KV_"+bucket), req)
+	m, found, err := jsapi.LeaderGet(ctx, js, "KV_"+bucket, jsapi.GetRequest{LastFor: "$KV." + bucket + "." + key})
 	if err != nil {
 		return nil, 0, fmt.Errorf("position: read %q from the leader of bucket %q: %w", key, bucket, err)
 	}
-	var resp struct {
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Data []byte `json:"data"`
-		} `json:"message"`
+	if !found || len(m.Data) == 0 {
+		return nil, 0, nil // never written, or a delete marker
 	}
-	switch err := json.Unmarshal(m.Data, &resp); {
-	case err != nil:
-		return nil, 0, fmt.Errorf("position: read %q from the leader of bucket %q: answered %q: %w", key, bucket, m.Data, err)
-	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
-		return nil, 0, nil
-	case resp.Error != nil:
-		return nil, 0, fmt.Errorf("position: read %q from the leader of bucket %q: answered %d %s", key, bucket, resp.Error.Code, resp.Error.Description)
-	case resp.Message == nil:
-		return nil, 0, fmt.Errorf("position: read %q from the leader of bucket %q: answered %q", key, bucket, m.Data)
-	case len(resp.Message.Data) == 0:
-		return nil, 0, nil // a delete marker
-	}
-	return resp.Message.Data, resp.Message.Seq, nil
+	return m.Data, m.Seq, nil
 }
