@@ -48,10 +48,8 @@ import (
 // delivered before it (the chain header's "none").
 const NoPrevious int64 = -1
 
-// noVersion is an Entry's Version that names no predecessor (a stream
-// whose only settled events were dead-lettered): the record's versions
-// are unsigned.
-const noVersion = ^uint64(0)
+// noVersion is position.NoVersion.
+const noVersion = position.NoVersion
 
 // Cursor states (position.Cursor.State) the fan-out gives. A subscription
 // in StateBehind reads its own events (CatchUp); in any other state it

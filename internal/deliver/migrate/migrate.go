@@ -76,10 +76,8 @@ const (
 	StateBehind = "behind"
 )
 
-// noVersion is a position.Entry's Version naming no predecessor (a
-// stream whose settled events were all dead-lettered before any was
-// delivered), as the new engine's fan-out writes it.
-const noVersion = ^uint64(0)
+// noVersion is position.NoVersion.
+const noVersion = position.NoVersion
 
 // Subscription is one subscription the migration moves: its name (the
 // unordered durable's, the partition consumers' prefix) and whether it is

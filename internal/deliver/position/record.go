@@ -64,6 +64,12 @@ func CursorKey(sub string, p int) string { return "cur." + sub + ".p" + strconv.
 // cursorFilter matches every cursor key of partition p.
 func cursorFilter(p int) string { return "cur.*.p" + strconv.Itoa(p) }
 
+// NoVersion is an Entry's Version that names no predecessor: the stream's
+// settled events above the floor were all dead-lettered before any was
+// delivered, so its next event's Jsbridge-Previous-Version is the one
+// before them (or none). Versions are otherwise a stream's own, from 0.
+const NoVersion = ^uint64(0)
+
 // Entry is the last event of one stream settled (answered 2xx or
 // dead-lettered): its sequence in the events stream and its stream
 // version, which names the version chain's predecessor of the stream's
