@@ -1,0 +1,90 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+)
+
+// Cursors is the CursorReader over the events stream: a reader.Cursor
+// (batched direct gets filtered by subject) per subscription and
+// partition, kept between reads so that a catch-up reads each event of
+// its filters once, and each answer keeping the events of the read's
+// partition. Safe for concurrent use. Make one with NewCursors.
+type Cursors struct {
+	js   jetstream.JetStream
+	cfg  reader.Config
+	mu   sync.Mutex
+	open map[string]*openCursor // by subscription and partition
+}
+
+type openCursor struct {
+	c       *reader.Cursor
+	filters []string
+	at      uint64 // the read is complete up to here
+}
+
+// NewCursors reads the events stream cfg names (its defaults as for
+// reader.Open: EVENTS, "events", 16 partitions) on js; cfg.Partitions
+// must be the replica's P.
+func NewCursors(js jetstream.JetStream, cfg reader.Config) *Cursors {
+	return &Cursors{js: js, cfg: cfg, open: map[string]*openCursor{}}
+}
+
+// Read implements CursorReader. A read that goes on from where the last
+// one of the subscription and partition ended reuses its cursor; any
+// other makes a new one from r.After + 1. Errors are reader.NewCursor's
+// (ErrInvalidConfig) and reader.Cursor.Next's (ErrBehind,
+// ErrNoDirectGet, ctx's); after one the next read starts afresh.
+func (cs *Cursors) Read(ctx context.Context, r CursorRead) ([]reader.Event, uint64, error) {
+	if r.Max < 1 || r.To <= r.After {
+		return nil, r.After, nil
+	}
+	key := r.Subscription + "." + strconv.Itoa(r.Partition)
+	cs.mu.Lock()
+	oc := cs.open[key]
+	delete(cs.open, key) // one read at a time of a cursor: back below
+	cs.mu.Unlock()
+	if oc == nil || oc.at != r.After || !slices.Equal(oc.filters, r.Filters) {
+		c, err := reader.NewCursor(cs.js, cs.cfg, r.Filters, r.After+1, r.To)
+		if err != nil {
+			return nil, r.After, fmt.Errorf("fanout: cursor of %s: %w", r.Subscription, err)
+		}
+		oc = &openCursor{c: c, filters: slices.Clone(r.Filters)}
+	}
+	oc.c.Extend(r.To)
+	var out []reader.Event
+	for len(out) < r.Max {
+		ev, err := oc.c.Next(ctx)
+		if errors.Is(err, reader.ErrCaughtUp) {
+			oc.at = r.To
+			break
+		}
+		if err != nil {
+			return nil, r.After, fmt.Errorf("fanout: cursor of %s: %w", r.Subscription, err)
+		}
+		if ev.Partition == r.Partition {
+			out = append(out, ev)
+			oc.at = ev.Seq
+		}
+	}
+	cs.mu.Lock()
+	cs.open[key] = oc
+	cs.mu.Unlock()
+	return out, oc.at, nil
+}
+
+// Drop forgets subscription sub's cursor on partition p (it rejoined,
+// or the partition went).
+func (cs *Cursors) Drop(sub string, p int) {
+	cs.mu.Lock()
+	delete(cs.open, sub+"."+strconv.Itoa(p))
+	cs.mu.Unlock()
+}

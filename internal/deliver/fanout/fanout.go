@@ -1,0 +1,363 @@
+// Package fanout is what the owner of a partition runs once the reader
+// hands it events (docs/design/next-engine.md, section 2 "What a new
+// owner does" step 5 and section 3; the staged plan's stage 4): every
+// event goes to each live subscription that takes it (Members, a subject
+// trie of their filters), unless the partition's record says the
+// subscription settled it; an ordered subscription's events go through
+// one lane per stream, one at a time, a stream's next version only once
+// the commit covering the previous one succeeded (write before next, the
+// design's D6 and R2); an unordered one's go out in parallel up to its
+// in-flight limit and wait for no commit. The owner raises the
+// partition's floor as events settle (R1), and a subscription that holds
+// too much, or is paused, disabled or behind an open breaker, gets a
+// cursor (D5), stops holding the floor back, catches up through its own
+// reads and rejoins the shared read.
+//
+// The package owns the interfaces of what it uses: Position (the
+// partition's record, *position.Partition), Sender (one attempt, stage 6
+// adapts internal/deliver/attempt), Chain (a stream's predecessor when
+// the record has none) and CursorReader (a cursor's reads of the events
+// stream; Cursors reads it through reader.Cursor's direct gets). Nothing
+// in the engine uses it yet (the design's stage 6 wires it in).
+//
+// Not here yet (the design's stage 4 row says what is left): the
+// stuck-stream rule (a head retried in place too long is set aside),
+// retries entries (an unordered event in retry holds the floor back
+// meanwhile), unparking and replaying a parked stream, start positions,
+// the detached groups of a mass outage and the bound on cursors read at
+// once.
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// NoPrevious is a Delivery's Previous when its stream has no version
+// delivered before it (the chain header's "none").
+const NoPrevious int64 = -1
+
+// noVersion is an Entry's Version that names no predecessor (a stream
+// whose only settled events were dead-lettered): the record's versions
+// are unsigned.
+const noVersion = ^uint64(0)
+
+// Cursor states (position.Cursor.State) the fan-out gives. A subscription
+// in StateBehind reads its own events (CatchUp); in any other state it
+// reads nothing until SetState("") resumes it.
+const (
+	// StateBehind: it held MaxInHand events, or was resumed; it reads.
+	StateBehind = "behind"
+	// StateBreaker: its endpoint's circuit breaker is open.
+	StateBreaker = "breaker"
+	// StatePaused: paused by the operator (the subscriptions bucket).
+	StatePaused = "paused"
+	// StateDisabled: disabled (410 Gone, sustained failure, operator).
+	StateDisabled = "disabled"
+)
+
+// Position is the partition's record as the fan-out writes it: the
+// methods of *position.Partition it calls, with their contracts (see
+// there): the record and cursors as claimed, a settlement recorded, the
+// write-before-next wait, the floor and members edited, cursors made,
+// edited and dropped.
+type Position interface {
+	Record() position.Record
+	Cursors() map[string]position.Cursor
+	Settled(sub, stream string, e position.Entry)
+	Wait(ctx context.Context, sub, stream string, seq uint64) error
+	Edit(fn func(*position.Record))
+	EditCursor(sub string, fn func(*position.Cursor)) bool
+	Detach(sub, state string) bool
+	Rejoin(sub string) bool
+}
+
+// Act is what an attempt's answer means for its event.
+type Act int
+
+const (
+	// Delivered: answered 2xx. The event is settled.
+	Delivered Act = iota
+	// Retry: a retryable failure; the same event goes again after
+	// Settlement.Delay (an ordered stream waits meanwhile).
+	Retry
+	// DeadLetter: the Sender stored a dead letter; the event is settled
+	// and its stream goes on (its next event names the same predecessor).
+	DeadLetter
+	// Park: dead-lettered, and the ordered subscription's stream is set
+	// aside (an aside entry "parked" from the event on): its later events
+	// are not dispatched to it. For an unordered one, as DeadLetter.
+	Park
+)
+
+// Settlement is a Sender's answer for one attempt.
+type Settlement struct {
+	// Act is what the answer means for the event.
+	Act Act
+	// Delay is the pause before the next attempt of a Retry.
+	Delay time.Duration
+}
+
+// Delivery is one attempt at one event for one subscription.
+type Delivery struct {
+	// Subscription is the subscription's name (Member.Name).
+	Subscription string
+	// Event is the event as the reader (or a cursor's read) handed it.
+	Event reader.Event
+	// Attempt counts this owner's attempts at the event, from 1.
+	Attempt int
+	// Ordered: an ordered subscription's event; Previous is then its
+	// stream's version delivered before it (NoPrevious: none), the
+	// version chain's Jsbridge-Previous-Version.
+	Ordered  bool
+	Previous int64
+	// Partition and Epoch are the owner's (Config).
+	Partition int
+	Epoch     uint64
+}
+
+// Sender makes one attempt (stage 6: internal/deliver/attempt behind the
+// lease fence). It returns once the attempt settled or failed; it is
+// called from many goroutines at once.
+type Sender interface {
+	Attempt(ctx context.Context, d Delivery) Settlement
+}
+
+// Chain looks up the version subscription sub delivered of stream before
+// the event at seq, for a stream's first event since the claim when the
+// record holds no entry for it (today's chain.go, pointed at the events
+// stream): NoPrevious when none. stream is wire.StreamKey of the subject.
+type Chain interface {
+	Previous(ctx context.Context, sub, stream string, seq uint64) (int64, error)
+}
+
+// CursorRead is one read of a cursor: the events of Partition matching
+// any of Filters in (After, To], at most Max.
+type CursorRead struct {
+	// Subscription is the subscription's name, Filters its filters.
+	Subscription string
+	Filters      []string
+	// Partition is the partition whose events are kept (the others of
+	// the filters are dropped by the reader, as the live read does).
+	Partition int
+	// After and To bound the sequences read: (After, To], To being the
+	// live head when the read began.
+	After, To uint64
+	// Max bounds the events answered (what the subscription may still
+	// hold), 1 or more.
+	Max int
+}
+
+// CursorReader reads a cursor's events (the reader room's direct gets,
+// stage 6). It returns them in stream order and through, the sequence up
+// to which the answer is complete: every event of the read in
+// (After, through] is in events (through is To once the read reached it;
+// a short answer ends below).
+type CursorReader interface {
+	Read(ctx context.Context, r CursorRead) (events []reader.Event, through uint64, err error)
+}
+
+// Config is one partition's fan-out.
+type Config struct {
+	// Partition is the partition's number; Epoch the claim's lease epoch.
+	// Both are passed on in every Delivery.
+	Partition int
+	Epoch     uint64
+	// Clock drives retry pauses. Default the real one.
+	Clock clockwork.Clock
+	// Logger. Default: discard.
+	Logger *slog.Logger
+}
+
+// Partition is the fan-out of one claimed partition. Dispatch and
+// CatchUp are called by the replica's dispatch loop, one at a time
+// (that keeps the head still while a cursor decides to rejoin); the
+// other methods are safe for concurrent use.
+type Partition struct {
+	cfg     Config
+	members *Members
+	pos     Position
+	send    Sender
+	chain   Chain
+	cursors CursorReader
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	err     error
+	claimed position.Record            // at the claim: what former owners settled
+	curs    map[string]position.Cursor // at the claim
+	subs    map[string]*subState
+	asides  map[[2]string]bool // (subscription, stream) set aside
+	win     window
+	floor   uint64 // the floor last written
+	head    uint64 // the last sequence dispatched live
+	scratch []*member
+}
+
+// New starts the fan-out of the partition whose record pos holds (just
+// claimed: its floor is where the reader hands events from). It reads the
+// record and the cursors once; subscriptions with a cursor start behind
+// it. chain may be nil (no predecessor is ever looked up: NoPrevious);
+// cursors may be nil until a subscription needs a read (CatchUp then
+// fails).
+func New(cfg Config, members *Members, pos Position, send Sender, chain Chain, cursors CursorReader) *Partition {
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rec := pos.Record()
+	p := &Partition{cfg: cfg, members: members, pos: pos, send: send, chain: chain, cursors: cursors,
+		ctx: ctx, cancel: cancel, claimed: rec, curs: pos.Cursors(), subs: map[string]*subState{},
+		asides: map[[2]string]bool{}, floor: rec.Floor, head: rec.Floor}
+	p.win.last = rec.Floor
+	for _, a := range rec.Asides {
+		p.asides[[2]string{a.Sub, a.Stream}] = true
+	}
+	for name := range p.curs {
+		if m, ok := members.get(name); ok {
+			p.sub(m, rec.Floor) // behind from the claim: CatchUp reads it
+		}
+	}
+	return p
+}
+
+// Head returns the last sequence dispatched live (the record's floor
+// before the first).
+func (p *Partition) Head() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.head
+}
+
+// Floor returns the floor last written to the record.
+func (p *Partition) Floor() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.floor
+}
+
+// Err returns why the fan-out stopped on its own: nil while it runs or
+// after Close, else the commit's error (position.ErrLost: the partition
+// is someone else's).
+func (p *Partition) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// Close stops every send (an attempt running is cancelled through its
+// context) and waits for them. Nothing settled after it.
+func (p *Partition) Close() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+// fail stops the fan-out for err (the record lost, or its commit loop
+// stopped): nothing more is sent.
+func (p *Partition) fail(err error) {
+	if p.ctx.Err() != nil && !errors.Is(err, position.ErrLost) {
+		return // closed
+	}
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+		p.cfg.Logger.Warn("the partition's record cannot be committed: its fan-out stops", slog.Int("partition", p.cfg.Partition), slog.Any("error", err))
+	}
+	p.mu.Unlock()
+	p.cancel()
+}
+
+// Dispatch hands the event at ev.Seq (of this partition, in stream order
+// after the last one) to every live subscription that takes it and has
+// not settled it, and raises the floor past what nobody waits for. It
+// never waits for a subscription: one that holds MaxInHand events gets a
+// cursor instead.
+func (p *Partition) Dispatch(ev reader.Event) {
+	stream := wire.StreamKey(ev.Subject)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctx.Err() != nil || ev.Seq <= p.head {
+		return
+	}
+	p.head = ev.Seq
+	p.scratch = p.members.match(ev.Subject, p.scratch[:0])
+	owe := 0
+	for _, m := range p.scratch {
+		st := p.sub(m, ev.Seq-1)
+		if st.state != "" || p.claimed.Covers(m.Name, stream, ev.Seq) || p.asides[[2]string{m.Name, stream}] {
+			continue
+		}
+		if _, dup := st.inHand[ev.Seq]; dup {
+			continue // matched twice while Put replaced it
+		}
+		if len(st.inHand) >= m.MaxInHand {
+			p.detach(st, StateBehind)
+			continue
+		}
+		p.push(st, ev, stream, true)
+		owe++
+	}
+	clear(p.scratch)
+	p.win.add(ev.Seq, ev.Subject, owe)
+	p.raise()
+}
+
+// raise writes the floor when it rose.
+func (p *Partition) raise() {
+	if f := p.win.floor(); f > p.floor {
+		p.floor = f
+		p.pos.Edit(func(r *position.Record) { r.Floor = max(r.Floor, f) })
+	}
+}
+
+// version returns ev's stream version (ce-streamversion), if it has one.
+func version(ev reader.Event) (int64, bool) {
+	v, err := strconv.ParseInt(ev.Header.Get(wire.HeaderStreamVersion), 10, 64)
+	return v, err == nil && v >= 0
+}
+
+// sleep waits d on clock, or until ctx ends (false).
+func sleep(ctx context.Context, clock clockwork.Clock, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// String names the act, for logs and test failures.
+func (a Act) String() string {
+	switch a {
+	case Delivered:
+		return "delivered"
+	case Retry:
+		return "retry"
+	case DeadLetter:
+		return "dead-letter"
+	case Park:
+		return "park"
+	}
+	return fmt.Sprintf("act(%d)", int(a))
+}

@@ -1,0 +1,275 @@
+package fanout
+
+import (
+	"log/slog"
+
+	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+)
+
+// subState is one subscription on the partition. Its fields are the
+// Partition's, under its mutex.
+type subState struct {
+	m     *member
+	state string // "": live; else its cursor's state
+	gone  bool   // forgotten: its sends stop
+	read  uint64 // with a cursor: the last sequence its reads covered
+	// joining: its reads reached this head and it is live again above
+	// it, but its cursor stays until the events it read are settled
+	joining uint64
+	inHand  map[uint64]bool    // dispatched, not settled → counted in the floor's window
+	lanes   map[string]*lane   // ordered: by stream
+	last    map[string]settled // ordered: by stream, its last event settled here
+	queue   []reader.Event     // unordered: waiting for a send slot
+	flying  int                // unordered: sends running
+	slots   chan struct{}      // ordered: bounds its POSTs running
+}
+
+// lane is one ordered subscription's stream: its events in stream order,
+// the head first, sent one at a time by one goroutine.
+type lane struct {
+	stream  string
+	q       []reader.Event
+	running bool // its goroutine runs
+}
+
+// settled is the last event of a stream an ordered subscription settled
+// on the partition: its next event waits for the commit covering seq
+// (write before next) and names prev as its predecessor. Kept per stream
+// for as long as the partition is owned, as today's chain.go does.
+type settled struct {
+	seq  uint64
+	prev int64
+}
+
+// sub returns m's state on the partition, made at its first event: a
+// subscription the record does not list and that has no cursor is new,
+// and joins live from just before that event (from).
+func (p *Partition) sub(m *member, from uint64) *subState {
+	st := p.subs[m.Name]
+	if st == nil {
+		// The bound of an ordered subscription's POSTs is made once: a
+		// Put's new MaxInFlight applies to it from the next claim.
+		st = &subState{m: m, inHand: map[uint64]bool{}, slots: make(chan struct{}, m.MaxInFlight)}
+		if c, ok := p.curs[m.Name]; ok {
+			st.state, st.read = c.State, c.Floor
+		} else if _, ok := p.claimed.Members[m.Name]; !ok {
+			p.pos.Edit(func(r *position.Record) { r.Members[m.Name] = from })
+		}
+		p.subs[m.Name] = st
+	}
+	if st.m != m {
+		st.m = m // put again: its new limits
+	}
+	return st
+}
+
+// push hands ev to st's lane for stream (ordered) or its sends
+// (unordered); counted says it holds the floor back until settled.
+func (p *Partition) push(st *subState, ev reader.Event, stream string, counted bool) {
+	st.inHand[ev.Seq] = counted
+	if st.m.Ordered {
+		if st.lanes == nil {
+			st.lanes, st.last = map[string]*lane{}, map[string]settled{}
+		}
+		l := st.lanes[stream]
+		if l == nil {
+			l = &lane{stream: stream}
+			st.lanes[stream] = l
+		}
+		l.q = append(l.q, ev)
+		if !l.running {
+			l.running = true
+			p.wg.Add(1)
+			go p.runLane(st, l, st.m.Name)
+		}
+		return
+	}
+	if st.flying < st.m.MaxInFlight {
+		st.flying++
+		p.wg.Add(1)
+		go p.runSends(st, ev, st.m.Name)
+		return
+	}
+	st.queue = append(st.queue, ev)
+}
+
+// settleLocked takes seq out of st's hand and out of the floor's window.
+func (p *Partition) settleLocked(st *subState, seq uint64) {
+	counted, ok := st.inHand[seq]
+	if !ok {
+		return
+	}
+	delete(st.inHand, seq)
+	if counted {
+		p.win.done(seq)
+		p.raise()
+	}
+}
+
+// runLane sends an ordered lane's events one at a time until it is
+// empty: each once the commit covering its predecessor's settlement
+// succeeded (write before next).
+func (p *Partition) runLane(st *subState, l *lane, name string) {
+	defer p.wg.Done()
+	p.mu.Lock() // held at the top of each turn: one lock a turn settles an event and takes the next
+	for {
+		if len(l.q) == 0 || st.gone {
+			l.running = false
+			if st.lanes[l.stream] == l && len(l.q) == 0 {
+				delete(st.lanes, l.stream)
+			}
+			p.mu.Unlock()
+			return
+		}
+		ev := l.q[0]
+		last, known := st.last[l.stream]
+		entry := p.entryLocked(name, l.stream)
+		p.mu.Unlock()
+		if known {
+			if err := p.pos.Wait(p.ctx, name, l.stream, last.seq); err != nil {
+				p.fail(err)
+				return
+			}
+		}
+		act, prev, ok := p.sendOrdered(st, name, l.stream, ev, func() (int64, error) { return p.previous(name, l.stream, ev, last, known, entry) })
+		if !ok {
+			return // closed or lost: the next owner sends it again
+		}
+		v, versioned := version(ev)
+		p.mu.Lock()
+		switch act {
+		case Delivered, DeadLetter:
+			e := position.Entry{Seq: ev.Seq, Version: uint64(prev)}
+			if prev == NoPrevious {
+				e.Version = noVersion
+			}
+			if act == Delivered && versioned {
+				prev, e.Version = v, uint64(v)
+			}
+			st.last[l.stream] = settled{seq: ev.Seq, prev: prev}
+			p.pos.Settled(name, l.stream, e)
+			p.settleLocked(st, ev.Seq)
+			l.q = l.q[1:]
+		case Park:
+			p.pos.Edit(func(r *position.Record) {
+				r.Asides = append(r.Asides, position.Aside{Sub: name, Stream: l.stream, From: ev.Seq, State: "parked"})
+			})
+			p.asides[[2]string{name, l.stream}] = true
+			for _, e := range l.q {
+				p.settleLocked(st, e.Seq) // the aside covers them
+			}
+			l.q = nil
+			p.cfg.Logger.Warn("a stream's head was dead-lettered and its stream parked for the subscription",
+				slog.String("subscription", name), slog.String("stream", l.stream), slog.Uint64("seq", ev.Seq))
+		}
+	}
+}
+
+// sendOrdered attempts ev until it settles (Delivered, DeadLetter, Park),
+// naming its predecessor; ok is false when the fan-out stopped first.
+func (p *Partition) sendOrdered(st *subState, name, stream string, ev reader.Event, previous func() (int64, error)) (act Act, prev int64, ok bool) {
+	var pause backoff.Backoff
+	for {
+		var err error
+		if prev, err = previous(); err == nil {
+			break
+		}
+		d := pause.Next()
+		p.cfg.Logger.Warn("looking up the version its stream delivered before it failed; retrying (its stream waits)",
+			slog.String("subscription", name), slog.String("stream", stream), slog.Any("error", err), slog.Duration("retry_in", d))
+		if !sleep(p.ctx, p.cfg.Clock, d) {
+			return 0, 0, false
+		}
+	}
+	d := Delivery{Subscription: name, Event: ev, Ordered: true, Previous: prev, Partition: p.cfg.Partition, Epoch: p.cfg.Epoch}
+	for n := 1; ; n++ {
+		select {
+		case st.slots <- struct{}{}:
+		case <-p.ctx.Done():
+			return 0, 0, false
+		}
+		d.Attempt = n
+		s := p.send.Attempt(p.ctx, d)
+		<-st.slots
+		if p.ctx.Err() != nil {
+			return 0, 0, false
+		}
+		if s.Act != Retry {
+			return s.Act, prev, true
+		}
+		if !sleep(p.ctx, p.cfg.Clock, s.Delay) {
+			return 0, 0, false
+		}
+	}
+}
+
+// entryLocked is the entry of stream the claim found for subscription
+// name: its cursor's when it had one, else the record's (shared or its
+// own, the later).
+func (p *Partition) entryLocked(name, stream string) position.Entry {
+	if c, behind := p.curs[name]; behind {
+		return c.Streams[stream]
+	}
+	e := p.claimed.Streams[stream]
+	if a := p.claimed.Ahead[name][stream]; a.Seq > e.Seq {
+		e = a
+	}
+	return e
+}
+
+// previous is the version subscription name delivered of stream before
+// ev: the one its lane settled last (known), else none for version 0 or
+// an event without a version, else the claim's entry e below ev, else
+// the Chain's look-up.
+func (p *Partition) previous(name, stream string, ev reader.Event, last settled, known bool, e position.Entry) (int64, error) {
+	switch ver, versioned := version(ev); {
+	case known:
+		return last.prev, nil
+	case !versioned || ver == 0:
+		return NoPrevious, nil
+	case e.Seq > 0 && e.Seq < ev.Seq && e.Version == noVersion:
+		return NoPrevious, nil
+	case e.Seq > 0 && e.Seq < ev.Seq:
+		return int64(e.Version), nil
+	case p.chain == nil:
+		return NoPrevious, nil
+	}
+	return p.chain.Previous(p.ctx, name, stream, ev.Seq)
+}
+
+// runSends sends an unordered subscription's events, ev first, then
+// those waiting for a slot, each retried until it settles; its
+// settlements wait for no commit.
+func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
+	defer p.wg.Done()
+	d := Delivery{Subscription: name, Partition: p.cfg.Partition, Epoch: p.cfg.Epoch}
+	for {
+		d.Event = ev
+		for d.Attempt = 1; ; d.Attempt++ {
+			s := p.send.Attempt(p.ctx, d)
+			if p.ctx.Err() != nil {
+				return
+			}
+			if s.Act != Retry {
+				break
+			}
+			if !sleep(p.ctx, p.cfg.Clock, s.Delay) {
+				return
+			}
+		}
+		p.mu.Lock()
+		if st.state != "" {
+			p.pos.EditCursor(name, func(c *position.Cursor) { c.Above = append(c.Above, ev.Seq) })
+		}
+		p.settleLocked(st, ev.Seq)
+		if len(st.queue) == 0 || st.gone || st.flying > st.m.MaxInFlight {
+			st.flying--
+			p.mu.Unlock()
+			return
+		}
+		ev, st.queue = st.queue[0], st.queue[1:]
+		p.mu.Unlock()
+	}
+}
