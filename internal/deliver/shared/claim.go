@@ -60,6 +60,9 @@ func (r *Replica) serve(c *owner.Claim) {
 		}
 	} else {
 		log.Debug("shared: partition taken", slog.Uint64("floor", floor))
+		r.mu.Lock()
+		r.parts[c.Partition] = served{epoch: c.Epoch, fan: fan}
+		r.mu.Unlock()
 		select {
 		case <-ctx.Done():
 		case runErr = <-ran:
@@ -67,7 +70,12 @@ func (r *Replica) serve(c *owner.Claim) {
 			c.Lose() // Run ends on its own only with ErrLost
 		}
 	}
-	r.loop.release(c.Partition)
+	r.mu.Lock()
+	if r.parts[c.Partition].fan == fan {
+		delete(r.parts, c.Partition)
+	}
+	r.mu.Unlock()
+	r.loop.release(c.Partition, fan)
 	for sub := range fan.Behind() {
 		r.cursors.Drop(sub, c.Partition)
 	}

@@ -16,7 +16,7 @@ import (
 const (
 	// catchUpPoll bounds the wait for a live event while a subscription
 	// has a cursor to read: the cursors' rounds run between events.
-	catchUpPoll = 20 * time.Millisecond
+	catchUpPoll = 200 * time.Millisecond
 	// readPause is the pause after a reader error (ErrBehind, a catch-up
 	// that cannot reach its target) before Next is called again.
 	readPause = 100 * time.Millisecond
@@ -26,13 +26,15 @@ const (
 )
 
 // request asks the dispatch loop to take partition p from just after
-// floor, handing its events to fan, or (fan nil) to release it. done
-// receives the answer (buffered: the loop never waits for the asker).
+// floor, handing its events to fan, or (release) to release it from fan.
+// done receives the answer (buffered: the loop never waits for the
+// asker).
 type request struct {
-	p     int
-	floor uint64
-	fan   *fanout.Partition
-	done  chan error
+	p       int
+	floor   uint64
+	fan     *fanout.Partition
+	release bool
+	done    chan error
 }
 
 // loop is the replica's dispatch loop: the one goroutine that drives the
@@ -76,10 +78,12 @@ func (l *loop) take(ctx context.Context, p int, floor uint64, fan *fanout.Partit
 	}
 }
 
-// release asks the loop to release partition p and waits until it did
-// (from then on no event of p is dispatched) or the loop ended.
-func (l *loop) release(p int) {
-	done := l.ask(request{p: p})
+// release asks the loop to release partition p from fan and waits until
+// it did (from then on no event of p is dispatched to fan) or the loop
+// ended. A partition taken since by another claim (for another fan) is
+// left as it is.
+func (l *loop) release(p int, fan *fanout.Partition) {
+	done := l.ask(request{p: p, fan: fan, release: true})
 	select {
 	case <-done:
 	case <-l.done:
@@ -164,17 +168,28 @@ func (l *loop) firstRound(ctx context.Context, reqs []request) []request {
 }
 
 // apply takes or releases a partition on the reader (rd nil: the reader
-// could not be opened).
+// could not be opened). The releases and takes of one partition's claims
+// may come in any order: a release only releases its own claim's fan.
 func (l *loop) apply(rd *reader.Reader, live map[int]*fanout.Partition, req request) error {
-	if req.fan == nil {
-		if rd != nil {
-			rd.Release(req.p)
+	held := live[req.p]
+	if req.release {
+		if held == req.fan {
+			if rd != nil {
+				rd.Release(req.p)
+			}
+			delete(live, req.p)
 		}
-		delete(live, req.p)
 		return nil
 	}
 	if rd == nil {
 		return fmt.Errorf("shared: partition %d: no reader", req.p)
+	}
+	if held != nil {
+		// A former claim of the partition, lost, has not asked for its
+		// release yet (a lost lease can be claimed again before the
+		// former claim is Done): the new claim replaces it.
+		rd.Release(req.p)
+		delete(live, req.p)
 	}
 	if err := rd.Take(req.p, req.floor); err != nil {
 		return fmt.Errorf("shared: take partition %d: %w", req.p, err)
@@ -243,7 +258,7 @@ func hasTake(reqs []request) bool { return takes(reqs) > 0 }
 func takes(reqs []request) int {
 	n := 0
 	for _, r := range reqs {
-		if r.fan != nil {
+		if !r.release {
 			n++
 		}
 	}
@@ -255,7 +270,7 @@ func lowestFloor(reqs []request) uint64 {
 	var low uint64
 	first := true
 	for _, r := range reqs {
-		if r.fan != nil && (first || r.floor < low) {
+		if !r.release && (first || r.floor < low) {
 			low, first = r.floor, false
 		}
 	}

@@ -60,7 +60,7 @@ func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 		s.log.Error("shared: no sender for subscription", slog.String("subscription", d.Subscription))
 		return fanout.Settlement{Act: fanout.Retry, Delay: time.Second}
 	}
-	c := attempt.Call{ID: eventID(d.Event.Header), Replica: s.replica, Fence: s.claim.Fence.Bound, AfterFailure: d.Attempt > 1}
+	c := attempt.Call{ID: eventID(d.Event.Header), Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1}
 	if d.Ordered {
 		c.Order = attempt.OrderFieldsOf(d.Event.Header, d.Previous, d.Partition, d.Epoch)
 		if c.Order == nil {
@@ -70,6 +70,25 @@ func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 	st := snd.Attempt(ctx, eventMsg{ev: d.Event, attempt: d.Attempt}, d.Attempt, c)
 	defer snd.End(st.Trace)
 	return s.settle(snd, d, st)
+}
+
+// fence is the attempts' attempt.PostFence: the claim's lease fence, and
+// the fan-out's context ending (the partition released, its fan-out
+// closed) cuts the POST as the lease would, with cause ErrLeasePassed:
+// an attempt cut by a hand-over counts for neither the endpoint's
+// breaker nor its health, and settles nothing (attempt.ActCut).
+func (s *sender) fence(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	fctx, done, err := s.claim.Fence.Bound(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithCancelCause(fctx)
+	stop := context.AfterFunc(ctx, func() { cancel(attempt.ErrLeasePassed) })
+	return cctx, func() {
+		stop()
+		cancel(nil)
+		done()
+	}, nil
 }
 
 // settle turns an attempt's settlement into the fan-out's, counting the

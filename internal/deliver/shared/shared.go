@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -123,6 +124,27 @@ type Replica struct {
 	loop   *loop
 	claims sync.WaitGroup // one per claim being served
 	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	parts map[int]served // the partitions taken, by number
+}
+
+// served is a partition taken under a claim.
+type served struct {
+	epoch uint64
+	fan   *fanout.Partition
+}
+
+// PartitionStatus is where one partition taken by the replica stands.
+type PartitionStatus struct {
+	// Partition and Epoch are the claim's.
+	Partition int
+	Epoch     uint64
+	// Floor is the floor last written to the record; Head the last
+	// sequence dispatched live (fanout.Partition.Floor, Head).
+	Floor, Head uint64
+	// Behind are the subscriptions with a cursor, with its state.
+	Behind map[string]string
 }
 
 // New returns a replica of cfg delivering deps.Subscriptions, or an error
@@ -140,7 +162,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		return nil, fmt.Errorf("%w: Partitions %d: want 1 to %d", ErrInvalidConfig, cfg.Partitions, owner.MaxPartitions)
 	}
 	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: fanout.NewMembers(),
-		senders: map[string]*attempt.Sender{}}
+		senders: map[string]*attempt.Sender{}, parts: map[int]served{}}
 	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
 		Name: "jsbridge_reader_" + cfg.Replica, Logger: cfg.Logger}
 	if err := r.subscribe(deps); err != nil {
@@ -280,4 +302,18 @@ func (r *Replica) Owned() []int {
 		return nil
 	}
 	return r.own.Owned()
+}
+
+// Status returns the partitions the replica has taken on its reader,
+// by partition number.
+func (r *Replica) Status() []PartitionStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]PartitionStatus, 0, len(r.parts))
+	for p, sv := range r.parts {
+		out = append(out, PartitionStatus{Partition: p, Epoch: sv.epoch, Floor: sv.fan.Floor(), Head: sv.fan.Head(),
+			Behind: sv.fan.Behind()})
+	}
+	slices.SortFunc(out, func(a, b PartitionStatus) int { return a.Partition - b.Partition })
+	return out
 }

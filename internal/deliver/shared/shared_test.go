@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
@@ -119,6 +120,21 @@ func (rc *receiver) received(path string) int {
 	return len(rc.ids[path])
 }
 
+// missing returns the events of ids 1 to n path did not receive, by
+// partition.
+func (rc *receiver) missing(path string, n int) map[int][]int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	out := map[int][]int{}
+	for k := range n {
+		if !rc.ids[path][event.FormatID(int64(k+1))] {
+			p := wire.StreamPartition(fmt.Sprintf("order-%d", k%streams), 16)
+			out[p] = append(out[p], k+1)
+		}
+	}
+	return out
+}
+
 func (rc *receiver) problems() (breaks []string, badSigns int) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
@@ -188,7 +204,7 @@ func (w *world) replica(t *testing.T, id string) *shared.Replica {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", id)
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})).With("replica", id)
 	}
 	r, err := shared.New(shared.Config{Replica: id, LeaseTTL: 2 * time.Second, Logger: log},
 		shared.Deps{JetStream: connect(t, w.srv), Subscriptions: w.subs})
@@ -200,12 +216,19 @@ func (w *world) replica(t *testing.T, id string) *shared.Replica {
 
 // delivered waits until both subscriptions received every event
 // published, and checks the ordered one's chains.
-func (w *world) delivered(t *testing.T) {
+func (w *world) delivered(t *testing.T, rs ...*shared.Replica) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		return w.rc.received("/ordered") == w.next && w.rc.received("/unordered") == w.next
-	}, 90*time.Second, 20*time.Millisecond, "every event to each subscription: ordered %d, unordered %d of %d",
-		w.rc.received("/ordered"), w.rc.received("/unordered"), w.next)
+	}, 90*time.Second, 20*time.Millisecond, "every event to each subscription") {
+		for _, path := range []string{"/ordered", "/unordered"} {
+			t.Logf("%s: missing by partition %v", path, w.rc.missing(path, w.next))
+		}
+		for i, r := range rs {
+			t.Logf("replica %d: %+v", i, r.Status())
+		}
+		t.FailNow()
+	}
 	breaks, bad := w.rc.problems()
 	require.Empty(t, breaks, "the ordered subscription's chains")
 	require.Zero(t, bad, "requests whose signature did not verify")
@@ -220,12 +243,21 @@ func TestTwoReplicasDeliverEveryEventInOrderAndOneStopsGracefully(t *testing.T) 
 	w.publish(t, 1000)
 	b := w.replica(t, "replica-b")
 	w.publish(t, 1000)
-	w.delivered(t)
+	w.delivered(t, a, b)
 	require.Eventually(t, func() bool { return len(a.Owned())+len(b.Owned()) == 16 && len(b.Owned()) > 0 },
 		10*time.Second, 20*time.Millisecond, "the partitions shared: a %v, b %v", a.Owned(), b.Owned())
 
 	a.Stop()
 	w.publish(t, 1000)
-	w.delivered(t)
+	w.delivered(t, b)
 	require.Len(t, b.Owned(), 16, "the replica left holds every partition")
+}
+
+// logLevel is the replicas' log level under -v: JSBRIDGE_TEST_DEBUG=1
+// shows the claims and releases.
+func logLevel() slog.Level {
+	if os.Getenv("JSBRIDGE_TEST_DEBUG") != "" {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }
