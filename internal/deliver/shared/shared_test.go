@@ -19,6 +19,7 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
@@ -260,4 +261,31 @@ func logLevel() slog.Level {
 		return slog.LevelDebug
 	}
 	return slog.LevelWarn
+}
+
+func TestReplicaWhoseLeasesAreLostClaimsAgainAndOrderHolds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server and two replicas")
+	}
+	w := newWorld(t)
+	a := w.replica(t, "replica-a")
+	b := w.replica(t, "replica-b")
+	w.publish(t, 500)
+	require.Eventually(t, func() bool { return len(a.Owned()) > 0 && len(a.Owned())+len(b.Owned()) == 16 },
+		10*time.Second, 20*time.Millisecond, "the partitions shared: a %v, b %v", a.Owned(), b.Owned())
+
+	// Replica a's leases go behind its back, as an expiry on the server
+	// would: its next renewal finds each key changed and loses the
+	// partition at once (owner.ErrLeaseLost), while its fan-outs run;
+	// the share gives them to a again, a claim after the lost one.
+	leases, err := w.js.KeyValue(t.Context(), wire.DefaultLeaseBucket)
+	require.NoError(t, err)
+	lost := a.Owned()
+	for _, p := range lost {
+		require.NoError(t, leases.Delete(t.Context(), owner.LeaseKey(p)))
+	}
+	w.publish(t, 1000)
+	w.delivered(t, a, b)
+	require.Eventually(t, func() bool { return len(a.Owned())+len(b.Owned()) == 16 },
+		10*time.Second, 20*time.Millisecond, "every partition owned again: a %v, b %v", a.Owned(), b.Owned())
 }
