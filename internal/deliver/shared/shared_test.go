@@ -240,17 +240,22 @@ func TestTwoReplicasDeliverEveryEventInOrderAndOneStopsGracefully(t *testing.T) 
 		t.Skip("starts a JetStream server and two replicas, and delivers 3,000 events twice")
 	}
 	w := newWorld(t)
+	start := time.Now()
 	a := w.replica(t, "replica-a")
 	w.publish(t, 1000)
 	b := w.replica(t, "replica-b")
 	w.publish(t, 1000)
 	w.delivered(t, a, b)
+	t.Logf("2,000 events to both subscriptions, a replica joining: %v", time.Since(start))
 	require.Eventually(t, func() bool { return len(a.Owned())+len(b.Owned()) == 16 && len(b.Owned()) > 0 },
 		10*time.Second, 20*time.Millisecond, "the partitions shared: a %v, b %v", a.Owned(), b.Owned())
 
+	start = time.Now()
 	a.Stop()
+	t.Logf("a stopped gracefully: %v", time.Since(start))
 	w.publish(t, 1000)
 	w.delivered(t, b)
+	t.Logf("1,000 more, every partition on b: %v since the stop", time.Since(start))
 	require.Len(t, b.Owned(), 16, "the replica left holds every partition")
 }
 
