@@ -7,9 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 )
 
@@ -51,6 +53,8 @@ type loop struct {
 	// opens once that many were asked to be taken (the owner's first
 	// round), or after firstRoundWait.
 	claimed func() int
+	// warn paces the read errors, which repeat every readPause.
+	warn *owner.WarnPace
 
 	mu        sync.Mutex
 	pending   []request
@@ -60,7 +64,8 @@ type loop struct {
 }
 
 func newLoop(js jetstream.JetStream, cfg reader.Config, log *slog.Logger, claimed func() int) *loop {
-	return &loop{js: js, cfg: cfg, log: log, claimed: claimed, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return &loop{js: js, cfg: cfg, log: log, claimed: claimed, warn: owner.NewWarnPace(clockwork.NewRealClock()),
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // take asks the loop to take partition p from just after floor for fan
@@ -232,7 +237,7 @@ func (l *loop) next(ctx context.Context, rd *reader.Reader, live map[int]*fanout
 	for p, fan := range live {
 		n, err := fan.CatchUp(ctx)
 		if err != nil && ctx.Err() == nil {
-			l.log.Warn("shared: cursor read", slog.Int("partition", p), slog.Any("error", err))
+			l.warn.Warn(l.log, "cursor", "shared: cursor read", slog.Int("partition", p), slog.Any("error", err))
 		}
 		behind += n
 	}
@@ -260,22 +265,13 @@ func (l *loop) next(ctx context.Context, rd *reader.Reader, live map[int]*fanout
 	case nctx.Err() != nil:
 		// Interrupted by a request, the cursors' turn, or stopping.
 	default:
-		l.log.Warn("shared: read the events stream", slog.Any("error", err))
+		l.warn.Warn(l.log, "read", "shared: read the events stream", slog.Any("error", err))
+		// A request ends the pause: run finds it in pending.
 		select {
 		case <-time.After(readPause):
 		case <-l.wake:
-			l.wakeAgain()
 		case <-ctx.Done():
 		}
-	}
-}
-
-// wakeAgain puts back a wake-up taken by a pause, so the next wait sees
-// it.
-func (l *loop) wakeAgain() {
-	select {
-	case l.wake <- struct{}{}:
-	default:
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -203,16 +204,28 @@ func (w *world) publish(t *testing.T, n int) {
 // it is stopped at cleanup unless the test stops it first.
 func (w *world) replica(t *testing.T, id string) *shared.Replica {
 	t.Helper()
+	r, _ := w.replicaConn(t, id)
+	return r
+}
+
+// replicaConn is replica, with the replica's connection.
+func (w *world) replicaConn(t *testing.T, id string) (*shared.Replica, *nats.Conn) {
+	t.Helper()
+	nc, err := w.srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
 	log := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})).With("replica", id)
 	}
 	r, err := shared.New(shared.Config{Replica: id, LeaseTTL: 2 * time.Second, Logger: log},
-		shared.Deps{JetStream: connect(t, w.srv), Subscriptions: w.subs})
+		shared.Deps{JetStream: js, Subscriptions: w.subs})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(t.Context()))
 	t.Cleanup(r.Stop)
-	return r
+	return r, nc
 }
 
 // delivered waits until both subscriptions received every event
@@ -293,4 +306,27 @@ func TestReplicaWhoseLeasesAreLostClaimsAgainAndOrderHolds(t *testing.T) {
 	w.delivered(t, a, b)
 	require.Eventually(t, func() bool { return len(a.Owned())+len(b.Owned()) == 16 },
 		10*time.Second, 20*time.Millisecond, "every partition owned again: a %v, b %v", a.Owned(), b.Owned())
+}
+
+func TestReplicaCutOffLosesItsPartitionsAndTheOtherTakesOverInOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server and two replicas, and waits for leases to expire (2 s)")
+	}
+	w := newWorld(t)
+	a, anc := w.replicaConn(t, "replica-a")
+	b := w.replica(t, "replica-b")
+	w.publish(t, 500)
+	require.Eventually(t, func() bool { return len(a.Owned()) > 0 && len(a.Owned())+len(b.Owned()) == 16 },
+		10*time.Second, 20*time.Millisecond, "the partitions shared: a %v, b %v", a.Owned(), b.Owned())
+
+	// a is cut off from NATS while it runs and its fan-outs send: it
+	// renews nothing, its fences stop its POSTs at the lease deadline,
+	// and b claims its partitions once their keys expired on the server.
+	anc.Close()
+	start := time.Now()
+	w.publish(t, 1000)
+	w.delivered(t, b)
+	t.Logf("1,500 events delivered %v after a was cut off", time.Since(start))
+	require.Eventually(t, func() bool { return len(b.Owned()) == 16 }, 10*time.Second, 20*time.Millisecond,
+		"b holds every partition: %v", b.Owned())
 }
