@@ -18,8 +18,10 @@
 //
 // Not here yet (the design's stage 6 row says what is left): the Fleet's
 // wiring behind `engine: shared`, live subscription edits, dead letters
-// (a dead-lettered event is logged, not stored), metrics of partitions
-// owned and hand-overs.
+// (a dead-lettered event is logged, not stored) and the chain's skipped
+// versions, the subscriptions' health (a 410 is retried, not disabled),
+// client certificates (Subscription.TLS), metrics of partitions owned
+// and hand-overs.
 package shared
 
 import (
