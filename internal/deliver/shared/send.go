@@ -3,42 +3,22 @@ package shared
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
-	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
-	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
 // minRetry is the pause before an attempt goes again when the settlement
 // names none (a POST cut or refused at the lease fence).
 const minRetry = 100 * time.Millisecond
-
-// clientOf returns the client of subscription s: base (the default client
-// when nil) following no redirects, guarded against forbidden addresses
-// unless s allows private ones. Client certificates (s.TLS) are not
-// loaded here yet.
-func clientOf(base *http.Client, s subscription.Subscription) (*http.Client, error) {
-	c := egress.NoRedirects(base)
-	if s.AllowPrivate {
-		return c, nil
-	}
-	g, err := egress.Guarded(c)
-	if err != nil {
-		return nil, fmt.Errorf("shared: subscription %q: %w", s.Name, err)
-	}
-	return g, nil
-}
 
 // sender is one claimed partition's fanout.Sender: every attempt goes
 // through the subscription's attempt.Sender (build, sign, breaker, POST,

@@ -40,6 +40,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
@@ -94,9 +95,10 @@ type Deps struct {
 	// Subscriptions are the subscriptions delivered (validated here,
 	// their defaults applied). At least one.
 	Subscriptions []subscription.Subscription
-	// Client sends the webhooks. Default: http.Client with no redirects
-	// followed (egress.NoRedirects), guarded against private addresses
-	// for a subscription without AllowPrivate.
+	// Client sends the webhooks (nil: http.DefaultClient's settings),
+	// as subscription.Client makes it for each subscription: no
+	// redirects followed, guarded against forbidden addresses without
+	// AllowPrivate, with the subscription's client certificate.
 	Client *http.Client
 	// Breakers holds the endpoints' circuit breakers. Default a Set of
 	// default Settings, unregistered.
@@ -221,6 +223,8 @@ func (r *Replica) subscribe(deps Deps) error {
 			Help: "Webhook delivery attempts by subscription, outcome and status class."},
 			[]string{"subscription", "outcome", "status_class"})
 	}
+	open := egress.NoRedirects(deps.Client)
+	var guarded *http.Client
 	for _, s := range deps.Subscriptions {
 		if err := s.Validate(); err != nil {
 			return fmt.Errorf("shared: %w", err)
@@ -233,9 +237,9 @@ func (r *Replica) subscribe(deps Deps) error {
 		if err != nil {
 			return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
 		}
-		client, err := clientOf(deps.Client, s)
+		client, err := subscription.Client(open, &guarded, s)
 		if err != nil {
-			return err
+			return fmt.Errorf("shared: %w", err)
 		}
 		snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: r.cfg.UserAgent},
 			attempt.Deps{Breaker: deps.Breakers.Breaker(s.URL), Clock: r.cfg.Clock, Logger: r.log,
