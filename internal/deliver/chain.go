@@ -2,17 +2,12 @@ package deliver
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
@@ -163,32 +158,14 @@ func (cs chainSource) previous(ctx context.Context, key string, seq uint64) (int
 // leader's message get API ($JS.API.STREAM.MSG.GET, which only the
 // leader answers) has no "last before", but it has "first after": so the
 // direct get's answer is a candidate, and the leader is asked for the
-// first matching message after it (leaderFirstAfter). None before
+// first matching message after it (jsapi.LeaderFirstAfter). None before
 // `before` confirms it; one before takes its place and is confirmed in
 // turn. One request more per look-up (per subject) when the candidate is
 // right, one per message the answering follower lacked when not.
 func lastVersionBefore(ctx context.Context, js jetstream.JetStream, name string, subjects []string, from, before uint64) (int64, bool, error) {
-	if len(subjects) == 0 || before <= 1 || before <= from {
-		return 0, false, nil
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	seq, hdr, err := directLastBefore(ctx, js, name, subjects, from, before)
+	seq, hdr, err := jsapi.LastBefore(ctx, js, name, subjects, from, before)
 	if err != nil {
-		return 0, false, err
-	}
-	for {
-		next, nh, err := leaderFirstAfter(ctx, js, name, subjects, max(seq+1, from))
-		if err != nil {
-			return 0, false, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
-		}
-		if next == 0 || next >= before {
-			break
-		}
-		seq, hdr = next, nh // the direct get's replica lacked it
+		return 0, false, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
 	}
 	if seq == 0 {
 		return 0, false, nil
@@ -202,139 +179,6 @@ func lastVersionBefore(ctx context.Context, js jetstream.JetStream, name string,
 		return 0, false, nil
 	}
 	return v, true, nil
-}
-
-// directLastBefore returns the sequence and headers of the last message
-// of JetStream stream name whose subject matches one of subjects, among
-// sequences from (0: the first) to before-1, as the replica answering a
-// direct get has it (seq 0: none). See lastVersionBefore.
-func directLastBefore(ctx context.Context, js jetstream.JetStream, name string, subjects []string, from, before uint64) (uint64, nats.Header, error) {
-	req, err := json.Marshal(struct {
-		MultiLast []string `json:"multi_last"`
-		Seq       uint64   `json:"seq,omitempty"`
-		UpToSeq   uint64   `json:"up_to_seq"`
-	}{subjects, from, before - 1})
-	if err != nil {
-		return 0, nil, err
-	}
-	nc := js.Conn()
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return 0, nil, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(directGetSubject(js, name), inbox, req); err != nil {
-		return 0, nil, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
-	}
-	var last *nats.Msg
-	var lastSeq uint64
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return 0, nil, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
-		}
-		switch status := m.Header.Get("Status"); status {
-		case "":
-		case "204": // end of the batch
-			if last == nil {
-				return 0, nil, nil
-			}
-			return lastSeq, last.Header, nil
-		case "404":
-			return 0, nil, nil
-		default:
-			return 0, nil, fmt.Errorf("deliver: look up a predecessor in %q: direct get answered %s %s", name, status, m.Header.Get("Description"))
-		}
-		if len(m.Data) == 0 && m.Header == nil {
-			return 0, nil, errors.New("deliver: look up a predecessor: empty answer (no JetStream?)")
-		}
-		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-		if last == nil || seq > lastSeq {
-			last, lastSeq = m, seq
-		}
-	}
-}
-
-// leaderFirstAfter returns the sequence and headers of the first message
-// of JetStream stream name at or after sequence from whose subject
-// matches one of subjects, read from the stream's leader (seq 0: none).
-// It asks the message get API, $JS.API.STREAM.MSG.GET.<name> with
-// next_by_subj, which in a cluster only the stream's leader answers,
-// never a direct get (nats.go's Stream.GetMsg takes a direct get when the
-// stream allows them, and any replica 90 % caught up may answer that).
-func leaderFirstAfter(ctx context.Context, js jetstream.JetStream, name string, subjects []string, from uint64) (uint64, nats.Header, error) {
-	var first uint64
-	var hdr nats.Header
-	for _, subj := range subjects {
-		req, err := json.Marshal(struct {
-			Seq     uint64 `json:"seq,omitempty"`
-			NextFor string `json:"next_by_subj"`
-		}{from, subj})
-		if err != nil {
-			return 0, nil, err
-		}
-		m, err := js.Conn().RequestWithContext(ctx, jsapi.Subject(js, "STREAM.MSG.GET."+name), req)
-		if err != nil {
-			return 0, nil, err
-		}
-		var resp struct {
-			Error *struct {
-				Code        int    `json:"code"`
-				ErrCode     int    `json:"err_code"`
-				Description string `json:"description"`
-			} `json:"error"`
-			Message *struct {
-				Seq    uint64 `json:"seq"`
-				Header []byte `json:"hdrs"`
-			} `json:"message"`
-		}
-		if err := json.Unmarshal(m.Data, &resp); err != nil {
-			return 0, nil, fmt.Errorf("message get answered %q: %w", m.Data, err)
-		}
-		switch {
-		case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
-			continue
-		case resp.Error != nil:
-			return 0, nil, fmt.Errorf("message get answered %d %s", resp.Error.Code, resp.Error.Description)
-		case resp.Message == nil:
-			return 0, nil, fmt.Errorf("message get answered %q: no message", m.Data)
-		}
-		if first != 0 && resp.Message.Seq >= first {
-			continue
-		}
-		h := nats.Header{}
-		if len(resp.Message.Header) > 0 {
-			if h, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
-				return 0, nil, fmt.Errorf("message get answered bad headers: %w", err)
-			}
-		}
-		first, hdr = resp.Message.Seq, h
-	}
-	return first, hdr, nil
-}
-
-// directGetSubject is the direct get API subject of JetStream stream name
-// for js's API prefix or domain.
-func directGetSubject(js jetstream.JetStream, name string) string {
-	return jsapi.Subject(js, "DIRECT.GET."+name)
-}
-
-// orderFieldsOf returns the ordering fields of the webhook of a message
-// with headers mh sent with predecessor previous by the owner of
-// partition (-1: not a partition's owner) under lease epoch: nil when mh
-// has no stream version (ce-streamversion) or stream (ce-subject), as for
-// a message not from an events table, which goes without the chain.
-func orderFieldsOf(mh nats.Header, previous int64, partition int, epoch uint64) *webhook.OrderFields {
-	v, err := strconv.ParseInt(attempt.HeaderValue(mh, wire.HeaderStreamVersion), 10, 64)
-	if err != nil {
-		return nil
-	}
-	stream, err := wire.DecodeHeaderValue(attempt.HeaderValue(mh, wire.HeaderSubject))
-	if err != nil || stream == "" {
-		return nil
-	}
-	return &webhook.OrderFields{Stream: stream, Version: v, Previous: previous, Partition: partition, Epoch: epoch}
 }
 
 // orderLetter returns dl with the ordering headers of order, the failed

@@ -295,7 +295,7 @@ func New(js jetstream.JetStream, cfg Config, subs ...subscription.Subscription) 
 		if err != nil {
 			return nil, fmt.Errorf("deliver: new consumer: subscription %q: %w", s.Name, err)
 		}
-		client, err := subscriptionClient(open, &safe, s)
+		client, err := subscription.Client(open, &safe, s)
 		if err != nil {
 			return nil, fmt.Errorf("deliver: new consumer: %w", err)
 		}
@@ -345,39 +345,6 @@ func newUnordered(js jetstream.JetStream, cfg Config, r *runner) (*unordered.Run
 		d.Census, d.Units = cfg.fleet.census, cfg.fleet.unitCount
 	}
 	return unordered.New(unordered.Config{Subscription: r.sub, Stream: cfg.Stream, Replicas: cfg.Replicas}, d)
-}
-
-// subscriptionClient returns the HTTP client of subscription s: open (no
-// redirects) as it is with AllowPrivate; without it, the guarded copy of
-// open, made once in *safe and shared; with TLS files, a client of its
-// own (its TLS settings and connection pool), guarded on top unless
-// AllowPrivate (the guard keeps TLSClientConfig).
-func subscriptionClient(open *http.Client, safe **http.Client, s subscription.Subscription) (*http.Client, error) {
-	tlsCfg, err := s.TLS.Load()
-	if err != nil {
-		return nil, fmt.Errorf("%w %q: %w", subscription.ErrInvalidSubscription, s.Name, err)
-	}
-	switch {
-	case tlsCfg != nil:
-		client, err := egress.WithTLS(open, tlsCfg)
-		if err == nil && !s.AllowPrivate {
-			client, err = egress.Guarded(client)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("subscription %q: %w", s.Name, err)
-		}
-		return client, nil
-	case !s.AllowPrivate:
-		if *safe == nil {
-			g, err := egress.Guarded(open)
-			if err != nil {
-				return nil, fmt.Errorf("subscription %q: %w", s.Name, err)
-			}
-			*safe = g
-		}
-		return *safe, nil
-	}
-	return open, nil
 }
 
 func defaultUserAgent() string {

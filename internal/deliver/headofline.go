@@ -121,7 +121,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			continue
 		}
 		lookupPause.Reset()
-		order := orderFieldsOf(m.Headers(), prev, hl.p, hl.epoch)
+		order := attempt.OrderFieldsOf(m.Headers(), prev, hl.p, hl.epoch)
 		// The slot it takes bounds the subscription's POSTs in flight on
 		// this replica; it is given back once the POST ended.
 		ready := func() (uint64, func(), bool) {

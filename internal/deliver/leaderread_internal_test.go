@@ -87,7 +87,7 @@ func TestLookUpsReadWhatTheStreamLeaderHas(t *testing.T) {
 	ctx := t.Context()
 
 	var has atomic.Uint64 // the follower's last sequence
-	follower, err := nc.Subscribe(directGetSubject(js, "COPY"), func(req *nats.Msg) {
+	follower, err := nc.Subscribe(jsapi.DirectGetSubject(js, "COPY"), func(req *nats.Msg) {
 		n := has.Load()
 		if n == 0 {
 			_ = req.RespondMsg(&nats.Msg{Header: nats.Header{"Status": []string{"404"}}})
@@ -136,7 +136,7 @@ func TestSuccessorLookUpAsksTheStreamLeader(t *testing.T) {
 	js := startJetStream(t)
 	nc := js.Conn()
 	lookupCopy(t, js, 1, true)
-	direct := countRequests(t, nc, directGetSubject(js, "COPY"))
+	direct := countRequests(t, nc, jsapi.DirectGetSubject(js, "COPY"))
 	leader := countRequests(t, nc, jsapi.Subject(js, "STREAM.MSG.GET.COPY"))
 	sc := lookupSuccessors(t, js)
 

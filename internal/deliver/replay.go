@@ -95,7 +95,7 @@ func replayOrder(dl deadletter.Stored) *webhook.OrderFields {
 	if err != nil {
 		return nil
 	}
-	return orderFieldsOf(dl.Header, prev, -1, 0)
+	return attempt.OrderFieldsOf(dl.Header, prev, -1, 0)
 }
 
 // forgetSkipped removes version of the stream with stream key streamKey

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -300,7 +301,7 @@ func (sc *successors) lookUp(key string, after uint64) {
 // successorSeq returns the sequence of the first event of stream key
 // after sequence after that one of the partition consumer's filters
 // matches (0: none), as the copy's stream leader has it
-// (leaderFirstAfter). A direct get may be answered by a follower, and a
+// (jsapi.LeaderFirstAfter). A direct get may be answered by a follower, and a
 // follower lacking the event would answer "none", which answered reads
 // as "nothing comes before the waiting head": the head would go out
 // before its lost predecessor.
@@ -321,7 +322,7 @@ func (sc *successors) successorSeq(key string, after uint64) (uint64, error) {
 		return 0, nil
 	}
 	name := s.CachedInfo().Config.Name
-	next, _, err := leaderFirstAfter(ctx, sc.js, name, subjects, after+1)
+	next, _, err := jsapi.LeaderFirstAfter(ctx, sc.js, name, subjects, after+1)
 	if err != nil {
 		return 0, fmt.Errorf("deliver: look up the next event of a stream in %q: %w", name, err)
 	}

@@ -204,7 +204,7 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 					if err != nil {
 						return res, fmt.Errorf("deliver: replay: event %s: %w", pos.EventID, err)
 					}
-					order = orderFieldsOf(msg.Headers(), prev, -1, 0)
+					order = attempt.OrderFieldsOf(msg.Headers(), prev, -1, 0)
 				}
 				if f := sendOnce(ctx, r, msg, pos, order); f != nil {
 					log.Warn("replay stopped: the endpoint did not accept an event", slog.String("event_id", pos.EventID),

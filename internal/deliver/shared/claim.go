@@ -1,0 +1,91 @@
+package shared
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+)
+
+// gained is the owner's Callbacks.Gained: it must not block, so the
+// claim is served by a goroutine of its own.
+func (r *Replica) gained(c *owner.Claim) {
+	r.claims.Add(1)
+	go func() {
+		defer r.claims.Done()
+		r.serve(c)
+	}()
+}
+
+// serve runs partition c.Partition for as long as the claim lasts
+// (docs/design/next-engine.md, "What a new owner does"): it claims the
+// record under the claim's epoch and runs its commits, makes the
+// fan-out, and has the dispatch loop take the partition from the
+// record's floor. Once the claim's context ends (released, lost, the
+// replica stopping), or a commit finds the record claimed by another
+// owner (position.ErrLost: the claim is lost, Claim.Lose), it has the
+// loop release the partition, closes the fan-out, stops the commits
+// (they commit what is left) and tells the owner Done, which deletes the
+// lease so that the next owner claims at once.
+func (r *Replica) serve(c *owner.Claim) {
+	defer c.Done()
+	ctx := c.Context()
+	log := r.log.With(slog.Int("partition", c.Partition), slog.Uint64("epoch", c.Epoch))
+	pos, err := position.Claim(ctx, r.js, r.poskv, position.Config{Partition: c.Partition, Owner: r.cfg.Replica,
+		Epoch: c.Epoch, Created: r.created, Linger: r.cfg.Linger, Clock: r.cfg.Clock, Logger: log})
+	if err != nil {
+		if errors.Is(err, position.ErrLost) {
+			c.Lose()
+		}
+		log.Warn("shared: claim the partition's record", slog.Any("error", err))
+		return
+	}
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	ran := make(chan error, 1)
+	go func() { ran <- pos.Run(runCtx) }()
+
+	send := &sender{senders: r.senders, claim: c, epochs: r.epochs, replica: r.cfg.Replica, log: log}
+	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log},
+		r.members, pos, send, r.chain, r.cursors)
+	floor := pos.Record().Floor
+	var runErr error
+	ended := false
+	if err := r.loop.take(ctx, c.Partition, floor, fan); err != nil {
+		if ctx.Err() == nil {
+			log.Warn("shared: take the partition", slog.Any("error", err))
+		}
+	} else {
+		log.Debug("shared: partition taken", slog.Uint64("floor", floor))
+		r.mu.Lock()
+		r.parts[c.Partition] = served{epoch: c.Epoch, fan: fan}
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case runErr = <-ran:
+			ended = true
+			c.Lose() // Run ends on its own only with ErrLost
+		}
+	}
+	r.mu.Lock()
+	if r.parts[c.Partition].fan == fan {
+		delete(r.parts, c.Partition)
+	}
+	r.mu.Unlock()
+	r.loop.release(c.Partition, fan)
+	for sub := range fan.Behind() {
+		r.cursors.Drop(sub, c.Partition)
+	}
+	fan.Close()
+	stopRun()
+	if !ended {
+		runErr = <-ran
+	}
+	if runErr != nil {
+		log.Warn("shared: the partition's commits ended", slog.Any("error", runErr))
+	}
+	log.Debug("shared: partition released", slog.Uint64("floor", fan.Floor()), slog.Any("cause", context.Cause(ctx)))
+}

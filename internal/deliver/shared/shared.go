@@ -1,0 +1,325 @@
+// Package shared is what one consumer replica runs for the shared engine
+// (docs/design/next-engine.md, sections 1–3; the staged plan's stage 6):
+// it joins the four rooms of the next engine. The replica's partitions
+// are leased by an owner.Owner; each partition it gains has its record
+// claimed (position.Claim, with the claim's epoch) and committed
+// (position.Partition.Run), and a fan-out (fanout.Partition) that sends
+// its events to the subscriptions. One dispatch loop goroutine owns the
+// replica's one read of the events stream (reader.Reader): it hands each
+// event to its partition's fan-out, runs the partitions' cursors
+// (fanout.Partition.CatchUp) between events, and takes and releases
+// partitions as the owner gains and releases them.
+//
+// The adapters of fanout's interfaces live here: the Sender makes each
+// attempt through internal/deliver/attempt behind the claim's lease fence;
+// the Chain looks a stream's predecessor up on the events stream
+// (jsapi.LastBefore, confirmed by the stream's leader); the cursors read
+// through fanout.Cursors.
+//
+// Not here yet (the design's stage 6 row says what is left): the Fleet's
+// wiring behind `engine: shared`, live subscription edits, dead letters
+// (a dead-lettered event is logged, not stored) and the chain's skipped
+// versions, the subscriptions' health (a 410 is retried, not disabled),
+// client certificates (Subscription.TLS), metrics of partitions owned
+// and hand-overs.
+package shared
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/egress"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// ErrInvalidConfig is wrapped by New for a Config or Deps field it cannot
+// use; the message names the field and the value.
+var ErrInvalidConfig = errors.New("shared: invalid config")
+
+// Config is one replica of the shared engine.
+type Config struct {
+	// Replica is this replica's id ([A-Za-z0-9_-]+): its lease keys'
+	// value, its records' owner. Default owner.ReplicaID().
+	Replica string
+	// Partitions is P, the number of partitions; it must agree on every
+	// replica. Default 16; 1 to owner.MaxPartitions.
+	Partitions int
+	// Stream and Prefix are the events stream and its subject prefix.
+	// Defaults wire.DefaultEventsStream and wire.DefaultEventsPrefix.
+	Stream string
+	Prefix string
+	// LeaseBucket is the lease bucket (default wire.DefaultLeaseBucket),
+	// LeaseTTL its key TTL when created (default owner.DefaultLeaseTTL).
+	LeaseBucket string
+	LeaseTTL    time.Duration
+	// PositionsBucket holds the records, cursors and the epoch counter.
+	// Default position.DefaultBucket.
+	PositionsBucket string
+	// Replicas is the lease and positions buckets' replica count when
+	// they are created (0: the server's default, 1).
+	Replicas int
+	// Linger is the records' commit linger (position.Config.Linger).
+	// Default position.DefaultLinger.
+	Linger time.Duration
+	// UserAgent is every webhook's User-Agent. Default "jsbridge".
+	UserAgent string
+	// Clock drives the leases, the commits' linger and the retry pauses.
+	// Default the real one.
+	Clock clockwork.Clock
+	// Logger. Default: discard.
+	Logger *slog.Logger
+}
+
+// Deps are what a Replica uses.
+type Deps struct {
+	// JetStream is the replica's connection. Required.
+	JetStream jetstream.JetStream
+	// Subscriptions are the subscriptions delivered (validated here,
+	// their defaults applied). At least one.
+	Subscriptions []subscription.Subscription
+	// Client sends the webhooks (nil: http.DefaultClient's settings),
+	// as subscription.Client makes it for each subscription: no
+	// redirects followed, guarded against forbidden addresses without
+	// AllowPrivate, with the subscription's client certificate.
+	Client *http.Client
+	// Breakers holds the endpoints' circuit breakers. Default a Set of
+	// default Settings, unregistered.
+	Breakers *breaker.Set
+	// Deliveries is jsbridge_consumer_deliveries_total (subscription,
+	// outcome, status_class). Default an unregistered counter.
+	Deliveries *prometheus.CounterVec
+}
+
+// Replica is one consumer replica of the shared engine. Make one with
+// New, Start it once, Stop it once.
+type Replica struct {
+	cfg     Config
+	js      jetstream.JetStream
+	log     *slog.Logger
+	members *fanout.Members
+	senders map[string]*attempt.Sender
+	chain   *chain
+	cursors *fanout.Cursors
+	rcfg    reader.Config
+
+	own     *owner.Owner
+	epochs  owner.Epochs
+	poskv   jetstream.KeyValue
+	created time.Time
+
+	loop   *loop
+	claims sync.WaitGroup // one per claim being served
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	parts map[int]served // the partitions taken, by number
+}
+
+// served is a partition taken under a claim.
+type served struct {
+	epoch uint64
+	fan   *fanout.Partition
+}
+
+// PartitionStatus is where one partition taken by the replica stands.
+type PartitionStatus struct {
+	// Partition and Epoch are the claim's.
+	Partition int
+	Epoch     uint64
+	// Floor is the floor last written to the record; Head the last
+	// sequence dispatched live (fanout.Partition.Floor, Head).
+	Floor, Head uint64
+	// Behind are the subscriptions with a cursor, with its state.
+	Behind map[string]string
+}
+
+// New returns a replica of cfg delivering deps.Subscriptions, or an error
+// wrapping ErrInvalidConfig (or subscription.ErrInvalidSubscription) that
+// names the field. It does no I/O: Start does.
+func New(cfg Config, deps Deps) (*Replica, error) {
+	if deps.JetStream == nil {
+		return nil, fmt.Errorf("%w: Deps.JetStream is nil", ErrInvalidConfig)
+	}
+	if len(deps.Subscriptions) == 0 {
+		return nil, fmt.Errorf("%w: Deps.Subscriptions is empty", ErrInvalidConfig)
+	}
+	cfg = withDefaults(cfg)
+	if cfg.Partitions < 1 || cfg.Partitions > owner.MaxPartitions {
+		return nil, fmt.Errorf("%w: Partitions %d: want 1 to %d", ErrInvalidConfig, cfg.Partitions, owner.MaxPartitions)
+	}
+	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: fanout.NewMembers(),
+		senders: map[string]*attempt.Sender{}, parts: map[int]served{}}
+	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
+		Name: "jsbridge_reader_" + cfg.Replica, Logger: cfg.Logger}
+	if err := r.subscribe(deps); err != nil {
+		return nil, err
+	}
+	r.chain = &chain{js: deps.JetStream, stream: cfg.Stream, members: r.members}
+	r.cursors = fanout.NewCursors(deps.JetStream, r.rcfg)
+	return r, nil
+}
+
+func withDefaults(cfg Config) Config {
+	if cfg.Replica == "" {
+		cfg.Replica = owner.ReplicaID()
+	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 16
+	}
+	if cfg.Stream == "" {
+		cfg.Stream = wire.DefaultEventsStream
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = wire.DefaultEventsPrefix
+	}
+	if cfg.LeaseBucket == "" {
+		cfg.LeaseBucket = wire.DefaultLeaseBucket
+	}
+	if cfg.PositionsBucket == "" {
+		cfg.PositionsBucket = position.DefaultBucket
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "jsbridge"
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg
+}
+
+// subscribe validates the subscriptions and makes each one's Member and
+// attempt.Sender.
+func (r *Replica) subscribe(deps Deps) error {
+	if deps.Breakers == nil {
+		set, err := breaker.NewSet(breaker.Settings{}, r.log, nil)
+		if err != nil {
+			return fmt.Errorf("shared: breakers: %w", err)
+		}
+		deps.Breakers = set
+	}
+	if deps.Deliveries == nil {
+		deps.Deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jsbridge_consumer_deliveries_total",
+			Help: "Webhook delivery attempts by subscription, outcome and status class."},
+			[]string{"subscription", "outcome", "status_class"})
+	}
+	open := egress.NoRedirects(deps.Client)
+	var guarded *http.Client
+	for _, s := range deps.Subscriptions {
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("shared: %w", err)
+		}
+		s = s.WithDefaults()
+		if _, dup := r.senders[s.Name]; dup {
+			return fmt.Errorf("%w: subscription %q: Name: used by two subscriptions", subscription.ErrInvalidSubscription, s.Name)
+		}
+		signer, err := webhook.NewSigner(s.Scheme, s.Secrets...)
+		if err != nil {
+			return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
+		}
+		client, err := subscription.Client(open, &guarded, s)
+		if err != nil {
+			return fmt.Errorf("shared: %w", err)
+		}
+		snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: r.cfg.UserAgent},
+			attempt.Deps{Breaker: deps.Breakers.Breaker(s.URL), Clock: r.cfg.Clock, Logger: r.log,
+				Metrics: attempt.Metrics{Deliveries: deps.Deliveries}})
+		if err != nil {
+			return fmt.Errorf("shared: %w", err)
+		}
+		if err := r.members.Put(fanout.MemberOf(s)); err != nil {
+			return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
+		}
+		r.senders[s.Name] = snd
+	}
+	return nil
+}
+
+// Start opens the lease and positions buckets and starts the owner and
+// the dispatch loop; the reader is opened when the first partition is
+// claimed (see loop). ctx bounds the opening only. Errors: the buckets',
+// the events stream's (it must exist), the owner's.
+func (r *Replica) Start(ctx context.Context) error {
+	info, err := r.js.Stream(ctx, r.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("shared: events stream %s: %w", r.cfg.Stream, err)
+	}
+	r.created = info.CachedInfo().Created
+	if r.poskv, err = position.Bucket(ctx, r.js, r.cfg.PositionsBucket, r.cfg.Replicas); err != nil {
+		return fmt.Errorf("shared: %w", err)
+	}
+	r.epochs = owner.Epochs{KV: r.poskv}
+	r.own, err = owner.New(owner.Config{Replica: r.cfg.Replica, Partitions: r.cfg.Partitions, Bucket: r.cfg.LeaseBucket,
+		LeaseTTL: r.cfg.LeaseTTL, Replicas: r.cfg.Replicas, Clock: r.cfg.Clock, Logger: r.log},
+		owner.Deps{JetStream: r.js, Epochs: r.epochs}, owner.Callbacks{Gained: r.gained})
+	if err != nil {
+		return fmt.Errorf("shared: %w", err)
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.loop = newLoop(r.js, r.rcfg, r.log, func() int { return len(r.own.Owned()) })
+	go r.loop.run(lctx)
+	if err := r.own.Start(ctx); err != nil {
+		cancel()
+		<-r.loop.done
+		return fmt.Errorf("shared: %w", err)
+	}
+	return nil
+}
+
+// Stop releases every partition gracefully (each fan-out closed, its
+// record committed, its lease deleted, so another replica takes over at
+// once), then stops the dispatch loop and the reader. A Stop before
+// Start returns at once.
+func (r *Replica) Stop() {
+	if r.own == nil {
+		return
+	}
+	r.own.Stop()
+	r.claims.Wait()
+	r.cancel()
+	<-r.loop.done
+}
+
+// Owned returns the partitions this replica holds and is not releasing,
+// sorted.
+func (r *Replica) Owned() []int {
+	if r.own == nil {
+		return nil
+	}
+	return r.own.Owned()
+}
+
+// Status returns the partitions the replica has taken on its reader,
+// by partition number.
+func (r *Replica) Status() []PartitionStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]PartitionStatus, 0, len(r.parts))
+	for p, sv := range r.parts {
+		out = append(out, PartitionStatus{Partition: p, Epoch: sv.epoch, Floor: sv.fan.Floor(), Head: sv.fan.Head(),
+			Behind: sv.fan.Behind()})
+	}
+	slices.SortFunc(out, func(a, b PartitionStatus) int { return a.Partition - b.Partition })
+	return out
+}
