@@ -31,9 +31,11 @@ func (c *catchUp) add(p int, floor, head uint64) {
 	}
 	c.after[p] = floor
 	// A partition with a lower floor reads again from there; the others
-	// skip what they were already handed (after).
+	// skip what they were already handed (after). The batch at hand goes
+	// too: handed on first, its events of p would carry p past its events
+	// between floor and the batch, which the read again then skips.
 	if floor+1 < c.scan.next {
-		c.scan = scan{next: floor + 1}
+		c.scan, c.pending = scan{next: floor + 1}, nil
 	}
 	c.to = max(c.to, head)
 }

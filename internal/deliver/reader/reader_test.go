@@ -250,3 +250,29 @@ func TestACatchUpInterleavesWithTheLiveRead(t *testing.T) {
 	require.Less(t, firstLive, lastCaughtUp, "partition 0 went on while partition 1 caught up")
 	require.Greater(t, r.Head(), h, "the head moved during the catch-up")
 }
+
+// A partition taken below the catch-up's scan, while a batch read for the
+// others is still being handed on, gets every event of it once, in
+// order: the batch at hand is read again from the lower floor rather
+// than handed on first (which would carry the new partition past the
+// events between its floor and the batch, never to be handed on).
+func TestAPartitionTakenBelowTheScanMidBatchLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	b.publish(t, 300)
+	r := open(t, b, reader.Config{Batch: 128}, 1)
+	require.NoError(t, r.Take(0, 0))
+	next(t, r, len(b.seqs(0, 0, b.last())))
+	h := r.Head()
+
+	require.NoError(t, r.Take(1, 150))
+	first := next(t, r, 1) // the catch-up's first batch, (150, 278], is at hand
+	require.NoError(t, r.Take(3, 10))
+	want := map[int][]uint64{
+		1: b.seqs(1, 150, h),
+		3: b.seqs(3, 10, h),
+	}
+	require.NotEmpty(t, b.seqs(3, 150, h), "the batch at hand holds events of the partition taken")
+	evs := append(first, next(t, r, len(want[1])+len(want[3])-1)...)
+	require.Equal(t, want, byPartition(evs), "every event of each partition once, in order")
+}

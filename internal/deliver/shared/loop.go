@@ -196,37 +196,11 @@ func (l *loop) apply(rd *reader.Reader, live map[int]*fanout.Partition, req requ
 		rd.Release(req.p)
 		delete(live, req.p)
 	}
-	if req.floor < rd.Head() {
-		retake(rd, live)
-	}
 	if err := rd.Take(req.p, req.floor); err != nil {
 		return fmt.Errorf("shared: take partition %d: %w", req.p, err)
 	}
 	live[req.p] = req.fan
 	return nil
-}
-
-// retake releases every partition taken and takes each again from the
-// last sequence its fan-out was handed, before a partition is taken
-// below the reader's head. It works around reader.Take joining a
-// catch-up under way: the catch-up rewinds its scan to the new floor but
-// first hands on the events it read before (catchUp.pending), so the new
-// partition's events among them would go before its earlier ones, and
-// those would then be skipped as already handed on (found by this
-// package's test: two events never delivered after a hand-over). With
-// every partition released the catch-up ends, and the takes start a new
-// one from the lowest of their floors. What it costs: partitions already
-// live are read again by the catch-up from their last event (nothing of
-// theirs is found there); the fix belongs in the reader (add drops
-// pending when it rewinds the scan), and this goes with it.
-func retake(rd *reader.Reader, live map[int]*fanout.Partition) {
-	for p := range live {
-		rd.Release(p)
-	}
-	for p, fan := range live {
-		// Cannot fail: p was just released, and is in range.
-		_ = rd.Take(p, fan.Head())
-	}
 }
 
 // next runs one round of the cursors, then waits for the reader's next
