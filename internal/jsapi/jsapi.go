@@ -1,6 +1,8 @@
 // Package jsapi spells the JetStream API subjects of the requests nats.go
 // has no call for (a direct get in batches, a message get from the stream
-// leader), for a JetStream context's domain or API prefix.
+// leader), for a JetStream context's domain or API prefix, and holds the
+// JetStream plumbing several rooms share (KeyValue: open or create a
+// bucket).
 package jsapi
 
 import (

@@ -25,6 +25,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/internal/promreg"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -229,13 +230,7 @@ func healthBucket(ctx context.Context, js jetstream.JetStream, replicas int) (je
 		Bucket: wire.DefaultHealthBucket, Description: "jsbridge endpoint health: shared circuit breakers and disabled subscriptions",
 		Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
 	}
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
-	}
+	kv, err := jsapi.KeyValue(ctx, js, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("deliver: key-value bucket %q: %w", cfg.Bucket, err)
 	}

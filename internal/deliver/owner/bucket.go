@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -83,13 +84,7 @@ func LeaseBucketConfig(name string, ttl time.Duration, replicas int) jetstream.K
 // Bucket returns the key-value bucket of cfg, creating it when missing.
 // An existing bucket is taken as it is (see LeaseTTL for its TTL).
 func Bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
-	}
+	kv, err := jsapi.KeyValue(ctx, js, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("owner: key-value bucket %q: %w", cfg.Bucket, err)
 	}

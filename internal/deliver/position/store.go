@@ -29,13 +29,7 @@ func Bucket(ctx context.Context, js jetstream.JetStream, name string, replicas i
 	if name == "" {
 		name = DefaultBucket
 	}
-	kv, err := js.KeyValue(ctx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, BucketConfig(name, replicas))
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, name)
-		}
-	}
+	kv, err := jsapi.KeyValue(ctx, js, BucketConfig(name, replicas))
 	if err != nil {
 		return nil, fmt.Errorf("position: key-value bucket %q: %w", name, err)
 	}

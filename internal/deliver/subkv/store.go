@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 )
 
 // ErrConflict is wrapped by Create when the subscription exists already and
@@ -73,16 +74,10 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: cfg.Bucket, Description: "jsbridge webhook subscriptions managed at runtime (consumer subscriptions)",
-			Storage: jetstream.FileStorage, Replicas: max(cfg.Replicas, 1), History: 8,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
-	}
+	kv, err := jsapi.KeyValue(ctx, js, jetstream.KeyValueConfig{
+		Bucket: cfg.Bucket, Description: "jsbridge webhook subscriptions managed at runtime (consumer subscriptions)",
+		Storage: jetstream.FileStorage, Replicas: max(cfg.Replicas, 1), History: 8,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions bucket %q: %w", cfg.Bucket, err)
 	}
