@@ -124,25 +124,14 @@ const (
 // Delivery is where an event stands for one subscription whose filter
 // matches it, read from the subscription's durable consumer (ack floor,
 // last delivered sequence, acks pending) and, for an ordered
-// subscription, its partition's delivered record.
-type Delivery struct {
-	// Subscription is the subscription's name.
-	Subscription string `json:"subscription"`
-	// Ordered says it reads the partitioned copy: Durable is its
-	// partition's durable consumer there, Partition that partition and
-	// Sequence the event's sequence in the copy (0 when the copy does not
-	// hold it). Else Durable is on the events stream and Sequence is the
-	// event's there.
-	Ordered   bool   `json:"ordered"`
-	Partition int    `json:"partition,omitempty"`
-	Durable   string `json:"durable"`
-	Sequence  uint64 `json:"sequence"`
-	// State is DeliverySettled, DeliveryOutstanding or DeliveryPending.
-	State string `json:"state"`
-	// Why says what State was read from, e.g. "at or below the ack floor
-	// (1041)".
-	Why string `json:"why"`
-}
+// subscription, its partition's delivered record: its Subscription,
+// whether it is Ordered (then Durable is the partition's consumer on the
+// partitioned copy, Partition that partition and Sequence the event's
+// sequence in the copy, 0 when the copy does not hold it; else Durable is
+// on the events stream and Sequence the event's there), its State
+// (DeliverySettled, DeliveryOutstanding or DeliveryPending) and Why, what
+// State was read from (e.g. "at or below the ack floor (1041)").
+type Delivery = inspect.Delivery
 
 // TraceEvent collects what JetStream holds about event eventID: its
 // attempt records, its message on the events stream (by the sequence an
@@ -153,9 +142,9 @@ type Delivery struct {
 func TraceEvent(ctx context.Context, js jetstream.JetStream, eventID string, cfg TraceConfig) (EventTrace, error) {
 	tr, err := inspect.TraceEvent(ctx, js, eventID, inspect.TraceConfig(cfg))
 	out := EventTrace{EventID: tr.EventID, Attempts: make([]Attempt, len(tr.Attempts)), DeadLetters: fromStored(tr.DeadLetters),
-		Deliveries: make([]Delivery, len(tr.Deliveries))}
-	for i, d := range tr.Deliveries {
-		out.Deliveries[i] = Delivery(d)
+		Deliveries: tr.Deliveries}
+	if out.Deliveries == nil {
+		out.Deliveries = []Delivery{}
 	}
 	if out.DeadLetters == nil {
 		out.DeadLetters = []DeadLetter{}
