@@ -189,18 +189,12 @@ func (r *reading) chainVersion(ctx context.Context, sub, stream string, m *jetst
 // in its lane); a stream set aside because it is parked stays parked
 // (parked refines it with its head).
 func (r *reading) asides(ctx context.Context, sp *SubscriptionPlan, ps *partitionState) error {
-	keys, err := r.parkList(ctx, wire.AsideFilterPartition(ps.sub, ps.p))
+	entries, err := r.parkEntries(ctx, wire.AsideFilterPartition(ps.sub, ps.p))
 	if err != nil {
 		return err
 	}
-	for _, k := range keys {
-		e, err := r.park.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("migrate: read %q of the park bucket: %w", k, err)
-		}
+	for _, e := range entries {
+		k := e.Key()
 		var rec wire.AsideRecord
 		if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.Subject == "" {
 			r.plan.refuse(ps.sub, ps.p, "the aside record %q cannot be read (%v): its stream's events from some point on were acked out and would be lost", k, err)
@@ -357,20 +351,14 @@ func (r *reading) records(parts []*partitionState) {
 // was pending there). A count whose event is not found there is not
 // carried: that event starts its attempts again.
 func (r *reading) attempts(ctx context.Context, sp *SubscriptionPlan, parts []*partitionState) error {
-	keys, err := r.parkList(ctx, wire.AttemptsKeyPrefix+sp.Name+".*")
-	if err != nil || len(keys) == 0 {
+	entries, err := r.parkEntries(ctx, wire.AttemptsKeyPrefix+sp.Name+".*")
+	if err != nil || len(entries) == 0 {
 		return err
 	}
 	counts := map[string]uint64{} // by event id
-	for _, k := range keys {
+	for _, e := range entries {
+		k := e.Key()
 		id, err := hex.DecodeString(k[strings.LastIndexByte(k, '.')+1:])
-		e, gerr := r.park.Get(ctx, k)
-		if errors.Is(gerr, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if gerr != nil {
-			return fmt.Errorf("migrate: read %q of the park bucket: %w", k, gerr)
-		}
 		n, perr := strconv.ParseUint(string(e.Value()), 10, 64)
 		if err != nil || perr != nil {
 			sp.Notes = append(sp.Notes, fmt.Sprintf("the failed-attempt count %q (%q) cannot be read: not carried", k, e.Value()))

@@ -159,22 +159,15 @@ func (r *reading) parkKeys(ctx context.Context) error {
 		if !sub.Ordered {
 			continue
 		}
-		keys, err := r.parkList(ctx, wire.SkippedKeyPrefix+sub.Name+".*")
+		entries, err := r.parkEntries(ctx, wire.SkippedKeyPrefix+sub.Name+".*")
 		if err != nil {
 			return err
 		}
-		for _, k := range keys {
-			e, err := r.park.Get(ctx, k)
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("migrate: read %q of the park bucket: %w", k, err)
-			}
+		for _, e := range entries {
 			if r.plan.Skipped == nil {
 				r.plan.Skipped = map[string]string{}
 			}
-			r.plan.Skipped[k] = string(e.Value())
+			r.plan.Skipped[e.Key()] = string(e.Value())
 		}
 	}
 	return nil
@@ -199,6 +192,27 @@ func (r *reading) parkList(ctx context.Context, filter string) ([]string, error)
 	_ = l.Stop()
 	slices.Sort(keys)
 	return keys, nil
+}
+
+// parkEntries reads the park bucket's entries whose keys match filter,
+// by key; a key deleted between the listing and its read is passed over.
+func (r *reading) parkEntries(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error) {
+	keys, err := r.parkList(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	var out []jetstream.KeyValueEntry
+	for _, k := range keys {
+		e, err := r.park.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("migrate: read %q of the park bucket: %w", k, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // fingerprint hashes what the plan writes.
