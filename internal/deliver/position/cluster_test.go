@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,6 +53,12 @@ func TestOnAClusterBackToBackCommitsKeepTheirOwnerUntilAClaim(t *testing.T) {
 	ajs := connect(followers[0])
 	akv, err := ajs.KeyValue(ctx, DefaultBucket)
 	require.NoError(t, err)
+	// The bucket's leader is elected before its message get API answers
+	// through every node (until then: no responders); a claim right after
+	// the bucket was made would fail there, and its caller would claim
+	// again at its next cycle. This test is about the commits after it.
+	require.Eventually(t, func() bool { _, _, err := leaderGet(ctx, ajs, DefaultBucket, Key(0)); return err == nil },
+		10*time.Second, 20*time.Millisecond, "the bucket's leader answers message gets")
 	var logs lockedBuffer
 	a, err := Claim(ctx, ajs, akv, Config{Owner: "replica-a", Epoch: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
