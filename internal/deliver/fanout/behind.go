@@ -67,6 +67,9 @@ func (p *Partition) SetState(sub, state string) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.subs[sub] == nil && p.awaitsJoin(m) {
+		return fmt.Errorf("fanout: SetState of %s: put after the partition was made and not joined yet (Join first)", sub)
+	}
 	st := p.sub(m, p.head)
 	switch {
 	case state == "" && st.state != "" && st.state != StateBehind:

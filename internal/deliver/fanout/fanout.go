@@ -11,7 +11,9 @@
 // partition's floor as events settle (R1), and a subscription that holds
 // too much, or is paused, disabled or behind an open breaker, gets a
 // cursor (D5), stops holding the floor back, catches up through its own
-// reads and rejoins the shared read.
+// reads and rejoins the shared read. A subscription put while the
+// partition runs starts where Join says: a cursor from its start, or
+// live.
 //
 // The package owns the interfaces of what it uses: Position (the
 // partition's record, *position.Partition), Sender (one attempt, stage 6
@@ -23,9 +25,8 @@
 // Not here yet (the design's stage 4 row says what is left): the
 // stuck-stream rule (a head retried in place too long is set aside),
 // retries entries (an unordered event in retry holds the floor back
-// meanwhile), unparking and replaying a parked stream, start positions,
-// the detached groups of a mass outage and the bound on cursors read at
-// once.
+// meanwhile), unparking and replaying a parked stream, the detached
+// groups of a mass outage and the bound on cursors read at once.
 package fanout
 
 import (
@@ -68,8 +69,8 @@ const (
 // Position is the partition's record as the fan-out writes it: the
 // methods of *position.Partition it calls, with their contracts (see
 // there): the record and cursors as claimed, a settlement recorded, the
-// write-before-next wait, the floor and members edited, cursors made,
-// edited and dropped.
+// write-before-next wait, the floor and members edited, cursors made
+// (from the record, or from a start position), edited and dropped.
 type Position interface {
 	Record() position.Record
 	Cursors() map[string]position.Cursor
@@ -78,6 +79,7 @@ type Position interface {
 	Edit(fn func(*position.Record))
 	EditCursor(sub string, fn func(*position.Cursor)) bool
 	Detach(sub, state string) bool
+	Start(sub, state string, floor uint64) bool
 	Rejoin(sub string) bool
 }
 
@@ -202,6 +204,7 @@ type Partition struct {
 	win     window
 	floor   uint64 // the floor last written
 	head    uint64 // the last sequence dispatched live
+	gen     uint64 // the members' generation at New: later names wait for Join
 	scratch []*member
 }
 
@@ -222,7 +225,7 @@ func New(cfg Config, members *Members, pos Position, send Sender, chain Chain, c
 	rec := pos.Record()
 	p := &Partition{cfg: cfg, members: members, pos: pos, send: send, chain: chain, cursors: cursors,
 		ctx: ctx, cancel: cancel, claimed: rec, curs: pos.Cursors(), subs: map[string]*subState{},
-		asides: map[[2]string]bool{}, floor: rec.Floor, head: rec.Floor}
+		asides: map[[2]string]bool{}, floor: rec.Floor, head: rec.Floor, gen: members.generation()}
 	p.win.last = rec.Floor
 	for _, a := range rec.Asides {
 		p.asides[[2]string{a.Sub, a.Stream}] = true
@@ -297,8 +300,11 @@ func (p *Partition) Dispatch(ev reader.Event) {
 	p.scratch = p.members.match(ev.Subject, p.scratch[:0])
 	owe := 0
 	for _, m := range p.scratch {
+		if p.subs[m.Name] == nil && p.awaitsJoin(m) {
+			continue
+		}
 		st := p.sub(m, ev.Seq-1)
-		if st.state != "" || p.claimed.Covers(m.Name, stream, ev.Seq) || p.asides[[2]string{m.Name, stream}] {
+		if st.state != "" || ev.Seq <= st.from || p.claimed.Covers(m.Name, stream, ev.Seq) || p.asides[[2]string{m.Name, stream}] {
 			continue
 		}
 		if _, dup := st.inHand[ev.Seq]; dup {

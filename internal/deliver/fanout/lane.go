@@ -15,6 +15,7 @@ type subState struct {
 	state string // "": live; else its cursor's state
 	gone  bool   // forgotten: its sends stop
 	read  uint64 // with a cursor: the last sequence its reads covered
+	from  uint64 // joined live above the head: its events from from+1 on
 	// joining: its reads reached this head and it is live again above
 	// it, but its cursor stays until the events it read are settled
 	joining uint64

@@ -108,6 +108,7 @@ func (nopPosition) Edit(fn func(*position.Record)) {
 }
 func (nopPosition) EditCursor(string, func(*position.Cursor)) bool { return true }
 func (nopPosition) Detach(string, string) bool                     { return true }
+func (nopPosition) Start(string, string, uint64) bool              { return true }
 func (nopPosition) Rejoin(string) bool                             { return true }
 
 // counter is a Sender that answers at once and counts.

@@ -291,6 +291,19 @@ func (p *Partition) Detach(sub, state string) bool {
 	return p.change(func() bool { return p.st.detach(sub, state) })
 }
 
+// Start gives subscription sub, which is neither a member of the record
+// nor has a cursor, a cursor in state whose Floor is floor and which
+// holds nothing settled above it: a subscription new on the partition
+// that reads its events from floor+1 (a start position, the design's
+// section 3), whatever the record's floor. It reports whether it did.
+// Unlike Detach followed by EditCursor, no commit can store the cursor
+// from the record's floor in between (an owner taking over from that
+// would skip the events below it). Until the cursor key is written, Wait
+// counts nothing of sub settled.
+func (p *Partition) Start(sub, state string, floor uint64) bool {
+	return p.change(func() bool { return p.st.start(sub, state, floor) })
+}
+
 // Rejoin makes subscription sub live again and reports whether it did:
 // the caller calls it once every event of sub at or below its cursor's
 // Floor is settled and the shared read goes on above it. The record lists
