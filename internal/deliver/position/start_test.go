@@ -42,3 +42,23 @@ func TestStartMakesACursorFromAStartBelowTheFloor(t *testing.T) {
 	second := claim(t, js, kv, "replica-b", 2, clock)
 	require.Equal(t, c, second.Cursors()["new"], "the next owner reads on from its start")
 }
+
+// Flush returns once a commit holding every change made before it
+// landed: an edit no waiter covers (an aside) is in the stored record
+// when it returns; with nothing to commit it returns at once.
+func TestFlushWaitsForACommitHoldingTheChangesBeforeIt(t *testing.T) {
+	t.Parallel()
+	js, kv := setup(t)
+	ctx := context.Background()
+	p := claim(t, js, kv, "replica-a", 1, clockwork.NewFakeClock()) // the linger never runs out: only a waiter commits
+	run(t, p)
+	require.NoError(t, p.Flush(ctx), "nothing to commit")
+	p.Edit(func(r *Record) {
+		r.Floor = 50
+		r.Asides = append(r.Asides, Aside{Sub: "s", Stream: "order-1", From: 7, State: "parked"})
+	})
+	require.NoError(t, p.Flush(ctx))
+	r, _ := stored(t, kv)
+	require.Equal(t, []Aside{{Sub: "s", Stream: "order-1", From: 7, State: "parked"}}, r.Asides)
+	require.Equal(t, uint64(50), r.Floor)
+}
