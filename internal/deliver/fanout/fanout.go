@@ -15,7 +15,9 @@
 // partition runs starts where Join says: a cursor from its start, or
 // live. A parked stream is read again once the operator's request
 // (Unpark, written by RequestUnpark under OpKey in the positions bucket,
-// watched once per replica by Requests) is applied by CatchUp.
+// watched once per replica by Requests) is applied by CatchUp; a
+// stream whose head is retried in place too long is set aside (the
+// stuck-stream rule, stuck.go) and read again once its head settled.
 //
 // The package owns the interfaces of what it uses: Position (the
 // partition's record, *position.Partition), Sender (one attempt, stage 6
@@ -24,9 +26,8 @@
 // stream; Cursors reads it through reader.Cursor's direct gets). Nothing
 // in the engine uses it yet (the design's stage 6 wires it in).
 //
-// Not here yet (the design's stage 4 row says what is left): the
-// stuck-stream rule (a head retried in place too long is set aside),
-// retries entries (an unordered event in retry holds the floor back
+// Not here yet (the design's stage 4 row says what is left): retries
+// entries (an unordered event in retry holds the floor back
 // meanwhile), the detached groups of a mass outage and the bound on
 // cursors read at once.
 package fanout
@@ -217,6 +218,7 @@ type Partition struct {
 	head     uint64 // the last sequence dispatched live
 	gen      uint64 // the members' generation at New: later names wait for Join
 	scratch  []*member
+	retried  []stuckLane // lanes whose retried head got an event queued behind it
 }
 
 // New starts the fan-out of the partition whose record pos holds (just
@@ -330,6 +332,9 @@ func (p *Partition) Dispatch(ev reader.Event) {
 	}
 	clear(p.scratch)
 	p.win.add(ev.Seq, ev.Subject, owe)
+	if len(p.retried) > 0 {
+		p.tendStuck()
+	}
 	p.raise()
 }
 

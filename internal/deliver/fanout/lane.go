@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
@@ -32,7 +33,8 @@ type subState struct {
 type lane struct {
 	stream  string
 	q       []reader.Event
-	running bool // its goroutine runs
+	running bool      // its goroutine runs
+	since   time.Time // its head's first failed attempt (zero: none)
 }
 
 // settled is the last event of a stream an ordered subscription settled
@@ -80,6 +82,9 @@ func (p *Partition) push(st *subState, ev reader.Event, stream string, counted b
 			st.lanes[stream] = l
 		}
 		l.q = append(l.q, ev)
+		if !l.since.IsZero() {
+			p.retried = append(p.retried, stuckLane{st, l}) // Dispatch looks once ev is in the floor's window
+		}
 		if !l.running {
 			l.running = true
 			p.wg.Add(1)
@@ -134,12 +139,13 @@ func (p *Partition) runLane(st *subState, l *lane, name string) {
 				return
 			}
 		}
-		act, prev, ok := p.sendOrdered(st, name, l.stream, ev, func() (int64, error) { return p.previous(name, l.stream, ev, last, known, entry) })
+		act, prev, ok := p.sendOrdered(st, l, name, ev, func() (int64, error) { return p.previous(name, l.stream, ev, last, known, entry) })
 		if !ok {
 			return // closed or lost: the next owner sends it again
 		}
 		v, versioned := version(ev)
 		p.mu.Lock()
+		l.since = time.Time{}
 		switch act {
 		case Delivered, DeadLetter:
 			e := position.Entry{Seq: ev.Seq, Version: uint64(prev)}
@@ -151,8 +157,11 @@ func (p *Partition) runLane(st *subState, l *lane, name string) {
 			}
 			st.last[l.stream] = settled{seq: ev.Seq, prev: prev}
 			p.pos.Settled(name, l.stream, e)
-			if a := p.asides[[2]string{name, l.stream}]; a != nil && a.state == AsideReading {
-				p.moveAside(name, l.stream, AsideReading, ev.Seq+1) // what it read settled: a new owner reads on after it
+			if a := p.asides[[2]string{name, l.stream}]; a != nil && (a.state == AsideReading || a.state == AsideStuck) {
+				// What it read (or its stuck head) settled: it reads
+				// on after it, and so does a new owner.
+				p.moveAside(name, l.stream, AsideReading, ev.Seq+1)
+				a.read = max(a.read, ev.Seq)
 			}
 			p.settleLocked(st, ev.Seq)
 			l.q = l.q[1:]
@@ -168,7 +177,8 @@ func (p *Partition) runLane(st *subState, l *lane, name string) {
 
 // sendOrdered attempts ev until it settles (Delivered, DeadLetter, Park),
 // naming its predecessor; ok is false when the fan-out stopped first.
-func (p *Partition) sendOrdered(st *subState, name, stream string, ev reader.Event, previous func() (int64, error)) (act Act, prev int64, ok bool) {
+func (p *Partition) sendOrdered(st *subState, l *lane, name string, ev reader.Event, previous func() (int64, error)) (act Act, prev int64, ok bool) {
+	stream := l.stream
 	var pause backoff.Backoff
 	for {
 		var err error
@@ -198,7 +208,7 @@ func (p *Partition) sendOrdered(st *subState, name, stream string, ev reader.Eve
 		if s.Act != Retry {
 			return s.Act, prev, true
 		}
-		if !sleep(p.ctx, p.cfg.Clock, s.Delay) {
+		if !p.retryPause(st, l, name, s.Delay) {
 			return 0, 0, false
 		}
 	}
