@@ -17,7 +17,10 @@
 // (Unpark, written by RequestUnpark under OpKey in the positions bucket,
 // watched once per replica by Requests) is applied by CatchUp; a
 // stream whose head is retried in place too long is set aside (the
-// stuck-stream rule, stuck.go) and read again once its head settled.
+// stuck-stream rule, stuck.go) and read again once its head settled. An
+// event whose attempt failed is recorded with its count (the record's
+// retries entries, retries.go): a new owner goes on from that count, and
+// an unordered one no longer holds the floor back.
 //
 // The package owns the interfaces of what it uses: Position (the
 // partition's record, *position.Partition), Sender (one attempt, stage 6
@@ -26,10 +29,9 @@
 // stream; Cursors reads it through reader.Cursor's direct gets). Nothing
 // in the engine uses it yet (the design's stage 6 wires it in).
 //
-// Not here yet (the design's stage 4 row says what is left): retries
-// entries (an unordered event in retry holds the floor back
-// meanwhile), the detached groups of a mass outage and the bound on
-// cursors read at once.
+// Not here yet (the design's stage 4 row says what is left): the
+// detached groups of a mass outage and the bound on cursors read at
+// once.
 package fanout
 
 import (
@@ -39,6 +41,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -218,7 +221,10 @@ type Partition struct {
 	head     uint64 // the last sequence dispatched live
 	gen      uint64 // the members' generation at New: later names wait for Join
 	scratch  []*member
-	retried  []stuckLane // lanes whose retried head got an event queued behind it
+	retried  []stuckLane         // lanes whose retried head got an event queued behind it
+	retries  map[retryKey]uint64 // failed attempts of the events in retry (the record's retries entries)
+	refetch  []retryKey          // a former owner's unordered events in retry, to fetch
+	nretries atomic.Int64        // len(retries), read without the lock
 }
 
 // New starts the fan-out of the partition whose record pos holds (just
@@ -240,6 +246,8 @@ func New(cfg Config, members *Members, pos Position, send Sender, chain Chain, c
 		ctx: ctx, cancel: cancel, claimed: rec, curs: pos.Cursors(), subs: map[string]*subState{},
 		asides: map[[2]string]*aside{}, deleting: map[string]bool{}, floor: rec.Floor, head: rec.Floor, gen: members.generation()}
 	p.win.last = rec.Floor
+	p.retries = map[retryKey]uint64{}
+	p.loadRetries()
 	for _, a := range rec.Asides {
 		p.asides[[2]string{a.Sub, a.Stream}] = asideOf(a)
 	}

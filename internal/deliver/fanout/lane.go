@@ -157,6 +157,7 @@ func (p *Partition) runLane(st *subState, l *lane, name string) {
 			}
 			st.last[l.stream] = settled{seq: ev.Seq, prev: prev}
 			p.pos.Settled(name, l.stream, e)
+			p.dropRetry(name, ev.Seq)
 			if a := p.asides[[2]string{name, l.stream}]; a != nil && (a.state == AsideReading || a.state == AsideStuck) {
 				// What it read (or its stuck head) settled: it reads
 				// on after it, and so does a new owner.
@@ -166,6 +167,7 @@ func (p *Partition) runLane(st *subState, l *lane, name string) {
 			p.settleLocked(st, ev.Seq)
 			l.q = l.q[1:]
 		case Park:
+			p.dropRetry(name, ev.Seq) // the aside covers it from here
 			p.setAside(name, l.stream, AsideParked, ev.Seq)
 			for _, e := range l.q {
 				p.settleLocked(st, e.Seq) // the aside covers them
@@ -193,7 +195,7 @@ func (p *Partition) sendOrdered(st *subState, l *lane, name string, ev reader.Ev
 		}
 	}
 	d := Delivery{Subscription: name, Event: ev, Ordered: true, Previous: prev, Partition: p.cfg.Partition, Epoch: p.cfg.Epoch}
-	for n := 1; ; n++ {
+	for n := p.firstAttempt(name, ev.Seq); ; n++ {
 		select {
 		case st.slots <- struct{}{}:
 		case <-p.ctx.Done():
@@ -208,6 +210,7 @@ func (p *Partition) sendOrdered(st *subState, l *lane, name string, ev reader.Ev
 		if s.Act != Retry {
 			return s.Act, prev, true
 		}
+		p.retrying(st, name, ev.Seq, n)
 		if !p.retryPause(st, l, name, s.Delay) {
 			return 0, 0, false
 		}
@@ -256,7 +259,7 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 	d := Delivery{Subscription: name, Partition: p.cfg.Partition, Epoch: p.cfg.Epoch}
 	for {
 		d.Event = ev
-		for d.Attempt = 1; ; d.Attempt++ {
+		for d.Attempt = p.firstAttempt(name, ev.Seq); ; d.Attempt++ {
 			s := p.send.Attempt(p.ctx, d)
 			if p.ctx.Err() != nil {
 				return
@@ -264,6 +267,7 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 			if s.Act != Retry {
 				break
 			}
+			p.retrying(st, name, ev.Seq, d.Attempt)
 			if !sleep(p.ctx, p.cfg.Clock, s.Delay) {
 				return
 			}
@@ -273,6 +277,7 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 			p.pos.EditCursor(name, func(c *position.Cursor) { c.Above = append(c.Above, ev.Seq) })
 		}
 		p.settleLocked(st, ev.Seq)
+		p.dropRetry(name, ev.Seq)
 		if len(st.queue) == 0 || st.gone || st.flying > st.m.MaxInFlight {
 			st.flying--
 			p.mu.Unlock()
