@@ -198,7 +198,7 @@ func (p *Partition) catchUpSubs(ctx context.Context) (behind int, head uint64, e
 		reads = append(reads, read{st, evs, min(through, head)})
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	curs := p.pos.Cursors() // after the reads: what settled meanwhile is in it, or still in hand
 	for _, r := range reads {
 		st, c := r.st, curs[r.st.m.Name]

@@ -209,22 +209,25 @@ type Partition struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
-	mu       sync.Mutex
-	err      error
-	claimed  position.Record            // at the claim: what former owners settled
-	curs     map[string]position.Cursor // at the claim
-	subs     map[string]*subState
-	asides   map[[2]string]*aside // (subscription, stream) set aside
-	deleting map[string]bool      // requests applied, being deleted
-	win      window
-	floor    uint64 // the floor last written
-	head     uint64 // the last sequence dispatched live
-	gen      uint64 // the members' generation at New: later names wait for Join
-	scratch  []*member
-	retried  []stuckLane         // lanes whose retried head got an event queued behind it
-	retries  map[retryKey]uint64 // failed attempts of the events in retry (the record's retries entries)
-	refetch  []retryKey          // a former owner's unordered events in retry, to fetch
-	nretries atomic.Int64        // len(retries), read without the lock
+	mu         sync.Mutex
+	err        error
+	claimed    position.Record            // at the claim: what former owners settled
+	curs       map[string]position.Cursor // at the claim
+	subs       map[string]*subState
+	asides     map[[2]string]*aside // (subscription, stream) set aside
+	deleting   map[string]bool      // requests applied, being deleted
+	win        window
+	floor      uint64 // the floor last written
+	head       uint64 // the last sequence dispatched live
+	gen        uint64 // the members' generation at New: later names wait for Join
+	scratch    []*member
+	starts     []start             // runs and sends to start once the lock is released
+	spare      []start             // the dispatch loop's: the next starts' array
+	claimedTop uint64              // the highest sequence the claim's record names
+	retried    []stuckLane         // lanes whose retried head got an event queued behind it
+	retries    map[retryKey]uint64 // failed attempts of the events in retry (the record's retries entries)
+	refetch    []retryKey          // a former owner's unordered events in retry, to fetch
+	nretries   atomic.Int64        // len(retries), read without the lock
 }
 
 // New starts the fan-out of the partition whose record pos holds (just
@@ -248,6 +251,7 @@ func New(cfg Config, members *Members, pos Position, send Sender, chain Chain, c
 	p.win.last = rec.Floor
 	p.retries = map[retryKey]uint64{}
 	p.loadRetries()
+	p.claimedTop = claimedTop(rec)
 	for _, a := range rec.Asides {
 		p.asides[[2]string{a.Sub, a.Stream}] = asideOf(a)
 	}
@@ -312,20 +316,30 @@ func (p *Partition) fail(err error) {
 // cursor instead.
 func (p *Partition) Dispatch(ev reader.Event) {
 	stream := wire.StreamKey(ev.Subject)
+	// The match needs no lock of the partition's (the index has its own;
+	// scratch is the dispatch loop's): the lanes wait less.
+	p.scratch = p.members.match(ev.Subject, p.scratch[:0])
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	if p.ctx.Err() != nil || ev.Seq <= p.head {
+		clear(p.scratch)
 		return
 	}
 	p.head = ev.Seq
-	p.scratch = p.members.match(ev.Subject, p.scratch[:0])
 	owe := 0
+	covered := ev.Seq <= p.claimedTop // past it, the claim's record covers nothing
 	for _, m := range p.scratch {
-		if p.subs[m.Name] == nil && p.awaitsJoin(m) {
-			continue
+		st := p.subs[m.Name]
+		if st == nil {
+			if p.awaitsJoin(m) {
+				continue
+			}
+			st = p.sub(m, ev.Seq-1)
+		} else if st.m != m {
+			st.m = m // put again: its new limits
 		}
-		st := p.sub(m, ev.Seq-1)
-		if st.state != "" || ev.Seq <= st.from || p.claimed.Covers(m.Name, stream, ev.Seq) || p.asides[[2]string{m.Name, stream}].gates() {
+		if st.state != "" || ev.Seq <= st.from || covered && p.claimed.Covers(m.Name, stream, ev.Seq) ||
+			len(p.asides) > 0 && p.asides[[2]string{m.Name, stream}].gates() {
 			continue
 		}
 		if _, dup := st.inHand[ev.Seq]; dup {
@@ -344,6 +358,24 @@ func (p *Partition) Dispatch(ev reader.Event) {
 		p.tendStuck()
 	}
 	p.raise()
+}
+
+// claimedTop is the highest sequence r names (floor, entries, members):
+// Record.Covers is false for every event above it.
+func claimedTop(r position.Record) uint64 {
+	top := r.Floor
+	for _, e := range r.Streams {
+		top = max(top, e.Seq)
+	}
+	for _, own := range r.Ahead {
+		for _, e := range own {
+			top = max(top, e.Seq)
+		}
+	}
+	for _, m := range r.Members {
+		top = max(top, m)
+	}
+	return top
 }
 
 // raise writes the floor when it rose.

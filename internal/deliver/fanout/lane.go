@@ -88,17 +88,73 @@ func (p *Partition) push(st *subState, ev reader.Event, stream string, counted b
 		if !l.running {
 			l.running = true
 			p.wg.Add(1)
-			go p.runLane(st, l, st.m.Name)
+			t, _ := p.turnLocked(st, l)
+			p.starts = append(p.starts, start{st: st, l: l, t: t})
 		}
 		return
 	}
 	if st.flying < st.m.MaxInFlight {
 		st.flying++
 		p.wg.Add(1)
-		go p.runSends(st, ev, st.m.Name)
+		p.starts = append(p.starts, start{st: st, t: turn{ev: ev}})
 		return
 	}
 	st.queue = append(st.queue, ev)
+}
+
+// start is a lane's run (l set) or an unordered send to start once the
+// partition's lock is released: started under it, its goroutine's first
+// act would be to wait for it.
+type start struct {
+	st *subState
+	l  *lane
+	t  turn
+}
+
+// unlock releases the partition's lock and starts the runs and sends
+// pushed meanwhile. Only the dispatch loop pushes (Dispatch, CatchUp),
+// so only it finds starts here, and it alone uses spare.
+func (p *Partition) unlock() {
+	if len(p.starts) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	starts := p.starts
+	p.starts, p.spare = p.spare[:0], nil
+	p.mu.Unlock()
+	for i, s := range starts {
+		if s.l != nil {
+			go p.runLane(s.st, s.l, s.t)
+		} else {
+			go p.runSends(s.st, s.t.ev, s.st.m.Name)
+		}
+		starts[i] = start{}
+	}
+	p.spare = starts[:0]
+}
+
+// turn is what a lane's next turn sends: its head, its stream's last
+// event settled here (known), and the claim's entry for the stream.
+type turn struct {
+	ev    reader.Event
+	last  settled
+	known bool
+	entry position.Entry
+}
+
+// turnLocked returns l's next turn, or false when l is empty (or its
+// subscription forgotten): l stops running.
+func (p *Partition) turnLocked(st *subState, l *lane) (turn, bool) {
+	if len(l.q) == 0 || st.gone {
+		l.running = false
+		if st.lanes[l.stream] == l && len(l.q) == 0 {
+			delete(st.lanes, l.stream)
+		}
+		return turn{}, false
+	}
+	t := turn{ev: l.q[0], entry: p.entryLocked(st.m.Name, l.stream)}
+	t.last, t.known = st.last[l.stream]
+	return t, true
 }
 
 // settleLocked takes seq out of st's hand and out of the floor's window.
@@ -117,22 +173,11 @@ func (p *Partition) settleLocked(st *subState, seq uint64) {
 // runLane sends an ordered lane's events one at a time until it is
 // empty: each once the commit covering its predecessor's settlement
 // succeeded (write before next).
-func (p *Partition) runLane(st *subState, l *lane, name string) {
+func (p *Partition) runLane(st *subState, l *lane, t turn) {
 	defer p.wg.Done()
-	p.mu.Lock() // held at the top of each turn: one lock a turn settles an event and takes the next
+	name := st.m.Name
 	for {
-		if len(l.q) == 0 || st.gone {
-			l.running = false
-			if st.lanes[l.stream] == l && len(l.q) == 0 {
-				delete(st.lanes, l.stream)
-			}
-			p.mu.Unlock()
-			return
-		}
-		ev := l.q[0]
-		last, known := st.last[l.stream]
-		entry := p.entryLocked(name, l.stream)
-		p.mu.Unlock()
+		ev, last, known, entry := t.ev, t.last, t.known, t.entry
 		if known {
 			if err := p.pos.Wait(p.ctx, name, l.stream, last.seq); err != nil {
 				p.fail(err)
@@ -173,6 +218,12 @@ func (p *Partition) runLane(st *subState, l *lane, name string) {
 				p.settleLocked(st, e.Seq) // the aside covers them
 			}
 			l.q = nil
+		}
+		var more bool
+		t, more = p.turnLocked(st, l)
+		p.mu.Unlock()
+		if !more {
+			return
 		}
 	}
 }

@@ -124,7 +124,7 @@ func (p *Partition) catchUpRetries(ctx context.Context) (int, error) {
 			p.refetch = append(p.refetch, k) // a short answer: again next round
 		}
 		live := st.state == ""
-		p.mu.Unlock()
+		p.unlock()
 		if d, ok := p.cursors.(interface{ Drop(string, int) }); ok && live {
 			d.Drop(k.sub, p.cfg.Partition) // the fetch's cursor (one with a cursor of its own rereads it)
 		}
