@@ -78,6 +78,7 @@ type config struct {
 	ManySizes    []int
 	ManyNodes    int
 	ManyOrdering string
+	ManyEngines  []string
 
 	LiveRates      []int
 	LiveDuration   time.Duration
@@ -134,6 +135,18 @@ func main() {
 	})
 	flag.IntVar(&cfg.ManyNodes, "many-nodes", 0, "many, with -many-sizes: only on one server (1) or only on the 3-node cluster (3); 0: both")
 	flag.StringVar(&cfg.ManyOrdering, "many-ordering", "none", "many, with -many-sizes: the subscriptions' ordering, none or stream (16 partition consumers each)")
+	cfg.ManyEngines = []string{"durables", "shared"}
+	flag.Func("many-engines", "many: the consumer engines measured, comma-separated: durables (a durable consumer per subscription, 16 per ordered one), shared (one reader per replica, positions in KV); default both", func(v string) error {
+		cfg.ManyEngines = nil
+		for _, f := range strings.Split(v, ",") {
+			f = strings.TrimSpace(f)
+			if f != "durables" && f != "shared" {
+				return fmt.Errorf("-many-engines: %q is not durables or shared", f)
+			}
+			cfg.ManyEngines = append(cfg.ManyEngines, f)
+		}
+		return nil
+	})
 	cfg.LiveRates = []int{100, 1000}
 	flag.Func("live-rates", "live: the generator's rates, events/s, comma-separated (default 100,1000; quick: 1000); each runs the bridge, then the bare reference", func(v string) (err error) {
 		cfg.LiveRates, err = liveRates(v)
