@@ -50,6 +50,7 @@ type Store struct {
 	discoveryInterval time.Duration
 	discoverySpan     int64
 	settleTimeout     time.Duration
+	keepPending       time.Duration
 	log               *slog.Logger
 
 	// lastFetch is how many events the last Fetch returned: the next one
@@ -184,7 +185,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 }
 
 func newStore(opts []Option) (*Store, error) {
-	s := &Store{schema: DefaultSchema, discoveryInterval: DefaultDiscoveryInterval, discoverySpan: defaultDiscoverySpan, settleTimeout: DefaultSettleTimeout, log: slog.Default()}
+	s := &Store{schema: DefaultSchema, discoveryInterval: DefaultDiscoveryInterval, discoverySpan: defaultDiscoverySpan, settleTimeout: DefaultSettleTimeout, keepPending: defaultKeepPending, log: slog.Default()}
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
 			return nil, fmt.Errorf("store: %w", err)
@@ -194,7 +195,7 @@ func newStore(opts []Option) (*Store, error) {
 	if s.eventsTable != "" {
 		events = s.eventsIdent.Sanitize()
 	}
-	s.q = newQueries(s.schema, events)
+	s.q = newQueries(s.schema, events, s.External())
 	return s, nil
 }
 
