@@ -9,7 +9,10 @@ import (
 // SetKeepPending sets how long a stream the ack caught up stays pending
 // without an append before a claim takes it out (default
 // defaultKeepPending); 0 takes it out at the next claim.
-func SetKeepPending(s *Store, d time.Duration) { s.keepPending = d }
+func SetKeepPending(s *Store, d time.Duration) {
+	s.keepPending = d
+	s.q = newQueries(s.schema, s.eventsSQL(), s.External(), d)
+}
 
 // DefaultKeepPending is defaultKeepPending, for tests.
 const DefaultKeepPending = defaultKeepPending

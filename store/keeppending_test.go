@@ -62,7 +62,10 @@ func TestAckKeepsACaughtUpStreamPending(t *testing.T) {
 	store.SetKeepPending(b.store, time.Hour)
 
 	b.appendN(t, "kept-1", 2)
+	since := pendingSince(t, b, "kept-1")
 	require.Equal(t, []int64{0, 1}, b.drainOnce(t, "kept-1"))
+	require.Equal(t, since, pendingSince(t, b, "kept-1"),
+		"pending since less than the keep-pending time: left as it was (nothing indexed moves)")
 	head, pending := b.streamsRow(t, "kept-1")
 	require.Equal(t, int64(1), head)
 	require.True(t, pending, "kept in the claim's index")

@@ -1,6 +1,10 @@
 package store
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // queries holds every statement the store runs, with the schema injected
 // once at construction (the schema is a validated plain identifier).
@@ -86,8 +90,14 @@ const settleHead = `(head, pending_since) = (
             ORDER BY e.version LIMIT 1) o)`
 
 // settleHeadKept is settleHead for an ack that keeps the stream pending
-// (migration 009): a stream it catches up is due from now on.
-var settleHeadKept = strings.Replace(settleHead, "ELSE s.pending_since END", "ELSE now() END", 1)
+// (migration 009). A stream it catches up keeps its pending_since when
+// that is less than {keep} old (the drain keeps up: the ack is then a
+// HOT update, nothing indexed moves), else it is due from now on (under
+// a backlog, an event appended soon after the ack must not rank by the
+// old time). Either way an event appended while the stream is kept
+// ranks at most twice the keep-pending time ahead of its own time.
+var settleHeadKept = strings.Replace(settleHead, "ELSE s.pending_since END",
+	"ELSE CASE WHEN s.pending_since > now() - {keep} THEN s.pending_since ELSE now() END END", 1)
 
 // realHead is the last version of stream s (a row of the streams table).
 // Since migration 008 the head column of a pending stream is a lower
@@ -128,14 +138,12 @@ const takenOutSetting = "jsbridge.taken_out"
 const hasEvents = `({s}.head > {s}.watermark OR EXISTS (
         SELECT 1 FROM {events} e WHERE e.stream = {s}.stream AND e.version > {s}.watermark))`
 
-func newQueries(schema, events string, external bool) queries {
+func newQueries(schema, events string, external bool, keepPending time.Duration) queries {
 	// The ack keeps a stream it catches up in the claim's index
 	// (migration 009) only on the bridge's own events table: an external
 	// one has no trigger, and discovery writes every head it finds.
-	// A stream it keeps so is due from the ack's time (pending_since):
-	// an event appended within keepPending ranks by that instead of its
-	// own time, never ahead of a stream pending since before the ack.
-	keep, ackHead := "keep_pending = true,", settleHeadKept
+	keep, ackHead := "keep_pending = true,", strings.ReplaceAll(settleHeadKept, "{keep}",
+		fmt.Sprintf("interval '%d microseconds'", keepPending.Microseconds()))
 	if external {
 		keep, ackHead = "", settleHead
 	}

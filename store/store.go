@@ -191,12 +191,16 @@ func newStore(opts []Option) (*Store, error) {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 	}
-	events := s.schema + ".events"
-	if s.eventsTable != "" {
-		events = s.eventsIdent.Sanitize()
-	}
-	s.q = newQueries(s.schema, events, s.External())
+	s.q = newQueries(s.schema, s.eventsSQL(), s.External(), s.keepPending)
 	return s, nil
+}
+
+// eventsSQL is the events table as the queries name it.
+func (s *Store) eventsSQL() string {
+	if s.eventsTable != "" {
+		return s.eventsIdent.Sanitize()
+	}
+	return s.schema + ".events"
 }
 
 // External reports whether the store drains an existing events table
