@@ -154,7 +154,6 @@ func newQueries(schema, events string, external bool, keepPending time.Duration)
 		"{real_head}", strings.ReplaceAll(realHead, "{events}", events),
 		"{keep_pending}", keep,
 		"{has_events_st}", strings.ReplaceAll(strings.ReplaceAll(hasEvents, "{events}", events), "{s}", "st"),
-		"{has_events_x}", strings.ReplaceAll(strings.ReplaceAll(hasEvents, "{events}", events), "{s}", "x"),
 		"{has_events_s}", strings.ReplaceAll(strings.ReplaceAll(hasEvents, "{events}", events), "{s}", "s"))
 	return queries{
 		createSchema: r.Replace(`CREATE SCHEMA IF NOT EXISTS {schema}`),
@@ -288,7 +287,15 @@ RETURNING id, version, name, data, meta, created`),
 		// committed yet. That appender may not notify (the stream was
 		// already pending), so Claim has the drain look again soon (see
 		// Store.Notifications). The check reads the statement's snapshot
-		// and stops at the first such stream.
+		// and stops at the first such stream. It passes over streams the
+		// ack kept pending whose head column is at the watermark: an
+		// appender to one of those decides on a notification itself
+		// (migration 009), and probing each for events would double what
+		// the kept streams cost a claim.
+		//
+		// A stream the ack kept pending (migration 009) is claimed only
+		// when an event is past its watermark ({has_events_st}: its head
+		// column says so, or one probe of the events table's index).
 		claim: r.Replace(`WITH due AS MATERIALIZED (
     SELECT st.stream, st.leased_by AS prev_holder FROM {schema}.streams st
     WHERE st.pending AND NOT st.blocked
@@ -312,7 +319,7 @@ WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
     WHERE x.pending AND NOT x.blocked
       AND coalesce(x.next_attempt, x.pending_since) <= now()
       AND (x.leased_until IS NULL OR x.leased_until <= now())
-      AND {has_events_x}
+      AND x.head > x.watermark
       AND x.stream NOT IN (SELECT stream FROM due))`),
 		// The claim and the fetch of the claimed streams' events in one
 		// statement (ClaimFetch, AckClaim): one row per event ($4 per stream
@@ -354,7 +361,7 @@ WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
     WHERE x.pending AND NOT x.blocked
       AND coalesce(x.next_attempt, x.pending_since) <= now()
       AND (x.leased_until IS NULL OR x.leased_until <= now())
-      AND {has_events_x}
+      AND x.head > x.watermark
       AND x.stream NOT IN (SELECT stream FROM due))`),
 		// data and meta are read as text whatever their type (jsonb and json
 		// print their JSON; text is as stored), so no row can fail the scan:
