@@ -101,7 +101,7 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 			return err
 		})
 	}
-	s.queueTakeOut(b)
+	s.queueCatchUp(b, ackedStreams(acks, order))
 	var skipped bool
 	if perStream > 0 {
 		b.Queue(s.q.claimFetch, owner, limit, lease.Microseconds(), perStream).Query(func(rows pgx.Rows) error {
@@ -141,4 +141,13 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 		again = again || ackErrs[i] == nil
 	}
 	return ackErrs, claims, events, again, nil
+}
+
+// ackedStreams returns the streams of acks at the indexes order.
+func ackedStreams(acks []event.Progress, order []int) []string {
+	out := make([]string, len(order))
+	for k, i := range order {
+		out[k] = acks[i].Stream
+	}
+	return out
 }

@@ -19,8 +19,6 @@ import (
 // commits, and waiting for one of them here could close a deadlock cycle.
 // A row skipped that way is left out of RETURNING like one whose lease was
 // lost, and AckStreams acks it alone (waiting as a single ack does).
-// Head, pending_since and keep_pending as the single ack sets them, with
-// each row's own version for $3 ({settle_head_ack_many}).
 const ackManySQL = `WITH a AS (
     SELECT * FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS a(stream, version, id)
 ), locked AS MATERIALIZED (
@@ -32,12 +30,19 @@ const ackManySQL = `WITH a AS (
 UPDATE {schema}.streams s
 SET watermark = GREATEST(s.watermark, a.version),
     watermark_id = CASE WHEN a.version > s.watermark THEN a.id ELSE s.watermark_id END,
-    {settle_head_ack_many}, {keep_pending}
+    {settle_head_many},
     retry = 0, next_attempt = NULL, error = NULL,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 FROM locked JOIN a ON a.stream = locked.stream
 WHERE s.stream = locked.stream AND s.leased_by = $1 AND s.leased_until > now()
 RETURNING s.stream`
+
+// ackManyQuery is ackManySQL for schema and events: head and
+// pending_since as the single ack computes them, with each row's own version for $3.
+func ackManyQuery(r *strings.Replacer) string {
+	q := strings.ReplaceAll(ackManySQL, "{settle_head_many}", strings.ReplaceAll(settleHead, "$3", "a.version"))
+	return r.Replace(q)
+}
 
 // AckStreams acks many of owner's streams, each as Ack does (the watermark
 // moves to its Progress, never back; retry count, next attempt and error
@@ -91,6 +96,7 @@ func (s *Store) AckStreams(ctx context.Context, owner string, acks []event.Progr
 		acked, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
+	s.queueCatchUp(b, streams)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		if pgCode(err) == sqlStateLockNotAvailable {
 			err = fmt.Errorf("%w (%s)", ErrSettleTimeout, s.settleTimeout)

@@ -29,8 +29,6 @@ var (
 		"BenchmarkAppendCost: the drain's Linger in table=drained")
 	appendCostStreams = flag.Int("append-cost-streams", 1000,
 		"BenchmarkAppendCost: streams appended to (spread evenly over the writers)")
-	appendCostKeep = flag.Duration("append-cost-keep-pending", store.DefaultKeepPending,
-		"BenchmarkAppendCost: how long the drain's acks keep a caught-up stream pending in table=drained")
 )
 
 // appendCostWriters is how many connections append at once.
@@ -43,10 +41,8 @@ const appendCostWriters = 16
 // (store.Append), to -append-cost-streams streams (default 1,000; each
 // writer has its own, so no append waits for another's row), at
 // -append-cost-rate appends a second in total (default 0: as fast as they
-// go), the drain lingering -append-cost-linger (default 0) and its acks
-// keeping caught-up streams pending -append-cost-keep-pending (default
-// the store's, 1s; migration 009). A LISTEN connection counts the
-// notifications, as a bridge's would.
+// go), the drain lingering -append-cost-linger (default 0). A LISTEN
+// connection counts the notifications, as a bridge's would.
 //
 // Sub-benchmarks: table=plain (no trigger), table=bridge (no drain: every
 // stream stays pending), table=drained (the bridge's table, a drain acking every batch
@@ -267,10 +263,10 @@ func appendCostDrain(b *testing.B, schema string) (caughtUp, stop func()) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	store.SetKeepPending(s, *appendCostKeep)
-	// The age of each event when the handler gets it (append commit →
-	// drain, on this machine's clock), but the streams' first events,
-	// appended before the drain started.
+	// The age of each event when the handler gets it (from its created
+	// time, the start of its append's transaction; one machine, one
+	// clock), but the streams' first events, appended before the drain
+	// started.
 	var lagMu sync.Mutex
 	var lags []time.Duration
 	h := drain.HandlerFunc(func(_ context.Context, batches []drain.Batch) []drain.Result {
@@ -300,8 +296,7 @@ func appendCostDrain(b *testing.B, schema string) (caughtUp, stop func()) {
 		for deadline := time.Now().Add(time.Minute); ; {
 			var pending int
 			if err := pool.QueryRow(context.Background(),
-				"SELECT count(*) FROM "+schema+".streams s WHERE s.pending AND EXISTS (SELECT 1 FROM "+schema+
-					".events e WHERE e.stream = s.stream AND e.version > s.watermark)").Scan(&pending); err != nil {
+				"SELECT count(*) FROM "+schema+".streams WHERE head > watermark").Scan(&pending); err != nil {
 				b.Fatal(err)
 			}
 			if pending == 0 {

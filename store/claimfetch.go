@@ -26,19 +26,12 @@ func (s *Store) ClaimFetch(ctx context.Context, owner string, limit int, lease t
 	if err := checkClaimFetch(owner, limit, lease, perStream); err != nil {
 		return nil, nil, err
 	}
-	var (
-		claims  []event.Claim
-		events  []event.Event
-		skipped bool
-	)
-	b := &pgx.Batch{}
-	s.queueTakeOut(b)
-	b.Queue(s.q.claimFetch, owner, limit, lease.Microseconds(), perStream).Query(func(rows pgx.Rows) error {
-		var err error
-		claims, events, skipped, err = s.scanClaimEvents(rows, limit*perStream)
-		return err
-	})
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	rows, err := s.pool.Query(ctx, s.q.claimFetch, owner, limit, lease.Microseconds(), perStream)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim and fetch streams for %s: %w", owner, err)
+	}
+	claims, events, skipped, err := s.scanClaimEvents(rows, limit*perStream)
+	if err != nil {
 		return nil, nil, fmt.Errorf("claim and fetch streams for %s: %w", owner, err)
 	}
 	s.notes.skipped(skipped)

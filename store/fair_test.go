@@ -75,24 +75,10 @@ func TestClaimServesOldestFirst(t *testing.T) {
 	require.Equal(t, []string{"s-0"}, claimEach(t, b.store, 2))
 	require.Empty(t, claimEach(t, b.store, 2))
 
-	// A stream the ack catches up stays pending (migration 009), due from
-	// the ack's time: an event appended soon after ranks by that (the
-	// append writes nothing), never ahead of a stream pending since
-	// before the ack.
+	// A caught-up stream made pending again ranks by its new event.
 	require.NoError(t, b.store.Ack(b.ctx, "a", "s-2", 0, first["s-2"].ID))
-	acked := pendingSince(t, b, "s-2")
-	require.True(t, acked.After(minute(59)), "due from the ack, not from its old event")
 	b.insertAt(t, "s-2", 1, minute(40))
-	require.Equal(t, acked, pendingSince(t, b, "s-2"))
-	require.Equal(t, []string{"s-2"}, claimEach(t, b.store, 2))
-
-	// Taken out of the claim's index when it lingered with nothing new,
-	// a caught-up stream made pending again ranks by its new event.
-	store.SetKeepPending(b.store, 0)
-	require.NoError(t, b.store.Ack(b.ctx, "a", "s-3", 0, first["s-3"].ID))
-	require.Empty(t, claimEach(t, b.store, 2))
-	b.insertAt(t, "s-3", 1, minute(45))
-	require.Equal(t, minute(45), pendingSince(t, b, "s-3").UTC())
+	require.Equal(t, minute(40), pendingSince(t, b, "s-2").UTC())
 }
 
 // A stream ranks, once its backoff ends, by when it ended: behind the

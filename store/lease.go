@@ -35,48 +35,16 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 	if err := checkClaim(owner, limit, lease); err != nil {
 		return nil, err
 	}
-	var claims []event.Claim
-	var skipped bool
-	b := &pgx.Batch{}
-	s.queueTakeOut(b)
-	b.Queue(s.q.claim, owner, limit, lease.Microseconds()).Query(func(rows pgx.Rows) error {
-		var err error
-		claims, skipped, err = scanClaims(rows)
-		return err
-	})
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	rows, err := s.pool.Query(ctx, s.q.claim, owner, limit, lease.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
+	}
+	claims, skipped, err := scanClaims(rows)
+	if err != nil {
 		return nil, fmt.Errorf("claim streams for %s: %w", owner, err)
 	}
 	s.notes.skipped(skipped)
 	return claims, nil
-}
-
-// defaultKeepPending is how long a stream the ack caught up stays in the
-// claim's index without an append before a claim takes it out (migration
-// 009): an append within it writes nothing to the streams table. Every
-// claim probes the events table once for each stream kept so, so the
-// longer it is, the more a claim costs.
-const defaultKeepPending = time.Second
-
-// takeOutScan is how many due streams, in the claim's order, a claim
-// looks at for streams kept pending that lingered long enough to take
-// out. Those come first in that order (they are due since their last
-// batch), and a claim finds a few at most: at 1,000 events/s and 100
-// claims/s, about 10.
-const takeOutScan = 64
-
-// queueTakeOut queues, ahead of a claim in its transaction, the
-// statements that take out of the claim's index the streams the ack kept
-// pending and that lingered keepPending with no event past their
-// watermark, and then mark pending again those an append committed to
-// while the first statement locked them (see takeOut in sql.go). An
-// external events table has no trigger and no stream kept pending.
-func (s *Store) queueTakeOut(b *pgx.Batch) {
-	if s.External() {
-		return
-	}
-	b.Queue(s.q.takeOut, takeOutScan, s.keepPending.Microseconds())
-	b.Queue(s.q.catchUpTakenOut)
 }
 
 // checkClaim checks Claim's arguments.
@@ -268,9 +236,7 @@ func (s *Store) settle(ctx context.Context, op, owner, stream, query string, arg
 	var tag pgconn.CommandTag
 	b := s.lockTimeoutBatch()
 	b.Queue(query, args...).Exec(func(t pgconn.CommandTag) error { tag = t; return nil })
-	if op != "ack" {
-		s.queueCatchUp(b, []string{stream})
-	}
+	s.queueCatchUp(b, []string{stream})
 	err := s.pool.SendBatch(ctx, b).Close()
 	if err != nil {
 		if pgCode(err) == sqlStateLockNotAvailable {
@@ -289,8 +255,7 @@ func (s *Store) settle(ctx context.Context, op, owner, stream, query string, arg
 // caught up although appends that committed meanwhile are past the new
 // watermark (see the catchUp query and migration 008). An external events
 // table has no trigger: its heads are discovery's, exact as far as it
-// has read, and it needs none. Acks need none either since migration
-// 009: on the own events table an ack leaves the stream pending.
+// has read, and it needs none.
 func (s *Store) queueCatchUp(b *pgx.Batch, streams []string) {
 	if s.External() {
 		return

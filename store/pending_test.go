@@ -80,8 +80,7 @@ WHERE schemaname = $1 AND relname = 'streams'`, s.Schema()).Scan(&upd))
 	require.NoError(t, err)
 	require.Len(t, lagging, 1)
 
-	// Acked to the last version: caught up, the head column exact again,
-	// and the stream kept pending (migration 009).
+	// Acked to the last version: caught up, the head column exact again.
 	claims, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, claims, 1)
@@ -91,7 +90,7 @@ WHERE schemaname = $1 AND relname = 'streams'`, s.Schema()).Scan(&upd))
 	require.NoError(t, b.store.Ack(b.ctx, "x", "quiet-1", evs[20].Version, evs[20].ID))
 	head, pending = b.streamsRow(t, "quiet-1")
 	require.Equal(t, int64(20), head)
-	require.True(t, pending, "kept pending by the ack")
+	require.False(t, pending)
 	si = b.info(t, "quiet-1")
 	require.Equal(t, int64(20), si.Head)
 	require.Zero(t, si.Lag)
@@ -213,25 +212,12 @@ func TestAppendWaitingForASettleMarksTheStreamPending(t *testing.T) {
 // made inside transactions that do more before they commit: every event
 // is handled exactly once and in version order, and afterwards every
 // stream is caught up, its real head its last version.
-//
-// With keepPending 0 every claim takes out the streams the acks kept
-// pending, so appends race those take-outs all along (migration 009).
 func TestConcurrentAppendersAndDrainsMissNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two drains against Postgres")
 	}
 	t.Parallel()
-	for _, keep := range []time.Duration{store.DefaultKeepPending, 0} {
-		t.Run(fmt.Sprintf("keepPending=%s", keep), func(t *testing.T) {
-			t.Parallel()
-			concurrentAppendersAndDrains(t, keep)
-		})
-	}
-}
-
-func concurrentAppendersAndDrains(t *testing.T, keep time.Duration) {
 	b := setup(t)
-	store.SetKeepPending(b.store, keep)
 	const (
 		streams   = 8
 		appenders = 6

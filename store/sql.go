@@ -1,10 +1,6 @@
 package store
 
-import (
-	"fmt"
-	"strings"
-	"time"
-)
+import "strings"
 
 // queries holds every statement the store runs, with the schema injected
 // once at construction (the schema is a validated plain identifier).
@@ -48,9 +44,6 @@ type queries struct {
 	catchUp    string
 	wake       string
 
-	takeOut         string
-	catchUpTakenOut string
-
 	idleTake  string
 	idleWait  string
 	idleLetGo string
@@ -89,16 +82,6 @@ const settleHead = `(head, pending_since) = (
             WHERE e.stream = s.stream AND e.version > GREATEST(s.watermark, $3)
             ORDER BY e.version LIMIT 1) o)`
 
-// settleHeadKept is settleHead for an ack that keeps the stream pending
-// (migration 009). A stream it catches up keeps its pending_since when
-// that is less than {keep} old (the drain keeps up: the ack is then a
-// HOT update, nothing indexed moves), else it is due from now on (under
-// a backlog, an event appended soon after the ack must not rank by the
-// old time). Either way an event appended while the stream is kept
-// ranks at most twice the keep-pending time ahead of its own time.
-var settleHeadKept = strings.Replace(settleHead, "ELSE s.pending_since END",
-	"ELSE CASE WHEN s.pending_since > now() - {keep} THEN s.pending_since ELSE now() END END", 1)
-
 // realHead is the last version of stream s (a row of the streams table).
 // Since migration 008 the head column of a pending stream is a lower
 // bound (an append to a pending stream does not write it), so the last
@@ -109,52 +92,10 @@ const realHead = `(CASE WHEN s.pending THEN coalesce((
         SELECT max(e.version) FROM {events} e WHERE e.stream = s.stream), s.head)
         ELSE GREATEST(s.head, s.watermark) END)`
 
-// catchUpSQL: see queries.catchUp.
-const catchUpSQL = `UPDATE {schema}.streams s
-SET head = t.top,
-    pending_since = coalesce((
-        SELECT LEAST(e.created, now()) FROM {events} e
-        WHERE e.stream = s.stream AND e.version > s.watermark
-        ORDER BY e.version LIMIT 1), now()),
-    updated_at = now()
-FROM (
-    SELECT stream FROM {schema}.streams
-    WHERE stream = ANY($1) AND NOT pending
-    FOR NO KEY UPDATE SKIP LOCKED
-) l
-CROSS JOIN LATERAL (SELECT max(e.version) AS top FROM {events} e WHERE e.stream = l.stream) t
-WHERE s.stream = l.stream AND t.top > s.watermark`
-
-// takenOutSetting is the transaction-local setting in which takeOut names
-// the streams it took out of the claim's index, for catchUpTakenOut.
-const takenOutSetting = "jsbridge.taken_out"
-
-// hasEvents is whether stream {s} (a row of the streams table, by its
-// alias) has a committed event past its watermark in the statement's
-// snapshot: its head column says so, or, for a stream whose head column
-// is at its watermark (a stream the ack kept pending, migration 009), one
-// probe of the events table's (stream, version) index finds one.
-// {has_events_<alias>} in a statement.
-const hasEvents = `({s}.head > {s}.watermark OR EXISTS (
-        SELECT 1 FROM {events} e WHERE e.stream = {s}.stream AND e.version > {s}.watermark))`
-
-func newQueries(schema, events string, external bool, keepPending time.Duration) queries {
-	// The ack keeps a stream it catches up in the claim's index
-	// (migration 009) only on the bridge's own events table: an external
-	// one has no trigger, and discovery writes every head it finds.
-	keep, ackHead := "keep_pending = true,", strings.ReplaceAll(settleHeadKept, "{keep}",
-		fmt.Sprintf("interval '%d microseconds'", keepPending.Microseconds()))
-	if external {
-		keep, ackHead = "", settleHead
-	}
+func newQueries(schema, events string) queries {
 	r := strings.NewReplacer("{schema}", schema, "{events}", events,
 		"{settle_head}", strings.ReplaceAll(settleHead, "{events}", events),
-		"{settle_head_ack}", strings.ReplaceAll(ackHead, "{events}", events),
-		"{settle_head_ack_many}", strings.ReplaceAll(strings.ReplaceAll(ackHead, "{events}", events), "$3", "a.version"),
-		"{real_head}", strings.ReplaceAll(realHead, "{events}", events),
-		"{keep_pending}", keep,
-		"{has_events_st}", strings.ReplaceAll(strings.ReplaceAll(hasEvents, "{events}", events), "{s}", "st"),
-		"{has_events_s}", strings.ReplaceAll(strings.ReplaceAll(hasEvents, "{events}", events), "{s}", "s"))
+		"{real_head}", strings.ReplaceAll(realHead, "{events}", events))
 	return queries{
 		createSchema: r.Replace(`CREATE SCHEMA IF NOT EXISTS {schema}`),
 		createMigrations: r.Replace(`CREATE TABLE IF NOT EXISTS {schema}.jsbridge_migrations (
@@ -287,22 +228,13 @@ RETURNING id, version, name, data, meta, created`),
 		// committed yet. That appender may not notify (the stream was
 		// already pending), so Claim has the drain look again soon (see
 		// Store.Notifications). The check reads the statement's snapshot
-		// and stops at the first such stream. It passes over streams the
-		// ack kept pending whose head column is at the watermark: an
-		// appender to one of those decides on a notification itself
-		// (migration 009), and probing each for events would double what
-		// the kept streams cost a claim.
-		//
-		// A stream the ack kept pending (migration 009) is claimed only
-		// when an event is past its watermark ({has_events_st}: its head
-		// column says so, or one probe of the events table's index).
+		// and stops at the first such stream.
 		claim: r.Replace(`WITH due AS MATERIALIZED (
-    SELECT st.stream, st.leased_by AS prev_holder FROM {schema}.streams st
-    WHERE st.pending AND NOT st.blocked
-      AND coalesce(st.next_attempt, st.pending_since) <= now()
-      AND (st.leased_until IS NULL OR st.leased_until <= now())
-      AND {has_events_st}
-    ORDER BY coalesce(st.next_attempt, st.pending_since)
+    SELECT stream, leased_by AS prev_holder FROM {schema}.streams
+    WHERE pending AND NOT blocked
+      AND coalesce(next_attempt, pending_since) <= now()
+      AND (leased_until IS NULL OR leased_until <= now())
+    ORDER BY coalesce(next_attempt, pending_since)
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -319,7 +251,6 @@ WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
     WHERE x.pending AND NOT x.blocked
       AND coalesce(x.next_attempt, x.pending_since) <= now()
       AND (x.leased_until IS NULL OR x.leased_until <= now())
-      AND x.head > x.watermark
       AND x.stream NOT IN (SELECT stream FROM due))`),
 		// The claim and the fetch of the claimed streams' events in one
 		// statement (ClaimFetch, AckClaim): one row per event ($4 per stream
@@ -329,12 +260,11 @@ WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
 		// snapshot; one committed later is past the head the settle reads
 		// again, so its stream stays pending.
 		claimFetch: r.Replace(`WITH due AS MATERIALIZED (
-    SELECT st.stream, st.leased_by AS prev_holder FROM {schema}.streams st
-    WHERE st.pending AND NOT st.blocked
-      AND coalesce(st.next_attempt, st.pending_since) <= now()
-      AND (st.leased_until IS NULL OR st.leased_until <= now())
-      AND {has_events_st}
-    ORDER BY coalesce(st.next_attempt, st.pending_since)
+    SELECT stream, leased_by AS prev_holder FROM {schema}.streams
+    WHERE pending AND NOT blocked
+      AND coalesce(next_attempt, pending_since) <= now()
+      AND (leased_until IS NULL OR leased_until <= now())
+    ORDER BY coalesce(next_attempt, pending_since)
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -361,7 +291,6 @@ WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
     WHERE x.pending AND NOT x.blocked
       AND coalesce(x.next_attempt, x.pending_since) <= now()
       AND (x.leased_until IS NULL OR x.leased_until <= now())
-      AND x.head > x.watermark
       AND x.stream NOT IN (SELECT stream FROM due))`),
 		// data and meta are read as text whatever their type (jsonb and json
 		// print their JSON; text is as stored), so no row can fail the scan:
@@ -386,16 +315,16 @@ ORDER BY c.ord, e.version`),
 		ack: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
-    {settle_head_ack}, {keep_pending}
+    {settle_head},
     retry = 0, next_attempt = NULL, error = NULL,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
-		ackMany: r.Replace(ackManySQL),
+		ackMany: ackManyQuery(r),
 		retry: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
     {settle_head},
-    retry = retry + 1, next_attempt = now() + $5::bigint * interval '1 microsecond', error = $6, keep_pending = false,
+    retry = retry + 1, next_attempt = now() + $5::bigint * interval '1 microsecond', error = $6,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 		// Like retry without counting one; the lease is ended (expired
@@ -405,14 +334,14 @@ WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
     {settle_head},
-    next_attempt = now() + $5::bigint * interval '1 microsecond', error = $6, keep_pending = false,
+    next_attempt = now() + $5::bigint * interval '1 microsecond', error = $6,
     leased_until = now(), updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 		block: r.Replace(`UPDATE {schema}.streams s
 SET watermark = GREATEST(watermark, $3),
     watermark_id = CASE WHEN $3 > watermark THEN $4 ELSE watermark_id END,
     {settle_head},
-    retry = retry + 1, blocked = true, error = $5, keep_pending = false,
+    retry = retry + 1, blocked = true, error = $5,
     leased_by = NULL, leased_until = NULL, updated_at = now()
 WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 		// After a statement that moved watermarks forward, in its
@@ -425,46 +354,21 @@ WHERE stream = $2 AND leased_by = $1 AND leased_until > now()`),
 		// pending again each stream it left caught up with events past
 		// its watermark. A row another transaction holds is one the
 		// settle did not touch (it left it alone, SKIP LOCKED): skipped.
-		catchUp: r.Replace(catchUpSQL),
-		wake:    r.Replace(`SELECT pg_notify('{schema}', '')`),
-
-		// A stream the ack kept pending (migration 009) leaves the claim's
-		// index when it lingered $2 microseconds (since its last settle)
-		// with no event past its watermark; only the first $1 due streams
-		// in the claim's order are looked at (lingering streams come
-		// first: they are due since their last batch), and rows another
-		// transaction holds (an appender, a claim) are skipped. The streams
-		// taken out are named in the transaction's setting takenOutSetting
-		// for catchUpTakenOut: this statement's snapshot is from before
-		// it locked the rows, so an append that committed in between (it
-		// found the stream pending and wrote nothing) is not seen here.
-		takeOut: r.Replace(`WITH seen AS (
-    SELECT d.stream FROM (
-        SELECT st.stream, st.head, st.watermark, st.updated_at FROM {schema}.streams st
-        WHERE st.pending AND NOT st.blocked
-          AND coalesce(st.next_attempt, st.pending_since) <= now()
-          AND (st.leased_until IS NULL OR st.leased_until <= now())
-        ORDER BY coalesce(st.next_attempt, st.pending_since)
-        LIMIT $1) d
-    WHERE d.head <= d.watermark AND d.updated_at < now() - $2::bigint * interval '1 microsecond'
-), locked AS MATERIALIZED (
-    SELECT s.stream FROM {schema}.streams s JOIN seen ON seen.stream = s.stream
-    WHERE s.keep_pending AND s.head <= s.watermark AND NOT s.blocked
-      AND s.updated_at < now() - $2::bigint * interval '1 microsecond'
-      AND (s.leased_until IS NULL OR s.leased_until <= now())
-    FOR NO KEY UPDATE OF s SKIP LOCKED
-), taken AS (
-    UPDATE {schema}.streams s SET keep_pending = false, updated_at = now()
-    FROM locked
-    WHERE s.stream = locked.stream AND NOT EXISTS (
-        SELECT 1 FROM {events} e WHERE e.stream = s.stream AND e.version > s.watermark)
-    RETURNING s.stream
-)
-SELECT set_config('` + takenOutSetting + `', coalesce(array_agg(stream), '{}')::text, true) FROM taken`),
-		// catchUp over the streams takeOut took out, in its transaction.
-		catchUpTakenOut: r.Replace(strings.Replace(catchUpSQL, "ANY($1)",
-			"ANY(coalesce(nullif(current_setting('"+takenOutSetting+"', true), ''), '{}')::text[])", 1)),
-
+		catchUp: r.Replace(`UPDATE {schema}.streams s
+SET head = t.top,
+    pending_since = coalesce((
+        SELECT LEAST(e.created, now()) FROM {events} e
+        WHERE e.stream = s.stream AND e.version > s.watermark
+        ORDER BY e.version LIMIT 1), now()),
+    updated_at = now()
+FROM (
+    SELECT stream FROM {schema}.streams
+    WHERE stream = ANY($1) AND NOT pending
+    FOR NO KEY UPDATE SKIP LOCKED
+) l
+CROSS JOIN LATERAL (SELECT max(e.version) AS top FROM {events} e WHERE e.stream = l.stream) t
+WHERE s.stream = l.stream AND t.top > s.watermark`),
+		wake: r.Replace(`SELECT pg_notify('{schema}', '')`),
 		// The idle lock ($1: idleLockKey) on the listening session: taken
 		// exclusively ("mine"); else held shared by appenders that sent
 		// no notification ("appending": the shared try succeeds, and is
@@ -517,9 +421,9 @@ LEFT JOIN LATERAL (
     SELECT e.created FROM {events} e
     WHERE e.stream = s.stream AND e.version > s.watermark
     ORDER BY e.version LIMIT 1
-) o ON s.pending
+) o ON s.head > s.watermark
 WHERE (NOT $1 OR s.blocked)
-  AND (NOT $2 OR (s.pending AND (s.head > s.watermark OR o.created IS NOT NULL)))
+  AND (NOT $2 OR s.head > s.watermark)
   AND ($3 = '' OR s.stream ~ $3)
   AND ($5::text[] IS NULL OR s.stream = ANY($5))
 ORDER BY s.stream
@@ -558,7 +462,7 @@ FROM old WHERE s.stream = old.stream
 RETURNING s.stream, old.watermark, {real_head}, old.blocked, coalesce(old.error, '')`),
 		backlog: r.Replace(`SELECT
     (SELECT count(*) FROM {schema}.streams WHERE blocked),
-    (SELECT count(*) FROM {schema}.streams s WHERE s.pending AND NOT s.blocked AND {has_events_s}),
+    (SELECT count(*) FROM {schema}.streams WHERE pending AND NOT blocked),
     GREATEST((
         SELECT (extract(epoch FROM now() - min(o.created)) * 1e6)::bigint
         FROM {schema}.streams s
@@ -567,7 +471,7 @@ RETURNING s.stream, old.watermark, {real_head}, old.blocked, coalesce(old.error,
             WHERE e.stream = s.stream AND e.version > s.watermark
             ORDER BY e.version LIMIT 1
         ) o
-        WHERE s.pending
+        WHERE ((s.head > s.watermark AND NOT s.blocked) OR s.blocked) AND s.head > s.watermark
     ), 0)`),
 		totals: r.Replace(`SELECT coalesce(sum({real_head} + 1), 0)::bigint, coalesce(sum(s.watermark + 1), 0)::bigint FROM {schema}.streams s`),
 

@@ -50,7 +50,6 @@ type Store struct {
 	discoveryInterval time.Duration
 	discoverySpan     int64
 	settleTimeout     time.Duration
-	keepPending       time.Duration
 	log               *slog.Logger
 
 	// lastFetch is how many events the last Fetch returned: the next one
@@ -185,22 +184,18 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 }
 
 func newStore(opts []Option) (*Store, error) {
-	s := &Store{schema: DefaultSchema, discoveryInterval: DefaultDiscoveryInterval, discoverySpan: defaultDiscoverySpan, settleTimeout: DefaultSettleTimeout, keepPending: defaultKeepPending, log: slog.Default()}
+	s := &Store{schema: DefaultSchema, discoveryInterval: DefaultDiscoveryInterval, discoverySpan: defaultDiscoverySpan, settleTimeout: DefaultSettleTimeout, log: slog.Default()}
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 	}
-	s.q = newQueries(s.schema, s.eventsSQL(), s.External(), s.keepPending)
-	return s, nil
-}
-
-// eventsSQL is the events table as the queries name it.
-func (s *Store) eventsSQL() string {
+	events := s.schema + ".events"
 	if s.eventsTable != "" {
-		return s.eventsIdent.Sanitize()
+		events = s.eventsIdent.Sanitize()
 	}
-	return s.schema + ".events"
+	s.q = newQueries(s.schema, events)
+	return s, nil
 }
 
 // External reports whether the store drains an existing events table
