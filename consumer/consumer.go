@@ -130,7 +130,7 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		}
 		c.engine = se
 		if cfg.SubscriptionStore != nil {
-			c.live = se
+			c.live, se.loaded = se, make(chan struct{})
 		}
 		return c, nil
 	}

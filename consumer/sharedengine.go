@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,6 +43,12 @@ type sharedEngine struct {
 	js     jetstream.JetStream
 	stream string
 	log    *slog.Logger
+	// loaded, when not nil, is closed once the subscriptions bucket's
+	// subscriptions were applied (Loaded): Run starts the replica only
+	// then, since a partition taken with a subscription missing from
+	// the member index passes its events over.
+	loaded   chan struct{}
+	loadOnce sync.Once
 }
 
 // newSharedEngine makes the replica of cfg delivering subs (none when
@@ -133,6 +140,13 @@ func (e *sharedEngine) migrated(ctx context.Context) (bool, error) {
 // gracefully: every partition released with its record committed and
 // its lease deleted, so another replica takes over at once.
 func (e *sharedEngine) Run(ctx context.Context) error {
+	if e.loaded != nil {
+		select {
+		case <-e.loaded:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	var pause backoff.Backoff
 	for {
 		err := e.r.Start(ctx)
@@ -181,5 +195,12 @@ func (e *sharedEngine) Names() []string                               { return e
 func (e *sharedEngine) pause(s subscription.Subscription) {
 	if err := e.r.PutPaused(s); err != nil {
 		e.log.Error("paused subscription cannot be kept: nothing runs for it", slog.String("subscription", s.Name), slog.Any("error", err))
+	}
+}
+
+// Loaded ends Run's wait for the bucket's subscriptions.
+func (e *sharedEngine) Loaded() {
+	if e.loaded != nil {
+		e.loadOnce.Do(func() { close(e.loaded) })
 	}
 }

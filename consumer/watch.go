@@ -30,6 +30,9 @@ type liveSubscriptions interface {
 	Remove(ctx context.Context, name string) error
 	// Names are the subscriptions it has, sorted.
 	Names() []string
+	// Loaded is called at the end of each watch's initial replay, once
+	// the bucket's subscriptions were submitted.
+	Loaded()
 }
 
 // fleetSubscriptions is the durables engine's Fleet as watch edits it.
@@ -41,6 +44,7 @@ func (fs fleetSubscriptions) Remove(ctx context.Context, name string) error {
 	return fs.f.Remove(ctx, name)
 }
 func (fs fleetSubscriptions) Names() []string { return fs.f.Names() }
+func (fs fleetSubscriptions) Loaded()         {}
 
 // watch applies the changes of Config.SubscriptionStore's bucket to the
 // engine (c.live) until ctx ends: a subscription put and not paused runs
@@ -72,6 +76,8 @@ func (c *Consumer) watch(ctx context.Context) {
 						a.submit(ctx, subkv.Change{Name: name, Deleted: true})
 					}
 				}
+				// Not in this callback: the watch goes on meanwhile.
+				go func() { a.wait(ctx); c.live.Loaded() }()
 				return
 			}
 			if ch.Initial {
@@ -105,6 +111,23 @@ type applier struct {
 	pending map[string]subkv.Change // the latest change not applied yet
 	busy    map[string]bool         // a goroutine applies this name's changes
 	wg      sync.WaitGroup
+}
+
+// wait returns once no change waits to be applied (polled every 5 ms),
+// or ctx ended.
+func (a *applier) wait(ctx context.Context) {
+	for ctx.Err() == nil {
+		a.mu.Lock()
+		idle := len(a.busy) == 0
+		a.mu.Unlock()
+		if idle {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // submit queues ch and starts its subscription's goroutine unless it runs.

@@ -45,6 +45,7 @@ func (r *Replica) serve(c *owner.Claim) {
 		return
 	}
 	r.metrics.handover(true, causeClaimed)
+	r.warnStrangers(log, pos.Record())
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	ran := make(chan error, 1)

@@ -265,3 +265,18 @@ func (r *Replica) Paused(name string) bool {
 	defer r.subs.mu.Unlock()
 	return r.subs.paused[name]
 }
+
+// warnStrangers logs the subscriptions a partition's record lists as
+// live that this replica does not have: another replica delivers them,
+// so the replicas' subscription sets differ, and this replica, which
+// owns the partition now, passes their events over. Every replica of
+// the shared engine must deliver the same subscriptions (one file, or
+// one subscriptions bucket).
+func (r *Replica) warnStrangers(log *slog.Logger, rec position.Record) {
+	for name := range rec.Members {
+		if _, ok := r.members.Get(name); !ok {
+			log.Warn("shared: the partition's record lists a subscription this replica does not deliver: its events on the partition are passed over (every replica of the shared engine must have the same subscriptions)",
+				slog.String("subscription", name))
+		}
+	}
+}
