@@ -54,7 +54,7 @@ func (r *Replica) serve(c *owner.Claim) {
 	send := &sender{senders: r.senders, claim: c, epochs: r.epochs, replica: r.cfg.Replica, log: log}
 	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log},
 		r.members, pos, send, r.chain, r.cursors)
-	r.startFan(c.Partition, fan)
+	r.startFan(c.Partition, fan, pos)
 	floor := pos.Record().Floor
 	var runErr error
 	ended := false
