@@ -11,7 +11,6 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
-	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -179,21 +178,6 @@ func lastVersionBefore(ctx context.Context, js jetstream.JetStream, name string,
 		return 0, false, nil
 	}
 	return v, true, nil
-}
-
-// orderLetter returns dl with the ordering headers of order, the failed
-// attempt's (none when nil): the dead-letter stream keeps them, so that a
-// replay sends the predecessor the event had.
-func orderLetter(dl deadletter.Letter, order *webhook.OrderFields) deadletter.Letter {
-	if order == nil {
-		return dl
-	}
-	dl.Previous = wire.FormatPreviousVersion(order.Previous)
-	if order.Partition >= 0 {
-		dl.Partition = strconv.Itoa(order.Partition)
-		dl.Epoch = strconv.FormatUint(order.Epoch, 10)
-	}
-	return dl
 }
 
 // ChainFromMetadataKey is the partition consumer metadata key holding the

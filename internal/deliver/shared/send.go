@@ -6,13 +6,18 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -28,7 +33,12 @@ type sender struct {
 	claim   *owner.Claim
 	epochs  owner.Epochs
 	replica string
-	log     *slog.Logger
+	// letters stores the dead letters (nil: each is logged, not stored);
+	// deadLettered counts them by subscription (nil: not counted).
+	letters      deadletter.Writer
+	deadLettered *prometheus.CounterVec
+	clock        clockwork.Clock
+	log          *slog.Logger
 }
 
 // Attempt implements fanout.Sender.
@@ -49,6 +59,9 @@ func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 	}
 	st := snd.Attempt(ctx, eventMsg{ev: d.Event, attempt: d.Attempt}, d.Attempt, c)
 	defer snd.End(st.Trace)
+	if st.Act == attempt.ActDeadLetter {
+		return s.deadLetter(ctx, snd, d, st, c)
+	}
 	return s.settle(snd, d, st)
 }
 
@@ -79,14 +92,6 @@ func (s *sender) settle(snd *attempt.Sender, d fanout.Delivery, st attempt.Settl
 	case attempt.ActAck:
 		snd.Count(st.Outcome, st.Class, st.Response.Status)
 		return fanout.Settlement{Act: fanout.Delivered}
-	case attempt.ActDeadLetter:
-		// The dead-letter stream is not wired into the shared engine
-		// yet: the event is given up on and said so.
-		snd.Count(st.Outcome, st.Class, st.Response.Status)
-		s.log.Warn("shared: event given up on (dead letters are not stored by the shared engine yet)",
-			slog.String("subscription", d.Subscription), slog.String("subject", d.Event.Subject),
-			slog.Uint64("seq", d.Event.Seq), slog.String("reason", st.Reason))
-		return fanout.Settlement{Act: fanout.DeadLetter}
 	case attempt.ActStale:
 		// A receiver processed the stream under a later epoch: this
 		// claim is stale. Raise the counter above what it names, and
@@ -101,6 +106,78 @@ func (s *sender) settle(snd *attempt.Sender, d fanout.Delivery, st attempt.Settl
 	// ActBreakerOpen, ActCut, ActNotSent, ActNotReady: nothing settled.
 	return fanout.Settlement{Act: fanout.Retry, Delay: delay}
 }
+
+// deadLetter gives d's event up (a permanent answer, the last attempt
+// MaxDeliver allows failing, or an event that cannot become a webhook):
+// it stores the dead letter as the old engine does (deadletter.Writer:
+// the dead-letter stream's subject dlq.<subscription>.<subject>, the
+// event's data and reader headers, the Jsbridge-Dlq-* headers, and an
+// ordered attempt's chain headers), retrying in place with backoff while
+// the store fails, and only then settles: fanout.Park for an ordered
+// subscription with on_dead_letter: park (its stream set aside), else
+// fanout.DeadLetter (an ordered stream's next event names the same
+// predecessor as this one did). The fan-out ending first (the partition
+// released) settles nothing: the next owner sends the event again, and
+// the dead-letter stream's duplicate window drops a second copy of a
+// letter that was stored.
+func (s *sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, st attempt.Settlement, c attempt.Call) fanout.Settlement {
+	sub := snd.Subscription()
+	dl := deadletter.Letter{Subscription: d.Subscription, Endpoint: snd.Endpoint(), EventID: c.ID, Attempt: d.Attempt,
+		Status: st.Response.Status, Reason: st.Reason, At: st.Response.At, Msg: eventMsg{ev: d.Event, attempt: d.Attempt}}.WithOrder(c.Order)
+	log := s.log.With(slog.String("subscription", d.Subscription), slog.String("event_id", c.ID),
+		slog.Uint64("seq", d.Event.Seq), slog.Int("attempt", d.Attempt), slog.Int("status", dl.Status))
+	if !s.retry(ctx, log, "storing the dead letter failed; retrying in place (the event is not settled meanwhile)", func(ctx context.Context) error {
+		if s.letters == nil {
+			return nil
+		}
+		return s.letters.DeadLetter(ctx, dl)
+	}) {
+		st.Trace.Decide(attempt.OutcomeRetry, st.Class, st.Reason+" (the dead letter was not stored: the partition was released first)")
+		return fanout.Settlement{Act: fanout.Retry, Delay: minRetry}
+	}
+	snd.Count(st.Outcome, st.Class, st.Response.Status)
+	if s.letters != nil && s.deadLettered != nil {
+		s.deadLettered.WithLabelValues(d.Subscription).Inc()
+	}
+	stored := "dead-lettered"
+	if s.letters == nil {
+		stored = "given up on (no dead-letter stream configured: not stored)"
+	}
+	if d.Ordered && sub.OnDeadLetter == subscription.DeadLetterPark {
+		log.Error("delivery failed for good, "+stored+"; its stream is parked for the subscription", slog.String("outcome", st.Outcome), slog.String("reason", st.Reason))
+		return fanout.Settlement{Act: fanout.Park}
+	}
+	log.Error("delivery failed for good, "+stored+"; its stream goes on", slog.String("outcome", st.Outcome), slog.String("reason", st.Reason))
+	return fanout.Settlement{Act: fanout.DeadLetter}
+}
+
+// retry runs do until it succeeds, pausing with backoff after each
+// failure (logged with msg), and reports whether it did; false when ctx
+// (the fan-out's) ended first. Each try is bounded by storeTimeout and
+// outlives ctx: a write under way is not cut by a hand-over.
+func (s *sender) retry(ctx context.Context, log *slog.Logger, msg string, do func(context.Context) error) bool {
+	var pause backoff.Backoff
+	for {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		err := do(tctx)
+		cancel()
+		if err == nil {
+			return true
+		}
+		d := pause.Next()
+		log.Error(msg, slog.Any("error", err), slog.Duration("retry_in", d))
+		t := s.clock.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.Chan():
+		}
+	}
+}
+
+// storeTimeout bounds one write of a dead letter or a skipped version.
+const storeTimeout = 10 * time.Second
 
 // eventID is the event's id: its Nats-Msg-Id, else its ce-id
 // (attempt.EventID, for a reader.Event).

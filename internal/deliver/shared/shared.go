@@ -11,15 +11,17 @@
 // partitions as the owner gains and releases them.
 //
 // The adapters of fanout's interfaces live here: the Sender makes each
-// attempt through internal/deliver/attempt behind the claim's lease fence;
+// attempt through internal/deliver/attempt behind the claim's lease fence,
+// and stores an event given up on in the dead-letter stream
+// (Deps.DeadLetters) before it settles it;
 // the Chain looks a stream's predecessor up on the events stream
 // (jsapi.LastBefore, confirmed by the stream's leader); the cursors read
 // through fanout.Cursors.
 //
 // Not here yet (the design's stage 6 row says what is left): the Fleet's
-// wiring behind `engine: shared`, live subscription edits, dead letters
-// (a dead-lettered event is logged, not stored) and the chain's skipped
-// versions, the subscriptions' health (a 410 is retried, not disabled),
+// wiring behind `engine: shared`, live subscription edits, the chain's
+// skipped versions, the subscriptions' health (a 410 is retried, not
+// disabled), order-stuck (a gate's refusals are retried for ever),
 // client certificates (Subscription.TLS), metrics of partitions owned
 // and hand-overs.
 package shared
@@ -40,6 +42,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
@@ -106,6 +109,16 @@ type Deps struct {
 	// Deliveries is jsbridge_consumer_deliveries_total (subscription,
 	// outcome, status_class). Default an unregistered counter.
 	Deliveries *prometheus.CounterVec
+	// DeadLetters stores the events given up on (a *deadletter.DLQ,
+	// provisioned), as the old engine does: an event is settled only
+	// once its letter is stored; while the store fails it is retried in
+	// place. Default nil: a dead-lettered event is logged at error level,
+	// not stored, and settled.
+	DeadLetters deadletter.Writer
+	// DeadLettered is jsbridge_consumer_dead_letters_total
+	// (subscription), counted for each letter stored. Default nil: not
+	// counted.
+	DeadLettered *prometheus.CounterVec
 }
 
 // Replica is one consumer replica of the shared engine. Make one with
@@ -119,6 +132,8 @@ type Replica struct {
 	chain   *chain
 	cursors *fanout.Cursors
 	rcfg    reader.Config
+	letters deadletter.Writer
+	dead    *prometheus.CounterVec
 
 	own     *owner.Owner
 	epochs  owner.Epochs
@@ -166,7 +181,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		return nil, fmt.Errorf("%w: Partitions %d: want 1 to %d", ErrInvalidConfig, cfg.Partitions, owner.MaxPartitions)
 	}
 	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: fanout.NewMembers(),
-		senders: map[string]*attempt.Sender{}, parts: map[int]served{}}
+		senders: map[string]*attempt.Sender{}, parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
 	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
 		Name: "jsbridge_reader_" + cfg.Replica, Logger: cfg.Logger}
 	if err := r.subscribe(deps); err != nil {

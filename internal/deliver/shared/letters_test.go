@@ -1,0 +1,366 @@
+package shared_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// gate is a real webhook endpoint for the dead-letter and health tests:
+// it verifies every signature, answers what answer says (0: 204), and,
+// for the ordered subscriptions' paths, checks each stream's version
+// chain as a receiver's order gate does: a version at or below the last
+// one processed is a duplicate; any other must name the last one
+// processed as its predecessor (dead-lettered versions are skipped, so
+// versions may jump).
+type gate struct {
+	verify  *webhook.Verifier
+	srv     *httptest.Server
+	ordered map[string]bool // paths of ordered subscriptions
+
+	mu       sync.Mutex
+	answer   func(path, id string) int
+	accepted map[string]map[string]int     // path → event id → 2xx answers (duplicates included)
+	at       map[string]time.Time          // path + " " + event id → first accepted
+	last     map[string]map[string]int64   // ordered path → stream → last version processed
+	named    map[string]map[string][]int64 // ordered path → stream → [version, previous] of each version processed
+	breaks   []string
+	refused  map[int]time.Time // status → first answered
+	badSigns int
+}
+
+func newGate(t *testing.T, secret string, ordered ...string) *gate {
+	t.Helper()
+	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{secret})
+	require.NoError(t, err)
+	g := &gate{verify: v, ordered: map[string]bool{}, accepted: map[string]map[string]int{},
+		at: map[string]time.Time{}, last: map[string]map[string]int64{}, named: map[string]map[string][]int64{}, refused: map[int]time.Time{}}
+	for _, p := range ordered {
+		g.ordered["/"+p] = true
+	}
+	g.srv = httptest.NewServer(http.HandlerFunc(g.serve))
+	t.Cleanup(g.srv.Close)
+	return g
+}
+
+func (g *gate) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.verify.Verify(r.Header, body); err != nil {
+		g.badSigns++
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	id := r.Header.Get("webhook-id")
+	if g.answer != nil {
+		if status := g.answer(r.URL.Path, id); status != 0 {
+			if _, ok := g.refused[status]; !ok {
+				g.refused[status] = time.Now()
+			}
+			w.WriteHeader(status)
+			return
+		}
+	}
+	if g.ordered[r.URL.Path] {
+		if msg := g.order(r.URL.Path, r.Header); msg != "" {
+			g.breaks = append(g.breaks, r.URL.Path+": "+msg)
+		}
+	}
+	if g.accepted[r.URL.Path] == nil {
+		g.accepted[r.URL.Path] = map[string]int{}
+	}
+	if g.accepted[r.URL.Path][id]++; g.accepted[r.URL.Path][id] == 1 {
+		g.at[r.URL.Path+" "+id] = time.Now()
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// order checks an ordered webhook's chain (g.mu held) and returns what
+// breaks it ("" when nothing does).
+func (g *gate) order(path string, h http.Header) string {
+	stream, err := wire.DecodeHeaderValue(h.Get(wire.HeaderSubject))
+	if err != nil {
+		return err.Error()
+	}
+	v, err := strconv.ParseInt(h.Get(wire.HeaderStreamVersion), 10, 64)
+	if err != nil {
+		return "no version: " + err.Error()
+	}
+	prev, err := wire.ParsePreviousVersion(h.Get(wire.HeaderPreviousVersion))
+	if err != nil {
+		return err.Error()
+	}
+	p, _ := strconv.Atoi(h.Get(wire.HeaderPartition))
+	epoch, _ := strconv.ParseUint(h.Get(wire.HeaderLeaseEpoch), 10, 64)
+	if err := g.verify.VerifyOrder(h, webhook.OrderFields{Stream: stream, Version: v, Previous: prev, Partition: p, Epoch: epoch}); err != nil {
+		return fmt.Sprintf("%s v%d: order signature: %v", stream, v, err)
+	}
+	if g.last[path] == nil {
+		g.last[path], g.named[path] = map[string]int64{}, map[string][]int64{}
+	}
+	last, seen := g.last[path][stream]
+	if !seen {
+		last = fanout.NoPrevious
+	}
+	switch {
+	case v <= last:
+		return "" // a duplicate: answered 2xx, not processed
+	case prev != last:
+		return fmt.Sprintf("%s: version %d names %d, last processed %d", stream, v, prev, last)
+	}
+	g.last[path][stream] = v
+	g.named[path][stream] = append(g.named[path][stream], v, prev)
+	return ""
+}
+
+// received returns how many distinct events path accepted.
+func (g *gate) received(path string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.accepted["/"+path])
+}
+
+// has reports whether path accepted event id.
+func (g *gate) has(path, id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.accepted["/"+path][id] > 0
+}
+
+// acceptedAt returns when path first accepted event id (zero: never).
+func (g *gate) acceptedAt(path, id string) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.at["/"+path+" "+id]
+}
+
+// chain returns the [version, previous] pairs path processed of stream.
+func (g *gate) chain(path, stream string) []int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]int64(nil), g.named["/"+path][stream]...)
+}
+
+// duplicates returns the events path accepted more than once.
+func (g *gate) duplicates(path string) map[string]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := map[string]int{}
+	for id, n := range g.accepted["/"+path] {
+		if n > 1 {
+			out[id] = n
+		}
+	}
+	return out
+}
+
+func (g *gate) problems() (breaks []string, badSigns int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.breaks...), g.badSigns
+}
+
+func (g *gate) setAnswer(fn func(path, id string) int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.answer = fn
+}
+
+// gateWorld is a world whose subscriptions (name → ordering and dead
+// letter policy) all deliver to one gate, with the dead-letter stream
+// provisioned and given to every replica.
+func gateWorld(t *testing.T, subs ...subscription.Subscription) (*world, *gate, *deadletter.DLQ) {
+	t.Helper()
+	w := newWorld(t)
+	secret := w.subs[0].Secrets[0]
+	var ordered []string
+	for _, s := range subs {
+		if s.Ordering != subscription.OrderingNone {
+			ordered = append(ordered, s.Name)
+		}
+	}
+	g := newGate(t, secret, ordered...)
+	w.subs = nil
+	for _, s := range subs {
+		s.FilterSubjects, s.URL, s.Secrets = []string{"events.>"}, g.srv.URL+"/"+s.Name, []string{secret}
+		s.Body, s.AllowPrivate = subscription.BodyBinary, true
+		w.subs = append(w.subs, s)
+	}
+	q := deadletter.New(w.js, deadletter.Config{})
+	require.NoError(t, q.Provision(t.Context()))
+	w.opts = func(_ *shared.Config, d *shared.Deps) { d.DeadLetters = q }
+	return w, g, q
+}
+
+// id is the event id of the k-th event world.publish stored (from 0):
+// stream order-<k mod streams>, version k / streams, events stream
+// sequence k+1.
+func id(k int) string { return event.FormatID(int64(k + 1)) }
+
+func TestDeadLetterIsStoredAndItsStreamGoesOnOrParks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server and a replica")
+	}
+	w, g, q := gateWorld(t,
+		subscription.Subscription{Name: "skip", Ordering: subscription.OrderingStream, OnDeadLetter: subscription.DeadLetterSkip},
+		subscription.Subscription{Name: "park", Ordering: subscription.OrderingStream, OnDeadLetter: subscription.DeadLetterPark},
+		subscription.Subscription{Name: "unordered", Ordering: subscription.OrderingNone})
+	const refused = 103 // order-3, version 1
+	g.setAnswer(func(_, got string) int {
+		if got == id(refused) {
+			return http.StatusBadRequest
+		}
+		return 0
+	})
+	r := w.replica(t, "replica-a")
+	w.publish(t, 4*streams)
+
+	// Every event but the refused one, and for park every event of
+	// order-3 from it on.
+	require.Eventually(t, func() bool {
+		return g.received("skip") == 4*streams-1 && g.received("unordered") == 4*streams-1 && g.received("park") == 4*streams-3
+	}, 60*time.Second, 20*time.Millisecond, "skip %d, unordered %d, park %d; %+v",
+		g.received("skip"), g.received("unordered"), g.received("park"), r.Status())
+	breaks, bad := g.problems()
+	require.Empty(t, breaks, "the chains")
+	require.Zero(t, bad)
+	assert.Equal(t, []int64{0, fanout.NoPrevious, 2, 0, 3, 2}, g.chain("skip", "order-3"),
+		"order-3's version 2 names version 0, the dead-lettered version's own predecessor")
+	for _, k := range []int{refused, refused + streams, refused + 2*streams} {
+		assert.False(t, g.has("park", id(k)), "park: order-3's event %s after the dead letter is held", id(k))
+	}
+
+	// The letters, as the old engine stores them.
+	events, err := w.js.Stream(t.Context(), wire.DefaultEventsStream)
+	require.NoError(t, err)
+	orig, err := events.GetMsg(t.Context(), refused+1)
+	require.NoError(t, err)
+	for _, sub := range []string{"skip", "park", "unordered"} {
+		var got []deadletter.Stored
+		require.Eventually(t, func() bool {
+			got, err = q.List(t.Context(), sub)
+			return err == nil && len(got) > 0
+		}, 5*time.Second, 20*time.Millisecond, "%s's dead letter", sub)
+		require.Len(t, got, 1, sub)
+		dl := got[0]
+		assert.Equal(t, sub, dl.Subscription)
+		assert.Equal(t, breaker.Endpoint(g.srv.URL+"/"+sub), dl.Endpoint)
+		assert.Equal(t, id(refused), dl.EventID)
+		assert.Equal(t, orig.Subject, dl.Subject)
+		assert.Equal(t, uint64(refused+1), dl.StreamSeq)
+		assert.Equal(t, http.StatusBadRequest, dl.Status)
+		assert.Equal(t, 1, dl.Attempts)
+		assert.Equal(t, orig.Data, dl.Data, "the event's data, byte for byte")
+		assert.WithinDuration(t, orig.Time, dl.PublishedAt, time.Millisecond)
+		for k := range orig.Header {
+			if wire.IsCEHeader(k) || k == wire.HeaderContentType {
+				assert.Equal(t, orig.Header.Get(k), dl.Header.Get(k), "%s: header %s", sub, k)
+			}
+		}
+		assert.Empty(t, dl.Header.Get(wire.HeaderExpectedLastSubjectSequence), "no publish precondition of the original")
+		if sub == "unordered" {
+			assert.Empty(t, dl.PreviousVersion+dl.Partition+dl.LeaseEpoch, "no chain headers")
+			continue
+		}
+		assert.Equal(t, "0", dl.PreviousVersion, "%s: the predecessor its attempt named", sub)
+		assert.Equal(t, strconv.Itoa(wire.StreamPartition("order-3", 16)), dl.Partition)
+		assert.NotEmpty(t, dl.LeaseEpoch)
+	}
+
+	// park set order-3 aside in its partition's record.
+	kv, err := w.js.KeyValue(t.Context(), position.DefaultBucket)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		all, err := position.ReadAll(t.Context(), kv)
+		if err != nil {
+			return false
+		}
+		for _, st := range all {
+			for _, a := range st.Record.Asides {
+				if a.Sub == "park" && a.Stream == "events.order.order-3" && a.From == refused+1 && a.State == "parked" {
+					return true
+				}
+			}
+		}
+		return false
+	}, 5*time.Second, 20*time.Millisecond, "park's aside of order-3 from the dead-lettered event")
+}
+
+// flakyLetters is the dead-letter stream failing its first fails writes
+// (as a stream out of reach would), then storing them.
+type flakyLetters struct {
+	q *deadletter.DLQ
+
+	mu     sync.Mutex
+	fails  int
+	tries  int
+	stored time.Time // when the first letter was stored
+}
+
+func (f *flakyLetters) DeadLetter(ctx context.Context, dl deadletter.Letter) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tries++
+	if f.tries <= f.fails {
+		return errors.New("dead-letter stream out of reach")
+	}
+	if err := f.q.DeadLetter(ctx, dl); err != nil {
+		return err
+	}
+	if f.stored.IsZero() {
+		f.stored = time.Now()
+	}
+	return nil
+}
+
+func TestDeadLetterNotStoredHoldsItsStreamUntilItIs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server and a replica, and waits for two retries (1.5 s)")
+	}
+	w, g, q := gateWorld(t, subscription.Subscription{Name: "skip", Ordering: subscription.OrderingStream, OnDeadLetter: subscription.DeadLetterSkip})
+	flaky := &flakyLetters{q: q, fails: 2}
+	w.opts = func(_ *shared.Config, d *shared.Deps) { d.DeadLetters = flaky }
+	const refused = 3 // order-3, version 0
+	g.setAnswer(func(_, got string) int {
+		if got == id(refused) {
+			return http.StatusUnprocessableEntity
+		}
+		return 0
+	})
+	w.replica(t, "replica-a")
+	w.publish(t, 2*streams)
+	require.Eventually(t, func() bool { return g.received("skip") == 2*streams-1 }, 60*time.Second, 20*time.Millisecond)
+	flaky.mu.Lock()
+	tries, stored := flaky.tries, flaky.stored
+	flaky.mu.Unlock()
+	assert.Equal(t, 3, tries, "two failed writes, then the letter stored")
+	next := g.acceptedAt("skip", id(refused+streams))
+	assert.True(t, next.After(stored), "order-3's version 1 went out after the letter was stored (%v), not before (%v)", stored, next)
+	assert.Equal(t, []int64{1, fanout.NoPrevious}, g.chain("skip", "order-3"), "version 1 names none: version 0 was not delivered")
+	got, err := q.List(t.Context(), "skip")
+	require.NoError(t, err)
+	require.Len(t, got, 1, "stored once")
+	breaks, _ := g.problems()
+	require.Empty(t, breaks)
+}
