@@ -364,3 +364,58 @@ func TestDeadLetterNotStoredHoldsItsStreamUntilItIs(t *testing.T) {
 	breaks, _ := g.problems()
 	require.Empty(t, breaks)
 }
+
+func TestChainStepsOverADeadLetterAfterAHandOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server and two replicas")
+	}
+	w, g, _ := gateWorld(t,
+		subscription.Subscription{Name: "skip", Ordering: subscription.OrderingStream, OnDeadLetter: subscription.DeadLetterSkip})
+	const refused = 103 // order-3, version 1
+	g.setAnswer(func(_, got string) int {
+		if got == id(refused) {
+			return http.StatusBadRequest
+		}
+		return 0
+	})
+	a := w.replica(t, "replica-a")
+	w.publish(t, 2*streams)
+	require.Eventually(t, func() bool { return g.received("skip") == 2*streams-1 }, 60*time.Second, 20*time.Millisecond)
+
+	// The record of order-3's partition forgets the stream once its floor
+	// passed it: the next owner has no entry for it and looks its
+	// predecessor up on the events stream, where the last event before
+	// version 2 is the dead-lettered version 1.
+	kv, err := w.js.KeyValue(t.Context(), position.DefaultBucket)
+	require.NoError(t, err)
+	p := wire.StreamPartition("order-3", 16)
+	require.Eventually(t, func() bool {
+		all, err := position.ReadAll(t.Context(), kv)
+		if err != nil {
+			return false
+		}
+		for _, st := range all {
+			if st.Partition == p {
+				_, has := st.Record.Streams["events.order.order-3"]
+				if testing.Verbose() {
+					t.Logf("partition %d: %+v", p, st.Record)
+				}
+				return st.Record.Floor >= refused+1 && !has && len(st.Record.Ahead) == 0
+			}
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond, "the floor of partition %d passes the dead-lettered event", p)
+	sk, err := deadletter.ReadSkipped(t.Context(), kv, "skip", "events.order.order-3")
+	require.NoError(t, err)
+	require.Equal(t, []deadletter.SkippedVersion{{Version: 1, Previous: 0}}, sk.Versions, "the dead-lettered version, in the positions bucket")
+
+	a.Stop()
+	w.replica(t, "replica-b")
+	w.publish(t, streams)
+	require.Eventually(t, func() bool { return g.received("skip") == 3*streams-1 }, 60*time.Second, 20*time.Millisecond)
+	breaks, bad := g.problems()
+	require.Empty(t, breaks, "no gap after the dead letter, on the replica that took over")
+	require.Zero(t, bad)
+	assert.Equal(t, []int64{0, fanout.NoPrevious, 2, 0}, g.chain("skip", "order-3"),
+		"version 2, the first of order-3 on the new owner, names version 0: the dead-lettered version 1 is stepped over")
+}

@@ -37,8 +37,11 @@ type sender struct {
 	// deadLettered counts them by subscription (nil: not counted).
 	letters      deadletter.Writer
 	deadLettered *prometheus.CounterVec
-	clock        clockwork.Clock
-	log          *slog.Logger
+	// skipped is the positions bucket: the dead-lettered versions of
+	// ordered subscriptions' streams (skipped.<sub>.<stream>).
+	skipped jetstream.KeyValue
+	clock   clockwork.Clock
+	log     *slog.Logger
 }
 
 // Attempt implements fanout.Sender.
@@ -131,8 +134,8 @@ func (s *sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.D
 			return nil
 		}
 		return s.letters.DeadLetter(ctx, dl)
-	}) {
-		st.Trace.Decide(attempt.OutcomeRetry, st.Class, st.Reason+" (the dead letter was not stored: the partition was released first)")
+	}) || !s.skip(ctx, log, d, dl) {
+		st.Trace.Decide(attempt.OutcomeRetry, st.Class, st.Reason+" (not settled: the partition was released first)")
 		return fanout.Settlement{Act: fanout.Retry, Delay: minRetry}
 	}
 	snd.Count(st.Outcome, st.Class, st.Response.Status)
@@ -149,6 +152,25 @@ func (s *sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.D
 	}
 	log.Error("delivery failed for good, "+stored+"; its stream goes on", slog.String("outcome", st.Outcome), slog.String("reason", st.Reason))
 	return fanout.Settlement{Act: fanout.DeadLetter}
+}
+
+// skip records an ordered dead letter's version in the positions
+// bucket as dead-lettered and not delivered (deadletter.RecordSkipped,
+// skipped.<sub>.<stream>, with the predecessor its attempt named), so
+// that whoever looks the stream's chain up later, on any replica, steps
+// over it (chain.Previous); a replay of the letter forgets it. Retried
+// in place like the letter; false when the fan-out ended first. An
+// event without a version chain (unordered, or no stream version) has
+// nothing to record.
+func (s *sender) skip(ctx context.Context, log *slog.Logger, d fanout.Delivery, dl deadletter.Letter) bool {
+	v, prev, ok := dl.Chain()
+	if !ok || s.skipped == nil {
+		return true
+	}
+	key := wire.StreamKey(d.Event.Subject)
+	return s.retry(ctx, log, "recording the dead-lettered version for its stream's version chain failed; retrying in place", func(ctx context.Context) error {
+		return deadletter.RecordSkipped(ctx, s.skipped, d.Subscription, key, v, prev)
+	})
 }
 
 // retry runs do until it succeeds, pausing with backoff after each

@@ -15,12 +15,13 @@
 // and stores an event given up on in the dead-letter stream
 // (Deps.DeadLetters) before it settles it;
 // the Chain looks a stream's predecessor up on the events stream
-// (jsapi.LastBefore, confirmed by the stream's leader); the cursors read
-// through fanout.Cursors.
+// (deadletter.Predecessor: jsapi.LastBefore, confirmed by the stream's
+// leader, stepped over the dead-lettered versions recorded in the
+// positions bucket); the cursors read through fanout.Cursors.
 //
 // Not here yet (the design's stage 6 row says what is left): the Fleet's
-// wiring behind `engine: shared`, live subscription edits, the chain's
-// skipped versions, the subscriptions' health (a 410 is retried, not
+// wiring behind `engine: shared`, live subscription edits, the
+// subscriptions' health (a 410 is retried, not
 // disabled), order-stuck (a gate's refusals are retried for ever),
 // client certificates (Subscription.TLS), metrics of partitions owned
 // and hand-overs.
@@ -284,6 +285,7 @@ func (r *Replica) Start(ctx context.Context) error {
 		return fmt.Errorf("shared: %w", err)
 	}
 	r.epochs = owner.Epochs{KV: r.poskv}
+	r.chain.skipped = r.poskv
 	r.own, err = owner.New(owner.Config{Replica: r.cfg.Replica, Partitions: r.cfg.Partitions, Bucket: r.cfg.LeaseBucket,
 		LeaseTTL: r.cfg.LeaseTTL, Replicas: r.cfg.Replicas, Clock: r.cfg.Clock, Logger: r.log},
 		owner.Deps{JetStream: r.js, Epochs: r.epochs}, owner.Callbacks{Gained: r.gained})
