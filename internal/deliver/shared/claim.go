@@ -53,6 +53,7 @@ func (r *Replica) serve(c *owner.Claim) {
 	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log},
 		r.members, pos, send, r.chain, r.cursors)
 	floor := pos.Record().Floor
+	r.applyHealth(fan) // a disabled subscription starts disabled
 	var runErr error
 	ended := false
 	if err := r.loop.take(ctx, c.Partition, floor, fan); err != nil {
@@ -63,6 +64,7 @@ func (r *Replica) serve(c *owner.Claim) {
 		log.Debug("shared: partition taken", slog.Uint64("floor", floor))
 		r.mu.Lock()
 		r.parts[c.Partition] = served{epoch: c.Epoch, fan: fan}
+		r.applyHealth(fan) // a change since the first
 		r.mu.Unlock()
 		select {
 		case <-ctx.Done():

@@ -19,6 +19,7 @@ import (
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
@@ -418,4 +419,114 @@ func TestChainStepsOverADeadLetterAfterAHandOver(t *testing.T) {
 	require.Zero(t, bad)
 	assert.Equal(t, []int64{0, fanout.NoPrevious, 2, 0}, g.chain("skip", "order-3"),
 		"version 2, the first of order-3 on the new owner, names version 0: the dead-lettered version 1 is stepped over")
+}
+
+// disabledEverywhere reports whether sub has a cursor in StateDisabled
+// on every partition each replica has taken (and each took some).
+func disabledEverywhere(sub string, rs ...*shared.Replica) bool {
+	for _, r := range rs {
+		st := r.Status()
+		if len(st) == 0 {
+			return false
+		}
+		for _, p := range st {
+			if p.Behind[sub] != fanout.StateDisabled {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// runningEverywhere reports whether sub has a cursor in StateDisabled on
+// no partition of the replicas.
+func runningEverywhere(sub string, rs ...*shared.Replica) bool {
+	for _, r := range rs {
+		for _, p := range r.Status() {
+			if p.Behind[sub] == fanout.StateDisabled {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func TestGoneDisablesTheSubscriptionOnEveryReplicaAndEnableResumesIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server and three replicas")
+	}
+	w, g, _ := gateWorld(t,
+		subscription.Subscription{Name: "ordered", Ordering: subscription.OrderingStream},
+		subscription.Subscription{Name: "unordered", Ordering: subscription.OrderingNone})
+	opts := w.opts
+	w.opts = func(c *shared.Config, d *shared.Deps) {
+		opts(c, d)
+		c.Health.OpsWebhookURL, c.Health.OpsWebhookSecret = g.srv.URL+"/ops", w.subs[0].Secrets[0]
+	}
+	const gone = 5 // order-5, version 0
+	goneOnce := true
+	g.setAnswer(func(path, got string) int {
+		if path == "/ordered" && got == id(gone) && goneOnce {
+			return http.StatusGone
+		}
+		return 0
+	})
+	a := w.replica(t, "replica-a")
+	b := w.replica(t, "replica-b")
+	require.Eventually(t, func() bool { return len(a.Owned()) > 0 && len(a.Owned())+len(b.Owned()) == 16 },
+		10*time.Second, 20*time.Millisecond, "the partitions shared: a %v, b %v", a.Owned(), b.Owned())
+	w.publish(t, streams)
+
+	// The 410, answered to one replica's attempt, disables the
+	// subscription on both.
+	require.Eventually(t, func() bool { return disabledEverywhere("ordered", a, b) }, 10*time.Second, 5*time.Millisecond,
+		"ordered disabled on every partition: a %+v, b %+v", a.Status(), b.Status())
+	g.mu.Lock()
+	first := g.refused[http.StatusGone]
+	goneOnce = false
+	g.mu.Unlock()
+	took := time.Since(first)
+	t.Logf("disabled on both replicas %v after the 410", took)
+	assert.Less(t, took, time.Second, "disabled on both within a second of the 410")
+	assert.True(t, runningEverywhere("unordered", a, b), "the other subscription goes on")
+	recs, err := health.ReadDisabled(t.Context(), w.js)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	assert.Equal(t, "ordered:"+health.ReasonGone, recs[0].Subscription+":"+recs[0].Reason)
+	assert.Equal(t, http.StatusGone, recs[0].Status)
+
+	// Nothing is sent to it while it is disabled, and a replica started
+	// meanwhile starts it disabled.
+	before := g.received("ordered")
+	w.publish(t, streams)
+	c := w.replica(t, "replica-c")
+	require.Eventually(t, func() bool { return len(c.Owned()) > 0 && len(c.Status()) == len(c.Owned()) },
+		20*time.Second, 20*time.Millisecond, "c takes partitions: %v", c.Owned())
+	require.True(t, disabledEverywhere("ordered", a, b, c), "a %+v, b %+v, c %+v", a.Status(), b.Status(), c.Status())
+	require.Eventually(t, func() bool { return g.received("unordered") == 2*streams }, 60*time.Second, 20*time.Millisecond)
+	assert.Equal(t, before, g.received("ordered"), "nothing delivered to the disabled subscription")
+	assert.False(t, g.has("ordered", id(gone)))
+
+	// Enabled, it goes on from where it stopped on every replica, and
+	// every event arrives once.
+	enabled, err := health.Enable(t.Context(), w.js, "ordered")
+	require.NoError(t, err)
+	require.True(t, enabled)
+	require.Eventually(t, func() bool { return runningEverywhere("ordered", a, b, c) }, 5*time.Second, 5*time.Millisecond)
+	w.publish(t, streams)
+	require.Eventually(t, func() bool { return g.received("ordered") == 3*streams && g.received("unordered") == 3*streams },
+		60*time.Second, 20*time.Millisecond, "ordered %d, unordered %d; a %+v, b %+v, c %+v",
+		g.received("ordered"), g.received("unordered"), a.Status(), b.Status(), c.Status())
+	breaks, bad := g.problems()
+	require.Empty(t, breaks)
+	require.Zero(t, bad)
+	assert.Empty(t, g.duplicates("ordered"), "every event of the disabled subscription arrives once")
+
+	// Announced once: the ops event and the operational webhook.
+	ops, err := w.js.Stream(t.Context(), wire.DefaultOpsStream)
+	require.NoError(t, err)
+	info, err := ops.Info(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), info.State.Msgs, "one ops.endpoint.disabled event")
+	require.Eventually(t, func() bool { return g.received("ops") == 1 }, 10*time.Second, 20*time.Millisecond, "one operational webhook")
 }

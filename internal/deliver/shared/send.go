@@ -53,7 +53,14 @@ func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 		s.log.Error("shared: no sender for subscription", slog.String("subscription", d.Subscription))
 		return fanout.Settlement{Act: fanout.Retry, Delay: time.Second}
 	}
-	c := attempt.Call{ID: eventID(d.Event.Header), Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1}
+	c := attempt.Call{ID: eventID(d.Event.Header), Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1,
+		Ready: func() (uint64, func(), bool) {
+			// While the subscription is disabled, and for its throttle
+			// (rate limit, Retry-After), the attempt waits here, unsent;
+			// the partition released ends the wait (ActNotReady).
+			gen, err := snd.Gate(ctx, noHold)
+			return gen, nil, err == nil
+		}}
 	if d.Ordered {
 		c.Order = attempt.OrderFieldsOf(d.Event.Header, d.Previous, d.Partition, d.Epoch)
 		if c.Order == nil {
@@ -200,6 +207,10 @@ func (s *sender) retry(ctx context.Context, log *slog.Logger, msg string, do fun
 
 // storeTimeout bounds one write of a dead letter or a skipped version.
 const storeTimeout = 10 * time.Second
+
+// noHold is Gate's hold: an event of the shared read has nothing to keep
+// from redelivery.
+func noHold() func() { return func() {} }
 
 // eventID is the event's id: its Nats-Msg-Id, else its ce-id
 // (attempt.EventID, for a reader.Event).

@@ -11,20 +11,22 @@
 // partitions as the owner gains and releases them.
 //
 // The adapters of fanout's interfaces live here: the Sender makes each
-// attempt through internal/deliver/attempt behind the claim's lease fence,
-// and stores an event given up on in the dead-letter stream
-// (Deps.DeadLetters) before it settles it;
-// the Chain looks a stream's predecessor up on the events stream
-// (deadletter.Predecessor: jsapi.LastBefore, confirmed by the stream's
-// leader, stepped over the dead-lettered versions recorded in the
-// positions bucket); the cursors read through fanout.Cursors.
+// attempt through internal/deliver/attempt behind the claim's lease
+// fence and the subscription's health and throttle, and stores an event
+// given up on in the dead-letter stream (Deps.DeadLetters) before it
+// settles it; the Chain looks a stream's predecessor up on the events
+// stream (deadletter.Predecessor: jsapi.LastBefore, confirmed by the
+// stream's leader, stepped over the dead-lettered versions recorded in
+// the positions bucket); the cursors read through fanout.Cursors. The
+// subscriptions' health (health.go) stops a disabled subscription on
+// every partition the replica owns.
 //
 // Not here yet (the design's stage 6 row says what is left): the Fleet's
-// wiring behind `engine: shared`, live subscription edits, the
-// subscriptions' health (a 410 is retried, not
-// disabled), order-stuck (a gate's refusals are retried for ever),
-// client certificates (Subscription.TLS), metrics of partitions owned
-// and hand-overs.
+// wiring behind `engine: shared`, live subscription edits, an open
+// breaker as a fanout.StateBreaker cursor (its events are retried every
+// open timeout, held), order-stuck (a gate's refusals are retried for
+// ever), client certificates (Subscription.TLS), metrics of partitions
+// owned and hand-overs.
 package shared
 
 import (
@@ -46,6 +48,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
@@ -85,6 +88,10 @@ type Config struct {
 	Linger time.Duration
 	// UserAgent is every webhook's User-Agent. Default "jsbridge".
 	UserAgent string
+	// Health is the automatic disabling (the failure streak rule) and its
+	// operational webhook, for the health.State the replica makes when
+	// Deps.Health is nil; zero fields take health.Config's defaults.
+	Health health.Config
 	// Clock drives the leases, the commits' linger and the retry pauses.
 	// Default the real one.
 	Clock clockwork.Clock
@@ -116,6 +123,16 @@ type Deps struct {
 	// place. Default nil: a dead-lettered event is logged at error level,
 	// not stored, and settled.
 	DeadLetters deadletter.Writer
+	// Health is the subscriptions' disabled state and failure streaks,
+	// fed by every attempt (a 410 Gone or the failure streak rule
+	// disables a subscription in the health bucket, and the replica that
+	// does announces it), followed by the replica: a disabled
+	// subscription stops on every partition it owns (health.go). Given,
+	// the caller runs it (Load before Start, Run while the replica runs,
+	// as the old engine's Fleet does). Default nil: the replica makes one
+	// of Config.Health on its JetStream, unregistered, reads it at Start
+	// (at most 5 s) and runs it until Stop.
+	Health *health.State
 	// DeadLettered is jsbridge_consumer_dead_letters_total
 	// (subscription), counted for each letter stored. Default nil: not
 	// counted.
@@ -135,6 +152,11 @@ type Replica struct {
 	rcfg    reader.Config
 	letters deadletter.Writer
 	dead    *prometheus.CounterVec
+	// health is Deps.Health, or the replica's own (ownHealth) that it
+	// loads and runs.
+	health    *health.State
+	ownHealth bool
+	bg        sync.WaitGroup // the health's goroutines
 
 	own     *owner.Owner
 	epochs  owner.Epochs
@@ -185,6 +207,18 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		senders: map[string]*attempt.Sender{}, parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
 	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
 		Name: "jsbridge_reader_" + cfg.Replica, Logger: cfg.Logger}
+	if r.health = deps.Health; r.health == nil {
+		names := make([]string, len(deps.Subscriptions))
+		for i, s := range deps.Subscriptions {
+			names[i] = s.Name
+		}
+		h, err := health.New(cfg.Health, health.Deps{JetStream: deps.JetStream, Clock: cfg.Clock, Logger: cfg.Logger,
+			Replica: cfg.Replica, Replicas: cfg.Replicas, HTTPClient: egress.NoRedirects(deps.Client)}, names)
+		if err != nil {
+			return nil, fmt.Errorf("%w: Config.Health: %w", ErrInvalidConfig, err)
+		}
+		r.health, r.ownHealth = h, true
+	}
 	if err := r.subscribe(deps); err != nil {
 		return nil, err
 	}
@@ -258,7 +292,7 @@ func (r *Replica) subscribe(deps Deps) error {
 			return fmt.Errorf("shared: %w", err)
 		}
 		snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: r.cfg.UserAgent},
-			attempt.Deps{Breaker: deps.Breakers.Breaker(s.URL), Clock: r.cfg.Clock, Logger: r.log,
+			attempt.Deps{Breaker: deps.Breakers.Breaker(s.URL), Health: r.health, Clock: r.cfg.Clock, Logger: r.log,
 				Metrics: attempt.Metrics{Deliveries: deps.Deliveries}})
 		if err != nil {
 			return fmt.Errorf("shared: %w", err)
@@ -294,11 +328,19 @@ func (r *Replica) Start(ctx context.Context) error {
 	}
 	lctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
+	if r.ownHealth {
+		hctx, hcancel := context.WithTimeout(ctx, healthLoadTimeout)
+		r.health.Load(hctx) // a disabled subscription starts disabled
+		hcancel()
+		r.bg.Go(func() { r.health.Run(lctx) })
+	}
+	r.bg.Go(func() { r.watchHealth(lctx) })
 	r.loop = newLoop(r.js, r.rcfg, r.log, func() int { return len(r.own.Owned()) })
 	go r.loop.run(lctx)
 	if err := r.own.Start(ctx); err != nil {
 		cancel()
 		<-r.loop.done
+		r.bg.Wait()
 		return fmt.Errorf("shared: %w", err)
 	}
 	return nil
@@ -316,6 +358,10 @@ func (r *Replica) Stop() {
 	r.claims.Wait()
 	r.cancel()
 	<-r.loop.done
+	r.bg.Wait()
+	if r.ownHealth {
+		r.health.Wait() // the announcements under way
+	}
 }
 
 // Owned returns the partitions this replica holds and is not releasing,

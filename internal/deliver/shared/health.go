@@ -1,0 +1,79 @@
+package shared
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+)
+
+// healthLoadTimeout bounds Start's first read of the disabled
+// subscriptions (health.State.Load); past it the watch catches up.
+const healthLoadTimeout = 5 * time.Second
+
+// The subscriptions' health, as the old engine keeps it (package health,
+// docs/failing-endpoints.md): every attempt feeds the subscription's
+// health.State (attempt.Deps.Health), so a 410 Gone, or failures without
+// a success for health.Config.DisableAfter, disable the subscription in
+// the health bucket, and the replica that disables it announces it (the
+// ops.endpoint.disabled event, the operational webhook). Every replica
+// follows the bucket (health.State.Run) and gives a disabled
+// subscription a cursor in fanout.StateDisabled on every partition it
+// owns (docs/design/next-engine.md, section 3: no reads, nothing held
+// back); enabling it (`consumer subscriptions enable`) sets the cursors
+// back to reading (SetState("")), and the subscription catches up and
+// rejoins. A partition claimed later starts with its disabled
+// subscriptions disabled. Meanwhile an attempt already in hand waits
+// unsent (attempt.Sender.Gate) until the subscription is enabled or the
+// partition released.
+
+// watchHealth applies the health to every partition taken, then again
+// at each change of the health bucket's disabled keys, until ctx ends.
+func (r *Replica) watchHealth(ctx context.Context) {
+	for {
+		changed := r.health.Changes()
+		r.mu.Lock()
+		for _, sv := range r.parts {
+			r.applyHealth(sv.fan)
+		}
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// applyHealth gives each disabled subscription a cursor in
+// StateDisabled on fan, and sets a cursor in StateDisabled of an enabled
+// one back to reading. A paused subscription is left paused: a pause
+// and a disable both stop it, and whoever resumes it finds the other
+// (the sends wait in attempt.Sender.Gate while it is disabled).
+func (r *Replica) applyHealth(fan *fanout.Partition) {
+	behind := fan.Behind()
+	for _, name := range r.subscriptionNames() {
+		var to string
+		switch disabled, st := r.health.IsDisabled(name), behind[name]; {
+		case disabled && st != fanout.StateDisabled && st != fanout.StatePaused:
+			to = fanout.StateDisabled
+		case !disabled && st == fanout.StateDisabled:
+			to = ""
+		default:
+			continue
+		}
+		if err := fan.SetState(name, to); err != nil {
+			r.log.Warn("shared: apply the subscription's health", slog.String("subscription", name),
+				slog.String("state", to), slog.Any("error", err))
+		}
+	}
+}
+
+// subscriptionNames returns the names of the replica's subscriptions,
+// sorted.
+func (r *Replica) subscriptionNames() []string {
+	return slices.Sorted(maps.Keys(r.senders))
+}
