@@ -43,6 +43,7 @@ type gate struct {
 	answer   func(path, id string) int
 	accepted map[string]map[string]int     // path → event id → 2xx answers (duplicates included)
 	at       map[string]time.Time          // path + " " + event id → first accepted
+	posts    map[string]int                // path + " " + event id → requests, answered anyhow
 	last     map[string]map[string]int64   // ordered path → stream → last version processed
 	named    map[string]map[string][]int64 // ordered path → stream → [version, previous] of each version processed
 	breaks   []string
@@ -55,7 +56,7 @@ func newGate(t *testing.T, secret string, ordered ...string) *gate {
 	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{secret})
 	require.NoError(t, err)
 	g := &gate{verify: v, ordered: map[string]bool{}, accepted: map[string]map[string]int{},
-		at: map[string]time.Time{}, last: map[string]map[string]int64{}, named: map[string]map[string][]int64{}, refused: map[int]time.Time{}}
+		at: map[string]time.Time{}, posts: map[string]int{}, last: map[string]map[string]int64{}, named: map[string]map[string][]int64{}, refused: map[int]time.Time{}}
 	for _, p := range ordered {
 		g.ordered["/"+p] = true
 	}
@@ -74,6 +75,7 @@ func (g *gate) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.Header.Get("webhook-id")
+	g.posts[r.URL.Path+" "+id]++
 	if g.answer != nil {
 		if status := g.answer(r.URL.Path, id); status != 0 {
 			if _, ok := g.refused[status]; !ok {
@@ -147,6 +149,13 @@ func (g *gate) has(path, id string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.accepted["/"+path][id] > 0
+}
+
+// postsOf returns how many requests path got for event id.
+func (g *gate) postsOf(path, id string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.posts["/"+path+" "+id]
 }
 
 // acceptedAt returns when path first accepted event id (zero: never).
@@ -529,4 +538,57 @@ func TestGoneDisablesTheSubscriptionOnEveryReplicaAndEnableResumesIt(t *testing.
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), info.State.Msgs, "one ops.endpoint.disabled event")
 	require.Eventually(t, func() bool { return g.received("ops") == 1 }, 10*time.Second, 20*time.Millisecond, "one operational webhook")
+}
+
+func TestFailureStreakDisablesTheSubscription(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server and a replica")
+	}
+	w, g, _ := gateWorld(t, subscription.Subscription{Name: "ordered", Ordering: subscription.OrderingStream,
+		BackOff: []time.Duration{10 * time.Millisecond}})
+	opts := w.opts
+	w.opts = func(c *shared.Config, d *shared.Deps) {
+		opts(c, d)
+		c.Health.DisableAfter, c.Health.DisableMinFailures = time.Nanosecond, 3
+	}
+	g.setAnswer(func(string, string) int { return http.StatusInternalServerError })
+	r := w.replica(t, "replica-a")
+	w.publish(t, 1)
+	require.Eventually(t, func() bool { return disabledEverywhere("ordered", r) }, 10*time.Second, 5*time.Millisecond,
+		"disabled on every partition: %+v", r.Status())
+	recs, err := health.ReadDisabled(t.Context(), w.js)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	assert.Equal(t, health.ReasonFailing, recs[0].Reason)
+	assert.Equal(t, 3, g.postsOf("ordered", id(0)), "disabled at the third failure; nothing sent after it")
+}
+
+func TestMaxDeliverCountsPostsNotAttemptsTheBreakerRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server and a replica")
+	}
+	w, g, q := gateWorld(t, subscription.Subscription{Name: "ordered", Ordering: subscription.OrderingStream,
+		MaxDeliver: 3, BackOff: []time.Duration{10 * time.Millisecond}, OnDeadLetter: subscription.DeadLetterSkip})
+	opts := w.opts
+	w.opts = func(c *shared.Config, d *shared.Deps) {
+		opts(c, d)
+		c.Health.DisableAfter = -1
+		// The breaker opens at each failure and lets a probe through
+		// 300 ms later: between the POSTs (retried after 100 ms), attempts it
+		// refuses.
+		set, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: 300 * time.Millisecond}, nil, nil)
+		require.NoError(t, err)
+		d.Breakers = set
+	}
+	g.setAnswer(func(string, string) int { return http.StatusInternalServerError })
+	w.replica(t, "replica-a")
+	w.publish(t, 1)
+	var got []deadletter.Stored
+	require.Eventually(t, func() bool {
+		var err error
+		got, err = q.List(t.Context(), "ordered")
+		return err == nil && len(got) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the dead letter")
+	assert.Equal(t, 3, got[0].Attempts)
+	assert.Equal(t, 3, g.postsOf("ordered", id(0)), "MaxDeliver POSTs, the attempts the open breaker refused not counted")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -42,6 +43,9 @@ type sender struct {
 	skipped jetstream.KeyValue
 	clock   clockwork.Clock
 	log     *slog.Logger
+	// spent counts the attempts each event in retry spent on this claim
+	// (attempts).
+	spent attempts
 }
 
 // Attempt implements fanout.Sender.
@@ -67,12 +71,23 @@ func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 			c.Owner = &attempt.Owner{Partition: d.Partition, Epoch: d.Epoch}
 		}
 	}
-	st := snd.Attempt(ctx, eventMsg{ev: d.Event, attempt: d.Attempt}, d.Attempt, c)
+	n := s.spent.next(d.Subscription, d.Event.Seq)
+	st := snd.Attempt(ctx, eventMsg{ev: d.Event, attempt: n}, n, c)
 	defer snd.End(st.Trace)
-	if st.Act == attempt.ActDeadLetter {
-		return s.deadLetter(ctx, snd, d, st, c)
+	var set fanout.Settlement
+	switch st.Act {
+	case attempt.ActDeadLetter:
+		set = s.deadLetter(ctx, snd, d, n, st, c)
+	case attempt.ActRetry:
+		s.spent.failed(d.Subscription, d.Event.Seq, n)
+		set = s.settle(snd, d, st)
+	default:
+		set = s.settle(snd, d, st)
 	}
-	return s.settle(snd, d, st)
+	if set.Act != fanout.Retry {
+		s.spent.settled(d.Subscription, d.Event.Seq)
+	}
+	return set
 }
 
 // fence is the attempts' attempt.PostFence: the claim's lease fence, and
@@ -130,12 +145,12 @@ func (s *sender) settle(snd *attempt.Sender, d fanout.Delivery, st attempt.Settl
 // released) settles nothing: the next owner sends the event again, and
 // the dead-letter stream's duplicate window drops a second copy of a
 // letter that was stored.
-func (s *sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, st attempt.Settlement, c attempt.Call) fanout.Settlement {
+func (s *sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, n int, st attempt.Settlement, c attempt.Call) fanout.Settlement {
 	sub := snd.Subscription()
-	dl := deadletter.Letter{Subscription: d.Subscription, Endpoint: snd.Endpoint(), EventID: c.ID, Attempt: d.Attempt,
-		Status: st.Response.Status, Reason: st.Reason, At: st.Response.At, Msg: eventMsg{ev: d.Event, attempt: d.Attempt}}.WithOrder(c.Order)
+	dl := deadletter.Letter{Subscription: d.Subscription, Endpoint: snd.Endpoint(), EventID: c.ID, Attempt: n,
+		Status: st.Response.Status, Reason: st.Reason, At: st.Response.At, Msg: eventMsg{ev: d.Event, attempt: n}}.WithOrder(c.Order)
 	log := s.log.With(slog.String("subscription", d.Subscription), slog.String("event_id", c.ID),
-		slog.Uint64("seq", d.Event.Seq), slog.Int("attempt", d.Attempt), slog.Int("status", dl.Status))
+		slog.Uint64("seq", d.Event.Seq), slog.Int("attempt", n), slog.Int("status", dl.Status))
 	if !s.retry(ctx, log, "storing the dead letter failed; retrying in place (the event is not settled meanwhile)", func(ctx context.Context) error {
 		if s.letters == nil {
 			return nil
@@ -207,6 +222,50 @@ func (s *sender) retry(ctx context.Context, log *slog.Logger, msg string, do fun
 
 // storeTimeout bounds one write of a dead letter or a skipped version.
 const storeTimeout = 10 * time.Second
+
+// attempts counts, per (subscription, event), the attempts that spent
+// one of the subscription's MaxDeliver: the POSTs answered with a
+// retryable failure (attempt.ActRetry). fanout.Delivery.Attempt counts
+// every call of the Sender, also those that spent none (the breaker
+// open, throttled, disabled, refused by an order gate, cut or refused at
+// the lease fence), which would dead-letter an event after fewer POSTs
+// than MaxDeliver; the old engine counts POSTs only as well
+// (failedAttempts). Kept for the claim: a new owner starts an event's
+// count again (the position's retries entries will carry it). Safe for
+// concurrent use; the zero value is ready.
+type attempts struct {
+	mu sync.Mutex
+	n  map[spentKey]int
+}
+
+type spentKey struct {
+	sub string
+	seq uint64
+}
+
+// next returns the number of the next attempt at sub's event seq, from 1.
+func (a *attempts) next(sub string, seq uint64) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n[spentKey{sub, seq}] + 1
+}
+
+// failed records attempt n at sub's event seq as spent.
+func (a *attempts) failed(sub string, seq uint64, n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n == nil {
+		a.n = map[spentKey]int{}
+	}
+	a.n[spentKey{sub, seq}] = n
+}
+
+// settled forgets sub's event seq.
+func (a *attempts) settled(sub string, seq uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.n, spentKey{sub, seq})
+}
 
 // noHold is Gate's hold: an event of the shared read has nothing to keep
 // from redelivery.
