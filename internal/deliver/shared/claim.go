@@ -34,15 +34,18 @@ func (r *Replica) serve(c *owner.Claim) {
 	defer c.Done()
 	ctx := c.Context()
 	log := r.log.With(slog.Int("partition", c.Partition), slog.Uint64("epoch", c.Epoch))
-	pos, err := position.Claim(ctx, r.js, r.poskv, position.Config{Partition: c.Partition, Owner: r.cfg.Replica,
+	pos, err := position.Claim(ctx, r.js, countingKV{KeyValue: r.poskv, m: r.metrics}, position.Config{Partition: c.Partition, Owner: r.cfg.Replica,
 		Epoch: c.Epoch, Created: r.created, Linger: r.cfg.Linger, Clock: r.cfg.Clock, Logger: log})
 	if err != nil {
 		if errors.Is(err, position.ErrLost) {
 			c.Lose()
 		}
 		log.Warn("shared: claim the partition's record", slog.Any("error", err))
+		r.metrics.handover(false, causeClaimError)
 		return
 	}
+	r.metrics.handover(true, causeClaimed)
+	r.warnStrangers(log, pos.Record())
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	ran := make(chan error, 1)
@@ -52,8 +55,8 @@ func (r *Replica) serve(c *owner.Claim) {
 		letters: r.letters, deadLettered: r.dead, skipped: r.poskv, clock: r.cfg.Clock, log: log}
 	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log},
 		r.members, pos, send, r.chain, r.cursors)
+	r.startFan(c.Partition, fan)
 	floor := pos.Record().Floor
-	r.applyHealth(fan) // a disabled subscription starts disabled
 	var runErr error
 	ended := false
 	if err := r.loop.take(ctx, c.Partition, floor, fan); err != nil {
@@ -64,7 +67,6 @@ func (r *Replica) serve(c *owner.Claim) {
 		log.Debug("shared: partition taken", slog.Uint64("floor", floor))
 		r.mu.Lock()
 		r.parts[c.Partition] = served{epoch: c.Epoch, fan: fan}
-		r.applyHealth(fan) // a change since the first
 		r.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -79,6 +81,7 @@ func (r *Replica) serve(c *owner.Claim) {
 	}
 	r.mu.Unlock()
 	r.loop.release(c.Partition, fan)
+	r.endFan(fan)
 	for sub := range fan.Behind() {
 		r.cursors.Drop(sub, c.Partition)
 	}
@@ -90,5 +93,6 @@ func (r *Replica) serve(c *owner.Claim) {
 	if runErr != nil {
 		log.Warn("shared: the partition's commits ended", slog.Any("error", runErr))
 	}
+	r.metrics.handover(false, releaseCause(ctx, ended && errors.Is(runErr, position.ErrLost)))
 	log.Debug("shared: partition released", slog.Uint64("floor", fan.Floor()), slog.Any("cause", context.Cause(ctx)))
 }

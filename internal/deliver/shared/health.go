@@ -3,8 +3,6 @@ package shared
 import (
 	"context"
 	"log/slog"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
@@ -30,16 +28,17 @@ const healthLoadTimeout = 5 * time.Second
 // unsent (attempt.Sender.Gate) until the subscription is enabled or the
 // partition released.
 
-// watchHealth applies the health to every partition taken, then again
+// watchHealth applies the health to every fan-out running, then again
 // at each change of the health bucket's disabled keys, until ctx ends.
+// A fan-out started meanwhile had it applied at its start (startFan).
 func (r *Replica) watchHealth(ctx context.Context) {
 	for {
 		changed := r.health.Changes()
-		r.mu.Lock()
-		for _, sv := range r.parts {
-			r.applyHealth(sv.fan)
+		r.subs.mu.Lock()
+		for fan := range r.subs.fans {
+			r.applyHealth(fan)
 		}
-		r.mu.Unlock()
+		r.subs.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
@@ -50,15 +49,17 @@ func (r *Replica) watchHealth(ctx context.Context) {
 
 // applyHealth gives each disabled subscription a cursor in
 // StateDisabled on fan, and sets a cursor in StateDisabled of an enabled
-// one back to reading. A paused subscription is left paused: a pause
-// and a disable both stop it, and whoever resumes it finds the other
-// (the sends wait in attempt.Sender.Gate while it is disabled).
+// one back to reading. A paused subscription is left paused: a pause and
+// a disable both stop it, and a resume finds it disabled
+// (pauseOrResume). r.subs.mu is held.
 func (r *Replica) applyHealth(fan *fanout.Partition) {
 	behind := fan.Behind()
-	for _, name := range r.subscriptionNames() {
+	for name := range r.subs.given {
 		var to string
 		switch disabled, st := r.health.IsDisabled(name), behind[name]; {
-		case disabled && st != fanout.StateDisabled && st != fanout.StatePaused:
+		case r.subs.paused[name]:
+			continue
+		case disabled && st != fanout.StateDisabled:
 			to = fanout.StateDisabled
 		case !disabled && st == fanout.StateDisabled:
 			to = ""
@@ -72,8 +73,6 @@ func (r *Replica) applyHealth(fan *fanout.Partition) {
 	}
 }
 
-// subscriptionNames returns the names of the replica's subscriptions,
-// sorted.
-func (r *Replica) subscriptionNames() []string {
-	return slices.Sorted(maps.Keys(r.senders))
-}
+// Disabled reports whether subscription name is disabled, as this
+// replica follows the health bucket.
+func (r *Replica) Disabled(name string) bool { return r.health.IsDisabled(name) }

@@ -592,3 +592,33 @@ func TestMaxDeliverCountsPostsNotAttemptsTheBreakerRefused(t *testing.T) {
 	assert.Equal(t, 3, got[0].Attempts)
 	assert.Equal(t, 3, g.postsOf("ordered", id(0)), "MaxDeliver POSTs, the attempts the open breaker refused not counted")
 }
+
+func TestPausedAndDisabledSubscriptionResumedStaysDisabledUntilEnabled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server and a replica")
+	}
+	w, g, _ := gateWorld(t, subscription.Subscription{Name: "ordered", Ordering: subscription.OrderingStream})
+	r := w.replica(t, "replica-a")
+	require.Eventually(t, func() bool { return len(r.Owned()) == 16 && len(r.Status()) == 16 }, 10*time.Second, 20*time.Millisecond)
+	paused := func() bool {
+		for _, p := range r.Status() {
+			if p.Behind["ordered"] != fanout.StatePaused {
+				return false
+			}
+		}
+		return true
+	}
+	r.Pause("ordered")
+	require.True(t, paused())
+	require.NoError(t, health.SetDisabled(t.Context(), w.js, "ordered", health.ReasonOperator, time.Now()))
+	require.Eventually(t, func() bool { return r.Disabled("ordered") }, 5*time.Second, 5*time.Millisecond)
+	require.True(t, paused(), "paused wins while both hold")
+
+	require.NoError(t, r.Put(w.subs[0]))
+	require.True(t, disabledEverywhere("ordered", r), "resumed, it is disabled still: %+v", r.Status())
+	w.publish(t, streams)
+	_, err := health.Enable(t.Context(), w.js, "ordered")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return g.received("ordered") == streams }, 30*time.Second, 20*time.Millisecond)
+	assert.True(t, runningEverywhere("ordered", r))
+}
