@@ -120,7 +120,7 @@ func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused
 		return fmt.Errorf("shared: %w", err)
 	}
 	snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: r.cfg.UserAgent},
-		attempt.Deps{Breaker: r.subs.breakers.Breaker(s.URL), Clock: r.cfg.Clock, Logger: r.log,
+		attempt.Deps{Breaker: r.subs.breakers.Breaker(s.URL), Health: r.health, Clock: r.cfg.Clock, Logger: r.log,
 			Metrics: attempt.Metrics{Deliveries: r.subs.deliveries}})
 	if err != nil {
 		return fmt.Errorf("shared: %w", err)
@@ -134,6 +134,7 @@ func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused
 		return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
 	}
 	r.subs.given[s.Name] = sub
+	r.health.Added(s.Name)
 	if had {
 		r.log.Info("shared: subscription changed", slog.String("subscription", s.Name))
 		return r.pauseOrResume(s.Name, paused)
@@ -162,9 +163,13 @@ func (r *Replica) pauseOrResume(name string, pause bool) error {
 		return nil
 	}
 	delete(r.subs.paused, name)
+	to := ""
+	if r.health.IsDisabled(name) {
+		to = fanout.StateDisabled // resumed, but disabled still (health.go)
+	}
 	var errs []error
 	for fan := range r.subs.fans {
-		errs = append(errs, fan.SetState(name, ""))
+		errs = append(errs, fan.SetState(name, to))
 	}
 	r.poke()
 	r.log.Info("shared: subscription resumed", slog.String("subscription", name))
@@ -292,6 +297,7 @@ func (r *Replica) startFan(p int, fan *fanout.Partition, rec flusher) {
 			r.log.Warn("shared: resume", slog.String("subscription", name), slog.Int("partition", p), slog.Any("error", err))
 		}
 	}
+	r.applyHealth(fan) // a disabled subscription starts disabled
 }
 
 // poke wakes the dispatch loop (when it runs) for the cursors' round;
