@@ -140,7 +140,7 @@ func (p *Partition) catchUpStreams(ctx context.Context, head uint64) (int, error
 		r.evs, r.through = evs, min(through, head)
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	for _, r := range todo {
 		a, st := p.asides[r.k], r.st
 		if a == nil || a.state != AsideReading || a.joining > 0 || st.gone || st.state != "" {
