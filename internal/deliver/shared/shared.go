@@ -168,6 +168,9 @@ type Replica struct {
 	epochs  owner.Epochs
 	poskv   jetstream.KeyValue
 	created time.Time
+	// requests are the operator's requests on parked streams
+	// (requests.go), watched from Start on.
+	requests *fanout.Requests
 
 	loop   *loop
 	claims sync.WaitGroup // one per claim being served
@@ -332,7 +335,12 @@ func (r *Replica) Start(ctx context.Context) error {
 	r.loop = newLoop(r.js, r.rcfg, r.log, func() int { return len(r.own.Owned()) })
 	r.subs.mu.Unlock()
 	go r.loop.run(lctx)
-	if err := r.own.Start(ctx); err != nil {
+	err = r.watchRequests(ctx)
+	if err == nil {
+		err = r.own.Start(ctx)
+	}
+	if err != nil {
+		r.stopRequests()
 		cancel()
 		<-r.loop.done
 		r.bg.Wait()
@@ -353,6 +361,7 @@ func (r *Replica) Stop() {
 	r.claims.Wait()
 	r.cancel()
 	<-r.loop.done
+	r.stopRequests()
 	r.bg.Wait()
 	if r.ownHealth {
 		r.health.Wait() // the announcements under way
