@@ -194,8 +194,11 @@ func (d *DeadLetters) Unpark(ctx context.Context, dl DeadLetter) error {
 // Skip drops the dead-lettered head dl of a parked stream: the stream is
 // unparked (its held events are delivered, in order) and dl is deleted.
 // It fails with ErrNotParked when no stream is parked with dl as its head.
+// Either engine's parked streams: the durables engine's park bucket, or
+// the shared engine's positions bucket, where the partition's owner
+// applies the skip (its next event names the head's own predecessor).
 func (d *DeadLetters) Skip(ctx context.Context, dl DeadLetter) error {
-	return deadletter.SkipParked(ctx, d.js, d.q, deadletter.Stored(dl))
+	return skipParked(ctx, d.js, d.q, deadletter.Stored(dl))
 }
 
 // fromStored converts the engine's dead letters.

@@ -177,19 +177,6 @@ func (e *sharedEngine) Run(ctx context.Context) error {
 // errSharedWindow is ReplayWindow's error under the shared engine.
 var errSharedWindow = errors.New("replay by time is not in the shared engine yet")
 
-// errSharedReplay is every dead letter's error under the shared engine.
-var errSharedReplay = errors.New("dead-letter replay is not in the shared engine yet")
-
-// Replay is not in the shared engine yet: every letter gets an error
-// saying so.
-func (e *sharedEngine) Replay(_ context.Context, _ *deadletter.DLQ, letters []deadletter.Stored) []deliver.ReplayResult {
-	out := make([]deliver.ReplayResult, len(letters))
-	for i, dl := range letters {
-		out[i] = deliver.ReplayResult{Letter: dl, Err: fmt.Errorf("dead letter %d: %w", dl.Seq, errSharedReplay)}
-	}
-	return out
-}
-
 // Put, Pause, Remove and Names are the subscriptions bucket's changes
 // (watch), applied to the replica.
 func (e *sharedEngine) Put(s subscription.Subscription, created time.Time) error {
