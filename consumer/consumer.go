@@ -364,6 +364,10 @@ func (c *Consumer) Replay(ctx context.Context, letters []DeadLetter) []ReplayRes
 // with the result so far). It needs no Start (docs/operations.md,
 // "Replay a time window").
 func (c *Consumer) ReplayWindow(ctx context.Context, subscription string, w Window) (WindowResult, error) {
+	if se, ok := c.engine.(*sharedEngine); ok {
+		r, err := se.replayWindow(ctx, subscription, w.engine())
+		return fromEngine(r), err
+	}
 	e, err := c.windowEngine(subscription)
 	if err != nil {
 		return WindowResult{Subscription: subscription}, err

@@ -174,9 +174,6 @@ func (e *sharedEngine) Run(ctx context.Context) error {
 	return nil
 }
 
-// errSharedWindow is ReplayWindow's error under the shared engine.
-var errSharedWindow = errors.New("replay by time is not in the shared engine yet")
-
 // Put, Pause, Remove and Names are the subscriptions bucket's changes
 // (watch), applied to the replica.
 func (e *sharedEngine) Put(s subscription.Subscription, created time.Time) error {

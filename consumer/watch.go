@@ -199,9 +199,6 @@ func (a *applier) remove(ctx context.Context, log *slog.Logger, name string) {
 // subscription, which must run on this replica (ErrUnknownSubscription
 // otherwise: unknown, paused or deleted).
 func (c *Consumer) windowEngine(subscription string) (*deliver.Consumer, error) {
-	if c.cfg.Engine == EngineShared {
-		return nil, fmt.Errorf("consumer: replay: %w", errSharedWindow)
-	}
 	if c.fleet == nil {
 		return c.engine.(*deliver.Consumer), nil
 	}
