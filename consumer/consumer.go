@@ -335,7 +335,9 @@ func (c *Consumer) Ready(ctx context.Context) error {
 // it from the dead-letter stream once the endpoint answers 2xx
 // (jsbridge_consumer_dead_letters_replayed_total counts those); when it
 // was the head of a parked stream (an ordered subscription), the stream is
-// unparked and its held events follow, in order. A dead letter that fails
+// unparked and its held events follow, in order (with EngineShared, by a
+// request in the positions bucket that the owner of the stream's
+// partition applies). A dead letter that fails
 // again stays where it is. The subscriptions are matched by name; a dead
 // letter of a subscription c does not have gets an error wrapping
 // ErrUnknownSubscription. Replay returns one result per letter, in order;
@@ -356,7 +358,8 @@ func (c *Consumer) Replay(ctx context.Context, letters []DeadLetter) []ReplayRes
 // events stream's order (each source stream in version order), one event
 // at a time, outside the circuit breaker. It reads through an ephemeral
 // ordered JetStream consumer started at w.Since and never touches the
-// subscription's durable consumers. A POST not answered 2xx stops it at
+// subscription's durable consumers; with EngineShared it reads with
+// direct gets and touches no position. A POST not answered 2xx stops it at
 // that event (WindowResult.Failed; nothing after it is sent): the same
 // call with Since = Failed.Time resumes there. Errors: ErrInvalidWindow,
 // ErrUnknownSubscription (wrapped) for a name c was not given,

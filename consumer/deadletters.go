@@ -186,7 +186,8 @@ func (d *DeadLetters) Parked(ctx context.Context, subscription string) ([]Parked
 // Unpark releases the stream parked behind dl (its head): the owning
 // replica delivers the held events, in order; dl stays in the dead-letter
 // stream. It fails with ErrNotParked when no stream is parked with dl as
-// its head.
+// its head. The durables engine's parked streams only (its park bucket);
+// under the shared engine use Consumer.Replay or Skip.
 func (d *DeadLetters) Unpark(ctx context.Context, dl DeadLetter) error {
 	return deadletter.Unpark(ctx, d.js, deadletter.Stored(dl))
 }
