@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -58,7 +59,8 @@ func (e *countingEndpoint) received(path string) int {
 // subscriptions bucket while two replicas of the shared engine run:
 // each change is applied on both within a second, and delivery follows
 // (nothing while paused, everything held back once resumed, nothing
-// after the removal, whose cursors are deleted).
+// after the removal, whose cursors are deleted); subscriptions added
+// later start where their start says.
 func TestSharedEngineAppliesTheBucketsChangesOnEveryReplica(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -91,7 +93,7 @@ func TestSharedEngineAppliesTheBucketsChangesOnEveryReplica(t *testing.T) {
 		rstore, err := OpenSubscriptionStore(ctx, rjs, SubscriptionStoreConfig{Keys: ring})
 		require.NoError(t, err)
 		c, err := New(rjs, Config{Engine: EngineShared, SubscriptionStore: rstore, ReplicaID: id, Partitions: 4,
-			LeaseTTL: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+			LeaseTTL: 2 * time.Second, Logger: testLogger(id)})
 		require.NoError(t, err)
 		require.NoError(t, c.Start(ctx))
 		t.Cleanup(func() { require.NoError(t, c.Stop(context.Background())) })
@@ -163,6 +165,23 @@ func TestSharedEngineAppliesTheBucketsChangesOnEveryReplica(t *testing.T) {
 	publish(20)
 	delivered("/audit", 100)
 	require.Equal(t, 80, ep.received("/orders"), "nothing sent to a removed subscription")
+	// Start positions: a subscription put now with start all reads every
+	// event stored so far through its cursors, one with start new
+	// (its document's creation time) only what comes after.
+	all := mk("from-all", OrderingStream)
+	all.Start = Start{Policy: StartAll}
+	_, err = store.Create(ctx, all, false)
+	require.NoError(t, err)
+	_, err = store.Create(ctx, mk("from-new", OrderingNone), false)
+	require.NoError(t, err)
+	seen("from-all and from-new put", func(r *shared.Replica) bool {
+		return slices.Contains(r.Names(), "from-all") && slices.Contains(r.Names(), "from-new")
+	})
+	delivered("/from-all", published)
+	publish(10)
+	delivered("/from-all", published)
+	delivered("/from-new", 10)
+
 	kv, err := js.KeyValue(ctx, position.DefaultBucket)
 	require.NoError(t, err)
 	keys, err := kv.ListKeys(ctx)
@@ -170,4 +189,12 @@ func TestSharedEngineAppliesTheBucketsChangesOnEveryReplica(t *testing.T) {
 	for k := range keys.Keys() {
 		require.False(t, strings.HasPrefix(k, "cur.orders."), "a removed subscription's cursor key %s", k)
 	}
+}
+
+// testLogger logs to stderr under -v, else discards.
+func testLogger(id string) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("replica", id)
+	}
+	return slog.New(slog.DiscardHandler)
 }

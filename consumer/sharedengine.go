@@ -187,13 +187,14 @@ func (e *sharedEngine) Replay(_ context.Context, _ *deadletter.DLQ, letters []de
 
 // Put, Pause, Remove and Names are the subscriptions bucket's changes
 // (watch), applied to the replica.
-func (e *sharedEngine) Put(s subscription.Subscription) error         { return e.r.Put(s) }
-func (e *sharedEngine) Pause(s subscription.Subscription)             { e.pause(s) }
+func (e *sharedEngine) Put(s subscription.Subscription, created time.Time) error {
+	return e.r.PutAt(s, created, false)
+}
 func (e *sharedEngine) Remove(ctx context.Context, name string) error { return e.r.Remove(ctx, name) }
 func (e *sharedEngine) Names() []string                               { return e.r.Names() }
 
-func (e *sharedEngine) pause(s subscription.Subscription) {
-	if err := e.r.PutPaused(s); err != nil {
+func (e *sharedEngine) Pause(s subscription.Subscription, created time.Time) {
+	if err := e.r.PutAt(s, created, true); err != nil {
 		e.log.Error("paused subscription cannot be kept: nothing runs for it", slog.String("subscription", s.Name), slog.Any("error", err))
 	}
 }

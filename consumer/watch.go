@@ -19,11 +19,11 @@ import (
 // runs: the subscriptions bucket's changes are applied to it (watch).
 // Put, Pause and Remove are safe for concurrent use, and while it runs.
 type liveSubscriptions interface {
-	// Put makes s delivered: started, updated in place or restarted;
-	// resumed when it was paused.
-	Put(s subscription.Subscription) error
+	// Put makes s, created at created (its document's time), delivered:
+	// started, updated in place or restarted; resumed when it was paused.
+	Put(s subscription.Subscription, created time.Time) error
 	// Pause stops delivering s, keeping its position.
-	Pause(s subscription.Subscription)
+	Pause(s subscription.Subscription, created time.Time)
 	// Remove stops delivering subscription name and deletes its position
 	// (the durables engine's durable consumers, the shared engine's
 	// cursors).
@@ -38,8 +38,8 @@ type liveSubscriptions interface {
 // fleetSubscriptions is the durables engine's Fleet as watch edits it.
 type fleetSubscriptions struct{ f *deliver.Fleet }
 
-func (fs fleetSubscriptions) Put(s subscription.Subscription) error { return fs.f.Put(s) }
-func (fs fleetSubscriptions) Pause(s subscription.Subscription)     { fs.f.Pause(s.Name) }
+func (fs fleetSubscriptions) Put(s subscription.Subscription, _ time.Time) error { return fs.f.Put(s) }
+func (fs fleetSubscriptions) Pause(s subscription.Subscription, _ time.Time)     { fs.f.Pause(s.Name) }
 func (fs fleetSubscriptions) Remove(ctx context.Context, name string) error {
 	return fs.f.Remove(ctx, name)
 }
@@ -168,14 +168,14 @@ func (a *applier) apply(ctx context.Context, ch subkv.Change) {
 	case ch.Err != nil:
 		l.Error("subscription in the bucket cannot be read: what runs for it keeps running", slog.Any("error", ch.Err))
 	case ch.Entry.Paused:
-		a.fleet.Pause(ch.Entry.Subscription)
+		a.fleet.Pause(ch.Entry.Subscription, ch.Entry.Document.Created)
 	default:
 		s := subscriptionFromEngine(ch.Entry.Subscription)
 		if err := s.Validate(); err != nil {
 			l.Error("subscription in the bucket is invalid here: what runs for it keeps running", slog.Any("error", err))
 			return
 		}
-		if err := a.fleet.Put(s.engine()); err != nil {
+		if err := a.fleet.Put(s.engine(), ch.Entry.Document.Created); err != nil {
 			l.Error("subscription cannot start: what runs for it keeps running", slog.Any("error", err))
 		}
 	}

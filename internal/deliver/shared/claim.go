@@ -55,7 +55,7 @@ func (r *Replica) serve(c *owner.Claim) {
 		letters: r.letters, deadLettered: r.dead, skipped: r.poskv, stuckAfter: r.cfg.OrderStuckAfter, clock: r.cfg.Clock, log: log}
 	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log},
 		r.members, pos, send, r.chain, r.cursors)
-	r.startFan(c.Partition, fan)
+	r.startFan(c.Partition, fan, pos)
 	floor := pos.Record().Floor
 	var runErr error
 	ended := false

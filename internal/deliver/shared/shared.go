@@ -293,7 +293,9 @@ func (r *Replica) subscribe(deps Deps) error {
 			[]string{"subscription", "outcome", "status_class"})
 	}
 	r.subs = subs{open: egress.NoRedirects(deps.Client), breakers: deps.Breakers, deliveries: deps.Deliveries,
-		given: map[string]subscription.Subscription{}, paused: map[string]bool{}, fans: map[*fanout.Partition]int{}}
+		given: map[string]subscription.Subscription{}, paused: map[string]bool{}, fans: map[*fanout.Partition]int{},
+		records: map[*fanout.Partition]flusher{},
+		created: map[string]time.Time{}, after: map[string]uint64{}}
 	for _, s := range deps.Subscriptions {
 		if err := s.Validate(); err != nil {
 			return fmt.Errorf("shared: %w", err)
@@ -338,7 +340,9 @@ func (r *Replica) Start(ctx context.Context) error {
 		r.bg.Go(func() { r.health.Run(lctx) })
 	}
 	r.bg.Go(func() { r.watchHealth(lctx) })
+	r.subs.mu.Lock() // edits poke the loop
 	r.loop = newLoop(r.js, r.rcfg, r.log, func() int { return len(r.own.Owned()) })
+	r.subs.mu.Unlock()
 	go r.loop.run(lctx)
 	if err := r.own.Start(ctx); err != nil {
 		cancel()
