@@ -40,8 +40,14 @@ type aside struct {
 	joining uint64 // its reads reached this head: live above it, dropped once what it read settled
 }
 
+// asideOf is a claimed record's aside. A stuck one had its head in a
+// former owner's lane: this owner reads the stream from the head on.
 func asideOf(a position.Aside) *aside {
-	return &aside{state: a.State, from: a.From, read: max(a.From, 1) - 1}
+	state := a.State
+	if state == AsideStuck {
+		state = AsideReading
+	}
+	return &aside{state: state, from: a.From, read: max(a.From, 1) - 1}
 }
 
 // gates reports whether the shared read passes the stream over for the

@@ -100,3 +100,44 @@ func TestAHeadRetriedFiveSecondsSetsItsStreamAside(t *testing.T) {
 	require.Equal(t, position.Aside{Sub: "s", Stream: "events.order.order-0", From: 1, State: AsideStuck}, pos.Record().Asides[0])
 	eventually(t, func() bool { return f.Floor() == 2 }, "the floor passes it")
 }
+
+// A stream a former owner set aside as stuck is the next owner's to read
+// from its head on: the head and the stream's later events go out in
+// order, and the stream rejoins the shared read.
+func TestAStuckStreamIsReadFromItsHeadByTheNextOwner(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	idx := members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
+	evs := events(1, 6, 2) // order-0: 1, 3, 5; order-1: 2, 4, 6
+	st := &store{}
+	st.add(evs...)
+	pos, stop := b.claim(t, "replica-a", 1)
+	clock := clockwork.NewFakeClock()
+	first := newRecorder(func(d Delivery) Settlement {
+		if d.Event.Seq == 1 {
+			return Settlement{Act: Retry, Delay: time.Minute}
+		}
+		return Settlement{Act: Delivered}
+	})
+	f := New(Config{Clock: clock}, idx, pos, first, nil, st)
+	for _, e := range evs {
+		f.Dispatch(e)
+	}
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+	clock.Advance(5 * time.Second)
+	eventually(t, func() bool { return f.Floor() == 6 }, "set aside, the stream no longer holds the floor")
+	f.Close()
+	stop()
+
+	pos2, _ := b.claim(t, "replica-b", 2)
+	second := newRecorder(nil)
+	f2 := New(Config{Clock: clock}, idx, pos2, second, nil, st)
+	t.Cleanup(f2.Close)
+	eventually(t, func() bool {
+		n, err := f2.CatchUp(t.Context())
+		require.NoError(t, err)
+		return n == 0 && len(second.seqs("s")) == 3
+	}, "the next owner reads the stream from its head and it rejoins")
+	require.Equal(t, []sent{{1, "events.order.order-0", NoPrevious}, {3, "events.order.order-0", 0}, {5, "events.order.order-0", 1}}, second.of("s"))
+	require.Empty(t, pos2.Record().Asides)
+}
