@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver"
@@ -49,6 +50,8 @@ type sharedEngine struct {
 	// the member index passes its events over.
 	loaded   chan struct{}
 	loadOnce sync.Once
+	// replayed counts the dead letters Replay delivered (sharedreplay.go).
+	replayed *prometheus.CounterVec
 }
 
 // newSharedEngine makes the replica of cfg delivering subs (none when
@@ -63,6 +66,10 @@ func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, le
 	if err != nil {
 		return nil, err
 	}
+	replayed, err := deliver.ReplayedCounter(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	r, err := shared.New(shared.Config{Replica: cfg.ReplicaID, Partitions: ecfg.Partitions, Stream: cfg.Stream,
 		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Health: ecfg.Health, Logger: cfg.Logger},
 		shared.Deps{JetStream: js, Subscriptions: subs, Client: cfg.HTTPClient, Breakers: ecfg.Breakers,
@@ -70,7 +77,7 @@ func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, le
 	if err != nil {
 		return nil, err
 	}
-	return &sharedEngine{r: r, js: js, stream: cfg.Stream, log: cfg.Logger}, nil
+	return &sharedEngine{r: r, js: js, stream: cfg.Stream, log: cfg.Logger, replayed: replayed}, nil
 }
 
 // Provision waits for the events stream, as the durables engine does

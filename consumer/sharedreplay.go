@@ -104,6 +104,7 @@ func (e *sharedEngine) replay(ctx context.Context, kv jetstream.KeyValue, q *dea
 		return res
 	}
 	res.Delivered = true
+	e.replayed.WithLabelValues(dl.Subscription).Inc()
 	log.Info("dead letter replayed", slog.Int("status", resp.Status))
 	return res
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/consumer"
@@ -100,14 +101,14 @@ func (rc *chainReceiver) accepted(path string) []int64 {
 // receiver refusing event 4 (version 3 of stream order-0, ten events),
 // and waits until both dead-lettered it and the ordered one's stream is
 // parked at it.
-func parkedSetup(t *testing.T) (bundle, *chainReceiver, *consumer.Consumer, map[string]consumer.DeadLetter) {
+func parkedSetup(t *testing.T, reg *prometheus.Registry) (bundle, *chainReceiver, *consumer.Consumer, map[string]consumer.DeadLetter) {
 	t.Helper()
 	b := setup(t)
 	b.eventsWithDirect(t)
 	rc := newChainReceiver(t, "4")
 	ordered := sharedSub("ordered", rc.srv.URL, consumer.OrderingStream)
 	ordered.OnDeadLetter = consumer.DeadLetterPark
-	c, err := consumer.New(b.js, consumer.Config{Engine: consumer.EngineShared, Partitions: 2, LeaseTTL: 2 * time.Second,
+	c, err := consumer.New(b.js, consumer.Config{Engine: consumer.EngineShared, Partitions: 2, LeaseTTL: 2 * time.Second, Registerer: reg,
 		ReplicaID: "replica-a", Subscriptions: []consumer.Subscription{ordered, sharedSub("unordered", rc.srv.URL, consumer.OrderingNone)}})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(b.ctx))
@@ -146,7 +147,8 @@ func TestSharedEngineReplayParkedHead(t *testing.T) {
 		t.Skip("runs a shared engine and waits for a park and an unpark")
 	}
 	t.Parallel()
-	b, rc, c, letters := parkedSetup(t)
+	reg := prometheus.NewRegistry()
+	b, rc, c, letters := parkedSetup(t, reg)
 	rc.fix()
 	for _, res := range c.Replay(b.ctx, []consumer.DeadLetter{letters["ordered"], letters["unordered"]}) {
 		require.NoError(t, res.Err, "replay of %s", res.Letter.Subscription)
@@ -164,6 +166,8 @@ func TestSharedEngineReplayParkedHead(t *testing.T) {
 	n, err := c.DeadLetters().Count(b.ctx, "")
 	require.NoError(t, err)
 	require.Zero(t, n, "both letters removed")
+	require.Equal(t, 1.0, counter(t, reg, "jsbridge_consumer_dead_letters_replayed_total", "subscription", "ordered"))
+	require.Equal(t, 1.0, counter(t, reg, "jsbridge_consumer_dead_letters_replayed_total", "subscription", "unordered"))
 }
 
 // Under the shared engine, `dlq skip` of a parked stream's head POSTs
@@ -174,7 +178,7 @@ func TestSharedEngineSkipParkedHead(t *testing.T) {
 		t.Skip("runs a shared engine and waits for a park and an unpark")
 	}
 	t.Parallel()
-	b, rc, c, letters := parkedSetup(t)
+	b, rc, c, letters := parkedSetup(t, prometheus.NewRegistry())
 	rc.fix()
 	require.NoError(t, c.DeadLetters().Skip(b.ctx, letters["ordered"]))
 	require.Eventually(t, func() bool { return len(rc.accepted("/ordered")) == 9 }, 20*time.Second, 10*time.Millisecond,

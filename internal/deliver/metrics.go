@@ -67,6 +67,24 @@ func DeadLettersCounter(reg prometheus.Registerer) (*prometheus.CounterVec, erro
 	return promreg.Register(reg, c)
 }
 
+func newReplayed() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jsbridge_consumer_dead_letters_replayed_total",
+		Help: "Dead letters replayed to their endpoint (2xx) and removed from the dead-letter stream, by subscription.",
+	}, []string{"subscription"})
+}
+
+// ReplayedCounter returns jsbridge_consumer_dead_letters_replayed_total
+// (subscription) registered on reg, or the one registered there already
+// (nil reg: unregistered), for the shared engine's replays.
+func ReplayedCounter(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	c := newReplayed()
+	if reg == nil {
+		return c, nil
+	}
+	return promreg.Register(reg, c)
+}
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		deliveries: newDeliveries(),
@@ -84,10 +102,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Messages handled that JetStream had delivered before (a retry, or a redelivery after AckWait), by subscription.",
 		}, []string{"subscription"}),
 		deadLetters: newDeadLetters(),
-		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "jsbridge_consumer_dead_letters_replayed_total",
-			Help: "Dead letters replayed to their endpoint (2xx) and removed from the dead-letter stream, by subscription.",
-		}, []string{"subscription"}),
+		replayed:    newReplayed(),
 		partitionsOwned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_partitions_owned",
 			Help: "Partitions of an ordered subscription this replica holds the lease of, by subscription.",
