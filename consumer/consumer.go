@@ -124,7 +124,7 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		if cfg.SubscriptionStore == nil {
 			subs = engineSubscriptions(cfg.Subscriptions)
 		}
-		se, err := newSharedEngine(js, cfg, ecfg, subs)
+		se, err := newSharedEngine(js, cfg, ecfg, dlq, subs)
 		if err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
 		}

@@ -52,16 +52,21 @@ type sharedEngine struct {
 }
 
 // newSharedEngine makes the replica of cfg delivering subs (none when
-// the subscriptions come from the bucket: watch puts them).
-func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, subs []subscription.Subscription) (*sharedEngine, error) {
+// the subscriptions come from the bucket: watch puts them), storing its
+// dead letters in letters (the Consumer's, provisioned by Provision).
+func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, letters *deadletter.DLQ, subs []subscription.Subscription) (*sharedEngine, error) {
 	deliveries, err := deliver.DeliveriesCounter(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
+	dead, err := deliver.DeadLettersCounter(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	r, err := shared.New(shared.Config{Replica: cfg.ReplicaID, Partitions: ecfg.Partitions, Stream: cfg.Stream,
-		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Logger: cfg.Logger},
+		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Health: ecfg.Health, Logger: cfg.Logger},
 		shared.Deps{JetStream: js, Subscriptions: subs, Client: cfg.HTTPClient, Breakers: ecfg.Breakers,
-			Deliveries: deliveries, Registerer: cfg.Registerer})
+			Deliveries: deliveries, DeadLetters: letters, DeadLettered: dead, Registerer: cfg.Registerer})
 	if err != nil {
 		return nil, err
 	}
