@@ -322,6 +322,7 @@ func (r *Replica) Start(ctx context.Context) error {
 		return fmt.Errorf("shared: events stream %s: %w", r.cfg.Stream, err)
 	}
 	r.created = info.CachedInfo().Created
+	r.startNew(info.CachedInfo().State.LastSeq)
 	if r.poskv, err = position.Bucket(ctx, r.js, r.cfg.PositionsBucket, r.cfg.Replicas); err != nil {
 		return fmt.Errorf("shared: %w", err)
 	}

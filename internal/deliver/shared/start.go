@@ -21,8 +21,9 @@ const startTimeout = 10 * time.Second
 // sequence before the first event stored at or after it; new → the
 // events stream's last sequence when the subscription was created
 // (created, from the subscriptions bucket's document), or, without a
-// creation time (a subscriptions file), its last sequence now.
-// r.subs.mu is held.
+// creation time, when the replica started (startNew: a subscription
+// given before Start, as a subscriptions file's are) or when it was put
+// (one put while the replica runs). r.subs.mu is held.
 func (r *Replica) after(s subscription.Subscription) (uint64, error) {
 	if a, ok := r.subs.after[s.Name]; ok {
 		return a, nil
@@ -46,6 +47,22 @@ func (r *Replica) after(s subscription.Subscription) (uint64, error) {
 	}
 	r.subs.after[s.Name] = a
 	return a, nil
+}
+
+// startNew resolves, as Start reads the events stream's last sequence
+// last, the start of every subscription given so far whose start is new
+// and which has no creation time: after last, so that what is stored
+// while the partitions are being claimed is theirs.
+func (r *Replica) startNew(last uint64) {
+	r.subs.mu.Lock()
+	defer r.subs.mu.Unlock()
+	for name, s := range r.subs.given {
+		_, resolved := r.subs.after[name]
+		_, created := r.subs.created[name]
+		if p := s.WithDefaults().Start.Policy; (p == subscription.StartNew || p == "") && !resolved && !created {
+			r.subs.after[name] = last
+		}
+	}
 }
 
 // seqBefore returns the sequence of the events stream's last message
