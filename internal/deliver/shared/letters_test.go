@@ -234,7 +234,9 @@ func gateWorld(t *testing.T, subs ...subscription.Subscription) (*world, *gate, 
 	w.subs = nil
 	for _, s := range subs {
 		s.FilterSubjects, s.URL, s.Secrets = []string{"events.>"}, g.srv.URL+"/"+s.Name, []string{secret}
-		s.Body, s.AllowPrivate = subscription.BodyBinary, true
+		// From the events stream's first event: "new" would start at
+		// the replica's first claim, past events published meanwhile.
+		s.Body, s.AllowPrivate, s.Start = subscription.BodyBinary, true, subscription.Start{Policy: subscription.StartAll}
 		w.subs = append(w.subs, s)
 	}
 	q := deadletter.New(w.js, deadletter.Config{})

@@ -136,8 +136,10 @@ type Deps struct {
 	// subscription stops on every partition it owns (health.go). Given,
 	// the caller runs it (Load before Start, Run while the replica runs,
 	// as the old engine's Fleet does). Default nil: the replica makes one
-	// of Config.Health on its JetStream, unregistered, reads it at Start
-	// (at most 5 s) and runs it until Stop.
+	// of Config.Health on its JetStream (its gauge
+	// jsbridge_consumer_endpoint_disabled on Registerer; the breakers'
+	// states not shared through the bucket), reads it at Start (at most
+	// 5 s) and runs it until Stop.
 	Health *health.State
 	// DeadLettered is jsbridge_consumer_dead_letters_total
 	// (subscription), counted for each letter stored. Default nil: not
@@ -225,7 +227,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 			names[i] = s.Name
 		}
 		h, err := health.New(cfg.Health, health.Deps{JetStream: deps.JetStream, Clock: cfg.Clock, Logger: cfg.Logger,
-			Replica: cfg.Replica, Replicas: cfg.Replicas, HTTPClient: egress.NoRedirects(deps.Client)}, names)
+			Replica: cfg.Replica, Replicas: cfg.Replicas, Registerer: deps.Registerer, HTTPClient: egress.NoRedirects(deps.Client)}, names)
 		if err != nil {
 			return nil, fmt.Errorf("%w: Config.Health: %w", ErrInvalidConfig, err)
 		}

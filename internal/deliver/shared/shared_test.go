@@ -173,7 +173,7 @@ func newWorld(t *testing.T) *world {
 	}{{"ordered", subscription.OrderingStream}, {"unordered", subscription.OrderingNone}} {
 		w.subs = append(w.subs, subscription.Subscription{Name: s.name, FilterSubjects: []string{"events.>"},
 			URL: w.rc.srv.URL + "/" + s.name, Secrets: []string{secret}, Body: subscription.BodyBinary,
-			Ordering: s.ordering, AllowPrivate: true})
+			Ordering: s.ordering, AllowPrivate: true, Start: subscription.Start{Policy: subscription.StartAll}})
 	}
 	return w
 }
