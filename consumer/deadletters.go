@@ -173,9 +173,17 @@ func (d *DeadLetters) Purge(ctx context.Context, subscription string) (uint64, e
 }
 
 // Parked returns the parked streams of subscription (all when "") from
-// the park bucket, oldest first; none when no ordered subscription ran.
+// the park bucket, oldest first, then those the shared engine parked
+// (the partition records of its positions bucket, each described by its
+// head's dead letter; Held 0: it holds nothing); none when no ordered
+// subscription ran.
 func (d *DeadLetters) Parked(ctx context.Context, subscription string) ([]ParkedStream, error) {
 	parked, err := deadletter.ListParked(ctx, d.js, subscription)
+	if err == nil {
+		var more []deadletter.ParkedStream
+		more, err = sharedParked(ctx, d.js, d.q, subscription)
+		parked = append(parked, more...)
+	}
 	out := make([]ParkedStream, len(parked))
 	for i, p := range parked {
 		out[i] = ParkedStream(p)

@@ -135,6 +135,11 @@ func parkedSetup(t *testing.T, reg *prometheus.Registry) (bundle, *chainReceiver
 		return parked
 	}, 10*time.Second, 10*time.Millisecond, "the ordered stream parked at its head in the partition's record")
 	require.Equal(t, []int64{0, 1, 2}, rc.accepted("/ordered"), "nothing after the parked head")
+	parked, err := c.DeadLetters().Parked(b.ctx, "")
+	require.NoError(t, err)
+	require.Len(t, parked, 1, "dlq list shows the parked stream")
+	require.Equal(t, consumer.ParkedStream{Subscription: "ordered", Stream: "order-0", Subject: dl.Subject, HeadEventID: "4",
+		HeadVersion: "3", Partition: parked[0].Partition, ParkedAt: dl.DeadLetteredAt, Reason: dl.Reason}, parked[0])
 	return b, rc, c, letters
 }
 
