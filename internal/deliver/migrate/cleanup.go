@@ -1,0 +1,430 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/unordered"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// The cleanup deletes what the old layout left once the shared engine
+// runs (docs/design/next-engine.md, section 5, step 5): the unordered
+// durables on the events stream, the partitioned copy with its partition
+// consumers, the park bucket's keys Apply copied or translated (and the
+// bucket, when nothing else is left in it), and the old engine's keys in
+// the lease bucket. It keeps what the shared engine reads: the dead
+// letters (their stream), the positions bucket, and the lease bucket
+// with the shared engine's own keys (lease.p<N>, member.<replica>).
+
+var (
+	// ErrNotMigrated is wrapped by Cleanup.Err when the positions bucket
+	// holds no DoneKey: the old layout is all there is of the positions.
+	ErrNotMigrated = errors.New("migrate: the migration was not applied")
+	// ErrNotStarted is wrapped by Cleanup.Err when no partition record
+	// was claimed by the shared engine since the migration wrote it:
+	// until the new version ran, the old layout is what going back needs.
+	ErrNotStarted = errors.New("migrate: the shared engine has not run on the migrated positions")
+	// ErrOldEngineRuns is wrapped by Cleanup.Err when a replica of the old
+	// engine still runs: an old consumer has pull requests waiting, or an
+	// old heartbeat key was written within the lease bucket's TTL.
+	ErrOldEngineRuns = errors.New("migrate: a replica of the old engine still runs")
+)
+
+// CleanupConfig says where the old layout and the positions bucket are.
+type CleanupConfig struct {
+	// Events is the events stream. Default wire.DefaultEventsStream.
+	Events string
+	// Positions is the positions bucket. Default position.DefaultBucket.
+	Positions string
+	// Clock dates the old heartbeats (ErrOldEngineRuns). Default the real
+	// one.
+	Clock clockwork.Clock
+}
+
+// Cleanup is what the cleanup deletes, or would delete (ReadCleanup),
+// in the order DeleteOldLayout deletes it, and what stops it.
+type Cleanup struct {
+	// Events is the events stream, Positions the positions bucket (kept);
+	// Migrated the fingerprint of the plan applied (DoneKey), "" when
+	// none was.
+	Events    string `json:"events"`
+	Positions string `json:"positions"`
+	Migrated  string `json:"migrated"`
+	// ParkKeys are the park bucket's keys of the old subscriptions
+	// (delivered records, aside records, park entries, skipped versions,
+	// failed-attempt counts) and its lease epoch counter, all copied or
+	// translated by Apply.
+	ParkKeys []string `json:"park_keys,omitempty"`
+	// ParkBucket is the park bucket, deleted after its keys when nothing
+	// else is left in it ("" when it stays, or is gone already);
+	// ParkKept counts the keys left in it (of subscriptions the old
+	// layout no longer has consumers for: not moved, not deleted).
+	ParkBucket string `json:"park_bucket,omitempty"`
+	ParkKept   int    `json:"park_kept,omitempty"`
+	// LeaseKeys are the old engine's keys in the lease bucket: partition
+	// leases lease.<subscription>.<p> and heartbeats
+	// member.<subscription>.<replica> (both three tokens; the shared
+	// engine's have two).
+	LeaseKeys []string `json:"lease_keys,omitempty"`
+	// Durables are the unordered subscriptions' durable consumers on the
+	// events stream (those the old engine made: unordered.Description).
+	Durables []string `json:"durables,omitempty"`
+	// Copy is the partitioned copy, deleted last with its consumers
+	// ("" when it is gone already); PartitionConsumers are its partition
+	// consumers (wire.PartitionDurable), deleted one by one first.
+	// CopyKept names the copy's other consumers, when it has some: then
+	// the copy stays.
+	Copy               string   `json:"copy,omitempty"`
+	PartitionConsumers []string `json:"partition_consumers,omitempty"`
+	CopyKept           []string `json:"copy_kept,omitempty"`
+	// Refusals say why nothing is deleted (see Err).
+	Refusals []string `json:"refusals,omitempty"`
+
+	errs []error
+}
+
+// Empty reports whether nothing is left to delete.
+func (c *Cleanup) Empty() bool {
+	return len(c.ParkKeys) == 0 && c.ParkBucket == "" && len(c.LeaseKeys) == 0 && len(c.Durables) == 0 &&
+		len(c.PartitionConsumers) == 0 && c.Copy == ""
+}
+
+// Err returns nil when the cleanup may run, else the refusals joined,
+// each wrapping ErrNotMigrated, ErrNotStarted or ErrOldEngineRuns.
+func (c *Cleanup) Err() error { return errors.Join(c.errs...) }
+
+func (c *Cleanup) refuse(err error, format string, args ...any) {
+	err = fmt.Errorf("%w: "+format, append([]any{err}, args...)...)
+	c.errs = append(c.errs, err)
+	c.Refusals = append(c.Refusals, err.Error())
+}
+
+// cleaning is one ReadCleanup's state.
+type cleaning struct {
+	js  jetstream.JetStream
+	cfg CleanupConfig
+	c   *Cleanup
+	// subs are the old layout's subscriptions, by name.
+	subs []string
+	// consumers are the old consumers' info, for the running check.
+	consumers []*jetstream.ConsumerInfo
+}
+
+// ReadCleanup lists what the old layout left, writing nothing, and says
+// whether it may be deleted (Cleanup.Err): the migration must have been
+// applied (DoneKey), the shared engine must have claimed at least one
+// partition record since, and no old replica may run. "Runs" is what the
+// server answers: an old consumer's pull requests waiting (ConsumerInfo's
+// NumWaiting; the server drops the requests of a connection gone when it
+// answers), or an old heartbeat member.<subscription>.<replica> written
+// within the lease bucket's TTL (an old replica deletes its own when it
+// stops; one that crashed leaves it until the TTL). The subscriptions are
+// those the old layout still has consumers for (Discover), so a run that
+// stopped midway is finished by running it again: DeleteOldLayout
+// deletes the keys before the consumers that name them. Errors: the
+// events stream missing, and the server's.
+func ReadCleanup(ctx context.Context, js jetstream.JetStream, cfg CleanupConfig) (*Cleanup, error) {
+	if cfg.Events == "" {
+		cfg.Events = wire.DefaultEventsStream
+	}
+	if cfg.Positions == "" {
+		cfg.Positions = position.DefaultBucket
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	cl := &cleaning{js: js, cfg: cfg, c: &Cleanup{Events: cfg.Events, Positions: cfg.Positions}}
+	subs, err := Discover(ctx, js, cfg.Events)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range subs {
+		cl.subs = append(cl.subs, s.Name)
+	}
+	if err := cl.migrated(ctx); err != nil {
+		return nil, err
+	}
+	if err := cl.parkKeys(ctx); err != nil {
+		return nil, err
+	}
+	beats, err := cl.leaseKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.durables(ctx); err != nil {
+		return nil, err
+	}
+	if err := cl.copy(ctx); err != nil {
+		return nil, err
+	}
+	cl.running(beats)
+	return cl.c, nil
+}
+
+// migrated checks the positions bucket: DoneKey written, and a record
+// claimed by another owner than the migration's.
+func (cl *cleaning) migrated(ctx context.Context) error {
+	kv, err := cl.js.KeyValue(ctx, cl.cfg.Positions)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		cl.c.refuse(ErrNotMigrated, "the positions bucket %q does not exist: run `consumer migrate` (with every old replica stopped), start the new version, then clean up", cl.cfg.Positions)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("migrate: positions bucket %q: %w", cl.cfg.Positions, err)
+	}
+	if cl.c.Migrated, err = getString(ctx, kv, DoneKey); err != nil {
+		return err
+	}
+	if cl.c.Migrated == "" {
+		cl.c.refuse(ErrNotMigrated, "the positions bucket %q holds no %q key: run `consumer migrate` (with every old replica stopped), start the new version, then clean up", cl.cfg.Positions, DoneKey)
+		return nil
+	}
+	stored, err := position.ReadAll(ctx, kv)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if !slices.ContainsFunc(stored, func(s position.Stored) bool { return s.Revision > 0 && s.Record.Owner != Owner }) {
+		cl.c.refuse(ErrNotStarted, "every partition record of %q is still the migration's: start the new version (consumer run --engine shared) and clean up once it runs; until then the old layout is what going back to the old version needs", cl.cfg.Positions)
+	}
+	return nil
+}
+
+// parkKeys lists the park bucket's keys of the old subscriptions and its
+// epoch counter, and whether the bucket is left empty after them.
+func (cl *cleaning) parkKeys(ctx context.Context) error {
+	kv, err := cl.js.KeyValue(ctx, wire.DefaultParkBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("migrate: park bucket %q: %w", wire.DefaultParkBucket, err)
+	}
+	all, err := listKeys(ctx, kv)
+	if err != nil {
+		return err
+	}
+	for _, k := range all {
+		if k == wire.EpochKey || slices.ContainsFunc(cl.subs, func(sub string) bool { return oldParkKey(k, sub) }) {
+			cl.c.ParkKeys = append(cl.c.ParkKeys, k)
+		}
+	}
+	if cl.c.ParkKept = len(all) - len(cl.c.ParkKeys); cl.c.ParkKept == 0 {
+		cl.c.ParkBucket = wire.DefaultParkBucket
+	}
+	return nil
+}
+
+// oldParkKey reports whether k is one of the park bucket's keys of
+// subscription sub: its park entries (wire.ParkedKey, two tokens), and
+// its skipped versions, failed-attempt counts, delivered records and
+// aside records (a prefix, the subscription, then one or two tokens).
+func oldParkKey(k, sub string) bool {
+	if rest, ok := strings.CutPrefix(k, sub+"."); ok && !strings.Contains(rest, ".") {
+		return true
+	}
+	for _, prefix := range []string{wire.SkippedKeyPrefix, wire.AttemptsKeyPrefix, wire.DeliveredKeyPrefix, wire.AsideKeyPrefix} {
+		if rest, ok := strings.CutPrefix(k, prefix+sub+"."); ok && rest != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// leaseKeys lists the old engine's keys in the lease bucket, and returns
+// the heartbeats among them written within the bucket's TTL.
+func (cl *cleaning) leaseKeys(ctx context.Context) ([]string, error) {
+	kv, err := cl.js.KeyValue(ctx, wire.DefaultLeaseBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("migrate: lease bucket %q: %w", wire.DefaultLeaseBucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: lease bucket %q: %w", wire.DefaultLeaseBucket, err)
+	}
+	all, err := listKeys(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	var beats []string
+	now := cl.cfg.Clock.Now()
+	for _, k := range all {
+		if strings.Count(k, ".") != 2 {
+			continue // the shared engine's, or no one's
+		}
+		if _, _, ok := wire.ParseLeaseKey(k); ok {
+			cl.c.LeaseKeys = append(cl.c.LeaseKeys, k)
+			continue
+		}
+		if _, _, ok := wire.ParseMemberKey(k); !ok {
+			continue
+		}
+		cl.c.LeaseKeys = append(cl.c.LeaseKeys, k)
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("migrate: read %q of the lease bucket: %w", k, err)
+		}
+		if ttl := st.TTL(); ttl == 0 || now.Sub(e.Created()) < ttl {
+			beats = append(beats, fmt.Sprintf("%s (written %s ago)", k, now.Sub(e.Created()).Round(time.Millisecond)))
+		}
+	}
+	return beats, nil
+}
+
+// durables lists the unordered durables the old engine made on the
+// events stream (every one: an ordered subscription's former unordered
+// durable too).
+func (cl *cleaning) durables(ctx context.Context) error {
+	s, err := cl.js.Stream(ctx, cl.cfg.Events)
+	if err != nil {
+		return fmt.Errorf("migrate: events stream %q: %w", cl.cfg.Events, err)
+	}
+	l := s.ListConsumers(ctx)
+	for ci := range l.Info() {
+		if ci.Config.Durable != "" && strings.HasPrefix(ci.Config.Description, unordered.Description) {
+			cl.c.Durables = append(cl.c.Durables, ci.Name)
+			cl.consumers = append(cl.consumers, ci)
+		}
+	}
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("migrate: list the consumers of %q: %w", cl.cfg.Events, err)
+	}
+	slices.Sort(cl.c.Durables)
+	return nil
+}
+
+// copy lists the partitioned copy's partition consumers, and its other
+// consumers (which keep it).
+func (cl *cleaning) copy(ctx context.Context) error {
+	name := wire.OrderedStream(cl.cfg.Events)
+	s, err := cl.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("migrate: partitioned copy %q: %w", name, err)
+	}
+	l := s.ListConsumers(ctx)
+	for ci := range l.Info() {
+		if _, _, ok := wire.ParsePartitionDurable(ci.Name); ok {
+			cl.c.PartitionConsumers = append(cl.c.PartitionConsumers, ci.Name)
+			cl.consumers = append(cl.consumers, ci)
+		} else {
+			cl.c.CopyKept = append(cl.c.CopyKept, ci.Name)
+		}
+	}
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("migrate: list the consumers of %q: %w", name, err)
+	}
+	slices.Sort(cl.c.PartitionConsumers)
+	slices.Sort(cl.c.CopyKept)
+	if len(cl.c.CopyKept) == 0 {
+		cl.c.Copy = name
+	}
+	return nil
+}
+
+// running refuses when an old consumer has pull requests waiting or an
+// old heartbeat is recent.
+func (cl *cleaning) running(beats []string) {
+	var pulling []string
+	for _, ci := range cl.consumers {
+		if ci.NumWaiting > 0 {
+			pulling = append(pulling, fmt.Sprintf("%s on %s (%d pull requests waiting)", ci.Name, ci.Stream, ci.NumWaiting))
+		}
+	}
+	if len(pulling) > 0 {
+		cl.c.refuse(ErrOldEngineRuns, "%s: stop every replica of the old version (consumer run without --engine shared), then clean up", strings.Join(pulling, ", "))
+	}
+	if len(beats) > 0 {
+		cl.c.refuse(ErrOldEngineRuns, "old heartbeats in %q: %s: stop every replica of the old version; one that crashed leaves its heartbeat until the lease TTL, so run this again after it", wire.DefaultLeaseBucket, strings.Join(beats, ", "))
+	}
+}
+
+// listKeys lists kv's keys, sorted (none for an empty bucket).
+func listKeys(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
+	l, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("migrate: list the keys of bucket %q: %w", kv.Bucket(), err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	_ = l.Stop() // done already once Keys is drained
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// DeleteOldLayout deletes what c lists, in its order: the park bucket
+// (whole when nothing else is left in it, else its listed keys, purged), the
+// old lease keys, the unordered durables, the partition consumers, and
+// last the partitioned copy. What is gone already is passed over, so a
+// run that stopped midway is finished by reading and deleting again.
+// Errors: c.Err() (nothing deleted), and the server's.
+func DeleteOldLayout(ctx context.Context, js jetstream.JetStream, c *Cleanup) error {
+	if err := c.Err(); err != nil {
+		return err
+	}
+	switch {
+	case c.ParkBucket != "":
+		if err := js.DeleteKeyValue(ctx, c.ParkBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return fmt.Errorf("migrate: delete the park bucket %q: %w", c.ParkBucket, err)
+		}
+	case len(c.ParkKeys) > 0:
+		kv, err := js.KeyValue(ctx, wire.DefaultParkBucket)
+		if err != nil {
+			return fmt.Errorf("migrate: park bucket %q: %w", wire.DefaultParkBucket, err)
+		}
+		for _, k := range c.ParkKeys {
+			if err := kv.Purge(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return fmt.Errorf("migrate: delete %q of the park bucket: %w", k, err)
+			}
+		}
+	}
+	if len(c.LeaseKeys) > 0 {
+		kv, err := js.KeyValue(ctx, wire.DefaultLeaseBucket)
+		if err != nil {
+			return fmt.Errorf("migrate: lease bucket %q: %w", wire.DefaultLeaseBucket, err)
+		}
+		for _, k := range c.LeaseKeys {
+			if err := kv.Purge(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return fmt.Errorf("migrate: delete %q of the lease bucket: %w", k, err)
+			}
+		}
+	}
+	for _, d := range c.Durables {
+		if err := js.DeleteConsumer(ctx, c.Events, d); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("migrate: delete the durable consumer %q of %q: %w", d, c.Events, err)
+		}
+	}
+	copyName := wire.OrderedStream(c.Events)
+	for _, d := range c.PartitionConsumers {
+		if err := js.DeleteConsumer(ctx, copyName, d); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("migrate: delete the partition consumer %q of %q: %w", d, copyName, err)
+		}
+	}
+	if c.Copy != "" {
+		if err := js.DeleteStream(ctx, c.Copy); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("migrate: delete the partitioned copy %q: %w", c.Copy, err)
+		}
+	}
+	return nil
+}
