@@ -86,9 +86,9 @@ type MigrationCleanup = migrate.Cleanup
 
 // Errors a MigrationCleanup's Err wraps.
 var (
-	// ErrNotMigrated: the positions bucket holds no "migrated" key; run
-	// the migration first.
-	ErrNotMigrated = migrate.ErrNotMigrated
+	// ErrMigrationNotApplied: the positions bucket holds no "migrated"
+	// key; run the migration first.
+	ErrMigrationNotApplied = migrate.ErrNotMigrated
 	// ErrSharedEngineNotStarted: no partition record was claimed by the
 	// shared engine since the migration wrote it; start the new version
 	// first (until it ran, the old layout is what going back needs).

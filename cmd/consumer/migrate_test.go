@@ -110,7 +110,7 @@ func TestMigrateCleanupCommand(t *testing.T) {
 	copyName := wire.OrderedStream(wire.DefaultEventsStream)
 
 	out, err := k.migrateOut(t, "--cleanup")
-	require.ErrorIs(t, err, consumer.ErrNotMigrated)
+	require.ErrorIs(t, err, consumer.ErrMigrationNotApplied)
 	require.Contains(t, out, "refused:")
 	require.Contains(t, out, "run `consumer migrate`")
 	_, err = k.migrateOut(t, "--cleanup", "--read-pending")

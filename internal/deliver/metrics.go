@@ -30,12 +30,28 @@ type metrics struct {
 	copyLagSeconds  *prometheus.GaugeVec
 }
 
+func newDeliveries() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jsbridge_consumer_deliveries_total",
+		Help: "Webhook delivery attempts by subscription, outcome (ack, retry, term, exhausted, breaker_open) and status class (2xx..5xx, timeout, network, tls, forbidden, none).",
+	}, []string{"subscription", "outcome", "status_class"})
+}
+
+// DeliveriesCounter returns jsbridge_consumer_deliveries_total
+// (subscription, outcome, status_class) registered on reg, or the one
+// registered there already (nil reg: unregistered): the shared engine
+// counts its attempts in the same series as this engine.
+func DeliveriesCounter(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	c := newDeliveries()
+	if reg == nil {
+		return c, nil
+	}
+	return promreg.Register(reg, c)
+}
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "jsbridge_consumer_deliveries_total",
-			Help: "Webhook delivery attempts by subscription, outcome (ack, retry, term, exhausted, breaker_open) and status class (2xx..5xx, timeout, network, tls, forbidden, none).",
-		}, []string{"subscription", "outcome", "status_class"}),
+		deliveries: newDeliveries(),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "jsbridge_consumer_attempt_duration_seconds",
 			Help:    "Duration of webhook POSTs in seconds, by subscription.",

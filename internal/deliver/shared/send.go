@@ -24,7 +24,7 @@ const minRetry = 100 * time.Millisecond
 // through the subscription's attempt.Sender (build, sign, breaker, POST,
 // classify), its POST bound by the claim's lease fence.
 type sender struct {
-	senders map[string]*attempt.Sender
+	senders *senderSet
 	claim   *owner.Claim
 	epochs  owner.Epochs
 	replica string
@@ -33,7 +33,7 @@ type sender struct {
 
 // Attempt implements fanout.Sender.
 func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settlement {
-	snd := s.senders[d.Subscription]
+	snd := s.senders.get(d.Subscription)
 	if snd == nil {
 		// Not a subscription of this replica: the members index and the
 		// senders are made together, so this is a bug; nothing is sent.

@@ -46,7 +46,6 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
-	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -92,8 +91,9 @@ type Config struct {
 type Deps struct {
 	// JetStream is the replica's connection. Required.
 	JetStream jetstream.JetStream
-	// Subscriptions are the subscriptions delivered (validated here,
-	// their defaults applied). At least one.
+	// Subscriptions are the subscriptions delivered from the start
+	// (validated here, their defaults applied); Put, Pause and Remove
+	// change the set while the replica runs. May be empty.
 	Subscriptions []subscription.Subscription
 	// Client sends the webhooks (nil: http.DefaultClient's settings),
 	// as subscription.Client makes it for each subscription: no
@@ -106,6 +106,10 @@ type Deps struct {
 	// Deliveries is jsbridge_consumer_deliveries_total (subscription,
 	// outcome, status_class). Default an unregistered counter.
 	Deliveries *prometheus.CounterVec
+	// Registerer, when set, gets the replica's own metrics (metrics.go:
+	// partitions owned, hand-overs, position commits, cursors by
+	// state). Default nil: none registered.
+	Registerer prometheus.Registerer
 }
 
 // Replica is one consumer replica of the shared engine. Make one with
@@ -115,7 +119,9 @@ type Replica struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	members *fanout.Members
-	senders map[string]*attempt.Sender
+	senders *senderSet
+	subs    subs // the subscription set and how to make a sender (edit.go)
+	metrics *metrics
 	chain   *chain
 	cursors *fanout.Cursors
 	rcfg    reader.Config
@@ -158,19 +164,20 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 	if deps.JetStream == nil {
 		return nil, fmt.Errorf("%w: Deps.JetStream is nil", ErrInvalidConfig)
 	}
-	if len(deps.Subscriptions) == 0 {
-		return nil, fmt.Errorf("%w: Deps.Subscriptions is empty", ErrInvalidConfig)
-	}
 	cfg = withDefaults(cfg)
 	if cfg.Partitions < 1 || cfg.Partitions > owner.MaxPartitions {
 		return nil, fmt.Errorf("%w: Partitions %d: want 1 to %d", ErrInvalidConfig, cfg.Partitions, owner.MaxPartitions)
 	}
 	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: fanout.NewMembers(),
-		senders: map[string]*attempt.Sender{}, parts: map[int]served{}}
+		senders: &senderSet{m: map[string]*attempt.Sender{}}, parts: map[int]served{}}
 	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
 		Name: "jsbridge_reader_" + cfg.Replica, Logger: cfg.Logger}
 	if err := r.subscribe(deps); err != nil {
 		return nil, err
+	}
+	var err error
+	if r.metrics, err = newMetrics(deps.Registerer, r); err != nil {
+		return nil, fmt.Errorf("shared: %w", err)
 	}
 	r.chain = &chain{js: deps.JetStream, stream: cfg.Stream, members: r.members}
 	r.cursors = fanout.NewCursors(deps.JetStream, r.rcfg)
@@ -208,8 +215,8 @@ func withDefaults(cfg Config) Config {
 	return cfg
 }
 
-// subscribe validates the subscriptions and makes each one's Member and
-// attempt.Sender.
+// subscribe keeps what makes a subscription's attempt.Sender (edit.go)
+// and puts deps.Subscriptions.
 func (r *Replica) subscribe(deps Deps) error {
 	if deps.Breakers == nil {
 		set, err := breaker.NewSet(breaker.Settings{}, r.log, nil)
@@ -223,34 +230,18 @@ func (r *Replica) subscribe(deps Deps) error {
 			Help: "Webhook delivery attempts by subscription, outcome and status class."},
 			[]string{"subscription", "outcome", "status_class"})
 	}
-	open := egress.NoRedirects(deps.Client)
-	var guarded *http.Client
+	r.subs = subs{open: egress.NoRedirects(deps.Client), breakers: deps.Breakers, deliveries: deps.Deliveries,
+		given: map[string]subscription.Subscription{}, paused: map[string]bool{}, fans: map[*fanout.Partition]int{}}
 	for _, s := range deps.Subscriptions {
 		if err := s.Validate(); err != nil {
 			return fmt.Errorf("shared: %w", err)
 		}
-		s = s.WithDefaults()
-		if _, dup := r.senders[s.Name]; dup {
+		if _, dup := r.subs.given[s.Name]; dup {
 			return fmt.Errorf("%w: subscription %q: Name: used by two subscriptions", subscription.ErrInvalidSubscription, s.Name)
 		}
-		signer, err := webhook.NewSigner(s.Scheme, s.Secrets...)
-		if err != nil {
-			return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
+		if err := r.Put(s); err != nil {
+			return err
 		}
-		client, err := subscription.Client(open, &guarded, s)
-		if err != nil {
-			return fmt.Errorf("shared: %w", err)
-		}
-		snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: r.cfg.UserAgent},
-			attempt.Deps{Breaker: deps.Breakers.Breaker(s.URL), Clock: r.cfg.Clock, Logger: r.log,
-				Metrics: attempt.Metrics{Deliveries: deps.Deliveries}})
-		if err != nil {
-			return fmt.Errorf("shared: %w", err)
-		}
-		if err := r.members.Put(fanout.MemberOf(s)); err != nil {
-			return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
-		}
-		r.senders[s.Name] = snd
 	}
 	return nil
 }
