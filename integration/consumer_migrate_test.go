@@ -43,9 +43,14 @@ type upgradeReceiver struct {
 
 	mu    sync.Mutex
 	phase int
-	// slowAbove: in phase 1, ids above it are answered after slowDelay,
-	// so that the old engine is stopped with events still to deliver.
+	// slowAbove: in phase 1, ids above it are answered after
+	// upgradeSlowDelay (upgradeSlowerDelay on the ordered path for the
+	// streams in slower), so that the old engine is stopped with events
+	// still to deliver, and with the ordered subscription's other
+	// streams settled above its partition floors (its delivered
+	// records).
 	slowAbove int
+	slower    map[int]bool
 	// failing: in phase 1, the unordered path answers 503 for these ids
 	// (retried, so pending at the stop, with later ids acked above them).
 	failing  map[int]bool
@@ -65,16 +70,17 @@ type chainLink struct {
 }
 
 const (
-	upgradeSlowDelay = 20 * time.Millisecond
-	pathOrdered      = "/ordered"
-	pathUnordered    = "/unordered"
+	upgradeSlowDelay   = 20 * time.Millisecond
+	upgradeSlowerDelay = 150 * time.Millisecond
+	pathOrdered        = "/ordered"
+	pathUnordered      = "/unordered"
 )
 
 func newUpgradeReceiver(t *testing.T, streams int) *upgradeReceiver {
 	t.Helper()
 	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{testSecret})
 	require.NoError(t, err)
-	rc := &upgradeReceiver{streams: streams, phase: 1, failing: map[int]bool{},
+	rc := &upgradeReceiver{streams: streams, phase: 1, failing: map[int]bool{}, slower: map[int]bool{},
 		acked:    map[string]map[int]int{pathOrdered: {}, pathUnordered: {}},
 		resent:   map[string]map[int]bool{pathOrdered: {}, pathUnordered: {}},
 		requests: map[string]map[int]int{pathOrdered: {}, pathUnordered: {}},
@@ -96,15 +102,20 @@ func newUpgradeReceiver(t *testing.T, streams int) *upgradeReceiver {
 			rc.resent[path][id] = true
 		}
 		fail := phase == 1 && path == pathUnordered && rc.failing[id]
-		slow := phase == 1 && id > rc.slowAbove
+		var delay time.Duration
+		switch {
+		case phase != 1 || id <= rc.slowAbove:
+		case path == pathOrdered && rc.slower[id%rc.streams]:
+			delay = upgradeSlowerDelay
+		default:
+			delay = upgradeSlowDelay
+		}
 		rc.mu.Unlock()
 		if fail {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
-		if slow {
-			time.Sleep(upgradeSlowDelay)
-		}
+		time.Sleep(delay)
 		rc.mu.Lock()
 		if _, ok := rc.acked[path][id]; !ok {
 			rc.acked[path][id] = phase
@@ -230,6 +241,11 @@ type migrationPlan struct {
 			Floor   uint64 `json:"floor"`
 			Pending int    `json:"pending"`
 			Resent  uint64 `json:"resent"`
+			// Partitions: an ordered subscription's; Settled counts
+			// its streams settled above the partition's floor.
+			Partitions []struct {
+				Settled int `json:"settled"`
+			} `json:"partitions"`
 		} `json:"subscriptions"`
 		Refusals []any `json:"refusals"`
 	} `json:"plan"`
@@ -256,7 +272,9 @@ func (p *migrationPlan) resent(t *testing.T, name string) uint64 {
 // delivers an ordered and an unordered subscription part of a stream of
 // events to a receiver verifying signatures, the unordered endpoint
 // failing three events meanwhile (retried: pending, with later events
-// acked above them), and is stopped (SIGTERM) with events still to
+// acked above them) and a quarter of the ordered streams slower than the
+// rest (so that the others settle above the partition floors), and is
+// stopped (SIGTERM) with events still to
 // deliver; consumer migrate plans (--dry-run) and applies the move;
 // consumer run --engine shared delivers the rest; consumer migrate
 // --cleanup deletes the old layout while it runs, and it goes on. No
@@ -272,8 +290,8 @@ func TestMigrateFromPerSubscriptionDurables(t *testing.T) {
 	}
 	t.Parallel()
 	const (
-		streams   = 10
-		perStream = 100
+		streams   = 20
+		perStream = 50
 		events    = streams * perStream // 1,000
 		firstHalf = 400
 		more      = 5 * streams // published after the cleanup
@@ -283,6 +301,9 @@ func TestMigrateFromPerSubscriptionDurables(t *testing.T) {
 	rc.slowAbove = firstHalf
 	for _, id := range []int{50, 150, 250} {
 		rc.failing[id] = true
+	}
+	for s := 3; s < streams; s += 4 {
+		rc.slower[s] = true
 	}
 	cfg := filepath.Join(t.TempDir(), "subscriptions.yaml")
 	common := `secrets_env: [JSBRIDGE_SECRET], allow_private: true, start: all, max_deliver: -1, backoff: [100ms], timeout: 2s, ack_wait: 5s`
@@ -335,6 +356,13 @@ subscriptions:
 	t.Logf("plan: %+v", applied.Plan.Subscriptions)
 	require.Zero(t, applied.resent(t, "ordered"), "an ordered subscription's move is exact")
 	require.Positive(t, applied.resent(t, "unordered"), "events acked above the unordered floor (the failing ones pending below them)")
+	settled := 0
+	for _, s := range applied.Plan.Subscriptions {
+		for _, p := range s.Partitions {
+			settled += p.Settled
+		}
+	}
+	require.Positive(t, settled, "ordered streams settled above their partition floors (the slower streams hold the floors)")
 
 	// Phase 2: the shared engine delivers the rest.
 	rc.setPhase(2)
