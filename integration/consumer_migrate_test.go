@@ -53,7 +53,10 @@ type upgradeReceiver struct {
 	slower    map[int]bool
 	// failing: in phase 1, the unordered path answers 503 for these ids
 	// (retried, so pending at the stop, with later ids acked above them).
-	failing  map[int]bool
+	failing map[int]bool
+	// refused: in phase 1, the ordered path answers 422 for these ids
+	// (dead-lettered at once, their stream parked).
+	refused  map[int]bool
 	acked    map[string]map[int]int  // path → id → phase it was first acknowledged in
 	resent   map[string]map[int]bool // path → ids acknowledged in phase 1 and received in phase 2
 	links    map[int][]chainLink     // ordered: stream → acknowledged requests, in order
@@ -102,6 +105,7 @@ func newUpgradeReceiver(t *testing.T, streams int) *upgradeReceiver {
 			rc.resent[path][id] = true
 		}
 		fail := phase == 1 && path == pathUnordered && rc.failing[id]
+		refuse := phase == 1 && path == pathOrdered && rc.refused[id]
 		var delay time.Duration
 		switch {
 		case phase != 1 || id <= rc.slowAbove:
@@ -113,6 +117,10 @@ func newUpgradeReceiver(t *testing.T, streams int) *upgradeReceiver {
 		rc.mu.Unlock()
 		if fail {
 			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		if refuse {
+			w.WriteHeader(http.StatusUnprocessableEntity)
 			return
 		}
 		time.Sleep(delay)
@@ -407,4 +415,102 @@ subscriptions:
 	require.Empty(t, rc.chainProblems(total/streams), "the ordered subscription's version chain across the upgrade")
 	require.Equal(t, applied.resent(t, "ordered"), uint64(resentOrdered), "ordered: acknowledged to the old engine and sent again by the shared one")
 	require.Equal(t, applied.resent(t, "unordered"), uint64(resentUnordered), "unordered: acknowledged to the old engine and sent again by the shared one")
+}
+
+// A stream the old engine parked behind a dead letter moves parked: the
+// shared engine holds its later events (and delivers every other
+// stream's), and `consumer dlq replay` of the head releases it, the
+// shared engine then delivering the rest of the stream in order, its
+// chain naming the replayed head. On 2026-11-29 it fails at that last
+// step: the migrated stream stays parked in the shared engine (its
+// record's parked aside), since `consumer dlq replay` POSTs the head and
+// releases the old engine's park entry only; the shared engine has no
+// unpark request yet (docs/design/next-engine.md, stage 4's "unpark/replay
+// of a parked stream and the op.<sub>.<stream> requests").
+func TestMigrateFromPerSubscriptionDurablesWithAParkedStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level: consumer processes of both engines, waits of seconds")
+	}
+	t.Parallel()
+	const (
+		streams   = 10
+		perStream = 20
+		events    = streams * perStream
+		head      = 23 // order-3's version 2: refused (422) by the receiver in phase 1
+		parkedAt  = head % streams
+	)
+	b := setupJetStream(t)
+	rc := newUpgradeReceiver(t, streams)
+	rc.slowAbove = events + 2*streams // never slow
+	rc.refused = map[int]bool{head: true}
+	cfg := filepath.Join(t.TempDir(), "subscriptions.yaml")
+	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, `breaker: {consecutive_failures: 1000000, min_requests: 1000000}
+subscriptions:
+  - {name: ordered, filter_subjects: [events.>], url: %q, ordering: stream, on_dead_letter: park, secrets_env: [JSBRIDGE_SECRET], allow_private: true, start: all, max_deliver: -1, backoff: [100ms], timeout: 2s, ack_wait: 5s}
+`, rc.URL+pathOrdered), 0o600))
+	url := b.srv.ClientURL()
+	env := []string{"JSBRIDGE_SECRET=" + testSecret}
+	args := []string{"run", "--nats-url", url, "--config", cfg, "--ops-addr", "", "--partitions", "8", "--lease-ttl", "2s", "--log-level", "info"}
+	startConsumer := func(env []string) *proc {
+		p := startProc(t, env, "consumer", args...)
+		require.True(t, waitFor(30*time.Second, func() bool { return strings.Contains(p.out.String(), "consumer started") }), "consumer started:\n%s", p.out.String())
+		return p
+	}
+	held := perStream - 2 // order-3's versions 2 (the head) and on
+	notHeld := func(id int) bool { return id%streams != parkedAt || id < head }
+
+	// Phase 1: the old engine dead-letters the head and parks its stream.
+	old := startConsumer(env)
+	upgradePublish(t, b, 1, events, streams)
+	require.True(t, waitFor(60*time.Second, func() bool { return rc.ackedCount(pathOrdered) == events-held }),
+		"the old engine delivers every event but the parked stream's from its head: %d of %d\n%s", rc.ackedCount(pathOrdered), events-held, old.out.String())
+	require.NoError(t, old.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-old.exited:
+		require.NoError(t, old.err, "the old engine's graceful stop:\n%s", old.out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the old engine did not stop within 30 s of SIGTERM:\n%s", old.out.String())
+	}
+
+	var applied struct {
+		Plan struct {
+			Subscriptions []struct {
+				Asides []struct {
+					State string `json:"state"`
+					Head  string `json:"head"`
+				} `json:"asides"`
+			} `json:"subscriptions"`
+		} `json:"plan"`
+	}
+	migrateJSON(t, &applied, "--nats-url", url, "--partitions", "8")
+	require.Len(t, applied.Plan.Subscriptions, 1)
+	require.Len(t, applied.Plan.Subscriptions[0].Asides, 1)
+	require.Equal(t, "parked", applied.Plan.Subscriptions[0].Asides[0].State)
+	require.Equal(t, strconv.Itoa(head), applied.Plan.Subscriptions[0].Asides[0].Head)
+
+	// Phase 2: the shared engine holds the parked stream, and delivers
+	// the other streams' next events.
+	rc.setPhase(2)
+	shared := startConsumer(append(env, "JSBRIDGE_ENGINE=shared"))
+	upgradePublish(t, b, events+1, events+streams, streams)
+	if !waitFor(60*time.Second, func() bool { return rc.ackedCount(pathOrdered) == events-held+streams-1 }) {
+		t.Fatalf("the shared engine delivers the other streams' next events: %d of %d\n%s", rc.ackedCount(pathOrdered), events-held+streams-1, shared.out.String())
+	}
+	rc.mu.Lock()
+	for id := range rc.acked[pathOrdered] {
+		if !notHeld(id) {
+			t.Errorf("event %d of the parked stream order-%d delivered before its head was replayed", id, parkedAt)
+		}
+	}
+	rc.mu.Unlock()
+
+	// The head replayed: the stream is released.
+	out, err := cli(t, env, "consumer", "dlq", "replay", "--nats-url", url, "--config", cfg, "--all")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "1 replayed, 0 failed")
+	if !waitFor(30*time.Second, func() bool { return rc.ackedCount(pathOrdered) == events+streams }) {
+		t.Fatalf("after dlq replay of its head, the parked stream order-%d is delivered: %d of %d events acknowledged (missing %v)\n%s",
+			parkedAt, rc.ackedCount(pathOrdered), events+streams, rc.missing(pathOrdered, events+streams), shared.out.String())
+	}
+	require.Empty(t, rc.chainProblems(perStream+1), "the version chain across the upgrade and the replay")
 }
