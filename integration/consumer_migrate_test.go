@@ -292,11 +292,27 @@ func (p *migrationPlan) resent(t *testing.T, name string) uint64 {
 // back, across the upgrade; and the events the receiver acknowledged to
 // the old engine that the shared one sends again are exactly those the
 // plan counted as re-sent, per subscription (none for the ordered one).
+//
+// With --read-pending the migration reads the unordered durable's pending
+// set back, and then nothing the receiver acknowledged is sent again.
 func TestMigrateFromPerSubscriptionDurables(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level: consumer processes of both engines, waits of seconds")
 	}
 	t.Parallel()
+	t.Run("re-sent as counted", func(t *testing.T) {
+		t.Parallel()
+		testUpgrade(t, false)
+	})
+	t.Run("read-pending", func(t *testing.T) {
+		t.Parallel()
+		testUpgrade(t, true)
+	})
+}
+
+// testUpgrade is TestMigrateFromPerSubscriptionDurables, the migration
+// reading the unordered pending set back when readPending.
+func testUpgrade(t *testing.T, readPending bool) {
 	const (
 		streams   = 20
 		perStream = 50
@@ -354,16 +370,24 @@ subscriptions:
 
 	// The migration: planned, then applied.
 	var dry, applied migrationPlan
-	migrateJSON(t, &dry, "--nats-url", url, "--partitions", "8", "--dry-run")
+	migrateArgs := []string{"--nats-url", url, "--partitions", "8"}
+	if readPending {
+		migrateArgs = append(migrateArgs, "--read-pending")
+	}
+	migrateJSON(t, &dry, append(migrateArgs, "--dry-run")...)
 	require.Empty(t, dry.Plan.Refusals)
 	require.Nil(t, dry.Result, "a dry run writes nothing")
-	migrateJSON(t, &applied, "--nats-url", url, "--partitions", "8")
+	migrateJSON(t, &applied, migrateArgs...)
 	require.Equal(t, dry.Plan.Fingerprint, applied.Plan.Fingerprint, "the dry run planned what was applied")
 	require.NotNil(t, applied.Result)
 	require.False(t, applied.Result.Done)
 	t.Logf("plan: %+v", applied.Plan.Subscriptions)
 	require.Zero(t, applied.resent(t, "ordered"), "an ordered subscription's move is exact")
-	require.Positive(t, applied.resent(t, "unordered"), "events acked above the unordered floor (the failing ones pending below them)")
+	if readPending {
+		require.Zero(t, applied.resent(t, "unordered"), "the pending set read back: the events acked above the floor are known")
+	} else {
+		require.Positive(t, applied.resent(t, "unordered"), "events acked above the unordered floor (the failing ones pending below them)")
+	}
 	settled := 0
 	for _, s := range applied.Plan.Subscriptions {
 		for _, p := range s.Partitions {
@@ -388,6 +412,7 @@ subscriptions:
 			Durables           []string `json:"durables"`
 			Copy               string   `json:"copy"`
 			PartitionConsumers []string `json:"partition_consumers"`
+			ParkBucket         string   `json:"park_bucket"`
 		} `json:"cleanup"`
 		Deleted bool `json:"deleted"`
 	}
@@ -396,7 +421,10 @@ subscriptions:
 	require.Equal(t, []string{"unordered"}, cleanup.Cleanup.Durables)
 	require.Equal(t, wire.OrderedStream(wire.DefaultEventsStream), cleanup.Cleanup.Copy)
 	require.Len(t, cleanup.Cleanup.PartitionConsumers, 8)
-	_, err := b.js.Stream(b.ctx, wire.OrderedStream(wire.DefaultEventsStream))
+	require.Equal(t, wire.DefaultParkBucket, cleanup.Cleanup.ParkBucket, "the park bucket, left empty, goes")
+	_, err := b.js.KeyValue(b.ctx, wire.DefaultParkBucket)
+	require.ErrorIs(t, err, jetstream.ErrBucketNotFound)
+	_, err = b.js.Stream(b.ctx, wire.OrderedStream(wire.DefaultEventsStream))
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 	const total = events + more
 	upgradePublish(t, b, events+1, total, streams)
