@@ -99,10 +99,10 @@ func TestMigrateCommand(t *testing.T) {
 }
 
 // consumer migrate --cleanup is refused before the migration, and after
-// it until the shared engine claimed a partition (the deletion itself is
-// the migrate package's tests' and the upgrade test's: claiming a
-// partition here would reach into the engine); --dry-run lists what it
-// would delete all the same, as text and as JSON.
+// it until the shared engine claimed a partition; --dry-run lists what it
+// would delete all the same, as text and as JSON. Once a replica of the
+// shared engine runs, it deletes the old layout, and a second run finds
+// nothing to do.
 func TestMigrateCleanupCommand(t *testing.T) {
 	t.Parallel()
 	k := newRuntimeKit(t)
@@ -143,4 +143,30 @@ func TestMigrateCleanupCommand(t *testing.T) {
 	require.Len(t, doc.Cleanup.Refusals, 1)
 	_, err = k.js.Stream(k.ctx, copyName)
 	require.NoError(t, err, "nothing was deleted")
+
+	// The shared engine runs (its replica claims the partitions): the
+	// old layout is deleted, and a second run finds nothing to do.
+	c, err := consumer.New(k.js, consumer.Config{Engine: consumer.EngineShared, Partitions: 4, ReplicaID: "replica-1",
+		Subscriptions: []consumer.Subscription{{Name: "billing", FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)},
+			URL: "http://127.0.0.1:1/hook", Secrets: []string{secretA}, AllowPrivate: true,
+			Ordering: consumer.OrderingStream}}})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(k.ctx))
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	require.Eventually(t, func() bool { return c.Ready(k.ctx) == nil }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		_, err := k.migrateOut(t, "--cleanup", "--dry-run")
+		return err == nil
+	}, 20*time.Second, 50*time.Millisecond, "the shared engine claims a partition")
+	out, err = k.migrateOut(t, "--cleanup")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "partition consumers on "+copyName+" (4):")
+	require.Contains(t, out, "\ndeleted\n")
+	_, err = k.js.Stream(k.ctx, copyName)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+	out, err = k.migrateOut(t, "--cleanup")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "nothing left to delete")
+	require.Contains(t, out, "nothing to delete: the old layout is gone")
+	require.NoError(t, c.Stop(k.ctx))
 }
