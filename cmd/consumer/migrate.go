@@ -66,6 +66,8 @@ func (c *migrateCmd) Run(ctx context.Context, g *Globals) error {
 	switch {
 	case res == nil:
 		fmt.Fprintln(w, "\ndry run: nothing written")
+	case res.Done && len(plan.Subscriptions) == 0:
+		fmt.Fprintln(w, "\nalready migrated, and nothing of the old layout is left to move: nothing written")
 	case res.Done:
 		fmt.Fprintf(w, "\nalready migrated (fingerprint %s): nothing written\n", plan.Fingerprint)
 	default:

@@ -168,5 +168,8 @@ func TestMigrateCleanupCommand(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "nothing left to delete")
 	require.Contains(t, out, "nothing to delete: the old layout is gone")
+	out, err = k.migrateOut(t, "--partitions", "4")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "already migrated, and nothing of the old layout is left to move")
 	require.NoError(t, c.Stop(k.ctx))
 }

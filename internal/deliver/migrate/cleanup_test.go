@@ -153,6 +153,14 @@ func TestCleanupAfterApplyDeletesExactlyTheOldLayout(t *testing.T) {
 	require.NoError(t, again.Err())
 	require.True(t, again.Empty(), "a second run finds nothing to do: %+v", again)
 	require.Equal(t, 1, again.ParkKept)
+
+	// A migration run after it finds nothing to move, and the migration
+	// done.
+	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions})
+	require.NoError(t, err)
+	res, err := migrate.Apply(ctx, l.js, plan, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, migrate.Result{Done: true}, res)
 }
 
 func TestCleanupDeletesTheParkBucketLeftEmpty(t *testing.T) {
