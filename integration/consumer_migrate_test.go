@@ -346,7 +346,7 @@ subscriptions:
 	}
 
 	// Phase 1: the old engine.
-	old := startConsumer(env)
+	old := startConsumer(append(env, "JSBRIDGE_ENGINE=durables")) // whatever engine the suite runs the others on
 	upgradePublish(t, b, 1, firstHalf, streams)
 	require.True(t, waitFor(60*time.Second, func() bool {
 		return rc.ackedCount(pathOrdered) == firstHalf && rc.ackedCount(pathUnordered) == firstHalf-len(rc.failing)
@@ -488,7 +488,7 @@ subscriptions:
 	notHeld := func(id int) bool { return id%streams != parkedAt || id < head }
 
 	// Phase 1: the old engine dead-letters the head and parks its stream.
-	old := startConsumer(env)
+	old := startConsumer(append(env, "JSBRIDGE_ENGINE=durables")) // whatever engine the suite runs the others on
 	upgradePublish(t, b, 1, events, streams)
 	require.True(t, waitFor(60*time.Second, func() bool { return rc.ackedCount(pathOrdered) == events-held }),
 		"the old engine delivers every event but the parked stream's from its head: %d of %d\n%s", rc.ackedCount(pathOrdered), events-held, old.out.String())
@@ -533,7 +533,7 @@ subscriptions:
 	rc.mu.Unlock()
 
 	// The head replayed: the stream is released.
-	out, err := cli(t, env, "consumer", "dlq", "replay", "--nats-url", url, "--config", cfg, "--all")
+	out, err := cli(t, append(env, "JSBRIDGE_ENGINE=shared"), "consumer", "dlq", "replay", "--nats-url", url, "--config", cfg, "--all")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "1 replayed, 0 failed")
 	if !waitFor(30*time.Second, func() bool { return rc.ackedCount(pathOrdered) == events+streams }) {
