@@ -224,18 +224,27 @@ func upgradePublish(t *testing.T, b *jsBundle, from, to, streams int) {
 	}
 }
 
-// migrateJSON runs `consumer migrate <args> --json` and decodes its
-// stdout into v.
+// migrateJSON runs `consumer migrate <args> --json`, requires it to
+// succeed and decodes its stdout into v.
 func migrateJSON(t *testing.T, v any, args ...string) {
+	t.Helper()
+	stdout, stderr, err := migrateRun(t, v, args...)
+	require.NoError(t, err, "consumer migrate %v\nstdout:\n%s\nstderr:\n%s", args, stdout, stderr)
+}
+
+// migrateRun runs `consumer migrate <args> --json`, decodes its stdout
+// into v, and returns what it printed and how it exited.
+func migrateRun(t *testing.T, v any, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(binaries(t), "consumer"), append([]string{"migrate", "--json"}, args...)...)
 	cmd.Env = os.Environ()
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Run(), "consumer migrate %v\nstdout:\n%s\nstderr:\n%s", args, stdout.String(), stderr.String())
-	require.NoError(t, json.Unmarshal(stdout.Bytes(), v), stdout.String())
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	require.NoError(t, json.Unmarshal(out.Bytes(), v), "consumer migrate %v\nstdout:\n%s\nstderr:\n%s", args, out.String(), errOut.String())
+	return out.String(), errOut.String(), err
 }
 
 // migrationPlan is the part of `consumer migrate --json`'s output the
@@ -294,7 +303,18 @@ func (p *migrationPlan) resent(t *testing.T, name string) uint64 {
 // plan counted as re-sent, per subscription (none for the ordered one).
 //
 // With --read-pending the migration reads the unordered durable's pending
-// set back, and then nothing the receiver acknowledged is sent again.
+// set back, and then nothing the receiver acknowledged is sent again. On
+// 2026-11-29 that subtest fails: the shared engine sends again the
+// events of the unordered subscription's cursors' Above that lie past
+// their partition record's floor (the ordered subscription's floor there;
+// 15-30 events in a run), since a cursor that caught up to the
+// partition's head rejoins the shared read there and its Above entries
+// above the head go with the cursor (fanout.Partition.CatchUp, rejoin;
+// position.Partition.Rejoin carries an ordered cursor's stream entries,
+// not an unordered one's Above). The same happens without a migration
+// when a partition whose unordered subscription has a cursor with Above
+// entries is claimed again: its head starts at the record's floor,
+// below them.
 func TestMigrateFromPerSubscriptionDurables(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level: consumer processes of both engines, waits of seconds")
@@ -356,6 +376,18 @@ subscriptions:
 	require.True(t, waitFor(60*time.Second, func() bool {
 		return rc.ackedCount(pathOrdered) >= firstHalf+100 && rc.ackedCount(pathUnordered) >= firstHalf+50
 	}), "the old engine delivers some of the rest")
+	var early struct {
+		Cleanup struct {
+			Refusals []string `json:"refusals"`
+		} `json:"cleanup"`
+		Deleted bool `json:"deleted"`
+	}
+	_, _, err := migrateRun(t, &early, "--nats-url", url, "--cleanup")
+	require.Error(t, err, "a cleanup while the old engine runs, before the migration, is refused")
+	require.False(t, early.Deleted)
+	refusals := strings.Join(early.Cleanup.Refusals, "\n")
+	require.Contains(t, refusals, "the migration was not applied")
+	require.Contains(t, refusals, "a replica of the old engine still runs")
 	require.NoError(t, old.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-old.exited:
@@ -422,7 +454,7 @@ subscriptions:
 	require.Equal(t, wire.OrderedStream(wire.DefaultEventsStream), cleanup.Cleanup.Copy)
 	require.Len(t, cleanup.Cleanup.PartitionConsumers, 8)
 	require.Equal(t, wire.DefaultParkBucket, cleanup.Cleanup.ParkBucket, "the park bucket, left empty, goes")
-	_, err := b.js.KeyValue(b.ctx, wire.DefaultParkBucket)
+	_, err = b.js.KeyValue(b.ctx, wire.DefaultParkBucket)
 	require.ErrorIs(t, err, jetstream.ErrBucketNotFound)
 	_, err = b.js.Stream(b.ctx, wire.OrderedStream(wire.DefaultEventsStream))
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
@@ -439,6 +471,16 @@ subscriptions:
 	bad := slices.Clone(rc.bad)
 	resentOrdered, resentUnordered := len(rc.resent[pathOrdered]), len(rc.resent[pathUnordered])
 	rc.mu.Unlock()
+	rc.mu.Lock()
+	var again []int
+	for id := range rc.resent[pathUnordered] {
+		again = append(again, id)
+	}
+	rc.mu.Unlock()
+	slices.Sort(again)
+	if uint64(len(again)) != applied.resent(t, "unordered") {
+		t.Logf("unordered: acknowledged to the old engine and sent again (%d): %v", len(again), again)
+	}
 	require.Empty(t, bad, "requests that did not verify")
 	require.Empty(t, rc.chainProblems(total/streams), "the ordered subscription's version chain across the upgrade")
 	require.Equal(t, applied.resent(t, "ordered"), uint64(resentOrdered), "ordered: acknowledged to the old engine and sent again by the shared one")

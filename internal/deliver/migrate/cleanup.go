@@ -34,8 +34,7 @@ var (
 	// until the new version ran, the old layout is what going back needs.
 	ErrNotStarted = errors.New("migrate: the shared engine has not run on the migrated positions")
 	// ErrOldEngineRuns is wrapped by Cleanup.Err when a replica of the old
-	// engine still runs: an old consumer has pull requests waiting, or an
-	// old heartbeat key was written within the lease bucket's TTL.
+	// engine still runs (see ReadCleanup for what shows it).
 	ErrOldEngineRuns = errors.New("migrate: a replica of the old engine still runs")
 )
 
@@ -48,7 +47,16 @@ type CleanupConfig struct {
 	// Clock dates the old heartbeats (ErrOldEngineRuns). Default the real
 	// one.
 	Clock clockwork.Clock
+	// Watch is how long the old consumers are watched for deliveries and
+	// acks (a replica busy delivering has no pull request waiting).
+	// Default DefaultWatch.
+	Watch time.Duration
 }
+
+// DefaultWatch is CleanupConfig.Watch's default: long enough for a
+// replica delivering to an endpoint answering within a second to move its
+// consumers' delivered or acked sequence.
+const DefaultWatch = time.Second
 
 // Cleanup is what the cleanup deletes, or would delete (ReadCleanup),
 // in the order DeleteOldLayout deletes it, and what stops it.
@@ -123,11 +131,23 @@ type cleaning struct {
 // whether it may be deleted (Cleanup.Err): the migration must have been
 // applied (DoneKey), the shared engine must have claimed at least one
 // partition record since, and no old replica may run. "Runs" is what the
-// server answers: an old consumer's pull requests waiting (ConsumerInfo's
-// NumWaiting; the server drops the requests of a connection gone when it
-// answers), or an old heartbeat member.<subscription>.<replica> written
-// within the lease bucket's TTL (an old replica deletes its own when it
-// stops; one that crashed leaves it until the TTL). The subscriptions are
+// server answers, any of:
+//   - an old consumer with pull requests waiting (ConsumerInfo's
+//     NumWaiting; the server drops the requests of a connection gone
+//     when it answers): an idle replica's long poll;
+//   - a partition consumer pinned to a client (its priority group's
+//     PinnedClientID): a replica owns the partition (a graceful stop
+//     unpins at once; after a crash the pin lasts the group's pinned TTL);
+//   - an old consumer whose delivered or acked sequence moved while it
+//     was watched (CleanupConfig.Watch): a replica busy delivering, whose
+//     pulls are all answered;
+//   - an old heartbeat member.<subscription>.<replica> written within the
+//     lease bucket's TTL (an old replica deletes its own when it stops;
+//     one that crashed leaves it until the TTL).
+//
+// A replica whose deliveries all wait on an endpoint (its in-flight
+// limit reached, no pull waiting) or its open breakers, and that runs no
+// ordered subscription, shows none of these. The subscriptions are
 // those the old layout still has consumers for (Discover), so a run that
 // stopped midway is finished by running it again: DeleteOldLayout
 // deletes the keys before the consumers that name them. Errors: the
@@ -141,6 +161,9 @@ func ReadCleanup(ctx context.Context, js jetstream.JetStream, cfg CleanupConfig)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Watch <= 0 {
+		cfg.Watch = DefaultWatch
 	}
 	cl := &cleaning{js: js, cfg: cfg, c: &Cleanup{Events: cfg.Events, Positions: cfg.Positions}}
 	subs, err := Discover(ctx, js, cfg.Events)
@@ -166,8 +189,41 @@ func ReadCleanup(ctx context.Context, js jetstream.JetStream, cfg CleanupConfig)
 	if err := cl.copy(ctx); err != nil {
 		return nil, err
 	}
-	cl.running(beats)
+	moved, err := cl.watch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cl.running(beats, moved)
 	return cl.c, nil
+}
+
+// watch reads the old consumers' info again after CleanupConfig.Watch
+// and names those whose delivered or acked sequence moved meanwhile.
+func (cl *cleaning) watch(ctx context.Context) ([]string, error) {
+	if len(cl.consumers) == 0 {
+		return nil, nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(cl.cfg.Watch):
+	}
+	var moved []string
+	for _, before := range cl.consumers {
+		c, err := cl.js.Consumer(ctx, before.Stream, before.Name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("migrate: consumer %q of %q: %w", before.Name, before.Stream, err)
+		}
+		now := c.CachedInfo()
+		if now.Delivered.Stream != before.Delivered.Stream || now.AckFloor.Stream != before.AckFloor.Stream {
+			moved = append(moved, fmt.Sprintf("%s on %s (delivered %d → %d, ack floor %d → %d in %s)", before.Name, before.Stream,
+				before.Delivered.Stream, now.Delivered.Stream, before.AckFloor.Stream, now.AckFloor.Stream, cl.cfg.Watch))
+		}
+	}
+	return moved, nil
 }
 
 // migrated checks the positions bucket: DoneKey written, and a record
@@ -338,17 +394,23 @@ func (cl *cleaning) copy(ctx context.Context) error {
 	return nil
 }
 
-// running refuses when an old consumer has pull requests waiting or an
-// old heartbeat is recent.
-func (cl *cleaning) running(beats []string) {
-	var pulling []string
+// running refuses when an old consumer has pull requests waiting, is
+// pinned, or moved while watched, or an old heartbeat is recent.
+func (cl *cleaning) running(beats, moved []string) {
+	var live []string
 	for _, ci := range cl.consumers {
 		if ci.NumWaiting > 0 {
-			pulling = append(pulling, fmt.Sprintf("%s on %s (%d pull requests waiting)", ci.Name, ci.Stream, ci.NumWaiting))
+			live = append(live, fmt.Sprintf("%s on %s (%d pull requests waiting)", ci.Name, ci.Stream, ci.NumWaiting))
+		}
+		for _, g := range ci.PriorityGroups {
+			if g.PinnedClientID != "" {
+				live = append(live, fmt.Sprintf("%s on %s (pinned to client %s of priority group %s)", ci.Name, ci.Stream, g.PinnedClientID, g.Group))
+			}
 		}
 	}
-	if len(pulling) > 0 {
-		cl.c.refuse(ErrOldEngineRuns, "%s: stop every replica of the old version (consumer run without --engine shared), then clean up", strings.Join(pulling, ", "))
+	live = append(live, moved...)
+	if len(live) > 0 {
+		cl.c.refuse(ErrOldEngineRuns, "%s: stop every replica of the old version (consumer run --engine durables), then clean up", strings.Join(live, ", "))
 	}
 	if len(beats) > 0 {
 		cl.c.refuse(ErrOldEngineRuns, "old heartbeats in %q: %s: stop every replica of the old version; one that crashed leaves its heartbeat until the lease TTL, so run this again after it", wire.DefaultLeaseBucket, strings.Join(beats, ", "))

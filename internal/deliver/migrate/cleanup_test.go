@@ -65,6 +65,12 @@ func applyAndRun(t *testing.T, l *oldLayout, cfg migrate.Config) {
 // far: the old heartbeat is stale.
 func pastHeartbeats() clockwork.Clock { return clockwork.NewFakeClockAt(time.Now().Add(2 * leaseTTL)) }
 
+// quick is a CleanupConfig dating heartbeats by clock (nil: the real
+// one) that watches the old consumers for 100 ms.
+func quick(clock clockwork.Clock) migrate.CleanupConfig {
+	return migrate.CleanupConfig{Clock: clock, Watch: 100 * time.Millisecond}
+}
+
 // keysOf lists a bucket's keys, sorted.
 func keysOf(t *testing.T, js jetstream.JetStream, bucket string) []string {
 	t.Helper()
@@ -108,7 +114,7 @@ func TestCleanupAfterApplyDeletesExactlyTheOldLayout(t *testing.T) {
 	letters := dlq.CachedInfo().State.Msgs
 	require.NotZero(t, letters)
 
-	c, err := migrate.ReadCleanup(ctx, l.js, migrate.CleanupConfig{Clock: pastHeartbeats()})
+	c, err := migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
 	require.NoError(t, c.Err())
 	var parts []string
@@ -148,7 +154,7 @@ func TestCleanupAfterApplyDeletesExactlyTheOldLayout(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, letters, info.State.Msgs, "the dead letters stay")
 
-	again, err := migrate.ReadCleanup(ctx, l.js, migrate.CleanupConfig{Clock: pastHeartbeats()})
+	again, err := migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
 	require.NoError(t, again.Err())
 	require.True(t, again.Empty(), "a second run finds nothing to do: %+v", again)
@@ -169,7 +175,7 @@ func TestCleanupDeletesTheParkBucketLeftEmpty(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, l.park.Purge(ctx, wire.DeliveredKey("gone", 0)))
 	applyAndRun(t, l, cfg)
-	c, err := migrate.ReadCleanup(ctx, l.js, migrate.CleanupConfig{Clock: pastHeartbeats()})
+	c, err := migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
 	require.Equal(t, wire.DefaultParkBucket, c.ParkBucket)
 	require.NoError(t, migrate.DeleteOldLayout(ctx, l.js, c))
@@ -181,7 +187,7 @@ func TestCleanupRefusedBeforeTheMigrationAndBeforeTheSharedEngineRan(t *testing.
 	t.Parallel()
 	l, cfg := cleanupLayout(t)
 	ctx := context.Background()
-	c, err := migrate.ReadCleanup(ctx, l.js, migrate.CleanupConfig{Clock: pastHeartbeats()})
+	c, err := migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Err(), migrate.ErrNotMigrated)
 	require.ErrorContains(t, c.Err(), "run `consumer migrate`")
@@ -194,7 +200,7 @@ func TestCleanupRefusedBeforeTheMigrationAndBeforeTheSharedEngineRan(t *testing.
 	require.NoError(t, err)
 	_, err = migrate.Apply(ctx, l.js, plan, "", 0)
 	require.NoError(t, err)
-	c, err = migrate.ReadCleanup(ctx, l.js, migrate.CleanupConfig{Clock: pastHeartbeats()})
+	c, err = migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Err(), migrate.ErrNotStarted)
 	require.NotErrorIs(t, c.Err(), migrate.ErrNotMigrated)
@@ -207,7 +213,7 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 	applyAndRun(t, l, cfg)
 
 	// An old replica's heartbeat, written within the lease TTL.
-	c, err := migrate.ReadCleanup(ctx, l.js, migrate.CleanupConfig{})
+	c, err := migrate.ReadCleanup(ctx, l.js, quick(nil))
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Err(), migrate.ErrOldEngineRuns)
 	require.ErrorContains(t, c.Err(), wire.MemberKey("billing", "old-1"))
@@ -221,7 +227,7 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumWaiting > 0
 	}, 10*time.Second, 10*time.Millisecond)
-	c, err = migrate.ReadCleanup(ctx, l.js, migrate.CleanupConfig{Clock: pastHeartbeats()})
+	c, err = migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Err(), migrate.ErrOldEngineRuns)
 	require.ErrorContains(t, c.Err(), wire.PartitionDurable("billing", 3)+" on "+wire.OrderedStream(wire.DefaultEventsStream))
@@ -230,7 +236,40 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 	// Stopped, it pulls no more: the server drops its requests.
 	cc.Stop()
 	require.Eventually(t, func() bool {
-		c, err = migrate.ReadCleanup(ctx, l.js, migrate.CleanupConfig{Clock: pastHeartbeats()})
+		c, err = migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
+		return err == nil && c.Err() == nil
+	}, 10*time.Second, 20*time.Millisecond)
+
+	// An old replica busy delivering: every pull answered (none waiting),
+	// its durable's delivered and acked sequences moving.
+	for i := range 50 {
+		l.publish(t, l.a, 4+i)
+	}
+	audit, err := l.js.Consumer(ctx, wire.DefaultEventsStream, "audit")
+	require.NoError(t, err)
+	busy, stop := context.WithCancel(ctx)
+	delivering := make(chan struct{})
+	go func() {
+		defer close(delivering)
+		for busy.Err() == nil {
+			batch, err := audit.FetchNoWait(1)
+			if err != nil {
+				return
+			}
+			for m := range batch.Messages() {
+				_ = m.DoubleAck(busy)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	c, err = migrate.ReadCleanup(ctx, l.js, migrate.CleanupConfig{Clock: pastHeartbeats(), Watch: time.Second})
+	stop()
+	<-delivering
+	require.NoError(t, err)
+	require.ErrorIs(t, c.Err(), migrate.ErrOldEngineRuns)
+	require.ErrorContains(t, c.Err(), "audit on "+wire.DefaultEventsStream+" (delivered ")
+	require.Eventually(t, func() bool {
+		c, err = migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
 		return err == nil && c.Err() == nil
 	}, 10*time.Second, 20*time.Millisecond)
 	require.NoError(t, migrate.DeleteOldLayout(ctx, l.js, c))
