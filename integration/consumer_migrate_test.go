@@ -43,12 +43,13 @@ type upgradeReceiver struct {
 
 	mu    sync.Mutex
 	phase int
-	// slowAbove: in phase 1, ids above it are answered after
-	// upgradeSlowDelay (upgradeSlowerDelay on the ordered path for the
-	// streams in slower), so that the old engine is stopped with events
-	// still to deliver, and with the ordered subscription's other
-	// streams settled above its partition floors (its delivered
-	// records).
+	// slowAbove: in phase 1, ids above it are answered after a delay
+	// (upgradeDelays: the ordered path slower than the unordered one,
+	// and slower still for the streams in slower), so that the old
+	// engine is stopped with events still to deliver, with the ordered
+	// subscription's other streams settled above its partition floors
+	// (its delivered records), and with the unordered subscription
+	// delivered past some of those floors.
 	slowAbove int
 	slower    map[int]bool
 	// failing: in phase 1, the unordered path answers 503 for these ids
@@ -73,10 +74,11 @@ type chainLink struct {
 }
 
 const (
-	upgradeSlowDelay   = 20 * time.Millisecond
-	upgradeSlowerDelay = 150 * time.Millisecond
-	pathOrdered        = "/ordered"
-	pathUnordered      = "/unordered"
+	upgradeUnorderedDelay     = 20 * time.Millisecond
+	upgradeOrderedDelay       = 40 * time.Millisecond
+	upgradeOrderedSlowerDelay = 300 * time.Millisecond
+	pathOrdered               = "/ordered"
+	pathUnordered             = "/unordered"
 )
 
 func newUpgradeReceiver(t *testing.T, streams int) *upgradeReceiver {
@@ -110,9 +112,11 @@ func newUpgradeReceiver(t *testing.T, streams int) *upgradeReceiver {
 		switch {
 		case phase != 1 || id <= rc.slowAbove:
 		case path == pathOrdered && rc.slower[id%rc.streams]:
-			delay = upgradeSlowerDelay
+			delay = upgradeOrderedSlowerDelay
+		case path == pathOrdered:
+			delay = upgradeOrderedDelay
 		default:
-			delay = upgradeSlowDelay
+			delay = upgradeUnorderedDelay
 		}
 		rc.mu.Unlock()
 		if fail {
@@ -258,10 +262,14 @@ type migrationPlan struct {
 			Floor   uint64 `json:"floor"`
 			Pending int    `json:"pending"`
 			Resent  uint64 `json:"resent"`
+			// Delivered is an unordered durable's last delivered
+			// sequence.
+			Delivered uint64 `json:"delivered"`
 			// Partitions: an ordered subscription's; Settled counts
 			// its streams settled above the partition's floor.
 			Partitions []struct {
-				Settled int `json:"settled"`
+				Floor   uint64 `json:"floor"`
+				Settled int    `json:"settled"`
 			} `json:"partitions"`
 		} `json:"subscriptions"`
 		Refusals []any `json:"refusals"`
@@ -285,36 +293,38 @@ func (p *migrationPlan) resent(t *testing.T, name string) uint64 {
 }
 
 // The upgrade from the per-subscription durables to the shared engine,
-// process by process: the old engine (consumer run, default engine)
+// process by process: the old engine (consumer run --engine durables)
 // delivers an ordered and an unordered subscription part of a stream of
 // events to a receiver verifying signatures, the unordered endpoint
 // failing three events meanwhile (retried: pending, with later events
 // acked above them) and a quarter of the ordered streams slower than the
-// rest (so that the others settle above the partition floors), and is
-// stopped (SIGTERM) with events still to
-// deliver; consumer migrate plans (--dry-run) and applies the move;
-// consumer run --engine shared delivers the rest; consumer migrate
-// --cleanup deletes the old layout while it runs, and it goes on. No
-// event is lost on either subscription; the ordered one's streams are
-// acknowledged in version order, each version once, every request naming
-// the version acknowledged before it and the lease epoch never going
-// back, across the upgrade; and the events the receiver acknowledged to
-// the old engine that the shared one sends again are exactly those the
-// plan counted as re-sent, per subscription (none for the ordered one).
+// rest (so that the others settle above the partition floors); a
+// cleanup tried while it runs is refused; it is stopped (SIGTERM) with
+// events still to deliver, the unordered subscription past some of the
+// ordered one's partition floors; consumer migrate plans (--dry-run) and
+// applies the move; consumer run --engine shared delivers the rest;
+// consumer migrate --cleanup deletes the old layout while it runs, and
+// it goes on. No event is lost on either subscription; the ordered one's
+// streams are acknowledged in version order, each version once, every
+// request naming the version acknowledged before it and the lease epoch
+// never going back, across the upgrade; and the events the receiver
+// acknowledged to the old engine that the shared one sends again are
+// exactly those the plan counted as re-sent, per subscription (none for
+// the ordered one).
 //
-// With --read-pending the migration reads the unordered durable's pending
-// set back, and then nothing the receiver acknowledged is sent again. On
-// 2026-11-29 that subtest fails: the shared engine sends again the
-// events of the unordered subscription's cursors' Above that lie past
-// their partition record's floor (the ordered subscription's floor there;
-// 15-30 events in a run), since a cursor that caught up to the
-// partition's head rejoins the shared read there and its Above entries
-// above the head go with the cursor (fanout.Partition.CatchUp, rejoin;
-// position.Partition.Rejoin carries an ordered cursor's stream entries,
-// not an unordered one's Above). The same happens without a migration
-// when a partition whose unordered subscription has a cursor with Above
-// entries is claimed again: its head starts at the record's floor,
-// below them.
+// With --read-pending the migration reads the unordered durable's
+// pending set back, and then nothing the receiver acknowledged is sent
+// again. On 2026-11-29 that subtest fails: the shared engine sends again
+// the events of the unordered subscription's cursors' Above that lie
+// past their partition record's floor (the ordered subscription's floor
+// there; 64 and 82 events in two runs), since a cursor that caught up to
+// the partition's head rejoins the shared read there, and its Above
+// entries above the head go with the cursor (fanout.Partition.CatchUp
+// and rejoin; position.Partition.Rejoin carries an ordered cursor's
+// stream entries, not an unordered one's Above). The same would happen
+// without a migration when a partition whose unordered subscription has
+// a cursor with Above entries is claimed again: its head starts at the
+// record's floor, below them.
 func TestMigrateFromPerSubscriptionDurables(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level: consumer processes of both engines, waits of seconds")
@@ -354,7 +364,7 @@ func testUpgrade(t *testing.T, readPending bool) {
 	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, `breaker: {consecutive_failures: 1000000, min_requests: 1000000}
 subscriptions:
   - {name: ordered, filter_subjects: [events.>], url: %q, ordering: stream, %s}
-  - {name: unordered, filter_subjects: [events.>], url: %q, ordering: none, max_in_flight: 4, %s}
+  - {name: unordered, filter_subjects: [events.>], url: %q, ordering: none, max_in_flight: 16, %s}
 `, rc.URL+pathOrdered, common, rc.URL+pathUnordered, common), 0o600))
 	url := b.srv.ClientURL()
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
@@ -372,10 +382,6 @@ subscriptions:
 		return rc.ackedCount(pathOrdered) == firstHalf && rc.ackedCount(pathUnordered) == firstHalf-len(rc.failing)
 	}), "the old engine delivers the first %d events: ordered %d, unordered %d (3 failing)\n%s",
 		firstHalf, rc.ackedCount(pathOrdered), rc.ackedCount(pathUnordered), old.out.String())
-	upgradePublish(t, b, firstHalf+1, events, streams)
-	require.True(t, waitFor(60*time.Second, func() bool {
-		return rc.ackedCount(pathOrdered) >= firstHalf+100 && rc.ackedCount(pathUnordered) >= firstHalf+50
-	}), "the old engine delivers some of the rest")
 	var early struct {
 		Cleanup struct {
 			Refusals []string `json:"refusals"`
@@ -388,6 +394,10 @@ subscriptions:
 	refusals := strings.Join(early.Cleanup.Refusals, "\n")
 	require.Contains(t, refusals, "the migration was not applied")
 	require.Contains(t, refusals, "a replica of the old engine still runs")
+	upgradePublish(t, b, firstHalf+1, events, streams)
+	require.True(t, waitFor(60*time.Second, func() bool {
+		return rc.ackedCount(pathOrdered) >= firstHalf+50 && rc.ackedCount(pathUnordered) >= firstHalf+100
+	}), "the old engine delivers some of the rest")
 	require.NoError(t, old.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-old.exited:
@@ -427,6 +437,15 @@ subscriptions:
 		}
 	}
 	require.Positive(t, settled, "ordered streams settled above their partition floors (the slower streams hold the floors)")
+	var ahead bool // the unordered subscription delivered past an ordered partition's floor
+	for _, s := range applied.Plan.Subscriptions {
+		for _, o := range applied.Plan.Subscriptions {
+			for _, p := range o.Partitions {
+				ahead = ahead || (!s.Ordered && s.Delivered > p.Floor)
+			}
+		}
+	}
+	require.True(t, ahead, "the unordered subscription delivered past an ordered partition's floor: %+v", applied.Plan.Subscriptions)
 
 	// Phase 2: the shared engine delivers the rest.
 	rc.setPhase(2)
