@@ -201,9 +201,8 @@ const (
 	EngineDurables = "durables"
 	// EngineShared is the shared engine: a reader per replica and
 	// positions of its own (docs/design/next-engine.md). Not yet in
-	// it: dead letters and their replay, replay by time, the
-	// subscriptions' health, start positions (a new subscription
-	// joins live), the attempts record.
+	// it: dead-letter replay, replay by time, the attempts record.
+	// Every replica must run the same subscriptions.
 	EngineShared = "shared"
 )
 

@@ -124,13 +124,13 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		if cfg.SubscriptionStore == nil {
 			subs = engineSubscriptions(cfg.Subscriptions)
 		}
-		se, err := newSharedEngine(js, cfg, ecfg, subs)
+		se, err := newSharedEngine(js, cfg, ecfg, dlq, subs)
 		if err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
 		c.engine = se
 		if cfg.SubscriptionStore != nil {
-			c.live = se
+			c.live, se.loaded = se, make(chan struct{})
 		}
 		return c, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,19 +43,30 @@ type sharedEngine struct {
 	js     jetstream.JetStream
 	stream string
 	log    *slog.Logger
+	// loaded, when not nil, is closed once the subscriptions bucket's
+	// subscriptions were applied (Loaded): Run starts the replica only
+	// then, since a partition taken with a subscription missing from
+	// the member index passes its events over.
+	loaded   chan struct{}
+	loadOnce sync.Once
 }
 
 // newSharedEngine makes the replica of cfg delivering subs (none when
-// the subscriptions come from the bucket: watch puts them).
-func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, subs []subscription.Subscription) (*sharedEngine, error) {
+// the subscriptions come from the bucket: watch puts them), storing its
+// dead letters in letters (the Consumer's, provisioned by Provision).
+func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, letters *deadletter.DLQ, subs []subscription.Subscription) (*sharedEngine, error) {
 	deliveries, err := deliver.DeliveriesCounter(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
+	dead, err := deliver.DeadLettersCounter(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	r, err := shared.New(shared.Config{Replica: cfg.ReplicaID, Partitions: ecfg.Partitions, Stream: cfg.Stream,
-		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Logger: cfg.Logger},
+		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Health: ecfg.Health, Logger: cfg.Logger},
 		shared.Deps{JetStream: js, Subscriptions: subs, Client: cfg.HTTPClient, Breakers: ecfg.Breakers,
-			Deliveries: deliveries, Registerer: cfg.Registerer})
+			Deliveries: deliveries, DeadLetters: letters, DeadLettered: dead, Registerer: cfg.Registerer})
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +145,13 @@ func (e *sharedEngine) migrated(ctx context.Context) (bool, error) {
 // gracefully: every partition released with its record committed and
 // its lease deleted, so another replica takes over at once.
 func (e *sharedEngine) Run(ctx context.Context) error {
+	if e.loaded != nil {
+		select {
+		case <-e.loaded:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	var pause backoff.Backoff
 	for {
 		err := e.r.Start(ctx)
@@ -173,13 +192,21 @@ func (e *sharedEngine) Replay(_ context.Context, _ *deadletter.DLQ, letters []de
 
 // Put, Pause, Remove and Names are the subscriptions bucket's changes
 // (watch), applied to the replica.
-func (e *sharedEngine) Put(s subscription.Subscription) error         { return e.r.Put(s) }
-func (e *sharedEngine) Pause(s subscription.Subscription)             { e.pause(s) }
+func (e *sharedEngine) Put(s subscription.Subscription, created time.Time) error {
+	return e.r.PutAt(s, created, false)
+}
 func (e *sharedEngine) Remove(ctx context.Context, name string) error { return e.r.Remove(ctx, name) }
 func (e *sharedEngine) Names() []string                               { return e.r.Names() }
 
-func (e *sharedEngine) pause(s subscription.Subscription) {
-	if err := e.r.PutPaused(s); err != nil {
+func (e *sharedEngine) Pause(s subscription.Subscription, created time.Time) {
+	if err := e.r.PutAt(s, created, true); err != nil {
 		e.log.Error("paused subscription cannot be kept: nothing runs for it", slog.String("subscription", s.Name), slog.Any("error", err))
+	}
+}
+
+// Loaded ends Run's wait for the bucket's subscriptions.
+func (e *sharedEngine) Loaded() {
+	if e.loaded != nil {
+		e.loadOnce.Do(func() { close(e.loaded) })
 	}
 }

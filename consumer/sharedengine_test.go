@@ -112,7 +112,7 @@ func (b bundle) publishN(t *testing.T, first, n, streams int) {
 
 func sharedSub(name, url string, ordering consumer.Ordering) consumer.Subscription {
 	s := sub(name, url+"/"+name)
-	s.Ordering, s.Start, s.Body = ordering, consumer.Start{}, consumer.BodyBinary
+	s.Ordering, s.Body = ordering, consumer.BodyBinary
 	return s
 }
 

@@ -19,28 +19,32 @@ import (
 // runs: the subscriptions bucket's changes are applied to it (watch).
 // Put, Pause and Remove are safe for concurrent use, and while it runs.
 type liveSubscriptions interface {
-	// Put makes s delivered: started, updated in place or restarted;
-	// resumed when it was paused.
-	Put(s subscription.Subscription) error
+	// Put makes s, created at created (its document's time), delivered:
+	// started, updated in place or restarted; resumed when it was paused.
+	Put(s subscription.Subscription, created time.Time) error
 	// Pause stops delivering s, keeping its position.
-	Pause(s subscription.Subscription)
+	Pause(s subscription.Subscription, created time.Time)
 	// Remove stops delivering subscription name and deletes its position
 	// (the durables engine's durable consumers, the shared engine's
 	// cursors).
 	Remove(ctx context.Context, name string) error
 	// Names are the subscriptions it has, sorted.
 	Names() []string
+	// Loaded is called at the end of each watch's initial replay, once
+	// the bucket's subscriptions were submitted.
+	Loaded()
 }
 
 // fleetSubscriptions is the durables engine's Fleet as watch edits it.
 type fleetSubscriptions struct{ f *deliver.Fleet }
 
-func (fs fleetSubscriptions) Put(s subscription.Subscription) error { return fs.f.Put(s) }
-func (fs fleetSubscriptions) Pause(s subscription.Subscription)     { fs.f.Pause(s.Name) }
+func (fs fleetSubscriptions) Put(s subscription.Subscription, _ time.Time) error { return fs.f.Put(s) }
+func (fs fleetSubscriptions) Pause(s subscription.Subscription, _ time.Time)     { fs.f.Pause(s.Name) }
 func (fs fleetSubscriptions) Remove(ctx context.Context, name string) error {
 	return fs.f.Remove(ctx, name)
 }
 func (fs fleetSubscriptions) Names() []string { return fs.f.Names() }
+func (fs fleetSubscriptions) Loaded()         {}
 
 // watch applies the changes of Config.SubscriptionStore's bucket to the
 // engine (c.live) until ctx ends: a subscription put and not paused runs
@@ -72,6 +76,8 @@ func (c *Consumer) watch(ctx context.Context) {
 						a.submit(ctx, subkv.Change{Name: name, Deleted: true})
 					}
 				}
+				// Not in this callback: the watch goes on meanwhile.
+				go func() { a.wait(ctx); c.live.Loaded() }()
 				return
 			}
 			if ch.Initial {
@@ -105,6 +111,23 @@ type applier struct {
 	pending map[string]subkv.Change // the latest change not applied yet
 	busy    map[string]bool         // a goroutine applies this name's changes
 	wg      sync.WaitGroup
+}
+
+// wait returns once no change waits to be applied (polled every 5 ms),
+// or ctx ended.
+func (a *applier) wait(ctx context.Context) {
+	for ctx.Err() == nil {
+		a.mu.Lock()
+		idle := len(a.busy) == 0
+		a.mu.Unlock()
+		if idle {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // submit queues ch and starts its subscription's goroutine unless it runs.
@@ -145,14 +168,14 @@ func (a *applier) apply(ctx context.Context, ch subkv.Change) {
 	case ch.Err != nil:
 		l.Error("subscription in the bucket cannot be read: what runs for it keeps running", slog.Any("error", ch.Err))
 	case ch.Entry.Paused:
-		a.fleet.Pause(ch.Entry.Subscription)
+		a.fleet.Pause(ch.Entry.Subscription, ch.Entry.Document.Created)
 	default:
 		s := subscriptionFromEngine(ch.Entry.Subscription)
 		if err := s.Validate(); err != nil {
 			l.Error("subscription in the bucket is invalid here: what runs for it keeps running", slog.Any("error", err))
 			return
 		}
-		if err := a.fleet.Put(s.engine()); err != nil {
+		if err := a.fleet.Put(s.engine(), ch.Entry.Document.Created); err != nil {
 			l.Error("subscription cannot start: what runs for it keeps running", slog.Any("error", err))
 		}
 	}

@@ -67,6 +67,9 @@ func (p *Partition) SetState(sub, state string) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.subs[sub] == nil && p.awaitsJoin(m) {
+		return fmt.Errorf("fanout: SetState of %s: put after the partition was made and not joined yet (Join first)", sub)
+	}
 	st := p.sub(m, p.head)
 	switch {
 	case state == "" && st.state != "" && st.state != StateBehind:
@@ -130,10 +133,21 @@ func (p *Partition) Forget(sub string) {
 // reached the head with nothing in hand, makes it live again
 // (position.Partition.Rejoin) from the head. The replica's dispatch loop
 // calls it between live events, so the head stays where it is
-// meanwhile. It returns how many subscriptions still have a cursor (in
-// any state), and the reads' errors (ErrNoCursorReader when there is no
-// reader); a subscription whose read failed is read again next round.
-func (p *Partition) CatchUp(ctx context.Context) (behind int, err error) {
+// meanwhile. The streams set aside get the same round (stream cursors,
+// with the operator's requests applied first: Config.Requests). It
+// returns how many subscriptions still have a cursor (in any state) plus
+// the streams set aside that read or wait for their head (not the
+// parked ones), and the reads' errors (ErrNoCursorReader when there is
+// no reader); a read that failed is read again next round.
+func (p *Partition) CatchUp(ctx context.Context) (int, error) {
+	behind, head, err := p.catchUpSubs(ctx)
+	n, serr := p.catchUpStreams(ctx, head)
+	return behind + n, errors.Join(err, serr)
+}
+
+// catchUpSubs is CatchUp's round of the subscriptions' cursors, up to
+// head (returned: the streams' round reads up to the same).
+func (p *Partition) catchUpSubs(ctx context.Context) (behind int, head uint64, err error) {
 	type read struct {
 		st      *subState
 		evs     []reader.Event
@@ -141,7 +155,7 @@ func (p *Partition) CatchUp(ctx context.Context) (behind int, err error) {
 	}
 	var reads []read
 	p.mu.Lock()
-	head := p.head
+	head = p.head
 	var todo []*subState
 	for _, name := range slices.Sorted(maps.Keys(p.subs)) {
 		st := p.subs[name]
@@ -164,7 +178,7 @@ func (p *Partition) CatchUp(ctx context.Context) (behind int, err error) {
 	p.mu.Unlock()
 	for _, st := range todo {
 		if p.cursors == nil {
-			return behind, ErrNoCursorReader
+			return behind, head, ErrNoCursorReader
 		}
 		p.mu.Lock()
 		r := CursorRead{Subscription: st.m.Name, Filters: st.m.Filters, Partition: p.cfg.Partition, After: st.read, To: head,
@@ -187,7 +201,7 @@ func (p *Partition) CatchUp(ctx context.Context) (behind int, err error) {
 		}
 		for _, ev := range r.evs {
 			stream := wire.StreamKey(ev.Subject)
-			if _, held := st.inHand[ev.Seq]; held || ev.Seq <= st.read || ev.Seq > head || c.Covers(stream, ev.Seq) || p.asides[[2]string{st.m.Name, stream}] {
+			if _, held := st.inHand[ev.Seq]; held || ev.Seq <= st.read || ev.Seq > head || c.Covers(stream, ev.Seq) || p.asides[[2]string{st.m.Name, stream}] != nil {
 				continue
 			}
 			p.push(st, ev, stream, false)
@@ -207,7 +221,7 @@ func (p *Partition) CatchUp(ctx context.Context) (behind int, err error) {
 			p.rejoin(st)
 		}
 	}
-	return behind, err
+	return behind, head, err
 }
 
 // rejoin drops the cursor of st, live again from st.joining, once it

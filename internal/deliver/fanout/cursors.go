@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,7 +48,7 @@ func (cs *Cursors) Read(ctx context.Context, r CursorRead) ([]reader.Event, uint
 	if r.Max < 1 || r.To <= r.After {
 		return nil, r.After, nil
 	}
-	key := r.Subscription + "." + strconv.Itoa(r.Partition)
+	key := r.Subscription + "." + strconv.Itoa(r.Partition) + "." + r.Stream
 	cs.mu.Lock()
 	oc := cs.open[key]
 	delete(cs.open, key) // one read at a time of a cursor: back below
@@ -81,10 +82,15 @@ func (cs *Cursors) Read(ctx context.Context, r CursorRead) ([]reader.Event, uint
 	return out, oc.at, nil
 }
 
-// Drop forgets subscription sub's cursor on partition p (it rejoined,
-// or the partition went).
+// Drop forgets subscription sub's cursors on partition p, its stream
+// cursors with it (it rejoined, or the partition went).
 func (cs *Cursors) Drop(sub string, p int) {
+	prefix := sub + "." + strconv.Itoa(p) + "."
 	cs.mu.Lock()
-	delete(cs.open, sub+"."+strconv.Itoa(p))
+	for k := range cs.open {
+		if strings.HasPrefix(k, prefix) {
+			delete(cs.open, k)
+		}
+	}
 	cs.mu.Unlock()
 }

@@ -11,7 +11,11 @@
 // partition's floor as events settle (R1), and a subscription that holds
 // too much, or is paused, disabled or behind an open breaker, gets a
 // cursor (D5), stops holding the floor back, catches up through its own
-// reads and rejoins the shared read.
+// reads and rejoins the shared read. A subscription put while the
+// partition runs starts where Join says: a cursor from its start, or
+// live. A parked stream is read again once the operator's request
+// (Unpark, written by RequestUnpark under OpKey in the positions bucket,
+// watched once per replica by Requests) is applied by CatchUp.
 //
 // The package owns the interfaces of what it uses: Position (the
 // partition's record, *position.Partition), Sender (one attempt, stage 6
@@ -23,9 +27,8 @@
 // Not here yet (the design's stage 4 row says what is left): the
 // stuck-stream rule (a head retried in place too long is set aside),
 // retries entries (an unordered event in retry holds the floor back
-// meanwhile), unparking and replaying a parked stream, start positions,
-// the detached groups of a mass outage and the bound on cursors read at
-// once.
+// meanwhile), the detached groups of a mass outage and the bound on
+// cursors read at once.
 package fanout
 
 import (
@@ -68,8 +71,8 @@ const (
 // Position is the partition's record as the fan-out writes it: the
 // methods of *position.Partition it calls, with their contracts (see
 // there): the record and cursors as claimed, a settlement recorded, the
-// write-before-next wait, the floor and members edited, cursors made,
-// edited and dropped.
+// write-before-next wait, the floor and members edited, cursors made
+// (from the record, or from a start position), edited and dropped.
 type Position interface {
 	Record() position.Record
 	Cursors() map[string]position.Cursor
@@ -78,7 +81,9 @@ type Position interface {
 	Edit(fn func(*position.Record))
 	EditCursor(sub string, fn func(*position.Cursor)) bool
 	Detach(sub, state string) bool
+	Start(sub, state string, floor uint64) bool
 	Rejoin(sub string) bool
+	Flush(ctx context.Context) error
 }
 
 // Act is what an attempt's answer means for its event.
@@ -146,6 +151,10 @@ type CursorRead struct {
 	// Subscription is the subscription's name, Filters its filters.
 	Subscription string
 	Filters      []string
+	// Stream is set for a stream cursor (a stream set aside, its
+	// wire.StreamKey): Filters are then the subscription's narrowed to
+	// the stream.
+	Stream string
 	// Partition is the partition whose events are kept (the others of
 	// the filters are dropped by the reader, as the live read does).
 	Partition int
@@ -176,6 +185,9 @@ type Config struct {
 	Clock clockwork.Clock
 	// Logger. Default: discard.
 	Logger *slog.Logger
+	// Requests are the operator's requests on parked streams (Unpark),
+	// applied by CatchUp. Nil: none are (a parked stream stays parked).
+	Requests *Requests
 }
 
 // Partition is the fan-out of one claimed partition. Dispatch and
@@ -193,16 +205,18 @@ type Partition struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
-	mu      sync.Mutex
-	err     error
-	claimed position.Record            // at the claim: what former owners settled
-	curs    map[string]position.Cursor // at the claim
-	subs    map[string]*subState
-	asides  map[[2]string]bool // (subscription, stream) set aside
-	win     window
-	floor   uint64 // the floor last written
-	head    uint64 // the last sequence dispatched live
-	scratch []*member
+	mu       sync.Mutex
+	err      error
+	claimed  position.Record            // at the claim: what former owners settled
+	curs     map[string]position.Cursor // at the claim
+	subs     map[string]*subState
+	asides   map[[2]string]*aside // (subscription, stream) set aside
+	deleting map[string]bool      // requests applied, being deleted
+	win      window
+	floor    uint64 // the floor last written
+	head     uint64 // the last sequence dispatched live
+	gen      uint64 // the members' generation at New: later names wait for Join
+	scratch  []*member
 }
 
 // New starts the fan-out of the partition whose record pos holds (just
@@ -222,10 +236,10 @@ func New(cfg Config, members *Members, pos Position, send Sender, chain Chain, c
 	rec := pos.Record()
 	p := &Partition{cfg: cfg, members: members, pos: pos, send: send, chain: chain, cursors: cursors,
 		ctx: ctx, cancel: cancel, claimed: rec, curs: pos.Cursors(), subs: map[string]*subState{},
-		asides: map[[2]string]bool{}, floor: rec.Floor, head: rec.Floor}
+		asides: map[[2]string]*aside{}, deleting: map[string]bool{}, floor: rec.Floor, head: rec.Floor, gen: members.generation()}
 	p.win.last = rec.Floor
 	for _, a := range rec.Asides {
-		p.asides[[2]string{a.Sub, a.Stream}] = true
+		p.asides[[2]string{a.Sub, a.Stream}] = asideOf(a)
 	}
 	for name := range p.curs {
 		if m, ok := members.get(name); ok {
@@ -297,8 +311,11 @@ func (p *Partition) Dispatch(ev reader.Event) {
 	p.scratch = p.members.match(ev.Subject, p.scratch[:0])
 	owe := 0
 	for _, m := range p.scratch {
+		if p.subs[m.Name] == nil && p.awaitsJoin(m) {
+			continue
+		}
 		st := p.sub(m, ev.Seq-1)
-		if st.state != "" || p.claimed.Covers(m.Name, stream, ev.Seq) || p.asides[[2]string{m.Name, stream}] {
+		if st.state != "" || ev.Seq <= st.from || p.claimed.Covers(m.Name, stream, ev.Seq) || p.asides[[2]string{m.Name, stream}].gates() {
 			continue
 		}
 		if _, dup := st.inHand[ev.Seq]; dup {

@@ -15,6 +15,7 @@ type subState struct {
 	state string // "": live; else its cursor's state
 	gone  bool   // forgotten: its sends stop
 	read  uint64 // with a cursor: the last sequence its reads covered
+	from  uint64 // joined live above the head: its events from from+1 on
 	// joining: its reads reached this head and it is live again above
 	// it, but its cursor stays until the events it read are settled
 	joining uint64
@@ -150,19 +151,17 @@ func (p *Partition) runLane(st *subState, l *lane, name string) {
 			}
 			st.last[l.stream] = settled{seq: ev.Seq, prev: prev}
 			p.pos.Settled(name, l.stream, e)
+			if a := p.asides[[2]string{name, l.stream}]; a != nil && a.state == AsideReading {
+				p.moveAside(name, l.stream, AsideReading, ev.Seq+1) // what it read settled: a new owner reads on after it
+			}
 			p.settleLocked(st, ev.Seq)
 			l.q = l.q[1:]
 		case Park:
-			p.pos.Edit(func(r *position.Record) {
-				r.Asides = append(r.Asides, position.Aside{Sub: name, Stream: l.stream, From: ev.Seq, State: "parked"})
-			})
-			p.asides[[2]string{name, l.stream}] = true
+			p.setAside(name, l.stream, AsideParked, ev.Seq)
 			for _, e := range l.q {
 				p.settleLocked(st, e.Seq) // the aside covers them
 			}
 			l.q = nil
-			p.cfg.Logger.Warn("a stream's head was dead-lettered and its stream parked for the subscription",
-				slog.String("subscription", name), slog.String("stream", l.stream), slog.Uint64("seq", ev.Seq))
 		}
 	}
 }

@@ -79,7 +79,8 @@ func (m *Member) check() error {
 // member is a Member in the index; a Put makes a new one.
 type member struct {
 	Member
-	multi bool // more than one filter: a subject may match it twice
+	multi bool   // more than one filter: a subject may match it twice
+	gen   uint64 // when its name was first put (a replacement keeps it)
 }
 
 // Members is the replica's member index: every subscription's filters in
@@ -93,6 +94,7 @@ type Members struct {
 	mu     sync.Mutex // Put and Remove
 	sl     *gsl.GenericSublist[*member]
 	byName sync.Map // name → *member
+	gen    uint64   // names put so far, under mu
 }
 
 // NewMembers returns an empty index.
@@ -102,8 +104,10 @@ func NewMembers() *Members {
 
 // Put adds subscription m, or replaces the one of its name (its filters
 // and limits; the partitions see the new limits from their next event).
-// Errors wrap ErrInvalidMember (naming the field), or gsl's
-// ErrInvalidSubject for a filter that is no subject.
+// A name new to the index after a Partition was made is not dispatched
+// to by that Partition until its Join. Errors wrap ErrInvalidMember
+// (naming the field), or gsl's ErrInvalidSubject for a filter that is no
+// subject.
 func (ms *Members) Put(m Member) error {
 	if err := m.check(); err != nil {
 		return err
@@ -112,6 +116,12 @@ func (ms *Members) Put(m Member) error {
 	nm.Filters = slices.Clone(m.Filters)
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
+	if old, ok := ms.get(m.Name); ok {
+		nm.gen = old.gen
+	} else {
+		ms.gen++
+		nm.gen = ms.gen
+	}
 	for i, f := range nm.Filters {
 		if err := ms.sl.Insert(f, nm); err != nil {
 			for _, g := range nm.Filters[:i] {
@@ -137,6 +147,14 @@ func (ms *Members) Remove(name string) bool {
 		ms.unindex(old.(*member))
 	}
 	return ok
+}
+
+// generation is the count of names put so far: a member whose gen is
+// above a Partition's was put after the Partition was made.
+func (ms *Members) generation() uint64 {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	return ms.gen
 }
 
 func (ms *Members) unindex(m *member) {

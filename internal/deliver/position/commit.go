@@ -158,7 +158,14 @@ func (p *Partition) commit(ctx context.Context) error {
 		}
 	}
 	p.dirty = false
+	p.begun++
+	n := p.begun
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.ended++
+		p.mu.Unlock()
+	}()
 
 	written := 0 // cursor keys written
 	for ; written < len(writes); written++ {
@@ -193,7 +200,7 @@ func (p *Partition) commit(ctx context.Context) error {
 	p.stored, p.rev = snap, rev
 	kept := p.waiters[:0]
 	for _, w := range p.waiters {
-		if p.st.covered(&p.stored, w.sub, w.stream, w.seq) {
+		if w.flush && w.after < n || !w.flush && p.st.covered(&p.stored, w.sub, w.stream, w.seq) {
 			close(w.done)
 		} else {
 			kept = append(kept, w)

@@ -120,13 +120,18 @@ type Partition struct {
 	waiters []*waiter
 	made    []string // subscriptions the cap gave cursors, for CursorMade once committed
 	end     error    // ErrLost or ErrStopped: nothing more is committed
+	begun   uint64   // commits begun (their snapshot taken)
+	ended   uint64   // commits ended, landed or not
 }
 
-// waiter is one Wait: done is closed when a commit covers it (err nil)
-// or when no commit will (err says why).
+// waiter is one Wait, or one Flush (flush: released by a commit begun
+// after its count of commits begun, after): done is closed when a commit
+// covers it (err nil) or when no commit will (err says why).
 type waiter struct {
 	sub, stream string
 	seq         uint64
+	flush       bool
+	after       uint64
 	done        chan struct{}
 	err         error
 }
@@ -291,6 +296,19 @@ func (p *Partition) Detach(sub, state string) bool {
 	return p.change(func() bool { return p.st.detach(sub, state) })
 }
 
+// Start gives subscription sub, which is neither a member of the record
+// nor has a cursor, a cursor in state whose Floor is floor and which
+// holds nothing settled above it: a subscription new on the partition
+// that reads its events from floor+1 (a start position, the design's
+// section 3), whatever the record's floor. It reports whether it did.
+// Unlike Detach followed by EditCursor, no commit can store the cursor
+// from the record's floor in between (an owner taking over from that
+// would skip the events below it). Until the cursor key is written, Wait
+// counts nothing of sub settled.
+func (p *Partition) Start(sub, state string, floor uint64) bool {
+	return p.change(func() bool { return p.st.start(sub, state, floor) })
+}
+
 // Rejoin makes subscription sub live again and reports whether it did:
 // the caller calls it once every event of sub at or below its cursor's
 // Floor is settled and the shared read goes on above it. The record lists
@@ -319,6 +337,25 @@ func (p *Partition) change(fn func() bool) bool {
 	return true
 }
 
+// Flush returns nil once a commit holding every change made before the
+// call succeeded (at once when nothing changed since the last commit
+// and none is under way); it makes that commit go without lingering. A
+// change whose effect is outside the bucket waits for it: a request
+// applied to the record is deleted only then. Errors: ErrLost,
+// ErrStopped, or ctx's.
+func (p *Partition) Flush(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.dirty && p.begun == p.ended {
+		p.mu.Unlock()
+		return nil
+	}
+	after := p.begun // a commit begun after this one holds the changes
+	if !p.dirty {
+		after-- // the one under way holds them
+	}
+	return p.await(ctx, &waiter{flush: true, after: after, done: make(chan struct{})})
+}
+
 // Wait returns nil once a commit holding the settlement of the event at
 // seq of stream by subscription sub succeeded (at once when the last one
 // did); a waiter makes the next commit go without lingering. Errors:
@@ -330,6 +367,11 @@ func (p *Partition) Wait(ctx context.Context, sub, stream string, seq uint64) er
 		p.mu.Unlock()
 		return nil
 	}
+	return p.await(ctx, w)
+}
+
+// await waits for w, called with the lock held (it unlocks).
+func (p *Partition) await(ctx context.Context, w *waiter) error {
 	if p.end != nil {
 		p.mu.Unlock()
 		return p.end

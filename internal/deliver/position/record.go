@@ -29,7 +29,8 @@
 //
 // The package does not decide the floor, the members or when a
 // subscription falls behind: the owner's dispatcher does, through
-// Partition.Edit, Detach and Rejoin. It is not wired into the engine yet.
+// Partition.Edit, Detach, Start and Rejoin. It is not wired into the
+// engine yet.
 package position
 
 import (

@@ -89,6 +89,21 @@ func (s *state) detach(sub, st string) bool {
 	return true
 }
 
+// start gives sub, neither a member nor with a cursor, a cursor in state
+// st from floor with nothing settled above it (see Partition.Start).
+func (s *state) start(sub, st string, floor uint64) bool {
+	if _, member := s.rec.Members[sub]; member || s.live(sub) != nil {
+		return false
+	}
+	ck := &cursorKey{c: Cursor{State: st, Floor: floor}, dirty: true}
+	if old := s.cursors[sub]; old != nil {
+		ck.rev, ck.stored = old.rev, old.stored // its key was not deleted yet
+	}
+	s.cursors[sub] = ck
+	delete(s.rec.Ahead, sub)
+	return true
+}
+
 // rejoin moves sub from its cursor back to the record (see
 // Partition.Rejoin).
 func (s *state) rejoin(sub string) bool {
@@ -133,11 +148,13 @@ func (s *state) fit(maxSize int) (val []byte, detached []string, err error) {
 
 // covered reports whether what is stored covers sub's settlement of seq
 // on stream: its cursor key when the stored record does not list it as a
-// member, else the stored record.
+// member (nothing while that key is not written: the stored floor does
+// not speak for a subscription that is no member, such as one started
+// below it), else the stored record.
 func (s *state) covered(stored *Record, sub, stream string, seq uint64) bool {
-	if ck := s.cursors[sub]; ck != nil && ck.rev > 0 {
+	if ck := s.cursors[sub]; ck != nil {
 		if _, member := stored.Members[sub]; !member {
-			return ck.stored.Covers(stream, seq)
+			return ck.rev > 0 && ck.stored.Covers(stream, seq)
 		}
 	}
 	return stored.Covers(sub, stream, seq)

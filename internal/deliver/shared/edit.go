@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,32 +57,47 @@ type subs struct {
 	breakers   *breaker.Set
 	deliveries *prometheus.CounterVec
 
-	mu     sync.Mutex
-	given  map[string]subscription.Subscription // as Put, by name
-	paused map[string]bool
-	fans   map[*fanout.Partition]int // the fan-outs running, with their partition
+	mu      sync.Mutex
+	given   map[string]subscription.Subscription // as Put, by name
+	paused  map[string]bool
+	created map[string]time.Time          // when the bucket's subscriptions were created (PutAt)
+	after   map[string]uint64             // each subscription's start, resolved (start.go)
+	fans    map[*fanout.Partition]int     // the fan-outs running, with their partition
+	records map[*fanout.Partition]flusher // and their partition's record
 }
 
 // Put makes subscription sub delivered by this replica, while it runs
-// or before Start: a new one joins every partition the replica serves
-// live, from the next event each dispatches (start positions are not
-// applied yet: they wait for fanout's Join); one whose secrets or scheme
-// alone changed signs its next attempt with the new ones, in place; any
-// other change replaces its Member (filters, ordering, limits) and its
-// attempt.Sender, the attempts running finishing with the former one. A
-// paused subscription Put is resumed: its cursors read from where it was
-// paused and rejoin. Errors: an invalid sub
+// or before Start: a new one starts on every partition the replica
+// serves from its start position (fanout.Partition.Join: below the
+// partition's head as a cursor reading from there, else live; see
+// after for how a start becomes a sequence), and on the partitions it
+// gains later alike, unless a partition's record holds it already; one
+// whose secrets or scheme alone changed signs its next attempt with the
+// new ones, in place; any other change replaces its Member (filters,
+// ordering, limits) and its attempt.Sender, the attempts running
+// finishing with the former one (a changed start is not applied again).
+// A paused subscription Put is resumed: its cursors read from where it
+// was paused and rejoin. Errors: an invalid sub
 // (subscription.ErrInvalidSubscription), a filter the member index
-// refuses; what ran is kept.
-func (r *Replica) Put(sub subscription.Subscription) error { return r.put(sub, false) }
+// refuses; what ran is kept. A start that cannot be resolved or joined
+// is logged and the subscription gets nothing on that partition until
+// the partition is claimed again.
+func (r *Replica) Put(sub subscription.Subscription) error { return r.PutAt(sub, time.Time{}, false) }
 
 // PutPaused is Put of a subscription that stays paused (Pause): it is
 // known to the replica, its filters and its position kept, but nothing
 // is sent to it until Put. A subscription found paused in the
 // subscriptions bucket is put so.
-func (r *Replica) PutPaused(sub subscription.Subscription) error { return r.put(sub, true) }
+func (r *Replica) PutPaused(sub subscription.Subscription) error {
+	return r.PutAt(sub, time.Time{}, true)
+}
 
-func (r *Replica) put(sub subscription.Subscription, paused bool) error {
+// PutAt is Put (paused false) or PutPaused (paused true) of a
+// subscription created at created (the subscriptions bucket's document
+// says when): a start "new" begins after the events stream's last
+// event stored before it. A zero created is "when the replica first
+// starts it".
+func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused bool) error {
 	if err := sub.Validate(); err != nil {
 		return fmt.Errorf("shared: %w", err)
 	}
@@ -104,7 +120,7 @@ func (r *Replica) put(sub subscription.Subscription, paused bool) error {
 		return fmt.Errorf("shared: %w", err)
 	}
 	snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: r.cfg.UserAgent},
-		attempt.Deps{Breaker: r.subs.breakers.Breaker(s.URL), Clock: r.cfg.Clock, Logger: r.log,
+		attempt.Deps{Breaker: r.subs.breakers.Breaker(s.URL), Health: r.health, Clock: r.cfg.Clock, Logger: r.log,
 			Metrics: attempt.Metrics{Deliveries: r.subs.deliveries}})
 	if err != nil {
 		return fmt.Errorf("shared: %w", err)
@@ -118,11 +134,21 @@ func (r *Replica) put(sub subscription.Subscription, paused bool) error {
 		return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
 	}
 	r.subs.given[s.Name] = sub
+	r.health.Added(s.Name)
 	if had {
 		r.log.Info("shared: subscription changed", slog.String("subscription", s.Name))
-	} else {
-		r.log.Info("shared: subscription added: it joins live", slog.String("subscription", s.Name), slog.String("start", s.Start.String()))
+		return r.pauseOrResume(s.Name, paused)
 	}
+	if !created.IsZero() {
+		r.subs.created[s.Name] = created
+	}
+	r.log.Info("shared: subscription added", slog.String("subscription", s.Name), slog.String("start", s.Start.String()))
+	for fan, p := range r.subs.fans {
+		if err := r.join(fan, p, s); err != nil {
+			r.log.Error("shared: the subscription cannot start on the partition", slog.String("subscription", s.Name), slog.Int("partition", p), slog.Any("error", err))
+		}
+	}
+	defer r.poke()
 	return r.pauseOrResume(s.Name, paused)
 }
 
@@ -137,10 +163,15 @@ func (r *Replica) pauseOrResume(name string, pause bool) error {
 		return nil
 	}
 	delete(r.subs.paused, name)
+	to := ""
+	if r.health.IsDisabled(name) {
+		to = fanout.StateDisabled // resumed, but disabled still (health.go)
+	}
 	var errs []error
 	for fan := range r.subs.fans {
-		errs = append(errs, fan.SetState(name, ""))
+		errs = append(errs, fan.SetState(name, to))
 	}
+	r.poke()
 	r.log.Info("shared: subscription resumed", slog.String("subscription", name))
 	return errors.Join(errs...)
 }
@@ -190,12 +221,14 @@ func (r *Replica) Remove(ctx context.Context, name string) error {
 	_, ok := r.subs.given[name]
 	delete(r.subs.given, name)
 	delete(r.subs.paused, name)
-	var parts []int
+	delete(r.subs.created, name)
+	delete(r.subs.after, name)
+	parts := map[int]flusher{}
 	if ok {
 		r.members.Remove(name)
 		for fan, p := range r.subs.fans {
 			fan.Forget(name)
-			parts = append(parts, p)
+			parts[p] = r.subs.records[fan]
 		}
 		r.senders.set(name, nil)
 	}
@@ -205,10 +238,17 @@ func (r *Replica) Remove(ctx context.Context, name string) error {
 	}
 	r.log.Info("shared: subscription removed", slog.String("subscription", name))
 	var errs []error
-	for _, p := range parts {
+	for p, rec := range parts {
 		r.cursors.Drop(name, p)
 		if r.poskv == nil {
 			continue
+		}
+		// A cursor write under way (coalesced) would write the key
+		// again: the commit after the Forget first.
+		if rec != nil {
+			if err := rec.Flush(ctx); err != nil {
+				r.log.Debug("shared: remove: the partition's record was not committed", slog.Int("partition", p), slog.Any("error", err))
+			}
 		}
 		err := r.poskv.Delete(ctx, position.CursorKey(name, p))
 		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -226,14 +266,21 @@ func (r *Replica) Names() []string {
 	return slices.Sorted(maps.Keys(r.subs.given))
 }
 
-// startFan registers fan, the fan-out of partition p just made, with
-// the edits, and gives it the subscription set's states: a paused
+// startFan registers fan, the fan-out of partition p just made, and
+// rec, its record, with the edits, starts every subscription on it from its start (Join,
+// which leaves those the record holds as they are), and gives it the
+// subscription set's states: a paused
 // subscription a paused cursor, and a cursor left paused by a former
 // owner of a subscription resumed since back to reading.
-func (r *Replica) startFan(p int, fan *fanout.Partition) {
+func (r *Replica) startFan(p int, fan *fanout.Partition, rec flusher) {
 	r.subs.mu.Lock()
 	defer r.subs.mu.Unlock()
-	r.subs.fans[fan] = p
+	r.subs.fans[fan], r.subs.records[fan] = p, rec
+	for _, name := range slices.Sorted(maps.Keys(r.subs.given)) {
+		if err := r.join(fan, p, r.subs.given[name].WithDefaults()); err != nil {
+			r.log.Error("shared: the subscription cannot start on the partition", slog.String("subscription", name), slog.Int("partition", p), slog.Any("error", err))
+		}
+	}
 	for name := range r.subs.paused {
 		if err := fan.SetState(name, fanout.StatePaused); err != nil {
 			r.log.Warn("shared: pause", slog.String("subscription", name), slog.Int("partition", p), slog.Any("error", err))
@@ -250,6 +297,15 @@ func (r *Replica) startFan(p int, fan *fanout.Partition) {
 			r.log.Warn("shared: resume", slog.String("subscription", name), slog.Int("partition", p), slog.Any("error", err))
 		}
 	}
+	r.applyHealth(fan) // a disabled subscription starts disabled
+}
+
+// poke wakes the dispatch loop (when it runs) for the cursors' round;
+// r.subs.mu is held (Start sets the loop under it).
+func (r *Replica) poke() {
+	if r.loop != nil {
+		r.loop.poke()
+	}
 }
 
 // endFan takes fan out of the edits' reach (its partition released).
@@ -257,6 +313,12 @@ func (r *Replica) endFan(fan *fanout.Partition) {
 	r.subs.mu.Lock()
 	defer r.subs.mu.Unlock()
 	delete(r.subs.fans, fan)
+	delete(r.subs.records, fan)
+}
+
+// flusher is position.Partition's Flush.
+type flusher interface {
+	Flush(ctx context.Context) error
 }
 
 // Paused reports whether subscription name is the replica's and paused.
@@ -264,4 +326,19 @@ func (r *Replica) Paused(name string) bool {
 	r.subs.mu.Lock()
 	defer r.subs.mu.Unlock()
 	return r.subs.paused[name]
+}
+
+// warnStrangers logs the subscriptions a partition's record lists as
+// live that this replica does not have: another replica delivers them,
+// so the replicas' subscription sets differ, and this replica, which
+// owns the partition now, passes their events over. Every replica of
+// the shared engine must deliver the same subscriptions (one file, or
+// one subscriptions bucket).
+func (r *Replica) warnStrangers(log *slog.Logger, rec position.Record) {
+	for name := range rec.Members {
+		if _, ok := r.members.Get(name); !ok {
+			log.Warn("shared: the partition's record lists a subscription this replica does not deliver: its events on the partition are passed over (every replica of the shared engine must have the same subscriptions)",
+				slog.String("subscription", name))
+		}
+	}
 }

@@ -11,17 +11,22 @@
 // partitions as the owner gains and releases them.
 //
 // The adapters of fanout's interfaces live here: the Sender makes each
-// attempt through internal/deliver/attempt behind the claim's lease fence;
-// the Chain looks a stream's predecessor up on the events stream
-// (jsapi.LastBefore, confirmed by the stream's leader); the cursors read
-// through fanout.Cursors.
+// attempt through internal/deliver/attempt behind the claim's lease
+// fence and the subscription's health and throttle, and stores an event
+// given up on in the dead-letter stream (Deps.DeadLetters) before it
+// settles it; the Chain looks a stream's predecessor up on the events
+// stream (deadletter.Predecessor: jsapi.LastBefore, confirmed by the
+// stream's leader, stepped over the dead-lettered versions recorded in
+// the positions bucket); the cursors read through fanout.Cursors. The
+// subscriptions' health (health.go) stops a disabled subscription on
+// every partition the replica owns.
 //
 // Not here yet (the design's stage 6 row says what is left): the Fleet's
-// wiring behind `engine: shared`, live subscription edits, dead letters
-// (a dead-lettered event is logged, not stored) and the chain's skipped
-// versions, the subscriptions' health (a 410 is retried, not disabled),
-// client certificates (Subscription.TLS), metrics of partitions owned
-// and hand-overs.
+// wiring behind `engine: shared`, live subscription edits, an open
+// breaker as a fanout.StateBreaker cursor (its events are retried every
+// open timeout, held), order-stuck (a gate's refusals are retried for
+// ever), client certificates (Subscription.TLS), metrics of partitions
+// owned and hand-overs.
 package shared
 
 import (
@@ -40,8 +45,10 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
@@ -80,6 +87,10 @@ type Config struct {
 	Linger time.Duration
 	// UserAgent is every webhook's User-Agent. Default "jsbridge".
 	UserAgent string
+	// Health is the automatic disabling (the failure streak rule) and its
+	// operational webhook, for the health.State the replica makes when
+	// Deps.Health is nil; zero fields take health.Config's defaults.
+	Health health.Config
 	// Clock drives the leases, the commits' linger and the retry pauses.
 	// Default the real one.
 	Clock clockwork.Clock
@@ -106,6 +117,26 @@ type Deps struct {
 	// Deliveries is jsbridge_consumer_deliveries_total (subscription,
 	// outcome, status_class). Default an unregistered counter.
 	Deliveries *prometheus.CounterVec
+	// DeadLetters stores the events given up on (a *deadletter.DLQ,
+	// provisioned), as the old engine does: an event is settled only
+	// once its letter is stored; while the store fails it is retried in
+	// place. Default nil: a dead-lettered event is logged at error level,
+	// not stored, and settled.
+	DeadLetters deadletter.Writer
+	// Health is the subscriptions' disabled state and failure streaks,
+	// fed by every attempt (a 410 Gone or the failure streak rule
+	// disables a subscription in the health bucket, and the replica that
+	// does announces it), followed by the replica: a disabled
+	// subscription stops on every partition it owns (health.go). Given,
+	// the caller runs it (Load before Start, Run while the replica runs,
+	// as the old engine's Fleet does). Default nil: the replica makes one
+	// of Config.Health on its JetStream, unregistered, reads it at Start
+	// (at most 5 s) and runs it until Stop.
+	Health *health.State
+	// DeadLettered is jsbridge_consumer_dead_letters_total
+	// (subscription), counted for each letter stored. Default nil: not
+	// counted.
+	DeadLettered *prometheus.CounterVec
 	// Registerer, when set, gets the replica's own metrics (metrics.go:
 	// partitions owned, hand-overs, position commits, cursors by
 	// state). Default nil: none registered.
@@ -125,6 +156,13 @@ type Replica struct {
 	chain   *chain
 	cursors *fanout.Cursors
 	rcfg    reader.Config
+	letters deadletter.Writer
+	dead    *prometheus.CounterVec
+	// health is Deps.Health, or the replica's own (ownHealth) that it
+	// loads and runs.
+	health    *health.State
+	ownHealth bool
+	bg        sync.WaitGroup // the health's goroutines
 
 	own     *owner.Owner
 	epochs  owner.Epochs
@@ -169,9 +207,21 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		return nil, fmt.Errorf("%w: Partitions %d: want 1 to %d", ErrInvalidConfig, cfg.Partitions, owner.MaxPartitions)
 	}
 	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: fanout.NewMembers(),
-		senders: &senderSet{m: map[string]*attempt.Sender{}}, parts: map[int]served{}}
+		senders: &senderSet{m: map[string]*attempt.Sender{}}, parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
 	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
 		Name: "jsbridge_reader_" + cfg.Replica, Logger: cfg.Logger}
+	if r.health = deps.Health; r.health == nil {
+		names := make([]string, len(deps.Subscriptions))
+		for i, s := range deps.Subscriptions {
+			names[i] = s.Name
+		}
+		h, err := health.New(cfg.Health, health.Deps{JetStream: deps.JetStream, Clock: cfg.Clock, Logger: cfg.Logger,
+			Replica: cfg.Replica, Replicas: cfg.Replicas, HTTPClient: egress.NoRedirects(deps.Client)}, names)
+		if err != nil {
+			return nil, fmt.Errorf("%w: Config.Health: %w", ErrInvalidConfig, err)
+		}
+		r.health, r.ownHealth = h, true
+	}
 	if err := r.subscribe(deps); err != nil {
 		return nil, err
 	}
@@ -231,7 +281,9 @@ func (r *Replica) subscribe(deps Deps) error {
 			[]string{"subscription", "outcome", "status_class"})
 	}
 	r.subs = subs{open: egress.NoRedirects(deps.Client), breakers: deps.Breakers, deliveries: deps.Deliveries,
-		given: map[string]subscription.Subscription{}, paused: map[string]bool{}, fans: map[*fanout.Partition]int{}}
+		given: map[string]subscription.Subscription{}, paused: map[string]bool{}, fans: map[*fanout.Partition]int{},
+		records: map[*fanout.Partition]flusher{},
+		created: map[string]time.Time{}, after: map[string]uint64{}}
 	for _, s := range deps.Subscriptions {
 		if err := s.Validate(); err != nil {
 			return fmt.Errorf("shared: %w", err)
@@ -260,6 +312,7 @@ func (r *Replica) Start(ctx context.Context) error {
 		return fmt.Errorf("shared: %w", err)
 	}
 	r.epochs = owner.Epochs{KV: r.poskv}
+	r.chain.skipped = r.poskv
 	r.own, err = owner.New(owner.Config{Replica: r.cfg.Replica, Partitions: r.cfg.Partitions, Bucket: r.cfg.LeaseBucket,
 		LeaseTTL: r.cfg.LeaseTTL, Replicas: r.cfg.Replicas, Clock: r.cfg.Clock, Logger: r.log},
 		owner.Deps{JetStream: r.js, Epochs: r.epochs}, owner.Callbacks{Gained: r.gained})
@@ -268,11 +321,21 @@ func (r *Replica) Start(ctx context.Context) error {
 	}
 	lctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
+	if r.ownHealth {
+		hctx, hcancel := context.WithTimeout(ctx, healthLoadTimeout)
+		r.health.Load(hctx) // a disabled subscription starts disabled
+		hcancel()
+		r.bg.Go(func() { r.health.Run(lctx) })
+	}
+	r.bg.Go(func() { r.watchHealth(lctx) })
+	r.subs.mu.Lock() // edits poke the loop
 	r.loop = newLoop(r.js, r.rcfg, r.log, func() int { return len(r.own.Owned()) })
+	r.subs.mu.Unlock()
 	go r.loop.run(lctx)
 	if err := r.own.Start(ctx); err != nil {
 		cancel()
 		<-r.loop.done
+		r.bg.Wait()
 		return fmt.Errorf("shared: %w", err)
 	}
 	return nil
@@ -290,6 +353,10 @@ func (r *Replica) Stop() {
 	r.claims.Wait()
 	r.cancel()
 	<-r.loop.done
+	r.bg.Wait()
+	if r.ownHealth {
+		r.health.Wait() // the announcements under way
+	}
 }
 
 // Owned returns the partitions this replica holds and is not releasing,
