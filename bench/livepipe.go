@@ -159,6 +159,9 @@ func (e *env) livePipeRateRows(ours, bare livePipeFigures, durable string) []row
 	rate, delay := ours.rate, e.cfg.LiveDelay
 	name := fmt.Sprintf("live pipeline: %d events/s for %s over %d streams (Zipf %.2f), one event (%d B) a transaction from an open-loop generator; Postgres %s; receiver verifying signatures, answering after %s; ours: one ordered and one unordered subscription",
 		rate, ours.dur, e.cfg.LivePipeStreams, e.cfg.LiveZipf, liveDataSize, durable, delay)
+	if e.cfg.LivePipeEngine != "" {
+		name += ", consumer engine " + e.cfg.LivePipeEngine
+	}
 	p99 := func(f livePipeFigures, sub string) time.Duration { return quantile(f.fromCommit[sub], 0.99) }
 	latency := row{
 		Name:      name + ": append commit → webhook received",
@@ -221,10 +224,14 @@ func (e *env) livePipeRateRows(ours, bare livePipeFigures, durable string) []row
 			Target:    "≤ 0.05 (issue 33)",
 			Met:       ours.commitsPerEvent() <= 0.05,
 		})
-		all := float64(ours.stored[wire.DefaultEventsStream] + ours.stored[wire.OrderedStream(wire.DefaultEventsStream)] + ours.stored[wire.DefaultAttemptsStream])
+		var stored int64
+		for _, name := range liveStoredStreams {
+			stored += ours.stored[name]
+		}
+		all := float64(stored)
 		ev := float64(ours.stored[wire.DefaultEventsStream])
 		rows = append(rows, row{
-			Name:      name + ": target, storage of everything JetStream keeps per event (EVENTS, the ordered copy, the attempts stream) against EVENTS' own",
+			Name:      name + ": target, storage of everything JetStream keeps per event (EVENTS, the ordered copy, the attempts stream, the positions bucket) against EVENTS' own",
 			Ours:      ours.storageLine(),
 			Reference: bare.storageLine(),
 			Ratio:     liveRatio(all, ev),
@@ -326,6 +333,9 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 		}
 		cargs := []string{"run", "-c", cfgFile, "--nats-url", bus.urls,
 			"--ops-addr", fmt.Sprintf("127.0.0.1:%d", cops), "--log-level", "warn"}
+		if e.cfg.LivePipeEngine != "" {
+			cargs = append(cargs, "--engine", e.cfg.LivePipeEngine)
+		}
 		if e.cfg.ProfileDir != "" {
 			cargs = append(cargs, "--pprof")
 		}
@@ -440,7 +450,7 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 		}
 	}
 	f.stored, f.storedMsgs = map[string]int64{}, map[string]uint64{}
-	for _, name := range []string{wire.DefaultEventsStream, wire.OrderedStream(wire.DefaultEventsStream), wire.DefaultAttemptsStream} {
+	for _, name := range liveStoredStreams {
 		if sz, err := streamSizes(ctx, bus.js, dir, name); err == nil {
 			f.stored[name], f.storedMsgs[name] = sz.sealed(), sz.msgs
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -153,13 +154,19 @@ func (f livePipeFigures) stageLine() string {
 	return s
 }
 
+// liveStoredStreams are the streams whose storage the live pipeline row
+// counts: EVENTS, the durable engine's ordered copy, the attempts stream
+// and the shared engine's positions bucket (whichever exist).
+var liveStoredStreams = []string{wire.DefaultEventsStream, wire.OrderedStream(wire.DefaultEventsStream), wire.DefaultAttemptsStream,
+	"KV_" + position.DefaultBucket}
+
 // storageLine prints bytes stored per event, each stream against EVENTS'.
 func (f livePipeFigures) storageLine() string {
 	n := float64(max(f.storedMsgs[wire.DefaultEventsStream], 1))
 	events := float64(f.stored[wire.DefaultEventsStream]) / n
 	s := fmt.Sprintf("stored B/event: EVENTS %.0f", events)
 	var all int64
-	for _, name := range []string{wire.DefaultEventsStream, wire.OrderedStream(wire.DefaultEventsStream), wire.DefaultAttemptsStream} {
+	for _, name := range liveStoredStreams {
 		b, ok := f.stored[name]
 		if !ok {
 			continue

@@ -78,6 +78,7 @@ type config struct {
 	ManySizes    []int
 	ManyNodes    int
 	ManyOrdering string
+	ManyEngines  []string
 
 	LiveRates      []int
 	LiveDuration   time.Duration
@@ -87,6 +88,7 @@ type config struct {
 	LiveBareChild  string
 
 	LivePipeRates   []int
+	LivePipeEngine  string
 	LivePipeStreams int
 	LiveZipf        float64
 	LiveDelay       time.Duration
@@ -134,6 +136,18 @@ func main() {
 	})
 	flag.IntVar(&cfg.ManyNodes, "many-nodes", 0, "many, with -many-sizes: only on one server (1) or only on the 3-node cluster (3); 0: both")
 	flag.StringVar(&cfg.ManyOrdering, "many-ordering", "none", "many, with -many-sizes: the subscriptions' ordering, none or stream (16 partition consumers each)")
+	cfg.ManyEngines = []string{"durables", "shared"}
+	flag.Func("many-engines", "many: the consumer engines measured, comma-separated: durables (a durable consumer per subscription, 16 per ordered one), shared (one reader per replica, positions in KV); default both", func(v string) error {
+		cfg.ManyEngines = nil
+		for _, f := range strings.Split(v, ",") {
+			f = strings.TrimSpace(f)
+			if f != "durables" && f != "shared" {
+				return fmt.Errorf("-many-engines: %q is not durables or shared", f)
+			}
+			cfg.ManyEngines = append(cfg.ManyEngines, f)
+		}
+		return nil
+	})
 	cfg.LiveRates = []int{100, 1000}
 	flag.Func("live-rates", "live: the generator's rates, events/s, comma-separated (default 100,1000; quick: 1000); each runs the bridge, then the bare reference", func(v string) (err error) {
 		cfg.LiveRates, err = liveRates(v)
@@ -148,6 +162,7 @@ func main() {
 	flag.StringVar(&cfg.LiveGenChild, "live-generator-child", "", "internal (the live rows start it): \"<database URL> <schema> <events/s> <duration> <streams> <out file> [<zipf exponent>]\": append open loop, write the count to the out file and each event's commit to <out file>.commits, wait for SIGTERM")
 	flag.StringVar(&cfg.LiveBareChild, "live-bare-child", "", "internal (the live rows start it): \"<database URL> <schema> <nats URL> [<webhook URL>]\": run the bare reference bridge (with a webhook URL: and the bare delivery, the bare pipeline) until SIGTERM")
 	cfg.LivePipeRates = []int{500, 1000, 2000}
+	flag.StringVar(&cfg.LivePipeEngine, "live-pipeline-engine", "", "live pipeline: the consumer's --engine, durables or shared (empty: the consumer's default)")
 	flag.Func("live-pipeline-rates", "live pipeline: the generator's rates, events/s, comma-separated (default 500,1000,2000; quick: 1000); each runs our pipeline, then the bare one", func(v string) (err error) {
 		cfg.LivePipeRates, err = liveRates(v)
 		return err

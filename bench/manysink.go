@@ -27,7 +27,9 @@ type pathSink struct {
 
 	mu    sync.Mutex
 	first map[string]time.Duration // since since
-	got   chan struct{}            // closed and renewed on each new path
+	n     map[string]int           // requests by path
+	last  time.Duration            // since since, the latest first request
+	got   chan struct{}            // closed and renewed on each request
 }
 
 func newPathSink() (*pathSink, error) {
@@ -35,7 +37,7 @@ func newPathSink() (*pathSink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &pathSink{url: "http://" + ln.Addr().String(), since: time.Now(), first: map[string]time.Duration{}, got: make(chan struct{})}
+	s := &pathSink{url: "http://" + ln.Addr().String(), since: time.Now(), first: map[string]time.Duration{}, n: map[string]int{}, got: make(chan struct{})}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
@@ -46,38 +48,62 @@ func (s *pathSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimPrefix(r.URL.Path, "/")
 	s.mu.Lock()
 	if _, ok := s.first[name]; !ok {
-		s.first[name] = time.Since(s.since)
-		close(s.got)
-		s.got = make(chan struct{})
+		s.last = time.Since(s.since)
+		s.first[name] = s.last
 	}
+	s.n[name]++
+	close(s.got)
+	s.got = make(chan struct{})
 	s.mu.Unlock()
 }
 
-// has reports whether name got a request.
-func (s *pathSink) has(name string) bool {
+// requests returns how many requests name got.
+func (s *pathSink) requests(name string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.first[name]
-	return ok
+	return s.n[name]
 }
 
-// wait returns when name got its first request (since s.since), or an
-// error after timeout.
-func (s *pathSink) wait(ctx context.Context, name string, timeout time.Duration) (time.Duration, error) {
+// waitMore returns when name got more than n requests (the time since
+// s.since), or an error after timeout.
+func (s *pathSink) waitMore(ctx context.Context, name string, n int, timeout time.Duration) (time.Duration, error) {
 	deadline := time.After(timeout)
 	for {
 		s.mu.Lock()
-		at, ok := s.first[name]
+		more := s.n[name] > n
+		at := time.Since(s.since)
 		ch := s.got
 		s.mu.Unlock()
-		if ok {
+		if more {
 			return at, nil
 		}
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-deadline:
-			return 0, fmt.Errorf("%s: no request after %s", name, timeout)
+			return 0, fmt.Errorf("%s: no new request after %s", name, timeout)
+		case <-ch:
+		}
+	}
+}
+
+// waitPaths returns when n paths got a request, or after timeout: the
+// time since s.since of the latest first request, and how many paths got
+// one.
+func (s *pathSink) waitPaths(ctx context.Context, n int, timeout time.Duration) (time.Duration, int, error) {
+	deadline := time.After(timeout)
+	for {
+		s.mu.Lock()
+		got, last, ch := len(s.first), s.last, s.got
+		s.mu.Unlock()
+		if got >= n {
+			return last, got, nil
+		}
+		select {
+		case <-ctx.Done():
+			return last, got, ctx.Err()
+		case <-deadline:
+			return last, got, nil
 		case <-ch:
 		}
 	}
