@@ -121,7 +121,7 @@ func TestMigrateCleanupCommand(t *testing.T) {
 	out, err = k.migrateOut(t, "--cleanup", "--dry-run")
 	require.ErrorIs(t, err, consumer.ErrSharedEngineNotStarted)
 	require.Contains(t, out, "partition consumers on "+copyName+" (4):\n    billing_p0\n")
-	require.Contains(t, out, "partitioned copy "+copyName+": deleted")
+	require.Contains(t, out, "  partitioned copy "+copyName+"\n")
 	require.Contains(t, out, "consumer run --engine shared")
 
 	out, err = k.migrateOut(t, "--cleanup", "--json")

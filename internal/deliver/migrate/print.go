@@ -71,16 +71,15 @@ func onOff(v bool, on, off string) string {
 	return off
 }
 
-// Print writes c as `consumer migrate --cleanup` shows it: what is (or,
-// before DeleteOldLayout, would be) deleted, kind by kind and name by
-// name, what stays, and the refusals.
+// Print writes c as `consumer migrate --cleanup` shows it: what is to
+// delete, kind by kind and name by name, what stays, and the refusals.
 func (c *Cleanup) Print(w io.Writer) error {
 	var b strings.Builder
 	migrated := c.Migrated
 	if migrated == "" {
 		migrated = "none applied"
 	}
-	fmt.Fprintf(&b, "the old layout of events stream %s (migration %s):\n", c.Events, migrated)
+	fmt.Fprintf(&b, "what the old layout left of events stream %s (migration %s), to delete:\n", c.Events, migrated)
 	list := func(what string, names []string) {
 		if len(names) == 0 {
 			return
@@ -92,7 +91,7 @@ func (c *Cleanup) Print(w io.Writer) error {
 	}
 	list("park bucket "+wire.DefaultParkBucket+" keys", c.ParkKeys)
 	if c.ParkBucket != "" {
-		fmt.Fprintf(&b, "  park bucket %s, left empty: deleted\n", c.ParkBucket)
+		fmt.Fprintf(&b, "  park bucket %s, then left empty\n", c.ParkBucket)
 	} else if c.ParkKept > 0 {
 		fmt.Fprintf(&b, "  park bucket %s stays: %d keys of subscriptions the old layout has no consumers for\n", wire.DefaultParkBucket, c.ParkKept)
 	}
@@ -100,7 +99,7 @@ func (c *Cleanup) Print(w io.Writer) error {
 	list("durable consumers on "+c.Events, c.Durables)
 	list("partition consumers on "+wire.OrderedStream(c.Events), c.PartitionConsumers)
 	if c.Copy != "" {
-		fmt.Fprintf(&b, "  partitioned copy %s: deleted\n", c.Copy)
+		fmt.Fprintf(&b, "  partitioned copy %s\n", c.Copy)
 	} else if len(c.CopyKept) > 0 {
 		fmt.Fprintf(&b, "  partitioned copy %s stays: its consumers %s are not the old engine's\n", wire.OrderedStream(c.Events), strings.Join(c.CopyKept, ", "))
 	}
