@@ -44,12 +44,12 @@ type upgradeReceiver struct {
 	mu    sync.Mutex
 	phase int
 	// slowAbove: in phase 1, ids above it are answered after a delay
-	// (upgradeDelays: the ordered path slower than the unordered one,
-	// and slower still for the streams in slower), so that the old
-	// engine is stopped with events still to deliver, with the ordered
-	// subscription's other streams settled above its partition floors
-	// (its delivered records), and with the unordered subscription
-	// delivered past some of those floors.
+	// (the upgrade…Delay constants: the ordered path slower than the
+	// unordered one, and slower still for the streams in slower), so
+	// that the old engine is stopped with events still to deliver, with
+	// the ordered subscription's other streams settled above its
+	// partition floors (its delivered records), and with the unordered
+	// subscription delivered past some of those floors.
 	slowAbove int
 	slower    map[int]bool
 	// failing: in phase 1, the unordered path answers 503 for these ids
@@ -57,12 +57,11 @@ type upgradeReceiver struct {
 	failing map[int]bool
 	// refused: in phase 1, the ordered path answers 422 for these ids
 	// (dead-lettered at once, their stream parked).
-	refused  map[int]bool
-	acked    map[string]map[int]int  // path → id → phase it was first acknowledged in
-	resent   map[string]map[int]bool // path → ids acknowledged in phase 1 and received in phase 2
-	links    map[int][]chainLink     // ordered: stream → acknowledged requests, in order
-	requests map[string]map[int]int  // path → id → requests received
-	bad      []string                // signature failures and malformed requests
+	refused map[int]bool
+	acked   map[string]map[int]int  // path → id → phase it was first acknowledged in
+	resent  map[string]map[int]bool // path → ids acknowledged in phase 1 and received in phase 2
+	links   map[int][]chainLink     // ordered: stream → acknowledged requests, in order
+	bad     []string                // signature failures and malformed requests
 }
 
 // chainLink is one acknowledged ordered request.
@@ -86,10 +85,9 @@ func newUpgradeReceiver(t *testing.T, streams int) *upgradeReceiver {
 	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{testSecret})
 	require.NoError(t, err)
 	rc := &upgradeReceiver{streams: streams, phase: 1, failing: map[int]bool{}, slower: map[int]bool{},
-		acked:    map[string]map[int]int{pathOrdered: {}, pathUnordered: {}},
-		resent:   map[string]map[int]bool{pathOrdered: {}, pathUnordered: {}},
-		requests: map[string]map[int]int{pathOrdered: {}, pathUnordered: {}},
-		links:    map[int][]chainLink{}}
+		acked:  map[string]map[int]int{pathOrdered: {}, pathUnordered: {}},
+		resent: map[string]map[int]bool{pathOrdered: {}, pathUnordered: {}},
+		links:  map[int][]chainLink{}}
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		path := r.URL.Path
@@ -102,7 +100,6 @@ func newUpgradeReceiver(t *testing.T, streams int) *upgradeReceiver {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
-		rc.requests[path][id]++
 		if phase == 2 && rc.acked[path][id] == 1 {
 			rc.resent[path][id] = true
 		}
