@@ -274,3 +274,32 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	require.NoError(t, migrate.DeleteOldLayout(ctx, l.js, c))
 }
+
+// A replica of the old engine owns a partition: its partition consumer is
+// pinned to the replica's client (the old engine pulls with a pinned
+// priority group).
+func TestCleanupRefusedWhileAPartitionIsPinned(t *testing.T) {
+	t.Parallel()
+	l, cfg := cleanupLayout(t)
+	ctx := context.Background()
+	applyAndRun(t, l, cfg)
+	filter, err := wire.OrderedFilter(wire.DefaultEventsPrefix, 0, wire.All(wire.DefaultEventsPrefix))
+	require.NoError(t, err)
+	cons, err := l.js.CreateConsumer(ctx, wire.OrderedStream(wire.DefaultEventsStream), jetstream.ConsumerConfig{
+		Durable: wire.PartitionDurable("billing-next", 0), FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
+		PriorityPolicy: jetstream.PriorityPolicyPinned, PriorityGroups: []string{"owner"}, PinnedTTL: time.Minute,
+	})
+	require.NoError(t, err)
+	cc, err := cons.Consume(func(m jetstream.Msg) { _ = m.Ack() }, jetstream.PullPriorityGroup("owner"))
+	require.NoError(t, err)
+	t.Cleanup(cc.Stop)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && len(info.PriorityGroups) == 1 && info.PriorityGroups[0].PinnedClientID != ""
+	}, 10*time.Second, 10*time.Millisecond)
+
+	c, err := migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
+	require.NoError(t, err)
+	require.ErrorIs(t, c.Err(), migrate.ErrOldEngineRuns)
+	require.ErrorContains(t, c.Err(), wire.PartitionDurable("billing-next", 0)+" on "+wire.OrderedStream(wire.DefaultEventsStream)+" (pinned to client ")
+}
