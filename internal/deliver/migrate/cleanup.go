@@ -148,8 +148,9 @@ type cleaning struct {
 // ordered subscription, shows none of these. The subscriptions are
 // those the old layout still has consumers for (Discover), so a run that
 // stopped midway is finished by running it again: DeleteOldLayout
-// deletes the keys before the consumers that name them. Errors: the
-// events stream missing, and the server's.
+// deletes the keys before the consumers that name them. When nothing of
+// the old layout is left (deleted already, or never there) nothing is
+// refused. Errors: the events stream missing, and the server's.
 func ReadCleanup(ctx context.Context, js jetstream.JetStream, cfg CleanupConfig) (*Cleanup, error) {
 	if cfg.Events == "" {
 		cfg.Events = wire.DefaultEventsStream
@@ -192,6 +193,9 @@ func ReadCleanup(ctx context.Context, js jetstream.JetStream, cfg CleanupConfig)
 		return nil, err
 	}
 	cl.running(beats, moved)
+	if cl.c.Empty() {
+		cl.c.errs, cl.c.Refusals = nil, nil // nothing to keep for anyone
+	}
 	return cl.c, nil
 }
 

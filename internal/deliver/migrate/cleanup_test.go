@@ -303,3 +303,18 @@ func TestCleanupRefusedWhileAPartitionIsPinned(t *testing.T) {
 	require.ErrorIs(t, c.Err(), migrate.ErrOldEngineRuns)
 	require.ErrorContains(t, c.Err(), wire.PartitionDurable("billing-next", 0)+" on "+wire.OrderedStream(wire.DefaultEventsStream)+" (pinned to client ")
 }
+
+// A deployment that never ran the old engine has nothing to clean up,
+// migrated or not.
+func TestCleanupOfNoOldLayoutFindsNothingToDo(t *testing.T) {
+	t.Parallel()
+	js := startServer(t)
+	ctx := context.Background()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+	require.NoError(t, err)
+	c, err := migrate.ReadCleanup(ctx, js, quick(nil))
+	require.NoError(t, err)
+	require.True(t, c.Empty())
+	require.NoError(t, c.Err())
+	require.NoError(t, migrate.DeleteOldLayout(ctx, js, c))
+}
