@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,7 +41,8 @@ const appendCostWriters = 16
 // (store.Append), to -append-cost-streams streams (default 1,000; each
 // writer has its own, so no append waits for another's row), at
 // -append-cost-rate appends a second in total (default 0: as fast as they
-// go), the drain lingering -append-cost-linger (default 0). A LISTEN connection counts the notifications, as a bridge's would.
+// go), the drain lingering -append-cost-linger (default 0). A LISTEN
+// connection counts the notifications, as a bridge's would.
 //
 // Sub-benchmarks: table=plain (no trigger), table=bridge (no drain: every
 // stream stays pending), table=drained (the bridge's table, a drain acking every batch
@@ -55,8 +57,13 @@ const appendCostWriters = 16
 //   - notify/append: notifications the listener received per append;
 //   - hot-%: HOT updates of the streams table in percent of its updates
 //     (pg_stat_user_tables);
+//   - upd/append: updates of the streams table (the appends', the
+//     drain's) per append;
 //   - bridge-commits/append: the drain's commits (pg_stat_database
-//     xact_commit, less the appends' own) per append.
+//     xact_commit, less the appends' own) per append;
+//   - lag-p50-ms, lag-p99-ms: in table=drained, how old the events were
+//     when the drain's handler got them (the streams' first events, made
+//     before the drain starts, left out).
 //
 // Run it alone (it reads the CPU of the whole server), against a server
 // on this machine:
@@ -177,6 +184,7 @@ func benchAppendCost(b *testing.B, mode string) {
 	b.ReportMetric(float64(notes.Load())/n, "notify/append")
 	if upd := after.upd - before.upd; upd > 0 {
 		b.ReportMetric(100*float64(after.hot-before.hot)/float64(upd), "hot-%")
+		b.ReportMetric(float64(upd)/n, "upd/append")
 	}
 	if mode == "drained" {
 		// The database's commits less the appends' own (one each) and
@@ -255,11 +263,25 @@ func appendCostDrain(b *testing.B, schema string) (caughtUp, stop func()) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The age of each event when the handler gets it (from its created
+	// time, the start of its append's transaction; one machine, one
+	// clock), but the streams' first events, appended before the drain
+	// started.
+	var lagMu sync.Mutex
+	var lags []time.Duration
 	h := drain.HandlerFunc(func(_ context.Context, batches []drain.Batch) []drain.Result {
 		out := make([]drain.Result, len(batches))
+		now := time.Now()
+		lagMu.Lock()
 		for i, bt := range batches {
+			for _, e := range bt.Events {
+				if e.Version > 0 {
+					lags = append(lags, now.Sub(e.Created))
+				}
+			}
 			out[i] = drain.Result{Done: len(bt.Events)}
 		}
+		lagMu.Unlock()
 		return out
 	})
 	obs := &claimCounter{}
@@ -290,6 +312,13 @@ func appendCostDrain(b *testing.B, schema string) (caughtUp, stop func()) {
 		b.Logf("claims %d (%d empty)", obs.claims.Load(), obs.empty.Load())
 		cancel()
 		<-ran
+		lagMu.Lock()
+		slices.Sort(lags)
+		if n := len(lags); n > 0 {
+			b.ReportMetric(float64(lags[n/2].Microseconds())/1e3, "lag-p50-ms")
+			b.ReportMetric(float64(lags[n*99/100].Microseconds())/1e3, "lag-p99-ms")
+		}
+		lagMu.Unlock()
 		pool.Close()
 	}
 	return caughtUp, stop

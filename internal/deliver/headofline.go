@@ -200,7 +200,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 				refusedSince = hl.clock.Now()
 			}
 			hl.aside.refusedHead(key, m, s.Reason)
-			if dl, stuck := orderStuck(refusedSince, hl.clock.Now(), hl.stuckAfter, resp, id, n); stuck {
+			if dl, stuck := attempt.OrderStuck(refusedSince, hl.clock.Now(), hl.stuckAfter, resp, id, n); stuck {
 				hl.deadLetter(m, log(slog.Int("status", resp.Status)), dl.WithOrder(order), attempt.OutcomeOrderStuck, s.Class)
 				hl.forgetAttempts(id, recorded)
 				return

@@ -40,8 +40,14 @@ type aside struct {
 	joining uint64 // its reads reached this head: live above it, dropped once what it read settled
 }
 
+// asideOf is a claimed record's aside. A stuck one had its head in a
+// former owner's lane: this owner reads the stream from the head on.
 func asideOf(a position.Aside) *aside {
-	return &aside{state: a.State, from: a.From, read: max(a.From, 1) - 1}
+	state := a.State
+	if state == AsideStuck {
+		state = AsideReading
+	}
+	return &aside{state: state, from: a.From, read: max(a.From, 1) - 1}
 }
 
 // gates reports whether the shared read passes the stream over for the
@@ -140,7 +146,7 @@ func (p *Partition) catchUpStreams(ctx context.Context, head uint64) (int, error
 		r.evs, r.through = evs, min(through, head)
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	for _, r := range todo {
 		a, st := p.asides[r.k], r.st
 		if a == nil || a.state != AsideReading || a.joining > 0 || st.gone || st.state != "" {

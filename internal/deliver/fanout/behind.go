@@ -122,7 +122,12 @@ func (p *Partition) Forget(sub string) {
 	clear(st.inHand)
 	st.queue = nil
 	delete(p.subs, sub)
-	p.pos.Edit(func(r *position.Record) { delete(r.Members, sub); delete(r.Ahead, sub) })
+	p.pos.Edit(func(r *position.Record) {
+		delete(r.Members, sub)
+		delete(r.Ahead, sub)
+		r.Retries = slices.DeleteFunc(r.Retries, func(e position.Retry) bool { return e.Sub == sub })
+	})
+	maps.DeleteFunc(p.retries, func(k retryKey, _ uint64) bool { return k.sub == sub })
 	p.raise()
 }
 
@@ -142,7 +147,8 @@ func (p *Partition) Forget(sub string) {
 func (p *Partition) CatchUp(ctx context.Context) (int, error) {
 	behind, head, err := p.catchUpSubs(ctx)
 	n, serr := p.catchUpStreams(ctx, head)
-	return behind + n, errors.Join(err, serr)
+	r, rerr := p.catchUpRetries(ctx)
+	return behind + n + r, errors.Join(err, serr, rerr)
 }
 
 // catchUpSubs is CatchUp's round of the subscriptions' cursors, up to
@@ -192,7 +198,7 @@ func (p *Partition) catchUpSubs(ctx context.Context) (behind int, head uint64, e
 		reads = append(reads, read{st, evs, min(through, head)})
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	curs := p.pos.Cursors() // after the reads: what settled meanwhile is in it, or still in hand
 	for _, r := range reads {
 		st, c := r.st, curs[r.st.m.Name]

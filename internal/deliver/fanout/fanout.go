@@ -15,7 +15,12 @@
 // partition runs starts where Join says: a cursor from its start, or
 // live. A parked stream is read again once the operator's request
 // (Unpark, written by RequestUnpark under OpKey in the positions bucket,
-// watched once per replica by Requests) is applied by CatchUp.
+// watched once per replica by Requests) is applied by CatchUp; a
+// stream whose head is retried in place too long is set aside (the
+// stuck-stream rule, stuck.go) and read again once its head settled. An
+// event whose attempt failed is recorded with its count (the record's
+// retries entries, retries.go): a new owner goes on from that count, and
+// an unordered one no longer holds the floor back.
 //
 // The package owns the interfaces of what it uses: Position (the
 // partition's record, *position.Partition), Sender (one attempt, stage 6
@@ -25,10 +30,8 @@
 // in the engine uses it yet (the design's stage 6 wires it in).
 //
 // Not here yet (the design's stage 4 row says what is left): the
-// stuck-stream rule (a head retried in place too long is set aside),
-// retries entries (an unordered event in retry holds the floor back
-// meanwhile), the detached groups of a mass outage and the bound on
-// cursors read at once.
+// detached groups of a mass outage and the bound on cursors read at
+// once.
 package fanout
 
 import (
@@ -38,6 +41,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -205,18 +209,25 @@ type Partition struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
-	mu       sync.Mutex
-	err      error
-	claimed  position.Record            // at the claim: what former owners settled
-	curs     map[string]position.Cursor // at the claim
-	subs     map[string]*subState
-	asides   map[[2]string]*aside // (subscription, stream) set aside
-	deleting map[string]bool      // requests applied, being deleted
-	win      window
-	floor    uint64 // the floor last written
-	head     uint64 // the last sequence dispatched live
-	gen      uint64 // the members' generation at New: later names wait for Join
-	scratch  []*member
+	mu         sync.Mutex
+	err        error
+	claimed    position.Record            // at the claim: what former owners settled
+	curs       map[string]position.Cursor // at the claim
+	subs       map[string]*subState
+	asides     map[[2]string]*aside // (subscription, stream) set aside
+	deleting   map[string]bool      // requests applied, being deleted
+	win        window
+	floor      uint64 // the floor last written
+	head       uint64 // the last sequence dispatched live
+	gen        uint64 // the members' generation at New: later names wait for Join
+	scratch    []*member
+	starts     []start             // runs and sends to start once the lock is released
+	spare      []start             // the dispatch loop's: the next starts' array
+	claimedTop uint64              // the highest sequence the claim's record names
+	retried    []stuckLane         // lanes whose retried head got an event queued behind it
+	retries    map[retryKey]uint64 // failed attempts of the events in retry (the record's retries entries)
+	refetch    []retryKey          // a former owner's unordered events in retry, to fetch
+	nretries   atomic.Int64        // len(retries), read without the lock
 }
 
 // New starts the fan-out of the partition whose record pos holds (just
@@ -238,6 +249,9 @@ func New(cfg Config, members *Members, pos Position, send Sender, chain Chain, c
 		ctx: ctx, cancel: cancel, claimed: rec, curs: pos.Cursors(), subs: map[string]*subState{},
 		asides: map[[2]string]*aside{}, deleting: map[string]bool{}, floor: rec.Floor, head: rec.Floor, gen: members.generation()}
 	p.win.last = rec.Floor
+	p.retries = map[retryKey]uint64{}
+	p.loadRetries()
+	p.claimedTop = claimedTop(rec)
 	for _, a := range rec.Asides {
 		p.asides[[2]string{a.Sub, a.Stream}] = asideOf(a)
 	}
@@ -302,20 +316,30 @@ func (p *Partition) fail(err error) {
 // cursor instead.
 func (p *Partition) Dispatch(ev reader.Event) {
 	stream := wire.StreamKey(ev.Subject)
+	// The match needs no lock of the partition's (the index has its own;
+	// scratch is the dispatch loop's): the lanes wait less.
+	p.scratch = p.members.match(ev.Subject, p.scratch[:0])
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	if p.ctx.Err() != nil || ev.Seq <= p.head {
+		clear(p.scratch)
 		return
 	}
 	p.head = ev.Seq
-	p.scratch = p.members.match(ev.Subject, p.scratch[:0])
 	owe := 0
+	covered := ev.Seq <= p.claimedTop // past it, the claim's record covers nothing
 	for _, m := range p.scratch {
-		if p.subs[m.Name] == nil && p.awaitsJoin(m) {
-			continue
+		st := p.subs[m.Name]
+		if st == nil {
+			if p.awaitsJoin(m) {
+				continue
+			}
+			st = p.sub(m, ev.Seq-1)
+		} else if st.m != m {
+			st.m = m // put again: its new limits
 		}
-		st := p.sub(m, ev.Seq-1)
-		if st.state != "" || ev.Seq <= st.from || p.claimed.Covers(m.Name, stream, ev.Seq) || p.asides[[2]string{m.Name, stream}].gates() {
+		if st.state != "" || ev.Seq <= st.from || covered && p.claimed.Covers(m.Name, stream, ev.Seq) ||
+			len(p.asides) > 0 && p.asides[[2]string{m.Name, stream}].gates() {
 			continue
 		}
 		if _, dup := st.inHand[ev.Seq]; dup {
@@ -330,7 +354,28 @@ func (p *Partition) Dispatch(ev reader.Event) {
 	}
 	clear(p.scratch)
 	p.win.add(ev.Seq, ev.Subject, owe)
+	if len(p.retried) > 0 {
+		p.tendStuck()
+	}
 	p.raise()
+}
+
+// claimedTop is the highest sequence r names (floor, entries, members):
+// Record.Covers is false for every event above it.
+func claimedTop(r position.Record) uint64 {
+	top := r.Floor
+	for _, e := range r.Streams {
+		top = max(top, e.Seq)
+	}
+	for _, own := range r.Ahead {
+		for _, e := range own {
+			top = max(top, e.Seq)
+		}
+	}
+	for _, m := range r.Members {
+		top = max(top, m)
+	}
+	return top
 }
 
 // raise writes the floor when it rose.

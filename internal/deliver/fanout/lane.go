@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
@@ -32,7 +33,8 @@ type subState struct {
 type lane struct {
 	stream  string
 	q       []reader.Event
-	running bool // its goroutine runs
+	running bool      // its goroutine runs
+	since   time.Time // its head's first failed attempt (zero: none)
 }
 
 // settled is the last event of a stream an ordered subscription settled
@@ -80,20 +82,79 @@ func (p *Partition) push(st *subState, ev reader.Event, stream string, counted b
 			st.lanes[stream] = l
 		}
 		l.q = append(l.q, ev)
+		if !l.since.IsZero() {
+			p.retried = append(p.retried, stuckLane{st, l}) // Dispatch looks once ev is in the floor's window
+		}
 		if !l.running {
 			l.running = true
 			p.wg.Add(1)
-			go p.runLane(st, l, st.m.Name)
+			t, _ := p.turnLocked(st, l)
+			p.starts = append(p.starts, start{st: st, l: l, t: t})
 		}
 		return
 	}
 	if st.flying < st.m.MaxInFlight {
 		st.flying++
 		p.wg.Add(1)
-		go p.runSends(st, ev, st.m.Name)
+		p.starts = append(p.starts, start{st: st, t: turn{ev: ev}})
 		return
 	}
 	st.queue = append(st.queue, ev)
+}
+
+// start is a lane's run (l set) or an unordered send to start once the
+// partition's lock is released: started under it, its goroutine's first
+// act would be to wait for it.
+type start struct {
+	st *subState
+	l  *lane
+	t  turn
+}
+
+// unlock releases the partition's lock and starts the runs and sends
+// pushed meanwhile. Only the dispatch loop pushes (Dispatch, CatchUp),
+// so only it finds starts here, and it alone uses spare.
+func (p *Partition) unlock() {
+	if len(p.starts) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	starts := p.starts
+	p.starts, p.spare = p.spare[:0], nil
+	p.mu.Unlock()
+	for i, s := range starts {
+		if s.l != nil {
+			go p.runLane(s.st, s.l, s.t)
+		} else {
+			go p.runSends(s.st, s.t.ev, s.st.m.Name)
+		}
+		starts[i] = start{}
+	}
+	p.spare = starts[:0]
+}
+
+// turn is what a lane's next turn sends: its head, its stream's last
+// event settled here (known), and the claim's entry for the stream.
+type turn struct {
+	ev    reader.Event
+	last  settled
+	known bool
+	entry position.Entry
+}
+
+// turnLocked returns l's next turn, or false when l is empty (or its
+// subscription forgotten): l stops running.
+func (p *Partition) turnLocked(st *subState, l *lane) (turn, bool) {
+	if len(l.q) == 0 || st.gone {
+		l.running = false
+		if st.lanes[l.stream] == l && len(l.q) == 0 {
+			delete(st.lanes, l.stream)
+		}
+		return turn{}, false
+	}
+	t := turn{ev: l.q[0], entry: p.entryLocked(st.m.Name, l.stream)}
+	t.last, t.known = st.last[l.stream]
+	return t, true
 }
 
 // settleLocked takes seq out of st's hand and out of the floor's window.
@@ -112,34 +173,24 @@ func (p *Partition) settleLocked(st *subState, seq uint64) {
 // runLane sends an ordered lane's events one at a time until it is
 // empty: each once the commit covering its predecessor's settlement
 // succeeded (write before next).
-func (p *Partition) runLane(st *subState, l *lane, name string) {
+func (p *Partition) runLane(st *subState, l *lane, t turn) {
 	defer p.wg.Done()
-	p.mu.Lock() // held at the top of each turn: one lock a turn settles an event and takes the next
+	name := st.m.Name
 	for {
-		if len(l.q) == 0 || st.gone {
-			l.running = false
-			if st.lanes[l.stream] == l && len(l.q) == 0 {
-				delete(st.lanes, l.stream)
-			}
-			p.mu.Unlock()
-			return
-		}
-		ev := l.q[0]
-		last, known := st.last[l.stream]
-		entry := p.entryLocked(name, l.stream)
-		p.mu.Unlock()
+		ev, last, known, entry := t.ev, t.last, t.known, t.entry
 		if known {
 			if err := p.pos.Wait(p.ctx, name, l.stream, last.seq); err != nil {
 				p.fail(err)
 				return
 			}
 		}
-		act, prev, ok := p.sendOrdered(st, name, l.stream, ev, func() (int64, error) { return p.previous(name, l.stream, ev, last, known, entry) })
+		act, prev, ok := p.sendOrdered(st, l, name, ev, func() (int64, error) { return p.previous(name, l.stream, ev, last, known, entry) })
 		if !ok {
 			return // closed or lost: the next owner sends it again
 		}
 		v, versioned := version(ev)
 		p.mu.Lock()
+		l.since = time.Time{}
 		switch act {
 		case Delivered, DeadLetter:
 			e := position.Entry{Seq: ev.Seq, Version: uint64(prev)}
@@ -151,24 +202,36 @@ func (p *Partition) runLane(st *subState, l *lane, name string) {
 			}
 			st.last[l.stream] = settled{seq: ev.Seq, prev: prev}
 			p.pos.Settled(name, l.stream, e)
-			if a := p.asides[[2]string{name, l.stream}]; a != nil && a.state == AsideReading {
-				p.moveAside(name, l.stream, AsideReading, ev.Seq+1) // what it read settled: a new owner reads on after it
+			p.dropRetry(name, ev.Seq)
+			if a := p.asides[[2]string{name, l.stream}]; a != nil && (a.state == AsideReading || a.state == AsideStuck) {
+				// What it read (or its stuck head) settled: it reads
+				// on after it, and so does a new owner.
+				p.moveAside(name, l.stream, AsideReading, ev.Seq+1)
+				a.read = max(a.read, ev.Seq)
 			}
 			p.settleLocked(st, ev.Seq)
 			l.q = l.q[1:]
 		case Park:
+			p.dropRetry(name, ev.Seq) // the aside covers it from here
 			p.setAside(name, l.stream, AsideParked, ev.Seq)
 			for _, e := range l.q {
 				p.settleLocked(st, e.Seq) // the aside covers them
 			}
 			l.q = nil
 		}
+		var more bool
+		t, more = p.turnLocked(st, l)
+		p.mu.Unlock()
+		if !more {
+			return
+		}
 	}
 }
 
 // sendOrdered attempts ev until it settles (Delivered, DeadLetter, Park),
 // naming its predecessor; ok is false when the fan-out stopped first.
-func (p *Partition) sendOrdered(st *subState, name, stream string, ev reader.Event, previous func() (int64, error)) (act Act, prev int64, ok bool) {
+func (p *Partition) sendOrdered(st *subState, l *lane, name string, ev reader.Event, previous func() (int64, error)) (act Act, prev int64, ok bool) {
+	stream := l.stream
 	var pause backoff.Backoff
 	for {
 		var err error
@@ -183,7 +246,7 @@ func (p *Partition) sendOrdered(st *subState, name, stream string, ev reader.Eve
 		}
 	}
 	d := Delivery{Subscription: name, Event: ev, Ordered: true, Previous: prev, Partition: p.cfg.Partition, Epoch: p.cfg.Epoch}
-	for n := 1; ; n++ {
+	for n := p.firstAttempt(name, ev.Seq); ; n++ {
 		select {
 		case st.slots <- struct{}{}:
 		case <-p.ctx.Done():
@@ -198,7 +261,8 @@ func (p *Partition) sendOrdered(st *subState, name, stream string, ev reader.Eve
 		if s.Act != Retry {
 			return s.Act, prev, true
 		}
-		if !sleep(p.ctx, p.cfg.Clock, s.Delay) {
+		p.retrying(st, name, ev.Seq, n)
+		if !p.retryPause(st, l, name, s.Delay) {
 			return 0, 0, false
 		}
 	}
@@ -246,7 +310,7 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 	d := Delivery{Subscription: name, Partition: p.cfg.Partition, Epoch: p.cfg.Epoch}
 	for {
 		d.Event = ev
-		for d.Attempt = 1; ; d.Attempt++ {
+		for d.Attempt = p.firstAttempt(name, ev.Seq); ; d.Attempt++ {
 			s := p.send.Attempt(p.ctx, d)
 			if p.ctx.Err() != nil {
 				return
@@ -254,6 +318,7 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 			if s.Act != Retry {
 				break
 			}
+			p.retrying(st, name, ev.Seq, d.Attempt)
 			if !sleep(p.ctx, p.cfg.Clock, s.Delay) {
 				return
 			}
@@ -263,6 +328,7 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 			p.pos.EditCursor(name, func(c *position.Cursor) { c.Above = append(c.Above, ev.Seq) })
 		}
 		p.settleLocked(st, ev.Seq)
+		p.dropRetry(name, ev.Seq)
 		if len(st.queue) == 0 || st.gone || st.flying > st.m.MaxInFlight {
 			st.flying--
 			p.mu.Unlock()

@@ -141,18 +141,37 @@ type Record struct {
 }
 
 // Covers reports whether the record says subscription sub settled the
-// event at seq of stream: at or below the floor, the stream's entry,
-// sub's own entry for it, or sub's member entry.
+// event at seq of stream: the stream's entry, sub's own entry for it, or
+// at or below the floor or sub's member entry, unless the stream is set
+// aside for sub from seq or before (the floor passes an aside's events
+// unsettled: the aside covers them, R1).
 func (r Record) Covers(sub, stream string, seq uint64) bool {
-	return seq <= r.Floor || seq <= r.Streams[stream].Seq || seq <= r.Ahead[sub][stream].Seq || seq <= r.Members[sub]
+	if seq <= r.Streams[stream].Seq || seq <= r.Ahead[sub][stream].Seq {
+		return true
+	}
+	return (seq <= r.Floor || seq <= r.Members[sub]) && !r.asideHolds(sub, stream, seq)
+}
+
+// asideHolds reports whether stream is set aside for sub at seq.
+func (r *Record) asideHolds(sub, stream string, seq uint64) bool {
+	for _, a := range r.Asides {
+		if a.Sub == sub && a.Stream == stream && a.From <= seq {
+			return true
+		}
+	}
+	return false
 }
 
 // normalise drops the entries the floor, the shared stream entries or a
-// member entry already cover, and the empty maps.
+// member entry already cover (not those of a stream set aside), and the
+// empty maps.
 func (r *Record) normalise() {
 	maps.DeleteFunc(r.Streams, func(_ string, e Entry) bool { return e.Seq <= r.Floor })
 	for sub, own := range r.Ahead {
-		maps.DeleteFunc(own, func(k string, e Entry) bool { return e.Seq <= max(r.Floor, r.Streams[k].Seq, r.Members[sub]) })
+		maps.DeleteFunc(own, func(k string, e Entry) bool {
+			// An aside's entries stay: the floor does not cover them.
+			return e.Seq <= max(r.Floor, r.Streams[k].Seq, r.Members[sub]) && !r.asideHolds(sub, k, e.Seq)
+		})
 		if len(own) == 0 {
 			delete(r.Ahead, sub)
 		}

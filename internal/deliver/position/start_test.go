@@ -62,3 +62,19 @@ func TestFlushWaitsForACommitHoldingTheChangesBeforeIt(t *testing.T) {
 	require.Equal(t, []Aside{{Sub: "s", Stream: "order-1", From: 7, State: "parked"}}, r.Asides)
 	require.Equal(t, uint64(50), r.Floor)
 }
+
+// The floor passes a stream set aside unsettled: Covers does not count
+// the aside's events settled by the floor or a member entry, only by
+// the stream's entries.
+func TestTheFloorDoesNotCoverAStreamSetAside(t *testing.T) {
+	t.Parallel()
+	r := Record{Floor: 100, Members: map[string]uint64{"s": 120},
+		Asides: []Aside{{Sub: "s", Stream: "order-1", From: 40, State: "stuck"}},
+		Ahead:  map[string]map[string]Entry{"s": {"order-1": {Seq: 50, Version: 3}}}}
+	require.True(t, r.Covers("s", "order-1", 50), "its own entry")
+	require.False(t, r.Covers("s", "order-1", 60), "set aside from 40: not the floor's")
+	require.True(t, r.Covers("s", "order-2", 60), "another stream: the floor's")
+	require.True(t, r.Covers("t", "order-1", 60), "another subscription: the floor's")
+	require.False(t, r.Covers("s", "order-1", 110), "nor the member entry's")
+	require.True(t, r.Covers("s", "order-1", 30), "below the aside")
+}

@@ -52,7 +52,7 @@ func (r *Replica) serve(c *owner.Claim) {
 	go func() { ran <- pos.Run(runCtx) }()
 
 	send := &sender{senders: r.senders, claim: c, epochs: r.epochs, replica: r.cfg.Replica,
-		letters: r.letters, deadLettered: r.dead, skipped: r.poskv, clock: r.cfg.Clock, log: log}
+		letters: r.letters, deadLettered: r.dead, skipped: r.poskv, stuckAfter: r.cfg.OrderStuckAfter, clock: r.cfg.Clock, log: log}
 	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log},
 		r.members, pos, send, r.chain, r.cursors)
 	r.startFan(c.Partition, fan, pos)

@@ -20,6 +20,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
@@ -44,6 +45,7 @@ type gate struct {
 	accepted map[string]map[string]int     // path → event id → 2xx answers (duplicates included)
 	at       map[string]time.Time          // path + " " + event id → first accepted
 	posts    map[string]int                // path + " " + event id → requests, answered anyhow
+	epochs   map[string][]string           // path + " " + event id → the lease epoch of each 2xx
 	last     map[string]map[string]int64   // ordered path → stream → last version processed
 	named    map[string]map[string][]int64 // ordered path → stream → [version, previous] of each version processed
 	breaks   []string
@@ -56,7 +58,7 @@ func newGate(t *testing.T, secret string, ordered ...string) *gate {
 	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{secret})
 	require.NoError(t, err)
 	g := &gate{verify: v, ordered: map[string]bool{}, accepted: map[string]map[string]int{},
-		at: map[string]time.Time{}, posts: map[string]int{}, last: map[string]map[string]int64{}, named: map[string]map[string][]int64{}, refused: map[int]time.Time{}}
+		at: map[string]time.Time{}, posts: map[string]int{}, epochs: map[string][]string{}, last: map[string]map[string]int64{}, named: map[string]map[string][]int64{}, refused: map[int]time.Time{}}
 	for _, p := range ordered {
 		g.ordered["/"+p] = true
 	}
@@ -81,6 +83,9 @@ func (g *gate) serve(w http.ResponseWriter, r *http.Request) {
 			if _, ok := g.refused[status]; !ok {
 				g.refused[status] = time.Now()
 			}
+			if status == http.StatusConflict {
+				w.Header().Set(wire.HeaderOrder, wire.OrderGap) // an order gate waiting for an earlier version
+			}
 			w.WriteHeader(status)
 			return
 		}
@@ -93,6 +98,7 @@ func (g *gate) serve(w http.ResponseWriter, r *http.Request) {
 	if g.accepted[r.URL.Path] == nil {
 		g.accepted[r.URL.Path] = map[string]int{}
 	}
+	g.epochs[r.URL.Path+" "+id] = append(g.epochs[r.URL.Path+" "+id], r.Header.Get(wire.HeaderLeaseEpoch))
 	if g.accepted[r.URL.Path][id]++; g.accepted[r.URL.Path][id] == 1 {
 		g.at[r.URL.Path+" "+id] = time.Now()
 	}
@@ -172,17 +178,31 @@ func (g *gate) chain(path, stream string) []int64 {
 	return append([]int64(nil), g.named["/"+path][stream]...)
 }
 
-// duplicates returns the events path accepted more than once.
-func (g *gate) duplicates(path string) map[string]int {
+// duplicates returns the events path accepted more than once, with the
+// lease epochs they were sent under, and those of them sent twice under
+// one epoch: a partition's owner sends an event it settled again only
+// when the partition changed hands before its commit (at least once,
+// the next owner's epoch), never twice under one claim.
+func (g *gate) duplicates(path string) (all map[string][]string, oneEpoch []string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := map[string]int{}
+	all = map[string][]string{}
 	for id, n := range g.accepted["/"+path] {
-		if n > 1 {
-			out[id] = n
+		if n < 2 {
+			continue
+		}
+		epochs := g.epochs["/"+path+" "+id]
+		all[id] = epochs
+		seen := map[string]bool{}
+		for _, e := range epochs {
+			if seen[e] {
+				oneEpoch = append(oneEpoch, id)
+				break
+			}
+			seen[e] = true
 		}
 	}
-	return out
+	return all, oneEpoch
 }
 
 func (g *gate) problems() (breaks []string, badSigns int) {
@@ -219,7 +239,12 @@ func gateWorld(t *testing.T, subs ...subscription.Subscription) (*world, *gate, 
 	}
 	q := deadletter.New(w.js, deadletter.Config{})
 	require.NoError(t, q.Provision(t.Context()))
-	w.opts = func(_ *shared.Config, d *shared.Deps) { d.DeadLetters = q }
+	w.opts = func(c *shared.Config, d *shared.Deps) {
+		// The default TTL: under -race on a loaded machine 2 s leases
+		// expire between renewals, and the partitions move all the time.
+		c.LeaseTTL = owner.DefaultLeaseTTL
+		d.DeadLetters = q
+	}
 	return w, g, q
 }
 
@@ -299,22 +324,8 @@ func TestDeadLetterIsStoredAndItsStreamGoesOnOrParks(t *testing.T) {
 	}
 
 	// park set order-3 aside in its partition's record.
-	kv, err := w.js.KeyValue(t.Context(), position.DefaultBucket)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		all, err := position.ReadAll(t.Context(), kv)
-		if err != nil {
-			return false
-		}
-		for _, st := range all {
-			for _, a := range st.Record.Asides {
-				if a.Sub == "park" && a.Stream == "events.order.order-3" && a.From == refused+1 && a.State == "parked" {
-					return true
-				}
-			}
-		}
-		return false
-	}, 5*time.Second, 20*time.Millisecond, "park's aside of order-3 from the dead-lettered event")
+	require.Eventually(t, func() bool { return parkedAside(t, w, "park", "events.order.order-3", refused+1) },
+		5*time.Second, 20*time.Millisecond, "park's aside of order-3 from the dead-lettered event")
 }
 
 // flakyLetters is the dead-letter stream failing its first fails writes
@@ -407,9 +418,6 @@ func TestChainStepsOverADeadLetterAfterAHandOver(t *testing.T) {
 		for _, st := range all {
 			if st.Partition == p {
 				_, has := st.Record.Streams["events.order.order-3"]
-				if testing.Verbose() {
-					t.Logf("partition %d: %+v", p, st.Record)
-				}
 				return st.Record.Floor >= refused+1 && !has && len(st.Record.Ahead) == 0
 			}
 		}
@@ -496,7 +504,11 @@ func TestGoneDisablesTheSubscriptionOnEveryReplicaAndEnableResumesIt(t *testing.
 	g.mu.Unlock()
 	took := time.Since(first)
 	t.Logf("disabled on both replicas %v after the 410", took)
-	assert.Less(t, took, time.Second, "disabled on both within a second of the 410")
+	bound := time.Second
+	if raceEnabled {
+		bound = 10 * time.Second // measured without -race: 45 ms
+	}
+	assert.Less(t, took, bound, "disabled on both within a second of the 410 (10 s under -race)")
 	assert.True(t, runningEverywhere("unordered", a, b), "the other subscription goes on")
 	recs, err := health.ReadDisabled(t.Context(), w.js)
 	require.NoError(t, err)
@@ -529,7 +541,11 @@ func TestGoneDisablesTheSubscriptionOnEveryReplicaAndEnableResumesIt(t *testing.
 	breaks, bad := g.problems()
 	require.Empty(t, breaks)
 	require.Zero(t, bad)
-	assert.Empty(t, g.duplicates("ordered"), "every event of the disabled subscription arrives once")
+	dups, oneEpoch := g.duplicates("ordered")
+	if len(dups) > 0 {
+		t.Logf("accepted again after a partition changed hands (by lease epoch): %v", dups)
+	}
+	assert.Empty(t, oneEpoch, "every event of the disabled subscription arrives once from each owner")
 
 	// Announced once: the ops event and the operational webhook.
 	ops, err := w.js.Stream(t.Context(), wire.DefaultOpsStream)
@@ -556,9 +572,12 @@ func TestFailureStreakDisablesTheSubscription(t *testing.T) {
 	w.publish(t, 1)
 	require.Eventually(t, func() bool { return disabledEverywhere("ordered", r) }, 10*time.Second, 5*time.Millisecond,
 		"disabled on every partition: %+v", r.Status())
-	recs, err := health.ReadDisabled(t.Context(), w.js)
-	require.NoError(t, err)
-	require.Len(t, recs, 1)
+	var recs []health.DisabledRecord
+	require.Eventually(t, func() bool { // written to the bucket after this replica stopped it
+		var err error
+		recs, err = health.ReadDisabled(t.Context(), w.js)
+		return err == nil && len(recs) == 1
+	}, 5*time.Second, 5*time.Millisecond, "the disabled key")
 	assert.Equal(t, health.ReasonFailing, recs[0].Reason)
 	assert.Equal(t, 3, g.postsOf("ordered", id(0)), "disabled at the third failure; nothing sent after it")
 }
@@ -621,4 +640,68 @@ func TestPausedAndDisabledSubscriptionResumedStaysDisabledUntilEnabled(t *testin
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return g.received("ordered") == streams }, 30*time.Second, 20*time.Millisecond)
 	assert.True(t, runningEverywhere("ordered", r))
+}
+
+// parkedAside reports whether sub's stream key stream is set aside as
+// parked from sequence from in a partition record of the positions
+// bucket.
+func parkedAside(t *testing.T, w *world, sub, stream string, from uint64) bool {
+	kv, err := w.js.KeyValue(t.Context(), position.DefaultBucket)
+	if err != nil {
+		return false
+	}
+	all, err := position.ReadAll(t.Context(), kv)
+	if err != nil {
+		return false
+	}
+	for _, st := range all {
+		for _, a := range st.Record.Asides {
+			if a.Sub == sub && a.Stream == stream && a.From == from && a.State == "parked" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func TestOrderGateRefusingTooLongDeadLettersAndParksTheStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server and a replica, and waits for the order-stuck bound (0.5 s)")
+	}
+	w, g, q := gateWorld(t,
+		subscription.Subscription{Name: "skip", Ordering: subscription.OrderingStream, OnDeadLetter: subscription.DeadLetterSkip})
+	opts := w.opts
+	w.opts = func(c *shared.Config, d *shared.Deps) {
+		opts(c, d)
+		c.OrderStuckAfter = 500 * time.Millisecond
+	}
+	const refused = 103 // order-3, version 1
+	g.setAnswer(func(_, got string) int {
+		if got == id(refused) {
+			return http.StatusConflict
+		}
+		return 0
+	})
+	start := time.Now()
+	w.replica(t, "replica-a")
+	w.publish(t, 3*streams)
+	var got []deadletter.Stored
+	require.Eventually(t, func() bool {
+		var err error
+		got, err = q.List(t.Context(), "skip")
+		return err == nil && len(got) == 1
+	}, 20*time.Second, 20*time.Millisecond, "the order-stuck head's dead letter")
+	t.Logf("dead-lettered %v after the start, the gate refusing it %d times", time.Since(start), g.postsOf("skip", id(refused)))
+	assert.Equal(t, id(refused), got[0].EventID)
+	assert.Equal(t, http.StatusConflict, got[0].Status)
+	assert.Contains(t, got[0].Reason, "order-stuck")
+	assert.Equal(t, "0", got[0].PreviousVersion)
+	assert.Greater(t, g.postsOf("skip", id(refused)), 1, "refused in place before it")
+	require.Eventually(t, func() bool { return parkedAside(t, w, "skip", "events.order.order-3", refused+1) }, 5*time.Second, 20*time.Millisecond,
+		"order-3 parked, although on_dead_letter is skip")
+	require.Eventually(t, func() bool { return g.received("skip") == 3*streams-2 }, 30*time.Second, 20*time.Millisecond,
+		"every other stream goes on: %d", g.received("skip"))
+	assert.False(t, g.has("skip", id(refused+streams)), "order-3's next version is held")
+	breaks, _ := g.problems()
+	require.Empty(t, breaks)
 }

@@ -41,8 +41,12 @@ type sender struct {
 	// skipped is the positions bucket: the dead-lettered versions of
 	// ordered subscriptions' streams (skipped.<sub>.<stream>).
 	skipped jetstream.KeyValue
-	clock   clockwork.Clock
-	log     *slog.Logger
+	// stuckAfter bounds an order gate's continuous refusals of an
+	// event before it is dead-lettered and its stream parked
+	// (Config.OrderStuckAfter; 0: never).
+	stuckAfter time.Duration
+	clock      clockwork.Clock
+	log        *slog.Logger
 	// spent counts the attempts each event in retry spent on this claim
 	// (attempts).
 	spent attempts
@@ -77,12 +81,27 @@ func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 	var set fanout.Settlement
 	switch st.Act {
 	case attempt.ActDeadLetter:
-		set = s.deadLetter(ctx, snd, d, n, st, c)
+		dl := deadletter.Letter{EventID: c.ID, Attempt: n, Status: st.Response.Status, Reason: st.Reason, At: st.Response.At}
+		set = s.deadLetter(ctx, snd, d, c, dl, st)
+	case attempt.ActWait:
+		now := s.clock.Now()
+		since := s.spent.refused(d.Subscription, d.Event.Seq, now)
+		if dl, stuck := attempt.OrderStuck(since, now, s.stuckAfter, st.Response, c.ID, n); stuck {
+			st.Outcome = attempt.OutcomeOrderStuck
+			st.Trace.Decide(st.Outcome, st.Class, dl.Reason)
+			set = s.deadLetter(ctx, snd, d, c, dl, st)
+			break
+		}
+		set = s.settle(snd, d, st)
 	case attempt.ActRetry:
 		s.spent.failed(d.Subscription, d.Event.Seq, n)
 		set = s.settle(snd, d, st)
 	default:
 		set = s.settle(snd, d, st)
+	}
+	switch st.Act {
+	case attempt.ActRetry, attempt.ActThrottle, attempt.ActDisable, attempt.ActStale:
+		s.spent.answered(d.Subscription, d.Event.Seq) // the gate's refusals must be continuous to count
 	}
 	if set.Act != fanout.Retry {
 		s.spent.settled(d.Subscription, d.Event.Seq)
@@ -133,31 +152,33 @@ func (s *sender) settle(snd *attempt.Sender, d fanout.Delivery, st attempt.Settl
 }
 
 // deadLetter gives d's event up (a permanent answer, the last attempt
-// MaxDeliver allows failing, or an event that cannot become a webhook):
-// it stores the dead letter as the old engine does (deadletter.Writer:
+// MaxDeliver allows failing, an event that cannot become a webhook, or
+// an order gate refusing it for longer than stuckAfter, dl.OrderStuck):
+// it stores dl, the attempt's letter, as the old engine does (deadletter.Writer:
 // the dead-letter stream's subject dlq.<subscription>.<subject>, the
 // event's data and reader headers, the Jsbridge-Dlq-* headers, and an
 // ordered attempt's chain headers), retrying in place with backoff while
 // the store fails, and only then settles: fanout.Park for an ordered
-// subscription with on_dead_letter: park (its stream set aside), else
+// subscription with on_dead_letter: park or order-stuck (its stream set
+// aside), else
 // fanout.DeadLetter (an ordered stream's next event names the same
 // predecessor as this one did). The fan-out ending first (the partition
 // released) settles nothing: the next owner sends the event again, and
 // the dead-letter stream's duplicate window drops a second copy of a
 // letter that was stored.
-func (s *sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, n int, st attempt.Settlement, c attempt.Call) fanout.Settlement {
+func (s *sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, c attempt.Call, dl deadletter.Letter, st attempt.Settlement) fanout.Settlement {
 	sub := snd.Subscription()
-	dl := deadletter.Letter{Subscription: d.Subscription, Endpoint: snd.Endpoint(), EventID: c.ID, Attempt: n,
-		Status: st.Response.Status, Reason: st.Reason, At: st.Response.At, Msg: eventMsg{ev: d.Event, attempt: n}}.WithOrder(c.Order)
+	dl.Subscription, dl.Endpoint, dl.Msg = d.Subscription, snd.Endpoint(), eventMsg{ev: d.Event, attempt: dl.Attempt}
+	dl = dl.WithOrder(c.Order)
 	log := s.log.With(slog.String("subscription", d.Subscription), slog.String("event_id", c.ID),
-		slog.Uint64("seq", d.Event.Seq), slog.Int("attempt", n), slog.Int("status", dl.Status))
+		slog.Uint64("seq", d.Event.Seq), slog.Int("attempt", dl.Attempt), slog.Int("status", dl.Status))
 	if !s.retry(ctx, log, "storing the dead letter failed; retrying in place (the event is not settled meanwhile)", func(ctx context.Context) error {
 		if s.letters == nil {
 			return nil
 		}
 		return s.letters.DeadLetter(ctx, dl)
 	}) || !s.skip(ctx, log, d, dl) {
-		st.Trace.Decide(attempt.OutcomeRetry, st.Class, st.Reason+" (not settled: the partition was released first)")
+		st.Trace.Decide(attempt.OutcomeRetry, st.Class, dl.Reason+" (not settled: the partition was released first)")
 		return fanout.Settlement{Act: fanout.Retry, Delay: minRetry}
 	}
 	snd.Count(st.Outcome, st.Class, st.Response.Status)
@@ -168,11 +189,12 @@ func (s *sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.D
 	if s.letters == nil {
 		stored = "given up on (no dead-letter stream configured: not stored)"
 	}
-	if d.Ordered && sub.OnDeadLetter == subscription.DeadLetterPark {
-		log.Error("delivery failed for good, "+stored+"; its stream is parked for the subscription", slog.String("outcome", st.Outcome), slog.String("reason", st.Reason))
+	if d.Ordered && (sub.OnDeadLetter == subscription.DeadLetterPark || dl.OrderStuck) {
+		log.Error("delivery failed for good, "+stored+"; its stream is parked for the subscription until `consumer dlq replay` or `consumer dlq skip`",
+			slog.String("outcome", st.Outcome), slog.String("reason", dl.Reason))
 		return fanout.Settlement{Act: fanout.Park}
 	}
-	log.Error("delivery failed for good, "+stored+"; its stream goes on", slog.String("outcome", st.Outcome), slog.String("reason", st.Reason))
+	log.Error("delivery failed for good, "+stored+"; its stream goes on", slog.String("outcome", st.Outcome), slog.String("reason", dl.Reason))
 	return fanout.Settlement{Act: fanout.DeadLetter}
 }
 
@@ -236,6 +258,9 @@ const storeTimeout = 10 * time.Second
 type attempts struct {
 	mu sync.Mutex
 	n  map[spentKey]int
+	// since is when an order gate began refusing the event, its
+	// refusals continuous since (OrderStuck).
+	since map[spentKey]time.Time
 }
 
 type spentKey struct {
@@ -260,11 +285,37 @@ func (a *attempts) failed(sub string, seq uint64, n int) {
 	a.n[spentKey{sub, seq}] = n
 }
 
+// refused records that an order gate refused sub's event seq at now,
+// and returns since when it has refused it without another answer
+// between.
+func (a *attempts) refused(sub string, seq uint64, now time.Time) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := spentKey{sub, seq}
+	if since, ok := a.since[k]; ok {
+		return since
+	}
+	if a.since == nil {
+		a.since = map[spentKey]time.Time{}
+	}
+	a.since[k] = now
+	return now
+}
+
+// answered ends the order gate's refusals of sub's event seq: another
+// answer came between.
+func (a *attempts) answered(sub string, seq uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.since, spentKey{sub, seq})
+}
+
 // settled forgets sub's event seq.
 func (a *attempts) settled(sub string, seq uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.n, spentKey{sub, seq})
+	delete(a.since, spentKey{sub, seq})
 }
 
 // noHold is Gate's hold: an event of the shared read has nothing to keep

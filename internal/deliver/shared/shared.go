@@ -24,9 +24,8 @@
 // Not here yet (the design's stage 6 row says what is left): the Fleet's
 // wiring behind `engine: shared`, live subscription edits, an open
 // breaker as a fanout.StateBreaker cursor (its events are retried every
-// open timeout, held), order-stuck (a gate's refusals are retried for
-// ever), client certificates (Subscription.TLS), metrics of partitions
-// owned and hand-overs.
+// open timeout, held), client certificates (Subscription.TLS), metrics
+// of partitions owned and hand-overs.
 package shared
 
 import (
@@ -87,6 +86,13 @@ type Config struct {
 	Linger time.Duration
 	// UserAgent is every webhook's User-Agent. Default "jsbridge".
 	UserAgent string
+	// OrderStuckAfter bounds how long a receiver's order gate may refuse
+	// the head of an ordered subscription's stream (409 gap or
+	// in-progress, without another answer between) before it is
+	// dead-lettered and its stream parked, whatever OnDeadLetter says
+	// (attempt.OrderStuck). Default attempt.DefaultOrderStuckAfter (5
+	// minutes); negative: never.
+	OrderStuckAfter time.Duration
 	// Health is the automatic disabling (the failure streak rule) and its
 	// operational webhook, for the health.State the replica makes when
 	// Deps.Health is nil; zero fields take health.Config's defaults.
@@ -252,6 +258,12 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.PositionsBucket == "" {
 		cfg.PositionsBucket = position.DefaultBucket
+	}
+	switch {
+	case cfg.OrderStuckAfter == 0:
+		cfg.OrderStuckAfter = attempt.DefaultOrderStuckAfter
+	case cfg.OrderStuckAfter < 0:
+		cfg.OrderStuckAfter = 0 // attempt.OrderStuck: never
 	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "jsbridge"

@@ -1,0 +1,147 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// The record's retries entries (docs/design/next-engine.md, R1 and the
+// table "Where each subscription's position lives"): an event whose
+// attempt failed is recorded with its attempt count, with the commit
+// after each failure, and its entry goes when it settles. A new owner
+// goes on counting from there. For an unordered subscription the entry
+// also covers the event, so the floor passes it at its first failure:
+// one event retried for hours neither holds every subscription's floor
+// back nor keeps the floor's window growing behind it; a new owner
+// fetches it by its sequence (CatchUp, through the CursorReader) and
+// retries it. An ordered head holds the floor until it settles or its
+// stream is set aside (the stuck-stream rule), so its entry carries only
+// its count.
+
+// retryKey is one retried event of one subscription.
+type retryKey struct {
+	sub string
+	seq uint64
+}
+
+// firstAttempt is the number of the next attempt at the event at seq of
+// subscription sub: 1, or one past the attempts its retries entry
+// counts.
+func (p *Partition) firstAttempt(sub string, seq uint64) int {
+	if p.nretries.Load() == 0 {
+		return 1 // no entry: no lock taken on the way of every event
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return int(p.retries[retryKey{sub, seq}]) + 1
+}
+
+// retrying records that attempt n at st's event at seq failed; an
+// unordered subscription's event stops holding the floor back.
+func (p *Partition) retrying(st *subState, sub string, seq uint64, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st.gone {
+		return
+	}
+	p.retries[retryKey{sub, seq}] = uint64(n)
+	p.nretries.Store(int64(len(p.retries)))
+	p.pos.Edit(func(r *position.Record) {
+		i := slices.IndexFunc(r.Retries, func(e position.Retry) bool { return e.Sub == sub && e.Seq == seq })
+		if i < 0 {
+			r.Retries = append(r.Retries, position.Retry{Sub: sub, Seq: seq})
+			i = len(r.Retries) - 1
+		}
+		r.Retries[i].Attempts = uint64(n)
+	})
+	if counted := st.inHand[seq]; counted && !st.m.Ordered {
+		st.inHand[seq] = false // its entry covers it (in the same record as the floor it lets rise)
+		p.win.done(seq)
+		p.raise()
+	}
+}
+
+// dropRetry drops the retries entry of sub's event at seq, if it has
+// one: it settled. Called with the lock held.
+func (p *Partition) dropRetry(sub string, seq uint64) {
+	k := retryKey{sub, seq}
+	if _, ok := p.retries[k]; !ok {
+		return
+	}
+	delete(p.retries, k)
+	p.nretries.Store(int64(len(p.retries)))
+	p.pos.Edit(func(r *position.Record) {
+		r.Retries = slices.DeleteFunc(r.Retries, func(e position.Retry) bool { return e.Sub == sub && e.Seq == seq })
+	})
+}
+
+// catchUpRetries fetches the events of the retries entries a former
+// owner left for unordered subscriptions (below the floor: the reads
+// pass them) by their sequence, and hands each to its subscription's
+// sends. It returns how many are still to fetch.
+func (p *Partition) catchUpRetries(ctx context.Context) (int, error) {
+	p.mu.Lock()
+	todo := slices.Clone(p.refetch)
+	p.mu.Unlock()
+	if len(todo) == 0 {
+		return 0, nil
+	}
+	if p.cursors == nil {
+		return len(todo), ErrNoCursorReader
+	}
+	var err error
+	for _, k := range todo {
+		m, ok := p.members.get(k.sub)
+		if !ok {
+			continue // not a member (yet): left for later
+		}
+		evs, through, rerr := p.cursors.Read(ctx, CursorRead{Subscription: k.sub, Filters: m.Filters, Partition: p.cfg.Partition,
+			After: k.seq - 1, To: k.seq, Max: 1})
+		if rerr != nil {
+			err = errors.Join(err, fmt.Errorf("fanout: fetch event %d of %s on partition %d: %w", k.seq, k.sub, p.cfg.Partition, rerr))
+			continue
+		}
+		p.mu.Lock()
+		p.refetch = slices.DeleteFunc(p.refetch, func(x retryKey) bool { return x == k })
+		st := p.sub(m, p.head)
+		switch {
+		case len(evs) == 1 && evs[0].Seq == k.seq:
+			if _, held := st.inHand[k.seq]; !held {
+				p.push(st, evs[0], wire.StreamKey(evs[0].Subject), false)
+			}
+		case through >= k.seq:
+			// Gone from the events stream (retention): nothing to retry.
+			p.dropRetry(k.sub, k.seq)
+			p.cfg.Logger.Warn("an event in retry is no longer in the events stream: its retries entry is dropped",
+				slog.Int("partition", p.cfg.Partition), slog.String("subscription", k.sub), slog.Uint64("seq", k.seq))
+		default:
+			p.refetch = append(p.refetch, k) // a short answer: again next round
+		}
+		live := st.state == ""
+		p.unlock()
+		if d, ok := p.cursors.(interface{ Drop(string, int) }); ok && live {
+			d.Drop(k.sub, p.cfg.Partition) // the fetch's cursor (one with a cursor of its own rereads it)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.refetch), err
+}
+
+// loadRetries reads the claim's retries entries: their counts, and the
+// unordered subscriptions' events to fetch.
+func (p *Partition) loadRetries() {
+	for _, e := range p.claimed.Retries {
+		p.retries[retryKey{e.Sub, e.Seq}] = e.Attempts
+		p.nretries.Store(int64(len(p.retries)))
+		if m, ok := p.members.get(e.Sub); ok && !m.Ordered && e.Seq > 0 {
+			p.refetch = append(p.refetch, retryKey{e.Sub, e.Seq})
+		}
+	}
+}

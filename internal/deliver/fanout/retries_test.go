@@ -1,0 +1,68 @@
+package fanout
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+)
+
+// An unordered event whose attempt failed is recorded with its attempt
+// count (a retries entry) and stops holding the floor back; its count
+// follows each failure. A new owner fetches it by its sequence and goes
+// on retrying it from that count, and sends nothing the floor covers.
+func TestAnUnorderedEventInRetryLetsTheFloorPassAndANewOwnerRetriesIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	idx := members(t, Member{Name: "u", Filters: []string{"events.order.>"}, MaxInFlight: 4})
+	evs := events(1, 5, 5)
+	st := &store{}
+	st.add(evs...)
+	pos, stop := b.claim(t, "replica-a", 1)
+	clock := clockwork.NewFakeClock()
+	first := newRecorder(func(d Delivery) Settlement {
+		if d.Event.Seq == 2 {
+			return Settlement{Act: Retry, Delay: time.Minute}
+		}
+		return Settlement{Act: Delivered}
+	})
+	f := New(Config{Clock: clock}, idx, pos, first, nil, st)
+	for _, e := range evs {
+		f.Dispatch(e)
+	}
+	eventually(t, func() bool { return f.Floor() == 5 }, "the floor passes the event in retry")
+	require.Equal(t, []position.Retry{{Sub: "u", Seq: 2, Attempts: 1}}, pos.Record().Retries)
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+	clock.Advance(time.Minute)
+	eventually(t, func() bool { r := pos.Record().Retries; return len(r) == 1 && r[0].Attempts == 2 }, "the count follows each failure")
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+	f.Close()
+	stop() // its last commit holds the floor and the entry
+
+	pos2, _ := b.claim(t, "replica-b", 2)
+	var mu sync.Mutex
+	attempts := map[uint64]int{}
+	second := newRecorder(func(d Delivery) Settlement {
+		mu.Lock()
+		attempts[d.Event.Seq] = d.Attempt
+		mu.Unlock()
+		return Settlement{Act: Delivered}
+	})
+	f2 := New(Config{Clock: clock}, idx, pos2, second, nil, st)
+	t.Cleanup(f2.Close)
+	require.Equal(t, uint64(5), f2.Floor())
+	eventually(t, func() bool {
+		n, err := f2.CatchUp(t.Context())
+		require.NoError(t, err)
+		return n == 0 && len(second.seqs("u")) == 1
+	}, "the new owner fetches the event and retries it")
+	mu.Lock()
+	require.Equal(t, map[uint64]int{2: 3}, attempts, "from its count on, and nothing the floor covers")
+	mu.Unlock()
+	eventually(t, func() bool { return len(pos2.Record().Retries) == 0 }, "its entry goes once it settled")
+	require.Equal(t, uint64(5), f2.Floor())
+}
