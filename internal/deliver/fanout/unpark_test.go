@@ -74,3 +74,50 @@ func TestAParkedStreamIsReadAgainAfterTheOperatorsRequest(t *testing.T) {
 	require.Equal(t, sent{11, parked, 4}, rec.of("s")[10])
 	eventually(t, func() bool { return f.Floor() == 11 }, "the floor rises past all")
 }
+
+// A request written while nobody owns the partition is applied by its
+// next owner: a skip (the head not sent) makes the stream's successor
+// name the head's own predecessor.
+func TestANewOwnerAppliesASkipWrittenMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	idx := members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
+	evs := events(1, 8, 2) // order-0: 1, 3, 5, 7 (versions 0-3)
+	st := &store{}
+	st.add(evs...)
+	pos, stop := b.claim(t, "replica-a", 1)
+	first := newRecorder(func(d Delivery) Settlement {
+		if d.Event.Seq == 3 {
+			return Settlement{Act: Park}
+		}
+		return Settlement{Act: Delivered}
+	})
+	f := New(Config{Clock: b.clock}, idx, pos, first, nil, st)
+	for _, e := range evs {
+		f.Dispatch(e)
+	}
+	eventually(t, func() bool { return f.Floor() == 8 }, "the floor passes the parked stream")
+	f.Close()
+	stop()
+	parked := "events.order.order-0"
+	require.NoError(t, RequestUnpark(t.Context(), b.kv, "s", parked, Unpark{Head: 3, Previous: 0, Op: "skip"}))
+
+	pos2, _ := b.claim(t, "replica-b", 2)
+	rq, err := WatchRequests(t.Context(), b.kv, nil)
+	require.NoError(t, err)
+	t.Cleanup(rq.Stop)
+	second := newRecorder(nil)
+	f2 := New(Config{Clock: b.clock, Requests: rq}, idx, pos2, second, nil, st)
+	t.Cleanup(f2.Close)
+	eventually(t, func() bool {
+		n, err := f2.CatchUp(t.Context())
+		require.NoError(t, err)
+		return n == 0 && len(second.seqs("s")) == 2
+	}, "the stream's later events go out and it rejoins")
+	require.Equal(t, []sent{{5, parked, 0}, {7, parked, 2}}, second.of("s"), "the skipped head's predecessor first")
+	eventually(t, func() bool {
+		_, err := b.kv.Get(t.Context(), OpKey("s", parked))
+		return err == jetstream.ErrKeyNotFound
+	}, "the request is deleted")
+	require.Empty(t, pos2.Record().Asides)
+}
