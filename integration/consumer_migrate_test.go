@@ -58,10 +58,13 @@ type upgradeReceiver struct {
 	// refused: in phase 1, the ordered path answers 422 for these ids
 	// (dead-lettered at once, their stream parked).
 	refused map[int]bool
-	acked   map[string]map[int]int  // path → id → phase it was first acknowledged in
-	resent  map[string]map[int]bool // path → ids acknowledged in phase 1 and received in phase 2
-	links   map[int][]chainLink     // ordered: stream → acknowledged requests, in order
-	bad     []string                // signature failures and malformed requests
+	// unavailable: in phase 1, the ordered path answers 503 for these ids
+	// (retried in place: their stream set aside).
+	unavailable map[int]bool
+	acked       map[string]map[int]int  // path → id → phase it was first acknowledged in
+	resent      map[string]map[int]bool // path → ids acknowledged in phase 1 and received in phase 2
+	links       map[int][]chainLink     // ordered: stream → acknowledged requests, in order
+	bad         []string                // signature failures and malformed requests
 }
 
 // chainLink is one acknowledged ordered request.
@@ -105,6 +108,7 @@ func newUpgradeReceiver(t *testing.T, streams int) *upgradeReceiver {
 		}
 		fail := phase == 1 && path == pathUnordered && rc.failing[id]
 		refuse := phase == 1 && path == pathOrdered && rc.refused[id]
+		unavailable := phase == 1 && path == pathOrdered && rc.unavailable[id]
 		var delay time.Duration
 		switch {
 		case phase != 1 || id <= rc.slowAbove:
@@ -116,7 +120,7 @@ func newUpgradeReceiver(t *testing.T, streams int) *upgradeReceiver {
 			delay = upgradeUnorderedDelay
 		}
 		rc.mu.Unlock()
-		if fail {
+		if fail || unavailable {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
@@ -599,4 +603,97 @@ subscriptions:
 			parkedAt, rc.ackedCount(pathOrdered), events+streams, rc.missing(pathOrdered, events+streams), shared.out.String())
 	}
 	require.Empty(t, rc.chainProblems(perStream+1), "the version chain across the upgrade and the replay")
+}
+
+// A stream the old engine set aside (its head refused with 503s, four of
+// its events queued behind it) moves as a stuck aside from the refused
+// head: the shared engine reads it again from there, and delivers the
+// whole stream in order, its chain unbroken across the upgrade.
+func TestMigrateFromPerSubscriptionDurablesWithAStreamSetAside(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level: consumer processes of both engines, waits of seconds")
+	}
+	t.Parallel()
+	const (
+		streams   = 10
+		perStream = 20
+		events    = streams * perStream
+		head      = 23 // order-3's version 2: answered 503 in phase 1
+		stuckAt   = head % streams
+		held      = perStream - 2
+	)
+	b := setupJetStream(t)
+	rc := newUpgradeReceiver(t, streams)
+	rc.slowAbove = events // never slow
+	rc.unavailable = map[int]bool{head: true}
+	cfg := filepath.Join(t.TempDir(), "subscriptions.yaml")
+	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, `breaker: {consecutive_failures: 1000000, min_requests: 1000000}
+subscriptions:
+  - {name: ordered, filter_subjects: [events.>], url: %q, ordering: stream, secrets_env: [JSBRIDGE_SECRET], allow_private: true, start: all, max_deliver: -1, backoff: [100ms], timeout: 2s, ack_wait: 5s}
+`, rc.URL+pathOrdered), 0o600))
+	url := b.srv.ClientURL()
+	env := []string{"JSBRIDGE_SECRET=" + testSecret}
+	args := []string{"run", "--nats-url", url, "--config", cfg, "--ops-addr", "", "--partitions", "8", "--lease-ttl", "2s", "--log-level", "info"}
+	startConsumer := func(env []string) *proc {
+		p := startProc(t, env, "consumer", args...)
+		require.True(t, waitFor(30*time.Second, func() bool { return strings.Contains(p.out.String(), "consumer started") }), "consumer started:\n%s", p.out.String())
+		return p
+	}
+
+	// Phase 1: the old engine sets the stream aside.
+	old := startConsumer(append(env, "JSBRIDGE_ENGINE=durables"))
+	upgradePublish(t, b, 1, events, streams)
+	asideSet := func() bool {
+		kv, err := b.js.KeyValue(b.ctx, wire.DefaultParkBucket)
+		if err != nil {
+			return false
+		}
+		keys, err := kv.ListKeysFiltered(b.ctx, wire.AsideFilter("ordered"))
+		if err != nil {
+			return false
+		}
+		n := 0
+		for range keys.Keys() {
+			n++
+		}
+		return n == 1
+	}
+	require.True(t, waitFor(60*time.Second, func() bool { return rc.ackedCount(pathOrdered) == events-held && asideSet() }),
+		"the old engine delivers every other stream and sets order-%d aside: %d of %d\n%s", stuckAt, rc.ackedCount(pathOrdered), events-held, old.out.String())
+	require.NoError(t, old.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-old.exited:
+		require.NoError(t, old.err, "the old engine's graceful stop:\n%s", old.out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the old engine did not stop within 30 s of SIGTERM:\n%s", old.out.String())
+	}
+
+	var applied struct {
+		Plan struct {
+			Subscriptions []struct {
+				Asides []struct {
+					State string `json:"state"`
+					From  uint64 `json:"from"`
+				} `json:"asides"`
+			} `json:"subscriptions"`
+		} `json:"plan"`
+	}
+	migrateJSON(t, &applied, "--nats-url", url, "--partitions", "8")
+	require.Len(t, applied.Plan.Subscriptions, 1)
+	require.Len(t, applied.Plan.Subscriptions[0].Asides, 1)
+	require.Equal(t, "stuck", applied.Plan.Subscriptions[0].Asides[0].State)
+	require.Equal(t, uint64(head), applied.Plan.Subscriptions[0].Asides[0].From, "read again from the refused head (event id = sequence here)")
+
+	// Phase 2: the shared engine reads the stream again from its head.
+	rc.setPhase(2)
+	shared := startConsumer(append(env, "JSBRIDGE_ENGINE=shared"))
+	if !waitFor(60*time.Second, func() bool { return rc.ackedCount(pathOrdered) == events }) {
+		t.Fatalf("the shared engine delivers the stream set aside: %d of %d events acknowledged (missing %v)\n%s",
+			rc.ackedCount(pathOrdered), events, rc.missing(pathOrdered, events), shared.out.String())
+	}
+	require.Empty(t, rc.chainProblems(perStream), "the version chain across the upgrade")
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	require.Empty(t, rc.bad, "requests that did not verify")
+	require.Empty(t, rc.resent[pathOrdered], "nothing acknowledged to the old engine sent again")
 }
