@@ -514,9 +514,10 @@ subscriptions:
 // chain naming the replayed head. On 2026-11-29 it fails at that last
 // step: the migrated stream stays parked in the shared engine (its
 // record's parked aside), since `consumer dlq replay` POSTs the head and
-// releases the old engine's park entry only; the shared engine has no
-// unpark request yet (docs/design/next-engine.md, stage 4's "unpark/replay
-// of a parked stream and the op.<sub>.<stream> requests").
+// releases the old engine's park entry only. fanout has the request that
+// would release it (fanout.RequestUnpark, op.<sub>.<stream> in the
+// positions bucket), but the dlq commands do not write it yet, nor does
+// the shared replica watch for it (fanout.Requests).
 func TestMigrateFromPerSubscriptionDurablesWithAParkedStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level: consumer processes of both engines, waits of seconds")
