@@ -57,10 +57,13 @@ type Consumer struct {
 	letters  *DeadLetters
 	attempts *attemptlog.Log // nil without Config.Attempts
 	engine   engine
-	// fleet is the engine when the subscriptions come from
+	// fleet is the durables engine when the subscriptions come from
+	// Config.SubscriptionStore (nil otherwise).
+	fleet *deliver.Fleet
+	// live is the engine when the subscriptions come from
 	// Config.SubscriptionStore (nil otherwise): watch applies the
 	// bucket's changes to it.
-	fleet *deliver.Fleet
+	live liveSubscriptions
 
 	life *lifecycle.Runner // Start / Run / Stop, as bridge's
 
@@ -113,14 +116,29 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		}
 		ecfg.Attempts, ecfg.AttemptsRecord = c.attempts, a.Record
 	}
-	if cfg.SubscriptionStore != nil {
-		if cfg.SubscriptionStore.s == nil {
-			return nil, fmt.Errorf("%w: SubscriptionStore: not opened (make it with OpenSubscriptionStore)", ErrInvalidConfig)
+	if cfg.SubscriptionStore != nil && cfg.SubscriptionStore.s == nil {
+		return nil, fmt.Errorf("%w: SubscriptionStore: not opened (make it with OpenSubscriptionStore)", ErrInvalidConfig)
+	}
+	if cfg.Engine == EngineShared {
+		var subs []subscription.Subscription
+		if cfg.SubscriptionStore == nil {
+			subs = engineSubscriptions(cfg.Subscriptions)
 		}
+		se, err := newSharedEngine(js, cfg, ecfg, dlq, subs)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
+		}
+		c.engine = se
+		if cfg.SubscriptionStore != nil {
+			c.live, se.loaded = se, make(chan struct{})
+		}
+		return c, nil
+	}
+	if cfg.SubscriptionStore != nil {
 		if c.fleet, err = deliver.NewFleet(js, ecfg); err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
-		c.engine = c.fleet
+		c.engine, c.live = c.fleet, fleetSubscriptions{c.fleet}
 		return c, nil
 	}
 	if c.engine, err = deliver.New(js, ecfg, engineSubscriptions(cfg.Subscriptions)...); err != nil {
@@ -129,9 +147,10 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	return c, nil
 }
 
-// engine is what a Consumer runs: the fixed subscriptions of
-// Config.Subscriptions (a deliver.Consumer) or the changing ones of
-// Config.SubscriptionStore (a deliver.Fleet).
+// engine is what a Consumer runs: with EngineDurables the fixed
+// subscriptions of Config.Subscriptions (a deliver.Consumer) or the
+// changing ones of Config.SubscriptionStore (a deliver.Fleet); with
+// EngineShared a shared.Replica of either (sharedEngine).
 type engine interface {
 	Provision(ctx context.Context) error
 	Run(ctx context.Context) error
@@ -198,7 +217,7 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	err = w.For(ctx, "JetStream stream "+c.cfg.Stream, func(ctx context.Context) error {
 		err := c.engine.Provision(ctx)
 		if errors.Is(err, ordercopy.ErrPartitionsChanged) || errors.Is(err, ordercopy.ErrEventsRecreated) || errors.Is(err, subscription.ErrInvalidSubscription) ||
-			errors.Is(err, subscription.ErrStartChanged) {
+			errors.Is(err, subscription.ErrStartChanged) || errors.Is(err, ErrNoAllowDirect) || errors.Is(err, ErrNotMigrated) {
 			return startup.Permanent(err)
 		}
 		return startup.JetStreamErr(err)
@@ -260,7 +279,7 @@ func (c *Consumer) deliver(ctx context.Context) error {
 		go func() { defer close(done); c.attempts.Run(lctx) }()
 		defer func() { stop(); <-done }()
 	}
-	if c.fleet != nil {
+	if c.live != nil {
 		wctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); c.watch(wctx) }()
