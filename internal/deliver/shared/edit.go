@@ -62,6 +62,7 @@ type subs struct {
 	paused  map[string]bool
 	created map[string]time.Time          // when the bucket's subscriptions were created (PutAt)
 	after   map[string]uint64             // each subscription's start, resolved (start.go)
+	tail    *tail                         // the events stream's tail, as the starts last read it (start.go)
 	fans    map[*fanout.Partition]int     // the fan-outs running, with their partition
 	records map[*fanout.Partition]flusher // and their partition's record
 }

@@ -65,18 +65,48 @@ func (r *Replica) startNew(last uint64) {
 	}
 }
 
+// tailFresh is how long seqBefore trusts a look at the events stream's
+// tail: a replica starting thousands of subscriptions resolves their
+// starts from one look instead of one stream info and search each.
+const tailFresh = time.Second
+
+// tail is the events stream's state and its last message's time, as
+// seqBefore last looked (r.subs.mu is held around it).
+type tail struct {
+	at    time.Time // when it was read (the replica's clock)
+	state jetstream.StreamState
+	last  time.Time // the last message's stored time; zero: none
+}
+
 // seqBefore returns the sequence of the events stream's last message
-// stored before t (its last sequence for a zero t): by binary search on
-// the stored times, which follow the sequence, each message read from
-// the stream's leader (a direct get a lagging follower answers could
-// make the search start past the newest messages).
+// stored before t (its last sequence for a zero t, or a t not before the
+// last message's time, the tail read after t): by binary search on the stored times, which
+// follow the sequence, each message read from the stream's leader (a
+// direct get a lagging follower answers could make the search start past
+// the newest messages). The tail is read again when older than
+// tailFresh, or read before t (what was stored between would be missed).
+// r.subs.mu is held.
 func (r *Replica) seqBefore(ctx context.Context, t time.Time) (uint64, error) {
-	s, err := r.js.Stream(ctx, r.cfg.Stream)
-	if err != nil {
-		return 0, fmt.Errorf("events stream %s: %w", r.cfg.Stream, err)
+	tl := r.subs.tail
+	if tl == nil || r.cfg.Clock.Since(tl.at) > tailFresh || !t.Before(tl.at) {
+		s, err := r.js.Stream(ctx, r.cfg.Stream)
+		if err != nil {
+			return 0, fmt.Errorf("events stream %s: %w", r.cfg.Stream, err)
+		}
+		tl = &tail{at: r.cfg.Clock.Now(), state: s.CachedInfo().State}
+		if tl.state.Msgs > 0 {
+			m, ok, err := jsapi.LeaderGet(ctx, r.js, r.cfg.Stream, jsapi.GetRequest{Seq: tl.state.LastSeq})
+			if err != nil {
+				return 0, fmt.Errorf("read events stream %s: %w", r.cfg.Stream, err)
+			}
+			if ok {
+				tl.last = m.Time
+			}
+		}
+		r.subs.tail = tl
 	}
-	st := s.CachedInfo().State
-	if t.IsZero() || st.Msgs == 0 {
+	st := tl.state
+	if t.IsZero() || st.Msgs == 0 || t.After(tl.last) {
 		return st.LastSeq, nil
 	}
 	return seqAtTime(ctx, r.js, r.cfg.Stream, st, t)
