@@ -182,7 +182,29 @@ type Config struct {
 	// Gone, sustained failure) and its operational webhook (see
 	// HealthConfig).
 	Health HealthConfig
+	// Engine is the delivery engine: EngineDurables (the default, "")
+	// gives each subscription its durable consumers on Stream;
+	// EngineShared runs the shared engine (docs/design/next-engine.md):
+	// one reader per replica, every partition leased by one replica for
+	// every subscription, positions in the jsbridge_positions bucket.
+	// The shared engine is opt-in: Stream needs AllowDirect, and a
+	// deployment that ran the durables engine moves with `consumer
+	// migrate` first (docs/operations.md, "Moving to shared readers").
+	// Any other value is an error (ErrInvalidConfig).
+	Engine string
 }
+
+// The delivery engines (Config.Engine, `consumer run --engine`).
+const (
+	// EngineDurables is today's engine, the default: a durable pull
+	// consumer per subscription (per partition for an ordered one).
+	EngineDurables = "durables"
+	// EngineShared is the shared engine: a reader per replica and
+	// positions of its own (docs/design/next-engine.md). Not yet in
+	// it: dead-letter replay, replay by time, the attempts record.
+	// Every replica must run the same subscriptions.
+	EngineShared = "shared"
+)
 
 // AttemptsConfig configures the attempts record: the outcome of the
 // attempts Record keeps (by default every attempt but a success on the
@@ -242,7 +264,7 @@ var ErrAttemptsSubjects = attemptlog.ErrSubjects
 // Validate checks c without touching anything: nil, or an error wrapping
 // ErrInvalidConfig that names the first bad field and its value
 // (Subscriptions[i] with the subscription's own field, Breaker.<field>,
-// Stream, DLQStream, Replicas, StartupTimeout). It reads the
+// Stream, DLQStream, Replicas, StartupTimeout, Engine). It reads the
 // subscriptions' TLS files. New calls it.
 func (c Config) Validate() error {
 	_, err := c.withDefaults()
@@ -304,6 +326,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StartupTimeout < 0 {
 		return bad("StartupTimeout %s is negative (0 waits until the context ends)", c.StartupTimeout)
+	}
+	switch c.Engine {
+	case "":
+		c.Engine = EngineDurables
+	case EngineDurables, EngineShared:
+	default:
+		return bad("Engine %q: want %q (the default) or %q", c.Engine, EngineDurables, EngineShared)
 	}
 	c.Replicas = or(c.Replicas, DefaultReplicas)
 	if c.Logger == nil {

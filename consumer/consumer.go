@@ -57,10 +57,13 @@ type Consumer struct {
 	letters  *DeadLetters
 	attempts *attemptlog.Log // nil without Config.Attempts
 	engine   engine
-	// fleet is the engine when the subscriptions come from
+	// fleet is the durables engine when the subscriptions come from
+	// Config.SubscriptionStore (nil otherwise).
+	fleet *deliver.Fleet
+	// live is the engine when the subscriptions come from
 	// Config.SubscriptionStore (nil otherwise): watch applies the
 	// bucket's changes to it.
-	fleet *deliver.Fleet
+	live liveSubscriptions
 
 	life *lifecycle.Runner // Start / Run / Stop, as bridge's
 
@@ -113,14 +116,29 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		}
 		ecfg.Attempts, ecfg.AttemptsRecord = c.attempts, a.Record
 	}
-	if cfg.SubscriptionStore != nil {
-		if cfg.SubscriptionStore.s == nil {
-			return nil, fmt.Errorf("%w: SubscriptionStore: not opened (make it with OpenSubscriptionStore)", ErrInvalidConfig)
+	if cfg.SubscriptionStore != nil && cfg.SubscriptionStore.s == nil {
+		return nil, fmt.Errorf("%w: SubscriptionStore: not opened (make it with OpenSubscriptionStore)", ErrInvalidConfig)
+	}
+	if cfg.Engine == EngineShared {
+		var subs []subscription.Subscription
+		if cfg.SubscriptionStore == nil {
+			subs = engineSubscriptions(cfg.Subscriptions)
 		}
+		se, err := newSharedEngine(js, cfg, ecfg, dlq, subs)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
+		}
+		c.engine = se
+		if cfg.SubscriptionStore != nil {
+			c.live, se.loaded = se, make(chan struct{})
+		}
+		return c, nil
+	}
+	if cfg.SubscriptionStore != nil {
 		if c.fleet, err = deliver.NewFleet(js, ecfg); err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
-		c.engine = c.fleet
+		c.engine, c.live = c.fleet, fleetSubscriptions{c.fleet}
 		return c, nil
 	}
 	if c.engine, err = deliver.New(js, ecfg, engineSubscriptions(cfg.Subscriptions)...); err != nil {
@@ -129,9 +147,10 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	return c, nil
 }
 
-// engine is what a Consumer runs: the fixed subscriptions of
-// Config.Subscriptions (a deliver.Consumer) or the changing ones of
-// Config.SubscriptionStore (a deliver.Fleet).
+// engine is what a Consumer runs: with EngineDurables the fixed
+// subscriptions of Config.Subscriptions (a deliver.Consumer) or the
+// changing ones of Config.SubscriptionStore (a deliver.Fleet); with
+// EngineShared a shared.Replica of either (sharedEngine).
 type engine interface {
 	Provision(ctx context.Context) error
 	Run(ctx context.Context) error
@@ -198,7 +217,7 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	err = w.For(ctx, "JetStream stream "+c.cfg.Stream, func(ctx context.Context) error {
 		err := c.engine.Provision(ctx)
 		if errors.Is(err, ordercopy.ErrPartitionsChanged) || errors.Is(err, ordercopy.ErrEventsRecreated) || errors.Is(err, subscription.ErrInvalidSubscription) ||
-			errors.Is(err, subscription.ErrStartChanged) {
+			errors.Is(err, subscription.ErrStartChanged) || errors.Is(err, ErrNoAllowDirect) || errors.Is(err, ErrNotMigrated) {
 			return startup.Permanent(err)
 		}
 		return startup.JetStreamErr(err)
@@ -260,7 +279,7 @@ func (c *Consumer) deliver(ctx context.Context) error {
 		go func() { defer close(done); c.attempts.Run(lctx) }()
 		defer func() { stop(); <-done }()
 	}
-	if c.fleet != nil {
+	if c.live != nil {
 		wctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); c.watch(wctx) }()
@@ -316,7 +335,9 @@ func (c *Consumer) Ready(ctx context.Context) error {
 // it from the dead-letter stream once the endpoint answers 2xx
 // (jsbridge_consumer_dead_letters_replayed_total counts those); when it
 // was the head of a parked stream (an ordered subscription), the stream is
-// unparked and its held events follow, in order. A dead letter that fails
+// unparked and its held events follow, in order (with EngineShared, by a
+// request in the positions bucket that the owner of the stream's
+// partition applies). A dead letter that fails
 // again stays where it is. The subscriptions are matched by name; a dead
 // letter of a subscription c does not have gets an error wrapping
 // ErrUnknownSubscription. Replay returns one result per letter, in order;
@@ -337,7 +358,8 @@ func (c *Consumer) Replay(ctx context.Context, letters []DeadLetter) []ReplayRes
 // events stream's order (each source stream in version order), one event
 // at a time, outside the circuit breaker. It reads through an ephemeral
 // ordered JetStream consumer started at w.Since and never touches the
-// subscription's durable consumers. A POST not answered 2xx stops it at
+// subscription's durable consumers; with EngineShared it reads with
+// direct gets and touches no position. A POST not answered 2xx stops it at
 // that event (WindowResult.Failed; nothing after it is sent): the same
 // call with Since = Failed.Time resumes there. Errors: ErrInvalidWindow,
 // ErrUnknownSubscription (wrapped) for a name c was not given,
@@ -345,6 +367,10 @@ func (c *Consumer) Replay(ctx context.Context, letters []DeadLetter) []ReplayRes
 // with the result so far). It needs no Start (docs/operations.md,
 // "Replay a time window").
 func (c *Consumer) ReplayWindow(ctx context.Context, subscription string, w Window) (WindowResult, error) {
+	if se, ok := c.engine.(*sharedEngine); ok {
+		r, err := se.replayWindow(ctx, subscription, w.engine())
+		return fromEngine(r), err
+	}
 	e, err := c.windowEngine(subscription)
 	if err != nil {
 		return WindowResult{Subscription: subscription}, err

@@ -173,9 +173,17 @@ func (d *DeadLetters) Purge(ctx context.Context, subscription string) (uint64, e
 }
 
 // Parked returns the parked streams of subscription (all when "") from
-// the park bucket, oldest first; none when no ordered subscription ran.
+// the park bucket, oldest first, then those the shared engine parked
+// (the partition records of its positions bucket, each described by its
+// head's dead letter; Held 0: it holds nothing); none when no ordered
+// subscription ran.
 func (d *DeadLetters) Parked(ctx context.Context, subscription string) ([]ParkedStream, error) {
 	parked, err := deadletter.ListParked(ctx, d.js, subscription)
+	if err == nil {
+		var more []deadletter.ParkedStream
+		more, err = sharedParked(ctx, d.js, d.q, subscription)
+		parked = append(parked, more...)
+	}
 	out := make([]ParkedStream, len(parked))
 	for i, p := range parked {
 		out[i] = ParkedStream(p)
@@ -186,7 +194,8 @@ func (d *DeadLetters) Parked(ctx context.Context, subscription string) ([]Parked
 // Unpark releases the stream parked behind dl (its head): the owning
 // replica delivers the held events, in order; dl stays in the dead-letter
 // stream. It fails with ErrNotParked when no stream is parked with dl as
-// its head.
+// its head. The durables engine's parked streams only (its park bucket);
+// under the shared engine use Consumer.Replay or Skip.
 func (d *DeadLetters) Unpark(ctx context.Context, dl DeadLetter) error {
 	return deadletter.Unpark(ctx, d.js, deadletter.Stored(dl))
 }
@@ -194,8 +203,11 @@ func (d *DeadLetters) Unpark(ctx context.Context, dl DeadLetter) error {
 // Skip drops the dead-lettered head dl of a parked stream: the stream is
 // unparked (its held events are delivered, in order) and dl is deleted.
 // It fails with ErrNotParked when no stream is parked with dl as its head.
+// Either engine's parked streams: the durables engine's park bucket, or
+// the shared engine's positions bucket, where the partition's owner
+// applies the skip (its next event names the head's own predecessor).
 func (d *DeadLetters) Skip(ctx context.Context, dl DeadLetter) error {
-	return deadletter.SkipParked(ctx, d.js, d.q, deadletter.Stored(dl))
+	return skipParked(ctx, d.js, d.q, deadletter.Stored(dl))
 }
 
 // fromStored converts the engine's dead letters.

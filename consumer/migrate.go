@@ -74,3 +74,49 @@ func ReadMigrationPlan(ctx context.Context, js jetstream.JetStream, cfg Migratio
 func ApplyMigration(ctx context.Context, js jetstream.JetStream, plan *MigrationPlan) (MigrationResult, error) {
 	return migrate.Apply(ctx, js, plan, "", 0)
 }
+
+// MigrationCleanup is what `consumer migrate --cleanup` deletes of the
+// old engine's layout once the shared engine runs, kind by kind (the park
+// bucket's keys of the old subscriptions and its lease epoch counter, the
+// park bucket when left empty, the old lease and heartbeat keys, the
+// unordered durables, the partition consumers, the partitioned copy), and
+// the refusals that stop it (Err). Print writes it as the command shows
+// it.
+type MigrationCleanup = migrate.Cleanup
+
+// Errors a MigrationCleanup's Err wraps.
+var (
+	// ErrMigrationNotApplied: the positions bucket holds no "migrated"
+	// key; run the migration first.
+	ErrMigrationNotApplied = migrate.ErrNotMigrated
+	// ErrSharedEngineNotStarted: no partition record was claimed by the
+	// shared engine since the migration wrote it; start the new version
+	// first (until it ran, the old layout is what going back needs).
+	ErrSharedEngineNotStarted = migrate.ErrNotStarted
+	// ErrOldEngineRuns: an old consumer has pull requests waiting, or an
+	// old heartbeat was written within the lease bucket's TTL; stop every
+	// replica of the old version.
+	ErrOldEngineRuns = migrate.ErrOldEngineRuns
+)
+
+// ReadMigrationCleanup lists what the old engine's layout left on the
+// events stream stream (default DefaultStream), writing nothing, and
+// checks that it may be deleted (MigrationCleanup.Err): the migration
+// applied, the shared engine claimed at least one partition since, no
+// old replica running. It keeps the dead letters, the positions bucket
+// and the shared engine's lease keys. Errors: the events stream missing,
+// and the server's.
+func ReadMigrationCleanup(ctx context.Context, js jetstream.JetStream, stream string) (*MigrationCleanup, error) {
+	if stream == "" {
+		stream = DefaultStream
+	}
+	return migrate.ReadCleanup(ctx, js, migrate.CleanupConfig{Events: stream})
+}
+
+// CleanupMigration deletes what c lists: the park bucket (or its listed
+// keys), the old lease keys, the durables, the partition consumers and
+// the partitioned copy, in that order, passing over what is gone
+// already. Errors: c.Err() (nothing deleted), and the server's.
+func CleanupMigration(ctx context.Context, js jetstream.JetStream, c *MigrationCleanup) error {
+	return migrate.DeleteOldLayout(ctx, js, c)
+}

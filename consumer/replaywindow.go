@@ -82,12 +82,17 @@ type WindowResult struct {
 
 // replayWindow is Consumer.ReplayWindow on the engine e.
 func replayWindow(ctx context.Context, e *deliver.Consumer, subscription string, w Window) (WindowResult, error) {
+	r, err := deliver.ReplayWindow(ctx, e, subscription, w.engine())
+	return fromEngine(r), err
+}
+
+// engine is w in the engine's types.
+func (w Window) engine() deliver.Window {
 	dw := deliver.Window{Since: w.Since, Until: w.Until, Stream: w.Stream, Match: w.Match, DryRun: w.DryRun}
 	if w.Progress != nil {
 		dw.Progress = func(r deliver.WindowResult) { w.Progress(fromEngine(r)) }
 	}
-	r, err := deliver.ReplayWindow(ctx, e, subscription, dw)
-	return fromEngine(r), err
+	return dw
 }
 
 // fromEngine is the engine's result in the front door's types.

@@ -12,13 +12,46 @@ import (
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/subkv"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 )
 
+// liveSubscriptions is an engine whose subscriptions change while it
+// runs: the subscriptions bucket's changes are applied to it (watch).
+// Put, Pause and Remove are safe for concurrent use, and while it runs.
+type liveSubscriptions interface {
+	// Put makes s, created at created (its document's time), delivered:
+	// started, updated in place or restarted; resumed when it was paused.
+	Put(s subscription.Subscription, created time.Time) error
+	// Pause stops delivering s, keeping its position.
+	Pause(s subscription.Subscription, created time.Time)
+	// Remove stops delivering subscription name and deletes its position
+	// (the durables engine's durable consumers, the shared engine's
+	// cursors).
+	Remove(ctx context.Context, name string) error
+	// Names are the subscriptions it has, sorted.
+	Names() []string
+	// Loaded is called at the end of each watch's initial replay, once
+	// the bucket's subscriptions were submitted.
+	Loaded()
+}
+
+// fleetSubscriptions is the durables engine's Fleet as watch edits it.
+type fleetSubscriptions struct{ f *deliver.Fleet }
+
+func (fs fleetSubscriptions) Put(s subscription.Subscription, _ time.Time) error { return fs.f.Put(s) }
+func (fs fleetSubscriptions) Pause(s subscription.Subscription, _ time.Time)     { fs.f.Pause(s.Name) }
+func (fs fleetSubscriptions) Remove(ctx context.Context, name string) error {
+	return fs.f.Remove(ctx, name)
+}
+func (fs fleetSubscriptions) Names() []string { return fs.f.Names() }
+func (fs fleetSubscriptions) Loaded()         {}
+
 // watch applies the changes of Config.SubscriptionStore's bucket to the
-// fleet until ctx ends: a subscription put and not paused runs (started,
-// updated in place or restarted, deliver.Fleet.Put), a paused one stops
-// with its position kept, a deleted one stops and its durable consumers
-// are deleted. Changes of one subscription are applied in order, the
+// engine (c.live) until ctx ends: a subscription put and not paused runs
+// (started, updated in place or restarted: deliver.Fleet.Put,
+// shared.Replica.Put), a paused one stops with its position kept, a
+// deleted one stops and its position is deleted (durable consumers, or
+// cursors). Changes of one subscription are applied in order, the
 // latest winning when several arrived while one was applied; changes of
 // different subscriptions are applied at once, so one slow to stop (its
 // in-flight deliveries finish first) holds up no other. A document this
@@ -30,7 +63,7 @@ import (
 func (c *Consumer) watch(ctx context.Context) {
 	store := c.cfg.SubscriptionStore.s
 	log := c.cfg.Logger
-	a := &applier{fleet: c.fleet, log: log, pending: map[string]subkv.Change{}, busy: map[string]bool{}}
+	a := &applier{fleet: c.live, log: log, pending: map[string]subkv.Change{}, busy: map[string]bool{}}
 	defer a.wg.Wait()
 	var pause backoff.Backoff
 	for ctx.Err() == nil {
@@ -38,11 +71,13 @@ func (c *Consumer) watch(ctx context.Context) {
 		began := time.Now()
 		err := store.Watch(ctx, func(ch subkv.Change) {
 			if ch.Name == "" { // the end of the initial replay
-				for _, name := range c.fleet.Names() {
+				for _, name := range c.live.Names() {
 					if !seen[name] {
 						a.submit(ctx, subkv.Change{Name: name, Deleted: true})
 					}
 				}
+				// Not in this callback: the watch goes on meanwhile.
+				go func() { a.wait(ctx); c.live.Loaded() }()
 				return
 			}
 			if ch.Initial {
@@ -65,17 +100,34 @@ func (c *Consumer) watch(ctx context.Context) {
 	}
 }
 
-// applier applies the bucket's changes to the fleet, one goroutine per
+// applier applies the bucket's changes to the engine, one goroutine per
 // subscription with changes pending: each change is the whole new state
 // (a document, or deleted), so only the latest pending one matters.
 type applier struct {
-	fleet *deliver.Fleet
+	fleet liveSubscriptions
 	log   *slog.Logger
 
 	mu      sync.Mutex
 	pending map[string]subkv.Change // the latest change not applied yet
 	busy    map[string]bool         // a goroutine applies this name's changes
 	wg      sync.WaitGroup
+}
+
+// wait returns once no change waits to be applied (polled every 5 ms),
+// or ctx ended.
+func (a *applier) wait(ctx context.Context) {
+	for ctx.Err() == nil {
+		a.mu.Lock()
+		idle := len(a.busy) == 0
+		a.mu.Unlock()
+		if idle {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // submit queues ch and starts its subscription's goroutine unless it runs.
@@ -116,14 +168,14 @@ func (a *applier) apply(ctx context.Context, ch subkv.Change) {
 	case ch.Err != nil:
 		l.Error("subscription in the bucket cannot be read: what runs for it keeps running", slog.Any("error", ch.Err))
 	case ch.Entry.Paused:
-		a.fleet.Pause(ch.Name)
+		a.fleet.Pause(ch.Entry.Subscription, ch.Entry.Document.Created)
 	default:
 		s := subscriptionFromEngine(ch.Entry.Subscription)
 		if err := s.Validate(); err != nil {
 			l.Error("subscription in the bucket is invalid here: what runs for it keeps running", slog.Any("error", err))
 			return
 		}
-		if err := a.fleet.Put(s.engine()); err != nil {
+		if err := a.fleet.Put(s.engine(), ch.Entry.Document.Created); err != nil {
 			l.Error("subscription cannot start: what runs for it keeps running", slog.Any("error", err))
 		}
 	}

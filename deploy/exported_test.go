@@ -87,6 +87,13 @@ func exported(t *testing.T) map[string]metric {
 		Secrets:        []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("deploy-test-secret-0123456789"))},
 	}}}) // consumer run's metrics: deliveries, breakers, the attempts record
 	require.NoError(t, err)
+	_, err = consumer.New(js, consumer.Config{Registerer: reg, Engine: consumer.EngineShared, Subscriptions: []consumer.Subscription{{
+		Name:           "orders",
+		FilterSubjects: []string{"events.order.>"},
+		URL:            "https://orders.example/webhooks",
+		Secrets:        []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("deploy-test-secret-0123456789"))},
+	}}}) // consumer run --engine shared's own: partitions, hand-overs, commits, cursors
+	require.NoError(t, err)
 
 	for _, col := range reg.collectors {
 		switch v := col.(type) {

@@ -33,6 +33,13 @@ type jsBundle struct {
 	ctx context.Context
 }
 
+// sharedEngine reports whether this run's consumers run the shared
+// engine: JSBRIDGE_ENGINE=shared, which every consumer process started
+// here inherits (startProc, cli: os.Environ()) and reads as --engine.
+// Assertions on a subscription's durable consumers are the durables
+// engine's: under the shared engine there are none.
+func sharedEngine() bool { return os.Getenv("JSBRIDGE_ENGINE") == "shared" }
+
 func setupJetStream(t *testing.T) *jsBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

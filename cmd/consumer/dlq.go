@@ -155,6 +155,7 @@ func printLetters(w io.Writer, letters []consumer.DeadLetter, asJSON bool) error
 type dlqReplayCmd struct {
 	subscriptionFlags `embed:""`
 	kvFlags           `embed:""` // run_kv.go
+	engineFlag        `embed:""`
 
 	Subscription string   `name:"subscription" short:"s" help:"Only this subscription's dead letters."`
 	Seq          []uint64 `name:"seq" help:"Dead-letter sequence number(s) to replay (see dlq list); repeatable or comma-separated."`
@@ -176,6 +177,9 @@ func (c *dlqReplayCmd) Run(ctx context.Context, g *Globals) error {
 	defer nc.Close()
 	cfg, err := c.staticConfig(ctx, g, js, log, func() (consumer.Config, error) { return c.config(g, log, nil, 0, 0) })
 	if err != nil {
+		return err
+	}
+	if err := c.apply(&cfg); err != nil {
 		return err
 	}
 	cons, err := consumer.New(js, cfg)

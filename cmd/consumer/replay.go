@@ -19,6 +19,7 @@ import (
 type replayCmd struct {
 	subscriptionFlags `embed:""`
 	kvFlags           `embed:""` // run_kv.go; replay_kv.go
+	engineFlag        `embed:""`
 
 	Subscription string `name:"subscription" short:"s" help:"The subscription to replay to (its endpoint, secrets, filter subjects); may be left out when --config (or the bucket, with --subscriptions-from kv) holds one subscription, or without either (the flags' --name)."`
 	Since        string `name:"since" required:"" placeholder:"TIME" help:"Window start: an RFC 3339 time (2026-11-25T10:00:00Z) or a duration ago (90m); events JetStream stored at or after it."`
@@ -65,6 +66,9 @@ func (c *replayCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	sub, err := c.subscription(cfg.Subscriptions)
 	if err != nil {
+		return err
+	}
+	if err := c.apply(&cfg); err != nil {
 		return err
 	}
 	cons, err := consumer.New(js, cfg)

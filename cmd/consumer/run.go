@@ -149,6 +149,7 @@ type runCmd struct {
 	orderingFlags     `embed:""`
 	kvFlags           `embed:""` // run_kv.go
 
+	Engine         string        `name:"engine" env:"JSBRIDGE_ENGINE" default:"durables" help:"Delivery engine: durables (a durable consumer per subscription on the events stream, per partition for an ordered one) or shared (opt-in: one reader per replica, positions in the jsbridge_positions bucket; needs AllowDirect on the events stream, and a deployment that ran durables moves with consumer migrate first; every replica with the same subscriptions; dlq replay and replay take the same --engine; not yet in it: the attempts record) (default: ${default})."`
 	StartupTimeout time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when NATS, the JetStream stream, the DLQ stream or the durable consumers are not available within this time; 0 waits forever (default: ${default})."`
 	Pprof          bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr        string        `name:"ops-addr" env:"JSBRIDGE_CONSUMER_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
@@ -182,6 +183,9 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	cfg.Partitions, cfg.ReplicaID, cfg.LeaseTTL, cfg.OrderStuckAfter = r.Partitions, r.ReplicaID, r.LeaseTTL, r.OrderStuckAfter
+	if cfg.Engine, err = engine(r.Engine); err != nil {
+		return err
+	}
 	if cfg.Health, err = r.health(); err != nil {
 		return err
 	}
@@ -235,6 +239,15 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	err = c.Run(ctx)
 	log.Info("consumer stopped")
 	return err
+}
+
+// engine parses --engine (JSBRIDGE_ENGINE).
+func engine(v string) (string, error) {
+	switch v {
+	case consumer.EngineDurables, consumer.EngineShared:
+		return v, nil
+	}
+	return "", fmt.Errorf("--engine (JSBRIDGE_ENGINE) %q: want %s or %s", v, consumer.EngineDurables, consumer.EngineShared)
 }
 
 // start connects to NATS, waited for with w, assembles the consumer and

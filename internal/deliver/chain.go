@@ -2,7 +2,6 @@ package deliver
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync"
 
@@ -10,8 +9,6 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
-	"github.com/jsbridge/jsbridge/internal/jsapi"
-	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -103,10 +100,10 @@ func (c *chain) forget(key string) {
 	c.mu.Unlock()
 }
 
-// chainSource is where a subscription's predecessors are looked up: the
-// partitioned copy (name, as its stream leader has it: lastVersionBefore),
-// the subscription's filters on it and its start there, and the park
-// bucket's skipped versions.
+// chainSource is where a subscription's predecessors are looked up
+// (deadletter.Predecessor): the partitioned copy (as its stream leader
+// has it), the subscription's filters on it and its start there, and
+// the park bucket's skipped versions.
 type chainSource struct {
 	js           jetstream.JetStream
 	copyName     string
@@ -125,75 +122,8 @@ type chainSource struct {
 // event at copy sequence seq of the stream with copy stream key key
 // (noPrevious: none).
 func (cs chainSource) previous(ctx context.Context, key string, seq uint64) (int64, error) {
-	var subjects []string
-	for _, f := range cs.filters {
-		if s, ok := wire.IntersectFilters(f, key+".*"); ok {
-			subjects = append(subjects, s)
-		}
-	}
-	v, found, err := lastVersionBefore(ctx, cs.js, cs.copyName, subjects, cs.from, seq)
-	if err != nil || !found {
-		return noPrevious, err
-	}
-	if cs.parks == nil {
-		return v, nil
-	}
-	sk, err := deadletter.ReadSkipped(ctx, cs.parks, cs.sub, wire.EventsSubject(cs.eventsPrefix, key))
-	if err != nil {
-		return 0, err
-	}
-	return sk.Previous(v), nil
-}
-
-// lastVersionBefore returns the stream version (ce-streamversion) of the
-// last message of JetStream stream name whose subject matches one of
-// subjects, among sequences from (0: the first) to before-1, as the
-// stream's leader has it, and found false when there is none.
-//
-// Finding the last message before a sequence takes a direct get
-// (multi_last with up_to_seq, nats-server 2.11+; the stream needs
-// AllowDirect), and any replica may answer a direct get: in nats-server
-// 2.15 a follower serves them once it is 90 % caught up, and a follower
-// lacking the newest messages answers an older predecessor, or none. The
-// leader's message get API ($JS.API.STREAM.MSG.GET, which only the
-// leader answers) has no "last before", but it has "first after": so the
-// direct get's answer is a candidate, and the leader is asked for the
-// first matching message after it (jsapi.LeaderFirstAfter). None before
-// `before` confirms it; one before takes its place and is confirmed in
-// turn. One request more per look-up (per subject) when the candidate is
-// right, one per message the answering follower lacked when not.
-func lastVersionBefore(ctx context.Context, js jetstream.JetStream, name string, subjects []string, from, before uint64) (int64, bool, error) {
-	seq, hdr, err := jsapi.LastBefore(ctx, js, name, subjects, from, before)
-	if err != nil {
-		return 0, false, fmt.Errorf("deliver: look up a predecessor in %q: %w", name, err)
-	}
-	if seq == 0 {
-		return 0, false, nil
-	}
-	v, err := strconv.ParseInt(hdr.Get(wire.HeaderStreamVersion), 10, 64)
-	if err != nil {
-		// A predecessor without a stream version (published by another
-		// program) has no place in the chain: none is named. An error
-		// here would hold the stream for ever; a gate that answers gap
-		// to none leads to order-stuck, a state the operator sees.
-		return 0, false, nil
-	}
-	return v, true, nil
-}
-
-// orderLetter returns dl with the ordering headers of order, the failed
-// attempt's (none when nil): the dead-letter stream keeps them, so that a
-// replay sends the predecessor the event had.
-func orderLetter(dl deadletter.Letter, order *webhook.OrderFields) deadletter.Letter {
-	if order == nil {
-		return dl
-	}
-	dl.Previous = wire.FormatPreviousVersion(order.Previous)
-	if order.Partition >= 0 {
-		dl.Partition = strconv.Itoa(order.Partition)
-		dl.Epoch = strconv.FormatUint(order.Epoch, 10)
-	}
-	return dl
+	return deadletter.Predecessor(ctx, cs.js, cs.parks, deadletter.Lookup{Stream: cs.copyName, Subscription: cs.sub,
+		Filters: cs.filters, Key: key, EventsKey: wire.EventsSubject(cs.eventsPrefix, key), From: cs.from, Before: seq})
 }
 
 // ChainFromMetadataKey is the partition consumer metadata key holding the

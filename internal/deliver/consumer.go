@@ -151,11 +151,9 @@ const healthLoadTimeout = 5 * time.Second
 const (
 	DefaultPartitions = 16
 	DefaultLeaseTTL   = 10 * time.Second
-	// DefaultOrderStuckAfter is Config.OrderStuckAfter's default: long
-	// enough for a receiver's gate to see a predecessor that is being
-	// retried, redelivered after AckWait or handed over, short enough
-	// that an operator hears of a stream that will not move by itself.
-	DefaultOrderStuckAfter = 5 * time.Minute
+	// DefaultOrderStuckAfter is Config.OrderStuckAfter's default
+	// (attempt.DefaultOrderStuckAfter, 5 minutes).
+	DefaultOrderStuckAfter = attempt.DefaultOrderStuckAfter
 )
 
 // Consumer delivers the events of its subscriptions to their endpoints.

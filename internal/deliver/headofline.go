@@ -163,7 +163,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 		case attempt.ActDeadLetter:
 			if resp.Status == 0 && resp.Err == nil {
 				// It cannot become a webhook: no POST.
-				hl.deadLetter(m, log(), orderLetter(deadletter.Letter{EventID: id, Attempt: n, Reason: s.Reason}, order), s.Outcome, s.Class)
+				hl.deadLetter(m, log(), deadletter.Letter{EventID: id, Attempt: n, Reason: s.Reason}.WithOrder(order), s.Outcome, s.Class)
 				hl.forgetAttempts(id, recorded)
 				return
 			}
@@ -181,7 +181,7 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 			hl.forgetAttempts(id, recorded)
 			return
 		case attempt.ActDeadLetter:
-			hl.deadLetter(m, log(slog.Int("status", resp.Status)), orderLetter(deadletter.Letter{EventID: id, Attempt: n, Status: resp.Status, Reason: s.Reason, At: resp.At}, order), s.Outcome, s.Class)
+			hl.deadLetter(m, log(slog.Int("status", resp.Status)), deadletter.Letter{EventID: id, Attempt: n, Status: resp.Status, Reason: s.Reason, At: resp.At}.WithOrder(order), s.Outcome, s.Class)
 			hl.forgetAttempts(id, recorded)
 			return
 		case attempt.ActRetry:
@@ -200,8 +200,8 @@ func (hl *headOfLine) deliver(m jetstream.Msg) {
 				refusedSince = hl.clock.Now()
 			}
 			hl.aside.refusedHead(key, m, s.Reason)
-			if dl, stuck := orderStuck(refusedSince, hl.clock.Now(), hl.stuckAfter, resp, id, n); stuck {
-				hl.deadLetter(m, log(slog.Int("status", resp.Status)), orderLetter(dl, order), attempt.OutcomeOrderStuck, s.Class)
+			if dl, stuck := attempt.OrderStuck(refusedSince, hl.clock.Now(), hl.stuckAfter, resp, id, n); stuck {
+				hl.deadLetter(m, log(slog.Int("status", resp.Status)), dl.WithOrder(order), attempt.OutcomeOrderStuck, s.Class)
 				hl.forgetAttempts(id, recorded)
 				return
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -109,7 +110,7 @@ func TestLookUpsReadWhatTheStreamLeaderHas(t *testing.T) {
 
 	for _, n := range []uint64{3, 0} {
 		has.Store(n)
-		v, found, err := lastVersionBefore(ctx, js, "COPY", subjects, 0, 5)
+		v, found, err := deadletter.LastVersionBefore(ctx, js, "COPY", subjects, 0, 5)
 		require.NoError(t, err)
 		require.True(t, found, "the follower has %d messages", n)
 		require.Equal(t, int64(2), v, "the follower has %d messages: the leader's predecessor of sequence 5 is version 2 at 4, not the follower's", n)
@@ -117,12 +118,12 @@ func TestLookUpsReadWhatTheStreamLeaderHas(t *testing.T) {
 	require.Positive(t, leader.Load(), "the leader was asked")
 
 	has.Store(1)
-	v, found, err := lastVersionBefore(ctx, js, "COPY", subjects, 0, 3)
+	v, found, err := deadletter.LastVersionBefore(ctx, js, "COPY", subjects, 0, 3)
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, int64(0), v, "a right answer is confirmed: order-1's version 0 comes before sequence 3")
 
-	_, found, err = lastVersionBefore(ctx, js, "COPY", subjects, 0, 1)
+	_, found, err = deadletter.LastVersionBefore(ctx, js, "COPY", subjects, 0, 1)
 	require.NoError(t, err)
 	require.False(t, found, "nothing before a stream's first event")
 }
@@ -179,7 +180,7 @@ func TestLookUpsOnAClusterAnswerFromTheLeader(t *testing.T) {
 	fjs, err := jetstream.New(nc)
 	require.NoError(t, err)
 
-	v, found, err := lastVersionBefore(t.Context(), fjs, "COPY", []string{lookupKey + ".*"}, 0, 5)
+	v, found, err := deadletter.LastVersionBefore(t.Context(), fjs, "COPY", []string{lookupKey + ".*"}, 0, 5)
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, int64(2), v)

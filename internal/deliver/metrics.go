@@ -30,12 +30,64 @@ type metrics struct {
 	copyLagSeconds  *prometheus.GaugeVec
 }
 
+func newDeliveries() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jsbridge_consumer_deliveries_total",
+		Help: "Webhook delivery attempts by subscription, outcome (ack, retry, term, exhausted, breaker_open) and status class (2xx..5xx, timeout, network, tls, forbidden, none).",
+	}, []string{"subscription", "outcome", "status_class"})
+}
+
+// DeliveriesCounter returns jsbridge_consumer_deliveries_total
+// (subscription, outcome, status_class) registered on reg, or the one
+// registered there already (nil reg: unregistered): the shared engine
+// counts its attempts in the same series as this engine.
+func DeliveriesCounter(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	c := newDeliveries()
+	if reg == nil {
+		return c, nil
+	}
+	return promreg.Register(reg, c)
+}
+
+func newDeadLetters() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jsbridge_consumer_dead_letters_total",
+		Help: "Deliveries given up on and written to the dead-letter stream, by subscription.",
+	}, []string{"subscription"})
+}
+
+// DeadLettersCounter returns jsbridge_consumer_dead_letters_total
+// (subscription) registered on reg, or the one registered there already
+// (nil reg: unregistered), for the shared engine.
+func DeadLettersCounter(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	c := newDeadLetters()
+	if reg == nil {
+		return c, nil
+	}
+	return promreg.Register(reg, c)
+}
+
+func newReplayed() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "jsbridge_consumer_dead_letters_replayed_total",
+		Help: "Dead letters replayed to their endpoint (2xx) and removed from the dead-letter stream, by subscription.",
+	}, []string{"subscription"})
+}
+
+// ReplayedCounter returns jsbridge_consumer_dead_letters_replayed_total
+// (subscription) registered on reg, or the one registered there already
+// (nil reg: unregistered), for the shared engine's replays.
+func ReplayedCounter(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	c := newReplayed()
+	if reg == nil {
+		return c, nil
+	}
+	return promreg.Register(reg, c)
+}
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "jsbridge_consumer_deliveries_total",
-			Help: "Webhook delivery attempts by subscription, outcome (ack, retry, term, exhausted, breaker_open) and status class (2xx..5xx, timeout, network, tls, forbidden, none).",
-		}, []string{"subscription", "outcome", "status_class"}),
+		deliveries: newDeliveries(),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "jsbridge_consumer_attempt_duration_seconds",
 			Help:    "Duration of webhook POSTs in seconds, by subscription.",
@@ -49,14 +101,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "jsbridge_consumer_redeliveries_total",
 			Help: "Messages handled that JetStream had delivered before (a retry, or a redelivery after AckWait), by subscription.",
 		}, []string{"subscription"}),
-		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "jsbridge_consumer_dead_letters_total",
-			Help: "Deliveries given up on and written to the dead-letter stream, by subscription.",
-		}, []string{"subscription"}),
-		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "jsbridge_consumer_dead_letters_replayed_total",
-			Help: "Dead letters replayed to their endpoint (2xx) and removed from the dead-letter stream, by subscription.",
-		}, []string{"subscription"}),
+		deadLetters: newDeadLetters(),
+		replayed:    newReplayed(),
 		partitionsOwned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jsbridge_consumer_partitions_owned",
 			Help: "Partitions of an ordered subscription this replica holds the lease of, by subscription.",

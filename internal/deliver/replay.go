@@ -42,7 +42,7 @@ func replay(ctx context.Context, r *runner, js jetstream.JetStream, q *deadlette
 	// is still what the subscription delivered before it (its stream was
 	// parked, or went on naming the same one). A replay is no
 	// partition's owner: no partition, no epoch.
-	order := replayOrder(dl)
+	order := ReplayOrder(dl)
 	resp, err := r.snd.Direct(ctx, dl.EventID, dl.Header, dl.Data, order)
 	if err != nil {
 		res.Err = fmt.Errorf("dead letter %d: %w", dl.Seq, err)
@@ -83,11 +83,12 @@ func replay(ctx context.Context, r *runner, js jetstream.JetStream, q *deadlette
 	return res
 }
 
-// replayOrder returns the ordering fields a replay of dl sends: the
-// stream, version and predecessor of its failed attempt, no partition;
-// nil when dl carries no version chain (an unordered subscription's, or
-// stored before the chain).
-func replayOrder(dl deadletter.Stored) *webhook.OrderFields {
+// ReplayOrder returns the ordering fields a replay of dl sends: the
+// stream, version and predecessor of its failed attempt, no partition
+// (a replay is no partition's owner); nil when dl carries no version
+// chain (an unordered subscription's, or stored before the chain). Both
+// engines' replays send it.
+func ReplayOrder(dl deadletter.Stored) *webhook.OrderFields {
 	if dl.PreviousVersion == "" {
 		return nil
 	}

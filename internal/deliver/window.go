@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,11 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
-	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -124,15 +121,11 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 			r = cand
 		}
 	}
-	switch {
-	case r == nil:
+	if r == nil {
 		return res, fmt.Errorf("deliver: replay: %w: %q", ErrUnknownSubscription, sub)
-	case w.Since.IsZero():
-		return res, fmt.Errorf("deliver: %w: Since is required", ErrInvalidWindow)
-	case !w.Until.IsZero() && !w.Until.After(w.Since):
-		return res, fmt.Errorf("deliver: %w: Until %s is not after Since %s", ErrInvalidWindow, w.Until.Format(time.RFC3339Nano), w.Since.Format(time.RFC3339Nano))
-	case w.Stream != "" && w.Match != nil:
-		return res, fmt.Errorf("deliver: %w: Stream %q and Match %q: give one", ErrInvalidWindow, w.Stream, w.Match)
+	}
+	if err := w.Validate(); err != nil {
+		return res, err
 	}
 	events, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
@@ -140,7 +133,7 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 	}
 	prefix := ordercopy.EventsPrefix(events.CachedInfo().Config)
 	last := events.CachedInfo().State.LastSeq
-	filters := windowFilters(r.sub.FilterSubjects, prefix, w.Stream)
+	filters := WindowFilters(r.sub.FilterSubjects, prefix, w.Stream)
 	if len(filters) == 0 || last == 0 {
 		return res, nil // nothing the subscription selects is in that stream
 	}
@@ -171,59 +164,28 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 		return res, fmt.Errorf("deliver: replay: read JetStream stream %q: %w", c.cfg.Stream, err)
 	}
 	defer it.Stop()
-	log := r.log.With(slog.String("replay_since", w.Since.Format(time.RFC3339Nano)))
-	var chain *windowChain
+	run := &WindowRun{Window: w, Sender: r.snd, Prefix: prefix, Last: last, res: res}
 	if r.sub.Ordered() {
-		chain = newWindowChain(ctx, c, r.sub, prefix)
+		run.Before = newWindowChain(ctx, c, r.sub, prefix).before
 	}
 	for {
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			if ctx.Err() != nil {
-				return res, ctx.Err()
+				return run.Result(), ctx.Err()
 			}
-			return res, fmt.Errorf("deliver: replay: read JetStream stream %q: %w", c.cfg.Stream, err)
+			return run.Result(), fmt.Errorf("deliver: replay: read JetStream stream %q: %w", c.cfg.Stream, err)
 		}
 		md, err := msg.Metadata()
 		if err != nil {
-			return res, fmt.Errorf("deliver: replay: message metadata: %w", err)
+			return run.Result(), fmt.Errorf("deliver: replay: message metadata: %w", err)
 		}
-		// The window ends at Until, and at the stream's last message when
-		// the replay began: later events are the subscription's own.
-		if md.Sequence.Stream > last || (!w.Until.IsZero() && !md.Timestamp.Before(w.Until)) {
-			return res, nil
+		ev := WindowEvent{Seq: md.Sequence.Stream, Time: md.Timestamp, Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data()}
+		if done, err := run.Send(ctx, ev); done || err != nil {
+			return run.Result(), err
 		}
-		pos := WindowPosition{EventID: attempt.EventID(msg), Seq: md.Sequence.Stream, Time: md.Timestamp}
-		pos.Stream, _, _ = wire.ParseSubject(prefix, msg.Subject())
-		if w.Match == nil || w.Match.MatchString(pos.Stream) {
-			res.Matched++
-			if !w.DryRun {
-				var order *webhook.OrderFields
-				if _, versioned := streamVersion(msg); chain != nil && versioned {
-					prev, err := chain.previous(ctx, msg, pos)
-					if err != nil {
-						return res, fmt.Errorf("deliver: replay: event %s: %w", pos.EventID, err)
-					}
-					order = attempt.OrderFieldsOf(msg.Headers(), prev, -1, 0)
-				}
-				if f := sendOnce(ctx, r, msg, pos, order); f != nil {
-					log.Warn("replay stopped: the endpoint did not accept an event", slog.String("event_id", pos.EventID),
-						slog.Uint64("seq", pos.Seq), slog.Int("status", f.Status), slog.String("reason", f.Reason))
-					res.Failed = f
-					return res, nil
-				}
-				res.Delivered++
-				if order != nil {
-					chain.delivered(msg, order.Version)
-				}
-			}
-			res.Last = pos
-			if w.Progress != nil {
-				w.Progress(res)
-			}
-		}
-		if md.Sequence.Stream == last || md.NumPending == 0 {
-			return res, nil
+		if md.NumPending == 0 {
+			return run.Result(), nil
 		}
 	}
 }
@@ -231,38 +193,6 @@ func ReplayWindow(ctx context.Context, c *Consumer, sub string, w Window) (Windo
 // windowBatch is how many messages a replay's ordered consumer pulls
 // ahead.
 const windowBatch = 64
-
-// sendOnce POSTs msg (at pos) once, as a delivery would, with the
-// ordering fields order (nil: none), outside the circuit breaker, and
-// returns nil when the endpoint answered 2xx.
-func sendOnce(ctx context.Context, r *runner, msg jetstream.Msg, pos WindowPosition, order *webhook.OrderFields) *WindowFailure {
-	resp, err := r.snd.Direct(ctx, pos.EventID, msg.Headers(), msg.Data(), order)
-	if err != nil {
-		return &WindowFailure{WindowPosition: pos, Reason: err.Error()}
-	}
-	if resp.Verdict() != attempt.VerdictAck {
-		return &WindowFailure{WindowPosition: pos, Status: resp.Status, Reason: resp.Reason()}
-	}
-	return nil
-}
-
-// windowFilters are the subject filters of a replay of a subscription
-// with filters subs: subs themselves, or, for one source stream, each
-// narrowed to that stream's subjects (those matching none dropped). An
-// empty result: the subscription selects nothing of the stream.
-func windowFilters(subs []string, prefix, stream string) []string {
-	if stream == "" {
-		return subs
-	}
-	one := wire.StreamFilter(prefix, stream)
-	var out []string
-	for _, f := range subs {
-		if in, ok := wire.IntersectFilters(f, one); ok {
-			out = append(out, in)
-		}
-	}
-	return out
-}
 
 // windowChain is the version chain of a replay by time of an ordered
 // subscription (see the comment above Window): the version of each
@@ -279,13 +209,12 @@ type windowChain struct {
 	// noCopy: the subscription never ran ordered (no partitioned copy):
 	// it delivered nothing before the window.
 	noCopy bool
-	last   map[string]int64
 }
 
 func newWindowChain(ctx context.Context, c *Consumer, sub subscription.Subscription, prefix string) *windowChain {
 	copyName := wire.OrderedStream(c.cfg.Stream)
 	wc := &windowChain{
-		js: c.js, events: c.cfg.Stream, prefix: prefix, partitions: c.cfg.Partitions, sub: sub, last: map[string]int64{},
+		js: c.js, events: c.cfg.Stream, prefix: prefix, partitions: c.cfg.Partitions, sub: sub,
 		src: chainSource{js: c.js, copyName: copyName, eventsPrefix: prefix, sub: sub.Name},
 	}
 	// The subscription's start on the copy, as its partition consumers
@@ -297,17 +226,6 @@ func newWindowChain(ctx context.Context, c *Consumer, sub subscription.Subscript
 		wc.src.parks = kv
 	}
 	return wc
-}
-
-// previous returns the predecessor to send with msg (of the events
-// stream, at pos).
-func (wc *windowChain) previous(ctx context.Context, msg jetstream.Msg, pos WindowPosition) (int64, error) {
-	key := wire.StreamKey(msg.Subject())
-	if v, ok := wc.last[key]; ok {
-		return v, nil
-	}
-	v, _ := streamVersion(msg)
-	return wc.before(ctx, key, pos.Stream, v, pos.Seq)
 }
 
 // before returns the predecessor of version v of stream (events stream
@@ -346,11 +264,6 @@ func (wc *windowChain) before(ctx context.Context, key, stream string, v int64, 
 	}
 	copyKey := wire.OrderedPrefix(wc.prefix) + "." + strconv.Itoa(p) + strings.TrimPrefix(key, wc.prefix)
 	return src.previous(ctx, copyKey, wc.windowStart)
-}
-
-// delivered records that the replay delivered version v of msg's stream.
-func (wc *windowChain) delivered(msg jetstream.Msg, v int64) {
-	wc.last[wire.StreamKey(msg.Subject())] = v
 }
 
 // copyBehindWait is how long a replay by time waits for the partitioned

@@ -183,11 +183,14 @@ func HeaderValue(h nats.Header, key string) string {
 }
 
 // EventID is the event id of a message: Nats-Msg-Id, else ce-id.
-func EventID(msg jetstream.Msg) string {
-	if id := HeaderValue(msg.Headers(), wire.HeaderMsgID); id != "" {
+func EventID(msg jetstream.Msg) string { return EventIDOf(msg.Headers()) }
+
+// EventIDOf is EventID of a message with headers h.
+func EventIDOf(h nats.Header) string {
+	if id := HeaderValue(h, wire.HeaderMsgID); id != "" {
 		return id
 	}
-	return HeaderValue(msg.Headers(), wire.HeaderID)
+	return HeaderValue(h, wire.HeaderID)
 }
 
 // BuildBody returns the request body for msg and sets its headers

@@ -1,9 +1,11 @@
 // Package deadletter is the consumer's dead letters: the JetStream
-// dead-letter stream (write, list, get, count, delete, purge) and the
+// dead-letter stream (write, list, get, count, delete, purge), the
 // operator side of the park bucket (parked streams listed, unparked,
-// skipped). The ordered engine writes park entries; this package reads
-// and removes them. It knows nothing of deliveries beyond the Letter it
-// is handed.
+// skipped), and the version chain's look-up, which steps over the
+// versions dead-lettered and not delivered since (Predecessor, shared
+// by both engines). The ordered engine writes park entries; this package
+// reads and removes them. It knows nothing of deliveries beyond the
+// Letter it is handed.
 package deadletter
 
 import (

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -59,6 +60,23 @@ func (dl Letter) Chain() (version, previous int64, ok bool) {
 		return 0, 0, false
 	}
 	return v, prev, true
+}
+
+// WithOrder returns dl with the ordering headers of order, the failed
+// attempt's place in its stream's version chain (nil: none, dl as it
+// is): the dead-letter stream keeps them, so that a replay sends the
+// predecessor the event had. A negative order.Partition (a webhook sent
+// by no partition's owner) leaves Partition and Epoch empty.
+func (dl Letter) WithOrder(order *webhook.OrderFields) Letter {
+	if order == nil {
+		return dl
+	}
+	dl.Previous = wire.FormatPreviousVersion(order.Previous)
+	if order.Partition >= 0 {
+		dl.Partition = strconv.Itoa(order.Partition)
+		dl.Epoch = strconv.FormatUint(order.Epoch, 10)
+	}
+	return dl
 }
 
 // Writer takes deliveries deliver gave up on, before the message is

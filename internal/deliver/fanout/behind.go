@@ -45,6 +45,7 @@ func (p *Partition) detach(st *subState, state string) {
 	}
 	st.queue = nil
 	st.state, st.read, st.joining = state, p.floor, 0
+	p.mark(st)
 	p.raise()
 	p.cfg.Logger.Info("the subscription left the shared read: it has a cursor", slog.Int("partition", p.cfg.Partition),
 		slog.String("subscription", name), slog.String("state", state), slog.Uint64("from", p.floor))
@@ -75,11 +76,13 @@ func (p *Partition) SetState(sub, state string) error {
 	case state == "" && st.state != "" && st.state != StateBehind:
 		p.pos.EditCursor(sub, func(c *position.Cursor) { c.State = StateBehind })
 		st.state = StateBehind
+		p.mark(st)
 	case state != "" && st.state == "":
 		p.detach(st, state)
 	case state != "":
 		p.pos.EditCursor(sub, func(c *position.Cursor) { c.State = state })
 		st.state = state
+		p.mark(st)
 	}
 	return nil
 }
@@ -167,10 +170,11 @@ func (p *Partition) catchUpSubs(ctx context.Context) (behind int, head uint64, e
 	p.mu.Lock()
 	head = p.head
 	var todo []*subState
-	for _, name := range slices.Sorted(maps.Keys(p.subs)) {
+	for _, name := range slices.Sorted(maps.Keys(p.watch)) {
 		st := p.subs[name]
 		switch {
-		case st.state == "" && (st.joining == 0 || p.rejoin(st)):
+		case st == nil || st.state == "" && (st.joining == 0 || p.rejoin(st)):
+			delete(p.watch, name) // live (or gone): nothing to read
 			continue
 		case st.state == "" || st.state != StateBehind:
 		case st.read >= head && head >= st.top:
@@ -236,6 +240,14 @@ func (p *Partition) catchUpSubs(ctx context.Context) (behind int, head uint64, e
 		}
 	}
 	return behind, head, err
+}
+
+// mark adds st to the subscriptions CatchUp's round goes over when it
+// has a cursor (a state, or joining). p.mu is held.
+func (p *Partition) mark(st *subState) {
+	if st.state != "" || st.joining != 0 {
+		p.watch[st.m.Name] = struct{}{}
+	}
 }
 
 // rejoin drops the cursor of st, live again from st.joining, once it

@@ -209,11 +209,15 @@ type Partition struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
-	mu         sync.Mutex
-	err        error
-	claimed    position.Record            // at the claim: what former owners settled
-	curs       map[string]position.Cursor // at the claim
-	subs       map[string]*subState
+	mu      sync.Mutex
+	err     error
+	claimed position.Record            // at the claim: what former owners settled
+	curs    map[string]position.Cursor // at the claim
+	subs    map[string]*subState
+	// watch names the subscriptions of subs that may have a cursor
+	// (a state, or joining): CatchUp's round goes over these alone, not
+	// over every subscription (mark adds; the round drops the live).
+	watch      map[string]struct{}
 	asides     map[[2]string]*aside // (subscription, stream) set aside
 	deleting   map[string]bool      // requests applied, being deleted
 	win        window
@@ -246,7 +250,7 @@ func New(cfg Config, members *Members, pos Position, send Sender, chain Chain, c
 	ctx, cancel := context.WithCancel(context.Background())
 	rec := pos.Record()
 	p := &Partition{cfg: cfg, members: members, pos: pos, send: send, chain: chain, cursors: cursors,
-		ctx: ctx, cancel: cancel, claimed: rec, curs: pos.Cursors(), subs: map[string]*subState{},
+		ctx: ctx, cancel: cancel, claimed: rec, curs: pos.Cursors(), subs: map[string]*subState{}, watch: map[string]struct{}{},
 		asides: map[[2]string]*aside{}, deleting: map[string]bool{}, floor: rec.Floor, head: rec.Floor, gen: members.generation()}
 	p.win.last = rec.Floor
 	p.retries = map[retryKey]uint64{}

@@ -63,6 +63,7 @@ func (p *Partition) Join(sub string, after uint64) error {
 	st.state, st.read = StateBehind, after
 	p.curs[sub] = position.Cursor{State: StateBehind, Floor: after} // its chain: nothing of the record's is its
 	p.subs[sub] = st
+	p.mark(st)
 	p.cfg.Logger.Info("the subscription joined the partition behind: it reads from its start", slog.Int("partition", p.cfg.Partition),
 		slog.String("subscription", sub), slog.Uint64("after", after), slog.Uint64("head", p.head))
 	return nil

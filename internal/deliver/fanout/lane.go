@@ -64,6 +64,7 @@ func (p *Partition) sub(m *member, from uint64) *subState {
 			p.pos.Edit(func(r *position.Record) { r.Members[m.Name] = from })
 		}
 		p.subs[m.Name] = st
+		p.mark(st)
 	}
 	if st.m != m {
 		st.m = m // put again: its new limits

@@ -62,7 +62,9 @@ type Result struct {
 // PartitionsKey, each partition record (claimed as Owner at epoch 0,
 // edited, committed once, with its partition's cursor keys), the lease
 // epoch counter (never lowered), the skipped-version records, and
-// DoneKey last. A second run of the same plan returns Result.Done. It
+// DoneKey last. A second run of the same plan returns Result.Done, and
+// so does a run of a plan with no subscription once one was applied
+// (the old layout deleted since: DeleteOldLayout). It
 // deletes nothing of the old layout (that is a later step, after the new
 // engine ran). Errors: ErrRefused (wrapped, the plan's refusals),
 // ErrLocked, ErrMigratedOtherwise, and the server's.
@@ -85,7 +87,9 @@ func Apply(ctx context.Context, js jetstream.JetStream, plan *Plan, bucket strin
 	switch done, err := getString(ctx, kv, DoneKey); {
 	case err != nil:
 		return res, err
-	case done == plan.Fingerprint:
+	case done == plan.Fingerprint, done != "" && len(plan.Subscriptions) == 0:
+		// The same plan, or nothing left to move (the old layout was
+		// deleted since: --cleanup).
 		res.Done = true
 		return res, nil
 	case done != "":

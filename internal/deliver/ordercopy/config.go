@@ -39,7 +39,7 @@ func StreamConfig(ecfg jetstream.StreamConfig, partitions, replicas int) jetstre
 		Compression: compression,
 		Replicas:    replicas,
 		// The version chain's look-ups start with a direct get
-		// (lastVersionBefore).
+		// (deadletter.LastVersionBefore).
 		AllowDirect: true,
 		Sources: []*jetstream.StreamSource{{
 			Name:              ecfg.Name,

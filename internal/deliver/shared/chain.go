@@ -3,31 +3,31 @@ package shared
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
-	"github.com/jsbridge/jsbridge/internal/jsapi"
-	"github.com/jsbridge/jsbridge/wire"
 )
 
 // chain is the replica's fanout.Chain: a stream's first event since the
 // claim, when the record holds no entry for it, names as predecessor the
 // stream's last event before it that the subscription's filters match,
 // as the events stream's leader has it (docs/design/next-engine.md,
-// "What a new owner does", step 5). Every such event is at or below the
-// floor, so it was settled. The leader's message get has no "last
-// before" (last_by_subj takes no bound, and would name a later event of
-// the stream), so the look-up is jsapi.LastBefore: a direct get's
-// candidate confirmed by the leader's next_by_subj.
-//
-// Not yet: stepping over the versions dead-lettered and not delivered
-// since (the old engine's deadletter.Skipped, skipped.<sub>.<stream>).
+// "What a new owner does", step 5), stepped over the versions the
+// subscription dead-lettered and has not delivered since
+// (deadletter.Predecessor, as the old engine's chain.go). Every such
+// event is at or below the floor, so it was settled. The skipped
+// versions are the records skipped.<sub>.<stream> of the positions
+// bucket (moved there from the park bucket by `consumer migrate`), which
+// the sender writes before it settles a dead letter (sender.skip).
 type chain struct {
 	js      jetstream.JetStream
 	stream  string
 	members *fanout.Members
+	// skipped is the positions bucket, set by Start before any claim
+	// (nil: no skipped versions are read).
+	skipped jetstream.KeyValue
 }
 
 // Previous implements fanout.Chain.
@@ -36,24 +36,10 @@ func (c *chain) Previous(ctx context.Context, sub, stream string, seq uint64) (i
 	if !ok {
 		return fanout.NoPrevious, nil
 	}
-	var subjects []string
-	for _, f := range m.Filters {
-		if s, ok := wire.IntersectFilters(f, stream+".*"); ok {
-			subjects = append(subjects, s)
-		}
-	}
-	at, hdr, err := jsapi.LastBefore(ctx, c.js, c.stream, subjects, 0, seq)
+	v, err := deadletter.Predecessor(ctx, c.js, c.skipped, deadletter.Lookup{Stream: c.stream, Subscription: sub,
+		Filters: m.Filters, Key: stream, Before: seq})
 	if err != nil {
 		return 0, fmt.Errorf("shared: predecessor of %s before %d: %w", stream, seq, err)
-	}
-	if at == 0 {
-		return fanout.NoPrevious, nil
-	}
-	v, err := strconv.ParseInt(hdr.Get(wire.HeaderStreamVersion), 10, 64)
-	if err != nil {
-		// A predecessor without a stream version (published by another
-		// program) has no place in the chain: none is named.
-		return fanout.NoPrevious, nil
 	}
 	return v, nil
 }

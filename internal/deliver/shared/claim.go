@@ -34,23 +34,28 @@ func (r *Replica) serve(c *owner.Claim) {
 	defer c.Done()
 	ctx := c.Context()
 	log := r.log.With(slog.Int("partition", c.Partition), slog.Uint64("epoch", c.Epoch))
-	pos, err := position.Claim(ctx, r.js, r.poskv, position.Config{Partition: c.Partition, Owner: r.cfg.Replica,
+	pos, err := position.Claim(ctx, r.js, countingKV{KeyValue: r.poskv, m: r.metrics}, position.Config{Partition: c.Partition, Owner: r.cfg.Replica,
 		Epoch: c.Epoch, Created: r.created, Linger: r.cfg.Linger, Clock: r.cfg.Clock, Logger: log})
 	if err != nil {
 		if errors.Is(err, position.ErrLost) {
 			c.Lose()
 		}
 		log.Warn("shared: claim the partition's record", slog.Any("error", err))
+		r.metrics.handover(false, causeClaimError)
 		return
 	}
+	r.metrics.handover(true, causeClaimed)
+	r.warnStrangers(log, pos.Record())
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	ran := make(chan error, 1)
 	go func() { ran <- pos.Run(runCtx) }()
 
-	send := &sender{senders: r.senders, claim: c, epochs: r.epochs, replica: r.cfg.Replica, log: log}
-	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log},
+	send := &sender{senders: r.senders, claim: c, epochs: r.epochs, replica: r.cfg.Replica,
+		letters: r.letters, deadLettered: r.dead, skipped: r.poskv, stuckAfter: r.cfg.OrderStuckAfter, clock: r.cfg.Clock, log: log}
+	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log, Requests: r.requests},
 		r.members, pos, send, r.chain, r.cursors)
+	r.startFan(c.Partition, fan, pos)
 	floor := pos.Record().Floor
 	var runErr error
 	ended := false
@@ -76,6 +81,7 @@ func (r *Replica) serve(c *owner.Claim) {
 	}
 	r.mu.Unlock()
 	r.loop.release(c.Partition, fan)
+	r.endFan(fan)
 	for sub := range fan.Behind() {
 		r.cursors.Drop(sub, c.Partition)
 	}
@@ -87,5 +93,6 @@ func (r *Replica) serve(c *owner.Claim) {
 	if runErr != nil {
 		log.Warn("shared: the partition's commits ended", slog.Any("error", runErr))
 	}
+	r.metrics.handover(false, releaseCause(ctx, ended && errors.Is(runErr, position.ErrLost)))
 	log.Debug("shared: partition released", slog.Uint64("floor", fan.Floor()), slog.Any("cause", context.Cause(ctx)))
 }

@@ -110,6 +110,22 @@ func (l *loop) ask(req request) chan error {
 	return req.done
 }
 
+// poke has the loop run the cursors' round now: a Next waiting for an
+// event is interrupted (a subscription just got a cursor to read, by a
+// Join or a resume, and the loop waits without a bound while no cursor
+// reads).
+func (l *loop) poke() {
+	l.mu.Lock()
+	if l.interrupt != nil {
+		l.interrupt()
+	}
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
 // requests returns the requests asked since the last call.
 func (l *loop) requests() []request {
 	l.mu.Lock()

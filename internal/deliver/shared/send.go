@@ -4,15 +4,21 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -24,32 +30,83 @@ const minRetry = 100 * time.Millisecond
 // through the subscription's attempt.Sender (build, sign, breaker, POST,
 // classify), its POST bound by the claim's lease fence.
 type sender struct {
-	senders map[string]*attempt.Sender
+	senders *senderSet
 	claim   *owner.Claim
 	epochs  owner.Epochs
 	replica string
-	log     *slog.Logger
+	// letters stores the dead letters (nil: each is logged, not stored);
+	// deadLettered counts them by subscription (nil: not counted).
+	letters      deadletter.Writer
+	deadLettered *prometheus.CounterVec
+	// skipped is the positions bucket: the dead-lettered versions of
+	// ordered subscriptions' streams (skipped.<sub>.<stream>).
+	skipped jetstream.KeyValue
+	// stuckAfter bounds an order gate's continuous refusals of an
+	// event before it is dead-lettered and its stream parked
+	// (Config.OrderStuckAfter; 0: never).
+	stuckAfter time.Duration
+	clock      clockwork.Clock
+	log        *slog.Logger
+	// spent counts the attempts each event in retry spent on this claim
+	// (attempts).
+	spent attempts
 }
 
 // Attempt implements fanout.Sender.
 func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settlement {
-	snd := s.senders[d.Subscription]
+	snd := s.senders.get(d.Subscription)
 	if snd == nil {
 		// Not a subscription of this replica: the members index and the
 		// senders are made together, so this is a bug; nothing is sent.
 		s.log.Error("shared: no sender for subscription", slog.String("subscription", d.Subscription))
 		return fanout.Settlement{Act: fanout.Retry, Delay: time.Second}
 	}
-	c := attempt.Call{ID: eventID(d.Event.Header), Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1}
+	c := attempt.Call{ID: eventID(d.Event.Header), Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1,
+		Ready: func() (uint64, func(), bool) {
+			// While the subscription is disabled, and for its throttle
+			// (rate limit, Retry-After), the attempt waits here, unsent;
+			// the partition released ends the wait (ActNotReady).
+			gen, err := snd.Gate(ctx, noHold)
+			return gen, nil, err == nil
+		}}
 	if d.Ordered {
 		c.Order = attempt.OrderFieldsOf(d.Event.Header, d.Previous, d.Partition, d.Epoch)
 		if c.Order == nil {
 			c.Owner = &attempt.Owner{Partition: d.Partition, Epoch: d.Epoch}
 		}
 	}
-	st := snd.Attempt(ctx, eventMsg{ev: d.Event, attempt: d.Attempt}, d.Attempt, c)
+	n := s.spent.next(d.Subscription, d.Event.Seq)
+	st := snd.Attempt(ctx, eventMsg{ev: d.Event, attempt: n}, n, c)
 	defer snd.End(st.Trace)
-	return s.settle(snd, d, st)
+	var set fanout.Settlement
+	switch st.Act {
+	case attempt.ActDeadLetter:
+		dl := deadletter.Letter{EventID: c.ID, Attempt: n, Status: st.Response.Status, Reason: st.Reason, At: st.Response.At}
+		set = s.deadLetter(ctx, snd, d, c, dl, st)
+	case attempt.ActWait:
+		now := s.clock.Now()
+		since := s.spent.refused(d.Subscription, d.Event.Seq, now)
+		if dl, stuck := attempt.OrderStuck(since, now, s.stuckAfter, st.Response, c.ID, n); stuck {
+			st.Outcome = attempt.OutcomeOrderStuck
+			st.Trace.Decide(st.Outcome, st.Class, dl.Reason)
+			set = s.deadLetter(ctx, snd, d, c, dl, st)
+			break
+		}
+		set = s.settle(snd, d, st)
+	case attempt.ActRetry:
+		s.spent.failed(d.Subscription, d.Event.Seq, n)
+		set = s.settle(snd, d, st)
+	default:
+		set = s.settle(snd, d, st)
+	}
+	switch st.Act {
+	case attempt.ActRetry, attempt.ActThrottle, attempt.ActDisable, attempt.ActStale:
+		s.spent.answered(d.Subscription, d.Event.Seq) // the gate's refusals must be continuous to count
+	}
+	if set.Act != fanout.Retry {
+		s.spent.settled(d.Subscription, d.Event.Seq)
+	}
+	return set
 }
 
 // fence is the attempts' attempt.PostFence: the claim's lease fence, and
@@ -79,14 +136,6 @@ func (s *sender) settle(snd *attempt.Sender, d fanout.Delivery, st attempt.Settl
 	case attempt.ActAck:
 		snd.Count(st.Outcome, st.Class, st.Response.Status)
 		return fanout.Settlement{Act: fanout.Delivered}
-	case attempt.ActDeadLetter:
-		// The dead-letter stream is not wired into the shared engine
-		// yet: the event is given up on and said so.
-		snd.Count(st.Outcome, st.Class, st.Response.Status)
-		s.log.Warn("shared: event given up on (dead letters are not stored by the shared engine yet)",
-			slog.String("subscription", d.Subscription), slog.String("subject", d.Event.Subject),
-			slog.Uint64("seq", d.Event.Seq), slog.String("reason", st.Reason))
-		return fanout.Settlement{Act: fanout.DeadLetter}
 	case attempt.ActStale:
 		// A receiver processed the stream under a later epoch: this
 		// claim is stale. Raise the counter above what it names, and
@@ -101,6 +150,177 @@ func (s *sender) settle(snd *attempt.Sender, d fanout.Delivery, st attempt.Settl
 	// ActBreakerOpen, ActCut, ActNotSent, ActNotReady: nothing settled.
 	return fanout.Settlement{Act: fanout.Retry, Delay: delay}
 }
+
+// deadLetter gives d's event up (a permanent answer, the last attempt
+// MaxDeliver allows failing, an event that cannot become a webhook, or
+// an order gate refusing it for longer than stuckAfter, dl.OrderStuck):
+// it stores dl, the attempt's letter, as the old engine does (deadletter.Writer:
+// the dead-letter stream's subject dlq.<subscription>.<subject>, the
+// event's data and reader headers, the Jsbridge-Dlq-* headers, and an
+// ordered attempt's chain headers), retrying in place with backoff while
+// the store fails, and only then settles: fanout.Park for an ordered
+// subscription with on_dead_letter: park or order-stuck (its stream set
+// aside), else
+// fanout.DeadLetter (an ordered stream's next event names the same
+// predecessor as this one did). The fan-out ending first (the partition
+// released) settles nothing: the next owner sends the event again, and
+// the dead-letter stream's duplicate window drops a second copy of a
+// letter that was stored.
+func (s *sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, c attempt.Call, dl deadletter.Letter, st attempt.Settlement) fanout.Settlement {
+	sub := snd.Subscription()
+	dl.Subscription, dl.Endpoint, dl.Msg = d.Subscription, snd.Endpoint(), eventMsg{ev: d.Event, attempt: dl.Attempt}
+	dl = dl.WithOrder(c.Order)
+	log := s.log.With(slog.String("subscription", d.Subscription), slog.String("event_id", c.ID),
+		slog.Uint64("seq", d.Event.Seq), slog.Int("attempt", dl.Attempt), slog.Int("status", dl.Status))
+	if !s.retry(ctx, log, "storing the dead letter failed; retrying in place (the event is not settled meanwhile)", func(ctx context.Context) error {
+		if s.letters == nil {
+			return nil
+		}
+		return s.letters.DeadLetter(ctx, dl)
+	}) || !s.skip(ctx, log, d, dl) {
+		st.Trace.Decide(attempt.OutcomeRetry, st.Class, dl.Reason+" (not settled: the partition was released first)")
+		return fanout.Settlement{Act: fanout.Retry, Delay: minRetry}
+	}
+	snd.Count(st.Outcome, st.Class, st.Response.Status)
+	if s.letters != nil && s.deadLettered != nil {
+		s.deadLettered.WithLabelValues(d.Subscription).Inc()
+	}
+	stored := "dead-lettered"
+	if s.letters == nil {
+		stored = "given up on (no dead-letter stream configured: not stored)"
+	}
+	if d.Ordered && (sub.OnDeadLetter == subscription.DeadLetterPark || dl.OrderStuck) {
+		log.Error("delivery failed for good, "+stored+"; its stream is parked for the subscription until `consumer dlq replay` or `consumer dlq skip`",
+			slog.String("outcome", st.Outcome), slog.String("reason", dl.Reason))
+		return fanout.Settlement{Act: fanout.Park}
+	}
+	log.Error("delivery failed for good, "+stored+"; its stream goes on", slog.String("outcome", st.Outcome), slog.String("reason", dl.Reason))
+	return fanout.Settlement{Act: fanout.DeadLetter}
+}
+
+// skip records an ordered dead letter's version in the positions
+// bucket as dead-lettered and not delivered (deadletter.RecordSkipped,
+// skipped.<sub>.<stream>, with the predecessor its attempt named), so
+// that whoever looks the stream's chain up later, on any replica, steps
+// over it (chain.Previous); a replay of the letter forgets it. Retried
+// in place like the letter; false when the fan-out ended first. An
+// event without a version chain (unordered, or no stream version) has
+// nothing to record.
+func (s *sender) skip(ctx context.Context, log *slog.Logger, d fanout.Delivery, dl deadletter.Letter) bool {
+	v, prev, ok := dl.Chain()
+	if !ok || s.skipped == nil {
+		return true
+	}
+	key := wire.StreamKey(d.Event.Subject)
+	return s.retry(ctx, log, "recording the dead-lettered version for its stream's version chain failed; retrying in place", func(ctx context.Context) error {
+		return deadletter.RecordSkipped(ctx, s.skipped, d.Subscription, key, v, prev)
+	})
+}
+
+// retry runs do until it succeeds, pausing with backoff after each
+// failure (logged with msg), and reports whether it did; false when ctx
+// (the fan-out's) ended first. Each try is bounded by storeTimeout and
+// outlives ctx: a write under way is not cut by a hand-over.
+func (s *sender) retry(ctx context.Context, log *slog.Logger, msg string, do func(context.Context) error) bool {
+	var pause backoff.Backoff
+	for {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		err := do(tctx)
+		cancel()
+		if err == nil {
+			return true
+		}
+		d := pause.Next()
+		log.Error(msg, slog.Any("error", err), slog.Duration("retry_in", d))
+		t := s.clock.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.Chan():
+		}
+	}
+}
+
+// storeTimeout bounds one write of a dead letter or a skipped version.
+const storeTimeout = 10 * time.Second
+
+// attempts counts, per (subscription, event), the attempts that spent
+// one of the subscription's MaxDeliver: the POSTs answered with a
+// retryable failure (attempt.ActRetry). fanout.Delivery.Attempt counts
+// every call of the Sender, also those that spent none (the breaker
+// open, throttled, disabled, refused by an order gate, cut or refused at
+// the lease fence), which would dead-letter an event after fewer POSTs
+// than MaxDeliver; the old engine counts POSTs only as well
+// (failedAttempts). Kept for the claim: a new owner starts an event's
+// count again (the position's retries entries will carry it). Safe for
+// concurrent use; the zero value is ready.
+type attempts struct {
+	mu sync.Mutex
+	n  map[spentKey]int
+	// since is when an order gate began refusing the event, its
+	// refusals continuous since (OrderStuck).
+	since map[spentKey]time.Time
+}
+
+type spentKey struct {
+	sub string
+	seq uint64
+}
+
+// next returns the number of the next attempt at sub's event seq, from 1.
+func (a *attempts) next(sub string, seq uint64) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n[spentKey{sub, seq}] + 1
+}
+
+// failed records attempt n at sub's event seq as spent.
+func (a *attempts) failed(sub string, seq uint64, n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n == nil {
+		a.n = map[spentKey]int{}
+	}
+	a.n[spentKey{sub, seq}] = n
+}
+
+// refused records that an order gate refused sub's event seq at now,
+// and returns since when it has refused it without another answer
+// between.
+func (a *attempts) refused(sub string, seq uint64, now time.Time) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := spentKey{sub, seq}
+	if since, ok := a.since[k]; ok {
+		return since
+	}
+	if a.since == nil {
+		a.since = map[spentKey]time.Time{}
+	}
+	a.since[k] = now
+	return now
+}
+
+// answered ends the order gate's refusals of sub's event seq: another
+// answer came between.
+func (a *attempts) answered(sub string, seq uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.since, spentKey{sub, seq})
+}
+
+// settled forgets sub's event seq.
+func (a *attempts) settled(sub string, seq uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.n, spentKey{sub, seq})
+	delete(a.since, spentKey{sub, seq})
+}
+
+// noHold is Gate's hold: an event of the shared read has nothing to keep
+// from redelivery.
+func noHold() func() { return func() {} }
 
 // eventID is the event's id: its Nats-Msg-Id, else its ce-id
 // (attempt.EventID, for a reader.Event).

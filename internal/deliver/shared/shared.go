@@ -11,17 +11,21 @@
 // partitions as the owner gains and releases them.
 //
 // The adapters of fanout's interfaces live here: the Sender makes each
-// attempt through internal/deliver/attempt behind the claim's lease fence;
-// the Chain looks a stream's predecessor up on the events stream
-// (jsapi.LastBefore, confirmed by the stream's leader); the cursors read
-// through fanout.Cursors.
+// attempt through internal/deliver/attempt behind the claim's lease
+// fence and the subscription's health and throttle, and stores an event
+// given up on in the dead-letter stream (Deps.DeadLetters) before it
+// settles it; the Chain looks a stream's predecessor up on the events
+// stream (deadletter.Predecessor: jsapi.LastBefore, confirmed by the
+// stream's leader, stepped over the dead-lettered versions recorded in
+// the positions bucket); the cursors read through fanout.Cursors. The
+// subscriptions' health (health.go) stops a disabled subscription on
+// every partition the replica owns.
 //
 // Not here yet (the design's stage 6 row says what is left): the Fleet's
-// wiring behind `engine: shared`, live subscription edits, dead letters
-// (a dead-lettered event is logged, not stored) and the chain's skipped
-// versions, the subscriptions' health (a 410 is retried, not disabled),
-// client certificates (Subscription.TLS), metrics of partitions owned
-// and hand-overs.
+// wiring behind `engine: shared`, live subscription edits, an open
+// breaker as a fanout.StateBreaker cursor (its events are retried every
+// open timeout, held), client certificates (Subscription.TLS), metrics
+// of partitions owned and hand-overs.
 package shared
 
 import (
@@ -40,13 +44,14 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
-	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -81,6 +86,17 @@ type Config struct {
 	Linger time.Duration
 	// UserAgent is every webhook's User-Agent. Default "jsbridge".
 	UserAgent string
+	// OrderStuckAfter bounds how long a receiver's order gate may refuse
+	// the head of an ordered subscription's stream (409 gap or
+	// in-progress, without another answer between) before it is
+	// dead-lettered and its stream parked, whatever OnDeadLetter says
+	// (attempt.OrderStuck). Default attempt.DefaultOrderStuckAfter (5
+	// minutes); negative: never.
+	OrderStuckAfter time.Duration
+	// Health is the automatic disabling (the failure streak rule) and its
+	// operational webhook, for the health.State the replica makes when
+	// Deps.Health is nil; zero fields take health.Config's defaults.
+	Health health.Config
 	// Clock drives the leases, the commits' linger and the retry pauses.
 	// Default the real one.
 	Clock clockwork.Clock
@@ -92,8 +108,9 @@ type Config struct {
 type Deps struct {
 	// JetStream is the replica's connection. Required.
 	JetStream jetstream.JetStream
-	// Subscriptions are the subscriptions delivered (validated here,
-	// their defaults applied). At least one.
+	// Subscriptions are the subscriptions delivered from the start
+	// (validated here, their defaults applied); Put, Pause and Remove
+	// change the set while the replica runs. May be empty.
 	Subscriptions []subscription.Subscription
 	// Client sends the webhooks (nil: http.DefaultClient's settings),
 	// as subscription.Client makes it for each subscription: no
@@ -106,6 +123,32 @@ type Deps struct {
 	// Deliveries is jsbridge_consumer_deliveries_total (subscription,
 	// outcome, status_class). Default an unregistered counter.
 	Deliveries *prometheus.CounterVec
+	// DeadLetters stores the events given up on (a *deadletter.DLQ,
+	// provisioned), as the old engine does: an event is settled only
+	// once its letter is stored; while the store fails it is retried in
+	// place. Default nil: a dead-lettered event is logged at error level,
+	// not stored, and settled.
+	DeadLetters deadletter.Writer
+	// Health is the subscriptions' disabled state and failure streaks,
+	// fed by every attempt (a 410 Gone or the failure streak rule
+	// disables a subscription in the health bucket, and the replica that
+	// does announces it), followed by the replica: a disabled
+	// subscription stops on every partition it owns (health.go). Given,
+	// the caller runs it (Load before Start, Run while the replica runs,
+	// as the old engine's Fleet does). Default nil: the replica makes one
+	// of Config.Health on its JetStream (its gauge
+	// jsbridge_consumer_endpoint_disabled on Registerer; the breakers'
+	// states not shared through the bucket), reads it at Start (at most
+	// 5 s) and runs it until Stop.
+	Health *health.State
+	// DeadLettered is jsbridge_consumer_dead_letters_total
+	// (subscription), counted for each letter stored. Default nil: not
+	// counted.
+	DeadLettered *prometheus.CounterVec
+	// Registerer, when set, gets the replica's own metrics (metrics.go:
+	// partitions owned, hand-overs, position commits, cursors by
+	// state). Default nil: none registered.
+	Registerer prometheus.Registerer
 }
 
 // Replica is one consumer replica of the shared engine. Make one with
@@ -115,15 +158,27 @@ type Replica struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	members *fanout.Members
-	senders map[string]*attempt.Sender
+	senders *senderSet
+	subs    subs // the subscription set and how to make a sender (edit.go)
+	metrics *metrics
 	chain   *chain
 	cursors *fanout.Cursors
 	rcfg    reader.Config
+	letters deadletter.Writer
+	dead    *prometheus.CounterVec
+	// health is Deps.Health, or the replica's own (ownHealth) that it
+	// loads and runs.
+	health    *health.State
+	ownHealth bool
+	bg        sync.WaitGroup // the health's goroutines
 
 	own     *owner.Owner
 	epochs  owner.Epochs
 	poskv   jetstream.KeyValue
 	created time.Time
+	// requests are the operator's requests on parked streams
+	// (requests.go), watched from Start on.
+	requests *fanout.Requests
 
 	loop   *loop
 	claims sync.WaitGroup // one per claim being served
@@ -158,19 +213,32 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 	if deps.JetStream == nil {
 		return nil, fmt.Errorf("%w: Deps.JetStream is nil", ErrInvalidConfig)
 	}
-	if len(deps.Subscriptions) == 0 {
-		return nil, fmt.Errorf("%w: Deps.Subscriptions is empty", ErrInvalidConfig)
-	}
 	cfg = withDefaults(cfg)
 	if cfg.Partitions < 1 || cfg.Partitions > owner.MaxPartitions {
 		return nil, fmt.Errorf("%w: Partitions %d: want 1 to %d", ErrInvalidConfig, cfg.Partitions, owner.MaxPartitions)
 	}
 	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: fanout.NewMembers(),
-		senders: map[string]*attempt.Sender{}, parts: map[int]served{}}
+		senders: &senderSet{m: map[string]*attempt.Sender{}}, parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
 	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
 		Name: "jsbridge_reader_" + cfg.Replica, Logger: cfg.Logger}
+	if r.health = deps.Health; r.health == nil {
+		names := make([]string, len(deps.Subscriptions))
+		for i, s := range deps.Subscriptions {
+			names[i] = s.Name
+		}
+		h, err := health.New(cfg.Health, health.Deps{JetStream: deps.JetStream, Clock: cfg.Clock, Logger: cfg.Logger,
+			Replica: cfg.Replica, Replicas: cfg.Replicas, Registerer: deps.Registerer, HTTPClient: egress.NoRedirects(deps.Client)}, names)
+		if err != nil {
+			return nil, fmt.Errorf("%w: Config.Health: %w", ErrInvalidConfig, err)
+		}
+		r.health, r.ownHealth = h, true
+	}
 	if err := r.subscribe(deps); err != nil {
 		return nil, err
+	}
+	var err error
+	if r.metrics, err = newMetrics(deps.Registerer, r); err != nil {
+		return nil, fmt.Errorf("shared: %w", err)
 	}
 	r.chain = &chain{js: deps.JetStream, stream: cfg.Stream, members: r.members}
 	r.cursors = fanout.NewCursors(deps.JetStream, r.rcfg)
@@ -196,6 +264,12 @@ func withDefaults(cfg Config) Config {
 	if cfg.PositionsBucket == "" {
 		cfg.PositionsBucket = position.DefaultBucket
 	}
+	switch {
+	case cfg.OrderStuckAfter == 0:
+		cfg.OrderStuckAfter = attempt.DefaultOrderStuckAfter
+	case cfg.OrderStuckAfter < 0:
+		cfg.OrderStuckAfter = 0 // attempt.OrderStuck: never
+	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "jsbridge"
 	}
@@ -208,8 +282,8 @@ func withDefaults(cfg Config) Config {
 	return cfg
 }
 
-// subscribe validates the subscriptions and makes each one's Member and
-// attempt.Sender.
+// subscribe keeps what makes a subscription's attempt.Sender (edit.go)
+// and puts deps.Subscriptions.
 func (r *Replica) subscribe(deps Deps) error {
 	if deps.Breakers == nil {
 		set, err := breaker.NewSet(breaker.Settings{}, r.log, nil)
@@ -223,34 +297,20 @@ func (r *Replica) subscribe(deps Deps) error {
 			Help: "Webhook delivery attempts by subscription, outcome and status class."},
 			[]string{"subscription", "outcome", "status_class"})
 	}
-	open := egress.NoRedirects(deps.Client)
-	var guarded *http.Client
+	r.subs = subs{open: egress.NoRedirects(deps.Client), breakers: deps.Breakers, deliveries: deps.Deliveries,
+		given: map[string]subscription.Subscription{}, paused: map[string]bool{}, fans: map[*fanout.Partition]int{},
+		records: map[*fanout.Partition]flusher{},
+		created: map[string]time.Time{}, after: map[string]uint64{}}
 	for _, s := range deps.Subscriptions {
 		if err := s.Validate(); err != nil {
 			return fmt.Errorf("shared: %w", err)
 		}
-		s = s.WithDefaults()
-		if _, dup := r.senders[s.Name]; dup {
+		if _, dup := r.subs.given[s.Name]; dup {
 			return fmt.Errorf("%w: subscription %q: Name: used by two subscriptions", subscription.ErrInvalidSubscription, s.Name)
 		}
-		signer, err := webhook.NewSigner(s.Scheme, s.Secrets...)
-		if err != nil {
-			return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
+		if err := r.Put(s); err != nil {
+			return err
 		}
-		client, err := subscription.Client(open, &guarded, s)
-		if err != nil {
-			return fmt.Errorf("shared: %w", err)
-		}
-		snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: r.cfg.UserAgent},
-			attempt.Deps{Breaker: deps.Breakers.Breaker(s.URL), Clock: r.cfg.Clock, Logger: r.log,
-				Metrics: attempt.Metrics{Deliveries: deps.Deliveries}})
-		if err != nil {
-			return fmt.Errorf("shared: %w", err)
-		}
-		if err := r.members.Put(fanout.MemberOf(s)); err != nil {
-			return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
-		}
-		r.senders[s.Name] = snd
 	}
 	return nil
 }
@@ -265,10 +325,12 @@ func (r *Replica) Start(ctx context.Context) error {
 		return fmt.Errorf("shared: events stream %s: %w", r.cfg.Stream, err)
 	}
 	r.created = info.CachedInfo().Created
+	r.startNew(info.CachedInfo().State.LastSeq)
 	if r.poskv, err = position.Bucket(ctx, r.js, r.cfg.PositionsBucket, r.cfg.Replicas); err != nil {
 		return fmt.Errorf("shared: %w", err)
 	}
 	r.epochs = owner.Epochs{KV: r.poskv}
+	r.chain.skipped = r.poskv
 	r.own, err = owner.New(owner.Config{Replica: r.cfg.Replica, Partitions: r.cfg.Partitions, Bucket: r.cfg.LeaseBucket,
 		LeaseTTL: r.cfg.LeaseTTL, Replicas: r.cfg.Replicas, Clock: r.cfg.Clock, Logger: r.log},
 		owner.Deps{JetStream: r.js, Epochs: r.epochs}, owner.Callbacks{Gained: r.gained})
@@ -277,11 +339,26 @@ func (r *Replica) Start(ctx context.Context) error {
 	}
 	lctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
+	if r.ownHealth {
+		hctx, hcancel := context.WithTimeout(ctx, healthLoadTimeout)
+		r.health.Load(hctx) // a disabled subscription starts disabled
+		hcancel()
+		r.bg.Go(func() { r.health.Run(lctx) })
+	}
+	r.bg.Go(func() { r.watchHealth(lctx) })
+	r.subs.mu.Lock() // edits poke the loop
 	r.loop = newLoop(r.js, r.rcfg, r.log, func() int { return len(r.own.Owned()) })
+	r.subs.mu.Unlock()
 	go r.loop.run(lctx)
-	if err := r.own.Start(ctx); err != nil {
+	err = r.watchRequests(ctx)
+	if err == nil {
+		err = r.own.Start(ctx)
+	}
+	if err != nil {
+		r.stopRequests()
 		cancel()
 		<-r.loop.done
+		r.bg.Wait()
 		return fmt.Errorf("shared: %w", err)
 	}
 	return nil
@@ -299,6 +376,11 @@ func (r *Replica) Stop() {
 	r.claims.Wait()
 	r.cancel()
 	<-r.loop.done
+	r.stopRequests()
+	r.bg.Wait()
+	if r.ownHealth {
+		r.health.Wait() // the announcements under way
+	}
 }
 
 // Owned returns the partitions this replica holds and is not releasing,

@@ -151,6 +151,8 @@ type world struct {
 	rc   *receiver
 	subs []subscription.Subscription
 	next int // events published
+	// opts, when set, edits each replica's Config and Deps before New.
+	opts func(*shared.Config, *shared.Deps)
 }
 
 func newWorld(t *testing.T) *world {
@@ -171,7 +173,7 @@ func newWorld(t *testing.T) *world {
 	}{{"ordered", subscription.OrderingStream}, {"unordered", subscription.OrderingNone}} {
 		w.subs = append(w.subs, subscription.Subscription{Name: s.name, FilterSubjects: []string{"events.>"},
 			URL: w.rc.srv.URL + "/" + s.name, Secrets: []string{secret}, Body: subscription.BodyBinary,
-			Ordering: s.ordering, AllowPrivate: true})
+			Ordering: s.ordering, AllowPrivate: true, Start: subscription.Start{Policy: subscription.StartAll}})
 	}
 	return w
 }
@@ -220,8 +222,11 @@ func (w *world) replicaConn(t *testing.T, id string) (*shared.Replica, *nats.Con
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})).With("replica", id)
 	}
-	r, err := shared.New(shared.Config{Replica: id, LeaseTTL: 2 * time.Second, Logger: log},
-		shared.Deps{JetStream: js, Subscriptions: w.subs})
+	cfg, deps := shared.Config{Replica: id, LeaseTTL: 2 * time.Second, Logger: log}, shared.Deps{JetStream: js, Subscriptions: w.subs}
+	if w.opts != nil {
+		w.opts(&cfg, &deps)
+	}
+	r, err := shared.New(cfg, deps)
 	require.NoError(t, err)
 	require.NoError(t, r.Start(t.Context()))
 	t.Cleanup(r.Stop)

@@ -1,4 +1,4 @@
-package deliver
+package attempt_test
 
 import (
 	"net/http"
@@ -27,7 +27,7 @@ func TestOrderStuckAfterTheBound(t *testing.T) {
 		{"no bound", time.Hour, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dl, stuck := orderStuck(since, since.Add(tc.after), tc.stuckAfter, resp, "42", 3)
+			dl, stuck := attempt.OrderStuck(since, since.Add(tc.after), tc.stuckAfter, resp, "42", 3)
 			require.Equal(t, tc.want, stuck)
 			if !stuck {
 				return

@@ -1,10 +1,9 @@
-package deliver
+package attempt
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 )
 
@@ -15,21 +14,30 @@ import (
 // AckWait, handed over). When it is not (the receiver lost its order
 // state, a version was removed from the events stream, a dead letter was
 // skipped on the sender but not on the receiver), nothing on either side
-// resolves it, and the stream waited for ever, unseen. After
-// Config.OrderStuckAfter of continuous refusals the head is dead-lettered
-// with the gate's answer as its reason, and its stream parked whatever the
-// subscription's OnDeadLetter: `consumer status` lists it as order-stuck,
+// resolves it, and the stream waited for ever, unseen. After the
+// consumer's OrderStuckAfter of continuous refusals the head is
+// dead-lettered with the gate's answer as its reason, and its stream
+// parked whatever the subscription's OnDeadLetter: `consumer status` lists it as order-stuck,
 // jsbridge_consumer_streams_order_stuck counts it, the
 // JsbridgeStreamsOrderStuck alert fires, and the operator's way out is
 // the parked stream's: `consumer dlq replay` (the head is sent again,
 // then the held events, once the receiver can take it) or `consumer dlq
-// skip` (the held events go on without it).
+// skip` (the held events go on without it). Both engines' ordered
+// senders decide it with OrderStuck.
 
-// orderStuck reports whether a head refused by the receiver's order gate
-// since since (resp the latest refusal, attempt its attempt number) has
+// DefaultOrderStuckAfter is the default bound of an order gate's
+// continuous refusals of a stream's head (the consumer's
+// OrderStuckAfter): long enough for a receiver's gate to see a
+// predecessor that is being retried, redelivered or handed over, short
+// enough that an operator hears of a stream that will not move by
+// itself.
+const DefaultOrderStuckAfter = 5 * time.Minute
+
+// OrderStuck reports whether a head refused by the receiver's order gate
+// since since (resp the latest refusal, n its attempt number) has
 // been refused for stuckAfter or longer at now, and if so the dead letter
 // that parks its stream. stuckAfter 0 never gives up.
-func orderStuck(since, now time.Time, stuckAfter time.Duration, resp attempt.Response, eventID string, n int) (deadletter.Letter, bool) {
+func OrderStuck(since, now time.Time, stuckAfter time.Duration, resp Response, eventID string, n int) (deadletter.Letter, bool) {
 	if stuckAfter <= 0 || now.Sub(since) < stuckAfter {
 		return deadletter.Letter{}, false
 	}

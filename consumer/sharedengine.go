@@ -1,0 +1,203 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// Errors of the shared engine's start-up (Config.Engine EngineShared);
+// Provision (and Start) wrap them and do not wait for them to go away.
+var (
+	// ErrNoAllowDirect is wrapped when Config.Stream does not allow
+	// direct gets, which the shared engine's cursors read with: turn it
+	// on with `consumer migrate` or `nats stream edit EVENTS
+	// --allow-direct`.
+	ErrNoAllowDirect = errors.New("the events stream does not allow direct gets (AllowDirect)")
+	// ErrNotMigrated is wrapped when the durables engine's layout is on
+	// the server (a subscription's durable consumer on Config.Stream, or
+	// the partitioned copy) and the positions bucket does not say it was
+	// moved (its "migrated" key): run `consumer migrate` with every
+	// replica of the durables engine stopped.
+	ErrNotMigrated = errors.New("the durables engine's layout is not migrated to the shared engine")
+)
+
+// sharedEngine is the shared engine (internal/deliver/shared) as the
+// Consumer runs it: one shared.Replica.
+type sharedEngine struct {
+	r      *shared.Replica
+	js     jetstream.JetStream
+	stream string
+	log    *slog.Logger
+	// loaded, when not nil, is closed once the subscriptions bucket's
+	// subscriptions were applied (Loaded): Run starts the replica only
+	// then, since a partition taken with a subscription missing from
+	// the member index passes its events over.
+	loaded   chan struct{}
+	loadOnce sync.Once
+	// replayed counts the dead letters Replay delivered (sharedreplay.go).
+	replayed *prometheus.CounterVec
+}
+
+// newSharedEngine makes the replica of cfg delivering subs (none when
+// the subscriptions come from the bucket: watch puts them), storing its
+// dead letters in letters (the Consumer's, provisioned by Provision).
+func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, letters *deadletter.DLQ, subs []subscription.Subscription) (*sharedEngine, error) {
+	deliveries, err := deliver.DeliveriesCounter(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	dead, err := deliver.DeadLettersCounter(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	replayed, err := deliver.ReplayedCounter(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	r, err := shared.New(shared.Config{Replica: cfg.ReplicaID, Partitions: ecfg.Partitions, Stream: cfg.Stream,
+		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Health: ecfg.Health, Logger: cfg.Logger},
+		shared.Deps{JetStream: js, Subscriptions: subs, Client: cfg.HTTPClient, Breakers: ecfg.Breakers,
+			Deliveries: deliveries, DeadLetters: letters, DeadLettered: dead, Registerer: cfg.Registerer})
+	if err != nil {
+		return nil, err
+	}
+	return &sharedEngine{r: r, js: js, stream: cfg.Stream, log: cfg.Logger, replayed: replayed}, nil
+}
+
+// Provision waits for the events stream, as the durables engine does
+// (an error wrapping JetStream's, retried by the caller), then refuses
+// at once what waiting cannot fix: the stream without AllowDirect
+// (ErrNoAllowDirect), the durables engine's layout there and not
+// migrated (ErrNotMigrated).
+func (e *sharedEngine) Provision(ctx context.Context) error {
+	s, err := e.js.Stream(ctx, e.stream)
+	if err != nil {
+		return fmt.Errorf("consumer: JetStream stream %q: %w", e.stream, err)
+	}
+	if !s.CachedInfo().Config.AllowDirect {
+		return fmt.Errorf("consumer: engine %s: stream %s: %w: run `consumer migrate`, or `nats stream edit %s --allow-direct`",
+			EngineShared, e.stream, ErrNoAllowDirect, e.stream)
+	}
+	old, err := e.oldLayout(ctx)
+	if err != nil || old == "" {
+		return err
+	}
+	switch migrated, err := e.migrated(ctx); {
+	case err != nil:
+		return err
+	case !migrated:
+		return fmt.Errorf("consumer: engine %s: %s, and the %s bucket has no %q key: %w: stop every replica of the durables engine and run `consumer migrate` (docs/operations.md, \"Moving to shared readers\")",
+			EngineShared, old, position.DefaultBucket, migrate.DoneKey, ErrNotMigrated)
+	}
+	return nil
+}
+
+// oldLayout names what of the durables engine's layout is on the
+// server ("" when nothing): the partitioned copy, or the subscriptions
+// migrate.Discover finds (their durable consumers).
+func (e *sharedEngine) oldLayout(ctx context.Context) (string, error) {
+	copyName := wire.OrderedStream(e.stream)
+	switch _, err := e.js.Stream(ctx, copyName); {
+	case err == nil:
+		return fmt.Sprintf("the partitioned copy %s exists", copyName), nil
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return "", fmt.Errorf("consumer: JetStream stream %q: %w", copyName, err)
+	}
+	subs, err := migrate.Discover(ctx, e.js, e.stream)
+	if err != nil {
+		return "", fmt.Errorf("consumer: %w", err)
+	}
+	if len(subs) > 0 {
+		return fmt.Sprintf("the durable consumer %q of %s exists (%d subscriptions of the durables engine)", subs[0].Name, e.stream, len(subs)), nil
+	}
+	return "", nil
+}
+
+// migrated reports whether the positions bucket holds migrate.DoneKey.
+func (e *sharedEngine) migrated(ctx context.Context) (bool, error) {
+	kv, err := e.js.KeyValue(ctx, position.DefaultBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("consumer: positions bucket %s: %w", position.DefaultBucket, err)
+	}
+	switch _, err := kv.Get(ctx, migrate.DoneKey); {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("consumer: positions bucket %s: %w", position.DefaultBucket, err)
+	}
+	return true, nil
+}
+
+// Run starts the replica (again with backoff while what it opens fails:
+// the buckets, the owner), delivers until ctx ends, then stops it
+// gracefully: every partition released with its record committed and
+// its lease deleted, so another replica takes over at once.
+func (e *sharedEngine) Run(ctx context.Context) error {
+	if e.loaded != nil {
+		select {
+		case <-e.loaded:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	var pause backoff.Backoff
+	for {
+		err := e.r.Start(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		d := pause.Next()
+		e.log.Warn("starting the shared engine failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(d):
+		}
+	}
+	<-ctx.Done()
+	e.r.Stop()
+	return nil
+}
+
+// Put, Pause, Remove and Names are the subscriptions bucket's changes
+// (watch), applied to the replica.
+func (e *sharedEngine) Put(s subscription.Subscription, created time.Time) error {
+	return e.r.PutAt(s, created, false)
+}
+func (e *sharedEngine) Remove(ctx context.Context, name string) error { return e.r.Remove(ctx, name) }
+func (e *sharedEngine) Names() []string                               { return e.r.Names() }
+
+func (e *sharedEngine) Pause(s subscription.Subscription, created time.Time) {
+	if err := e.r.PutAt(s, created, true); err != nil {
+		e.log.Error("paused subscription cannot be kept: nothing runs for it", slog.String("subscription", s.Name), slog.Any("error", err))
+	}
+}
+
+// Loaded ends Run's wait for the bucket's subscriptions.
+func (e *sharedEngine) Loaded() {
+	if e.loaded != nil {
+		e.loadOnce.Do(func() { close(e.loaded) })
+	}
+}

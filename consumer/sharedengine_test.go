@@ -1,0 +1,258 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/consumer"
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/webhook"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// orderReceiver is a real endpoint verifying every request's signature
+// and recording, per path (one per subscription), the event ids
+// received and, per stream, the versions in the order they came.
+type orderReceiver struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	ids      map[string]map[string]bool
+	versions map[string]map[string][]int64 // path → stream → versions received
+	bad      int
+}
+
+func newOrderReceiver(t *testing.T) *orderReceiver {
+	t.Helper()
+	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{secret})
+	require.NoError(t, err)
+	rc := &orderReceiver{ids: map[string]map[string]bool{}, versions: map[string]map[string][]int64{}}
+	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		if err := v.Verify(r.Header, body); err != nil {
+			rc.bad++
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		path := r.URL.Path
+		if rc.ids[path] == nil {
+			rc.ids[path], rc.versions[path] = map[string]bool{}, map[string][]int64{}
+		}
+		id := r.Header.Get(wire.HeaderIdempotencyKey)
+		if !rc.ids[path][id] {
+			rc.ids[path][id] = true
+			stream, _ := wire.DecodeHeaderValue(r.Header.Get(wire.HeaderSubject))
+			ver, _ := strconv.ParseInt(r.Header.Get(wire.HeaderStreamVersion), 10, 64)
+			rc.versions[path][stream] = append(rc.versions[path][stream], ver)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(rc.srv.Close)
+	return rc
+}
+
+func (rc *orderReceiver) received(path string) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.ids[path])
+}
+
+// inOrder reports the streams of path whose versions came out of order.
+func (rc *orderReceiver) inOrder(path string) []string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var bad []string
+	for stream, vs := range rc.versions[path] {
+		for i := 1; i < len(vs); i++ {
+			if vs[i] != vs[i-1]+1 {
+				bad = append(bad, fmt.Sprintf("%s: %v", stream, vs))
+				break
+			}
+		}
+	}
+	return bad
+}
+
+// eventsWithDirect creates the events stream with AllowDirect, as
+// forward.Provision does.
+func (b bundle) eventsWithDirect(t *testing.T) {
+	t.Helper()
+	_, err := b.js.CreateStream(b.ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream,
+		Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, AllowDirect: true})
+	require.NoError(t, err)
+}
+
+// publishN publishes n events as the bridge does (forward.Message),
+// round robin over streams streams, from event id first.
+func (b bundle) publishN(t *testing.T, first, n, streams int) {
+	t.Helper()
+	for k := first; k < first+n; k++ {
+		e := event.Event{ID: int64(k + 1), Stream: fmt.Sprintf("order-%d", k%streams), Version: int64(k / streams),
+			Name: "Placed", Data: []byte(`{}`), Created: time.Now()}
+		_, err := b.js.PublishMsg(b.ctx, forward.Message(e, forward.Config{}))
+		require.NoError(t, err)
+	}
+}
+
+func sharedSub(name, url string, ordering consumer.Ordering) consumer.Subscription {
+	s := sub(name, url+"/"+name)
+	s.Ordering, s.Body = ordering, consumer.BodyBinary
+	return s
+}
+
+// A Consumer with Engine "shared" delivers an ordered and an unordered
+// subscription through the shared engine: every event to each, signed,
+// the ordered one each stream in version order; its metrics are on the
+// Consumer's Registerer.
+func TestSharedEngineDeliversOrderedAndUnordered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.eventsWithDirect(t)
+	rc := newOrderReceiver(t)
+	reg := prometheus.NewRegistry()
+	c, err := consumer.New(b.js, consumer.Config{Engine: consumer.EngineShared, Registerer: reg, Partitions: 4,
+		LeaseTTL: 2 * time.Second, ReplicaID: "replica-a",
+		Subscriptions: []consumer.Subscription{sharedSub("ordered", rc.srv.URL, consumer.OrderingStream),
+			sharedSub("unordered", rc.srv.URL, consumer.OrderingNone)}})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(b.ctx))
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	require.Eventually(t, func() bool { return c.Ready(b.ctx) == nil }, 10*time.Second, 10*time.Millisecond)
+
+	const n = 200
+	b.publishN(t, 0, n, 10)
+	require.Eventually(t, func() bool { return rc.received("/ordered") == n && rc.received("/unordered") == n },
+		30*time.Second, 10*time.Millisecond, "every event to each subscription")
+	require.Empty(t, rc.inOrder("/ordered"), "the ordered subscription's streams in version order")
+	require.Zero(t, rc.bad, "requests whose signature did not verify")
+
+	require.Equal(t, 4.0, gauge(t, reg, "jsbridge_consumer_shared_partitions_owned"), "one replica owns every partition")
+	// Counted once the POST returned, after the receiver recorded it.
+	require.Eventually(t, func() bool {
+		return counter(t, reg, "jsbridge_consumer_deliveries_total", "subscription", "ordered", "outcome", "ack") == n
+	}, 5*time.Second, 10*time.Millisecond, "every ordered delivery counted")
+	require.Equal(t, 4.0, counter(t, reg, "jsbridge_consumer_shared_handovers_total", "direction", "gained", "cause", "claimed"))
+	require.Positive(t, counter(t, reg, "jsbridge_consumer_position_commits_total", "key", "record", "result", "ok"))
+
+	require.NoError(t, c.Stop(b.ctx))
+	require.Equal(t, 4.0, counter(t, reg, "jsbridge_consumer_shared_handovers_total", "direction", "released", "cause", "stopping"),
+		"a graceful stop releases every partition")
+}
+
+// gauge returns the value of gauge name's one series on reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			require.Len(t, mf.GetMetric(), 1, name)
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("%s is not registered", name)
+	return 0
+}
+
+// counter returns the value of the series of metric name with labels
+// (pairs of name and value), 0 when there is none.
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// The shared engine refuses at once, naming the fix, an events stream
+// without AllowDirect and the durables engine's layout not migrated;
+// once migrated (the positions bucket's "migrated" key) it provisions.
+func TestSharedEngineProvisionRefusals(t *testing.T) {
+	t.Parallel()
+	rc := newOrderReceiver(t)
+	shared := func(t *testing.T, js jetstream.JetStream) *consumer.Consumer {
+		c, err := consumer.New(js, consumer.Config{Engine: consumer.EngineShared,
+			Subscriptions: []consumer.Subscription{sharedSub("orders", rc.srv.URL, consumer.OrderingNone)}})
+		require.NoError(t, err)
+		return c
+	}
+
+	t.Run("no AllowDirect", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.createEvents(t) // without AllowDirect
+		err := shared(t, b.js).Provision(b.ctx)
+		require.ErrorIs(t, err, consumer.ErrNoAllowDirect)
+		require.ErrorContains(t, err, "consumer migrate")
+		require.ErrorContains(t, err, "nats stream edit EVENTS --allow-direct")
+		require.NoError(t, b.ctx.Err(), "refused at once, not waited for")
+	})
+
+	t.Run("durables not migrated", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.eventsWithDirect(t)
+		// The durables engine ran here: its durable consumer is on EVENTS.
+		old, err := consumer.New(b.js, consumer.Config{Subscriptions: []consumer.Subscription{sharedSub("orders", rc.srv.URL, consumer.OrderingNone)}})
+		require.NoError(t, err)
+		require.NoError(t, old.Provision(b.ctx))
+
+		err = shared(t, b.js).Provision(b.ctx)
+		require.ErrorIs(t, err, consumer.ErrNotMigrated)
+		require.ErrorContains(t, err, "run `consumer migrate`")
+		require.ErrorContains(t, err, `"orders"`)
+
+		kv, err := position.Bucket(b.ctx, b.js, "", 1)
+		require.NoError(t, err)
+		_, err = kv.PutString(b.ctx, migrate.DoneKey, "fingerprint")
+		require.NoError(t, err)
+		require.NoError(t, shared(t, b.js).Provision(b.ctx), "migrated: the old layout is left for --cleanup")
+	})
+}
+
+// Engine takes durables (the default) and shared, nothing else.
+func TestEngineConfig(t *testing.T) {
+	t.Parallel()
+	good := sub("orders", "http://127.0.0.1:1/hook")
+	c, err := consumer.New(stubJS{}, consumer.Config{Subscriptions: []consumer.Subscription{good}})
+	require.NoError(t, err)
+	require.Equal(t, consumer.EngineDurables, c.Config().Engine, "the default")
+	_, err = consumer.New(stubJS{}, consumer.Config{Subscriptions: []consumer.Subscription{good}, Engine: consumer.EngineShared})
+	require.NoError(t, err)
+	_, err = consumer.New(stubJS{}, consumer.Config{Subscriptions: []consumer.Subscription{good}, Engine: "orbit"})
+	require.ErrorIs(t, err, consumer.ErrInvalidConfig)
+	require.ErrorContains(t, err, `Engine "orbit": want "durables" (the default) or "shared"`)
+}

@@ -1,0 +1,155 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared"
+	"github.com/jsbridge/jsbridge/wire"
+)
+
+// Dead-letter replay and skip under the shared engine
+// (docs/design/next-engine.md section 3): a letter is POSTed as the
+// durables engine POSTs it (attempt.Sender.Direct: outside the breaker,
+// Idempotency-Key = event id, the chain's headers from the letter), and
+// removed on success. A parked stream (an aside of a partition record in
+// the positions bucket) is let go by an operator's request
+// (fanout.RequestUnpark) that the owner of its partition applies: the
+// stream's later events are read again from the head's successor, the
+// first naming as predecessor the head's version after a replay, the
+// head's own predecessor after a skip. Nothing here writes a partition
+// record: only its owner does.
+
+// Ops of the requests, for the owner's logs.
+const (
+	opReplay = "replay"
+	opSkip   = "skip"
+)
+
+// Replay POSTs each letter once more to its subscription's endpoint and
+// removes it when answered 2xx; a letter that was the head of a parked
+// stream then has its stream unparked. See the comment above.
+func (e *sharedEngine) Replay(ctx context.Context, q *deadletter.DLQ, letters []deadletter.Stored) []deliver.ReplayResult {
+	out := make([]deliver.ReplayResult, len(letters))
+	kv, err := shared.PositionsBucket(ctx, e.js, "")
+	for i, dl := range letters {
+		if err != nil {
+			out[i] = deliver.ReplayResult{Letter: dl, Err: fmt.Errorf("dead letter %d: %w", dl.Seq, err)}
+			continue
+		}
+		out[i] = e.replay(ctx, kv, q, dl)
+	}
+	return out
+}
+
+// replay is Replay of one letter; kv is the positions bucket (nil: none).
+func (e *sharedEngine) replay(ctx context.Context, kv jetstream.KeyValue, q *deadletter.DLQ, dl deadletter.Stored) deliver.ReplayResult {
+	res := deliver.ReplayResult{Letter: dl}
+	snd := e.r.Sender(dl.Subscription)
+	if snd == nil {
+		res.Err = fmt.Errorf("dead letter %d: %w: %q", dl.Seq, deliver.ErrUnknownSubscription, dl.Subscription)
+		return res
+	}
+	log := snd.Logger().With(slog.String("event_id", dl.EventID), slog.Uint64("dlq_seq", dl.Seq))
+	stream := wire.StreamKey(dl.Subject)
+	order := deliver.ReplayOrder(dl)
+	parked := false
+	if order != nil {
+		var err error
+		if parked, err = shared.ParkedHead(ctx, kv, dl.Subscription, stream, dl.StreamSeq); err != nil {
+			res.Err = fmt.Errorf("dead letter %d: %w", dl.Seq, err)
+			return res
+		}
+	}
+	resp, err := snd.Direct(ctx, dl.EventID, dl.Header, dl.Data, order)
+	if err != nil {
+		res.Err = fmt.Errorf("dead letter %d: %w", dl.Seq, err)
+		return res
+	}
+	res.Status = resp.Status
+	if resp.Verdict() != attempt.VerdictAck {
+		res.Err = fmt.Errorf("dead letter %d: replay to %s: %s", dl.Seq, snd.Endpoint(), resp.Reason())
+		log.Warn("replay failed; the dead letter stays", slog.Int("status", resp.Status), slog.String("reason", resp.Reason()))
+		return res
+	}
+	if order != nil && kv != nil {
+		// Delivered after all: the stream's chain no longer steps over
+		// it (the sender recorded it as skipped in the positions bucket).
+		if err := deadletter.ForgetSkipped(ctx, kv, dl.Subscription, stream, order.Version); err != nil {
+			res.Err = fmt.Errorf("dead letter %d delivered, but its stream's version chain still skips it; it stays (replay it again: the receiver answers it is a duplicate): %w", dl.Seq, err)
+			return res
+		}
+	}
+	if parked {
+		// The request before the delete: a letter left behind is
+		// replayed again (a duplicate the receiver drops), a stream left
+		// parked without its letter would need the bucket edited.
+		err := fanout.RequestUnpark(ctx, kv, dl.Subscription, stream, fanout.Unpark{Head: dl.StreamSeq, Previous: order.Version, Op: opReplay})
+		if err != nil {
+			res.Err = fmt.Errorf("dead letter %d delivered, but its stream is still parked; it stays (replay it again): %w", dl.Seq, err)
+			return res
+		}
+		log.Info("unpark requested: the partition's owner reads the stream's held events again", slog.String("stream", stream))
+	}
+	if err := q.Delete(ctx, dl.Seq); err != nil {
+		res.Err = fmt.Errorf("dead letter %d delivered but not removed: %w", dl.Seq, err)
+		return res
+	}
+	res.Delivered = true
+	e.replayed.WithLabelValues(dl.Subscription).Inc()
+	log.Info("dead letter replayed", slog.Int("status", resp.Status))
+	return res
+}
+
+// skipShared drops dl, the dead-lettered head of a stream the shared
+// engine parked: it asks the owner to let the stream go on, its next
+// event naming the head's own predecessor (the letter's chain header),
+// and deletes dl; nothing is POSTed. ErrNotParked (wrapped) when no
+// partition record holds dl's stream parked with dl as its head.
+func skipShared(ctx context.Context, js jetstream.JetStream, q *deadletter.DLQ, dl deadletter.Stored) error {
+	kv, err := shared.PositionsBucket(ctx, js, "")
+	if err != nil {
+		return err
+	}
+	stream := wire.StreamKey(dl.Subject)
+	parked, err := shared.ParkedHead(ctx, kv, dl.Subscription, stream, dl.StreamSeq)
+	if err != nil {
+		return err
+	}
+	if !parked {
+		return fmt.Errorf("dead letter %d: %w", dl.Seq, ErrNotParked)
+	}
+	prev, err := wire.ParsePreviousVersion(dl.PreviousVersion)
+	if err != nil {
+		return fmt.Errorf("dead letter %d: its %s header: %w", dl.Seq, wire.HeaderPreviousVersion, err)
+	}
+	if err := fanout.RequestUnpark(ctx, kv, dl.Subscription, stream, fanout.Unpark{Head: dl.StreamSeq, Previous: prev, Op: opSkip}); err != nil {
+		return err
+	}
+	if err := q.Delete(ctx, dl.Seq); err != nil {
+		return fmt.Errorf("stream unparked, but its dead letter %d stays: delete it (do not replay it: its successors went on): %w", dl.Seq, err)
+	}
+	return nil
+}
+
+// skipParked is DeadLetters.Skip: the durables engine's park bucket
+// first, then the shared engine's positions bucket, so `consumer dlq
+// skip` needs no engine flag.
+func skipParked(ctx context.Context, js jetstream.JetStream, q *deadletter.DLQ, dl deadletter.Stored) error {
+	err := deadletter.SkipParked(ctx, js, q, dl)
+	if !errors.Is(err, deadletter.ErrNotParked) {
+		return err
+	}
+	if serr := skipShared(ctx, js, q, dl); !errors.Is(serr, ErrNotParked) {
+		return serr
+	}
+	return err
+}

@@ -1,0 +1,345 @@
+package shared
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/webhook"
+)
+
+// senderSet is the replica's attempt.Sender of each subscription, by
+// name: replaced by Put, dropped by Remove while the claims' senders
+// read it.
+type senderSet struct {
+	mu sync.RWMutex
+	m  map[string]*attempt.Sender
+}
+
+func (ss *senderSet) get(name string) *attempt.Sender {
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	return ss.m[name]
+}
+
+func (ss *senderSet) set(name string, snd *attempt.Sender) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if snd == nil {
+		delete(ss.m, name)
+		return
+	}
+	ss.m[name] = snd
+}
+
+// subs is the replica's subscription set as Put, Pause and Remove leave
+// it, and the fan-outs of the partitions it serves, which every edit
+// reaches. mu serialises the edits with a new fan-out's start (serve,
+// startFan), so that a partition gained during an edit sees it.
+type subs struct {
+	// What a sender is made of (set once by New).
+	open       *http.Client
+	guarded    *http.Client // made on first use by subscription.Client
+	breakers   *breaker.Set
+	deliveries *prometheus.CounterVec
+
+	mu      sync.Mutex
+	given   map[string]subscription.Subscription // as Put, by name
+	paused  map[string]bool
+	created map[string]time.Time          // when the bucket's subscriptions were created (PutAt)
+	after   map[string]uint64             // each subscription's start, resolved (start.go)
+	tail    *tail                         // the events stream's tail, as the starts last read it (start.go)
+	fans    map[*fanout.Partition]int     // the fan-outs running, with their partition
+	records map[*fanout.Partition]flusher // and their partition's record
+}
+
+// Put makes subscription sub delivered by this replica, while it runs
+// or before Start: a new one starts on every partition the replica
+// serves from its start position (fanout.Partition.Join: below the
+// partition's head as a cursor reading from there, else live; see
+// after for how a start becomes a sequence), and on the partitions it
+// gains later alike, unless a partition's record holds it already; one
+// whose secrets or scheme alone changed signs its next attempt with the
+// new ones, in place; any other change replaces its Member (filters,
+// ordering, limits) and its attempt.Sender, the attempts running
+// finishing with the former one (a changed start is not applied again).
+// A paused subscription Put is resumed: its cursors read from where it
+// was paused and rejoin. Errors: an invalid sub
+// (subscription.ErrInvalidSubscription), a filter the member index
+// refuses; what ran is kept. A start that cannot be resolved or joined
+// is logged and the subscription gets nothing on that partition until
+// the partition is claimed again.
+func (r *Replica) Put(sub subscription.Subscription) error { return r.PutAt(sub, time.Time{}, false) }
+
+// PutPaused is Put of a subscription that stays paused (Pause): it is
+// known to the replica, its filters and its position kept, but nothing
+// is sent to it until Put. A subscription found paused in the
+// subscriptions bucket is put so.
+func (r *Replica) PutPaused(sub subscription.Subscription) error {
+	return r.PutAt(sub, time.Time{}, true)
+}
+
+// PutAt is Put (paused false) or PutPaused (paused true) of a
+// subscription created at created (the subscriptions bucket's document
+// says when): a start "new" begins after the events stream's last
+// event stored before it. A zero created is "when the replica first
+// starts it".
+func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused bool) error {
+	if err := sub.Validate(); err != nil {
+		return fmt.Errorf("shared: %w", err)
+	}
+	s := sub.WithDefaults()
+	signer, err := webhook.NewSigner(s.Scheme, s.Secrets...)
+	if err != nil {
+		return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
+	}
+	r.subs.mu.Lock()
+	defer r.subs.mu.Unlock()
+	old, had := r.subs.given[s.Name]
+	if snd := r.senders.get(s.Name); had && snd != nil && onlySigningChanged(old, sub) {
+		snd.SetSigner(signer)
+		r.subs.given[s.Name] = sub
+		r.log.Info("shared: subscription's signing secrets changed: the next attempt signs with them", slog.String("subscription", s.Name))
+		return r.pauseOrResume(s.Name, paused)
+	}
+	client, err := subscription.Client(r.subs.open, &r.subs.guarded, s)
+	if err != nil {
+		return fmt.Errorf("shared: %w", err)
+	}
+	snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: r.cfg.UserAgent},
+		attempt.Deps{Breaker: r.subs.breakers.Breaker(s.URL), Health: r.health, Clock: r.cfg.Clock, Logger: r.log,
+			Metrics: attempt.Metrics{Deliveries: r.subs.deliveries}})
+	if err != nil {
+		return fmt.Errorf("shared: %w", err)
+	}
+	// The sender first: a partition dispatching to the new member finds
+	// its sender.
+	prev := r.senders.get(s.Name)
+	r.senders.set(s.Name, snd)
+	if err := r.members.Put(fanout.MemberOf(s)); err != nil {
+		r.senders.set(s.Name, prev)
+		return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
+	}
+	r.subs.given[s.Name] = sub
+	r.health.Added(s.Name)
+	if had {
+		r.log.Info("shared: subscription changed", slog.String("subscription", s.Name))
+		return r.pauseOrResume(s.Name, paused)
+	}
+	if !created.IsZero() {
+		r.subs.created[s.Name] = created
+	}
+	r.log.Info("shared: subscription added", slog.String("subscription", s.Name), slog.String("start", s.Start.String()))
+	for fan, p := range r.subs.fans {
+		if err := r.join(fan, p, s); err != nil {
+			r.log.Error("shared: the subscription cannot start on the partition", slog.String("subscription", s.Name), slog.Int("partition", p), slog.Any("error", err))
+		}
+	}
+	defer r.poke()
+	return r.pauseOrResume(s.Name, paused)
+}
+
+// pauseOrResume pauses subscription name (pause) or resumes it when it
+// was paused; r.subs.mu is held.
+func (r *Replica) pauseOrResume(name string, pause bool) error {
+	if pause {
+		r.pause(name)
+		return nil
+	}
+	if !r.subs.paused[name] {
+		return nil
+	}
+	delete(r.subs.paused, name)
+	to := ""
+	if r.health.IsDisabled(name) {
+		to = fanout.StateDisabled // resumed, but disabled still (health.go)
+	}
+	var errs []error
+	for fan := range r.subs.fans {
+		errs = append(errs, fan.SetState(name, to))
+	}
+	r.poke()
+	r.log.Info("shared: subscription resumed", slog.String("subscription", name))
+	return errors.Join(errs...)
+}
+
+// onlySigningChanged reports whether a and b differ in Secrets or Scheme
+// alone (as the old engine's Fleet.Put tells them).
+func onlySigningChanged(a, b subscription.Subscription) bool {
+	a.Secrets, b.Secrets = nil, nil
+	a.Scheme, b.Scheme = "", ""
+	return subscription.Equal(a, b)
+}
+
+// Pause stops delivering subscription name on every partition the
+// replica serves, and on those it gains later, keeping its position:
+// each partition gives it a cursor in fanout.StatePaused (written once,
+// then never again; its attempts running finish). Put resumes it. A name
+// the replica does not have is ignored.
+func (r *Replica) Pause(name string) {
+	r.subs.mu.Lock()
+	defer r.subs.mu.Unlock()
+	r.pause(name)
+}
+
+// pause is Pause with r.subs.mu held.
+func (r *Replica) pause(name string) {
+	if _, ok := r.subs.given[name]; !ok || r.subs.paused[name] {
+		return
+	}
+	r.subs.paused[name] = true
+	for fan, p := range r.subs.fans {
+		if err := fan.SetState(name, fanout.StatePaused); err != nil {
+			r.log.Warn("shared: pause", slog.String("subscription", name), slog.Int("partition", p), slog.Any("error", err))
+		}
+	}
+	r.log.Info("shared: subscription paused", slog.String("subscription", name))
+}
+
+// Remove stops delivering subscription name and forgets it: every
+// partition the replica serves drops it (fanout.Partition.Forget: its
+// record entries go, it stops holding the floor) and its cursor keys of
+// those partitions are deleted from the positions bucket (the other
+// replicas delete theirs as they apply the same change). A removed
+// subscription put again starts as a new one. Errors: the cursor keys'
+// deletions (the subscription is removed all the same).
+func (r *Replica) Remove(ctx context.Context, name string) error {
+	r.subs.mu.Lock()
+	_, ok := r.subs.given[name]
+	delete(r.subs.given, name)
+	delete(r.subs.paused, name)
+	delete(r.subs.created, name)
+	delete(r.subs.after, name)
+	parts := map[int]flusher{}
+	if ok {
+		r.members.Remove(name)
+		for fan, p := range r.subs.fans {
+			fan.Forget(name)
+			parts[p] = r.subs.records[fan]
+		}
+		r.senders.set(name, nil)
+	}
+	r.subs.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	r.log.Info("shared: subscription removed", slog.String("subscription", name))
+	var errs []error
+	for p, rec := range parts {
+		r.cursors.Drop(name, p)
+		if r.poskv == nil {
+			continue
+		}
+		// A cursor write under way (coalesced) would write the key
+		// again: the commit after the Forget first.
+		if rec != nil {
+			if err := rec.Flush(ctx); err != nil {
+				r.log.Debug("shared: remove: the partition's record was not committed", slog.Int("partition", p), slog.Any("error", err))
+			}
+		}
+		err := r.poskv.Delete(ctx, position.CursorKey(name, p))
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			errs = append(errs, fmt.Errorf("shared: delete %s's cursor on partition %d: %w", name, p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Names returns the subscriptions the replica has (paused ones too),
+// sorted.
+func (r *Replica) Names() []string {
+	r.subs.mu.Lock()
+	defer r.subs.mu.Unlock()
+	return slices.Sorted(maps.Keys(r.subs.given))
+}
+
+// startFan registers fan, the fan-out of partition p just made, and
+// rec, its record, with the edits, starts every subscription on it from its start (Join,
+// which leaves those the record holds as they are), and gives it the
+// subscription set's states: a paused
+// subscription a paused cursor, and a cursor left paused by a former
+// owner of a subscription resumed since back to reading.
+func (r *Replica) startFan(p int, fan *fanout.Partition, rec flusher) {
+	r.subs.mu.Lock()
+	defer r.subs.mu.Unlock()
+	r.subs.fans[fan], r.subs.records[fan] = p, rec
+	for _, name := range slices.Sorted(maps.Keys(r.subs.given)) {
+		if err := r.join(fan, p, r.subs.given[name].WithDefaults()); err != nil {
+			r.log.Error("shared: the subscription cannot start on the partition", slog.String("subscription", name), slog.Int("partition", p), slog.Any("error", err))
+		}
+	}
+	for name := range r.subs.paused {
+		if err := fan.SetState(name, fanout.StatePaused); err != nil {
+			r.log.Warn("shared: pause", slog.String("subscription", name), slog.Int("partition", p), slog.Any("error", err))
+		}
+	}
+	for name, state := range fan.Behind() {
+		if state != fanout.StatePaused || r.subs.paused[name] {
+			continue
+		}
+		if _, ok := r.subs.given[name]; !ok {
+			continue
+		}
+		if err := fan.SetState(name, ""); err != nil {
+			r.log.Warn("shared: resume", slog.String("subscription", name), slog.Int("partition", p), slog.Any("error", err))
+		}
+	}
+	r.applyHealth(fan) // a disabled subscription starts disabled
+}
+
+// poke wakes the dispatch loop (when it runs) for the cursors' round;
+// r.subs.mu is held (Start sets the loop under it).
+func (r *Replica) poke() {
+	if r.loop != nil {
+		r.loop.poke()
+	}
+}
+
+// endFan takes fan out of the edits' reach (its partition released).
+func (r *Replica) endFan(fan *fanout.Partition) {
+	r.subs.mu.Lock()
+	defer r.subs.mu.Unlock()
+	delete(r.subs.fans, fan)
+	delete(r.subs.records, fan)
+}
+
+// flusher is position.Partition's Flush.
+type flusher interface {
+	Flush(ctx context.Context) error
+}
+
+// Paused reports whether subscription name is the replica's and paused.
+func (r *Replica) Paused(name string) bool {
+	r.subs.mu.Lock()
+	defer r.subs.mu.Unlock()
+	return r.subs.paused[name]
+}
+
+// warnStrangers logs the subscriptions a partition's record lists as
+// live that this replica does not have: another replica delivers them,
+// so the replicas' subscription sets differ, and this replica, which
+// owns the partition now, passes their events over. Every replica of
+// the shared engine must deliver the same subscriptions (one file, or
+// one subscriptions bucket).
+func (r *Replica) warnStrangers(log *slog.Logger, rec position.Record) {
+	for name := range rec.Members {
+		if _, ok := r.members.Get(name); !ok {
+			log.Warn("shared: the partition's record lists a subscription this replica does not deliver: its events on the partition are passed over (every replica of the shared engine must have the same subscriptions)",
+				slog.String("subscription", name))
+		}
+	}
+}
