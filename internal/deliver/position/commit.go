@@ -181,7 +181,13 @@ func (p *Partition) commit(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	for _, w := range writes[:written] {
-		w.ck.stored, w.ck.rev = w.snap, w.rev
+		// The key moved: the next write goes from its revision. What it
+		// holds counts (covered) only once the record that fences it
+		// landed too: a new owner reads the record of before.
+		w.ck.rev = w.rev
+		if err == nil {
+			w.ck.stored = w.snap
+		}
 	}
 	if err != nil {
 		if !p.dirty {

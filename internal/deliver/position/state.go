@@ -150,11 +150,18 @@ func (s *state) fit(maxSize int) (val []byte, detached []string, err error) {
 // on stream: its cursor key when the stored record does not list it as a
 // member (nothing while that key is not written: the stored floor does
 // not speak for a subscription that is no member, such as one started
-// below it), else the stored record.
+// below it), else the stored record. The stored record's asides hold
+// against the cursor's floor as against its own: a cursor's floor, like
+// the record's, passes a stream set aside unsettled (R1), so only its
+// stream entry says the aside's events settled.
 func (s *state) covered(stored *Record, sub, stream string, seq uint64) bool {
 	if ck := s.cursors[sub]; ck != nil {
 		if _, member := stored.Members[sub]; !member {
-			return ck.rev > 0 && ck.stored.Covers(stream, seq)
+			c := &ck.stored
+			if seq <= c.Streams[stream].Seq {
+				return ck.rev > 0
+			}
+			return ck.rev > 0 && c.Covers(stream, seq) && !stored.asideHolds(sub, stream, seq)
 		}
 	}
 	return stored.Covers(sub, stream, seq)
