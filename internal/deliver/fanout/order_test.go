@@ -1,0 +1,90 @@
+package fanout
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+)
+
+// A stream set aside for a subscription that then leaves the shared read
+// (its breaker, here) keeps write before next: the cursor's floor passed
+// the aside's events unsettled, and its lane sends the stream's next
+// version only once the commit covering the previous one succeeded. The
+// owner is replaced as the next version goes out, before any other
+// commit: the next owner, reading the stream from the record, sends none
+// of the versions before it again (the killed-replicas test saw 37 and
+// 38 sent again after 39).
+func TestAStreamSetAsideKeepsWriteBeforeNextWhileItsSubscriptionHasACursor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	idx := members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
+	evs := []reader.Event{event(1, "order-0", 0), event(2, "order-1", 0), event(3, "order-0", 1), event(4, "order-0", 2),
+		event(5, "order-0", 3), event(6, "order-1", 1), event(7, "order-0", 4)}
+	st := &store{}
+	st.add(evs...)
+	// The fan-out's clock alone moves; the commit loop's (b.clock) never
+	// does: a commit goes only for a waiter or a Flush.
+	pos, _ := b.claim(t, "replica-a", 1)
+	clock := clockwork.NewFakeClock()
+	head, hold, next, gone := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	first := newRecorder(func(d Delivery) Settlement {
+		switch d.Event.Seq {
+		case 1:
+			select {
+			case <-head:
+			default:
+				return Settlement{Act: Retry, Delay: 10 * time.Second}
+			}
+		case 3:
+			<-hold
+		case 4:
+			close(next)
+			<-gone // its answer is lost with the owner
+			return Settlement{Act: Retry, Delay: time.Minute}
+		}
+		return Settlement{Act: Delivered}
+	})
+	f := New(Config{Clock: clock}, idx, pos, first, nil, st)
+	t.Cleanup(f.Close)
+	for _, e := range evs {
+		f.Dispatch(e)
+	}
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+	clock.Advance(time.Second)
+	eventually(t, func() bool { return f.Floor() == 7 }, "order-0 set aside from its head 1")
+	close(head)
+	clock.Advance(10 * time.Second)
+	eventually(t, func() bool {
+		_, err := f.CatchUp(t.Context())
+		require.NoError(t, err)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		l := f.subs["s"].lanes["events.order.order-0"]
+		return l != nil && len(l.q) == 4
+	}, "head 1 settled, the stream read again: 3 in flight, 4, 5, 7 queued")
+
+	require.NoError(t, f.SetState("s", StateBreaker))
+	require.NoError(t, pos.Flush(t.Context()))
+	require.Equal(t, uint64(7), pos.Cursors()["s"].Floor, "the cursor's floor passed the aside")
+	close(hold)
+	<-next // 3 settled, 4 goes out: replaced now
+	pos2, _ := b.claim(t, "replica-b", 2)
+	close(gone)
+	f.Close()
+
+	second := newRecorder(nil)
+	f2 := New(Config{Clock: clock}, idx, pos2, second, nil, st)
+	t.Cleanup(f2.Close)
+	require.NoError(t, f2.SetState("s", ""))
+	eventually(t, func() bool {
+		n, err := f2.CatchUp(t.Context())
+		require.NoError(t, err)
+		return n == 0 && slices.Contains(second.seqs("s"), 7)
+	}, "the next owner sends the rest of order-0")
+	require.Equal(t, []uint64{4, 5, 7}, second.seqs("s"), "4 again (the latest sent), none before it")
+}
