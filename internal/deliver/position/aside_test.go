@@ -91,6 +91,7 @@ func TestACursorKeyWrittenWithoutItsRecordCoversNothing(t *testing.T) {
 	kv.fail.Store(true)
 	p.Settled("s", "order-1", Entry{Seq: 12, Version: 5})
 	w := waitFor(p, "s", "order-1", 12)
+	require.Eventually(t, func() bool { return !kv.fail.Load() }, 5*time.Second, time.Millisecond, "the record's write failed")
 	require.NoError(t, blockUntil(t, clock), "the commit failed: Run pauses on the clock")
 	e, err := bucket.Get(ctx, CursorKey("s", 0))
 	require.NoError(t, err)
