@@ -114,6 +114,12 @@ func (p *Partition) catchUpStreams(ctx context.Context, head uint64) (int, error
 		case a.state == AsideParked:
 			continue
 		case a.state == AsideStuck:
+		case a.joining == 0 && p.behind(k[0]):
+			// Its subscription's cursor reads first, and its floor
+			// passed the aside's events unsettled: the aside alone
+			// covers them until it is read, once the subscription is
+			// live (a next owner's first round, its head still at the
+			// record's floor, would join an aside above it).
 		case a.joining > 0 || a.read >= head:
 			if p.joinStream(k, a, head) {
 				continue
@@ -165,6 +171,13 @@ func (p *Partition) catchUpStreams(ctx context.Context, head uint64) (int, error
 		}
 	}
 	return n, err
+}
+
+// behind reports whether subscription sub has a cursor on the partition
+// (behind, or not live for another reason).
+func (p *Partition) behind(sub string) bool {
+	st := p.subs[sub]
+	return st != nil && st.state != ""
 }
 
 // joinStream makes a reading stream live again from head: the shared

@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 )
 
@@ -87,4 +88,44 @@ func TestAStreamSetAsideKeepsWriteBeforeNextWhileItsSubscriptionHasACursor(t *te
 		return n == 0 && slices.Contains(second.seqs("s"), 7)
 	}, "the next owner sends the rest of order-0")
 	require.Equal(t, []uint64{4, 5, 7}, second.seqs("s"), "4 again (the latest sent), none before it")
+}
+
+// A next owner does not rejoin a stream set aside for a subscription
+// that has a cursor, however far the aside's reads are: the cursor's
+// floor passed the aside's events unsettled, so the aside alone still
+// covers them, and the stream is read from its head once the
+// subscription is live again. Before, the aside's head above the
+// record's floor (the floor held back by other events) made the next
+// owner's first CatchUp, its head still at the floor, drop the aside:
+// the cursor's read went on above the aside's events, never sent.
+func TestANextOwnerKeepsAnAsideWhoseSubscriptionHasACursor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	idx := members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
+	evs := events(1, 10, 2) // order-0: 1, 3, 5, 7, 9; order-1: 2, 4, 6, 8, 10
+	st := &store{}
+	st.add(evs...)
+	pos, stop := b.claim(t, "replica-a", 1)
+	pos.Edit(func(r *position.Record) {
+		r.Floor, r.Members["s"] = 3, 3
+		r.Asides = []position.Aside{{Sub: "s", Stream: "events.order.order-0", From: 5, State: AsideStuck}}
+	})
+	require.True(t, pos.Detach("s", StateBehind))
+	require.True(t, pos.EditCursor("s", func(c *position.Cursor) { c.Floor = 8 }))
+	require.NoError(t, pos.Flush(t.Context()))
+	stop()
+
+	pos2, _ := b.claim(t, "replica-b", 2)
+	rec := newRecorder(nil)
+	f := New(Config{Clock: clockwork.NewFakeClock()}, idx, pos2, rec, nil, st)
+	t.Cleanup(f.Close)
+	_, err := f.CatchUp(t.Context()) // the loop's first round, before any event: the head is the floor
+	require.NoError(t, err)
+	for _, e := range evs[3:] {
+		f.Dispatch(e)
+	}
+	catchUp(t, f)
+	eventually(t, func() bool { return len(rec.seqs("s")) == 4 }, "the cursor's events and the aside's")
+	inOrder(t, rec.of("s"), []reader.Event{evs[4], evs[6], evs[8], evs[9]})
+	require.Empty(t, pos2.Record().Asides, "the stream rejoined once read")
 }
