@@ -203,7 +203,9 @@ type Cursor struct {
 	// "paused", "throttled".
 	State string `json:"state"`
 	// Floor: every event of the partition the subscription takes at or
-	// below it was settled; its read goes on from Floor+1.
+	// below it was settled, but for the streams the record sets aside
+	// for it (Record.Asides: the floor passes an aside's events
+	// unsettled, as the record's does); its read goes on from Floor+1.
 	Floor uint64 `json:"floor"`
 	// Streams: per stream, the last event settled above Floor (an
 	// ordered subscription).
@@ -213,7 +215,8 @@ type Cursor struct {
 }
 
 // Covers reports whether the cursor says the event at seq of stream was
-// settled.
+// settled. Its floor does not speak for a stream the record sets aside
+// for the subscription (see Floor): a caller checks the record's asides.
 func (c Cursor) Covers(stream string, seq uint64) bool {
 	_, found := slices.BinarySearch(c.Above, seq)
 	return seq <= c.Floor || seq <= c.Streams[stream].Seq || found
