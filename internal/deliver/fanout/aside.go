@@ -174,10 +174,14 @@ func (p *Partition) catchUpStreams(ctx context.Context, head uint64) (int, error
 }
 
 // behind reports whether subscription sub has a cursor on the partition
-// (behind, or not live for another reason).
+// (behind, or not live for another reason), or had one at the claim and
+// has no state here yet (not a member of the index yet).
 func (p *Partition) behind(sub string) bool {
-	st := p.subs[sub]
-	return st != nil && st.state != ""
+	if st := p.subs[sub]; st != nil {
+		return st.state != ""
+	}
+	_, ok := p.curs[sub]
+	return ok
 }
 
 // joinStream makes a reading stream live again from head: the shared
