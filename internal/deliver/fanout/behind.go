@@ -139,7 +139,11 @@ func (p *Partition) Forget(sub string) {
 // what it read, up to the head (at most what it may still hold), hands
 // those it has not settled to its lanes or sends, and, once its reads
 // reached the head with nothing in hand, makes it live again
-// (position.Partition.Rejoin) from the head. The replica's dispatch loop
+// (position.Partition.Rejoin) from the head: not before the head reached
+// what its cursor says settled (position.Cursor.Top: a former owner's
+// cursor may hold events above the claim's floor, an unordered one's
+// Above or an ordered one's stream entries, which the record cannot
+// carry for the live read to skip). The replica's dispatch loop
 // calls it between live events, so the head stays where it is
 // meanwhile. The streams set aside get the same round (stream cursors,
 // with the operator's requests applied first: Config.Requests). It
@@ -173,13 +177,17 @@ func (p *Partition) catchUpSubs(ctx context.Context) (behind int, head uint64, e
 			delete(p.watch, name) // live (or gone): nothing to read
 			continue
 		case st.state == "" || st.state != StateBehind:
-		case st.read >= head:
+		case st.read >= head && head >= st.top:
 			// Live from the head on; the cursor goes once what it read
 			// is settled (at once when nothing is in hand).
 			st.state, st.joining = "", head
 			if p.rejoin(st) {
 				continue
 			}
+		case st.read >= head:
+			// A former owner's cursor settled events above this head
+			// (the claim's floor): live now, the shared read would send
+			// them again. It reads on as the head passes them.
 		case len(st.inHand) < st.m.MaxInHand:
 			todo = append(todo, st)
 		}
@@ -226,7 +234,7 @@ func (p *Partition) catchUpSubs(ctx context.Context) (behind int, head uint64, e
 		if f > c.Floor {
 			p.pos.EditCursor(st.m.Name, func(c *position.Cursor) { c.Floor = max(c.Floor, f) })
 		}
-		if st.read >= head { // live from the head on
+		if st.read >= head && head >= st.top { // live from the head on
 			st.state, st.joining = "", head
 			p.rejoin(st)
 		}
@@ -260,7 +268,7 @@ func (p *Partition) rejoin(st *subState) bool {
 	if !p.pos.Rejoin(st.m.Name) {
 		return false
 	}
-	st.joining, st.read = 0, 0
+	st.joining, st.read, st.top = 0, 0, 0
 	if d, ok := p.cursors.(interface{ Drop(string, int) }); ok {
 		d.Drop(st.m.Name, p.cfg.Partition) // its reads are over
 	}

@@ -17,6 +17,9 @@ type subState struct {
 	gone  bool   // forgotten: its sends stop
 	read  uint64 // with a cursor: the last sequence its reads covered
 	from  uint64 // joined live above the head: its events from from+1 on
+	// top: with a cursor from the claim, the highest sequence it says
+	// settled (position.Cursor.Top); it rejoins from no head below it
+	top uint64
 	// joining: its reads reached this head and it is live again above
 	// it, but its cursor stays until the events it read are settled
 	joining uint64
@@ -56,7 +59,7 @@ func (p *Partition) sub(m *member, from uint64) *subState {
 		// Put's new MaxInFlight applies to it from the next claim.
 		st = &subState{m: m, inHand: map[uint64]bool{}, slots: make(chan struct{}, m.MaxInFlight)}
 		if c, ok := p.curs[m.Name]; ok {
-			st.state, st.read = c.State, c.Floor
+			st.state, st.read, st.top = c.State, c.Floor, c.Top()
 		} else if _, ok := p.claimed.Members[m.Name]; !ok {
 			p.pos.Edit(func(r *position.Record) { r.Members[m.Name] = from })
 		}

@@ -315,9 +315,11 @@ func (p *Partition) Start(sub, state string, floor uint64) bool {
 // sub as a member from the cursor's Floor (Record.Covers counts it
 // settled up to there) with the cursor's stream entries as its own; the
 // cursor key is deleted after the commit that lists it. It does nothing
-// when sub has no cursor, or when the cursor's Floor is below the
-// record's (the record's floor would count sub's unsettled events
-// settled).
+// when sub has no cursor, when the cursor's Floor is below the record's
+// (the record's floor would count sub's unsettled events settled), or
+// when its Above holds events above its Floor (an unordered
+// subscription's: the record has no place for them, and the shared read
+// would send them again; the caller rejoins from Cursor.Top).
 func (p *Partition) Rejoin(sub string) bool {
 	return p.change(func() bool { return p.st.rejoin(sub) })
 }

@@ -219,6 +219,21 @@ func (c Cursor) Covers(stream string, seq uint64) bool {
 	return seq <= c.Floor || seq <= c.Streams[stream].Seq || found
 }
 
+// Top is the highest sequence c says settled: its Floor, its last Above
+// entry or its highest stream entry. A live read from a head below it
+// would send the events between them that c covers again, so a cursor
+// rejoins only from Top or above (Partition.Rejoin).
+func (c Cursor) Top() uint64 {
+	top := c.Floor
+	for _, s := range c.Above {
+		top = max(top, s)
+	}
+	for _, e := range c.Streams {
+		top = max(top, e.Seq)
+	}
+	return top
+}
+
 // normalise drops what the floor covers from c and sorts Above.
 func (c *Cursor) normalise() {
 	maps.DeleteFunc(c.Streams, func(_ string, e Entry) bool { return e.Seq <= c.Floor })

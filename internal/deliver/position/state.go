@@ -108,7 +108,7 @@ func (s *state) start(sub, st string, floor uint64) bool {
 // Partition.Rejoin).
 func (s *state) rejoin(sub string) bool {
 	ck := s.live(sub)
-	if ck == nil || ck.c.Floor < s.rec.Floor {
+	if ck == nil || ck.c.Floor < s.rec.Floor || slices.ContainsFunc(ck.c.Above, func(seq uint64) bool { return seq > ck.c.Floor }) {
 		return false
 	}
 	s.rec.Ahead, s.rec.Members = ensure(s.rec.Ahead), ensure(s.rec.Members)
