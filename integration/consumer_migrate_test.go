@@ -177,7 +177,8 @@ func (rc *upgradeReceiver) missing(path string, n int) []int {
 // chainProblems checks each ordered stream's acknowledged requests: the
 // versions 0, 1, 2, … each once and in order, each naming the one before
 // it (none before 0), and the lease epoch never going back, across both
-// phases.
+// phases. A request without an epoch (0: `consumer dlq replay`'s, which
+// carries no partition or epoch, docs/ordering.md) is not compared.
 func (rc *upgradeReceiver) chainProblems(perStream int) []string {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
@@ -187,6 +188,7 @@ func (rc *upgradeReceiver) chainProblems(perStream int) []string {
 		if len(links) != perStream {
 			out = append(out, fmt.Sprintf("stream order-%d: %d versions acknowledged, want %d", s, len(links), perStream))
 		}
+		var last chainLink // the last request that carried an epoch
 		for i, l := range links {
 			want := wire.PreviousNone
 			if i > 0 {
@@ -197,8 +199,11 @@ func (rc *upgradeReceiver) chainProblems(perStream int) []string {
 				out = append(out, fmt.Sprintf("stream order-%d: acknowledgement %d is version %d (phase %d)", s, i, l.version, l.phase))
 			case l.previous != want:
 				out = append(out, fmt.Sprintf("stream order-%d: version %d (phase %d) names %q before it, want %q", s, l.version, l.phase, l.previous, want))
-			case i > 0 && l.epoch < links[i-1].epoch:
-				out = append(out, fmt.Sprintf("stream order-%d: version %d (phase %d) has lease epoch %d, below version %d's %d", s, l.version, l.phase, l.epoch, links[i-1].version, links[i-1].epoch))
+			case l.epoch != 0 && l.epoch < last.epoch:
+				out = append(out, fmt.Sprintf("stream order-%d: version %d (phase %d) has lease epoch %d, below version %d's %d", s, l.version, l.phase, l.epoch, last.version, last.epoch))
+			}
+			if l.epoch != 0 {
+				last = l
 			}
 		}
 	}
@@ -315,17 +320,9 @@ func (p *migrationPlan) resent(t *testing.T, name string) uint64 {
 //
 // With --read-pending the migration reads the unordered durable's
 // pending set back, and then nothing the receiver acknowledged is sent
-// again. On 2026-11-29 that subtest fails: the shared engine sends again
-// the events of the unordered subscription's cursors' Above that lie
-// past their partition record's floor (the ordered subscription's floor
-// there; 64 and 82 events in two runs), since a cursor that caught up to
-// the partition's head rejoins the shared read there, and its Above
-// entries above the head go with the cursor (fanout.Partition.CatchUp
-// and rejoin; position.Partition.Rejoin carries an ordered cursor's
-// stream entries, not an unordered one's Above). The same would happen
-// without a migration when a partition whose unordered subscription has
-// a cursor with Above entries is claimed again: its head starts at the
-// record's floor, below them.
+// again: a cursor the migration wrote with Above entries past its
+// partition record's floor rejoins the shared read only once the head
+// passed them (fanout's rejoin), not at once from the floor.
 func TestMigrateFromPerSubscriptionDurables(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level: consumer processes of both engines, waits of seconds")
@@ -511,13 +508,9 @@ subscriptions:
 // shared engine holds its later events (and delivers every other
 // stream's), and `consumer dlq replay` of the head releases it, the
 // shared engine then delivering the rest of the stream in order, its
-// chain naming the replayed head. On 2026-11-29 it fails at that last
-// step: the migrated stream stays parked in the shared engine (its
-// record's parked aside), since `consumer dlq replay` POSTs the head and
-// releases the old engine's park entry only. fanout has the request that
-// would release it (fanout.RequestUnpark, op.<sub>.<stream> in the
-// positions bucket), but the dlq commands do not write it yet, nor does
-// the shared replica watch for it (fanout.Requests).
+// chain naming the replayed head (the replay itself carries no epoch:
+// docs/ordering.md). The replay writes the unpark request
+// (fanout.RequestUnpark) that the partition's owner applies.
 func TestMigrateFromPerSubscriptionDurablesWithAParkedStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level: consumer processes of both engines, waits of seconds")

@@ -33,9 +33,15 @@ func (c *catchUp) add(p int, floor, head uint64) {
 	// A partition with a lower floor reads again from there; the others
 	// skip what they were already handed (after). The batch at hand goes
 	// too: handed on first, its events of p would carry p past its events
-	// between floor and the batch, which the read again then skips.
-	if floor+1 < c.scan.next {
-		c.scan, c.pending = scan{next: floor + 1}, nil
+	// between floor and the batch, which the read again then skips. So
+	// the read again starts no later than the batch's first event not
+	// handed on yet, whose partitions would lose what lies between it and
+	// floor otherwise (a take whose floor is inside the batch at hand).
+	if from := floor + 1; from < c.scan.next {
+		if len(c.pending) > 0 {
+			from = min(from, c.pending[0].Seq)
+		}
+		c.scan, c.pending = scan{next: from}, nil
 	}
 	c.to = max(c.to, head)
 }

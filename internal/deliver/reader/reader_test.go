@@ -276,3 +276,53 @@ func TestAPartitionTakenBelowTheScanMidBatchLosesNothing(t *testing.T) {
 	evs := append(first, next(t, r, len(want[1])+len(want[3])-1)...)
 	require.Equal(t, want, byPartition(evs), "every event of each partition once, in order")
 }
+
+// A burst of takes at different floors below the head, as a replica that
+// wakes from a freeze makes them, one of them released and taken again in
+// between as a hand-over does, each arriving mid-catch-up with a batch
+// at hand: a take whose floor lies inside that batch, above events of the
+// other partitions not handed on yet, rewinds the scan no further than
+// those events. Every event of each taken partition above its floor is
+// handed on once, in order.
+func TestABurstOfTakesBelowTheHeadMidCatchUpLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	b.publish(t, 600)
+	r := open(t, b, reader.Config{Batch: 128}, 1)
+	require.NoError(t, r.Take(0, 0))
+	next(t, r, len(b.seqs(0, 0, b.last())))
+	h := r.Head()
+
+	// Partition 1's catch-up reads (100, 228]; one event of it is handed
+	// on, the rest of the batch at hand.
+	require.NoError(t, r.Take(1, 100))
+	evs := next(t, r, 1)
+	require.NotEmpty(t, b.seqs(1, evs[0].Seq, 200), "partition 1 has events at hand below the next floor")
+	// Partition 2 inside the batch at hand, above partition 1's events in it.
+	require.NoError(t, r.Take(2, 200))
+	evs = append(evs, next(t, r, 1)...)
+	// Partition 3 above the scan, then 4 inside the rewound batch.
+	require.NoError(t, r.Take(3, 400))
+	require.NoError(t, r.Take(4, 150))
+	evs = append(evs, next(t, r, 2)...)
+	// A hand-over: 2 released, with events of it at hand, and taken
+	// again at a higher floor; 5 taken inside the batch meanwhile.
+	handed := byPartition(evs)[2]
+	r.Release(2)
+	require.NoError(t, r.Take(5, 170))
+	require.NoError(t, r.Take(2, 260))
+
+	want := map[int][]uint64{
+		1: b.seqs(1, 100, h),
+		2: append(b.seqs(2, 200, h)[:len(handed)], b.seqs(2, 260, h)...),
+		3: b.seqs(3, 400, h),
+		4: b.seqs(4, 150, h),
+		5: b.seqs(5, 170, h),
+	}
+	n := 0
+	for _, seqs := range want {
+		n += len(seqs)
+	}
+	evs = append(evs, next(t, r, n-len(evs))...)
+	require.Equal(t, want, byPartition(evs), "every event of each partition once, in order")
+}
