@@ -114,6 +114,13 @@ func pendingSet(ctx context.Context, c jetstream.Consumer, info *jetstream.Consu
 		}
 		fctx, cancel := context.WithTimeout(ctx, min(left, time.Second))
 		batch, err := c.Fetch(info.NumAckPending-len(seen), jetstream.FetchContext(fctx))
+		if err != nil && fctx.Err() != nil && ctx.Err() == nil {
+			// The round's time ran out before the pull was sent (nats.go
+			// refuses a context already past its deadline): the next
+			// round, or the bound, decides.
+			cancel()
+			continue
+		}
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("migrate: read the pending events of durable %q back: %w", info.Name, err)
