@@ -189,7 +189,7 @@ func (e *env) manyRow(ctx context.Context, c manyCase) (row, error) {
 		fmt.Printf("bench: many: %s: %s\n", name, c.notRun)
 		return row{Name: name, Ours: c.notRun, Reference: "—", Ratio: "—", Target: target}, nil
 	}
-	fmt.Printf("bench: many: %s subscriptions, %s, engine %s (load %s)\n", c.what(), where, c.engine, loadAverage())
+	fmt.Printf("bench: many: subscriptions %s, %s, engine %s (load %s)\n", c.what(), where, c.engine, loadAverage())
 	f, err := e.manyMeasure(ctx, c)
 	if err != nil {
 		return row{}, err
