@@ -52,9 +52,10 @@ type manyCase struct {
 // together (-many-mix).
 func (c manyCase) mixed() bool { return c.ordered > 0 && c.ordered < c.subs }
 
-// ordering is subscription i's ordering: the last c.ordered are ordered.
+// ordering is subscription i's ordering: the last c.ordered are ordered,
+// and so is one added after them (i ≥ c.subs) when there are any.
 func (c manyCase) ordering(i int) string {
-	if i >= c.subs-c.ordered {
+	if c.ordered > 0 && i >= c.subs-c.ordered {
 		return "stream"
 	}
 	return "none"
@@ -186,7 +187,7 @@ func (e *env) manyRow(ctx context.Context, c manyCase) (row, error) {
 		target, limit = "all delivering ≤ 60 s; idle CPU ≤ 10 % of a core each; server RSS ≤ 1 GB (a cluster's three nodes together); a change applies ≤ 1 s", 0.10
 	}
 	if c.notRun != "" {
-		fmt.Printf("bench: many: %s: %s\n", name, c.notRun)
+		fmt.Printf("bench: %s: %s\n", name, c.notRun)
 		return row{Name: name, Ours: c.notRun, Reference: "—", Ratio: "—", Target: target}, nil
 	}
 	fmt.Printf("bench: many: subscriptions %s, %s, engine %s (load %s)\n", c.what(), where, c.engine, loadAverage())

@@ -61,8 +61,12 @@ func TestManyCaseOrdersItsLastSubscriptions(t *testing.T) {
 	if c.ordering(9) != "none" || c.ordering(10) != "stream" || !c.mixed() {
 		t.Fatalf("subs 11, ordered 1: ordering(9) %s, ordering(10) %s, mixed %v", c.ordering(9), c.ordering(10), c.mixed())
 	}
-	if all := (manyCase{subs: 5, ordered: 5}); all.mixed() || all.ordering(0) != "stream" {
-		t.Fatalf("all ordered: mixed %v, ordering(0) %s", all.mixed(), all.ordering(0))
+	if all := (manyCase{subs: 5, ordered: 5}); all.mixed() || all.ordering(0) != "stream" || all.ordering(5) != "stream" {
+		t.Fatalf("all ordered: mixed %v, ordering(0) %s, ordering(5) %s", all.mixed(), all.ordering(0), all.ordering(5))
+	}
+	// The subscription a row adds (index subs) keeps the row's ordering.
+	if none := (manyCase{subs: 5}); none.ordering(5) != "none" || c.ordering(11) != "stream" {
+		t.Fatalf("added: unordered row %s, mixed row %s", none.ordering(5), c.ordering(11))
 	}
 }
 
