@@ -21,7 +21,8 @@ import (
 
 // The many-subscriptions rows (-only many): one consumer process running
 // n subscriptions from the subscriptions bucket (--subscriptions-from
-// kv), each with its own filter and endpoint path, against a JetStream
+// kv), all unordered, all ordered, or (-many-mix) some of each together,
+// each with its own filter and endpoint path, against a JetStream
 // server in a child process of its own (one node, or a 3-node cluster
 // with the events stream and the durable consumers at 3 replicas). Each
 // row measures what the deployment holds: the JetStream consumers on the
@@ -35,7 +36,8 @@ import (
 // a subscription added to the bucket until its first event (published
 // right after the add) reaches its endpoint, and a paused one resumed
 // until the event that waited reaches it. Each case runs for each engine
-// of -many-engines (the consumer's --engine).
+// of -many-engines (the consumer's --engine). The throughput case, many
+// subscriptions sharing one filter, is manythroughput.go.
 
 // manyCase is one many-subscriptions row.
 type manyCase struct {

@@ -20,10 +20,11 @@ import (
 // one subscription, then, from a fresh server, W webhooks to N
 // subscriptions with that same filter (W/N events each), so both sides
 // send the same number of POSTs. The events are a backlog in EVENTS
-// before the consumer starts (256 B each, in one stream,
-// manyThroughputStreams), the subscriptions start at the first event, ordering none;
-// the receiver is the live pipeline's (a process of its own: verifies
-// each signature, answers 204 at once). The JetStream server is one node
+// before the consumer starts (256 B each, in one stream:
+// manyThroughputStreams); the subscriptions start at the first event,
+// ordering none, with their whole backlog in hand (MaxAckPending); the
+// receiver is the live pipeline's (a process of its own: verifies each
+// signature, answers 204 at once). The JetStream server is one node
 // in a child process. Throughput and CPU are taken between the 10 % and
 // the 90 % marks of the webhooks received (the receiver asked every
 // 50 ms; the window opens only once every subscription has delivered),
