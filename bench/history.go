@@ -59,16 +59,22 @@ func historyLine(cfg config, rows []row, repo string) string {
 	if cfg.Quick {
 		size = "quick"
 	}
-	load := "?"
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			load = f[0]
-		}
-	}
+	load := loadAverage()
 	ordered := find("ordered delivery, 1 replica", false) + ", " + find("ordered delivery, 2 replica", false)
 	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 		time.Now().UTC().Format("2006-01-02 15:04"), commit(repo), size,
 		find("drain throughput", false), find("consumer throughput", false), ordered, find("end to end: append", true), load, cpu)
+}
+
+// loadAverage is the machine's 1-minute load average, as /proc/loadavg
+// prints it; "?" when it cannot be read.
+func loadAverage() string {
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			return f[0]
+		}
+	}
+	return "?"
 }
 
 // commit is the short commit of the repository at repo, with "+changes"

@@ -38,6 +38,7 @@ const (
 	liveReceiptsPath = "/live/receipts" // GET ?sub=<subscription>: one line an event: "<ce-id> <received µs>"
 	liveRejectedPath = "/live/rejected" // GET: requests refused (bad signature or not a CloudEvent), decimal
 	liveResetPath    = "/live/reset"    // POST: forget every receipt
+	liveTotalPath    = "/live/total"    // GET: "<pairs> <subscriptions>": distinct (subscription, event) pairs received, and subscriptions with one at least
 )
 
 // liveReceiver is the receiver child's handler and its receipts.
@@ -49,6 +50,7 @@ type liveReceiver struct {
 	// receipts holds, by subscription and then by ce-id, when the first
 	// request carrying that event arrived (Unix µs).
 	receipts map[string]map[string]int64
+	pairs    int // entries of receipts, over every subscription
 }
 
 // newLiveReceiver returns a receiver verifying with secret (whsec_) and
@@ -88,6 +90,7 @@ func (lr *liveReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, ok := m[ce.ID]; !ok {
 		m[ce.ID] = arrived
+		lr.pairs++
 	}
 	lr.mu.Unlock()
 	time.Sleep(lr.delay)
@@ -119,9 +122,15 @@ func (lr *liveReceiver) mux() *http.ServeMux {
 		lr.mu.Unlock()
 		_, _ = io.WriteString(w, b.String())
 	})
+	mux.HandleFunc("GET "+liveTotalPath, func(w http.ResponseWriter, _ *http.Request) {
+		lr.mu.Lock()
+		pairs, subs := lr.pairs, len(lr.receipts)
+		lr.mu.Unlock()
+		fmt.Fprintf(w, "%d %d", pairs, subs)
+	})
 	mux.HandleFunc("POST "+liveResetPath, func(w http.ResponseWriter, _ *http.Request) {
 		lr.mu.Lock()
-		lr.receipts = map[string]map[string]int64{}
+		lr.receipts, lr.pairs = map[string]map[string]int64{}, 0
 		lr.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})
@@ -232,6 +241,20 @@ func (r *liveReceiverProc) receipts(sub string) (map[string]time.Time, error) {
 		out[id] = time.UnixMicro(n)
 	}
 	return out, nil
+}
+
+// total is the distinct (subscription, event) pairs the receiver got,
+// over every subscription, and the subscriptions that delivered one at
+// least.
+func (r *liveReceiverProc) total() (pairs, subs int, err error) {
+	s, err := r.get(liveTotalPath)
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := fmt.Sscanf(s, "%d %d", &pairs, &subs); err != nil {
+		return 0, 0, fmt.Errorf("live receiver total %q: %w", s, err)
+	}
+	return pairs, subs, nil
 }
 
 // reset makes the receiver forget its receipts.

@@ -30,7 +30,10 @@
 //     million events, against the events stream alone;
 //   - peak RSS of the bridge and the consumer processes at full speed;
 //   - many subscriptions: what one consumer process and the JetStream server
-//     hold at 100, 1,000 and 10,000 subscriptions (many.go).
+//     hold at 100, 1,000 and 10,000 subscriptions, and 10,000 unordered
+//     with 1,000 ordered together on a 3-node cluster (many.go); the
+//     delivery throughput and CPU per webhook of 1,000 subscriptions
+//     sharing one filter against one (manythroughput.go).
 //
 // The bridge and the consumer run as real processes from -bin (make build);
 // the NATS server is embedded in this process; Postgres is the throwaway local
@@ -79,6 +82,17 @@ type config struct {
 	ManyNodes    int
 	ManyOrdering string
 	ManyEngines  []string
+	// ManyMix is the mixed case's unordered and ordered subscriptions
+	// (-many-mix); zero: not run.
+	ManyMix [2]int
+	// ManyThroughput is the throughput case's subscriptions sharing one
+	// filter (-many-throughput), ManyWebhooks the webhooks each side of
+	// it delivers; zero: not run.
+	ManyThroughput int
+	ManyWebhooks   int
+	// ManyPicked is set when -many-sizes, -many-mix or -many-throughput
+	// was: only the cases they name run.
+	ManyPicked bool
 
 	LiveRates      []int
 	LiveDuration   time.Duration
@@ -119,12 +133,12 @@ func main() {
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
 	flag.StringVar(&cfg.Only, "only", "", "run only these rows, comma-separated: drain, r3, claim, fair, consumer, ordered, tracing, e2e, live, live-pipeline, storage, many")
 	flag.StringVar(&cfg.Repo, "repo", ".", "repository root (for scripts/pg)")
-	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save CPU profiles (-profile-seconds long) here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer, the receiver, the bare loop process and this process during the consumer row, the first replica and this process during each ordered row, the bridge and the consumer during each rate of the live pipeline row")
+	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "when set, save CPU profiles (-profile-seconds long) here, taken at full speed: the bridge and this process (which hosts the JetStream server) during the drain row, the consumer, the receiver, the bare loop process and this process during the consumer row, the first replica and this process during each ordered row, the bridge and the consumer during each rate of the live pipeline row, the idle consumer of each many row and the consumer from the window's opening on each side of the many throughput case")
 	flag.IntVar(&cfg.ProfileSecs, "profile-seconds", 5, "with -profile-dir: how long each CPU profile runs, in seconds")
 	flag.StringVar(&cfg.BareChild, "bare-consumer-child", "", "internal (the consumer row starts it): \"<nats-url> <sink-url>\": run the bare pull → POST → ack loop with -in-flight workers until SIGTERM (and save a CPU profile to -profile-dir)")
 	flag.StringVar(&cfg.ServerChild, "nats-server-child", "", "internal (the many rows start it): \"<dir> <nodes>\": run a JetStream server (nodes 1) or cluster with its storage under dir, write its client URLs to dir/client-urls, until SIGTERM")
 	flag.StringVar(&cfg.RecvChild, "receiver-child", "", "internal (the consumer row starts it): \"127.0.0.1:<port>\": serve the webhook receiver there (POST /hook, GET /count, POST /reset, GET /debug/pprof/profile) until SIGTERM")
-	flag.Func("many-sizes", "many: subscription counts to measure, comma-separated, each on one server and on a 3-node cluster (default: 100, 1,000 and 10,000, and 100 ordered on one server; quick: 100 on one server)", func(v string) error {
+	flag.Func("many-sizes", "many: subscription counts to measure, comma-separated, each on one server and on a 3-node cluster (default: 100, 1,000 and 10,000, 100 ordered on one server and 1,000 ordered on the cluster; quick: 100 on one server); setting it, -many-mix or -many-throughput runs only the cases they set", func(v string) error {
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n < 2 {
@@ -148,6 +162,19 @@ func main() {
 		}
 		return nil
 	})
+	cfg.ManyMix = [2]int{10_000, 1000}
+	flag.Func("many-mix", "many: \"<unordered>,<ordered>\": subscriptions of both orderings run together by one consumer process, on the 3-node cluster (on one server with -many-nodes 1); default 10000,1000 (quick: not run); the durables engine's row says it was not run when the cluster case has 10,000 unordered or 1,000 ordered", func(v string) error {
+		u, o, ok := strings.Cut(v, ",")
+		nu, err1 := strconv.Atoi(strings.TrimSpace(u))
+		no, err2 := strconv.Atoi(strings.TrimSpace(o))
+		if !ok || err1 != nil || err2 != nil || nu < 2 || no < 1 {
+			return fmt.Errorf("-many-mix: %q is not \"<unordered>,<ordered>\" (at least 2 and 1)", v)
+		}
+		cfg.ManyMix = [2]int{nu, no}
+		return nil
+	})
+	flag.IntVar(&cfg.ManyThroughput, "many-throughput", 1000, "many: subscriptions sharing one filter in the throughput case, measured against one subscription delivering as many webhooks (-many-webhooks), for each engine (quick: 100)")
+	flag.IntVar(&cfg.ManyWebhooks, "many-webhooks", 50_000, "many, throughput case: webhooks each side delivers (to one subscription, and to -many-throughput subscriptions, an event for every one of them each -many-throughput webhooks) (quick: 10000)")
 	cfg.LiveRates = []int{100, 1000}
 	flag.Func("live-rates", "live: the generator's rates, events/s, comma-separated (default 100,1000; quick: 1000); each runs the bridge, then the bare reference", func(v string) (err error) {
 		cfg.LiveRates, err = liveRates(v)
@@ -197,6 +224,26 @@ func main() {
 		if !flagSet("live-search-steps") {
 			cfg.LiveSearchSteps = 0
 		}
+	}
+
+	// Setting one of -many-sizes, -many-mix, -many-throughput picks the
+	// cases of -only many: only those.
+	cfg.ManyPicked = flagSet("many-sizes") || flagSet("many-mix") || flagSet("many-throughput")
+	if cfg.ManyPicked && !flagSet("many-mix") || cfg.Quick && !cfg.ManyPicked {
+		cfg.ManyMix = [2]int{}
+	}
+	if cfg.ManyPicked && !flagSet("many-throughput") {
+		cfg.ManyThroughput = 0
+	}
+	if cfg.Quick && !cfg.ManyPicked {
+		cfg.ManyThroughput = 100
+	}
+	if cfg.Quick && !flagSet("many-webhooks") {
+		cfg.ManyWebhooks = 10_000
+	}
+	if cfg.ManyThroughput < 0 || cfg.ManyThroughput > 0 && cfg.ManyWebhooks < cfg.ManyThroughput {
+		fmt.Fprintf(os.Stderr, "bench: -many-throughput %d, -many-webhooks %d: want at least as many webhooks as subscriptions\n", cfg.ManyThroughput, cfg.ManyWebhooks)
+		os.Exit(2)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
