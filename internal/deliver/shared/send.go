@@ -63,11 +63,21 @@ func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 	}
 	c := attempt.Call{ID: eventID(d.Event.Header), Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1,
 		Ready: func() (uint64, func(), bool) {
-			// While the subscription is disabled, and for its throttle
-			// (rate limit, Retry-After), the attempt waits here, unsent;
-			// the partition released ends the wait (ActNotReady).
+			// For one of the subscription's MaxInFlight slots on the
+			// replica (all partitions together), while the subscription
+			// is disabled, and for its throttle (rate limit,
+			// Retry-After), the attempt waits here, unsent; the
+			// partition released ends the wait (ActNotReady).
+			release, ok := s.senders.acquire(ctx, d.Subscription)
+			if !ok {
+				return 0, nil, false
+			}
 			gen, err := snd.Gate(ctx, noHold)
-			return gen, nil, err == nil
+			if err != nil {
+				release()
+				return 0, nil, false
+			}
+			return gen, release, true
 		}}
 	if d.Ordered {
 		c.Order = attempt.OrderFieldsOf(d.Event.Header, d.Previous, d.Partition, d.Epoch)
