@@ -297,11 +297,16 @@ func (p *Partition) Err() error {
 // answers with a settlement (its POST ran to its answer: the Sender lets
 // a POST started finish, bounded by its lease) is settled, so the
 // commit after Close covers it and the next owner does not send it
-// again (docs/design/next-engine.md, "Faults": graceful release).
-// Nothing is settled after it returns.
+// again (docs/design/next-engine.md, "Faults": graceful release). An
+// unordered subscription's events left unsettled below one it settled
+// get retries entries (retryHolesLocked), so the floor passes them and
+// the next owner sends them alone. Nothing is settled after it returns.
 func (p *Partition) Close() {
 	p.cancel()
 	p.wg.Wait()
+	p.mu.Lock()
+	p.retryHolesLocked()
+	p.mu.Unlock()
 }
 
 // fail stops the fan-out for err (the record lost, or its commit loop

@@ -28,6 +28,7 @@ type subState struct {
 	last    map[string]settled // ordered: by stream, its last event settled here
 	queue   []reader.Event     // unordered: waiting for a send slot
 	flying  int                // unordered: sends running
+	high    uint64             // unordered: the highest sequence it settled (Close)
 	slots   chan struct{}      // ordered: bounds its POSTs running
 }
 
@@ -346,6 +347,7 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 		}
 		p.settleLocked(st, ev.Seq)
 		p.dropRetry(name, ev.Seq)
+		st.high = max(st.high, ev.Seq)
 		if len(st.queue) == 0 || st.gone || st.flying > st.m.MaxInFlight || p.ctx.Err() != nil {
 			st.flying--
 			p.mu.Unlock()
