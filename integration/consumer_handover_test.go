@@ -189,6 +189,11 @@ func TestOrderedRollingRestartDelaysNoStreamPastAckWait(t *testing.T) {
 		require.True(t, took(since), "the replicas deliver after %s restarted", id)
 	}
 	require.True(t, took(watch.processed()), "the replicas deliver after the last restart")
+	outs := map[string]fmt.Stringer{}
+	for i, p := range everyProc {
+		outs[fmt.Sprintf("%s-%d", ids[i%len(ids)], i/len(ids)+1)] = p.out
+	}
+	saveOutputs(t, outs) // JSBRIDGE_SOAK_LOGS: every process's output, the restarted ones too
 	events := writer.stop(t)
 	t.Logf("wrote %d events in %s; restarts: %s", events, writer.stopped.Sub(writer.start).Round(time.Millisecond), strings.Join(restarts, "; "))
 

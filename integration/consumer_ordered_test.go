@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/webhook"
@@ -397,7 +398,10 @@ func TestOrderedReplicaAddedAndRemovedNeverDeliversAStreamFromTwo(t *testing.T) 
 }
 
 // With ordering none, two replicas still deliver every event (the
-// unordered path across replicas).
+// unordered path across replicas), and they share the work: the durables
+// engine's replicas pull from the subscription's one durable consumer,
+// the shared engine's own the partitions between them (their records'
+// owners, as `consumer status` shows them).
 func TestUnorderedReplicasDeliverEverything(t *testing.T) {
 	t.Parallel()
 	const events, streams = 2000, 50
@@ -406,20 +410,36 @@ func TestUnorderedReplicasDeliverEverything(t *testing.T) {
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
 	args := []string{"run", "--nats-url", b.srv.ClientURL(), "--start", "all", "--name", "unordered", "--url", h.URL, "--allow-private",
 		"--ordering", "none", "--ops-addr", "", "--log-level", "warn"}
-	startProc(t, env, "consumer", args...)
-	startProc(t, env, "consumer", args...)
+	startProc(t, env, "consumer", append(args, "--replica-id", "u1")...)
+	startProc(t, env, "consumer", append(args, "--replica-id", "u2")...)
 	b.publish(t, 1, events, streams)
 	require.True(t, waitFor(time.Minute, func() bool { return h.distinct() == events }), "%d of %d delivered", h.distinct(), events)
-	_, err := b.js.Consumer(b.ctx, "EVENTS", "unordered")
-	require.NoError(t, err, "ordering none reads the events stream with one durable consumer")
+	if !sharedEngine() {
+		_, err := b.js.Consumer(b.ctx, "EVENTS", "unordered")
+		require.NoError(t, err, "ordering none reads the events stream with one durable consumer")
+		return
+	}
+	owners := map[string]int{}
+	require.True(t, waitFor(time.Minute, func() bool {
+		parts, err := consumer.ReadSharedPositions(b.ctx, b.js)
+		if err != nil {
+			return false
+		}
+		clear(owners)
+		for _, p := range parts {
+			owners[p.Record.Owner]++
+		}
+		return owners["u1"] > 0 && owners["u2"] > 0
+	}), "both replicas own partitions: %v", owners)
 }
 
 // The operator's view of a parked stream, with the binaries: a 422 on
-// version 3 of a stream parks it; `consumer dlq list` shows it with 6
-// events held behind its head, `consumer status` shows who owns the
-// partitions, `consumer dlq skip` drops the head and versions 4–9 follow
-// in order; a second stream parked the same way is replayed with
-// `consumer dlq replay` once the endpoint is fixed: 3–9 in order.
+// version 3 of a stream parks it; `consumer dlq list` shows it (with 6
+// events held behind its head in memory under the durables engine; the
+// shared engine holds none, its HELD is 0), `consumer status` shows who
+// owns the partitions, `consumer dlq skip` drops the head and versions
+// 4–9 follow in order; a second stream parked the same way is replayed
+// with `consumer dlq replay` once the endpoint is fixed: 3–9 in order.
 func TestOrderedParkedStreamListSkipAndReplayCLI(t *testing.T) {
 	t.Parallel()
 	const streams, perStream = 2, 10
@@ -443,6 +463,15 @@ func TestOrderedParkedStreamListSkipAndReplayCLI(t *testing.T) {
 	startProc(t, env, "consumer", orderedArgs(natsURL, rsrv.URL, "--replica-id", "only")...)
 	b.publish(t, 1, streams*perStream, streams)
 
+	// A parked stream's row: PARKED STREAM, SUBSCRIPTION, HEAD SEQ, HEAD
+	// EVENT ID, HELD (the events behind the head held in memory: the
+	// durables engine holds them; the shared engine reads them again
+	// from the events stream, and shows 0).
+	parkedRow := regexp.MustCompile(`(?m)^order-\d+\s+ordered\s+\d+\s+\d+\s+(\d+)\s`)
+	held := "6"
+	if sharedEngine() {
+		held = "0"
+	}
 	var letters []deadletter.Stored
 	require.True(t, waitFor(30*time.Second, func() bool {
 		out, err := cli(t, nil, "consumer", "dlq", "list", "--nats-url", natsURL)
@@ -450,15 +479,22 @@ func TestOrderedParkedStreamListSkipAndReplayCLI(t *testing.T) {
 			return false
 		}
 		letters = dlqList(t, natsURL)
-		return len(letters) == 2 && strings.Contains(out, "PARKED STREAM") && strings.Count(out, "  6  ") >= 2
-	}), "both streams parked with 6 events held")
+		rows := parkedRow.FindAllStringSubmatch(out, -1)
+		return len(letters) == 2 && len(rows) == 2 && rows[0][1] == held && rows[1][1] == held
+	}), "both streams parked with %s events held", held)
 	out, err := cli(t, nil, "consumer", "dlq", "list", "--nats-url", natsURL)
 	require.NoError(t, err, out)
 	t.Logf("dlq list:\n%s", out)
 	out, err = cli(t, nil, "consumer", "status", "--nats-url", natsURL)
 	require.NoError(t, err, out)
-	require.Regexp(t, `(?m)^only\s+ordered\s`, out, "its heartbeat")
-	require.Len(t, regexp.MustCompile(`(?m)^ordered\s+\d+\s+only\s`).FindAllString(out, -1), 8, "its 8 partitions:\n%s", out)
+	if sharedEngine() {
+		// The shared engine's partitions are the replica's, not the
+		// subscription's: its records' table (SHARED PARTITION, OWNER).
+		require.Len(t, regexp.MustCompile(`(?m)^\d+\s+only\s+\d+\s`).FindAllString(out, -1), 8, "its 8 partitions:\n%s", out)
+	} else {
+		require.Regexp(t, `(?m)^only\s+ordered\s`, out, "its heartbeat")
+		require.Len(t, regexp.MustCompile(`(?m)^ordered\s+\d+\s+only\s`).FindAllString(out, -1), 8, "its 8 partitions:\n%s", out)
+	}
 	t.Logf("status:\n%s", out)
 
 	// Skip the first stream's head, replay the second's.

@@ -291,11 +291,22 @@ func (p *Partition) Err() error {
 	return p.err
 }
 
-// Close stops every send (an attempt running is cancelled through its
-// context) and waits for them. Nothing settled after it.
+// Close stops the fan-out gracefully: nothing more is started (waits
+// for a commit, a slot or a retry's pause end, the context every attempt
+// gets is cancelled), and it waits for the attempts running. One that
+// answers with a settlement (its POST ran to its answer: the Sender lets
+// a POST started finish, bounded by its lease) is settled, so the
+// commit after Close covers it and the next owner does not send it
+// again (docs/design/next-engine.md, "Faults": graceful release). An
+// unordered subscription's events left unsettled below one it settled
+// get retries entries (retryHolesLocked), so the floor passes them and
+// the next owner sends them alone. Nothing is settled after it returns.
 func (p *Partition) Close() {
 	p.cancel()
 	p.wg.Wait()
+	p.mu.Lock()
+	p.retryHolesLocked()
+	p.mu.Unlock()
 }
 
 // fail stops the fan-out for err (the record lost, or its commit loop

@@ -28,6 +28,7 @@ type subState struct {
 	last    map[string]settled // ordered: by stream, its last event settled here
 	queue   []reader.Event     // unordered: waiting for a send slot
 	flying  int                // unordered: sends running
+	high    uint64             // unordered: the highest sequence it settled (Close)
 	slots   chan struct{}      // ordered: bounds its POSTs running
 }
 
@@ -181,6 +182,9 @@ func (p *Partition) runLane(st *subState, l *lane, t turn) {
 	defer p.wg.Done()
 	name := st.m.Name
 	for {
+		if p.ctx.Err() != nil {
+			return // closed: the next owner sends the rest
+		}
 		ev, last, known, entry := t.ev, t.last, t.known, t.entry
 		if known {
 			if err := p.pos.Wait(p.ctx, name, l.stream, last.seq); err != nil {
@@ -256,14 +260,21 @@ func (p *Partition) sendOrdered(st *subState, l *lane, name string, ev reader.Ev
 		case <-p.ctx.Done():
 			return 0, 0, false
 		}
+		if p.ctx.Err() != nil { // both were ready: start nothing once closed
+			<-st.slots
+			return 0, 0, false
+		}
 		d.Attempt = n
 		s := p.send.Attempt(p.ctx, d)
 		<-st.slots
+		if s.Act != Retry {
+			// Settled, even if Close came meanwhile: the POST it started
+			// ran to its answer (graceful release), and the settlement
+			// is committed before the partition goes.
+			return s.Act, prev, true
+		}
 		if p.ctx.Err() != nil {
 			return 0, 0, false
-		}
-		if s.Act != Retry {
-			return s.Act, prev, true
 		}
 		p.retrying(st, name, ev.Seq, n)
 		if !p.retryPause(st, l, name, s.Delay) {
@@ -315,12 +326,15 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 	for {
 		d.Event = ev
 		for d.Attempt = p.firstAttempt(name, ev.Seq); ; d.Attempt++ {
+			if p.ctx.Err() != nil {
+				return // closed: the next owner sends it
+			}
 			s := p.send.Attempt(p.ctx, d)
+			if s.Act != Retry {
+				break // settled, even if Close came meanwhile (see sendOrdered)
+			}
 			if p.ctx.Err() != nil {
 				return
-			}
-			if s.Act != Retry {
-				break
 			}
 			p.retrying(st, name, ev.Seq, d.Attempt)
 			if !sleep(p.ctx, p.cfg.Clock, s.Delay) {
@@ -333,7 +347,8 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 		}
 		p.settleLocked(st, ev.Seq)
 		p.dropRetry(name, ev.Seq)
-		if len(st.queue) == 0 || st.gone || st.flying > st.m.MaxInFlight {
+		st.high = max(st.high, ev.Seq)
+		if len(st.queue) == 0 || st.gone || st.flying > st.m.MaxInFlight || p.ctx.Err() != nil {
 			st.flying--
 			p.mu.Unlock()
 			return

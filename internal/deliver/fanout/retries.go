@@ -145,3 +145,38 @@ func (p *Partition) loadRetries() {
 		}
 	}
 }
+
+// retryHolesLocked gives, at Close, every event an unordered
+// subscription holds unsettled below one it settled a retries entry (its
+// count so far, 0 when no attempt failed): it stops holding the floor
+// back, the commit after Close raises the floor past the events settled
+// above it, and the next owner fetches and sends the unsettled ones
+// alone, not every event settled above the first of them again (the
+// record keeps no entry per unordered event). Called with the lock held,
+// once every send ended; not after the record was lost.
+func (p *Partition) retryHolesLocked() {
+	if p.err != nil {
+		return
+	}
+	for name, st := range p.subs {
+		if st.m.Ordered || st.gone || st.state != "" {
+			continue
+		}
+		for seq, counted := range st.inHand {
+			if !counted || seq > st.high {
+				continue
+			}
+			n := p.retries[retryKey{name, seq}]
+			p.retries[retryKey{name, seq}] = n
+			p.pos.Edit(func(r *position.Record) {
+				if !slices.ContainsFunc(r.Retries, func(e position.Retry) bool { return e.Sub == name && e.Seq == seq }) {
+					r.Retries = append(r.Retries, position.Retry{Sub: name, Seq: seq, Attempts: n})
+				}
+			})
+			st.inHand[seq] = false
+			p.win.done(seq)
+		}
+	}
+	p.nretries.Store(int64(len(p.retries)))
+	p.raise()
+}

@@ -66,3 +66,52 @@ func TestAnUnorderedEventInRetryLetsTheFloorPassAndANewOwnerRetriesIt(t *testing
 	eventually(t, func() bool { return len(pos2.Record().Retries) == 0 }, "its entry goes once it settled")
 	require.Equal(t, uint64(5), f2.Floor())
 }
+
+// A fan-out closed (a graceful release) while an unordered event is not
+// sent yet, with a later one settled, leaves the unsent one a retries
+// entry: the floor passes it, and the next owner sends it alone, not the
+// later one again.
+func TestAnUnorderedEventUnsentAtCloseBelowASettledOneIsAllTheNextOwnerSends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	idx := members(t, Member{Name: "u", Filters: []string{"events.order.>"}, MaxInFlight: 4})
+	evs := events(1, 3, 3)
+	st := &store{}
+	st.add(evs...)
+	pos, stop := b.claim(t, "replica-a", 1)
+	var f *Partition
+	first := newRecorder(func(d Delivery) Settlement {
+		if d.Event.Seq == 2 {
+			<-f.ctx.Done() // waits (for a slot, a throttle) until the release: nothing sent
+			return Settlement{Act: Retry}
+		}
+		return Settlement{Act: Delivered}
+	})
+	f = New(Config{Clock: b.clock}, idx, pos, first, nil, st)
+	for _, e := range evs {
+		f.Dispatch(e)
+	}
+	eventually(t, func() bool { return len(first.seqs("u")) == 2 }, "the events around it settle")
+	require.Equal(t, uint64(1), f.Floor(), "the unsent one holds the floor")
+	f.Close()
+	stop() // its last commit
+	require.Equal(t, uint64(3), pos.Record().Floor, "the floor passes the unsent event")
+	require.Equal(t, []position.Retry{{Sub: "u", Seq: 2}}, pos.Record().Retries)
+
+	pos2, _ := b.claim(t, "replica-b", 2)
+	second := newRecorder(nil)
+	f2 := New(Config{Clock: b.clock}, idx, pos2, second, nil, st)
+	t.Cleanup(f2.Close)
+	for _, e := range evs {
+		if e.Seq > f2.Floor() {
+			f2.Dispatch(e)
+		}
+	}
+	eventually(t, func() bool {
+		n, err := f2.CatchUp(t.Context())
+		require.NoError(t, err)
+		return n == 0 && len(second.seqs("u")) == 1
+	}, "the new owner fetches the unsent event and sends it")
+	require.Equal(t, []uint64{2}, second.seqs("u"), "it alone: the one settled above it is not sent again")
+	eventually(t, func() bool { return len(pos2.Record().Retries) == 0 }, "its entry goes once it settled")
+}

@@ -24,10 +24,13 @@ import (
 
 // senderSet is the replica's attempt.Sender of each subscription, by
 // name: replaced by Put, dropped by Remove while the claims' senders
-// read it.
+// read it. Beside each, the subscription's POST slots on the replica:
+// MaxInFlight is per consumer process (subscription.Subscription), so
+// every partition the replica owns draws from the one bound.
 type senderSet struct {
-	mu sync.RWMutex
-	m  map[string]*attempt.Sender
+	mu    sync.RWMutex
+	m     map[string]*attempt.Sender
+	slots map[string]chan struct{}
 }
 
 func (ss *senderSet) get(name string) *attempt.Sender {
@@ -36,14 +39,41 @@ func (ss *senderSet) get(name string) *attempt.Sender {
 	return ss.m[name]
 }
 
+// set makes snd the sender of subscription name (nil: none); its slots
+// are made again only when its MaxInFlight changed (the POSTs running
+// free the slots they took).
 func (ss *senderSet) set(name string, snd *attempt.Sender) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if snd == nil {
 		delete(ss.m, name)
+		delete(ss.slots, name)
 		return
 	}
 	ss.m[name] = snd
+	if n := snd.Subscription().MaxInFlight; n > 0 && cap(ss.slots[name]) != n {
+		if ss.slots == nil {
+			ss.slots = map[string]chan struct{}{}
+		}
+		ss.slots[name] = make(chan struct{}, n)
+	}
+}
+
+// acquire waits for one of subscription name's POST slots on the
+// replica and returns its release; false when ctx ended first.
+func (ss *senderSet) acquire(ctx context.Context, name string) (release func(), ok bool) {
+	ss.mu.RLock()
+	slots := ss.slots[name]
+	ss.mu.RUnlock()
+	if slots == nil {
+		return func() {}, true
+	}
+	select {
+	case slots <- struct{}{}:
+		return func() { <-slots }, true
+	case <-ctx.Done():
+		return nil, false
+	}
 }
 
 // subs is the replica's subscription set as Put, Pause and Remove leave

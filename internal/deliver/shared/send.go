@@ -63,11 +63,21 @@ func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 	}
 	c := attempt.Call{ID: eventID(d.Event.Header), Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1,
 		Ready: func() (uint64, func(), bool) {
-			// While the subscription is disabled, and for its throttle
-			// (rate limit, Retry-After), the attempt waits here, unsent;
-			// the partition released ends the wait (ActNotReady).
+			// For one of the subscription's MaxInFlight slots on the
+			// replica (all partitions together), while the subscription
+			// is disabled, and for its throttle (rate limit,
+			// Retry-After), the attempt waits here, unsent; the
+			// partition released ends the wait (ActNotReady).
+			release, ok := s.senders.acquire(ctx, d.Subscription)
+			if !ok {
+				return 0, nil, false
+			}
 			gen, err := snd.Gate(ctx, noHold)
-			return gen, nil, err == nil
+			if err != nil {
+				release()
+				return 0, nil, false
+			}
+			return gen, release, true
 		}}
 	if d.Ordered {
 		c.Order = attempt.OrderFieldsOf(d.Event.Header, d.Previous, d.Partition, d.Epoch)
@@ -109,23 +119,17 @@ func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 	return set
 }
 
-// fence is the attempts' attempt.PostFence: the claim's lease fence, and
-// the fan-out's context ending (the partition released, its fan-out
-// closed) cuts the POST as the lease would, with cause ErrLeasePassed:
-// an attempt cut by a hand-over counts for neither the endpoint's
+// fence is the attempts' attempt.PostFence: the claim's lease fence
+// alone bounds a POST once it started. The fan-out's context ending (the
+// partition released, its fan-out closed) starts nothing more, but a
+// POST under way runs to its answer, which the fan-out settles and
+// commits before the lease goes (graceful release: cut, the next owner
+// would send every one of them again). The lease deadline passing, or
+// the lease or the record found lost (Claim.Lose), cuts it with cause
+// ErrLeasePassed: an attempt cut so counts for neither the endpoint's
 // breaker nor its health, and settles nothing (attempt.ActCut).
 func (s *sender) fence(ctx context.Context) (context.Context, context.CancelFunc, error) {
-	fctx, done, err := s.claim.Fence.Bound(context.WithoutCancel(ctx))
-	if err != nil {
-		return nil, nil, err
-	}
-	cctx, cancel := context.WithCancelCause(fctx)
-	stop := context.AfterFunc(ctx, func() { cancel(attempt.ErrLeasePassed) })
-	return cctx, func() {
-		stop()
-		cancel(nil)
-		done()
-	}, nil
+	return s.claim.Fence.Bound(context.WithoutCancel(ctx))
 }
 
 // settle turns an attempt's settlement into the fan-out's, counting the
