@@ -189,6 +189,15 @@ func (e *sharedEngine) Put(s subscription.Subscription, created time.Time) error
 func (e *sharedEngine) Remove(ctx context.Context, name string) error { return e.r.Remove(ctx, name) }
 func (e *sharedEngine) Names() []string                               { return e.r.Names() }
 
+// Deleted remembers that subscription name was deleted from the bucket
+// (shared.Replica.Remove of a name it does not deliver): the partitions
+// it claims drop what they hold of it.
+func (e *sharedEngine) Deleted(ctx context.Context, name string) {
+	if err := e.r.Remove(ctx, name); err != nil {
+		e.log.Warn("dropping a deleted subscription's held places failed", slog.String("subscription", name), slog.Any("error", err))
+	}
+}
+
 func (e *sharedEngine) Pause(s subscription.Subscription, created time.Time) {
 	if err := e.r.PutAt(s, created, true); err != nil {
 		e.log.Error("paused subscription cannot be kept: nothing runs for it", slog.String("subscription", s.Name), slog.Any("error", err))

@@ -11,13 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
-	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 )
@@ -63,6 +61,7 @@ type subs struct {
 	created map[string]time.Time          // when the bucket's subscriptions were created (PutAt)
 	after   map[string]uint64             // each subscription's start, resolved (start.go)
 	tail    *tail                         // the events stream's tail, as the starts last read it (start.go)
+	deleted map[string]bool               // removed (the bucket deleted them) and not put since: not held
 	fans    map[*fanout.Partition]int     // the fan-outs running, with their partition
 	records map[*fanout.Partition]flusher // and their partition's record
 }
@@ -135,6 +134,7 @@ func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused
 		return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
 	}
 	r.subs.given[s.Name] = sub
+	delete(r.subs.deleted, s.Name)
 	r.health.Added(s.Name)
 	if had {
 		r.log.Info("shared: subscription changed", slog.String("subscription", s.Name))
@@ -212,11 +212,15 @@ func (r *Replica) pause(name string) {
 
 // Remove stops delivering subscription name and forgets it: every
 // partition the replica serves drops it (fanout.Partition.Forget: its
-// record entries go, it stops holding the floor) and its cursor keys of
-// those partitions are deleted from the positions bucket (the other
-// replicas delete theirs as they apply the same change). A removed
-// subscription put again starts as a new one. Errors: the cursor keys'
-// deletions (the subscription is removed all the same).
+// record entries go, it stops holding the floor, and its cursor key is
+// deleted after the commit Remove waits for; the other replicas drop
+// theirs as they apply the same change). A name the replica does not
+// deliver is dropped alike where its partitions hold it (a stranger's
+// place, fanout.StateHeld). The name is remembered as deleted: a
+// partition claimed later drops what it holds of it instead of holding
+// it, until it is put again. A removed subscription put again starts as
+// a new one. Errors: the commits' (the subscription is removed all the
+// same).
 func (r *Replica) Remove(ctx context.Context, name string) error {
 	r.subs.mu.Lock()
 	_, ok := r.subs.given[name]
@@ -224,39 +228,41 @@ func (r *Replica) Remove(ctx context.Context, name string) error {
 	delete(r.subs.paused, name)
 	delete(r.subs.created, name)
 	delete(r.subs.after, name)
-	parts := map[int]flusher{}
+	r.subs.deleted[name] = true
 	if ok {
 		r.members.Remove(name)
-		for fan, p := range r.subs.fans {
-			fan.Forget(name)
-			parts[p] = r.subs.records[fan]
-		}
+	}
+	parts := map[int]flusher{}
+	for fan, p := range r.subs.fans {
+		fan.Forget(name)
+		parts[p] = r.subs.records[fan]
+	}
+	if ok {
 		r.senders.set(name, nil)
 	}
 	r.subs.mu.Unlock()
-	if !ok {
-		return nil
+	if ok {
+		r.log.Info("shared: subscription removed", slog.String("subscription", name))
 	}
-	r.log.Info("shared: subscription removed", slog.String("subscription", name))
 	var errs []error
 	for p, rec := range parts {
 		r.cursors.Drop(name, p)
-		if r.poskv == nil {
+		if rec == nil {
 			continue
 		}
-		// A cursor write under way (coalesced) would write the key
-		// again: the commit after the Forget first.
-		if rec != nil {
-			if err := rec.Flush(ctx); err != nil {
-				r.log.Debug("shared: remove: the partition's record was not committed", slog.Int("partition", p), slog.Any("error", err))
-			}
-		}
-		err := r.poskv.Delete(ctx, position.CursorKey(name, p))
-		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			errs = append(errs, fmt.Errorf("shared: delete %s's cursor on partition %d: %w", name, p, err))
+		if err := rec.Flush(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("shared: remove %s from partition %d: %w", name, p, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// deleted reports whether subscription name was removed and not put
+// since (fanout.Config.Deleted).
+func (r *Replica) deleted(name string) bool {
+	r.subs.mu.Lock()
+	defer r.subs.mu.Unlock()
+	return r.subs.deleted[name]
 }
 
 // Names returns the subscriptions the replica has (paused ones too),
@@ -277,6 +283,11 @@ func (r *Replica) startFan(p int, fan *fanout.Partition, rec flusher) {
 	r.subs.mu.Lock()
 	defer r.subs.mu.Unlock()
 	r.subs.fans[fan], r.subs.records[fan] = p, rec
+	for name := range fan.Behind() {
+		if r.subs.deleted[name] { // removed since the fan-out was made
+			fan.Forget(name)
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(r.subs.given)) {
 		if err := r.join(fan, p, r.subs.given[name].WithDefaults()); err != nil {
 			r.log.Error("shared: the subscription cannot start on the partition", slog.String("subscription", name), slog.Int("partition", p), slog.Any("error", err))
@@ -327,19 +338,4 @@ func (r *Replica) Paused(name string) bool {
 	r.subs.mu.Lock()
 	defer r.subs.mu.Unlock()
 	return r.subs.paused[name]
-}
-
-// warnStrangers logs the subscriptions a partition's record lists as
-// live that this replica does not have: another replica delivers them,
-// so the replicas' subscription sets differ, and this replica, which
-// owns the partition now, passes their events over. Every replica of
-// the shared engine must deliver the same subscriptions (one file, or
-// one subscriptions bucket).
-func (r *Replica) warnStrangers(log *slog.Logger, rec position.Record) {
-	for name := range rec.Members {
-		if _, ok := r.members.Get(name); !ok {
-			log.Warn("shared: the partition's record lists a subscription this replica does not deliver: its events on the partition are passed over (every replica of the shared engine must have the same subscriptions)",
-				slog.String("subscription", name))
-		}
-	}
 }

@@ -300,7 +300,7 @@ func (r *Replica) subscribe(deps Deps) error {
 	r.subs = subs{open: egress.NoRedirects(deps.Client), breakers: deps.Breakers, deliveries: deps.Deliveries,
 		given: map[string]subscription.Subscription{}, paused: map[string]bool{}, fans: map[*fanout.Partition]int{},
 		records: map[*fanout.Partition]flusher{},
-		created: map[string]time.Time{}, after: map[string]uint64{}}
+		created: map[string]time.Time{}, after: map[string]uint64{}, deleted: map[string]bool{}}
 	for _, s := range deps.Subscriptions {
 		if err := s.Validate(); err != nil {
 			return fmt.Errorf("shared: %w", err)
