@@ -50,7 +50,7 @@ func (r *Replica) serve(c *owner.Claim) {
 	ran := make(chan error, 1)
 	go func() { ran <- pos.Run(runCtx) }()
 
-	send := &sender{senders: r.senders, claim: c, epochs: r.epochs, replica: r.cfg.Replica,
+	send := &sender{senders: r.senders, breakers: r.subs.breakers, claim: c, epochs: r.epochs, replica: r.cfg.Replica,
 		letters: r.letters, deadLettered: r.dead, skipped: r.poskv, stuckAfter: r.cfg.OrderStuckAfter, clock: r.cfg.Clock, log: log}
 	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log, Requests: r.requests,
 		Deleted: r.deleted},

@@ -58,10 +58,15 @@ type subs struct {
 	mu      sync.Mutex
 	given   map[string]subscription.Subscription // as Put, by name
 	paused  map[string]bool
-	created map[string]time.Time          // when the bucket's subscriptions were created (PutAt)
-	after   map[string]uint64             // each subscription's start, resolved (start.go)
-	tail    *tail                         // the events stream's tail, as the starts last read it (start.go)
-	deleted map[string]bool               // removed (the bucket deleted them) and not put since: not held
+	created map[string]time.Time // when the bucket's subscriptions were created (PutAt)
+	after   map[string]uint64    // each subscription's start, resolved (start.go)
+	tail    *tail                // the events stream's tail, as the starts last read it (start.go)
+	deleted map[string]bool      // removed (the bucket deleted them) and not put since: not held
+	// The endpoints' breakers (breakers.go): watched from Start (bctx),
+	// by endpoint; opened: those whose breaker is open.
+	bctx    context.Context
+	watched map[string]bool
+	opened  map[string]bool
 	fans    map[*fanout.Partition]int     // the fan-outs running, with their partition
 	records map[*fanout.Partition]flusher // and their partition's record
 }
@@ -135,6 +140,7 @@ func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused
 	}
 	r.subs.given[s.Name] = sub
 	delete(r.subs.deleted, s.Name)
+	r.watchBreaker(s.URL)
 	r.health.Added(s.Name)
 	if had {
 		r.log.Info("shared: subscription changed", slog.String("subscription", s.Name))
@@ -164,7 +170,7 @@ func (r *Replica) pauseOrResume(name string, pause bool) error {
 		return nil
 	}
 	delete(r.subs.paused, name)
-	to := ""
+	to := r.cursorState(name) // its endpoint's breaker open: StateBreaker (breakers.go)
 	if r.health.IsDisabled(name) {
 		to = fanout.StateDisabled // resumed, but disabled still (health.go)
 	}
@@ -309,7 +315,8 @@ func (r *Replica) startFan(p int, fan *fanout.Partition, rec flusher) {
 			r.log.Warn("shared: resume", slog.String("subscription", name), slog.Int("partition", p), slog.Any("error", err))
 		}
 	}
-	r.applyHealth(fan) // a disabled subscription starts disabled
+	r.applyHealth(fan)   // a disabled subscription starts disabled
+	r.applyBreakers(fan) // one whose endpoint's breaker is open, in StateBreaker
 }
 
 // poke wakes the dispatch loop (when it runs) for the cursors' round;
