@@ -81,7 +81,9 @@ func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, le
 }
 
 // Provision waits for the events stream, as the durables engine does
-// (an error wrapping JetStream's, retried by the caller), then refuses
+// (an error wrapping JetStream's, retried by the caller), resolves the
+// start of the subscriptions given with start new to after its last
+// sequence (shared.Replica.ResolveNew), then refuses
 // at once what waiting cannot fix: the stream without AllowDirect
 // (ErrNoAllowDirect), the durables engine's layout there and not
 // migrated (ErrNotMigrated).
@@ -94,6 +96,10 @@ func (e *sharedEngine) Provision(ctx context.Context) error {
 		return fmt.Errorf("consumer: engine %s: stream %s: %w: run `consumer migrate`, or `nats stream edit %s --allow-direct`",
 			EngineShared, e.stream, ErrNoAllowDirect, e.stream)
 	}
+	// A subscription of the file (or Config) with start new begins after
+	// the events stored so far, as the durables engine's consumers made
+	// here do: what is stored until Run is its.
+	e.r.ResolveNew(s.CachedInfo().State.LastSeq)
 	old, err := e.oldLayout(ctx)
 	if err != nil || old == "" {
 		return err
@@ -188,6 +194,15 @@ func (e *sharedEngine) Put(s subscription.Subscription, created time.Time) error
 }
 func (e *sharedEngine) Remove(ctx context.Context, name string) error { return e.r.Remove(ctx, name) }
 func (e *sharedEngine) Names() []string                               { return e.r.Names() }
+
+// Deleted remembers that subscription name was deleted from the bucket
+// (shared.Replica.Remove of a name it does not deliver): the partitions
+// it claims drop what they hold of it.
+func (e *sharedEngine) Deleted(ctx context.Context, name string) {
+	if err := e.r.Remove(ctx, name); err != nil {
+		e.log.Warn("dropping a deleted subscription's held places failed", slog.String("subscription", name), slog.Any("error", err))
+	}
+}
 
 func (e *sharedEngine) Pause(s subscription.Subscription, created time.Time) {
 	if err := e.r.PutAt(s, created, true); err != nil {

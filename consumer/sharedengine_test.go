@@ -256,3 +256,40 @@ func TestEngineConfig(t *testing.T) {
 	require.ErrorIs(t, err, consumer.ErrInvalidConfig)
 	require.ErrorContains(t, err, `Engine "orbit": want "durables" (the default) or "shared"`)
 }
+
+// A subscription of the Config with start new begins, under the shared
+// engine, after the events stored when the consumer provisioned, as the
+// durables engine's durable consumers made at Provision do: the events
+// stored between Provision and Run are delivered, those before are not.
+func TestSharedEngineStartNewResolvesAtProvision(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.eventsWithDirect(t)
+	rc := newOrderReceiver(t)
+	s := sharedSub("fresh", rc.srv.URL, consumer.OrderingStream)
+	s.Start = consumer.Start{Policy: consumer.StartNew}
+	c, err := consumer.New(b.js, consumer.Config{Engine: consumer.EngineShared, Partitions: 4, LeaseTTL: 2 * time.Second,
+		ReplicaID: "replica-a", Subscriptions: []consumer.Subscription{s}})
+	require.NoError(t, err)
+
+	b.publishN(t, 0, 20, 5) // before Provision: not its
+	require.NoError(t, c.Provision(b.ctx))
+	b.publishN(t, 20, 20, 5) // between Provision and Run: its
+	ctx, cancel := context.WithCancel(b.ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	require.Eventually(t, func() bool { return c.Ready(b.ctx) == nil }, 10*time.Second, 10*time.Millisecond)
+	b.publishN(t, 40, 20, 5)
+
+	require.Eventually(t, func() bool { return rc.received("/fresh") == 40 }, 30*time.Second, 10*time.Millisecond,
+		"the 40 events stored from Provision on (has %d)", rc.received("/fresh"))
+	rc.mu.Lock()
+	for k := range 60 {
+		id := event.FormatID(int64(k + 1))
+		require.Equal(t, k >= 20, rc.ids["/fresh"][id], "event %s", id)
+	}
+	rc.mu.Unlock()
+	require.Empty(t, rc.inOrder("/fresh"))
+	require.Zero(t, rc.bad)
+}

@@ -28,6 +28,11 @@ type liveSubscriptions interface {
 	// (the durables engine's durable consumers, the shared engine's
 	// cursors).
 	Remove(ctx context.Context, name string) error
+	// Deleted is told of subscription name, which does not run here,
+	// deleted from the bucket before this watch began (its delete
+	// marker): the shared engine drops what the partitions it claims
+	// hold of it (fanout.StateHeld) instead of holding it.
+	Deleted(ctx context.Context, name string)
 	// Names are the subscriptions it has, sorted.
 	Names() []string
 	// Loaded is called at the end of each watch's initial replay, once
@@ -43,8 +48,9 @@ func (fs fleetSubscriptions) Pause(s subscription.Subscription, _ time.Time)    
 func (fs fleetSubscriptions) Remove(ctx context.Context, name string) error {
 	return fs.f.Remove(ctx, name)
 }
-func (fs fleetSubscriptions) Names() []string { return fs.f.Names() }
-func (fs fleetSubscriptions) Loaded()         {}
+func (fs fleetSubscriptions) Deleted(context.Context, string) {}
+func (fs fleetSubscriptions) Names() []string                 { return fs.f.Names() }
+func (fs fleetSubscriptions) Loaded()                         {}
 
 // watch applies the changes of Config.SubscriptionStore's bucket to the
 // engine (c.live) until ctx ends: a subscription put and not paused runs
@@ -163,6 +169,7 @@ func (a *applier) apply(ctx context.Context, ch subkv.Change) {
 	switch {
 	case ch.Deleted && ch.Initial && !slices.Contains(a.fleet.Names(), ch.Name):
 		// Deleted before this watch began, and not running here.
+		a.fleet.Deleted(ctx, ch.Name)
 	case ch.Deleted:
 		a.remove(ctx, l, ch.Name)
 	case ch.Err != nil:

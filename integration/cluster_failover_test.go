@@ -118,10 +118,12 @@ func TestClusterFailoverStreamLeaderKilled(t *testing.T) {
 	sz := failoverSizesFor(t)
 	if sharedEngine() {
 		// The shared engine's replicas share the partitions of every
-		// subscription, so each must run the same ones: the unordered
-		// and strict subscriptions, each in a process of its own here,
-		// would pass over the ordered one's events on the partitions
-		// they own. The ordered replicas alone run.
+		// subscription: the unordered and strict subscriptions, each in
+		// a process of its own here, would hold the ordered one's place
+		// on the partitions they own (docs/scaling.md, "Replicas whose
+		// subscriptions differ"), its events owed until an ordered
+		// replica claims them, which the share need never do. The
+		// ordered replicas alone run.
 		sz.unordered = false
 	}
 	streams := sz.streams

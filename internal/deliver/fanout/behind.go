@@ -102,18 +102,30 @@ func (p *Partition) Behind() map[string]string {
 			out[name] = StateBehind // live again, its cursor not dropped yet
 		}
 	}
+	for name := range p.held {
+		out[name] = StateHeld
+	}
 	return out
 }
 
 // Forget drops subscription sub from the partition (removed from the
-// members): its sends stop after the attempt running, it stops holding
-// the floor, and its record entries go. Its cursor key, if any, stays
-// until the next claim finds no member of its name (stage 6 deletes it).
+// members, or a stranger held and deleted since): its sends stop after
+// the attempt running, it stops holding the floor, and its record
+// entries (member, stream entries, asides, retries) and its cursor go
+// (position.Partition.Drop: the cursor key is deleted after the next
+// commit).
 func (p *Partition) Forget(sub string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	delete(p.held, sub)
+	maps.DeleteFunc(p.asides, func(k [2]string, _ *aside) bool { return k[0] == sub })
+	maps.DeleteFunc(p.retries, func(k retryKey, _ uint64) bool { return k.sub == sub })
+	p.refetch = slices.DeleteFunc(p.refetch, func(k retryKey) bool { return k.sub == sub })
+	p.nretries.Store(int64(len(p.retries)))
+	delete(p.curs, sub)
 	st := p.subs[sub]
 	if st == nil {
+		p.pos.Drop(sub)
 		return
 	}
 	st.gone = true
@@ -125,12 +137,7 @@ func (p *Partition) Forget(sub string) {
 	clear(st.inHand)
 	st.queue = nil
 	delete(p.subs, sub)
-	p.pos.Edit(func(r *position.Record) {
-		delete(r.Members, sub)
-		delete(r.Ahead, sub)
-		r.Retries = slices.DeleteFunc(r.Retries, func(e position.Retry) bool { return e.Sub == sub })
-	})
-	maps.DeleteFunc(p.retries, func(k retryKey, _ uint64) bool { return k.sub == sub })
+	p.pos.Drop(sub)
 	p.raise()
 }
 

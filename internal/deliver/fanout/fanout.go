@@ -70,13 +70,22 @@ const (
 	StatePaused = "paused"
 	// StateDisabled: disabled (410 Gone, sustained failure, operator).
 	StateDisabled = "disabled"
+	// StateHeld: a stranger's place, kept. The claimed record listed the
+	// subscription live, or it had a cursor, but this replica does not
+	// deliver it (not in the Members: replicas whose subscription sets
+	// differ, as during a rolling deploy that adds or removes one). Its
+	// cursor holds where it stood; it is neither read nor sent to, and
+	// the floor passes it. A replica that delivers it and claims the
+	// partition (or a Join here) reads it as StateBehind and rejoins.
+	StateHeld = "held"
 )
 
 // Position is the partition's record as the fan-out writes it: the
 // methods of *position.Partition it calls, with their contracts (see
 // there): the record and cursors as claimed, a settlement recorded, the
 // write-before-next wait, the floor and members edited, cursors made
-// (from the record, or from a start position), edited and dropped.
+// (from the record, or from a start position), edited and dropped, and
+// a subscription deleted for good forgotten.
 type Position interface {
 	Record() position.Record
 	Cursors() map[string]position.Cursor
@@ -87,6 +96,7 @@ type Position interface {
 	Detach(sub, state string) bool
 	Start(sub, state string, floor uint64) bool
 	Rejoin(sub string) bool
+	Drop(sub string) bool
 	Flush(ctx context.Context) error
 }
 
@@ -192,6 +202,11 @@ type Config struct {
 	// Requests are the operator's requests on parked streams (Unpark),
 	// applied by CatchUp. Nil: none are (a parked stream stays parked).
 	Requests *Requests
+	// Deleted reports whether a subscription not in the Members was
+	// deleted on purpose (the subscriptions bucket says so): New drops
+	// what the claimed record and cursors keep of it (Forget) instead of
+	// holding it (StateHeld). Nil: every stranger is held.
+	Deleted func(sub string) bool
 }
 
 // Partition is the fan-out of one claimed partition. Dispatch and
@@ -220,6 +235,7 @@ type Partition struct {
 	watch      map[string]struct{}
 	asides     map[[2]string]*aside // (subscription, stream) set aside
 	deleting   map[string]bool      // requests applied, being deleted
+	held       map[string]bool      // strangers held (StateHeld) with no state here
 	win        window
 	floor      uint64 // the floor last written
 	head       uint64 // the last sequence dispatched live
@@ -248,10 +264,11 @@ func New(cfg Config, members *Members, pos Position, send Sender, chain Chain, c
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	held := holdStrangers(cfg, members, pos)
 	rec := pos.Record()
 	p := &Partition{cfg: cfg, members: members, pos: pos, send: send, chain: chain, cursors: cursors,
 		ctx: ctx, cancel: cancel, claimed: rec, curs: pos.Cursors(), subs: map[string]*subState{}, watch: map[string]struct{}{},
-		asides: map[[2]string]*aside{}, deleting: map[string]bool{}, floor: rec.Floor, head: rec.Floor, gen: members.generation()}
+		asides: map[[2]string]*aside{}, deleting: map[string]bool{}, held: held, floor: rec.Floor, head: rec.Floor, gen: members.generation()}
 	p.win.last = rec.Floor
 	p.retries = map[retryKey]uint64{}
 	p.loadRetries()

@@ -61,10 +61,15 @@ func (p *Partition) sub(m *member, from uint64) *subState {
 		st = &subState{m: m, inHand: map[uint64]bool{}, slots: make(chan struct{}, m.MaxInFlight)}
 		if c, ok := p.curs[m.Name]; ok {
 			st.state, st.read, st.top = c.State, c.Floor, c.Top()
+			if c.State == StateHeld { // a stranger's place: it is ours now
+				st.state = StateBehind
+				p.pos.EditCursor(m.Name, func(c *position.Cursor) { c.State = StateBehind })
+			}
 		} else if _, ok := p.claimed.Members[m.Name]; !ok {
 			p.pos.Edit(func(r *position.Record) { r.Members[m.Name] = from })
 		}
 		p.subs[m.Name] = st
+		delete(p.held, m.Name)
 		p.mark(st)
 	}
 	if st.m != m {

@@ -110,6 +110,7 @@ func (nopPosition) EditCursor(string, func(*position.Cursor)) bool { return true
 func (nopPosition) Detach(string, string) bool                     { return true }
 func (nopPosition) Start(string, string, uint64) bool              { return true }
 func (nopPosition) Rejoin(string) bool                             { return true }
+func (nopPosition) Drop(string) bool                               { return false }
 func (nopPosition) Flush(context.Context) error                    { return nil }
 
 // counter is a Sender that answers at once and counts.

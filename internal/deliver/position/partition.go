@@ -324,6 +324,16 @@ func (p *Partition) Rejoin(sub string) bool {
 	return p.change(func() bool { return p.st.rejoin(sub) })
 }
 
+// Drop forgets subscription sub on the partition: its member entry, its
+// stream entries, its asides and retries entries go from the record, and
+// its cursor, if any, is dropped (its key is deleted after the next
+// commit, as a rejoined one's). It reports whether the record or a
+// cursor held anything of sub. For a subscription deleted for good: the
+// floor never waits for it again and nothing of it is kept.
+func (p *Partition) Drop(sub string) bool {
+	return p.change(func() bool { return p.st.drop(sub) })
+}
+
 // change runs fn under the lock and, when it changed something, marks a
 // commit wanted.
 func (p *Partition) change(fn func() bool) bool {

@@ -200,7 +200,8 @@ func (r *Record) clone() Record {
 // start position), stored under CursorKey(sub, N).
 type Cursor struct {
 	// State says why it is not live: "behind", "breaker", "disabled",
-	// "paused", "throttled".
+	// "paused", "throttled", "held" (a subscription the owner does not
+	// deliver: its place kept for a replica that does).
 	State string `json:"state"`
 	// Floor: every event of the partition the subscription takes at or
 	// below it was settled, but for the streams the record sets aside

@@ -122,6 +122,24 @@ func (s *state) rejoin(sub string) bool {
 	return true
 }
 
+// drop forgets sub (see Partition.Drop).
+func (s *state) drop(sub string) bool {
+	r := &s.rec
+	_, member := r.Members[sub]
+	_, ahead := r.Ahead[sub]
+	n := len(r.Asides) + len(r.Retries)
+	delete(r.Members, sub)
+	delete(r.Ahead, sub)
+	r.Asides = slices.DeleteFunc(r.Asides, func(a Aside) bool { return a.Sub == sub })
+	r.Retries = slices.DeleteFunc(r.Retries, func(e Retry) bool { return e.Sub == sub })
+	had := member || ahead || n != len(r.Asides)+len(r.Retries)
+	if ck := s.live(sub); ck != nil {
+		ck.gone = true
+		had = true
+	}
+	return had
+}
+
 // fit encodes the record, detaching the subscriptions with the most
 // entries of their own (ties: the first by name) until it is at most
 // maxSize bytes; errTooLarge when nobody is left ahead.

@@ -45,15 +45,15 @@ func (r *Replica) serve(c *owner.Claim) {
 		return
 	}
 	r.metrics.handover(true, causeClaimed)
-	r.warnStrangers(log, pos.Record())
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	ran := make(chan error, 1)
 	go func() { ran <- pos.Run(runCtx) }()
 
-	send := &sender{senders: r.senders, claim: c, epochs: r.epochs, replica: r.cfg.Replica,
+	send := &sender{senders: r.senders, breakers: r.subs.breakers, claim: c, epochs: r.epochs, replica: r.cfg.Replica,
 		letters: r.letters, deadLettered: r.dead, skipped: r.poskv, stuckAfter: r.cfg.OrderStuckAfter, clock: r.cfg.Clock, log: log}
-	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log, Requests: r.requests},
+	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log, Requests: r.requests,
+		Deleted: r.deleted},
 		r.members, pos, send, r.chain, r.cursors)
 	r.startFan(c.Partition, fan, pos)
 	floor := pos.Record().Floor

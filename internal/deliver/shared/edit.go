@@ -11,13 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
-	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 )
@@ -90,9 +88,15 @@ type subs struct {
 	mu      sync.Mutex
 	given   map[string]subscription.Subscription // as Put, by name
 	paused  map[string]bool
-	created map[string]time.Time          // when the bucket's subscriptions were created (PutAt)
-	after   map[string]uint64             // each subscription's start, resolved (start.go)
-	tail    *tail                         // the events stream's tail, as the starts last read it (start.go)
+	created map[string]time.Time // when the bucket's subscriptions were created (PutAt)
+	after   map[string]uint64    // each subscription's start, resolved (start.go)
+	tail    *tail                // the events stream's tail, as the starts last read it (start.go)
+	deleted map[string]bool      // removed (the bucket deleted them) and not put since: not held
+	// The endpoints' breakers (breakers.go): watched from Start (bctx),
+	// by endpoint; opened: those whose breaker is open.
+	bctx    context.Context
+	watched map[string]bool
+	opened  map[string]bool
 	fans    map[*fanout.Partition]int     // the fan-outs running, with their partition
 	records map[*fanout.Partition]flusher // and their partition's record
 }
@@ -165,6 +169,8 @@ func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused
 		return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
 	}
 	r.subs.given[s.Name] = sub
+	delete(r.subs.deleted, s.Name)
+	r.watchBreaker(s.URL)
 	r.health.Added(s.Name)
 	if had {
 		r.log.Info("shared: subscription changed", slog.String("subscription", s.Name))
@@ -194,7 +200,7 @@ func (r *Replica) pauseOrResume(name string, pause bool) error {
 		return nil
 	}
 	delete(r.subs.paused, name)
-	to := ""
+	to := r.cursorState(name) // its endpoint's breaker open: StateBreaker (breakers.go)
 	if r.health.IsDisabled(name) {
 		to = fanout.StateDisabled // resumed, but disabled still (health.go)
 	}
@@ -242,11 +248,15 @@ func (r *Replica) pause(name string) {
 
 // Remove stops delivering subscription name and forgets it: every
 // partition the replica serves drops it (fanout.Partition.Forget: its
-// record entries go, it stops holding the floor) and its cursor keys of
-// those partitions are deleted from the positions bucket (the other
-// replicas delete theirs as they apply the same change). A removed
-// subscription put again starts as a new one. Errors: the cursor keys'
-// deletions (the subscription is removed all the same).
+// record entries go, it stops holding the floor, and its cursor key is
+// deleted after the commit Remove waits for; the other replicas drop
+// theirs as they apply the same change). A name the replica does not
+// deliver is dropped alike where its partitions hold it (a stranger's
+// place, fanout.StateHeld). The name is remembered as deleted: a
+// partition claimed later drops what it holds of it instead of holding
+// it, until it is put again. A removed subscription put again starts as
+// a new one. It returns nil: a commit that failed is retried by the
+// partition, or left to its next owner, which drops the name too.
 func (r *Replica) Remove(ctx context.Context, name string) error {
 	r.subs.mu.Lock()
 	_, ok := r.subs.given[name]
@@ -254,39 +264,42 @@ func (r *Replica) Remove(ctx context.Context, name string) error {
 	delete(r.subs.paused, name)
 	delete(r.subs.created, name)
 	delete(r.subs.after, name)
-	parts := map[int]flusher{}
+	r.subs.deleted[name] = true
 	if ok {
 		r.members.Remove(name)
-		for fan, p := range r.subs.fans {
-			fan.Forget(name)
-			parts[p] = r.subs.records[fan]
-		}
+	}
+	parts := map[int]flusher{}
+	for fan, p := range r.subs.fans {
+		fan.Forget(name)
+		parts[p] = r.subs.records[fan]
+	}
+	if ok {
 		r.senders.set(name, nil)
 	}
 	r.subs.mu.Unlock()
-	if !ok {
-		return nil
+	if ok {
+		r.log.Info("shared: subscription removed", slog.String("subscription", name))
 	}
-	r.log.Info("shared: subscription removed", slog.String("subscription", name))
-	var errs []error
 	for p, rec := range parts {
 		r.cursors.Drop(name, p)
-		if r.poskv == nil {
+		if rec == nil {
 			continue
 		}
-		// A cursor write under way (coalesced) would write the key
-		// again: the commit after the Forget first.
-		if rec != nil {
-			if err := rec.Flush(ctx); err != nil {
-				r.log.Debug("shared: remove: the partition's record was not committed", slog.Int("partition", p), slog.Any("error", err))
-			}
-		}
-		err := r.poskv.Delete(ctx, position.CursorKey(name, p))
-		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			errs = append(errs, fmt.Errorf("shared: delete %s's cursor on partition %d: %w", name, p, err))
+		// A partition released meanwhile committed what it had; its
+		// next owner drops the name at its claim (deleted).
+		if err := rec.Flush(ctx); err != nil {
+			r.log.Debug("shared: remove: the partition's record was not committed", slog.Int("partition", p), slog.Any("error", err))
 		}
 	}
-	return errors.Join(errs...)
+	return nil
+}
+
+// deleted reports whether subscription name was removed and not put
+// since (fanout.Config.Deleted).
+func (r *Replica) deleted(name string) bool {
+	r.subs.mu.Lock()
+	defer r.subs.mu.Unlock()
+	return r.subs.deleted[name]
 }
 
 // Names returns the subscriptions the replica has (paused ones too),
@@ -307,6 +320,11 @@ func (r *Replica) startFan(p int, fan *fanout.Partition, rec flusher) {
 	r.subs.mu.Lock()
 	defer r.subs.mu.Unlock()
 	r.subs.fans[fan], r.subs.records[fan] = p, rec
+	for name := range fan.Behind() {
+		if r.subs.deleted[name] { // removed since the fan-out was made
+			fan.Forget(name)
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(r.subs.given)) {
 		if err := r.join(fan, p, r.subs.given[name].WithDefaults()); err != nil {
 			r.log.Error("shared: the subscription cannot start on the partition", slog.String("subscription", name), slog.Int("partition", p), slog.Any("error", err))
@@ -328,7 +346,8 @@ func (r *Replica) startFan(p int, fan *fanout.Partition, rec flusher) {
 			r.log.Warn("shared: resume", slog.String("subscription", name), slog.Int("partition", p), slog.Any("error", err))
 		}
 	}
-	r.applyHealth(fan) // a disabled subscription starts disabled
+	r.applyHealth(fan)   // a disabled subscription starts disabled
+	r.applyBreakers(fan) // one whose endpoint's breaker is open, in StateBreaker
 }
 
 // poke wakes the dispatch loop (when it runs) for the cursors' round;
@@ -357,19 +376,4 @@ func (r *Replica) Paused(name string) bool {
 	r.subs.mu.Lock()
 	defer r.subs.mu.Unlock()
 	return r.subs.paused[name]
-}
-
-// warnStrangers logs the subscriptions a partition's record lists as
-// live that this replica does not have: another replica delivers them,
-// so the replicas' subscription sets differ, and this replica, which
-// owns the partition now, passes their events over. Every replica of
-// the shared engine must deliver the same subscriptions (one file, or
-// one subscriptions bucket).
-func (r *Replica) warnStrangers(log *slog.Logger, rec position.Record) {
-	for name := range rec.Members {
-		if _, ok := r.members.Get(name); !ok {
-			log.Warn("shared: the partition's record lists a subscription this replica does not deliver: its events on the partition are passed over (every replica of the shared engine must have the same subscriptions)",
-				slog.String("subscription", name))
-		}
-	}
 }

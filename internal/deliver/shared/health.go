@@ -62,7 +62,7 @@ func (r *Replica) applyHealth(fan *fanout.Partition) {
 		case disabled && st != fanout.StateDisabled:
 			to = fanout.StateDisabled
 		case !disabled && st == fanout.StateDisabled:
-			to = ""
+			to = r.cursorState(name) // its endpoint's breaker may be open
 		default:
 			continue
 		}

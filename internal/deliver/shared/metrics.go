@@ -97,7 +97,7 @@ func releaseCause(ctx context.Context, recordLost bool) string {
 
 // cursorsDesc is jsbridge_consumer_cursors.
 var cursorsDesc = prometheus.NewDesc("jsbridge_consumer_cursors",
-	"Subscriptions with a cursor on the partitions this replica serves, by state (behind, breaker, paused, disabled): one per subscription and partition.",
+	"Subscriptions with a cursor on the partitions this replica serves, by state (behind, breaker, paused, disabled, held): one per subscription and partition.",
 	[]string{"state"}, nil)
 
 // cursorCollector reads the cursors of the replica's partitions when
@@ -113,7 +113,7 @@ func (c cursorCollector) Collect(ch chan<- prometheus.Metric) {
 			n[state]++
 		}
 	}
-	for _, state := range []string{"behind", "breaker", "paused", "disabled"} {
+	for _, state := range []string{"behind", "breaker", "paused", "disabled", "held"} {
 		ch <- prometheus.MustNewConstMetric(cursorsDesc, prometheus.GaugeValue, float64(n[state]), state)
 		delete(n, state)
 	}

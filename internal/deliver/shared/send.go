@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
@@ -38,6 +39,9 @@ type sender struct {
 	// deadLettered counts them by subscription (nil: not counted).
 	letters      deadletter.Writer
 	deadLettered *prometheus.CounterVec
+	// breakers are the endpoints' circuit breakers: an attempt waits
+	// for its endpoint's (nil: it does not).
+	breakers *breaker.Set
 	// skipped is the positions bucket: the dead-lettered versions of
 	// ordered subscriptions' streams (skipped.<sub>.<stream>).
 	skipped jetstream.KeyValue
@@ -63,11 +67,19 @@ func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 	}
 	c := attempt.Call{ID: eventID(d.Event.Header), Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1,
 		Ready: func() (uint64, func(), bool) {
-			// For one of the subscription's MaxInFlight slots on the
-			// replica (all partitions together), while the subscription
-			// is disabled, and for its throttle (rate limit,
-			// Retry-After), the attempt waits here, unsent; the
-			// partition released ends the wait (ActNotReady).
+			// While the endpoint's breaker is open (its subscriptions
+			// have breaker cursors meanwhile: breakers.go), for one of
+			// the subscription's MaxInFlight slots on the replica (all
+			// partitions together), while the subscription is disabled,
+			// and for its throttle (rate limit, Retry-After), the
+			// attempt waits here, unsent; the partition released ends
+			// the wait (ActNotReady). The breaker is waited for first,
+			// so an open one holds no slot.
+			if s.breakers != nil {
+				if err := s.breakers.Breaker(snd.Subscription().URL).Wait(ctx); err != nil {
+					return 0, nil, false
+				}
+			}
 			release, ok := s.senders.acquire(ctx, d.Subscription)
 			if !ok {
 				return 0, nil, false
@@ -136,6 +148,12 @@ func (s *sender) fence(ctx context.Context) (context.Context, context.CancelFunc
 // outcomes the settler counts (attempt.Sender.Attempt counts the rest).
 func (s *sender) settle(snd *attempt.Sender, d fanout.Delivery, st attempt.Settlement) fanout.Settlement {
 	delay := max(st.Delay, minRetry)
+	if st.Act == attempt.ActBreakerOpen && s.breakers != nil {
+		// Refused at half-open (another attempt is the probe): the next
+		// attempt waits for the breaker itself (Ready), so no open
+		// timeout's pause here.
+		delay = minRetry
+	}
 	switch st.Act {
 	case attempt.ActAck:
 		snd.Count(st.Outcome, st.Class, st.Response.Status)

@@ -21,11 +21,8 @@
 // subscriptions' health (health.go) stops a disabled subscription on
 // every partition the replica owns.
 //
-// Not here yet (the design's stage 6 row says what is left): the Fleet's
-// wiring behind `engine: shared`, live subscription edits, an open
-// breaker as a fanout.StateBreaker cursor (its events are retried every
-// open timeout, held), client certificates (Subscription.TLS), metrics
-// of partitions owned and hand-overs.
+// An endpoint's open circuit breaker gives its subscriptions
+// fanout.StateBreaker cursors (breakers.go).
 package shared
 
 import (
@@ -300,7 +297,7 @@ func (r *Replica) subscribe(deps Deps) error {
 	r.subs = subs{open: egress.NoRedirects(deps.Client), breakers: deps.Breakers, deliveries: deps.Deliveries,
 		given: map[string]subscription.Subscription{}, paused: map[string]bool{}, fans: map[*fanout.Partition]int{},
 		records: map[*fanout.Partition]flusher{},
-		created: map[string]time.Time{}, after: map[string]uint64{}}
+		created: map[string]time.Time{}, after: map[string]uint64{}, deleted: map[string]bool{}, opened: map[string]bool{}}
 	for _, s := range deps.Subscriptions {
 		if err := s.Validate(); err != nil {
 			return fmt.Errorf("shared: %w", err)
@@ -346,6 +343,7 @@ func (r *Replica) Start(ctx context.Context) error {
 		r.bg.Go(func() { r.health.Run(lctx) })
 	}
 	r.bg.Go(func() { r.watchHealth(lctx) })
+	r.watchBreakers(lctx)
 	r.subs.mu.Lock() // edits poke the loop
 	r.loop = newLoop(r.js, r.rcfg, r.log, func() int { return len(r.own.Owned()) })
 	r.subs.mu.Unlock()

@@ -43,6 +43,7 @@ type receiver struct {
 	ids      map[string]map[string]bool // path → event id → received
 	last     map[string]int64           // ordered: stream → last version processed
 	breaks   []string                   // ordered: chain or order breaks
+	dupes    map[string]int             // path → requests of an event received before
 	badSigns int
 }
 
@@ -75,7 +76,21 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	if rc.ids[r.URL.Path] == nil {
 		rc.ids[r.URL.Path] = map[string]bool{}
 	}
+	if rc.ids[r.URL.Path][id] {
+		if rc.dupes == nil {
+			rc.dupes = map[string]int{}
+		}
+		rc.dupes[r.URL.Path]++
+	}
 	rc.ids[r.URL.Path][id] = true
+}
+
+// duplicates returns how many requests path got for an event it had
+// received already.
+func (rc *receiver) duplicates(path string) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.dupes[path]
 }
 
 // order checks an ordered webhook's chain (caller holds mu): a version

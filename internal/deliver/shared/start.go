@@ -21,9 +21,10 @@ const startTimeout = 10 * time.Second
 // sequence before the first event stored at or after it; new → the
 // events stream's last sequence when the subscription was created
 // (created, from the subscriptions bucket's document), or, without a
-// creation time, when the replica started (startNew: a subscription
-// given before Start, as a subscriptions file's are) or when it was put
-// (one put while the replica runs). r.subs.mu is held.
+// creation time, when the consumer provisioned or the replica started
+// (ResolveNew: a subscription given before Start, as a subscriptions
+// file's are) or when it was put (one put while the replica runs: the
+// tail read then, never an earlier look's). r.subs.mu is held.
 func (r *Replica) after(s subscription.Subscription) (uint64, error) {
 	if a, ok := r.subs.after[s.Name]; ok {
 		return a, nil
@@ -39,6 +40,12 @@ func (r *Replica) after(s subscription.Subscription) (uint64, error) {
 		at := st.Time
 		if st.Policy != subscription.StartTime {
 			at = r.subs.created[s.Name]
+			if at.IsZero() {
+				// Put now: its start is the tail as read now, not as an
+				// earlier look saw it (up to tailFresh ago: the events
+				// stored since would be its too).
+				r.subs.tail = nil
+			}
 		}
 		var err error
 		if a, err = r.seqBefore(ctx, at); err != nil {
@@ -49,10 +56,17 @@ func (r *Replica) after(s subscription.Subscription) (uint64, error) {
 	return a, nil
 }
 
-// startNew resolves, as Start reads the events stream's last sequence
-// last, the start of every subscription given so far whose start is new
-// and which has no creation time: after last, so that what is stored
-// while the partitions are being claimed is theirs.
+// ResolveNew resolves the start of every subscription given so far whose
+// start is new and which has no creation time (one of a subscriptions
+// file, or given to New) to after last, the events stream's last
+// sequence as the caller read it: the consumer's Provision does, so that
+// what is stored between Provision and Start is delivered, as the
+// durables engine's durable consumers made at Provision deliver it. A
+// start resolved already is kept; Start resolves those left, after the
+// last sequence it reads.
+func (r *Replica) ResolveNew(last uint64) { r.startNew(last) }
+
+// startNew is ResolveNew.
 func (r *Replica) startNew(last uint64) {
 	r.subs.mu.Lock()
 	defer r.subs.mu.Unlock()
