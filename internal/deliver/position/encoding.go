@@ -103,8 +103,11 @@ func (r *Record) encodeOn(b *members) []byte {
 	return r.encodeSplit(b, listed, left)
 }
 
-// encodeSplit is encodeOn with split's result.
+// encodeSplit is encodeOn with split's result (it sorts listed and
+// left).
 func (r *Record) encodeSplit(b *members, listed, left []string) []byte {
+	slices.Sort(listed)
+	slices.Sort(left)
 	e := encoder{names: make(map[string]uint64, len(r.Streams)+len(listed)+len(left)+8)}
 	entries := len(r.Streams)
 	for k := range r.Streams {

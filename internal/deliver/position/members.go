@@ -58,12 +58,12 @@ type baseRef struct {
 
 // split returns what r's encoding writes against members key b (nil:
 // none): the members the record lists (those not in b, or live from
-// above the floor) and the names of b that are no longer members, both
-// in name order; and missing, how many of those two b does not say (the
-// members not in it and the names gone).
+// above the floor) and the names of b that are no longer members, in no
+// order (encodeSplit sorts them); and missing, how many of those two b
+// does not say (the members not in it and the names gone).
 func split(r *Record, b *members) (listed, left []string, missing int) {
 	if b == nil {
-		listed = slices.Sorted(maps.Keys(r.Members))
+		listed = slices.AppendSeq(make([]string, 0, len(r.Members)), maps.Keys(r.Members))
 		return listed, nil, len(listed)
 	}
 	inBase := 0
@@ -85,8 +85,6 @@ func split(r *Record, b *members) (listed, left []string, missing int) {
 			}
 		}
 	}
-	slices.Sort(listed)
-	slices.Sort(left)
 	return listed, left, missing + len(left)
 }
 
