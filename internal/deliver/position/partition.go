@@ -151,6 +151,7 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 		return nil, err
 	}
 	p := &Partition{cfg: cfg, js: js, kv: kv, key: Key(cfg.Partition), token: rand.Text(), kick: make(chan struct{}, 1), st: state{cursors: map[string]*cursorKey{}}}
+	var lastErr error // a members key gone at the last try
 	for range claimTries {
 		var rec Record
 		var rev uint64
@@ -166,7 +167,14 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 				return nil, fmt.Errorf("position: %q of bucket %q at revision %d: %w", p.key, kv.Bucket(), e.Revision(), err)
 			}
 			if p.st.base, err = readBase(ctx, js, kv.Bucket(), &rec, ref); err != nil {
-				return nil, fmt.Errorf("position: %q of bucket %q at revision %d: %w", p.key, kv.Bucket(), e.Revision(), err)
+				err = fmt.Errorf("position: %q of bucket %q at revision %d: %w", p.key, kv.Bucket(), e.Revision(), err)
+				if errors.Is(err, errMembersGone) {
+					// A replica behind the leader answered with a record a
+					// later commit replaced, and its members key with it.
+					lastErr = err
+					continue
+				}
+				return nil, err
 			}
 			rev = e.Revision()
 		}
@@ -191,6 +199,7 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 			rev, err = kv.Update(ctx, p.key, rec.encodeOn(p.st.base), rev)
 		}
 		if casLost(err) {
+			lastErr = nil
 			continue // a former owner wrote meanwhile: read it again
 		}
 		if err != nil {
@@ -204,6 +213,9 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 			return nil, err
 		}
 		return p, nil
+	}
+	if lastErr != nil {
+		return nil, lastErr
 	}
 	return nil, fmt.Errorf("%w (%q of bucket %q, %d tries)", ErrContended, p.key, kv.Bucket(), claimTries)
 }
