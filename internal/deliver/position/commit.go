@@ -39,11 +39,21 @@ func due(now, since time.Time, dirty, waiting bool, linger time.Duration) (bool,
 }
 
 // Run commits the record (and the cursors) whenever it is due, until ctx
-// ends; then it commits what is left once and returns. A failed commit is
+// ends; then it commits what is left once and returns. As it starts, it
+// also purges, beside the commits, the partition's members keys that no
+// record names (a former owner's commit whose record never landed). A failed commit is
 // retried after a pause (0.5 s doubling to 15 s, on Config.Clock), its
 // waiters waiting. It returns ErrLost as soon as a commit found the
 // record claimed by another owner, or the final commit's error.
 func (p *Partition) Run(ctx context.Context) error {
+	dropped := make(chan struct{})
+	go func() { // beside the commits, not in the claim's way
+		defer close(dropped)
+		if err := p.dropStaleMembers(ctx); err != nil && ctx.Err() == nil {
+			p.cfg.Logger.Warn("listing the members keys no record names failed; the next claim drops them", slog.Int("partition", p.cfg.Partition), slog.Any("error", err))
+		}
+	}()
+	defer func() { <-dropped }()
 	var pause backoff.Backoff
 	var retryAt time.Time
 	for {

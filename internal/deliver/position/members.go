@@ -210,9 +210,10 @@ func readBase(ctx context.Context, js jetstream.JetStream, bucket string, rec *R
 }
 
 // dropStaleMembers deletes the partition's members keys other than the
-// one its record names: a commit's whose record never landed, or one
-// whose delete after a later commit failed. A key a former owner writes
-// after this listing stays until the next claim.
+// one its record named at the claim: a commit's whose record never
+// landed, or one whose delete after a later commit failed. Run calls it
+// once, as it starts; a key a former owner writes after its listing
+// stays until the next claim.
 func (p *Partition) dropStaleMembers(ctx context.Context) error {
 	bucket := p.kv.Bucket()
 	s, err := p.js.Stream(ctx, "KV_"+bucket)
@@ -223,10 +224,19 @@ func (p *Partition) dropStaleMembers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("position: list the members keys of partition %d in bucket %q: %w", p.cfg.Partition, bucket, err)
 	}
+	p.mu.Lock()
+	keep := map[string]bool{}
+	if p.st.base != nil {
+		keep[p.st.base.key] = true // named by the claim's record or a commit since
+	}
+	for _, k := range p.stale {
+		keep[k] = true // the commits drop them
+	}
+	p.mu.Unlock()
 	for subject := range info.State.Subjects {
 		key := strings.TrimPrefix(subject, "$KV."+bucket+".")
-		if p.st.base != nil && key == p.st.base.key {
-			continue
+		if keep[key] || strings.Contains(key, "."+p.token+".") {
+			continue // this claim's own: a commit writes it, or names it
 		}
 		p.dropMembersKey(ctx, s, key)
 	}

@@ -209,9 +209,6 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 		if err := p.loadCursors(ctx, reset); err != nil {
 			return nil, err
 		}
-		if err := p.dropStaleMembers(ctx); err != nil {
-			return nil, err
-		}
 		return p, nil
 	}
 	if lastErr != nil {
