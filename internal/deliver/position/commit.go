@@ -39,12 +39,13 @@ func due(now, since time.Time, dirty, waiting bool, linger time.Duration) (bool,
 }
 
 // Run commits the record (and the cursors) whenever it is due, until ctx
-// ends; then it commits what is left once and returns. As it starts, it
-// also purges, beside the commits, the partition's members keys that no
-// record names (a former owner's commit whose record never landed). A failed commit is
-// retried after a pause (0.5 s doubling to 15 s, on Config.Clock), its
-// waiters waiting. It returns ErrLost as soon as a commit found the
-// record claimed by another owner, or the final commit's error.
+// ends; then it commits what is left once and returns. A failed commit
+// is retried after a pause (0.5 s doubling to 15 s, on Config.Clock),
+// its waiters waiting. It returns ErrLost as soon as a commit found the
+// record claimed by another owner, or the final commit's error. As it
+// starts, it also purges, beside the commits, the partition's members
+// keys that no record names (a former owner's commit whose record never
+// landed).
 func (p *Partition) Run(ctx context.Context) error {
 	dropped := make(chan struct{})
 	go func() { // beside the commits, not in the claim's way
