@@ -39,11 +39,22 @@ func due(now, since time.Time, dirty, waiting bool, linger time.Duration) (bool,
 }
 
 // Run commits the record (and the cursors) whenever it is due, until ctx
-// ends; then it commits what is left once and returns. A failed commit is
-// retried after a pause (0.5 s doubling to 15 s, on Config.Clock), its
-// waiters waiting. It returns ErrLost as soon as a commit found the
-// record claimed by another owner, or the final commit's error.
+// ends; then it commits what is left once and returns. A failed commit
+// is retried after a pause (0.5 s doubling to 15 s, on Config.Clock),
+// its waiters waiting. It returns ErrLost as soon as a commit found the
+// record claimed by another owner, or the final commit's error. As it
+// starts, it also purges, beside the commits, the partition's members
+// keys that no record names (a former owner's commit whose record never
+// landed).
 func (p *Partition) Run(ctx context.Context) error {
+	dropped := make(chan struct{})
+	go func() { // beside the commits, not in the claim's way
+		defer close(dropped)
+		if err := p.dropStaleMembers(ctx); err != nil && ctx.Err() == nil {
+			p.cfg.Logger.Warn("listing the members keys no record names failed; the next claim drops them", slog.Int("partition", p.cfg.Partition), slog.Any("error", err))
+		}
+	}()
+	defer func() { <-dropped }()
 	var pause backoff.Backoff
 	var retryAt time.Time
 	for {
@@ -127,7 +138,11 @@ func (p *Partition) commit(ctx context.Context) error {
 		p.mu.Unlock()
 		return p.end
 	}
-	val, detached, err := p.st.fit(p.cfg.MaxSize)
+	f, err := p.st.fit(p.cfg.MaxSize, func() string {
+		p.keys++
+		return MembersKey(p.cfg.Partition, p.token, p.keys)
+	})
+	val, detached, base := f.val, f.detached, f.base
 	for _, sub := range detached {
 		p.cfg.Logger.Info("the position record is over its size cap: gave the subscription with the most entries a cursor",
 			slog.Int("partition", p.cfg.Partition), slog.String("subscription", sub), slog.Int("max_bytes", p.cfg.MaxSize))
@@ -137,7 +152,7 @@ func (p *Partition) commit(ctx context.Context) error {
 		p.mu.Unlock()
 		return err
 	}
-	snap, rev := p.st.rec.clone(), p.rev
+	snap, rev := f.stored, p.rev
 	type write struct {
 		sub  string
 		ck   *cursorKey
@@ -175,6 +190,18 @@ func (p *Partition) commit(ctx context.Context) error {
 			break
 		}
 		w.rev = n
+	}
+	if err == nil && f.newBase {
+		// Before the record that names it; a key is written once, under
+		// a name of this claim's, so no other writer can change it.
+		if _, err = p.kv.Put(ctx, base.key, base.encode()); err == nil {
+			p.mu.Lock()
+			if old := p.st.base; old != nil {
+				p.stale = append(p.stale, old.key)
+			}
+			p.st.base = base
+			p.mu.Unlock()
+		}
 	}
 	if err == nil {
 		rev, err = p.putRecord(ctx, val, rev)
@@ -214,9 +241,13 @@ func (p *Partition) commit(ctx context.Context) error {
 	}
 	clear(p.waiters[len(kept):])
 	p.waiters = kept
-	made := p.made
-	p.made = nil
+	made, stale := p.made, p.stale
+	p.made, p.stale = nil, nil
 	p.mu.Unlock()
+
+	for _, key := range stale {
+		p.dropMembersKey(ctx, nil, key) // the record that landed names a later key
+	}
 
 	for _, d := range deletes {
 		if err := p.kv.Delete(ctx, CursorKey(d.sub, p.cfg.Partition), jetstream.LastRevision(d.rev)); err != nil {
@@ -290,7 +321,7 @@ func (p *Partition) stillOurs(ctx context.Context) (uint64, error) {
 	if rev == 0 {
 		return 0, fmt.Errorf("%w: %q was deleted", ErrLost, p.key)
 	}
-	r, err := decodeRecord(b)
+	r, _, err := decodeRecordRef(b)
 	if err != nil || r.Claim != p.token {
 		return 0, fmt.Errorf("%w: %q is now %q's (epoch %d)", ErrLost, p.key, r.Owner, r.Epoch)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 )
@@ -21,14 +22,28 @@ import (
 //	        ahead(n, n×(sub, streams…)) members(n, n×(sub, from))
 //	        asides(n, n×(sub, stream, from, state)) retries(n, n×(sub, seq, attempts))
 //	        detached(n, n×(from, m, m×sub))
+//	record with a members key: 'P' 2, the same fields, then
+//	        base(key, count) left(n, n×sub)
 //	cursor: 'C' 1 table state floor streams(…) above(n, n×(gap to the previous))
+//
+// Format 2 (members.go) lists in members only the subscriptions its
+// members key does not say (not in it, or live from above the floor) and
+// in left the key's names that are no longer members. A record without a
+// members key is written in format 1, byte for byte as before it, and
+// both formats are read: records written before format 2 existed, by the
+// migration or by an earlier version, decode as they did.
 
 // ErrCorrupt is returned (wrapped, naming the key and what is wrong) for a
 // stored record or cursor that cannot be decoded: it is never taken for an
 // empty one, which would send the partition's whole history again.
 var ErrCorrupt = errors.New("position: a stored record or cursor cannot be decoded")
 
-const formatVersion = 1
+// formatVersion is the cursor's format and the record's without a
+// members key; formatMembers the record's with one.
+const (
+	formatVersion = 1
+	formatMembers = 2
+)
 
 // encoder appends a record or cursor to b.
 type encoder struct {
@@ -76,9 +91,24 @@ func (e *encoder) entries(m map[string]Entry, floor uint64) {
 	}
 }
 
-// encode returns r's bytes; r must be normalised (entries above the floor).
-func (r *Record) encode() []byte {
-	e := encoder{names: make(map[string]uint64, len(r.Streams)+len(r.Members)+8)}
+// encode returns r's bytes without a members key (format 1); r must be
+// normalised (entries above the floor).
+func (r *Record) encode() []byte { return r.encodeOn(nil) }
+
+// encodeOn returns r's bytes written against members key b: format 2,
+// listing only the members b does not say; format 1 when b is nil. r
+// must be normalised.
+func (r *Record) encodeOn(b *members) []byte {
+	listed, left, _ := split(r, b)
+	return r.encodeSplit(b, listed, left)
+}
+
+// encodeSplit is encodeOn with split's result (it sorts listed and
+// left).
+func (r *Record) encodeSplit(b *members, listed, left []string) []byte {
+	slices.Sort(listed)
+	slices.Sort(left)
+	e := encoder{names: make(map[string]uint64, len(r.Streams)+len(listed)+len(left)+8)}
 	entries := len(r.Streams)
 	for k := range r.Streams {
 		e.add(k)
@@ -90,7 +120,10 @@ func (r *Record) encode() []byte {
 			e.add(k)
 		}
 	}
-	for sub := range r.Members {
+	for _, sub := range listed {
+		e.add(sub)
+	}
+	for _, sub := range left {
 		e.add(sub)
 	}
 	for _, a := range r.Asides {
@@ -106,8 +139,12 @@ func (r *Record) encode() []byte {
 			e.add(sub)
 		}
 	}
-	e.b = make([]byte, 0, 64+16*len(e.names)+8*(entries+len(r.Members)+len(r.Asides)+len(r.Retries)))
-	e.b = append(e.b, 'P', formatVersion)
+	e.b = make([]byte, 0, 64+16*len(e.names)+8*(entries+len(listed)+len(r.Asides)+len(r.Retries)))
+	if b == nil {
+		e.b = append(e.b, 'P', formatVersion)
+	} else {
+		e.b = append(e.b, 'P', formatMembers)
+	}
 	e.str(r.Owner)
 	e.str(r.Claim)
 	e.uint(r.Epoch)
@@ -120,8 +157,8 @@ func (r *Record) encode() []byte {
 		e.name(sub)
 		e.entries(r.Ahead[sub], r.Floor)
 	}
-	e.uint(uint64(len(r.Members)))
-	for _, sub := range slices.Sorted(maps.Keys(r.Members)) {
+	e.uint(uint64(len(listed)))
+	for _, sub := range listed {
 		e.name(sub)
 		e.uint(r.Members[sub])
 	}
@@ -143,6 +180,14 @@ func (r *Record) encode() []byte {
 		e.uint(d.From)
 		e.uint(uint64(len(d.Subs)))
 		for _, sub := range d.Subs {
+			e.name(sub)
+		}
+	}
+	if b != nil {
+		e.str(b.key)
+		e.uint(uint64(len(b.names)))
+		e.uint(uint64(len(left)))
+		for _, sub := range left {
 			e.name(sub)
 		}
 	}
@@ -221,13 +266,16 @@ func (d *decoder) name() string {
 	return d.names[i]
 }
 
-func (d *decoder) header(kind byte) {
-	if len(d.b) < 2 || d.b[0] != kind || d.b[1] != formatVersion {
-		d.fail("not a version 1 encoding of this kind")
+// header reads the kind and the format, one of formats.
+func (d *decoder) header(kind byte, formats ...byte) byte {
+	if len(d.b) < 2 || d.b[0] != kind || !slices.Contains(formats, d.b[1]) {
+		d.fail("not an encoding of this kind in a known format")
 		d.b = nil
-		return
+		return 0
 	}
+	f := d.b[1]
 	d.b = d.b[2:]
+	return f
 }
 
 func (d *decoder) table() {
@@ -261,11 +309,22 @@ func (d *decoder) end() error {
 	return nil
 }
 
-// decodeRecord reads a record from b.
+// decodeRecord reads a record from b that names no members key (format
+// 1); one that does is refused (decodeRecordRef reads it).
 func decodeRecord(b []byte) (Record, error) {
+	r, ref, err := decodeRecordRef(b)
+	if err == nil && ref.key != "" {
+		err = fmt.Errorf("%w: the record names members key %q", ErrCorrupt, ref.key)
+	}
+	return r, err
+}
+
+// decodeRecordRef reads a record from b, in either format. For format 2,
+// Members holds only the members the record lists, and ref names the
+// members key that completes it (withBase); for format 1 ref is zero.
+func decodeRecordRef(b []byte) (r Record, ref baseRef, err error) {
 	d := decoder{b: b}
-	d.header('P')
-	var r Record
+	format := d.header('P', formatVersion, formatMembers)
 	r.Owner, r.Claim = d.str(), d.str()
 	r.Epoch, r.Created, r.Floor = d.uint(), int64(d.uint()), d.uint()
 	d.table()
@@ -297,13 +356,22 @@ func decodeRecord(b []byte) (Record, error) {
 		}
 		r.Detached = append(r.Detached, g)
 	}
-	return r, d.end()
+	if format == formatMembers {
+		ref.key, ref.count = d.str(), d.uint()
+		for range d.count() {
+			ref.left = append(ref.left, d.name())
+		}
+		if ref.key == "" {
+			d.fail("a format 2 record names no members key")
+		}
+	}
+	return r, ref, d.end()
 }
 
 // decodeCursor reads a cursor from b.
 func decodeCursor(b []byte) (Cursor, error) {
 	d := decoder{b: b}
-	d.header('C')
+	d.header('C', formatVersion)
 	d.table()
 	var c Cursor
 	c.State, c.Floor = d.name(), d.uint()

@@ -112,13 +112,15 @@ type Partition struct {
 	kick  chan struct{} // something changed, or a waiter came
 
 	mu      sync.Mutex
-	st      state  // what the next commit holds
-	stored  Record // what the last successful commit (or the claim) stored
-	rev     uint64 // its revision
-	dirty   bool   // st changed since the last commit began
+	st      state     // what the next commit holds
+	stored  storedRec // what the last successful commit (or the claim) stored
+	rev     uint64    // its revision
+	dirty   bool      // st changed since the last commit began
 	since   time.Time
 	waiters []*waiter
 	made    []string // subscriptions the cap gave cursors, for CursorMade once committed
+	keys    uint64   // members keys this claim wrote (the last one's number)
+	stale   []string // members keys no record names once the next commit lands
 	end     error    // ErrLost or ErrStopped: nothing more is committed
 	begun   uint64   // commits begun (their snapshot taken)
 	ended   uint64   // commits ended, landed or not
@@ -149,17 +151,30 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 		return nil, err
 	}
 	p := &Partition{cfg: cfg, js: js, kv: kv, key: Key(cfg.Partition), token: rand.Text(), kick: make(chan struct{}, 1), st: state{cursors: map[string]*cursorKey{}}}
+	var lastErr error // a members key gone at the last try
 	for range claimTries {
 		var rec Record
 		var rev uint64
+		p.st.base = nil
 		e, err := kv.Get(ctx, p.key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
 			return nil, fmt.Errorf("position: read %q of bucket %q: %w", p.key, kv.Bucket(), err)
 		default:
-			if rec, err = decodeRecord(e.Value()); err != nil {
+			var ref baseRef
+			if rec, ref, err = decodeRecordRef(e.Value()); err != nil {
 				return nil, fmt.Errorf("position: %q of bucket %q at revision %d: %w", p.key, kv.Bucket(), e.Revision(), err)
+			}
+			if p.st.base, err = readBase(ctx, js, kv.Bucket(), &rec, ref); err != nil {
+				err = fmt.Errorf("position: %q of bucket %q at revision %d: %w", p.key, kv.Bucket(), e.Revision(), err)
+				if errors.Is(err, errMembersGone) {
+					// A replica behind the leader answered with a record a
+					// later commit replaced, and its members key with it.
+					lastErr = err
+					continue
+				}
+				return nil, err
 			}
 			rev = e.Revision()
 		}
@@ -174,26 +189,30 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 		if reset {
 			cfg.Logger.Warn("the position record is of an events stream deleted since (its sequences started again): starting the partition from the new stream's start",
 				slog.String("key", p.key), slog.Time("record_stream_created", time.Unix(0, rec.Created)), slog.Time("stream_created", cfg.Created))
-			rec = Record{}
+			rec, p.st.base = Record{}, nil
 		}
 		rec.Owner, rec.Claim, rec.Epoch, rec.Created = cfg.Owner, p.token, cfg.Epoch, created
 		rec.normalise()
 		if rev == 0 {
-			rev, err = kv.Create(ctx, p.key, rec.encode())
+			rev, err = kv.Create(ctx, p.key, rec.encodeOn(p.st.base))
 		} else {
-			rev, err = kv.Update(ctx, p.key, rec.encode(), rev)
+			rev, err = kv.Update(ctx, p.key, rec.encodeOn(p.st.base), rev)
 		}
 		if casLost(err) {
+			lastErr = nil
 			continue // a former owner wrote meanwhile: read it again
 		}
 		if err != nil {
 			return nil, fmt.Errorf("position: claim %q of bucket %q: %w", p.key, kv.Bucket(), err)
 		}
-		p.st.rec, p.stored, p.rev = rec, rec.clone(), rev
+		p.st.rec, p.stored, p.rev = rec, storedRec{Record: rec.clone()}, rev
 		if err := p.loadCursors(ctx, reset); err != nil {
 			return nil, err
 		}
 		return p, nil
+	}
+	if lastErr != nil {
+		return nil, lastErr
 	}
 	return nil, fmt.Errorf("%w (%q of bucket %q, %d tries)", ErrContended, p.key, kv.Bucket(), claimTries)
 }

@@ -451,11 +451,11 @@ func TestTheCapGivesCursorsUntilTheRecordFits(t *testing.T) {
 			st.rec.Ahead[sub][fmt.Sprintf("order-%03d", k)] = Entry{Seq: 200 + uint64(k), Version: uint64(k)}
 		}
 	}
-	val, detached, err := st.fit(1024)
+	f, err := st.fit(1024, nil)
 	require.NoError(t, err)
-	require.Equal(t, []string{"big", "mid"}, detached)
-	require.LessOrEqual(t, len(val), 1024)
-	r, err := decodeRecord(val)
+	require.Equal(t, []string{"big", "mid"}, f.detached)
+	require.LessOrEqual(t, len(f.val), 1024)
+	r, err := decodeRecord(f.val)
 	require.NoError(t, err)
 	require.Equal(t, []string{"small"}, keys(r.Ahead))
 	require.Equal(t, map[string]uint64{"small": 0}, r.Members)
@@ -469,7 +469,7 @@ func TestTheCapGivesCursorsUntilTheRecordFits(t *testing.T) {
 	for k := range 200 {
 		st.rec.Streams[fmt.Sprintf("order-%03d", k)] = Entry{Seq: 1 + uint64(k)}
 	}
-	_, _, err = st.fit(1024)
+	_, err = st.fit(1024, nil)
 	require.ErrorIs(t, err, errTooLarge)
 }
 

@@ -2,10 +2,13 @@
 // partition, in a key-value record the partition's owner writes itself
 // (docs/design/next-engine.md, D4 and D6, stage 2): the record
 // pos.p<N> (Record), a cursor key cur.<subscription>.p<N> (Cursor) for a
-// subscription that left the shared read, the claim that makes a former
-// owner's writes fail (Claim, ErrLost), compare-and-set commits that
-// linger and coalesce (Partition.Run), and the write-before-next waiters
-// (Partition.Wait).
+// subscription that left the shared read, a members key
+// mem.p<N>.<claim>.<n> holding the names of the record's members once
+// there are many (written before the record that names it, once, so that
+// a commit does not write every member again: MembersKey), the claim
+// that makes a former owner's writes fail (Claim, ErrLost),
+// compare-and-set commits that linger and coalesce (Partition.Run), and
+// the write-before-next waiters (Partition.Wait).
 //
 // The rules it keeps (the design's R2–R4):
 //   - write before next: Wait returns only once a commit whose record (or
@@ -134,6 +137,22 @@ type Record struct {
 	// Members maps a live subscription to the sequence from which it is
 	// live on the partition (joined, or rejoined after a cursor): every
 	// event of it at or below was settled, or is not for it.
+	//
+	// A name's presence is what says the subscription joined the
+	// partition (fanout's Join leaves a member as it is, so that a new
+	// owner never starts it again from its start); its value speaks only
+	// while it is above Floor: a value at or below Floor says what Floor
+	// says, and a record read back gives such a member Floor (or the
+	// value it was written with). Members live at the floor are not
+	// written with every commit: once a record has 64 of them, a commit
+	// writes their names once in a members key (MembersKey), and the
+	// record's commits after it list only the members that key does not
+	// say (joined since, or live from above the floor) and the names in
+	// it that left; a new key is written when those reach 64 plus a 16th
+	// of its names. Claim and ReadAll read the key back, so Members
+	// always holds every member. A member's value can therefore not keep
+	// a position below the floor: a subscription whose events the floor
+	// must not pass needs a cursor, an aside or a retry entry.
 	Members  map[string]uint64 `json:"members,omitempty"`
 	Asides   []Aside           `json:"asides,omitempty"`
 	Retries  []Retry           `json:"retries,omitempty"`
@@ -146,10 +165,15 @@ type Record struct {
 // aside for sub from seq or before (the floor passes an aside's events
 // unsettled: the aside covers them, R1).
 func (r Record) Covers(sub, stream string, seq uint64) bool {
+	return r.coversFrom(sub, stream, seq, r.Members[sub])
+}
+
+// coversFrom is Covers with sub's member entry from (0: none).
+func (r *Record) coversFrom(sub, stream string, seq, from uint64) bool {
 	if seq <= r.Streams[stream].Seq || seq <= r.Ahead[sub][stream].Seq {
 		return true
 	}
-	return (seq <= r.Floor || seq <= r.Members[sub]) && !r.asideHolds(sub, stream, seq)
+	return (seq <= r.Floor || seq <= from) && !r.asideHolds(sub, stream, seq)
 }
 
 // asideHolds reports whether stream is set aside for sub at seq.
@@ -180,9 +204,16 @@ func (r *Record) normalise() {
 
 // clone returns a deep copy of r.
 func (r *Record) clone() Record {
+	c := r.cloneExceptMembers()
+	c.Members = maps.Clone(r.Members)
+	return c
+}
+
+// cloneExceptMembers returns a deep copy of r without its members.
+func (r *Record) cloneExceptMembers() Record {
 	c := *r
 	c.Streams = maps.Clone(r.Streams)
-	c.Members = maps.Clone(r.Members)
+	c.Members = nil
 	c.Ahead = make(map[string]map[string]Entry, len(r.Ahead))
 	for sub, own := range r.Ahead {
 		c.Ahead[sub] = maps.Clone(own)

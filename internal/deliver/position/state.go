@@ -12,6 +12,7 @@ import (
 type state struct {
 	rec     Record
 	cursors map[string]*cursorKey
+	base    *members // the members key the next commit's record is written against (nil: none)
 }
 
 // cursorKey is one subscription's cursor and its key's state.
@@ -140,15 +141,46 @@ func (s *state) drop(sub string) bool {
 	return had
 }
 
-// fit encodes the record, detaching the subscriptions with the most
-// entries of their own (ties: the first by name) until it is at most
-// maxSize bytes; errTooLarge when nobody is left ahead.
-func (s *state) fit(maxSize int) (val []byte, detached []string, err error) {
+// fitted is a commit's record as fit encoded it.
+type fitted struct {
+	val      []byte
+	base     *members // the members key it names (nil: none)
+	newBase  bool     // base is to be written before it
+	stored   storedRec
+	detached []string
+}
+
+// fit encodes the record, against the members key of s, or against a new
+// one (named by newKey) when the record would list enough members the
+// key does not say (compactMin); it detaches the subscriptions with the
+// most entries of their own (ties: the first by name) until it is at
+// most maxSize bytes; errTooLarge when nobody is left ahead. Besides the
+// bytes, it returns what they store (fitted.stored) for the waiters to
+// go by once they landed. A membership unchanged costs one pass over the
+// members, without encoding or copying them.
+func (s *state) fit(maxSize int, newKey func() string) (f fitted, err error) {
 	for {
 		s.rec.normalise()
-		val = s.rec.encode()
-		if len(val) <= maxSize {
-			return val, detached, nil
+		f.base = s.base
+		listed, left, missing := split(&s.rec, f.base)
+		if missing >= compactAt(f.base) {
+			f.base, f.newBase = membersOf(&s.rec, newKey()), true
+			listed, left, _ = split(&s.rec, f.base)
+		}
+		f.val = s.rec.encodeSplit(f.base, listed, left)
+		if len(f.val) <= maxSize {
+			f.stored = storedRec{Record: s.rec.cloneExceptMembers(), base: f.base}
+			f.stored.Members = make(map[string]uint64, len(listed))
+			for _, sub := range listed {
+				f.stored.Members[sub] = s.rec.Members[sub]
+			}
+			if len(left) > 0 {
+				f.stored.left = make(map[string]struct{}, len(left))
+				for _, sub := range left {
+					f.stored.left[sub] = struct{}{}
+				}
+			}
+			return f, nil
 		}
 		var top string
 		for _, sub := range slices.Sorted(maps.Keys(s.rec.Ahead)) {
@@ -157,11 +189,43 @@ func (s *state) fit(maxSize int) (val []byte, detached []string, err error) {
 			}
 		}
 		if top == "" {
-			return nil, detached, fmt.Errorf("%w: %d bytes (cap %d) with no subscription ahead to give a cursor", errTooLarge, len(val), maxSize)
+			return f, fmt.Errorf("%w: %d bytes (cap %d) with no subscription ahead to give a cursor", errTooLarge, len(f.val), maxSize)
 		}
 		s.detach(top, "behind")
-		detached = append(detached, top)
+		f.detached = append(f.detached, top)
 	}
+}
+
+// storedRec is a record as a commit stored it, for the waiters: the
+// members the record lists in Members, the others in its members key.
+type storedRec struct {
+	Record
+	base *members            // its members key (nil: Members holds them all)
+	left map[string]struct{} // names of base no longer members
+}
+
+// member returns sub's member entry and whether sub is a member: a name
+// of the members key is one from the floor.
+func (s *storedRec) member(sub string) (uint64, bool) {
+	if from, ok := s.Members[sub]; ok {
+		return from, true
+	}
+	if s.base == nil {
+		return 0, false
+	}
+	if _, ok := s.base.names[sub]; !ok {
+		return 0, false
+	}
+	if _, gone := s.left[sub]; gone {
+		return 0, false
+	}
+	return s.Floor, true
+}
+
+// Covers is Record.Covers of the stored record.
+func (s *storedRec) Covers(sub, stream string, seq uint64) bool {
+	from, _ := s.member(sub)
+	return s.coversFrom(sub, stream, seq, from)
 }
 
 // covered reports whether what is stored covers sub's settlement of seq
@@ -172,9 +236,9 @@ func (s *state) fit(maxSize int) (val []byte, detached []string, err error) {
 // against the cursor's floor as against its own: a cursor's floor, like
 // the record's, passes a stream set aside unsettled (R1), so only its
 // stream entry says the aside's events settled.
-func (s *state) covered(stored *Record, sub, stream string, seq uint64) bool {
+func (s *state) covered(stored *storedRec, sub, stream string, seq uint64) bool {
 	if ck := s.cursors[sub]; ck != nil {
-		if _, member := stored.Members[sub]; !member {
+		if _, member := stored.member(sub); !member {
 			c := &ck.stored
 			if seq <= c.Streams[stream].Seq {
 				return ck.rev > 0

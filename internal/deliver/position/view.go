@@ -29,9 +29,9 @@ type Stored struct {
 	Cursors map[string]Cursor `json:"cursors,omitempty"`
 }
 
-// ReadAll reads every partition record (pos.p<N>) and cursor key
-// (cur.<subscription>.p<N>) of the positions bucket kv, in partition
-// order; other keys are passed over. It claims and writes nothing, and
+// ReadAll reads every partition record (pos.p<N>, with the members key
+// it names) and cursor key (cur.<subscription>.p<N>) of the positions
+// bucket kv, in partition order; other keys are passed over. It claims and writes nothing, and
 // reads what the bucket's replica answering it holds, so a record being
 // committed may show a commit behind. An empty bucket gives none.
 // Errors: ErrCorrupt (wrapped, naming the key), and the bucket's.
@@ -58,6 +58,18 @@ func ReadAll(ctx context.Context, kv jetstream.KeyValue) ([]Stored, error) {
 		if !ok {
 			continue
 		}
+		if sub == "" {
+			rec, e, err := readRecord(ctx, kv, key)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+				continue // deleted since the listing
+			case err != nil:
+				return nil, err
+			}
+			s := at(p)
+			s.Record, s.Revision, s.Updated = rec, e.Revision(), e.Created()
+			continue
+		}
 		e, err := kv.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // deleted since the listing
@@ -66,14 +78,6 @@ func ReadAll(ctx context.Context, kv jetstream.KeyValue) ([]Stored, error) {
 			return nil, fmt.Errorf("position: read %q of bucket %q: %w", key, kv.Bucket(), err)
 		}
 		s := at(p)
-		if sub == "" {
-			rec, err := decodeRecord(e.Value())
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", key, err)
-			}
-			s.Record, s.Revision, s.Updated = rec, e.Revision(), e.Created()
-			continue
-		}
 		c, err := decodeCursor(e.Value())
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", key, err)
@@ -111,4 +115,47 @@ func parseKey(key string) (sub string, p int, ok bool) {
 		return "", 0, false
 	}
 	return sub, p, true
+}
+
+// readRecord reads record key and the members key it names, if any. A
+// members key gone between the two reads was replaced by a commit since:
+// the record is read again (three tries). Errors: jetstream.ErrKeyNotFound
+// (unwrapped) when the record is not there, ErrCorrupt (wrapped, naming
+// the key), and the bucket's.
+func readRecord(ctx context.Context, kv jetstream.KeyValue, key string) (Record, jetstream.KeyValueEntry, error) {
+	var err error
+	for range 3 {
+		var e jetstream.KeyValueEntry
+		if e, err = kv.Get(ctx, key); err != nil {
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				return Record{}, nil, err
+			}
+			return Record{}, nil, fmt.Errorf("position: read %q of bucket %q: %w", key, kv.Bucket(), err)
+		}
+		rec, ref, derr := decodeRecordRef(e.Value())
+		if derr != nil {
+			return Record{}, nil, fmt.Errorf("%s: %w", key, derr)
+		}
+		if ref.key == "" {
+			return rec, e, nil
+		}
+		var m jetstream.KeyValueEntry
+		m, err = kv.Get(ctx, ref.key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			err = fmt.Errorf("%s: %w: %w: %q", key, ErrCorrupt, errMembersGone, ref.key)
+			continue
+		}
+		if err != nil {
+			return Record{}, nil, fmt.Errorf("position: read %q of bucket %q: %w", ref.key, kv.Bucket(), err)
+		}
+		base, derr := decodeMembers(ref.key, m.Value())
+		if derr == nil {
+			derr = withBase(&rec, ref, base)
+		}
+		if derr != nil {
+			return Record{}, nil, fmt.Errorf("%s: %w", key, derr)
+		}
+		return rec, e, nil
+	}
+	return Record{}, nil, err
 }

@@ -125,9 +125,12 @@ func (c cursorCollector) Collect(ch chan<- prometheus.Metric) {
 // recordPrefix starts every record key (position.Key).
 var recordPrefix = strings.TrimSuffix(position.Key(0), "0")
 
+// membersPrefix starts every members key (position.MembersKey).
+var membersPrefix = strings.SplitAfter(position.MembersKey(0, "", 0), ".")[0]
+
 // countingKV is the positions bucket as the records' commits use it:
-// every Create and Update of a record or cursor key is counted in
-// jsbridge_consumer_position_commits_total.
+// every Create and Update of a record or cursor key, and every Put of a
+// members key, is counted in jsbridge_consumer_position_commits_total.
 type countingKV struct {
 	jetstream.KeyValue
 	m *metrics
@@ -145,10 +148,19 @@ func (kv countingKV) Update(ctx context.Context, key string, value []byte, revis
 	return rev, err
 }
 
+func (kv countingKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	rev, err := kv.KeyValue.Put(ctx, key, value)
+	kv.count(key, err)
+	return rev, err
+}
+
 func (kv countingKV) count(key string, err error) {
-	kind := "record"
-	if !strings.HasPrefix(key, recordPrefix) {
-		kind = "cursor"
+	kind := "cursor"
+	switch {
+	case strings.HasPrefix(key, recordPrefix):
+		kind = "record"
+	case strings.HasPrefix(key, membersPrefix):
+		kind = "members"
 	}
 	result := "ok"
 	if err != nil {

@@ -90,6 +90,19 @@ type tail struct {
 	at    time.Time // when it was read (the replica's clock)
 	state jetstream.StreamState
 	last  time.Time // the last message's stored time; zero: none
+	// probes are the messages seqAtTime read while the tail is fresh, by
+	// the sequence asked for: thousands of subscriptions created close
+	// together search through the same ones (each read was a leader's
+	// round trip, 14 a subscription over 10,000 events).
+	probes map[uint64]probe
+}
+
+// probe is the answer to a read of the first message at or after a
+// sequence: its sequence and stored time, or none (found false).
+type probe struct {
+	seq   uint64
+	at    time.Time
+	found bool
 }
 
 // seqBefore returns the sequence of the events stream's last message
@@ -107,7 +120,7 @@ func (r *Replica) seqBefore(ctx context.Context, t time.Time) (uint64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("events stream %s: %w", r.cfg.Stream, err)
 		}
-		tl = &tail{at: r.cfg.Clock.Now(), state: s.CachedInfo().State}
+		tl = &tail{at: r.cfg.Clock.Now(), state: s.CachedInfo().State, probes: map[uint64]probe{}}
 		if tl.state.Msgs > 0 {
 			m, ok, err := jsapi.LeaderGet(ctx, r.js, r.cfg.Stream, jsapi.GetRequest{Seq: tl.state.LastSeq})
 			if err != nil {
@@ -123,29 +136,36 @@ func (r *Replica) seqBefore(ctx context.Context, t time.Time) (uint64, error) {
 	if t.IsZero() || st.Msgs == 0 || t.After(tl.last) {
 		return st.LastSeq, nil
 	}
-	return seqAtTime(ctx, r.js, r.cfg.Stream, st, t)
+	return seqAtTime(ctx, r.js, r.cfg.Stream, st, t, tl.probes)
 }
 
-// seqAtTime is seqBefore's search over the stream of state st.
-func seqAtTime(ctx context.Context, js jetstream.JetStream, stream string, st jetstream.StreamState, t time.Time) (uint64, error) {
+// seqAtTime is seqBefore's search over the stream of state st, reading
+// each message once into probes.
+func seqAtTime(ctx context.Context, js jetstream.JetStream, stream string, st jetstream.StreamState, t time.Time, probes map[uint64]probe) (uint64, error) {
 	found := st.LastSeq + 1 // the first message at or after t
 	lo, hi := st.FirstSeq, st.LastSeq
 	for lo <= hi {
 		mid := lo + (hi-lo)/2
-		m, ok, err := jsapi.LeaderGet(ctx, js, stream, jsapi.GetRequest{Seq: mid, NextFor: ">"})
+		m, ok := probes[mid]
+		if !ok {
+			msg, got, err := jsapi.LeaderGet(ctx, js, stream, jsapi.GetRequest{Seq: mid, NextFor: ">"})
+			if err != nil {
+				return 0, fmt.Errorf("read events stream %s: %w", stream, err)
+			}
+			m = probe{seq: msg.Seq, at: msg.Time, found: got}
+			probes[mid] = m
+		}
 		switch {
-		case err != nil:
-			return 0, fmt.Errorf("read events stream %s: %w", stream, err)
-		case !ok:
+		case !m.found:
 			hi = mid - 1
-		case !m.Time.Before(t):
-			found = m.Seq
+		case !m.at.Before(t):
+			found = m.seq
 			if mid == 0 {
 				return found - 1, nil
 			}
 			hi = mid - 1
 		default:
-			lo = m.Seq + 1
+			lo = m.seq + 1
 		}
 	}
 	return found - 1, nil
