@@ -21,9 +21,13 @@ var ErrNoCursorReader = errors.New("fanout: a subscription is behind and no curs
 // its events in hand stop holding the floor back (the cursor covers
 // them, R4: position writes the cursor key before the record), an
 // unordered one's cursor lists what it settled above the floor, and its
-// events waiting for a send slot are dropped (its reads bring them back).
-// Its sends running, and an ordered one's lanes, go on; their settlements
-// go to the cursor.
+// events waiting for a send slot are dropped: its reads bring them back,
+// from the floor or from below the first of them, whichever is lower.
+// That first one may lie below the floor: a subscription joining again
+// (live from the head its reads reached, its cursor kept until what they
+// brought settled) holds those events uncounted, and the floor passes
+// them. Its sends running, and an ordered one's lanes, go on; their
+// settlements go to the cursor.
 func (p *Partition) detach(st *subState, state string) {
 	name := st.m.Name
 	if !p.pos.Detach(name, state) {
@@ -40,15 +44,17 @@ func (p *Partition) detach(st *subState, state string) {
 			st.inHand[seq] = false
 		}
 	}
+	read := p.floor
 	for _, ev := range st.queue {
 		delete(st.inHand, ev.Seq)
+		read = min(read, ev.Seq-1)
 	}
 	st.queue = nil
-	st.state, st.read, st.joining = state, p.floor, 0
+	st.state, st.read, st.joining = state, read, 0
 	p.mark(st)
 	p.raise()
 	p.cfg.Logger.Info("the subscription left the shared read: it has a cursor", slog.Int("partition", p.cfg.Partition),
-		slog.String("subscription", name), slog.String("state", state), slog.Uint64("from", p.floor))
+		slog.String("subscription", name), slog.String("state", state), slog.Uint64("from", read))
 }
 
 // SetState tells the partition what stops subscription sub: StatePaused,
