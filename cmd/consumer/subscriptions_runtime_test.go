@@ -50,8 +50,7 @@ func newRuntimeKitFor(t *testing.T, d time.Duration) *runtimeKit {
 	t.Cleanup(cancel)
 	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
 	_, js := jsbridgetest.Connect(t, srv)
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)},
-		AllowDirect: true}) // as the bridge makes it: replay under the shared engine reads with direct gets
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
 	require.NoError(t, err)
 	dir := t.TempDir()
 	key, err := consumer.GenerateSecretsKey("k1")
