@@ -194,10 +194,13 @@ func (d *DeadLetters) Parked(ctx context.Context, subscription string) ([]Parked
 // Unpark releases the stream parked behind dl (its head): the owning
 // replica delivers the held events, in order; dl stays in the dead-letter
 // stream. It fails with ErrNotParked when no stream is parked with dl as
-// its head. The durables engine's parked streams only (its park bucket);
-// under the shared engine use Consumer.Replay or Skip.
+// its head. Either engine's parked streams: the durables engine's park
+// bucket, or the shared engine's positions bucket, where the partition's
+// owner applies the request (the stream's next event names the head's
+// own predecessor, as after Skip; a later replay of dl sends it with its
+// own chain header).
 func (d *DeadLetters) Unpark(ctx context.Context, dl DeadLetter) error {
-	return deadletter.Unpark(ctx, d.js, deadletter.Stored(dl))
+	return unparkParked(ctx, d.js, deadletter.Stored(dl))
 }
 
 // Skip drops the dead-lettered head dl of a parked stream: the stream is

@@ -73,7 +73,8 @@ func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, le
 	r, err := shared.New(shared.Config{Replica: cfg.ReplicaID, Partitions: ecfg.Partitions, Stream: cfg.Stream,
 		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Health: ecfg.Health, OrderStuckAfter: cfg.OrderStuckAfter, Logger: cfg.Logger},
 		shared.Deps{JetStream: js, Subscriptions: subs, Client: cfg.HTTPClient, Breakers: ecfg.Breakers,
-			Deliveries: deliveries, DeadLetters: letters, DeadLettered: dead, Registerer: cfg.Registerer})
+			Deliveries: deliveries, DeadLetters: letters, DeadLettered: dead, Registerer: cfg.Registerer,
+			Attempts: ecfg.Attempts, AttemptsRecord: ecfg.AttemptsRecord})
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,7 @@ import (
 const (
 	opReplay = "replay"
 	opSkip   = "skip"
+	opUnpark = "unpark"
 )
 
 // Replay POSTs each letter once more to its subscription's endpoint and
@@ -110,11 +111,25 @@ func (e *sharedEngine) replay(ctx context.Context, kv jetstream.KeyValue, q *dea
 }
 
 // skipShared drops dl, the dead-lettered head of a stream the shared
-// engine parked: it asks the owner to let the stream go on, its next
-// event naming the head's own predecessor (the letter's chain header),
-// and deletes dl; nothing is POSTed. ErrNotParked (wrapped) when no
-// partition record holds dl's stream parked with dl as its head.
+// engine parked: unparkShared, then dl deleted; nothing is POSTed.
 func skipShared(ctx context.Context, js jetstream.JetStream, q *deadletter.DLQ, dl deadletter.Stored) error {
+	if err := unparkShared(ctx, js, dl, opSkip); err != nil {
+		return err
+	}
+	if err := q.Delete(ctx, dl.Seq); err != nil {
+		return fmt.Errorf("stream unparked, but its dead letter %d stays: delete it (do not replay it: its successors went on): %w", dl.Seq, err)
+	}
+	return nil
+}
+
+// unparkShared asks the owner of the partition of dl's stream, which the
+// shared engine parked with dl as its head, to let the stream go on
+// without the head: its next event names the head's own predecessor
+// (the letter's chain header), as after a dead letter of a stream that
+// was not parked. op names the command in the owner's logs. dl itself
+// is left alone. ErrNotParked (wrapped) when no partition record holds
+// dl's stream parked with dl as its head.
+func unparkShared(ctx context.Context, js jetstream.JetStream, dl deadletter.Stored, op string) error {
 	kv, err := shared.PositionsBucket(ctx, js, "")
 	if err != nil {
 		return err
@@ -131,13 +146,7 @@ func skipShared(ctx context.Context, js jetstream.JetStream, q *deadletter.DLQ, 
 	if err != nil {
 		return fmt.Errorf("dead letter %d: its %s header: %w", dl.Seq, wire.HeaderPreviousVersion, err)
 	}
-	if err := fanout.RequestUnpark(ctx, kv, dl.Subscription, stream, fanout.Unpark{Head: dl.StreamSeq, Previous: prev, Op: opSkip}); err != nil {
-		return err
-	}
-	if err := q.Delete(ctx, dl.Seq); err != nil {
-		return fmt.Errorf("stream unparked, but its dead letter %d stays: delete it (do not replay it: its successors went on): %w", dl.Seq, err)
-	}
-	return nil
+	return fanout.RequestUnpark(ctx, kv, dl.Subscription, stream, fanout.Unpark{Head: dl.StreamSeq, Previous: prev, Op: op})
 }
 
 // skipParked is DeadLetters.Skip: the durables engine's park bucket
@@ -149,6 +158,19 @@ func skipParked(ctx context.Context, js jetstream.JetStream, q *deadletter.DLQ, 
 		return err
 	}
 	if serr := skipShared(ctx, js, q, dl); !errors.Is(serr, ErrNotParked) {
+		return serr
+	}
+	return err
+}
+
+// unparkParked is DeadLetters.Unpark: the durables engine's park bucket
+// first, then the shared engine's positions bucket, as skipParked.
+func unparkParked(ctx context.Context, js jetstream.JetStream, dl deadletter.Stored) error {
+	err := deadletter.Unpark(ctx, js, dl)
+	if !errors.Is(err, deadletter.ErrNotParked) {
+		return err
+	}
+	if serr := unparkShared(ctx, js, dl, opUnpark); !errors.Is(serr, ErrNotParked) {
 		return serr
 	}
 	return err

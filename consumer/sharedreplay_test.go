@@ -196,3 +196,30 @@ func TestSharedEngineSkipParkedHead(t *testing.T) {
 	require.ErrorIs(t, err, consumer.ErrDeadLetterNotFound, "the skipped letter deleted")
 	require.ErrorIs(t, c.DeadLetters().Skip(b.ctx, letters["unordered"]), consumer.ErrNotParked, "an unordered letter parks nothing")
 }
+
+// Under the shared engine, the library's DeadLetters.Unpark lets a
+// parked stream go on as skip does (nothing POSTed, its next event
+// naming the head's own predecessor) but keeps the head's letter.
+func TestSharedEngineUnparkParkedHead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a shared engine and waits for a park and an unpark")
+	}
+	t.Parallel()
+	b, rc, c, letters := parkedSetup(t, prometheus.NewRegistry())
+	rc.fix()
+	require.NoError(t, c.DeadLetters().Unpark(b.ctx, letters["ordered"]))
+	require.Eventually(t, func() bool { return len(rc.accepted("/ordered")) == 9 }, 20*time.Second, 10*time.Millisecond,
+		"the stream's held events follow the unparked head")
+	require.Equal(t, []int64{0, 1, 2, 4, 5, 6, 7, 8, 9}, rc.accepted("/ordered"), "the head not sent")
+	rc.mu.Lock()
+	require.Empty(t, rc.breaks, "version 4 names 2, the head's predecessor")
+	rc.mu.Unlock()
+	kept, err := c.DeadLetters().Get(b.ctx, letters["ordered"].Seq)
+	require.NoError(t, err, "the unparked head's letter stays")
+	require.Equal(t, "4", kept.EventID)
+	parked, err := c.DeadLetters().Parked(b.ctx, "")
+	require.NoError(t, err)
+	require.Empty(t, parked, "no stream parked any more")
+	require.ErrorIs(t, c.DeadLetters().Unpark(b.ctx, letters["ordered"]), consumer.ErrNotParked, "unparked already")
+	require.ErrorIs(t, c.DeadLetters().Unpark(b.ctx, letters["unordered"]), consumer.ErrNotParked, "an unordered letter parks nothing")
+}

@@ -54,6 +54,14 @@ func (e *sharedEngine) replayWindow(ctx context.Context, sub string, w deliver.W
 		return res, fmt.Errorf("consumer: replay: %w", err)
 	}
 	run := &deliver.WindowRun{Window: w, Sender: snd, Prefix: prefix, Last: last}
+	// The run's result knows no subscription (the durables engine's
+	// run is given its result ready-made): name it, as `consumer replay`
+	// prints it.
+	result := func(run *deliver.WindowRun) deliver.WindowResult {
+		r := run.Result()
+		r.Subscription = sub
+		return r
+	}
 	if s.Ordered() {
 		kv, err := shared.PositionsBucket(ctx, e.js, "")
 		if err != nil {
@@ -70,15 +78,15 @@ func (e *sharedEngine) replayWindow(ctx context.Context, sub string, w deliver.W
 		ev, err := cur.Next(ctx)
 		switch {
 		case errors.Is(err, reader.ErrCaughtUp):
-			return run.Result(), nil
+			return result(run), nil
 		case err != nil && ctx.Err() != nil:
-			return run.Result(), ctx.Err()
+			return result(run), ctx.Err()
 		case err != nil:
-			return run.Result(), fmt.Errorf("consumer: replay: read JetStream stream %q: %w", e.stream, err)
+			return result(run), fmt.Errorf("consumer: replay: read JetStream stream %q: %w", e.stream, err)
 		}
 		dev := deliver.WindowEvent{Seq: ev.Seq, Time: ev.Time, Subject: ev.Subject, Header: ev.Header, Data: ev.Data}
 		if done, err := run.Send(ctx, dev); done || err != nil {
-			return run.Result(), err
+			return result(run), err
 		}
 	}
 }

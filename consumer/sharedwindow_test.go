@@ -107,6 +107,7 @@ func TestSharedEngineReplayWindow(t *testing.T) {
 	require.Equal(t, want, rc.ids(), "the window's events, in stream order")
 	require.Equal(t, want, progress)
 	require.Equal(t, 6, res.Delivered)
+	require.Equal(t, "replayed", res.Subscription, "the result names its subscription (`consumer replay` prints it)")
 	require.Equal(t, consumer.WindowPosition{EventID: "10", Seq: 10, Time: res.Last.Time, Stream: "order-1"}, res.Last)
 	for _, h := range rc.got() {
 		require.Empty(t, h.prev, "an unordered subscription sends no chain")

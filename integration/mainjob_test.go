@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -71,10 +72,15 @@ func (b *bundle) startBridge(t *testing.T, owner string) {
 	runUntilCleanup(t, d.Run)
 }
 
-// startConsumer runs one consumer replica until the test ends.
+// startConsumer runs one consumer replica until the test ends, with the
+// engine JSBRIDGE_ENGINE names (as the consumer processes do).
 func (b *bundle) startConsumer(t *testing.T, subs ...consumer.Subscription) {
 	t.Helper()
-	c, err := consumer.New(b.connect(t), consumer.Config{Subscriptions: subs})
+	cfg := consumer.Config{Subscriptions: subs}
+	if sharedEngine() {
+		cfg.Engine = consumer.EngineShared
+	}
+	c, err := consumer.New(b.connect(t), cfg)
 	require.NoError(t, err)
 	runUntilCleanup(t, c.Run)
 }
@@ -249,13 +255,25 @@ func TestMainJobPermanentAndTransientFailures(t *testing.T) {
 	require.Equal(t, int32(2), flakyCalls.Load())
 
 	// 422: Term'd after one attempt: the durable consumer has nothing pending
-	// and the endpoint is never called again.
-	cons, err := b.js.Consumer(ctx, "EVENTS", "rejecting")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && gone.Load() == 1 && info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0
-	}, 30*time.Second, 20*time.Millisecond)
+	// (under the shared engine, which has none: trace reads it settled
+	// from the positions bucket, with its dead letter) and the endpoint
+	// is never called again.
+	if sharedEngine() {
+		require.Eventually(t, func() bool {
+			tr, err := consumer.TraceEvent(ctx, b.js, id, consumer.TraceConfig{SourceStream: "order-1"})
+			settled := slices.ContainsFunc(tr.Deliveries, func(d consumer.Delivery) bool {
+				return d.Subscription == "rejecting" && d.State == consumer.DeliverySettled
+			})
+			return err == nil && gone.Load() == 1 && settled && len(tr.DeadLetters) == 1
+		}, 30*time.Second, 20*time.Millisecond)
+	} else {
+		cons, err := b.js.Consumer(ctx, "EVENTS", "rejecting")
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			info, err := cons.Info(ctx)
+			return err == nil && gone.Load() == 1 && info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0
+		}, 30*time.Second, 20*time.Millisecond)
+	}
 	time.Sleep(time.Second) // longer than BackOff and a good part of AckWait: a Nak would have come back by now
 	require.Equal(t, int32(1), gone.Load(), "a 4xx endpoint must not be retried")
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,7 +81,7 @@ func TestLeastPrivilegePermissionsDeliverEndToEnd(t *testing.T) {
 	bridgeOps, consumerOps := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	bridge := daemon(t, append(env, as("bridge")...), "bridge", "run", "--ops-addr", bridgeOps)
 	waitHTTP200(t, "http://"+bridgeOps+"/readyz")
-	consumer := daemon(t, append(env, append(as("consumer"), "JSBRIDGE_SECRET="+testSecret)...), "consumer", "run", "--start", "all",
+	consumer := startProc(t, append(env, append(as("consumer"), "JSBRIDGE_SECRET="+testSecret)...), "consumer", "run", "--start", "all",
 		"--name", "least", "--url", rsrv.URL, "--allow-private", "--ops-addr", consumerOps)
 	waitHTTP200(t, "http://"+consumerOps+"/readyz")
 
@@ -105,14 +106,36 @@ func TestLeastPrivilegePermissionsDeliverEndToEnd(t *testing.T) {
 		"--allow-private", "--secrets-key-file", keyFile)
 	require.NoError(t, err, out)
 	kvOps := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	kvConsumer := daemon(t, append(env, as("consumer")...), "consumer", "run", "--subscriptions-from", "kv", "--secrets-key-file", keyFile,
-		"--ops-addr", kvOps)
-	waitHTTP200(t, "http://"+kvOps+"/readyz")
+	kvConsumer := &syncBuffer{}
+	startKV := func() {
+		kvConsumer = daemon(t, append(env, as("consumer")...), "consumer", "run", "--subscriptions-from", "kv", "--secrets-key-file", keyFile,
+			"--ops-addr", kvOps)
+		waitHTTP200(t, "http://"+kvOps+"/readyz")
+	}
+	if !sharedEngine() {
+		startKV()
+	}
 
 	out, err = cli(t, env, "bridge", "append", "order-1", "OrderPlaced", `{"total": 42}`)
 	require.NoError(t, err, out)
+	if sharedEngine() {
+		// The shared engine's replicas share the partitions, so every
+		// replica runs the same subscriptions: the consumer of the
+		// flags delivers and stops before the one of the bucket runs
+		// (its subscription, added before the event, starts before it).
+		require.Eventually(t, func() bool { return rc.count() == 1 }, 30*time.Second, 50*time.Millisecond,
+			"the event never reached the flags' endpoint; consumer:\n%s", consumer.out)
+		require.NoError(t, consumer.cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case <-consumer.exited:
+			require.NoError(t, consumer.err, "consumer after SIGTERM:\n%s", consumer.out)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("consumer did not exit within 20 s of SIGTERM:\n%s", consumer.out)
+		}
+		startKV()
+	}
 	require.Eventually(t, func() bool { return rc.count() == 1 && kc.count() == 1 }, 30*time.Second, 50*time.Millisecond,
-		"the event never reached both endpoints; bridge:\n%s\nconsumer:\n%s\nkv consumer:\n%s", bridge, consumer, kvConsumer)
+		"the event never reached both endpoints; bridge:\n%s\nconsumer:\n%s\nkv consumer:\n%s", bridge, consumer.out, kvConsumer)
 
 	for _, args := range [][]string{
 		{"bridge", "verify"},
@@ -124,7 +147,7 @@ func TestLeastPrivilegePermissionsDeliverEndToEnd(t *testing.T) {
 		out, err := cli(t, ops, args[0], args[1:]...)
 		require.NoError(t, err, "%s as ops: %s", strings.Join(args, " "), out)
 	}
-	for who, out := range map[string]*syncBuffer{"bridge": bridge, "consumer": consumer, "kv consumer": kvConsumer} {
+	for who, out := range map[string]*syncBuffer{"bridge": bridge, "consumer": consumer.out, "kv consumer": kvConsumer} {
 		require.NotContains(t, out.String(), "Permissions Violation", "%s was refused a subject:\n%s", who, out)
 	}
 }

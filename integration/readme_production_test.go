@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -220,16 +221,23 @@ func TestREADMEProductionRuns(t *testing.T) {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	// The subscription is ordered (the default): the partitioned copy,
-	// its partition consumers and the lease and park buckets are R3 too.
-	for _, name := range []string{wire.DefaultEventsStream, "DLQ", wire.OrderedStream(wire.DefaultEventsStream),
-		"KV_" + wire.DefaultLeaseBucket, "KV_" + wire.DefaultParkBucket} {
+	// its partition consumers and the lease and park buckets are R3 too;
+	// under the shared engine, the lease and positions buckets.
+	r3 := []string{wire.DefaultEventsStream, "DLQ", wire.OrderedStream(wire.DefaultEventsStream),
+		"KV_" + wire.DefaultLeaseBucket, "KV_" + wire.DefaultParkBucket}
+	if sharedEngine() {
+		r3 = []string{wire.DefaultEventsStream, "DLQ", "KV_" + wire.DefaultLeaseBucket, "KV_" + position.DefaultBucket}
+	}
+	for _, name := range r3 {
 		var s jetstream.Stream
 		require.Eventually(t, func() bool { s, err = js.Stream(t.Context(), name); return err == nil }, 30*time.Second, 50*time.Millisecond, "stream %s", name)
 		require.Equal(t, 3, s.CachedInfo().Config.Replicas, "%s is R3", name)
 	}
-	cons, err := js.Consumer(t.Context(), wire.OrderedStream(wire.DefaultEventsStream), wire.PartitionDurable("orders", 0))
-	require.NoError(t, err)
-	require.Equal(t, 3, cons.CachedInfo().Config.Replicas, "the partition consumers are R3")
+	if !sharedEngine() {
+		cons, err := js.Consumer(t.Context(), wire.OrderedStream(wire.DefaultEventsStream), wire.PartitionDurable("orders", 0))
+		require.NoError(t, err)
+		require.Equal(t, 3, cons.CachedInfo().Config.Replicas, "the partition consumers are R3")
+	}
 
 	out, err := cli(t, env, "bridge", "append", "order-1", "OrderPlaced", `{"total": 42}`)
 	require.NoError(t, err, out)

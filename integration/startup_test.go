@@ -218,10 +218,14 @@ func TestStartupConsumerOutlivesADeadEndpoint(t *testing.T) {
 		}
 	}
 	q := deadletter.New(b.js, deadletter.Config{})
-	require.Eventually(t, func() bool {
-		n, err := q.Count(b.ctx, "dead")
+	var n uint64
+	ok := waitFor(time.Minute, func() bool {
+		var err error
+		n, err = q.Count(b.ctx, "dead")
 		return err == nil && n == uint64(id)
-	}, time.Minute, 100*time.Millisecond, "every event dead-lettered; consumer output:\n%s", consumer.out.String())
+	})
+	// The output as it is now, not as it was when the wait began.
+	require.True(t, ok, "every event dead-lettered (%d of %d); consumer output:\n%s", n, id, consumer.out.String())
 
 	requireRunsUntil(t, consumer, started.Add(30*time.Second))
 	code, body := getBody("http://" + opsAddr + "/readyz")

@@ -25,7 +25,10 @@ func TestStartupWarnsWhereDurabilityIsGivenUp(t *testing.T) {
 	cluster := jsbridgetest.StartCluster(t, embedded.ClusterConfig{})
 	_, js := jsbridgetest.ConnectCluster(t, cluster)
 	for _, s := range []jetstream.StreamConfig{
-		{Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.MemoryStorage, Duplicates: 10 * time.Second},
+		// AllowDirect as the bridge creates it: the shared engine
+		// refuses a stream without it at start (its reads are direct
+		// gets), and that refusal is not what this test is about.
+		{Name: "EVENTS", Subjects: []string{"events.>"}, Storage: jetstream.MemoryStorage, Duplicates: 10 * time.Second, AllowDirect: true},
 		{Name: "DLQ", Subjects: []string{"dlq.>"}, Storage: jetstream.MemoryStorage},
 	} {
 		_, err := js.CreateStream(t.Context(), s)

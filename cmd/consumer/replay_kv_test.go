@@ -22,6 +22,14 @@ import (
 func TestReplayFromTheSubscriptionsBucket(t *testing.T) {
 	t.Parallel()
 	k := newRuntimeKit(t)
+	// AllowDirect as the bridge makes the stream: replay under the
+	// shared engine (JSBRIDGE_ENGINE=shared) reads with direct gets.
+	info, err := k.js.Stream(k.ctx, wire.DefaultEventsStream)
+	require.NoError(t, err)
+	cfg := info.CachedInfo().Config
+	cfg.AllowDirect = true
+	_, err = k.js.UpdateStream(k.ctx, cfg)
+	require.NoError(t, err)
 	secret, sFile := k.secretFile(t, "s")
 	rc := newRecorder(t, secret)
 	// Paused: a replay leaves its durable alone, so it may replay anyway.

@@ -38,7 +38,8 @@ func TestReplayCommandRedeliversTheWindow(t *testing.T) {
 	t.Cleanup(cancel)
 	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
 	_, js := jsbridgetest.Connect(t, srv)
-	events, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+	events, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)},
+		AllowDirect: true}) // as the bridge makes it: replay under the shared engine reads with direct gets
 	require.NoError(t, err)
 	id := 0
 	publish := func(stream string) (string, time.Time) {

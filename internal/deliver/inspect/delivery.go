@@ -39,8 +39,10 @@ const (
 // Delivery is where the event stands for one subscription whose filter
 // matches it, read from the subscription's durable consumer (its ack
 // floor, last delivered sequence and acks pending) and, for an ordered
-// subscription, its partition's delivered record. It is what `consumer
-// trace` knows of an event with no attempt record: under
+// subscription, its partition's delivered record; or, under the shared
+// engine, for one subscription its partition's record names, read from
+// the positions bucket (Key is then set). It is what `consumer trace`
+// knows of an event with no attempt record: under
 // attemptlog.ModeFailures a success on the first attempt leaves none.
 type Delivery struct {
 	// Subscription is the subscription's name.
@@ -54,6 +56,13 @@ type Delivery struct {
 	Partition int    `json:"partition,omitempty"`
 	Durable   string `json:"durable"`
 	Sequence  uint64 `json:"sequence"`
+	// Key, under the shared engine, is the positions bucket key State was
+	// read from: the partition's record (pos.p<N>, Partition N), or the
+	// subscription's cursor key there (cur.<subscription>.p<N>) while it
+	// is not live; Durable is "" and Sequence the event's on the events
+	// stream then. The bucket holds no filters: a settled State may be
+	// an event the subscription does not take. "" from a durable.
+	Key string `json:"key,omitempty"`
 	// State is DeliverySettled, DeliveryOutstanding or DeliveryPending.
 	State string `json:"state"`
 	// Why says what State was read from, e.g. "at or below the ack floor
@@ -64,7 +73,10 @@ type Delivery struct {
 // deliveries reads where the event m stands for every subscription whose
 // durable consumer's filter matches it: the unordered ones on cfg.Stream
 // (found by their description), the ordered ones on its partitioned copy
-// (by their names). A missing copy holds no ordered subscription.
+// (by their names); then for every subscription of the shared engine
+// that the positions bucket names on the event's partition
+// (sharedDeliveries). A missing copy holds no ordered subscription, a
+// missing bucket no subscription of the shared engine.
 func deliveries(ctx context.Context, js jetstream.JetStream, cfg TraceConfig, m EventMessage) ([]Delivery, error) {
 	var out []Delivery
 	s, err := js.Stream(ctx, cfg.Stream)
@@ -91,6 +103,11 @@ func deliveries(ctx context.Context, js jetstream.JetStream, cfg TraceConfig, m 
 		return nil, err
 	}
 	out = append(out, ordered...)
+	positions, err := sharedDeliveries(ctx, js, cfg.Prefix, s.CachedInfo().Created.UnixNano(), m)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, positions...)
 	slices.SortFunc(out, func(a, b Delivery) int { return strings.Compare(a.Subscription, b.Subscription) })
 	return out, nil
 }

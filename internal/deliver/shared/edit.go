@@ -15,6 +15,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
@@ -84,6 +85,8 @@ type subs struct {
 	guarded    *http.Client // made on first use by subscription.Client
 	breakers   *breaker.Set
 	deliveries *prometheus.CounterVec
+	attempts   attemptlog.Recorder // nil: no records
+	record     attemptlog.Mode
 
 	mu      sync.Mutex
 	given   map[string]subscription.Subscription // as Put, by name
@@ -156,7 +159,7 @@ func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused
 	}
 	snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: r.cfg.UserAgent},
 		attempt.Deps{Breaker: r.subs.breakers.Breaker(s.URL), Health: r.health, Clock: r.cfg.Clock, Logger: r.log,
-			Metrics: attempt.Metrics{Deliveries: r.subs.deliveries}})
+			Metrics: attempt.Metrics{Deliveries: r.subs.deliveries}, Attempts: r.subs.attempts, Record: r.subs.record})
 	if err != nil {
 		return fmt.Errorf("shared: %w", err)
 	}

@@ -41,6 +41,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
@@ -146,6 +147,16 @@ type Deps struct {
 	// partitions owned, hand-overs, position commits, cursors by
 	// state). Default nil: none registered.
 	Registerer prometheus.Registerer
+	// Attempts receives a record of the attempts AttemptsRecord keeps,
+	// after each ended (an *attemptlog.Log, run by the caller), as the
+	// old engine's: what `consumer trace` reads. Default nil: no
+	// records.
+	Attempts attemptlog.Recorder
+	// AttemptsRecord says which attempts go to Attempts. Default (""):
+	// attemptlog.ModeFailures, every attempt but a success on the first
+	// one; attemptlog.ModeAll keeps them all. Another value is an error
+	// of Put (attempt.ErrInvalidConfig).
+	AttemptsRecord attemptlog.Mode
 }
 
 // Replica is one consumer replica of the shared engine. Make one with
@@ -295,6 +306,7 @@ func (r *Replica) subscribe(deps Deps) error {
 			[]string{"subscription", "outcome", "status_class"})
 	}
 	r.subs = subs{open: egress.NoRedirects(deps.Client), breakers: deps.Breakers, deliveries: deps.Deliveries,
+		attempts: deps.Attempts, record: deps.AttemptsRecord,
 		given: map[string]subscription.Subscription{}, paused: map[string]bool{}, fans: map[*fanout.Partition]int{},
 		records: map[*fanout.Partition]flusher{},
 		created: map[string]time.Time{}, after: map[string]uint64{}, deleted: map[string]bool{}, opened: map[string]bool{}}
