@@ -72,7 +72,7 @@ func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, le
 	r, err := shared.New(shared.Config{Replica: cfg.ReplicaID, Partitions: ecfg.Partitions, Stream: cfg.Stream,
 		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Health: ecfg.Health, OrderStuckAfter: cfg.OrderStuckAfter, Logger: cfg.Logger},
 		shared.Deps{JetStream: js, Subscriptions: subs, Client: cfg.HTTPClient, Breakers: ecfg.Breakers,
-			Deliveries: deliveries, DeadLetters: letters, DeadLettered: dead, Registerer: cfg.Registerer})
+			Deliveries: deliveries, DeadLetters: letters, DeadLettered: dead, Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
@@ -56,6 +57,7 @@ type subs struct {
 	guarded    *http.Client // made on first use by subscription.Client
 	breakers   *breaker.Set
 	deliveries *prometheus.CounterVec
+	tracer     trace.Tracer
 
 	mu      sync.Mutex
 	given   map[string]subscription.Subscription // as Put, by name
@@ -121,7 +123,7 @@ func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused
 		return fmt.Errorf("shared: %w", err)
 	}
 	snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: r.cfg.UserAgent},
-		attempt.Deps{Breaker: r.subs.breakers.Breaker(s.URL), Health: r.health, Clock: r.cfg.Clock, Logger: r.log,
+		attempt.Deps{Breaker: r.subs.breakers.Breaker(s.URL), Health: r.health, Clock: r.cfg.Clock, Logger: r.log, Tracer: r.subs.tracer,
 			Metrics: attempt.Metrics{Deliveries: r.subs.deliveries}})
 	if err != nil {
 		return fmt.Errorf("shared: %w", err)
