@@ -41,6 +41,9 @@ type EnginePick struct {
 // stopped) and its cleanup (which deletes the layout once the shared
 // engine ran, the key staying). A deployment's first replicas, on an
 // empty server, all pick shared, which creates no layout of the other.
+// Replicas of an earlier version, whose default was durables, do not
+// follow the rule: beside them, on a server with no layout yet, pin
+// the engine (docs/operations.md, "Which engine runs").
 //
 // Errors: the events stream missing (wrapping
 // jetstream.ErrStreamNotFound: a caller waits for the bridge to create
@@ -67,7 +70,7 @@ func PickEngine(ctx context.Context, js jetstream.JetStream, stream string) (Eng
 			Reason: fmt.Sprintf("%s and the %s bucket has no %q key: the durables engine runs until `consumer migrate` moves it", old, position.DefaultBucket, migrate.DoneKey)}, nil
 	case !s.CachedInfo().Config.AllowDirect:
 		return EnginePick{Engine: EngineDurables, Unmoved: true,
-			Reason: fmt.Sprintf("the events stream %s does not allow direct gets (AllowDirect): the durables engine runs until `consumer migrate` turns it on", stream)}, nil
+			Reason: fmt.Sprintf("the events stream %s does not allow direct gets (AllowDirect): the durables engine runs until `consumer migrate` (or `nats stream edit %s --allow-direct`) turns it on", stream, stream)}, nil
 	case old != "":
 		return EnginePick{Engine: EngineShared, Reason: fmt.Sprintf("%s, and `consumer migrate` moved it (the %s bucket's %q key)", old, position.DefaultBucket, migrate.DoneKey)}, nil
 	}
