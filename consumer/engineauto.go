@@ -10,6 +10,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/promreg"
+	"github.com/jsbridge/jsbridge/internal/startup"
 )
 
 // Engine returns the engine that delivers, EngineShared or
@@ -23,7 +24,8 @@ func (c *Consumer) Engine() string {
 
 // pick returns c's engine, made on the first call with Config.Engine
 // EngineAuto from what PickEngine reads on the server (its errors are
-// returned: the events stream missing is waited for by Provision). A
+// returned: the events stream missing is waited for by Provision; an
+// engine that cannot be made is an error marked permanent). A
 // deployment of the durables engine not yet moved is warned of once,
 // here.
 func (c *Consumer) pick(ctx context.Context) (engine, error) {
@@ -43,7 +45,7 @@ func (c *Consumer) pick(ctx context.Context) (engine, error) {
 		c.cfg.Logger.Info("engine auto: running the shared engine", slog.String("engine", p.Engine), slog.String("reason", p.Reason))
 	}
 	if err := c.build(p.Engine); err != nil {
-		return nil, err
+		return nil, startup.Permanent(err) // its metrics clash: waiting cannot fix it
 	}
 	return c.engine, nil
 }
