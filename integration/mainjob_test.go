@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -71,10 +72,12 @@ func (b *bundle) startBridge(t *testing.T, owner string) {
 	runUntilCleanup(t, d.Run)
 }
 
-// startConsumer runs one consumer replica until the test ends.
+// startConsumer runs one consumer replica until the test ends, on the
+// engine JSBRIDGE_ENGINE names as consumer run would (unset: auto, the
+// default, which runs shared here: sharedEngine).
 func (b *bundle) startConsumer(t *testing.T, subs ...consumer.Subscription) {
 	t.Helper()
-	c, err := consumer.New(b.connect(t), consumer.Config{Subscriptions: subs})
+	c, err := consumer.New(b.connect(t), consumer.Config{Subscriptions: subs, Engine: os.Getenv("JSBRIDGE_ENGINE")})
 	require.NoError(t, err)
 	runUntilCleanup(t, c.Run)
 }
@@ -232,7 +235,8 @@ func TestMainJobPermanentAndTransientFailures(t *testing.T) {
 
 	b.startBridge(t, "bridge")
 	b.startConsumer(t,
-		// Unordered: the test reads the durable consumers on EVENTS.
+		// Unordered: under the durables engine the test reads the durable
+		// consumers on EVENTS.
 		consumer.Subscription{Name: "rejecting", FilterSubjects: []string{"events.>"}, URL: goneSrv.URL, Secrets: []string{testSecret},
 			Timeout: 2 * time.Second, AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: consumer.OrderingNone,
 			Start: consumer.Start{Policy: consumer.StartAll}},
@@ -248,14 +252,26 @@ func TestMainJobPermanentAndTransientFailures(t *testing.T) {
 	require.Eventually(t, func() bool { v, _ := flakyOK.Load().(string); return v == id }, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, int32(2), flakyCalls.Load())
 
-	// 422: Term'd after one attempt: the durable consumer has nothing pending
-	// and the endpoint is never called again.
-	cons, err := b.js.Consumer(ctx, "EVENTS", "rejecting")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && gone.Load() == 1 && info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0
-	}, 30*time.Second, 20*time.Millisecond)
+	// 422: dead-lettered after one attempt (the durables engine: Term'd,
+	// its durable consumer has nothing pending) and the endpoint is never
+	// called again.
+	if sharedEngine() {
+		require.Eventually(t, func() bool {
+			s, err := b.js.Stream(ctx, consumer.DefaultDLQStream)
+			if err != nil {
+				return false
+			}
+			info, err := s.Info(ctx)
+			return err == nil && gone.Load() == 1 && info.State.Msgs == 1
+		}, 30*time.Second, 20*time.Millisecond, "the rejected event dead-lettered once")
+	} else {
+		cons, err := b.js.Consumer(ctx, "EVENTS", "rejecting")
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			info, err := cons.Info(ctx)
+			return err == nil && gone.Load() == 1 && info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0
+		}, 30*time.Second, 20*time.Millisecond)
+	}
 	time.Sleep(time.Second) // longer than BackOff and a good part of AckWait: a Nak would have come back by now
 	require.Equal(t, int32(1), gone.Load(), "a 4xx endpoint must not be retried")
 }
