@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -219,17 +220,25 @@ func TestREADMEProductionRuns(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	// The subscription is ordered (the default): the partitioned copy,
-	// its partition consumers and the lease and park buckets are R3 too.
-	for _, name := range []string{wire.DefaultEventsStream, "DLQ", wire.OrderedStream(wire.DefaultEventsStream),
-		"KV_" + wire.DefaultLeaseBucket, "KV_" + wire.DefaultParkBucket} {
+	// The subscription is ordered (the default). The shared engine (the
+	// default engine here): the lease and positions buckets are R3 too;
+	// the durables engine: the partitioned copy, its partition consumers
+	// and the lease and park buckets.
+	names := []string{wire.DefaultEventsStream, "DLQ", "KV_" + wire.DefaultLeaseBucket, "KV_" + position.DefaultBucket}
+	if !sharedEngine() {
+		names = []string{wire.DefaultEventsStream, "DLQ", wire.OrderedStream(wire.DefaultEventsStream),
+			"KV_" + wire.DefaultLeaseBucket, "KV_" + wire.DefaultParkBucket}
+	}
+	for _, name := range names {
 		var s jetstream.Stream
 		require.Eventually(t, func() bool { s, err = js.Stream(t.Context(), name); return err == nil }, 30*time.Second, 50*time.Millisecond, "stream %s", name)
 		require.Equal(t, 3, s.CachedInfo().Config.Replicas, "%s is R3", name)
 	}
-	cons, err := js.Consumer(t.Context(), wire.OrderedStream(wire.DefaultEventsStream), wire.PartitionDurable("orders", 0))
-	require.NoError(t, err)
-	require.Equal(t, 3, cons.CachedInfo().Config.Replicas, "the partition consumers are R3")
+	if !sharedEngine() {
+		cons, err := js.Consumer(t.Context(), wire.OrderedStream(wire.DefaultEventsStream), wire.PartitionDurable("orders", 0))
+		require.NoError(t, err)
+		require.Equal(t, 3, cons.CachedInfo().Config.Replicas, "the partition consumers are R3")
+	}
 
 	out, err := cli(t, env, "bridge", "append", "order-1", "OrderPlaced", `{"total": 42}`)
 	require.NoError(t, err, out)
