@@ -146,6 +146,8 @@ func (e *env) e2eRow(ctx context.Context, rate int, p99Target time.Duration) ([]
 	args := []string{"run",
 		"--nats-url", natsURL, "--start", "all", "--name", "bench-e2e", "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
 		"--allow-private", "--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--log-level", "warn",
+		// The row's stages (the ordered copy) are the durables engine's.
+		"--engine", "durables",
 	}
 	ordering := "ordered delivery (the default)"
 	if e.cfg.E2EOrdering != "" {

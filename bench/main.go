@@ -189,7 +189,7 @@ func main() {
 	flag.StringVar(&cfg.LiveGenChild, "live-generator-child", "", "internal (the live rows start it): \"<database URL> <schema> <events/s> <duration> <streams> <out file> [<zipf exponent>]\": append open loop, write the count to the out file and each event's commit to <out file>.commits, wait for SIGTERM")
 	flag.StringVar(&cfg.LiveBareChild, "live-bare-child", "", "internal (the live rows start it): \"<database URL> <schema> <nats URL> [<webhook URL>]\": run the bare reference bridge (with a webhook URL: and the bare delivery, the bare pipeline) until SIGTERM")
 	cfg.LivePipeRates = []int{500, 1000, 2000}
-	flag.StringVar(&cfg.LivePipeEngine, "live-pipeline-engine", "", "live pipeline: the consumer's --engine, durables or shared (empty: the consumer's default)")
+	flag.StringVar(&cfg.LivePipeEngine, "live-pipeline-engine", "", "live pipeline: the consumer's --engine, durables or shared (empty: the consumer's default, auto: shared on the bench's fresh server)")
 	flag.Func("live-pipeline-rates", "live pipeline: the generator's rates, events/s, comma-separated (default 500,1000,2000; quick: 1000); each runs our pipeline, then the bare one", func(v string) (err error) {
 		cfg.LivePipeRates, err = liveRates(v)
 		return err

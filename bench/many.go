@@ -321,6 +321,9 @@ func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) 
 		}
 		args = append(args, "--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--pprof")
 	}
+	// Named either way: the consumer's default (auto) picks from the
+	// server.
+	args = append(args, "--engine", c.engine)
 	p, err := e.procs.Start("consumer", e.cfg.Bin+"/consumer", args)
 	if err != nil {
 		return f, err

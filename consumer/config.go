@@ -182,27 +182,36 @@ type Config struct {
 	// Gone, sustained failure) and its operational webhook (see
 	// HealthConfig).
 	Health HealthConfig
-	// Engine is the delivery engine: EngineDurables (the default, "")
-	// gives each subscription its durable consumers on Stream;
+	// Engine is the delivery engine. EngineAuto (the default, "")
+	// picks one when Provision first finds the events stream: the
+	// shared engine, unless the server shows a deployment of the
+	// durables engine not yet moved (PickEngine), which keeps the
+	// durables engine with one warning naming `consumer migrate`.
 	// EngineShared runs the shared engine (docs/design/next-engine.md):
 	// one reader per replica, every partition leased by one replica for
-	// every subscription, positions in the jsbridge_positions bucket.
-	// The shared engine is opt-in: Stream needs AllowDirect, and a
-	// deployment that ran the durables engine moves with `consumer
-	// migrate` first (docs/operations.md, "Moving to shared readers").
-	// Any other value is an error (ErrInvalidConfig).
+	// every subscription, positions in the jsbridge_positions bucket;
+	// Stream needs AllowDirect, and a deployment that ran the durables
+	// engine moves with `consumer migrate` first (docs/operations.md,
+	// "Moving to shared readers"), else Provision fails
+	// (ErrNoAllowDirect, ErrNotMigrated). EngineDurables gives each
+	// subscription its durable consumers on Stream. Any other value is
+	// an error (ErrInvalidConfig). Consumer.Engine says which runs.
 	Engine string
 }
 
 // The delivery engines (Config.Engine, `consumer run --engine`).
 const (
-	// EngineDurables is today's engine, the default: a durable pull
-	// consumer per subscription (per partition for an ordered one).
+	// EngineAuto picks EngineShared or EngineDurables from the server
+	// at start (PickEngine). The default.
+	EngineAuto = "auto"
+	// EngineDurables is the old engine: a durable pull consumer per
+	// subscription (per partition over a partitioned copy for an
+	// ordered one).
 	EngineDurables = "durables"
 	// EngineShared is the shared engine: a reader per replica and
 	// positions of its own (docs/design/next-engine.md). Not yet in
-	// it: dead-letter replay, replay by time, the attempts record.
-	// Every replica must run the same subscriptions.
+	// it: the attempts record. Every replica must run the same
+	// subscriptions.
 	EngineShared = "shared"
 )
 
@@ -329,10 +338,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch c.Engine {
 	case "":
-		c.Engine = EngineDurables
-	case EngineDurables, EngineShared:
+		c.Engine = EngineAuto
+	case EngineAuto, EngineDurables, EngineShared:
 	default:
-		return bad("Engine %q: want %q (the default) or %q", c.Engine, EngineDurables, EngineShared)
+		return bad("Engine %q: want %q (the default), %q or %q", c.Engine, EngineAuto, EngineShared, EngineDurables)
 	}
 	c.Replicas = or(c.Replicas, DefaultReplicas)
 	if c.Logger == nil {

@@ -11,13 +11,17 @@
 //	if err := c.Start(ctx); err != nil { ... }
 //	defer c.Stop(context.Background())
 //
-// Each subscription gets a durable pull consumer on the events stream;
-// every event is POSTed to its endpoint signed, with Idempotency-Key = event
-// id, through the endpoint's circuit breaker, then acked, retried with
-// backoff or dead-lettered (docs/architecture.md, "Consumer: how a
-// delivery ends").
-// Consumers in several processes (in-process ones and `consumer run`) share
-// the durable consumers of the same subscription names.
+// Every event is POSTed to each endpoint whose subscription takes it,
+// signed, with Idempotency-Key = event id, through the endpoint's circuit
+// breaker, then settled, retried with backoff or dead-lettered
+// (docs/architecture.md, "Consumer: how a delivery ends"), by one of two
+// engines (Config.Engine): the shared engine (one reader of the events
+// stream per process, partitions leased among the processes, positions
+// in the jsbridge_positions bucket), the default on a new deployment, or
+// the durables engine (a durable pull consumer per subscription), which
+// a deployment that ran it keeps until `consumer migrate` moves it.
+// Consumers in several processes (in-process ones and `consumer run`)
+// share the work of the same subscription names.
 package consumer
 
 import (
@@ -27,6 +31,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver"
@@ -56,7 +61,13 @@ type Consumer struct {
 	dlq      *deadletter.DLQ
 	letters  *DeadLetters
 	attempts *attemptlog.Log // nil without Config.Attempts
-	engine   engine
+	ecfg     deliver.Config  // the engine's configuration, for build
+	// engine is what delivers; nil until pick made it when Config.Engine
+	// is EngineAuto. Set once, under emu; running names it.
+	engine      engine
+	running     string
+	emu         sync.Mutex
+	engineGauge *prometheus.GaugeVec
 	// fleet is the durables engine when the subscriptions come from
 	// Config.SubscriptionStore (nil otherwise).
 	fleet *deliver.Fleet
@@ -119,30 +130,15 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	if cfg.SubscriptionStore != nil && cfg.SubscriptionStore.s == nil {
 		return nil, fmt.Errorf("%w: SubscriptionStore: not opened (make it with OpenSubscriptionStore)", ErrInvalidConfig)
 	}
-	if cfg.Engine == EngineShared {
-		var subs []subscription.Subscription
-		if cfg.SubscriptionStore == nil {
-			subs = engineSubscriptions(cfg.Subscriptions)
-		}
-		se, err := newSharedEngine(js, cfg, ecfg, dlq, subs)
-		if err != nil {
-			return nil, fmt.Errorf("consumer: %w", err)
-		}
-		c.engine = se
-		if cfg.SubscriptionStore != nil {
-			c.live, se.loaded = se, make(chan struct{})
-		}
-		return c, nil
-	}
-	if cfg.SubscriptionStore != nil {
-		if c.fleet, err = deliver.NewFleet(js, ecfg); err != nil {
-			return nil, fmt.Errorf("consumer: %w", err)
-		}
-		c.engine, c.live = c.fleet, fleetSubscriptions{c.fleet}
-		return c, nil
-	}
-	if c.engine, err = deliver.New(js, ecfg, engineSubscriptions(cfg.Subscriptions)...); err != nil {
+	if c.engineGauge, err = engineGauge(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	c.ecfg = ecfg
+	if cfg.Engine == EngineAuto {
+		return c, nil // Provision picks it (pick)
+	}
+	if err := c.build(cfg.Engine); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -170,8 +166,11 @@ func (c *Consumer) DeadLetters() *DeadLetters { return c.letters }
 // that does not hold the attempts subjects fails at once with
 // ErrAttemptsSubjects), then the dead-letter stream (created when missing;
 // an existing one that does not hold the dead-letter subjects fails at
-// once with ErrDLQSubjects), then each subscription's durable pull consumer
-// on Config.Stream (waiting for the bridge to create that stream). A
+// once with ErrDLQSubjects), then the engine's: with EngineAuto it first
+// picks the engine from the server (PickEngine, once), then the durables
+// engine creates each subscription's durable pull consumer on
+// Config.Stream and the shared engine checks the stream (ErrNoAllowDirect,
+// ErrNotMigrated), both waiting for the bridge to create that stream. A
 // dependency that is not there yet (no responders, a timeout, a stream not
 // found, a leader election) is retried with backoff (0.5 s doubling to
 // 15 s, ±20 %), one warning per attempt naming what is missing, while
@@ -215,7 +214,11 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	// The events stream is the bridge's: a consumer started first waits
 	// for it here.
 	err = w.For(ctx, "JetStream stream "+c.cfg.Stream, func(ctx context.Context) error {
-		err := c.engine.Provision(ctx)
+		e, err := c.pick(ctx)
+		if err != nil {
+			return startup.JetStreamErr(err)
+		}
+		err = e.Provision(ctx)
 		if errors.Is(err, ordercopy.ErrPartitionsChanged) || errors.Is(err, ordercopy.ErrEventsRecreated) || errors.Is(err, subscription.ErrInvalidSubscription) ||
 			errors.Is(err, subscription.ErrStartChanged) || errors.Is(err, ErrNoAllowDirect) || errors.Is(err, ErrNotMigrated) {
 			return startup.Permanent(err)
@@ -279,13 +282,16 @@ func (c *Consumer) deliver(ctx context.Context) error {
 		go func() { defer close(done); c.attempts.Run(lctx) }()
 		defer func() { stop(); <-done }()
 	}
-	if c.live != nil {
+	c.emu.Lock()
+	e, live := c.engine, c.live
+	c.emu.Unlock()
+	if live != nil {
 		wctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); c.watch(wctx) }()
 		defer func() { stop(); <-done }()
 	}
-	return c.engine.Run(ctx)
+	return e.Run(ctx)
 }
 
 // Stop stops the deliveries started by Start with the same guarantees as
@@ -341,9 +347,19 @@ func (c *Consumer) Ready(ctx context.Context) error {
 // again stays where it is. The subscriptions are matched by name; a dead
 // letter of a subscription c does not have gets an error wrapping
 // ErrUnknownSubscription. Replay returns one result per letter, in order;
-// it stops early only when ctx ends. It needs no Start.
+// it stops early only when ctx ends. It needs no Start; with EngineAuto
+// it picks the engine as Provision does, and an error of that (the
+// events stream missing) is every letter's Err.
 func (c *Consumer) Replay(ctx context.Context, letters []DeadLetter) []ReplayResult {
-	res := c.engine.Replay(ctx, c.dlq, toStored(letters))
+	e, err := c.pick(ctx)
+	if err != nil {
+		out := make([]ReplayResult, len(letters))
+		for i, l := range letters {
+			out[i] = ReplayResult{Letter: l, Err: err}
+		}
+		return out
+	}
+	res := e.Replay(ctx, c.dlq, toStored(letters))
 	out := make([]ReplayResult, len(res))
 	for i, r := range res {
 		out[i] = ReplayResult{Letter: DeadLetter(r.Letter), Delivered: r.Delivered, Status: r.Status, Err: r.Err}
@@ -364,18 +380,23 @@ func (c *Consumer) Replay(ctx context.Context, letters []DeadLetter) []ReplayRes
 // call with Since = Failed.Time resumes there. Errors: ErrInvalidWindow,
 // ErrUnknownSubscription (wrapped) for a name c was not given,
 // JetStream's errors reading the stream, ctx's when it ends first (each
-// with the result so far). It needs no Start (docs/operations.md,
+// with the result so far), and with EngineAuto those of picking the
+// engine as Provision does. It needs no Start (docs/operations.md,
 // "Replay a time window").
 func (c *Consumer) ReplayWindow(ctx context.Context, subscription string, w Window) (WindowResult, error) {
-	if se, ok := c.engine.(*sharedEngine); ok {
-		r, err := se.replayWindow(ctx, subscription, w.engine())
-		return fromEngine(r), err
-	}
-	e, err := c.windowEngine(subscription)
+	e, err := c.pick(ctx)
 	if err != nil {
 		return WindowResult{Subscription: subscription}, err
 	}
-	return replayWindow(ctx, e, subscription, w)
+	if se, ok := e.(*sharedEngine); ok {
+		r, err := se.replayWindow(ctx, subscription, w.engine())
+		return fromEngine(r), err
+	}
+	de, err := c.windowEngine(subscription)
+	if err != nil {
+		return WindowResult{Subscription: subscription}, err
+	}
+	return replayWindow(ctx, de, subscription, w)
 }
 
 // Errors of ordered delivery's start-up; Provision (and Start) wrap them

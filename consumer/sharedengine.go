@@ -18,7 +18,6 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
-	"github.com/jsbridge/jsbridge/wire"
 )
 
 // Errors of the shared engine's start-up (Config.Engine EngineShared);
@@ -73,7 +72,7 @@ func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, le
 	r, err := shared.New(shared.Config{Replica: cfg.ReplicaID, Partitions: ecfg.Partitions, Stream: cfg.Stream,
 		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Health: ecfg.Health, OrderStuckAfter: cfg.OrderStuckAfter, Logger: cfg.Logger},
 		shared.Deps{JetStream: js, Subscriptions: subs, Client: cfg.HTTPClient, Breakers: ecfg.Breakers,
-			Deliveries: deliveries, DeadLetters: letters, DeadLettered: dead, Registerer: cfg.Registerer,
+			Deliveries: deliveries, DeadLetters: letters, DeadLettered: dead, Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider,
 			Attempts: ecfg.Attempts, AttemptsRecord: ecfg.AttemptsRecord})
 	if err != nil {
 		return nil, err
@@ -101,11 +100,11 @@ func (e *sharedEngine) Provision(ctx context.Context) error {
 	// the events stored so far, as the durables engine's consumers made
 	// here do: what is stored until Run is its.
 	e.r.ResolveNew(s.CachedInfo().State.LastSeq)
-	old, err := e.oldLayout(ctx)
+	old, err := oldLayout(ctx, e.js, e.stream)
 	if err != nil || old == "" {
 		return err
 	}
-	switch migrated, err := e.migrated(ctx); {
+	switch migrated, err := isMigrated(ctx, e.js); {
 	case err != nil:
 		return err
 	case !migrated:
@@ -113,45 +112,6 @@ func (e *sharedEngine) Provision(ctx context.Context) error {
 			EngineShared, old, position.DefaultBucket, migrate.DoneKey, ErrNotMigrated)
 	}
 	return nil
-}
-
-// oldLayout names what of the durables engine's layout is on the
-// server ("" when nothing): the partitioned copy, or the subscriptions
-// migrate.Discover finds (their durable consumers).
-func (e *sharedEngine) oldLayout(ctx context.Context) (string, error) {
-	copyName := wire.OrderedStream(e.stream)
-	switch _, err := e.js.Stream(ctx, copyName); {
-	case err == nil:
-		return fmt.Sprintf("the partitioned copy %s exists", copyName), nil
-	case !errors.Is(err, jetstream.ErrStreamNotFound):
-		return "", fmt.Errorf("consumer: JetStream stream %q: %w", copyName, err)
-	}
-	subs, err := migrate.Discover(ctx, e.js, e.stream)
-	if err != nil {
-		return "", fmt.Errorf("consumer: %w", err)
-	}
-	if len(subs) > 0 {
-		return fmt.Sprintf("the durable consumer %q of %s exists (%d subscriptions of the durables engine)", subs[0].Name, e.stream, len(subs)), nil
-	}
-	return "", nil
-}
-
-// migrated reports whether the positions bucket holds migrate.DoneKey.
-func (e *sharedEngine) migrated(ctx context.Context) (bool, error) {
-	kv, err := e.js.KeyValue(ctx, position.DefaultBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("consumer: positions bucket %s: %w", position.DefaultBucket, err)
-	}
-	switch _, err := kv.Get(ctx, migrate.DoneKey); {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("consumer: positions bucket %s: %w", position.DefaultBucket, err)
-	}
-	return true, nil
 }
 
 // Run starts the replica (again with backoff while what it opens fails:

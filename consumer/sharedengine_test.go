@@ -226,7 +226,8 @@ func TestSharedEngineProvisionRefusals(t *testing.T) {
 		b := setup(t)
 		b.eventsWithDirect(t)
 		// The durables engine ran here: its durable consumer is on EVENTS.
-		old, err := consumer.New(b.js, consumer.Config{Subscriptions: []consumer.Subscription{sharedSub("orders", rc.srv.URL, consumer.OrderingNone)}})
+		old, err := consumer.New(b.js, consumer.Config{Engine: consumer.EngineDurables,
+			Subscriptions: []consumer.Subscription{sharedSub("orders", rc.srv.URL, consumer.OrderingNone)}})
 		require.NoError(t, err)
 		require.NoError(t, old.Provision(b.ctx))
 
@@ -243,18 +244,23 @@ func TestSharedEngineProvisionRefusals(t *testing.T) {
 	})
 }
 
-// Engine takes durables (the default) and shared, nothing else.
+// Engine takes auto (the default), shared and durables, nothing else;
+// an engine named is the one that runs, from New on.
 func TestEngineConfig(t *testing.T) {
 	t.Parallel()
 	good := sub("orders", "http://127.0.0.1:1/hook")
 	c, err := consumer.New(stubJS{}, consumer.Config{Subscriptions: []consumer.Subscription{good}})
 	require.NoError(t, err)
-	require.Equal(t, consumer.EngineDurables, c.Config().Engine, "the default")
-	_, err = consumer.New(stubJS{}, consumer.Config{Subscriptions: []consumer.Subscription{good}, Engine: consumer.EngineShared})
-	require.NoError(t, err)
+	require.Equal(t, consumer.EngineAuto, c.Config().Engine, "the default")
+	require.Empty(t, c.Engine(), "auto picks at Provision")
+	for _, e := range []string{consumer.EngineShared, consumer.EngineDurables} {
+		c, err = consumer.New(stubJS{}, consumer.Config{Subscriptions: []consumer.Subscription{good}, Engine: e})
+		require.NoError(t, err)
+		require.Equal(t, e, c.Engine())
+	}
 	_, err = consumer.New(stubJS{}, consumer.Config{Subscriptions: []consumer.Subscription{good}, Engine: "orbit"})
 	require.ErrorIs(t, err, consumer.ErrInvalidConfig)
-	require.ErrorContains(t, err, `Engine "orbit": want "durables" (the default) or "shared"`)
+	require.ErrorContains(t, err, `Engine "orbit": want "auto" (the default), "shared" or "durables"`)
 }
 
 // A subscription of the Config with start new begins, under the shared

@@ -80,12 +80,12 @@ func exported(t *testing.T) map[string]metric {
 	_, err = bridgemetrics.NewAudit(reg) // bridge verify --continuous
 	require.NoError(t, err)
 	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
-	_, err = consumer.New(js, consumer.Config{Registerer: reg, Attempts: &consumer.AttemptsConfig{}, Subscriptions: []consumer.Subscription{{
+	_, err = consumer.New(js, consumer.Config{Registerer: reg, Engine: consumer.EngineDurables, Attempts: &consumer.AttemptsConfig{}, Subscriptions: []consumer.Subscription{{
 		Name:           "orders",
 		FilterSubjects: []string{"events.order.>"},
 		URL:            "https://orders.example/webhooks",
 		Secrets:        []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("deploy-test-secret-0123456789"))},
-	}}}) // consumer run's metrics: deliveries, breakers, the attempts record
+	}}}) // consumer run --engine durables' metrics: deliveries, breakers, the attempts record
 	require.NoError(t, err)
 	_, err = consumer.New(js, consumer.Config{Registerer: reg, Engine: consumer.EngineShared, Subscriptions: []consumer.Subscription{{
 		Name:           "orders",

@@ -34,11 +34,13 @@ type jsBundle struct {
 }
 
 // sharedEngine reports whether this run's consumers run the shared
-// engine: JSBRIDGE_ENGINE=shared, which every consumer process started
-// here inherits (startProc, cli: os.Environ()) and reads as --engine.
+// engine: unless JSBRIDGE_ENGINE=durables, which every consumer process
+// started here inherits (startProc, cli: os.Environ()) and reads as
+// --engine. Unset (auto, the default) runs shared on these fresh
+// servers, whose EVENTS forward.Provision made with AllowDirect.
 // Assertions on a subscription's durable consumers are the durables
 // engine's: under the shared engine there are none.
-func sharedEngine() bool { return os.Getenv("JSBRIDGE_ENGINE") == "shared" }
+func sharedEngine() bool { return os.Getenv("JSBRIDGE_ENGINE") != "durables" }
 
 func setupJetStream(t *testing.T) *jsBundle {
 	t.Helper()

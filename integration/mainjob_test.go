@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -72,15 +73,12 @@ func (b *bundle) startBridge(t *testing.T, owner string) {
 	runUntilCleanup(t, d.Run)
 }
 
-// startConsumer runs one consumer replica until the test ends, with the
-// engine JSBRIDGE_ENGINE names (as the consumer processes do).
+// startConsumer runs one consumer replica until the test ends, on the
+// engine JSBRIDGE_ENGINE names as consumer run would (unset: auto, the
+// default, which runs shared here: sharedEngine).
 func (b *bundle) startConsumer(t *testing.T, subs ...consumer.Subscription) {
 	t.Helper()
-	cfg := consumer.Config{Subscriptions: subs}
-	if sharedEngine() {
-		cfg.Engine = consumer.EngineShared
-	}
-	c, err := consumer.New(b.connect(t), cfg)
+	c, err := consumer.New(b.connect(t), consumer.Config{Subscriptions: subs, Engine: os.Getenv("JSBRIDGE_ENGINE")})
 	require.NoError(t, err)
 	runUntilCleanup(t, c.Run)
 }
@@ -238,7 +236,8 @@ func TestMainJobPermanentAndTransientFailures(t *testing.T) {
 
 	b.startBridge(t, "bridge")
 	b.startConsumer(t,
-		// Unordered: the test reads the durable consumers on EVENTS.
+		// Unordered: under the durables engine the test reads the durable
+		// consumers on EVENTS.
 		consumer.Subscription{Name: "rejecting", FilterSubjects: []string{"events.>"}, URL: goneSrv.URL, Secrets: []string{testSecret},
 			Timeout: 2 * time.Second, AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: consumer.OrderingNone,
 			Start: consumer.Start{Policy: consumer.StartAll}},

@@ -220,15 +220,16 @@ func TestREADMEProductionRuns(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	// The subscription is ordered (the default): the partitioned copy,
-	// its partition consumers and the lease and park buckets are R3 too;
-	// under the shared engine, the lease and positions buckets.
-	r3 := []string{wire.DefaultEventsStream, "DLQ", wire.OrderedStream(wire.DefaultEventsStream),
-		"KV_" + wire.DefaultLeaseBucket, "KV_" + wire.DefaultParkBucket}
-	if sharedEngine() {
-		r3 = []string{wire.DefaultEventsStream, "DLQ", "KV_" + wire.DefaultLeaseBucket, "KV_" + position.DefaultBucket}
+	// The subscription is ordered (the default). The shared engine (the
+	// default engine here): the lease and positions buckets are R3 too;
+	// the durables engine: the partitioned copy, its partition consumers
+	// and the lease and park buckets.
+	names := []string{wire.DefaultEventsStream, "DLQ", "KV_" + wire.DefaultLeaseBucket, "KV_" + position.DefaultBucket}
+	if !sharedEngine() {
+		names = []string{wire.DefaultEventsStream, "DLQ", wire.OrderedStream(wire.DefaultEventsStream),
+			"KV_" + wire.DefaultLeaseBucket, "KV_" + wire.DefaultParkBucket}
 	}
-	for _, name := range r3 {
+	for _, name := range names {
 		var s jetstream.Stream
 		require.Eventually(t, func() bool { s, err = js.Stream(t.Context(), name); return err == nil }, 30*time.Second, 50*time.Millisecond, "stream %s", name)
 		require.Equal(t, 3, s.CachedInfo().Config.Replicas, "%s is R3", name)

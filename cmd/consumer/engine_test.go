@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"testing"
 
 	"github.com/alecthomas/kong"
@@ -23,20 +22,20 @@ func parseEngine(t *testing.T, args ...string) (string, error) {
 	return engine(cl.Run.Engine)
 }
 
-// --engine takes durables (the default) and shared; any other value is
+// --engine takes auto (the default), shared and durables; any other value is
 // refused with an error naming the flag and the value.
 func TestEngineFlag(t *testing.T) {
 	t.Parallel()
-	if os.Getenv("JSBRIDGE_ENGINE") == "" { // else the environment names it (TestEngineEnv)
-		e, err := parseEngine(t)
-		require.NoError(t, err)
-		require.Equal(t, consumer.EngineDurables, e, "the default")
-	}
-	e, err := parseEngine(t, "--engine", "shared")
+	e, err := parseEngine(t)
 	require.NoError(t, err)
-	require.Equal(t, consumer.EngineShared, e)
+	require.Equal(t, consumer.EngineAuto, e, "the default")
+	for _, want := range []string{consumer.EngineShared, consumer.EngineDurables} {
+		e, err = parseEngine(t, "--engine", want)
+		require.NoError(t, err)
+		require.Equal(t, want, e)
+	}
 	_, err = parseEngine(t, "--engine", "Shared")
-	require.EqualError(t, err, `--engine (JSBRIDGE_ENGINE) "Shared": want durables or shared`)
+	require.EqualError(t, err, `--engine (JSBRIDGE_ENGINE) "Shared": want auto, shared or durables`)
 }
 
 // JSBRIDGE_ENGINE sets it too.
@@ -47,5 +46,5 @@ func TestEngineEnv(t *testing.T) {
 	require.Equal(t, consumer.EngineShared, e)
 	t.Setenv("JSBRIDGE_ENGINE", "durable")
 	_, err = parseEngine(t)
-	require.EqualError(t, err, `--engine (JSBRIDGE_ENGINE) "durable": want durables or shared`)
+	require.EqualError(t, err, `--engine (JSBRIDGE_ENGINE) "durable": want auto, shared or durables`)
 }

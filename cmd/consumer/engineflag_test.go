@@ -27,7 +27,7 @@ func TestReplayCommandsTakeTheEngine(t *testing.T) {
 	var cfg consumer.Config
 	cl := parse("dlq", "replay", "--all")
 	require.NoError(t, cl.DLQ.Replay.apply(&cfg))
-	require.Equal(t, consumer.EngineDurables, cfg.Engine, "the default")
+	require.Equal(t, consumer.EngineAuto, cfg.Engine, "the default")
 	cl = parse("dlq", "replay", "--all", "--engine", "shared")
 	require.NoError(t, cl.DLQ.Replay.apply(&cfg))
 	require.Equal(t, consumer.EngineShared, cfg.Engine)
@@ -35,7 +35,7 @@ func TestReplayCommandsTakeTheEngine(t *testing.T) {
 	require.NoError(t, cl.Replay.apply(&cfg))
 	require.Equal(t, consumer.EngineShared, cfg.Engine)
 	cl = parse("replay", "--since", "1h", "--engine", "orbit")
-	require.EqualError(t, cl.Replay.apply(&cfg), `--engine (JSBRIDGE_ENGINE) "orbit": want durables or shared`)
+	require.EqualError(t, cl.Replay.apply(&cfg), `--engine (JSBRIDGE_ENGINE) "orbit": want auto, shared or durables`)
 	t.Setenv("JSBRIDGE_ENGINE", "shared")
 	cl = parse("dlq", "replay", "--all")
 	require.NoError(t, cl.DLQ.Replay.apply(&cfg))

@@ -149,7 +149,7 @@ type runCmd struct {
 	orderingFlags     `embed:""`
 	kvFlags           `embed:""` // run_kv.go
 
-	Engine         string        `name:"engine" env:"JSBRIDGE_ENGINE" default:"durables" help:"Delivery engine: durables (a durable consumer per subscription on the events stream, per partition for an ordered one) or shared (opt-in: one reader per replica, positions in the jsbridge_positions bucket; needs AllowDirect on the events stream, and a deployment that ran durables moves with consumer migrate first; every replica with the same subscriptions; dlq replay and replay take the same --engine) (default: ${default})."`
+	Engine         string        `name:"engine" env:"JSBRIDGE_ENGINE" default:"auto" help:"Delivery engine: auto (shared, unless the server holds a deployment of durables not yet moved by consumer migrate: its durable consumers or partitioned copy without the migrated key in jsbridge_positions, or an events stream without AllowDirect; then durables, with a warning), shared (one reader per replica, positions in the jsbridge_positions bucket; needs AllowDirect on the events stream, and a deployment that ran durables moves with consumer migrate first; every replica with the same subscriptions) or durables (a durable consumer per subscription on the events stream, per partition for an ordered one); dlq replay and replay take the same --engine (default: ${default})."`
 	StartupTimeout time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when NATS, the JetStream stream, the DLQ stream or the durable consumers are not available within this time; 0 waits forever (default: ${default})."`
 	Pprof          bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr        string        `name:"ops-addr" env:"JSBRIDGE_CONSUMER_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
@@ -235,7 +235,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	w.Ready()
 	log.Info("consumer started", "nats_url", startup.RedactURL(nc.ConnectedUrl()), "jetstream_stream", g.Stream, "dlq_stream", g.DLQStream,
-		"subscriptions", strings.Join(names, ","), "ops_addr", addr)
+		"subscriptions", strings.Join(names, ","), "ops_addr", addr, "engine", c.Engine())
 	err = c.Run(ctx)
 	log.Info("consumer stopped")
 	return err
@@ -244,10 +244,10 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 // engine parses --engine (JSBRIDGE_ENGINE).
 func engine(v string) (string, error) {
 	switch v {
-	case consumer.EngineDurables, consumer.EngineShared:
+	case consumer.EngineAuto, consumer.EngineShared, consumer.EngineDurables:
 		return v, nil
 	}
-	return "", fmt.Errorf("--engine (JSBRIDGE_ENGINE) %q: want %s or %s", v, consumer.EngineDurables, consumer.EngineShared)
+	return "", fmt.Errorf("--engine (JSBRIDGE_ENGINE) %q: want %s, %s or %s", v, consumer.EngineAuto, consumer.EngineShared, consumer.EngineDurables)
 }
 
 // start connects to NATS, waited for with w, assembles the consumer and

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
@@ -87,6 +88,7 @@ type subs struct {
 	deliveries *prometheus.CounterVec
 	attempts   attemptlog.Recorder // nil: no records
 	record     attemptlog.Mode
+	tracer     trace.Tracer
 
 	mu      sync.Mutex
 	given   map[string]subscription.Subscription // as Put, by name
@@ -158,7 +160,7 @@ func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused
 		return fmt.Errorf("shared: %w", err)
 	}
 	snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: r.cfg.UserAgent},
-		attempt.Deps{Breaker: r.subs.breakers.Breaker(s.URL), Health: r.health, Clock: r.cfg.Clock, Logger: r.log,
+		attempt.Deps{Breaker: r.subs.breakers.Breaker(s.URL), Health: r.health, Clock: r.cfg.Clock, Logger: r.log, Tracer: r.subs.tracer,
 			Metrics: attempt.Metrics{Deliveries: r.subs.deliveries}, Attempts: r.subs.attempts, Record: r.subs.record})
 	if err != nil {
 		return fmt.Errorf("shared: %w", err)

@@ -38,6 +38,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
@@ -50,6 +51,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -157,6 +159,11 @@ type Deps struct {
 	// one; attemptlog.ModeAll keeps them all. Another value is an error
 	// of Put (attempt.ErrInvalidConfig).
 	AttemptsRecord attemptlog.Mode
+	// TracerProvider makes the attempt spans, one per attempt, child of
+	// the trace context the event's message carries, as the old engine
+	// does (attempt/trace.go). Default nil: otel's global provider, a
+	// no-op unless the application set one.
+	TracerProvider trace.TracerProvider
 }
 
 // Replica is one consumer replica of the shared engine. Make one with
@@ -305,7 +312,7 @@ func (r *Replica) subscribe(deps Deps) error {
 			Help: "Webhook delivery attempts by subscription, outcome and status class."},
 			[]string{"subscription", "outcome", "status_class"})
 	}
-	r.subs = subs{open: egress.NoRedirects(deps.Client), breakers: deps.Breakers, deliveries: deps.Deliveries,
+	r.subs = subs{open: egress.NoRedirects(deps.Client), breakers: deps.Breakers, deliveries: deps.Deliveries, tracer: tracing.Tracer(deps.TracerProvider),
 		attempts: deps.Attempts, record: deps.AttemptsRecord,
 		given: map[string]subscription.Subscription{}, paused: map[string]bool{}, fans: map[*fanout.Partition]int{},
 		records: map[*fanout.Partition]flusher{},
