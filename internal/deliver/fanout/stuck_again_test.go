@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 )
 
@@ -239,4 +240,65 @@ func TestAStreamSetAsideAfterTheLastEventWakesTheDispatchLoop(t *testing.T) {
 	clock.Advance(10 * time.Second)
 	idle(t, f, wakes, func() bool { return asides() == 0 && len(rec.seqs("s")) == len(evs) })
 	inOrder(t, rec.of("s"), evs)
+}
+
+// Across a hand-over: the first owner sets the stream aside, its head
+// settles and the record holding that is committed before it goes; the
+// next owner's first cursor round reads the stream on and it rejoins;
+// set aside again there after the partition's last event, it goes on
+// the same way, every event once and in order over both owners.
+func TestAStreamSetAsideAgainAfterAHandOverSendsItsLaterEventsInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	idx := members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
+	evs := events(1, 10, 1) // order-0: seqs 1 … 10, versions 0 … 9
+	st := &store{}
+	st.add(evs...)
+	pos, stop := b.claim(t, "replica-a", 1)
+	clock := clockwork.NewFakeClock()
+	g := newGate(1, 7)
+	first := newRecorder(g.answer)
+	f := New(Config{Clock: clock}, idx, pos, first, nil, st)
+	asides := func(p *position.Partition) func() int { return func() int { return len(p.Record().Asides) } }
+	for _, e := range evs[:3] {
+		f.Dispatch(e)
+	}
+	untilAside(t, clock, asides(pos))
+	g.let(1)
+	clock.Advance(10 * time.Second)
+	eventually(t, func() bool { return len(first.seqs("s")) == 1 }, "the head settles")
+	require.NoError(t, pos.Flush(t.Context()))
+	f.Close()
+	stop()
+
+	pos2, _ := b.claim(t, "replica-b", 2)
+	require.Equal(t, []position.Aside{{Sub: "s", Stream: "events.order.order-0", From: 2, State: AsideReading}}, pos2.Record().Asides,
+		"the next owner reads the stream from the head's successor")
+	second := newRecorder(g.answer)
+	wakes := make(chan struct{}, 1)
+	f2 := New(Config{Clock: clock, Wake: func() {
+		select {
+		case wakes <- struct{}{}:
+		default:
+		}
+	}}, idx, pos2, second, nil, st)
+	t.Cleanup(f2.Close)
+	loop(t, f2, evs[3:6], func(n int) bool { return n == 0 && len(pos2.Record().Asides) == 0 && len(second.seqs("s")) == 5 })
+
+	// Its head 7 is retried past the last event, 10.
+	for _, e := range evs[6:] {
+		f2.Dispatch(e)
+	}
+	n, err := f2.CatchUp(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing for the cursors: the loop waits for the next event")
+	select {
+	case <-wakes:
+	default:
+	}
+	untilAside(t, clock, asides(pos2))
+	g.let(7)
+	clock.Advance(10 * time.Second)
+	idle(t, f2, wakes, func() bool { return len(pos2.Record().Asides) == 0 && len(second.seqs("s")) == len(evs)-1 })
+	inOrder(t, append(first.of("s"), second.of("s")...), evs)
 }
