@@ -207,6 +207,14 @@ type Config struct {
 	// what the claimed record and cursors keep of it (Forget) instead of
 	// holding it (StateHeld). Nil: every stranger is held.
 	Deleted func(sub string) bool
+	// Wake, when set, is called (never with the partition's lock held)
+	// when a lane leaves CatchUp something to do: its stream set aside
+	// as stuck, or the stuck head settled (the stream's later events are
+	// to read). The replica's dispatch loop, which waits for the next
+	// event without a bound while CatchUp reports nothing, runs CatchUp
+	// then. Nil: CatchUp runs at the loop's next event only, so a stream
+	// set aside after the last event waits for another one.
+	Wake func()
 }
 
 // Partition is the fan-out of one claimed partition. Dispatch and
@@ -422,6 +430,13 @@ func (p *Partition) raise() {
 func version(ev reader.Event) (int64, bool) {
 	v, err := strconv.ParseInt(ev.Header.Get(wire.HeaderStreamVersion), 10, 64)
 	return v, err == nil && v >= 0
+}
+
+// wake calls Config.Wake, if set. The partition's lock is not held.
+func (p *Partition) wake() {
+	if p.cfg.Wake != nil {
+		p.cfg.Wake()
+	}
 }
 
 // sleep waits d on clock, or until ctx ends (false).

@@ -202,6 +202,7 @@ func (p *Partition) runLane(st *subState, l *lane, t turn) {
 			return // closed or lost: the next owner sends it again
 		}
 		v, versioned := version(ev)
+		woke := false
 		p.mu.Lock()
 		l.since = time.Time{}
 		switch act {
@@ -219,6 +220,7 @@ func (p *Partition) runLane(st *subState, l *lane, t turn) {
 			if a := p.asides[[2]string{name, l.stream}]; a != nil && (a.state == AsideReading || a.state == AsideStuck) {
 				// What it read (or its stuck head) settled: it reads
 				// on after it, and so does a new owner.
+				woke = a.state == AsideStuck // its reads start: CatchUp's to do
 				p.moveAside(name, l.stream, AsideReading, ev.Seq+1)
 				a.read = max(a.read, ev.Seq)
 			}
@@ -235,6 +237,9 @@ func (p *Partition) runLane(st *subState, l *lane, t turn) {
 		var more bool
 		t, more = p.turnLocked(st, l)
 		p.mu.Unlock()
+		if woke {
+			p.wake() // CatchUp reads the stream on after it
+		}
 		if !more {
 			return
 		}

@@ -77,7 +77,10 @@ func (p *Partition) setStuck(st *subState, l *lane) {
 
 // retryPause waits d before the next attempt at l's head, and sets its
 // stream aside when the stuck-stream rule says so meanwhile (it wakes at
-// the rule's times to look). It returns false when the fan-out stopped.
+// the rule's times to look), waking the dispatch loop (Config.Wake): the
+// last event may have come already, and only CatchUp reads the stream's
+// later events once the head settles. It returns false when the fan-out
+// stopped.
 func (p *Partition) retryPause(st *subState, l *lane, name string, d time.Duration) bool {
 	clock := p.cfg.Clock
 	end := clock.Now().Add(d)
@@ -88,8 +91,9 @@ func (p *Partition) retryPause(st *subState, l *lane, name string, d time.Durati
 			l.since = now
 		}
 		next := end
+		set := false
 		if p.asides[[2]string{name, l.stream}] == nil {
-			if p.stuck(l, now) {
+			if set = p.stuck(l, now); set {
 				p.setStuck(st, l)
 			} else {
 				for _, t := range []time.Time{l.since.Add(stuckQueuedAfter), l.since.Add(stuckAfter)} {
@@ -100,6 +104,9 @@ func (p *Partition) retryPause(st *subState, l *lane, name string, d time.Durati
 			}
 		}
 		p.mu.Unlock()
+		if set {
+			p.wake() // the dispatch loop may wait for an event that never comes
+		}
 		if !now.Before(end) {
 			return p.ctx.Err() == nil
 		}

@@ -53,7 +53,7 @@ func (r *Replica) serve(c *owner.Claim) {
 	send := &sender{senders: r.senders, breakers: r.subs.breakers, claim: c, epochs: r.epochs, replica: r.cfg.Replica,
 		letters: r.letters, deadLettered: r.dead, skipped: r.poskv, stuckAfter: r.cfg.OrderStuckAfter, clock: r.cfg.Clock, log: log}
 	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log, Requests: r.requests,
-		Deleted: r.deleted},
+		Deleted: r.deleted, Wake: r.loop.poke},
 		r.members, pos, send, r.chain, r.cursors)
 	r.startFan(c.Partition, fan, pos)
 	floor := pos.Record().Floor

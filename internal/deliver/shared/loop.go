@@ -241,6 +241,15 @@ func (l *loop) next(ctx context.Context, rd *reader.Reader, live map[int]*fanout
 		l.mu.Unlock()
 		return
 	}
+	select {
+	case <-l.wake:
+		// Poked while the cursors' round ran (no Next to interrupt):
+		// another round first, or what it was poked for waits for an
+		// event that may never come.
+		l.mu.Unlock()
+		return
+	default:
+	}
 	l.interrupt = cancel
 	l.mu.Unlock()
 	ev, err := rd.Next(nctx)
