@@ -161,7 +161,7 @@ func TestAStreamSetAsideAgainWhileItsHeadIsInFlightGoesOn(t *testing.T) {
 	inOrder(t, rec.of("s"), evs)
 }
 
-// idle is the replica's dispatch loop once the last event came and a
+// idleWoken is the replica's dispatch loop once the last event came and a
 // cursor round reported nothing: it waits without a bound for an event
 // that never comes, which only Config.Wake (wakes) ends, then runs
 // cursor rounds while they report something; until done holds.
