@@ -2,6 +2,7 @@ package position
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -59,6 +60,13 @@ func TestOnAClusterBackToBackCommitsKeepTheirOwnerUntilAClaim(t *testing.T) {
 	// again at its next cycle. This test is about the commits after it.
 	require.Eventually(t, func() bool { _, _, err := leaderGet(ctx, ajs, DefaultBucket, Key(0)); return err == nil },
 		10*time.Second, 20*time.Millisecond, "the bucket's leader answers message gets")
+	// The claim's first read is the bucket's Get, a direct get, which
+	// answers "no responders" until the bucket's direct get is served
+	// through this node too.
+	require.Eventually(t, func() bool {
+		_, err := akv.Get(ctx, Key(0))
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	}, 10*time.Second, 20*time.Millisecond, "the bucket answers direct gets")
 	var logs lockedBuffer
 	a, err := Claim(ctx, ajs, akv, Config{Owner: "replica-a", Epoch: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
