@@ -65,7 +65,7 @@ SUBMAKE = $(MAKE)
 ## The 30 min timeout is per test binary.
 PRECOMPILE := CGO_ENABLED=0 nice -n 19 $(GO) test -trimpath -count=1 -run '^$$' ./integration/ ./deploy/ ./cmd/consumer/
 test:
-	@scripts/need && url=$$(scripts/pg start) && export JSBRIDGE_TEST_DATABASE_URL=$$url && rc=0 && \
+	@gobin=$$(scripts/need) && export PATH=$$gobin:$$PATH && url=$$(scripts/pg start) && export JSBRIDGE_TEST_DATABASE_URL=$$url && rc=0 && \
 	{ $(PRECOMPILE) >/dev/null 2>&1 & pre=$$!; } && \
 	$(GO) test -race -timeout 30m -count=1 $(RACE_FIRST) $$($(GO) list ./... | grep -v '/integration$$' | grep -v '/deploy$$') || rc=1; \
 	wait $$pre; \
@@ -76,7 +76,7 @@ test:
 ## test-short: the quick tier: unit and in-process tests (real Postgres and embedded JetStream),
 ## no processes, kills or clusters (integration/ runs nothing with -short); well under 90 s warm
 test-short:
-	@scripts/need && url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -short -timeout 5m -count=1 ./...
+	@gobin=$$(scripts/need) && export PATH=$$gobin:$$PATH && url=$$(scripts/pg start) && JSBRIDGE_TEST_DATABASE_URL=$$url $(GO) test -short -timeout 5m -count=1 ./...
 
 ## soak: the cluster failover test at the soak's sizes (JSBRIDGE_SOAK=1: 3 node processes, 100 streams at
 ## 300 events/s, 2 bridges, 2 ordered replicas, the EVENTS leader SIGKILLed every 8-12 s and restarted 5 s
