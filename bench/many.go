@@ -272,17 +272,28 @@ func manyConsumerArgs(urls, keyFile string, nodes int, engine string) []string {
 	return args
 }
 
+// manyTempDirs makes a many case's scratch directory and, in it, the
+// JetStream server's store ("nats"); the caller removes dir.
+func manyTempDirs() (dir, srvDir string, err error) {
+	dir, err = os.MkdirTemp("", "jsbridge-bench-many-")
+	if err != nil {
+		return "", "", err
+	}
+	srvDir = filepath.Join(dir, "nats")
+	if err := os.MkdirAll(srvDir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return "", "", err
+	}
+	return dir, srvDir, nil
+}
+
 func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) {
 	var f manyFigures
-	dir, err := os.MkdirTemp("", "jsbridge-bench-many-")
+	dir, srvDir, err := manyTempDirs()
 	if err != nil {
 		return f, err
 	}
 	defer os.RemoveAll(dir)
-	srvDir := filepath.Join(dir, "nats")
-	if err := os.MkdirAll(srvDir, 0o755); err != nil {
-		return f, err
-	}
 	bus, err := e.startChildBus(ctx, srvDir, c.nodes)
 	if err != nil {
 		return f, err

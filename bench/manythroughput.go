@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/jsbridge/jsbridge/consumer"
@@ -156,15 +155,11 @@ func (e *env) manyThroughput(ctx context.Context, engine string, subs, webhooks 
 		return f, fmt.Errorf("%d webhooks for %d subscriptions: fewer than one event each", webhooks, subs)
 	}
 	total := events * subs
-	dir, err := os.MkdirTemp("", "jsbridge-bench-many-")
+	dir, srvDir, err := manyTempDirs()
 	if err != nil {
 		return f, err
 	}
 	defer os.RemoveAll(dir)
-	srvDir := filepath.Join(dir, "nats")
-	if err := os.MkdirAll(srvDir, 0o755); err != nil {
-		return f, err
-	}
 	bus, err := e.startChildBus(ctx, srvDir, 1)
 	if err != nil {
 		return f, err
