@@ -43,10 +43,6 @@ func (e *env) consumerRun(ctx context.Context, s *partSink, name, ordering strin
 			"--allow-private", "--max-in-flight", fmt.Sprint(e.cfg.InFlight), "--ops-addr", "", "--log-level", "warn",
 			"--ordering", ordering, "--partitions", fmt.Sprint(orderedPartitions), "--lease-ttl", orderedLeaseTTL.String(),
 			"--ack-wait", orderedAckWait.String(), "--timeout", "2s", "--replica-id", fmt.Sprintf("%s-%d", name, i),
-			// The rows and their history measure the durables engine's
-			// partition consumers and hand-overs (-many-engines and the
-			// live pipeline measure the shared one).
-			"--engine", "durables",
 		}
 		ops := 0
 		var err error
