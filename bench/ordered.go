@@ -23,8 +23,7 @@ const (
 
 // runRates are a consumer run's deliveries per second: over the whole run,
 // from the processes' start, so with their start-up (connecting,
-// provisioning, the first partition claims and fences; for the first
-// ordered run, the partitioned copy sourcing the backlog too), and in its
+// provisioning, the first partition claims), and in its
 // steady middle, from 20 % to 80 % of the events delivered.
 type runRates struct{ whole, steady float64 }
 
