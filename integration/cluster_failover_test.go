@@ -49,11 +49,9 @@ var failoverTestSizes = failoverSizes{streams: 20, round: 100 * time.Millisecond
 // failoverSizesFor returns the soak's sizes when JSBRIDGE_SOAK=1 (make
 // soak): 100 streams at 300 events/s, the EVENTS leader killed every 8–12 s
 // and restarted 5 s later, JSBRIDGE_SOAK_KILLS times (default 20), the
-// ordered subscription alone, the nodes processes killed with SIGKILL, the
-// ordered replicas logging at debug (a settled copy acked without a POST,
-// an ack not sent: a stall's log then says which way each event went; none
-// of those lines is per event on the normal path); failoverTestSizes
-// otherwise.
+// nodes processes killed with SIGKILL, the ordered replicas logging at
+// debug (a stall's log then says what each partition did; none of those
+// lines is per event on the normal path); failoverTestSizes otherwise.
 func failoverSizesFor(t *testing.T) failoverSizes {
 	t.Helper()
 	if os.Getenv("JSBRIDGE_SOAK") != "1" {
