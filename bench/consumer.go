@@ -344,9 +344,6 @@ func (e *env) consumerRow(ctx context.Context) ([]row, int64, error) {
 		// Against the bare loop, which has no order either; the ordered
 		// rows (ordered.go) compare ordering stream with this.
 		"--ordering", "none",
-		// The row and its history are the durables engine's, beside the
-		// bare loop's durable pull.
-		"--engine", "durables",
 	}
 	if e.cfg.ProfileDir != "" {
 		args = append(args, "--pprof")

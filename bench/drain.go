@@ -12,6 +12,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/proc"
 	"github.com/jsbridge/jsbridge/store"
 	"github.com/jsbridge/jsbridge/wire"
@@ -37,18 +38,14 @@ func backlog(n, streams int) []event.Event {
 }
 
 // freshEventsStream deletes and re-creates the EVENTS JetStream stream,
-// and deletes what ordered delivery derived from an earlier one: its
-// partitioned copy (which would go on sourcing from the old sequence on,
-// past the new stream's messages) and the lease and park buckets (whose
-// TTL an earlier row chose).
+// and deletes what the consumer derived from an earlier one: the lease
+// bucket (whose TTL an earlier row chose) and the positions bucket (its
+// records hold the old stream's sequences).
 func (e *env) freshEventsStream(ctx context.Context) error {
 	if err := e.js.DeleteStream(ctx, wire.DefaultEventsStream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return err
 	}
-	if err := e.js.DeleteStream(ctx, wire.OrderedStream(wire.DefaultEventsStream)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return err
-	}
-	for _, b := range []string{wire.DefaultLeaseBucket, wire.DefaultParkBucket} {
+	for _, b := range []string{wire.DefaultLeaseBucket, position.DefaultBucket} {
 		if err := e.js.DeleteKeyValue(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 			return err
 		}

@@ -86,7 +86,7 @@ func (h handoverResult) row() row {
 	r := row{
 		Name:      fmt.Sprintf("ordered hand-over after SIGKILL of 1 of 2 replicas (lease TTL %s, AckWait %s): until each of its partitions with events left is delivered by the other", orderedLeaseTTL, orderedAckWait),
 		Reference: "AckWait = " + orderedAckWait.String(),
-		Target:    "< 1 (under one AckWait: a take-over resets the consumer to its ack floor instead of waiting AckWait out)",
+		Target:    "< 1 (under one AckWait: the other replica claims the partitions once their leases expired and goes on from their records, without waiting AckWait out)",
 	}
 	if h.unmet != "" {
 		r.Ours, r.Ratio = "not measured: "+h.unmet, "—"

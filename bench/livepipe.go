@@ -225,9 +225,6 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 		}
 		cargs := []string{"run", "-c", cfgFile, "--nats-url", bus.urls,
 			"--ops-addr", fmt.Sprintf("127.0.0.1:%d", cops), "--log-level", "warn"}
-		if e.cfg.LivePipeEngine != "" {
-			cargs = append(cargs, "--engine", e.cfg.LivePipeEngine)
-		}
 		if e.cfg.ProfileDir != "" {
 			cargs = append(cargs, "--pprof")
 		}

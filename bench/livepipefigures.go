@@ -49,8 +49,8 @@ type livePipeFigures struct {
 	// and the bench's few); -1 where it is not loaded.
 	stmtAppends, stmtOther time.Duration
 	commits, claims        int64
-	// stored is, by stream (EVENTS, the ordered copy, the attempts
-	// stream), the disk it takes (storageSizes.sealed) and its messages.
+	// stored is, by stream (liveStoredStreams), the disk it takes
+	// (storageSizes.sealed) and its messages.
 	stored     map[string]int64
 	storedMsgs map[string]uint64
 	// hot is the hottest stream's rank, hotShare its share of the run's
@@ -155,10 +155,9 @@ func (f livePipeFigures) stageLine() string {
 }
 
 // liveStoredStreams are the streams whose storage the live pipeline row
-// counts: EVENTS, the durable engine's ordered copy, the attempts stream
-// and the shared engine's positions bucket (whichever exist).
-var liveStoredStreams = []string{wire.DefaultEventsStream, wire.OrderedStream(wire.DefaultEventsStream), wire.DefaultAttemptsStream,
-	"KV_" + position.DefaultBucket}
+// counts: EVENTS, the attempts stream and the positions bucket
+// (whichever exist).
+var liveStoredStreams = []string{wire.DefaultEventsStream, wire.DefaultAttemptsStream, "KV_" + position.DefaultBucket}
 
 // storageLine prints bytes stored per event, each stream against EVENTS'.
 func (f livePipeFigures) storageLine() string {

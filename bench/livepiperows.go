@@ -17,9 +17,6 @@ func (e *env) livePipeRateRows(ours, bare livePipeFigures, durable string) []row
 	rate, delay := ours.rate, e.cfg.LiveDelay
 	name := fmt.Sprintf("live pipeline: %d events/s for %s over %d streams (Zipf %.2f), one event (%d B) a transaction from an open-loop generator; Postgres %s; receiver verifying signatures, answering after %s; ours: one ordered and one unordered subscription",
 		rate, ours.dur, e.cfg.LivePipeStreams, e.cfg.LiveZipf, liveDataSize, durable, delay)
-	if e.cfg.LivePipeEngine != "" {
-		name += ", consumer engine " + e.cfg.LivePipeEngine
-	}
 	p99 := func(f livePipeFigures, sub string) time.Duration { return quantile(f.fromCommit[sub], 0.99) }
 	latency := row{
 		Name:      name + ": append commit → webhook received",
@@ -89,7 +86,7 @@ func (e *env) livePipeRateRows(ours, bare livePipeFigures, durable string) []row
 		all := float64(stored)
 		ev := float64(ours.stored[wire.DefaultEventsStream])
 		rows = append(rows, row{
-			Name:      name + ": target, storage of everything JetStream keeps per event (EVENTS, the ordered copy, the attempts stream, the positions bucket) against EVENTS' own",
+			Name:      name + ": target, storage of everything JetStream keeps per event (EVENTS, the attempts stream, the positions bucket) against EVENTS' own",
 			Ours:      ours.storageLine(),
 			Reference: bare.storageLine(),
 			Ratio:     liveRatio(all, ev),

@@ -26,8 +26,9 @@
 //     subscription) over 10,000 streams with a skewed spread, against a
 //     bare reference pipeline (the bare bridge, one pull consumer, POST,
 //     ack) in the same run, and the highest rate each holds (livepipe.go);
-//   - storage: the disk the events stream and the ordered copy take per
-//     million events, against the events stream alone;
+//   - storage: the disk the events stream and what the consumer keeps
+//     beside it (positions bucket, attempts stream) take per million
+//     events, against the events stream alone;
 //   - peak RSS of the bridge and the consumer processes at full speed;
 //   - many subscriptions: what one consumer process and the JetStream server
 //     hold at 100, 1,000 and 10,000 subscriptions, and 10,000 unordered
@@ -81,7 +82,6 @@ type config struct {
 	ManySizes    []int
 	ManyNodes    int
 	ManyOrdering string
-	ManyEngines  []string
 	// ManyMix is the mixed case's unordered and ordered subscriptions
 	// (-many-mix); zero: not run.
 	ManyMix [2]int
@@ -102,7 +102,6 @@ type config struct {
 	LiveBareChild  string
 
 	LivePipeRates   []int
-	LivePipeEngine  string
 	LivePipeStreams int
 	LiveZipf        float64
 	LiveDelay       time.Duration
@@ -127,7 +126,7 @@ func main() {
 	flag.IntVar(&cfg.E2EHighRate, "e2e-high-rate", 5000, "end to end: a second run's events appended per second (target p99 ≤ 30 ms; 0 skips it, as -quick does)")
 	flag.DurationVar(&cfg.E2EDuration, "e2e-duration", 30*time.Second, "end to end: how long to append")
 	flag.StringVar(&cfg.E2EOrdering, "e2e-ordering", "", "end to end: the consumer's --ordering (empty: its default, stream)")
-	flag.StringVar(&cfg.E2ETimes, "e2e-times", "", "end to end: also write each event's times (append, stored, copied, received; Unix µs) as CSV to this file")
+	flag.StringVar(&cfg.E2ETimes, "e2e-times", "", "end to end: also write each event's times (append, stored, received; Unix µs) as CSV to this file")
 	flag.StringVar(&cfg.Bin, "bin", "bin", "directory holding the bridge and consumer binaries")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "Postgres URL; empty starts the throwaway local one")
 	flag.StringVar(&cfg.Out, "out", "", "also write the results as Markdown to this file (e.g. docs/benchmarks.md)")
@@ -149,21 +148,9 @@ func main() {
 		return nil
 	})
 	flag.IntVar(&cfg.ManyNodes, "many-nodes", 0, "many, with -many-sizes: only on one server (1) or only on the 3-node cluster (3); 0: both")
-	flag.StringVar(&cfg.ManyOrdering, "many-ordering", "none", "many, with -many-sizes: the subscriptions' ordering, none or stream (16 partition consumers each)")
-	cfg.ManyEngines = []string{"durables", "shared"}
-	flag.Func("many-engines", "many: the consumer engines measured, comma-separated: durables (a durable consumer per subscription, 16 per ordered one), shared (one reader per replica, positions in KV); default both", func(v string) error {
-		cfg.ManyEngines = nil
-		for _, f := range strings.Split(v, ",") {
-			f = strings.TrimSpace(f)
-			if f != "durables" && f != "shared" {
-				return fmt.Errorf("-many-engines: %q is not durables or shared", f)
-			}
-			cfg.ManyEngines = append(cfg.ManyEngines, f)
-		}
-		return nil
-	})
+	flag.StringVar(&cfg.ManyOrdering, "many-ordering", "none", "many, with -many-sizes: the subscriptions' ordering, none or stream")
 	cfg.ManyMix = [2]int{10_000, 1000}
-	flag.Func("many-mix", "many: \"<unordered>,<ordered>\": subscriptions of both orderings run together by one consumer process, on the 3-node cluster (on one server with -many-nodes 1); default 10000,1000 (quick: not run); the durables engine's row says it was not run when the cluster case has 10,000 unordered or 1,000 ordered", func(v string) error {
+	flag.Func("many-mix", "many: \"<unordered>,<ordered>\": subscriptions of both orderings run together by one consumer process, on the 3-node cluster (on one server with -many-nodes 1); default 10000,1000 (quick: not run)", func(v string) error {
 		u, o, ok := strings.Cut(v, ",")
 		nu, err1 := strconv.Atoi(strings.TrimSpace(u))
 		no, err2 := strconv.Atoi(strings.TrimSpace(o))
@@ -173,7 +160,7 @@ func main() {
 		cfg.ManyMix = [2]int{nu, no}
 		return nil
 	})
-	flag.IntVar(&cfg.ManyThroughput, "many-throughput", 1000, "many: subscriptions sharing one filter in the throughput case, measured against one subscription delivering as many webhooks (-many-webhooks), for each engine (quick: 100)")
+	flag.IntVar(&cfg.ManyThroughput, "many-throughput", 1000, "many: subscriptions sharing one filter in the throughput case, measured against one subscription delivering as many webhooks (-many-webhooks) (quick: 100)")
 	flag.IntVar(&cfg.ManyWebhooks, "many-webhooks", 50_000, "many, throughput case: webhooks each side delivers (to one subscription, and to -many-throughput subscriptions, an event for every one of them each -many-throughput webhooks) (quick: 10000)")
 	cfg.LiveRates = []int{100, 1000}
 	flag.Func("live-rates", "live: the generator's rates, events/s, comma-separated (default 100,1000; quick: 1000); each runs the bridge, then the bare reference", func(v string) (err error) {
@@ -189,7 +176,6 @@ func main() {
 	flag.StringVar(&cfg.LiveGenChild, "live-generator-child", "", "internal (the live rows start it): \"<database URL> <schema> <events/s> <duration> <streams> <out file> [<zipf exponent>]\": append open loop, write the count to the out file and each event's commit to <out file>.commits, wait for SIGTERM")
 	flag.StringVar(&cfg.LiveBareChild, "live-bare-child", "", "internal (the live rows start it): \"<database URL> <schema> <nats URL> [<webhook URL>]\": run the bare reference bridge (with a webhook URL: and the bare delivery, the bare pipeline) until SIGTERM")
 	cfg.LivePipeRates = []int{500, 1000, 2000}
-	flag.StringVar(&cfg.LivePipeEngine, "live-pipeline-engine", "", "live pipeline: the consumer's --engine, durables or shared (empty: the consumer's default, auto: shared on the bench's fresh server)")
 	flag.Func("live-pipeline-rates", "live pipeline: the generator's rates, events/s, comma-separated (default 500,1000,2000; quick: 1000); each runs our pipeline, then the bare one", func(v string) (err error) {
 		cfg.LivePipeRates, err = liveRates(v)
 		return err

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,30 +23,23 @@ import (
 // kv), all unordered, all ordered, or (-many-mix) some of each together,
 // each with its own filter and endpoint path, against a JetStream
 // server in a child process of its own (one node, or a 3-node cluster
-// with the events stream and the durable consumers at 3 replicas). Each
+// with the events stream and the consumer's buckets at 3 replicas). Each
 // row measures what the deployment holds: the JetStream consumers on the
 // server, the server's and the consumer's RSS once idle, the start-up
-// (consumer process start until every subscription's durable consumer
-// has a pull request waiting; the shared engine has none, and its
-// start-up is the next figure), every subscription delivering (from the
-// process start until an event published for each, once the durables
-// pull, reached its endpoint), the idle CPU of both processes over
-// manyIdleWindow with no events, and how long a change takes to apply:
-// a subscription added to the bucket until its first event (published
-// right after the add) reaches its endpoint, and a paused one resumed
-// until the event that waited reaches it. Each case runs for each engine
-// of -many-engines (the consumer's --engine). The throughput case, many
-// subscriptions sharing one filter, is manythroughput.go.
+// (consumer process start until every subscription delivers: an event
+// published for each after the start reached its endpoint), the idle
+// CPU of both processes over manyIdleWindow with no events, and how
+// long a change takes to apply: a subscription added to the bucket until
+// its first event (published right after the add) reaches its endpoint,
+// and a paused one resumed until the event that waited reaches it. The
+// throughput case, many subscriptions sharing one filter, is
+// manythroughput.go.
 
 // manyCase is one many-subscriptions row.
 type manyCase struct {
-	subs    int    // in all
-	ordered int    // of subs, the last ones have ordering stream; the others none
-	nodes   int    // 1: one server; 3: a cluster, everything at 3 replicas
-	engine  string // the consumer's --engine: durables or shared
-	// notRun, when set, says why the engine is not run on this case: its
-	// row says so instead of measuring.
-	notRun string
+	subs    int // in all
+	ordered int // of subs, the last ones have ordering stream; the others none
+	nodes   int // 1: one server; 3: a cluster, everything at 3 replicas
 }
 
 // mixed reports whether c runs unordered and ordered subscriptions
@@ -74,21 +66,9 @@ func (c manyCase) what() string {
 	return fmt.Sprintf("%d (ordering none)", c.subs)
 }
 
-// manyDurablesLimit is why the durable engine is not run on a mixed case
-// of at least 10,000 unordered or 1,000 ordered subscriptions on a
-// cluster: the 2026-11-26 rows (docs/benchmarks.md) did not hold 10,000
-// alone there, and 1,000 ordered are 16,000 partition consumers.
-const manyDurablesLimit = "not run: the durables engine does not hold 10,000 unordered subscriptions on a 3-node cluster " +
-	"(2026-11-26: 2,530 of 10,000 pulling after 74 s, then the cluster's API stopped answering until the 12 min limit) " +
-	"nor 1,000 ordered (16,000 partition consumers)"
-
 // manyCases are the rows of the full run (or of -many-sizes and
-// -many-mix), each for every engine of -many-engines; the quick run keeps
-// 100 on one server (about 25 s an engine). The durable engine skips
-// 1,000 ordered on the cluster: 16,000 partition consumers, which it does
-// not hold; and on a mixed case of that size, its row says it was not
-// run (manyDurablesLimit). The throughput case is apart
-// (manyThroughputRows).
+// -many-mix); the quick run keeps 100 on one server (about 25 s). The
+// throughput case is apart (manyThroughputRows).
 func (e *env) manyCases() []manyCase {
 	var base []manyCase
 	switch {
@@ -121,20 +101,7 @@ func (e *env) manyCases() []manyCase {
 		}
 		base = append(base, manyCase{subs: u + o, ordered: o, nodes: nodes})
 	}
-	var out []manyCase
-	for _, engine := range e.cfg.ManyEngines {
-		for _, c := range base {
-			if engine == "durables" && !c.mixed() && c.ordered >= 1000 && len(e.cfg.ManySizes) == 0 {
-				continue
-			}
-			c.engine = engine
-			if engine == "durables" && c.mixed() && c.nodes > 1 && (c.subs-c.ordered >= 10_000 || c.ordered >= 1000) {
-				c.notRun = manyDurablesLimit
-			}
-			out = append(out, c)
-		}
-	}
-	return out
+	return base
 }
 
 // manyChangeTimeout bounds the wait for a change's event.
@@ -154,7 +121,7 @@ func (e *env) manyRows(ctx context.Context) ([]row, error) {
 	for _, c := range e.manyCases() {
 		r, err := e.manyRow(ctx, c)
 		if err != nil {
-			return rows, fmt.Errorf("%s subscriptions, %d node(s), engine %s: %w", c.what(), c.nodes, c.engine, err)
+			return rows, fmt.Errorf("%s subscriptions, %d node(s): %w", c.what(), c.nodes, err)
 		}
 		rows = append(rows, r)
 	}
@@ -164,12 +131,11 @@ func (e *env) manyRows(ctx context.Context) ([]row, error) {
 
 // manyFigures are one case's measurements.
 type manyFigures struct {
-	consumers         int // on the server, every stream, after start-up
-	pulling, expected int // consumers with a pull request waiting, of expected
-	startup           time.Duration
+	consumers int // on the server, every stream, after start-up
 	// delivering is from the consumer's start until every subscription's
 	// first event reached its endpoint (one published for each after the
-	// start-up); reached counts the subscriptions whose event did.
+	// start); reached counts the subscriptions whose event did. It is
+	// the row's start-up too.
 	delivering         time.Duration
 	reached            int
 	serverRSS, consRSS int64
@@ -182,17 +148,13 @@ func (e *env) manyRow(ctx context.Context, c manyCase) (row, error) {
 	if c.nodes > 1 {
 		where = fmt.Sprintf("%d-node cluster, R%d", c.nodes, c.nodes)
 	}
-	name := fmt.Sprintf("many subscriptions: %s on %s, one consumer process, engine %s", c.what(), where, c.engine)
+	name := fmt.Sprintf("many subscriptions: %s on %s, one consumer process", c.what(), where)
 	target, limit := "all delivering ≤ 60 s; idle CPU ≤ 5 % of a core each; a change applies ≤ 1 s", 0.05
 	if c.mixed() {
 		// Issue 34's target for the cluster holding both sets.
 		target, limit = "all delivering ≤ 60 s; idle CPU ≤ 10 % of a core each; server RSS ≤ 1 GB (a cluster's three nodes together); a change applies ≤ 1 s", 0.10
 	}
-	if c.notRun != "" {
-		fmt.Printf("bench: %s: %s\n", name, c.notRun)
-		return row{Name: name, Ours: c.notRun, Reference: "—", Ratio: "—", Target: target}, nil
-	}
-	fmt.Printf("bench: many: subscriptions %s, %s, engine %s (load %s)\n", c.what(), where, c.engine, loadAverage())
+	fmt.Printf("bench: many: subscriptions %s, %s (load %s)\n", c.what(), where, loadAverage())
 	f, err := e.manyMeasure(ctx, c)
 	if err != nil {
 		return row{}, err
@@ -205,11 +167,8 @@ func (e *env) manyRow(ctx context.Context, c manyCase) (row, error) {
 		return d.Round(time.Millisecond).String()
 	}
 	ours := fmt.Sprintf("start %s; every subscription delivering %s; idle CPU consumer %.1f %%, server %.1f %%; RSS consumer %s, server %s; %d JetStream consumers; add %s, resume %s",
-		f.startup.Round(100*time.Millisecond), change(f.delivering), 100*f.consCPU, 100*f.serverCPU, mb(f.consRSS), mb(f.serverRSS), f.consumers,
+		f.delivering.Round(100*time.Millisecond), change(f.delivering), 100*f.consCPU, 100*f.serverCPU, mb(f.consRSS), mb(f.serverRSS), f.consumers,
 		change(f.add), change(f.resume))
-	if f.pulling < f.expected {
-		ours = fmt.Sprintf("only %d of %d durable consumers pulling after %s; ", f.pulling, f.expected, f.startup.Round(time.Second)) + ours
-	}
 	if f.reached < c.subs {
 		ours = fmt.Sprintf("only %d of %d subscriptions delivering; ", f.reached, c.subs) + ours
 	}
@@ -220,7 +179,7 @@ func (e *env) manyRow(ctx context.Context, c manyCase) (row, error) {
 		Reference: "—",
 		Ratio:     "—",
 		Target:    target,
-		Met: f.pulling >= f.expected && f.reached >= c.subs && f.delivering <= time.Minute && f.consCPU <= limit && f.serverCPU <= limit &&
+		Met: f.reached >= c.subs && f.delivering <= time.Minute && f.consCPU <= limit && f.serverCPU <= limit &&
 			(!c.mixed() || f.serverRSS <= 1<<30) && f.add >= 0 && f.add <= time.Second && f.resume >= 0 && f.resume <= time.Second,
 	}, nil
 }
@@ -260,16 +219,12 @@ func manyBucket(ctx context.Context, dir string, js jetstream.JetStream, replica
 
 // manyConsumerArgs are the arguments of the consumer process of a many
 // row: its subscriptions from the bucket, secrets from keyFile, at nodes
-// replicas, with engine.
-func manyConsumerArgs(urls, keyFile string, nodes int, engine string) []string {
-	args := []string{"run",
+// replicas.
+func manyConsumerArgs(urls, keyFile string, nodes int) []string {
+	return []string{"run",
 		"--nats-url", urls, "--subscriptions-from", "kv", "--secrets-key-file", keyFile, "--ops-addr", "", "--log-level", "warn",
 		"--stream-replicas", strconv.Itoa(nodes), "--subscriptions-bucket-replicas", strconv.Itoa(nodes),
 	}
-	if engine == "shared" {
-		args = append(args, "--engine", "shared")
-	}
-	return args
 }
 
 // manyTempDirs makes a many case's scratch directory and, in it, the
@@ -324,7 +279,7 @@ func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) 
 	fmt.Printf("bench: many: %d subscriptions written to the bucket in %s\n", c.subs, time.Since(began).Round(time.Millisecond))
 
 	start := time.Now()
-	args := manyConsumerArgs(urls, keyFile, c.nodes, c.engine)
+	args := manyConsumerArgs(urls, keyFile, c.nodes)
 	ops := 0
 	if e.cfg.ProfileDir != "" {
 		if ops, err = proc.FreePort(); err != nil {
@@ -332,55 +287,15 @@ func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) 
 		}
 		args = append(args, "--ops-addr", fmt.Sprintf("127.0.0.1:%d", ops), "--pprof")
 	}
-	// Named either way: the consumer's default (auto) picks from the
-	// server.
-	args = append(args, "--engine", c.engine)
 	p, err := e.procs.Start("consumer", e.cfg.Bin+"/consumer", args)
 	if err != nil {
 		return f, err
 	}
 	defer p.Stop(60 * time.Second)
 
-	// Start-up, the durable engine: until every durable consumer has a
-	// pull request waiting. The shared engine creates none: its start-up
-	// is when every subscription delivers (below).
 	timeout := 2*time.Minute + time.Duration(c.subs)*60*time.Millisecond
-	if c.engine != "shared" {
-		// The unordered subscriptions' durables on EVENTS, the ordered
-		// ones' partition durables on the ordered copy.
-		expect := map[string]int{wire.DefaultEventsStream: c.subs - c.ordered, wire.OrderedStream(wire.DefaultEventsStream): c.ordered * orderedPartitions}
-		f.expected = expect[wire.DefaultEventsStream] + expect[wire.OrderedStream(wire.DefaultEventsStream)]
-		var lastPrint time.Time
-		err = e.waitFor(ctx, timeout, "every subscription pulling", func() (bool, error) {
-			n := 0
-			for stream, want := range expect {
-				if want == 0 {
-					continue
-				}
-				lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				k, err := pullingConsumers(lctx, js, stream)
-				cancel()
-				if err != nil {
-					return false, nil // the server is busy, or the copy not made yet: ask again
-				}
-				n += k
-			}
-			f.pulling = n
-			if time.Since(lastPrint) > 10*time.Second {
-				fmt.Printf("bench: many: %d of %d durable consumers pulling after %s\n", n, f.expected, time.Since(start).Round(time.Second))
-				lastPrint = time.Now()
-			}
-			return n >= f.expected, nil
-		})
-		f.startup = time.Since(start)
-		if err != nil && !strings.Contains(err.Error(), "not done after") {
-			return f, err
-		}
-	}
-
-	// Every subscription delivering: one event for each, published now
-	// (the durable engine's subscriptions start at new, so only once they
-	// pull), until each reached its endpoint.
+	// Every subscription delivering: one event for each, published now,
+	// until each reached its endpoint.
 	if err := parallel(ctx, c.subs, 16, func(i int) error { return publishMany(ctx, js, i) }); err != nil {
 		return f, err
 	}
@@ -389,9 +304,6 @@ func (e *env) manyMeasure(ctx context.Context, c manyCase) (manyFigures, error) 
 		return f, err
 	}
 	f.reached, f.delivering = reached, last-start.Sub(sk.since)
-	if c.engine == "shared" {
-		f.startup = f.delivering
-	}
 	fmt.Printf("bench: many: %d of %d subscriptions delivering after %s\n", reached, c.subs, f.delivering.Round(time.Millisecond))
 
 	// Idle: no events; both processes' CPU over the window, then RSS.

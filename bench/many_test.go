@@ -7,50 +7,41 @@ import (
 	"time"
 )
 
-// manyCaseNames is cases as "<engine> <what> on <nodes>", with "(not
-// run)" for a row that says why it was not.
+// manyCaseNames is cases as "<what> on <nodes>".
 func manyCaseNames(cases []manyCase) []string {
 	var out []string
 	for _, c := range cases {
-		s := c.engine + " " + c.what() + " on " + map[int]string{1: "1", 3: "3"}[c.nodes]
-		if c.notRun != "" {
-			s += " (not run)"
-		}
-		out = append(out, s)
+		out = append(out, c.what()+" on "+map[int]string{1: "1", 3: "3"}[c.nodes])
 	}
 	return out
 }
 
-// The full run has the mixed case on the cluster, which the durables
-// engine's row says it does not hold; -many-sizes and -many-mix pick
-// their cases alone; quick has no mixed case.
+// The full run has the mixed case on the cluster beside 1,000 ordered
+// there; -many-sizes and -many-mix pick their cases alone; quick has no
+// mixed case.
 func TestManyCasesPickTheMixedCase(t *testing.T) {
-	full := config{ManyEngines: []string{"durables", "shared"}, ManyMix: [2]int{10_000, 1000}}
+	full := config{ManyMix: [2]int{10_000, 1000}}
 	got := manyCaseNames((&env{cfg: full}).manyCases())
 	for _, want := range []string{
-		"shared 10000 unordered and 1000 ordered together on 3",
-		"durables 10000 unordered and 1000 ordered together on 3 (not run)",
-		"shared 1000 (ordering stream) on 3",
-		"durables 10000 (ordering none) on 3",
+		"10000 unordered and 1000 ordered together on 3",
+		"1000 (ordering stream) on 3",
+		"10000 (ordering none) on 3",
 	} {
 		if !slices.Contains(got, want) {
 			t.Errorf("full run: no %q in %q", want, got)
 		}
 	}
-	if slices.Contains(got, "durables 1000 (ordering stream) on 3") {
-		t.Errorf("full run: the durables engine runs 1,000 ordered on the cluster: %q", got)
-	}
 
-	picked := config{ManyEngines: []string{"durables", "shared"}, ManyMix: [2]int{100, 10}, ManyNodes: 1, ManyPicked: true}
+	picked := config{ManyMix: [2]int{100, 10}, ManyNodes: 1, ManyPicked: true}
 	got = manyCaseNames((&env{cfg: picked}).manyCases())
-	want := []string{"durables 100 unordered and 10 ordered together on 1", "shared 100 unordered and 10 ordered together on 1"}
+	want := []string{"100 unordered and 10 ordered together on 1"}
 	if !slices.Equal(got, want) {
 		t.Errorf("-many-mix 100,10 -many-nodes 1: %q, want %q", got, want)
 	}
 
-	quick := config{Quick: true, ManyEngines: []string{"shared"}}
+	quick := config{Quick: true}
 	got = manyCaseNames((&env{cfg: quick}).manyCases())
-	if want := []string{"shared 100 (ordering none) on 1"}; !slices.Equal(got, want) {
+	if want := []string{"100 (ordering none) on 1"}; !slices.Equal(got, want) {
 		t.Errorf("quick: %q, want %q", got, want)
 	}
 }

@@ -109,23 +109,6 @@ func (s *pathSink) waitPaths(ctx context.Context, n int, timeout time.Duration) 
 	}
 }
 
-// pullingConsumers counts the durable consumers on stream with a pull
-// request waiting.
-func pullingConsumers(ctx context.Context, js jetstream.JetStream, stream string) (int, error) {
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return 0, err
-	}
-	l := s.ListConsumers(ctx)
-	n := 0
-	for ci := range l.Info() {
-		if ci.NumWaiting > 0 {
-			n++
-		}
-	}
-	return n, l.Err()
-}
-
 // publishMany publishes one event of stream m<i>-1 (subscription i's).
 func publishMany(ctx context.Context, js jetstream.JetStream, i int) error {
 	stream := fmt.Sprintf("m%d-1", i)

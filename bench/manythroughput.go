@@ -15,7 +15,7 @@ import (
 
 // The many rows' throughput case (-many-throughput N, -many-webhooks W;
 // issue 34: "delivery throughput with 1,000 subscriptions sharing one
-// filter"): for each engine, a consumer process delivers W webhooks to
+// filter"): a consumer process delivers W webhooks to
 // one subscription, then, from a fresh server, W webhooks to N
 // subscriptions with that same filter (W/N events each), so both sides
 // send the same number of POSTs. The events are a backlog in EVENTS
@@ -40,11 +40,11 @@ import (
 const manyThroughputInFlight = 1
 
 // manyThroughputStreams is the streams the backlog is spread over: one.
-// The shared engine sends up to MaxInFlight per subscription and
+// The consumer sends up to MaxInFlight per subscription and
 // partition: over the 16 partitions, 1,000 subscriptions at 1 were up
 // to 16,000 POSTs at once to the one receiver, which did not answer
 // them in time (the breakers of 993 of them opened, 2026-11-29); on one
-// stream, and so one partition, both engines have the same POSTs in
+// stream, and so one partition, both sides have about as many POSTs in
 // flight.
 const manyThroughputStreams = 1
 
@@ -112,43 +112,39 @@ func throughputRatios(one, many throughputFigures) (consumer, withServer float64
 	return one.per(one.consumer) / many.per(many.consumer), one.per(one.consumer+one.server) / many.per(many.consumer+many.server)
 }
 
-// manyThroughputRows runs the throughput case for each engine of
-// -many-engines (none when -many-throughput is 0).
+// manyThroughputRows runs the throughput case (none when
+// -many-throughput is 0).
 func (e *env) manyThroughputRows(ctx context.Context) ([]row, error) {
 	n, w := e.cfg.ManyThroughput, e.cfg.ManyWebhooks
 	if n == 0 {
 		return nil, nil
 	}
-	var rows []row
-	for _, engine := range e.cfg.ManyEngines {
-		fmt.Printf("bench: many: throughput, %d webhooks to 1 subscription, engine %s (load %s)\n", w, engine, loadAverage())
-		one, err := e.manyThroughput(ctx, engine, 1, w)
-		if err != nil {
-			return rows, fmt.Errorf("throughput, 1 subscription, engine %s: %w", engine, err)
-		}
-		fmt.Printf("bench: many: throughput, 1 subscription: %s\n", one)
-		fmt.Printf("bench: many: throughput, %d webhooks to %d subscriptions, engine %s (load %s)\n", w, n, engine, loadAverage())
-		many, err := e.manyThroughput(ctx, engine, n, w)
-		if err != nil {
-			return rows, fmt.Errorf("throughput, %d subscriptions, engine %s: %w", n, engine, err)
-		}
-		fmt.Printf("bench: many: throughput, %d subscriptions: %s\n", n, many)
-		cons, both := throughputRatios(one, many)
-		rows = append(rows, row{
-			Name:      fmt.Sprintf("many subscriptions: throughput, %d sharing one filter against 1, %d webhooks each side, one server, engine %s", n, w, engine),
-			Ours:      fmt.Sprintf("%d subscriptions: %s", n, many),
-			Reference: "1 subscription: " + one.String(),
-			Ratio:     fmt.Sprintf("%.2f (consumer + server %.2f)", cons, both),
-			Target:    "≥ 0.8 (CPU per webhook with 1 ÷ with N, the consumer's and with the server's)",
-			Met:       cons >= 0.8 && both >= 0.8 && one.received == one.expected && many.received == many.expected,
-		})
+	fmt.Printf("bench: many: throughput, %d webhooks to 1 subscription (load %s)\n", w, loadAverage())
+	one, err := e.manyThroughput(ctx, 1, w)
+	if err != nil {
+		return nil, fmt.Errorf("throughput, 1 subscription: %w", err)
 	}
-	return rows, nil
+	fmt.Printf("bench: many: throughput, 1 subscription: %s\n", one)
+	fmt.Printf("bench: many: throughput, %d webhooks to %d subscriptions (load %s)\n", w, n, loadAverage())
+	many, err := e.manyThroughput(ctx, n, w)
+	if err != nil {
+		return nil, fmt.Errorf("throughput, %d subscriptions: %w", n, err)
+	}
+	fmt.Printf("bench: many: throughput, %d subscriptions: %s\n", n, many)
+	cons, both := throughputRatios(one, many)
+	return []row{{
+		Name:      fmt.Sprintf("many subscriptions: throughput, %d sharing one filter against 1, %d webhooks each side, one server", n, w),
+		Ours:      fmt.Sprintf("%d subscriptions: %s", n, many),
+		Reference: "1 subscription: " + one.String(),
+		Ratio:     fmt.Sprintf("%.2f (consumer + server %.2f)", cons, both),
+		Target:    "≥ 0.8 (CPU per webhook with 1 ÷ with N, the consumer's and with the server's)",
+		Met:       cons >= 0.8 && both >= 0.8 && one.received == one.expected && many.received == many.expected,
+	}}, nil
 }
 
 // manyThroughput delivers webhooks webhooks to subs subscriptions sharing
 // one filter (webhooks/subs events each) and returns the figures.
-func (e *env) manyThroughput(ctx context.Context, engine string, subs, webhooks int) (throughputFigures, error) {
+func (e *env) manyThroughput(ctx context.Context, subs, webhooks int) (throughputFigures, error) {
 	var f throughputFigures
 	events := webhooks / subs
 	if events < 1 {
@@ -185,7 +181,7 @@ func (e *env) manyThroughput(ctx context.Context, engine string, subs, webhooks 
 	if subs == 1 {
 		inFlight = consumer.DefaultMaxInFlight
 	}
-	// The whole backlog in hand: the shared engine gives a subscription
+	// The whole backlog in hand: the consumer gives a subscription
 	// holding MaxAckPending events a cursor, and a subscription catching
 	// up through its cursor is not what this case measures (with the
 	// default, 1,000, one subscription with 50,000 events in one stream
@@ -204,7 +200,7 @@ func (e *env) manyThroughput(ctx context.Context, engine string, subs, webhooks 
 		return f, err
 	}
 
-	args := manyConsumerArgs(bus.urls, keyFile, 1, engine)
+	args := manyConsumerArgs(bus.urls, keyFile, 1)
 	ops := 0
 	if e.cfg.ProfileDir != "" {
 		if ops, err = proc.FreePort(); err != nil {
@@ -276,7 +272,7 @@ func (e *env) manyThroughput(ctx context.Context, engine string, subs, webhooks 
 				if ops != 0 {
 					// The consumer's CPU profile (-profile-dir), from the
 					// window's opening.
-					e.profile(fmt.Sprintf("many-throughput-%s-%d-consumer", engine, subs), ops)
+					e.profile(fmt.Sprintf("many-throughput-%d-consumer", subs), ops)
 				}
 			}
 			continue

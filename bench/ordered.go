@@ -23,8 +23,7 @@ const (
 
 // runRates are a consumer run's deliveries per second: over the whole run,
 // from the processes' start, so with their start-up (connecting,
-// provisioning, the first partition claims and fences; for the first
-// ordered run, the partitioned copy sourcing the backlog too), and in its
+// provisioning, the first partition claims), and in its
 // steady middle, from 20 % to 80 % of the events delivered.
 type runRates struct{ whole, steady float64 }
 
@@ -43,10 +42,6 @@ func (e *env) consumerRun(ctx context.Context, s *partSink, name, ordering strin
 			"--allow-private", "--max-in-flight", fmt.Sprint(e.cfg.InFlight), "--ops-addr", "", "--log-level", "warn",
 			"--ordering", ordering, "--partitions", fmt.Sprint(orderedPartitions), "--lease-ttl", orderedLeaseTTL.String(),
 			"--ack-wait", orderedAckWait.String(), "--timeout", "2s", "--replica-id", fmt.Sprintf("%s-%d", name, i),
-			// The rows and their history measure the durables engine's
-			// partition consumers and hand-overs (-many-engines and the
-			// live pipeline measure the shared one).
-			"--engine", "durables",
 		}
 		ops := 0
 		var err error

@@ -19,15 +19,14 @@ import (
 )
 
 // The end-to-end row's per-stage breakdown: each delivered event's append
-// (ce-time, Postgres's clock), its store time in the events stream and in
-// the ordered copy (JetStream's timestamps, the same machine's clock) and
-// its receipt give three stages per event; the bridge's own histograms
-// split the first.
+// (ce-time, Postgres's clock), its store time in the events stream
+// (JetStream's timestamp, the same machine's clock) and its receipt give
+// two stages per event; the bridge's own histograms split the first.
 
 // stageTimes are one event's times along the path; a zero time was not
 // seen.
 type stageTimes struct {
-	created, stored, copied, received time.Time
+	created, stored, received time.Time
 }
 
 // storeTimes reads every message of JetStream stream name (through js) with an ordered
@@ -85,9 +84,8 @@ func eachStored(ctx context.Context, js jetstream.JetStream, name string, f func
 
 // stageBreakdown prints the p50 and p99 of each stage over the events
 // delivered (times by event id): append → stored in the events stream
-// (the bridge: wake-up, claim, fetch, publish), → stored in the ordered
-// copy (sourcing; absent for unordered delivery), → received (the
-// consumer: pull, sign, POST); and the bridge's mean claim, publish and
+// (the bridge: wake-up, claim, fetch, publish), → received (the
+// consumer: read, sign, POST); and the bridge's mean claim, publish and
 // ack durations from its metrics at bridgeOps. It returns the line it
 // printed.
 func (e *env) stageBreakdown(ctx context.Context, js jetstream.JetStream, times map[string]*stageTimes, bridgeOps int) string {
@@ -95,23 +93,14 @@ func (e *env) stageBreakdown(ctx context.Context, js jetstream.JetStream, times 
 	if err != nil {
 		return fmt.Sprintf("stages: events stream: %v", err)
 	}
-	copied, err := storeTimes(ctx, js, wire.OrderedStream(wire.DefaultEventsStream))
-	if err != nil {
-		copied = nil // no ordered copy (ordering none)
-	}
-	var bridge, cp, deliver []time.Duration
+	var bridge, deliver []time.Duration
 	for id, t := range times {
-		t.stored, t.copied = stored[id], copied[id]
+		t.stored = stored[id]
 		if t.stored.IsZero() {
 			continue
 		}
 		bridge = append(bridge, t.stored.Sub(t.created))
-		last := t.stored
-		if !t.copied.IsZero() {
-			cp = append(cp, t.copied.Sub(t.stored))
-			last = t.copied
-		}
-		deliver = append(deliver, t.received.Sub(last))
+		deliver = append(deliver, t.received.Sub(t.stored))
 	}
 	if e.cfg.E2ETimes != "" {
 		if err := writeStageTimes(e.cfg.E2ETimes, times); err != nil {
@@ -125,8 +114,8 @@ func (e *env) stageBreakdown(ctx context.Context, js jetstream.JetStream, times 
 		slices.Sort(d)
 		return fmt.Sprintf("p50 %s p99 %s", ms(d[len(d)/2]), ms(d[len(d)*99/100]))
 	}
-	line := fmt.Sprintf("append → in %s %s [bridge means: claim %s, publish %s, ack %s]; → in the ordered copy %s; → received %s",
-		wire.DefaultEventsStream, q(bridge), bridgeMean(bridgeOps, "claim"), bridgeMean(bridgeOps, "publish"), bridgeMean(bridgeOps, "ack"), q(cp), q(deliver))
+	line := fmt.Sprintf("append → in %s %s [bridge means: claim %s, publish %s, ack %s]; → received %s",
+		wire.DefaultEventsStream, q(bridge), bridgeMean(bridgeOps, "claim"), bridgeMean(bridgeOps, "publish"), bridgeMean(bridgeOps, "ack"), q(deliver))
 	fmt.Printf("bench: e2e: stages: %s\n", line)
 	return line
 }
@@ -195,13 +184,13 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).
 }
 
 // writeStageTimes writes each event's stage times to path as CSV: id,
-// then append, stored, copied and received in Unix microseconds (0: not
-// seen), ordered by append time.
+// then append, stored and received in Unix microseconds (0: not seen),
+// ordered by append time.
 func writeStageTimes(path string, times map[string]*stageTimes) error {
 	ids := slices.Collect(maps.Keys(times))
 	slices.SortFunc(ids, func(a, b string) int { return times[a].created.Compare(times[b].created) })
 	var b strings.Builder
-	b.WriteString("id,created_us,stored_us,copied_us,received_us\n")
+	b.WriteString("id,created_us,stored_us,received_us\n")
 	us := func(t time.Time) int64 {
 		if t.IsZero() {
 			return 0
@@ -210,7 +199,7 @@ func writeStageTimes(path string, times map[string]*stageTimes) error {
 	}
 	for _, id := range ids {
 		t := times[id]
-		fmt.Fprintf(&b, "%s,%d,%d,%d,%d\n", id, us(t.created), us(t.stored), us(t.copied), us(t.received))
+		fmt.Fprintf(&b, "%s,%d,%d,%d\n", id, us(t.created), us(t.stored), us(t.received))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

@@ -2,63 +2,55 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
 // The storage row: what the bus stores per million events, the events
-// stream alone against the events stream plus what ordered delivery adds
-// (the partitioned copy). The events are the bridge's messages
-// (forward.Message) with CloudEvents-like JSON payloads (storagePayload),
-// published to a stream created by forward.Provision; the copy is made
-// from ordercopy.StreamConfig, as the consumer makes it, in variants
-// (storageVariants), one at a time, each read once it has sourced every
-// event. Figures are the stream's directory on disk (blocks, indexes,
-// consumer state), which is what S2 compression shrinks, with the block
-// being written counted as if compressed like the others (storageSizes.
-// sealed); JetStream's state.bytes (the uncompressed accounting MaxBytes
-// counts) is printed too. The row runs its own embedded server, so that each stream's
+// stream alone against the events stream plus what the consumer keeps
+// beside it: the positions bucket (one record per partition, cursor
+// keys) and the attempts stream (failed attempts, `consumer run`'s
+// default --attempts-record failures). The events are the bridge's
+// messages (forward.Message) with CloudEvents-like JSON payloads
+// (storagePayload), published to a stream created by forward.Provision;
+// then a consumer in this process (package consumer, as `consumer run`
+// assembles it) delivers them to one ordered and one unordered
+// subscription of a local endpoint answering 204, until every
+// partition's record settled its last event, and stops. Figures are each
+// stream's directory on disk (blocks, indexes, consumer state), which is
+// what S2 compression shrinks, with the block being written counted as
+// if compressed like the others (storageSizes.sealed); JetStream's
+// state.bytes (the uncompressed accounting MaxBytes counts) is printed
+// too. The row runs its own embedded server, so that each stream's
 // directory is known.
 
-// storageVariant is one way of keeping the copy.
-type storageVariant struct {
-	name        string
-	compression jetstream.StoreCompression
-	interest    bool // interest retention; the partition consumers ack everything before the copy is read
-	fullOnly    bool // not in quick runs
-}
-
-// storageVariants are the copies measured: as the consumer makes it now,
-// as an earlier version made it (uncompressed), and with interest
-// retention (not kept: docs/ordering.md, "The copy's retention") once
-// delivered. An uncompressed copy takes on disk what JetStream counts in
-// state.bytes (the two differed by 0.001 % when measured), so a quick run
-// reads it from the compressed copy's state instead of sourcing every
-// event once more.
-var storageVariants = []storageVariant{
-	{name: "limits, S2 (now)", compression: jetstream.S2Compression},
-	{name: "limits, uncompressed (before)", fullOnly: true},
-	{name: "interest, S2, all delivered (not kept)", compression: jetstream.S2Compression, interest: true, fullOnly: true},
-}
-
 // storageEventsFull and storageEventsQuick are how many events the row
-// stores. Sourcing runs at about 5,000 events/s on the 2-core test
-// machine.
+// stores.
 const (
 	storageEventsFull  = 200_000
 	storageEventsQuick = 50_000
 )
+
+// storageKept are the streams the consumer keeps beside EVENTS, as the
+// row names them.
+var storageKept = []struct{ name, stream string }{
+	{"positions", "KV_" + position.DefaultBucket},
+	{"attempts", wire.DefaultAttemptsStream},
+}
 
 func (e *env) storageRow(ctx context.Context) (row, error) {
 	start := time.Now()
@@ -86,7 +78,7 @@ func (e *env) storageRow(ctx context.Context) (row, error) {
 		return row{}, err
 	}
 
-	events, err := storageEvents(ctx, js, n, e.cfg.Streams, jetstream.NoCompression)
+	last, err := storageEvents(ctx, js, n, e.cfg.Streams, jetstream.NoCompression)
 	if err != nil {
 		return row{}, err
 	}
@@ -99,29 +91,28 @@ func (e *env) storageRow(ctx context.Context) (row, error) {
 	if err := printMessageSizes(ctx, js, wire.DefaultEventsStream, ""); err != nil {
 		return row{}, err
 	}
-	copies := map[string]storageSizes{}
-	for _, v := range storageVariants {
-		if v.fullOnly && e.cfg.Quick {
+	if err := storageDeliver(ctx, js, last); err != nil {
+		return row{}, err
+	}
+	fmt.Printf("bench: storage: [%s] delivered to both subscriptions, every partition settled\n", time.Since(start).Round(100*time.Millisecond))
+	total := ev.sealed()
+	ours := "EVENTS " + ev.perMillion(n)
+	for _, k := range storageKept {
+		ks, err := streamSizes(ctx, js, dir, k.stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue
 		}
-		cs, err := storageCopy(ctx, js, dir, events, v)
 		if err != nil {
-			return row{}, fmt.Errorf("copy %s: %w", v.name, err)
+			return row{}, fmt.Errorf("%s: %w", k.stream, err)
 		}
-		copies[v.name] = cs
-		fmt.Printf("bench: storage: [%s] copy %s: %d bytes on disk (%d with its last block compressed too: %s per million events), state.bytes %d, %d messages kept\n",
-			time.Since(start).Round(100*time.Millisecond), v.name, cs.disk, cs.sealed(), cs.perMillion(n), cs.state, cs.msgs)
+		fmt.Printf("bench: storage: %s (%s): %d bytes on disk (%d sealed: %s per million events), state.bytes %d, %d messages kept\n",
+			k.name, k.stream, ks.disk, ks.sealed(), ks.perMillion(n), ks.state, ks.msgs)
+		total += ks.sealed()
+		ours += fmt.Sprintf(" + %s %s", k.name, ks.perMillion(n))
 	}
-	now, interest := copies[storageVariants[0].name], copies[storageVariants[2].name]
-	before, ok := copies[storageVariants[1].name]
-	if !ok {
-		before = storageSizes{disk: now.state}
-	}
-	ratio := float64(ev.sealed()+now.sealed()) / float64(ev.sealed())
-	ours := fmt.Sprintf("EVENTS %s + copy %s (S2; before: %s", ev.perMillion(n), now.perMillion(n), before.perMillion(n))
+	ratio := float64(total) / float64(ev.sealed())
 	ref := "EVENTS alone " + ev.perMillion(n)
 	if !e.cfg.Quick {
-		ours += "; interest retention, all delivered: " + interest.perMillion(n)
 		// The events stream itself with S2 (what an option for new
 		// streams would give; an existing one keeps its configuration).
 		if err := js.DeleteStream(ctx, wire.DefaultEventsStream); err != nil {
@@ -139,35 +130,93 @@ func (e *env) storageRow(ctx context.Context) (row, error) {
 	}
 	fmt.Printf("bench: storage: took %s\n", time.Since(start).Round(100*time.Millisecond))
 	return row{
-		Name:      "storage per million events: EVENTS + the ordered copy",
-		Ours:      ours + ")",
+		Name:      "storage per million events: EVENTS + what the consumer keeps (positions bucket, attempts stream), one ordered and one unordered subscription",
+		Ours:      ours,
 		Reference: ref,
-		Ratio:     fmt.Sprintf("%.2f (before: %.2f)", ratio, float64(ev.sealed()+before.sealed())/float64(ev.sealed())),
-		Target:    "≤ 1.2",
-		Met:       ratio <= 1.2,
+		Ratio:     fmt.Sprintf("%.2f", ratio),
+		Target:    "≤ 1.1 (issue 33)",
+		Met:       ratio <= 1.1,
 	}, nil
 }
 
+// storageDeliver runs a consumer in this process on js, one ordered and
+// one unordered subscription of every event to a local endpoint
+// answering 204, with the attempts record as `consumer run` keeps it,
+// until every partition's record settled its last event (last: the
+// events stream sequence of each partition's last event), then stops it.
+func storageDeliver(ctx context.Context, js jetstream.JetStream, last map[int]uint64) error {
+	sk, err := newPathSink()
+	if err != nil {
+		return err
+	}
+	defer sk.srv.Close()
+	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("bench-storage-row-secret-24b"))
+	sub := func(name string, o consumer.Ordering) consumer.Subscription {
+		return consumer.Subscription{Name: name, FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)}, URL: sk.url + "/" + name,
+			Secrets: []string{secret}, AllowPrivate: true, Ordering: o, Start: consumer.Start{Policy: consumer.StartAll}}
+	}
+	c, err := consumer.New(js, consumer.Config{
+		Subscriptions: []consumer.Subscription{sub("ordered", consumer.OrderingStream), sub("unordered", consumer.OrderingNone)},
+		Attempts:      &consumer.AttemptsConfig{},
+		Logger:        slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = c.Stop(context.Background()) }()
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		parts, err := consumer.ReadSharedPositions(ctx, js)
+		if err != nil {
+			return err
+		}
+		settled := 0
+		for _, p := range parts {
+			if want, ok := last[p.Partition]; ok && p.Record.Floor >= want && len(p.Record.Retries) == 0 {
+				settled++
+			}
+		}
+		if settled == len(last) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d partitions settled after 10 minutes (%d and %d requests received)",
+				settled, len(last), sk.requests("ordered"), sk.requests("unordered"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // storageEvents provisions EVENTS (with compression c, if any) and
-// publishes n events of streams streams to it; it returns its config.
-func storageEvents(ctx context.Context, js jetstream.JetStream, n, streams int, c jetstream.StoreCompression) (jetstream.StreamConfig, error) {
+// publishes n events of streams streams to it; it returns the sequence
+// of each partition's last event (consumer.DefaultPartitions; event i is
+// sequence i).
+func storageEvents(ctx context.Context, js jetstream.JetStream, n, streams int, c jetstream.StoreCompression) (map[int]uint64, error) {
 	if _, err := forward.Provision(ctx, js, forward.StreamConfig{}); err != nil {
-		return jetstream.StreamConfig{}, err
+		return nil, err
 	}
 	s, err := js.Stream(ctx, wire.DefaultEventsStream)
 	if err != nil {
-		return jetstream.StreamConfig{}, err
+		return nil, err
 	}
+	last := map[int]uint64{}
 	cfg := s.CachedInfo().Config
 	if c != jetstream.NoCompression {
 		// JetStream compresses with what a stream was opened with: create
 		// it so, as an option for new streams would.
 		cfg.Compression = c
 		if err := js.DeleteStream(ctx, cfg.Name); err != nil {
-			return cfg, err
+			return nil, err
 		}
 		if _, err := js.CreateStream(ctx, cfg); err != nil {
-			return cfg, fmt.Errorf("create EVENTS with S2: %w", err)
+			return nil, fmt.Errorf("create EVENTS with S2: %w", err)
 		}
 	}
 	rng := rand.New(rand.NewPCG(23, 1))
@@ -180,6 +229,7 @@ func storageEvents(ctx context.Context, js jetstream.JetStream, n, streams int, 
 			Meta: event.Meta{Correlation: uuid(rng), Causation: uuid(rng)},
 		}
 		versions[k]++
+		last[wire.StreamPartition(ev.Stream, consumer.DefaultPartitions)] = uint64(i + 1)
 		ev.Name, ev.Data = storagePayload(rng, ev.Stream, ev.Version, ev.Created)
 		msg := forward.Message(ev, forward.Config{})
 		if _, err := js.PublishMsgAsync(msg); errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
@@ -187,140 +237,20 @@ func storageEvents(ctx context.Context, js jetstream.JetStream, n, streams int, 
 			select {
 			case <-js.PublishAsyncComplete():
 			case <-ctx.Done():
-				return cfg, ctx.Err()
+				return nil, ctx.Err()
 			}
 			_, err = js.PublishMsgAsync(msg)
 			if err != nil {
-				return cfg, err
+				return nil, err
 			}
 		} else if err != nil {
-			return cfg, err
+			return nil, err
 		}
 	}
 	select {
 	case <-js.PublishAsyncComplete():
 	case <-ctx.Done():
-		return cfg, ctx.Err()
+		return nil, ctx.Err()
 	}
-	return cfg, nil
-}
-
-// storageCopy creates the copy of the events stream (ecfg) in variant v,
-// waits until it has sourced every event (and, for interest retention,
-// its partition consumers acked them), reads its size and deletes it.
-func storageCopy(ctx context.Context, js jetstream.JetStream, dir string, ecfg jetstream.StreamConfig, v storageVariant) (storageSizes, error) {
-	cfg := ordercopy.StreamConfig(ecfg, orderedPartitions, 0)
-	cfg.Compression = v.compression
-	sources := cfg.Sources
-	if v.interest {
-		// Interest first: a message sourced while no consumer wants it is
-		// not kept.
-		cfg.Retention, cfg.Sources = jetstream.InterestPolicy, nil
-	}
-	s, err := js.CreateStream(ctx, cfg)
-	if err != nil {
-		return storageSizes{}, err
-	}
-	defer js.DeleteStream(context.Background(), cfg.Name) //nolint:errcheck // best effort: the next variant needs no room
-	var acked func() (bool, error)
-	if v.interest {
-		var stop func()
-		if acked, stop, err = ackAll(ctx, js, cfg.Name); err != nil {
-			return storageSizes{}, err
-		}
-		defer stop()
-		cfg.Sources = sources
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return storageSizes{}, err
-		}
-	}
-	n := storageCount(ctx, js)
-	cpu := ownCPU()
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
-		info, err := s.Info(ctx)
-		if err != nil {
-			return storageSizes{}, err
-		}
-		done := info.State.LastSeq >= n
-		if done && acked != nil {
-			if done, err = acked(); err != nil {
-				return storageSizes{}, err
-			}
-		}
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			return storageSizes{}, fmt.Errorf("sourced %d of %d events after 10 minutes", info.State.LastSeq, n)
-		}
-		select {
-		case <-ctx.Done():
-			return storageSizes{}, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	// This process hosts the server: its CPU while the copy sourced (and,
-	// for interest, its consumers acked) is the server's, with the polling
-	// and the ack loop.
-	fmt.Printf("bench: storage:   %s sourced %d events with %s of CPU (%.1f µs per event)\n",
-		cfg.Name, n, (ownCPU() - cpu).Round(time.Millisecond), float64((ownCPU()-cpu).Microseconds())/float64(n))
-	if err := printMessageSizes(ctx, js, cfg.Name, "  "); err != nil && !v.interest {
-		return storageSizes{}, err
-	}
-	return streamSizes(ctx, js, dir, cfg.Name)
-}
-
-// storageCount is the events stream's message count.
-func storageCount(ctx context.Context, js jetstream.JetStream) uint64 {
-	s, err := js.Stream(ctx, wire.DefaultEventsStream)
-	if err != nil {
-		return 0
-	}
-	return s.CachedInfo().State.Msgs
-}
-
-// ackAll creates one durable pull consumer per partition on the copy, as
-// an ordered subscription has them (explicit acks), and acks every
-// message each receives, one by one; acked reports when none has anything
-// pending.
-func ackAll(ctx context.Context, js jetstream.JetStream, copy string) (acked func() (bool, error), stop func(), err error) {
-	var cons []jetstream.Consumer
-	var ccs []jetstream.ConsumeContext
-	stop = func() {
-		for _, cc := range ccs {
-			cc.Stop()
-		}
-	}
-	for p := range orderedPartitions {
-		filter, err := wire.OrderedFilter(wire.DefaultEventsPrefix, p, wire.All(wire.DefaultEventsPrefix))
-		if err != nil {
-			return nil, stop, err
-		}
-		c, err := js.CreateConsumer(ctx, copy, jetstream.ConsumerConfig{
-			Durable: wire.PartitionDurable("bench", p), FilterSubject: filter,
-			AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 10_000,
-		})
-		if err != nil {
-			return nil, stop, err
-		}
-		cc, err := c.Consume(func(m jetstream.Msg) { _ = m.Ack() }, jetstream.PullMaxMessages(1000))
-		if err != nil {
-			return nil, stop, err
-		}
-		cons, ccs = append(cons, c), append(ccs, cc)
-	}
-	acked = func() (bool, error) {
-		for _, c := range cons {
-			info, err := c.Info(ctx)
-			if err != nil {
-				return false, err
-			}
-			if info.NumPending > 0 || info.NumAckPending > 0 {
-				return false, nil
-			}
-		}
-		return true, nil
-	}
-	return acked, stop, nil
+	return last, nil
 }

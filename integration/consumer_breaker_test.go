@@ -11,8 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/internal/deliver"
-	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/consumer"
 )
 
 // Three subscriptions on one stream; one endpoint answers 503 until the
@@ -53,15 +52,14 @@ func TestConsumerBreakerIsolatesFailingEndpoint(t *testing.T) {
 	healthyA, healthyB := newHits(t, ok), newHits(t, ok)
 
 	reg := prometheus.NewRegistry()
-	breakers, err := breaker.NewSet(breaker.Settings{ConsecutiveFailures: threshold, OpenTimeout: openTimeout, HalfOpenProbes: 1}, nil, reg)
-	require.NoError(t, err)
-	sub := func(name, url string) subscription.Subscription {
-		return subscription.Subscription{Name: name, FilterSubjects: []string{"events.>"}, URL: url, Secrets: []string{testSecret},
+	sub := func(name, url string) consumer.Subscription {
+		return consumer.Subscription{Name: name, FilterSubjects: []string{"events.>"}, URL: url, Secrets: []string{testSecret},
 			BackOff: []time.Duration{100 * time.Millisecond}, MaxDeliver: 1000, MaxInFlight: inFlight, AllowPrivate: true,
-			Ordering: subscription.OrderingNone, // the test reads the durable consumers on EVENTS
-			Start:    subscription.Start{Policy: subscription.StartAll}}
+			Ordering: consumer.OrderingNone, // in-flight deliveries to one endpoint, not one stream at a time
+			Start:    consumer.Start{Policy: consumer.StartAll}}
 	}
-	q := b.startConsumer(t, deliver.Config{Breakers: breakers},
+	q := b.startConsumer(t, consumer.Config{Registerer: reg,
+		Breaker: breaker.Settings{ConsecutiveFailures: threshold, OpenTimeout: openTimeout, HalfOpenProbes: 1}},
 		sub("healthy-a", healthyA.URL), sub("healthy-b", healthyB.URL), sub("failing", failing.URL))
 
 	start := time.Now()
@@ -75,7 +73,7 @@ func TestConsumerBreakerIsolatesFailingEndpoint(t *testing.T) {
 	require.Eventually(t, func() bool { return breakerOpened(t, reg, failing.URL) }, 30*time.Second, 20*time.Millisecond,
 		"the failing endpoint's breaker opened")
 	// Tripped and still failing, it is open or half-open, never closed.
-	require.NotEqual(t, breaker.Closed, breakers.Breaker(failing.URL).State(), "the failing endpoint's breaker stays tripped while it is down")
+	require.NotEqual(t, breaker.Closed, breakerState(t, reg, failing.URL), "the failing endpoint's breaker stays tripped while it is down")
 	if wait := minOutage - time.Since(start); wait > 0 {
 		<-time.After(wait) // the scenario's length, not a wait for a condition: a few open timeouts, so probes are counted
 	}
@@ -95,14 +93,29 @@ func TestConsumerBreakerIsolatesFailingEndpoint(t *testing.T) {
 	n, err := q.Count(b.ctx, "")
 	require.NoError(t, err)
 	require.Zero(t, n, "the outage alone dead-letters nothing")
-	for _, name := range []string{"healthy-a", "healthy-b", "failing"} {
-		cons, err := b.js.Consumer(b.ctx, "EVENTS", name)
-		require.NoError(t, err)
-		require.Eventually(t, func() bool {
-			info, err := cons.Info(b.ctx)
-			return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-		}, 30*time.Second, 50*time.Millisecond, "subscription %s: everything acked", name)
+	// Every subscription settled every event: the partitions' floors
+	// passed their last events, nothing is left in retry.
+	b.waitSettled(t, lastByPartition(1, events, 30, consumer.DefaultPartitions), 30*time.Second)
+}
+
+// breakerState returns the state of endpoint url's breaker as the gauge
+// jsbridge_consumer_breaker_state in reg shows it.
+func breakerState(t *testing.T, reg *prometheus.Registry, url string) breaker.State {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != "jsbridge_consumer_breaker_state" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if labels(m)["endpoint"] == breaker.Endpoint(url) {
+				return breaker.State(m.GetGauge().GetValue())
+			}
+		}
 	}
+	t.Fatalf("no jsbridge_consumer_breaker_state for %s", breaker.Endpoint(url))
+	return breaker.Closed
 }
 
 // breakerOpened reports whether the breaker of endpoint url went from

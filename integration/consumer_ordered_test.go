@@ -400,10 +400,8 @@ func TestOrderedReplicaAddedAndRemovedNeverDeliversAStreamFromTwo(t *testing.T) 
 	require.Equal(t, map[string]bool{"r1": true, "r2": true, "r3": true}, seen, "every replica delivered")
 }
 
-// With ordering none, two replicas still deliver every event (the
-// unordered path across replicas), and they share the work: the durables
-// engine's replicas pull from the subscription's one durable consumer,
-// the shared engine's own the partitions between them (their records'
+// With ordering none, two replicas still deliver every event, and they
+// share the work: they own the partitions between them (their records'
 // owners, as `consumer status` shows them).
 func TestUnorderedReplicasDeliverEverything(t *testing.T) {
 	t.Parallel()
@@ -417,11 +415,6 @@ func TestUnorderedReplicasDeliverEverything(t *testing.T) {
 	startProc(t, env, "consumer", append(args, "--replica-id", "u2")...)
 	b.publish(t, 1, events, streams)
 	require.True(t, waitFor(time.Minute, func() bool { return h.distinct() == events }), "%d of %d delivered", h.distinct(), events)
-	if !sharedEngine() {
-		_, err := b.js.Consumer(b.ctx, "EVENTS", "unordered")
-		require.NoError(t, err, "ordering none reads the events stream with one durable consumer")
-		return
-	}
 	owners := map[string]int{}
 	require.True(t, waitFor(time.Minute, func() bool {
 		parts, err := consumer.ReadSharedPositions(b.ctx, b.js)
@@ -437,9 +430,8 @@ func TestUnorderedReplicasDeliverEverything(t *testing.T) {
 }
 
 // The operator's view of a parked stream, with the binaries: a 422 on
-// version 3 of a stream parks it; `consumer dlq list` shows it (with 6
-// events held behind its head in memory under the durables engine; the
-// shared engine holds none, its HELD is 0), `consumer status` shows who
+// version 3 of a stream parks it; `consumer dlq list` shows it (with no
+// events held behind its head in memory: HELD 0), `consumer status` shows who
 // owns the partitions, `consumer dlq skip` drops the head and versions
 // 4–9 follow in order; a second stream parked the same way is replayed
 // with `consumer dlq replay` once the endpoint is fixed: 3–9 in order.
@@ -467,14 +459,10 @@ func TestOrderedParkedStreamListSkipAndReplayCLI(t *testing.T) {
 	b.publish(t, 1, streams*perStream, streams)
 
 	// A parked stream's row: PARKED STREAM, SUBSCRIPTION, HEAD SEQ, HEAD
-	// EVENT ID, HELD (the events behind the head held in memory: the
-	// durables engine holds them; the shared engine reads them again
-	// from the events stream, and shows 0).
+	// EVENT ID, HELD (the events behind the head held in memory: none,
+	// they are read again from the events stream).
 	parkedRow := regexp.MustCompile(`(?m)^order-\d+\s+ordered\s+\d+\s+\d+\s+(\d+)\s`)
-	held := "6"
-	if sharedEngine() {
-		held = "0"
-	}
+	const held = "0"
 	var letters []deadletter.Stored
 	require.True(t, waitFor(30*time.Second, func() bool {
 		out, err := cli(t, nil, "consumer", "dlq", "list", "--nats-url", natsURL)
@@ -490,14 +478,9 @@ func TestOrderedParkedStreamListSkipAndReplayCLI(t *testing.T) {
 	t.Logf("dlq list:\n%s", out)
 	out, err = cli(t, nil, "consumer", "status", "--nats-url", natsURL)
 	require.NoError(t, err, out)
-	if sharedEngine() {
-		// The shared engine's partitions are the replica's, not the
-		// subscription's: its records' table (SHARED PARTITION, OWNER).
-		require.Len(t, regexp.MustCompile(`(?m)^\d+\s+only\s+\d+\s`).FindAllString(out, -1), 8, "its 8 partitions:\n%s", out)
-	} else {
-		require.Regexp(t, `(?m)^only\s+ordered\s`, out, "its heartbeat")
-		require.Len(t, regexp.MustCompile(`(?m)^ordered\s+\d+\s+only\s`).FindAllString(out, -1), 8, "its 8 partitions:\n%s", out)
-	}
+	// The partitions are the replica's, not the subscription's: the
+	// records' table (SHARED PARTITION, OWNER).
+	require.Len(t, regexp.MustCompile(`(?m)^\d+\s+only\s+\d+\s`).FindAllString(out, -1), 8, "its 8 partitions:\n%s", out)
 	t.Logf("status:\n%s", out)
 
 	// Skip the first stream's head, replay the second's.
@@ -554,11 +537,11 @@ func TestOrderedReplicaFrozenPastItsLeaseStartsNothingWhenItWakes(t *testing.T) 
 	}, watch.acceptedCount, 60*time.Second, 5*time.Minute), "r2 delivers while r1 is frozen")
 	require.NoError(t, frozen.cmd.Process.Signal(syscall.SIGCONT))
 	wokeAt := time.Now()
-	// The shared engine's owner checks the deadline (two clocks) before
-	// a renewal finds the key taken, and says which it found.
+	// The owner checks the deadline (two clocks) before a renewal finds
+	// the key taken, and says which it found.
 	require.True(t, waitFor(30*time.Second, func() bool {
 		out := frozen.out.String()
-		return strings.Contains(out, "partition lease lost") || sharedEngine() && strings.Contains(out, "partition lease deadline passed")
+		return strings.Contains(out, "partition lease lost") || strings.Contains(out, "partition lease deadline passed")
 	}), "r1 finds its leases taken when it wakes:\n%s", frozen.out.String())
 	for first := events + 1; first <= 2*events; first += 2000 {
 		b.publish(t, int64(first), min(2000, 2*events-first+1), streams)

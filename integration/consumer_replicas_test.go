@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -23,9 +22,9 @@ import (
 // Two consumer processes share one subscription; one is killed with
 // SIGKILL while more than 1,000 deliveries are in flight. The receiver,
 // deduplicating with the Postgres idempotency store, processes every event
-// exactly once: the killed replica's messages come back after AckWait
-// (the durables engine), or from the partitions' records once its leases
-// expired (the shared engine), and nothing is left to deliver.
+// exactly once: the killed replica's messages come back from the
+// partitions' records once its leases expired, and nothing is left to
+// deliver.
 func TestConsumerReplicaKilledMidDeliveryLosesNothing(t *testing.T) {
 	t.Parallel()
 	const (
@@ -89,37 +88,9 @@ func TestConsumerReplicaKilledMidDeliveryLosesNothing(t *testing.T) {
 		defer mu.Unlock()
 		return len(processed) == events
 	}, 3*time.Minute, 100*time.Millisecond, "every event processed")
-	if sharedEngine() {
-		// Nothing left to deliver: every partition's record settled up
-		// to its last event (the floor; event id i is sequence i, in
-		// stream order-<i mod streams>), nothing in retry, no cursor.
-		last := map[int]uint64{}
-		for id := 1; id <= events; id++ {
-			last[wire.StreamPartition(fmt.Sprintf("order-%d", id%streams), 16)] = uint64(id)
-		}
-		var behind []string
-		require.Eventually(t, func() bool {
-			parts, err := consumer.ReadSharedPositions(b.ctx, b.js)
-			if err != nil {
-				return false
-			}
-			behind = behind[:0]
-			for _, p := range parts {
-				if p.Record.Floor < last[p.Partition] || len(p.Record.Retries) > 0 || len(p.Cursors) > 0 {
-					behind = append(behind, fmt.Sprintf("p%d: floor %d of %d, %d retries, %d cursors",
-						p.Partition, p.Record.Floor, last[p.Partition], len(p.Record.Retries), len(p.Cursors)))
-				}
-			}
-			return len(parts) == len(last) && len(behind) == 0
-		}, time.Minute, 100*time.Millisecond, "every partition settled to its last event: %v", behind)
-	} else {
-		cons, err := b.js.Consumer(b.ctx, "EVENTS", "replicated")
-		require.NoError(t, err)
-		require.Eventually(t, func() bool {
-			info, err := cons.Info(b.ctx)
-			return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-		}, time.Minute, 100*time.Millisecond, "every message acked")
-	}
+	// Nothing left to deliver: every partition's record settled up to
+	// its last event, nothing in retry, no cursor.
+	b.waitSettled(t, lastByPartition(1, events, streams, consumer.DefaultPartitions), time.Minute)
 
 	mu.Lock()
 	defer mu.Unlock()

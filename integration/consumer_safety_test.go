@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,9 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/internal/deliver"
-	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
-	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/consumer"
 )
 
 // The cloud metadata address is refused at start, before anything is sent;
@@ -40,12 +39,22 @@ func TestConsumerRefusesMetadataEndpointAtStart(t *testing.T) {
 	}
 }
 
-// A name resolving to 127.0.0.1 (localhost) is refused when dialled: no
-// connection reaches the listener and the event is dead-lettered; the same
-// endpoint with AllowPrivate gets it.
+// A name resolving to a loopback or private address is refused when
+// dialled: no connection reaches the listener and the event is
+// dead-lettered; the same endpoint with AllowPrivate gets it. The name is
+// the host's own (127.0.0.1 from /etc/hosts on most machines, a private
+// address in most containers): "localhost" itself never gets that far,
+// the public package refuses it at New (RFC 6761).
 func TestConsumerRefusesNameResolvingToLoopback(t *testing.T) {
 	t.Parallel()
 	b := setupJetStream(t)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	addrs, err := net.DefaultResolver.LookupNetIP(b.ctx, "ip", host)
+	require.NoError(t, err, "the host's name %q must resolve", host)
+	for _, a := range addrs {
+		require.True(t, a.IsLoopback() || a.IsPrivate(), "the host's name %q resolves to %s, neither loopback nor private", host, a)
+	}
 	var conns, requests atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		requests.Add(1)
@@ -56,17 +65,28 @@ func TestConsumerRefusesNameResolvingToLoopback(t *testing.T) {
 			conns.Add(1)
 		}
 	}
+	// On every address, so the name reaches it whatever it resolves to.
+	l, err := net.Listen("tcp", ":0")
+	require.NoError(t, err)
+	srv.Listener.Close()
+	srv.Listener = l
 	srv.Start()
 	t.Cleanup(srv.Close)
-	port := srv.Listener.Addr().(*net.TCPAddr).Port
-	url := fmt.Sprintf("http://localhost:%d/hook", port)
+	port := l.Addr().(*net.TCPAddr).Port
+	url := fmt.Sprintf("http://%s:%d/hook", host, port)
 
-	guarded := subscription.Subscription{Name: "guarded", FilterSubjects: []string{"events.>"}, URL: url, Secrets: []string{testSecret}, AllowHTTP: true,
-		Start: subscription.Start{Policy: subscription.StartAll}}
-	q := b.startConsumer(t, deliver.Config{}, guarded)
+	local := consumer.Subscription{Name: "local", FilterSubjects: []string{"events.>"}, URL: fmt.Sprintf("http://localhost:%d/hook", port),
+		Secrets: []string{testSecret}, AllowHTTP: true}
+	_, err = consumer.New(b.js, consumer.Config{Subscriptions: []consumer.Subscription{local}})
+	require.ErrorIs(t, err, consumer.ErrForbiddenAddress)
+	require.Contains(t, err.Error(), "localhost is loopback")
+
+	guarded := consumer.Subscription{Name: "guarded", FilterSubjects: []string{"events.>"}, URL: url, Secrets: []string{testSecret}, AllowHTTP: true,
+		Start: consumer.Start{Policy: consumer.StartAll}}
+	q := b.startConsumer(t, consumer.Config{}, guarded)
 	ids := b.publish(t, 1, 1, 1)
 
-	var letters []deadletter.Stored
+	var letters []consumer.DeadLetter
 	require.Eventually(t, func() bool {
 		var err error
 		letters, err = q.List(b.ctx, "guarded")
@@ -74,13 +94,17 @@ func TestConsumerRefusesNameResolvingToLoopback(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, ids[0], letters[0].EventID)
 	require.Equal(t, 1, letters[0].Attempts, "a refused address is permanent: dead-lettered at once")
-	require.Contains(t, letters[0].Reason, "is loopback")
+	require.Regexp(t, `is (loopback|private)`, letters[0].Reason)
 	require.Zero(t, conns.Load(), "no connection may reach the listener")
 	require.Zero(t, requests.Load())
 
-	// Control: with AllowPrivate the same URL is delivered to.
+	// Control: with AllowPrivate the same URL is delivered to. On a
+	// server of its own: a second replica on the first would share its
+	// partitions while knowing another set of subscriptions.
 	allowed := guarded
 	allowed.Name, allowed.AllowPrivate = "allowed", true
-	b.startConsumer(t, deliver.Config{}, allowed)
+	control := setupJetStream(t)
+	control.startConsumer(t, consumer.Config{}, allowed)
+	control.publish(t, 1, 1, 1)
 	require.Eventually(t, func() bool { return requests.Load() == 1 }, 30*time.Second, 20*time.Millisecond)
 }

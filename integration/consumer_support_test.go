@@ -17,12 +17,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/deliver"
-	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
-	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // jsBundle is a JetStream server with the EVENTS stream and a client: what
@@ -32,15 +31,6 @@ type jsBundle struct {
 	js  jetstream.JetStream
 	ctx context.Context
 }
-
-// sharedEngine reports whether this run's consumers run the shared
-// engine: unless JSBRIDGE_ENGINE=durables, which every consumer process
-// started here inherits (startProc, cli: os.Environ()) and reads as
-// --engine. Unset (auto, the default) runs shared on these fresh
-// servers, whose EVENTS forward.Provision made with AllowDirect.
-// Assertions on a subscription's durable consumers are the durables
-// engine's: under the shared engine there are none.
-func sharedEngine() bool { return os.Getenv("JSBRIDGE_ENGINE") != "durables" }
 
 func setupJetStream(t *testing.T) *jsBundle {
 	t.Helper()
@@ -80,22 +70,60 @@ func (b *jsBundle) publish(t *testing.T, first int64, n, streams int) []string {
 	return ids
 }
 
-// startConsumer runs an in-process consumer with a provisioned DLQ until
-// the test ends, and returns the DLQ.
-func (b *jsBundle) startConsumer(t *testing.T, cfg deliver.Config, subs ...subscription.Subscription) *deadletter.DLQ {
+// startConsumer runs an in-process consumer (the public package, as an
+// application runs it) with cfg and subs until the test ends, and returns
+// its dead-letter stream, which Provision made.
+func (b *jsBundle) startConsumer(t *testing.T, cfg consumer.Config, subs ...consumer.Subscription) *consumer.DeadLetters {
 	t.Helper()
 	nc, err := b.srv.Connect()
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	q := deadletter.New(js, deadletter.Config{})
-	require.NoError(t, q.Provision(b.ctx))
-	cfg.DeadLetters = q
-	c, err := deliver.New(js, cfg, subs...)
+	cfg.Subscriptions = subs
+	c, err := consumer.New(js, cfg)
 	require.NoError(t, err)
 	runUntilCleanup(t, c.Run)
-	return q
+	return c.DeadLetters()
+}
+
+// lastByPartition maps each partition (of partitions) to the last of the
+// events first..first+n-1 that publish put in it: event id i is stream
+// sequence i on a fresh EVENTS, in stream "order-<i % streams>".
+func lastByPartition(first int64, n, streams, partitions int) map[int]uint64 {
+	last := map[int]uint64{}
+	for i := range int64(n) {
+		id := first + i
+		last[wire.StreamPartition(fmt.Sprintf("order-%d", id%int64(streams)), partitions)] = uint64(id)
+	}
+	return last
+}
+
+// waitSettled waits until the positions bucket shows every partition of
+// last settled up to its last event for every subscription (the floor),
+// with nothing in retry and no cursor: nothing is left to deliver.
+func (b *jsBundle) waitSettled(t *testing.T, last map[int]uint64, d time.Duration) {
+	t.Helper()
+	var behind []string
+	require.Eventually(t, func() bool {
+		parts, err := consumer.ReadSharedPositions(b.ctx, b.js)
+		if err != nil {
+			return false
+		}
+		behind = behind[:0]
+		seen := 0
+		for _, p := range parts {
+			want, ok := last[p.Partition]
+			if ok {
+				seen++
+			}
+			if p.Record.Floor < want || len(p.Record.Retries) > 0 || len(p.Cursors) > 0 {
+				behind = append(behind, fmt.Sprintf("p%d: floor %d of %d, %d retries, %d cursors",
+					p.Partition, p.Record.Floor, want, len(p.Record.Retries), len(p.Cursors)))
+			}
+		}
+		return seen == len(last) && len(behind) == 0
+	}, d, 100*time.Millisecond, "every partition settled to its last event: %v", behind)
 }
 
 // hits is an httptest endpoint recording each request's arrival and

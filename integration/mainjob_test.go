@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -73,12 +72,10 @@ func (b *bundle) startBridge(t *testing.T, owner string) {
 	runUntilCleanup(t, d.Run)
 }
 
-// startConsumer runs one consumer replica until the test ends, on the
-// engine JSBRIDGE_ENGINE names as consumer run would (unset: auto, the
-// default, which runs shared here: sharedEngine).
+// startConsumer runs one consumer replica until the test ends.
 func (b *bundle) startConsumer(t *testing.T, subs ...consumer.Subscription) {
 	t.Helper()
-	c, err := consumer.New(b.connect(t), consumer.Config{Subscriptions: subs, Engine: os.Getenv("JSBRIDGE_ENGINE")})
+	c, err := consumer.New(b.connect(t), consumer.Config{Subscriptions: subs})
 	require.NoError(t, err)
 	runUntilCleanup(t, c.Run)
 }
@@ -236,8 +233,6 @@ func TestMainJobPermanentAndTransientFailures(t *testing.T) {
 
 	b.startBridge(t, "bridge")
 	b.startConsumer(t,
-		// Unordered: under the durables engine the test reads the durable
-		// consumers on EVENTS.
 		consumer.Subscription{Name: "rejecting", FilterSubjects: []string{"events.>"}, URL: goneSrv.URL, Secrets: []string{testSecret},
 			Timeout: 2 * time.Second, AckWait: 5 * time.Second, BackOff: []time.Duration{100 * time.Millisecond}, AllowPrivate: true, Ordering: consumer.OrderingNone,
 			Start: consumer.Start{Policy: consumer.StartAll}},
@@ -253,26 +248,16 @@ func TestMainJobPermanentAndTransientFailures(t *testing.T) {
 	require.Eventually(t, func() bool { v, _ := flakyOK.Load().(string); return v == id }, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, int32(2), flakyCalls.Load())
 
-	// 422: Term'd after one attempt: the durable consumer has nothing pending
-	// (under the shared engine, which has none: trace reads it settled
-	// from the positions bucket, with its dead letter) and the endpoint
-	// is never called again.
-	if sharedEngine() {
-		require.Eventually(t, func() bool {
-			tr, err := consumer.TraceEvent(ctx, b.js, id, consumer.TraceConfig{SourceStream: "order-1"})
-			settled := slices.ContainsFunc(tr.Deliveries, func(d consumer.Delivery) bool {
-				return d.Subscription == "rejecting" && d.State == consumer.DeliverySettled
-			})
-			return err == nil && gone.Load() == 1 && settled && len(tr.DeadLetters) == 1
-		}, 30*time.Second, 20*time.Millisecond)
-	} else {
-		cons, err := b.js.Consumer(ctx, "EVENTS", "rejecting")
-		require.NoError(t, err)
-		require.Eventually(t, func() bool {
-			info, err := cons.Info(ctx)
-			return err == nil && gone.Load() == 1 && info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0
-		}, 30*time.Second, 20*time.Millisecond)
-	}
-	time.Sleep(time.Second) // longer than BackOff and a good part of AckWait: a Nak would have come back by now
+	// 422: dead-lettered after one attempt: trace reads it settled from
+	// the positions bucket, with its dead letter, and the endpoint is
+	// never called again.
+	require.Eventually(t, func() bool {
+		tr, err := consumer.TraceEvent(ctx, b.js, id, consumer.TraceConfig{SourceStream: "order-1"})
+		settled := slices.ContainsFunc(tr.Deliveries, func(d consumer.Delivery) bool {
+			return d.Subscription == "rejecting" && d.State == consumer.DeliverySettled
+		})
+		return err == nil && gone.Load() == 1 && settled && len(tr.DeadLetters) == 1
+	}, 30*time.Second, 20*time.Millisecond)
+	time.Sleep(time.Second) // ten times BackOff: a retry would have come by now
 	require.Equal(t, int32(1), gone.Load(), "a 4xx endpoint must not be retried")
 }

@@ -112,28 +112,23 @@ func TestLeastPrivilegePermissionsDeliverEndToEnd(t *testing.T) {
 			"--ops-addr", kvOps)
 		waitHTTP200(t, "http://"+kvOps+"/readyz")
 	}
-	if !sharedEngine() {
-		startKV()
-	}
 
 	out, err = cli(t, env, "bridge", "append", "order-1", "OrderPlaced", `{"total": 42}`)
 	require.NoError(t, err, out)
-	if sharedEngine() {
-		// The shared engine's replicas share the partitions, so every
-		// replica runs the same subscriptions: the consumer of the
-		// flags delivers and stops before the one of the bucket runs
-		// (its subscription, added before the event, starts before it).
-		require.Eventually(t, func() bool { return rc.count() == 1 }, 30*time.Second, 50*time.Millisecond,
-			"the event never reached the flags' endpoint; consumer:\n%s", consumer.out)
-		require.NoError(t, consumer.cmd.Process.Signal(syscall.SIGTERM))
-		select {
-		case <-consumer.exited:
-			require.NoError(t, consumer.err, "consumer after SIGTERM:\n%s", consumer.out)
-		case <-time.After(20 * time.Second):
-			t.Fatalf("consumer did not exit within 20 s of SIGTERM:\n%s", consumer.out)
-		}
-		startKV()
+	// The replicas share the partitions, so every replica runs the same
+	// subscriptions: the consumer of the flags delivers and stops before
+	// the one of the bucket runs (its subscription, added before the
+	// event, starts before it).
+	require.Eventually(t, func() bool { return rc.count() == 1 }, 30*time.Second, 50*time.Millisecond,
+		"the event never reached the flags' endpoint; consumer:\n%s", consumer.out)
+	require.NoError(t, consumer.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-consumer.exited:
+		require.NoError(t, consumer.err, "consumer after SIGTERM:\n%s", consumer.out)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("consumer did not exit within 20 s of SIGTERM:\n%s", consumer.out)
 	}
+	startKV()
 	require.Eventually(t, func() bool { return rc.count() == 1 && kc.count() == 1 }, 30*time.Second, 50*time.Millisecond,
 		"the event never reached both endpoints; bridge:\n%s\nconsumer:\n%s\nkv consumer:\n%s", bridge, consumer.out, kvConsumer)
 

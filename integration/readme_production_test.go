@@ -138,7 +138,7 @@ func readmeCluster(t *testing.T, conf string, passwords map[string]string) strin
 // an ops address (and the test's schema, users and subscription file). The
 // bridge is given a Postgres URL with a host that is down before the real
 // one, as after a failover; it creates the EVENTS stream R3, the consumer
-// the DLQ stream and its durable consumer R3, an event reaches the
+// the DLQ stream and its lease and positions buckets R3, an event reaches the
 // receiver, and verify completes a clean round.
 func TestREADMEProductionRuns(t *testing.T) {
 	t.Parallel()
@@ -220,24 +220,13 @@ func TestREADMEProductionRuns(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	// The subscription is ordered (the default). The shared engine (the
-	// default engine here): the lease and positions buckets are R3 too;
-	// the durables engine: the partitioned copy, its partition consumers
-	// and the lease and park buckets.
+	// The subscription is ordered (the default): the lease and positions
+	// buckets are R3 too.
 	names := []string{wire.DefaultEventsStream, "DLQ", "KV_" + wire.DefaultLeaseBucket, "KV_" + position.DefaultBucket}
-	if !sharedEngine() {
-		names = []string{wire.DefaultEventsStream, "DLQ", wire.OrderedStream(wire.DefaultEventsStream),
-			"KV_" + wire.DefaultLeaseBucket, "KV_" + wire.DefaultParkBucket}
-	}
 	for _, name := range names {
 		var s jetstream.Stream
 		require.Eventually(t, func() bool { s, err = js.Stream(t.Context(), name); return err == nil }, 30*time.Second, 50*time.Millisecond, "stream %s", name)
 		require.Equal(t, 3, s.CachedInfo().Config.Replicas, "%s is R3", name)
-	}
-	if !sharedEngine() {
-		cons, err := js.Consumer(t.Context(), wire.OrderedStream(wire.DefaultEventsStream), wire.PartitionDurable("orders", 0))
-		require.NoError(t, err)
-		require.Equal(t, 3, cons.CachedInfo().Config.Replicas, "the partition consumers are R3")
 	}
 
 	out, err := cli(t, env, "bridge", "append", "order-1", "OrderPlaced", `{"total": 42}`)

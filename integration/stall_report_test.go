@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/event"
-	"github.com/jsbridge/jsbridge/wire"
 )
 
 // stallReportLines bounds a stall report: a soak's failure message must
@@ -20,17 +19,17 @@ import (
 const stallReportLines = 100
 
 // stallReport is what a stalled ordered receiver's failure prints first:
-// one line per partition consumer of subscription sub (its consumer info:
-// NumAckPending, ack floor, delivered, NumWaiting, NumPending, its pin),
-// then one line per stream the receiver stopped short in (its last
-// processed version beside head, the stream's last version), at most
-// stallReportLines lines in all. What it cannot read it says in a line.
-func stallReport(t *testing.T, js jetstream.JetStream, pool *pgxpool.Pool, schema, sub string, rc *orderedReceiver, streams int, head int64) string {
+// one line per partition of the positions bucket (its record's owner,
+// epoch, floor, streams set aside, retries and cursors), then one line
+// per stream the receiver stopped short in (its last processed version
+// beside head, the stream's last version), at most stallReportLines
+// lines in all. What it cannot read it says in a line.
+func stallReport(t *testing.T, js jetstream.JetStream, pool *pgxpool.Pool, schema string, rc *orderedReceiver, streams int, head int64) string {
 	t.Helper()
 	var lines []string
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	lines = append(lines, partitionConsumerLines(ctx, js, sub)...)
+	lines = append(lines, partitionRecordLines(ctx, js)...)
 	short, err := shortStreams(ctx, pool, schema, rc, streams, head)
 	if err != nil {
 		lines = append(lines, fmt.Sprintf("receiver: reading the event versions failed: %v", err))
@@ -43,46 +42,18 @@ func stallReport(t *testing.T, js jetstream.JetStream, pool *pgxpool.Pool, schem
 	return strings.Join(lines, "\n")
 }
 
-// partitionConsumerLines reads sub's partition consumers on the
-// partitioned copy, one line each, in partition order.
-func partitionConsumerLines(ctx context.Context, js jetstream.JetStream, sub string) []string {
-	copyName := wire.OrderedStream(wire.DefaultEventsStream)
-	s, err := js.Stream(ctx, copyName)
+// partitionRecordLines reads the positions bucket's partitions, one line
+// each, in partition order.
+func partitionRecordLines(ctx context.Context, js jetstream.JetStream) []string {
+	parts, err := consumer.ReadSharedPositions(ctx, js)
 	if err != nil {
-		return []string{fmt.Sprintf("partition consumers: reading stream %s failed: %v", copyName, err)}
+		return []string{fmt.Sprintf("partition records: reading the positions bucket failed: %v", err)}
 	}
-	type line struct {
-		p    int
-		text string
-	}
-	var out []line
-	list := s.ListConsumers(ctx)
-	for info := range list.Info() {
-		name, p, ok := wire.ParsePartitionDurable(info.Name)
-		if !ok || name != sub {
-			continue
-		}
-		pin := "unpinned"
-		for _, g := range info.PriorityGroups {
-			if g.PinnedClientID != "" {
-				pin = fmt.Sprintf("pinned %s for %v", g.PinnedClientID, time.Since(g.PinnedTS).Round(time.Second))
-			}
-		}
-		leader := ""
-		if info.Cluster != nil {
-			leader = info.Cluster.Leader
-		}
-		out = append(out, line{p, fmt.Sprintf("p%d: ack_pending=%d ack_floor=%d/%d delivered=%d/%d waiting=%d pending=%d redelivered=%d %s leader=%s",
-			p, info.NumAckPending, info.AckFloor.Stream, info.AckFloor.Consumer, info.Delivered.Stream, info.Delivered.Consumer,
-			info.NumWaiting, info.NumPending, info.NumRedelivered, pin, leader)})
-	}
-	slices.SortFunc(out, func(a, b line) int { return a.p - b.p })
-	lines := make([]string, 0, len(out)+1)
-	for _, l := range out {
-		lines = append(lines, l.text)
-	}
-	if err := list.Err(); err != nil {
-		lines = append(lines, fmt.Sprintf("partition consumers: listing failed: %v", err))
+	lines := make([]string, 0, len(parts))
+	for _, p := range parts {
+		r := p.Record
+		lines = append(lines, fmt.Sprintf("p%d: owner=%s epoch=%d floor=%d streams=%d asides=%d retries=%d cursors=%d updated %v ago",
+			p.Partition, r.Owner, r.Epoch, r.Floor, len(r.Streams), len(r.Asides), len(r.Retries), len(p.Cursors), time.Since(p.Updated).Round(time.Second)))
 	}
 	return lines
 }

@@ -33,12 +33,19 @@ func (k *runtimeKit) migrateOut(t *testing.T, args ...string) (string, error) {
 }
 
 // oldOrderedLayout makes the old engine's layout of one ordered
-// subscription, billing, on 4 partitions: the partitioned copy and its
-// partition consumers.
+// subscription, billing, on 4 partitions: the events stream without
+// AllowDirect (as the releases that ran it made it), the partitioned copy
+// and its partition consumers.
 func oldOrderedLayout(t *testing.T, k *runtimeKit) {
 	t.Helper()
+	events, err := k.js.Stream(k.ctx, wire.DefaultEventsStream)
+	require.NoError(t, err)
+	cfg := events.CachedInfo().Config
+	cfg.AllowDirect = false
+	_, err = k.js.UpdateStream(k.ctx, cfg)
+	require.NoError(t, err)
 	src, dest := wire.OrderedTransform(wire.DefaultEventsPrefix, 4)
-	_, err := k.js.CreateStream(k.ctx, jetstream.StreamConfig{
+	_, err = k.js.CreateStream(k.ctx, jetstream.StreamConfig{
 		Name: wire.OrderedStream(wire.DefaultEventsStream), Storage: jetstream.FileStorage,
 		Sources: []*jetstream.StreamSource{{Name: wire.DefaultEventsStream, SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: src, Destination: dest}}}},
 	})
@@ -146,7 +153,7 @@ func TestMigrateCleanupCommand(t *testing.T) {
 
 	// The shared engine runs (its replica claims the partitions): the
 	// old layout is deleted, and a second run finds nothing to do.
-	c, err := consumer.New(k.js, consumer.Config{Engine: consumer.EngineShared, Partitions: 4, ReplicaID: "replica-1",
+	c, err := consumer.New(k.js, consumer.Config{Partitions: 4, ReplicaID: "replica-1",
 		Subscriptions: []consumer.Subscription{{Name: "billing", FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)},
 			URL: "http://127.0.0.1:1/hook", Secrets: []string{secretA}, AllowPrivate: true,
 			Ordering: consumer.OrderingStream}}})

@@ -22,17 +22,10 @@ import (
 func TestReplayFromTheSubscriptionsBucket(t *testing.T) {
 	t.Parallel()
 	k := newRuntimeKit(t)
-	// AllowDirect as the bridge makes the stream: replay under the
-	// shared engine (JSBRIDGE_ENGINE=shared) reads with direct gets.
-	info, err := k.js.Stream(k.ctx, wire.DefaultEventsStream)
-	require.NoError(t, err)
-	cfg := info.CachedInfo().Config
-	cfg.AllowDirect = true
-	_, err = k.js.UpdateStream(k.ctx, cfg)
-	require.NoError(t, err)
 	secret, sFile := k.secretFile(t, "s")
 	rc := newRecorder(t, secret)
-	// Paused: a replay leaves its durable alone, so it may replay anyway.
+	// Paused: a replay reads the events stream itself and leaves the
+	// subscription's delivery alone, so it may replay anyway.
 	require.NoError(t, k.cli(t, "add", "billing", "--url", rc.srv.URL+"/in?token=t", "--filter", "events.order.>",
 		"--secret-file", sFile, "--allow-private", "--paused"))
 	events, err := k.js.Stream(k.ctx, wire.DefaultEventsStream)
@@ -71,7 +64,7 @@ func TestReplayFromTheSubscriptionsBucket(t *testing.T) {
 	}
 	require.Equal(t, in, ids, "the window's events, in stream order, once")
 	_, err = k.js.Consumer(k.ctx, wire.DefaultEventsStream, "billing")
-	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "the subscription's durable untouched (never created)")
+	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "no durable consumer made")
 
 	// The bucket's only subscription needs no --subscription; a dry run
 	// counts.

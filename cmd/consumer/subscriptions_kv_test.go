@@ -1,14 +1,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/consumer"
@@ -19,7 +16,7 @@ import (
 // it delivers new events within a second, from both replicas; its secret
 // rotated mid-stream, every request verifies with the secret in force (a
 // replica never goes back to the old one); paused, nothing is delivered
-// and nothing is lost; deleted, its durable consumers are gone. The log
+// and nothing is lost; deleted, no partition record keeps its place. The log
 // prints the time from each change to its effect on both replicas.
 func TestSubscriptionManagedAtRuntimeOnTwoReplicas(t *testing.T) {
 	if testing.Short() {
@@ -42,10 +39,9 @@ func TestSubscriptionManagedAtRuntimeOnTwoReplicas(t *testing.T) {
 		n++
 		return k.publish(t, n, fmt.Sprintf("order-%d", n%16))
 	}
-	// The first ordered subscription of a deployment creates the
-	// partitioned copy, the lease and park buckets and sixteen partition
-	// consumers first: 0.2-0.4 s here, several seconds under -race on two
-	// busy cores.
+	// The replicas claim the partitions first (the lease and positions
+	// buckets): well under a second here, several seconds under -race on
+	// two busy cores.
 	firstWithin := 5 * time.Second
 	if raceDetector {
 		firstWithin = 30 * time.Second
@@ -148,32 +144,30 @@ func TestSubscriptionManagedAtRuntimeOnTwoReplicas(t *testing.T) {
 		require.Equal(t, 1, rc.count(id), "event %s delivered once", id)
 	}
 
-	// Deleted: every durable consumer of it is gone.
+	// Deleted: no partition record keeps a place for it (a member
+	// entry, a cursor, a retry).
 	deleted := time.Now()
 	require.NoError(t, k.cli(t, "delete", "orders"))
 	require.Eventually(t, func() bool {
-		copyStream, err := k.js.Stream(k.ctx, wire.OrderedStream(wire.DefaultEventsStream))
+		parts, err := consumer.ReadSharedPositions(k.ctx, k.js)
 		require.NoError(t, err)
-		names := copyStream.ConsumerNames(k.ctx)
-		for name := range names.Name() {
-			if slices.Contains(partitionDurables("orders"), name) {
+		for _, p := range parts {
+			_, member := p.Record.Members["orders"]
+			_, cursor := p.Cursors["orders"]
+			if member || cursor {
 				return false
 			}
+			for _, r := range p.Record.Retries {
+				if r.Sub == "orders" {
+					return false
+				}
+			}
 		}
-		_, err = k.js.Consumer(k.ctx, wire.DefaultEventsStream, "orders")
-		return errors.Is(err, jetstream.ErrConsumerNotFound)
-	}, 15*time.Second, 10*time.Millisecond, "its durable consumers are deleted")
-	t.Logf("delete -> durable consumers gone: %s", time.Since(deleted).Round(time.Millisecond))
+		return len(parts) > 0
+	}, 15*time.Second, 10*time.Millisecond, "its places in the partition records are dropped")
+	t.Logf("delete -> places dropped: %s", time.Since(deleted).Round(time.Millisecond))
 	err = k.cli(t, "get", "orders")
 	require.ErrorIs(t, err, consumer.ErrSubscriptionNotFound)
-}
-
-func partitionDurables(sub string) []string {
-	var out []string
-	for p := range consumer.DefaultPartitions {
-		out = append(out, wire.PartitionDurable(sub, p))
-	}
-	return out
 }
 
 // Two operators updating one subscription from the same revision at once:
