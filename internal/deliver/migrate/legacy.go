@@ -186,9 +186,10 @@ func oldLeaseKey(k string) (old, heartbeat bool) {
 // copyPrefix is the copy's subject prefix: "ordered.<eventsPrefix>".
 func copyPrefix(eventsPrefix string) string { return copyToken + "." + eventsPrefix }
 
-// eventsPrefix is the subject prefix of the events stream cfg: the
-// prefix of its one "<prefix>.>" subject, else wire.DefaultEventsPrefix.
-func eventsPrefix(cfg jetstream.StreamConfig) string {
+// EventsPrefix is the subject prefix of the events stream cfg, as the
+// old engine read it for the copy's transform: the prefix of its one
+// "<prefix>.>" subject, else wire.DefaultEventsPrefix.
+func EventsPrefix(cfg jetstream.StreamConfig) string {
 	if len(cfg.Subjects) == 1 && strings.HasSuffix(cfg.Subjects[0], ".>") {
 		return strings.TrimSuffix(cfg.Subjects[0], ".>")
 	}

@@ -54,7 +54,7 @@ func ReadPlan(ctx context.Context, js jetstream.JetStream, cfg Config) (*Plan, e
 		return nil, fmt.Errorf("migrate: events stream %q: %w", cfg.Events, err)
 	}
 	info := events.CachedInfo()
-	r := &reading{js: js, cfg: cfg, prefix: eventsPrefix(info.Config), eventsLast: info.State.LastSeq,
+	r := &reading{js: js, cfg: cfg, prefix: EventsPrefix(info.Config), eventsLast: info.State.LastSeq,
 		plan: &Plan{Events: cfg.Events, EventsCreated: info.Created, AllowDirect: info.Config.AllowDirect, Partitions: cfg.Partitions},
 		dlq:  deadletter.New(js, deadletter.Config{Stream: cfg.DLQ, SubjectPrefix: cfg.DLQPrefix}),
 	}

@@ -1,6 +1,7 @@
 package migratetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -193,7 +194,7 @@ func (l *Layout) DeliverOrdered(ctx context.Context, name string, d Durable, out
 		}
 		sent = append(sent, more...)
 	}
-	slices.SortFunc(sent, func(a, b Sent) int { return int(a.Seq) - int(b.Seq) })
+	slices.SortFunc(sent, func(a, b Sent) int { return cmp.Compare(a.Seq, b.Seq) })
 	return sent, nil
 }
 

@@ -90,10 +90,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Layout, erro
 			return nil, fmt.Errorf("migratetest: turn AllowDirect off for %q: %w", cfg.Events, err)
 		}
 	}
-	l := &Layout{JS: js, Events: ev, Prefix: wire.DefaultEventsPrefix, Partitions: cfg.Partitions, Epoch: cfg.Epoch}
-	if len(ecfg.Subjects) == 1 && len(ecfg.Subjects[0]) > 2 && ecfg.Subjects[0][len(ecfg.Subjects[0])-2:] == ".>" {
-		l.Prefix = ecfg.Subjects[0][:len(ecfg.Subjects[0])-2]
-	}
+	l := &Layout{JS: js, Events: ev, Prefix: migrate.EventsPrefix(ecfg), Partitions: cfg.Partitions, Epoch: cfg.Epoch}
 	if l.Copy, err = js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:        migrate.CopyStream(cfg.Events),
 		Description: "jsbridge: the events of " + cfg.Events + " with a partition token, for ordered webhook delivery",
