@@ -78,7 +78,7 @@ func oldParkKey(k, sub string) bool {
 	if rest, ok := strings.CutPrefix(k, sub+"."); ok && !strings.Contains(rest, ".") {
 		return true
 	}
-	for _, prefix := range []string{wire.SkippedKeyPrefix, attemptsKeyPrefix, deliveredKeyPrefix, asideKeyPrefix} {
+	for _, prefix := range []string{wire.SkippedKeyPrefix, attemptsToken + ".", deliveredKeyPrefix, asideKeyPrefix} {
 		if rest, ok := strings.CutPrefix(k, prefix+sub+"."); ok && rest != "" {
 			return true
 		}

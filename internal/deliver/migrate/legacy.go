@@ -41,7 +41,10 @@ const (
 	copyToken          = "ordered"
 	deliveredKeyPrefix = "delivered."
 	asideKeyPrefix     = "aside."
-	attemptsKeyPrefix  = "attempts."
+	// attemptsToken starts the failed-attempt counts' keys in the park
+	// bucket: a key's first token, not the attempts stream's subject
+	// prefix (wire.DefaultAttemptsPrefix), whose word it shares.
+	attemptsToken = "attempts"
 )
 
 // errNotACopy says the stream named as the events stream's copy sources
@@ -132,6 +135,7 @@ func ParkedKey(subscription, streamKey string) string {
 // migration reads it: the stream is parked behind its dead-lettered
 // head.
 type ParkEntry struct {
+	// Subscription is the ordered subscription's name.
 	Subscription string `json:"subscription"`
 	// Stream is the stream's name, Subject its head's subject on the
 	// events stream.
@@ -139,7 +143,8 @@ type ParkEntry struct {
 	Subject string `json:"subject"`
 	// HeadEventID is the dead-lettered head's event id.
 	HeadEventID string `json:"head_event_id"`
-	Partition   int    `json:"partition"`
+	// Partition is the stream's partition.
+	Partition int `json:"partition"`
 	// OrderStuck is true when the receiver's order gate refused the head
 	// for too long (the "order-stuck" state), not a permanent failure.
 	OrderStuck bool `json:"order_stuck,omitempty"`
@@ -149,7 +154,7 @@ type ParkEntry struct {
 // 10) of one event of an ordered subscription, across owners:
 // "attempts.<subscription>.<hex of eventID>".
 func AttemptsKey(subscription, eventID string) string {
-	return attemptsKeyPrefix + subscription + "." + hex.EncodeToString([]byte(eventID))
+	return attemptsToken + "." + subscription + "." + hex.EncodeToString([]byte(eventID))
 }
 
 // LeaseKey is the old engine's lease key of partition p of an ordered

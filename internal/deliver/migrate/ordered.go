@@ -351,7 +351,7 @@ func (r *reading) records(parts []*partitionState) {
 // was pending there). A count whose event is not found there is not
 // carried: that event starts its attempts again.
 func (r *reading) attempts(ctx context.Context, sp *SubscriptionPlan, parts []*partitionState) error {
-	entries, err := r.parkEntries(ctx, attemptsKeyPrefix+sp.Name+".*")
+	entries, err := r.parkEntries(ctx, attemptsToken+"."+sp.Name+".*")
 	if err != nil || len(entries) == 0 {
 		return err
 	}

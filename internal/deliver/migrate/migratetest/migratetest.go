@@ -50,6 +50,7 @@ type Config struct {
 
 // Layout is the old layout on one server.
 type Layout struct {
+	// JS is the server's JetStream.
 	JS jetstream.JetStream
 	// Events is the events stream, Prefix its subject prefix.
 	Events jetstream.Stream
