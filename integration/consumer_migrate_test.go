@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,47 +23,31 @@ import (
 
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/migratetest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
 // upgradeReceiver is the endpoint of both subscriptions of the upgrade
-// test (path /ordered and /unordered): it verifies every request's
-// signature, answers as its phase says, and records per path which
-// event ids it acknowledged (2xx) and in which phase, which ids it
+// tests (path /ordered and /unordered) in phase 2, the shared engine's:
+// it verifies every request's signature, answers 204, and records per
+// path which event ids it acknowledged and in which phase, which ids it
 // acknowledged in phase 1 and was sent again in phase 2, and for the
 // ordered path every acknowledged request's place in its stream's
 // version chain (version, the previous version it names, its lease
-// epoch). Event id i is version (i-1)/streams of stream i mod streams
-// (upgradePublish).
+// epoch). Phase 1 is the old engine's, played by migratetest: seed
+// records what it says the endpoint acknowledged then. Event id i is
+// version (i-1)/streams of stream i mod streams (upgradePublish).
 type upgradeReceiver struct {
 	*httptest.Server
 	streams int
 
-	mu    sync.Mutex
-	phase int
-	// slowAbove: in phase 1, ids above it are answered after a delay
-	// (the upgrade…Delay constants: the ordered path slower than the
-	// unordered one, and slower still for the streams in slower), so
-	// that the old engine is stopped with events still to deliver, with
-	// the ordered subscription's other streams settled above its
-	// partition floors (its delivered records), and with the unordered
-	// subscription delivered past some of those floors.
-	slowAbove int
-	slower    map[int]bool
-	// failing: in phase 1, the unordered path answers 503 for these ids
-	// (retried, so pending at the stop, with later ids acked above them).
-	failing map[int]bool
-	// refused: in phase 1, the ordered path answers 422 for these ids
-	// (dead-lettered at once, their stream parked).
-	refused map[int]bool
-	// unavailable: in phase 1, the ordered path answers 503 for these ids
-	// (retried in place: their stream set aside).
-	unavailable map[int]bool
-	acked       map[string]map[int]int  // path → id → phase it was first acknowledged in
-	resent      map[string]map[int]bool // path → ids acknowledged in phase 1 and received in phase 2
-	links       map[int][]chainLink     // ordered: stream → acknowledged requests, in order
-	bad         []string                // signature failures and malformed requests
+	mu     sync.Mutex
+	acked  map[string]map[int]int  // path → id → phase it was first acknowledged in
+	resent map[string]map[int]bool // path → ids acknowledged in phase 1 and received in phase 2
+	links  map[int][]chainLink     // ordered: stream → acknowledged requests, in order
+	bad    []string                // signature failures and malformed requests
 }
 
 // chainLink is one acknowledged ordered request.
@@ -76,18 +59,18 @@ type chainLink struct {
 }
 
 const (
-	upgradeUnorderedDelay     = 20 * time.Millisecond
-	upgradeOrderedDelay       = 40 * time.Millisecond
-	upgradeOrderedSlowerDelay = 300 * time.Millisecond
-	pathOrdered               = "/ordered"
-	pathUnordered             = "/unordered"
+	pathOrdered   = "/ordered"
+	pathUnordered = "/unordered"
+	// oldEpoch is the lease epoch counter the old layout holds, and the
+	// epoch its ordered webhooks carried.
+	oldEpoch = 41
 )
 
 func newUpgradeReceiver(t *testing.T, streams int) *upgradeReceiver {
 	t.Helper()
 	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{testSecret})
 	require.NoError(t, err)
-	rc := &upgradeReceiver{streams: streams, phase: 1, failing: map[int]bool{}, slower: map[int]bool{},
+	rc := &upgradeReceiver{streams: streams,
 		acked:  map[string]map[int]int{pathOrdered: {}, pathUnordered: {}},
 		resent: map[string]map[int]bool{pathOrdered: {}, pathUnordered: {}},
 		links:  map[int][]chainLink{}}
@@ -96,56 +79,46 @@ func newUpgradeReceiver(t *testing.T, streams int) *upgradeReceiver {
 		path := r.URL.Path
 		id, idErr := strconv.Atoi(r.Header.Get(wire.HeaderIdempotencyKey))
 		rc.mu.Lock()
-		phase := rc.phase
+		defer rc.mu.Unlock()
 		if err := v.Verify(r.Header, body); err != nil || idErr != nil || rc.acked[path] == nil {
 			rc.bad = append(rc.bad, fmt.Sprintf("%s %s: signature %v, id %v", path, r.Header.Get(wire.HeaderIdempotencyKey), err, idErr))
-			rc.mu.Unlock()
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
-		if phase == 2 && rc.acked[path][id] == 1 {
+		if rc.acked[path][id] == 1 {
 			rc.resent[path][id] = true
 		}
-		fail := phase == 1 && path == pathUnordered && rc.failing[id]
-		refuse := phase == 1 && path == pathOrdered && rc.refused[id]
-		unavailable := phase == 1 && path == pathOrdered && rc.unavailable[id]
-		var delay time.Duration
-		switch {
-		case phase != 1 || id <= rc.slowAbove:
-		case path == pathOrdered && rc.slower[id%rc.streams]:
-			delay = upgradeOrderedSlowerDelay
-		case path == pathOrdered:
-			delay = upgradeOrderedDelay
-		default:
-			delay = upgradeUnorderedDelay
-		}
-		rc.mu.Unlock()
-		if fail || unavailable {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		if refuse {
-			w.WriteHeader(http.StatusUnprocessableEntity)
-			return
-		}
-		time.Sleep(delay)
-		rc.mu.Lock()
 		if _, ok := rc.acked[path][id]; !ok {
-			rc.acked[path][id] = phase
+			rc.acked[path][id] = 2
 		}
 		if path == pathOrdered {
 			epoch, err := strconv.ParseUint(r.Header.Get(wire.HeaderLeaseEpoch), 10, 64)
-			if err != nil {
+			if err != nil && r.Header.Get(wire.HeaderLeaseEpoch) != "" {
 				rc.bad = append(rc.bad, fmt.Sprintf("ordered %d: lease epoch %q", id, r.Header.Get(wire.HeaderLeaseEpoch)))
 			}
 			s := id % rc.streams
-			rc.links[s] = append(rc.links[s], chainLink{version: (id - 1) / rc.streams, previous: r.Header.Get(wire.HeaderPreviousVersion), epoch: epoch, phase: phase})
+			rc.links[s] = append(rc.links[s], chainLink{version: (id - 1) / rc.streams, previous: r.Header.Get(wire.HeaderPreviousVersion), epoch: epoch, phase: 2})
 		}
-		rc.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(rc.Close)
 	return rc
+}
+
+// seed records what the endpoint acknowledged in phase 1 on path: the
+// events the old engine sent it, with the chain an ordered one named.
+func (rc *upgradeReceiver) seed(t *testing.T, path string, sent []migratetest.Sent) {
+	t.Helper()
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, s := range sent {
+		id, err := strconv.Atoi(s.ID)
+		require.NoError(t, err)
+		rc.acked[path][id] = 1
+		if path == pathOrdered {
+			rc.links[id%rc.streams] = append(rc.links[id%rc.streams], chainLink{version: int(s.Version), previous: s.Previous, epoch: s.Epoch, phase: 1})
+		}
+	}
 }
 
 // ackedCount is how many distinct ids path acknowledged.
@@ -153,12 +126,6 @@ func (rc *upgradeReceiver) ackedCount(path string) int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return len(rc.acked[path])
-}
-
-func (rc *upgradeReceiver) setPhase(p int) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	rc.phase = p
 }
 
 // missing lists the ids of 1..n path has not acknowledged (at most 20).
@@ -208,6 +175,32 @@ func (rc *upgradeReceiver) chainProblems(perStream int) []string {
 		}
 	}
 	return out
+}
+
+// oldLayout builds, on b's events stream, the frame of the layout the
+// durables engine left (migratetest): the copy for 8 partitions, the
+// park bucket holding the lease epoch counter oldEpoch, the DLQ.
+func oldLayout(t *testing.T, b *jsBundle) *migratetest.Layout {
+	t.Helper()
+	l, err := migratetest.New(b.ctx, b.js, migratetest.Config{Partitions: 8, Epoch: oldEpoch})
+	require.NoError(t, err)
+	return l
+}
+
+// oldDurable is the old engine's consumers' settings for the endpoint
+// rc.URL+path: AckWait 5 s, and a failing event Nak'd for 100 ms (the
+// subscription's backoff).
+func oldDurable(rc *upgradeReceiver, path string) migratetest.Durable {
+	return migratetest.Durable{Endpoint: rc.URL + path, AckWait: 5 * time.Second, NakDelay: 100 * time.Millisecond}
+}
+
+// startShared starts `consumer run` (the shared engine) with args, and
+// waits for its start line.
+func startShared(t *testing.T, env, args []string) *proc {
+	t.Helper()
+	p := startProc(t, env, "consumer", args...)
+	require.True(t, waitFor(60*time.Second, func() bool { return strings.Contains(p.out.String(), "consumer started") }), "consumer started:\n%s", p.out.String())
+	return p
 }
 
 // upgradePublish publishes events from..to as the bridge does: event id
@@ -299,33 +292,34 @@ func (p *migrationPlan) resent(t *testing.T, name string) uint64 {
 }
 
 // The upgrade from the per-subscription durables to the shared engine,
-// process by process: the old engine (consumer run --engine durables)
-// delivers an ordered and an unordered subscription part of a stream of
-// events to a receiver verifying signatures, the unordered endpoint
-// failing three events meanwhile (retried: pending, with later events
-// acked above them) and a quarter of the ordered streams slower than the
-// rest (so that the others settle above the partition floors); a
-// cleanup tried while it runs is refused; it is stopped (SIGTERM) with
-// events still to deliver, the unordered subscription past some of the
-// ordered one's partition floors; consumer migrate plans (--dry-run) and
-// applies the move; consumer run --engine shared delivers the rest;
-// consumer migrate --cleanup deletes the old layout while it runs, and
-// it goes on. No event is lost on either subscription; the ordered one's
-// streams are acknowledged in version order, each version once, every
-// request naming the version acknowledged before it and the lease epoch
-// never going back, across the upgrade; and the events the receiver
-// acknowledged to the old engine that the shared one sends again are
-// exactly those the plan counted as re-sent, per subscription (none for
-// the ordered one).
+// process by process. Phase 1 is the layout the old engine left
+// (migratetest: its code is gone) after delivering an ordered and an
+// unordered subscription part of a stream of events and being stopped:
+// the unordered durable with three failing events pending below events
+// it acked, and its last sixteen in flight; the ordered subscription's
+// streams accepted up to event 600, a quarter of them (the slower ones)
+// only up to 400 with their next event in flight, so that the others
+// settle above the partition floors (the delivered records). A cleanup
+// tried while an old replica heartbeats, before the migration, is
+// refused; consumer migrate plans (--dry-run) and applies the move;
+// consumer run (the shared engine) delivers the rest; consumer migrate
+// --cleanup deletes the old layout while it runs, and it goes on. No
+// event is lost on either subscription; the ordered one's streams are
+// acknowledged in version order, each version once, every request
+// naming the version acknowledged before it and the lease epoch never
+// going back (the old layout's counter is carried over), across the
+// upgrade; and the events acknowledged in phase 1 that the shared engine
+// sends again are exactly those the plan counted as re-sent, per
+// subscription (none for the ordered one).
 //
 // With --read-pending the migration reads the unordered durable's
-// pending set back, and then nothing the receiver acknowledged is sent
+// pending set back, and then nothing acknowledged in phase 1 is sent
 // again: a cursor the migration wrote with Above entries past its
 // partition record's floor rejoins the shared read only once the head
 // passed them (fanout's rejoin), not at once from the floor.
 func TestMigrateFromPerSubscriptionDurables(t *testing.T) {
 	if testing.Short() {
-		t.Skip("process-level: consumer processes of both engines, waits of seconds")
+		t.Skip("process-level: consumer processes, waits of seconds")
 	}
 	t.Parallel()
 	t.Run("re-sent as counted", func(t *testing.T) {
@@ -345,18 +339,11 @@ func testUpgrade(t *testing.T, readPending bool) {
 		streams   = 20
 		perStream = 50
 		events    = streams * perStream // 1,000
-		firstHalf = 400
-		more      = 5 * streams // published after the cleanup
+		delivered = 700                 // published before the old engine stopped, and pulled by it
+		more      = 5 * streams         // published after the cleanup
 	)
 	b := setupJetStream(t)
 	rc := newUpgradeReceiver(t, streams)
-	rc.slowAbove = firstHalf
-	for _, id := range []int{50, 150, 250} {
-		rc.failing[id] = true
-	}
-	for s := 3; s < streams; s += 4 {
-		rc.slower[s] = true
-	}
 	cfg := filepath.Join(t.TempDir(), "subscriptions.yaml")
 	common := `secrets_env: [JSBRIDGE_SECRET], allow_private: true, start: all, max_deliver: -1, backoff: [100ms], timeout: 2s, ack_wait: 5s`
 	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, `breaker: {consecutive_failures: 1000000, min_requests: 1000000}
@@ -367,46 +354,68 @@ subscriptions:
 	url := b.srv.ClientURL()
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
 	args := []string{"run", "--nats-url", url, "--config", cfg, "--ops-addr", "", "--partitions", "8", "--lease-ttl", "2s", "--log-level", "info"}
-	startConsumer := func(env []string) *proc {
-		p := startProc(t, env, "consumer", args...)
-		require.True(t, waitFor(30*time.Second, func() bool { return strings.Contains(p.out.String(), "consumer started") }), "consumer started:\n%s", p.out.String())
-		return p
-	}
 
-	// Phase 1: the old engine.
-	old := startConsumer(append(env, "JSBRIDGE_ENGINE=durables")) // whatever engine the suite runs the others on
-	upgradePublish(t, b, 1, firstHalf, streams)
-	require.True(t, waitFor(60*time.Second, func() bool {
-		return rc.ackedCount(pathOrdered) == firstHalf && rc.ackedCount(pathUnordered) == firstHalf-len(rc.failing)
-	}), "the old engine delivers the first %d events: ordered %d, unordered %d (3 failing)\n%s",
-		firstHalf, rc.ackedCount(pathOrdered), rc.ackedCount(pathUnordered), old.out.String())
+	// Phase 1: what the old engine left.
+	upgradePublish(t, b, 1, delivered, streams)
+	l := oldLayout(t, b)
+	slower := func(id int) bool { return id%streams%4 == 3 }
+	sent, err := l.DeliverOrdered(b.ctx, "ordered", oldDurable(rc, pathOrdered), func(ev migratetest.Event) migratetest.Outcome {
+		id, _ := strconv.Atoi(ev.ID)
+		if id > 600 || slower(id) && id > 400 {
+			return migratetest.InFlight
+		}
+		return migratetest.Accepted
+	})
+	require.NoError(t, err)
+	rc.seed(t, pathOrdered, sent)
+	sent, err = l.Deliver(b.ctx, "unordered", oldDurable(rc, pathUnordered), delivered, func(ev migratetest.Event) migratetest.Outcome {
+		switch id, _ := strconv.Atoi(ev.ID); {
+		case id == 50 || id == 150 || id == 250:
+			return migratetest.Failing
+		case id > delivered-16:
+			return migratetest.InFlight
+		}
+		return migratetest.Accepted
+	})
+	require.NoError(t, err)
+	rc.seed(t, pathUnordered, sent)
+	upgradePublish(t, b, delivered+1, events, streams)
+	orderedBefore, unorderedBefore := rc.ackedCount(pathOrdered), rc.ackedCount(pathUnordered)
+	t.Logf("the old engine stopped with %d ordered and %d unordered events acknowledged of %d", orderedBefore, unorderedBefore, events)
+	require.Less(t, orderedBefore, events, "stopped with ordered events still to deliver")
+	require.Less(t, unorderedBefore, events, "stopped with unordered events still to deliver")
+
+	// An old replica still running (its heartbeat renewed), before the
+	// migration: the cleanup is refused.
+	beat, stopBeat := context.WithCancel(b.ctx)
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		for beat.Err() == nil {
+			_ = l.Leases(beat, 2*time.Second, "ordered", "old-1")
+			select {
+			case <-beat.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
 	var early struct {
 		Cleanup struct {
 			Refusals []string `json:"refusals"`
 		} `json:"cleanup"`
 		Deleted bool `json:"deleted"`
 	}
-	_, _, err := migrateRun(t, &early, "--nats-url", url, "--cleanup")
-	require.Error(t, err, "a cleanup while the old engine runs, before the migration, is refused")
+	_, _, err = migrateRun(t, &early, "--nats-url", url, "--cleanup")
+	stopBeat()
+	<-beating
+	require.Error(t, err, "a cleanup while an old replica runs, before the migration, is refused")
 	require.False(t, early.Deleted)
 	refusals := strings.Join(early.Cleanup.Refusals, "\n")
 	require.Contains(t, refusals, "the migration was not applied")
 	require.Contains(t, refusals, "a replica of the old engine still runs")
-	upgradePublish(t, b, firstHalf+1, events, streams)
-	require.True(t, waitFor(60*time.Second, func() bool {
-		return rc.ackedCount(pathOrdered) >= firstHalf+50 && rc.ackedCount(pathUnordered) >= firstHalf+100
-	}), "the old engine delivers some of the rest")
-	require.NoError(t, old.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-old.exited:
-		require.NoError(t, old.err, "the old engine's graceful stop:\n%s", old.out.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the old engine did not stop within 30 s of SIGTERM:\n%s", old.out.String())
-	}
-	orderedBefore, unorderedBefore := rc.ackedCount(pathOrdered), rc.ackedCount(pathUnordered)
-	t.Logf("the old engine stopped with %d ordered and %d unordered events acknowledged of %d", orderedBefore, unorderedBefore, events)
-	require.Less(t, orderedBefore, events, "stopped with ordered events still to deliver")
-	require.Less(t, unorderedBefore, events, "stopped with unordered events still to deliver")
+	leases, err := b.js.KeyValue(b.ctx, wire.DefaultLeaseBucket)
+	require.NoError(t, err)
+	require.NoError(t, leases.Purge(b.ctx, migrate.MemberKey("ordered", "old-1")), "its graceful stop deletes its heartbeat")
 
 	// The migration: planned, then applied.
 	var dry, applied migrationPlan
@@ -446,8 +455,7 @@ subscriptions:
 	require.True(t, ahead, "the unordered subscription delivered past an ordered partition's floor: %+v", applied.Plan.Subscriptions)
 
 	// Phase 2: the shared engine delivers the rest.
-	rc.setPhase(2)
-	shared := startConsumer(append(env, "JSBRIDGE_ENGINE=shared"))
+	shared := startShared(t, env, args)
 	if !waitFor(90*time.Second, func() bool {
 		return rc.ackedCount(pathOrdered) == events && rc.ackedCount(pathUnordered) == events
 	}) {
@@ -468,12 +476,12 @@ subscriptions:
 	migrateJSON(t, &cleanup, "--nats-url", url, "--cleanup")
 	require.True(t, cleanup.Deleted)
 	require.Equal(t, []string{"unordered"}, cleanup.Cleanup.Durables)
-	require.Equal(t, wire.OrderedStream(wire.DefaultEventsStream), cleanup.Cleanup.Copy)
+	require.Equal(t, migrate.CopyStream(wire.DefaultEventsStream), cleanup.Cleanup.Copy)
 	require.Len(t, cleanup.Cleanup.PartitionConsumers, 8)
-	require.Equal(t, wire.DefaultParkBucket, cleanup.Cleanup.ParkBucket, "the park bucket, left empty, goes")
-	_, err = b.js.KeyValue(b.ctx, wire.DefaultParkBucket)
+	require.Equal(t, migrate.ParkBucket, cleanup.Cleanup.ParkBucket, "the park bucket, left empty, goes")
+	_, err = b.js.KeyValue(b.ctx, migrate.ParkBucket)
 	require.ErrorIs(t, err, jetstream.ErrBucketNotFound)
-	_, err = b.js.Stream(b.ctx, wire.OrderedStream(wire.DefaultEventsStream))
+	_, err = b.js.Stream(b.ctx, migrate.CopyStream(wire.DefaultEventsStream))
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 	const total = events + more
 	upgradePublish(t, b, events+1, total, streams)
@@ -487,8 +495,6 @@ subscriptions:
 	rc.mu.Lock()
 	bad := slices.Clone(rc.bad)
 	resentOrdered, resentUnordered := len(rc.resent[pathOrdered]), len(rc.resent[pathUnordered])
-	rc.mu.Unlock()
-	rc.mu.Lock()
 	var again []int
 	for id := range rc.resent[pathUnordered] {
 		again = append(again, id)
@@ -513,20 +519,18 @@ subscriptions:
 // (fanout.RequestUnpark) that the partition's owner applies.
 func TestMigrateFromPerSubscriptionDurablesWithAParkedStream(t *testing.T) {
 	if testing.Short() {
-		t.Skip("process-level: consumer processes of both engines, waits of seconds")
+		t.Skip("process-level: consumer processes, waits of seconds")
 	}
 	t.Parallel()
 	const (
 		streams   = 10
 		perStream = 20
 		events    = streams * perStream
-		head      = 23 // order-3's version 2: refused (422) by the receiver in phase 1
+		head      = 23 // order-3's version 2: refused (422) in phase 1
 		parkedAt  = head % streams
 	)
 	b := setupJetStream(t)
 	rc := newUpgradeReceiver(t, streams)
-	rc.slowAbove = events + 2*streams // never slow
-	rc.refused = map[int]bool{head: true}
 	cfg := filepath.Join(t.TempDir(), "subscriptions.yaml")
 	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, `breaker: {consecutive_failures: 1000000, min_requests: 1000000}
 subscriptions:
@@ -535,26 +539,22 @@ subscriptions:
 	url := b.srv.ClientURL()
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
 	args := []string{"run", "--nats-url", url, "--config", cfg, "--ops-addr", "", "--partitions", "8", "--lease-ttl", "2s", "--log-level", "info"}
-	startConsumer := func(env []string) *proc {
-		p := startProc(t, env, "consumer", args...)
-		require.True(t, waitFor(30*time.Second, func() bool { return strings.Contains(p.out.String(), "consumer started") }), "consumer started:\n%s", p.out.String())
-		return p
-	}
 	held := perStream - 2 // order-3's versions 2 (the head) and on
 	notHeld := func(id int) bool { return id%streams != parkedAt || id < head }
 
-	// Phase 1: the old engine dead-letters the head and parks its stream.
-	old := startConsumer(append(env, "JSBRIDGE_ENGINE=durables")) // whatever engine the suite runs the others on
+	// Phase 1: the old engine dead-lettered the head and parked its
+	// stream; it delivered every other event.
 	upgradePublish(t, b, 1, events, streams)
-	require.True(t, waitFor(60*time.Second, func() bool { return rc.ackedCount(pathOrdered) == events-held }),
-		"the old engine delivers every event but the parked stream's from its head: %d of %d\n%s", rc.ackedCount(pathOrdered), events-held, old.out.String())
-	require.NoError(t, old.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-old.exited:
-		require.NoError(t, old.err, "the old engine's graceful stop:\n%s", old.out.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the old engine did not stop within 30 s of SIGTERM:\n%s", old.out.String())
-	}
+	l := oldLayout(t, b)
+	sent, err := l.DeliverOrdered(b.ctx, "ordered", oldDurable(rc, pathOrdered), func(ev migratetest.Event) migratetest.Outcome {
+		if ev.ID == strconv.Itoa(head) {
+			return migratetest.Refused
+		}
+		return migratetest.Accepted
+	})
+	require.NoError(t, err)
+	require.Len(t, sent, events-held)
+	rc.seed(t, pathOrdered, sent)
 
 	var applied struct {
 		Plan struct {
@@ -574,8 +574,7 @@ subscriptions:
 
 	// Phase 2: the shared engine holds the parked stream, and delivers
 	// the other streams' next events.
-	rc.setPhase(2)
-	shared := startConsumer(append(env, "JSBRIDGE_ENGINE=shared"))
+	shared := startShared(t, env, args)
 	upgradePublish(t, b, events+1, events+streams, streams)
 	if !waitFor(60*time.Second, func() bool { return rc.ackedCount(pathOrdered) == events-held+streams-1 }) {
 		t.Fatalf("the shared engine delivers the other streams' next events: %d of %d\n%s", rc.ackedCount(pathOrdered), events-held+streams-1, shared.out.String())
@@ -589,7 +588,7 @@ subscriptions:
 	rc.mu.Unlock()
 
 	// The head replayed: the stream is released.
-	out, err := cli(t, append(env, "JSBRIDGE_ENGINE=shared"), "consumer", "dlq", "replay", "--nats-url", url, "--config", cfg, "--all")
+	out, err := cli(t, env, "consumer", "dlq", "replay", "--nats-url", url, "--config", cfg, "--all")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "1 replayed, 0 failed")
 	if !waitFor(30*time.Second, func() bool { return rc.ackedCount(pathOrdered) == events+streams }) {
@@ -597,15 +596,20 @@ subscriptions:
 			parkedAt, rc.ackedCount(pathOrdered), events+streams, rc.missing(pathOrdered, events+streams), shared.out.String())
 	}
 	require.Empty(t, rc.chainProblems(perStream+1), "the version chain across the upgrade and the replay")
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	require.Empty(t, rc.bad, "requests that did not verify")
+	require.Empty(t, rc.resent[pathOrdered], "nothing acknowledged to the old engine sent again")
 }
 
-// A stream the old engine set aside (its head refused with 503s, four of
-// its events queued behind it) moves as a stuck aside from the refused
-// head: the shared engine reads it again from there, and delivers the
-// whole stream in order, its chain unbroken across the upgrade.
+// A stream the old engine set aside (its head refused with 503s, its
+// later events acked out behind an aside record) moves as a stuck aside
+// from the refused head: the shared engine reads it again from there,
+// and delivers the whole stream in order, its chain unbroken across the
+// upgrade.
 func TestMigrateFromPerSubscriptionDurablesWithAStreamSetAside(t *testing.T) {
 	if testing.Short() {
-		t.Skip("process-level: consumer processes of both engines, waits of seconds")
+		t.Skip("process-level: consumer processes, waits of seconds")
 	}
 	t.Parallel()
 	const (
@@ -613,13 +617,10 @@ func TestMigrateFromPerSubscriptionDurablesWithAStreamSetAside(t *testing.T) {
 		perStream = 20
 		events    = streams * perStream
 		head      = 23 // order-3's version 2: answered 503 in phase 1
-		stuckAt   = head % streams
 		held      = perStream - 2
 	)
 	b := setupJetStream(t)
 	rc := newUpgradeReceiver(t, streams)
-	rc.slowAbove = events // never slow
-	rc.unavailable = map[int]bool{head: true}
 	cfg := filepath.Join(t.TempDir(), "subscriptions.yaml")
 	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, `breaker: {consecutive_failures: 1000000, min_requests: 1000000}
 subscriptions:
@@ -628,39 +629,29 @@ subscriptions:
 	url := b.srv.ClientURL()
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
 	args := []string{"run", "--nats-url", url, "--config", cfg, "--ops-addr", "", "--partitions", "8", "--lease-ttl", "2s", "--log-level", "info"}
-	startConsumer := func(env []string) *proc {
-		p := startProc(t, env, "consumer", args...)
-		require.True(t, waitFor(30*time.Second, func() bool { return strings.Contains(p.out.String(), "consumer started") }), "consumer started:\n%s", p.out.String())
-		return p
-	}
 
-	// Phase 1: the old engine sets the stream aside.
-	old := startConsumer(append(env, "JSBRIDGE_ENGINE=durables"))
+	// Phase 1: the old engine retried the head in place and set its
+	// stream's later events aside; it delivered every other event.
 	upgradePublish(t, b, 1, events, streams)
-	asideSet := func() bool {
-		kv, err := b.js.KeyValue(b.ctx, wire.DefaultParkBucket)
-		if err != nil {
-			return false
+	l := oldLayout(t, b)
+	sent, err := l.DeliverOrdered(b.ctx, "ordered", oldDurable(rc, pathOrdered), func(ev migratetest.Event) migratetest.Outcome {
+		if ev.ID == strconv.Itoa(head) {
+			return migratetest.SetAside
 		}
-		keys, err := kv.ListKeysFiltered(b.ctx, wire.AsideFilter("ordered"))
-		if err != nil {
-			return false
+		return migratetest.Accepted
+	})
+	require.NoError(t, err)
+	require.Len(t, sent, events-held)
+	rc.seed(t, pathOrdered, sent)
+	parkKeys, err := l.Park.ListKeys(b.ctx)
+	require.NoError(t, err)
+	var asides int
+	for k := range parkKeys.Keys() {
+		if strings.HasPrefix(k, "aside.ordered.") {
+			asides++
 		}
-		n := 0
-		for range keys.Keys() {
-			n++
-		}
-		return n == 1
 	}
-	require.True(t, waitFor(60*time.Second, func() bool { return rc.ackedCount(pathOrdered) == events-held && asideSet() }),
-		"the old engine delivers every other stream and sets order-%d aside: %d of %d\n%s", stuckAt, rc.ackedCount(pathOrdered), events-held, old.out.String())
-	require.NoError(t, old.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-old.exited:
-		require.NoError(t, old.err, "the old engine's graceful stop:\n%s", old.out.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the old engine did not stop within 30 s of SIGTERM:\n%s", old.out.String())
-	}
+	require.Equal(t, 1, asides, "one aside record")
 
 	var applied struct {
 		Plan struct {
@@ -679,8 +670,7 @@ subscriptions:
 	require.Equal(t, uint64(head), applied.Plan.Subscriptions[0].Asides[0].From, "read again from the refused head (event id = sequence here)")
 
 	// Phase 2: the shared engine reads the stream again from its head.
-	rc.setPhase(2)
-	shared := startConsumer(append(env, "JSBRIDGE_ENGINE=shared"))
+	shared := startShared(t, env, args)
 	if !waitFor(60*time.Second, func() bool { return rc.ackedCount(pathOrdered) == events }) {
 		t.Fatalf("the shared engine delivers the stream set aside: %d of %d events acknowledged (missing %v)\n%s",
 			rc.ackedCount(pathOrdered), events, rc.missing(pathOrdered, events), shared.out.String())

@@ -129,7 +129,7 @@ func TestMigrateCleanupCommand(t *testing.T) {
 	require.ErrorIs(t, err, consumer.ErrSharedEngineNotStarted)
 	require.Contains(t, out, "partition consumers on "+copyName+" (4):\n    billing_p0\n")
 	require.Contains(t, out, "  partitioned copy "+copyName+"\n")
-	require.Contains(t, out, "consumer run --engine shared")
+	require.Contains(t, out, "start the new version (consumer run")
 
 	out, err = k.migrateOut(t, "--cleanup", "--json")
 	require.ErrorIs(t, err, consumer.ErrSharedEngineNotStarted)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/migratetest"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -53,7 +54,7 @@ func TestApplyWritesThePlanOnceAndASecondRunFindsItDone(t *testing.T) {
 	}
 	_, err = kv.Get(ctx, migrate.LockKey)
 	require.Error(t, err, "the lock is released")
-	info, err := l.events.Info(ctx)
+	info, err := l.Events.Info(ctx)
 	require.NoError(t, err)
 	require.True(t, info.Config.AllowDirect)
 
@@ -83,8 +84,9 @@ func TestApplyWritesThePlanOnceAndASecondRunFindsItDone(t *testing.T) {
 func TestApplyRefusesARefusedPlan(t *testing.T) {
 	t.Parallel()
 	l := newOldLayout(t)
-	l.partitionConsumers(t, "billing")
 	ctx := context.Background()
+	_, err := l.PartitionConsumers(ctx, "billing", migratetest.Durable{})
+	require.NoError(t, err)
 	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: 16, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}}})
 	require.NoError(t, err)
 	_, err = migrate.Apply(ctx, l.js, plan, "", 0)

@@ -82,11 +82,11 @@ type Cleanup struct {
 	// engine's have two).
 	LeaseKeys []string `json:"lease_keys,omitempty"`
 	// Durables are the unordered subscriptions' durable consumers on the
-	// events stream (those the old engine made: unordered.Description).
+	// events stream (those the old engine made: DurableDescription).
 	Durables []string `json:"durables,omitempty"`
 	// Copy is the partitioned copy, deleted last with its consumers
 	// ("" when it is gone already); PartitionConsumers are its partition
-	// consumers (wire.PartitionDurable), deleted one by one first.
+	// consumers (PartitionDurable), deleted one by one first.
 	// CopyKept names the copy's other consumers, when it has some: then
 	// the copy stays.
 	Copy               string   `json:"copy,omitempty"`
@@ -244,7 +244,7 @@ func (cl *cleaning) running(beats, moved []string) {
 	}
 	live = append(live, moved...)
 	if len(live) > 0 {
-		cl.c.refuse(ErrOldEngineRuns, "%s: stop every replica of the old version (consumer run --engine durables), then clean up", strings.Join(live, ", "))
+		cl.c.refuse(ErrOldEngineRuns, "%s: stop every replica of the old version, then clean up", strings.Join(live, ", "))
 	}
 	if len(beats) > 0 {
 		cl.c.refuse(ErrOldEngineRuns, "old heartbeats in %q: %s: stop every replica of the old version; one that crashed leaves its heartbeat until the lease TTL, so run this again after it", wire.DefaultLeaseBucket, strings.Join(beats, ", "))
@@ -267,9 +267,9 @@ func DeleteOldLayout(ctx context.Context, js jetstream.JetStream, c *Cleanup) er
 			return fmt.Errorf("migrate: delete the park bucket %q: %w", c.ParkBucket, err)
 		}
 	case len(c.ParkKeys) > 0:
-		kv, err := js.KeyValue(ctx, wire.DefaultParkBucket)
+		kv, err := js.KeyValue(ctx, ParkBucket)
 		if err != nil {
-			return fmt.Errorf("migrate: park bucket %q: %w", wire.DefaultParkBucket, err)
+			return fmt.Errorf("migrate: park bucket %q: %w", ParkBucket, err)
 		}
 		for _, k := range c.ParkKeys {
 			if err := kv.Purge(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -293,7 +293,7 @@ func DeleteOldLayout(ctx context.Context, js jetstream.JetStream, c *Cleanup) er
 			return fmt.Errorf("migrate: delete the durable consumer %q of %q: %w", d, c.Events, err)
 		}
 	}
-	copyName := wire.OrderedStream(c.Events)
+	copyName := CopyStream(c.Events)
 	for _, d := range c.PartitionConsumers {
 		if err := js.DeleteConsumer(ctx, copyName, d); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("migrate: delete the partition consumer %q of %q: %w", d, copyName, err)

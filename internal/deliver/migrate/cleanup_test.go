@@ -30,13 +30,14 @@ func cleanupLayout(t *testing.T) (*oldLayout, migrate.Config) {
 	l := newOldLayout(t)
 	billingAndAudit(t, l)
 	ctx := context.Background()
-	leases, err := l.js.CreateKeyValue(ctx, owner.LeaseBucketConfig(wire.DefaultLeaseBucket, leaseTTL, 1))
+	require.NoError(t, l.Leases(ctx, leaseTTL, "billing", "old-1"))
+	leases, err := l.js.KeyValue(ctx, wire.DefaultLeaseBucket)
 	require.NoError(t, err)
-	for _, k := range []string{wire.LeaseKey("billing", 0), wire.MemberKey("billing", "old-1"), owner.LeaseKey(0), owner.MemberKey("new-1")} {
+	for _, k := range []string{owner.LeaseKey(0), owner.MemberKey("new-1")} {
 		_, err := leases.PutString(ctx, k, "x")
 		require.NoError(t, err)
 	}
-	_, err = l.park.PutString(ctx, wire.DeliveredKey("gone", 0), "{}")
+	_, err = l.Park.PutString(ctx, migrate.DeliveredKey("gone", 0), "{}")
 	require.NoError(t, err)
 	_, err = l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{Durable: "someone-else", AckPolicy: jetstream.AckExplicitPolicy})
 	require.NoError(t, err)
@@ -118,36 +119,39 @@ func TestCleanupAfterApplyDeletesExactlyTheOldLayout(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Err())
 	var parts []string
+	oldLeaseKeys := []string{migrate.MemberKey("billing", "old-1")}
 	for p := range partitions {
-		parts = append(parts, wire.PartitionDurable("billing", p))
+		parts = append(parts, migrate.PartitionDurable("billing", p))
+		oldLeaseKeys = append(oldLeaseKeys, migrate.LeaseKey("billing", p))
 	}
 	slices.Sort(parts)
 	want := &migrate.Cleanup{
 		Events: wire.DefaultEventsStream, Positions: position.DefaultBucket, Migrated: c.Migrated,
 		ParkKeys: []string{
-			wire.ParkedKey("billing", eventsKey(l.b)),
-			wire.AsideKey("billing", 1, copyKey(l.c)),
-			wire.AttemptsKey("billing", eventID(l.a, 0)),
-			wire.AttemptsKey("billing", eventID(l.a, 1)),
-			wire.DeliveredKey("billing", 0),
+			migrate.ParkedKey("billing", eventsKey(l.b)),
+			migrate.AsideKey("billing", 1, l.copyKey(t, l.c)),
+			migrate.AttemptsKey("billing", eventID(l.a, 0)),
+			migrate.AttemptsKey("billing", eventID(l.a, 1)),
+			migrate.DeliveredKey("billing", 0),
 			wire.EpochKey,
 			wire.SkippedKey("billing", eventsKey(l.b)),
 		},
 		ParkKept:           1,
-		LeaseKeys:          []string{wire.LeaseKey("billing", 0), wire.MemberKey("billing", "old-1")},
+		LeaseKeys:          oldLeaseKeys,
 		Durables:           []string{"audit"},
-		Copy:               wire.OrderedStream(wire.DefaultEventsStream),
+		Copy:               migrate.CopyStream(wire.DefaultEventsStream),
 		PartitionConsumers: parts,
 	}
 	slices.Sort(want.ParkKeys)
+	slices.Sort(want.LeaseKeys)
 	require.NotEmpty(t, c.Migrated)
 	require.Equal(t, want, c)
 
 	require.NoError(t, migrate.DeleteOldLayout(ctx, l.js, c))
 	require.Equal(t, []string{"someone-else"}, consumersOf(t, l.js, wire.DefaultEventsStream))
-	_, err = l.js.Stream(ctx, wire.OrderedStream(wire.DefaultEventsStream))
+	_, err = l.js.Stream(ctx, migrate.CopyStream(wire.DefaultEventsStream))
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
-	require.Equal(t, []string{wire.DeliveredKey("gone", 0)}, keysOf(t, l.js, wire.DefaultParkBucket))
+	require.Equal(t, []string{migrate.DeliveredKey("gone", 0)}, keysOf(t, l.js, migrate.ParkBucket))
 	require.Equal(t, []string{owner.LeaseKey(0), owner.MemberKey("new-1")}, keysOf(t, l.js, wire.DefaultLeaseBucket))
 	require.Equal(t, positionsBefore, keysOf(t, l.js, position.DefaultBucket), "the positions bucket is the shared engine's")
 	info, err := dlq.Info(ctx)
@@ -173,13 +177,13 @@ func TestCleanupDeletesTheParkBucketLeftEmpty(t *testing.T) {
 	t.Parallel()
 	l, cfg := cleanupLayout(t)
 	ctx := context.Background()
-	require.NoError(t, l.park.Purge(ctx, wire.DeliveredKey("gone", 0)))
+	require.NoError(t, l.Park.Purge(ctx, migrate.DeliveredKey("gone", 0)))
 	applyAndRun(t, l, cfg)
 	c, err := migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
-	require.Equal(t, wire.DefaultParkBucket, c.ParkBucket)
+	require.Equal(t, migrate.ParkBucket, c.ParkBucket)
 	require.NoError(t, migrate.DeleteOldLayout(ctx, l.js, c))
-	_, err = l.js.KeyValue(ctx, wire.DefaultParkBucket)
+	_, err = l.js.KeyValue(ctx, migrate.ParkBucket)
 	require.ErrorIs(t, err, jetstream.ErrBucketNotFound)
 }
 
@@ -193,7 +197,7 @@ func TestCleanupRefusedBeforeTheMigrationAndBeforeTheSharedEngineRan(t *testing.
 	require.ErrorContains(t, c.Err(), "run `consumer migrate`")
 	require.False(t, c.Empty(), "what would be deleted is listed all the same")
 	require.ErrorIs(t, migrate.DeleteOldLayout(ctx, l.js, c), migrate.ErrNotMigrated)
-	require.Len(t, consumersOf(t, l.js, wire.OrderedStream(wire.DefaultEventsStream)), partitions, "nothing was deleted")
+	require.Len(t, consumersOf(t, l.js, migrate.CopyStream(wire.DefaultEventsStream)), partitions, "nothing was deleted")
 	require.Contains(t, consumersOf(t, l.js, wire.DefaultEventsStream), "audit")
 
 	plan, err := migrate.ReadPlan(ctx, l.js, cfg)
@@ -216,10 +220,10 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 	c, err := migrate.ReadCleanup(ctx, l.js, quick(nil))
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Err(), migrate.ErrOldEngineRuns)
-	require.ErrorContains(t, c.Err(), wire.MemberKey("billing", "old-1"))
+	require.ErrorContains(t, c.Err(), migrate.MemberKey("billing", "old-1"))
 
 	// An old replica pulling from a partition consumer.
-	cons, err := l.js.Consumer(ctx, wire.OrderedStream(wire.DefaultEventsStream), wire.PartitionDurable("billing", 3))
+	cons, err := l.js.Consumer(ctx, migrate.CopyStream(wire.DefaultEventsStream), migrate.PartitionDurable("billing", 3))
 	require.NoError(t, err)
 	cc, err := cons.Consume(func(jetstream.Msg) {}, jetstream.PullExpiry(time.Minute))
 	require.NoError(t, err)
@@ -230,7 +234,7 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 	c, err = migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Err(), migrate.ErrOldEngineRuns)
-	require.ErrorContains(t, c.Err(), wire.PartitionDurable("billing", 3)+" on "+wire.OrderedStream(wire.DefaultEventsStream))
+	require.ErrorContains(t, c.Err(), migrate.PartitionDurable("billing", 3)+" on "+migrate.CopyStream(wire.DefaultEventsStream))
 	require.ErrorIs(t, migrate.DeleteOldLayout(ctx, l.js, c), migrate.ErrOldEngineRuns)
 
 	// Stopped, it pulls no more: the server drops its requests.
@@ -283,10 +287,8 @@ func TestCleanupRefusedWhileAPartitionIsPinned(t *testing.T) {
 	l, cfg := cleanupLayout(t)
 	ctx := context.Background()
 	applyAndRun(t, l, cfg)
-	filter, err := wire.OrderedFilter(wire.DefaultEventsPrefix, 0, wire.All(wire.DefaultEventsPrefix))
-	require.NoError(t, err)
-	cons, err := l.js.CreateConsumer(ctx, wire.OrderedStream(wire.DefaultEventsStream), jetstream.ConsumerConfig{
-		Durable: wire.PartitionDurable("billing-next", 0), FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
+	cons, err := l.js.CreateConsumer(ctx, migrate.CopyStream(wire.DefaultEventsStream), jetstream.ConsumerConfig{
+		Durable: migrate.PartitionDurable("billing-next", 0), FilterSubject: migrate.PartitionFilter(wire.DefaultEventsPrefix, 0), AckPolicy: jetstream.AckExplicitPolicy,
 		PriorityPolicy: jetstream.PriorityPolicyPinned, PriorityGroups: []string{"owner"}, PinnedTTL: time.Minute,
 	})
 	require.NoError(t, err)
@@ -301,7 +303,7 @@ func TestCleanupRefusedWhileAPartitionIsPinned(t *testing.T) {
 	c, err := migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Err(), migrate.ErrOldEngineRuns)
-	require.ErrorContains(t, c.Err(), wire.PartitionDurable("billing-next", 0)+" on "+wire.OrderedStream(wire.DefaultEventsStream)+" (pinned to client ")
+	require.ErrorContains(t, c.Err(), migrate.PartitionDurable("billing-next", 0)+" on "+migrate.CopyStream(wire.DefaultEventsStream)+" (pinned to client ")
 }
 
 // A deployment that never ran the old engine has nothing to clean up,

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
-	"github.com/jsbridge/jsbridge/internal/deliver/unordered"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -41,7 +40,7 @@ func (cl *cleaning) migrated(ctx context.Context) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if !slices.ContainsFunc(stored, func(s position.Stored) bool { return s.Revision > 0 && s.Record.Owner != Owner }) {
-		cl.c.refuse(ErrNotStarted, "every partition record of %q is still the migration's: start the new version (consumer run --engine shared) and clean up once it runs; until then the old layout is what going back to the old version needs", cl.cfg.Positions)
+		cl.c.refuse(ErrNotStarted, "every partition record of %q is still the migration's: start the new version (consumer run) and clean up once it runs; until then the old layout is what going back to the old version needs", cl.cfg.Positions)
 	}
 	return nil
 }
@@ -49,12 +48,12 @@ func (cl *cleaning) migrated(ctx context.Context) error {
 // parkKeys lists the park bucket's keys of the old subscriptions and its
 // epoch counter, and whether the bucket is left empty after them.
 func (cl *cleaning) parkKeys(ctx context.Context) error {
-	kv, err := cl.js.KeyValue(ctx, wire.DefaultParkBucket)
+	kv, err := cl.js.KeyValue(ctx, ParkBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("migrate: park bucket %q: %w", wire.DefaultParkBucket, err)
+		return fmt.Errorf("migrate: park bucket %q: %w", ParkBucket, err)
 	}
 	all, err := listKeys(ctx, kv)
 	if err != nil {
@@ -66,20 +65,20 @@ func (cl *cleaning) parkKeys(ctx context.Context) error {
 		}
 	}
 	if cl.c.ParkKept = len(all) - len(cl.c.ParkKeys); cl.c.ParkKept == 0 {
-		cl.c.ParkBucket = wire.DefaultParkBucket
+		cl.c.ParkBucket = ParkBucket
 	}
 	return nil
 }
 
 // oldParkKey reports whether k is one of the park bucket's keys of
-// subscription sub: its park entries (wire.ParkedKey, two tokens), and
+// subscription sub: its park entries (ParkedKey, two tokens), and
 // its skipped versions, failed-attempt counts, delivered records and
 // aside records (a prefix, the subscription, then one or two tokens).
 func oldParkKey(k, sub string) bool {
 	if rest, ok := strings.CutPrefix(k, sub+"."); ok && !strings.Contains(rest, ".") {
 		return true
 	}
-	for _, prefix := range []string{wire.SkippedKeyPrefix, wire.AttemptsKeyPrefix, wire.DeliveredKeyPrefix, wire.AsideKeyPrefix} {
+	for _, prefix := range []string{wire.SkippedKeyPrefix, attemptsToken + ".", deliveredKeyPrefix, asideKeyPrefix} {
 		if rest, ok := strings.CutPrefix(k, prefix+sub+"."); ok && rest != "" {
 			return true
 		}
@@ -108,17 +107,13 @@ func (cl *cleaning) leaseKeys(ctx context.Context) ([]string, error) {
 	var beats []string
 	now := cl.cfg.Clock.Now()
 	for _, k := range all {
-		if strings.Count(k, ".") != 2 {
-			continue // the shared engine's, or no one's
-		}
-		if _, _, ok := wire.ParseLeaseKey(k); ok {
+		old, heartbeat := oldLeaseKey(k) // not the shared engine's (two tokens)
+		if old {
 			cl.c.LeaseKeys = append(cl.c.LeaseKeys, k)
+		}
+		if !heartbeat {
 			continue
 		}
-		if _, _, ok := wire.ParseMemberKey(k); !ok {
-			continue
-		}
-		cl.c.LeaseKeys = append(cl.c.LeaseKeys, k)
 		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
@@ -143,7 +138,7 @@ func (cl *cleaning) durables(ctx context.Context) error {
 	}
 	l := s.ListConsumers(ctx)
 	for ci := range l.Info() {
-		if ci.Config.Durable != "" && strings.HasPrefix(ci.Config.Description, unordered.Description) {
+		if ci.Config.Durable != "" && strings.HasPrefix(ci.Config.Description, DurableDescription) {
 			cl.c.Durables = append(cl.c.Durables, ci.Name)
 			cl.consumers = append(cl.consumers, ci)
 		}
@@ -158,7 +153,7 @@ func (cl *cleaning) durables(ctx context.Context) error {
 // copy lists the partitioned copy's partition consumers, and its other
 // consumers (which keep it).
 func (cl *cleaning) copy(ctx context.Context) error {
-	name := wire.OrderedStream(cl.cfg.Events)
+	name := CopyStream(cl.cfg.Events)
 	s, err := cl.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil
@@ -168,7 +163,7 @@ func (cl *cleaning) copy(ctx context.Context) error {
 	}
 	l := s.ListConsumers(ctx)
 	for ci := range l.Info() {
-		if _, _, ok := wire.ParsePartitionDurable(ci.Name); ok {
+		if _, _, ok := parsePartitionDurable(ci.Name); ok {
 			cl.c.PartitionConsumers = append(cl.c.PartitionConsumers, ci.Name)
 			cl.consumers = append(cl.consumers, ci)
 		} else {

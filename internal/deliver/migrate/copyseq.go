@@ -13,14 +13,13 @@ import (
 // copySeqs translates sequences of the partitioned copy into the events
 // stream's. The copy sources the events stream in order, and each of its
 // messages names the sequence it came from in its Nats-Stream-Source
-// header (wire.SourceSequence), as the old engine's orderedstart.go reads
-// it; what it reads is kept for the next question.
+// header (wire.SourceSequence), as the old engine read it; what it reads is kept for the next question.
 type copySeqs struct {
 	s           jetstream.Stream
 	name        string
 	first, last uint64 // the copy's first and last sequences when read
 	// sourced is the events stream sequence the copy's last message came
-	// from (inspect.ReadCopyLag's Sourced): every message of the copy came
+	// from (copySourced): every message of the copy came
 	// from it or before.
 	sourced uint64
 	msgs    map[uint64]*jetstream.RawStreamMsg // by copy sequence; nil: none there

@@ -9,16 +9,15 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/internal/deliver/unordered"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
 // Discover lists the subscriptions the old layout on js holds for the
 // events stream events (default wire.DefaultEventsStream), by name: an
 // ordered one for each name with partition consumers on the partitioned
-// copy (wire.PartitionDurable), an unordered one for each durable of the
+// copy (PartitionDurable), an unordered one for each durable of the
 // events stream the old engine made (its description starts with
-// unordered.Description) and no partition consumers. A subscription
+// DurableDescription) and no partition consumers. A subscription
 // switched to ordered delivery is ordered: its old unordered durable
 // only gave its partition consumers their start. Consumers of anyone
 // else are passed over. Errors: the events stream missing, and the
@@ -28,7 +27,7 @@ func Discover(ctx context.Context, js jetstream.JetStream, events string) ([]Sub
 		events = wire.DefaultEventsStream
 	}
 	ordered := map[string]bool{}
-	copyName := wire.OrderedStream(events)
+	copyName := CopyStream(events)
 	switch s, err := js.Stream(ctx, copyName); {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 	case err != nil:
@@ -39,7 +38,7 @@ func Discover(ctx context.Context, js jetstream.JetStream, events string) ([]Sub
 			return nil, err
 		}
 		for _, n := range names {
-			if sub, _, ok := wire.ParsePartitionDurable(n); ok {
+			if sub, _, ok := parsePartitionDurable(n); ok {
 				ordered[sub] = true
 			}
 		}
@@ -54,7 +53,7 @@ func Discover(ctx context.Context, js jetstream.JetStream, events string) ([]Sub
 	}
 	lister := s.ListConsumers(ctx)
 	for ci := range lister.Info() {
-		if ci.Config.Durable != "" && strings.HasPrefix(ci.Config.Description, unordered.Description) && !ordered[ci.Name] {
+		if ci.Config.Durable != "" && strings.HasPrefix(ci.Config.Description, DurableDescription) && !ordered[ci.Name] {
 			out = append(out, Subscription{Name: ci.Name})
 		}
 	}

@@ -2,9 +2,8 @@ package migrate_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -14,15 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
-	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/migratetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
 // The old layout, built through the JetStream API alone as the old engine
-// leaves it (its exported encoders where it has them: wire's records,
-// deadletter's park entries, skipped versions and dead letters,
-// ordercopy's copy).
+// left it (migratetest).
 
 // partitions is the old layout's partition count in these tests.
 const partitions = 4
@@ -30,10 +26,8 @@ const partitions = 4
 // oldLayout is an embedded server holding the old layout, and what the
 // tests know of it.
 type oldLayout struct {
-	js     jetstream.JetStream
-	events jetstream.Stream
-	copy   jetstream.Stream
-	park   jetstream.KeyValue
+	*migratetest.Layout
+	js jetstream.JetStream
 	// streams by partition: two of partition 0 (a, b), one of 1 (c).
 	a, b, c string
 	// seq is each published event's events stream sequence, by stream
@@ -60,19 +54,10 @@ func startServer(t *testing.T) jetstream.JetStream {
 func streamIn(p int, taken ...string) string {
 	for n := 0; ; n++ {
 		s := "order-" + strconv.Itoa(n)
-		if wire.StreamPartition(s, partitions) == p && !contains(taken, s) {
+		if wire.StreamPartition(s, partitions) == p && !slices.Contains(taken, s) {
 			return s
 		}
 	}
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // newOldLayout makes the events stream with five events purged before the
@@ -86,29 +71,21 @@ func newOldLayout(t *testing.T) *oldLayout {
 	l.a = streamIn(0)
 	l.b = streamIn(0, l.a)
 	l.c = streamIn(1)
-	var err error
-	l.events, err = l.js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+	events, err := l.js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
 	require.NoError(t, err)
 	for i := range 5 {
 		l.publish(t, fmt.Sprintf("old-%d", i), 0)
 	}
-	require.NoError(t, l.events.Purge(ctx))
-	_, err = ordercopy.Provision(ctx, l.js, l.events, partitions, 1, slog.New(slog.DiscardHandler))
+	require.NoError(t, events.Purge(ctx))
+	l.Layout, err = migratetest.New(ctx, l.js, migratetest.Config{Partitions: partitions, Epoch: 118})
 	require.NoError(t, err)
 	l.seq = map[string][]uint64{}
 	for _, s := range []string{l.a, l.b, l.c, l.a, l.b, l.a, l.b, l.c, l.a} {
 		l.publish(t, s, len(l.seq[s]))
 	}
-	l.copy, err = l.js.Stream(ctx, wire.OrderedStream(wire.DefaultEventsStream))
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := l.copy.Info(ctx)
-		return err == nil && info.State.LastSeq == 9
-	}, 10*time.Second, 10*time.Millisecond, "the copy sources the nine events")
-	l.park, err = l.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
-	require.NoError(t, err)
-	_, err = l.park.Put(ctx, wire.EpochKey, []byte("118"))
-	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, l.WaitCopied(wctx), "the copy sources the nine events")
 	return l
 }
 
@@ -128,79 +105,38 @@ func eventID(stream string, v int) string { return stream + "/" + strconv.Itoa(v
 // copySeq is the copy sequence of version v of stream.
 func (l *oldLayout) copySeq(stream string, v int) uint64 { return l.seq[stream][v] - 5 }
 
-// eventsKey and copyKey are a stream's keys on the events stream and on
-// the copy (wire.StreamKey of its subjects).
+// eventsKey is a stream's key on the events stream (wire.StreamKey of
+// its subjects).
 func eventsKey(stream string) string {
 	return wire.StreamKey(wire.Subject(wire.DefaultEventsPrefix, stream, "Happened"))
 }
 
-func copyKey(stream string) string {
-	return wire.OrderedPrefix(wire.DefaultEventsPrefix) + "." + strconv.Itoa(wire.StreamPartition(stream, partitions)) + "." +
-		wire.EscapeToken(wire.Category(stream)) + "." + wire.EscapeToken(stream)
-}
-
-// partitionConsumers makes sub's partition consumers on the copy, as the
-// old engine's consumerConfig does (filter, explicit acks), and returns
-// them by partition.
-func (l *oldLayout) partitionConsumers(t *testing.T, sub string) []jetstream.Consumer {
+// copyKey is a stream's key on the copy, read from its first event there.
+func (l *oldLayout) copyKey(t *testing.T, stream string) string {
 	t.Helper()
-	out := make([]jetstream.Consumer, partitions)
-	for p := range partitions {
-		filter, err := wire.OrderedFilter(wire.DefaultEventsPrefix, p, wire.All(wire.DefaultEventsPrefix))
-		require.NoError(t, err)
-		out[p], err = l.js.CreateConsumer(context.Background(), wire.OrderedStream(wire.DefaultEventsStream), jetstream.ConsumerConfig{
-			Durable: wire.PartitionDurable(sub, p), FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Hour, MaxDeliver: -1,
-		})
-		require.NoError(t, err)
-	}
-	return out
-}
-
-// take fetches n messages from c and acks those whose stream sequence is
-// in ack (double acks: the floor is read right after), returning them.
-func take(t *testing.T, c jetstream.Consumer, n int, ack ...uint64) []jetstream.Msg {
-	t.Helper()
-	batch, err := c.FetchNoWait(n)
+	m, err := l.Copy.GetMsg(context.Background(), l.copySeq(stream, 0))
 	require.NoError(t, err)
-	var msgs []jetstream.Msg
-	for m := range batch.Messages() {
-		msgs = append(msgs, m)
-		md, err := m.Metadata()
-		require.NoError(t, err)
-		for _, s := range ack {
-			if s == md.Sequence.Stream {
-				require.NoError(t, m.DoubleAck(context.Background()))
-			}
+	return wire.StreamKey(m.Subject)
+}
+
+// outcomes is a migratetest outcome function: each event id's outcome
+// as listed, def for the others.
+func outcomes(def migratetest.Outcome, byID map[string]migratetest.Outcome) func(migratetest.Event) migratetest.Outcome {
+	return func(ev migratetest.Event) migratetest.Outcome {
+		if o, ok := byID[ev.ID]; ok {
+			return o
 		}
+		return def
 	}
-	require.NoError(t, batch.Error())
-	require.Len(t, msgs, n)
-	return msgs
 }
 
-// putJSON stores v as JSON under key in the park bucket.
-func (l *oldLayout) putJSON(t *testing.T, key string, v any) {
-	t.Helper()
-	b, err := json.Marshal(v)
-	require.NoError(t, err)
-	_, err = l.park.Put(context.Background(), key, b)
-	require.NoError(t, err)
-}
-
-// deadLetter stores the dead letter of version v of stream for sub, as
-// the old engine's head of line does (the message as on the events
-// stream: its subject and sequence).
-func (l *oldLayout) deadLetter(t *testing.T, sub, stream string, v int, previous string) {
-	t.Helper()
-	ctx := context.Background()
-	q := deadletter.New(l.js, deadletter.Config{})
-	require.NoError(t, q.Provision(ctx))
-	oc, err := l.js.OrderedConsumer(ctx, wire.DefaultEventsStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{wire.StreamFilter(wire.DefaultEventsPrefix, stream)},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: l.seq[stream][v],
-	})
-	require.NoError(t, err)
-	m, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second))
-	require.NoError(t, err)
-	require.NoError(t, q.DeadLetter(ctx, deadletter.Letter{Subscription: sub, EventID: eventID(stream, v), Msg: m, Reason: "HTTP 422", Previous: previous}))
+// bySeq is a migratetest outcome function for an unordered durable: the
+// events at the sequences in accepted Accepted, the others def.
+func bySeq(def migratetest.Outcome, accepted ...uint64) func(migratetest.Event) migratetest.Outcome {
+	return func(ev migratetest.Event) migratetest.Outcome {
+		if slices.Contains(accepted, ev.Seq) {
+			return migratetest.Accepted
+		}
+		return def
+	}
 }

@@ -7,7 +7,9 @@
 // records, park entries, skipped versions and lease epoch counter, become
 // one record per partition (pos.p<N>), a cursor per unordered
 // subscription and partition (cur.<subscription>.p<N>), and the keys
-// copied as they are.
+// copied as they are. The old layout's names, keys and records are
+// spelled in legacy.go (the old engine's code is gone); migratetest
+// builds the old layout from them for tests.
 //
 // ReadPlan reads the old layout through the JetStream API alone, with
 // every old consumer replica stopped, and computes what the positions
@@ -27,8 +29,7 @@
 //     counts them (SubscriptionPlan.Resent) before anything is written;
 //   - a partition consumer's ack floor, a copy sequence: the subscription's
 //     member entry in pos.p<N>, the events stream's sequence of the copy's
-//     message at the floor (its Nats-Stream-Source origin, as the old
-//     engine's orderedstart.go reads it);
+//     message at the floor (its Nats-Stream-Source origin);
 //   - a delivered record's per-stream entries (copy sequences): the
 //     subscription's own entries (Record.Ahead), translated, each with the
 //     version the version chain names after it;

@@ -48,7 +48,7 @@ func (r *reading) ordered(ctx context.Context, name string) (SubscriptionPlan, [
 	}
 	var parts []*partitionState
 	for p := range r.cfg.Partitions {
-		durable := wire.PartitionDurable(name, p)
+		durable := PartitionDurable(name, p)
 		c, err := r.js.Consumer(ctx, r.copy.name, durable)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			r.plan.refuse(name, p, "partition consumer %q is missing on %q: its floor is unknown (start the old version once to create it, or stop it again and check)", durable, r.copy.name)
@@ -119,7 +119,7 @@ func (r *reading) delivered(ctx context.Context, sp *SubscriptionPlan, ps *parti
 	if r.park == nil {
 		return false, nil
 	}
-	key := wire.DeliveredKey(ps.sub, ps.p)
+	key := DeliveredKey(ps.sub, ps.p)
 	e, err := r.park.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
@@ -127,7 +127,7 @@ func (r *reading) delivered(ctx context.Context, sp *SubscriptionPlan, ps *parti
 	if err != nil {
 		return false, fmt.Errorf("migrate: read %q of the park bucket: %w", key, err)
 	}
-	var rec wire.DeliveredRecord
+	var rec DeliveredRecord
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		sp.Notes = append(sp.Notes, fmt.Sprintf("partition %d: the delivered record %q cannot be read (%v): what it settled above the floor is sent again", ps.p, key, err))
 		return true, nil
@@ -153,7 +153,7 @@ func (r *reading) delivered(ctx context.Context, sp *SubscriptionPlan, ps *parti
 		if err != nil {
 			return false, err
 		}
-		stream := wire.StreamKey(wire.EventsSubject(r.prefix, m.Subject))
+		stream := wire.StreamKey(EventsSubject(r.prefix, m.Subject))
 		version, err := r.chainVersion(ctx, ps.sub, stream, m)
 		if err != nil {
 			return false, err
@@ -189,13 +189,13 @@ func (r *reading) chainVersion(ctx context.Context, sub, stream string, m *jetst
 // in its lane); a stream set aside because it is parked stays parked
 // (parked refines it with its head).
 func (r *reading) asides(ctx context.Context, sp *SubscriptionPlan, ps *partitionState) error {
-	entries, err := r.parkEntries(ctx, wire.AsideFilterPartition(ps.sub, ps.p))
+	entries, err := r.parkEntries(ctx, asideKeyPrefix+ps.sub+"."+strconv.Itoa(ps.p)+".*")
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
 		k := e.Key()
-		var rec wire.AsideRecord
+		var rec AsideRecord
 		if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.Subject == "" {
 			r.plan.refuse(ps.sub, ps.p, "the aside record %q cannot be read (%v): its stream's events from some point on were acked out and would be lost", k, err)
 			continue
@@ -208,7 +208,7 @@ func (r *reading) asides(ctx context.Context, sp *SubscriptionPlan, ps *partitio
 		if err != nil {
 			return err
 		}
-		a := position.Aside{Sub: ps.sub, Stream: wire.StreamKey(wire.EventsSubject(r.prefix, rec.Subject)), From: from, State: StateStuck}
+		a := position.Aside{Sub: ps.sub, Stream: wire.StreamKey(EventsSubject(r.prefix, rec.Subject)), From: from, State: StateStuck}
 		if rec.Parked {
 			a.State = StateParked
 		}
@@ -223,9 +223,9 @@ func (r *reading) asides(ctx context.Context, sp *SubscriptionPlan, ps *partitio
 // aside as parked whose park entry is gone (replayed or skipped, its
 // re-read not done) is re-read as a stuck one.
 func (r *reading) parked(ctx context.Context, sp *SubscriptionPlan, parts []*partitionState) error {
-	entries, err := deadletter.ListParked(ctx, r.js, sp.Name)
+	entries, err := listParked(ctx, r.park, sp.Name)
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return err
 	}
 	byPartition := map[int]*partitionState{}
 	for _, ps := range parts {
@@ -345,13 +345,13 @@ func (r *reading) records(parts []*partitionState) {
 }
 
 // attempts carries the subscription's failed-attempt counts
-// (wire.AttemptsKey: a failing head's failed POSTs, across owners) into
+// (AttemptsKey: a failing head's failed POSTs, across owners) into
 // retries entries: each names its event by id, which is looked for among
 // the events its partition consumer delivered above the floor (the head
 // was pending there). A count whose event is not found there is not
 // carried: that event starts its attempts again.
 func (r *reading) attempts(ctx context.Context, sp *SubscriptionPlan, parts []*partitionState) error {
-	entries, err := r.parkEntries(ctx, wire.AttemptsKeyPrefix+sp.Name+".*")
+	entries, err := r.parkEntries(ctx, attemptsToken+"."+sp.Name+".*")
 	if err != nil || len(entries) == 0 {
 		return err
 	}

@@ -10,13 +10,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
-	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
-	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -42,7 +39,7 @@ type reading struct {
 // nothing of the layout. Two reads go through an ephemeral consumer of
 // their own, made and left to expire or deleted: the dead letters of a
 // subscription with parked streams (deadletter.DLQ.List), and the lag of
-// a copy emptied of every message (inspect.ReadCopyLag); with
+// a copy emptied of every message (copySourced); with
 // Config.ReadPending it pulls from the unordered durables. Run it with
 // every old consumer replica stopped: a running one moves the floors it
 // reads. Where the layout disagrees, the plan holds a Refusal (Plan.Err).
@@ -57,15 +54,15 @@ func ReadPlan(ctx context.Context, js jetstream.JetStream, cfg Config) (*Plan, e
 		return nil, fmt.Errorf("migrate: events stream %q: %w", cfg.Events, err)
 	}
 	info := events.CachedInfo()
-	r := &reading{js: js, cfg: cfg, prefix: ordercopy.EventsPrefix(info.Config), eventsLast: info.State.LastSeq,
+	r := &reading{js: js, cfg: cfg, prefix: EventsPrefix(info.Config), eventsLast: info.State.LastSeq,
 		plan: &Plan{Events: cfg.Events, EventsCreated: info.Created, AllowDirect: info.Config.AllowDirect, Partitions: cfg.Partitions},
 		dlq:  deadletter.New(js, deadletter.Config{Stream: cfg.DLQ, SubjectPrefix: cfg.DLQPrefix}),
 	}
-	switch r.park, err = js.KeyValue(ctx, wire.DefaultParkBucket); {
+	switch r.park, err = js.KeyValue(ctx, ParkBucket); {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		r.park = nil
 	case err != nil:
-		return nil, fmt.Errorf("migrate: park bucket %q: %w", wire.DefaultParkBucket, err)
+		return nil, fmt.Errorf("migrate: park bucket %q: %w", ParkBucket, err)
 	}
 	if slices.ContainsFunc(cfg.Subscriptions, func(s Subscription) bool { return s.Ordered }) {
 		if err := r.openCopy(ctx); err != nil {
@@ -99,7 +96,7 @@ func ReadPlan(ctx context.Context, js jetstream.JetStream, cfg Config) (*Plan, e
 // openCopy finds the partitioned copy and checks its transform against
 // Config.Partitions; a copy missing or partitioned otherwise is refused.
 func (r *reading) openCopy(ctx context.Context) error {
-	name := wire.OrderedStream(r.cfg.Events)
+	name := CopyStream(r.cfg.Events)
 	r.plan.Copy = name
 	s, err := r.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -109,32 +106,32 @@ func (r *reading) openCopy(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migrate: partitioned copy %q: %w", name, err)
 	}
-	src, dest := wire.OrderedTransform(r.prefix, r.cfg.Partitions)
+	want := CopySource(r.cfg.Events, r.prefix, r.cfg.Partitions).SubjectTransforms[0]
 	var have []string
 	for _, s := range s.CachedInfo().Config.Sources {
 		for _, tr := range s.SubjectTransforms {
 			have = append(have, tr.Source+" → "+tr.Destination)
 		}
 	}
-	if len(have) != 1 || have[0] != src+" → "+dest {
+	if len(have) != 1 || have[0] != want.Source+" → "+want.Destination {
 		r.plan.refuse("", -1, "the partitioned copy %q transforms %q, not %q: it was partitioned for another count than --partitions %d; run the new engine with the copy's count (changing it is a later, offline step)",
-			name, strings.Join(have, ", "), src+" → "+dest, r.cfg.Partitions)
+			name, strings.Join(have, ", "), want.Source+" → "+want.Destination, r.cfg.Partitions)
 		return nil
 	}
-	lag, err := inspect.ReadCopyLag(ctx, r.js, r.cfg.Events, time.Now())
-	if errors.Is(err, inspect.ErrNotACopy) {
+	sourced, err := copySourced(ctx, r.js, s, r.cfg.Events)
+	if errors.Is(err, errNotACopy) {
 		r.plan.refuse("", -1, "%q does not source the events stream %q alone: %v", name, r.cfg.Events, err)
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return err
 	}
-	r.plan.Sourced = lag.Sourced
-	if lag.Sourced > r.eventsLast {
-		r.plan.refuse("", -1, "the partitioned copy %q sourced the events stream up to %d, past its last sequence %d: the events stream was made again, and the copy's sequences name events of the old one", name, lag.Sourced, r.eventsLast)
+	r.plan.Sourced = sourced
+	if sourced > r.eventsLast {
+		r.plan.refuse("", -1, "the partitioned copy %q sourced the events stream up to %d, past its last sequence %d: the events stream was made again, and the copy's sequences name events of the old one", name, sourced, r.eventsLast)
 		return nil
 	}
-	r.copy = newCopySeqs(s, lag.Sourced)
+	r.copy = newCopySeqs(s, sourced)
 	r.copyAt = s.CachedInfo().Created.UnixNano()
 	return nil
 }

@@ -3,16 +3,16 @@ package migrate_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/migratetest"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
-	"github.com/jsbridge/jsbridge/internal/deliver/unordered"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -31,40 +31,20 @@ import (
 func billingAndAudit(t *testing.T, l *oldLayout) {
 	t.Helper()
 	ctx := context.Background()
-	cons := l.partitionConsumers(t, "billing")
-	take(t, cons[0], 7, l.copySeq(l.a, 0), l.copySeq(l.b, 0), l.copySeq(l.b, 1))
-	take(t, cons[1], 2, l.copySeq(l.c, 1))
-
-	copyInfo, err := l.copy.Info(ctx)
+	sent, err := l.DeliverOrdered(ctx, "billing", migratetest.Durable{AckWait: time.Hour}, outcomes(migratetest.Accepted, map[string]migratetest.Outcome{
+		eventID(l.a, 1): migratetest.Failing, eventID(l.b, 1): migratetest.Refused, eventID(l.c, 0): migratetest.SetAside,
+	}))
 	require.NoError(t, err)
-	l.putJSON(t, wire.DeliveredKey("billing", 0), wire.DeliveredRecord{
-		Owner: "replica-a", Copy: copyInfo.Created.UnixNano(), Claim: "t0",
-		Streams: map[string]uint64{copyKey(l.a): l.copySeq(l.a, 0), copyKey(l.b): l.copySeq(l.b, 1)},
-	})
-	l.deadLetter(t, "billing", l.b, 1, "0")
-	require.NoError(t, deadletter.RecordSkipped(ctx, l.park, "billing", eventsKey(l.b), 1, 0))
-	l.putJSON(t, wire.ParkedKey("billing", eventsKey(l.b)), deadletter.ParkedStream{
-		Subscription: "billing", Stream: l.b, Subject: wire.Subject(wire.DefaultEventsPrefix, l.b, "Happened"),
-		HeadEventID: eventID(l.b, 1), HeadVersion: "1", Partition: 0, Held: 1, Reason: "HTTP 422",
-	})
-	l.putJSON(t, wire.AsideKey("billing", 1, copyKey(l.c)), wire.AsideRecord{
-		Subscription: "billing", Partition: 1, Subject: copyKey(l.c) + ".Happened",
-		Start: l.copySeq(l.c, 1), Head: l.copySeq(l.c, 0), From: l.copySeq(l.c, 1), HeadEventID: eventID(l.c, 0), HeadVersion: "0", Answer: "HTTP 503",
-	})
+	require.Len(t, sent, 2, "a0 b0")
 
 	// a1, the head of a in its lane, failed three times; an event that
 	// settled since left a count behind.
-	_, err = l.park.Put(ctx, wire.AttemptsKey("billing", eventID(l.a, 1)), []byte("3"))
-	require.NoError(t, err)
-	_, err = l.park.Put(ctx, wire.AttemptsKey("billing", eventID(l.a, 0)), []byte("1"))
-	require.NoError(t, err)
+	require.NoError(t, l.PutAttempts(ctx, "billing", eventID(l.a, 1), 3))
+	require.NoError(t, l.PutAttempts(ctx, "billing", eventID(l.a, 0), 1))
 
-	audit, err := l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{
-		Durable: "audit", Description: unordered.Description + "http://127.0.0.1:1/audit",
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 3600e9, MaxDeliver: -1,
-	})
+	sent, err = l.Deliver(ctx, "audit", migratetest.Durable{Endpoint: "http://127.0.0.1:1/audit", AckWait: time.Hour}, 11, bySeq(migratetest.InFlight, 6, 7, 9))
 	require.NoError(t, err)
-	take(t, audit, 6, 6, 7, 9)
+	require.Len(t, sent, 3)
 }
 
 func TestPlanTranslatesTheOldLayout(t *testing.T) {
@@ -157,7 +137,8 @@ func TestPlanRefusesALayoutThatDisagrees(t *testing.T) {
 	t.Parallel()
 	l := newOldLayout(t)
 	ctx := context.Background()
-	l.partitionConsumers(t, "billing")
+	_, err := l.PartitionConsumers(ctx, "billing", migratetest.Durable{})
+	require.NoError(t, err)
 	cfg := migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}}}
 
 	plan, err := migrate.ReadPlan(ctx, l.js, cfg)
@@ -172,7 +153,7 @@ func TestPlanRefusesALayoutThatDisagrees(t *testing.T) {
 	require.ErrorContains(t, plan.Err(), "partitioned for another count than --partitions 16")
 	require.Empty(t, plan.Records, "nothing is planned from a copy whose partitions are not the engine's")
 
-	require.NoError(t, l.js.DeleteConsumer(ctx, wire.OrderedStream(wire.DefaultEventsStream), wire.PartitionDurable("billing", 2)))
+	require.NoError(t, l.js.DeleteConsumer(ctx, migrate.CopyStream(wire.DefaultEventsStream), migrate.PartitionDurable("billing", 2)))
 	plan, err = migrate.ReadPlan(ctx, l.js, cfg)
 	require.NoError(t, err)
 	require.Equal(t, []migrate.Refusal{{Subscription: "billing", Partition: 2, Reason: plan.Refusals[0].Reason}}, plan.Refusals)
@@ -185,7 +166,7 @@ func TestPlanRefusesALayoutThatDisagrees(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, plan.Err(), "past its last sequence 0: the events stream was made again")
 
-	require.NoError(t, l.js.DeleteStream(ctx, wire.OrderedStream(wire.DefaultEventsStream)))
+	require.NoError(t, l.js.DeleteStream(ctx, migrate.CopyStream(wire.DefaultEventsStream)))
 	plan, err = migrate.ReadPlan(ctx, l.js, cfg)
 	require.NoError(t, err)
 	require.ErrorContains(t, plan.Err(), `the partitioned copy "EVENTS_ORDERED" does not exist`)
@@ -221,20 +202,17 @@ func TestPlanReadsAnUnorderedPendingSetBack(t *testing.T) {
 	t.Parallel()
 	l := newOldLayout(t)
 	ctx := context.Background()
-	durable := func(name string) jetstream.Consumer {
-		c, err := l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{
-			Durable: name, Description: unordered.Description + "http://127.0.0.1:1/" + name,
-			AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: -1,
-		})
-		require.NoError(t, err)
-		return c
-	}
-	take(t, durable("quick"), 6, 6, 7, 9) // 8, 10, 11 pending
-	for _, m := range take(t, durable("delayed"), 6, 6, 7, 9) {
-		if md, _ := m.Metadata(); md.Sequence.Stream == 11 {
-			require.NoError(t, m.NakWithDelay(time.Hour))
+	durable := migratetest.Durable{AckWait: time.Second}
+	_, err := l.Deliver(ctx, "quick", durable, 11, bySeq(migratetest.InFlight, 6, 7, 9)) // 8, 10, 11 pending
+	require.NoError(t, err)
+	durable.NakDelay = time.Hour
+	_, err = l.Deliver(ctx, "delayed", durable, 11, func(ev migratetest.Event) migratetest.Outcome {
+		if ev.Seq == 11 {
+			return migratetest.Failing
 		}
-	}
+		return bySeq(migratetest.InFlight, 6, 7, 9)(ev)
+	})
+	require.NoError(t, err)
 
 	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, ReadPending: true,
 		Subscriptions: []migrate.Subscription{{Name: "quick"}, {Name: "delayed"}}})
@@ -264,10 +242,14 @@ func TestPlanCountsWhatAStaleDeliveredRecordLeavesToResend(t *testing.T) {
 	t.Parallel()
 	l := newOldLayout(t)
 	ctx := context.Background()
-	cons := l.partitionConsumers(t, "billing")
-	take(t, cons[0], 7, l.copySeq(l.a, 0), l.copySeq(l.b, 0), l.copySeq(l.b, 1)) // b1 acked above the floor
-	l.putJSON(t, wire.DeliveredKey("billing", 0), wire.DeliveredRecord{Owner: "replica-a", Copy: 1,
-		Streams: map[string]uint64{copyKey(l.b): l.copySeq(l.b, 1)}})
+	_, err := l.DeliverOrdered(ctx, "billing", migratetest.Durable{AckWait: time.Hour}, outcomes(migratetest.Accepted, map[string]migratetest.Outcome{
+		eventID(l.a, 1): migratetest.InFlight, eventID(l.b, 2): migratetest.InFlight, // b1 acked above the floor
+	}))
+	require.NoError(t, err)
+	stale, err := json.Marshal(migrate.DeliveredRecord{Copy: 1, Streams: map[string]uint64{l.copyKey(t, l.b): l.copySeq(l.b, 1)}})
+	require.NoError(t, err)
+	_, err = l.Park.Put(ctx, migrate.DeliveredKey("billing", 0), stale)
+	require.NoError(t, err)
 
 	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}}})
 	require.NoError(t, err)

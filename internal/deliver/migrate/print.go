@@ -89,19 +89,19 @@ func (c *Cleanup) Print(w io.Writer) error {
 			fmt.Fprintf(&b, "    %s\n", n)
 		}
 	}
-	list("park bucket "+wire.DefaultParkBucket+" keys", c.ParkKeys)
+	list("park bucket "+ParkBucket+" keys", c.ParkKeys)
 	if c.ParkBucket != "" {
 		fmt.Fprintf(&b, "  park bucket %s, then left empty\n", c.ParkBucket)
 	} else if c.ParkKept > 0 {
-		fmt.Fprintf(&b, "  park bucket %s stays: %d keys of subscriptions the old layout has no consumers for\n", wire.DefaultParkBucket, c.ParkKept)
+		fmt.Fprintf(&b, "  park bucket %s stays: %d keys of subscriptions the old layout has no consumers for\n", ParkBucket, c.ParkKept)
 	}
 	list("lease bucket "+wire.DefaultLeaseBucket+" keys of the old engine", c.LeaseKeys)
 	list("durable consumers on "+c.Events, c.Durables)
-	list("partition consumers on "+wire.OrderedStream(c.Events), c.PartitionConsumers)
+	list("partition consumers on "+CopyStream(c.Events), c.PartitionConsumers)
 	if c.Copy != "" {
 		fmt.Fprintf(&b, "  partitioned copy %s\n", c.Copy)
 	} else if len(c.CopyKept) > 0 {
-		fmt.Fprintf(&b, "  partitioned copy %s stays: its consumers %s are not the old engine's\n", wire.OrderedStream(c.Events), strings.Join(c.CopyKept, ", "))
+		fmt.Fprintf(&b, "  partitioned copy %s stays: its consumers %s are not the old engine's\n", CopyStream(c.Events), strings.Join(c.CopyKept, ", "))
 	}
 	if c.Empty() {
 		b.WriteString("  nothing left to delete\n")
