@@ -25,13 +25,13 @@ import (
 // default to the same values (a test keeps them equal, and docs/cli.md's
 // flag table equal to the flags).
 const (
-	// DefaultStream is the JetStream stream the durable consumers read.
+	// DefaultStream is the JetStream stream the consumer reads events from.
 	DefaultStream = wire.DefaultEventsStream
 	// DefaultDLQStream is the JetStream stream holding dead letters on
 	// "dlq.<subscription>.>"; Provision creates it when missing.
 	DefaultDLQStream = wire.DefaultDLQStream
 	// DefaultReplicas is the replica count of the dead-letter stream and
-	// the durable consumers the consumer creates (1).
+	// the buckets the consumer creates (1).
 	DefaultReplicas = 1
 
 	// DefaultTimeout bounds one POST (10 s).
@@ -97,8 +97,8 @@ var ErrInvalidConfig = errors.New("invalid consumer config")
 // connection without the buffer closes the window between that check and
 // the write.
 type Config struct {
-	// Subscriptions are the webhook endpoints, each fed by its own durable
-	// pull consumer (see Subscription for their fields and defaults). At
+	// Subscriptions are the webhook endpoints (see Subscription for
+	// their fields and defaults). At
 	// least one; names unique. Required, unless SubscriptionStore is set.
 	Subscriptions []Subscription
 	// SubscriptionStore, when set, is where the subscriptions come from
@@ -112,16 +112,16 @@ type Config struct {
 	// take breaker's defaults (DefaultBreakerFailures,
 	// DefaultBreakerOpenTimeout, ...).
 	Breaker breaker.Settings
-	// Stream is the JetStream stream the durable consumers are created on;
-	// the bridge creates it, the consumer only waits for it. Default
-	// "EVENTS".
+	// Stream is the JetStream stream the events are read from (with
+	// AllowDirect); the bridge creates it, the consumer only waits for
+	// it. Default "EVENTS".
 	Stream string
 	// DLQStream is the JetStream stream dead letters are written to;
 	// Provision creates it when missing. Default "DLQ". It must differ from
 	// Stream.
 	DLQStream string
 	// Replicas is the replica count of the dead-letter stream and of the
-	// durable consumers Provision creates: 1 on a standalone server, 3 on a
+	// buckets (positions, leases) the consumer creates: 1 on a standalone server, 3 on a
 	// cluster (at most Stream's). Existing ones keep their own, with a
 	// warning. Default 1.
 	Replicas int
@@ -182,38 +182,7 @@ type Config struct {
 	// Gone, sustained failure) and its operational webhook (see
 	// HealthConfig).
 	Health HealthConfig
-	// Engine is the delivery engine. EngineAuto (the default, "")
-	// picks one when Provision first finds the events stream: the
-	// shared engine, unless the server shows a deployment of the
-	// durables engine not yet moved (PickEngine), which keeps the
-	// durables engine with one warning naming `consumer migrate`.
-	// EngineShared runs the shared engine (docs/design/next-engine.md):
-	// one reader per replica, every partition leased by one replica for
-	// every subscription, positions in the jsbridge_positions bucket;
-	// Stream needs AllowDirect, and a deployment that ran the durables
-	// engine moves with `consumer migrate` first (docs/operations.md,
-	// "Moving to shared readers"), else Provision fails
-	// (ErrNoAllowDirect, ErrNotMigrated). EngineDurables gives each
-	// subscription its durable consumers on Stream. Any other value is
-	// an error (ErrInvalidConfig). Consumer.Engine says which runs.
-	Engine string
 }
-
-// The delivery engines (Config.Engine, `consumer run --engine`).
-const (
-	// EngineAuto picks EngineShared or EngineDurables from the server
-	// at start (PickEngine). The default.
-	EngineAuto = "auto"
-	// EngineDurables is the old engine: a durable pull consumer per
-	// subscription (per partition over a partitioned copy for an
-	// ordered one).
-	EngineDurables = "durables"
-	// EngineShared is the shared engine: a reader per replica and
-	// positions of its own (docs/design/next-engine.md). Not yet in
-	// it: the attempts record. Every replica must run the same
-	// subscriptions.
-	EngineShared = "shared"
-)
 
 // AttemptsConfig configures the attempts record: the outcome of the
 // attempts Record keeps (by default every attempt but a success on the
@@ -273,7 +242,7 @@ var ErrAttemptsSubjects = attemptlog.ErrSubjects
 // Validate checks c without touching anything: nil, or an error wrapping
 // ErrInvalidConfig that names the first bad field and its value
 // (Subscriptions[i] with the subscription's own field, Breaker.<field>,
-// Stream, DLQStream, Replicas, StartupTimeout, Engine). It reads the
+// Stream, DLQStream, Replicas, StartupTimeout). It reads the
 // subscriptions' TLS files. New calls it.
 func (c Config) Validate() error {
 	_, err := c.withDefaults()
@@ -335,13 +304,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StartupTimeout < 0 {
 		return bad("StartupTimeout %s is negative (0 waits until the context ends)", c.StartupTimeout)
-	}
-	switch c.Engine {
-	case "":
-		c.Engine = EngineAuto
-	case EngineAuto, EngineDurables, EngineShared:
-	default:
-		return bad("Engine %q: want %q (the default), %q or %q", c.Engine, EngineAuto, EngineShared, EngineDurables)
 	}
 	c.Replicas = or(c.Replicas, DefaultReplicas)
 	if c.Logger == nil {
