@@ -41,7 +41,6 @@ func TestRunFlagDefaultsAreTheConsumerDefaults(t *testing.T) {
 		"partitions":           consumer.DefaultPartitions,
 		"lease-ttl":            consumer.DefaultLeaseTTL,
 		"attempts-record":      string(consumer.AttemptsRecordFailures),
-		"engine":               consumer.EngineAuto,
 		// No flag default: 0 means consumer.DefaultMaxAckPending (or
 		// --max-in-flight when larger), and waiting forever.
 		"max-ack-pending": "",

@@ -122,7 +122,7 @@ func TestMigrateCleanupCommand(t *testing.T) {
 	require.ErrorIs(t, err, consumer.ErrSharedEngineNotStarted)
 	require.Contains(t, out, "partition consumers on "+copyName+" (4):\n    billing_p0\n")
 	require.Contains(t, out, "  partitioned copy "+copyName+"\n")
-	require.Contains(t, out, "consumer run --engine shared")
+	require.Contains(t, out, "start the new version (consumer run")
 
 	out, err = k.migrateOut(t, "--cleanup", "--json")
 	require.ErrorIs(t, err, consumer.ErrSharedEngineNotStarted)
@@ -146,7 +146,7 @@ func TestMigrateCleanupCommand(t *testing.T) {
 
 	// The shared engine runs (its replica claims the partitions): the
 	// old layout is deleted, and a second run finds nothing to do.
-	c, err := consumer.New(k.js, consumer.Config{Engine: consumer.EngineShared, Partitions: 4, ReplicaID: "replica-1",
+	c, err := consumer.New(k.js, consumer.Config{Partitions: 4, ReplicaID: "replica-1",
 		Subscriptions: []consumer.Subscription{{Name: "billing", FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)},
 			URL: "http://127.0.0.1:1/hook", Secrets: []string{secretA}, AllowPrivate: true,
 			Ordering: consumer.OrderingStream}}})

@@ -29,9 +29,6 @@ type statusJSON struct {
 	Stuck         []consumer.StuckStream        `json:"stuck"`
 	Copies        []consumer.CopyLag            `json:"copies"`
 	Shared        []consumer.SharedPosition     `json:"shared_positions,omitempty"`
-	// Engine is the engine consumer run --engine auto picks on the
-	// server (absent when it cannot tell: no events stream yet).
-	Engine *consumer.EnginePick `json:"engine,omitempty"`
 }
 
 func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
@@ -53,22 +50,10 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	var pick *consumer.EnginePick
-	p, pickErr := consumer.PickEngine(ctx, js, g.Stream)
-	if pickErr == nil {
-		pick = &p
-	}
 	if c.JSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(statusJSON{Positions: positions, Replicas: st.Replicas, Subscriptions: st.Subscriptions, Stuck: st.Stuck, Copies: st.Copies, Shared: shared, Engine: pick})
-	}
-	// The engine --engine auto runs: what a replica not pinned to one
-	// delivers with.
-	if pick != nil {
-		fmt.Fprintf(w, "ENGINE (auto): %s: %s\n\n", pick.Engine, pick.Reason)
-	} else {
-		fmt.Fprintf(w, "ENGINE (auto): not known yet: %v\n\n", pickErr)
+		return enc.Encode(statusJSON{Positions: positions, Replicas: st.Replicas, Subscriptions: st.Subscriptions, Stuck: st.Stuck, Copies: st.Copies, Shared: shared})
 	}
 	if err := printDisabled(ctx, js, w); err != nil {
 		return err

@@ -130,26 +130,3 @@ func TestStatusShowsSharedPositions(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &round))
 	require.Equal(t, shared, round.Shared)
 }
-
-// consumer status says which engine --engine auto runs on the server,
-// and why: durables on an events stream without AllowDirect, shared once
-// it allows direct gets and holds no layout of the durables engine;
-// --json carries it under engine.
-func TestStatusShowsTheEngineAutoPicks(t *testing.T) {
-	t.Parallel()
-	k := newRuntimeKit(t)
-	require.Regexp(t, `(?m)^ENGINE \(auto\): durables: the events stream EVENTS does not allow direct gets`, k.statusOut(t))
-
-	s, err := k.js.Stream(k.ctx, wire.DefaultEventsStream)
-	require.NoError(t, err)
-	cfg := s.CachedInfo().Config
-	cfg.AllowDirect = true
-	_, err = k.js.UpdateStream(k.ctx, cfg)
-	require.NoError(t, err)
-	require.Regexp(t, `(?m)^ENGINE \(auto\): shared: no layout of the durables engine on the server$`, k.statusOut(t))
-	var st statusJSON
-	require.NoError(t, json.Unmarshal([]byte(k.statusOut(t, "--json")), &st))
-	require.NotNil(t, st.Engine)
-	require.Equal(t, consumer.EngineShared, st.Engine.Engine)
-	require.False(t, st.Engine.Unmoved)
-}

@@ -33,7 +33,7 @@ func TestTraceCommandShowsEveryAttempt(t *testing.T) {
 	t.Cleanup(cancel)
 	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
 	_, js := jsbridgetest.Connect(t, srv)
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, AllowDirect: true})
 	require.NoError(t, err)
 
 	var n atomic.Int32
@@ -107,7 +107,7 @@ func TestTraceCommandPointsFromADeadLetterToReplayAndSkip(t *testing.T) {
 	t.Cleanup(cancel)
 	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
 	_, js := jsbridgetest.Connect(t, srv)
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, AllowDirect: true})
 	require.NoError(t, err)
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusUnprocessableEntity) // permanent: dead-lettered at once
@@ -157,7 +157,7 @@ func TestTraceCommandOnAFirstAttemptSuccess(t *testing.T) {
 	t.Cleanup(cancel)
 	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
 	_, js := jsbridgetest.Connect(t, srv)
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, AllowDirect: true})
 	require.NoError(t, err)
 	var posts atomic.Int32
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
