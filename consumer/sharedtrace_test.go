@@ -85,7 +85,6 @@ func TestSharedEngineAttemptsRecordedAndTraced(t *testing.T) {
 		require.Equal(t, []string{"ordered", "unordered"}[i], d.Subscription)
 		require.Equal(t, "pos.p"+strings.TrimPrefix(d.Key, "pos.p"), d.Key, "read from the partition's record")
 		require.Equal(t, uint64(3), d.Sequence)
-		require.Empty(t, d.Durable)
 	}
 
 	tr, err = consumer.TraceEvent(b.ctx, b.js, "1", consumer.TraceConfig{SourceStream: "order-0"})
