@@ -13,8 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -53,15 +54,16 @@ const (
 	// DefaultBreakerOpenTimeout is how long an open breaker waits before a
 	// probe (30 s).
 	DefaultBreakerOpenTimeout = breaker.DefaultOpenTimeout
-	// DefaultPartitions is the partition count of ordered delivery (16).
-	DefaultPartitions = deliver.DefaultPartitions
+	// DefaultPartitions is the partition count (16): the unit of
+	// ownership among the consumer's replicas.
+	DefaultPartitions = 16
 	// DefaultLeaseTTL is the lifetime of a partition lease unless renewed
 	// (10 s).
-	DefaultLeaseTTL = deliver.DefaultLeaseTTL
+	DefaultLeaseTTL = owner.DefaultLeaseTTL
 	// DefaultOrderStuckAfter is how long a receiver's order gate may
 	// refuse an ordered stream's head before it is dead-lettered and its
 	// stream parked (5 min, Config.OrderStuckAfter).
-	DefaultOrderStuckAfter = deliver.DefaultOrderStuckAfter
+	DefaultOrderStuckAfter = attempt.DefaultOrderStuckAfter
 
 	// DefaultAttemptsStream is the JetStream stream of the attempts
 	// record (AttemptsConfig.Stream).
