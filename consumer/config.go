@@ -37,15 +37,15 @@ const (
 
 	// DefaultTimeout bounds one POST (10 s).
 	DefaultTimeout = subscription.DefaultTimeout
-	// DefaultAckWait is the durable consumers' AckWait (30 s).
+	// DefaultAckWait is a subscription's AckWait (30 s).
 	DefaultAckWait = subscription.DefaultAckWait
 	// DefaultMaxDeliver is the attempts per event before it is
 	// dead-lettered (10).
 	DefaultMaxDeliver = subscription.DefaultMaxDeliver
 	// DefaultMaxInFlight is the concurrent deliveries per subscription (64).
 	DefaultMaxInFlight = subscription.DefaultMaxInFlight
-	// DefaultMaxAckPending is the durable consumers' MaxAckPending (1000,
-	// or MaxInFlight when larger).
+	// DefaultMaxAckPending bounds the events a partition holds in hand
+	// for a subscription (1000, or MaxInFlight when larger).
 	DefaultMaxAckPending = subscription.DefaultMaxAckPending
 
 	// DefaultBreakerFailures is the consecutive failures that open an
@@ -150,10 +150,10 @@ type Config struct {
 	// which the POST carries on). Default: OpenTelemetry's global
 	// provider, a no-op until the application installs one.
 	TracerProvider trace.TracerProvider
-	// Partitions is the number of partitions of the partitioned copy of
-	// Stream that ordered subscriptions read (docs/ordering.md): at most this many replicas share an ordered
-	// subscription's work; the same on every replica. Default
-	// DefaultPartitions.
+	// Partitions is the number of partitions the events of Stream are
+	// hashed into by stream (docs/ordering.md), each leased by one
+	// replica at a time: at most this many replicas share the work; the
+	// same on every replica. Default DefaultPartitions.
 	Partitions int
 	// ReplicaID names this replica in partition leases, `consumer status`
 	// and the Jsbridge-Replica webhook header: [A-Za-z0-9_-]+. Default
@@ -229,8 +229,8 @@ const (
 	// jsbridge_consumer_deliveries_total{outcome="ack"} and not recorded:
 	// on the success path the record would store every event a second
 	// time, about as big as on the events stream. `consumer trace` tells
-	// such an event's delivery from the subscriptions' durable consumers
-	// (TraceEvent, EventTrace.Positions). The default.
+	// such an event's delivery from the positions bucket (TraceEvent,
+	// EventTrace.Deliveries). The default.
 	AttemptsRecordFailures AttemptsRecord = attemptlog.ModeFailures
 	// AttemptsRecordAll records every attempt, one record per webhook.
 	AttemptsRecordAll AttemptsRecord = attemptlog.ModeAll
@@ -272,7 +272,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: Subscriptions[%d]: %w", ErrInvalidConfig, i, err)
 		}
 		if j, dup := names[s.Name]; dup {
-			return bad("Subscriptions[%d].Name %q: used by Subscriptions[%d] too (a name is a durable consumer's)", i, s.Name, j)
+			return bad("Subscriptions[%d].Name %q: used by Subscriptions[%d] too (a name is a subscription's position)", i, s.Name, j)
 		}
 		names[s.Name] = i
 	}

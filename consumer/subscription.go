@@ -32,11 +32,10 @@ const (
 	// (its stream waits, others go on), and never two replicas deliver one
 	// stream at once (docs/ordering.md). The default.
 	OrderingStream Ordering = "stream"
-	// OrderingNone delivers with maximum parallelism: one durable pull
-	// consumer shared by every replica, the events of one stream sent in
-	// parallel like any others (up to MaxInFlight per replica and
-	// MaxAckPending in all), retries Nak'd with a delay: a receiver gets
-	// no order, not even within a stream.
+	// OrderingNone delivers with maximum parallelism: the events of one
+	// stream sent in parallel like any others (up to MaxInFlight per
+	// replica), each retried with its own backoff: a receiver gets no
+	// order, not even within a stream.
 	OrderingNone Ordering = "none"
 )
 

@@ -1,6 +1,7 @@
 // Command consumer delivers events from JetStream to HTTP webhook endpoints:
-// one durable pull consumer per subscription, signed POSTs carrying an
-// Idempotency-Key, retries with backoff and a circuit breaker per endpoint.
+// one reader of the events stream per replica, partitions leased among
+// the replicas, signed POSTs carrying an Idempotency-Key, retries with
+// backoff and a circuit breaker per endpoint.
 //
 // Subcommands: run, status, trace, migrate, secret, replay, dlq list, dlq replay,
 // dlq skip, dlq purge, subscriptions (add, update, get, list, delete, pause,

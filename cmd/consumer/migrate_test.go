@@ -33,12 +33,19 @@ func (k *runtimeKit) migrateOut(t *testing.T, args ...string) (string, error) {
 }
 
 // oldOrderedLayout makes the old engine's layout of one ordered
-// subscription, billing, on 4 partitions: the partitioned copy and its
-// partition consumers.
+// subscription, billing, on 4 partitions: the events stream without
+// AllowDirect, as an earlier release created it, the partitioned copy and
+// its partition consumers.
 func oldOrderedLayout(t *testing.T, k *runtimeKit) {
 	t.Helper()
+	events, err := k.js.Stream(k.ctx, wire.DefaultEventsStream)
+	require.NoError(t, err)
+	ecfg := events.CachedInfo().Config
+	ecfg.AllowDirect = false
+	_, err = k.js.UpdateStream(k.ctx, ecfg)
+	require.NoError(t, err)
 	src, dest := wire.OrderedTransform(wire.DefaultEventsPrefix, 4)
-	_, err := k.js.CreateStream(k.ctx, jetstream.StreamConfig{
+	_, err = k.js.CreateStream(k.ctx, jetstream.StreamConfig{
 		Name: wire.OrderedStream(wire.DefaultEventsStream), Storage: jetstream.FileStorage,
 		Sources: []*jetstream.StreamSource{{Name: wire.DefaultEventsStream, SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: src, Destination: dest}}}},
 	})

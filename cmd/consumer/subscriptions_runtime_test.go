@@ -50,7 +50,8 @@ func newRuntimeKitFor(t *testing.T, d time.Duration) *runtimeKit {
 	t.Cleanup(cancel)
 	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
 	_, js := jsbridgetest.Connect(t, srv)
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+	// As the bridge creates it: AllowDirect, which the consumer reads with.
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, AllowDirect: true})
 	require.NoError(t, err)
 	dir := t.TempDir()
 	key, err := consumer.GenerateSecretsKey("k1")
