@@ -13,8 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -25,26 +26,26 @@ import (
 // default to the same values (a test keeps them equal, and docs/cli.md's
 // flag table equal to the flags).
 const (
-	// DefaultStream is the JetStream stream the durable consumers read.
+	// DefaultStream is the JetStream stream the consumer reads events from.
 	DefaultStream = wire.DefaultEventsStream
 	// DefaultDLQStream is the JetStream stream holding dead letters on
 	// "dlq.<subscription>.>"; Provision creates it when missing.
 	DefaultDLQStream = wire.DefaultDLQStream
 	// DefaultReplicas is the replica count of the dead-letter stream and
-	// the durable consumers the consumer creates (1).
+	// the buckets the consumer creates (1).
 	DefaultReplicas = 1
 
 	// DefaultTimeout bounds one POST (10 s).
 	DefaultTimeout = subscription.DefaultTimeout
-	// DefaultAckWait is the durable consumers' AckWait (30 s).
+	// DefaultAckWait is a subscription's AckWait (30 s).
 	DefaultAckWait = subscription.DefaultAckWait
 	// DefaultMaxDeliver is the attempts per event before it is
 	// dead-lettered (10).
 	DefaultMaxDeliver = subscription.DefaultMaxDeliver
 	// DefaultMaxInFlight is the concurrent deliveries per subscription (64).
 	DefaultMaxInFlight = subscription.DefaultMaxInFlight
-	// DefaultMaxAckPending is the durable consumers' MaxAckPending (1000,
-	// or MaxInFlight when larger).
+	// DefaultMaxAckPending bounds the events a partition holds in hand
+	// for a subscription (1000, or MaxInFlight when larger).
 	DefaultMaxAckPending = subscription.DefaultMaxAckPending
 
 	// DefaultBreakerFailures is the consecutive failures that open an
@@ -53,15 +54,16 @@ const (
 	// DefaultBreakerOpenTimeout is how long an open breaker waits before a
 	// probe (30 s).
 	DefaultBreakerOpenTimeout = breaker.DefaultOpenTimeout
-	// DefaultPartitions is the partition count of ordered delivery (16).
-	DefaultPartitions = deliver.DefaultPartitions
+	// DefaultPartitions is the partition count (16): the unit of
+	// ownership among the consumer's replicas.
+	DefaultPartitions = 16
 	// DefaultLeaseTTL is the lifetime of a partition lease unless renewed
 	// (10 s).
-	DefaultLeaseTTL = deliver.DefaultLeaseTTL
+	DefaultLeaseTTL = owner.DefaultLeaseTTL
 	// DefaultOrderStuckAfter is how long a receiver's order gate may
 	// refuse an ordered stream's head before it is dead-lettered and its
 	// stream parked (5 min, Config.OrderStuckAfter).
-	DefaultOrderStuckAfter = deliver.DefaultOrderStuckAfter
+	DefaultOrderStuckAfter = attempt.DefaultOrderStuckAfter
 
 	// DefaultAttemptsStream is the JetStream stream of the attempts
 	// record (AttemptsConfig.Stream).
@@ -97,8 +99,8 @@ var ErrInvalidConfig = errors.New("invalid consumer config")
 // connection without the buffer closes the window between that check and
 // the write.
 type Config struct {
-	// Subscriptions are the webhook endpoints, each fed by its own durable
-	// pull consumer (see Subscription for their fields and defaults). At
+	// Subscriptions are the webhook endpoints (see Subscription for
+	// their fields and defaults). At
 	// least one; names unique. Required, unless SubscriptionStore is set.
 	Subscriptions []Subscription
 	// SubscriptionStore, when set, is where the subscriptions come from
@@ -112,16 +114,16 @@ type Config struct {
 	// take breaker's defaults (DefaultBreakerFailures,
 	// DefaultBreakerOpenTimeout, ...).
 	Breaker breaker.Settings
-	// Stream is the JetStream stream the durable consumers are created on;
-	// the bridge creates it, the consumer only waits for it. Default
-	// "EVENTS".
+	// Stream is the JetStream stream the events are read from (with
+	// AllowDirect); the bridge creates it, the consumer only waits for
+	// it. Default "EVENTS".
 	Stream string
 	// DLQStream is the JetStream stream dead letters are written to;
 	// Provision creates it when missing. Default "DLQ". It must differ from
 	// Stream.
 	DLQStream string
 	// Replicas is the replica count of the dead-letter stream and of the
-	// durable consumers Provision creates: 1 on a standalone server, 3 on a
+	// buckets (positions, leases) the consumer creates: 1 on a standalone server, 3 on a
 	// cluster (at most Stream's). Existing ones keep their own, with a
 	// warning. Default 1.
 	Replicas int
@@ -148,10 +150,10 @@ type Config struct {
 	// which the POST carries on). Default: OpenTelemetry's global
 	// provider, a no-op until the application installs one.
 	TracerProvider trace.TracerProvider
-	// Partitions is the number of partitions of the partitioned copy of
-	// Stream that ordered subscriptions read (docs/ordering.md): at most this many replicas share an ordered
-	// subscription's work; the same on every replica. Default
-	// DefaultPartitions.
+	// Partitions is the number of partitions the events of Stream are
+	// hashed into by stream (docs/ordering.md), each leased by one
+	// replica at a time: at most this many replicas share the work; the
+	// same on every replica. Default DefaultPartitions.
 	Partitions int
 	// ReplicaID names this replica in partition leases, `consumer status`
 	// and the Jsbridge-Replica webhook header: [A-Za-z0-9_-]+. Default
@@ -182,38 +184,7 @@ type Config struct {
 	// Gone, sustained failure) and its operational webhook (see
 	// HealthConfig).
 	Health HealthConfig
-	// Engine is the delivery engine. EngineAuto (the default, "")
-	// picks one when Provision first finds the events stream: the
-	// shared engine, unless the server shows a deployment of the
-	// durables engine not yet moved (PickEngine), which keeps the
-	// durables engine with one warning naming `consumer migrate`.
-	// EngineShared runs the shared engine (docs/design/next-engine.md):
-	// one reader per replica, every partition leased by one replica for
-	// every subscription, positions in the jsbridge_positions bucket;
-	// Stream needs AllowDirect, and a deployment that ran the durables
-	// engine moves with `consumer migrate` first (docs/operations.md,
-	// "Moving to shared readers"), else Provision fails
-	// (ErrNoAllowDirect, ErrNotMigrated). EngineDurables gives each
-	// subscription its durable consumers on Stream. Any other value is
-	// an error (ErrInvalidConfig). Consumer.Engine says which runs.
-	Engine string
 }
-
-// The delivery engines (Config.Engine, `consumer run --engine`).
-const (
-	// EngineAuto picks EngineShared or EngineDurables from the server
-	// at start (PickEngine). The default.
-	EngineAuto = "auto"
-	// EngineDurables is the old engine: a durable pull consumer per
-	// subscription (per partition over a partitioned copy for an
-	// ordered one).
-	EngineDurables = "durables"
-	// EngineShared is the shared engine: a reader per replica and
-	// positions of its own (docs/design/next-engine.md). Not yet in
-	// it: the attempts record. Every replica must run the same
-	// subscriptions.
-	EngineShared = "shared"
-)
 
 // AttemptsConfig configures the attempts record: the outcome of the
 // attempts Record keeps (by default every attempt but a success on the
@@ -258,8 +229,8 @@ const (
 	// jsbridge_consumer_deliveries_total{outcome="ack"} and not recorded:
 	// on the success path the record would store every event a second
 	// time, about as big as on the events stream. `consumer trace` tells
-	// such an event's delivery from the subscriptions' durable consumers
-	// (TraceEvent, EventTrace.Positions). The default.
+	// such an event's delivery from the positions bucket (TraceEvent,
+	// EventTrace.Deliveries). The default.
 	AttemptsRecordFailures AttemptsRecord = attemptlog.ModeFailures
 	// AttemptsRecordAll records every attempt, one record per webhook.
 	AttemptsRecordAll AttemptsRecord = attemptlog.ModeAll
@@ -273,7 +244,7 @@ var ErrAttemptsSubjects = attemptlog.ErrSubjects
 // Validate checks c without touching anything: nil, or an error wrapping
 // ErrInvalidConfig that names the first bad field and its value
 // (Subscriptions[i] with the subscription's own field, Breaker.<field>,
-// Stream, DLQStream, Replicas, StartupTimeout, Engine). It reads the
+// Stream, DLQStream, Replicas, StartupTimeout). It reads the
 // subscriptions' TLS files. New calls it.
 func (c Config) Validate() error {
 	_, err := c.withDefaults()
@@ -301,7 +272,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: Subscriptions[%d]: %w", ErrInvalidConfig, i, err)
 		}
 		if j, dup := names[s.Name]; dup {
-			return bad("Subscriptions[%d].Name %q: used by Subscriptions[%d] too (a name is a durable consumer's)", i, s.Name, j)
+			return bad("Subscriptions[%d].Name %q: used by Subscriptions[%d] too (a name is a subscription's position)", i, s.Name, j)
 		}
 		names[s.Name] = i
 	}
@@ -335,13 +306,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StartupTimeout < 0 {
 		return bad("StartupTimeout %s is negative (0 waits until the context ends)", c.StartupTimeout)
-	}
-	switch c.Engine {
-	case "":
-		c.Engine = EngineAuto
-	case EngineAuto, EngineDurables, EngineShared:
-	default:
-		return bad("Engine %q: want %q (the default), %q or %q", c.Engine, EngineAuto, EngineShared, EngineDurables)
 	}
 	c.Replicas = or(c.Replicas, DefaultReplicas)
 	if c.Logger == nil {

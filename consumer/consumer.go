@@ -14,14 +14,14 @@
 // Every event is POSTed to each endpoint whose subscription takes it,
 // signed, with Idempotency-Key = event id, through the endpoint's circuit
 // breaker, then settled, retried with backoff or dead-lettered
-// (docs/architecture.md, "Consumer: how a delivery ends"), by one of two
-// engines (Config.Engine): the shared engine (one reader of the events
-// stream per process, partitions leased among the processes, positions
-// in the jsbridge_positions bucket), the default on a new deployment, or
-// the durables engine (a durable pull consumer per subscription), which
-// a deployment that ran it keeps until `consumer migrate` moves it.
-// Consumers in several processes (in-process ones and `consumer run`)
-// share the work of the same subscription names.
+// (docs/architecture.md, "Consumer: how a delivery ends"), by the shared
+// engine: one reader of the events stream per process, partitions leased
+// among the processes, positions in the jsbridge_positions bucket. A
+// deployment that ran the durables engine of earlier releases moves with
+// `consumer migrate` first (Provision refuses it until then:
+// ErrNotMigrated, ErrNoAllowDirect). Consumers in several processes
+// (in-process ones and `consumer run`) share the work of the same
+// subscription names.
 package consumer
 
 import (
@@ -31,13 +31,10 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
-	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/lifecycle"
@@ -61,16 +58,7 @@ type Consumer struct {
 	dlq      *deadletter.DLQ
 	letters  *DeadLetters
 	attempts *attemptlog.Log // nil without Config.Attempts
-	ecfg     deliver.Config  // the engine's configuration, for build
-	// engine is what delivers; nil until pick made it when Config.Engine
-	// is EngineAuto. Set once, under emu; running names it.
-	engine      engine
-	running     string
-	emu         sync.Mutex
-	engineGauge *prometheus.GaugeVec
-	// fleet is the durables engine when the subscriptions come from
-	// Config.SubscriptionStore (nil otherwise).
-	fleet *deliver.Fleet
+	engine   *sharedEngine   // what delivers
 	// live is the engine when the subscriptions come from
 	// Config.SubscriptionStore (nil otherwise): watch applies the
 	// bucket's changes to it.
@@ -109,14 +97,10 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	}
 	dlq := deadletter.New(js, deadletter.Config{Stream: cfg.DLQStream, Replicas: cfg.Replicas, Logger: cfg.Logger, EventsStream: cfg.Stream})
 	c := &Consumer{cfg: cfg, js: js, dlq: dlq, letters: &DeadLetters{js: js, q: dlq}, life: lifecycle.New(ErrAlreadyStarted)}
-	ecfg := deliver.Config{
-		Stream: cfg.Stream, HTTPClient: cfg.HTTPClient, Breakers: breakers, Logger: cfg.Logger,
-		Registerer: cfg.Registerer, DeadLetters: dlq, Replicas: cfg.Replicas,
-		TracerProvider: cfg.TracerProvider,
-		Partitions:     cfg.Partitions, ReplicaID: cfg.ReplicaID, LeaseTTL: cfg.LeaseTTL,
-		OrderStuckAfter: cfg.OrderStuckAfter,
-		Health:          cfg.Health.engine(),
-	}
+	var (
+		records attemptlog.Recorder // nil without Config.Attempts
+		record  attemptlog.Mode
+	)
 	if a := cfg.Attempts; a != nil {
 		c.attempts, err = attemptlog.New(js, attemptlog.Config{
 			Stream: a.Stream, MaxAge: a.MaxAge, MaxBytes: a.MaxBytes, Replicas: cfg.Replicas, Replica: or(a.Replica, cfg.ReplicaID),
@@ -125,32 +109,24 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
-		ecfg.Attempts, ecfg.AttemptsRecord = c.attempts, a.Record
+		records, record = c.attempts, a.Record
 	}
 	if cfg.SubscriptionStore != nil && cfg.SubscriptionStore.s == nil {
 		return nil, fmt.Errorf("%w: SubscriptionStore: not opened (make it with OpenSubscriptionStore)", ErrInvalidConfig)
 	}
-	if c.engineGauge, err = engineGauge(cfg.Registerer); err != nil {
+	var subs []subscription.Subscription
+	if cfg.SubscriptionStore == nil {
+		subs = engineSubscriptions(cfg.Subscriptions)
+	}
+	se, err := newSharedEngine(js, cfg, sharedDeps{breakers: breakers, letters: dlq, attempts: records, record: record}, subs)
+	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	c.ecfg = ecfg
-	if cfg.Engine == EngineAuto {
-		return c, nil // Provision picks it (pick)
-	}
-	if err := c.build(cfg.Engine); err != nil {
-		return nil, err
+	c.engine = se
+	if cfg.SubscriptionStore != nil {
+		c.live, se.loaded = se, make(chan struct{})
 	}
 	return c, nil
-}
-
-// engine is what a Consumer runs: with EngineDurables the fixed
-// subscriptions of Config.Subscriptions (a deliver.Consumer) or the
-// changing ones of Config.SubscriptionStore (a deliver.Fleet); with
-// EngineShared a shared.Replica of either (sharedEngine).
-type engine interface {
-	Provision(ctx context.Context) error
-	Run(ctx context.Context) error
-	Replay(ctx context.Context, q *deadletter.DLQ, letters []deadletter.Stored) []deliver.ReplayResult
 }
 
 // Config returns the consumer's configuration with its defaults filled in
@@ -166,11 +142,11 @@ func (c *Consumer) DeadLetters() *DeadLetters { return c.letters }
 // that does not hold the attempts subjects fails at once with
 // ErrAttemptsSubjects), then the dead-letter stream (created when missing;
 // an existing one that does not hold the dead-letter subjects fails at
-// once with ErrDLQSubjects), then the engine's: with EngineAuto it first
-// picks the engine from the server (PickEngine, once), then the durables
-// engine creates each subscription's durable pull consumer on
-// Config.Stream and the shared engine checks the stream (ErrNoAllowDirect,
-// ErrNotMigrated), both waiting for the bridge to create that stream. A
+// once with ErrDLQSubjects), then the engine's: it waits for the bridge
+// to create Config.Stream, and refuses at once a deployment the
+// durables engine of an earlier release ran and `consumer migrate` has
+// not moved (ErrNoAllowDirect, ErrNotMigrated; docs/operations.md,
+// "Moving to shared readers"). A
 // dependency that is not there yet (no responders, a timeout, a stream not
 // found, a leader election) is retried with backoff (0.5 s doubling to
 // 15 s, ±20 %), one warning per attempt naming what is missing, while
@@ -214,13 +190,8 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	// The events stream is the bridge's: a consumer started first waits
 	// for it here.
 	err = w.For(ctx, "JetStream stream "+c.cfg.Stream, func(ctx context.Context) error {
-		e, err := c.pick(ctx)
-		if err != nil {
-			return startup.JetStreamErr(err)
-		}
-		err = e.Provision(ctx)
-		if errors.Is(err, ordercopy.ErrPartitionsChanged) || errors.Is(err, ordercopy.ErrEventsRecreated) || errors.Is(err, subscription.ErrInvalidSubscription) ||
-			errors.Is(err, subscription.ErrStartChanged) || errors.Is(err, ErrNoAllowDirect) || errors.Is(err, ErrNotMigrated) {
+		err := c.engine.Provision(ctx)
+		if errors.Is(err, subscription.ErrInvalidSubscription) || errors.Is(err, ErrNoAllowDirect) || errors.Is(err, ErrNotMigrated) {
 			return startup.Permanent(err)
 		}
 		return startup.JetStreamErr(err)
@@ -236,7 +207,7 @@ func (c *Consumer) Provision(ctx context.Context) error {
 }
 
 // Start provisions (Provision: it waits for the dead-letter stream and the
-// durable consumers, up to Config.StartupTimeout, and returns its error),
+// events stream, up to Config.StartupTimeout, and returns its error),
 // then delivers in the background until Stop is called or ctx ends (either
 // is a graceful stop, as on SIGTERM). A Stop while Start still waits ends
 // the waiting: Start then returns an error wrapping context.Canceled. After
@@ -282,23 +253,21 @@ func (c *Consumer) deliver(ctx context.Context) error {
 		go func() { defer close(done); c.attempts.Run(lctx) }()
 		defer func() { stop(); <-done }()
 	}
-	c.emu.Lock()
-	e, live := c.engine, c.live
-	c.emu.Unlock()
-	if live != nil {
+	if c.live != nil {
 		wctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); c.watch(wctx) }()
 		defer func() { stop(); <-done }()
 	}
-	return e.Run(ctx)
+	return c.engine.Run(ctx)
 }
 
 // Stop stops the deliveries started by Start with the same guarantees as
-// SIGTERM to `consumer run`: no new message is pulled, the POSTs in flight
-// finish (each bounded by its subscription's Timeout) and are acked, Nak'd
-// or dead-lettered by their outcome, and messages pulled but not started
-// are Nak'd at once so another replica takes them. It returns nil when
+// SIGTERM to `consumer run`: nothing new is started, the POSTs in flight
+// finish (each bounded by its subscription's Timeout) and are settled,
+// retried or dead-lettered by their outcome, and every partition is
+// released with its position committed so another replica takes it over
+// at once. It returns nil when
 // the consumer has stopped, or ctx's error when ctx ends first (it then
 // finishes stopping in the background). Stop while Start waits ends the
 // waiting. Stop before Start, or again, is harmless.
@@ -341,25 +310,15 @@ func (c *Consumer) Ready(ctx context.Context) error {
 // it from the dead-letter stream once the endpoint answers 2xx
 // (jsbridge_consumer_dead_letters_replayed_total counts those); when it
 // was the head of a parked stream (an ordered subscription), the stream is
-// unparked and its held events follow, in order (with EngineShared, by a
-// request in the positions bucket that the owner of the stream's
-// partition applies). A dead letter that fails
+// unparked and its held events follow, in order (by a request in the
+// positions bucket that the owner of the stream's partition applies). A
+// dead letter that fails
 // again stays where it is. The subscriptions are matched by name; a dead
 // letter of a subscription c does not have gets an error wrapping
 // ErrUnknownSubscription. Replay returns one result per letter, in order;
-// it stops early only when ctx ends. It needs no Start; with EngineAuto
-// it picks the engine as Provision does, and an error of that (the
-// events stream missing) is every letter's Err.
+// it stops early only when ctx ends. It needs no Start.
 func (c *Consumer) Replay(ctx context.Context, letters []DeadLetter) []ReplayResult {
-	e, err := c.pick(ctx)
-	if err != nil {
-		out := make([]ReplayResult, len(letters))
-		for i, l := range letters {
-			out[i] = ReplayResult{Letter: l, Err: err}
-		}
-		return out
-	}
-	res := e.Replay(ctx, c.dlq, toStored(letters))
+	res := c.engine.Replay(ctx, c.dlq, toStored(letters))
 	out := make([]ReplayResult, len(res))
 	for i, r := range res {
 		out[i] = ReplayResult{Letter: DeadLetter(r.Letter), Delivered: r.Delivered, Status: r.Status, Err: r.Err}
@@ -372,42 +331,15 @@ func (c *Consumer) Replay(ctx context.Context, letters []DeadLetter) []ReplayRes
 // sends it (body, signature with the current secrets, Idempotency-Key =
 // event id, so an idempotent receiver drops what it has seen), in the
 // events stream's order (each source stream in version order), one event
-// at a time, outside the circuit breaker. It reads through an ephemeral
-// ordered JetStream consumer started at w.Since and never touches the
-// subscription's durable consumers; with EngineShared it reads with
-// direct gets and touches no position. A POST not answered 2xx stops it at
+// at a time, outside the circuit breaker. It reads with direct gets and
+// touches no position. A POST not answered 2xx stops it at
 // that event (WindowResult.Failed; nothing after it is sent): the same
 // call with Since = Failed.Time resumes there. Errors: ErrInvalidWindow,
 // ErrUnknownSubscription (wrapped) for a name c was not given,
 // JetStream's errors reading the stream, ctx's when it ends first (each
-// with the result so far), and with EngineAuto those of picking the
-// engine as Provision does. It needs no Start (docs/operations.md,
+// with the result so far). It needs no Start (docs/operations.md,
 // "Replay a time window").
 func (c *Consumer) ReplayWindow(ctx context.Context, subscription string, w Window) (WindowResult, error) {
-	e, err := c.pick(ctx)
-	if err != nil {
-		return WindowResult{Subscription: subscription}, err
-	}
-	if se, ok := e.(*sharedEngine); ok {
-		r, err := se.replayWindow(ctx, subscription, w.engine())
-		return fromEngine(r), err
-	}
-	de, err := c.windowEngine(subscription)
-	if err != nil {
-		return WindowResult{Subscription: subscription}, err
-	}
-	return replayWindow(ctx, de, subscription, w)
+	r, err := c.engine.replayWindow(ctx, subscription, w.engine())
+	return fromEngine(r), err
 }
-
-// Errors of ordered delivery's start-up; Provision (and Start) wrap them
-// and do not wait for them to go away.
-var (
-	// ErrPartitionsChanged is wrapped when Config.Partitions differs from
-	// the partition count of the existing partitioned copy of the events
-	// stream (changing it needs the copy deleted, docs/ordering.md).
-	ErrPartitionsChanged = ordercopy.ErrPartitionsChanged
-	// ErrEventsRecreated is wrapped when the partitioned copy sourced the
-	// events stream past its last sequence (the events stream was deleted
-	// and created again); the message names the copy to delete.
-	ErrEventsRecreated = ordercopy.ErrEventsRecreated
-)

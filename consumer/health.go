@@ -17,7 +17,7 @@ import (
 // use). A subscription is disabled by a 410 Gone from its endpoint, by
 // HealthConfig.DisableAfter of failure, or by an operator
 // (DisableSubscription); while disabled no replica sends to its endpoint
-// and its durable consumers keep their position. EnableSubscription
+// and it keeps its position. EnableSubscription
 // resumes it from where it stopped.
 
 // Defaults of HealthConfig.

@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"context"
 	"regexp"
 	"time"
 
@@ -78,12 +77,6 @@ type WindowResult struct {
 	// Failed is the event the replay stopped at; nil when none failed.
 	// Nothing after it was sent.
 	Failed *WindowFailure `json:"failed,omitempty"`
-}
-
-// replayWindow is Consumer.ReplayWindow on the engine e.
-func replayWindow(ctx context.Context, e *deliver.Consumer, subscription string, w Window) (WindowResult, error) {
-	r, err := deliver.ReplayWindow(ctx, e, subscription, w.engine())
-	return fromEngine(r), err
 }
 
 // engine is w in the engine's types.

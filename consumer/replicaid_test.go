@@ -11,7 +11,7 @@ import (
 )
 
 // Without a ReplicaID, New chooses one name for the process, and the
-// attempt records (consumer trace) and the partition leases (consumer
+// attempt records (consumer trace) and the partition records (consumer
 // status) both use it: the two readers agree about one replica.
 func TestAttemptRecordsAndLeasesNameTheReplicaAlike(t *testing.T) {
 	if testing.Short() {
@@ -45,19 +45,21 @@ func TestAttemptRecordsAndLeasesNameTheReplicaAlike(t *testing.T) {
 	}, 20*time.Second, 20*time.Millisecond, "the attempt is recorded")
 	require.Equal(t, id, tr.Attempts[0].Replica, "consumer trace names the replica by its id")
 
-	// The lease (and so the status) is written by the replica's heartbeat,
-	// which a loaded machine may run after the first delivery: wait for it.
-	var ids []string
+	// The partition records (consumer status) name their owner by the
+	// same id once committed (within the record's linger).
+	var owners []string
 	require.Eventually(t, func() bool {
-		st, err := consumer.ReadStatus(b.ctx, b.js)
+		parts, err := consumer.ReadSharedPositions(b.ctx, b.js)
 		if err != nil {
 			return false
 		}
-		ids = ids[:0]
-		for _, r := range st.Replicas {
-			ids = append(ids, r.ID)
+		owners = owners[:0]
+		for _, p := range parts {
+			if o := p.Record.Owner; o != "" && !slices.Contains(owners, o) {
+				owners = append(owners, o)
+			}
 		}
-		return slices.Contains(ids, id)
+		return slices.Contains(owners, id)
 	}, 20*time.Second, 20*time.Millisecond, "consumer status names the replica %s", id)
-	require.Equal(t, []string{id}, ids, "one replica, named alike by trace and status")
+	require.Equal(t, []string{id}, owners, "one replica, named alike by trace and status")
 }

@@ -92,12 +92,12 @@ func TestSharedEngineAppliesTheBucketsChangesOnEveryReplica(t *testing.T) {
 		rjs := connect()
 		rstore, err := OpenSubscriptionStore(ctx, rjs, SubscriptionStoreConfig{Keys: ring})
 		require.NoError(t, err)
-		c, err := New(rjs, Config{Engine: EngineShared, SubscriptionStore: rstore, ReplicaID: id, Partitions: 4,
+		c, err := New(rjs, Config{SubscriptionStore: rstore, ReplicaID: id, Partitions: 4,
 			LeaseTTL: 2 * time.Second, Logger: testLogger(id)})
 		require.NoError(t, err)
 		require.NoError(t, c.Start(ctx))
 		t.Cleanup(func() { require.NoError(t, c.Stop(context.Background())) })
-		replicas = append(replicas, c.engine.(*sharedEngine).r)
+		replicas = append(replicas, c.engine.r)
 	}
 	// seen waits, at most a second from now, until cond holds on both
 	// replicas, and says how long it took.

@@ -11,17 +11,22 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver"
+	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
-// Errors of the shared engine's start-up (Config.Engine EngineShared);
-// Provision (and Start) wrap them and do not wait for them to go away.
+// Errors of the engine's start-up on a deployment the durables engine
+// of an earlier release ran and `consumer migrate` has not moved
+// (docs/operations.md, "Moving to shared readers"); Provision (and
+// Start) wrap them and do not wait for them to go away.
 var (
 	// ErrNoAllowDirect is wrapped when Config.Stream does not allow
 	// direct gets, which the shared engine's cursors read with: turn it
@@ -53,10 +58,21 @@ type sharedEngine struct {
 	replayed *prometheus.CounterVec
 }
 
+// sharedDeps are what the Consumer made for its engine.
+type sharedDeps struct {
+	breakers *breaker.Set
+	// letters is the Consumer's dead-letter stream, provisioned by
+	// Provision.
+	letters *deadletter.DLQ
+	// attempts is the attempts record (nil without Config.Attempts),
+	// keeping the attempts record says.
+	attempts attemptlog.Recorder
+	record   attemptlog.Mode
+}
+
 // newSharedEngine makes the replica of cfg delivering subs (none when
-// the subscriptions come from the bucket: watch puts them), storing its
-// dead letters in letters (the Consumer's, provisioned by Provision).
-func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, letters *deadletter.DLQ, subs []subscription.Subscription) (*sharedEngine, error) {
+// the subscriptions come from the bucket: watch puts them).
+func newSharedEngine(js jetstream.JetStream, cfg Config, deps sharedDeps, subs []subscription.Subscription) (*sharedEngine, error) {
 	deliveries, err := deliver.DeliveriesCounter(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -69,36 +85,36 @@ func newSharedEngine(js jetstream.JetStream, cfg Config, ecfg deliver.Config, le
 	if err != nil {
 		return nil, err
 	}
-	r, err := shared.New(shared.Config{Replica: cfg.ReplicaID, Partitions: ecfg.Partitions, Stream: cfg.Stream,
-		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Health: ecfg.Health, OrderStuckAfter: cfg.OrderStuckAfter, Logger: cfg.Logger},
-		shared.Deps{JetStream: js, Subscriptions: subs, Client: cfg.HTTPClient, Breakers: ecfg.Breakers,
-			Deliveries: deliveries, DeadLetters: letters, DeadLettered: dead, Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider,
-			Attempts: ecfg.Attempts, AttemptsRecord: ecfg.AttemptsRecord})
+	r, err := shared.New(shared.Config{Replica: cfg.ReplicaID, Partitions: cfg.Partitions, Stream: cfg.Stream,
+		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Health: cfg.Health.engine(), OrderStuckAfter: cfg.OrderStuckAfter, Logger: cfg.Logger},
+		shared.Deps{JetStream: js, Subscriptions: subs, Client: cfg.HTTPClient, Breakers: deps.breakers,
+			Deliveries: deliveries, DeadLetters: deps.letters, DeadLettered: dead, Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider,
+			Attempts: deps.attempts, AttemptsRecord: deps.record})
 	if err != nil {
 		return nil, err
 	}
 	return &sharedEngine{r: r, js: js, stream: cfg.Stream, log: cfg.Logger, replayed: replayed}, nil
 }
 
-// Provision waits for the events stream, as the durables engine does
-// (an error wrapping JetStream's, retried by the caller), resolves the
+// Provision waits for the events stream (an error wrapping JetStream's,
+// retried by the caller), resolves the
 // start of the subscriptions given with start new to after its last
 // sequence (shared.Replica.ResolveNew), then refuses
 // at once what waiting cannot fix: the stream without AllowDirect
 // (ErrNoAllowDirect), the durables engine's layout there and not
-// migrated (ErrNotMigrated).
+// migrated (ErrNotMigrated). Each message names `consumer migrate` and
+// docs/operations.md's section.
 func (e *sharedEngine) Provision(ctx context.Context) error {
 	s, err := e.js.Stream(ctx, e.stream)
 	if err != nil {
 		return fmt.Errorf("consumer: JetStream stream %q: %w", e.stream, err)
 	}
 	if !s.CachedInfo().Config.AllowDirect {
-		return fmt.Errorf("consumer: engine %s: stream %s: %w: run `consumer migrate`, or `nats stream edit %s --allow-direct`",
-			EngineShared, e.stream, ErrNoAllowDirect, e.stream)
+		return fmt.Errorf("consumer: stream %s: %w: stop every replica of an earlier release and run `consumer migrate` (docs/operations.md, \"Moving to shared readers\"), or `nats stream edit %s --allow-direct` on a stream no durables engine ran on",
+			e.stream, ErrNoAllowDirect, e.stream)
 	}
 	// A subscription of the file (or Config) with start new begins after
-	// the events stored so far, as the durables engine's consumers made
-	// here do: what is stored until Run is its.
+	// the events stored so far: what is stored until Run is its.
 	e.r.ResolveNew(s.CachedInfo().State.LastSeq)
 	old, err := oldLayout(ctx, e.js, e.stream)
 	if err != nil || old == "" {
@@ -108,8 +124,8 @@ func (e *sharedEngine) Provision(ctx context.Context) error {
 	case err != nil:
 		return err
 	case !migrated:
-		return fmt.Errorf("consumer: engine %s: %s, and the %s bucket has no %q key: %w: stop every replica of the durables engine and run `consumer migrate` (docs/operations.md, \"Moving to shared readers\")",
-			EngineShared, old, position.DefaultBucket, migrate.DoneKey, ErrNotMigrated)
+		return fmt.Errorf("consumer: %s, and the %s bucket has no %q key: %w: stop every replica of the durables engine and run `consumer migrate` (docs/operations.md, \"Moving to shared readers\")",
+			old, position.DefaultBucket, migrate.DoneKey, ErrNotMigrated)
 	}
 	return nil
 }
@@ -176,4 +192,43 @@ func (e *sharedEngine) Loaded() {
 	if e.loaded != nil {
 		e.loadOnce.Do(func() { close(e.loaded) })
 	}
+}
+
+// oldLayout names what of the durables engine's layout is on the server
+// for the events stream ("" when nothing): the partitioned copy, or the
+// subscriptions migrate.Discover finds (their durable consumers).
+func oldLayout(ctx context.Context, js jetstream.JetStream, stream string) (string, error) {
+	copyName := wire.OrderedStream(stream)
+	switch _, err := js.Stream(ctx, copyName); {
+	case err == nil:
+		return fmt.Sprintf("the partitioned copy %s exists", copyName), nil
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return "", fmt.Errorf("consumer: JetStream stream %q: %w", copyName, err)
+	}
+	subs, err := migrate.Discover(ctx, js, stream)
+	if err != nil {
+		return "", fmt.Errorf("consumer: %w", err)
+	}
+	if len(subs) > 0 {
+		return fmt.Sprintf("the durable consumer %q of %s exists (%d subscriptions of the durables engine)", subs[0].Name, stream, len(subs)), nil
+	}
+	return "", nil
+}
+
+// isMigrated reports whether the positions bucket holds migrate.DoneKey.
+func isMigrated(ctx context.Context, js jetstream.JetStream) (bool, error) {
+	kv, err := js.KeyValue(ctx, position.DefaultBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("consumer: positions bucket %s: %w", position.DefaultBucket, err)
+	}
+	switch _, err := kv.Get(ctx, migrate.DoneKey); {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("consumer: positions bucket %s: %w", position.DefaultBucket, err)
+	}
+	return true, nil
 }

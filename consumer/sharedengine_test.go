@@ -89,15 +89,6 @@ func (rc *orderReceiver) inOrder(path string) []string {
 	return bad
 }
 
-// eventsWithDirect creates the events stream with AllowDirect, as
-// forward.Provision does.
-func (b bundle) eventsWithDirect(t *testing.T) {
-	t.Helper()
-	_, err := b.js.CreateStream(b.ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream,
-		Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, AllowDirect: true})
-	require.NoError(t, err)
-}
-
 // publishN publishes n events as the bridge does (forward.Message),
 // round robin over streams streams, from event id first.
 func (b bundle) publishN(t *testing.T, first, n, streams int) {
@@ -116,17 +107,17 @@ func sharedSub(name, url string, ordering consumer.Ordering) consumer.Subscripti
 	return s
 }
 
-// A Consumer with Engine "shared" delivers an ordered and an unordered
+// A Consumer delivers an ordered and an unordered
 // subscription through the shared engine: every event to each, signed,
 // the ordered one each stream in version order; its metrics are on the
 // Consumer's Registerer.
 func TestSharedEngineDeliversOrderedAndUnordered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.eventsWithDirect(t)
+	b.createEvents(t)
 	rc := newOrderReceiver(t)
 	reg := prometheus.NewRegistry()
-	c, err := consumer.New(b.js, consumer.Config{Engine: consumer.EngineShared, Registerer: reg, Partitions: 4,
+	c, err := consumer.New(b.js, consumer.Config{Registerer: reg, Partitions: 4,
 		LeaseTTL: 2 * time.Second, ReplicaID: "replica-a",
 		Subscriptions: []consumer.Subscription{sharedSub("ordered", rc.srv.URL, consumer.OrderingStream),
 			sharedSub("unordered", rc.srv.URL, consumer.OrderingNone)}})
@@ -204,7 +195,7 @@ func TestSharedEngineProvisionRefusals(t *testing.T) {
 	t.Parallel()
 	rc := newOrderReceiver(t)
 	shared := func(t *testing.T, js jetstream.JetStream) *consumer.Consumer {
-		c, err := consumer.New(js, consumer.Config{Engine: consumer.EngineShared,
+		c, err := consumer.New(js, consumer.Config{
 			Subscriptions: []consumer.Subscription{sharedSub("orders", rc.srv.URL, consumer.OrderingNone)}})
 		require.NoError(t, err)
 		return c
@@ -213,8 +204,10 @@ func TestSharedEngineProvisionRefusals(t *testing.T) {
 	t.Run("no AllowDirect", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.createEvents(t) // without AllowDirect
-		err := shared(t, b.js).Provision(b.ctx)
+		// Created by an earlier release: without AllowDirect.
+		_, err := b.js.CreateStream(b.ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
+		require.NoError(t, err)
+		err = shared(t, b.js).Provision(b.ctx)
 		require.ErrorIs(t, err, consumer.ErrNoAllowDirect)
 		require.ErrorContains(t, err, "consumer migrate")
 		require.ErrorContains(t, err, "nats stream edit EVENTS --allow-direct")
@@ -224,16 +217,17 @@ func TestSharedEngineProvisionRefusals(t *testing.T) {
 	t.Run("durables not migrated", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.eventsWithDirect(t)
-		// The durables engine ran here: its durable consumer is on EVENTS.
-		old, err := consumer.New(b.js, consumer.Config{Engine: consumer.EngineDurables,
-			Subscriptions: []consumer.Subscription{sharedSub("orders", rc.srv.URL, consumer.OrderingNone)}})
+		b.createEvents(t)
+		// The durables engine of an earlier release ran here: its durable
+		// consumer is on EVENTS, described as it described them.
+		_, err := b.js.CreateConsumer(b.ctx, "EVENTS", jetstream.ConsumerConfig{Durable: "orders",
+			Description: "jsbridge webhook subscription to " + rc.srv.URL, AckPolicy: jetstream.AckExplicitPolicy})
 		require.NoError(t, err)
-		require.NoError(t, old.Provision(b.ctx))
 
 		err = shared(t, b.js).Provision(b.ctx)
 		require.ErrorIs(t, err, consumer.ErrNotMigrated)
 		require.ErrorContains(t, err, "run `consumer migrate`")
+		require.ErrorContains(t, err, `docs/operations.md, "Moving to shared readers"`)
 		require.ErrorContains(t, err, `"orders"`)
 
 		kv, err := position.Bucket(b.ctx, b.js, "", 1)
@@ -244,25 +238,6 @@ func TestSharedEngineProvisionRefusals(t *testing.T) {
 	})
 }
 
-// Engine takes auto (the default), shared and durables, nothing else;
-// an engine named is the one that runs, from New on.
-func TestEngineConfig(t *testing.T) {
-	t.Parallel()
-	good := sub("orders", "http://127.0.0.1:1/hook")
-	c, err := consumer.New(stubJS{}, consumer.Config{Subscriptions: []consumer.Subscription{good}})
-	require.NoError(t, err)
-	require.Equal(t, consumer.EngineAuto, c.Config().Engine, "the default")
-	require.Empty(t, c.Engine(), "auto picks at Provision")
-	for _, e := range []string{consumer.EngineShared, consumer.EngineDurables} {
-		c, err = consumer.New(stubJS{}, consumer.Config{Subscriptions: []consumer.Subscription{good}, Engine: e})
-		require.NoError(t, err)
-		require.Equal(t, e, c.Engine())
-	}
-	_, err = consumer.New(stubJS{}, consumer.Config{Subscriptions: []consumer.Subscription{good}, Engine: "orbit"})
-	require.ErrorIs(t, err, consumer.ErrInvalidConfig)
-	require.ErrorContains(t, err, `Engine "orbit": want "auto" (the default), "shared" or "durables"`)
-}
-
 // A subscription of the Config with start new begins, under the shared
 // engine, after the events stored when the consumer provisioned, as the
 // durables engine's durable consumers made at Provision do: the events
@@ -270,11 +245,11 @@ func TestEngineConfig(t *testing.T) {
 func TestSharedEngineStartNewResolvesAtProvision(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.eventsWithDirect(t)
+	b.createEvents(t)
 	rc := newOrderReceiver(t)
 	s := sharedSub("fresh", rc.srv.URL, consumer.OrderingStream)
 	s.Start = consumer.Start{Policy: consumer.StartNew}
-	c, err := consumer.New(b.js, consumer.Config{Engine: consumer.EngineShared, Partitions: 4, LeaseTTL: 2 * time.Second,
+	c, err := consumer.New(b.js, consumer.Config{Partitions: 4, LeaseTTL: 2 * time.Second,
 		ReplicaID: "replica-a", Subscriptions: []consumer.Subscription{s}})
 	require.NoError(t, err)
 

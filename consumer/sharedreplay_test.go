@@ -104,11 +104,11 @@ func (rc *chainReceiver) accepted(path string) []int64 {
 func parkedSetup(t *testing.T, reg *prometheus.Registry) (bundle, *chainReceiver, *consumer.Consumer, map[string]consumer.DeadLetter) {
 	t.Helper()
 	b := setup(t)
-	b.eventsWithDirect(t)
+	b.createEvents(t)
 	rc := newChainReceiver(t, "4")
 	ordered := sharedSub("ordered", rc.srv.URL, consumer.OrderingStream)
 	ordered.OnDeadLetter = consumer.DeadLetterPark
-	c, err := consumer.New(b.js, consumer.Config{Engine: consumer.EngineShared, Partitions: 2, LeaseTTL: 2 * time.Second, Registerer: reg,
+	c, err := consumer.New(b.js, consumer.Config{Partitions: 2, LeaseTTL: 2 * time.Second, Registerer: reg,
 		ReplicaID: "replica-a", Subscriptions: []consumer.Subscription{ordered, sharedSub("unordered", rc.srv.URL, consumer.OrderingNone)}})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(b.ctx))

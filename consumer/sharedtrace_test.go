@@ -27,7 +27,7 @@ func TestSharedEngineAttemptsRecordedAndTraced(t *testing.T) {
 	}
 	t.Parallel()
 	b := setup(t)
-	b.eventsWithDirect(t)
+	b.createEvents(t)
 	var mu sync.Mutex
 	refused := map[string]bool{} // path → event 3 refused once
 	got := map[string]map[string]bool{}
@@ -47,7 +47,7 @@ func TestSharedEngineAttemptsRecordedAndTraced(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(rc.Close)
-	c, err := consumer.New(b.js, consumer.Config{Engine: consumer.EngineShared, Partitions: 2, LeaseTTL: 2 * time.Second,
+	c, err := consumer.New(b.js, consumer.Config{Partitions: 2, LeaseTTL: 2 * time.Second,
 		Registerer: prometheus.NewRegistry(), ReplicaID: "replica-a", Attempts: &consumer.AttemptsConfig{},
 		Subscriptions: []consumer.Subscription{sharedSub("ordered", rc.URL, consumer.OrderingStream), sharedSub("unordered", rc.URL, consumer.OrderingNone)}})
 	require.NoError(t, err)
@@ -85,7 +85,6 @@ func TestSharedEngineAttemptsRecordedAndTraced(t *testing.T) {
 		require.Equal(t, []string{"ordered", "unordered"}[i], d.Subscription)
 		require.Equal(t, "pos.p"+strings.TrimPrefix(d.Key, "pos.p"), d.Key, "read from the partition's record")
 		require.Equal(t, uint64(3), d.Sequence)
-		require.Empty(t, d.Durable)
 	}
 
 	tr, err = consumer.TraceEvent(b.ctx, b.js, "1", consumer.TraceConfig{SourceStream: "order-0"})

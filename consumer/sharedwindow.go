@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
-	"github.com/jsbridge/jsbridge/internal/deliver/ordercopy"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // replayWindow is Consumer.ReplayWindow under the shared engine
@@ -17,7 +20,7 @@ import (
 // cursor with an end, run here and not by the partitions' owners, reads
 // the events stream by direct gets from the first sequence stored at or
 // after w.Since to the stream's last sequence at the call, and each
-// event goes through deliver.WindowRun as under the durables engine. An
+// event goes through deliver.WindowRun. An
 // ordered subscription's stream names, for its first event in the
 // window, the predecessor a new owner would look up (the stream's last
 // event before it the subscription selects, stepped over the versions
@@ -35,7 +38,7 @@ func (e *sharedEngine) replayWindow(ctx context.Context, sub string, w deliver.W
 	if err != nil {
 		return res, fmt.Errorf("consumer: replay: JetStream stream %q: %w", e.stream, err)
 	}
-	prefix := ordercopy.EventsPrefix(events.CachedInfo().Config)
+	prefix := eventsPrefix(events.CachedInfo().Config)
 	last := events.CachedInfo().State.LastSeq
 	s := snd.Subscription()
 	filters := deliver.WindowFilters(s.FilterSubjects, prefix, w.Stream)
@@ -54,9 +57,8 @@ func (e *sharedEngine) replayWindow(ctx context.Context, sub string, w deliver.W
 		return res, fmt.Errorf("consumer: replay: %w", err)
 	}
 	run := &deliver.WindowRun{Window: w, Sender: snd, Prefix: prefix, Last: last}
-	// The run's result knows no subscription (the durables engine's
-	// run is given its result ready-made): name it, as `consumer replay`
-	// prints it.
+	// The run's result knows no subscription: name it, as `consumer
+	// replay` prints it.
 	result := func(run *deliver.WindowRun) deliver.WindowResult {
 		r := run.Result()
 		r.Subscription = sub
@@ -89,4 +91,13 @@ func (e *sharedEngine) replayWindow(ctx context.Context, sub string, w deliver.W
 			return result(run), err
 		}
 	}
+}
+
+// eventsPrefix is the subject prefix of the events stream cfg: the
+// prefix of its one "<prefix>.>" subject, else wire.DefaultEventsPrefix.
+func eventsPrefix(cfg jetstream.StreamConfig) string {
+	if len(cfg.Subjects) == 1 && strings.HasSuffix(cfg.Subjects[0], ".>") {
+		return strings.TrimSuffix(cfg.Subjects[0], ".>")
+	}
+	return wire.DefaultEventsPrefix
 }

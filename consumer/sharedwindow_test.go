@@ -85,14 +85,14 @@ func (rc *windowReceiver) ids() []string {
 func TestSharedEngineReplayWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.eventsWithDirect(t)
+	b.createEvents(t)
 	b.publishN(t, 0, 10, 2) // ids 1…10: order-0 and order-1, versions 0…4
 	events, err := b.js.Stream(b.ctx, wire.DefaultEventsStream)
 	require.NoError(t, err)
 	fifth, err := events.GetMsg(b.ctx, 5)
 	require.NoError(t, err)
 	newShared := func(t *testing.T, url string, ordering consumer.Ordering) *consumer.Consumer {
-		c, err := consumer.New(b.js, consumer.Config{Engine: consumer.EngineShared,
+		c, err := consumer.New(b.js, consumer.Config{
 			Subscriptions: []consumer.Subscription{sharedSub("replayed", url, ordering)}})
 		require.NoError(t, err)
 		return c

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/inspect"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
@@ -22,10 +21,6 @@ type Status struct {
 	// Subscriptions are the ordered subscriptions with at least one
 	// partition lease or parked stream, by name.
 	Subscriptions []SubscriptionStatus
-	// Copies are the partitioned copies of events streams ordered
-	// subscriptions read, and how far each lags its events stream, by
-	// name.
-	Copies []CopyLag
 	// Stuck are the ordered subscriptions' streams that do not go on by
 	// themselves (parked, order-stuck) or have not for a while (set
 	// aside), by subscription, partition and stream key, each with the
@@ -46,24 +41,6 @@ const (
 	StateParked     = inspect.StateParked
 	StateSetAside   = inspect.StateSetAside
 )
-
-// CopyLag is how far the partitioned copy of an events stream
-// ("<events>_ORDERED", which ordered subscriptions read) lags the events
-// stream it sources.
-type CopyLag struct {
-	// Stream is the copy's name, "<events>_ORDERED".
-	Stream string
-	// Events is the events stream it sources.
-	Events string
-	// Sourced is the events stream's sequence the copy's last message came
-	// from; 0 when the copy is empty.
-	Sourced uint64
-	// Messages is how many messages of the events stream are not in the
-	// copy yet. 0 when caught up.
-	Messages uint64
-	// Age is the age of the oldest of them; 0 when caught up.
-	Age time.Duration
-}
 
 // ReplicaStatus is one live replica of one ordered subscription.
 type ReplicaStatus struct {
@@ -94,9 +71,8 @@ type PartitionStatus struct {
 	OrderStuck []string
 }
 
-// ReadStatus reads the lease and park buckets on js, and how far every
-// partitioned copy lags its events stream. Missing buckets read as empty
-// (no ordered subscription ran yet).
+// ReadStatus reads the lease and park buckets on js. Missing buckets
+// read as empty (no ordered subscription ran yet).
 func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 	st, err := inspect.ReadStatus(ctx, js)
 	var out Status
@@ -110,28 +86,8 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 		}
 		out.Subscriptions = append(out.Subscriptions, ss)
 	}
-	for _, c := range st.Copies {
-		out.Copies = append(out.Copies, CopyLag(c))
-	}
 	out.Stuck = st.Stuck
 	return out, err
-}
-
-// Position is where one subscription's durable consumers are: its start
-// (as they were created with it), the events stream sequence up to which
-// everything is settled, and what is still to deliver. What `consumer
-// status` prints per subscription.
-type Position = deliver.Position
-
-// ReadPositions reads the position of every subscription with durable
-// consumers on the events stream (Config.Stream; "" is the default) or on
-// its partitioned copy, by name. It wraps jetstream.ErrStreamNotFound
-// when the events stream does not exist.
-func ReadPositions(ctx context.Context, js jetstream.JetStream, stream string) ([]Position, error) {
-	if stream == "" {
-		stream = DefaultStream
-	}
-	return deliver.ReadPositions(ctx, js, stream)
 }
 
 // SharedPosition is one partition of the shared delivery engine's

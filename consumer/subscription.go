@@ -32,11 +32,10 @@ const (
 	// (its stream waits, others go on), and never two replicas deliver one
 	// stream at once (docs/ordering.md). The default.
 	OrderingStream Ordering = "stream"
-	// OrderingNone delivers with maximum parallelism: one durable pull
-	// consumer shared by every replica, the events of one stream sent in
-	// parallel like any others (up to MaxInFlight per replica and
-	// MaxAckPending in all), retries Nak'd with a delay: a receiver gets
-	// no order, not even within a stream.
+	// OrderingNone delivers with maximum parallelism: the events of one
+	// stream sent in parallel like any others (up to MaxInFlight per
+	// replica), each retried with its own backoff: a receiver gets no
+	// order, not even within a stream.
 	OrderingNone Ordering = "none"
 )
 
@@ -87,12 +86,11 @@ var (
 	ErrPlainHTTP = subscription.ErrPlainHTTP
 )
 
-// Subscription is one webhook endpoint fed by one durable pull consumer on
-// the events stream (or, when ordered, by the partition consumers of its
-// partitioned copy). Zero fields take their defaults.
+// Subscription is one webhook endpoint and the events of the events
+// stream it takes. Zero fields take their defaults.
 type Subscription struct {
-	// Name is the durable consumer's name and the subscription's name in
-	// logs and metrics: [A-Za-z0-9_-]+. Required.
+	// Name is the subscription's name in its positions, logs and
+	// metrics: [A-Za-z0-9_-]+. Required.
 	Name string
 	// FilterSubjects select the events, e.g. "events.order.>" (a category)
 	// or "events.*.*.OrderPlaced" (an event name). At least one is required.
@@ -145,9 +143,10 @@ type Subscription struct {
 	// Retry-After) lowers the rate for a while, whatever it is
 	// (docs/failing-endpoints.md, "Throttling").
 	RateLimit float64
-	// MaxAckPending is the durable consumer's MaxAckPending: the messages
-	// out for delivery or waiting for a delayed retry, across all consumer
-	// replicas. Default DefaultMaxAckPending (1000); at least MaxInFlight.
+	// MaxAckPending bounds the events a partition holds in hand for the
+	// subscription (out for delivery or waiting for a delayed retry);
+	// past it the subscription reads on from a cursor. Default
+	// DefaultMaxAckPending (1000); at least MaxInFlight.
 	MaxAckPending int
 	// AllowPrivate lets the endpoint be on a loopback, private, shared,
 	// link-local (cloud metadata) or reserved address, and over plain
@@ -171,20 +170,19 @@ type Subscription struct {
 	// an event: DeadLetterPark (default) or DeadLetterSkip. Not used with
 	// OrderingNone (the stream always goes on).
 	OnDeadLetter DeadLetterPolicy
-	// Start is where the subscription begins when its durable consumers
-	// are first created: StartNew (the zero value: only events stored
-	// after that, as webhook platforms do for a new endpoint), StartAll
+	// Start is where the subscription begins when it is first
+	// delivered: StartNew (the zero value: only events stored after
+	// Provision, as webhook platforms do for a new endpoint), StartAll
 	// (every event the events stream holds), StartAtTime(t) or
 	// StartAtSequence(n) (the events stream's sequence, also for ordered
-	// subscriptions). An existing durable keeps its position; a Start that
-	// differs from the one it was created with is refused at start
-	// (ErrStartChanged, whose message says how to reset: delete the
-	// durable consumers). docs/subscriptions-start.md.
+	// subscriptions). A subscription the positions bucket holds keeps its
+	// position: Start applies only to one it does not know yet.
+	// docs/subscriptions-start.md.
 	Start Start
 }
 
-// Start says where a subscription's durable consumers begin when they are
-// created; the zero value is StartNew. Read one with ParseStart ("new",
+// Start says where a subscription begins when it is first delivered;
+// the zero value is StartNew. Read one with ParseStart ("new",
 // "all", "time:<RFC 3339>", "sequence:<n>"); String writes it back.
 type Start = subscription.Start
 
@@ -193,8 +191,8 @@ type StartPolicy = subscription.StartPolicy
 
 // Start policies (see Subscription.Start).
 const (
-	// StartNew delivers only the events stored after the durable
-	// consumers were created. The default.
+	// StartNew delivers only the events stored after the subscription
+	// was first provisioned. The default.
 	StartNew = subscription.StartNew
 	// StartAll delivers every event the events stream still holds.
 	StartAll = subscription.StartAll
@@ -205,12 +203,6 @@ const (
 	// Start.Sequence on.
 	StartSequence = subscription.StartSequence
 )
-
-// ErrStartChanged is wrapped by Provision (and Start) when a
-// subscription's Start differs from the one its existing durable consumer
-// was created with; the message names both and how to reset (delete the
-// durable consumers). Waiting does not fix it.
-var ErrStartChanged = subscription.ErrStartChanged
 
 // ErrInvalidStart is wrapped by ParseStart for a start it cannot read.
 var ErrInvalidStart = subscription.ErrInvalidStart

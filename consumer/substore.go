@@ -96,8 +96,8 @@ type SubscriptionStore struct{ s *subkv.Store }
 // StoredSubscription is a subscription as read from the bucket.
 type StoredSubscription struct {
 	Subscription
-	// Paused subscriptions are not delivered; their durable consumers
-	// keep their position.
+	// Paused subscriptions are not delivered; they keep their
+	// position.
 	Paused bool
 	// Revision is the key's revision, for Update, Delete and SetPaused.
 	Revision uint64
@@ -158,8 +158,8 @@ func (s *SubscriptionStore) SetPaused(ctx context.Context, name string, paused b
 }
 
 // Delete deletes the subscription name read at revision rev (0: whatever
-// its revision). The running replicas stop it and delete its durable
-// consumers.
+// its revision). The running replicas stop it and delete its
+// position.
 func (s *SubscriptionStore) Delete(ctx context.Context, name string, rev uint64) error {
 	return s.s.Delete(ctx, name, rev)
 }

@@ -96,41 +96,39 @@ type EventTrace struct {
 	Attempts []Attempt `json:"attempts"`
 	// DeadLetters are the event's dead letters (of any subscription).
 	DeadLetters []DeadLetter `json:"dead_letters"`
-	// Deliveries say where the event stands for each subscription whose
-	// filter matches it, read from the durable consumers, by
-	// subscription: what tells an event delivered by a 2xx on its first
-	// attempt (no attempt record under AttemptsRecordFailures) from one
-	// never delivered. Empty when Message is nil (the event was not
-	// found: give TraceConfig.SourceStream).
+	// Deliveries say where the event stands for each subscription the
+	// positions bucket names on the event's partition, by subscription:
+	// what tells an event delivered by a 2xx on its first attempt (no
+	// attempt record under AttemptsRecordFailures) from one never
+	// delivered. Empty when Message is nil (the event was not found:
+	// give TraceConfig.SourceStream).
 	Deliveries []Delivery `json:"deliveries"`
 }
 
 // Where an event stands for one subscription (Delivery.State).
 const (
-	// DeliverySettled: acked or terminated, so answered 2xx or
-	// dead-lettered (EventTrace.DeadLetters tells which); or, at or below
-	// the ack floor of a durable consumer that started after the event,
-	// never to be delivered (Delivery.Why names the start then).
+	// DeliverySettled: answered 2xx or dead-lettered
+	// (EventTrace.DeadLetters tells which), or covered by the
+	// partition's floor or the subscription's cursor without being for
+	// it (the positions bucket holds no filters), or before the
+	// subscription's start.
 	DeliverySettled = inspect.DeliverySettled
-	// DeliveryOutstanding: delivered to the consumer and above its ack
-	// floor while acks are pending: in flight, waiting for a retry, or
-	// acked out of order above the floor; JetStream does not say which.
+	// DeliveryOutstanding: read and not settled: in flight, waiting for
+	// a retry, or the head of a stream set aside and retried in place.
 	DeliveryOutstanding = inspect.DeliveryOutstanding
-	// DeliveryPending: not delivered to the consumer yet (for an ordered
-	// subscription, possibly not in the partitioned copy yet).
+	// DeliveryPending: not settled and not known to be in hand: above
+	// the partition's floor, behind the subscription's cursor, or held
+	// behind a stream set aside.
 	DeliveryPending = inspect.DeliveryPending
 )
 
-// Delivery is where an event stands for one subscription whose filter
-// matches it, read from the subscription's durable consumer (ack floor,
-// last delivered sequence, acks pending) and, for an ordered
-// subscription, its partition's delivered record: its Subscription,
-// whether it is Ordered (then Durable is the partition's consumer on the
-// partitioned copy, Partition that partition and Sequence the event's
-// sequence in the copy, 0 when the copy does not hold it; else Durable is
-// on the events stream and Sequence the event's there), its State
-// (DeliverySettled, DeliveryOutstanding or DeliveryPending) and Why, what
-// State was read from (e.g. "at or below the ack floor (1041)").
+// Delivery is where an event stands for one subscription its
+// partition's record or cursor keys in the positions bucket name: its
+// Subscription, Partition, Sequence (on the events stream), the Key it
+// was read from (the record pos.p<N>, or the cursor
+// cur.<subscription>.p<N> while the subscription is not live), its
+// State (DeliverySettled, DeliveryOutstanding or DeliveryPending) and
+// Why, what State was read from.
 type Delivery = inspect.Delivery
 
 // TraceEvent collects what JetStream holds about event eventID: its

@@ -3,14 +3,12 @@ package consumer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
-	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/subkv"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 )
@@ -25,13 +23,12 @@ type liveSubscriptions interface {
 	// Pause stops delivering s, keeping its position.
 	Pause(s subscription.Subscription, created time.Time)
 	// Remove stops delivering subscription name and deletes its position
-	// (the durables engine's durable consumers, the shared engine's
-	// cursors).
+	// (its cursors).
 	Remove(ctx context.Context, name string) error
 	// Deleted is told of subscription name, which does not run here,
 	// deleted from the bucket before this watch began (its delete
-	// marker): the shared engine drops what the partitions it claims
-	// hold of it (fanout.StateHeld) instead of holding it.
+	// marker): the engine drops what the partitions it claims hold of
+	// it (fanout.StateHeld) instead of holding it.
 	Deleted(ctx context.Context, name string)
 	// Names are the subscriptions it has, sorted.
 	Names() []string
@@ -40,24 +37,11 @@ type liveSubscriptions interface {
 	Loaded()
 }
 
-// fleetSubscriptions is the durables engine's Fleet as watch edits it.
-type fleetSubscriptions struct{ f *deliver.Fleet }
-
-func (fs fleetSubscriptions) Put(s subscription.Subscription, _ time.Time) error { return fs.f.Put(s) }
-func (fs fleetSubscriptions) Pause(s subscription.Subscription, _ time.Time)     { fs.f.Pause(s.Name) }
-func (fs fleetSubscriptions) Remove(ctx context.Context, name string) error {
-	return fs.f.Remove(ctx, name)
-}
-func (fs fleetSubscriptions) Deleted(context.Context, string) {}
-func (fs fleetSubscriptions) Names() []string                 { return fs.f.Names() }
-func (fs fleetSubscriptions) Loaded()                         {}
-
 // watch applies the changes of Config.SubscriptionStore's bucket to the
 // engine (c.live) until ctx ends: a subscription put and not paused runs
-// (started, updated in place or restarted: deliver.Fleet.Put,
-// shared.Replica.Put), a paused one stops with its position kept, a
-// deleted one stops and its position is deleted (durable consumers, or
-// cursors). Changes of one subscription are applied in order, the
+// (started, updated in place or restarted: shared.Replica.PutAt), a
+// paused one stops with its position kept, a deleted one stops and its
+// position is deleted (its cursors). Changes of one subscription are applied in order, the
 // latest winning when several arrived while one was applied; changes of
 // different subscriptions are applied at once, so one slow to stop (its
 // in-flight deliveries finish first) holds up no other. A document this
@@ -188,29 +172,15 @@ func (a *applier) apply(ctx context.Context, ch subkv.Change) {
 	}
 }
 
-// removeTimeout bounds the deletion of a removed subscription's durable
-// consumers.
+// removeTimeout bounds the deletion of a removed subscription's
+// position.
 const removeTimeout = 15 * time.Second
 
-// remove stops the subscription name and deletes its durable consumers.
+// remove stops the subscription name and deletes its position.
 func (a *applier) remove(ctx context.Context, log *slog.Logger, name string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 	defer cancel()
 	if err := a.fleet.Remove(rctx, name); err != nil && !errors.Is(err, context.Canceled) {
-		log.Warn("deleting a removed subscription's durable consumers failed; delete them with nats consumer rm", slog.Any("error", err))
+		log.Warn("deleting a removed subscription's position failed", slog.Any("error", err))
 	}
-}
-
-// windowEngine is the engine ReplayWindow replays subscription with: the
-// Consumer's own, or with Config.SubscriptionStore the unit of that
-// subscription, which must run on this replica (ErrUnknownSubscription
-// otherwise: unknown, paused or deleted).
-func (c *Consumer) windowEngine(subscription string) (*deliver.Consumer, error) {
-	if c.fleet == nil {
-		return c.engine.(*deliver.Consumer), nil
-	}
-	if e := c.fleet.Consumer(subscription); e != nil {
-		return e, nil
-	}
-	return nil, fmt.Errorf("consumer: replay: %w: %q does not run here (unknown, paused or deleted)", ErrUnknownSubscription, subscription)
 }

@@ -179,7 +179,7 @@ func (c *dlqReplayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if err := c.apply(&cfg); err != nil {
+	if err := c.check(log); err != nil {
 		return err
 	}
 	cons, err := consumer.New(js, cfg)

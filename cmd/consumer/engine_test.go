@@ -1,50 +1,60 @@
 package main
 
 import (
+	"bytes"
+	"log/slog"
 	"testing"
 
 	"github.com/alecthomas/kong"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
-// parseEngine parses `consumer run args...` and returns the engine it
-// configures, or its error.
-func parseEngine(t *testing.T, args ...string) (string, error) {
+// checkEngine parses `consumer run args...` and returns what --engine's
+// check says: its error, and the log it wrote.
+func checkEngine(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var cl cli
 	parser, err := kong.New(&cl, ops.WireVars())
 	require.NoError(t, err)
 	_, err = parser.Parse(append([]string{"run"}, args...))
 	require.NoError(t, err)
-	return engine(cl.Run.Engine)
+	var buf bytes.Buffer
+	err = cl.Run.check(slog.New(slog.NewTextHandler(&buf, nil)))
+	return buf.String(), err
 }
 
-// --engine takes auto (the default), shared and durables; any other value is
-// refused with an error naming the flag and the value.
-func TestEngineFlag(t *testing.T) {
-	t.Parallel()
-	e, err := parseEngine(t)
+// --engine is deprecated: left out it says nothing; auto and shared are
+// accepted with one warning that it does nothing; durables is refused
+// naming the flag, the value and consumer migrate; any other value is
+// refused naming the flag and the value.
+func TestEngineFlagIsDeprecated(t *testing.T) {
+	t.Setenv("JSBRIDGE_ENGINE", "") // restored at the end
+	log, err := checkEngine(t)
 	require.NoError(t, err)
-	require.Equal(t, consumer.EngineAuto, e, "the default")
-	for _, want := range []string{consumer.EngineShared, consumer.EngineDurables} {
-		e, err = parseEngine(t, "--engine", want)
+	require.Empty(t, log, "no flag, no warning")
+	for _, v := range []string{"auto", "shared"} {
+		log, err = checkEngine(t, "--engine", v)
 		require.NoError(t, err)
-		require.Equal(t, want, e)
+		require.Contains(t, log, "level=WARN")
+		require.Contains(t, log, "deprecated and does nothing")
+		require.Equal(t, 1, bytes.Count([]byte(log), []byte("\n")), "one warning")
 	}
-	_, err = parseEngine(t, "--engine", "Shared")
-	require.EqualError(t, err, `--engine (JSBRIDGE_ENGINE) "Shared": want auto, shared or durables`)
+	_, err = checkEngine(t, "--engine", "durables")
+	require.ErrorContains(t, err, `--engine (JSBRIDGE_ENGINE) "durables": the durables engine was removed`)
+	require.ErrorContains(t, err, "`consumer migrate`")
+	_, err = checkEngine(t, "--engine", "orbit")
+	require.EqualError(t, err, `--engine (JSBRIDGE_ENGINE) "orbit": deprecated, and does nothing: remove it (it accepted auto and shared)`)
 }
 
-// JSBRIDGE_ENGINE sets it too.
-func TestEngineEnv(t *testing.T) {
+// JSBRIDGE_ENGINE is read the same way.
+func TestEngineEnvIsDeprecated(t *testing.T) {
 	t.Setenv("JSBRIDGE_ENGINE", "shared")
-	e, err := parseEngine(t)
+	log, err := checkEngine(t)
 	require.NoError(t, err)
-	require.Equal(t, consumer.EngineShared, e)
-	t.Setenv("JSBRIDGE_ENGINE", "durable")
-	_, err = parseEngine(t)
-	require.EqualError(t, err, `--engine (JSBRIDGE_ENGINE) "durable": want auto, shared or durables`)
+	require.Contains(t, log, "deprecated and does nothing")
+	t.Setenv("JSBRIDGE_ENGINE", "durables")
+	_, err = checkEngine(t)
+	require.ErrorContains(t, err, "`consumer migrate`")
 }

@@ -1,19 +1,21 @@
 package main
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"testing"
 
 	"github.com/alecthomas/kong"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/internal/ops"
 )
 
-// dlq replay and replay take --engine (JSBRIDGE_ENGINE) as consumer run
-// does, and refuse a bad value naming the flag.
-func TestReplayCommandsTakeTheEngine(t *testing.T) {
+// dlq replay and replay take the deprecated --engine (JSBRIDGE_ENGINE) as
+// consumer run does: a warning for shared, durables refused naming
+// consumer migrate.
+func TestReplayCommandsTakeTheDeprecatedEngine(t *testing.T) {
 	t.Setenv("JSBRIDGE_ENGINE", "") // restored at the end
 	require.NoError(t, os.Unsetenv("JSBRIDGE_ENGINE"))
 	parse := func(args ...string) cli {
@@ -24,20 +26,17 @@ func TestReplayCommandsTakeTheEngine(t *testing.T) {
 		require.NoError(t, err)
 		return cl
 	}
-	var cfg consumer.Config
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
 	cl := parse("dlq", "replay", "--all")
-	require.NoError(t, cl.DLQ.Replay.apply(&cfg))
-	require.Equal(t, consumer.EngineAuto, cfg.Engine, "the default")
+	require.NoError(t, cl.DLQ.Replay.check(log))
+	require.Empty(t, buf.String(), "no flag, no warning")
 	cl = parse("dlq", "replay", "--all", "--engine", "shared")
-	require.NoError(t, cl.DLQ.Replay.apply(&cfg))
-	require.Equal(t, consumer.EngineShared, cfg.Engine)
-	cl = parse("replay", "--since", "1h", "--engine", "shared")
-	require.NoError(t, cl.Replay.apply(&cfg))
-	require.Equal(t, consumer.EngineShared, cfg.Engine)
-	cl = parse("replay", "--since", "1h", "--engine", "orbit")
-	require.EqualError(t, cl.Replay.apply(&cfg), `--engine (JSBRIDGE_ENGINE) "orbit": want auto, shared or durables`)
-	t.Setenv("JSBRIDGE_ENGINE", "shared")
+	require.NoError(t, cl.DLQ.Replay.check(log))
+	require.Contains(t, buf.String(), "deprecated and does nothing")
+	cl = parse("replay", "--since", "1h", "--engine", "durables")
+	require.ErrorContains(t, cl.Replay.check(log), "`consumer migrate`")
+	t.Setenv("JSBRIDGE_ENGINE", "durables")
 	cl = parse("dlq", "replay", "--all")
-	require.NoError(t, cl.DLQ.Replay.apply(&cfg))
-	require.Equal(t, consumer.EngineShared, cfg.Engine, "JSBRIDGE_ENGINE")
+	require.ErrorContains(t, cl.DLQ.Replay.check(log), `--engine (JSBRIDGE_ENGINE) "durables"`, "JSBRIDGE_ENGINE")
 }

@@ -1,6 +1,7 @@
 // Command consumer delivers events from JetStream to HTTP webhook endpoints:
-// one durable pull consumer per subscription, signed POSTs carrying an
-// Idempotency-Key, retries with backoff and a circuit breaker per endpoint.
+// one reader of the events stream per replica, partitions leased among
+// the replicas, signed POSTs carrying an Idempotency-Key, retries with
+// backoff and a circuit breaker per endpoint.
 //
 // Subcommands: run, status, trace, migrate, secret, replay, dlq list, dlq replay,
 // dlq skip, dlq purge, subscriptions (add, update, get, list, delete, pause,
@@ -29,7 +30,7 @@ type cli struct {
 	Status  statusCmd      `cmd:"" help:"Show each subscription's start and position, the live consumer replicas, which one owns each partition of the ordered subscriptions, and their stuck streams (parked, order-stuck, set aside) with the command out of each."`
 	Secret  secretCmd      `cmd:"" help:"Print a new whsec_ signing secret for --secret and the receiver (--ed25519: a whsk_/whpk_ key pair)."`
 	Migrate migrateCmd     `cmd:"" help:"Move the ordered copy's partition consumers, the unordered durables and the park bucket's records to the shared engine's positions bucket (jsbridge_positions), once, with every consumer replica stopped; --dry-run prints the plan and writes nothing. The old layout is left in place until --cleanup deletes it, once the new version runs."`
-	Trace   traceCmd       `cmd:"" help:"Show one event's recorded delivery attempts per subscription (time, replica, status, latency, error; failures, and the success ending them, unless run keeps every attempt with --attempts-record all), its message on the events stream, its dead letters, and where each subscription stands from its durable consumer or the shared engine's positions bucket (settled, outstanding, pending)."`
+	Trace   traceCmd       `cmd:"" help:"Show one event's recorded delivery attempts per subscription (time, replica, status, latency, error; failures, and the success ending them, unless run keeps every attempt with --attempts-record all), its message on the events stream, its dead letters, and where each subscription stands from the positions bucket (settled, outstanding, pending)."`
 	Version ops.VersionCmd `cmd:"" help:"Print the version, commit and build date of this binary."`
 	Probe   ops.ProbeCmd   `cmd:"" help:"GET a URL (the ops port's /readyz) and exit 0 on 2xx, 1 otherwise: a health check for the image, which has no shell."`
 

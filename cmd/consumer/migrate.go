@@ -16,7 +16,7 @@ import (
 // --cleanup it deletes the old layout once the shared engine runs.
 type migrateCmd struct {
 	DryRun      bool `name:"dry-run" help:"Print the plan (per subscription: floor, pending count, what would be re-sent, parked and set-aside streams; the refusals) and write nothing. With --cleanup: list what would be deleted, and delete nothing."`
-	Cleanup     bool `name:"cleanup" help:"Once the migration was applied and the new version runs (consumer run --engine shared): delete the old layout (the unordered durables, the partition consumers and the partitioned copy ${events_stream}_ORDERED, the park bucket's keys the migration copied or translated and the bucket when left empty, the old engine's lease and heartbeat keys); the dead letters and the positions bucket stay. Refused before the migration, before the new version claimed a partition, and while an old replica runs (an old consumer with pull requests waiting, pinned to a client, or moving during the second it is watched; or an old heartbeat younger than the lease TTL)."`
+	Cleanup     bool `name:"cleanup" help:"Once the migration was applied and the new version runs: delete the old layout (the unordered durables, the partition consumers and the partitioned copy ${events_stream}_ORDERED, the park bucket's keys the migration copied or translated and the bucket when left empty, the old engine's lease and heartbeat keys); the dead letters and the positions bucket stay. Refused before the migration, before the new version claimed a partition, and while an old replica runs (an old consumer with pull requests waiting, pinned to a client, or moving during the second it is watched; or an old heartbeat younger than the lease TTL)."`
 	JSON        bool `name:"json" help:"Print the plan (and with a write, the result; with --cleanup, what is deleted) as JSON instead of text."`
 	ReadPending bool `name:"read-pending" help:"Read each unordered durable's pending set back (pulling from the stopped durable, never acking, for up to its AckWait plus its longest BackOff step plus 2 s), so that what it acked above its ack floor is not sent again; each pull counts as a delivery attempt on the old durable. Without it, those events are counted as re-sent."`
 	Partitions  int  `name:"partitions" env:"JSBRIDGE_PARTITIONS" default:"16" help:"Partitions the shared engine will run with; the partitioned copy (${events_stream}_ORDERED) must be partitioned for the same count, or the migration refuses (default: ${default})."`
@@ -75,7 +75,7 @@ func (c *migrateCmd) Run(ctx context.Context, g *Globals) error {
 		if res.AllowDirect {
 			fmt.Fprintf(w, "; AllowDirect turned on for %s", plan.Events)
 		}
-		fmt.Fprintln(w, "\nthe old layout is left as it is: start the new version (consumer run --engine shared), then delete it with consumer migrate --cleanup")
+		fmt.Fprintln(w, "\nthe old layout is left as it is: start the new version (consumer run), then delete it with consumer migrate --cleanup")
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ func (c *replayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if err := c.apply(&cfg); err != nil {
+	if err := c.check(log); err != nil {
 		return err
 	}
 	cons, err := consumer.New(js, cfg)

@@ -39,7 +39,7 @@ type subscriptionFlags struct {
 	BackOff       []time.Duration `name:"backoff" env:"JSBRIDGE_BACKOFF" default:"1s,5s,30s,2m,5m" help:"Delays before each retry; the last repeats (default: ${default})."`
 	MaxInFlight   int             `name:"max-in-flight" env:"JSBRIDGE_CONSUMER_MAX_IN_FLIGHT" default:"64" help:"Concurrent deliveries per subscription (default: ${default})."`
 	RateLimit     float64         `name:"rate-limit" env:"JSBRIDGE_RATE_LIMIT" help:"Most POSTs per second to the endpoint, per replica; a 429 (or 503 with Retry-After) lowers it for a while (default: no limit)."`
-	MaxAckPending int             `name:"max-ack-pending" env:"JSBRIDGE_MAX_ACK_PENDING" help:"JetStream MaxAckPending: messages out for delivery or waiting for a retry; ordering none: one durable consumer, so across all replicas; ordering stream: per partition consumer, so up to --partitions times this in all (default: 1000, or --max-in-flight when larger)."`
+	MaxAckPending int             `name:"max-ack-pending" env:"JSBRIDGE_MAX_ACK_PENDING" help:"Events a partition holds in hand for the subscription (out for delivery or waiting for a retry), so up to --partitions times this in all; past it the subscription reads on from a cursor (default: 1000, or --max-in-flight when larger)."`
 	AllowPrivate  bool            `name:"allow-private" env:"JSBRIDGE_ALLOW_PRIVATE" help:"Let the endpoint be on a loopback, private, link-local (cloud metadata) or reserved address, and use plain http (default: refused)."`
 	AllowHTTP     bool            `name:"allow-http" env:"JSBRIDGE_ALLOW_HTTP" help:"Let the endpoint use plain http on a public address (default: https only)."`
 	TLSClientCert string          `name:"tls-client-cert" env:"JSBRIDGE_TLS_CLIENT_CERT" help:"PEM client certificate (chain, leaf first) presented to the endpoint for mutual TLS; needs --tls-client-key (default: none)."`
@@ -49,7 +49,7 @@ type subscriptionFlags struct {
 	Ordering     string `name:"ordering" env:"JSBRIDGE_ORDERING" default:"stream" enum:"stream,none" help:"stream: each source stream delivered in version order across every replica (head-of-line retry); none: maximum parallelism, no order (default: ${default})."`
 	OnDeadLetter string `name:"on-dead-letter" env:"JSBRIDGE_ON_DEAD_LETTER" default:"park" enum:"park,skip" help:"With --ordering stream, what a dead-lettered event does to its stream: park (hold its later events until dlq replay or dlq skip) or skip (go on) (default: ${default})."`
 
-	Start string `name:"start" env:"JSBRIDGE_START" default:"new" placeholder:"WHERE" help:"Where the subscription begins when its durable consumers are first created: new (only events stored after that), all (every event the stream holds), time:<RFC 3339> or sequence:<n> (the ${events_stream} stream's sequence, also when ordered); an existing durable keeps its position, and a different start is refused until it is deleted (default: ${default})."`
+	Start string `name:"start" env:"JSBRIDGE_START" default:"new" placeholder:"WHERE" help:"Where the subscription begins when it is first delivered: new (only events stored after the start), all (every event the stream holds), time:<RFC 3339> or sequence:<n> (the ${events_stream} stream's sequence, also when ordered); a subscription the positions bucket holds keeps its position (default: ${default})."`
 
 	BreakerFailures    uint32        `name:"breaker-failures" env:"JSBRIDGE_BREAKER_FAILURES" default:"5" help:"Consecutive failures that open an endpoint's circuit breaker (default: ${default})."`
 	BreakerOpenTimeout time.Duration `name:"breaker-open-timeout" env:"JSBRIDGE_BREAKER_OPEN_TIMEOUT" default:"30s" help:"How long an open breaker waits before letting a probe through (default: ${default})."`
@@ -138,9 +138,9 @@ func connect(g *Globals) (*nats.Conn, jetstream.JetStream, error) {
 
 // orderingFlags configure ordered subscriptions (--ordering stream).
 type orderingFlags struct {
-	Partitions      int           `name:"partitions" env:"JSBRIDGE_PARTITIONS" default:"16" help:"Partitions of ordered delivery: the unit of ownership among replicas (at most this many replicas share an ordered subscription); the same on every replica; changing it needs the ${events_stream}_ORDERED stream recreated (default: ${default})."`
+	Partitions      int           `name:"partitions" env:"JSBRIDGE_PARTITIONS" default:"16" help:"Partitions of ordered delivery: the unit of ownership among replicas (at most this many replicas share an ordered subscription); the same on every replica (default: ${default})."`
 	ReplicaID       string        `name:"replica-id" env:"JSBRIDGE_REPLICA_ID" help:"This replica's id in partition leases, consumer status and the Jsbridge-Replica webhook header: [A-Za-z0-9_-]+ (default: <hostname>-<pid>-<random>)."`
-	LeaseTTL        time.Duration `name:"lease-ttl" env:"JSBRIDGE_LEASE_TTL" default:"10s" help:"Lifetime of a partition lease and a membership heartbeat unless renewed (every quarter of it): a killed or frozen replica's partitions move after at most this (the new owner resets what it left unacked, not waiting AckWait); fixed when the lease bucket is created: a replica finding the bucket with another TTL uses the bucket's and warns (default: ${default})."`
+	LeaseTTL        time.Duration `name:"lease-ttl" env:"JSBRIDGE_LEASE_TTL" default:"10s" help:"Lifetime of a partition lease and a membership heartbeat unless renewed (every quarter of it): a killed or frozen replica's partitions move after at most this; fixed when the lease bucket is created: a replica finding the bucket with another TTL uses the bucket's and warns (default: ${default})."`
 	OrderStuckAfter time.Duration `name:"order-stuck-after" env:"JSBRIDGE_ORDER_STUCK_AFTER" default:"5m" help:"How long a receiver's order gate may refuse an ordered stream's head (409 gap or in-progress) before the head is dead-lettered and its stream parked as order-stuck, whatever on_dead_letter says; out with consumer dlq replay or skip (default: ${default})."`
 }
 
@@ -148,9 +148,9 @@ type runCmd struct {
 	subscriptionFlags `embed:""`
 	orderingFlags     `embed:""`
 	kvFlags           `embed:""` // run_kv.go
+	engineFlag        `embed:""` // deprecated
 
-	Engine         string        `name:"engine" env:"JSBRIDGE_ENGINE" default:"auto" help:"Delivery engine: auto (shared, unless the server holds a deployment of durables not yet moved by consumer migrate: its durable consumers or partitioned copy without the migrated key in jsbridge_positions, or an events stream without AllowDirect; then durables, with a warning), shared (one reader per replica, positions in the jsbridge_positions bucket; needs AllowDirect on the events stream, and a deployment that ran durables moves with consumer migrate first; every replica with the same subscriptions) or durables (a durable consumer per subscription on the events stream, per partition for an ordered one); dlq replay and replay take the same --engine (default: ${default})."`
-	StartupTimeout time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when NATS, the JetStream stream, the DLQ stream or the durable consumers are not available within this time; 0 waits forever (default: ${default})."`
+	StartupTimeout time.Duration `name:"startup-timeout" env:"JSBRIDGE_STARTUP_TIMEOUT" default:"0s" help:"Give up (exit 1, naming what is missing) when NATS, the JetStream stream or the DLQ stream are not available within this time; 0 waits forever (default: ${default})."`
 	Pprof          bool          `name:"pprof" env:"JSBRIDGE_PPROF" help:"Serve Go profiles under /debug/pprof/ on the ops port."`
 	OpsAddr        string        `name:"ops-addr" env:"JSBRIDGE_CONSUMER_OPS_ADDR" default:"127.0.0.1:9465" help:"Address of the ops port serving /metrics, /healthz and /readyz; empty disables it (default: ${default})."`
 	attemptsFlags  `embed:""`
@@ -161,7 +161,7 @@ type runCmd struct {
 
 // Run validates the configuration, starts the ops port, then waits for
 // NATS and lets the consumer package wait for the DLQ stream and the
-// durable consumers (consumer.Provision, with the same startup.Waiter) and
+// events stream (consumer.Provision, with the same startup.Waiter) and
 // delivers until ctx ends. It fails only for what waiting cannot fix, or
 // at --startup-timeout; a stop while it waits is a clean exit.
 func (r *runCmd) Run(ctx context.Context, g *Globals) error {
@@ -183,7 +183,7 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	cfg.Partitions, cfg.ReplicaID, cfg.LeaseTTL, cfg.OrderStuckAfter = r.Partitions, r.ReplicaID, r.LeaseTTL, r.OrderStuckAfter
-	if cfg.Engine, err = engine(r.Engine); err != nil {
+	if err := r.check(log); err != nil {
 		return err
 	}
 	if cfg.Health, err = r.health(); err != nil {
@@ -235,24 +235,15 @@ func (r *runCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	w.Ready()
 	log.Info("consumer started", "nats_url", startup.RedactURL(nc.ConnectedUrl()), "jetstream_stream", g.Stream, "dlq_stream", g.DLQStream,
-		"subscriptions", strings.Join(names, ","), "ops_addr", addr, "engine", c.Engine())
+		"subscriptions", strings.Join(names, ","), "ops_addr", addr)
 	err = c.Run(ctx)
 	log.Info("consumer stopped")
 	return err
 }
 
-// engine parses --engine (JSBRIDGE_ENGINE).
-func engine(v string) (string, error) {
-	switch v {
-	case consumer.EngineAuto, consumer.EngineShared, consumer.EngineDurables:
-		return v, nil
-	}
-	return "", fmt.Errorf("--engine (JSBRIDGE_ENGINE) %q: want %s, %s or %s", v, consumer.EngineAuto, consumer.EngineShared, consumer.EngineDurables)
-}
-
 // start connects to NATS, waited for with w, assembles the consumer and
-// provisions it (the attempts stream, the DLQ stream and the durable
-// consumers, waited for with the same w), and returns the connection (to close, also on error) and
+// provisions it (the attempts stream, the DLQ stream and the events
+// stream, waited for with the same w), and returns the connection (to close, also on error) and
 // the consumer.
 func (r *runCmd) start(ctx context.Context, w *startup.Waiter, g *Globals, conn natsconn.Settings, log *slog.Logger, cfg consumer.Config, jsRef *startup.JetStreamRef) (*nats.Conn, *consumer.Consumer, error) {
 	log.Info("connecting to NATS", "nats_url", startup.RedactURL(conn.URL), "nats_auth", conn.Auth, "nats_tls", conn.TLS, "jetstream_api", conn.JetStreamAPI())

@@ -17,21 +17,16 @@ import (
 // statusCmd prints each subscription's start and position, who owns
 // what among the consumer replicas, and the stuck streams.
 type statusCmd struct {
-	JSON bool      `name:"json" help:"Print the status as one JSON object (positions, replicas, partitions, stuck streams, copies, and the shared engine's partition records when its bucket exists) instead of tables."`
+	JSON bool      `name:"json" help:"Print the status as one JSON object (positions, replicas, partitions, stuck streams, and the shared engine's partition records when its bucket exists) instead of tables."`
 	out  io.Writer // stdout; tests set it
 }
 
 // statusJSON is `consumer status --json`'s object.
 type statusJSON struct {
-	Positions     []consumer.Position           `json:"positions"`
 	Replicas      []consumer.ReplicaStatus      `json:"replicas"`
 	Subscriptions []consumer.SubscriptionStatus `json:"subscriptions"`
 	Stuck         []consumer.StuckStream        `json:"stuck"`
-	Copies        []consumer.CopyLag            `json:"copies"`
 	Shared        []consumer.SharedPosition     `json:"shared_positions,omitempty"`
-	// Engine is the engine consumer run --engine auto picks on the
-	// server (absent when it cannot tell: no events stream yet).
-	Engine *consumer.EnginePick `json:"engine,omitempty"`
 }
 
 func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
@@ -45,55 +40,19 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	positions, err := consumer.ReadPositions(ctx, js, g.Stream)
-	if err != nil {
-		return err
-	}
 	shared, err := consumer.ReadSharedPositions(ctx, js)
 	if err != nil {
 		return err
 	}
-	var pick *consumer.EnginePick
-	p, pickErr := consumer.PickEngine(ctx, js, g.Stream)
-	if pickErr == nil {
-		pick = &p
-	}
 	if c.JSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(statusJSON{Positions: positions, Replicas: st.Replicas, Subscriptions: st.Subscriptions, Stuck: st.Stuck, Copies: st.Copies, Shared: shared, Engine: pick})
-	}
-	// The engine --engine auto runs: what a replica not pinned to one
-	// delivers with.
-	if pick != nil {
-		fmt.Fprintf(w, "ENGINE (auto): %s: %s\n\n", pick.Engine, pick.Reason)
-	} else {
-		fmt.Fprintf(w, "ENGINE (auto): not known yet: %v\n\n", pickErr)
+		return enc.Encode(statusJSON{Replicas: st.Replicas, Subscriptions: st.Subscriptions, Stuck: st.Stuck, Shared: shared})
 	}
 	if err := printDisabled(ctx, js, w); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "SUBSCRIPTION\tORDERING\tSTART\tSETTLED UP TO\tPENDING\n")
-	for _, p := range positions {
-		ordering := "none"
-		if p.Ordered {
-			ordering = fmt.Sprintf("stream (%d partitions)", p.Partitions)
-		}
-		floor := "-"
-		if p.AckFloor > 0 {
-			floor = fmt.Sprintf("%s seq %d", g.Stream, p.AckFloor)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", p.Name, ordering, p.Start, floor, p.Pending)
-	}
-	if len(positions) == 0 {
-		fmt.Fprintln(tw, "(no subscription has a durable consumer yet)")
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "REPLICA\tSUBSCRIPTION\tLAST HEARTBEAT\n")
 	for _, m := range st.Replicas {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", m.ID, m.Subscription, m.Heartbeat.UTC().Format(time.RFC3339))
@@ -128,18 +87,6 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	if err := printStuck(w, st.Stuck); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "COPY\tEVENTS\tSOURCED UP TO\tLAG MESSAGES\tLAG\n")
-	for _, c := range st.Copies {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", c.Stream, c.Events, c.Sourced, c.Messages, c.Age.Round(time.Millisecond))
-	}
-	if len(st.Copies) == 0 {
-		fmt.Fprintln(tw, "(no partitioned copy: no ordered subscription ran yet)")
-	}
-	if err := tw.Flush(); err != nil {
 		return err
 	}
 	return printShared(w, shared)

@@ -9,14 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/consumer"
-	"github.com/jsbridge/jsbridge/wire"
 )
 
 // A subscription managed through the CLI while two replicas run: added,
 // it delivers new events within a second, from both replicas; its secret
 // rotated mid-stream, every request verifies with the secret in force (a
 // replica never goes back to the old one); paused, nothing is delivered
-// and nothing is lost; deleted, no partition record keeps its place. The log
+// and nothing is lost; deleted, its positions are gone. The log
 // prints the time from each change to its effect on both replicas.
 func TestSubscriptionManagedAtRuntimeOnTwoReplicas(t *testing.T) {
 	if testing.Short() {
@@ -102,19 +101,20 @@ func TestSubscriptionManagedAtRuntimeOnTwoReplicas(t *testing.T) {
 		require.False(t, newOn[g.replica] && g.signedWith == 0, "event %s from %s signed with the old secret after the new one", g.id, g.replica)
 	}
 
-	// Paused: once both replicas stopped (their membership keys are gone),
-	// nothing is delivered; resumed, every event comes once.
+	// Paused: once both replicas stopped (every partition's record has a
+	// paused cursor for it), nothing is delivered; resumed, every event
+	// comes once.
 	paused := time.Now()
 	require.NoError(t, k.cli(t, "pause", "orders"))
-	leases, err := k.js.KeyValue(k.ctx, wire.DefaultLeaseBucket)
-	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		keys, err := leases.ListKeysFiltered(k.ctx, wire.MemberFilter("orders"))
+		parts, err := consumer.ReadSharedPositions(k.ctx, k.js)
 		require.NoError(t, err)
-		for range keys.Keys() {
-			return false
+		for _, p := range parts {
+			if p.Cursors["orders"].State != "paused" {
+				return false
+			}
 		}
-		return true
+		return len(parts) == consumer.DefaultPartitions
 	}, 10*time.Second, 5*time.Millisecond, "both replicas stop")
 	t.Logf("pause -> stopped on both replicas: %s", time.Since(paused).Round(time.Millisecond))
 	var held []string
@@ -144,8 +144,7 @@ func TestSubscriptionManagedAtRuntimeOnTwoReplicas(t *testing.T) {
 		require.Equal(t, 1, rc.count(id), "event %s delivered once", id)
 	}
 
-	// Deleted: no partition record keeps a place for it (a member
-	// entry, a cursor, a retry).
+	// Deleted: no partition record or cursor names it any more.
 	deleted := time.Now()
 	require.NoError(t, k.cli(t, "delete", "orders"))
 	require.Eventually(t, func() bool {
@@ -153,8 +152,9 @@ func TestSubscriptionManagedAtRuntimeOnTwoReplicas(t *testing.T) {
 		require.NoError(t, err)
 		for _, p := range parts {
 			_, member := p.Record.Members["orders"]
+			_, ahead := p.Record.Ahead["orders"]
 			_, cursor := p.Cursors["orders"]
-			if member || cursor {
+			if member || ahead || cursor {
 				return false
 			}
 			for _, r := range p.Record.Retries {
@@ -164,9 +164,9 @@ func TestSubscriptionManagedAtRuntimeOnTwoReplicas(t *testing.T) {
 			}
 		}
 		return len(parts) > 0
-	}, 15*time.Second, 10*time.Millisecond, "its places in the partition records are dropped")
-	t.Logf("delete -> places dropped: %s", time.Since(deleted).Round(time.Millisecond))
-	err = k.cli(t, "get", "orders")
+	}, 15*time.Second, 10*time.Millisecond, "its positions are deleted")
+	t.Logf("delete -> positions gone: %s", time.Since(deleted).Round(time.Millisecond))
+	err := k.cli(t, "get", "orders")
 	require.ErrorIs(t, err, consumer.ErrSubscriptionNotFound)
 }
 

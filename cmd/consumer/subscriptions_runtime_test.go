@@ -28,10 +28,8 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// runtimeKit is an embedded JetStream with the events stream (with
-// AllowDirect, as the bridge makes it: the consumer's readers use direct
-// gets), a secrets key file, and a way to run `consumer subscriptions
-// ...` commands.
+// runtimeKit is an embedded JetStream with the events stream, a secrets
+// key file, and a way to run `consumer subscriptions ...` commands.
 type runtimeKit struct {
 	srv     *embedded.Server
 	js      jetstream.JetStream
@@ -52,8 +50,8 @@ func newRuntimeKitFor(t *testing.T, d time.Duration) *runtimeKit {
 	t.Cleanup(cancel)
 	srv := jsbridgetest.StartJetStream(t, embedded.Config{})
 	_, js := jsbridgetest.Connect(t, srv)
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)},
-		AllowDirect: true})
+	// As the bridge creates it: AllowDirect, which the consumer reads with.
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, AllowDirect: true})
 	require.NoError(t, err)
 	dir := t.TempDir()
 	key, err := consumer.GenerateSecretsKey("k1")

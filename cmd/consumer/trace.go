@@ -28,7 +28,7 @@ type observers struct {
 type attemptsFlags struct {
 	AttemptsMaxAge   time.Duration `name:"attempts-max-age" env:"JSBRIDGE_ATTEMPTS_MAX_AGE" default:"72h" help:"How long attempt records are kept in the attempts stream when run creates it; 0 keeps no records (trace then shows only the message and dead letters) (default: ${default})."`
 	AttemptsMaxBytes int64         `name:"attempts-max-bytes" env:"JSBRIDGE_ATTEMPTS_MAX_BYTES" default:"1073741824" help:"Size bound of the attempts stream in bytes when run creates it; the oldest records go first (default: ${default}, 1 GiB)."`
-	AttemptsRecord   string        `name:"attempts-record" env:"JSBRIDGE_ATTEMPTS_RECORD" default:"failures" help:"Which attempts are recorded: failures (every failed attempt, and the success that ends a series with a failure in it; a success on the first attempt is only counted in jsbridge_consumer_deliveries_total, and trace reads its delivery from the durable consumers or the shared engine's positions bucket) or all (every attempt, one record per webhook, about as big as the event on the events stream) (default: ${default})."`
+	AttemptsRecord   string        `name:"attempts-record" env:"JSBRIDGE_ATTEMPTS_RECORD" default:"failures" help:"Which attempts are recorded: failures (every failed attempt, and the success that ends a series with a failure in it; a success on the first attempt is only counted in jsbridge_consumer_deliveries_total, and trace reads its delivery from the positions bucket) or all (every attempt, one record per webhook, about as big as the event on the events stream) (default: ${default})."`
 }
 
 // observe sets up tracing from the OTEL_* environment (off unless it asks
@@ -112,8 +112,7 @@ func (c *traceCmd) Run(ctx context.Context, g *Globals) error {
 // An event without attempt records is not an event never delivered:
 // under --attempts-record failures (the default) a success on the first
 // attempt is not recorded. Trace says so, and when it found the event on
-// the events stream it prints what the subscriptions' durable consumers
-// or the shared engine's positions bucket say
+// the events stream it prints what the positions bucket says
 // (consumer.EventTrace.Deliveries); a settled event with neither an
 // attempt record nor a dead letter of that subscription was answered 2xx
 // on its first attempt.
@@ -177,14 +176,13 @@ func printTrace(w io.Writer, tr consumer.EventTrace, asJSON, scanned bool) error
 }
 
 // printDeliveries writes where the event stands for each subscription,
-// from the durable consumers or the shared engine's positions bucket,
-// when trace found its message.
+// from the positions bucket, when trace found its message.
 func printDeliveries(w io.Writer, tr consumer.EventTrace) error {
 	if tr.Message == nil {
 		return nil
 	}
 	if len(tr.Deliveries) == 0 {
-		fmt.Fprintln(w, "\nno subscription's durable consumer takes this event, and no partition record of the shared engine names a subscription")
+		fmt.Fprintln(w, "\nno partition record in the positions bucket names a subscription for this event's partition")
 		return nil
 	}
 	recorded, letters := map[string]bool{}, map[string]bool{}
@@ -194,37 +192,15 @@ func printDeliveries(w io.Writer, tr consumer.EventTrace) error {
 	for _, d := range tr.DeadLetters {
 		letters[d.Subscription] = true
 	}
-	durables, positions := false, false
-	for _, d := range tr.Deliveries {
-		positions = positions || d.Key != ""
-		durables = durables || d.Key == ""
-	}
-	switch {
-	case durables && positions:
-		fmt.Fprintln(w, "\nwhere each subscription stands, from its durable consumer or the shared engine's positions bucket")
-	case positions:
-		fmt.Fprintln(w, "\nwhere each subscription stands, from the shared engine's positions bucket (which holds no filters: a subscription that does not take the event shows settled)")
-	default:
-		fmt.Fprintln(w, "\nwhere each subscription stands, from its durable consumer")
-	}
+	fmt.Fprintln(w, "\nwhere each subscription stands, from the positions bucket (which holds no filters: a subscription that does not take the event shows settled)")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if positions {
-		fmt.Fprintln(tw, "SUBSCRIPTION\tDURABLE/KEY\tSEQUENCE\tSTATE\tWHY")
-	} else {
-		fmt.Fprintln(tw, "SUBSCRIPTION\tDURABLE\tSEQUENCE\tSTATE\tWHY")
-	}
+	fmt.Fprintln(tw, "SUBSCRIPTION\tKEY\tSEQUENCE\tSTATE\tWHY")
 	for _, d := range tr.Deliveries {
-		why, from := d.Why, d.Durable
-		if d.Key != "" {
-			from = d.Key
-		}
+		why := d.Why
 		if d.State == consumer.DeliverySettled && !recorded[d.Subscription] && !letters[d.Subscription] {
-			why += "; no attempt record and no dead letter: answered 2xx on its first attempt (not recorded under --attempts-record failures)"
-			if d.Key != "" {
-				why += ", or not one its filters take"
-			}
+			why += "; no attempt record and no dead letter: answered 2xx on its first attempt (not recorded under --attempts-record failures), or not one its filters take"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.Subscription, from, d.Sequence, d.State, why)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.Subscription, d.Key, d.Sequence, d.State, why)
 	}
 	return tw.Flush()
 }

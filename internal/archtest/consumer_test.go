@@ -110,8 +110,8 @@ func TestEngineRoomsBelowTheRoot(t *testing.T) {
 	t.Parallel()
 	g := loadGraph(t)
 	// The root must reach its rooms, or the rule would pass vacuously.
-	if _, ok := g.paths(consumerEngine)[consumerEngine+"/health"]; !ok {
-		t.Fatalf("%s does not import %s/health; the graph is incomplete (rename the rule with the room)", consumerEngine, consumerEngine)
+	if _, ok := g.paths(consumerEngine)[consumerEngine+"/attempt"]; !ok {
+		t.Fatalf("%s does not import %s/attempt; the graph is incomplete (rename the rule with the room)", consumerEngine, consumerEngine)
 	}
 	n := 0
 	for path := range g {
@@ -133,5 +133,85 @@ func TestEngineRoomsBelowTheRoot(t *testing.T) {
 	}
 	if n < 2 {
 		t.Fatalf("only %d rooms under %s in the go list graph; the graph is incomplete", n, consumerEngine)
+	}
+}
+
+// engineLayers are the engine's rooms (relative to internal/deliver, ""
+// its root) from the top down: a room imports only rooms of a lower
+// layer. shared composes the rooms into a replica and migrate moves the
+// old layout into the positions bucket; inspect reads what they wrote;
+// fanout hands a partition's events to the subscriptions; attempt makes
+// one POST; below them the rooms that know no other (but subscription's
+// egress). A room not listed is not checked (a room being added or
+// removed); TestEngineLayersNameRealRooms keeps the list from naming
+// rooms that are gone.
+var engineLayers = [][]string{
+	{"", "shared", "migrate"},
+	{"inspect"},
+	{"fanout"},
+	{"attempt"},
+	{"reader", "position", "owner", "health", "deadletter", "attemptlog", "subkv"},
+	{"subscription"},
+	{"egress"},
+}
+
+// layerOf returns the layer of the engine's package path, and whether
+// engineLayers lists it.
+func layerOf(path string) (int, bool) {
+	if path != consumerEngine && !strings.HasPrefix(path, consumerEngine+"/") {
+		return 0, false
+	}
+	room := strings.TrimPrefix(strings.TrimPrefix(path, consumerEngine), "/")
+	for i, layer := range engineLayers {
+		if slices.Contains(layer, room) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// TestEngineRoomsImportOnlyLowerLayers: no room of the engine imports a
+// room of its own layer or one above it (engineLayers), so the rooms stay
+// a stack a reader can walk down.
+func TestEngineRoomsImportOnlyLowerLayers(t *testing.T) {
+	t.Parallel()
+	g := loadGraph(t)
+	checked := 0
+	for path, p := range g {
+		from, ok := layerOf(path)
+		if !ok {
+			continue
+		}
+		for _, imp := range p.Imports {
+			to, ok := layerOf(imp)
+			if !ok {
+				continue
+			}
+			checked++
+			if to <= from {
+				t.Errorf("%s (layer %d) imports %s (layer %d); a room imports only rooms below it (engineLayers)", path, from, imp, to)
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d imports between the engine's rooms checked; the graph or engineLayers is incomplete", checked)
+	}
+}
+
+// TestEngineLayersNameRealRooms: every room engineLayers names is in the
+// module, so a deleted or renamed room is taken out of the list.
+func TestEngineLayersNameRealRooms(t *testing.T) {
+	t.Parallel()
+	g := loadGraph(t)
+	for _, layer := range engineLayers {
+		for _, room := range layer {
+			path := consumerEngine
+			if room != "" {
+				path += "/" + room
+			}
+			if _, ok := g[path]; !ok {
+				t.Errorf("engineLayers names %s, which the module does not have: take it out", path)
+			}
+		}
 	}
 }

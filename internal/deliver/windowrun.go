@@ -14,8 +14,8 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// Validate checks w as ReplayWindow does, before anything is read: an
-// error wrapping ErrInvalidWindow naming the field and the value.
+// Validate checks w before anything is read: an error wrapping
+// ErrInvalidWindow naming the field and the value.
 func (w Window) Validate() error {
 	switch {
 	case w.Since.IsZero():
@@ -29,7 +29,7 @@ func (w Window) Validate() error {
 }
 
 // WindowEvent is one event of the events stream as a replay by time
-// reads it, whichever engine read it.
+// reads it.
 type WindowEvent struct {
 	// Seq is its events stream sequence; Time when JetStream stored it.
 	Seq  uint64
@@ -40,12 +40,11 @@ type WindowEvent struct {
 	Data    []byte
 }
 
-// WindowRun is one replay by time (see the comment above Window) as
-// both engines run it: the caller reads the window's events in the
-// events stream's order, from the first stored at or after
-// Window.Since, and hands each to Send, which matches, POSTs and counts
-// it. The durables engine reads through an ordered consumer
-// (ReplayWindow), the shared engine with direct gets.
+// WindowRun is one replay by time (see the comment above Window): the
+// caller reads the window's events in the events stream's order, from
+// the first stored at or after Window.Since (the consumer reads them
+// with direct gets), and hands each to Send, which matches, POSTs and
+// counts it.
 type WindowRun struct {
 	// Window is the window replayed (validated by the caller).
 	Window Window

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,8 +12,11 @@ import (
 )
 
 // CopyLag is how far the partitioned copy of an events stream (the stream
-// ordered subscriptions read, wire.OrderedStream) lags the events stream
-// it sources.
+// the durables engine's ordered subscriptions read, wire.OrderedStream)
+// lags the events stream it sources.
+//
+// Only internal/deliver/ordercopy reads it now (consumer status no
+// longer shows the copy): this file goes with that directory.
 type CopyLag struct {
 	// Stream is the copy's name, "<events>_ORDERED".
 	Stream string
@@ -124,29 +126,4 @@ func sourcedBefore(ctx context.Context, js jetstream.JetStream, events string, l
 		return 0, nil
 	}
 	return lastSeq - info.NumPending, nil
-}
-
-// readCopies reads the lag of every partitioned copy on js (a stream named
-// wire.OrderedStream of a stream it sources), by name.
-func readCopies(ctx context.Context, js jetstream.JetStream, now time.Time) ([]CopyLag, error) {
-	names := js.StreamNames(ctx)
-	var copies []CopyLag
-	for name := range names.Name() {
-		events, ok := strings.CutSuffix(name, wire.OrderedStream(""))
-		if !ok || events == "" {
-			continue
-		}
-		lag, err := ReadCopyLag(ctx, js, events, now)
-		if errors.Is(err, ErrNotACopy) || errors.Is(err, jetstream.ErrStreamNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		copies = append(copies, lag)
-	}
-	if err := names.Err(); err != nil {
-		return nil, fmt.Errorf("inspect: list JetStream streams: %w", err)
-	}
-	return copies, nil
 }

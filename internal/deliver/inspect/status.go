@@ -27,10 +27,6 @@ type Status struct {
 	// Subscriptions are the ordered subscriptions with at least one
 	// partition lease or parked stream, by name.
 	Subscriptions []SubscriptionStatus
-	// Copies are the partitioned copies of events streams ordered
-	// subscriptions read, and how far each lags its events stream, by
-	// name.
-	Copies []CopyLag
 	// Stuck are the streams that do not go on by themselves (parked,
 	// order-stuck) or have not for a while (set aside), by subscription,
 	// partition and stream key, each with the way out.
@@ -66,9 +62,8 @@ type PartitionStatus struct {
 	OrderStuck []string
 }
 
-// ReadStatus reads the lease and park buckets on js, and the lag of every
-// partitioned copy (see ReadCopyLag). Missing buckets read as empty (no
-// ordered subscription ran yet).
+// ReadStatus reads the lease and park buckets on js. Missing buckets
+// read as empty (no ordered subscription ran yet).
 func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 	var st Status
 	type key struct {
@@ -148,10 +143,6 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
 		st.Subscriptions = append(st.Subscriptions, *s)
 	}
 	slices.SortFunc(st.Subscriptions, func(a, b SubscriptionStatus) int { return strings.Compare(a.Name, b.Name) })
-	if st.Copies, err = readCopies(ctx, js, time.Now()); err != nil {
-		return st, err
-	}
-	slices.SortFunc(st.Copies, func(a, b CopyLag) int { return strings.Compare(a.Stream, b.Stream) })
 	slices.SortFunc(st.Replicas, func(a, b ReplicaStatus) int {
 		if c := strings.Compare(a.Subscription, b.Subscription); c != 0 {
 			return c
