@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/wire"
@@ -68,7 +69,7 @@ func (p *Partition) SetState(sub, state string) error {
 	default:
 		return fmt.Errorf("fanout: SetState %q of %s: want \"\", %q, %q or %q", state, sub, StatePaused, StateDisabled, StateBreaker)
 	}
-	m, ok := p.members.get(sub)
+	m, ok := p.members.Entry(sub)
 	if !ok {
 		return fmt.Errorf("fanout: SetState of %s: no such member", sub)
 	}
@@ -212,7 +213,7 @@ func (p *Partition) catchUpSubs(ctx context.Context) (behind int, head uint64, e
 			return behind, head, ErrNoCursorReader
 		}
 		p.mu.Lock()
-		r := CursorRead{Subscription: st.m.Name, Filters: st.m.Filters, Partition: p.cfg.Partition, After: st.read, To: head,
+		r := cursor.Read{Subscription: st.m.Name, Filters: st.m.Filters, Partition: p.cfg.Partition, After: st.read, To: head,
 			Max: st.m.MaxInHand - len(st.inHand)}
 		p.mu.Unlock()
 		evs, through, rerr := p.cursors.Read(ctx, r)

@@ -1,6 +1,10 @@
 package fanout
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
+)
 
 // window is what holds the partition's floor back (the design's R1): the
 // events dispatched above the floor, each with the count of live
@@ -56,10 +60,10 @@ func (w *window) floor() uint64 {
 // settledBy returns the events above the floor that m takes and does not
 // hold (settled, or not dispatched to it because the record covered
 // them): an unordered subscription's cursor's Above at a detach.
-func (w *window) settledBy(m *member, inHand map[uint64]bool) []uint64 {
+func (w *window) settledBy(m *member.Entry, inHand map[uint64]bool) []uint64 {
 	var out []uint64
 	for _, s := range w.q {
-		if _, held := inHand[s.seq]; !held && m.takes(s.subject) {
+		if _, held := inHand[s.seq]; !held && m.Takes(s.subject) {
 			out = append(out, s.seq)
 		}
 	}

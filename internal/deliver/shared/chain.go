@@ -8,6 +8,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 )
 
 // chain is the replica's fanout.Chain: a stream's first event since the
@@ -24,7 +25,7 @@ import (
 type chain struct {
 	js      jetstream.JetStream
 	stream  string
-	members *fanout.Members
+	members *member.Index
 	// skipped is the positions bucket, set by Start before any claim
 	// (nil: no skipped versions are read).
 	skipped jetstream.KeyValue

@@ -18,6 +18,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 )
@@ -169,7 +170,7 @@ func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused
 	// its sender.
 	prev := r.senders.get(s.Name)
 	r.senders.set(s.Name, snd)
-	if err := r.members.Put(fanout.MemberOf(s)); err != nil {
+	if err := r.members.Put(member.Of(s)); err != nil {
 		r.senders.set(s.Name, prev)
 		return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
 	}

@@ -17,7 +17,7 @@
 // settles it; the Chain looks a stream's predecessor up on the events
 // stream (deadletter.Predecessor: jsapi.LastBefore, confirmed by the
 // stream's leader, stepped over the dead-lettered versions recorded in
-// the positions bucket); the cursors read through fanout.Cursors. The
+// the positions bucket); the cursors read through cursor.Reader. The
 // subscriptions' health (health.go) stops a disabled subscription on
 // every partition the replica owns.
 //
@@ -46,6 +46,9 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/unpark"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
@@ -172,12 +175,12 @@ type Replica struct {
 	cfg     Config
 	js      jetstream.JetStream
 	log     *slog.Logger
-	members *fanout.Members
+	members *member.Index
 	senders *senderSet
 	subs    subs // the subscription set and how to make a sender (edit.go)
 	metrics *metrics
 	chain   *chain
-	cursors *fanout.Cursors
+	cursors *cursor.Reader
 	rcfg    reader.Config
 	letters deadletter.Writer
 	dead    *prometheus.CounterVec
@@ -193,7 +196,7 @@ type Replica struct {
 	created time.Time
 	// requests are the operator's requests on parked streams
 	// (requests.go), watched from Start on.
-	requests *fanout.Requests
+	requests *unpark.Requests
 
 	loop   *loop
 	claims sync.WaitGroup // one per claim being served
@@ -232,7 +235,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 	if cfg.Partitions < 1 || cfg.Partitions > owner.MaxPartitions {
 		return nil, fmt.Errorf("%w: Partitions %d: want 1 to %d", ErrInvalidConfig, cfg.Partitions, owner.MaxPartitions)
 	}
-	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: fanout.NewMembers(),
+	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: member.NewIndex(),
 		senders: &senderSet{m: map[string]*attempt.Sender{}}, parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
 	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
 		Name: "jsbridge_reader_" + cfg.Replica, Logger: cfg.Logger}
@@ -256,7 +259,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		return nil, fmt.Errorf("shared: %w", err)
 	}
 	r.chain = &chain{js: deps.JetStream, stream: cfg.Stream, members: r.members}
-	r.cursors = fanout.NewCursors(deps.JetStream, r.rcfg)
+	r.cursors = cursor.NewReader(deps.JetStream, r.rcfg)
 	return r, nil
 }
 
