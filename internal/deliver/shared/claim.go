@@ -8,6 +8,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared/sender"
 )
 
 // gained is the owner's Callbacks.Gained: it must not block, so the
@@ -50,8 +51,8 @@ func (r *Replica) serve(c *owner.Claim) {
 	ran := make(chan error, 1)
 	go func() { ran <- pos.Run(runCtx) }()
 
-	send := &sender{senders: r.senders, breakers: r.subs.breakers, claim: c, epochs: r.epochs, replica: r.cfg.Replica,
-		letters: r.letters, deadLettered: r.dead, skipped: r.poskv, stuckAfter: r.cfg.OrderStuckAfter, clock: r.cfg.Clock, log: log}
+	send := sender.New(sender.Config{Replica: r.cfg.Replica, StuckAfter: r.cfg.OrderStuckAfter, Clock: r.cfg.Clock, Logger: log},
+		sender.Deps{Senders: r.senders, Claim: c, Epochs: r.epochs, Letters: r.letters, DeadLettered: r.dead, Breakers: r.subs.breakers, Skipped: r.poskv})
 	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log, Requests: r.requests,
 		Deleted: r.deleted, Wake: r.loop.poke},
 		r.members, pos, send, r.chain, r.cursors)

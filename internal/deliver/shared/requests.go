@@ -42,7 +42,7 @@ func (r *Replica) stopRequests() {
 // (its endpoint, signer and client), nil when the replica has none: a
 // replay's POST (attempt.Sender.Direct) goes through it. It needs no
 // Start.
-func (r *Replica) Sender(name string) *attempt.Sender { return r.senders.get(name) }
+func (r *Replica) Sender(name string) *attempt.Sender { return r.senders.Get(name) }
 
 // ParkedHead reports whether subscription sub's stream (a
 // wire.StreamKey) is parked with its head at events stream sequence

@@ -10,14 +10,16 @@
 // (fanout.Partition.CatchUp) between events, and takes and releases
 // partitions as the owner gains and releases them.
 //
-// The adapters of fanout's interfaces live here: the Sender makes each
-// attempt through internal/deliver/attempt behind the claim's lease
-// fence and the subscription's health and throttle, and stores an event
-// given up on in the dead-letter stream (Deps.DeadLetters) before it
-// settles it; the Chain looks a stream's predecessor up on the events
+// The adapters of fanout's interfaces: the Sender (its room
+// shared/sender, one per claim) makes each attempt through
+// internal/deliver/attempt behind the claim's lease fence and the
+// subscription's health and throttle, and stores an event given up on
+// in the dead-letter stream (Deps.DeadLetters) before it settles it;
+// the Chain (here) looks a stream's predecessor up on the events
 // stream (deadletter.Predecessor: jsapi.LastBefore, confirmed by the
 // stream's leader, stepped over the dead-lettered versions recorded in
-// the positions bucket); the cursors read through cursor.Reader. The
+// the positions bucket); the cursors read through fanout's
+// cursor.Reader. The
 // subscriptions' health (health.go) stops a disabled subscription on
 // every partition the replica owns.
 //
@@ -53,6 +55,8 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared/sender"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared/seqtime"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
@@ -176,10 +180,11 @@ type Replica struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	members *member.Index
-	senders *senderSet
+	senders *sender.Set
 	subs    subs // the subscription set and how to make a sender (edit.go)
 	metrics *metrics
 	chain   *chain
+	seqs    *seqtime.Finder // the starts' and replay windows' sequences by time
 	cursors *cursor.Reader
 	rcfg    reader.Config
 	letters deadletter.Writer
@@ -236,7 +241,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		return nil, fmt.Errorf("%w: Partitions %d: want 1 to %d", ErrInvalidConfig, cfg.Partitions, owner.MaxPartitions)
 	}
 	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: member.NewIndex(),
-		senders: &senderSet{m: map[string]*attempt.Sender{}}, parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
+		senders: sender.NewSet(), parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
 	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
 		Name: "jsbridge_reader_" + cfg.Replica, Logger: cfg.Logger}
 	if r.health = deps.Health; r.health == nil {
@@ -259,6 +264,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		return nil, fmt.Errorf("shared: %w", err)
 	}
 	r.chain = &chain{js: deps.JetStream, stream: cfg.Stream, members: r.members}
+	r.seqs = seqtime.New(deps.JetStream, cfg.Stream, cfg.Clock)
 	r.cursors = cursor.NewReader(deps.JetStream, r.rcfg)
 	return r, nil
 }
