@@ -11,14 +11,14 @@ import (
 // parent's rooms sit below it, and the parent below its users: the
 // positions' values (record) under the bucket's reads and writes
 // (position); the member index, a cursor's reads and the operator's
-// requests under the fan-out; the claim's sender and the search by time
-// under the replica.
+// requests under the fan-out; the claim's sender, the search by time
+// and the replica's metrics under the replica.
 var sharedFloors = [][]string{
 	{"internal/deliver/position/record"},
 	{"internal/deliver/position"},
 	{"internal/deliver/fanout/member", "internal/deliver/fanout/cursor", "internal/deliver/fanout/unpark"},
 	{"internal/deliver/fanout"},
-	{"internal/deliver/shared/sender", "internal/deliver/shared/seqtime"},
+	{"internal/deliver/shared/sender", "internal/deliver/shared/seqtime", "internal/deliver/shared/metrics"},
 	{"internal/deliver/shared"},
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared/metrics"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared/sender"
 )
 
@@ -35,17 +36,17 @@ func (r *Replica) serve(c *owner.Claim) {
 	defer c.Done()
 	ctx := c.Context()
 	log := r.log.With(slog.Int("partition", c.Partition), slog.Uint64("epoch", c.Epoch))
-	pos, err := position.Claim(ctx, r.js, countingKV{KeyValue: r.poskv, m: r.metrics}, position.Config{Partition: c.Partition, Owner: r.cfg.Replica,
+	pos, err := position.Claim(ctx, r.js, r.metrics.KV(r.poskv), position.Config{Partition: c.Partition, Owner: r.cfg.Replica,
 		Epoch: c.Epoch, Created: r.created, Linger: r.cfg.Linger, Clock: r.cfg.Clock, Logger: log})
 	if err != nil {
 		if errors.Is(err, position.ErrLost) {
 			c.Lose()
 		}
 		log.Warn("shared: claim the partition's record", slog.Any("error", err))
-		r.metrics.handover(false, causeClaimError)
+		r.metrics.Handover(false, metrics.CauseClaimError)
 		return
 	}
-	r.metrics.handover(true, causeClaimed)
+	r.metrics.Handover(true, metrics.CauseClaimed)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	ran := make(chan error, 1)
@@ -94,6 +95,6 @@ func (r *Replica) serve(c *owner.Claim) {
 	if runErr != nil {
 		log.Warn("shared: the partition's commits ended", slog.Any("error", runErr))
 	}
-	r.metrics.handover(false, releaseCause(ctx, ended && errors.Is(runErr, position.ErrLost)))
+	r.metrics.Handover(false, metrics.ReleaseCause(ctx, ended && errors.Is(runErr, position.ErrLost)))
 	log.Debug("shared: partition released", slog.Uint64("floor", fan.Floor()), slog.Any("cause", context.Cause(ctx)))
 }

@@ -55,6 +55,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared/metrics"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared/sender"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared/seqtime"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
@@ -152,7 +153,7 @@ type Deps struct {
 	// (subscription), counted for each letter stored. Default nil: not
 	// counted.
 	DeadLettered *prometheus.CounterVec
-	// Registerer, when set, gets the replica's own metrics (metrics.go:
+	// Registerer, when set, gets the replica's own metrics (shared/metrics:
 	// partitions owned, hand-overs, position commits, cursors by
 	// state). Default nil: none registered.
 	Registerer prometheus.Registerer
@@ -182,7 +183,7 @@ type Replica struct {
 	members *member.Index
 	senders *sender.Set
 	subs    subs // the subscription set and how to make a sender (edit.go)
-	metrics *metrics
+	metrics *metrics.Metrics
 	chain   *chain
 	seqs    *seqtime.Finder // the starts' and replay windows' sequences by time
 	cursors *cursor.Reader
@@ -260,7 +261,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		return nil, err
 	}
 	var err error
-	if r.metrics, err = newMetrics(deps.Registerer, r); err != nil {
+	if r.metrics, err = metrics.New(deps.Registerer, metrics.Sources{Owned: func() int { return len(r.Owned()) }, Cursors: r.cursorStates}); err != nil {
 		return nil, fmt.Errorf("shared: %w", err)
 	}
 	r.chain = &chain{js: deps.JetStream, stream: cfg.Stream, members: r.members}
@@ -429,5 +430,16 @@ func (r *Replica) Status() []PartitionStatus {
 			Behind: sv.fan.Behind()})
 	}
 	slices.SortFunc(out, func(a, b PartitionStatus) int { return a.Partition - b.Partition })
+	return out
+}
+
+// cursorStates returns, per partition the replica serves, its
+// subscriptions with a cursor and their states (the cursors gauge).
+func (r *Replica) cursorStates() []map[string]string {
+	st := r.Status()
+	out := make([]map[string]string, len(st))
+	for i, p := range st {
+		out[i] = p.Behind
+	}
 	return out
 }
