@@ -25,35 +25,35 @@ const NoVersion = ^uint64(0)
 // version, which names the version chain's predecessor of the stream's
 // next event without a look-up.
 type Entry struct {
-	Seq     uint64 `json:"seq"`
-	Version uint64 `json:"version"`
+	Seq     uint64 `json:"seq"`     // the event's events stream sequence
+	Version uint64 `json:"version"` // its stream version (NoVersion: none)
 }
 
 // Aside is one stream of one subscription set aside (stuck, parked,
 // order-stuck): its events from From (an events stream sequence) on are
 // not dispatched to the subscription until it is re-read.
 type Aside struct {
-	Sub    string `json:"subscription"`
-	Stream string `json:"stream"`
-	From   uint64 `json:"from"`
-	State  string `json:"state"` // "stuck", "parked", "order-stuck"
+	Sub    string `json:"subscription"` // the subscription's name
+	Stream string `json:"stream"`       // the stream (wire.StreamKey)
+	From   uint64 `json:"from"`         // the first sequence set aside
+	State  string `json:"state"`        // "stuck", "parked", "order-stuck"
 }
 
 // Retry carries the failed attempts at one event (Seq) of a subscription
 // across owners; for an unordered subscription it also lets the floor
 // pass the event.
 type Retry struct {
-	Sub      string `json:"subscription"`
-	Seq      uint64 `json:"seq"`
-	Attempts uint64 `json:"attempts"`
+	Sub      string `json:"subscription"` // the subscription's name
+	Seq      uint64 `json:"seq"`          // the event's sequence
+	Attempts uint64 `json:"attempts"`     // the attempts that failed so far
 }
 
 // Detached is a group of subscriptions given cursors in one commit whose
 // own cursor keys are not written yet (a mass outage): their events above
 // From are covered by the group until their keys are.
 type Detached struct {
-	From uint64   `json:"from"`
-	Subs []string `json:"subscriptions"`
+	From uint64   `json:"from"`          // the group covers its events above From
+	Subs []string `json:"subscriptions"` // the subscriptions' names
 }
 
 // Record is partition N's position record, stored under Key(N).
@@ -99,10 +99,13 @@ type Record struct {
 	// always holds every member. A member's value can therefore not keep
 	// a position below the floor: a subscription whose events the floor
 	// must not pass needs a cursor, an aside or a retry entry.
-	Members  map[string]uint64 `json:"members,omitempty"`
-	Asides   []Aside           `json:"asides,omitempty"`
-	Retries  []Retry           `json:"retries,omitempty"`
-	Detached []Detached        `json:"detached,omitempty"`
+	Members map[string]uint64 `json:"members,omitempty"`
+	// Asides are the streams set aside, per subscription; Retries the
+	// events with failed attempts; Detached the groups given cursors
+	// whose keys are not written yet.
+	Asides   []Aside    `json:"asides,omitempty"`
+	Retries  []Retry    `json:"retries,omitempty"`
+	Detached []Detached `json:"detached,omitempty"`
 }
 
 // Covers reports whether the record says subscription sub settled the
