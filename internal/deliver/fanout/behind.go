@@ -35,13 +35,13 @@ func (p *Partition) detach(st *subState, state string) {
 		p.pos.EditCursor(name, func(c *position.Cursor) { c.State = state })
 	}
 	if !st.m.Ordered {
-		if above := p.win.settledBy(st.m, st.inHand); len(above) > 0 {
+		if above := p.win.SettledBy(st.m.Takes, st.inHand); len(above) > 0 {
 			p.pos.EditCursor(name, func(c *position.Cursor) { c.Above = append(c.Above, above...) })
 		}
 	}
 	for seq, counted := range st.inHand {
 		if counted {
-			p.win.done(seq)
+			p.win.Done(seq)
 			st.inHand[seq] = false
 		}
 	}
@@ -138,7 +138,7 @@ func (p *Partition) Forget(sub string) {
 	st.gone = true
 	for seq, counted := range st.inHand {
 		if counted {
-			p.win.done(seq)
+			p.win.Done(seq)
 		}
 	}
 	clear(st.inHand)

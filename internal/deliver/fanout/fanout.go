@@ -29,8 +29,9 @@
 // stream, a cursor.Read; cursor.Reader answers it through
 // reader.Cursor's direct gets); the replica (internal/deliver/shared)
 // adapts them. Its rooms, below it: member (the replica's member index,
-// matched against every event), cursor (a cursor's reads) and unpark
-// (the operator's requests on parked streams).
+// matched against every event), cursor (a cursor's reads), unpark (the
+// operator's requests on parked streams) and floor (the window of events
+// owed that holds the floor back).
 //
 // Not here yet (the design's stage 4 row says what is left): the
 // detached groups of a mass outage and the bound on cursors read at
@@ -50,6 +51,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/floor"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/unpark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
@@ -229,7 +231,7 @@ type Partition struct {
 	asides     map[[2]string]*aside // (subscription, stream) set aside
 	deleting   map[string]bool      // requests applied, being deleted
 	held       map[string]bool      // strangers held (StateHeld) with no state here
-	win        window
+	win        floor.Window
 	floor      uint64 // the floor last written
 	head       uint64 // the last sequence dispatched live
 	gen        uint64 // the members' generation at New: later names wait for Join
@@ -262,7 +264,7 @@ func New(cfg Config, members *member.Index, pos Position, send Sender, chain Cha
 	p := &Partition{cfg: cfg, members: members, pos: pos, send: send, chain: chain, cursors: cursors,
 		ctx: ctx, cancel: cancel, claimed: rec, curs: pos.Cursors(), subs: map[string]*subState{}, watch: map[string]struct{}{},
 		asides: map[[2]string]*aside{}, deleting: map[string]bool{}, held: held, floor: rec.Floor, head: rec.Floor, gen: members.Generation()}
-	p.win.last = rec.Floor
+	p.win = floor.New(rec.Floor)
 	p.retries = map[retryKey]uint64{}
 	p.loadRetries()
 	p.claimedTop = claimedTop(rec)
@@ -378,7 +380,7 @@ func (p *Partition) Dispatch(ev reader.Event) {
 		owe++
 	}
 	clear(p.scratch)
-	p.win.add(ev.Seq, ev.Subject, owe)
+	p.win.Add(ev.Seq, ev.Subject, owe)
 	if len(p.retried) > 0 {
 		p.tendStuck()
 	}
@@ -405,7 +407,7 @@ func claimedTop(r position.Record) uint64 {
 
 // raise writes the floor when it rose.
 func (p *Partition) raise() {
-	if f := p.win.floor(); f > p.floor {
+	if f := p.win.Floor(); f > p.floor {
 		p.floor = f
 		p.pos.Edit(func(r *position.Record) { r.Floor = max(r.Floor, f) })
 	}

@@ -176,7 +176,7 @@ func (p *Partition) settleLocked(st *subState, seq uint64) {
 	}
 	delete(st.inHand, seq)
 	if counted {
-		p.win.done(seq)
+		p.win.Done(seq)
 		p.raise()
 	}
 }

@@ -63,7 +63,7 @@ func (p *Partition) retrying(st *subState, sub string, seq uint64, n int) {
 	})
 	if counted := st.inHand[seq]; counted && !st.m.Ordered {
 		st.inHand[seq] = false // its entry covers it (in the same record as the floor it lets rise)
-		p.win.done(seq)
+		p.win.Done(seq)
 		p.raise()
 	}
 }
@@ -175,7 +175,7 @@ func (p *Partition) retryHolesLocked() {
 				}
 			})
 			st.inHand[seq] = false
-			p.win.done(seq)
+			p.win.Done(seq)
 		}
 	}
 	p.nretries.Store(int64(len(p.retries)))
