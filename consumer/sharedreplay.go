@@ -11,7 +11,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
-	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/unpark"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -22,7 +22,7 @@ import (
 // Idempotency-Key = event id, the chain's headers from the letter), and
 // removed on success. A parked stream (an aside of a partition record in
 // the positions bucket) is let go by an operator's request
-// (fanout.RequestUnpark) that the owner of its partition applies: the
+// (unpark.Write) that the owner of its partition applies: the
 // stream's later events are read again from the head's successor, the
 // first naming as predecessor the head's version after a replay, the
 // head's own predecessor after a skip. Nothing here writes a partition
@@ -93,7 +93,7 @@ func (e *sharedEngine) replay(ctx context.Context, kv jetstream.KeyValue, q *dea
 		// The request before the delete: a letter left behind is
 		// replayed again (a duplicate the receiver drops), a stream left
 		// parked without its letter would need the bucket edited.
-		err := fanout.RequestUnpark(ctx, kv, dl.Subscription, stream, fanout.Unpark{Head: dl.StreamSeq, Previous: order.Version, Op: opReplay})
+		err := unpark.Write(ctx, kv, dl.Subscription, stream, unpark.Request{Head: dl.StreamSeq, Previous: order.Version, Op: opReplay})
 		if err != nil {
 			res.Err = fmt.Errorf("dead letter %d delivered, but its stream is still parked; it stays (replay it again): %w", dl.Seq, err)
 			return res
@@ -146,7 +146,7 @@ func unparkShared(ctx context.Context, js jetstream.JetStream, dl deadletter.Sto
 	if err != nil {
 		return fmt.Errorf("dead letter %d: its %s header: %w", dl.Seq, wire.HeaderPreviousVersion, err)
 	}
-	return fanout.RequestUnpark(ctx, kv, dl.Subscription, stream, fanout.Unpark{Head: dl.StreamSeq, Previous: prev, Op: op})
+	return unpark.Write(ctx, kv, dl.Subscription, stream, unpark.Request{Head: dl.StreamSeq, Previous: prev, Op: op})
 }
 
 // skipParked is DeadLetters.Skip: the durables engine's park bucket

@@ -8,6 +8,9 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/unpark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/wire"
@@ -18,7 +21,7 @@ import (
 // (the design's section 3, "stream cursor").
 const (
 	// AsideParked: its head was dead-lettered with on_dead_letter: park;
-	// nothing is read until an operator's request (Unpark).
+	// nothing is read until an operator's request (unpark.Request).
 	AsideParked = "parked"
 	// AsideStuck: its head was retried in place too long; the head goes
 	// on being retried in its lane, and once it settles the stream reads
@@ -81,7 +84,7 @@ func (p *Partition) moveAside(sub, stream, state string, from uint64) {
 }
 
 // streamFilters are m's filters narrowed to stream (a wire.StreamKey).
-func streamFilters(m *member, stream string) []string {
+func streamFilters(m *member.Entry, stream string) []string {
 	var out []string
 	for _, f := range m.Filters {
 		if s, ok := wire.IntersectFilters(f, stream+".*"); ok {
@@ -100,7 +103,7 @@ func (p *Partition) catchUpStreams(ctx context.Context, head uint64) (int, error
 	type read struct {
 		k       [2]string
 		st      *subState
-		r       CursorRead
+		r       cursor.Read
 		evs     []reader.Event
 		through uint64
 	}
@@ -126,13 +129,13 @@ func (p *Partition) catchUpStreams(ctx context.Context, head uint64) (int, error
 			}
 		default:
 			st := p.subs[k[0]]
-			if m, ok := p.members.get(k[0]); st == nil && ok {
+			if m, ok := p.members.Entry(k[0]); st == nil && ok {
 				st = p.sub(m, p.head)
 			}
 			if st == nil || st.gone || st.state != "" || len(st.inHand) >= st.m.MaxInHand {
 				break // its subscription's cursor reads first
 			}
-			todo = append(todo, &read{k: k, st: st, r: CursorRead{Subscription: k[0], Stream: k[1], Filters: streamFilters(st.m, k[1]),
+			todo = append(todo, &read{k: k, st: st, r: cursor.Read{Subscription: k[0], Stream: k[1], Filters: streamFilters(st.m, k[1]),
 				Partition: p.cfg.Partition, After: a.read, To: head, Max: st.m.MaxInHand - len(st.inHand)}})
 		}
 		n++
@@ -221,12 +224,12 @@ func (p *Partition) applyRequestsLocked() {
 		return
 	}
 	for k, a := range p.asides {
-		req, ok := rq.get(k[0], k[1])
-		if !ok || p.deleting[req.key] {
+		req, ok := rq.Get(k[0], k[1])
+		if !ok || p.deleting[req.Key] {
 			continue
 		}
 		if a.state == AsideParked && a.from == req.Head {
-			m, ok := p.members.get(k[0])
+			m, ok := p.members.Entry(k[0])
 			if !ok {
 				continue // not a member here (removed, or not put yet): left for later
 			}
@@ -248,7 +251,7 @@ func (p *Partition) applyRequestsLocked() {
 			p.cfg.Logger.Info("an operator's request names another head than the parked one: deleted", slog.Int("partition", p.cfg.Partition),
 				slog.String("subscription", k[0]), slog.String("stream", k[1]), slog.Uint64("head", req.Head), slog.Uint64("parked", a.from))
 		}
-		p.deleting[req.key] = true
+		p.deleting[req.Key] = true
 		p.wg.Add(1)
 		go p.deleteRequest(req)
 	}
@@ -257,17 +260,17 @@ func (p *Partition) applyRequestsLocked() {
 // deleteRequest deletes req once a commit holds what was applied; a
 // fan-out closed first leaves it to the next owner (applying it again
 // finds the aside moved on, and deletes it).
-func (p *Partition) deleteRequest(req request) {
+func (p *Partition) deleteRequest(req unpark.Pending) {
 	defer p.wg.Done()
 	err := p.pos.Flush(p.ctx)
 	if err == nil {
-		err = p.cfg.Requests.delete(p.ctx, req)
+		err = p.cfg.Requests.Delete(p.ctx, req)
 	}
 	if err != nil && p.ctx.Err() == nil {
-		p.cfg.Logger.Warn("deleting an applied request failed; it is applied again (idempotent)", slog.String("key", req.key), slog.Any("error", err))
+		p.cfg.Logger.Warn("deleting an applied request failed; it is applied again (idempotent)", slog.String("key", req.Key), slog.Any("error", err))
 	}
 	p.mu.Lock()
-	delete(p.deleting, req.key)
+	delete(p.deleting, req.Key)
 	p.mu.Unlock()
 }
 

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/wire"
@@ -34,13 +35,13 @@ func (p *Partition) detach(st *subState, state string) {
 		p.pos.EditCursor(name, func(c *position.Cursor) { c.State = state })
 	}
 	if !st.m.Ordered {
-		if above := p.win.settledBy(st.m, st.inHand); len(above) > 0 {
+		if above := p.win.SettledBy(st.m.Takes, st.inHand); len(above) > 0 {
 			p.pos.EditCursor(name, func(c *position.Cursor) { c.Above = append(c.Above, above...) })
 		}
 	}
 	for seq, counted := range st.inHand {
 		if counted {
-			p.win.done(seq)
+			p.win.Done(seq)
 			st.inHand[seq] = false
 		}
 	}
@@ -68,7 +69,7 @@ func (p *Partition) SetState(sub, state string) error {
 	default:
 		return fmt.Errorf("fanout: SetState %q of %s: want \"\", %q, %q or %q", state, sub, StatePaused, StateDisabled, StateBreaker)
 	}
-	m, ok := p.members.get(sub)
+	m, ok := p.members.Entry(sub)
 	if !ok {
 		return fmt.Errorf("fanout: SetState of %s: no such member", sub)
 	}
@@ -137,7 +138,7 @@ func (p *Partition) Forget(sub string) {
 	st.gone = true
 	for seq, counted := range st.inHand {
 		if counted {
-			p.win.done(seq)
+			p.win.Done(seq)
 		}
 	}
 	clear(st.inHand)
@@ -212,7 +213,7 @@ func (p *Partition) catchUpSubs(ctx context.Context) (behind int, head uint64, e
 			return behind, head, ErrNoCursorReader
 		}
 		p.mu.Lock()
-		r := CursorRead{Subscription: st.m.Name, Filters: st.m.Filters, Partition: p.cfg.Partition, After: st.read, To: head,
+		r := cursor.Read{Subscription: st.m.Name, Filters: st.m.Filters, Partition: p.cfg.Partition, After: st.read, To: head,
 			Max: st.m.MaxInHand - len(st.inHand)}
 		p.mu.Unlock()
 		evs, through, rerr := p.cursors.Read(ctx, r)

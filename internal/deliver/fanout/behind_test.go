@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -90,7 +92,7 @@ func missing(got []sent, want []reader.Event) []string {
 // reads still waiting to be sent, and is given a cursor again, many
 // times over (the throughput benchmark's 50,000 events behind one
 // subscription). It receives every event, on the events stream itself
-// (Cursors) and a real position record, whether it is unordered or
+// (cursor.Reader) and a real position record, whether it is unordered or
 // ordered, with one stream or several.
 func TestASubscriptionBehindABacklogReceivesEveryEvent(t *testing.T) {
 	t.Parallel()
@@ -113,8 +115,8 @@ func TestASubscriptionBehindABacklogReceivesEveryEvent(t *testing.T) {
 			part, evs := backlog(t, b.js, 3000, tc.streams)
 			pos, _ := b.claim(t, "replica-a", 1)
 			rec := newRecorder(nil)
-			m := Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: tc.ordered, MaxInHand: 20}
-			f := New(Config{Partition: part, Clock: b.clock}, members(t, m), pos, rec, nil, NewCursors(b.js, reader.Config{}))
+			m := member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: tc.ordered, MaxInHand: 20}
+			f := New(Config{Partition: part, Clock: b.clock}, members(t, m), pos, rec, nil, cursor.NewReader(b.js, reader.Config{}))
 			t.Cleanup(f.Close)
 
 			// The replica's loop: bursts of live events (the reader is

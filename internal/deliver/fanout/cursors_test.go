@@ -9,12 +9,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
 // A paused subscription resumed reads its events of the partition from
-// the events stream itself (Cursors: reader.Cursor's direct gets),
+// the events stream itself (cursor.Reader: reader.Cursor's direct gets),
 // every one once and in order, and rejoins; the other partitions' events
 // and those its filters do not take are not sent.
 func TestACursorCatchesUpFromTheEventsStream(t *testing.T) {
@@ -40,15 +42,15 @@ func TestACursorCatchesUpFromTheEventsStream(t *testing.T) {
 	}
 	require.NotEmpty(t, mine)
 
-	cs := NewCursors(b.js, reader.Config{})
-	evs, through, err := cs.Read(t.Context(), CursorRead{Subscription: "s", Filters: []string{"events.order.>"}, Partition: part, After: 0, To: 120, Max: 2})
+	cs := cursor.NewReader(b.js, reader.Config{})
+	evs, through, err := cs.Read(t.Context(), cursor.Read{Subscription: "s", Filters: []string{"events.order.>"}, Partition: part, After: 0, To: 120, Max: 2})
 	require.NoError(t, err)
 	require.Equal(t, []uint64{mine[0].Seq, mine[1].Seq}, []uint64{evs[0].Seq, evs[1].Seq})
 	require.Equal(t, mine[1].Seq, through, "a read cut at Max is complete up to its last event")
 
 	pos, _ := b.claim(t, "replica-a", 1)
 	rec := newRecorder(nil)
-	f := New(Config{Partition: part, Clock: b.clock}, members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true, MaxInHand: 4}), pos, rec, nil, cs)
+	f := New(Config{Partition: part, Clock: b.clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true, MaxInHand: 4}), pos, rec, nil, cs)
 	t.Cleanup(f.Close)
 	require.NoError(t, f.SetState("s", StatePaused))
 	for _, e := range mine {

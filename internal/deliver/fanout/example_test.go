@@ -10,6 +10,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/wire"
@@ -47,8 +48,8 @@ func Example() {
 	}
 	go func() { _ = pos.Run(ctx) }()
 
-	members := fanout.NewMembers()
-	if err := members.Put(fanout.Member{Name: "billing", Filters: []string{"events.order.>"}, Ordered: true}); err != nil {
+	members := member.NewIndex()
+	if err := members.Put(member.Member{Name: "billing", Filters: []string{"events.order.>"}, Ordered: true}); err != nil {
 		panic(err)
 	}
 	send := printer{done: make(chan struct{})}

@@ -1,7 +1,7 @@
 // Package fanout is what the owner of a partition runs once the reader
 // hands it events (docs/design/next-engine.md, section 2 "What a new
 // owner does" step 5 and section 3; the staged plan's stage 4): every
-// event goes to each live subscription that takes it (Members, a subject
+// event goes to each live subscription that takes it (member.Index, a subject
 // trie of their filters), unless the partition's record says the
 // subscription settled it; an ordered subscription's events go through
 // one lane per stream, one at a time, a stream's next version only once
@@ -14,8 +14,8 @@
 // reads and rejoins the shared read. A subscription put while the
 // partition runs starts where Join says: a cursor from its start, or
 // live. A parked stream is read again once the operator's request
-// (Unpark, written by RequestUnpark under OpKey in the positions bucket,
-// watched once per replica by Requests) is applied by CatchUp; a
+// (package unpark: a Request under its Key in the positions bucket,
+// watched once per replica) is applied by CatchUp; a
 // stream whose head is retried in place too long is set aside (the
 // stuck-stream rule, stuck.go) and read again once its head settled. An
 // event whose attempt failed is recorded with its count (the record's
@@ -26,8 +26,12 @@
 // partition's record, *position.Partition), Sender (one attempt, stage 6
 // adapts internal/deliver/attempt), Chain (a stream's predecessor when
 // the record has none) and CursorReader (a cursor's reads of the events
-// stream; Cursors reads it through reader.Cursor's direct gets). Nothing
-// in the engine uses it yet (the design's stage 6 wires it in).
+// stream, a cursor.Read; cursor.Reader answers it through
+// reader.Cursor's direct gets); the replica (internal/deliver/shared)
+// adapts them. Its rooms, below it: member (the replica's member index,
+// matched against every event), cursor (a cursor's reads), unpark (the
+// operator's requests on parked streams) and floor (the window of events
+// owed that holds the floor back).
 //
 // Not here yet (the design's stage 4 row says what is left): the
 // detached groups of a mass outage and the bound on cursors read at
@@ -46,6 +50,10 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/floor"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/unpark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/wire"
@@ -72,7 +80,7 @@ const (
 	StateDisabled = "disabled"
 	// StateHeld: a stranger's place, kept. The claimed record listed the
 	// subscription live, or it had a cursor, but this replica does not
-	// deliver it (not in the Members: replicas whose subscription sets
+	// deliver it (not in the member index: replicas whose subscription sets
 	// differ, as during a rolling deploy that adds or removes one). Its
 	// cursor holds where it stood; it is neither read nor sent to, and
 	// the floor passes it. A replica that delivers it and claims the
@@ -159,34 +167,13 @@ type Chain interface {
 	Previous(ctx context.Context, sub, stream string, seq uint64) (int64, error)
 }
 
-// CursorRead is one read of a cursor: the events of Partition matching
-// any of Filters in (After, To], at most Max.
-type CursorRead struct {
-	// Subscription is the subscription's name, Filters its filters.
-	Subscription string
-	Filters      []string
-	// Stream is set for a stream cursor (a stream set aside, its
-	// wire.StreamKey): Filters are then the subscription's narrowed to
-	// the stream.
-	Stream string
-	// Partition is the partition whose events are kept (the others of
-	// the filters are dropped by the reader, as the live read does).
-	Partition int
-	// After and To bound the sequences read: (After, To], To being the
-	// live head when the read began.
-	After, To uint64
-	// Max bounds the events answered (what the subscription may still
-	// hold), 1 or more.
-	Max int
-}
-
 // CursorReader reads a cursor's events (the reader room's direct gets,
 // stage 6). It returns them in stream order and through, the sequence up
 // to which the answer is complete: every event of the read in
 // (After, through] is in events (through is To once the read reached it;
 // a short answer ends below).
 type CursorReader interface {
-	Read(ctx context.Context, r CursorRead) (events []reader.Event, through uint64, err error)
+	Read(ctx context.Context, r cursor.Read) (events []reader.Event, through uint64, err error)
 }
 
 // Config is one partition's fan-out.
@@ -199,10 +186,10 @@ type Config struct {
 	Clock clockwork.Clock
 	// Logger. Default: discard.
 	Logger *slog.Logger
-	// Requests are the operator's requests on parked streams (Unpark),
+	// Requests are the operator's requests on parked streams (unpark.Request),
 	// applied by CatchUp. Nil: none are (a parked stream stays parked).
-	Requests *Requests
-	// Deleted reports whether a subscription not in the Members was
+	Requests *unpark.Requests
+	// Deleted reports whether a subscription not in the member index was
 	// deleted on purpose (the subscriptions bucket says so): New drops
 	// what the claimed record and cursors keep of it (Forget) instead of
 	// holding it (StateHeld). Nil: every stranger is held.
@@ -223,7 +210,7 @@ type Config struct {
 // other methods are safe for concurrent use.
 type Partition struct {
 	cfg     Config
-	members *Members
+	members *member.Index
 	pos     Position
 	send    Sender
 	chain   Chain
@@ -244,11 +231,11 @@ type Partition struct {
 	asides     map[[2]string]*aside // (subscription, stream) set aside
 	deleting   map[string]bool      // requests applied, being deleted
 	held       map[string]bool      // strangers held (StateHeld) with no state here
-	win        window
+	win        floor.Window
 	floor      uint64 // the floor last written
 	head       uint64 // the last sequence dispatched live
 	gen        uint64 // the members' generation at New: later names wait for Join
-	scratch    []*member
+	scratch    []*member.Entry
 	starts     []start             // runs and sends to start once the lock is released
 	spare      []start             // the dispatch loop's: the next starts' array
 	claimedTop uint64              // the highest sequence the claim's record names
@@ -264,7 +251,7 @@ type Partition struct {
 // it. chain may be nil (no predecessor is ever looked up: NoPrevious);
 // cursors may be nil until a subscription needs a read (CatchUp then
 // fails).
-func New(cfg Config, members *Members, pos Position, send Sender, chain Chain, cursors CursorReader) *Partition {
+func New(cfg Config, members *member.Index, pos Position, send Sender, chain Chain, cursors CursorReader) *Partition {
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
 	}
@@ -276,8 +263,8 @@ func New(cfg Config, members *Members, pos Position, send Sender, chain Chain, c
 	rec := pos.Record()
 	p := &Partition{cfg: cfg, members: members, pos: pos, send: send, chain: chain, cursors: cursors,
 		ctx: ctx, cancel: cancel, claimed: rec, curs: pos.Cursors(), subs: map[string]*subState{}, watch: map[string]struct{}{},
-		asides: map[[2]string]*aside{}, deleting: map[string]bool{}, held: held, floor: rec.Floor, head: rec.Floor, gen: members.generation()}
-	p.win.last = rec.Floor
+		asides: map[[2]string]*aside{}, deleting: map[string]bool{}, held: held, floor: rec.Floor, head: rec.Floor, gen: members.Generation()}
+	p.win = floor.New(rec.Floor)
 	p.retries = map[retryKey]uint64{}
 	p.loadRetries()
 	p.claimedTop = claimedTop(rec)
@@ -285,7 +272,7 @@ func New(cfg Config, members *Members, pos Position, send Sender, chain Chain, c
 		p.asides[[2]string{a.Sub, a.Stream}] = asideOf(a)
 	}
 	for name := range p.curs {
-		if m, ok := members.get(name); ok {
+		if m, ok := members.Entry(name); ok {
 			p.sub(m, rec.Floor) // behind from the claim: CatchUp reads it
 		}
 	}
@@ -358,7 +345,7 @@ func (p *Partition) Dispatch(ev reader.Event) {
 	stream := wire.StreamKey(ev.Subject)
 	// The match needs no lock of the partition's (the index has its own;
 	// scratch is the dispatch loop's): the lanes wait less.
-	p.scratch = p.members.match(ev.Subject, p.scratch[:0])
+	p.scratch = p.members.Match(ev.Subject, p.scratch[:0])
 	p.mu.Lock()
 	defer p.unlock()
 	if p.ctx.Err() != nil || ev.Seq <= p.head {
@@ -393,7 +380,7 @@ func (p *Partition) Dispatch(ev reader.Event) {
 		owe++
 	}
 	clear(p.scratch)
-	p.win.add(ev.Seq, ev.Subject, owe)
+	p.win.Add(ev.Seq, ev.Subject, owe)
 	if len(p.retried) > 0 {
 		p.tendStuck()
 	}
@@ -420,7 +407,7 @@ func claimedTop(r position.Record) uint64 {
 
 // raise writes the floor when it rose.
 func (p *Partition) raise() {
-	if f := p.win.floor(); f > p.floor {
+	if f := p.win.Floor(); f > p.floor {
 		p.floor = f
 		p.pos.Edit(func(r *position.Record) { r.Floor = max(r.Floor, f) })
 	}

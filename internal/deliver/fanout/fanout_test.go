@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 )
@@ -41,9 +42,9 @@ func (g *gated) committed(seq uint64) bool {
 	return g.done[seq]
 }
 
-func members(t *testing.T, ms ...Member) *Members {
+func members(t *testing.T, ms ...member.Member) *member.Index {
 	t.Helper()
-	idx := NewMembers()
+	idx := member.NewIndex()
 	for _, m := range ms {
 		require.NoError(t, idx.Put(m))
 	}
@@ -65,7 +66,7 @@ func TestAStreamsNextVersionWaitsForTheCommitOfThePrevious(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: b.clock}, members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), g, rec, nil, nil)
+	f := New(Config{Clock: b.clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), g, rec, nil, nil)
 	t.Cleanup(f.Close)
 
 	f.Dispatch(event(1, "order-1", 0))
@@ -86,8 +87,8 @@ func TestEventsTheRecordCoversAreNotSentAgainAfterANewClaim(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	idx := members(t,
-		Member{Name: "fast", Filters: []string{"events.order.>"}, Ordered: true},
-		Member{Name: "slow", Filters: []string{"events.order.>"}, Ordered: true, MaxInHand: 100})
+		member.Member{Name: "fast", Filters: []string{"events.order.>"}, Ordered: true},
+		member.Member{Name: "slow", Filters: []string{"events.order.>"}, Ordered: true, MaxInHand: 100})
 	evs := events(1, 12, 3)
 	pos, stop := b.claim(t, "replica-a", 1)
 	var f *Partition
@@ -143,7 +144,7 @@ func TestAnUnorderedHotStreamsSendsOverlapUpToTheLimit(t *testing.T) {
 		running.Add(-1)
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: b.clock}, members(t, Member{Name: "u", Filters: []string{"events.>"}, MaxInFlight: 4}), pos, rec, nil, nil)
+	f := New(Config{Clock: b.clock}, members(t, member.Member{Name: "u", Filters: []string{"events.>"}, MaxInFlight: 4}), pos, rec, nil, nil)
 	t.Cleanup(f.Close)
 	hot := events(1, 20, 1)
 	for _, e := range hot {
@@ -168,9 +169,9 @@ func TestASlowSubscriptionGetsACursorWhileTheFastOnesGoOn(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	pos, _ := b.claim(t, "replica-a", 1)
-	idx := members(t, Member{Name: "slow", Filters: []string{"events.order.>"}, Ordered: true, MaxInHand: 3})
+	idx := members(t, member.Member{Name: "slow", Filters: []string{"events.order.>"}, Ordered: true, MaxInHand: 3})
 	for i := range 100 {
-		require.NoError(t, idx.Put(Member{Name: fmt.Sprintf("fast%d", i), Filters: []string{"events.order.>"}, Ordered: i%2 == 0, MaxInFlight: 4}))
+		require.NoError(t, idx.Put(member.Member{Name: fmt.Sprintf("fast%d", i), Filters: []string{"events.order.>"}, Ordered: i%2 == 0, MaxInFlight: 4}))
 	}
 	recovered := make(chan struct{})
 	var f *Partition
@@ -247,7 +248,7 @@ func TestPauseAndResume(t *testing.T) {
 	pos, _ := b.claim(t, "replica-a", 1)
 	rec := newRecorder(nil)
 	st := &store{}
-	idx := members(t, Member{Name: "p", Filters: []string{"events.order.>"}, Ordered: true})
+	idx := members(t, member.Member{Name: "p", Filters: []string{"events.order.>"}, Ordered: true})
 	f := New(Config{Clock: b.clock}, idx, pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	require.NoError(t, f.SetState("p", StatePaused))
@@ -286,7 +287,7 @@ func TestAParkedStreamsLaterEventsAreNotSent(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: b.clock}, members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, nil)
+	f := New(Config{Clock: b.clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, nil)
 	t.Cleanup(f.Close)
 	evs := events(1, 6, 2) // order-0: 1, 3, 5; order-1: 2, 4, 6
 	for _, e := range evs {
@@ -311,7 +312,7 @@ func TestTheChainNamesTheEntryTheLookupOrTheLastDelivered(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: b.clock}, members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, lookup{}, nil)
+	f := New(Config{Clock: b.clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, lookup{}, nil)
 	t.Cleanup(f.Close)
 	for _, e := range []reader.Event{event(5, "order-0", 7), event(6, "order-1", 3), event(9, "order-1", 4), event(10, "order-1", 5)} {
 		f.Dispatch(e)
@@ -335,8 +336,8 @@ func (lookup) Previous(context.Context, string, string, uint64) (int64, error) {
 func TestACursorMadeByAFormerOwnerIsTheNextOwners(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	idx := members(t, Member{Name: "p", Filters: []string{"events.order.>"}, Ordered: true},
-		Member{Name: "q", Filters: []string{"events.order.>"}})
+	idx := members(t, member.Member{Name: "p", Filters: []string{"events.order.>"}, Ordered: true},
+		member.Member{Name: "q", Filters: []string{"events.order.>"}})
 	evs := events(1, 6, 2)
 	st := &store{}
 	st.add(evs...)
@@ -379,7 +380,7 @@ func TestAFormerOwnerSendsNothingMoreOnceTheRecordIsClaimed(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: b.clock}, members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, nil)
+	f := New(Config{Clock: b.clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, nil)
 	t.Cleanup(f.Close)
 	f.Dispatch(event(1, "order-1", 0))
 	f.Dispatch(event(2, "order-1", 1))

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/wire"
@@ -157,13 +159,13 @@ func (s *store) add(evs ...reader.Event) {
 	s.all = append(s.all, evs...)
 }
 
-func (s *store) Read(_ context.Context, r CursorRead) ([]reader.Event, uint64, error) {
+func (s *store) Read(_ context.Context, r cursor.Read) ([]reader.Event, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := member{Member: Member{Filters: r.Filters}}
+	m := member.Entry{Member: member.Member{Filters: r.Filters}}
 	var out []reader.Event
 	for _, e := range s.all {
-		if e.Seq <= r.After || e.Seq > r.To || !m.takes(e.Subject) {
+		if e.Seq <= r.After || e.Seq > r.To || !m.Takes(e.Subject) {
 			continue
 		}
 		if len(out) == r.Max {

@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
 
-// Join starts subscription sub, put in the Members, on the partition
+// Join starts subscription sub, put in the member index, on the partition
 // with a start position (docs/design/next-engine.md, section 3,
 // "Replay, dead letters, start positions"): it receives the partition's
 // events after the sequence after (0: from the events stream's first).
@@ -18,16 +19,16 @@ import (
 // once, from after (the record lists it as a member from after, and the
 // events up to after are not sent to it).
 //
-// A name put in the Members after the Partition was made is not
+// A name put in the member index after the Partition was made is not
 // dispatched to until its Join, so the start cannot be overtaken by a
 // live event. Join is idempotent: a subscription the record lists, one
 // with a cursor, or one the partition already started (an earlier Join,
 // or a member the partition took live at its first event) is left as it
 // is, so that an owner taking the partition over never starts a
-// subscription again from its start. Errors: sub not in the Members, or
+// subscription again from its start. Errors: sub not in the member index, or
 // the fan-out closed.
 func (p *Partition) Join(sub string, after uint64) error {
-	m, ok := p.members.get(sub)
+	m, ok := p.members.Entry(sub)
 	if !ok {
 		return fmt.Errorf("fanout: Join of %s: no such member", sub)
 	}
@@ -39,7 +40,7 @@ func (p *Partition) Join(sub string, after uint64) error {
 	if p.subs[sub] != nil {
 		return nil
 	}
-	if _, member := p.claimed.Members[sub]; member {
+	if _, isMember := p.claimed.Members[sub]; isMember {
 		return nil // live under a former owner: its first event makes its state
 	}
 	if _, behind := p.curs[sub]; behind {
@@ -70,13 +71,13 @@ func (p *Partition) Join(sub string, after uint64) error {
 }
 
 // awaitsJoin reports whether m, which the partition has not started, was
-// put in the Members after the partition was made and is neither in the
+// put in the member index after the partition was made and is neither in the
 // record nor with a cursor: it is not dispatched to until Join.
-func (p *Partition) awaitsJoin(m *member) bool {
-	if m.gen <= p.gen {
+func (p *Partition) awaitsJoin(m *member.Entry) bool {
+	if m.Gen <= p.gen {
 		return false
 	}
-	_, member := p.claimed.Members[m.Name]
+	_, isMember := p.claimed.Members[m.Name]
 	_, behind := p.curs[m.Name]
-	return !member && !behind
+	return !isMember && !behind
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
 
@@ -16,7 +17,7 @@ func TestAJoinedSubscriptionReadsFromItsStartAndRejoins(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	pos, _ := b.claim(t, "replica-a", 1)
-	idx := members(t, Member{Name: "a", Filters: []string{"events.order.>"}, Ordered: true})
+	idx := members(t, member.Member{Name: "a", Filters: []string{"events.order.>"}, Ordered: true})
 	rec := newRecorder(nil)
 	st := &store{}
 	f := New(Config{Clock: b.clock}, idx, pos, rec, nil, st)
@@ -26,7 +27,7 @@ func TestAJoinedSubscriptionReadsFromItsStartAndRejoins(t *testing.T) {
 	for _, e := range evs[:10] {
 		f.Dispatch(e)
 	}
-	require.NoError(t, idx.Put(Member{Name: "n", Filters: []string{"events.order.>"}, Ordered: true}))
+	require.NoError(t, idx.Put(member.Member{Name: "n", Filters: []string{"events.order.>"}, Ordered: true}))
 	f.Dispatch(evs[10])
 	eventually(t, func() bool { return len(rec.seqs("a")) == 11 }, "a gets every event")
 	require.Empty(t, rec.seqs("n"), "nothing goes to a subscription put and not joined")
@@ -58,7 +59,7 @@ func TestASubscriptionJoinedAboveTheHeadIsLiveFromItsStart(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	pos, _ := b.claim(t, "replica-a", 1)
-	idx := members(t, Member{Name: "a", Filters: []string{"events.>"}})
+	idx := members(t, member.Member{Name: "a", Filters: []string{"events.>"}})
 	rec := newRecorder(nil)
 	f := New(Config{Clock: b.clock}, idx, pos, rec, nil, nil)
 	t.Cleanup(f.Close)
@@ -66,7 +67,7 @@ func TestASubscriptionJoinedAboveTheHeadIsLiveFromItsStart(t *testing.T) {
 	for _, e := range evs[:3] {
 		f.Dispatch(e)
 	}
-	require.NoError(t, idx.Put(Member{Name: "l", Filters: []string{"events.>"}}))
+	require.NoError(t, idx.Put(member.Member{Name: "l", Filters: []string{"events.>"}}))
 	require.NoError(t, f.Join("l", 5))
 	require.Equal(t, uint64(5), pos.Record().Members["l"])
 	require.Empty(t, f.Behind(), "no cursor")
@@ -85,7 +86,7 @@ func TestASubscriptionJoinedAboveTheHeadIsLiveFromItsStart(t *testing.T) {
 func TestANewOwnersJoinDoesNotRestartASubscription(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	idx := members(t, Member{Name: "a", Filters: []string{"events.order.>"}})
+	idx := members(t, member.Member{Name: "a", Filters: []string{"events.order.>"}})
 	evs := events(1, 12, 3)
 	st := &store{}
 	st.add(evs...)
@@ -95,8 +96,8 @@ func TestANewOwnersJoinDoesNotRestartASubscription(t *testing.T) {
 	for _, e := range evs[:6] {
 		f.Dispatch(e)
 	}
-	require.NoError(t, idx.Put(Member{Name: "n", Filters: []string{"events.order.>"}, Ordered: true}))
-	require.NoError(t, idx.Put(Member{Name: "l", Filters: []string{"events.order.>"}}))
+	require.NoError(t, idx.Put(member.Member{Name: "n", Filters: []string{"events.order.>"}, Ordered: true}))
+	require.NoError(t, idx.Put(member.Member{Name: "l", Filters: []string{"events.order.>"}}))
 	require.NoError(t, f.Join("n", 3))
 	require.NoError(t, f.Join("l", 6))
 	eventually(t, func() bool { return len(first.seqs("a")) == 6 }, "a gets every event")

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 )
@@ -12,7 +13,7 @@ import (
 // subState is one subscription on the partition. Its fields are the
 // Partition's, under its mutex.
 type subState struct {
-	m     *member
+	m     *member.Entry
 	state string // "": live; else its cursor's state
 	gone  bool   // forgotten: its sends stop
 	read  uint64 // with a cursor: the last sequence its reads covered
@@ -53,7 +54,7 @@ type settled struct {
 // sub returns m's state on the partition, made at its first event: a
 // subscription the record does not list and that has no cursor is new,
 // and joins live from just before that event (from).
-func (p *Partition) sub(m *member, from uint64) *subState {
+func (p *Partition) sub(m *member.Entry, from uint64) *subState {
 	st := p.subs[m.Name]
 	if st == nil {
 		// The bound of an ordered subscription's POSTs is made once: a
@@ -175,7 +176,7 @@ func (p *Partition) settleLocked(st *subState, seq uint64) {
 	}
 	delete(st.inHand, seq)
 	if counted {
-		p.win.done(seq)
+		p.win.Done(seq)
 		p.raise()
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
 
@@ -18,9 +19,9 @@ import (
 func TestAMemberAtTheFloorLeftOutOfTheRecordIsNotRestartedByANewOwner(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ms := []Member{{Name: "late", Filters: []string{"events.order.>"}}}
+	ms := []member.Member{{Name: "late", Filters: []string{"events.order.>"}}}
 	for i := range 100 {
-		ms = append(ms, Member{Name: fmt.Sprintf("m%03d", i), Filters: []string{"events.order.>"}})
+		ms = append(ms, member.Member{Name: fmt.Sprintf("m%03d", i), Filters: []string{"events.order.>"}})
 	}
 	idx := members(t, ms...)
 	evs := events(1, 15, 3)

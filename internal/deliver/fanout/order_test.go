@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 )
@@ -23,7 +24,7 @@ import (
 func TestAStreamSetAsideKeepsWriteBeforeNextWhileItsSubscriptionHasACursor(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	idx := members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
+	idx := members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
 	evs := []reader.Event{event(1, "order-0", 0), event(2, "order-1", 0), event(3, "order-0", 1), event(4, "order-0", 2),
 		event(5, "order-0", 3), event(6, "order-1", 1), event(7, "order-0", 4)}
 	st := &store{}
@@ -101,7 +102,7 @@ func TestAStreamSetAsideKeepsWriteBeforeNextWhileItsSubscriptionHasACursor(t *te
 func TestANextOwnerKeepsAnAsideWhoseSubscriptionHasACursor(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	idx := members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
+	idx := members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
 	evs := events(1, 10, 2) // order-0: 1, 3, 5, 7, 9; order-1: 2, 4, 6, 8, 10
 	st := &store{}
 	st.add(evs...)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -19,9 +20,9 @@ import (
 func TestARejoiningCursorIsNotSentWhatItSettledAboveTheHead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	idx := members(t, Member{Name: "holder", Filters: []string{"events.order.>"}, Ordered: true, MaxInFlight: 2},
-		Member{Name: "u", Filters: []string{"events.order.>"}},
-		Member{Name: "o", Filters: []string{"events.order.>"}, Ordered: true})
+	idx := members(t, member.Member{Name: "holder", Filters: []string{"events.order.>"}, Ordered: true, MaxInFlight: 2},
+		member.Member{Name: "u", Filters: []string{"events.order.>"}},
+		member.Member{Name: "o", Filters: []string{"events.order.>"}, Ordered: true})
 	evs := events(1, 8, 2) // order-0: 1, 3, 5, 7; order-1: 2, 4, 6, 8
 	st := &store{}
 	st.add(evs...)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -62,7 +63,7 @@ func (p *Partition) retrying(st *subState, sub string, seq uint64, n int) {
 	})
 	if counted := st.inHand[seq]; counted && !st.m.Ordered {
 		st.inHand[seq] = false // its entry covers it (in the same record as the floor it lets rise)
-		p.win.done(seq)
+		p.win.Done(seq)
 		p.raise()
 	}
 }
@@ -97,11 +98,11 @@ func (p *Partition) catchUpRetries(ctx context.Context) (int, error) {
 	}
 	var err error
 	for _, k := range todo {
-		m, ok := p.members.get(k.sub)
+		m, ok := p.members.Entry(k.sub)
 		if !ok {
 			continue // not a member (yet): left for later
 		}
-		evs, through, rerr := p.cursors.Read(ctx, CursorRead{Subscription: k.sub, Filters: m.Filters, Partition: p.cfg.Partition,
+		evs, through, rerr := p.cursors.Read(ctx, cursor.Read{Subscription: k.sub, Filters: m.Filters, Partition: p.cfg.Partition,
 			After: k.seq - 1, To: k.seq, Max: 1})
 		if rerr != nil {
 			err = errors.Join(err, fmt.Errorf("fanout: fetch event %d of %s on partition %d: %w", k.seq, k.sub, p.cfg.Partition, rerr))
@@ -140,7 +141,7 @@ func (p *Partition) loadRetries() {
 	for _, e := range p.claimed.Retries {
 		p.retries[retryKey{e.Sub, e.Seq}] = e.Attempts
 		p.nretries.Store(int64(len(p.retries)))
-		if m, ok := p.members.get(e.Sub); ok && !m.Ordered && e.Seq > 0 {
+		if m, ok := p.members.Entry(e.Sub); ok && !m.Ordered && e.Seq > 0 {
 			p.refetch = append(p.refetch, retryKey{e.Sub, e.Seq})
 		}
 	}
@@ -174,7 +175,7 @@ func (p *Partition) retryHolesLocked() {
 				}
 			})
 			st.inHand[seq] = false
-			p.win.done(seq)
+			p.win.Done(seq)
 		}
 	}
 	p.nretries.Store(int64(len(p.retries)))

@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestAnUnorderedEventInRetryLetsTheFloorPassAndANewOwnerRetriesIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	idx := members(t, Member{Name: "u", Filters: []string{"events.order.>"}, MaxInFlight: 4})
+	idx := members(t, member.Member{Name: "u", Filters: []string{"events.order.>"}, MaxInFlight: 4})
 	evs := events(1, 5, 5)
 	st := &store{}
 	st.add(evs...)
@@ -74,7 +75,7 @@ func TestAnUnorderedEventInRetryLetsTheFloorPassAndANewOwnerRetriesIt(t *testing
 func TestAnUnorderedEventUnsentAtCloseBelowASettledOneIsAllTheNextOwnerSends(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	idx := members(t, Member{Name: "u", Filters: []string{"events.order.>"}, MaxInFlight: 4})
+	idx := members(t, member.Member{Name: "u", Filters: []string{"events.order.>"}, MaxInFlight: 4})
 	evs := events(1, 3, 3)
 	st := &store{}
 	st.add(evs...)

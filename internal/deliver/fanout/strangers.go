@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 )
 
 // holdStrangers keeps the place of every subscription the claimed record
@@ -15,17 +17,17 @@ import (
 // as it is. A stranger cfg.Deleted names is dropped instead
 // (position.Partition.Drop). It returns the strangers held. Called by
 // New before it reads the record.
-func holdStrangers(cfg Config, members *Members, pos Position) map[string]bool {
+func holdStrangers(cfg Config, members *member.Index, pos Position) map[string]bool {
 	held := map[string]bool{}
 	rec, curs := pos.Record(), pos.Cursors()
 	names := slices.Sorted(maps.Keys(rec.Members))
 	for name := range curs {
-		if _, member := rec.Members[name]; !member {
+		if _, isMember := rec.Members[name]; !isMember {
 			names = append(names, name)
 		}
 	}
 	for _, name := range names {
-		if _, ok := members.get(name); ok {
+		if _, ok := members.Entry(name); ok {
 			continue
 		}
 		log := cfg.Logger.With(slog.Int("partition", cfg.Partition), slog.String("subscription", name))

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
 
@@ -15,9 +16,9 @@ import (
 func TestAStrangerIsHeldThenResumedByAnOwnerThatHasIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	both := members(t, Member{Name: "s1", Filters: []string{"events.order.>"}, Ordered: true},
-		Member{Name: "s2", Filters: []string{"events.order.>"}, Ordered: true})
-	s1Only := members(t, Member{Name: "s1", Filters: []string{"events.order.>"}, Ordered: true})
+	both := members(t, member.Member{Name: "s1", Filters: []string{"events.order.>"}, Ordered: true},
+		member.Member{Name: "s2", Filters: []string{"events.order.>"}, Ordered: true})
+	s1Only := members(t, member.Member{Name: "s1", Filters: []string{"events.order.>"}, Ordered: true})
 	evs := events(1, 30, 3)
 	st := &store{}
 	st.add(evs...)
@@ -85,9 +86,9 @@ func TestAStrangerIsHeldThenResumedByAnOwnerThatHasIt(t *testing.T) {
 func TestADeletedStrangerIsDropped(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	both := members(t, Member{Name: "s1", Filters: []string{"events.order.>"}},
-		Member{Name: "s2", Filters: []string{"events.order.>"}})
-	s1Only := members(t, Member{Name: "s1", Filters: []string{"events.order.>"}})
+	both := members(t, member.Member{Name: "s1", Filters: []string{"events.order.>"}},
+		member.Member{Name: "s2", Filters: []string{"events.order.>"}})
+	s1Only := members(t, member.Member{Name: "s1", Filters: []string{"events.order.>"}})
 	evs := events(1, 4, 2)
 
 	pos, stop := b.claim(t, "replica-a", 1)

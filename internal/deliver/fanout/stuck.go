@@ -70,7 +70,7 @@ func (p *Partition) setStuck(st *subState, l *lane) {
 	l.q = l.q[:1]
 	if st.inHand[head.Seq] {
 		st.inHand[head.Seq] = false
-		p.win.done(head.Seq)
+		p.win.Done(head.Seq)
 		p.raise()
 	}
 }

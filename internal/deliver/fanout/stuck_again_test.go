@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 )
@@ -90,7 +91,7 @@ func TestAStreamSetAsideTwiceSendsItsLaterEventsInOrder(t *testing.T) {
 	rec := newRecorder(g.answer)
 	st := &store{}
 	st.add(evs...)
-	f := New(Config{Clock: clock}, members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
+	f := New(Config{Clock: clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	asides := func() int { return len(pos.Record().Asides) }
 
@@ -134,7 +135,7 @@ func TestAStreamSetAsideAgainWhileItsHeadIsInFlightGoesOn(t *testing.T) {
 	})
 	st := &store{}
 	st.add(evs...)
-	f := New(Config{Clock: clock}, members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
+	f := New(Config{Clock: clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	asides := func() int { return len(pos.Record().Asides) }
 
@@ -210,7 +211,7 @@ func TestAStreamSetAsideAfterTheLastEventWakesTheDispatchLoop(t *testing.T) {
 		default:
 		}
 	}
-	f := New(Config{Clock: clock, Wake: wake}, members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
+	f := New(Config{Clock: clock, Wake: wake}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	asides := func() int { return len(pos.Record().Asides) }
 
@@ -250,7 +251,7 @@ func TestAStreamSetAsideAfterTheLastEventWakesTheDispatchLoop(t *testing.T) {
 func TestAStreamSetAsideAgainAfterAHandOverSendsItsLaterEventsInOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	idx := members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
+	idx := members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
 	evs := events(1, 10, 1) // order-0: seqs 1 … 10, versions 0 … 9
 	st := &store{}
 	st.add(evs...)

@@ -7,6 +7,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 )
@@ -34,7 +35,7 @@ func TestAStuckStreamIsSetAsideAndRejoinsAfterItsHeadSettles(t *testing.T) {
 		return Settlement{Act: Delivered}
 	})
 	st := &store{}
-	f := New(Config{Clock: clock}, members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
+	f := New(Config{Clock: clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	evs := []reader.Event{event(1, "order-0", 0), event(2, "order-1", 0), event(3, "order-0", 1), event(4, "order-0", 2),
 		event(5, "order-0", 3), event(6, "order-1", 1), event(7, "order-0", 4)}
@@ -87,7 +88,7 @@ func TestAHeadRetriedFiveSecondsSetsItsStreamAside(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: clock}, members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, &store{})
+	f := New(Config{Clock: clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, &store{})
 	t.Cleanup(f.Close)
 	f.Dispatch(event(1, "order-0", 0))
 	f.Dispatch(event(2, "order-0", 1))
@@ -107,7 +108,7 @@ func TestAHeadRetriedFiveSecondsSetsItsStreamAside(t *testing.T) {
 func TestAStuckStreamIsReadFromItsHeadByTheNextOwner(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	idx := members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
+	idx := members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
 	evs := events(1, 6, 2) // order-0: 1, 3, 5; order-1: 2, 4, 6
 	st := &store{}
 	st.add(evs...)

@@ -6,6 +6,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/unpark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
 
@@ -18,7 +20,7 @@ func TestAParkedStreamIsReadAgainAfterTheOperatorsRequest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	pos, _ := b.claim(t, "replica-a", 1)
-	rq, err := WatchRequests(t.Context(), b.kv, nil)
+	rq, err := unpark.Watch(t.Context(), b.kv, nil)
 	require.NoError(t, err)
 	t.Cleanup(rq.Stop)
 	rec := newRecorder(func(d Delivery) Settlement {
@@ -28,7 +30,7 @@ func TestAParkedStreamIsReadAgainAfterTheOperatorsRequest(t *testing.T) {
 		return Settlement{Act: Delivered}
 	})
 	st := &store{}
-	f := New(Config{Clock: b.clock, Requests: rq}, members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
+	f := New(Config{Clock: b.clock, Requests: rq}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	evs := events(1, 10, 2) // order-0: 1, 3, 5, 7, 9 (versions 0-4); order-1: 2, 4, 6, 8, 10
 	st.add(evs...)
@@ -40,18 +42,18 @@ func TestAParkedStreamIsReadAgainAfterTheOperatorsRequest(t *testing.T) {
 	parked := "events.order.order-0"
 	require.Equal(t, []position.Aside{{Sub: "s", Stream: parked, From: 3, State: AsideParked}}, pos.Record().Asides)
 
-	require.ErrorIs(t, RequestUnpark(t.Context(), b.kv, "s", parked, Unpark{}), ErrInvalidRequest, "Head 0 is refused")
-	require.NoError(t, RequestUnpark(t.Context(), b.kv, "s", parked, Unpark{Head: 5, Previous: 1}))
+	require.ErrorIs(t, unpark.Write(t.Context(), b.kv, "s", parked, unpark.Request{}), unpark.ErrInvalid, "Head 0 is refused")
+	require.NoError(t, unpark.Write(t.Context(), b.kv, "s", parked, unpark.Request{Head: 5, Previous: 1}))
 	eventually(t, func() bool {
 		_, err := f.CatchUp(t.Context())
 		require.NoError(t, err)
-		_, err = b.kv.Get(t.Context(), OpKey("s", parked))
+		_, err = b.kv.Get(t.Context(), unpark.Key("s", parked))
 		return err == jetstream.ErrKeyNotFound
 	}, "a request naming another head is deleted")
 	require.Len(t, pos.Record().Asides, 1, "unapplied: the stream stays parked")
 
 	// consumer dlq replay POSTed the head (version 1) itself.
-	require.NoError(t, RequestUnpark(t.Context(), b.kv, "s", parked, Unpark{Head: 3, Previous: 1, Op: "replay"}))
+	require.NoError(t, unpark.Write(t.Context(), b.kv, "s", parked, unpark.Request{Head: 3, Previous: 1, Op: "replay"}))
 	eventually(t, func() bool {
 		n, err := f.CatchUp(t.Context())
 		require.NoError(t, err)
@@ -66,7 +68,7 @@ func TestAParkedStreamIsReadAgainAfterTheOperatorsRequest(t *testing.T) {
 	require.Equal(t, []sent{{1, parked, NoPrevious}, {3, parked, 0}, {5, parked, 1}, {7, parked, 2}, {9, parked, 3}}, got, "in order, the chain unbroken")
 	require.Empty(t, pos.Record().Asides)
 	eventually(t, func() bool {
-		_, err := b.kv.Get(t.Context(), OpKey("s", parked))
+		_, err := b.kv.Get(t.Context(), unpark.Key("s", parked))
 		return err == jetstream.ErrKeyNotFound
 	}, "the applied request is deleted")
 	f.Dispatch(event(11, "order-0", 5))
@@ -81,7 +83,7 @@ func TestAParkedStreamIsReadAgainAfterTheOperatorsRequest(t *testing.T) {
 func TestANewOwnerAppliesASkipWrittenMeanwhile(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	idx := members(t, Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
+	idx := members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true})
 	evs := events(1, 8, 2) // order-0: 1, 3, 5, 7 (versions 0-3)
 	st := &store{}
 	st.add(evs...)
@@ -100,10 +102,10 @@ func TestANewOwnerAppliesASkipWrittenMeanwhile(t *testing.T) {
 	f.Close()
 	stop()
 	parked := "events.order.order-0"
-	require.NoError(t, RequestUnpark(t.Context(), b.kv, "s", parked, Unpark{Head: 3, Previous: 0, Op: "skip"}))
+	require.NoError(t, unpark.Write(t.Context(), b.kv, "s", parked, unpark.Request{Head: 3, Previous: 0, Op: "skip"}))
 
 	pos2, _ := b.claim(t, "replica-b", 2)
-	rq, err := WatchRequests(t.Context(), b.kv, nil)
+	rq, err := unpark.Watch(t.Context(), b.kv, nil)
 	require.NoError(t, err)
 	t.Cleanup(rq.Stop)
 	second := newRecorder(nil)
@@ -116,7 +118,7 @@ func TestANewOwnerAppliesASkipWrittenMeanwhile(t *testing.T) {
 	}, "the stream's later events go out and it rejoins")
 	require.Equal(t, []sent{{5, parked, 0}, {7, parked, 2}}, second.of("s"), "the skipped head's predecessor first")
 	eventually(t, func() bool {
-		_, err := b.kv.Get(t.Context(), OpKey("s", parked))
+		_, err := b.kv.Get(t.Context(), unpark.Key("s", parked))
 		return err == jetstream.ErrKeyNotFound
 	}, "the request is deleted")
 	require.Empty(t, pos2.Record().Asides)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/jsbridge/jsbridge/internal/deliver/position/record"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -95,7 +96,7 @@ func TestACursorKeyWrittenWithoutItsRecordCoversNothing(t *testing.T) {
 	require.NoError(t, blockUntil(t, clock), "the commit failed: Run pauses on the clock")
 	e, err := bucket.Get(ctx, CursorKey("s", 0))
 	require.NoError(t, err)
-	c, err := decodeCursor(e.Value())
+	c, err := record.DecodeCursor(e.Value())
 	require.NoError(t, err)
 	require.Equal(t, uint64(12), c.Streams["order-1"].Seq, "the cursor key was written")
 	require.True(t, pending(w), "not released: the record was not")

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/position/record"
 )
 
 func (p *Partition) poke() {
@@ -167,8 +168,8 @@ func (p *Partition) commit(ctx context.Context) error {
 		case ck.gone:
 			delete(p.st.cursors, sub) // never written
 		case ck.dirty:
-			ck.c.normalise()
-			writes = append(writes, write{sub, ck, ck.c.clone(), ck.rev})
+			ck.c.Normalise()
+			writes = append(writes, write{sub, ck, ck.c.Clone(), ck.rev})
 			ck.dirty = false
 		}
 	}
@@ -186,7 +187,7 @@ func (p *Partition) commit(ctx context.Context) error {
 	for ; written < len(writes); written++ {
 		w := &writes[written]
 		var n uint64
-		if n, err = p.putCursor(ctx, w.sub, w.snap.encode(), w.rev); err != nil {
+		if n, err = p.putCursor(ctx, w.sub, w.snap.Encode(), w.rev); err != nil {
 			break
 		}
 		w.rev = n
@@ -194,10 +195,10 @@ func (p *Partition) commit(ctx context.Context) error {
 	if err == nil && f.newBase {
 		// Before the record that names it; a key is written once, under
 		// a name of this claim's, so no other writer can change it.
-		if _, err = p.kv.Put(ctx, base.key, base.encode()); err == nil {
+		if _, err = p.kv.Put(ctx, base.Key, base.Encode()); err == nil {
 			p.mu.Lock()
 			if old := p.st.base; old != nil {
-				p.stale = append(p.stale, old.key)
+				p.stale = append(p.stale, old.Key)
 			}
 			p.st.base = base
 			p.mu.Unlock()
@@ -321,7 +322,7 @@ func (p *Partition) stillOurs(ctx context.Context) (uint64, error) {
 	if rev == 0 {
 		return 0, fmt.Errorf("%w: %q was deleted", ErrLost, p.key)
 	}
-	r, _, err := decodeRecordRef(b)
+	r, _, err := record.DecodeRecordRef(b)
 	if err != nil || r.Claim != p.token {
 		return 0, fmt.Errorf("%w: %q is now %q's (epoch %d)", ErrLost, p.key, r.Owner, r.Epoch)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/jsbridge/jsbridge/internal/deliver/position/record"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -162,8 +163,8 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 		case err != nil:
 			return nil, fmt.Errorf("position: read %q of bucket %q: %w", p.key, kv.Bucket(), err)
 		default:
-			var ref baseRef
-			if rec, ref, err = decodeRecordRef(e.Value()); err != nil {
+			var ref record.BaseRef
+			if rec, ref, err = record.DecodeRecordRef(e.Value()); err != nil {
 				return nil, fmt.Errorf("position: %q of bucket %q at revision %d: %w", p.key, kv.Bucket(), e.Revision(), err)
 			}
 			if p.st.base, err = readBase(ctx, js, kv.Bucket(), &rec, ref); err != nil {
@@ -192,11 +193,11 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 			rec, p.st.base = Record{}, nil
 		}
 		rec.Owner, rec.Claim, rec.Epoch, rec.Created = cfg.Owner, p.token, cfg.Epoch, created
-		rec.normalise()
+		rec.Normalise()
 		if rev == 0 {
-			rev, err = kv.Create(ctx, p.key, rec.encodeOn(p.st.base))
+			rev, err = kv.Create(ctx, p.key, rec.EncodeOn(p.st.base))
 		} else {
-			rev, err = kv.Update(ctx, p.key, rec.encodeOn(p.st.base), rev)
+			rev, err = kv.Update(ctx, p.key, rec.EncodeOn(p.st.base), rev)
 		}
 		if casLost(err) {
 			lastErr = nil
@@ -205,7 +206,7 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 		if err != nil {
 			return nil, fmt.Errorf("position: claim %q of bucket %q: %w", p.key, kv.Bucket(), err)
 		}
-		p.st.rec, p.stored, p.rev = rec, storedRec{Record: rec.clone()}, rev
+		p.st.rec, p.stored, p.rev = rec, storedRec{Record: rec.Clone()}, rev
 		if err := p.loadCursors(ctx, reset); err != nil {
 			return nil, err
 		}
@@ -251,11 +252,11 @@ func (p *Partition) loadCursors(ctx context.Context, reset bool) error {
 			}
 			continue
 		}
-		c, err := decodeCursor(val)
+		c, err := record.DecodeCursor(val)
 		if err != nil {
 			return fmt.Errorf("position: %q of bucket %q at revision %d: %w", key, bucket, rev, err)
 		}
-		p.st.cursors[sub] = &cursorKey{c: c, stored: c.clone(), rev: rev}
+		p.st.cursors[sub] = &cursorKey{c: c, stored: c.Clone(), rev: rev}
 	}
 	return nil
 }
@@ -265,7 +266,7 @@ func (p *Partition) loadCursors(ctx context.Context, reset bool) error {
 func (p *Partition) Record() Record {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.st.rec.clone()
+	return p.st.rec.Clone()
 }
 
 // Cursors returns a copy of the partition's cursors by subscription: those
@@ -276,7 +277,7 @@ func (p *Partition) Cursors() map[string]Cursor {
 	out := make(map[string]Cursor, len(p.st.cursors))
 	for sub, ck := range p.st.cursors {
 		if !ck.gone {
-			out[sub] = ck.c.clone()
+			out[sub] = ck.c.Clone()
 		}
 	}
 	return out

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/position/record"
 )
 
 // setup starts an embedded JetStream server and opens the positions
@@ -63,7 +64,7 @@ func stored(t *testing.T, kv jetstream.KeyValue) (Record, uint64) {
 	t.Helper()
 	e, err := kv.Get(context.Background(), Key(0))
 	require.NoError(t, err)
-	r, err := decodeRecord(e.Value())
+	r, err := record.DecodeRecord(e.Value())
 	require.NoError(t, err)
 	return r, e.Revision()
 }
@@ -264,7 +265,7 @@ func TestTheSizeCapGivesTheGrowingSubscriptionACursor(t *testing.T) {
 	e, err := kv.Get(ctx, CursorKey("big", 0))
 	require.NoError(t, err)
 	require.Equal(t, "cur.big.p0", e.Key())
-	c, err := decodeCursor(e.Value())
+	c, err := record.DecodeCursor(e.Value())
 	require.NoError(t, err)
 	require.Equal(t, "behind", c.State)
 	for k := range 200 {
@@ -273,7 +274,7 @@ func TestTheSizeCapGivesTheGrowingSubscriptionACursor(t *testing.T) {
 	got, err := kv.Get(ctx, Key(0))
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(got.Value()), 1024)
-	r, err := decodeRecord(got.Value())
+	r, err := record.DecodeRecord(got.Value())
 	require.NoError(t, err)
 	require.NotContains(t, r.Ahead, "big")
 	require.NotContains(t, r.Members, "big")
@@ -284,7 +285,7 @@ func TestTheSizeCapGivesTheGrowingSubscriptionACursor(t *testing.T) {
 	require.NoError(t, p.Wait(ctx, "big", "order-000", 2000))
 	e, err = kv.Get(ctx, CursorKey("big", 0))
 	require.NoError(t, err)
-	c, err = decodeCursor(e.Value())
+	c, err = record.DecodeCursor(e.Value())
 	require.NoError(t, err)
 	require.Equal(t, Entry{Seq: 2000, Version: 200}, c.Streams["order-000"], "its cursor moved")
 }
@@ -307,7 +308,7 @@ func TestACursorIsLoadedByTheClaimAndDeletedAfterItsRejoin(t *testing.T) {
 	// A cursor key of a live subscription: written before a commit that
 	// never landed.
 	stale := Cursor{State: "behind", Floor: 100}
-	_, err := kv.Create(ctx, CursorKey("live", 0), stale.encode())
+	_, err := kv.Create(ctx, CursorKey("live", 0), stale.Encode())
 	require.NoError(t, err)
 
 	second := claim(t, js, kv, "replica-b", 2, clock)
@@ -444,7 +445,7 @@ func TestABadConfigIsRefusedNamingTheField(t *testing.T) {
 func TestTheCapGivesCursorsUntilTheRecordFits(t *testing.T) {
 	t.Parallel()
 	st := state{cursors: map[string]*cursorKey{}}
-	st.rec = Record{Floor: 100, Streams: map[string]Entry{"order-000": {150, 1}}, Ahead: map[string]map[string]Entry{}, Members: map[string]uint64{"big": 120, "mid": 0, "small": 0}}
+	st.rec = Record{Floor: 100, Streams: map[string]Entry{"order-000": {Seq: 150, Version: 1}}, Ahead: map[string]map[string]Entry{}, Members: map[string]uint64{"big": 120, "mid": 0, "small": 0}}
 	for sub, n := range map[string]int{"big": 200, "mid": 150, "small": 20} {
 		st.rec.Ahead[sub] = map[string]Entry{}
 		for k := range n {
@@ -455,7 +456,7 @@ func TestTheCapGivesCursorsUntilTheRecordFits(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"big", "mid"}, f.detached)
 	require.LessOrEqual(t, len(f.val), 1024)
-	r, err := decodeRecord(f.val)
+	r, err := record.DecodeRecord(f.val)
 	require.NoError(t, err)
 	require.Equal(t, []string{"small"}, keys(r.Ahead))
 	require.Equal(t, map[string]uint64{"small": 0}, r.Members)

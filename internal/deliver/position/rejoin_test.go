@@ -8,24 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A cursor's Top is the highest sequence it says settled, whichever of
-// its floor, Above or stream entries holds it.
-func TestACursorsTopIsTheHighestSequenceItSettled(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		c    Cursor
-		want uint64
-	}{
-		{"empty", Cursor{}, 0},
-		{"floor", Cursor{Floor: 40}, 40},
-		{"above, unsorted", Cursor{Floor: 40, Above: []uint64{52, 61, 45}}, 61},
-		{"stream entries", Cursor{Floor: 40, Streams: map[string]Entry{"a": {Seq: 48, Version: 2}, "b": {Seq: 44}}}, 48},
-	} {
-		require.Equal(t, tc.want, tc.c.Top(), tc.name)
-	}
-}
-
 // An unordered cursor rejoins only from a floor at or above its Above:
 // the record has no place for those entries, and the shared read from a
 // lower floor would send them again.

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/jsbridge/jsbridge/internal/deliver/position/record"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,7 +36,7 @@ func TestStartMakesACursorFromAStartBelowTheFloor(t *testing.T) {
 	require.NoError(t, first.Wait(ctx, "new", "order-1", 20))
 	e, err := kv.Get(ctx, CursorKey("new", 0))
 	require.NoError(t, err)
-	c, err := decodeCursor(e.Value())
+	c, err := record.DecodeCursor(e.Value())
 	require.NoError(t, err)
 	require.Equal(t, Cursor{State: "behind", Floor: 10, Streams: map[string]Entry{"order-1": {Seq: 20, Version: 3}}}, c)
 

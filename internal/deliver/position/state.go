@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/position/record"
 )
 
 // state is a claimed partition's positions in memory: the record the next
@@ -12,7 +14,7 @@ import (
 type state struct {
 	rec     Record
 	cursors map[string]*cursorKey
-	base    *members // the members key the next commit's record is written against (nil: none)
+	base    *record.Members // the members key the next commit's record is written against (nil: none)
 }
 
 // cursorKey is one subscription's cursor and its key's state.
@@ -144,15 +146,15 @@ func (s *state) drop(sub string) bool {
 // fitted is a commit's record as fit encoded it.
 type fitted struct {
 	val      []byte
-	base     *members // the members key it names (nil: none)
-	newBase  bool     // base is to be written before it
+	base     *record.Members // the members key it names (nil: none)
+	newBase  bool            // base is to be written before it
 	stored   storedRec
 	detached []string
 }
 
 // fit encodes the record, against the members key of s, or against a new
 // one (named by newKey) when the record would list enough members the
-// key does not say (compactMin); it detaches the subscriptions with the
+// key does not say (record.CompactAt); it detaches the subscriptions with the
 // most entries of their own (ties: the first by name) until it is at
 // most maxSize bytes; errTooLarge when nobody is left ahead. Besides the
 // bytes, it returns what they store (fitted.stored) for the waiters to
@@ -160,16 +162,16 @@ type fitted struct {
 // members, without encoding or copying them.
 func (s *state) fit(maxSize int, newKey func() string) (f fitted, err error) {
 	for {
-		s.rec.normalise()
+		s.rec.Normalise()
 		f.base = s.base
-		listed, left, missing := split(&s.rec, f.base)
-		if missing >= compactAt(f.base) {
-			f.base, f.newBase = membersOf(&s.rec, newKey()), true
-			listed, left, _ = split(&s.rec, f.base)
+		listed, left, missing := record.Split(&s.rec, f.base)
+		if missing >= record.CompactAt(f.base) {
+			f.base, f.newBase = record.MembersOf(&s.rec, newKey()), true
+			listed, left, _ = record.Split(&s.rec, f.base)
 		}
-		f.val = s.rec.encodeSplit(f.base, listed, left)
+		f.val = s.rec.EncodeSplit(f.base, listed, left)
 		if len(f.val) <= maxSize {
-			f.stored = storedRec{Record: s.rec.cloneExceptMembers(), base: f.base}
+			f.stored = storedRec{Record: s.rec.CloneExceptMembers(), base: f.base}
 			f.stored.Members = make(map[string]uint64, len(listed))
 			for _, sub := range listed {
 				f.stored.Members[sub] = s.rec.Members[sub]
@@ -200,7 +202,7 @@ func (s *state) fit(maxSize int, newKey func() string) (f fitted, err error) {
 // members the record lists in Members, the others in its members key.
 type storedRec struct {
 	Record
-	base *members            // its members key (nil: Members holds them all)
+	base *record.Members     // its members key (nil: Members holds them all)
 	left map[string]struct{} // names of base no longer members
 }
 
@@ -213,7 +215,7 @@ func (s *storedRec) member(sub string) (uint64, bool) {
 	if s.base == nil {
 		return 0, false
 	}
-	if _, ok := s.base.names[sub]; !ok {
+	if _, ok := s.base.Names[sub]; !ok {
 		return 0, false
 	}
 	if _, gone := s.left[sub]; gone {
@@ -225,7 +227,7 @@ func (s *storedRec) member(sub string) (uint64, bool) {
 // Covers is Record.Covers of the stored record.
 func (s *storedRec) Covers(sub, stream string, seq uint64) bool {
 	from, _ := s.member(sub)
-	return s.coversFrom(sub, stream, seq, from)
+	return s.CoversFrom(sub, stream, seq, from)
 }
 
 // covered reports whether what is stored covers sub's settlement of seq
@@ -243,7 +245,7 @@ func (s *state) covered(stored *storedRec, sub, stream string, seq uint64) bool 
 			if seq <= c.Streams[stream].Seq {
 				return ck.rev > 0
 			}
-			return ck.rev > 0 && c.Covers(stream, seq) && !stored.asideHolds(sub, stream, seq)
+			return ck.rev > 0 && c.Covers(stream, seq) && !stored.AsideHolds(sub, stream, seq)
 		}
 	}
 	return stored.Covers(sub, stream, seq)
@@ -255,4 +257,11 @@ func ensure[K comparable, V any](m map[K]V) map[K]V {
 		return map[K]V{}
 	}
 	return m
+}
+
+// raise sets m[k] to e unless it holds a later event already.
+func raise(m map[string]Entry, k string, e Entry) {
+	if e.Seq > m[k].Seq {
+		m[k] = e
+	}
 }

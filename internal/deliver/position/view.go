@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/position/record"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -78,7 +79,7 @@ func ReadAll(ctx context.Context, kv jetstream.KeyValue) ([]Stored, error) {
 			return nil, fmt.Errorf("position: read %q of bucket %q: %w", key, kv.Bucket(), err)
 		}
 		s := at(p)
-		c, err := decodeCursor(e.Value())
+		c, err := record.DecodeCursor(e.Value())
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", key, err)
 		}
@@ -132,25 +133,25 @@ func readRecord(ctx context.Context, kv jetstream.KeyValue, key string) (Record,
 			}
 			return Record{}, nil, fmt.Errorf("position: read %q of bucket %q: %w", key, kv.Bucket(), err)
 		}
-		rec, ref, derr := decodeRecordRef(e.Value())
+		rec, ref, derr := record.DecodeRecordRef(e.Value())
 		if derr != nil {
 			return Record{}, nil, fmt.Errorf("%s: %w", key, derr)
 		}
-		if ref.key == "" {
+		if ref.Key == "" {
 			return rec, e, nil
 		}
 		var m jetstream.KeyValueEntry
-		m, err = kv.Get(ctx, ref.key)
+		m, err = kv.Get(ctx, ref.Key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			err = fmt.Errorf("%s: %w: %w: %q", key, ErrCorrupt, errMembersGone, ref.key)
+			err = fmt.Errorf("%s: %w: %w: %q", key, ErrCorrupt, errMembersGone, ref.Key)
 			continue
 		}
 		if err != nil {
-			return Record{}, nil, fmt.Errorf("position: read %q of bucket %q: %w", ref.key, kv.Bucket(), err)
+			return Record{}, nil, fmt.Errorf("position: read %q of bucket %q: %w", ref.Key, kv.Bucket(), err)
 		}
-		base, derr := decodeMembers(ref.key, m.Value())
+		base, derr := record.DecodeMembers(ref.Key, m.Value())
 		if derr == nil {
-			derr = withBase(&rec, ref, base)
+			derr = record.WithBase(&rec, ref, base)
 		}
 		if derr != nil {
 			return Record{}, nil, fmt.Errorf("%s: %w", key, derr)

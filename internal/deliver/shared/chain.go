@@ -8,6 +8,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 )
 
 // chain is the replica's fanout.Chain: a stream's first event since the
@@ -20,11 +21,11 @@ import (
 // event is at or below the floor, so it was settled. The skipped
 // versions are the records skipped.<sub>.<stream> of the positions
 // bucket (moved there from the park bucket by `consumer migrate`), which
-// the sender writes before it settles a dead letter (sender.skip).
+// the claim's sender.Sender writes before it settles a dead letter.
 type chain struct {
 	js      jetstream.JetStream
 	stream  string
-	members *fanout.Members
+	members *member.Index
 	// skipped is the positions bucket, set by Start before any claim
 	// (nil: no skipped versions are read).
 	skipped jetstream.KeyValue

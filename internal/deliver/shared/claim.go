@@ -8,6 +8,8 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared/metrics"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared/sender"
 )
 
 // gained is the owner's Callbacks.Gained: it must not block, so the
@@ -34,24 +36,24 @@ func (r *Replica) serve(c *owner.Claim) {
 	defer c.Done()
 	ctx := c.Context()
 	log := r.log.With(slog.Int("partition", c.Partition), slog.Uint64("epoch", c.Epoch))
-	pos, err := position.Claim(ctx, r.js, countingKV{KeyValue: r.poskv, m: r.metrics}, position.Config{Partition: c.Partition, Owner: r.cfg.Replica,
+	pos, err := position.Claim(ctx, r.js, r.metrics.KV(r.poskv), position.Config{Partition: c.Partition, Owner: r.cfg.Replica,
 		Epoch: c.Epoch, Created: r.created, Linger: r.cfg.Linger, Clock: r.cfg.Clock, Logger: log})
 	if err != nil {
 		if errors.Is(err, position.ErrLost) {
 			c.Lose()
 		}
 		log.Warn("shared: claim the partition's record", slog.Any("error", err))
-		r.metrics.handover(false, causeClaimError)
+		r.metrics.Handover(false, metrics.CauseClaimError)
 		return
 	}
-	r.metrics.handover(true, causeClaimed)
+	r.metrics.Handover(true, metrics.CauseClaimed)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	ran := make(chan error, 1)
 	go func() { ran <- pos.Run(runCtx) }()
 
-	send := &sender{senders: r.senders, breakers: r.subs.breakers, claim: c, epochs: r.epochs, replica: r.cfg.Replica,
-		letters: r.letters, deadLettered: r.dead, skipped: r.poskv, stuckAfter: r.cfg.OrderStuckAfter, clock: r.cfg.Clock, log: log}
+	send := sender.New(sender.Config{Replica: r.cfg.Replica, StuckAfter: r.cfg.OrderStuckAfter, Clock: r.cfg.Clock, Logger: log},
+		sender.Deps{Senders: r.senders, Claim: c, Epochs: r.epochs, Letters: r.letters, DeadLettered: r.dead, Breakers: r.subs.breakers, Skipped: r.poskv})
 	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log, Requests: r.requests,
 		Deleted: r.deleted, Wake: r.loop.poke},
 		r.members, pos, send, r.chain, r.cursors)
@@ -93,6 +95,6 @@ func (r *Replica) serve(c *owner.Claim) {
 	if runErr != nil {
 		log.Warn("shared: the partition's commits ended", slog.Any("error", runErr))
 	}
-	r.metrics.handover(false, releaseCause(ctx, ended && errors.Is(runErr, position.ErrLost)))
+	r.metrics.Handover(false, metrics.ReleaseCause(ctx, ended && errors.Is(runErr, position.ErrLost)))
 	log.Debug("shared: partition released", slog.Uint64("floor", fan.Floor()), slog.Any("cause", context.Cause(ctx)))
 }

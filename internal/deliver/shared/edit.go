@@ -18,63 +18,10 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 )
-
-// senderSet is the replica's attempt.Sender of each subscription, by
-// name: replaced by Put, dropped by Remove while the claims' senders
-// read it. Beside each, the subscription's POST slots on the replica:
-// MaxInFlight is per consumer process (subscription.Subscription), so
-// every partition the replica owns draws from the one bound.
-type senderSet struct {
-	mu    sync.RWMutex
-	m     map[string]*attempt.Sender
-	slots map[string]chan struct{}
-}
-
-func (ss *senderSet) get(name string) *attempt.Sender {
-	ss.mu.RLock()
-	defer ss.mu.RUnlock()
-	return ss.m[name]
-}
-
-// set makes snd the sender of subscription name (nil: none); its slots
-// are made again only when its MaxInFlight changed (the POSTs running
-// free the slots they took).
-func (ss *senderSet) set(name string, snd *attempt.Sender) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if snd == nil {
-		delete(ss.m, name)
-		delete(ss.slots, name)
-		return
-	}
-	ss.m[name] = snd
-	if n := snd.Subscription().MaxInFlight; n > 0 && cap(ss.slots[name]) != n {
-		if ss.slots == nil {
-			ss.slots = map[string]chan struct{}{}
-		}
-		ss.slots[name] = make(chan struct{}, n)
-	}
-}
-
-// acquire waits for one of subscription name's POST slots on the
-// replica and returns its release; false when ctx ended first.
-func (ss *senderSet) acquire(ctx context.Context, name string) (release func(), ok bool) {
-	ss.mu.RLock()
-	slots := ss.slots[name]
-	ss.mu.RUnlock()
-	if slots == nil {
-		return func() {}, true
-	}
-	select {
-	case slots <- struct{}{}:
-		return func() { <-slots }, true
-	case <-ctx.Done():
-		return nil, false
-	}
-}
 
 // subs is the replica's subscription set as Put, Pause and Remove leave
 // it, and the fan-outs of the partitions it serves, which every edit
@@ -95,7 +42,6 @@ type subs struct {
 	paused  map[string]bool
 	created map[string]time.Time // when the bucket's subscriptions were created (PutAt)
 	after   map[string]uint64    // each subscription's start, resolved (start.go)
-	tail    *tail                // the events stream's tail, as the starts last read it (start.go)
 	deleted map[string]bool      // removed (the bucket deleted them) and not put since: not held
 	// The endpoints' breakers (breakers.go): watched from Start (bctx),
 	// by endpoint; opened: those whose breaker is open.
@@ -149,7 +95,7 @@ func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused
 	r.subs.mu.Lock()
 	defer r.subs.mu.Unlock()
 	old, had := r.subs.given[s.Name]
-	if snd := r.senders.get(s.Name); had && snd != nil && onlySigningChanged(old, sub) {
+	if snd := r.senders.Get(s.Name); had && snd != nil && onlySigningChanged(old, sub) {
 		snd.SetSigner(signer)
 		r.subs.given[s.Name] = sub
 		r.log.Info("shared: subscription's signing secrets changed: the next attempt signs with them", slog.String("subscription", s.Name))
@@ -167,10 +113,10 @@ func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused
 	}
 	// The sender first: a partition dispatching to the new member finds
 	// its sender.
-	prev := r.senders.get(s.Name)
-	r.senders.set(s.Name, snd)
-	if err := r.members.Put(fanout.MemberOf(s)); err != nil {
-		r.senders.set(s.Name, prev)
+	prev := r.senders.Get(s.Name)
+	r.senders.Put(s.Name, snd)
+	if err := r.members.Put(member.Of(s)); err != nil {
+		r.senders.Put(s.Name, prev)
 		return fmt.Errorf("shared: subscription %q: %w", s.Name, err)
 	}
 	r.subs.given[s.Name] = sub
@@ -279,7 +225,7 @@ func (r *Replica) Remove(ctx context.Context, name string) error {
 		parts[p] = r.subs.records[fan]
 	}
 	if ok {
-		r.senders.set(name, nil)
+		r.senders.Put(name, nil)
 	}
 	r.subs.mu.Unlock()
 	if ok {

@@ -9,20 +9,21 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/unpark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
 
 // The operator's requests on parked streams (`consumer dlq replay` and
 // `skip`, docs/design/next-engine.md section 3): the command writes a
-// fanout.Unpark under fanout.OpKey in the positions bucket, every
-// replica watches them (one watch, fanout.Requests), and the owner of
+// unpark.Request under unpark.Key in the positions bucket, every
+// replica watches them (one watch, unpark.Requests), and the owner of
 // the stream's partition applies it in its cursors' round (CatchUp),
 // which a new request starts at once (the loop's poke).
 
 // watchRequests starts the watch of the operator's requests on the
 // positions bucket; Start calls it once the dispatch loop runs.
 func (r *Replica) watchRequests(ctx context.Context) error {
-	rq, err := fanout.WatchRequests(ctx, r.poskv, r.loop.poke)
+	rq, err := unpark.Watch(ctx, r.poskv, r.loop.poke)
 	if err != nil {
 		return err
 	}
@@ -41,7 +42,7 @@ func (r *Replica) stopRequests() {
 // (its endpoint, signer and client), nil when the replica has none: a
 // replay's POST (attempt.Sender.Direct) goes through it. It needs no
 // Start.
-func (r *Replica) Sender(name string) *attempt.Sender { return r.senders.get(name) }
+func (r *Replica) Sender(name string) *attempt.Sender { return r.senders.Get(name) }
 
 // ParkedHead reports whether subscription sub's stream (a
 // wire.StreamKey) is parked with its head at events stream sequence

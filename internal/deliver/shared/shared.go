@@ -10,14 +10,16 @@
 // (fanout.Partition.CatchUp) between events, and takes and releases
 // partitions as the owner gains and releases them.
 //
-// The adapters of fanout's interfaces live here: the Sender makes each
-// attempt through internal/deliver/attempt behind the claim's lease
-// fence and the subscription's health and throttle, and stores an event
-// given up on in the dead-letter stream (Deps.DeadLetters) before it
-// settles it; the Chain looks a stream's predecessor up on the events
+// The adapters of fanout's interfaces: the Sender (its room
+// shared/sender, one per claim) makes each attempt through
+// internal/deliver/attempt behind the claim's lease fence and the
+// subscription's health and throttle, and stores an event given up on
+// in the dead-letter stream (Deps.DeadLetters) before it settles it;
+// the Chain (here) looks a stream's predecessor up on the events
 // stream (deadletter.Predecessor: jsapi.LastBefore, confirmed by the
 // stream's leader, stepped over the dead-lettered versions recorded in
-// the positions bucket); the cursors read through fanout.Cursors. The
+// the positions bucket); the cursors read through fanout's
+// cursor.Reader. The
 // subscriptions' health (health.go) stops a disabled subscription on
 // every partition the replica owns.
 //
@@ -46,10 +48,16 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout/unpark"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared/metrics"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared/sender"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared/seqtime"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
@@ -145,7 +153,7 @@ type Deps struct {
 	// (subscription), counted for each letter stored. Default nil: not
 	// counted.
 	DeadLettered *prometheus.CounterVec
-	// Registerer, when set, gets the replica's own metrics (metrics.go:
+	// Registerer, when set, gets the replica's own metrics (shared/metrics:
 	// partitions owned, hand-overs, position commits, cursors by
 	// state). Default nil: none registered.
 	Registerer prometheus.Registerer
@@ -172,12 +180,13 @@ type Replica struct {
 	cfg     Config
 	js      jetstream.JetStream
 	log     *slog.Logger
-	members *fanout.Members
-	senders *senderSet
+	members *member.Index
+	senders *sender.Set
 	subs    subs // the subscription set and how to make a sender (edit.go)
-	metrics *metrics
+	metrics *metrics.Metrics
 	chain   *chain
-	cursors *fanout.Cursors
+	seqs    *seqtime.Finder // the starts' and replay windows' sequences by time
+	cursors *cursor.Reader
 	rcfg    reader.Config
 	letters deadletter.Writer
 	dead    *prometheus.CounterVec
@@ -193,7 +202,7 @@ type Replica struct {
 	created time.Time
 	// requests are the operator's requests on parked streams
 	// (requests.go), watched from Start on.
-	requests *fanout.Requests
+	requests *unpark.Requests
 
 	loop   *loop
 	claims sync.WaitGroup // one per claim being served
@@ -232,8 +241,8 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 	if cfg.Partitions < 1 || cfg.Partitions > owner.MaxPartitions {
 		return nil, fmt.Errorf("%w: Partitions %d: want 1 to %d", ErrInvalidConfig, cfg.Partitions, owner.MaxPartitions)
 	}
-	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: fanout.NewMembers(),
-		senders: &senderSet{m: map[string]*attempt.Sender{}}, parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
+	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: member.NewIndex(),
+		senders: sender.NewSet(), parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
 	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
 		Name: "jsbridge_reader_" + cfg.Replica, Logger: cfg.Logger}
 	if r.health = deps.Health; r.health == nil {
@@ -252,11 +261,12 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		return nil, err
 	}
 	var err error
-	if r.metrics, err = newMetrics(deps.Registerer, r); err != nil {
+	if r.metrics, err = metrics.New(deps.Registerer, metrics.Sources{Owned: func() int { return len(r.Owned()) }, Cursors: r.cursorStates}); err != nil {
 		return nil, fmt.Errorf("shared: %w", err)
 	}
 	r.chain = &chain{js: deps.JetStream, stream: cfg.Stream, members: r.members}
-	r.cursors = fanout.NewCursors(deps.JetStream, r.rcfg)
+	r.seqs = seqtime.New(deps.JetStream, cfg.Stream, cfg.Clock)
+	r.cursors = cursor.NewReader(deps.JetStream, r.rcfg)
 	return r, nil
 }
 
@@ -420,5 +430,16 @@ func (r *Replica) Status() []PartitionStatus {
 			Behind: sv.fan.Behind()})
 	}
 	slices.SortFunc(out, func(a, b PartitionStatus) int { return a.Partition - b.Partition })
+	return out
+}
+
+// cursorStates returns, per partition the replica serves, its
+// subscriptions with a cursor and their states (the cursors gauge).
+func (r *Replica) cursorStates() []map[string]string {
+	st := r.Status()
+	out := make([]map[string]string, len(st))
+	for i, p := range st {
+		out[i] = p.Behind
+	}
 	return out
 }

@@ -21,7 +21,7 @@ import (
 // stored times, each message read from the stream's leader. Errors: the
 // stream's.
 func (r *Replica) SeqBefore(ctx context.Context, t time.Time) (uint64, error) {
-	return r.seqBefore(ctx, t)
+	return r.seqs.Before(ctx, t)
 }
 
 // WindowCursor returns a cursor (reader.NewCursor) of the replica's

@@ -1,4 +1,11 @@
-package shared
+// Package metrics is one shared-engine replica's own collectors
+// (docs/observability.md, "The shared engine"): the partitions gained
+// and released by cause (jsbridge_consumer_shared_handovers_total), the
+// positions bucket's writes (jsbridge_consumer_position_commits_total,
+// counted by the bucket KV wraps), the partitions owned and the cursors
+// by state, read from the replica (Sources) when scraped. The
+// deliveries counter is the replica's Deps.Deliveries, not here.
+package metrics
 
 import (
 	"context"
@@ -16,26 +23,45 @@ import (
 // Hand-over causes: the cause label of
 // jsbridge_consumer_shared_handovers_total.
 const (
-	causeClaimed    = "claimed"     // gained: the share gave it to this replica
-	causeRebalance  = "rebalance"   // released: the share moved it to another replica
-	causeStopping   = "stopping"    // released: this replica stops
-	causeLeaseLost  = "lease_lost"  // released: the lease was found taken or passed its deadline, or a receiver named a later epoch
-	causeRecordLost = "record_lost" // released: a commit found the record claimed by another owner
-	causeClaimError = "claim_error" // released: the record could not be claimed
+	// CauseClaimed: gained, the share gave it to this replica.
+	CauseClaimed = "claimed"
+	// CauseRebalance: released, the share moved it to another replica.
+	CauseRebalance = "rebalance"
+	// CauseStopping: released, this replica stops.
+	CauseStopping = "stopping"
+	// CauseLeaseLost: released, the lease was found taken or passed its
+	// deadline, or a receiver named a later epoch.
+	CauseLeaseLost = "lease_lost"
+	// CauseRecordLost: released, a commit found the record claimed by
+	// another owner.
+	CauseRecordLost = "record_lost"
+	// CauseClaimError: released, the record could not be claimed.
+	CauseClaimError = "claim_error"
 )
 
-// metrics are the replica's own collectors (docs/observability.md,
-// "The shared engine"). The deliveries counter is Deps.Deliveries.
-type metrics struct {
+// Sources are what the gauges read from the replica when scraped.
+type Sources struct {
+	// Owned returns how many partitions the replica holds the lease of.
+	Owned func() int
+	// Cursors returns, for each partition the replica serves, the
+	// subscriptions with a cursor there and its state.
+	Cursors func() []map[string]string
+}
+
+// Metrics are the replica's own counters. The zero value is not usable:
+// make one with New.
+type Metrics struct {
 	handovers *prometheus.CounterVec
 	commits   *prometheus.CounterVec
 }
 
-// newMetrics makes the replica's metrics and registers them on reg (nil:
-// unregistered). The owned partitions and the cursors are read from r
-// when scraped.
-func newMetrics(reg prometheus.Registerer, r *Replica) (*metrics, error) {
-	m := &metrics{
+// New makes the replica's metrics and registers them on reg (nil:
+// unregistered). The owned partitions and the cursors are read from src
+// when scraped. Two replicas on one registry share the counters; the
+// gauges read the first one. Errors: reg's, for a collector of the same
+// name but another shape.
+func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
+	m := &Metrics{
 		handovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jsbridge_consumer_shared_handovers_total",
 			Help: "Partitions this replica gained or released (direction), by cause: claimed; rebalance, stopping, lease_lost, record_lost, claim_error.",
@@ -48,12 +74,10 @@ func newMetrics(reg prometheus.Registerer, r *Replica) (*metrics, error) {
 	owned := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "jsbridge_consumer_shared_partitions_owned",
 		Help: "Partitions this replica holds the lease of (the shared engine).",
-	}, func() float64 { return float64(len(r.Owned())) })
+	}, func() float64 { return float64(src.Owned()) })
 	if reg == nil {
 		return m, nil
 	}
-	// Two replicas on one registry share the counters; the gauges read
-	// the first one.
 	var err error
 	if m.handovers, err = promreg.Register(reg, m.handovers); err != nil {
 		return nil, err
@@ -64,14 +88,15 @@ func newMetrics(reg prometheus.Registerer, r *Replica) (*metrics, error) {
 	if _, err = promreg.Register(reg, owned); err != nil {
 		return nil, err
 	}
-	if _, err = promreg.Register(reg, prometheus.Collector(cursorCollector{r: r})); err != nil {
+	if _, err = promreg.Register(reg, prometheus.Collector(cursorCollector{cursors: src.Cursors})); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-// handover counts one partition gained or released.
-func (m *metrics) handover(gained bool, cause string) {
+// Handover counts one partition gained or released, for cause (a
+// Cause* value).
+func (m *Metrics) Handover(gained bool, cause string) {
 	dir := "released"
 	if gained {
 		dir = "gained"
@@ -79,19 +104,20 @@ func (m *metrics) handover(gained bool, cause string) {
 	m.handovers.WithLabelValues(dir, cause).Inc()
 }
 
-// releaseCause names why a claim whose context ended (ctx) was given
-// up; recordLost when a commit found the record another owner's.
-func releaseCause(ctx context.Context, recordLost bool) string {
+// ReleaseCause names why a claim whose context ended (ctx, its cause
+// owner.ErrReleased, owner.ErrStopping or another) was given up;
+// recordLost when a commit found the record another owner's.
+func ReleaseCause(ctx context.Context, recordLost bool) string {
 	cause := context.Cause(ctx)
 	switch {
 	case recordLost:
-		return causeRecordLost
+		return CauseRecordLost
 	case errors.Is(cause, owner.ErrReleased):
-		return causeRebalance
+		return CauseRebalance
 	case errors.Is(cause, owner.ErrStopping):
-		return causeStopping
+		return CauseStopping
 	default:
-		return causeLeaseLost
+		return CauseLeaseLost
 	}
 }
 
@@ -102,14 +128,14 @@ var cursorsDesc = prometheus.NewDesc("jsbridge_consumer_cursors",
 
 // cursorCollector reads the cursors of the replica's partitions when
 // scraped.
-type cursorCollector struct{ r *Replica }
+type cursorCollector struct{ cursors func() []map[string]string }
 
 func (c cursorCollector) Describe(ch chan<- *prometheus.Desc) { ch <- cursorsDesc }
 
 func (c cursorCollector) Collect(ch chan<- prometheus.Metric) {
 	n := map[string]int{}
-	for _, st := range c.r.Status() {
-		for _, state := range st.Behind {
+	for _, behind := range c.cursors() {
+		for _, state := range behind {
 			n[state]++
 		}
 	}
@@ -128,12 +154,17 @@ var recordPrefix = strings.TrimSuffix(position.Key(0), "0")
 // membersPrefix starts every members key (position.MembersKey).
 var membersPrefix = strings.SplitAfter(position.MembersKey(0, "", 0), ".")[0]
 
-// countingKV is the positions bucket as the records' commits use it:
+// KV returns the positions bucket kv as the records' commits use it:
 // every Create and Update of a record or cursor key, and every Put of a
 // members key, is counted in jsbridge_consumer_position_commits_total.
+func (m *Metrics) KV(kv jetstream.KeyValue) jetstream.KeyValue {
+	return countingKV{KeyValue: kv, m: m}
+}
+
+// countingKV is KV's bucket.
 type countingKV struct {
 	jetstream.KeyValue
-	m *metrics
+	m *Metrics
 }
 
 func (kv countingKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {

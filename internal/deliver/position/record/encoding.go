@@ -1,4 +1,4 @@
-package position
+package record
 
 import (
 	"cmp"
@@ -39,7 +39,7 @@ import (
 var ErrCorrupt = errors.New("position: a stored record or cursor cannot be decoded")
 
 // formatVersion is the cursor's format and the record's without a
-// members key; formatMembers the record's with one.
+// Members key; formatMembers the record's with one.
 const (
 	formatVersion = 1
 	formatMembers = 2
@@ -91,21 +91,21 @@ func (e *encoder) entries(m map[string]Entry, floor uint64) {
 	}
 }
 
-// encode returns r's bytes without a members key (format 1); r must be
+// Encode returns r's bytes without a members key (format 1); r must be
 // normalised (entries above the floor).
-func (r *Record) encode() []byte { return r.encodeOn(nil) }
+func (r *Record) Encode() []byte { return r.EncodeOn(nil) }
 
-// encodeOn returns r's bytes written against members key b: format 2,
+// EncodeOn returns r's bytes written against members key b: format 2,
 // listing only the members b does not say; format 1 when b is nil. r
 // must be normalised.
-func (r *Record) encodeOn(b *members) []byte {
-	listed, left, _ := split(r, b)
-	return r.encodeSplit(b, listed, left)
+func (r *Record) EncodeOn(b *Members) []byte {
+	listed, left, _ := Split(r, b)
+	return r.EncodeSplit(b, listed, left)
 }
 
-// encodeSplit is encodeOn with split's result (it sorts listed and
+// EncodeSplit is EncodeOn with split's result (it sorts listed and
 // left).
-func (r *Record) encodeSplit(b *members, listed, left []string) []byte {
+func (r *Record) EncodeSplit(b *Members, listed, left []string) []byte {
 	slices.Sort(listed)
 	slices.Sort(left)
 	e := encoder{names: make(map[string]uint64, len(r.Streams)+len(listed)+len(left)+8)}
@@ -184,8 +184,8 @@ func (r *Record) encodeSplit(b *members, listed, left []string) []byte {
 		}
 	}
 	if b != nil {
-		e.str(b.key)
-		e.uint(uint64(len(b.names)))
+		e.str(b.Key)
+		e.uint(uint64(len(b.Names)))
 		e.uint(uint64(len(left)))
 		for _, sub := range left {
 			e.name(sub)
@@ -194,8 +194,8 @@ func (r *Record) encodeSplit(b *members, listed, left []string) []byte {
 	return e.b
 }
 
-// encode returns c's bytes.
-func (c *Cursor) encode() []byte {
+// Encode returns c's bytes.
+func (c *Cursor) Encode() []byte {
 	e := encoder{names: map[string]uint64{c.State: 0}, b: make([]byte, 0, 32+24*len(c.Streams)+4*len(c.Above))}
 	for k := range c.Streams {
 		e.add(k)
@@ -309,20 +309,20 @@ func (d *decoder) end() error {
 	return nil
 }
 
-// decodeRecord reads a record from b that names no members key (format
-// 1); one that does is refused (decodeRecordRef reads it).
-func decodeRecord(b []byte) (Record, error) {
-	r, ref, err := decodeRecordRef(b)
-	if err == nil && ref.key != "" {
-		err = fmt.Errorf("%w: the record names members key %q", ErrCorrupt, ref.key)
+// DecodeRecord reads a record from b that names no members key (format
+// 1); one that does is refused (DecodeRecordRef reads it).
+func DecodeRecord(b []byte) (Record, error) {
+	r, ref, err := DecodeRecordRef(b)
+	if err == nil && ref.Key != "" {
+		err = fmt.Errorf("%w: the record names members key %q", ErrCorrupt, ref.Key)
 	}
 	return r, err
 }
 
-// decodeRecordRef reads a record from b, in either format. For format 2,
+// DecodeRecordRef reads a record from b, in either format. For format 2,
 // Members holds only the members the record lists, and ref names the
-// members key that completes it (withBase); for format 1 ref is zero.
-func decodeRecordRef(b []byte) (r Record, ref baseRef, err error) {
+// Members key that completes it (WithBase); for format 1 ref is zero.
+func DecodeRecordRef(b []byte) (r Record, ref BaseRef, err error) {
 	d := decoder{b: b}
 	format := d.header('P', formatVersion, formatMembers)
 	r.Owner, r.Claim = d.str(), d.str()
@@ -357,19 +357,19 @@ func decodeRecordRef(b []byte) (r Record, ref baseRef, err error) {
 		r.Detached = append(r.Detached, g)
 	}
 	if format == formatMembers {
-		ref.key, ref.count = d.str(), d.uint()
+		ref.Key, ref.Count = d.str(), d.uint()
 		for range d.count() {
-			ref.left = append(ref.left, d.name())
+			ref.Left = append(ref.Left, d.name())
 		}
-		if ref.key == "" {
+		if ref.Key == "" {
 			d.fail("a format 2 record names no members key")
 		}
 	}
 	return r, ref, d.end()
 }
 
-// decodeCursor reads a cursor from b.
-func decodeCursor(b []byte) (Cursor, error) {
+// DecodeCursor reads a cursor from b.
+func DecodeCursor(b []byte) (Cursor, error) {
 	d := decoder{b: b}
 	d.header('C', formatVersion)
 	d.table()

@@ -1,4 +1,4 @@
-package position
+package record
 
 import (
 	"encoding/json"
@@ -48,16 +48,16 @@ func benchRecord(subs, streams int) Record {
 func TestARecordEncodesAndDecodesToItself(t *testing.T) {
 	t.Parallel()
 	r := fullRecord()
-	b := r.encode()
-	got, err := decodeRecord(b)
+	b := r.Encode()
+	got, err := DecodeRecord(b)
 	require.NoError(t, err)
 	require.Equal(t, r, got)
 	for range 20 {
 		again := fullRecord()
-		require.Equal(t, b, again.encode(), "one record, one encoding")
+		require.Equal(t, b, again.Encode(), "one record, one encoding")
 	}
 	c := Cursor{State: "behind", Floor: 900, Streams: map[string]Entry{"order-1": {950, 4}}, Above: []uint64{901, 905, 2000}}
-	gotc, err := decodeCursor(c.encode())
+	gotc, err := DecodeCursor(c.Encode())
 	require.NoError(t, err)
 	require.Equal(t, c, gotc)
 }
@@ -71,8 +71,8 @@ func TestTheEncodingDropsWhatTheFloorCovers(t *testing.T) {
 		Ahead:   map[string]map[string]Entry{"s1": {"a": {100, 2}, "b": {110, 3}, "c": {130, 1}}, "s2": {"c": {140, 9}}, "s3": {"d": {150, 1}}},
 		Members: map[string]uint64{"s2": 145},
 	}
-	r.normalise()
-	got, err := decodeRecord(r.encode())
+	r.Normalise()
+	got, err := DecodeRecord(r.Encode())
 	require.NoError(t, err)
 	require.Equal(t, map[string]Entry{"b": {120, 4}}, got.Streams)
 	require.Equal(t, map[string]map[string]Entry{"s1": {"c": {130, 1}}, "s3": {"d": {150, 1}}}, got.Ahead)
@@ -82,8 +82,8 @@ func TestTheEncodingDropsWhatTheFloorCovers(t *testing.T) {
 	require.False(t, got.Covers("s1", "c", 131))
 
 	c := Cursor{Floor: 10, Streams: map[string]Entry{"a": {9, 1}, "b": {12, 2}}, Above: []uint64{15, 5, 11, 11}}
-	c.normalise()
-	gotc, err := decodeCursor(c.encode())
+	c.Normalise()
+	gotc, err := DecodeCursor(c.Encode())
 	require.NoError(t, err)
 	require.Equal(t, Cursor{Floor: 10, Streams: map[string]Entry{"b": {12, 2}}, Above: []uint64{11, 15}}, gotc)
 	require.True(t, gotc.Covers("x", 15))
@@ -96,25 +96,25 @@ func TestTheEncodingDropsWhatTheFloorCovers(t *testing.T) {
 func TestACorruptRecordIsRefused(t *testing.T) {
 	t.Parallel()
 	full := fullRecord()
-	b := full.encode()
+	b := full.Encode()
 	for n := range len(b) {
-		_, err := decodeRecord(b[:n])
+		_, err := DecodeRecord(b[:n])
 		require.ErrorIs(t, err, ErrCorrupt, "cut at %d of %d bytes", n, len(b))
 	}
-	_, err := decodeRecord(append(append([]byte(nil), b...), 0))
+	_, err := DecodeRecord(append(append([]byte(nil), b...), 0))
 	require.ErrorIs(t, err, ErrCorrupt, "a byte left over")
 	c := Cursor{State: "behind", Floor: 1}
-	_, err = decodeRecord(c.encode())
+	_, err = DecodeRecord(c.Encode())
 	require.ErrorIs(t, err, ErrCorrupt, "a cursor is not a record")
-	_, err = decodeRecord([]byte(`{"owner":"a"}`))
+	_, err = DecodeRecord([]byte(`{"owner":"a"}`))
 	require.ErrorIs(t, err, ErrCorrupt, "JSON")
 	// A table of one name, then a shared entry naming the second.
 	bad := Record{Streams: map[string]Entry{"a": {1, 1}}}
-	bb := bad.encode()
+	bb := bad.Encode()
 	i := len(bb) - 5 - 3 // the entry's name index: its 3 fields, then 5 counts of 0 (ahead … detached)
 	require.Equal(t, []byte{0, 1, 1, 0, 0, 0, 0, 0}, bb[i:])
 	bb[i] = 1
-	_, err = decodeRecord(bb)
+	_, err = DecodeRecord(bb)
 	require.ErrorIs(t, err, ErrCorrupt)
 }
 
@@ -123,13 +123,13 @@ func TestACorruptRecordIsRefused(t *testing.T) {
 func TestTheEncodingIsSmallerThanJSON(t *testing.T) {
 	t.Parallel()
 	r := benchRecord(16, 100)
-	b := r.encode()
+	b := r.Encode()
 	j, err := json.Marshal(r)
 	require.NoError(t, err)
 	entries := 16*100 + 100
 	t.Logf("16 subscriptions × 100 streams: %d bytes (%.1f an entry), JSON %d bytes", len(b), float64(len(b))/float64(entries), len(j))
 	require.Less(t, len(b), len(j)/4)
-	require.Less(t, len(b), DefaultMaxSize/10)
+	require.Less(t, len(b), (256<<10)/10, "a tenth of position.DefaultMaxSize")
 }
 
 func BenchmarkRecordEncode(b *testing.B) {
@@ -137,17 +137,17 @@ func BenchmarkRecordEncode(b *testing.B) {
 	b.ReportAllocs()
 	var n int
 	for b.Loop() {
-		n = len(r.encode())
+		n = len(r.Encode())
 	}
 	b.ReportMetric(float64(n), "bytes")
 }
 
 func BenchmarkRecordDecode(b *testing.B) {
 	r := benchRecord(16, 100)
-	enc := r.encode()
+	enc := r.Encode()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := decodeRecord(enc); err != nil {
+		if _, err := DecodeRecord(enc); err != nil {
 			b.Fatal(err)
 		}
 	}

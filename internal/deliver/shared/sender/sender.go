@@ -1,4 +1,14 @@
-package shared
+// Package sender is the shared engine's attempts for one claimed
+// partition: Sender, the fan-out's fanout.Sender, makes every attempt
+// through the subscription's attempt.Sender (build, sign, breaker, POST,
+// classify) behind the claim's lease fence, waits for the endpoint's
+// breaker, the subscription's POST slots on the replica (Set), its
+// health and throttle, stores an event given up on in the dead-letter
+// stream and an ordered one's version as skipped before it settles it,
+// and counts the attempts that spent one of MaxDeliver. The replica
+// (internal/deliver/shared) makes one per claim; Set is its senders by
+// subscription.
+package sender
 
 import (
 	"context"
@@ -27,48 +37,92 @@ import (
 // names none (a POST cut or refused at the lease fence).
 const minRetry = 100 * time.Millisecond
 
-// sender is one claimed partition's fanout.Sender: every attempt goes
+// Config is one claim's Sender.
+type Config struct {
+	// Replica is this replica's id, named in every attempt.
+	Replica string
+	// StuckAfter bounds an order gate's continuous refusals of an event
+	// before it is dead-lettered and its stream parked
+	// (attempt.OrderStuck; 0: never).
+	StuckAfter time.Duration
+	// Clock drives the pauses of the dead letters' retries and the
+	// order gate's refusals. Default the real one.
+	Clock clockwork.Clock
+	// Logger. Default: discard.
+	Logger *slog.Logger
+}
+
+// Deps are what a Sender uses.
+type Deps struct {
+	// Senders are the replica's senders and POST slots. Required.
+	Senders *Set
+	// Claim is the partition's claim: its lease fence bounds every POST,
+	// and a receiver naming a later epoch loses it. Required.
+	Claim *owner.Claim
+	// Epochs is the lease epoch counter, raised above an epoch a
+	// receiver names (owner.Epochs.AfterStale).
+	Epochs owner.Epochs
+	// Letters stores the dead letters (nil: each is logged, not stored);
+	// DeadLettered counts them by subscription (nil: not counted).
+	Letters      deadletter.Writer
+	DeadLettered *prometheus.CounterVec
+	// Breakers are the endpoints' circuit breakers: an attempt waits
+	// for its endpoint's (nil: it does not).
+	Breakers *breaker.Set
+	// Skipped is the positions bucket: the dead-lettered versions of
+	// ordered subscriptions' streams (skipped.<sub>.<stream>; nil: none
+	// recorded).
+	Skipped jetstream.KeyValue
+}
+
+// Sender is one claimed partition's fanout.Sender: every attempt goes
 // through the subscription's attempt.Sender (build, sign, breaker, POST,
-// classify), its POST bound by the claim's lease fence.
-type sender struct {
-	senders *senderSet
-	claim   *owner.Claim
-	epochs  owner.Epochs
-	replica string
-	// letters stores the dead letters (nil: each is logged, not stored);
-	// deadLettered counts them by subscription (nil: not counted).
+// classify), its POST bound by the claim's lease fence. Safe for
+// concurrent use.
+type Sender struct {
+	senders      *Set
+	claim        *owner.Claim
+	epochs       owner.Epochs
+	replica      string
 	letters      deadletter.Writer
 	deadLettered *prometheus.CounterVec
-	// breakers are the endpoints' circuit breakers: an attempt waits
-	// for its endpoint's (nil: it does not).
-	breakers *breaker.Set
-	// skipped is the positions bucket: the dead-lettered versions of
-	// ordered subscriptions' streams (skipped.<sub>.<stream>).
-	skipped jetstream.KeyValue
-	// stuckAfter bounds an order gate's continuous refusals of an
-	// event before it is dead-lettered and its stream parked
-	// (Config.OrderStuckAfter; 0: never).
-	stuckAfter time.Duration
-	clock      clockwork.Clock
-	log        *slog.Logger
+	breakers     *breaker.Set
+	skipped      jetstream.KeyValue
+	stuckAfter   time.Duration
+	clock        clockwork.Clock
+	log          *slog.Logger
 	// spent counts the attempts each event in retry spent on this claim
 	// (attempts).
 	spent attempts
 }
 
-// Attempt implements fanout.Sender.
-func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settlement {
-	snd := s.senders.get(d.Subscription)
+// New returns the Sender of cfg and deps.
+func New(cfg Config, deps Deps) *Sender {
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Sender{senders: deps.Senders, claim: deps.Claim, epochs: deps.Epochs, replica: cfg.Replica, letters: deps.Letters,
+		deadLettered: deps.DeadLettered, breakers: deps.Breakers, skipped: deps.Skipped, stuckAfter: cfg.StuckAfter,
+		clock: cfg.Clock, log: cfg.Logger}
+}
+
+// Attempt implements fanout.Sender: one attempt at d, and what it means
+// for d's event (a dead letter stored first).
+func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settlement {
+	snd := s.senders.Get(d.Subscription)
 	if snd == nil {
 		// Not a subscription of this replica: the members index and the
 		// senders are made together, so this is a bug; nothing is sent.
-		s.log.Error("shared: no sender for subscription", slog.String("subscription", d.Subscription))
+		s.log.Error("sender: no sender for subscription", slog.String("subscription", d.Subscription))
 		return fanout.Settlement{Act: fanout.Retry, Delay: time.Second}
 	}
 	c := attempt.Call{ID: eventID(d.Event.Header), Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1,
 		Ready: func() (uint64, func(), bool) {
 			// While the endpoint's breaker is open (its subscriptions
-			// have breaker cursors meanwhile: breakers.go), for one of
+			// have breaker cursors meanwhile: the replica gives them), for one of
 			// the subscription's MaxInFlight slots on the replica (all
 			// partitions together), while the subscription is disabled,
 			// and for its throttle (rate limit, Retry-After), the
@@ -80,7 +134,7 @@ func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 					return 0, nil, false
 				}
 			}
-			release, ok := s.senders.acquire(ctx, d.Subscription)
+			release, ok := s.senders.Acquire(ctx, d.Subscription)
 			if !ok {
 				return 0, nil, false
 			}
@@ -140,13 +194,13 @@ func (s *sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 // the lease or the record found lost (Claim.Lose), cuts it with cause
 // ErrLeasePassed: an attempt cut so counts for neither the endpoint's
 // breaker nor its health, and settles nothing (attempt.ActCut).
-func (s *sender) fence(ctx context.Context) (context.Context, context.CancelFunc, error) {
+func (s *Sender) fence(ctx context.Context) (context.Context, context.CancelFunc, error) {
 	return s.claim.Fence.Bound(context.WithoutCancel(ctx))
 }
 
 // settle turns an attempt's settlement into the fan-out's, counting the
 // outcomes the settler counts (attempt.Sender.Attempt counts the rest).
-func (s *sender) settle(snd *attempt.Sender, d fanout.Delivery, st attempt.Settlement) fanout.Settlement {
+func (s *Sender) settle(snd *attempt.Sender, d fanout.Delivery, st attempt.Settlement) fanout.Settlement {
 	delay := max(st.Delay, minRetry)
 	if st.Act == attempt.ActBreakerOpen && s.breakers != nil {
 		// Refused at half-open (another attempt is the probe): the next
@@ -188,7 +242,7 @@ func (s *sender) settle(snd *attempt.Sender, d fanout.Delivery, st attempt.Settl
 // released) settles nothing: the next owner sends the event again, and
 // the dead-letter stream's duplicate window drops a second copy of a
 // letter that was stored.
-func (s *sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, c attempt.Call, dl deadletter.Letter, st attempt.Settlement) fanout.Settlement {
+func (s *Sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, c attempt.Call, dl deadletter.Letter, st attempt.Settlement) fanout.Settlement {
 	sub := snd.Subscription()
 	dl.Subscription, dl.Endpoint, dl.Msg = d.Subscription, snd.Endpoint(), eventMsg{ev: d.Event, attempt: dl.Attempt}
 	dl = dl.WithOrder(c.Order)
@@ -228,7 +282,7 @@ func (s *sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.D
 // in place like the letter; false when the fan-out ended first. An
 // event without a version chain (unordered, or no stream version) has
 // nothing to record.
-func (s *sender) skip(ctx context.Context, log *slog.Logger, d fanout.Delivery, dl deadletter.Letter) bool {
+func (s *Sender) skip(ctx context.Context, log *slog.Logger, d fanout.Delivery, dl deadletter.Letter) bool {
 	v, prev, ok := dl.Chain()
 	if !ok || s.skipped == nil {
 		return true
@@ -243,7 +297,7 @@ func (s *sender) skip(ctx context.Context, log *slog.Logger, d fanout.Delivery, 
 // failure (logged with msg), and reports whether it did; false when ctx
 // (the fan-out's) ended first. Each try is bounded by storeTimeout and
 // outlives ctx: a write under way is not cut by a hand-over.
-func (s *sender) retry(ctx context.Context, log *slog.Logger, msg string, do func(context.Context) error) bool {
+func (s *Sender) retry(ctx context.Context, log *slog.Logger, msg string, do func(context.Context) error) bool {
 	var pause backoff.Backoff
 	for {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
@@ -355,7 +409,7 @@ func eventID(h nats.Header) string {
 
 // errNotDelivered is what eventMsg's acknowledgements return: an event
 // of the shared read is no JetStream delivery, and nothing acks it.
-var errNotDelivered = errors.New("shared: an event of the shared read is not acknowledged")
+var errNotDelivered = errors.New("sender: an event of the shared read is not acknowledged")
 
 // eventMsg is a reader.Event as an attempt reads a message: its headers,
 // body, subject and metadata (the span's and the record's sequence and
@@ -382,3 +436,62 @@ func (m eventMsg) Term() error                      { return errNotDelivered }
 func (m eventMsg) TermWithReason(string) error      { return errNotDelivered }
 
 var _ jetstream.Msg = eventMsg{}
+
+// NewSet returns an empty set.
+func NewSet() *Set { return &Set{m: map[string]*attempt.Sender{}} }
+
+// Set is the replica's attempt.Sender of each subscription, by name:
+// replaced as the subscription is put again, dropped as it is removed,
+// while the claims' Senders read it. Beside each, the subscription's POST slots on the replica:
+// MaxInFlight is per consumer process (subscription.Subscription), so
+// every partition the replica owns draws from the one bound.
+type Set struct {
+	mu    sync.RWMutex
+	m     map[string]*attempt.Sender
+	slots map[string]chan struct{}
+}
+
+// Get returns subscription name's sender, nil when it has none.
+func (ss *Set) Get(name string) *attempt.Sender {
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	return ss.m[name]
+}
+
+// Put makes snd the sender of subscription name (nil: none); its slots
+// are made again only when its MaxInFlight changed (the POSTs running
+// free the slots they took).
+func (ss *Set) Put(name string, snd *attempt.Sender) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if snd == nil {
+		delete(ss.m, name)
+		delete(ss.slots, name)
+		return
+	}
+	ss.m[name] = snd
+	if n := snd.Subscription().MaxInFlight; n > 0 && cap(ss.slots[name]) != n {
+		if ss.slots == nil {
+			ss.slots = map[string]chan struct{}{}
+		}
+		ss.slots[name] = make(chan struct{}, n)
+	}
+}
+
+// Acquire waits for one of subscription name's POST slots on the
+// replica and returns its release; false when ctx ended first. A
+// subscription without slots (MaxInFlight 0, or none) takes none.
+func (ss *Set) Acquire(ctx context.Context, name string) (release func(), ok bool) {
+	ss.mu.RLock()
+	slots := ss.slots[name]
+	ss.mu.RUnlock()
+	if slots == nil {
+		return func() {}, true
+	}
+	select {
+	case slots <- struct{}{}:
+		return func() { <-slots }, true
+	case <-ctx.Done():
+		return nil, false
+	}
+}

@@ -1,0 +1,25 @@
+package record
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A cursor's Top is the highest sequence it says settled, whichever of
+// its floor, Above or stream entries holds it.
+func TestACursorsTopIsTheHighestSequenceItSettled(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		c    Cursor
+		want uint64
+	}{
+		{"empty", Cursor{}, 0},
+		{"floor", Cursor{Floor: 40}, 40},
+		{"above, unsorted", Cursor{Floor: 40, Above: []uint64{52, 61, 45}}, 61},
+		{"stream entries", Cursor{Floor: 40, Streams: map[string]Entry{"a": {Seq: 48, Version: 2}, "b": {Seq: 44}}}, 48},
+	} {
+		require.Equal(t, tc.want, tc.c.Top(), tc.name)
+	}
+}

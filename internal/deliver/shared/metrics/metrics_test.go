@@ -1,0 +1,121 @@
+package metrics_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/owner"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/shared/metrics"
+)
+
+// A claim's end names its cause: a record lost first, else the claim
+// context's cause.
+func TestAReleaseNamesItsCause(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cause      error
+		recordLost bool
+		want       string
+	}{
+		{owner.ErrReleased, false, metrics.CauseRebalance},
+		{owner.ErrStopping, false, metrics.CauseStopping},
+		{context.Canceled, false, metrics.CauseLeaseLost},
+		{owner.ErrStopping, true, metrics.CauseRecordLost},
+	} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(c.cause)
+		require.Equal(t, c.want, metrics.ReleaseCause(ctx, c.recordLost), "%v", c.cause)
+	}
+}
+
+// The gauges read the replica when scraped; hand-overs are counted by
+// direction and cause; the bucket's writes by kind of key and result.
+func TestTheReplicasMetricsCountWhatItDid(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	owned := 3
+	m, err := metrics.New(reg, metrics.Sources{
+		Owned: func() int { return owned },
+		Cursors: func() []map[string]string {
+			return []map[string]string{{"a": "behind", "b": "paused"}, {"a": "behind"}}
+		},
+	})
+	require.NoError(t, err)
+	m.Handover(true, metrics.CauseClaimed)
+	m.Handover(false, metrics.CauseStopping)
+
+	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	bucket, err := position.Bucket(t.Context(), js, "", 1)
+	require.NoError(t, err)
+	kv := m.KV(bucket)
+	rev, err := kv.Create(t.Context(), position.Key(0), []byte("r"))
+	require.NoError(t, err)
+	_, err = kv.Update(t.Context(), position.Key(0), []byte("r"), rev+1) // a stale revision: refused
+	require.Error(t, err)
+	_, err = kv.Create(t.Context(), position.CursorKey("a", 0), []byte("c"))
+	require.NoError(t, err)
+	_, err = kv.Put(t.Context(), position.MembersKey(0, "TOKEN", 1), []byte("m"))
+	require.NoError(t, err)
+
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP jsbridge_consumer_cursors Subscriptions with a cursor on the partitions this replica serves, by state (behind, breaker, paused, disabled, held): one per subscription and partition.
+# TYPE jsbridge_consumer_cursors gauge
+jsbridge_consumer_cursors{state="behind"} 2
+jsbridge_consumer_cursors{state="breaker"} 0
+jsbridge_consumer_cursors{state="disabled"} 0
+jsbridge_consumer_cursors{state="held"} 0
+jsbridge_consumer_cursors{state="paused"} 1
+# HELP jsbridge_consumer_shared_partitions_owned Partitions this replica holds the lease of (the shared engine).
+# TYPE jsbridge_consumer_shared_partitions_owned gauge
+jsbridge_consumer_shared_partitions_owned 3
+`), "jsbridge_consumer_cursors", "jsbridge_consumer_shared_partitions_owned"))
+	for _, c := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{"record", "ok"}, 1}, {[]string{"record", "failed"}, 1}, {[]string{"cursor", "ok"}, 1}, {[]string{"members", "ok"}, 1},
+	} {
+		require.Equal(t, c.want, value(t, reg, "jsbridge_consumer_position_commits_total", c.labels...), "%v", c.labels)
+	}
+	require.Equal(t, 1.0, value(t, reg, "jsbridge_consumer_shared_handovers_total", metrics.CauseClaimed, "gained"))
+	require.Equal(t, 1.0, value(t, reg, "jsbridge_consumer_shared_handovers_total", metrics.CauseStopping, "released"))
+}
+
+// value is the registered counter name's value with labels (their
+// values, in the labels' names' order).
+func value(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			got := make([]string, 0, len(mm.GetLabel()))
+			for _, l := range mm.GetLabel() {
+				got = append(got, l.GetValue())
+			}
+			if strings.Join(got, ",") == strings.Join(labels, ",") {
+				return mm.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("%s%v: not registered", name, labels)
+	return 0
+}

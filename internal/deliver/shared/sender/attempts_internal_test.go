@@ -1,0 +1,31 @@
+package sender
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Only a retryable answer spends an attempt of MaxDeliver; an order
+// gate's refusals count from the first of an unbroken run; a settled
+// event is forgotten.
+func TestAttemptsCountOnlyWhatSpentOne(t *testing.T) {
+	t.Parallel()
+	var a attempts
+	require.Equal(t, 1, a.next("s", 7))
+	a.failed("s", 7, 1)
+	require.Equal(t, 2, a.next("s", 7), "a retryable failure spent one")
+	require.Equal(t, 1, a.next("s", 8), "per event")
+	require.Equal(t, 1, a.next("t", 7), "per subscription")
+
+	t0 := time.Unix(1000, 0)
+	require.Equal(t, t0, a.refused("s", 7, t0))
+	require.Equal(t, t0, a.refused("s", 7, t0.Add(time.Minute)), "refused since the first of the run")
+	a.answered("s", 7)
+	require.Equal(t, t0.Add(2*time.Minute), a.refused("s", 7, t0.Add(2*time.Minute)), "another answer between starts a new run")
+
+	a.settled("s", 7)
+	require.Equal(t, 1, a.next("s", 7), "settled: forgotten")
+	require.Equal(t, t0.Add(3*time.Minute), a.refused("s", 7, t0.Add(3*time.Minute)))
+}
