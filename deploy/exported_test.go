@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
@@ -69,8 +71,8 @@ func child[M any](t *testing.T, get func(...string) (M, error)) {
 // exported returns the jsbridge metrics the bridge and the consumer
 // register, by name, as the binaries build them: the bridge's
 // bridgemetrics.New and (verify --continuous) NewAudit, the consumer's
-// consumer.New (delivery, breaker and attempts-record metrics), all on
-// one fresh registry.
+// consumer.New and Provision (delivery, breaker, attempts-record and
+// engine metrics), all on one fresh registry.
 func exported(t *testing.T) map[string]metric {
 	t.Helper()
 	reg := &capture{Registry: prometheus.NewRegistry()}
@@ -80,20 +82,20 @@ func exported(t *testing.T) map[string]metric {
 	_, err = bridgemetrics.NewAudit(reg) // bridge verify --continuous
 	require.NoError(t, err)
 	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
-	_, err = consumer.New(js, consumer.Config{Registerer: reg, Engine: consumer.EngineDurables, Attempts: &consumer.AttemptsConfig{}, Subscriptions: []consumer.Subscription{{
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The events stream as the bridge creates it, so that Provision
+	// finds what it waits for and the engine's own metrics are there.
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, AllowDirect: true})
+	require.NoError(t, err)
+	c, err := consumer.New(js, consumer.Config{Registerer: reg, Attempts: &consumer.AttemptsConfig{}, Subscriptions: []consumer.Subscription{{
 		Name:           "orders",
 		FilterSubjects: []string{"events.order.>"},
 		URL:            "https://orders.example/webhooks",
 		Secrets:        []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("deploy-test-secret-0123456789"))},
-	}}}) // consumer run --engine durables' metrics: deliveries, breakers, the attempts record
+	}}}) // consumer run's metrics: deliveries, breakers, the attempts record, partitions, hand-overs, commits, cursors
 	require.NoError(t, err)
-	_, err = consumer.New(js, consumer.Config{Registerer: reg, Engine: consumer.EngineShared, Subscriptions: []consumer.Subscription{{
-		Name:           "orders",
-		FilterSubjects: []string{"events.order.>"},
-		URL:            "https://orders.example/webhooks",
-		Secrets:        []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("deploy-test-secret-0123456789"))},
-	}}}) // consumer run --engine shared's own: partitions, hand-overs, commits, cursors
-	require.NoError(t, err)
+	require.NoError(t, c.Provision(ctx))
 
 	for _, col := range reg.collectors {
 		switch v := col.(type) {
@@ -127,7 +129,7 @@ func TestExportedMetricsAreGathered(t *testing.T) {
 	got := exported(t)
 	require.Equal(t, dto.MetricType_GAUGE, got["jsbridge_bridge_streams_blocked"].typ)
 	require.Equal(t, []string{"class"}, got["jsbridge_bridge_publish_errors_total"].labels)
-	require.Equal(t, dto.MetricType_HISTOGRAM, got["jsbridge_consumer_attempt_duration_seconds"].typ)
+	require.Equal(t, dto.MetricType_COUNTER, got["jsbridge_consumer_position_commits_total"].typ)
 	require.ElementsMatch(t, []string{"subscription", "outcome", "status_class"}, got["jsbridge_consumer_deliveries_total"].labels)
 	require.Equal(t, []string{"endpoint"}, got["jsbridge_consumer_breaker_state"].labels)
 	for name := range got {

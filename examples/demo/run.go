@@ -5,12 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -149,8 +147,7 @@ func run(ctx context.Context, cfg config) (int, error) {
 		return 1, fmt.Errorf("bridge: %w", err)
 	}
 	// Start all: the final tally counts every event appended, also those
-	// appended before the consumer started. Its engine is the default
-	// (auto): shared on this fresh JetStream store.
+	// appended before the consumer started.
 	consumer, err := procs.Start("consumer", filepath.Join(cfg.Bin, "consumer"), []string{"run",
 		"--nats-url", natsURL, "--stream-replicas", strconv.Itoa(replicas), "--start", "all", "--name", "demo-receiver", "--filter", wire.All(wire.DefaultEventsPrefix),
 		"--url", "http://" + ln.Addr().String() + "/webhook", "--allow-private",
@@ -162,9 +159,8 @@ func run(ctx context.Context, cfg config) (int, error) {
 	if err := proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", consumerOps), consumer); err != nil {
 		return 1, fmt.Errorf("consumer: %w", err)
 	}
-	engine := consumerEngine(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", consumerOps))
-	fmt.Printf("demo: bridge (%s at %s, ops 127.0.0.1:%d), consumer (engine %s, ops 127.0.0.1:%d, subscription demo-receiver, start all), receiver at %s, Postgres schema %s\n",
-		natsWhat, natsURL, bridgeOps, engine, consumerOps, ln.Addr(), schema)
+	fmt.Printf("demo: bridge (%s at %s, ops 127.0.0.1:%d), consumer (ops 127.0.0.1:%d, subscription demo-receiver, start all), receiver at %s, Postgres schema %s\n",
+		natsWhat, natsURL, bridgeOps, consumerOps, ln.Addr(), schema)
 
 	if cfg.Mode == "run" {
 		fmt.Printf("demo: appending %.0f events/s to order-<n> streams; look inside with: nats --server %s stream info EVENTS; Ctrl-C stops everything\n", cfg.Rate, natsURL)
@@ -172,33 +168,6 @@ func run(ctx context.Context, cfg config) (int, error) {
 	}
 	return runCheck(ctx, cfg, st, rcv, procs)
 }
-
-// consumerEngine reads the engine the consumer runs from its
-// jsbridge_consumer_engine gauge at metricsURL ("unknown" when the
-// scrape fails or has none).
-func consumerEngine(ctx context.Context, metricsURL string) string {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
-	if err != nil {
-		return "unknown"
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "unknown"
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "unknown"
-	}
-	if m := engineSeries.FindSubmatch(body); m != nil {
-		return string(m[1])
-	}
-	return "unknown"
-}
-
-// engineSeries is jsbridge_consumer_engine's series of the engine that
-// runs, in the Prometheus text format.
-var engineSeries = regexp.MustCompile(`(?m)^jsbridge_consumer_engine\{engine="([a-z]+)"\} 1$`)
 
 func newSecret() (string, error) {
 	b := make([]byte, 24)
