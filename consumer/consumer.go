@@ -146,7 +146,7 @@ func (c *Consumer) DeadLetters() *DeadLetters { return c.letters }
 // to create Config.Stream, and refuses at once a deployment the
 // durables engine of an earlier release ran and `consumer migrate` has
 // not moved (ErrNoAllowDirect, ErrNotMigrated; docs/operations.md,
-// "Moving to shared readers"). A
+// "Upgrading from a release that ran the durables engine"). A
 // dependency that is not there yet (no responders, a timeout, a stream not
 // found, a leader election) is retried with backoff (0.5 s doubling to
 // 15 s, ±20 %), one warning per attempt naming what is missing, while

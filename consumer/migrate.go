@@ -9,7 +9,7 @@ import (
 )
 
 // The move from the per-subscription durables to the shared engine's
-// positions bucket (docs/operations.md, "Moving to shared readers";
+// positions bucket (docs/operations.md, "Upgrading from a release that ran the durables engine";
 // docs/design/next-engine.md, section 5): `consumer migrate`.
 
 // MigrationPlan is what the positions bucket would hold after the

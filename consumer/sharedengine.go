@@ -25,7 +25,7 @@ import (
 
 // Errors of the engine's start-up on a deployment the durables engine
 // of an earlier release ran and `consumer migrate` has not moved
-// (docs/operations.md, "Moving to shared readers"); Provision (and
+// (docs/operations.md, "Upgrading from a release that ran the durables engine"); Provision (and
 // Start) wrap them and do not wait for them to go away.
 var (
 	// ErrNoAllowDirect is wrapped when Config.Stream does not allow
@@ -110,7 +110,7 @@ func (e *sharedEngine) Provision(ctx context.Context) error {
 		return fmt.Errorf("consumer: JetStream stream %q: %w", e.stream, err)
 	}
 	if !s.CachedInfo().Config.AllowDirect {
-		return fmt.Errorf("consumer: stream %s: %w: stop every replica of an earlier release and run `consumer migrate` (docs/operations.md, \"Moving to shared readers\"), or `nats stream edit %s --allow-direct` on a stream no durables engine ran on",
+		return fmt.Errorf("consumer: stream %s: %w: stop every replica of an earlier release and run `consumer migrate` (docs/operations.md, \"Upgrading from a release that ran the durables engine\"), or `nats stream edit %s --allow-direct` on a stream no durables engine ran on",
 			e.stream, ErrNoAllowDirect, e.stream)
 	}
 	// A subscription of the file (or Config) with start new begins after
@@ -124,7 +124,7 @@ func (e *sharedEngine) Provision(ctx context.Context) error {
 	case err != nil:
 		return err
 	case !migrated:
-		return fmt.Errorf("consumer: %s, and the %s bucket has no %q key: %w: stop every replica of the durables engine and run `consumer migrate` (docs/operations.md, \"Moving to shared readers\")",
+		return fmt.Errorf("consumer: %s, and the %s bucket has no %q key: %w: stop every replica of the durables engine and run `consumer migrate` (docs/operations.md, \"Upgrading from a release that ran the durables engine\")",
 			old, position.DefaultBucket, migrate.DoneKey, ErrNotMigrated)
 	}
 	return nil

@@ -227,7 +227,7 @@ func TestSharedEngineProvisionRefusals(t *testing.T) {
 		err = shared(t, b.js).Provision(b.ctx)
 		require.ErrorIs(t, err, consumer.ErrNotMigrated)
 		require.ErrorContains(t, err, "run `consumer migrate`")
-		require.ErrorContains(t, err, `docs/operations.md, "Moving to shared readers"`)
+		require.ErrorContains(t, err, `docs/operations.md, "Upgrading from a release that ran the durables engine"`)
 		require.ErrorContains(t, err, `"orders"`)
 
 		kv, err := position.Bucket(b.ctx, b.js, "", 1)
