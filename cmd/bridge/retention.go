@@ -15,7 +15,6 @@ import (
 	"github.com/jsbridge/jsbridge/internal/natsconn"
 	"github.com/jsbridge/jsbridge/internal/ops"
 	"github.com/jsbridge/jsbridge/internal/startup"
-	"github.com/jsbridge/jsbridge/wire"
 )
 
 // retentionCmd shows, and with --yes changes, the retention of the events
@@ -123,7 +122,6 @@ func (c *retentionCmd) run(ctx context.Context, js jetstream.JetStream) error {
 		name, rule string
 		want       bridge.Retention
 	}{
-		{wire.OrderedStream(c.JetStreamStream), "the ordered copy: twice MaxAge and MaxBytes", bridge.Retention{MaxAge: 2 * have.MaxAge, MaxBytes: 2 * have.MaxBytes}},
 		{c.DLQStream, "the dead letters: twice MaxAge, no size limit", bridge.Retention{MaxAge: 2 * have.MaxAge}},
 	}
 	for _, f := range follows {
