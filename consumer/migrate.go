@@ -6,6 +6,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/cleanup"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 )
 
 // The move from the per-subscription durables to the shared engine's
@@ -57,7 +59,7 @@ func ReadMigrationPlan(ctx context.Context, js jetstream.JetStream, cfg Migratio
 	if cfg.Stream == "" {
 		cfg.Stream = DefaultStream
 	}
-	subs, err := migrate.Discover(ctx, js, cfg.Stream)
+	subs, err := legacy.Discover(ctx, js, cfg.Stream)
 	if err != nil {
 		return nil, err
 	}
@@ -82,21 +84,21 @@ func ApplyMigration(ctx context.Context, js jetstream.JetStream, plan *Migration
 // unordered durables, the partition consumers, the partitioned copy), and
 // the refusals that stop it (Err). Print writes it as the command shows
 // it.
-type MigrationCleanup = migrate.Cleanup
+type MigrationCleanup = cleanup.Leftovers
 
 // Errors a MigrationCleanup's Err wraps.
 var (
 	// ErrMigrationNotApplied: the positions bucket holds no "migrated"
 	// key; run the migration first.
-	ErrMigrationNotApplied = migrate.ErrNotMigrated
+	ErrMigrationNotApplied = cleanup.ErrNotMigrated
 	// ErrSharedEngineNotStarted: no partition record was claimed by the
 	// shared engine since the migration wrote it; start the new version
 	// first (until it ran, the old layout is what going back needs).
-	ErrSharedEngineNotStarted = migrate.ErrNotStarted
+	ErrSharedEngineNotStarted = cleanup.ErrNotStarted
 	// ErrOldEngineRuns: an old consumer has pull requests waiting, or an
 	// old heartbeat was written within the lease bucket's TTL; stop every
 	// replica of the old version.
-	ErrOldEngineRuns = migrate.ErrOldEngineRuns
+	ErrOldEngineRuns = cleanup.ErrOldEngineRuns
 )
 
 // ReadMigrationCleanup lists what the old engine's layout left on the
@@ -110,7 +112,7 @@ func ReadMigrationCleanup(ctx context.Context, js jetstream.JetStream, stream st
 	if stream == "" {
 		stream = DefaultStream
 	}
-	return migrate.ReadCleanup(ctx, js, migrate.CleanupConfig{Events: stream})
+	return cleanup.Read(ctx, js, cleanup.Config{Events: stream})
 }
 
 // CleanupMigration deletes what c lists: the park bucket (or its listed
@@ -118,5 +120,5 @@ func ReadMigrationCleanup(ctx context.Context, js jetstream.JetStream, stream st
 // the partitioned copy, in that order, passing over what is gone
 // already. Errors: c.Err() (nothing deleted), and the server's.
 func CleanupMigration(ctx context.Context, js jetstream.JetStream, c *MigrationCleanup) error {
-	return migrate.DeleteOldLayout(ctx, js, c)
+	return cleanup.Delete(ctx, js, c)
 }

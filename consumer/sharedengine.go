@@ -16,7 +16,8 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/mark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
@@ -125,7 +126,7 @@ func (e *sharedEngine) Provision(ctx context.Context) error {
 		return err
 	case !migrated:
 		return fmt.Errorf("consumer: %s, and the %s bucket has no %q key: %w: stop every replica of the durables engine and run `consumer migrate` (docs/operations.md, \"Upgrading from a release that ran the durables engine\")",
-			old, position.DefaultBucket, migrate.DoneKey, ErrNotMigrated)
+			old, position.DefaultBucket, mark.DoneKey, ErrNotMigrated)
 	}
 	return nil
 }
@@ -196,7 +197,7 @@ func (e *sharedEngine) Loaded() {
 
 // oldLayout names what of the durables engine's layout is on the server
 // for the events stream ("" when nothing): the partitioned copy, or the
-// subscriptions migrate.Discover finds (their durable consumers).
+// subscriptions legacy.Discover finds (their durable consumers).
 func oldLayout(ctx context.Context, js jetstream.JetStream, stream string) (string, error) {
 	copyName := wire.OrderedStream(stream)
 	switch _, err := js.Stream(ctx, copyName); {
@@ -205,7 +206,7 @@ func oldLayout(ctx context.Context, js jetstream.JetStream, stream string) (stri
 	case !errors.Is(err, jetstream.ErrStreamNotFound):
 		return "", fmt.Errorf("consumer: JetStream stream %q: %w", copyName, err)
 	}
-	subs, err := migrate.Discover(ctx, js, stream)
+	subs, err := legacy.Discover(ctx, js, stream)
 	if err != nil {
 		return "", fmt.Errorf("consumer: %w", err)
 	}
@@ -215,7 +216,7 @@ func oldLayout(ctx context.Context, js jetstream.JetStream, stream string) (stri
 	return "", nil
 }
 
-// isMigrated reports whether the positions bucket holds migrate.DoneKey.
+// isMigrated reports whether the positions bucket holds mark.DoneKey.
 func isMigrated(ctx context.Context, js jetstream.JetStream) (bool, error) {
 	kv, err := js.KeyValue(ctx, position.DefaultBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -224,7 +225,7 @@ func isMigrated(ctx context.Context, js jetstream.JetStream) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("consumer: positions bucket %s: %w", position.DefaultBucket, err)
 	}
-	switch _, err := kv.Get(ctx, migrate.DoneKey); {
+	switch _, err := kv.Get(ctx, mark.DoneKey); {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return false, nil
 	case err != nil:

@@ -18,7 +18,7 @@ import (
 	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/mark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -232,7 +232,7 @@ func TestSharedEngineProvisionRefusals(t *testing.T) {
 
 		kv, err := position.Bucket(b.ctx, b.js, "", 1)
 		require.NoError(t, err)
-		_, err = kv.PutString(b.ctx, migrate.DoneKey, "fingerprint")
+		_, err = kv.PutString(b.ctx, mark.DoneKey, "fingerprint")
 		require.NoError(t, err)
 		require.NoError(t, shared(t, b.js).Provision(b.ctx), "migrated: the old layout is left for --cleanup")
 	})

@@ -23,7 +23,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate/migratetest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -415,7 +415,7 @@ subscriptions:
 	require.Contains(t, refusals, "a replica of the old engine still runs")
 	leases, err := b.js.KeyValue(b.ctx, wire.DefaultLeaseBucket)
 	require.NoError(t, err)
-	require.NoError(t, leases.Purge(b.ctx, migrate.MemberKey("ordered", "old-1")), "its graceful stop deletes its heartbeat")
+	require.NoError(t, leases.Purge(b.ctx, legacy.MemberKey("ordered", "old-1")), "its graceful stop deletes its heartbeat")
 
 	// The migration: planned, then applied.
 	var dry, applied migrationPlan
@@ -476,12 +476,12 @@ subscriptions:
 	migrateJSON(t, &cleanup, "--nats-url", url, "--cleanup")
 	require.True(t, cleanup.Deleted)
 	require.Equal(t, []string{"unordered"}, cleanup.Cleanup.Durables)
-	require.Equal(t, migrate.CopyStream(wire.DefaultEventsStream), cleanup.Cleanup.Copy)
+	require.Equal(t, legacy.CopyStream(wire.DefaultEventsStream), cleanup.Cleanup.Copy)
 	require.Len(t, cleanup.Cleanup.PartitionConsumers, 8)
-	require.Equal(t, migrate.ParkBucket, cleanup.Cleanup.ParkBucket, "the park bucket, left empty, goes")
-	_, err = b.js.KeyValue(b.ctx, migrate.ParkBucket)
+	require.Equal(t, legacy.ParkBucket, cleanup.Cleanup.ParkBucket, "the park bucket, left empty, goes")
+	_, err = b.js.KeyValue(b.ctx, legacy.ParkBucket)
 	require.ErrorIs(t, err, jetstream.ErrBucketNotFound)
-	_, err = b.js.Stream(b.ctx, migrate.CopyStream(wire.DefaultEventsStream))
+	_, err = b.js.Stream(b.ctx, legacy.CopyStream(wire.DefaultEventsStream))
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 	const total = events + more
 	upgradePublish(t, b, events+1, total, streams)

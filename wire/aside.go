@@ -21,15 +21,6 @@ func AsideKey(subscription string, partition int, streamKey string) string {
 // these keys.
 const AsideKeyPrefix = "aside."
 
-// AsideFilter matches the AsideKeys of subscription.
-func AsideFilter(subscription string) string { return AsideKeyPrefix + subscription + ".>" }
-
-// AsideFilterPartition matches the AsideKeys of one partition of
-// subscription.
-func AsideFilterPartition(subscription string, partition int) string {
-	return AsideKeyPrefix + subscription + "." + strconv.Itoa(partition) + ".*"
-}
-
 // AsideRecord is the value of an AsideKey, as JSON: the old engine's
 // partition owners write it when they set a stream aside, `consumer
 // status` and `consumer migrate` read it. Sequences are the partitioned

@@ -13,10 +13,10 @@
 //   - the header names (header.go): CloudEvents ce-* attributes and
 //     Content-Type, our extensions, the NATS headers we set, the dead
 //     letters' Jsbridge-Dlq-* headers, and Idempotency-Key (= event id);
-//   - ordered delivery's names (ordered.go): the partitioned copy of the
-//     events stream, its subject transform and partition function, the
-//     partition consumers' names and filters, the lease and park buckets'
-//     keys, the Jsbridge-Replica, Jsbridge-Partition and
+//   - ordered delivery's names (ordered.go): the partition function, the
+//     partitioned copy's name (the rest of the old engine's layout is
+//     package internal/deliver/migrate/legacy's), the lease and park
+//     buckets' keys, the Jsbridge-Replica, Jsbridge-Partition and
 //     Jsbridge-Lease-Epoch webhook headers, and the order gate's
 //     Jsbridge-Order answers.
 //

@@ -7,18 +7,14 @@ import (
 	"strings"
 )
 
-// Ordered delivery (deliver's ordering "stream") reads a partitioned copy of
-// the events stream: a JetStream stream that sources the events stream with
-// a subject transform adding a partition token, so that P durable pull
-// consumers, one per partition, split the streams between consumer replicas
-// while the events stream's own subjects stay as they are.
-//
-// Stored subject: "ordered.<events prefix>.<partition>.<category>.<stream>.<name>",
-// the last three tokens copied from the event's subject; partition is
-// Partition(stream token, P).
+// Ordered delivery (ordering "stream") splits the streams between consumer
+// replicas by partition: Partition of the stream token, P partitions, each
+// owned by one replica at a time through a lease. The names of the
+// partitioned copy of the events stream that the durables engine read
+// (gone at stage 8 of docs/design/next-engine.md) are package
+// internal/deliver/migrate/legacy's, but for OrderedStream, which a
+// deployment not yet moved still has.
 const (
-	// OrderedPrefixToken is the first token of a partitioned copy's subjects.
-	OrderedPrefixToken = "ordered"
 	// DefaultLeaseBucket is the JetStream key-value bucket holding the
 	// consumer replicas' membership heartbeats and partition leases (keys
 	// expire after the bucket's TTL unless renewed).
@@ -148,21 +144,6 @@ func OrderRetryInPlace(value string) bool {
 // stream events: "<events>_ORDERED".
 func OrderedStream(events string) string { return events + "_ORDERED" }
 
-// OrderedPrefix returns the subject prefix of the partitioned copy of the
-// events under eventsPrefix: "ordered.<eventsPrefix>".
-func OrderedPrefix(eventsPrefix string) string { return OrderedPrefixToken + "." + eventsPrefix }
-
-// OrderedTransform returns the source filter and the destination of the
-// subject transform that copies "<eventsPrefix>.<category>.<stream>.<name>"
-// to "ordered.<eventsPrefix>.<partition>.<category>.<stream>.<name>" with
-// partitions partitions, in nats-server's transform syntax: the partition
-// is fnv32a of the stream token (wildcard 2) modulo partitions, which
-// Partition reproduces.
-func OrderedTransform(eventsPrefix string, partitions int) (src, dest string) {
-	return eventsPrefix + ".*.*.*",
-		fmt.Sprintf("%s.{{partition(%d,2)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", OrderedPrefix(eventsPrefix), partitions)
-}
-
 // Partition returns the partition of the stream whose subject token (as
 // EscapeToken writes it) is streamToken: fnv32a(streamToken) % partitions,
 // as nats-server's {{partition(n,i)}} computes it.
@@ -213,54 +194,6 @@ func StreamPartition(stream string, partitions int) int {
 	return Partition(EscapeToken(stream), partitions)
 }
 
-// OrderedFilter translates a subscription's filter on the events
-// ("<eventsPrefix>.order.>", "<eventsPrefix>.*.*.OrderPlaced",
-// "<eventsPrefix>.>") into the same filter on one partition of the
-// partitioned copy ("ordered.<eventsPrefix>.<partition>.order.>", ...). It
-// fails, wrapping ErrInvalidSubject, when filter does not start with
-// "<eventsPrefix>.".
-func OrderedFilter(eventsPrefix string, partition int, filter string) (string, error) {
-	rest, ok := strings.CutPrefix(filter, eventsPrefix+".")
-	if !ok || rest == "" {
-		return "", fmt.Errorf("%w: filter %q does not start with the events prefix %q: an ordered subscription can only filter on the events' subjects", ErrInvalidSubject, filter, eventsPrefix+".")
-	}
-	return OrderedPrefix(eventsPrefix) + "." + strconv.Itoa(partition) + "." + rest, nil
-}
-
-// EventsSubject returns the events stream's subject of a message of the
-// partitioned copy: "ordered.<eventsPrefix>.<p>.<rest>" becomes
-// "<eventsPrefix>.<rest>". A subject not under the copy's prefix is
-// returned as it is.
-func EventsSubject(eventsPrefix, subject string) string {
-	rest, ok := strings.CutPrefix(subject, OrderedPrefix(eventsPrefix)+".")
-	if !ok {
-		return subject
-	}
-	if _, after, ok := strings.Cut(rest, "."); ok {
-		return eventsPrefix + "." + after
-	}
-	return subject
-}
-
-// PartitionDurable returns the durable consumer name of one partition of
-// an ordered subscription: "<subscription>_p<partition>".
-func PartitionDurable(subscription string, partition int) string {
-	return subscription + "_p" + strconv.Itoa(partition)
-}
-
-// ParsePartitionDurable reverses PartitionDurable.
-func ParsePartitionDurable(durable string) (subscription string, partition int, ok bool) {
-	i := strings.LastIndex(durable, "_p")
-	if i <= 0 {
-		return "", 0, false
-	}
-	p, err := strconv.Atoi(durable[i+2:])
-	if err != nil || p < 0 || strconv.Itoa(p) != durable[i+2:] {
-		return "", 0, false
-	}
-	return durable[:i], p, true
-}
-
 // MemberKey is the lease bucket key a consumer replica heartbeats for each
 // ordered subscription it runs: "member.<subscription>.<replica id>" (both
 // made of KV key characters). Partitions are shared among the replicas
@@ -295,10 +228,6 @@ func LeaseKey(subscription string, partition int) string {
 // LeaseFilter matches every LeaseKey.
 const LeaseFilter = "lease.>"
 
-// SubscriptionLeaseFilter matches the LeaseKeys of one subscription's
-// partitions.
-func SubscriptionLeaseFilter(subscription string) string { return "lease." + subscription + ".*" }
-
 // ParseLeaseKey reverses LeaseKey.
 func ParseLeaseKey(key string) (subscription string, partition int, ok bool) {
 	rest, ok := strings.CutPrefix(key, "lease.")
@@ -324,16 +253,11 @@ func ParkedKey(subscription, streamKey string) string {
 	return subscription + "." + hex.EncodeToString([]byte(streamKey))
 }
 
-// AttemptsKey is the park bucket key counting the failed POSTs of one
-// event (id eventID) of an ordered subscription, across owners:
-// "attempts.<subscription>.<hex of the event id>" (three tokens, so
-// ParkedFilter of a subscription never matches it).
-func AttemptsKey(subscription, eventID string) string {
-	return AttemptsKeyPrefix + subscription + "." + hex.EncodeToString([]byte(eventID))
-}
-
-// AttemptsKeyPrefix starts every AttemptsKey: listings of the park bucket
-// skip these keys.
+// AttemptsKeyPrefix starts the park bucket keys counting the failed POSTs
+// of one event of an ordered subscription across owners
+// ("attempts.<subscription>.<hex of the event id>", three tokens, so
+// ParkedFilter of a subscription never matches them): listings of the
+// park bucket skip these keys.
 const AttemptsKeyPrefix = "attempts."
 
 // ParkedFilter matches the parked streams of subscription, or of all

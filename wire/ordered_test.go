@@ -1,7 +1,6 @@
 package wire_test
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/jsbridge/jsbridge/wire"
@@ -12,36 +11,11 @@ func TestOrderedNames(t *testing.T) {
 	if got := wire.OrderedStream("EVENTS"); got != "EVENTS_ORDERED" {
 		t.Errorf("OrderedStream = %q", got)
 	}
-	src, dest := wire.OrderedTransform("events", 16)
-	if src != "events.*.*.*" || dest != "ordered.events.{{partition(16,2)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}" {
-		t.Errorf("OrderedTransform = %q, %q", src, dest)
-	}
-	for _, c := range []struct{ filter, want string }{
-		{"events.>", "ordered.events.3.>"},
-		{"events.order.>", "ordered.events.3.order.>"},
-		{"events.*.*.OrderPlaced", "ordered.events.3.*.*.OrderPlaced"},
-	} {
-		got, err := wire.OrderedFilter("events", 3, c.filter)
-		if err != nil || got != c.want {
-			t.Errorf("OrderedFilter(%q) = %q, %v; want %q", c.filter, got, err, c.want)
-		}
-	}
-	for _, bad := range []string{">", "*.order.>", "eventsx.>", "events."} {
-		if _, err := wire.OrderedFilter("events", 0, bad); !errors.Is(err, wire.ErrInvalidSubject) {
-			t.Errorf("OrderedFilter(%q) error = %v, want ErrInvalidSubject", bad, err)
-		}
-	}
 	if sub, p, ok := wire.ParseLeaseKey(wire.LeaseKey("billing-v2", 11)); !ok || sub != "billing-v2" || p != 11 {
 		t.Errorf("ParseLeaseKey(LeaseKey) = %q, %d, %v", sub, p, ok)
 	}
 	if sub, r, ok := wire.ParseMemberKey(wire.MemberKey("billing", "host-1-ab")); !ok || sub != "billing" || r != "host-1-ab" {
 		t.Errorf("ParseMemberKey(MemberKey) = %q, %q, %v", sub, r, ok)
-	}
-	if got := wire.EventsSubject("events", "ordered.events.12.order.order-1.OrderPlaced"); got != "events.order.order-1.OrderPlaced" {
-		t.Errorf("EventsSubject = %q", got)
-	}
-	if got := wire.PartitionDurable("billing", 4); got != "billing_p4" {
-		t.Errorf("PartitionDurable = %q", got)
 	}
 	if got := wire.SourceSequence("EVENTS 1234 > >"); got != 1234 {
 		t.Errorf("SourceSequence = %d", got)

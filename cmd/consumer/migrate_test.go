@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -44,17 +45,20 @@ func oldOrderedLayout(t *testing.T, k *runtimeKit) {
 	cfg.AllowDirect = false
 	_, err = k.js.UpdateStream(k.ctx, cfg)
 	require.NoError(t, err)
-	src, dest := wire.OrderedTransform(wire.DefaultEventsPrefix, 4)
+	// The old layout's names (package legacy's, which cmd does not
+	// import): the copy's transform for 4 partitions, and the partition
+	// consumers "<subscription>_p<p>" on "ordered.<prefix>.<p>.>".
 	_, err = k.js.CreateStream(k.ctx, jetstream.StreamConfig{
 		Name: wire.OrderedStream(wire.DefaultEventsStream), Storage: jetstream.FileStorage,
-		Sources: []*jetstream.StreamSource{{Name: wire.DefaultEventsStream, SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: src, Destination: dest}}}},
+		Sources: []*jetstream.StreamSource{{Name: wire.DefaultEventsStream, SubjectTransforms: []jetstream.SubjectTransformConfig{{
+			Source:      wire.DefaultEventsPrefix + ".*.*.*",
+			Destination: "ordered." + wire.DefaultEventsPrefix + ".{{partition(4,2)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}",
+		}}}},
 	})
 	require.NoError(t, err)
 	for p := range 4 {
-		filter, err := wire.OrderedFilter(wire.DefaultEventsPrefix, p, wire.All(wire.DefaultEventsPrefix))
-		require.NoError(t, err)
 		_, err = k.js.CreateConsumer(k.ctx, wire.OrderedStream(wire.DefaultEventsStream), jetstream.ConsumerConfig{
-			Durable: wire.PartitionDurable("billing", p), FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
+			Durable: fmt.Sprintf("billing_p%d", p), FilterSubject: fmt.Sprintf("ordered.%s.%d.>", wire.DefaultEventsPrefix, p), AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
 		})
 		require.NoError(t, err)
 	}

@@ -22,17 +22,26 @@ var sharedFloors = [][]string{
 	{"internal/deliver/shared"},
 }
 
-// TestSharedEngineRoomsImportDownward checks sharedFloors against the
-// module's package graph, and that the positions' values need nothing
-// beyond the standard library.
-func TestSharedEngineRoomsImportDownward(t *testing.T) {
-	t.Parallel()
-	g := loadGraph(t)
+// migrateFloors are `consumer migrate`'s rooms by floor, with the same
+// rule: the old layout's names and reads (legacy) and the keys the
+// migration leaves in the positions bucket (mark) under the deletion of
+// the old layout (cleanup), and all of them under the plan and its
+// application (migrate).
+var migrateFloors = [][]string{
+	{"internal/deliver/migrate/legacy", "internal/deliver/migrate/mark"},
+	{"internal/deliver/migrate/cleanup"},
+	{"internal/deliver/migrate"},
+}
+
+// checkFloors checks floors against g: no room imports (directly or
+// through others) a room of its own floor or above.
+func checkFloors(t *testing.T, g graph, floors [][]string) {
+	t.Helper()
 	floor := map[string]int{}
-	for i, rooms := range sharedFloors {
+	for i, rooms := range floors {
 		for _, r := range rooms {
 			if _, ok := g[module+"/"+r]; !ok {
-				t.Fatalf("package %s is not in the module (rename it in sharedFloors with it)", r)
+				t.Fatalf("package %s is not in the module (rename it in its floors with it)", r)
 			}
 			floor[module+"/"+r] = i
 		}
@@ -45,6 +54,22 @@ func TestSharedEngineRoomsImportDownward(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMigrateRoomsImportDownward checks migrateFloors against the
+// module's package graph.
+func TestMigrateRoomsImportDownward(t *testing.T) {
+	t.Parallel()
+	checkFloors(t, loadGraph(t), migrateFloors)
+}
+
+// TestSharedEngineRoomsImportDownward checks sharedFloors against the
+// module's package graph, and that the positions' values need nothing
+// beyond the standard library.
+func TestSharedEngineRoomsImportDownward(t *testing.T) {
+	t.Parallel()
+	g := loadGraph(t)
+	checkFloors(t, g, sharedFloors)
 	values := rule{pkg: "internal/deliver/position/record", only: []string{},
 		why: "the positions' values, their rules and their encoding do no I/O: standard library only"}
 	for dep, chain := range g.paths(module + "/" + values.pkg) {

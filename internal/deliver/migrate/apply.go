@@ -10,32 +10,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/mark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// Keys of the positions bucket the migration writes besides the records
-// and cursor keys (and wire.EpochKey and the skipped-version keys it
-// copies).
-const (
-	// PartitionsKey holds P in base 10, written once (the new engine's
-	// replicas refuse to start with another).
-	PartitionsKey = "partitions"
-	// LockKey holds the fingerprint of the plan being applied while a
-	// migration runs: a second migration of another plan is refused
-	// meanwhile, one of the same plan (a run that stopped midway) goes on.
-	LockKey = "migrate.lock"
-	// DoneKey holds the fingerprint of the plan applied: a second run of
-	// the same plan finds it done and writes nothing.
-	DoneKey = "migrated"
-	// Owner is the owner the migration writes in the partition records
-	// (epoch 0): the new engine's first claim of each takes it over.
-	Owner = "migrate"
-)
-
 var (
 	// ErrLocked is returned by Apply when another migration, of another
-	// plan, holds LockKey.
+	// plan, holds mark.LockKey.
 	ErrLocked = errors.New("migrate: another migration holds the lock")
 	// ErrMigratedOtherwise is returned by Apply when the positions bucket
 	// was already written: by a migration of another plan (the old layout
@@ -58,13 +40,13 @@ type Result struct {
 // Apply writes plan to the positions bucket named bucket
 // (position.DefaultBucket when empty; created with
 // replicas replicas when missing, 0: the events stream's), idempotently:
-// under LockKey, then AllowDirect turned on for the events stream, then
-// PartitionsKey, each partition record (claimed as Owner at epoch 0,
+// under mark.LockKey, then AllowDirect turned on for the events stream, then
+// mark.PartitionsKey, each partition record (claimed as mark.Owner at epoch 0,
 // edited, committed once, with its partition's cursor keys), the lease
 // epoch counter (never lowered), the skipped-version records, and
-// DoneKey last. A second run of the same plan returns Result.Done, and
+// mark.DoneKey last. A second run of the same plan returns Result.Done, and
 // so does a run of a plan with no subscription once one was applied
-// (the old layout deleted since: DeleteOldLayout). It
+// (the old layout deleted since: cleanup.Delete). It
 // deletes nothing of the old layout (that is a later step, after the new
 // engine ran). Errors: ErrRefused (wrapped, the plan's refusals),
 // ErrLocked, ErrMigratedOtherwise, and the server's.
@@ -84,7 +66,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, plan *Plan, bucket strin
 	if err != nil {
 		return res, fmt.Errorf("migrate: %w", err)
 	}
-	switch done, err := getString(ctx, kv, DoneKey); {
+	switch done, err := mark.Read(ctx, kv, mark.DoneKey); {
 	case err != nil:
 		return res, err
 	case done == plan.Fingerprint, done != "" && len(plan.Subscriptions) == 0:
@@ -109,7 +91,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, plan *Plan, bucket strin
 		}
 		res.AllowDirect = true
 	}
-	if err := createOrSame(ctx, kv, PartitionsKey, strconv.Itoa(plan.Partitions)); err != nil {
+	if err := createOrSame(ctx, kv, mark.PartitionsKey, strconv.Itoa(plan.Partitions)); err != nil {
 		return res, err
 	}
 	for p, rec := range plan.Records {
@@ -128,44 +110,32 @@ func Apply(ctx context.Context, js jetstream.JetStream, plan *Plan, bucket strin
 			return res, fmt.Errorf("migrate: copy %q to bucket %q: %w", k, kv.Bucket(), err)
 		}
 	}
-	if _, err := kv.PutString(ctx, DoneKey, plan.Fingerprint); err != nil {
-		return res, fmt.Errorf("migrate: write %q of bucket %q: %w", DoneKey, kv.Bucket(), err)
+	if _, err := kv.PutString(ctx, mark.DoneKey, plan.Fingerprint); err != nil {
+		return res, fmt.Errorf("migrate: write %q of bucket %q: %w", mark.DoneKey, kv.Bucket(), err)
 	}
-	if err := kv.Delete(ctx, LockKey); err != nil {
-		return res, fmt.Errorf("migrate: the migration is done, but its lock %q of bucket %q stays (delete it): %w", LockKey, kv.Bucket(), err)
+	if err := kv.Delete(ctx, mark.LockKey); err != nil {
+		return res, fmt.Errorf("migrate: the migration is done, but its lock %q of bucket %q stays (delete it): %w", mark.LockKey, kv.Bucket(), err)
 	}
 	return res, nil
 }
 
-// getString reads key's value, "" when it has none.
-func getString(ctx context.Context, kv jetstream.KeyValue, key string) (string, error) {
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("migrate: read %q of bucket %q: %w", key, kv.Bucket(), err)
-	}
-	return string(e.Value()), nil
-}
-
-// lock takes LockKey for fingerprint, or goes on under a lock of the same
+// lock takes mark.LockKey for fingerprint, or goes on under a lock of the same
 // plan (a run that stopped midway).
 func lock(ctx context.Context, kv jetstream.KeyValue, fingerprint string) error {
-	_, err := kv.Create(ctx, LockKey, []byte(fingerprint))
+	_, err := kv.Create(ctx, mark.LockKey, []byte(fingerprint))
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		if err != nil {
-			return fmt.Errorf("migrate: take the lock %q of bucket %q: %w", LockKey, kv.Bucket(), err)
+			return fmt.Errorf("migrate: take the lock %q of bucket %q: %w", mark.LockKey, kv.Bucket(), err)
 		}
 		return nil
 	}
-	held, err := getString(ctx, kv, LockKey)
+	held, err := mark.Read(ctx, kv, mark.LockKey)
 	if err != nil {
 		return err
 	}
 	if held != fingerprint {
 		return fmt.Errorf("%w: %q of bucket %q names the plan %s, this one is %s (when no migration runs, delete the key: nats kv del %s %s)",
-			ErrLocked, LockKey, kv.Bucket(), held, fingerprint, kv.Bucket(), LockKey)
+			ErrLocked, mark.LockKey, kv.Bucket(), held, fingerprint, kv.Bucket(), mark.LockKey)
 	}
 	return nil
 }
@@ -179,7 +149,7 @@ func createOrSame(ctx context.Context, kv jetstream.KeyValue, key, val string) e
 		}
 		return nil
 	}
-	have, err := getString(ctx, kv, key)
+	have, err := mark.Read(ctx, kv, key)
 	if err != nil {
 		return err
 	}
@@ -198,18 +168,18 @@ func checkUnclaimed(ctx context.Context, kv jetstream.KeyValue) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	for _, s := range stored {
-		if s.Revision > 0 && s.Record.Owner != Owner {
+		if s.Revision > 0 && s.Record.Owner != mark.Owner {
 			return fmt.Errorf("%w: %s is %q's (epoch %d): the new engine ran on it", ErrMigratedOtherwise, position.Key(s.Partition), s.Record.Owner, s.Record.Epoch)
 		}
 	}
 	return nil
 }
 
-// writePartition claims partition p's record as Owner, sets it to rec and
+// writePartition claims partition p's record as mark.Owner, sets it to rec and
 // its cursors to the plan's, and commits once; it returns the cursor keys
 // written.
 func writePartition(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, plan *Plan, p int, rec position.Record) (int, error) {
-	part, err := position.Claim(ctx, js, kv, position.Config{Partition: p, Owner: Owner, Created: plan.EventsCreated})
+	part, err := position.Claim(ctx, js, kv, position.Config{Partition: p, Owner: mark.Owner, Created: plan.EventsCreated})
 	if err != nil {
 		return 0, fmt.Errorf("migrate: claim %s: %w", position.Key(p), err)
 	}

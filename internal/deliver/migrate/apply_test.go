@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/mark"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate/migratetest"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
@@ -17,7 +19,7 @@ func TestApplyWritesThePlanOnceAndASecondRunFindsItDone(t *testing.T) {
 	l := newOldLayout(t)
 	billingAndAudit(t, l)
 	ctx := context.Background()
-	cfg := migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}, {Name: "audit"}}}
+	cfg := migrate.Config{Partitions: partitions, Subscriptions: []legacy.Subscription{{Name: "billing", Ordered: true}, {Name: "audit"}}}
 	plan, err := migrate.ReadPlan(ctx, l.js, cfg)
 	require.NoError(t, err)
 
@@ -33,7 +35,7 @@ func TestApplyWritesThePlanOnceAndASecondRunFindsItDone(t *testing.T) {
 	for p, s := range stored {
 		want := plan.Records[p]
 		got := s.Record
-		require.Equal(t, migrate.Owner, got.Owner)
+		require.Equal(t, mark.Owner, got.Owner)
 		require.Equal(t, plan.EventsCreated.UnixNano(), got.Created, "the record names the events stream it holds sequences of")
 		require.Equal(t, want.Floor, got.Floor, "partition %d", p)
 		require.Equal(t, want.Members, got.Members, "partition %d", p)
@@ -43,16 +45,16 @@ func TestApplyWritesThePlanOnceAndASecondRunFindsItDone(t *testing.T) {
 		require.Equal(t, map[string]position.Cursor{"audit": {State: migrate.StateBehind, Floor: 7}}, s.Cursors, "partition %d", p)
 	}
 	for key, want := range map[string]string{
-		wire.EpochKey:         "118",
-		migrate.PartitionsKey: "4",
-		migrate.DoneKey:       plan.Fingerprint,
+		wire.EpochKey:      "118",
+		mark.PartitionsKey: "4",
+		mark.DoneKey:       plan.Fingerprint,
 		wire.SkippedKey("billing", eventsKey(l.b)): plan.Skipped[wire.SkippedKey("billing", eventsKey(l.b))],
 	} {
 		e, err := kv.Get(ctx, key)
 		require.NoError(t, err, key)
 		require.Equal(t, want, string(e.Value()), key)
 	}
-	_, err = kv.Get(ctx, migrate.LockKey)
+	_, err = kv.Get(ctx, mark.LockKey)
 	require.Error(t, err, "the lock is released")
 	info, err := l.Events.Info(ctx)
 	require.NoError(t, err)
@@ -75,7 +77,7 @@ func TestApplyWritesThePlanOnceAndASecondRunFindsItDone(t *testing.T) {
 	require.Equal(t, before.State.LastSeq, after.State.LastSeq, "the second run wrote nothing")
 
 	// A plan of another layout is refused once one was applied.
-	other, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{{Name: "audit"}}})
+	other, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []legacy.Subscription{{Name: "audit"}}})
 	require.NoError(t, err)
 	_, err = migrate.Apply(ctx, l.js, other, "", 0)
 	require.ErrorIs(t, err, migrate.ErrMigratedOtherwise)
@@ -87,7 +89,7 @@ func TestApplyRefusesARefusedPlan(t *testing.T) {
 	ctx := context.Background()
 	_, err := l.PartitionConsumers(ctx, "billing", migratetest.Durable{})
 	require.NoError(t, err)
-	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: 16, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}}})
+	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: 16, Subscriptions: []legacy.Subscription{{Name: "billing", Ordered: true}}})
 	require.NoError(t, err)
 	_, err = migrate.Apply(ctx, l.js, plan, "", 0)
 	require.ErrorIs(t, err, migrate.ErrRefused)
@@ -100,21 +102,21 @@ func TestApplyGoesOnUnderItsOwnLockAndNotUnderAnothers(t *testing.T) {
 	l := newOldLayout(t)
 	billingAndAudit(t, l)
 	ctx := context.Background()
-	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}, {Name: "audit"}}})
+	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []legacy.Subscription{{Name: "billing", Ordered: true}, {Name: "audit"}}})
 	require.NoError(t, err)
 	kv, err := position.Bucket(ctx, l.js, "", 1)
 	require.NoError(t, err)
 
-	_, err = kv.PutString(ctx, migrate.LockKey, "another-plan")
+	_, err = kv.PutString(ctx, mark.LockKey, "another-plan")
 	require.NoError(t, err)
 	_, err = migrate.Apply(ctx, l.js, plan, "", 0)
 	require.ErrorIs(t, err, migrate.ErrLocked)
 
 	// A run of this plan that stopped midway: its lock, one record and
 	// one cursor key written.
-	_, err = kv.PutString(ctx, migrate.LockKey, plan.Fingerprint)
+	_, err = kv.PutString(ctx, mark.LockKey, plan.Fingerprint)
 	require.NoError(t, err)
-	part, err := position.Claim(ctx, l.js, kv, position.Config{Partition: 2, Owner: migrate.Owner, Created: plan.EventsCreated})
+	part, err := position.Claim(ctx, l.js, kv, position.Config{Partition: 2, Owner: mark.Owner, Created: plan.EventsCreated})
 	require.NoError(t, err)
 	part.Detach("audit", migrate.StateBehind)
 	done, cancel := context.WithCancel(ctx)

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/cleanup"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
@@ -37,11 +39,11 @@ func cleanupLayout(t *testing.T) (*oldLayout, migrate.Config) {
 		_, err := leases.PutString(ctx, k, "x")
 		require.NoError(t, err)
 	}
-	_, err = l.Park.PutString(ctx, migrate.DeliveredKey("gone", 0), "{}")
+	_, err = l.Park.PutString(ctx, legacy.DeliveredKey("gone", 0), "{}")
 	require.NoError(t, err)
 	_, err = l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{Durable: "someone-else", AckPolicy: jetstream.AckExplicitPolicy})
 	require.NoError(t, err)
-	return l, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}, {Name: "audit"}}}
+	return l, migrate.Config{Partitions: partitions, Subscriptions: []legacy.Subscription{{Name: "billing", Ordered: true}, {Name: "audit"}}}
 }
 
 // applyAndRun applies the migration of cfg, and claims partition 0 as the
@@ -66,10 +68,10 @@ func applyAndRun(t *testing.T, l *oldLayout, cfg migrate.Config) {
 // far: the old heartbeat is stale.
 func pastHeartbeats() clockwork.Clock { return clockwork.NewFakeClockAt(time.Now().Add(2 * leaseTTL)) }
 
-// quick is a CleanupConfig dating heartbeats by clock (nil: the real
+// quick is a cleanup.Config dating heartbeats by clock (nil: the real
 // one) that watches the old consumers for 100 ms.
-func quick(clock clockwork.Clock) migrate.CleanupConfig {
-	return migrate.CleanupConfig{Clock: clock, Watch: 100 * time.Millisecond}
+func quick(clock clockwork.Clock) cleanup.Config {
+	return cleanup.Config{Clock: clock, Watch: 100 * time.Millisecond}
 }
 
 // keysOf lists a bucket's keys, sorted.
@@ -115,31 +117,31 @@ func TestCleanupAfterApplyDeletesExactlyTheOldLayout(t *testing.T) {
 	letters := dlq.CachedInfo().State.Msgs
 	require.NotZero(t, letters)
 
-	c, err := migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
+	c, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
 	require.NoError(t, c.Err())
 	var parts []string
-	oldLeaseKeys := []string{migrate.MemberKey("billing", "old-1")}
+	oldLeaseKeys := []string{legacy.MemberKey("billing", "old-1")}
 	for p := range partitions {
-		parts = append(parts, migrate.PartitionDurable("billing", p))
-		oldLeaseKeys = append(oldLeaseKeys, migrate.LeaseKey("billing", p))
+		parts = append(parts, legacy.PartitionDurable("billing", p))
+		oldLeaseKeys = append(oldLeaseKeys, legacy.LeaseKey("billing", p))
 	}
 	slices.Sort(parts)
-	want := &migrate.Cleanup{
+	want := &cleanup.Leftovers{
 		Events: wire.DefaultEventsStream, Positions: position.DefaultBucket, Migrated: c.Migrated,
 		ParkKeys: []string{
-			migrate.ParkedKey("billing", eventsKey(l.b)),
-			migrate.AsideKey("billing", 1, l.copyKey(t, l.c)),
-			migrate.AttemptsKey("billing", eventID(l.a, 0)),
-			migrate.AttemptsKey("billing", eventID(l.a, 1)),
-			migrate.DeliveredKey("billing", 0),
+			legacy.ParkedKey("billing", eventsKey(l.b)),
+			legacy.AsideKey("billing", 1, l.copyKey(t, l.c)),
+			legacy.AttemptsKey("billing", eventID(l.a, 0)),
+			legacy.AttemptsKey("billing", eventID(l.a, 1)),
+			legacy.DeliveredKey("billing", 0),
 			wire.EpochKey,
 			wire.SkippedKey("billing", eventsKey(l.b)),
 		},
 		ParkKept:           1,
 		LeaseKeys:          oldLeaseKeys,
 		Durables:           []string{"audit"},
-		Copy:               migrate.CopyStream(wire.DefaultEventsStream),
+		Copy:               legacy.CopyStream(wire.DefaultEventsStream),
 		PartitionConsumers: parts,
 	}
 	slices.Sort(want.ParkKeys)
@@ -147,18 +149,18 @@ func TestCleanupAfterApplyDeletesExactlyTheOldLayout(t *testing.T) {
 	require.NotEmpty(t, c.Migrated)
 	require.Equal(t, want, c)
 
-	require.NoError(t, migrate.DeleteOldLayout(ctx, l.js, c))
+	require.NoError(t, cleanup.Delete(ctx, l.js, c))
 	require.Equal(t, []string{"someone-else"}, consumersOf(t, l.js, wire.DefaultEventsStream))
-	_, err = l.js.Stream(ctx, migrate.CopyStream(wire.DefaultEventsStream))
+	_, err = l.js.Stream(ctx, legacy.CopyStream(wire.DefaultEventsStream))
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
-	require.Equal(t, []string{migrate.DeliveredKey("gone", 0)}, keysOf(t, l.js, migrate.ParkBucket))
+	require.Equal(t, []string{legacy.DeliveredKey("gone", 0)}, keysOf(t, l.js, legacy.ParkBucket))
 	require.Equal(t, []string{owner.LeaseKey(0), owner.MemberKey("new-1")}, keysOf(t, l.js, wire.DefaultLeaseBucket))
 	require.Equal(t, positionsBefore, keysOf(t, l.js, position.DefaultBucket), "the positions bucket is the shared engine's")
 	info, err := dlq.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, letters, info.State.Msgs, "the dead letters stay")
 
-	again, err := migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
+	again, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
 	require.NoError(t, again.Err())
 	require.True(t, again.Empty(), "a second run finds nothing to do: %+v", again)
@@ -177,13 +179,13 @@ func TestCleanupDeletesTheParkBucketLeftEmpty(t *testing.T) {
 	t.Parallel()
 	l, cfg := cleanupLayout(t)
 	ctx := context.Background()
-	require.NoError(t, l.Park.Purge(ctx, migrate.DeliveredKey("gone", 0)))
+	require.NoError(t, l.Park.Purge(ctx, legacy.DeliveredKey("gone", 0)))
 	applyAndRun(t, l, cfg)
-	c, err := migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
+	c, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
-	require.Equal(t, migrate.ParkBucket, c.ParkBucket)
-	require.NoError(t, migrate.DeleteOldLayout(ctx, l.js, c))
-	_, err = l.js.KeyValue(ctx, migrate.ParkBucket)
+	require.Equal(t, legacy.ParkBucket, c.ParkBucket)
+	require.NoError(t, cleanup.Delete(ctx, l.js, c))
+	_, err = l.js.KeyValue(ctx, legacy.ParkBucket)
 	require.ErrorIs(t, err, jetstream.ErrBucketNotFound)
 }
 
@@ -191,23 +193,23 @@ func TestCleanupRefusedBeforeTheMigrationAndBeforeTheSharedEngineRan(t *testing.
 	t.Parallel()
 	l, cfg := cleanupLayout(t)
 	ctx := context.Background()
-	c, err := migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
+	c, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
-	require.ErrorIs(t, c.Err(), migrate.ErrNotMigrated)
+	require.ErrorIs(t, c.Err(), cleanup.ErrNotMigrated)
 	require.ErrorContains(t, c.Err(), "run `consumer migrate`")
 	require.False(t, c.Empty(), "what would be deleted is listed all the same")
-	require.ErrorIs(t, migrate.DeleteOldLayout(ctx, l.js, c), migrate.ErrNotMigrated)
-	require.Len(t, consumersOf(t, l.js, migrate.CopyStream(wire.DefaultEventsStream)), partitions, "nothing was deleted")
+	require.ErrorIs(t, cleanup.Delete(ctx, l.js, c), cleanup.ErrNotMigrated)
+	require.Len(t, consumersOf(t, l.js, legacy.CopyStream(wire.DefaultEventsStream)), partitions, "nothing was deleted")
 	require.Contains(t, consumersOf(t, l.js, wire.DefaultEventsStream), "audit")
 
 	plan, err := migrate.ReadPlan(ctx, l.js, cfg)
 	require.NoError(t, err)
 	_, err = migrate.Apply(ctx, l.js, plan, "", 0)
 	require.NoError(t, err)
-	c, err = migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
+	c, err = cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
-	require.ErrorIs(t, c.Err(), migrate.ErrNotStarted)
-	require.NotErrorIs(t, c.Err(), migrate.ErrNotMigrated)
+	require.ErrorIs(t, c.Err(), cleanup.ErrNotStarted)
+	require.NotErrorIs(t, c.Err(), cleanup.ErrNotMigrated)
 }
 
 func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
@@ -217,13 +219,13 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 	applyAndRun(t, l, cfg)
 
 	// An old replica's heartbeat, written within the lease TTL.
-	c, err := migrate.ReadCleanup(ctx, l.js, quick(nil))
+	c, err := cleanup.Read(ctx, l.js, quick(nil))
 	require.NoError(t, err)
-	require.ErrorIs(t, c.Err(), migrate.ErrOldEngineRuns)
-	require.ErrorContains(t, c.Err(), migrate.MemberKey("billing", "old-1"))
+	require.ErrorIs(t, c.Err(), cleanup.ErrOldEngineRuns)
+	require.ErrorContains(t, c.Err(), legacy.MemberKey("billing", "old-1"))
 
 	// An old replica pulling from a partition consumer.
-	cons, err := l.js.Consumer(ctx, migrate.CopyStream(wire.DefaultEventsStream), migrate.PartitionDurable("billing", 3))
+	cons, err := l.js.Consumer(ctx, legacy.CopyStream(wire.DefaultEventsStream), legacy.PartitionDurable("billing", 3))
 	require.NoError(t, err)
 	cc, err := cons.Consume(func(jetstream.Msg) {}, jetstream.PullExpiry(time.Minute))
 	require.NoError(t, err)
@@ -231,16 +233,16 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumWaiting > 0
 	}, 10*time.Second, 10*time.Millisecond)
-	c, err = migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
+	c, err = cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
-	require.ErrorIs(t, c.Err(), migrate.ErrOldEngineRuns)
-	require.ErrorContains(t, c.Err(), migrate.PartitionDurable("billing", 3)+" on "+migrate.CopyStream(wire.DefaultEventsStream))
-	require.ErrorIs(t, migrate.DeleteOldLayout(ctx, l.js, c), migrate.ErrOldEngineRuns)
+	require.ErrorIs(t, c.Err(), cleanup.ErrOldEngineRuns)
+	require.ErrorContains(t, c.Err(), legacy.PartitionDurable("billing", 3)+" on "+legacy.CopyStream(wire.DefaultEventsStream))
+	require.ErrorIs(t, cleanup.Delete(ctx, l.js, c), cleanup.ErrOldEngineRuns)
 
 	// Stopped, it pulls no more: the server drops its requests.
 	cc.Stop()
 	require.Eventually(t, func() bool {
-		c, err = migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
+		c, err = cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
 		return err == nil && c.Err() == nil
 	}, 10*time.Second, 20*time.Millisecond)
 
@@ -266,17 +268,17 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	c, err = migrate.ReadCleanup(ctx, l.js, migrate.CleanupConfig{Clock: pastHeartbeats(), Watch: time.Second})
+	c, err = cleanup.Read(ctx, l.js, cleanup.Config{Clock: pastHeartbeats(), Watch: time.Second})
 	stop()
 	<-delivering
 	require.NoError(t, err)
-	require.ErrorIs(t, c.Err(), migrate.ErrOldEngineRuns)
+	require.ErrorIs(t, c.Err(), cleanup.ErrOldEngineRuns)
 	require.ErrorContains(t, c.Err(), "audit on "+wire.DefaultEventsStream+" (delivered ")
 	require.Eventually(t, func() bool {
-		c, err = migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
+		c, err = cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
 		return err == nil && c.Err() == nil
 	}, 10*time.Second, 20*time.Millisecond)
-	require.NoError(t, migrate.DeleteOldLayout(ctx, l.js, c))
+	require.NoError(t, cleanup.Delete(ctx, l.js, c))
 }
 
 // A replica of the old engine owns a partition: its partition consumer is
@@ -287,8 +289,8 @@ func TestCleanupRefusedWhileAPartitionIsPinned(t *testing.T) {
 	l, cfg := cleanupLayout(t)
 	ctx := context.Background()
 	applyAndRun(t, l, cfg)
-	cons, err := l.js.CreateConsumer(ctx, migrate.CopyStream(wire.DefaultEventsStream), jetstream.ConsumerConfig{
-		Durable: migrate.PartitionDurable("billing-next", 0), FilterSubject: migrate.PartitionFilter(wire.DefaultEventsPrefix, 0), AckPolicy: jetstream.AckExplicitPolicy,
+	cons, err := l.js.CreateConsumer(ctx, legacy.CopyStream(wire.DefaultEventsStream), jetstream.ConsumerConfig{
+		Durable: legacy.PartitionDurable("billing-next", 0), FilterSubject: legacy.PartitionFilter(wire.DefaultEventsPrefix, 0), AckPolicy: jetstream.AckExplicitPolicy,
 		PriorityPolicy: jetstream.PriorityPolicyPinned, PriorityGroups: []string{"owner"}, PinnedTTL: time.Minute,
 	})
 	require.NoError(t, err)
@@ -300,10 +302,10 @@ func TestCleanupRefusedWhileAPartitionIsPinned(t *testing.T) {
 		return err == nil && len(info.PriorityGroups) == 1 && info.PriorityGroups[0].PinnedClientID != ""
 	}, 10*time.Second, 10*time.Millisecond)
 
-	c, err := migrate.ReadCleanup(ctx, l.js, quick(pastHeartbeats()))
+	c, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
 	require.NoError(t, err)
-	require.ErrorIs(t, c.Err(), migrate.ErrOldEngineRuns)
-	require.ErrorContains(t, c.Err(), migrate.PartitionDurable("billing-next", 0)+" on "+migrate.CopyStream(wire.DefaultEventsStream)+" (pinned to client ")
+	require.ErrorIs(t, c.Err(), cleanup.ErrOldEngineRuns)
+	require.ErrorContains(t, c.Err(), legacy.PartitionDurable("billing-next", 0)+" on "+legacy.CopyStream(wire.DefaultEventsStream)+" (pinned to client ")
 }
 
 // A deployment that never ran the old engine has nothing to clean up,
@@ -314,9 +316,9 @@ func TestCleanupOfNoOldLayoutFindsNothingToDo(t *testing.T) {
 	ctx := context.Background()
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.DefaultEventsStream, Subjects: []string{wire.All(wire.DefaultEventsPrefix)}})
 	require.NoError(t, err)
-	c, err := migrate.ReadCleanup(ctx, js, quick(nil))
+	c, err := cleanup.Read(ctx, js, quick(nil))
 	require.NoError(t, err)
 	require.True(t, c.Empty())
 	require.NoError(t, c.Err())
-	require.NoError(t, migrate.DeleteOldLayout(ctx, js, c))
+	require.NoError(t, cleanup.Delete(ctx, js, c))
 }

@@ -7,9 +7,11 @@
 // records, park entries, skipped versions and lease epoch counter, become
 // one record per partition (pos.p<N>), a cursor per unordered
 // subscription and partition (cur.<subscription>.p<N>), and the keys
-// copied as they are. The old layout's names, keys and records are
-// spelled in legacy.go (the old engine's code is gone); migratetest
-// builds the old layout from them for tests.
+// copied as they are. The old layout's names, keys and records, and its
+// reads, are package legacy's (the old engine's code is gone);
+// migratetest builds the old layout from them for tests. The keys the
+// migration leaves beside the records are package mark's; deleting the
+// old layout once the shared engine runs is package cleanup's.
 //
 // ReadPlan reads the old layout through the JetStream API alone, with
 // every old consumer replica stopped, and computes what the positions
@@ -52,6 +54,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
@@ -80,14 +83,6 @@ const (
 // noVersion is position.NoVersion.
 const noVersion = position.NoVersion
 
-// Subscription is one subscription the migration moves: its name (the
-// unordered durable's, the partition consumers' prefix) and whether it is
-// ordered (ordering: stream).
-type Subscription struct {
-	Name    string `json:"name"`
-	Ordered bool   `json:"ordered"`
-}
-
 // Config says where the old layout is and what the new one runs with.
 type Config struct {
 	// Events is the events stream. Default wire.DefaultEventsStream.
@@ -97,10 +92,11 @@ type Config struct {
 	// transform must partition for the same count, or the plan refuses
 	// (the partition function must agree, design section 2).
 	Partitions int
-	// Subscriptions are the subscriptions to move, by name, each once.
+	// Subscriptions are the subscriptions to move (legacy.Discover lists
+	// the old layout's), by name, each once.
 	// Consumers of the events stream or of the copy that belong to none
 	// of them are left alone.
-	Subscriptions []Subscription
+	Subscriptions []legacy.Subscription
 	// DLQ is the dead-letter stream (a parked head's events stream
 	// sequence is read from its dead letter). Default
 	// wire.DefaultDLQStream; its subject prefix is wire.DefaultDLQPrefix

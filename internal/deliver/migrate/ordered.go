@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -48,10 +50,10 @@ func (r *reading) ordered(ctx context.Context, name string) (SubscriptionPlan, [
 	}
 	var parts []*partitionState
 	for p := range r.cfg.Partitions {
-		durable := PartitionDurable(name, p)
-		c, err := r.js.Consumer(ctx, r.copy.name, durable)
+		durable := legacy.PartitionDurable(name, p)
+		c, err := r.js.Consumer(ctx, r.copy.Name, durable)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			r.plan.refuse(name, p, "partition consumer %q is missing on %q: its floor is unknown (start the old version once to create it, or stop it again and check)", durable, r.copy.name)
+			r.plan.refuse(name, p, "partition consumer %q is missing on %q: its floor is unknown (start the old version once to create it, or stop it again and check)", durable, r.copy.Name)
 			continue
 		}
 		if err != nil {
@@ -59,20 +61,20 @@ func (r *reading) ordered(ctx context.Context, name string) (SubscriptionPlan, [
 		}
 		info := c.CachedInfo()
 		pp := PartitionPlan{Partition: p, CopyFloor: info.AckFloor.Stream, Pending: info.NumAckPending}
-		if pp.Floor, err = r.copy.floor(ctx, pp.CopyFloor); err != nil {
+		if pp.Floor, err = r.copy.Floor(ctx, pp.CopyFloor); err != nil {
 			return sp, nil, err
 		}
-		if pp.CopyFloor+1 < r.copy.first && info.Delivered.Stream < r.copy.first {
-			sp.Notes = append(sp.Notes, fmt.Sprintf("partition %d: its floor (copy %d) is below the copy's first message (%d): events aged out of the copy before it took them", p, pp.CopyFloor, r.copy.first))
+		if pp.CopyFloor+1 < r.copy.First && info.Delivered.Stream < r.copy.First {
+			sp.Notes = append(sp.Notes, fmt.Sprintf("partition %d: its floor (copy %d) is below the copy's first message (%d): events aged out of the copy before it took them", p, pp.CopyFloor, r.copy.First))
 		}
 		ps := &partitionState{sub: name, p: p, floor: pp.Floor, entries: map[string]position.Entry{}, copyFloor: pp.CopyFloor,
-			copyDelivered: info.Delivered.Stream, filters: filters(info.Config)}
+			copyDelivered: info.Delivered.Stream, filters: legacy.Filters(info.Config)}
 		stale, err := r.delivered(ctx, &sp, ps)
 		if err != nil {
 			return sp, nil, err
 		}
 		if stale {
-			msgs, err := listTaken(ctx, r.copy.s, filters(info.Config), pp.CopyFloor+1, info.Delivered.Stream)
+			msgs, err := legacy.ListTaken(ctx, r.copy.Stream, legacy.Filters(info.Config), pp.CopyFloor+1, info.Delivered.Stream)
 			if err != nil {
 				return sp, nil, err
 			}
@@ -89,7 +91,7 @@ func (r *reading) ordered(ctx context.Context, name string) (SubscriptionPlan, [
 		parts = append(parts, ps)
 	}
 	if len(sp.Partitions) > 0 {
-		sp.Floor = slices.MinFunc(sp.Partitions, func(a, b PartitionPlan) int { return cmpU(a.Floor, b.Floor) }).Floor
+		sp.Floor = slices.MinFunc(sp.Partitions, func(a, b PartitionPlan) int { return cmp.Compare(a.Floor, b.Floor) }).Floor
 	}
 	if err := r.parked(ctx, &sp, parts); err != nil {
 		return sp, nil, err
@@ -98,16 +100,6 @@ func (r *reading) ordered(ctx context.Context, name string) (SubscriptionPlan, [
 		return sp, nil, err
 	}
 	return sp, parts, nil
-}
-
-func cmpU(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // delivered translates partition ps's delivered record: each stream's
@@ -119,7 +111,7 @@ func (r *reading) delivered(ctx context.Context, sp *SubscriptionPlan, ps *parti
 	if r.park == nil {
 		return false, nil
 	}
-	key := DeliveredKey(ps.sub, ps.p)
+	key := legacy.DeliveredKey(ps.sub, ps.p)
 	e, err := r.park.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
@@ -127,7 +119,7 @@ func (r *reading) delivered(ctx context.Context, sp *SubscriptionPlan, ps *parti
 	if err != nil {
 		return false, fmt.Errorf("migrate: read %q of the park bucket: %w", key, err)
 	}
-	var rec DeliveredRecord
+	var rec legacy.DeliveredRecord
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		sp.Notes = append(sp.Notes, fmt.Sprintf("partition %d: the delivered record %q cannot be read (%v): what it settled above the floor is sent again", ps.p, key, err))
 		return true, nil
@@ -141,7 +133,7 @@ func (r *reading) delivered(ctx context.Context, sp *SubscriptionPlan, ps *parti
 		if copySeq <= ps.copyFloor {
 			continue
 		}
-		m, err := r.copy.msg(ctx, copySeq)
+		m, err := r.copy.Msg(ctx, copySeq)
 		if err != nil {
 			return false, err
 		}
@@ -149,11 +141,11 @@ func (r *reading) delivered(ctx context.Context, sp *SubscriptionPlan, ps *parti
 			sp.Notes = append(sp.Notes, fmt.Sprintf("partition %d: the copy no longer holds the event at %d, settled above the floor: its stream's entry is dropped, the stream's predecessor is looked up again", ps.p, copySeq))
 			continue
 		}
-		seq, err := r.copy.origin(m)
+		seq, err := r.copy.Origin(m)
 		if err != nil {
 			return false, err
 		}
-		stream := wire.StreamKey(EventsSubject(r.prefix, m.Subject))
+		stream := wire.StreamKey(legacy.EventsSubject(r.prefix, m.Subject))
 		version, err := r.chainVersion(ctx, ps.sub, stream, m)
 		if err != nil {
 			return false, err
@@ -189,13 +181,13 @@ func (r *reading) chainVersion(ctx context.Context, sub, stream string, m *jetst
 // in its lane); a stream set aside because it is parked stays parked
 // (parked refines it with its head).
 func (r *reading) asides(ctx context.Context, sp *SubscriptionPlan, ps *partitionState) error {
-	entries, err := r.parkEntries(ctx, asideKeyPrefix+ps.sub+"."+strconv.Itoa(ps.p)+".*")
+	entries, err := legacy.ParkEntries(ctx, r.park, legacy.AsideKeyPrefix+ps.sub+"."+strconv.Itoa(ps.p)+".*")
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
 		k := e.Key()
-		var rec AsideRecord
+		var rec legacy.AsideRecord
 		if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.Subject == "" {
 			r.plan.refuse(ps.sub, ps.p, "the aside record %q cannot be read (%v): its stream's events from some point on were acked out and would be lost", k, err)
 			continue
@@ -204,11 +196,11 @@ func (r *reading) asides(ctx context.Context, sp *SubscriptionPlan, ps *partitio
 		if !rec.Parked && rec.Head > ps.copyFloor && rec.Head < fromCopy && ps.copyEntries[wire.StreamKey(rec.Subject)] < rec.Head {
 			fromCopy = rec.Head
 		}
-		from, err := r.copy.from(ctx, fromCopy)
+		from, err := r.copy.From(ctx, fromCopy)
 		if err != nil {
 			return err
 		}
-		a := position.Aside{Sub: ps.sub, Stream: wire.StreamKey(EventsSubject(r.prefix, rec.Subject)), From: from, State: StateStuck}
+		a := position.Aside{Sub: ps.sub, Stream: wire.StreamKey(legacy.EventsSubject(r.prefix, rec.Subject)), From: from, State: StateStuck}
 		if rec.Parked {
 			a.State = StateParked
 		}
@@ -223,7 +215,7 @@ func (r *reading) asides(ctx context.Context, sp *SubscriptionPlan, ps *partitio
 // aside as parked whose park entry is gone (replayed or skipped, its
 // re-read not done) is re-read as a stuck one.
 func (r *reading) parked(ctx context.Context, sp *SubscriptionPlan, parts []*partitionState) error {
-	entries, err := listParked(ctx, r.park, sp.Name)
+	entries, err := legacy.ListParked(ctx, r.park, sp.Name)
 	if err != nil {
 		return err
 	}
@@ -263,7 +255,7 @@ func (r *reading) parked(ctx context.Context, sp *SubscriptionPlan, parts []*par
 				ps.asides[i].State = StateStuck
 			}
 		}
-		slices.SortFunc(ps.asides, func(a, b position.Aside) int { return cmpU(a.From, b.From) })
+		slices.SortFunc(ps.asides, func(a, b position.Aside) int { return cmp.Compare(a.From, b.From) })
 		for _, a := range ps.asides {
 			sp.Asides = append(sp.Asides, StreamPlan{Partition: ps.p, Stream: a.Stream, From: a.From, State: a.State})
 		}
@@ -345,13 +337,13 @@ func (r *reading) records(parts []*partitionState) {
 }
 
 // attempts carries the subscription's failed-attempt counts
-// (AttemptsKey: a failing head's failed POSTs, across owners) into
+// (legacy.AttemptsKey: a failing head's failed POSTs, across owners) into
 // retries entries: each names its event by id, which is looked for among
 // the events its partition consumer delivered above the floor (the head
 // was pending there). A count whose event is not found there is not
 // carried: that event starts its attempts again.
 func (r *reading) attempts(ctx context.Context, sp *SubscriptionPlan, parts []*partitionState) error {
-	entries, err := r.parkEntries(ctx, attemptsToken+"."+sp.Name+".*")
+	entries, err := legacy.ParkEntries(ctx, r.park, legacy.AttemptsToken+"."+sp.Name+".*")
 	if err != nil || len(entries) == 0 {
 		return err
 	}
@@ -370,12 +362,12 @@ func (r *reading) attempts(ctx context.Context, sp *SubscriptionPlan, parts []*p
 		if len(counts) == 0 {
 			break
 		}
-		msgs, err := listTaken(ctx, r.copy.s, ps.filters, ps.copyFloor+1, ps.copyDelivered)
+		msgs, err := legacy.ListTaken(ctx, r.copy.Stream, ps.filters, ps.copyFloor+1, ps.copyDelivered)
 		if err != nil {
 			return err
 		}
 		for _, t := range msgs {
-			m, err := r.copy.msg(ctx, t.seq)
+			m, err := r.copy.Msg(ctx, t.Seq)
 			if err != nil {
 				return err
 			}
@@ -386,7 +378,7 @@ func (r *reading) attempts(ctx context.Context, sp *SubscriptionPlan, parts []*p
 			if !ok {
 				continue
 			}
-			origin, err := r.copy.origin(m)
+			origin, err := r.copy.Origin(m)
 			if err != nil {
 				return err
 			}

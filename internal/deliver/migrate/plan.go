@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -26,7 +27,7 @@ type reading struct {
 	plan   *Plan
 	prefix string             // the events stream's subject prefix
 	park   jetstream.KeyValue // the park bucket; nil when there is none
-	copy   *copySeqs          // nil when there is no usable copy
+	copy   *legacy.CopySeqs   // nil when there is no usable copy
 	copyAt int64              // the copy's creation time (Unix ns), as delivered records name it
 	// eventsLast is the events stream's last sequence, read before the
 	// copy (so that a copy keeping up is never past it).
@@ -39,7 +40,7 @@ type reading struct {
 // nothing of the layout. Two reads go through an ephemeral consumer of
 // their own, made and left to expire or deleted: the dead letters of a
 // subscription with parked streams (deadletter.DLQ.List), and the lag of
-// a copy emptied of every message (copySourced); with
+// a copy emptied of every message (legacy.CopySourced); with
 // Config.ReadPending it pulls from the unordered durables. Run it with
 // every old consumer replica stopped: a running one moves the floors it
 // reads. Where the layout disagrees, the plan holds a Refusal (Plan.Err).
@@ -54,17 +55,17 @@ func ReadPlan(ctx context.Context, js jetstream.JetStream, cfg Config) (*Plan, e
 		return nil, fmt.Errorf("migrate: events stream %q: %w", cfg.Events, err)
 	}
 	info := events.CachedInfo()
-	r := &reading{js: js, cfg: cfg, prefix: EventsPrefix(info.Config), eventsLast: info.State.LastSeq,
+	r := &reading{js: js, cfg: cfg, prefix: legacy.EventsPrefix(info.Config), eventsLast: info.State.LastSeq,
 		plan: &Plan{Events: cfg.Events, EventsCreated: info.Created, AllowDirect: info.Config.AllowDirect, Partitions: cfg.Partitions},
 		dlq:  deadletter.New(js, deadletter.Config{Stream: cfg.DLQ, SubjectPrefix: cfg.DLQPrefix}),
 	}
-	switch r.park, err = js.KeyValue(ctx, ParkBucket); {
+	switch r.park, err = js.KeyValue(ctx, legacy.ParkBucket); {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		r.park = nil
 	case err != nil:
-		return nil, fmt.Errorf("migrate: park bucket %q: %w", ParkBucket, err)
+		return nil, fmt.Errorf("migrate: park bucket %q: %w", legacy.ParkBucket, err)
 	}
-	if slices.ContainsFunc(cfg.Subscriptions, func(s Subscription) bool { return s.Ordered }) {
+	if slices.ContainsFunc(cfg.Subscriptions, func(s legacy.Subscription) bool { return s.Ordered }) {
 		if err := r.openCopy(ctx); err != nil {
 			return nil, err
 		}
@@ -96,7 +97,7 @@ func ReadPlan(ctx context.Context, js jetstream.JetStream, cfg Config) (*Plan, e
 // openCopy finds the partitioned copy and checks its transform against
 // Config.Partitions; a copy missing or partitioned otherwise is refused.
 func (r *reading) openCopy(ctx context.Context) error {
-	name := CopyStream(r.cfg.Events)
+	name := legacy.CopyStream(r.cfg.Events)
 	r.plan.Copy = name
 	s, err := r.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -106,7 +107,7 @@ func (r *reading) openCopy(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migrate: partitioned copy %q: %w", name, err)
 	}
-	want := CopySource(r.cfg.Events, r.prefix, r.cfg.Partitions).SubjectTransforms[0]
+	want := legacy.CopySource(r.cfg.Events, r.prefix, r.cfg.Partitions).SubjectTransforms[0]
 	var have []string
 	for _, s := range s.CachedInfo().Config.Sources {
 		for _, tr := range s.SubjectTransforms {
@@ -118,8 +119,8 @@ func (r *reading) openCopy(ctx context.Context) error {
 			name, strings.Join(have, ", "), want.Source+" → "+want.Destination, r.cfg.Partitions)
 		return nil
 	}
-	sourced, err := copySourced(ctx, r.js, s, r.cfg.Events)
-	if errors.Is(err, errNotACopy) {
+	sourced, err := legacy.CopySourced(ctx, r.js, s, r.cfg.Events)
+	if errors.Is(err, legacy.ErrNotACopy) {
 		r.plan.refuse("", -1, "%q does not source the events stream %q alone: %v", name, r.cfg.Events, err)
 		return nil
 	}
@@ -131,7 +132,7 @@ func (r *reading) openCopy(ctx context.Context) error {
 		r.plan.refuse("", -1, "the partitioned copy %q sourced the events stream up to %d, past its last sequence %d: the events stream was made again, and the copy's sequences name events of the old one", name, sourced, r.eventsLast)
 		return nil
 	}
-	r.copy = newCopySeqs(s, sourced)
+	r.copy = legacy.NewCopySeqs(s, sourced)
 	r.copyAt = s.CachedInfo().Created.UnixNano()
 	return nil
 }
@@ -156,7 +157,7 @@ func (r *reading) parkKeys(ctx context.Context) error {
 		if !sub.Ordered {
 			continue
 		}
-		entries, err := r.parkEntries(ctx, wire.SkippedKeyPrefix+sub.Name+".*")
+		entries, err := legacy.ParkEntries(ctx, r.park, wire.SkippedKeyPrefix+sub.Name+".*")
 		if err != nil {
 			return err
 		}
@@ -168,48 +169,6 @@ func (r *reading) parkKeys(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// parkList lists the park bucket's keys matching filter, sorted.
-func (r *reading) parkList(ctx context.Context, filter string) ([]string, error) {
-	if r.park == nil {
-		return nil, nil
-	}
-	l, err := r.park.ListKeysFiltered(ctx, filter)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("migrate: list %q in the park bucket: %w", filter, err)
-	}
-	var keys []string
-	for k := range l.Keys() {
-		keys = append(keys, k)
-	}
-	_ = l.Stop()
-	slices.Sort(keys)
-	return keys, nil
-}
-
-// parkEntries reads the park bucket's entries whose keys match filter,
-// by key; a key deleted between the listing and its read is passed over.
-func (r *reading) parkEntries(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error) {
-	keys, err := r.parkList(ctx, filter)
-	if err != nil {
-		return nil, err
-	}
-	var out []jetstream.KeyValueEntry
-	for _, k := range keys {
-		e, err := r.park.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("migrate: read %q of the park bucket: %w", k, err)
-		}
-		out = append(out, e)
-	}
-	return out, nil
 }
 
 // fingerprint hashes what the plan writes.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate/migratetest"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
@@ -54,7 +55,7 @@ func TestPlanTranslatesTheOldLayout(t *testing.T) {
 	ctx := context.Background()
 	require.Equal(t, uint64(6), l.seq[l.a][0], "the events stream's sequences are the copy's + 5")
 
-	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{
+	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []legacy.Subscription{
 		{Name: "billing", Ordered: true}, {Name: "audit"},
 	}})
 	require.NoError(t, err)
@@ -118,7 +119,7 @@ func TestPlanTranslatesTheOldLayout(t *testing.T) {
 	require.Contains(t, out.String(), "subscription audit (unordered): floor 7, last delivered 11, pending 3, re-sent 1")
 	require.Contains(t, out.String(), "parked: partition 0, stream "+b+", from 10, head event "+eventID(l.b, 1))
 
-	again, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{
+	again, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []legacy.Subscription{
 		{Name: "billing", Ordered: true}, {Name: "audit"},
 	}})
 	require.NoError(t, err)
@@ -139,7 +140,7 @@ func TestPlanRefusesALayoutThatDisagrees(t *testing.T) {
 	ctx := context.Background()
 	_, err := l.PartitionConsumers(ctx, "billing", migratetest.Durable{})
 	require.NoError(t, err)
-	cfg := migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}}}
+	cfg := migrate.Config{Partitions: partitions, Subscriptions: []legacy.Subscription{{Name: "billing", Ordered: true}}}
 
 	plan, err := migrate.ReadPlan(ctx, l.js, cfg)
 	require.NoError(t, err)
@@ -153,7 +154,7 @@ func TestPlanRefusesALayoutThatDisagrees(t *testing.T) {
 	require.ErrorContains(t, plan.Err(), "partitioned for another count than --partitions 16")
 	require.Empty(t, plan.Records, "nothing is planned from a copy whose partitions are not the engine's")
 
-	require.NoError(t, l.js.DeleteConsumer(ctx, migrate.CopyStream(wire.DefaultEventsStream), migrate.PartitionDurable("billing", 2)))
+	require.NoError(t, l.js.DeleteConsumer(ctx, legacy.CopyStream(wire.DefaultEventsStream), legacy.PartitionDurable("billing", 2)))
 	plan, err = migrate.ReadPlan(ctx, l.js, cfg)
 	require.NoError(t, err)
 	require.Equal(t, []migrate.Refusal{{Subscription: "billing", Partition: 2, Reason: plan.Refusals[0].Reason}}, plan.Refusals)
@@ -166,7 +167,7 @@ func TestPlanRefusesALayoutThatDisagrees(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, plan.Err(), "past its last sequence 0: the events stream was made again")
 
-	require.NoError(t, l.js.DeleteStream(ctx, migrate.CopyStream(wire.DefaultEventsStream)))
+	require.NoError(t, l.js.DeleteStream(ctx, legacy.CopyStream(wire.DefaultEventsStream)))
 	plan, err = migrate.ReadPlan(ctx, l.js, cfg)
 	require.NoError(t, err)
 	require.ErrorContains(t, plan.Err(), `the partitioned copy "EVENTS_ORDERED" does not exist`)
@@ -183,9 +184,9 @@ func TestDiscoverFindsTheOldEnginesSubscriptions(t *testing.T) {
 	ctx := context.Background()
 	_, err := l.js.CreateConsumer(ctx, wire.DefaultEventsStream, jetstream.ConsumerConfig{Durable: "someone-elses"})
 	require.NoError(t, err)
-	subs, err := migrate.Discover(ctx, l.js, "")
+	subs, err := legacy.Discover(ctx, l.js, "")
 	require.NoError(t, err)
-	require.Equal(t, []migrate.Subscription{{Name: "audit"}, {Name: "billing", Ordered: true}}, subs)
+	require.Equal(t, []legacy.Subscription{{Name: "audit"}, {Name: "billing", Ordered: true}}, subs)
 }
 
 // With ReadPending, an unordered durable's pending events are read back
@@ -215,7 +216,7 @@ func TestPlanReadsAnUnorderedPendingSetBack(t *testing.T) {
 	require.NoError(t, err)
 
 	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, ReadPending: true,
-		Subscriptions: []migrate.Subscription{{Name: "quick"}, {Name: "delayed"}}})
+		Subscriptions: []legacy.Subscription{{Name: "quick"}, {Name: "delayed"}}})
 	require.NoError(t, err)
 	quick, delayed := plan.Subscriptions[0], plan.Subscriptions[1]
 	require.Equal(t, uint64(0), quick.Resent)
@@ -246,12 +247,12 @@ func TestPlanCountsWhatAStaleDeliveredRecordLeavesToResend(t *testing.T) {
 		eventID(l.a, 1): migratetest.InFlight, eventID(l.b, 2): migratetest.InFlight, // b1 acked above the floor
 	}))
 	require.NoError(t, err)
-	stale, err := json.Marshal(migrate.DeliveredRecord{Copy: 1, Streams: map[string]uint64{l.copyKey(t, l.b): l.copySeq(l.b, 1)}})
+	stale, err := json.Marshal(legacy.DeliveredRecord{Copy: 1, Streams: map[string]uint64{l.copyKey(t, l.b): l.copySeq(l.b, 1)}})
 	require.NoError(t, err)
-	_, err = l.Park.Put(ctx, migrate.DeliveredKey("billing", 0), stale)
+	_, err = l.Park.Put(ctx, legacy.DeliveredKey("billing", 0), stale)
 	require.NoError(t, err)
 
-	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []migrate.Subscription{{Name: "billing", Ordered: true}}})
+	plan, err := migrate.ReadPlan(ctx, l.js, migrate.Config{Partitions: partitions, Subscriptions: []legacy.Subscription{{Name: "billing", Ordered: true}}})
 	require.NoError(t, err)
 	require.NoError(t, plan.Err())
 	billing := plan.Subscriptions[0]

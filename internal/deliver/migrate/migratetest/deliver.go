@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -33,7 +33,7 @@ const (
 	Failing
 	// SetAside: ordered only: the head retried in place like Failing,
 	// its stream's later events acked out behind an aside record
-	// (migrate.AsideRecord, read again from the first of them).
+	// (legacy.AsideRecord, read again from the first of them).
 	SetAside
 	// Refused: answered with a permanent failure: dead-lettered and
 	// acked (ordered: its stream parked behind it, with a park entry and
@@ -140,7 +140,7 @@ func fetch(c jetstream.Consumer, n int) ([]jetstream.Msg, error) {
 
 // event describes message m, stored at seq on the events stream.
 func (l *Layout) event(seq uint64, m jetstream.Msg) Event {
-	subject := migrate.EventsSubject(l.Prefix, m.Subject())
+	subject := legacy.EventsSubject(l.Prefix, m.Subject())
 	ev := Event{Seq: seq, Subject: subject, ID: m.Headers().Get(wire.HeaderMsgID), Version: -1}
 	ev.Stream, _, _ = wire.ParseSubject(l.Prefix, subject)
 	if v, err := strconv.ParseInt(m.Headers().Get(wire.HeaderStreamVersion), 10, 64); err == nil && v >= 0 {
@@ -161,7 +161,7 @@ type lane struct {
 	blocked  bool   // a head waits (in flight, failing, set aside, parked): the later events wait
 	previous int64  // the last version accepted; deadletter.NoPrevious: none
 	settled  uint64 // the copy sequence of the last event settled (accepted or dead-lettered)
-	aside    *migrate.AsideRecord
+	aside    *legacy.AsideRecord
 	// subject is a subject of the stream in the copy.
 	subject string
 }
@@ -274,7 +274,7 @@ func (l *Layout) play(ctx context.Context, name string, d Durable, p int, m jets
 		return s, m.DoubleAck(ctx)
 	case SetAside:
 		ln.blocked = true
-		ln.aside = &migrate.AsideRecord{Subject: m.Subject(), Head: copySeq}
+		ln.aside = &legacy.AsideRecord{Subject: m.Subject(), Head: copySeq}
 		return nil, nil
 	case Refused:
 		ln.blocked = true
@@ -311,7 +311,7 @@ func (l *Layout) park(ctx context.Context, name string, d Durable, p int, ev Eve
 			return err
 		}
 	}
-	return l.putJSON(ctx, migrate.ParkedKey(name, key), migrate.ParkEntry{
+	return l.putJSON(ctx, legacy.ParkedKey(name, key), legacy.ParkEntry{
 		Subscription: name, Stream: ev.Stream, Subject: ev.Subject, HeadEventID: ev.ID, Partition: p,
 	})
 }

@@ -7,7 +7,7 @@
 // sets, and the park bucket's records (delivered records, aside records,
 // park entries with their dead letters, skipped versions, failed-attempt
 // counts, the lease epoch counter), plus the old keys of the lease
-// bucket. The names and records are migrate's (legacy.go): the old
+// bucket. The names and records are package legacy's: the old
 // layout's contract, spelled once.
 //
 // Layout's methods build pieces as a test states them; Deliver and
@@ -27,7 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -60,7 +60,7 @@ type Layout struct {
 	Partitions int
 	Copy       jetstream.Stream
 	CopyAt     time.Time
-	// Park is the park bucket (migrate.ParkBucket), Epoch the lease
+	// Park is the park bucket (legacy.ParkBucket), Epoch the lease
 	// epoch counter written in it.
 	Park  jetstream.KeyValue
 	Epoch uint64
@@ -70,7 +70,7 @@ type Layout struct {
 
 // New builds the old layout's frame on js: AllowDirect turned off on the
 // events stream (no deployment of the old engine had it on), the copy
-// sourcing it (migrate.CopySource, file storage), the park bucket with
+// sourcing it (legacy.CopySource, file storage), the park bucket with
 // the lease epoch counter, and the dead-letter stream. Errors: a
 // Partitions below 1, the events stream missing, and the server's.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Layout, error) {
@@ -91,17 +91,17 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Layout, erro
 			return nil, fmt.Errorf("migratetest: turn AllowDirect off for %q: %w", cfg.Events, err)
 		}
 	}
-	l := &Layout{JS: js, Events: ev, Prefix: migrate.EventsPrefix(ecfg), Partitions: cfg.Partitions, Epoch: cfg.Epoch}
+	l := &Layout{JS: js, Events: ev, Prefix: legacy.EventsPrefix(ecfg), Partitions: cfg.Partitions, Epoch: cfg.Epoch}
 	if l.Copy, err = js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:        migrate.CopyStream(cfg.Events),
+		Name:        legacy.CopyStream(cfg.Events),
 		Description: "jsbridge: the events of " + cfg.Events + " with a partition token, for ordered webhook delivery",
 		Storage:     jetstream.FileStorage, Replicas: ecfg.Replicas, AllowDirect: true,
-		Sources: []*jetstream.StreamSource{migrate.CopySource(cfg.Events, l.Prefix, cfg.Partitions)},
+		Sources: []*jetstream.StreamSource{legacy.CopySource(cfg.Events, l.Prefix, cfg.Partitions)},
 	}); err != nil {
 		return nil, fmt.Errorf("migratetest: create the copy: %w", err)
 	}
 	l.CopyAt = l.Copy.CachedInfo().Created
-	if l.Park, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: migrate.ParkBucket, Storage: jetstream.FileStorage, Replicas: ecfg.Replicas}); err != nil {
+	if l.Park, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: legacy.ParkBucket, Storage: jetstream.FileStorage, Replicas: ecfg.Replicas}); err != nil {
 		return nil, fmt.Errorf("migratetest: create the park bucket: %w", err)
 	}
 	if cfg.Epoch > 0 {
@@ -165,10 +165,10 @@ func (d Durable) ackWait() time.Duration {
 
 // UnorderedDurable makes unordered subscription name's durable on the
 // events stream, as the old engine did: its description
-// migrate.DurableDescription + the endpoint, explicit acks, every event.
+// legacy.DurableDescription + the endpoint, explicit acks, every event.
 func (l *Layout) UnorderedDurable(ctx context.Context, name string, d Durable) (jetstream.Consumer, error) {
 	c, err := l.JS.CreateConsumer(ctx, l.Events.CachedInfo().Config.Name, jetstream.ConsumerConfig{
-		Durable: name, Description: migrate.DurableDescription + d.Endpoint,
+		Durable: name, Description: legacy.DurableDescription + d.Endpoint,
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: d.ackWait(), MaxDeliver: -1, MaxAckPending: -1,
 	})
 	if err != nil {
@@ -186,9 +186,9 @@ func (l *Layout) PartitionConsumers(ctx context.Context, name string, d Durable)
 	for p := range l.Partitions {
 		var err error
 		out[p], err = l.JS.CreateConsumer(ctx, l.Copy.CachedInfo().Config.Name, jetstream.ConsumerConfig{
-			Durable:       migrate.PartitionDurable(name, p),
+			Durable:       legacy.PartitionDurable(name, p),
 			Description:   fmt.Sprintf("jsbridge ordered webhook subscription %s, partition %d, to %s", name, p, d.Endpoint),
-			FilterSubject: migrate.PartitionFilter(l.Prefix, p), DeliverPolicy: jetstream.DeliverAllPolicy,
+			FilterSubject: legacy.PartitionFilter(l.Prefix, p), DeliverPolicy: jetstream.DeliverAllPolicy,
 			AckPolicy: jetstream.AckExplicitPolicy, AckWait: d.ackWait(), MaxDeliver: -1, MaxAckPending: -1,
 		})
 		if err != nil {
@@ -202,19 +202,19 @@ func (l *Layout) PartitionConsumers(ctx context.Context, name string, d Durable)
 // subscription sub: streams maps a stream key of the copy to the copy
 // sequence of its last event settled.
 func (l *Layout) PutDelivered(ctx context.Context, sub string, p int, streams map[string]uint64) error {
-	return l.putJSON(ctx, migrate.DeliveredKey(sub, p), migrate.DeliveredRecord{Copy: l.CopyAt.UnixNano(), Streams: streams})
+	return l.putJSON(ctx, legacy.DeliveredKey(sub, p), legacy.DeliveredRecord{Copy: l.CopyAt.UnixNano(), Streams: streams})
 }
 
 // PutAside writes the aside record of a stream of ordered subscription
 // sub on partition p (rec.Subject a subject of it in the copy).
-func (l *Layout) PutAside(ctx context.Context, sub string, p int, rec migrate.AsideRecord) error {
-	return l.putJSON(ctx, migrate.AsideKey(sub, p, wire.StreamKey(rec.Subject)), rec)
+func (l *Layout) PutAside(ctx context.Context, sub string, p int, rec legacy.AsideRecord) error {
+	return l.putJSON(ctx, legacy.AsideKey(sub, p, wire.StreamKey(rec.Subject)), rec)
 }
 
 // PutAttempts writes the failed-attempt count of event id of ordered
 // subscription sub.
 func (l *Layout) PutAttempts(ctx context.Context, sub, id string, n int) error {
-	if _, err := l.Park.PutString(ctx, migrate.AttemptsKey(sub, id), strconv.Itoa(n)); err != nil {
+	if _, err := l.Park.PutString(ctx, legacy.AttemptsKey(sub, id), strconv.Itoa(n)); err != nil {
 		return fmt.Errorf("migratetest: %w", err)
 	}
 	return nil
@@ -229,9 +229,9 @@ func (l *Layout) Leases(ctx context.Context, ttl time.Duration, sub, replica str
 	if err != nil {
 		return fmt.Errorf("migratetest: the lease bucket: %w", err)
 	}
-	keys := []string{migrate.MemberKey(sub, replica)}
+	keys := []string{legacy.MemberKey(sub, replica)}
 	for p := range l.Partitions {
-		keys = append(keys, migrate.LeaseKey(sub, p))
+		keys = append(keys, legacy.LeaseKey(sub, p))
 	}
 	for _, k := range keys {
 		if _, err := kv.PutString(ctx, k, replica); err != nil {

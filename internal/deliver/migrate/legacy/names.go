@@ -1,29 +1,28 @@
-package migrate
+// Package legacy reads the layout the durables engine (deleted at stage 8
+// of docs/design/next-engine.md) left on the server, through the
+// JetStream API alone: its names, keys and records (names.go), the
+// subscriptions it holds (Discover), the partitioned copy's sequences
+// translated to the events stream's (CopySeqs), the park bucket's
+// entries (park.go), and what a stopped consumer took and holds pending
+// (taken.go). Nothing writes this layout any more: it is the contract of
+// a release that is gone, spelled here alone, for `consumer migrate` (the
+// plan in package migrate, the deletion in package cleanup) and the
+// fixture that builds it for tests (migratetest). The skipped-version
+// records (wire.SkippedKey) and the lease epoch counter (wire.EpochKey)
+// keep their keys in the positions bucket, so they are wire's; the lease
+// bucket (wire.DefaultLeaseBucket) is the shared engine's too.
+package legacy
 
 import (
-	"context"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/wire"
 )
-
-// The old layout's contract: the names, keys and records the durables
-// engine (deleted at stage 8 of docs/design/next-engine.md) left on the
-// server, as far as the migration reads them. Nothing writes them any
-// more; they are spelled here alone, and migratetest builds the old
-// layout from them. The skipped-version records (wire.SkippedKey) and
-// the lease epoch counter (wire.EpochKey) keep their keys in the
-// positions bucket, so they are wire's; the lease bucket
-// (wire.DefaultLeaseBucket) is the shared engine's too.
 
 const (
 	// ParkBucket is the old engine's park bucket (no TTL): park entries
@@ -37,19 +36,18 @@ const (
 	// and the cleanup find the old durables by it.
 	DurableDescription = "jsbridge webhook subscription to "
 
-	copySuffix         = "_ORDERED"
-	copyToken          = "ordered"
-	deliveredKeyPrefix = "delivered."
-	asideKeyPrefix     = "aside."
-	// attemptsToken starts the failed-attempt counts' keys in the park
-	// bucket: a key's first token, not the attempts stream's subject
-	// prefix (wire.DefaultAttemptsPrefix), whose word it shares.
-	attemptsToken = "attempts"
-)
+	// DeliveredKeyPrefix starts every DeliveredKey.
+	DeliveredKeyPrefix = "delivered."
+	// AsideKeyPrefix starts every AsideKey.
+	AsideKeyPrefix = "aside."
+	// AttemptsToken starts the failed-attempt counts' keys (AttemptsKey)
+	// in the park bucket: a key's first token, not the attempts stream's
+	// subject prefix (wire.DefaultAttemptsPrefix), whose word it shares.
+	AttemptsToken = "attempts"
 
-// errNotACopy says the stream named as the events stream's copy sources
-// other streams.
-var errNotACopy = errors.New("not the partitioned copy of the events stream")
+	copySuffix = "_ORDERED"
+	copyToken  = "ordered"
+)
 
 // CopyStream is the name of the partitioned copy of the events stream
 // events that ordered subscriptions read: "<events>_ORDERED".
@@ -83,7 +81,7 @@ func PartitionDurable(subscription string, p int) string {
 // DeliveredKey is the park bucket key of partition p's delivered record
 // of an ordered subscription: "delivered.<subscription>.<p>".
 func DeliveredKey(subscription string, p int) string {
-	return deliveredKeyPrefix + subscription + "." + strconv.Itoa(p)
+	return DeliveredKeyPrefix + subscription + "." + strconv.Itoa(p)
 }
 
 // DeliveredRecord is the value of a DeliveredKey, as JSON: per stream,
@@ -104,7 +102,7 @@ type DeliveredRecord struct {
 // copyStreamKey>", copyStreamKey being wire.StreamKey of the stream's
 // subjects in the copy.
 func AsideKey(subscription string, p int, copyStreamKey string) string {
-	return asideKeyPrefix + subscription + "." + strconv.Itoa(p) + "." + hex.EncodeToString([]byte(copyStreamKey))
+	return AsideKeyPrefix + subscription + "." + strconv.Itoa(p) + "." + hex.EncodeToString([]byte(copyStreamKey))
 }
 
 // AsideRecord is the value of an AsideKey, as JSON: the stream's head
@@ -154,7 +152,7 @@ type ParkEntry struct {
 // 10) of one event of an ordered subscription, across owners:
 // "attempts.<subscription>.<hex of eventID>".
 func AttemptsKey(subscription, eventID string) string {
-	return attemptsToken + "." + subscription + "." + hex.EncodeToString([]byte(eventID))
+	return AttemptsToken + "." + subscription + "." + hex.EncodeToString([]byte(eventID))
 }
 
 // LeaseKey is the old engine's lease key of partition p of an ordered
@@ -171,9 +169,10 @@ func MemberKey(subscription, replica string) string {
 	return "member." + subscription + "." + replica
 }
 
-// oldLeaseKey reports whether k is one of the old engine's keys of the
-// lease bucket (LeaseKey or MemberKey), and whether it is a heartbeat.
-func oldLeaseKey(k string) (old, heartbeat bool) {
+// OldLeaseKey reports whether k is one of the old engine's keys of the
+// lease bucket (LeaseKey or MemberKey: three tokens), and whether it is a
+// heartbeat; the shared engine's keys (two tokens) are not.
+func OldLeaseKey(k string) (old, heartbeat bool) {
 	parts := strings.Split(k, ".")
 	if len(parts) != 3 || parts[1] == "" || parts[2] == "" {
 		return false, false
@@ -201,8 +200,9 @@ func EventsPrefix(cfg jetstream.StreamConfig) string {
 	return wire.DefaultEventsPrefix
 }
 
-// parsePartitionDurable reverses PartitionDurable.
-func parsePartitionDurable(durable string) (subscription string, p int, ok bool) {
+// ParsePartitionDurable reverses PartitionDurable: ok is false for a
+// name of another shape.
+func ParsePartitionDurable(durable string) (subscription string, p int, ok bool) {
 	i := strings.LastIndex(durable, "_p")
 	if i <= 0 {
 		return "", 0, false
@@ -212,90 +212,6 @@ func parsePartitionDurable(durable string) (subscription string, p int, ok bool)
 		return "", 0, false
 	}
 	return durable[:i], p, true
-}
-
-// listParked reads the park entries of subscription from the park bucket
-// kv (nil: none), by key; an entry deleted meanwhile is passed over.
-func listParked(ctx context.Context, kv jetstream.KeyValue, subscription string) ([]ParkEntry, error) {
-	if kv == nil {
-		return nil, nil
-	}
-	l, err := kv.ListKeysFiltered(ctx, subscription+".*")
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("migrate: list the park entries of %q: %w", subscription, err)
-	}
-	var keys []string
-	for k := range l.Keys() {
-		keys = append(keys, k)
-	}
-	_ = l.Stop()
-	slices.Sort(keys)
-	var out []ParkEntry
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("migrate: read %q of the park bucket: %w", k, err)
-		}
-		var pe ParkEntry
-		if err := json.Unmarshal(e.Value(), &pe); err != nil {
-			return nil, fmt.Errorf("migrate: the park entry %q: %w", k, err)
-		}
-		out = append(out, pe)
-	}
-	return out, nil
-}
-
-// copySourced is the events stream's sequence the copy cp of events
-// sourced up to: the origin of its last message (its Nats-Stream-Source
-// header); 0 when it never held one. When every message left the copy
-// (aged out, or purged), it is the last one stored in the events stream
-// before the copy stored its last message: an ephemeral consumer
-// starting just after that time counts the rest (created and deleted
-// here). It wraps errNotACopy when cp sources other streams than events.
-func copySourced(ctx context.Context, js jetstream.JetStream, cp jetstream.Stream, events string) (uint64, error) {
-	info := cp.CachedInfo()
-	if src := info.Config.Sources; len(src) > 0 && (len(src) != 1 || src[0].Name != events) {
-		return 0, fmt.Errorf("migrate: JetStream stream %q: %w %q", info.Config.Name, errNotACopy, events)
-	}
-	last := info.State.LastSeq
-	if last == 0 {
-		return 0, nil
-	}
-	m, err := cp.GetMsg(ctx, last)
-	if err == nil {
-		return wire.SourceSequence(m.Header.Get(wire.HeaderSourceInfo)), nil
-	}
-	if !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, fmt.Errorf("migrate: read JetStream stream %q at %d: %w", info.Config.Name, last, err)
-	}
-	ev, err := js.Stream(ctx, events)
-	if err != nil {
-		return 0, fmt.Errorf("migrate: events stream %q: %w", events, err)
-	}
-	st := ev.CachedInfo().State
-	if st.Msgs == 0 || info.State.LastTime.IsZero() {
-		return 0, nil
-	}
-	after := info.State.LastTime.Add(time.Nanosecond)
-	c, err := js.CreateConsumer(ctx, events, jetstream.ConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &after, AckPolicy: jetstream.AckNonePolicy,
-		MemoryStorage: true, InactiveThreshold: time.Minute, Description: "jsbridge migrate: what an emptied copy sourced",
-	})
-	if err != nil {
-		return 0, fmt.Errorf("migrate: count JetStream stream %q's messages after %s: %w", events, after.Format(time.RFC3339Nano), err)
-	}
-	pending := c.CachedInfo().NumPending
-	_ = js.DeleteConsumer(ctx, events, c.CachedInfo().Name) // else gone after InactiveThreshold
-	if pending >= st.LastSeq {
-		return 0, nil
-	}
-	return st.LastSeq - pending, nil
 }
 
 // EventsSubject is the events stream's subject of a message of the copy:
@@ -310,4 +226,20 @@ func EventsSubject(eventsPrefix, copySubject string) string {
 		return eventsPrefix + "." + after
 	}
 	return copySubject
+}
+
+// OldParkKey reports whether k is one of the park bucket's keys of
+// subscription sub: its park entries (ParkedKey, two tokens), and its
+// skipped versions, failed-attempt counts, delivered records and aside
+// records (a prefix, the subscription, then one or two tokens).
+func OldParkKey(k, sub string) bool {
+	if rest, ok := strings.CutPrefix(k, sub+"."); ok && !strings.Contains(rest, ".") {
+		return true
+	}
+	for _, prefix := range []string{wire.SkippedKeyPrefix, AttemptsToken + ".", DeliveredKeyPrefix, AsideKeyPrefix} {
+		if rest, ok := strings.CutPrefix(k, prefix+sub+"."); ok && rest != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -1,4 +1,17 @@
-package migrate
+// Package cleanup deletes what the old layout (package legacy) left once
+// the shared engine runs: `consumer migrate --cleanup`
+// (docs/design/next-engine.md, section 5, step 5). Read lists it, and
+// Delete deletes it: the unordered durables on the events stream, the
+// partitioned copy with its partition consumers, the park bucket's keys
+// migrate.Apply copied or translated (and the bucket, when nothing else
+// is left in it), and the old engine's keys in the lease bucket. It
+// keeps what the shared engine reads: the dead letters (their stream),
+// the positions bucket, and the lease bucket with the shared engine's
+// own keys (lease.p<N>, member.<replica>). Read refuses (Leftovers.Err)
+// before the migration was applied (package mark's DoneKey), before the
+// shared engine claimed a partition record since, and while a replica of
+// the old engine runs.
+package cleanup
 
 import (
 	"context"
@@ -10,34 +23,26 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// The cleanup deletes what the old layout left once the shared engine
-// runs (docs/design/next-engine.md, section 5, step 5): the unordered
-// durables on the events stream, the partitioned copy with its partition
-// consumers, the park bucket's keys Apply copied or translated (and the
-// bucket, when nothing else is left in it), and the old engine's keys in
-// the lease bucket. It keeps what the shared engine reads: the dead
-// letters (their stream), the positions bucket, and the lease bucket
-// with the shared engine's own keys (lease.p<N>, member.<replica>).
-
 var (
-	// ErrNotMigrated is wrapped by Cleanup.Err when the positions bucket
-	// holds no DoneKey: the old layout is all there is of the positions.
+	// ErrNotMigrated is wrapped by Leftovers.Err when the positions bucket
+	// holds no mark.DoneKey: the old layout is all there is of the positions.
 	ErrNotMigrated = errors.New("migrate: the migration was not applied")
-	// ErrNotStarted is wrapped by Cleanup.Err when no partition record
+	// ErrNotStarted is wrapped by Leftovers.Err when no partition record
 	// was claimed by the shared engine since the migration wrote it:
 	// until the new version ran, the old layout is what going back needs.
 	ErrNotStarted = errors.New("migrate: the shared engine has not run on the migrated positions")
-	// ErrOldEngineRuns is wrapped by Cleanup.Err when a replica of the old
-	// engine still runs (see ReadCleanup for what shows it).
+	// ErrOldEngineRuns is wrapped by Leftovers.Err when a replica of the old
+	// engine still runs (see Read for what shows it).
 	ErrOldEngineRuns = errors.New("migrate: a replica of the old engine still runs")
 )
 
-// CleanupConfig says where the old layout and the positions bucket are.
-type CleanupConfig struct {
+// Config says where the old layout and the positions bucket are.
+type Config struct {
 	// Events is the events stream. Default wire.DefaultEventsStream.
 	Events string
 	// Positions is the positions bucket. Default position.DefaultBucket.
@@ -51,16 +56,16 @@ type CleanupConfig struct {
 	Watch time.Duration
 }
 
-// DefaultWatch is CleanupConfig.Watch's default: long enough for a
+// DefaultWatch is Config.Watch's default: long enough for a
 // replica delivering to an endpoint answering within a second to move its
 // consumers' delivered or acked sequence.
 const DefaultWatch = time.Second
 
-// Cleanup is what the cleanup deletes, or would delete (ReadCleanup),
-// in the order DeleteOldLayout deletes it, and what stops it.
-type Cleanup struct {
+// Leftovers is what the cleanup deletes, or would delete (Read),
+// in the order Delete deletes it, and what stops it.
+type Leftovers struct {
 	// Events is the events stream, Positions the positions bucket (kept);
-	// Migrated the fingerprint of the plan applied (DoneKey), "" when
+	// Migrated the fingerprint of the plan applied (mark.DoneKey), "" when
 	// none was.
 	Events    string `json:"events"`
 	Positions string `json:"positions"`
@@ -68,7 +73,7 @@ type Cleanup struct {
 	// ParkKeys are the park bucket's keys of the old subscriptions
 	// (delivered records, aside records, park entries, skipped versions,
 	// failed-attempt counts) and its lease epoch counter, all copied or
-	// translated by Apply.
+	// translated by migrate.Apply.
 	ParkKeys []string `json:"park_keys,omitempty"`
 	// ParkBucket is the park bucket, deleted after its keys when nothing
 	// else is left in it ("" when it stays, or is gone already);
@@ -82,7 +87,7 @@ type Cleanup struct {
 	// engine's have two).
 	LeaseKeys []string `json:"lease_keys,omitempty"`
 	// Durables are the unordered subscriptions' durable consumers on the
-	// events stream (those the old engine made: DurableDescription).
+	// events stream (those the old engine made: legacy.DurableDescription).
 	Durables []string `json:"durables,omitempty"`
 	// Copy is the partitioned copy, deleted last with its consumers
 	// ("" when it is gone already); PartitionConsumers are its partition
@@ -99,35 +104,35 @@ type Cleanup struct {
 }
 
 // Empty reports whether nothing is left to delete.
-func (c *Cleanup) Empty() bool {
+func (c *Leftovers) Empty() bool {
 	return len(c.ParkKeys) == 0 && c.ParkBucket == "" && len(c.LeaseKeys) == 0 && len(c.Durables) == 0 &&
 		len(c.PartitionConsumers) == 0 && c.Copy == ""
 }
 
 // Err returns nil when the cleanup may run, else the refusals joined,
 // each wrapping ErrNotMigrated, ErrNotStarted or ErrOldEngineRuns.
-func (c *Cleanup) Err() error { return errors.Join(c.errs...) }
+func (c *Leftovers) Err() error { return errors.Join(c.errs...) }
 
-func (c *Cleanup) refuse(err error, format string, args ...any) {
+func (c *Leftovers) refuse(err error, format string, args ...any) {
 	err = fmt.Errorf("%w: "+format, append([]any{err}, args...)...)
 	c.errs = append(c.errs, err)
 	c.Refusals = append(c.Refusals, err.Error())
 }
 
-// cleaning is one ReadCleanup's state.
+// cleaning is one Read's state.
 type cleaning struct {
 	js  jetstream.JetStream
-	cfg CleanupConfig
-	c   *Cleanup
+	cfg Config
+	c   *Leftovers
 	// subs are the old layout's subscriptions, by name.
 	subs []string
 	// consumers are the old consumers' info, for the running check.
 	consumers []*jetstream.ConsumerInfo
 }
 
-// ReadCleanup lists what the old layout left, writing nothing, and says
-// whether it may be deleted (Cleanup.Err): the migration must have been
-// applied (DoneKey), the shared engine must have claimed at least one
+// Read lists what the old layout left, writing nothing, and says
+// whether it may be deleted (Leftovers.Err): the migration must have been
+// applied (mark.DoneKey), the shared engine must have claimed at least one
 // partition record since, and no old replica may run. "Runs" is what the
 // server answers, any of:
 //   - an old consumer with pull requests waiting (ConsumerInfo's
@@ -137,7 +142,7 @@ type cleaning struct {
 //     PinnedClientID): a replica owns the partition (a graceful stop
 //     unpins at once; after a crash the pin lasts the group's pinned TTL);
 //   - an old consumer whose delivered or acked sequence moved while it
-//     was watched (CleanupConfig.Watch): a replica busy delivering, whose
+//     was watched (Config.Watch): a replica busy delivering, whose
 //     pulls are all answered;
 //   - an old heartbeat member.<subscription>.<replica> written within the
 //     lease bucket's TTL (an old replica deletes its own when it stops;
@@ -146,12 +151,12 @@ type cleaning struct {
 // A replica whose deliveries all wait on an endpoint (its in-flight
 // limit reached, no pull waiting) or its open breakers, and that runs no
 // ordered subscription, shows none of these. The subscriptions are
-// those the old layout still has consumers for (Discover), so a run that
-// stopped midway is finished by running it again: DeleteOldLayout
+// those the old layout still has consumers for (legacy.Discover), so a run that
+// stopped midway is finished by running it again: Delete
 // deletes the keys before the consumers that name them. When nothing of
 // the old layout is left (deleted already, or never there) nothing is
 // refused. Errors: the events stream missing, and the server's.
-func ReadCleanup(ctx context.Context, js jetstream.JetStream, cfg CleanupConfig) (*Cleanup, error) {
+func Read(ctx context.Context, js jetstream.JetStream, cfg Config) (*Leftovers, error) {
 	if cfg.Events == "" {
 		cfg.Events = wire.DefaultEventsStream
 	}
@@ -164,8 +169,8 @@ func ReadCleanup(ctx context.Context, js jetstream.JetStream, cfg CleanupConfig)
 	if cfg.Watch <= 0 {
 		cfg.Watch = DefaultWatch
 	}
-	cl := &cleaning{js: js, cfg: cfg, c: &Cleanup{Events: cfg.Events, Positions: cfg.Positions}}
-	subs, err := Discover(ctx, js, cfg.Events)
+	cl := &cleaning{js: js, cfg: cfg, c: &Leftovers{Events: cfg.Events, Positions: cfg.Positions}}
+	subs, err := legacy.Discover(ctx, js, cfg.Events)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +190,7 @@ func ReadCleanup(ctx context.Context, js jetstream.JetStream, cfg CleanupConfig)
 	if err := cl.durables(ctx); err != nil {
 		return nil, err
 	}
-	if err := cl.copy(ctx); err != nil {
+	if err := cl.copyStream(ctx); err != nil {
 		return nil, err
 	}
 	moved, err := cl.watch(ctx)
@@ -199,7 +204,7 @@ func ReadCleanup(ctx context.Context, js jetstream.JetStream, cfg CleanupConfig)
 	return cl.c, nil
 }
 
-// watch reads the old consumers' info again after CleanupConfig.Watch
+// watch reads the old consumers' info again after Config.Watch
 // and names those whose delivered or acked sequence moved meanwhile.
 func (cl *cleaning) watch(ctx context.Context) ([]string, error) {
 	if len(cl.consumers) == 0 {
@@ -251,13 +256,13 @@ func (cl *cleaning) running(beats, moved []string) {
 	}
 }
 
-// DeleteOldLayout deletes what c lists, in its order: the park bucket
+// Delete deletes what c lists, in its order: the park bucket
 // (whole when nothing else is left in it, else its listed keys, purged), the
 // old lease keys, the unordered durables, the partition consumers, and
 // last the partitioned copy. What is gone already is passed over, so a
 // run that stopped midway is finished by reading and deleting again.
 // Errors: c.Err() (nothing deleted), and the server's.
-func DeleteOldLayout(ctx context.Context, js jetstream.JetStream, c *Cleanup) error {
+func Delete(ctx context.Context, js jetstream.JetStream, c *Leftovers) error {
 	if err := c.Err(); err != nil {
 		return err
 	}
@@ -267,9 +272,9 @@ func DeleteOldLayout(ctx context.Context, js jetstream.JetStream, c *Cleanup) er
 			return fmt.Errorf("migrate: delete the park bucket %q: %w", c.ParkBucket, err)
 		}
 	case len(c.ParkKeys) > 0:
-		kv, err := js.KeyValue(ctx, ParkBucket)
+		kv, err := js.KeyValue(ctx, legacy.ParkBucket)
 		if err != nil {
-			return fmt.Errorf("migrate: park bucket %q: %w", ParkBucket, err)
+			return fmt.Errorf("migrate: park bucket %q: %w", legacy.ParkBucket, err)
 		}
 		for _, k := range c.ParkKeys {
 			if err := kv.Purge(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -293,7 +298,7 @@ func DeleteOldLayout(ctx context.Context, js jetstream.JetStream, c *Cleanup) er
 			return fmt.Errorf("migrate: delete the durable consumer %q of %q: %w", d, c.Events, err)
 		}
 	}
-	copyName := CopyStream(c.Events)
+	copyName := legacy.CopyStream(c.Events)
 	for _, d := range c.PartitionConsumers {
 		if err := js.DeleteConsumer(ctx, copyName, d); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("migrate: delete the partition consumer %q of %q: %w", d, copyName, err)

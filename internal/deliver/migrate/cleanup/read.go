@@ -1,4 +1,4 @@
-package migrate
+package cleanup
 
 import (
 	"context"
@@ -10,14 +10,16 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
+	"github.com/jsbridge/jsbridge/internal/deliver/migrate/mark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// What ReadCleanup reads: the positions bucket's state, and the old
+// What Read reads: the positions bucket's state, and the old
 // layout kind by kind.
 
-// migrated checks the positions bucket: DoneKey written, and a record
+// migrated checks the positions bucket: mark.DoneKey written, and a record
 // claimed by another owner than the migration's.
 func (cl *cleaning) migrated(ctx context.Context) error {
 	kv, err := cl.js.KeyValue(ctx, cl.cfg.Positions)
@@ -28,18 +30,18 @@ func (cl *cleaning) migrated(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migrate: positions bucket %q: %w", cl.cfg.Positions, err)
 	}
-	if cl.c.Migrated, err = getString(ctx, kv, DoneKey); err != nil {
+	if cl.c.Migrated, err = mark.Read(ctx, kv, mark.DoneKey); err != nil {
 		return err
 	}
 	if cl.c.Migrated == "" {
-		cl.c.refuse(ErrNotMigrated, "the positions bucket %q holds no %q key: run `consumer migrate` (with every old replica stopped), start the new version, then clean up", cl.cfg.Positions, DoneKey)
+		cl.c.refuse(ErrNotMigrated, "the positions bucket %q holds no %q key: run `consumer migrate` (with every old replica stopped), start the new version, then clean up", cl.cfg.Positions, mark.DoneKey)
 		return nil
 	}
 	stored, err := position.ReadAll(ctx, kv)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	if !slices.ContainsFunc(stored, func(s position.Stored) bool { return s.Revision > 0 && s.Record.Owner != Owner }) {
+	if !slices.ContainsFunc(stored, func(s position.Stored) bool { return s.Revision > 0 && s.Record.Owner != mark.Owner }) {
 		cl.c.refuse(ErrNotStarted, "every partition record of %q is still the migration's: start the new version (consumer run) and clean up once it runs; until then the old layout is what going back to the old version needs", cl.cfg.Positions)
 	}
 	return nil
@@ -48,42 +50,26 @@ func (cl *cleaning) migrated(ctx context.Context) error {
 // parkKeys lists the park bucket's keys of the old subscriptions and its
 // epoch counter, and whether the bucket is left empty after them.
 func (cl *cleaning) parkKeys(ctx context.Context) error {
-	kv, err := cl.js.KeyValue(ctx, ParkBucket)
+	kv, err := cl.js.KeyValue(ctx, legacy.ParkBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("migrate: park bucket %q: %w", ParkBucket, err)
+		return fmt.Errorf("migrate: park bucket %q: %w", legacy.ParkBucket, err)
 	}
 	all, err := listKeys(ctx, kv)
 	if err != nil {
 		return err
 	}
 	for _, k := range all {
-		if k == wire.EpochKey || slices.ContainsFunc(cl.subs, func(sub string) bool { return oldParkKey(k, sub) }) {
+		if k == wire.EpochKey || slices.ContainsFunc(cl.subs, func(sub string) bool { return legacy.OldParkKey(k, sub) }) {
 			cl.c.ParkKeys = append(cl.c.ParkKeys, k)
 		}
 	}
 	if cl.c.ParkKept = len(all) - len(cl.c.ParkKeys); cl.c.ParkKept == 0 {
-		cl.c.ParkBucket = ParkBucket
+		cl.c.ParkBucket = legacy.ParkBucket
 	}
 	return nil
-}
-
-// oldParkKey reports whether k is one of the park bucket's keys of
-// subscription sub: its park entries (ParkedKey, two tokens), and
-// its skipped versions, failed-attempt counts, delivered records and
-// aside records (a prefix, the subscription, then one or two tokens).
-func oldParkKey(k, sub string) bool {
-	if rest, ok := strings.CutPrefix(k, sub+"."); ok && !strings.Contains(rest, ".") {
-		return true
-	}
-	for _, prefix := range []string{wire.SkippedKeyPrefix, attemptsToken + ".", deliveredKeyPrefix, asideKeyPrefix} {
-		if rest, ok := strings.CutPrefix(k, prefix+sub+"."); ok && rest != "" {
-			return true
-		}
-	}
-	return false
 }
 
 // leaseKeys lists the old engine's keys in the lease bucket, and returns
@@ -107,7 +93,7 @@ func (cl *cleaning) leaseKeys(ctx context.Context) ([]string, error) {
 	var beats []string
 	now := cl.cfg.Clock.Now()
 	for _, k := range all {
-		old, heartbeat := oldLeaseKey(k) // not the shared engine's (two tokens)
+		old, heartbeat := legacy.OldLeaseKey(k) // not the shared engine's (two tokens)
 		if old {
 			cl.c.LeaseKeys = append(cl.c.LeaseKeys, k)
 		}
@@ -138,7 +124,7 @@ func (cl *cleaning) durables(ctx context.Context) error {
 	}
 	l := s.ListConsumers(ctx)
 	for ci := range l.Info() {
-		if ci.Config.Durable != "" && strings.HasPrefix(ci.Config.Description, DurableDescription) {
+		if ci.Config.Durable != "" && strings.HasPrefix(ci.Config.Description, legacy.DurableDescription) {
 			cl.c.Durables = append(cl.c.Durables, ci.Name)
 			cl.consumers = append(cl.consumers, ci)
 		}
@@ -150,10 +136,10 @@ func (cl *cleaning) durables(ctx context.Context) error {
 	return nil
 }
 
-// copy lists the partitioned copy's partition consumers, and its other
+// copyStream lists the partitioned copy's partition consumers, and its other
 // consumers (which keep it).
-func (cl *cleaning) copy(ctx context.Context) error {
-	name := CopyStream(cl.cfg.Events)
+func (cl *cleaning) copyStream(ctx context.Context) error {
+	name := legacy.CopyStream(cl.cfg.Events)
 	s, err := cl.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil
@@ -163,7 +149,7 @@ func (cl *cleaning) copy(ctx context.Context) error {
 	}
 	l := s.ListConsumers(ctx)
 	for ci := range l.Info() {
-		if _, _, ok := parsePartitionDurable(ci.Name); ok {
+		if _, _, ok := legacy.ParsePartitionDurable(ci.Name); ok {
 			cl.c.PartitionConsumers = append(cl.c.PartitionConsumers, ci.Name)
 			cl.consumers = append(cl.consumers, ci)
 		} else {

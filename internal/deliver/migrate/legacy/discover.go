@@ -1,4 +1,4 @@
-package migrate
+package legacy
 
 import (
 	"context"
@@ -11,6 +11,14 @@ import (
 
 	"github.com/jsbridge/jsbridge/wire"
 )
+
+// Subscription is one subscription of the old layout: its name (the
+// unordered durable's, the partition consumers' prefix) and whether it is
+// ordered (ordering: stream).
+type Subscription struct {
+	Name    string `json:"name"`
+	Ordered bool   `json:"ordered"`
+}
 
 // Discover lists the subscriptions the old layout on js holds for the
 // events stream events (default wire.DefaultEventsStream), by name: an
@@ -38,7 +46,7 @@ func Discover(ctx context.Context, js jetstream.JetStream, events string) ([]Sub
 			return nil, err
 		}
 		for _, n := range names {
-			if sub, _, ok := parsePartitionDurable(n); ok {
+			if sub, _, ok := ParsePartitionDurable(n); ok {
 				ordered[sub] = true
 			}
 		}

@@ -1,0 +1,73 @@
+package legacy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ParkKeys lists the keys of the park bucket kv (nil: none) matching
+// filter, sorted.
+func ParkKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]string, error) {
+	if kv == nil {
+		return nil, nil
+	}
+	l, err := kv.ListKeysFiltered(ctx, filter)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("migrate: list %q in the park bucket: %w", filter, err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	_ = l.Stop()
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// ParkEntries reads the entries of the park bucket kv (nil: none) whose
+// keys match filter, by key; a key deleted between the listing and its
+// read is passed over.
+func ParkEntries(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
+	keys, err := ParkKeys(ctx, kv, filter)
+	if err != nil {
+		return nil, err
+	}
+	var out []jetstream.KeyValueEntry
+	for _, k := range keys {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("migrate: read %q of the park bucket: %w", k, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// ListParked reads the park entries of subscription from the park bucket
+// kv (nil: none), by key; an entry deleted meanwhile is passed over.
+func ListParked(ctx context.Context, kv jetstream.KeyValue, subscription string) ([]ParkEntry, error) {
+	entries, err := ParkEntries(ctx, kv, subscription+".*")
+	if err != nil {
+		return nil, err
+	}
+	var out []ParkEntry
+	for _, e := range entries {
+		var pe ParkEntry
+		if err := json.Unmarshal(e.Value(), &pe); err != nil {
+			return nil, fmt.Errorf("migrate: the park entry %q: %w", e.Key(), err)
+		}
+		out = append(out, pe)
+	}
+	return out, nil
+}
