@@ -21,7 +21,6 @@ import (
 const (
 	orderedStreams    = 1000
 	orderedPartitions = 16
-	orderedAckWait    = 5 * time.Second
 	orderedLeaseTTL   = 2 * time.Second
 )
 
@@ -45,7 +44,7 @@ func (e *env) consumerRun(ctx context.Context, s *partSink, name, ordering strin
 			"--nats-url", e.srv.ClientURL(), "--start", "all", "--name", name, "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
 			"--allow-private", "--max-in-flight", fmt.Sprint(e.cfg.InFlight), "--ops-addr", "", "--log-level", "warn",
 			"--ordering", ordering, "--partitions", fmt.Sprint(orderedPartitions), "--lease-ttl", orderedLeaseTTL.String(),
-			"--ack-wait", orderedAckWait.String(), "--timeout", "2s", "--replica-id", fmt.Sprintf("%s-%d", name, i),
+			"--timeout", "2s", "--replica-id", fmt.Sprintf("%s-%d", name, i),
 		}
 		ops := 0
 		var err error
