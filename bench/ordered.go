@@ -4,9 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/proc"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -17,7 +21,6 @@ import (
 const (
 	orderedStreams    = 1000
 	orderedPartitions = 16
-	orderedAckWait    = 5 * time.Second
 	orderedLeaseTTL   = 2 * time.Second
 )
 
@@ -41,7 +44,7 @@ func (e *env) consumerRun(ctx context.Context, s *partSink, name, ordering strin
 			"--nats-url", e.srv.ClientURL(), "--start", "all", "--name", name, "--filter", wire.All(wire.DefaultEventsPrefix), "--url", s.url,
 			"--allow-private", "--max-in-flight", fmt.Sprint(e.cfg.InFlight), "--ops-addr", "", "--log-level", "warn",
 			"--ordering", ordering, "--partitions", fmt.Sprint(orderedPartitions), "--lease-ttl", orderedLeaseTTL.String(),
-			"--ack-wait", orderedAckWait.String(), "--timeout", "2s", "--replica-id", fmt.Sprintf("%s-%d", name, i),
+			"--timeout", "2s", "--replica-id", fmt.Sprintf("%s-%d", name, i),
 		}
 		ops := 0
 		var err error
@@ -123,12 +126,16 @@ func (e *env) orderedRows(ctx context.Context) ([]row, error) {
 	defer s.srv.Close()
 	var rows []row
 	for _, replicas := range []int{1, 2} {
-		s.reset(n)
+		if err := e.freshPositions(ctx, s, n); err != nil {
+			return nil, err
+		}
 		none, _, err := e.consumerRun(ctx, s, fmt.Sprintf("none%d", replicas), "none", replicas, n, false)
 		if err != nil {
 			return nil, err
 		}
-		s.reset(n)
+		if err := e.freshPositions(ctx, s, n); err != nil {
+			return nil, err
+		}
 		ord, _, err := e.consumerRun(ctx, s, fmt.Sprintf("ordered%d", replicas), "stream", replicas, n, false)
 		if err != nil {
 			return nil, err
@@ -144,10 +151,29 @@ func (e *env) orderedRows(ctx context.Context) ([]row, error) {
 			Met:       ratio >= 0.9,
 		})
 	}
-	s.reset(n)
+	if err := e.freshPositions(ctx, s, n); err != nil {
+		return nil, err
+	}
 	_, ho, err := e.consumerRun(ctx, s, "handover", "stream", 2, n, true)
 	if err != nil {
 		return nil, err
 	}
 	return append(rows, ho.row()), nil
+}
+
+// freshPositions deletes the lease and positions buckets the last run
+// left and resets the sink, so that the next run's subscription starts
+// on partition records of its own. Each run has a subscription of its
+// own on the same events: on the last run's records (their floors at
+// the head) it joined every partition behind and was delivered by
+// cursors (a per-partition re-read of EVENTS) instead of the shared
+// read, which is what these rows measure.
+func (e *env) freshPositions(ctx context.Context, s *partSink, n int) error {
+	for _, b := range []string{wire.DefaultLeaseBucket, position.DefaultBucket} {
+		if err := e.js.DeleteKeyValue(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return fmt.Errorf("delete bucket %s: %w", b, err)
+		}
+	}
+	s.reset(n)
+	return nil
 }

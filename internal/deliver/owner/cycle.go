@@ -126,18 +126,19 @@ func (o *Owner) cycle(stopping bool) {
 		o.log.Info("releasing partition: another replica's share now", slog.Int("partition", p))
 		o.end(c, ErrReleased)
 	}
+	if err := ctx.Err(); err != nil {
+		o.log.Warn("lease renewals took longer than half the lease TTL; claims wait for the next round", slog.Duration("lease_ttl", o.ttl))
+		return
+	}
+	var todo []int
+	o.mu.Lock()
 	for _, p := range claim {
-		if err := ctx.Err(); err != nil {
-			o.log.Warn("lease renewals and claims took longer than half the lease TTL; the rest waits for the next round", slog.Duration("lease_ttl", o.ttl))
-			return
-		}
-		o.mu.Lock()
-		_, ending := o.claims[p] // lost here, its work not ended yet
-		o.mu.Unlock()
-		if !ending {
-			o.claim(ctx, p, start)
+		if _, ending := o.claims[p]; !ending { // lost here, its work not ended yet
+			todo = append(todo, p)
 		}
 	}
+	o.mu.Unlock()
+	o.claimAll(ctx, todo, start)
 }
 
 // heartbeat writes this replica's membership key, and tells the view.
@@ -216,28 +217,54 @@ func (o *Owner) deleteFinished(ctx context.Context) {
 	}
 }
 
-// claim creates partition p's lease key, takes its epoch and tells the
-// caller (Callbacks.Gained). A key that exists is another replica's (the
-// view was late): nothing is claimed. An epoch that cannot be taken
-// deletes the lease again.
-func (o *Owner) claim(ctx context.Context, p int, start time.Time) {
-	key := LeaseKey(p)
-	rev, err := o.kv.Create(ctx, key, []byte(o.cfg.Replica))
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+// claimAll creates the lease keys of partitions ps, all at once (one
+// after the other, a dead replica's eight partitions took eight round
+// trips and, under load, more than the cycle's time), takes the epochs of
+// those created with one write of the counter (Epochs.NextFor) and tells
+// the caller of each (Callbacks.Gained). A key that exists is another
+// replica's (the view was late, or the server has not expired it yet):
+// that partition is not claimed. Epochs that cannot be taken delete the
+// leases again.
+func (o *Owner) claimAll(ctx context.Context, ps []int, start time.Time) {
+	revs := make([]uint64, len(ps))
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { revs[i], errs[i] = o.kv.Create(ctx, LeaseKey(p), []byte(o.cfg.Replica)) })
+	}
+	wg.Wait()
+	var created []int
+	var createdRevs []uint64
+	for i, p := range ps {
+		switch err := errs[i]; {
+		case err == nil:
+			created, createdRevs = append(created, p), append(createdRevs, revs[i])
+		case !errors.Is(err, jetstream.ErrKeyExists):
 			o.warn.Warn(o.log, "", "claiming a partition lease failed", slog.Int("partition", p), slog.Any("error", err))
 			o.restore(ctx, err)
 		}
+	}
+	if len(created) == 0 {
 		return
 	}
-	epoch, err := o.epochs.Next(ctx, rev)
+	epochs, err := o.epochs.NextFor(ctx, createdRevs)
 	if err != nil {
-		o.warn.Warn(o.log, "", "giving a claimed partition its lease epoch failed; releasing the lease", slog.Int("partition", p), slog.Any("error", err))
-		if err := o.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
-			o.log.Debug("deleting an unused lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
+		o.warn.Warn(o.log, "", "giving claimed partitions their lease epochs failed; releasing the leases", slog.Any("partitions", created), slog.Any("error", err))
+		for i, p := range created {
+			if err := o.kv.Delete(ctx, LeaseKey(p), jetstream.LastRevision(createdRevs[i])); err != nil {
+				o.log.Debug("deleting an unused lease failed; it expires", slog.Int("partition", p), slog.Any("error", err))
+			}
 		}
 		return
 	}
+	for i, p := range created {
+		o.gain(p, epochs[i], createdRevs[i], start)
+	}
+}
+
+// gain records the claim of partition p (its lease created at revision
+// rev, its epoch taken) and tells the caller (Callbacks.Gained).
+func (o *Owner) gain(p int, epoch, rev uint64, start time.Time) {
 	cctx, cancel := context.WithCancelCause(context.Background())
 	c := &Claim{Partition: p, Epoch: epoch, Fence: NewFence(cctx, o.clock, start.Add(o.ttl-o.ttl/4)),
 		cancel: cancel, done: make(chan struct{}), o: o, rev: rev}

@@ -59,19 +59,40 @@ var ErrEpochContended = errors.New("the lease epoch counter changed at every try
 // back with a compare-and-set. Errors: the bucket's, a counter that is
 // not a base-10 integer, or ErrEpochContended.
 func (e Epochs) Next(ctx context.Context, rev uint64) (uint64, error) {
+	epochs, err := e.NextFor(ctx, []uint64{rev})
+	if err != nil {
+		return 0, err
+	}
+	return epochs[0], nil
+}
+
+// NextFor returns the epochs of several claims, one for each lease
+// created at revs[i], with one compare-and-set of the counter for all of
+// them (a cycle claiming a dead replica's partitions takes their epochs
+// in one round trip, not one each): epochs[i] is above the counter and
+// above epochs[i-1], at least revs[i]; the counter is written to the
+// last. revs empty: nothing is read or written. Errors as Next's.
+func (e Epochs) NextFor(ctx context.Context, revs []uint64) ([]uint64, error) {
+	if len(revs) == 0 {
+		return nil, nil
+	}
 	for range epochTries {
 		last, at, err := e.read(ctx)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		epoch := max(last+1, rev)
-		if err := e.write(ctx, epoch, at); err == nil {
-			return epoch, nil
+		epochs := make([]uint64, len(revs))
+		for i, rev := range revs {
+			last = max(last+1, rev)
+			epochs[i] = last
+		}
+		if err := e.write(ctx, last, at); err == nil {
+			return epochs, nil
 		} else if !RevisionLost(err) {
-			return 0, err
+			return nil, err
 		}
 	}
-	return 0, fmt.Errorf("owner: lease epoch: %w", ErrEpochContended)
+	return nil, fmt.Errorf("owner: lease epoch: %w", ErrEpochContended)
 }
 
 // Raise lifts the counter to at least floor, so that the next claim's

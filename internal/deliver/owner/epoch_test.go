@@ -98,3 +98,27 @@ func TestRefusedEpochFloorNeverWraps(t *testing.T) {
 		require.GreaterOrEqual(t, RefusedEpochFloor(e, 0), uint64(math.MaxUint64/2), "epoch %d", e)
 	}
 }
+
+// Several claims take their epochs with one write of the counter: each
+// above the counter and the one before, at least its lease's revision,
+// and the counter left at the last.
+func TestLeaseEpochsForSeveralClaimsInOneWrite(t *testing.T) {
+	t.Parallel()
+	le := newLeaseEpochs(t)
+	ctx := context.Background()
+	first, err := le.Next(ctx, 3)
+	require.NoError(t, err)
+	es, err := le.NextFor(ctx, []uint64{1, 10, 2})
+	require.NoError(t, err)
+	require.Equal(t, []uint64{first + 1, 10, 11}, es)
+	e, err := le.KV.Get(ctx, wire.EpochKey)
+	require.NoError(t, err)
+	require.Equal(t, "11", string(e.Value()))
+	require.Equal(t, uint64(2), e.Revision(), "one write for the three claims")
+	none, err := le.NextFor(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, none)
+	next, err := le.Next(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, uint64(12), next)
+}

@@ -224,6 +224,33 @@ func TestReplicasSharePartitionsEachWithOneOwner(t *testing.T) {
 	}
 }
 
+// A replica taking many partitions in one cycle (all of them at its
+// start, as a survivor takes a dead replica's) creates their leases at
+// once and takes their epochs with one write of the counter, not one
+// each: one claim after the other, eight partitions were 24 round trips,
+// past the cycle's half TTL under load.
+func TestOneCycleTakesItsClaimsEpochsInOneWrite(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 8, 10*time.Second)
+	clock := clockwork.NewFakeClock()
+	a := w.start("a", clock)
+	kv := w.leaseBucket(t)
+	drive(t, w.ttl/16, func() bool { return w.settled(t, kv, a) }, "a takes every partition", clock)
+	js, _ := connect(t, w.srv)
+	ekv, err := js.KeyValue(t.Context(), "epochs")
+	require.NoError(t, err)
+	e, err := ekv.Get(t.Context(), wire.EpochKey)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), e.Revision(), "the eight claims' epochs in one write")
+	w.epochsGrew(t)
+	got := map[uint64]bool{}
+	for p := range w.p {
+		require.Equal(t, 1, w.claims(p))
+		got[w.epochs[p][0]] = true
+	}
+	require.Len(t, got, w.p, "each claim its own epoch")
+}
+
 // A replica stopped gracefully releases its partitions (their work ends,
 // their leases are deleted, its heartbeat too) and the others take them
 // over at once, well before the lease TTL (10 s, real time on the

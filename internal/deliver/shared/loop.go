@@ -126,6 +126,13 @@ func (l *loop) poke() {
 	}
 }
 
+// asked reports whether a request waits.
+func (l *loop) asked() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pending) > 0
+}
+
 // requests returns the requests asked since the last call.
 func (l *loop) requests() []request {
 	l.mu.Lock()
@@ -221,10 +228,17 @@ func (l *loop) apply(rd *reader.Reader, live map[int]*fanout.Partition, req requ
 
 // next runs one round of the cursors, then waits for the reader's next
 // event (bounded by catchUpPoll while a cursor reads) and dispatches it.
-// A request interrupts the wait.
+// A request interrupts the wait, and ends the round between two
+// partitions' cursor reads: a partition just claimed is taken before the
+// others' cursors read on (each read is a batch of direct gets; with a
+// few partitions behind, a round of them held a survivor's takes for
+// seconds after a replica died).
 func (l *loop) next(ctx context.Context, rd *reader.Reader, live map[int]*fanout.Partition) {
 	behind := 0
 	for p, fan := range live {
+		if l.asked() {
+			return
+		}
 		n, err := fan.CatchUp(ctx)
 		if err != nil && ctx.Err() == nil {
 			l.warn.Warn(l.log, "cursor", "shared: cursor read", slog.Int("partition", p), slog.Any("error", err))
