@@ -20,31 +20,33 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
+// Message is the event an attempt delivers, as the events stream holds
+// it: its sequence there (the attempts record's StreamSeq), its subject,
+// its headers (the event id, the CloudEvents attributes, the stream
+// version, the trace context) and its body.
+type Message struct {
+	Seq     uint64
+	Subject string
+	Header  nats.Header
+	Data    []byte
+}
+
 // Call is what one attempt takes beyond its message and number: the
 // settler's specifics, as parameters.
 type Call struct {
-	// ID is the message's event id (EventID); "" makes the message one
-	// that cannot become a webhook (ActDeadLetter, OutcomeTerm).
-	ID string
-	// Traced is the message as the attempt's span and record name it
-	// (nil: the message itself). An ordered partition's message of the
-	// partitioned copy is named as on the events stream.
-	Traced jetstream.Msg
 	// Replica, when not "", is sent as Jsbridge-Replica.
 	Replica string
-	// Order is the webhook's place in its stream's version chain,
-	// signed with the request (nil: none).
-	Order *webhook.OrderFields
-	// Owner, when not nil and Order is nil (an event without a stream
-	// version), is the partition's owner: its Jsbridge-Partition and
-	// Jsbridge-Lease-Epoch are sent unsigned.
-	Owner *Owner
+	// Chain, when not nil, is an ordered subscription's: the message's
+	// place in its stream's version chain (OrderFieldsOf) is signed with
+	// the request, or, for a message without a stream version, the
+	// owner's Jsbridge-Partition and Jsbridge-Lease-Epoch go unsigned.
+	Chain *Chain
 	// Ready, when not nil, is asked once the request is built, before the
 	// attempt starts: gen is the throttle's generation (Gate), done is
 	// called once the POST ended (nil: nothing), and !ok means the
@@ -69,57 +71,66 @@ type Call struct {
 	AfterFailure bool
 }
 
-// Owner is a partition's owner as an ordered webhook names it.
-type Owner struct {
+// Chain is an ordered webhook's sender side of the version chain: the
+// version its subscription delivered of the stream before this one
+// (Previous; -1: none), and the partition's owner, its partition and
+// lease epoch.
+type Chain struct {
+	Previous  int64
 	Partition int
 	Epoch     uint64
 }
 
-// Attempt makes attempt n (1-based) of msg: it builds the webhook, waits
-// for c.Ready, starts the attempt's span, POSTs it through the breaker
-// (and c.Fence), feeds the answer to the throttle and the health, and
-// returns what the answer means for msg. The settlement's Trace is the
-// attempt's span and record, decided with the settlement's outcome: the
-// settler ends it with End, after deciding it again if its act fails
-// (a dead letter that could not be written). Attempt counts the outcomes
-// no settler changes (ActBreakerOpen, ActCut); the settler counts the
-// rest once it acted (Count).
-func (r *Sender) Attempt(ctx context.Context, msg jetstream.Msg, n int, c Call) Settlement {
-	traced := c.Traced
-	if traced == nil {
-		traced = msg
+// Attempt makes attempt n (1-based) of msg: it reads the event id (and,
+// with c.Chain, the place in the version chain) from msg's headers,
+// builds the webhook, waits for c.Ready, starts the attempt's span,
+// POSTs it through the breaker (and c.Fence), feeds the answer to the
+// throttle and the health, and returns what the answer means for msg,
+// with the event id and the order fields the settler's dead letter
+// names. The settlement's Trace is the attempt's span and record,
+// decided with the settlement's outcome: the settler ends it with End,
+// after deciding it again if it settles otherwise (an order gate's
+// refusals turned order-stuck, a dead letter that could not be
+// written). Attempt counts the outcomes no settler changes
+// (ActBreakerOpen, ActCut); the settler counts the rest once it acted
+// (Count).
+func (r *Sender) Attempt(ctx context.Context, msg Message, n int, c Call) Settlement {
+	id := EventIDOf(msg.Header)
+	var order *webhook.OrderFields
+	if c.Chain != nil {
+		order = OrderFieldsOf(msg.Header, c.Chain.Previous, c.Chain.Partition, c.Chain.Epoch)
 	}
-	body, hdr, err := r.request(msg, c.ID, c.Replica)
+	body, hdr, err := r.request(msg, id, c.Replica)
 	if err != nil {
-		_, tr := r.start(ctx, traced, c.ID, n)
+		_, tr := r.start(ctx, msg, id, n)
 		tr.afterFailure = c.AfterFailure
-		s := Settlement{Act: ActDeadLetter, Outcome: OutcomeTerm, Class: ClassNone, Reason: err.Error(), Trace: tr}
+		s := Settlement{Act: ActDeadLetter, Outcome: OutcomeTerm, Class: ClassNone, Reason: err.Error(), EventID: id, Order: order, Trace: tr}
 		tr.Decide(s.Outcome, s.Class, s.Reason)
 		return s
 	}
-	if c.Order == nil && c.Owner != nil {
-		hdr.Set(wire.HeaderPartition, strconv.Itoa(c.Owner.Partition))
-		hdr.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(c.Owner.Epoch, 10))
+	if order == nil && c.Chain != nil {
+		hdr.Set(wire.HeaderPartition, strconv.Itoa(c.Chain.Partition))
+		hdr.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(c.Chain.Epoch, 10))
 	}
 	gen := c.Gen
 	if c.Ready != nil {
 		g, done, ok := c.Ready()
 		if !ok {
-			return Settlement{Act: ActNotReady}
+			return Settlement{Act: ActNotReady, EventID: id, Order: order}
 		}
 		if done != nil {
 			defer done()
 		}
 		gen = g
 	}
-	actx, tr := r.start(ctx, traced, c.ID, n)
+	actx, tr := r.start(ctx, msg, id, n)
 	tr.afterFailure = c.AfterFailure
-	resp, notSent := r.send(actx, tr, c.InProgress, c.Fence, gen, c.ID, body, hdr, c.Order)
+	resp, notSent := r.send(actx, tr, c.InProgress, c.Fence, gen, id, body, hdr, order)
 	var s Settlement
 	switch {
 	case errors.Is(notSent, ErrLeasePassed):
 		tr.EndNotSent(notSent)
-		return Settlement{Act: ActNotSent, Reason: notSent.Error()}
+		return Settlement{Act: ActNotSent, Reason: notSent.Error(), EventID: id, Order: order}
 	case notSent != nil:
 		s = Settlement{Act: ActBreakerOpen, Outcome: OutcomeBreakerOpen, Class: ClassNone, Reason: "circuit breaker open: not sent", Delay: r.br.OpenTimeout()}
 		r.Count(s.Outcome, s.Class, 0)
@@ -129,7 +140,7 @@ func (r *Sender) Attempt(ctx context.Context, msg jetstream.Msg, n int, c Call) 
 	default:
 		s = SettlementOf(resp, n, r.sub.MaxDeliver, r.sub.BackOff)
 	}
-	s.Response, s.Trace = resp, tr
+	s.Response, s.EventID, s.Order, s.Trace = resp, id, order, tr
 	tr.Decide(s.Outcome, s.Class, s.Reason)
 	return s
 }
@@ -203,6 +214,11 @@ type Settlement struct {
 	// Response is the answer (the zero Response when nothing was sent or
 	// the message could not become a webhook).
 	Response Response
+	// EventID is the message's event id (EventIDOf; "" when it has none).
+	EventID string
+	// Order is the message's place in its stream's version chain, as the
+	// webhook named it (nil: none; see Call.Chain).
+	Order *webhook.OrderFields
 	// Trace is the attempt's span and record, decided with Outcome,
 	// Class and Reason; the settler ends it with End (nil for
 	// ActNotSent and ActNotReady).
@@ -258,11 +274,3 @@ func retryDelay(backOff []time.Duration, attempt int, retryAfter time.Duration) 
 // errNoEventID is the reason a message without an event id is
 // dead-lettered.
 var errNoEventID = errors.New("message has no Nats-Msg-Id or ce-id")
-
-// Number is msg's attempt, 1-based: JetStream's delivery count.
-func Number(msg jetstream.Msg) int {
-	if md, err := msg.Metadata(); err == nil {
-		return int(md.NumDelivered)
-	}
-	return 1
-}

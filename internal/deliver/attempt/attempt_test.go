@@ -14,7 +14,6 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/breaker"
@@ -127,12 +126,12 @@ func setup(t *testing.T, answer http.HandlerFunc) *bundle {
 }
 
 // orderPlaced is a message of event 1042, stream order-42 version 3.
-func orderPlaced() dataMsg {
-	return dataMsg{headerMsg: headerMsg{h: nats.Header{
+func orderPlaced() Message {
+	return Message{Seq: 7, Subject: "events.order.order-42.OrderPlaced", Header: nats.Header{
 		wire.HeaderMsgID: {"1042"}, wire.HeaderID: {"1042"}, wire.HeaderType: {"OrderPlaced"}, wire.HeaderSubject: {"order-42"},
 		wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}, wire.HeaderContentType: {"application/json"},
 		wire.HeaderStreamVersion: {"3"},
-	}}, data: []byte(`{"order":"order-42"}`)}
+	}, Data: []byte(`{"order":"order-42"}`)}
 }
 
 func status(code int, hdr ...string) http.HandlerFunc {
@@ -152,7 +151,7 @@ func status(code int, hdr ...string) http.HandlerFunc {
 func TestAttemptAcksA2xx(t *testing.T) {
 	t.Parallel()
 	b := setup(t, status(http.StatusNoContent))
-	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{ID: "1042", Replica: "r1"})
+	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{Replica: "r1"})
 	b.snd.End(s.Trace)
 	require.Equal(t, ActAck, s.Act)
 	require.Equal(t, OutcomeAck, s.Outcome)
@@ -169,7 +168,7 @@ func TestAttemptAcksA2xx(t *testing.T) {
 	require.Equal(t, 1, b.health.succeeded)
 	require.Empty(t, b.records.list(), "a 2xx on the first attempt is not recorded")
 
-	s = b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{ID: "1042", AfterFailure: true})
+	s = b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{AfterFailure: true})
 	b.snd.End(s.Trace)
 	require.Equal(t, ActAck, s.Act)
 	<-b.requests
@@ -186,14 +185,14 @@ func TestAttemptAcksA2xx(t *testing.T) {
 func TestAttemptRetriesThenExhausts(t *testing.T) {
 	t.Parallel()
 	b := setup(t, status(http.StatusInternalServerError))
-	s := b.snd.Attempt(context.Background(), orderPlaced(), 2, Call{ID: "1042"})
+	s := b.snd.Attempt(context.Background(), orderPlaced(), 2, Call{})
 	b.snd.End(s.Trace)
 	require.Equal(t, ActRetry, s.Act)
 	require.Equal(t, 5*time.Second, s.Delay, "the backoff's second entry")
 	require.EqualValues(t, 1, b.br.failures.Load())
 	require.Equal(t, 1, b.health.failed)
 
-	s = b.snd.Attempt(context.Background(), orderPlaced(), 3, Call{ID: "1042"})
+	s = b.snd.Attempt(context.Background(), orderPlaced(), 3, Call{})
 	b.snd.End(s.Trace)
 	require.Equal(t, ActDeadLetter, s.Act)
 	require.Equal(t, OutcomeExhausted, s.Outcome)
@@ -206,7 +205,7 @@ func TestAttemptRetriesThenExhausts(t *testing.T) {
 func TestAttemptThrottledHoldsTheNextPost(t *testing.T) {
 	t.Parallel()
 	b := setup(t, status(http.StatusServiceUnavailable, "Retry-After", "3"))
-	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{ID: "1042"})
+	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{})
 	b.snd.End(s.Trace)
 	require.Equal(t, ActThrottle, s.Act)
 	require.Equal(t, 3*time.Second, s.Delay)
@@ -246,7 +245,7 @@ func TestAttemptThrottledHoldsTheNextPost(t *testing.T) {
 func TestAttemptGoneDisables(t *testing.T) {
 	t.Parallel()
 	b := setup(t, status(http.StatusGone))
-	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{ID: "1042"})
+	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{})
 	b.snd.End(s.Trace)
 	require.Equal(t, ActDisable, s.Act)
 	require.Len(t, b.health.disabled, 1)
@@ -259,7 +258,10 @@ func TestAttemptGoneDisables(t *testing.T) {
 func TestAttemptMalformedIsNotSent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, status(http.StatusNoContent))
-	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{})
+	msg := orderPlaced()
+	delete(msg.Header, wire.HeaderMsgID)
+	delete(msg.Header, wire.HeaderID)
+	s := b.snd.Attempt(context.Background(), msg, 1, Call{})
 	b.snd.End(s.Trace)
 	require.Equal(t, ActDeadLetter, s.Act)
 	require.Equal(t, OutcomeTerm, s.Outcome)
@@ -274,7 +276,7 @@ func TestAttemptBreakerOpen(t *testing.T) {
 	t.Parallel()
 	b := setup(t, status(http.StatusNoContent))
 	b.br.open.Store(true)
-	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{ID: "1042"})
+	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{})
 	b.snd.End(s.Trace)
 	require.Equal(t, ActBreakerOpen, s.Act)
 	require.Equal(t, OutcomeBreakerOpen, s.Outcome)
@@ -292,14 +294,14 @@ func TestAttemptOrderedParameters(t *testing.T) {
 	b := setup(t, status(http.StatusNoContent))
 	ctx := context.Background()
 
-	s := b.snd.Attempt(ctx, orderPlaced(), 1, Call{ID: "1042", Ready: func() (uint64, func(), bool) { return 0, nil, false }})
+	s := b.snd.Attempt(ctx, orderPlaced(), 1, Call{Ready: func() (uint64, func(), bool) { return 0, nil, false }})
 	require.Equal(t, ActNotReady, s.Act)
 	require.Nil(t, s.Trace)
 
 	refused := func(ctx context.Context) (context.Context, context.CancelFunc, error) {
 		return nil, nil, ErrLeasePassed
 	}
-	s = b.snd.Attempt(ctx, orderPlaced(), 1, Call{ID: "1042", Fence: refused})
+	s = b.snd.Attempt(ctx, orderPlaced(), 1, Call{Fence: refused})
 	require.Equal(t, ActNotSent, s.Act)
 	require.Nil(t, s.Trace)
 	require.Empty(t, b.requests)
@@ -307,20 +309,26 @@ func TestAttemptOrderedParameters(t *testing.T) {
 
 	var released atomic.Bool
 	ready := func() (uint64, func(), bool) { return 0, func() { released.Store(true) }, true }
-	s = b.snd.Attempt(ctx, orderPlaced(), 1, Call{ID: "1042", Ready: ready, Owner: &Owner{Partition: 4, Epoch: 9}})
+	unversioned := orderPlaced()
+	delete(unversioned.Header, wire.HeaderStreamVersion)
+	s = b.snd.Attempt(ctx, unversioned, 1, Call{Ready: ready, Chain: &Chain{Previous: 2, Partition: 4, Epoch: 9}})
 	b.snd.End(s.Trace)
 	require.Equal(t, ActAck, s.Act)
+	require.Nil(t, s.Order, "no stream version: no version chain")
 	require.True(t, released.Load(), "done called once the POST ended")
 	req := <-b.requests
 	require.Equal(t, "4", req.Header.Get(wire.HeaderPartition))
 	require.Equal(t, "9", req.Header.Get(wire.HeaderLeaseEpoch))
+	require.Empty(t, req.Header.Get(wire.HeaderOrderSignature))
 
-	order := &webhook.OrderFields{Stream: "order-42", Version: 3, Previous: 2, Partition: 4, Epoch: 9}
-	s = b.snd.Attempt(ctx, orderPlaced(), 1, Call{ID: "1042", Order: order, Owner: &Owner{Partition: 4, Epoch: 9}})
+	s = b.snd.Attempt(ctx, orderPlaced(), 1, Call{Chain: &Chain{Previous: 2, Partition: 4, Epoch: 9}})
 	b.snd.End(s.Trace)
 	require.Equal(t, ActAck, s.Act)
+	require.Equal(t, "1042", s.EventID)
+	require.Equal(t, &webhook.OrderFields{Stream: "order-42", Version: 3, Previous: 2, Partition: 4, Epoch: 9}, s.Order)
 	req = <-b.requests
 	require.Equal(t, "2", req.Header.Get(wire.HeaderPreviousVersion))
+	require.Equal(t, "4", req.Header.Get(wire.HeaderPartition))
 	require.NotEmpty(t, req.Header.Get(wire.HeaderOrderSignature))
 }
 
@@ -336,7 +344,7 @@ func TestAttemptKeepsALongPostAlive(t *testing.T) {
 	var inProgress atomic.Int32
 	done := make(chan Settlement, 1)
 	go func() {
-		done <- b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{ID: "1042", InProgress: func() error { inProgress.Add(1); return nil }})
+		done <- b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{InProgress: func() error { inProgress.Add(1); return nil }})
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -353,9 +361,4 @@ func TestAttemptKeepsALongPostAlive(t *testing.T) {
 	require.Equal(t, ActAck, s.Act)
 	b.clock.Advance(half)
 	require.Never(t, func() bool { return inProgress.Load() > 2 }, 50*time.Millisecond, 5*time.Millisecond, "stopped with the POST")
-}
-
-// Metadata: the test messages have none (no JetStream behind them).
-func (m headerMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	return nil, errors.New("no metadata: not from JetStream")
 }

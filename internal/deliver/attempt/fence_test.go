@@ -42,10 +42,10 @@ func TestFailuresAnsweredAfterTheLeaseDeadlineDoNotOpenTheBreaker(t *testing.T) 
 		}
 	}
 	post := func(r *Sender, fence PostFence) {
-		msg := dataMsg{headerMsg: headerMsg{h: nats.Header{wire.HeaderMsgID: {"1"}, wire.HeaderID: {"1"}, wire.HeaderType: {"OrderNoted"},
-			wire.HeaderSubject: {"order-1"}, wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}}}, data: []byte(`{}`)}
+		msg := Message{Subject: "events.order.order-1.OrderNoted", Header: nats.Header{wire.HeaderMsgID: {"1"}, wire.HeaderID: {"1"}, wire.HeaderType: {"OrderNoted"},
+			wire.HeaderSubject: {"order-1"}, wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}}, Data: []byte(`{}`)}
 		for range 5 {
-			s := r.Attempt(context.Background(), msg, 1, Call{ID: "1", Fence: fence})
+			s := r.Attempt(context.Background(), msg, 1, Call{Fence: fence})
 			r.End(s.Trace)
 			require.Error(t, s.Response.Err, "the POST was cut")
 			if errors.Is(s.Response.Err, ErrLeasePassed) {

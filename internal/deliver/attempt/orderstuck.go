@@ -1,11 +1,6 @@
 package attempt
 
-import (
-	"fmt"
-	"time"
-
-	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
-)
+import "time"
 
 // The order-stuck state. A receiver's order gate answers gap (or
 // in-progress) while it waits for an earlier version of the stream; the
@@ -22,8 +17,8 @@ import (
 // JsbridgeStreamsOrderStuck alert fires, and the operator's way out is
 // the parked stream's: `consumer dlq replay` (the head is sent again,
 // then the held events, once the receiver can take it) or `consumer dlq
-// skip` (the held events go on without it). Both engines' ordered
-// senders decide it with OrderStuck.
+// skip` (the held events go on without it). The claim's sender
+// (internal/deliver/shared/sender) counts the refusals and decides it.
 
 // DefaultOrderStuckAfter is the default bound of an order gate's
 // continuous refusals of a stream's head (the consumer's
@@ -32,18 +27,3 @@ import (
 // enough that an operator hears of a stream that will not move by
 // itself.
 const DefaultOrderStuckAfter = 5 * time.Minute
-
-// OrderStuck reports whether a head refused by the receiver's order gate
-// since since (resp the latest refusal, n its attempt number) has
-// been refused for stuckAfter or longer at now, and if so the dead letter
-// that parks its stream. stuckAfter 0 never gives up.
-func OrderStuck(since, now time.Time, stuckAfter time.Duration, resp Response, eventID string, n int) (deadletter.Letter, bool) {
-	if stuckAfter <= 0 || now.Sub(since) < stuckAfter {
-		return deadletter.Letter{}, false
-	}
-	return deadletter.Letter{
-		EventID: eventID, Attempt: n, Status: resp.Status, At: resp.At, OrderStuck: true,
-		Reason: fmt.Sprintf("order-stuck: the receiver's order gate refused the event (%s) for %s, longer than --order-stuck-after %s",
-			resp.Order, now.Sub(since).Round(time.Second), stuckAfter),
-	}, true
-}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/event"
@@ -182,10 +181,8 @@ func HeaderValue(h nats.Header, key string) string {
 	return ""
 }
 
-// EventID is the event id of a message: Nats-Msg-Id, else ce-id.
-func EventID(msg jetstream.Msg) string { return EventIDOf(msg.Headers()) }
-
-// EventIDOf is EventID of a message with headers h.
+// EventIDOf is the event id of a message with headers h: its
+// Nats-Msg-Id, else its ce-id ("" when it has neither).
 func EventIDOf(h nats.Header) string {
 	if id := HeaderValue(h, wire.HeaderMsgID); id != "" {
 		return id

@@ -15,7 +15,6 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -94,9 +93,10 @@ func (r *Sender) Rate() float64 { return r.throttle.rate() }
 
 // Direct POSTs the webhook of event id (the message's headers h and
 // data) once, as an attempt does but outside the circuit breaker, with no
-// span, record, throttle or health: a replay's POST. order is as
-// Call.Order. The error says why the event cannot become a webhook (no
-// event id, a malformed attribute or body).
+// span, record, throttle or health: a replay's POST. order, when not
+// nil, is the webhook's place in its stream's version chain, signed.
+// The error says why the event cannot become a webhook (no event id, a
+// malformed attribute or body).
 func (r *Sender) Direct(ctx context.Context, id string, h nats.Header, data []byte, order *webhook.OrderFields) (Response, error) {
 	if id == "" {
 		return Response{}, errNoEventID
@@ -113,7 +113,7 @@ func (r *Sender) Direct(ctx context.Context, id string, h nats.Header, data []by
 // subscription's, Jsbridge-Replica when replica is not "", the body's) and
 // body. An error means msg cannot become a webhook (no event id, a
 // malformed attribute or body): the settlers dead-letter it, OutcomeTerm.
-func (r *Sender) request(msg jetstream.Msg, id, replica string) ([]byte, http.Header, error) {
+func (r *Sender) request(msg Message, id, replica string) ([]byte, http.Header, error) {
 	if id == "" {
 		return nil, nil, errNoEventID
 	}
@@ -121,7 +121,7 @@ func (r *Sender) request(msg jetstream.Msg, id, replica string) ([]byte, http.He
 	if replica != "" {
 		hdr.Set(wire.HeaderReplica, replica)
 	}
-	body, err := BuildBody(r.sub.Body, id, msg.Headers(), msg.Data(), hdr)
+	body, err := BuildBody(r.sub.Body, id, msg.Header, msg.Data, hdr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -335,9 +335,9 @@ func (r *Sender) KeepAlive(id string, inProgress func() error) (stop func()) {
 
 // start starts the attempt's span as a child of the message's trace
 // context and returns the context carrying the span, and the attempt.
-func (r *Sender) start(ctx context.Context, msg jetstream.Msg, id string, attempt int) (context.Context, *Trace) {
+func (r *Sender) start(ctx context.Context, msg Message, id string, attempt int) (context.Context, *Trace) {
 	st := &Trace{attempt: attempt, id: id, msg: msg, began: r.wall.Now()}
-	if h := msg.Headers(); len(h) > 0 {
+	if h := msg.Header; len(h) > 0 {
 		ctx = tracing.Propagator.Extract(ctx, tracing.HeaderCarrier(h))
 	}
 	ctx, st.span = r.tracer.Start(ctx, r.spanName, clientKind)
@@ -386,7 +386,8 @@ func (r *Sender) End(st *Trace) {
 		StatusClass:  st.class,
 		Breaker:      state,
 		Error:        st.reason,
-		Subject:      st.msg.Subject(),
+		Subject:      st.msg.Subject,
+		StreamSeq:    st.msg.Seq,
 	}
 	if !st.sent.IsZero() && st.hasResp {
 		a.At = st.resp.At.UTC()
@@ -395,9 +396,6 @@ func (r *Sender) End(st *Trace) {
 	}
 	if a.At.IsZero() {
 		a.At = st.began.UTC()
-	}
-	if md, err := st.msg.Metadata(); err == nil {
-		a.StreamSeq = md.Sequence.Stream
 	}
 	if sc := st.span.SpanContext(); sc.HasTraceID() {
 		a.TraceID = sc.TraceID().String()

@@ -14,7 +14,6 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
-	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -38,24 +37,24 @@ func BenchmarkAttempt(b *testing.B) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	r := newTestSender(b, sub, client, Deps{Breaker: set.Breaker(sub.URL), Tracer: tracing.Tracer(noop.NewTracerProvider())})
 	data := []byte(`{"order":"order-42","lines":[{"sku":"A-1","qty":2,"price":"12.50"},{"sku":"B-7","qty":1,"price":"99.00"}],"customer":{"id":"c-9","tier":"gold"},"note":"` + strings.Repeat("x", 96) + `"}`)
-	msg := dataMsg{headerMsg: headerMsg{h: nats.Header{
+	msg := Message{Subject: "events.order.order-42.OrderPlaced", Header: nats.Header{
 		wire.HeaderMsgID: {"1042"}, wire.HeaderID: {"1042"}, wire.HeaderType: {"OrderPlaced"}, wire.HeaderSubject: {"order-42"},
 		wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}, wire.HeaderContentType: {"application/json"},
 		wire.HeaderTime: {"2026-11-26T07:00:00.123456Z"}, wire.HeaderStreamVersion: {"3"},
 		wire.HeaderCorrelationID: {"c-1"}, wire.HeaderCausationID: {"c-0"},
-	}}, data: data}
+	}, Data: data}
 	ctx := context.Background()
 	// unordered: no ordering fields; ordered: the version chain and the
 	// order signature of a partition's owner.
-	for _, order := range []*webhook.OrderFields{nil, &webhook.OrderFields{Stream: "order-42", Version: 3, Previous: 2, Partition: 1, Epoch: 7}} {
+	for _, chain := range []*Chain{nil, {Previous: 2, Partition: 1, Epoch: 7}} {
 		name := "unordered"
-		if order != nil {
+		if chain != nil {
 			name = "ordered"
 		}
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				s := r.Attempt(ctx, msg, 1, Call{ID: "1042", Order: order})
+				s := r.Attempt(ctx, msg, 1, Call{Chain: chain})
 				if s.Act != ActAck || s.Response.Status != http.StatusNoContent {
 					b.Fatalf("act %d, status %d, err %v", s.Act, s.Response.Status, s.Response.Err)
 				}
@@ -65,11 +64,3 @@ func BenchmarkAttempt(b *testing.B) {
 		})
 	}
 }
-
-// dataMsg is a headerMsg with a body.
-type dataMsg struct {
-	headerMsg
-	data []byte
-}
-
-func (m dataMsg) Data() []byte { return m.data }

@@ -3,7 +3,6 @@ package attempt
 import (
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -36,7 +35,7 @@ type Trace struct {
 	// failure in it (see keeps).
 	afterFailure bool
 	id           string
-	msg          jetstream.Msg
+	msg          Message
 	began        time.Time
 	sent         time.Time // when the breaker was asked (zero: nothing sent)
 	took         time.Duration

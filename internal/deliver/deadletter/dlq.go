@@ -218,18 +218,16 @@ func (q *DLQ) DeadLetter(ctx context.Context, dl Letter) error {
 	h := nats.Header{}
 	subject := ""
 	var data []byte
-	if dl.Msg != nil {
-		for k, vs := range dl.Msg.Headers() {
-			if readerHeader(k) {
-				h[k] = append([]string(nil), vs...)
-			}
+	for k, vs := range dl.Event.Header {
+		if readerHeader(k) {
+			h[k] = append([]string(nil), vs...)
 		}
-		subject = dl.Msg.Subject()
-		data = dl.Msg.Data()
-		if md, err := dl.Msg.Metadata(); err == nil {
-			h.Set(wire.HeaderDLQStreamSeq, strconv.FormatUint(md.Sequence.Stream, 10))
-			h.Set(wire.HeaderDLQPublishedAt, md.Timestamp.UTC().Format(time.RFC3339Nano))
-		}
+	}
+	subject = dl.Event.Subject
+	data = dl.Event.Data
+	if dl.Event.Seq != 0 {
+		h.Set(wire.HeaderDLQStreamSeq, strconv.FormatUint(dl.Event.Seq, 10))
+		h.Set(wire.HeaderDLQPublishedAt, dl.Event.Time.UTC().Format(time.RFC3339Nano))
 	}
 	if dl.EventID != "" {
 		h.Set(wire.HeaderMsgID, wire.DLQMsgID(dl.Subscription, dl.EventID))

@@ -5,10 +5,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
+	"github.com/nats-io/nats.go"
 )
 
 // Letter is a delivery deliver gave up on: a permanent failure, the
@@ -28,8 +27,9 @@ type Letter struct {
 	Reason string
 	// At is when the last attempt was made (zero: now).
 	At time.Time
-	// Msg is the JetStream message: subject, headers, data.
-	Msg jetstream.Msg
+	// Event is the event given up on, as the events stream holds it
+	// (the zero Event: none).
+	Event Event
 	// OrderStuck says that the receiver's order gate refused the event
 	// (gap, in-progress) for longer than the consumer's OrderStuckAfter:
 	// it is dead-lettered and its stream parked whatever the
@@ -44,18 +44,30 @@ type Letter struct {
 	Previous, Partition, Epoch string
 }
 
+// Event is the event a dead letter gives up on, as the events stream
+// holds it: the letter keeps its subject, data and reader headers, and
+// names its sequence and the time the stream stored it (Seq 0: unknown,
+// neither named).
+type Event struct {
+	Seq     uint64
+	Subject string
+	Header  nats.Header
+	Data    []byte
+	Time    time.Time
+}
+
 // Chain returns the dead-lettered event's stream version (the message's
 // ce-streamversion) and the predecessor its webhook named (NoPrevious:
 // none), and false when it carries no version chain.
 func (dl Letter) Chain() (version, previous int64, ok bool) {
-	if dl.Msg == nil || dl.Previous == "" {
+	if dl.Previous == "" {
 		return 0, 0, false
 	}
 	prev, err := wire.ParsePreviousVersion(dl.Previous)
 	if err != nil {
 		return 0, 0, false
 	}
-	v, err := strconv.ParseInt(dl.Msg.Headers().Get(wire.HeaderStreamVersion), 10, 64)
+	v, err := strconv.ParseInt(dl.Event.Header.Get(wire.HeaderStreamVersion), 10, 64)
 	if err != nil {
 		return 0, 0, false
 	}

@@ -43,7 +43,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -411,12 +410,6 @@ func (p *Partition) raise() {
 		p.floor = f
 		p.pos.Edit(func(r *position.Record) { r.Floor = max(r.Floor, f) })
 	}
-}
-
-// version returns ev's stream version (ce-streamversion), if it has one.
-func version(ev reader.Event) (int64, bool) {
-	v, err := strconv.ParseInt(ev.Header.Get(wire.HeaderStreamVersion), 10, 64)
-	return v, err == nil && v >= 0
 }
 
 // wake calls Config.Wake, if set. The partition's lock is not held.

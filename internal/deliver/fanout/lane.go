@@ -2,12 +2,14 @@ package fanout
 
 import (
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // subState is one subscription on the partition. Its fields are the
@@ -145,12 +147,14 @@ func (p *Partition) unlock() {
 }
 
 // turn is what a lane's next turn sends: its head, its stream's last
-// event settled here (known), and the claim's entry for the stream.
+// event settled here (known), the claim's entry for the stream, and the
+// attempts its retries entry counts (0: none).
 type turn struct {
 	ev    reader.Event
 	last  settled
 	known bool
 	entry position.Entry
+	tried int
 }
 
 // turnLocked returns l's next turn, or false when l is empty (or its
@@ -165,6 +169,7 @@ func (p *Partition) turnLocked(st *subState, l *lane) (turn, bool) {
 	}
 	t := turn{ev: l.q[0], entry: p.entryLocked(st.m.Name, l.stream)}
 	t.last, t.known = st.last[l.stream]
+	t.tried = int(p.retries[retryKey{st.m.Name, t.ev.Seq}]) // only its lane writes the head's entry
 	return t, true
 }
 
@@ -183,7 +188,11 @@ func (p *Partition) settleLocked(st *subState, seq uint64) {
 
 // runLane sends an ordered lane's events one at a time until it is
 // empty: each once the commit covering its predecessor's settlement
-// succeeded (write before next).
+// succeeded (write before next), naming the version delivered before it
+// (previousOf), attempted until it settles (sendOrdered), and settled
+// here: delivered or dead-lettered (the stream's last event, its retries
+// entry dropped, out of the floor's window, a stream set aside reading
+// on after it), or parked (the stream set aside from it).
 func (p *Partition) runLane(st *subState, l *lane, t turn) {
 	defer p.wg.Done()
 	name := st.m.Name
@@ -191,33 +200,39 @@ func (p *Partition) runLane(st *subState, l *lane, t turn) {
 		if p.ctx.Err() != nil {
 			return // closed: the next owner sends the rest
 		}
-		ev, last, known, entry := t.ev, t.last, t.known, t.entry
-		if known {
-			if err := p.pos.Wait(p.ctx, name, l.stream, last.seq); err != nil {
+		ev := t.ev
+		if t.known {
+			if err := p.pos.Wait(p.ctx, name, l.stream, t.last.seq); err != nil {
 				p.fail(err)
 				return
 			}
 		}
-		act, prev, ok := p.sendOrdered(st, l, name, ev, func() (int64, error) { return p.previous(name, l.stream, ev, last, known, entry) })
+		prev, ok := p.previousOf(name, l.stream, t)
+		if !ok {
+			return // closed: the next owner sends it
+		}
+		act, ok := p.sendOrdered(st, l, Delivery{Subscription: name, Event: ev, Attempt: t.tried + 1, Ordered: true, Previous: prev,
+			Partition: p.cfg.Partition, Epoch: p.cfg.Epoch})
 		if !ok {
 			return // closed or lost: the next owner sends it again
 		}
-		v, versioned := version(ev)
 		woke := false
 		p.mu.Lock()
 		l.since = time.Time{}
+		p.dropRetry(name, ev.Seq)
 		switch act {
 		case Delivered, DeadLetter:
 			e := position.Entry{Seq: ev.Seq, Version: uint64(prev)}
 			if prev == NoPrevious {
 				e.Version = noVersion
 			}
-			if act == Delivered && versioned {
+			if v, versioned := version(ev); act == Delivered && versioned {
 				prev, e.Version = v, uint64(v)
 			}
 			st.last[l.stream] = settled{seq: ev.Seq, prev: prev}
 			p.pos.Settled(name, l.stream, e)
-			p.dropRetry(name, ev.Seq)
+			p.settleLocked(st, ev.Seq)
+			l.q = l.q[1:]
 			if a := p.asides[[2]string{name, l.stream}]; a != nil && (a.state == AsideReading || a.state == AsideStuck) {
 				// What it read (or its stuck head) settled: it reads
 				// on after it, and so does a new owner.
@@ -225,13 +240,10 @@ func (p *Partition) runLane(st *subState, l *lane, t turn) {
 				p.moveAside(name, l.stream, AsideReading, ev.Seq+1)
 				a.read = max(a.read, ev.Seq)
 			}
-			p.settleLocked(st, ev.Seq)
-			l.q = l.q[1:]
 		case Park:
-			p.dropRetry(name, ev.Seq) // the aside covers it from here
-			p.setAside(name, l.stream, AsideParked, ev.Seq)
+			p.setAside(name, l.stream, AsideParked, ev.Seq) // it covers the head and the events behind it
 			for _, e := range l.q {
-				p.settleLocked(st, e.Seq) // the aside covers them
+				p.settleLocked(st, e.Seq)
 			}
 			l.q = nil
 		}
@@ -247,49 +259,81 @@ func (p *Partition) runLane(st *subState, l *lane, t turn) {
 	}
 }
 
-// sendOrdered attempts ev until it settles (Delivered, DeadLetter, Park),
-// naming its predecessor; ok is false when the fan-out stopped first.
-func (p *Partition) sendOrdered(st *subState, l *lane, name string, ev reader.Event, previous func() (int64, error)) (act Act, prev int64, ok bool) {
-	stream := l.stream
+// previousOf is the version subscription name delivered of stream before
+// t's event (previous), its look-up retried with backoff while it fails
+// (the stream waits); false when the fan-out stopped first.
+func (p *Partition) previousOf(name, stream string, t turn) (int64, bool) {
 	var pause backoff.Backoff
 	for {
-		var err error
-		if prev, err = previous(); err == nil {
-			break
+		prev, err := p.previous(name, stream, t)
+		if err == nil {
+			return prev, true
 		}
 		d := pause.Next()
 		p.cfg.Logger.Warn("looking up the version its stream delivered before it failed; retrying (its stream waits)",
 			slog.String("subscription", name), slog.String("stream", stream), slog.Any("error", err), slog.Duration("retry_in", d))
 		if !sleep(p.ctx, p.cfg.Clock, d) {
-			return 0, 0, false
+			return 0, false
 		}
 	}
-	d := Delivery{Subscription: name, Event: ev, Ordered: true, Previous: prev, Partition: p.cfg.Partition, Epoch: p.cfg.Epoch}
-	for n := p.firstAttempt(name, ev.Seq); ; n++ {
+}
+
+// previous is the version subscription name delivered of stream before
+// t's event: the one its lane settled last (known), else none for
+// version 0 or an event without a version, else the claim's entry below
+// the event, else the Chain's look-up.
+func (p *Partition) previous(name, stream string, t turn) (int64, error) {
+	ev, e := t.ev, t.entry
+	switch ver, versioned := version(ev); {
+	case t.known:
+		return t.last.prev, nil
+	case !versioned || ver == 0:
+		return NoPrevious, nil
+	case e.Seq > 0 && e.Seq < ev.Seq && e.Version == noVersion:
+		return NoPrevious, nil
+	case e.Seq > 0 && e.Seq < ev.Seq:
+		return int64(e.Version), nil
+	case p.chain == nil:
+		return NoPrevious, nil
+	}
+	return p.chain.Previous(p.ctx, name, stream, ev.Seq)
+}
+
+// version returns ev's stream version (ce-streamversion), if it has one.
+func version(ev reader.Event) (int64, bool) {
+	v, err := strconv.ParseInt(ev.Header.Get(wire.HeaderStreamVersion), 10, 64)
+	return v, err == nil && v >= 0
+}
+
+// sendOrdered attempts d's event until it settles (Delivered,
+// DeadLetter, Park), each attempt holding one of the subscription's
+// slots, the failed ones recorded in the retries entries and followed
+// by the retry pause; ok is false when the fan-out stopped first.
+func (p *Partition) sendOrdered(st *subState, l *lane, d Delivery) (act Act, ok bool) {
+	for ; ; d.Attempt++ {
 		select {
 		case st.slots <- struct{}{}:
 		case <-p.ctx.Done():
-			return 0, 0, false
+			return 0, false
 		}
 		if p.ctx.Err() != nil { // both were ready: start nothing once closed
 			<-st.slots
-			return 0, 0, false
+			return 0, false
 		}
-		d.Attempt = n
 		s := p.send.Attempt(p.ctx, d)
 		<-st.slots
 		if s.Act != Retry {
 			// Settled, even if Close came meanwhile: the POST it started
 			// ran to its answer (graceful release), and the settlement
 			// is committed before the partition goes.
-			return s.Act, prev, true
+			return s.Act, true
 		}
 		if p.ctx.Err() != nil {
-			return 0, 0, false
+			return 0, false
 		}
-		p.retrying(st, name, ev.Seq, n)
-		if !p.retryPause(st, l, name, s.Delay) {
-			return 0, 0, false
+		p.retrying(st, d.Subscription, d.Event.Seq, d.Attempt)
+		if !p.retryPause(st, l, d.Subscription, s.Delay) {
+			return 0, false
 		}
 	}
 }
@@ -306,26 +350,6 @@ func (p *Partition) entryLocked(name, stream string) position.Entry {
 		e = a
 	}
 	return e
-}
-
-// previous is the version subscription name delivered of stream before
-// ev: the one its lane settled last (known), else none for version 0 or
-// an event without a version, else the claim's entry e below ev, else
-// the Chain's look-up.
-func (p *Partition) previous(name, stream string, ev reader.Event, last settled, known bool, e position.Entry) (int64, error) {
-	switch ver, versioned := version(ev); {
-	case known:
-		return last.prev, nil
-	case !versioned || ver == 0:
-		return NoPrevious, nil
-	case e.Seq > 0 && e.Seq < ev.Seq && e.Version == noVersion:
-		return NoPrevious, nil
-	case e.Seq > 0 && e.Seq < ev.Seq:
-		return int64(e.Version), nil
-	case p.chain == nil:
-		return NoPrevious, nil
-	}
-	return p.chain.Previous(p.ctx, name, stream, ev.Seq)
 }
 
 // runSends sends an unordered subscription's events, ev first, then

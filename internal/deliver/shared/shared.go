@@ -98,7 +98,7 @@ type Config struct {
 	// the head of an ordered subscription's stream (409 gap or
 	// in-progress, without another answer between) before it is
 	// dead-lettered and its stream parked, whatever OnDeadLetter says
-	// (attempt.OrderStuck). Default attempt.DefaultOrderStuckAfter (5
+	// (counted by package sender). Default attempt.DefaultOrderStuckAfter (5
 	// minutes); negative: never.
 	OrderStuckAfter time.Duration
 	// Health is the automatic disabling (the failure streak rule) and its
@@ -293,7 +293,7 @@ func withDefaults(cfg Config) Config {
 	case cfg.OrderStuckAfter == 0:
 		cfg.OrderStuckAfter = attempt.DefaultOrderStuckAfter
 	case cfg.OrderStuckAfter < 0:
-		cfg.OrderStuckAfter = 0 // attempt.OrderStuck: never
+		cfg.OrderStuckAfter = 0 // never order-stuck
 	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "jsbridge"

@@ -109,7 +109,7 @@ func (l *Layout) Deliver(ctx context.Context, name string, d Durable, through ui
 				}
 			case Refused:
 				err = l.deadLetter(ctx, deadletter.Letter{Subscription: name, Endpoint: d.Endpoint, EventID: ev.ID, Attempt: 1, Status: 422,
-					Reason: "HTTP 422 Unprocessable Entity", Msg: m})
+					Reason: "HTTP 422 Unprocessable Entity", Event: letterEvent(m)})
 				if err == nil {
 					err = m.DoubleAck(ctx)
 				}
@@ -301,7 +301,7 @@ func (l *Layout) park(ctx context.Context, name string, d Durable, p int, ev Eve
 		return err
 	}
 	if err := l.deadLetter(ctx, deadletter.Letter{Subscription: name, Endpoint: d.Endpoint, EventID: ev.ID, Attempt: 1, Status: 422,
-		Reason: "HTTP 422 Unprocessable Entity", Msg: m, Previous: wire.FormatPreviousVersion(previous),
+		Reason: "HTTP 422 Unprocessable Entity", Event: letterEvent(m), Previous: wire.FormatPreviousVersion(previous),
 		Partition: strconv.Itoa(p), Epoch: strconv.FormatUint(l.Epoch, 10)}); err != nil {
 		return err
 	}
@@ -314,4 +314,13 @@ func (l *Layout) park(ctx context.Context, name string, d Durable, p int, ev Eve
 	return l.putJSON(ctx, legacy.ParkedKey(name, key), legacy.ParkEntry{
 		Subscription: name, Stream: ev.Stream, Subject: ev.Subject, HeadEventID: ev.ID, Partition: p,
 	})
+}
+
+// letterEvent is m as a dead letter names its event.
+func letterEvent(m jetstream.Msg) deadletter.Event {
+	ev := deadletter.Event{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+	if md, err := m.Metadata(); err == nil {
+		ev.Seq, ev.Time = md.Sequence.Stream, md.Timestamp
+	}
+	return ev
 }

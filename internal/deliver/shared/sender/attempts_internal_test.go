@@ -5,27 +5,49 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 )
 
 // Only a retryable answer spends an attempt of MaxDeliver; an order
-// gate's refusals count from the first of an unbroken run; a settled
-// event is forgotten.
+// gate's refusals count from the first of an unbroken run, and turn
+// stuck at the bound; a settled event is forgotten.
 func TestAttemptsCountOnlyWhatSpentOne(t *testing.T) {
 	t.Parallel()
 	var a attempts
-	require.Equal(t, 1, a.next("s", 7))
-	a.failed("s", 7, 1)
-	require.Equal(t, 2, a.next("s", 7), "a retryable failure spent one")
-	require.Equal(t, 1, a.next("s", 8), "per event")
-	require.Equal(t, 1, a.next("t", 7), "per subscription")
-
+	s7, s8, t7 := spentKey{"s", 7}, spentKey{"s", 8}, spentKey{"t", 7}
 	t0 := time.Unix(1000, 0)
-	require.Equal(t, t0, a.refused("s", 7, t0))
-	require.Equal(t, t0, a.refused("s", 7, t0.Add(time.Minute)), "refused since the first of the run")
-	a.answered("s", 7)
-	require.Equal(t, t0.Add(2*time.Minute), a.refused("s", 7, t0.Add(2*time.Minute)), "another answer between starts a new run")
+	require.Equal(t, 1, a.next(s7))
+	a.count(s7, 1, attempt.ActRetry, t0, 0)
+	require.Equal(t, 2, a.next(s7), "a retryable failure spent one")
+	require.Equal(t, 1, a.next(s8), "per event")
+	require.Equal(t, 1, a.next(t7), "per subscription")
+	for _, act := range []attempt.Act{attempt.ActThrottle, attempt.ActDisable, attempt.ActBreakerOpen, attempt.ActCut, attempt.ActNotSent, attempt.ActNotReady} {
+		a.count(s7, 2, act, t0, 0)
+		require.Equal(t, 2, a.next(s7), "%v spends none", act)
+	}
 
-	a.settled("s", 7)
-	require.Equal(t, 1, a.next("s", 7), "settled: forgotten")
-	require.Equal(t, t0.Add(3*time.Minute), a.refused("s", 7, t0.Add(3*time.Minute)))
+	refused, stuck := a.count(s7, 2, attempt.ActWait, t0, 5*time.Minute)
+	require.Zero(t, refused)
+	require.False(t, stuck)
+	refused, _ = a.count(s7, 2, attempt.ActWait, t0.Add(time.Minute), 5*time.Minute)
+	require.Equal(t, time.Minute, refused, "refused since the first of the run")
+	a.count(s7, 2, attempt.ActThrottle, t0.Add(2*time.Minute), 5*time.Minute)
+	refused, _ = a.count(s7, 2, attempt.ActWait, t0.Add(3*time.Minute), 5*time.Minute)
+	require.Zero(t, refused, "another answer between starts a new run")
+	refused, stuck = a.count(s7, 2, attempt.ActWait, t0.Add(8*time.Minute), 5*time.Minute)
+	require.Equal(t, 5*time.Minute, refused)
+	require.True(t, stuck, "refused for the bound: stuck")
+	require.Equal(t, 1, a.next(s7), "stuck: forgotten (it is dead-lettered)")
+	refused, _ = a.count(s7, 1, attempt.ActWait, t0.Add(9*time.Minute), 0)
+	require.Zero(t, refused)
+	_, stuck = a.count(s7, 1, attempt.ActWait, t0.Add(time.Hour), 0)
+	require.False(t, stuck, "no bound: never stuck")
+
+	a.count(s8, 1, attempt.ActRetry, t0, 0)
+	a.count(s8, 2, attempt.ActAck, t0, 0)
+	require.Equal(t, 1, a.next(s8), "acked: forgotten")
+	a.count(t7, 1, attempt.ActRetry, t0, 0)
+	a.count(t7, 2, attempt.ActDeadLetter, t0, 0)
+	require.Equal(t, 1, a.next(t7), "dead-lettered: forgotten")
 }

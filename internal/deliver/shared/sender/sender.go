@@ -12,13 +12,12 @@ package sender
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -28,7 +27,6 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
-	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -110,7 +108,11 @@ func New(cfg Config, deps Deps) *Sender {
 }
 
 // Attempt implements fanout.Sender: one attempt at d, and what it means
-// for d's event (a dead letter stored first).
+// for d's event. The path is straight: the attempt (attempt.Sender: body,
+// sign, breaker, POST, verdict, behind the ready wait and the lease
+// fence), its count (attempts), then one switch over its act (settle):
+// delivered, dead-lettered (stored first), the claim stale, or tried
+// again.
 func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settlement {
 	snd := s.senders.Get(d.Subscription)
 	if snd == nil {
@@ -119,16 +121,37 @@ func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 		s.log.Error("sender: no sender for subscription", slog.String("subscription", d.Subscription))
 		return fanout.Settlement{Act: fanout.Retry, Delay: time.Second}
 	}
-	c := attempt.Call{ID: eventID(d.Event.Header), Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1,
+	k := spentKey{d.Subscription, d.Event.Seq}
+	n := s.spent.next(k)
+	msg := attempt.Message{Seq: d.Event.Seq, Subject: d.Event.Subject, Header: d.Event.Header, Data: d.Event.Data}
+	st := snd.Attempt(ctx, msg, n, s.call(ctx, snd, d))
+	defer snd.End(st.Trace)
+	refused, stuck := s.spent.count(k, n, st.Act, s.clock.Now(), s.stuckAfter)
+	if stuck {
+		// The order-stuck state (attempt.DefaultOrderStuckAfter): the
+		// gate's refusals turn into a dead letter that parks the stream.
+		st.Act, st.Outcome = attempt.ActDeadLetter, attempt.OutcomeOrderStuck
+		st.Reason = fmt.Sprintf("order-stuck: the receiver's order gate refused the event (%s) for %s, longer than --order-stuck-after %s",
+			st.Response.Order, refused.Round(time.Second), s.stuckAfter)
+	}
+	set := s.settle(ctx, snd, d, n, &st, stuck)
+	st.Trace.Decide(st.Outcome, st.Class, st.Reason)
+	return set
+}
+
+// call is the attempt's parameters for d: the replica, the version
+// chain of an ordered subscription's event, the claim's lease fence,
+// and the wait before the POST (Ready). While the endpoint's breaker is
+// open (its subscriptions have breaker cursors meanwhile: the replica
+// gives them), for one of the subscription's MaxInFlight slots on the
+// replica (all partitions together), while the subscription is
+// disabled, and for its throttle (rate limit, Retry-After), the attempt
+// waits there, unsent; the partition released ends the wait
+// (ActNotReady). The breaker is waited for first, so an open one holds
+// no slot.
+func (s *Sender) call(ctx context.Context, snd *attempt.Sender, d fanout.Delivery) attempt.Call {
+	c := attempt.Call{Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1,
 		Ready: func() (uint64, func(), bool) {
-			// While the endpoint's breaker is open (its subscriptions
-			// have breaker cursors meanwhile: the replica gives them), for one of
-			// the subscription's MaxInFlight slots on the replica (all
-			// partitions together), while the subscription is disabled,
-			// and for its throttle (rate limit, Retry-After), the
-			// attempt waits here, unsent; the partition released ends
-			// the wait (ActNotReady). The breaker is waited for first,
-			// so an open one holds no slot.
 			if s.breakers != nil {
 				if err := s.breakers.Breaker(snd.Subscription().URL).Wait(ctx); err != nil {
 					return 0, nil, false
@@ -146,43 +169,9 @@ func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 			return gen, release, true
 		}}
 	if d.Ordered {
-		c.Order = attempt.OrderFieldsOf(d.Event.Header, d.Previous, d.Partition, d.Epoch)
-		if c.Order == nil {
-			c.Owner = &attempt.Owner{Partition: d.Partition, Epoch: d.Epoch}
-		}
+		c.Chain = &attempt.Chain{Previous: d.Previous, Partition: d.Partition, Epoch: d.Epoch}
 	}
-	n := s.spent.next(d.Subscription, d.Event.Seq)
-	st := snd.Attempt(ctx, eventMsg{ev: d.Event, attempt: n}, n, c)
-	defer snd.End(st.Trace)
-	var set fanout.Settlement
-	switch st.Act {
-	case attempt.ActDeadLetter:
-		dl := deadletter.Letter{EventID: c.ID, Attempt: n, Status: st.Response.Status, Reason: st.Reason, At: st.Response.At}
-		set = s.deadLetter(ctx, snd, d, c, dl, st)
-	case attempt.ActWait:
-		now := s.clock.Now()
-		since := s.spent.refused(d.Subscription, d.Event.Seq, now)
-		if dl, stuck := attempt.OrderStuck(since, now, s.stuckAfter, st.Response, c.ID, n); stuck {
-			st.Outcome = attempt.OutcomeOrderStuck
-			st.Trace.Decide(st.Outcome, st.Class, dl.Reason)
-			set = s.deadLetter(ctx, snd, d, c, dl, st)
-			break
-		}
-		set = s.settle(snd, d, st)
-	case attempt.ActRetry:
-		s.spent.failed(d.Subscription, d.Event.Seq, n)
-		set = s.settle(snd, d, st)
-	default:
-		set = s.settle(snd, d, st)
-	}
-	switch st.Act {
-	case attempt.ActRetry, attempt.ActThrottle, attempt.ActDisable, attempt.ActStale:
-		s.spent.answered(d.Subscription, d.Event.Seq) // the gate's refusals must be continuous to count
-	}
-	if set.Act != fanout.Retry {
-		s.spent.settled(d.Subscription, d.Event.Seq)
-	}
-	return set
+	return c
 }
 
 // fence is the attempts' attempt.PostFence: the claim's lease fence
@@ -198,63 +187,54 @@ func (s *Sender) fence(ctx context.Context) (context.Context, context.CancelFunc
 	return s.claim.Fence.Bound(context.WithoutCancel(ctx))
 }
 
-// settle turns an attempt's settlement into the fan-out's, counting the
-// outcomes the settler counts (attempt.Sender.Attempt counts the rest).
-func (s *Sender) settle(snd *attempt.Sender, d fanout.Delivery, st attempt.Settlement) fanout.Settlement {
+// settle turns attempt n's settlement st into the fan-out's, counting
+// the outcomes the settler counts (attempt.Sender.Attempt counts the
+// rest): delivered; given up on (deadLetter); the claim stale (a
+// receiver processed the stream under a later epoch: the epoch counter
+// is raised above what it names and the partition given up); else the
+// event goes again after the settlement's delay. ActBreakerOpen, ActCut,
+// ActNotSent and ActNotReady settle and count nothing.
+func (s *Sender) settle(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, n int, st *attempt.Settlement, stuck bool) fanout.Settlement {
 	delay := max(st.Delay, minRetry)
-	if st.Act == attempt.ActBreakerOpen && s.breakers != nil {
-		// Refused at half-open (another attempt is the probe): the next
-		// attempt waits for the breaker itself (Ready), so no open
-		// timeout's pause here.
-		delay = minRetry
-	}
 	switch st.Act {
 	case attempt.ActAck:
 		snd.Count(st.Outcome, st.Class, st.Response.Status)
 		return fanout.Settlement{Act: fanout.Delivered}
+	case attempt.ActDeadLetter:
+		return s.deadLetter(ctx, snd, d, n, st, stuck)
 	case attempt.ActStale:
-		// A receiver processed the stream under a later epoch: this
-		// claim is stale. Raise the counter above what it names, and
-		// give the partition up.
 		snd.Count(st.Outcome, st.Class, st.Response.Status)
 		s.epochs.AfterStale(context.Background(), s.log, d.Epoch, st.Response.OrderEpoch)
 		s.claim.Lose()
-		return fanout.Settlement{Act: fanout.Retry, Delay: delay}
 	case attempt.ActRetry, attempt.ActWait, attempt.ActThrottle, attempt.ActDisable:
 		snd.Count(st.Outcome, st.Class, st.Response.Status)
+	case attempt.ActBreakerOpen:
+		if s.breakers != nil {
+			// Refused at half-open (another attempt is the probe): the
+			// next attempt waits for the breaker itself (Ready), so no
+			// open timeout's pause here.
+			delay = minRetry
+		}
 	}
-	// ActBreakerOpen, ActCut, ActNotSent, ActNotReady: nothing settled.
 	return fanout.Settlement{Act: fanout.Retry, Delay: delay}
 }
 
 // deadLetter gives d's event up (a permanent answer, the last attempt
 // MaxDeliver allows failing, an event that cannot become a webhook, or
-// an order gate refusing it for longer than stuckAfter, dl.OrderStuck):
-// it stores dl, the attempt's letter, as the old engine does (deadletter.Writer:
-// the dead-letter stream's subject dlq.<subscription>.<subject>, the
-// event's data and reader headers, the Jsbridge-Dlq-* headers, and an
-// ordered attempt's chain headers), retrying in place with backoff while
-// the store fails, and only then settles: fanout.Park for an ordered
-// subscription with on_dead_letter: park or order-stuck (its stream set
-// aside), else
+// an order gate refusing it for longer than stuckAfter: stuck): it
+// stores the letter and an ordered event's skipped version (store), and
+// only then settles: fanout.Park for an ordered subscription with
+// on_dead_letter: park or order-stuck (its stream set aside), else
 // fanout.DeadLetter (an ordered stream's next event names the same
 // predecessor as this one did). The fan-out ending first (the partition
 // released) settles nothing: the next owner sends the event again, and
 // the dead-letter stream's duplicate window drops a second copy of a
 // letter that was stored.
-func (s *Sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, c attempt.Call, dl deadletter.Letter, st attempt.Settlement) fanout.Settlement {
-	sub := snd.Subscription()
-	dl.Subscription, dl.Endpoint, dl.Msg = d.Subscription, snd.Endpoint(), eventMsg{ev: d.Event, attempt: dl.Attempt}
-	dl = dl.WithOrder(c.Order)
-	log := s.log.With(slog.String("subscription", d.Subscription), slog.String("event_id", c.ID),
-		slog.Uint64("seq", d.Event.Seq), slog.Int("attempt", dl.Attempt), slog.Int("status", dl.Status))
-	if !s.retry(ctx, log, "storing the dead letter failed; retrying in place (the event is not settled meanwhile)", func(ctx context.Context) error {
-		if s.letters == nil {
-			return nil
-		}
-		return s.letters.DeadLetter(ctx, dl)
-	}) || !s.skip(ctx, log, d, dl) {
-		st.Trace.Decide(attempt.OutcomeRetry, st.Class, dl.Reason+" (not settled: the partition was released first)")
+func (s *Sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, n int, st *attempt.Settlement, stuck bool) fanout.Settlement {
+	log := s.log.With(slog.String("subscription", d.Subscription), slog.String("event_id", st.EventID),
+		slog.Uint64("seq", d.Event.Seq), slog.Int("attempt", n), slog.Int("status", st.Response.Status))
+	if !s.store(ctx, log, snd, d, n, st, stuck) {
+		st.Outcome, st.Reason = attempt.OutcomeRetry, st.Reason+" (not settled: the partition was released first)"
 		return fanout.Settlement{Act: fanout.Retry, Delay: minRetry}
 	}
 	snd.Count(st.Outcome, st.Class, st.Response.Status)
@@ -265,50 +245,66 @@ func (s *Sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.D
 	if s.letters == nil {
 		stored = "given up on (no dead-letter stream configured: not stored)"
 	}
-	if d.Ordered && (sub.OnDeadLetter == subscription.DeadLetterPark || dl.OrderStuck) {
+	if d.Ordered && (snd.Subscription().OnDeadLetter == subscription.DeadLetterPark || stuck) {
 		log.Error("delivery failed for good, "+stored+"; its stream is parked for the subscription until `consumer dlq replay` or `consumer dlq skip`",
-			slog.String("outcome", st.Outcome), slog.String("reason", dl.Reason))
+			slog.String("outcome", st.Outcome), slog.String("reason", st.Reason))
 		return fanout.Settlement{Act: fanout.Park}
 	}
-	log.Error("delivery failed for good, "+stored+"; its stream goes on", slog.String("outcome", st.Outcome), slog.String("reason", dl.Reason))
+	log.Error("delivery failed for good, "+stored+"; its stream goes on", slog.String("outcome", st.Outcome), slog.String("reason", st.Reason))
 	return fanout.Settlement{Act: fanout.DeadLetter}
 }
 
-// skip records an ordered dead letter's version in the positions
-// bucket as dead-lettered and not delivered (deadletter.RecordSkipped,
+// store writes the dead letter of attempt n at d's event, as the old
+// engine did (deadletter.Writer: the dead-letter stream's subject
+// dlq.<subscription>.<subject>, the event's data and reader headers, the
+// Jsbridge-Dlq-* headers, and an ordered attempt's chain headers), then
+// records an ordered dead letter's version in the positions bucket as
+// dead-lettered and not delivered (deadletter.RecordSkipped,
 // skipped.<sub>.<stream>, with the predecessor its attempt named), so
 // that whoever looks the stream's chain up later, on any replica, steps
-// over it (chain.Previous); a replay of the letter forgets it. Retried
-// in place like the letter; false when the fan-out ended first. An
-// event without a version chain (unordered, or no stream version) has
-// nothing to record.
-func (s *Sender) skip(ctx context.Context, log *slog.Logger, d fanout.Delivery, dl deadletter.Letter) bool {
-	v, prev, ok := dl.Chain()
-	if !ok || s.skipped == nil {
-		return true
+// over it (chain.Previous); a replay of the letter forgets it. An event
+// without a version chain (unordered, or no stream version) has nothing
+// to record. While a write fails it is tried again in place with
+// backoff (the event is not settled meanwhile), each try bounded by
+// storeTimeout and outliving ctx (a write under way is not cut by a
+// hand-over); false when ctx (the fan-out's) ended first.
+func (s *Sender) store(ctx context.Context, log *slog.Logger, snd *attempt.Sender, d fanout.Delivery, n int, st *attempt.Settlement, stuck bool) bool {
+	dl := deadletter.Letter{Subscription: d.Subscription, Endpoint: snd.Endpoint(), EventID: st.EventID, Attempt: n,
+		Status: st.Response.Status, Reason: st.Reason, At: st.Response.At, OrderStuck: stuck,
+		Event: deadletter.Event{Seq: d.Event.Seq, Subject: d.Event.Subject, Header: d.Event.Header, Data: d.Event.Data, Time: d.Event.Time}}.WithOrder(st.Order)
+	var chain func(context.Context) error // the skipped version's record, if it has one
+	if st.Order != nil && s.skipped != nil {
+		key := wire.StreamKey(d.Event.Subject)
+		chain = func(ctx context.Context) error {
+			return deadletter.RecordSkipped(ctx, s.skipped, d.Subscription, key, st.Order.Version, st.Order.Previous)
+		}
 	}
-	key := wire.StreamKey(d.Event.Subject)
-	return s.retry(ctx, log, "recording the dead-lettered version for its stream's version chain failed; retrying in place", func(ctx context.Context) error {
-		return deadletter.RecordSkipped(ctx, s.skipped, d.Subscription, key, v, prev)
-	})
-}
-
-// retry runs do until it succeeds, pausing with backoff after each
-// failure (logged with msg), and reports whether it did; false when ctx
-// (the fan-out's) ended first. Each try is bounded by storeTimeout and
-// outlives ctx: a write under way is not cut by a hand-over.
-func (s *Sender) retry(ctx context.Context, log *slog.Logger, msg string, do func(context.Context) error) bool {
+	try := func(write func(context.Context) error) error {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		defer cancel()
+		return write(tctx)
+	}
+	letters := s.letters // nil: logged, not stored (or stored: not again)
 	var pause backoff.Backoff
 	for {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-		err := do(tctx)
-		cancel()
+		failed, err := "storing the dead letter failed; retrying in place (the event is not settled meanwhile)", error(nil)
+		if letters != nil {
+			if err = try(func(ctx context.Context) error { return letters.DeadLetter(ctx, dl) }); err == nil {
+				letters, pause = nil, backoff.Backoff{}
+			}
+		}
+		if err == nil && chain != nil {
+			failed = "recording the dead-lettered version for its stream's version chain failed; retrying in place"
+			if err = try(chain); err == nil {
+				chain = nil
+			}
+		}
 		if err == nil {
 			return true
 		}
-		d := pause.Next()
-		log.Error(msg, slog.Any("error", err), slog.Duration("retry_in", d))
-		t := s.clock.NewTimer(d)
+		wait := pause.Next()
+		log.Error(failed, slog.Any("error", err), slog.Duration("retry_in", wait))
+		t := s.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -327,15 +323,15 @@ const storeTimeout = 10 * time.Second
 // every call of the Sender, also those that spent none (the breaker
 // open, throttled, disabled, refused by an order gate, cut or refused at
 // the lease fence), which would dead-letter an event after fewer POSTs
-// than MaxDeliver; the old engine counts POSTs only as well
-// (failedAttempts). Kept for the claim: a new owner starts an event's
-// count again (the position's retries entries will carry it). Safe for
-// concurrent use; the zero value is ready.
+// than MaxDeliver; the old engine counted POSTs only as well. Beside
+// the count, since when an order gate has refused the event without
+// another answer between (the order-stuck state). Kept for the claim: a
+// new owner starts an event's count again (the position's retries
+// entries will carry it). Safe for concurrent use; the zero value is
+// ready.
 type attempts struct {
-	mu sync.Mutex
-	n  map[spentKey]int
-	// since is when an order gate began refusing the event, its
-	// refusals continuous since (OrderStuck).
+	mu    sync.Mutex
+	n     map[spentKey]int
 	since map[spentKey]time.Time
 }
 
@@ -344,98 +340,60 @@ type spentKey struct {
 	seq uint64
 }
 
-// next returns the number of the next attempt at sub's event seq, from 1.
-func (a *attempts) next(sub string, seq uint64) int {
+// next returns the number of the next attempt at k's event, from 1.
+func (a *attempts) next(k spentKey) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.n[spentKey{sub, seq}] + 1
+	return a.n[k] + 1
 }
 
-// failed records attempt n at sub's event seq as spent.
-func (a *attempts) failed(sub string, seq uint64, n int) {
+// count records what attempt n at k's event came to, act at now, and
+// returns how long an order gate has refused the event without another
+// answer between (0 unless act is attempt.ActWait), and whether that is
+// stuckAfter or longer (stuck; stuckAfter 0: never). A retryable failure
+// spends attempt n; any other answer than the gate's refusal ends a run
+// of refusals; an event acked, dead-lettered or stuck is forgotten (a
+// dead letter the fan-out's end keeps from being stored is forgotten
+// too: the claim, and this count with it, ends). Acts that sent nothing
+// (breaker open, cut, not sent, not ready) change nothing.
+func (a *attempts) count(k spentKey, n int, act attempt.Act, now time.Time, stuckAfter time.Duration) (refused time.Duration, stuck bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.n == nil {
-		a.n = map[spentKey]int{}
+	switch act {
+	case attempt.ActWait:
+		since, ok := a.since[k]
+		if !ok {
+			if a.since == nil {
+				a.since = map[spentKey]time.Time{}
+			}
+			since, a.since[k] = now, now
+		}
+		refused = now.Sub(since)
+		if stuck = stuckAfter > 0 && refused >= stuckAfter; !stuck {
+			return refused, false
+		}
+	case attempt.ActRetry:
+		if a.n == nil {
+			a.n = map[spentKey]int{}
+		}
+		a.n[k] = n
+		delete(a.since, k)
+		return 0, false
+	case attempt.ActThrottle, attempt.ActDisable, attempt.ActStale:
+		delete(a.since, k)
+		return 0, false
+	case attempt.ActAck, attempt.ActDeadLetter:
+	default:
+		return 0, false
 	}
-	a.n[spentKey{sub, seq}] = n
-}
-
-// refused records that an order gate refused sub's event seq at now,
-// and returns since when it has refused it without another answer
-// between.
-func (a *attempts) refused(sub string, seq uint64, now time.Time) time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	k := spentKey{sub, seq}
-	if since, ok := a.since[k]; ok {
-		return since
-	}
-	if a.since == nil {
-		a.since = map[spentKey]time.Time{}
-	}
-	a.since[k] = now
-	return now
-}
-
-// answered ends the order gate's refusals of sub's event seq: another
-// answer came between.
-func (a *attempts) answered(sub string, seq uint64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.since, spentKey{sub, seq})
-}
-
-// settled forgets sub's event seq.
-func (a *attempts) settled(sub string, seq uint64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.n, spentKey{sub, seq})
-	delete(a.since, spentKey{sub, seq})
+	delete(a.n, k)
+	delete(a.since, k)
+	return refused, stuck
 }
 
 // noHold is Gate's hold: an event of the shared read has nothing to keep
 // from redelivery.
 func noHold() func() { return func() {} }
-
-// eventID is the event's id: its Nats-Msg-Id, else its ce-id
-// (attempt.EventID, for a reader.Event).
-func eventID(h nats.Header) string {
-	if id := attempt.HeaderValue(h, wire.HeaderMsgID); id != "" {
-		return id
-	}
-	return attempt.HeaderValue(h, wire.HeaderID)
-}
-
-// errNotDelivered is what eventMsg's acknowledgements return: an event
-// of the shared read is no JetStream delivery, and nothing acks it.
-var errNotDelivered = errors.New("sender: an event of the shared read is not acknowledged")
-
-// eventMsg is a reader.Event as an attempt reads a message: its headers,
-// body, subject and metadata (the span's and the record's sequence and
-// attempt number). The acknowledgements fail: the positions settle it.
-type eventMsg struct {
-	ev      reader.Event
-	attempt int
-}
-
-func (m eventMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.ev.Seq},
-		NumDelivered: uint64(max(m.attempt, 1)), Timestamp: m.ev.Time}, nil
-}
-func (m eventMsg) Data() []byte                     { return m.ev.Data }
-func (m eventMsg) Headers() nats.Header             { return m.ev.Header }
-func (m eventMsg) Subject() string                  { return m.ev.Subject }
-func (m eventMsg) Reply() string                    { return "" }
-func (m eventMsg) Ack() error                       { return errNotDelivered }
-func (m eventMsg) DoubleAck(context.Context) error  { return errNotDelivered }
-func (m eventMsg) Nak() error                       { return errNotDelivered }
-func (m eventMsg) NakWithDelay(time.Duration) error { return errNotDelivered }
-func (m eventMsg) InProgress() error                { return errNotDelivered }
-func (m eventMsg) Term() error                      { return errNotDelivered }
-func (m eventMsg) TermWithReason(string) error      { return errNotDelivered }
-
-var _ jetstream.Msg = eventMsg{}
 
 // NewSet returns an empty set.
 func NewSet() *Set { return &Set{m: map[string]*attempt.Sender{}} }
