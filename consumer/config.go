@@ -37,7 +37,10 @@ const (
 
 	// DefaultTimeout bounds one POST (10 s).
 	DefaultTimeout = subscription.DefaultTimeout
-	// DefaultAckWait is a subscription's AckWait (30 s).
+	// DefaultAckWait was a subscription's AckWait (30 s).
+	//
+	// Deprecated: Subscription.AckWait is ignored. Removed in the next
+	// release.
 	DefaultAckWait = subscription.DefaultAckWait
 	// DefaultMaxDeliver is the attempts per event before it is
 	// dead-lettered (10).
@@ -162,9 +165,8 @@ type Config struct {
 	ReplicaID string
 	// LeaseTTL is how long a partition lease and a membership heartbeat
 	// live unless renewed: a killed or frozen replica's partitions move
-	// after at most LeaseTTL (the new owner resets the partition consumer
-	// to its ack floor rather than wait AckWait for what the former owner
-	// left unacked). Default DefaultLeaseTTL.
+	// after at most LeaseTTL (the new owner reads on from the partition's
+	// record). Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
 	// OrderStuckAfter bounds how long the head of an ordered stream is
 	// retried while the receiver's order gate refuses it (409

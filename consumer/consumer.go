@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -83,6 +84,11 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	for _, s := range cfg.Subscriptions {
+		if s.AckWait != 0 {
+			cfg.Logger.Warn(subscription.AckWaitIgnored, slog.String("subscription", s.Name), slog.Duration("ack_wait", s.AckWait))
+		}
 	}
 	if cfg.ReplicaID == "" {
 		// One name for this process in leases, status and attempt

@@ -129,8 +129,8 @@ type ReplayResult struct {
 	Err error
 }
 
-// DeadLetters is the dead-letter stream and the park bucket of ordered
-// subscriptions: the list, get, count, purge, skip and unpark operations
+// DeadLetters is the dead-letter stream and the parked streams of ordered
+// subscriptions (in the positions bucket): the list, get, count, purge, skip and unpark operations
 // behind `consumer dlq`. Replaying needs the subscriptions' secrets: see
 // Consumer.Replay. Its methods are safe for concurrent use.
 type DeadLetters struct {
@@ -172,18 +172,14 @@ func (d *DeadLetters) Purge(ctx context.Context, subscription string) (uint64, e
 	return d.q.Purge(ctx, subscription)
 }
 
-// Parked returns the parked streams of subscription (all when "") from
-// the park bucket, oldest first, then those the shared engine parked
-// (the partition records of its positions bucket, each described by its
-// head's dead letter; Held 0: it holds nothing); none when no ordered
-// subscription ran.
+// Parked returns the parked streams of subscription (all when ""): the
+// parked asides of the partition records in the positions bucket, each
+// described by its head's dead letter (Held 0: nothing is held in
+// memory), oldest first; none when the bucket does not exist.
+// (`consumer migrate` moved the parked heads of an older release's park
+// bucket into the positions bucket.)
 func (d *DeadLetters) Parked(ctx context.Context, subscription string) ([]ParkedStream, error) {
-	parked, err := deadletter.ListParked(ctx, d.js, subscription)
-	if err == nil {
-		var more []deadletter.ParkedStream
-		more, err = sharedParked(ctx, d.js, d.q, subscription)
-		parked = append(parked, more...)
-	}
+	parked, err := sharedParked(ctx, d.js, d.q, subscription)
 	out := make([]ParkedStream, len(parked))
 	for i, p := range parked {
 		out[i] = ParkedStream(p)
@@ -191,26 +187,23 @@ func (d *DeadLetters) Parked(ctx context.Context, subscription string) ([]Parked
 	return out, err
 }
 
-// Unpark releases the stream parked behind dl (its head): the owning
-// replica delivers the held events, in order; dl stays in the dead-letter
-// stream. It fails with ErrNotParked when no stream is parked with dl as
-// its head. Either engine's parked streams: the durables engine's park
-// bucket, or the shared engine's positions bucket, where the partition's
-// owner applies the request (the stream's next event names the head's
-// own predecessor, as after Skip; a later replay of dl sends it with its
-// own chain header).
+// Unpark releases the stream parked behind dl (its head): the owner of
+// the stream's partition reads the stream's later events again, in
+// order, the first naming the head's own predecessor (as after Skip; a
+// later replay of dl sends it with its own chain header); dl stays in
+// the dead-letter stream. The request is written to the positions
+// bucket, where the owner applies it. It fails with ErrNotParked when
+// no partition record holds a stream parked with dl as its head.
 func (d *DeadLetters) Unpark(ctx context.Context, dl DeadLetter) error {
-	return unparkParked(ctx, d.js, deadletter.Stored(dl))
+	return unparkShared(ctx, d.js, deadletter.Stored(dl), opUnpark)
 }
 
 // Skip drops the dead-lettered head dl of a parked stream: the stream is
-// unparked (its held events are delivered, in order) and dl is deleted.
-// It fails with ErrNotParked when no stream is parked with dl as its head.
-// Either engine's parked streams: the durables engine's park bucket, or
-// the shared engine's positions bucket, where the partition's owner
-// applies the skip (its next event names the head's own predecessor).
+// unparked as by Unpark (its next event names the head's own
+// predecessor) and dl is deleted. It fails with ErrNotParked when no
+// partition record holds a stream parked with dl as its head.
 func (d *DeadLetters) Skip(ctx context.Context, dl DeadLetter) error {
-	return skipParked(ctx, d.js, d.q, deadletter.Stored(dl))
+	return skipShared(ctx, d.js, d.q, deadletter.Stored(dl))
 }
 
 // fromStored converts the engine's dead letters.

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
@@ -147,31 +146,4 @@ func unparkShared(ctx context.Context, js jetstream.JetStream, dl deadletter.Sto
 		return fmt.Errorf("dead letter %d: its %s header: %w", dl.Seq, wire.HeaderPreviousVersion, err)
 	}
 	return unpark.Write(ctx, kv, dl.Subscription, stream, unpark.Request{Head: dl.StreamSeq, Previous: prev, Op: op})
-}
-
-// skipParked is DeadLetters.Skip: the durables engine's park bucket
-// first, then the shared engine's positions bucket, so `consumer dlq
-// skip` needs no engine flag.
-func skipParked(ctx context.Context, js jetstream.JetStream, q *deadletter.DLQ, dl deadletter.Stored) error {
-	err := deadletter.SkipParked(ctx, js, q, dl)
-	if !errors.Is(err, deadletter.ErrNotParked) {
-		return err
-	}
-	if serr := skipShared(ctx, js, q, dl); !errors.Is(serr, ErrNotParked) {
-		return serr
-	}
-	return err
-}
-
-// unparkParked is DeadLetters.Unpark: the durables engine's park bucket
-// first, then the shared engine's positions bucket, as skipParked.
-func unparkParked(ctx context.Context, js jetstream.JetStream, dl deadletter.Stored) error {
-	err := deadletter.Unpark(ctx, js, dl)
-	if !errors.Is(err, deadletter.ErrNotParked) {
-		return err
-	}
-	if serr := unparkShared(ctx, js, dl, opUnpark); !errors.Is(serr, ErrNotParked) {
-		return serr
-	}
-	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -12,98 +11,83 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
 
-// Status is the ordered subscriptions' ownership as the lease bucket holds
-// it: what `consumer status` prints.
-type Status struct {
-	// Replicas are the live replicas (heartbeat not expired), per ordered
-	// subscription they run, by subscription and id.
-	Replicas []ReplicaStatus
-	// Subscriptions are the ordered subscriptions with at least one
-	// partition lease or parked stream, by name.
-	Subscriptions []SubscriptionStatus
-	// Stuck are the ordered subscriptions' streams that do not go on by
-	// themselves (parked, order-stuck) or have not for a while (set
-	// aside), by subscription, partition and stream key, each with the
-	// way out.
-	Stuck []StuckStream
-}
+// Status is the delivery engine as its buckets hold it: the live
+// replicas, the partitions, where each subscription stands and the
+// stuck streams. It is what `consumer status` prints, and `consumer
+// status --json` prints it with these JSON keys:
+//
+//	{"last_seq": 120,
+//	 "replicas": [{"id", "heartbeat" (RFC 3339), "age" (ns), "partitions": [0, 2]}],
+//	 "partitions": [{"partition", "owner", "record_owner", "epoch", "floor", "written",
+//	                 "live", "cursors": {"paused": 1}, "asides", "retries"}],
+//	 "subscriptions": [{"name", "settled_up_to", "behind",
+//	                    "partitions": [{"partition", "state", "settled_up_to"}]}],
+//	 "stuck": [{"subscription", "partition", "state", "stream", "stream_key", "from",
+//	            "head_event_id", "head_version", "since", "attempts", "why", "next"}],
+//	 "positions": [position records and cursors, decoded (SharedPosition)]}
+type Status = inspect.Status
 
-// StuckStream is a stream of an ordered subscription that does not go on
-// by itself (parked, order-stuck) or has not for a while (set aside):
-// its partition, head (event id and version), since when, the
-// receiver's answer that stuck it and the command out (Next).
+// ReplicaStatus is one live consumer replica: its heartbeat (its key
+// member.<id> in the lease bucket), the heartbeat's age and the
+// partitions it holds the lease of.
+type ReplicaStatus = inspect.ReplicaStatus
+
+// PartitionStatus is one partition: the replica holding its lease, its
+// record's epoch, floor and last write, and its subscriptions counted
+// live or by their cursors' states.
+type PartitionStatus = inspect.PartitionStatus
+
+// SubscriptionStatus is where one subscription stands: the sequence up
+// to which it settled on each partition, the lowest of them, and how far
+// that is below the events stream's last sequence.
+type SubscriptionStatus = inspect.SubscriptionStatus
+
+// SubscriptionPartition is one subscription's position on one partition:
+// live (the shared read) or its cursor's state, and the sequence up to
+// which it settled.
+type SubscriptionPartition = inspect.SubscriptionPartition
+
+// StuckStream is a stream of a subscription that a partition's record
+// sets aside: parked, order-stuck, stuck (its head retried in place) or
+// read again, with its head (sequence, event id, version), since when,
+// why, and the command out (Next).
 type StuckStream = inspect.StuckStream
 
 // The states of StuckStream.State (docs/ordering.md, "Nothing sticks for
-// ever").
+// ever"), and SubscriptionPartition.State of a live subscription.
 const (
-	StateOrderStuck = inspect.StateOrderStuck
 	StateParked     = inspect.StateParked
-	StateSetAside   = inspect.StateSetAside
+	StateOrderStuck = inspect.StateOrderStuck
+	StateStuck      = inspect.StateStuck
+	StateReadAgain  = inspect.StateReadAgain
+	StateLive       = inspect.StateLive
 )
 
-// ReplicaStatus is one live replica of one ordered subscription.
-type ReplicaStatus struct {
-	ID           string
-	Subscription string
-	Heartbeat    time.Time // its last heartbeat
+// StatusConfig says where ReadStatus reads: the events stream (default
+// DefaultStream), the dead-letter stream (default DefaultDLQStream) and
+// the time heartbeats' ages are taken at (default now).
+type StatusConfig = inspect.StatusConfig
+
+// ReadStatus reads the lease bucket, the positions bucket, the events
+// stream's last sequence and the stuck streams' heads and dead letters
+// on js, writing nothing. Missing buckets and streams read as empty (no
+// consumer ran yet). Errors are the server's, and a record or cursor
+// that cannot be decoded (wrapping position.ErrCorrupt, naming its key).
+func ReadStatus(ctx context.Context, js jetstream.JetStream, cfg StatusConfig) (Status, error) {
+	return inspect.ReadStatus(ctx, js, cfg)
 }
 
-// SubscriptionStatus is one ordered subscription's partitions.
-type SubscriptionStatus struct {
-	Name       string
-	Partitions []PartitionStatus // by partition; only those with a lease or a parked stream
-}
-
-// PartitionStatus is one partition: its owner ("" when no replica holds
-// its lease), how many of its streams are parked, and the causes its
-// parked streams' entries record for held events nearing or past the
-// partitioned copy's MaxAge ("stream: cause", see ParkedStream.Error).
-type PartitionStatus struct {
-	Partition int
-	Owner     string
-	Parked    int
-	AtRisk    []string
-	// OrderStuck names the parked streams in the order-stuck state: their
-	// head was refused by the receiver's order gate for longer than the
-	// consumer's OrderStuckAfter ("stream: reason", see
-	// ParkedStream.OrderStuck).
-	OrderStuck []string
-}
-
-// ReadStatus reads the lease and park buckets on js. Missing buckets
-// read as empty (no ordered subscription ran yet).
-func ReadStatus(ctx context.Context, js jetstream.JetStream) (Status, error) {
-	st, err := inspect.ReadStatus(ctx, js)
-	var out Status
-	for _, r := range st.Replicas {
-		out.Replicas = append(out.Replicas, ReplicaStatus(r))
-	}
-	for _, s := range st.Subscriptions {
-		ss := SubscriptionStatus{Name: s.Name}
-		for _, p := range s.Partitions {
-			ss.Partitions = append(ss.Partitions, PartitionStatus(p))
-		}
-		out.Subscriptions = append(out.Subscriptions, ss)
-	}
-	out.Stuck = st.Stuck
-	return out, err
-}
-
-// SharedPosition is one partition of the shared delivery engine's
-// positions bucket (jsbridge_positions; docs/design/next-engine.md, D4):
-// its record (owner, claim, epoch, floor, per-stream entries, members,
+// SharedPosition is one partition of the delivery engine's positions
+// bucket (jsbridge_positions; docs/design/next-engine.md, D4): its
+// record (owner, claim, epoch, floor, per-stream entries, members,
 // streams set aside, retries) and its subscriptions' cursors, decoded
-// from their binary encoding. The engine that writes it is being built
-// and no released consumer runs it yet; `consumer status` shows it when
-// the bucket exists.
+// from their binary encoding (Status.Positions).
 type SharedPosition = position.Stored
 
-// ReadSharedPositions reads every partition of the shared engine's
-// positions bucket, in partition order, without claiming or writing
-// anything. It returns none when the bucket does not exist; errors are
-// the bucket's, or a record or cursor that cannot be decoded (naming its
-// key).
+// ReadSharedPositions reads every partition of the positions bucket, in
+// partition order, without claiming or writing anything. It returns none
+// when the bucket does not exist; errors are the bucket's, or a record
+// or cursor that cannot be decoded (naming its key).
 func ReadSharedPositions(ctx context.Context, js jetstream.JetStream) ([]SharedPosition, error) {
 	kv, err := js.KeyValue(ctx, position.DefaultBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {

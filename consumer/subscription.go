@@ -112,15 +112,18 @@ type Subscription struct {
 	// Idempotency-Key, User-Agent, the signature and ce-* headers).
 	Headers map[string]string
 	// Timeout bounds one POST, connection to end of response body.
-	// Default DefaultTimeout (10 s). It must be below AckWait/2 (Validate
-	// refuses it otherwise, naming both): a POST ends before JetStream may
-	// hand its event to another replica, so a stale replica's POST never
-	// overlaps the next owner's.
+	// Default DefaultTimeout (10 s). An ordered POST is also cut at its
+	// partition's lease deadline (docs/ordering.md, "The POST's time and
+	// the lease"), so a stale replica's POST never overlaps the next
+	// owner's.
 	Timeout time.Duration
-	// AckWait is how long JetStream waits for an ack before it redelivers
-	// (a crashed or hung consumer). Default DefaultAckWait (30 s). An event
-	// held longer than AckWait/2 (retried in place, queued behind its
-	// stream) gets InProgress.
+	// AckWait was the durable consumers' JetStream AckWait.
+	//
+	// Deprecated: the shared engine does not use it (its reader acks
+	// nothing, so nothing is redelivered after a wait). It is accepted and
+	// ignored, New logging one warning per subscription that sets it, so
+	// that a configuration or a subscriptions bucket document of an
+	// earlier release still loads. Removed in the next release.
 	AckWait time.Duration
 	// MaxDeliver is the number of delivery attempts of one event: a
 	// retryable failure on attempt MaxDeliver or later is dead-lettered.

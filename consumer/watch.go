@@ -101,6 +101,8 @@ type applier struct {
 	pending map[string]subkv.Change // the latest change not applied yet
 	busy    map[string]bool         // a goroutine applies this name's changes
 	wg      sync.WaitGroup
+
+	ackWaitWarned sync.Map // subscription names warned of their ignored ack_wait
 }
 
 // wait returns once no change waits to be applied (polled every 5 ms),
@@ -150,6 +152,12 @@ func (a *applier) submit(ctx context.Context, ch subkv.Change) {
 // apply applies one change.
 func (a *applier) apply(ctx context.Context, ch subkv.Change) {
 	l := a.log.With(slog.String("subscription", ch.Name))
+	if !ch.Deleted && ch.Err == nil && ch.Entry.Subscription.AckWait != 0 {
+		if _, warned := a.ackWaitWarned.LoadOrStore(ch.Name, true); !warned {
+			// A document of an earlier release: loaded, its ack_wait ignored.
+			l.Warn(subscription.AckWaitIgnored, slog.Duration("ack_wait", ch.Entry.Subscription.AckWait))
+		}
+	}
 	switch {
 	case ch.Deleted && ch.Initial && !slices.Contains(a.fleet.Names(), ch.Name):
 		// Deleted before this watch began, and not running here.

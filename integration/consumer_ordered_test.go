@@ -479,7 +479,7 @@ func TestOrderedParkedStreamListSkipAndReplayCLI(t *testing.T) {
 	out, err = cli(t, nil, "consumer", "status", "--nats-url", natsURL)
 	require.NoError(t, err, out)
 	// The partitions are the replica's, not the subscription's: the
-	// records' table (SHARED PARTITION, OWNER).
+	// partitions table (PARTITION, OWNER, EPOCH).
 	require.Len(t, regexp.MustCompile(`(?m)^\d+\s+only\s+\d+\s`).FindAllString(out, -1), 8, "its 8 partitions:\n%s", out)
 	t.Logf("status:\n%s", out)
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -46,7 +45,7 @@ type fileSubscription struct {
 	Headers        map[string]string `yaml:"headers"`
 	HeadersEnv     map[string]string `yaml:"headers_env"`
 	Timeout        duration          `yaml:"timeout"`
-	AckWait        duration          `yaml:"ack_wait"`
+	AckWait        duration          `yaml:"ack_wait"` // deprecated, ignored: consumer.New warns
 	MaxDeliver     int               `yaml:"max_deliver"`
 	BackOff        []duration        `yaml:"backoff"`
 	MaxInFlight    int               `yaml:"max_in_flight"`
@@ -197,9 +196,6 @@ func parseSubscriptions(raw []byte, where string) ([]consumer.Subscription, brea
 			AllowPrivate: fs.AllowPrivate, AllowHTTP: fs.AllowHTTP, TLS: tlsf,
 			Ordering: consumer.Ordering(fs.Ordering), OnDeadLetter: consumer.DeadLetterPolicy(fs.OnDeadLetter),
 			Start: fs.Start.Start,
-		}
-		if timeout, ackWait := cmp.Or(time.Duration(fs.Timeout), consumer.DefaultTimeout), cmp.Or(time.Duration(fs.AckWait), consumer.DefaultAckWait); 2*timeout >= ackWait {
-			return nil, bs, fmt.Errorf("%s: subscriptions[%d].timeout %s must be below half of ack_wait %s", where, i, timeout, ackWait)
 		}
 		for _, b := range fs.BackOff {
 			sub.BackOff = append(sub.BackOff, time.Duration(b))

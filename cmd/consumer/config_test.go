@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"log/slog"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/breaker"
@@ -55,7 +57,7 @@ func TestLoadCompleteSubscriptionsFile(t *testing.T) {
 		URL: "https://billing.example.com/hooks/orders", Secrets: []string{secretA, secretB},
 		Scheme: webhook.SchemeStandard, Body: consumer.BodyStructured,
 		Headers: map[string]string{"X-Team": "billing", "Authorization": "Bearer t0ken"},
-		Timeout: 10 * time.Second, AckWait: 30 * time.Second, MaxDeliver: 10,
+		Timeout: 10 * time.Second, MaxDeliver: 10,
 		BackOff:     []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute},
 		MaxInFlight: 64, MaxAckPending: 1000, Ordering: consumer.OrderingStream, OnDeadLetter: consumer.DeadLetterPark,
 		Start: consumer.Start{Policy: consumer.StartNew},
@@ -91,22 +93,30 @@ func TestLoadSubscriptionsNamesEmptySecretEnvWithoutValue(t *testing.T) {
 	require.ErrorContains(t, err, "secrets_env: environment variable EMPTY_SECRET is empty")
 }
 
-// A timeout of half the AckWait or more is refused at start, naming both
-// by their flags or file keys.
-func TestTimeoutMustBeBelowHalfAckWait(t *testing.T) {
+// ack_wait and --ack-wait are deprecated: accepted whatever the timeout
+// (a file of an earlier release loads, its value handed on for
+// consumer.New's warning), and --ack-wait ignored with one warning
+// naming the flag.
+func TestAckWaitIsAcceptedAndIgnored(t *testing.T) {
 	t.Parallel()
 	f := subscriptionFlags{Name: "w", URL: "https://h.example/", Filter: []string{"events.>"}, Secret: []string{secretA},
-		Timeout: 3 * time.Second, AckWait: 5 * time.Second}
-	_, _, err := f.subscriptions()
-	require.EqualError(t, err, "--timeout 3s must be below half of --ack-wait 5s")
-	f.Timeout = 2 * time.Second
-	_, _, err = f.subscriptions()
+		Timeout: 3 * time.Second, AckWait: 5 * time.Second, MaxDeliver: 10, BackOff: []time.Duration{time.Second}}
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	cfg, err := f.config(&Globals{}, log, prometheus.NewRegistry(), 1, 0)
 	require.NoError(t, err)
+	require.Zero(t, cfg.Subscriptions[0].AckWait, "not handed on")
+	require.Equal(t, 1, strings.Count(logs.String(), "--ack-wait (JSBRIDGE_ACK_WAIT) is deprecated and ignored"), logs.String())
 
-	path := filepath.Join(t.TempDir(), "subs.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("subscriptions:\n  - name: a\n    url: https://h.example/\n    ack_wait: 15s\n"), 0o600))
-	_, _, err = loadSubscriptions(path)
-	require.ErrorContains(t, err, "subscriptions[0].timeout 10s must be below half of ack_wait 15s")
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	require.NoError(t, os.WriteFile(secret, []byte(secretA+"\n"), 0o600))
+	path := filepath.Join(dir, "subs.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("subscriptions:\n  - name: a\n    url: https://h.example/\n    filter_subjects: [events.>]\n"+
+		"    secrets_file: ["+secret+"]\n    ack_wait: 15s\n"), 0o600))
+	subs, _, err := loadSubscriptions(path)
+	require.NoError(t, err, "a timeout of 10s above half of ack_wait 15s is no longer refused")
+	require.Equal(t, 15*time.Second, subs[0].AckWait, "handed on: consumer.New warns, naming the subscription")
 }
 
 // docs/subscriptions.md shows testdata/subscriptions.yaml as it is.

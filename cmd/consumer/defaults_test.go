@@ -32,7 +32,7 @@ func TestRunFlagDefaultsAreTheConsumerDefaults(t *testing.T) {
 		"dlq-stream":           consumer.DefaultDLQStream,
 		"stream-replicas":      consumer.DefaultReplicas,
 		"timeout":              consumer.DefaultTimeout,
-		"ack-wait":             consumer.DefaultAckWait,
+		"ack-wait":             "", // deprecated, ignored: no default
 		"max-deliver":          consumer.DefaultMaxDeliver,
 		"backoff":              consumer.DefaultBackOff(),
 		"max-in-flight":        consumer.DefaultMaxInFlight,

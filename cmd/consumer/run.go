@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,8 +32,8 @@ type subscriptionFlags struct {
 	Secret        []string        `name:"secret" env:"JSBRIDGE_SECRET" help:"Signing secret(s): for standard, whsec_<base64> (HMAC, v1) or whsk_<base64> (ed25519 secret key, v1a; receivers verify with its whpk_ public key); several sign at once during rotation. Prefer the environment variable: flags show in ps."`
 	Scheme        string          `name:"scheme" env:"JSBRIDGE_SCHEME" default:"standard" enum:"standard,hmac-sha256" help:"Signature scheme: standard (Standard Webhooks) or hmac-sha256 (X-Webhook-Signature) (default: ${default})."`
 	Body          string          `name:"body" env:"JSBRIDGE_BODY" default:"structured" enum:"structured,binary" help:"Body mode: structured (CloudEvents JSON envelope) or binary (event data with ce-* headers) (default: ${default})."`
-	Timeout       time.Duration   `name:"timeout" env:"JSBRIDGE_TIMEOUT" default:"10s" help:"Request timeout of one POST; must be below half of --ack-wait (default: ${default})."`
-	AckWait       time.Duration   `name:"ack-wait" env:"JSBRIDGE_ACK_WAIT" default:"30s" help:"JetStream AckWait: a message not acked by then is redelivered (default: ${default})."`
+	Timeout       time.Duration   `name:"timeout" env:"JSBRIDGE_TIMEOUT" default:"10s" help:"Request timeout of one POST; an ordered POST is also cut at its partition's lease deadline (default: ${default})."`
+	AckWait       time.Duration   `name:"ack-wait" env:"JSBRIDGE_ACK_WAIT" help:"Deprecated, ignored with a warning: the shared engine acks nothing, so nothing is redelivered after a wait. Removed in the next release."`
 	MaxDeliver    int             `name:"max-deliver" env:"JSBRIDGE_MAX_DELIVER" default:"10" help:"Attempts per message; a retryable failure on the last one is dead-lettered; -1: no limit (default: ${default})."`
 	BackOff       []time.Duration `name:"backoff" env:"JSBRIDGE_BACKOFF" default:"1s,5s,30s,2m,5m" help:"Delays before each retry; the last repeats (default: ${default})."`
 	MaxInFlight   int             `name:"max-in-flight" env:"JSBRIDGE_CONSUMER_MAX_IN_FLIGHT" default:"64" help:"Concurrent deliveries per subscription (default: ${default})."`
@@ -72,9 +71,6 @@ func (f *subscriptionFlags) subscriptions() ([]consumer.Subscription, breaker.Se
 			}
 		}
 	}
-	if timeout, ackWait := cmp.Or(f.Timeout, consumer.DefaultTimeout), cmp.Or(f.AckWait, consumer.DefaultAckWait); 2*timeout >= ackWait {
-		return nil, breaker.Settings{}, fmt.Errorf("--timeout %s must be below half of --ack-wait %s", timeout, ackWait)
-	}
 	start, err := consumer.ParseStart(f.Start)
 	if err != nil {
 		return nil, breaker.Settings{}, fmt.Errorf("--start (JSBRIDGE_START): %w", err)
@@ -89,7 +85,7 @@ func (f *subscriptionFlags) subscriptions() ([]consumer.Subscription, breaker.Se
 	return []consumer.Subscription{{
 			Name: f.Name, FilterSubjects: filters, URL: f.URL, Secrets: f.Secret,
 			Scheme: webhook.Scheme(f.Scheme), Body: consumer.BodyMode(f.Body),
-			Timeout: f.Timeout, AckWait: f.AckWait, MaxDeliver: f.MaxDeliver, BackOff: f.BackOff, MaxInFlight: f.MaxInFlight, MaxAckPending: f.MaxAckPending,
+			Timeout: f.Timeout, MaxDeliver: f.MaxDeliver, BackOff: f.BackOff, MaxInFlight: f.MaxInFlight, MaxAckPending: f.MaxAckPending,
 			RateLimit:    f.RateLimit,
 			AllowPrivate: f.AllowPrivate, AllowHTTP: f.AllowHTTP, TLS: tlsf,
 			Ordering: consumer.Ordering(f.Ordering), OnDeadLetter: consumer.DeadLetterPolicy(f.OnDeadLetter),
@@ -105,6 +101,11 @@ func (f *subscriptionFlags) config(g *Globals, log *slog.Logger, reg prometheus.
 	subs, bs, err := f.subscriptions()
 	if err != nil {
 		return consumer.Config{}, err
+	}
+	if f.Config == "" && f.AckWait != 0 {
+		// A file's ack_wait is warned of by consumer.New, per subscription.
+		log.Warn("--ack-wait (JSBRIDGE_ACK_WAIT) is deprecated and ignored: the shared engine does not use it (its reader acks nothing, so nothing is redelivered after a wait); remove it",
+			slog.Duration("ack_wait", f.AckWait))
 	}
 	return consumer.Config{
 		Subscriptions: subs, Breaker: bs, Stream: g.Stream, DLQStream: g.DLQStream,

@@ -8,25 +8,20 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jsbridge/jsbridge/consumer"
 )
 
-// statusCmd prints each subscription's start and position, who owns
-// what among the consumer replicas, and the stuck streams.
+// statusCmd prints the live replicas, the partitions, where each
+// subscription stands and the stuck streams.
 type statusCmd struct {
-	JSON bool      `name:"json" help:"Print the status as one JSON object (positions, replicas, partitions, stuck streams, and the shared engine's partition records when its bucket exists) instead of tables."`
-	out  io.Writer // stdout; tests set it
-}
-
-// statusJSON is `consumer status --json`'s object.
-type statusJSON struct {
-	Replicas      []consumer.ReplicaStatus      `json:"replicas"`
-	Subscriptions []consumer.SubscriptionStatus `json:"subscriptions"`
-	Stuck         []consumer.StuckStream        `json:"stuck"`
-	Shared        []consumer.SharedPosition     `json:"shared_positions,omitempty"`
+	JSON bool             `name:"json" help:"Print the status as one JSON object (replicas, partitions, subscriptions, stuck streams, and the positions bucket's records and cursors decoded) instead of tables."`
+	out  io.Writer        // stdout; tests set it
+	now  func() time.Time // time.Now; tests set it
 }
 
 func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
@@ -36,96 +31,97 @@ func (c *statusCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer nc.Close()
-	st, err := consumer.ReadStatus(ctx, js)
-	if err != nil {
-		return err
-	}
-	shared, err := consumer.ReadSharedPositions(ctx, js)
+	st, err := consumer.ReadStatus(ctx, js, consumer.StatusConfig{EventsStream: g.Stream, DLQStream: g.DLQStream})
 	if err != nil {
 		return err
 	}
 	if c.JSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(statusJSON{Replicas: st.Replicas, Subscriptions: st.Subscriptions, Stuck: st.Stuck, Shared: shared})
+		return enc.Encode(st)
 	}
 	if err := printDisabled(ctx, js, w); err != nil {
 		return err
 	}
+	return printStatus(w, st)
+}
+
+// printStatus prints st's tables: replicas, partitions, subscriptions,
+// then the stuck streams (nothing when none) and each one's way out.
+func printStatus(w io.Writer, st consumer.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "REPLICA\tSUBSCRIPTION\tLAST HEARTBEAT\n")
-	for _, m := range st.Replicas {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", m.ID, m.Subscription, m.Heartbeat.UTC().Format(time.RFC3339))
+	fmt.Fprintf(tw, "REPLICA\tLAST HEARTBEAT\tAGE\tPARTITIONS\n")
+	for _, r := range st.Replicas {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.Heartbeat.UTC().Format(time.RFC3339), r.Age.Truncate(time.Second), ints(r.Partitions))
+	}
+	if len(st.Replicas) == 0 {
+		fmt.Fprintln(tw, "(no live replica)")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "SUBSCRIPTION\tPARTITION\tOWNER\tPARKED STREAMS\n")
-	for _, s := range st.Subscriptions {
-		for _, p := range s.Partitions {
-			owner := p.Owner
-			if owner == "" {
-				owner = "-"
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", s.Name, p.Partition, owner, p.Parked)
-		}
-	}
-	if len(st.Subscriptions) == 0 {
-		fmt.Fprintln(tw, "(no ordered subscription has a partition lease)")
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	// Held events nearing or past the copy's MaxAge: the causes, in full.
-	for _, s := range st.Subscriptions {
-		for _, p := range s.Partitions {
-			for _, e := range p.AtRisk {
-				fmt.Fprintf(w, "%s partition %d: parked stream %s\n", s.Name, p.Partition, e)
-			}
-		}
-	}
-	if err := printStuck(w, st.Stuck); err != nil {
-		return err
-	}
-	return printShared(w, shared)
-}
-
-// printShared prints the shared engine's partition records (nothing when
-// its bucket does not exist or holds none): one line a partition with
-// its owner, epoch, floor and how many entries of each kind it holds,
-// then each cursor. `--json` gives them whole.
-func printShared(w io.Writer, shared []consumer.SharedPosition) error {
-	if len(shared) == 0 {
-		return nil
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "SHARED PARTITION\tOWNER\tEPOCH\tFLOOR\tSTREAM ENTRIES\tMEMBERS\tASIDES\tRETRIES\tCURSORS\tWRITTEN\n")
-	for _, s := range shared {
-		r := s.Record
-		entries := len(r.Streams)
-		for _, own := range r.Ahead {
-			entries += len(own)
+	fmt.Fprintf(tw, "PARTITION\tOWNER\tEPOCH\tFLOOR\tLIVE\tNOT LIVE\tASIDES\tRETRIES\tWRITTEN\n")
+	for _, p := range st.Partitions {
+		owner := cmp.Or(p.Owner, "-")
+		if p.RecordOwner != "" && p.RecordOwner != p.Owner {
+			owner += " (record: " + p.RecordOwner + ")"
 		}
 		written := "-"
-		if !s.Updated.IsZero() {
-			written = s.Updated.UTC().Format(time.RFC3339)
+		if !p.Written.IsZero() {
+			written = p.Written.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", s.Partition, cmp.Or(r.Owner, "-"), r.Epoch, r.Floor,
-			entries, len(r.Members), len(r.Asides), len(r.Retries), len(s.Cursors), written)
+		var notLive []string
+		for _, s := range slices.Sorted(maps.Keys(p.Cursors)) {
+			notLive = append(notLive, fmt.Sprintf("%s %d", s, p.Cursors[s]))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", p.Partition, owner, p.Epoch, p.Floor, p.Live,
+			cmp.Or(strings.Join(notLive, ", "), "-"), p.Asides, p.Retries, written)
+	}
+	if len(st.Partitions) == 0 {
+		fmt.Fprintln(tw, "(no partition claimed yet)")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	for _, s := range shared {
-		for _, sub := range slices.Sorted(maps.Keys(s.Cursors)) {
-			c := s.Cursors[sub]
-			fmt.Fprintf(w, "partition %d: %s has a cursor (%s) from sequence %d\n", s.Partition, sub, c.State, c.Floor+1)
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "SUBSCRIPTION\tSETTLED UP TO\tBEHIND\tPARTITIONS\n")
+	for _, s := range st.Subscriptions {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", s.Name, s.SettledUpTo, s.Behind, s.States())
+	}
+	if len(st.Subscriptions) == 0 {
+		fmt.Fprintln(tw, "(no subscription has a position yet)")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "(BEHIND: the events stream's sequences above SETTLED UP TO, up to its last, %d; an upper bound, as a partition's floor rests at its own last event)\n", st.LastSeq)
+	for _, s := range st.Subscriptions {
+		byState := map[string][]int{}
+		for _, p := range s.Partitions {
+			if p.State != consumer.StateLive {
+				byState[p.State] = append(byState[p.State], p.Partition)
+			}
+		}
+		for _, state := range slices.Sorted(maps.Keys(byState)) {
+			fmt.Fprintf(w, "%s: %s on partitions %s\n", s.Name, state, ints(byState[state]))
 		}
 	}
-	return nil
+	return printStuck(w, st.Stuck)
+}
+
+// ints prints ps as "0,2,5", or "-" when empty.
+func ints(ps []int) string {
+	if len(ps) == 0 {
+		return "-"
+	}
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ",")
 }
 
 // printStuck prints the stuck streams' table (nothing when there is
@@ -136,20 +132,24 @@ func printStuck(w io.Writer, stuck []consumer.StuckStream) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "STUCK STREAM\tSUBSCRIPTION\tPARTITION\tSTATE\tHEAD\tSINCE\tLAST ANSWER\n")
+	fmt.Fprintf(tw, "STUCK STREAM\tSUBSCRIPTION\tPARTITION\tSTATE\tFROM\tHEAD\tSINCE\tWHY\n")
 	for _, s := range stuck {
 		head := cmp.Or(s.HeadEventID, "-")
 		if s.HeadVersion != "" {
 			head += " (v" + s.HeadVersion + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", s.StreamKey, s.Subscription, s.Partition, s.State, head,
-			s.Since.UTC().Format(time.RFC3339), cmp.Or(s.LastAnswer, "-"))
+		since := "-"
+		if !s.Since.IsZero() {
+			since = s.Since.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", cmp.Or(s.Stream, s.StreamKey), s.Subscription, s.Partition, s.State, s.From,
+			head, since, s.Why)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, s := range stuck {
-		fmt.Fprintf(w, "%s (%s): %s\n", s.StreamKey, s.State, s.Next)
+		fmt.Fprintf(w, "%s of %s (%s): %s\n", cmp.Or(s.Stream, s.StreamKey), s.Subscription, s.State, s.Next)
 	}
 	return nil
 }

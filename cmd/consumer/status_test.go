@@ -3,15 +3,21 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/alecthomas/kong"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/consumer"
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/forward"
 	"github.com/jsbridge/jsbridge/internal/ops"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -32,101 +38,142 @@ func (k *runtimeKit) statusOut(t *testing.T, args ...string) string {
 	return out.String()
 }
 
-// consumer status lists the stuck streams, as the park bucket holds them:
-// an order-stuck stream (its park entry) and a stream set aside (its
-// aside record; one set aside because it is parked is listed once, as
-// parked), each with its partition, stream key, head (event id and
-// version), since when and the receiver's last answer, and the command
-// out; --json carries the same fields.
-func TestStatusListsStuckStreams(t *testing.T) {
+// consumer status on a server where no consumer ran prints its tables
+// empty, each saying so, and --json the same object with empty lists.
+func TestStatusBeforeAnyConsumer(t *testing.T) {
 	t.Parallel()
 	k := newRuntimeKit(t)
-	kv, err := k.js.CreateKeyValue(k.ctx, jetstream.KeyValueConfig{Bucket: wire.DefaultParkBucket})
-	require.NoError(t, err)
-	put := func(key string, v any) {
-		t.Helper()
-		b, err := json.Marshal(v)
-		require.NoError(t, err)
-		_, err = kv.Put(k.ctx, key, b)
-		require.NoError(t, err)
-	}
-	parkedAt := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
-	parkedSubject := "events.order.order-7.OrderNoted"
-	put(wire.ParkedKey("orders", wire.StreamKey(parkedSubject)), consumer.ParkedStream{
-		Subscription: "orders", Stream: "order-7", Subject: parkedSubject, HeadEventID: "ev-7-3", HeadVersion: "3",
-		Partition: 2, ParkedAt: parkedAt, OrderStuck: true,
-		Reason: "order-stuck: the receiver's order gate refused the event (gap) for 5m0s, longer than --order-stuck-after 5m0s",
-	})
-	// The aside record as internal/deliver writes it (asideRecord).
-	asideSubject := "ordered.events.1.order.order-9.OrderNoted"
-	asideAt := time.Date(2026, 11, 28, 9, 30, 0, 0, time.UTC)
-	put(wire.AsideKey("orders", 1, wire.StreamKey(asideSubject)), map[string]any{
-		"subscription": "orders", "partition": 1, "subject": asideSubject, "start": 40, "head": 38, "from": 40,
-		"set_aside_at": asideAt, "head_event_id": "ev-9-0", "head_version": "0", "answer": "HTTP 503 Service Unavailable",
-	})
-	put(wire.AsideKey("orders", 2, "ordered.events.2.order.order-7"), map[string]any{
-		"subscription": "orders", "partition": 2, "subject": "ordered.events.2.order.order-7.OrderNoted", "start": 12, "from": 12,
-		"set_aside_at": asideAt, "parked": true,
-	})
-
 	out := k.statusOut(t)
-	require.Regexp(t, `(?m)^STUCK STREAM\s+SUBSCRIPTION\s+PARTITION\s+STATE\s+HEAD\s+SINCE\s+LAST ANSWER$`, out)
-	require.Regexp(t, `(?m)^events\.order\.order-7\s+orders\s+2\s+order-stuck\s+ev-7-3 \(v3\)\s+2026-11-28T09:00:00Z\s+order-stuck: the receiver's order gate refused`, out)
-	require.Regexp(t, `(?m)^ordered\.events\.1\.order\.order-9\s+orders\s+1\s+set-aside\s+ev-9-0 \(v0\)\s+2026-11-28T09:30:00Z\s+HTTP 503 Service Unavailable$`, out)
-	require.NotContains(t, out, "ordered.events.2.order.order-7", "the parked stream set aside is listed once, as parked:\n%s", out)
-	require.Contains(t, out, "events.order.order-7 (order-stuck): consumer dlq list -s orders names the head's seq N (event ev-7-3); then consumer dlq replay --seq N")
-	require.Contains(t, out, "consumer dlq skip --seq N")
-	require.Contains(t, out, "ordered.events.1.order.order-9 (set-aside): none needed while the head is retried")
-
-	var st statusJSON
+	require.Contains(t, out, "(no live replica)")
+	require.Contains(t, out, "(no partition claimed yet)")
+	require.Contains(t, out, "(no subscription has a position yet)")
+	require.NotContains(t, out, "STUCK STREAM")
+	var st consumer.Status
 	require.NoError(t, json.Unmarshal([]byte(k.statusOut(t, "--json")), &st))
-	require.Len(t, st.Stuck, 2)
-	require.Equal(t, consumer.StuckStream{
-		Subscription: "orders", Partition: 1, State: consumer.StateSetAside, StreamKey: "ordered.events.1.order.order-9",
-		HeadEventID: "ev-9-0", HeadVersion: "0", Since: asideAt, LastAnswer: "HTTP 503 Service Unavailable", Next: st.Stuck[0].Next,
-	}, st.Stuck[0])
-	require.Equal(t, consumer.StateOrderStuck, st.Stuck[1].State)
-	require.Equal(t, "order-7", st.Stuck[1].Stream)
-	require.Equal(t, "3", st.Stuck[1].HeadVersion)
-	require.Equal(t, parkedAt, st.Stuck[1].Since)
-	require.Contains(t, st.Stuck[1].Next, "consumer dlq replay --seq N")
+	require.Empty(t, st.Replicas)
+	require.Empty(t, st.Partitions)
+	require.Empty(t, st.Stuck)
 }
 
-// consumer status shows nothing of the shared engine without its
-// positions bucket; with records (consumer.ReadSharedPositions reads them,
-// tested in package consumer) it prints a line a partition and each
-// cursor, and --json carries them whole under shared_positions.
-func TestStatusShowsSharedPositions(t *testing.T) {
+// consumer status shows two shared-engine replicas at work: each
+// replica with its heartbeat and the partitions it leases, each
+// partition with its owner, epoch, floor and subscriptions (live, and
+// the paused one's cursors), each subscription's position against the
+// events stream's last sequence, and the ordered subscription's stream
+// parked at the event the receiver refused (422), with its head, since
+// when, why and the command out; --json carries the same.
+func TestStatusShowsReplicasPartitionsSubscriptionsAndStuckStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two consumer replicas")
+	}
 	t.Parallel()
 	k := newRuntimeKit(t)
-	require.NotContains(t, k.statusOut(t), "SHARED PARTITION", "no positions bucket")
-	var noBucket map[string]any
-	require.NoError(t, json.Unmarshal([]byte(k.statusOut(t, "--json")), &noBucket))
-	require.NotContains(t, noBucket, "shared_positions")
-
-	const stored = `[{"partition": 5, "revision": 9, "updated": "2026-11-29T04:00:00Z",
-	  "record": {"owner": "replica-a", "epoch": 4, "floor": 40,
-	    "streams": {"user-7": {"seq": 41, "version": 2}},
-	    "ahead": {"orders": {"order-42": {"seq": 44, "version": 3}}},
-	    "members": {"orders": 0},
-	    "asides": [{"subscription": "orders", "stream": "order-9", "from": 42, "state": "parked"}]},
-	  "cursors": {"audit": {"state": "breaker", "floor": 40}}},
-	 {"partition": 7, "revision": 0, "updated": "0001-01-01T00:00:00Z", "record": {"floor": 0},
-	  "cursors": {"audit": {"state": "paused", "floor": 12}}}]`
-	var shared []consumer.SharedPosition
-	require.NoError(t, json.Unmarshal([]byte(stored), &shared))
-	var out strings.Builder
-	require.NoError(t, printShared(&out, shared))
-	require.Regexp(t, `(?m)^5\s+replica-a\s+4\s+40\s+2\s+1\s+1\s+0\s+1\s+2026-11-29T04:00:00Z$`, out.String())
-	require.Regexp(t, `(?m)^7\s+-\s+0\s+0\s+0\s+0\s+0\s+0\s+1\s+-$`, out.String())
-	require.Contains(t, out.String(), "partition 5: audit has a cursor (breaker) from sequence 41")
-	require.Contains(t, out.String(), "partition 7: audit has a cursor (paused) from sequence 13")
-
-	raw, err := json.Marshal(statusJSON{Shared: shared})
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(wire.HeaderIdempotencyKey) == "4" {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(receiver.Close)
+	secret, _ := k.secretFile(t, "secret")
+	key, err := os.ReadFile(k.keyFile)
 	require.NoError(t, err)
-	var round struct {
-		Shared []consumer.SharedPosition `json:"shared_positions"`
+	ring, err := consumer.ParseSecretsKeyring(strings.TrimSpace(string(key)))
+	require.NoError(t, err)
+	store, err := consumer.OpenSubscriptionStore(k.ctx, k.js, consumer.SubscriptionStoreConfig{Keys: ring})
+	require.NoError(t, err)
+	mk := func(name string, ordering consumer.Ordering) consumer.Subscription {
+		return consumer.Subscription{Name: name, FilterSubjects: []string{wire.All(wire.DefaultEventsPrefix)}, URL: receiver.URL + "/" + name,
+			Secrets: []string{secret}, AllowPrivate: true, Ordering: ordering, OnDeadLetter: consumer.DeadLetterPark,
+			BackOff: []time.Duration{50 * time.Millisecond}, Start: consumer.Start{Policy: consumer.StartAll}}
 	}
-	require.NoError(t, json.Unmarshal(raw, &round))
-	require.Equal(t, shared, round.Shared)
+	for _, s := range []struct {
+		sub    consumer.Subscription
+		paused bool
+	}{{mk("orders", consumer.OrderingStream), false}, {mk("audit", consumer.OrderingNone), false}, {mk("reports", consumer.OrderingNone), true}} {
+		_, err := store.Create(k.ctx, s.sub, s.paused)
+		require.NoError(t, err)
+	}
+	for _, id := range []string{"replica-a", "replica-b"} {
+		c, err := consumer.New(k.js, consumer.Config{SubscriptionStore: store, ReplicaID: id, Partitions: 4, LeaseTTL: 2 * time.Second})
+		require.NoError(t, err)
+		require.NoError(t, c.Start(k.ctx))
+		t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	}
+	// Ten events of each of four streams, one a partition (order-k's last
+	// is sequence 37+k); event 4 is order-3's version 0.
+	for i := range 40 {
+		e := event.Event{ID: int64(i + 1), Stream: fmt.Sprintf("order-%d", i%4), Version: int64(i / 4), Name: "Placed", Data: []byte(`{}`), Created: time.Now()}
+		_, err := k.js.PublishMsg(k.ctx, forward.Message(e, forward.Config{}))
+		require.NoError(t, err)
+	}
+
+	var st consumer.Status
+	var last string
+	ok := assert.Eventually(t, func() bool {
+		last = k.statusOut(t, "--json")
+		st = consumer.Status{}
+		require.NoError(t, json.Unmarshal([]byte(last), &st))
+		owned := 0
+		for _, r := range st.Replicas {
+			owned += len(r.Partitions)
+		}
+		audit := slicesFind(st.Subscriptions, "audit")
+		return len(st.Replicas) == 2 && len(st.Replicas[0].Partitions) > 0 && len(st.Replicas[1].Partitions) > 0 && owned == 4 &&
+			len(st.Stuck) == 1 && audit != nil && audit.SettledUpTo == 37 && slicesFind(st.Subscriptions, "reports") != nil
+	}, 60*time.Second, 100*time.Millisecond, "two replicas sharing the four partitions, audit settled, orders parked")
+	require.True(t, ok, "the last status read:\n%s", last)
+
+	require.Equal(t, uint64(40), st.LastSeq)
+	require.Equal(t, []string{"replica-a", "replica-b"}, []string{st.Replicas[0].ID, st.Replicas[1].ID})
+	require.Len(t, st.Partitions, 4)
+	for _, p := range st.Partitions {
+		require.NotEmpty(t, p.Owner, "partition %d leased", p.Partition)
+		require.Positive(t, p.Epoch, "partition %d", p.Partition)
+		require.False(t, p.Written.IsZero(), "partition %d has a record", p.Partition)
+	}
+	reports := slicesFind(st.Subscriptions, "reports")
+	require.NotEmpty(t, reports.Partitions)
+	for _, p := range reports.Partitions {
+		require.Equal(t, "paused", p.State, "reports on partition %d", p.Partition)
+	}
+	require.Equal(t, uint64(0), reports.SettledUpTo, "paused before its first event")
+	require.Equal(t, uint64(40), reports.Behind)
+
+	stuck := st.Stuck[0]
+	require.Equal(t, consumer.StuckStream{Subscription: "orders", Partition: stuck.Partition, State: consumer.StateParked, Stream: "order-3",
+		StreamKey: "events.order.order-3", From: 4, HeadEventID: "4", HeadVersion: "0", Since: stuck.Since,
+		Why: stuck.Why, Next: stuck.Next}, stuck)
+	require.Contains(t, stuck.Why, "422")
+	require.False(t, stuck.Since.IsZero())
+	orders := slicesFind(st.Subscriptions, "orders")
+	require.Equal(t, uint64(37), orders.SettledUpTo, "the floor passes the parked stream's events: its aside holds them")
+
+	out := k.statusOut(t)
+	t.Logf("consumer status:\n%s", out)
+	require.Regexp(t, `(?m)^REPLICA\s+LAST HEARTBEAT\s+AGE\s+PARTITIONS$`, out)
+	require.Regexp(t, `(?m)^replica-a\s+\S+Z\s+\S+\s+[0-9,]+$`, out)
+	require.Regexp(t, `(?m)^replica-b\s+\S+Z\s+\S+\s+[0-9,]+$`, out)
+	require.Regexp(t, `(?m)^PARTITION\s+OWNER\s+EPOCH\s+FLOOR\s+LIVE\s+NOT LIVE\s+ASIDES\s+RETRIES\s+WRITTEN$`, out)
+	require.Regexp(t, fmt.Sprintf(`(?m)^%d\s+replica-[ab]\s+\d+\s+\d+\s+2\s+paused 1\s+1\s+0\s+\S+Z$`, stuck.Partition), out)
+	require.Regexp(t, `(?m)^SUBSCRIPTION\s+SETTLED UP TO\s+BEHIND\s+PARTITIONS$`, out)
+	// Settled everything: each partition's floor is at its own last
+	// event, the lowest at order-0's, 37; BEHIND is an upper bound.
+	require.Regexp(t, `(?m)^audit\s+37\s+3\s+live 4$`, out)
+	require.Regexp(t, `(?m)^reports\s+0\s+40\s+paused 4$`, out)
+	require.Contains(t, out, "reports: paused on partitions 0,1,2,3\n")
+	require.Regexp(t, `(?m)^STUCK STREAM\s+SUBSCRIPTION\s+PARTITION\s+STATE\s+FROM\s+HEAD\s+SINCE\s+WHY$`, out)
+	require.Regexp(t, `(?m)^order-3\s+orders\s+\d\s+parked\s+4\s+4 \(v0\)\s+\S+Z\s+.*422`, out)
+	require.Contains(t, out, "order-3 of orders (parked): consumer dlq list -s orders names the head's seq N (event 4); then consumer dlq replay --seq N")
+}
+
+// slicesFind returns the subscription named name in subs, nil when none.
+func slicesFind(subs []consumer.SubscriptionStatus, name string) *consumer.SubscriptionStatus {
+	for i := range subs {
+		if subs[i].Name == name {
+			return &subs[i]
+		}
+	}
+	return nil
 }

@@ -85,8 +85,8 @@ type subscriptionFields struct {
 	Body          string            `name:"body" enum:",structured,binary" default:"" help:"Body mode: structured or binary (default on add: structured)."`
 	Header        map[string]string `name:"header" placeholder:"NAME=VALUE" help:"Extra request header; repeatable. Replaces the stored headers on update. Values are sealed like secrets."`
 	HeaderEnv     map[string]string `name:"header-env" placeholder:"NAME=VAR" help:"Extra request header whose value is read from the environment variable VAR (the file's headers_env); repeatable, with --header. Replaces the stored headers on update."`
-	Timeout       time.Duration     `name:"timeout" help:"Request timeout of one POST; below half of --ack-wait (default on add: 10s)."`
-	AckWait       time.Duration     `name:"ack-wait" help:"JetStream AckWait (default on add: 30s)."`
+	Timeout       time.Duration     `name:"timeout" help:"Request timeout of one POST (default on add: 10s)."`
+	AckWait       time.Duration     `name:"ack-wait" help:"Deprecated, ignored and not stored: the shared engine acks nothing, so nothing is redelivered after a wait. Removed in the next release."`
 	MaxDeliver    int               `name:"max-deliver" help:"Attempts per event; -1: no limit (default on add: 10)."`
 	BackOff       []time.Duration   `name:"backoff" help:"Delays before each retry; the last repeats (default on add: 1s,5s,30s,2m,5m)."`
 	MaxInFlight   int               `name:"max-in-flight" help:"Concurrent deliveries per replica (default on add: 64)."`

@@ -1,136 +1,174 @@
 package inspect
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// The states of StuckStream.State.
+// The states of StuckStream.State: a record's aside states
+// (position.Aside.State), with a parked stream whose head's dead letter
+// says the order gate refused it shown as order-stuck.
 const (
-	// StateOrderStuck: the receiver's order gate refused the head (gap,
-	// in-progress) for longer than the consumer's OrderStuckAfter; the
-	// head was dead-lettered and the stream parked.
-	StateOrderStuck = "order-stuck"
 	// StateParked: the head was dead-lettered (a permanent failure, the
-	// last attempt) and the stream parked (on_dead_letter: park).
+	// last attempt) and the stream parked (on_dead_letter: park): its
+	// later events wait for `consumer dlq replay` or `skip`.
 	StateParked = "parked"
-	// StateSetAside: the head is retried in place (a 5xx, a timeout, an
-	// order gate's gap) while the stream's later events are acked out,
-	// to be read again from the partitioned copy once it goes.
-	StateSetAside = "set-aside"
+	// StateOrderStuck: parked, because the receiver's order gate refused
+	// the head (gap, in-progress) for longer than the consumer's
+	// OrderStuckAfter.
+	StateOrderStuck = "order-stuck"
+	// StateStuck: the head is retried in place (a 5xx, a timeout, an
+	// order gate's gap) while the partition goes on; the stream's later
+	// events wait behind it.
+	StateStuck = "stuck"
+	// StateReadAgain: the stream is being read again from its head (an
+	// operator's replay, skip or unpark applied; the record's state
+	// "behind").
+	StateReadAgain = "behind"
 )
 
-// StuckStream is a stream of an ordered subscription that does not go on
-// by itself, or has not for a while: parked (its head dead-lettered,
-// order-stuck or not) or set aside (its head refused in place). One
-// row of `consumer status`'s stuck streams.
+// StuckStream is one stream of one subscription that a partition's
+// record sets aside (position.Aside): its events from From on are not
+// delivered to the subscription until it goes on. One row of `consumer
+// status`'s stuck streams.
 type StuckStream struct {
 	Subscription string `json:"subscription"`
 	Partition    int    `json:"partition"`
-	// State is StateOrderStuck, StateParked or StateSetAside.
+	// State is StateParked, StateOrderStuck, StateStuck or
+	// StateReadAgain.
 	State string `json:"state"`
-	// Stream is the source stream's name (parked streams); StreamKey the
-	// stream's subject without its event name: on the events stream for
-	// a parked stream, on the partitioned copy for one set aside.
+	// Stream is the source stream's name (from its head's ce-subject;
+	// empty when the head is not on the events stream any more);
+	// StreamKey its subject on the events stream without the event name.
 	Stream    string `json:"stream,omitempty"`
 	StreamKey string `json:"stream_key"`
-	// HeadEventID and HeadVersion name the head: dead-lettered (parked)
-	// or refused in place (set aside); empty when not known (a record
-	// written before they were kept).
+	// From is the events stream sequence of its head: the first event
+	// set aside.
+	From uint64 `json:"from"`
+	// HeadEventID and HeadVersion name the head (empty when not known:
+	// the head left the events stream).
 	HeadEventID string `json:"head_event_id,omitempty"`
 	HeadVersion string `json:"head_version,omitempty"`
-	// Since is when the head was parked, or the stream set aside.
-	Since time.Time `json:"since"`
-	// LastAnswer is the receiver's answer that stuck it: the dead
-	// letter's reason (parked), or the last answer to the head when it
-	// was set aside.
-	LastAnswer string `json:"last_answer,omitempty"`
+	// Since is when the head was dead-lettered (parked, order-stuck);
+	// zero when not known (stuck, read again).
+	Since time.Time `json:"since,omitzero"`
+	// Attempts is how many attempts at the head failed so far (stuck;
+	// the record's retry entry), 0 when it has none.
+	Attempts uint64 `json:"attempts,omitempty"`
+	// Why says why it is set aside: the head's dead letter's reason
+	// (parked, order-stuck), its failed attempts (stuck), or the read
+	// again.
+	Why string `json:"why"`
 	// Next is the one command out of the state, or what ends it.
 	Next string `json:"next"`
 }
 
-// asideRecord is the record of a stream set aside (wire.AsideKey), as
-// the engine writes it.
-type asideRecord = wire.AsideRecord
-
-// stuckOf returns the stuck streams the park entries and the aside
-// records in the park bucket on js name, by subscription, partition and
-// stream key. A stream set aside because it is parked, or whose refused
-// head was dead-lettered and parked since, is listed once, as parked.
-func stuckOf(ctx context.Context, js jetstream.JetStream, parked []deadletter.ParkedStream) ([]StuckStream, error) {
-	var out []StuckStream
-	heads := map[string]bool{} // parked heads, by subscription and event id
-	for _, ps := range parked {
-		heads[ps.Subscription+"\x00"+ps.HeadEventID] = true
-		s := StuckStream{
-			Subscription: ps.Subscription, Partition: ps.Partition, State: StateParked, Stream: ps.Stream,
-			StreamKey: wire.StreamKey(ps.Subject), HeadEventID: ps.HeadEventID, HeadVersion: ps.HeadVersion,
-			Since: ps.ParkedAt, LastAnswer: ps.Reason,
+// stuckOf returns the streams the records of parts set aside, by
+// subscription, partition and stream key, each with its head read from
+// events (nil: none) and, when parked, described by its head's dead
+// letter in the dead-letter stream dlqStream ("": its default).
+func stuckOf(ctx context.Context, js jetstream.JetStream, events jetstream.Stream, dlqStream string, parts []position.Stored) ([]StuckStream, error) {
+	out := []StuckStream{}
+	var letters []deadletter.Stored
+	listed := false
+	for _, p := range parts {
+		for _, a := range p.Record.Asides {
+			s := StuckStream{Subscription: a.Sub, Partition: p.Partition, State: a.State, StreamKey: a.Stream, From: a.From}
+			if err := readHead(ctx, events, &s); err != nil {
+				return nil, err
+			}
+			if a.State == StateParked || a.State == StateOrderStuck {
+				if !listed {
+					var err error
+					letters, err = deadletter.New(js, deadletter.Config{Stream: dlqStream}).List(ctx, "")
+					if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+						return nil, fmt.Errorf("inspect: %w", err)
+					}
+					listed = true
+				}
+				i := slices.IndexFunc(letters, func(dl deadletter.Stored) bool {
+					return dl.Subscription == a.Sub && dl.StreamSeq == a.From && wire.StreamKey(dl.Subject) == a.Stream
+				})
+				if i >= 0 {
+					dl := letters[i]
+					s.Since, s.Why = dl.DeadLetteredAt, dl.Reason
+					s.HeadEventID = cmp.Or(s.HeadEventID, dl.EventID)
+					if strings.HasPrefix(dl.Reason, "order-stuck") {
+						s.State = StateOrderStuck
+					}
+				}
+			}
+			for _, r := range p.Record.Retries {
+				if r.Sub == a.Sub && r.Seq == a.From {
+					s.Attempts = r.Attempts
+				}
+			}
+			explain(&s)
+			out = append(out, s)
 		}
-		if ps.OrderStuck {
-			s.State = StateOrderStuck
-		}
-		s.Next = "consumer dlq list -s " + ps.Subscription + " names the head's seq N (event " + ps.HeadEventID +
-			"); then consumer dlq replay --seq N once the receiver can take it, or consumer dlq skip --seq N to go on without it"
-		out = append(out, s)
-	}
-	kv, err := js.KeyValue(ctx, wire.DefaultParkBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("inspect: park bucket %q: %w", wire.DefaultParkBucket, err)
-	}
-	l, err := kv.ListKeysFiltered(ctx, wire.AsideKeyPrefix+">")
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, fmt.Errorf("inspect: list streams set aside: %w", err)
-	}
-	var keys []string
-	if l != nil {
-		for k := range l.Keys() {
-			keys = append(keys, k)
-		}
-		_ = l.Stop()
-	}
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // live again meanwhile
-		}
-		if err != nil {
-			return nil, fmt.Errorf("inspect: read stream set aside %q: %w", k, err)
-		}
-		var rec asideRecord
-		if json.Unmarshal(e.Value(), &rec) != nil || rec.Parked || rec.Subject == "" {
-			continue
-		}
-		if rec.HeadEventID != "" && heads[rec.Subscription+"\x00"+rec.HeadEventID] {
-			continue // its refused head was dead-lettered since: listed as parked
-		}
-		out = append(out, StuckStream{
-			Subscription: rec.Subscription, Partition: rec.Partition, State: StateSetAside, StreamKey: wire.StreamKey(rec.Subject),
-			HeadEventID: rec.HeadEventID, HeadVersion: rec.HeadVersion, Since: rec.At, LastAnswer: rec.Answer,
-			Next: "none needed while the head is retried: it goes on once the receiver takes it; past --order-stuck-after of gap answers, or the last attempt, it is dead-lettered and parked (consumer trace " + rec.HeadEventID + ")",
-		})
 	}
 	slices.SortFunc(out, func(a, b StuckStream) int {
-		if c := strings.Compare(a.Subscription, b.Subscription); c != 0 {
-			return c
-		}
-		if a.Partition != b.Partition {
-			return a.Partition - b.Partition
-		}
-		return strings.Compare(a.StreamKey, b.StreamKey)
+		return cmp.Or(strings.Compare(a.Subscription, b.Subscription), cmp.Compare(a.Partition, b.Partition), strings.Compare(a.StreamKey, b.StreamKey))
 	})
 	return out, nil
+}
+
+// readHead fills s's head (event id, version, stream name) from its
+// message at s.From on the events stream; a message not there (removed
+// by the stream's limits) leaves them empty.
+func readHead(ctx context.Context, events jetstream.Stream, s *StuckStream) error {
+	if events == nil || s.From == 0 {
+		return nil
+	}
+	m, err := events.GetMsg(ctx, s.From)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("inspect: read the head of stream %s (sequence %d): %w", s.StreamKey, s.From, err)
+	}
+	if wire.StreamKey(m.Subject) != s.StreamKey {
+		return nil // not the stream's: the events stream was made again
+	}
+	s.HeadEventID, s.HeadVersion = m.Header.Get(wire.HeaderID), m.Header.Get(wire.HeaderStreamVersion)
+	if name, err := wire.DecodeHeaderValue(m.Header.Get(wire.HeaderSubject)); err == nil {
+		s.Stream = name
+	}
+	return nil
+}
+
+// explain sets s's Why (when no dead letter said it) and Next from its
+// state. A pure function.
+func explain(s *StuckStream) {
+	head := cmp.Or(s.HeadEventID, "at sequence "+strconv.FormatUint(s.From, 10))
+	switch s.State {
+	case StateParked, StateOrderStuck:
+		s.Why = cmp.Or(s.Why, "parked: its head's dead letter is not in the dead-letter stream any more")
+		s.Next = "consumer dlq list -s " + s.Subscription + " names the head's seq N (event " + head +
+			"); then consumer dlq replay --seq N once the receiver can take it, or consumer dlq skip --seq N to go on without it"
+	case StateStuck:
+		s.Why = "its head is retried in place"
+		if s.Attempts > 0 {
+			s.Why = fmt.Sprintf("%d attempts at its head failed; retried in place", s.Attempts)
+		}
+		s.Next = "none needed while the head is retried: it goes on once the receiver takes it; after the last attempt, or past --order-stuck-after of gap answers, it is dead-lettered (consumer trace " + head + ")"
+	case StateReadAgain:
+		s.Why = "read again from its head (a replay, skip or unpark applied)"
+		s.Next = "none: the partition's owner reads the stream again and it goes on by itself"
+	default:
+		s.Why = cmp.Or(s.Why, "set aside ("+s.State+")")
+		s.Next = "consumer trace " + head
+	}
 }

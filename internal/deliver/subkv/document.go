@@ -18,30 +18,32 @@ import (
 // are only in Sealed; Endpoint is the URL without userinfo and query, for
 // listing.
 type Document struct {
-	Version        int          `json:"version"`
-	Name           string       `json:"name"`
-	FilterSubjects []string     `json:"filter_subjects"`
-	Endpoint       string       `json:"endpoint"`
-	HeaderNames    []string     `json:"header_names,omitempty"`
-	Scheme         string       `json:"scheme,omitempty"`
-	Body           string       `json:"body,omitempty"`
-	Timeout        string       `json:"timeout,omitempty"`
-	AckWait        string       `json:"ack_wait,omitempty"`
-	MaxDeliver     int          `json:"max_deliver,omitempty"`
-	BackOff        []string     `json:"backoff,omitempty"`
-	MaxInFlight    int          `json:"max_in_flight,omitempty"`
-	MaxAckPending  int          `json:"max_ack_pending,omitempty"`
-	RateLimit      float64      `json:"rate_limit,omitempty"`
-	AllowPrivate   bool         `json:"allow_private,omitempty"`
-	AllowHTTP      bool         `json:"allow_http,omitempty"`
-	TLS            *DocumentTLS `json:"tls,omitempty"`
-	Ordering       string       `json:"ordering,omitempty"`
-	OnDeadLetter   string       `json:"on_dead_letter,omitempty"`
-	Start          string       `json:"start,omitempty"`
-	Paused         bool         `json:"paused,omitempty"`
-	Sealed         Sealed       `json:"sealed"`
-	Created        time.Time    `json:"created"`
-	Updated        time.Time    `json:"updated"`
+	Version        int      `json:"version"`
+	Name           string   `json:"name"`
+	FilterSubjects []string `json:"filter_subjects"`
+	Endpoint       string   `json:"endpoint"`
+	HeaderNames    []string `json:"header_names,omitempty"`
+	Scheme         string   `json:"scheme,omitempty"`
+	Body           string   `json:"body,omitempty"`
+	Timeout        string   `json:"timeout,omitempty"`
+	// AckWait is read from a document of an earlier release and never
+	// written: Subscription.AckWait is deprecated and ignored.
+	AckWait       string       `json:"ack_wait,omitempty"`
+	MaxDeliver    int          `json:"max_deliver,omitempty"`
+	BackOff       []string     `json:"backoff,omitempty"`
+	MaxInFlight   int          `json:"max_in_flight,omitempty"`
+	MaxAckPending int          `json:"max_ack_pending,omitempty"`
+	RateLimit     float64      `json:"rate_limit,omitempty"`
+	AllowPrivate  bool         `json:"allow_private,omitempty"`
+	AllowHTTP     bool         `json:"allow_http,omitempty"`
+	TLS           *DocumentTLS `json:"tls,omitempty"`
+	Ordering      string       `json:"ordering,omitempty"`
+	OnDeadLetter  string       `json:"on_dead_letter,omitempty"`
+	Start         string       `json:"start,omitempty"`
+	Paused        bool         `json:"paused,omitempty"`
+	Sealed        Sealed       `json:"sealed"`
+	Created       time.Time    `json:"created"`
+	Updated       time.Time    `json:"updated"`
 }
 
 // DocumentTLS is a subscription's TLS files: paths on each replica.
@@ -71,9 +73,6 @@ func encode(s subscription.Subscription, paused bool, keys *Keyring, created, up
 	}
 	if s.Timeout != 0 {
 		d.Timeout = s.Timeout.String()
-	}
-	if s.AckWait != 0 {
-		d.AckWait = s.AckWait.String()
 	}
 	for _, b := range s.BackOff {
 		d.BackOff = append(d.BackOff, b.String())
@@ -122,9 +121,10 @@ func (d Document) decode(keys *Keyring) (subscription.Subscription, error) {
 		}
 	}
 	if d.AckWait != "" {
-		if s.AckWait, err = time.ParseDuration(d.AckWait); err != nil {
-			return s, bad("ack_wait", d.AckWait)
-		}
+		// Deprecated and ignored: kept on the Subscription only so that
+		// the consumer can warn (subscription.AckWaitIgnored); a value
+		// that does not parse is ignored too.
+		s.AckWait, _ = time.ParseDuration(d.AckWait)
 	}
 	for i, b := range d.BackOff {
 		v, err := time.ParseDuration(b)

@@ -3,6 +3,7 @@ package subkv_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -233,4 +234,41 @@ func TestWatchSendsChangesInOrder(t *testing.T) {
 	require.Equal(t, []string{"before", "sealed-elsewhere"}, names, "health.before is not a subscription")
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// ack_wait is deprecated: a subscription's AckWait is not written, and a
+// document of an earlier release that has it (even one that does not
+// parse) still loads, its value handed on for the consumer's warning.
+func TestStoreAckWaitReadNotWritten(t *testing.T) {
+	t.Parallel()
+	s, ctx, js := open(t, keys(t, "k1"))
+	withAckWait := sub("orders")
+	withAckWait.AckWait = 45 * time.Second
+	_, err := s.Create(ctx, withAckWait, false)
+	require.NoError(t, err)
+	e, err := s.Get(ctx, "orders")
+	require.NoError(t, err)
+	require.Empty(t, e.Document.AckWait, "not written")
+	require.Zero(t, e.Subscription.AckWait)
+
+	kv, err := js.KeyValue(ctx, s.Bucket())
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		value string
+		want  time.Duration
+	}{{"45s", 45 * time.Second}, {"soon", 0}} {
+		raw, err := kv.Get(ctx, "orders")
+		require.NoError(t, err)
+		var doc map[string]any
+		require.NoError(t, json.Unmarshal(raw.Value(), &doc))
+		doc["ack_wait"] = tc.value // as an earlier release wrote it
+		b, err := json.Marshal(doc)
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, "orders", b)
+		require.NoError(t, err)
+		e, err := s.Get(ctx, "orders")
+		require.NoError(t, err, "ack_wait %q", tc.value)
+		require.Equal(t, tc.want, e.Subscription.AckWait, "ack_wait %q", tc.value)
+		require.Equal(t, "https://hooks.example.com/in?token=abc", e.Subscription.URL)
+	}
 }

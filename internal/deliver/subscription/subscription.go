@@ -84,12 +84,21 @@ const (
 // DefaultOrdering is the Ordering of a subscription without one.
 const DefaultOrdering = OrderingStream
 
+// AckWaitIgnored is the warning a consumer logs, once per subscription,
+// for a subscription that sets the deprecated AckWait (ack_wait).
+const AckWaitIgnored = "ack_wait is deprecated and ignored: the shared engine does not use it (its reader acks nothing, so nothing is redelivered after a wait); remove it from the subscription"
+
 // Subscription defaults: what WithDefaults sets a zero field to.
 const (
 	// DefaultTimeout bounds one POST (Subscription.Timeout): 10 s.
 	DefaultTimeout = 10 * time.Second
-	// DefaultAckWait is the durable consumers' AckWait
-	// (Subscription.AckWait): 30 s.
+	// DefaultAckWait was the durable consumers' AckWait: 30 s.
+	// WithDefaults still sets a zero or negative AckWait to it (the
+	// period of attempt.Sender.KeepAlive, which the shared engine does
+	// not use).
+	//
+	// Deprecated: Subscription.AckWait is ignored (see there). Removed in
+	// the next release.
 	DefaultAckWait = 30 * time.Second
 	// DefaultMaxDeliver is the attempts of one event before it is
 	// dead-lettered (Subscription.MaxDeliver): 10.
@@ -135,15 +144,19 @@ type Subscription struct {
 	// User-Agent, the signature and ce-* headers).
 	Headers map[string]string
 	// Timeout bounds one POST, connection to end of response body.
-	// Default 10 s. It must be below AckWait/2 (Validate refuses it
-	// otherwise): a POST ends before JetStream may hand its event to
-	// another replica, so a stale replica's POST never overlaps the next
+	// Default 10 s. An ordered POST is also cut at its partition's lease
+	// deadline by the lease fence (docs/ordering.md, "The POST's time and
+	// the lease"), so a stale replica's POST never overlaps the next
 	// owner's.
 	Timeout time.Duration
-	// AckWait is how long JetStream waits for an ack before it redelivers
-	// (a crashed or hung consumer). Default 30 s. An event held longer
-	// than AckWait/2 (retried in place, queued behind its stream) gets
-	// InProgress.
+	// AckWait was the durable consumers' JetStream AckWait.
+	//
+	// Deprecated: the shared engine does not use it: its reader reads the
+	// events stream without a consumer that acks, so nothing is
+	// redelivered after a wait. It is accepted (a subscriptions file or
+	// bucket document of an earlier release still loads) and ignored; the
+	// consumer warns once per subscription that sets it (AckWaitIgnored).
+	// Removed in the next release.
 	AckWait time.Duration
 	// MaxDeliver is the number of delivery attempts of one event: a
 	// retryable failure on attempt MaxDeliver or later is dead-lettered.
@@ -227,7 +240,10 @@ func (s Subscription) WithDefaults() Subscription {
 	if s.Timeout == 0 {
 		s.Timeout = DefaultTimeout
 	}
-	if s.AckWait == 0 {
+	if s.AckWait <= 0 {
+		// Ignored by the shared engine; kept so that a caller of
+		// attempt.Sender.KeepAlive (an attempt given an InProgress,
+		// which the shared engine never gives) paces on a positive period.
 		s.AckWait = DefaultAckWait
 	}
 	if s.MaxDeliver == 0 {
@@ -327,18 +343,6 @@ func (s Subscription) Validate() error {
 	if s.Timeout < 0 {
 		return bad("Timeout", "%s must be positive", s.Timeout)
 	}
-	if s.AckWait < 0 {
-		return bad("AckWait", "%s must be positive", s.AckWait)
-	}
-	if 2*s.Timeout >= s.AckWait {
-		// A POST shorter than AckWait/2 never needs an InProgress to keep
-		// its event from JetStream's redelivery. An ordered POST does not
-		// rest on this: the lease fence is asked after every wait before
-		// it (the probe claim included) and cuts it at the lease deadline,
-		// before the lease key can expire (docs/ordering.md, "The POST's
-		// time and the lease").
-		return bad("Timeout", "%s must be below half of AckWait %s", s.Timeout, s.AckWait)
-	}
 	if s.MaxDeliver < -1 {
 		return bad("MaxDeliver", "%d (want a positive number, or -1 for no limit)", s.MaxDeliver)
 	}
@@ -393,12 +397,12 @@ func validHeaderName(name string) bool {
 // Equal reports whether a and b are the same subscription, field by field
 // as written (defaults not applied: a zero field and its default differ).
 // Starts are equal when they write the same (Start.String), so one time in
-// two zones is one start. Every field counts: the engine restarts a
+// two zones is one start. Every field but the ignored AckWait counts: the engine restarts a
 // running subscription when anything but its signing changed.
 func Equal(a, b Subscription) bool {
 	return a.Name == b.Name && slices.Equal(a.FilterSubjects, b.FilterSubjects) && a.URL == b.URL && a.Scheme == b.Scheme &&
 		slices.Equal(a.Secrets, b.Secrets) && a.Body == b.Body && maps.Equal(a.Headers, b.Headers) &&
-		a.Timeout == b.Timeout && a.AckWait == b.AckWait && a.MaxDeliver == b.MaxDeliver && slices.Equal(a.BackOff, b.BackOff) &&
+		a.Timeout == b.Timeout && a.MaxDeliver == b.MaxDeliver && slices.Equal(a.BackOff, b.BackOff) &&
 		a.MaxInFlight == b.MaxInFlight && a.RateLimit == b.RateLimit && a.MaxAckPending == b.MaxAckPending &&
 		a.AllowPrivate == b.AllowPrivate && a.AllowHTTP == b.AllowHTTP && a.TLS == b.TLS && a.Ordering == b.Ordering &&
 		a.OnDeadLetter == b.OnDeadLetter && a.Start.String() == b.Start.String()

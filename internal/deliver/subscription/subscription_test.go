@@ -60,10 +60,6 @@ func TestSubscriptionValidate(t *testing.T) {
 		{"ce header", func(s *subscription.Subscription) { s.Headers = map[string]string{"Ce-Type": "x"} }, `Headers: "Ce-Type" is set by deliver`},
 		{"header name", func(s *subscription.Subscription) { s.Headers = map[string]string{"Bad Name": "x"} }, `Headers: "Bad Name" is not a valid header name`},
 		{"timeout", func(s *subscription.Subscription) { s.Timeout = -time.Second }, "Timeout: -1s"},
-		{"ack wait", func(s *subscription.Subscription) { s.AckWait = -time.Second }, "AckWait: -1s"},
-		{"timeout at half ack wait", func(s *subscription.Subscription) { s.Timeout, s.AckWait = 3*time.Second, 6*time.Second }, "Timeout: 3s must be below half of AckWait 6s"},
-		{"timeout over half ack wait", func(s *subscription.Subscription) { s.Timeout, s.AckWait = 3*time.Second, 5*time.Second }, "Timeout: 3s must be below half of AckWait 5s"},
-		{"default timeout, short ack wait", func(s *subscription.Subscription) { s.AckWait = 8 * time.Second }, "Timeout: 10s must be below half of AckWait 8s"},
 		{"max deliver", func(s *subscription.Subscription) { s.MaxDeliver = -2 }, "MaxDeliver: -2"},
 		{"backoff", func(s *subscription.Subscription) { s.BackOff = []time.Duration{time.Second, 0} }, "BackOff[1]: 0s"},
 		{"max in flight", func(s *subscription.Subscription) { s.MaxInFlight = -1 }, "MaxInFlight: -1"},
@@ -169,7 +165,7 @@ func TestWithDefaults(t *testing.T) {
 	require.Equal(t, webhook.SchemeStandard, d.Scheme)
 	require.Equal(t, subscription.BodyStructured, d.Body)
 	require.Equal(t, subscription.DefaultTimeout, d.Timeout)
-	require.Equal(t, subscription.DefaultAckWait, d.AckWait)
+	require.Equal(t, subscription.DefaultAckWait, d.AckWait, "ignored, but still a positive keep-alive period")
 	require.Equal(t, subscription.DefaultMaxDeliver, d.MaxDeliver)
 	require.Equal(t, subscription.DefaultBackOff(), d.BackOff)
 	require.Equal(t, subscription.DefaultMaxInFlight, d.MaxInFlight)
@@ -218,5 +214,22 @@ func TestValidName(t *testing.T) {
 	}
 	for _, bad := range []string{"", "a.b", "a b", "a/b", "a*", "a>", "é"} {
 		require.False(t, subscription.ValidName(bad), bad)
+	}
+}
+
+// AckWait is deprecated and ignored: any value validates (a document of
+// an earlier release loads, whatever its timeout), WithDefaults keeps a
+// positive one (a negative one becomes the default), and a change of it
+// alone does not make a subscription another one.
+func TestAckWaitIsIgnored(t *testing.T) {
+	t.Parallel()
+	for ackWait, want := range map[time.Duration]time.Duration{-time.Second: subscription.DefaultAckWait, time.Second: time.Second, time.Minute: time.Minute} {
+		s := sub("orders", "https://hooks.example/in")
+		s.Timeout, s.AckWait = 10*time.Second, ackWait
+		require.NoError(t, s.WithDefaults().Validate(), "ack_wait %s", ackWait)
+		require.Equal(t, want, s.WithDefaults().AckWait)
+		other := s
+		other.AckWait = 0
+		require.True(t, subscription.Equal(s.WithDefaults(), other.WithDefaults()), "ack_wait %s", ackWait)
 	}
 }
