@@ -12,7 +12,7 @@ import (
 // otherwise be stored a second time, about as big as on the events stream
 // itself. It is counted in jsbridge_consumer_deliveries_total{outcome="ack"}
 // all the same, and `consumer trace` reads from the subscriptions'
-// durable consumers whether an event without records was settled.
+// positions whether an event without records was settled.
 type Mode string
 
 const (

@@ -2,10 +2,8 @@
 // dead-letter stream (write, list, get, count, delete, purge), the
 // operator side of the park bucket (parked streams listed, unparked,
 // skipped), and the version chain's look-up, which steps over the
-// versions dead-lettered and not delivered since (Predecessor, shared
-// by both engines). The ordered engine writes park entries; this package
-// reads and removes them. It knows nothing of deliveries beyond the
-// Letter it is handed.
+// versions dead-lettered and not delivered since (Predecessor). It knows
+// nothing of deliveries beyond the Letter it is handed.
 package deadletter
 
 import (
@@ -25,8 +23,8 @@ import (
 // Dead-letter stream defaults.
 const (
 	// DefaultDuplicateWindow is the DLQ stream's duplicate window: a dead
-	// letter written twice (its Term lost, the message redelivered and given
-	// up on again) within it is stored once.
+	// letter written twice (its settlement lost, the event sent again by
+	// the next owner and given up on again) within it is stored once.
 	DefaultDuplicateWindow = 2 * time.Minute
 )
 
@@ -144,9 +142,8 @@ func (q *DLQ) Provision(ctx context.Context) error {
 }
 
 // RetentionFactor is how many times the events stream's MaxAge a new
-// dead-letter stream keeps its dead letters (Config.EventsStream), as the
-// partitioned copy keeps held events: a dead letter outlives its original
-// by as long again.
+// dead-letter stream keeps its dead letters (Config.EventsStream): a dead
+// letter outlives its original by as long again.
 const RetentionFactor = 2
 
 // maxAge is the MaxAge of a dead-letter stream Provision creates:

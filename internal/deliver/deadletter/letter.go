@@ -91,12 +91,10 @@ func (dl Letter) WithOrder(order *webhook.OrderFields) Letter {
 	return dl
 }
 
-// Writer takes deliveries deliver gave up on, before the message is
-// Term'd. When it returns an error the message is Nak'd instead with the
-// backoff delay and delivered again later, also after its last attempt
-// (the durable consumer has no server-side MaxDeliver, see
-// runner.consumerConfig), so nothing is lost while the dead-letter store is
-// down. DLQ is the JetStream implementation.
+// Writer takes deliveries the engine gave up on, before the event is
+// settled. When it returns an error the write is retried in place and the
+// event stays unsettled, so nothing is lost while the dead-letter store
+// is down. DLQ is the JetStream implementation.
 type Writer interface {
 	DeadLetter(ctx context.Context, dl Letter) error
 }

@@ -18,18 +18,16 @@ import (
 // was taken).
 type Lookup struct {
 	// Stream is the JetStream stream searched (with AllowDirect): the
-	// events stream (the shared engine) or the partitioned copy (the old
-	// engine).
+	// events stream.
 	Stream string
 	// Subscription is the subscription's name, Filters its filters on
 	// Stream.
 	Subscription string
 	Filters      []string
 	// Key is the source stream's stream key on Stream (wire.StreamKey of
-	// its subjects there). EventsKey is its stream key on the events
-	// stream, which names its skipped versions (wire.SkippedKey); ""
-	// when Key is that (Stream is the events stream).
-	Key, EventsKey string
+	// its subjects there), which also names its skipped versions
+	// (wire.SkippedKey).
+	Key string
 	// From is the first sequence of Stream the subscription's events are
 	// read from (0: the first); Before is the sequence of the event whose
 	// predecessor is looked up.
@@ -59,11 +57,7 @@ func Predecessor(ctx context.Context, js jetstream.JetStream, skipped jetstream.
 	if skipped == nil {
 		return v, nil
 	}
-	key := l.EventsKey
-	if key == "" {
-		key = l.Key
-	}
-	sk, err := ReadSkipped(ctx, skipped, l.Subscription, key)
+	sk, err := ReadSkipped(ctx, skipped, l.Subscription, l.Key)
 	if err != nil {
 		return 0, err
 	}

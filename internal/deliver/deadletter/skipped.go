@@ -18,7 +18,7 @@ import (
 // stream's next event must name the dead-lettered one's own predecessor,
 // unless the dead letter is replayed first. The engine records each
 // dead-lettered version of an ordered subscription with the predecessor
-// it carried (RecordSkipped) before it acks the original; Replay forgets
+// it carried (RecordSkipped) before it settles the original; Replay forgets
 // it once the endpoint accepted it (ForgetSkipped), before the stream is
 // unparked; skip and unpark leave it. Whoever owns the stream then, on
 // whichever replica, steps over it (Skipped.Previous).
@@ -33,7 +33,7 @@ const NoPrevious int64 = -1
 // behind a version delivered since).
 const maxSkipped = 32
 
-// Skipped is the park bucket record (wire.SkippedKey) of the versions of
+// Skipped is the KV record (wire.SkippedKey, in the positions bucket) of the versions of
 // one stream an ordered subscription dead-lettered and has not delivered
 // since, oldest first, at most 32.
 type Skipped struct {
@@ -63,7 +63,7 @@ func (s Skipped) Previous(v int64) int64 {
 
 // ReadSkipped returns the skipped versions of the stream with stream key
 // streamKey (wire.StreamKey of its events-stream subject) of
-// subscription, from the park bucket kv; none when it has no record.
+// subscription, from the bucket kv; none when it has no record.
 func ReadSkipped(ctx context.Context, kv jetstream.KeyValue, subscription, streamKey string) (Skipped, error) {
 	s, _, err := readSkipped(ctx, kv, wire.SkippedKey(subscription, streamKey))
 	return s, err
@@ -84,7 +84,7 @@ func readSkipped(ctx context.Context, kv jetstream.KeyValue, key string) (Skippe
 	return s, e.Revision(), nil
 }
 
-// RecordSkipped records in the park bucket kv that version (whose webhook
+// RecordSkipped records in the bucket kv that version (whose webhook
 // carried previous, NoPrevious for none) of the stream with stream key
 // streamKey was dead-lettered by subscription and not delivered. Recording
 // it twice keeps one entry.
@@ -100,7 +100,7 @@ func RecordSkipped(ctx context.Context, kv jetstream.KeyValue, subscription, str
 }
 
 // ForgetSkipped removes version of the stream with stream key streamKey
-// from subscription's skipped versions in the park bucket kv: it was
+// from subscription's skipped versions in the bucket kv: it was
 // delivered after all (a replayed dead letter). Nothing to remove is no
 // error.
 func ForgetSkipped(ctx context.Context, kv jetstream.KeyValue, subscription, streamKey string, version int64) error {
@@ -153,15 +153,4 @@ func isConflict(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, jetstream.ErrKeyExists) ||
 		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence)
-}
-
-// ParkBucket returns the park bucket on js (wire.DefaultParkBucket),
-// which holds the skipped versions; jetstream.ErrBucketNotFound (wrapped)
-// when no ordered subscription ran.
-func ParkBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, wire.DefaultParkBucket)
-	if err != nil {
-		return nil, fmt.Errorf("deadletter: park bucket %q: %w", wire.DefaultParkBucket, err)
-	}
-	return kv, nil
 }

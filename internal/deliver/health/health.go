@@ -33,7 +33,7 @@ import (
 // Disabling: a subscription whose endpoint answered 410 Gone, or failed
 // without a success for Config.DisableAfter across at least
 // DisableMinFailures attempts, is disabled: every replica stops delivering
-// to it, its durable consumers keep their position, and the events in hand
+// to it, its position is kept, and the events in hand
 // wait unsent (no attempt spent, nothing dead-lettered). The state is the
 // key wire.DisabledKey(subscription) of the health bucket, so every
 // replica sees it and a restart keeps it; `consumer subscriptions enable`

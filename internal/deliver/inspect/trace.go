@@ -67,7 +67,7 @@ type EventTrace struct {
 	// DeadLetters are the event's dead letters (of any subscription).
 	DeadLetters []deadletter.Stored `json:"dead_letters"`
 	// Deliveries say where the event stands for each subscription whose
-	// filter matches it, from the durable consumers, by subscription:
+	// filter matches it, from the positions bucket, by subscription:
 	// what tells an event delivered by a 2xx on its first attempt (no
 	// attempt record under attemptlog.ModeFailures) from one never
 	// delivered. Empty when Message is nil (the event was not found).

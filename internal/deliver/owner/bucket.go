@@ -13,12 +13,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/jsapi"
-	"github.com/jsbridge/jsbridge/wire"
 )
 
-// The next engine's keys in the lease bucket (wire.DefaultLeaseBucket,
-// shared with the old engine's per-subscription keys, which never match
-// these filters: theirs have one token more).
+// The keys of the lease bucket (wire.DefaultLeaseBucket). The old
+// engine's per-subscription keys, which `consumer migrate --cleanup`
+// removes, never match these filters: theirs have one token more.
 const (
 	// MemberFilter matches every replica's MemberKey.
 	MemberFilter = "member.*"
@@ -26,21 +25,21 @@ const (
 	LeaseFilter = "lease.*"
 )
 
-// MemberKey is the membership heartbeat of a consumer replica of the next
-// engine: "member.<replica id>" (one per replica, for every subscription
+// MemberKey is the membership heartbeat of a consumer replica:
+// "member.<replica id>" (one per replica, for every subscription
 // together; its value is the id). Replica ids are [A-Za-z0-9_-]+.
 func MemberKey(replica string) string { return "member." + replica }
 
-// ParseMemberKey reverses MemberKey: group is always "" (Layout.Member).
-func ParseMemberKey(key string) (group, replica string, ok bool) {
+// ParseMemberKey reverses MemberKey.
+func ParseMemberKey(key string) (replica string, ok bool) {
 	replica, ok = strings.CutPrefix(key, "member.")
 	if !ok || replica == "" || strings.Contains(replica, ".") {
-		return "", "", false
+		return "", false
 	}
-	return "", replica, true
+	return replica, true
 }
 
-// LeaseKey is partition p's lease of the next engine: "lease.p<p>" (its
+// LeaseKey is partition p's lease: "lease.p<p>" (its
 // value is the owning replica's id).
 func LeaseKey(p int) string { return "lease.p" + strconv.Itoa(p) }
 
@@ -55,19 +54,6 @@ func ParseLeaseKey(key string) (p int, ok bool) {
 		return 0, false
 	}
 	return p, true
-}
-
-// PartitionLayout is the next engine's MemberView layout: one heartbeat
-// per replica and the partition leases, from one watch.
-func PartitionLayout() Layout {
-	return Layout{Filters: []string{MemberFilter, LeaseFilter}, Member: ParseMemberKey, Lease: ParseLeaseKey}
-}
-
-// SubscriptionLayout is the old engine's MemberView layout: one heartbeat
-// per replica and ordered subscription (wire.MemberKey, the subscription
-// as the group); its leases are listed, not watched.
-func SubscriptionLayout() Layout {
-	return Layout{Filters: []string{wire.MemberFilter("")}, Member: wire.ParseMemberKey}
 }
 
 // LeaseBucketConfig is the lease bucket's configuration as Bucket creates

@@ -106,7 +106,7 @@ func (o *Owner) cycle(stopping bool) {
 		return
 	}
 	self := o.cfg.Replica
-	members, err := o.view.Members("", self)
+	members, err := o.view.Members(self)
 	if err != nil {
 		o.warn.Warn(o.log, "", "the lease bucket's members are not known yet; keeping the current partitions, claiming none", slog.Any("error", err))
 		return

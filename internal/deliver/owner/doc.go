@@ -4,10 +4,7 @@
 // TTL/4 with Update on its revision, released by Delete), an epoch per
 // claim that only grows (Epochs), and the lease fence a sender asks
 // before each POST (Fence). The members and the leases are read from one
-// long-lived watch of the lease bucket (MemberView).
-//
-// The old engine (the root package) takes the share, the epochs, the
-// fence and the member view from here and keeps its leases per ordered
-// subscription; the next engine (docs/design/next-engine.md, D3) runs one
-// Owner per replica, for every partition and every subscription together.
+// long-lived watch of the lease bucket (MemberView). The shared engine
+// (docs/design/next-engine.md, D3) runs one Owner per replica, for every
+// partition and every subscription together.
 package owner

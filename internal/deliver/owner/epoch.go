@@ -15,9 +15,9 @@ import (
 
 // Epochs hands out the lease epochs of partition claims
 // (wire.HeaderLeaseEpoch) from a counter (key wire.EpochKey) in a bucket
-// that has no TTL and outlives the lease bucket: the park bucket in the
-// old engine, the positions bucket in the next one (the migration copies
-// the counter, never lowering it).
+// that has no TTL and outlives the lease bucket: the positions bucket
+// (`consumer migrate` copied the old engine's counter there, never
+// lowering it).
 //
 // Invariant: for one partition, each claim's epoch is above every epoch
 // an earlier claim of it used. A claim takes its epoch only after it

@@ -12,27 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Layout says which keys of the lease bucket a MemberView follows and how
-// it reads them.
-type Layout struct {
-	// Filters are the watch's key filters (KV wildcards). Required.
-	Filters []string
-	// Member parses a membership heartbeat key into its group (the
-	// subscription in the old engine; "" in the next one, where a replica
-	// heartbeats once) and replica id; ok false: not a member key.
-	// Required.
-	Member func(key string) (group, replica string, ok bool)
-	// Lease, when set, parses a partition lease key into its partition;
-	// the view then keeps the lease keys too (MemberView.Leases). Nil:
-	// lease keys are not followed (the old engine lists them instead:
-	// every replica renews each of its leases every TTL/4, 16 per ordered
-	// subscription).
-	Lease func(key string) (p int, ok bool)
-}
-
 // MemberView is this replica's picture of the lease bucket, kept from
-// one long-lived watch of the keys its Layout names: the membership
-// heartbeats and, in the next engine, the partition leases. It replaces
+// one long-lived watch of the membership heartbeats (MemberKey) and the
+// partition leases (LeaseKey). It replaces
 // a listing of the bucket per cycle: a listing is a KV watch of its own,
 // so an ephemeral consumer created and deleted each time (a meta-layer
 // proposal each on a cluster).
@@ -59,18 +41,14 @@ type Layout struct {
 // next cycle, twice in a row (Check), starts its watch again, and the new
 // watch rebuilds the view from the bucket's keys.
 //
-// One view per replica: a view per subscription would bring every one
-// every other one's heartbeats.
-//
 // A view that is late or wrong costs a quota computed from the wrong
 // members for a round: a partition unowned for a round, or a claim whose
 // KV Create fails; never two owners (the lease key's Create decides).
 type MemberView struct {
-	kv     jetstream.KeyValue
-	ttl    time.Duration
-	clock  clockwork.Clock
-	log    *slog.Logger
-	layout Layout
+	kv    jetstream.KeyValue
+	ttl   time.Duration
+	clock clockwork.Clock
+	log   *slog.Logger
 	// failed is called when the watch could not start (a bucket gone is
 	// created again by the caller).
 	failed func(ctx context.Context, err error)
@@ -80,11 +58,10 @@ type MemberView struct {
 
 	mu    sync.Mutex
 	ready bool // the current watch sent every key; false before, and while a new one starts
-	// groups are the members of each group: replica id → its last
-	// heartbeat as the watch brought it.
-	groups map[string]map[string]heartbeat
-	// leases are the lease keys' last writes, by partition (Layout.Lease
-	// set only).
+	// members are the replicas' last heartbeats as the watch brought
+	// them, by replica id.
+	members map[string]heartbeat
+	// leases are the lease keys' last writes, by partition.
 	leases map[int]heartbeat
 	// stamp is the newest server timestamp the watch brought, at stampAt
 	// on the injected clock: the server's clock estimate (serverNowLocked).
@@ -113,15 +90,15 @@ var ErrViewNotReady = errors.New("the lease bucket's member watch has not sent e
 const staleChecks = 2
 
 // NewMemberView returns the view of kv (the lease bucket, whose keys
-// expire after ttl) for layout, on clock. failed is called with the error
+// expire after ttl), on clock. failed is called with the error
 // when a watch could not start (then Run retries after a second on
 // clock); nil: nothing. Run keeps it.
-func NewMemberView(kv jetstream.KeyValue, ttl time.Duration, layout Layout, clock clockwork.Clock, log *slog.Logger, failed func(context.Context, error)) *MemberView {
+func NewMemberView(kv jetstream.KeyValue, ttl time.Duration, clock clockwork.Clock, log *slog.Logger, failed func(context.Context, error)) *MemberView {
 	if failed == nil {
 		failed = func(context.Context, error) {}
 	}
-	return &MemberView{kv: kv, ttl: ttl, clock: clock, log: log, layout: layout, failed: failed,
-		restart: make(chan struct{}, 1), loaded: make(chan struct{}), groups: map[string]map[string]heartbeat{},
+	return &MemberView{kv: kv, ttl: ttl, clock: clock, log: log, failed: failed,
+		restart: make(chan struct{}, 1), loaded: make(chan struct{}), members: map[string]heartbeat{},
 		leases: map[int]heartbeat{}, pending: map[string]uint64{}, stale: map[string]int{}}
 }
 
@@ -131,9 +108,9 @@ func NewMemberView(kv jetstream.KeyValue, ttl time.Duration, layout Layout, cloc
 func (mv *MemberView) Run(ctx context.Context) {
 	first := true
 	for ctx.Err() == nil {
-		// A copy: nats.go's WatchFiltered rewrites its keys in place (to
-		// their subjects), which left the next watch with invalid keys.
-		w, err := mv.kv.WatchFiltered(ctx, slices.Clone(mv.layout.Filters), jetstream.MetaOnly())
+		// A new slice each time: nats.go's WatchFiltered rewrites its keys
+		// in place (to their subjects).
+		w, err := mv.kv.WatchFiltered(ctx, []string{MemberFilter, LeaseFilter}, jetstream.MetaOnly())
 		if err != nil {
 			mv.log.Warn("watching the lease bucket's members failed; retrying", slog.Any("error", err))
 			mv.failed(ctx, err)
@@ -159,7 +136,7 @@ func (mv *MemberView) Run(ctx context.Context) {
 // the bucket's keys now: they replace the view at the marker.
 func (mv *MemberView) follow(ctx context.Context, w jetstream.KeyWatcher, first *bool) {
 	// the keys before the marker
-	nextGroups, nextLeases := map[string]map[string]heartbeat{}, map[int]heartbeat{}
+	nextMembers, nextLeases := map[string]heartbeat{}, map[int]heartbeat{}
 	for {
 		var e jetstream.KeyValueEntry
 		open := true
@@ -176,9 +153,9 @@ func (mv *MemberView) follow(ctx context.Context, w jetstream.KeyWatcher, first 
 		}
 		mv.mu.Lock()
 		if e == nil {
-			if nextGroups != nil {
-				mv.groups, mv.leases, mv.ready = nextGroups, nextLeases, true
-				nextGroups, nextLeases = nil, nil
+			if nextMembers != nil {
+				mv.members, mv.leases, mv.ready = nextMembers, nextLeases, true
+				nextMembers, nextLeases = nil, nil
 				if *first {
 					close(mv.loaded)
 					*first = false
@@ -187,38 +164,32 @@ func (mv *MemberView) follow(ctx context.Context, w jetstream.KeyWatcher, first 
 			mv.mu.Unlock()
 			continue
 		}
-		groups, leases := mv.groups, mv.leases
-		if nextGroups != nil {
-			groups, leases = nextGroups, nextLeases
+		members, leases := mv.members, mv.leases
+		if nextMembers != nil {
+			members, leases = nextMembers, nextLeases
 		}
-		mv.applyLocked(groups, leases, e)
+		mv.applyLocked(members, leases, e)
 		mv.mu.Unlock()
 	}
 }
 
-// applyLocked records entry e in groups or leases and moves the server
+// applyLocked records entry e in members or leases and moves the server
 // clock estimate (mv.mu held).
-func (mv *MemberView) applyLocked(groups map[string]map[string]heartbeat, leases map[int]heartbeat, e jetstream.KeyValueEntry) {
+func (mv *MemberView) applyLocked(members map[string]heartbeat, leases map[int]heartbeat, e jetstream.KeyValueEntry) {
 	if at := e.Created(); at.After(mv.stamp) {
 		mv.stamp, mv.stampAt = at, mv.clock.Now()
 	}
 	put := e.Operation() == jetstream.KeyValuePut
 	hb := heartbeat{at: e.Created(), rev: e.Revision()}
-	if group, id, ok := mv.layout.Member(e.Key()); ok {
-		if !put {
-			delete(groups[group], id)
-			return
+	if id, ok := ParseMemberKey(e.Key()); ok {
+		if put {
+			members[id] = hb
+		} else {
+			delete(members, id)
 		}
-		if groups[group] == nil {
-			groups[group] = map[string]heartbeat{}
-		}
-		groups[group][id] = hb
 		return
 	}
-	if mv.layout.Lease == nil {
-		return
-	}
-	if p, ok := mv.layout.Lease(e.Key()); ok {
+	if p, ok := ParseLeaseKey(e.Key()); ok {
 		if put {
 			leases[p] = hb
 		} else {
@@ -233,10 +204,10 @@ func (mv *MemberView) serverNowLocked() time.Time {
 	return mv.stamp.Add(mv.clock.Since(mv.stampAt))
 }
 
-// Members returns the ids of group's live replicas, sorted, with self
-// among them. It fails with ErrViewNotReady while the watch has not
-// sent every key.
-func (mv *MemberView) Members(group, self string) ([]string, error) {
+// Members returns the ids of the live replicas, sorted, with self among
+// them. It fails with ErrViewNotReady while the watch has not sent every
+// key.
+func (mv *MemberView) Members(self string) ([]string, error) {
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
 	if !mv.ready {
@@ -244,11 +215,11 @@ func (mv *MemberView) Members(group, self string) ([]string, error) {
 	}
 	var members []string
 	now := mv.serverNowLocked()
-	for id, hb := range mv.groups[group] {
+	for id, hb := range mv.members {
 		if hb.at.Add(mv.ttl).After(now) {
 			members = append(members, id)
 		} else {
-			delete(mv.groups[group], id) // expired on the server
+			delete(mv.members, id) // expired on the server
 		}
 	}
 	if !slices.Contains(members, self) {
@@ -262,8 +233,7 @@ func (mv *MemberView) Members(group, self string) ([]string, error) {
 // replica, self included) as the view sees them: written and not deleted
 // nor expired on the server by the view's estimate. A lease created since
 // the watch last brought a key may be missing (its Create then decides).
-// It fails with ErrViewNotReady while the watch has not sent every key;
-// it is empty when the Layout follows no lease keys.
+// It fails with ErrViewNotReady while the watch has not sent every key.
 func (mv *MemberView) Leases() (map[int]bool, error) {
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
@@ -303,8 +273,8 @@ func (mv *MemberView) Check(key string) {
 		return
 	}
 	delete(mv.pending, key)
-	group, id, _ := mv.layout.Member(key)
-	if mv.groups[group][id].rev == rev {
+	id, _ := ParseMemberKey(key)
+	if mv.members[id].rev == rev {
 		delete(mv.stale, key)
 		return
 	}

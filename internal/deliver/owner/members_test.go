@@ -27,7 +27,7 @@ func leaseBucketConfig(ttl time.Duration) jetstream.KeyValueConfig {
 // and waits for its first keys.
 func startMemberView(t *testing.T, kv jetstream.KeyValue, ttl time.Duration, clock clockwork.Clock, failed func(context.Context, error)) *MemberView {
 	t.Helper()
-	lv := NewMemberView(kv, ttl, SubscriptionLayout(), clock, slog.New(slog.DiscardHandler), failed)
+	lv := NewMemberView(kv, ttl, clock, slog.New(slog.DiscardHandler), failed)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); lv.Run(ctx) }()
@@ -40,10 +40,9 @@ func startMemberView(t *testing.T, kv jetstream.KeyValue, ttl time.Duration, clo
 	return lv
 }
 
-// viewIs reports whether lv's members of subscription s, for replica
-// self, are members.
-func viewIs(lv *MemberView, s, self string, members ...string) bool {
-	m, err := lv.Members(s, self)
+// viewIs reports whether lv's members, for replica self, are members.
+func viewIs(lv *MemberView, self string, members ...string) bool {
+	m, err := lv.Members(self)
 	return err == nil && slices.Equal(m, members)
 }
 
@@ -51,8 +50,8 @@ func viewIs(lv *MemberView, s, self string, members ...string) bool {
 // keys there when it starts, a member that appears, one that leaves
 // (SIGTERM deletes its key) and one that dies (its key expires after the
 // TTL: nothing comes through the watch, the view drops it by the
-// server's time it estimates, moved here by the fake clock), for the
-// subscription asked about only; lease keys are not members.
+// server's time it estimates, moved here by the fake clock); lease keys
+// and the old engine's per-subscription member keys are not members.
 func TestMemberViewFollowsMembers(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -65,29 +64,27 @@ func TestMemberViewFollowsMembers(t *testing.T) {
 		_, err := kv.Put(ctx, key, []byte("x"))
 		require.NoError(t, err)
 	}
-	put(wire.MemberKey("s", "r1"))
-	put(wire.LeaseKey("s", 0))
-	put(wire.MemberKey("other", "r9"))
+	put(MemberKey("r1"))
+	put(LeaseKey(0))
+	put("member.other.r9") // the old engine's
 	clock := clockwork.NewFakeClock()
 	mv := startMemberView(t, kv, ttl, clock, func(context.Context, error) {})
-	require.True(t, viewIs(mv, "s", "self", "r1", "self"), "the keys there before the watch")
-	require.True(t, viewIs(mv, "none", "self", "self"), "a subscription without members")
+	require.True(t, viewIs(mv, "self", "r1", "self"), "the keys there before the watch")
 
-	put(wire.MemberKey("s", "r2"))
-	require.Eventually(t, func() bool { return viewIs(mv, "s", "self", "r1", "r2", "self") },
+	put(MemberKey("r2"))
+	require.Eventually(t, func() bool { return viewIs(mv, "self", "r1", "r2", "self") },
 		5*time.Second, 5*time.Millisecond, "a member that appears")
-	require.NoError(t, kv.Delete(ctx, wire.MemberKey("s", "r2")))
-	require.Eventually(t, func() bool { return viewIs(mv, "s", "self", "r1", "self") },
+	require.NoError(t, kv.Delete(ctx, MemberKey("r2")))
+	require.Eventually(t, func() bool { return viewIs(mv, "self", "r1", "self") },
 		5*time.Second, 5*time.Millisecond, "a member that leaves")
 
 	clock.Advance(ttl / 2)
-	require.True(t, viewIs(mv, "s", "self", "r1", "self"), "a member lives until its TTL")
+	require.True(t, viewIs(mv, "self", "r1", "self"), "a member lives until its TTL")
 	clock.Advance(ttl / 2)
-	require.True(t, viewIs(mv, "s", "self", "self"), "a member not heard of for a TTL has expired")
-	require.True(t, viewIs(mv, "other", "self", "self"))
+	require.True(t, viewIs(mv, "self", "self"), "a member not heard of for a TTL has expired")
 
-	put(wire.MemberKey("s", "r1"))
-	require.Eventually(t, func() bool { return viewIs(mv, "s", "self", "r1", "self") },
+	put(MemberKey("r1"))
+	require.Eventually(t, func() bool { return viewIs(mv, "self", "r1", "self") },
 		5*time.Second, 5*time.Millisecond, "a member that heartbeats again after its expiry")
 }
 
@@ -95,8 +92,8 @@ func TestMemberViewFollowsMembers(t *testing.T) {
 // releases nothing (share's unknown membership).
 func TestMemberViewIsNotReadyBeforeItsFirstKeys(t *testing.T) {
 	t.Parallel()
-	mv := NewMemberView(nil, time.Minute, PartitionLayout(), clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), nil)
-	_, err := mv.Members("", "self")
+	mv := NewMemberView(nil, time.Minute, clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), nil)
+	_, err := mv.Members("self")
 	require.ErrorIs(t, err, ErrViewNotReady)
 	_, err = mv.Leases()
 	require.ErrorIs(t, err, ErrViewNotReady)
@@ -107,9 +104,9 @@ func TestMemberViewIsNotReadyBeforeItsFirstKeys(t *testing.T) {
 // watch, once; one that saw it starts counting again.
 func TestMemberViewCheckRestartsAWatchThatMissedTwoOwnWrites(t *testing.T) {
 	t.Parallel()
-	mv := NewMemberView(nil, time.Minute, SubscriptionLayout(), clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), nil)
+	mv := NewMemberView(nil, time.Minute, clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), nil)
 	mv.ready = true
-	key := wire.MemberKey("s", "self")
+	key := MemberKey("self")
 	restarts := func() int {
 		select {
 		case <-mv.restart:
@@ -120,7 +117,7 @@ func TestMemberViewCheckRestartsAWatchThatMissedTwoOwnWrites(t *testing.T) {
 	}
 	seen := func(rev uint64) {
 		mv.mu.Lock()
-		mv.applyLocked(mv.groups, mv.leases, fakeEntry{key: key, rev: rev, at: time.Now()})
+		mv.applyLocked(mv.members, mv.leases, fakeEntry{key: key, rev: rev, at: time.Now()})
 		mv.mu.Unlock()
 	}
 	mv.Wrote(key, 1)
@@ -141,17 +138,6 @@ func TestMemberViewCheckRestartsAWatchThatMissedTwoOwnWrites(t *testing.T) {
 	require.Equal(t, 1, restarts(), "two writes in a row missing: a new watch")
 	mv.Check(key)
 	require.Zero(t, restarts(), "a check without a write since says nothing")
-
-	// A Fleet's units share the view: a check looks at its own key's
-	// write only.
-	other := wire.MemberKey("t", "self")
-	for rev := uint64(6); rev < 9; rev++ {
-		mv.Wrote(other, rev) // on its way, not come through yet
-		mv.Wrote(key, rev)
-		seen(rev)
-		mv.Check(key)
-		require.Zero(t, restarts(), "another unit's write on its way says nothing about this key")
-	}
 }
 
 // fakeEntry is a key-value entry as a watch brings it.
@@ -194,7 +180,7 @@ func TestMemberViewIsRebuiltAfterTheServersLoss(t *testing.T) {
 	kv, err := js.CreateKeyValue(ctx, leaseBucketConfig(ttl))
 	require.NoError(t, err)
 	for i := range 20 { // the old bucket's sequences run past the new one's
-		_, err = kv.Put(ctx, wire.MemberKey("s", "r1"), []byte("r1"))
+		_, err = kv.Put(ctx, MemberKey("r1"), []byte("r1"))
 		require.NoError(t, err, "put %d", i)
 	}
 	clock := clockwork.NewFakeClock()
@@ -204,7 +190,7 @@ func TestMemberViewIsRebuiltAfterTheServersLoss(t *testing.T) {
 		}
 	}
 	mv := startMemberView(t, kv, ttl, clock, restore)
-	require.True(t, viewIs(mv, "s", "self", "r1", "self"))
+	require.True(t, viewIs(mv, "self", "r1", "self"))
 
 	srv.Shutdown()
 	srv2, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: port})
@@ -215,13 +201,13 @@ func TestMemberViewIsRebuiltAfterTheServersLoss(t *testing.T) {
 	// What a cycle does: heartbeat (the bucket made again
 	// when gone), tell the view, and check it at the next cycle; the
 	// fake clock paces the view's retries.
-	self := wire.MemberKey("s", "self")
+	self := MemberKey("self")
 	require.Eventually(t, func() bool {
 		mv.Check(self)
 		if _, err := Bucket(ctx, js, leaseBucketConfig(ttl)); err != nil {
 			return false
 		}
-		if _, err := kv.Put(ctx, wire.MemberKey("s", "r3"), []byte("r3")); err != nil {
+		if _, err := kv.Put(ctx, MemberKey("r3"), []byte("r3")); err != nil {
 			return false
 		}
 		rev, err := kv.Put(ctx, self, []byte("self"))
@@ -230,16 +216,15 @@ func TestMemberViewIsRebuiltAfterTheServersLoss(t *testing.T) {
 		}
 		mv.Wrote(self, rev)
 		clock.Advance(time.Second)
-		return viewIs(mv, "s", "self", "r3", "self")
+		return viewIs(mv, "self", "r3", "self")
 	}, 60*time.Second, 100*time.Millisecond, "the view rebuilt from the new bucket: r1 gone, r3 there")
 
-	require.NoError(t, kv.Delete(ctx, wire.MemberKey("s", "r3")))
-	require.Eventually(t, func() bool { return viewIs(mv, "s", "self", "self") },
+	require.NoError(t, kv.Delete(ctx, MemberKey("r3")))
+	require.Eventually(t, func() bool { return viewIs(mv, "self", "self") },
 		5*time.Second, 5*time.Millisecond, "the rebuilt view follows the bucket")
 }
 
-// The next engine's layout: one heartbeat per replica and the partition
-// leases, from one watch; the old engine's keys in the same bucket are
+// One heartbeat per replica and the partition leases, from one watch; the old engine's keys in the same bucket are
 // neither. A lease key leaves the view when deleted, or when the server's
 // time it estimates passes its last write plus the TTL.
 func TestMemberViewFollowsReplicasAndPartitionLeases(t *testing.T) {
@@ -256,10 +241,10 @@ func TestMemberViewFollowsReplicasAndPartitionLeases(t *testing.T) {
 	}
 	put(MemberKey("r1"))
 	put(LeaseKey(3))
-	put(wire.MemberKey("s", "r9")) // the old engine's
-	put(wire.LeaseKey("s", 4))
+	put("member.s.r9") // the old engine's
+	put("lease.s.4")
 	clock := clockwork.NewFakeClock()
-	mv := NewMemberView(kv, ttl, PartitionLayout(), clock, slog.New(slog.DiscardHandler), nil)
+	mv := NewMemberView(kv, ttl, clock, slog.New(slog.DiscardHandler), nil)
 	vctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); mv.Run(vctx) }()
@@ -277,7 +262,7 @@ func TestMemberViewFollowsReplicasAndPartitionLeases(t *testing.T) {
 		}
 		return true
 	}
-	members, err := mv.Members("", "self")
+	members, err := mv.Members("self")
 	require.NoError(t, err)
 	require.Equal(t, []string{"r1", "self"}, members)
 	require.True(t, leasesAre(3))
@@ -288,26 +273,26 @@ func TestMemberViewFollowsReplicasAndPartitionLeases(t *testing.T) {
 	require.Eventually(t, func() bool { return leasesAre(7) }, 5*time.Second, 5*time.Millisecond, "a lease released")
 	clock.Advance(ttl)
 	require.True(t, leasesAre(), "a lease not renewed for a TTL has expired")
-	members, err = mv.Members("", "self")
+	members, err = mv.Members("self")
 	require.NoError(t, err)
 	require.Equal(t, []string{"self"}, members)
 }
 
-// The keys of the next engine read back, and nothing else reads as them.
+// The lease bucket's keys read back, and nothing else reads as them.
 func TestKeysReadBack(t *testing.T) {
 	t.Parallel()
 	p, ok := ParseLeaseKey(LeaseKey(12))
 	require.True(t, ok)
 	require.Equal(t, 12, p)
-	_, r, ok := ParseMemberKey(MemberKey("replica-a"))
+	r, ok := ParseMemberKey(MemberKey("replica-a"))
 	require.True(t, ok)
 	require.Equal(t, "replica-a", r)
-	for _, k := range []string{"lease.s.3", "lease.p", "lease.p-1", "lease.p03", "lease-epoch", wire.LeaseKey("p3", 1)} {
+	for _, k := range []string{"lease.s.3", "lease.p", "lease.p-1", "lease.p03", "lease-epoch", "lease.p3.1"} {
 		_, ok := ParseLeaseKey(k)
 		require.False(t, ok, k)
 	}
-	for _, k := range []string{wire.MemberKey("s", "r1"), "member.", "lease.p1"} {
-		_, _, ok := ParseMemberKey(k)
+	for _, k := range []string{"member.s.r1", "member.", "lease.p1"} {
+		_, ok := ParseMemberKey(k)
 		require.False(t, ok, k)
 	}
 }

@@ -163,7 +163,7 @@ type Deps struct {
 	// (created when missing, again when deleted) on it. Required.
 	JetStream jetstream.JetStream
 	// Epochs hands out the claims' epochs (the positions bucket's
-	// counter in the next engine). Required: Epochs.KV not nil.
+	// counter). Required: Epochs.KV not nil.
 	Epochs Epochs
 }
 
@@ -286,7 +286,7 @@ func (o *Owner) Start(ctx context.Context) error {
 		return err
 	}
 	o.kv, o.ttl = kv, ttl
-	o.view = NewMemberView(kv, ttl, PartitionLayout(), o.clock, o.log, o.restore)
+	o.view = NewMemberView(kv, ttl, o.clock, o.log, o.restore)
 	rctx, stop := context.WithCancel(context.Background())
 	o.stop = stop
 	vctx, stopView := context.WithCancel(context.Background())

@@ -72,12 +72,6 @@ func NewCursor(js jetstream.JetStream, cfg Config, filters []string, from, to ui
 	return c, nil
 }
 
-// Cursor makes a cursor as NewCursor does, on r's connection and
-// configuration.
-func (r *Reader) Cursor(filters []string, from, to uint64) (*Cursor, error) {
-	return NewCursor(r.js, r.cfg, filters, from, to)
-}
-
 // Target returns the last sequence the cursor reads up to.
 func (c *Cursor) Target() uint64 { return c.to }
 

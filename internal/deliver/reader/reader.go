@@ -209,14 +209,6 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, from uint64) 
 		owned: make([]bool, cfg.Partitions), liveFrom: make([]uint64, cfg.Partitions)}, nil
 }
 
-// Head returns the last sequence the reader read live (handed on or
-// dropped); from - 1 before the first.
-func (r *Reader) Head() uint64 { return r.head }
-
-// Unpartitioned returns how many subjects the reader passed over because
-// they were no event's (not three tokens after the prefix).
-func (r *Reader) Unpartitioned() uint64 { return r.unpartitioned }
-
 // Take makes partition p the replica's from just after floor, the last
 // sequence of p settled by every subscription (pos.p<N>'s floor). When
 // floor is at or past Head, p's events above floor are handed on as the

@@ -4,9 +4,7 @@
 // Subscription type, its enums (BodyMode, Ordering, DeadLetterPolicy),
 // its defaults (the Default* values, WithDefaults), its validation
 // (Validate, wrapping ErrInvalidSubscription and naming the field and the
-// value), and where its durable consumers start (Start, ParseStart, and
-// the start recorded on a durable consumer's config: ApplyStart,
-// RecordStart, KeepStart, CheckStart, ReportedStart;
+// value), and where its position starts (Start, ParseStart;
 // docs/subscriptions-start.md).
 //
 // It holds no behaviour of the engine and imports nothing of it: what a

@@ -6,25 +6,20 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Where a subscription starts (docs/subscriptions-start.md): a start is
-// applied once, when a subscription's durable consumers are created (the
-// unordered durable, or the partition consumers of an ordered one); an
-// existing durable keeps the position it has, and its start is reported,
-// never changed. The start a durable was created with is recorded in its
-// metadata (StartMetadataKey), so that a later, different start is refused
-// (ErrStartChanged) instead of silently not applying.
+// resolved once per subscription into an events stream sequence, where
+// its position begins on every partition; a partition claimed later goes
+// on from the subscription's position, the start is not applied again.
 
 // StartPolicy is the kind of a Start.
 type StartPolicy string
 
 const (
-	// StartNew delivers only the events stored after the subscription's
-	// durable consumers were created, as webhook platforms do for a new
-	// endpoint. The default.
+	// StartNew delivers only the events stored after the subscription
+	// was provisioned (the events stream's last sequence then), as
+	// webhook platforms do for a new endpoint. The default.
 	StartNew StartPolicy = "new"
 	// StartAll delivers every event the events stream still holds.
 	StartAll StartPolicy = "all"
@@ -34,30 +29,15 @@ const (
 	StartTime StartPolicy = "time"
 	// StartSequence delivers the events from the events stream's sequence
 	// Start.Sequence on (the sequence `nats stream view EVENTS` and
-	// `consumer trace` show). For an ordered subscription it is still the
-	// events stream's sequence, not its partitioned copy's: the partition
-	// consumers start at the copy's first message sourced from it.
+	// `consumer trace` show).
 	StartSequence StartPolicy = "sequence"
 )
-
-// StartMetadataKey is the durable consumer metadata key holding the start
-// it was created with (Start.String). Durable consumers created before
-// starts were recorded have none; they were created with StartAll.
-const StartMetadataKey = "jsbridge_start"
 
 // ErrInvalidStart is wrapped by ParseStart for a start it cannot read.
 var ErrInvalidStart = errors.New("invalid start")
 
-// ErrStartChanged is wrapped by CheckStart, so by the engine's Provision
-// (Consumer and Fleet), when a subscription's start differs from the one
-// its existing durable consumer was created with: a start applies only at
-// creation, so it would silently not apply. The message says how to reset
-// the subscription (delete its durable consumers). Waiting does not fix
-// it.
-var ErrStartChanged = errors.New("start differs from the durable consumer's")
-
-// Start says where a subscription's durable consumers begin when they are
-// created. The zero value is StartNew.
+// Start says where a subscription's position begins on every partition
+// when the subscription is first provisioned. The zero value is StartNew.
 type Start struct {
 	// Policy is StartNew (default ""), StartAll, StartTime or
 	// StartSequence.
@@ -134,94 +114,4 @@ func (s Start) validate() error {
 		return nil
 	}
 	return fmt.Errorf("%q (want %q, %q, %q or %q)", s.Policy, StartNew, StartAll, StartTime, StartSequence)
-}
-
-// ApplyStart sets cfg's deliver policy for a durable consumer on the
-// events stream itself (an unordered subscription) created with start s,
-// and records s in its metadata (RecordStart).
-func ApplyStart(cfg *jetstream.ConsumerConfig, s Start) {
-	switch s.Policy {
-	case StartAll:
-		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
-	case StartTime:
-		t := s.Time
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
-	case StartSequence:
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, s.Sequence
-	default:
-		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
-	}
-	RecordStart(cfg, s)
-}
-
-// RecordStart records s in cfg's metadata (StartMetadataKey, written as
-// Start.String), creating the metadata map if cfg has none.
-func RecordStart(cfg *jetstream.ConsumerConfig, s Start) {
-	if cfg.Metadata == nil {
-		cfg.Metadata = map[string]string{}
-	}
-	cfg.Metadata[StartMetadataKey] = s.String()
-}
-
-// KeepStart makes cfg keep the deliver policy (with its start sequence or
-// time) and the recorded start (StartMetadataKey) of the existing durable
-// consumer's config have, and the metadata keys also (the engine passes
-// the version chain's start), so that an update never moves them: a key
-// have lacks is removed from cfg.
-func KeepStart(cfg *jetstream.ConsumerConfig, have jetstream.ConsumerConfig, also ...string) {
-	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = have.DeliverPolicy, have.OptStartSeq, have.OptStartTime
-	for _, k := range append([]string{StartMetadataKey}, also...) {
-		delete(cfg.Metadata, k)
-		if v, ok := have.Metadata[k]; ok {
-			if cfg.Metadata == nil {
-				cfg.Metadata = map[string]string{}
-			}
-			cfg.Metadata[k] = v
-		}
-	}
-}
-
-// RecordedStart returns the start an existing durable consumer's config
-// records (StartMetadataKey), and false when it records none (created
-// before starts were recorded, or not by jsbridge).
-func RecordedStart(cfg jetstream.ConsumerConfig) (string, bool) {
-	v, ok := cfg.Metadata[StartMetadataKey]
-	return v, ok
-}
-
-// ReportedStart is the start an existing durable consumer (its config)
-// was created with, for logs and `consumer status`: the recorded one, else
-// what its deliver policy says, marked "(not recorded)".
-func ReportedStart(cfg jetstream.ConsumerConfig) string {
-	if v, ok := RecordedStart(cfg); ok {
-		return v
-	}
-	var s Start
-	switch cfg.DeliverPolicy {
-	case jetstream.DeliverAllPolicy:
-		s.Policy = StartAll
-	case jetstream.DeliverByStartSequencePolicy:
-		s = StartAtSequence(cfg.OptStartSeq)
-	case jetstream.DeliverByStartTimePolicy:
-		if cfg.OptStartTime != nil {
-			s = StartAtTime(*cfg.OptStartTime)
-		}
-	}
-	return s.String() + " (not recorded)"
-}
-
-// CheckStart refuses (ErrStartChanged) a subscription start want that
-// differs from the one recorded on its existing durable consumer
-// (cfg, named durable on stream); reset says how to delete the durables.
-// A durable without a recorded start was created with StartAll before
-// starts were recorded: it is accepted whatever want is, as it always was.
-func CheckStart(sub string, want Start, cfg jetstream.ConsumerConfig, durable, stream, reset string) error {
-	have, ok := RecordedStart(cfg)
-	if !ok || have == want.String() {
-		return nil
-	}
-	return fmt.Errorf("deliver: subscription %q: %w: start %q, but its durable consumer %q on JetStream stream %q was created with start %q; "+
-		"a start applies only when the durable consumer is created, and the durable keeps its position. Keep start %q, "+
-		"or reset the subscription to start %q: stop every replica running it, delete its durable consumer (%s), and start again",
-		sub, ErrStartChanged, want.String(), durable, stream, have, have, want.String(), reset)
 }

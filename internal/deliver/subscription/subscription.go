@@ -206,11 +206,9 @@ type Subscription struct {
 	// an event: DeadLetterPark (default) or DeadLetterSkip. Not used with
 	// OrderingNone (the stream always goes on).
 	OnDeadLetter DeadLetterPolicy
-	// Start is where the subscription's durable consumers begin when they
-	// are first created: StartNew (default, the zero value), StartAll,
-	// StartTime or StartSequence. An existing durable keeps its position;
-	// a start that differs from the one it was created with is refused
-	// (ErrStartChanged). See Start.
+	// Start is where the subscription's position begins when it is first
+	// provisioned: StartNew (default, the zero value), StartAll,
+	// StartTime or StartSequence. An existing position is kept. See Start.
 	Start Start
 }
 
