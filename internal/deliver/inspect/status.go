@@ -213,7 +213,7 @@ func readLeases(ctx context.Context, js jetstream.JetStream) (beats map[string]t
 		if err != nil {
 			return nil, nil, fmt.Errorf("inspect: read lease bucket key %q: %w", k, err)
 		}
-		if _, id, ok := owner.ParseMemberKey(k); ok {
+		if id, ok := owner.ParseMemberKey(k); ok {
 			beats[id] = e.Created()
 		} else if p, ok := owner.ParseLeaseKey(k); ok {
 			leases[p] = string(e.Value())
