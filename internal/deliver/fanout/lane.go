@@ -265,7 +265,9 @@ func (p *Partition) sendOrdered(st *subState, l *lane, name string, ev reader.Ev
 		}
 	}
 	d := Delivery{Subscription: name, Event: ev, Ordered: true, Previous: prev, Partition: p.cfg.Partition, Epoch: p.cfg.Epoch}
-	for n := p.firstAttempt(name, ev.Seq); ; n++ {
+	first := p.firstAttempt(name, ev.Seq)
+	d.Spent = first - 1
+	for n := first; ; n++ {
 		select {
 		case st.slots <- struct{}{}:
 		case <-p.ctx.Done():
@@ -287,7 +289,7 @@ func (p *Partition) sendOrdered(st *subState, l *lane, name string, ev reader.Ev
 		if p.ctx.Err() != nil {
 			return 0, 0, false
 		}
-		p.retrying(st, name, ev.Seq, n)
+		p.retrying(st, name, ev.Seq, s.Spent)
 		if !p.retryPause(st, l, name, s.Delay) {
 			return 0, 0, false
 		}
@@ -336,7 +338,8 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 	d := Delivery{Subscription: name, Partition: p.cfg.Partition, Epoch: p.cfg.Epoch}
 	for {
 		d.Event = ev
-		for d.Attempt = p.firstAttempt(name, ev.Seq); ; d.Attempt++ {
+		d.Attempt = p.firstAttempt(name, ev.Seq)
+		for d.Spent = d.Attempt - 1; ; d.Attempt++ {
 			if p.ctx.Err() != nil {
 				return // closed: the next owner sends it
 			}
@@ -347,7 +350,7 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 			if p.ctx.Err() != nil {
 				return
 			}
-			p.retrying(st, name, ev.Seq, d.Attempt)
+			p.retrying(st, name, ev.Seq, s.Spent)
 			if !sleep(p.ctx, p.cfg.Clock, s.Delay) {
 				return
 			}

@@ -151,7 +151,7 @@ func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 			c.Owner = &attempt.Owner{Partition: d.Partition, Epoch: d.Epoch}
 		}
 	}
-	n := s.spent.next(d.Subscription, d.Event.Seq)
+	n := s.spent.next(d.Subscription, d.Event.Seq, d.Spent)
 	st := snd.Attempt(ctx, eventMsg{ev: d.Event, attempt: n}, n, c)
 	defer snd.End(st.Trace)
 	var set fanout.Settlement
@@ -181,6 +181,8 @@ func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 	}
 	if set.Act != fanout.Retry {
 		s.spent.settled(d.Subscription, d.Event.Seq)
+	} else {
+		set.Spent = s.spent.next(d.Subscription, d.Event.Seq, d.Spent) - 1 // the retries entry's count
 	}
 	return set
 }
@@ -328,9 +330,10 @@ const storeTimeout = 10 * time.Second
 // open, throttled, disabled, refused by an order gate, cut or refused at
 // the lease fence), which would dead-letter an event after fewer POSTs
 // than MaxDeliver; the old engine counts POSTs only as well
-// (failedAttempts). Kept for the claim: a new owner starts an event's
-// count again (the position's retries entries will carry it). Safe for
-// concurrent use; the zero value is ready.
+// (failedAttempts). Kept for the claim, from the count earlier owners
+// left in the event's retries entry (fanout.Delivery.Spent), which each
+// Retry's fanout.Settlement.Spent updates: a hand-over goes on counting.
+// Safe for concurrent use; the zero value is ready.
 type attempts struct {
 	mu sync.Mutex
 	n  map[spentKey]int
@@ -344,11 +347,12 @@ type spentKey struct {
 	seq uint64
 }
 
-// next returns the number of the next attempt at sub's event seq, from 1.
-func (a *attempts) next(sub string, seq uint64) int {
+// next returns the number of the next attempt at sub's event seq: one
+// past the attempts spent on this claim or, when more, before it (spent).
+func (a *attempts) next(sub string, seq uint64, spent int) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.n[spentKey{sub, seq}] + 1
+	return max(a.n[spentKey{sub, seq}], spent) + 1
 }
 
 // failed records attempt n at sub's event seq as spent.
