@@ -297,6 +297,12 @@ func (p *Partition) Head() uint64 {
 	return p.head
 }
 
+// Asides returns the streams the record sets aside (AsideParked,
+// AsideStuck, AsideReading): the streams gauges read them.
+func (p *Partition) Asides() []position.Aside {
+	return p.pos.Record().Asides
+}
+
 // Floor returns the floor last written to the record.
 func (p *Partition) Floor() uint64 {
 	p.mu.Lock()

@@ -3,7 +3,8 @@
 // and released by cause (jsbridge_consumer_shared_handovers_total), the
 // positions bucket's writes (jsbridge_consumer_position_commits_total,
 // counted by the bucket KV wraps), the partitions owned and the cursors
-// by state, read from the replica (Sources) when scraped. The
+// by state and the streams parked or set aside, read from the replica
+// (Sources) when scraped. The
 // deliveries counter is the replica's Deps.Deliveries, not here.
 package metrics
 
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/promreg"
@@ -46,6 +48,10 @@ type Sources struct {
 	// Cursors returns, for each partition the replica serves, the
 	// subscriptions with a cursor there and its state.
 	Cursors func() []map[string]string
+	// Asides returns the replica's subscriptions (each reported, 0 when
+	// none of its streams is aside) and the streams set aside on the
+	// partitions the replica serves (their records' asides).
+	Asides func() ([]string, []position.Aside)
 }
 
 // Metrics are the replica's own counters. The zero value is not usable:
@@ -90,6 +96,11 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	}
 	if _, err = promreg.Register(reg, prometheus.Collector(cursorCollector{cursors: src.Cursors})); err != nil {
 		return nil, err
+	}
+	if src.Asides != nil {
+		if _, err = promreg.Register(reg, prometheus.Collector(asideCollector{asides: src.Asides})); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }
@@ -145,6 +156,54 @@ func (c cursorCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for state, v := range n {
 		ch <- prometheus.MustNewConstMetric(cursorsDesc, prometheus.GaugeValue, float64(v), state)
+	}
+}
+
+// The streams gauges, by subscription, over the partitions this replica
+// serves (summed over the replicas, every partition's).
+var (
+	parkedDesc = prometheus.NewDesc("jsbridge_consumer_streams_parked",
+		"Ordered subscriptions: streams parked behind a dead-lettered event (on_dead_letter: park, or order-stuck), on the partitions this replica serves.",
+		[]string{"subscription"}, nil)
+	setAsideDesc = prometheus.NewDesc("jsbridge_consumer_streams_set_aside",
+		"Ordered subscriptions: streams set aside as stuck (their head retried in place while the shared read passes their later events), on the partitions this replica serves.",
+		[]string{"subscription"}, nil)
+)
+
+// asideCollector reads the records' asides of the replica's partitions
+// when scraped.
+type asideCollector struct {
+	asides func() ([]string, []position.Aside)
+}
+
+func (c asideCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- parkedDesc
+	ch <- setAsideDesc
+}
+
+func (c asideCollector) Collect(ch chan<- prometheus.Metric) {
+	type counts struct{ parked, setAside int }
+	by := map[string]*counts{}
+	subs, asides := c.asides()
+	for _, sub := range subs {
+		by[sub] = &counts{}
+	}
+	for _, a := range asides {
+		n := by[a.Sub]
+		if n == nil {
+			n = &counts{}
+			by[a.Sub] = n
+		}
+		switch a.State {
+		case fanout.AsideParked:
+			n.parked++
+		case fanout.AsideStuck:
+			n.setAside++
+		}
+	}
+	for sub, n := range by {
+		ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(n.parked), sub)
+		ch <- prometheus.MustNewConstMetric(setAsideDesc, prometheus.GaugeValue, float64(n.setAside), sub)
 	}
 }
 
