@@ -259,13 +259,15 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		}
 		r.health, r.ownHealth = h, true
 	}
-	if err := r.subscribe(deps); err != nil {
-		return nil, err
-	}
+	// The metrics first: each subscription's sender observes its POSTs'
+	// durations and rate limit there.
 	var err error
 	if r.metrics, err = metrics.New(deps.Registerer, metrics.Sources{Owned: func() int { return len(r.Owned()) }, Cursors: r.cursorStates,
 		Asides: r.asides}); err != nil {
 		return nil, fmt.Errorf("shared: %w", err)
+	}
+	if err := r.subscribe(deps); err != nil {
+		return nil, err
 	}
 	r.chain = &chain{js: deps.JetStream, stream: cfg.Stream, members: r.members}
 	r.seqs = seqtime.New(deps.JetStream, cfg.Stream, cfg.Clock)

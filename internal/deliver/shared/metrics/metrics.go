@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
@@ -59,6 +60,9 @@ type Sources struct {
 type Metrics struct {
 	handovers *prometheus.CounterVec
 	commits   *prometheus.CounterVec
+	// duration and rate are each subscription's sender's (Attempt).
+	duration *prometheus.HistogramVec
+	rate     *prometheus.GaugeVec
 }
 
 // New makes the replica's metrics and registers them on reg (nil:
@@ -76,6 +80,15 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 			Name: "jsbridge_consumer_position_commits_total",
 			Help: "Writes of the positions bucket by this replica: key record (pos.p<N>, the claim's and every commit) or cursor (cur.<subscription>.p<N>), result ok or failed (a compare-and-set refused, or the server's error).",
 		}, []string{"key", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "jsbridge_consumer_attempt_duration_seconds",
+			Help:    "Duration of webhook POSTs in seconds, by subscription.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 10),
+		}, []string{"subscription"}),
+	}
+	var err error
+	if m.rate, err = attempt.NewRateGauge(nil); err != nil {
+		return nil, err
 	}
 	owned := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "jsbridge_consumer_shared_partitions_owned",
@@ -84,11 +97,16 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	var err error
 	if m.handovers, err = promreg.Register(reg, m.handovers); err != nil {
 		return nil, err
 	}
 	if m.commits, err = promreg.Register(reg, m.commits); err != nil {
+		return nil, err
+	}
+	if m.duration, err = promreg.Register(reg, m.duration); err != nil {
+		return nil, err
+	}
+	if m.rate, err = promreg.Register(reg, m.rate); err != nil {
 		return nil, err
 	}
 	if _, err = promreg.Register(reg, owned); err != nil {
@@ -103,6 +121,15 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// Attempt returns the metrics of subscription sub's sender: deliveries
+// (jsbridge_consumer_deliveries_total), its child of
+// jsbridge_consumer_attempt_duration_seconds (each POST's duration) and
+// of jsbridge_consumer_rate_limit (the requests per second its POSTs are
+// held to on this replica, 0: no limit).
+func (m *Metrics) Attempt(sub string, deliveries *prometheus.CounterVec) attempt.Metrics {
+	return attempt.Metrics{Deliveries: deliveries, Duration: m.duration.WithLabelValues(sub), Rate: m.rate.WithLabelValues(sub)}
 }
 
 // Handover counts one partition gained or released, for cause (a
