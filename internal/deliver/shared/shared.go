@@ -263,7 +263,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 	// durations and rate limit there.
 	var err error
 	if r.metrics, err = metrics.New(deps.Registerer, metrics.Sources{Owned: func() int { return len(r.Owned()) }, Cursors: r.cursorStates,
-		Asides: r.asides}); err != nil {
+		Asides: r.asides, InFlight: r.senders.InFlight}); err != nil {
 		return nil, fmt.Errorf("shared: %w", err)
 	}
 	if err := r.subscribe(deps); err != nil {

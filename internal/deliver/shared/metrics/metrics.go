@@ -53,6 +53,9 @@ type Sources struct {
 	// none of its streams is aside) and the streams set aside on the
 	// partitions the replica serves (their records' asides).
 	Asides func() ([]string, []position.Aside)
+	// InFlight returns, by subscription, the POSTs under way on the
+	// replica (the MaxInFlight slots taken).
+	InFlight func() map[string]int
 }
 
 // Metrics are the replica's own counters. The zero value is not usable:
@@ -114,6 +117,11 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	}
 	if _, err = promreg.Register(reg, prometheus.Collector(cursorCollector{cursors: src.Cursors})); err != nil {
 		return nil, err
+	}
+	if src.InFlight != nil {
+		if _, err = promreg.Register(reg, prometheus.Collector(inFlightCollector{inFlight: src.InFlight})); err != nil {
+			return nil, err
+		}
 	}
 	if src.Asides != nil {
 		if _, err = promreg.Register(reg, prometheus.Collector(asideCollector{asides: src.Asides})); err != nil {
@@ -231,6 +239,22 @@ func (c asideCollector) Collect(ch chan<- prometheus.Metric) {
 	for sub, n := range by {
 		ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(n.parked), sub)
 		ch <- prometheus.MustNewConstMetric(setAsideDesc, prometheus.GaugeValue, float64(n.setAside), sub)
+	}
+}
+
+// inFlightDesc is jsbridge_consumer_in_flight.
+var inFlightDesc = prometheus.NewDesc("jsbridge_consumer_in_flight",
+	"Webhook deliveries in progress on this replica (the subscription's max_in_flight slots taken), by subscription.",
+	[]string{"subscription"}, nil)
+
+// inFlightCollector reads the senders' slots when scraped.
+type inFlightCollector struct{ inFlight func() map[string]int }
+
+func (c inFlightCollector) Describe(ch chan<- *prometheus.Desc) { ch <- inFlightDesc }
+
+func (c inFlightCollector) Collect(ch chan<- prometheus.Metric) {
+	for sub, n := range c.inFlight() {
+		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(n), sub)
 	}
 }
 

@@ -124,7 +124,7 @@ func value(t *testing.T, reg *prometheus.Registry, name string, labels ...string
 // The streams gauges count the records' asides per subscription when
 // scraped: parked (AsideParked), set aside (AsideStuck), a stream being
 // read again in neither; each of the replica's subscriptions is shown,
-// 0 without asides. Attempt hands a subscription's sender its children
+// 0 without asides; in flight reads the senders' slots. Attempt hands a subscription's sender its children
 // of the POST duration histogram and the rate limit gauge.
 func TestStreamsGaugesCountTheRecordsAsides(t *testing.T) {
 	t.Parallel()
@@ -136,7 +136,8 @@ func TestStreamsGaugesCountTheRecordsAsides(t *testing.T) {
 		{Sub: "orders", Stream: "order-4", State: fanout.AsideReading},
 	}
 	m, err := metrics.New(reg, metrics.Sources{Owned: func() int { return 0 }, Cursors: func() []map[string]string { return nil },
-		Asides: func() ([]string, []position.Aside) { return []string{"orders", "audit"}, asides }})
+		Asides:   func() ([]string, []position.Aside) { return []string{"orders", "audit"}, asides },
+		InFlight: func() map[string]int { return map[string]int{"orders": 3} }})
 	require.NoError(t, err)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP jsbridge_consumer_streams_parked Ordered subscriptions: streams parked behind a dead-lettered event (on_dead_letter: park, or order-stuck), on the partitions this replica serves.
@@ -147,7 +148,10 @@ jsbridge_consumer_streams_parked{subscription="orders"} 2
 # TYPE jsbridge_consumer_streams_set_aside gauge
 jsbridge_consumer_streams_set_aside{subscription="audit"} 0
 jsbridge_consumer_streams_set_aside{subscription="orders"} 1
-`), "jsbridge_consumer_streams_parked", "jsbridge_consumer_streams_set_aside"))
+# HELP jsbridge_consumer_in_flight Webhook deliveries in progress on this replica (the subscription's max_in_flight slots taken), by subscription.
+# TYPE jsbridge_consumer_in_flight gauge
+jsbridge_consumer_in_flight{subscription="orders"} 3
+`), "jsbridge_consumer_streams_parked", "jsbridge_consumer_streams_set_aside", "jsbridge_consumer_in_flight"))
 
 	am := m.Attempt("orders", prometheus.NewCounterVec(prometheus.CounterOpts{Name: "d"}, []string{"subscription", "outcome", "status_class"}))
 	am.Duration.Observe(0.2)

@@ -482,6 +482,19 @@ func (ss *Set) Put(name string, snd *attempt.Sender) {
 	}
 }
 
+// InFlight returns, by subscription, the POST slots taken on the
+// replica (jsbridge_consumer_in_flight): attempts that hold one, from
+// the slot to the answer.
+func (ss *Set) InFlight() map[string]int {
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	out := make(map[string]int, len(ss.slots))
+	for name, slots := range ss.slots {
+		out[name] = len(slots)
+	}
+	return out
+}
+
 // Acquire waits for one of subscription name's POST slots on the
 // replica and returns its release; false when ctx ended first. A
 // subscription without slots (MaxInFlight 0, or none) takes none.
