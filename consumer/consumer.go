@@ -197,7 +197,8 @@ func (c *Consumer) Provision(ctx context.Context) error {
 	// for it here.
 	err = w.For(ctx, "JetStream stream "+c.cfg.Stream, func(ctx context.Context) error {
 		err := c.engine.Provision(ctx)
-		if errors.Is(err, subscription.ErrInvalidSubscription) || errors.Is(err, ErrNoAllowDirect) || errors.Is(err, ErrNotMigrated) {
+		if errors.Is(err, subscription.ErrInvalidSubscription) || errors.Is(err, ErrNoAllowDirect) || errors.Is(err, ErrNotMigrated) ||
+			errors.Is(err, ErrPartitionsChanged) {
 			return startup.Permanent(err)
 		}
 		return startup.JetStreamErr(err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +42,14 @@ var (
 	// moved (its "migrated" key): run `consumer migrate` with every
 	// replica of the durables engine stopped.
 	ErrNotMigrated = errors.New("the durables engine's layout is not migrated to the shared engine")
+	// ErrPartitionsChanged is wrapped by Provision when Config.Partitions
+	// differs from the count the positions bucket holds (its
+	// "partitions" key, written by the first replica or by `consumer
+	// migrate`): replicas hashing streams into different counts would
+	// deliver one stream from two partitions at once. Run every replica
+	// with the stored count: it cannot change in place (docs/operations.md,
+	// "The partition count").
+	ErrPartitionsChanged = errors.New("the partition count differs from the one the positions bucket holds")
 )
 
 // sharedEngine is the shared engine (internal/deliver/shared) as the
@@ -48,7 +58,11 @@ type sharedEngine struct {
 	r      *shared.Replica
 	js     jetstream.JetStream
 	stream string
-	log    *slog.Logger
+	// partitions and replicas are Config.Partitions and Config.Replicas:
+	// Provision checks the first against the positions bucket, which it
+	// creates with the second when missing.
+	partitions, replicas int
+	log                  *slog.Logger
 	// loaded, when not nil, is closed once the subscriptions bucket's
 	// subscriptions were applied (Loaded): Run starts the replica only
 	// then, since a partition taken with a subscription missing from
@@ -94,7 +108,8 @@ func newSharedEngine(js jetstream.JetStream, cfg Config, deps sharedDeps, subs [
 	if err != nil {
 		return nil, err
 	}
-	return &sharedEngine{r: r, js: js, stream: cfg.Stream, log: cfg.Logger, replayed: replayed}, nil
+	return &sharedEngine{r: r, js: js, stream: cfg.Stream, partitions: cfg.Partitions, replicas: cfg.Replicas,
+		log: cfg.Logger, replayed: replayed}, nil
 }
 
 // Provision waits for the events stream (an error wrapping JetStream's,
@@ -103,8 +118,9 @@ func newSharedEngine(js jetstream.JetStream, cfg Config, deps sharedDeps, subs [
 // sequence (shared.Replica.ResolveNew), then refuses
 // at once what waiting cannot fix: the stream without AllowDirect
 // (ErrNoAllowDirect), the durables engine's layout there and not
-// migrated (ErrNotMigrated). Each message names `consumer migrate` and
-// docs/operations.md's section.
+// migrated (ErrNotMigrated), each message naming `consumer migrate` and
+// docs/operations.md's section, and a partition count other than the
+// positions bucket's (ErrPartitionsChanged; checkPartitions).
 func (e *sharedEngine) Provision(ctx context.Context) error {
 	s, err := e.js.Stream(ctx, e.stream)
 	if err != nil {
@@ -118,17 +134,89 @@ func (e *sharedEngine) Provision(ctx context.Context) error {
 	// the events stored so far: what is stored until Run is its.
 	e.r.ResolveNew(s.CachedInfo().State.LastSeq)
 	old, err := oldLayout(ctx, e.js, e.stream)
-	if err != nil || old == "" {
+	if err != nil {
 		return err
 	}
-	switch migrated, err := isMigrated(ctx, e.js); {
-	case err != nil:
-		return err
-	case !migrated:
-		return fmt.Errorf("consumer: %s, and the %s bucket has no %q key: %w: stop every replica of the durables engine and run `consumer migrate` (docs/operations.md, \"Upgrading from a release that ran the durables engine\")",
-			old, position.DefaultBucket, mark.DoneKey, ErrNotMigrated)
+	if old != "" {
+		switch migrated, err := isMigrated(ctx, e.js); {
+		case err != nil:
+			return err
+		case !migrated:
+			return fmt.Errorf("consumer: %s, and the %s bucket has no %q key: %w: stop every replica of the durables engine and run `consumer migrate` (docs/operations.md, \"Upgrading from a release that ran the durables engine\")",
+				old, position.DefaultBucket, mark.DoneKey, ErrNotMigrated)
+		}
 	}
-	return nil
+	return e.checkPartitions(ctx)
+}
+
+// checkPartitions compares Config.Partitions with the positions
+// bucket's mark.PartitionsKey, creating the bucket (with
+// Config.Replicas) and the key when missing. The key is written with a
+// create-only put, so of two first replicas with different counts one
+// writes it and the other reads it back and is refused. With the key
+// missing (a bucket the shared engine of an earlier release wrote), a
+// record of partition Config.Partitions shows a larger count ran:
+// refused as well. A smaller count that ran before is not seen then;
+// the key holds from now on. Errors: ErrPartitionsChanged (wrapped),
+// the server's.
+func (e *sharedEngine) checkPartitions(ctx context.Context) error {
+	kv, err := position.Bucket(ctx, e.js, "", e.replicas)
+	if err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	want := strconv.Itoa(e.partitions)
+	for {
+		have, err := kv.Get(ctx, mark.PartitionsKey)
+		switch {
+		case err == nil && string(have.Value()) == want:
+			return nil
+		case err == nil:
+			return e.partitionsChanged(kv.Bucket(), fmt.Sprintf("%q = %s", mark.PartitionsKey, have.Value()), string(have.Value()))
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return fmt.Errorf("consumer: positions bucket %s: read %q: %w", kv.Bucket(), mark.PartitionsKey, err)
+		}
+		switch top, err := topRecord(ctx, kv); {
+		case err != nil:
+			return err
+		case top >= e.partitions:
+			return e.partitionsChanged(kv.Bucket(), fmt.Sprintf("the record %s of a larger count", position.Key(top)),
+				fmt.Sprintf("<the count it ran with, at least %d>", top+1))
+		}
+		// Create-only: a first replica that lost the race reads the
+		// winner's count on the next turn.
+		_, err = kv.Create(ctx, mark.PartitionsKey, []byte(want))
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			if err != nil {
+				return fmt.Errorf("consumer: positions bucket %s: write %q: %w", kv.Bucket(), mark.PartitionsKey, err)
+			}
+			return nil
+		}
+	}
+}
+
+// topRecord returns the highest partition with a record in the
+// positions bucket kv, -1 when none has one.
+func topRecord(ctx context.Context, kv jetstream.KeyValue) (int, error) {
+	prefix := strings.TrimSuffix(position.Key(0), "0") // "pos.p"
+	l, err := kv.ListKeysFiltered(ctx, prefix[:strings.LastIndexByte(prefix, '.')+1]+"*")
+	if err != nil {
+		return 0, fmt.Errorf("consumer: positions bucket %s: list the records: %w", kv.Bucket(), err)
+	}
+	defer func() { _ = l.Stop() }()
+	top := -1
+	for k := range l.Keys() {
+		if p, err := strconv.Atoi(strings.TrimPrefix(k, prefix)); err == nil && p > top {
+			top = p
+		}
+	}
+	return top, nil
+}
+
+// partitionsChanged is ErrPartitionsChanged wrapped with the counts and
+// the way out: fix is the count to start with.
+func (e *sharedEngine) partitionsChanged(bucket, stored, fix string) error {
+	return fmt.Errorf("consumer: --partitions (Config.Partitions) is %d, the positions bucket %s holds %s: %w: start every replica with --partitions %s (the count cannot change in place: docs/operations.md, \"The partition count\")",
+		e.partitions, bucket, stored, ErrPartitionsChanged, fix)
 }
 
 // Run starts the replica (again with backoff while what it opens fails:

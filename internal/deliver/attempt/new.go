@@ -73,6 +73,12 @@ type Metrics struct {
 	// Deliveries is jsbridge_consumer_deliveries_total by subscription,
 	// outcome and status_class (required).
 	Deliveries *prometheus.CounterVec
+	// Duration is the subscription's child of
+	// jsbridge_consumer_attempt_duration_seconds (nil: not observed).
+	Duration prometheus.Observer
+	// Rate is the subscription's child of jsbridge_consumer_rate_limit
+	// (NewRateGauge; nil: not shown).
+	Rate prometheus.Gauge
 }
 
 // Deps are what a Sender takes from the engine.
@@ -146,6 +152,9 @@ func New(cfg Config, deps Deps) (*Sender, error) {
 	if deps.Health == nil {
 		deps.Health = (*health.State)(nil)
 	}
+	if deps.Metrics.Duration == nil {
+		deps.Metrics.Duration = noObserver{}
+	}
 	endpoint := breaker.Endpoint(s.URL)
 	snd := &Sender{
 		sub:        s,
@@ -160,10 +169,11 @@ func New(cfg Config, deps Deps) (*Sender, error) {
 		clock:      deps.Clock,
 		wall:       deps.Wall,
 		health:     deps.Health,
-		throttle:   newThrottle(deps.Clock, s.RateLimit),
+		throttle:   newThrottle(deps.Clock, s.RateLimit, deps.Metrics.Rate),
 		deliveries: deps.Metrics.Deliveries,
 		attempts:   deps.Attempts,
 		record:     record,
+		duration:   deps.Metrics.Duration,
 		acked2xx: sync.OnceValue(func() prometheus.Counter {
 			return deps.Metrics.Deliveries.WithLabelValues(s.Name, OutcomeAck, "2xx")
 		}),
@@ -171,3 +181,8 @@ func New(cfg Config, deps Deps) (*Sender, error) {
 	snd.signer.Store(cfg.Signer)
 	return snd, nil
 }
+
+// noObserver observes nothing.
+type noObserver struct{}
+
+func (noObserver) Observe(float64) {}

@@ -66,7 +66,8 @@ type Sender struct {
 	deliveries *prometheus.CounterVec
 	attempts   attemptlog.Recorder // nil: no records
 	// record says which attempts go to attempts (Deps.Record).
-	record attemptlog.Mode
+	record   attemptlog.Mode
+	duration prometheus.Observer
 	// acked2xx is deliveries{outcome="ack",status_class="2xx"}, resolved
 	// on first use so that no zero series shows before the first ack.
 	acked2xx func() prometheus.Counter
@@ -284,6 +285,7 @@ func (r *Sender) post(ctx context.Context, inProgress func() error, id string, b
 	start := r.wall.Now()
 	resp, err := r.ep.do(r.client, req)
 	if err != nil {
+		r.duration.Observe(r.wall.Since(start).Seconds())
 		var ne net.Error
 		timeout := !errors.Is(err, egress.ErrForbiddenAddress) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()))
 		return Response{Err: err, Timeout: timeout, RetryAfter: -1, At: start}
@@ -291,6 +293,7 @@ func (r *Sender) post(ctx context.Context, inProgress func() error, id string, b
 	// Drain (a little of) the body so the connection is reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
+	r.duration.Observe(r.wall.Since(start).Seconds())
 	out := Response{Status: resp.StatusCode, RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), r.wall.Now()), At: start}
 	if resp.StatusCode == http.StatusConflict {
 		out.Order = resp.Header.Get(wire.HeaderOrder)

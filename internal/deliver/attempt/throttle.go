@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
+
+	"github.com/jsbridge/jsbridge/internal/promreg"
 )
 
 // Throttling: each subscription's POSTs go through a rate limiter
@@ -46,6 +49,7 @@ const (
 type throttle struct {
 	clock   clockwork.Clock
 	ceiling rate.Limit // Subscription.RateLimit, or rate.Inf
+	gauge   prometheus.Gauge
 
 	mu    sync.Mutex
 	lim   *rate.Limiter
@@ -72,13 +76,41 @@ type throttle struct {
 }
 
 // newThrottle returns the throttle of a subscription with limit
-// requests/s (0: no limit).
-func newThrottle(clock clockwork.Clock, limit float64) *throttle {
+// requests/s (0: no limit); gauge (nil: none) shows the rate in force.
+func newThrottle(clock clockwork.Clock, limit float64, gauge prometheus.Gauge) *throttle {
 	ceiling := rate.Inf
 	if limit > 0 {
 		ceiling = rate.Limit(limit)
 	}
-	return &throttle{clock: clock, ceiling: ceiling, cur: ceiling, lim: rate.NewLimiter(ceiling, 1)}
+	t := &throttle{clock: clock, ceiling: ceiling, cur: ceiling, lim: rate.NewLimiter(ceiling, 1), gauge: gauge}
+	t.show()
+	return t
+}
+
+// NewRateGauge returns jsbridge_consumer_rate_limit{subscription},
+// registered on reg (nil: not registered).
+func NewRateGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "jsbridge_consumer_rate_limit",
+		Help: "Requests per second a subscription's POSTs are held to on this replica: its rate_limit, or lower after a 429 (0: no limit), by subscription.",
+	}, []string{"subscription"})
+	if reg == nil {
+		return g, nil
+	}
+	return promreg.Register(reg, g)
+}
+
+// show sets the gauge to the rate in force, 0 for none (t.mu held or
+// not shared yet).
+func (t *throttle) show() {
+	if t.gauge == nil {
+		return
+	}
+	if t.cur == rate.Inf {
+		t.gauge.Set(0)
+		return
+	}
+	t.gauge.Set(float64(t.cur))
 }
 
 // holding reports whether wait may block: a rate or a pause in force.
@@ -194,6 +226,7 @@ func (t *throttle) observe(resp Response, gen uint64) bool {
 	// goes one interval of the new rate after the cut.
 	t.lim = rate.NewLimiter(t.cur, 1)
 	t.lim.ReserveN(now, 1)
+	t.show()
 	t.atCut, t.lastCut, t.lastInc, t.acceptedCut = t.cur, now, now, false
 	t.gen++
 	return true
@@ -244,6 +277,7 @@ func (t *throttle) grow(now time.Time) {
 func (t *throttle) setRate(now time.Time, r rate.Limit) {
 	t.cur = r
 	t.lim.SetLimitAt(now, r)
+	t.show()
 }
 
 // Count counts a POST sent or an answer accepted in now's second (t.mu

@@ -18,7 +18,7 @@ import (
 func TestThrottleAIMD(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	th := newThrottle(clock, 0)
+	th := newThrottle(clock, 0, nil)
 	ctx := context.Background()
 	require.False(t, th.holding())
 	require.True(t, math.IsInf(th.rate(), 1))
@@ -66,7 +66,7 @@ func TestThrottleAIMD(t *testing.T) {
 	<-done
 
 	// A configured RateLimit is the ceiling.
-	capped := newThrottle(clock, 2)
+	capped := newThrottle(clock, 2, nil)
 	require.Equal(t, 2.0, capped.rate())
 }
 
@@ -103,7 +103,7 @@ func TestThrottleRecoversWithinSecondsOfTheFirst2xx(t *testing.T) {
 		}
 	}
 
-	th := newThrottle(clock, 0)
+	th := newThrottle(clock, 0, nil)
 	storm(th, 10)
 	low := th.rate()
 	require.InDelta(t, 75*math.Pow(0.75, 9), low, 1e-3, "ten cuts in a row")
@@ -126,7 +126,7 @@ func TestThrottleRecoversWithinSecondsOfTheFirst2xx(t *testing.T) {
 	require.False(t, th.holding(), "nothing held: the storm is undone")
 
 	// With a rate_limit, it comes back to the rate_limit.
-	capped := newThrottle(clock, 150)
+	capped := newThrottle(clock, 150, nil)
 	storm(capped, 10)
 	require.False(t, capped.observe(Response{Status: 200}, capped.gen))
 	for range 6 {
@@ -135,7 +135,7 @@ func TestThrottleRecoversWithinSecondsOfTheFirst2xx(t *testing.T) {
 	require.Equal(t, 150.0, capped.rate())
 
 	// One cut, then 2xx: additive increase, as before.
-	one := newThrottle(clock, 0)
+	one := newThrottle(clock, 0, nil)
 	storm(one, 1)
 	require.False(t, one.observe(Response{Status: 200}, one.gen))
 	require.InDelta(t, 75+2*15, tick(one), 1e-9, "two seconds since the cut: a fifth of the cut rate each, no doubling")

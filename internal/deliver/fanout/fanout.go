@@ -131,6 +131,11 @@ type Settlement struct {
 	Act Act
 	// Delay is the pause before the next attempt of a Retry.
 	Delay time.Duration
+	// Spent is, for a Retry, the attempts at the event that spent one
+	// of the subscription's MaxDeliver so far, over every owner (from
+	// Delivery.Spent on): what its retries entry records, so that the
+	// next owner goes on counting from there.
+	Spent int
 }
 
 // Delivery is one attempt at one event for one subscription.
@@ -139,8 +144,13 @@ type Delivery struct {
 	Subscription string
 	// Event is the event as the reader (or a cursor's read) handed it.
 	Event reader.Event
-	// Attempt counts this owner's attempts at the event, from 1.
+	// Attempt counts the attempts at the event, from one past its
+	// retries entry's count (1 without one).
 	Attempt int
+	// Spent is the event's retries entry's count when this owner began
+	// sending it (0 without one): the attempts earlier owners spent of
+	// the subscription's MaxDeliver, which the Sender counts on from.
+	Spent int
 	// Ordered: an ordered subscription's event; Previous is then its
 	// stream's version delivered before it (NoPrevious: none), the
 	// version chain's Jsbridge-Previous-Version.
@@ -284,6 +294,12 @@ func (p *Partition) Head() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.head
+}
+
+// Asides returns the streams the record sets aside (AsideParked,
+// AsideStuck, AsideReading): the streams gauges read them.
+func (p *Partition) Asides() []position.Aside {
+	return p.pos.Record().Asides
 }
 
 // Floor returns the floor last written to the record.

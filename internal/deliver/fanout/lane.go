@@ -211,7 +211,7 @@ func (p *Partition) runLane(st *subState, l *lane, t turn) {
 		if !ok {
 			return // closed: the next owner sends it
 		}
-		act, ok := p.sendOrdered(st, l, Delivery{Subscription: name, Event: ev, Attempt: t.tried + 1, Ordered: true, Previous: prev,
+		act, ok := p.sendOrdered(st, l, Delivery{Subscription: name, Event: ev, Attempt: t.tried + 1, Spent: t.tried, Ordered: true, Previous: prev,
 			Partition: p.cfg.Partition, Epoch: p.cfg.Epoch})
 		if !ok {
 			return // closed or lost: the next owner sends it again
@@ -331,7 +331,7 @@ func (p *Partition) sendOrdered(st *subState, l *lane, d Delivery) (act Act, ok 
 		if p.ctx.Err() != nil {
 			return 0, false
 		}
-		p.retrying(st, d.Subscription, d.Event.Seq, d.Attempt)
+		p.retrying(st, d.Subscription, d.Event.Seq, s.Spent)
 		if !p.retryPause(st, l, d.Subscription, s.Delay) {
 			return 0, false
 		}
@@ -360,7 +360,8 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 	d := Delivery{Subscription: name, Partition: p.cfg.Partition, Epoch: p.cfg.Epoch}
 	for {
 		d.Event = ev
-		for d.Attempt = p.firstAttempt(name, ev.Seq); ; d.Attempt++ {
+		d.Attempt = p.firstAttempt(name, ev.Seq)
+		for d.Spent = d.Attempt - 1; ; d.Attempt++ {
 			if p.ctx.Err() != nil {
 				return // closed: the next owner sends it
 			}
@@ -371,7 +372,7 @@ func (p *Partition) runSends(st *subState, ev reader.Event, name string) {
 			if p.ctx.Err() != nil {
 				return
 			}
-			p.retrying(st, name, ev.Seq, d.Attempt)
+			p.retrying(st, name, ev.Seq, s.Spent)
 			if !sleep(p.ctx, p.cfg.Clock, s.Delay) {
 				return
 			}

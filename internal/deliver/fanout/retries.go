@@ -43,7 +43,8 @@ func (p *Partition) firstAttempt(sub string, seq uint64) int {
 	return int(p.retries[retryKey{sub, seq}]) + 1
 }
 
-// retrying records that attempt n at st's event at seq failed; an
+// retrying records that an attempt at st's event at seq failed, n
+// attempts having spent one of MaxDeliver (Settlement.Spent); an
 // unordered subscription's event stops holding the floor back.
 func (p *Partition) retrying(st *subState, sub string, seq uint64, n int) {
 	p.mu.Lock()

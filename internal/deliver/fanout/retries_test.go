@@ -27,7 +27,7 @@ func TestAnUnorderedEventInRetryLetsTheFloorPassAndANewOwnerRetriesIt(t *testing
 	clock := clockwork.NewFakeClock()
 	first := newRecorder(func(d Delivery) Settlement {
 		if d.Event.Seq == 2 {
-			return Settlement{Act: Retry, Delay: time.Minute}
+			return Settlement{Act: Retry, Delay: time.Minute, Spent: d.Attempt} // each attempt spent one
 		}
 		return Settlement{Act: Delivered}
 	})
@@ -46,10 +46,11 @@ func TestAnUnorderedEventInRetryLetsTheFloorPassAndANewOwnerRetriesIt(t *testing
 
 	pos2, _ := b.claim(t, "replica-b", 2)
 	var mu sync.Mutex
-	attempts := map[uint64]int{}
+	attempts, spent := map[uint64]int{}, map[uint64]int{}
 	second := newRecorder(func(d Delivery) Settlement {
 		mu.Lock()
 		attempts[d.Event.Seq] = d.Attempt
+		spent[d.Event.Seq] = d.Spent
 		mu.Unlock()
 		return Settlement{Act: Delivered}
 	})
@@ -63,6 +64,7 @@ func TestAnUnorderedEventInRetryLetsTheFloorPassAndANewOwnerRetriesIt(t *testing
 	}, "the new owner fetches the event and retries it")
 	mu.Lock()
 	require.Equal(t, map[uint64]int{2: 3}, attempts, "from its count on, and nothing the floor covers")
+	require.Equal(t, map[uint64]int{2: 2}, spent, "the count handed to the Sender")
 	mu.Unlock()
 	eventually(t, func() bool { return len(pos2.Record().Retries) == 0 }, "its entry goes once it settled")
 	require.Equal(t, uint64(5), f2.Floor())

@@ -228,6 +228,8 @@ type PartitionStatus struct {
 	Floor, Head uint64
 	// Behind are the subscriptions with a cursor, with its state.
 	Behind map[string]string
+	// Asides are the streams the partition's record sets aside.
+	Asides []position.Aside
 }
 
 // New returns a replica of cfg delivering deps.Subscriptions, or an error
@@ -257,12 +259,15 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		}
 		r.health, r.ownHealth = h, true
 	}
+	// The metrics first: each subscription's sender observes its POSTs'
+	// durations and rate limit there.
+	var err error
+	if r.metrics, err = metrics.New(deps.Registerer, metrics.Sources{Owned: func() int { return len(r.Owned()) }, Cursors: r.cursorStates,
+		Asides: r.asides, InFlight: r.senders.InFlight}); err != nil {
+		return nil, fmt.Errorf("shared: %w", err)
+	}
 	if err := r.subscribe(deps); err != nil {
 		return nil, err
-	}
-	var err error
-	if r.metrics, err = metrics.New(deps.Registerer, metrics.Sources{Owned: func() int { return len(r.Owned()) }, Cursors: r.cursorStates}); err != nil {
-		return nil, fmt.Errorf("shared: %w", err)
 	}
 	r.chain = &chain{js: deps.JetStream, stream: cfg.Stream, members: r.members}
 	r.seqs = seqtime.New(deps.JetStream, cfg.Stream, cfg.Clock)
@@ -427,10 +432,20 @@ func (r *Replica) Status() []PartitionStatus {
 	out := make([]PartitionStatus, 0, len(r.parts))
 	for p, sv := range r.parts {
 		out = append(out, PartitionStatus{Partition: p, Epoch: sv.epoch, Floor: sv.fan.Floor(), Head: sv.fan.Head(),
-			Behind: sv.fan.Behind()})
+			Behind: sv.fan.Behind(), Asides: sv.fan.Asides()})
 	}
 	slices.SortFunc(out, func(a, b PartitionStatus) int { return a.Partition - b.Partition })
 	return out
+}
+
+// asides returns the replica's subscriptions and the streams set aside
+// on the partitions it serves (the streams gauges).
+func (r *Replica) asides() ([]string, []position.Aside) {
+	var out []position.Aside
+	for _, p := range r.Status() {
+		out = append(out, p.Asides...)
+	}
+	return r.Names(), out
 }
 
 // cursorStates returns, per partition the replica serves, its

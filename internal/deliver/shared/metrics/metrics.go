@@ -3,7 +3,8 @@
 // and released by cause (jsbridge_consumer_shared_handovers_total), the
 // positions bucket's writes (jsbridge_consumer_position_commits_total,
 // counted by the bucket KV wraps), the partitions owned and the cursors
-// by state, read from the replica (Sources) when scraped. The
+// by state and the streams parked or set aside, read from the replica
+// (Sources) when scraped. The
 // deliveries counter is the replica's Deps.Deliveries, not here.
 package metrics
 
@@ -15,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/promreg"
@@ -46,6 +49,13 @@ type Sources struct {
 	// Cursors returns, for each partition the replica serves, the
 	// subscriptions with a cursor there and its state.
 	Cursors func() []map[string]string
+	// Asides returns the replica's subscriptions (each reported, 0 when
+	// none of its streams is aside) and the streams set aside on the
+	// partitions the replica serves (their records' asides).
+	Asides func() ([]string, []position.Aside)
+	// InFlight returns, by subscription, the POSTs under way on the
+	// replica (the MaxInFlight slots taken).
+	InFlight func() map[string]int
 }
 
 // Metrics are the replica's own counters. The zero value is not usable:
@@ -53,6 +63,9 @@ type Sources struct {
 type Metrics struct {
 	handovers *prometheus.CounterVec
 	commits   *prometheus.CounterVec
+	// duration and rate are each subscription's sender's (Attempt).
+	duration *prometheus.HistogramVec
+	rate     *prometheus.GaugeVec
 }
 
 // New makes the replica's metrics and registers them on reg (nil:
@@ -70,6 +83,15 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 			Name: "jsbridge_consumer_position_commits_total",
 			Help: "Writes of the positions bucket by this replica: key record (pos.p<N>, the claim's and every commit) or cursor (cur.<subscription>.p<N>), result ok or failed (a compare-and-set refused, or the server's error).",
 		}, []string{"key", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "jsbridge_consumer_attempt_duration_seconds",
+			Help:    "Duration of webhook POSTs in seconds, by subscription.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 10),
+		}, []string{"subscription"}),
+	}
+	var err error
+	if m.rate, err = attempt.NewRateGauge(nil); err != nil {
+		return nil, err
 	}
 	owned := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "jsbridge_consumer_shared_partitions_owned",
@@ -78,11 +100,16 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	var err error
 	if m.handovers, err = promreg.Register(reg, m.handovers); err != nil {
 		return nil, err
 	}
 	if m.commits, err = promreg.Register(reg, m.commits); err != nil {
+		return nil, err
+	}
+	if m.duration, err = promreg.Register(reg, m.duration); err != nil {
+		return nil, err
+	}
+	if m.rate, err = promreg.Register(reg, m.rate); err != nil {
 		return nil, err
 	}
 	if _, err = promreg.Register(reg, owned); err != nil {
@@ -91,7 +118,26 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	if _, err = promreg.Register(reg, prometheus.Collector(cursorCollector{cursors: src.Cursors})); err != nil {
 		return nil, err
 	}
+	if src.InFlight != nil {
+		if _, err = promreg.Register(reg, prometheus.Collector(inFlightCollector{inFlight: src.InFlight})); err != nil {
+			return nil, err
+		}
+	}
+	if src.Asides != nil {
+		if _, err = promreg.Register(reg, prometheus.Collector(asideCollector{asides: src.Asides})); err != nil {
+			return nil, err
+		}
+	}
 	return m, nil
+}
+
+// Attempt returns the metrics of subscription sub's sender: deliveries
+// (jsbridge_consumer_deliveries_total), its child of
+// jsbridge_consumer_attempt_duration_seconds (each POST's duration) and
+// of jsbridge_consumer_rate_limit (the requests per second its POSTs are
+// held to on this replica, 0: no limit).
+func (m *Metrics) Attempt(sub string, deliveries *prometheus.CounterVec) attempt.Metrics {
+	return attempt.Metrics{Deliveries: deliveries, Duration: m.duration.WithLabelValues(sub), Rate: m.rate.WithLabelValues(sub)}
 }
 
 // Handover counts one partition gained or released, for cause (a
@@ -145,6 +191,70 @@ func (c cursorCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for state, v := range n {
 		ch <- prometheus.MustNewConstMetric(cursorsDesc, prometheus.GaugeValue, float64(v), state)
+	}
+}
+
+// The streams gauges, by subscription, over the partitions this replica
+// serves (summed over the replicas, every partition's).
+var (
+	parkedDesc = prometheus.NewDesc("jsbridge_consumer_streams_parked",
+		"Ordered subscriptions: streams parked behind a dead-lettered event (on_dead_letter: park, or order-stuck), on the partitions this replica serves.",
+		[]string{"subscription"}, nil)
+	setAsideDesc = prometheus.NewDesc("jsbridge_consumer_streams_set_aside",
+		"Ordered subscriptions: streams set aside as stuck (their head retried in place while the shared read passes their later events), on the partitions this replica serves.",
+		[]string{"subscription"}, nil)
+)
+
+// asideCollector reads the records' asides of the replica's partitions
+// when scraped.
+type asideCollector struct {
+	asides func() ([]string, []position.Aside)
+}
+
+func (c asideCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- parkedDesc
+	ch <- setAsideDesc
+}
+
+func (c asideCollector) Collect(ch chan<- prometheus.Metric) {
+	type counts struct{ parked, setAside int }
+	by := map[string]*counts{}
+	subs, asides := c.asides()
+	for _, sub := range subs {
+		by[sub] = &counts{}
+	}
+	for _, a := range asides {
+		n := by[a.Sub]
+		if n == nil {
+			n = &counts{}
+			by[a.Sub] = n
+		}
+		switch a.State {
+		case fanout.AsideParked:
+			n.parked++
+		case fanout.AsideStuck:
+			n.setAside++
+		}
+	}
+	for sub, n := range by {
+		ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(n.parked), sub)
+		ch <- prometheus.MustNewConstMetric(setAsideDesc, prometheus.GaugeValue, float64(n.setAside), sub)
+	}
+}
+
+// inFlightDesc is jsbridge_consumer_in_flight.
+var inFlightDesc = prometheus.NewDesc("jsbridge_consumer_in_flight",
+	"Webhook deliveries in progress on this replica (the subscription's max_in_flight slots taken), by subscription.",
+	[]string{"subscription"}, nil)
+
+// inFlightCollector reads the senders' slots when scraped.
+type inFlightCollector struct{ inFlight func() map[string]int }
+
+func (c inFlightCollector) Describe(ch chan<- *prometheus.Desc) { ch <- inFlightDesc }
+
+func (c inFlightCollector) Collect(ch chan<- prometheus.Metric) {
+	for sub, n := range c.inFlight() {
+		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(n), sub)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared/metrics"
@@ -118,4 +119,43 @@ func value(t *testing.T, reg *prometheus.Registry, name string, labels ...string
 	}
 	t.Fatalf("%s%v: not registered", name, labels)
 	return 0
+}
+
+// The streams gauges count the records' asides per subscription when
+// scraped: parked (AsideParked), set aside (AsideStuck), a stream being
+// read again in neither; each of the replica's subscriptions is shown,
+// 0 without asides; in flight reads the senders' slots. Attempt hands a subscription's sender its children
+// of the POST duration histogram and the rate limit gauge.
+func TestStreamsGaugesCountTheRecordsAsides(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	asides := []position.Aside{
+		{Sub: "orders", Stream: "order-1", State: fanout.AsideParked},
+		{Sub: "orders", Stream: "order-2", State: fanout.AsideParked},
+		{Sub: "orders", Stream: "order-3", State: fanout.AsideStuck},
+		{Sub: "orders", Stream: "order-4", State: fanout.AsideReading},
+	}
+	m, err := metrics.New(reg, metrics.Sources{Owned: func() int { return 0 }, Cursors: func() []map[string]string { return nil },
+		Asides:   func() ([]string, []position.Aside) { return []string{"orders", "audit"}, asides },
+		InFlight: func() map[string]int { return map[string]int{"orders": 3} }})
+	require.NoError(t, err)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP jsbridge_consumer_streams_parked Ordered subscriptions: streams parked behind a dead-lettered event (on_dead_letter: park, or order-stuck), on the partitions this replica serves.
+# TYPE jsbridge_consumer_streams_parked gauge
+jsbridge_consumer_streams_parked{subscription="audit"} 0
+jsbridge_consumer_streams_parked{subscription="orders"} 2
+# HELP jsbridge_consumer_streams_set_aside Ordered subscriptions: streams set aside as stuck (their head retried in place while the shared read passes their later events), on the partitions this replica serves.
+# TYPE jsbridge_consumer_streams_set_aside gauge
+jsbridge_consumer_streams_set_aside{subscription="audit"} 0
+jsbridge_consumer_streams_set_aside{subscription="orders"} 1
+# HELP jsbridge_consumer_in_flight Webhook deliveries in progress on this replica (the subscription's max_in_flight slots taken), by subscription.
+# TYPE jsbridge_consumer_in_flight gauge
+jsbridge_consumer_in_flight{subscription="orders"} 3
+`), "jsbridge_consumer_streams_parked", "jsbridge_consumer_streams_set_aside", "jsbridge_consumer_in_flight"))
+
+	am := m.Attempt("orders", prometheus.NewCounterVec(prometheus.CounterOpts{Name: "d"}, []string{"subscription", "outcome", "status_class"}))
+	am.Duration.Observe(0.2)
+	am.Rate.Set(5)
+	require.Equal(t, 1, testutil.CollectAndCount(reg, "jsbridge_consumer_attempt_duration_seconds"))
+	require.Equal(t, 5.0, testutil.ToFloat64(am.Rate))
 }

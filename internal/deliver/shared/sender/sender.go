@@ -122,7 +122,7 @@ func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 		return fanout.Settlement{Act: fanout.Retry, Delay: time.Second}
 	}
 	k := spentKey{d.Subscription, d.Event.Seq}
-	n := s.spent.next(k)
+	n := s.spent.next(k, d.Spent)
 	msg := attempt.Message{Seq: d.Event.Seq, Subject: d.Event.Subject, Header: d.Event.Header, Data: d.Event.Data}
 	st := snd.Attempt(ctx, msg, n, s.call(ctx, snd, d))
 	defer snd.End(st.Trace)
@@ -136,6 +136,9 @@ func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 	}
 	set := s.settle(ctx, snd, d, n, &st, stuck)
 	st.Trace.Decide(st.Outcome, st.Class, st.Reason)
+	if set.Act == fanout.Retry {
+		set.Spent = s.spent.next(k, d.Spent) - 1 // the retries entry's count
+	}
 	return set
 }
 
@@ -325,10 +328,11 @@ const storeTimeout = 10 * time.Second
 // the lease fence), which would dead-letter an event after fewer POSTs
 // than MaxDeliver; the old engine counted POSTs only as well. Beside
 // the count, since when an order gate has refused the event without
-// another answer between (the order-stuck state). Kept for the claim: a
-// new owner starts an event's count again (the position's retries
-// entries will carry it). Safe for concurrent use; the zero value is
-// ready.
+// another answer between (the order-stuck state). Kept for the claim,
+// from the count earlier owners left in the event's retries entry
+// (fanout.Delivery.Spent), which each Retry's fanout.Settlement.Spent
+// updates: a hand-over goes on counting. Safe for concurrent use; the
+// zero value is ready.
 type attempts struct {
 	mu    sync.Mutex
 	n     map[spentKey]int
@@ -340,11 +344,12 @@ type spentKey struct {
 	seq uint64
 }
 
-// next returns the number of the next attempt at k's event, from 1.
-func (a *attempts) next(k spentKey) int {
+// next returns the number of the next attempt at k's event: one past
+// the attempts spent on this claim or, when more, before it (spent).
+func (a *attempts) next(k spentKey, spent int) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.n[k] + 1
+	return max(a.n[k], spent) + 1
 }
 
 // count records what attempt n at k's event came to, act at now, and
@@ -434,6 +439,19 @@ func (ss *Set) Put(name string, snd *attempt.Sender) {
 		}
 		ss.slots[name] = make(chan struct{}, n)
 	}
+}
+
+// InFlight returns, by subscription, the POST slots taken on the
+// replica (jsbridge_consumer_in_flight): attempts that hold one, from
+// the slot to the answer.
+func (ss *Set) InFlight() map[string]int {
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	out := make(map[string]int, len(ss.slots))
+	for name, slots := range ss.slots {
+		out[name] = len(slots)
+	}
+	return out
 }
 
 // Acquire waits for one of subscription name's POST slots on the
