@@ -36,7 +36,9 @@ func TestDocExitStatuses(t *testing.T) {
 		{80, []string{"bridge", "run", "--lease", "5x"}},
 		{80, []string{"consumer", "run", "-c", "/nonexistent/subscriptions.yaml"}},
 		{80, []string{"consumer", "no-such-command"}},
-		{1, []string{"consumer", "run", "--url", "https://example.com/", "--secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "--timeout", "20s", "--ops-addr", "", "--nats-url", "nats://127.0.0.1:1"}},
+		// A configuration that waiting cannot fix (a loopback endpoint
+		// without allow_private), refused before NATS is dialled.
+		{1, []string{"consumer", "run", "--url", "https://127.0.0.1/", "--secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "--ops-addr", "", "--nats-url", "nats://127.0.0.1:1"}},
 	} {
 		out, err := cli(t, nil, c.args[0], c.args[1:]...)
 		var exit *exec.ExitError
