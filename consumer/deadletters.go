@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,7 +23,7 @@ var (
 	ErrDLQSubjects = deadletter.ErrSubjects
 	// ErrNotParked is wrapped by DeadLetters.Skip and DeadLetters.Unpark
 	// when no stream is parked behind the dead letter.
-	ErrNotParked = deadletter.ErrNotParked
+	ErrNotParked = errors.New("no stream parked behind this dead letter")
 	// ErrUnknownSubscription is wrapped in a ReplayResult's Err when the
 	// dead letter names a subscription the Consumer was not given.
 	ErrUnknownSubscription = deliver.ErrUnknownSubscription
@@ -68,7 +69,9 @@ type DeadLetter struct {
 }
 
 // ParkedStream is a parked stream of an ordered subscription: a stream
-// whose head was dead-lettered with DeadLetterPark, its later events held.
+// whose head was dead-lettered with DeadLetterPark; its later events wait
+// in the events stream (nothing is held in memory) until the head is
+// replayed, skipped or unparked.
 type ParkedStream struct {
 	// Subscription is the ordered subscription's name.
 	Subscription string `json:"subscription"`
@@ -86,15 +89,6 @@ type ParkedStream struct {
 	Partition int `json:"partition"`
 	// ParkedAt is when the head was dead-lettered.
 	ParkedAt time.Time `json:"parked_at"`
-	// Held is how many later events the owning replica held in memory at
-	// UpdatedAt (0 once they were set aside: acked out, to be read again
-	// from the partitioned copy); OldestHeldAt when the oldest of them
-	// was first held.
-	Held         int       `json:"held"`
-	OldestHeldAt time.Time `json:"oldest_held_at,omitzero"`
-	UpdatedAt    time.Time `json:"updated_at,omitzero"`
-	// Replica is the replica that reported Held.
-	Replica string `json:"replica,omitempty"`
 	// Reason is why the head was dead-lettered (the dead letter's reason).
 	Reason string `json:"reason,omitempty"`
 	// OrderStuck is true when the head was dead-lettered because the
@@ -102,18 +96,6 @@ type ParkedStream struct {
 	// the consumer's OrderStuckAfter (the "order-stuck" state), not for
 	// a permanent failure.
 	OrderStuck bool `json:"order_stuck,omitempty"`
-	// Error, when set, says that held events of the stream are about to
-	// leave the partitioned copy, or left it: its oldest held event
-	// (AtRiskEventID, in the copy since AtRiskEventTime, so its age is now
-	// minus that) reached 3/4 of the copy's MaxAge (CopyMaxAge,
-	// nanoseconds in JSON), and what to do. Past CopyMaxAge the copy
-	// removed it: it is delivered only while Replica holds it in memory
-	// (a hand-over or a restart loses it). Empty while no held event is
-	// that old.
-	Error           string        `json:"error,omitempty"`
-	AtRiskEventID   string        `json:"at_risk_event_id,omitempty"`
-	AtRiskEventTime time.Time     `json:"at_risk_event_time,omitzero"`
-	CopyMaxAge      time.Duration `json:"copy_max_age,omitempty"`
 }
 
 // ReplayResult is the outcome of replaying one dead letter.
@@ -174,17 +156,12 @@ func (d *DeadLetters) Purge(ctx context.Context, subscription string) (uint64, e
 
 // Parked returns the parked streams of subscription (all when ""): the
 // parked asides of the partition records in the positions bucket, each
-// described by its head's dead letter (Held 0: nothing is held in
-// memory), oldest first; none when the bucket does not exist.
+// described by its head's dead letter, oldest first; none when the
+// bucket does not exist.
 // (`consumer migrate` moved the parked heads of an older release's park
 // bucket into the positions bucket.)
 func (d *DeadLetters) Parked(ctx context.Context, subscription string) ([]ParkedStream, error) {
-	parked, err := sharedParked(ctx, d.js, d.q, subscription)
-	out := make([]ParkedStream, len(parked))
-	for i, p := range parked {
-		out[i] = ParkedStream(p)
-	}
-	return out, err
+	return sharedParked(ctx, d.js, d.q, subscription)
 }
 
 // Unpark releases the stream parked behind dl (its head): the owner of

@@ -18,10 +18,10 @@ import (
 // subscription (all when ""): the parked asides of the partition records
 // in the positions bucket (position.ReadAll), each described by its
 // head's dead letter in q (found by subscription, stream and events
-// stream sequence). Nothing is held in memory under the shared engine:
-// Held stays 0, and the events behind the head are in the events stream.
+// stream sequence). Nothing is held in memory: the events behind the
+// head are in the events stream.
 // None when the bucket does not exist.
-func sharedParked(ctx context.Context, js jetstream.JetStream, q *deadletter.DLQ, subscription string) ([]deadletter.ParkedStream, error) {
+func sharedParked(ctx context.Context, js jetstream.JetStream, q *deadletter.DLQ, subscription string) ([]ParkedStream, error) {
 	kv, err := shared.PositionsBucket(ctx, js, "")
 	if err != nil || kv == nil {
 		return nil, err
@@ -30,7 +30,7 @@ func sharedParked(ctx context.Context, js jetstream.JetStream, q *deadletter.DLQ
 	if err != nil {
 		return nil, err
 	}
-	var out []deadletter.ParkedStream
+	var out []ParkedStream
 	var letters []deadletter.Stored
 	listed := false
 	for _, p := range parts {
@@ -44,7 +44,7 @@ func sharedParked(ctx context.Context, js jetstream.JetStream, q *deadletter.DLQ
 				}
 				listed = true
 			}
-			ps := deadletter.ParkedStream{Subscription: a.Sub, Stream: a.Stream, Partition: p.Partition}
+			ps := ParkedStream{Subscription: a.Sub, Stream: a.Stream, Partition: p.Partition}
 			i := slices.IndexFunc(letters, func(dl deadletter.Stored) bool {
 				return dl.Subscription == a.Sub && dl.StreamSeq == a.From && wire.StreamKey(dl.Subject) == a.Stream
 			})
@@ -60,6 +60,6 @@ func sharedParked(ctx context.Context, js jetstream.JetStream, q *deadletter.DLQ
 			out = append(out, ps)
 		}
 	}
-	slices.SortFunc(out, func(a, b deadletter.ParkedStream) int { return a.ParkedAt.Compare(b.ParkedAt) })
+	slices.SortFunc(out, func(a, b ParkedStream) int { return a.ParkedAt.Compare(b.ParkedAt) })
 	return out, nil
 }

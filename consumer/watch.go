@@ -181,14 +181,15 @@ func (a *applier) apply(ctx context.Context, ch subkv.Change) {
 }
 
 // removeTimeout bounds the deletion of a removed subscription's
-// position.
+// position and failure streak.
 const removeTimeout = 15 * time.Second
 
-// remove stops the subscription name and deletes its position.
+// remove stops the subscription name and deletes its position and its
+// failure streak.
 func (a *applier) remove(ctx context.Context, log *slog.Logger, name string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 	defer cancel()
 	if err := a.fleet.Remove(rctx, name); err != nil && !errors.Is(err, context.Canceled) {
-		log.Warn("deleting a removed subscription's position failed", slog.Any("error", err))
+		log.Warn("deleting a removed subscription's failure streak failed", slog.Any("error", err))
 	}
 }

@@ -11,7 +11,7 @@ import (
 // events piled up, so those were acked out of the partition consumer, to
 // be read again from the partitioned copy once the head goes:
 // "aside.<subscription>.<partition>.<hex of the stream key>" (four
-// tokens, so ParkedFilter of a subscription never matches it). streamKey
+// tokens, so a subscription's ParkedKey pattern never matches it). streamKey
 // is StreamKey of the stream's subjects in the partitioned copy.
 func AsideKey(subscription string, partition int, streamKey string) string {
 	return AsideKeyPrefix + subscription + "." + strconv.Itoa(partition) + "." + hex.EncodeToString([]byte(streamKey))

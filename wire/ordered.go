@@ -200,49 +200,10 @@ func StreamPartition(stream string, partitions int) int {
 // that run the subscription.
 func MemberKey(subscription, replica string) string { return "member." + subscription + "." + replica }
 
-// MemberFilter matches the MemberKeys of subscription, or of every
-// subscription when it is empty.
-func MemberFilter(subscription string) string {
-	if subscription == "" {
-		return "member.>"
-	}
-	return "member." + subscription + ".*"
-}
-
-// ParseMemberKey reverses MemberKey.
-func ParseMemberKey(key string) (subscription, replica string, ok bool) {
-	rest, ok := strings.CutPrefix(key, "member.")
-	if !ok {
-		return "", "", false
-	}
-	subscription, replica, ok = strings.Cut(rest, ".")
-	return subscription, replica, ok && replica != ""
-}
-
 // LeaseKey is the lease bucket key of one partition of an ordered
 // subscription; its value is the owning replica's id.
 func LeaseKey(subscription string, partition int) string {
 	return "lease." + subscription + "." + strconv.Itoa(partition)
-}
-
-// LeaseFilter matches every LeaseKey.
-const LeaseFilter = "lease.>"
-
-// ParseLeaseKey reverses LeaseKey.
-func ParseLeaseKey(key string) (subscription string, partition int, ok bool) {
-	rest, ok := strings.CutPrefix(key, "lease.")
-	if !ok {
-		return "", 0, false
-	}
-	i := strings.LastIndexByte(rest, '.')
-	if i < 0 {
-		return "", 0, false
-	}
-	p, err := strconv.Atoi(rest[i+1:])
-	if err != nil {
-		return "", 0, false
-	}
-	return rest[:i], p, true
 }
 
 // ParkedKey is the park bucket key of a parked stream of subscription:
@@ -256,18 +217,10 @@ func ParkedKey(subscription, streamKey string) string {
 // AttemptsKeyPrefix starts the park bucket keys counting the failed POSTs
 // of one event of an ordered subscription across owners
 // ("attempts.<subscription>.<hex of the event id>", three tokens, so
-// ParkedFilter of a subscription never matches them): listings of the
+// a subscription's ParkedKey pattern "<subscription>.*" never matches
+// them): listings of the
 // park bucket skip these keys.
 const AttemptsKeyPrefix = "attempts."
-
-// ParkedFilter matches the parked streams of subscription, or of all
-// subscriptions when it is empty.
-func ParkedFilter(subscription string) string {
-	if subscription == "" {
-		return ">"
-	}
-	return subscription + ".*"
-}
 
 // SourceSequence returns the origin sequence a Nats-Stream-Source header
 // value carries (its second field), or 0 when it has none.

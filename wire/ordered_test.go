@@ -11,12 +11,6 @@ func TestOrderedNames(t *testing.T) {
 	if got := wire.OrderedStream("EVENTS"); got != "EVENTS_ORDERED" {
 		t.Errorf("OrderedStream = %q", got)
 	}
-	if sub, p, ok := wire.ParseLeaseKey(wire.LeaseKey("billing-v2", 11)); !ok || sub != "billing-v2" || p != 11 {
-		t.Errorf("ParseLeaseKey(LeaseKey) = %q, %d, %v", sub, p, ok)
-	}
-	if sub, r, ok := wire.ParseMemberKey(wire.MemberKey("billing", "host-1-ab")); !ok || sub != "billing" || r != "host-1-ab" {
-		t.Errorf("ParseMemberKey(MemberKey) = %q, %q, %v", sub, r, ok)
-	}
 	if got := wire.SourceSequence("EVENTS 1234 > >"); got != 1234 {
 		t.Errorf("SourceSequence = %d", got)
 	}

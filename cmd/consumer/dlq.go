@@ -53,7 +53,7 @@ func (c *dlqListCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 // printLettersJSON prints one JSON object per dead letter; the head of a
-// parked stream carries "parked" (the stream, how many events are held).
+// parked stream carries "parked" (the stream parked behind it).
 func printLettersJSON(w io.Writer, letters []consumer.DeadLetter, parked []consumer.ParkedStream) error {
 	byHead := map[string]*consumer.ParkedStream{}
 	for i, p := range parked {
@@ -72,8 +72,8 @@ func printLettersJSON(w io.Writer, letters []consumer.DeadLetter, parked []consu
 }
 
 // printParked lists the parked streams of ordered subscriptions: the head's
-// dead letter (its seq, for dlq replay or dlq skip) and how many events
-// wait behind it.
+// dead letter (its seq, for dlq replay or dlq skip) and since when it is
+// parked (its later events wait in the events stream).
 func printParked(w io.Writer, parked []consumer.ParkedStream, letters []consumer.DeadLetter) error {
 	if len(parked) == 0 {
 		return nil
@@ -84,25 +84,12 @@ func printParked(w io.Writer, parked []consumer.ParkedStream, letters []consumer
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARKED STREAM\tSUBSCRIPTION\tHEAD SEQ\tHEAD EVENT ID\tHELD\tPARKED SINCE\tOLDEST HELD")
+	fmt.Fprintln(tw, "PARKED STREAM\tSUBSCRIPTION\tHEAD SEQ\tHEAD EVENT ID\tPARKED SINCE")
 	for _, p := range parked {
-		oldest := "-"
-		if !p.OldestHeldAt.IsZero() {
-			oldest = p.OldestHeldAt.UTC().Format(time.RFC3339)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", p.Stream, p.Subscription, seqOf[p.Subscription+"\x00"+p.HeadEventID], p.HeadEventID, p.Held,
-			p.ParkedAt.UTC().Format(time.RFC3339), oldest)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", p.Stream, p.Subscription, seqOf[p.Subscription+"\x00"+p.HeadEventID], p.HeadEventID,
+			p.ParkedAt.UTC().Format(time.RFC3339))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	// A held event nearing or past the copy's MaxAge: the cause, in full.
-	for _, p := range parked {
-		if p.Error != "" {
-			fmt.Fprintf(w, "parked stream %s (%s): %s\n", p.Stream, p.Subscription, p.Error)
-		}
-	}
-	return nil
+	return tw.Flush()
 }
 
 type dlqSkipCmd struct {

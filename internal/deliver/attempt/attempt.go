@@ -2,12 +2,11 @@
 // request (body, headers), signs it, POSTs it through the endpoint's
 // circuit breaker under the attempt's span and record, reads the answer
 // (verdict, Retry-After) and returns a Settlement: what the answer means
-// for the message. Both settlers act on that one value, each in its own
-// way: the unordered runner acks, Naks with the delay or dead-letters;
-// an ordered partition's head of line acks behind its delivered record,
-// retries in place or dead-letters and parks. The room knows nothing of
+// for the message. The shared engine's settler (package shared/sender)
+// acts on that one value: it settles the event, retries it in place or
+// dead-letters it (and parks its stream if ordered). The room knows nothing of
 // partitions: what an ordered attempt adds (the version chain's fields,
-// the lease fence, the keep-alive) are parameters of the call (Call).
+// the lease fence) are parameters of the call (Call).
 //
 // The subscription's AIMD throttle (throttle.go) and its health (Health)
 // are fed by every answer.
@@ -51,13 +50,8 @@ type Call struct {
 	// attempt starts: gen is the throttle's generation (Gate), done is
 	// called once the POST ended (nil: nothing), and !ok means the
 	// attempt may not start now (ActNotReady: nothing started, nothing
-	// counted). Nil: Gen is the generation.
+	// counted). Nil: the attempt starts at once, at generation 0.
 	Ready func() (gen uint64, done func(), ok bool)
-	// Gen is the throttle's generation Gate returned, when Ready is nil.
-	Gen uint64
-	// InProgress, when not nil, is called every AckWait/2 while the POST
-	// runs (the message's InProgress), so JetStream does not redeliver it.
-	InProgress func() error
 	// Fence, when not nil, is the lease fence the POST passes once the
 	// breaker let it through (see PostFence): refused, the attempt is
 	// ActNotSent; cut during the POST, ActCut.
@@ -112,7 +106,7 @@ func (r *Sender) Attempt(ctx context.Context, msg Message, n int, c Call) Settle
 		hdr.Set(wire.HeaderPartition, strconv.Itoa(c.Chain.Partition))
 		hdr.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(c.Chain.Epoch, 10))
 	}
-	gen := c.Gen
+	var gen uint64
 	if c.Ready != nil {
 		g, done, ok := c.Ready()
 		if !ok {
@@ -125,7 +119,7 @@ func (r *Sender) Attempt(ctx context.Context, msg Message, n int, c Call) Settle
 	}
 	actx, tr := r.start(ctx, msg, id, n)
 	tr.afterFailure = c.AfterFailure
-	resp, notSent := r.send(actx, tr, c.InProgress, c.Fence, gen, id, body, hdr, order)
+	resp, notSent := r.send(actx, tr, c.Fence, gen, id, body, hdr, order)
 	var s Settlement
 	switch {
 	case errors.Is(notSent, ErrLeasePassed):

@@ -26,7 +26,7 @@ import (
 
 // The room's own tests: one Attempt against a real HTTP server
 // (httptest), with fake breaker and health it owns the interfaces of,
-// and time on fake clocks: the engine's (keep-alive, throttle) and the
+// and time on fake clocks: the engine's (the throttle's) and the
 // wall clock that stamps the POST.
 
 // fakeBreaker is a Breaker that is open or closed as told, counting the
@@ -215,7 +215,7 @@ func TestAttemptThrottledHoldsTheNextPost(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.snd.Gate(ctx, func() func() { return func() {} })
+		_, err := b.snd.Gate(ctx)
 		done <- err
 	}()
 	require.NoError(t, b.clock.BlockUntilContext(ctx, 1))
@@ -231,7 +231,7 @@ func TestAttemptThrottledHoldsTheNextPost(t *testing.T) {
 		select {
 		case err := <-done:
 			require.NoError(t, err)
-			require.False(t, math.IsInf(b.snd.Rate(), 1), "the rate was cut (and grows back a step a second)")
+			require.False(t, math.IsInf(b.snd.throttle.rate(), 1), "the rate was cut (and grows back a step a second)")
 			return
 		case <-time.After(20 * time.Millisecond):
 			b.clock.Advance(time.Second)
@@ -330,35 +330,4 @@ func TestAttemptOrderedParameters(t *testing.T) {
 	require.Equal(t, "2", req.Header.Get(wire.HeaderPreviousVersion))
 	require.Equal(t, "4", req.Header.Get(wire.HeaderPartition))
 	require.NotEmpty(t, req.Header.Get(wire.HeaderOrderSignature))
-}
-
-// A POST running past AckWait/2 on the engine's clock sends InProgress,
-// and again every AckWait/2, until it ends.
-func TestAttemptKeepsALongPostAlive(t *testing.T) {
-	t.Parallel()
-	release := make(chan struct{})
-	b := setup(t, func(w http.ResponseWriter, _ *http.Request) {
-		<-release
-		w.WriteHeader(http.StatusNoContent)
-	})
-	var inProgress atomic.Int32
-	done := make(chan Settlement, 1)
-	go func() {
-		done <- b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{InProgress: func() error { inProgress.Add(1); return nil }})
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	<-b.requests // the POST is in flight
-	half := b.snd.Subscription().AckWait / 2
-	for want := int32(1); want <= 2; want++ {
-		require.NoError(t, b.clock.BlockUntilContext(ctx, 1))
-		b.clock.Advance(half)
-		require.Eventually(t, func() bool { return inProgress.Load() == want }, 5*time.Second, time.Millisecond)
-	}
-	close(release)
-	s := <-done
-	b.snd.End(s.Trace)
-	require.Equal(t, ActAck, s.Act)
-	b.clock.Advance(half)
-	require.Never(t, func() bool { return inProgress.Load() > 2 }, 50*time.Millisecond, 5*time.Millisecond, "stopped with the POST")
 }

@@ -25,8 +25,7 @@ import (
 type Config struct {
 	// Subscription is the subscription, validated and with its defaults
 	// (subscription.Subscription.WithDefaults): its URL, body mode,
-	// headers, Timeout, AckWait (the keep-alive's period is half of it),
-	// MaxDeliver, BackOff and RateLimit.
+	// headers, Timeout, MaxDeliver, BackOff and RateLimit.
 	Subscription subscription.Subscription
 	// Signer signs every request (required); SetSigner replaces it.
 	Signer *webhook.Signer
@@ -87,8 +86,8 @@ type Deps struct {
 	Breaker Breaker
 	// Health is the subscriptions' disabled state (nil: always enabled).
 	Health Health
-	// Clock is the engine's clock: the keep-alive's InProgress period
-	// and the throttle (nil: the wall clock).
+	// Clock is the engine's clock: the throttle's (nil: the wall
+	// clock).
 	Clock clockwork.Clock
 	// Wall is the clock that stamps and times a POST: the signature's
 	// timestamp (the receiver checks it against its own clock), the
@@ -166,7 +165,6 @@ func New(cfg Config, deps Deps) (*Sender, error) {
 		static:     StaticHeaders(s.Headers, cfg.UserAgent),
 		tracer:     deps.Tracer,
 		spanName:   spanName(s.Name),
-		clock:      deps.Clock,
 		wall:       deps.Wall,
 		health:     deps.Health,
 		throttle:   newThrottle(deps.Clock, s.RateLimit, deps.Metrics.Rate),

@@ -1,8 +1,6 @@
 package attempt
 
 import (
-	"errors"
-
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 )
 
@@ -67,8 +65,3 @@ const (
 // fence's own (owner.ErrLeasePassed), so that an owner.Fence's Bound is a
 // PostFence as it is.
 var ErrLeasePassed = owner.ErrLeasePassed
-
-// ErrNotConnected is an InProgress that was not sent because the NATS
-// connection is down (it would wait in the reconnect buffer); the
-// keep-alive logs it, and ErrLeasePassed, at debug level only.
-var ErrNotConnected = errors.New("NATS connection not connected (an ack or InProgress would wait in the reconnect buffer)")

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,10 +54,8 @@ type Sender struct {
 	// tracer and spanName make the attempt spans (trace.go).
 	tracer   trace.Tracer
 	spanName string
-	// clock is the engine's (keep-alive, throttle); wall measures and
-	// signs the POSTs (see Deps.Wall).
-	clock clockwork.Clock
-	wall  clockwork.Clock
+	// wall measures and signs the POSTs (see Deps.Wall).
+	wall clockwork.Clock
 	// health is the subscriptions' disabled state; throttle the
 	// subscription's rate limit.
 	health     Health
@@ -87,10 +84,6 @@ func (r *Sender) Endpoint() string { return r.endpoint }
 // Logger is the Sender's logger, with the subscription and endpoint.
 func (r *Sender) Logger() *slog.Logger { return r.log }
 
-// Rate returns the rate the throttle holds the POSTs to, in requests/s
-// (+Inf: none).
-func (r *Sender) Rate() float64 { return r.throttle.rate() }
-
 // Direct POSTs the webhook of event id (the message's headers h and
 // data) once, as an attempt does but outside the circuit breaker, with no
 // span, record, throttle or health: a replay's POST. order, when not
@@ -106,7 +99,7 @@ func (r *Sender) Direct(ctx context.Context, id string, h nats.Header, data []by
 	if err != nil {
 		return Response{}, err
 	}
-	return r.post(ctx, nil, id, body, hdr, order), nil
+	return r.post(ctx, id, body, hdr, order), nil
 }
 
 // request builds the webhook of msg (event id id): its headers (the
@@ -133,8 +126,7 @@ func (r *Sender) request(msg Message, id, replica string) ([]byte, http.Header, 
 // is nil when the POST went out; else it says why nothing was sent, and
 // resp is the zero Response: an error wrapping breaker.ErrOpen when the
 // breaker let nothing through (open, or a half-open probe already
-// running), or ErrLeasePassed when fence refused it. inProgress, when
-// not nil, is called every AckWait/2 while the POST runs. gen is what
+// running), or ErrLeasePassed when fence refused it. gen is what
 // Gate returned; order, as for post.
 //
 // fence, when not nil (Call.Fence), is asked once the breaker let the
@@ -143,7 +135,7 @@ func (r *Sender) request(msg Message, id, replica string) ([]byte, http.Header, 
 // bounds the POST's context by the lease (a POST cut there answers with
 // an error wrapping ErrLeasePassed, and counts for neither the breaker
 // nor the subscription's health).
-func (r *Sender) send(ctx context.Context, at *Trace, inProgress func() error, fence PostFence, gen uint64, id string, body []byte, hdr http.Header, order *webhook.OrderFields) (resp Response, notSent error) {
+func (r *Sender) send(ctx context.Context, at *Trace, fence PostFence, gen uint64, id string, body []byte, hdr http.Header, order *webhook.OrderFields) (resp Response, notSent error) {
 	at.sending(r.wall.Now())
 	var fenced error
 	err := r.br.Execute(func() error {
@@ -157,7 +149,7 @@ func (r *Sender) send(ctx context.Context, at *Trace, inProgress func() error, f
 			defer done()
 			pctx = fctx
 		}
-		resp = r.post(pctx, inProgress, id, body, hdr, order)
+		resp = r.post(pctx, id, body, hdr, order)
 		if cause := context.Cause(pctx); fence != nil && errors.Is(cause, ErrLeasePassed) && resp.Err != nil {
 			// Cut by the lease, not the endpoint's failure.
 			resp.Err = fmt.Errorf("%w: %w", cause, resp.Err)
@@ -210,13 +202,10 @@ func (r *Sender) disabledRecord(reason string, resp Response) health.DisabledRec
 }
 
 // Gate waits until the subscription may POST: while it is disabled, and
-// for its throttle (rate, Retry-After). hold, called only when it must
-// wait, keeps the message in hand from redelivery until the returned
-// stop. It returns the throttle's generation for send, or ctx's error
-// if ctx ends first.
-func (r *Sender) Gate(ctx context.Context, hold func() (stop func())) (uint64, error) {
-	if r.health.IsDisabled(r.sub.Name) || r.throttle.holding() {
-		defer hold()()
+// for its throttle (rate, Retry-After). It returns the throttle's
+// generation for send, or ctx's error if ctx ends first.
+func (r *Sender) Gate(ctx context.Context) (uint64, error) {
+	if r.health.IsDisabled(r.sub.Name) {
 		if err := r.health.WaitEnabled(ctx, r.sub.Name); err != nil {
 			return 0, err
 		}
@@ -252,20 +241,15 @@ func (r *Sender) requestHeader() http.Header {
 	return h
 }
 
-// post sends one signed POST and reads the response. While it runs longer
-// than AckWait/2 it calls inProgress (the message's InProgress) every
-// AckWait/2 so JetStream does not redeliver; inProgress may be nil. hdr
-// comes from requestHeader and buildBody. order, when not nil, is an
+// post sends one signed POST and reads the response. hdr comes from
+// requestHeader and buildBody. order, when not nil, is an
 // ordered webhook's place in its stream's version chain: its headers
 // (Jsbridge-Previous-Version, and Jsbridge-Partition and
 // Jsbridge-Lease-Epoch from a partition's owner) and the order signature
 // are set with the same timestamp as the signature.
-func (r *Sender) post(ctx context.Context, inProgress func() error, id string, body []byte, hdr http.Header, order *webhook.OrderFields) Response {
+func (r *Sender) post(ctx context.Context, id string, body []byte, hdr http.Header, order *webhook.OrderFields) Response {
 	ctx, cancel := context.WithTimeout(ctx, r.sub.Timeout)
 	defer cancel()
-	if inProgress != nil {
-		defer r.KeepAlive(id, inProgress)()
-	}
 
 	hdr[wire.HeaderIdempotencyKey] = []string{wire.IdempotencyKey(id)}
 	// net/http takes a request with Idempotency-Key for idempotent and
@@ -301,36 +285,6 @@ func (r *Sender) post(ctx context.Context, inProgress func() error, id string, b
 		out.OrderLast = resp.Header.Get(wire.HeaderOrderLast)
 	}
 	return out
-}
-
-// KeepAlive calls inProgress every AckWait/2 until the returned stop is
-// called. It costs one timer that never fires on a POST shorter than
-// AckWait/2 (no goroutine waits for it).
-func (r *Sender) KeepAlive(id string, inProgress func() error) (stop func()) {
-	every := r.sub.AckWait / 2
-	var mu sync.Mutex
-	stopped := false
-	var t clockwork.Timer
-	mu.Lock()
-	t = r.clock.AfterFunc(every, func() {
-		if err := inProgress(); errors.Is(err, ErrLeasePassed) || errors.Is(err, ErrNotConnected) {
-			r.log.Debug("in progress not sent", slog.String("event_id", id), slog.Any("reason", err))
-		} else if err != nil {
-			r.log.Warn("in progress failed", slog.String("event_id", id), slog.Any("error", err))
-		}
-		mu.Lock()
-		if !stopped {
-			t.Reset(every)
-		}
-		mu.Unlock()
-	})
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-	}
 }
 
 // start starts the attempt's span as a child of the message's trace

@@ -113,16 +113,6 @@ func (t *throttle) show() {
 	t.gauge.Set(float64(t.cur))
 }
 
-// holding reports whether wait may block: a rate or a pause in force.
-func (t *throttle) holding() bool {
-	if t == nil {
-		return false
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cur != rate.Inf || t.clock.Now().Before(t.paused)
-}
-
 // wait blocks until a POST may go: after any Retry-After pause and within
 // the rate. It returns the generation to hand to observe with the answer,
 // or ctx's error if ctx ends first. A wait that a cut overtook waits again

@@ -20,7 +20,7 @@ func TestThrottleAIMD(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	th := newThrottle(clock, 0, nil)
 	ctx := context.Background()
-	require.False(t, th.holding())
+	require.False(t, holding(th))
 	require.True(t, math.IsInf(th.rate(), 1))
 
 	var gen uint64
@@ -36,7 +36,7 @@ func TestThrottleAIMD(t *testing.T) {
 	require.Equal(t, 6.0, th.rate(), "3/4 of the 8 accepted")
 	require.True(t, th.observe(Response{Status: 429, RetryAfter: -1}, gen))
 	require.Equal(t, 6.0, th.rate(), "sent before the cut: no second cut")
-	require.True(t, th.holding())
+	require.True(t, holding(th))
 
 	clock.Advance(2 * time.Second)
 	_, err := th.wait(ctx)
@@ -123,7 +123,7 @@ func TestThrottleRecoversWithinSecondsOfTheFirst2xx(t *testing.T) {
 		}
 	}
 	t.Logf("from %.2f/s to no limit in %d s of 2xx", low+3*step, seconds)
-	require.False(t, th.holding(), "nothing held: the storm is undone")
+	require.False(t, holding(th), "nothing held: the storm is undone")
 
 	// With a rate_limit, it comes back to the rate_limit.
 	capped := newThrottle(clock, 150, nil)
@@ -139,4 +139,11 @@ func TestThrottleRecoversWithinSecondsOfTheFirst2xx(t *testing.T) {
 	storm(one, 1)
 	require.False(t, one.observe(Response{Status: 200}, one.gen))
 	require.InDelta(t, 75+2*15, tick(one), 1e-9, "two seconds since the cut: a fifth of the cut rate each, no doubling")
+}
+
+// holding reports whether t's wait may block: a rate or a pause in force.
+func holding(t *throttle) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cur != rate.Inf || t.clock.Now().Before(t.paused)
 }

@@ -140,6 +140,33 @@ func (s *sharedStreaks) end(kv jetstream.KeyValue, name string) {
 	}()
 }
 
+// forget drops what s knows of name's streak, without I/O.
+func (s *sharedStreaks) forget(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.since, name)
+	delete(s.written, name)
+	s.count()
+}
+
+// Forget ends the failure streak of subscription name, deleted from the
+// subscriptions: here, and in the health bucket (ForgetStreak), so one
+// added again under the name starts without it (docs/wire.md). Errors:
+// the bucket's, but a missing bucket or key; a nil h does nothing.
+func (h *State) Forget(ctx context.Context, name string) error {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	if _, ok := h.streaks[name]; ok {
+		delete(h.streaks, name)
+		h.failing.Add(-1)
+	}
+	h.shared.forget(name)
+	h.mu.Unlock()
+	return ForgetStreak(ctx, h.js, name)
+}
+
 // ForgetStreak deletes the streak key of subscription name (a removed
 // subscription: one added again under the name starts without). A
 // missing health bucket or key is no error.

@@ -206,8 +206,10 @@ func (r *Replica) pause(name string) {
 // place, fanout.StateHeld). The name is remembered as deleted: a
 // partition claimed later drops what it holds of it instead of holding
 // it, until it is put again. A removed subscription put again starts as
-// a new one. It returns nil: a commit that failed is retried by the
-// partition, or left to its next owner, which drops the name too.
+// a new one. Its failure streak is forgotten, here and in the health
+// bucket (health.State.Forget). A commit that failed is retried by the
+// partition, or left to its next owner, which drops the name too; the
+// error returned is the streak key's deletion's only.
 func (r *Replica) Remove(ctx context.Context, name string) error {
 	r.subs.mu.Lock()
 	_, ok := r.subs.given[name]
@@ -242,7 +244,9 @@ func (r *Replica) Remove(ctx context.Context, name string) error {
 			r.log.Debug("shared: remove: the partition's record was not committed", slog.Int("partition", p), slog.Any("error", err))
 		}
 	}
-	return nil
+	// Its failure streak goes with it (every replica tries; deleting an
+	// absent key is fine).
+	return r.health.Forget(ctx, name)
 }
 
 // deleted reports whether subscription name was removed and not put

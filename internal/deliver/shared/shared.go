@@ -126,7 +126,9 @@ type Deps struct {
 	// AllowPrivate, with the subscription's client certificate.
 	Client *http.Client
 	// Breakers holds the endpoints' circuit breakers. Default a Set of
-	// default Settings, unregistered.
+	// default Settings, unregistered. Unless Health is given, New shares
+	// it through the health bucket (Set.Share): it must not have been
+	// used before New.
 	Breakers *breaker.Set
 	// Deliveries is jsbridge_consumer_deliveries_total (subscription,
 	// outcome, status_class). Default an unregistered counter.
@@ -145,9 +147,10 @@ type Deps struct {
 	// the caller runs it (Load before Start, Run while the replica runs,
 	// as the old engine's Fleet does). Default nil: the replica makes one
 	// of Config.Health on its JetStream (its gauge
-	// jsbridge_consumer_endpoint_disabled on Registerer; the breakers'
-	// states not shared through the bucket), reads it at Start (at most
-	// 5 s) and runs it until Stop.
+	// jsbridge_consumer_endpoint_disabled on Registerer; Breakers' open
+	// and half-open states shared with the other replicas through its
+	// bucket, Breakers.Share), reads it at Start (at most 5 s) and runs
+	// it until Stop.
 	Health *health.State
 	// DeadLettered is jsbridge_consumer_dead_letters_total
 	// (subscription), counted for each letter stored. Default nil: not
@@ -247,17 +250,30 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		senders: sender.NewSet(), parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
 	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
 		Name: "jsbridge_reader_" + cfg.Replica, Logger: cfg.Logger}
+	if deps.Breakers == nil {
+		set, err := breaker.NewSet(breaker.Settings{}, r.log, nil)
+		if err != nil {
+			return nil, fmt.Errorf("shared: breakers: %w", err)
+		}
+		deps.Breakers = set
+	}
 	if r.health = deps.Health; r.health == nil {
 		names := make([]string, len(deps.Subscriptions))
 		for i, s := range deps.Subscriptions {
 			names[i] = s.Name
 		}
 		h, err := health.New(cfg.Health, health.Deps{JetStream: deps.JetStream, Clock: cfg.Clock, Logger: cfg.Logger,
-			Replica: cfg.Replica, Replicas: cfg.Replicas, Registerer: deps.Registerer, HTTPClient: egress.NoRedirects(deps.Client)}, names)
+			Replica: cfg.Replica, Replicas: cfg.Replicas, Registerer: deps.Registerer, HTTPClient: egress.NoRedirects(deps.Client),
+			Breakers: deps.Breakers}, names)
 		if err != nil {
 			return nil, fmt.Errorf("%w: Config.Health: %w", ErrInvalidConfig, err)
 		}
 		r.health, r.ownHealth = h, true
+		// The endpoints' open and half-open states are shared with the
+		// other replicas through the health bucket, so a dead endpoint
+		// gets one probe per open timeout whatever their number
+		// (docs/failing-endpoints.md).
+		deps.Breakers.Share(h.BreakerStore(), cfg.Replica)
 	}
 	// The metrics first: each subscription's sender observes its POSTs'
 	// durations and rate limit there.
@@ -315,13 +331,6 @@ func withDefaults(cfg Config) Config {
 // subscribe keeps what makes a subscription's attempt.Sender (edit.go)
 // and puts deps.Subscriptions.
 func (r *Replica) subscribe(deps Deps) error {
-	if deps.Breakers == nil {
-		set, err := breaker.NewSet(breaker.Settings{}, r.log, nil)
-		if err != nil {
-			return fmt.Errorf("shared: breakers: %w", err)
-		}
-		deps.Breakers = set
-	}
 	if deps.Deliveries == nil {
 		deps.Deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jsbridge_consumer_deliveries_total",
 			Help: "Webhook delivery attempts by subscription, outcome and status class."},
@@ -370,6 +379,10 @@ func (r *Replica) Start(ctx context.Context) error {
 	}
 	lctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
+	// The breakers exist before the health watch's first values, which
+	// hand them the states shared so far (an unknown endpoint's is
+	// ignored).
+	r.watchBreakers(lctx)
 	if r.ownHealth {
 		hctx, hcancel := context.WithTimeout(ctx, healthLoadTimeout)
 		r.health.Load(hctx) // a disabled subscription starts disabled
@@ -377,7 +390,6 @@ func (r *Replica) Start(ctx context.Context) error {
 		r.bg.Go(func() { r.health.Run(lctx) })
 	}
 	r.bg.Go(func() { r.watchHealth(lctx) })
-	r.watchBreakers(lctx)
 	r.subs.mu.Lock() // edits poke the loop
 	r.loop = newLoop(r.js, r.rcfg, r.log, func() int { return len(r.own.Owned()) })
 	r.subs.mu.Unlock()

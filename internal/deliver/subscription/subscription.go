@@ -93,12 +93,9 @@ const (
 	// DefaultTimeout bounds one POST (Subscription.Timeout): 10 s.
 	DefaultTimeout = 10 * time.Second
 	// DefaultAckWait was the durable consumers' AckWait: 30 s.
-	// WithDefaults still sets a zero or negative AckWait to it (the
-	// period of attempt.Sender.KeepAlive, which the shared engine does
-	// not use).
 	//
-	// Deprecated: Subscription.AckWait is ignored (see there). Removed in
-	// the next release.
+	// Deprecated: Subscription.AckWait is ignored (see there); nothing
+	// sets it. Removed in the next release.
 	DefaultAckWait = 30 * time.Second
 	// DefaultMaxDeliver is the attempts of one event before it is
 	// dead-lettered (Subscription.MaxDeliver): 10.
@@ -237,12 +234,6 @@ func (s Subscription) WithDefaults() Subscription {
 	}
 	if s.Timeout == 0 {
 		s.Timeout = DefaultTimeout
-	}
-	if s.AckWait <= 0 {
-		// Ignored by the shared engine; kept so that a caller of
-		// attempt.Sender.KeepAlive (an attempt given an InProgress,
-		// which the shared engine never gives) paces on a positive period.
-		s.AckWait = DefaultAckWait
 	}
 	if s.MaxDeliver == 0 {
 		s.MaxDeliver = DefaultMaxDeliver

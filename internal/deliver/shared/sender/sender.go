@@ -164,7 +164,7 @@ func (s *Sender) call(ctx context.Context, snd *attempt.Sender, d fanout.Deliver
 			if !ok {
 				return 0, nil, false
 			}
-			gen, err := snd.Gate(ctx, noHold)
+			gen, err := snd.Gate(ctx)
 			if err != nil {
 				release()
 				return 0, nil, false
@@ -395,10 +395,6 @@ func (a *attempts) count(k spentKey, n int, act attempt.Act, now time.Time, stuc
 	delete(a.since, k)
 	return refused, stuck
 }
-
-// noHold is Gate's hold: an event of the shared read has nothing to keep
-// from redelivery.
-func noHold() func() { return func() {} }
 
 // NewSet returns an empty set.
 func NewSet() *Set { return &Set{m: map[string]*attempt.Sender{}} }
