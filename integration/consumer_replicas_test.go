@@ -2,9 +2,12 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,9 +71,15 @@ func TestConsumerReplicaKilledMidDeliveryLosesNothing(t *testing.T) {
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
 
 	env := []string{"JSBRIDGE_SECRET=" + testSecret}
-	args := []string{"run", "--nats-url", b.srv.ClientURL(), "--start", "all", "--name", "replicated", "--url", rsrv.URL, "--allow-private", "--ordering", "none",
-		"--max-in-flight", "700", "--max-ack-pending", "3000", "--ack-wait", "8s", "--timeout", "3500ms", "--backoff", "200ms", "--max-deliver=-1",
-		"--breaker-failures", "1000000", "--ops-addr", "", "--log-level", "warn"}
+	// No breaker: POSTs held past their timeout until enough are in
+	// flight would otherwise trip the failure ratio, and the breaker
+	// states are shared, so one replica's trip would stop both.
+	cfg := filepath.Join(t.TempDir(), "subscriptions.yaml")
+	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, `breaker: {consecutive_failures: 1000000, min_requests: 1000000}
+subscriptions:
+  - {name: replicated, filter_subjects: [events.>], url: %q, ordering: none, max_in_flight: 700, max_ack_pending: 3000, secrets_env: [JSBRIDGE_SECRET], allow_private: true, start: all, max_deliver: -1, backoff: [200ms], timeout: 3500ms}
+`, rsrv.URL), 0o600))
+	args := []string{"run", "--nats-url", b.srv.ClientURL(), "-c", cfg, "--ops-addr", "", "--log-level", "warn"}
 	victim := startProc(t, env, "consumer", args...)
 	startProc(t, env, "consumer", args...)
 
