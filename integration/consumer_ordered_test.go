@@ -235,7 +235,7 @@ func orderedArgs(url, receiver string, extra ...string) []string {
 	return append([]string{"run", "--nats-url", url, "--start", "all", "--name", "ordered", "--url", receiver, "--allow-private",
 		"--ordering", "stream", "--partitions", "8", "--lease-ttl", "2s", "--ack-wait", "4s", "--timeout", "1500ms",
 		"--backoff", "50ms", "--max-deliver=-1", "--max-in-flight", "256", "--max-ack-pending", "2000",
-		"--breaker-failures", "1000000", "--ops-addr", "", "--log-level", "warn"}, extra...)
+		"--breaker-failures", "1000000", "--breaker-min-requests", "1000000", "--ops-addr", "", "--log-level", "warn"}, extra...)
 }
 
 // Three replicas deliver 500 streams × 40 events while one of them is

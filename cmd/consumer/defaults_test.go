@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jsbridge/jsbridge/breaker"
+
 	"github.com/alecthomas/kong"
 	"github.com/stretchr/testify/require"
 
@@ -28,19 +30,21 @@ func TestRunFlagDefaultsAreTheConsumerDefaults(t *testing.T) {
 	require.NoError(t, err)
 
 	want := map[string]any{
-		"stream":               consumer.DefaultStream,
-		"dlq-stream":           consumer.DefaultDLQStream,
-		"stream-replicas":      consumer.DefaultReplicas,
-		"timeout":              consumer.DefaultTimeout,
-		"ack-wait":             "", // deprecated, ignored: no default
-		"max-deliver":          consumer.DefaultMaxDeliver,
-		"backoff":              consumer.DefaultBackOff(),
-		"max-in-flight":        consumer.DefaultMaxInFlight,
-		"breaker-failures":     int(consumer.DefaultBreakerFailures),
-		"breaker-open-timeout": consumer.DefaultBreakerOpenTimeout,
-		"partitions":           consumer.DefaultPartitions,
-		"lease-ttl":            consumer.DefaultLeaseTTL,
-		"attempts-record":      string(consumer.AttemptsRecordFailures),
+		"stream":                consumer.DefaultStream,
+		"dlq-stream":            consumer.DefaultDLQStream,
+		"stream-replicas":       consumer.DefaultReplicas,
+		"timeout":               consumer.DefaultTimeout,
+		"ack-wait":              "", // deprecated, ignored: no default
+		"max-deliver":           consumer.DefaultMaxDeliver,
+		"backoff":               consumer.DefaultBackOff(),
+		"max-in-flight":         consumer.DefaultMaxInFlight,
+		"breaker-failures":      int(consumer.DefaultBreakerFailures),
+		"breaker-open-timeout":  consumer.DefaultBreakerOpenTimeout,
+		"breaker-min-requests":  int(breaker.DefaultMinRequests),
+		"breaker-failure-ratio": strconv.FormatFloat(breaker.DefaultFailureRatio, 'g', -1, 64),
+		"partitions":            consumer.DefaultPartitions,
+		"lease-ttl":             consumer.DefaultLeaseTTL,
+		"attempts-record":       string(consumer.AttemptsRecordFailures),
 		// No flag default: 0 means consumer.DefaultMaxAckPending (or
 		// --max-in-flight when larger), and waiting forever.
 		"max-ack-pending": "",

@@ -50,8 +50,10 @@ type subscriptionFlags struct {
 
 	Start string `name:"start" env:"JSBRIDGE_START" default:"new" placeholder:"WHERE" help:"Where the subscription begins when it is first delivered: new (only events stored after the start), all (every event the stream holds), time:<RFC 3339> or sequence:<n> (the ${events_stream} stream's sequence, also when ordered); a subscription the positions bucket holds keeps its position (default: ${default})."`
 
-	BreakerFailures    uint32        `name:"breaker-failures" env:"JSBRIDGE_BREAKER_FAILURES" default:"5" help:"Consecutive failures that open an endpoint's circuit breaker (default: ${default})."`
-	BreakerOpenTimeout time.Duration `name:"breaker-open-timeout" env:"JSBRIDGE_BREAKER_OPEN_TIMEOUT" default:"30s" help:"How long an open breaker waits before letting a probe through (default: ${default})."`
+	BreakerFailures     uint32        `name:"breaker-failures" env:"JSBRIDGE_BREAKER_FAILURES" default:"5" help:"Consecutive failures that open an endpoint's circuit breaker (default: ${default})."`
+	BreakerFailureRatio float64       `name:"breaker-failure-ratio" env:"JSBRIDGE_BREAKER_FAILURE_RATIO" default:"0.5" help:"Share of failed requests, once --breaker-min-requests were seen in the breaker's interval, that also opens it (default: ${default})."`
+	BreakerMinRequests  uint32        `name:"breaker-min-requests" env:"JSBRIDGE_BREAKER_MIN_REQUESTS" default:"20" help:"Requests seen in the breaker's interval before --breaker-failure-ratio applies (default: ${default})."`
+	BreakerOpenTimeout  time.Duration `name:"breaker-open-timeout" env:"JSBRIDGE_BREAKER_OPEN_TIMEOUT" default:"30s" help:"How long an open breaker waits before letting a probe through (default: ${default})."`
 }
 
 // subscriptions returns the subscriptions and breaker settings of the file
@@ -91,7 +93,8 @@ func (f *subscriptionFlags) subscriptions() ([]consumer.Subscription, breaker.Se
 			Ordering: consumer.Ordering(f.Ordering), OnDeadLetter: consumer.DeadLetterPolicy(f.OnDeadLetter),
 			Start: start,
 		}}, breaker.Settings{
-			ConsecutiveFailures: f.BreakerFailures, OpenTimeout: f.BreakerOpenTimeout,
+			ConsecutiveFailures: f.BreakerFailures, FailureRatio: f.BreakerFailureRatio, MinRequests: f.BreakerMinRequests,
+			OpenTimeout: f.BreakerOpenTimeout,
 		}, nil
 }
 

@@ -35,8 +35,9 @@ func (r *runCmd) runConfig(g *Globals, log *slog.Logger, reg prometheus.Register
 		return consumer.Config{}, err
 	}
 	return consumer.Config{
-		Breaker: breaker.Settings{ConsecutiveFailures: r.BreakerFailures, OpenTimeout: r.BreakerOpenTimeout},
-		Stream:  g.Stream, DLQStream: g.DLQStream, Replicas: r.StreamReplicas, StartupTimeout: r.StartupTimeout,
+		Breaker: breaker.Settings{ConsecutiveFailures: r.BreakerFailures, FailureRatio: r.BreakerFailureRatio, MinRequests: r.BreakerMinRequests,
+			OpenTimeout: r.BreakerOpenTimeout},
+		Stream: g.Stream, DLQStream: g.DLQStream, Replicas: r.StreamReplicas, StartupTimeout: r.StartupTimeout,
 		Logger: log, Registerer: reg,
 		// Validate needs a source; openKV sets the real one.
 		SubscriptionStore: &consumer.SubscriptionStore{},
