@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -150,22 +151,37 @@ func TestStatusShowsReplicasPartitionsSubscriptionsAndStuckStreams(t *testing.T)
 	orders := slicesFind(st.Subscriptions, "orders")
 	require.Equal(t, uint64(37), orders.SettledUpTo, "the floor passes the parked stream's events: its aside holds them")
 
-	out := k.statusOut(t)
+	// The text read again until it shows the same: a rebalance between
+	// two reads (a partition handed over, its record not yet written by
+	// the new owner) is a moment, not what the test is about.
+	patterns := []string{
+		`(?m)^REPLICA\s+LAST HEARTBEAT\s+AGE\s+PARTITIONS$`,
+		`(?m)^replica-a\s+\S+Z\s+\S+\s+[0-9,]+$`,
+		`(?m)^replica-b\s+\S+Z\s+\S+\s+[0-9,]+$`,
+		`(?m)^PARTITION\s+OWNER\s+EPOCH\s+FLOOR\s+LIVE\s+NOT LIVE\s+ASIDES\s+RETRIES\s+WRITTEN$`,
+		fmt.Sprintf(`(?m)^%d\s+replica-[ab]\s+\d+\s+\d+\s+2\s+paused 1\s+1\s+0\s+\S+Z$`, stuck.Partition),
+		`(?m)^SUBSCRIPTION\s+SETTLED UP TO\s+BEHIND\s+PARTITIONS$`,
+		// Settled everything: each partition's floor is at its own last
+		// event, the lowest at order-0's, 37; BEHIND is an upper bound.
+		`(?m)^audit\s+37\s+3\s+live 4$`,
+		`(?m)^reports\s+0\s+40\s+paused 4$`,
+		`(?m)^reports: paused on partitions 0,1,2,3$`,
+		`(?m)^STUCK STREAM\s+SUBSCRIPTION\s+PARTITION\s+STATE\s+FROM\s+HEAD\s+SINCE\s+WHY$`,
+		`(?m)^order-3\s+orders\s+\d\s+parked\s+4\s+4 \(v0\)\s+\S+Z\s+.*422`,
+		regexp.QuoteMeta("order-3 of orders (parked): consumer dlq list -s orders names the head's seq N (event 4); then consumer dlq replay --seq N"),
+	}
+	var out string
+	shown := assert.Eventually(t, func() bool {
+		out = k.statusOut(t)
+		for _, p := range patterns {
+			if !regexp.MustCompile(p).MatchString(out) {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "the text shows every table")
 	t.Logf("consumer status:\n%s", out)
-	require.Regexp(t, `(?m)^REPLICA\s+LAST HEARTBEAT\s+AGE\s+PARTITIONS$`, out)
-	require.Regexp(t, `(?m)^replica-a\s+\S+Z\s+\S+\s+[0-9,]+$`, out)
-	require.Regexp(t, `(?m)^replica-b\s+\S+Z\s+\S+\s+[0-9,]+$`, out)
-	require.Regexp(t, `(?m)^PARTITION\s+OWNER\s+EPOCH\s+FLOOR\s+LIVE\s+NOT LIVE\s+ASIDES\s+RETRIES\s+WRITTEN$`, out)
-	require.Regexp(t, fmt.Sprintf(`(?m)^%d\s+replica-[ab]\s+\d+\s+\d+\s+2\s+paused 1\s+1\s+0\s+\S+Z$`, stuck.Partition), out)
-	require.Regexp(t, `(?m)^SUBSCRIPTION\s+SETTLED UP TO\s+BEHIND\s+PARTITIONS$`, out)
-	// Settled everything: each partition's floor is at its own last
-	// event, the lowest at order-0's, 37; BEHIND is an upper bound.
-	require.Regexp(t, `(?m)^audit\s+37\s+3\s+live 4$`, out)
-	require.Regexp(t, `(?m)^reports\s+0\s+40\s+paused 4$`, out)
-	require.Contains(t, out, "reports: paused on partitions 0,1,2,3\n")
-	require.Regexp(t, `(?m)^STUCK STREAM\s+SUBSCRIPTION\s+PARTITION\s+STATE\s+FROM\s+HEAD\s+SINCE\s+WHY$`, out)
-	require.Regexp(t, `(?m)^order-3\s+orders\s+\d\s+parked\s+4\s+4 \(v0\)\s+\S+Z\s+.*422`, out)
-	require.Contains(t, out, "order-3 of orders (parked): consumer dlq list -s orders names the head's seq N (event 4); then consumer dlq replay --seq N")
+	require.True(t, shown, "the last text read:\n%s", out)
 }
 
 // slicesFind returns the subscription named name in subs, nil when none.
