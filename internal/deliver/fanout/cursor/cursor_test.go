@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jsbridge/jsbridge/jsbridgetest"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -19,15 +21,8 @@ import (
 // complete.
 func TestReadsGoOnFromWhereTheLastEnded(t *testing.T) {
 	t.Parallel()
-	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.DefaultEventsStream,
+	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
+	_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.DefaultEventsStream,
 		Subjects: []string{wire.All(wire.DefaultEventsPrefix)}, AllowDirect: true})
 	require.NoError(t, err)
 	part := wire.StreamPartition("order-0", 16)

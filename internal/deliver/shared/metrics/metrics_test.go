@@ -5,7 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -53,14 +54,7 @@ func TestTheReplicasMetricsCountWhatItDid(t *testing.T) {
 	m.Handover(true, metrics.CauseClaimed)
 	m.Handover(false, metrics.CauseStopping)
 
-	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
 	bucket, err := position.Bucket(t.Context(), js, "", 1)
 	require.NoError(t, err)
 	kv := m.KV(bucket)

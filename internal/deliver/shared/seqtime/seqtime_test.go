@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jsbridge/jsbridge/jsbridgetest"
+
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -14,15 +16,8 @@ import (
 
 func events(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}})
+	_, js := jsbridgetest.Connect(t, jsbridgetest.StartJetStream(t, embedded.Config{}))
+	_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}})
 	require.NoError(t, err)
 	return js
 }
