@@ -37,6 +37,11 @@ const (
 
 	// DefaultTimeout bounds one POST (10 s).
 	DefaultTimeout = subscription.DefaultTimeout
+	// DefaultHandOver is the longest a partition's hand-over takes with
+	// the default lease TTL: twice DefaultLeaseTTL (20 s), the time from an
+	// attempt on a replica that dies to the next owner's attempt, before its
+	// backoff. It is what a receiver sets as webhook.RetryProfile.HandOver.
+	DefaultHandOver = 2 * DefaultLeaseTTL
 	// DefaultAckWait was a subscription's AckWait (30 s).
 	//
 	// Deprecated: Subscription.AckWait is ignored. Removed in the next

@@ -29,12 +29,12 @@ func TestFailingEndpointsPageFigures(t *testing.T) {
 	}
 	fast := waits                                                                         // every attempt fails at once
 	timeouts := waits + time.Duration(consumer.DefaultMaxDeliver)*consumer.DefaultTimeout // every attempt times out
-	worst := waits + time.Duration(retries)*max(consumer.DefaultTimeout, consumer.DefaultAckWait) + consumer.DefaultTimeout
+	worst := waits + time.Duration(retries)*max(consumer.DefaultTimeout, consumer.DefaultHandOver) + consumer.DefaultTimeout
 
 	for _, want := range []string{
 		"**" + fast.String() + "** (the backoff alone)",
 		"**" + timeouts.String() + "** (the backoff plus 10 × 10 s)",
-		"**" + worst.String() + "** (9 × (`ack_wait` 30 s + the delay)",
+		"**" + worst.String() + "** (9 × (a hand-over, 20 s, + the delay)",
 		"= **" + fast.String() + "** of\nwaiting over the 9 retries",
 		"at the\nearliest " + fast.String(),
 	} {

@@ -15,14 +15,14 @@ import (
 // one the consumer's defaults give.
 func TestMinSafeTTLAdviceForUnlimitedRetries(t *testing.T) {
 	t.Parallel()
-	_, err := webhook.MinSafeTTL(webhook.RetryProfile{MaxDeliver: -1, Timeout: consumer.DefaultTimeout, AckWait: consumer.DefaultAckWait})
+	_, err := webhook.MinSafeTTL(webhook.RetryProfile{MaxDeliver: -1, Timeout: consumer.DefaultTimeout, HandOver: consumer.DefaultHandOver})
 	require.ErrorIs(t, err, webhook.ErrInvalidRetryProfile)
 	require.ErrorContains(t, err, "MaxDeliver -1")
 	require.ErrorContains(t, err, "finite max_deliver")
 
 	backoff := consumer.DefaultBackOff()
-	gap := max(consumer.DefaultTimeout, consumer.DefaultAckWait) + backoff[len(backoff)-1]
+	gap := max(consumer.DefaultTimeout, consumer.DefaultHandOver) + backoff[len(backoff)-1]
 	advice := webhook.DefaultSafetyFactor * (consumer.DefaultDisableAfter + gap)
-	require.Equal(t, "48h11m0s", advice.String(), "the figure in the error and in docs/receiver.md")
-	require.ErrorContains(t, err, "48h11m with jsbridge's defaults")
+	require.Equal(t, "48h10m40s", advice.String(), "the figure in the error and in docs/receiver.md")
+	require.ErrorContains(t, err, "48h10m40s with jsbridge's defaults")
 }

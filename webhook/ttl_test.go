@@ -21,7 +21,7 @@ func TestMinSafeTTL(t *testing.T) {
 		// One attempt: only its own timeout, doubled.
 		"single attempt": {webhook.RetryProfile{MaxDeliver: 1, Timeout: 10 * s}, 20 * s},
 		// 3 attempts: 2 gaps of max(10,30)+backoff (1, then 5) + 10 = 76, ×2.
-		"ack wait dominates": {webhook.RetryProfile{MaxDeliver: 3, Timeout: 10 * s, AckWait: 30 * s, BackOff: []time.Duration{s, 5 * s}}, 152 * s},
+		"hand-over dominates": {webhook.RetryProfile{MaxDeliver: 3, Timeout: 10 * s, HandOver: 30 * s, BackOff: []time.Duration{s, 5 * s}}, 152 * s},
 		// The last backoff repeats: gaps 10+1, 10+4, 10+4, 10+4; + 10 = 63, ×3.
 		"last backoff repeats": {webhook.RetryProfile{MaxDeliver: 5, Timeout: 10 * s, BackOff: []time.Duration{s, 4 * s}, SafetyFactor: 3}, 189 * s},
 		// Retry-After above the backoff replaces it: 2 gaps of 10+60, + 10 = 150, ×2.
@@ -29,11 +29,13 @@ func TestMinSafeTTL(t *testing.T) {
 		// Rounded up to a second after the factor; Replay added after.
 		"rounding and replay": {webhook.RetryProfile{MaxDeliver: 1, Timeout: 1500 * time.Millisecond, SafetyFactor: 1.5, Replay: time.Hour}, 3*s + time.Hour},
 		// jsbridge's default subscription, as documented on MinSafeTTL.
-		"deliver defaults": {webhook.RetryProfile{MaxDeliver: 10, Timeout: 10 * s, AckWait: 30 * s,
-			BackOff: []time.Duration{s, 5 * s, 30 * s, 2 * time.Minute, 5 * time.Minute}}, time.Hour + 4*time.Minute + 32*s},
+		"deliver defaults": {webhook.RetryProfile{MaxDeliver: 10, Timeout: 10 * s, HandOver: 20 * s,
+			BackOff: []time.Duration{s, 5 * s, 30 * s, 2 * time.Minute, 5 * time.Minute}}, time.Hour + time.Minute + 32*s},
 		// The same with Handler's lease as the longest Retry-After (README).
-		"deliver defaults, handler lease": {webhook.RetryProfile{MaxDeliver: 10, Timeout: 10 * s, AckWait: 30 * s,
-			BackOff: []time.Duration{s, 5 * s, 30 * s, 2 * time.Minute, 5 * time.Minute}, RetryAfter: webhook.DefaultLease}, time.Hour + 9*time.Minute + 20*s},
+		"deliver defaults, handler lease": {webhook.RetryProfile{MaxDeliver: 10, Timeout: 10 * s, HandOver: 20 * s,
+			BackOff: []time.Duration{s, 5 * s, 30 * s, 2 * time.Minute, 5 * time.Minute}, RetryAfter: webhook.DefaultLease}, time.Hour + 6*time.Minute + 20*s},
+		// The deprecated AckWait still counts, as the larger of the two.
+		"ack wait, deprecated": {webhook.RetryProfile{MaxDeliver: 3, Timeout: 10 * s, AckWait: 30 * s, HandOver: 20 * s, BackOff: []time.Duration{s, 5 * s}}, 152 * s},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -44,11 +46,11 @@ func TestMinSafeTTL(t *testing.T) {
 	}
 }
 
-// TestMinSafeTTLMonotone: more attempts, a longer timeout, AckWait or
+// TestMinSafeTTLMonotone: more attempts, a longer timeout, hand-over (or AckWait) or
 // backoff never shorten the TTL.
 func TestMinSafeTTLMonotone(t *testing.T) {
 	t.Parallel()
-	base := webhook.RetryProfile{MaxDeliver: 4, Timeout: 5 * time.Second, AckWait: 10 * time.Second, BackOff: []time.Duration{time.Second, 10 * time.Second}}
+	base := webhook.RetryProfile{MaxDeliver: 4, Timeout: 5 * time.Second, HandOver: 10 * time.Second, BackOff: []time.Duration{time.Second, 10 * time.Second}}
 	ttl := func(p webhook.RetryProfile) time.Duration {
 		d, err := webhook.MinSafeTTL(p)
 		require.NoError(t, err)
@@ -58,7 +60,8 @@ func TestMinSafeTTLMonotone(t *testing.T) {
 	for name, mutate := range map[string]func(*webhook.RetryProfile){
 		"MaxDeliver": func(p *webhook.RetryProfile) { p.MaxDeliver++ },
 		"Timeout":    func(p *webhook.RetryProfile) { p.Timeout += 6 * time.Second },
-		"AckWait":    func(p *webhook.RetryProfile) { p.AckWait += time.Second },
+		"HandOver":   func(p *webhook.RetryProfile) { p.HandOver += time.Second },
+		"AckWait":    func(p *webhook.RetryProfile) { p.AckWait += 20 * time.Second },
 		"BackOff":    func(p *webhook.RetryProfile) { p.BackOff = []time.Duration{time.Second, 11 * time.Second} },
 		"RetryAfter": func(p *webhook.RetryProfile) { p.RetryAfter = 11 * time.Second },
 		"Factor":     func(p *webhook.RetryProfile) { p.SafetyFactor = 2.5 },
@@ -76,6 +79,7 @@ func TestMinSafeTTLRejectsBadProfile(t *testing.T) {
 		"MaxDeliver -1":     func(p *webhook.RetryProfile) { p.MaxDeliver = -1 },
 		"MaxDeliver 0":      func(p *webhook.RetryProfile) { p.MaxDeliver = 0 },
 		"Timeout 0s":        func(p *webhook.RetryProfile) { p.Timeout = 0 },
+		"HandOver -1s":      func(p *webhook.RetryProfile) { p.HandOver = -time.Second },
 		"AckWait -1s":       func(p *webhook.RetryProfile) { p.AckWait = -time.Second },
 		"RetryAfter -1s":    func(p *webhook.RetryProfile) { p.RetryAfter = -time.Second },
 		"Replay -1s":        func(p *webhook.RetryProfile) { p.Replay = -time.Second },
@@ -103,10 +107,10 @@ func ExampleMinSafeTTL() {
 	ttl, err := webhook.MinSafeTTL(webhook.RetryProfile{
 		MaxDeliver: 10,
 		Timeout:    10 * time.Second,
-		AckWait:    30 * time.Second,
+		HandOver:   20 * time.Second,
 		BackOff:    []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute},
 		Replay:     24 * time.Hour,
 	})
 	fmt.Println(ttl, err)
-	// Output: 25h4m32s <nil>
+	// Output: 25h1m32s <nil>
 }
