@@ -31,11 +31,19 @@ func TestRunNotifiedOnlyWhileIdle(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	_, err = conn.Exec(b.ctx, "LISTEN "+b.schema)
 	require.NoError(t, err)
-	// notified reports whether anything notified the channel since the
-	// last call: a marker sent now comes first exactly when nothing did.
+	// The marker goes on a channel of its own, which the drain does not
+	// listen on: on the drain's channel a marker delivered late (a loaded
+	// machine) would wake Run after the test expected it to wait.
+	// Postgres delivers a session's notifications in commit order across
+	// its channels, so the marker still orders against the trigger's.
+	marker := b.schema + "_marker"
+	_, err = conn.Exec(b.ctx, `LISTEN "`+marker+`"`)
+	require.NoError(t, err)
+	// notified reports whether anything notified the drain's channel since
+	// the last call: a marker sent now comes first exactly when nothing did.
 	notified := func() bool {
 		t.Helper()
-		_, err := conn.Exec(b.ctx, "SELECT pg_notify($1, 'marker')", b.schema)
+		_, err := conn.Exec(b.ctx, "SELECT pg_notify($1, 'marker')", marker)
 		require.NoError(t, err)
 		sent := false
 		for {
@@ -43,7 +51,7 @@ func TestRunNotifiedOnlyWhileIdle(t *testing.T) {
 			n, err := conn.WaitForNotification(ctx)
 			cancel()
 			require.NoError(t, err)
-			if n.Payload == "marker" {
+			if n.Channel == marker {
 				return sent
 			}
 			sent = true
