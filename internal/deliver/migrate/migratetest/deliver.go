@@ -65,14 +65,14 @@ type Sent struct {
 }
 
 // Deliver plays unordered subscription name's durable (made when
-// missing, UnorderedDurable) delivering the events stream up to through
+// missing) delivering the events stream up to through
 // (0: its last message now), in pulls of at most 256, each event's fate
 // given by outcome (SetAside counts as Failing). It returns the events
 // accepted, by sequence. A pending event that comes back while it pulls
 // stays pending. The events stream must hold every sequence up to
 // through (a deleted one makes it pull past through).
 func (l *Layout) Deliver(ctx context.Context, name string, d Durable, through uint64, outcome func(Event) Outcome) ([]Sent, error) {
-	c, err := l.UnorderedDurable(ctx, name, d)
+	c, err := l.unorderedDurable(ctx, name, d)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (l *Layout) Deliver(ctx context.Context, name string, d Durable, through ui
 					err = m.NakWithDelay(d.NakDelay)
 				}
 			case Refused:
-				err = l.deadLetter(ctx, deadletter.Letter{Subscription: name, Endpoint: d.Endpoint, EventID: ev.ID, Attempt: 1, Status: 422,
+				err = l.DLQ.DeadLetter(ctx, deadletter.Letter{Subscription: name, Endpoint: d.Endpoint, EventID: ev.ID, Attempt: 1, Status: 422,
 					Reason: "HTTP 422 Unprocessable Entity", Event: letterEvent(m)})
 				if err == nil {
 					err = m.DoubleAck(ctx)
@@ -147,13 +147,6 @@ func (l *Layout) event(seq uint64, m jetstream.Msg) Event {
 		ev.Version = v
 	}
 	return ev
-}
-
-func (l *Layout) deadLetter(ctx context.Context, dl deadletter.Letter) error {
-	if err := l.DLQ.DeadLetter(ctx, dl); err != nil {
-		return fmt.Errorf("dead letter %s: %w", dl.EventID, err)
-	}
-	return nil
 }
 
 // lane is one stream of a partition while DeliverOrdered plays it.
@@ -242,13 +235,13 @@ func (l *Layout) deliverPartition(ctx context.Context, name string, d Durable, p
 			streams[wire.StreamKey(ln.subject)] = ln.settled
 		}
 		if ln.aside != nil && ln.aside.Start != 0 { // else nothing was set aside
-			if err := l.PutAside(ctx, name, p, *ln.aside); err != nil {
+			if err := l.putJSON(ctx, legacy.AsideKey(name, p, wire.StreamKey(ln.aside.Subject)), *ln.aside); err != nil {
 				return nil, err
 			}
 		}
 	}
 	if len(streams) > 0 {
-		if err := l.PutDelivered(ctx, name, p, streams); err != nil {
+		if err := l.putJSON(ctx, legacy.DeliveredKey(name, p), legacy.DeliveredRecord{Copy: l.CopyAt.UnixNano(), Streams: streams}); err != nil {
 			return nil, err
 		}
 	}
@@ -300,7 +293,7 @@ func (l *Layout) park(ctx context.Context, name string, d Durable, p int, ev Eve
 	if err != nil {
 		return err
 	}
-	if err := l.deadLetter(ctx, deadletter.Letter{Subscription: name, Endpoint: d.Endpoint, EventID: ev.ID, Attempt: 1, Status: 422,
+	if err := l.DLQ.DeadLetter(ctx, deadletter.Letter{Subscription: name, Endpoint: d.Endpoint, EventID: ev.ID, Attempt: 1, Status: 422,
 		Reason: "HTTP 422 Unprocessable Entity", Event: letterEvent(m), Previous: wire.FormatPreviousVersion(previous),
 		Partition: strconv.Itoa(p), Epoch: strconv.FormatUint(l.Epoch, 10)}); err != nil {
 		return err
