@@ -51,7 +51,7 @@ type Config struct {
 	Replicas int
 	// EventsStream, when set, is the events stream whose retention a
 	// dead-letter stream Provision creates follows: MaxAge twice the
-	// events stream's (RetentionFactor; none when it has none), and no
+	// events stream's (retentionFactor; none when it has none), and no
 	// size limit, so that a dead letter is never dropped for size (a full
 	// store refuses the write instead, and the message stays unacked until
 	// it can be written). Default "": no limits. An existing stream keeps
@@ -141,13 +141,13 @@ func (q *DLQ) Provision(ctx context.Context) error {
 	return nil
 }
 
-// RetentionFactor is how many times the events stream's MaxAge a new
+// retentionFactor is how many times the events stream's MaxAge a new
 // dead-letter stream keeps its dead letters (Config.EventsStream): a dead
 // letter outlives its original by as long again.
-const RetentionFactor = 2
+const retentionFactor = 2
 
 // maxAge is the MaxAge of a dead-letter stream Provision creates:
-// RetentionFactor times the events stream's, 0 (none) when it has none,
+// retentionFactor times the events stream's, 0 (none) when it has none,
 // does not exist yet, or Config.EventsStream is empty.
 func (q *DLQ) maxAge(ctx context.Context) (time.Duration, error) {
 	if q.events == "" {
@@ -160,7 +160,7 @@ func (q *DLQ) maxAge(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("deadletter: events stream %q (its MaxAge sets the dead letters'): %w", q.events, err)
 	}
-	return max(RetentionFactor*s.CachedInfo().Config.MaxAge, 0), nil
+	return max(retentionFactor*s.CachedInfo().Config.MaxAge, 0), nil
 }
 
 // dupWindow is the duplicate window of a dead-letter stream with maxAge:

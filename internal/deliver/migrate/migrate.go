@@ -73,7 +73,7 @@ var ErrInvalidConfig = errors.New("migrate: invalid configuration")
 const (
 	StateStuck      = "stuck"
 	StateParked     = "parked"
-	StateOrderStuck = "order-stuck"
+	stateOrderStuck = "order-stuck"
 	// StateBehind is the state of the cursors an unordered subscription
 	// gets (position.Cursor.State): it reads its own events until it
 	// reaches the shared read.

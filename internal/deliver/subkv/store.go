@@ -224,7 +224,7 @@ func (s *Store) List(ctx context.Context) ([]Entry, error) {
 	}
 	var names []string
 	for k := range l.Keys() {
-		if IsSubscriptionKey(k) {
+		if isSubscriptionKey(k) {
 			names = append(names, k)
 		}
 	}

@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ParkKeys lists the keys of the park bucket kv (nil: none) matching
+// parkKeys lists the keys of the park bucket kv (nil: none) matching
 // filter, sorted.
-func ParkKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]string, error) {
+func parkKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]string, error) {
 	if kv == nil {
 		return nil, nil
 	}
@@ -36,7 +36,7 @@ func ParkKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]stri
 // keys match filter, by key; a key deleted between the listing and its
 // read is passed over.
 func ParkEntries(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
-	keys, err := ParkKeys(ctx, kv, filter)
+	keys, err := parkKeys(ctx, kv, filter)
 	if err != nil {
 		return nil, err
 	}
