@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -344,29 +345,19 @@ func (q *DLQ) Count(ctx context.Context, subscription string) (uint64, error) {
 // List returns the dead letters of subscription (all when empty), oldest
 // first.
 func (q *DLQ) List(ctx context.Context, subscription string) ([]Stored, error) {
-	n, err := q.Count(ctx, subscription)
-	if err != nil || n == 0 {
-		return nil, err
-	}
-	oc, err := q.js.OrderedConsumer(ctx, q.stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{q.filter(subscription)}})
+	s, err := q.js.Stream(ctx, q.stream)
 	if err != nil {
-		return nil, fmt.Errorf("deadletter: read dead-letter stream %q: %w", q.stream, err)
+		return nil, fmt.Errorf("deadletter: dead-letter stream %q: %w", q.stream, err)
 	}
 	var out []Stored
-	for {
-		msg, err := oc.Next(jetstream.FetchContext(ctx))
-		if err != nil {
-			return out, fmt.Errorf("deadletter: read dead-letter stream %q: %w", q.stream, err)
-		}
-		md, err := msg.Metadata()
-		if err != nil {
-			return out, fmt.Errorf("deadletter: read dead-letter stream %q: %w", q.stream, err)
-		}
-		out = append(out, ParseStored(md.Sequence.Stream, md.Timestamp, msg.Headers(), msg.Data()))
-		if md.NumPending == 0 {
-			return out, nil
-		}
+	err = jsapi.ReadAll(ctx, s, q.filter(subscription), func(md *jetstream.MsgMetadata, m jetstream.Msg) bool {
+		out = append(out, ParseStored(md.Sequence.Stream, md.Timestamp, m.Headers(), m.Data()))
+		return true
+	})
+	if err != nil {
+		return out, fmt.Errorf("deadletter: read dead-letter stream %q: %w", q.stream, err)
 	}
+	return out, nil
 }
 
 // Get returns the dead letter at seq, or an error wrapping
