@@ -11,7 +11,7 @@ const (
 	// it with a compare-and-set, so epochs only grow for every partition
 	// of every ordered subscription, whatever the lease bucket's
 	// revisions and whatever the replicas' clocks. One token, so that no
-	// subscription's ParkedKey pattern matches it.
+	// park entry pattern of the old engine ("<subscription>.*") matches it.
 	EpochKey = "lease-epoch"
 	// HeaderOrderEpoch is set by a receiver's order gate on a stale-epoch
 	// answer (409, HeaderOrder OrderStaleEpoch): the highest lease epoch

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -193,34 +192,6 @@ func SubjectPartition(prefix, subject string, partitions int) (p int, ok bool) {
 func StreamPartition(stream string, partitions int) int {
 	return Partition(EscapeToken(stream), partitions)
 }
-
-// MemberKey is the lease bucket key a consumer replica heartbeats for each
-// ordered subscription it runs: "member.<subscription>.<replica id>" (both
-// made of KV key characters). Partitions are shared among the replicas
-// that run the subscription.
-func MemberKey(subscription, replica string) string { return "member." + subscription + "." + replica }
-
-// LeaseKey is the lease bucket key of one partition of an ordered
-// subscription; its value is the owning replica's id.
-func LeaseKey(subscription string, partition int) string {
-	return "lease." + subscription + "." + strconv.Itoa(partition)
-}
-
-// ParkedKey is the park bucket key of a parked stream of subscription:
-// "<subscription>.<hex of the stream key>" (StreamKey of its subjects on
-// the events stream; hex because escaped tokens hold '%', which keys do
-// not allow).
-func ParkedKey(subscription, streamKey string) string {
-	return subscription + "." + hex.EncodeToString([]byte(streamKey))
-}
-
-// AttemptsKeyPrefix starts the park bucket keys counting the failed POSTs
-// of one event of an ordered subscription across owners
-// ("attempts.<subscription>.<hex of the event id>", three tokens, so
-// a subscription's ParkedKey pattern "<subscription>.*" never matches
-// them): listings of the
-// park bucket skip these keys.
-const AttemptsKeyPrefix = "attempts."
 
 // SourceSequence returns the origin sequence a Nats-Stream-Source header
 // value carries (its second field), or 0 when it has none.

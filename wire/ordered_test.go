@@ -84,16 +84,6 @@ func BenchmarkSubjectPartition(b *testing.B) {
 	}
 }
 
-func TestParkedKeyIsAValidKVKey(t *testing.T) {
-	t.Parallel()
-	k := wire.ParkedKey("sub", "ordered.events.3.order.order%2042")
-	for _, c := range k {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '/' || c == '=') {
-			t.Fatalf("ParkedKey %q has %q, not a KV key character", k, c)
-		}
-	}
-}
-
 // The order gate's refusals are retried in place; its duplicate answer and
 // anything unknown are not.
 func TestOrderRetryInPlace(t *testing.T) {

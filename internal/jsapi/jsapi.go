@@ -2,7 +2,7 @@
 // has no call for (a direct get in batches, a message get from the stream
 // leader), for a JetStream context's domain or API prefix, and holds the
 // JetStream plumbing several rooms share (KeyValue: open or create a
-// bucket).
+// bucket; Keys: list its keys; ReadAll: read a stream on a filter).
 package jsapi
 
 import (

@@ -3,6 +3,8 @@ package jsapi
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -21,4 +23,29 @@ func KeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValu
 		}
 	}
 	return kv, err
+}
+
+// Keys lists the keys of kv matching any of filters (every key when
+// none), sorted; none for an empty bucket. Errors name the bucket.
+func Keys(ctx context.Context, kv jetstream.KeyValue, filters ...string) ([]string, error) {
+	var l jetstream.KeyLister
+	var err error
+	if len(filters) == 0 {
+		l, err = kv.ListKeys(ctx)
+	} else {
+		l, err = kv.ListKeysFiltered(ctx, filters...)
+	}
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list the keys of bucket %q: %w", kv.Bucket(), err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	_ = l.Stop() // done already once Keys is drained
+	slices.Sort(keys)
+	return keys, nil
 }

@@ -222,16 +222,6 @@ func (t *throttle) observe(resp Response, gen uint64) bool {
 	return true
 }
 
-// rate returns the rate in force in requests/s (+Inf: none).
-func (t *throttle) rate() float64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cur == rate.Inf {
-		return math.Inf(1)
-	}
-	return float64(t.cur)
-}
-
 // grow applies the additive increase due at now (t.mu held).
 func (t *throttle) grow(now time.Time) {
 	if t.cur == t.ceiling || t.lastCut.IsZero() {

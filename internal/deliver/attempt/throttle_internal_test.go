@@ -147,3 +147,13 @@ func holding(t *throttle) bool {
 	defer t.mu.Unlock()
 	return t.cur != rate.Inf || t.clock.Now().Before(t.paused)
 }
+
+// rate returns the rate in force in requests/s (+Inf: none).
+func (t *throttle) rate() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cur == rate.Inf {
+		return math.Inf(1)
+	}
+	return float64(t.cur)
+}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -51,7 +52,7 @@ type Config struct {
 	Replicas int
 	// EventsStream, when set, is the events stream whose retention a
 	// dead-letter stream Provision creates follows: MaxAge twice the
-	// events stream's (RetentionFactor; none when it has none), and no
+	// events stream's (retentionFactor; none when it has none), and no
 	// size limit, so that a dead letter is never dropped for size (a full
 	// store refuses the write instead, and the message stays unacked until
 	// it can be written). Default "": no limits. An existing stream keeps
@@ -141,13 +142,13 @@ func (q *DLQ) Provision(ctx context.Context) error {
 	return nil
 }
 
-// RetentionFactor is how many times the events stream's MaxAge a new
+// retentionFactor is how many times the events stream's MaxAge a new
 // dead-letter stream keeps its dead letters (Config.EventsStream): a dead
 // letter outlives its original by as long again.
-const RetentionFactor = 2
+const retentionFactor = 2
 
 // maxAge is the MaxAge of a dead-letter stream Provision creates:
-// RetentionFactor times the events stream's, 0 (none) when it has none,
+// retentionFactor times the events stream's, 0 (none) when it has none,
 // does not exist yet, or Config.EventsStream is empty.
 func (q *DLQ) maxAge(ctx context.Context) (time.Duration, error) {
 	if q.events == "" {
@@ -160,7 +161,7 @@ func (q *DLQ) maxAge(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("deadletter: events stream %q (its MaxAge sets the dead letters'): %w", q.events, err)
 	}
-	return max(RetentionFactor*s.CachedInfo().Config.MaxAge, 0), nil
+	return max(retentionFactor*s.CachedInfo().Config.MaxAge, 0), nil
 }
 
 // dupWindow is the duplicate window of a dead-letter stream with maxAge:
@@ -344,29 +345,19 @@ func (q *DLQ) Count(ctx context.Context, subscription string) (uint64, error) {
 // List returns the dead letters of subscription (all when empty), oldest
 // first.
 func (q *DLQ) List(ctx context.Context, subscription string) ([]Stored, error) {
-	n, err := q.Count(ctx, subscription)
-	if err != nil || n == 0 {
-		return nil, err
-	}
-	oc, err := q.js.OrderedConsumer(ctx, q.stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{q.filter(subscription)}})
+	s, err := q.js.Stream(ctx, q.stream)
 	if err != nil {
-		return nil, fmt.Errorf("deadletter: read dead-letter stream %q: %w", q.stream, err)
+		return nil, fmt.Errorf("deadletter: dead-letter stream %q: %w", q.stream, err)
 	}
 	var out []Stored
-	for {
-		msg, err := oc.Next(jetstream.FetchContext(ctx))
-		if err != nil {
-			return out, fmt.Errorf("deadletter: read dead-letter stream %q: %w", q.stream, err)
-		}
-		md, err := msg.Metadata()
-		if err != nil {
-			return out, fmt.Errorf("deadletter: read dead-letter stream %q: %w", q.stream, err)
-		}
-		out = append(out, ParseStored(md.Sequence.Stream, md.Timestamp, msg.Headers(), msg.Data()))
-		if md.NumPending == 0 {
-			return out, nil
-		}
+	err = jsapi.ReadAll(ctx, s, q.filter(subscription), func(md *jetstream.MsgMetadata, m jetstream.Msg) bool {
+		out = append(out, ParseStored(md.Sequence.Stream, md.Timestamp, m.Headers(), m.Data()))
+		return true
+	})
+	if err != nil {
+		return out, fmt.Errorf("deadletter: read dead-letter stream %q: %w", q.stream, err)
 	}
+	return out, nil
 }
 
 // Get returns the dead letter at seq, or an error wrapping

@@ -56,24 +56,6 @@ type Event struct {
 	Time    time.Time
 }
 
-// Chain returns the dead-lettered event's stream version (the message's
-// ce-streamversion) and the predecessor its webhook named (NoPrevious:
-// none), and false when it carries no version chain.
-func (dl Letter) Chain() (version, previous int64, ok bool) {
-	if dl.Previous == "" {
-		return 0, 0, false
-	}
-	prev, err := wire.ParsePreviousVersion(dl.Previous)
-	if err != nil {
-		return 0, 0, false
-	}
-	v, err := strconv.ParseInt(dl.Event.Header.Get(wire.HeaderStreamVersion), 10, 64)
-	if err != nil {
-		return 0, 0, false
-	}
-	return v, prev, true
-}
-
 // WithOrder returns dl with the ordering headers of order, the failed
 // attempt's place in its stream's version chain (nil: none, dl as it
 // is): the dead-letter stream keeps them, so that a replay sends the

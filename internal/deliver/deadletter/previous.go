@@ -37,7 +37,7 @@ type Lookup struct {
 // Predecessor returns the version l.Subscription delivered of the stream
 // before the event at l.Before (NoPrevious: none): the stream's last
 // event in [l.From, l.Before) that one of l.Filters selects, as the
-// stream's leader has it (LastVersionBefore) — every such event was
+// stream's leader has it (lastVersionBefore) — every such event was
 // settled before this one, delivered or dead-lettered — stepped over the
 // versions skipped holds as dead-lettered and not delivered since
 // (ReadSkipped, Skipped.Previous; nil skipped: none are read). Errors:
@@ -50,7 +50,7 @@ func Predecessor(ctx context.Context, js jetstream.JetStream, skipped jetstream.
 			subjects = append(subjects, s)
 		}
 	}
-	v, found, err := LastVersionBefore(ctx, js, l.Stream, subjects, l.From, l.Before)
+	v, found, err := lastVersionBefore(ctx, js, l.Stream, subjects, l.From, l.Before)
 	if err != nil || !found {
 		return NoPrevious, err
 	}
@@ -64,7 +64,7 @@ func Predecessor(ctx context.Context, js jetstream.JetStream, skipped jetstream.
 	return sk.Previous(v), nil
 }
 
-// LastVersionBefore returns the stream version (ce-streamversion) of the
+// lastVersionBefore returns the stream version (ce-streamversion) of the
 // last message of JetStream stream name whose subject matches one of
 // subjects, among sequences from (0: the first) to before-1, as the
 // stream's leader has it, and found false when there is none.
@@ -81,7 +81,7 @@ func Predecessor(ctx context.Context, js jetstream.JetStream, skipped jetstream.
 // `before` confirms it; one before takes its place and is confirmed in
 // turn. One request more per look-up (per subject) when the candidate is
 // right, one per message the answering follower lacked when not.
-func LastVersionBefore(ctx context.Context, js jetstream.JetStream, name string, subjects []string, from, before uint64) (int64, bool, error) {
+func lastVersionBefore(ctx context.Context, js jetstream.JetStream, name string, subjects []string, from, before uint64) (int64, bool, error) {
 	seq, hdr, err := jsapi.LastBefore(ctx, js, name, subjects, from, before)
 	if err != nil {
 		return 0, false, fmt.Errorf("deadletter: look up a predecessor in %q: %w", name, err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -193,18 +194,10 @@ func readLeases(ctx context.Context, js jetstream.JetStream) (beats map[string]t
 	if err != nil {
 		return nil, nil, fmt.Errorf("inspect: lease bucket %q: %w", wire.DefaultLeaseBucket, err)
 	}
-	l, err := kv.ListKeysFiltered(ctx, owner.MemberFilter, owner.LeaseFilter)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return beats, leases, nil
-	}
+	keys, err := jsapi.Keys(ctx, kv, owner.MemberFilter, owner.LeaseFilter)
 	if err != nil {
-		return nil, nil, fmt.Errorf("inspect: list lease bucket %q: %w", wire.DefaultLeaseBucket, err)
+		return nil, nil, fmt.Errorf("inspect: %w", err)
 	}
-	var keys []string
-	for k := range l.Keys() {
-		keys = append(keys, k)
-	}
-	_ = l.Stop()
 	for _, k := range keys {
 		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {

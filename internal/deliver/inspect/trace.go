@@ -197,9 +197,8 @@ func eventMessage(seq uint64, subject string, at time.Time, h nats.Header) *Even
 	return e
 }
 
-// readAll reads every message of stream on filter, oldest first, with an
-// ordered consumer, until fn returns false or none is left. A stream that
-// does not exist holds nothing.
+// readAll is jsapi.ReadAll of stream on filter; a stream that does not
+// exist holds nothing.
 func readAll(ctx context.Context, js jetstream.JetStream, stream, filter string, fn func(*jetstream.MsgMetadata, jetstream.Msg) bool) error {
 	s, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -208,28 +207,8 @@ func readAll(ctx context.Context, js jetstream.JetStream, stream, filter string,
 	if err != nil {
 		return fmt.Errorf("inspect: trace: JetStream stream %q: %w", stream, err)
 	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		return fmt.Errorf("inspect: trace: JetStream stream %q info: %w", stream, err)
-	}
-	if len(info.State.Subjects) == 0 {
-		return nil
-	}
-	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
+	if err := jsapi.ReadAll(ctx, s, filter, fn); err != nil {
 		return fmt.Errorf("inspect: trace: read JetStream stream %q (%s): %w", stream, filter, err)
 	}
-	for {
-		m, err := oc.Next(jetstream.FetchContext(ctx))
-		if err != nil {
-			return fmt.Errorf("inspect: trace: read JetStream stream %q (%s): %w", stream, filter, err)
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("inspect: trace: read JetStream stream %q (%s): %w", stream, filter, err)
-		}
-		if !fn(md, m) || md.NumPending == 0 {
-			return nil
-		}
-	}
+	return nil
 }

@@ -1,49 +1,23 @@
-// Package migrate moves a deployment from the old engine's layout to the
-// next engine's positions bucket (docs/design/next-engine.md, section 5
-// "Migration from today's layout", the staged plan's stage 7; issue 34,
-// item 4): a durable consumer per unordered subscription on the events
-// stream, sixteen partition consumers per ordered subscription on the
-// partitioned copy, and the park bucket's delivered records, aside
-// records, park entries, skipped versions and lease epoch counter, become
+// Package migrate moves a deployment from the old engine's layout (a
+// durable per unordered subscription, partition consumers on the
+// partitioned copy, the park bucket's records) to the positions bucket:
 // one record per partition (pos.p<N>), a cursor per unordered
 // subscription and partition (cur.<subscription>.p<N>), and the keys
-// copied as they are. The old layout's names, keys and records, and its
-// reads, are package legacy's (the old engine's code is gone);
-// migratetest builds the old layout from them for tests. The keys the
-// migration leaves beside the records are package mark's; deleting the
-// old layout once the shared engine runs is package cleanup's.
+// copied as they are; docs/design/next-engine.md section 5 has the table
+// of what each part becomes. The old layout's names and reads are package
+// legacy's, the keys the migration leaves package mark's, the deletion of
+// the old layout package cleanup's.
 //
 // ReadPlan reads the old layout through the JetStream API alone, with
 // every old consumer replica stopped, and computes what the positions
-// bucket would hold, writing nothing: `consumer migrate --dry-run` prints
-// it (Plan.Print). Where the layout disagrees with itself or with the
-// configuration (no partitioned copy, a copy partitioned for another
-// count, a partition consumer missing) the plan holds a Refusal instead
-// of guessing.
-//
-// What each part of the old layout becomes:
-//   - an unordered durable (ack floor AF, last delivered D): a "behind"
-//     cursor from AF on every partition. The API lists no acked sequences
-//     above the floor: with Config.ReadPending the pending set is read
-//     back from the stopped durable and the events of (AF, D] it acked
-//     go into the cursors' Above; without it, or when a pending event
-//     does not come back in time, they are sent again, and the plan
-//     counts them (SubscriptionPlan.Resent) before anything is written;
-//   - a partition consumer's ack floor, a copy sequence: the subscription's
-//     member entry in pos.p<N>, the events stream's sequence of the copy's
-//     message at the floor (its Nats-Stream-Source origin);
-//   - a delivered record's per-stream entries (copy sequences): the
-//     subscription's own entries (Record.Ahead), translated, each with the
-//     version the version chain names after it;
-//   - aside records and park entries: asides in pos.p<N> ("stuck",
-//     "parked", "order-stuck"), from translated sequences (a parked head's
-//     from its dead letter's events stream sequence);
-//   - skipped.<subscription>.<stream> and lease-epoch: copied unchanged
-//     (the epoch counter is never lowered);
-//   - failed-attempt counts (attempts.<subscription>.<event>): retries
-//     entries of the event (found by its id among those its partition
-//     consumer delivered above the floor); a count whose event is not
-//     found there is counted, not carried.
+// bucket would hold, writing nothing (`consumer migrate --dry-run`,
+// Plan.Print); where the layout disagrees with itself or with the
+// configuration the plan holds a Refusal instead of guessing. The API
+// lists no acked sequences above an unordered durable's ack floor: with
+// Config.ReadPending its pending set is read back, else the events of
+// (floor, last delivered] are sent again and counted
+// (SubscriptionPlan.Resent) before anything is written. Apply writes the
+// plan.
 package migrate
 
 import (
@@ -73,7 +47,7 @@ var ErrInvalidConfig = errors.New("migrate: invalid configuration")
 const (
 	StateStuck      = "stuck"
 	StateParked     = "parked"
-	StateOrderStuck = "order-stuck"
+	stateOrderStuck = "order-stuck"
 	// StateBehind is the state of the cursors an unordered subscription
 	// gets (position.Cursor.State): it reads its own events until it
 	// reaches the shared read.

@@ -243,7 +243,7 @@ func (r *reading) parked(ctx context.Context, sp *SubscriptionPlan, parts []*par
 		}
 		state := StateParked
 		if e.OrderStuck {
-			state = StateOrderStuck
+			state = stateOrderStuck
 		}
 		ps.asides = slices.DeleteFunc(ps.asides, func(a position.Aside) bool { return a.Stream == stream })
 		ps.asides = append(ps.asides, position.Aside{Sub: sp.Name, Stream: stream, From: from, State: state})

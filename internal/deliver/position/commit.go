@@ -112,7 +112,7 @@ func (p *Partition) stop(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.end == nil {
-		p.endLocked(ErrStopped)
+		p.endLocked(errStopped)
 	}
 	return err
 }

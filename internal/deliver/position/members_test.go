@@ -118,7 +118,7 @@ func BenchmarkCommitManyMembers(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		st.rec.Floor++
-		f, err := st.fit(DefaultMaxSize, func() string { b.Fatal("a new members key"); return "" })
+		f, err := st.fit(defaultMaxSize, func() string { b.Fatal("a new members key"); return "" })
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -22,12 +22,12 @@ var (
 	// higher epoch): the partition is someone else's, and this owner must
 	// send and write nothing more for it.
 	ErrLost = errors.New("position: the partition's record was claimed by another owner")
-	// ErrStopped is returned by Wait once Run ended (its context was
+	// errStopped is returned by Wait once Run ended (its context was
 	// cancelled) without a commit covering the settlement waited for.
-	ErrStopped = errors.New("position: the partition's commit loop stopped")
-	// ErrContended is returned by Claim when its compare-and-set lost to
+	errStopped = errors.New("position: the partition's commit loop stopped")
+	// errContended is returned by Claim when its compare-and-set lost to
 	// another writer at every one of its tries.
-	ErrContended = errors.New("position: the record changed at every try of the claim")
+	errContended = errors.New("position: the record changed at every try of the claim")
 )
 
 // errTooLarge is a commit's error when the record is over Config.MaxSize
@@ -61,7 +61,7 @@ type Config struct {
 	// Linger is how long a settlement may wait for its commit when no
 	// waiter wants it sooner. Default DefaultLinger; negative refused.
 	Linger time.Duration
-	// MaxSize caps the encoded record, in bytes. Default DefaultMaxSize;
+	// MaxSize caps the encoded record, in bytes. Default 256 KiB;
 	// below 1 KiB refused.
 	MaxSize int
 	// CursorMade, when set, is called (outside any lock) with each
@@ -89,7 +89,7 @@ func (c *Config) defaults() error {
 		c.Linger = DefaultLinger
 	}
 	if c.MaxSize == 0 {
-		c.MaxSize = DefaultMaxSize
+		c.MaxSize = defaultMaxSize
 	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
@@ -122,7 +122,7 @@ type Partition struct {
 	made    []string // subscriptions the cap gave cursors, for CursorMade once committed
 	keys    uint64   // members keys this claim wrote (the last one's number)
 	stale   []string // members keys no record names once the next commit lands
-	end     error    // ErrLost or ErrStopped: nothing more is committed
+	end     error    // ErrLost or errStopped: nothing more is committed
 	begun   uint64   // commits begun (their snapshot taken)
 	ended   uint64   // commits ended, landed or not
 }
@@ -146,7 +146,7 @@ type waiter struct {
 // the client the bucket kv was opened with (a refused commit is read
 // from the bucket's stream leader through it). Errors: ErrLost (the
 // record carries a higher epoch), ErrCorrupt (wrapped, naming the key),
-// ErrContended, and the bucket's.
+// one saying the record changed at every try, and the bucket's.
 func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg Config) (*Partition, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -215,7 +215,7 @@ func Claim(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, c
 	if lastErr != nil {
 		return nil, lastErr
 	}
-	return nil, fmt.Errorf("%w (%q of bucket %q, %d tries)", ErrContended, p.key, kv.Bucket(), claimTries)
+	return nil, fmt.Errorf("%w (%q of bucket %q, %d tries)", errContended, p.key, kv.Bucket(), claimTries)
 }
 
 // loadCursors reads the partition's cursor keys from the bucket's stream
@@ -373,8 +373,8 @@ func (p *Partition) change(fn func() bool) bool {
 // call succeeded (at once when nothing changed since the last commit
 // and none is under way); it makes that commit go without lingering. A
 // change whose effect is outside the bucket waits for it: a request
-// applied to the record is deleted only then. Errors: ErrLost,
-// ErrStopped, or ctx's.
+// applied to the record is deleted only then. Errors: ErrLost, one
+// saying Run ended (errStopped), or ctx's.
 func (p *Partition) Flush(ctx context.Context) error {
 	p.mu.Lock()
 	if !p.dirty && p.begun == p.ended {
@@ -391,7 +391,7 @@ func (p *Partition) Flush(ctx context.Context) error {
 // Wait returns nil once a commit holding the settlement of the event at
 // seq of stream by subscription sub succeeded (at once when the last one
 // did); a waiter makes the next commit go without lingering. Errors:
-// ErrLost, ErrStopped, or ctx's.
+// ErrLost, one saying Run ended (errStopped), or ctx's.
 func (p *Partition) Wait(ctx context.Context, sub, stream string, seq uint64) error {
 	w := &waiter{sub: sub, stream: stream, seq: seq, done: make(chan struct{})}
 	p.mu.Lock()

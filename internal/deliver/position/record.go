@@ -53,10 +53,10 @@ const (
 	// DefaultLinger bounds how long a settlement waits for its commit
 	// when no waiter wants it sooner: commits coalesce within it.
 	DefaultLinger = 200 * time.Millisecond
-	// DefaultMaxSize caps an encoded record, in bytes (a KV value may be
+	// defaultMaxSize caps an encoded record, in bytes (a KV value may be
 	// 1 MiB): past it, the subscription with the most entries of its own
 	// is given a cursor (Partition.Detach) before the commit.
-	DefaultMaxSize = 256 << 10
+	defaultMaxSize = 256 << 10
 )
 
 // Key is partition p's record key: "pos.p<p>".
@@ -79,9 +79,6 @@ type (
 	Aside = record.Aside
 	// Retry is record.Retry: the failed attempts at one event.
 	Retry = record.Retry
-	// Detached is record.Detached: subscriptions given cursors in one
-	// commit.
-	Detached = record.Detached
 	// Record is record.Record: a partition's position record, stored
 	// under Key(N).
 	Record = record.Record

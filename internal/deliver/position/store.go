@@ -10,12 +10,12 @@ import (
 	"github.com/jsbridge/jsbridge/internal/jsapi"
 )
 
-// BucketConfig is the positions bucket's configuration as Bucket creates
+// bucketConfig is the positions bucket's configuration as Bucket creates
 // it: file storage, history 1, no TTL (a dead owner's record must outlive
 // its lease), replicas as given. As for the lease and park buckets, the
 // caller passes its configured replica count or, when that is 0, the
 // events stream's.
-func BucketConfig(name string, replicas int) jetstream.KeyValueConfig {
+func bucketConfig(name string, replicas int) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
 		Bucket: name, Description: "jsbridge consumer positions: a record per partition, a cursor per subscription behind",
 		Storage: jetstream.FileStorage, Replicas: replicas, History: 1,
@@ -23,13 +23,13 @@ func BucketConfig(name string, replicas int) jetstream.KeyValueConfig {
 }
 
 // Bucket returns the positions bucket name (DefaultBucket when empty),
-// creating it with BucketConfig when it does not exist. An existing
+// creating it with bucketConfig when it does not exist. An existing
 // bucket is taken as it is.
 func Bucket(ctx context.Context, js jetstream.JetStream, name string, replicas int) (jetstream.KeyValue, error) {
 	if name == "" {
 		name = DefaultBucket
 	}
-	kv, err := jsapi.KeyValue(ctx, js, BucketConfig(name, replicas))
+	kv, err := jsapi.KeyValue(ctx, js, bucketConfig(name, replicas))
 	if err != nil {
 		return nil, fmt.Errorf("position: key-value bucket %q: %w", name, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/position/record"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -37,14 +38,10 @@ type Stored struct {
 // committed may show a commit behind. An empty bucket gives none.
 // Errors: ErrCorrupt (wrapped, naming the key), and the bucket's.
 func ReadAll(ctx context.Context, kv jetstream.KeyValue) ([]Stored, error) {
-	lister, err := kv.ListKeys(ctx)
+	keys, err := jsapi.Keys(ctx, kv)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("position: list the keys of bucket %q: %w", kv.Bucket(), err)
+		return nil, fmt.Errorf("position: %w", err)
 	}
-	defer lister.Stop()
 	byPartition := map[int]*Stored{}
 	at := func(p int) *Stored {
 		s := byPartition[p]
@@ -54,7 +51,7 @@ func ReadAll(ctx context.Context, kv jetstream.KeyValue) ([]Stored, error) {
 		}
 		return s
 	}
-	for key := range lister.Keys() {
+	for _, key := range keys {
 		sub, p, ok := parseKey(key)
 		if !ok {
 			continue

@@ -34,8 +34,8 @@ var ErrNoKey = errors.New("no secrets key given")
 
 var validKeyID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// KeySize is the size of a secrets key in bytes (AES-256).
-const KeySize = 32
+// keySize is the size of a secrets key in bytes (AES-256).
+const keySize = 32
 
 // Keyring holds the keys that seal and open subscriptions' secrets: the
 // first seals, every one opens.
@@ -64,8 +64,8 @@ func ParseKeyring(text string) (*Keyring, error) {
 			return nil, fmt.Errorf("%w: entry %d: want <id>:<base64 key> with id [A-Za-z0-9_-]+", ErrInvalidKey, n)
 		}
 		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
-		if err != nil || len(raw) != KeySize {
-			return nil, fmt.Errorf("%w: entry %d (id %q): want %d bytes in standard base64", ErrInvalidKey, n, id, KeySize)
+		if err != nil || len(raw) != keySize {
+			return nil, fmt.Errorf("%w: entry %d (id %q): want %d bytes in standard base64", ErrInvalidKey, n, id, keySize)
 		}
 		if _, dup := k.aead[id]; dup {
 			return nil, fmt.Errorf("%w: entry %d: id %q given twice", ErrInvalidKey, n, id)
@@ -93,7 +93,7 @@ func GenerateKey(id string) (string, error) {
 	if !validKeyID.MatchString(id) {
 		return "", fmt.Errorf("%w: id %q does not match [A-Za-z0-9_-]{1,64}", ErrInvalidKey, id)
 	}
-	b := make([]byte, KeySize)
+	b := make([]byte, keySize)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}

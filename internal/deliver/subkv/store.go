@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -218,19 +217,15 @@ func (s *Store) entry(value []byte, rev uint64) (Entry, error) {
 // List reads every subscription, sorted by name. A document that cannot
 // be read fails the whole list, naming it.
 func (s *Store) List(ctx context.Context) ([]Entry, error) {
-	l, err := s.kv.ListKeys(ctx)
+	keys, err := jsapi.Keys(ctx, s.kv)
 	if err != nil {
-		return nil, fmt.Errorf("list subscriptions bucket %q: %w", s.Bucket(), err)
+		return nil, fmt.Errorf("subscriptions: %w", err)
 	}
-	var names []string
-	for k := range l.Keys() {
-		if IsSubscriptionKey(k) {
-			names = append(names, k)
+	out := make([]Entry, 0, len(keys))
+	for _, n := range keys {
+		if !isSubscriptionKey(n) {
+			continue
 		}
-	}
-	slices.Sort(names)
-	out := make([]Entry, 0, len(names))
-	for _, n := range names {
 		e, err := s.Get(ctx, n)
 		if errors.Is(err, ErrNotFound) {
 			continue // deleted meanwhile

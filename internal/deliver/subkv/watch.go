@@ -14,11 +14,11 @@ const defaultBucket = wire.DefaultSubscriptionsBucket
 
 var subscriptionKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// IsSubscriptionKey reports whether key names a subscription: a
+// isSubscriptionKey reports whether key names a subscription: a
 // subscription's name, [A-Za-z0-9_-]+. Keys with a '.' (or anything else)
 // are left to other state kept in the bucket (per-endpoint health, say)
 // and are not subscriptions to List or Watch.
-func IsSubscriptionKey(key string) bool { return subscriptionKey.MatchString(key) }
+func isSubscriptionKey(key string) bool { return subscriptionKey.MatchString(key) }
 
 // Change is one change of the bucket seen by Watch.
 type Change struct {
@@ -62,7 +62,7 @@ func (s *Store) Watch(ctx context.Context, fn func(Change)) error {
 				fn(Change{Initial: true})
 				continue
 			}
-			if !IsSubscriptionKey(e.Key()) {
+			if !isSubscriptionKey(e.Key()) {
 				continue // another kind of state kept in the bucket
 			}
 			c := Change{Name: e.Key(), Initial: initial}

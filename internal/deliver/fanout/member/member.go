@@ -20,18 +20,12 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// Defaults of a Member's limits.
-const (
-	// DefaultMaxInFlight is a Member's MaxInFlight when 0.
-	DefaultMaxInFlight = 1
-	// DefaultMaxInHand is a Member's MaxInHand when 0: the subscription's
-	// max_ack_pending default.
-	DefaultMaxInHand = 1000
-)
+// Defaults of a Member's limits (MaxInFlight, MaxInHand).
+const defaultMaxInFlight, defaultMaxInHand = 1, 1000
 
-// ErrInvalid is wrapped by Index.Put for a Member it cannot use; the
+// errInvalid is wrapped by Index.Put for a Member it cannot use; the
 // message names the field and the value.
-var ErrInvalid = errors.New("invalid fan-out member")
+var errInvalid = errors.New("invalid fan-out member")
 
 // Member is one subscription as the fan-out sees it: what it takes, how
 // it is sent, and how much it may hold.
@@ -47,13 +41,12 @@ type Member struct {
 	// write before next); false is ordering: none (in parallel).
 	Ordered bool
 	// MaxInFlight bounds its POSTs running at once on the partition (an
-	// unordered subscription's events of one stream included). Default
-	// DefaultMaxInFlight.
+	// unordered subscription's events of one stream included). Default 1.
 	MaxInFlight int
 	// MaxInHand bounds its events dispatched and not settled on the
 	// partition (max_ack_pending per partition owner); reaching it gives
-	// the subscription a cursor. Default DefaultMaxInHand; at least
-	// MaxInFlight.
+	// the subscription a cursor. Default 1000 (the subscription's
+	// max_ack_pending default); at least MaxInFlight.
 	MaxInHand int
 }
 
@@ -66,20 +59,20 @@ func Of(s subscription.Subscription) Member {
 
 func (m *Member) check() error {
 	if m.MaxInFlight == 0 {
-		m.MaxInFlight = DefaultMaxInFlight
+		m.MaxInFlight = defaultMaxInFlight
 	}
 	if m.MaxInHand == 0 {
-		m.MaxInHand = max(DefaultMaxInHand, m.MaxInFlight)
+		m.MaxInHand = max(defaultMaxInHand, m.MaxInFlight)
 	}
 	switch {
 	case m.Name == "" || strings.ContainsAny(m.Name, ".*> \t\r\n"):
-		return fmt.Errorf("%w: Name %q: want [A-Za-z0-9_-]+", ErrInvalid, m.Name)
+		return fmt.Errorf("%w: Name %q: want [A-Za-z0-9_-]+", errInvalid, m.Name)
 	case len(m.Filters) == 0:
-		return fmt.Errorf("%w: %s: Filters is empty", ErrInvalid, m.Name)
+		return fmt.Errorf("%w: %s: Filters is empty", errInvalid, m.Name)
 	case m.MaxInFlight < 0:
-		return fmt.Errorf("%w: %s: MaxInFlight %d is negative", ErrInvalid, m.Name, m.MaxInFlight)
+		return fmt.Errorf("%w: %s: MaxInFlight %d is negative", errInvalid, m.Name, m.MaxInFlight)
 	case m.MaxInHand < m.MaxInFlight:
-		return fmt.Errorf("%w: %s: MaxInHand %d is below MaxInFlight %d", ErrInvalid, m.Name, m.MaxInHand, m.MaxInFlight)
+		return fmt.Errorf("%w: %s: MaxInHand %d is below MaxInFlight %d", errInvalid, m.Name, m.MaxInHand, m.MaxInFlight)
 	}
 	return nil
 }
@@ -128,8 +121,8 @@ func NewIndex() *Index {
 // Put adds subscription m, or replaces the one of its name (its filters
 // and limits; the partitions see the new limits from their next event).
 // A name new to the index gets the next generation (Entry.Gen). Errors
-// wrap ErrInvalid (naming the field), or gsl's ErrInvalidSubject for a
-// filter that is no subject.
+// name the field and the value (errInvalid), or wrap gsl's
+// ErrInvalidSubject for a filter that is no subject.
 func (ix *Index) Put(m Member) error {
 	if err := m.check(); err != nil {
 		return err
@@ -149,7 +142,7 @@ func (ix *Index) Put(m Member) error {
 			for _, g := range nm.Filters[:i] {
 				_ = ix.sl.Remove(g, nm)
 			}
-			return fmt.Errorf("%w: %s: filter %q: %w", ErrInvalid, m.Name, f, err)
+			return fmt.Errorf("%w: %s: filter %q: %w", errInvalid, m.Name, f, err)
 		}
 	}
 	if old, ok := ix.byName.Swap(m.Name, nm); ok {

@@ -31,7 +31,7 @@ func TestTheMemberIndexFollowsPutAndRemove(t *testing.T) {
 	require.Equal(t, []string{"placed"}, names(idx.Match(subject, nil)), "a Put replaces the filters")
 	m, ok := idx.Get("orders")
 	require.True(t, ok)
-	require.Equal(t, Member{Name: "orders", Filters: []string{"events.invoice.>"}, MaxInFlight: 8, MaxInHand: DefaultMaxInHand}, m)
+	require.Equal(t, Member{Name: "orders", Filters: []string{"events.invoice.>"}, MaxInFlight: 8, MaxInHand: defaultMaxInHand}, m)
 
 	require.True(t, idx.Remove("placed"))
 	require.False(t, idx.Remove("placed"))
@@ -71,7 +71,7 @@ func TestABadMemberIsRefusedNamingTheField(t *testing.T) {
 		{Member{Name: "a", Filters: []string{"events.order.>", "events..x"}}, `filter "events..x"`},
 	} {
 		err := idx.Put(c.m)
-		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorIs(t, err, errInvalid)
 		require.ErrorContains(t, err, c.want)
 	}
 	require.Empty(t, idx.Match("events.order.order-1.Placed", nil), "a refused filter list left nothing behind")

@@ -52,14 +52,14 @@ type Config struct {
 	Clock clockwork.Clock
 	// Watch is how long the old consumers are watched for deliveries and
 	// acks (a replica busy delivering has no pull request waiting).
-	// Default DefaultWatch.
+	// Default 1 s (defaultWatch).
 	Watch time.Duration
 }
 
-// DefaultWatch is Config.Watch's default: long enough for a
+// defaultWatch is Config.Watch's default: long enough for a
 // replica delivering to an endpoint answering within a second to move its
 // consumers' delivered or acked sequence.
-const DefaultWatch = time.Second
+const defaultWatch = time.Second
 
 // Leftovers is what the cleanup deletes, or would delete (Read),
 // in the order Delete deletes it, and what stops it.
@@ -167,7 +167,7 @@ func Read(ctx context.Context, js jetstream.JetStream, cfg Config) (*Leftovers, 
 		cfg.Clock = clockwork.NewRealClock()
 	}
 	if cfg.Watch <= 0 {
-		cfg.Watch = DefaultWatch
+		cfg.Watch = defaultWatch
 	}
 	cl := &cleaning{js: js, cfg: cfg, c: &Leftovers{Events: cfg.Events, Positions: cfg.Positions}}
 	subs, err := legacy.Discover(ctx, js, cfg.Events)

@@ -13,6 +13,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate/mark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -57,9 +58,9 @@ func (cl *cleaning) parkKeys(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migrate: park bucket %q: %w", legacy.ParkBucket, err)
 	}
-	all, err := listKeys(ctx, kv)
+	all, err := jsapi.Keys(ctx, kv)
 	if err != nil {
-		return err
+		return fmt.Errorf("migrate: %w", err)
 	}
 	for _, k := range all {
 		if k == wire.EpochKey || slices.ContainsFunc(cl.subs, func(sub string) bool { return legacy.OldParkKey(k, sub) }) {
@@ -86,9 +87,9 @@ func (cl *cleaning) leaseKeys(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrate: lease bucket %q: %w", wire.DefaultLeaseBucket, err)
 	}
-	all, err := listKeys(ctx, kv)
+	all, err := jsapi.Keys(ctx, kv)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	var beats []string
 	now := cl.cfg.Clock.Now()
@@ -165,22 +166,4 @@ func (cl *cleaning) copyStream(ctx context.Context) error {
 		cl.c.Copy = name
 	}
 	return nil
-}
-
-// listKeys lists kv's keys, sorted (none for an empty bucket).
-func listKeys(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
-	l, err := kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("migrate: list the keys of bucket %q: %w", kv.Bucket(), err)
-	}
-	var keys []string
-	for k := range l.Keys() {
-		keys = append(keys, k)
-	}
-	_ = l.Stop() // done already once Keys is drained
-	slices.Sort(keys)
-	return keys, nil
 }

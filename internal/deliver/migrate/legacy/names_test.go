@@ -62,21 +62,14 @@ func TestOldLayoutNames(t *testing.T) {
 }
 
 // The names wire still has for the shared engine's users (the park
-// bucket and its prefixes, the old lease and heartbeat keys) are the
-// same as the old layout's, as the event package's meta keys are checked
-// against wire's header names: each is spelled twice on purpose.
+// bucket, the copy's name) are the same as the old layout's, as the event
+// package's meta keys are checked against wire's header names: each is
+// spelled twice on purpose.
 func TestOldLayoutNamesAgreeWithWire(t *testing.T) {
 	t.Parallel()
 	for got, want := range map[string]string{
-		legacy.ParkBucket:                        wire.DefaultParkBucket,
-		legacy.DeliveredKeyPrefix:                wire.DeliveredKeyPrefix,
-		legacy.AsideKeyPrefix:                    wire.AsideKeyPrefix,
-		legacy.AttemptsToken + ".":               wire.AttemptsKeyPrefix,
-		legacy.CopyStream("EVENTS"):              wire.OrderedStream("EVENTS"),
-		legacy.ParkedKey("s", "events.a"):        wire.ParkedKey("s", "events.a"),
-		legacy.AsideKey("s", 1, "ordered.e.1.a"): wire.AsideKey("s", 1, "ordered.e.1.a"),
-		legacy.LeaseKey("s", 2):                  wire.LeaseKey("s", 2),
-		legacy.MemberKey("s", "r"):               wire.MemberKey("s", "r"),
+		legacy.ParkBucket:           wire.DefaultParkBucket,
+		legacy.CopyStream("EVENTS"): wire.OrderedStream("EVENTS"),
 	} {
 		if got != want {
 			t.Errorf("legacy has %q, wire %q", got, want)
@@ -115,6 +108,18 @@ func TestOldKeysAreToldApart(t *testing.T) {
 	} {
 		if got := legacy.OldParkKey(k, "s"); got != want {
 			t.Errorf("OldParkKey(%q, s) = %v, want %v", k, got, want)
+		}
+	}
+}
+
+// A park entry's key is a valid KV key whatever the stream key holds
+// (escaped tokens hold '%').
+func TestParkedKeyIsAValidKVKey(t *testing.T) {
+	t.Parallel()
+	k := legacy.ParkedKey("sub", "ordered.events.3.order.order%2042")
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '/' || c == '=') {
+			t.Fatalf("ParkedKey %q has %q, not a KV key character", k, c)
 		}
 	}
 }

@@ -5,40 +5,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// ParkKeys lists the keys of the park bucket kv (nil: none) matching
-// filter, sorted.
-func ParkKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]string, error) {
-	if kv == nil {
-		return nil, nil
-	}
-	l, err := kv.ListKeysFiltered(ctx, filter)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("migrate: list %q in the park bucket: %w", filter, err)
-	}
-	var keys []string
-	for k := range l.Keys() {
-		keys = append(keys, k)
-	}
-	_ = l.Stop()
-	slices.Sort(keys)
-	return keys, nil
-}
 
 // ParkEntries reads the entries of the park bucket kv (nil: none) whose
 // keys match filter, by key; a key deleted between the listing and its
 // read is passed over.
 func ParkEntries(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
-	keys, err := ParkKeys(ctx, kv, filter)
+	if kv == nil {
+		return nil, nil
+	}
+	keys, err := jsapi.Keys(ctx, kv, filter)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("migrate: park bucket: %w", err)
 	}
 	var out []jetstream.KeyValueEntry
 	for _, k := range keys {

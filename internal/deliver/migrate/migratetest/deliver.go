@@ -65,14 +65,14 @@ type Sent struct {
 }
 
 // Deliver plays unordered subscription name's durable (made when
-// missing, UnorderedDurable) delivering the events stream up to through
+// missing) delivering the events stream up to through
 // (0: its last message now), in pulls of at most 256, each event's fate
 // given by outcome (SetAside counts as Failing). It returns the events
 // accepted, by sequence. A pending event that comes back while it pulls
 // stays pending. The events stream must hold every sequence up to
 // through (a deleted one makes it pull past through).
 func (l *Layout) Deliver(ctx context.Context, name string, d Durable, through uint64, outcome func(Event) Outcome) ([]Sent, error) {
-	c, err := l.UnorderedDurable(ctx, name, d)
+	c, err := l.unorderedDurable(ctx, name, d)
 	if err != nil {
 		return nil, err
 	}
@@ -85,18 +85,12 @@ func (l *Layout) Deliver(ctx context.Context, name string, d Durable, through ui
 	}
 	var sent []Sent
 	for last := max(c.CachedInfo().Delivered.Stream, max(info.State.FirstSeq, 1)-1); last < through; {
-		msgs, err := fetch(c, int(min(through-last, 256)))
-		if err != nil || len(msgs) == 0 {
+		msgs, got, err := fetch(c, int(min(through-last, 256)))
+		if err != nil || !got {
 			return sent, err
 		}
 		for _, m := range msgs {
-			md, err := m.Metadata()
-			if err != nil {
-				return sent, fmt.Errorf("migratetest: %w", err)
-			}
-			if md.NumDelivered > 1 {
-				continue
-			}
+			md, _ := m.Metadata()
 			last = max(last, md.Sequence.Stream)
 			ev := l.event(md.Sequence.Stream, m)
 			switch outcome(ev) {
@@ -108,9 +102,7 @@ func (l *Layout) Deliver(ctx context.Context, name string, d Durable, through ui
 					err = m.NakWithDelay(d.NakDelay)
 				}
 			case Refused:
-				err = l.deadLetter(ctx, deadletter.Letter{Subscription: name, Endpoint: d.Endpoint, EventID: ev.ID, Attempt: 1, Status: 422,
-					Reason: "HTTP 422 Unprocessable Entity", Event: letterEvent(m)})
-				if err == nil {
+				if err = l.DLQ.DeadLetter(ctx, refused(name, d, ev, m)); err == nil {
 					err = m.DoubleAck(ctx)
 				}
 			}
@@ -122,20 +114,26 @@ func (l *Layout) Deliver(ctx context.Context, name string, d Durable, through ui
 	return sent, nil
 }
 
-// fetch pulls up to n messages from c without waiting.
-func fetch(c jetstream.Consumer, n int) ([]jetstream.Msg, error) {
+// fetch pulls up to n messages from c without waiting, and returns
+// those delivered for the first time (a pending one that comes back stays
+// pending); got is false when nothing came.
+func fetch(c jetstream.Consumer, n int) (msgs []jetstream.Msg, got bool, err error) {
 	batch, err := c.FetchNoWait(n)
 	if err != nil {
-		return nil, fmt.Errorf("migratetest: pull: %w", err)
+		return nil, false, fmt.Errorf("migratetest: pull: %w", err)
 	}
-	var msgs []jetstream.Msg
 	for m := range batch.Messages() {
-		msgs = append(msgs, m)
+		got = true
+		if md, err := m.Metadata(); err != nil {
+			return nil, got, fmt.Errorf("migratetest: %w", err)
+		} else if md.NumDelivered == 1 {
+			msgs = append(msgs, m)
+		}
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-		return msgs, fmt.Errorf("migratetest: pull: %w", err)
+		return msgs, got, fmt.Errorf("migratetest: pull: %w", err)
 	}
-	return msgs, nil
+	return msgs, got, nil
 }
 
 // event describes message m, stored at seq on the events stream.
@@ -147,13 +145,6 @@ func (l *Layout) event(seq uint64, m jetstream.Msg) Event {
 		ev.Version = v
 	}
 	return ev
-}
-
-func (l *Layout) deadLetter(ctx context.Context, dl deadletter.Letter) error {
-	if err := l.DLQ.DeadLetter(ctx, dl); err != nil {
-		return fmt.Errorf("dead letter %s: %w", dl.EventID, err)
-	}
-	return nil
 }
 
 // lane is one stream of a partition while DeliverOrdered plays it.
@@ -203,21 +194,15 @@ func (l *Layout) deliverPartition(ctx context.Context, name string, d Durable, p
 	lanes := map[string]*lane{}
 	var sent []Sent
 	for {
-		msgs, err := fetch(c, 256)
+		msgs, got, err := fetch(c, 256)
 		if err != nil {
 			return nil, err
 		}
-		if len(msgs) == 0 {
+		if !got {
 			break
 		}
 		for _, m := range msgs {
-			md, err := m.Metadata()
-			if err != nil {
-				return nil, fmt.Errorf("migratetest: %w", err)
-			}
-			if md.NumDelivered > 1 {
-				continue
-			}
+			md, _ := m.Metadata()
 			ev := l.event(wire.SourceSequence(m.Headers().Get(wire.HeaderSourceInfo)), m)
 			key := wire.StreamKey(ev.Subject)
 			ln := lanes[key]
@@ -242,13 +227,13 @@ func (l *Layout) deliverPartition(ctx context.Context, name string, d Durable, p
 			streams[wire.StreamKey(ln.subject)] = ln.settled
 		}
 		if ln.aside != nil && ln.aside.Start != 0 { // else nothing was set aside
-			if err := l.PutAside(ctx, name, p, *ln.aside); err != nil {
+			if err := l.putJSON(ctx, legacy.AsideKey(name, p, wire.StreamKey(ln.aside.Subject)), *ln.aside); err != nil {
 				return nil, err
 			}
 		}
 	}
 	if len(streams) > 0 {
-		if err := l.PutDelivered(ctx, name, p, streams); err != nil {
+		if err := l.putJSON(ctx, legacy.DeliveredKey(name, p), legacy.DeliveredRecord{Copy: l.CopyAt.UnixNano(), Streams: streams}); err != nil {
 			return nil, err
 		}
 	}
@@ -300,9 +285,9 @@ func (l *Layout) park(ctx context.Context, name string, d Durable, p int, ev Eve
 	if err != nil {
 		return err
 	}
-	if err := l.deadLetter(ctx, deadletter.Letter{Subscription: name, Endpoint: d.Endpoint, EventID: ev.ID, Attempt: 1, Status: 422,
-		Reason: "HTTP 422 Unprocessable Entity", Event: letterEvent(m), Previous: wire.FormatPreviousVersion(previous),
-		Partition: strconv.Itoa(p), Epoch: strconv.FormatUint(l.Epoch, 10)}); err != nil {
+	dl := refused(name, d, ev, m)
+	dl.Previous, dl.Partition, dl.Epoch = wire.FormatPreviousVersion(previous), strconv.Itoa(p), strconv.FormatUint(l.Epoch, 10)
+	if err := l.DLQ.DeadLetter(ctx, dl); err != nil {
 		return err
 	}
 	key := wire.StreamKey(ev.Subject)
@@ -316,11 +301,13 @@ func (l *Layout) park(ctx context.Context, name string, d Durable, p int, ev Eve
 	})
 }
 
-// letterEvent is m as a dead letter names its event.
-func letterEvent(m jetstream.Msg) deadletter.Event {
-	ev := deadletter.Event{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+// refused is the dead letter of ev (its message m on the events stream)
+// refused by subscription name's endpoint with a 422.
+func refused(name string, d Durable, ev Event, m jetstream.Msg) deadletter.Letter {
+	dl := deadletter.Letter{Subscription: name, Endpoint: d.Endpoint, EventID: ev.ID, Attempt: 1, Status: 422,
+		Reason: "HTTP 422 Unprocessable Entity", Event: deadletter.Event{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}}
 	if md, err := m.Metadata(); err == nil {
-		ev.Seq, ev.Time = md.Sequence.Stream, md.Timestamp
+		dl.Event.Seq, dl.Event.Time = md.Sequence.Stream, md.Timestamp
 	}
-	return ev
+	return dl
 }

@@ -163,10 +163,10 @@ func (d Durable) ackWait() time.Duration {
 	return d.AckWait
 }
 
-// UnorderedDurable makes unordered subscription name's durable on the
+// unorderedDurable makes unordered subscription name's durable on the
 // events stream, as the old engine did: its description
 // legacy.DurableDescription + the endpoint, explicit acks, every event.
-func (l *Layout) UnorderedDurable(ctx context.Context, name string, d Durable) (jetstream.Consumer, error) {
+func (l *Layout) unorderedDurable(ctx context.Context, name string, d Durable) (jetstream.Consumer, error) {
 	c, err := l.JS.CreateConsumer(ctx, l.Events.CachedInfo().Config.Name, jetstream.ConsumerConfig{
 		Durable: name, Description: legacy.DurableDescription + d.Endpoint,
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: d.ackWait(), MaxDeliver: -1, MaxAckPending: -1,
@@ -196,19 +196,6 @@ func (l *Layout) PartitionConsumers(ctx context.Context, name string, d Durable)
 		}
 	}
 	return out, nil
-}
-
-// PutDelivered writes partition p's delivered record of ordered
-// subscription sub: streams maps a stream key of the copy to the copy
-// sequence of its last event settled.
-func (l *Layout) PutDelivered(ctx context.Context, sub string, p int, streams map[string]uint64) error {
-	return l.putJSON(ctx, legacy.DeliveredKey(sub, p), legacy.DeliveredRecord{Copy: l.CopyAt.UnixNano(), Streams: streams})
-}
-
-// PutAside writes the aside record of a stream of ordered subscription
-// sub on partition p (rec.Subject a subject of it in the copy).
-func (l *Layout) PutAside(ctx context.Context, sub string, p int, rec legacy.AsideRecord) error {
-	return l.putJSON(ctx, legacy.AsideKey(sub, p, wire.StreamKey(rec.Subject)), rec)
 }
 
 // PutAttempts writes the failed-attempt count of event id of ordered

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 )
@@ -307,16 +306,6 @@ func (d *decoder) end() error {
 		return errors.Join(ErrCorrupt, d.err)
 	}
 	return nil
-}
-
-// DecodeRecord reads a record from b that names no members key (format
-// 1); one that does is refused (DecodeRecordRef reads it).
-func DecodeRecord(b []byte) (Record, error) {
-	r, ref, err := DecodeRecordRef(b)
-	if err == nil && ref.Key != "" {
-		err = fmt.Errorf("%w: the record names members key %q", ErrCorrupt, ref.Key)
-	}
-	return r, err
 }
 
 // DecodeRecordRef reads a record from b, in either format. For format 2,

@@ -49,7 +49,7 @@ func TestARecordEncodesAndDecodesToItself(t *testing.T) {
 	t.Parallel()
 	r := fullRecord()
 	b := r.Encode()
-	got, err := DecodeRecord(b)
+	got, err := decodeRecord(b)
 	require.NoError(t, err)
 	require.Equal(t, r, got)
 	for range 20 {
@@ -72,7 +72,7 @@ func TestTheEncodingDropsWhatTheFloorCovers(t *testing.T) {
 		Members: map[string]uint64{"s2": 145},
 	}
 	r.Normalise()
-	got, err := DecodeRecord(r.Encode())
+	got, err := decodeRecord(r.Encode())
 	require.NoError(t, err)
 	require.Equal(t, map[string]Entry{"b": {120, 4}}, got.Streams)
 	require.Equal(t, map[string]map[string]Entry{"s1": {"c": {130, 1}}, "s3": {"d": {150, 1}}}, got.Ahead)
@@ -98,15 +98,15 @@ func TestACorruptRecordIsRefused(t *testing.T) {
 	full := fullRecord()
 	b := full.Encode()
 	for n := range len(b) {
-		_, err := DecodeRecord(b[:n])
+		_, err := decodeRecord(b[:n])
 		require.ErrorIs(t, err, ErrCorrupt, "cut at %d of %d bytes", n, len(b))
 	}
-	_, err := DecodeRecord(append(append([]byte(nil), b...), 0))
+	_, err := decodeRecord(append(append([]byte(nil), b...), 0))
 	require.ErrorIs(t, err, ErrCorrupt, "a byte left over")
 	c := Cursor{State: "behind", Floor: 1}
-	_, err = DecodeRecord(c.Encode())
+	_, err = decodeRecord(c.Encode())
 	require.ErrorIs(t, err, ErrCorrupt, "a cursor is not a record")
-	_, err = DecodeRecord([]byte(`{"owner":"a"}`))
+	_, err = decodeRecord([]byte(`{"owner":"a"}`))
 	require.ErrorIs(t, err, ErrCorrupt, "JSON")
 	// A table of one name, then a shared entry naming the second.
 	bad := Record{Streams: map[string]Entry{"a": {1, 1}}}
@@ -114,7 +114,7 @@ func TestACorruptRecordIsRefused(t *testing.T) {
 	i := len(bb) - 5 - 3 // the entry's name index: its 3 fields, then 5 counts of 0 (ahead … detached)
 	require.Equal(t, []byte{0, 1, 1, 0, 0, 0, 0, 0}, bb[i:])
 	bb[i] = 1
-	_, err = DecodeRecord(bb)
+	_, err = decodeRecord(bb)
 	require.ErrorIs(t, err, ErrCorrupt)
 }
 
@@ -147,7 +147,7 @@ func BenchmarkRecordDecode(b *testing.B) {
 	enc := r.Encode()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := DecodeRecord(enc); err != nil {
+		if _, err := decodeRecord(enc); err != nil {
 			b.Fatal(err)
 		}
 	}

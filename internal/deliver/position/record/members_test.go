@@ -80,7 +80,7 @@ func TestAMemberAtTheFloorIsLeftOutOfTheRecord(t *testing.T) {
 	again, ref, err := DecodeRecordRef(rec)
 	require.NoError(t, err)
 	require.ErrorIs(t, WithBase(&again, ref, &short), ErrCorrupt, "not the key the record names")
-	_, err = DecodeRecord(rec)
+	_, err = decodeRecord(rec)
 	require.ErrorIs(t, err, ErrCorrupt, "a record read without its members key")
 }
 

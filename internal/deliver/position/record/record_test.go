@@ -1,6 +1,7 @@
 package record
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,4 +23,14 @@ func TestACursorsTopIsTheHighestSequenceItSettled(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, tc.c.Top(), tc.name)
 	}
+}
+
+// decodeRecord reads a record from b that names no members key (format
+// 1); one that does is refused.
+func decodeRecord(b []byte) (Record, error) {
+	r, ref, err := DecodeRecordRef(b)
+	if err == nil && ref.Key != "" {
+		err = fmt.Errorf("%w: the record names members key %q", ErrCorrupt, ref.Key)
+	}
+	return r, err
 }
