@@ -278,6 +278,9 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 	if err := e.settleCounts(ctx, liveGeneratorApp); err != nil {
 		return f, err
 	}
+	if err := e.analyzeLive(ctx, schema); err != nil {
+		return f, err
+	}
 	if err := recv.reset(); err != nil {
 		return f, err
 	}
