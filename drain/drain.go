@@ -85,8 +85,9 @@ type Config struct {
 	// AckClaimer the wait comes before the cycle's acks, which then go
 	// with the next claim in one transaction (one write a cycle, not
 	// two); the cycle's streams stay leased meanwhile, and what is
-	// appended to them that claim takes again. Default 0: claim again at
-	// once.
+	// appended to them that claim takes again. A wait that would end past
+	// the cycle's handler deadline (HandlerTimeout after its claim) comes
+	// after the acks instead. Default 0: claim again at once.
 	Linger time.Duration
 	// MaxRetries is how many failed attempts a stream may retry: the failure
 	// that would make its retry count exceed MaxRetries blocks it instead.
@@ -282,8 +283,12 @@ func (d *Drain) Run(ctx context.Context) error {
 				if anyUnavailable(results) {
 					return false
 				}
-				if ackClaims && ahead == nil && !d.outage && ctx.Err() == nil && c.allDone(results) {
-					if linger {
+				// A linger that would end past the cycle's handler
+				// deadline (a long one, or a slow cycle) waits after
+				// the acks instead, so the leases cannot run out.
+				lingerFirst := linger && d.cfg.Clock.Now().Add(d.cfg.Linger).Before(c.deadline(d.cfg.Lease))
+				if ackClaims && ahead == nil && !d.outage && ctx.Err() == nil && c.allDone(results) && (!linger || lingerFirst) {
+					if lingerFirst {
 						// Linger before the acks rather than after
 						// them: the acks and the claim that follows the
 						// wait go in one transaction, not two. The

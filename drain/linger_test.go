@@ -49,6 +49,8 @@ func TestRunLingersAfterALightCycle(t *testing.T) {
 
 	require.Equal(t, linger, clock.next(t), "a light cycle lingers")
 	require.Equal(t, [][]string{{"linger-1"}}, handled())
+	// 7 hours outlast the default lease: the wait comes after the acks.
+	require.Equal(t, int64(0), b.info(t, "linger-1").Watermark, "acked before the wait")
 	b.appendN(t, "linger-2", 2)
 	b.appendN(t, "linger-3", 1)
 	require.Len(t, handled(), 1, "nothing claimed while lingering")
@@ -133,7 +135,8 @@ func TestRunLingersBeforeTheAcksThatGoWithTheNextClaim(t *testing.T) {
 	}
 	const linger, poll = 7 * time.Hour, time.Hour
 	clock := newWaitClock()
-	d, err := drain.New(counter, h, drain.Config{Linger: linger, PollInterval: poll, Clock: clock, Notifier: b.store, Logger: quiet()})
+	// The leases outlast the linger: the wait fits before the acks.
+	d, err := drain.New(counter, h, drain.Config{Linger: linger, Lease: 100 * time.Hour, PollInterval: poll, Clock: clock, Notifier: b.store, Logger: quiet()})
 	require.NoError(t, err)
 	b.appendN(t, "ackl-1", 1)
 	ctx, cancel := context.WithCancel(b.ctx)
