@@ -15,7 +15,9 @@ import (
 // write. A transaction that writes is given a transaction id, and
 // pg_snapshot_xmax(pg_current_snapshot()), the next id to be given (it
 // gives none itself), moves by one for each: its move during the run,
-// less the appends' own, is the pipeline's write transactions.
+// less the appends' own, is the pipeline's write transactions. It counts
+// the whole server's (every database's, autovacuum's analyzes): run the
+// row on a server nothing else writes to, as the bench's own is.
 
 // liveXacts are the database's transaction counters at one moment.
 type liveXacts struct {
