@@ -55,7 +55,7 @@ func (e *env) livePipelineRows(ctx context.Context) ([]row, error) {
 	byRate := map[int]pair{}
 	for _, rate := range e.cfg.LivePipeRates {
 		var pr pair
-		for _, p := range []livePipeline{"bridge", "bare"} {
+		for _, p := range e.cfg.LivePipes {
 			f, err := e.livePipeRun(ctx, p, rate, e.cfg.LiveDuration)
 			if err != nil {
 				return rows, fmt.Errorf("%s pipeline at %d/s: %w", p, rate, err)
@@ -278,6 +278,9 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 	if err := e.settleCounts(ctx, liveGeneratorApp); err != nil {
 		return f, err
 	}
+	if err := e.analyzeLive(ctx, schema); err != nil {
+		return f, err
+	}
 	if err := recv.reset(); err != nil {
 		return f, err
 	}
@@ -287,9 +290,13 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 		return f, err
 	}
 	var claims0 int64
+	var hist0 map[string]histogram
 	if ops != 0 {
 		claims0, _ = bridgeCount(ops, "claim")
+		hist0, _ = bridgeHistograms(ops)
 	}
+	x0, xErr := e.liveXactCounters(ctx)
+	st0, st0Err := e.liveStatementsNow(ctx)
 	cpu0 := map[string]time.Duration{}
 	for name, pr := range procs {
 		cpu0[name] = mustCPU(pr.Pid())
@@ -337,6 +344,15 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 		if c, err := bridgeCount(ops, "claim"); err == nil {
 			f.claims = c - claims0
 		}
+		if h1, err := bridgeHistograms(ops); err == nil && hist0 != nil {
+			f.bridgeHists = map[string]histogram{}
+			for what, h := range h1 {
+				f.bridgeHists[what] = h.since(hist0[what])
+			}
+		}
+	}
+	if st1, err := e.liveStatementsNow(ctx); err == nil && st0Err == nil {
+		f.statements = statementsByKind(st0, st1)
 	}
 	f.stored, f.storedMsgs = map[string]int64{}, map[string]uint64{}
 	for _, name := range liveStoredStreams {
@@ -365,6 +381,10 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 		return f, err
 	}
 	f.commits = c1.commits - c0.commits
+	if x1, err := e.liveXactCounters(ctx); err == nil && xErr == nil {
+		f.split = splitCommits(x0, x1, run.n)
+		f.splitKnown = true
+	}
 	stored, err := liveStoredTimes(ctx, bus.js)
 	if err != nil {
 		return f, err

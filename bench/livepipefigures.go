@@ -49,6 +49,14 @@ type livePipeFigures struct {
 	// and the bench's few); -1 where it is not loaded.
 	stmtAppends, stmtOther time.Duration
 	commits, claims        int64
+	// split is the commits beyond the appends' told into those that
+	// wrote and read-only ones (splitKnown: read); statements is
+	// pg_stat_statements by kind (nil: not read); bridgeHists the
+	// bridge's histograms during the run (nil: not read).
+	split       liveCommitSplit
+	splitKnown  bool
+	statements  map[string]liveStatement
+	bridgeHists map[string]histogram
 	// stored is, by stream (liveStoredStreams), the disk it takes
 	// (storageSizes.sealed) and its messages.
 	stored     map[string]int64
@@ -189,8 +197,8 @@ func (f livePipeFigures) summary() string {
 	if f.claims >= 0 {
 		claims = fmt.Sprintf(", claims %.3f/event", float64(f.claims)/float64(max(f.events, 1)))
 	}
-	return fmt.Sprintf("%d events at %d/s for %s (generator at most %s late; backlog when it finished %v: held %v); %s; by stage: %s; %s; commits %.3f/event beyond the append's own%s; %s; receiver refused %d; load %s → %s",
-		f.events, f.rate, f.dur, ms(f.lateMax), f.backlog, f.held, f.latencyLine(), f.stageLine(), f.cpuLine(), f.commitsPerEvent(), claims, f.storageLine(), f.rejected, f.load[0], f.load[1])
+	return fmt.Sprintf("%d events at %d/s for %s (generator at most %s late; backlog when it finished %v: held %v); %s; by stage: %s; %s; %s%s; %s; %s; receiver refused %d; load %s → %s",
+		f.events, f.rate, f.dur, ms(f.lateMax), f.backlog, f.held, f.latencyLine(), f.stageLine(), f.cpuLine(), f.commitsLine(), claims, f.bridgeLine(), f.storageLine(), f.rejected, f.load[0], f.load[1])
 }
 
 // liveCommit is one event the generator appended: its stream rank and

@@ -37,9 +37,9 @@ func (e *env) livePipeRateRows(ours, bare livePipeFigures, durable string) []row
 	}
 	store := row{
 		Name:      name + ": Postgres commits and bytes stored per event",
-		Ours:      fmt.Sprintf("commits %.3f/event beyond the append's own; %s", ours.commitsPerEvent(), ours.storageLine()),
-		Reference: fmt.Sprintf("bare: commits %.3f/event; %s", bare.commitsPerEvent(), bare.storageLine()),
-		Ratio:     "commits " + liveRatio(ours.commitsPerEvent(), bare.commitsPerEvent()),
+		Ours:      ours.commitsLine() + "; " + ours.storageLine(),
+		Reference: "bare: " + bare.commitsLine() + "; " + bare.storageLine(),
+		Ratio:     "write commits " + liveRatio(ours.writeCommitsPerEvent(), bare.writeCommitsPerEvent()),
 		Target:    "printed",
 		Met:       true,
 	}
@@ -51,7 +51,7 @@ func (e *env) livePipeRateRows(ours, bare livePipeFigures, durable string) []row
 		Target:    "printed",
 		Met:       true,
 	}
-	rows := []row{latency, cpu, store, stages}
+	rows := []row{latency, cpu, store, stages, liveBridgeStageRow(name, ours)}
 	if rate == 1000 {
 		r := ours.perWebhook() / math.Max(bare.perWebhook(), 1e-9)
 		rows = append(rows, row{
@@ -72,12 +72,12 @@ func (e *env) livePipeRateRows(ours, bare livePipeFigures, durable string) []row
 			Met:       max(o, u) <= delay+10*time.Millisecond && max(o, u) <= b+5*time.Millisecond,
 		})
 		rows = append(rows, row{
-			Name:      name + ": target, the pipeline's Postgres commits per event",
-			Ours:      fmt.Sprintf("%.3f (the database's commits beyond the appends', during the run)", ours.commitsPerEvent()),
-			Reference: fmt.Sprintf("bare %.3f", bare.commitsPerEvent()),
-			Ratio:     liveRatio(ours.commitsPerEvent(), bare.commitsPerEvent()),
+			Name:      name + ": target, the pipeline's Postgres write commits per event (transactions given an id beyond the appends', during the run; xact_commit, read-only ones included, beside it)",
+			Ours:      fmt.Sprintf("%.3f (xact_commit %.3f)", ours.writeCommitsPerEvent(), ours.commitsPerEvent()),
+			Reference: fmt.Sprintf("bare %.3f (xact_commit %.3f)", bare.writeCommitsPerEvent(), bare.commitsPerEvent()),
+			Ratio:     liveRatio(ours.writeCommitsPerEvent(), bare.writeCommitsPerEvent()),
 			Target:    "≤ 0.05 (issue 33)",
-			Met:       ours.commitsPerEvent() <= 0.05,
+			Met:       ours.writeCommitsPerEvent() <= 0.05,
 		})
 		var stored int64
 		for _, name := range liveStoredStreams {

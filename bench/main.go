@@ -108,6 +108,9 @@ type config struct {
 	LiveHold        time.Duration
 	LiveSearchSteps int
 	LiveRecvChild   string
+	// LivePipes are the pipelines the live pipeline rows run: ours
+	// ("bridge") and the bare reference ("bare").
+	LivePipes []livePipeline
 }
 
 func main() {
@@ -185,6 +188,19 @@ func main() {
 	flag.DurationVar(&cfg.LiveDelay, "live-receiver-delay", 5*time.Millisecond, "live pipeline: how long the receiver waits before answering each webhook")
 	flag.DurationVar(&cfg.LiveHold, "live-hold", 60*time.Second, "live pipeline: how long each step of the search for the highest rate held runs")
 	flag.IntVar(&cfg.LiveSearchSteps, "live-search-steps", 3, "live pipeline: runs of -live-hold each pipeline's search for its highest rate held takes (0 skips the search, as -quick does)")
+	cfg.LivePipes = []livePipeline{"bridge", "bare"}
+	flag.Func("live-pipelines", "live pipeline: which pipelines to run at each rate, comma-separated: bridge (ours), bare (the reference); default both (a sweep of the bridge's flags can leave the bare one out)", func(v string) error {
+		cfg.LivePipes = nil
+		for _, p := range strings.Split(v, ",") {
+			switch p = strings.TrimSpace(p); p {
+			case "bridge", "bare":
+				cfg.LivePipes = append(cfg.LivePipes, livePipeline(p))
+			default:
+				return fmt.Errorf("unknown pipeline %q (bridge, bare)", p)
+			}
+		}
+		return nil
+	})
 	flag.StringVar(&cfg.LiveRecvChild, "live-receiver-child", "", "internal (the live pipeline rows start it): \"127.0.0.1:<port> <delay>\": serve the verifying receiver there until SIGTERM")
 	flag.Parse()
 	if cfg.Quick {

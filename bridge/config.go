@@ -144,9 +144,10 @@ type Config struct {
 	// events without finding a backlog, before it claims again, so one
 	// cycle carries the events of many streams appended meanwhile instead
 	// of three Postgres statements running for almost every event at a
-	// steady rate (see drain.Config.Linger). An event appended while the
-	// drain lingers waits up to Linger more; one appended while it is idle
-	// does not. Default 0: claim again at once.
+	// steady rate (see drain.Config.Linger). The wait comes before the
+	// cycle's acks, which go with the next claim in one transaction. An
+	// event appended while the drain lingers waits up to Linger more; one
+	// appended while it is idle does not. Default 0: claim again at once.
 	Linger time.Duration
 	// MaxRetries is how many failed attempts a stream may retry before it
 	// is blocked. Default 10.

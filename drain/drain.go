@@ -81,8 +81,13 @@ type Config struct {
 	// claims) instead of a cycle of three statements starting for almost
 	// each event. It trades latency for the bridge's Postgres work: an event
 	// appended while the drain lingers waits up to Linger, one appended
-	// while the drain is idle does not wait. Default 0: claim again at
-	// once.
+	// while the drain is idle does not wait. With a store that is an
+	// AckClaimer the wait comes before the cycle's acks, which then go
+	// with the next claim in one transaction (one write a cycle, not
+	// two); the cycle's streams stay leased meanwhile, and what is
+	// appended to them that claim takes again. A wait that would end past
+	// the cycle's handler deadline (HandlerTimeout after its claim) comes
+	// after the acks instead. Default 0: claim again at once.
 	Linger time.Duration
 	// MaxRetries is how many failed attempts a stream may retry: the failure
 	// that would make its retry count exceed MaxRetries blocks it instead.
@@ -187,7 +192,8 @@ type Drain struct {
 // handled meanwhile took so long that less than half of the claimed-ahead
 // cycle's HandlerTimeout is left (a fresh claim replaces it). After a cycle
 // that did work it starts the next one at once (after Config.Linger when
-// that cycle found no backlog); after an idle cycle it
+// that cycle found no backlog: with an AckClaimer, Linger before the acks
+// that go with the next claim); after an idle cycle it
 // waits for a notification or PollInterval. With an IdleNotifier it says
 // Idle before it waits (and claims once more first when Idle asks), and
 // Busy when it goes on working without waiting (the fourth working cycle
@@ -255,6 +261,9 @@ func (d *Drain) Run(ctx context.Context) error {
 		// quiet: the claim made with the acks found nothing and needs no
 		// follow-up: Run goes idle without claiming again.
 		quiet := false
+		// lingered: the cycle lingered before its acks, which went with
+		// the next claim (one transaction for both).
+		lingered := false
 		if err == nil && c != nil {
 			linger = d.cfg.Linger > 0 && !c.backlogged(d.cfg.ClaimLimit, d.cfg.FetchLimit)
 			readAhead := func() {
@@ -271,10 +280,30 @@ func (d *Drain) Run(ctx context.Context) error {
 				readAhead() // overlaps the handler
 			}
 			st, err = d.finish(ctx, c, func(results []Result) bool {
-				if anyUnavailable(results) || linger {
+				if anyUnavailable(results) {
 					return false
 				}
-				if ackClaims && ahead == nil && !d.outage && ctx.Err() == nil && c.allDone(results) {
+				// A linger that would end past the cycle's handler
+				// deadline (a long one, or a slow cycle) waits after
+				// the acks instead, so the leases cannot run out.
+				lingerFirst := linger && d.cfg.Clock.Now().Add(d.cfg.Linger).Before(c.deadline(d.cfg.Lease))
+				if ackClaims && ahead == nil && !d.outage && ctx.Err() == nil && c.allDone(results) && (!linger || lingerFirst) {
+					if lingerFirst {
+						// Linger before the acks rather than after
+						// them: the acks and the claim that follows the
+						// wait go in one transaction, not two. The
+						// streams stay leased meanwhile; what is
+						// appended to them the claim takes again.
+						if idler != nil && notes != nil {
+							if err := idler.Busy(ctx, notes); err != nil && ctx.Err() == nil {
+								d.log.Warn("drain: notifier busy", "error", err)
+							}
+						}
+						if !d.sleep(ctx, d.cfg.Linger) {
+							return false // shutting down: settle plainly
+						}
+						lingered = true
+					}
 					// The next claim goes with the acks, in one round
 					// trip; what the notifications so far announced,
 					// it sees.
@@ -283,6 +312,9 @@ func (d *Drain) Run(ctx context.Context) error {
 					default:
 					}
 					return true
+				}
+				if linger {
+					return false // it lingers after the settle
 				}
 				readAhead() // overlaps the settle
 				return false
@@ -338,7 +370,7 @@ func (d *Drain) Run(ctx context.Context) error {
 		pause = d.cfg.PollInterval
 		if st.Claimed > 0 && !quiet {
 			working++
-			lingers := linger && st.Forwarded > 0 && !d.outage
+			lingers := linger && !lingered && st.Forwarded > 0 && !d.outage
 			if idler != nil && notes != nil && (working == busyAfter || (lingers && working == 1)) {
 				if err := idler.Busy(ctx, notes); err != nil && ctx.Err() == nil {
 					d.log.Warn("drain: notifier busy", "error", err)

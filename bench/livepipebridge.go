@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The bridge's share of commit → stored in EVENTS, from its own
+// histograms (jsbridge_bridge_<what>_duration_seconds, read from its ops
+// port before and after a run): the claim's statement (a claim alone, or
+// the acks and the next claim in one transaction), each publish until its
+// PubAck, and the ack's call. What the event waited before the claim
+// that took it is the rest of the stage.
+
+// liveBridgeHistograms are the bridge histograms a run reads.
+var liveBridgeHistograms = []string{"claim", "publish", "ack"}
+
+// histogram is a Prometheus histogram's cumulative bucket counts by
+// upper bound (+Inf included), and its count.
+type histogram struct {
+	le    []float64 // upper bounds, ascending; the last is +Inf
+	cum   []float64 // cumulative counts, one per bound
+	count float64
+}
+
+// readHistogram reads the histogram name from a text exposition.
+func readHistogram(r io.Reader, name string) (histogram, error) {
+	var h histogram
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"_bucket{") {
+			continue
+		}
+		i := strings.Index(line, `le="`)
+		j := strings.Index(line[i+4:], `"`)
+		if i < 0 || j < 0 {
+			return h, fmt.Errorf("%s: %q", name, line)
+		}
+		le, err := strconv.ParseFloat(line[i+4:i+4+j], 64)
+		if err != nil {
+			return h, fmt.Errorf("%s: %q: %w", name, line, err)
+		}
+		f := strings.Fields(line)
+		n, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return h, fmt.Errorf("%s: %q: %w", name, line, err)
+		}
+		bs = append(bs, bucket{le, n})
+	}
+	slices.SortFunc(bs, func(a, b bucket) int {
+		switch {
+		case a.le < b.le:
+			return -1
+		case a.le > b.le:
+			return 1
+		}
+		return 0
+	})
+	for _, b := range bs {
+		h.le, h.cum = append(h.le, b.le), append(h.cum, b.n)
+	}
+	if len(bs) > 0 {
+		h.count = bs[len(bs)-1].n
+	}
+	return h, sc.Err()
+}
+
+// since is h less before (the same buckets): what was observed between
+// the two reads.
+func (h histogram) since(before histogram) histogram {
+	if len(before.cum) != len(h.cum) {
+		return h
+	}
+	out := histogram{le: h.le, cum: make([]float64, len(h.cum)), count: h.count - before.count}
+	for i := range h.cum {
+		out.cum[i] = h.cum[i] - before.cum[i]
+	}
+	return out
+}
+
+// quantile is the q-quantile of h, interpolated linearly inside its
+// bucket as Prometheus' histogram_quantile does (from 0 in the first
+// bucket; the last finite bound when it falls in +Inf); 0 when empty.
+func (h histogram) quantile(q float64) time.Duration {
+	if h.count == 0 {
+		return 0
+	}
+	rank := q * h.count
+	for i, c := range h.cum {
+		if c < rank {
+			continue
+		}
+		if math.IsInf(h.le[i], 1) {
+			if i == 0 {
+				return 0
+			}
+			return time.Duration(h.le[i-1] * float64(time.Second))
+		}
+		lo, below := 0.0, 0.0
+		if i > 0 {
+			lo, below = h.le[i-1], h.cum[i-1]
+		}
+		in := c - below
+		frac := 1.0
+		if in > 0 {
+			frac = (rank - below) / in
+		}
+		return time.Duration((lo + (h.le[i]-lo)*frac) * float64(time.Second))
+	}
+	return 0
+}
+
+// bridgeHistograms reads liveBridgeHistograms from the bridge's ops port.
+func bridgeHistograms(ops int) (map[string]histogram, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", ops))
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]histogram{}
+	for _, what := range liveBridgeHistograms {
+		h, err := readHistogram(bytes.NewReader(body), "jsbridge_bridge_"+what+"_duration_seconds")
+		if err != nil {
+			return nil, err
+		}
+		out[what] = h
+	}
+	return out, nil
+}
+
+// bridgeStagesLine prints, per histogram of the run, its count per event
+// and its p50 and p99; "none" without them.
+func bridgeStagesLine(hs map[string]histogram, events int) string {
+	if hs == nil {
+		return "none"
+	}
+	var parts []string
+	for _, what := range liveBridgeHistograms {
+		h := hs[what]
+		parts = append(parts, fmt.Sprintf("%s %.3f/event p50 %s p99 %s", what, h.count/float64(max(events, 1)), ms(h.quantile(0.5)), ms(h.quantile(0.99))))
+	}
+	return "bridge histograms: " + strings.Join(parts, "; ")
+}
+
+// bridgeLine prints the bridge's histograms of the run, where read.
+func (f livePipeFigures) bridgeLine() string {
+	if f.bridgeHists == nil {
+		return "bridge histograms: none"
+	}
+	return bridgeStagesLine(f.bridgeHists, f.events)
+}
+
+// liveBridgeStageRow is a rate's row of the bridge's stage: commit →
+// stored in EVENTS beside the bridge's histograms and its statements by
+// kind.
+func liveBridgeStageRow(name string, ours livePipeFigures) row {
+	return row{
+		Name:      name + ": the bridge's stage, commit → stored in EVENTS, beside its histograms (claim: a claim, or acks and the next claim in one transaction; publish: until the PubAck; ack) and its statements by kind (pg_stat_statements)",
+		Ours:      fmt.Sprintf("commit → stored in EVENTS %s; %s; statements %s", livePercentiles(ours.toEvents), ours.bridgeLine(), statementsLine(ours.statements, ours.events)),
+		Reference: "—",
+		Ratio:     "—",
+		Target:    "printed",
+		Met:       true,
+	}
+}
