@@ -1,0 +1,165 @@
+package lifecycle
+
+import (
+	"context"
+	"sync"
+)
+
+// Part is a long-running part of the engine: the one contract every
+// such part has (shaped after River's startstop), and what StartAll and
+// StopAll take.
+//
+//   - Start opens what the part needs (bounded by ctx) and runs it in the
+//     background until Stop; it returns the opening's error, or nil once
+//     the part runs or while it runs already;
+//   - Stop ends the run and returns once the part and every goroutine it
+//     started are gone; Stop before Start, or twice, returns at once;
+//   - Stopped is closed once the run ended (after Stop, or a failed
+//     Start). A part may be started again after Stop.
+type Part interface {
+	Start(ctx context.Context) error
+	Stop()
+	Stopped() <-chan struct{}
+}
+
+// Service is the life cycle a Part keeps in a field: its Start calls
+// Service.Start with its opening and its run, its Stop and Stopped are
+// Service's. The zero Service is ready; its methods are safe for
+// concurrent use, in any order and any number of times.
+type Service struct {
+	// mu guards the fields; Stop holds it while it waits, so a Start
+	// during a Stop starts after it.
+	mu      sync.Mutex
+	running bool
+	cancel  context.CancelFunc
+	started chan struct{} // closed once the run began, or the opening failed
+	stopped chan struct{} // closed once the run ended, or the opening failed
+
+	errMu sync.Mutex // not mu: a run ends while Stop holds mu
+	err   error      // the last run's result
+}
+
+// Start calls open (nil: none) in the caller's goroutine with a context
+// that ends with ctx or Stop, then run in a new goroutine with a context
+// that Stop alone ends (it keeps ctx's values). It returns open's error
+// (the Service is then stopped: Stopped is closed and Start may be
+// called again), or nil once run is under way or when the Service runs
+// already (a second Start is a no-op). run should return when its
+// context ends; what it returns is Err's.
+func (s *Service) Start(ctx context.Context, open func(context.Context) error, run func(context.Context) error) error {
+	s.mu.Lock()
+	if s.running && !closed(s.stopped) {
+		s.mu.Unlock()
+		return nil
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if s.started == nil || closed(s.started) {
+		s.started = make(chan struct{})
+	}
+	if s.stopped == nil || closed(s.stopped) {
+		s.stopped = make(chan struct{})
+	}
+	s.running, s.cancel = true, cancel
+	started, stopped := s.started, s.stopped
+	s.mu.Unlock()
+
+	if open != nil {
+		openCtx, cancelOpen := context.WithCancel(ctx)
+		unhook := context.AfterFunc(runCtx, cancelOpen) // Stop ends the opening
+		err := open(openCtx)
+		unhook()
+		cancelOpen()
+		if err != nil {
+			cancel()
+			close(started)
+			close(stopped)
+			return err
+		}
+	}
+	go func() {
+		defer close(stopped)
+		defer cancel()
+		close(started)
+		err := run(runCtx)
+		s.errMu.Lock()
+		s.err = err
+		s.errMu.Unlock()
+	}()
+	return nil
+}
+
+// Stop ends the run's context (or the opening's) and waits until the
+// run returned. Stop before Start, or once stopped, returns at once.
+func (s *Service) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running {
+		return
+	}
+	s.cancel()
+	<-s.stopped
+	s.running = false
+}
+
+// Started is closed once the run began (or the opening failed). Before
+// Start it is the channel the next Start closes.
+func (s *Service) Started() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started == nil {
+		s.started = make(chan struct{})
+	}
+	return s.started
+}
+
+// Stopped is closed once the run ended (or the opening failed). Before
+// Start it is the channel the next run's end closes.
+func (s *Service) Stopped() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped == nil {
+		s.stopped = make(chan struct{})
+	}
+	return s.stopped
+}
+
+// Err returns what the last run returned (read it once Stopped is
+// closed).
+func (s *Service) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+// StartAll starts parts in order; when one fails it stops the ones
+// started (in reverse order) and returns its error.
+func StartAll(ctx context.Context, parts ...Part) error {
+	for i, p := range parts {
+		if err := p.Start(ctx); err != nil {
+			StopAll(parts[:i]...)
+			return err
+		}
+	}
+	return nil
+}
+
+// StopAll stops parts in reverse order (the last started first), each
+// once the one after it stopped.
+func StopAll(parts ...Part) {
+	for i := len(parts) - 1; i >= 0; i-- {
+		parts[i].Stop()
+	}
+}
+
+// closed reports whether c is closed (nil: no).
+func closed(c chan struct{}) bool {
+	if c == nil {
+		return false
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
