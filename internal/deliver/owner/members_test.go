@@ -28,10 +28,8 @@ func leaseBucketConfig(ttl time.Duration) jetstream.KeyValueConfig {
 func startMemberView(t *testing.T, kv jetstream.KeyValue, ttl time.Duration, clock clockwork.Clock, failed func(context.Context, error)) *MemberView {
 	t.Helper()
 	lv := NewMemberView(kv, ttl, clock, slog.New(slog.DiscardHandler), failed)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); lv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	require.NoError(t, lv.Start(context.Background()))
+	t.Cleanup(lv.Stop)
 	select {
 	case <-lv.loaded:
 	case <-time.After(10 * time.Second):
@@ -245,10 +243,8 @@ func TestMemberViewFollowsReplicasAndPartitionLeases(t *testing.T) {
 	put("lease.s.4")
 	clock := clockwork.NewFakeClock()
 	mv := NewMemberView(kv, ttl, clock, slog.New(slog.DiscardHandler), nil)
-	vctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); mv.Run(vctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	require.NoError(t, mv.Start(ctx))
+	t.Cleanup(mv.Stop)
 	mv.WaitLoaded(ctx, time.Hour)
 	leasesAre := func(ps ...int) bool {
 		taken, err := mv.Leases()
