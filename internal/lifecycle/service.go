@@ -46,13 +46,49 @@ type Service struct {
 // called again), or nil once run is under way or when the Service runs
 // already (a second Start is a no-op). run should return when its
 // context ends; what it returns is Err's.
-func (s *Service) Start(ctx context.Context, open func(context.Context) error, run func(context.Context) error) error {
-	s.mu.Lock()
-	if s.running && !closed(s.stopped) {
-		s.mu.Unlock()
+func (s *Service) Start(ctx context.Context, open, run func(context.Context) error) error {
+	r, ok := s.begin(context.WithoutCancel(ctx))
+	if !ok {
 		return nil
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if err := s.open(ctx, r, open); err != nil {
+		return err
+	}
+	go s.run(r, run)
+	return nil
+}
+
+// Run is Start in the foreground: open, then run in the caller's
+// goroutine with a context that ends with ctx or Stop; it returns run's
+// error or open's, or ErrAlreadyStarted when the Service runs already.
+func (s *Service) Run(ctx context.Context, open, run func(context.Context) error) error {
+	r, ok := s.begin(ctx)
+	if !ok {
+		return ErrAlreadyStarted
+	}
+	if err := s.open(ctx, r, open); err != nil {
+		return err
+	}
+	s.run(r, run)
+	return s.Err()
+}
+
+// aRun is one run of a Service: its context and channels.
+type aRun struct {
+	ctx              context.Context
+	cancel           context.CancelFunc
+	started, stopped chan struct{}
+}
+
+// begin marks the Service running and returns its run (its context
+// from parent), or ok false when it runs already.
+func (s *Service) begin(parent context.Context) (aRun, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running && !closed(s.stopped) {
+		return aRun{}, false
+	}
+	runCtx, cancel := context.WithCancel(parent)
 	if s.started == nil || closed(s.started) {
 		s.started = make(chan struct{})
 	}
@@ -60,32 +96,40 @@ func (s *Service) Start(ctx context.Context, open func(context.Context) error, r
 		s.stopped = make(chan struct{})
 	}
 	s.running, s.cancel = true, cancel
-	started, stopped := s.started, s.stopped
-	s.mu.Unlock()
+	return aRun{ctx: runCtx, cancel: cancel, started: s.started, stopped: s.stopped}, true
+}
 
-	if open != nil {
-		openCtx, cancelOpen := context.WithCancel(ctx)
-		unhook := context.AfterFunc(runCtx, cancelOpen) // Stop ends the opening
-		err := open(openCtx)
-		unhook()
-		cancelOpen()
-		if err != nil {
-			cancel()
-			close(started)
-			close(stopped)
-			return err
-		}
+// open calls open (nil: none) with a context that ends with ctx or r's;
+// when it fails the run is over before it began.
+func (s *Service) open(ctx context.Context, r aRun, open func(context.Context) error) error {
+	if open == nil {
+		return nil
 	}
-	go func() {
-		defer close(stopped)
-		defer cancel()
-		close(started)
-		err := run(runCtx)
+	openCtx, cancelOpen := context.WithCancel(ctx)
+	unhook := context.AfterFunc(r.ctx, cancelOpen) // Stop ends the opening
+	err := open(openCtx)
+	unhook()
+	cancelOpen()
+	if err != nil {
 		s.errMu.Lock()
 		s.err = err
 		s.errMu.Unlock()
-	}()
-	return nil
+		r.cancel()
+		close(r.started)
+		close(r.stopped)
+	}
+	return err
+}
+
+// run runs run and records its result.
+func (s *Service) run(r aRun, run func(context.Context) error) {
+	defer close(r.stopped)
+	defer r.cancel()
+	close(r.started)
+	err := run(r.ctx)
+	s.errMu.Lock()
+	s.err = err
+	s.errMu.Unlock()
 }
 
 // Stop ends the run's context (or the opening's) and waits until the
@@ -163,3 +207,23 @@ func closed(c chan struct{}) bool {
 		return false
 	}
 }
+
+// Func is a Part made of one run function (River's StartStopFunc): Start
+// runs it in the background with a context that Stop ends.
+type Func struct {
+	run  func(context.Context) error
+	life Service
+}
+
+// NewFunc returns the Part that runs run.
+func NewFunc(run func(ctx context.Context) error) *Func { return &Func{run: run} }
+
+// Start runs the function in the background (Service.Start); it returns
+// nil.
+func (f *Func) Start(ctx context.Context) error { return f.life.Start(ctx, nil, f.run) }
+
+// Stop ends the function's context and returns once it returned.
+func (f *Func) Stop() { f.life.Stop() }
+
+// Stopped is closed once the function returned.
+func (f *Func) Stopped() <-chan struct{} { return f.life.Stopped() }

@@ -182,3 +182,26 @@ func TestServiceStress(t *testing.T) {
 	lifecycletest.Stress(t, context.Background(), p, 200, 16)
 	require.Zero(t, p.runs.Load())
 }
+
+func TestServiceRunInTheForeground(t *testing.T) {
+	t.Parallel()
+	var s lifecycle.Service
+	ran := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- s.Run(context.Background(), nil, func(ctx context.Context) error {
+			close(ran)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+	}()
+	<-ran
+	require.ErrorIs(t, s.Run(context.Background(), nil, nil), lifecycle.ErrAlreadyStarted)
+	s.Stop()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	require.True(t, isClosed(s.Stopped()))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, s.Run(ctx, nil, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }), context.Canceled, "ctx ends a foreground run")
+}
