@@ -172,7 +172,11 @@ func (mv *MemberView) follow(ctx context.Context, w jetstream.KeyWatcher, first 
 				mv.members, mv.leases, mv.ready = nextMembers, nextLeases, true
 				nextMembers, nextLeases = nil, nil
 				if *first {
-					close(mv.loaded)
+					select {
+					case <-mv.loaded: // loaded by a run before a Stop
+					default:
+						close(mv.loaded)
+					}
 					*first = false
 				}
 			}

@@ -292,3 +292,21 @@ func TestKeysReadBack(t *testing.T) {
 		require.False(t, ok, k)
 	}
 }
+
+// A view started again after Stop loads the bucket's keys again (its
+// first load is not announced twice: Loaded was closed twice, a panic).
+func TestMemberViewStartsAgainAfterStop(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	js := startJetStream(t)
+	kv, err := js.CreateKeyValue(ctx, leaseBucketConfig(time.Minute))
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, MemberKey("r1"), []byte("x"))
+	require.NoError(t, err)
+	mv := NewMemberView(kv, time.Minute, clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), nil)
+	for range 2 {
+		require.NoError(t, mv.Start(ctx))
+		require.Eventually(t, func() bool { return viewIs(mv, "r1", "r1") }, 10*time.Second, 5*time.Millisecond)
+		mv.Stop()
+	}
+}
