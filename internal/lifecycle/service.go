@@ -14,11 +14,13 @@ import (
 //     the part runs or while it runs already;
 //   - Stop ends the run and returns once the part and every goroutine it
 //     started are gone; Stop before Start, or twice, returns at once;
-//   - Stopped is closed once the run ended (after Stop, or a failed
-//     Start). A part may be started again after Stop.
+//   - Started is closed once the run began (or the opening failed);
+//     Stopped once the run ended (after Stop, or a failed Start). A
+//     part may be started again after Stop.
 type Part interface {
 	Start(ctx context.Context) error
 	Stop()
+	Started() <-chan struct{}
 	Stopped() <-chan struct{}
 }
 
@@ -227,3 +229,6 @@ func (f *Func) Stop() { f.life.Stop() }
 
 // Stopped is closed once the function returned.
 func (f *Func) Stopped() <-chan struct{} { return f.life.Stopped() }
+
+// Started is closed once the function runs.
+func (f *Func) Started() <-chan struct{} { return f.life.Started() }

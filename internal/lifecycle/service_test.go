@@ -40,6 +40,7 @@ func (p *part) Start(ctx context.Context) error {
 }
 
 func (p *part) Stop()                    { p.life.Stop() }
+func (p *part) Started() <-chan struct{} { return p.life.Started() }
 func (p *part) Stopped() <-chan struct{} { return p.life.Stopped() }
 
 func isClosed(c <-chan struct{}) bool {
@@ -161,6 +162,7 @@ func (o *order) Stop() {
 }
 
 func (o *order) Stopped() <-chan struct{} { return o.life.Stopped() }
+func (o *order) Started() <-chan struct{} { return o.life.Started() }
 
 func TestStartAllStopAllReverseOrder(t *testing.T) {
 	t.Parallel()

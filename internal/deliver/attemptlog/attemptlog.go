@@ -258,6 +258,9 @@ func (l *Log) Stop() { l.life.Stop() }
 // Stopped is closed once the writing ended.
 func (l *Log) Stopped() <-chan struct{} { return l.life.Stopped() }
 
+// Started is closed once the writing runs.
+func (l *Log) Started() <-chan struct{} { return l.life.Started() }
+
 // run writes queued records until ctx ends, then what is still queued.
 //
 // Records are published asynchronously, and a run of them shares one

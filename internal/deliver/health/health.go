@@ -261,6 +261,9 @@ func (h *State) Stop() { h.life.Stop() }
 // Stopped is closed once the State stopped (lifecycle.Part).
 func (h *State) Stopped() <-chan struct{} { return h.life.Stopped() }
 
+// Started is closed once the watch runs.
+func (h *State) Started() <-chan struct{} { return h.life.Started() }
+
 // run opens the health bucket and follows its disabled keys until ctx
 // ends.
 func (h *State) run(ctx context.Context) {

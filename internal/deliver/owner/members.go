@@ -119,6 +119,9 @@ func (mv *MemberView) Stop() { mv.life.Stop() }
 // Stopped is closed once the view stopped (lifecycle.Part).
 func (mv *MemberView) Stopped() <-chan struct{} { return mv.life.Stopped() }
 
+// Started is closed once the view runs.
+func (mv *MemberView) Started() <-chan struct{} { return mv.life.Started() }
+
 // run keeps the view until ctx ends.
 func (mv *MemberView) run(ctx context.Context) {
 	first := true

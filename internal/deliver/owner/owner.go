@@ -313,6 +313,9 @@ func (o *Owner) Stop() { o.life.Stop() }
 // Stopped is closed once the Owner stopped (after Stop).
 func (o *Owner) Stopped() <-chan struct{} { return o.life.Stopped() }
 
+// Started is closed once the Owner runs (or its opening failed).
+func (o *Owner) Started() <-chan struct{} { return o.life.Started() }
+
 // Owned returns the partitions this replica holds and is not releasing,
 // sorted.
 func (o *Owner) Owned() []int {

@@ -64,6 +64,9 @@ func (p *Partition) Stop() { p.life.Stop() }
 // Stopped is closed once the commits ended.
 func (p *Partition) Stopped() <-chan struct{} { return p.life.Stopped() }
 
+// Started is closed once the commits run.
+func (p *Partition) Started() <-chan struct{} { return p.life.Started() }
+
 // Err is what the last run returned (see Run); read it once Stopped is
 // closed.
 func (p *Partition) Err() error { return p.life.Err() }

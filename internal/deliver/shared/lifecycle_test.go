@@ -65,7 +65,7 @@ func TestEveryPartSurvivesConcurrentStartsAndStops(t *testing.T) {
 		rounds int
 		make   func(t *testing.T) lifecycle.Part
 	}{
-		{"owner.MemberView", 50, func(*testing.T) lifecycle.Part {
+		{"owner.MemberView", 25, func(*testing.T) lifecycle.Part {
 			return owner.NewMemberView(leasekv, time.Second, clock, log, nil)
 		}},
 		{"owner.Owner", 20, func(t *testing.T) lifecycle.Part {
@@ -74,7 +74,7 @@ func TestEveryPartSurvivesConcurrentStartsAndStops(t *testing.T) {
 			require.NoError(t, err)
 			return o
 		}},
-		{"health.State", 50, func(t *testing.T) lifecycle.Part {
+		{"health.State", 25, func(t *testing.T) lifecycle.Part {
 			h, err := health.New(health.Config{}, health.Deps{JetStream: js, Clock: clock, Logger: log, Replica: "stress"}, []string{"orders"})
 			require.NoError(t, err)
 			return h
@@ -84,7 +84,7 @@ func TestEveryPartSurvivesConcurrentStartsAndStops(t *testing.T) {
 			require.NoError(t, err)
 			return p
 		}},
-		{"unpark.Requests", 50, func(*testing.T) lifecycle.Part { return unpark.New(poskv, nil) }},
+		{"unpark.Requests", 25, func(*testing.T) lifecycle.Part { return unpark.New(poskv, nil) }},
 		{"attemptlog.Log", 50, func(t *testing.T) lifecycle.Part {
 			l, err := attemptlog.New(js, attemptlog.Config{Replica: "stress", Logger: log, Clock: clock})
 			require.NoError(t, err)

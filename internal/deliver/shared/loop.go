@@ -80,6 +80,9 @@ func (l *loop) Stop() { l.life.Stop() }
 // Stopped is closed once the loop ended.
 func (l *loop) Stopped() <-chan struct{} { return l.life.Stopped() }
 
+// Started is closed once the loop runs.
+func (l *loop) Started() <-chan struct{} { return l.life.Started() }
+
 // take asks the loop to take partition p from just after floor for fan
 // and waits for the answer (reader.Take's error, or the reader's opening
 // error), ctx's end or the loop's.

@@ -445,6 +445,9 @@ func (r *Replica) Stop() { r.life.Stop() }
 // Stopped is closed once the replica stopped.
 func (r *Replica) Stopped() <-chan struct{} { return r.life.Stopped() }
 
+// Started is closed once the replica runs (or its opening failed).
+func (r *Replica) Started() <-chan struct{} { return r.life.Started() }
+
 // startHealth starts the replica's own health with its first read
 // bounded by healthLoadTimeout.
 type startHealth struct{ *health.State }

@@ -17,8 +17,9 @@ import (
 // the test (a generous bound on a loaded machine, not a speed check).
 const stopWait = 30 * time.Second
 
-// Stress runs rounds rounds in which workers goroutines (0: 8) each call
-// Start (with ctx), Stopped and Stop on p at once, in a mixed order;
+// Stress runs rounds rounds; each starts p, waits for Started, then has
+// workers goroutines (0: 8) each call Start (with ctx), Started and
+// Stopped, or Stop on p at once, in a mixed order;
 // after each round it stops p and checks that Stop returned and Stopped
 // is closed. It fails t on a Start error other than context.Canceled
 // (a Stop during the opening), or a Stop that does not return. Goroutines left behind are
@@ -29,6 +30,12 @@ func Stress(t testing.TB, ctx context.Context, p lifecycle.Part, rounds, workers
 		workers = 8
 	}
 	for round := range rounds {
+		// Each round begins with p running (or its opening failed), so
+		// that the Stops below meet a run, not only Starts.
+		if err := p.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("round %d: Start: %v", round, err)
+		}
+		<-p.Started()
 		var wg sync.WaitGroup
 		for w := range workers {
 			wg.Go(func() {
@@ -40,7 +47,7 @@ func Stress(t testing.TB, ctx context.Context, p lifecycle.Part, rounds, workers
 						t.Errorf("round %d: Start: %v", round, err)
 					}
 				case 2:
-					_ = p.Stopped()
+					_, _ = p.Started(), p.Stopped()
 				case 3:
 					p.Stop()
 				}

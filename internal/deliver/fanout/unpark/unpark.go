@@ -155,6 +155,9 @@ func (rq *Requests) Stop() { rq.life.Stop() }
 // Stopped is closed once the watch ended.
 func (rq *Requests) Stopped() <-chan struct{} { return rq.life.Stopped() }
 
+// Started is closed once the watch follows the new requests (or its opening failed).
+func (rq *Requests) Started() <-chan struct{} { return rq.life.Started() }
+
 // open starts the watch and applies the requests already written.
 func (rq *Requests) open(ctx context.Context) error {
 	w, err := rq.kv.Watch(context.WithoutCancel(ctx), keyPrefix+">")
