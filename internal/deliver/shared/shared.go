@@ -416,8 +416,9 @@ func (r *Replica) open(ctx context.Context) error {
 // run waits for Stop, then stops the parts open started, the owner
 // first: it releases every partition gracefully (each fan-out closed,
 // its record committed, its lease deleted, so another replica takes
-// over at once); then the dispatch loop (and the reader), the watch of
-// requests and the health.
+// over at once); once the claims' goroutines are done, the watch of
+// requests, the dispatch loop (and the reader) and the health, the
+// reverse of open's order; last the breakers' and health's followers.
 func (r *Replica) run(ctx context.Context) error {
 	<-ctx.Done()
 	r.own.Stop()
@@ -430,11 +431,11 @@ func (r *Replica) run(ctx context.Context) error {
 // stopFollowers ends the breakers' and the health's followers and waits
 // for them.
 func (r *Replica) stopFollowers() {
+	r.subs.mu.Lock()
+	r.subs.bctx = nil // no follower of a breaker added from now on (watchBreaker)
+	r.subs.mu.Unlock()
 	r.follow()
 	r.bg.Wait()
-	r.subs.mu.Lock()
-	r.subs.bctx = nil // no follower of a breaker added from now on
-	r.subs.mu.Unlock()
 }
 
 // Stop stops the replica (run) and returns once every part it started
