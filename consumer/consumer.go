@@ -254,18 +254,23 @@ func (c *Consumer) Run(ctx context.Context) error {
 // the engine stopped (the records of the deliveries that finish during a
 // graceful stop are written too).
 func (c *Consumer) deliver(ctx context.Context) error {
+	var parts []lifecycle.Part // stopped in reverse once the engine stopped
 	if c.attempts != nil {
-		lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() { defer close(done); c.attempts.Run(lctx) }()
-		defer func() { stop(); <-done }()
+		parts = append(parts, c.attempts)
 	}
 	if c.live != nil {
-		wctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); c.watch(wctx) }()
-		defer func() { stop(); <-done }()
+		parts = append(parts, lifecycle.NewFunc(func(wctx context.Context) error {
+			wctx, cancel := context.WithCancel(wctx)
+			defer cancel()
+			defer context.AfterFunc(ctx, cancel)() // the watch ends with ctx, not with the engine
+			c.watch(wctx)
+			return nil
+		}))
 	}
+	if err := lifecycle.StartAll(ctx, parts...); err != nil {
+		return err
+	}
+	defer lifecycle.StopAll(parts...)
 	return c.engine.Run(ctx)
 }
 

@@ -67,7 +67,7 @@ func (c *Consumer) watch(ctx context.Context) {
 					}
 				}
 				// Not in this callback: the watch goes on meanwhile.
-				go func() { a.wait(ctx); c.live.Loaded() }()
+				a.wg.Go(func() { a.wait(ctx); c.live.Loaded() }) // joined as the watch ends
 				return
 			}
 			if ch.Initial {

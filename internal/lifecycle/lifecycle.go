@@ -1,9 +1,13 @@
-// Package lifecycle is the start/stop life cycle that the front doors
-// (bridge, consumer) share: run once, in the background (Start) or the
-// foreground (Run); Stop cancels the run and waits for it with the
+// Package lifecycle is the one start/stop life cycle of the project.
+// Every long-running part of the consumer engine is a Part (Start in the
+// background, a synchronous Stop safe before Start and twice, Stopped
+// closed once it ended), kept in a Service field; its parent starts and
+// stops it through that contract (StartAll, StopAll). The front doors
+// (bridge, consumer) keep a Runner: run once, in the background (Start)
+// or the foreground (Run); Stop cancels the run and waits for it with the
 // caller's context.
 //
-// The rules, the same for every front door:
+// A Runner's rules:
 //   - a Runner runs once: a second Start or Run returns the error given to
 //     New (ErrAlreadyStarted by default), also while the first runs;
 //   - a setup step that fails leaves the Runner unstarted, so Start may be

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/internal/promreg"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -132,6 +133,8 @@ type Log struct {
 
 	warnMu   sync.Mutex
 	warnedAt time.Time
+
+	life lifecycle.Service
 }
 
 // New returns an Log writing through js. It fails when a
@@ -240,10 +243,25 @@ func (l *Log) RecordAttempt(a Attempt) {
 	}
 }
 
-// Run writes queued records until ctx ends, then writes what is still
-// queued (for at most a second), waits for their PubAcks (at most
-// pubAckWait) and returns; end ctx after the Consumer's Run returned, so a
-// clean shutdown keeps the last attempts.
+// Start writes queued records in the background until Stop
+// (lifecycle.Part); then it writes what is still queued (for at most a
+// second) and waits for their PubAcks (at most pubAckWait). Stop it
+// after the engine stopped, so a clean shutdown keeps the last
+// attempts. It returns nil.
+func (l *Log) Start(ctx context.Context) error {
+	return l.life.Start(ctx, nil, func(ctx context.Context) error { l.run(ctx); return nil })
+}
+
+// Stop ends the writing (see Start) and returns once it ended.
+func (l *Log) Stop() { l.life.Stop() }
+
+// Stopped is closed once the writing ended.
+func (l *Log) Stopped() <-chan struct{} { return l.life.Stopped() }
+
+// Started is closed once the writing runs.
+func (l *Log) Started() <-chan struct{} { return l.life.Started() }
+
+// run writes queued records until ctx ends, then what is still queued.
 //
 // Records are published asynchronously, and a run of them shares one
 // PubAck: a record asks for one (is published with a reply subject) when
@@ -259,7 +277,7 @@ func (l *Log) RecordAttempt(a Attempt) {
 // after its own publish) drops the run it stood for, which is counted
 // whole: what refuses a record (no stream, a full store, no leader)
 // refuses the records just before it too.
-func (l *Log) Run(ctx context.Context) {
+func (l *Log) run(ctx context.Context) {
 	runs := &pendingRuns{n: map[*nats.Msg]int{}}
 	// A JetStream context of its own: nats.go then times each PubAck out
 	// and reports failures to fail itself, and no goroutine waits on each

@@ -101,7 +101,7 @@ type Position interface {
 	Edit(fn func(*position.Record))
 	EditCursor(sub string, fn func(*position.Cursor)) bool
 	Detach(sub, state string) bool
-	Start(sub, state string, floor uint64) bool
+	StartCursor(sub, state string, floor uint64) bool
 	Rejoin(sub string) bool
 	Drop(sub string) bool
 	Flush(ctx context.Context) error

@@ -13,7 +13,7 @@ import (
 // "Replay, dead letters, start positions"): it receives the partition's
 // events after the sequence after (0: from the events stream's first).
 // When after is below the partition's head it starts as a StateBehind
-// cursor from after (position.Partition.Start: its key holds the start,
+// cursor from after (position.Partition.StartCursor: its key holds the start,
 // so an owner taking over reads from there too), which CatchUp reads and
 // rejoins live as any cursor; at or above the head it joins live at
 // once, from after (the record lists it as a member from after, and the
@@ -56,7 +56,7 @@ func (p *Partition) Join(sub string, after uint64) error {
 			slog.String("subscription", sub), slog.Uint64("after", after))
 		return nil
 	}
-	if !p.pos.Start(sub, StateBehind, after) {
+	if !p.pos.StartCursor(sub, StateBehind, after) {
 		// The record or a cursor has it after all (written since the
 		// claim by this owner): its first event makes its state.
 		return nil

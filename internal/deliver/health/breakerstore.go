@@ -21,7 +21,7 @@ type breakerStore struct {
 }
 
 // BreakerStore returns the store of the shared breaker states in the
-// health bucket, for breaker.Set.Share: until Load or Run opened the
+// health bucket, for breaker.Set.Share: until Load or Start opened the
 // bucket, its calls fail and the breakers go by their local state.
 func (h *State) BreakerStore() breaker.Store {
 	return breakerStore{h: h}

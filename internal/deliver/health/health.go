@@ -26,6 +26,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
+	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/internal/promreg"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -173,12 +174,14 @@ type State struct {
 	// subscription fails (the usual case) takes no lock.
 	failing atomic.Int64
 	changed chan struct{}
+
+	life lifecycle.Service
 }
 
 // New returns the health of the subscriptions names (their disabled
 // gauges set to 0), with cfg's zero fields at their defaults. It fails
 // when cfg.OpsWebhookURL is set without a valid OpsWebhookSecret, or the
-// gauge cannot be registered. Nothing is read before Load or Run.
+// gauge cannot be registered. Nothing is read before Load or Start.
 func New(cfg Config, d Deps, names []string) (*State, error) {
 	if cfg.DisableAfter == 0 {
 		cfg.DisableAfter = DefaultDisableAfter
@@ -237,10 +240,33 @@ func healthBucket(ctx context.Context, js jetstream.JetStream, replicas int) (je
 	return kv, nil
 }
 
-// Run opens the health bucket and follows its disabled keys until ctx
-// ends, reopening the watch after a pause when it breaks. Until the
-// bucket answers, the replica goes by its own state.
-func (h *State) Run(ctx context.Context) {
+// Start reads the disabled keys once (Load, bounded by ctx), then
+// follows the health bucket in the background until Stop
+// (lifecycle.Part), reopening the watch after a pause when it breaks.
+// Until the bucket answers, the replica goes by its own state. It
+// returns nil: a bucket that does not answer is waited for.
+func (h *State) Start(ctx context.Context) error {
+	return h.life.Start(ctx, func(ctx context.Context) error { h.Load(ctx); return nil }, func(ctx context.Context) error {
+		h.run(ctx)
+		h.shared.wait() // the streak writes under way
+		h.Wait()        // the announcements under way
+		return nil
+	})
+}
+
+// Stop ends the watch and returns once it ended and the streak writes
+// and announcements under way are done (lifecycle.Part).
+func (h *State) Stop() { h.life.Stop() }
+
+// Stopped is closed once the State stopped (lifecycle.Part).
+func (h *State) Stopped() <-chan struct{} { return h.life.Stopped() }
+
+// Started is closed once the watch runs.
+func (h *State) Started() <-chan struct{} { return h.life.Started() }
+
+// run opens the health bucket and follows its disabled keys until ctx
+// ends.
+func (h *State) run(ctx context.Context) {
 	var pause backoff.Backoff
 	for ctx.Err() == nil {
 		kv, err := healthBucket(ctx, h.js, h.replicas)
@@ -265,7 +291,7 @@ func (h *State) Run(ctx context.Context) {
 
 // Load reads the disabled keys once (so that a disabled subscription
 // does not start before the watch caught up); a failure is logged and
-// left to Run.
+// left to the watch (Start).
 func (h *State) Load(ctx context.Context) {
 	kv, err := healthBucket(ctx, h.js, h.replicas)
 	if err != nil {

@@ -54,11 +54,8 @@ func (b bundle) start(t *testing.T, replica string, cfg health.Config, d health.
 	d.JetStream, d.Clock, d.Replica = b.js, b.clock, replica
 	s, err := health.New(cfg, d, names)
 	require.NoError(t, err)
-	s.Load(b.ctx)
-	ctx, cancel := context.WithCancel(b.ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; s.Wait() })
+	require.NoError(t, s.Start(b.ctx))
+	t.Cleanup(s.Stop)
 	return s
 }
 
@@ -298,7 +295,7 @@ func TestBreakerStoreSwapsAndShares(t *testing.T) {
 	early, err := health.New(health.Config{}, health.Deps{JetStream: b.js, Clock: b.clock}, nil)
 	require.NoError(t, err)
 	_, _, err = early.BreakerStore().Load(b.ctx, "https://hooks.example.com")
-	require.Error(t, err, "the bucket is not open before Load or Run")
+	require.Error(t, err, "the bucket is not open before Load or Start")
 
 	var seen observed
 	r1 := b.start(t, "r1", health.Config{}, health.Deps{}, "orders")
@@ -366,7 +363,7 @@ func TestOpsWebhookRetriesOnTheClock(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ops := newOpsReceiver(t, 2)
-	// No Load or Run: the disable is this replica's alone, and the only
+	// No Load or Start: the disable is this replica's alone, and the only
 	// timers on the clock are the webhook's pauses.
 	s, err := health.New(health.Config{OpsWebhookURL: ops.URL, OpsWebhookSecret: secret},
 		health.Deps{JetStream: b.js, Clock: b.clock, Replica: "r1"}, []string{"orders"})

@@ -48,6 +48,8 @@ type sharedStreaks struct {
 	// n is len(since)+len(written), read without the lock: a 2xx when no
 	// streak exists (the usual case) takes no lock.
 	n atomic.Int64
+	// wg counts the writes under way (the State's Stop waits for them).
+	wg sync.WaitGroup
 }
 
 func newSharedStreaks() *sharedStreaks {
@@ -110,11 +112,11 @@ func (s *sharedStreaks) record(kv jetstream.KeyValue, name string, since time.Ti
 	s.count()
 	s.mu.Unlock()
 	data, _ := json.Marshal(streakRecord{Since: since.UTC()})
-	go func() {
+	s.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), healthWriteTimeout)
 		defer cancel()
 		_, _ = kv.Create(ctx, wire.StreakKey(name), data) // exists: an earlier start stands
-	}()
+	})
 }
 
 // end forgets name's streak and deletes its key from kv when one is
@@ -133,11 +135,18 @@ func (s *sharedStreaks) end(kv jetstream.KeyValue, name string) {
 	if !known || kv == nil {
 		return
 	}
-	go func() {
+	s.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), healthWriteTimeout)
 		defer cancel()
 		_ = kv.Delete(ctx, wire.StreakKey(name))
-	}()
+	})
+}
+
+// wait waits for the writes under way (none on a nil s).
+func (s *sharedStreaks) wait() {
+	if s != nil {
+		s.wg.Wait()
+	}
 }
 
 // forget drops what s knows of name's streak, without I/O.

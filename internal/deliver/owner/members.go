@@ -10,6 +10,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jsbridge/jsbridge/internal/lifecycle"
 )
 
 // MemberView is this replica's picture of the lease bucket, kept from
@@ -33,7 +35,7 @@ import (
 // Staleness. The watch is an ordered consumer: nats.go makes it again
 // from the next sequence after a gap or missed heartbeats, so nothing is
 // missed while the bucket lives; when the bucket's stream is gone the
-// watch ends and Run starts a new one, which sends every key again. A
+// watch ends and the view starts a new one, which sends every key again. A
 // bucket deleted and created again while nats.go was making the watch's
 // consumer again would leave the watch past the new bucket's end, seeing
 // nothing. So each cycle tells the view the revision of each heartbeat
@@ -53,7 +55,8 @@ type MemberView struct {
 	// created again by the caller).
 	failed func(ctx context.Context, err error)
 
-	restart chan struct{} // Check asks Run for a new watch
+	life    lifecycle.Service
+	restart chan struct{} // Check asks run for a new watch
 	loaded  chan struct{} // closed once a watch sent every key the first time
 
 	mu    sync.Mutex
@@ -91,8 +94,8 @@ const staleChecks = 2
 
 // NewMemberView returns the view of kv (the lease bucket, whose keys
 // expire after ttl), on clock. failed is called with the error
-// when a watch could not start (then Run retries after a second on
-// clock); nil: nothing. Run keeps it.
+// when a watch could not start (then the view retries after a second on
+// clock); nil: nothing. Start keeps it.
 func NewMemberView(kv jetstream.KeyValue, ttl time.Duration, clock clockwork.Clock, log *slog.Logger, failed func(context.Context, error)) *MemberView {
 	if failed == nil {
 		failed = func(context.Context, error) {}
@@ -102,10 +105,25 @@ func NewMemberView(kv jetstream.KeyValue, ttl time.Duration, clock clockwork.Clo
 		leases: map[int]heartbeat{}, pending: map[string]uint64{}, stale: map[string]int{}}
 }
 
-// Run keeps the view until ctx ends: it watches the bucket's keys,
-// rebuilds the view from each new watch's first keys, and starts a new
-// watch when one ends or Check asks for it.
-func (mv *MemberView) Run(ctx context.Context) {
+// Start keeps the view in the background until Stop (lifecycle.Part):
+// it watches the bucket's keys, rebuilds the view from each new watch's
+// first keys, and starts a new watch when one ends or Check asks for
+// it. It opens nothing, so it returns nil.
+func (mv *MemberView) Start(ctx context.Context) error {
+	return mv.life.Start(ctx, nil, func(ctx context.Context) error { mv.run(ctx); return nil })
+}
+
+// Stop ends the watch and returns once it ended (lifecycle.Part).
+func (mv *MemberView) Stop() { mv.life.Stop() }
+
+// Stopped is closed once the view stopped (lifecycle.Part).
+func (mv *MemberView) Stopped() <-chan struct{} { return mv.life.Stopped() }
+
+// Started is closed once the view runs.
+func (mv *MemberView) Started() <-chan struct{} { return mv.life.Started() }
+
+// run keeps the view until ctx ends.
+func (mv *MemberView) run(ctx context.Context) {
 	first := true
 	for ctx.Err() == nil {
 		// A new slice each time: nats.go's WatchFiltered rewrites its keys
@@ -149,7 +167,7 @@ func (mv *MemberView) follow(ctx context.Context, w jetstream.KeyWatcher, first 
 			return
 		}
 		if !open {
-			return // the watch ended (its stream gone): Run starts a new one
+			return // the watch ended (its stream gone): run starts a new one
 		}
 		mv.mu.Lock()
 		if e == nil {
@@ -157,7 +175,11 @@ func (mv *MemberView) follow(ctx context.Context, w jetstream.KeyWatcher, first 
 				mv.members, mv.leases, mv.ready = nextMembers, nextLeases, true
 				nextMembers, nextLeases = nil, nil
 				if *first {
-					close(mv.loaded)
+					select {
+					case <-mv.loaded: // loaded by a run before a Stop
+					default:
+						close(mv.loaded)
+					}
 					*first = false
 				}
 			}

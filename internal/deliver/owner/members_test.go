@@ -28,10 +28,8 @@ func leaseBucketConfig(ttl time.Duration) jetstream.KeyValueConfig {
 func startMemberView(t *testing.T, kv jetstream.KeyValue, ttl time.Duration, clock clockwork.Clock, failed func(context.Context, error)) *MemberView {
 	t.Helper()
 	lv := NewMemberView(kv, ttl, clock, slog.New(slog.DiscardHandler), failed)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); lv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	require.NoError(t, lv.Start(context.Background()))
+	t.Cleanup(lv.Stop)
 	select {
 	case <-lv.loaded:
 	case <-time.After(10 * time.Second):
@@ -245,10 +243,8 @@ func TestMemberViewFollowsReplicasAndPartitionLeases(t *testing.T) {
 	put("lease.s.4")
 	clock := clockwork.NewFakeClock()
 	mv := NewMemberView(kv, ttl, clock, slog.New(slog.DiscardHandler), nil)
-	vctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); mv.Run(vctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	require.NoError(t, mv.Start(ctx))
+	t.Cleanup(mv.Stop)
 	mv.WaitLoaded(ctx, time.Hour)
 	leasesAre := func(ps ...int) bool {
 		taken, err := mv.Leases()
@@ -294,5 +290,23 @@ func TestKeysReadBack(t *testing.T) {
 	for _, k := range []string{"member.s.r1", "member.", "lease.p1"} {
 		_, ok := ParseMemberKey(k)
 		require.False(t, ok, k)
+	}
+}
+
+// A view started again after Stop loads the bucket's keys again (its
+// first load is not announced twice: Loaded was closed twice, a panic).
+func TestMemberViewStartsAgainAfterStop(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	js := startJetStream(t)
+	kv, err := js.CreateKeyValue(ctx, leaseBucketConfig(time.Minute))
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, MemberKey("r1"), []byte("x"))
+	require.NoError(t, err)
+	mv := NewMemberView(kv, time.Minute, clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), nil)
+	for range 2 {
+		require.NoError(t, mv.Start(ctx))
+		require.Eventually(t, func() bool { return viewIs(mv, "r1", "r1") }, 10*time.Second, 5*time.Millisecond)
+		mv.Stop()
 	}
 }

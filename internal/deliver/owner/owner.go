@@ -16,6 +16,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -244,9 +245,8 @@ type Owner struct {
 	view *MemberView
 	warn *WarnPace
 
-	wake    chan struct{} // a claim was Done: the next cycle at once
-	stop    context.CancelFunc
-	stopped chan struct{}
+	wake chan struct{} // a claim was Done: the next cycle at once
+	life lifecycle.Service
 
 	mu     sync.Mutex
 	claims map[int]*Claim // held, ending or lost and not yet Done
@@ -268,15 +268,28 @@ func New(cfg Config, deps Deps, cb Callbacks) (*Owner, error) {
 		return nil, errors.New("owner: Callbacks.Gained is nil")
 	}
 	return &Owner{cfg: cfg, js: deps.JetStream, epochs: deps.Epochs, cb: cb, log: cfg.Logger, clock: cfg.Clock,
-		warn: NewWarnPace(cfg.Clock), wake: make(chan struct{}, 1), stopped: make(chan struct{}), claims: map[int]*Claim{}}, nil
+		warn: NewWarnPace(cfg.Clock), wake: make(chan struct{}, 1), claims: map[int]*Claim{}}, nil
 }
 
 // Start opens the lease bucket (creating it when missing) and reads its
-// TTL, then runs the Owner until Stop: the member view's watch and the
+// TTL, then runs the Owner in the background until Stop
+// (lifecycle.Part): the member view (a Part it starts and stops) and the
 // cycles. The first cycle waits for the view's first keys (at most a
 // cycle), so that it shares among the members the bucket holds. ctx
 // bounds the opening only. Errors: the bucket's.
 func (o *Owner) Start(ctx context.Context) error {
+	return o.life.Start(ctx, o.open, func(ctx context.Context) error {
+		if err := o.view.Start(ctx); err != nil {
+			return err
+		}
+		o.run(ctx)
+		o.view.Stop()
+		return nil
+	})
+}
+
+// open opens the lease bucket and makes the member view.
+func (o *Owner) open(ctx context.Context) error {
 	kv, err := Bucket(ctx, o.js, o.bucketConfig())
 	if err != nil {
 		return err
@@ -287,35 +300,21 @@ func (o *Owner) Start(ctx context.Context) error {
 	}
 	o.kv, o.ttl = kv, ttl
 	o.view = NewMemberView(kv, ttl, o.clock, o.log, o.restore)
-	rctx, stop := context.WithCancel(context.Background())
-	o.stop = stop
-	vctx, stopView := context.WithCancel(context.Background())
-	viewDone := make(chan struct{})
-	go func() { defer close(viewDone); o.view.Run(vctx) }()
-	go func() {
-		defer close(o.stopped)
-		o.run(rctx)
-		stopView()
-		<-viewDone
-	}()
 	return nil
 }
 
 // Stop releases every partition (cause ErrStopping), waits for their
 // Done (at most Config.ReleaseWait), deletes their leases and this
 // replica's heartbeat, so that the other replicas take over at once, and
-// returns when the Owner stopped. A Stop before Start, or a second one,
-// returns at once.
-func (o *Owner) Stop() {
-	if o.stop == nil {
-		return
-	}
-	o.stop()
-	<-o.stopped
-}
+// returns when the Owner and its member view stopped. A Stop before
+// Start, or a second one, returns at once.
+func (o *Owner) Stop() { o.life.Stop() }
 
 // Stopped is closed once the Owner stopped (after Stop).
-func (o *Owner) Stopped() <-chan struct{} { return o.stopped }
+func (o *Owner) Stopped() <-chan struct{} { return o.life.Stopped() }
+
+// Started is closed once the Owner runs (or its opening failed).
+func (o *Owner) Started() <-chan struct{} { return o.life.Started() }
 
 // Owned returns the partitions this replica holds and is not releasing,
 // sorted.

@@ -40,14 +40,45 @@ func due(now, since time.Time, dirty, waiting bool, linger time.Duration) (bool,
 }
 
 // Run commits the record (and the cursors) whenever it is due, until ctx
-// ends; then it commits what is left once and returns. A failed commit
-// is retried after a pause (0.5 s doubling to 15 s, on Config.Clock),
-// its waiters waiting. It returns ErrLost as soon as a commit found the
-// record claimed by another owner, or the final commit's error. As it
-// starts, it also purges, beside the commits, the partition's members
-// keys that no record names (a former owner's commit whose record never
-// landed).
-func (p *Partition) Run(ctx context.Context) error {
+// ends or Stop; then it commits what is left once and returns. A failed
+// commit is retried after a pause (0.5 s doubling to 15 s, on
+// Config.Clock), its waiters waiting. It returns ErrLost as soon as a
+// commit found the record claimed by another owner, or the final
+// commit's error; once the partition ended (ErrLost, or a run stopped),
+// the next run returns that at once. As it starts, it also purges,
+// beside the commits, the partition's members keys that no record names
+// (a former owner's commit whose record never landed). Run is the
+// foreground form of Start (lifecycle.Service.Run): ErrAlreadyStarted
+// while it runs.
+func (p *Partition) Run(ctx context.Context) error { return p.life.Run(ctx, nil, p.commits) }
+
+// Start runs the commits (Run) in the background until Stop, or until
+// they end on their own (ErrLost): Stopped is then closed and Err says
+// why (lifecycle.Part). It returns nil.
+func (p *Partition) Start(ctx context.Context) error { return p.life.Start(ctx, nil, p.commits) }
+
+// Stop ends the commits (what is left is committed once) and returns
+// once they ended.
+func (p *Partition) Stop() { p.life.Stop() }
+
+// Stopped is closed once the commits ended.
+func (p *Partition) Stopped() <-chan struct{} { return p.life.Stopped() }
+
+// Started is closed once the commits run.
+func (p *Partition) Started() <-chan struct{} { return p.life.Started() }
+
+// Err is what the last run returned (see Run); read it once Stopped is
+// closed.
+func (p *Partition) Err() error { return p.life.Err() }
+
+// commits is Run's loop.
+func (p *Partition) commits(ctx context.Context) error {
+	p.mu.Lock()
+	end := p.end
+	p.mu.Unlock()
+	if end != nil {
+		return end
+	}
 	dropped := make(chan struct{})
 	go func() { // beside the commits, not in the claim's way
 		defer close(dropped)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/jsbridge/jsbridge/internal/deliver/position/record"
+	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -111,6 +112,8 @@ type Partition struct {
 	key   string
 	token string        // Record.Claim of this claim
 	kick  chan struct{} // something changed, or a waiter came
+
+	life lifecycle.Service // the commits (commit.go)
 
 	mu      sync.Mutex
 	st      state     // what the next commit holds
@@ -316,7 +319,7 @@ func (p *Partition) Detach(sub, state string) bool {
 	return p.change(func() bool { return p.st.detach(sub, state) })
 }
 
-// Start gives subscription sub, which is neither a member of the record
+// StartCursor gives subscription sub, which is neither a member of the record
 // nor has a cursor, a cursor in state whose Floor is floor and which
 // holds nothing settled above it: a subscription new on the partition
 // that reads its events from floor+1 (a start position, the design's
@@ -325,7 +328,7 @@ func (p *Partition) Detach(sub, state string) bool {
 // from the record's floor in between (an owner taking over from that
 // would skip the events below it). Until the cursor key is written, Wait
 // counts nothing of sub settled.
-func (p *Partition) Start(sub, state string, floor uint64) bool {
+func (p *Partition) StartCursor(sub, state string, floor uint64) bool {
 	return p.change(func() bool { return p.st.start(sub, state, floor) })
 }
 

@@ -25,9 +25,9 @@ func TestStartMakesACursorFromAStartBelowTheFloor(t *testing.T) {
 	first.Settled("live", "order-9", Entry{Seq: 101, Version: 0})
 	require.NoError(t, first.Wait(ctx, "live", "order-9", 101))
 
-	require.False(t, first.Start("live", "behind", 10), "a member is left alone")
-	require.True(t, first.Start("new", "behind", 10))
-	require.False(t, first.Start("new", "behind", 0), "once")
+	require.False(t, first.StartCursor("live", "behind", 10), "a member is left alone")
+	require.True(t, first.StartCursor("new", "behind", 10))
+	require.False(t, first.StartCursor("new", "behind", 0), "once")
 	first.Settled("new", "order-1", Entry{Seq: 20, Version: 3})
 	first.mu.Lock()
 	early := first.st.covered(&first.stored, "new", "order-1", 20)

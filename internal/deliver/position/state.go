@@ -93,7 +93,7 @@ func (s *state) detach(sub, st string) bool {
 }
 
 // start gives sub, neither a member nor with a cursor, a cursor in state
-// st from floor with nothing settled above it (see Partition.Start).
+// st from floor with nothing settled above it (see Partition.StartCursor).
 func (s *state) start(sub, st string, floor uint64) bool {
 	if _, member := s.rec.Members[sub]; member || s.live(sub) != nil {
 		return false

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -162,11 +163,12 @@ type Event struct {
 // Reader reads the events stream once for a consumer replica. Make one
 // with Open.
 type Reader struct {
-	cfg Config
-	js  jetstream.JetStream
-	get direct
-	oc  jetstream.Consumer
-	it  jetstream.MessagesContext
+	cfg  Config
+	js   jetstream.JetStream
+	get  direct
+	oc   jetstream.Consumer
+	it   jetstream.MessagesContext
+	stop sync.Once
 
 	head     uint64   // last sequence read live, handed on or dropped
 	owned    []bool   // by partition
@@ -320,12 +322,18 @@ func (r *Reader) live(m jetstream.Msg) (Event, bool, error) {
 
 // Stop ends the live read and deletes the reader's current consumer
 // (the server would after InactiveThreshold). Next returns an error
-// after it.
+// after it. A second Stop does nothing. The reader is a resource of
+// the goroutine that calls Next (the replica's dispatch loop, a
+// lifecycle.Part that opens it and stops it as it ends), not a
+// long-running part of its own: it starts no goroutine (Stop ends those
+// of nats.go's iterator).
 func (r *Reader) Stop() {
-	r.it.Stop()
-	if info := r.oc.CachedInfo(); info != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = r.js.DeleteConsumer(ctx, r.cfg.Stream, info.Name)
-	}
+	r.stop.Do(func() {
+		r.it.Stop()
+		if info := r.oc.CachedInfo(); info != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = r.js.DeleteConsumer(ctx, r.cfg.Stream, info.Name)
+		}
+	})
 }

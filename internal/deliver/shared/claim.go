@@ -15,11 +15,7 @@ import (
 // gained is the owner's Callbacks.Gained: it must not block, so the
 // claim is served by a goroutine of its own.
 func (r *Replica) gained(c *owner.Claim) {
-	r.claims.Add(1)
-	go func() {
-		defer r.claims.Done()
-		r.serve(c)
-	}()
+	r.claims.Go(func() { r.serve(c) }) // joined by run before it stops the other parts
 }
 
 // serve runs partition c.Partition for as long as the claim lasts
@@ -47,10 +43,8 @@ func (r *Replica) serve(c *owner.Claim) {
 		return
 	}
 	r.metrics.Handover(true, metrics.CauseClaimed)
-	runCtx, stopRun := context.WithCancel(context.Background())
-	defer stopRun()
-	ran := make(chan error, 1)
-	go func() { ran <- pos.Run(runCtx) }()
+	_ = pos.Start(ctx) // the commits outlive the claim's context: Stop ends them
+	defer pos.Stop()
 
 	send := sender.New(sender.Config{Replica: r.cfg.Replica, StuckAfter: r.cfg.OrderStuckAfter, Clock: r.cfg.Clock, Logger: log},
 		sender.Deps{Senders: r.senders, Claim: c, Epochs: r.epochs, Letters: r.letters, DeadLettered: r.dead, Breakers: r.subs.breakers, Skipped: r.poskv})
@@ -72,8 +66,8 @@ func (r *Replica) serve(c *owner.Claim) {
 		r.mu.Unlock()
 		select {
 		case <-ctx.Done():
-		case runErr = <-ran:
-			ended = true
+		case <-pos.Stopped():
+			runErr, ended = pos.Err(), true
 			c.Lose() // Run ends on its own only with ErrLost
 		}
 	}
@@ -88,9 +82,9 @@ func (r *Replica) serve(c *owner.Claim) {
 		r.cursors.Drop(sub, c.Partition)
 	}
 	fan.Close()
-	stopRun()
+	pos.Stop()
 	if !ended {
-		runErr = <-ran
+		runErr = pos.Err()
 	}
 	if runErr != nil {
 		log.Warn("shared: the partition's commits ended", slog.Any("error", runErr))

@@ -18,7 +18,7 @@ const healthLoadTimeout = 5 * time.Second
 // a success for health.Config.DisableAfter, disable the subscription in
 // the health bucket, and the replica that disables it announces it (the
 // ops.endpoint.disabled event, the operational webhook). Every replica
-// follows the bucket (health.State.Run) and gives a disabled
+// follows the bucket (health.State.Start) and gives a disabled
 // subscription a cursor in fanout.StateDisabled on every partition it
 // owns (docs/design/next-engine.md, section 3: no reads, nothing held
 // back); enabling it (`consumer subscriptions enable`) sets the cursors

@@ -13,6 +13,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
+	"github.com/jsbridge/jsbridge/internal/lifecycle"
 )
 
 const (
@@ -60,13 +61,27 @@ type loop struct {
 	pending   []request
 	interrupt context.CancelFunc // the running Next's, nil when none
 	wake      chan struct{}      // capacity 1
-	done      chan struct{}      // closed when run returned
+	life      lifecycle.Service
 }
 
 func newLoop(js jetstream.JetStream, cfg reader.Config, log *slog.Logger, claimed func() int) *loop {
 	return &loop{js: js, cfg: cfg, log: log, claimed: claimed, warn: owner.NewWarnPace(clockwork.NewRealClock()),
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
+		wake: make(chan struct{}, 1)}
 }
+
+// Start runs the loop in the background until Stop (lifecycle.Part).
+func (l *loop) Start(ctx context.Context) error {
+	return l.life.Start(ctx, nil, func(ctx context.Context) error { l.run(ctx); return nil })
+}
+
+// Stop ends the loop (and its reader) and returns once it ended.
+func (l *loop) Stop() { l.life.Stop() }
+
+// Stopped is closed once the loop ended.
+func (l *loop) Stopped() <-chan struct{} { return l.life.Stopped() }
+
+// Started is closed once the loop runs.
+func (l *loop) Started() <-chan struct{} { return l.life.Started() }
 
 // take asks the loop to take partition p from just after floor for fan
 // and waits for the answer (reader.Take's error, or the reader's opening
@@ -78,7 +93,7 @@ func (l *loop) take(ctx context.Context, p int, floor uint64, fan *fanout.Partit
 		return err
 	case <-ctx.Done():
 		return context.Cause(ctx)
-	case <-l.done:
+	case <-l.Stopped():
 		return fmt.Errorf("shared: the dispatch loop stopped")
 	}
 }
@@ -91,7 +106,7 @@ func (l *loop) release(p int, fan *fanout.Partition) {
 	done := l.ask(request{p: p, fan: fan, release: true})
 	select {
 	case <-done:
-	case <-l.done:
+	case <-l.Stopped():
 	}
 }
 
@@ -144,7 +159,6 @@ func (l *loop) requests() []request {
 
 // run is the loop, until ctx ends.
 func (l *loop) run(ctx context.Context) {
-	defer close(l.done)
 	var rd *reader.Reader
 	defer func() {
 		if rd != nil {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
-	"github.com/jsbridge/jsbridge/internal/deliver/fanout/unpark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
 
@@ -18,25 +17,8 @@ import (
 // unpark.Request under unpark.Key in the positions bucket, every
 // replica watches them (one watch, unpark.Requests), and the owner of
 // the stream's partition applies it in its cursors' round (CatchUp),
-// which a new request starts at once (the loop's poke).
-
-// watchRequests starts the watch of the operator's requests on the
-// positions bucket; Start calls it once the dispatch loop runs.
-func (r *Replica) watchRequests(ctx context.Context) error {
-	rq, err := unpark.Watch(ctx, r.poskv, r.loop.poke)
-	if err != nil {
-		return err
-	}
-	r.requests = rq
-	return nil
-}
-
-// stopRequests ends the watch (none started: nothing to do).
-func (r *Replica) stopRequests() {
-	if r.requests != nil {
-		r.requests.Stop()
-	}
-}
+// which a new request starts at once (the loop's poke). The watch is
+// one of the replica's parts (Start).
 
 // Sender returns the attempt.Sender of the replica's subscription name
 // (its endpoint, signer and client), nil when the replica has none: a

@@ -59,6 +59,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/shared/sender"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared/seqtime"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -197,7 +198,8 @@ type Replica struct {
 	// loads and runs.
 	health    *health.State
 	ownHealth bool
-	bg        sync.WaitGroup // the health's goroutines
+	bg        sync.WaitGroup // the breakers' and the health's followers
+	follow    context.CancelFunc
 
 	own     *owner.Owner
 	epochs  owner.Epochs
@@ -209,7 +211,10 @@ type Replica struct {
 
 	loop   *loop
 	claims sync.WaitGroup // one per claim being served
-	cancel context.CancelFunc
+	// children are the parts open starts, in this order; run stops
+	// them in reverse.
+	children []lifecycle.Part
+	life     lifecycle.Service
 
 	mu    sync.Mutex
 	parts map[int]served // the partitions taken, by number
@@ -355,11 +360,18 @@ func (r *Replica) subscribe(deps Deps) error {
 	return nil
 }
 
-// Start opens the lease and positions buckets and starts the owner and
-// the dispatch loop; the reader is opened when the first partition is
-// claimed (see loop). ctx bounds the opening only. Errors: the buckets',
-// the events stream's (it must exist), the owner's.
-func (r *Replica) Start(ctx context.Context) error {
+// Start opens the lease and positions buckets and starts the replica's
+// parts (lifecycle.Part): its health (when its own), the dispatch loop,
+// the watch of the operator's requests and the owner; the reader is
+// opened when the first partition is claimed (see loop). ctx bounds the
+// opening only; the replica runs until Stop. Errors: the buckets', the
+// events stream's (it must exist), the owner's; the parts started are
+// stopped again.
+func (r *Replica) Start(ctx context.Context) error { return r.life.Start(ctx, r.open, r.run) }
+
+// open opens the buckets and starts the parts, in the order run stops
+// them in reverse.
+func (r *Replica) open(ctx context.Context) error {
 	info, err := r.js.Stream(ctx, r.cfg.Stream)
 	if err != nil {
 		return fmt.Errorf("shared: events stream %s: %w", r.cfg.Stream, err)
@@ -377,54 +389,74 @@ func (r *Replica) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("shared: %w", err)
 	}
-	lctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
 	// The breakers exist before the health watch's first values, which
 	// hand them the states shared so far (an unknown endpoint's is
-	// ignored).
-	r.watchBreakers(lctx)
-	if r.ownHealth {
-		hctx, hcancel := context.WithTimeout(ctx, healthLoadTimeout)
-		r.health.Load(hctx) // a disabled subscription starts disabled
-		hcancel()
-		r.bg.Go(func() { r.health.Run(lctx) })
-	}
-	r.bg.Go(func() { r.watchHealth(lctx) })
+	// ignored). Their followers and the health's are r.bg, until run
+	// ends r.follow.
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.follow = cancel
+	r.watchBreakers(fctx)
 	r.subs.mu.Lock() // edits poke the loop
 	r.loop = newLoop(r.js, r.rcfg, r.log, func() int { return len(r.own.Owned()) })
 	r.subs.mu.Unlock()
-	go r.loop.run(lctx)
-	err = r.watchRequests(ctx)
-	if err == nil {
-		err = r.own.Start(ctx)
+	r.requests = unpark.New(r.poskv, r.loop.poke)
+	r.children = nil
+	if r.ownHealth {
+		r.children = append(r.children, startHealth{r.health}) // a disabled subscription starts disabled
 	}
-	if err != nil {
-		r.stopRequests()
-		cancel()
-		<-r.loop.done
-		r.bg.Wait()
+	r.children = append(r.children, r.loop, r.requests, r.own)
+	r.bg.Go(func() { r.watchHealth(fctx) })
+	if err := lifecycle.StartAll(ctx, r.children...); err != nil {
+		r.stopFollowers()
 		return fmt.Errorf("shared: %w", err)
 	}
 	return nil
 }
 
-// Stop releases every partition gracefully (each fan-out closed, its
-// record committed, its lease deleted, so another replica takes over at
-// once), then stops the dispatch loop and the reader. A Stop before
-// Start returns at once.
-func (r *Replica) Stop() {
-	if r.own == nil {
-		return
-	}
+// run waits for Stop, then stops the parts open started, the owner
+// first: it releases every partition gracefully (each fan-out closed,
+// its record committed, its lease deleted, so another replica takes
+// over at once); once the claims' goroutines are done, the watch of
+// requests, the dispatch loop (and the reader) and the health, the
+// reverse of open's order; last the breakers' and health's followers.
+func (r *Replica) run(ctx context.Context) error {
+	<-ctx.Done()
 	r.own.Stop()
-	r.claims.Wait()
-	r.cancel()
-	<-r.loop.done
-	r.stopRequests()
+	r.claims.Wait() // the partitions' serve goroutines
+	lifecycle.StopAll(r.children...)
+	r.stopFollowers()
+	return nil
+}
+
+// stopFollowers ends the breakers' and the health's followers and waits
+// for them.
+func (r *Replica) stopFollowers() {
+	r.subs.mu.Lock()
+	r.subs.bctx = nil // no follower of a breaker added from now on (watchBreaker)
+	r.subs.mu.Unlock()
+	r.follow()
 	r.bg.Wait()
-	if r.ownHealth {
-		r.health.Wait() // the announcements under way
-	}
+}
+
+// Stop stops the replica (run) and returns once every part it started
+// stopped (lifecycle.Part). A Stop before Start, or a second one,
+// returns at once.
+func (r *Replica) Stop() { r.life.Stop() }
+
+// Stopped is closed once the replica stopped.
+func (r *Replica) Stopped() <-chan struct{} { return r.life.Stopped() }
+
+// Started is closed once the replica runs (or its opening failed).
+func (r *Replica) Started() <-chan struct{} { return r.life.Started() }
+
+// startHealth starts the replica's own health with its first read
+// bounded by healthLoadTimeout.
+type startHealth struct{ *health.State }
+
+func (h startHealth) Start(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, healthLoadTimeout)
+	defer cancel()
+	return h.State.Start(ctx)
 }
 
 // Owned returns the partitions this replica holds and is not releasing,

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -113,68 +114,112 @@ type Pending struct {
 // owns (not one per partition: the key names no partition, and a watch
 // is a consumer on the server), kept in memory; each Partition given it
 // (fanout.Config.Requests) applies those of its parked streams in
-// CatchUp and deletes them. Make one with Watch; safe for concurrent use.
+// CatchUp and deletes them. Make one with New (or Watch); a
+// lifecycle.Part; safe for concurrent use.
 type Requests struct {
 	kv      jetstream.KeyValue
-	w       jetstream.KeyWatcher
 	changed func()
+	life    lifecycle.Service
+	w       jetstream.KeyWatcher // the watch open returned to run
 	mu      sync.Mutex
 	pending map[[2]string]Pending // by (subscription, stream)
-	done    chan struct{}
 }
 
-// Watch watches the operator's requests of the positions bucket
-// kv, and returns once the ones already written are read. changed, when
-// set, is called (from the watch's goroutine) after each new request:
-// the replica's dispatch loop wakes up to run CatchUp. Stop ends it.
+// New returns the Requests of the positions bucket kv, not watched
+// yet (Start). changed, when set, is called (from the watch's
+// goroutine) after each new request: the replica's dispatch loop wakes
+// up to run CatchUp.
+func New(kv jetstream.KeyValue, changed func()) *Requests {
+	return &Requests{kv: kv, changed: changed, pending: map[[2]string]Pending{}}
+}
+
+// Watch is New and Start.
 func Watch(ctx context.Context, kv jetstream.KeyValue, changed func()) (*Requests, error) {
-	w, err := kv.Watch(context.WithoutCancel(ctx), keyPrefix+">")
+	rq := New(kv, changed)
+	if err := rq.Start(ctx); err != nil {
+		return nil, err
+	}
+	return rq, nil
+}
+
+// Start watches the requests, returns once the ones already written are
+// read (bounded by ctx), and follows the new ones in the background
+// until Stop (lifecycle.Part). Errors: the watch's, or ctx's.
+func (rq *Requests) Start(ctx context.Context) error {
+	return rq.life.Start(ctx, rq.open, rq.run)
+}
+
+// Stop ends the watch and returns once it ended.
+func (rq *Requests) Stop() { rq.life.Stop() }
+
+// Stopped is closed once the watch ended.
+func (rq *Requests) Stopped() <-chan struct{} { return rq.life.Stopped() }
+
+// Started is closed once the watch follows the new requests (or its opening failed).
+func (rq *Requests) Started() <-chan struct{} { return rq.life.Started() }
+
+// open starts the watch and applies the requests already written.
+func (rq *Requests) open(ctx context.Context) error {
+	w, err := rq.kv.Watch(context.WithoutCancel(ctx), keyPrefix+">")
 	if err != nil {
-		return nil, fmt.Errorf("unpark: watch the requests of bucket %s: %w", kv.Bucket(), err)
+		return fmt.Errorf("unpark: watch the requests of bucket %s: %w", rq.kv.Bucket(), err)
 	}
-	rq := &Requests{kv: kv, w: w, changed: changed, pending: map[[2]string]Pending{}, done: make(chan struct{})}
-	ready := make(chan struct{})
-	go rq.run(ready)
-	select {
-	case <-ready:
-		return rq, nil
-	case <-ctx.Done():
-		rq.Stop()
-		return nil, ctx.Err()
-	}
-}
-
-func (rq *Requests) run(ready chan struct{}) {
-	defer close(rq.done)
-	for e := range rq.w.Updates() {
-		if e == nil {
-			close(ready)
-			continue
-		}
-		sub, stream, ok := parseKey(e.Key())
-		if !ok {
-			continue
-		}
-		k := [2]string{sub, stream}
-		var u Request
-		put := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &u) == nil && u.Head > 0
-		rq.mu.Lock()
-		if put {
-			rq.pending[k] = Pending{Request: u, Key: e.Key(), Rev: e.Revision()}
-		} else if r, ok := rq.pending[k]; ok && r.Rev <= e.Revision() {
-			delete(rq.pending, k)
-		}
-		rq.mu.Unlock()
-		if put && rq.changed != nil {
-			rq.changed()
+	for {
+		select {
+		case e, open := <-w.Updates():
+			switch {
+			case !open:
+				return fmt.Errorf("unpark: the watch of bucket %s ended", rq.kv.Bucket())
+			case e == nil: // the requests already written are read
+				rq.w = w
+				return nil
+			}
+			rq.apply(e)
+		case <-ctx.Done():
+			_ = w.Stop()
+			return ctx.Err()
 		}
 	}
 }
 
-// Stop ends the watch.
-func (rq *Requests) Stop() {
-	_ = rq.w.Stop()
-	<-rq.done
+// run applies the new requests until ctx ends or the watch does.
+func (rq *Requests) run(ctx context.Context) error {
+	w := rq.w
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case e, open := <-w.Updates():
+			if !open {
+				return nil
+			}
+			if e != nil {
+				rq.apply(e)
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// apply applies one entry of the watch.
+func (rq *Requests) apply(e jetstream.KeyValueEntry) {
+	sub, stream, ok := parseKey(e.Key())
+	if !ok {
+		return
+	}
+	k := [2]string{sub, stream}
+	var u Request
+	put := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &u) == nil && u.Head > 0
+	rq.mu.Lock()
+	if put {
+		rq.pending[k] = Pending{Request: u, Key: e.Key(), Rev: e.Revision()}
+	} else if r, ok := rq.pending[k]; ok && r.Rev <= e.Revision() {
+		delete(rq.pending, k)
+	}
+	rq.mu.Unlock()
+	if put && rq.changed != nil {
+		rq.changed()
+	}
 }
 
 // Get returns the pending request for subscription sub's stream (a
