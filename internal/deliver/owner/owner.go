@@ -61,8 +61,9 @@ type Config struct {
 	// (0: the server's default, 1).
 	Replicas int
 	// ReleaseWait bounds how long Stop waits for the claims it releases
-	// to be Done (wall clock: it waits for I/O), after which their leases
-	// are left to expire. Default LeaseTTL; negative refused.
+	// to be Done (on the archetype's clock, as all the engine's time: a
+	// test on a fake clock advances it), after which their leases are
+	// left to expire. Default LeaseTTL; negative refused.
 	ReleaseWait time.Duration
 }
 
