@@ -31,12 +31,13 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
-	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/internal/startup"
@@ -54,7 +55,10 @@ var ErrStartupTimeout = startup.ErrTimeout
 // Consumer delivers the events of its subscriptions to their endpoints.
 // Its methods are safe for concurrent use.
 type Consumer struct {
-	cfg      Config
+	cfg Config
+	// arch is the engine's archetype (its clock, Config.Logger,
+	// Config.ReplicaID), made once by New and handed to every part.
+	arch     *base.Archetype
 	js       jetstream.JetStream
 	dlq      *deadletter.DLQ
 	letters  *DeadLetters
@@ -78,6 +82,12 @@ type Consumer struct {
 // attempts-record metrics on cfg.Registerer (an error when they are
 // registered there already). js must not be nil.
 func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
+	return newConsumer(js, cfg, nil)
+}
+
+// newConsumer is New on clock (nil: the real one), the engine's only
+// clock: tests in this package give a fake one.
+func newConsumer(js jetstream.JetStream, cfg Config, clock clockwork.Clock) (*Consumer, error) {
 	if js == nil {
 		return nil, fmt.Errorf("%w: JetStream is nil", ErrInvalidConfig)
 	}
@@ -95,22 +105,23 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 		// records, so consumer status and consumer trace agree:
 		// "<hostname>-<pid>-<random>", unique per process even when host
 		// names and pids repeat (containers).
-		cfg.ReplicaID = owner.ReplicaID()
+		cfg.ReplicaID = base.ReplicaID()
 	}
+	arch := base.New(clock, cfg.Logger, cfg.ReplicaID)
 	breakers, err := breaker.NewSet(cfg.Breaker, cfg.Logger, cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	dlq := deadletter.New(js, deadletter.Config{Stream: cfg.DLQStream, Replicas: cfg.Replicas, Logger: cfg.Logger, EventsStream: cfg.Stream})
-	c := &Consumer{cfg: cfg, js: js, dlq: dlq, letters: &DeadLetters{js: js, q: dlq}, life: lifecycle.New(ErrAlreadyStarted)}
+	dlq := deadletter.New(js, deadletter.Config{Archetype: arch, Stream: cfg.DLQStream, Replicas: cfg.Replicas, EventsStream: cfg.Stream})
+	c := &Consumer{cfg: cfg, arch: arch, js: js, dlq: dlq, letters: &DeadLetters{js: js, q: dlq}, life: lifecycle.New(ErrAlreadyStarted)}
 	var (
 		records attemptlog.Recorder // nil without Config.Attempts
 		record  attemptlog.Mode
 	)
 	if a := cfg.Attempts; a != nil {
 		c.attempts, err = attemptlog.New(js, attemptlog.Config{
-			Stream: a.Stream, MaxAge: a.MaxAge, MaxBytes: a.MaxBytes, Replicas: cfg.Replicas, Replica: or(a.Replica, cfg.ReplicaID),
-			Logger: cfg.Logger, Registerer: cfg.Registerer,
+			Archetype: arch.WithReplica(a.Replica), Stream: a.Stream, MaxAge: a.MaxAge, MaxBytes: a.MaxBytes, Replicas: cfg.Replicas,
+			Registerer: cfg.Registerer,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
@@ -124,7 +135,7 @@ func New(js jetstream.JetStream, cfg Config) (*Consumer, error) {
 	if cfg.SubscriptionStore == nil {
 		subs = engineSubscriptions(cfg.Subscriptions)
 	}
-	se, err := newSharedEngine(js, cfg, sharedDeps{breakers: breakers, letters: dlq, attempts: records, record: record}, subs)
+	se, err := newSharedEngine(arch, js, cfg, sharedDeps{breakers: breakers, letters: dlq, attempts: records, record: record}, subs)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}

@@ -100,7 +100,7 @@ type OpsWebhook = health.OpsWebhook
 // it (within a second), keeping its position; it announces nothing. A
 // subscription already disabled keeps its record.
 func DisableSubscription(ctx context.Context, js jetstream.JetStream, name string) error {
-	return health.SetDisabled(ctx, js, name, ReasonOperator, time.Now())
+	return health.SetDisabled(ctx, nil, js, name, ReasonOperator)
 }
 
 // EnableSubscription enables subscription name: every replica resumes it

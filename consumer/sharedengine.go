@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate/mark"
@@ -63,6 +65,7 @@ type sharedEngine struct {
 	// creates with the second when missing.
 	partitions, replicas int
 	log                  *slog.Logger
+	clock                clockwork.Clock
 	// loaded, when not nil, is closed once the subscriptions bucket's
 	// subscriptions were applied (Loaded): Run starts the replica only
 	// then, since a partition taken with a subscription missing from
@@ -87,7 +90,7 @@ type sharedDeps struct {
 
 // newSharedEngine makes the replica of cfg delivering subs (none when
 // the subscriptions come from the bucket: watch puts them).
-func newSharedEngine(js jetstream.JetStream, cfg Config, deps sharedDeps, subs []subscription.Subscription) (*sharedEngine, error) {
+func newSharedEngine(arch *base.Archetype, js jetstream.JetStream, cfg Config, deps sharedDeps, subs []subscription.Subscription) (*sharedEngine, error) {
 	deliveries, err := deliver.DeliveriesCounter(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -100,8 +103,8 @@ func newSharedEngine(js jetstream.JetStream, cfg Config, deps sharedDeps, subs [
 	if err != nil {
 		return nil, err
 	}
-	r, err := shared.New(shared.Config{Replica: cfg.ReplicaID, Partitions: cfg.Partitions, Stream: cfg.Stream,
-		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Health: cfg.Health.engine(), OrderStuckAfter: cfg.OrderStuckAfter, Logger: cfg.Logger},
+	r, err := shared.New(shared.Config{Archetype: arch, Partitions: cfg.Partitions, Stream: cfg.Stream,
+		LeaseTTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Health: cfg.Health.engine(), OrderStuckAfter: cfg.OrderStuckAfter},
 		shared.Deps{JetStream: js, Subscriptions: subs, Client: cfg.HTTPClient, Breakers: deps.breakers,
 			Deliveries: deliveries, DeadLetters: deps.letters, DeadLettered: dead, Registerer: cfg.Registerer, TracerProvider: cfg.TracerProvider,
 			Attempts: deps.attempts, AttemptsRecord: deps.record})
@@ -109,7 +112,7 @@ func newSharedEngine(js jetstream.JetStream, cfg Config, deps sharedDeps, subs [
 		return nil, err
 	}
 	return &sharedEngine{r: r, js: js, stream: cfg.Stream, partitions: cfg.Partitions, replicas: cfg.Replicas,
-		log: cfg.Logger, replayed: replayed}, nil
+		log: arch.Logger, clock: arch.Clock, replayed: replayed}, nil
 }
 
 // Provision waits for the events stream (an error wrapping JetStream's,
@@ -245,7 +248,7 @@ func (e *sharedEngine) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(d):
+		case <-e.clock.After(d):
 		}
 	}
 	<-ctx.Done()

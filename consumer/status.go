@@ -64,8 +64,8 @@ const (
 )
 
 // StatusConfig says where ReadStatus reads: the events stream (default
-// DefaultStream), the dead-letter stream (default DefaultDLQStream) and
-// the time heartbeats' ages are taken at (default now).
+// DefaultStream) and the dead-letter stream (default DefaultDLQStream).
+// The heartbeats' ages are taken at the time ReadStatus reads.
 type StatusConfig = inspect.StatusConfig
 
 // ReadStatus reads the lease bucket, the positions bucket, the events
@@ -74,7 +74,7 @@ type StatusConfig = inspect.StatusConfig
 // consumer ran yet). Errors are the server's, and a record or cursor
 // that cannot be decoded (wrapping position.ErrCorrupt, naming its key).
 func ReadStatus(ctx context.Context, js jetstream.JetStream, cfg StatusConfig) (Status, error) {
-	return inspect.ReadStatus(ctx, js, cfg)
+	return inspect.ReadStatus(ctx, nil, js, cfg)
 }
 
 // SharedPosition is one partition of the delivery engine's positions

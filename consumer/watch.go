@@ -52,13 +52,13 @@ type liveSubscriptions interface {
 // are removed.
 func (c *Consumer) watch(ctx context.Context) {
 	store := c.cfg.SubscriptionStore.s
-	log := c.cfg.Logger
+	log, clock := c.arch.Logger, c.arch.Clock
 	a := &applier{fleet: c.live, log: log, pending: map[string]subkv.Change{}, busy: map[string]bool{}}
 	defer a.wg.Wait()
 	var pause backoff.Backoff
 	for ctx.Err() == nil {
 		seen := map[string]bool{}
-		began := time.Now()
+		began := clock.Now()
 		err := store.Watch(ctx, func(ch subkv.Change) {
 			if ch.Name == "" { // the end of the initial replay
 				for _, name := range c.live.Names() {
@@ -78,14 +78,14 @@ func (c *Consumer) watch(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if time.Since(began) > backoff.DefaultMax {
+		if clock.Since(began) > backoff.DefaultMax {
 			pause.Reset()
 		}
 		d := pause.Next()
 		log.Warn("watching the subscriptions bucket failed; retrying", slog.Any("error", err), slog.Duration("retry_in", d.Round(time.Millisecond)))
 		select {
 		case <-ctx.Done():
-		case <-time.After(d):
+		case <-clock.After(d):
 		}
 	}
 }
@@ -100,25 +100,24 @@ type applier struct {
 	mu      sync.Mutex
 	pending map[string]subkv.Change // the latest change not applied yet
 	busy    map[string]bool         // a goroutine applies this name's changes
+	idle    chan struct{}           // closed when busy empties; made again when it fills
 	wg      sync.WaitGroup
 
 	ackWaitWarned sync.Map // subscription names warned of their ignored ack_wait
 }
 
-// wait returns once no change waits to be applied (polled every 5 ms),
-// or ctx ended.
+// wait returns once no change waits to be applied, or ctx ended.
 func (a *applier) wait(ctx context.Context) {
-	for ctx.Err() == nil {
-		a.mu.Lock()
-		idle := len(a.busy) == 0
+	a.mu.Lock()
+	if len(a.busy) == 0 {
 		a.mu.Unlock()
-		if idle {
-			return
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(5 * time.Millisecond):
-		}
+		return
+	}
+	idle := a.idle
+	a.mu.Unlock()
+	select {
+	case <-ctx.Done():
+	case <-idle:
 	}
 }
 
@@ -131,6 +130,9 @@ func (a *applier) submit(ctx context.Context, ch subkv.Change) {
 		return
 	}
 	name := ch.Name
+	if len(a.busy) == 0 {
+		a.idle = make(chan struct{})
+	}
 	a.busy[name] = true
 	a.wg.Go(func() {
 		for {
@@ -139,6 +141,9 @@ func (a *applier) submit(ctx context.Context, ch subkv.Change) {
 			delete(a.pending, name)
 			if !ok {
 				delete(a.busy, name)
+				if len(a.busy) == 0 {
+					close(a.idle)
+				}
 			}
 			a.mu.Unlock()
 			if !ok {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
@@ -26,8 +27,8 @@ import (
 
 // The room's own tests: one Attempt against a real HTTP server
 // (httptest), with fake breaker and health it owns the interfaces of,
-// and time on fake clocks: the engine's (the throttle's) and the
-// wall clock that stamps the POST.
+// and time on the archetype's fake clock: the throttle's, and the one
+// that stamps the POST.
 
 // fakeBreaker is a Breaker that is open or closed as told, counting the
 // failures Execute saw.
@@ -98,11 +99,11 @@ func (r *records) list() []attemptlog.Attempt {
 
 // bundle is one test's sender and what surrounds it.
 type bundle struct {
-	snd         *Sender
-	br          *fakeBreaker
-	health      *fakeHealth
-	records     *records
-	clock, wall *clockwork.FakeClock
+	snd     *Sender
+	br      *fakeBreaker
+	health  *fakeHealth
+	records *records
+	clock   *clockwork.FakeClock
 	// requests are the requests the receiver got.
 	requests chan *http.Request
 }
@@ -112,8 +113,7 @@ type bundle struct {
 func setup(t *testing.T, answer http.HandlerFunc) *bundle {
 	t.Helper()
 	b := &bundle{br: &fakeBreaker{}, health: &fakeHealth{}, records: &records{}, requests: make(chan *http.Request, 16),
-		clock: clockwork.NewFakeClockAt(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)),
-		wall:  clockwork.NewFakeClockAt(time.Date(2026, 11, 28, 9, 30, 0, 0, time.UTC))}
+		clock: clockwork.NewFakeClockAt(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))}
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.requests <- r.Clone(context.Background())
 		answer(w, r)
@@ -121,7 +121,7 @@ func setup(t *testing.T, answer http.HandlerFunc) *bundle {
 	t.Cleanup(rc.Close)
 	sub := subscription.Subscription{Name: "orders", URL: rc.URL + "/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"},
 		AllowPrivate: true, MaxDeliver: 3, BackOff: []time.Duration{time.Second, 5 * time.Second}}.WithDefaults()
-	b.snd = newTestSender(t, sub, rc.Client(), Deps{Breaker: b.br, Health: b.health, Clock: b.clock, Wall: b.wall, Attempts: b.records})
+	b.snd = newTestSender(t, sub, rc.Client(), Deps{Breaker: b.br, Health: b.health, Archetype: base.New(b.clock, nil, ""), Attempts: b.records})
 	return b
 }
 
@@ -143,11 +143,11 @@ func status(code int, hdr ...string) http.HandlerFunc {
 	}
 }
 
-// A 2xx: ActAck; the request is signed and stamped on the wall clock,
+// A 2xx: ActAck; the request is signed and stamped on the clock,
 // carries the Idempotency-Key and the replica; the health hears of the
 // success. On the first attempt the attempts record does not get it (the
 // default, attemptlog.ModeFailures); after a failure in place it does,
-// at the wall clock's time.
+// at the clock's time.
 func TestAttemptAcksA2xx(t *testing.T) {
 	t.Parallel()
 	b := setup(t, status(http.StatusNoContent))
@@ -157,12 +157,12 @@ func TestAttemptAcksA2xx(t *testing.T) {
 	require.Equal(t, OutcomeAck, s.Outcome)
 	require.Equal(t, "2xx", s.Class)
 	require.Equal(t, http.StatusNoContent, s.Response.Status)
-	require.Equal(t, b.wall.Now(), s.Response.At, "sent at the wall clock's time")
+	require.Equal(t, b.clock.Now(), s.Response.At, "sent at the clock's time")
 
 	req := <-b.requests
 	require.Equal(t, "1042", req.Header.Get(wire.HeaderIdempotencyKey))
 	require.Equal(t, "r1", req.Header.Get(wire.HeaderReplica))
-	require.Equal(t, strconv.FormatInt(b.wall.Now().Unix(), 10), req.Header.Get(webhook.HeaderWebhookTimestamp), "signed at the wall clock's time")
+	require.Equal(t, strconv.FormatInt(b.clock.Now().Unix(), 10), req.Header.Get(webhook.HeaderWebhookTimestamp), "signed at the clock's time")
 	require.NotEmpty(t, req.Header.Get(webhook.HeaderWebhookSignature))
 
 	require.Equal(t, 1, b.health.succeeded)
@@ -175,7 +175,7 @@ func TestAttemptAcksA2xx(t *testing.T) {
 	rec := b.records.list()
 	require.Len(t, rec, 1, "the 2xx ending a series with a failure is recorded")
 	require.Equal(t, OutcomeAck, rec[0].Outcome)
-	require.Equal(t, b.wall.Now(), rec[0].At)
+	require.Equal(t, b.clock.Now(), rec[0].At)
 	require.Equal(t, http.StatusNoContent, rec[0].Status)
 }
 

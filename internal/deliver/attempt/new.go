@@ -9,12 +9,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
@@ -86,17 +86,13 @@ type Deps struct {
 	Breaker Breaker
 	// Health is the subscriptions' disabled state (nil: always enabled).
 	Health Health
-	// Clock is the engine's clock: the throttle's (nil: the wall
-	// clock).
-	Clock clockwork.Clock
-	// Wall is the clock that stamps and times a POST: the signature's
-	// timestamp (the receiver checks it against its own clock), the
-	// attempt's record and latency, a Retry-After date. Nil: the wall
-	// clock; tests replace it.
-	Wall clockwork.Clock
-	// Logger logs the attempts (nil: discarded); the subscription and
-	// endpoint attributes are added.
-	Logger *slog.Logger
+	// Archetype is the engine's clock and logger (nil: base.Default).
+	// The clock is the throttle's, and it stamps and times each POST:
+	// the signature's timestamp (the receiver checks it against its
+	// own clock), the attempt's record and latency, a Retry-After date.
+	// The logger logs the attempts, with the subscription and endpoint
+	// attributes added.
+	*base.Archetype
 	// Tracer makes the attempt spans (nil: no-op).
 	Tracer trace.Tracer
 	// Metrics are the collectors counted in.
@@ -136,15 +132,7 @@ func New(cfg Config, deps Deps) (*Sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: subscription %q: %w", ErrInvalidConfig, s.Name, err)
 	}
-	if deps.Clock == nil {
-		deps.Clock = clockwork.NewRealClock()
-	}
-	if deps.Wall == nil {
-		deps.Wall = clockwork.NewRealClock()
-	}
-	if deps.Logger == nil {
-		deps.Logger = slog.New(slog.DiscardHandler)
-	}
+	deps.Archetype = base.Default(deps.Archetype)
 	if deps.Tracer == nil {
 		deps.Tracer = tracing.Tracer(nil)
 	}
@@ -165,7 +153,7 @@ func New(cfg Config, deps Deps) (*Sender, error) {
 		static:     StaticHeaders(s.Headers, cfg.UserAgent),
 		tracer:     deps.Tracer,
 		spanName:   spanName(s.Name),
-		wall:       deps.Wall,
+		clock:      deps.Clock,
 		health:     deps.Health,
 		throttle:   newThrottle(deps.Clock, s.RateLimit, deps.Metrics.Rate),
 		deliveries: deps.Metrics.Deliveries,

@@ -54,8 +54,8 @@ type Sender struct {
 	// tracer and spanName make the attempt spans (trace.go).
 	tracer   trace.Tracer
 	spanName string
-	// wall measures and signs the POSTs (see Deps.Wall).
-	wall clockwork.Clock
+	// clock measures and signs the POSTs (Deps.Archetype).
+	clock clockwork.Clock
 	// health is the subscriptions' disabled state; throttle the
 	// subscription's rate limit.
 	health     Health
@@ -136,7 +136,7 @@ func (r *Sender) request(msg Message, id, replica string) ([]byte, http.Header, 
 // an error wrapping ErrLeasePassed, and counts for neither the breaker
 // nor the subscription's health).
 func (r *Sender) send(ctx context.Context, at *Trace, fence PostFence, gen uint64, id string, body []byte, hdr http.Header, order *webhook.OrderFields) (resp Response, notSent error) {
-	at.sending(r.wall.Now())
+	at.sending(r.clock.Now())
 	var fenced error
 	err := r.br.Execute(func() error {
 		pctx := ctx
@@ -153,10 +153,10 @@ func (r *Sender) send(ctx context.Context, at *Trace, fence PostFence, gen uint6
 		if cause := context.Cause(pctx); fence != nil && errors.Is(cause, ErrLeasePassed) && resp.Err != nil {
 			// Cut by the lease, not the endpoint's failure.
 			resp.Err = fmt.Errorf("%w: %w", cause, resp.Err)
-			at.answered(resp, r.wall.Now())
+			at.answered(resp, r.clock.Now())
 			return fmt.Errorf("%w: %w", breaker.ErrExcluded, resp.Err)
 		}
-		at.answered(resp, r.wall.Now())
+		at.answered(resp, r.clock.Now())
 		return resp.breakerErr()
 	})
 	if fenced != nil {
@@ -260,16 +260,16 @@ func (r *Sender) post(ctx context.Context, id string, body []byte, hdr http.Head
 	// is retried through the lease check.
 	req := r.ep.newRequest(ctx, hdr, body)
 	tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(hdr)) // traceparent: the attempt's span
-	signer, now := r.signer.Load(), r.wall.Now()
+	signer, now := r.signer.Load(), r.clock.Now()
 	signer.Sign(hdr, id, now, body)
 	if order != nil {
 		signer.SignOrder(hdr, id, now, *order)
 	}
 
-	start := r.wall.Now()
+	start := r.clock.Now()
 	resp, err := r.ep.do(r.client, req)
 	if err != nil {
-		r.duration.Observe(r.wall.Since(start).Seconds())
+		r.duration.Observe(r.clock.Since(start).Seconds())
 		var ne net.Error
 		timeout := !errors.Is(err, egress.ErrForbiddenAddress) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()))
 		return Response{Err: err, Timeout: timeout, RetryAfter: -1, At: start}
@@ -277,8 +277,8 @@ func (r *Sender) post(ctx context.Context, id string, body []byte, hdr http.Head
 	// Drain (a little of) the body so the connection is reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
-	r.duration.Observe(r.wall.Since(start).Seconds())
-	out := Response{Status: resp.StatusCode, RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), r.wall.Now()), At: start}
+	r.duration.Observe(r.clock.Since(start).Seconds())
+	out := Response{Status: resp.StatusCode, RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), r.clock.Now()), At: start}
 	if resp.StatusCode == http.StatusConflict {
 		out.Order = resp.Header.Get(wire.HeaderOrder)
 		out.OrderEpoch, _ = strconv.ParseUint(resp.Header.Get(wire.HeaderOrderEpoch), 10, 64) // absent or bad: 0, the epoch is doubled
@@ -290,7 +290,7 @@ func (r *Sender) post(ctx context.Context, id string, body []byte, hdr http.Head
 // start starts the attempt's span as a child of the message's trace
 // context and returns the context carrying the span, and the attempt.
 func (r *Sender) start(ctx context.Context, msg Message, id string, attempt int) (context.Context, *Trace) {
-	st := &Trace{attempt: attempt, id: id, msg: msg, began: r.wall.Now()}
+	st := &Trace{attempt: attempt, id: id, msg: msg, began: r.clock.Now()}
 	if h := msg.Header; len(h) > 0 {
 		ctx = tracing.Propagator.Extract(ctx, tracing.HeaderCarrier(h))
 	}

@@ -9,17 +9,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/internal/promreg"
 	"github.com/jsbridge/jsbridge/wire"
@@ -105,16 +102,13 @@ type Config struct {
 	// Replicas is the stream's replica count when Provision creates it.
 	// Default 1.
 	Replicas int
-	// Replica names this process in its records. Default
-	// "<hostname>/<pid>".
-	Replica string
 	// Buffer is how many records may wait to be written. Default 4096.
 	Buffer int
-	// Logger receives write failures (at most one warning a minute).
-	// Default: discard.
-	Logger *slog.Logger
-	// Clock paces the write-failure warnings. Default: the real clock.
-	Clock clockwork.Clock
+	// Archetype is the engine's clock (the write-failure warnings'
+	// pace, the writes' linger and waits), logger (write failures, at
+	// most one warning a minute) and replica id (named in every record).
+	// Default base.Default.
+	*base.Archetype
 	// Registerer receives jsbridge_consumer_attempt_records_dropped_total.
 	// Default nil: not registered.
 	Registerer prometheus.Registerer
@@ -158,16 +152,7 @@ func New(js jetstream.JetStream, cfg Config) (*Log, error) {
 	if cfg.Buffer == 0 {
 		cfg.Buffer = DefaultBuffer
 	}
-	if cfg.Replica == "" {
-		host, _ := os.Hostname()
-		cfg.Replica = host + "/" + strconv.Itoa(os.Getpid())
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
-	}
+	cfg.Archetype = base.Default(cfg.Archetype)
 	switch {
 	case cfg.MaxAge < 0:
 		return nil, fmt.Errorf("deliver: attempts log: MaxAge %s is negative", cfg.MaxAge)
@@ -323,11 +308,11 @@ func (l *Log) run(ctx context.Context) {
 		}
 	}
 	defer func() {
-		t := time.NewTimer(pubAckWait)
+		t := l.cfg.Clock.NewTimer(pubAckWait)
 		defer t.Stop()
 		select {
 		case <-pub.PublishAsyncComplete():
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}()
 	// The newest record is held back for at most linger: when another
@@ -335,7 +320,7 @@ func (l *Log) run(ctx context.Context) {
 	// does, the held one asks for the PubAck of the run.
 	var held Attempt
 	holding := false
-	linger := time.NewTimer(time.Hour)
+	linger := l.cfg.Clock.NewTimer(time.Hour)
 	linger.Stop()
 	lingering := false
 	for {
@@ -349,7 +334,7 @@ func (l *Log) run(ctx context.Context) {
 				linger.Reset(lingerFor)
 				lingering = true
 			}
-		case <-linger.C:
+		case <-linger.Chan():
 			lingering = false
 			if holding {
 				write(held, true)
@@ -360,7 +345,7 @@ func (l *Log) run(ctx context.Context) {
 			if holding {
 				write(held, len(l.queue) == 0)
 			}
-			deadline := time.After(time.Second)
+			deadline := l.cfg.Clock.After(time.Second)
 			for {
 				select {
 				case a := <-l.queue:

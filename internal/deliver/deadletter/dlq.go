@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 	"github.com/nats-io/nats.go"
@@ -58,8 +60,9 @@ type Config struct {
 	// it can be written). Default "": no limits. An existing stream keeps
 	// its own.
 	EventsStream string
-	// Logger receives Provision's warnings. Default: discard.
-	Logger *slog.Logger
+	// Archetype is the engine's clock (a letter's time when it has
+	// none) and logger (Provision's warnings). Default base.Default.
+	*base.Archetype
 }
 
 // DLQ is the JetStream-backed dead-letter stream: a Writer, and the
@@ -77,6 +80,7 @@ type DLQ struct {
 	prefix   string
 	replicas int
 	log      *slog.Logger
+	clock    clockwork.Clock
 }
 
 // New returns a DLQ on js. It does not touch the server: call Provision
@@ -91,10 +95,9 @@ func New(js jetstream.JetStream, cfg Config) *DLQ {
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = 1
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	return &DLQ{js: js, events: cfg.EventsStream, stream: cfg.Stream, prefix: cfg.SubjectPrefix, replicas: cfg.Replicas, log: cfg.Logger}
+	cfg.Archetype = base.Default(cfg.Archetype)
+	return &DLQ{js: js, events: cfg.EventsStream, stream: cfg.Stream, prefix: cfg.SubjectPrefix, replicas: cfg.Replicas, log: cfg.Logger,
+		clock: cfg.Clock}
 }
 
 // Stream returns the dead-letter stream's name.
@@ -232,7 +235,7 @@ func (q *DLQ) DeadLetter(ctx context.Context, dl Letter) error {
 	}
 	at := dl.At
 	if at.IsZero() {
-		at = time.Now()
+		at = q.clock.Now()
 	}
 	h.Set(wire.HeaderDLQSubscription, dl.Subscription)
 	h.Set(wire.HeaderDLQEndpoint, dl.Endpoint)

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
@@ -116,7 +117,7 @@ func TestASubscriptionBehindABacklogReceivesEveryEvent(t *testing.T) {
 			pos, _ := b.claim(t, "replica-a", 1)
 			rec := newRecorder(nil)
 			m := member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: tc.ordered, MaxInHand: 20}
-			f := New(Config{Partition: part, Clock: b.clock}, members(t, m), pos, rec, nil, cursor.NewReader(b.js, reader.Config{}))
+			f := New(Config{Partition: part, Archetype: base.New(b.clock, nil, "")}, members(t, m), pos, rec, nil, cursor.NewReader(b.js, reader.Config{}))
 			t.Cleanup(f.Close)
 
 			// The replica's loop: bursts of live events (the reader is

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
@@ -50,7 +51,7 @@ func TestACursorCatchesUpFromTheEventsStream(t *testing.T) {
 
 	pos, _ := b.claim(t, "replica-a", 1)
 	rec := newRecorder(nil)
-	f := New(Config{Partition: part, Clock: b.clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true, MaxInHand: 4}), pos, rec, nil, cs)
+	f := New(Config{Partition: part, Archetype: base.New(b.clock, nil, "")}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true, MaxInHand: 4}), pos, rec, nil, cs)
 	t.Cleanup(f.Close)
 	require.NoError(t, f.SetState("s", StatePaused))
 	for _, e := range mine {

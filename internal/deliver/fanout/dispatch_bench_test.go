@@ -26,7 +26,7 @@ func (nopPosition) Edit(fn func(*position.Record)) {
 }
 func (nopPosition) EditCursor(string, func(*position.Cursor)) bool { return true }
 func (nopPosition) Detach(string, string) bool                     { return true }
-func (nopPosition) StartCursor(string, string, uint64) bool              { return true }
+func (nopPosition) StartCursor(string, string, uint64) bool        { return true }
 func (nopPosition) Rejoin(string) bool                             { return true }
 func (nopPosition) Drop(string) bool                               { return false }
 func (nopPosition) Flush(context.Context) error                    { return nil }

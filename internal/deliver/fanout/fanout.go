@@ -49,6 +49,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/floor"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
@@ -191,10 +192,9 @@ type Config struct {
 	// Both are passed on in every Delivery.
 	Partition int
 	Epoch     uint64
-	// Clock drives retry pauses. Default the real one.
-	Clock clockwork.Clock
-	// Logger. Default: discard.
-	Logger *slog.Logger
+	// Archetype is the engine's clock (the retry pauses, the order
+	// gate's stuck heads) and logger. Default base.Default.
+	*base.Archetype
 	// Requests are the operator's requests on parked streams (unpark.Request),
 	// applied by CatchUp. Nil: none are (a parked stream stays parked).
 	Requests *unpark.Requests
@@ -261,12 +261,7 @@ type Partition struct {
 // cursors may be nil until a subscription needs a read (CatchUp then
 // fails).
 func New(cfg Config, members *member.Index, pos Position, send Sender, chain Chain, cursors CursorReader) *Partition {
-	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Archetype = base.Default(cfg.Archetype)
 	ctx, cancel := context.WithCancel(context.Background())
 	held := holdStrangers(cfg, members, pos)
 	rec := pos.Record()

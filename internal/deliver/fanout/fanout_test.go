@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
@@ -66,7 +67,7 @@ func TestAStreamsNextVersionWaitsForTheCommitOfThePrevious(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: b.clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), g, rec, nil, nil)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), g, rec, nil, nil)
 	t.Cleanup(f.Close)
 
 	f.Dispatch(event(1, "order-1", 0))
@@ -99,7 +100,7 @@ func TestEventsTheRecordCoversAreNotSentAgainAfterANewClaim(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f = New(Config{Clock: b.clock}, idx, pos, first, nil, nil)
+	f = New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos, first, nil, nil)
 	for _, e := range evs {
 		f.Dispatch(e)
 	}
@@ -114,7 +115,7 @@ func TestEventsTheRecordCoversAreNotSentAgainAfterANewClaim(t *testing.T) {
 
 	pos2, _ := b.claim(t, "replica-b", 2)
 	second := newRecorder(nil)
-	f2 := New(Config{Clock: b.clock}, idx, pos2, second, nil, nil)
+	f2 := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos2, second, nil, nil)
 	t.Cleanup(f2.Close)
 	for _, e := range evs {
 		f2.Dispatch(e)
@@ -144,7 +145,7 @@ func TestAnUnorderedHotStreamsSendsOverlapUpToTheLimit(t *testing.T) {
 		running.Add(-1)
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: b.clock}, members(t, member.Member{Name: "u", Filters: []string{"events.>"}, MaxInFlight: 4}), pos, rec, nil, nil)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, members(t, member.Member{Name: "u", Filters: []string{"events.>"}, MaxInFlight: 4}), pos, rec, nil, nil)
 	t.Cleanup(f.Close)
 	hot := events(1, 20, 1)
 	for _, e := range hot {
@@ -186,7 +187,7 @@ func TestASlowSubscriptionGetsACursorWhileTheFastOnesGoOn(t *testing.T) {
 		return Settlement{Act: Delivered}
 	})
 	st := &store{}
-	f = New(Config{Clock: b.clock}, idx, pos, rec, nil, st)
+	f = New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	evs := events(1, 40, 4)
 	st.add(evs...)
@@ -249,7 +250,7 @@ func TestPauseAndResume(t *testing.T) {
 	rec := newRecorder(nil)
 	st := &store{}
 	idx := members(t, member.Member{Name: "p", Filters: []string{"events.order.>"}, Ordered: true})
-	f := New(Config{Clock: b.clock}, idx, pos, rec, nil, st)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	require.NoError(t, f.SetState("p", StatePaused))
 	require.Error(t, f.SetState("p", "asleep"), "an unknown state is refused")
@@ -287,7 +288,7 @@ func TestAParkedStreamsLaterEventsAreNotSent(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: b.clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, nil)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, nil)
 	t.Cleanup(f.Close)
 	evs := events(1, 6, 2) // order-0: 1, 3, 5; order-1: 2, 4, 6
 	for _, e := range evs {
@@ -312,7 +313,7 @@ func TestTheChainNamesTheEntryTheLookupOrTheLastDelivered(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: b.clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, lookup{}, nil)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, lookup{}, nil)
 	t.Cleanup(f.Close)
 	for _, e := range []reader.Event{event(5, "order-0", 7), event(6, "order-1", 3), event(9, "order-1", 4), event(10, "order-1", 5)} {
 		f.Dispatch(e)
@@ -343,7 +344,7 @@ func TestACursorMadeByAFormerOwnerIsTheNextOwners(t *testing.T) {
 	st.add(evs...)
 	pos, stop := b.claim(t, "replica-a", 1)
 	first := newRecorder(nil)
-	f := New(Config{Clock: b.clock}, idx, pos, first, nil, st)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos, first, nil, st)
 	require.NoError(t, f.SetState("p", StatePaused))
 	for _, e := range evs {
 		f.Dispatch(e)
@@ -355,7 +356,7 @@ func TestACursorMadeByAFormerOwnerIsTheNextOwners(t *testing.T) {
 
 	pos2, _ := b.claim(t, "replica-b", 2)
 	second := newRecorder(nil)
-	f2 := New(Config{Clock: b.clock}, idx, pos2, second, nil, st)
+	f2 := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos2, second, nil, st)
 	t.Cleanup(f2.Close)
 	require.Equal(t, map[string]string{"p": StatePaused}, f2.Behind())
 	require.Equal(t, uint64(6), f2.Floor())
@@ -380,11 +381,11 @@ func TestAFormerOwnerSendsNothingMoreOnceTheRecordIsClaimed(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: b.clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, nil)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, nil)
 	t.Cleanup(f.Close)
 	f.Dispatch(event(1, "order-1", 0))
 	f.Dispatch(event(2, "order-1", 1))
-	_, err := position.Claim(t.Context(), b.js, b.kv, position.Config{Owner: "replica-b", Epoch: 2, Clock: b.clock})
+	_, err := position.Claim(t.Context(), b.js, b.kv, position.Config{Owner: "replica-b", Epoch: 2, Archetype: base.New(b.clock, nil, "")})
 	require.NoError(t, err)
 	close(claimed)
 	eventually(t, func() bool { return f.Err() != nil }, "the fan-out stops")

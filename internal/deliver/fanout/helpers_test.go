@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
@@ -48,7 +49,7 @@ func setup(t *testing.T) *bus {
 // loop until stop (or cleanup).
 func (b *bus) claim(t *testing.T, owner string, epoch uint64) (p *position.Partition, stop func()) {
 	t.Helper()
-	p, err := position.Claim(t.Context(), b.js, b.kv, position.Config{Owner: owner, Epoch: epoch, Clock: b.clock})
+	p, err := position.Claim(t.Context(), b.js, b.kv, position.Config{Owner: owner, Epoch: epoch, Archetype: base.New(b.clock, nil, "")})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
@@ -20,7 +21,7 @@ func TestAJoinedSubscriptionReadsFromItsStartAndRejoins(t *testing.T) {
 	idx := members(t, member.Member{Name: "a", Filters: []string{"events.order.>"}, Ordered: true})
 	rec := newRecorder(nil)
 	st := &store{}
-	f := New(Config{Clock: b.clock}, idx, pos, rec, nil, st)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	evs := events(1, 11, 2)
 	st.add(evs...)
@@ -61,7 +62,7 @@ func TestASubscriptionJoinedAboveTheHeadIsLiveFromItsStart(t *testing.T) {
 	pos, _ := b.claim(t, "replica-a", 1)
 	idx := members(t, member.Member{Name: "a", Filters: []string{"events.>"}})
 	rec := newRecorder(nil)
-	f := New(Config{Clock: b.clock}, idx, pos, rec, nil, nil)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos, rec, nil, nil)
 	t.Cleanup(f.Close)
 	evs := events(1, 8, 3)
 	for _, e := range evs[:3] {
@@ -92,7 +93,7 @@ func TestANewOwnersJoinDoesNotRestartASubscription(t *testing.T) {
 	st.add(evs...)
 	pos, stop := b.claim(t, "replica-a", 1)
 	first := newRecorder(nil)
-	f := New(Config{Clock: b.clock}, idx, pos, first, nil, st)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos, first, nil, st)
 	for _, e := range evs[:6] {
 		f.Dispatch(e)
 	}
@@ -106,7 +107,7 @@ func TestANewOwnersJoinDoesNotRestartASubscription(t *testing.T) {
 
 	pos2, _ := b.claim(t, "replica-b", 2)
 	second := newRecorder(nil)
-	f2 := New(Config{Clock: b.clock}, idx, pos2, second, nil, st)
+	f2 := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos2, second, nil, st)
 	t.Cleanup(f2.Close)
 	require.NoError(t, f2.Join("n", 0))
 	require.NoError(t, f2.Join("l", 0))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
@@ -29,7 +30,7 @@ func TestAMemberAtTheFloorLeftOutOfTheRecordIsNotRestartedByANewOwner(t *testing
 	st.add(evs...)
 	pos, stop := b.claim(t, "replica-a", 1)
 	first := newRecorder(nil)
-	f := New(Config{Clock: b.clock}, idx, pos, first, nil, st)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos, first, nil, st)
 	for _, m := range ms {
 		require.NoError(t, f.Join(m.Name, 0))
 	}
@@ -50,7 +51,7 @@ func TestAMemberAtTheFloorLeftOutOfTheRecordIsNotRestartedByANewOwner(t *testing
 	pos2, _ := b.claim(t, "replica-b", 2)
 	require.Contains(t, pos2.Record().Members, "late", "read back through the members key")
 	second := newRecorder(nil)
-	f2 := New(Config{Clock: b.clock}, idx, pos2, second, nil, st)
+	f2 := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos2, second, nil, st)
 	t.Cleanup(f2.Close)
 	require.NoError(t, f2.Join("late", 0), "its start is below the floor")
 	require.Empty(t, f2.Behind(), "not started again as a cursor from its start")

@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
@@ -51,7 +52,7 @@ func TestAStreamSetAsideKeepsWriteBeforeNextWhileItsSubscriptionHasACursor(t *te
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: clock}, idx, pos, first, nil, st)
+	f := New(Config{Archetype: base.New(clock, nil, "")}, idx, pos, first, nil, st)
 	t.Cleanup(f.Close)
 	for _, e := range evs {
 		f.Dispatch(e)
@@ -80,7 +81,7 @@ func TestAStreamSetAsideKeepsWriteBeforeNextWhileItsSubscriptionHasACursor(t *te
 	f.Close()
 
 	second := newRecorder(nil)
-	f2 := New(Config{Clock: clock}, idx, pos2, second, nil, st)
+	f2 := New(Config{Archetype: base.New(clock, nil, "")}, idx, pos2, second, nil, st)
 	t.Cleanup(f2.Close)
 	require.NoError(t, f2.SetState("s", ""))
 	eventually(t, func() bool {
@@ -118,7 +119,7 @@ func TestANextOwnerKeepsAnAsideWhoseSubscriptionHasACursor(t *testing.T) {
 
 	pos2, _ := b.claim(t, "replica-b", 2)
 	rec := newRecorder(nil)
-	f := New(Config{Clock: clockwork.NewFakeClock()}, idx, pos2, rec, nil, st)
+	f := New(Config{Archetype: base.New(clockwork.NewFakeClock(), nil, "")}, idx, pos2, rec, nil, st)
 	t.Cleanup(f.Close)
 	_, err := f.CatchUp(t.Context()) // the loop's first round, before any event: the head is the floor
 	require.NoError(t, err)

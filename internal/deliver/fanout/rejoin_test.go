@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/wire"
@@ -36,7 +37,7 @@ func TestARejoiningCursorIsNotSentWhatItSettledAboveTheHead(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f = New(Config{Clock: b.clock}, idx, pos, first, nil, st)
+	f = New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos, first, nil, st)
 	for _, e := range evs[:6] {
 		f.Dispatch(e)
 	}
@@ -52,7 +53,7 @@ func TestARejoiningCursorIsNotSentWhatItSettledAboveTheHead(t *testing.T) {
 	pos2, _ := b.claim(t, "replica-b", 2)
 	require.Equal(t, []uint64{1, 2, 3, 4, 5, 6}, pos2.Cursors()["u"].Above, "u's cursor holds what it settled above the floor")
 	second := newRecorder(nil)
-	f2 := New(Config{Clock: b.clock}, idx, pos2, second, nil, st)
+	f2 := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos2, second, nil, st)
 	t.Cleanup(f2.Close)
 	require.Zero(t, f2.Head())
 	require.NoError(t, f2.SetState("u", ""))

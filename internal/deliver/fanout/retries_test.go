@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
@@ -31,7 +32,7 @@ func TestAnUnorderedEventInRetryLetsTheFloorPassAndANewOwnerRetriesIt(t *testing
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: clock}, idx, pos, first, nil, st)
+	f := New(Config{Archetype: base.New(clock, nil, "")}, idx, pos, first, nil, st)
 	for _, e := range evs {
 		f.Dispatch(e)
 	}
@@ -54,7 +55,7 @@ func TestAnUnorderedEventInRetryLetsTheFloorPassAndANewOwnerRetriesIt(t *testing
 		mu.Unlock()
 		return Settlement{Act: Delivered}
 	})
-	f2 := New(Config{Clock: clock}, idx, pos2, second, nil, st)
+	f2 := New(Config{Archetype: base.New(clock, nil, "")}, idx, pos2, second, nil, st)
 	t.Cleanup(f2.Close)
 	require.Equal(t, uint64(5), f2.Floor())
 	eventually(t, func() bool {
@@ -90,7 +91,7 @@ func TestAnUnorderedEventUnsentAtCloseBelowASettledOneIsAllTheNextOwnerSends(t *
 		}
 		return Settlement{Act: Delivered}
 	})
-	f = New(Config{Clock: b.clock}, idx, pos, first, nil, st)
+	f = New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos, first, nil, st)
 	for _, e := range evs {
 		f.Dispatch(e)
 	}
@@ -103,7 +104,7 @@ func TestAnUnorderedEventUnsentAtCloseBelowASettledOneIsAllTheNextOwnerSends(t *
 
 	pos2, _ := b.claim(t, "replica-b", 2)
 	second := newRecorder(nil)
-	f2 := New(Config{Clock: b.clock}, idx, pos2, second, nil, st)
+	f2 := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos2, second, nil, st)
 	t.Cleanup(f2.Close)
 	for _, e := range evs {
 		if e.Seq > f2.Floor() {

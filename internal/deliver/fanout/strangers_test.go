@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 )
@@ -26,7 +27,7 @@ func TestAStrangerIsHeldThenResumedByAnOwnerThatHasIt(t *testing.T) {
 	// a, with both, delivers 1–10.
 	pos, stop := b.claim(t, "replica-a", 1)
 	first := newRecorder(nil)
-	f := New(Config{Clock: b.clock}, both, pos, first, nil, st)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, both, pos, first, nil, st)
 	for _, e := range evs[:10] {
 		f.Dispatch(e)
 	}
@@ -38,7 +39,7 @@ func TestAStrangerIsHeldThenResumedByAnOwnerThatHasIt(t *testing.T) {
 	// b, with s1 only, holds s2's place and delivers 11–20 to s1.
 	pos2, stop2 := b.claim(t, "replica-b", 2)
 	second := newRecorder(nil)
-	f2 := New(Config{Clock: b.clock}, s1Only, pos2, second, nil, st)
+	f2 := New(Config{Archetype: base.New(b.clock, nil, "")}, s1Only, pos2, second, nil, st)
 	require.Equal(t, map[string]string{"s2": StateHeld}, f2.Behind())
 	require.NotContains(t, pos2.Record().Members, "s2", "the floor passes it")
 	for _, e := range evs[10:20] {
@@ -58,7 +59,7 @@ func TestAStrangerIsHeldThenResumedByAnOwnerThatHasIt(t *testing.T) {
 	require.Equal(t, StateHeld, pos3.Cursors()["s2"].State)
 	require.Equal(t, uint64(10), pos3.Cursors()["s2"].Floor)
 	third := newRecorder(nil)
-	f3 := New(Config{Clock: b.clock}, both, pos3, third, nil, st)
+	f3 := New(Config{Archetype: base.New(b.clock, nil, "")}, both, pos3, third, nil, st)
 	t.Cleanup(f3.Close)
 	require.Equal(t, map[string]string{"s2": StateBehind}, f3.Behind())
 	next := 20
@@ -92,7 +93,7 @@ func TestADeletedStrangerIsDropped(t *testing.T) {
 	evs := events(1, 4, 2)
 
 	pos, stop := b.claim(t, "replica-a", 1)
-	f := New(Config{Clock: b.clock}, both, pos, newRecorder(nil), nil, nil)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, both, pos, newRecorder(nil), nil, nil)
 	for _, e := range evs {
 		f.Dispatch(e)
 	}
@@ -103,7 +104,7 @@ func TestADeletedStrangerIsDropped(t *testing.T) {
 
 	// Held, then forgotten (the bucket deleted it while b owns the partition).
 	pos2, stop2 := b.claim(t, "replica-b", 2)
-	f2 := New(Config{Clock: b.clock}, s1Only, pos2, newRecorder(nil), nil, nil)
+	f2 := New(Config{Archetype: base.New(b.clock, nil, "")}, s1Only, pos2, newRecorder(nil), nil, nil)
 	require.NoError(t, pos2.Flush(t.Context()))
 	_, err := b.kv.Get(t.Context(), position.CursorKey("s2", 0))
 	require.NoError(t, err, "the held cursor's key is written")
@@ -120,14 +121,14 @@ func TestADeletedStrangerIsDropped(t *testing.T) {
 	// Listed live again by a (a made-up former record), then claimed by
 	// an owner that knows it was deleted: dropped at the claim.
 	pos3, stop3 := b.claim(t, "replica-a", 3)
-	f3 := New(Config{Clock: b.clock}, both, pos3, newRecorder(nil), nil, nil)
+	f3 := New(Config{Archetype: base.New(b.clock, nil, "")}, both, pos3, newRecorder(nil), nil, nil)
 	require.NoError(t, f3.Join("s2", 4))
 	require.NoError(t, pos3.Flush(t.Context()))
 	f3.Close()
 	stop3()
 	require.Contains(t, pos3.Record().Members, "s2")
 	pos4, _ := b.claim(t, "replica-b", 4)
-	f4 := New(Config{Clock: b.clock, Deleted: func(sub string) bool { return sub == "s2" }}, s1Only, pos4, newRecorder(nil), nil, nil)
+	f4 := New(Config{Archetype: base.New(b.clock, nil, ""), Deleted: func(sub string) bool { return sub == "s2" }}, s1Only, pos4, newRecorder(nil), nil, nil)
 	t.Cleanup(f4.Close)
 	require.Empty(t, f4.Behind())
 	require.NotContains(t, pos4.Record().Members, "s2")

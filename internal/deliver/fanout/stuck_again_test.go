@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
@@ -91,7 +92,7 @@ func TestAStreamSetAsideTwiceSendsItsLaterEventsInOrder(t *testing.T) {
 	rec := newRecorder(g.answer)
 	st := &store{}
 	st.add(evs...)
-	f := New(Config{Clock: clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
+	f := New(Config{Archetype: base.New(clock, nil, "")}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	asides := func() int { return len(pos.Record().Asides) }
 
@@ -135,7 +136,7 @@ func TestAStreamSetAsideAgainWhileItsHeadIsInFlightGoesOn(t *testing.T) {
 	})
 	st := &store{}
 	st.add(evs...)
-	f := New(Config{Clock: clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
+	f := New(Config{Archetype: base.New(clock, nil, "")}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	asides := func() int { return len(pos.Record().Asides) }
 
@@ -211,7 +212,7 @@ func TestAStreamSetAsideAfterTheLastEventWakesTheDispatchLoop(t *testing.T) {
 		default:
 		}
 	}
-	f := New(Config{Clock: clock, Wake: wake}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
+	f := New(Config{Archetype: base.New(clock, nil, ""), Wake: wake}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	asides := func() int { return len(pos.Record().Asides) }
 
@@ -259,7 +260,7 @@ func TestAStreamSetAsideAgainAfterAHandOverSendsItsLaterEventsInOrder(t *testing
 	clock := clockwork.NewFakeClock()
 	g := newGate(1, 7)
 	first := newRecorder(g.answer)
-	f := New(Config{Clock: clock}, idx, pos, first, nil, st)
+	f := New(Config{Archetype: base.New(clock, nil, "")}, idx, pos, first, nil, st)
 	asides := func(p *position.Partition) func() int { return func() int { return len(p.Record().Asides) } }
 	for _, e := range evs[:3] {
 		f.Dispatch(e)
@@ -277,7 +278,7 @@ func TestAStreamSetAsideAgainAfterAHandOverSendsItsLaterEventsInOrder(t *testing
 		"the next owner reads the stream from the head's successor")
 	second := newRecorder(g.answer)
 	wakes := make(chan struct{}, 1)
-	f2 := New(Config{Clock: clock, Wake: func() {
+	f2 := New(Config{Archetype: base.New(clock, nil, ""), Wake: func() {
 		select {
 		case wakes <- struct{}{}:
 		default:

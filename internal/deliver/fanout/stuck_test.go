@@ -7,6 +7,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
@@ -35,7 +36,7 @@ func TestAStuckStreamIsSetAsideAndRejoinsAfterItsHeadSettles(t *testing.T) {
 		return Settlement{Act: Delivered}
 	})
 	st := &store{}
-	f := New(Config{Clock: clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
+	f := New(Config{Archetype: base.New(clock, nil, "")}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	evs := []reader.Event{event(1, "order-0", 0), event(2, "order-1", 0), event(3, "order-0", 1), event(4, "order-0", 2),
 		event(5, "order-0", 3), event(6, "order-1", 1), event(7, "order-0", 4)}
@@ -88,7 +89,7 @@ func TestAHeadRetriedFiveSecondsSetsItsStreamAside(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: clock}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, &store{})
+	f := New(Config{Archetype: base.New(clock, nil, "")}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, &store{})
 	t.Cleanup(f.Close)
 	f.Dispatch(event(1, "order-0", 0))
 	f.Dispatch(event(2, "order-0", 1))
@@ -120,7 +121,7 @@ func TestAStuckStreamIsReadFromItsHeadByTheNextOwner(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: clock}, idx, pos, first, nil, st)
+	f := New(Config{Archetype: base.New(clock, nil, "")}, idx, pos, first, nil, st)
 	for _, e := range evs {
 		f.Dispatch(e)
 	}
@@ -132,7 +133,7 @@ func TestAStuckStreamIsReadFromItsHeadByTheNextOwner(t *testing.T) {
 
 	pos2, _ := b.claim(t, "replica-b", 2)
 	second := newRecorder(nil)
-	f2 := New(Config{Clock: clock}, idx, pos2, second, nil, st)
+	f2 := New(Config{Archetype: base.New(clock, nil, "")}, idx, pos2, second, nil, st)
 	t.Cleanup(f2.Close)
 	eventually(t, func() bool {
 		n, err := f2.CatchUp(t.Context())

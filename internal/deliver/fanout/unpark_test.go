@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/unpark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
@@ -30,7 +31,7 @@ func TestAParkedStreamIsReadAgainAfterTheOperatorsRequest(t *testing.T) {
 		return Settlement{Act: Delivered}
 	})
 	st := &store{}
-	f := New(Config{Clock: b.clock, Requests: rq}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
+	f := New(Config{Archetype: base.New(b.clock, nil, ""), Requests: rq}, members(t, member.Member{Name: "s", Filters: []string{"events.order.>"}, Ordered: true}), pos, rec, nil, st)
 	t.Cleanup(f.Close)
 	evs := events(1, 10, 2) // order-0: 1, 3, 5, 7, 9 (versions 0-4); order-1: 2, 4, 6, 8, 10
 	st.add(evs...)
@@ -94,7 +95,7 @@ func TestANewOwnerAppliesASkipWrittenMeanwhile(t *testing.T) {
 		}
 		return Settlement{Act: Delivered}
 	})
-	f := New(Config{Clock: b.clock}, idx, pos, first, nil, st)
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, idx, pos, first, nil, st)
 	for _, e := range evs {
 		f.Dispatch(e)
 	}
@@ -109,7 +110,7 @@ func TestANewOwnerAppliesASkipWrittenMeanwhile(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(rq.Stop)
 	second := newRecorder(nil)
-	f2 := New(Config{Clock: b.clock, Requests: rq}, idx, pos2, second, nil, st)
+	f2 := New(Config{Archetype: base.New(b.clock, nil, ""), Requests: rq}, idx, pos2, second, nil, st)
 	t.Cleanup(f2.Close)
 	eventually(t, func() bool {
 		n, err := f2.CatchUp(t.Context())

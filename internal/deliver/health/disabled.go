@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -19,9 +19,11 @@ import (
 
 // SetDisabled disables subscription name for every replica (an operator's
 // `consumer subscriptions disable`): it writes its key in the health
-// bucket (created when missing) with reason and the time at, keeping an
-// existing record. It announces nothing.
-func SetDisabled(ctx context.Context, js jetstream.JetStream, name, reason string, at time.Time) error {
+// bucket (created when missing) with reason and the time on arch's clock
+// (nil: base.Default's, the real one), keeping an existing record. It
+// announces nothing.
+func SetDisabled(ctx context.Context, arch *base.Archetype, js jetstream.JetStream, name, reason string) error {
+	at := base.Default(arch).Clock.Now()
 	kv, err := healthBucket(ctx, js, 0)
 	if err != nil {
 		return err

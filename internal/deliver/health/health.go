@@ -25,6 +25,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/internal/promreg"
@@ -124,15 +125,11 @@ type Breakers interface {
 type Deps struct {
 	// JetStream holds the health bucket and the ops stream. Required.
 	JetStream jetstream.JetStream
-	// Clock times the failure streaks, the records and the pauses.
-	// Default: the real clock.
-	Clock clockwork.Clock
-	// Logger logs disables, enables and a health bucket out of reach.
-	// Default: slog.Default().
-	Logger *slog.Logger
-	// Replica is this consumer replica's id, written in the records it
-	// makes.
-	Replica string
+	// Archetype is the engine's clock (the failure streaks, the
+	// records, the pauses), logger (disables, enables, a health bucket
+	// out of reach) and replica id (written in the records it makes).
+	// Default base.Default.
+	*base.Archetype
 	// Replicas is the health bucket's and the ops stream's replica count
 	// when they are created (0: the server's default, 1).
 	Replicas int
@@ -189,16 +186,11 @@ func New(cfg Config, d Deps, names []string) (*State, error) {
 	if cfg.DisableMinFailures == 0 {
 		cfg.DisableMinFailures = DefaultDisableMinFailures
 	}
-	if d.Clock == nil {
-		d.Clock = clockwork.NewRealClock()
-	}
-	if d.Logger == nil {
-		d.Logger = slog.Default()
-	}
+	d.Archetype = base.Default(d.Archetype)
 	if d.HTTPClient == nil {
 		d.HTTPClient = http.DefaultClient
 	}
-	n, err := newNotifier(d.JetStream, cfg, d.Replicas, d.Clock, d.Logger, d.HTTPClient)
+	n, err := newNotifier(d.Archetype, d.JetStream, cfg, d.Replicas, d.HTTPClient)
 	if err != nil {
 		return nil, err
 	}

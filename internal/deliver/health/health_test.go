@@ -21,6 +21,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/webhook"
@@ -51,7 +52,7 @@ func setup(t *testing.T) bundle {
 // disabled keys loaded and followed until the test ends.
 func (b bundle) start(t *testing.T, replica string, cfg health.Config, d health.Deps, names ...string) *health.State {
 	t.Helper()
-	d.JetStream, d.Clock, d.Replica = b.js, b.clock, replica
+	d.JetStream, d.Archetype = b.js, base.New(b.clock, nil, replica)
 	s, err := health.New(cfg, d, names)
 	require.NoError(t, err)
 	require.NoError(t, s.Start(b.ctx))
@@ -200,7 +201,7 @@ func TestDisableAnnouncesOnceAndEnableClears(t *testing.T) {
 func TestFailedCallsForDisablingAfterDisableAfter(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
-	s, err := health.New(health.Config{DisableAfter: time.Hour, DisableMinFailures: 3}, health.Deps{Clock: clock}, []string{"orders"})
+	s, err := health.New(health.Config{DisableAfter: time.Hour, DisableMinFailures: 3}, health.Deps{Archetype: base.New(clock, nil, "")}, []string{"orders"})
 	require.NoError(t, err)
 	require.False(t, s.Failed("orders"))
 	clock.Advance(time.Hour)
@@ -217,7 +218,7 @@ func TestFailedCallsForDisablingAfterDisableAfter(t *testing.T) {
 	clock.Advance(time.Nanosecond)
 	require.True(t, s.Failed("orders"))
 
-	never, err := health.New(health.Config{DisableAfter: -1, DisableMinFailures: 1}, health.Deps{Clock: clock}, nil)
+	never, err := health.New(health.Config{DisableAfter: -1, DisableMinFailures: 1}, health.Deps{Archetype: base.New(clock, nil, "")}, nil)
 	require.NoError(t, err)
 	require.False(t, never.Failed("orders"))
 	clock.Advance(1000 * time.Hour)
@@ -292,7 +293,7 @@ func (o *observed) last() (breaker.SharedState, bool) {
 func TestBreakerStoreSwapsAndShares(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	early, err := health.New(health.Config{}, health.Deps{JetStream: b.js, Clock: b.clock}, nil)
+	early, err := health.New(health.Config{}, health.Deps{JetStream: b.js, Archetype: base.New(b.clock, nil, "")}, nil)
 	require.NoError(t, err)
 	_, _, err = early.BreakerStore().Load(b.ctx, "https://hooks.example.com")
 	require.Error(t, err, "the bucket is not open before Load or Start")
@@ -338,9 +339,10 @@ func TestOperatorDisableEnableRead(t *testing.T) {
 	require.False(t, was, "no bucket: nothing to enable")
 
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	require.NoError(t, health.SetDisabled(b.ctx, b.js, "orders", health.ReasonOperator, at))
-	require.NoError(t, health.SetDisabled(b.ctx, b.js, "orders", "again", at.Add(time.Hour)))
-	require.NoError(t, health.SetDisabled(b.ctx, b.js, "billing", health.ReasonOperator, at))
+	arch, later := base.New(clockwork.NewFakeClockAt(at), nil, ""), base.New(clockwork.NewFakeClockAt(at.Add(time.Hour)), nil, "")
+	require.NoError(t, health.SetDisabled(b.ctx, arch, b.js, "orders", health.ReasonOperator))
+	require.NoError(t, health.SetDisabled(b.ctx, later, b.js, "orders", "again"))
+	require.NoError(t, health.SetDisabled(b.ctx, arch, b.js, "billing", health.ReasonOperator))
 	recs, err = health.ReadDisabled(b.ctx, b.js)
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
@@ -366,7 +368,7 @@ func TestOpsWebhookRetriesOnTheClock(t *testing.T) {
 	// No Load or Start: the disable is this replica's alone, and the only
 	// timers on the clock are the webhook's pauses.
 	s, err := health.New(health.Config{OpsWebhookURL: ops.URL, OpsWebhookSecret: secret},
-		health.Deps{JetStream: b.js, Clock: b.clock, Replica: "r1"}, []string{"orders"})
+		health.Deps{JetStream: b.js, Archetype: base.New(b.clock, nil, "r1")}, []string{"orders"})
 	require.NoError(t, err)
 	at := b.clock.Now()
 	s.Disable(b.ctx, health.DisabledRecord{Subscription: "orders", Reason: health.ReasonGone})

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -47,8 +48,8 @@ const (
 
 // newNotifier returns the notifier of cfg; it fails when OpsWebhookURL is
 // set without a valid OpsWebhookSecret.
-func newNotifier(js jetstream.JetStream, cfg Config, replicas int, clock clockwork.Clock, log *slog.Logger, client *http.Client) (*notifier, error) {
-	n := &notifier{js: js, replicas: replicas, clock: clock, log: log, url: cfg.OpsWebhookURL, client: client}
+func newNotifier(arch *base.Archetype, js jetstream.JetStream, cfg Config, replicas int, client *http.Client) (*notifier, error) {
+	n := &notifier{js: js, replicas: replicas, clock: arch.Clock, log: arch.Logger, url: cfg.OpsWebhookURL, client: client}
 	if cfg.OpsWebhookURL != "" {
 		s, err := webhook.NewSigner(webhook.SchemeStandard, cfg.OpsWebhookSecret)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
@@ -32,8 +33,6 @@ type StatusConfig struct {
 	// DLQStream is the dead-letter stream, whose letters describe the
 	// parked heads. Default: the dead-letter stream's default.
 	DLQStream string
-	// Now is the time the heartbeats' ages are taken at. Default time.Now().
-	Now time.Time
 }
 
 // Status is the shared engine as its buckets hold it: what `consumer
@@ -141,11 +140,9 @@ const StateLive = "live"
 // ran yet). It writes nothing. Errors are the buckets' and streams', and
 // a record or cursor that cannot be decoded (position.ErrCorrupt,
 // naming its key).
-func ReadStatus(ctx context.Context, js jetstream.JetStream, cfg StatusConfig) (Status, error) {
+func ReadStatus(ctx context.Context, arch *base.Archetype, js jetstream.JetStream, cfg StatusConfig) (Status, error) {
 	cfg.EventsStream = cmp.Or(cfg.EventsStream, wire.DefaultEventsStream)
-	if cfg.Now.IsZero() {
-		cfg.Now = time.Now()
-	}
+	now := base.Default(arch).Clock.Now()
 	var st Status
 	beats, leases, err := readLeases(ctx, js)
 	if err != nil {
@@ -174,7 +171,7 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream, cfg StatusConfig) (
 		}
 		st.LastSeq = info.State.LastSeq
 	}
-	st.Replicas = replicasOf(beats, leases, cfg.Now)
+	st.Replicas = replicasOf(beats, leases, now)
 	st.Partitions = partitionsOf(st.Positions, leases)
 	st.Subscriptions = subscriptionsOf(st.Positions, st.LastSeq)
 	st.Stuck, err = stuckOf(ctx, js, events, cfg.DLQStream, st.Positions)

@@ -3,6 +3,7 @@ package migrate_test
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate/cleanup"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
@@ -64,14 +66,31 @@ func applyAndRun(t *testing.T, l *oldLayout, cfg migrate.Config) {
 	require.NoError(t, part.Run(done))
 }
 
-// pastHeartbeats is a clock past the lease TTL of every key written so
-// far: the old heartbeat is stale.
-func pastHeartbeats() clockwork.Clock { return clockwork.NewFakeClockAt(time.Now().Add(2 * leaseTTL)) }
+// pastHeartbeats is a fake clock past the lease TTL of every key
+// written so far (the old heartbeat is stale) that moves on when waited
+// on: whenever the cleanup's watch waits, once before (nil: at once)
+// returns, it is advanced past any watch.
+func pastHeartbeats(t *testing.T, before func()) clockwork.Clock {
+	clock := clockwork.NewFakeClockAt(time.Now().Add(2 * leaseTTL))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for clock.BlockUntilContext(ctx, 1) == nil {
+			if before != nil {
+				before()
+			}
+			clock.Advance(time.Hour)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return clock
+}
 
 // quick is a cleanup.Config dating heartbeats by clock (nil: the real
-// one) that watches the old consumers for 100 ms.
+// one) that watches the old consumers for 100 ms (on clock).
 func quick(clock clockwork.Clock) cleanup.Config {
-	return cleanup.Config{Clock: clock, Watch: 100 * time.Millisecond}
+	return cleanup.Config{Archetype: base.New(clock, nil, ""), Watch: 100 * time.Millisecond}
 }
 
 // keysOf lists a bucket's keys, sorted.
@@ -117,7 +136,7 @@ func TestCleanupAfterApplyDeletesExactlyTheOldLayout(t *testing.T) {
 	letters := dlq.CachedInfo().State.Msgs
 	require.NotZero(t, letters)
 
-	c, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
+	c, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats(t, nil)))
 	require.NoError(t, err)
 	require.NoError(t, c.Err())
 	var parts []string
@@ -160,7 +179,7 @@ func TestCleanupAfterApplyDeletesExactlyTheOldLayout(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, letters, info.State.Msgs, "the dead letters stay")
 
-	again, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
+	again, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats(t, nil)))
 	require.NoError(t, err)
 	require.NoError(t, again.Err())
 	require.True(t, again.Empty(), "a second run finds nothing to do: %+v", again)
@@ -181,7 +200,7 @@ func TestCleanupDeletesTheParkBucketLeftEmpty(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, l.Park.Purge(ctx, legacy.DeliveredKey("gone", 0)))
 	applyAndRun(t, l, cfg)
-	c, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
+	c, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats(t, nil)))
 	require.NoError(t, err)
 	require.Equal(t, legacy.ParkBucket, c.ParkBucket)
 	require.NoError(t, cleanup.Delete(ctx, l.js, c))
@@ -193,7 +212,7 @@ func TestCleanupRefusedBeforeTheMigrationAndBeforeTheSharedEngineRan(t *testing.
 	t.Parallel()
 	l, cfg := cleanupLayout(t)
 	ctx := context.Background()
-	c, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
+	c, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats(t, nil)))
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Err(), cleanup.ErrNotMigrated)
 	require.ErrorContains(t, c.Err(), "run `consumer migrate`")
@@ -206,7 +225,7 @@ func TestCleanupRefusedBeforeTheMigrationAndBeforeTheSharedEngineRan(t *testing.
 	require.NoError(t, err)
 	_, err = migrate.Apply(ctx, l.js, plan, "", 0)
 	require.NoError(t, err)
-	c, err = cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
+	c, err = cleanup.Read(ctx, l.js, quick(pastHeartbeats(t, nil)))
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Err(), cleanup.ErrNotStarted)
 	require.NotErrorIs(t, c.Err(), cleanup.ErrNotMigrated)
@@ -233,7 +252,7 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumWaiting > 0
 	}, 10*time.Second, 10*time.Millisecond)
-	c, err = cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
+	c, err = cleanup.Read(ctx, l.js, quick(pastHeartbeats(t, nil)))
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Err(), cleanup.ErrOldEngineRuns)
 	require.ErrorContains(t, c.Err(), legacy.PartitionDurable("billing", 3)+" on "+legacy.CopyStream(wire.DefaultEventsStream))
@@ -242,7 +261,7 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 	// Stopped, it pulls no more: the server drops its requests.
 	cc.Stop()
 	require.Eventually(t, func() bool {
-		c, err = cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
+		c, err = cleanup.Read(ctx, l.js, quick(pastHeartbeats(t, nil)))
 		return err == nil && c.Err() == nil
 	}, 10*time.Second, 20*time.Millisecond)
 
@@ -254,6 +273,7 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 	audit, err := l.js.Consumer(ctx, wire.DefaultEventsStream, "audit")
 	require.NoError(t, err)
 	busy, stop := context.WithCancel(ctx)
+	var acked atomic.Int64
 	delivering := make(chan struct{})
 	go func() {
 		defer close(delivering)
@@ -263,19 +283,27 @@ func TestCleanupRefusedWhileAnOldReplicaRuns(t *testing.T) {
 				return
 			}
 			for m := range batch.Messages() {
-				_ = m.DoubleAck(busy)
+				if m.DoubleAck(busy) == nil {
+					acked.Add(1)
+				}
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	c, err = cleanup.Read(ctx, l.js, cleanup.Config{Clock: pastHeartbeats(), Watch: time.Second})
+	// The watch ends once the replica acked twice more while it waited.
+	moved := func() {
+		for n := acked.Load(); acked.Load() < n+2 && busy.Err() == nil; {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	c, err = cleanup.Read(ctx, l.js, cleanup.Config{Archetype: base.New(pastHeartbeats(t, moved), nil, ""), Watch: time.Second})
 	stop()
 	<-delivering
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Err(), cleanup.ErrOldEngineRuns)
 	require.ErrorContains(t, c.Err(), "audit on "+wire.DefaultEventsStream+" (delivered ")
 	require.Eventually(t, func() bool {
-		c, err = cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
+		c, err = cleanup.Read(ctx, l.js, quick(pastHeartbeats(t, nil)))
 		return err == nil && c.Err() == nil
 	}, 10*time.Second, 20*time.Millisecond)
 	require.NoError(t, cleanup.Delete(ctx, l.js, c))
@@ -302,7 +330,7 @@ func TestCleanupRefusedWhileAPartitionIsPinned(t *testing.T) {
 		return err == nil && len(info.PriorityGroups) == 1 && info.PriorityGroups[0].PinnedClientID != ""
 	}, 10*time.Second, 10*time.Millisecond)
 
-	c, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats()))
+	c, err := cleanup.Read(ctx, l.js, quick(pastHeartbeats(t, nil)))
 	require.NoError(t, err)
 	require.ErrorIs(t, c.Err(), cleanup.ErrOldEngineRuns)
 	require.ErrorContains(t, c.Err(), legacy.PartitionDurable("billing-next", 0)+" on "+legacy.CopyStream(wire.DefaultEventsStream)+" (pinned to client ")

@@ -26,8 +26,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
@@ -86,8 +85,9 @@ type Config struct {
 	// of its events on the old durable, and new events it pulls stay
 	// pending there. Default false: those events are counted as re-sent.
 	ReadPending bool
-	// Clock bounds ReadPending's reads. Default the real one.
-	Clock clockwork.Clock
+	// Archetype is the engine's; its clock bounds ReadPending's reads.
+	// Default base.Default (the real clock).
+	*base.Archetype
 }
 
 func (c *Config) defaults() error {
@@ -100,9 +100,7 @@ func (c *Config) defaults() error {
 	if c.DLQPrefix == "" {
 		c.DLQPrefix = wire.DefaultDLQPrefix
 	}
-	if c.Clock == nil {
-		c.Clock = clockwork.NewRealClock()
-	}
+	c.Archetype = base.Default(c.Archetype)
 	if c.Partitions < 1 {
 		return fmt.Errorf("%w: Partitions %d: want 1 or more", ErrInvalidConfig, c.Partitions)
 	}

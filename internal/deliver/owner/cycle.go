@@ -39,14 +39,14 @@ func (o *Owner) run(ctx context.Context) {
 // expire); then it deletes this replica's heartbeat, so that the other
 // replicas share without it at once.
 func (o *Owner) shutdown(every time.Duration) {
-	releaseBy := time.Now().Add(o.cfg.ReleaseWait) // wall clock: it waits for I/O
+	releaseBy := o.clock.Now().Add(o.cfg.ReleaseWait)
 	for {
 		began := o.clock.Now()
 		o.cycle(true)
 		o.mu.Lock()
 		left := len(o.claims)
 		o.mu.Unlock()
-		wait := time.Until(releaseBy)
+		wait := o.clock.Until(releaseBy)
 		if left == 0 {
 			break
 		}
@@ -55,11 +55,10 @@ func (o *Owner) shutdown(every time.Duration) {
 				slog.Duration("release_wait", o.cfg.ReleaseWait))
 			break
 		}
-		t := o.clock.NewTimer(max(every-o.clock.Since(began), 0))
+		t := o.clock.NewTimer(min(max(every-o.clock.Since(began), 0), wait))
 		select {
 		case <-t.Chan():
 		case <-o.wake:
-		case <-time.After(wait):
 		}
 		t.Stop()
 	}

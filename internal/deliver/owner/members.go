@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/lifecycle"
@@ -93,14 +94,16 @@ var ErrViewNotReady = errors.New("the lease bucket's member watch has not sent e
 const staleChecks = 2
 
 // NewMemberView returns the view of kv (the lease bucket, whose keys
-// expire after ttl), on clock. failed is called with the error
-// when a watch could not start (then the view retries after a second on
-// clock); nil: nothing. Start keeps it.
-func NewMemberView(kv jetstream.KeyValue, ttl time.Duration, clock clockwork.Clock, log *slog.Logger, failed func(context.Context, error)) *MemberView {
+// expire after ttl), on the archetype's clock and logger (nil:
+// base.Default). failed is called with the error when a watch could not
+// start (then the view retries after a second on the clock); nil:
+// nothing. Start keeps it.
+func NewMemberView(arch *base.Archetype, kv jetstream.KeyValue, ttl time.Duration, failed func(context.Context, error)) *MemberView {
 	if failed == nil {
 		failed = func(context.Context, error) {}
 	}
-	return &MemberView{kv: kv, ttl: ttl, clock: clock, log: log, failed: failed,
+	arch = base.Default(arch)
+	return &MemberView{kv: kv, ttl: ttl, clock: arch.Clock, log: arch.Logger, failed: failed,
 		restart: make(chan struct{}, 1), loaded: make(chan struct{}), members: map[string]heartbeat{},
 		leases: map[int]heartbeat{}, pending: map[string]uint64{}, stale: map[string]int{}}
 }

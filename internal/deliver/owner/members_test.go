@@ -2,7 +2,6 @@ package owner
 
 import (
 	"context"
-	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -27,7 +27,7 @@ func leaseBucketConfig(ttl time.Duration) jetstream.KeyValueConfig {
 // and waits for its first keys.
 func startMemberView(t *testing.T, kv jetstream.KeyValue, ttl time.Duration, clock clockwork.Clock, failed func(context.Context, error)) *MemberView {
 	t.Helper()
-	lv := NewMemberView(kv, ttl, clock, slog.New(slog.DiscardHandler), failed)
+	lv := NewMemberView(base.New(clock, nil, ""), kv, ttl, failed)
 	require.NoError(t, lv.Start(context.Background()))
 	t.Cleanup(lv.Stop)
 	select {
@@ -90,7 +90,7 @@ func TestMemberViewFollowsMembers(t *testing.T) {
 // releases nothing (share's unknown membership).
 func TestMemberViewIsNotReadyBeforeItsFirstKeys(t *testing.T) {
 	t.Parallel()
-	mv := NewMemberView(nil, time.Minute, clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), nil)
+	mv := NewMemberView(base.New(clockwork.NewFakeClock(), nil, ""), nil, time.Minute, nil)
 	_, err := mv.Members("self")
 	require.ErrorIs(t, err, ErrViewNotReady)
 	_, err = mv.Leases()
@@ -102,7 +102,7 @@ func TestMemberViewIsNotReadyBeforeItsFirstKeys(t *testing.T) {
 // watch, once; one that saw it starts counting again.
 func TestMemberViewCheckRestartsAWatchThatMissedTwoOwnWrites(t *testing.T) {
 	t.Parallel()
-	mv := NewMemberView(nil, time.Minute, clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), nil)
+	mv := NewMemberView(base.New(clockwork.NewFakeClock(), nil, ""), nil, time.Minute, nil)
 	mv.ready = true
 	key := MemberKey("self")
 	restarts := func() int {
@@ -242,7 +242,7 @@ func TestMemberViewFollowsReplicasAndPartitionLeases(t *testing.T) {
 	put("member.s.r9") // the old engine's
 	put("lease.s.4")
 	clock := clockwork.NewFakeClock()
-	mv := NewMemberView(kv, ttl, clock, slog.New(slog.DiscardHandler), nil)
+	mv := NewMemberView(base.New(clock, nil, ""), kv, ttl, nil)
 	require.NoError(t, mv.Start(ctx))
 	t.Cleanup(mv.Stop)
 	mv.WaitLoaded(ctx, time.Hour)
@@ -303,7 +303,7 @@ func TestMemberViewStartsAgainAfterStop(t *testing.T) {
 	require.NoError(t, err)
 	_, err = kv.Put(ctx, MemberKey("r1"), []byte("x"))
 	require.NoError(t, err)
-	mv := NewMemberView(kv, time.Minute, clockwork.NewFakeClock(), slog.New(slog.DiscardHandler), nil)
+	mv := NewMemberView(base.New(clockwork.NewFakeClock(), nil, ""), kv, time.Minute, nil)
 	for range 2 {
 		require.NoError(t, mv.Start(ctx))
 		require.Eventually(t, func() bool { return viewIs(mv, "r1", "r1") }, 10*time.Second, 5*time.Millisecond)

@@ -2,20 +2,17 @@ package owner
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -47,9 +44,10 @@ var (
 
 // Config is one replica's ownership of the partitions.
 type Config struct {
-	// Replica is this replica's id: the value of its lease keys and
-	// heartbeat; [A-Za-z0-9_-]+. Default ReplicaID().
-	Replica string
+	// Archetype is the engine's clock (the cycles, the lease deadlines,
+	// the release wait), logger and replica id (the value of the lease
+	// keys and the heartbeat; [A-Za-z0-9_-]+). Default base.Default.
+	*base.Archetype
 	// Partitions is P, the number of partitions (wire.Partition). It must
 	// agree on every replica. Required; 1 to MaxPartitions.
 	Partitions int
@@ -64,20 +62,17 @@ type Config struct {
 	// (0: the server's default, 1).
 	Replicas int
 	// ReleaseWait bounds how long Stop waits for the claims it releases
-	// to be Done (wall clock: it waits for I/O), after which their leases
-	// are left to expire. Default LeaseTTL; negative refused.
+	// to be Done (on the archetype's clock, as all the engine's time: a
+	// test on a fake clock advances it), after which their leases are
+	// left to expire. Default LeaseTTL; negative refused.
 	ReleaseWait time.Duration
-	// Clock drives the cycles and the lease deadlines. Default the real
-	// one.
-	Clock clockwork.Clock
-	// Logger. Default: discard.
-	Logger *slog.Logger
 }
 
 // withDefaults returns c with its defaults, or an error naming the field.
 func (c Config) withDefaults() (Config, error) {
+	c.Archetype = base.Default(c.Archetype)
 	switch {
-	case !validID(c.Replica):
+	case !base.ValidReplica(c.Replica):
 		return c, fmt.Errorf("owner: Config.Replica %q does not match [A-Za-z0-9_-]+", c.Replica)
 	case c.Partitions < 1 || c.Partitions > MaxPartitions:
 		return c, fmt.Errorf("owner: Config.Partitions %d: want 1 to %d", c.Partitions, MaxPartitions)
@@ -88,9 +83,6 @@ func (c Config) withDefaults() (Config, error) {
 	case c.Replicas < 0:
 		return c, fmt.Errorf("owner: Config.Replicas %d is negative", c.Replicas)
 	}
-	if c.Replica == "" {
-		c.Replica = ReplicaID()
-	}
 	if c.Bucket == "" {
 		c.Bucket = wire.DefaultLeaseBucket
 	}
@@ -100,45 +92,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ReleaseWait == 0 {
 		c.ReleaseWait = c.LeaseTTL
 	}
-	if c.Clock == nil {
-		c.Clock = clockwork.NewRealClock()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
 	return c, nil
-}
-
-// validID reports whether s is made of [A-Za-z0-9_-] (a KV key token).
-func validID(s string) bool {
-	for _, r := range s {
-		if !idRune(r) {
-			return false
-		}
-	}
-	return true
-}
-
-// idRune reports whether r may be in a replica id: [A-Za-z0-9_-].
-func idRune(r rune) bool {
-	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_'
-}
-
-// ReplicaID returns an id for this process as a replica, unique among
-// the replicas of a deployment: "<host>-<pid>-<6 hex digits>", the host
-// name's characters outside [A-Za-z0-9_-] written '_', the hex digits
-// random (a restarted process on the same host and pid gets another id).
-func ReplicaID() string {
-	host, _ := os.Hostname()
-	host = strings.Map(func(r rune) rune {
-		if idRune(r) {
-			return r
-		}
-		return '_'
-	}, host)
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // Callbacks are what the Owner tells its caller, from its cycle's
@@ -299,7 +253,7 @@ func (o *Owner) open(ctx context.Context) error {
 		return err
 	}
 	o.kv, o.ttl = kv, ttl
-	o.view = NewMemberView(kv, ttl, o.clock, o.log, o.restore)
+	o.view = NewMemberView(o.cfg.Archetype, kv, ttl, o.restore)
 	return nil
 }
 

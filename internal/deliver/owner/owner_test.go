@@ -2,7 +2,6 @@ package owner
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -60,7 +60,7 @@ func (w *world) start(id string, clock *clockwork.FakeClock) *replica {
 	ekv, err := Bucket(t.Context(), js, jetstream.KeyValueConfig{Bucket: "epochs", History: 1})
 	require.NoError(t, err)
 	r := &replica{id: id, w: w, clock: clock, nc: nc, held: map[int]*Claim{}}
-	o, err := New(Config{Replica: id, Partitions: w.p, LeaseTTL: w.ttl, ReleaseWait: 5 * time.Second, Clock: clock, Logger: slog.New(slog.DiscardHandler)},
+	o, err := New(Config{Archetype: base.New(clock, nil, id), Partitions: w.p, LeaseTTL: w.ttl, ReleaseWait: 5 * time.Second},
 		Deps{JetStream: js, Epochs: Epochs{KV: ekv}}, Callbacks{Gained: r.gained, Releasing: r.releasing})
 	require.NoError(t, err)
 	require.NoError(t, o.Start(t.Context()))
@@ -414,21 +414,21 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Replica: "a.b", Partitions: 16}, `Config.Replica "a.b"`},
-		{Config{Replica: "a"}, "Config.Partitions 0"},
-		{Config{Replica: "a", Partitions: 2000}, "Config.Partitions 2000"},
-		{Config{Replica: "a", Partitions: 16, LeaseTTL: time.Millisecond}, "Config.LeaseTTL 1ms"},
-		{Config{Replica: "a", Partitions: 16, ReleaseWait: -time.Second}, "Config.ReleaseWait -1s"},
+		{Config{Archetype: base.New(nil, nil, "a.b"), Partitions: 16}, `Config.Replica "a.b"`},
+		{Config{Archetype: base.New(nil, nil, "a")}, "Config.Partitions 0"},
+		{Config{Archetype: base.New(nil, nil, "a"), Partitions: 2000}, "Config.Partitions 2000"},
+		{Config{Archetype: base.New(nil, nil, "a"), Partitions: 16, LeaseTTL: time.Millisecond}, "Config.LeaseTTL 1ms"},
+		{Config{Archetype: base.New(nil, nil, "a"), Partitions: 16, ReleaseWait: -time.Second}, "Config.ReleaseWait -1s"},
 	} {
 		_, err := New(tc.cfg, deps, cb)
 		require.ErrorContains(t, err, tc.want)
 	}
 	o, err := New(Config{Partitions: 16}, deps, cb)
 	require.NoError(t, err)
-	require.True(t, validID(o.cfg.Replica), "a default replica id: %q", o.cfg.Replica)
-	_, err = New(Config{Replica: "a", Partitions: 16}, Deps{JetStream: js}, cb)
+	require.True(t, base.ValidReplica(o.cfg.Replica), "a default replica id: %q", o.cfg.Replica)
+	_, err = New(Config{Archetype: base.New(nil, nil, "a"), Partitions: 16}, Deps{JetStream: js}, cb)
 	require.ErrorContains(t, err, "Deps.Epochs.KV")
-	_, err = New(Config{Replica: "a", Partitions: 16}, deps, Callbacks{})
+	_, err = New(Config{Archetype: base.New(nil, nil, "a"), Partitions: 16}, deps, Callbacks{})
 	require.ErrorContains(t, err, "Callbacks.Gained")
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 )
 
 // On a 3-node cluster with an R3 bucket, an owner connected to a node
@@ -68,7 +69,7 @@ func TestOnAClusterBackToBackCommitsKeepTheirOwnerUntilAClaim(t *testing.T) {
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	}, 10*time.Second, 20*time.Millisecond, "the bucket answers direct gets")
 	var logs lockedBuffer
-	a, err := Claim(ctx, ajs, akv, Config{Owner: "replica-a", Epoch: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	a, err := Claim(ctx, ajs, akv, Config{Owner: "replica-a", Epoch: 1, Archetype: base.New(nil, slog.New(slog.NewTextHandler(&logs, nil)), "")})
 	require.NoError(t, err)
 	ar := run(t, a)
 

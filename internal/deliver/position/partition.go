@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/position/record"
 	"github.com/jsbridge/jsbridge/internal/lifecycle"
 	"github.com/nats-io/nats.go/jetstream"
@@ -69,10 +69,9 @@ type Config struct {
 	// subscription the size cap gave a cursor, once the commit dropping
 	// it from the record succeeded.
 	CursorMade func(sub string)
-	// Clock drives the linger and the retry pauses. Default the real one.
-	Clock clockwork.Clock
-	// Logger. Default: discard.
-	Logger *slog.Logger
+	// Archetype is the engine's clock (the linger, the retry pauses)
+	// and logger. Default base.Default.
+	*base.Archetype
 }
 
 func (c *Config) defaults() error {
@@ -92,12 +91,7 @@ func (c *Config) defaults() error {
 	if c.MaxSize == 0 {
 		c.MaxSize = defaultMaxSize
 	}
-	if c.Clock == nil {
-		c.Clock = clockwork.NewRealClock()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Archetype = base.Default(c.Archetype)
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/position/record"
 )
 
@@ -39,7 +40,7 @@ func setup(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
 // claim claims partition 0 for owner under epoch, on clock.
 func claim(t *testing.T, js jetstream.JetStream, kv jetstream.KeyValue, owner string, epoch uint64, clock clockwork.Clock) *Partition {
 	t.Helper()
-	p, err := Claim(context.Background(), js, kv, Config{Owner: owner, Epoch: epoch, Clock: clock})
+	p, err := Claim(context.Background(), js, kv, Config{Owner: owner, Epoch: epoch, Archetype: base.New(clock, nil, "")})
 	require.NoError(t, err)
 	return p
 }
@@ -253,7 +254,7 @@ func TestTheSizeCapGivesTheGrowingSubscriptionACursor(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var detached []string
-	p, err := Claim(ctx, js, kv, Config{Owner: "replica-a", Epoch: 1, MaxSize: 1024, Clock: clockwork.NewFakeClock(),
+	p, err := Claim(ctx, js, kv, Config{Owner: "replica-a", Epoch: 1, MaxSize: 1024, Archetype: base.New(clockwork.NewFakeClock(), nil, ""),
 		CursorMade: func(sub string) { mu.Lock(); detached = append(detached, sub); mu.Unlock() }})
 	require.NoError(t, err)
 	run(t, p)

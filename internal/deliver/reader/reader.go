@@ -35,6 +35,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -87,9 +88,9 @@ type Config struct {
 	// the leader answered an event, the next short answer goes to the
 	// leader at once. Default 3.
 	ShortReads int
-	// Logger receives the reader's recreations and skipped subjects
-	// (Debug). Default: discard.
-	Logger *slog.Logger
+	// Archetype is the engine's; its logger receives the reader's
+	// recreations and skipped subjects (Debug). Default base.Default.
+	*base.Archetype
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -137,9 +138,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, f.name, f.val)
 		}
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Archetype = base.Default(c.Archetype)
 	return c, nil
 }
 

@@ -31,9 +31,10 @@ func (r *Replica) gained(c *owner.Claim) {
 func (r *Replica) serve(c *owner.Claim) {
 	defer c.Done()
 	ctx := c.Context()
-	log := r.log.With(slog.Int("partition", c.Partition), slog.Uint64("epoch", c.Epoch))
-	pos, err := position.Claim(ctx, r.js, r.metrics.KV(r.poskv), position.Config{Partition: c.Partition, Owner: r.cfg.Replica,
-		Epoch: c.Epoch, Created: r.created, Linger: r.cfg.Linger, Clock: r.cfg.Clock, Logger: log})
+	arch := r.cfg.Archetype.With(slog.Int("partition", c.Partition), slog.Uint64("epoch", c.Epoch))
+	log := arch.Logger
+	pos, err := position.Claim(ctx, r.js, r.metrics.KV(r.poskv), position.Config{Archetype: arch, Partition: c.Partition, Owner: r.cfg.Replica,
+		Epoch: c.Epoch, Created: r.created, Linger: r.cfg.Linger})
 	if err != nil {
 		if errors.Is(err, position.ErrLost) {
 			c.Lose()
@@ -46,9 +47,9 @@ func (r *Replica) serve(c *owner.Claim) {
 	_ = pos.Start(ctx) // the commits outlive the claim's context: Stop ends them
 	defer pos.Stop()
 
-	send := sender.New(sender.Config{Replica: r.cfg.Replica, StuckAfter: r.cfg.OrderStuckAfter, Clock: r.cfg.Clock, Logger: log},
+	send := sender.New(sender.Config{Archetype: arch, StuckAfter: r.cfg.OrderStuckAfter},
 		sender.Deps{Senders: r.senders, Claim: c, Epochs: r.epochs, Letters: r.letters, DeadLettered: r.dead, Breakers: r.subs.breakers, Skipped: r.poskv})
-	fan := fanout.New(fanout.Config{Partition: c.Partition, Epoch: c.Epoch, Clock: r.cfg.Clock, Logger: log, Requests: r.requests,
+	fan := fanout.New(fanout.Config{Archetype: arch, Partition: c.Partition, Epoch: c.Epoch, Requests: r.requests,
 		Deleted: r.deleted, Wake: r.loop.poke},
 		r.members, pos, send, r.chain, r.cursors)
 	r.startFan(c.Partition, fan, pos)

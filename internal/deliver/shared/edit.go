@@ -106,7 +106,7 @@ func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused
 		return fmt.Errorf("shared: %w", err)
 	}
 	snd, err := attempt.New(attempt.Config{Subscription: s, Signer: signer, Client: client, UserAgent: r.cfg.UserAgent},
-		attempt.Deps{Breaker: r.subs.breakers.Breaker(s.URL), Health: r.health, Clock: r.cfg.Clock, Logger: r.log, Tracer: r.subs.tracer,
+		attempt.Deps{Archetype: r.cfg.Archetype, Breaker: r.subs.breakers.Breaker(s.URL), Health: r.health, Tracer: r.subs.tracer,
 			Metrics: r.metrics.Attempt(s.Name, r.subs.deliveries), Attempts: r.subs.attempts, Record: r.subs.record})
 	if err != nil {
 		return fmt.Errorf("shared: %w", err)

@@ -631,7 +631,7 @@ func TestPausedAndDisabledSubscriptionResumedStaysDisabledUntilEnabled(t *testin
 	}
 	r.Pause("ordered")
 	require.True(t, paused())
-	require.NoError(t, health.SetDisabled(t.Context(), w.js, "ordered", health.ReasonOperator, time.Now()))
+	require.NoError(t, health.SetDisabled(t.Context(), nil, w.js, "ordered", health.ReasonOperator))
 	require.Eventually(t, func() bool { return r.Disabled("ordered") }, 5*time.Second, 5*time.Millisecond)
 	require.True(t, paused(), "paused wins while both hold")
 

@@ -2,7 +2,6 @@ package shared
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/unpark"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
@@ -47,11 +47,10 @@ func TestEveryPartSurvivesConcurrentStartsAndStops(t *testing.T) {
 	require.NoError(t, err)
 	leasekv, err := owner.Bucket(ctx, js, owner.LeaseBucketConfig(wire.DefaultLeaseBucket, time.Second, 1))
 	require.NoError(t, err)
-	log := slog.New(slog.DiscardHandler)
-	clock := clockwork.NewRealClock()
+	arch := base.New(clockwork.NewRealClock(), nil, "stress")
 	// Every bucket exists before the leak checks: a new stream's
 	// goroutines are the server's.
-	hs, err := health.New(health.Config{}, health.Deps{JetStream: js, Clock: clock, Logger: log}, nil)
+	hs, err := health.New(health.Config{}, health.Deps{Archetype: arch, JetStream: js}, nil)
 	require.NoError(t, err)
 	hs.Load(ctx)
 	sub := subscription.Subscription{Name: "orders", FilterSubjects: []string{"events.>"}, URL: "http://127.0.0.1:1/hook",
@@ -66,35 +65,35 @@ func TestEveryPartSurvivesConcurrentStartsAndStops(t *testing.T) {
 		make   func(t *testing.T) lifecycle.Part
 	}{
 		{"owner.MemberView", 25, func(*testing.T) lifecycle.Part {
-			return owner.NewMemberView(leasekv, time.Second, clock, log, nil)
+			return owner.NewMemberView(arch, leasekv, time.Second, nil)
 		}},
 		{"owner.Owner", 20, func(t *testing.T) lifecycle.Part {
-			o, err := owner.New(owner.Config{Replica: "stress", Partitions: 4, LeaseTTL: time.Second, Clock: clock, Logger: log,
+			o, err := owner.New(owner.Config{Archetype: arch, Partitions: 4, LeaseTTL: time.Second,
 				ReleaseWait: time.Second}, owner.Deps{JetStream: js, Epochs: owner.Epochs{KV: poskv}}, owner.Callbacks{Gained: gained})
 			require.NoError(t, err)
 			return o
 		}},
 		{"health.State", 25, func(t *testing.T) lifecycle.Part {
-			h, err := health.New(health.Config{}, health.Deps{JetStream: js, Clock: clock, Logger: log, Replica: "stress"}, []string{"orders"})
+			h, err := health.New(health.Config{}, health.Deps{Archetype: arch, JetStream: js}, []string{"orders"})
 			require.NoError(t, err)
 			return h
 		}},
 		{"position.Partition", 50, func(t *testing.T) lifecycle.Part {
-			p, err := position.Claim(ctx, js, poskv, position.Config{Partition: 0, Owner: "stress", Epoch: 1, Clock: clock, Logger: log})
+			p, err := position.Claim(ctx, js, poskv, position.Config{Archetype: arch, Partition: 0, Owner: "stress", Epoch: 1})
 			require.NoError(t, err)
 			return p
 		}},
 		{"unpark.Requests", 25, func(*testing.T) lifecycle.Part { return unpark.New(poskv, nil) }},
 		{"attemptlog.Log", 50, func(t *testing.T) lifecycle.Part {
-			l, err := attemptlog.New(js, attemptlog.Config{Replica: "stress", Logger: log, Clock: clock})
+			l, err := attemptlog.New(js, attemptlog.Config{Archetype: arch})
 			require.NoError(t, err)
 			return l
 		}},
 		{"shared.loop", 50, func(*testing.T) lifecycle.Part {
-			return newLoop(js, reader.Config{Logger: log}, log, func() int { return 0 })
+			return newLoop(arch, js, reader.Config{Archetype: arch}, func() int { return 0 })
 		}},
 		{"shared.Replica", 10, func(t *testing.T) lifecycle.Part {
-			r, err := New(Config{Replica: "stress", Partitions: 4, LeaseTTL: time.Second, Logger: log, Clock: clock},
+			r, err := New(Config{Archetype: arch, Partitions: 4, LeaseTTL: time.Second},
 				Deps{JetStream: js, Subscriptions: []subscription.Subscription{sub}})
 			require.NoError(t, err)
 			return r

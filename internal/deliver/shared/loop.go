@@ -10,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
@@ -47,9 +48,10 @@ type request struct {
 // events. The claims talk to it by requests (take, release); a request
 // interrupts a Next waiting for an event.
 type loop struct {
-	js  jetstream.JetStream
-	cfg reader.Config
-	log *slog.Logger
+	js    jetstream.JetStream
+	cfg   reader.Config
+	log   *slog.Logger
+	clock clockwork.Clock
 	// claimed returns how many partitions the owner holds: the reader
 	// opens once that many were asked to be taken (the owner's first
 	// round), or after firstRoundWait.
@@ -64,8 +66,8 @@ type loop struct {
 	life      lifecycle.Service
 }
 
-func newLoop(js jetstream.JetStream, cfg reader.Config, log *slog.Logger, claimed func() int) *loop {
-	return &loop{js: js, cfg: cfg, log: log, claimed: claimed, warn: owner.NewWarnPace(clockwork.NewRealClock()),
+func newLoop(arch *base.Archetype, js jetstream.JetStream, cfg reader.Config, claimed func() int) *loop {
+	return &loop{js: js, cfg: cfg, log: arch.Logger, clock: arch.Clock, claimed: claimed, warn: owner.NewWarnPace(arch.Clock),
 		wake: make(chan struct{}, 1)}
 }
 
@@ -194,13 +196,13 @@ func (l *loop) run(ctx context.Context) {
 // every partition the owner claimed so far, so that the reader opens from
 // the lowest floor of the first round and none of them needs a catch-up.
 func (l *loop) firstRound(ctx context.Context, reqs []request) []request {
-	timeout := time.NewTimer(firstRoundWait)
+	timeout := l.clock.NewTimer(firstRoundWait)
 	defer timeout.Stop()
 	for takes(reqs) < l.claimed() {
 		select {
 		case <-l.wake:
 			reqs = append(reqs, l.requests()...)
-		case <-timeout.C:
+		case <-timeout.Chan():
 			return reqs
 		case <-ctx.Done():
 			return reqs
@@ -295,7 +297,7 @@ func (l *loop) next(ctx context.Context, rd *reader.Reader, live map[int]*fanout
 		l.warn.Warn(l.log, "read", "shared: read the events stream", slog.Any("error", err))
 		// A request ends the pause: run finds it in pending.
 		select {
-		case <-time.After(readPause):
+		case <-l.clock.After(readPause):
 		case <-l.wake:
 		case <-ctx.Done():
 		}

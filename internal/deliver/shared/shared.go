@@ -37,7 +37,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -45,6 +44,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
@@ -70,9 +70,11 @@ var ErrInvalidConfig = errors.New("shared: invalid config")
 
 // Config is one replica of the shared engine.
 type Config struct {
-	// Replica is this replica's id ([A-Za-z0-9_-]+): its lease keys'
-	// value, its records' owner. Default owner.ReplicaID().
-	Replica string
+	// Archetype is the engine's clock (the leases, the commits' linger,
+	// the retry pauses), logger and replica id ([A-Za-z0-9_-]+: its
+	// lease keys' value, its records' owner), handed to every part the
+	// replica makes. Default base.Default.
+	*base.Archetype
 	// Partitions is P, the number of partitions; it must agree on every
 	// replica. Default 16; 1 to owner.MaxPartitions.
 	Partitions int
@@ -106,11 +108,6 @@ type Config struct {
 	// operational webhook, for the health.State the replica makes when
 	// Deps.Health is nil; zero fields take health.Config's defaults.
 	Health health.Config
-	// Clock drives the leases, the commits' linger and the retry pauses.
-	// Default the real one.
-	Clock clockwork.Clock
-	// Logger. Default: discard.
-	Logger *slog.Logger
 }
 
 // Deps are what a Replica uses.
@@ -254,7 +251,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: member.NewIndex(),
 		senders: sender.NewSet(), parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
 	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
-		Name: "jsbridge_reader_" + cfg.Replica, Logger: cfg.Logger}
+		Name: "jsbridge_reader_" + cfg.Replica, Archetype: cfg.Archetype}
 	if deps.Breakers == nil {
 		set, err := breaker.NewSet(breaker.Settings{}, r.log, nil)
 		if err != nil {
@@ -267,8 +264,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		for i, s := range deps.Subscriptions {
 			names[i] = s.Name
 		}
-		h, err := health.New(cfg.Health, health.Deps{JetStream: deps.JetStream, Clock: cfg.Clock, Logger: cfg.Logger,
-			Replica: cfg.Replica, Replicas: cfg.Replicas, Registerer: deps.Registerer, HTTPClient: egress.NoRedirects(deps.Client),
+		h, err := health.New(cfg.Health, health.Deps{JetStream: deps.JetStream, Archetype: cfg.Archetype, Replicas: cfg.Replicas, Registerer: deps.Registerer, HTTPClient: egress.NoRedirects(deps.Client),
 			Breakers: deps.Breakers}, names)
 		if err != nil {
 			return nil, fmt.Errorf("%w: Config.Health: %w", ErrInvalidConfig, err)
@@ -291,15 +287,13 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		return nil, err
 	}
 	r.chain = &chain{js: deps.JetStream, stream: cfg.Stream, members: r.members}
-	r.seqs = seqtime.New(deps.JetStream, cfg.Stream, cfg.Clock)
+	r.seqs = seqtime.New(cfg.Archetype, deps.JetStream, cfg.Stream)
 	r.cursors = cursor.NewReader(deps.JetStream, r.rcfg)
 	return r, nil
 }
 
 func withDefaults(cfg Config) Config {
-	if cfg.Replica == "" {
-		cfg.Replica = owner.ReplicaID()
-	}
+	cfg.Archetype = base.Default(cfg.Archetype)
 	if cfg.Partitions == 0 {
 		cfg.Partitions = 16
 	}
@@ -323,12 +317,6 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "jsbridge"
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return cfg
 }
@@ -383,8 +371,8 @@ func (r *Replica) open(ctx context.Context) error {
 	}
 	r.epochs = owner.Epochs{KV: r.poskv}
 	r.chain.skipped = r.poskv
-	r.own, err = owner.New(owner.Config{Replica: r.cfg.Replica, Partitions: r.cfg.Partitions, Bucket: r.cfg.LeaseBucket,
-		LeaseTTL: r.cfg.LeaseTTL, Replicas: r.cfg.Replicas, Clock: r.cfg.Clock, Logger: r.log},
+	r.own, err = owner.New(owner.Config{Archetype: r.cfg.Archetype, Partitions: r.cfg.Partitions, Bucket: r.cfg.LeaseBucket,
+		LeaseTTL: r.cfg.LeaseTTL, Replicas: r.cfg.Replicas},
 		owner.Deps{JetStream: r.js, Epochs: r.epochs}, owner.Callbacks{Gained: r.gained})
 	if err != nil {
 		return fmt.Errorf("shared: %w", err)
@@ -397,7 +385,7 @@ func (r *Replica) open(ctx context.Context) error {
 	r.follow = cancel
 	r.watchBreakers(fctx)
 	r.subs.mu.Lock() // edits poke the loop
-	r.loop = newLoop(r.js, r.rcfg, r.log, func() int { return len(r.own.Owned()) })
+	r.loop = newLoop(r.cfg.Archetype, r.js, r.rcfg, func() int { return len(r.own.Owned()) })
 	r.subs.mu.Unlock()
 	r.requests = unpark.New(r.poskv, r.loop.poke)
 	r.children = nil

@@ -20,6 +20,7 @@ import (
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
@@ -237,7 +238,7 @@ func (w *world) replicaConn(t *testing.T, id string) (*shared.Replica, *nats.Con
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})).With("replica", id)
 	}
-	cfg, deps := shared.Config{Replica: id, LeaseTTL: 2 * time.Second, Logger: log}, shared.Deps{JetStream: js, Subscriptions: w.subs}
+	cfg, deps := shared.Config{Archetype: base.New(nil, log, id), LeaseTTL: 2 * time.Second}, shared.Deps{JetStream: js, Subscriptions: w.subs}
 	if w.opts != nil {
 		w.opts(&cfg, &deps)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
 )
@@ -40,15 +41,16 @@ type Config struct {
 	// beyond Endpoint, no secrets, no header values) and writes fail with
 	// ErrNoKey.
 	Keys *Keyring
-	// Now is the time written in created and updated. Default time.Now.
-	Now func() time.Time
+	// Archetype is the engine's; its clock's time is written in created
+	// and updated. Default base.Default (the real clock).
+	*base.Archetype
 }
 
 // Store reads and writes the subscriptions bucket.
 type Store struct {
 	kv   jetstream.KeyValue
 	keys *Keyring
-	now  func() time.Time
+	now  func() time.Time // the archetype's clock's Now
 }
 
 // Entry is one subscription as read from the bucket.
@@ -70,9 +72,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if cfg.Bucket == "" {
 		cfg.Bucket = defaultBucket
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Archetype = base.Default(cfg.Archetype)
 	kv, err := jsapi.KeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: cfg.Bucket, Description: "jsbridge webhook subscriptions managed at runtime (consumer subscriptions)",
 		Storage: jetstream.FileStorage, Replicas: max(cfg.Replicas, 1), History: 8,
@@ -80,7 +80,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions bucket %q: %w", cfg.Bucket, err)
 	}
-	return &Store{kv: kv, keys: cfg.Keys, now: cfg.Now}, nil
+	return &Store{kv: kv, keys: cfg.Keys, now: cfg.Clock.Now}, nil
 }
 
 // Bucket returns the bucket's name.

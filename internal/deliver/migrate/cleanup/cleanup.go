@@ -20,9 +20,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
@@ -47,9 +47,10 @@ type Config struct {
 	Events string
 	// Positions is the positions bucket. Default position.DefaultBucket.
 	Positions string
-	// Clock dates the old heartbeats (ErrOldEngineRuns). Default the real
-	// one.
-	Clock clockwork.Clock
+	// Archetype is the engine's; its clock dates the old heartbeats
+	// (ErrOldEngineRuns) and times the Watch. Default base.Default (the
+	// real clock).
+	*base.Archetype
 	// Watch is how long the old consumers are watched for deliveries and
 	// acks (a replica busy delivering has no pull request waiting).
 	// Default 1 s (defaultWatch).
@@ -163,9 +164,7 @@ func Read(ctx context.Context, js jetstream.JetStream, cfg Config) (*Leftovers, 
 	if cfg.Positions == "" {
 		cfg.Positions = position.DefaultBucket
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
-	}
+	cfg.Archetype = base.Default(cfg.Archetype)
 	if cfg.Watch <= 0 {
 		cfg.Watch = defaultWatch
 	}
@@ -213,7 +212,7 @@ func (cl *cleaning) watch(ctx context.Context) ([]string, error) {
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-time.After(cl.cfg.Watch):
+	case <-cl.cfg.Clock.After(cl.cfg.Watch):
 	}
 	var moved []string
 	for _, before := range cl.consumers {

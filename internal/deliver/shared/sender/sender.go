@@ -24,6 +24,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
@@ -37,17 +38,14 @@ const minRetry = 100 * time.Millisecond
 
 // Config is one claim's Sender.
 type Config struct {
-	// Replica is this replica's id, named in every attempt.
-	Replica string
+	// Archetype is the engine's clock (the pauses of the dead letters'
+	// retries and the order gate's refusals), logger and replica id
+	// (named in every attempt). Default base.Default.
+	*base.Archetype
 	// StuckAfter bounds an order gate's continuous refusals of an event
 	// before it is dead-lettered and its stream parked
 	// (attempt.OrderStuck; 0: never).
 	StuckAfter time.Duration
-	// Clock drives the pauses of the dead letters' retries and the
-	// order gate's refusals. Default the real one.
-	Clock clockwork.Clock
-	// Logger. Default: discard.
-	Logger *slog.Logger
 }
 
 // Deps are what a Sender uses.
@@ -96,12 +94,7 @@ type Sender struct {
 
 // New returns the Sender of cfg and deps.
 func New(cfg Config, deps Deps) *Sender {
-	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Archetype = base.Default(cfg.Archetype)
 	return &Sender{senders: deps.Senders, claim: deps.Claim, epochs: deps.Epochs, replica: cfg.Replica, letters: deps.Letters,
 		deadLettered: deps.DeadLettered, breakers: deps.Breakers, skipped: deps.Skipped, stuckAfter: cfg.StuckAfter,
 		clock: cfg.Clock, log: cfg.Logger}

@@ -18,6 +18,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
 )
 
@@ -33,12 +34,9 @@ type Finder struct {
 }
 
 // New returns the Finder of the JetStream stream named stream on js;
-// clock (nil: the real one) ages its look at the tail.
-func New(js jetstream.JetStream, stream string, clock clockwork.Clock) *Finder {
-	if clock == nil {
-		clock = clockwork.NewRealClock()
-	}
-	return &Finder{js: js, stream: stream, clock: clock}
+// the archetype's clock (nil: base.Default) ages its look at the tail.
+func New(arch *base.Archetype, js jetstream.JetStream, stream string) *Finder {
+	return &Finder{js: js, stream: stream, clock: base.Default(arch).Clock}
 }
 
 // Forget drops the look at the tail: the next Before reads it again (a

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
+	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared/seqtime"
 )
 
@@ -35,7 +36,7 @@ func publish(t *testing.T, js jetstream.JetStream, n int) {
 func TestATimeResolvesToTheSequenceBeforeIt(t *testing.T) {
 	t.Parallel()
 	js := events(t)
-	f := seqtime.New(js, "EVENTS", nil)
+	f := seqtime.New(nil, js, "EVENTS")
 	seq, err := f.Before(t.Context(), time.Time{})
 	require.NoError(t, err)
 	require.Zero(t, seq, "an empty stream")
@@ -61,7 +62,7 @@ func TestTheTailIsReadAgainOnceStaleOrForgotten(t *testing.T) {
 	t.Parallel()
 	js := events(t)
 	clock := clockwork.NewFakeClockAt(time.Now())
-	f := seqtime.New(js, "EVENTS", clock)
+	f := seqtime.New(base.New(clock, nil, ""), js, "EVENTS")
 	publish(t, js, 2)
 	seq, err := f.Before(t.Context(), time.Time{})
 	require.NoError(t, err)
