@@ -166,6 +166,15 @@ func (p *Partition) Forget(sub string) {
 // parked ones), and the reads' errors (ErrNoCursorReader when there is
 // no reader); a read that failed is read again next round.
 func (p *Partition) CatchUp(ctx context.Context) (int, error) {
+	// The dispatch loop calls it before every live event, for every
+	// partition: with no cursor, aside or refetch there is nothing to
+	// read (and no operator's request to apply: they apply to asides).
+	p.mu.Lock()
+	idle := len(p.watch) == 0 && len(p.asides) == 0 && len(p.refetch) == 0
+	p.mu.Unlock()
+	if idle {
+		return 0, nil
+	}
 	behind, head, err := p.catchUpSubs(ctx)
 	n, serr := p.catchUpStreams(ctx, head)
 	r, rerr := p.catchUpRetries(ctx)

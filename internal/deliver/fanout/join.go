@@ -47,7 +47,7 @@ func (p *Partition) Join(sub string, after uint64) error {
 		p.sub(m, p.head)
 		return nil
 	}
-	st := &subState{m: m, inHand: map[uint64]bool{}, slots: make(chan struct{}, m.MaxInFlight)}
+	st := &subState{m: m, inHand: map[uint64]bool{}}
 	if after >= p.head {
 		st.from = after
 		p.pos.Edit(func(r *position.Record) { r.Members[sub] = after })

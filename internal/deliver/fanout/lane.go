@@ -32,7 +32,6 @@ type subState struct {
 	queue   []reader.Event     // unordered: waiting for a send slot
 	flying  int                // unordered: sends running
 	high    uint64             // unordered: the highest sequence it settled (Close)
-	slots   chan struct{}      // ordered: bounds its POSTs running
 }
 
 // lane is one ordered subscription's stream: its events in stream order,
@@ -59,9 +58,7 @@ type settled struct {
 func (p *Partition) sub(m *member.Entry, from uint64) *subState {
 	st := p.subs[m.Name]
 	if st == nil {
-		// The bound of an ordered subscription's POSTs is made once: a
-		// Put's new MaxInFlight applies to it from the next claim.
-		st = &subState{m: m, inHand: map[uint64]bool{}, slots: make(chan struct{}, m.MaxInFlight)}
+		st = &subState{m: m, inHand: map[uint64]bool{}}
 		if c, ok := p.curs[m.Name]; ok {
 			st.state, st.read, st.top = c.State, c.Floor, c.Top()
 			if c.State == StateHeld { // a stranger's place: it is ours now
@@ -306,22 +303,19 @@ func version(ev reader.Event) (int64, bool) {
 }
 
 // sendOrdered attempts d's event until it settles (Delivered,
-// DeadLetter, Park), each attempt holding one of the subscription's
-// slots, the failed ones recorded in the retries entries and followed
-// by the retry pause; ok is false when the fan-out stopped first.
+// DeadLetter, Park), the failed attempts recorded in the retries
+// entries and followed by the retry pause; ok is false when the fan-out
+// stopped first. Its POSTs running at once are bounded by the Sender
+// (the replica's max_in_flight slots, all partitions together, the
+// oldest event first), not here: a bound of the partition's in front
+// of it queued a busy stream's next event, first come first served,
+// behind the other streams' (issue 33).
 func (p *Partition) sendOrdered(st *subState, l *lane, d Delivery) (act Act, ok bool) {
 	for ; ; d.Attempt++ {
-		select {
-		case st.slots <- struct{}{}:
-		case <-p.ctx.Done():
-			return 0, false
-		}
-		if p.ctx.Err() != nil { // both were ready: start nothing once closed
-			<-st.slots
+		if p.ctx.Err() != nil {
 			return 0, false
 		}
 		s := p.send.Attempt(p.ctx, d)
-		<-st.slots
 		if s.Act != Retry {
 			// Settled, even if Close came meanwhile: the POST it started
 			// ran to its answer (graceful release), and the settlement

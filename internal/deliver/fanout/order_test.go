@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,4 +131,30 @@ func TestANextOwnerKeepsAnAsideWhoseSubscriptionHasACursor(t *testing.T) {
 	eventually(t, func() bool { return len(rec.seqs("s")) == 4 }, "the cursor's events and the aside's")
 	inOrder(t, rec.of("s"), []reader.Event{evs[4], evs[6], evs[8], evs[9]})
 	require.Empty(t, pos2.Record().Asides, "the stream rejoined once read")
+}
+
+// An ordered subscription's streams are not bounded by the partition:
+// every stream's head goes to the Sender at once, which bounds the POSTs
+// (the replica's max_in_flight slots, oldest event first). A bound here,
+// first come first served, queued a busy stream's next version behind
+// the other streams' events (issue 33).
+func TestOrderedStreamsHeadsAllReachTheSender(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pos, _ := b.claim(t, "replica-a", 1)
+	var running atomic.Int32
+	proceed := make(chan struct{})
+	rec := newRecorder(func(Delivery) Settlement {
+		running.Add(1)
+		<-proceed
+		return Settlement{Act: Delivered}
+	})
+	f := New(Config{Archetype: base.New(b.clock, nil, "")}, members(t, member.Member{Name: "o", Filters: []string{"events.>"}, Ordered: true, MaxInFlight: 1}), pos, rec, nil, nil)
+	t.Cleanup(f.Close)
+	for _, e := range events(1, 8, 4) {
+		f.Dispatch(e)
+	}
+	eventually(t, func() bool { return running.Load() == 4 }, "the four streams' heads are with the Sender at once")
+	close(proceed)
+	eventually(t, func() bool { return len(rec.seqs("o")) == 8 }, "every event settles")
 }

@@ -40,8 +40,10 @@ type Member struct {
 	// Ordered is ordering: stream (each stream's versions one at a time,
 	// write before next); false is ordering: none (in parallel).
 	Ordered bool
-	// MaxInFlight bounds its POSTs running at once on the partition (an
-	// unordered subscription's events of one stream included). Default 1.
+	// MaxInFlight bounds an unordered subscription's sends running at
+	// once on the partition (its events of one stream included); an
+	// ordered one's are bounded by the Sender (the replica's slots).
+	// Default 1.
 	MaxInFlight int
 	// MaxInHand bounds its events dispatched and not settled on the
 	// partition (max_ack_pending per partition owner); reaching it gives

@@ -142,9 +142,9 @@ func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 // gives them), for one of the subscription's MaxInFlight slots on the
 // replica (all partitions together), while the subscription is
 // disabled, and for its throttle (rate limit, Retry-After), the attempt
-// waits there, unsent; the partition released ends the wait
-// (ActNotReady). The breaker is waited for first, so an open one holds
-// no slot.
+// waits there, unsent (for a slot, oldest event first); the partition
+// released ends the wait (ActNotReady). The breaker is waited for first,
+// so an open one holds no slot.
 func (s *Sender) call(ctx context.Context, snd *attempt.Sender, d fanout.Delivery) attempt.Call {
 	c := attempt.Call{Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1,
 		Ready: func() (uint64, func(), bool) {
@@ -153,7 +153,7 @@ func (s *Sender) call(ctx context.Context, snd *attempt.Sender, d fanout.Deliver
 					return 0, nil, false
 				}
 			}
-			release, ok := s.senders.Acquire(ctx, d.Subscription)
+			release, ok := s.senders.Acquire(ctx, d.Subscription, d.Event.Seq)
 			if !ok {
 				return 0, nil, false
 			}
@@ -400,7 +400,7 @@ func NewSet() *Set { return &Set{m: map[string]*attempt.Sender{}} }
 type Set struct {
 	mu    sync.RWMutex
 	m     map[string]*attempt.Sender
-	slots map[string]chan struct{}
+	slots map[string]*slots
 }
 
 // Get returns subscription name's sender, nil when it has none.
@@ -422,11 +422,11 @@ func (ss *Set) Put(name string, snd *attempt.Sender) {
 		return
 	}
 	ss.m[name] = snd
-	if n := snd.Subscription().MaxInFlight; n > 0 && cap(ss.slots[name]) != n {
+	if n := snd.Subscription().MaxInFlight; n > 0 && (ss.slots[name] == nil || ss.slots[name].limit != n) {
 		if ss.slots == nil {
-			ss.slots = map[string]chan struct{}{}
+			ss.slots = map[string]*slots{}
 		}
-		ss.slots[name] = make(chan struct{}, n)
+		ss.slots[name] = newSlots(n)
 	}
 }
 
@@ -438,25 +438,26 @@ func (ss *Set) InFlight() map[string]int {
 	defer ss.mu.RUnlock()
 	out := make(map[string]int, len(ss.slots))
 	for name, slots := range ss.slots {
-		out[name] = len(slots)
+		out[name] = slots.inFlight()
 	}
 	return out
 }
 
 // Acquire waits for one of subscription name's POST slots on the
-// replica and returns its release; false when ctx ended first. A
-// subscription without slots (MaxInFlight 0, or none) takes none.
-func (ss *Set) Acquire(ctx context.Context, name string) (release func(), ok bool) {
+// replica for the event at seq (its sequence in the events stream) and
+// returns its release; false when ctx ended first. While every slot is
+// taken, the one freed next goes to the waiting event of lowest
+// sequence (slots). A subscription without slots (MaxInFlight 0, or
+// none) takes none.
+func (ss *Set) Acquire(ctx context.Context, name string, seq uint64) (release func(), ok bool) {
 	ss.mu.RLock()
-	slots := ss.slots[name]
+	sl := ss.slots[name]
 	ss.mu.RUnlock()
-	if slots == nil {
+	if sl == nil {
 		return func() {}, true
 	}
-	select {
-	case slots <- struct{}{}:
-		return func() { <-slots }, true
-	case <-ctx.Done():
+	if !sl.acquire(ctx, seq) {
 		return nil, false
 	}
+	return sl.release, true
 }
