@@ -517,7 +517,7 @@ func TestGoneDisablesTheSubscriptionOnEveryReplicaAndEnableResumesIt(t *testing.
 	t.Logf("disabled on both replicas %v after the 410", took)
 	bound := time.Second
 	if raceEnabled {
-		bound = 10 * time.Second // measured without -race: 17-50 ms (load 4-5)
+		bound = 10 * time.Second // without -race: 17-66 ms, mostly the publish the 410 came during
 	}
 	assert.Less(t, took, bound, "disabled on both within a second of the 410 (10 s under -race)")
 	assert.True(t, runningEverywhere("unordered", a, b), "the other subscription goes on")
