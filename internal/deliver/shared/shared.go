@@ -35,6 +35,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -198,7 +199,9 @@ type Replica struct {
 	bg        sync.WaitGroup // the breakers' and the health's followers
 	follow    context.CancelFunc
 
-	own     *owner.Owner
+	// own is the lease owner open made: atomic, since Owned may be
+	// called (a status read, a test) while Start opens or restarts.
+	own     atomic.Pointer[owner.Owner]
 	epochs  owner.Epochs
 	poskv   jetstream.KeyValue
 	created time.Time
@@ -371,12 +374,13 @@ func (r *Replica) open(ctx context.Context) error {
 	}
 	r.epochs = owner.Epochs{KV: r.poskv}
 	r.chain.skipped = r.poskv
-	r.own, err = owner.New(owner.Config{Archetype: r.cfg.Archetype, Partitions: r.cfg.Partitions, Bucket: r.cfg.LeaseBucket,
+	own, err := owner.New(owner.Config{Archetype: r.cfg.Archetype, Partitions: r.cfg.Partitions, Bucket: r.cfg.LeaseBucket,
 		LeaseTTL: r.cfg.LeaseTTL, Replicas: r.cfg.Replicas},
 		owner.Deps{JetStream: r.js, Epochs: r.epochs}, owner.Callbacks{Gained: r.gained})
 	if err != nil {
 		return fmt.Errorf("shared: %w", err)
 	}
+	r.own.Store(own)
 	// The breakers exist before the health watch's first values, which
 	// hand them the states shared so far (an unknown endpoint's is
 	// ignored). Their followers and the health's are r.bg, until run
@@ -385,14 +389,14 @@ func (r *Replica) open(ctx context.Context) error {
 	r.follow = cancel
 	r.watchBreakers(fctx)
 	r.subs.mu.Lock() // edits poke the loop
-	r.loop = newLoop(r.cfg.Archetype, r.js, r.rcfg, func() int { return len(r.own.Owned()) })
+	r.loop = newLoop(r.cfg.Archetype, r.js, r.rcfg, func() int { return len(own.Owned()) })
 	r.subs.mu.Unlock()
 	r.requests = unpark.New(r.poskv, r.loop.poke)
 	r.children = nil
 	if r.ownHealth {
 		r.children = append(r.children, startHealth{r.health}) // a disabled subscription starts disabled
 	}
-	r.children = append(r.children, r.loop, r.requests, r.own)
+	r.children = append(r.children, r.loop, r.requests, own)
 	r.bg.Go(func() { r.watchHealth(fctx) })
 	if err := lifecycle.StartAll(ctx, r.children...); err != nil {
 		r.stopFollowers()
@@ -409,7 +413,7 @@ func (r *Replica) open(ctx context.Context) error {
 // reverse of open's order; last the breakers' and health's followers.
 func (r *Replica) run(ctx context.Context) error {
 	<-ctx.Done()
-	r.own.Stop()
+	r.own.Load().Stop()
 	r.claims.Wait() // the partitions' serve goroutines
 	lifecycle.StopAll(r.children...)
 	r.stopFollowers()
@@ -450,10 +454,11 @@ func (h startHealth) Start(ctx context.Context) error {
 // Owned returns the partitions this replica holds and is not releasing,
 // sorted.
 func (r *Replica) Owned() []int {
-	if r.own == nil {
+	own := r.own.Load()
+	if own == nil {
 		return nil
 	}
-	return r.own.Owned()
+	return own.Owned()
 }
 
 // Status returns the partitions the replica has taken on its reader,
