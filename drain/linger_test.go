@@ -19,25 +19,7 @@ import (
 func TestRunLingersAfterALightCycle(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var mu sync.Mutex
-	var cycles [][]string // the streams of each Handle call
-	h := drain.HandlerFunc(func(_ context.Context, batches []drain.Batch) []drain.Result {
-		out := make([]drain.Result, len(batches))
-		var streams []string
-		for i, bt := range batches {
-			streams = append(streams, bt.Stream)
-			out[i] = drain.Result{Done: len(bt.Events)}
-		}
-		mu.Lock()
-		cycles = append(cycles, streams)
-		mu.Unlock()
-		return out
-	})
-	handled := func() [][]string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([][]string(nil), cycles...)
-	}
+	h, handled := cycleRecorder()
 	const linger, poll = 7 * time.Hour, time.Hour
 	clock := newWaitClock()
 	d := b.drain(t, h, drain.Config{Linger: linger, PollInterval: poll, Clock: clock, Notifier: b.store})
@@ -114,25 +96,7 @@ func TestRunLingersBeforeTheAcksThatGoWithTheNextClaim(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	counter := &ackCounter{Store: b.store}
-	var mu sync.Mutex
-	var cycles [][]string
-	h := drain.HandlerFunc(func(_ context.Context, batches []drain.Batch) []drain.Result {
-		out := make([]drain.Result, len(batches))
-		var streams []string
-		for i, bt := range batches {
-			streams = append(streams, bt.Stream)
-			out[i] = drain.Result{Done: len(bt.Events)}
-		}
-		mu.Lock()
-		cycles = append(cycles, streams)
-		mu.Unlock()
-		return out
-	})
-	handled := func() [][]string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([][]string(nil), cycles...)
-	}
+	h, handled := cycleRecorder()
 	const linger, poll = 7 * time.Hour, time.Hour
 	clock := newWaitClock()
 	// The leases outlast the linger: the wait fits before the acks.
@@ -166,4 +130,29 @@ func TestRunLingersBeforeTheAcksThatGoWithTheNextClaim(t *testing.T) {
 	require.Equal(t, 0, acks)
 	require.Equal(t, 2, withClaims)
 	require.Equal(t, int64(1), b.info(t, "ackl-1").Watermark, "acked to its last event")
+}
+
+// cycleRecorder returns a handler that forwards every batch whole and
+// records the streams of each Handle call, and handled, which returns
+// those calls so far.
+func cycleRecorder() (drain.HandlerFunc, func() [][]string) {
+	var mu sync.Mutex
+	var cycles [][]string
+	h := drain.HandlerFunc(func(_ context.Context, batches []drain.Batch) []drain.Result {
+		out := make([]drain.Result, len(batches))
+		var streams []string
+		for i, bt := range batches {
+			streams = append(streams, bt.Stream)
+			out[i] = drain.Result{Done: len(bt.Events)}
+		}
+		mu.Lock()
+		cycles = append(cycles, streams)
+		mu.Unlock()
+		return out
+	})
+	return h, func() [][]string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([][]string(nil), cycles...)
+	}
 }
