@@ -160,10 +160,11 @@ func bridgeStagesLine(hs map[string]histogram, events int) string {
 
 // bridgeLine prints the bridge's histograms of the run, where read.
 func (f livePipeFigures) bridgeLine() string {
+	waits := f.waits.line() + "; " + f.waits.tailShare()
 	if f.bridgeHists == nil {
-		return "bridge histograms: none"
+		return "bridge histograms: none; " + waits
 	}
-	return bridgeStagesLine(f.bridgeHists, f.events)
+	return bridgeStagesLine(f.bridgeHists, f.events) + "; " + waits
 }
 
 // liveBridgeStageRow is a rate's row of the bridge's stage: commit →
@@ -178,4 +179,91 @@ func liveBridgeStageRow(name string, ours livePipeFigures) row {
 		Target:    "printed",
 		Met:       true,
 	}
+}
+
+// Where an event's wait for the bridge comes from: each event of a
+// stream, by its commit, against its stream's previous event (by commit
+// time; one event a transaction, so appends to one stream commit in
+// version order). An event committed while its stream's previous event
+// was not yet stored in EVENTS waits behind that event's cycle: its
+// stream is pending or leased, so its append notifies nobody and only the
+// claim after that cycle's ack takes it. One committed soon after its
+// previous event was stored (within liveAckWindow) may still find the
+// stream leased, the ack not yet made. The others found their stream
+// caught up and free.
+const liveAckWindow = 20 * time.Millisecond
+
+// liveWaitClass names the classes of liveWaits, in the order printed.
+var liveWaitClass = []string{"behind its stream's previous event", "within 20 ms of its previous event's store", "stream free"}
+
+// liveWaits is, by class (liveWaitClass's index), commit → stored in
+// EVENTS of the events in it, sorted.
+type liveWaits [3][]time.Duration
+
+// streamWaits sorts the events both commits and stored have into the
+// classes of liveWaitClass.
+func streamWaits(commits map[string]liveCommit, stored map[string]liveStored) liveWaits {
+	type ev struct{ commit, stored time.Time }
+	byStream := map[int][]ev{}
+	for id, c := range commits {
+		if s, ok := stored[id]; ok {
+			byStream[c.stream] = append(byStream[c.stream], ev{c.at, s.at})
+		}
+	}
+	var w liveWaits
+	for _, evs := range byStream {
+		slices.SortFunc(evs, func(a, b ev) int { return a.commit.Compare(b.commit) })
+		for i, e := range evs {
+			class := 2
+			if i > 0 {
+				switch prev := evs[i-1].stored; {
+				case prev.After(e.commit):
+					class = 0
+				case e.commit.Sub(prev) <= liveAckWindow:
+					class = 1
+				}
+			}
+			w[class] = append(w[class], e.stored.Sub(e.commit))
+		}
+	}
+	for i := range w {
+		slices.Sort(w[i])
+	}
+	return w
+}
+
+// line prints each class's share of the events and its percentiles.
+func (w liveWaits) line() string {
+	n := 0
+	for _, c := range w {
+		n += len(c)
+	}
+	parts := make([]string, len(w))
+	for i, c := range w {
+		parts[i] = fmt.Sprintf("%s %.1f %% (%s)", liveWaitClass[i], 100*float64(len(c))/float64(max(n, 1)), livePercentiles(c))
+	}
+	return "commit → stored in EVENTS by the stream's state at the commit: " + strings.Join(parts, "; ")
+}
+
+// tailShare is, of the events whose commit → stored in EVENTS is at or
+// past the p99 of all, each class's share (in percent).
+func (w liveWaits) tailShare() string {
+	var all []time.Duration
+	for _, c := range w {
+		all = append(all, c...)
+	}
+	slices.Sort(all)
+	p99 := quantile(all, 0.99)
+	counts := make([]int, len(w))
+	n := 0
+	for i, c := range w {
+		j, _ := slices.BinarySearch(c, p99)
+		counts[i] = len(c) - j
+		n += counts[i]
+	}
+	parts := make([]string, len(w))
+	for i := range w {
+		parts[i] = fmt.Sprintf("%.0f %%", 100*float64(counts[i])/float64(max(n, 1)))
+	}
+	return fmt.Sprintf("of the events at or past the p99 (%s): %s", ms(p99), strings.Join(parts, " / "))
 }
