@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The bridge's share of commit → stored in EVENTS, from its own
@@ -161,6 +164,9 @@ func bridgeStagesLine(hs map[string]histogram, events int) string {
 // bridgeLine prints the bridge's histograms of the run, where read.
 func (f livePipeFigures) bridgeLine() string {
 	waits := f.waits.line() + "; " + f.waits.tailShare()
+	if f.sessionWaits != nil {
+		waits += fmt.Sprintf("; Postgres sessions sampled every %s while active: %s; %s", liveWaitSampleEvery, f.sessionWaits.line(livePipelineApp, "pipeline's"), f.sessionWaits.line(liveGeneratorApp, "appends'"))
+	}
 	if f.bridgeHists == nil {
 		return "bridge histograms: none; " + waits
 	}
@@ -266,4 +272,74 @@ func (w liveWaits) tailShare() string {
 		parts[i] = fmt.Sprintf("%.0f %%", 100*float64(counts[i])/float64(max(n, 1)))
 	}
 	return fmt.Sprintf("of the events at or past the p99 (%s): %s", ms(p99), strings.Join(parts, " / "))
+}
+
+// liveWaitSampleEvery is how often the row samples what the Postgres
+// sessions of the pipeline and of the generator wait on while active.
+const liveWaitSampleEvery = 5 * time.Millisecond
+
+// The classes of a sampled session's wait event, in the order printed.
+var liveWaitKinds = []string{"CPU", "WAL flush", "row lock", "other lock", "other"}
+
+// waitKind names the class of a wait event type and name ("" for none:
+// on the CPU, or waiting for one).
+func waitKind(typ, name string) string {
+	switch {
+	case typ == "":
+		return "CPU"
+	case name == "WALWrite" || name == "WALSync" || name == "WALFlush":
+		return "WAL flush"
+	case typ == "Lock" && (name == "transactionid" || name == "tuple"):
+		return "row lock"
+	case typ == "Lock" || typ == "LWLock":
+		return "other lock"
+	}
+	return "other"
+}
+
+// sessionWaits counts, by application_name and class (waitKind), the
+// samples of active sessions.
+type sessionWaits map[string]map[string]int
+
+// sampleWaits samples pg_stat_activity every liveWaitSampleEvery until
+// ctx ends, counting the active sessions of apps by what they wait on;
+// a failed sample is skipped. Each query reads a fresh snapshot of the
+// activity (one transaction a query).
+func (e *env) sampleWaits(ctx context.Context, apps ...string) sessionWaits {
+	out := sessionWaits{}
+	for _, a := range apps {
+		out[a] = map[string]int{}
+	}
+	t := time.NewTicker(liveWaitSampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-t.C:
+		}
+		rows, err := e.pool.Query(ctx, `SELECT application_name, coalesce(wait_event_type, ''), coalesce(wait_event, '')
+FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() AND application_name = ANY($1)`, apps)
+		if err != nil {
+			continue
+		}
+		var app, typ, name string
+		_, _ = pgx.ForEachRow(rows, []any{&app, &typ, &name}, func() error {
+			out[app][waitKind(typ, name)]++
+			return nil
+		})
+	}
+}
+
+// line prints, for app, its samples and each class's share of them.
+func (w sessionWaits) line(app, label string) string {
+	n := 0
+	for _, c := range w[app] {
+		n += c
+	}
+	parts := make([]string, 0, len(liveWaitKinds))
+	for _, k := range liveWaitKinds {
+		parts = append(parts, fmt.Sprintf("%s %.0f %%", k, 100*float64(w[app][k])/float64(max(n, 1))))
+	}
+	return fmt.Sprintf("%s %d active samples: %s", label, n, strings.Join(parts, ", "))
 }

@@ -51,3 +51,16 @@ func TestStreamWaitsSortsEventsByTheirStreamAtCommit(t *testing.T) {
 		t.Fatalf("tailShare: got %q, want %q", got, want)
 	}
 }
+
+// TestSessionWaitsLine checks the wait events' classes and the line.
+func TestSessionWaitsLine(t *testing.T) {
+	w := sessionWaits{"app": {}}
+	for _, e := range [][2]string{{"", ""}, {"", ""}, {"LWLock", "WALWrite"}, {"IO", "WALSync"}, {"Lock", "transactionid"}, {"Lock", "advisory"}, {"IPC", "ProcArrayGroupUpdate"}, {"", ""}} {
+		w["app"][waitKind(e[0], e[1])]++
+	}
+	got := w.line("app", "the app's")
+	want := "the app's 8 active samples: CPU 38 %, WAL flush 25 %, row lock 12 %, other lock 12 %, other 12 %"
+	if got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}

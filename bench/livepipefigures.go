@@ -60,6 +60,9 @@ type livePipeFigures struct {
 	// waits is commit → stored in EVENTS by the stream's state at the
 	// commit (streamWaits).
 	waits liveWaits
+	// sessionWaits is what the pipeline's and the generator's Postgres
+	// sessions waited on while the generator ran (nil: not sampled).
+	sessionWaits sessionWaits
 	// stored is, by stream (liveStoredStreams), the disk it takes
 	// (storageSizes.sealed) and its messages.
 	stored     map[string]int64
