@@ -309,6 +309,9 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 	for name, port := range profOps {
 		e.profile(fmt.Sprintf("livepipe-%s-%d", name, rate), port)
 	}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan sessionWaits, 1)
+	go func() { sampled <- e.sampleWaits(sampleCtx, livePipelineApp, liveGeneratorApp) }()
 	run, err := e.generateLive(ctx, genURL, schema, dir, "run", events, rate, e.cfg.LiveZipf, func() {
 		f.backlog = map[string]int{}
 		for _, s := range f.subs {
@@ -317,6 +320,8 @@ func (e *env) livePipeRun(ctx context.Context, p livePipeline, rate int, dur tim
 		}
 		f.cpu["postgres: appends"] = e.sessionCPU(ctx, liveGeneratorApp)
 	})
+	stopSampling()
+	f.sessionWaits = <-sampled
 	if err != nil {
 		return f, err
 	}

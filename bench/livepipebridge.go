@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The bridge's share of commit → stored in EVENTS, from its own
@@ -160,10 +163,14 @@ func bridgeStagesLine(hs map[string]histogram, events int) string {
 
 // bridgeLine prints the bridge's histograms of the run, where read.
 func (f livePipeFigures) bridgeLine() string {
-	if f.bridgeHists == nil {
-		return "bridge histograms: none"
+	waits := f.waits.line() + "; " + f.waits.tailShare()
+	if f.sessionWaits != nil {
+		waits += fmt.Sprintf("; Postgres sessions sampled every %s while active: %s; %s", liveWaitSampleEvery, f.sessionWaits.line(livePipelineApp, "pipeline's"), f.sessionWaits.line(liveGeneratorApp, "appends'"))
 	}
-	return bridgeStagesLine(f.bridgeHists, f.events)
+	if f.bridgeHists == nil {
+		return "bridge histograms: none; " + waits
+	}
+	return bridgeStagesLine(f.bridgeHists, f.events) + "; " + waits
 }
 
 // liveBridgeStageRow is a rate's row of the bridge's stage: commit →
@@ -178,4 +185,161 @@ func liveBridgeStageRow(name string, ours livePipeFigures) row {
 		Target:    "printed",
 		Met:       true,
 	}
+}
+
+// Where an event's wait for the bridge comes from: each event of a
+// stream, by its commit, against its stream's previous event (by commit
+// time; one event a transaction, so appends to one stream commit in
+// version order). An event committed while its stream's previous event
+// was not yet stored in EVENTS waits behind that event's cycle: its
+// stream is pending or leased, so its append notifies nobody and only the
+// claim after that cycle's ack takes it. One committed soon after its
+// previous event was stored (within liveAckWindow) may still find the
+// stream leased, the ack not yet made. The others found their stream
+// caught up and free.
+const liveAckWindow = 20 * time.Millisecond
+
+// liveWaitClass names the classes of liveWaits, in the order printed.
+var liveWaitClass = []string{"behind its stream's previous event", "within 20 ms of its previous event's store", "stream free"}
+
+// liveWaits is, by class (liveWaitClass's index), commit → stored in
+// EVENTS of the events in it, sorted.
+type liveWaits [3][]time.Duration
+
+// streamWaits sorts the events both commits and stored have into the
+// classes of liveWaitClass.
+func streamWaits(commits map[string]liveCommit, stored map[string]liveStored) liveWaits {
+	type ev struct{ commit, stored time.Time }
+	byStream := map[int][]ev{}
+	for id, c := range commits {
+		if s, ok := stored[id]; ok {
+			byStream[c.stream] = append(byStream[c.stream], ev{c.at, s.at})
+		}
+	}
+	var w liveWaits
+	for _, evs := range byStream {
+		slices.SortFunc(evs, func(a, b ev) int { return a.commit.Compare(b.commit) })
+		for i, e := range evs {
+			class := 2
+			if i > 0 {
+				switch prev := evs[i-1].stored; {
+				case prev.After(e.commit):
+					class = 0
+				case e.commit.Sub(prev) <= liveAckWindow:
+					class = 1
+				}
+			}
+			w[class] = append(w[class], e.stored.Sub(e.commit))
+		}
+	}
+	for i := range w {
+		slices.Sort(w[i])
+	}
+	return w
+}
+
+// line prints each class's share of the events and its percentiles.
+func (w liveWaits) line() string {
+	n := 0
+	for _, c := range w {
+		n += len(c)
+	}
+	parts := make([]string, len(w))
+	for i, c := range w {
+		parts[i] = fmt.Sprintf("%s %.1f %% (%s)", liveWaitClass[i], 100*float64(len(c))/float64(max(n, 1)), livePercentiles(c))
+	}
+	return "commit → stored in EVENTS by the stream's state at the commit: " + strings.Join(parts, "; ")
+}
+
+// tailShare is, of the events whose commit → stored in EVENTS is at or
+// past the p99 of all, each class's share (in percent).
+func (w liveWaits) tailShare() string {
+	var all []time.Duration
+	for _, c := range w {
+		all = append(all, c...)
+	}
+	slices.Sort(all)
+	p99 := quantile(all, 0.99)
+	counts := make([]int, len(w))
+	n := 0
+	for i, c := range w {
+		j, _ := slices.BinarySearch(c, p99)
+		counts[i] = len(c) - j
+		n += counts[i]
+	}
+	parts := make([]string, len(w))
+	for i := range w {
+		parts[i] = fmt.Sprintf("%.0f %%", 100*float64(counts[i])/float64(max(n, 1)))
+	}
+	return fmt.Sprintf("of the events at or past the p99 (%s): %s", ms(p99), strings.Join(parts, " / "))
+}
+
+// liveWaitSampleEvery is how often the row samples what the Postgres
+// sessions of the pipeline and of the generator wait on while active.
+const liveWaitSampleEvery = 5 * time.Millisecond
+
+// The classes of a sampled session's wait event, in the order printed.
+var liveWaitKinds = []string{"CPU", "WAL flush", "row lock", "other lock", "other"}
+
+// waitKind names the class of a wait event type and name ("" for none:
+// on the CPU, or waiting for one).
+func waitKind(typ, name string) string {
+	switch {
+	case typ == "":
+		return "CPU"
+	case name == "WALWrite" || name == "WALSync" || name == "WALFlush":
+		return "WAL flush"
+	case typ == "Lock" && (name == "transactionid" || name == "tuple"):
+		return "row lock"
+	case typ == "Lock" || typ == "LWLock":
+		return "other lock"
+	}
+	return "other"
+}
+
+// sessionWaits counts, by application_name and class (waitKind), the
+// samples of active sessions.
+type sessionWaits map[string]map[string]int
+
+// sampleWaits samples pg_stat_activity every liveWaitSampleEvery until
+// ctx ends, counting the active sessions of apps by what they wait on;
+// a failed sample is skipped. Each query reads a fresh snapshot of the
+// activity (one transaction a query).
+func (e *env) sampleWaits(ctx context.Context, apps ...string) sessionWaits {
+	out := sessionWaits{}
+	for _, a := range apps {
+		out[a] = map[string]int{}
+	}
+	t := time.NewTicker(liveWaitSampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-t.C:
+		}
+		rows, err := e.pool.Query(ctx, `SELECT application_name, coalesce(wait_event_type, ''), coalesce(wait_event, '')
+FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() AND application_name = ANY($1)`, apps)
+		if err != nil {
+			continue
+		}
+		var app, typ, name string
+		_, _ = pgx.ForEachRow(rows, []any{&app, &typ, &name}, func() error {
+			out[app][waitKind(typ, name)]++
+			return nil
+		})
+	}
+}
+
+// line prints, for app, its samples and each class's share of them.
+func (w sessionWaits) line(app, label string) string {
+	n := 0
+	for _, c := range w[app] {
+		n += c
+	}
+	parts := make([]string, 0, len(liveWaitKinds))
+	for _, k := range liveWaitKinds {
+		parts = append(parts, fmt.Sprintf("%s %.0f %%", k, 100*float64(w[app][k])/float64(max(n, 1))))
+	}
+	return fmt.Sprintf("%s %d active samples: %s", label, n, strings.Join(parts, ", "))
 }

@@ -57,6 +57,12 @@ type livePipeFigures struct {
 	splitKnown  bool
 	statements  map[string]liveStatement
 	bridgeHists map[string]histogram
+	// waits is commit → stored in EVENTS by the stream's state at the
+	// commit (streamWaits).
+	waits liveWaits
+	// sessionWaits is what the pipeline's and the generator's Postgres
+	// sessions waited on while the generator ran (nil: not sampled).
+	sessionWaits sessionWaits
 	// stored is, by stream (liveStoredStreams), the disk it takes
 	// (storageSizes.sealed) and its messages.
 	stored     map[string]int64
@@ -221,6 +227,7 @@ func (f *livePipeFigures) fillLatencies(commits map[string]liveCommit, stored ma
 		}
 	}
 	f.hotShare, f.hot = hottestShare(ranks)
+	f.waits = streamWaits(commits, stored)
 	hotSub := f.subs[0] // ordered, or bare
 	var hotLat []time.Duration
 	// The hottest stream's events: stored in EVENTS, received.
