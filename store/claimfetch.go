@@ -13,7 +13,7 @@ import (
 )
 
 // ClaimFetch is Claim and then Fetch of the claimed streams, in one
-// statement, one round trip and one transaction (it implements
+// statement (after Claim's fold), one round trip and one transaction (it implements
 // drain.ClaimFetcher): a drain cycle's claim and fetch cost one commit
 // instead of two. The claims are Claim's; events holds up to perStream
 // events of each claimed stream past its watermark, in version order,

@@ -31,6 +31,11 @@ import (
 // their oldest unforwarded event, or, for a stream that was retried, by its
 // next attempt time (when its backoff ended), so under a backlog each waits
 // about as long as the others. The claims come back in no particular order.
+//
+// With the bridge's own events table the claim first folds, in its
+// transaction, the markers appends wrote while no drainer waited
+// (migration 009, store/fold.go), so it sees every append committed
+// before it.
 func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]event.Claim, error) {
 	if err := checkClaim(owner, limit, lease); err != nil {
 		return nil, err
