@@ -102,7 +102,8 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 		})
 	}
 	s.queueCatchUp(b, ackedStreams(acks, order))
-	var skipped bool
+	var skipped, left bool
+	s.queueFold(b, &left)
 	if perStream > 0 {
 		b.Queue(s.q.claimFetch, owner, limit, lease.Microseconds(), perStream).Query(func(rows pgx.Rows) error {
 			var err error
@@ -125,7 +126,7 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 		}
 		return ackErrs, nil, nil, false, fmt.Errorf("claim streams for %s (with %d acks): %w", owner, len(order), err)
 	}
-	s.notes.skipped(skipped)
+	s.notes.skipped(skipped || left)
 	for _, i := range order {
 		if done[acks[i].Stream] {
 			continue

@@ -82,6 +82,7 @@ func TestAckClaimTakesAgainAStreamAppendedToWhileLeased(t *testing.T) {
 func TestAckClaimWaitsForOneAppenderAndReportsSkippedRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	listen(t, b.store.Schema()) // a drainer waits: appends lock the stream's row
 	a1 := b.appendN(t, "a-1", 1)
 	_, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
 	require.NoError(t, err)

@@ -103,6 +103,7 @@ func TestAckStreamsExpiredLeasesAdvanceNothing(t *testing.T) {
 func TestAckStreamsNeverDeadlocksWithAnAppender(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	listen(t, b.store.Schema()) // a drainer waits: appends lock the stream's row
 	a1 := b.appendN(t, "a-1", 1)
 	b1 := b.appendN(t, "b-1", 1)
 	_, err := b.store.Claim(b.ctx, "x", 10, time.Minute)

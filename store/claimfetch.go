@@ -13,7 +13,7 @@ import (
 )
 
 // ClaimFetch is Claim and then Fetch of the claimed streams, in one
-// statement, one round trip and one transaction (it implements
+// statement (after Claim's fold), one round trip and one transaction (it implements
 // drain.ClaimFetcher): a drain cycle's claim and fetch cost one commit
 // instead of two. The claims are Claim's; events holds up to perStream
 // events of each claimed stream past its watermark, in version order,
@@ -26,15 +26,22 @@ func (s *Store) ClaimFetch(ctx context.Context, owner string, limit int, lease t
 	if err := checkClaimFetch(owner, limit, lease, perStream); err != nil {
 		return nil, nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.q.claimFetch, owner, limit, lease.Microseconds(), perStream)
-	if err != nil {
+	var (
+		claims        []event.Claim
+		events        []event.Event
+		skipped, left bool
+	)
+	b := &pgx.Batch{}
+	s.queueFold(b, &left)
+	b.Queue(s.q.claimFetch, owner, limit, lease.Microseconds(), perStream).Query(func(rows pgx.Rows) error {
+		var err error
+		claims, events, skipped, err = s.scanClaimEvents(rows, limit*perStream)
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, nil, fmt.Errorf("claim and fetch streams for %s: %w", owner, err)
 	}
-	claims, events, skipped, err := s.scanClaimEvents(rows, limit*perStream)
-	if err != nil {
-		return nil, nil, fmt.Errorf("claim and fetch streams for %s: %w", owner, err)
-	}
-	s.notes.skipped(skipped)
+	s.notes.skipped(skipped || left)
 	return claims, events, nil
 }
 

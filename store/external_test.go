@@ -240,9 +240,9 @@ func TestDiscoverOnOwnTableIsAnError(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotExternal)
 }
 
-// An application transaction holds its stream's row until it commits; a
-// settle of that stream gives up after the settle timeout instead of
-// stalling the drain cycle.
+// An application transaction that appended while a drainer waited holds
+// its stream's row until it commits; a settle of that stream gives up
+// after the settle timeout instead of stalling the drain cycle.
 func TestSettleGivesUpOnARowHeldByTheApp(t *testing.T) {
 	t.Parallel()
 	pool := jsbridgetest.Pool(t)
@@ -250,6 +250,7 @@ func TestSettleGivesUpOnARowHeldByTheApp(t *testing.T) {
 	require.NoError(t, err)
 	ctx := t.Context()
 	require.NoError(t, s.Migrate(ctx))
+	listen(t, s.Schema()) // a drainer waits: appends lock the stream's row
 	evs, err := s.Append(ctx, "held-1", store.NoStream, ev("E", `{}`))
 	require.NoError(t, err)
 	_, err = s.Claim(ctx, "a", 10, time.Minute)

@@ -36,13 +36,14 @@ func (b bundle) waitForLockWaiter(t *testing.T, what string) {
 	}, 10*time.Second, 5*time.Millisecond, what)
 }
 
-// An append to a stream that is already pending writes nothing to the
-// streams table (migration 008): its head column stays where the append
-// that made it pending left it, and Streams, Totals and Reset read the
-// real head from the events table.
+// While a drainer waits, an append to a stream that is already pending
+// writes nothing to the streams table (migration 008): its head column
+// stays where the append that made it pending left it, and Streams, Totals
+// and Reset read the real head from the events table.
 func TestAppendToAPendingStreamWritesNoStreamsRow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	listen(t, b.store.Schema()) // a drainer waits: appends take 008's way
 	// One connection: its statistics are flushed on demand below.
 	cfg, err := pgxpool.ParseConfig(jsbridgetest.DatabaseURL(t))
 	require.NoError(t, err)
@@ -103,11 +104,12 @@ WHERE schemaname = $1 AND relname = 'streams'`, s.Schema()).Scan(&upd))
 	require.Equal(t, int64(24), b.info(t, "quiet-1").Lag)
 }
 
-// A settle that moves the watermark to the last event it saw while an
-// append to the stream, which found it pending and wrote nothing, has not
-// committed yet waits for that append's lock and leaves the stream
-// pending for the appended event: the ack, a block at the last event
-// (taken again after unblock), and AckClaim's claim taking it again.
+// While a drainer waits, a settle that moves the watermark to the last
+// event it saw while an append to the stream, which found it pending and
+// wrote nothing, has not committed yet waits for that append's lock and
+// leaves the stream pending for the appended event: the ack, a block at
+// the last event (taken again after unblock), and AckClaim's claim taking
+// it again.
 func TestSettleWaitsForAnAppendThatSkippedTheRow(t *testing.T) {
 	t.Parallel()
 	settles := []struct {
@@ -133,6 +135,7 @@ func TestSettleWaitsForAnAppendThatSkippedTheRow(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
+			listen(t, b.store.Schema()) // a drainer waits: appends take 008's way
 			first := b.appendN(t, "s-1", 1)[0]
 			claims, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
 			require.NoError(t, err)
@@ -176,12 +179,13 @@ func errorsOf(errs []error) error {
 	return nil
 }
 
-// An append that waited for a settle holding the stream's row reads the
-// row as the settle left it: caught up, so it writes the row and makes
-// the stream pending (and claimable) again.
+// While a drainer waits, an append that waited for a settle holding the
+// stream's row reads the row as the settle left it: caught up, so it
+// writes the row and makes the stream pending (and claimable) again.
 func TestAppendWaitingForASettleMarksTheStreamPending(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	listen(t, b.store.Schema()) // a drainer waits: appends take 008's way
 	first := b.appendN(t, "s-1", 1)[0]
 	// A settle in progress: the stream's row updated and held.
 	tx, err := b.pool.Begin(b.ctx)

@@ -33,6 +33,7 @@ type queries struct {
 	insertEvents string
 	appendOne    string
 
+	fold       string
 	claim      string
 	claimFetch string
 	fetch      string
@@ -214,6 +215,8 @@ SELECT $1, $2 + t.ord, t.name, t.data::jsonb, t.meta::jsonb
 FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS t(name, data, meta, ord)
 ORDER BY t.ord
 RETURNING id, version, name, data, meta, created`),
+
+		fold: foldQuery(schema),
 
 		// The locking select is materialized so it runs exactly once; SKIP
 		// LOCKED means competing claimers never wait for each other. Streams

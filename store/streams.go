@@ -66,6 +66,9 @@ func (s *Store) Streams(ctx context.Context, f StreamFilter) ([]StreamInfo, erro
 	if len(f.Names) > 0 {
 		names = f.Names
 	}
+	if err := s.fold(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := s.pool.Query(ctx, s.q.streams, f.Blocked, f.Lagging, f.Match, f.Limit, names)
 	if err != nil {
 		return nil, streamsError(f, err)
@@ -152,6 +155,9 @@ func (s *Store) Reset(ctx context.Context, streams []string) ([]Changed, error) 
 }
 
 func (s *Store) changeStreams(ctx context.Context, op, query string, arg any) ([]Changed, error) {
+	if err := s.fold(ctx); err != nil {
+		return nil, fmt.Errorf("%s streams: %w", op, err)
+	}
 	rows, err := s.pool.Query(ctx, query, arg)
 	if err != nil {
 		return nil, fmt.Errorf("%s streams: %w", op, err)
@@ -195,6 +201,9 @@ type Backlog struct {
 func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 	var b Backlog
 	var micros int64
+	if err := s.fold(ctx); err != nil {
+		return b, fmt.Errorf("stream backlog: %w", err)
+	}
 	if err := s.pool.QueryRow(ctx, s.q.backlog).Scan(&b.Blocked, &b.Lagging, &micros); err != nil {
 		return b, fmt.Errorf("stream backlog: %w", err)
 	}
@@ -205,6 +214,9 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 // Totals returns the number of events appended (sum of head+1) and forwarded
 // (sum of watermark+1) over all streams; their difference is the total lag.
 func (s *Store) Totals(ctx context.Context) (appended, forwarded int64, err error) {
+	if err := s.fold(ctx); err != nil {
+		return 0, 0, fmt.Errorf("stream totals: %w", err)
+	}
 	if err := s.pool.QueryRow(ctx, s.q.totals).Scan(&appended, &forwarded); err != nil {
 		return 0, 0, fmt.Errorf("stream totals: %w", err)
 	}

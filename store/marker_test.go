@@ -1,0 +1,151 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/store"
+)
+
+// markers counts the rows of the appended table (migration 009).
+func (b bundle) markers(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM "+b.store.Schema()+".appended").Scan(&n))
+	return n
+}
+
+// streamsRows counts the rows of the streams table.
+func (b bundle) streamsRows(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM "+b.store.Schema()+".streams").Scan(&n))
+	return n
+}
+
+// While no drainer waits, an append writes one marker per event and
+// touches no streams row; a claim takes the markers into the streams
+// table first and claims the streams, and the readers (Streams, Totals,
+// Backlog) count every committed event. A statement inserting several
+// streams' events writes a marker for each.
+func TestAppendWritesAMarkerWhileNoDrainerWaits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.appendN(t, "m-1", 2)
+	b.appendN(t, "m-1", 1)
+	b.appendN(t, "m-2", 1)
+	_, err := b.pool.Exec(b.ctx, "INSERT INTO "+b.store.Schema()+`.events (stream, version, name, data)
+VALUES ('m-3', 0, 'E', '{}'), ('m-4', 0, 'E', '{}'), ('m-3', 1, 'E', '{}')`)
+	require.NoError(t, err)
+	require.Equal(t, 7, b.markers(t))
+	require.Zero(t, b.streamsRows(t), "no streams row written by an append")
+
+	appended, forwarded, err := b.store.Totals(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), appended)
+	require.Zero(t, forwarded)
+	require.Zero(t, b.markers(t), "taken in by the reader")
+	require.Equal(t, int64(2), b.info(t, "m-1").Head)
+	require.Equal(t, int64(3), b.info(t, "m-1").Lag)
+
+	b.appendN(t, "m-5", 1)
+	bl, err := b.store.Backlog(b.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, bl.Lagging)
+
+	b.appendN(t, "m-6", 1)
+	claims, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"m-1", "m-2", "m-3", "m-4", "m-5", "m-6"}, claimedNames(claims))
+	require.Zero(t, b.markers(t))
+}
+
+// A settle that runs while an append (a marker, no row lock) has not
+// committed does not wait for it and leaves the stream caught up as far
+// as it saw; the next claim takes the marker in and the stream again:
+// with Claim, ClaimFetch, and AckClaim's claim after its own acks.
+func TestSettleBesideAMarkerLeavesTheStreamClaimable(t *testing.T) {
+	t.Parallel()
+	claimers := []struct {
+		name  string
+		claim func(b bundle) ([]event.Claim, error)
+	}{
+		{"claim", func(b bundle) ([]event.Claim, error) { return b.store.Claim(b.ctx, "y", 10, time.Minute) }},
+		{"claimfetch", func(b bundle) ([]event.Claim, error) {
+			c, _, err := b.store.ClaimFetch(b.ctx, "y", 10, time.Minute, 10)
+			return c, err
+		}},
+	}
+	for _, c := range claimers {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			first := b.appendN(t, "s-1", 1)[0]
+			claims, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
+			require.NoError(t, err)
+			require.Len(t, claims, 1)
+
+			tx, err := b.pool.Begin(b.ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(b.ctx) }()
+			_, err = b.store.AppendTx(b.ctx, tx, "s-1", store.AnyVersion, ev("Happened", `{"n":1}`))
+			require.NoError(t, err)
+			require.NoError(t, b.store.Ack(b.ctx, "x", "s-1", first.Version, first.ID), "no wait for the appender")
+			require.NoError(t, tx.Commit(b.ctx))
+
+			claims, err = c.claim(b)
+			require.NoError(t, err)
+			require.Equal(t, []string{"s-1"}, claimedNames(claims), "claimable for the event appended beside the ack")
+			require.Equal(t, int64(0), claims[0].Watermark)
+		})
+	}
+	t.Run("ackclaim", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first := b.appendN(t, "s-1", 1)[0]
+		_, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
+		require.NoError(t, err)
+		b.appendN(t, "s-1", 1) // committed before the acks: the claim with them takes it
+		errs, claims, _, again, err := b.store.AckClaim(b.ctx, "x", []event.Progress{{Stream: "s-1", Version: first.Version, ID: first.ID}}, 10, time.Minute, 10)
+		require.NoError(t, err)
+		require.Equal(t, []error{nil}, errs)
+		require.False(t, again)
+		require.Equal(t, []string{"s-1"}, claimedNames(claims))
+		require.Equal(t, int64(0), claims[0].Watermark)
+	})
+}
+
+// A claim never waits for a streams row another transaction holds: the
+// fold leaves that stream's markers for a later claim, which takes them
+// once the row is free.
+func TestFoldLeavesMarkersOfARowHeldElsewhere(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.appendN(t, "h-1", 1)
+	require.NoError(t, store.Fold(b.ctx, b.store))
+	_, err := b.pool.Exec(b.ctx, "UPDATE "+b.store.Schema()+".streams SET watermark = head WHERE stream = 'h-1'")
+	require.NoError(t, err)
+	b.appendN(t, "h-1", 1)
+	b.appendN(t, "h-2", 1)
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	_, err = tx.Exec(b.ctx, "SELECT 1 FROM "+b.store.Schema()+".streams WHERE stream = 'h-1' FOR UPDATE")
+	require.NoError(t, err)
+
+	claims, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"h-2"}, claimedNames(claims), "h-1's row is held: its marker waits")
+	require.Equal(t, 1, b.markers(t))
+
+	require.NoError(t, tx.Rollback(b.ctx))
+	claims, err = b.store.Claim(b.ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"h-1"}, claimedNames(claims))
+	require.Equal(t, int64(0), claims[0].Watermark)
+	require.Zero(t, b.markers(t))
+}
