@@ -116,7 +116,7 @@ func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 	}
 	k := spentKey{d.Subscription, d.Event.Seq}
 	n := s.spent.next(k, d.Spent)
-	msg := attempt.Message{Seq: d.Event.Seq, Subject: d.Event.Subject, Header: d.Event.Header, Data: d.Event.Data}
+	msg := attempt.Message{Seq: d.Event.Seq, Subject: d.Event.Subject, Header: d.Event.Header, Data: d.Event.Data, DataJSON: d.Event.DataJSON}
 	st := snd.Attempt(ctx, msg, n, s.call(ctx, snd, d))
 	defer snd.End(st.Trace)
 	refused, stuck := s.spent.count(k, n, st.Act, s.clock.Now(), s.stuckAfter)
