@@ -270,7 +270,7 @@ func New(cfg Config, members *member.Index, pos Position, send Sender, chain Cha
 		ctx: ctx, cancel: cancel, claimed: rec, curs: pos.Cursors(), subs: map[string]*subState{}, watch: map[string]struct{}{},
 		asides: map[[2]string]*aside{}, deleting: map[string]bool{}, held: held, floor: rec.Floor, head: rec.Floor, gen: members.Generation()}
 	p.win = floor.New(rec.Floor)
-	p.workers = newWorkers(ctx, workerIdle)
+	p.workers = newWorkers(ctx, maxIdle)
 	p.retries = map[retryKey]uint64{}
 	p.loadRetries()
 	p.claimedTop = claimedTop(rec)

@@ -3,30 +3,31 @@ package fanout
 import (
 	"context"
 	"sync"
-	"time"
 )
 
-// workerIdle is how long a worker with nothing to run waits for the next
-// lane or send before it ends. It is measured on the machine's clock, not
-// the fan-out's (Config.Archetype): it bounds how long a goroutine
-// lingers, no rule of delivery, and the tests that drive the fan-out's
-// clock count its timers (the retry pauses, the stuck heads).
-const workerIdle = 5 * time.Second
+// maxIdle is how many workers of a partition may wait for a run at
+// once; a worker done while as many wait ends. At 1,000 events/s with
+// two subscriptions about 20 runs are under way over the 16 partitions
+// of a replica; a backlog's bursts use more, and their workers end as
+// they finish.
+const maxIdle = 16
 
 // workers runs a partition's lanes and unordered sends on goroutines that
 // outlive one run: a run goes to the worker that waited least (its stack
 // is the likeliest to be grown still), else to a new goroutine, which
-// waits workerIdle for another run once it is done. A goroutine started
-// per run began on a small stack and grew it (runtime.newstack, copying
-// it) on every attempt's way to its POST: the body, the header map, the
-// HTTP client; at 1,000 events/s with two subscriptions that was 8 % of
-// the consumer's CPU (issue 33), spent between the event's dispatch and
-// its POST. A worker keeps the stack it grew (the GC halves an idle
-// one's now and then).
+// waits for another run once it is done, unless maxIdle wait already.
+// A goroutine started per run began on a small stack and grew it
+// (runtime.newstack, copying it) on every attempt's way to its POST: the
+// body, the header map, the HTTP client; at 1,000 events/s with two
+// subscriptions that was 7-8 % of the consumer's CPU (issue 33), spent
+// between the event's dispatch and its POST. A worker keeps the stack
+// it grew (the GC halves an idle one's now and then). Bounded by a
+// count rather than an idle time: no timer, so the fan-out's clock (a
+// fake one in tests, whose timers they count) is not involved.
 type workers struct {
-	ctx  context.Context // the partition's: its end ends the waiting workers
-	idle time.Duration   // workerIdle
-	wg   sync.WaitGroup
+	ctx context.Context // the partition's: its end ends the waiting workers
+	max int             // maxIdle
+	wg  sync.WaitGroup
 
 	mu      sync.Mutex
 	waiting []*worker // the last to wait last
@@ -38,8 +39,8 @@ type worker struct {
 	next chan func() // capacity 1: handing a run over never blocks
 }
 
-func newWorkers(ctx context.Context, idle time.Duration) *workers {
-	return &workers{ctx: ctx, idle: idle}
+func newWorkers(ctx context.Context, maxIdle int) *workers {
+	return &workers{ctx: ctx, max: maxIdle}
 }
 
 // run runs fn on the worker that waited least, or on a new one.
@@ -59,28 +60,26 @@ func (w *workers) run(fn func()) {
 	go w.loop(&worker{next: make(chan func(), 1)}, fn)
 }
 
-// loop runs fn, then the runs handed to wk, until wk waited w.idle for
-// one or the partition ended.
+// loop runs fn, then the runs handed to wk, until it is done while
+// w.max workers wait, or the partition ended.
 func (w *workers) loop(wk *worker, fn func()) {
 	defer w.wg.Done()
-	idle := time.NewTimer(w.idle)
-	defer idle.Stop()
 	for {
 		fn()
-		idle.Reset(w.idle)
 		w.mu.Lock()
+		if len(w.waiting) >= w.max || w.ctx.Err() != nil {
+			w.mu.Unlock()
+			return
+		}
 		w.waiting = append(w.waiting, wk)
 		w.mu.Unlock()
 		select {
 		case fn = <-wk.next:
-			idle.Stop()
 			continue
-		case <-idle.C:
 		case <-w.ctx.Done():
 		}
 		if !w.leave(wk) {
-			fn = <-wk.next // taken as it ended its wait: its run is on the way
-			idle.Stop()
+			fn = <-wk.next // taken as the partition ended: its run is on the way
 			continue
 		}
 		return

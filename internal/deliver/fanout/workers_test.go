@@ -3,7 +3,6 @@ package fanout
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,16 +11,16 @@ import (
 )
 
 // A run started while a worker waits goes to that worker, not to a new
-// goroutine; a worker that waited its idle time for a run ends, and so
-// does one whose partition ended.
-func TestARunGoesToAWaitingWorkerWhichEndsWhenIdle(t *testing.T) {
+// goroutine; a worker done while as many as the bound wait ends, and so
+// do the waiting ones once the partition ended.
+func TestARunGoesToAWaitingWorkerUpToTheBound(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
-	w := newWorkers(ctx, time.Hour)
-	done := make(chan int, 3)
+	w := newWorkers(ctx, 2)
 	waiting := func(n int) func() bool {
 		return func() bool { _, w := w.counts(); return w == n }
 	}
+	done := make(chan int, 8)
 	w.run(func() { done <- 1 })
 	require.Equal(t, 1, <-done)
 	eventually(t, waiting(1), "the worker waits for the next run")
@@ -29,20 +28,24 @@ func TestARunGoesToAWaitingWorkerWhichEndsWhenIdle(t *testing.T) {
 	require.Equal(t, 2, <-done)
 	started, _ := w.counts()
 	require.Equal(t, 1, started, "the second run went to the waiting worker")
-
 	eventually(t, waiting(1), "the worker waits again")
-	cancel()
-	w.wait() // the partition's end ended it
-	require.True(t, waiting(0)())
 
-	short := newWorkers(t.Context(), time.Millisecond)
-	short.run(func() { done <- 3 })
-	require.Equal(t, 3, <-done)
-	short.wait() // it waited its idle time for a run, and ended
-	short.run(func() { done <- 4 })
-	require.Equal(t, 4, <-done)
-	started, _ = short.counts()
-	require.Equal(t, 2, started, "no worker waited: a new one ran it")
+	// Three runs at once: the waiting worker takes one, two new ones the
+	// others; as they finish, two wait and the third ends.
+	release := make(chan struct{})
+	for i := range 3 {
+		w.run(func() { <-release; done <- 3 + i })
+	}
+	started, _ = w.counts()
+	require.Equal(t, 3, started)
+	close(release)
+	for range 3 {
+		<-done
+	}
+	eventually(t, waiting(2), "two wait, the bound")
+	cancel()
+	w.wait() // the third ended as it finished, the partition's end the others
+	require.True(t, waiting(0)())
 }
 
 // A partition's unordered sends, one after the other, all run on the
