@@ -227,7 +227,6 @@ type Partition struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	workers *workers // run the lanes and the sends
 
 	mu      sync.Mutex
 	err     error
@@ -270,7 +269,6 @@ func New(cfg Config, members *member.Index, pos Position, send Sender, chain Cha
 		ctx: ctx, cancel: cancel, claimed: rec, curs: pos.Cursors(), subs: map[string]*subState{}, watch: map[string]struct{}{},
 		asides: map[[2]string]*aside{}, deleting: map[string]bool{}, held: held, floor: rec.Floor, head: rec.Floor, gen: members.Generation()}
 	p.win = floor.New(rec.Floor)
-	p.workers = newWorkers(ctx, maxIdle)
 	p.retries = map[retryKey]uint64{}
 	p.loadRetries()
 	p.claimedTop = claimedTop(rec)
@@ -328,7 +326,6 @@ func (p *Partition) Err() error {
 func (p *Partition) Close() {
 	p.cancel()
 	p.wg.Wait()
-	p.workers.wait()
 	p.mu.Lock()
 	p.retryHolesLocked()
 	p.mu.Unlock()

@@ -122,7 +122,7 @@ type start struct {
 }
 
 // unlock releases the partition's lock and starts the runs and sends
-// pushed meanwhile, on the partition's workers. Only the dispatch loop pushes (Dispatch, CatchUp),
+// pushed meanwhile. Only the dispatch loop pushes (Dispatch, CatchUp),
 // so only it finds starts here, and it alone uses spare.
 func (p *Partition) unlock() {
 	if len(p.starts) == 0 {
@@ -134,9 +134,9 @@ func (p *Partition) unlock() {
 	p.mu.Unlock()
 	for i, s := range starts {
 		if s.l != nil {
-			p.workers.run(func() { p.runLane(s.st, s.l, s.t) })
+			go p.runLane(s.st, s.l, s.t)
 		} else {
-			p.workers.run(func() { p.runSends(s.st, s.t.ev, s.st.m.Name) })
+			go p.runSends(s.st, s.t.ev, s.st.m.Name)
 		}
 		starts[i] = start{}
 	}

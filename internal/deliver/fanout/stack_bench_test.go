@@ -41,8 +41,9 @@ func useStack(kb int) byte {
 // whose attempt needs 8 KB of stack: the live pipeline row's shape, one
 // ordered and one unordered subscription of every event over 64
 // streams, settled every 256 events. cpu-ns/delivery is the process's
-// CPU time; a goroutine started per run grows its stack each time
-// (runtime.newstack), a worker once.
+// CPU time, the stack growth of each run's goroutine included
+// (runtime.newstack; issue 33 tried workers that keep their stacks, and
+// gained nothing here: docs/performance.md).
 func BenchmarkSendStack(b *testing.B) {
 	idx := member.NewIndex()
 	for _, m := range []member.Member{{Name: "ordered", Filters: []string{"events.>"}, Ordered: true, MaxInFlight: 64, MaxInHand: 1 << 30},
