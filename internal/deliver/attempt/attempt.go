@@ -34,6 +34,11 @@ type Message struct {
 	Subject string
 	Header  nats.Header
 	Data    []byte
+	// DataJSON says Data was found to be valid JSON already (the reader
+	// checks each event once, however many subscriptions it goes to):
+	// a structured-mode body embeds it without checking again. False
+	// means "check it".
+	DataJSON bool
 }
 
 // Call is what one attempt takes beyond its message and number: the
@@ -94,7 +99,7 @@ func (r *Sender) Attempt(ctx context.Context, msg Message, n int, c Call) Settle
 	if c.Chain != nil {
 		order = OrderFieldsOf(msg.Header, c.Chain.Previous, c.Chain.Partition, c.Chain.Epoch)
 	}
-	body, hdr, err := r.request(msg, id, c.Replica)
+	body, hdr, err := r.request(msg, id, c.Replica, c.Chain != nil)
 	if err != nil {
 		_, tr := r.start(ctx, msg, id, n)
 		tr.afterFailure = c.AfterFailure

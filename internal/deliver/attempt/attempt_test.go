@@ -2,7 +2,9 @@ package attempt
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -330,4 +332,37 @@ func TestAttemptOrderedParameters(t *testing.T) {
 	require.Equal(t, "2", req.Header.Get(wire.HeaderPreviousVersion))
 	require.Equal(t, "4", req.Header.Get(wire.HeaderPartition))
 	require.NotEmpty(t, req.Header.Get(wire.HeaderOrderSignature))
+}
+
+// Data that is not JSON cannot go in a structured-mode body: unless the
+// reader found it to be JSON (Message.DataJSON), the attempt checks it and
+// dead-letters the event without a POST; data the reader checked is
+// embedded as it is, without a second look.
+func TestAttemptChecksTheDataUnlessTheReaderDid(t *testing.T) {
+	t.Parallel()
+	bodies := make(chan []byte, 4)
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		bodies <- body
+		w.WriteHeader(http.StatusNoContent)
+	})
+	bad := orderPlaced()
+	bad.Data = []byte(`{"order":`)
+	s := b.snd.Attempt(context.Background(), bad, 1, Call{})
+	b.snd.End(s.Trace)
+	require.Equal(t, ActDeadLetter, s.Act)
+	require.Equal(t, OutcomeTerm, s.Outcome)
+	require.Contains(t, s.Reason, "data is not JSON")
+	require.Empty(t, b.requests, "nothing was sent")
+
+	checked := orderPlaced()
+	checked.DataJSON = true
+	s = b.snd.Attempt(context.Background(), checked, 1, Call{})
+	b.snd.End(s.Trace)
+	require.Equal(t, ActAck, s.Act)
+	var env struct {
+		Data json.RawMessage `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(<-bodies, &env))
+	require.JSONEq(t, `{"order":"order-42"}`, string(env.Data))
 }

@@ -191,8 +191,16 @@ func EventIDOf(h nats.Header) string {
 }
 
 // BuildBody returns the request body for msg and sets its headers
-// (Content-Type and, in binary mode, the ce-* attributes) on h.
+// (Content-Type and, in binary mode, the ce-* attributes) on h. In
+// structured mode data is embedded in the CloudEvents envelope, so it must
+// be JSON: an error wrapping errMalformed says it is not.
 func BuildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byte, h http.Header) ([]byte, error) {
+	return buildBody(mode, id, mh, data, false, h)
+}
+
+// buildBody is BuildBody; dataJSON says data was found to be valid JSON
+// already (Message.DataJSON), and is not checked again.
+func buildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byte, dataJSON bool, h http.Header) ([]byte, error) {
 	contentType := HeaderValue(mh, wire.HeaderContentType)
 	if contentType == "" {
 		contentType = event.ContentTypeJSON
@@ -245,7 +253,7 @@ func BuildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byt
 		}
 		ce.StreamVersion = n
 	}
-	if len(data) > 0 && !json.Valid(data) {
+	if len(data) > 0 && !dataJSON && !json.Valid(data) {
 		return nil, fmt.Errorf("%w: data is not JSON, cannot embed it in a structured-mode body", errMalformed)
 	}
 	ce.Data = data

@@ -94,7 +94,7 @@ func (r *Sender) Direct(ctx context.Context, id string, h nats.Header, data []by
 	if id == "" {
 		return Response{}, errNoEventID
 	}
-	hdr := r.requestHeader()
+	hdr := r.requestHeader(order != nil)
 	body, err := BuildBody(r.sub.Body, id, h, data, hdr)
 	if err != nil {
 		return Response{}, err
@@ -103,18 +103,18 @@ func (r *Sender) Direct(ctx context.Context, id string, h nats.Header, data []by
 }
 
 // request builds the webhook of msg (event id id): its headers (the
-// subscription's, Jsbridge-Replica when replica is not "", the body's) and
-// body. An error means msg cannot become a webhook (no event id, a
+// subscription's, Jsbridge-Replica when replica is not "", the body's;
+// ordered: room for the version chain's) and body. An error means msg cannot become a webhook (no event id, a
 // malformed attribute or body): the settlers dead-letter it, OutcomeTerm.
-func (r *Sender) request(msg Message, id, replica string) ([]byte, http.Header, error) {
+func (r *Sender) request(msg Message, id, replica string, ordered bool) ([]byte, http.Header, error) {
 	if id == "" {
 		return nil, nil, errNoEventID
 	}
-	hdr := r.requestHeader()
+	hdr := r.requestHeader(ordered)
 	if replica != "" {
 		hdr.Set(wire.HeaderReplica, replica)
 	}
-	body, err := BuildBody(r.sub.Body, id, msg.Header, msg.Data, hdr)
+	body, err := buildBody(r.sub.Body, id, msg.Header, msg.Data, msg.DataJSON, hdr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -233,13 +233,29 @@ func (r *Sender) RetryDelay(attempt int, retryAfter time.Duration) time.Duration
 // per-delivery ones. The static values are shared between requests: the
 // transport only reads them, and every header set per delivery (see
 // reservedHeaders) replaces a value rather than appending to it.
-func (r *Sender) requestHeader() http.Header {
-	h := make(http.Header, len(r.static)+8)
+func (r *Sender) requestHeader(ordered bool) http.Header {
+	room := perDelivery
+	if ordered {
+		room += perOrdered
+	}
+	h := make(http.Header, len(r.static)+room)
 	for k, v := range r.static {
 		h[k] = v
 	}
 	return h
 }
+
+// perDelivery is the room requestHeader leaves for the headers of one
+// delivery: an unordered structured-mode webhook's (Content-Type,
+// Idempotency-Key, Jsbridge-Replica, the three Standard Webhooks
+// headers), so that with User-Agent they fill one map group of 8 and the
+// map is one small allocation (a hint past 8 allocates a table of 16);
+// an ordered webhook's version chain adds perOrdered more, and its map
+// is sized for them at once rather than grown.
+const (
+	perDelivery = 7
+	perOrdered  = 4
+)
 
 // post sends one signed POST and reads the response. hdr comes from
 // requestHeader and buildBody. order, when not nil, is an

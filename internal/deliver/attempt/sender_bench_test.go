@@ -36,13 +36,7 @@ func BenchmarkAttempt(b *testing.B) {
 	sub := subscription.Subscription{Name: "orders", URL: rc.URL + "/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"}, AllowPrivate: true}.WithDefaults()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	r := newTestSender(b, sub, client, Deps{Breaker: set.Breaker(sub.URL), Tracer: tracing.Tracer(noop.NewTracerProvider())})
-	data := []byte(`{"order":"order-42","lines":[{"sku":"A-1","qty":2,"price":"12.50"},{"sku":"B-7","qty":1,"price":"99.00"}],"customer":{"id":"c-9","tier":"gold"},"note":"` + strings.Repeat("x", 96) + `"}`)
-	msg := Message{Subject: "events.order.order-42.OrderPlaced", Header: nats.Header{
-		wire.HeaderMsgID: {"1042"}, wire.HeaderID: {"1042"}, wire.HeaderType: {"OrderPlaced"}, wire.HeaderSubject: {"order-42"},
-		wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}, wire.HeaderContentType: {"application/json"},
-		wire.HeaderTime: {"2026-11-26T07:00:00.123456Z"}, wire.HeaderStreamVersion: {"3"},
-		wire.HeaderCorrelationID: {"c-1"}, wire.HeaderCausationID: {"c-0"},
-	}, Data: data}
+	msg := benchMessage()
 	ctx := context.Background()
 	// unordered: no ordering fields; ordered: the version chain and the
 	// order signature of a partition's owner.
@@ -63,4 +57,45 @@ func BenchmarkAttempt(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkRequest is the part of an attempt that builds the webhook
+// before its POST: the request's headers (requestHeader) and the
+// CloudEvents body (BuildBody), for an event whose data the reader
+// checked already (DataJSON) and for one it did not.
+func BenchmarkRequest(b *testing.B) {
+	sub := subscription.Subscription{Name: "orders", URL: "http://127.0.0.1:1/hook", FilterSubjects: []string{"events.>"}, Secrets: []string{"x"}, AllowPrivate: true}.WithDefaults()
+	set, err := breaker.NewSet(breaker.Settings{}, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := newTestSender(b, sub, http.DefaultClient, Deps{Breaker: set.Breaker(sub.URL)})
+	msg := benchMessage()
+	for _, checked := range []bool{false, true} {
+		name := "data-unchecked"
+		if checked {
+			name = "data-checked"
+		}
+		msg.DataJSON = checked
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := r.request(msg, "1042", "replica-1", false); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// benchMessage is the benchmarks' event: the bridge's headers and 230 B of
+// JSON data (the consumer row's message).
+func benchMessage() Message {
+	data := []byte(`{"order":"order-42","lines":[{"sku":"A-1","qty":2,"price":"12.50"},{"sku":"B-7","qty":1,"price":"99.00"}],"customer":{"id":"c-9","tier":"gold"},"note":"` + strings.Repeat("x", 96) + `"}`)
+	return Message{Subject: "events.order.order-42.OrderPlaced", Header: nats.Header{
+		wire.HeaderMsgID: {"1042"}, wire.HeaderID: {"1042"}, wire.HeaderType: {"OrderPlaced"}, wire.HeaderSubject: {"order-42"},
+		wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}, wire.HeaderContentType: {"application/json"},
+		wire.HeaderTime: {"2026-11-26T07:00:00.123456Z"}, wire.HeaderStreamVersion: {"3"},
+		wire.HeaderCorrelationID: {"c-1"}, wire.HeaderCausationID: {"c-0"},
+	}, Data: data}
 }

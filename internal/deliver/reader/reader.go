@@ -26,6 +26,7 @@ package reader
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -157,6 +158,12 @@ type Event struct {
 	Data []byte
 	// Time is when the events stream stored it.
 	Time time.Time
+	// DataJSON says Data was found to be valid JSON (encoding/json.Valid)
+	// as it was read live: it is checked once per event, not by each of
+	// the webhooks a structured-mode subscription builds of it. False
+	// (the catch-up's and the cursors' reads, or data that is not JSON)
+	// means "check it".
+	DataJSON bool
 }
 
 // Reader reads the events stream once for a consumer replica. Make one
@@ -315,8 +322,9 @@ func (r *Reader) live(m jetstream.Msg) (Event, bool, error) {
 	if !r.owned[p] || r.head < r.liveFrom[p] {
 		return Event{}, false, nil
 	}
-	return Event{Seq: r.head, Subject: m.Subject(), Partition: p, Header: m.Headers(), Data: m.Data(),
-		Time: md.Timestamp}, true, nil
+	data := m.Data()
+	return Event{Seq: r.head, Subject: m.Subject(), Partition: p, Header: m.Headers(), Data: data,
+		Time: md.Timestamp, DataJSON: json.Valid(data)}, true, nil
 }
 
 // Stop ends the live read and deletes the reader's current consumer

@@ -326,3 +326,25 @@ func TestABurstOfTakesBelowTheHeadMidCatchUpLosesNothing(t *testing.T) {
 	evs = append(evs, next(t, r, n-len(evs))...)
 	require.Equal(t, want, byPartition(evs), "every event of each partition once, in order")
 }
+
+// An event read live says whether its data is JSON, checked once as it
+// was read (Event.DataJSON), so that the webhooks built of it do not
+// check again; data that is not JSON, or none, says it is not.
+func TestALiveEventSaysWhetherItsDataIsJSON(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	want := map[string]bool{`{"k":1}`: true, `not json {`: false, ``: false, `[1, 2]`: true}
+	for data := range want {
+		_, err := b.js.Publish(t.Context(), wire.Subject(wire.DefaultEventsPrefix, "c-1", "Happened"), []byte(data))
+		require.NoError(t, err)
+	}
+	r := open(t, b, reader.Config{Partitions: partitions}, 1)
+	require.NoError(t, r.Take(wire.StreamPartition("c-1", partitions), 0))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for range want {
+		ev, err := r.Next(ctx)
+		require.NoError(t, err)
+		require.Equal(t, want[string(ev.Data)], ev.DataJSON, "data %q", ev.Data)
+	}
+}

@@ -90,6 +90,8 @@ type Sender struct {
 	// spent counts the attempts each event in retry spent on this claim
 	// (attempts).
 	spent attempts
+	// byURL holds the endpoints' breakers by subscription URL (breaker).
+	byURL sync.Map
 }
 
 // New returns the Sender of cfg and deps.
@@ -116,7 +118,7 @@ func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 	}
 	k := spentKey{d.Subscription, d.Event.Seq}
 	n := s.spent.next(k, d.Spent)
-	msg := attempt.Message{Seq: d.Event.Seq, Subject: d.Event.Subject, Header: d.Event.Header, Data: d.Event.Data}
+	msg := attempt.Message{Seq: d.Event.Seq, Subject: d.Event.Subject, Header: d.Event.Header, Data: d.Event.Data, DataJSON: d.Event.DataJSON}
 	st := snd.Attempt(ctx, msg, n, s.call(ctx, snd, d))
 	defer snd.End(st.Trace)
 	refused, stuck := s.spent.count(k, n, st.Act, s.clock.Now(), s.stuckAfter)
@@ -149,7 +151,7 @@ func (s *Sender) call(ctx context.Context, snd *attempt.Sender, d fanout.Deliver
 	c := attempt.Call{Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1,
 		Ready: func() (uint64, func(), bool) {
 			if s.breakers != nil {
-				if err := s.breakers.Breaker(snd.Subscription().URL).Wait(ctx); err != nil {
+				if err := s.breaker(snd.Subscription().URL).Wait(ctx); err != nil {
 					return 0, nil, false
 				}
 			}
@@ -168,6 +170,19 @@ func (s *Sender) call(ctx context.Context, snd *attempt.Sender, d fanout.Deliver
 		c.Chain = &attempt.Chain{Previous: d.Previous, Partition: d.Partition, Epoch: d.Epoch}
 	}
 	return c
+}
+
+// breaker is the circuit breaker of the endpoint at url, looked up in the
+// set once per URL and claim: breaker.Set.Breaker parses the URL and
+// takes the set's lock, which every attempt of every partition would
+// otherwise share; the set never drops a breaker it made.
+func (s *Sender) breaker(url string) *breaker.Breaker {
+	if b, ok := s.byURL.Load(url); ok {
+		return b.(*breaker.Breaker)
+	}
+	b := s.breakers.Breaker(url)
+	s.byURL.Store(url, b)
+	return b
 }
 
 // fence is the attempts' attempt.PostFence: the claim's lease fence
