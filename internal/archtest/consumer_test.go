@@ -150,7 +150,7 @@ var engineLayers = [][]string{
 	{"inspect"},
 	{"fanout"},
 	{"attempt"},
-	{"reader", "position", "owner", "health", "deadletter", "attemptlog", "subkv"},
+	{"reader", "position", "owner", "health", "deadletter", "attemptlog", "subkv", "throttle"},
 	{"subscription"},
 	{"egress"},
 }

@@ -8,8 +8,8 @@
 // partitions: what an ordered attempt adds (the version chain's fields,
 // the lease fence) are parameters of the call (Call).
 //
-// The subscription's AIMD throttle (throttle.go) and its health (Health)
-// are fed by every answer.
+// The subscription's AIMD throttle (internal/deliver/throttle) and its
+// health (Health) are fed by every answer.
 package attempt
 
 import (

@@ -231,7 +231,7 @@ func TestAttemptThrottledHoldsTheNextPost(t *testing.T) {
 		select {
 		case err := <-done:
 			require.NoError(t, err)
-			require.False(t, math.IsInf(b.snd.throttle.rate(), 1), "the rate was cut (and grows back a step a second)")
+			require.False(t, math.IsInf(b.snd.throttle.Rate(), 1), "the rate was cut (and grows back a step a second)")
 			return
 		case <-time.After(20 * time.Millisecond):
 			b.clock.Advance(time.Second)

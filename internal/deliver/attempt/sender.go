@@ -25,6 +25,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/deliver/throttle"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -59,7 +60,7 @@ type Sender struct {
 	// health is the subscriptions' disabled state; throttle the
 	// subscription's rate limit.
 	health     Health
-	throttle   *throttle
+	throttle   *throttle.Throttle
 	deliveries *prometheus.CounterVec
 	attempts   attemptlog.Recorder // nil: no records
 	// record says which attempts go to attempts (Deps.Record).
@@ -182,7 +183,8 @@ type PostFence func(ctx context.Context) (context.Context, context.CancelFunc, e
 // streak past health.Config.DisableAfter disables it, a 2xx ends the
 // streak.
 func (r *Sender) answered(resp Response, gen uint64) {
-	r.throttle.observe(resp, gen)
+	r.throttle.Observe(gen, throttle.Answer{Accepted: resp.Err == nil && resp.Status/100 == 2,
+		Throttled: resp.Verdict() == VerdictThrottle, RetryAfter: min(resp.RetryAfter, MaxRetryAfter)})
 	switch resp.Verdict() {
 	case VerdictAck:
 		r.health.Succeeded(r.sub.Name)
@@ -210,7 +212,7 @@ func (r *Sender) Gate(ctx context.Context) (uint64, error) {
 			return 0, err
 		}
 	}
-	return r.throttle.wait(ctx)
+	return r.throttle.Wait(ctx)
 }
 
 // Count counts one attempt's outcome in
