@@ -2,11 +2,12 @@
 // request (body, headers), signs it, POSTs it through the endpoint's
 // circuit breaker under the attempt's span and record, reads the answer
 // (verdict, Retry-After) and returns a Settlement: what the answer means
-// for the message. The shared engine's settler (package shared/sender)
-// acts on that one value: it settles the event, retries it in place or
-// dead-letters it (and parks its stream if ordered). The room knows nothing of
-// partitions: what an ordered attempt adds (the version chain's fields,
-// the lease fence) are parameters of the call (Call).
+// for the message. The settler, Claim (claim.go: the shared engine's
+// attempts of one claimed partition, the fan-out's fanout.Sender), acts
+// on that one value: it settles the event, retries it in place or
+// dead-letters it (and parks its stream if ordered). Sender.Attempt
+// knows nothing of partitions: what an ordered attempt adds (the version
+// chain's fields, the lease fence) are parameters of the call (Call).
 //
 // The subscription's AIMD throttle (internal/deliver/throttle) and its
 // health (Health) are fed by every answer.
