@@ -63,8 +63,24 @@ import (
 // delivered before it (the chain header's "none").
 const NoPrevious int64 = -1
 
-// noVersion is position.NoVersion.
-const noVersion = position.NoVersion
+// entryOf is the record's entry of a stream whose last event settled
+// is at seq, its Delivery's Previous prev (NoPrevious, or any negative:
+// position.NoVersion).
+func entryOf(seq uint64, prev int64) position.Entry {
+	if prev < 0 {
+		return position.Entry{Seq: seq, Version: position.NoVersion}
+	}
+	return position.Entry{Seq: seq, Version: uint64(prev)}
+}
+
+// dropCursor drops subscription sub's cursor reads on the partition
+// when the CursorReader keeps any (cursor.Reader does): its reads are
+// over.
+func (p *Partition) dropCursor(sub string) {
+	if d, ok := p.cursors.(interface{ Drop(string, int) }); ok {
+		d.Drop(sub, p.cfg.Partition)
+	}
+}
 
 // Cursor states (position.Cursor.State) the fan-out gives. A subscription
 // in StateBehind reads its own events (CatchUp); in any other state it
