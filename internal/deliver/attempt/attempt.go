@@ -20,22 +20,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
-
-// Message is the event an attempt delivers, as the events stream holds
-// it: its sequence there (the attempts record's StreamSeq), its subject,
-// its headers (the event id, the CloudEvents attributes, the stream
-// version, the trace context) and its body.
-type Message struct {
-	Seq     uint64
-	Subject string
-	Header  nats.Header
-	Data    []byte
-}
 
 // Call is what one attempt takes beyond its message and number: the
 // settler's specifics, as parameters.
@@ -76,7 +64,10 @@ type Chain struct {
 	Epoch     uint64
 }
 
-// Attempt makes attempt n (1-based) of msg: it reads the event id (and,
+// Attempt makes attempt n (1-based) of msg, the event as the events
+// stream holds it (its sequence there is the attempts record's
+// StreamSeq; its headers carry the event id, the CloudEvents
+// attributes, the stream version and the trace context): it reads the event id (and,
 // with c.Chain, the place in the version chain) from msg's headers,
 // builds the webhook, waits for c.Ready, starts the attempt's span,
 // POSTs it through the breaker (and c.Fence), feeds the answer to the
@@ -89,7 +80,7 @@ type Chain struct {
 // written). Attempt counts the outcomes no settler changes
 // (ActBreakerOpen, ActCut); the settler counts the rest once it acted
 // (Count).
-func (r *Sender) Attempt(ctx context.Context, msg Message, n int, c Call) Settlement {
+func (r *Sender) Attempt(ctx context.Context, msg reader.Event, n int, c Call) Settlement {
 	id := EventIDOf(msg.Header)
 	var order *webhook.OrderFields
 	if c.Chain != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -126,8 +127,8 @@ func setup(t *testing.T, answer http.HandlerFunc) *bundle {
 }
 
 // orderPlaced is a message of event 1042, stream order-42 version 3.
-func orderPlaced() Message {
-	return Message{Seq: 7, Subject: "events.order.order-42.OrderPlaced", Header: nats.Header{
+func orderPlaced() reader.Event {
+	return reader.Event{Seq: 7, Subject: "events.order.order-42.OrderPlaced", Header: nats.Header{
 		wire.HeaderMsgID: {"1042"}, wire.HeaderID: {"1042"}, wire.HeaderType: {"OrderPlaced"}, wire.HeaderSubject: {"order-42"},
 		wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}, wire.HeaderContentType: {"application/json"},
 		wire.HeaderStreamVersion: {"3"},

@@ -115,8 +115,7 @@ func (s *Claim) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settlemen
 	}
 	k := spentKey{d.Subscription, d.Event.Seq}
 	n := s.spent.next(k, d.Spent)
-	msg := Message{Seq: d.Event.Seq, Subject: d.Event.Subject, Header: d.Event.Header, Data: d.Event.Data}
-	st := snd.Attempt(ctx, msg, n, s.call(ctx, snd, d))
+	st := snd.Attempt(ctx, d.Event, n, s.call(ctx, snd, d))
 	defer snd.End(st.Trace)
 	refused, stuck := s.spent.count(k, n, st.Act, s.clock.Now(), s.stuckAfter)
 	if stuck {

@@ -24,6 +24,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/deliver/throttle"
 	"github.com/jsbridge/jsbridge/internal/tracing"
@@ -107,7 +108,7 @@ func (r *Sender) Direct(ctx context.Context, id string, h nats.Header, data []by
 // subscription's, Jsbridge-Replica when replica is not "", the body's) and
 // body. An error means msg cannot become a webhook (no event id, a
 // malformed attribute or body): the settlers dead-letter it, OutcomeTerm.
-func (r *Sender) request(msg Message, id, replica string) ([]byte, http.Header, error) {
+func (r *Sender) request(msg reader.Event, id, replica string) ([]byte, http.Header, error) {
 	if id == "" {
 		return nil, nil, errNoEventID
 	}
@@ -291,8 +292,8 @@ func (r *Sender) post(ctx context.Context, id string, body []byte, hdr http.Head
 
 // start starts the attempt's span as a child of the message's trace
 // context and returns the context carrying the span, and the attempt.
-func (r *Sender) start(ctx context.Context, msg Message, id string, attempt int) (context.Context, *Trace) {
-	st := &Trace{attempt: attempt, id: id, msg: msg, began: r.clock.Now()}
+func (r *Sender) start(ctx context.Context, msg reader.Event, id string, attempt int) (context.Context, *Trace) {
+	st := &Trace{attempt: attempt, id: id, seq: msg.Seq, subject: msg.Subject, began: r.clock.Now()}
 	if h := msg.Header; len(h) > 0 {
 		ctx = tracing.Propagator.Extract(ctx, tracing.HeaderCarrier(h))
 	}
@@ -342,8 +343,8 @@ func (r *Sender) End(st *Trace) {
 		StatusClass:  st.class,
 		Breaker:      state,
 		Error:        st.reason,
-		Subject:      st.msg.Subject,
-		StreamSeq:    st.msg.Seq,
+		Subject:      st.subject,
+		StreamSeq:    st.seq,
 	}
 	if !st.sent.IsZero() && st.hasResp {
 		a.At = st.resp.At.UTC()
