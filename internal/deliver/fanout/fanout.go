@@ -63,16 +63,6 @@ import (
 // delivered before it (the chain header's "none").
 const NoPrevious int64 = -1
 
-// entryOf is the record's entry of a stream whose last event settled
-// is at seq, its Delivery's Previous prev (NoPrevious, or any negative:
-// position.NoVersion).
-func entryOf(seq uint64, prev int64) position.Entry {
-	if prev < 0 {
-		return position.Entry{Seq: seq, Version: position.NoVersion}
-	}
-	return position.Entry{Seq: seq, Version: uint64(prev)}
-}
-
 // dropCursor drops subscription sub's cursor reads on the partition
 // when the CursorReader keeps any (cursor.Reader does): its reads are
 // over.

@@ -274,6 +274,16 @@ func (p *Partition) previousOf(name, stream string, t turn) (int64, bool) {
 
 // previous is the version subscription name delivered of stream before
 // t's event: the one its lane settled last (known), else none for
+// entryOf is the record's entry of a stream whose last event settled
+// is at seq, its Delivery's Previous prev (NoPrevious, or any negative:
+// position.NoVersion).
+func entryOf(seq uint64, prev int64) position.Entry {
+	if prev < 0 {
+		return position.Entry{Seq: seq, Version: position.NoVersion}
+	}
+	return position.Entry{Seq: seq, Version: uint64(prev)}
+}
+
 // version 0 or an event without a version, else the claim's entry below
 // the event, else the Chain's look-up.
 func (p *Partition) previous(name, stream string, t turn) (int64, error) {
