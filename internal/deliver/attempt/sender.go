@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
@@ -224,11 +223,6 @@ func (r *Sender) Count(outcome, class string, status int) {
 		return
 	}
 	r.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
-}
-
-// RetryDelay is retryDelay with the subscription's backoff.
-func (r *Sender) RetryDelay(attempt int, retryAfter time.Duration) time.Duration {
-	return retryDelay(r.sub.BackOff, attempt, retryAfter)
 }
 
 // requestHeader returns a new request header holding the subscription's
