@@ -140,17 +140,17 @@ func TestEngineRoomsBelowTheRoot(t *testing.T) {
 // its root) from the top down: a room imports only rooms of a lower
 // layer. shared composes the rooms into a replica and migrate moves the
 // old layout into the positions bucket; inspect reads what they wrote;
-// fanout hands a partition's events to the subscriptions; attempt makes
-// one POST; below them the rooms that know no other (but subscription's
-// egress). A room not listed is not checked (a room being added or
+// attempt makes the POSTs of a claim (the fan-out's Sender); fanout
+// hands a partition's events to the subscriptions; below them the rooms
+// that know no other (but subscription's egress). A room not listed is not checked (a room being added or
 // removed); TestEngineLayersNameRealRooms keeps the list from naming
 // rooms that are gone.
 var engineLayers = [][]string{
 	{"", "shared", "migrate"},
 	{"inspect"},
-	{"fanout"},
 	{"attempt"},
-	{"reader", "position", "owner", "health", "deadletter", "attemptlog", "subkv"},
+	{"fanout"},
+	{"reader", "position", "owner", "health", "deadletter", "attemptlog", "subkv", "throttle"},
 	{"subscription"},
 	{"egress"},
 }

@@ -11,7 +11,7 @@
 // consumer alone. The engine's rooms (the packages under
 // internal/deliver/) sit below its root: none imports internal/deliver
 // itself; and they form layers (engineLayers: shared and migrate on top,
-// then inspect, fanout, attempt, the rooms that know no other, then
+// then inspect, attempt, fanout, the rooms that know no other, then
 // subscription and egress), a room importing only rooms below it. A new
 // import that breaks a rule fails `go test
 // ./internal/archtest` with the path from the package to the forbidden one.

@@ -2,14 +2,15 @@
 // request (body, headers), signs it, POSTs it through the endpoint's
 // circuit breaker under the attempt's span and record, reads the answer
 // (verdict, Retry-After) and returns a Settlement: what the answer means
-// for the message. The shared engine's settler (package shared/sender)
-// acts on that one value: it settles the event, retries it in place or
-// dead-letters it (and parks its stream if ordered). The room knows nothing of
-// partitions: what an ordered attempt adds (the version chain's fields,
-// the lease fence) are parameters of the call (Call).
+// for the message. The settler, Claim (claim.go: the shared engine's
+// attempts of one claimed partition, the fan-out's fanout.Sender), acts
+// on that one value: it settles the event, retries it in place or
+// dead-letters it (and parks its stream if ordered). Sender.Attempt
+// knows nothing of partitions: what an ordered attempt adds (the version
+// chain's fields, the lease fence) are parameters of the call (Call).
 //
-// The subscription's AIMD throttle (throttle.go) and its health (Health)
-// are fed by every answer.
+// The subscription's AIMD throttle (internal/deliver/throttle) and its
+// health (Health) are fed by every answer.
 package attempt
 
 import (
@@ -19,27 +20,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
-
-// Message is the event an attempt delivers, as the events stream holds
-// it: its sequence there (the attempts record's StreamSeq), its subject,
-// its headers (the event id, the CloudEvents attributes, the stream
-// version, the trace context) and its body.
-type Message struct {
-	Seq     uint64
-	Subject string
-	Header  nats.Header
-	Data    []byte
-	// DataJSON says Data was found to be valid JSON already (the reader
-	// checks each event once, however many subscriptions it goes to):
-	// a structured-mode body embeds it without checking again. False
-	// means "check it".
-	DataJSON bool
-}
 
 // Call is what one attempt takes beyond its message and number: the
 // settler's specifics, as parameters.
@@ -80,7 +64,10 @@ type Chain struct {
 	Epoch     uint64
 }
 
-// Attempt makes attempt n (1-based) of msg: it reads the event id (and,
+// Attempt makes attempt n (1-based) of msg, the event as the events
+// stream holds it (its sequence there is the attempts record's
+// StreamSeq; its headers carry the event id, the CloudEvents
+// attributes, the stream version and the trace context): it reads the event id (and,
 // with c.Chain, the place in the version chain) from msg's headers,
 // builds the webhook, waits for c.Ready, starts the attempt's span,
 // POSTs it through the breaker (and c.Fence), feeds the answer to the
@@ -93,7 +80,7 @@ type Chain struct {
 // written). Attempt counts the outcomes no settler changes
 // (ActBreakerOpen, ActCut); the settler counts the rest once it acted
 // (Count).
-func (r *Sender) Attempt(ctx context.Context, msg Message, n int, c Call) Settlement {
+func (r *Sender) Attempt(ctx context.Context, msg reader.Event, n int, c Call) Settlement {
 	id := EventIDOf(msg.Header)
 	var order *webhook.OrderFields
 	if c.Chain != nil {

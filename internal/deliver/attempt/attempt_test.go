@@ -22,6 +22,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -128,8 +129,8 @@ func setup(t *testing.T, answer http.HandlerFunc) *bundle {
 }
 
 // orderPlaced is a message of event 1042, stream order-42 version 3.
-func orderPlaced() Message {
-	return Message{Seq: 7, Subject: "events.order.order-42.OrderPlaced", Header: nats.Header{
+func orderPlaced() reader.Event {
+	return reader.Event{Seq: 7, Subject: "events.order.order-42.OrderPlaced", Header: nats.Header{
 		wire.HeaderMsgID: {"1042"}, wire.HeaderID: {"1042"}, wire.HeaderType: {"OrderPlaced"}, wire.HeaderSubject: {"order-42"},
 		wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}, wire.HeaderContentType: {"application/json"},
 		wire.HeaderStreamVersion: {"3"},
@@ -233,7 +234,7 @@ func TestAttemptThrottledHoldsTheNextPost(t *testing.T) {
 		select {
 		case err := <-done:
 			require.NoError(t, err)
-			require.False(t, math.IsInf(b.snd.throttle.rate(), 1), "the rate was cut (and grows back a step a second)")
+			require.False(t, math.IsInf(b.snd.throttle.Rate(), 1), "the rate was cut (and grows back a step a second)")
 			return
 		case <-time.After(20 * time.Millisecond):
 			b.clock.Advance(time.Second)
@@ -335,7 +336,7 @@ func TestAttemptOrderedParameters(t *testing.T) {
 }
 
 // Data that is not JSON cannot go in a structured-mode body: unless the
-// reader found it to be JSON (Message.DataJSON), the attempt checks it and
+// reader found it to be JSON (reader.Event.DataJSON), the attempt checks it and
 // dead-letters the event without a POST; data the reader checked is
 // embedded as it is, without a second look.
 func TestAttemptChecksTheDataUnlessTheReaderDid(t *testing.T) {

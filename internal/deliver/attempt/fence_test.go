@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -42,7 +43,7 @@ func TestFailuresAnsweredAfterTheLeaseDeadlineDoNotOpenTheBreaker(t *testing.T) 
 		}
 	}
 	post := func(r *Sender, fence PostFence) {
-		msg := Message{Subject: "events.order.order-1.OrderNoted", Header: nats.Header{wire.HeaderMsgID: {"1"}, wire.HeaderID: {"1"}, wire.HeaderType: {"OrderNoted"},
+		msg := reader.Event{Subject: "events.order.order-1.OrderNoted", Header: nats.Header{wire.HeaderMsgID: {"1"}, wire.HeaderID: {"1"}, wire.HeaderType: {"OrderNoted"},
 			wire.HeaderSubject: {"order-1"}, wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}}, Data: []byte(`{}`)}
 		for range 5 {
 			s := r.Attempt(context.Background(), msg, 1, Call{Fence: fence})

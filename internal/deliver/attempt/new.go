@@ -17,6 +17,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/deliver/throttle"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
 )
@@ -76,7 +77,7 @@ type Metrics struct {
 	// jsbridge_consumer_attempt_duration_seconds (nil: not observed).
 	Duration prometheus.Observer
 	// Rate is the subscription's child of jsbridge_consumer_rate_limit
-	// (NewRateGauge; nil: not shown).
+	// (throttle.NewRateGauge; nil: not shown).
 	Rate prometheus.Gauge
 }
 
@@ -155,7 +156,7 @@ func New(cfg Config, deps Deps) (*Sender, error) {
 		spanName:   spanName(s.Name),
 		clock:      deps.Clock,
 		health:     deps.Health,
-		throttle:   newThrottle(deps.Clock, s.RateLimit, deps.Metrics.Rate),
+		throttle:   throttle.New(deps.Clock, s.RateLimit, deps.Metrics.Rate),
 		deliveries: deps.Metrics.Deliveries,
 		attempts:   deps.Attempts,
 		record:     record,

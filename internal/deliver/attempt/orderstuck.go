@@ -17,8 +17,8 @@ import "time"
 // JsbridgeStreamsOrderStuck alert fires, and the operator's way out is
 // the parked stream's: `consumer dlq replay` (the head is sent again,
 // then the held events, once the receiver can take it) or `consumer dlq
-// skip` (the held events go on without it). The claim's sender
-// (internal/deliver/shared/sender) counts the refusals and decides it.
+// skip` (the held events go on without it). The claim's attempts
+// (Claim, claim.go) count the refusals and decide it.
 
 // DefaultOrderStuckAfter is the default bound of an order gate's
 // continuous refusals of a stream's head (the consumer's

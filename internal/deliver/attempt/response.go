@@ -43,7 +43,7 @@ const (
 	// Jsbridge-Order stale-epoch): the sender's lease is stale.
 	VerdictStaleEpoch
 	// VerdictThrottle: the endpoint asks to slow down (429, or 503 with a
-	// Retry-After): the rate is cut (throttle.go) and the event retried in
+	// Retry-After): the rate is cut (internal/deliver/throttle) and the event retried in
 	// place, spending no attempt and counting as no breaker failure. A 503
 	// without Retry-After is VerdictRetry: what a dead endpoint behind a
 	// proxy answers for ever, so it counts as a failure.
@@ -199,7 +199,7 @@ func BuildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byt
 }
 
 // buildBody is BuildBody; dataJSON says data was found to be valid JSON
-// already (Message.DataJSON), and is not checked again.
+// already (reader.Event.DataJSON), and is not checked again.
 func buildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byte, dataJSON bool, h http.Header) ([]byte, error) {
 	contentType := HeaderValue(mh, wire.HeaderContentType)
 	if contentType == "" {

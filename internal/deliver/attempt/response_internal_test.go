@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/breaker"
-	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -87,13 +86,13 @@ func TestParseRetryAfter(t *testing.T) {
 
 func TestRetryDelay(t *testing.T) {
 	t.Parallel()
-	r := &Sender{sub: subscription.Subscription{BackOff: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}}}
-	require.Equal(t, time.Second, r.RetryDelay(1, -1))
-	require.Equal(t, 5*time.Second, r.RetryDelay(2, -1))
-	require.Equal(t, 30*time.Second, r.RetryDelay(3, -1))
-	require.Equal(t, 30*time.Second, r.RetryDelay(9, -1), "the last entry repeats")
-	require.Equal(t, 2*time.Second, r.RetryDelay(1, 2*time.Second), "Retry-After wins")
-	require.Equal(t, MaxRetryAfter, r.RetryDelay(1, time.Hour), "Retry-After is capped")
+	backOff := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}
+	require.Equal(t, time.Second, retryDelay(backOff, 1, -1))
+	require.Equal(t, 5*time.Second, retryDelay(backOff, 2, -1))
+	require.Equal(t, 30*time.Second, retryDelay(backOff, 3, -1))
+	require.Equal(t, 30*time.Second, retryDelay(backOff, 9, -1), "the last entry repeats")
+	require.Equal(t, 2*time.Second, retryDelay(backOff, 1, 2*time.Second), "Retry-After wins")
+	require.Equal(t, MaxRetryAfter, retryDelay(backOff, 1, time.Hour), "Retry-After is capped")
 }
 
 // SettlementOf is the one decision both settlers act on: ack a 2xx,

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
@@ -24,7 +23,9 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/deliver/throttle"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -59,7 +60,7 @@ type Sender struct {
 	// health is the subscriptions' disabled state; throttle the
 	// subscription's rate limit.
 	health     Health
-	throttle   *throttle
+	throttle   *throttle.Throttle
 	deliveries *prometheus.CounterVec
 	attempts   attemptlog.Recorder // nil: no records
 	// record says which attempts go to attempts (Deps.Record).
@@ -106,7 +107,7 @@ func (r *Sender) Direct(ctx context.Context, id string, h nats.Header, data []by
 // subscription's, Jsbridge-Replica when replica is not "", the body's;
 // ordered: room for the version chain's) and body. An error means msg cannot become a webhook (no event id, a
 // malformed attribute or body): the settlers dead-letter it, OutcomeTerm.
-func (r *Sender) request(msg Message, id, replica string, ordered bool) ([]byte, http.Header, error) {
+func (r *Sender) request(msg reader.Event, id, replica string, ordered bool) ([]byte, http.Header, error) {
 	if id == "" {
 		return nil, nil, errNoEventID
 	}
@@ -182,7 +183,8 @@ type PostFence func(ctx context.Context) (context.Context, context.CancelFunc, e
 // streak past health.Config.DisableAfter disables it, a 2xx ends the
 // streak.
 func (r *Sender) answered(resp Response, gen uint64) {
-	r.throttle.observe(resp, gen)
+	r.throttle.Observe(gen, throttle.Answer{Accepted: resp.Err == nil && resp.Status/100 == 2,
+		Throttled: resp.Verdict() == VerdictThrottle, RetryAfter: min(resp.RetryAfter, MaxRetryAfter)})
 	switch resp.Verdict() {
 	case VerdictAck:
 		r.health.Succeeded(r.sub.Name)
@@ -210,7 +212,7 @@ func (r *Sender) Gate(ctx context.Context) (uint64, error) {
 			return 0, err
 		}
 	}
-	return r.throttle.wait(ctx)
+	return r.throttle.Wait(ctx)
 }
 
 // Count counts one attempt's outcome in
@@ -221,11 +223,6 @@ func (r *Sender) Count(outcome, class string, status int) {
 		return
 	}
 	r.deliveries.WithLabelValues(r.sub.Name, outcome, class).Inc()
-}
-
-// RetryDelay is retryDelay with the subscription's backoff.
-func (r *Sender) RetryDelay(attempt int, retryAfter time.Duration) time.Duration {
-	return retryDelay(r.sub.BackOff, attempt, retryAfter)
 }
 
 // requestHeader returns a new request header holding the subscription's
@@ -305,8 +302,8 @@ func (r *Sender) post(ctx context.Context, id string, body []byte, hdr http.Head
 
 // start starts the attempt's span as a child of the message's trace
 // context and returns the context carrying the span, and the attempt.
-func (r *Sender) start(ctx context.Context, msg Message, id string, attempt int) (context.Context, *Trace) {
-	st := &Trace{attempt: attempt, id: id, msg: msg, began: r.clock.Now()}
+func (r *Sender) start(ctx context.Context, msg reader.Event, id string, attempt int) (context.Context, *Trace) {
+	st := &Trace{attempt: attempt, id: id, seq: msg.Seq, subject: msg.Subject, began: r.clock.Now()}
 	if h := msg.Header; len(h) > 0 {
 		ctx = tracing.Propagator.Extract(ctx, tracing.HeaderCarrier(h))
 	}
@@ -356,8 +353,8 @@ func (r *Sender) End(st *Trace) {
 		StatusClass:  st.class,
 		Breaker:      state,
 		Error:        st.reason,
-		Subject:      st.msg.Subject,
-		StreamSeq:    st.msg.Seq,
+		Subject:      st.subject,
+		StreamSeq:    st.seq,
 	}
 	if !st.sent.IsZero() && st.hasResp {
 		a.At = st.resp.At.UTC()

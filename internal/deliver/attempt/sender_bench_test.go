@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
@@ -90,9 +91,9 @@ func BenchmarkRequest(b *testing.B) {
 
 // benchMessage is the benchmarks' event: the bridge's headers and 230 B of
 // JSON data (the consumer row's message).
-func benchMessage() Message {
+func benchMessage() reader.Event {
 	data := []byte(`{"order":"order-42","lines":[{"sku":"A-1","qty":2,"price":"12.50"},{"sku":"B-7","qty":1,"price":"99.00"}],"customer":{"id":"c-9","tier":"gold"},"note":"` + strings.Repeat("x", 96) + `"}`)
-	return Message{Subject: "events.order.order-42.OrderPlaced", Header: nats.Header{
+	return reader.Event{Subject: "events.order.order-42.OrderPlaced", Header: nats.Header{
 		wire.HeaderMsgID: {"1042"}, wire.HeaderID: {"1042"}, wire.HeaderType: {"OrderPlaced"}, wire.HeaderSubject: {"order-42"},
 		wire.HeaderSource: {"jsbridge"}, wire.HeaderSpecVersion: {"1.0"}, wire.HeaderContentType: {"application/json"},
 		wire.HeaderTime: {"2026-11-26T07:00:00.123456Z"}, wire.HeaderStreamVersion: {"3"},

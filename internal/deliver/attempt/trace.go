@@ -35,7 +35,8 @@ type Trace struct {
 	// failure in it (see keeps).
 	afterFailure bool
 	id           string
-	msg          Message
+	seq          uint64 // the event's sequence and subject, for the record
+	subject      string
 	began        time.Time
 	sent         time.Time // when the breaker was asked (zero: nothing sent)
 	took         time.Duration

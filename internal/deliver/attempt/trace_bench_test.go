@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/jsbridge/jsbridge/breaker"
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/tracing"
 	"github.com/jsbridge/jsbridge/wire"
@@ -44,7 +45,7 @@ func BenchmarkAttemptSpan(b *testing.B) {
 		{"on", newTestSender(b, sub, http.DefaultClient, Deps{Breaker: set.Breaker(sub.URL), Tracer: tracing.Tracer(sdk)}), withTrace},
 	}
 	for _, c := range cases {
-		msg := Message{Subject: "events.order.order-1.Placed", Header: c.h}
+		msg := reader.Event{Subject: "events.order.order-1.Placed", Header: c.h}
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

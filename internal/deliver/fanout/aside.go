@@ -1,12 +1,14 @@
 package fanout
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/member"
@@ -33,12 +35,11 @@ const (
 	AsideReading = "behind"
 )
 
-// aside is one (subscription, stream) set aside, as the record's Aside:
-// its state and From, and while reading, the last sequence its reads
-// covered and the head it joins at.
+// aside is one (subscription, stream) set aside: the record's Aside (its
+// state and From; a claimed stuck one reads in memory, below), and while
+// reading, the last sequence its reads covered and the head it joins at.
 type aside struct {
-	state   string
-	from    uint64
+	position.Aside
 	read    uint64
 	joining uint64 // its reads reached this head: live above it, dropped once what it read settled
 }
@@ -46,11 +47,10 @@ type aside struct {
 // asideOf is a claimed record's aside. A stuck one had its head in a
 // former owner's lane: this owner reads the stream from the head on.
 func asideOf(a position.Aside) *aside {
-	state := a.State
-	if state == AsideStuck {
-		state = AsideReading
+	if a.State == AsideStuck {
+		a.State = AsideReading
 	}
-	return &aside{state: state, from: a.From, read: max(a.From, 1) - 1}
+	return &aside{Aside: a, read: max(a.From, 1) - 1}
 }
 
 // gates reports whether the shared read passes the stream over for the
@@ -61,25 +61,30 @@ func (a *aside) gates() bool { return a != nil && a.joining == 0 }
 // at from on, in the record (replacing an aside of the stream it had)
 // and in memory.
 func (p *Partition) setAside(sub, stream, state string, from uint64) {
-	p.pos.Edit(func(r *position.Record) {
-		r.Asides = slices.DeleteFunc(r.Asides, func(a position.Aside) bool { return a.Sub == sub && a.Stream == stream })
-		r.Asides = append(r.Asides, position.Aside{Sub: sub, Stream: stream, From: from, State: state})
-	})
-	p.asides[[2]string{sub, stream}] = &aside{state: state, from: from, read: from - 1}
+	a := &aside{Aside: position.Aside{Sub: sub, Stream: stream, From: from, State: state}, read: from - 1}
+	p.asides[[2]string{sub, stream}] = a
+	p.recordAside(a.Aside)
 	p.cfg.Logger.Warn("a stream was set aside for the subscription", slog.Int("partition", p.cfg.Partition),
 		slog.String("subscription", sub), slog.String("stream", stream), slog.String("state", state), slog.Uint64("seq", from))
 }
 
-// moveAside sets the record's aside of sub's stream to state from from.
+// moveAside sets the aside of sub's stream to state from from, in the
+// record and in memory (what it read and its join kept).
 func (p *Partition) moveAside(sub, stream, state string, from uint64) {
 	a := p.asides[[2]string{sub, stream}]
-	a.state, a.from = state, from
+	a.State, a.From = state, from
+	p.recordAside(a.Aside)
+}
+
+// recordAside writes a to the record, replacing the aside of its
+// subscription's stream it had.
+func (p *Partition) recordAside(a position.Aside) {
 	p.pos.Edit(func(r *position.Record) {
-		for i := range r.Asides {
-			if r.Asides[i].Sub == sub && r.Asides[i].Stream == stream {
-				r.Asides[i].State, r.Asides[i].From = state, from
-			}
+		if i := slices.IndexFunc(r.Asides, func(x position.Aside) bool { return x.Sub == a.Sub && x.Stream == a.Stream }); i >= 0 {
+			r.Asides[i] = a
+			return
 		}
+		r.Asides = append(r.Asides, a)
 	})
 }
 
@@ -114,9 +119,9 @@ func (p *Partition) catchUpStreams(ctx context.Context, head uint64) (int, error
 	for _, k := range slices.SortedFunc(maps.Keys(p.asides), cmpKey) {
 		a := p.asides[k]
 		switch {
-		case a.state == AsideParked:
+		case a.State == AsideParked:
 			continue
-		case a.state == AsideStuck:
+		case a.State == AsideStuck:
 		case a.joining == 0 && p.behind(k[0]):
 			// Its subscription's cursor reads first, and its floor
 			// passed the aside's events unsettled: the aside alone
@@ -158,7 +163,7 @@ func (p *Partition) catchUpStreams(ctx context.Context, head uint64) (int, error
 	defer p.unlock()
 	for _, r := range todo {
 		a, st := p.asides[r.k], r.st
-		if a == nil || a.state != AsideReading || a.joining > 0 || st.gone || st.state != "" {
+		if a == nil || a.State != AsideReading || a.joining > 0 || st.gone || st.state != "" {
 			continue
 		}
 		last := st.last[r.k[1]].seq
@@ -204,9 +209,7 @@ func (p *Partition) joinStream(k [2]string, a *aside, head uint64) bool {
 	p.pos.Edit(func(r *position.Record) {
 		r.Asides = slices.DeleteFunc(r.Asides, func(x position.Aside) bool { return x.Sub == k[0] && x.Stream == k[1] })
 	})
-	if d, ok := p.cursors.(interface{ Drop(string, int) }); ok {
-		d.Drop(k[0], p.cfg.Partition)
-	}
+	p.dropCursor(k[0])
 	p.cfg.Logger.Info("a stream set aside caught up and rejoined the shared read", slog.Int("partition", p.cfg.Partition),
 		slog.String("subscription", k[0]), slog.String("stream", k[1]), slog.Uint64("from", a.joining))
 	return true
@@ -228,7 +231,7 @@ func (p *Partition) applyRequestsLocked() {
 		if !ok || p.deleting[req.Key] {
 			continue
 		}
-		if a.state == AsideParked && a.from == req.Head {
+		if a.State == AsideParked && a.From == req.Head {
 			m, ok := p.members.Entry(k[0])
 			if !ok {
 				continue // not a member here (removed, or not put yet): left for later
@@ -238,18 +241,14 @@ func (p *Partition) applyRequestsLocked() {
 				st.lanes, st.last = map[string]*lane{}, map[string]settled{}
 			}
 			st.last[k[1]] = settled{seq: req.Head, prev: req.Previous}
-			e := position.Entry{Seq: req.Head, Version: uint64(req.Previous)}
-			if req.Previous < 0 {
-				e.Version = noVersion
-			}
-			p.pos.Settled(k[0], k[1], e)
+			p.pos.Settled(k[0], k[1], entryOf(req.Head, req.Previous))
 			p.moveAside(k[0], k[1], AsideReading, req.Head+1)
 			a.read = req.Head
 			p.cfg.Logger.Info("a parked stream was unparked by the operator: its later events are read again", slog.Int("partition", p.cfg.Partition),
 				slog.String("subscription", k[0]), slog.String("stream", k[1]), slog.String("op", req.Op), slog.Uint64("head", req.Head))
 		} else {
 			p.cfg.Logger.Info("an operator's request names another head than the parked one: deleted", slog.Int("partition", p.cfg.Partition),
-				slog.String("subscription", k[0]), slog.String("stream", k[1]), slog.Uint64("head", req.Head), slog.Uint64("parked", a.from))
+				slog.String("subscription", k[0]), slog.String("stream", k[1]), slog.Uint64("head", req.Head), slog.Uint64("parked", a.From))
 		}
 		p.deleting[req.Key] = true
 		p.wg.Add(1)
@@ -274,18 +273,7 @@ func (p *Partition) deleteRequest(req unpark.Pending) {
 	p.mu.Unlock()
 }
 
+// cmpKey orders the asides' keys by subscription, then stream.
 func cmpKey(a, b [2]string) int {
-	if a[0] != b[0] {
-		if a[0] < b[0] {
-			return -1
-		}
-		return 1
-	}
-	switch {
-	case a[1] < b[1]:
-		return -1
-	case a[1] > b[1]:
-		return 1
-	}
-	return 0
+	return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
 }

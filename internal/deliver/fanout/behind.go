@@ -292,9 +292,7 @@ func (p *Partition) rejoin(st *subState) bool {
 		return false
 	}
 	st.joining, st.read, st.top = 0, 0, 0
-	if d, ok := p.cursors.(interface{ Drop(string, int) }); ok {
-		d.Drop(st.m.Name, p.cfg.Partition) // its reads are over
-	}
+	p.dropCursor(st.m.Name) // its reads are over
 	p.cfg.Logger.Info("the subscription caught up and rejoined the shared read", slog.Int("partition", p.cfg.Partition),
 		slog.String("subscription", st.m.Name), slog.Uint64("from", head))
 	return true

@@ -63,8 +63,14 @@ import (
 // delivered before it (the chain header's "none").
 const NoPrevious int64 = -1
 
-// noVersion is position.NoVersion.
-const noVersion = position.NoVersion
+// dropCursor drops subscription sub's cursor reads on the partition
+// when the CursorReader keeps any (cursor.Reader does): its reads are
+// over.
+func (p *Partition) dropCursor(sub string) {
+	if d, ok := p.cursors.(interface{ Drop(string, int) }); ok {
+		d.Drop(sub, p.cfg.Partition)
+	}
+}
 
 // Cursor states (position.Cursor.State) the fan-out gives. A subscription
 // in StateBehind reads its own events (CatchUp); in any other state it

@@ -219,10 +219,7 @@ func (p *Partition) runLane(st *subState, l *lane, t turn) {
 		p.dropRetry(name, ev.Seq)
 		switch act {
 		case Delivered, DeadLetter:
-			e := position.Entry{Seq: ev.Seq, Version: uint64(prev)}
-			if prev == NoPrevious {
-				e.Version = noVersion
-			}
+			e := entryOf(ev.Seq, prev)
 			if v, versioned := version(ev); act == Delivered && versioned {
 				prev, e.Version = v, uint64(v)
 			}
@@ -230,10 +227,10 @@ func (p *Partition) runLane(st *subState, l *lane, t turn) {
 			p.pos.Settled(name, l.stream, e)
 			p.settleLocked(st, ev.Seq)
 			l.q = l.q[1:]
-			if a := p.asides[[2]string{name, l.stream}]; a != nil && (a.state == AsideReading || a.state == AsideStuck) {
+			if a := p.asides[[2]string{name, l.stream}]; a != nil && (a.State == AsideReading || a.State == AsideStuck) {
 				// What it read (or its stuck head) settled: it reads
 				// on after it, and so does a new owner.
-				woke = a.state == AsideStuck // its reads start: CatchUp's to do
+				woke = a.State == AsideStuck // its reads start: CatchUp's to do
 				p.moveAside(name, l.stream, AsideReading, ev.Seq+1)
 				a.read = max(a.read, ev.Seq)
 			}
@@ -277,6 +274,16 @@ func (p *Partition) previousOf(name, stream string, t turn) (int64, bool) {
 
 // previous is the version subscription name delivered of stream before
 // t's event: the one its lane settled last (known), else none for
+// entryOf is the record's entry of a stream whose last event settled
+// is at seq, its Delivery's Previous prev (NoPrevious, or any negative:
+// position.NoVersion).
+func entryOf(seq uint64, prev int64) position.Entry {
+	if prev < 0 {
+		return position.Entry{Seq: seq, Version: position.NoVersion}
+	}
+	return position.Entry{Seq: seq, Version: uint64(prev)}
+}
+
 // version 0 or an event without a version, else the claim's entry below
 // the event, else the Chain's look-up.
 func (p *Partition) previous(name, stream string, t turn) (int64, error) {
@@ -286,7 +293,7 @@ func (p *Partition) previous(name, stream string, t turn) (int64, error) {
 		return t.last.prev, nil
 	case !versioned || ver == 0:
 		return NoPrevious, nil
-	case e.Seq > 0 && e.Seq < ev.Seq && e.Version == noVersion:
+	case e.Seq > 0 && e.Seq < ev.Seq && e.Version == position.NoVersion:
 		return NoPrevious, nil
 	case e.Seq > 0 && e.Seq < ev.Seq:
 		return int64(e.Version), nil

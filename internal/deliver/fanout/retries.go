@@ -54,19 +54,25 @@ func (p *Partition) retrying(st *subState, sub string, seq uint64, n int) {
 	}
 	p.retries[retryKey{sub, seq}] = uint64(n)
 	p.nretries.Store(int64(len(p.retries)))
+	p.recordRetry(sub, seq, uint64(n))
+	if counted := st.inHand[seq]; counted && !st.m.Ordered {
+		st.inHand[seq] = false // its entry covers it (in the same record as the floor it lets rise)
+		p.win.Done(seq)
+		p.raise()
+	}
+}
+
+// recordRetry sets the record's retries entry of sub's event at seq
+// (position.Retry) to attempts, adding it when the record has none.
+func (p *Partition) recordRetry(sub string, seq, attempts uint64) {
 	p.pos.Edit(func(r *position.Record) {
 		i := slices.IndexFunc(r.Retries, func(e position.Retry) bool { return e.Sub == sub && e.Seq == seq })
 		if i < 0 {
 			r.Retries = append(r.Retries, position.Retry{Sub: sub, Seq: seq})
 			i = len(r.Retries) - 1
 		}
-		r.Retries[i].Attempts = uint64(n)
+		r.Retries[i].Attempts = attempts
 	})
-	if counted := st.inHand[seq]; counted && !st.m.Ordered {
-		st.inHand[seq] = false // its entry covers it (in the same record as the floor it lets rise)
-		p.win.Done(seq)
-		p.raise()
-	}
 }
 
 // dropRetry drops the retries entry of sub's event at seq, if it has
@@ -127,8 +133,8 @@ func (p *Partition) catchUpRetries(ctx context.Context) (int, error) {
 		}
 		live := st.state == ""
 		p.unlock()
-		if d, ok := p.cursors.(interface{ Drop(string, int) }); ok && live {
-			d.Drop(k.sub, p.cfg.Partition) // the fetch's cursor (one with a cursor of its own rereads it)
+		if live {
+			p.dropCursor(k.sub) // the fetch's cursor (one with a cursor of its own rereads it)
 		}
 	}
 	p.mu.Lock()
@@ -170,11 +176,7 @@ func (p *Partition) retryHolesLocked() {
 			}
 			n := p.retries[retryKey{name, seq}]
 			p.retries[retryKey{name, seq}] = n
-			p.pos.Edit(func(r *position.Record) {
-				if !slices.ContainsFunc(r.Retries, func(e position.Retry) bool { return e.Sub == name && e.Seq == seq }) {
-					r.Retries = append(r.Retries, position.Retry{Sub: name, Seq: seq, Attempts: n})
-				}
-			})
+			p.recordRetry(name, seq, n) // in memory and in the record alike: n, or a new entry
 			st.inHand[seq] = false
 			p.win.Done(seq)
 		}

@@ -15,7 +15,7 @@ import (
 // on every partition the replica owns, and on those it claims meanwhile
 // (docs/design/next-engine.md, section 3: no reads, nothing held back,
 // the floor passes them); their attempts already in hand wait for the breaker
-// unsent (sender.Sender.Attempt waits for it). Once its open timeout passed
+// unsent (attempt.Claim.Attempt waits for it). Once its open timeout passed
 // (half-open, a probe free) or it closed, the cursors go back to
 // reading (SetState("")): the first attempt through is the probe, as the
 // durables engine's one-message probe; a failed probe opens the breaker

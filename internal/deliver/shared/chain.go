@@ -21,7 +21,7 @@ import (
 // event is at or below the floor, so it was settled. The skipped
 // versions are the records skipped.<sub>.<stream> of the positions
 // bucket (moved there from the park bucket by `consumer migrate`), which
-// the claim's sender.Sender writes before it settles a dead letter.
+// the claim's attempt.Claim writes before it settles a dead letter.
 type chain struct {
 	js      jetstream.JetStream
 	stream  string

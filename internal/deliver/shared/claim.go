@@ -5,11 +5,11 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared/metrics"
-	"github.com/jsbridge/jsbridge/internal/deliver/shared/sender"
 )
 
 // gained is the owner's Callbacks.Gained: it must not block, so the
@@ -47,8 +47,8 @@ func (r *Replica) serve(c *owner.Claim) {
 	_ = pos.Start(ctx) // the commits outlive the claim's context: Stop ends them
 	defer pos.Stop()
 
-	send := sender.New(sender.Config{Archetype: arch, StuckAfter: r.cfg.OrderStuckAfter},
-		sender.Deps{Senders: r.senders, Claim: c, Epochs: r.epochs, Letters: r.letters, DeadLettered: r.dead, Breakers: r.subs.breakers, Skipped: r.poskv})
+	send := attempt.NewClaim(attempt.ClaimConfig{Archetype: arch, StuckAfter: r.cfg.OrderStuckAfter},
+		attempt.ClaimDeps{Senders: r.senders, Claim: c, Epochs: r.epochs, Letters: r.letters, DeadLettered: r.dead, Breakers: r.subs.breakers, Skipped: r.poskv})
 	fan := fanout.New(fanout.Config{Archetype: arch, Partition: c.Partition, Epoch: c.Epoch, Requests: r.requests,
 		Deleted: r.deleted, Wake: r.loop.poke},
 		r.members, pos, send, r.chain, r.cursors)

@@ -10,10 +10,9 @@
 // (fanout.Partition.CatchUp) between events, and takes and releases
 // partitions as the owner gains and releases them.
 //
-// The adapters of fanout's interfaces: the Sender (its room
-// shared/sender, one per claim) makes each attempt through
-// internal/deliver/attempt behind the claim's lease fence and the
-// subscription's health and throttle, and stores an event given up on
+// The adapters of fanout's interfaces: the Sender (attempt.Claim, one
+// per claim) makes each attempt through internal/deliver/attempt behind
+// the claim's lease fence and the subscription's health and throttle, and stores an event given up on
 // in the dead-letter stream (Deps.DeadLetters) before it settles it;
 // the Chain (here) looks a stream's predecessor up on the events
 // stream (deadletter.Predecessor: jsapi.LastBefore, confirmed by the
@@ -57,7 +56,6 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared/metrics"
-	"github.com/jsbridge/jsbridge/internal/deliver/shared/sender"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared/seqtime"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/lifecycle"
@@ -102,7 +100,7 @@ type Config struct {
 	// the head of an ordered subscription's stream (409 gap or
 	// in-progress, without another answer between) before it is
 	// dead-lettered and its stream parked, whatever OnDeadLetter says
-	// (counted by package sender). Default attempt.DefaultOrderStuckAfter (5
+	// (counted by attempt.Claim). Default attempt.DefaultOrderStuckAfter (5
 	// minutes); negative: never.
 	OrderStuckAfter time.Duration
 	// Health is the automatic disabling (the failure streak rule) and its
@@ -183,7 +181,7 @@ type Replica struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	members *member.Index
-	senders *sender.Set
+	senders *attempt.Set
 	subs    subs // the subscription set and how to make a sender (edit.go)
 	metrics *metrics.Metrics
 	chain   *chain
@@ -252,7 +250,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 		return nil, fmt.Errorf("%w: Partitions %d: want 1 to %d", ErrInvalidConfig, cfg.Partitions, owner.MaxPartitions)
 	}
 	r := &Replica{cfg: cfg, js: deps.JetStream, log: cfg.Logger, members: member.NewIndex(),
-		senders: sender.NewSet(), parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
+		senders: attempt.NewSet(), parts: map[int]served{}, letters: deps.DeadLetters, dead: deps.DeadLettered}
 	r.rcfg = reader.Config{Stream: cfg.Stream, Prefix: cfg.Prefix, Partitions: cfg.Partitions,
 		Name: "jsbridge_reader_" + cfg.Replica, Archetype: cfg.Archetype}
 	if deps.Breakers == nil {

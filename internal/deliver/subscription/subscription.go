@@ -176,7 +176,7 @@ type Subscription struct {
 	// RateLimit caps the subscription's POSTs per consumer replica, in
 	// requests per second. Default 0: no cap. A 429 or 503 from the
 	// endpoint lowers the rate below it for a while (the engine's
-	// throttle, internal/deliver/attempt/throttle.go).
+	// throttle, internal/deliver/throttle).
 	RateLimit float64
 	// MaxAckPending is the durable consumer's MaxAckPending: the messages
 	// out for delivery or waiting for a delayed retry, across all consumer

@@ -30,13 +30,15 @@ type Entry struct {
 }
 
 // Aside is one stream of one subscription set aside (stuck, parked,
-// order-stuck): its events from From (an events stream sequence) on are
-// not dispatched to the subscription until it is re-read.
+// or read again: fanout.AsideStuck, AsideParked, AsideReading; an
+// order-stuck head parks its stream): its events from From (an events
+// stream sequence) on are not dispatched to the subscription until it
+// is re-read.
 type Aside struct {
 	Sub    string `json:"subscription"` // the subscription's name
 	Stream string `json:"stream"`       // the stream (wire.StreamKey)
 	From   uint64 `json:"from"`         // the first sequence set aside
-	State  string `json:"state"`        // "stuck", "parked", "order-stuck"
+	State  string `json:"state"`        // "stuck", "parked", "behind"
 }
 
 // Retry carries the failed attempts at one event (Seq) of a subscription

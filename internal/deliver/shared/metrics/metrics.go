@@ -20,6 +20,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/deliver/throttle"
 	"github.com/jsbridge/jsbridge/internal/promreg"
 )
 
@@ -90,7 +91,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		}, []string{"subscription"}),
 	}
 	var err error
-	if m.rate, err = attempt.NewRateGauge(nil); err != nil {
+	if m.rate, err = throttle.NewRateGauge(nil); err != nil {
 		return nil, err
 	}
 	owned := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

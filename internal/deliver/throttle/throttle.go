@@ -1,4 +1,9 @@
-package attempt
+// Package throttle is a subscription's AIMD rate limiter: the rate its
+// POSTs are held to, cut by an endpoint's throttling answers (429, or 503
+// with Retry-After) and grown back, and the pause a Retry-After asks for.
+// The attempts (internal/deliver/attempt) wait on it before each POST and
+// feed it every answer.
+package throttle
 
 import (
 	"context"
@@ -25,9 +30,9 @@ import (
 // the last cut the rate doubles each second (slow start), and once it
 // reaches the rate the endpoint accepted before the storm, the rate in
 // force before the storm comes back (no limit, or RateLimit). Its Retry-After pauses every POST of the
-// subscription until it passes (capped at MaxRetryAfter). The settlers
+// subscription until it passes (the caller caps it). The settlers
 // retry a throttled event in place: it spends no MaxDeliver attempt and
-// counts as no breaker failure (see VerdictThrottle for 503).
+// counts as no breaker failure (attempt.VerdictThrottle).
 
 const (
 	// throttleDecrease is the multiplicative decrease of a cut.
@@ -44,9 +49,10 @@ const (
 	throttleLift = time.Minute
 )
 
-// throttle is one subscription's rate limiter with AIMD and Retry-After.
-// It is safe for concurrent use. Its time is the engine's clock.
-type throttle struct {
+// Throttle is one subscription's rate limiter with AIMD and Retry-After.
+// It is safe for concurrent use; a nil *Throttle holds nothing. Its time
+// is the engine's clock.
+type Throttle struct {
 	clock   clockwork.Clock
 	ceiling rate.Limit // Subscription.RateLimit, or rate.Inf
 	gauge   prometheus.Gauge
@@ -75,14 +81,14 @@ type throttle struct {
 	prevSent, prevAccepted int
 }
 
-// newThrottle returns the throttle of a subscription with limit
-// requests/s (0: no limit); gauge (nil: none) shows the rate in force.
-func newThrottle(clock clockwork.Clock, limit float64, gauge prometheus.Gauge) *throttle {
+// New returns the throttle of a subscription with limit requests/s (0:
+// no limit) on clock; gauge (nil: none) shows the rate in force.
+func New(clock clockwork.Clock, limit float64, gauge prometheus.Gauge) *Throttle {
 	ceiling := rate.Inf
 	if limit > 0 {
 		ceiling = rate.Limit(limit)
 	}
-	t := &throttle{clock: clock, ceiling: ceiling, cur: ceiling, lim: rate.NewLimiter(ceiling, 1), gauge: gauge}
+	t := &Throttle{clock: clock, ceiling: ceiling, cur: ceiling, lim: rate.NewLimiter(ceiling, 1), gauge: gauge}
 	t.show()
 	return t
 }
@@ -102,7 +108,7 @@ func NewRateGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
 
 // show sets the gauge to the rate in force, 0 for none (t.mu held or
 // not shared yet).
-func (t *throttle) show() {
+func (t *Throttle) show() {
 	if t.gauge == nil {
 		return
 	}
@@ -113,11 +119,11 @@ func (t *throttle) show() {
 	t.gauge.Set(float64(t.cur))
 }
 
-// wait blocks until a POST may go: after any Retry-After pause and within
-// the rate. It returns the generation to hand to observe with the answer,
+// Wait blocks until a POST may go: after any Retry-After pause and within
+// the rate. It returns the generation to hand to Observe with the answer,
 // or ctx's error if ctx ends first. A wait that a cut overtook waits again
 // at the cut rate.
-func (t *throttle) wait(ctx context.Context) (uint64, error) {
+func (t *Throttle) Wait(ctx context.Context) (uint64, error) {
 	if t == nil {
 		return 0, ctx.Err()
 	}
@@ -151,13 +157,25 @@ func (t *throttle) wait(ctx context.Context) (uint64, error) {
 	}
 }
 
-// observe takes an answer into account: a 2xx counts as accepted; a
-// throttling answer (VerdictThrottle: 429, or 503 with Retry-After) cuts
-// the rate and its Retry-After pauses the subscription. It reports
-// whether the answer was a throttling one. gen is generation's value
-// when the request was sent: an answer to a request sent before the last
-// cut cuts no more (one cut per round, as TCP's congestion control).
-func (t *throttle) observe(resp Response, gen uint64) bool {
+// Answer is what the throttle takes from the answer to a POST.
+type Answer struct {
+	// Accepted: a 2xx.
+	Accepted bool
+	// Throttled: a throttling answer (attempt.VerdictThrottle: 429, or
+	// 503 with Retry-After).
+	Throttled bool
+	// RetryAfter is the pause a throttling answer asks for, capped by the
+	// caller (<= 0: none).
+	RetryAfter time.Duration
+}
+
+// Observe takes an answer into account: a 2xx counts as accepted; a
+// throttling answer cuts the rate and its Retry-After pauses the
+// subscription. It reports whether the answer was a throttling one. gen
+// is Wait's generation when the request was sent: an answer to a request
+// sent before the last cut cuts no more (one cut per round, as TCP's
+// congestion control).
+func (t *Throttle) Observe(gen uint64, a Answer) bool {
 	if t == nil {
 		return false
 	}
@@ -165,7 +183,7 @@ func (t *throttle) observe(resp Response, gen uint64) bool {
 	defer t.mu.Unlock()
 	now := t.clock.Now()
 	switch {
-	case resp.Err == nil && resp.Status/100 == 2:
+	case a.Accepted:
 		t.count(now, false, true)
 		if gen == t.gen && !t.acceptedCut && !t.lastCut.IsZero() {
 			t.grow(now) // the seconds before it: additive
@@ -177,12 +195,12 @@ func (t *throttle) observe(resp Response, gen uint64) bool {
 			}
 		}
 		return false
-	case resp.Verdict() == VerdictThrottle:
+	case a.Throttled:
 	default:
 		return false
 	}
-	if resp.RetryAfter > 0 {
-		if until := now.Add(min(resp.RetryAfter, MaxRetryAfter)); until.After(t.paused) {
+	if a.RetryAfter > 0 {
+		if until := now.Add(a.RetryAfter); until.After(t.paused) {
 			t.paused = until
 		}
 	}
@@ -223,7 +241,7 @@ func (t *throttle) observe(resp Response, gen uint64) bool {
 }
 
 // grow applies the additive increase due at now (t.mu held).
-func (t *throttle) grow(now time.Time) {
+func (t *Throttle) grow(now time.Time) {
 	if t.cur == t.ceiling || t.lastCut.IsZero() {
 		return
 	}
@@ -254,15 +272,15 @@ func (t *throttle) grow(now time.Time) {
 }
 
 // setRate sets the rate in force (t.mu held).
-func (t *throttle) setRate(now time.Time, r rate.Limit) {
+func (t *Throttle) setRate(now time.Time, r rate.Limit) {
 	t.cur = r
 	t.lim.SetLimitAt(now, r)
 	t.show()
 }
 
-// Count counts a POST sent or an answer accepted in now's second (t.mu
+// count counts a POST sent or an answer accepted in now's second (t.mu
 // held); with neither it only rolls the seconds.
-func (t *throttle) count(now time.Time, sent, accepted bool) {
+func (t *Throttle) count(now time.Time, sent, accepted bool) {
 	sec := now.Truncate(time.Second)
 	if !sec.Equal(t.second) {
 		if sec.Sub(t.second) == time.Second {
@@ -278,4 +296,14 @@ func (t *throttle) count(now time.Time, sent, accepted bool) {
 	if accepted {
 		t.accepted++
 	}
+}
+
+// Rate returns the rate in force in requests/s (+Inf: none).
+func (t *Throttle) Rate() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cur == rate.Inf {
+		return math.Inf(1)
+	}
+	return float64(t.cur)
 }

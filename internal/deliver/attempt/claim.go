@@ -1,14 +1,14 @@
-// Package sender is the shared engine's attempts for one claimed
-// partition: Sender, the fan-out's fanout.Sender, makes every attempt
-// through the subscription's attempt.Sender (build, sign, breaker, POST,
-// classify) behind the claim's lease fence, waits for the endpoint's
-// breaker, the subscription's POST slots on the replica (Set), its
-// health and throttle, stores an event given up on in the dead-letter
-// stream and an ordered one's version as skipped before it settles it,
-// and counts the attempts that spent one of MaxDeliver. The replica
-// (internal/deliver/shared) makes one per claim; Set is its senders by
-// subscription.
-package sender
+package attempt
+
+// The attempts of one claimed partition: Claim, the fan-out's
+// fanout.Sender, makes every attempt through the subscription's Sender
+// (build, sign, breaker, POST, classify) behind the claim's lease fence,
+// waits for the endpoint's breaker, the subscription's POST slots on the
+// replica (Set), its health and throttle, stores an event given up on in
+// the dead-letter stream and an ordered one's version as skipped before
+// it settles it, and counts the attempts that spent one of MaxDeliver.
+// The replica (internal/deliver/shared) makes one per claim; Set is its
+// senders by subscription.
 
 import (
 	"context"
@@ -23,7 +23,6 @@ import (
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/internal/backoff"
-	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
@@ -36,20 +35,20 @@ import (
 // names none (a POST cut or refused at the lease fence).
 const minRetry = 100 * time.Millisecond
 
-// Config is one claim's Sender.
-type Config struct {
+// ClaimConfig is one claim's attempts (Claim).
+type ClaimConfig struct {
 	// Archetype is the engine's clock (the pauses of the dead letters'
 	// retries and the order gate's refusals), logger and replica id
 	// (named in every attempt). Default base.Default.
 	*base.Archetype
 	// StuckAfter bounds an order gate's continuous refusals of an event
 	// before it is dead-lettered and its stream parked
-	// (attempt.OrderStuck; 0: never).
+	// (OrderStuck; 0: never).
 	StuckAfter time.Duration
 }
 
-// Deps are what a Sender uses.
-type Deps struct {
+// ClaimDeps are what a Claim uses.
+type ClaimDeps struct {
 	// Senders are the replica's senders and POST slots. Required.
 	Senders *Set
 	// Claim is the partition's claim: its lease fence bounds every POST,
@@ -71,11 +70,11 @@ type Deps struct {
 	Skipped jetstream.KeyValue
 }
 
-// Sender is one claimed partition's fanout.Sender: every attempt goes
-// through the subscription's attempt.Sender (build, sign, breaker, POST,
+// Claim is one claimed partition's fanout.Sender: every attempt goes
+// through the subscription's Sender (build, sign, breaker, POST,
 // classify), its POST bound by the claim's lease fence. Safe for
 // concurrent use.
-type Sender struct {
+type Claim struct {
 	senders      *Set
 	claim        *owner.Claim
 	epochs       owner.Epochs
@@ -94,21 +93,21 @@ type Sender struct {
 	byURL sync.Map
 }
 
-// New returns the Sender of cfg and deps.
-func New(cfg Config, deps Deps) *Sender {
+// NewClaim returns the Claim of cfg and deps.
+func NewClaim(cfg ClaimConfig, deps ClaimDeps) *Claim {
 	cfg.Archetype = base.Default(cfg.Archetype)
-	return &Sender{senders: deps.Senders, claim: deps.Claim, epochs: deps.Epochs, replica: cfg.Replica, letters: deps.Letters,
+	return &Claim{senders: deps.Senders, claim: deps.Claim, epochs: deps.Epochs, replica: cfg.Replica, letters: deps.Letters,
 		deadLettered: deps.DeadLettered, breakers: deps.Breakers, skipped: deps.Skipped, stuckAfter: cfg.StuckAfter,
 		clock: cfg.Clock, log: cfg.Logger}
 }
 
 // Attempt implements fanout.Sender: one attempt at d, and what it means
-// for d's event. The path is straight: the attempt (attempt.Sender: body,
+// for d's event. The path is straight: the attempt (Sender: body,
 // sign, breaker, POST, verdict, behind the ready wait and the lease
 // fence), its count (attempts), then one switch over its act (settle):
 // delivered, dead-lettered (stored first), the claim stale, or tried
 // again.
-func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settlement {
+func (s *Claim) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settlement {
 	snd := s.senders.Get(d.Subscription)
 	if snd == nil {
 		// Not a subscription of this replica: the members index and the
@@ -118,14 +117,13 @@ func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 	}
 	k := spentKey{d.Subscription, d.Event.Seq}
 	n := s.spent.next(k, d.Spent)
-	msg := attempt.Message{Seq: d.Event.Seq, Subject: d.Event.Subject, Header: d.Event.Header, Data: d.Event.Data, DataJSON: d.Event.DataJSON}
-	st := snd.Attempt(ctx, msg, n, s.call(ctx, snd, d))
+	st := snd.Attempt(ctx, d.Event, n, s.call(ctx, snd, d))
 	defer snd.End(st.Trace)
 	refused, stuck := s.spent.count(k, n, st.Act, s.clock.Now(), s.stuckAfter)
 	if stuck {
-		// The order-stuck state (attempt.DefaultOrderStuckAfter): the
+		// The order-stuck state (DefaultOrderStuckAfter): the
 		// gate's refusals turn into a dead letter that parks the stream.
-		st.Act, st.Outcome = attempt.ActDeadLetter, attempt.OutcomeOrderStuck
+		st.Act, st.Outcome = ActDeadLetter, OutcomeOrderStuck
 		st.Reason = fmt.Sprintf("order-stuck: the receiver's order gate refused the event (%s) for %s, longer than --order-stuck-after %s",
 			st.Response.Order, refused.Round(time.Second), s.stuckAfter)
 	}
@@ -147,8 +145,8 @@ func (s *Sender) Attempt(ctx context.Context, d fanout.Delivery) fanout.Settleme
 // waits there, unsent (for a slot, oldest event first); the partition
 // released ends the wait (ActNotReady). The breaker is waited for first,
 // so an open one holds no slot.
-func (s *Sender) call(ctx context.Context, snd *attempt.Sender, d fanout.Delivery) attempt.Call {
-	c := attempt.Call{Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1,
+func (s *Claim) call(ctx context.Context, snd *Sender, d fanout.Delivery) Call {
+	c := Call{Replica: s.replica, Fence: s.fence, AfterFailure: d.Attempt > 1,
 		Ready: func() (uint64, func(), bool) {
 			if s.breakers != nil {
 				if err := s.breaker(snd.Subscription().URL).Wait(ctx); err != nil {
@@ -167,7 +165,7 @@ func (s *Sender) call(ctx context.Context, snd *attempt.Sender, d fanout.Deliver
 			return gen, release, true
 		}}
 	if d.Ordered {
-		c.Chain = &attempt.Chain{Previous: d.Previous, Partition: d.Partition, Epoch: d.Epoch}
+		c.Chain = &Chain{Previous: d.Previous, Partition: d.Partition, Epoch: d.Epoch}
 	}
 	return c
 }
@@ -176,7 +174,7 @@ func (s *Sender) call(ctx context.Context, snd *attempt.Sender, d fanout.Deliver
 // set once per URL and claim: breaker.Set.Breaker parses the URL and
 // takes the set's lock, which every attempt of every partition would
 // otherwise share; the set never drops a breaker it made.
-func (s *Sender) breaker(url string) *breaker.Breaker {
+func (s *Claim) breaker(url string) *breaker.Breaker {
 	if b, ok := s.byURL.Load(url); ok {
 		return b.(*breaker.Breaker)
 	}
@@ -185,7 +183,7 @@ func (s *Sender) breaker(url string) *breaker.Breaker {
 	return b
 }
 
-// fence is the attempts' attempt.PostFence: the claim's lease fence
+// fence is the attempts' PostFence: the claim's lease fence
 // alone bounds a POST once it started. The fan-out's context ending (the
 // partition released, its fan-out closed) starts nothing more, but a
 // POST under way runs to its answer, which the fan-out settles and
@@ -193,33 +191,33 @@ func (s *Sender) breaker(url string) *breaker.Breaker {
 // would send every one of them again). The lease deadline passing, or
 // the lease or the record found lost (Claim.Lose), cuts it with cause
 // ErrLeasePassed: an attempt cut so counts for neither the endpoint's
-// breaker nor its health, and settles nothing (attempt.ActCut).
-func (s *Sender) fence(ctx context.Context) (context.Context, context.CancelFunc, error) {
+// breaker nor its health, and settles nothing (ActCut).
+func (s *Claim) fence(ctx context.Context) (context.Context, context.CancelFunc, error) {
 	return s.claim.Fence.Bound(context.WithoutCancel(ctx))
 }
 
 // settle turns attempt n's settlement st into the fan-out's, counting
-// the outcomes the settler counts (attempt.Sender.Attempt counts the
+// the outcomes the settler counts (Sender.Attempt counts the
 // rest): delivered; given up on (deadLetter); the claim stale (a
 // receiver processed the stream under a later epoch: the epoch counter
 // is raised above what it names and the partition given up); else the
 // event goes again after the settlement's delay. ActBreakerOpen, ActCut,
 // ActNotSent and ActNotReady settle and count nothing.
-func (s *Sender) settle(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, n int, st *attempt.Settlement, stuck bool) fanout.Settlement {
+func (s *Claim) settle(ctx context.Context, snd *Sender, d fanout.Delivery, n int, st *Settlement, stuck bool) fanout.Settlement {
 	delay := max(st.Delay, minRetry)
 	switch st.Act {
-	case attempt.ActAck:
+	case ActAck:
 		snd.Count(st.Outcome, st.Class, st.Response.Status)
 		return fanout.Settlement{Act: fanout.Delivered}
-	case attempt.ActDeadLetter:
+	case ActDeadLetter:
 		return s.deadLetter(ctx, snd, d, n, st, stuck)
-	case attempt.ActStale:
+	case ActStale:
 		snd.Count(st.Outcome, st.Class, st.Response.Status)
 		s.epochs.AfterStale(context.Background(), s.log, d.Epoch, st.Response.OrderEpoch)
 		s.claim.Lose()
-	case attempt.ActRetry, attempt.ActWait, attempt.ActThrottle, attempt.ActDisable:
+	case ActRetry, ActWait, ActThrottle, ActDisable:
 		snd.Count(st.Outcome, st.Class, st.Response.Status)
-	case attempt.ActBreakerOpen:
+	case ActBreakerOpen:
 		if s.breakers != nil {
 			// Refused at half-open (another attempt is the probe): the
 			// next attempt waits for the breaker itself (Ready), so no
@@ -241,11 +239,11 @@ func (s *Sender) settle(ctx context.Context, snd *attempt.Sender, d fanout.Deliv
 // released) settles nothing: the next owner sends the event again, and
 // the dead-letter stream's duplicate window drops a second copy of a
 // letter that was stored.
-func (s *Sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.Delivery, n int, st *attempt.Settlement, stuck bool) fanout.Settlement {
+func (s *Claim) deadLetter(ctx context.Context, snd *Sender, d fanout.Delivery, n int, st *Settlement, stuck bool) fanout.Settlement {
 	log := s.log.With(slog.String("subscription", d.Subscription), slog.String("event_id", st.EventID),
 		slog.Uint64("seq", d.Event.Seq), slog.Int("attempt", n), slog.Int("status", st.Response.Status))
 	if !s.store(ctx, log, snd, d, n, st, stuck) {
-		st.Outcome, st.Reason = attempt.OutcomeRetry, st.Reason+" (not settled: the partition was released first)"
+		st.Outcome, st.Reason = OutcomeRetry, st.Reason+" (not settled: the partition was released first)"
 		return fanout.Settlement{Act: fanout.Retry, Delay: minRetry}
 	}
 	snd.Count(st.Outcome, st.Class, st.Response.Status)
@@ -279,7 +277,7 @@ func (s *Sender) deadLetter(ctx context.Context, snd *attempt.Sender, d fanout.D
 // backoff (the event is not settled meanwhile), each try bounded by
 // storeTimeout and outliving ctx (a write under way is not cut by a
 // hand-over); false when ctx (the fan-out's) ended first.
-func (s *Sender) store(ctx context.Context, log *slog.Logger, snd *attempt.Sender, d fanout.Delivery, n int, st *attempt.Settlement, stuck bool) bool {
+func (s *Claim) store(ctx context.Context, log *slog.Logger, snd *Sender, d fanout.Delivery, n int, st *Settlement, stuck bool) bool {
 	dl := deadletter.Letter{Subscription: d.Subscription, Endpoint: snd.Endpoint(), EventID: st.EventID, Attempt: n,
 		Status: st.Response.Status, Reason: st.Reason, At: st.Response.At, OrderStuck: stuck,
 		Event: deadletter.Event{Seq: d.Event.Seq, Subject: d.Event.Subject, Header: d.Event.Header, Data: d.Event.Data, Time: d.Event.Time}}.WithOrder(st.Order)
@@ -330,8 +328,8 @@ const storeTimeout = 10 * time.Second
 
 // attempts counts, per (subscription, event), the attempts that spent
 // one of the subscription's MaxDeliver: the POSTs answered with a
-// retryable failure (attempt.ActRetry). fanout.Delivery.Attempt counts
-// every call of the Sender, also those that spent none (the breaker
+// retryable failure (ActRetry). fanout.Delivery.Attempt counts
+// every call of the Claim, also those that spent none (the breaker
 // open, throttled, disabled, refused by an order gate, cut or refused at
 // the lease fence), which would dead-letter an event after fewer POSTs
 // than MaxDeliver; the old engine counted POSTs only as well. Beside
@@ -362,18 +360,18 @@ func (a *attempts) next(k spentKey, spent int) int {
 
 // count records what attempt n at k's event came to, act at now, and
 // returns how long an order gate has refused the event without another
-// answer between (0 unless act is attempt.ActWait), and whether that is
+// answer between (0 unless act is ActWait), and whether that is
 // stuckAfter or longer (stuck; stuckAfter 0: never). A retryable failure
 // spends attempt n; any other answer than the gate's refusal ends a run
 // of refusals; an event acked, dead-lettered or stuck is forgotten (a
 // dead letter the fan-out's end keeps from being stored is forgotten
 // too: the claim, and this count with it, ends). Acts that sent nothing
 // (breaker open, cut, not sent, not ready) change nothing.
-func (a *attempts) count(k spentKey, n int, act attempt.Act, now time.Time, stuckAfter time.Duration) (refused time.Duration, stuck bool) {
+func (a *attempts) count(k spentKey, n int, act Act, now time.Time, stuckAfter time.Duration) (refused time.Duration, stuck bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch act {
-	case attempt.ActWait:
+	case ActWait:
 		since, ok := a.since[k]
 		if !ok {
 			if a.since == nil {
@@ -385,17 +383,17 @@ func (a *attempts) count(k spentKey, n int, act attempt.Act, now time.Time, stuc
 		if stuck = stuckAfter > 0 && refused >= stuckAfter; !stuck {
 			return refused, false
 		}
-	case attempt.ActRetry:
+	case ActRetry:
 		if a.n == nil {
 			a.n = map[spentKey]int{}
 		}
 		a.n[k] = n
 		delete(a.since, k)
 		return 0, false
-	case attempt.ActThrottle, attempt.ActDisable, attempt.ActStale:
+	case ActThrottle, ActDisable, ActStale:
 		delete(a.since, k)
 		return 0, false
-	case attempt.ActAck, attempt.ActDeadLetter:
+	case ActAck, ActDeadLetter:
 	default:
 		return 0, false
 	}
@@ -405,21 +403,21 @@ func (a *attempts) count(k spentKey, n int, act attempt.Act, now time.Time, stuc
 }
 
 // NewSet returns an empty set.
-func NewSet() *Set { return &Set{m: map[string]*attempt.Sender{}} }
+func NewSet() *Set { return &Set{m: map[string]*Sender{}} }
 
-// Set is the replica's attempt.Sender of each subscription, by name:
+// Set is the replica's Sender of each subscription, by name:
 // replaced as the subscription is put again, dropped as it is removed,
-// while the claims' Senders read it. Beside each, the subscription's POST slots on the replica:
+// while the Claims read it. Beside each, the subscription's POST slots on the replica:
 // MaxInFlight is per consumer process (subscription.Subscription), so
 // every partition the replica owns draws from the one bound.
 type Set struct {
 	mu    sync.RWMutex
-	m     map[string]*attempt.Sender
+	m     map[string]*Sender
 	slots map[string]*slots
 }
 
 // Get returns subscription name's sender, nil when it has none.
-func (ss *Set) Get(name string) *attempt.Sender {
+func (ss *Set) Get(name string) *Sender {
 	ss.mu.RLock()
 	defer ss.mu.RUnlock()
 	return ss.m[name]
@@ -428,7 +426,7 @@ func (ss *Set) Get(name string) *attempt.Sender {
 // Put makes snd the sender of subscription name (nil: none); its slots
 // are made again only when its MaxInFlight changed (the POSTs running
 // free the slots they took).
-func (ss *Set) Put(name string, snd *attempt.Sender) {
+func (ss *Set) Put(name string, snd *Sender) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if snd == nil {

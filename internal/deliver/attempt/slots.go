@@ -1,4 +1,4 @@
-package sender
+package attempt
 
 import (
 	"container/heap"
