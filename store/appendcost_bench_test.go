@@ -29,6 +29,8 @@ var (
 		"BenchmarkAppendCost: the drain's Linger in table=drained")
 	appendCostStreams = flag.Int("append-cost-streams", 1000,
 		"BenchmarkAppendCost: streams appended to (spread evenly over the writers)")
+	appendCostSample = flag.Duration("append-cost-sample", 0,
+		"BenchmarkAppendCost: in table=drained, print to stderr the marker and streams tables' size, dead rows, autovacuums and the fold's and claim's cost at this interval (0: never)")
 )
 
 // appendCostWriters is how many connections append at once.
@@ -64,6 +66,19 @@ const appendCostWriters = 16
 //   - lag-p50-ms, lag-p99-ms: in table=drained, how old the events were
 //     when the drain's handler got them (the streams' first events, made
 //     before the drain starts, left out).
+//
+// With -append-cost-sample (table=drained) it prints to stderr, at that
+// interval, the heap of the marker table (appended) and of streams
+// (pg_relation_size), their live and dead rows and autovacuums
+// (pg_stat_user_tables), the fold's calls, mean execution time, buffers
+// read per call and time in all in the interval (pg_stat_statements, when
+// the server preloads it) and the drain's claims and their mean time
+// (fold included, as the drain's Observer sees them): a soak of the queue
+// table under steady appends, e.g. 10 minutes at 1,000/s over 10,000
+// streams:
+//
+//	go test ./store/ -run '^$' -bench 'AppendCost/table=drained$' -benchtime 600000x \
+//	    -append-cost-rate 1000 -append-cost-streams 10000 -append-cost-sample 30s -timeout 30m
 //
 // Run it alone (it reads the CPU of the whole server), against a server
 // on this machine:
@@ -285,6 +300,10 @@ func appendCostDrain(b *testing.B, schema string) (caughtUp, stop func()) {
 		return out
 	})
 	obs := &claimCounter{}
+	stopSampling := func() {}
+	if *appendCostSample > 0 {
+		stopSampling = appendCostSampler(b, schema, obs, *appendCostSample)
+	}
 	d, err := drain.New(s, h, drain.Config{Notifier: s, Linger: *appendCostLinger, Observer: obs})
 	if err != nil {
 		b.Fatal(err)
@@ -309,6 +328,7 @@ func appendCostDrain(b *testing.B, schema string) (caughtUp, stop func()) {
 		}
 	}
 	stop = func() {
+		stopSampling()
 		b.Logf("claims %d (%d empty)", obs.claims.Load(), obs.empty.Load())
 		cancel()
 		<-ran
@@ -446,14 +466,93 @@ func cpuOf(pids []int) time.Duration {
 	return sum
 }
 
-// claimCounter counts the drain's claims.
-type claimCounter struct{ claims, empty atomic.Int64 }
+// claimCounter counts the drain's claims and sums their time.
+type claimCounter struct{ claims, empty, nanos atomic.Int64 }
 
-func (c *claimCounter) Claimed(streams int, _ time.Duration, _ error) {
+func (c *claimCounter) Claimed(streams int, took time.Duration, _ error) {
 	c.claims.Add(1)
+	c.nanos.Add(int64(took))
 	if streams == 0 {
 		c.empty.Add(1)
 	}
 }
 
 func (c *claimCounter) Settled(string, string, int, time.Duration) {}
+
+// appendCostSampler prints to stderr, every interval until stop is
+// called, what -append-cost-sample describes, on a connection of its own.
+// Stderr rather than b.Logf: a benchmark's log is printed at its end and
+// cut after a few lines.
+func appendCostSampler(b *testing.B, schema string, obs *claimCounter, every time.Duration) (stop func()) {
+	b.Helper()
+	conn, err := pgx.Connect(b.Context(), jsbridgetest.DatabaseURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	type folds struct {
+		calls, blocks int64
+		ms            float64
+	}
+	foldsNow := func() (folds, bool) {
+		var f folds
+		err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(shared_blks_hit + shared_blks_read), 0)::bigint,
+    coalesce(sum(total_exec_time), 0)
+FROM pg_stat_statements WHERE query LIKE '%FROM ' || $1 || '.appended a%LIMIT%'`, schema).Scan(&f.calls, &f.blocks, &f.ms)
+		return f, err == nil
+	}
+	go func() {
+		defer close(done)
+		defer conn.Close(context.Background())
+		start := time.Now()
+		f0, statements := foldsNow()
+		c0, n0 := obs.claims.Load(), obs.nanos.Load()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var line strings.Builder
+			for _, rel := range []string{"appended", "streams"} {
+				var size, live, dead, autovacuums int64
+				var last *time.Time
+				err := conn.QueryRow(ctx, `SELECT pg_relation_size(c.oid), s.n_live_tup, s.n_dead_tup, s.autovacuum_count, s.last_autovacuum
+FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE s.schemaname = $1 AND s.relname = $2`,
+					schema, rel).Scan(&size, &live, &dead, &autovacuums, &last)
+				if err != nil {
+					if ctx.Err() == nil {
+						fmt.Fprintf(os.Stderr, "sample %s: %v\n", rel, err)
+					}
+					return
+				}
+				ago := "never"
+				if last != nil {
+					ago = time.Since(*last).Round(time.Second).String() + " ago"
+				}
+				fmt.Fprintf(&line, " %s %d kB live %d dead %d autovacuums %d (last %s);", rel, size/1024, live, dead, autovacuums, ago)
+			}
+			if f, ok := foldsNow(); ok && statements {
+				if calls := f.calls - f0.calls; calls > 0 {
+					fmt.Fprintf(&line, " folds %d mean %.3f ms %.0f blocks, in all %.2f s;",
+						calls, (f.ms-f0.ms)/float64(calls), float64(f.blocks-f0.blocks)/float64(calls), (f.ms-f0.ms)/1e3)
+				}
+				f0 = f
+			}
+			c, n := obs.claims.Load(), obs.nanos.Load()
+			if c > c0 {
+				fmt.Fprintf(&line, " claims %d mean %.3f ms", c-c0, float64(n-n0)/float64(c-c0)/1e6)
+			}
+			c0, n0 = c, n
+			var load string
+			if raw, err := os.ReadFile("/proc/loadavg"); err == nil {
+				load = strings.Fields(string(raw))[0]
+			}
+			fmt.Fprintf(os.Stderr, "t=%s load %s:%s\n", time.Since(start).Round(time.Second), load, line.String())
+		}
+	}()
+	return func() { cancel(); <-done }
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -74,6 +76,7 @@ func (s *Store) queueFold(b *pgx.Batch, left *bool) {
 			return err
 		}
 		*left = *left || kept > 0 || read == foldLimit
+		s.folded(read - kept)
 		return nil
 	})
 }
@@ -91,8 +94,57 @@ func (s *Store) fold(ctx context.Context) error {
 		if err := s.pool.QueryRow(ctx, s.q.fold, foldLimit).Scan(&read, &kept); err != nil {
 			return fmt.Errorf("fold appended markers: %w", err)
 		}
+		s.folded(read - kept)
 		if read < foldLimit || kept == read {
 			return nil
 		}
 	}
+}
+
+// markerVacuumEvery is how many markers a Store folds between two
+// vacuums of the marker table (markerVacuum): about 2 s of appends at
+// 1,000 a second.
+const markerVacuumEvery = 2000
+
+// markerVacuumTimeout bounds one vacuum of the marker table.
+const markerVacuumTimeout = time.Minute
+
+// markerVacuum is the Store's own vacuum of {schema}.appended. The table
+// is a queue: every marker is inserted once and deleted by a fold, and
+// each fold reads the whole heap (it has no index to start from), dead
+// rows and the pages they leave included. Autovacuum visits a database
+// at most once per autovacuum_naptime (1 min by default) whatever the
+// table's own thresholds, so between its visits the heap grows by a
+// minute of appends and every fold walks it. A vacuum after every
+// markerVacuumEvery folded markers keeps the heap at a few seconds of
+// appends.
+type markerVacuum struct {
+	every   int64
+	since   atomic.Int64 // markers folded since the last vacuum began
+	running atomic.Bool
+}
+
+// folded counts n markers taken by a fold and, past markers.every since
+// the last one, starts a vacuum of the marker table in the background,
+// unless one is running.
+func (s *Store) folded(n int64) {
+	if n <= 0 || s.markers.since.Add(n) < s.markers.every || !s.markers.running.CompareAndSwap(false, true) {
+		return
+	}
+	s.markers.since.Store(0)
+	go func() {
+		defer s.markers.running.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), markerVacuumTimeout)
+		defer cancel()
+		// SKIP_LOCKED: another bridge's vacuum, or autovacuum's, is as
+		// good. TRUNCATE false: giving back the heap's empty tail takes an
+		// exclusive lock that appends would queue behind; the space is
+		// reused instead, and autovacuum still truncates. A role that does
+		// not own the table gets a warning, not an error, and leaves it to
+		// autovacuum.
+		_, err := s.pool.Exec(ctx, "VACUUM (SKIP_LOCKED, TRUNCATE false) "+s.schema+".appended", pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			s.log.Warn("vacuum the marker table", "schema", s.schema, "err", err)
+		}
+	}()
 }

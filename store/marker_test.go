@@ -149,3 +149,30 @@ func TestFoldLeavesMarkersOfARowHeldElsewhere(t *testing.T) {
 	require.Equal(t, int64(0), claims[0].Watermark)
 	require.Zero(t, b.markers(t))
 }
+
+// The folds vacuum the marker table themselves every so many markers
+// (autovacuum visits it at most once per naptime): after a claim folds
+// that many, the table is vacuumed.
+func TestFoldsVacuumTheMarkerTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	store.SetMarkerVacuumEvery(b.store, 5)
+	vacuums := func() int64 {
+		var n int64
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT vacuum_count + autovacuum_count FROM pg_stat_user_tables
+WHERE schemaname = $1 AND relname = 'appended'`, b.store.Schema()).Scan(&n))
+		return n
+	}
+	before := vacuums()
+	b.appendN(t, "v-1", 4)
+	_, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, b.markers(t))
+	require.Equal(t, before, vacuums(), "4 markers folded: no vacuum yet")
+
+	b.appendN(t, "v-2", 1)
+	_, err = b.store.Claim(b.ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return vacuums() > before }, 10*time.Second, 10*time.Millisecond,
+		"5 markers folded: the marker table vacuumed")
+}

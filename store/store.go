@@ -60,6 +60,8 @@ type Store struct {
 	// listening are the open Notifications channels, each with its
 	// listening session and its claim on the idle lock (Idle, Busy).
 	listening listeners
+	// markers is the vacuum of the marker table the folds keep (fold.go).
+	markers markerVacuum
 }
 
 // Option configures a Store.
@@ -195,6 +197,7 @@ func newStore(opts []Option) (*Store, error) {
 		events = s.eventsIdent.Sanitize()
 	}
 	s.q = newQueries(s.schema, events)
+	s.markers.every = markerVacuumEvery
 	return s, nil
 }
 
