@@ -304,11 +304,25 @@ type sessionWaits map[string]map[string]int
 // sampleWaits samples pg_stat_activity every liveWaitSampleEvery until
 // ctx ends, counting the active sessions of apps by what they wait on;
 // a failed sample is skipped. Each query reads a fresh snapshot of the
-// activity (one transaction a query).
+// activity (one transaction a query). It samples from a connection to
+// the database postgres (pg_stat_activity shows the whole server), so
+// that its 200 queries a second stay out of the measured database's
+// pg_stat_statements and xact_commit (the row's "other" statements and
+// read-only commits); it falls back to the bench's pool when that
+// database cannot be reached.
 func (e *env) sampleWaits(ctx context.Context, apps ...string) sessionWaits {
 	out := sessionWaits{}
 	for _, a := range apps {
 		out[a] = map[string]int{}
+	}
+	var q interface {
+		Query(context.Context, string, ...any) (pgx.Rows, error)
+	} = e.pool
+	cfg := e.pool.Config().ConnConfig.Copy()
+	cfg.Database = "postgres"
+	if conn, err := pgx.ConnectConfig(ctx, cfg); err == nil {
+		defer conn.Close(context.WithoutCancel(ctx))
+		q = conn
 	}
 	t := time.NewTicker(liveWaitSampleEvery)
 	defer t.Stop()
@@ -318,7 +332,7 @@ func (e *env) sampleWaits(ctx context.Context, apps ...string) sessionWaits {
 			return out
 		case <-t.C:
 		}
-		rows, err := e.pool.Query(ctx, `SELECT application_name, coalesce(wait_event_type, ''), coalesce(wait_event, '')
+		rows, err := q.Query(ctx, `SELECT application_name, coalesce(wait_event_type, ''), coalesce(wait_event, '')
 FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() AND application_name = ANY($1)`, apps)
 		if err != nil {
 			continue
