@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout/cursor"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
@@ -183,4 +184,45 @@ func (p *Partition) retryHolesLocked() {
 	}
 	p.nretries.Store(int64(len(p.retries)))
 	p.raise()
+}
+
+// retryPause waits d before the next attempt at l's head, and sets its
+// stream aside when the stuck-stream rule says so meanwhile (it wakes at
+// the rule's times to look), waking the dispatch loop (Config.Wake): the
+// last event may have come already, and only CatchUp reads the stream's
+// later events once the head settles. It returns false when the fan-out
+// stopped.
+func (p *Partition) retryPause(st *subState, l *lane, name string, d time.Duration) bool {
+	clock := p.cfg.Clock
+	end := clock.Now().Add(d)
+	for {
+		p.mu.Lock()
+		now := clock.Now()
+		if l.since.IsZero() {
+			l.since = now
+		}
+		next := end
+		set := false
+		if p.asides[[2]string{name, l.stream}] == nil {
+			if set = p.stuck(l, now); set {
+				p.setStuck(st, l)
+			} else {
+				for _, t := range []time.Time{l.since.Add(stuckQueuedAfter), l.since.Add(stuckAfter)} {
+					if t.After(now) && t.Before(next) {
+						next = t
+					}
+				}
+			}
+		}
+		p.mu.Unlock()
+		if set {
+			p.wake() // the dispatch loop may wait for an event that never comes
+		}
+		if !now.Before(end) {
+			return p.ctx.Err() == nil
+		}
+		if !sleep(p.ctx, clock, next.Sub(now)) {
+			return false
+		}
+	}
 }
