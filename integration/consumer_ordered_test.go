@@ -529,10 +529,18 @@ func TestOrderedReplicaFrozenPastItsLeaseStartsNothingWhenItWakes(t *testing.T) 
 	t.Cleanup(func() { _ = frozen.cmd.Process.Signal(syscall.SIGCONT) })
 	// Frozen for 6 s, past its lease TTL and AckWait (2 s and 4 s,
 	// orderedArgs), while r2 takes its partitions over and delivers.
+	// It wakes only once r2 holds every partition (consumer status, the
+	// partitions table: PARTITION, OWNER, EPOCH), so that what r1 finds
+	// on waking is a lease taken, whatever the load slowed.
 	atFreeze := watch.acceptedCount()
+	ownedByR2 := regexp.MustCompile(`(?m)^\d+\s+r2\s+\d+\s`)
 	require.True(t, waitProgress(func() bool {
-		return time.Since(frozeAt) > 6*time.Second && watch.acceptedCount() >= min(atFreeze+events/8, events)
-	}, watch.acceptedCount, 60*time.Second, 5*time.Minute), "r2 delivers while r1 is frozen")
+		if time.Since(frozeAt) <= 6*time.Second || watch.acceptedCount() < min(atFreeze+events/8, events) {
+			return false
+		}
+		out, err := cli(t, nil, "consumer", "status", "--nats-url", b.srv.ClientURL())
+		return err == nil && len(ownedByR2.FindAllString(out, -1)) == 8
+	}, watch.acceptedCount, 60*time.Second, 5*time.Minute), "r2 delivers and holds every partition while r1 is frozen")
 	require.NoError(t, frozen.cmd.Process.Signal(syscall.SIGCONT))
 	wokeAt := time.Now()
 	// The owner checks the deadline (two clocks) before a renewal finds
