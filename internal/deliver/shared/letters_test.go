@@ -7,11 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -270,7 +272,14 @@ func TestDeadLetterIsStoredAndItsStreamGoesOnOrParks(t *testing.T) {
 		}
 		return 0
 	})
+	reg := prometheus.NewRegistry()
+	gateOpts := w.opts
+	w.opts = func(c *shared.Config, d *shared.Deps) {
+		gateOpts(c, d)
+		d.Registerer = reg
+	}
 	r := w.replica(t, "replica-a")
+	published := time.Now()
 	w.publish(t, 4*streams)
 
 	// Every event but the refused one, and for park every event of
@@ -328,6 +337,48 @@ func TestDeadLetterIsStoredAndItsStreamGoesOnOrParks(t *testing.T) {
 	// park set order-3 aside in its partition's record.
 	require.Eventually(t, func() bool { return parkedAside(t, w, "park", "events.order.order-3", refused+1) },
 		5*time.Second, 20*time.Millisecond, "park's aside of order-3 from the dead-lettered event")
+
+	// The aside-age gauges: park's oldest held-back event is the dead
+	// letter, stored after published; the others hold nothing back; the
+	// events stream's MaxAge as it is when first scraped.
+	cfg := events.CachedInfo().Config
+	cfg.MaxAge = time.Hour
+	_, err = w.js.UpdateStream(t.Context(), cfg)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return gauge(t, reg, "jsbridge_consumer_streams_parked", "park") == 1
+	}, 5*time.Second, 20*time.Millisecond, "park's parked gauge")
+	age := gauge(t, reg, "jsbridge_consumer_streams_aside_oldest_age_seconds", "park")
+	assert.Greater(t, age, 0.0, "park holds back order-3's dead letter")
+	assert.LessOrEqual(t, age, time.Since(published).Seconds(), "stored after the publish began")
+	assert.Zero(t, gauge(t, reg, "jsbridge_consumer_streams_aside_oldest_age_seconds", "skip"))
+	assert.Zero(t, gauge(t, reg, "jsbridge_consumer_streams_aside_oldest_age_seconds", "unordered"))
+	assert.Equal(t, time.Hour.Seconds(), gauge(t, reg, "jsbridge_consumer_events_max_age_seconds"))
+}
+
+// gauge returns the value of gauge name with the label values labels
+// (in the labels' names' order) as reg gathers it now; it fails t when
+// there is no such series.
+func gauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var got []string
+			for _, l := range m.GetLabel() {
+				got = append(got, l.GetValue())
+			}
+			if slices.Equal(got, labels) {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	require.Failf(t, "no series", "%s%v", name, labels)
+	return 0
 }
 
 // flakyLetters is the dead-letter stream failing its first fails writes

@@ -195,6 +195,7 @@ type Replica struct {
 	health    *health.State
 	ownHealth bool
 	bg        sync.WaitGroup // the breakers' and the health's followers
+	ages      asideAges      // what the aside-age gauges read (asideage.go)
 	follow    context.CancelFunc
 
 	// own is the lease owner open made: atomic, since Owned may be
@@ -281,7 +282,7 @@ func New(cfg Config, deps Deps) (*Replica, error) {
 	// durations and rate limit there.
 	var err error
 	if r.metrics, err = metrics.New(deps.Registerer, metrics.Sources{Owned: func() int { return len(r.Owned()) }, Cursors: r.cursorStates,
-		Asides: r.asides, InFlight: r.senders.InFlight}); err != nil {
+		Asides: r.asides, AsideAges: r.asideAges, InFlight: r.senders.InFlight}); err != nil {
 		return nil, fmt.Errorf("shared: %w", err)
 	}
 	if err := r.subscribe(deps); err != nil {

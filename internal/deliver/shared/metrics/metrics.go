@@ -54,6 +54,13 @@ type Sources struct {
 	// none of its streams is aside) and the streams set aside on the
 	// partitions the replica serves (their records' asides).
 	Asides func() ([]string, []position.Aside)
+	// AsideAges returns, for each of the replica's subscriptions, the
+	// age in seconds of the oldest event a parked or set-aside stream
+	// of it holds back (0: none; +Inf: that event is no longer in the
+	// events stream), and the events stream's MaxAge in seconds (0:
+	// none); ok false when the events stream could not be read (the
+	// scrape then has neither gauge). nil: neither gauge.
+	AsideAges func() (ages map[string]float64, maxAge float64, ok bool)
 	// InFlight returns, by subscription, the POSTs under way on the
 	// replica (the MaxInFlight slots taken).
 	InFlight func() map[string]int
@@ -126,6 +133,11 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 	}
 	if src.Asides != nil {
 		if _, err = promreg.Register(reg, prometheus.Collector(asideCollector{asides: src.Asides})); err != nil {
+			return nil, err
+		}
+	}
+	if src.AsideAges != nil {
+		if _, err = promreg.Register(reg, prometheus.Collector(asideAgeCollector{ages: src.AsideAges})); err != nil {
 			return nil, err
 		}
 	}
@@ -240,6 +252,39 @@ func (c asideCollector) Collect(ch chan<- prometheus.Metric) {
 	for sub, n := range by {
 		ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(n.parked), sub)
 		ch <- prometheus.MustNewConstMetric(setAsideDesc, prometheus.GaugeValue, float64(n.setAside), sub)
+	}
+}
+
+// The aside-age gauges: how close the streams set aside are to the
+// events stream's MaxAge, past which their held-back events are removed
+// (docs/retention.md).
+var (
+	asideAgeDesc = prometheus.NewDesc("jsbridge_consumer_streams_aside_oldest_age_seconds",
+		"Ordered subscriptions: the age in seconds of the oldest event a parked or set-aside stream holds back, on the partitions this replica serves (0: none; +Inf: the event is no longer in the events stream).",
+		[]string{"subscription"}, nil)
+	maxAgeDesc = prometheus.NewDesc("jsbridge_consumer_events_max_age_seconds",
+		"The events stream's MaxAge in seconds (0: none): a stream parked longer loses its held-back events.",
+		nil, nil)
+)
+
+// asideAgeCollector reads the aside-age gauges when scraped.
+type asideAgeCollector struct {
+	ages func() (map[string]float64, float64, bool)
+}
+
+func (c asideAgeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- asideAgeDesc
+	ch <- maxAgeDesc
+}
+
+func (c asideAgeCollector) Collect(ch chan<- prometheus.Metric) {
+	ages, maxAge, ok := c.ages()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(maxAgeDesc, prometheus.GaugeValue, maxAge)
+	for sub, age := range ages {
+		ch <- prometheus.MustNewConstMetric(asideAgeDesc, prometheus.GaugeValue, age, sub)
 	}
 }
 

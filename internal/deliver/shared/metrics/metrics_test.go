@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 
@@ -152,4 +153,31 @@ jsbridge_consumer_in_flight{subscription="orders"} 3
 	am.Rate.Set(5)
 	require.Equal(t, 1, testutil.CollectAndCount(reg, "jsbridge_consumer_attempt_duration_seconds"))
 	require.Equal(t, 5.0, testutil.ToFloat64(am.Rate))
+}
+
+// The aside-age gauges show, when scraped, each subscription's oldest
+// held-back event's age (+Inf for one gone from the events stream) and
+// the events stream's MaxAge; a scrape that could not read the events
+// stream has neither.
+func TestAsideAgeGaugesReadTheReplicaWhenScraped(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	readable := true
+	_, err := metrics.New(reg, metrics.Sources{Owned: func() int { return 0 }, Cursors: func() []map[string]string { return nil },
+		AsideAges: func() (map[string]float64, float64, bool) {
+			return map[string]float64{"orders": 90, "audit": 0, "billing": math.Inf(1)}, 604800, readable
+		}})
+	require.NoError(t, err)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP jsbridge_consumer_events_max_age_seconds The events stream's MaxAge in seconds (0: none): a stream parked longer loses its held-back events.
+# TYPE jsbridge_consumer_events_max_age_seconds gauge
+jsbridge_consumer_events_max_age_seconds 604800
+# HELP jsbridge_consumer_streams_aside_oldest_age_seconds Ordered subscriptions: the age in seconds of the oldest event a parked or set-aside stream holds back, on the partitions this replica serves (0: none; +Inf: the event is no longer in the events stream).
+# TYPE jsbridge_consumer_streams_aside_oldest_age_seconds gauge
+jsbridge_consumer_streams_aside_oldest_age_seconds{subscription="audit"} 0
+jsbridge_consumer_streams_aside_oldest_age_seconds{subscription="billing"} +Inf
+jsbridge_consumer_streams_aside_oldest_age_seconds{subscription="orders"} 90
+`), "jsbridge_consumer_events_max_age_seconds", "jsbridge_consumer_streams_aside_oldest_age_seconds"))
+	readable = false
+	require.Zero(t, testutil.CollectAndCount(reg, "jsbridge_consumer_events_max_age_seconds", "jsbridge_consumer_streams_aside_oldest_age_seconds"))
 }
