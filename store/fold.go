@@ -30,19 +30,17 @@ const foldSQL = `WITH m AS MATERIALIZED (
     SELECT a.ctid AS at, a.stream, a.version, a.created FROM {schema}.appended a
     LIMIT $1
     FOR UPDATE SKIP LOCKED
-), known AS MATERIALIZED (
+), mine AS MATERIALIZED (
     -- index probes of the streams named, never a scan of the table
     SELECT s.stream FROM {schema}.streams s
     WHERE s.stream = ANY (ARRAY(SELECT DISTINCT stream FROM m))
-), mine AS MATERIALIZED (
-    SELECT s.stream FROM {schema}.streams s
-    WHERE s.stream = ANY (ARRAY(SELECT stream FROM known))
     ORDER BY s.stream
     FOR NO KEY UPDATE SKIP LOCKED
 ), take AS MATERIALIZED (
     SELECT m.at, m.stream, m.version, m.created FROM m
     WHERE m.stream IN (SELECT stream FROM mine) -- a row this fold holds
-       OR m.stream NOT IN (SELECT stream FROM known) -- no row yet: a new stream
+       -- else (only then: OR stops at the first true) a new stream, with no row yet
+       OR NOT EXISTS (SELECT 1 FROM {schema}.streams x WHERE x.stream = m.stream)
 ), gone AS (
     DELETE FROM {schema}.appended a WHERE a.ctid = ANY (ARRAY(SELECT at FROM take))
 ), up AS (
