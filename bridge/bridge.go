@@ -176,7 +176,7 @@ func (b *Bridge) Provision(ctx context.Context) error {
 // Postgres or NATS to come up (retry Start, or wait before it). A Start
 // after one that succeeded, or after Run, returns ErrAlreadyStarted.
 func (b *Bridge) Start(ctx context.Context) error {
-	return b.life.Start(ctx, b.setup, b.drain.Run)
+	return b.life.Start(ctx, b.setup, b.run)
 }
 
 // setup is Start's first part: the warning, the migrations, the stream.
@@ -207,7 +207,15 @@ func (b *Bridge) setup(ctx context.Context) error {
 // Bridge runs once: Run after Start, or a second Run, returns
 // ErrAlreadyStarted.
 func (b *Bridge) Run(ctx context.Context) error {
-	return b.life.Run(ctx, nil, b.drain.Run)
+	return b.life.Run(ctx, nil, b.run)
+}
+
+// run drains until ctx ends, then closes the store's background work (its
+// vacuum of the marker table), so that the caller may close the pool once
+// Stop or Run returns.
+func (b *Bridge) run(ctx context.Context) error {
+	defer b.store.Close()
+	return b.drain.Run(ctx)
 }
 
 // Stop stops the drain started by Start (or Run) with the same guarantees
@@ -215,9 +223,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 // may go on for ShutdownGrace, what it published is acked and the rest of
 // its streams released (no retry counted), so another bridge takes them
 // up at once. It returns the drain's error (nil after a clean stop) when
-// the drain has stopped, or ctx's error when ctx ends first (the drain
-// then finishes stopping in the background, and a later Stop waits
-// again). Stop while Start migrates or provisions cancels that. Stop
+// the drain has stopped and the store's background work has ended (its
+// vacuum of the marker table, cancelled: the pool may be closed then), or
+// ctx's error when ctx ends first (the drain then finishes stopping in the
+// background, and a later Stop waits again). Stop while Start migrates or provisions cancels that. Stop
 // before Start is a no-op returning nil; a second Stop returns the
 // first's result.
 func (b *Bridge) Stop(ctx context.Context) error {

@@ -76,7 +76,7 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 	slices.SortFunc(order, func(i, j int) int { return strings.Compare(acks[i].Stream, acks[j].Stream) })
 
 	done := make(map[string]bool, len(order))
-	b := s.lockTimeoutBatch()
+	b := s.settleBatch()
 	if len(order) == 1 {
 		// One row: waiting for it holds no other lock, so it cannot close
 		// a deadlock cycle; the claim that follows sees what the appender

@@ -90,7 +90,7 @@ func (s *Store) AckStreams(ctx context.Context, owner string, acks []event.Progr
 	}
 
 	var acked []string
-	b := s.lockTimeoutBatch()
+	b := s.settleBatch()
 	b.Queue(s.q.ackMany, owner, streams, versions, ids).Query(func(rows pgx.Rows) error {
 		var err error
 		acked, err = pgx.CollectRows(rows, pgx.RowTo[string])

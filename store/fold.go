@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,19 +31,17 @@ const foldSQL = `WITH m AS MATERIALIZED (
     SELECT a.ctid AS at, a.stream, a.version, a.created FROM {schema}.appended a
     LIMIT $1
     FOR UPDATE SKIP LOCKED
-), known AS MATERIALIZED (
+), mine AS MATERIALIZED (
     -- index probes of the streams named, never a scan of the table
     SELECT s.stream FROM {schema}.streams s
     WHERE s.stream = ANY (ARRAY(SELECT DISTINCT stream FROM m))
-), mine AS MATERIALIZED (
-    SELECT s.stream FROM {schema}.streams s
-    WHERE s.stream = ANY (ARRAY(SELECT stream FROM known))
     ORDER BY s.stream
     FOR NO KEY UPDATE SKIP LOCKED
 ), take AS MATERIALIZED (
     SELECT m.at, m.stream, m.version, m.created FROM m
     WHERE m.stream IN (SELECT stream FROM mine) -- a row this fold holds
-       OR m.stream NOT IN (SELECT stream FROM known) -- no row yet: a new stream
+       -- else (only then: OR stops at the first true) a new stream, with no row yet
+       OR NOT EXISTS (SELECT 1 FROM {schema}.streams x WHERE x.stream = m.stream)
 ), gone AS (
     DELETE FROM {schema}.appended a WHERE a.ctid = ANY (ARRAY(SELECT at FROM take))
 ), up AS (
@@ -84,7 +83,11 @@ func (s *Store) queueFold(b *pgx.Batch, left *bool) {
 // fold runs the fold until no marker is left that it can take, for
 // readers of the streams table that must count every committed event
 // (Streams, Backlog, Totals, Unblock, Reset). Markers whose rows other
-// transactions hold are left to the next claim's fold.
+// transactions hold are left to the next claim's fold. The markers these
+// folds take do not count towards the marker table's vacuum: the claims'
+// folds take nearly all of them, and a store that only reads (the
+// bridge's metrics, an operator's command about to exit) then never
+// starts one.
 func (s *Store) fold(ctx context.Context) error {
 	if s.External() {
 		return nil
@@ -94,7 +97,6 @@ func (s *Store) fold(ctx context.Context) error {
 		if err := s.pool.QueryRow(ctx, s.q.fold, foldLimit).Scan(&read, &kept); err != nil {
 			return fmt.Errorf("fold appended markers: %w", err)
 		}
-		s.folded(read - kept)
 		if read < foldLimit || kept == read {
 			return nil
 		}
@@ -116,25 +118,38 @@ const markerVacuumTimeout = time.Minute
 // at most once per autovacuum_naptime (1 min by default) whatever the
 // table's own thresholds, so between its visits the heap grows by a
 // minute of appends and every fold walks it. A vacuum after every
-// markerVacuumEvery folded markers keeps the heap at a few seconds of
-// appends.
+// markerVacuumEvery markers the claims folded keeps the heap at a few
+// seconds of appends. It runs in the background, one at a time, until
+// the Store is closed (Close).
 type markerVacuum struct {
-	every   int64
-	since   atomic.Int64 // markers folded since the last vacuum began
-	running atomic.Bool
+	every int64
+	sql   string             // the vacuum statement
+	since atomic.Int64       // markers folded since the last vacuum began
+	mu    sync.Mutex         // guards what follows
+	done  chan struct{}      // closed when the running vacuum ends; nil when none runs
+	stop  context.CancelFunc // cancels the running vacuum
+	shut  bool               // Close was called: no more vacuums
 }
 
-// folded counts n markers taken by a fold and, past markers.every since
-// the last one, starts a vacuum of the marker table in the background,
-// unless one is running.
+// folded counts n markers taken by a claim's fold and, past
+// markers.every since the last one, starts a vacuum of the marker table
+// in the background, unless one is running or the Store is closed.
 func (s *Store) folded(n int64) {
-	if n <= 0 || s.markers.since.Add(n) < s.markers.every || !s.markers.running.CompareAndSwap(false, true) {
+	if n <= 0 || s.markers.since.Add(n) < s.markers.every {
 		return
 	}
-	s.markers.since.Store(0)
+	m := &s.markers
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.shut || m.done != nil {
+		return
+	}
+	m.since.Store(0)
+	ctx, cancel := context.WithTimeout(context.Background(), markerVacuumTimeout)
+	done := make(chan struct{})
+	m.done, m.stop = done, cancel
 	go func() {
-		defer s.markers.running.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), markerVacuumTimeout)
+		defer close(done)
 		defer cancel()
 		// SKIP_LOCKED: another bridge's vacuum, or autovacuum's, is as
 		// good. TRUNCATE false: giving back the heap's empty tail takes an
@@ -142,9 +157,33 @@ func (s *Store) folded(n int64) {
 		// reused instead, and autovacuum still truncates. A role that does
 		// not own the table gets a warning, not an error, and leaves it to
 		// autovacuum.
-		_, err := s.pool.Exec(ctx, "VACUUM (SKIP_LOCKED, TRUNCATE false) "+s.schema+".appended", pgx.QueryExecModeSimpleProtocol)
-		if err != nil {
+		_, err := s.pool.Exec(ctx, m.sql, pgx.QueryExecModeSimpleProtocol)
+		m.mu.Lock()
+		m.done, m.stop = nil, nil
+		closing := m.shut
+		m.mu.Unlock()
+		if err != nil && !closing {
 			s.log.Warn("vacuum the marker table", "schema", s.schema, "err", err)
 		}
 	}()
+}
+
+// Close stops the Store's background work: a vacuum of the marker table
+// that is running (store/fold.go) is cancelled and waited for, and none
+// is started after. It does not close the pool, which is the caller's:
+// call Close after the last claim (the drain has stopped) and before
+// closing the pool, so that no statement of the Store's own is left to
+// run on it. Every other method keeps working after Close. Close is safe
+// to call more than once and from several goroutines.
+func (s *Store) Close() {
+	m := &s.markers
+	m.mu.Lock()
+	m.shut = true
+	done, stop := m.done, m.stop
+	m.mu.Unlock()
+	if done == nil {
+		return
+	}
+	stop()
+	<-done
 }

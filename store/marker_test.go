@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"bytes"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -175,4 +177,56 @@ WHERE schemaname = $1 AND relname = 'appended'`, b.store.Schema()).Scan(&n))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return vacuums() > before }, 10*time.Second, 10*time.Millisecond,
 		"5 markers folded: the marker table vacuumed")
+}
+
+// Close cancels the marker table's vacuum that runs and waits for it, so
+// the caller can close the pool after it with no statement of the
+// store's own left to run there; no vacuum starts after it, and a
+// cancelled vacuum logs nothing.
+func TestCloseEndsTheMarkerVacuum(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var logs bytes.Buffer
+	s, err := store.New(b.pool, store.WithSchema(b.store.Schema()), store.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	require.NoError(t, err)
+	store.SetMarkerVacuumEvery(s, 1)
+	// A vacuum that waits for as long as the test holds this lock.
+	holder, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer holder.Release()
+	_, err = holder.Exec(b.ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", s.Schema()+" vacuum")
+	require.NoError(t, err)
+	store.SetMarkerVacuumSQL(s, "SELECT pg_advisory_xact_lock(hashtextextended('"+s.Schema()+" vacuum', 0))")
+
+	s.Close() // nothing runs: at once
+	require.False(t, store.MarkerVacuumRunning(s))
+	b.appendN(t, "c-1", 1)
+	_, err = s.Claim(b.ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.False(t, store.MarkerVacuumRunning(s), "closed: no vacuum started")
+
+	s, err = store.New(b.pool, store.WithSchema(b.store.Schema()), store.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	require.NoError(t, err)
+	store.SetMarkerVacuumEvery(s, 1)
+	store.SetMarkerVacuumSQL(s, "SELECT pg_advisory_xact_lock(hashtextextended('"+s.Schema()+" vacuum', 0))")
+	b.appendN(t, "c-2", 1)
+	_, err = s.Claim(b.ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.True(t, store.MarkerVacuumRunning(s), "one marker folded: a vacuum started")
+	b.waitForLockWaiter(t, "the vacuum waits for the test's lock")
+
+	s.Close()
+	require.False(t, store.MarkerVacuumRunning(s))
+	require.Eventually(t, func() bool { // the server ends the statement on its own time
+		var waiting int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '%pg_advisory_xact_lock%'`).Scan(&waiting))
+		return waiting == 0
+	}, 10*time.Second, 5*time.Millisecond, "the vacuum was cancelled")
+	b.appendN(t, "c-3", 1)
+	_, err = s.Claim(b.ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.False(t, store.MarkerVacuumRunning(s), "closed: no vacuum started")
+	s.Close() // again: a no-op
+	require.Empty(t, logs.String(), "a vacuum cancelled by Close logs nothing")
 }

@@ -365,8 +365,9 @@ SET head = t.top,
         ORDER BY e.version LIMIT 1), now()),
     updated_at = now()
 FROM (
-    SELECT stream FROM {schema}.streams
-    WHERE stream = ANY($1) AND NOT pending
+    SELECT x.stream FROM {schema}.streams x
+    WHERE x.stream = ANY($1) AND NOT x.pending
+      AND EXISTS (SELECT 1 FROM {events} e WHERE e.stream = x.stream AND e.version > x.watermark)
     FOR NO KEY UPDATE SKIP LOCKED
 ) l
 CROSS JOIN LATERAL (SELECT max(e.version) AS top FROM {events} e WHERE e.stream = l.stream) t

@@ -198,6 +198,7 @@ func newStore(opts []Option) (*Store, error) {
 	}
 	s.q = newQueries(s.schema, events)
 	s.markers.every = markerVacuumEvery
+	s.markers.sql = "VACUUM (SKIP_LOCKED, TRUNCATE false) " + s.schema + ".appended"
 	return s, nil
 }
 
