@@ -28,9 +28,11 @@ func (d *Drain) settleBatches(runCtx, sctx context.Context, c *cycle, results []
 	decs := make([]decision, len(c.batches))
 	var acks []event.Progress
 	for i, b := range c.batches {
-		r := Result{Err: fmt.Errorf("handler returned %d results for %d batches", len(results), len(c.batches))}
+		var r Result
 		if i < len(results) {
 			r = results[i]
+		} else {
+			r = Result{Err: fmt.Errorf("handler returned %d results for %d batches", len(results), len(c.batches))}
 		}
 		var bad *event.Event
 		if c.unreadable != nil {
