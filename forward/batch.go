@@ -3,7 +3,6 @@ package forward
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -142,7 +141,7 @@ func (b *batcher) onReply(m *nats.Msg) {
 		return
 	}
 	var a batchAck
-	if err := json.Unmarshal(m.Data, &a); err != nil {
+	if err := decodeAck(m.Data, &a); err != nil {
 		return
 	}
 	switch {
