@@ -172,11 +172,17 @@ func (b *batcher) onReply(m *nats.Msg) {
 // replySeq returns the batch sequence from the rest of a reply subject,
 // "<flow>.fail.<seq>.<op>.$FI", or 0.
 func replySeq(rest string) int {
-	parts := strings.SplitN(rest, ".", 4)
-	if len(parts) < 3 {
-		return 0
+	for range 2 { // past <flow> and the gap mode
+		i := strings.IndexByte(rest, '.')
+		if i < 0 {
+			return 0
+		}
+		rest = rest[i+1:]
 	}
-	n, err := strconv.Atoi(parts[2])
+	if i := strings.IndexByte(rest, '.'); i >= 0 {
+		rest = rest[:i]
+	}
+	n, err := strconv.Atoi(rest)
 	if err != nil {
 		return 0
 	}

@@ -45,3 +45,19 @@ func TestDecodeAckAsEncodingJSON(t *testing.T) {
 		require.Equal(t, want, got, c.data)
 	}
 }
+
+// replySeq reads the batch sequence of a fast batch's reply subject
+// (after "<inbox>.<batch id>."), 0 for any other.
+func TestReplySeq(t *testing.T) {
+	t.Parallel()
+	for rest, want := range map[string]int{
+		"500.fail.3.2.$FI": 3,
+		"500.fail.12":      12,
+		"500.fail.1.0.$FI": 1,
+		"500.fail":         0,
+		"500.fail.x.1.$FI": 0,
+		"":                 0,
+	} {
+		require.Equal(t, want, replySeq(rest), rest)
+	}
+}
