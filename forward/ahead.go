@@ -62,7 +62,7 @@ func (f *Forwarder) sendAhead(ctx context.Context, b drain.Batch, batchOK bool, 
 	}
 	var sb *sentBatch
 	if len(evs) == 1 {
-		sb = f.sendOne(ctx, b.Stream, evs[0], pos.seq, msg)
+		sb = f.sendOne(ctx, b.Stream, evs, pos.seq, msg)
 	} else if sb, _ = f.sendBatch(ctx, b.Stream, evs, pos.seq, msg); sb == nil {
 		// Not sent, or the send failed part way (the outcome unknown):
 		// publishStream looks the stream up and tells.
@@ -71,28 +71,34 @@ func (f *Forwarder) sendAhead(ctx context.Context, b drain.Batch, batchOK bool, 
 	return ahead{sent: sb, pos: pos}, sb != nil
 }
 
-// sendOne sends e alone, expecting lastSeq as the last sequence on its
-// stream's subjects, with a reply subject on the batcher's subscription;
-// nil when it could not be sent (the position is then forgotten).
-func (f *Forwarder) sendOne(ctx context.Context, stream string, e event.Event, lastSeq uint64, msg *nats.Msg) *sentBatch {
+// sendOne sends evs[0] alone (evs has one event, of stream), expecting
+// lastSeq as the last sequence on its stream's subjects, with a reply
+// subject on the batcher's subscription; nil when it could not be sent
+// (the position is then forgotten).
+func (f *Forwarder) sendOne(ctx context.Context, stream string, evs []event.Event, lastSeq uint64, msg *nats.Msg) *sentBatch {
 	b := f.batcher
 	if ctx.Err() != nil || b.subscribe() != nil {
 		return nil
 	}
-	sb := &sentBatch{f: f, stream: stream, evs: []event.Event{e}, lastSeq: lastSeq, single: true,
-		id: b.idBase + strconv.FormatUint(b.next.Add(1), 36)}
-	sb.w = &batchWait{n: 1, done: make(chan struct{})}
+	// The reply subject "<inbox>.<batch id>" in one allocation; the id is
+	// its tail.
+	var buf [128]byte
+	r := append(append(buf[:0], b.prefix...), b.idBase...)
+	reply := string(strconv.AppendUint(r, b.next.Add(1), 36))
+	sb := &sentBatch{f: f, stream: stream, evs: evs[:1:1], lastSeq: lastSeq, single: true, id: reply[len(b.prefix):]}
+	sb.w = batchWait{n: 1, done: make(chan struct{})}
 	b.mu.Lock()
-	b.waiting[sb.id] = sb.w
+	b.waiting[sb.id] = &sb.w
 	b.mu.Unlock()
-	fillMessage(msg, e, f.cfg)
+	fillMessage(msg, evs[0], f.cfg)
 	sb.span = f.startSpan(ctx, &sb.evs[0], msg)
-	msg.Header[wire.HeaderExpectedLastSubjectSequence] = []string{strconv.FormatUint(lastSeq, 10)}
-	msg.Header[wire.HeaderExpectedLastSubjectSequenceSubject] = []string{wire.StreamFilter(f.cfg.Prefix, stream)}
+	expect := []string{strconv.FormatUint(lastSeq, 10), wire.StreamFilter(f.cfg.Prefix, stream)}
+	msg.Header[wire.HeaderExpectedLastSubjectSequence] = expect[0:1:1]
+	msg.Header[wire.HeaderExpectedLastSubjectSequenceSubject] = expect[1:2:2]
 	if f.cfg.Stream != "" {
 		msg.Header[wire.HeaderExpectedStream] = []string{f.cfg.Stream}
 	}
-	msg.Reply = b.prefix + sb.id
+	msg.Reply = reply
 	sb.sent = time.Now()
 	if err := b.nc.PublishMsg(msg); err != nil {
 		// It may have gone out all the same: publishStream looks the

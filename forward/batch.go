@@ -224,7 +224,7 @@ type sentBatch struct {
 	evs     []event.Event
 	lastSeq uint64
 	id      string
-	w       *batchWait
+	w       batchWait // registered in the batcher by address
 	bs      *batchSpan // fast batches
 	span    trace.Span // single
 	single  bool
@@ -246,9 +246,9 @@ func (f *Forwarder) sendBatch(ctx context.Context, stream string, evs []event.Ev
 		return nil, batchResult{Err: classify(fmt.Errorf("publish events of stream %q: subscribe to batch answers: %w", stream, err))}
 	}
 	sb := &sentBatch{f: f, stream: stream, evs: evs, lastSeq: lastSeq, id: b.idBase + strconv.FormatUint(b.next.Add(1), 36)}
-	sb.w = &batchWait{n: len(evs), done: make(chan struct{})}
+	sb.w = batchWait{n: len(evs), done: make(chan struct{})}
 	b.mu.Lock()
-	b.waiting[sb.id] = sb.w
+	b.waiting[sb.id] = &sb.w
 	b.mu.Unlock()
 
 	// One publish span for the batch (see batchtrace.go), ended with its
@@ -332,7 +332,7 @@ func (sb *sentBatch) cut(ctx context.Context) batchResult {
 
 // result reads the answer of a batch whose wait is done.
 func (sb *sentBatch) result() batchResult {
-	f, b, w, evs, stream := sb.f, sb.f.batcher, sb.w, sb.evs, sb.stream
+	f, b, w, evs, stream := sb.f, sb.f.batcher, &sb.w, sb.evs, sb.stream
 	b.mu.Lock() // w's fields were written under it
 	defer b.mu.Unlock()
 	if w.noResponders {

@@ -3,6 +3,7 @@ package forward_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jsbridge/jsbridge/drain"
@@ -33,7 +34,7 @@ func BenchmarkHandleLive(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			data := []byte(fmt.Sprintf(`{"pad":%q}`, make([]byte, 480)))
+			data := []byte(`{"pad":"` + strings.Repeat("x", 480) + `"}`)
 			id := int64(0)
 			next := make([]int64, c.streams) // each stream's next version
 			cycle := func() {
