@@ -26,7 +26,7 @@ func (d *Drain) settleBatches(runCtx, sctx context.Context, c *cycle, results []
 	p := d.settlePolicy()
 	shuttingDown := runCtx.Err() != nil
 	decs := make([]decision, len(c.batches))
-	var acks []event.Progress
+	acks := make([]event.Progress, 0, len(c.batches))
 	for i, b := range c.batches {
 		var r Result
 		if i < len(results) {

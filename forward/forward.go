@@ -310,6 +310,7 @@ func (f *Forwarder) Handle(ctx context.Context, batches []drain.Batch) []drain.R
 	var sent []ahead
 	slow := order
 	if ctx.Err() == nil {
+		sent = make([]ahead, 0, len(order))
 		slow = make([]string, 0, len(order))
 		batchOK := f.batchOKCached()
 		msg := &nats.Msg{Header: make(nats.Header, 15)} // reused: PublishMsg copies it out
