@@ -224,7 +224,7 @@ type sentBatch struct {
 	evs     []event.Event
 	lastSeq uint64
 	id      string
-	w       batchWait // registered in the batcher by address
+	w       batchWait  // registered in the batcher by address
 	bs      *batchSpan // fast batches
 	span    trace.Span // single
 	single  bool
