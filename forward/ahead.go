@@ -32,8 +32,8 @@ import (
 // for, with one timer. Order per stream and the fence are as in
 // publishStream: one batch per stream, the first message carrying the
 // expectation. Streams that need a look-up, a re-publish or one event at
-// a time, and batches JetStream refused as batches, go through
-// publishStream afterwards.
+// a time go through publishStream meanwhile (a goroutine each), and
+// batches JetStream refused as batches after the answers.
 
 // ahead is one stream sent ahead: its batch's index and what was sent.
 type ahead struct {
