@@ -233,6 +233,8 @@ func (d *Drain) build(ctx context.Context, c *cycle, claims []event.Claim, event
 	}
 
 	byStream, unreadable := groupByStream(events, len(claims))
+	c.batches = make([]Batch, 0, len(claims))
+	c.batchClaims = make([]event.Claim, 0, len(claims))
 	for _, cl := range claims {
 		evs := byStream[cl.Stream]
 		if len(evs) == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jsbridge/jsbridge/event"
@@ -189,7 +190,9 @@ func (d *Drain) apply(sctx context.Context, c event.Claim, dec decision) error {
 // Observer and st. It returns the error Cycle returns for the stream: nil
 // when settled or fenced off by a lost lease.
 func (d *Drain) settled(c event.Claim, dec decision, err error, took time.Duration, st *Stats) error {
-	log := d.log.With("stream", c.Stream)
+	// The stream key in each call rather than a d.log.With per stream: a
+	// text handler formats With's attributes at once, logged or not.
+	log := streamLogger{d.log, c.Stream}
 	how := ""
 	if err == nil {
 		switch dec.act {
@@ -270,4 +273,22 @@ func failedID(failed *event.Event) int64 {
 		return 0
 	}
 	return failed.ID
+}
+
+// streamLogger logs with the key stream set, formatting nothing for a
+// level that is off.
+type streamLogger struct {
+	log    *slog.Logger
+	stream string
+}
+
+func (l streamLogger) Debug(msg string, args ...any) { l.at(slog.LevelDebug, msg, args) }
+func (l streamLogger) Warn(msg string, args ...any)  { l.at(slog.LevelWarn, msg, args) }
+func (l streamLogger) Error(msg string, args ...any) { l.at(slog.LevelError, msg, args) }
+
+func (l streamLogger) at(level slog.Level, msg string, args []any) {
+	if !l.log.Enabled(context.Background(), level) {
+		return
+	}
+	l.log.Log(context.Background(), level, msg, append([]any{"stream", l.stream}, args...)...)
 }

@@ -26,11 +26,13 @@ func (d *Drain) settleBatches(runCtx, sctx context.Context, c *cycle, results []
 	p := d.settlePolicy()
 	shuttingDown := runCtx.Err() != nil
 	decs := make([]decision, len(c.batches))
-	var acks []event.Progress
+	acks := make([]event.Progress, 0, len(c.batches))
 	for i, b := range c.batches {
-		r := Result{Err: fmt.Errorf("handler returned %d results for %d batches", len(results), len(c.batches))}
+		var r Result
 		if i < len(results) {
 			r = results[i]
+		} else {
+			r = Result{Err: fmt.Errorf("handler returned %d results for %d batches", len(results), len(c.batches))}
 		}
 		var bad *event.Event
 		if c.unreadable != nil {

@@ -3,7 +3,6 @@ package forward
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jsbridge/jsbridge/drain"
 	"github.com/jsbridge/jsbridge/event"
@@ -141,7 +141,7 @@ func (b *batcher) onReply(m *nats.Msg) {
 		return
 	}
 	var a batchAck
-	if err := json.Unmarshal(m.Data, &a); err != nil {
+	if err := decodeAck(m.Data, &a); err != nil {
 		return
 	}
 	switch {
@@ -172,11 +172,17 @@ func (b *batcher) onReply(m *nats.Msg) {
 // replySeq returns the batch sequence from the rest of a reply subject,
 // "<flow>.fail.<seq>.<op>.$FI", or 0.
 func replySeq(rest string) int {
-	parts := strings.SplitN(rest, ".", 4)
-	if len(parts) < 3 {
-		return 0
+	for range 2 { // past <flow> and the gap mode
+		i := strings.IndexByte(rest, '.')
+		if i < 0 {
+			return 0
+		}
+		rest = rest[i+1:]
 	}
-	n, err := strconv.Atoi(parts[2])
+	if i := strings.IndexByte(rest, '.'); i >= 0 {
+		rest = rest[:i]
+	}
+	n, err := strconv.Atoi(rest)
 	if err != nil {
 		return 0
 	}
@@ -191,6 +197,9 @@ type batchResult struct {
 	Done     int
 	Sequence uint64
 	Err      error
+	// Duplicate: a single event (sendOne) JetStream already had within
+	// its duplicate window; Sequence is then that message's.
+	Duplicate bool
 }
 
 // publishBatch sends evs, all of stream and in version order, as one fast
@@ -199,37 +208,57 @@ type batchResult struct {
 // returns errBatchRefused (Done 0) when the server refused the batch as a
 // batch: errBatchDisabled when the stream does not allow them, else too
 // many batches were in flight. len(evs) must be at least 2.
-func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event.Event, lastSeq uint64) (res batchResult) {
+func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event.Event, lastSeq uint64) batchResult {
+	sb, res := f.sendBatch(ctx, stream, evs, lastSeq, &nats.Msg{Header: make(nats.Header, 15)})
+	if sb == nil {
+		return res
+	}
+	return sb.await(ctx, time.Now().Add(f.cfg.PublishTimeout))
+}
+
+// sentBatch is a fast batch (or, single set, one event published on its
+// own through the batcher's answers) sent and waiting for its PubAck.
+type sentBatch struct {
+	f       *Forwarder
+	stream  string
+	evs     []event.Event
+	lastSeq uint64
+	id      string
+	w       batchWait  // registered in the batcher by address
+	bs      *batchSpan // fast batches
+	span    trace.Span // single
+	single  bool
+	sent    time.Time
+}
+
+// sendBatch sends evs as publishBatch does, through msg (its header map
+// reused: PublishMsg copies it out), without waiting for the PubAck. It
+// returns the batch sent, or nil and the result of a batch that could not
+// be sent (its outcome may then be unknown).
+func (f *Forwarder) sendBatch(ctx context.Context, stream string, evs []event.Event, lastSeq uint64, msg *nats.Msg) (*sentBatch, batchResult) {
 	if err := ctx.Err(); err != nil {
 		// Past the cycle's deadline (or shut down): a batch sent now would
 		// go unanswered and its outcome stay unknown.
-		return batchResult{Err: classify(fmt.Errorf("publish events %d..%d of stream %q: not sent: %w", evs[0].ID, evs[len(evs)-1].ID, stream, err))}
+		return nil, batchResult{Err: classify(fmt.Errorf("publish events %d..%d of stream %q: not sent: %w", evs[0].ID, evs[len(evs)-1].ID, stream, err))}
 	}
 	b := f.batcher
 	if err := b.subscribe(); err != nil {
-		return batchResult{Err: classify(fmt.Errorf("publish events of stream %q: subscribe to batch answers: %w", stream, err))}
+		return nil, batchResult{Err: classify(fmt.Errorf("publish events of stream %q: subscribe to batch answers: %w", stream, err))}
 	}
-	id := b.idBase + strconv.FormatUint(b.next.Add(1), 36)
-	w := &batchWait{n: len(evs), done: make(chan struct{})}
+	sb := &sentBatch{f: f, stream: stream, evs: evs, lastSeq: lastSeq, id: b.idBase + strconv.FormatUint(b.next.Add(1), 36)}
+	sb.w = batchWait{n: len(evs), done: make(chan struct{})}
 	b.mu.Lock()
-	b.waiting[id] = w
+	b.waiting[sb.id] = &sb.w
 	b.mu.Unlock()
-	abandon := func() {
-		b.mu.Lock()
-		delete(b.waiting, id)
-		b.mu.Unlock()
-	}
 
 	// One publish span for the batch (see batchtrace.go), ended with its
 	// result.
-	bs := f.startBatchSpan(ctx, stream, evs)
-	defer func() { bs.end(res, len(evs)) }()
-
-	replyPrefix := b.prefix + id + "." + strconv.Itoa(fastBatchFlow) + ".fail."
-	msg := &nats.Msg{Header: make(nats.Header, 15)} // reused: PublishMsg copies it out
+	sb.bs = f.startBatchSpan(ctx, stream, evs)
+	sb.sent = time.Now()
+	replyPrefix := b.prefix + sb.id + "." + strconv.Itoa(fastBatchFlow) + ".fail."
 	for i, e := range evs {
 		fillMessage(msg, e, f.cfg)
-		bs.inject(msg.Header, i)
+		sb.bs.inject(msg.Header, i)
 		op := "1"
 		switch i {
 		case 0:
@@ -245,30 +274,78 @@ func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event
 		msg.Reply = replyPrefix + strconv.Itoa(i+1) + "." + op + ".$FI"
 		if err := b.nc.PublishMsg(msg); err != nil {
 			// What was sent may be stored: the outcome is unknown.
-			abandon()
-			return batchResult{Err: classify(fmt.Errorf("publish event %d of stream %q to %s (batch message %d of %d): %w", e.ID, stream, msg.Subject, i+1, len(evs), err))}
+			sb.abandon()
+			res := batchResult{Err: classify(fmt.Errorf("publish event %d of stream %q to %s (batch message %d of %d): %w", e.ID, stream, msg.Subject, i+1, len(evs), err))}
+			sb.bs.end(res, len(evs))
+			return nil, res
 		}
 	}
+	return sb, batchResult{}
+}
 
-	t := time.NewTimer(f.cfg.PublishTimeout)
-	defer t.Stop()
-	select {
-	case <-w.done:
-	case <-t.C:
-		abandon()
-		return batchResult{Err: fmt.Errorf("publish events %d..%d of stream %q: no PubAck for the batch within %s: %w", evs[0].ID, evs[len(evs)-1].ID, stream, f.cfg.PublishTimeout, drain.Unavailable(context.DeadlineExceeded))}
-	case <-ctx.Done():
-		// The cycle's deadline (or shutdown) came before the PubAck: as
-		// much an outage as the timer's expiry, and as unknown an outcome.
-		abandon()
-		return batchResult{Err: classify(fmt.Errorf("publish events %d..%d of stream %q: no PubAck for the batch before the context ended (the cycle's deadline or shutdown): %w", evs[0].ID, evs[len(evs)-1].ID, stream, ctx.Err()))}
+// abandon stops routing answers to the batch.
+func (sb *sentBatch) abandon() {
+	b := sb.f.batcher
+	b.mu.Lock()
+	delete(b.waiting, sb.id)
+	b.mu.Unlock()
+}
+
+// await waits for the batch's PubAck until deadline or ctx's end and
+// returns what became of it (see publishBatch), ending its span.
+func (sb *sentBatch) await(ctx context.Context, deadline time.Time) (res batchResult) {
+	if sb.bs != nil {
+		defer func() { sb.bs.end(res, len(sb.evs)) }()
 	}
+	select {
+	case <-sb.w.done:
+	default:
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		select {
+		case <-sb.w.done:
+		case <-t.C:
+			return sb.timedOut()
+		case <-ctx.Done():
+			return sb.cut(ctx)
+		}
+	}
+	return sb.result()
+}
+
+// timedOut is the result of a batch whose PubAck did not come within
+// PublishTimeout.
+func (sb *sentBatch) timedOut() batchResult {
+	sb.abandon()
+	evs := sb.evs
+	return batchResult{Err: fmt.Errorf("publish events %d..%d of stream %q: no PubAck for the batch within %s: %w", evs[0].ID, evs[len(evs)-1].ID, sb.stream, sb.f.cfg.PublishTimeout, drain.Unavailable(context.DeadlineExceeded))}
+}
+
+// cut is the result of a batch whose PubAck did not come before ctx ended.
+func (sb *sentBatch) cut(ctx context.Context) batchResult {
+	// The cycle's deadline (or shutdown) came before the PubAck: as
+	// much an outage as the timer's expiry, and as unknown an outcome.
+	sb.abandon()
+	evs := sb.evs
+	return batchResult{Err: classify(fmt.Errorf("publish events %d..%d of stream %q: no PubAck for the batch before the context ended (the cycle's deadline or shutdown): %w", evs[0].ID, evs[len(evs)-1].ID, sb.stream, ctx.Err()))}
+}
+
+// result reads the answer of a batch whose wait is done.
+func (sb *sentBatch) result() batchResult {
+	f, b, w, evs, stream := sb.f, sb.f.batcher, &sb.w, sb.evs, sb.stream
 	b.mu.Lock() // w's fields were written under it
 	defer b.mu.Unlock()
 	if w.noResponders {
 		return batchResult{Err: classify(fmt.Errorf("publish event %d of stream %q: %w", evs[0].ID, stream, nats.ErrNoResponders))}
 	}
 	a := w.ack
+	if sb.single {
+		// A plain PubAck: no count.
+		if a.Error != nil {
+			return batchResult{Err: f.publishErr(evs[0], stream, sb.lastSeq, true, a.Error)}
+		}
+		return batchResult{Done: 1, Sequence: a.Sequence, Duplicate: a.Duplicate}
+	}
 	done := min(max(a.Count, 0), len(evs))
 	if w.failSeq > 0 && w.failSeq-1 < done {
 		done = w.failSeq - 1
@@ -296,5 +373,5 @@ func (f *Forwarder) publishBatch(ctx context.Context, stream string, evs []event
 			return batchResult{Err: fmt.Errorf("%w: %w", errBatchRefused, apiErr)}
 		}
 	}
-	return batchResult{Done: done, Sequence: seq, Err: f.publishErr(e, stream, lastSeq, done == 0, apiErr)}
+	return batchResult{Done: done, Sequence: seq, Err: f.publishErr(e, stream, sb.lastSeq, done == 0, apiErr)}
 }

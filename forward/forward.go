@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
@@ -77,7 +78,9 @@ type Config struct {
 	// (retryable) instead of being stored there. Default "" (no check).
 	Stream string
 	// MaxInFlight is how many streams are published concurrently; within a
-	// stream publishes are strictly sequential. Default 256.
+	// stream publishes are strictly sequential. Handle sends up to this
+	// many streams whose position it knows at once (see Handle) while as
+	// many others are published. Default 256.
 	MaxInFlight int
 	// PublishTimeout bounds one publish, from send to PubAck, and one
 	// reconciliation lookup. Default 5 s. Under a drain, keep it within
@@ -283,6 +286,13 @@ func (f *Forwarder) Publish(ctx context.Context, events []event.Event) []Outcome
 // Reconcile (a new stream, or one reset to its start) is published whole,
 // so a reset re-publishes; JetStream's duplicate window drops what it still
 // remembers.
+//
+// A stream with one batch, whose position this Forwarder knows (it
+// published the stream up to the batch's first event, and the batch does
+// not reconcile) and whose events can all be batched, is sent without a
+// goroutine of its own: all such streams of the call (at most
+// MaxInFlight) are sent first, a single event as one message and a run as
+// a fast batch, and their PubAcks are then waited for together.
 func (f *Forwarder) Handle(ctx context.Context, batches []drain.Batch) []drain.Result {
 	out := make([]drain.Result, len(batches))
 	byStream := make(map[string][]int)
@@ -293,9 +303,54 @@ func (f *Forwarder) Handle(ctx context.Context, batches []drain.Batch) []drain.R
 		}
 		byStream[b.Stream] = append(byStream[b.Stream], i)
 	}
-	f.parallel(len(order), func(k int) {
+	// Streams with one batch whose position is known go out first, all
+	// of them, and their answers are waited for together (see ahead.go);
+	// the others, one goroutine each, meanwhile, and batches JetStream
+	// refused as batches after.
+	var sent []ahead
+	slow := order
+	if ctx.Err() == nil {
+		sent = make([]ahead, 0, len(order))
+		slow = make([]string, 0, len(order))
+		batchOK := f.batchOKCached()
+		msg := &nats.Msg{Header: make(nats.Header, 15)} // reused: PublishMsg copies it out
+		for _, s := range order {
+			if idx := byStream[s]; len(idx) == 1 && len(sent) < f.cfg.MaxInFlight {
+				if a, ok := f.sendAhead(ctx, batches[idx[0]], batchOK, msg); ok {
+					a.i = idx[0]
+					sent = append(sent, a)
+					continue
+				}
+			}
+			slow = append(slow, s)
+		}
+	}
+	deadline := f.aheadDeadline()
+	f.handleStreams(ctx, batches, byStream, slow, out)
+	var refused []string
+	for _, a := range sent {
+		r, retry := f.settleAhead(ctx, a, deadline)
+		if retry {
+			refused = append(refused, batches[a.i].Stream)
+			continue
+		}
+		out[a.i] = r
+	}
+	f.handleStreams(ctx, batches, byStream, refused, out)
+	return out
+}
+
+// handleStreams publishes the batches of streams (byStream gives each
+// stream's batches in order) as handleBatch does, concurrently (at most
+// MaxInFlight at once), one batch of a stream after the other and none
+// after a failed one, filling their results in out.
+func (f *Forwarder) handleStreams(ctx context.Context, batches []drain.Batch, byStream map[string][]int, streams []string, out []drain.Result) {
+	if len(streams) == 0 {
+		return
+	}
+	f.parallel(len(streams), func(k int) {
 		var failed error
-		for _, i := range byStream[order[k]] {
+		for _, i := range byStream[streams[k]] {
 			b := batches[i]
 			if failed != nil {
 				out[i] = drain.Result{Err: fmt.Errorf("%w (stream %q: %v)", errNotAttempted, b.Stream, failed)}
@@ -305,7 +360,6 @@ func (f *Forwarder) Handle(ctx context.Context, batches []drain.Batch) []drain.R
 			failed = out[i].Err
 		}
 	})
-	return out
 }
 
 // handleBatch publishes one batch in order, stopping at the first failure.
