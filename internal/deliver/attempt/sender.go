@@ -115,7 +115,7 @@ func (r *Sender) request(msg reader.Event, id, replica string, ordered bool) ([]
 	if replica != "" {
 		hdr.Set(wire.HeaderReplica, replica)
 	}
-	body, err := buildBody(r.sub.Body, id, msg.Header, msg.Data, msg.DataJSON, hdr)
+	body, err := buildBody(r.sub.Body, id, msg.Header, msg.Data, msg.Envelope, hdr)
 	if err != nil {
 		return nil, nil, err
 	}
