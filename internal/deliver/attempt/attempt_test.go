@@ -383,3 +383,23 @@ func TestAnEventsStructuredBodyIsBuiltOnceAndItsDataCheckedThere(t *testing.T) {
 	require.Equal(t, ActAck, s.Act)
 	require.Equal(t, `{"order":`, string(<-bodies), "binary mode sends the data as it is")
 }
+
+// A webhook says Accept-Encoding: gzip, as net/http's transport would
+// add it by itself, but set with the subscription's static headers (no
+// map of the transport's own each request); a subscription's own
+// Accept-Encoding is sent instead. Jsbridge-Replica names the replica
+// on every webhook.
+func TestAWebhookCarriesAcceptEncodingAndTheReplica(t *testing.T) {
+	t.Parallel()
+	b := setup(t, status(http.StatusNoContent))
+	for range 2 {
+		s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{Replica: "replica-7"})
+		b.snd.End(s.Trace)
+		require.Equal(t, ActAck, s.Act)
+		req := <-b.requests
+		require.Equal(t, []string{"gzip"}, req.Header.Values("Accept-Encoding"))
+		require.Equal(t, []string{"replica-7"}, req.Header.Values(wire.HeaderReplica))
+	}
+	require.Equal(t, "gzip", StaticHeaders(nil, "ua").Get("Accept-Encoding"))
+	require.Equal(t, "identity", StaticHeaders(map[string]string{"accept-encoding": "identity"}, "ua").Get("Accept-Encoding"))
+}

@@ -42,7 +42,9 @@ type Sender struct {
 	// secrets change at runtime (SetSigner), so the next attempt signs
 	// with the new ones.
 	signer atomic.Pointer[webhook.Signer]
-	client *http.Client
+	// replica is the Jsbridge-Replica value last sent (replicaValue).
+	replica atomic.Pointer[[]string]
+	client  *http.Client
 	// ep is the parsed Subscription.URL and how POSTs reach it
 	// (endpoint.go).
 	ep       endpoint
@@ -113,7 +115,7 @@ func (r *Sender) request(msg reader.Event, id, replica string, ordered bool) ([]
 	}
 	hdr := r.requestHeader(ordered)
 	if replica != "" {
-		hdr.Set(wire.HeaderReplica, replica)
+		hdr[wire.HeaderReplica] = r.replicaValue(replica)
 	}
 	body, err := buildBody(r.sub.Body, id, msg.Header, msg.Data, msg.Envelope, hdr)
 	if err != nil {
@@ -242,15 +244,28 @@ func (r *Sender) requestHeader(ordered bool) http.Header {
 	return h
 }
 
+// replicaValue returns replica as a header value, made once and shared
+// by the requests (the transport only reads it; the replica's id does
+// not change).
+func (r *Sender) replicaValue(replica string) []string {
+	if v := r.replica.Load(); v != nil && (*v)[0] == replica {
+		return *v
+	}
+	v := []string{replica}
+	r.replica.Store(&v)
+	return v
+}
+
 // perDelivery is the room requestHeader leaves for the headers of one
 // delivery: an unordered structured-mode webhook's (Content-Type,
 // Idempotency-Key, Jsbridge-Replica, the three Standard Webhooks
-// headers), so that with User-Agent they fill one map group of 8 and the
-// map is one small allocation (a hint past 8 allocates a table of 16);
-// an ordered webhook's version chain adds perOrdered more, and its map
-// is sized for them at once rather than grown.
+// headers), so that with User-Agent and Accept-Encoding they fill one
+// map group of 8 and the map is one small allocation (a hint past 8
+// allocates a table of 16); an ordered webhook's version chain adds
+// perOrdered more, and its map is sized for them at once rather than
+// grown.
 const (
-	perDelivery = 7
+	perDelivery = 6
 	perOrdered  = 4
 )
 
