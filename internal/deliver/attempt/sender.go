@@ -97,7 +97,7 @@ func (r *Sender) Direct(ctx context.Context, id string, h nats.Header, data []by
 	if id == "" {
 		return Response{}, errNoEventID
 	}
-	hdr := r.requestHeader(order != nil)
+	hdr := r.requestHeader(order != nil, len(h))
 	body, err := BuildBody(r.sub.Body, id, h, data, hdr)
 	if err != nil {
 		return Response{}, err
@@ -113,7 +113,7 @@ func (r *Sender) request(msg reader.Event, id, replica string, ordered bool) ([]
 	if id == "" {
 		return nil, nil, errNoEventID
 	}
-	hdr := r.requestHeader(ordered)
+	hdr := r.requestHeader(ordered, len(msg.Header))
 	if replica != "" {
 		hdr[wire.HeaderReplica] = r.replicaValue(replica)
 	}
@@ -228,14 +228,20 @@ func (r *Sender) Count(outcome, class string, status int) {
 }
 
 // requestHeader returns a new request header holding the subscription's
-// static headers (Subscription.Headers, User-Agent), with room for the
-// per-delivery ones. The static values are shared between requests: the
-// transport only reads them, and every header set per delivery (see
-// reservedHeaders) replaces a value rather than appending to it.
-func (r *Sender) requestHeader(ordered bool) http.Header {
+// static headers (Subscription.Headers, User-Agent, Accept-Encoding),
+// with room for the per-delivery ones; in binary mode also for the
+// event's CloudEvents attributes (at most attrs, its message's header
+// count), so that the map is made at its size once rather than grown. The
+// static values are shared between requests: the transport only reads
+// them, and every header set per delivery (see reservedHeaders) replaces
+// a value rather than appending to it.
+func (r *Sender) requestHeader(ordered bool, attrs int) http.Header {
 	room := perDelivery
 	if ordered {
 		room += perOrdered
+	}
+	if r.sub.Body == subscription.BodyBinary {
+		room += attrs
 	}
 	h := make(http.Header, len(r.static)+room)
 	for k, v := range r.static {
