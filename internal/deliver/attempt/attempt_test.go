@@ -2,7 +2,6 @@ package attempt
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"math"
@@ -335,35 +334,72 @@ func TestAttemptOrderedParameters(t *testing.T) {
 	require.NotEmpty(t, req.Header.Get(wire.HeaderOrderSignature))
 }
 
-// Data that is not JSON cannot go in a structured-mode body: unless the
-// reader found it to be JSON (reader.Event.DataJSON), the attempt checks it and
-// dead-letters the event without a POST; data the reader checked is
-// embedded as it is, without a second look.
-func TestAttemptChecksTheDataUnlessTheReaderDid(t *testing.T) {
+// The structured-mode body of an event is built once, by its first
+// webhook, and the event's other webhooks (another subscription, a
+// retry) send the same bytes; data that is not JSON cannot go in a
+// structured-mode body, so every structured-mode webhook of the event is
+// dead-lettered without a POST, while a binary-mode one sends the data
+// as it is, never checked.
+func TestAnEventsStructuredBodyIsBuiltOnceAndItsDataCheckedThere(t *testing.T) {
 	t.Parallel()
-	bodies := make(chan []byte, 4)
+	bodies := make(chan []byte, 8)
 	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		bodies <- body
 		w.WriteHeader(http.StatusNoContent)
 	})
-	bad := orderPlaced()
-	bad.Data = []byte(`{"order":`)
-	s := b.snd.Attempt(context.Background(), bad, 1, Call{})
-	b.snd.End(s.Trace)
-	require.Equal(t, ActDeadLetter, s.Act)
-	require.Equal(t, OutcomeTerm, s.Outcome)
-	require.Contains(t, s.Reason, "data is not JSON")
-	require.Empty(t, b.requests, "nothing was sent")
+	other := newTestSender(t, b.snd.Subscription(), b.snd.client, Deps{Breaker: b.br, Health: b.health})
+	binarySub := b.snd.Subscription()
+	binarySub.Body = subscription.BodyBinary
+	binary := newTestSender(t, binarySub, b.snd.client, Deps{Breaker: b.br, Health: b.health})
 
-	checked := orderPlaced()
-	checked.DataJSON = true
-	s = b.snd.Attempt(context.Background(), checked, 1, Call{})
-	b.snd.End(s.Trace)
-	require.Equal(t, ActAck, s.Act)
-	var env struct {
-		Data json.RawMessage `json:"data"`
+	ev := orderPlaced()
+	ev.Envelope = new(reader.Envelope)
+	var sent [][]byte
+	for _, snd := range []*Sender{b.snd, other, b.snd} { // two subscriptions, and a retry
+		s := snd.Attempt(context.Background(), ev, 1, Call{})
+		snd.End(s.Trace)
+		require.Equal(t, ActAck, s.Act)
+		sent = append(sent, <-bodies)
 	}
-	require.NoError(t, json.Unmarshal(<-bodies, &env))
-	require.JSONEq(t, `{"order":"order-42"}`, string(env.Data))
+	first, err := ev.Envelope.Body(func() ([]byte, error) { return nil, errors.New("built again") })
+	require.NoError(t, err, "the first webhook built it")
+	for _, body := range sent {
+		require.Equal(t, string(first), string(body))
+	}
+
+	bad := orderPlaced()
+	bad.Data, bad.Envelope = []byte(`{"order":`), new(reader.Envelope)
+	for _, snd := range []*Sender{b.snd, other} {
+		s := snd.Attempt(context.Background(), bad, 1, Call{})
+		snd.End(s.Trace)
+		require.Equal(t, ActDeadLetter, s.Act)
+		require.Equal(t, OutcomeTerm, s.Outcome)
+		require.Contains(t, s.Reason, "data is not JSON")
+	}
+	require.Empty(t, bodies, "nothing was sent")
+	s := binary.Attempt(context.Background(), bad, 1, Call{})
+	binary.End(s.Trace)
+	require.Equal(t, ActAck, s.Act)
+	require.Equal(t, `{"order":`, string(<-bodies), "binary mode sends the data as it is")
+}
+
+// A webhook says Accept-Encoding: gzip, as net/http's transport would
+// add it by itself, but set with the subscription's static headers (no
+// map of the transport's own each request); a subscription's own
+// Accept-Encoding is sent instead. Jsbridge-Replica names the replica
+// on every webhook.
+func TestAWebhookCarriesAcceptEncodingAndTheReplica(t *testing.T) {
+	t.Parallel()
+	b := setup(t, status(http.StatusNoContent))
+	for range 2 {
+		s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{Replica: "replica-7"})
+		b.snd.End(s.Trace)
+		require.Equal(t, ActAck, s.Act)
+		req := <-b.requests
+		require.Equal(t, []string{"gzip"}, req.Header.Values("Accept-Encoding"))
+		require.Equal(t, []string{"replica-7"}, req.Header.Values(wire.HeaderReplica))
+	}
+	require.Equal(t, "gzip", StaticHeaders(nil, "ua").Get("Accept-Encoding"))
+	require.Equal(t, "identity", StaticHeaders(map[string]string{"accept-encoding": "identity"}, "ua").Get("Accept-Encoding"))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
+	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -195,16 +196,15 @@ func EventIDOf(h nats.Header) string {
 // structured mode data is embedded in the CloudEvents envelope, so it must
 // be JSON: an error wrapping errMalformed says it is not.
 func BuildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byte, h http.Header) ([]byte, error) {
-	return buildBody(mode, id, mh, data, false, h)
+	return buildBody(mode, id, mh, data, nil, h)
 }
 
-// buildBody is BuildBody; dataJSON says data was found to be valid JSON
-// already (reader.Event.DataJSON), and is not checked again.
-func buildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byte, dataJSON bool, h http.Header) ([]byte, error) {
-	contentType := HeaderValue(mh, wire.HeaderContentType)
-	if contentType == "" {
-		contentType = event.ContentTypeJSON
-	}
+// buildBody is BuildBody; env, when not nil, is the event's
+// (reader.Event.Envelope): a structured-mode body is built, and its data
+// checked to be JSON, by the first webhook of the event, and shared by
+// the others (every subscription in structured mode, every retry). A
+// binary-mode body is the data itself, never checked.
+func buildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byte, env *reader.Envelope, h http.Header) ([]byte, error) {
 	if mode == subscription.BodyBinary {
 		for k, vs := range mh {
 			if len(vs) > 0 && wire.IsCEHeader(k) {
@@ -215,10 +215,31 @@ func buildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byt
 		if h.Get(wire.HeaderSpecVersion) == "" {
 			h.Set(wire.HeaderSpecVersion, event.SpecVersion)
 		}
-		h.Set(wire.HeaderContentType, contentType)
+		h.Set(wire.HeaderContentType, contentTypeOf(mh))
 		return data, nil
 	}
+	body, err := env.Body(func() ([]byte, error) { return structuredBody(id, mh, data) })
+	if err != nil {
+		return nil, err
+	}
+	h[wire.HeaderContentType] = contentTypeCloudEvents
+	return body, nil
+}
 
+// contentTypeOf is the data's content type as the message's headers
+// name it, application/json when they do not.
+func contentTypeOf(mh nats.Header) string {
+	if ct := HeaderValue(mh, wire.HeaderContentType); ct != "" {
+		return ct
+	}
+	return event.ContentTypeJSON
+}
+
+// structuredBody is the CloudEvents JSON envelope of the event id with
+// headers mh and data: a pure function of the event, the same bytes for
+// every subscription. An error wrapping errMalformed says an attribute
+// cannot be decoded or data is not JSON.
+func structuredBody(id string, mh nats.Header, data []byte) ([]byte, error) {
 	// Header values are percent-encoded (forward uses
 	// wire.EncodeHeaderValue); the JSON envelope carries them decoded.
 	var decodeErr error
@@ -236,7 +257,7 @@ func buildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byt
 		Type:            attr(wire.HeaderType),
 		Subject:         attr(wire.HeaderSubject),
 		Time:            HeaderValue(mh, wire.HeaderTime),
-		DataContentType: contentType,
+		DataContentType: contentTypeOf(mh),
 		CorrelationID:   attr(wire.HeaderCorrelationID),
 		CausationID:     attr(wire.HeaderCausationID),
 	}
@@ -253,26 +274,33 @@ func buildBody(mode subscription.BodyMode, id string, mh nats.Header, data []byt
 		}
 		ce.StreamVersion = n
 	}
-	if len(data) > 0 && !dataJSON && !json.Valid(data) {
+	if len(data) > 0 && !json.Valid(data) {
 		return nil, fmt.Errorf("%w: data is not JSON, cannot embed it in a structured-mode body", errMalformed)
 	}
 	ce.Data = data
-	env := ce.AppendJSON(make([]byte, 0, 256+len(data)))
-	h[wire.HeaderContentType] = contentTypeCloudEvents
-	return env, nil
+	return ce.AppendJSON(make([]byte, 0, 256+len(data))), nil
 }
 
 // contentTypeCloudEvents is the Content-Type value of a structured-mode
 // body, shared by every request (the transport only reads it).
 var contentTypeCloudEvents = []string{event.ContentTypeCloudEventsJSON}
 
-// StaticHeaders returns the canonical form of headers plus User-Agent.
+// StaticHeaders returns the canonical form of headers plus User-Agent
+// and, unless headers name one, Accept-Encoding: gzip. net/http's
+// transport adds that header to every request by itself otherwise,
+// through a header map of its own made for each request (three
+// allocations a webhook); set here it is the same on the wire, and the
+// transport leaves a gzip answer's body as it came, which an attempt
+// drains without reading.
 func StaticHeaders(headers map[string]string, userAgent string) http.Header {
-	h := make(http.Header, len(headers)+1)
+	h := make(http.Header, len(headers)+2)
 	for k, v := range headers {
 		h.Set(k, v)
 	}
 	h.Set("User-Agent", userAgent)
+	if h.Get("Accept-Encoding") == "" {
+		h.Set("Accept-Encoding", "gzip")
+	}
 	return h
 }
 

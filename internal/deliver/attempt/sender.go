@@ -42,7 +42,9 @@ type Sender struct {
 	// secrets change at runtime (SetSigner), so the next attempt signs
 	// with the new ones.
 	signer atomic.Pointer[webhook.Signer]
-	client *http.Client
+	// replica is the Jsbridge-Replica value last sent (replicaValue).
+	replica atomic.Pointer[[]string]
+	client  *http.Client
 	// ep is the parsed Subscription.URL and how POSTs reach it
 	// (endpoint.go).
 	ep       endpoint
@@ -95,7 +97,7 @@ func (r *Sender) Direct(ctx context.Context, id string, h nats.Header, data []by
 	if id == "" {
 		return Response{}, errNoEventID
 	}
-	hdr := r.requestHeader(order != nil)
+	hdr := r.requestHeader(order != nil, len(h))
 	body, err := BuildBody(r.sub.Body, id, h, data, hdr)
 	if err != nil {
 		return Response{}, err
@@ -111,11 +113,11 @@ func (r *Sender) request(msg reader.Event, id, replica string, ordered bool) ([]
 	if id == "" {
 		return nil, nil, errNoEventID
 	}
-	hdr := r.requestHeader(ordered)
+	hdr := r.requestHeader(ordered, len(msg.Header))
 	if replica != "" {
-		hdr.Set(wire.HeaderReplica, replica)
+		hdr[wire.HeaderReplica] = r.replicaValue(replica)
 	}
-	body, err := buildBody(r.sub.Body, id, msg.Header, msg.Data, msg.DataJSON, hdr)
+	body, err := buildBody(r.sub.Body, id, msg.Header, msg.Data, msg.Envelope, hdr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -226,14 +228,20 @@ func (r *Sender) Count(outcome, class string, status int) {
 }
 
 // requestHeader returns a new request header holding the subscription's
-// static headers (Subscription.Headers, User-Agent), with room for the
-// per-delivery ones. The static values are shared between requests: the
-// transport only reads them, and every header set per delivery (see
-// reservedHeaders) replaces a value rather than appending to it.
-func (r *Sender) requestHeader(ordered bool) http.Header {
+// static headers (Subscription.Headers, User-Agent, Accept-Encoding),
+// with room for the per-delivery ones; in binary mode also for the
+// event's CloudEvents attributes (at most attrs, its message's header
+// count), so that the map is made at its size once rather than grown. The
+// static values are shared between requests: the transport only reads
+// them, and every header set per delivery (see reservedHeaders) replaces
+// a value rather than appending to it.
+func (r *Sender) requestHeader(ordered bool, attrs int) http.Header {
 	room := perDelivery
 	if ordered {
 		room += perOrdered
+	}
+	if r.sub.Body == subscription.BodyBinary {
+		room += attrs
 	}
 	h := make(http.Header, len(r.static)+room)
 	for k, v := range r.static {
@@ -242,15 +250,28 @@ func (r *Sender) requestHeader(ordered bool) http.Header {
 	return h
 }
 
+// replicaValue returns replica as a header value, made once and shared
+// by the requests (the transport only reads it; the replica's id does
+// not change).
+func (r *Sender) replicaValue(replica string) []string {
+	if v := r.replica.Load(); v != nil && (*v)[0] == replica {
+		return *v
+	}
+	v := []string{replica}
+	r.replica.Store(&v)
+	return v
+}
+
 // perDelivery is the room requestHeader leaves for the headers of one
 // delivery: an unordered structured-mode webhook's (Content-Type,
 // Idempotency-Key, Jsbridge-Replica, the three Standard Webhooks
-// headers), so that with User-Agent they fill one map group of 8 and the
-// map is one small allocation (a hint past 8 allocates a table of 16);
-// an ordered webhook's version chain adds perOrdered more, and its map
-// is sized for them at once rather than grown.
+// headers), so that with User-Agent and Accept-Encoding they fill one
+// map group of 8 and the map is one small allocation (a hint past 8
+// allocates a table of 16); an ordered webhook's version chain adds
+// perOrdered more, and its map is sized for them at once rather than
+// grown.
 const (
-	perDelivery = 7
+	perDelivery = 6
 	perOrdered  = 4
 )
 

@@ -209,5 +209,5 @@ func (d direct) event(m *nats.Msg) (Event, error) {
 		}
 		h[k] = v
 	}
-	return Event{Seq: seq, Subject: subject, Partition: d.partition(subject), Header: h, Data: m.Data, Time: stored}, nil
+	return Event{Seq: seq, Subject: subject, Partition: d.partition(subject), Header: h, Data: m.Data, Time: stored, Envelope: new(Envelope)}, nil
 }

@@ -26,7 +26,6 @@ package reader
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -158,12 +157,36 @@ type Event struct {
 	Data []byte
 	// Time is when the events stream stored it.
 	Time time.Time
-	// DataJSON says Data was found to be valid JSON (encoding/json.Valid)
-	// as it was read live: it is checked once per event, not by each of
-	// the webhooks a structured-mode subscription builds of it. False
-	// (the catch-up's and the cursors' reads, or data that is not JSON)
-	// means "check it".
-	DataJSON bool
+	// Envelope is where the webhooks built of the event keep its
+	// structured-mode body, built by the first of them that needs it:
+	// every copy of the Event (one per subscription that takes it, and
+	// its retries) points to the same one. Set on every event Next and
+	// the cursors hand on; nil (an Event made by hand) builds the body
+	// for each webhook.
+	Envelope *Envelope
+}
+
+// Envelope holds the body the webhooks of one event share: in
+// structured mode the CloudEvents envelope is the same bytes for every
+// subscription (each signs them with its own secret), so it is built,
+// and its data checked to be JSON, once an event rather than once a
+// webhook. The reader knows nothing of how it is built. The zero value
+// is ready; it is safe for concurrent use.
+type Envelope struct {
+	once sync.Once
+	body []byte
+	err  error
+}
+
+// Body returns what build returned the first time Body was called on e,
+// calling it only then; the callers share the bytes and must not
+// change them. On a nil Envelope it calls build every time.
+func (e *Envelope) Body(build func() ([]byte, error)) ([]byte, error) {
+	if e == nil {
+		return build()
+	}
+	e.once.Do(func() { e.body, e.err = build() })
+	return e.body, e.err
 }
 
 // Reader reads the events stream once for a consumer replica. Make one
@@ -322,9 +345,8 @@ func (r *Reader) live(m jetstream.Msg) (Event, bool, error) {
 	if !r.owned[p] || r.head < r.liveFrom[p] {
 		return Event{}, false, nil
 	}
-	data := m.Data()
-	return Event{Seq: r.head, Subject: m.Subject(), Partition: p, Header: m.Headers(), Data: data,
-		Time: md.Timestamp, DataJSON: json.Valid(data)}, true, nil
+	return Event{Seq: r.head, Subject: m.Subject(), Partition: p, Header: m.Headers(), Data: m.Data(),
+		Time: md.Timestamp, Envelope: new(Envelope)}, true, nil
 }
 
 // Stop ends the live read and deletes the reader's current consumer

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -327,24 +329,48 @@ func TestABurstOfTakesBelowTheHeadMidCatchUpLosesNothing(t *testing.T) {
 	require.Equal(t, want, byPartition(evs), "every event of each partition once, in order")
 }
 
-// An event read live says whether its data is JSON, checked once as it
-// was read (Event.DataJSON), so that the webhooks built of it do not
-// check again; data that is not JSON, or none, says it is not.
-func TestALiveEventSaysWhetherItsDataIsJSON(t *testing.T) {
+// Every event Next hands on, read live or caught up by direct gets,
+// carries an Envelope of its own, which its copies share: the body the
+// first webhook builds is the one the others send, built once however
+// many ask at once.
+func TestAnEventsEnvelopeIsBuiltOnceForEveryCopy(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true)
-	want := map[string]bool{`{"k":1}`: true, `not json {`: false, ``: false, `[1, 2]`: true}
-	for data := range want {
-		_, err := b.js.Publish(t.Context(), wire.Subject(wire.DefaultEventsPrefix, "c-1", "Happened"), []byte(data))
-		require.NoError(t, err)
-	}
+	b.publish(t, 40)
 	r := open(t, b, reader.Config{Partitions: partitions}, 1)
-	require.NoError(t, r.Take(wire.StreamPartition("c-1", partitions), 0))
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	for range want {
-		ev, err := r.Next(ctx)
-		require.NoError(t, err)
-		require.Equal(t, want[string(ev.Data)], ev.DataJSON, "data %q", ev.Data)
+	require.NoError(t, r.Take(1, 0))
+	evs := next(t, r, len(b.seqs(1, 0, b.last()))) // live; the head is past partition 2's first events now
+	require.NoError(t, r.Take(2, 0))               // below the head: caught up by direct gets
+	evs = append(evs, next(t, r, len(b.seqs(2, 0, b.last())))...)
+	seen := map[*reader.Envelope]bool{}
+	for _, ev := range evs {
+		require.NotNil(t, ev.Envelope, "event %d", ev.Seq)
+		require.False(t, seen[ev.Envelope], "event %d shares another event's envelope", ev.Seq)
+		seen[ev.Envelope] = true
 	}
+
+	ev := evs[0]
+	var builds atomic.Int32
+	var wg sync.WaitGroup
+	bodies := make([][]byte, 8)
+	for i := range bodies {
+		cp := ev // as the fan-out hands a copy to each subscription
+		wg.Go(func() {
+			bodies[i], _ = cp.Envelope.Body(func() ([]byte, error) {
+				builds.Add(1)
+				return []byte(fmt.Sprintf("body of %d", cp.Seq)), nil
+			})
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int32(1), builds.Load(), "built once")
+	for _, body := range bodies {
+		require.Equal(t, fmt.Sprintf("body of %d", ev.Seq), string(body))
+	}
+
+	var none *reader.Envelope // an Event made by hand: built each time
+	for range 2 {
+		_, _ = none.Body(func() ([]byte, error) { builds.Add(1); return nil, nil })
+	}
+	require.Equal(t, int32(3), builds.Load())
 }

@@ -36,7 +36,7 @@ const streams = 100
 // one, each stream's last version processed and any break in the
 // version chain.
 type receiver struct {
-	t      *testing.T
+	t      testing.TB
 	verify *webhook.Verifier
 	srv    *httptest.Server
 
@@ -48,7 +48,7 @@ type receiver struct {
 	badSigns int
 }
 
-func newReceiver(t *testing.T, secret string) *receiver {
+func newReceiver(t testing.TB, secret string) *receiver {
 	v, err := webhook.NewVerifier(webhook.SchemeStandard, []string{secret})
 	require.NoError(t, err)
 	rc := &receiver{t: t, verify: v, ids: map[string]map[string]bool{}, last: map[string]int64{}}
@@ -171,7 +171,7 @@ type world struct {
 	opts func(*shared.Config, *shared.Deps)
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
 	srv, err := embedded.Start(embedded.Config{Dir: t.TempDir(), Port: embedded.RandomPort})
 	require.NoError(t, err)
@@ -194,7 +194,7 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
-func connect(t *testing.T, srv *embedded.Server) jetstream.JetStream {
+func connect(t testing.TB, srv *embedded.Server) jetstream.JetStream {
 	t.Helper()
 	nc, err := srv.Connect()
 	require.NoError(t, err)
@@ -206,7 +206,7 @@ func connect(t *testing.T, srv *embedded.Server) jetstream.JetStream {
 
 // publish stores n more events as the bridge does (forward.Message),
 // round robin over the streams, each stream's versions from 0.
-func (w *world) publish(t *testing.T, n int) {
+func (w *world) publish(t testing.TB, n int) {
 	t.Helper()
 	for range n {
 		k := w.next
@@ -220,14 +220,14 @@ func (w *world) publish(t *testing.T, n int) {
 
 // replica starts a replica of the shared engine on its own connection;
 // it is stopped at cleanup unless the test stops it first.
-func (w *world) replica(t *testing.T, id string) *shared.Replica {
+func (w *world) replica(t testing.TB, id string) *shared.Replica {
 	t.Helper()
 	r, _ := w.replicaConn(t, id)
 	return r
 }
 
 // replicaConn is replica, with the replica's connection.
-func (w *world) replicaConn(t *testing.T, id string) (*shared.Replica, *nats.Conn) {
+func (w *world) replicaConn(t testing.TB, id string) (*shared.Replica, *nats.Conn) {
 	t.Helper()
 	nc, err := w.srv.Connect()
 	require.NoError(t, err)
@@ -251,7 +251,7 @@ func (w *world) replicaConn(t *testing.T, id string) (*shared.Replica, *nats.Con
 
 // delivered waits until both subscriptions received every event
 // published, and checks the ordered one's chains.
-func (w *world) delivered(t *testing.T, rs ...*shared.Replica) {
+func (w *world) delivered(t testing.TB, rs ...*shared.Replica) {
 	t.Helper()
 	if !assert.Eventually(t, func() bool {
 		return w.rc.received("/ordered") == w.next && w.rc.received("/unordered") == w.next
