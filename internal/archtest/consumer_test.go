@@ -149,7 +149,7 @@ var engineLayers = [][]string{
 	{"", "shared", "migrate"},
 	{"inspect"},
 	{"attempt"},
-	{"fanout"},
+	{"fanout", "payload"},
 	{"reader", "position", "owner", "health", "deadletter", "attemptlog", "subkv", "throttle"},
 	{"subscription"},
 	{"egress"},

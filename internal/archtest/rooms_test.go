@@ -12,13 +12,13 @@ import (
 // positions' values (record) under the bucket's reads and writes
 // (position); the member index, a cursor's reads, the operator's
 // requests and the floor's window under the fan-out; the attempts (the
-// fan-out's Sender) above the fan-out; the search by time and the
+// fan-out's Sender) above the fan-out and the webhook's body (payload); the search by time and the
 // replica's metrics under the replica.
 var sharedFloors = [][]string{
 	{"internal/deliver/position/record"},
 	{"internal/deliver/position"},
 	{"internal/deliver/fanout/member", "internal/deliver/fanout/cursor", "internal/deliver/fanout/unpark", "internal/deliver/fanout/floor"},
-	{"internal/deliver/fanout"},
+	{"internal/deliver/fanout", "internal/deliver/payload"},
 	{"internal/deliver/attempt"},
 	{"internal/deliver/shared/seqtime", "internal/deliver/shared/metrics"},
 	{"internal/deliver/shared"},

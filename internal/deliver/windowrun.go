@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
+	"github.com/jsbridge/jsbridge/internal/deliver/payload"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -78,7 +79,7 @@ func (wr *WindowRun) Send(ctx context.Context, ev WindowEvent) (done bool, err e
 	if ev.Seq > wr.Last || (!w.Until.IsZero() && !ev.Time.Before(w.Until)) {
 		return true, nil
 	}
-	pos := WindowPosition{EventID: attempt.EventIDOf(ev.Header), Seq: ev.Seq, Time: ev.Time}
+	pos := WindowPosition{EventID: payload.EventID(ev.Header), Seq: ev.Seq, Time: ev.Time}
 	pos.Stream, _, _ = wire.ParseSubject(wr.Prefix, ev.Subject)
 	if w.Match == nil || w.Match.MatchString(pos.Stream) {
 		wr.res.Matched++
@@ -111,7 +112,7 @@ func (wr *WindowRun) Send(ctx context.Context, ev WindowEvent) (done bool, err e
 // replay delivered of its stream last, or for the stream's first event
 // in the window the one Before finds.
 func (wr *WindowRun) order(ctx context.Context, ev WindowEvent, pos WindowPosition) (*webhook.OrderFields, error) {
-	v, err := strconv.ParseInt(attempt.HeaderValue(ev.Header, wire.HeaderStreamVersion), 10, 64)
+	v, err := strconv.ParseInt(payload.HeaderValue(ev.Header, wire.HeaderStreamVersion), 10, 64)
 	if wr.Before == nil || err != nil {
 		return nil, nil
 	}

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/payload"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -81,7 +82,7 @@ type Chain struct {
 // (ActBreakerOpen, ActCut); the settler counts the rest once it acted
 // (Count).
 func (r *Sender) Attempt(ctx context.Context, msg reader.Event, n int, c Call) Settlement {
-	id := EventIDOf(msg.Header)
+	id := payload.EventID(msg.Header)
 	var order *webhook.OrderFields
 	if c.Chain != nil {
 		order = OrderFieldsOf(msg.Header, c.Chain.Previous, c.Chain.Partition, c.Chain.Epoch)
@@ -200,7 +201,7 @@ type Settlement struct {
 	// Response is the answer (the zero Response when nothing was sent or
 	// the message could not become a webhook).
 	Response Response
-	// EventID is the message's event id (EventIDOf; "" when it has none).
+	// EventID is the message's event id (payload.EventID; "" when it has none).
 	EventID string
 	// Order is the message's place in its stream's version chain, as the
 	// webhook named it (nil: none; see Call.Chain).

@@ -5,6 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jsbridge/jsbridge/internal/deliver/payload"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -15,11 +16,11 @@ import (
 // has no stream version (ce-streamversion) or stream (ce-subject), as for
 // a message not from an events table, which goes without the chain.
 func OrderFieldsOf(mh nats.Header, previous int64, partition int, epoch uint64) *webhook.OrderFields {
-	v, err := strconv.ParseInt(HeaderValue(mh, wire.HeaderStreamVersion), 10, 64)
+	v, err := strconv.ParseInt(payload.HeaderValue(mh, wire.HeaderStreamVersion), 10, 64)
 	if err != nil {
 		return nil
 	}
-	stream, err := wire.DecodeHeaderValue(HeaderValue(mh, wire.HeaderSubject))
+	stream, err := wire.DecodeHeaderValue(payload.HeaderValue(mh, wire.HeaderSubject))
 	if err != nil || stream == "" {
 		return nil
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attemptlog"
 	"github.com/jsbridge/jsbridge/internal/deliver/egress"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/deliver/payload"
 	"github.com/jsbridge/jsbridge/internal/deliver/reader"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/deliver/throttle"
@@ -98,7 +99,7 @@ func (r *Sender) Direct(ctx context.Context, id string, h nats.Header, data []by
 		return Response{}, errNoEventID
 	}
 	hdr := r.requestHeader(order != nil, len(h))
-	body, err := BuildBody(r.sub.Body, id, h, data, hdr)
+	body, err := payload.Build(r.sub.Body, id, h, data, nil, hdr)
 	if err != nil {
 		return Response{}, err
 	}
@@ -117,7 +118,7 @@ func (r *Sender) request(msg reader.Event, id, replica string, ordered bool) ([]
 	if replica != "" {
 		hdr[wire.HeaderReplica] = r.replicaValue(replica)
 	}
-	body, err := buildBody(r.sub.Body, id, msg.Header, msg.Data, msg.Envelope, hdr)
+	body, err := payload.Build(r.sub.Body, id, msg.Header, msg.Data, msg.Envelope, hdr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -276,7 +277,7 @@ const (
 )
 
 // post sends one signed POST and reads the response. hdr comes from
-// requestHeader and buildBody. order, when not nil, is an
+// requestHeader and payload.Build. order, when not nil, is an
 // ordered webhook's place in its stream's version chain: its headers
 // (Jsbridge-Previous-Version, and Jsbridge-Partition and
 // Jsbridge-Lease-Epoch from a partition's owner) and the order signature
