@@ -152,12 +152,19 @@ func (e *env) startBridgeOps(ctx context.Context, schema string, extra ...string
 	return e.startBridgeAt(ctx, e.srv.ClientURL(), schema, extra...)
 }
 
-// startBridgeAt is startBridgeOps against the NATS server(s) at natsURL.
+// startBridgeAt is startBridgeOps against the NATS server(s) at natsURL; with
+// -profile-dir it profiles the bridge from its start-up (bridge-<schema>).
 func (e *env) startBridgeAt(ctx context.Context, natsURL, schema string, extra ...string) (*proc.Process, int, error) {
-	return e.startBridgeAtURL(ctx, natsURL, e.dbURL, schema, extra...)
+	p, ops, err := e.startBridgeAtURL(ctx, natsURL, e.dbURL, schema, extra...)
+	if err == nil {
+		e.profile("bridge-"+schema, ops)
+	}
+	return p, ops, err
 }
 
-// startBridgeAtURL is startBridgeAt with the database URL dbURL.
+// startBridgeAtURL is startBridgeAt with the database URL dbURL, without the
+// start-up profile: a bridge serves one CPU profile at a time, and the live
+// pipeline row takes its own during the run.
 func (e *env) startBridgeAtURL(ctx context.Context, natsURL, dbURL, schema string, extra ...string) (*proc.Process, int, error) {
 	ops, err := proc.FreePort()
 	if err != nil {
@@ -175,7 +182,6 @@ func (e *env) startBridgeAtURL(ctx context.Context, natsURL, dbURL, schema strin
 	if err := proc.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ops), p); err != nil {
 		return nil, 0, err
 	}
-	e.profile("bridge-"+schema, ops)
 	return p, ops, nil
 }
 

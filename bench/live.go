@@ -238,6 +238,7 @@ func (e *env) liveRun(ctx context.Context, p livePipeline, rate int) (liveFigure
 		if pipe, ops, err = e.startBridgeAtURL(ctx, bus.urls, url, schema, e.cfg.LiveBridgeArgs...); err != nil {
 			return f, err
 		}
+		e.profile("bridge-"+schema, ops)
 	} else {
 		self, err := os.Executable()
 		if err != nil {

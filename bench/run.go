@@ -310,6 +310,12 @@ func (e *env) profile(name string, ops int) {
 			return
 		}
 		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			// E.g. a profile already running: the body is the reason, not a profile.
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+			fmt.Printf("bench: profile %s: %s: %s\n", name, resp.Status, strings.TrimSpace(string(msg)))
+			return
+		}
 		if err := os.MkdirAll(e.cfg.ProfileDir, 0o755); err != nil {
 			return
 		}

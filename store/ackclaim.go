@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/jsbridge/jsbridge/event"
 )
@@ -62,20 +63,30 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 		return ackErrs, claims, events, false, err
 	}
 	// Sorted by stream, as AckStreams does; a stream named twice is
-	// refused.
-	order := make([]int, 0, len(acks))
-	first := make(map[string]int, len(acks))
-	for i, a := range acks {
-		if j, dup := first[a.Stream]; dup {
-			ackErrs[i] = fmt.Errorf("%w: ack stream %q for %s: named twice (acks %d and %d)", ErrInvalidInput, a.Stream, owner, j, i)
+	// refused. The sort is stable, so the first ack of a stream comes
+	// first among its equals: no map to find them.
+	order := make([]int, len(acks))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return strings.Compare(acks[i].Stream, acks[j].Stream) })
+	kept := order[:0]
+	for _, i := range order {
+		if n := len(kept); n > 0 && acks[kept[n-1]].Stream == acks[i].Stream {
+			ackErrs[i] = fmt.Errorf("%w: ack stream %q for %s: named twice (acks %d and %d)", ErrInvalidInput, acks[i].Stream, owner, kept[n-1], i)
 			continue
 		}
-		first[a.Stream] = i
-		order = append(order, i)
+		kept = append(kept, i)
 	}
-	slices.SortFunc(order, func(i, j int) int { return strings.Compare(acks[i].Stream, acks[j].Stream) })
+	order = kept
 
-	done := make(map[string]bool, len(order))
+	// streams are the acked streams in order; done[k] says streams[k]'s
+	// ack took.
+	streams := make([]string, len(order))
+	for k, i := range order {
+		streams[k] = acks[i].Stream
+	}
+	done := make([]bool, len(order))
 	b := s.settleBatch()
 	if len(order) == 1 {
 		// One row: waiting for it holds no other lock, so it cannot close
@@ -83,25 +94,29 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 		// it waited for committed.
 		a := acks[order[0]]
 		b.Queue(s.q.ack, owner, a.Stream, a.Version, a.ID).Exec(func(t pgconn.CommandTag) error {
-			done[a.Stream] = t.RowsAffected() > 0
+			done[0] = t.RowsAffected() > 0
 			return nil
 		})
 	} else {
-		streams := make([]string, len(order))
 		versions := make([]int64, len(order))
 		ids := make([]int64, len(order))
 		for k, i := range order {
-			streams[k], versions[k], ids[k] = acks[i].Stream, acks[i].Version, acks[i].ID
+			versions[k], ids[k] = acks[i].Version, acks[i].ID
 		}
 		b.Queue(s.q.ackMany, owner, streams, versions, ids).Query(func(rows pgx.Rows) error {
-			acked, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			for _, st := range acked {
-				done[st] = true
-			}
+			// Each name read in place and found in streams: no string
+			// per row.
+			var st pgtype.DriverBytes
+			_, err := pgx.ForEachRow(rows, []any{&st}, func() error {
+				if k, ok := slices.BinarySearch(streams, string(st)); ok {
+					done[k] = true
+				}
+				return nil
+			})
 			return err
 		})
 	}
-	s.queueCatchUp(b, ackedStreams(acks, order))
+	s.queueCatchUp(b, streams)
 	var skipped, left bool
 	s.queueFold(b, &left)
 	if perStream > 0 {
@@ -127,8 +142,8 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 		return ackErrs, nil, nil, false, fmt.Errorf("claim streams for %s (with %d acks): %w", owner, len(order), err)
 	}
 	s.notes.skipped(skipped || left)
-	for _, i := range order {
-		if done[acks[i].Stream] {
+	for k, i := range order {
+		if done[k] {
 			continue
 		}
 		if len(order) == 1 {
@@ -142,13 +157,4 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 		again = again || ackErrs[i] == nil
 	}
 	return ackErrs, claims, events, again, nil
-}
-
-// ackedStreams returns the streams of acks at the indexes order.
-func ackedStreams(acks []event.Progress, order []int) []string {
-	out := make([]string, len(order))
-	for k, i := range order {
-		out[k] = acks[i].Stream
-	}
-	return out
 }

@@ -65,7 +65,7 @@ func checkClaimFetch(owner string, limit int, lease time.Duration, perStream int
 func (s *Store) scanClaimEvents(rows pgx.Rows, page int) ([]event.Claim, []event.Event, bool, error) {
 	defer rows.Close()
 	var claims []event.Claim
-	events := make([]event.Event, 0, s.fetchRoom(page))
+	var events []event.Event // made at the first event: a claim often returns none
 	skipped := false
 	seen := map[string]bool{}
 	// Value targets, not pointers: pgx fills a **T by reflection and a
@@ -107,6 +107,9 @@ func (s *Store) scanClaimEvents(rows pgx.Rows, page int) ([]event.Claim, []event
 		}
 		e := event.Event{ID: id.Int64, Stream: currentStream, Version: version.Int64, Name: name.String, Data: data, Created: created.t}
 		s.checkEvent(&e, meta)
+		if events == nil {
+			events = make([]event.Event, 0, s.fetchRoom(page))
+		}
 		events = append(events, e)
 	}
 	if err := rows.Err(); err != nil {

@@ -38,7 +38,16 @@ type Metrics struct {
 	publishDur  prometheus.Histogram
 	ackDur      prometheus.Histogram
 	unavailable *prometheus.GaugeVec
+
+	// The children of publishes by Status and of settled by how, taken
+	// once: a label look-up (hashing, a read lock) per event otherwise.
+	byStatus [forward.AlreadyStored + 1]prometheus.Counter
+	byHow    map[string]prometheus.Counter
 }
+
+// settledHows are the values of Settled's how (drain.Settled*).
+var settledHows = []string{drain.SettledAcked, drain.SettledRetried, drain.SettledBlocked,
+	drain.SettledReleased, drain.SettledLeaseLost, drain.SettledError}
 
 var (
 	_ drain.Observer   = (*Metrics)(nil)
@@ -104,6 +113,13 @@ func New(reg prometheus.Registerer, backlog BacklogFunc, log *slog.Logger) (*Met
 		Help: "1 while JetStream refuses this process's writes for the reason (storage: lack of storage, from the first refusal until a write is stored again), else 0. The drain waits meanwhile: no retry counted, no stream blocked.",
 	}, []string{"reason"})
 	m.unavailable.WithLabelValues("storage").Set(0)
+	for st := range m.byStatus {
+		m.byStatus[st] = m.publishes.WithLabelValues(forward.Status(st).String())
+	}
+	m.byHow = make(map[string]prometheus.Counter, len(settledHows))
+	for _, how := range settledHows {
+		m.byHow[how] = m.settled.WithLabelValues(how)
+	}
 	bc := &backlogCollector{
 		read: backlog,
 		log:  log,
@@ -135,7 +151,11 @@ func (m *Metrics) Claimed(streams int, took time.Duration, err error) {
 
 // Settled implements drain.Observer.
 func (m *Metrics) Settled(_, how string, forwarded int, took time.Duration) {
-	m.settled.WithLabelValues(how).Inc()
+	if c, ok := m.byHow[how]; ok {
+		c.Inc()
+	} else {
+		m.settled.WithLabelValues(how).Inc()
+	}
 	m.forwarded.Add(float64(forwarded))
 	if how == drain.SettledAcked {
 		m.ackDur.Observe(took.Seconds())
@@ -154,7 +174,11 @@ func (m *Metrics) BusUnavailable(reason string, on bool) {
 // Published implements forward.Observer.
 func (m *Metrics) Published(o forward.Outcome, took time.Duration) {
 	m.publishDur.Observe(took.Seconds())
-	m.publishes.WithLabelValues(o.Status.String()).Inc()
+	if o.Status >= 0 && int(o.Status) < len(m.byStatus) {
+		m.byStatus[o.Status].Inc()
+	} else {
+		m.publishes.WithLabelValues(o.Status.String()).Inc()
+	}
 	switch o.Status {
 	case forward.Duplicate:
 		m.duplicates.Inc()

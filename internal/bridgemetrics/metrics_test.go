@@ -77,6 +77,33 @@ jsbridge_bridge_claim_errors_total 1
 	}, counts)
 }
 
+func TestPublishAndSettleOutcomesReadZeroFromStartUp(t *testing.T) {
+	t.Parallel()
+	m, reg, _ := setup(t)
+	require.Equal(t, 4, testutil.CollectAndCount(reg, "jsbridge_bridge_publishes_total"))
+	require.Equal(t, 6, testutil.CollectAndCount(reg, "jsbridge_bridge_streams_settled_total"))
+	m.Published(forward.Outcome{Status: forward.AlreadyStored}, time.Millisecond)
+	m.Settled("order-1", drain.SettledLeaseLost, 0, time.Millisecond)
+	m.Settled("order-1", "not-a-how", 0, time.Millisecond)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP jsbridge_bridge_publishes_total Publish attempts by status: stored, duplicate or failed.
+# TYPE jsbridge_bridge_publishes_total counter
+jsbridge_bridge_publishes_total{status="already_stored"} 1
+jsbridge_bridge_publishes_total{status="duplicate"} 0
+jsbridge_bridge_publishes_total{status="failed"} 0
+jsbridge_bridge_publishes_total{status="stored"} 0
+# HELP jsbridge_bridge_streams_settled_total Claimed streams settled, by how: acked, retried, blocked, released, lease_lost, error.
+# TYPE jsbridge_bridge_streams_settled_total counter
+jsbridge_bridge_streams_settled_total{how="acked"} 0
+jsbridge_bridge_streams_settled_total{how="blocked"} 0
+jsbridge_bridge_streams_settled_total{how="error"} 0
+jsbridge_bridge_streams_settled_total{how="lease_lost"} 1
+jsbridge_bridge_streams_settled_total{how="not-a-how"} 1
+jsbridge_bridge_streams_settled_total{how="released"} 0
+jsbridge_bridge_streams_settled_total{how="retried"} 0
+`), "jsbridge_bridge_publishes_total", "jsbridge_bridge_streams_settled_total"))
+}
+
 func TestBacklogGaugesComeFromPostgres(t *testing.T) {
 	t.Parallel()
 	_, reg, st := setup(t)
