@@ -131,7 +131,7 @@ func (f *Forwarder) settleAhead(ctx context.Context, a ahead, deadline time.Time
 			f.log.Debug("event stored", "stream", sb.stream, "event_id", sb.evs[0].ID, "sequence", res.Sequence)
 		}
 		endSpan(sb.span, o)
-		f.cfg.Observer.Published(o, time.Since(sb.sent))
+		f.cfg.Observer.Published(o, sb.took())
 		if o.Status == Failed {
 			f.forget(sb.stream)
 			return drain.Result{Err: o.Err}, false
@@ -150,7 +150,7 @@ func (f *Forwarder) settleAhead(ctx context.Context, a ahead, deadline time.Time
 			}
 			return drain.Result{}, true
 		}
-		took := time.Since(sb.sent)
+		took := sb.took()
 		for k := range res.Done {
 			o := Outcome{Status: Stored}
 			if k == res.Done-1 {

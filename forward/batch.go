@@ -79,6 +79,7 @@ type batchWait struct {
 	failSeq      int
 	failErr      *jetstream.APIError
 	noResponders bool
+	answered     time.Time // when done was closed
 }
 
 // batcher sends fast batches over one connection and routes the answers,
@@ -131,6 +132,7 @@ func (b *batcher) onReply(m *nats.Msg) {
 	}
 	finish := func() {
 		delete(b.waiting, id)
+		w.answered = time.Now()
 		close(w.done)
 	}
 	if len(m.Data) == 0 {
@@ -311,6 +313,18 @@ func (sb *sentBatch) await(ctx context.Context, deadline time.Time) (res batchRe
 		}
 	}
 	return sb.result()
+}
+
+// took is how long the batch's answer took from its send: until it came
+// (not until await read it: the answers of a cycle's streams sent ahead
+// are read one after the other), or until now when none came.
+func (sb *sentBatch) took() time.Duration {
+	select {
+	case <-sb.w.done:
+		return sb.w.answered.Sub(sb.sent)
+	default:
+		return time.Since(sb.sent)
+	}
 }
 
 // timedOut is the result of a batch whose PubAck did not come within
