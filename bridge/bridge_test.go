@@ -194,6 +194,7 @@ func TestDrainsAppendedEventsIntoJetStream(t *testing.T) {
 	require.NoError(t, err)
 	require.Error(t, b.Ready(ctx), "no JetStream stream before Start")
 	require.NoError(t, b.Start(ctx))
+	t.Cleanup(func() { _ = b.Stop(context.Background()) }) // a failure before its Stop below
 	require.ErrorIs(t, b.Start(ctx), bridge.ErrAlreadyStarted)
 	require.NoError(t, b.Ready(ctx))
 
@@ -235,6 +236,7 @@ func TestStopDuringBusyDrainLosesAndDuplicatesNothing(t *testing.T) {
 	first, err := bridge.New(bb.pool, bb.js, cfg)
 	require.NoError(t, err)
 	require.NoError(t, first.Start(ctx))
+	t.Cleanup(func() { _ = first.Stop(context.Background()) }) // a failure before its Stop below
 	require.Eventually(t, func() bool { return jsCount(t, bb.js, bridge.DefaultStream) >= 200 }, 30*time.Second, 5*time.Millisecond)
 	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

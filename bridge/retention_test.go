@@ -81,6 +81,7 @@ func testAgedOut(t *testing.T, c retentionCase) {
 	first, err := bridge.New(bb.pool, bb.js, cfg)
 	require.NoError(t, err)
 	require.NoError(t, first.Start(ctx))
+	t.Cleanup(func() { _ = first.Stop(context.Background()) }) // a failure before its Stop below
 	for v := range 3 {
 		_, err := bb.store.Append(ctx, "order-1", int64(v-1), store.NewEvent{Name: "Updated", Data: fmt.Appendf(nil, `{"n":%d,"pad":"%s"}`, v, strings.Repeat("y", 300))})
 		require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -74,8 +75,17 @@ func lookupDatabaseURL(env, root string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// poolCloseWait bounds how long Pool's cleanup waits for the pool to
+// close: pgxpool's Close waits for every acquired connection to come
+// back, and a bridge or consumer the test left running holds one (its
+// LISTEN connection) until it is stopped.
+const poolCloseWait = 30 * time.Second
+
 // Pool returns a pool of at most 8 connections to the test database,
-// closed at the test's cleanup.
+// closed at the test's cleanup. A close still waiting after 30 s (a
+// connection still acquired: a part the test started and did not stop,
+// usually because the test failed before its Stop) fails the test
+// saying so instead of hanging it, and leaves the pool to the process.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(DatabaseURL(t))
@@ -87,7 +97,20 @@ func Pool(t testing.TB) *pgxpool.Pool {
 	if err != nil {
 		t.Fatalf("jsbridgetest: connect to Postgres: %v", err)
 	}
-	t.Cleanup(pool.Close)
+	t.Cleanup(func() {
+		closed := make(chan struct{})
+		go func() {
+			pool.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(poolCloseWait):
+			t.Errorf("jsbridgetest: the test pool did not close within %s: %d connection(s) still acquired; "+
+				"stop every bridge and consumer the test started (t.Cleanup right after Start) before the pool closes",
+				poolCloseWait, pool.Stat().AcquiredConns())
+		}
+	})
 	return pool
 }
 
