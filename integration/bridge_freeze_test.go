@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,20 +56,36 @@ func (s *retrySampler) run(ctx context.Context, t *testing.T, pool *pgxpool.Pool
 }
 
 // failureCounter counts the batches a handler failed, and those that
-// failed because the bus was unavailable.
+// failed because the bus was unavailable, and keeps the first few other
+// failures for the test's log.
 type failureCounter struct {
 	failed, unavailable atomic.Int64
+	mu                  sync.Mutex
+	other               []string // "stream: error" of failures not unavailable, at most 5
+}
+
+// others returns the failures kept that were not unavailable.
+func (c *failureCounter) others() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.other)
 }
 
 func (c *failureCounter) wrap(h drain.Handler) drain.Handler {
 	return drain.HandlerFunc(func(ctx context.Context, batches []drain.Batch) []drain.Result {
 		res := h.Handle(ctx, batches)
-		for _, r := range res {
+		for i, r := range res {
 			if r.Err != nil {
 				c.failed.Add(1)
 				if drain.IsUnavailable(r.Err) {
 					c.unavailable.Add(1)
+					continue
 				}
+				c.mu.Lock()
+				if len(c.other) < 5 {
+					c.other = append(c.other, fmt.Sprintf("%s: %v", batches[min(i, len(batches)-1)].Stream, r.Err))
+				}
+				c.mu.Unlock()
 			}
 		}
 		return res
@@ -191,6 +208,9 @@ func frozenPastTheLease(t *testing.T, lease, publishTimeout time.Duration) {
 		if si.Blocked {
 			blocked = append(blocked, si.Stream)
 		}
+	}
+	for _, o := range failures.others() {
+		t.Logf("a failure not counted as an outage: %s", o)
 	}
 	t.Logf("at the end: %d streams with retry > 0, %d blocked", len(retried), len(blocked))
 	if len(retried) > 0 {
