@@ -18,8 +18,8 @@ import (
 	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/mark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/migrate/mark"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
