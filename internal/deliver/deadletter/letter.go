@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Letter is a delivery deliver gave up on: a permanent failure, the
+// Letter is a delivery the engine gave up on: a permanent failure, the
 // last attempt failing, or a message it cannot turn into a webhook.
 type Letter struct {
 	// Subscription is the subscription's name.
