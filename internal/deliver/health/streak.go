@@ -122,17 +122,7 @@ func (s *sharedStreaks) record(kv jetstream.KeyValue, name string, since time.Ti
 // end forgets name's streak and deletes its key from kv when one is
 // known, in the background.
 func (s *sharedStreaks) end(kv jetstream.KeyValue, name string) {
-	if !s.any() {
-		return
-	}
-	s.mu.Lock()
-	_, known := s.since[name]
-	known = known || s.written[name]
-	delete(s.since, name)
-	delete(s.written, name)
-	s.count()
-	s.mu.Unlock()
-	if !known || kv == nil {
+	if !s.any() || !s.forget(name) || kv == nil {
 		return
 	}
 	s.wg.Go(func() {
@@ -149,13 +139,17 @@ func (s *sharedStreaks) wait() {
 	}
 }
 
-// forget drops what s knows of name's streak, without I/O.
-func (s *sharedStreaks) forget(name string) {
+// forget drops what s knows of name's streak, without I/O, and reports
+// whether it knew one.
+func (s *sharedStreaks) forget(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	_, known := s.since[name]
+	known = known || s.written[name]
 	delete(s.since, name)
 	delete(s.written, name)
 	s.count()
+	return known
 }
 
 // Forget ends the failure streak of subscription name, deleted from the
