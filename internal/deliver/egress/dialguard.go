@@ -122,15 +122,3 @@ func defaultTransport() *http.Transport {
 		ExpectContinueTimeout: time.Second,
 	}
 }
-
-// guarded returns a copy of t whose connections refuse forbidden addresses
-// and which uses no proxy.
-func guarded(t *http.Transport) *http.Transport {
-	g := t.Clone()
-	g.Proxy = nil
-	g.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: checkDialAddress}).DialContext
-	g.DialTLSContext = nil
-	g.Dial = nil //nolint:staticcheck // cleared so DialContext is used
-	g.DialTLS = nil
-	return g
-}
