@@ -237,20 +237,14 @@ func (l *Log) Started() <-chan struct{} { return l.life.Started() }
 
 // run writes queued records until ctx ends, then what is still queued.
 //
-// Records are published asynchronously, and a run of them shares one
-// PubAck: a record asks for one (is published with a reply subject) when
-// no other record came within lingerFor (5 ms) after it, or when
-// ackEvery records went without one; the others are published without a
-// reply subject (JetStream stores them and answers nothing). One
-// connection's messages reach the stream in order, so the PubAck of a
-// run's last record comes after the others were stored. At full speed
-// that is one PubAck in ackEvery records instead of one each (the PubAck,
-// its reply subject, timer and JSON were about 4 % of the consumer's CPU
-// and 5 % of the server's in the consumer row); records more than 5 ms
-// apart each get their own. A refusal or a missing PubAck (pubAckWait
-// after its own publish) drops the run it stood for, which is counted
-// whole: what refuses a record (no stream, a full store, no leader)
-// refuses the records just before it too.
+// A run of records shares one PubAck (one PubAck each was about 4 % of
+// the consumer's CPU): a record asks for one when no other came within
+// lingerFor after it, or when ackEvery records went without one; the
+// others are published without a reply subject. One connection's
+// messages reach the stream in order, so the run's last PubAck comes
+// after the others were stored. A refusal or a missing PubAck drops the
+// run, counted whole: what refuses a record (no stream, a full store, no
+// leader) refuses the records just before it too.
 func (l *Log) run(ctx context.Context) {
 	runs := &pendingRuns{n: map[*nats.Msg]int{}}
 	// A JetStream context of its own: nats.go then times each PubAck out

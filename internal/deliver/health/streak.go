@@ -15,24 +15,16 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// Failure streaks in the health bucket. The sustained-failure rule
-// (Config.DisableAfter across DisableMinFailures attempts) has a
-// long part, the time without a success (24 h by default), and a short
-// one, the failed attempts (10). Counted in memory only, a restart (a
-// deploy) started the 24 h over, so an endpoint of a deployment restarted
-// daily was never disabled; and a replica that took over the probing of
-// an open breaker started from its own first failure. So the time is
-// shared: a replica whose own streak reached DisableMinFailures writes
-// the key wire.StreakKey(subscription) with the streak's start (KV
-// Create: the first writer's start stands), every replica reads the keys
-// through its health watch and measures DisableAfter from the earlier of
-// its own start and the shared one, and the next 2xx on any replica
-// deletes the key, which ends every replica's streak. The failed
-// attempts stay counted per replica, in memory: a restarted replica needs
-// DisableMinFailures failures of its own again (minutes of probes),
-// not the 24 h. Writing only after DisableMinFailures keeps a flapping
-// endpoint (a success every few failures) from writing at all; a dead one
-// costs one write per streak and one delete at its end.
+// Failure streaks in the health bucket. The time without a success
+// (Config.DisableAfter, 24 h) is shared, so that a restart or another
+// replica taking over the probes does not start it over: a replica whose
+// own streak reached DisableMinFailures writes wire.StreakKey with the
+// streak's start (KV Create: the first start stands), every replica
+// measures DisableAfter from the earlier of its own start and the shared
+// one, and the next 2xx on any replica deletes the key, ending every
+// streak. The failed attempts stay counted per replica, in memory.
+// Writing only after DisableMinFailures keeps a flapping endpoint from
+// writing at all; a dead one costs one write and one delete a streak.
 
 // streakRecord is the value of a streak key.
 type streakRecord struct {
