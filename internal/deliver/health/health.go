@@ -186,7 +186,7 @@ func New(cfg Config, d Deps, names []string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := DisabledGauge(d.Registerer)
+	g, err := disabledGauge(d.Registerer)
 	if err != nil {
 		return nil, err
 	}
@@ -197,10 +197,10 @@ func New(cfg Config, d Deps, names []string) (*State, error) {
 		disabled: map[string]DisabledRecord{}, streaks: map[string]*failStreak{}, shared: newSharedStreaks(), changed: make(chan struct{})}, nil
 }
 
-// DisabledGauge returns the gauge jsbridge_consumer_endpoint_disabled
+// disabledGauge returns the gauge jsbridge_consumer_endpoint_disabled
 // {subscription} (1 while disabled, else 0), registered on reg (nil: not
 // registered; one registered before on reg is returned instead).
-func DisabledGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
+func disabledGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "jsbridge_consumer_endpoint_disabled",
 		Help: "1 while a subscription is disabled (410 Gone, sustained failure or an operator), else 0, by subscription.",

@@ -145,9 +145,9 @@ func (s *sharedStreaks) forget(name string) bool {
 }
 
 // Forget ends the failure streak of subscription name, deleted from the
-// subscriptions: here, and in the health bucket (ForgetStreak), so one
-// added again under the name starts without it (docs/wire.md). Errors:
-// the bucket's, but a missing bucket or key; a nil h does nothing.
+// subscriptions: here, and its key in the health bucket, so one added
+// again under the name starts without it (docs/wire.md). Errors: the
+// bucket's, but a missing bucket or key; a nil h does nothing.
 func (h *State) Forget(ctx context.Context, name string) error {
 	if h == nil {
 		return nil
@@ -159,14 +159,7 @@ func (h *State) Forget(ctx context.Context, name string) error {
 	}
 	h.shared.forget(name)
 	h.mu.Unlock()
-	return ForgetStreak(ctx, h.js, name)
-}
-
-// ForgetStreak deletes the streak key of subscription name (a removed
-// subscription: one added again under the name starts without). A
-// missing health bucket or key is no error.
-func ForgetStreak(ctx context.Context, js jetstream.JetStream, name string) error {
-	kv, err := js.KeyValue(ctx, wire.DefaultHealthBucket)
+	kv, err := h.js.KeyValue(ctx, wire.DefaultHealthBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
 	}
