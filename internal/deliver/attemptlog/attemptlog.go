@@ -31,7 +31,7 @@ type Attempt struct {
 	Subscription string `json:"subscription"`
 	// EventID is the event id (Nats-Msg-Id).
 	EventID string `json:"event_id"`
-	// Attempt is the attempt number, 1-based (JetStream NumDelivered).
+	// Attempt is the attempt number, 1-based.
 	Attempt int `json:"attempt"`
 	// At is when the request was sent (when the attempt began if none was).
 	At time.Time `json:"at"`
@@ -42,8 +42,8 @@ type Attempt struct {
 	Status int `json:"status"`
 	// StatusClass is 2xx..5xx, timeout, network, tls, forbidden or none.
 	StatusClass string `json:"status_class"`
-	// Outcome is ack, retry, term, exhausted or breaker_open (the labels of
-	// jsbridge_consumer_deliveries_total).
+	// Outcome is the attempt's label of jsbridge_consumer_deliveries_total
+	// (attempt.Outcome*: ack, retry, term, exhausted, breaker_open, ...).
 	Outcome string `json:"outcome"`
 	// Latency is the time from handing the request to the circuit breaker
 	// to the response or error; 0 when nothing was sent. In JSON,

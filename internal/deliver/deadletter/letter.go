@@ -19,7 +19,7 @@ type Letter struct {
 	Endpoint string
 	// EventID is the event id (Nats-Msg-Id); empty when the message has none.
 	EventID string
-	// Attempt is the attempt that failed (1-based, JetStream NumDelivered).
+	// Attempt is the attempt that failed, 1-based.
 	Attempt int
 	// Status is the last HTTP status, 0 when there was no response.
 	Status int
