@@ -21,6 +21,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // ErrConflict is wrapped by Create when the subscription exists already and
@@ -70,7 +71,7 @@ type Entry struct {
 
 // Open returns the store of cfg's bucket, creating the bucket when missing.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
-	cfg.Bucket = cmp.Or(cfg.Bucket, defaultBucket)
+	cfg.Bucket = cmp.Or(cfg.Bucket, wire.DefaultSubscriptionsBucket)
 	cfg.Archetype = base.Default(cfg.Archetype)
 	kv, err := jsapi.KeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: cfg.Bucket, Description: "jsbridge webhook subscriptions managed at runtime (consumer subscriptions)",
