@@ -5,9 +5,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/cleanup"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
+	"github.com/jsbridge/jsbridge/internal/migrate"
+	"github.com/jsbridge/jsbridge/internal/migrate/cleanup"
+	"github.com/jsbridge/jsbridge/internal/migrate/legacy"
 )
 
 // The move from the per-subscription durables to the shared engine's

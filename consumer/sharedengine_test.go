@@ -18,8 +18,9 @@ import (
 	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/mark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/migrate/mark"
+	"github.com/jsbridge/jsbridge/internal/promreg/promregtest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -133,59 +134,17 @@ func TestSharedEngineDeliversOrderedAndUnordered(t *testing.T) {
 	require.Empty(t, rc.inOrder("/ordered"), "the ordered subscription's streams in version order")
 	require.Zero(t, rc.bad, "requests whose signature did not verify")
 
-	require.Equal(t, 4.0, gauge(t, reg, "jsbridge_consumer_shared_partitions_owned"), "one replica owns every partition")
+	require.Equal(t, 4.0, promregtest.Value(t, reg, "jsbridge_consumer_shared_partitions_owned"), "one replica owns every partition")
 	// Counted once the POST returned, after the receiver recorded it.
 	require.Eventually(t, func() bool {
-		return counter(t, reg, "jsbridge_consumer_deliveries_total", "subscription", "ordered", "outcome", "ack") == n
+		return promregtest.Value(t, reg, "jsbridge_consumer_deliveries_total", "subscription", "ordered", "outcome", "ack") == n
 	}, 5*time.Second, 10*time.Millisecond, "every ordered delivery counted")
-	require.Equal(t, 4.0, counter(t, reg, "jsbridge_consumer_shared_handovers_total", "direction", "gained", "cause", "claimed"))
-	require.Positive(t, counter(t, reg, "jsbridge_consumer_position_commits_total", "key", "record", "result", "ok"))
+	require.Equal(t, 4.0, promregtest.Value(t, reg, "jsbridge_consumer_shared_handovers_total", "direction", "gained", "cause", "claimed"))
+	require.Positive(t, promregtest.Value(t, reg, "jsbridge_consumer_position_commits_total", "key", "record", "result", "ok"))
 
 	require.NoError(t, c.Stop(b.ctx))
-	require.Equal(t, 4.0, counter(t, reg, "jsbridge_consumer_shared_handovers_total", "direction", "released", "cause", "stopping"),
+	require.Equal(t, 4.0, promregtest.Value(t, reg, "jsbridge_consumer_shared_handovers_total", "direction", "released", "cause", "stopping"),
 		"a graceful stop releases every partition")
-}
-
-// gauge returns the value of gauge name's one series on reg.
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			require.Len(t, mf.GetMetric(), 1, name)
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("%s is not registered", name)
-	return 0
-}
-
-// counter returns the value of the series of metric name with labels
-// (pairs of name and value), 0 when there is none.
-func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 // The shared engine refuses at once, naming the fix, an events stream

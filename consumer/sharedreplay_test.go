@@ -16,6 +16,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/consumer"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared"
+	"github.com/jsbridge/jsbridge/internal/promreg/promregtest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -171,8 +172,8 @@ func TestSharedEngineReplayParkedHead(t *testing.T) {
 	n, err := c.DeadLetters().Count(b.ctx, "")
 	require.NoError(t, err)
 	require.Zero(t, n, "both letters removed")
-	require.Equal(t, 1.0, counter(t, reg, "jsbridge_consumer_dead_letters_replayed_total", "subscription", "ordered"))
-	require.Equal(t, 1.0, counter(t, reg, "jsbridge_consumer_dead_letters_replayed_total", "subscription", "unordered"))
+	require.Equal(t, 1.0, promregtest.Value(t, reg, "jsbridge_consumer_dead_letters_replayed_total", "subscription", "ordered"))
+	require.Equal(t, 1.0, promregtest.Value(t, reg, "jsbridge_consumer_dead_letters_replayed_total", "subscription", "unordered"))
 }
 
 // Under the shared engine, `dlq skip` of a parked stream's head POSTs

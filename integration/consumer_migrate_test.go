@@ -23,8 +23,8 @@ import (
 
 	"github.com/jsbridge/jsbridge/event"
 	"github.com/jsbridge/jsbridge/forward"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/migratetest"
+	"github.com/jsbridge/jsbridge/internal/migrate/legacy"
+	"github.com/jsbridge/jsbridge/internal/migrate/migratetest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )

@@ -15,7 +15,7 @@
 //     letters' Jsbridge-Dlq-* headers, and Idempotency-Key (= event id);
 //   - ordered delivery's names (ordered.go): the partition function, the
 //     partitioned copy's name (the rest of the old engine's layout is
-//     package internal/deliver/migrate/legacy's), the lease and park
+//     package internal/migrate/legacy's), the lease and park
 //     buckets' keys, the Jsbridge-Replica, Jsbridge-Partition and
 //     Jsbridge-Lease-Epoch webhook headers, and the order gate's
 //     Jsbridge-Order answers.

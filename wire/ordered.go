@@ -11,7 +11,7 @@ import (
 // owned by one replica at a time through a lease. The names of the
 // partitioned copy of the events stream that the durables engine read
 // (gone at stage 8 of docs/design/next-engine.md) are package
-// internal/deliver/migrate/legacy's, but for OrderedStream, which a
+// internal/migrate/legacy's, but for OrderedStream, which a
 // deployment not yet moved still has.
 const (
 	// DefaultLeaseBucket is the JetStream key-value bucket holding the

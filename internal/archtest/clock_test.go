@@ -21,10 +21,11 @@ var wallClock = map[string]bool{
 }
 
 // clockRooms are the directories, from the module's root, whose non-test
-// files may not use wallClock: the engine and the consumer that makes
-// its archetype. Test kits (a directory whose name ends in "test", such
-// as migrate/migratetest) poll real servers and are not the engine.
-var clockRooms = []string{"internal/deliver", "consumer"}
+// files may not use wallClock: the engine, the migration beside it and
+// the consumer that makes its archetype. Test kits (a directory whose
+// name ends in "test", such as migrate/migratetest) poll real servers and
+// are not the engine.
+var clockRooms = []string{"internal/deliver", "internal/migrate", "consumer"}
 
 // wallClockUses returns "file:line: time.Name" for every use of
 // wallClock (called or passed as a value) in the non-test Go files under

@@ -8,9 +8,10 @@
 // and only consumer, integration and bench import the consumer's engine
 // (internal/deliver and its rooms), checked over every package's direct
 // imports, tests included, so cmd/consumer reaches the engine through
-// consumer alone. The engine's rooms (the packages under
+// consumer alone (and consumer migrate's rooms, internal/migrate, beside
+// it: the engine never imports them). The engine's rooms (the packages under
 // internal/deliver/) sit below its root: none imports internal/deliver
-// itself; and they form layers (engineLayers: shared and migrate on top,
+// itself; and they form layers (engineLayers: shared on top,
 // then inspect, attempt, fanout, the rooms that know no other, then
 // subscription and egress), a room importing only rooms below it. A new
 // import that breaks a rule fails `go test

@@ -30,9 +30,9 @@ var sharedFloors = [][]string{
 // the old layout (cleanup), and all of them under the plan and its
 // application (migrate).
 var migrateFloors = [][]string{
-	{"internal/deliver/migrate/legacy", "internal/deliver/migrate/mark"},
-	{"internal/deliver/migrate/cleanup"},
-	{"internal/deliver/migrate"},
+	{"internal/migrate/legacy", "internal/migrate/mark"},
+	{"internal/migrate/cleanup"},
+	{"internal/migrate"},
 }
 
 // checkFloors checks floors against g: no room imports (directly or
@@ -59,10 +59,24 @@ func checkFloors(t *testing.T, g graph, floors [][]string) {
 }
 
 // TestMigrateRoomsImportDownward checks migrateFloors against the
-// module's package graph.
+// module's package graph, and that the engine never imports the
+// migration beside it.
 func TestMigrateRoomsImportDownward(t *testing.T) {
 	t.Parallel()
-	checkFloors(t, loadGraph(t), migrateFloors)
+	g := loadGraph(t)
+	checkFloors(t, g, migrateFloors)
+	migrate := module + "/internal/migrate"
+	for path := range g {
+		if path != consumerEngine && !strings.HasPrefix(path, consumerEngine+"/") {
+			continue
+		}
+		for dep, chain := range g.paths(path) {
+			if dep == migrate || strings.HasPrefix(dep, migrate+"/") {
+				t.Errorf("%s imports %s: the engine never imports consumer migrate's rooms\n\timport chain: %s",
+					strings.TrimPrefix(path, module+"/"), strings.TrimPrefix(dep, module+"/"), strings.Join(chain, " → "))
+			}
+		}
+	}
 }
 
 // TestSharedEngineRoomsImportDownward checks sharedFloors against the

@@ -5,10 +5,12 @@
 package attemptlog
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,7 +31,7 @@ type Attempt struct {
 	Subscription string `json:"subscription"`
 	// EventID is the event id (Nats-Msg-Id).
 	EventID string `json:"event_id"`
-	// Attempt is the attempt number, 1-based (JetStream NumDelivered).
+	// Attempt is the attempt number, 1-based.
 	Attempt int `json:"attempt"`
 	// At is when the request was sent (when the attempt began if none was).
 	At time.Time `json:"at"`
@@ -40,8 +42,8 @@ type Attempt struct {
 	Status int `json:"status"`
 	// StatusClass is 2xx..5xx, timeout, network, tls, forbidden or none.
 	StatusClass string `json:"status_class"`
-	// Outcome is ack, retry, term, exhausted or breaker_open (the labels of
-	// jsbridge_consumer_deliveries_total).
+	// Outcome is the attempt's label of jsbridge_consumer_deliveries_total
+	// (attempt.Outcome*: ack, retry, term, exhausted, breaker_open, ...).
 	Outcome string `json:"outcome"`
 	// Latency is the time from handing the request to the circuit breaker
 	// to the response or error; 0 when nothing was sent. In JSON,
@@ -86,7 +88,7 @@ const (
 // the existing attempts stream does not hold <prefix>.>.
 var ErrSubjects = errors.New("attempts stream does not hold the attempts subjects")
 
-// Config configures an Log.
+// Config configures a Log.
 type Config struct {
 	// Stream is the JetStream stream. Default "JSBRIDGE_ATTEMPTS".
 	Stream string
@@ -131,27 +133,15 @@ type Log struct {
 	life lifecycle.Service
 }
 
-// New returns an Log writing through js. It fails when a
+// New returns a Log writing through js. It fails when a
 // value of cfg is negative or the metric cannot be registered.
 func New(js jetstream.JetStream, cfg Config) (*Log, error) {
-	if cfg.Stream == "" {
-		cfg.Stream = wire.DefaultAttemptsStream
-	}
-	if cfg.SubjectPrefix == "" {
-		cfg.SubjectPrefix = wire.DefaultAttemptsPrefix
-	}
-	if cfg.MaxAge == 0 {
-		cfg.MaxAge = DefaultMaxAge
-	}
-	if cfg.MaxBytes == 0 {
-		cfg.MaxBytes = DefaultMaxBytes
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
-	if cfg.Buffer == 0 {
-		cfg.Buffer = DefaultBuffer
-	}
+	cfg.Stream = cmp.Or(cfg.Stream, wire.DefaultAttemptsStream)
+	cfg.SubjectPrefix = cmp.Or(cfg.SubjectPrefix, wire.DefaultAttemptsPrefix)
+	cfg.MaxAge = cmp.Or(cfg.MaxAge, DefaultMaxAge)
+	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, DefaultMaxBytes)
+	cfg.Replicas = cmp.Or(cfg.Replicas, 1)
+	cfg.Buffer = cmp.Or(cfg.Buffer, DefaultBuffer)
 	cfg.Archetype = base.Default(cfg.Archetype)
 	switch {
 	case cfg.MaxAge < 0:
@@ -190,12 +180,11 @@ func (l *Log) Stream() string { return l.cfg.Stream }
 func (l *Log) Provision(ctx context.Context) error {
 	s, err := l.js.Stream(ctx, l.cfg.Stream)
 	if err == nil {
-		for _, subj := range s.CachedInfo().Config.Subjects {
-			if subj == ">" || subj == wire.All(l.cfg.SubjectPrefix) {
-				return nil
-			}
+		subjects := s.CachedInfo().Config.Subjects
+		if slices.Contains(subjects, ">") || slices.Contains(subjects, wire.All(l.cfg.SubjectPrefix)) {
+			return nil
 		}
-		return fmt.Errorf("deliver: %w: JetStream stream %q has subjects %q, not %q", ErrSubjects, l.cfg.Stream, s.CachedInfo().Config.Subjects, wire.All(l.cfg.SubjectPrefix))
+		return fmt.Errorf("deliver: %w: JetStream stream %q has subjects %q, not %q", ErrSubjects, l.cfg.Stream, subjects, wire.All(l.cfg.SubjectPrefix))
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("deliver: attempts stream %q: %w", l.cfg.Stream, err)
@@ -248,20 +237,14 @@ func (l *Log) Started() <-chan struct{} { return l.life.Started() }
 
 // run writes queued records until ctx ends, then what is still queued.
 //
-// Records are published asynchronously, and a run of them shares one
-// PubAck: a record asks for one (is published with a reply subject) when
-// no other record came within lingerFor (5 ms) after it, or when
-// ackEvery records went without one; the others are published without a
-// reply subject (JetStream stores them and answers nothing). One
-// connection's messages reach the stream in order, so the PubAck of a
-// run's last record comes after the others were stored. At full speed
-// that is one PubAck in ackEvery records instead of one each (the PubAck,
-// its reply subject, timer and JSON were about 4 % of the consumer's CPU
-// and 5 % of the server's in the consumer row); records more than 5 ms
-// apart each get their own. A refusal or a missing PubAck (pubAckWait
-// after its own publish) drops the run it stood for, which is counted
-// whole: what refuses a record (no stream, a full store, no leader)
-// refuses the records just before it too.
+// A run of records shares one PubAck (one PubAck each was about 4 % of
+// the consumer's CPU): a record asks for one when no other came within
+// lingerFor after it, or when ackEvery records went without one; the
+// others are published without a reply subject. One connection's
+// messages reach the stream in order, so the run's last PubAck comes
+// after the others were stored. A refusal or a missing PubAck drops the
+// run, counted whole: what refuses a record (no stream, a full store, no
+// leader) refuses the records just before it too.
 func (l *Log) run(ctx context.Context) {
 	runs := &pendingRuns{n: map[*nats.Msg]int{}}
 	// A JetStream context of its own: nats.go then times each PubAck out
@@ -270,12 +253,12 @@ func (l *Log) run(ctx context.Context) {
 	// ~1 % of the consumer's CPU at full speed). Publishing does not use
 	// the API prefix or domain of l.js, so none is needed here.
 	pub, err := jetstream.New(l.js.Conn(),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) { l.failRun(runs.done(m), err) }),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) { l.fail(runs.done(m), err) }),
 		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, _ *jetstream.PubAck) { runs.done(m) }),
 		jetstream.WithPublishAsyncTimeout(pubAckWait),
 		jetstream.WithPublishAsyncMaxPending(attemptsPending))
 	if err != nil {
-		l.fail(err)
+		l.fail(1, err)
 		<-ctx.Done()
 		return
 	}
@@ -286,14 +269,14 @@ func (l *Log) run(ctx context.Context) {
 		if !ok {
 			var err error
 			if data, err = json.Marshal(a); err != nil {
-				l.fail(err)
+				l.fail(1, err)
 				return
 			}
 		}
 		msg := &nats.Msg{Subject: wire.AttemptSubject(l.cfg.SubjectPrefix, a.Subscription, a.EventID), Data: data}
 		if !last && unacked+1 < ackEvery {
 			if err := nc.PublishMsg(msg); err != nil {
-				l.fail(err)
+				l.fail(1, err)
 				return
 			}
 			unacked++
@@ -304,7 +287,7 @@ func (l *Log) run(ctx context.Context) {
 		// With attemptsPending PubAcks outstanding, wait for room as long
 		// as a PubAck may take (the queue fills meanwhile, and drops).
 		if _, err := pub.PublishMsgAsync(msg, jetstream.WithExpectStream(l.cfg.Stream), jetstream.WithStallWait(pubAckWait)); err != nil {
-			l.failRun(runs.done(msg), err)
+			l.fail(runs.done(msg), err)
 		}
 	}
 	defer func() {
@@ -400,15 +383,12 @@ func (p *pendingRuns) done(m *nats.Msg) int {
 // one after the other, which held shutdown for minutes).
 const pubAckWait = 5 * time.Second
 
-// fail counts a record JetStream did not store and warns, at most once a
-// minute. A store full for a while (JetStream refusing every write for
+// fail counts n records JetStream did not store and warns, at most once
+// a minute. A store full for a while (JetStream refusing every write for
 // lack of storage) thus drops records under reason "error" and says so
 // once a minute; deliveries go on, and records are written again once
 // space is freed.
-func (l *Log) fail(err error) { l.failRun(1, err) }
-
-// failRun is fail for n records.
-func (l *Log) failRun(n int, err error) {
+func (l *Log) fail(n int, err error) {
 	l.dropped.WithLabelValues("error").Add(float64(n))
 	l.warnMu.Lock()
 	defer l.warnMu.Unlock()

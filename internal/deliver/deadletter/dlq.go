@@ -1,21 +1,21 @@
 // Package deadletter is the consumer's dead letters: the JetStream
 // dead-letter stream (write, list, get, count, delete, purge), the
-// operator side of the park bucket (parked streams listed, unparked,
-// skipped), and the version chain's look-up, which steps over the
-// versions dead-lettered and not delivered since (Predecessor). It knows
-// nothing of deliveries beyond the Letter it is handed.
+// versions dead-lettered and not delivered since (RecordSkipped,
+// ForgetSkipped), and the version chain's look-up, which steps over them
+// (Predecessor). It knows nothing of deliveries beyond the Letter it is
+// handed.
 package deadletter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
@@ -79,25 +79,14 @@ type DLQ struct {
 	stream   string
 	prefix   string
 	replicas int
-	log      *slog.Logger
-	clock    clockwork.Clock
+	arch     *base.Archetype // the clock (a letter's time) and logger
 }
 
 // New returns a DLQ on js. It does not touch the server: call Provision
 // before the first DeadLetter.
 func New(js jetstream.JetStream, cfg Config) *DLQ {
-	if cfg.Stream == "" {
-		cfg.Stream = wire.DefaultDLQStream
-	}
-	if cfg.SubjectPrefix == "" {
-		cfg.SubjectPrefix = wire.DefaultDLQPrefix
-	}
-	if cfg.Replicas <= 0 {
-		cfg.Replicas = 1
-	}
-	cfg.Archetype = base.Default(cfg.Archetype)
-	return &DLQ{js: js, events: cfg.EventsStream, stream: cfg.Stream, prefix: cfg.SubjectPrefix, replicas: cfg.Replicas, log: cfg.Logger,
-		clock: cfg.Clock}
+	return &DLQ{js: js, events: cfg.EventsStream, stream: cmp.Or(cfg.Stream, wire.DefaultDLQStream),
+		prefix: cmp.Or(cfg.SubjectPrefix, wire.DefaultDLQPrefix), replicas: max(cfg.Replicas, 1), arch: base.Default(cfg.Archetype)}
 }
 
 // Stream returns the dead-letter stream's name.
@@ -117,7 +106,7 @@ func (q *DLQ) Provision(ctx context.Context) error {
 	if err == nil {
 		cfg := s.CachedInfo().Config
 		if cfg.Replicas != q.replicas {
-			q.log.Warn(fmt.Sprintf("JetStream stream %s has %d replica(s), not the %d asked for; it is left as it is: change it with: nats stream edit %s --replicas %d",
+			q.arch.Logger.Warn(fmt.Sprintf("JetStream stream %s has %d replica(s), not the %d asked for; it is left as it is: change it with: nats stream edit %s --replicas %d",
 				q.stream, cfg.Replicas, q.replicas, q.stream, q.replicas), "jetstream_stream", q.stream, "have", cfg.Replicas, "want", q.replicas)
 		}
 		return q.checkSubjects(cfg.Subjects)
@@ -177,11 +166,11 @@ func dupWindow(maxAge time.Duration) time.Duration {
 	return DefaultDuplicateWindow
 }
 
+// checkSubjects fails with ErrSubjects unless subjects hold the dead
+// letters' (<prefix>.> or >).
 func (q *DLQ) checkSubjects(subjects []string) error {
-	for _, s := range subjects {
-		if s == ">" || s == wire.All(q.prefix) {
-			return nil
-		}
+	if slices.Contains(subjects, ">") || slices.Contains(subjects, wire.All(q.prefix)) {
+		return nil
 	}
 	return fmt.Errorf("deadletter: %w: JetStream stream %q has subjects %q, not %q", ErrSubjects, q.stream, subjects, wire.All(q.prefix))
 }
@@ -217,15 +206,11 @@ func (q *DLQ) filter(subscription string) string {
 // another stream than the dead-letter stream stored it, it fails.
 func (q *DLQ) DeadLetter(ctx context.Context, dl Letter) error {
 	h := nats.Header{}
-	subject := ""
-	var data []byte
 	for k, vs := range dl.Event.Header {
 		if readerHeader(k) {
 			h[k] = append([]string(nil), vs...)
 		}
 	}
-	subject = dl.Event.Subject
-	data = dl.Event.Data
 	if dl.Event.Seq != 0 {
 		h.Set(wire.HeaderDLQStreamSeq, strconv.FormatUint(dl.Event.Seq, 10))
 		h.Set(wire.HeaderDLQPublishedAt, dl.Event.Time.UTC().Format(time.RFC3339Nano))
@@ -235,12 +220,12 @@ func (q *DLQ) DeadLetter(ctx context.Context, dl Letter) error {
 	}
 	at := dl.At
 	if at.IsZero() {
-		at = q.clock.Now()
+		at = q.arch.Clock.Now()
 	}
 	h.Set(wire.HeaderDLQSubscription, dl.Subscription)
 	h.Set(wire.HeaderDLQEndpoint, dl.Endpoint)
 	h.Set(wire.HeaderDLQEventID, dl.EventID)
-	h.Set(wire.HeaderDLQSubject, subject)
+	h.Set(wire.HeaderDLQSubject, dl.Event.Subject)
 	h.Set(wire.HeaderDLQStatus, strconv.Itoa(dl.Status))
 	h.Set(wire.HeaderDLQReason, dl.Reason)
 	h.Set(wire.HeaderDLQAttempts, strconv.Itoa(dl.Attempt))
@@ -250,7 +235,7 @@ func (q *DLQ) DeadLetter(ctx context.Context, dl Letter) error {
 			h.Set(k, v)
 		}
 	}
-	msg := &nats.Msg{Subject: wire.DLQSubject(q.prefix, dl.Subscription, subject), Header: h, Data: data}
+	msg := &nats.Msg{Subject: wire.DLQSubject(q.prefix, dl.Subscription, dl.Event.Subject), Header: h, Data: dl.Event.Data}
 	ack, err := q.js.PublishMsg(ctx, msg)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) {
 		if perr := q.Provision(ctx); perr == nil {

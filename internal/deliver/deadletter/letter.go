@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Letter is a delivery deliver gave up on: a permanent failure, the
+// Letter is a delivery the engine gave up on: a permanent failure, the
 // last attempt failing, or a message it cannot turn into a webhook.
 type Letter struct {
 	// Subscription is the subscription's name.
@@ -19,7 +19,7 @@ type Letter struct {
 	Endpoint string
 	// EventID is the event id (Nats-Msg-Id); empty when the message has none.
 	EventID string
-	// Attempt is the attempt that failed (1-based, JetStream NumDelivered).
+	// Attempt is the attempt that failed, 1-based.
 	Attempt int
 	// Status is the last HTTP status, 0 when there was no response.
 	Status int

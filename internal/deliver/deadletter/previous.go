@@ -67,20 +67,9 @@ func Predecessor(ctx context.Context, js jetstream.JetStream, skipped jetstream.
 // lastVersionBefore returns the stream version (ce-streamversion) of the
 // last message of JetStream stream name whose subject matches one of
 // subjects, among sequences from (0: the first) to before-1, as the
-// stream's leader has it, and found false when there is none.
-//
-// Finding the last message before a sequence takes a direct get
-// (multi_last with up_to_seq, nats-server 2.11+; the stream needs
-// AllowDirect), and any replica may answer a direct get: in nats-server
-// 2.15 a follower serves them once it is 90 % caught up, and a follower
-// lacking the newest messages answers an older predecessor, or none. The
-// leader's message get API ($JS.API.STREAM.MSG.GET, which only the
-// leader answers) has no "last before", but it has "first after": so the
-// direct get's answer is a candidate, and the leader is asked for the
-// first matching message after it (jsapi.LastBefore). None before
-// `before` confirms it; one before takes its place and is confirmed in
-// turn. One request more per look-up (per subject) when the candidate is
-// right, one per message the answering follower lacked when not.
+// stream's leader has it (jsapi.LastBefore: a direct get's candidate
+// confirmed by the leader, since a follower may lack the newest
+// messages), and found false when there is none.
 func lastVersionBefore(ctx context.Context, js jetstream.JetStream, name string, subjects []string, from, before uint64) (int64, bool, error) {
 	seq, hdr, err := jsapi.LastBefore(ctx, js, name, subjects, from, before)
 	if err != nil {

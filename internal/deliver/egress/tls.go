@@ -76,22 +76,15 @@ func (f TLSFiles) Load() (*tls.Config, error) {
 // its own connection pool, so connections with a client certificate are
 // never shared with another subscription's.
 func WithTLS(c *http.Client, cfg *tls.Config) (*http.Client, error) {
-	var t *http.Transport
-	switch ct := c.Transport.(type) {
-	case nil:
-		t = http.DefaultTransport.(*http.Transport).Clone()
-	case *http.Transport:
-		t = ct.Clone()
-	default:
-		return nil, fmt.Errorf("Config.HTTPClient.Transport is a %T, not an *http.Transport: TLS files cannot be applied", ct)
+	t, err := transportOf(c, "TLS files cannot be applied")
+	if err != nil {
+		return nil, err
 	}
 	tc := t.TLSClientConfig.Clone()
 	if tc == nil {
 		tc = &tls.Config{}
 	}
-	if cfg.MinVersion > tc.MinVersion {
-		tc.MinVersion = cfg.MinVersion
-	}
+	tc.MinVersion = max(tc.MinVersion, cfg.MinVersion)
 	if cfg.Certificates != nil {
 		tc.Certificates = cfg.Certificates
 	}

@@ -21,8 +21,8 @@ func TestAParkedStreamIsReadAgainAfterTheOperatorsRequest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	pos, _ := b.claim(t, "replica-a", 1)
-	rq, err := unpark.Watch(t.Context(), b.kv, nil)
-	require.NoError(t, err)
+	rq := unpark.New(b.kv, nil)
+	require.NoError(t, rq.Start(t.Context()))
 	t.Cleanup(rq.Stop)
 	rec := newRecorder(func(d Delivery) Settlement {
 		if d.Event.Seq == 3 && d.Attempt < 100 {
@@ -106,8 +106,8 @@ func TestANewOwnerAppliesASkipWrittenMeanwhile(t *testing.T) {
 	require.NoError(t, unpark.Write(t.Context(), b.kv, "s", parked, unpark.Request{Head: 3, Previous: 0, Op: "skip"}))
 
 	pos2, _ := b.claim(t, "replica-b", 2)
-	rq, err := unpark.Watch(t.Context(), b.kv, nil)
-	require.NoError(t, err)
+	rq := unpark.New(b.kv, nil)
+	require.NoError(t, rq.Start(t.Context()))
 	t.Cleanup(rq.Stop)
 	second := newRecorder(nil)
 	f2 := New(Config{Archetype: base.New(b.clock, nil, ""), Requests: rq}, idx, pos2, second, nil, st)

@@ -67,6 +67,11 @@ func ReadDisabled(ctx context.Context, js jetstream.JetStream) ([]DisabledRecord
 	if err != nil {
 		return nil, fmt.Errorf("deliver: read disabled subscriptions: %w", err)
 	}
+	return readDisabled(ctx, kv)
+}
+
+// readDisabled is ReadDisabled of the health bucket kv.
+func readDisabled(ctx context.Context, kv jetstream.KeyValue) ([]DisabledRecord, error) {
 	keys, err := kv.ListKeysFiltered(ctx, wire.DisabledKeyPrefix+">")
 	if err != nil {
 		return nil, fmt.Errorf("deliver: read disabled subscriptions: %w", err)

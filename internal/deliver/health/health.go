@@ -8,6 +8,7 @@
 package health
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,7 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -150,9 +150,7 @@ type Deps struct {
 type State struct {
 	js       jetstream.JetStream
 	cfg      Config
-	clock    clockwork.Clock
-	log      *slog.Logger
-	replica  string
+	arch     *base.Archetype // the clock, the logger, the replica id
 	replicas int
 	gauge    *prometheus.GaugeVec
 	notify   *notifier
@@ -180,35 +178,29 @@ type State struct {
 // when cfg.OpsWebhookURL is set without a valid OpsWebhookSecret, or the
 // gauge cannot be registered. Nothing is read before Load or Start.
 func New(cfg Config, d Deps, names []string) (*State, error) {
-	if cfg.DisableAfter == 0 {
-		cfg.DisableAfter = DefaultDisableAfter
-	}
-	if cfg.DisableMinFailures == 0 {
-		cfg.DisableMinFailures = DefaultDisableMinFailures
-	}
+	cfg.DisableAfter = cmp.Or(cfg.DisableAfter, DefaultDisableAfter)
+	cfg.DisableMinFailures = cmp.Or(cfg.DisableMinFailures, DefaultDisableMinFailures)
 	d.Archetype = base.Default(d.Archetype)
-	if d.HTTPClient == nil {
-		d.HTTPClient = http.DefaultClient
-	}
+	d.HTTPClient = cmp.Or(d.HTTPClient, http.DefaultClient)
 	n, err := newNotifier(d.Archetype, d.JetStream, cfg, d.Replicas, d.HTTPClient)
 	if err != nil {
 		return nil, err
 	}
-	g, err := DisabledGauge(d.Registerer)
+	g, err := disabledGauge(d.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range names {
 		g.WithLabelValues(n).Set(0)
 	}
-	return &State{js: d.JetStream, cfg: cfg, clock: d.Clock, log: d.Logger, replica: d.Replica, replicas: d.Replicas, gauge: g, notify: n, breakers: d.Breakers,
+	return &State{js: d.JetStream, cfg: cfg, arch: d.Archetype, replicas: d.Replicas, gauge: g, notify: n, breakers: d.Breakers,
 		disabled: map[string]DisabledRecord{}, streaks: map[string]*failStreak{}, shared: newSharedStreaks(), changed: make(chan struct{})}, nil
 }
 
-// DisabledGauge returns the gauge jsbridge_consumer_endpoint_disabled
+// disabledGauge returns the gauge jsbridge_consumer_endpoint_disabled
 // {subscription} (1 while disabled, else 0), registered on reg (nil: not
 // registered; one registered before on reg is returned instead).
-func DisabledGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
+func disabledGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "jsbridge_consumer_endpoint_disabled",
 		Help: "1 while a subscription is disabled (410 Gone, sustained failure or an operator), else 0, by subscription.",
@@ -261,18 +253,15 @@ func (h *State) Started() <-chan struct{} { return h.life.Started() }
 func (h *State) run(ctx context.Context) {
 	var pause backoff.Backoff
 	for ctx.Err() == nil {
-		kv, err := healthBucket(ctx, h.js, h.replicas)
+		kv, err := h.open(ctx)
 		if err == nil {
-			h.mu.Lock()
-			h.kv = kv
-			h.mu.Unlock()
 			err = h.follow(ctx, kv)
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		h.degraded(err)
-		t := h.clock.NewTimer(pause.Next())
+		t := h.arch.Clock.NewTimer(pause.Next())
 		select {
 		case <-ctx.Done():
 		case <-t.Chan():
@@ -285,15 +274,11 @@ func (h *State) run(ctx context.Context) {
 // does not start before the watch caught up); a failure is logged and
 // left to the watch (Start).
 func (h *State) Load(ctx context.Context) {
-	kv, err := healthBucket(ctx, h.js, h.replicas)
-	if err != nil {
-		h.degraded(err)
-		return
+	kv, err := h.open(ctx)
+	var recs []DisabledRecord
+	if err == nil {
+		recs, err = readDisabled(ctx, kv)
 	}
-	h.mu.Lock()
-	h.kv = kv
-	h.mu.Unlock()
-	recs, err := ReadDisabled(ctx, h.js)
 	if err != nil {
 		h.degraded(err)
 		return
@@ -301,6 +286,18 @@ func (h *State) Load(ctx context.Context) {
 	for _, rec := range recs {
 		h.set(rec.Subscription, &rec)
 	}
+}
+
+// open opens (creating when missing) the health bucket, kept for the
+// writes (bucket).
+func (h *State) open(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := healthBucket(ctx, h.js, h.replicas)
+	if err == nil {
+		h.mu.Lock()
+		h.kv = kv
+		h.mu.Unlock()
+	}
+	return kv, err
 }
 
 // bucket returns the health bucket, nil until it is open.
@@ -358,8 +355,7 @@ func (h *State) follow(ctx context.Context, kv jetstream.KeyValue) error {
 	}
 }
 
-// degraded logs, once until the bucket answers again, that the health
-// bucket cannot be reached.
+// degraded logs, once, that the health bucket cannot be reached.
 func (h *State) degraded(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -367,7 +363,7 @@ func (h *State) degraded(err error) {
 		return
 	}
 	h.kvWarned = true
-	h.log.Warn("endpoint health bucket not available: going by this replica's own disabled state until it is", slog.String("bucket", wire.DefaultHealthBucket), slog.Any("error", err))
+	h.arch.Logger.Warn("endpoint health bucket not available: going by this replica's own disabled state until it is", slog.String("bucket", wire.DefaultHealthBucket), slog.Any("error", err))
 }
 
 // set records name disabled (rec) or enabled (nil) and wakes the waiters.
@@ -386,10 +382,10 @@ func (h *State) set(name string, rec *DisabledRecord) {
 	switch {
 	case rec == nil && was:
 		h.gauge.WithLabelValues(name).Set(0)
-		h.log.Info("subscription enabled: delivering again from where it stopped", slog.String("subscription", name))
+		h.arch.Logger.Info("subscription enabled: delivering again from where it stopped", slog.String("subscription", name))
 	case rec != nil && !was:
 		h.gauge.WithLabelValues(name).Set(1)
-		h.log.Warn("subscription disabled: nothing is sent to its endpoint until `consumer subscriptions enable`; its position is kept",
+		h.arch.Logger.Warn("subscription disabled: nothing is sent to its endpoint until `consumer subscriptions enable`; its position is kept",
 			slog.String("subscription", name), slog.String("reason", rec.Reason), slog.String("last_error", rec.LastError))
 	}
 }
@@ -457,7 +453,7 @@ func (h *State) Failed(name string) bool {
 	if h == nil || h.cfg.DisableAfter < 0 {
 		return false
 	}
-	now := h.clock.Now()
+	now := h.arch.Clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.streaks[name]
@@ -482,14 +478,11 @@ func (h *State) Disable(ctx context.Context, rec DisabledRecord) {
 	if h == nil || h.IsDisabled(rec.Subscription) {
 		return
 	}
-	rec.At = h.clock.Now().UTC()
-	rec.Replica = h.replica
+	rec.At = h.arch.Clock.Now().UTC()
+	rec.Replica = h.arch.Replica
 	h.set(rec.Subscription, &rec)
-	h.mu.Lock()
-	kv := h.kv
-	h.mu.Unlock()
 	announce := true
-	if kv != nil {
+	if kv := h.bucket(); kv != nil {
 		data, _ := json.Marshal(rec)
 		ctx, cancel := context.WithTimeout(ctx, healthWriteTimeout)
 		_, err := kv.Create(ctx, wire.DisabledKey(rec.Subscription), data)

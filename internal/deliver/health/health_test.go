@@ -16,13 +16,13 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/breaker"
 	"github.com/jsbridge/jsbridge/embedded"
 	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/health"
+	"github.com/jsbridge/jsbridge/internal/promreg/promregtest"
 	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
@@ -133,9 +133,7 @@ func TestDisableAnnouncesOnceAndEnableClears(t *testing.T) {
 	r1 := b.start(t, "r1", cfg, health.Deps{Registerer: reg}, "orders")
 	r2 := b.start(t, "r2", cfg, health.Deps{}, "orders")
 	gauge := func() float64 {
-		g, err := health.DisabledGauge(reg)
-		require.NoError(t, err)
-		return testutil.ToFloat64(g.WithLabelValues("orders"))
+		return promregtest.Value(t, reg, "jsbridge_consumer_endpoint_disabled", "subscription", "orders")
 	}
 	require.Zero(t, gauge())
 	changed := r2.Changes()
@@ -228,7 +226,7 @@ func TestFailedCallsForDisablingAfterDisableAfter(t *testing.T) {
 // A streak's start is shared through the bucket: a replica started
 // later (a restart) measures DisableAfter from the first replica's start
 // once it counted DisableMinFailures of its own; a success deletes the
-// key, and ForgetStreak does for a removed subscription.
+// key, and Forget does for a removed subscription.
 func TestStreakSharedAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -260,10 +258,10 @@ func TestStreakSharedAcrossReplicas(t *testing.T) {
 
 	// A removed subscription's key goes; a missing one is no error.
 	require.Eventually(t, func() bool { _, ok := b.streak(t, "orders"); return ok }, wait, 5*time.Millisecond)
-	require.NoError(t, health.ForgetStreak(b.ctx, b.js, "orders"))
+	require.NoError(t, r1.Forget(b.ctx, "orders"))
 	_, ok := b.streak(t, "orders")
 	require.False(t, ok)
-	require.NoError(t, health.ForgetStreak(b.ctx, b.js, "invoices"))
+	require.NoError(t, r1.Forget(b.ctx, "invoices"))
 }
 
 // observed records the shared breaker states a State hands on.

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/breaker"
@@ -30,8 +29,7 @@ import (
 type notifier struct {
 	js       jetstream.JetStream
 	replicas int
-	clock    clockwork.Clock
-	log      *slog.Logger
+	arch     *base.Archetype // the clock and the logger
 	url      string
 	signer   *webhook.Signer // nil without an ops webhook
 	client   *http.Client
@@ -49,7 +47,7 @@ const (
 // newNotifier returns the notifier of cfg; it fails when OpsWebhookURL is
 // set without a valid OpsWebhookSecret.
 func newNotifier(arch *base.Archetype, js jetstream.JetStream, cfg Config, replicas int, client *http.Client) (*notifier, error) {
-	n := &notifier{js: js, replicas: replicas, clock: arch.Clock, log: arch.Logger, url: cfg.OpsWebhookURL, client: client}
+	n := &notifier{js: js, replicas: replicas, arch: arch, url: cfg.OpsWebhookURL, client: client}
 	if cfg.OpsWebhookURL != "" {
 		s, err := webhook.NewSigner(webhook.SchemeStandard, cfg.OpsWebhookSecret)
 		if err != nil {
@@ -95,7 +93,7 @@ func (n *notifier) wait() {
 // publish publishes rec on wire.SubjectEndpointDisabled, creating the ops
 // stream first when missing.
 func (n *notifier) publish(ctx context.Context, rec DisabledRecord) {
-	log := n.log.With(slog.String("subscription", rec.Subscription), slog.String("subject", wire.SubjectEndpointDisabled))
+	log := n.arch.Logger.With(slog.String("subscription", rec.Subscription), slog.String("subject", wire.SubjectEndpointDisabled))
 	if err := provisionOpsStream(ctx, n.js, n.replicas); err != nil {
 		log.Warn("ops stream not available; publishing anyway", slog.Any("error", err))
 	}
@@ -128,9 +126,9 @@ func provisionOpsStream(ctx context.Context, js jetstream.JetStream, replicas in
 
 // post sends the operational webhook, retrying a few times on failure.
 func (n *notifier) post(ctx context.Context, rec DisabledRecord) {
-	log := n.log.With(slog.String("subscription", rec.Subscription), slog.String("ops_webhook", breaker.Endpoint(n.url)))
+	log := n.arch.Logger.With(slog.String("subscription", rec.Subscription), slog.String("ops_webhook", breaker.Endpoint(n.url)))
 	id := "ops-" + rec.Subscription + "-" + strconv.FormatInt(rec.At.UnixNano(), 10)
-	body, _ := json.Marshal(OpsWebhook{Type: wire.OpsWebhookEndpointDisabled, Timestamp: n.clock.Now().UTC(), Data: rec})
+	body, _ := json.Marshal(OpsWebhook{Type: wire.OpsWebhookEndpointDisabled, Timestamp: n.arch.Clock.Now().UTC(), Data: rec})
 	for try := 1; ; try++ {
 		err := n.postOnce(ctx, id, body)
 		if err == nil {
@@ -143,7 +141,7 @@ func (n *notifier) post(ctx context.Context, rec DisabledRecord) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-n.clock.After(opsWebhookPause * time.Duration(try)):
+		case <-n.arch.Clock.After(opsWebhookPause * time.Duration(try)):
 		}
 	}
 }
@@ -156,7 +154,7 @@ func (n *notifier) postOnce(ctx context.Context, id string, body []byte) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(wire.HeaderIdempotencyKey, id)
-	n.signer.Sign(req.Header, id, n.clock.Now(), body)
+	n.signer.Sign(req.Header, id, n.arch.Clock.Now(), body)
 	resp, err := n.client.Do(req)
 	if err != nil {
 		return err

@@ -15,24 +15,16 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// Failure streaks in the health bucket. The sustained-failure rule
-// (Config.DisableAfter across DisableMinFailures attempts) has a
-// long part, the time without a success (24 h by default), and a short
-// one, the failed attempts (10). Counted in memory only, a restart (a
-// deploy) started the 24 h over, so an endpoint of a deployment restarted
-// daily was never disabled; and a replica that took over the probing of
-// an open breaker started from its own first failure. So the time is
-// shared: a replica whose own streak reached DisableMinFailures writes
-// the key wire.StreakKey(subscription) with the streak's start (KV
-// Create: the first writer's start stands), every replica reads the keys
-// through its health watch and measures DisableAfter from the earlier of
-// its own start and the shared one, and the next 2xx on any replica
-// deletes the key, which ends every replica's streak. The failed
-// attempts stay counted per replica, in memory: a restarted replica needs
-// DisableMinFailures failures of its own again (minutes of probes),
-// not the 24 h. Writing only after DisableMinFailures keeps a flapping
-// endpoint (a success every few failures) from writing at all; a dead one
-// costs one write per streak and one delete at its end.
+// Failure streaks in the health bucket. The time without a success
+// (Config.DisableAfter, 24 h) is shared, so that a restart or another
+// replica taking over the probes does not start it over: a replica whose
+// own streak reached DisableMinFailures writes wire.StreakKey with the
+// streak's start (KV Create: the first start stands), every replica
+// measures DisableAfter from the earlier of its own start and the shared
+// one, and the next 2xx on any replica deletes the key, ending every
+// streak. The failed attempts stay counted per replica, in memory.
+// Writing only after DisableMinFailures keeps a flapping endpoint from
+// writing at all; a dead one costs one write and one delete a streak.
 
 // streakRecord is the value of a streak key.
 type streakRecord struct {
@@ -122,17 +114,7 @@ func (s *sharedStreaks) record(kv jetstream.KeyValue, name string, since time.Ti
 // end forgets name's streak and deletes its key from kv when one is
 // known, in the background.
 func (s *sharedStreaks) end(kv jetstream.KeyValue, name string) {
-	if !s.any() {
-		return
-	}
-	s.mu.Lock()
-	_, known := s.since[name]
-	known = known || s.written[name]
-	delete(s.since, name)
-	delete(s.written, name)
-	s.count()
-	s.mu.Unlock()
-	if !known || kv == nil {
+	if !s.any() || !s.forget(name) || kv == nil {
 		return
 	}
 	s.wg.Go(func() {
@@ -149,19 +131,23 @@ func (s *sharedStreaks) wait() {
 	}
 }
 
-// forget drops what s knows of name's streak, without I/O.
-func (s *sharedStreaks) forget(name string) {
+// forget drops what s knows of name's streak, without I/O, and reports
+// whether it knew one.
+func (s *sharedStreaks) forget(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	_, known := s.since[name]
+	known = known || s.written[name]
 	delete(s.since, name)
 	delete(s.written, name)
 	s.count()
+	return known
 }
 
 // Forget ends the failure streak of subscription name, deleted from the
-// subscriptions: here, and in the health bucket (ForgetStreak), so one
-// added again under the name starts without it (docs/wire.md). Errors:
-// the bucket's, but a missing bucket or key; a nil h does nothing.
+// subscriptions: here, and its key in the health bucket, so one added
+// again under the name starts without it (docs/wire.md). Errors: the
+// bucket's, but a missing bucket or key; a nil h does nothing.
 func (h *State) Forget(ctx context.Context, name string) error {
 	if h == nil {
 		return nil
@@ -173,14 +159,7 @@ func (h *State) Forget(ctx context.Context, name string) error {
 	}
 	h.shared.forget(name)
 	h.mu.Unlock()
-	return ForgetStreak(ctx, h.js, name)
-}
-
-// ForgetStreak deletes the streak key of subscription name (a removed
-// subscription: one added again under the name starts without). A
-// missing health bucket or key is no error.
-func ForgetStreak(ctx context.Context, js jetstream.JetStream, name string) error {
-	kv, err := js.KeyValue(ctx, wire.DefaultHealthBucket)
+	kv, err := h.js.KeyValue(ctx, wire.DefaultHealthBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
 	}

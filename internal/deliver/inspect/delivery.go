@@ -1,13 +1,5 @@
 package inspect
 
-import (
-	"context"
-	"errors"
-	"fmt"
-
-	"github.com/nats-io/nats.go/jetstream"
-)
-
 // Where an event stands for one subscription (Delivery.State), as the
 // positions bucket says.
 const (
@@ -48,18 +40,4 @@ type Delivery struct {
 	// Why says what State was read from, e.g. "settled, or not for it:
 	// covered by the partition's record (floor 1041, owner r1)".
 	Why string `json:"why"`
-}
-
-// deliveries reads where the event m stands for every subscription the
-// positions bucket names on the event's partition (sharedDeliveries).
-// None when the events stream or the bucket does not exist.
-func deliveries(ctx context.Context, js jetstream.JetStream, cfg TraceConfig, m EventMessage) ([]Delivery, error) {
-	s, err := js.Stream(ctx, cfg.Stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("inspect: trace: JetStream stream %q: %w", cfg.Stream, err)
-	}
-	return sharedDeliveries(ctx, js, cfg.Prefix, s.CachedInfo().Created.UnixNano(), m)
 }

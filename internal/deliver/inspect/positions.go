@@ -14,14 +14,20 @@ import (
 	"github.com/jsbridge/jsbridge/wire"
 )
 
-// sharedDeliveries is deliveries for the shared engine: where the event
-// m (on a subject of prefix) stands for every subscription its partition's record or cursor keys
-// in the positions bucket name (position.ReadAll). The bucket holds no
-// filters: a subscription whose filters do not take the event is listed
-// too, settled by the floor or its start. None when the bucket does not
-// exist, or holds no record of the events stream as it is now (created
-// is its creation time).
-func sharedDeliveries(ctx context.Context, js jetstream.JetStream, prefix string, created int64, m EventMessage) ([]Delivery, error) {
+// deliveries reads where the event m stands for every subscription its
+// partition's record or cursor keys in the positions bucket name
+// (position.ReadAll). The bucket holds no filters: a subscription whose
+// filters do not take the event is listed too, settled by the floor or
+// its start. None when the events stream or the bucket does not exist,
+// or the bucket holds no record of the events stream as it is now.
+func deliveries(ctx context.Context, js jetstream.JetStream, cfg TraceConfig, m EventMessage) ([]Delivery, error) {
+	s, err := js.Stream(ctx, cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect: trace: JetStream stream %q: %w", cfg.Stream, err)
+	}
 	kv, err := js.KeyValue(ctx, position.DefaultBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
@@ -33,11 +39,11 @@ func sharedDeliveries(ctx context.Context, js jetstream.JetStream, prefix string
 	if err != nil {
 		return nil, fmt.Errorf("inspect: trace: %w", err)
 	}
-	return positionDeliveries(parts, prefix, created, m), nil
+	return positionDeliveries(parts, cfg.Prefix, s.CachedInfo().Created.UnixNano(), m), nil
 }
 
-// positionDeliveries is sharedDeliveries of the partitions read, parts:
-// the event's partition is wire.SubjectPartition of its subject among
+// positionDeliveries is deliveries of the partitions read, parts, of
+// the events stream created at created (Unix ns): the event's partition is wire.SubjectPartition of its subject among
 // as many partitions as the highest one read plus one (every replica
 // runs with the same count, and each partition has a record once
 // claimed). A pure function.

@@ -13,30 +13,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/deadletter"
+	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
 // The states of StuckStream.State: a record's aside states
-// (position.Aside.State), with a parked stream whose head's dead letter
-// says the order gate refused it shown as order-stuck.
+// (fanout.AsideParked, AsideStuck, AsideReading), with a parked stream
+// whose head's dead letter says the order gate refused it (for longer
+// than the consumer's OrderStuckAfter) shown as order-stuck.
 const (
-	// StateParked: the head was dead-lettered (a permanent failure, the
-	// last attempt) and the stream parked (on_dead_letter: park): its
-	// later events wait for `consumer dlq replay` or `skip`.
-	StateParked = "parked"
-	// StateOrderStuck: parked, because the receiver's order gate refused
-	// the head (gap, in-progress) for longer than the consumer's
-	// OrderStuckAfter.
+	StateParked     = fanout.AsideParked
 	StateOrderStuck = "order-stuck"
-	// StateStuck: the head is retried in place (a 5xx, a timeout, an
-	// order gate's gap) while the partition goes on; the stream's later
-	// events wait behind it.
-	StateStuck = "stuck"
-	// StateReadAgain: the stream is being read again from its head (an
-	// operator's replay, skip or unpark applied; the record's state
-	// "behind").
-	StateReadAgain = "behind"
+	StateStuck      = fanout.AsideStuck
+	StateReadAgain  = fanout.AsideReading
 )
 
 // StuckStream is one stream of one subscription that a partition's

@@ -1,14 +1,15 @@
 package inspect
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
-
-	"encoding/json"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,15 +97,8 @@ func TraceEvent(ctx context.Context, js jetstream.JetStream, eventID string, cfg
 	if err != nil {
 		return t, err
 	}
-	sort.SliceStable(t.Attempts, func(i, j int) bool {
-		a, b := t.Attempts[i], t.Attempts[j]
-		if a.Subscription != b.Subscription {
-			return a.Subscription < b.Subscription
-		}
-		if a.Attempt != b.Attempt {
-			return a.Attempt < b.Attempt
-		}
-		return a.At.Before(b.At)
+	slices.SortStableFunc(t.Attempts, func(a, b attemptlog.Attempt) int {
+		return cmp.Or(strings.Compare(a.Subscription, b.Subscription), cmp.Compare(a.Attempt, b.Attempt), a.At.Compare(b.At))
 	})
 
 	for _, a := range t.Attempts {
@@ -150,17 +144,12 @@ func TraceEvent(ctx context.Context, js jetstream.JetStream, eventID string, cfg
 }
 
 func (c TraceConfig) withDefaults() TraceConfig {
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	def(&c.Stream, wire.DefaultEventsStream)
-	def(&c.Prefix, wire.DefaultEventsPrefix)
-	def(&c.DLQStream, wire.DefaultDLQStream)
-	def(&c.DLQPrefix, wire.DefaultDLQPrefix)
-	def(&c.AttemptsStream, wire.DefaultAttemptsStream)
-	def(&c.AttemptsPrefix, wire.DefaultAttemptsPrefix)
+	c.Stream = cmp.Or(c.Stream, wire.DefaultEventsStream)
+	c.Prefix = cmp.Or(c.Prefix, wire.DefaultEventsPrefix)
+	c.DLQStream = cmp.Or(c.DLQStream, wire.DefaultDLQStream)
+	c.DLQPrefix = cmp.Or(c.DLQPrefix, wire.DefaultDLQPrefix)
+	c.AttemptsStream = cmp.Or(c.AttemptsStream, wire.DefaultAttemptsStream)
+	c.AttemptsPrefix = cmp.Or(c.AttemptsPrefix, wire.DefaultAttemptsPrefix)
 	return c
 }
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -26,6 +25,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/promreg/promregtest"
 	"github.com/jsbridge/jsbridge/webhook"
 	"github.com/jsbridge/jsbridge/wire"
 )
@@ -346,39 +346,14 @@ func TestDeadLetterIsStoredAndItsStreamGoesOnOrParks(t *testing.T) {
 	_, err = w.js.UpdateStream(t.Context(), cfg)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		return gauge(t, reg, "jsbridge_consumer_streams_parked", "park") == 1
+		return promregtest.Value(t, reg, "jsbridge_consumer_streams_parked", "subscription", "park") == 1
 	}, 5*time.Second, 20*time.Millisecond, "park's parked gauge")
-	age := gauge(t, reg, "jsbridge_consumer_streams_aside_oldest_age_seconds", "park")
+	age := promregtest.Value(t, reg, "jsbridge_consumer_streams_aside_oldest_age_seconds", "subscription", "park")
 	assert.Greater(t, age, 0.0, "park holds back order-3's dead letter")
 	assert.LessOrEqual(t, age, time.Since(published).Seconds(), "stored after the publish began")
-	assert.Zero(t, gauge(t, reg, "jsbridge_consumer_streams_aside_oldest_age_seconds", "skip"))
-	assert.Zero(t, gauge(t, reg, "jsbridge_consumer_streams_aside_oldest_age_seconds", "unordered"))
-	assert.Equal(t, time.Hour.Seconds(), gauge(t, reg, "jsbridge_consumer_events_max_age_seconds"))
-}
-
-// gauge returns the value of gauge name with the label values labels
-// (in the labels' names' order) as reg gathers it now; it fails t when
-// there is no such series.
-func gauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var got []string
-			for _, l := range m.GetLabel() {
-				got = append(got, l.GetValue())
-			}
-			if slices.Equal(got, labels) {
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	require.Failf(t, "no series", "%s%v", name, labels)
-	return 0
+	assert.Zero(t, promregtest.Value(t, reg, "jsbridge_consumer_streams_aside_oldest_age_seconds", "subscription", "skip"))
+	assert.Zero(t, promregtest.Value(t, reg, "jsbridge_consumer_streams_aside_oldest_age_seconds", "subscription", "unordered"))
+	assert.Equal(t, time.Hour.Seconds(), promregtest.Value(t, reg, "jsbridge_consumer_events_max_age_seconds"))
 }
 
 // flakyLetters is the dead-letter stream failing its first fails writes

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared"
+	"github.com/jsbridge/jsbridge/internal/promreg/promregtest"
 )
 
 // Replicas whose subscription sets differ, as during a rolling deploy
@@ -69,7 +70,7 @@ func TestAStrangersPlaceIsHeldUntilAReplicaThatDeliversItClaims(t *testing.T) {
 	// A partition a2 lost (a lease the machine was too slow to renew, a
 	// record claimed meanwhile) has its settlements not yet committed
 	// and its POSTs cut sent again: at least once.
-	if n := released(t, regs["replica-a2"]); n == 0 {
+	if n := promregtest.Value(t, regs["replica-a2"], "jsbridge_consumer_shared_handovers_total", "direction", "released"); n == 0 {
 		require.Equal(t, dupes, w.rc.duplicates("/ordered"), "ordered got each of the events held for it once")
 	} else {
 		t.Logf("a2 lost %v partitions on a slow machine: ordered got %d events twice", n, w.rc.duplicates("/ordered")-dupes)
@@ -82,27 +83,4 @@ func TestAStrangersPlaceIsHeldUntilAReplicaThatDeliversItClaims(t *testing.T) {
 		}
 		return len(a2.Owned()) == 16
 	}, 30*time.Second, 20*time.Millisecond, "every cursor rejoined: %+v", a2.Status())
-}
-
-// released returns how many partitions the replica registering on reg
-// released or lost, whatever the cause
-// (jsbridge_consumer_shared_handovers_total{direction="released"}).
-func released(t *testing.T, reg *prometheus.Registry) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	n := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != "jsbridge_consumer_shared_handovers_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "direction" && lp.GetValue() == "released" {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n
 }

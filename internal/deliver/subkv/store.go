@@ -9,6 +9,7 @@
 package subkv
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/base"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
+	"github.com/jsbridge/jsbridge/wire"
 )
 
 // ErrConflict is wrapped by Create when the subscription exists already and
@@ -69,9 +71,7 @@ type Entry struct {
 
 // Open returns the store of cfg's bucket, creating the bucket when missing.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
-	if cfg.Bucket == "" {
-		cfg.Bucket = defaultBucket
-	}
+	cfg.Bucket = cmp.Or(cfg.Bucket, wire.DefaultSubscriptionsBucket)
 	cfg.Archetype = base.Default(cfg.Archetype)
 	kv, err := jsapi.KeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: cfg.Bucket, Description: "jsbridge webhook subscriptions managed at runtime (consumer subscriptions)",
@@ -124,7 +124,7 @@ func (s *Store) Update(ctx context.Context, sub subscription.Subscription, pause
 	if s.keys == nil {
 		return 0, fmt.Errorf("update subscription %q: %w", sub.Name, ErrNoKey)
 	}
-	old, err := s.raw(ctx, sub.Name)
+	old, _, err := s.raw(ctx, sub.Name)
 	if err != nil {
 		return 0, err
 	}
@@ -139,19 +139,12 @@ func (s *Store) Update(ctx context.Context, sub subscription.Subscription, pause
 // revision rev (0: the current one, read here); the sealed part is kept
 // as it is, so no key is needed.
 func (s *Store) SetPaused(ctx context.Context, name string, paused bool, rev uint64) (uint64, error) {
-	e, err := s.kv.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, fmt.Errorf("subscription %q: %w in bucket %q", name, ErrNotFound, s.Bucket())
-	}
+	d, cur, err := s.raw(ctx, name)
 	if err != nil {
-		return 0, fmt.Errorf("read subscription %q: %w", name, err)
-	}
-	var d Document
-	if err := json.Unmarshal(e.Value(), &d); err != nil {
-		return 0, fmt.Errorf("subscription %q: document: %w", name, err)
+		return 0, err
 	}
 	if rev == 0 {
-		rev = e.Revision()
+		rev = cur
 	}
 	d.Paused, d.Updated = paused, s.now().UTC()
 	return s.put(ctx, d, rev)
@@ -173,30 +166,37 @@ func (s *Store) put(ctx context.Context, d Document, rev uint64) (uint64, error)
 	return n, nil
 }
 
-// raw reads the document of name.
-func (s *Store) raw(ctx context.Context, name string) (Document, error) {
+// read reads the key of subscription name; ErrNotFound (wrapped) when
+// there is none.
+func (s *Store) read(ctx context.Context, name string) (jetstream.KeyValueEntry, error) {
 	e, err := s.kv.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Document{}, fmt.Errorf("subscription %q: %w in bucket %q", name, ErrNotFound, s.Bucket())
+		return nil, fmt.Errorf("subscription %q: %w in bucket %q", name, ErrNotFound, s.Bucket())
 	}
 	if err != nil {
-		return Document{}, fmt.Errorf("read subscription %q: %w", name, err)
+		return nil, fmt.Errorf("read subscription %q: %w", name, err)
+	}
+	return e, nil
+}
+
+// raw reads the document of name and its revision.
+func (s *Store) raw(ctx context.Context, name string) (Document, uint64, error) {
+	e, err := s.read(ctx, name)
+	if err != nil {
+		return Document{}, 0, err
 	}
 	var d Document
 	if err := json.Unmarshal(e.Value(), &d); err != nil {
-		return Document{}, fmt.Errorf("subscription %q: document: %w", name, err)
+		return Document{}, 0, fmt.Errorf("subscription %q: document: %w", name, err)
 	}
-	return d, nil
+	return d, e.Revision(), nil
 }
 
 // Get reads the subscription name (redacted without keys).
 func (s *Store) Get(ctx context.Context, name string) (Entry, error) {
-	e, err := s.kv.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Entry{}, fmt.Errorf("subscription %q: %w in bucket %q", name, ErrNotFound, s.Bucket())
-	}
+	e, err := s.read(ctx, name)
 	if err != nil {
-		return Entry{}, fmt.Errorf("read subscription %q: %w", name, err)
+		return Entry{}, err
 	}
 	return s.entry(e.Value(), e.Revision())
 }
@@ -242,7 +242,7 @@ func (s *Store) List(ctx context.Context) ([]Entry, error) {
 // its revision); ErrConflict when it changed since rev, ErrNotFound when
 // it does not exist.
 func (s *Store) Delete(ctx context.Context, name string, rev uint64) error {
-	if _, err := s.raw(ctx, name); err != nil {
+	if _, err := s.read(ctx, name); err != nil {
 		return err
 	}
 	var opts []jetstream.KVDeleteOpt

@@ -3,22 +3,17 @@ package subkv
 import (
 	"context"
 	"fmt"
-	"regexp"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/wire"
+	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
 )
 
-const defaultBucket = wire.DefaultSubscriptionsBucket
-
-var subscriptionKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-
 // isSubscriptionKey reports whether key names a subscription: a
-// subscription's name, [A-Za-z0-9_-]+. Keys with a '.' (or anything else)
-// are left to other state kept in the bucket (per-endpoint health, say)
-// and are not subscriptions to List or Watch.
-func isSubscriptionKey(key string) bool { return subscriptionKey.MatchString(key) }
+// subscription's name (subscription.ValidName). Keys with a '.' (or
+// anything else) are left to other state kept in the bucket (per-endpoint
+// health, say) and are not subscriptions to List or Watch.
+func isSubscriptionKey(key string) bool { return subscription.ValidName(key) }
 
 // Change is one change of the bucket seen by Watch.
 type Change struct {

@@ -1,6 +1,7 @@
 package subscription
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -31,53 +32,46 @@ var ErrPlainHTTP = errors.New("plain http")
 // (egress.TLSFiles).
 type TLSFiles = egress.TLSFiles
 
-// ErrInvalidSubscription is wrapped by Subscription.Validate, and by the
-// engine's New and Fleet.Put, when a subscription is misconfigured. The message names the subscription, the
+// ErrInvalidSubscription is wrapped by Subscription.Validate when a
+// subscription is misconfigured. The message names the subscription, the
 // field and the value (never a secret or a header value).
 var ErrInvalidSubscription = errors.New("invalid subscription")
+
+// The enums and defaults below are the front door's (consumer.BodyMode,
+// consumer.Ordering, consumer.DeadLetterPolicy, consumer.Default*), which
+// document what each means to an application.
 
 // BodyMode selects the webhook body's CloudEvents content mode.
 type BodyMode string
 
+// BodyMode values: the CloudEvents HTTP binding's structured content
+// mode (the JSON envelope, the default) and binary content mode (the
+// data as the body, the attributes as ce-* headers).
 const (
-	// BodyStructured sends the CloudEvents JSON envelope with the event data
-	// byte for byte in "data" (Content-Type application/cloudevents+json).
-	// The default. Source: CloudEvents HTTP binding, structured content mode.
 	BodyStructured BodyMode = "structured"
-	// BodyBinary sends the event data as the body (Content-Type
-	// application/json) and the attributes as ce-* headers. Source:
-	// CloudEvents HTTP binding, binary content mode.
-	BodyBinary BodyMode = "binary"
+	BodyBinary     BodyMode = "binary"
 )
 
 // Ordering says what order a subscription's endpoint sees events in.
 type Ordering string
 
+// Ordering values: each source stream in version order across the
+// replicas (docs/ordering.md; the default), or none (maximum
+// parallelism, even within a stream).
 const (
-	// OrderingStream delivers each source stream in version order across
-	// every consumer replica: version v+1 is not sent before v was
-	// accepted (2xx) or dead-lettered, a failing event is retried in place
-	// (its stream waits, others go on), and never two replicas deliver one
-	// stream at once (docs/ordering.md). The default.
 	OrderingStream Ordering = "stream"
-	// OrderingNone delivers with maximum parallelism: one durable pull
-	// consumer shared by every replica, retries Nak'd with a delay, so a
-	// retried event can arrive after its successors, and with several
-	// replicas two events of one stream can be in flight at once.
-	OrderingNone Ordering = "none"
+	OrderingNone   Ordering = "none"
 )
 
 // DeadLetterPolicy says what an ordered subscription does with the later
 // events of a stream whose event was dead-lettered.
 type DeadLetterPolicy string
 
+// DeadLetterPolicy values: park the stream until an operator replays or
+// skips its dead-lettered head (the default), or go on with the next
+// version.
 const (
-	// DeadLetterPark holds the stream's later events (un-acked, not
-	// delivered) until an operator replays the dead-lettered head
-	// (Consumer.Replay, `consumer dlq replay`) or skips it (Consumer.Skip,
-	// `consumer dlq skip`). The default.
 	DeadLetterPark DeadLetterPolicy = "park"
-	// DeadLetterSkip lets the stream go on with the next version.
 	DeadLetterSkip DeadLetterPolicy = "skip"
 )
 
@@ -90,21 +84,20 @@ const AckWaitIgnored = "ack_wait is deprecated and ignored: the shared engine do
 
 // Subscription defaults: what WithDefaults sets a zero field to.
 const (
-	// DefaultTimeout bounds one POST (Subscription.Timeout): 10 s.
+	// DefaultTimeout bounds one POST: 10 s.
 	DefaultTimeout = 10 * time.Second
 	// DefaultAckWait was the durable consumers' AckWait: 30 s.
 	//
-	// Deprecated: Subscription.AckWait is ignored (see there); nothing
-	// sets it. Removed in the next release.
+	// Deprecated: Subscription.AckWait is ignored; nothing sets it.
+	// Removed in the next release.
 	DefaultAckWait = 30 * time.Second
 	// DefaultMaxDeliver is the attempts of one event before it is
-	// dead-lettered (Subscription.MaxDeliver): 10.
+	// dead-lettered: 10.
 	DefaultMaxDeliver = 10
-	// DefaultMaxInFlight is the concurrent deliveries per consumer
-	// process (Subscription.MaxInFlight): 64.
+	// DefaultMaxInFlight is the concurrent POSTs per consumer process: 64.
 	DefaultMaxInFlight = 64
-	// DefaultMaxAckPending is the durable consumers' MaxAckPending
-	// (Subscription.MaxAckPending): 1000, or MaxInFlight when larger.
+	// DefaultMaxAckPending is the events a partition holds in hand for a
+	// subscription: 1000, or MaxInFlight when larger.
 	DefaultMaxAckPending = 1000
 )
 
@@ -115,104 +108,76 @@ func DefaultBackOff() []time.Duration {
 	return []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute}
 }
 
-// Subscription is one webhook endpoint fed by one durable pull consumer on
-// the JetStream stream. Zero fields take their defaults.
+// Subscription is one webhook endpoint and the events of the events
+// stream it takes, as the engine runs it. Zero fields take their
+// defaults (WithDefaults). consumer.Subscription, which converts into
+// it field by field, documents each field as an application sets it.
 type Subscription struct {
-	// Name is the durable consumer's name and the subscription's name in
-	// logs and metrics: [A-Za-z0-9_-]+. Required.
+	// Name is the subscription's name in its positions, logs and
+	// metrics: [A-Za-z0-9_-]+. Required.
 	Name string
-	// FilterSubjects select the events, e.g. "events.order.>" (a category)
-	// or "events.*.*.OrderPlaced" (an event name). At least one is required.
+	// FilterSubjects select the events ("events.order.>"). At least one.
 	FilterSubjects []string
-	// URL is the endpoint, http or https. Required. Userinfo and query are
-	// sent but never logged (see breaker.Endpoint).
+	// URL is the endpoint, http or https. Required; never logged whole
+	// (breaker.Endpoint).
 	URL string
 	// Scheme is the signature scheme. Default webhook.SchemeStandard.
 	Scheme webhook.Scheme
-	// Secrets sign every request (several during a rotation). At least one
-	// is required. SchemeStandard takes whsec_ secrets (HMAC-SHA256, "v1"
-	// signatures) and whsk_ ed25519 secret keys ("v1a" signatures, which
-	// receivers verify with the whpk_ public key), in any mix.
+	// Secrets sign every request (several during a rotation). At least one.
 	Secrets []string
 	// Body is the content mode. Default BodyStructured.
 	Body BodyMode
-	// Headers are extra request headers (e.g. Authorization). They cannot
-	// replace the headers deliver sets (Content-Type, Idempotency-Key,
-	// User-Agent, the signature and ce-* headers).
+	// Headers are extra request headers; not those the engine sets
+	// (reservedHeaders, ce-*).
 	Headers map[string]string
-	// Timeout bounds one POST, connection to end of response body.
-	// Default 10 s. An ordered POST is also cut at its partition's lease
-	// deadline by the lease fence (docs/ordering.md, "The POST's time and
-	// the lease"), so a stale replica's POST never overlaps the next
-	// owner's.
+	// Timeout bounds one POST. Default DefaultTimeout.
 	Timeout time.Duration
-	// AckWait was the durable consumers' JetStream AckWait.
+	// AckWait is ignored.
 	//
-	// Deprecated: the shared engine does not use it: its reader reads the
-	// events stream without a consumer that acks, so nothing is
-	// redelivered after a wait. It is accepted (a subscriptions file or
-	// bucket document of an earlier release still loads) and ignored; the
-	// consumer warns once per subscription that sets it (AckWaitIgnored).
-	// Removed in the next release.
+	// Deprecated: accepted so that an earlier release's configuration
+	// loads; the consumer warns (AckWaitIgnored). Removed in the next
+	// release.
 	AckWait time.Duration
-	// MaxDeliver is the number of delivery attempts of one event: a
-	// retryable failure on attempt MaxDeliver or later is dead-lettered.
-	// Default 10; -1 means no limit. The attempt is JetStream's delivery
-	// count, so a message returned unsent (breaker open, shutdown) uses one
-	// up, but it is dead-lettered only after a POST failed. The consumer
-	// enforces it, not the server (see deadletter.Writer).
+	// MaxDeliver is the POSTs of one event before a retryable failure is
+	// dead-lettered. Default DefaultMaxDeliver; -1: no limit.
 	MaxDeliver int
-	// BackOff is the delay before each retry: after attempt n the message is
-	// Nak'd with BackOff[n-1], the last entry repeating, unless the endpoint
-	// sent Retry-After. Default DefaultBackOff().
+	// BackOff is the delay before each retry, the last entry repeating,
+	// unless the endpoint sent Retry-After. Default DefaultBackOff().
 	BackOff []time.Duration
-	// MaxInFlight is the number of concurrent deliveries per consumer
-	// process, and the client-side pull buffer. Default 64. With
-	// OrderingNone the events of one stream are delivered in parallel like
-	// any others, up to MaxInFlight here and MaxAckPending across the
-	// replicas; ordered, they are delivered one after another (one lane
-	// per stream), and events waiting for their turn do not count.
+	// MaxInFlight is the concurrent POSTs per consumer process. Default
+	// DefaultMaxInFlight.
 	MaxInFlight int
-	// RateLimit caps the subscription's POSTs per consumer replica, in
-	// requests per second. Default 0: no cap. A 429 or 503 from the
-	// endpoint lowers the rate below it for a while (the engine's
-	// throttle, internal/deliver/throttle).
+	// RateLimit caps the POSTs per consumer replica, in requests per
+	// second (the engine's throttle lowers it on 429 and 503). Default 0:
+	// no cap.
 	RateLimit float64
-	// MaxAckPending is the durable consumer's MaxAckPending: the messages
-	// out for delivery or waiting for a delayed retry, across all consumer
-	// replicas. Default 1000; at least MaxInFlight.
+	// MaxAckPending bounds the events a partition holds in hand for the
+	// subscription; past it, it reads on from a cursor. Default
+	// DefaultMaxAckPending; at least MaxInFlight.
 	MaxAckPending int
 	// AllowPrivate lets the endpoint be on a loopback, private, shared,
-	// link-local (cloud metadata) or reserved address, and over plain
-	// http. Default false: an IP literal in those ranges is rejected by
-	// Validate, and a name resolving to one is refused when dialled
-	// (ErrForbiddenAddress: the delivery is dead-lettered, nothing is sent).
+	// link-local or reserved address (ErrForbiddenAddress), and over
+	// plain http. Default false.
 	AllowPrivate bool
-	// AllowHTTP lets the endpoint use plain http:// on a public address.
-	// Default false: only https (or http with AllowPrivate).
+	// AllowHTTP lets the endpoint use plain http on a public address
+	// (ErrPlainHTTP). Default false.
 	AllowHTTP bool
-	// TLS adds a client certificate (mutual TLS) and a CA bundle for the
-	// endpoint's certificate. Default: none, system roots. Only for https
-	// URLs. It combines with the address check of AllowPrivate false.
+	// TLS adds a client certificate and a CA bundle; https only.
 	TLS TLSFiles
-	// Ordering is OrderingStream (default DefaultOrdering) or
-	// OrderingNone. An ordered subscription's filters must start with the
-	// events' subject prefix ("events.").
+	// Ordering is OrderingStream (default) or OrderingNone.
 	Ordering Ordering
-	// OnDeadLetter is what an ordered subscription does after dead-lettering
-	// an event: DeadLetterPark (default) or DeadLetterSkip. Not used with
-	// OrderingNone (the stream always goes on).
+	// OnDeadLetter is an ordered subscription's DeadLetterPolicy. Default
+	// DeadLetterPark.
 	OnDeadLetter DeadLetterPolicy
 	// Start is where the subscription's position begins when it is first
-	// provisioned: StartNew (default, the zero value), StartAll,
-	// StartTime or StartSequence. An existing position is kept. See Start.
+	// provisioned. Default StartNew.
 	Start Start
 }
 
 // Ordered reports whether s delivers each stream in order (OrderingStream,
 // the default).
 func (s Subscription) Ordered() bool {
-	return s.Ordering == OrderingStream || (s.Ordering == "" && DefaultOrdering == OrderingStream)
+	return cmp.Or(s.Ordering, DefaultOrdering) == OrderingStream
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -226,37 +191,21 @@ func ValidName(name string) bool { return validName.MatchString(name) }
 // (the Default* constants, DefaultBackOff, webhook.SchemeStandard,
 // BodyStructured, DeadLetterPark; MaxAckPending at least MaxInFlight).
 func (s Subscription) WithDefaults() Subscription {
-	if s.Scheme == "" {
-		s.Scheme = webhook.SchemeStandard
-	}
-	if s.Body == "" {
-		s.Body = BodyStructured
-	}
-	if s.Timeout == 0 {
-		s.Timeout = DefaultTimeout
-	}
-	if s.MaxDeliver == 0 {
-		s.MaxDeliver = DefaultMaxDeliver
-	}
+	s.Scheme = cmp.Or(s.Scheme, webhook.SchemeStandard)
+	s.Body = cmp.Or(s.Body, BodyStructured)
+	s.Timeout = cmp.Or(s.Timeout, DefaultTimeout)
+	s.MaxDeliver = cmp.Or(s.MaxDeliver, DefaultMaxDeliver)
 	if len(s.BackOff) == 0 {
 		s.BackOff = DefaultBackOff()
 	}
-	if s.MaxInFlight == 0 {
-		s.MaxInFlight = DefaultMaxInFlight
-	}
-	if s.MaxAckPending == 0 {
-		s.MaxAckPending = max(DefaultMaxAckPending, s.MaxInFlight)
-	}
-	if s.Ordering == "" {
-		s.Ordering = DefaultOrdering
-	}
-	if s.OnDeadLetter == "" {
-		s.OnDeadLetter = DeadLetterPark
-	}
+	s.MaxInFlight = cmp.Or(s.MaxInFlight, DefaultMaxInFlight)
+	s.MaxAckPending = cmp.Or(s.MaxAckPending, max(DefaultMaxAckPending, s.MaxInFlight))
+	s.Ordering = cmp.Or(s.Ordering, DefaultOrdering)
+	s.OnDeadLetter = cmp.Or(s.OnDeadLetter, DeadLetterPark)
 	return s
 }
 
-// reservedHeaders are set by deliver itself; a subscription cannot override
+// reservedHeaders are set by the engine itself; a subscription cannot override
 // them (lower case).
 var reservedHeaders = map[string]bool{
 	"content-type":      true,

@@ -114,8 +114,8 @@ type Pending struct {
 // owns (not one per partition: the key names no partition, and a watch
 // is a consumer on the server), kept in memory; each Partition given it
 // (fanout.Config.Requests) applies those of its parked streams in
-// CatchUp and deletes them. Make one with New (or Watch); a
-// lifecycle.Part; safe for concurrent use.
+// CatchUp and deletes them. Make one with New; a lifecycle.Part;
+// safe for concurrent use.
 type Requests struct {
 	kv      jetstream.KeyValue
 	changed func()
@@ -131,15 +131,6 @@ type Requests struct {
 // up to run CatchUp.
 func New(kv jetstream.KeyValue, changed func()) *Requests {
 	return &Requests{kv: kv, changed: changed, pending: map[[2]string]Pending{}}
-}
-
-// Watch is New and Start.
-func Watch(ctx context.Context, kv jetstream.KeyValue, changed func()) (*Requests, error) {
-	rq := New(kv, changed)
-	if err := rq.Start(ctx); err != nil {
-		return nil, err
-	}
-	return rq, nil
 }
 
 // Start watches the requests, returns once the ones already written are

@@ -17,6 +17,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/shared/metrics"
+	"github.com/jsbridge/jsbridge/internal/promreg/promregtest"
 )
 
 // A claim's end names its cause: a record lost first, else the claim
@@ -84,36 +85,13 @@ jsbridge_consumer_shared_partitions_owned 3
 		labels []string
 		want   float64
 	}{
-		{[]string{"record", "ok"}, 1}, {[]string{"record", "failed"}, 1}, {[]string{"cursor", "ok"}, 1}, {[]string{"members", "ok"}, 1},
+		{[]string{"key", "record", "result", "ok"}, 1}, {[]string{"key", "record", "result", "failed"}, 1},
+		{[]string{"key", "cursor", "result", "ok"}, 1}, {[]string{"key", "members", "result", "ok"}, 1},
 	} {
-		require.Equal(t, c.want, value(t, reg, "jsbridge_consumer_position_commits_total", c.labels...), "%v", c.labels)
+		require.Equal(t, c.want, promregtest.Value(t, reg, "jsbridge_consumer_position_commits_total", c.labels...), "%v", c.labels)
 	}
-	require.Equal(t, 1.0, value(t, reg, "jsbridge_consumer_shared_handovers_total", metrics.CauseClaimed, "gained"))
-	require.Equal(t, 1.0, value(t, reg, "jsbridge_consumer_shared_handovers_total", metrics.CauseStopping, "released"))
-}
-
-// value is the registered counter name's value with labels (their
-// values, in the labels' names' order).
-func value(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, mm := range mf.GetMetric() {
-			got := make([]string, 0, len(mm.GetLabel()))
-			for _, l := range mm.GetLabel() {
-				got = append(got, l.GetValue())
-			}
-			if strings.Join(got, ",") == strings.Join(labels, ",") {
-				return mm.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("%s%v: not registered", name, labels)
-	return 0
+	require.Equal(t, 1.0, promregtest.Value(t, reg, "jsbridge_consumer_shared_handovers_total", "cause", metrics.CauseClaimed, "direction", "gained"))
+	require.Equal(t, 1.0, promregtest.Value(t, reg, "jsbridge_consumer_shared_handovers_total", "cause", metrics.CauseStopping, "direction", "released"))
 }
 
 // The streams gauges count the records' asides per subscription when

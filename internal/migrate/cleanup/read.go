@@ -10,10 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/mark"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/jsapi"
+	"github.com/jsbridge/jsbridge/internal/migrate/legacy"
+	"github.com/jsbridge/jsbridge/internal/migrate/mark"
 	"github.com/jsbridge/jsbridge/wire"
 )
 

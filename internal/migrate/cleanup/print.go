@@ -5,7 +5,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
+	"github.com/jsbridge/jsbridge/internal/migrate/legacy"
 	"github.com/jsbridge/jsbridge/wire"
 )
 

@@ -10,10 +10,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/migratetest"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/migrate"
+	"github.com/jsbridge/jsbridge/internal/migrate/legacy"
+	"github.com/jsbridge/jsbridge/internal/migrate/migratetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
 

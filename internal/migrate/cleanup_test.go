@@ -12,11 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/base"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/cleanup"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/owner"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/migrate"
+	"github.com/jsbridge/jsbridge/internal/migrate/cleanup"
+	"github.com/jsbridge/jsbridge/internal/migrate/legacy"
 	"github.com/jsbridge/jsbridge/wire"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/embedded"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/migratetest"
+	"github.com/jsbridge/jsbridge/internal/migrate/migratetest"
 	"github.com/jsbridge/jsbridge/wire"
 )
 

@@ -27,9 +27,9 @@ import (
 	"time"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/base"
-	"github.com/jsbridge/jsbridge/internal/deliver/migrate/legacy"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
 	"github.com/jsbridge/jsbridge/internal/deliver/subscription"
+	"github.com/jsbridge/jsbridge/internal/migrate/legacy"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
