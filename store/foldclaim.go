@@ -72,9 +72,9 @@ const foldClaimFetchSQL = `WITH m AS MATERIALIZED (
 ), up AS (
     INSERT INTO {schema}.streams AS s (stream, head, pending_since, leased_by, leased_until)
     SELECT f.stream, f.head, f.since,
-        CASE WHEN p.stream IS NOT NULL THEN $1 END,
-        CASE WHEN p.stream IS NOT NULL THEN now() + $3::bigint * interval '1 microsecond' END
-    FROM f LEFT JOIN pick p USING (stream)
+        CASE WHEN f.offered THEN $1 END,
+        CASE WHEN f.offered THEN now() + $3::bigint * interval '1 microsecond' END
+    FROM (SELECT f.*, f.stream IN (SELECT stream FROM pick) AS offered FROM f) f -- hashed: no loop over pick a stream
     ORDER BY f.stream -- a fixed lock order across concurrent folds
     ON CONFLICT (stream) DO UPDATE
         SET head = GREATEST(s.head, EXCLUDED.head),
