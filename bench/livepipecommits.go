@@ -92,7 +92,7 @@ func (s liveCommitSplit) line() string {
 // order they print, each recognised by a piece of its text
 // (statementKind). The appends are the generator's; "bare" is the bare
 // bridge's read and position update.
-var liveStatementKinds = []string{"appends", "fold+claim+fetch", "fold", "claim+fetch", "claim", "fetch", "ack", "catch-up", "lock_timeout", "idle/busy", "wake", "release", "bare", "other"}
+var liveStatementKinds = []string{"appends", "fold", "claim+fetch", "claim", "fetch", "ack", "catch-up", "lock_timeout", "idle/busy", "wake", "release", "bare", "other"}
 
 // statementKind names the kind of a pg_stat_statements query text.
 func statementKind(query string) string {
@@ -100,8 +100,6 @@ func statementKind(query string) string {
 	switch {
 	case has("INSERT INTO") && has("(stream, version, name, data, meta)"):
 		return "appends"
-	case has("WITH m AS MATERIALIZED") && has(".appended a") && has("LEFT JOIN LATERAL"):
-		return "fold+claim+fetch" // store/foldclaim.go
 	case has("WITH m AS MATERIALIZED") && has(".appended a"):
 		return "fold"
 	case has("WITH due AS MATERIALIZED") && has("LEFT JOIN LATERAL"):

@@ -41,7 +41,6 @@ func TestStatementKind(t *testing.T) {
 	for _, c := range []struct{ query, want string }{
 		{"WITH h AS (\n SELECT ... INSERT INTO s.events (stream, version, name, data, meta)", "appends"},
 		{"WITH m AS MATERIALIZED (\n    SELECT a.ctid AS at, a.stream, a.version, a.created FROM s.appended a ...", "fold"},
-		{"WITH m AS MATERIALIZED (\n    SELECT a.ctid AS at, a.stream, a.version, a.created FROM s.appended a ... WITH due AS MATERIALIZED (...) ... LEFT JOIN LATERAL (...)", "fold+claim+fetch"},
 		{"WITH due AS MATERIALIZED (...) ... LEFT JOIN LATERAL (...)", "claim+fetch"},
 		{"WITH due AS MATERIALIZED (...) SELECT stream", "claim"},
 		{"SELECT ... FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS c(stream, watermark, ord)", "fetch"},

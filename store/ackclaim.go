@@ -118,10 +118,14 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 	}
 	s.queueCatchUp(b, streams)
 	var skipped, left bool
+	s.queueFold(b, &left)
 	if perStream > 0 {
-		s.queueClaimFetch(b, owner, limit, lease, perStream, &claims, &events, &skipped)
+		b.Queue(s.q.claimFetch, owner, limit, lease.Microseconds(), perStream).Query(func(rows pgx.Rows) error {
+			var err error
+			claims, events, skipped, err = s.scanClaimEvents(rows, limit*perStream)
+			return err
+		})
 	} else {
-		s.queueFold(b, &left)
 		b.Queue(s.q.claim, owner, limit, lease.Microseconds()).Query(func(rows pgx.Rows) error {
 			var err error
 			claims, skipped, err = scanClaims(rows)

@@ -14,7 +14,7 @@ import (
 )
 
 // ClaimFetch is Claim and then Fetch of the claimed streams, in one
-// statement (with Claim's fold: store/foldclaim.go), one round trip and one transaction (it implements
+// statement (after Claim's fold), one round trip and one transaction (it implements
 // drain.ClaimFetcher): a drain cycle's claim and fetch cost one commit
 // instead of two. The claims are Claim's; events holds up to perStream
 // events of each claimed stream past its watermark, in version order,
@@ -28,45 +28,22 @@ func (s *Store) ClaimFetch(ctx context.Context, owner string, limit int, lease t
 		return nil, nil, err
 	}
 	var (
-		claims  []event.Claim
-		events  []event.Event
-		skipped bool
+		claims        []event.Claim
+		events        []event.Event
+		skipped, left bool
 	)
 	b := &pgx.Batch{}
-	s.queueClaimFetch(b, owner, limit, lease, perStream, &claims, &events, &skipped)
+	s.queueFold(b, &left)
+	b.Queue(s.q.claimFetch, owner, limit, lease.Microseconds(), perStream).Query(func(rows pgx.Rows) error {
+		var err error
+		claims, events, skipped, err = s.scanClaimEvents(rows, limit*perStream)
+		return err
+	})
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, nil, fmt.Errorf("claim and fetch streams for %s: %w", owner, err)
 	}
-	s.notes.skipped(skipped)
+	s.notes.skipped(skipped || left)
 	return claims, events, nil
-}
-
-// queueClaimFetch queues in b the claim of up to limit streams for owner
-// with the fetch of up to perStream events of each, after the fold of the
-// markers with the bridge's own events table (one statement either way:
-// foldClaimFetch, or claimFetch for an external table). When the batch
-// has run, *claims and *events hold what scanClaimEvents read, and
-// *skipped is set when the claim passed over a held row or the fold left
-// markers (more than foldLimit, or rows other transactions held), so
-// that the caller has the drain look again soon (Store.notes).
-func (s *Store) queueClaimFetch(b *pgx.Batch, owner string, limit int, lease time.Duration, perStream int, claims *[]event.Claim, events *[]event.Event, skipped *bool) {
-	q, args := s.q.claimFetch, []any{owner, limit, lease.Microseconds(), perStream}
-	if !s.External() {
-		q, args = s.q.foldClaimFetch, append(args, foldLimit)
-	}
-	b.Queue(q, args...).Query(func(rows pgx.Rows) error {
-		var (
-			err        error
-			read, kept int64
-		)
-		*claims, *events, *skipped, read, kept, err = s.scanClaimEvents(rows, limit*perStream)
-		if err != nil {
-			return err
-		}
-		*skipped = *skipped || kept > 0 || read == foldLimit
-		s.folded(read - kept)
-		return nil
-	})
 }
 
 // checkClaimFetch checks ClaimFetch's arguments.
@@ -80,15 +57,16 @@ func checkClaimFetch(owner string, limit int, lease time.Duration, perStream int
 	return nil
 }
 
-// scanClaimEvents reads the rows of the claimFetch and foldClaimFetch
-// statements: the streams claimed (one per stream, in the order their
-// rows come), their events (grouped by stream, in version order), and,
-// from the last row, whether the claim passed over a due stream whose row
-// another transaction held and the markers the fold read and left. page
-// is the most events the statement can return. It closes rows.
-func (s *Store) scanClaimEvents(rows pgx.Rows, page int) (claims []event.Claim, events []event.Event, skipped bool, read, kept int64, err error) {
+// scanClaimEvents reads the rows of the claimFetch statement: the streams
+// claimed (one per stream, in the order their rows come), their events
+// (grouped by stream, in version order), and whether the claim passed
+// over a due stream whose row another transaction held. page is the most
+// events the statement can return. It closes rows.
+func (s *Store) scanClaimEvents(rows pgx.Rows, page int) ([]event.Claim, []event.Event, bool, error) {
 	defer rows.Close()
-	// events is made at the first event: a claim often returns none.
+	var claims []event.Claim
+	var events []event.Event // made at the first event: a claim often returns none
+	skipped := false
 	seen := map[string]bool{}
 	// Value targets, not pointers: pgx fills a **T by reflection and a
 	// new T per value, which was most of the bridge's allocations per
@@ -106,17 +84,15 @@ func (s *Store) scanClaimEvents(rows pgx.Rows, page int) (claims []event.Claim, 
 		created       anyTime
 		meta          pgtype.DriverBytes
 		data          []byte
-		folded, left  pgtype.Int8
 		currentStream string
 	)
 	for rows.Next() {
 		data = nil
-		if err := rows.Scan(&stream, &wm, &retry, &until, &prev, &skip, &id, &version, &name, &data, &meta, &created, &folded, &left); err != nil {
-			return nil, nil, false, 0, 0, err
+		if err := rows.Scan(&stream, &wm, &retry, &until, &prev, &skip, &id, &version, &name, &data, &meta, &created); err != nil {
+			return nil, nil, false, err
 		}
-		if folded.Valid {
-			// The last row: no claim.
-			skipped, read, kept = skip, folded.Int64, left.Int64
+		if skip {
+			skipped = true
 			continue
 		}
 		if len(claims) == 0 || string(stream) != currentStream {
@@ -137,7 +113,7 @@ func (s *Store) scanClaimEvents(rows pgx.Rows, page int) (claims []event.Claim, 
 		events = append(events, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, false, 0, 0, err
+		return nil, nil, false, err
 	}
 	// The statement orders them so; a plan that did not is caught here.
 	byStreamVersion := func(a, b event.Event) int {
@@ -147,7 +123,7 @@ func (s *Store) scanClaimEvents(rows pgx.Rows, page int) (claims []event.Claim, 
 		slices.SortFunc(events, byStreamVersion)
 	}
 	s.lastFetch.Store(int64(len(events)))
-	return claims, events, skipped, read, kept, nil
+	return claims, events, skipped, nil
 }
 
 // anyTime scans a timestamptz or a timestamp (an external events table's

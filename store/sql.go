@@ -45,10 +45,6 @@ type queries struct {
 	catchUp    string
 	wake       string
 
-	// The fold, the claim and its fetch in one statement, for an own
-	// events table (store/foldclaim.go).
-	foldClaimFetch string
-
 	idleTake  string
 	idleWait  string
 	idleLetGo string
@@ -262,12 +258,10 @@ WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
 		// The claim and the fetch of the claimed streams' events in one
 		// statement (ClaimFetch, AckClaim): one row per event ($4 per stream
 		// at most, in version order), or one with the event's columns NULL
-		// for a stream with none past its watermark, then always one last
-		// row with the stream NULL: skipped as the claim's row has it, and
-		// no marker read or left (the shape of foldClaimFetch, which an
-		// own events table runs instead). The events are those of the
-		// claim's snapshot; one committed later is past the head the
-		// settle reads again, so its stream stays pending.
+		// for a stream with none past its watermark, then the skipped row
+		// as the claim has it. The events are those of the claim's
+		// snapshot; one committed later is past the head the settle reads
+		// again, so its stream stays pending.
 		claimFetch: r.Replace(`WITH due AS MATERIALIZED (
     SELECT stream, leased_by AS prev_holder FROM {schema}.streams
     WHERE pending AND NOT blocked
@@ -283,7 +277,7 @@ WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
     RETURNING s.stream, s.watermark, s.retry, s.leased_until, coalesce(due.prev_holder, '') AS prev_holder
 )
 (SELECT c.stream, c.watermark, c.retry, c.leased_until, c.prev_holder, false AS skipped,
-    e.id, e.version, e.name, e.data, e.meta, e.created, NULL::bigint AS read, NULL::bigint AS kept
+    e.id, e.version, e.name, e.data, e.meta, e.created
 FROM claimed c
 LEFT JOIN LATERAL (
     SELECT ev.id, ev.version, ev.name, ev.data::text AS data, ev.meta::text AS meta, ev.created
@@ -294,15 +288,13 @@ LEFT JOIN LATERAL (
 ) e ON true
 ORDER BY c.stream, e.version)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL,
-    (SELECT count(*) FROM due) < $2 AND EXISTS (
-        SELECT 1 FROM {schema}.streams x
-        WHERE x.pending AND NOT x.blocked
-          AND coalesce(x.next_attempt, x.pending_since) <= now()
-          AND (x.leased_until IS NULL OR x.leased_until <= now())
-          AND x.stream NOT IN (SELECT stream FROM due)),
-    NULL, NULL, NULL, NULL, NULL, NULL, 0, 0`),
-		foldClaimFetch: foldClaimFetchQuery(r),
+SELECT NULL, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE (SELECT count(*) FROM due) < $2 AND EXISTS (
+    SELECT 1 FROM {schema}.streams x
+    WHERE x.pending AND NOT x.blocked
+      AND coalesce(x.next_attempt, x.pending_since) <= now()
+      AND (x.leased_until IS NULL OR x.leased_until <= now())
+      AND x.stream NOT IN (SELECT stream FROM due))`),
 		// data and meta are read as text whatever their type (jsonb and json
 		// print their JSON; text is as stored), so no row can fail the scan:
 		// the store checks each event on its own (see scanEvent). Only the

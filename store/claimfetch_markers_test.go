@@ -9,12 +9,13 @@ import (
 	"github.com/jsbridge/jsbridge/event"
 )
 
-// The fold leases, in its own write of a stream's row, only a stream the
-// claim itself would take: one appended to while caught up and free, or
-// whose lease ran out (named as the previous holder); never one another
-// owner holds, one in backoff or a blocked one. Those keep their state
-// and their markers' events are claimed when they become claimable.
-func TestFoldClaimsOnlyClaimableStreams(t *testing.T) {
+// ClaimFetch over markers (migration 009) claims, of the streams appended
+// to since the last claim, those the claim would take without markers:
+// one appended to while caught up and free, or whose lease ran out (named
+// as the previous holder); never one another owner holds, one in backoff
+// or a blocked one. Those keep their state, and their markers' events are
+// claimed when they become claimable.
+func TestClaimFetchOverMarkersClaimsOnlyClaimableStreams(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	claimAll := func(owner string) ([]event.Claim, []event.Event) {
@@ -83,11 +84,11 @@ func TestFoldClaimsOnlyClaimableStreams(t *testing.T) {
 	require.Equal(t, int64(1), events[0].Version)
 }
 
-// Under a backlog the claim takes the oldest due streams, a stream with a
-// marker among them (a hot stream is never passed over for being
-// appended to again), and the fold leases none of the streams it makes
-// pending: they wait their turn by age.
-func TestFoldClaimUnderABacklogKeepsOldestFirst(t *testing.T) {
+// Under a backlog ClaimFetch over markers takes the oldest due streams, a
+// stream with a marker among them (a hot stream is never passed over for
+// being appended to again); a stream the fold makes pending waits its
+// turn by age.
+func TestClaimFetchOverMarkersUnderABacklogKeepsOldestFirst(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.appendN(t, "old-1", 1)
