@@ -116,10 +116,9 @@ func (s *Store) AckClaim(ctx context.Context, owner string, acks []event.Progres
 			return err
 		})
 	}
-	// The catch-up of the acked streams goes with the fold (queueFold):
-	// one statement fewer.
+	s.queueCatchUp(b, streams)
 	var skipped, left bool
-	s.queueFold(b, streams, &left)
+	s.queueFold(b, &left)
 	if perStream > 0 {
 		b.Queue(s.q.claimFetch, owner, limit, lease.Microseconds(), perStream).Query(func(rows pgx.Rows) error {
 			var err error
