@@ -33,7 +33,7 @@ func (s *Store) ClaimFetch(ctx context.Context, owner string, limit int, lease t
 		skipped, left bool
 	)
 	b := &pgx.Batch{}
-	s.queueFold(b, &left)
+	s.queueFold(b, nil, &left)
 	b.Queue(s.q.claimFetch, owner, limit, lease.Microseconds(), perStream).Query(func(rows pgx.Rows) error {
 		var err error
 		claims, events, skipped, err = s.scanClaimEvents(rows, limit*perStream)

@@ -45,7 +45,7 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, lease time.D
 		skipped, left bool
 	)
 	b := &pgx.Batch{}
-	s.queueFold(b, &left)
+	s.queueFold(b, nil, &left)
 	b.Queue(s.q.claim, owner, limit, lease.Microseconds()).Query(func(rows pgx.Rows) error {
 		var err error
 		claims, skipped, err = scanClaims(rows)

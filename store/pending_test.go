@@ -336,3 +336,54 @@ func (b bundle) appendSome(stream string, alone bool) error {
 	}
 	return tx.Commit(b.ctx)
 }
+
+// While a drainer waits, AckClaim acking a stream while an append to it,
+// which found it pending and wrote nothing, has not committed yet waits
+// for that append's lock; its fold, which does the catch-up of the acked
+// streams, then finds the appended event, and its claim takes the stream
+// again with that event (the claim alone, and the claim with its fetch).
+func TestAckClaimTakesAgainAnAppendThatSkippedTheRow(t *testing.T) {
+	t.Parallel()
+	for _, perStream := range []int{0, 10} {
+		t.Run(fmt.Sprintf("perStream=%d", perStream), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			listen(t, b.store.Schema()) // a drainer waits: appends take 008's way
+			first := b.appendN(t, "s-1", 1)[0]
+			claims, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
+			require.NoError(t, err)
+			require.Len(t, claims, 1)
+
+			tx, err := b.pool.Begin(b.ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(b.ctx) }()
+			_, err = b.store.AppendTx(b.ctx, tx, "s-1", store.AnyVersion, ev("Happened", `{"n":1}`))
+			require.NoError(t, err)
+
+			type result struct {
+				ackErrs []error
+				claims  []event.Claim
+				events  []event.Event
+				err     error
+			}
+			done := make(chan result, 1)
+			go func() {
+				var r result
+				r.ackErrs, r.claims, r.events, _, r.err = b.store.AckClaim(b.ctx, "x",
+					[]event.Progress{{Stream: first.Stream, Version: first.Version, ID: first.ID}}, 10, time.Minute, perStream)
+				done <- r
+			}()
+			b.waitForLockWaiter(t, "the ack waits for the appender's row")
+			require.NoError(t, tx.Commit(b.ctx))
+			r := <-done
+			require.NoError(t, r.err)
+			require.NoError(t, errorsOf(r.ackErrs))
+			require.Equal(t, []string{"s-1"}, claimedNames(r.claims), "claimed again for the event committed while the ack waited")
+			require.Equal(t, int64(0), r.claims[0].Watermark)
+			if perStream > 0 {
+				require.Len(t, r.events, 1)
+				require.Equal(t, int64(1), r.events[0].Version)
+			}
+		})
+	}
+}

@@ -216,7 +216,7 @@ FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS t(name, data,
 ORDER BY t.ord
 RETURNING id, version, name, data, meta, created`),
 
-		fold: foldQuery(schema),
+		fold: foldQuery(schema, events),
 
 		// The locking select is materialized so it runs exactly once; SKIP
 		// LOCKED means competing claimers never wait for each other. Streams
