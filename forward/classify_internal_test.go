@@ -44,6 +44,7 @@ func TestClassifyOutages(t *testing.T) {
 		{"insufficient resources (503)", &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}, ClassStorage, true},
 		{"account storage limit (400)", &jetstream.APIError{Code: 400, ErrorCode: 10002, Description: "resource limits exceeded for account"}, ClassStorage, true},
 		{"store refused the write", &jetstream.APIError{Code: 503, ErrorCode: 10077, Description: "maximum bytes exceeded"}, ClassStorage, true},
+		{"fast batch the server forgot", &jetstream.APIError{Code: 400, ErrorCode: 10208, Description: "batch publish ID unknown"}, ClassOther, true},
 		{"wrong last sequence", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}, ClassOther, false},
 		{"message too large", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamMessageExceedsMaximum}, ClassOther, false},
 		{"anything else", errors.New("permission denied"), ClassOther, false},

@@ -114,20 +114,30 @@ func (f *Forwarder) publishAndWait(ctx context.Context, msg *nats.Msg, opts []je
 // publish or lookup timed out, or was cut short by the context: the
 // cycle's deadline, or shutdown), no server or stream answering, a closed
 // or reconnecting connection, JetStream refusing the message for lack of
-// storage (IsStorageFull: also the account limit's code 400), or a
-// JetStream API error with code 503 (JetStream unavailable). Anything else
-// is returned as it is.
+// storage (IsStorageFull: also the account limit's code 400), a JetStream
+// API error with code 503 (JetStream unavailable), or a fast batch the
+// server no longer knows (apiErrBatchUnknown). Anything else is returned
+// as it is.
 func classify(err error) error {
 	switch ErrorClass(err) {
 	case ClassTimeout, ClassCanceled, ClassNoResponders, ClassConnection, ClassStorage:
 		return drain.Unavailable(err)
 	}
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+	if errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == apiErrBatchUnknown) {
 		return drain.Unavailable(err)
 	}
 	return err
 }
+
+// apiErrBatchUnknown is JetStream's answer to a message of a fast batch
+// whose batch it does not know (10208, "batch publish ID unknown"): the
+// server dropped the batch's state when no message of it came within its
+// batch timeout (10 s by default), which a server paused or starved of
+// CPU meets when it reads the rest of the batch at last. Nothing from that
+// message on was stored; the stream's next attempt looks its position up.
+// It is the server's doing, not the event's: an outage, counting no retry.
+const apiErrBatchUnknown jetstream.ErrorCode = 10208
 
 // failed logs and returns a Failed outcome.
 func (f *Forwarder) failed(e event.Event, err error) Outcome {
