@@ -340,12 +340,18 @@ func (r *Sender) End(st *Trace) {
 	if st == nil {
 		return
 	}
-	state := r.br.State().String()
 	if st.outcome == "" {
 		// handle returned without deciding (a panic unwinding): say so.
 		st.outcome, st.class = "unknown", ClassNone
 	}
-	if span := st.span; span.IsRecording() {
+	recording := st.span.IsRecording()
+	kept := r.attempts != nil && keeps(r.record, st.outcome, st.attempt, st.afterFailure)
+	if !recording && !kept {
+		st.span.End()
+		return // no span attribute nor record reads the breaker's state: not taken (its lock, the clock)
+	}
+	state := r.br.State().String()
+	if span := st.span; recording {
 		span.SetAttributes(
 			tracing.AttrSubscription.String(r.sub.Name),
 			tracing.AttrAttempt.Int(st.attempt),
@@ -363,7 +369,7 @@ func (r *Sender) End(st *Trace) {
 		}
 	}
 	st.span.End()
-	if r.attempts == nil || !keeps(r.record, st.outcome, st.attempt, st.afterFailure) {
+	if !kept {
 		return
 	}
 	a := attemptlog.Attempt{
