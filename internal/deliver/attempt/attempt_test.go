@@ -323,7 +323,7 @@ func TestAttemptOrderedParameters(t *testing.T) {
 	require.Equal(t, ActNotReady, s.Act)
 	require.Nil(t, s.Trace)
 
-	refused := func(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	refused := func(ctx context.Context) (context.Context, func() bool, error) {
 		return nil, nil, ErrLeasePassed
 	}
 	s = b.snd.Attempt(ctx, orderPlaced(), 1, Call{Fence: refused})
