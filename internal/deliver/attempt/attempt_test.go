@@ -33,10 +33,11 @@ import (
 // that stamps the POST.
 
 // fakeBreaker is a Breaker that is open or closed as told, counting the
-// failures Execute saw.
+// failures Execute saw and the reads of its state.
 type fakeBreaker struct {
 	open     atomic.Bool
 	failures atomic.Int32
+	states   atomic.Int32
 }
 
 func (b *fakeBreaker) Execute(fn func() error) error {
@@ -51,6 +52,7 @@ func (b *fakeBreaker) Execute(fn func() error) error {
 }
 
 func (b *fakeBreaker) State() breaker.State {
+	b.states.Add(1)
 	if b.open.Load() {
 		return breaker.Open
 	}
@@ -181,6 +183,27 @@ func TestAttemptAcksA2xx(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, rec[0].Status)
 }
 
+// The breaker's state is read for what names it (a recording span's
+// attribute, the attempts record), not for an attempt nothing keeps: it
+// takes the breaker's lock, shared by every POST to the endpoint.
+func TestAttemptEndReadsTheBreakerStateOnlyForARecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, status(http.StatusNoContent))
+	s := b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{})
+	b.snd.End(s.Trace)
+	<-b.requests
+	require.Empty(t, b.records.list())
+	require.Zero(t, b.br.states.Load(), "a first-attempt 2xx, untraced: nothing names the state")
+
+	b = setup(t, status(http.StatusInternalServerError))
+	s = b.snd.Attempt(context.Background(), orderPlaced(), 1, Call{})
+	b.snd.End(s.Trace)
+	<-b.requests
+	rec := b.records.list()
+	require.Len(t, rec, 1)
+	require.Equal(t, breaker.Closed.String(), rec[0].Breaker, "the record names the state")
+}
+
 // A 5xx: ActRetry after the backoff's entry for the attempt, an endpoint
 // failure for the breaker and the health; on the last attempt
 // (MaxDeliver) it is dead-lettered as exhausted.
@@ -300,7 +323,7 @@ func TestAttemptOrderedParameters(t *testing.T) {
 	require.Equal(t, ActNotReady, s.Act)
 	require.Nil(t, s.Trace)
 
-	refused := func(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	refused := func(ctx context.Context) (context.Context, func() bool, error) {
 		return nil, nil, ErrLeasePassed
 	}
 	s = b.snd.Attempt(ctx, orderPlaced(), 1, Call{Fence: refused})

@@ -192,7 +192,7 @@ func (s *Claim) breaker(url string) *breaker.Breaker {
 // the lease or the record found lost (Claim.Lose), cuts it with cause
 // ErrLeasePassed: an attempt cut so counts for neither the endpoint's
 // breaker nor its health, and settles nothing (ActCut).
-func (s *Claim) fence(ctx context.Context) (context.Context, context.CancelFunc, error) {
+func (s *Claim) fence(ctx context.Context) (context.Context, func() bool, error) {
 	return s.claim.Fence.Bound(context.WithoutCancel(ctx))
 }
 

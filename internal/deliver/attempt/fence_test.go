@@ -36,11 +36,18 @@ func TestFailuresAnsweredAfterTheLeaseDeadlineDoNotOpenTheBreaker(t *testing.T) 
 	t.Cleanup(rc.Close)
 	t.Cleanup(func() { close(stop) }) // before rc.Close
 	cutBy := func(cause error) PostFence {
-		return func(ctx context.Context) (context.Context, context.CancelFunc, error) {
+		return func(ctx context.Context) (context.Context, func() bool, error) {
 			pctx, cancel := context.WithCancelCause(ctx)
 			time.AfterFunc(20*time.Millisecond, func() { cancel(cause) })
-			return pctx, func() { cancel(nil) }, nil
+			return pctx, func() bool { cancel(nil); return false }, nil
 		}
+	}
+	// timedOutPast is a fence whose lease passed while the POST ran, but
+	// whose cut came after the POST's own timeout: a replica waking from
+	// a freeze, its timers all due at once, in no set order.
+	timedOutPast := func(ctx context.Context) (context.Context, func() bool, error) {
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		return pctx, func() bool { cancel(); return true }, nil
 	}
 	post := func(r *Sender, fence PostFence) {
 		msg := reader.Event{Subject: "events.order.order-1.OrderNoted", Header: nats.Header{wire.HeaderMsgID: {"1"}, wire.HeaderID: {"1"}, wire.HeaderType: {"OrderNoted"},
@@ -63,6 +70,8 @@ func TestFailuresAnsweredAfterTheLeaseDeadlineDoNotOpenTheBreaker(t *testing.T) 
 	r := newTestSender(t, sub, rc.Client(), Deps{Breaker: br})
 	post(r, cutBy(ErrLeasePassed))
 	require.Equal(t, breaker.Closed, br.State(), "POSTs cut at the lease deadline are not counted")
+	post(r, timedOutPast)
+	require.Equal(t, breaker.Closed, br.State(), "POSTs failed once the lease passed are not counted, whichever timer fired first")
 	post(r, cutBy(errors.New("cut for another reason")))
 	require.Equal(t, breaker.Open, br.State(), "the same failures for another reason open it")
 }

@@ -136,27 +136,31 @@ func (r *Sender) request(msg reader.Event, id, replica string, ordered bool) ([]
 // fence, when not nil (Call.Fence), is asked once the breaker let the
 // POST through, probe claim included,
 // right before the POST: it refuses a POST past the lease deadline and
-// bounds the POST's context by the lease (a POST cut there answers with
-// an error wrapping ErrLeasePassed, and counts for neither the breaker
-// nor the subscription's health).
+// bounds the POST's context by the lease (a POST cut there, or failed
+// once the lease had passed, answers with an error wrapping
+// ErrLeasePassed, and counts for neither the breaker nor the
+// subscription's health).
 func (r *Sender) send(ctx context.Context, at *Trace, fence PostFence, gen uint64, id string, body []byte, hdr http.Header, order *webhook.OrderFields) (resp Response, notSent error) {
 	at.sending(r.clock.Now())
 	var fenced error
 	err := r.br.Execute(func() error {
 		pctx := ctx
+		var end func() bool
 		if fence != nil {
-			fctx, done, err := fence(ctx)
+			fctx, e, err := fence(ctx)
 			if err != nil {
 				fenced = err
 				return fmt.Errorf("%w: %w", breaker.ErrExcluded, err)
 			}
-			defer done()
-			pctx = fctx
+			pctx, end = fctx, e
 		}
 		resp = r.post(pctx, id, body, hdr, order)
-		if cause := context.Cause(pctx); fence != nil && errors.Is(cause, ErrLeasePassed) && resp.Err != nil {
-			// Cut by the lease, not the endpoint's failure.
-			resp.Err = fmt.Errorf("%w: %w", cause, resp.Err)
+		passed := end != nil && end()
+		if resp.Err != nil && (passed || (end != nil && errors.Is(context.Cause(pctx), ErrLeasePassed))) {
+			// Cut by the lease, not the endpoint's failure: also a POST
+			// that failed once the lease had passed, its own timeout
+			// having fired before the fence's cut (a freeze ended).
+			resp.Err = fmt.Errorf("%w: %w", ErrLeasePassed, resp.Err)
 			at.answered(resp, r.clock.Now())
 			return fmt.Errorf("%w: %w", breaker.ErrExcluded, resp.Err)
 		}
@@ -176,9 +180,11 @@ func (r *Sender) send(ctx context.Context, at *Trace, fence PostFence, gen uint6
 }
 
 // PostFence is where a POST passes an ordered partition's lease fence
-// (Call.Fence): ctx bounded by the lease and its cancel, or why the POST
-// may not start (an error wrapping ErrLeasePassed).
-type PostFence func(ctx context.Context) (context.Context, context.CancelFunc, error)
+// (Call.Fence): ctx bounded by the lease and end, called once the POST
+// ended, which reports whether the lease had passed by then (a POST
+// that failed then counts as cut); or why the POST may not start (an
+// error wrapping ErrLeasePassed).
+type PostFence func(ctx context.Context) (context.Context, func() (passed bool), error)
 
 // answered feeds an answer to the throttle (a 429 or 503 cuts the rate;
 // gen is the throttle's generation when the request was sent)
@@ -340,12 +346,18 @@ func (r *Sender) End(st *Trace) {
 	if st == nil {
 		return
 	}
-	state := r.br.State().String()
 	if st.outcome == "" {
 		// handle returned without deciding (a panic unwinding): say so.
 		st.outcome, st.class = "unknown", ClassNone
 	}
-	if span := st.span; span.IsRecording() {
+	recording := st.span.IsRecording()
+	kept := r.attempts != nil && keeps(r.record, st.outcome, st.attempt, st.afterFailure)
+	if !recording && !kept {
+		st.span.End()
+		return // no span attribute nor record reads the breaker's state: not taken (its lock, the clock)
+	}
+	state := r.br.State().String()
+	if span := st.span; recording {
 		span.SetAttributes(
 			tracing.AttrSubscription.String(r.sub.Name),
 			tracing.AttrAttempt.Int(st.attempt),
@@ -363,7 +375,7 @@ func (r *Sender) End(st *Trace) {
 		}
 	}
 	st.span.End()
-	if r.attempts == nil || !keeps(r.record, st.outcome, st.attempt, st.afterFailure) {
+	if !kept {
 		return
 	}
 	a := attemptlog.Attempt{

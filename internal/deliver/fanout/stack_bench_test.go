@@ -43,7 +43,7 @@ func useStack(kb int) byte {
 // streams, settled every 256 events. cpu-ns/delivery is the process's
 // CPU time, the stack growth of each run's goroutine included
 // (runtime.newstack; issue 33 tried workers that keep their stacks, and
-// gained nothing here: docs/performance.md).
+// gained nothing here, then growStack: docs/performance.md).
 func BenchmarkSendStack(b *testing.B) {
 	idx := member.NewIndex()
 	for _, m := range []member.Member{{Name: "ordered", Filters: []string{"events.>"}, Ordered: true, MaxInFlight: 64, MaxInHand: 1 << 30},

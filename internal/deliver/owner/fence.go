@@ -50,9 +50,16 @@ type Fence struct {
 	wallDeadline time.Time
 	lost         bool // the lease was found lost: the deadline stays passed
 	// posts are the cancels of the POSTs running inside the lease
-	// (Bound): Lose ends them at once.
+	// (Bound): Lose ends them at once, the watch at the deadline.
 	posts  map[uint64]context.CancelCauseFunc
 	postID uint64
+	// watch is the POSTs' one timer (nil: not made yet): armed while
+	// POSTs run, it fires at the deadline (watchAt, on clock) and cuts
+	// them unless a renewal moved it. One a fence, not one a POST: each
+	// POST made a timer, two closures and their runtime timer (issue 33).
+	watch   clockwork.Timer
+	armed   bool
+	watchAt time.Time
 }
 
 // NewFence returns the fence of a claim whose context is ctx (ended at
@@ -106,13 +113,20 @@ func (f *Fence) Deadline() time.Time {
 // leftLocked returns the time left before the deadline on the clock that
 // says less, and false once it passed on either (f.mu held).
 func (f *Fence) leftLocked() (time.Duration, bool) {
+	_, left, held := f.leftAtLocked()
+	return left, held
+}
+
+// leftAtLocked is leftLocked with the clock's reading it was taken at
+// (f.mu held).
+func (f *Fence) leftAtLocked() (time.Time, time.Duration, bool) {
 	now := f.clock.Now()
 	wd := f.wallDeadline
 	if wd.IsZero() {
 		wd = f.wallLocked(f.deadline) // set at construction
 	}
 	left := min(f.deadline.Sub(now), wd.Sub(f.wallLocked(now)))
-	return left, !f.lost && left > 0
+	return now, left, !f.lost && left > 0
 }
 
 // Lose ends the lease at once: a renewal found the key taken (expired and
@@ -181,10 +195,13 @@ func (f *Fence) Left() (time.Duration, bool) {
 // cause ErrLeasePassed, once the deadline passes without a renewal or the
 // lease is lost. Renewals move the deadline, so a POST is cut only when
 // its lease ends, not at the deadline it started under. The caller calls
-// the returned cancel when the POST ended.
-func (f *Fence) Bound(ctx context.Context) (context.Context, context.CancelFunc, error) {
+// the returned end once the POST ended; it reports whether the lease had
+// passed by then (the deadline, or lost): a POST that failed then is one
+// the lease cut, whichever fired first after a freeze, the fence's timer
+// or the POST's own timeout.
+func (f *Fence) Bound(ctx context.Context) (context.Context, func() (passed bool), error) {
 	f.mu.Lock()
-	left, held := f.leftLocked()
+	now, left, held := f.leftAtLocked()
 	if !held || f.ctx.Err() != nil {
 		f.mu.Unlock()
 		return nil, nil, ErrLeasePassed
@@ -196,31 +213,58 @@ func (f *Fence) Bound(ctx context.Context) (context.Context, context.CancelFunc,
 	f.postID++
 	id := f.postID
 	f.posts[id] = cancel
-	var t clockwork.Timer
-	var check func()
-	check = func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if _, running := f.posts[id]; !running {
-			return
-		}
-		left, held := f.leftLocked()
-		if !held {
-			delete(f.posts, id)
-			cancel(ErrLeasePassed)
-			return
-		}
-		t.Reset(left) // renewed meanwhile: wait for the new deadline
-	}
-	t = f.clock.AfterFunc(left, check)
+	f.armLocked(now, left)
 	f.mu.Unlock()
-	return pctx, func() {
+	return pctx, func() bool {
 		f.mu.Lock()
 		delete(f.posts, id)
-		t.Stop()
+		_, held := f.leftLocked()
 		f.mu.Unlock()
 		cancel(nil)
+		return !held
 	}, nil
+}
+
+// armLocked makes sure the watch fires no later than left after now
+// (the time left before the deadline and the clock's reading it was
+// taken at): a wall clock stepped forward brings the deadline closer
+// than the watch was armed for (f.mu held).
+func (f *Fence) armLocked(now time.Time, left time.Duration) {
+	at := now.Add(left)
+	switch {
+	case f.watch == nil:
+		f.watch = f.clock.AfterFunc(left, f.cut)
+	case f.armed && !at.Before(f.watchAt):
+		return
+	default:
+		f.watch.Reset(left)
+	}
+	f.armed, f.watchAt = true, at
+}
+
+// cut is the watch firing: once the deadline passed without a renewal
+// (or the lease was lost), it cuts the POSTs running, with cause
+// ErrLeasePassed; renewed meanwhile, it waits for the new deadline while
+// POSTs run.
+func (f *Fence) cut() {
+	f.mu.Lock()
+	f.armed = false
+	if len(f.posts) == 0 {
+		f.mu.Unlock()
+		return
+	}
+	now, left, held := f.leftAtLocked()
+	if held {
+		f.armLocked(now, left)
+		f.mu.Unlock()
+		return
+	}
+	posts := f.posts
+	f.posts = nil
+	f.mu.Unlock()
+	for _, cancel := range posts {
+		cancel(ErrLeasePassed)
+	}
 }
 
 // WaitLease waits while the lease deadline is passed (a renewal late, or

@@ -107,3 +107,69 @@ func TestLeaseFenceReadsTheWallClockOfRealTimes(t *testing.T) {
 	require.Equal(t, f.deadline.Round(0), f.wallDeadline, "the wall reading of the deadline, fixed when set")
 	require.False(t, strings.Contains(f.wallDeadline.String(), "m="), "no monotonic reading")
 }
+
+// The POSTs running share one watch: each is cut at the deadline it runs
+// under, also one bound after the wall clock stepped forward, which
+// brings the deadline closer than the watch was armed for; a POST that
+// ended is not cut.
+func TestFenceCutsEveryPostRunningAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	f, clock := fence(t) // deadline in 3 s
+	var stepped atomic.Int64
+	f.SetWallClock(func(t time.Time) time.Time { return t.Add(time.Duration(stepped.Load())) })
+	f.SetDeadline(clock.Now().Add(3 * time.Second))
+	first, done1, err := f.Bound(context.Background())
+	require.NoError(t, err)
+	defer done1()
+	ended, done2, err := f.Bound(context.Background())
+	require.NoError(t, err)
+	done2()
+	require.ErrorIs(t, context.Cause(ended), context.Canceled, "ended by its caller, not cut")
+
+	stepped.Store(int64(2 * time.Second)) // the wall clock jumps: 1 s left on it
+	third, done3, err := f.Bound(context.Background())
+	require.NoError(t, err)
+	defer done3()
+	clock.Advance(time.Second + time.Millisecond)
+	require.Eventually(t, func() bool { return first.Err() != nil && third.Err() != nil }, 5*time.Second, time.Millisecond,
+		"cut at the deadline the wall clock brought closer")
+	require.ErrorIs(t, context.Cause(first), ErrLeasePassed)
+	require.ErrorIs(t, context.Cause(third), ErrLeasePassed)
+	require.ErrorIs(t, context.Cause(ended), context.Canceled)
+}
+
+// A POST's end says whether the lease had passed by then: not while it
+// holds, yes once the deadline passed (cut or not yet), and after Lose.
+func TestFenceEndSaysWhetherTheLeasePassed(t *testing.T) {
+	t.Parallel()
+	f, clock := fence(t) // deadline in 3 s
+	_, end, err := f.Bound(context.Background())
+	require.NoError(t, err)
+	require.False(t, end(), "ended inside the lease")
+
+	_, end, err = f.Bound(context.Background())
+	require.NoError(t, err)
+	clock.Advance(3*time.Second + time.Millisecond)
+	require.True(t, end(), "ended past the deadline")
+
+	f.SetDeadline(clock.Now().Add(3 * time.Second))
+	_, end, err = f.Bound(context.Background())
+	require.NoError(t, err)
+	f.Lose()
+	require.True(t, end(), "ended after the lease was lost")
+}
+
+// BenchmarkFenceBound is an ordered POST's way through the lease fence:
+// Bound, then its cancel once the POST ended (issue 33).
+func BenchmarkFenceBound(b *testing.B) {
+	f := NewFence(context.Background(), clockwork.NewRealClock(), time.Now().Add(time.Hour))
+	ctx := context.WithoutCancel(context.Background())
+	b.ReportAllocs()
+	for b.Loop() {
+		_, done, err := f.Bound(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		done()
+	}
+}
