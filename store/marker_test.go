@@ -85,20 +85,11 @@ func TestSettleBesideAMarkerLeavesTheStreamClaimable(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			first := b.appendN(t, "s-1", 1)[0]
-			claims, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
-			require.NoError(t, err)
-			require.Len(t, claims, 1)
-
-			tx, err := b.pool.Begin(b.ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(b.ctx) }()
-			_, err = b.store.AppendTx(b.ctx, tx, "s-1", store.AnyVersion, ev("Happened", `{"n":1}`))
-			require.NoError(t, err)
+			first, tx := b.claimedWithAppendOpen(t)
 			require.NoError(t, b.store.Ack(b.ctx, "x", "s-1", first.Version, first.ID), "no wait for the appender")
 			require.NoError(t, tx.Commit(b.ctx))
 
-			claims, err = c.claim(b)
+			claims, err := c.claim(b)
 			require.NoError(t, err)
 			require.Equal(t, []string{"s-1"}, claimedNames(claims), "claimable for the event appended beside the ack")
 			require.Equal(t, int64(0), claims[0].Watermark)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -23,6 +24,24 @@ func (b bundle) streamsRow(t *testing.T, stream string) (head int64, pending boo
 	t.Helper()
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT head, pending FROM `+b.store.Schema()+`.streams WHERE stream = $1`, stream).Scan(&head, &pending))
 	return head, pending
+}
+
+// claimedWithAppendOpen appends one event to stream s-1, claims it for
+// drainer "x", and opens a transaction that appends its next event
+// without committing: the test commits it (or its cleanup rolls it
+// back). It returns the claimed event and the open transaction.
+func (b bundle) claimedWithAppendOpen(t *testing.T) (event.Event, pgx.Tx) {
+	t.Helper()
+	first := b.appendN(t, "s-1", 1)[0]
+	claims, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claims, 1)
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	_, err = b.store.AppendTx(b.ctx, tx, "s-1", store.AnyVersion, ev("Happened", `{"n":1}`))
+	require.NoError(t, err)
+	return first, tx
 }
 
 // waitForLockWaiter waits until some session of the database waits for a
@@ -136,16 +155,7 @@ func TestSettleWaitsForAnAppendThatSkippedTheRow(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			listen(t, b.store.Schema()) // a drainer waits: appends take 008's way
-			first := b.appendN(t, "s-1", 1)[0]
-			claims, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
-			require.NoError(t, err)
-			require.Len(t, claims, 1)
-
-			tx, err := b.pool.Begin(b.ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(b.ctx) }()
-			_, err = b.store.AppendTx(b.ctx, tx, "s-1", store.AnyVersion, ev("Happened", `{"n":1}`))
-			require.NoError(t, err)
+			first, tx := b.claimedWithAppendOpen(t)
 			head, _ := b.streamsRow(t, "s-1")
 			require.Equal(t, int64(0), head, "the append found the stream pending: no write")
 
@@ -159,7 +169,7 @@ func TestSettleWaitsForAnAppendThatSkippedTheRow(t *testing.T) {
 			require.Equal(t, int64(0), si.Watermark)
 			require.Equal(t, int64(1), si.Head)
 			require.Equal(t, int64(1), si.Lag, "pending for the event committed while the settle waited")
-			claims, err = b.store.Claim(b.ctx, "y", 10, time.Minute)
+			claims, err := b.store.Claim(b.ctx, "y", 10, time.Minute)
 			require.NoError(t, err)
 			require.Equal(t, []string{"s-1"}, claimedNames(claims), "claimable again")
 			evs, err := b.store.Fetch(b.ctx, claims, 10)
@@ -349,16 +359,7 @@ func TestAckClaimTakesAgainAnAppendThatSkippedTheRow(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			listen(t, b.store.Schema()) // a drainer waits: appends take 008's way
-			first := b.appendN(t, "s-1", 1)[0]
-			claims, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
-			require.NoError(t, err)
-			require.Len(t, claims, 1)
-
-			tx, err := b.pool.Begin(b.ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(b.ctx) }()
-			_, err = b.store.AppendTx(b.ctx, tx, "s-1", store.AnyVersion, ev("Happened", `{"n":1}`))
-			require.NoError(t, err)
+			first, tx := b.claimedWithAppendOpen(t)
 
 			type result struct {
 				ackErrs []error
