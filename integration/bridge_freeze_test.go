@@ -83,7 +83,7 @@ func (c *failureCounter) wrap(h drain.Handler) drain.Handler {
 				}
 				c.mu.Lock()
 				if len(c.other) < 5 {
-					c.other = append(c.other, fmt.Sprintf("%s: %v", batches[min(i, len(batches)-1)].Stream, r.Err))
+					c.other = append(c.other, fmt.Sprintf("%s: %v", batches[i].Stream, r.Err))
 				}
 				c.mu.Unlock()
 			}
