@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -87,5 +88,28 @@ func TestWaitingGap(t *testing.T) {
 	}
 	if got := orderedCeiling(5*time.Millisecond, 5*time.Millisecond); got != 100 {
 		t.Fatalf("orderedCeiling(5ms, 5ms) = %v, want 100", got)
+	}
+}
+
+// A run of ours alone (-live-pipelines bridge) judges no target that
+// is relative to the bare reference: its rows say why instead of a
+// ratio against zero.
+func TestLivePipeRateRowsWithoutBare(t *testing.T) {
+	e := &env{cfg: config{LiveDelay: 5 * time.Millisecond, LivePipeStreams: 10_000, LiveZipf: liveZipfExponent}}
+	ours := livePipeFigures{rate: 1000, events: 1000, subs: []string{liveSubOrdered, liveSubUnordered},
+		cpu:        map[string]time.Duration{"bridge": 100 * time.Millisecond},
+		fromCommit: map[string][]time.Duration{liveSubOrdered: {time.Millisecond}, liveSubUnordered: {time.Millisecond}}}
+	judged := 0
+	for _, r := range e.livePipeRateRows(ours, livePipeFigures{}, "durable") {
+		if !strings.Contains(r.Target, "≤ 1.3") && !strings.Contains(r.Target, "bare's + 5 ms") {
+			continue
+		}
+		judged++
+		if r.Met || !strings.Contains(r.Reference, "bare not run") || strings.Contains(r.Ratio, "e+") || len(r.Ratio) > 12 {
+			t.Errorf("row %q without bare: met %v, reference %q, ratio %q", r.Target, r.Met, r.Reference, r.Ratio)
+		}
+	}
+	if judged != 2 {
+		t.Fatalf("found %d target rows relative to bare, want 2", judged)
 	}
 }

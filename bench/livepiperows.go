@@ -53,23 +53,32 @@ func (e *env) livePipeRateRows(ours, bare livePipeFigures, durable string) []row
 	}
 	rows := []row{latency, cpu, store, stages, liveBridgeStageRow(name, ours)}
 	if rate == 1000 {
+		// Without the bare reference (-live-pipelines bridge) the targets
+		// relative to it are not judged: they print "NO" with the reason.
+		bareRan := len(bare.fromCommit[liveSubBare]) > 0
+		notRun := func(s string) string {
+			if bareRan {
+				return s
+			}
+			return "bare not run (-live-pipelines): not judged"
+		}
 		r := ours.perWebhook() / math.Max(bare.perWebhook(), 1e-9)
 		rows = append(rows, row{
 			Name:      name + ": target, pipeline CPU per webhook delivered (bridge + consumer + server + the bridge's Postgres sessions)",
 			Ours:      fmt.Sprintf("%.0f µs/webhook", ours.perWebhook()),
-			Reference: fmt.Sprintf("bare %.0f µs/webhook", bare.perWebhook()),
-			Ratio:     fmt.Sprintf("%.2f", r),
+			Reference: notRun(fmt.Sprintf("bare %.0f µs/webhook", bare.perWebhook())),
+			Ratio:     liveRatio(ours.perWebhook(), bare.perWebhook()),
 			Target:    "≤ 1.3 (issue 33)",
-			Met:       r <= 1.3,
+			Met:       bareRan && r <= 1.3,
 		})
 		o, u, b := p99(ours, liveSubOrdered), p99(ours, liveSubUnordered), p99(bare, liveSubBare)
 		rows = append(rows, row{
 			Name:      name + ": target, append commit → webhook p99, both subscriptions",
 			Ours:      fmt.Sprintf("ordered %s, unordered %s", ms(o), ms(u)),
-			Reference: fmt.Sprintf("bare %s", ms(b)),
+			Reference: notRun(fmt.Sprintf("bare %s", ms(b))),
 			Ratio:     fmt.Sprintf("%s, %s", liveRatio(float64(o), float64(b)), liveRatio(float64(u), float64(b))),
 			Target:    fmt.Sprintf("≤ %s (the receiver's delay + 10 ms), and ≤ bare's + 5 ms (issue 33)", ms(delay+10*time.Millisecond)),
-			Met:       max(o, u) <= delay+10*time.Millisecond && max(o, u) <= b+5*time.Millisecond,
+			Met:       bareRan && max(o, u) <= delay+10*time.Millisecond && max(o, u) <= b+5*time.Millisecond,
 		})
 		rows = append(rows, row{
 			Name:      name + ": target, the pipeline's Postgres write commits per event (transactions given an id beyond the appends', during the run; xact_commit, read-only ones included, beside it)",
