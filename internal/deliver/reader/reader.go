@@ -206,6 +206,12 @@ type Reader struct {
 	// unpartitioned counts the subjects read live that were no event's
 	// (not three tokens after the prefix), passed over.
 	unpartitioned uint64
+	// waitCtx and waitOpt are the context of the last live wait and its
+	// jetstream.NextContext option, made again only when the context
+	// changes: the dispatch loop keeps one wait context across events,
+	// and the option is an allocation a call.
+	waitCtx context.Context
+	waitOpt jetstream.NextOpt
 }
 
 // Open starts a reader of cfg.Stream on js from sequence from (1 or
@@ -306,7 +312,7 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 			}
 			r.catch.turn--
 		} else {
-			m, err = r.it.Next(jetstream.NextContext(ctx))
+			m, err = r.it.Next(r.waitOption(ctx))
 		}
 		if err != nil {
 			return Event{}, fmt.Errorf("reader of %s: %w", r.cfg.Stream, err)
@@ -315,6 +321,15 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 			return ev, err
 		}
 	}
+}
+
+// waitOption returns jetstream.NextContext(ctx), made once for each
+// context in a row.
+func (r *Reader) waitOption(ctx context.Context) jetstream.NextOpt {
+	if r.waitOpt == nil || r.waitCtx != ctx {
+		r.waitCtx, r.waitOpt = ctx, jetstream.NextContext(ctx)
+	}
+	return r.waitOpt
 }
 
 // livePoll is how long the catch-up's live turn waits for a message the
