@@ -176,6 +176,11 @@ type Envelope struct {
 	once sync.Once
 	body []byte
 	err  error
+
+	// parentOnce and parent memoize Parent: the trace context the
+	// event's headers carry, read once an event.
+	parentOnce sync.Once
+	parent     any
 }
 
 // Body returns what build returned the first time Body was called on e,
@@ -187,6 +192,19 @@ func (e *Envelope) Body(build func() ([]byte, error)) ([]byte, error) {
 	}
 	e.once.Do(func() { e.body, e.err = build() })
 	return e.body, e.err
+}
+
+// Parent returns what extract returned the first time Parent was called
+// on e, calling it only then: the event's trace parent as its webhooks'
+// spans read it from its headers (a scan of them when it has none).
+// The reader knows nothing of what it is. On a nil Envelope it calls
+// extract every time.
+func (e *Envelope) Parent(extract func() any) any {
+	if e == nil {
+		return extract()
+	}
+	e.parentOnce.Do(func() { e.parent = extract() })
+	return e.parent
 }
 
 // Reader reads the events stream once for a consumer replica. Make one
