@@ -66,26 +66,36 @@ type OrderFields struct {
 // X-Webhook-Timestamp), previous "none" or base 10, version base 10, and
 // partition and epoch base 10, or both empty when f.Partition < 0.
 func (f OrderFields) SignedContent(msgID string, unix int64) string {
-	var b strings.Builder
-	b.Grow(len(msgID) + len(f.Stream) + 64)
-	b.WriteString(msgID)
-	b.WriteByte('.')
-	b.WriteString(strconv.FormatInt(unix, 10))
-	b.WriteByte('.')
-	b.WriteString(wire.FormatPreviousVersion(f.Previous))
-	b.WriteByte('.')
-	b.WriteString(strconv.FormatInt(f.Version, 10))
-	b.WriteByte('.')
+	return string(f.appendSignedContent(make([]byte, 0, len(msgID)+len(f.Stream)+64), msgID, unix))
+}
+
+// appendSignedContent appends SignedContent(msgID, unix) to dst.
+func (f OrderFields) appendSignedContent(dst []byte, msgID string, unix int64) []byte {
+	dst = append(dst, msgID...)
+	dst = append(dst, '.')
+	dst = strconv.AppendInt(dst, unix, 10)
+	dst = append(dst, '.')
+	dst = appendPreviousVersion(dst, f.Previous)
+	dst = append(dst, '.')
+	dst = strconv.AppendInt(dst, f.Version, 10)
+	dst = append(dst, '.')
 	if f.Partition >= 0 {
-		b.WriteString(strconv.Itoa(f.Partition))
-		b.WriteByte('.')
-		b.WriteString(strconv.FormatUint(f.Epoch, 10))
+		dst = strconv.AppendInt(dst, int64(f.Partition), 10)
+		dst = append(dst, '.')
+		dst = strconv.AppendUint(dst, f.Epoch, 10)
 	} else {
-		b.WriteByte('.')
+		dst = append(dst, '.')
 	}
-	b.WriteByte('.')
-	b.WriteString(f.Stream)
-	return b.String()
+	dst = append(dst, '.')
+	return append(dst, f.Stream...)
+}
+
+// appendPreviousVersion appends wire.FormatPreviousVersion(v) to dst.
+func appendPreviousVersion(dst []byte, v int64) []byte {
+	if v < 0 {
+		return append(dst, wire.PreviousNone...)
+	}
+	return strconv.AppendInt(dst, v, 10)
 }
 
 // OrderSignature returns the Jsbridge-Order-Signature value of f for a
@@ -100,35 +110,38 @@ func (f OrderFields) SignedContent(msgID string, unix int64) string {
 // The content is f.SignedContent(msgID, ts.Unix()). Keys that cannot sign
 // under the scheme add no entry, as in Sign; "" when none can.
 func (s *Signer) OrderSignature(msgID string, ts time.Time, f OrderFields) string {
-	content := []byte(f.SignedContent(msgID, ts.Unix()))
-	var out []byte
-	for i, sec := range s.Secrets {
-		var entry []byte
-		switch {
-		case sec.kind == kindWhpk:
-			continue
-		case s.Scheme == SchemeHMACSHA256:
-			if sec.kind == kindWhsk {
-				continue
-			}
-			sum := s.mac(i, "", content)
-			entry = hex.AppendEncode([]byte("sha256="), sum[:])
-		case s.Scheme == SchemeStandard || s.Scheme == "":
-			if sec.kind == kindWhsk {
-				entry = base64.StdEncoding.AppendEncode([]byte("v1a,"), ed25519.Sign(ed25519.PrivateKey(sec.key), content))
-			} else {
-				sum := s.mac(i, "", content)
-				entry = base64.StdEncoding.AppendEncode([]byte("v1,"), sum[:])
-			}
-		default:
-			return ""
-		}
-		if len(out) > 0 {
-			out = append(out, ' ')
-		}
-		out = append(out, entry...)
+	var buf [128]byte
+	return string(s.appendOrderSignature(buf[:0], msgID, ts, f))
+}
+
+// appendOrderSignature appends OrderSignature(msgID, ts, f) to dst.
+func (s *Signer) appendOrderSignature(dst []byte, msgID string, ts time.Time, f OrderFields) []byte {
+	if s.Scheme != SchemeStandard && s.Scheme != "" && s.Scheme != SchemeHMACSHA256 {
+		return dst
 	}
-	return string(out)
+	var contentBuf [160]byte
+	content := f.appendSignedContent(contentBuf[:0], msgID, ts.Unix())
+	signed := false
+	for i, sec := range s.Secrets {
+		if sec.kind == kindWhpk || (sec.kind == kindWhsk && s.Scheme == SchemeHMACSHA256) {
+			continue
+		}
+		if signed {
+			dst = append(dst, ' ')
+		}
+		signed = true
+		switch {
+		case s.Scheme == SchemeHMACSHA256:
+			sum := s.mac(i, content, nil)
+			dst = hex.AppendEncode(append(dst, "sha256="...), sum[:])
+		case sec.kind == kindWhsk:
+			dst = base64.StdEncoding.AppendEncode(append(dst, "v1a,"...), ed25519.Sign(ed25519.PrivateKey(sec.key), content))
+		default:
+			sum := s.mac(i, content, nil)
+			dst = base64.StdEncoding.AppendEncode(append(dst, "v1,"...), sum[:])
+		}
+	}
+	return dst
 }
 
 // SignOrder sets the ordering headers of an ordered webhook on h, beside
@@ -140,15 +153,31 @@ func (s *Signer) OrderSignature(msgID string, ts time.Time, f OrderFields) strin
 // puts them (ce-subject and ce-streamversion headers, or the envelope's
 // "subject" and "streamversion") and are not set here.
 func (s *Signer) SignOrder(h http.Header, msgID string, ts time.Time, f OrderFields) {
-	h.Set(wire.HeaderPreviousVersion, wire.FormatPreviousVersion(f.Previous))
+	// The four values are built in one buffer and become one string,
+	// which they slice; they share one backing array, each capped so that
+	// an append to one copies it.
+	var buf [192]byte
+	text := appendPreviousVersion(buf[:0], f.Previous)
+	ends := [3]int{len(text), len(text), len(text)}
 	if f.Partition >= 0 {
-		h.Set(wire.HeaderPartition, strconv.Itoa(f.Partition))
-		h.Set(wire.HeaderLeaseEpoch, strconv.FormatUint(f.Epoch, 10))
-	} else {
-		h.Del(wire.HeaderPartition)
-		h.Del(wire.HeaderLeaseEpoch)
+		text = strconv.AppendInt(text, int64(f.Partition), 10)
+		ends[1] = len(text)
+		text = strconv.AppendUint(text, f.Epoch, 10)
+		ends[2] = len(text)
 	}
-	h.Set(wire.HeaderOrderSignature, s.OrderSignature(msgID, ts, f))
+	text = s.appendOrderSignature(text, msgID, ts, f)
+	all := string(text)
+	vals := make([]string, 4)
+	vals[0], vals[1], vals[2], vals[3] = all[:ends[0]], all[ends[0]:ends[1]], all[ends[1]:ends[2]], all[ends[2]:]
+	h[wire.HeaderPreviousVersion] = vals[0:1:1]
+	if f.Partition >= 0 {
+		h[wire.HeaderPartition] = vals[1:2:2]
+		h[wire.HeaderLeaseEpoch] = vals[2:3:3]
+	} else {
+		delete(h, wire.HeaderPartition)
+		delete(h, wire.HeaderLeaseEpoch)
+	}
+	h[wire.HeaderOrderSignature] = vals[3:4:4]
 }
 
 // VerifyOrder checks that h's Jsbridge-Order-Signature signs f, the

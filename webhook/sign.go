@@ -337,73 +337,85 @@ var (
 // cannot sign under the scheme (a whpk_ public key, or an ed25519 key under
 // SchemeHMACSHA256, possible only in a struct literal) adds no entry.
 func (s *Signer) Sign(h http.Header, msgID string, ts time.Time, body []byte) {
-	var tsBuf [20]byte
-	unix := string(strconv.AppendInt(tsBuf[:0], ts.Unix(), 10))
-	// The header values share one backing array (one allocation, not
-	// three); each is capped so that an append to one copies it.
+	// The timestamp and the signatures are built in one buffer and become
+	// one string, which the two header values slice; the values share one
+	// backing array, each capped so that an append to one copies it.
+	var buf [192]byte
+	text := strconv.AppendInt(buf[:0], ts.Unix(), 10)
+	unixLen := len(text)
 	vals := make([]string, 3)
 	var (
 		sigKey string
 		sep    byte
 		tag    string
-		encode func(dst, src []byte) []byte
+		hexed  bool
 	)
 	switch s.Scheme {
 	case SchemeStandard, "":
-		vals[0], vals[1] = msgID, unix
+		vals[0] = msgID
 		h[canonicalWebhookID] = vals[0:1:1]
-		h[canonicalWebhookTimestamp] = vals[1:2:2]
-		sigKey, sep, tag, encode = canonicalWebhookSignature, ' ', "v1,", base64.StdEncoding.AppendEncode
+		sigKey, sep, tag = canonicalWebhookSignature, ' ', "v1,"
 	case SchemeHMACSHA256:
-		vals[1] = unix
-		h[canonicalTimestamp] = vals[1:2:2]
-		sigKey, sep, tag, encode = canonicalSignature, ',', "sha256=", hex.AppendEncode
+		sigKey, sep, tag, hexed = canonicalSignature, ',', "sha256=", true
 	default:
 		return
 	}
 	delete(h, sigKey)
-	if len(s.Secrets) == 0 {
-		return
-	}
-	prefix := signedPrefix(s.Scheme, msgID, unix)
-	// Room for two HMAC signatures on the stack; more (a rotation with
-	// several keys, ed25519) grow it.
-	var sigBuf [128]byte
-	var (
-		sigs = sigBuf[:0]
-		// msg is prefix+body, built once for the ed25519 keys (ed25519
-		// signs the whole message, it cannot be streamed).
-		msg []byte
-	)
+	var prefixBuf [96]byte
+	prefix := appendSignedPrefix(prefixBuf[:0], s.Scheme, msgID, text)
+	// msg is prefix+body, built once for the ed25519 keys (ed25519 signs
+	// the whole message, it cannot be streamed).
+	var msg []byte
+	signed := false
 	for i, sec := range s.Secrets {
 		if sec.kind == kindWhpk || (sec.kind == kindWhsk && s.Scheme == SchemeHMACSHA256) {
 			continue
 		}
-		if len(sigs) > 0 {
-			sigs = append(sigs, sep)
+		if signed {
+			text = append(text, sep)
 		}
+		signed = true
 		if sec.kind == kindWhsk {
 			if msg == nil {
 				msg = append(append(make([]byte, 0, len(prefix)+len(body)), prefix...), body...)
 			}
-			sigs = append(sigs, "v1a,"...)
-			sigs = encode(sigs, ed25519.Sign(ed25519.PrivateKey(sec.key), msg))
+			text = append(text, "v1a,"...)
+			text = base64.StdEncoding.AppendEncode(text, ed25519.Sign(ed25519.PrivateKey(sec.key), msg))
 			continue
 		}
-		sigs = append(sigs, tag...)
+		text = append(text, tag...)
 		sum := s.mac(i, prefix, body)
-		sigs = encode(sigs, sum[:])
+		if hexed {
+			text = hex.AppendEncode(text, sum[:])
+		} else {
+			text = base64.StdEncoding.AppendEncode(text, sum[:])
+		}
 	}
-	if len(sigs) == 0 {
-		h[sigKey] = []string{""}
+	all := string(text)
+	vals[1] = all[:unixLen]
+	if s.Scheme == SchemeHMACSHA256 {
+		h[canonicalTimestamp] = vals[1:2:2]
+	} else {
+		h[canonicalWebhookTimestamp] = vals[1:2:2]
+	}
+	if len(s.Secrets) == 0 {
 		return
 	}
-	vals[2] = string(sigs)
+	vals[2] = all[unixLen:]
 	h[sigKey] = vals[2:3:3]
 }
 
-// signedPrefix is what precedes the body in the content a scheme signs:
-// "<id>.<ts>." for Standard Webhooks, "<ts>." for HMAC-SHA256.
+// appendSignedPrefix appends to dst what precedes the body in the
+// content a scheme signs: "<id>.<ts>." for Standard Webhooks, "<ts>."
+// for HMAC-SHA256.
+func appendSignedPrefix(dst []byte, scheme Scheme, id string, ts []byte) []byte {
+	if scheme != SchemeHMACSHA256 {
+		dst = append(append(dst, id...), '.')
+	}
+	return append(append(dst, ts...), '.')
+}
+
+// signedPrefix is appendSignedPrefix as a string, for the verifier.
 func signedPrefix(scheme Scheme, id, ts string) string {
 	if scheme == SchemeHMACSHA256 {
 		return ts + "."
@@ -412,8 +424,10 @@ func signedPrefix(scheme Scheme, id, ts string) string {
 }
 
 // mac returns HMAC-SHA256(Secrets[i], prefix + body) on a pooled keyed
-// HMAC.
-func (s *Signer) mac(i int, prefix string, body []byte) [sha256.Size]byte {
+// HMAC. prefix is copied into the HMAC's scratch space first, so that
+// a caller's stack buffer does not escape through the hash.Hash
+// interface.
+func (s *Signer) mac(i int, prefix, body []byte) [sha256.Size]byte {
 	var km *keyedMAC
 	if i < len(s.macs) && s.macs[i] != nil {
 		km = s.macs[i].Get().(*keyedMAC)
@@ -424,7 +438,9 @@ func (s *Signer) mac(i int, prefix string, body []byte) [sha256.Size]byte {
 	}
 	km.buf = append(km.buf[:0], prefix...)
 	km.h.Write(km.buf)
-	km.h.Write(body)
+	if len(body) > 0 {
+		km.h.Write(body)
+	}
 	km.buf = km.h.Sum(km.buf[:0])
 	return [sha256.Size]byte(km.buf)
 }

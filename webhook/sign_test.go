@@ -416,3 +416,42 @@ func BenchmarkVerify(b *testing.B) {
 		})
 	}
 }
+
+// TestSignerConcurrentRotation: one Signer used from many goroutines at
+// once (its keyed HMACs are pooled and shared) signs every request under
+// every secret of a rotation, each signature verifiable with either
+// secret alone, the ordering signature too.
+func TestSignerConcurrentRotation(t *testing.T) {
+	t.Parallel()
+	b := setupSign(t)
+	s, err := webhook.NewSigner(webhook.SchemeStandard, whsecOld, whsecNew)
+	require.NoError(t, err)
+	verifiers := []*webhook.Verifier{newVerifier(t, webhook.SchemeStandard, b.now, whsecOld), newVerifier(t, webhook.SchemeStandard, b.now, whsecNew)}
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			for i := range 200 {
+				id := fmt.Sprintf("evt-%d-%d", g, i)
+				body := []byte(fmt.Sprintf(`{"goroutine":%d,"n":%d,"pad":%q}`, g, i, strings.Repeat("x", i)))
+				f := webhook.OrderFields{Stream: id, Version: int64(i), Previous: int64(i) - 1, Partition: g, Epoch: uint64(i)}
+				h := http.Header{}
+				s.Sign(h, id, b.now, body)
+				s.SignOrder(h, id, b.now, f)
+				for _, v := range verifiers {
+					if err := v.Verify(h, body); err != nil {
+						errs <- fmt.Errorf("%s: %w", id, err)
+						return
+					}
+					if err := v.VerifyOrder(h, f); err != nil {
+						errs <- fmt.Errorf("%s order: %w", id, err)
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		require.NoError(t, <-errs)
+	}
+}

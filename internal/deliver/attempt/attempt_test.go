@@ -426,3 +426,28 @@ func TestAWebhookCarriesAcceptEncodingAndTheReplica(t *testing.T) {
 	require.Equal(t, "gzip", StaticHeaders(nil, "ua").Get("Accept-Encoding"))
 	require.Equal(t, "identity", StaticHeaders(map[string]string{"accept-encoding": "identity"}, "ua").Get("Accept-Encoding"))
 }
+
+// An event's trace parent, under any case of its header name, is the
+// parent of every webhook made of it (read once an event: its copies
+// share the Envelope); an event without one sends none.
+func TestAttemptCarriesTheEventsTraceParent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, status(http.StatusNoContent))
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	ev := orderPlaced()
+	ev.Header["Traceparent"] = []string{parent}
+	ev.Envelope = new(reader.Envelope)
+	for range 2 {
+		s := b.snd.Attempt(context.Background(), ev, 1, Call{Replica: "r1"})
+		b.snd.End(s.Trace)
+		require.Equal(t, ActAck, s.Act)
+		got := (<-b.requests).Header.Get("traceparent")
+		require.Equal(t, parent[:35], got[:min(len(got), 35)], "the event's trace id")
+	}
+
+	plain := orderPlaced()
+	plain.Envelope = new(reader.Envelope)
+	s := b.snd.Attempt(context.Background(), plain, 1, Call{Replica: "r1"})
+	b.snd.End(s.Trace)
+	require.Empty(t, (<-b.requests).Header.Get("traceparent"))
+}

@@ -333,10 +333,24 @@ func (r *Sender) post(ctx context.Context, id string, body []byte, hdr http.Head
 func (r *Sender) start(ctx context.Context, msg reader.Event, id string, attempt int) (context.Context, *Trace) {
 	st := &Trace{attempt: attempt, id: id, seq: msg.Seq, subject: msg.Subject, began: r.clock.Now()}
 	if h := msg.Header; len(h) > 0 {
-		ctx = tracing.Propagator.Extract(ctx, tracing.HeaderCarrier(h))
+		if sc, ok := msg.Envelope.Parent(func() any { return remoteParent(h) }).(trace.SpanContext); ok {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
 	}
 	ctx, st.span = r.tracer.Start(ctx, r.spanName, clientKind)
 	return ctx, st
+}
+
+// remoteParent returns the valid span context h carries as
+// tracing.Propagator extracts it (W3C Trace Context: traceparent,
+// tracestate), or nil. The event's webhooks share it (reader.Envelope),
+// so an event's headers are searched once, not once a webhook.
+func remoteParent(h nats.Header) any {
+	sc := trace.SpanContextFromContext(tracing.Propagator.Extract(context.Background(), tracing.HeaderCarrier(h)))
+	if !sc.IsValid() {
+		return nil
+	}
+	return sc
 }
 
 // End ends the span and hands the attempt to the attempts record when

@@ -176,6 +176,11 @@ type Envelope struct {
 	once sync.Once
 	body []byte
 	err  error
+
+	// parentOnce and parent memoize Parent: the trace context the
+	// event's headers carry, read once an event.
+	parentOnce sync.Once
+	parent     any
 }
 
 // Body returns what build returned the first time Body was called on e,
@@ -187,6 +192,19 @@ func (e *Envelope) Body(build func() ([]byte, error)) ([]byte, error) {
 	}
 	e.once.Do(func() { e.body, e.err = build() })
 	return e.body, e.err
+}
+
+// Parent returns what extract returned the first time Parent was called
+// on e, calling it only then: the event's trace parent as its webhooks'
+// spans read it from its headers (a scan of them when it has none).
+// The reader knows nothing of what it is. On a nil Envelope it calls
+// extract every time.
+func (e *Envelope) Parent(extract func() any) any {
+	if e == nil {
+		return extract()
+	}
+	e.parentOnce.Do(func() { e.parent = extract() })
+	return e.parent
 }
 
 // Reader reads the events stream once for a consumer replica. Make one
@@ -206,6 +224,12 @@ type Reader struct {
 	// unpartitioned counts the subjects read live that were no event's
 	// (not three tokens after the prefix), passed over.
 	unpartitioned uint64
+	// waitCtx and waitOpt are the context of the last live wait and its
+	// jetstream.NextContext option, made again only when the context
+	// changes: the dispatch loop keeps one wait context across events,
+	// and the option is an allocation a call.
+	waitCtx context.Context
+	waitOpt jetstream.NextOpt
 }
 
 // Open starts a reader of cfg.Stream on js from sequence from (1 or
@@ -306,7 +330,7 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 			}
 			r.catch.turn--
 		} else {
-			m, err = r.it.Next(jetstream.NextContext(ctx))
+			m, err = r.it.Next(r.waitOption(ctx))
 		}
 		if err != nil {
 			return Event{}, fmt.Errorf("reader of %s: %w", r.cfg.Stream, err)
@@ -315,6 +339,15 @@ func (r *Reader) Next(ctx context.Context) (Event, error) {
 			return ev, err
 		}
 	}
+}
+
+// waitOption returns jetstream.NextContext(ctx), made once for each
+// context in a row.
+func (r *Reader) waitOption(ctx context.Context) jetstream.NextOpt {
+	if r.waitOpt == nil || r.waitCtx != ctx {
+		r.waitCtx, r.waitOpt = ctx, jetstream.NextContext(ctx)
+	}
+	return r.waitOpt
 }
 
 // livePoll is how long the catch-up's live turn waits for a message the

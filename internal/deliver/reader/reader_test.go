@@ -374,3 +374,30 @@ func TestAnEventsEnvelopeIsBuiltOnceForEveryCopy(t *testing.T) {
 	}
 	require.Equal(t, int32(3), builds.Load())
 }
+
+// TestNextWaitsOnTheContextItIsGiven: the live wait's option is kept
+// for a context across calls; a wait ended by its context returns that
+// context's error, and Next with another context waits on the new one
+// and reads on.
+func TestNextWaitsOnTheContextItIsGiven(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	b.publish(t, 20)
+	r := open(t, b, reader.Config{}, 1)
+	for p := range partitions {
+		require.NoError(t, r.Take(p, 0))
+	}
+	next(t, r, 20)
+
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := r.Next(ended)
+	require.ErrorIs(t, err, context.Canceled)
+	short, stop := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer stop()
+	_, err = r.Next(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the new context's end, not the old one's")
+
+	b.publish(t, 5)
+	require.Len(t, next(t, r, 5), 5)
+}
