@@ -304,9 +304,6 @@ func (mv *MemberView) Check(key string) {
 	}
 }
 
-// Loaded is closed once the view's first watch sent every key.
-func (mv *MemberView) Loaded() <-chan struct{} { return mv.loaded }
-
 // WaitLoaded waits until the view's first watch sent every key, ctx
 // ends, or d passes on the injected clock.
 func (mv *MemberView) WaitLoaded(ctx context.Context, d time.Duration) {
