@@ -25,6 +25,17 @@ func KeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValu
 	return kv, err
 }
 
+// ExistingKeyValue opens the key-value bucket name without creating it:
+// nil and no error when it does not exist (a reader's empty bucket).
+// Errors are nats.go's, unwrapped: the caller names the bucket's role.
+func ExistingKeyValue(ctx context.Context, js jetstream.JetStream, name string) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	return kv, err
+}
+
 // Keys lists the keys of kv matching any of filters (every key when
 // none), sorted; none for an empty bucket. Errors name the bucket.
 func Keys(ctx context.Context, kv jetstream.KeyValue, filters ...string) ([]string, error) {

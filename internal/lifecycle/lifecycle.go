@@ -1,8 +1,8 @@
 // Package lifecycle is the one start/stop life cycle of the project.
 // Every long-running part of the consumer engine is a Part (Start in the
 // background, a synchronous Stop safe before Start and twice, Stopped
-// closed once it ended), kept in a Service field; its parent starts and
-// stops it through that contract (StartAll, StopAll). The front doors
+// closed once it ended) that embeds a Base (a Service); its parent
+// starts and stops it through that contract (StartAll, StopAll). The front doors
 // (bridge, consumer) keep a Runner: run once, in the background (Start)
 // or the foreground (Run); Stop cancels the run and waits for it with the
 // caller's context.

@@ -24,7 +24,8 @@ type Part interface {
 	Stopped() <-chan struct{}
 }
 
-// Service is the life cycle a Part keeps in a field: its Start calls
+// Service is the life cycle behind a Part (embedded through Base, or a
+// field when the part also runs in the foreground): its Start calls
 // Service.Start with its opening and its run, its Stop and Stopped are
 // Service's. The zero Service is ready; its methods are safe for
 // concurrent use, in any order and any number of times.
@@ -210,11 +211,32 @@ func closed(c chan struct{}) bool {
 	}
 }
 
+// Base is what a Part embeds for its Stop, Started and Stopped (a
+// Service's). The part writes its own Start(ctx), which calls
+// Base.Start with its opening and run; that Start shadows Base's, so
+// only Start(ctx) meets the Part interface, and Service's Run and Err
+// are not promoted.
+type Base struct{ life Service }
+
+// Start is Service.Start: the part's own Start calls it.
+func (b *Base) Start(ctx context.Context, open, run func(context.Context) error) error {
+	return b.life.Start(ctx, open, run)
+}
+
+// Stop is Service.Stop.
+func (b *Base) Stop() { b.life.Stop() }
+
+// Started is Service.Started.
+func (b *Base) Started() <-chan struct{} { return b.life.Started() }
+
+// Stopped is Service.Stopped.
+func (b *Base) Stopped() <-chan struct{} { return b.life.Stopped() }
+
 // Func is a Part made of one run function (River's StartStopFunc): Start
 // runs it in the background with a context that Stop ends.
 type Func struct {
-	run  func(context.Context) error
-	life Service
+	Base
+	run func(context.Context) error
 }
 
 // NewFunc returns the Part that runs run.
@@ -222,13 +244,4 @@ func NewFunc(run func(ctx context.Context) error) *Func { return &Func{run: run}
 
 // Start runs the function in the background (Service.Start); it returns
 // nil.
-func (f *Func) Start(ctx context.Context) error { return f.life.Start(ctx, nil, f.run) }
-
-// Stop ends the function's context and returns once it returned.
-func (f *Func) Stop() { f.life.Stop() }
-
-// Stopped is closed once the function returned.
-func (f *Func) Stopped() <-chan struct{} { return f.life.Stopped() }
-
-// Started is closed once the function runs.
-func (f *Func) Started() <-chan struct{} { return f.life.Started() }
+func (f *Func) Start(ctx context.Context) error { return f.Base.Start(ctx, nil, f.run) }

@@ -122,6 +122,8 @@ type Config struct {
 // in jsbridge_consumer_attempt_records_dropped_total{reason="full"|"error"};
 // deliveries never wait for or fail on it. Start it with Run.
 type Log struct {
+	lifecycle.Base
+
 	js      jetstream.JetStream
 	cfg     Config
 	queue   chan Attempt
@@ -129,8 +131,6 @@ type Log struct {
 
 	warnMu   sync.Mutex
 	warnedAt time.Time
-
-	life lifecycle.Service
 }
 
 // New returns a Log writing through js. It fails when a
@@ -223,17 +223,8 @@ func (l *Log) RecordAttempt(a Attempt) {
 // after the engine stopped, so a clean shutdown keeps the last
 // attempts. It returns nil.
 func (l *Log) Start(ctx context.Context) error {
-	return l.life.Start(ctx, nil, func(ctx context.Context) error { l.run(ctx); return nil })
+	return l.Base.Start(ctx, nil, func(ctx context.Context) error { l.run(ctx); return nil })
 }
-
-// Stop ends the writing (see Start) and returns once it ended.
-func (l *Log) Stop() { l.life.Stop() }
-
-// Stopped is closed once the writing ended.
-func (l *Log) Stopped() <-chan struct{} { return l.life.Stopped() }
-
-// Started is closed once the writing runs.
-func (l *Log) Started() <-chan struct{} { return l.life.Started() }
 
 // run writes queued records until ctx ends, then what is still queued.
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jsbridge/jsbridge/internal/deliver/base"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -39,12 +40,12 @@ func SetDisabled(ctx context.Context, arch *base.Archetype, js jetstream.JetStre
 // from the health bucket. It reports whether the subscription was
 // disabled.
 func Enable(ctx context.Context, js jetstream.JetStream, name string) (bool, error) {
-	kv, err := js.KeyValue(ctx, wire.DefaultHealthBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return false, nil
-	}
+	kv, err := jsapi.ExistingKeyValue(ctx, js, wire.DefaultHealthBucket)
 	if err != nil {
 		return false, fmt.Errorf("deliver: enable subscription %q: %w", name, err)
+	}
+	if kv == nil {
+		return false, nil
 	}
 	if _, err := kv.Get(ctx, wire.DisabledKey(name)); errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
@@ -60,12 +61,12 @@ func Enable(ctx context.Context, js jetstream.JetStream, name string) (bool, err
 // ReadDisabled returns the disabled subscriptions' records, by name. A
 // missing health bucket reads as none.
 func ReadDisabled(ctx context.Context, js jetstream.JetStream) ([]DisabledRecord, error) {
-	kv, err := js.KeyValue(ctx, wire.DefaultHealthBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
+	kv, err := jsapi.ExistingKeyValue(ctx, js, wire.DefaultHealthBucket)
 	if err != nil {
 		return nil, fmt.Errorf("deliver: read disabled subscriptions: %w", err)
+	}
+	if kv == nil {
+		return nil, nil
 	}
 	return readDisabled(ctx, kv)
 }

@@ -148,6 +148,8 @@ type Deps struct {
 // replica sees the health bucket, with their failure streaks. Safe for
 // concurrent use; a nil *State has every subscription enabled.
 type State struct {
+	lifecycle.Base
+
 	js       jetstream.JetStream
 	cfg      Config
 	arch     *base.Archetype // the clock, the logger, the replica id
@@ -169,8 +171,6 @@ type State struct {
 	// subscription fails (the usual case) takes no lock.
 	failing atomic.Int64
 	changed chan struct{}
-
-	life lifecycle.Service
 }
 
 // New returns the health of the subscriptions names (their disabled
@@ -228,25 +228,17 @@ func healthBucket(ctx context.Context, js jetstream.JetStream, replicas int) (je
 // follows the health bucket in the background until Stop
 // (lifecycle.Part), reopening the watch after a pause when it breaks.
 // Until the bucket answers, the replica goes by its own state. It
-// returns nil: a bucket that does not answer is waited for.
+// returns nil: a bucket that does not answer is waited for. Stop returns
+// once the watch ended and the streak writes and announcements under way
+// are done.
 func (h *State) Start(ctx context.Context) error {
-	return h.life.Start(ctx, func(ctx context.Context) error { h.Load(ctx); return nil }, func(ctx context.Context) error {
+	return h.Base.Start(ctx, func(ctx context.Context) error { h.Load(ctx); return nil }, func(ctx context.Context) error {
 		h.run(ctx)
 		h.shared.wait() // the streak writes under way
 		h.Wait()        // the announcements under way
 		return nil
 	})
 }
-
-// Stop ends the watch and returns once it ended and the streak writes
-// and announcements under way are done (lifecycle.Part).
-func (h *State) Stop() { h.life.Stop() }
-
-// Stopped is closed once the State stopped (lifecycle.Part).
-func (h *State) Stopped() <-chan struct{} { return h.life.Stopped() }
-
-// Started is closed once the watch runs.
-func (h *State) Started() <-chan struct{} { return h.life.Started() }
 
 // run opens the health bucket and follows its disabled keys until ctx
 // ends.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -159,11 +160,8 @@ func (h *State) Forget(ctx context.Context, name string) error {
 	}
 	h.shared.forget(name)
 	h.mu.Unlock()
-	kv, err := h.js.KeyValue(ctx, wire.DefaultHealthBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil
-	}
-	if err == nil {
+	kv, err := jsapi.ExistingKeyValue(ctx, h.js, wire.DefaultHealthBucket)
+	if err == nil && kv != nil {
 		err = kv.Purge(ctx, wire.StreakKey(name))
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 	"github.com/jsbridge/jsbridge/wire"
 )
 
@@ -28,12 +29,12 @@ func deliveries(ctx context.Context, js jetstream.JetStream, cfg TraceConfig, m 
 	if err != nil {
 		return nil, fmt.Errorf("inspect: trace: JetStream stream %q: %w", cfg.Stream, err)
 	}
-	kv, err := js.KeyValue(ctx, position.DefaultBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
+	kv, err := jsapi.ExistingKeyValue(ctx, js, position.DefaultBucket)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: trace: positions bucket %q: %w", position.DefaultBucket, err)
+	}
+	if kv == nil {
+		return nil, nil
 	}
 	parts, err := position.ReadAll(ctx, kv)
 	if err != nil {

@@ -148,12 +148,11 @@ func ReadStatus(ctx context.Context, arch *base.Archetype, js jetstream.JetStrea
 	if err != nil {
 		return st, err
 	}
-	kv, err := js.KeyValue(ctx, position.DefaultBucket)
+	kv, err := jsapi.ExistingKeyValue(ctx, js, position.DefaultBucket)
 	switch {
-	case errors.Is(err, jetstream.ErrBucketNotFound):
 	case err != nil:
 		return st, fmt.Errorf("inspect: positions bucket %q: %w", position.DefaultBucket, err)
-	default:
+	case kv != nil:
 		if st.Positions, err = position.ReadAll(ctx, kv); err != nil {
 			return st, fmt.Errorf("inspect: %w", err)
 		}
@@ -184,12 +183,12 @@ func ReadStatus(ctx context.Context, arch *base.Archetype, js jetstream.JetStrea
 // not exist.
 func readLeases(ctx context.Context, js jetstream.JetStream) (beats map[string]time.Time, leases map[int]string, err error) {
 	beats, leases = map[string]time.Time{}, map[int]string{}
-	kv, err := js.KeyValue(ctx, wire.DefaultLeaseBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return beats, leases, nil
-	}
+	kv, err := jsapi.ExistingKeyValue(ctx, js, wire.DefaultLeaseBucket)
 	if err != nil {
 		return nil, nil, fmt.Errorf("inspect: lease bucket %q: %w", wire.DefaultLeaseBucket, err)
+	}
+	if kv == nil {
+		return beats, leases, nil
 	}
 	keys, err := jsapi.Keys(ctx, kv, owner.MemberFilter, owner.LeaseFilter)
 	if err != nil {

@@ -42,7 +42,8 @@ type Fence struct {
 
 	mu sync.Mutex
 	// wallOf returns the wall-clock reading of a time read from clock
-	// (nil: t.Round(0), which drops the monotonic reading).
+	// (nil: t.Round(0), which drops the monotonic reading); tests set it
+	// to suspend the wall clock apart from a fake monotonic one.
 	wallOf   func(t time.Time) time.Time
 	deadline time.Time // no POST starts after it (its monotonic reading decides)
 	// wallDeadline is the deadline's wall-clock reading, fixed when the
@@ -75,15 +76,6 @@ func NewFence(ctx context.Context, clock clockwork.Clock, deadline time.Time) *F
 // or the caller's own for a fence made with NewFence).
 func (f *Fence) Context() context.Context { return f.ctx }
 
-// SetWallClock replaces how the wall-clock reading of a time is taken
-// (default t.Round(0)): tests suspend the wall clock apart from a fake
-// monotonic one with it. Call SetDeadline after it.
-func (f *Fence) SetWallClock(wallOf func(t time.Time) time.Time) {
-	f.mu.Lock()
-	f.wallOf = wallOf
-	f.mu.Unlock()
-}
-
 // wallLocked returns t's wall-clock reading (f.mu held).
 func (f *Fence) wallLocked(t time.Time) time.Time {
 	if f.wallOf != nil {
@@ -101,13 +93,6 @@ func (f *Fence) SetDeadline(t time.Time) {
 		f.deadline, f.wallDeadline = t, f.wallLocked(t)
 	}
 	f.mu.Unlock()
-}
-
-// Deadline returns the deadline as last set (zero after Lose).
-func (f *Fence) Deadline() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.deadline
 }
 
 // leftLocked returns the time left before the deadline on the clock that
@@ -150,13 +135,6 @@ func (f *Fence) Lose() {
 	}
 }
 
-// Lost reports whether Lose was called.
-func (f *Fence) Lost() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.lost
-}
-
 // MayStart reports whether a POST may start: the claim was not released
 // and its lease was renewed recently enough (a replica frozen past its
 // deadline starts nothing more when it wakes up). A sender asks it right
@@ -166,17 +144,6 @@ func (f *Fence) MayStart() bool {
 	defer f.mu.Unlock()
 	_, held := f.leftLocked()
 	return f.ctx.Err() == nil && held
-}
-
-// Held reports whether the lease deadline has not passed (on either
-// clock) and the lease was not lost. A released claim keeps its lease
-// (renewed) until its deliveries end: Held may be true when MayStart is
-// not.
-func (f *Fence) Held() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	_, held := f.leftLocked()
-	return held
 }
 
 // Left returns the time left before the deadline, on the clock that says
@@ -265,33 +232,4 @@ func (f *Fence) cut() {
 	for _, cancel := range posts {
 		cancel(ErrLeasePassed)
 	}
-}
-
-// WaitLease waits while the lease deadline is passed (a renewal late, or
-// a replica waking from a freeze), polling every 20 ms on the clock, and
-// reports whether the claim is still this replica's: false once it was
-// released or its lease found lost.
-func (f *Fence) WaitLease() bool {
-	for !f.MayStart() {
-		if f.ctx.Err() != nil {
-			return false
-		}
-		select {
-		case <-f.ctx.Done():
-		case <-f.clock.After(20 * time.Millisecond):
-		}
-	}
-	return true
-}
-
-// BeforeDeadline returns a context that ends at the lease deadline (on
-// the clock that says less, as measured now) or after most, whichever
-// comes first: a write that must not land once another owner may have
-// read it gives up at the deadline.
-func (f *Fence) BeforeDeadline(parent context.Context, most time.Duration) (context.Context, context.CancelFunc) {
-	left, held := f.Left()
-	if !held {
-		left = 0
-	}
-	return context.WithTimeout(parent, max(0, min(left, most)))
 }

@@ -47,7 +47,7 @@ func TestLeaseBoundCutsAPostAtTheDeadline(t *testing.T) {
 	require.ErrorIs(t, context.Cause(pctx2), ErrLeasePassed, "Lose cuts a POST at once")
 	f.SetDeadline(clock.Now().Add(3 * time.Second))
 	require.False(t, f.MayStart(), "no renewal moves a lost lease's deadline again")
-	require.True(t, f.Lost())
+	require.True(t, fenceLost(f))
 }
 
 // A released claim (its context ended) starts no POST, while its lease
@@ -62,36 +62,31 @@ func TestFenceOfAReleasedClaimStartsNothing(t *testing.T) {
 	defer done()
 	release()
 	require.False(t, f.MayStart())
-	require.True(t, f.Held(), "the lease holds for what runs")
+	require.True(t, fenceHeld(f), "the lease holds for what runs")
 	require.NoError(t, pctx.Err(), "a POST running is not cut by the release")
 	_, _, err = f.Bound(context.Background())
 	require.ErrorIs(t, err, ErrLeasePassed)
-	require.False(t, f.WaitLease(), "a released claim waits for nothing")
 }
 
 // Lease time across a suspended VM: the monotonic clock (the fake one
 // here) stops while the machine is suspended, the wall clock does not. A
 // replica woken after a suspension longer than its lease holds nothing:
-// no POST starts, and BeforeDeadline gives no time; a renewal after the
-// wake holds again.
+// no POST starts; a renewal after the wake holds again.
 func TestFenceWokenAfterASuspensionLongerThanItsLeaseHoldsNothing(t *testing.T) {
 	t.Parallel()
 	f, clock := fence(t)
 	var suspended atomic.Int64 // wall time the fake (monotonic) clock missed
-	f.SetWallClock(func(t time.Time) time.Time { return t.Add(time.Duration(suspended.Load())) })
+	setWallClock(f, func(t time.Time) time.Time { return t.Add(time.Duration(suspended.Load())) })
 	f.SetDeadline(clock.Now().Add(3 * time.Second))
 	require.True(t, f.MayStart())
 
 	clock.Advance(time.Second)
 	suspended.Store(int64(10 * time.Second)) // suspended for 10 s; the monotonic clock saw none of it
-	require.True(t, clock.Now().Before(f.Deadline()), "the monotonic reading alone says the lease holds")
+	require.True(t, clock.Now().Before(fenceDeadline(f)), "the monotonic reading alone says the lease holds")
 	require.False(t, f.MayStart(), "no POST starts")
-	require.False(t, f.Held())
+	require.False(t, fenceHeld(f))
 	_, _, err := f.Bound(context.Background())
 	require.ErrorIs(t, err, ErrLeasePassed)
-	ctx, cancel := f.BeforeDeadline(context.Background(), time.Minute)
-	defer cancel()
-	require.Error(t, ctx.Err(), "no time left before the deadline")
 
 	f.SetDeadline(clock.Now().Add(3 * time.Second)) // a renewal after the wake, read on both clocks
 	require.True(t, f.MayStart())
@@ -116,7 +111,7 @@ func TestFenceCutsEveryPostRunningAtItsDeadline(t *testing.T) {
 	t.Parallel()
 	f, clock := fence(t) // deadline in 3 s
 	var stepped atomic.Int64
-	f.SetWallClock(func(t time.Time) time.Time { return t.Add(time.Duration(stepped.Load())) })
+	setWallClock(f, func(t time.Time) time.Time { return t.Add(time.Duration(stepped.Load())) })
 	f.SetDeadline(clock.Now().Add(3 * time.Second))
 	first, done1, err := f.Bound(context.Background())
 	require.NoError(t, err)
@@ -172,4 +167,37 @@ func BenchmarkFenceBound(b *testing.B) {
 		}
 		done()
 	}
+}
+
+// setWallClock replaces how f takes the wall-clock reading of a time, to
+// suspend the wall clock apart from a fake monotonic one; call
+// SetDeadline after it.
+func setWallClock(f *Fence, wallOf func(t time.Time) time.Time) {
+	f.mu.Lock()
+	f.wallOf = wallOf
+	f.mu.Unlock()
+}
+
+// fenceLost reports whether f.Lose was called.
+func fenceLost(f *Fence) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lost
+}
+
+// fenceHeld reports whether f's lease deadline has not passed (on either
+// clock) and the lease was not lost: a released claim keeps its lease
+// until its deliveries end, so it may hold when MayStart does not.
+func fenceHeld(f *Fence) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, held := f.leftLocked()
+	return held
+}
+
+// fenceDeadline returns f's deadline as last set (zero after Lose).
+func fenceDeadline(f *Fence) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.deadline
 }

@@ -48,6 +48,8 @@ import (
 // members for a round: a partition unowned for a round, or a claim whose
 // KV Create fails; never two owners (the lease key's Create decides).
 type MemberView struct {
+	lifecycle.Base
+
 	kv    jetstream.KeyValue
 	ttl   time.Duration
 	clock clockwork.Clock
@@ -56,7 +58,6 @@ type MemberView struct {
 	// created again by the caller).
 	failed func(ctx context.Context, err error)
 
-	life    lifecycle.Service
 	restart chan struct{} // Check asks run for a new watch
 	loaded  chan struct{} // closed once a watch sent every key the first time
 
@@ -113,17 +114,8 @@ func NewMemberView(arch *base.Archetype, kv jetstream.KeyValue, ttl time.Duratio
 // first keys, and starts a new watch when one ends or Check asks for
 // it. It opens nothing, so it returns nil.
 func (mv *MemberView) Start(ctx context.Context) error {
-	return mv.life.Start(ctx, nil, func(ctx context.Context) error { mv.run(ctx); return nil })
+	return mv.Base.Start(ctx, nil, func(ctx context.Context) error { mv.run(ctx); return nil })
 }
-
-// Stop ends the watch and returns once it ended (lifecycle.Part).
-func (mv *MemberView) Stop() { mv.life.Stop() }
-
-// Stopped is closed once the view stopped (lifecycle.Part).
-func (mv *MemberView) Stopped() <-chan struct{} { return mv.life.Stopped() }
-
-// Started is closed once the view runs.
-func (mv *MemberView) Started() <-chan struct{} { return mv.life.Started() }
 
 // run keeps the view until ctx ends.
 func (mv *MemberView) run(ctx context.Context) {
@@ -311,9 +303,6 @@ func (mv *MemberView) Check(key string) {
 		}
 	}
 }
-
-// Loaded is closed once the view's first watch sent every key.
-func (mv *MemberView) Loaded() <-chan struct{} { return mv.loaded }
 
 // WaitLoaded waits until the view's first watch sent every key, ctx
 // ends, or d passes on the injected clock.

@@ -187,6 +187,8 @@ func (c *Claim) finished() bool {
 // no longer gives it and claims what it gives. Start it once; Stop
 // releases everything gracefully.
 type Owner struct {
+	lifecycle.Base
+
 	cfg    Config
 	js     jetstream.JetStream
 	epochs Epochs
@@ -200,7 +202,6 @@ type Owner struct {
 	warn *WarnPace
 
 	wake chan struct{} // a claim was Done: the next cycle at once
-	life lifecycle.Service
 
 	mu     sync.Mutex
 	claims map[int]*Claim // held, ending or lost and not yet Done
@@ -230,9 +231,13 @@ func New(cfg Config, deps Deps, cb Callbacks) (*Owner, error) {
 // (lifecycle.Part): the member view (a Part it starts and stops) and the
 // cycles. The first cycle waits for the view's first keys (at most a
 // cycle), so that it shares among the members the bucket holds. ctx
-// bounds the opening only. Errors: the bucket's.
+// bounds the opening only. Errors: the bucket's. Stop releases every
+// partition (cause ErrStopping), waits for their Done (at most
+// Config.ReleaseWait), deletes their leases and this replica's
+// heartbeat, so that the other replicas take over at once, and returns
+// when the Owner and its member view stopped.
 func (o *Owner) Start(ctx context.Context) error {
-	return o.life.Start(ctx, o.open, func(ctx context.Context) error {
+	return o.Base.Start(ctx, o.open, func(ctx context.Context) error {
 		if err := o.view.Start(ctx); err != nil {
 			return err
 		}
@@ -256,19 +261,6 @@ func (o *Owner) open(ctx context.Context) error {
 	o.view = NewMemberView(o.cfg.Archetype, kv, ttl, o.restore)
 	return nil
 }
-
-// Stop releases every partition (cause ErrStopping), waits for their
-// Done (at most Config.ReleaseWait), deletes their leases and this
-// replica's heartbeat, so that the other replicas take over at once, and
-// returns when the Owner and its member view stopped. A Stop before
-// Start, or a second one, returns at once.
-func (o *Owner) Stop() { o.life.Stop() }
-
-// Stopped is closed once the Owner stopped (after Stop).
-func (o *Owner) Stopped() <-chan struct{} { return o.life.Stopped() }
-
-// Started is closed once the Owner runs (or its opening failed).
-func (o *Owner) Started() <-chan struct{} { return o.life.Started() }
 
 // Owned returns the partitions this replica holds and is not releasing,
 // sorted.

@@ -345,11 +345,11 @@ func TestReplicaCutOffLosesItsPartitionsAtTheDeadline(t *testing.T) {
 	c.nc.Close()
 	deadlines := make([]time.Time, len(fences))
 	for i, f := range fences {
-		deadlines[i] = f.Deadline() // a renewal under way may still move it later, never earlier
+		deadlines[i] = fenceDeadline(f) // a renewal under way may still move it later, never earlier
 	}
 	require.Eventually(t, func() bool {
 		for i, f := range fences {
-			if f.Lost() && cclock.Now().Before(deadlines[i]) {
+			if fenceLost(f) && cclock.Now().Before(deadlines[i]) {
 				t.Errorf("partition lost at %s, before its deadline %s", cclock.Now(), deadlines[i])
 			}
 		}

@@ -50,26 +50,13 @@ func due(now, since time.Time, dirty, waiting bool, linger time.Duration) (bool,
 // (a former owner's commit whose record never landed). Run is the
 // foreground form of Start (lifecycle.Service.Run): ErrAlreadyStarted
 // while it runs.
-func (p *Partition) Run(ctx context.Context) error { return p.life.Run(ctx, nil, p.commits) }
+func (p *Partition) Run(ctx context.Context) error { return p.Service.Run(ctx, nil, p.commits) }
 
 // Start runs the commits (Run) in the background until Stop, or until
 // they end on their own (ErrLost): Stopped is then closed and Err says
-// why (lifecycle.Part). It returns nil.
-func (p *Partition) Start(ctx context.Context) error { return p.life.Start(ctx, nil, p.commits) }
-
-// Stop ends the commits (what is left is committed once) and returns
-// once they ended.
-func (p *Partition) Stop() { p.life.Stop() }
-
-// Stopped is closed once the commits ended.
-func (p *Partition) Stopped() <-chan struct{} { return p.life.Stopped() }
-
-// Started is closed once the commits run.
-func (p *Partition) Started() <-chan struct{} { return p.life.Started() }
-
-// Err is what the last run returned (see Run); read it once Stopped is
-// closed.
-func (p *Partition) Err() error { return p.life.Err() }
+// why (lifecycle.Part). It returns nil. Stop ends the commits (what is
+// left is committed once) and returns once they ended.
+func (p *Partition) Start(ctx context.Context) error { return p.Service.Start(ctx, nil, p.commits) }
 
 // commits is Run's loop.
 func (p *Partition) commits(ctx context.Context) error {

@@ -100,14 +100,14 @@ func (c *Config) defaults() error {
 // are safe for concurrent use; Run must be running for commits to
 // happen.
 type Partition struct {
+	lifecycle.Service // the commits (commit.go): Start, Run, Stop, Err
+
 	cfg   Config
 	js    jetstream.JetStream
 	kv    jetstream.KeyValue
 	key   string
 	token string        // Record.Claim of this claim
 	kick  chan struct{} // something changed, or a waiter came
-
-	life lifecycle.Service // the commits (commit.go)
 
 	mu      sync.Mutex
 	st      state     // what the next commit holds

@@ -70,19 +70,12 @@ type subs struct {
 // the partition is claimed again.
 func (r *Replica) Put(sub subscription.Subscription) error { return r.PutAt(sub, time.Time{}, false) }
 
-// PutPaused is Put of a subscription that stays paused (Pause): it is
-// known to the replica, its filters and its position kept, but nothing
-// is sent to it until Put. A subscription found paused in the
-// subscriptions bucket is put so.
-func (r *Replica) PutPaused(sub subscription.Subscription) error {
-	return r.PutAt(sub, time.Time{}, true)
-}
-
-// PutAt is Put (paused false) or PutPaused (paused true) of a
-// subscription created at created (the subscriptions bucket's document
-// says when): a start "new" begins after the events stream's last
-// event stored before it. A zero created is "when the replica first
-// starts it".
+// PutAt is Put of a subscription created at created (the subscriptions
+// bucket's document says when): a start "new" begins after the events
+// stream's last event stored before it. A zero created is "when the
+// replica first starts it". With paused (a subscription found paused in
+// the bucket) it stays paused (Pause): known, its filters and position
+// kept, nothing sent to it until Put.
 func (r *Replica) PutAt(sub subscription.Subscription, created time.Time, paused bool) error {
 	if err := sub.Validate(); err != nil {
 		return fmt.Errorf("shared: %w", err)

@@ -48,6 +48,8 @@ type request struct {
 // events. The claims talk to it by requests (take, release); a request
 // interrupts a Next waiting for an event.
 type loop struct {
+	lifecycle.Base
+
 	js    jetstream.JetStream
 	cfg   reader.Config
 	log   *slog.Logger
@@ -63,7 +65,6 @@ type loop struct {
 	pending   []request
 	interrupt context.CancelFunc // the running Next's, nil when none
 	wake      chan struct{}      // capacity 1
-	life      lifecycle.Service
 
 	// wait is the context of the waits for a live event while no cursor
 	// reads, kept from one event to the next until a request, a poke or
@@ -79,19 +80,11 @@ func newLoop(arch *base.Archetype, js jetstream.JetStream, cfg reader.Config, cl
 		wake: make(chan struct{}, 1)}
 }
 
-// Start runs the loop in the background until Stop (lifecycle.Part).
+// Start runs the loop in the background until Stop (lifecycle.Part),
+// which ends it and its reader.
 func (l *loop) Start(ctx context.Context) error {
-	return l.life.Start(ctx, nil, func(ctx context.Context) error { l.run(ctx); return nil })
+	return l.Base.Start(ctx, nil, func(ctx context.Context) error { l.run(ctx); return nil })
 }
-
-// Stop ends the loop (and its reader) and returns once it ended.
-func (l *loop) Stop() { l.life.Stop() }
-
-// Stopped is closed once the loop ended.
-func (l *loop) Stopped() <-chan struct{} { return l.life.Stopped() }
-
-// Started is closed once the loop runs.
-func (l *loop) Started() <-chan struct{} { return l.life.Started() }
 
 // take asks the loop to take partition p from just after floor for fan
 // and waits for the answer (reader.Take's error, or the reader's opening

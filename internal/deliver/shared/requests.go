@@ -2,7 +2,6 @@ package shared
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -10,6 +9,7 @@ import (
 	"github.com/jsbridge/jsbridge/internal/deliver/attempt"
 	"github.com/jsbridge/jsbridge/internal/deliver/fanout"
 	"github.com/jsbridge/jsbridge/internal/deliver/position"
+	"github.com/jsbridge/jsbridge/internal/jsapi"
 )
 
 // The operator's requests on parked streams (`consumer dlq replay` and
@@ -57,10 +57,7 @@ func PositionsBucket(ctx context.Context, js jetstream.JetStream, name string) (
 	if name == "" {
 		name = position.DefaultBucket
 	}
-	kv, err := js.KeyValue(ctx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
+	kv, err := jsapi.ExistingKeyValue(ctx, js, name)
 	if err != nil {
 		return nil, fmt.Errorf("shared: positions bucket %s: %w", name, err)
 	}

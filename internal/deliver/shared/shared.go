@@ -177,6 +177,8 @@ type Deps struct {
 // Replica is one consumer replica of the shared engine. Make one with
 // New, Start it once, Stop it once.
 type Replica struct {
+	lifecycle.Base
+
 	cfg     Config
 	js      jetstream.JetStream
 	log     *slog.Logger
@@ -213,7 +215,6 @@ type Replica struct {
 	// children are the parts open starts, in this order; run stops
 	// them in reverse.
 	children []lifecycle.Part
-	life     lifecycle.Service
 
 	mu    sync.Mutex
 	parts map[int]served // the partitions taken, by number
@@ -356,8 +357,8 @@ func (r *Replica) subscribe(deps Deps) error {
 // opened when the first partition is claimed (see loop). ctx bounds the
 // opening only; the replica runs until Stop. Errors: the buckets', the
 // events stream's (it must exist), the owner's; the parts started are
-// stopped again.
-func (r *Replica) Start(ctx context.Context) error { return r.life.Start(ctx, r.open, r.run) }
+// stopped again. Stop returns once every part it started stopped.
+func (r *Replica) Start(ctx context.Context) error { return r.Base.Start(ctx, r.open, r.run) }
 
 // open opens the buckets and starts the parts, in the order run stops
 // them in reverse.
@@ -428,17 +429,6 @@ func (r *Replica) stopFollowers() {
 	r.follow()
 	r.bg.Wait()
 }
-
-// Stop stops the replica (run) and returns once every part it started
-// stopped (lifecycle.Part). A Stop before Start, or a second one,
-// returns at once.
-func (r *Replica) Stop() { r.life.Stop() }
-
-// Stopped is closed once the replica stopped.
-func (r *Replica) Stopped() <-chan struct{} { return r.life.Stopped() }
-
-// Started is closed once the replica runs (or its opening failed).
-func (r *Replica) Started() <-chan struct{} { return r.life.Started() }
 
 // startHealth starts the replica's own health with its first read
 // bounded by healthLoadTimeout.

@@ -117,9 +117,10 @@ type Pending struct {
 // CatchUp and deletes them. Make one with New; a lifecycle.Part;
 // safe for concurrent use.
 type Requests struct {
+	lifecycle.Base
+
 	kv      jetstream.KeyValue
 	changed func()
-	life    lifecycle.Service
 	w       jetstream.KeyWatcher // the watch open returned to run
 	mu      sync.Mutex
 	pending map[[2]string]Pending // by (subscription, stream)
@@ -137,17 +138,8 @@ func New(kv jetstream.KeyValue, changed func()) *Requests {
 // read (bounded by ctx), and follows the new ones in the background
 // until Stop (lifecycle.Part). Errors: the watch's, or ctx's.
 func (rq *Requests) Start(ctx context.Context) error {
-	return rq.life.Start(ctx, rq.open, rq.run)
+	return rq.Base.Start(ctx, rq.open, rq.run)
 }
-
-// Stop ends the watch and returns once it ended.
-func (rq *Requests) Stop() { rq.life.Stop() }
-
-// Stopped is closed once the watch ended.
-func (rq *Requests) Stopped() <-chan struct{} { return rq.life.Stopped() }
-
-// Started is closed once the watch follows the new requests (or its opening failed).
-func (rq *Requests) Started() <-chan struct{} { return rq.life.Started() }
 
 // open starts the watch and applies the requests already written.
 func (rq *Requests) open(ctx context.Context) error {
