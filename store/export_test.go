@@ -1,6 +1,10 @@
 package store
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // Fold takes the markers appends wrote while no drainer waited (migration
 // 009) into the streams table, for tests that read that table directly.
@@ -19,4 +23,12 @@ func MarkerVacuumRunning(s *Store) bool {
 	s.markers.mu.Lock()
 	defer s.markers.mu.Unlock()
 	return s.markers.done != nil
+}
+
+// FoldIn runs one fold of at most limit markers in tx, as a claim's fold
+// (leaving streams under a live lease) or a reader's (skipLeased false),
+// and returns the markers it read and those it left.
+func FoldIn(ctx context.Context, tx pgx.Tx, s *Store, limit int, skipLeased bool) (read, kept int64, err error) {
+	err = tx.QueryRow(ctx, s.q.fold, limit, nil, skipLeased).Scan(&read, &kept)
+	return read, kept, err
 }

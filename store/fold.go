@@ -20,13 +20,26 @@ const foldLimit = 10000
 // foldSQL takes the markers appends wrote while no drainer waited
 // (migration 009: one row of {schema}.appended per event) into the
 // streams table, as an append did itself before: per stream, the head
-// moves to its highest version and a caught-up stream becomes pending
-// since its oldest marker's created time. At most $1 markers, locked and
-// deleted: two folds never take the same one (SKIP LOCKED). A stream
-// whose row another transaction holds (a settle, an appender while a
-// drainer waits) keeps its markers for a later fold, never waited for;
-// the rows are locked in stream order. It returns the markers it read and
-// those it left for that reason.
+// moves to its highest committed version and a caught-up stream becomes
+// pending since its oldest marker's created time. At most $1 markers,
+// locked and deleted: two folds never take the same one (SKIP LOCKED).
+//
+// A marker at or below its stream's head says nothing new (the head only
+// grows): it is deleted without the row being locked or written. The
+// head a fold writes is the stream's highest committed version (one probe
+// of the events index), not only the highest of the markers it read: a
+// backlog of many markers a stream (a bulk insert, appends while every
+// bridge was down) then writes each row once, and the folds after it only
+// delete markers, where each fold of at most $1 markers would otherwise
+// write every row again.
+//
+// A stream whose row another transaction holds (a settle, an appender
+// while a drainer waits) keeps its markers for a later fold, never waited
+// for; with $3, so does a stream under a live lease (leased_until past
+// now): its settle would otherwise wait for this fold's transaction (a
+// claim, and its fetch, ahead of that settle), and the settle's own fold
+// or the next claim's takes them. The rows are locked in stream order. It
+// returns the markers it read and those it left for these reasons.
 //
 // It also does the catch-up (the catchUp statement) for the streams $2
 // (NULL: none), which a settle earlier in the transaction holds: each
@@ -41,6 +54,11 @@ const foldSQL = `WITH m AS MATERIALIZED (
     SELECT a.ctid AS at, a.stream, a.version, a.created FROM {schema}.appended a
     LIMIT $1
     FOR UPDATE SKIP LOCKED
+), mm AS MATERIALIZED (
+    -- covered: a marker the head already reaches, deleted with the row
+    -- left alone
+    SELECT m.at, m.stream, m.version, m.created, coalesce(m.version <= x.head, false) AS covered
+    FROM m LEFT JOIN {schema}.streams x ON x.stream = m.stream
 ), behind AS MATERIALIZED (
     -- the catch-up's streams: left caught up by the settle, an event past
     -- the watermark; one probe of each index
@@ -53,32 +71,43 @@ const foldSQL = `WITH m AS MATERIALIZED (
 ), mine AS MATERIALIZED (
     -- index probes of the streams named, never a scan of the table
     SELECT s.stream FROM {schema}.streams s
-    WHERE s.stream = ANY (ARRAY(SELECT stream FROM m UNION SELECT stream FROM behind))
+    WHERE s.stream = ANY (ARRAY(
+            SELECT stream FROM mm WHERE NOT covered
+            UNION SELECT stream FROM behind))
+        AND NOT ($3 AND coalesce(s.leased_until > now(), false))
     ORDER BY s.stream
     FOR NO KEY UPDATE SKIP LOCKED
 ), take AS MATERIALIZED (
-    SELECT m.at, m.stream, m.version, m.created FROM m
-    WHERE m.stream IN (SELECT stream FROM mine) -- a row this fold holds
+    SELECT mm.at, mm.stream, mm.version, mm.created FROM mm
+    WHERE NOT mm.covered
+      AND (mm.stream IN (SELECT stream FROM mine) -- a row this fold holds
        -- else (only then: OR stops at the first true) a new stream, with no row yet
-       OR NOT EXISTS (SELECT 1 FROM {schema}.streams x WHERE x.stream = m.stream)
+       OR NOT EXISTS (SELECT 1 FROM {schema}.streams x WHERE x.stream = mm.stream))
 ), gone AS (
-    DELETE FROM {schema}.appended a WHERE a.ctid = ANY (ARRAY(SELECT at FROM take))
+    DELETE FROM {schema}.appended a
+    WHERE a.ctid = ANY (ARRAY(SELECT at FROM take UNION ALL SELECT at FROM mm WHERE covered))
 ), up AS (
     INSERT INTO {schema}.streams AS s (stream, head, pending_since)
-    SELECT stream, max(version), LEAST(min(created), now()) FROM (
+    SELECT t.stream,
+        -- the highest committed version: later markers are then covered
+        GREATEST(max(t.version), (SELECT max(ev.version) FROM {events} ev WHERE ev.stream = t.stream)),
+        LEAST(min(t.created), now())
+    FROM (
         SELECT stream, version, created FROM take
         UNION ALL
         SELECT stream, version, created FROM behind WHERE stream IN (SELECT stream FROM mine)
     ) t
-    GROUP BY stream
-    ORDER BY stream -- a fixed lock order across concurrent folds
+    GROUP BY t.stream
+    ORDER BY t.stream -- a fixed lock order across concurrent folds
     ON CONFLICT (stream) DO UPDATE
         SET head = GREATEST(s.head, EXCLUDED.head),
             pending_since = CASE WHEN s.head > s.watermark THEN s.pending_since ELSE EXCLUDED.pending_since END,
             updated_at = now()
+        WHERE EXCLUDED.head > s.head -- else nothing changes
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM m), (SELECT count(*) FROM m) - (SELECT count(*) FROM take)`
+SELECT (SELECT count(*) FROM m),
+    (SELECT count(*) FROM mm WHERE NOT covered) - (SELECT count(*) FROM take)`
 
 // foldQuery is foldSQL for schema and its events table.
 func foldQuery(schema, events string) string {
@@ -97,7 +126,7 @@ func (s *Store) queueFold(b *pgx.Batch, settled []string, left *bool) {
 	if s.External() {
 		return
 	}
-	b.Queue(s.q.fold, foldLimit, settled).QueryRow(func(r pgx.Row) error {
+	b.Queue(s.q.fold, foldLimit, settled, true).QueryRow(func(r pgx.Row) error {
 		var read, kept int64
 		if err := r.Scan(&read, &kept); err != nil {
 			return err
@@ -122,7 +151,7 @@ func (s *Store) fold(ctx context.Context) error {
 	}
 	for {
 		var read, kept int64
-		if err := s.pool.QueryRow(ctx, s.q.fold, foldLimit, nil).Scan(&read, &kept); err != nil {
+		if err := s.pool.QueryRow(ctx, s.q.fold, foldLimit, nil, false).Scan(&read, &kept); err != nil {
 			return fmt.Errorf("fold appended markers: %w", err)
 		}
 		if read < foldLimit || kept == read {

@@ -3,12 +3,14 @@ package store_test
 import (
 	"bytes"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/event"
+	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -220,4 +222,119 @@ WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '
 	require.False(t, store.MarkerVacuumRunning(s), "closed: no vacuum started")
 	s.Close() // again: a no-op
 	require.Empty(t, logs.String(), "a vacuum cancelled by Close logs nothing")
+}
+
+// A claim's fold leaves the markers of a stream under a live lease: the
+// claim made ahead of a cycle's settle, whose transaction holds the rows
+// it folds until its fetch is done, then never makes that settle wait
+// for it (the bridge's backlog drain timed out its acks so). The settle's
+// stream is pending again once its owner settled it.
+func TestClaimFoldLeavesALeasedStreamItsSettleNeverWaits(t *testing.T) {
+	t.Parallel()
+	pool := jsbridgetest.Pool(t)
+	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)), store.WithSettleTimeout(300*time.Millisecond))
+	require.NoError(t, err)
+	ctx := t.Context()
+	require.NoError(t, s.Migrate(ctx))
+	b := bundle{ctx: ctx, pool: pool, store: s}
+	first := b.appendN(t, "lease-1", 1)
+	claims, err := s.Claim(ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"lease-1"}, claimedNames(claims))
+	b.appendN(t, "lease-1", 1) // a marker while x holds the stream
+	b.appendN(t, "free-1", 1)
+
+	ahead, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = ahead.Rollback(ctx) }()
+	read, kept, err := store.FoldIn(ctx, ahead, s, 100, true)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), read)
+	require.Equal(t, int64(1), kept, "lease-1's marker is left while x's lease lives")
+
+	require.NoError(t, s.Ack(ctx, "x", "lease-1", first[0].Version, first[0].ID), "the settle does not wait for the open fold")
+	require.NoError(t, ahead.Commit(ctx))
+
+	claims, err = s.Claim(ctx, "y", 10, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"free-1", "lease-1"}, sortedClaimNames(claims), "lease-1 pending again once x settled it")
+	require.Zero(t, b.markers(t))
+
+	// A reader's fold takes a leased stream's markers: it counts every
+	// committed event.
+	b.appendN(t, "lease-1", 1)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, kept, err = store.FoldIn(ctx, tx, s, 100, false)
+	require.NoError(t, err)
+	require.Zero(t, kept)
+}
+
+// A backlog of many markers a stream writes each row once: the fold sets
+// the head to the stream's highest committed version, and the markers at
+// or below it are deleted by later folds without the row being locked or
+// written again (its tuple stays the same).
+func TestFoldOfABacklogWritesEachRowOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Round robin, as a bulk insert of many streams lays its markers.
+	for range 5 {
+		for _, st := range []string{"bulk-1", "bulk-2", "bulk-3"} {
+			b.appendN(t, st, 1)
+		}
+	}
+	require.Equal(t, 15, b.markers(t))
+	fold := func(limit int) (int64, int64) {
+		t.Helper()
+		tx, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		read, kept, err := store.FoldIn(b.ctx, tx, b.store, limit, true)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(b.ctx))
+		return read, kept
+	}
+	tuples := func() map[string]string {
+		t.Helper()
+		rows, err := b.pool.Query(b.ctx, "SELECT stream, ctid::text || '/' || xmin::text || '/' || xmax::text FROM "+b.store.Schema()+".streams")
+		require.NoError(t, err)
+		out := map[string]string{}
+		for rows.Next() {
+			var st, tu string
+			require.NoError(t, rows.Scan(&st, &tu))
+			out[st] = tu
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	read, kept := fold(3) // the first marker of each stream
+	require.Equal(t, int64(3), read)
+	require.Zero(t, kept)
+	before := tuples()
+	require.Len(t, before, 3)
+	for _, st := range []string{"bulk-1", "bulk-2", "bulk-3"} {
+		var head int64
+		require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT head FROM "+b.store.Schema()+".streams WHERE stream = $1", st).Scan(&head))
+		require.Equal(t, int64(4), head, "%s: the head is the highest committed version, not the marker's", st)
+	}
+	for b.markers(t) > 0 {
+		read, kept = fold(3)
+		require.Equal(t, int64(3), read)
+		require.Zero(t, kept)
+	}
+	require.Equal(t, before, tuples(), "covered markers leave the rows untouched (no new version, no lock)")
+
+	claims, err := b.store.Claim(b.ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"bulk-1", "bulk-2", "bulk-3"}, sortedClaimNames(claims))
+	for _, c := range claims {
+		require.Equal(t, int64(-1), c.Watermark)
+	}
+}
+
+// sortedClaimNames is claimedNames sorted.
+func sortedClaimNames(claims []event.Claim) []string {
+	names := claimedNames(claims)
+	slices.Sort(names)
+	return names
 }
