@@ -132,7 +132,7 @@ func (s *Store) queueFold(b *pgx.Batch, settled []string, left *bool) {
 			return err
 		}
 		*left = *left || kept > 0 || read == foldLimit
-		s.folded(read - kept)
+		s.folded(read-kept, read == foldLimit)
 		return nil
 	})
 }
@@ -190,9 +190,14 @@ type markerVacuum struct {
 
 // folded counts n markers taken by a claim's fold and, past
 // markers.every since the last one, starts a vacuum of the marker table
-// in the background, unless one is running or the Store is closed.
-func (s *Store) folded(n int64) {
-	if n <= 0 || s.markers.since.Add(n) < s.markers.every {
+// in the background, unless one is running or the Store is closed. While
+// the folds read full (full: a backlog of markers, from a bulk insert or
+// appends while no bridge ran) it waits for the first fold that is not:
+// a vacuum then walks a heap of the whole backlog, over and over while
+// the drain takes it, where the folds that delete from its front walk
+// only what they left behind them (pruned as they pass).
+func (s *Store) folded(n int64, full bool) {
+	if n <= 0 || s.markers.since.Add(n) < s.markers.every || full {
 		return
 	}
 	m := &s.markers

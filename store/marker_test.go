@@ -172,6 +172,31 @@ WHERE schemaname = $1 AND relname = 'appended'`, b.store.Schema()).Scan(&n))
 		"5 markers folded: the marker table vacuumed")
 }
 
+// While the folds read full (a backlog of markers) the marker table is
+// not vacuumed, however many they folded: the first fold that reads less
+// starts the vacuum.
+func TestFoldsDeferTheMarkerVacuumThroughABacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	store.SetMarkerVacuumEvery(b.store, 5)
+	store.SetMarkerVacuumSQL(b.store, "SELECT pg_sleep(30)") // stays running once started
+	t.Cleanup(b.store.Close)
+	_, err := b.pool.Exec(b.ctx, "INSERT INTO "+b.store.Schema()+`.events (stream, version, name, data)
+SELECT 'bk-' || (g % 100), g / 100, 'E', '{}' FROM generate_series(0, 10004) g`)
+	require.NoError(t, err)
+	require.Equal(t, 10005, b.markers(t))
+
+	_, err = b.store.Claim(b.ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 5, b.markers(t), "one fold read its limit")
+	require.False(t, store.MarkerVacuumRunning(b.store), "a full fold starts no vacuum")
+
+	_, err = b.store.Claim(b.ctx, "x", 10, time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, b.markers(t))
+	require.True(t, store.MarkerVacuumRunning(b.store), "the fold after the backlog starts it")
+}
+
 // Close cancels the marker table's vacuum that runs and waits for it, so
 // the caller can close the pool after it with no statement of the
 // store's own left to run there; no vacuum starts after it, and a
