@@ -215,13 +215,19 @@ func TestHandlerErrorRetriesWithBackoffThenBlocks(t *testing.T) {
 		}
 		return drain.Result{Done: len(batch.Events)}
 	})
-	const backoff = 300 * time.Millisecond
+	// The first backoff is long enough that the checks before it ends
+	// hold on a loaded machine (300 ms did not under make test); the
+	// later ones are short, so the test waits little for them.
+	const firstBackoff, backoff = 2 * time.Second, 300 * time.Millisecond
 	var mu sync.Mutex
 	var asked []int
 	d := b.drain(t, rec, drain.Config{MaxRetries: 2, Backoff: func(retry int) time.Duration {
 		mu.Lock()
 		defer mu.Unlock()
 		asked = append(asked, retry)
+		if retry == 0 {
+			return firstBackoff
+		}
 		return backoff
 	}})
 

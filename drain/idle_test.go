@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,8 +97,33 @@ func TestTwoRunsOnOneStoreBothDrain(t *testing.T) {
 	const poll = time.Hour
 	recs := []*recorder{newRecorder(nil), newRecorder(nil)}
 	total := func() int { return recs[0].count() + recs[1].count() }
-	for i, rec := range recs {
-		d := b.drain(t, rec, drain.Config{Owner: fmt.Sprintf("run-%d", i), ClaimLimit: 1, PollInterval: poll, Notifier: b.store})
+	// The first Run handed a burst batch holds it until the other Run has
+	// forwarded a burst event (10 s at most), so the burst shows each Run
+	// taking appends while the other is busy, whichever wins the races of
+	// the first part.
+	var first atomic.Int32
+	first.Store(-1)
+	burstDone := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var burstOnce [2]sync.Once
+	handler := func(i int) drain.Handler {
+		return drain.HandlerFunc(func(ctx context.Context, batches []drain.Batch) []drain.Result {
+			burst := slices.ContainsFunc(batches, func(bt drain.Batch) bool { return strings.HasPrefix(bt.Stream, "burst-") })
+			if burst && first.CompareAndSwap(-1, int32(i)) {
+				select {
+				case <-burstDone[1-i]:
+				case <-time.After(10 * time.Second):
+				case <-ctx.Done():
+				}
+			}
+			out := recs[i].Handle(ctx, batches)
+			if burst {
+				burstOnce[i].Do(func() { close(burstDone[i]) })
+			}
+			return out
+		})
+	}
+	for i := range recs {
+		d := b.drain(t, handler(i), drain.Config{Owner: fmt.Sprintf("run-%d", i), ClaimLimit: 1, PollInterval: poll, Notifier: b.store})
 		ctx, cancel := context.WithCancel(b.ctx)
 		done := make(chan error, 1)
 		go func() { done <- d.Run(ctx) }()
