@@ -24,14 +24,16 @@ const foldLimit = 10000
 // pending since its oldest marker's created time. At most $1 markers,
 // locked and deleted: two folds never take the same one (SKIP LOCKED).
 //
-// A marker at or below its stream's head says nothing new (the head only
-// grows): it is deleted without the row being locked or written. The
-// head a fold writes is the stream's highest committed version (one probe
-// of the events index), not only the highest of the markers it read: a
-// backlog of many markers a stream (a bulk insert, appends while every
-// bridge was down) then writes each row once, and the folds after it only
-// delete markers, where each fold of at most $1 markers would otherwise
-// write every row again.
+// A fold that reads its limit (a backlog of markers: a bulk insert,
+// appends while every bridge was down) writes the stream's highest
+// committed version as its head (one probe of the events index), not
+// only the highest of the markers it read, and deletes a marker at or
+// below its stream's head (it says nothing new: the head only grows)
+// without the row being locked or written: each row is then written
+// once, and the folds after it only delete markers, where each fold of
+// at most $1 markers would otherwise write every row again. A lighter
+// fold (the live path: a few markers a stream at most) does neither, so
+// it pays no probe.
 //
 // A stream whose row another transaction holds (a settle, an appender
 // while a drainer waits) keeps its markers for a later fold, never waited
@@ -54,11 +56,14 @@ const foldSQL = `WITH m AS MATERIALIZED (
     SELECT a.ctid AS at, a.stream, a.version, a.created FROM {schema}.appended a
     LIMIT $1
     FOR UPDATE SKIP LOCKED
+), full_read AS MATERIALIZED (
+    -- a fold that read its limit: a backlog of markers
+    SELECT count(*) >= $1 AS yes FROM m
 ), mm AS MATERIALIZED (
-    -- covered: a marker the head already reaches, deleted with the row
-    -- left alone
+    -- covered (only looked for in a backlog): a marker the head already
+    -- reaches, deleted with the row left alone
     SELECT m.at, m.stream, m.version, m.created, coalesce(m.version <= x.head, false) AS covered
-    FROM m LEFT JOIN {schema}.streams x ON x.stream = m.stream
+    FROM m LEFT JOIN {schema}.streams x ON x.stream = m.stream AND (SELECT yes FROM full_read)
 ), behind AS MATERIALIZED (
     -- the catch-up's streams: left caught up by the settle, an event past
     -- the watermark; one probe of each index
@@ -89,8 +94,10 @@ const foldSQL = `WITH m AS MATERIALIZED (
 ), up AS (
     INSERT INTO {schema}.streams AS s (stream, head, pending_since)
     SELECT t.stream,
-        -- the highest committed version: later markers are then covered
-        GREATEST(max(t.version), (SELECT max(ev.version) FROM {events} ev WHERE ev.stream = t.stream)),
+        -- in a backlog, the highest committed version: later markers are
+        -- then covered (GREATEST ignores the NULL of a light fold)
+        GREATEST(max(t.version), CASE WHEN (SELECT yes FROM full_read) THEN
+            (SELECT max(ev.version) FROM {events} ev WHERE ev.stream = t.stream) END),
         LEAST(min(t.created), now())
     FROM (
         SELECT stream, version, created FROM take
