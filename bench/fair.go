@@ -61,9 +61,16 @@ SELECT s, v, 'BenchEvent', $3::jsonb FROM unnest($1::text[], $2::bigint[]) AS t(
 		_, err := e.pool.Exec(ctx, insert, names, versions, string(payload))
 		return err
 	}
-	// pending AND NOT blocked is the claim index's predicate (streams_claimable_idx):
-	// the count reads that index, not the table.
-	countPending := fmt.Sprintf(`SELECT count(*) FROM %s.streams WHERE pending AND NOT blocked`, schema)
+	// The streams pending: those the streams table says (pending AND NOT
+	// blocked is the claim index's predicate, streams_claimable_idx) and
+	// those with markers not yet folded (migration 009: with no bridge
+	// waiting an append writes a marker, no streams row, so the table
+	// alone read 0 before the bridge started and the fill below never
+	// ended). A read: it folds nothing, which would take the bridge's
+	// work and lock its rows.
+	countPending := fmt.Sprintf(`SELECT count(*) FROM (
+    SELECT stream FROM %[1]s.streams WHERE pending AND NOT blocked
+    UNION SELECT stream FROM %[1]s.appended) p`, schema)
 	pending := func() (int, error) {
 		var n int
 		err := e.pool.QueryRow(ctx, countPending).Scan(&n)
