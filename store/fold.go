@@ -20,8 +20,9 @@ const foldLimit = 10000
 // foldSQL takes the markers appends wrote while no drainer waited
 // (migration 009: one row of {schema}.appended per event) into the
 // streams table, as an append did itself before: per stream, the head
-// moves to its highest committed version and a caught-up stream becomes
-// pending since its oldest marker's created time. At most $1 markers,
+// moves to the highest version of its markers (in a backlog, below, its
+// highest committed version) and a caught-up stream becomes pending
+// since its oldest marker's created time. At most $1 markers,
 // locked and deleted: two folds never take the same one (SKIP LOCKED).
 //
 // A fold that reads its limit (a backlog of markers: a bulk insert,
