@@ -245,11 +245,8 @@ func TestDiscoverOnOwnTableIsAnError(t *testing.T) {
 // after the settle timeout instead of stalling the drain cycle.
 func TestSettleGivesUpOnARowHeldByTheApp(t *testing.T) {
 	t.Parallel()
-	pool := jsbridgetest.Pool(t)
-	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)), store.WithSettleTimeout(300*time.Millisecond))
-	require.NoError(t, err)
-	ctx := t.Context()
-	require.NoError(t, s.Migrate(ctx))
+	b := setup(t, store.WithSettleTimeout(300*time.Millisecond))
+	ctx, pool, s := b.ctx, b.pool, b.store
 	listen(t, s.Schema()) // a drainer waits: appends lock the stream's row
 	evs, err := s.Append(ctx, "held-1", store.NoStream, ev("E", `{}`))
 	require.NoError(t, err)

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jsbridge/jsbridge/event"
-	"github.com/jsbridge/jsbridge/jsbridgetest"
 	"github.com/jsbridge/jsbridge/store"
 )
 
@@ -258,12 +257,8 @@ WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '
 // stream is pending again once its owner settled it.
 func TestClaimFoldLeavesALeasedStreamItsSettleNeverWaits(t *testing.T) {
 	t.Parallel()
-	pool := jsbridgetest.Pool(t)
-	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)), store.WithSettleTimeout(300*time.Millisecond))
-	require.NoError(t, err)
-	ctx := t.Context()
-	require.NoError(t, s.Migrate(ctx))
-	b := bundle{ctx: ctx, pool: pool, store: s}
+	b := setup(t, store.WithSettleTimeout(300*time.Millisecond))
+	ctx, pool, s := b.ctx, b.pool, b.store
 	first := b.appendN(t, "lease-1", 1)
 	claims, err := s.Claim(ctx, "x", 10, time.Minute)
 	require.NoError(t, err)

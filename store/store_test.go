@@ -31,10 +31,12 @@ type bundle struct {
 	store *store.Store
 }
 
-func setup(t *testing.T) bundle {
+// setup makes a Store on a fresh schema of the test database, migrated,
+// with opts after the schema.
+func setup(t *testing.T, opts ...store.Option) bundle {
 	t.Helper()
 	pool := jsbridgetest.Pool(t)
-	s, err := store.New(pool, store.WithSchema(jsbridgetest.Schema(t, pool)))
+	s, err := store.New(pool, append([]store.Option{store.WithSchema(jsbridgetest.Schema(t, pool))}, opts...)...)
 	require.NoError(t, err)
 	ctx := t.Context()
 	require.NoError(t, s.Migrate(ctx))
