@@ -126,7 +126,7 @@ func TestCLIBridgeAndConsumerProcesses(t *testing.T) {
 	// The first migrate says what it created; the next has nothing to do.
 	out, err := cli(t, env, "bridge", "migrate")
 	require.NoError(t, err, out)
-	require.Contains(t, out, fmt.Sprintf("schema %q: applied 9 migrations", schema))
+	require.Contains(t, out, fmt.Sprintf("schema %q: applied 10 migrations", schema))
 	require.Contains(t, out, "001_streams.sql: table "+schema+".streams, index streams_pending_idx")
 	require.Contains(t, out, "002_events.sql: table "+schema+".events, function "+schema+".jsbridge_events_inserted, trigger jsbridge_events_inserted")
 	require.Contains(t, out, "005_live_appends.sql: column "+schema+".streams.pending, index streams_claimable_idx, function "+schema+".jsbridge_events_inserted")
@@ -134,6 +134,7 @@ func TestCLIBridgeAndConsumerProcesses(t *testing.T) {
 	require.Contains(t, out, "007_one_stream_append.sql: function "+schema+".jsbridge_events_inserted")
 	require.Contains(t, out, "008_pending_append.sql: function "+schema+".jsbridge_events_inserted")
 	require.Contains(t, out, "009_appended_marker.sql: table "+schema+".appended, function "+schema+".jsbridge_events_inserted")
+	require.Contains(t, out, "010_new_stream_marker.sql: function "+schema+".jsbridge_events_inserted")
 	require.NotContains(t, out, "up to date")
 	out, err = cli(t, env, "bridge", "migrate")
 	require.NoError(t, err, out)

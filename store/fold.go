@@ -41,8 +41,13 @@ const foldLimit = 10000
 // for; with $3, so does a stream under a live lease (leased_until past
 // now): its settle would otherwise wait for this fold's transaction (a
 // claim, and its fetch, ahead of that settle), and the settle's own fold
-// or the next claim's takes them. The rows are locked in stream order. It
-// returns the markers it read and those it left for these reasons.
+// or the next claim's takes them. The rows are locked in stream order. A
+// stream without a row gets one here: since migration 010 only a fold
+// inserts a streams row (an appender writes markers for a stream without
+// one), so the insert waits at most for another fold inserting the same
+// stream, never for an appender, which could be waiting for a row this
+// fold holds. It returns the markers it read and those it left for these
+// reasons.
 //
 // It also does the catch-up (the catchUp statement) for the streams $2
 // (NULL: none), which a settle earlier in the transaction holds: each

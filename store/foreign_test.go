@@ -210,7 +210,7 @@ func TestMigrateAppliedListsWhatItCreated(t *testing.T) {
 	require.NoError(t, err)
 	applied, err := s.MigrateApplied(t.Context())
 	require.NoError(t, err)
-	require.Len(t, applied, 9)
+	require.Len(t, applied, 10)
 	require.Equal(t, store.AppliedMigration{Version: 1, Name: "001_streams.sql",
 		Objects: []string{"table " + schema + ".streams", "index streams_pending_idx"}}, applied[0])
 	require.Equal(t, []string{"table " + schema + ".events", "function " + schema + ".jsbridge_events_inserted", "trigger jsbridge_events_inserted"}, applied[1].Objects)
@@ -227,6 +227,8 @@ func TestMigrateAppliedListsWhatItCreated(t *testing.T) {
 		Objects: []string{"function " + schema + ".jsbridge_events_inserted"}}, applied[7])
 	require.Equal(t, store.AppliedMigration{Version: 9, Name: "009_appended_marker.sql",
 		Objects: []string{"table " + schema + ".appended", "function " + schema + ".jsbridge_events_inserted"}}, applied[8])
+	require.Equal(t, store.AppliedMigration{Version: 10, Name: "010_new_stream_marker.sql",
+		Objects: []string{"function " + schema + ".jsbridge_events_inserted"}}, applied[9])
 	applied, err = s.MigrateApplied(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, applied)

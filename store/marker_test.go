@@ -144,6 +144,68 @@ func TestFoldLeavesMarkersOfARowHeldElsewhere(t *testing.T) {
 	require.Zero(t, b.markers(t))
 }
 
+// An appender and a fold never close a deadlock cycle over a new stream
+// (migration 010). The fold holds the row of a stream it takes in (dl-b)
+// and takes in a new stream (dl-a, a marker only); an application
+// transaction, while a drainer waits, appends to dl-a and then to dl-b.
+// When the append inserted dl-a's row, the fold waited for it while
+// holding dl-b, and the append's second statement waited for dl-b: a
+// cycle, in which Postgres cancelled one of them. The append now writes a
+// marker for a stream without a row, so the fold never waits for it and
+// both commit.
+func TestAppendAndFoldOverANewStreamNeverDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	schema := b.store.Schema()
+	b.appendN(t, "dl-b", 1)
+	require.NoError(t, store.Fold(b.ctx, b.store))
+	b.appendN(t, "dl-b", 1) // a marker of a stream with a row: the fold locks it
+	b.appendN(t, "dl-a", 1) // a marker of a new stream: the fold inserts its row
+	require.Equal(t, 2, b.markers(t))
+	listen(t, schema) // a drainer waits: appends lock the streams' rows
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	insert := "INSERT INTO " + schema + ".events (stream, version, name, data) VALUES ($1, $2, 'E', '{}')"
+	_, err = tx.Exec(b.ctx, insert, "dl-a", 1)
+	require.NoError(t, err)
+
+	folded := make(chan error, 1)
+	go func() { folded <- store.Fold(b.ctx, b.store) }()
+	// Until the fold ends, or waits for a lock (the cycle's first half).
+	var foldErr error
+	ended := false
+	require.Eventually(t, func() bool {
+		select {
+		case foldErr = <-folded:
+			ended = true
+			return true
+		default:
+		}
+		var waiting int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '%' || $1 || '.appended%'`, schema).Scan(&waiting))
+		return waiting > 0
+	}, 10*time.Second, 5*time.Millisecond)
+
+	_, err = tx.Exec(b.ctx, insert, "dl-b", 2)
+	require.NoError(t, err, "the append's second stream")
+	require.NoError(t, tx.Commit(b.ctx))
+	if !ended {
+		select {
+		case foldErr = <-folded:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the fold did not end after the append committed")
+		}
+	}
+	require.NoError(t, foldErr, "the fold")
+
+	require.EqualValues(t, 1, b.info(t, "dl-a").Head)
+	require.EqualValues(t, 2, b.info(t, "dl-b").Head)
+	require.Zero(t, b.markers(t))
+}
+
 // The folds vacuum the marker table themselves every so many markers
 // (autovacuum visits it at most once per naptime): after a claim folds
 // that many, the table is vacuumed.

@@ -73,9 +73,12 @@ func TestAppendToAPendingStreamWritesNoStreamsRow(t *testing.T) {
 	s, err := store.New(pool, store.WithSchema(b.store.Schema()))
 	require.NoError(t, err)
 
-	for range 21 { // the first creates the row and makes the stream pending
+	for i := range 21 { // the first's marker, folded, creates the row: pending
 		_, err := s.Append(b.ctx, "quiet-1", store.AnyVersion, ev("E", `{}`))
 		require.NoError(t, err)
+		if i == 0 {
+			require.NoError(t, store.Fold(b.ctx, s))
+		}
 	}
 	_, err = pool.Exec(b.ctx, "SELECT pg_stat_force_next_flush()")
 	require.NoError(t, err)
@@ -197,6 +200,7 @@ func TestAppendWaitingForASettleMarksTheStreamPending(t *testing.T) {
 	b := setup(t)
 	listen(t, b.store.Schema()) // a drainer waits: appends take 008's way
 	first := b.appendN(t, "s-1", 1)[0]
+	require.NoError(t, store.Fold(b.ctx, b.store)) // its marker: the row
 	// A settle in progress: the stream's row updated and held.
 	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)

@@ -436,6 +436,7 @@ LIMIT NULLIF($4, 0)`),
     SELECT stream, blocked, error FROM {schema}.streams
     WHERE stream = ANY($1)
       AND (blocked OR retry > 0 OR error IS NOT NULL OR next_attempt IS NOT NULL)
+    ORDER BY stream -- the lock order of the appends' multi-stream statements
     FOR UPDATE
 )
 UPDATE {schema}.streams s
@@ -446,6 +447,7 @@ RETURNING s.stream, s.watermark, {real_head}, old.blocked, coalesce(old.error, '
     SELECT stream, blocked, error FROM {schema}.streams
     WHERE ($1 = '' OR stream ~ $1)
       AND (blocked OR retry > 0 OR error IS NOT NULL OR next_attempt IS NOT NULL)
+    ORDER BY stream -- the lock order of the appends' multi-stream statements
     FOR UPDATE
 )
 UPDATE {schema}.streams s
@@ -457,6 +459,7 @@ RETURNING s.stream, s.watermark, {real_head}, old.blocked, coalesce(old.error, '
 		reset: r.Replace(`WITH old AS MATERIALIZED (
     SELECT stream, watermark, blocked, error FROM {schema}.streams
     WHERE stream = ANY($1)
+    ORDER BY stream -- the lock order of the appends' multi-stream statements
     FOR UPDATE
 )
 UPDATE {schema}.streams s
