@@ -27,7 +27,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     -- not named like a column of the statements below
     lo_stream text;
-    hi_stream text;
     top_version bigint;
     oldest timestamptz;
     already boolean;
@@ -43,8 +42,8 @@ BEGIN
     -- A drainer waits. After a wait for the lock, the row read is the one
     -- the lock holder committed. No row: a new stream, or several
     -- streams' events (or none).
-    SELECT s.pending, t.lo, t.hi, t.top, t.oldest
-    INTO already, lo_stream, hi_stream, top_version, oldest
+    SELECT s.pending, t.lo, t.top, t.oldest
+    INTO already, lo_stream, top_version, oldest
     FROM (SELECT min(n.stream) AS lo, max(n.stream) AS hi, max(n.version) AS top,
             LEAST(min(n.created), now()) AS oldest
         FROM new_events n) t
@@ -63,8 +62,7 @@ BEGIN
             AND NOT s.blocked AND coalesce(s.next_attempt <= now(), true) AND coalesce(s.leased_until <= now(), true)
         INTO wake;
     ELSE
-        SELECT min(n.stream), max(n.stream) INTO lo_stream, hi_stream FROM new_events n;
-        IF lo_stream IS NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM new_events) THEN
             RETURN NULL; -- no row inserted
         END IF;
         WITH n AS (
